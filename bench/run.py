@@ -1,0 +1,663 @@
+"""Benchmark purefx against ``torch.export.unflatten``.
+
+Run from the repository root::
+
+    python -m bench.run --quick                  # smoke run, < 60 s
+    python -m bench.run --models deep --json out.json
+    python bench/run.py --models gpt --sizes 2,8,32
+
+For every model and size the program is exported once; all measurements of
+that size use the same ``ExportedProgram``. See ``bench/README.md`` for what
+each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+import tracemalloc
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    # Run as ``python bench/run.py``: make the repository root importable.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from bench.models import MODELS, Args, ModelSpec
+
+Stage = tuple[str, Callable[[Any], Any]]
+Record = dict[str, Any]
+
+SLOPE_RANGE = (128, 1024)
+LARGE_N = 512
+ATOL = 1e-5
+ERROR_CHARS = 300
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs shared by every measurement of one run."""
+
+    repeat: int | None  # None: 3 below LARGE_N, 1 from LARGE_N on
+    memory: bool
+    latency: bool
+    latency_budget_s: float  # wall time aimed at per latency variant
+    k: int | None  # fixed number of latency runs, or None for adaptive
+    max_build_s: float  # skip larger sizes once a build took longer than this
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help=f"comma-separated subset of {','.join(MODELS)} (default: all)",
+    )
+    parser.add_argument(
+        "--sizes",
+        default=None,
+        help="comma-separated sizes N overriding every model's sweep",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and short latency runs (smoke run)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help=f"build timings per size, median reported (default 3, 1 for N>={LARGE_N})",
+    )
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="latency runs per variant (default: adaptive)",
+    )
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the tracemalloc builds"
+    )
+    parser.add_argument(
+        "--no-latency", action="store_true", help="skip forward latency"
+    )
+    parser.add_argument(
+        "--max-build-s",
+        type=float,
+        default=300.0,
+        help="stop growing N for a library once one of its builds took longer (default 300)",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write all results to this file"
+    )
+    args = parser.parse_args(argv)
+    unknown = sorted(set(_split(args.models)) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; expected names from {list(MODELS)}")
+    return args
+
+
+def _split(text: str) -> list[str]:
+    """Split a comma-separated option, dropping empty items."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """Turn parsed arguments into :class:`Options`."""
+    return Options(
+        repeat=args.repeat,
+        memory=not args.no_memory,
+        latency=not args.no_latency,
+        latency_budget_s=0.03 if args.quick else 0.3,
+        k=args.k,
+        max_build_s=args.max_build_s,
+    )
+
+
+def sizes_for(spec: ModelSpec, args: argparse.Namespace) -> tuple[int, ...]:
+    """The sizes to run for ``spec``: ``--sizes``, else quick or full sweep."""
+    if args.sizes:
+        return tuple(int(s) for s in _split(args.sizes))
+    return spec.quick_sizes if args.quick else spec.sizes
+
+
+def repeats_for(n: int, opts: Options) -> int:
+    """How many timed builds to take the median of at size ``n``."""
+    if opts.repeat is not None:
+        return max(1, opts.repeat)
+    return 1 if n >= LARGE_N else 3
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Send stdout to ``os.devnull`` (torch's unflatten prints debugging noise)."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
+def describe_error(exc: BaseException, stage: str) -> str:
+    """One line naming the stage, exception type, message and raising frame."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{stage}: {type(exc).__name__}: {message}"[:ERROR_CHARS] + where
+
+
+def unflatten_module() -> Any:
+    """The ``torch.export.unflatten`` *module* (the attribute is the function)."""
+    return importlib.import_module("torch.export.unflatten")
+
+
+def codegen_mode() -> contextlib.AbstractContextManager[None]:
+    """Context in which torch's unflatten builds generated-code submodules."""
+    return unflatten_module()._disable_interpreter()
+
+
+def outputs_match(got: Any, want: torch.Tensor) -> bool:
+    """Whether a forward result equals the eager reference within ``ATOL``."""
+    return (
+        isinstance(got, torch.Tensor)
+        and got.shape == want.shape
+        and torch.allclose(got, want, atol=ATOL)
+    )
+
+
+# --------------------------------------------------------------------------- pipelines
+
+
+@dataclass(frozen=True)
+class Purefx:
+    """purefx's three entry points, or why they could not be imported."""
+
+    import_ep: Callable[[Any], Any] | None = None
+    transform: Callable[[Any], Any] | None = None
+    lower: Callable[[Any], Any] | None = None
+    error: str | None = None
+
+
+def load_purefx() -> Purefx:
+    """Import ``ir.import_ep``, ``transforms.transform`` and ``lowering.lower``."""
+    try:
+        from ir import import_ep
+        from lowering import lower
+        from transforms import transform
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available yet"
+        return Purefx(error=describe_error(exc, "import purefx"))
+    return Purefx(import_ep, transform, lower)
+
+
+def first_call(args: Args) -> Stage:
+    """The stage that calls the built module once under ``no_grad``."""
+
+    def call(module: Any) -> Any:
+        with torch.no_grad():
+            return module(*args)
+
+    return ("first_call", call)
+
+
+def torch_stages(args: Args) -> list[Stage]:
+    """``torch.export.unflatten`` and the first forward call."""
+    return [("unflatten", torch.export.unflatten), first_call(args)]
+
+
+def purefx_stages(api: Purefx, args: Args) -> list[Stage]:
+    """purefx's import, transform and lower, and the first forward call."""
+    return [
+        ("import", api.import_ep),
+        ("transform", api.transform),
+        ("lower", api.lower),
+        first_call(args),
+    ]
+
+
+@dataclass
+class PipelineRun:
+    """Stage times of one build, the built module, its first output, or the error."""
+
+    times: dict[str, float]
+    module: Any = None
+    output: Any = None
+    error: str | None = None
+
+
+def run_pipeline(stages: list[Stage], start: Any) -> PipelineRun:
+    """Feed ``start`` through ``stages``, timing each; stop at the first error."""
+    times: dict[str, float] = {}
+    value, module = start, None
+    for name, fn in stages:
+        module = value
+        try:
+            with quiet():
+                t0 = time.perf_counter()
+                value = fn(value)
+                times[name] = time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001 - recorded, the benchmark goes on
+            return PipelineRun(times, error=describe_error(exc, name))
+    times["total"] = sum(times.values())
+    return PipelineRun(times, module=module, output=value)
+
+
+def timed_builds(stages: list[Stage], ep: Any, repeats: int) -> PipelineRun:
+    """Median stage times over ``repeats`` builds; keeps the last build's module."""
+    runs: list[PipelineRun] = []
+    for _ in range(repeats):
+        gc.collect()
+        runs.append(run_pipeline(stages, ep))
+        if runs[-1].error:
+            return runs[-1]
+    last = runs[-1]
+    medians = {key: statistics.median(r.times[key] for r in runs) for key in last.times}
+    return PipelineRun(medians, last.module, last.output)
+
+
+def peak_memory_mb(stages: list[Stage], ep: Any) -> float | None:
+    """Peak Python memory (tracemalloc) of one build incl. first call, in MB."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run = run_pipeline(stages, ep)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del run
+    gc.collect()
+    return peak / 2**20
+
+
+# --------------------------------------------------------------------------- latency
+
+
+def latency_us(module: Any, args: Args, opts: Options) -> float:
+    """Median forward latency in microseconds after one warm-up call."""
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        module(*args)
+        warm = time.perf_counter() - t0
+        k = opts.k or max(5, min(200, int(opts.latency_budget_s / max(warm, 1e-6))))
+        samples = []
+        for _ in range(k):
+            t0 = time.perf_counter()
+            module(*args)
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e6
+
+
+def measure_latencies(
+    variants: dict[str, Any], args: Args, reference: torch.Tensor, opts: Options
+) -> dict[str, Any]:
+    """Latency (µs) and output agreement of each built variant; errors recorded."""
+    result: dict[str, Any] = {}
+    for name, module in variants.items():
+        if isinstance(module, str):  # the build failed; keep its error
+            result[name] = {"us": None, "match": None, "error": module}
+            continue
+        gc.collect()
+        try:
+            with quiet(), torch.no_grad():
+                match = outputs_match(module(*args), reference)
+                us = latency_us(module, args, opts) if opts.latency else None
+            result[name] = {"us": us, "match": match, "error": None}
+        except Exception as exc:  # noqa: BLE001
+            result[name] = {
+                "us": None,
+                "match": False,
+                "error": describe_error(exc, "forward"),
+            }
+    return result
+
+
+def build_or_error(build: Callable[[], Any]) -> Any:
+    """``build()`` with stdout silenced, or the error string if it raised."""
+    try:
+        with quiet():
+            return build()
+    except Exception as exc:  # noqa: BLE001
+        return describe_error(exc, "build")
+
+
+# --------------------------------------------------------------------------- one size
+
+
+def measure_size(
+    spec: ModelSpec, n: int, api: Purefx, opts: Options, skip: dict[str, str]
+) -> Record:
+    """All measurements of ``spec`` at size ``n`` on one exported program.
+
+    ``skip`` maps a library to the reason it is no longer run; a library whose
+    build exceeds ``opts.max_build_s`` is added to it for the larger sizes.
+    """
+    t0 = time.perf_counter()
+    model, args, ep = spec.make(n)
+    export_s = time.perf_counter() - t0
+    with torch.no_grad():
+        reference = model(*args)
+    record: Record = {"n": n, "nodes": len(ep.graph.nodes), "export_s": export_s}
+    repeats = repeats_for(n, opts)
+    libraries = {"torch": torch_stages(args)}
+    if api.error is None:
+        libraries["purefx"] = purefx_stages(api, args)
+
+    built: dict[str, Any] = dict(skip)  # library -> module, or why there is none
+    for lib, stages in libraries.items():
+        if lib in skip:
+            continue
+        record[lib] = measure_library(stages, ep, reference, repeats, opts)
+        built[lib] = record[lib].pop("module")
+        total = record[lib]["times"].get("total", 0.0)
+        if total > opts.max_build_s:
+            skip[lib] = f"skipped: build took {total:.1f}s > --max-build-s at N={n}"
+    for lib in ("torch", "purefx"):
+        record.setdefault(lib, {"error": skip.get(lib)})
+
+    if opts.latency:
+        t0 = time.perf_counter()
+        ep_module = build_or_error(ep.module)
+        record["ep_module_s"] = time.perf_counter() - t0
+        variants = {
+            "eager": model,
+            "ep_module": ep_module,
+            "unflatten_interp": built["torch"],
+            "unflatten_codegen": _codegen_build(ep, skip.get("torch")),
+            "purefx": built["purefx"],
+        }
+        record["latency"] = measure_latencies(variants, args, reference, opts)
+    return record
+
+
+def measure_library(
+    stages: list[Stage], ep: Any, reference: torch.Tensor, repeats: int, opts: Options
+) -> Record:
+    """Timed builds, first-answer check and peak memory of one library.
+
+    The returned ``module`` entry is the last built module, or the error string.
+    """
+    run = timed_builds(stages, ep, repeats)
+    ok = run.error is None
+    return {
+        "times": run.times,
+        "repeats": repeats,
+        "error": run.error,
+        "first_output_match": outputs_match(run.output, reference) if ok else None,
+        "peak_mb": peak_memory_mb(stages, ep) if ok and opts.memory else None,
+        "module": run.module if ok else run.error,
+    }
+
+
+def _codegen_build(ep: Any, skipped: str | None) -> Any:
+    """torch's unflatten built in generated-code mode, or an error string."""
+    if skipped:
+        return skipped
+
+    def build() -> Any:
+        with codegen_mode():
+            return torch.export.unflatten(ep)
+
+    return build_or_error(build)
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def loglog_slope(points: Sequence[tuple[int, float]]) -> float | None:
+    """Least-squares slope of ``log t`` against ``log N``; None below two points."""
+    pts = [(math.log(n), math.log(t)) for n, t in points if t and t > 0]
+    if len(pts) < 2:
+        return None
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    var = sum((x - mx) ** 2 for x, _ in pts)
+    if var == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in pts) / var
+
+
+def stage_series(
+    records: list[Record], lib: str, stage: str
+) -> list[tuple[int, float]]:
+    """``(N, seconds)`` for one library stage over the records that have it."""
+    series = []
+    for rec in records:
+        times = (rec.get(lib) or {}).get("times") or {}
+        if stage in times and not rec[lib].get("error"):
+            series.append((rec["n"], times[stage]))
+    return series
+
+
+SLOPE_SERIES = (
+    ("torch", "unflatten"),
+    ("torch", "total"),
+    ("purefx", "import"),
+    ("purefx", "transform"),
+    ("purefx", "lower"),
+    ("purefx", "total"),
+)
+
+
+def slopes(records: list[Record]) -> dict[str, Any]:
+    """Log-log slopes over N in ``SLOPE_RANGE``, or over all sizes if that has < 2."""
+    lo, hi = SLOPE_RANGE
+    in_range = [r for r in records if lo <= r["n"] <= hi]
+    used = in_range if len(in_range) >= 2 else records
+    result: dict[str, Any] = {"sizes": [r["n"] for r in used]}
+    for lib, stage in SLOPE_SERIES:
+        result[f"{lib}.{stage}"] = loglog_slope(stage_series(used, lib, stage))
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _ratio(num: float | None, den: float | None) -> str:
+    return "-" if not num or not den else f"{num / den:.2f}x"
+
+
+def build_table(records: list[Record]) -> list[str]:
+    """Rows of the build-time table (seconds, MB)."""
+    header = (
+        f"{'N':>5} {'nodes':>6} {'export':>7} | {'torch':>7} {'t.call':>7} | {'import':>7} {'transf':>7} "
+        f"{'lower':>7} {'call':>7} {'total':>7} {'pfx/tch':>8} | {'tchMB':>7} {'pfxMB':>7}"
+    )
+    rows = [header, "-" * len(header)]
+    for rec in records:
+        tt = (rec.get("torch") or {}).get("times") or {}
+        pt = (rec.get("purefx") or {}).get("times") or {}
+        perr = (rec.get("purefx") or {}).get("error")
+        rows.append(
+            f"{rec['n']:>5} {rec['nodes']:>6} {_fmt(rec['export_s'], '.2f'):>7} | "
+            f"{_fmt(tt.get('total')):>7} {_fmt(tt.get('first_call')):>7} | "
+            f"{_fmt(pt.get('import')):>7} {_fmt(pt.get('transform')):>7} "
+            f"{_fmt(pt.get('lower')):>7} {_fmt(pt.get('first_call')):>7} "
+            f"{('ERR' if perr else _fmt(pt.get('total'))):>7} "
+            f"{_ratio(pt.get('total'), tt.get('total')):>8} | "
+            f"{_fmt((rec.get('torch') or {}).get('peak_mb'), '.1f'):>7} "
+            f"{_fmt((rec.get('purefx') or {}).get('peak_mb'), '.1f'):>7}"
+        )
+    return rows
+
+
+LATENCY_COLUMNS = (
+    "eager",
+    "ep_module",
+    "unflatten_interp",
+    "unflatten_codegen",
+    "purefx",
+)
+
+
+def latency_table(records: list[Record]) -> list[str]:
+    """Rows of the latency table: µs and ratio to ``ep.module()``."""
+    header = f"{'N':>5} " + " ".join(f"{c:>22}" for c in LATENCY_COLUMNS)
+    rows = [header, "-" * len(header)]
+    for rec in records:
+        lat = rec.get("latency") or {}
+        base = (lat.get("ep_module") or {}).get("us")
+        cells = []
+        for col in LATENCY_COLUMNS:
+            cell = lat.get(col) or {}
+            if cell.get("error"):
+                text = "ERR"
+            elif cell.get("us") is None:
+                text = "-"
+            else:
+                text = f"{cell['us']:.0f} ({_ratio(cell['us'], base)})"
+                if cell.get("match") is False:
+                    text += " WRONG"
+            cells.append(f"{text:>22}")
+        rows.append(f"{rec['n']:>5} " + " ".join(cells))
+    return rows
+
+
+def error_lines(records: list[Record], known: str | None) -> list[str]:
+    """Distinct error messages of a model with the sizes they occurred at.
+
+    ``known`` (purefx's import error, printed once at the top) is left out.
+    """
+    seen: dict[str, set[int]] = {}
+    for rec in records:
+        errors = [
+            (lib, (rec.get(lib) or {}).get("error")) for lib in ("torch", "purefx")
+        ]
+        errors += [(v, c.get("error")) for v, c in (rec.get("latency") or {}).items()]
+        for where, err in errors:
+            if err and err != known:
+                seen.setdefault(f"{where}: {err}", set()).add(rec["n"])
+    return [f"  [N={','.join(map(str, sorted(ns)))}] {msg}" for msg, ns in seen.items()]
+
+
+def report(
+    spec: ModelSpec, records: list[Record], slope: dict[str, Any], known: str | None
+) -> str:
+    """The text report of one model; ``known`` is an error not to repeat."""
+    lines = [
+        f"\n=== {spec.name}: {spec.description}",
+        "build s, median (torch = unflatten + first call; t.call = that first call)",
+    ]
+    lines += build_table(records)
+    lines += ["", "forward latency, µs (ratio to ep.module())"]
+    lines += latency_table(records)
+    sizes = slope["sizes"]
+    lines += [
+        "",
+        f"log-log slopes over N={sizes[0]}..{sizes[-1]}" if sizes else "slopes: -",
+    ]
+    lines += [
+        f"  {key:<18} {_fmt(slope[key], '.2f')}" for key in slope if key != "sizes"
+    ]
+    errors = error_lines(records, known)
+    if errors:
+        lines += ["errors:"] + errors
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, Any]:
+    """Versions and settings that the numbers depend on."""
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def warm_up(spec: ModelSpec, api: Purefx) -> None:
+    """One untimed pass at N=2 so lazy imports and caches are not billed to N=first."""
+    opts = Options(
+        repeat=1, memory=False, latency=True, latency_budget_s=0.0, k=1, max_build_s=1e9
+    )
+    measure_size(spec, 2, api, opts, initial_skip(api))
+
+
+def initial_skip(api: Purefx) -> dict[str, str]:
+    """Libraries not to run at all: purefx when it cannot be imported."""
+    return {"purefx": api.error} if api.error else {}
+
+
+def run_model(
+    name: str, sizes: Sequence[int], api: Purefx, opts: Options
+) -> dict[str, Any]:
+    """Measure one model over ``sizes`` and print its report."""
+    spec = MODELS[name]
+    warm_up(spec, api)
+    records: list[Record] = []
+    skip = initial_skip(api)
+    for n in sizes:
+        t0 = time.perf_counter()
+        records.append(measure_size(spec, n, api, opts, skip))
+        print(
+            f"  [{name} N={n}: {time.perf_counter() - t0:.1f}s]",
+            file=sys.stderr,
+            flush=True,
+        )
+    slope = slopes(records)
+    print(report(spec, records, slope, api.error), flush=True)
+    return {"description": spec.description, "records": records, "slopes": slope}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m bench.run``."""
+    args = parse_args(argv)
+    opts = options_from(args)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    api = load_purefx()
+    results: dict[str, Any] = {
+        "environment": environment(),
+        "options": vars(args) | {"json": str(args.json) if args.json else None},
+        "purefx_import_error": api.error,
+        "models": {},
+    }
+    print(
+        f"torch {torch.__version__}, 1 thread; purefx: {api.error or 'available'}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    for name in _split(args.models):
+        results["models"][name] = run_model(
+            name, sizes_for(MODELS[name], args), api, opts
+        )
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1, default=str))
+    results["wall_s"] = time.perf_counter() - started
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+        print(f"\nwrote {args.json}")
+    print(f"total wall time {results['wall_s']:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Alpha keys: hashable canonical forms that ignore node names (equality modulo renaming).
+
+Each node name is replaced by its position in its graph. Two graphs with equal alpha keys compute
+the same thing in the same order; deduplication groups by this key in O(n).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ir.args import map_refs
+from ir.graph import Graph
+from ir.node import PLACEHOLDER
+from ir.program import Program
+
+
+def graph_key(graph: Graph) -> tuple:
+    """The alpha key of ``graph`` (computed once per Graph value, then cached)."""
+    found = graph._index.get("alpha")
+    if found is None:
+        position = {n.name: i for i, n in enumerate(graph.nodes)}
+
+        def local(r: Any) -> Any:
+            return ("#", position[r.name]) if r.name in position else ("free", r.name)
+
+        found = tuple(
+            (
+                n.op,
+                None if n.op == PLACEHOLDER else n.target,
+                map_refs(n.args, local),
+                map_refs(n.kwargs, local),
+            )
+            for n in graph.nodes
+        )
+        graph._index["alpha"] = found
+    return found
+
+
+def program_key(program: Program) -> tuple:
+    """The alpha key of a whole Program: module tree, graphs, state and signatures.
+
+    Module ids and node names do not count; paths, targets, state fqns and tensor identities do.
+    """
+    root_graph = program.root_module.graph
+    position = {n.name: i for i, n in enumerate(root_graph.nodes)} if root_graph else {}
+    inputs = tuple((s.kind, position.get(s.name), s.target, s.persistent) for s in program.signature.inputs)
+    outputs = tuple((s.kind, s.target) for s in program.signature.outputs)
+    first_path: dict[str, str] = {}
+    modules = []
+    for path, mid in program.walk():
+        if mid in first_path:
+            modules.append((path, "same-as", first_path[mid]))
+            continue
+        first_path[mid] = path
+        mod = program.modules[mid]
+        modules.append(
+            (
+                path,
+                mod.type_name,
+                mod.kind,
+                tuple(name for name, _ in mod.children),
+                tuple(graph_key(g) for g in mod.graphs),
+                mod.call_graphs,
+            )
+        )
+    tensor_groups: dict[str, int] = {}
+    state = tuple(
+        (
+            fqn,
+            program.state[fqn].kind,
+            tensor_groups.setdefault(program.state[fqn].tensor, len(tensor_groups)),
+            program.tensors[program.state[fqn].tensor],
+            program.state[fqn].persistent,
+            program.state[fqn].requires_grad,
+        )
+        for fqn in program.state_order
+    )
+    calls = tuple(
+        (name, tuple((a.kind, a.value) for a in sig.inputs), tuple((a.kind, a.value) for a in sig.outputs), sig.in_spec, sig.out_spec)
+        for name, sig in sorted(program.call_signatures.items())
+    )
+    return (inputs, outputs, tuple(modules), state, calls, program.call_order)
+
+
+def alpha_equivalent(a: Program, b: Program) -> bool:
+    """Whether ``a`` and ``b`` are equal up to the names of their nodes and module ids."""
+    return program_key(a) == program_key(b)

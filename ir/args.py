@@ -1,0 +1,161 @@
+"""Immutable argument trees.
+
+Node arguments are trees of ``Ref`` leaves (values produced by other nodes) and literals. fx treats
+lists, tuples and dicts differently, so the tree keeps the distinction losslessly: a Python ``tuple``
+stands for a tuple, ``IList`` for a list and ``IDict`` for a dict. Every tree is hashable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import attrs
+
+
+@attrs.frozen(cache_hash=True)
+class Ref:
+    """A reference to the value a node produces, by the node's unique name in its graph."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+_REFS: dict[str, Ref] = {}
+
+
+def ref(name: str) -> Ref:
+    """The interned ``Ref`` for ``name`` (one object per name, so refs compare by identity fast)."""
+    found = _REFS.get(name)
+    if found is None:
+        found = _REFS.setdefault(name, Ref(name))
+    return found
+
+
+@attrs.frozen(cache_hash=True)
+class IList:
+    """An immutable stand-in for a Python ``list`` argument."""
+
+    items: tuple = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items[index]
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(map(repr, self.items)) + "]"
+
+
+@attrs.frozen(cache_hash=True)
+class IDict:
+    """An immutable, insertion-ordered stand-in for a Python ``dict`` argument."""
+
+    items: tuple = ()
+
+    def keys(self) -> tuple:
+        return tuple(k for k, _ in self.items)
+
+    def values(self) -> tuple:
+        return tuple(v for _, v in self.items)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        for k, v in self.items:
+            if k == key:
+                return v
+        return default
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self.items) + "}"
+
+
+EMPTY_DICT = IDict(())
+
+
+@attrs.frozen(cache_hash=True)
+class ISlice:
+    """An immutable, hashable stand-in for a ``slice`` literal (not hashable before Python 3.12)."""
+
+    start: Any
+    stop: Any
+    step: Any
+
+
+def map_refs(tree: Any, fn: Callable[[Ref], Any]) -> Any:
+    """Return ``tree`` with every ``Ref`` leaf replaced by ``fn(ref)``; same object if unchanged."""
+    if type(tree) is Ref:
+        return fn(tree)
+    if type(tree) is tuple:
+        mapped = tuple(map_refs(x, fn) for x in tree)
+        return tree if all(a is b for a, b in zip(mapped, tree)) else mapped
+    if type(tree) is IList:
+        mapped = map_refs(tree.items, fn)
+        return tree if mapped is tree.items else IList(mapped)
+    if type(tree) is IDict:
+        mapped = tuple((k, map_refs(v, fn)) for k, v in tree.items)
+        if all(a[1] is b[1] for a, b in zip(mapped, tree.items)):
+            return tree
+        return IDict(mapped)
+    if type(tree) is ISlice:
+        parts = map_refs((tree.start, tree.stop, tree.step), fn)
+        return tree if parts == (tree.start, tree.stop, tree.step) else ISlice(*parts)
+    return tree
+
+
+def iter_refs(tree: Any) -> Iterator[Ref]:
+    """Yield every ``Ref`` leaf of ``tree``, left to right."""
+    if type(tree) is Ref:
+        yield tree
+    elif type(tree) is tuple or type(tree) is IList:
+        for x in tree:
+            yield from iter_refs(x)
+    elif type(tree) is IDict:
+        for _, v in tree.items:
+            yield from iter_refs(v)
+    elif type(tree) is ISlice:
+        yield from iter_refs((tree.start, tree.stop, tree.step))
+
+
+def freeze(obj: Any, on_leaf: Callable[[Any], Any]) -> Any:
+    """Turn a mutable Python argument tree into an immutable one.
+
+    ``on_leaf`` is called on every non-container leaf and returns its frozen form (for fx nodes:
+    a ``Ref``). Lists become ``IList``, dicts ``IDict``, tuples stay tuples (namedtuples become
+    plain tuples, as fx stores them).
+    """
+    if isinstance(obj, (list, tuple)) and not _is_leaf_sequence(obj):
+        items = tuple(freeze(x, on_leaf) for x in obj)
+        return IList(items) if isinstance(obj, list) else items
+    if isinstance(obj, dict):
+        return IDict(tuple((k, freeze(v, on_leaf)) for k, v in obj.items()))
+    if isinstance(obj, slice):
+        return ISlice(*(freeze(x, on_leaf) for x in (obj.start, obj.stop, obj.step)))
+    return on_leaf(obj)
+
+
+def thaw(tree: Any, on_ref: Callable[[Ref], Any]) -> Any:
+    """Inverse of ``freeze``: build mutable lists/dicts back, mapping each ``Ref`` by ``on_ref``."""
+    if type(tree) is Ref:
+        return on_ref(tree)
+    if type(tree) is tuple:
+        return tuple(thaw(x, on_ref) for x in tree)
+    if type(tree) is IList:
+        return [thaw(x, on_ref) for x in tree.items]
+    if type(tree) is IDict:
+        return {k: thaw(v, on_ref) for k, v in tree.items}
+    if type(tree) is ISlice:
+        return slice(*(thaw(x, on_ref) for x in (tree.start, tree.stop, tree.step)))
+    return tree
+
+
+def _is_leaf_sequence(obj: Any) -> bool:
+    # torch.Size is a tuple subclass that fx keeps as a literal.
+    return type(obj).__name__ == "Size"

@@ -1,0 +1,35 @@
+"""The one exception hierarchy of purefx.
+
+Every error purefx raises on bad input is a ``PurefxError``; its message names the node, module or
+argument at fault and says what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class PurefxError(Exception):
+    """Base class of every error purefx raises for bad input or an unsupported program."""
+
+
+class UnsupportedProgramError(PurefxError):
+    """``import_ep`` / ``import_graph_module`` met a program it cannot represent faithfully."""
+
+
+class VerifyError(PurefxError):
+    """``verify`` found a Program that is not well formed (names the node or module)."""
+
+
+class PassError(PurefxError):
+    """A transform cannot apply to this Program (names the node or module and why)."""
+
+
+class LoweringError(PurefxError):
+    """``lower`` cannot build torch modules for this Program."""
+
+
+class InputError(PurefxError, TypeError):
+    """A lowered module was called with inputs that do not match its exported signature."""
+
+
+class InputConstraintError(PurefxError, RuntimeError):
+    """A lowered module's input violates a shape or range constraint of the exported program."""

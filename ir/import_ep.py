@@ -1,0 +1,441 @@
+"""Import a ``torch.export.ExportedProgram`` (or a plain fx ``GraphModule``) into a ``Program``.
+
+The importer reads its input and never writes it: not the graph, node meta, signature, state dict,
+constants, nor any tensor. Tensors are held by reference in the Program's opaque table; ``lower``
+copies them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+from pyrsistent import pmap
+from torch.export import graph_signature as gs
+
+from ir.args import Ref, freeze, ref
+from ir.errors import UnsupportedProgramError
+from ir.graph import Graph
+from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
+from ir.node import CALL_MODULE, GET_ATTR, Node, frozen_meta
+from ir.program import Program
+from ir.signature import (
+    BUFFER,
+    CONSTANT,
+    CONSTANT_TENSOR,
+    CUSTOM_OBJ,
+    OBJECT,
+    PARAMETER,
+    SYM_BOOL,
+    SYM_FLOAT,
+    SYM_INT,
+    TENSOR,
+    TOKEN,
+    TOKEN_ARG,
+    USER_INPUT,
+    ArgSpec,
+    CallSignature,
+    ExportSignature,
+    InputSpec,
+    OutputSpec,
+)
+from ir.state import Opaque, Slot
+from ir import state as st
+
+_INPUT_KINDS = {
+    gs.InputKind.USER_INPUT: USER_INPUT,
+    gs.InputKind.PARAMETER: PARAMETER,
+    gs.InputKind.BUFFER: BUFFER,
+    gs.InputKind.CONSTANT_TENSOR: CONSTANT_TENSOR,
+    gs.InputKind.CUSTOM_OBJ: CUSTOM_OBJ,
+    gs.InputKind.TOKEN: TOKEN,
+}
+_OUTPUT_KINDS = {kind: kind.name.lower() for kind in gs.OutputKind}
+_ARG_KINDS = (
+    (gs.TensorArgument, TENSOR),
+    (gs.SymIntArgument, SYM_INT),
+    (gs.SymFloatArgument, SYM_FLOAT),
+    (gs.SymBoolArgument, SYM_BOOL),
+    (gs.CustomObjArgument, OBJECT),
+    (gs.TokenArgument, TOKEN_ARG),
+    (gs.ConstantArgument, CONSTANT),
+)
+_STATE_KIND_OF_INPUT = {
+    PARAMETER: st.PARAMETER,
+    BUFFER: st.BUFFER,
+    CONSTANT_TENSOR: st.CONSTANT,
+    CUSTOM_OBJ: st.CUSTOM_OBJ,
+}
+
+
+def import_ep(ep: torch.export.ExportedProgram) -> Program:
+    """Import ``ep`` into an immutable ``Program`` without touching ``ep``.
+
+    The result is flat: the root module holds the whole graph; holder modules stand at every path
+    that state or the module call graph names. Raises ``UnsupportedProgramError`` naming the node or
+    spec at fault for a program it cannot represent (a joint forward/backward program, a corrupt
+    signature, an argument that cannot be frozen).
+    """
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise UnsupportedProgramError(
+            f"import_ep expects a torch.export.ExportedProgram, got {type(ep).__name__}"
+        )
+    sig = ep.graph_signature
+    if getattr(sig, "backward_signature", None) is not None:
+        raise UnsupportedProgramError(
+            "joint forward/backward programs (backward_signature set) are not supported; "
+            "export the forward program only"
+        )
+    signature = _import_signature(ep)
+    modules: dict[str, Module] = {}
+    root_graph = _import_graph(ep.graph, ep.graph_module, "", modules)
+    _check_signature_matches_graph(signature, root_graph)
+    state, order, tensors = _import_state(ep, signature)
+    types = _module_types(ep.graph)
+    call_order = tuple(e.fqn for e in ep.module_call_graph)
+    root_children = _holder_tree(call_order, order, types, modules)
+    subgraph_children = tuple((n, n) for n in _subgraph_names(root_graph, modules))
+    modules[""] = Module(
+        type_name=types.get(""),
+        kind=PLAIN,
+        children=root_children + subgraph_children,
+        graphs=(root_graph,),
+    )
+    return Program(
+        root="",
+        modules=pmap(modules),
+        state=pmap(state),
+        state_order=order,
+        tensors=pmap(tensors),
+        signature=signature,
+        call_signatures=pmap(_import_call_signatures(ep)),
+        call_order=call_order,
+        range_constraints=Opaque(ep.range_constraints),
+    )
+
+
+def import_graph_module(gm: torch.fx.GraphModule) -> Program:
+    """Import a plain fx ``GraphModule`` (not an export) into a flat ``Program``.
+
+    Placeholders become user inputs and the output tree is returned as is (no pytree specs).
+    Parameters and buffers read by ``get_attr`` become state; ``node.tag`` is kept in each node's
+    meta under ``"tag"``. ``call_module`` nodes (opaque leaf modules) are not supported.
+    """
+    if not isinstance(gm, torch.fx.GraphModule):
+        raise UnsupportedProgramError(
+            f"import_graph_module expects a torch.fx.GraphModule, got {type(gm).__name__}"
+        )
+    modules: dict[str, Module] = {}
+    graph = _import_graph(gm.graph, gm, "", modules)
+    for node in graph.nodes:
+        if node.op == CALL_MODULE:
+            raise UnsupportedProgramError(
+                f"node {node.name!r} calls module {node.target!r}; import_graph_module supports "
+                "graphs of functions only (trace leaf modules through, e.g. with torch.export)"
+            )
+    state: dict[str, Slot] = {}
+    tensors: dict[str, Opaque] = {}
+    keys: dict[Any, str] = {}
+    for node in graph.nodes:
+        if node.op != GET_ATTR or node.target in modules:
+            continue
+        value = _get_path(gm, node.target, node.name)
+        if isinstance(value, torch.nn.Parameter):
+            kind = st.PARAMETER
+        elif isinstance(value, torch.Tensor):
+            kind = st.BUFFER if _is_buffer(gm, node.target) else st.CONSTANT
+        else:
+            kind = st.CUSTOM_OBJ
+        if node.target not in state:
+            key = keys.setdefault(_alias_key(value), node.target)
+            tensors.setdefault(key, Opaque(value))
+            requires_grad = bool(getattr(value, "requires_grad", False))
+            state[node.target] = Slot(kind, key, True, requires_grad)
+    order = tuple(state)
+    signature = ExportSignature(
+        inputs=tuple(InputSpec(USER_INPUT, n.name) for n in graph.placeholders), outputs=()
+    )
+    holders = _holder_tree((), order, {}, modules)
+    subgraphs = tuple((n, n) for n in _subgraph_names(graph, modules))
+    modules[""] = Module(type_name=None, children=holders + subgraphs, graphs=(graph,))
+    return Program(
+        root="",
+        modules=pmap(modules),
+        state=pmap(state),
+        state_order=order,
+        tensors=pmap(tensors),
+        signature=signature,
+    )
+
+
+# --- graphs -------------------------------------------------------------------------------------
+
+
+def _import_graph(
+    graph: torch.fx.Graph, owner: torch.nn.Module, prefix: str, modules: dict[str, Module]
+) -> Graph:
+    """Freeze an fx graph; HOP subgraphs it reads by ``get_attr`` go into ``modules`` by path."""
+    nodes = []
+    for fx_node in graph.nodes:
+        args = _freeze_args(fx_node, fx_node.args)
+        kwargs = _freeze_args(fx_node, fx_node.kwargs)
+        meta = fx_node.meta
+        tag = getattr(fx_node, "tag", None)
+        if tag is not None:
+            meta = {**meta, "tag": tag}
+        target = fx_node.target
+        if fx_node.op == GET_ATTR:
+            value = _get_path(owner, target, fx_node.name)
+            if isinstance(value, torch.fx.GraphModule):
+                _import_subgraph(value, f"{prefix}{target}", modules)
+        nodes.append(Node(fx_node.op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
+    return Graph(tuple(nodes))
+
+
+def _import_subgraph(gm: torch.fx.GraphModule, mid: str, modules: dict[str, Module]) -> None:
+    if mid in modules:
+        return
+    graph = _import_graph(gm.graph, gm, f"{mid}.", modules)
+    children = tuple((n, f"{mid}.{n}") for n in _subgraph_names(graph, modules, f"{mid}."))
+    modules[mid] = Module(type_name=None, kind=SUBGRAPH, children=children, graphs=(graph,))
+
+
+def _subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
+    names = []
+    for node in graph.nodes:
+        if node.op == GET_ATTR and f"{prefix}{node.target}" in modules:
+            if node.target not in names:
+                names.append(node.target)
+    return names
+
+
+def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.fx.Node):
+            return ref(x.name)
+        try:
+            hash(x)
+        except TypeError:
+            raise UnsupportedProgramError(
+                f"node {fx_node.name!r} ({fx_node.format_node()}) has an argument of type "
+                f"{type(x).__name__} that cannot be represented immutably"
+            ) from None
+        return x
+
+    return freeze(tree, leaf)
+
+
+def _get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
+    obj: Any = owner
+    for part in target.split("."):
+        if not hasattr(obj, part):
+            raise UnsupportedProgramError(
+                f"node {node_name!r} reads attribute {target!r}, which the program does not have"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _is_buffer(gm: torch.nn.Module, target: str) -> bool:
+    *prefix, name = target.split(".")
+    owner = gm.get_submodule(".".join(prefix)) if prefix else gm
+    return name in owner._buffers
+
+
+# --- signature ----------------------------------------------------------------------------------
+
+
+def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
+    inputs = []
+    for spec in ep.graph_signature.input_specs:
+        kind = _INPUT_KINDS.get(spec.kind)
+        name = getattr(spec.arg, "name", None)
+        if kind is None or name is None:
+            raise UnsupportedProgramError(
+                f"input spec {spec} has kind {spec.kind} or argument {spec.arg!r} that purefx "
+                "cannot represent; only placeholders of user inputs, state and tokens are supported"
+            )
+        inputs.append(InputSpec(kind, name, spec.target, spec.persistent))
+    outputs = []
+    for spec in ep.graph_signature.output_specs:
+        name = getattr(spec.arg, "name", None)
+        outputs.append(OutputSpec(_OUTPUT_KINDS[spec.kind], name, spec.target))
+    return ExportSignature(tuple(inputs), tuple(outputs))
+
+
+def _check_signature_matches_graph(signature: ExportSignature, graph: Graph) -> None:
+    names = [n.name for n in graph.placeholders]
+    spec_names = [s.name for s in signature.inputs]
+    if names != spec_names:
+        raise UnsupportedProgramError(
+            f"corrupt signature: the graph's placeholders {names} do not match the input specs "
+            f"{spec_names}; re-export the program"
+        )
+    outputs = graph.outputs
+    flat = outputs if isinstance(outputs, tuple) else (outputs,)
+    if len(flat) != len(signature.outputs):
+        raise UnsupportedProgramError(
+            f"corrupt signature: the output node returns {len(flat)} values but the signature "
+            f"has {len(signature.outputs)} output specs; re-export the program"
+        )
+    for value, spec in zip(flat, signature.outputs):
+        if spec.name is not None and isinstance(value, Ref) and value.name != spec.name:
+            raise UnsupportedProgramError(
+                f"corrupt signature: output spec {spec.kind} names {spec.name!r} but the output "
+                f"node returns {value.name!r} at that position; re-export the program"
+            )
+
+
+def _import_call_signatures(ep: torch.export.ExportedProgram) -> dict[str, CallSignature]:
+    found = {}
+    for entry in ep.module_call_graph:
+        sig = entry.signature
+        if sig is None:
+            continue
+        found[entry.fqn] = CallSignature(
+            inputs=tuple(_arg_spec(a, entry.fqn) for a in sig.inputs),
+            outputs=tuple(_arg_spec(a, entry.fqn) for a in sig.outputs),
+            in_spec=sig.in_spec,
+            out_spec=sig.out_spec,
+            forward_arg_names=tuple(sig.forward_arg_names) if sig.forward_arg_names else None,
+        )
+    return found
+
+
+def _arg_spec(arg: Any, fqn: str) -> ArgSpec:
+    for cls, kind in _ARG_KINDS:
+        if isinstance(arg, cls):
+            if kind == CONSTANT:
+                value = arg.value
+                try:
+                    hash(value)
+                except TypeError:
+                    raise UnsupportedProgramError(
+                        f"preserved call {fqn!r} has an unhashable constant argument {value!r}"
+                    ) from None
+                return ArgSpec(kind, getattr(arg, "name", None), value)
+            return ArgSpec(kind, arg.name)
+    raise UnsupportedProgramError(
+        f"preserved call {fqn!r} has an argument {arg!r} of unsupported type {type(arg).__name__}"
+    )
+
+
+# --- state --------------------------------------------------------------------------------------
+
+
+def _import_state(
+    ep: torch.export.ExportedProgram, signature: ExportSignature
+) -> tuple[dict[str, Slot], tuple[str, ...], dict[str, Opaque]]:
+    """State slots in registration order: the state dict first, then the remaining constants."""
+    declared = {s.target: s for s in signature.inputs if s.target is not None and s.kind != USER_INPUT}
+    state: dict[str, Slot] = {}
+    tensors: dict[str, Opaque] = {}
+    keys: dict[Any, str] = {}
+
+    def add(fqn: str, value: Any, kind: str, persistent: bool) -> None:
+        key = keys.setdefault(_alias_key(value), fqn)
+        tensors.setdefault(key, Opaque(value))
+        requires_grad = bool(getattr(value, "requires_grad", False))
+        state[fqn] = Slot(kind, key, persistent, requires_grad)
+
+    for fqn, value in ep.state_dict.items():
+        spec = declared.get(fqn)
+        if spec is not None:
+            add(fqn, value, _STATE_KIND_OF_INPUT[spec.kind], spec.persistent is not False)
+        elif isinstance(value, torch.nn.Parameter):
+            add(fqn, value, st.PARAMETER, True)
+        else:
+            add(fqn, value, st.BUFFER, True)
+    for fqn, value in ep.constants.items():
+        if fqn in state:
+            continue
+        spec = declared.get(fqn)
+        if spec is not None and spec.kind == BUFFER:
+            add(fqn, value, st.BUFFER, False)
+        elif isinstance(value, torch.Tensor):
+            add(fqn, value, st.CONSTANT, True)
+        else:
+            add(fqn, value, st.CUSTOM_OBJ, True)
+    for fqn, spec in declared.items():
+        if fqn not in state:
+            raise UnsupportedProgramError(
+                f"input {spec.name!r} reads {spec.kind} {fqn!r}, which is neither in the state "
+                "dict nor in the constants; the program is incomplete"
+            )
+    return state, tuple(state), tensors
+
+
+def _alias_key(value: Any) -> Any:
+    """Equal for two tensors that view the same memory the same way (tied weights)."""
+    if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() > 0:
+        storage = value.untyped_storage()
+        return (
+            "tensor",
+            str(value.device),
+            storage.data_ptr(),
+            value.storage_offset(),
+            tuple(value.shape),
+            tuple(value.stride()),
+            value.dtype,
+        )
+    return ("object", id(value))
+
+
+# --- module tree --------------------------------------------------------------------------------
+
+
+def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
+    """Original class names by module path, as ``nn_module_stack`` records them."""
+    types: dict[str, str] = {}
+    for node in graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if not stack:
+            continue
+        for path, type_name in stack.values():
+            if path not in types and isinstance(type_name, str):
+                types[path] = type_name
+    return types
+
+
+def _holder_kind(type_name: str | None, child_names: list[str]) -> str:
+    """The container kind of a holder; an untyped holder of children ``0..n-1`` is a ModuleList
+    (a ModuleList is never called, so the module stack never names its type)."""
+    if type_name is None and child_names and child_names == [str(i) for i in range(len(child_names))]:
+        return kind_of_type("torch.nn.modules.container.ModuleList")
+    return kind_of_type(type_name)
+
+
+def _holder_tree(
+    call_order: tuple[str, ...],
+    state_order: tuple[str, ...],
+    types: dict[str, str],
+    modules: dict[str, Module],
+) -> tuple[tuple[str, str], ...]:
+    """Create a holder Module at every path named by the call graph or by a state fqn.
+
+    Returns the root's children. Children are registered in first-mention order: the module call
+    graph first (eager registration order), then the state fqns.
+    """
+    children: dict[str, list[str]] = {"": []}
+    paths = [f for f in call_order if f and "@" not in f]
+    paths += [f.rsplit(".", 1)[0] for f in state_order if "." in f]
+    for path in paths:
+        parts = path.split(".")
+        for depth in range(1, len(parts) + 1):
+            here = ".".join(parts[:depth])
+            if here in children:
+                continue
+            children[here] = []
+            children[".".join(parts[: depth - 1])].append(here)
+    for path in reversed(list(children)):
+        if not path:
+            continue
+        type_name = types.get(path)
+        kids = [c.rsplit(".", 1)[-1] for c in children[path]]
+        modules[path] = Module(
+            type_name=type_name,
+            kind=_holder_kind(type_name, kids),
+            children=tuple((c.rsplit(".", 1)[-1], c) for c in children[path]),
+        )
+    return tuple((c.rsplit(".", 1)[-1], c) for c in children[""])

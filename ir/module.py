@@ -1,0 +1,84 @@
+"""``Module``: one module object of the lowered tree, as an immutable value.
+
+Modules live in the Program's table ``PMap[ModuleId, Module]``; a parent names its children by
+ModuleId, so sharing is explicit: two paths that reach one ModuleId are one module object after
+lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ir.graph import Graph
+
+ModuleId = str
+
+PLAIN = "module"
+SEQUENTIAL = "sequential"
+MODULE_LIST = "module_list"
+MODULE_DICT = "module_dict"
+PARAMETER_LIST = "parameter_list"
+PARAMETER_DICT = "parameter_dict"
+SUBGRAPH = "subgraph"
+KINDS = (PLAIN, SEQUENTIAL, MODULE_LIST, MODULE_DICT, PARAMETER_LIST, PARAMETER_DICT, SUBGRAPH)
+
+_CONTAINER_KINDS = {
+    "torch.nn.modules.container.Sequential": SEQUENTIAL,
+    "torch.nn.modules.container.ModuleList": MODULE_LIST,
+    "torch.nn.modules.container.ModuleDict": MODULE_DICT,
+    "torch.nn.modules.container.ParameterList": PARAMETER_LIST,
+    "torch.nn.modules.container.ParameterDict": PARAMETER_DICT,
+}
+
+
+def kind_of_type(type_name: str | None) -> str:
+    """The container kind that an original class name calls for (``PLAIN`` for any other class)."""
+    return _CONTAINER_KINDS.get(type_name or "", PLAIN)
+
+
+@attrs.frozen(cache_hash=True)
+class Module:
+    """One module.
+
+    - ``type_name``: the original class's qualified name (``None`` when unknown);
+    - ``kind``: container behaviour to keep (``sequential``, ``module_list``, ...), ``subgraph`` for
+      a higher-order-op body, else ``module``;
+    - ``children``: ``(local name, ModuleId)`` pairs in registration order;
+    - ``graphs``: the distinct graphs its calls run (empty: never called, a plain holder);
+    - ``call_graphs``: for the k-th call in program order, the index into ``graphs`` it runs
+      (empty when every call runs ``graphs[0]``).
+    """
+
+    type_name: str | None = None
+    kind: str = PLAIN
+    children: tuple[tuple[str, ModuleId], ...] = ()
+    graphs: tuple[Graph, ...] = ()
+    call_graphs: tuple[int, ...] = ()
+
+    @property
+    def graph(self) -> Graph | None:
+        """The graph of the first call, or ``None`` for a module that is never called."""
+        return self.graphs[0] if self.graphs else None
+
+    def child(self, name: str) -> ModuleId | None:
+        """The ModuleId registered under local ``name``, or ``None``."""
+        for n, mid in self.children:
+            if n == name:
+                return mid
+        return None
+
+    def replace(self, **changes: Any) -> Module:
+        """A copy with ``changes``; ``self`` when nothing changes."""
+        if all(getattr(self, k) is v for k, v in changes.items()):
+            return self
+        return attrs.evolve(self, **changes)
+
+    def with_child(self, name: str, mid: ModuleId) -> Module:
+        """A copy with child ``name`` set to ``mid`` (kept in place if present, else appended)."""
+        if self.child(name) is not None:
+            kids = tuple((n, mid if n == name else m) for n, m in self.children)
+        else:
+            kids = self.children + ((name, mid),)
+        return attrs.evolve(self, children=kids)

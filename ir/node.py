@@ -1,0 +1,66 @@
+"""``Node``: one operation of a graph, as an immutable value."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import attrs
+
+from ir.args import EMPTY_DICT, IDict, Ref, iter_refs, ref
+
+PLACEHOLDER = "placeholder"
+GET_ATTR = "get_attr"
+CALL_FUNCTION = "call_function"
+CALL_MODULE = "call_module"
+CALL_METHOD = "call_method"
+OUTPUT = "output"
+OPS = (PLACEHOLDER, GET_ATTR, CALL_FUNCTION, CALL_MODULE, CALL_METHOD, OUTPUT)
+
+EMPTY_META: Mapping[str, Any] = MappingProxyType({})
+
+
+def frozen_meta(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A read-only shallow copy of an fx ``node.meta`` dict (values are shared, never written)."""
+    if not meta:
+        return EMPTY_META
+    return MappingProxyType(dict(meta))
+
+
+@attrs.frozen(cache_hash=True)
+class Node:
+    """One fx-style operation.
+
+    ``op`` is one of ``OPS``; ``target`` is what fx stores there (an operator, a qualified name, a
+    method name); ``args``/``kwargs`` are immutable argument trees (see ``ir.args``). ``meta`` (fake
+    tensor ``val``, ``nn_module_stack``, ``stack_trace``, ...) is carried read-only and is excluded
+    from equality and hashing.
+    """
+
+    op: str
+    name: str
+    target: Any
+    args: tuple = ()
+    kwargs: IDict = EMPTY_DICT
+    meta: Mapping[str, Any] = attrs.field(default=EMPTY_META, eq=False, repr=False)
+
+    @property
+    def ref(self) -> Ref:
+        """The ``Ref`` naming this node's value."""
+        return ref(self.name)
+
+    def inputs(self) -> tuple[Ref, ...]:
+        """Every ``Ref`` this node reads, args first, in order (duplicates kept)."""
+        return tuple(iter_refs(self.args)) + tuple(iter_refs(self.kwargs))
+
+    def replace(self, **changes: Any) -> Node:
+        """A copy with ``changes`` applied; ``self`` itself when nothing changes."""
+        if all(getattr(self, k) is v for k, v in changes.items()):
+            return self
+        return attrs.evolve(self, **changes)
+
+    def with_meta(self, **entries: Any) -> Node:
+        """A copy whose meta has ``entries`` added or replaced (meta is never written in place)."""
+        merged = dict(self.meta)
+        merged.update(entries)
+        return attrs.evolve(self, meta=MappingProxyType(merged))

@@ -1,0 +1,113 @@
+"""``Program``: the whole immutable value a pass takes and returns."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import attrs
+from pyrsistent import PMap, pmap
+
+from ir.errors import VerifyError
+from ir.module import Module, ModuleId
+from ir.signature import CallSignature, ExportSignature
+from ir.state import Opaque, Slot
+
+
+@attrs.frozen(cache_hash=True)
+class Program:
+    """An exported program as a value.
+
+    - ``root``: the ModuleId of the root module; ``modules``: the module table;
+    - ``state`` / ``state_order``: each state fqn's ``Slot``, and the fqns in registration order
+      (maps are never iterated for output order);
+    - ``tensors``: tensor key -> ``Opaque`` tensor or script object (read, never written);
+    - ``signature``: what the root graph's placeholders and outputs stand for;
+    - ``call_signatures``: preserved call signatures by call name (``""`` is the root: its
+      ``in_spec``/``out_spec`` are the user-facing pytree specs);
+    - ``call_order``: the fqns of the export's module call graph, in its order;
+    - ``range_constraints``: the export's symbolic range constraints (opaque, by identity).
+    """
+
+    root: ModuleId
+    modules: PMap
+    state: PMap = pmap()
+    state_order: tuple[str, ...] = ()
+    tensors: PMap = pmap()
+    signature: ExportSignature = ExportSignature()
+    call_signatures: PMap = pmap()
+    call_order: tuple[str, ...] = ("",)
+    range_constraints: Opaque = attrs.field(factory=lambda: Opaque({}))
+
+    def replace(self, **changes: Any) -> Program:
+        """A copy with ``changes``; ``self`` when nothing changes."""
+        if all(getattr(self, k) is v for k, v in changes.items()):
+            return self
+        return attrs.evolve(self, **changes)
+
+    @property
+    def root_module(self) -> Module:
+        """The root ``Module``."""
+        return self.modules[self.root]
+
+    def module(self, mid: ModuleId) -> Module:
+        """The module with id ``mid``; ``VerifyError`` naming it when absent."""
+        found = self.modules.get(mid)
+        if found is None:
+            raise VerifyError(f"module id {mid!r} is not in the module table")
+        return found
+
+    def resolve(self, path: str, start: ModuleId | None = None) -> ModuleId | None:
+        """The ModuleId reached by dotted ``path`` from ``start`` (default: root), or ``None``."""
+        mid = self.root if start is None else start
+        if not path:
+            return mid
+        for part in path.split("."):
+            mod = self.modules.get(mid)
+            if mod is None:
+                return None
+            mid = mod.child(part)
+            if mid is None:
+                return None
+        return mid
+
+    def walk(self) -> Iterator[tuple[str, ModuleId]]:
+        """Every ``(path, ModuleId)`` from the root, depth first in registration order.
+
+        A shared module is visited under each path that reaches it (``remove_duplicate=False``).
+        """
+        stack: list[tuple[str, ModuleId]] = [("", self.root)]
+        while stack:
+            path, mid = stack.pop()
+            yield path, mid
+            kids = self.modules[mid].children
+            for name, child in reversed(kids):
+                stack.append((f"{path}.{name}" if path else name, child))
+
+    def slot(self, fqn: str) -> Slot:
+        """The state slot at ``fqn``; ``VerifyError`` naming it when absent."""
+        found = self.state.get(fqn)
+        if found is None:
+            raise VerifyError(f"no state at {fqn!r}")
+        return found
+
+    def tensor(self, fqn: str) -> Any:
+        """The tensor (or script object) held for state ``fqn``."""
+        return self.tensors[self.slot(fqn).tensor].value
+
+    def call_signature(self, call_name: str) -> CallSignature | None:
+        """The preserved signature of call ``call_name`` (``foo`` or ``foo@1``), or ``None``."""
+        return self.call_signatures.get(call_name)
+
+    def node_count(self) -> int:
+        """Total nodes over every distinct module graph (each ModuleId counted once)."""
+        seen: set[ModuleId] = set()
+        total = 0
+        for _, mid in self.walk():
+            if mid not in seen:
+                seen.add(mid)
+                total += sum(len(g) for g in self.modules[mid].graphs)
+        return total
+
+    def module_count(self) -> int:
+        """Number of distinct module objects reachable from the root."""
+        return len({mid for _, mid in self.walk()})

@@ -1,0 +1,151 @@
+"""``verify(program)``: well-formedness, with a ``VerifyError`` that names what is wrong."""
+
+from __future__ import annotations
+
+from ir.errors import VerifyError
+from ir.graph import Graph
+from ir.module import KINDS, SUBGRAPH, ModuleId
+from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.program import Program
+from ir.state import STATE_KINDS
+
+
+def verify(program: Program) -> Program:
+    """Check ``program`` and return it unchanged; raise ``VerifyError`` naming the first fault.
+
+    Checks: the module table is closed and acyclic; every graph defines names once and before use,
+    keeps placeholders first and ends in one output node; ``call_module`` targets reach a child
+    whose graph takes that many arguments; ``get_attr`` targets reach state or a subgraph module;
+    the root graph matches the export signature; state slots name held tensors, in order.
+    """
+    paths = _check_module_tree(program)
+    _check_state(program)
+    for mid, path in paths.items():
+        mod = program.modules[mid]
+        if mod.kind not in KINDS:
+            raise VerifyError(f"module {path or '<root>'!r} has unknown kind {mod.kind!r}")
+        for i in mod.call_graphs:
+            if not 0 <= i < len(mod.graphs):
+                raise VerifyError(
+                    f"module {path or '<root>'!r} dispatches a call to graph {i}, but has "
+                    f"{len(mod.graphs)} graphs"
+                )
+        for graph in mod.graphs:
+            _check_graph(graph, path)
+            _check_targets(program, graph, mid, path)
+    _check_root_signature(program)
+    return program
+
+
+def _check_module_tree(program: Program) -> dict[ModuleId, str]:
+    """Reach every module from the root; return the first path of each. Fails on cycles."""
+    if program.root not in program.modules:
+        raise VerifyError(f"root module id {program.root!r} is not in the module table")
+    first: dict[ModuleId, str] = {}
+    on_stack: set[ModuleId] = set()
+
+    def visit(mid: ModuleId, path: str) -> None:
+        if mid in on_stack:
+            raise VerifyError(f"module {path!r} contains itself (module id {mid!r})")
+        if mid not in program.modules:
+            raise VerifyError(f"module {path!r} refers to missing module id {mid!r}")
+        if mid in first:
+            return
+        first[mid] = path
+        on_stack.add(mid)
+        names = set()
+        for name, child in program.modules[mid].children:
+            if name in names or not name or "." in name:
+                raise VerifyError(f"module {path or '<root>'!r} has a bad or repeated child {name!r}")
+            names.add(name)
+            visit(child, f"{path}.{name}" if path else name)
+        on_stack.discard(mid)
+
+    visit(program.root, "")
+    return first
+
+
+def _check_state(program: Program) -> None:
+    if len(program.state_order) != len(program.state) or set(program.state_order) != set(program.state):
+        raise VerifyError("state_order does not list exactly the state fqns")
+    for fqn in program.state_order:
+        slot = program.state[fqn]
+        if slot.kind not in STATE_KINDS:
+            raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
+        if slot.tensor not in program.tensors:
+            raise VerifyError(f"state {fqn!r} names tensor key {slot.tensor!r}, which is not held")
+
+
+def _check_graph(graph: Graph, path: str) -> None:
+    where = path or "<root>"
+    defined: set[str] = set()
+    seen_compute = False
+    if not graph.nodes or graph.nodes[-1].op != OUTPUT:
+        raise VerifyError(f"graph of module {where!r} does not end with an output node")
+    for node in graph.nodes:
+        if node.op not in OPS:
+            raise VerifyError(f"node {node.name!r} in module {where!r} has unknown op {node.op!r}")
+        if node.name in defined:
+            raise VerifyError(f"node name {node.name!r} is defined twice in module {where!r}")
+        if node.op == OUTPUT and node is not graph.nodes[-1]:
+            raise VerifyError(f"module {where!r} has an output node {node.name!r} before the end")
+        if node.op == PLACEHOLDER:
+            if seen_compute:
+                raise VerifyError(
+                    f"placeholder {node.name!r} in module {where!r} comes after other nodes"
+                )
+        else:
+            seen_compute = True
+        for r in node.inputs():
+            if r.name not in defined:
+                raise VerifyError(
+                    f"node {node.name!r} in module {where!r} reads %{r.name} before it is defined"
+                )
+        defined.add(node.name)
+
+
+def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:
+    where = path or "<root>"
+    for node in graph.nodes:
+        if node.op == CALL_MODULE:
+            child = program.resolve(node.target, mid)
+            if child is None:
+                raise VerifyError(
+                    f"node {node.name!r} in module {where!r} calls {node.target!r}, which is not "
+                    "a submodule"
+                )
+            arity = len(node.args) + len(node.kwargs)
+            callee = program.modules[child]
+            if callee.graphs and all(len(g.placeholders) != arity for g in callee.graphs):
+                raise VerifyError(
+                    f"node {node.name!r} in module {where!r} passes {arity} arguments to "
+                    f"{node.target!r}, whose graph takes {len(callee.graph.placeholders)}"
+                )
+        elif node.op == GET_ATTR:
+            if program.resolve(node.target, mid) is not None:
+                continue
+            fqn = f"{path}.{node.target}" if path else node.target
+            if program.modules[mid].kind == SUBGRAPH or fqn not in program.state:
+                if program.modules[mid].kind != SUBGRAPH:
+                    raise VerifyError(
+                        f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "
+                        "neither state nor a submodule"
+                    )
+
+
+def _check_root_signature(program: Program) -> None:
+    graph = program.root_module.graph
+    if graph is None:
+        raise VerifyError("the root module has no graph")
+    names = [n.name for n in graph.placeholders]
+    specs = [s.name for s in program.signature.inputs]
+    if names != specs:
+        raise VerifyError(f"root placeholders {names} do not match the input specs {specs}")
+    if program.signature.outputs:
+        outputs = graph.outputs
+        count = len(outputs) if isinstance(outputs, tuple) else 1
+        if count != len(program.signature.outputs):
+            raise VerifyError(
+                f"root graph returns {count} values, the signature lists "
+                f"{len(program.signature.outputs)} outputs"
+            )

@@ -1,0 +1,7 @@
+"""Lowering: build runnable torch modules from a purefx Program."""
+
+from lowering.lower import lower
+from lowering.modules import Holder, LoweredDispatcher, LoweredModule
+from lowering.root import LoweredRoot
+
+__all__ = ["Holder", "LoweredDispatcher", "LoweredModule", "LoweredRoot", "lower"]

@@ -1,0 +1,88 @@
+"""IR graphs to fx graphs, and fx graphs to compiled Python forward functions.
+
+The generated function takes the module as ``self``; structurally identical graphs (same alpha
+key, same placeholder names) share one compiled function, so a stack of N identical blocks compiles
+once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.fx.graph_module import _forward_from_src
+
+from ir.alpha import graph_key
+from ir.args import Ref, thaw
+from ir.graph import Graph
+from ir.node import OUTPUT, PLACEHOLDER, Node
+
+NodeRule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], "torch.fx.Node | None"]
+
+
+def to_fx_graph(graph: Graph, rules: dict[str, NodeRule] | None = None) -> torch.fx.Graph:
+    """Build a fresh ``torch.fx.Graph`` equal to ``graph``.
+
+    ``rules`` maps a node name to a function that emits that node differently (the root uses this
+    to read state instead of taking it as a placeholder); it returns the fx node that stands for
+    the IR node's value, or ``None`` when the value is dropped.
+    """
+    fx_graph = torch.fx.Graph()
+    env: dict[str, torch.fx.Node] = {}
+
+    def read(r: Ref) -> torch.fx.Node:
+        return env[r.name]
+
+    def thawed(tree: Any) -> Any:
+        return thaw(tree, read)
+
+    for node in graph.nodes:
+        rule = rules.get(node.name) if rules else None
+        if rule is not None:
+            made = rule(fx_graph, node, thawed)
+        elif node.op == OUTPUT:
+            made = fx_graph.output(thawed(node.args[0]) if node.args else None)
+        else:
+            made = fx_graph.create_node(
+                node.op,
+                node.target,
+                thawed(node.args),
+                thawed(node.kwargs),
+                name=node.name,
+            )
+        if made is None:
+            continue
+        if node.meta and not made.meta:
+            made.meta = _copied_meta(node)
+        env[node.name] = made
+    return fx_graph
+
+
+def _copied_meta(node: Node) -> dict[str, Any]:
+    meta = dict(node.meta)
+    stack = meta.get("nn_module_stack")
+    if stack is not None:
+        meta["nn_module_stack"] = dict(stack)
+    return meta
+
+
+_COMPILED: dict[Any, Callable[..., Any]] = {}
+
+
+def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[..., Any]:
+    """Compile ``fx_graph`` into ``forward(self, *args)``; reuse one compiled per ``share_key``."""
+    if share_key is not None:
+        found = _COMPILED.get(share_key)
+        if found is not None:
+            return found
+    code = fx_graph.python_code(root_module="self")
+    forward = _forward_from_src(code.src, code.globals)
+    if share_key is not None:
+        _COMPILED[share_key] = forward
+    return forward
+
+
+def share_key(graph: Graph) -> tuple:
+    """The key under which two module graphs may share compiled code."""
+    return (graph_key(graph), tuple(n.name for n in graph.nodes if n.op == PLACEHOLDER))

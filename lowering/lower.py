@@ -1,0 +1,224 @@
+"""``lower(program)``: the one place that builds torch objects from a Program."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.export import graph_signature as gs
+from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
+from torch.export.unflatten import FlatArgsAdapter
+
+from ir.args import ref
+from ir.errors import LoweringError
+from ir.module import Module, ModuleId
+from ir.node import Node
+from ir.program import Program
+from ir import signature as sg
+from ir import state as st
+from ir.verify import verify
+from lowering.codegen import compile_graph, share_key, to_fx_graph
+from lowering.modules import (
+    HOLDER_CLASSES,
+    LOWERED_CLASSES,
+    Holder,
+    LoweredDispatcher,
+    LoweredModule,
+)
+from lowering.root import LoweredRoot
+
+
+def lower(
+    program: Program,
+    *,
+    interpreter: bool = False,
+    device: torch.device | str | None = None,
+    flat_args_adapter: FlatArgsAdapter | None = None,
+) -> LoweredRoot:
+    """Build an ``nn.Module`` tree from ``program``; ``program`` itself is left as it was.
+
+    One torch module per ModuleId (shared ModuleIds become one object under every path), state
+    registered at its fqns (copies of the Program's tensors, moved to ``device`` if given; tied
+    state stays one tensor), and generated code for every graph (``interpreter=True`` runs
+    ``torch.fx.Interpreter`` instead). The root behaves like ``torch.export.unflatten``'s result.
+    Raises ``VerifyError`` for a malformed Program and ``LoweringError`` for one that cannot be
+    built.
+    """
+    verify(program)
+    objects: dict[ModuleId, torch.nn.Module] = {}
+    root = _build_root(program, interpreter, flat_args_adapter)
+    objects[program.root] = root
+    for _, mid in program.walk():
+        if mid not in objects:
+            objects[mid] = _build_module(program.modules[mid], interpreter)
+    for mid, obj in objects.items():
+        for name, child in program.modules[mid].children:
+            obj._modules[name] = objects[child]
+    _register_state(program, objects, device)
+    root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
+    return root
+
+
+# --- modules ------------------------------------------------------------------------------------
+
+
+def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
+    if not mod.graphs:
+        return HOLDER_CLASSES.get(mod.kind, Holder)(mod.type_name)
+    fx_graphs = [to_fx_graph(g) for g in mod.graphs]
+    codes = [compile_graph(fg, share_key(g)) for fg, g in zip(fx_graphs, mod.graphs)]
+    cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if mod.call_graphs else LoweredModule)
+    return cls(fx_graphs, codes, mod.call_graphs, mod.type_name, interpreter)
+
+
+def _build_root(
+    program: Program, interpreter: bool, adapter: FlatArgsAdapter | None
+) -> LoweredRoot:
+    root = program.root_module
+    raw = "" not in program.call_signatures
+    rules = {} if raw else _root_rules(program)
+    fx_graph = to_fx_graph(root.graph, rules)
+    spec = program.call_signatures.get("")
+    return LoweredRoot(
+        fx_graph,
+        compile_graph(fx_graph),
+        type_name=root.type_name,
+        in_spec=None if raw else spec.in_spec,
+        out_spec=None if raw else spec.out_spec,
+        range_constraints=program.range_constraints.value,
+        module_call_graph=_module_call_graph(program),
+        flat_args_adapter=adapter,
+        interpreter=interpreter,
+    )
+
+
+Rule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], Any]
+
+
+def _root_rules(program: Program) -> dict[str, Rule]:
+    """How the root graph binds its signature: state placeholders read module attributes, tokens
+    are made fresh, and mutation outputs become ``copy_`` into their buffer or input."""
+    rules: dict[str, Rule] = {}
+    state_nodes: dict[str, torch.fx.Node] = {}
+
+    def read_state(target: str) -> Rule:
+        def rule(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
+            made = g.get_attr(target)
+            made.name = node.name if made.name != node.name else made.name
+            state_nodes[target] = made
+            return made
+
+        return rule
+
+    def make_token(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
+        return g.call_function(torch.ops.aten._make_dep_token.default, ())
+
+    for spec in program.signature.inputs:
+        if spec.kind in sg.STATE_INPUT_KINDS:
+            rules[spec.name] = read_state(spec.target)
+        elif spec.kind == sg.TOKEN:
+            rules[spec.name] = make_token
+
+    outputs = program.signature.outputs
+
+    def output(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
+        values = node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],)
+        kept = []
+        for value, spec in zip(values, outputs):
+            if spec.kind in (sg.USER_OUTPUT, sg.LOSS_OUTPUT):
+                kept.append(thawed(value))
+            elif spec.kind == sg.BUFFER_MUTATION:
+                dest = state_nodes.get(spec.target) or g.get_attr(spec.target)
+                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
+            elif spec.kind == sg.USER_INPUT_MUTATION:
+                dest = thawed(ref(spec.target))
+                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
+            elif spec.kind != sg.OUTPUT_TOKEN:
+                raise LoweringError(
+                    f"output {spec.name!r} of kind {spec.kind!r} cannot be lowered; only user "
+                    "outputs, buffer and user-input mutations and tokens are supported"
+                )
+        return g.output(tuple(kept))
+
+    rules[program.root_module.graph.output_node.name] = output
+    return rules
+
+
+def _module_call_graph(program: Program) -> list[ModuleCallEntry]:
+    entries = []
+    for fqn in program.call_order:
+        sig = program.call_signatures.get(fqn)
+        entries.append(ModuleCallEntry(fqn=fqn, signature=_torch_signature(sig) if sig else None))
+    return entries
+
+
+_ARG_CLASSES = {
+    sg.TENSOR: gs.TensorArgument,
+    sg.SYM_INT: gs.SymIntArgument,
+    sg.SYM_FLOAT: gs.SymFloatArgument,
+    sg.SYM_BOOL: gs.SymBoolArgument,
+    sg.TOKEN_ARG: gs.TokenArgument,
+}
+
+
+def _torch_argument(arg: sg.ArgSpec) -> Any:
+    if arg.kind == sg.CONSTANT:
+        return gs.ConstantArgument(name=arg.name or "", value=arg.value)
+    if arg.kind == sg.OBJECT:
+        return gs.CustomObjArgument(name=arg.name, class_fqn="")
+    return _ARG_CLASSES[arg.kind](name=arg.name)
+
+
+def _torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
+    return ModuleCallSignature(
+        inputs=[_torch_argument(a) for a in sig.inputs],
+        outputs=[_torch_argument(a) for a in sig.outputs],
+        in_spec=sig.in_spec,
+        out_spec=sig.out_spec,
+        forward_arg_names=list(sig.forward_arg_names) if sig.forward_arg_names else None,
+    )
+
+
+# --- state --------------------------------------------------------------------------------------
+
+
+def _register_state(
+    program: Program, objects: dict[ModuleId, torch.nn.Module], device: Any
+) -> None:
+    """Register every state fqn on its owner; tied fqns get one shared tensor object."""
+    made: dict[tuple[str, str], Any] = {}
+    for fqn in program.state_order:
+        slot = program.state[fqn]
+        owner_path, _, name = fqn.rpartition(".")
+        mid = program.resolve(owner_path)
+        if mid is None:
+            raise LoweringError(
+                f"state {fqn!r} belongs to module {owner_path!r}, which the program does not have"
+            )
+        owner = objects[mid]
+        key = (slot.tensor, slot.kind)
+        value = made.get(key)
+        if value is None:
+            value = _copy_state(program.tensors[slot.tensor].value, slot, device)
+            made[key] = value
+        if slot.kind == st.PARAMETER:
+            owner.register_parameter(name, value)
+        elif slot.kind == st.BUFFER:
+            owner.register_buffer(name, value, persistent=slot.persistent)
+        else:
+            setattr(owner, name, value)
+    for obj in objects.values():
+        if isinstance(obj, torch.nn.ParameterList):
+            obj._size = len(obj._parameters)
+
+
+def _copy_state(value: Any, slot: st.Slot, device: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    with torch.no_grad():
+        data = value.detach()
+        copied = data.to(device, copy=True) if device is not None else data.clone()
+    if slot.kind == st.PARAMETER:
+        return torch.nn.Parameter(copied, requires_grad=slot.requires_grad)
+    return copied
