@@ -60,7 +60,6 @@ def program_key(program: Program) -> tuple:
                 mod.kind,
                 tuple(name for name, _ in mod.children),
                 tuple(graph_key(g) for g in mod.graphs),
-                mod.call_graphs,
             )
         )
     tensor_groups: dict[str, int] = {}

@@ -33,6 +33,19 @@ _CONTAINER_KINDS = {
 }
 
 
+def split_call_target(target: str) -> tuple[str, int]:
+    """``"a.b@2"`` -> ``("a.b", 2)``; ``"a.b"`` -> ``("a.b", 0)``: the path and the graph variant."""
+    path, sep, k = target.rpartition("@")
+    if sep and k.isdigit():
+        return path, int(k)
+    return target, 0
+
+
+def call_target(path: str, variant: int) -> str:
+    """The ``call_module`` target that runs graph ``variant`` of the module at ``path``."""
+    return path if variant == 0 else f"{path}@{variant}"
+
+
 def kind_of_type(type_name: str | None) -> str:
     """The container kind that an original class name calls for (``PLAIN`` for any other class)."""
     return _CONTAINER_KINDS.get(type_name or "", PLAIN)
@@ -46,16 +59,15 @@ class Module:
     - ``kind``: container behaviour to keep (``sequential``, ``module_list``, ...), ``subgraph`` for
       a higher-order-op body, else ``module``;
     - ``children``: ``(local name, ModuleId)`` pairs in registration order;
-    - ``graphs``: the distinct graphs its calls run (empty: never called, a plain holder);
-    - ``call_graphs``: for the k-th call in program order, the index into ``graphs`` it runs
-      (empty when every call runs ``graphs[0]``).
+    - ``graphs``: the distinct graphs its calls run (empty: never called, a plain holder). A
+      ``call_module`` node whose target is ``path@k`` runs ``graphs[k]``; a bare ``path`` runs
+      ``graphs[0]``.
     """
 
     type_name: str | None = None
     kind: str = PLAIN
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
-    call_graphs: tuple[int, ...] = ()
 
     @property
     def graph(self) -> Graph | None:

@@ -1,8 +1,8 @@
-"""Stable, readable names for node targets (used by the printer and the alpha key)."""
+"""Stable, readable names: for node targets (printer, alpha key) and fresh node names (passes)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Container
 
 
 def target_name(target: Any) -> str:
@@ -17,3 +17,32 @@ def target_name(target: Any) -> str:
     if qualname is not None:
         return f"{module}.{qualname}" if module else qualname
     return str(target)
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """A name starting with ``base`` that is not in ``taken``; adds it to ``taken``."""
+    base = base or "_"
+    if base not in taken:
+        taken.add(base)
+        return base
+    i = 1
+    while f"{base}_{i}" in taken:
+        i += 1
+    name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
+def fresh_name(base: str, taken: Container[str]) -> str:
+    """``base`` when it is not in ``taken``, else the first free ``base_1``, ``base_2``, ...
+
+    Follows fx's convention (``add``, ``add_1``), so names made here read like the exporter's. Does
+    not record the result: a caller making several names adds each to ``taken`` itself. O(k) for k
+    clashes.
+    """
+    if base not in taken:
+        return base
+    k = 1
+    while f"{base}_{k}" in taken:
+        k += 1
+    return f"{base}_{k}"

@@ -84,8 +84,6 @@ def format_program(program: Program) -> str:
         seen[mid] = path
         mod = program.modules[mid]
         lines.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
-        if mod.call_graphs:
-            lines.append(f"    calls run graphs {list(mod.call_graphs)}")
         for i, graph in enumerate(mod.graphs):
             lines.append(f"    graph {i}:")
             lines.append(format_graph(graph, "      "))

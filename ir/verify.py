@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ir.errors import VerifyError
 from ir.graph import Graph
-from ir.module import KINDS, SUBGRAPH, ModuleId
+from ir.module import KINDS, SUBGRAPH, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.state import STATE_KINDS
@@ -24,12 +24,6 @@ def verify(program: Program) -> Program:
         mod = program.modules[mid]
         if mod.kind not in KINDS:
             raise VerifyError(f"module {path or '<root>'!r} has unknown kind {mod.kind!r}")
-        for i in mod.call_graphs:
-            if not 0 <= i < len(mod.graphs):
-                raise VerifyError(
-                    f"module {path or '<root>'!r} dispatches a call to graph {i}, but has "
-                    f"{len(mod.graphs)} graphs"
-                )
         for graph in mod.graphs:
             _check_graph(graph, path)
             _check_targets(program, graph, mid, path)
@@ -108,19 +102,27 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
     where = path or "<root>"
     for node in graph.nodes:
         if node.op == CALL_MODULE:
-            child = program.resolve(node.target, mid)
+            target, variant = split_call_target(node.target)
+            child = program.resolve(target, mid)
             if child is None:
                 raise VerifyError(
                     f"node {node.name!r} in module {where!r} calls {node.target!r}, which is not "
                     "a submodule"
                 )
-            arity = len(node.args) + len(node.kwargs)
             callee = program.modules[child]
-            if callee.graphs and all(len(g.placeholders) != arity for g in callee.graphs):
+            if variant >= max(1, len(callee.graphs)):
                 raise VerifyError(
-                    f"node {node.name!r} in module {where!r} passes {arity} arguments to "
-                    f"{node.target!r}, whose graph takes {len(callee.graph.placeholders)}"
+                    f"node {node.name!r} in module {where!r} calls graph {variant} of "
+                    f"{target!r}, which has {len(callee.graphs)} graphs"
                 )
+            if callee.graphs:
+                takes = len(callee.graphs[variant].placeholders)
+                arity = len(node.args) + len(node.kwargs)
+                if arity != takes:
+                    raise VerifyError(
+                        f"node {node.name!r} in module {where!r} passes {arity} arguments to "
+                        f"{node.target!r}, whose graph takes {takes}"
+                    )
         elif node.op == GET_ATTR:
             if program.resolve(node.target, mid) is not None:
                 continue

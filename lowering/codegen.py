@@ -16,7 +16,8 @@ from torch.fx.graph_module import _forward_from_src
 from ir.alpha import graph_key
 from ir.args import Ref, thaw
 from ir.graph import Graph
-from ir.node import OUTPUT, PLACEHOLDER, Node
+from ir.module import split_call_target
+from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 
 NodeRule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], "torch.fx.Node | None"]
 
@@ -44,9 +45,10 @@ def to_fx_graph(graph: Graph, rules: dict[str, NodeRule] | None = None) -> torch
         elif node.op == OUTPUT:
             made = fx_graph.output(thawed(node.args[0]) if node.args else None)
         else:
+            target = split_call_target(node.target)[0] if node.op == CALL_MODULE else node.target
             made = fx_graph.create_node(
                 node.op,
-                node.target,
+                target,
                 thawed(node.args),
                 thawed(node.kwargs),
                 name=node.name,

@@ -12,8 +12,8 @@ from torch.export.unflatten import FlatArgsAdapter
 
 from ir.args import ref
 from ir.errors import LoweringError
-from ir.module import Module, ModuleId
-from ir.node import Node
+from ir.module import Module, ModuleId, split_call_target
+from ir.node import CALL_MODULE, Node
 from ir.program import Program
 from ir import signature as sg
 from ir import state as st
@@ -49,9 +49,10 @@ def lower(
     objects: dict[ModuleId, torch.nn.Module] = {}
     root = _build_root(program, interpreter, flat_args_adapter)
     objects[program.root] = root
+    orders = dispatch_orders(program)
     for _, mid in program.walk():
         if mid not in objects:
-            objects[mid] = _build_module(program.modules[mid], interpreter)
+            objects[mid] = _build_module(program.modules[mid], orders.get(mid, ()), interpreter)
     for mid, obj in objects.items():
         for name, child in program.modules[mid].children:
             obj._modules[name] = objects[child]
@@ -63,13 +64,36 @@ def lower(
 # --- modules ------------------------------------------------------------------------------------
 
 
-def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
+def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> torch.nn.Module:
     if not mod.graphs:
         return HOLDER_CLASSES.get(mod.kind, Holder)(mod.type_name)
     fx_graphs = [to_fx_graph(g) for g in mod.graphs]
     codes = [compile_graph(fg, share_key(g)) for fg, g in zip(fx_graphs, mod.graphs)]
-    cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if mod.call_graphs else LoweredModule)
-    return cls(fx_graphs, codes, mod.call_graphs, mod.type_name, interpreter)
+    dispatch = order if any(order) else ()
+    cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
+    return cls(fx_graphs, codes, dispatch, mod.type_name, interpreter)
+
+
+def dispatch_orders(program: Program) -> dict[ModuleId, tuple[int, ...]]:
+    """For each called module, the graph variant each of its calls runs, in execution order.
+
+    Follows ``call_module`` nodes from the root graph, depth first, as a call would run them; each
+    call is visited once, so this is linear in the number of calls of the program.
+    """
+    orders: dict[ModuleId, list[int]] = {}
+
+    def run(mid: ModuleId, variant: int) -> None:
+        for node in program.modules[mid].graphs[variant].nodes:
+            if node.op != CALL_MODULE:
+                continue
+            path, k = split_call_target(node.target)
+            child = program.resolve(path, mid)
+            if child is not None and program.modules[child].graphs:
+                orders.setdefault(child, []).append(k)
+                run(child, k)
+
+    run(program.root, 0)
+    return {mid: tuple(order) for mid, order in orders.items()}
 
 
 def _build_root(

@@ -1,4 +1,4 @@
-"""``transform(p, passes)``: compose pure passes, checking the result of each."""
+"""``transform(p, passes)``: compose pure passes; the default pipeline."""
 
 from __future__ import annotations
 
@@ -6,10 +6,39 @@ from typing import Callable, Sequence
 
 from ir.program import Program
 from ir.verify import verify
+from transforms.dedup import deduplicate
+from transforms.outline import outline
+from transforms.sink import sink_state
+from transforms.stacks import fix_module_stacks
 
 Pass = Callable[[Program], Program]
 
-DEFAULT_PIPELINE: tuple[Pass, ...] = ()
+
+def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
+    """The passes that turn an imported program into ``torch.export.unflatten``'s shape.
+
+    ``keep_functional=True`` leaves functionalized buffer and input mutations as outputs of the
+    root (applied after each call) instead of turning them back into in-place ``copy_``.
+    """
+    passes: list[Pass] = []
+    try:
+        from transforms.effects import remove_effect_tokens
+
+        passes.append(remove_effect_tokens)
+    except ImportError:  # pragma: no cover - during development only
+        pass
+    if not keep_functional:
+        try:
+            from transforms.mutations import functional_to_inplace
+
+            passes.append(functional_to_inplace)
+        except ImportError:  # pragma: no cover
+            pass
+    passes += [fix_module_stacks, outline, sink_state, deduplicate]
+    return tuple(passes)
+
+
+DEFAULT_PIPELINE: tuple[Pass, ...] = pipeline()
 
 
 def transform(

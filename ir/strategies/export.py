@@ -60,6 +60,8 @@ __all__ = [
     "Tie",
     "Unary",
     "UpdateBuffer",
+    "assign_buffer_allowed",
+    "call_paths",
     "check_features",
     "check_int_range",
     "example_inputs",
@@ -422,12 +424,17 @@ def _check_program_spec(spec: ProgramSpec) -> None:
     _check_value("n_args", spec.n_args, 1, len(POSITIONAL_NAMES))
     _check_value("n_kwargs", spec.n_kwargs, 0, len(KEYWORD_NAMES))
     _check_value("seed", spec.seed, 0, 2**63 - 1)
-    eligible = preservable_paths(spec.root)
+    eligible = preservable_paths(spec.root, spec.strict)
     bad = [p for p in spec.preserve if p not in eligible]
     if bad or len(set(spec.preserve)) != len(spec.preserve):
         raise ValueError(f"preserve must be distinct paths from {list(eligible)}, "
                          f"got {list(spec.preserve)}")
     _check_ties(spec.root, spec.ties)
+    for path in _walk_assignments(spec.root):
+        if not assign_buffer_allowed(spec.strict, root=not path):
+            where = f"module {path!r}" if path else "the root under strict=True"
+            raise ValueError(f"AssignBuffer is only exported faithfully in the root of a "
+                             f"non-strict export (see assign_buffer_allowed), got one in {where}")
 
 
 def _check_ties(root: ModuleSpec, ties: tuple[Tie, ...]) -> None:
@@ -495,14 +502,97 @@ def parameter_fqns(root: ModuleSpec) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def preservable_paths(root: ModuleSpec) -> tuple[str, ...]:
-    """Fqns that may go into ``ProgramSpec.preserve``: canonical paths of generated modules.
+def assign_buffer_allowed(strict: bool, root: bool) -> bool:
+    """Whether an :class:`AssignBuffer` op exports faithfully: only in the root, non-strict.
 
-    torch 2.13 rejects (KeyError in its tracepoint collection) a path that is a second name
-    for a shared module, so aliases and repeated ``Sequential`` slots are never offered.
+    torch 2.13 exports ``self.buf = ...`` without writing the new value back (the program
+    runs, but the buffer keeps its old value) under ``strict=True`` at any level, and under
+    ``strict=False`` in any module below the root.
     """
-    return tuple(path for path, spec in _canonical_walk(root)
-                 if path and isinstance(spec, (ModuleSpec, LinearSpec, SequentialSpec)))
+    return root and not strict
+
+
+def _walk_assignments(spec: ChildSpec, path: str = "") -> Iterator[str]:
+    """Paths of modules (canonical) whose ops contain an AssignBuffer."""
+    for module_path, module in _canonical_walk(spec, path):
+        if isinstance(module, ModuleSpec) and any(isinstance(op, AssignBuffer)
+                                                  for op in module.ops):
+            yield module_path
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _resolve_child(spec: ChildSpec, canonical: str, name: str) -> tuple[ChildSpec, str]:
+    """Spec and canonical path of the module registered as ``name`` in ``spec``."""
+    if isinstance(spec, SequentialSpec):
+        index = spec.order[int(name)]
+        return spec.items[index], _join(canonical, str(spec.order.index(index)))
+    for child in spec.children:
+        if child.name == name:
+            return child.spec, _join(canonical, name)
+    target = next(alias.target for alias in spec.aliases if alias.name == name)
+    for part in target.split("."):
+        spec, canonical = _resolve_child(spec, canonical, part)
+    return spec, canonical
+
+
+def _callees(spec: ChildSpec) -> tuple[str, ...]:
+    """Names of the children that ``spec``'s forward calls, in call order."""
+    if isinstance(spec, ModuleSpec):
+        return tuple(op.child for op in spec.ops if isinstance(op, Call))
+    if isinstance(spec, SequentialSpec):
+        return tuple(str(slot) for slot in range(len(spec.order)))
+    return ()
+
+
+def call_paths(root: ModuleSpec) -> dict[str, tuple[str, int]]:
+    """``{call path: (canonical path, calls)}`` for one run of the root's forward.
+
+    The call path is the attribute path a call goes through (what non-strict export records
+    in ``nn_module_stack``); ``calls`` saturates at 2 ("more than once"). A repeated path is
+    not walked again: everything below it is marked as called more than once.
+    """
+    found: dict[str, tuple[str, int]] = {}
+
+    def visit(spec: ChildSpec, canonical: str, path: str) -> None:
+        for name in _callees(spec):
+            child, child_canonical = _resolve_child(spec, canonical, name)
+            child_path = _join(path, name)
+            if child_path in found:
+                for key, (owner, _) in list(found.items()):
+                    if key == child_path or key.startswith(child_path + "."):
+                        found[key] = (owner, 2)
+            else:
+                found[child_path] = (child_canonical, 1)
+                visit(child, child_canonical, child_path)
+
+    visit(root, "", "")
+    return found
+
+
+def preservable_paths(root: ModuleSpec, strict: bool = False) -> tuple[str, ...]:
+    """Canonical module paths that export cleanly in ``preserve_module_call_signature``.
+
+    A path that is only a second name of a shared module (an alias or a repeated
+    ``nn.Sequential`` slot) is never preservable: torch 2.13 raises a ``KeyError`` while it
+    collects the signatures. A module that is *called* through a second name is preservable
+    only when each second name is called at most once (non-strict; a second call through it
+    raises the same ``KeyError``) or, under ``strict=True``, not at all: dynamo then
+    misnames calls of ``nn.Sequential`` items reached through an alias (``c0.1`` for ``a0.0``).
+    Calling a module several times through its own path is always fine.
+    """
+    other_names: dict[str, list[int]] = {}
+    for path, (canonical, calls) in call_paths(root).items():
+        if path != canonical:
+            other_names.setdefault(canonical, []).append(calls)
+
+    def clean(path: str) -> bool:
+        calls = other_names.get(path, [])
+        return not calls if strict else all(count == 1 for count in calls)
+
+    return tuple(path for path in module_paths(root) if clean(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -836,6 +926,7 @@ class _ModuleDraft:
     """Mutable scratch state while drawing one module's ops (local to one draw)."""
 
     state: dict[str, tuple]
+    assign_ok: bool
     ops: list = attrs.field(factory=list)
     children: list = attrs.field(factory=list)
     aliases: list = attrs.field(factory=list)
@@ -862,7 +953,7 @@ def _op_kinds(draft: _ModuleDraft, limits: _Limits, depth_left: int) -> list[str
         ("call_alias", limits.has("sharing") and len(draft.aliases) < limits.max_children
          and bool(_canonical_paths(draft.spec(with_ops=False)))),
         ("update_buffer", limits.has("buffer_updates") and bool(names["buffer"])),
-        ("assign_buffer", limits.has("buffer_assign") and bool(names["buffer"])),
+        ("assign_buffer", draft.assign_ok and bool(names["buffer"])),
     ]
     return [kind for kind, available in rows if available]
 
@@ -929,10 +1020,14 @@ def _draw_call(draw: st.DrawFn, draft: _ModuleDraft, limits: _Limits, depth_left
     return Call(name)
 
 
-def _modules(limits: _Limits, depth_left: int) -> st.SearchStrategy[ModuleSpec]:
+def _modules(limits: _Limits, depth_left: int, assign_ok: bool = False
+             ) -> st.SearchStrategy[ModuleSpec]:
+    """Modules nesting at most ``depth_left`` levels; ``assign_ok`` allows AssignBuffer ops
+    (only the root of a non-strict export, see :func:`assign_buffer_allowed`)."""
+
     @st.composite
     def draw_module(draw: st.DrawFn) -> ModuleSpec:
-        draft = _ModuleDraft(_draw_state(draw, limits))
+        draft = _ModuleDraft(_draw_state(draw, limits), assign_ok)
         for _ in range(draw(st.integers(0, limits.max_ops))):
             draft.ops.append(_draw_op(draw, draft, limits, depth_left))
         return draft.spec()
@@ -964,7 +1059,8 @@ def module_specs(max_depth: int = 3, max_children: int = 3, max_ops: int = 6,
     @st.composite
     def draw_spec(draw: st.DrawFn) -> ModuleSpec:
         enabled = _draw_features(draw, fixed, MODULE_FEATURES)
-        return draw(_modules(_Limits(max_depth, max_children, max_ops, enabled), max_depth))
+        limits = _Limits(max_depth, max_children, max_ops, enabled)
+        return draw(_modules(limits, max_depth, "buffer_assign" in enabled))
 
     return draw_spec()
 
@@ -1009,11 +1105,13 @@ def program_specs(max_depth: int = 3, max_children: int = 3, max_ops: int = 6,
     def draw_program(draw: st.DrawFn) -> ProgramSpec:
         enabled = _draw_features(draw, fixed, ALL_FEATURES)
         limits = _Limits(max_depth, max_children, max_ops, enabled)
-        root = draw(_modules(limits, max_depth))
 
         def option(feature: str) -> bool:
             return feature in enabled and draw(st.booleans())
 
+        strict = option("strict")
+        assign_ok = "buffer_assign" in enabled and assign_buffer_allowed(strict, root=True)
+        root = draw(_modules(limits, max_depth, assign_ok))
         dynamic = option("dynamic")
         return ProgramSpec(
             root=root,
@@ -1021,9 +1119,9 @@ def program_specs(max_depth: int = 3, max_children: int = 3, max_ops: int = 6,
             n_kwargs=draw(st.integers(0, 2)) if "kwargs" in enabled else 0,
             dynamic=dynamic,
             batch=draw(st.integers(2 if dynamic else 1, 3)),
-            strict=option("strict"),
+            strict=strict,
             decompose=option("decompose"),
-            preserve=_draw_subset(draw, preservable_paths(root), 3)
+            preserve=_draw_subset(draw, preservable_paths(root, strict), 3)
             if "preserve" in enabled else (),
             ties=_draw_ties(draw, root) if "ties" in enabled else (),
             seed=draw(st.integers(0, 255)),

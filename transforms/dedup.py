@@ -1,0 +1,75 @@
+"""Deduplication: calls of one module whose graphs are alpha-equivalent share one graph."""
+
+from __future__ import annotations
+
+from ir.alpha import graph_key
+from ir.graph import Graph
+from ir.module import ModuleId, call_target, split_call_target
+from ir.node import CALL_MODULE
+from ir.program import Program
+
+
+def deduplicate(program: Program) -> Program:
+    """Merge the graph variants of each module that are equal modulo node names.
+
+    Each module keeps one graph per distinct alpha key (first occurrence first); callers of a
+    merged variant are redirected (``foo@2`` becomes ``foo`` when variant 2 equals variant 0).
+    Different modules are never merged: they are different objects with different state.
+
+    **Laws:** idempotent; never adds modules or graphs; the lowered module computes the same.
+    Complexity: O(n): one alpha key per graph (hashed once, no pairwise comparison).
+    """
+    remap: dict[ModuleId, dict[int, int]] = {}
+    modules = program.modules.evolver()
+    for mid in _post_order(program):
+        mod = program.modules[mid]
+        graphs = tuple(_retarget(program, mid, g, remap) for g in mod.graphs)
+        if mid != program.root and len(graphs) > 1:
+            first: dict[tuple, int] = {}
+            unique: list[Graph] = []
+            mapping: dict[int, int] = {}
+            for i, graph in enumerate(graphs):
+                key = (graph_key(graph), len(graph.placeholders))
+                if key not in first:
+                    first[key] = len(unique)
+                    unique.append(graph)
+                mapping[i] = first[key]
+            if len(unique) < len(graphs):
+                remap[mid] = mapping
+                graphs = tuple(unique)
+        if any(a is not b for a, b in zip(graphs, mod.graphs)) or len(graphs) != len(mod.graphs):
+            modules[mid] = mod.replace(graphs=graphs)
+    if not remap:
+        return program
+    return program.replace(modules=modules.persistent())
+
+
+def _post_order(program: Program) -> list[ModuleId]:
+    """Every module with graphs, each once, children before their parents."""
+    order: dict[ModuleId, None] = {}
+
+    def visit(mid: ModuleId) -> None:
+        for _, child in program.modules[mid].children:
+            if child not in order:
+                visit(child)
+        if program.modules[mid].graphs:
+            order.setdefault(mid, None)
+
+    visit(program.root)
+    return list(order)
+
+
+def _retarget(program: Program, mid: ModuleId, graph: Graph, remap: dict) -> Graph:
+    nodes = list(graph.nodes)
+    changed = False
+    for i, node in enumerate(nodes):
+        if node.op != CALL_MODULE:
+            continue
+        path, k = split_call_target(node.target)
+        child = program.resolve(path, mid)
+        mapping = remap.get(child)
+        if mapping is None or mapping[k] == k:
+            continue
+        nodes[i] = node.replace(target=call_target(path, mapping[k]))
+        changed = True
+    return Graph(tuple(nodes)) if changed else graph

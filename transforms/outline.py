@@ -1,0 +1,508 @@
+"""Outlining: split the flat root graph into one graph per module call.
+
+The flat graph's nodes carry module stacks; each maximal run of nodes inside one call of one
+module becomes that module's graph (a new graph variant per call), and the caller gets a
+``call_module`` node. Values flow into a call as placeholders and out as outputs, except at
+preserved call signatures, where the call takes and returns exactly the eager
+``(args, kwargs)`` / output pytrees of ``preserve_module_call_signature``.
+
+The partition key is pluggable (``outline_by``): the module stack is one key, tags another.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx._pytree as fx_pytree
+import torch.utils._pytree as pytree
+
+from ir.args import IDict, Ref, iter_refs, map_refs, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.module import PLAIN, Module, ModuleId, call_target, kind_of_type
+from ir.names import fresh_name
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
+from ir.signature import CONSTANT, STATE_INPUT_KINDS, USER_INPUT, CallSignature
+from transforms.sharing import canonical_paths
+from transforms.stacks import Frame, node_frames
+
+FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+
+# Nodes cheap and pure enough to compute again inside a preserved call rather than pass in:
+# export shares symbolic-size computations between modules, which a preserved signature forbids.
+_RECOMPUTABLE = {
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten.sym_storage_offset.default,
+}
+
+
+def _recomputable(node: Node) -> bool:
+    if node.op != CALL_FUNCTION:
+        return False
+    return node.target in _RECOMPUTABLE or getattr(node.target, "__module__", None) == "_operator"
+
+
+def outline(program: Program) -> Program:
+    """Split the flat root graph into per-call module graphs following ``nn_module_stack``.
+
+    Modules that state aliasing shows to be one object (every state tensor under two paths tied,
+    same class) become one ModuleId. Values read across a preserved call boundary that are the
+    result of a state mutation are read from that state instead (the "ival" rule); symbolic-size
+    computations are recomputed inside the call.
+
+    **Laws:** ``inline(outline(p))`` is alpha-equivalent to ``p`` (without preserved calls);
+    ``outline(outline(p)) == outline(p)``; compute nodes are neither added nor removed except
+    the call plumbing. Raises ``PassError`` naming the node for a node without a module stack or
+    a value that cannot cross a preserved boundary. Complexity: O(n) in the number of nodes.
+    """
+    return outline_by(program, node_frames)
+
+
+def outline_by(program: Program, frames_of: FrameOf) -> Program:
+    """``outline`` with another partition key: ``frames_of(node)`` gives the nested calls a node
+    runs in (outermost first), or ``None`` to keep it in the current call."""
+    root = program.root_module
+    if any(n.op == CALL_MODULE for n in root.graph.nodes):
+        return program
+    return _Outliner(program, frames_of).run()
+
+
+class _Call:
+    """One open module call while outlining: a local builder, frozen when the call closes."""
+
+    def __init__(self, frame: Frame | None, path: str, start: int, sig: CallSignature | None):
+        self.frame = frame
+        self.path = path
+        self.start = start
+        self.sig = sig
+        self.placeholders: list[Node] = []
+        self.body: list[Node] = []
+        self.env: dict[str, Any] = {}
+        self.inputs: list[str] = []
+        self.extra_inputs: list[str] = []
+        self.defined: list[str] = []
+        self.names: set[str] = set()
+        self.n_positional = 0
+
+
+class _Outliner:
+    def __init__(self, program: Program, frames_of: FrameOf) -> None:
+        self.p = program
+        self.frames_of = frames_of
+        self.graph = program.root_module.graph
+        self.nodes = self.graph.nodes
+        self.position = {n.name: i for i, n in enumerate(self.nodes)}
+        self.last_use = _last_uses(self.graph)
+        self.by_name = self.graph.by_name()
+        self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
+        self.aliased_state, self.mutated_state = _mutation_sources(self.graph, program)
+        self.hidden: set[str] = set()
+        self.variants: dict[ModuleId, list[Graph]] = {}
+        self.types: dict[ModuleId, str | None] = {}
+        self.subgraph_owner: dict[str, ModuleId] = {}
+        self.state_inputs = {
+            s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
+        }
+        self.taken: set[str] = {n.name for n in self.nodes}
+
+    # --- driver -----------------------------------------------------------------------------
+
+    def run(self) -> Program:
+        root = _Call(None, "", 0, None)
+        stack = [root]
+        for node in self.nodes:
+            if node.op == PLACEHOLDER:
+                root.placeholders.append(node)
+                root.env[node.name] = node.ref
+                root.names.add(node.name)
+            elif node.op == OUTPUT:
+                while len(stack) > 1:
+                    self._close(stack, self.position[node.name])
+                root.body.append(node.replace(args=self._args(root, node.args)))
+            else:
+                self._enter(stack, node)
+                self._copy(stack[-1], node)
+        return self._finish(Graph(tuple(root.placeholders + root.body)))
+
+    def _enter(self, stack: list[_Call], node: Node) -> None:
+        frames = self.frames_of(node)
+        if frames is None:
+            return
+        depth = 0
+        while depth < len(frames) and depth + 1 < len(stack) and stack[depth + 1].frame == frames[depth]:
+            depth += 1
+        while len(stack) > depth + 1:
+            self._close(stack, self.position[node.name])
+        for frame in frames[depth:]:
+            self._open(stack, frame, self.position[node.name])
+
+    def _open(self, stack: list[_Call], frame: Frame, start: int) -> None:
+        sig = self.p.call_signatures.get(frame.call_name) if frame.path else None
+        call = _Call(frame, frame.path, start, sig)
+        if sig is not None:
+            self._open_preserved(call, sig)
+        stack.append(call)
+
+    # --- copying nodes ----------------------------------------------------------------------
+
+    def _copy(self, call: _Call, node: Node) -> None:
+        args = self._args(call, node.args)
+        kwargs = self._args(call, node.kwargs)
+        if node.op == GET_ATTR and self.p.resolve(node.target) is not None:
+            self.subgraph_owner[node.target] = self.canon.get(call.path, call.path)
+        call.body.append(node.replace(args=args, kwargs=kwargs))
+        call.env[node.name] = node.ref
+        call.names.add(node.name)
+        call.defined.append(node.name)
+
+    def _args(self, call: _Call, tree: Any) -> Any:
+        return map_refs(tree, lambda r: self._read(call, r.name))
+
+    def _read(self, call: _Call, name: str) -> Any:
+        """The local value of flat value ``name`` in ``call``, threading it in if needed."""
+        found = call.env.get(name)
+        if found is not None:
+            return found
+        if name in self.hidden:
+            return self._read(call, self._ival_source(name, call))
+        if call.frame is None:
+            raise PassError(f"value %{name} is read before it is defined in the root graph")
+        if name in self.aliased_state:
+            # an in-place result is its mutated state: read the state itself (sinkable)
+            return self._read(call, self.aliased_state[name])
+        node = self.by_name[name]
+        if call.sig is not None:
+            if _recomputable(node):
+                self._copy(call, node)
+                return call.env[name]
+            if name in self.mutated_state:
+                return self._read(call, self._ival_source(name, call))
+            if name not in self.state_inputs:
+                raise PassError(
+                    f"value %{name} is computed outside the preserved call {call.frame.call_name!r} "
+                    "and read inside it without being one of its inputs; purefx can only carry "
+                    "state and state mutations across a preserved signature"
+                )
+            # state threaded into a preserved call goes after its positional placeholders (and
+            # before its keyword ones); sinking removes it again
+            at = call.n_positional + len(call.extra_inputs)
+            call.extra_inputs.append(name)
+            call.placeholders.insert(at, Node(PLACEHOLDER, name, name, meta=node.meta))
+            call.names.add(name)
+            call.env[name] = ref(name)
+            return call.env[name]
+        call.inputs.append(name)
+        call.placeholders.append(Node(PLACEHOLDER, name, name, meta=node.meta))
+        call.names.add(name)
+        call.env[name] = ref(name)
+        return call.env[name]
+
+    def _ival_source(self, name: str, call: _Call) -> str:
+        source = self.mutated_state.get(name)
+        if source is None:
+            where = call.frame.call_name if call.frame else "<root>"
+            raise PassError(
+                f"value %{name} is produced inside a preserved call and read in {where!r} "
+                "without being an output of that call; only state mutations can be carried"
+            )
+        return source
+
+    # --- closing calls ----------------------------------------------------------------------
+
+    def _close(self, stack: list[_Call], end: int) -> None:
+        call = stack.pop()
+        parent = stack[-1]
+        mid = self.canon.get(call.path, call.path)
+        variant = len(self.variants.setdefault(mid, []))
+        self.types.setdefault(mid, call.frame.type_name)
+        target = call_target(_relative(parent.path, call.path, call.frame), variant)
+        if call.sig is not None:
+            graph = self._close_preserved(call, parent, target)
+        else:
+            graph = self._close_plain(call, parent, target, end)
+        self.variants[mid].append(graph)
+
+    def _close_plain(self, call: _Call, parent: _Call, target: str, end: int) -> Graph:
+        # in-place results are not returned: readers outside read the mutated state instead
+        outputs = [
+            v for v in call.defined if self.last_use.get(v, -1) >= end and v not in self.aliased_state
+        ]
+        returned = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        out_name = fresh_name("output", self.taken)
+        body = call.body + [Node(OUTPUT, out_name, "output", (_refs(returned),))]
+        args = tuple(self._read(parent, v) for v in call.inputs)
+        if len(outputs) == 1:
+            name = outputs[0]
+            parent.names.add(name)
+        else:
+            name = fresh_name(_call_base(target), self.taken)
+        parent.body.append(Node(CALL_MODULE, name, target, args, meta=_call_meta(call)))
+        if len(outputs) == 1:
+            parent.env[name] = ref(name)
+        else:
+            for i, v in enumerate(outputs):
+                parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i)))
+                parent.names.add(v)
+                parent.env[v] = ref(v)
+        parent.defined.extend(outputs)
+        return Graph(tuple(call.placeholders + body))
+
+    def _open_preserved(self, call: _Call, sig: CallSignature) -> None:
+        args_spec, kwargs_spec = _split_in_spec(sig, call.frame.call_name)
+        taken = self.taken
+        arg_refs = []
+        for i in range(args_spec.num_children):
+            name = fresh_name(f"_positional_arg_{i}", taken)
+            call.placeholders.append(Node(PLACEHOLDER, name, name))
+            arg_refs.append(ref(name))
+        call.n_positional = len(arg_refs)
+        kwarg_refs = []
+        keys = {str(k) for k in kwargs_spec.context}
+        for key in kwargs_spec.context:
+            # keyword placeholders keep their exact names: callers pass them by keyword
+            call.placeholders.append(Node(PLACEHOLDER, str(key), str(key)))
+            kwarg_refs.append((key, ref(str(key))))
+        flat = fresh_name("_flat_args", taken)
+        call.body.append(
+            Node(
+                CALL_FUNCTION,
+                flat,
+                fx_pytree.tree_flatten_spec,
+                ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
+            )
+        )
+        for i, arg in enumerate(sig.inputs):
+            named = arg.kind != CONSTANT and bool(arg.name)
+            if named and arg.name not in keys:
+                name = arg.name
+            else:
+                name = fresh_name(f"_constant_{i}" if not named else arg.name, taken)
+            meta = self.by_name[arg.name].meta if arg.name in self.by_name else {}
+            call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
+            if named:
+                call.env[arg.name] = ref(name)
+
+    def _close_preserved(self, call: _Call, parent: _Call, target: str) -> Graph:
+        sig = call.sig
+        taken = self.taken
+        leaves = []
+        for out in sig.outputs:
+            if out.kind == CONSTANT or not out.name:
+                leaves.append(out.value)
+            elif out.name in self.by_name:
+                leaves.append(self._read(call, out.name))
+            else:
+                leaves.append(None)
+        tree = fresh_name("_tree_out", taken)
+        out_name = fresh_name("output", taken)
+        body = call.body + [
+            Node(CALL_FUNCTION, tree, pytree.tree_unflatten, (tuple(leaves), sig.out_spec)),
+            Node(OUTPUT, out_name, "output", (ref(tree),)),
+        ]
+        exported = {out.name for out in sig.outputs if out.name}
+        self.hidden.update(v for v in call.defined if v not in exported)
+        self._call_preserved(call, parent, target)
+        return Graph(tuple(call.placeholders + body))
+
+    def _call_preserved(self, call: _Call, parent: _Call, target: str) -> None:
+        sig = call.sig
+        args_spec, kwargs_spec = _split_in_spec(sig, call.frame.call_name)
+        taken = self.taken
+
+        def new(base: str, op_target: Any, args: tuple, kwargs: IDict | None = None) -> Ref:
+            name = fresh_name(base, taken)
+            parent.names.add(name)
+            parent.body.append(Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(())))
+            return ref(name)
+
+        values = []
+        for arg in sig.inputs:
+            if arg.kind == CONSTANT or not arg.name:
+                values.append(arg.value)
+            elif arg.name in self.by_name:
+                values.append(self._read(parent, arg.name))
+            else:
+                values.append(None)
+        tree = new("_tree_in", pytree.tree_unflatten, (tuple(values), sig.in_spec))
+        args_ref = new("_args", operator.getitem, (tree, 0))
+        kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
+        call_args = [new("_arg", operator.getitem, (args_ref, i)) for i in range(args_spec.num_children)]
+        call_kwargs = [(k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k))) for k in kwargs_spec.context]
+        call_args += [self._read(parent, v) for v in call.extra_inputs]
+        name = fresh_name(_call_base(target), taken)
+        parent.names.add(name)
+        parent.body.append(
+            Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=_call_meta(call))
+        )
+        flat = new("_flat_out", fx_pytree.tree_flatten_spec, (ref(name), sig.out_spec))
+        for i, out in enumerate(sig.outputs):
+            if out.kind == CONSTANT or not out.name or out.name not in self.by_name:
+                continue
+            parent.body.append(Node(CALL_FUNCTION, out.name, operator.getitem, (flat, i), meta=self.by_name[out.name].meta))
+            parent.names.add(out.name)
+            parent.env[out.name] = ref(out.name)
+            parent.defined.append(out.name)
+            self.hidden.discard(out.name)
+
+    # --- the new module table ---------------------------------------------------------------
+
+    def _finish(self, root_graph: Graph) -> Program:
+        p = self.p
+        modules = dict(p.modules)
+        for mid, graphs in self.variants.items():
+            _ensure_path(modules, p.root, mid)
+            mod = modules[mid]
+            type_name = mod.type_name or self.types.get(mid)
+            kind = mod.kind if mod.kind != PLAIN else kind_of_type(type_name)
+            modules[mid] = mod.replace(type_name=type_name, kind=kind, graphs=tuple(graphs))
+        root = modules[p.root].replace(graphs=(root_graph,))
+        modules[p.root] = root
+        _move_subgraphs(modules, p.root, self.subgraph_owner)
+        for mid, mod in list(modules.items()):
+            kids = tuple((n, self.canon.get(c, c)) for n, c in mod.children)
+            if kids != mod.children:
+                modules[mid] = mod.replace(children=kids)
+        reachable = _reachable(modules, p.root)
+        table = p.modules.evolver()
+        for mid in list(p.modules.keys()):
+            if mid not in reachable:
+                del table[mid]
+        for mid in reachable:
+            if p.modules.get(mid) is not modules[mid]:
+                table[mid] = modules[mid]
+        return p.replace(modules=table.persistent())
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _refs(tree: Any) -> Any:
+    if isinstance(tree, str):
+        return ref(tree)
+    return tuple(ref(v) for v in tree)
+
+
+def _last_uses(graph: Graph) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for r in iter_refs(node.args):
+            last[r.name] = i
+        for r in iter_refs(node.kwargs):
+            last[r.name] = i
+    return last
+
+
+def _mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:
+    """Which values stand for a mutated root input (state or user input).
+
+    Returns ``(aliases, sources)``: ``aliases`` maps the result of an in-place op (which *is* its
+    mutated first argument) to the root placeholder it mutated; ``sources`` also maps the value
+    that a ``copy_(dest, value)`` wrote, which equals ``dest`` until ``dest`` changes again.
+    """
+    roots = {s.name for s in program.signature.inputs}
+    aliases: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            continue
+        first = node.args[0].name
+        dest = first if first in roots else aliases.get(first)
+        if dest is None:
+            continue
+        aliases[node.name] = dest
+        sources[node.name] = dest
+        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[1], Ref):
+            sources.setdefault(node.args[1].name, dest)
+    return aliases, sources
+
+
+def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
+    """Module path -> identity key, where a key is seen under two paths (strict export's keys
+    are object identities; non-strict ones are derived from the path and tell nothing)."""
+    paths_of: dict[str, dict[str, None]] = {}
+    for node in nodes:
+        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
+            continue
+        for frame in frames_of(node) or ():
+            paths_of.setdefault(frame.key, {})[frame.path] = None
+    return {path: key for key, paths in paths_of.items() if len(paths) > 1 for path in paths}
+
+
+def _split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:
+    spec = sig.in_spec
+    children = spec.children() if spec.type is tuple and spec.num_children == 2 else None
+    if not children or children[0].type is not tuple or children[1].type is not dict:
+        raise PassError(
+            f"preserved call {call_name!r} has input spec {spec}, not the (args, kwargs) pair "
+            "torch.export records; re-export the program"
+        )
+    return children[0], children[1]
+
+
+def _relative(parent: str, child: str, frame: Frame) -> str:
+    if parent == "":
+        return child
+    if not child.startswith(parent + "."):
+        raise PassError(
+            f"module call {frame.call_name!r} is not inside its caller {parent!r}; run "
+            "fix_module_stacks first"
+        )
+    return child[len(parent) + 1 :]
+
+
+def _call_base(target: str) -> str:
+    return target.replace(".", "_").replace("@", "_")
+
+
+def _call_meta(call: _Call) -> dict[str, Any]:
+    frame = call.frame
+    return {"purefx_call": frame.call_name} if frame else {}
+
+
+def _ensure_path(modules: dict[ModuleId, Module], root: ModuleId, path: str) -> None:
+    """Create holder modules so that ``path`` exists (ids are paths)."""
+    if not path or path in modules:
+        return
+    parent, _, name = path.rpartition(".")
+    _ensure_path(modules, root, parent)
+    parent_id = parent if parent else root
+    modules[path] = Module()
+    modules[parent_id] = modules[parent_id].with_child(name, path)
+
+
+def _move_subgraphs(modules: dict[ModuleId, Module], root: ModuleId, owner: dict[str, ModuleId]) -> None:
+    """Re-parent higher-order-op subgraph modules under the module whose graph reads them."""
+    for name, new_owner in owner.items():
+        if new_owner in ("", root):
+            continue
+        sub = modules[root].child(name)
+        if sub is None:
+            continue
+        kids = tuple((n, c) for n, c in modules[root].children if n != name)
+        modules[root] = modules[root].replace(children=kids)
+        modules[new_owner] = modules[new_owner].with_child(name, sub)
+
+
+def _reachable(modules: dict[ModuleId, Module], root: ModuleId) -> list[ModuleId]:
+    seen: dict[ModuleId, None] = {}
+    stack = [root]
+    while stack:
+        mid = stack.pop()
+        if mid in seen:
+            continue
+        seen[mid] = None
+        stack.extend(c for _, c in modules[mid].children)
+    return list(seen)
+
+
+def user_input_names(program: Program) -> Sequence[str]:
+    """The names of the root graph's user-input placeholders, in order."""
+    return [s.name for s in program.signature.inputs if s.kind == USER_INPUT]

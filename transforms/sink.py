@@ -1,0 +1,159 @@
+"""Sinking: state that arrives as a placeholder becomes a ``get_attr`` in the module owning it."""
+
+from __future__ import annotations
+
+from ir.args import Ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.module import ModuleId, split_call_target
+from ir.node import CALL_MODULE, GET_ATTR, PLACEHOLDER, Node
+from ir.program import Program
+from ir.signature import STATE_INPUT_KINDS
+
+
+def sink_state(program: Program) -> Program:
+    """Replace every placeholder that carries state with a ``get_attr`` in its module.
+
+    A placeholder carries state fqn ``f`` when every call of its graph passes a value that comes
+    (through placeholders of callers, up to the root) from the root's input of ``f``. It is sunk
+    when ``f``, or a tied alias of ``f``, lies below the module's path; the callers then stop
+    passing it, and the root's signature drops state inputs. Placeholders of state owned
+    elsewhere stay (a module reading a sibling's tensor keeps it as an argument).
+
+    **Laws:** idempotent; never changes the number of compute nodes; the lowered module computes
+    the same. Complexity: O(n + S) for n nodes and S state fqns.
+    """
+    return _Sinker(program).run()
+
+
+class _Sinker:
+    def __init__(self, program: Program) -> None:
+        self.p = program
+        self.paths = _first_paths(program)
+        self.aliases: dict[str, list[str]] = {}
+        for fqn in program.state_order:
+            self.aliases.setdefault(program.state[fqn].tensor, []).append(fqn)
+        # (module, variant) -> per placeholder: the state fqn it carries, or None
+        self.carried: dict[tuple[ModuleId, int], list[str | None]] = {}
+        self.sunk: dict[tuple[ModuleId, int], dict[int, str]] = {}
+
+    def run(self) -> Program:
+        p = self.p
+        root_graph = p.root_module.graph
+        root_state = {s.name: s.target for s in p.signature.inputs if s.kind in STATE_INPUT_KINDS}
+        if not root_state and not self._any_child_placeholders():
+            return p
+        self.carried[(p.root, 0)] = [root_state.get(n.name) for n in root_graph.placeholders]
+        order = self._call_order()
+        for mid, variant in order:
+            self._decide(mid, variant)
+        modules = p.modules.evolver()
+        for mid, variant in order:
+            mod = modules[mid]
+            graphs = list(mod.graphs)
+            graphs[variant] = self._rewrite(mid, variant, graphs[variant])
+            modules[mid] = mod.replace(graphs=tuple(graphs))
+        signature = p.signature
+        dropped = self.sunk.get((p.root, 0), {})
+        if dropped:
+            names = {root_graph.placeholders[i].name for i in dropped}
+            signature = signature.__class__(
+                tuple(s for s in signature.inputs if s.name not in names), signature.outputs
+            )
+        return p.replace(modules=modules.persistent(), signature=signature)
+
+    def _any_child_placeholders(self) -> bool:
+        return any(
+            n.op == CALL_MODULE for n in self.p.root_module.graph.nodes
+        )
+
+    def _call_order(self) -> list[tuple[ModuleId, int]]:
+        """Every (module, variant) reached by calls from the root, callers before callees, and
+        the carried state of each callee placeholder, merged over its call sites."""
+        p = self.p
+        order: list[tuple[ModuleId, int]] = [(p.root, 0)]
+        seen = {(p.root, 0)}
+        i = 0
+        while i < len(order):
+            mid, variant = order[i]
+            i += 1
+            graph = p.modules[mid].graphs[variant]
+            local = dict(zip((n.name for n in graph.placeholders), self.carried[(mid, variant)]))
+            for node in graph.nodes:
+                if node.op != CALL_MODULE:
+                    continue
+                path, k = split_call_target(node.target)
+                child = p.resolve(path, mid)
+                if child is None or not p.modules[child].graphs:
+                    continue
+                passed = [local.get(a.name) if isinstance(a, Ref) else None for a in node.args]
+                passed += [None] * len(node.kwargs)
+                key = (child, k)
+                if key in self.carried:
+                    self.carried[key] = [a if a == b else None for a, b in zip(self.carried[key], passed)]
+                else:
+                    self.carried[key] = passed
+                if key not in seen:
+                    seen.add(key)
+                    order.append(key)
+        return order
+
+    def _decide(self, mid: ModuleId, variant: int) -> None:
+        path = self.paths.get(mid, "")
+        decisions: dict[int, str] = {}
+        for i, fqn in enumerate(self.carried[(mid, variant)]):
+            if fqn is None:
+                continue
+            local = self._local_name(fqn, path)
+            if local is not None:
+                decisions[i] = local
+        self.sunk[(mid, variant)] = decisions
+
+    def _local_name(self, fqn: str, path: str) -> str | None:
+        for alias in self.aliases.get(self.p.state[fqn].tensor, [fqn]):
+            if not path:
+                return alias
+            if alias.startswith(path + "."):
+                return alias[len(path) + 1 :]
+        return None
+
+    def _rewrite(self, mid: ModuleId, variant: int, graph: Graph) -> Graph:
+        p = self.p
+        decisions = self.sunk[(mid, variant)]
+        placeholders = graph.placeholders
+        kept = [n for i, n in enumerate(placeholders) if i not in decisions]
+        body = []
+        for node in graph.nodes[len(placeholders):]:
+            if node.op == CALL_MODULE:
+                node = self._drop_sunk_args(node, mid)
+            body.append(node)
+        read = {r.name for node in body for r in node.inputs()}
+        reads = [
+            Node(GET_ATTR, n.name, decisions[i], meta=n.meta)
+            for i, n in enumerate(placeholders)
+            if i in decisions and n.name in read
+        ]
+        return Graph(tuple(kept + reads + body))
+
+    def _drop_sunk_args(self, node: Node, mid: ModuleId) -> Node:
+        path, k = split_call_target(node.target)
+        child = self.p.resolve(path, mid)
+        if child is None or (child, k) not in self.sunk:
+            return node
+        dropped = self.sunk[(child, k)]
+        if not dropped:
+            return node
+        n_args = len(node.args)
+        if any(i >= n_args for i in dropped):
+            raise PassError(
+                f"call {node.name!r} passes state to {node.target!r} by keyword; cannot sink it"
+            )
+        args = tuple(a for i, a in enumerate(node.args) if i not in dropped)
+        return node.replace(args=args)
+
+
+def _first_paths(program: Program) -> dict[ModuleId, str]:
+    paths: dict[ModuleId, str] = {}
+    for path, mid in program.walk():
+        paths.setdefault(mid, path)
+    return paths
