@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Container
+from typing import Any
 
 
 def target_name(target: Any) -> str:
@@ -32,17 +32,3 @@ def fresh_name(base: str, taken: set[str]) -> str:
     taken.add(name)
     return name
 
-
-def fresh_name(base: str, taken: Container[str]) -> str:
-    """``base`` when it is not in ``taken``, else the first free ``base_1``, ``base_2``, ...
-
-    Follows fx's convention (``add``, ``add_1``), so names made here read like the exporter's. Does
-    not record the result: a caller making several names adds each to ``taken`` itself. O(k) for k
-    clashes.
-    """
-    if base not in taken:
-        return base
-    k = 1
-    while f"{base}_{k}" in taken:
-        k += 1
-    return f"{base}_{k}"

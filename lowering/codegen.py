@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 from torch.fx.graph_module import _forward_from_src
+from torch.utils._pytree import TreeSpec
 
 from ir.alpha import graph_key
 from ir.args import Ref, thaw
@@ -22,21 +23,42 @@ from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 NodeRule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], "torch.fx.Node | None"]
 
 
-def to_fx_graph(graph: Graph, rules: dict[str, NodeRule] | None = None) -> torch.fx.Graph:
-    """Build a fresh ``torch.fx.Graph`` equal to ``graph``.
+def to_fx_graph(
+    graph: Graph, rules: dict[str, NodeRule] | None = None
+) -> tuple[torch.fx.Graph, dict[str, Any]]:
+    """Build a fresh ``torch.fx.Graph`` equal to ``graph``, and the attributes it reads.
 
+    Literals that Python code cannot spell (pytree ``TreeSpec``s) become ``get_attr`` nodes of
+    attributes ``_spec_<i>``, returned as ``{name: value}`` for the owning module to hold.
     ``rules`` maps a node name to a function that emits that node differently (the root uses this
     to read state instead of taking it as a placeholder); it returns the fx node that stands for
     the IR node's value, or ``None`` when the value is dropped.
     """
     fx_graph = torch.fx.Graph()
     env: dict[str, torch.fx.Node] = {}
+    constants: dict[str, Any] = {}
+    spec_nodes: dict[int, torch.fx.Node] = {}
 
     def read(r: Ref) -> torch.fx.Node:
         return env[r.name]
 
+    def spelled(tree: Any) -> Any:
+        if isinstance(tree, TreeSpec):
+            made = spec_nodes.get(id(tree))
+            if made is None:
+                name = f"_spec_{len(constants)}"
+                constants[name] = tree
+                made = fx_graph.get_attr(name)
+                spec_nodes[id(tree)] = made
+            return made
+        if type(tree) in (tuple, list):
+            return type(tree)(spelled(x) for x in tree)
+        if type(tree) is dict:
+            return {k: spelled(v) for k, v in tree.items()}
+        return tree
+
     def thawed(tree: Any) -> Any:
-        return thaw(tree, read)
+        return spelled(thaw(tree, read))
 
     for node in graph.nodes:
         rule = rules.get(node.name) if rules else None
@@ -58,7 +80,7 @@ def to_fx_graph(graph: Graph, rules: dict[str, NodeRule] | None = None) -> torch
         if node.meta and not made.meta:
             made.meta = _copied_meta(node)
         env[node.name] = made
-    return fx_graph
+    return fx_graph, constants
 
 
 def _copied_meta(node: Node) -> dict[str, Any]:

@@ -67,11 +67,24 @@ def lower(
 def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> torch.nn.Module:
     if not mod.graphs:
         return HOLDER_CLASSES.get(mod.kind, Holder)(mod.type_name)
-    fx_graphs = [to_fx_graph(g) for g in mod.graphs]
+    built = [to_fx_graph(g) for g in mod.graphs]
+    fx_graphs = [fg for fg, _ in built]
     codes = [compile_graph(fg, share_key(g)) for fg, g in zip(fx_graphs, mod.graphs)]
     dispatch = order if any(order) else ()
     cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
-    return cls(fx_graphs, codes, dispatch, mod.type_name, interpreter)
+    made = cls(fx_graphs, codes, dispatch, mod.type_name, interpreter)
+    _hold_constants(made, built)
+    return made
+
+
+def _hold_constants(owner: torch.nn.Module, built: list[tuple[torch.fx.Graph, dict]]) -> None:
+    """Set the literal attributes (pytree specs) the graphs read; one name, one value."""
+    for _, constants in built:
+        for name, value in constants.items():
+            held = owner.__dict__.get(name)
+            if held is not None and held != value:
+                raise LoweringError(f"two graphs of one module need different {name!r}")
+            owner.__dict__[name] = value
 
 
 def dispatch_orders(program: Program) -> dict[ModuleId, tuple[int, ...]]:
@@ -102,9 +115,9 @@ def _build_root(
     root = program.root_module
     raw = "" not in program.call_signatures
     rules = {} if raw else _root_rules(program)
-    fx_graph = to_fx_graph(root.graph, rules)
+    fx_graph, constants = to_fx_graph(root.graph, rules)
     spec = program.call_signatures.get("")
-    return LoweredRoot(
+    made = LoweredRoot(
         fx_graph,
         compile_graph(fx_graph),
         type_name=root.type_name,
@@ -115,6 +128,8 @@ def _build_root(
         flat_args_adapter=adapter,
         interpreter=interpreter,
     )
+    _hold_constants(made, [(fx_graph, constants)])
+    return made
 
 
 Rule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], Any]

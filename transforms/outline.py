@@ -170,11 +170,11 @@ class _Outliner:
             return found
         if name in self.hidden:
             return self._read(call, self._ival_source(name, call))
-        if call.frame is None:
-            raise PassError(f"value %{name} is read before it is defined in the root graph")
         if name in self.aliased_state:
             # an in-place result is its mutated state: read the state itself (sinkable)
             return self._read(call, self.aliased_state[name])
+        if call.frame is None:
+            raise PassError(f"value %{name} is read before it is defined in the root graph")
         node = self.by_name[name]
         if call.sig is not None:
             if _recomputable(node):
