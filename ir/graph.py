@@ -61,8 +61,12 @@ class Graph:
 
     @property
     def placeholders(self) -> tuple[Node, ...]:
-        """The placeholder nodes, in order."""
-        return tuple(n for n in self.nodes if n.op == PLACEHOLDER)
+        """The placeholder nodes, in order (built once)."""
+        found = self._index.get("placeholders")
+        if found is None:
+            found = tuple(n for n in self.nodes if n.op == PLACEHOLDER)
+            self._index["placeholders"] = found
+        return found
 
     @property
     def output_node(self) -> Node:

@@ -14,6 +14,7 @@ import torch.fx
 from pyrsistent import pmap
 from torch.export import graph_signature as gs
 
+from ir.gcpause import gc_paused
 from ir.args import Ref, freeze, ref
 from ir.errors import UnsupportedProgramError
 from ir.graph import Graph
@@ -69,6 +70,7 @@ _STATE_KIND_OF_INPUT = {
 }
 
 
+@gc_paused
 def import_ep(ep: torch.export.ExportedProgram) -> Program:
     """Import ``ep`` into an immutable ``Program`` without touching ``ep``.
 
@@ -115,6 +117,7 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     )
 
 
+@gc_paused
 def import_graph_module(gm: torch.fx.GraphModule) -> Program:
     """Import a plain fx ``GraphModule`` (not an export) into a flat ``Program``.
 
@@ -363,7 +366,36 @@ def _import_state(
                 f"input {spec.name!r} reads {spec.kind} {fqn!r}, which is neither in the state "
                 "dict nor in the constants; the program is incomplete"
             )
-    return state, tuple(state), tensors
+    return state, _registration_order(list(state), signature, state), tensors
+
+
+def _registration_order(
+    order: list[str], signature: ExportSignature, state: dict[str, Slot]
+) -> tuple[str, ...]:
+    """Put each non-persistent buffer back among the buffers, where eager registered it.
+
+    The state dict lists persistent state in eager order and leaves non-persistent buffers out;
+    the signature lists the buffers a program reads in eager order, non-persistent ones
+    included. Each non-persistent buffer goes right after the buffer before it in the signature
+    (or before the one after it).
+    """
+    buffers = [s.target for s in signature.inputs if s.kind == BUFFER and s.target in state]
+    loose = [f for f in buffers if not state[f].persistent]
+    if not loose:
+        return tuple(order)
+    placed = [f for f in order if f not in set(loose)]
+    for i, fqn in enumerate(buffers):
+        if state[fqn].persistent:
+            continue
+        before = next((b for b in reversed(buffers[:i]) if b in placed), None)
+        after = next((b for b in buffers[i + 1 :] if b in placed and state[b].persistent), None)
+        if before is not None:
+            placed.insert(placed.index(before) + 1, fqn)
+        elif after is not None:
+            placed.insert(placed.index(after), fqn)
+        else:
+            placed.append(fqn)
+    return tuple(placed)
 
 
 def _alias_key(value: Any) -> Any:
@@ -398,12 +430,23 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
     return types
 
 
-def _holder_kind(type_name: str | None, child_names: list[str]) -> str:
-    """The container kind of a holder; an untyped holder of children ``0..n-1`` is a ModuleList
-    (a ModuleList is never called, so the module stack never names its type)."""
-    if type_name is None and child_names and child_names == [str(i) for i in range(len(child_names))]:
+def _holder_kind(type_name: str | None, child_names: list[str], state_names: list[str]) -> str:
+    """The container kind of a holder.
+
+    Containers are never called, so the module stack never names their class: an untyped holder
+    of children ``0..n-1`` (and no state) is taken for a ModuleList, one of state ``0..n-1`` (and
+    no children) for a ParameterList. A ModuleDict or ParameterDict cannot be told from a plain
+    module this way and stays a plain holder.
+    """
+    if type_name is None and child_names and not state_names and _numbered(child_names):
         return kind_of_type("torch.nn.modules.container.ModuleList")
+    if type_name is None and state_names and not child_names and _numbered(state_names):
+        return kind_of_type("torch.nn.modules.container.ParameterList")
     return kind_of_type(type_name)
+
+
+def _numbered(names: list[str]) -> bool:
+    return names == [str(i) for i in range(len(names))]
 
 
 def _holder_tree(
@@ -418,6 +461,10 @@ def _holder_tree(
     graph first (eager registration order), then the state fqns.
     """
     children: dict[str, list[str]] = {"": []}
+    local_state: dict[str, list[str]] = {}
+    for fqn in state_order:
+        owner, _, name = fqn.rpartition(".")
+        local_state.setdefault(owner, []).append(name)
     paths = [f for f in call_order if f and "@" not in f]
     paths += [f.rsplit(".", 1)[0] for f in state_order if "." in f]
     for path in paths:
@@ -435,7 +482,7 @@ def _holder_tree(
         kids = [c.rsplit(".", 1)[-1] for c in children[path]]
         modules[path] = Module(
             type_name=type_name,
-            kind=_holder_kind(type_name, kids),
+            kind=_holder_kind(type_name, kids, local_state.get(path, [])),
             children=tuple((c.rsplit(".", 1)[-1], c) for c in children[path]),
         )
     return tuple((c.rsplit(".", 1)[-1], c) for c in children[""])

@@ -68,6 +68,7 @@ class Module:
     kind: str = PLAIN
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
+    _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def graph(self) -> Graph | None:
@@ -75,11 +76,12 @@ class Module:
         return self.graphs[0] if self.graphs else None
 
     def child(self, name: str) -> ModuleId | None:
-        """The ModuleId registered under local ``name``, or ``None``."""
-        for n, mid in self.children:
-            if n == name:
-                return mid
-        return None
+        """The ModuleId registered under local ``name``, or ``None`` (O(1) after the first call)."""
+        found = self._index.get("children")
+        if found is None:
+            found = dict(self.children)
+            self._index["children"] = found
+        return found.get(name)
 
     def replace(self, **changes: Any) -> Module:
         """A copy with ``changes``; ``self`` when nothing changes."""

@@ -20,15 +20,29 @@ def target_name(target: Any) -> str:
 
 
 def fresh_name(base: str, taken: set[str]) -> str:
-    """A name starting with ``base`` that is not in ``taken``; adds it to ``taken``."""
+    """A name starting with ``base`` that is not in ``taken``; adds it to ``taken``.
+
+    Amortized O(1): the next suffix to try for each base is remembered alongside ``taken``
+    (a ``Names`` set), so naming k nodes after one base costs O(k), not O(k²).
+    """
     base = base or "_"
     if base not in taken:
         taken.add(base)
         return base
-    i = 1
+    counters = taken.counters if isinstance(taken, Names) else {}
+    i = counters.get(base, 1)
     while f"{base}_{i}" in taken:
         i += 1
+    counters[base] = i + 1
     name = f"{base}_{i}"
     taken.add(name)
     return name
+
+
+class Names(set):
+    """A set of taken names that also remembers, per base, where ``fresh_name`` stopped."""
+
+    def __init__(self, names=()) -> None:
+        super().__init__(names)
+        self.counters: dict[str, int] = {}
 

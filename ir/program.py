@@ -13,6 +13,9 @@ from ir.signature import CallSignature, ExportSignature
 from ir.state import Opaque, Slot
 
 
+NO_CONSTRAINTS = Opaque({})
+
+
 @attrs.frozen(cache_hash=True)
 class Program:
     """An exported program as a value.
@@ -36,7 +39,7 @@ class Program:
     signature: ExportSignature = ExportSignature()
     call_signatures: PMap = pmap()
     call_order: tuple[str, ...] = ("",)
-    range_constraints: Opaque = attrs.field(factory=lambda: Opaque({}))
+    range_constraints: Opaque = attrs.field(factory=lambda: NO_CONSTRAINTS)
 
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ir.args import Ref
 from ir.errors import VerifyError
+from ir.signature import BUFFER_MUTATION, USER_INPUT_MUTATION
 from ir.graph import Graph
 from ir.module import KINDS, SUBGRAPH, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
@@ -145,9 +147,21 @@ def _check_root_signature(program: Program) -> None:
         raise VerifyError(f"root placeholders {names} do not match the input specs {specs}")
     if program.signature.outputs:
         outputs = graph.outputs
-        count = len(outputs) if isinstance(outputs, tuple) else 1
-        if count != len(program.signature.outputs):
+        values = outputs if isinstance(outputs, tuple) else (outputs,)
+        if len(values) != len(program.signature.outputs):
             raise VerifyError(
-                f"root graph returns {count} values, the signature lists "
+                f"root graph returns {len(values)} values, the signature lists "
                 f"{len(program.signature.outputs)} outputs"
             )
+        for value, spec in zip(values, program.signature.outputs):
+            if spec.name is not None and isinstance(value, Ref) and value.name != spec.name:
+                raise VerifyError(
+                    f"output spec {spec.kind} names %{spec.name} but the root returns "
+                    f"%{value.name} there"
+                )
+            if spec.kind == BUFFER_MUTATION and spec.target not in program.state:
+                raise VerifyError(f"output %{spec.name} mutates {spec.target!r}, which is not state")
+            if spec.kind == USER_INPUT_MUTATION and spec.target not in names:
+                raise VerifyError(
+                    f"output %{spec.name} mutates input {spec.target!r}, which is not a placeholder"
+                )

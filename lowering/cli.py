@@ -1,143 +1,387 @@
-"""The ``purefx`` command: import, transform and lower a program, and check it.
+"""The ``purefx`` command: import, transform and lower a program, and check the result.
 
 ``purefx`` runs the built-in example model; ``purefx MODEL.pt2`` loads a program saved with
-``torch.export.save``. Loading a ``.pt2`` file runs ``torch.export.load``, which unpickles parts of
-the file: only load files you trust.
+``torch.export.save``. Either way it imports the program, runs each pass and lowers the result
+(timing each stage, with a progress bar on a terminal for large programs), prints the module tree
+and checks the lowered module against ``ep.module()`` on the program's example inputs.
+
+Exit status: 0 when the check passes (or the program carries no example inputs), 1 when it fails,
+2 for bad input (a file that is not a program, an unknown pass, a program purefx cannot handle).
+
+Loading a .pt2 file calls ``torch.export.load``, which unpickles the weights and constants stored
+in it (``torch.load`` with ``weights_only=False``): a crafted file can run any code on load. Only
+load files you trust.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import logging
+import os
 import sys
 import time
-from typing import Any, Sequence
+import warnings
+from typing import IO, Any, Callable, Sequence
 
 import torch
 
-from ir import PurefxError, format_tree, import_ep
+from ir import PurefxError, import_ep
 from ir.program import Program
 from lowering.lower import lower
-from transforms.pipeline import transform
+from lowering.report import Stage, format_module_tree, html_report
+from transforms.pipeline import pipeline
 
-_DESCRIPTION = __doc__
+Pass = Callable[[Program], Program]
+
+LARGE = 2000  # nodes in the exported graph from which a run shows a progress bar (on a terminal)
+
+_EPILOG = """\
+A .pt2 file is loaded with torch.export.load, which unpickles the weights and constants stored in
+it: a crafted file can run any code when loaded. Only load files you trust.
+
+exit status: 0 check passed (or no example inputs), 1 check failed, 2 bad input or error."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 on PASS, 1 on FAIL, 2 on bad input)."""
     args = _parser().parse_args(argv)
     try:
-        ep = _load(args.program)
-        report = run(ep, passes=_passes(args.passes))
-    except (PurefxError, _LoadError) as err:
-        sys.stderr.write(f"purefx: error: {err}\n")
+        passes = _passes(args.passes)
+        ep, source = _load(args.program)
+        progress = _Progress.for_run(ep, args.progress, sys.stderr)
+        result = run(ep, passes=passes, progress=progress)
+        if args.html:
+            _write(args.html, html_report(
+                source=source, stages=result.stages, verdict=result.verdict, passed=result.passed
+            ))
+    except (PurefxError, UsageError) as err:
+        sys.stderr.write(f"purefx: error: {_one_line(err)}\n")
         return 2
-    sys.stdout.write(report.text + "\n")
-    return 0 if report.passed else 1
+    sys.stdout.write(f"purefx: {source}\n{result.text}\n")
+    if args.html:
+        sys.stdout.write(f"report written to {args.html}\n")
+    return 1 if result.passed is False else 0
 
 
-class _LoadError(Exception):
-    pass
+class UsageError(Exception):
+    """Bad input to the command: a file that is not a program, an unknown pass, a bad path."""
 
 
-class Report:
-    """What one run found: the printable text and whether the numeric check passed."""
+class RunResult:
+    """What one run found: its stages, the lowered module, and the check's verdict.
 
-    def __init__(self, text: str, passed: bool, program: Program, module: torch.nn.Module) -> None:
-        self.text = text
-        self.passed = passed
-        self.program = program
+    ``passed`` is ``True``/``False`` for PASS/FAIL and ``None`` when the program carries no
+    example inputs to check with.
+    """
+
+    def __init__(
+        self, stages: list[Stage], module: torch.nn.Module, passed: bool | None, verdict: str
+    ) -> None:
+        self.stages = stages
         self.module = module
+        self.passed = passed
+        self.verdict = verdict
+
+    @property
+    def program(self) -> Program:
+        """The final Program (the one that was lowered)."""
+        return next(s.program for s in reversed(self.stages) if s.program is not None)
+
+    @property
+    def text(self) -> str:
+        """The stage table, the module tree and the verdict, as printed by the command."""
+        lines = [f"{'stage':<30} {'ms':>10} {'nodes':>8} {'modules':>8}"]
+        for s in self.stages:
+            counts = (
+                f" {s.program.node_count():8d} {s.program.module_count():8d}"
+                if s.program is not None
+                else ""
+            )
+            lines.append(f"  {s.name:<28} {1e3 * s.seconds:10.2f}{counts}")
+        return "\n".join(
+            [
+                *lines,
+                "module tree:",
+                _indent(format_module_tree(self.program)),
+                f"check against ep.module(): {self.verdict}",
+            ]
+        )
 
 
-def run(ep: torch.export.ExportedProgram, passes: Sequence[Any] | None = None) -> Report:
-    """Import, transform (each pass timed) and lower ``ep``; compare with ``ep.module()``."""
-    lines = []
-    start = time.perf_counter()
-    program = import_ep(ep)
-    lines.append(_stage("import_ep", start, program))
-    for p in passes if passes is not None else _default_passes():
+def run(
+    ep: torch.export.ExportedProgram,
+    passes: Sequence[Pass] | None = None,
+    progress: _Progress | None = None,
+) -> RunResult:
+    """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), lower, check.
+
+    Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
+    """
+    chosen = list(pipeline() if passes is None else passes)
+    progress = progress or _Progress(0, None)
+    progress.total = len(chosen) + 2
+    stages: list[Stage] = []
+
+    def timed(name: str, work: Callable[[], Any]) -> Any:
+        progress.start(name)
         start = time.perf_counter()
-        program = transform(program, [p])
-        lines.append(_stage(getattr(p, "__name__", str(p)), start, program))
-    start = time.perf_counter()
-    module = lower(program)
-    lines.append(f"  {'lower':<28} {1e3 * (time.perf_counter() - start):9.2f} ms")
-    passed, detail = _check(ep, module)
-    text = "\n".join(
-        ["stages:", *lines, "module tree:", format_tree(program), f"check against ep.module(): {detail}"]
-    )
-    return Report(text, passed, program, module)
+        made = work()
+        seconds = time.perf_counter() - start
+        progress.done()
+        stages.append(Stage(name, seconds, made if isinstance(made, Program) else None))
+        return made
+
+    try:
+        program = timed("import_ep", lambda: import_ep(ep))
+        for p in chosen:
+            program = timed(_name(p), lambda p=p, program=program: p(program))
+        module = timed("lower", lambda: lower(program))
+    finally:
+        progress.close()
+    passed, verdict = check(ep, module)
+    return RunResult(stages, module, passed, verdict)
 
 
-def _stage(name: str, start: float, program: Program) -> str:
-    ms = 1e3 * (time.perf_counter() - start)
-    return (
-        f"  {name:<28} {ms:9.2f} ms  {program.node_count():6d} nodes  "
-        f"{program.module_count():5d} modules"
-    )
-
-
-def _check(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> tuple[bool, str]:
-    example = ep.example_inputs
-    if example is None:
-        return True, "SKIPPED (the program carries no example inputs)"
-    args, kwargs = example
-    expected = ep.module()(*args, **kwargs)
-    got = module(*args, **kwargs)
-    leaves_e = [x for x in torch.utils._pytree.tree_leaves(expected)]
-    leaves_g = [x for x in torch.utils._pytree.tree_leaves(got)]
-    if len(leaves_e) != len(leaves_g):
-        return False, f"FAIL (output structure differs: {len(leaves_g)} vs {len(leaves_e)} leaves)"
+def check(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> tuple[bool | None, str]:
+    """Run ``ep.module()`` and ``module`` on copies of ``ep.example_inputs``; compare outputs and
+    mutated inputs. Returns ``(passed, "PASS (largest abs error ...)")``, ``passed`` ``None``
+    when ``ep`` has no example inputs."""
+    if ep.example_inputs is None:
+        return None, "SKIPPED (the program carries no example inputs)"
+    args, kwargs = copy.deepcopy(ep.example_inputs)
+    try:
+        expected = ep.module()(*args, **kwargs)
+    except Exception as err:  # nothing to compare with: not purefx's failure
+        return None, f"SKIPPED (ep.module() raised {type(err).__name__}: {_one_line(err)})"
+    args_m, kwargs_m = copy.deepcopy(ep.example_inputs)
+    try:
+        got = module(*args_m, **kwargs_m)
+    except Exception as err:
+        return False, f"FAIL (the lowered module raised {type(err).__name__}: {_one_line(err)})"
+    pairs = [(expected, got), ((args, kwargs), (args_m, kwargs_m))]
     worst = 0.0
-    for e, g in zip(leaves_e, leaves_g):
-        if isinstance(e, torch.Tensor):
-            if e.shape != g.shape:
-                return False, f"FAIL (shape {tuple(g.shape)} where {tuple(e.shape)} was expected)"
-            if e.numel():
-                worst = max(worst, (e.double() - g.double()).abs().max().item())
-        elif e != g:
-            return False, f"FAIL (value {g!r} where {e!r} was expected)"
-    passed = worst <= 1e-5
-    return passed, f"{'PASS' if passed else 'FAIL'} (largest abs error {worst:.3g})"
+    for want, have in pairs:
+        spec_w = torch.utils._pytree.tree_structure(want)
+        spec_h = torch.utils._pytree.tree_structure(have)
+        if spec_w != spec_h:
+            return False, "FAIL (the outputs have another structure than ep.module()'s)"
+        leaves = zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(have))
+        for e, g in leaves:
+            problem, error = _compare(e, g)
+            if problem:
+                return False, f"FAIL ({problem})"
+            worst = max(worst, error)
+    return True, f"PASS (largest abs error {worst:.3g})"
 
 
-def _load(path: str | None) -> torch.export.ExportedProgram:
+def _compare(expected: Any, got: Any) -> tuple[str | None, float]:
+    if not isinstance(expected, torch.Tensor):
+        return (None if expected == got else f"value {got!r} where {expected!r} was expected"), 0.0
+    if not isinstance(got, torch.Tensor):
+        return f"a {type(got).__name__} where a tensor was expected", 0.0
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return (
+            f"{got.dtype} {tuple(got.shape)} where {expected.dtype} {tuple(expected.shape)} "
+            "was expected"
+        ), 0.0
+    if not expected.numel():
+        return None, 0.0
+    error = (got.detach().double() - expected.detach().double()).abs().nan_to_num(0.0).max().item()
+    try:
+        torch.testing.assert_close(got, expected, equal_nan=True)
+    except AssertionError:
+        return f"largest abs error {error:.3g}", error
+    return None, error
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def _load(path: str | None) -> tuple[torch.export.ExportedProgram, str]:
     if path is None:
         from lowering.example_model import example_program
 
-        return example_program()
+        return example_program(), "the built-in example model (lowering/example_model.py)"
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, not a .pt2 file")
+    # torch logs the first failure with its traceback, then raises a vaguer error: keep the
+    # logged cause, and print one line of our own
+    caught = _Caught()
+    logger = logging.getLogger("torch.export")
+    handlers, propagate = logger.handlers, logger.propagate
+    logger.handlers, logger.propagate = [caught], False
     try:
-        return torch.export.load(path)
-    except FileNotFoundError:
-        raise _LoadError(f"{path}: no such file") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ep = torch.export.load(path)
     except Exception as err:  # torch raises many kinds for a file that is not a program
-        raise _LoadError(f"{path}: not a torch.export program ({type(err).__name__}: {err})") from None
+        cause = caught.errors[0] if caught.errors else err
+        raise UsageError(
+            f"{path}: not a program saved with torch.export.save ({type(cause).__name__}: "
+            f"{_one_line(cause, sentences=1)})"
+        ) from None
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise UsageError(f"{path}: holds a {type(ep).__name__}, not an ExportedProgram")
+    return ep, path
 
 
-def _default_passes() -> Sequence[Any]:
-    from transforms.pipeline import DEFAULT_PIPELINE
+class _Caught(logging.Handler):
+    """Keeps the exceptions of the log records it is handed, and writes nothing."""
 
-    return DEFAULT_PIPELINE
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.errors: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.errors.append(record.exc_info[1])
 
 
-def _passes(spec: str | None) -> Sequence[Any] | None:
-    if spec is None:
-        return None
+def _one_line(err: BaseException, sentences: int = 0) -> str:
+    """``err``'s message on one line: its first ``sentences`` sentences (0: all), cut at 300
+    characters."""
+    text = " ".join(str(err).split())
+    if sentences:
+        text = ". ".join(text.split(". ")[:sentences]).rstrip(".") + "."
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        raise UsageError(f"{path}: cannot write the report ({err.strerror or err})") from None
+
+
+# --- passes ---------------------------------------------------------------------------------------
+
+
+def _name(p: Pass) -> str:
+    return getattr(p, "__name__", None) or str(p)
+
+
+def known_passes() -> dict[str, Pass]:
+    """Pass name -> pass, for ``--passes``: the default pipeline's passes and those of
+    ``transforms`` that take a Program alone."""
     import transforms
 
+    found: dict[str, Pass] = {}
+    for p in pipeline() + pipeline(keep_functional=True):
+        found.setdefault(_name(p), p)
+    for name in ("move_non_tensor_nodes_on_boundary", "inline"):
+        fn = getattr(transforms, name, None)
+        if callable(fn):
+            found.setdefault(name, fn)
+    return found
+
+
+def _passes(spec: str | None) -> list[Pass] | None:
+    if spec is None:
+        return None
+    known = known_passes()
     chosen = []
     for name in filter(None, (s.strip() for s in spec.split(","))):
-        fn = getattr(transforms, name, None)
-        if not callable(fn):
-            raise SystemExit(f"purefx: error: unknown pass {name!r}")
-        chosen.append(fn)
+        if name not in known:
+            raise UsageError(f"unknown pass {name!r}; known passes: {', '.join(known)}")
+        chosen.append(known[name])
     return chosen
 
 
+# --- progress -------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """A one-line progress bar over the stages of a run, on a terminal's stderr.
+
+    Nothing is written when ``stream`` is ``None``; the line is cleared when the run ends.
+    """
+
+    WIDTH = 24
+
+    def __init__(self, total: int, stream: IO[str] | None) -> None:
+        self.total = total
+        self.stream = stream
+        self.finished = 0
+        self.started = 0.0
+
+    @classmethod
+    def for_run(cls, ep: torch.export.ExportedProgram, mode: str, stream: IO[str]) -> _Progress:
+        """``mode`` ``auto``: a bar only on a terminal and for a program of ``LARGE`` nodes."""
+        if mode == "off":
+            return cls(0, None)
+        if mode == "auto":
+            tty = getattr(stream, "isatty", lambda: False)()
+            if not tty or len(ep.graph.nodes) < LARGE:
+                return cls(0, None)
+        return cls(0, stream)
+
+    def start(self, name: str) -> None:
+        self.started = time.perf_counter()
+        self._draw(name)
+
+    def done(self) -> None:
+        self.finished += 1
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+
+    def _draw(self, name: str) -> None:
+        if self.stream is None:
+            return
+        filled = round(self.WIDTH * self.finished / max(1, self.total))
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        self.stream.write(f"\r\x1b[2K[{bar}] {self.finished}/{self.total} {name}")
+        self.stream.flush()
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="purefx", description=_DESCRIPTION)
-    parser.add_argument("program", nargs="?", help="a .pt2 file from torch.export.save (trusted files only)")
-    parser.add_argument("--passes", help="comma-separated pass names (default: the default pipeline)")
+    parser = argparse.ArgumentParser(
+        prog="purefx",
+        description=(
+            "Import a torch.export program into purefx's IR, run each pass and lower it back; "
+            "print the time and node/module counts of each pass, the module tree and a check "
+            "of the lowered module against ep.module() on the program's example inputs."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "program",
+        nargs="?",
+        help="a .pt2 file saved with torch.export.save (trusted files only: loading unpickles); "
+        "default: the built-in example model",
+    )
+    parser.add_argument(
+        "--passes",
+        metavar="A,B,C",
+        help="comma-separated passes to run, in order (default: the default pipeline: "
+        + ",".join(_name(p) for p in pipeline())
+        + ")",
+    )
+    parser.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        help="also write one self-contained HTML page: the module tree, each module's graphs and "
+        "a diff of the IR text per pass",
+    )
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help=f"progress bar on stderr (auto: on a terminal, for programs of {LARGE} nodes or more)",
+    )
     return parser
 
 

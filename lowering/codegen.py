@@ -7,6 +7,7 @@ once.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -15,7 +16,7 @@ from torch.fx.graph_module import _forward_from_src
 from torch.utils._pytree import TreeSpec
 
 from ir.alpha import graph_key
-from ir.args import Ref, thaw
+from ir.args import IDict, IList, Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
@@ -42,11 +43,13 @@ def to_fx_graph(
     def read(r: Ref) -> torch.fx.Node:
         return env[r.name]
 
+    names = {id(v): k for k, v in spec_constants(graph).items()}
+
     def spelled(tree: Any) -> Any:
         if isinstance(tree, TreeSpec):
             made = spec_nodes.get(id(tree))
             if made is None:
-                name = f"_spec_{len(constants)}"
+                name = names[id(tree)]
                 constants[name] = tree
                 made = fx_graph.get_attr(name)
                 spec_nodes[id(tree)] = made
@@ -91,7 +94,33 @@ def _copied_meta(node: Node) -> dict[str, Any]:
     return meta
 
 
-_COMPILED: dict[Any, Callable[..., Any]] = {}
+def spec_constants(graph: Graph) -> dict[str, Any]:
+    """``{"_spec_<i>": spec}`` for each distinct ``TreeSpec`` literal of ``graph``, in order."""
+    found: dict[int, Any] = {}
+
+    def visit(tree: Any) -> None:
+        if isinstance(tree, TreeSpec):
+            found.setdefault(id(tree), tree)
+        elif isinstance(tree, (tuple, IList)):
+            for x in tree:
+                visit(x)
+        elif isinstance(tree, IDict):
+            for _, v in tree.items:
+                visit(v)
+
+    for node in graph.nodes:
+        visit(node.args)
+        visit(node.kwargs)
+    return {f"_spec_{i}": spec for i, spec in enumerate(found.values())}
+
+
+# Compiled functions live as long as some module uses them.
+_COMPILED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def compiled(share_key: Any) -> Callable[..., Any] | None:
+    """The function already compiled under ``share_key``, if any."""
+    return _COMPILED.get(share_key)
 
 
 def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[..., Any]:

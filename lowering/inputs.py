@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch._export.utils import _check_input_constraints_for_graph
 from torch.utils._pytree import GetAttrKey, SequenceKey
 
-from ir.errors import InputConstraintError, InputError
+from ir.errors import InputError
+from lowering.constraints import check_inputs
 
 
 def flatten_inputs(root: Any, args: tuple, kwargs: dict) -> list[Any]:
@@ -52,12 +52,7 @@ def flatten_inputs(root: Any, args: tuple, kwargs: dict) -> list[Any]:
             )
     root.adapted = root.adapted or adapted
     if root.check_input_constraints:
-        try:
-            _check_input_constraints_for_graph(
-                root.input_placeholders, flat_with_path, root.range_constraints
-            )
-        except RuntimeError as err:
-            raise InputConstraintError(str(err)) from None
+        check_inputs(root._input_checks, flat_with_path, root._ranges)
     return [v for _, v in flat_with_path]
 
 

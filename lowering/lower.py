@@ -10,6 +10,7 @@ from torch.export import graph_signature as gs
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 from torch.export.unflatten import FlatArgsAdapter
 
+from ir.gcpause import gc_paused
 from ir.args import ref
 from ir.errors import LoweringError
 from ir.module import Module, ModuleId, split_call_target
@@ -18,17 +19,18 @@ from ir.program import Program
 from ir import signature as sg
 from ir import state as st
 from ir.verify import verify
-from lowering.codegen import compile_graph, share_key, to_fx_graph
+from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
-    Holder,
+    PlainHolder,
     LoweredDispatcher,
     LoweredModule,
 )
 from lowering.root import LoweredRoot
 
 
+@gc_paused
 def lower(
     program: Program,
     *,
@@ -66,15 +68,30 @@ def lower(
 
 def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> torch.nn.Module:
     if not mod.graphs:
-        return HOLDER_CLASSES.get(mod.kind, Holder)(mod.type_name)
-    built = [to_fx_graph(g) for g in mod.graphs]
-    fx_graphs = [fg for fg, _ in built]
-    codes = [compile_graph(fg, share_key(g)) for fg, g in zip(fx_graphs, mod.graphs)]
+        return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name)
+    codes = []
+    fx_graphs: list[torch.fx.Graph | None] = []
+    constants: dict[str, Any] = {}
+    for graph in mod.graphs:
+        key = share_key(graph)
+        code = compiled(key)
+        fx_graph = None
+        if code is None or interpreter:
+            fx_graph, made = to_fx_graph(graph)
+            code = code or compile_graph(fx_graph, key)
+            constants.update(made)
+        else:
+            constants.update(spec_constants(graph))
+        codes.append(code)
+        fx_graphs.append(fx_graph)
     dispatch = order if any(order) else ()
     cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
-    made = cls(fx_graphs, codes, dispatch, mod.type_name, interpreter)
-    _hold_constants(made, built)
-    return made
+    made_module = cls(mod.graphs, codes, dispatch, mod.type_name, interpreter, fx_graphs)
+    for g in fx_graphs:
+        if g is not None:
+            g.owning_module = made_module
+    _hold_constants(made_module, [(None, constants)])
+    return made_module
 
 
 def _hold_constants(owner: torch.nn.Module, built: list[tuple[torch.fx.Graph, dict]]) -> None:
@@ -227,15 +244,15 @@ def _register_state(
 ) -> None:
     """Register every state fqn on its owner; tied fqns get one shared tensor object."""
     made: dict[tuple[str, str], Any] = {}
+    by_path = {path: objects[mid] for path, mid in program.walk()}
     for fqn in program.state_order:
         slot = program.state[fqn]
         owner_path, _, name = fqn.rpartition(".")
-        mid = program.resolve(owner_path)
-        if mid is None:
+        owner = by_path.get(owner_path)
+        if owner is None:
             raise LoweringError(
                 f"state {fqn!r} belongs to module {owner_path!r}, which the program does not have"
             )
-        owner = objects[mid]
         key = (slot.tensor, slot.kind)
         value = made.get(key)
         if value is None:

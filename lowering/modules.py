@@ -16,6 +16,8 @@ import torch.fx
 from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatcher
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from lowering.codegen import compile_graph
+from lowering.portable import decode_graph, encode_graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 
 
@@ -31,6 +33,23 @@ class Holder(torch.nn.Module):
         return self._ty
 
 
+class PlainHolder(Holder):
+    """A holder of no container class: string indexing reaches its children."""
+
+    def __getitem__(self, key: str) -> torch.nn.Module:
+        """``holder["name"]``: the child registered under ``name``, as an ``nn.ModuleDict`` gives.
+
+        A container that is never called leaves no class name in the program, so a ModuleDict
+        may come back as a holder; string indexing keeps working.
+        """
+        if isinstance(key, str) and key in self._modules:
+            return self._modules[key]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._modules
+
+
 class LoweredModule(InterpreterModule):
     """A module that runs one fx graph (or, per call, one of several) as generated code.
 
@@ -39,24 +58,44 @@ class LoweredModule(InterpreterModule):
 
     def __init__(
         self,
-        graphs: list[torch.fx.Graph],
+        ir_graphs: tuple,
         codes: list[Callable[..., Any]],
         call_graphs: tuple[int, ...],
         type_name: str | None,
         interpreter: bool,
+        fx_graphs: list[torch.fx.Graph | None] | None = None,
     ) -> None:
         torch.nn.Module.__init__(self)
-        for g in graphs:
-            g.owning_module = self
-        self.graph = graphs[0]
-        self.graphs = graphs
+        self.__dict__["_ir_graphs"] = ir_graphs
+        self.__dict__["_fx_graphs"] = fx_graphs or [None] * len(ir_graphs)
         self._codes = codes
         self._call_graphs = call_graphs
         self._num_calls = 0
         self._ty = type_name
         self._run_with_interpreter = interpreter
-        self.arg_names = [n.target for n in graphs[0].nodes if n.op == "placeholder"]
         self.__dict__["graph_module"] = None
+
+    @property
+    def graphs(self) -> list[torch.fx.Graph]:
+        """The fx graph of each call variant (built on first use from the IR)."""
+        fx_graphs = self.__dict__["_fx_graphs"]
+        if any(g is None for g in fx_graphs):
+            from lowering.codegen import to_fx_graph
+
+            for i, g in enumerate(fx_graphs):
+                if g is None:
+                    fx_graphs[i] = to_fx_graph(self.__dict__["_ir_graphs"][i])[0]
+                    fx_graphs[i].owning_module = self
+        return fx_graphs
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        """The fx graph of the first call variant."""
+        return self.graphs[0]
+
+    @property
+    def arg_names(self) -> list[str]:
+        return [n.target for n in self.graph.nodes if n.op == "placeholder"]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         index = 0
@@ -95,15 +134,18 @@ class LoweredModule(InterpreterModule):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_codes"] = None
-        state["graph_module"] = None
+        state["_fx_graphs"] = [encode_graph(g) for g in self.graphs]
+        state["_ir_graphs"] = None
+        del state["_codes"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        from lowering.codegen import compile_graph
-
-        self._codes = [compile_graph(g) for g in self.graphs]
+        fx_graphs = [decode_graph(g) for g in state["_fx_graphs"]]
+        for g in fx_graphs:
+            g.owning_module = self
+        self.__dict__["_fx_graphs"] = fx_graphs
+        self._codes = [compile_graph(g) for g in fx_graphs]
 
 
 class LoweredDispatcher(LoweredModule, InterpreterModuleDispatcher):
@@ -132,8 +174,8 @@ def print_readable(
 def _readable(mod: torch.nn.Module, name: str, options: dict, seen: set[int]) -> str:
     seen.add(id(mod))
     lines = [f"class {name}(torch.nn.Module):"]
-    graphs = mod.__dict__.get("graphs") or [mod.__dict__.get("graph")]
-    for i, graph in enumerate(g for g in graphs if g is not None):
+    graphs = mod.graphs if isinstance(mod, LoweredModule) else [getattr(mod, "graph", None)]
+    for i, graph in enumerate(g for g in graphs if isinstance(g, torch.fx.Graph)):
         if i:
             lines.append(f"    # call variant {i}")
         src = graph.python_code(root_module="self", **options).src.strip("\n")
@@ -148,35 +190,33 @@ def _readable(mod: torch.nn.Module, name: str, options: dict, seen: set[int]) ->
     return "\n".join(lines)
 
 
-_SHARED_ON_COPY = ("_codes", "_code")
-_REBUILT_ON_COPY = ("graph", "graphs", "input_placeholders")
-
-
 def _deepcopy_module(mod: torch.nn.Module, memo: dict) -> torch.nn.Module:
-    """Deep-copy a lowered module: state and children copied, compiled code shared, fx graphs
-    copied node by node (their meta is shared, as fx does)."""
+    """Deep-copy a lowered module: state and children copied; compiled code and the immutable
+    IR graphs shared; fx graphs rebuilt on demand (node meta is shared, as fx copies do)."""
     import copy
 
     cls = type(mod)
     new = cls.__new__(cls)
     memo[id(mod)] = new
     for key, value in mod.__dict__.items():
-        if key in _SHARED_ON_COPY:
+        if key in ("_codes", "_code", "_ir_graphs"):
             new.__dict__[key] = value
-        elif key not in _REBUILT_ON_COPY:
+        elif key == "_fx_graphs":
+            new.__dict__[key] = [_copy_graph(g, new) if g is not None else None for g in value]
+        elif key == "graph":
+            new.__dict__[key] = _copy_graph(value, new)
+        elif key != "input_placeholders":
             new.__dict__[key] = copy.deepcopy(value, memo)
-    graphs = []
-    for g in mod.__dict__.get("graphs") or [mod.__dict__["graph"]]:
-        fresh = torch.fx.Graph()
-        fresh.output(fresh.graph_copy(g, {}))
-        fresh.owning_module = new
-        graphs.append(fresh)
-    new.__dict__["graph"] = graphs[0]
-    if "graphs" in mod.__dict__:
-        new.__dict__["graphs"] = graphs
     if "input_placeholders" in mod.__dict__:
-        new.__dict__["input_placeholders"] = [n for n in graphs[0].nodes if n.op == "placeholder"]
+        new.__dict__["input_placeholders"] = [n for n in new.graph.nodes if n.op == "placeholder"]
     return new
+
+
+def _copy_graph(graph: torch.fx.Graph, owner: torch.nn.Module) -> torch.fx.Graph:
+    fresh = torch.fx.Graph()
+    fresh.output(fresh.graph_copy(graph, {}))
+    fresh.owning_module = owner
+    return fresh
 
 
 class LoweredSequential(LoweredModule, torch.nn.Sequential):

@@ -9,7 +9,10 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export.unflatten import FlatArgsAdapter, UnflattenedModule
 
+from lowering.codegen import compile_graph
+from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
+from lowering.portable import decode_graph, encode_graph
 from lowering.modules import LoweredModule, is_tracing, print_readable
 
 
@@ -51,6 +54,8 @@ class LoweredRoot(UnflattenedModule):
         self._run_with_interpreter = interpreter
         self.meta: dict[str, Any] = {}
         self.input_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self._input_checks = input_checks(self.input_placeholders)
+        self._ranges = ranges_of(range_constraints)
         self._dispatchers: list[LoweredModule] = []
 
     def process_forward_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
@@ -71,6 +76,8 @@ class LoweredRoot(UnflattenedModule):
             out = self._code(self, *flat)
         if self._out_spec is None:
             return out
+        if is_tracing():
+            out = [out[i] for i in range(self._out_spec.num_leaves)]
         return pytree.tree_unflatten(list(out), self._out_spec)
 
     def finalize(self) -> None:
@@ -93,11 +100,13 @@ class LoweredRoot(UnflattenedModule):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_code"] = None
+        state["graph"] = encode_graph(self.graph)
+        del state["_code"], state["input_placeholders"]
         return state
 
     def __setstate__(self, state: dict) -> None:
-        from lowering.codegen import compile_graph
-
         self.__dict__.update(state)
+        self.__dict__["graph"] = decode_graph(state["graph"])
+        self.graph.owning_module = self
+        self.input_placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self._code = compile_graph(self.graph)

@@ -22,14 +22,16 @@ from ir.args import IDict, Ref, iter_refs, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import PLAIN, Module, ModuleId, call_target, kind_of_type
-from ir.names import fresh_name
+from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, USER_INPUT, CallSignature
 from transforms.sharing import canonical_paths
 from transforms.stacks import Frame, node_frames
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+CopiedWhereRead = Callable[[Node], bool]
 
 # Nodes cheap and pure enough to compute again inside a preserved call rather than pass in:
 # export shares symbolic-size computations between modules, which a preserved signature forbids.
@@ -63,13 +65,23 @@ def outline(program: Program) -> Program:
     return outline_by(program, node_frames)
 
 
-def outline_by(program: Program, frames_of: FrameOf) -> Program:
+def outline_by(
+    program: Program, frames_of: FrameOf, *, copied: CopiedWhereRead | None = None
+) -> Program:
     """``outline`` with another partition key: ``frames_of(node)`` gives the nested calls a node
-    runs in (outermost first), or ``None`` to keep it in the current call."""
+    runs in (outermost first), or ``None`` to keep it in the current call.
+
+    ``copied(node)`` marks nodes (without inputs, such as ``get_attr``) that belong to no call:
+    each call that reads one gets its own copy instead of an input; none is made where unread.
+    """
     root = program.root_module
     if any(n.op == CALL_MODULE for n in root.graph.nodes):
         return program
-    return _Outliner(program, frames_of).run()
+    return _Outliner(program, frames_of, copied).run()
+
+
+def _never(node: Node) -> bool:
+    return False
 
 
 class _Call:
@@ -91,9 +103,12 @@ class _Call:
 
 
 class _Outliner:
-    def __init__(self, program: Program, frames_of: FrameOf) -> None:
+    def __init__(
+        self, program: Program, frames_of: FrameOf, copied: CopiedWhereRead | None = None
+    ) -> None:
         self.p = program
         self.frames_of = frames_of
+        self.copied = copied or _never
         self.graph = program.root_module.graph
         self.nodes = self.graph.nodes
         self.position = {n.name: i for i, n in enumerate(self.nodes)}
@@ -108,7 +123,7 @@ class _Outliner:
         self.state_inputs = {
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
-        self.taken: set[str] = {n.name for n in self.nodes}
+        self.taken: set[str] = Names(n.name for n in self.nodes)
 
     # --- driver -----------------------------------------------------------------------------
 
@@ -124,6 +139,8 @@ class _Outliner:
                 while len(stack) > 1:
                     self._close(stack, self.position[node.name])
                 root.body.append(node.replace(args=self._args(root, node.args)))
+            elif self.copied(node):
+                continue  # copied into each call that reads it (``_read``)
             else:
                 self._enter(stack, node)
                 self._copy(stack[-1], node)
@@ -150,7 +167,7 @@ class _Outliner:
 
     # --- copying nodes ----------------------------------------------------------------------
 
-    def _copy(self, call: _Call, node: Node) -> None:
+    def _copy(self, call: _Call, node: Node, define: bool = True) -> None:
         args = self._args(call, node.args)
         kwargs = self._args(call, node.kwargs)
         if node.op == GET_ATTR and self.p.resolve(node.target) is not None:
@@ -158,7 +175,8 @@ class _Outliner:
         call.body.append(node.replace(args=args, kwargs=kwargs))
         call.env[node.name] = node.ref
         call.names.add(node.name)
-        call.defined.append(node.name)
+        if define:
+            call.defined.append(node.name)
 
     def _args(self, call: _Call, tree: Any) -> Any:
         return map_refs(tree, lambda r: self._read(call, r.name))
@@ -168,6 +186,10 @@ class _Outliner:
         found = call.env.get(name)
         if found is not None:
             return found
+        shared = self.by_name.get(name)
+        if shared is not None and self.copied(shared):
+            self._copy(call, shared, define=False)  # a copy per call: never returned from it
+            return call.env[name]
         if name in self.hidden:
             return self._read(call, self._ival_source(name, call))
         if name in self.aliased_state:
@@ -286,6 +308,12 @@ class _Outliner:
             call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
             if named:
                 call.env[arg.name] = ref(name)
+            elif arg.kind == CONSTANT:
+                where = f"input {i} of preserved call {call.frame.call_name!r}"
+                checked = fresh_name(f"_checked_{i}", taken)
+                call.body.append(
+                    Node(CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where))
+                )
 
     def _close_preserved(self, call: _Call, parent: _Call, target: str) -> Graph:
         sig = call.sig

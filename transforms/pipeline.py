@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from ir.gcpause import gc_paused
 from ir.program import Program
 from ir.verify import verify
 from transforms.dedup import deduplicate
@@ -41,6 +42,7 @@ def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
 DEFAULT_PIPELINE: tuple[Pass, ...] = pipeline()
 
 
+@gc_paused
 def transform(
     program: Program, passes: Sequence[Pass] | None = None, *, check: bool = False
 ) -> Program:

@@ -1,0 +1,39 @@
+"""Public hypothesis strategies for purefx property suites.
+
+Two tiers:
+
+- fast (``ir.strategies.programs``): Programs generated directly as IR, shaped like
+  ``import_ep`` output and valid by construction; hundreds per second. Start here.
+- export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
+  ``torch.export`` programs; end to end, about ten per second.
+"""
+
+from ir.strategies.export import (
+    ALL_FEATURES,
+    MODULE_FEATURES,
+    PROGRAM_FEATURES,
+    ModuleSpec,
+    ProgramSpec,
+    example_inputs,
+    export_spec,
+    exported_programs,
+    fresh_export,
+    module_specs,
+    program_specs,
+    realize,
+)
+from ir.strategies.programs import (
+    FEATURES,
+    ROOT_TYPE,
+    WIDTH,
+    check_features,
+    program_inputs,
+    programs,
+)
+
+__all__ = [
+    "ALL_FEATURES", "FEATURES", "MODULE_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
+    "ModuleSpec", "ProgramSpec", "check_features", "example_inputs", "export_spec",
+    "exported_programs", "fresh_export", "module_specs", "program_inputs", "program_specs",
+    "programs", "realize",
+]

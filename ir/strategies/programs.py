@@ -1,0 +1,791 @@
+"""Fast tier of purefx's hypothesis strategies: Programs generated directly as IR.
+
+:func:`programs` draws flat Programs shaped exactly like :func:`ir.import_ep` output: a root
+module with one graph whose placeholders are the state inputs (parameters, then buffers, then
+constants: one per state fqn, aliases included, as non-strict export lists them) and then the
+user inputs; ``call_function`` nodes on ``torch.ops.aten`` overloads that carry
+``meta["nn_module_stack"]`` (so ``outline`` can rebuild the module tree) and ``meta["val"]``;
+holder modules at every module path; state slots over a table of real small tensors; the root
+call signature ``""`` with its pytree ``in_spec`` / ``out_spec``. No tracing, no export: about
+three hundred programs per second (see ``tests/laws/test_strategies_programs.py``).
+
+Every program is valid by construction: each operand is a *back-offset* into the values defined
+so far in its scope (taken modulo their number) and each choice among alternatives is an index
+taken modulo the alternatives available where it is used, so any choice sequence, and in
+particular every shrink hypothesis tries, decodes to a program that ``ir.verify``-s, lowers and
+runs. There is no ``filter`` and no ``assume``.
+
+What is covered (each behind a *feature*, see :data:`FEATURES`)
+    Module trees of up to ``max_modules`` module objects (``nesting``), repeated calls
+    (``repeated_calls``, stack keys ``key@1``), a module registered under a second name, so that
+    two paths name one object and all its state is aliased (``shared_modules``), tied parameters
+    of different modules (``tied_parameters``), parameters with and without ``requires_grad``,
+    matrices read by ``matmul``/``mm``/``linear`` (``matrices``), buffer reads (``buffers``),
+    non-persistent buffers (``non_persistent``), tensor constants (``constants``), in-place
+    buffer updates ``aten.add_`` on the buffer's current value (``inplace_mutation``), functional
+    buffer updates with a ``buffer_mutation`` output as ``run_decompositions()`` leaves them
+    (``functional_mutation``), in-place and functional mutation of user inputs
+    (``input_mutation``), preserved call signatures (``preserved_calls``), keyword user inputs
+    (``keyword_inputs``), pytree outputs: lists, dicts, nesting (``pytree_outputs``), a
+    multi-result op read through ``getitem`` (``multi_result_ops``), keyword arguments
+    (``kwargs_ops``), calls of one module whose bodies differ (``divergent_calls``).
+    Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
+    state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
+    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``.
+
+Not covered, and why
+    Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
+    higher-order ops and their subgraphs; symbolic shapes and range constraints; custom objects;
+    strict-export identity keys for shared modules (a call through the second name then looks
+    like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
+    stacks; keyword arguments of preserved calls (export passes module arguments positionally
+    unless asked otherwise). Preserved calls read only their arguments, their own state and
+    what they compute, and export only what they compute, as a module under
+    ``preserve_module_call_signature`` does.
+
+Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
+``(WIDTH, WIDTH)``, so any op composes with any other.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Collection
+from types import MappingProxyType
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from pyrsistent import pmap
+
+from ir import signature as sg
+from ir import state as stt
+from ir.args import EMPTY_DICT, IDict, IList, Ref, ref
+from ir.errors import InputError
+from ir.graph import Graph
+from ir.import_ep import _holder_tree
+from ir.module import PLAIN, Module
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
+from ir.state import Opaque, Slot
+
+__all__ = [
+    "FEATURES",
+    "ROOT_TYPE",
+    "WIDTH",
+    "check_features",
+    "program_inputs",
+    "programs",
+]
+
+WIDTH = 4
+"""Feature width of every activation ``(batch, WIDTH)`` and every state vector ``(WIDTH,)``."""
+
+ROOT_TYPE = "purefx.generated.Root"
+"""The class name the root module's stack entries carry."""
+
+FEATURES = (
+    "nesting",
+    "repeated_calls",
+    "shared_modules",
+    "tied_parameters",
+    "matrices",
+    "buffers",
+    "non_persistent",
+    "constants",
+    "inplace_mutation",
+    "functional_mutation",
+    "input_mutation",
+    "preserved_calls",
+    "keyword_inputs",
+    "pytree_outputs",
+    "multi_result_ops",
+    "kwargs_ops",
+    "divergent_calls",
+)
+"""Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
+
+aten = torch.ops.aten
+_UNARY = (aten.relu.default, aten.neg.default, aten.tanh.default, aten.sigmoid.default)
+_BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
+_INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
+_FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
+_SCALARS = (0.5, -1.0, 2.0, 0.25)
+
+
+# --- argument checks ----------------------------------------------------------------------------
+
+
+def check_features(name: str, value: object) -> frozenset[str]:
+    """``value`` as a frozenset of feature names; ``InvalidArgument`` naming ``name`` otherwise."""
+    if value is None:
+        return frozenset(FEATURES)
+    if isinstance(value, str) or not isinstance(value, Collection):
+        raise InvalidArgument(f"{name} must be a collection of feature names, got {value!r}")
+    unknown = sorted(str(v) for v in value if v not in FEATURES)
+    if unknown:
+        raise InvalidArgument(f"{name} has unknown features {unknown}; known: {list(FEATURES)}")
+    return frozenset(value)
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgument(f"{name} must be an int in [{low}, {high}], got {value!r}")
+
+
+# --- the strategy -------------------------------------------------------------------------------
+
+
+def programs(
+    *,
+    features: Collection[str] | None = None,
+    max_modules: int = 4,
+    max_ops: int = 6,
+    max_nodes: int = 60,
+) -> st.SearchStrategy[Program]:
+    """Flat Programs shaped like ``import_ep`` output, valid by construction.
+
+    Parameters:
+        features: the features that may be switched on (default: all of :data:`FEATURES`).
+            Each example draws its own subset (swarm testing), so one run mixes sparse and dense
+            programs and shrinking switches features off.
+        max_modules: most module objects below the root (each may sit under several paths).
+        max_ops: most steps (ops or child calls) in one module body.
+        max_nodes: the graph stops growing past about this many nodes (calls left are skipped).
+
+    Generates a ``Program`` that ``ir.verify``-s and that ``lowering.lower`` turns into a module
+    whose ``forward(*args, **kwargs)`` accepts :func:`program_inputs`. Shrinks towards fewer
+    features, fewer modules (a flat root), fewer and shallower calls, fewer ops, ``relu`` of the
+    most recent value, one user input of batch 1 and a single output; every shrink is a valid
+    program, because operands are back-offsets and choices are taken modulo what is available.
+    """
+    allowed = check_features("features", features)
+    _check_int("max_modules", max_modules, 0, 16)
+    _check_int("max_ops", max_ops, 0, 32)
+    _check_int("max_nodes", max_nodes, 1, 10_000)
+    return _programs(allowed, max_modules, max_ops, max_nodes)
+
+
+@st.composite
+def _programs(
+    draw: st.DrawFn, allowed: frozenset[str], max_modules: int, max_ops: int, max_nodes: int
+) -> Program:
+    # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
+    # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
+    # 0, which decodes to the simplest choice (feature off, no state, root parent, relu, ...).
+    flags = draw(_FEATURE_BYTES)
+    on = frozenset(f for f, b in zip(FEATURES, flags) if f in allowed and b >= 128)
+    header = draw(_HEADER_BYTES)
+    n_objects = draw(_count(max_modules))
+    size = _RECORD * (n_objects + 1)
+    records = draw(st.binary(min_size=size, max_size=size))
+    return _Builder(draw, on, header, records, max_ops, max_nodes).build()
+
+
+_FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
+_HEADER_BYTES = st.binary(min_size=6, max_size=6)
+_OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
+_RECORD = 6  # bytes per module object: see ``_Builder._objects``
+
+
+@functools.lru_cache(maxsize=None)
+def _count(most: int) -> st.SearchStrategy[int]:
+    return st.integers(0, most)
+
+
+@functools.lru_cache(maxsize=None)
+def _body_bytes(most: int) -> st.SearchStrategy[bytes]:
+    return st.binary(min_size=1 + 2 * most, max_size=1 + 2 * most)
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+class _Object:
+    """One module object of the drawn model: its class, state and registered children."""
+
+    def __init__(self, index: int, type_name: str, record: bytes) -> None:
+        self.index = index
+        self.type_name = type_name
+        self.record = record
+        self.state: list[tuple[str, str, tuple[int, ...]]] = []  # (name, kind, shape)
+        self.children: list[tuple[str, int]] = []  # (registered name, object index)
+        self.body: list[tuple[int, ...]] | None = None
+
+
+class _Scope:
+    """The values a body may read: all values so far, or a preserved call's own."""
+
+    def __init__(self, vals: list[Ref], preserved: bool) -> None:
+        self.vals = vals
+        self.preserved = preserved
+
+
+class _Builder:
+    """Decodes one program from its draws; a local builder frozen once at the end."""
+
+    def __init__(
+        self,
+        draw: st.DrawFn,
+        on: frozenset[str],
+        header: bytes,
+        records: bytes,
+        max_ops: int,
+        max_nodes: int,
+    ) -> None:
+        self.draw = draw
+        self.on = on
+        self.max_ops = max_ops
+        self.max_nodes = max_nodes
+        self.header = header
+        self.batch = 1 + header[0] % 3
+        self.rng = torch.Generator().manual_seed(header[1] | header[2] << 8)
+        self.objects = self._objects(records)
+        self.nodes: list[Node] = []
+        self.counts: dict[str, int] = {}
+        self.taken: set[str] = set()
+        self.frames: list[tuple[str, tuple[str, str]]] = [("L__self__", ("", ROOT_TYPE))]
+        self.calls: dict[str, int] = {}
+        self.types: dict[str, str] = {"": ROOT_TYPE}
+        self.signatures: dict[str, sg.CallSignature] = {}
+        self.repeated_preserved: list[str] = []
+        self.current: dict[Any, Ref] = {}  # tensor id -> its value after the latest update
+        self.mutated: dict[Any, tuple[str, str]] = {}  # tensor id -> (style, first fqn)
+        self.styles: dict[Any, str] = {}
+        self.input_current: dict[str, Ref] = {}
+        self.input_styles: dict[str, str] = {}
+
+    # --- objects, paths and state ----------------------------------------------------------
+
+    def _objects(self, records: bytes) -> list[_Object]:
+        """Module objects from 6-byte records (the first is the root's):
+
+        0. class: ``M{byte % (index + 1)}`` (classes repeat across objects);
+        1. parameters: count ``% 3``; bits 2-3 matrix, 4-5 ``requires_grad``, 6 preserved
+           calls, 7 divergent calls;
+        2. buffers: count ``% 3``; bits 2-3 non-persistent, bit 4 one constant;
+        3. parent: ``byte % (index + 1) - 1`` (-1 is the root), so the tree is acyclic;
+        4. second registration: bit 0 on, parent ``(byte >> 1) % (index + 1) - 1``;
+           bits 6-7 both set: children are called only by steps (else each is called once,
+           in order, after the steps that did not call it);
+        5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``.
+        """
+        on = self.on
+        chunks = [records[i:i + _RECORD] for i in range(0, len(records), _RECORD)]
+        objects = []
+        for i, rec in enumerate(chunks):
+            index = i - 1
+            name = ROOT_TYPE if index < 0 else f"purefx.generated.M{rec[0] % (index + 1)}"
+            obj = _Object(index, name, rec)
+            for j in range(rec[1] % 3):
+                matrix = "matrices" in on and rec[1] >> (2 + j) & 1
+                obj.state.append((f"w{j}", stt.PARAMETER, (WIDTH, WIDTH) if matrix else (WIDTH,)))
+            if "buffers" in on or "inplace_mutation" in on or "functional_mutation" in on:
+                for j in range(rec[2] % 3):
+                    obj.state.append((f"b{j}", stt.BUFFER, (WIDTH,)))
+            if "constants" in on and rec[2] >> 4 & 1:
+                obj.state.append(("c0", stt.CONSTANT, (WIDTH,)))
+            objects.append(obj)
+            if index < 0:
+                continue
+            parent = rec[3] % (index + 1) - 1 if "nesting" in on else -1
+            objects[parent + 1].children.append((f"m{index}", index))
+            if "shared_modules" in on and rec[4] & 1:
+                again = (rec[4] >> 1) % (index + 1) - 1 if "nesting" in on else -1
+                objects[again + 1].children.append((f"s{index}", index))
+        return objects
+
+    def _paths(self) -> list[tuple[str, int]]:
+        """Every (path, object index) from the root, depth first in registration order."""
+        found: list[tuple[str, int]] = [("", -1)]
+
+        def visit(path: str, index: int) -> None:
+            for name, child in self.objects[index + 1].children:
+                sub = f"{path}.{name}" if path else name
+                found.append((sub, child))
+                visit(sub, child)
+
+        visit("", -1)
+        return found
+
+    def _identities(self) -> dict[tuple[int, str], tuple[int, str]]:
+        """``(object, state name) -> the (object, name) whose tensor it is``: tied parameters."""
+        identity: dict[tuple[int, str], tuple[int, str]] = {}
+        earlier: list[tuple[int, str, tuple[int, ...]]] = []
+        for obj in self.objects:
+            rec = obj.record
+            for j, (name, kind, shape) in enumerate(obj.state):
+                if kind != stt.PARAMETER:
+                    continue
+                identity[(obj.index, name)] = (obj.index, name)
+                if "tied_parameters" in self.on and rec[5] >> j & 1:
+                    same = [(i, n) for i, n, s in earlier if s == shape]
+                    if same:
+                        identity[(obj.index, name)] = identity[same[(rec[5] >> 2) % len(same)]]
+            earlier += [(obj.index, n, s) for n, k, s in obj.state if k == stt.PARAMETER]
+        return identity
+
+    def _make_state(self) -> None:
+        """State fqns (parameters, buffers, constants; each in path order), tensors, inputs."""
+        self.paths = self._paths()
+        identity = self._identities()
+        self.fqns: dict[tuple[str, str], str] = {}
+        rows = []
+        for kind in (stt.PARAMETER, stt.BUFFER, stt.CONSTANT):
+            for path, index in self.paths:
+                obj = self.objects[index + 1]
+                for j, (name, k, shape) in enumerate(obj.state):
+                    if k != kind:
+                        continue
+                    fqn = f"{path}.{name}" if path else name
+                    self.fqns[(path, name)] = fqn
+                    tid = identity.get((index, name), (index, name))
+                    rows.append((fqn, kind, tid, shape, obj.record, j))
+        self.state: dict[str, Slot] = {}
+        self.tensors: dict[str, Opaque] = {}
+        self.tensor_of: dict[str, Any] = {}
+        self.input_of: dict[str, str] = {}
+        self.inputs: list[sg.InputSpec] = []
+        key_of: dict[Any, str] = {}
+        for fqn, kind, tid, shape, rec, j in rows:
+            grad = kind == stt.PARAMETER and bool(rec[1] >> (4 + j) & 1)
+            persistent = not (
+                "non_persistent" in self.on and kind == stt.BUFFER and rec[2] >> (2 + j % 2) & 1
+            )
+            key = key_of.get(tid)
+            if key is None:
+                key = key_of[tid] = fqn
+                self.tensors[key] = Opaque(self._tensor(kind, shape, grad))
+            owner = self.state.get(key)
+            if owner is not None:  # an alias registers as its tensor's first fqn does
+                grad, persistent = owner.requires_grad, owner.persistent
+            self.tensor_of[fqn] = tid
+            self.state[fqn] = Slot(kind, key, persistent, grad)
+            prefix, input_kind = _STATE_INPUTS[kind]
+            name = self._name(prefix + fqn.replace(".", "_"))
+            self.input_of[fqn] = name
+            self.inputs.append(sg.InputSpec(
+                input_kind, name, fqn, persistent if kind == stt.BUFFER else None))
+            self._placeholder(name, _meta_tensor(shape))
+        self.state_order = tuple(fqn for fqn, *_ in rows)
+
+    def _tensor(self, kind: str, shape: tuple[int, ...], requires_grad: bool) -> torch.Tensor:
+        # matrices get infinity-norm at most 1, so values stay finite through long chains
+        bound = 1.0 / shape[-1] if len(shape) == 2 else 1.0
+        value = torch.empty(shape).uniform_(-bound, bound, generator=self.rng)
+        if kind == stt.PARAMETER:
+            return torch.nn.Parameter(value, requires_grad=requires_grad)
+        return value
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def _name(self, base: str) -> str:
+        n = self.counts.get(base, 0)
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.counts[base] = n + 1
+        self.taken.add(name)
+        return name
+
+    def _placeholder(self, name: str, val: Any) -> Ref:
+        self.nodes.append(Node(PLACEHOLDER, name, name, meta=MappingProxyType({"val": val})))
+        return ref(name)
+
+    def _op(self, target: Any, args: tuple, kwargs: IDict = EMPTY_DICT, shape: Any = None) -> Ref:
+        base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
+        name = self._name(base)
+        meta = {"nn_module_stack": dict(self.frames), "val": _meta_val(shape)}
+        self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
+        return ref(name)
+
+    def _full(self) -> bool:
+        return len(self.nodes) >= self.max_nodes
+
+    # --- bodies -----------------------------------------------------------------------------
+
+    def _draw_body(self, root: bool) -> list[tuple[int, ...]]:
+        """A body: a step count, then two bytes per step (see ``_decode_step``).
+
+        Fixed-size draws, so shrinking the count never misaligns the bytes after it.
+        """
+        most = 2 * self.max_ops if root else self.max_ops
+        data = self.draw(_body_bytes(most))
+        n = data[0] % (most + 1)
+        return [_decode_step(data[i], data[i + 1]) for i in range(1, 1 + 2 * n, 2)]
+
+    def _run(self, index: int, path: str, scope: _Scope) -> None:
+        """Run one call's body: its steps, and a call of every child not called by a step
+        (unless the object's record says it calls children only from steps)."""
+        obj = self.objects[index + 1]
+        body = obj.body
+        if body is None:
+            body = obj.body = self._draw_body(index < 0)
+        elif "divergent_calls" in self.on and obj.record[1] >> 7:
+            body = self._draw_body(index < 0)  # this call runs other code (data-dependent)
+        kids = obj.children
+        pending = 0  # children before this one have had their implicit call
+        for is_call, kind, x, y, z in body:
+            if self._full():
+                return
+            if is_call and kids:
+                if pending < len(kids):
+                    name, child = kids[pending]
+                    pending += 1
+                else:
+                    name, child = kids[y % len(kids)]
+                self._call(child, f"{path}.{name}" if path else name, scope, x, y, z)
+            else:
+                self._step(obj, path, scope, kind, x, y, z)
+        if obj.record[4] >> 6 == 3:
+            return
+        for name, child in kids[pending:]:
+            if self._full():
+                return
+            self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
+
+    def _call(self, index: int, path: str, scope: _Scope, x: int, y: int, z: int) -> None:
+        n = self.calls.get(path, 0)
+        if n and "repeated_calls" not in self.on:
+            return
+        self.calls[path] = n + 1
+        obj = self.objects[index + 1]
+        self.types[path] = obj.type_name
+        key = "L__self__" + path + (f"@{n}" if n else "")
+        call_name = path if n == 0 else f"{path}@{n}"
+        self.frames.append((key, (path, obj.type_name)))
+        if "preserved_calls" in self.on and obj.record[1] >> 6 & 1:
+            self._run_preserved(index, path, call_name, scope, x, y, z)
+            if n:
+                self.repeated_preserved.append(call_name)
+        else:
+            self._run(index, path, scope)
+        self.frames.pop()
+
+    def _run_preserved(
+        self, index: int, path: str, call_name: str, scope: _Scope, x: int, y: int, z: int
+    ) -> None:
+        """A call under ``preserve_module_call_signature``: it reads its positional arguments,
+        its state and what it computes, and returns some of what it computes."""
+        args = list(dict.fromkeys(_back(scope.vals, o) for o in (x, y)[: 1 + z % 2]))
+        inner = _Scope(list(args), preserved=True)
+        self._run(index, path, inner)
+        local = inner.vals[len(args):]
+        if not local:
+            local = [self._op(aten.relu.default, (inner.vals[-1],), shape=self._act())]
+        outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[: 1 + (z >> 1) % 2]))
+        self.signatures[call_name] = sg.CallSignature(
+            inputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in args),
+            outputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in outs),
+            in_spec=_spec(("args", len(args), ())),
+            out_spec=_spec(("tuple", len(outs)) if len(outs) > 1 or z >> 2 & 1 else ("leaf",)),
+        )
+        scope.vals.extend(outs)
+
+    def _act(self) -> tuple[int, int]:
+        return (self.batch, WIDTH)
+
+    def _step(self, obj: _Object, path: str, scope: _Scope, kind: int, x: int, y: int, z: int
+              ) -> None:
+        vectors = [s for s in obj.state if len(s[2]) == 1]
+        matrices = [s for s in obj.state if len(s[2]) == 2]
+        buffers = [s for s in obj.state if s[1] == stt.BUFFER]
+        kinds = ["unary", "binary"]
+        if matrices:
+            kinds.append("matmul")
+        if buffers and self._styles_on():
+            kinds.append("update")
+        if "input_mutation" in self.on and not scope.preserved and self.user_inputs:
+            kinds.append("input_update")
+        if "multi_result_ops" in self.on:
+            kinds.append("sort")
+        if "kwargs_ops" in self.on:
+            kinds.append("alpha")
+        choice = kinds[kind % len(kinds)]
+        a = _back(scope.vals, x)
+        act = self._act()
+        if choice == "unary":
+            out = self._op(_UNARY[y % len(_UNARY)], (a,), shape=act)
+        elif choice in ("binary", "alpha"):
+            other: Any
+            source = z % 3 if vectors else z % 3 % 2 * 2
+            if source == 0:
+                other = _back(scope.vals, y)
+            elif source == 1:
+                other = self._read_state(path, vectors[y % len(vectors)][0])
+            else:
+                other = _SCALARS[y % len(_SCALARS)]
+            if choice == "alpha":
+                kwargs = IDict((("alpha", _SCALARS[z % len(_SCALARS)]),))
+                out = self._op(aten.add.Tensor, (a, other), kwargs, shape=act)
+            else:
+                out = self._op(_BINARY[y % len(_BINARY)], (a, other), shape=act)
+        elif choice == "matmul":
+            w = self._read_state(path, matrices[y % len(matrices)][0])
+            if z % 3 == 0:
+                out = self._op(aten.matmul.default, (a, w), shape=act)
+            elif z % 3 == 1:
+                wt = self._op(aten.t.default, (w,), shape=(WIDTH, WIDTH))
+                out = self._op(aten.mm.default, (a, wt), shape=act)
+            else:
+                bias = (self._read_state(path, vectors[z % len(vectors)][0]),) if vectors else ()
+                out = self._op(aten.linear.default, (a, w) + bias, shape=act)
+        elif choice == "update":
+            self._update(path, buffers[y % len(buffers)][0], a, z)
+            return
+        elif choice == "input_update":
+            self._update_input(scope, y, a, z)
+            return
+        else:  # sort: a multi-result op read through getitem
+            pair = self._op(aten.sort.default, (a,), shape=("sort", act))
+            out = self._op(operator.getitem, (pair, 0), shape=act)
+        scope.vals.append(out)
+
+    def _styles_on(self) -> tuple[str, ...]:
+        return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
+
+    def _read_state(self, path: str, name: str) -> Ref:
+        fqn = self.fqns[(path, name)]
+        found = self.current.get(self.tensor_of[fqn])
+        return found if found is not None else ref(self.input_of[fqn])
+
+    def _update(self, path: str, name: str, a: Ref, z: int) -> None:
+        fqn = self.fqns[(path, name)]
+        tid = self.tensor_of[fqn]
+        styles = self._styles_on()
+        style = self.styles.setdefault(tid, styles[z % len(styles)])
+        old = self._read_state(path, name)
+        delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
+        ops = _INPLACE if style == "inplace_mutation" else _FUNCTIONAL
+        new = self._op(ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
+        self.current[tid] = new
+        self.mutated.setdefault(tid, (style, fqn))
+
+    def _update_input(self, scope: _Scope, y: int, a: Ref, z: int) -> None:
+        name = self.user_inputs[y % len(self.user_inputs)]
+        style = self.input_styles.setdefault(name, ("inplace_mutation", "functional_mutation")[z % 2])
+        old = self.input_current.get(name, ref(name))
+        if style == "inplace_mutation":
+            new = self._op(aten.add_.Tensor, (old, a), shape=self._act())
+        else:
+            new = self._op(aten.add.Tensor, (old, a), shape=self._act())
+            # functionalized programs read the new value from here on
+            scope.vals[:] = [new if v == old else v for v in scope.vals]
+        self.input_current[name] = new
+
+    # --- the whole program ------------------------------------------------------------------
+
+    def build(self) -> Program:
+        on = self.on
+        self._make_state()
+        n_inputs = 1 + self.header[4] % 3
+        n_keywords = self.header[5] % n_inputs if "keyword_inputs" in on else 0
+        positional = n_inputs - n_keywords
+        names = [self._name(f"x{i}") for i in range(positional)]
+        names += [self._name(f"z{i}") for i in range(n_keywords)]
+        self.user_inputs = names
+        for name in names:
+            self._placeholder(name, _meta_tensor(self._act()))
+            self.inputs.append(sg.InputSpec(sg.USER_INPUT, name))
+        scope = _Scope([ref(n) for n in names], preserved=False)
+        self._run(-1, "", scope)
+        data = self.draw(_OUTPUT_BYTES)
+        outputs = self._outputs(scope, data)
+        shape = data[0] >> 2 & 3 if "pytree_outputs" in on else 0
+        root_sig = sg.CallSignature(
+            inputs=(),
+            outputs=(),
+            in_spec=_spec(("args", positional, tuple(names[positional:]))),
+            out_spec=_spec(_output_tree(shape, len(outputs.user))),
+            forward_arg_names=tuple(names),
+        )
+        self.signatures[""] = root_sig
+        values = outputs.mutations + outputs.user
+        self.nodes.append(Node(OUTPUT, self._name("output"), "output", (tuple(values),)))
+        call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
+        modules: dict[str, Module] = {}
+        children = _holder_tree(call_order, self.state_order, self.types, modules)
+        modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children,
+                             graphs=(Graph(tuple(self.nodes)),))
+        return Program(
+            root="",
+            modules=pmap(modules),
+            state=pmap(self.state),
+            state_order=self.state_order,
+            tensors=pmap(self.tensors),
+            signature=sg.ExportSignature(tuple(self.inputs), outputs.specs),
+            call_signatures=pmap(self.signatures),
+            call_order=call_order,
+        )
+
+    def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
+        """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
+        outputs picked by back-offsets from ``data``."""
+        specs: list[sg.OutputSpec] = []
+        mutations: list[Ref] = []
+        for fqn in self.state_order:
+            found = self.mutated.get(self.tensor_of[fqn])
+            if found and found[0] == "functional_mutation" and found[1] == fqn:
+                value = self.current[self.tensor_of[fqn]]
+                mutations.append(value)
+                specs.append(sg.OutputSpec(sg.BUFFER_MUTATION, value.name, fqn))
+        for name in self.user_inputs:
+            if self.input_styles.get(name) == "functional_mutation":
+                value = self.input_current[name]
+                mutations.append(value)
+                specs.append(sg.OutputSpec(sg.USER_INPUT_MUTATION, value.name, name))
+        user = [_back(scope.vals, o) for o in data[1:2 + data[0] % 3]]
+        specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
+        return _Outputs(tuple(mutations), tuple(user), tuple(specs))
+
+
+class _Outputs:
+    def __init__(self, mutations: tuple, user: tuple, specs: tuple) -> None:
+        self.mutations = mutations
+        self.user = user
+        self.specs = specs
+
+
+def _decode_step(a: int, b: int) -> tuple[int, ...]:
+    """``(is_call, kind, x, y, z)`` from two bytes; ``(0, 0)`` is ``relu`` of the latest value.
+
+    ``is_call``: call a child (when the module has one) instead of an op; ``kind``: which op
+    among those available here; ``x``: back-offset of the first operand; ``y``, ``z``: the
+    second operand / op variant / child, each taken modulo what is available.
+    """
+    return (a & 1, a >> 1 & 7, a >> 4, b & 15, b >> 4)
+
+
+def _output_tree(shape: int, n: int) -> tuple:
+    """The user output structure: a leaf or tuple, a list, a dict, or ``(y0, [y1, ...])``."""
+    if shape == 0:
+        return ("leaf",) if n == 1 else ("tuple", n)
+    return (("list", "dict", "nested")[shape - 1], n)
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(shape: tuple) -> pytree.TreeSpec:
+    """The pytree spec of a structure described by ``shape`` (memoized: specs are immutable)."""
+    leaf = _LEAF
+    if shape[0] == "args":
+        _, n, keywords = shape
+        tree: Any = ((leaf,) * n, {k: leaf for k in keywords})
+    elif shape[0] == "leaf":
+        tree = leaf
+    elif shape[0] == "tuple":
+        tree = (leaf,) * shape[1]
+    elif shape[0] == "list":
+        tree = [leaf] * shape[1]
+    elif shape[0] == "dict":
+        tree = {f"y{i}": leaf for i in range(shape[1])}
+    else:
+        tree = (leaf, [leaf] * (shape[1] - 1))
+    return pytree.tree_structure(tree)
+
+
+_LEAF = object()
+
+
+def _back(vals: list[Ref], offset: int) -> Ref:
+    """The value ``offset`` places back from the most recent one (modulo how many there are)."""
+    return vals[-1 - offset % len(vals)]
+
+
+_STATE_INPUTS = {
+    stt.PARAMETER: ("p_", sg.PARAMETER),
+    stt.BUFFER: ("b_", sg.BUFFER),
+    stt.CONSTANT: ("c_", sg.CONSTANT_TENSOR),
+}
+
+_BASE_NAMES = {
+    operator.getitem: "getitem",
+    aten.add_.Tensor: "add_",
+    aten.sub_.Tensor: "sub_",
+}
+
+_META: dict[Any, torch.Tensor] = {}
+
+
+def _meta_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A shared meta-device tensor standing for a value of ``shape`` (never written)."""
+    key = (shape, dtype)
+    found = _META.get(key)
+    if found is None:
+        found = _META[key] = torch.empty(shape, dtype=dtype, device="meta")
+    return found
+
+
+def _meta_val(shape: Any) -> Any:
+    if shape is None:
+        return None
+    if shape[0] == "sort":
+        return (_meta_tensor(shape[1]), _meta_tensor(shape[1], torch.int64))
+    return _meta_tensor(shape)
+
+
+for _target in _UNARY + _BINARY + (
+    aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
+    aten.mean.dim, aten.sort.default,
+):
+    _BASE_NAMES.setdefault(_target, _target._schema.name.split("::")[-1])
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+
+def program_inputs(program: Program, seed: int = 0) -> tuple[tuple, dict]:
+    """Fresh example ``(args, kwargs)`` for ``lower(program)``, deterministic in ``seed``.
+
+    One tensor per user-input placeholder of the root graph, of the shape and dtype its
+    ``meta["val"]`` gives (uniform in ``[-1, 1)`` for floating types, ``0..9`` for integer
+    ones; a symbolic size takes its hint), arranged by the root call signature's ``in_spec``
+    (positional only when the program has none). Works on any Program whose root keeps
+    ``import_ep``'s placeholders, so also after passes. Raises ``InputError`` naming the
+    placeholder whose ``meta["val"]`` says nothing about its value.
+    """
+    graph = program.root_module.graph
+    users = {s.name for s in program.signature.user_inputs()}
+    gen = torch.Generator().manual_seed(seed)
+    leaves = []
+    for node in graph.placeholders:
+        if node.name not in users:
+            continue
+        leaves.append(_example_value(node, gen))
+    sig = program.call_signatures.get("")
+    if sig is None:
+        return tuple(leaves), {}
+    if sig.in_spec.num_leaves != len(leaves):
+        raise InputError(
+            f"the root in_spec takes {sig.in_spec.num_leaves} inputs but the root graph has "
+            f"{len(leaves)} user-input placeholders"
+        )
+    args, kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
+    return tuple(args), dict(kwargs)
+
+
+def _example_value(node: Node, gen: torch.Generator) -> Any:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        shape = tuple(_hint(d) for d in val.shape)
+        if val.dtype.is_floating_point:
+            return torch.rand(shape, generator=gen).to(val.dtype) * 2 - 1
+        if val.dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=gen).bool()
+        return torch.randint(0, 10, shape, generator=gen).to(val.dtype)
+    if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+        return _hint(val)
+    if isinstance(val, (float, bool, str)):
+        return val
+    raise InputError(
+        f"placeholder {node.name!r} has meta['val'] {val!r}; cannot make an example input for it"
+    )
+
+
+def _hint(d: Any) -> int:
+    if isinstance(d, torch.SymInt):
+        return int(d.node.hint)
+    return int(d)

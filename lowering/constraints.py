@@ -1,0 +1,140 @@
+"""Input checks of a lowered root, as plain picklable data.
+
+Built once from the root placeholders' fake values at lowering: each input is a tensor with
+dimensions (ints or sympy expressions over the export's symbols) and a dtype, or a scalar;
+checking a call follows ``ep.module()``'s rules and messages, so errors read as torch's do. One
+check goes further than torch: a tensor of another dtype than exported is reported here, naming
+the input, instead of failing deep inside an operator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import attrs
+import sympy
+import torch
+from torch._export.utils import get_keystr
+
+from ir.errors import InputConstraintError
+
+
+@attrs.frozen
+class InputCheck:
+    """What one flat input must be: a tensor of ``dims`` or the scalar ``value``."""
+
+    is_tensor: bool
+    dims: tuple = ()
+    value: Any = None
+    symbolic: Any = None
+    dtype: Any = None
+
+
+def input_checks(placeholders: Sequence[torch.fx.Node]) -> tuple[InputCheck, ...]:
+    """The picklable checks for the given root placeholders (from their ``meta['val']``)."""
+    checks = []
+    for node in placeholders:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            checks.append(InputCheck(True, tuple(_dim(d) for d in val.shape), dtype=val.dtype))
+        elif isinstance(val, torch.SymInt):
+            checks.append(InputCheck(False, symbolic=_dim(val)))
+        elif isinstance(val, (int, float, str)) and not isinstance(val, bool):
+            checks.append(InputCheck(False, value=val))
+        else:
+            checks.append(InputCheck(False))
+    return tuple(checks)
+
+
+def _dim(d: Any) -> Any:
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        return int(expr) if expr.is_number else expr
+    return int(d)
+
+
+def ranges_of(range_constraints: Any) -> dict:
+    """``{symbol: (min, max)}`` from an export's range constraints (plain numbers)."""
+    ranges = {}
+    for symbol, vr in (range_constraints or {}).items():
+        ranges[symbol] = (_bound(vr.lower, -math.inf), _bound(vr.upper, math.inf))
+    return ranges
+
+
+def _bound(value: Any, infinite: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, AttributeError):
+        return infinite
+    return infinite if math.isinf(number) else int(number)
+
+
+def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges: dict) -> None:
+    """Raise ``InputConstraintError`` (torch's wording) for the first input that breaks a check."""
+    if len(flat_with_path) != len(checks):
+        raise InputConstraintError(
+            f"Unexpected number of inputs (expected {len(checks)}, got {len(flat_with_path)})"
+        )
+    bound: dict = {}
+    for (path, arg), check in zip(flat_with_path, checks):
+        where = get_keystr(path) if path else "<input>"
+        if check.is_tensor:
+            if not isinstance(arg, torch.Tensor):
+                raise InputConstraintError(
+                    f"Expected input at {where} to be a tensor, but got {type(arg)}"
+                )
+            if arg.dim() != len(check.dims):
+                expected = ", ".join(str(d) for d in check.dims)
+                raise InputConstraintError(
+                    f"Unexpected number of dimensions in input at {where}.shape "
+                    f"(expected torch.Size([{expected}]), got {arg.shape})"
+                )
+            if check.dtype is not None and arg.dtype != check.dtype:
+                raise InputConstraintError(
+                    f"Expected input at {where} to have dtype {check.dtype}, but got {arg.dtype}"
+                )
+            for i, (want, got) in enumerate(zip(check.dims, arg.shape)):
+                _check_dim(want, int(got), f"{where}.shape[{i}]", ranges, bound)
+        elif check.symbolic is not None:
+            _check_dim(check.symbolic, int(arg), where, ranges, bound)
+        elif check.value is not None:
+            if type(arg) is not type(check.value) or arg != check.value:
+                raise InputConstraintError(
+                    f"Expected input at {where} to be equal to {check.value}, but got {arg}"
+                )
+
+
+def _check_dim(want: Any, got: int, where: str, ranges: dict, bound: dict) -> None:
+    if isinstance(want, int):
+        if want != got:
+            raise InputConstraintError(
+                f"Expected input at {where} to be equal to {want}, but got {got}. If you meant "
+                "for this dimension to be dynamic, please re-export and specify dynamic_shapes "
+                "(e.g. with Dim.DYNAMIC)"
+            )
+        return
+    symbols = want.free_symbols
+    if len(symbols) != 1:
+        return  # a guard deferred to run time, as torch lets it pass
+    symbol = next(iter(symbols))
+    if symbol in bound:
+        expected = want.subs(bound)
+        if got != expected:
+            raise InputConstraintError(f"Expected input at {where} to be equal to {expected}, but got {got}")
+    elif isinstance(want, sympy.Symbol):
+        bound[symbol] = got
+    else:
+        solution = sympy.solve(sympy.Eq(want, got), symbol)
+        integral = [s for s in solution if getattr(s, "is_integer", False)]
+        if not integral:
+            raise InputConstraintError(
+                f"Expected input {where} = {got} to be of the form {want}, where {symbol} is an integer"
+            )
+        bound[symbol] = int(integral[0])
+    if want in ranges:
+        lo, hi = ranges[want]
+        if lo > 2 and got < lo:
+            raise InputConstraintError(f"Expected input at {where} to be >= {lo}, but got {got}")
+        if hi < math.inf and got > hi:
+            raise InputConstraintError(f"Expected input at {where} to be <= {hi}, but got {got}")

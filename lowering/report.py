@@ -1,0 +1,377 @@
+"""What a run of the ``purefx`` command found, as text and as one self-contained HTML page.
+
+The page is the researcher's view of a rewrite: the module tree (node counts, which modules are
+one shared object, which calls were deduplicated onto one graph), each module's graphs, and what
+each pass changed, as a diff of the IR printer's text. It has no scripts and loads nothing: the
+styles are inline and the fonts are the reader's own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+from typing import Sequence
+
+import attrs
+
+from ir.printer import format_graph, format_program
+from ir.program import Program
+from lowering.lower import dispatch_orders
+
+MAX_DIFF_LINES = 4000  # per pass; a longer diff is cut, with a note saying how much is left out
+
+
+@attrs.frozen
+class Stage:
+    """One step of a run: its name, its time, and the Program it left (``None`` for ``lower``)."""
+
+    name: str
+    seconds: float
+    program: Program | None
+
+
+@attrs.frozen
+class TreeRow:
+    """One path of the module tree.
+
+    ``same_as`` is the first path of the module object this path also names (sharing), or
+    ``None``; ``calls`` counts the calls of the module and ``graphs`` its distinct graphs, so a
+    module with more calls than graphs had calls deduplicated onto one graph.
+    """
+
+    path: str
+    depth: int
+    type_name: str
+    nodes: int
+    graphs: int
+    calls: int
+    same_as: str | None
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1] if self.path else "<root>"
+
+    @property
+    def deduplicated(self) -> bool:
+        return self.graphs > 0 and self.calls > self.graphs
+
+    def summary(self) -> str:
+        """``"Block [12 nodes, 3 calls share 1 graph]"`` and the like."""
+        if self.same_as is not None:
+            return f"{self.type_name} (same object as {self.same_as or '<root>'})"
+        if not self.graphs:
+            return f"{self.type_name} [no graph]"
+        body = f"{self.nodes} nodes"
+        if self.deduplicated:
+            share = "share 1 graph" if self.graphs == 1 else f"share {self.graphs} graphs"
+            body += f", {self.calls} calls {share}"
+        elif self.graphs > 1:
+            body += f", {self.graphs} call graphs"
+        return f"{self.type_name} [{body}]"
+
+
+def module_rows(program: Program) -> list[TreeRow]:
+    """The module tree of ``program``, one row per path, depth first in registration order."""
+    calls = {mid: len(order) for mid, order in dispatch_orders(program).items()}
+    rows = []
+    first: dict[str, str] = {}
+    for path, mid in program.walk():
+        mod = program.modules[mid]
+        short = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
+        depth = path.count(".") + 1 if path else 0
+        same_as = first.get(mid)
+        first.setdefault(mid, path)
+        rows.append(
+            TreeRow(
+                path=path,
+                depth=depth,
+                type_name=short,
+                nodes=sum(len(g) for g in mod.graphs),
+                graphs=len(mod.graphs),
+                calls=calls.get(mid, 1 if mid == program.root else 0),
+                same_as=same_as,
+            )
+        )
+    return rows
+
+
+def format_module_tree(program: Program) -> str:
+    """The module tree as indented text, one line per path."""
+    rows = module_rows(program)
+    lines = [f"{'  ' * r.depth}{r.name}: {r.summary()}" for r in rows]
+    shared = sum(1 for r in rows if r.same_as is not None)
+    dedup = sum(1 for r in rows if r.deduplicated and r.same_as is None)
+    lines.append(
+        f"({program.module_count()} distinct modules, {shared} shared paths, "
+        f"{dedup} modules with deduplicated calls)"
+    )
+    return "\n".join(lines)
+
+
+# --- the HTML page --------------------------------------------------------------------------------
+
+_CSS = """
+:root { color-scheme: light; --ink: #1d232b; --dim: #5b6673; --line: #d8dee6; --bg: #f6f8fa;
+  --pass: #1a7f37; --fail: #cf222e; --add: #e6ffec; --del: #ffebe9; --hunk: #ddf4ff; }
+* { box-sizing: border-box; }
+body { margin: 0; padding: 24px 32px 48px; font: 15px/1.45 system-ui, -apple-system, "Segoe UI",
+  Roboto, "Helvetica Neue", Arial, sans-serif; color: var(--ink); background: #fff; }
+h1 { font-size: 24px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 32px 0 10px; padding-bottom: 4px;
+  border-bottom: 1px solid var(--line); }
+code, pre, .mono { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono",
+  "Liberation Mono", monospace; font-size: 13px; }
+.source { color: var(--dim); margin: 0 0 12px; word-break: break-all; }
+.verdict { display: inline-block; padding: 4px 12px; border-radius: 6px; font-weight: 600;
+  color: #fff; }
+.verdict.pass { background: var(--pass); } .verdict.fail { background: var(--fail); }
+.verdict.skip { background: var(--dim); }
+table { border-collapse: collapse; min-width: 640px; }
+th, td { text-align: left; padding: 4px 12px 4px 0; border-bottom: 1px solid var(--line); }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.bar { display: inline-block; height: 10px; background: #8ab4f8; border-radius: 2px;
+  vertical-align: middle; }
+ul.tree, ul.tree ul { list-style: none; margin: 0; padding-left: 22px; }
+ul.tree { padding-left: 0; }
+ul.tree li { margin: 2px 0; }
+.mname { font-weight: 600; }
+.type { color: var(--dim); }
+.badge { display: inline-block; font-size: 12px; padding: 0 6px; margin-left: 6px;
+  border-radius: 10px; border: 1px solid var(--line); background: var(--bg); color: var(--dim); }
+.badge.shared { border-color: #d4a72c; background: #fff8c5; color: #7d4e00; }
+.badge.dedup { border-color: #54aeff; background: #ddf4ff; color: #0550ae; }
+details { border: 1px solid var(--line); border-radius: 6px; margin: 8px 0; background: #fff; }
+details > summary { cursor: pointer; padding: 6px 10px; background: var(--bg); }
+details[open] > summary { border-bottom: 1px solid var(--line); }
+pre { margin: 0; padding: 8px 10px; overflow-x: auto; white-space: pre; }
+pre.diff span { display: block; }
+pre.diff .add { background: var(--add); } pre.diff .del { background: var(--del); }
+pre.diff .hunk { background: var(--hunk); color: var(--dim); }
+.stat-add { color: var(--pass); } .stat-del { color: var(--fail); }
+.note { color: var(--dim); font-style: italic; }
+"""
+
+
+def html_report(
+    *,
+    source: str,
+    stages: Sequence[Stage],
+    verdict: str,
+    passed: bool | None,
+) -> str:
+    """The whole page for one run: ``stages`` from ``import_ep`` to ``lower``; ``passed`` is
+    ``None`` when the check was skipped."""
+    final = next(s.program for s in reversed(stages) if s.program is not None)
+    kind = "skip" if passed is None else ("pass" if passed else "fail")
+    texts = _stage_texts(stages)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>purefx report: {_e(source)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<header><h1>purefx report</h1>",
+        f'<p class="source mono">{_e(source)}</p>',
+        f'<p><span class="verdict {kind}" id="verdict">{_e(verdict)}</span></p></header>',
+        _stage_table(stages, texts),
+        _tree_section(final),
+        _graphs_section(final),
+        _diff_section(stages, texts),
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _stage_texts(stages: Sequence[Stage]) -> list[str | None]:
+    """The printer's text of each stage's Program (formatted once per distinct Program)."""
+    cache: dict[int, str] = {}
+    texts: list[str | None] = []
+    for stage in stages:
+        if stage.program is None:
+            texts.append(None)
+            continue
+        key = id(stage.program)
+        if key not in cache:
+            cache[key] = format_program(stage.program)
+        texts.append(cache[key])
+    return texts
+
+
+def _diff(before: str, after: str) -> list[str]:
+    lines = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), "before", "after", n=3, lineterm=""
+    )
+    return list(lines)[2:]  # without the two file header lines
+
+
+def _stage_table(stages: Sequence[Stage], texts: list[str | None]) -> str:
+    longest = max((s.seconds for s in stages), default=0.0) or 1.0
+    rows = []
+    previous: str | None = None
+    for stage, text in zip(stages, texts):
+        p = stage.program
+        if text is None or previous is None:
+            change = "" if text is None else "imported"
+        elif text == previous:
+            change = "no change"
+        else:
+            diff = _diff(previous, text)
+            added = sum(1 for line in diff if line.startswith("+"))
+            removed = sum(1 for line in diff if line.startswith("-"))
+            change = (
+                f'<span class="stat-add">+{added}</span> '
+                f'<span class="stat-del">&minus;{removed}</span> lines'
+            )
+        if text is not None:
+            previous = text
+        width = max(1, round(160 * stage.seconds / longest))
+        rows.append(
+            "<tr>"
+            f'<td class="mono">{_e(stage.name)}</td>'
+            f'<td class="num">{1e3 * stage.seconds:.2f}</td>'
+            f'<td><span class="bar" style="width:{width}px"></span></td>'
+            f'<td class="num">{"" if p is None else p.node_count()}</td>'
+            f'<td class="num">{"" if p is None else p.module_count()}</td>'
+            f"<td>{change}</td></tr>"
+        )
+    return (
+        '<section id="stages"><h2>Passes</h2><table><thead><tr><th>stage</th>'
+        '<th class="num">ms</th><th></th><th class="num">nodes</th><th class="num">modules</th>'
+        "<th>IR text</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>"
+    )
+
+
+def _anchor(index: int) -> str:
+    return f"module-{index}"
+
+
+def _tree_section(program: Program) -> str:
+    rows = module_rows(program)
+    anchors = _anchors(program)
+    out = ['<section id="tree"><h2>Module tree</h2><ul class="tree">']
+    depth = 0
+    for i, row in enumerate(rows):
+        if i:
+            if row.depth > depth:
+                out.append("<ul>" * (row.depth - depth))
+            else:
+                out.append("</li>" + "</ul></li>" * (depth - row.depth))
+        depth = row.depth
+        name = _e(row.name)
+        target = anchors.get(row.path if row.same_as is None else row.same_as)
+        label = f'<a class="mname mono" href="#{target}">{name}</a>' if target else (
+            f'<span class="mname mono">{name}</span>'
+        )
+        badges = ""
+        if row.same_as is not None:
+            first = _e(row.same_as or "<root>")
+            badges += f'<span class="badge shared">same object as {first}</span>'
+        else:
+            detail = f"{row.nodes} nodes" if row.graphs else "no graph"
+            badges += f'<span class="badge">{detail}</span>'
+            if row.deduplicated:
+                badges += (
+                    f'<span class="badge dedup">{row.calls} calls &rarr; {row.graphs} '
+                    f'graph{"s" if row.graphs > 1 else ""}</span>'
+                )
+            elif row.graphs > 1:
+                badges += f'<span class="badge">{row.graphs} call graphs</span>'
+        out.append(f'<li>{label} <span class="type">{_e(row.type_name)}</span>{badges}')
+    out.append("</li>" + "</ul></li>" * depth + "</ul></section>")
+    return "".join(out)
+
+
+def _anchors(program: Program) -> dict[str, str]:
+    """The anchor of each module (by first path) that has graphs."""
+    anchors: dict[str, str] = {}
+    seen: set[str] = set()
+    for path, mid in program.walk():
+        if mid in seen:
+            continue
+        seen.add(mid)
+        if program.modules[mid].graphs:
+            anchors[path] = _anchor(len(anchors))
+    return anchors
+
+
+def _graphs_section(program: Program) -> str:
+    anchors = _anchors(program)
+    out = ['<section id="graphs"><h2>Module graphs</h2>']
+    for path, mid in program.walk():
+        anchor = anchors.get(path)
+        if anchor is None:
+            continue
+        mod = program.modules[mid]
+        kind = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
+        nodes = sum(len(g) for g in mod.graphs)
+        out.append(
+            f'<details id="{anchor}"{" open" if not path else ""}><summary>'
+            f'<span class="mname mono">{_e(path or "<root>")}</span> '
+            f'<span class="type">{_e(kind)} &middot; {nodes} nodes'
+            f'{f" &middot; {len(mod.graphs)} graphs" if len(mod.graphs) > 1 else ""}</span>'
+            "</summary>"
+        )
+        for i, graph in enumerate(mod.graphs):
+            if len(mod.graphs) > 1:
+                out.append(f'<p class="note">&nbsp;graph {i}</p>')
+            out.append(f"<pre>{_e(format_graph(graph))}</pre>")
+        out.append("</details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _diff_section(stages: Sequence[Stage], texts: list[str | None]) -> str:
+    out = ['<section id="diffs"><h2>What each pass changed</h2>']
+    previous: str | None = None
+    for stage, text in zip(stages, texts):
+        if text is None:
+            continue
+        if previous is None:
+            out.append(
+                f'<details><summary>{_e(stage.name)}: the imported program '
+                f'({text.count(chr(10)) + 1} lines)</summary>{_pre_lines(text.splitlines())}'
+                "</details>"
+            )
+        elif text == previous:
+            out.append(
+                f'<details><summary>{_e(stage.name)}: no change</summary>'
+                '<p class="note">&nbsp;the printed program is the same</p></details>'
+            )
+        else:
+            diff = _diff(previous, text)
+            added = sum(1 for line in diff if line.startswith("+"))
+            removed = sum(1 for line in diff if line.startswith("-"))
+            out.append(
+                f'<details open><summary>{_e(stage.name)}: '
+                f'<span class="stat-add">+{added}</span> '
+                f'<span class="stat-del">&minus;{removed}</span> lines</summary>'
+                f"{_pre_diff(diff)}</details>"
+            )
+        previous = text
+    out.append("</section>")
+    return "".join(out)
+
+
+def _pre_lines(lines: list[str]) -> str:
+    shown = lines[:MAX_DIFF_LINES]
+    note = _cut_note(len(lines) - len(shown))
+    return f"<pre>{_e(chr(10).join(shown))}</pre>{note}"
+
+
+def _pre_diff(diff: list[str]) -> str:
+    shown = diff[:MAX_DIFF_LINES]
+    spans = []
+    for line in shown:
+        cls = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
+        spans.append(f'<span class="{cls}">{_e(line) or " "}</span>')
+    return f'<pre class="diff">{"".join(spans)}</pre>{_cut_note(len(diff) - len(shown))}'
+
+
+def _cut_note(left_out: int) -> str:
+    if left_out <= 0:
+        return ""
+    return f'<p class="note">&nbsp;{left_out} more lines left out</p>'

@@ -1,0 +1,237 @@
+"""``remove_effect_tokens``: side-effecting calls without their effect tokens.
+
+``run_decompositions`` threads each side-effecting operator (``aten._print``, custom ops registered
+as effectful) through a token: a ``token`` input placeholder, calls
+``with_effects(token, op, *args, **kwargs)`` that return ``(new_token, *results)`` read by
+``operator.getitem``, and a ``token`` output. Generated code runs nodes in graph order, so the
+tokens carry nothing there; this pass calls the operators directly again, as
+``torch.export.unflatten`` does.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from ir import signature as sg
+from ir.args import Ref, map_refs, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.names import target_name
+from ir.node import CALL_FUNCTION, OUTPUT, Node
+from ir.program import Program
+
+WITH_EFFECTS = "torch.ops.higher_order.with_effects"
+
+
+def remove_effect_tokens(p: Program) -> Program:
+    """Rewrite every ``with_effects`` call of the root graph into a direct call of its operator.
+
+    Parameters:
+        p: a Program, typically straight from ``import_ep`` of a decomposed export.
+
+    Returns:
+        A Program without effect tokens. Each ``with_effects(token, op, *args, **kwargs)`` becomes
+        ``op(*args, **kwargs)`` at the same place. ``getitem(w, 0)`` (the next token) disappears;
+        ``getitem(w, i)`` for ``i >= 1`` becomes ``getitem(op_node, i - 1)`` when ``op`` returns
+        several values, and when it returns one value the op node itself stands for it. Token
+        placeholders, token outputs and their specs are removed. Names are kept: the op node takes
+        the name of the value its readers read (the first ``getitem(w, 1)`` of a one-result op,
+        else the ``with_effects`` node's); a repeated ``getitem(w, 1)`` is read as that node. The
+        op node keeps the ``with_effects`` node's ``meta`` (``nn_module_stack``, ...), with
+        ``val`` and ``unbacked_bindings`` moved past the token as torch does.
+
+    Raises:
+        PassError: naming the node, when a token is read by anything but ``with_effects`` or a
+        token output (for example a ``call_module`` or ``invoke_subgraph`` threading a token: run
+        this pass before outlining), when a ``with_effects`` result is read by anything but an
+        integer ``getitem``, or when the number of results of an operator without a schema or
+        ``meta["val"]`` cannot be told.
+
+    **Laws:**
+
+    - identity: a Program without token specs and ``with_effects`` nodes is returned as is
+      (``remove_effect_tokens(p) is p``); hence idempotent: ``f(f(p)) is f(p)``;
+    - semantics: ``lower(f(p))`` runs the same side effects in the same order and returns the
+      same outputs as ``lower(p)`` and ``ep.module()``;
+    - names: every node that is not a token, a ``with_effects`` or an absorbed ``getitem`` keeps
+      its name, args' structure and meta;
+    - ``verify`` holds of the result whenever it holds of ``p``.
+
+    Complexity: O(n) in the number of root-graph nodes.
+    """
+    graph = p.root_module.graph
+    if graph is None or not _has_tokens(p, graph):
+        return p
+    return _remove_effect_tokens(p, graph)
+
+
+def _has_tokens(p: Program, graph: Graph) -> bool:
+    return (
+        any(s.kind == sg.TOKEN for s in p.signature.inputs)
+        or any(s.kind == sg.OUTPUT_TOKEN for s in p.signature.outputs)
+        or any(_is_with_effects(n) for n in graph.nodes)
+    )
+
+
+def _is_with_effects(node: Node) -> bool:
+    return node.op == CALL_FUNCTION and target_name(node.target) == WITH_EFFECTS
+
+
+def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
+    tokens = {s.name for s in p.signature.inputs if s.kind == sg.TOKEN}
+    dropped: set[str] = set(tokens)  # nodes not emitted at their own place
+    alias: dict[str, str] = {}  # repeated getitem(w, 1) of a one-result op -> the op node
+    emit: dict[str, Node] = {}  # node name -> what stands at its place instead
+
+    for w in graph.nodes:
+        if not _is_with_effects(w):
+            continue
+        if len(w.args) < 2:
+            raise PassError(
+                f"with_effects node {w.name!r} has args {w.args!r}; expected (token, op, *args)"
+            )
+        _, op, *args = w.args
+        reads = _result_reads(graph, w)
+        count = _result_count(w, op, reads)
+        name = w.name
+        for i, g in reads:
+            if i == 0:
+                tokens.add(g.name)
+                dropped.add(g.name)
+            elif count == 1:
+                if name == w.name:
+                    name = g.name
+                else:
+                    alias[g.name] = name
+                dropped.add(g.name)
+            else:
+                emit[g.name] = g.replace(args=(ref(name), i - 1))
+        meta = _result_meta(w.meta, count)
+        emit[w.name] = Node(CALL_FUNCTION, name, op, tuple(args), w.kwargs, meta)
+
+    def read(r: Ref) -> Ref:
+        if r.name in tokens:
+            raise PassError(
+                f"node {here.name!r} reads effect token %{r.name}; remove_effect_tokens only "
+                "handles tokens threaded through with_effects calls of the root graph (run it "
+                "before outlining)"
+            )
+        found = alias.get(r.name)
+        return r if found is None else ref(found)
+
+    nodes: list[Node] = []
+    for here in graph.nodes:
+        if here.op == OUTPUT:
+            nodes.append(_output(here, p.signature.outputs, read))
+            continue
+        if here.name in dropped:
+            continue
+        node = emit.get(here.name, here)
+        args, kwargs = map_refs(node.args, read), map_refs(node.kwargs, read)
+        nodes.append(node.replace(args=args, kwargs=kwargs))
+
+    root = p.root_module.replace(graphs=(Graph.of(nodes),) + p.root_module.graphs[1:])
+    signature = sg.ExportSignature(
+        inputs=tuple(s for s in p.signature.inputs if s.kind != sg.TOKEN),
+        outputs=tuple(
+            s if s.name not in alias else sg.OutputSpec(s.kind, alias[s.name], s.target)
+            for s in p.signature.outputs
+            if s.kind != sg.OUTPUT_TOKEN
+        ),
+    )
+    return p.replace(
+        modules=p.modules.set(p.root, root),
+        signature=signature,
+        call_signatures=_renamed_calls(p.call_signatures, alias),
+    )
+
+
+def _result_reads(graph: Graph, w: Node) -> list[tuple[int, Node]]:
+    """``(index, getitem node)`` for every reader of ``w``, in graph order."""
+    by_name = graph.by_name()
+    reads = []
+    for user in graph.users()[w.name]:
+        g = by_name[user]
+        if (
+            g.target is not operator.getitem
+            or len(g.args) != 2
+            or g.args[0] != w.ref
+            or type(g.args[1]) is not int
+        ):
+            raise PassError(
+                f"node {g.name!r} reads with_effects node {w.name!r} other than as "
+                f"getitem(%{w.name}, <int>); only indexed reads of its results are supported"
+            )
+        reads.append((g.args[1], g))
+    return reads
+
+
+def _result_count(w: Node, op: Any, reads: list[tuple[int, Node]]) -> int:
+    """How many values ``op`` returns: per its schema, else ``meta["val"]`` less the token."""
+    schema = getattr(op, "_schema", None)
+    if schema is not None:
+        count = len(schema.returns)
+    else:
+        val = w.meta.get("val")
+        if isinstance(val, (tuple, list)) and val:
+            count = len(val) - 1
+        elif all(i == 0 for i, _ in reads):
+            return 0
+        else:
+            raise PassError(
+                f"with_effects node {w.name!r} calls {target_name(op)}, which has no schema and "
+                "no meta['val']; cannot tell how many values it returns"
+            )
+    for i, g in reads:
+        if i > count:
+            raise PassError(
+                f"node {g.name!r} reads result {i} of with_effects node {w.name!r}, but "
+                f"{target_name(op)} returns {count} values after the token"
+            )
+    return count
+
+
+def _result_meta(meta: Mapping[str, Any], count: int) -> Mapping[str, Any]:
+    """``meta`` of a ``with_effects`` node, describing the op's own result (no leading token)."""
+    changes: dict[str, Any] = {}
+    val = meta.get("val")
+    if isinstance(val, tuple):
+        changes["val"] = val[1] if count == 1 else (val[1:] if count > 1 else None)
+    bindings = meta.get("unbacked_bindings")
+    if bindings:
+        changes["unbacked_bindings"] = {
+            k: path[1:] if path else path for k, path in bindings.items()
+        }
+    if not changes:
+        return meta
+    return MappingProxyType({**meta, **changes})
+
+
+def _output(node: Node, specs: tuple[sg.OutputSpec, ...], read: Any) -> Node:
+    """The output node without its token outputs (positions follow ``specs`` when given)."""
+    values = node.args[0] if node.args else None
+    if specs and isinstance(values, tuple) and len(values) == len(specs):
+        values = tuple(v for v, s in zip(values, specs) if s.kind != sg.OUTPUT_TOKEN)
+    return node.replace(args=(map_refs(values, read),) + node.args[1:])
+
+
+def _renamed_calls(calls: Any, alias: dict[str, str]) -> Any:
+    """Preserved call signatures with the names in ``alias`` replaced (same map when none are)."""
+    if not alias:
+        return calls
+    for call_name, sig in calls.items():
+        inputs = tuple(_renamed_arg(a, alias) for a in sig.inputs)
+        outputs = tuple(_renamed_arg(a, alias) for a in sig.outputs)
+        if inputs != sig.inputs or outputs != sig.outputs:
+            renamed = sg.CallSignature(
+                inputs, outputs, sig.in_spec, sig.out_spec, sig.forward_arg_names
+            )
+            calls = calls.set(call_name, renamed)
+    return calls
+
+
+def _renamed_arg(arg: sg.ArgSpec, alias: dict[str, str]) -> sg.ArgSpec:
+    return arg if arg.name not in alias else sg.ArgSpec(arg.kind, alias[arg.name], arg.value)
