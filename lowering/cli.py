@@ -30,7 +30,7 @@ from ir import PurefxError, import_ep
 from ir.program import Program
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
-from transforms.pipeline import pipeline
+from transforms.pipeline import DEFAULT_PIPELINE, pipeline
 
 Pass = Callable[[Program], Program]
 
@@ -118,7 +118,7 @@ def run(
 
     Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
     """
-    chosen = list(pipeline() if passes is None else passes)
+    chosen = list(DEFAULT_PIPELINE if passes is None else passes)
     progress = progress or _Progress(0, None)
     progress.total = len(chosen) + 2
     stages: list[Stage] = []
@@ -350,8 +350,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="purefx",
         description=(
-            "Import a torch.export program into purefx's IR, run each pass and lower it back; "
-            "print the time and node/module counts of each pass, the module tree and a check "
+            "Import a torch.export program into purefx's IR, run each pass and lower it back;\n"
+            "print the time and node/module counts of each pass, the module tree, and a check\n"
             "of the lowered module against ep.module() on the program's example inputs."
         ),
         epilog=_EPILOG,
@@ -366,8 +366,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--passes",
         metavar="A,B,C",
-        help="comma-separated passes to run, in order (default: the default pipeline: "
-        + ",".join(_name(p) for p in pipeline())
+        help="comma-separated passes to run, in order (default: the default pipeline, "
+        + ", ".join(_name(p) for p in DEFAULT_PIPELINE)
+        + "; known passes: "
+        + ", ".join(known_passes())
         + ")",
     )
     parser.add_argument(

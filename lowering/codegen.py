@@ -7,6 +7,7 @@ once.
 
 from __future__ import annotations
 
+import keyword
 import weakref
 from typing import Any, Callable
 
@@ -20,6 +21,11 @@ from ir.args import IDict, IList, Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+
+# Names generated code uses for itself: a node may not shadow them (a child called ``self``).
+_RESERVED = frozenset(
+    {"self", "torch", "inf", "nan", "device", "getattr", "fx_pytree", "pytree", "builtins"}
+) | frozenset(keyword.kwlist)
 
 NodeRule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], "torch.fx.Node | None"]
 
@@ -76,7 +82,7 @@ def to_fx_graph(
                 target,
                 thawed(node.args),
                 thawed(node.kwargs),
-                name=node.name,
+                name=node.name if node.name not in _RESERVED else f"{node.name}_",
             )
         if made is None:
             continue

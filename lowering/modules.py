@@ -34,20 +34,42 @@ class Holder(torch.nn.Module):
 
 
 class PlainHolder(Holder):
-    """A holder of no container class: string indexing reaches its children."""
+    """A never-called module of no known container class, readable like a dict of its members.
 
-    def __getitem__(self, key: str) -> torch.nn.Module:
-        """``holder["name"]``: the child registered under ``name``, as an ``nn.ModuleDict`` gives.
+    A container that is never called leaves no class name in the program, so an
+    ``nn.ModuleDict`` or ``nn.ParameterDict`` comes back as a holder; ``holder["a"]``, ``len``,
+    ``keys()`` and iteration over names keep working (over children, parameters and buffers).
+    """
 
-        A container that is never called leaves no class name in the program, so a ModuleDict
-        may come back as a holder; string indexing keeps working.
-        """
-        if isinstance(key, str) and key in self._modules:
-            return self._modules[key]
-        raise KeyError(key)
+    def _members(self) -> dict[str, Any]:
+        return {**self._parameters, **self._buffers, **self._modules}
+
+    def __getitem__(self, key: str) -> Any:
+        found = self._members().get(key) if isinstance(key, str) else None
+        if found is None:
+            raise KeyError(key)
+        return found
 
     def __contains__(self, key: object) -> bool:
-        return key in self._modules
+        return key in self._members()
+
+    def __len__(self) -> int:
+        return len(self._members())
+
+    def __iter__(self):
+        return iter(self._members())
+
+    def keys(self):
+        return self._members().keys()
+
+    def items(self):
+        return self._members().items()
+
+    def values(self):
+        return self._members().values()
+
+    def __bool__(self) -> bool:
+        return True
 
 
 class LoweredModule(InterpreterModule):

@@ -113,6 +113,7 @@ class _Outliner:
         self.nodes = self.graph.nodes
         self.position = {n.name: i for i, n in enumerate(self.nodes)}
         self.last_use = _last_uses(self.graph)
+        self._count_signature_uses()
         self.by_name = self.graph.by_name()
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
         self.aliased_state, self.mutated_state = _mutation_sources(self.graph, program)
@@ -124,6 +125,29 @@ class _Outliner:
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
         self.taken: set[str] = Names(n.name for n in self.nodes)
+
+    def _count_signature_uses(self) -> None:
+        """A preserved call reads its signature inputs when it starts and must hand back its
+        outputs when it ends, even if no node reads them there: count both as uses."""
+        if len(self.p.call_signatures) <= 1:
+            return
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
+                continue
+            for frame in self.frames_of(node) or ():
+                first.setdefault(frame.call_name, i)
+                last[frame.call_name] = i
+        for name, sig in self.p.call_signatures.items():
+            if name not in first:
+                continue
+            for arg in sig.inputs:
+                if arg.name:
+                    self.last_use[arg.name] = max(self.last_use.get(arg.name, -1), first[name])
+            for arg in sig.outputs:
+                if arg.name:
+                    self.last_use[arg.name] = max(self.last_use.get(arg.name, -1), last[name] + 1)
 
     # --- driver -----------------------------------------------------------------------------
 
@@ -300,14 +324,14 @@ class _Outliner:
         )
         for i, arg in enumerate(sig.inputs):
             named = arg.kind != CONSTANT and bool(arg.name)
-            if named and arg.name not in keys:
+            if named and arg.name not in keys and arg.name not in call.env:
                 name = arg.name
             else:
                 name = fresh_name(f"_constant_{i}" if not named else arg.name, taken)
             meta = self.by_name[arg.name].meta if arg.name in self.by_name else {}
             call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
             if named:
-                call.env[arg.name] = ref(name)
+                call.env.setdefault(arg.name, ref(name))
             elif arg.kind == CONSTANT:
                 where = f"input {i} of preserved call {call.frame.call_name!r}"
                 checked = fresh_name(f"_checked_{i}", taken)

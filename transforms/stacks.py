@@ -64,7 +64,9 @@ def fix_module_stacks(program: Program) -> Program:
 
     A call to a sibling of an ancestor leaves a stack such as ``[a, b]`` with ``b`` not inside
     ``a``; such entries and all after them are dropped (the node stays in ``a``) and a warning is
-    logged on the ``purefx`` logger, as ``torch.export.unflatten`` does.
+    logged on the ``purefx`` logger, as ``torch.export.unflatten`` does. So are entries whose path
+    names no module of the program (strict export may record an access path such as
+    ``a.leaf._peer[0]``).
 
     **Laws:** idempotent; returns ``program`` itself when every stack nests; changes meta only, so
     the result is ``==`` to the input. Complexity: O(n · stack depth).
@@ -81,7 +83,7 @@ def fix_module_stacks(program: Program) -> Program:
         keep = 1
         prev = items[0][1][0]
         for _, (path, _) in items[1:]:
-            if not _nests(prev, path):
+            if not _nests(prev, path) or program.resolve(path) is None:
                 break
             keep += 1
             prev = path
