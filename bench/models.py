@@ -125,9 +125,7 @@ class GPTLayer(nn.Module):
 class TinyGPT(nn.Module):
     """Token embedding, ``n`` :class:`GPTLayer` s, final norm, and a tied ``lm_head``."""
 
-    def __init__(
-        self, n: int, width: int = WIDTH, vocab: int = VOCAB, seq: int = SEQ
-    ) -> None:
+    def __init__(self, n: int, width: int = WIDTH, vocab: int = VOCAB, seq: int = SEQ) -> None:
         super().__init__()
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Parameter(torch.randn(seq, width) * 0.02)

@@ -45,8 +45,11 @@ Record = dict[str, Any]
 
 SLOPE_RANGE = (128, 1024)
 LARGE_N = 512
+MEMORY_MAX_N = 512
 ATOL = 1e-5
 ERROR_CHARS = 300
+CLOCKS = ("wall", "cpu")
+MIN_K, MAX_K = 5, 200  # latency runs per variant when --k is not given
 
 
 # --------------------------------------------------------------------------- options
@@ -57,11 +60,12 @@ class Options:
     """Knobs shared by every measurement of one run."""
 
     repeat: int | None  # None: 3 below LARGE_N, 1 from LARGE_N on
-    memory: bool
+    memory_max_n: int  # trace memory only up to this N (0: never)
     latency: bool
     latency_budget_s: float  # wall time aimed at per latency variant
     k: int | None  # fixed number of latency runs, or None for adaptive
     max_build_s: float  # skip larger sizes once a build took longer than this
+    clock: str = "wall"  # which of CLOCKS the printed tables and slopes use
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -94,14 +98,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--k",
         type=int,
         default=None,
-        help="latency runs per variant (default: adaptive)",
+        help=f"latency runs per variant (default: {MIN_K} to {MAX_K}, ~0.3 s each)",
     )
+    parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc builds")
     parser.add_argument(
-        "--no-memory", action="store_true", help="skip the tracemalloc builds"
+        "--memory-max-n",
+        type=int,
+        default=MEMORY_MAX_N,
+        help=f"tracemalloc builds only up to this N (default {MEMORY_MAX_N}; tracing is "
+        "4-5x slower than the build and memory grows linearly)",
     )
-    parser.add_argument(
-        "--no-latency", action="store_true", help="skip forward latency"
-    )
+    parser.add_argument("--no-latency", action="store_true", help="skip forward latency")
     parser.add_argument(
         "--max-build-s",
         type=float,
@@ -109,12 +116,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="stop growing N for a library once one of its builds took longer (default 300)",
     )
     parser.add_argument(
-        "--json", type=Path, default=None, help="write all results to this file"
+        "--clock",
+        choices=CLOCKS,
+        default="wall",
+        help="clock for the printed tables and slopes: wall (perf_counter, default) or "
+        "cpu (process_time, steadier on a busy machine); the JSON has both",
     )
+    parser.add_argument("--json", type=Path, default=None, help="write all results to this file")
     args = parser.parse_args(argv)
     unknown = sorted(set(_split(args.models)) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {unknown}; expected names from {list(MODELS)}")
+    if args.sizes is not None:
+        sizes = _split(args.sizes)
+        if not sizes or not all(s.isdigit() and int(s) > 0 for s in sizes):
+            parser.error(f"--sizes: expected positive integers like 8,64,512, got {args.sizes!r}")
     return args
 
 
@@ -127,11 +143,12 @@ def options_from(args: argparse.Namespace) -> Options:
     """Turn parsed arguments into :class:`Options`."""
     return Options(
         repeat=args.repeat,
-        memory=not args.no_memory,
+        memory_max_n=0 if args.no_memory else args.memory_max_n,
         latency=not args.no_latency,
         latency_budget_s=0.03 if args.quick else 0.3,
         k=args.k,
         max_build_s=args.max_build_s,
+        clock=args.clock,
     )
 
 
@@ -157,6 +174,16 @@ def quiet() -> Iterator[None]:
     """Send stdout to ``os.devnull`` (torch's unflatten prints debugging noise)."""
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         yield
+
+
+@contextlib.contextmanager
+def stopwatch(into: dict[str, float], key: str) -> Iterator[None]:
+    """Add the wall time of the body to ``into[key]`` (bookkeeping, not a result)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[key] = into.get(key, 0.0) + time.perf_counter() - t0
 
 
 def describe_error(exc: BaseException, stage: str) -> str:
@@ -245,20 +272,32 @@ class PipelineRun:
     error: str | None = None
 
 
+def stage_key(stage: str, clock: str) -> str:
+    """Key of a stage's time in a ``times`` dict: ``stage`` (wall) or ``cpu:stage``."""
+    return stage if clock == "wall" else f"{clock}:{stage}"
+
+
 def run_pipeline(stages: list[Stage], start: Any) -> PipelineRun:
-    """Feed ``start`` through ``stages``, timing each; stop at the first error."""
+    """Feed ``start`` through ``stages``, timing each; stop at the first error.
+
+    Each stage gets its wall time (``perf_counter``) under its name and its
+    process CPU time under ``cpu:<name>``; CPU time well below wall time means
+    the machine was busy with something else.
+    """
     times: dict[str, float] = {}
     value, module = start, None
     for name, fn in stages:
         module = value
         try:
             with quiet():
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 value = fn(value)
                 times[name] = time.perf_counter() - t0
+                times[stage_key(name, "cpu")] = time.process_time() - c0
         except Exception as exc:  # noqa: BLE001 - recorded, the benchmark goes on
             return PipelineRun(times, error=describe_error(exc, name))
-    times["total"] = sum(times.values())
+    for clock in CLOCKS:
+        times[stage_key("total", clock)] = sum(times[stage_key(n, clock)] for n, _ in stages)
     return PipelineRun(times, module=module, output=value)
 
 
@@ -292,42 +331,52 @@ def peak_memory_mb(stages: list[Stage], ep: Any) -> float | None:
 # --------------------------------------------------------------------------- latency
 
 
-def latency_us(module: Any, args: Args, opts: Options) -> float:
-    """Median forward latency in microseconds after one warm-up call."""
+def latency_us(module: Any, args: Args, opts: Options) -> dict[str, float]:
+    """Median and minimum wall latency and median CPU time in µs, after a warm-up.
+
+    Runs ``opts.k`` calls, or else calls until ``opts.latency_budget_s`` is spent,
+    at least ``MIN_K`` and at most ``MAX_K`` of them.
+    """
+    samples: list[float] = []
+    cpu_samples: list[float] = []
     with torch.no_grad():
-        t0 = time.perf_counter()
         module(*args)
-        warm = time.perf_counter() - t0
-        k = opts.k or max(5, min(200, int(opts.latency_budget_s / max(warm, 1e-6))))
-        samples = []
-        for _ in range(k):
-            t0 = time.perf_counter()
+        start = time.perf_counter()
+        while len(samples) < (opts.k or MAX_K):
+            c0, t0 = time.process_time(), time.perf_counter()
             module(*args)
             samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e6
+            cpu_samples.append(time.process_time() - c0)
+            spent = time.perf_counter() - start
+            if not opts.k and len(samples) >= MIN_K and spent >= opts.latency_budget_s:
+                break
+    return {
+        "us": statistics.median(samples) * 1e6,
+        "min_us": min(samples) * 1e6,
+        "cpu_us": statistics.median(cpu_samples) * 1e6,
+        "k": len(samples),
+    }
 
 
 def measure_latencies(
     variants: dict[str, Any], args: Args, reference: torch.Tensor, opts: Options
 ) -> dict[str, Any]:
-    """Latency (µs) and output agreement of each built variant; errors recorded."""
+    """Latency (µs) and output agreement of each built variant; errors recorded.
+
+    A variant given as a string is a build that failed; the string is its error.
+    """
     result: dict[str, Any] = {}
     for name, module in variants.items():
-        if isinstance(module, str):  # the build failed; keep its error
+        if isinstance(module, str):
             result[name] = {"us": None, "match": None, "error": module}
             continue
         gc.collect()
         try:
             with quiet(), torch.no_grad():
                 match = outputs_match(module(*args), reference)
-                us = latency_us(module, args, opts) if opts.latency else None
-            result[name] = {"us": us, "match": match, "error": None}
+                result[name] = {"match": match, "error": None} | latency_us(module, args, opts)
         except Exception as exc:  # noqa: BLE001
-            result[name] = {
-                "us": None,
-                "match": False,
-                "error": describe_error(exc, "forward"),
-            }
+            result[name] = {"us": None, "match": False, "error": describe_error(exc, "forward")}
     return result
 
 
@@ -351,13 +400,13 @@ def measure_size(
     ``skip`` maps a library to the reason it is no longer run; a library whose
     build exceeds ``opts.max_build_s`` is added to it for the larger sizes.
     """
-    t0 = time.perf_counter()
-    model, args, ep = spec.make(n)
-    export_s = time.perf_counter() - t0
+    wall: dict[str, float] = {}
+    with stopwatch(wall, "export"):
+        model, args, ep = spec.make(n)
     with torch.no_grad():
         reference = model(*args)
-    record: Record = {"n": n, "nodes": len(ep.graph.nodes), "export_s": export_s}
-    repeats = repeats_for(n, opts)
+    record: Record = {"n": n, "nodes": len(ep.graph.nodes), "export_s": wall["export"]}
+    record["wall_s"] = wall
     libraries = {"torch": torch_stages(args)}
     if api.error is None:
         libraries["purefx"] = purefx_stages(api, args)
@@ -366,7 +415,7 @@ def measure_size(
     for lib, stages in libraries.items():
         if lib in skip:
             continue
-        record[lib] = measure_library(stages, ep, reference, repeats, opts)
+        record[lib] = measure_library(stages, ep, reference, n, opts)
         built[lib] = record[lib].pop("module")
         total = record[lib]["times"].get("total", 0.0)
         if total > opts.max_build_s:
@@ -375,35 +424,45 @@ def measure_size(
         record.setdefault(lib, {"error": skip.get(lib)})
 
     if opts.latency:
-        t0 = time.perf_counter()
-        ep_module = build_or_error(ep.module)
-        record["ep_module_s"] = time.perf_counter() - t0
+        with stopwatch(wall, "ep_module"):
+            ep_module = build_or_error(ep.module)
+        record["ep_module_s"] = wall["ep_module"]
+        with stopwatch(wall, "codegen_build"):
+            codegen = _codegen_build(ep, skip.get("torch"))
         variants = {
             "eager": model,
             "ep_module": ep_module,
             "unflatten_interp": built["torch"],
-            "unflatten_codegen": _codegen_build(ep, skip.get("torch")),
+            "unflatten_codegen": codegen,
             "purefx": built["purefx"],
         }
-        record["latency"] = measure_latencies(variants, args, reference, opts)
+        with stopwatch(wall, "latency"):
+            record["latency"] = measure_latencies(variants, args, reference, opts)
     return record
 
 
 def measure_library(
-    stages: list[Stage], ep: Any, reference: torch.Tensor, repeats: int, opts: Options
+    stages: list[Stage], ep: Any, reference: torch.Tensor, n: int, opts: Options
 ) -> Record:
     """Timed builds, first-answer check and peak memory of one library.
 
-    The returned ``module`` entry is the last built module, or the error string.
+    The returned ``module`` entry is the last built module, or the error string;
+    ``wall_s`` is what the timed builds and the traced build cost in wall time.
     """
-    run = timed_builds(stages, ep, repeats)
+    wall: dict[str, float] = {}
+    repeats = repeats_for(n, opts)
+    with stopwatch(wall, "builds"):
+        run = timed_builds(stages, ep, repeats)
     ok = run.error is None
+    with stopwatch(wall, "memory"):
+        peak = peak_memory_mb(stages, ep) if ok and n <= opts.memory_max_n else None
     return {
         "times": run.times,
         "repeats": repeats,
         "error": run.error,
         "first_output_match": outputs_match(run.output, reference) if ok else None,
-        "peak_mb": peak_memory_mb(stages, ep) if ok and opts.memory else None,
+        "peak_mb": peak,
+        "wall_s": wall,
         "module": run.module if ok else run.error,
     }
 
@@ -437,14 +496,15 @@ def loglog_slope(points: Sequence[tuple[int, float]]) -> float | None:
 
 
 def stage_series(
-    records: list[Record], lib: str, stage: str
+    records: list[Record], lib: str, stage: str, clock: str
 ) -> list[tuple[int, float]]:
     """``(N, seconds)`` for one library stage over the records that have it."""
+    key = stage_key(stage, clock)
     series = []
     for rec in records:
         times = (rec.get(lib) or {}).get("times") or {}
-        if stage in times and not rec[lib].get("error"):
-            series.append((rec["n"], times[stage]))
+        if key in times and not rec[lib].get("error"):
+            series.append((rec["n"], times[key]))
     return series
 
 
@@ -458,14 +518,30 @@ SLOPE_SERIES = (
 )
 
 
-def slopes(records: list[Record]) -> dict[str, Any]:
-    """Log-log slopes over N in ``SLOPE_RANGE``, or over all sizes if that has < 2."""
+def slope_records(records: list[Record]) -> list[Record]:
+    """The records to fit: N in ``SLOPE_RANGE`` if it holds 3 or more sizes, else
+    the top sizes (N >= max/8).
+
+    The fallback serves sweeps that stop below 512 (``gpt``, ``repeat``,
+    ``--quick``): their large sizes, where constant overheads matter least.
+    """
     lo, hi = SLOPE_RANGE
     in_range = [r for r in records if lo <= r["n"] <= hi]
-    used = in_range if len(in_range) >= 2 else records
+    if len(in_range) >= 3:
+        return in_range
+    top = max((r["n"] for r in records), default=0)
+    return [r for r in records if r["n"] * 8 >= top]
+
+
+def slopes(records: list[Record]) -> dict[str, Any]:
+    """Log-log slopes of each build stage, per clock, over :func:`slope_records`."""
+    used = slope_records(records)
     result: dict[str, Any] = {"sizes": [r["n"] for r in used]}
-    for lib, stage in SLOPE_SERIES:
-        result[f"{lib}.{stage}"] = loglog_slope(stage_series(used, lib, stage))
+    for clock in CLOCKS:
+        result[clock] = {
+            f"{lib}.{stage}": loglog_slope(stage_series(used, lib, stage, clock))
+            for lib, stage in SLOPE_SERIES
+        }
     return result
 
 
@@ -480,55 +556,64 @@ def _ratio(num: float | None, den: float | None) -> str:
     return "-" if not num or not den else f"{num / den:.2f}x"
 
 
-def build_table(records: list[Record]) -> list[str]:
-    """Rows of the build-time table (seconds, MB)."""
+def _total_cell(lib: Record, clock: str) -> str:
+    """A library's total build time, ``ERR`` if it failed, ``WRONG`` if its answer was."""
+    if lib.get("error"):
+        return "ERR"
+    if lib.get("first_output_match") is False:
+        return "WRONG"
+    return _fmt((lib.get("times") or {}).get(stage_key("total", clock)))
+
+
+def build_table(records: list[Record], clock: str) -> list[str]:
+    """Rows of the build-time table (seconds on ``clock``, MB)."""
     header = (
-        f"{'N':>5} {'nodes':>6} {'export':>7} | {'torch':>7} {'t.call':>7} | {'import':>7} {'transf':>7} "
-        f"{'lower':>7} {'call':>7} {'total':>7} {'pfx/tch':>8} | {'tchMB':>7} {'pfxMB':>7}"
+        f"{'N':>5} {'nodes':>6} {'export':>7} | {'torch':>7} {'t.call':>7} | "
+        f"{'import':>7} {'transf':>7} {'lower':>7} {'call':>7} {'total':>7} "
+        f"{'pfx/tch':>8} | {'tchMB':>7} {'pfxMB':>7}"
     )
     rows = [header, "-" * len(header)]
     for rec in records:
-        tt = (rec.get("torch") or {}).get("times") or {}
-        pt = (rec.get("purefx") or {}).get("times") or {}
-        perr = (rec.get("purefx") or {}).get("error")
+        torch_rec, pfx_rec = rec.get("torch") or {}, rec.get("purefx") or {}
+        tt, pt = torch_rec.get("times") or {}, pfx_rec.get("times") or {}
+
+        def cell(times: dict[str, float], stage: str) -> str:
+            return _fmt(times.get(stage_key(stage, clock)))
+
+        total = stage_key("total", clock)
         rows.append(
             f"{rec['n']:>5} {rec['nodes']:>6} {_fmt(rec['export_s'], '.2f'):>7} | "
-            f"{_fmt(tt.get('total')):>7} {_fmt(tt.get('first_call')):>7} | "
-            f"{_fmt(pt.get('import')):>7} {_fmt(pt.get('transform')):>7} "
-            f"{_fmt(pt.get('lower')):>7} {_fmt(pt.get('first_call')):>7} "
-            f"{('ERR' if perr else _fmt(pt.get('total'))):>7} "
-            f"{_ratio(pt.get('total'), tt.get('total')):>8} | "
-            f"{_fmt((rec.get('torch') or {}).get('peak_mb'), '.1f'):>7} "
-            f"{_fmt((rec.get('purefx') or {}).get('peak_mb'), '.1f'):>7}"
+            f"{_total_cell(torch_rec, clock):>7} {cell(tt, 'first_call'):>7} | "
+            f"{cell(pt, 'import'):>7} {cell(pt, 'transform'):>7} {cell(pt, 'lower'):>7} "
+            f"{cell(pt, 'first_call'):>7} {_total_cell(pfx_rec, clock):>7} "
+            f"{_ratio(pt.get(total), tt.get(total)):>8} | "
+            f"{_fmt(torch_rec.get('peak_mb'), '.1f'):>7} "
+            f"{_fmt(pfx_rec.get('peak_mb'), '.1f'):>7}"
         )
     return rows
 
 
-LATENCY_COLUMNS = (
-    "eager",
-    "ep_module",
-    "unflatten_interp",
-    "unflatten_codegen",
-    "purefx",
-)
+LATENCY_COLUMNS = ("eager", "ep_module", "unflatten_interp", "unflatten_codegen", "purefx")
+LATENCY_KEY = {"wall": "us", "cpu": "cpu_us"}
 
 
-def latency_table(records: list[Record]) -> list[str]:
-    """Rows of the latency table: µs and ratio to ``ep.module()``."""
+def latency_table(records: list[Record], clock: str) -> list[str]:
+    """Rows of the latency table: µs on ``clock`` and ratio to ``ep.module()``."""
+    key = LATENCY_KEY[clock]
     header = f"{'N':>5} " + " ".join(f"{c:>22}" for c in LATENCY_COLUMNS)
     rows = [header, "-" * len(header)]
     for rec in records:
         lat = rec.get("latency") or {}
-        base = (lat.get("ep_module") or {}).get("us")
+        base = (lat.get("ep_module") or {}).get(key)
         cells = []
         for col in LATENCY_COLUMNS:
             cell = lat.get(col) or {}
             if cell.get("error"):
                 text = "ERR"
-            elif cell.get("us") is None:
+            elif cell.get(key) is None:
                 text = "-"
             else:
-                text = f"{cell['us']:.0f} ({_ratio(cell['us'], base)})"
+                text = f"{cell[key]:.0f} ({_ratio(cell[key], base)})"
                 if cell.get("match") is False:
                     text += " WRONG"
             cells.append(f"{text:>22}")
@@ -543,9 +628,7 @@ def error_lines(records: list[Record], known: str | None) -> list[str]:
     """
     seen: dict[str, set[int]] = {}
     for rec in records:
-        errors = [
-            (lib, (rec.get(lib) or {}).get("error")) for lib in ("torch", "purefx")
-        ]
+        errors = [(lib, (rec.get(lib) or {}).get("error")) for lib in ("torch", "purefx")]
         errors += [(v, c.get("error")) for v, c in (rec.get("latency") or {}).items()]
         for where, err in errors:
             if err and err != known:
@@ -554,24 +637,20 @@ def error_lines(records: list[Record], known: str | None) -> list[str]:
 
 
 def report(
-    spec: ModelSpec, records: list[Record], slope: dict[str, Any], known: str | None
+    spec: ModelSpec, records: list[Record], slope: dict[str, Any], known: str | None, clock: str
 ) -> str:
-    """The text report of one model; ``known`` is an error not to repeat."""
+    """The text report of one model on ``clock``; ``known`` is an error not to repeat."""
     lines = [
         f"\n=== {spec.name}: {spec.description}",
-        "build s, median (torch = unflatten + first call; t.call = that first call)",
+        f"build s ({clock}), median; torch = unflatten + first call, t.call = that call",
     ]
-    lines += build_table(records)
-    lines += ["", "forward latency, µs (ratio to ep.module())"]
-    lines += latency_table(records)
+    lines += build_table(records, clock)
+    lines += ["", f"forward latency, µs ({clock}, median), ratio to ep.module()"]
+    lines += latency_table(records, clock)
     sizes = slope["sizes"]
-    lines += [
-        "",
-        f"log-log slopes over N={sizes[0]}..{sizes[-1]}" if sizes else "slopes: -",
-    ]
-    lines += [
-        f"  {key:<18} {_fmt(slope[key], '.2f')}" for key in slope if key != "sizes"
-    ]
+    span = f"N={sizes[0]}..{sizes[-1]}" if sizes else "no sizes"
+    lines += ["", f"log-log slopes ({clock}) over {span}"]
+    lines += [f"  {key:<18} {_fmt(value, '.2f')}" for key, value in slope[clock].items()]
     errors = error_lines(records, known)
     if errors:
         lines += ["errors:"] + errors
@@ -586,6 +665,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "loadavg_1_5_15min": os.getloadavg(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -596,7 +676,7 @@ def environment() -> dict[str, Any]:
 def warm_up(spec: ModelSpec, api: Purefx) -> None:
     """One untimed pass at N=2 so lazy imports and caches are not billed to N=first."""
     opts = Options(
-        repeat=1, memory=False, latency=True, latency_budget_s=0.0, k=1, max_build_s=1e9
+        repeat=1, memory_max_n=0, latency=True, latency_budget_s=0.0, k=1, max_build_s=1e9
     )
     measure_size(spec, 2, api, opts, initial_skip(api))
 
@@ -606,12 +686,14 @@ def initial_skip(api: Purefx) -> dict[str, str]:
     return {"purefx": api.error} if api.error else {}
 
 
-def run_model(
-    name: str, sizes: Sequence[int], api: Purefx, opts: Options
-) -> dict[str, Any]:
+def run_model(name: str, sizes: Sequence[int], api: Purefx, opts: Options) -> dict[str, Any]:
     """Measure one model over ``sizes`` and print its report."""
     spec = MODELS[name]
     warm_up(spec, api)
+    # Move what is alive now (torch, earlier results) out of the collector's
+    # view, so each gc.collect() between measurements scans only new objects.
+    gc.collect()
+    gc.freeze()
     records: list[Record] = []
     skip = initial_skip(api)
     for n in sizes:
@@ -623,7 +705,7 @@ def run_model(
             flush=True,
         )
     slope = slopes(records)
-    print(report(spec, records, slope, api.error), flush=True)
+    print(report(spec, records, slope, api.error, opts.clock), flush=True)
     return {"description": spec.description, "records": records, "slopes": slope}
 
 
@@ -641,17 +723,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "models": {},
     }
     print(
-        f"torch {torch.__version__}, 1 thread; purefx: {api.error or 'available'}",
+        f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cpus; purefx: {api.error or 'available'}",
         flush=True,
     )
     started = time.perf_counter()
     for name in _split(args.models):
-        results["models"][name] = run_model(
-            name, sizes_for(MODELS[name], args), api, opts
-        )
+        results["models"][name] = run_model(name, sizes_for(MODELS[name], args), api, opts)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1, default=str))
     results["wall_s"] = time.perf_counter() - started
+    results["loadavg_at_end"] = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
         print(f"\nwrote {args.json}")

@@ -52,7 +52,7 @@ def program_key(program: Program) -> tuple:
             modules.append((path, "same-as", first_path[mid]))
             continue
         first_path[mid] = path
-        mod = program.modules[mid]
+        mod = program.module_table()[mid]
         modules.append(
             (
                 path,

@@ -82,7 +82,7 @@ def format_program(program: Program) -> str:
             lines.append(f"  module {shown}: same object as {seen[mid] or '<root>'}")
             continue
         seen[mid] = path
-        mod = program.modules[mid]
+        mod = program.module_table()[mid]
         lines.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
         for i, graph in enumerate(mod.graphs):
             lines.append(f"    graph {i}:")
@@ -97,7 +97,7 @@ def format_tree(program: Program) -> str:
     for path, mid in program.walk():
         depth = path.count(".") + 1 if path else 0
         name = path.rsplit(".", 1)[-1] if path else "<root>"
-        mod = program.modules[mid]
+        mod = program.module_table()[mid]
         short = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
         if mid in first:
             lines.append(f"{'  ' * depth}{name}: {short} (same object as {first[mid] or '<root>'})")

@@ -40,6 +40,15 @@ class Program:
     call_signatures: PMap = pmap()
     call_order: tuple[str, ...] = ("",)
     range_constraints: Opaque = attrs.field(factory=lambda: NO_CONSTRAINTS)
+    _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
+
+    def module_table(self) -> dict[ModuleId, Module]:
+        """The module table as a plain dict (built once; PMap lookups are pure Python)."""
+        found = self._index.get("modules")
+        if found is None:
+            found = dict(self.modules.items())
+            self._index["modules"] = found
+        return found
 
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""
@@ -54,7 +63,7 @@ class Program:
 
     def module(self, mid: ModuleId) -> Module:
         """The module with id ``mid``; ``VerifyError`` naming it when absent."""
-        found = self.modules.get(mid)
+        found = self.module_table().get(mid)
         if found is None:
             raise VerifyError(f"module id {mid!r} is not in the module table")
         return found
@@ -64,8 +73,9 @@ class Program:
         mid = self.root if start is None else start
         if not path:
             return mid
+        table = self.module_table()
         for part in path.split("."):
-            mod = self.modules.get(mid)
+            mod = table.get(mid)
             if mod is None:
                 return None
             mid = mod.child(part)
@@ -78,11 +88,12 @@ class Program:
 
         A shared module is visited under each path that reaches it (``remove_duplicate=False``).
         """
+        table = self.module_table()
         stack: list[tuple[str, ModuleId]] = [("", self.root)]
         while stack:
             path, mid = stack.pop()
             yield path, mid
-            kids = self.modules[mid].children
+            kids = table[mid].children
             for name, child in reversed(kids):
                 stack.append((f"{path}.{name}" if path else name, child))
 

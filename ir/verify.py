@@ -23,7 +23,7 @@ def verify(program: Program) -> Program:
     paths = _check_module_tree(program)
     _check_state(program)
     for mid, path in paths.items():
-        mod = program.modules[mid]
+        mod = program.module_table()[mid]
         if mod.kind not in KINDS:
             raise VerifyError(f"module {path or '<root>'!r} has unknown kind {mod.kind!r}")
         for graph in mod.graphs:
@@ -50,7 +50,7 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
         first[mid] = path
         on_stack.add(mid)
         names = set()
-        for name, child in program.modules[mid].children:
+        for name, child in program.module_table()[mid].children:
             if name in names or not name or "." in name:
                 raise VerifyError(f"module {path or '<root>'!r} has a bad or repeated child {name!r}")
             names.add(name)
@@ -111,7 +111,7 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
                     f"node {node.name!r} in module {where!r} calls {node.target!r}, which is not "
                     "a submodule"
                 )
-            callee = program.modules[child]
+            callee = program.module_table()[child]
             if variant >= max(1, len(callee.graphs)):
                 raise VerifyError(
                     f"node {node.name!r} in module {where!r} calls graph {variant} of "
@@ -129,8 +129,8 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
             if program.resolve(node.target, mid) is not None:
                 continue
             fqn = f"{path}.{node.target}" if path else node.target
-            if program.modules[mid].kind == SUBGRAPH or fqn not in program.state:
-                if program.modules[mid].kind != SUBGRAPH:
+            if program.module_table()[mid].kind == SUBGRAPH or fqn not in program.state:
+                if program.module_table()[mid].kind != SUBGRAPH:
                     raise VerifyError(
                         f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "
                         "neither state nor a submodule"

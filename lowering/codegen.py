@@ -102,6 +102,9 @@ def _copied_meta(node: Node) -> dict[str, Any]:
 
 def spec_constants(graph: Graph) -> dict[str, Any]:
     """``{"_spec_<i>": spec}`` for each distinct ``TreeSpec`` literal of ``graph``, in order."""
+    cached = graph._index.get("spec_constants")
+    if cached is not None:
+        return cached
     found: dict[int, Any] = {}
 
     def visit(tree: Any) -> None:
@@ -115,9 +118,12 @@ def spec_constants(graph: Graph) -> dict[str, Any]:
                 visit(v)
 
     for node in graph.nodes:
-        visit(node.args)
-        visit(node.kwargs)
-    return {f"_spec_{i}": spec for i, spec in enumerate(found.values())}
+        if node.op == "call_function":
+            visit(node.args)
+            visit(node.kwargs)
+    cached = {f"_spec_{i}": spec for i, spec in enumerate(found.values())}
+    graph._index["spec_constants"] = cached
+    return cached
 
 
 # Compiled functions live as long as some module uses them.
@@ -143,5 +149,9 @@ def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[.
 
 
 def share_key(graph: Graph) -> tuple:
-    """The key under which two module graphs may share compiled code."""
-    return (graph_key(graph), tuple(n.name for n in graph.nodes if n.op == PLACEHOLDER))
+    """The key under which two module graphs may share compiled code: their alpha key.
+
+    Node names differ between structurally equal graphs (every block of a stack), so shared code
+    is called positionally; a module binds keyword arguments to its own placeholder names first.
+    """
+    return graph_key(graph)

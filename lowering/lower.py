@@ -54,9 +54,9 @@ def lower(
     orders = dispatch_orders(program)
     for _, mid in program.walk():
         if mid not in objects:
-            objects[mid] = _build_module(program.modules[mid], orders.get(mid, ()), interpreter)
+            objects[mid] = _build_module(program.module_table()[mid], orders.get(mid, ()), interpreter)
     for mid, obj in objects.items():
-        for name, child in program.modules[mid].children:
+        for name, child in program.module_table()[mid].children:
             obj._modules[name] = objects[child]
     _register_state(program, objects, device)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
@@ -113,12 +113,12 @@ def dispatch_orders(program: Program) -> dict[ModuleId, tuple[int, ...]]:
     orders: dict[ModuleId, list[int]] = {}
 
     def run(mid: ModuleId, variant: int) -> None:
-        for node in program.modules[mid].graphs[variant].nodes:
+        for node in program.module_table()[mid].graphs[variant].nodes:
             if node.op != CALL_MODULE:
                 continue
             path, k = split_call_target(node.target)
             child = program.resolve(path, mid)
-            if child is not None and program.modules[child].graphs:
+            if child is not None and program.module_table()[child].graphs:
                 orders.setdefault(child, []).append(k)
                 run(child, k)
 

@@ -126,7 +126,26 @@ class LoweredModule(InterpreterModule):
             self._num_calls = (self._num_calls + 1) % len(self._call_graphs)
         if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
             return self._interpret(self.graphs[index], args, kwargs)
-        return self._codes[index](self, *args, **kwargs)
+        if kwargs:
+            args = self._bind(index, args, kwargs)
+        return self._codes[index](self, *args)
+
+    def _bind(self, index: int, args: tuple, kwargs: dict) -> tuple:
+        """Positional arguments for graph ``index`` from a call with keyword arguments."""
+        names = self._placeholder_names(index)[len(args):]
+        unknown = set(kwargs) - set(names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.forward() got unexpected keyword arguments {sorted(unknown)}")
+        missing = [n for n in names if n not in kwargs]
+        if missing:
+            raise TypeError(f"{type(self).__name__}.forward() is missing arguments {missing}")
+        return args + tuple(kwargs[n] for n in names)
+
+    def _placeholder_names(self, index: int) -> list[str]:
+        ir_graphs = self.__dict__.get("_ir_graphs")
+        if ir_graphs is not None:
+            return [n.name for n in ir_graphs[index].placeholders]
+        return [n.target for n in self.graphs[index].nodes if n.op == "placeholder"]
 
     def _interpret(self, graph: torch.fx.Graph, args: tuple, kwargs: dict) -> Any:
         if kwargs:

@@ -13,12 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 from bench import models
 from bench.run import loglog_slope
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", sorted(models.MODELS))
@@ -35,9 +33,7 @@ def test_model_builders_are_deterministic(name: str) -> None:
     (m1, a1), (m2, a2) = models.MODELS[name].build(2), models.MODELS[name].build(2)
     for x, y in zip(a1, a2, strict=True):
         torch.testing.assert_close(x, y)
-    for (k1, v1), (k2, v2) in zip(
-        m1.state_dict().items(), m2.state_dict().items(), strict=True
-    ):
+    for (k1, v1), (k2, v2) in zip(m1.state_dict().items(), m2.state_dict().items(), strict=True):
         assert k1 == k2
         torch.testing.assert_close(v1, v2)
 
@@ -60,6 +56,7 @@ def test_loglog_slope_recovers_power_law() -> None:
     assert loglog_slope([(128, 1.0)]) is None
 
 
+@pytest.mark.slow
 def test_runner_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "bench.run", "--models", "repeat", "--sizes", "2"]

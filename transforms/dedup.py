@@ -22,7 +22,7 @@ def deduplicate(program: Program) -> Program:
     remap: dict[ModuleId, dict[int, int]] = {}
     modules = program.modules.evolver()
     for mid in _post_order(program):
-        mod = program.modules[mid]
+        mod = program.module_table()[mid]
         graphs = tuple(_retarget(program, mid, g, remap) for g in mod.graphs)
         if mid != program.root and len(graphs) > 1:
             first: dict[tuple, int] = {}
@@ -49,10 +49,10 @@ def _post_order(program: Program) -> list[ModuleId]:
     order: dict[ModuleId, None] = {}
 
     def visit(mid: ModuleId) -> None:
-        for _, child in program.modules[mid].children:
+        for _, child in program.module_table()[mid].children:
             if child not in order:
                 visit(child)
-        if program.modules[mid].graphs:
+        if program.module_table()[mid].graphs:
             order.setdefault(mid, None)
 
     visit(program.root)

@@ -57,6 +57,6 @@ def canonical_paths(program: Program, same_object: dict[str, str] | None = None)
 
 
 def _compatible(program: Program, a: str, b: str) -> bool:
-    ta = program.modules[program.resolve(a)].type_name
-    tb = program.modules[program.resolve(b)].type_name
+    ta = program.module_table()[program.resolve(a)].type_name
+    tb = program.module_table()[program.resolve(b)].type_name
     return ta is None or tb is None or ta == tb

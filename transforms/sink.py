@@ -77,14 +77,14 @@ class _Sinker:
         while i < len(order):
             mid, variant = order[i]
             i += 1
-            graph = p.modules[mid].graphs[variant]
+            graph = p.module_table()[mid].graphs[variant]
             local = dict(zip((n.name for n in graph.placeholders), self.carried[(mid, variant)]))
             for node in graph.nodes:
                 if node.op != CALL_MODULE:
                     continue
                 path, k = split_call_target(node.target)
                 child = p.resolve(path, mid)
-                if child is None or not p.modules[child].graphs:
+                if child is None or not p.module_table()[child].graphs:
                     continue
                 passed = [local.get(a.name) if isinstance(a, Ref) else None for a in node.args]
                 passed += [None] * len(node.kwargs)

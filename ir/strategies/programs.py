@@ -31,7 +31,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``kwargs_ops``), calls of one module whose bodies differ (``divergent_calls``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
-    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``.
+    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``. As in export's graphs, a value
+    read after an in-place update is the update's result (the same tensor), and after a
+    functional update the new value.
 
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
@@ -249,8 +251,8 @@ class _Builder:
         self.taken: set[str] = set()
         self.frames: list[tuple[str, tuple[str, str]]] = [("L__self__", ("", ROOT_TYPE))]
         self.calls: dict[str, int] = {}
-        self.types: dict[str, str] = {"": ROOT_TYPE}
         self.signatures: dict[str, sg.CallSignature] = {}
+        self.preserved_shapes: dict[str, tuple[int, int, bool]] = {}
         self.repeated_preserved: list[str] = []
         self.current: dict[Any, Ref] = {}  # tensor id -> its value after the latest update
         self.mutated: dict[Any, tuple[str, str]] = {}  # tensor id -> (style, first fqn)
@@ -454,7 +456,6 @@ class _Builder:
             return
         self.calls[path] = n + 1
         obj = self.objects[index + 1]
-        self.types[path] = obj.type_name
         key = "L__self__" + path + (f"@{n}" if n else "")
         call_name = path if n == 0 else f"{path}@{n}"
         self.frames.append((key, (path, obj.type_name)))
@@ -470,19 +471,26 @@ class _Builder:
         self, index: int, path: str, call_name: str, scope: _Scope, x: int, y: int, z: int
     ) -> None:
         """A call under ``preserve_module_call_signature``: it reads its positional arguments,
-        its state and what it computes, and returns some of what it computes."""
-        args = list(dict.fromkeys(_back(scope.vals, o) for o in (x, y)[: 1 + z % 2]))
-        inner = _Scope(list(args), preserved=True)
+        its state and what it computes, and returns some of what it computes. Every call of
+        one path has the same number of arguments and outputs (export requires one in_spec and
+        out_spec per preserved module); the same value may be passed twice."""
+        n_args, n_outs, as_tuple = self.preserved_shapes.setdefault(
+            path, (1 + z % 2, 1 + (z >> 1) % 2, bool(z >> 2 & 1))
+        )
+        args = [_back(scope.vals, o) for o in (x, y)[:n_args]]
+        inner = _Scope(list(dict.fromkeys(args)), preserved=True)
+        start = len(inner.vals)
         self._run(index, path, inner)
-        local = inner.vals[len(args):]
-        if not local:
-            local = [self._op(aten.relu.default, (inner.vals[-1],), shape=self._act())]
-        outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[: 1 + (z >> 1) % 2]))
+        while len(inner.vals) - start < n_outs:
+            inner.vals.append(self._op(aten.relu.default, (inner.vals[-1],), shape=self._act()))
+        local = inner.vals[start:]
+        outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[:n_outs]))
+        outs += [v for v in reversed(local) if v not in outs][: n_outs - len(outs)]
         self.signatures[call_name] = sg.CallSignature(
             inputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in args),
             outputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in outs),
-            in_spec=_spec(("args", len(args), ())),
-            out_spec=_spec(("tuple", len(outs)) if len(outs) > 1 or z >> 2 & 1 else ("leaf",)),
+            in_spec=_spec(("args", n_args, ())),
+            out_spec=_spec(("tuple", n_outs) if n_outs > 1 or as_tuple else ("leaf",)),
         )
         scope.vals.extend(outs)
 
@@ -569,12 +577,11 @@ class _Builder:
         name = self.user_inputs[y % len(self.user_inputs)]
         style = self.input_styles.setdefault(name, ("inplace_mutation", "functional_mutation")[z % 2])
         old = self.input_current.get(name, ref(name))
-        if style == "inplace_mutation":
-            new = self._op(aten.add_.Tensor, (old, a), shape=self._act())
-        else:
-            new = self._op(aten.add.Tensor, (old, a), shape=self._act())
-            # functionalized programs read the new value from here on
-            scope.vals[:] = [new if v == old else v for v in scope.vals]
+        target = aten.add_.Tensor if style == "inplace_mutation" else aten.add.Tensor
+        new = self._op(target, (old, a), shape=self._act())
+        # as export writes them, later reads take the new value: the in-place result (the same
+        # tensor) or, in a functionalized program, the functional one
+        scope.vals[:] = [new if v == old else v for v in scope.vals]
         self.input_current[name] = new
 
     # --- the whole program ------------------------------------------------------------------
@@ -608,7 +615,9 @@ class _Builder:
         self.nodes.append(Node(OUTPUT, self._name("output"), "output", (tuple(values),)))
         call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
         modules: dict[str, Module] = {}
-        children = _holder_tree(call_order, self.state_order, self.types, modules)
+        # class names by path, as import_ep reads them: from the module stacks of the nodes
+        types = {path: t for n in self.nodes for path, t in n.meta.get("nn_module_stack", {}).values()}
+        children = _holder_tree(call_order, self.state_order, types, modules)
         modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children,
                              graphs=(Graph(tuple(self.nodes)),))
         return Program(
