@@ -1,0 +1,555 @@
+"""Splitting by tags: one child module per tag, as ``torch.fx.passes.split_utils`` does it.
+
+A tag is a partition key for ``outline_by``, next to the module stack: the flat root graph is
+reordered so that each tag's nodes form one run (in the order the tags are given), each run is
+outlined into one call of the child named after its tag, and ``get_attr`` nodes are copied into
+every child that reads them. What is left is torch's layout: each child holds the state its nodes
+read (at ``<tag>.<fqn>``), the root calls the children in tag order, and a child returns the values
+other children or the output read, in the order they are first read.
+
+``move_non_tensor_nodes_on_boundary`` moves tags (not yet modules) so that fewer non-tensor values
+cross a boundary; run it before ``split_by_tags``.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import deque
+from typing import Callable, Hashable, Sequence
+
+import torch
+from pyrsistent import pmap
+
+from ir.args import Ref, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.module import SUBGRAPH, Module, ModuleId
+from ir.names import fresh_name
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    GET_ATTR,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+)
+from ir.program import Program
+from ir.signature import STATE_INPUT_KINDS
+from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
+from transforms.outline import outline_by
+from transforms.stacks import Frame
+
+log = logging.getLogger("purefx")
+
+TagOf = Callable[[Node], Hashable]
+
+# the nodes torch tags and places; placeholders, get_attr and output are placed by their uses
+_TAGGED_OPS = (CALL_FUNCTION, CALL_METHOD, CALL_MODULE)
+
+
+def node_tag(node: Node) -> Hashable:
+    """The tag torch set on the node (``node.tag``, kept by ``import_graph_module`` in meta)."""
+    return node.meta.get("tag")
+
+
+def split_by_tags(
+    program: Program,
+    tags: Sequence[Hashable],
+    *,
+    tag_of: TagOf | None = None,
+    return_tuple: bool = False,
+    return_fqn_mapping: bool = False,
+) -> Program | tuple[Program, dict[str, str]]:
+    """Split the flat root graph into one child module per tag, as torch's ``split_by_tags``.
+
+    Parameters
+    ----------
+    program:
+        A flat Program (``import_graph_module`` / ``import_ep`` output, before ``outline``).
+    tags:
+        The tags in the order their children run; child ``i`` is named ``str(tags[i])`` and
+        registered ``i``-th. A tag with no node still gets a child (returning ``()``), as in torch.
+    tag_of:
+        The tag of a ``call_*`` node (default ``node_tag``: torch's ``node.tag``). Placeholders,
+        ``get_attr`` and the output carry no tag: ``get_attr`` is copied into every child that
+        reads it.
+    return_tuple:
+        Every child returns a tuple, even of one value (torch's ``return_tuple``).
+    return_fqn_mapping:
+        Also return ``{original attribute fqn: fqn after the split}`` for every attribute a child
+        reads (the last child in tag order wins, as in torch).
+
+    Returns
+    -------
+    The split Program (and the mapping). Each child holds the state it reads at
+    ``<tag>.<original fqn>``, tied to the original tensor; tensors that are not parameters become
+    buffers, as torch's ``GraphModule`` registers them. An attribute the output reads directly is
+    held by the root under the ``get_attr`` node's name. Placeholders are passed on in order of
+    first use; a child returns what other children or the output read, in the order first read.
+    State that an exported program passes as root inputs is passed to children as arguments.
+
+    Raises ``PassError`` naming the node for a ``call_*`` node without a tag or with a tag not in
+    ``tags``, and for a node that reads a value of a tag later in ``tags`` (torch raises
+    ``AssertionError`` there); also for a program that is not flat, and repeated, empty or
+    dotted tag names.
+
+    **Laws:** ``lower(split_by_tags(import_graph_module(gm), tags))`` computes what torch's
+    ``split_by_tags(gm, tags)`` computes, with the same children, placeholders and outputs;
+    compute nodes are neither added nor removed; ``verify`` holds. Complexity: O(n log n) for n
+    nodes (one stable sort), plus O(n) for the outlining.
+    """
+    tags = tuple(tags)
+    _check_tags(tags)
+    split = _TagSplit(program, tags, tag_of or node_tag, return_tuple)
+    result = split.run()
+    if return_fqn_mapping:
+        return result, split.fqn_mapping
+    return result
+
+
+def _check_tags(tags: tuple[Hashable, ...]) -> None:
+    names: set[str] = set()
+    for tag in tags:
+        name = str(tag)
+        if not name or "." in name:
+            raise PassError(f"tag {tag!r} cannot name a child module: it is empty or has a '.'")
+        if name in names:
+            raise PassError(f"tags {list(tags)!r} name the child {name!r} twice")
+        names.add(name)
+
+
+class _TagSplit:
+    """The worker of ``split_by_tags``: assign, reorder, outline, then place state and outputs."""
+
+    def __init__(
+        self, program: Program, tags: tuple[Hashable, ...], tag_of: TagOf, return_tuple: bool
+    ) -> None:
+        self.p = program
+        self.tags = tags
+        self.names = [str(t) for t in tags]
+        self.index = {t: i for i, t in enumerate(tags)}
+        self.tag_of = tag_of
+        self.return_tuple = return_tuple
+        self.fqn_mapping: dict[str, str] = {}
+        root = program.root_module
+        if root.graph is None or any(n.op == CALL_MODULE for n in root.graph.nodes):
+            raise PassError(
+                "split_by_tags expects a flat program (as imported, before outline): its root "
+                "graph must not call modules"
+            )
+        self.graph = root.graph
+
+    # --- 1. which child each node goes to ------------------------------------------------------
+
+    def _partition(self) -> dict[str, int]:
+        part: dict[str, int] = {}
+        for node in self.graph.nodes:
+            if node.op not in _TAGGED_OPS:
+                continue
+            tag = self.tag_of(node)
+            if tag is None:
+                raise PassError(
+                    f"node {node.name!r} ({node.op} {node.target}) has no tag; tag every "
+                    "call_function / call_method node before split_by_tags"
+                )
+            i = self.index.get(tag)
+            if i is None:
+                raise PassError(
+                    f"node {node.name!r} has tag {tag!r}, which is not one of the tags "
+                    f"{list(self.tags)!r}"
+                )
+            for r in node.inputs():
+                j = part.get(r.name)
+                if j is not None and j > i:
+                    raise PassError(
+                        f"node {node.name!r} has tag {tag!r} but reads %{r.name} of tag "
+                        f"{self.tags[j]!r}, which comes later in the tags {list(self.tags)!r}; "
+                        "order the tags so that each comes after the tags it reads from"
+                    )
+            part[node.name] = i
+        return part
+
+    # --- 2. a flat program whose tags form runs, without holder modules -------------------------
+
+    def _runs(self, part: dict[str, int]) -> Program:
+        p = self.p
+        nodes = self.graph.nodes
+        placeholders = [n for n in nodes if n.op == PLACEHOLDER]
+        rest = [n for n in nodes[:-1] if n.op != PLACEHOLDER]
+        # stable: within a tag the original order; get_attr first (it is only ever copied)
+        rest.sort(key=lambda n: part.get(n.name, -1))
+        graph = Graph(tuple(placeholders + rest + [nodes[-1]]))
+        root = p.root_module
+        kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
+        for name, _ in kept:
+            if name in self.names:
+                raise PassError(f"tag {name!r} is also the name of the subgraph module {name!r}")
+        modules = {p.root: root.replace(children=kept, graphs=(graph,))}
+        stack = [c for _, c in kept]
+        while stack:
+            mid = stack.pop()
+            if mid not in modules:
+                modules[mid] = p.modules[mid]
+                stack.extend(c for _, c in p.modules[mid].children)
+        signatures = {k: v for k, v in p.call_signatures.items() if k == ""}
+        return p.replace(
+            modules=pmap(modules),
+            call_signatures=pmap(signatures),
+            call_order=tuple(f for f in p.call_order if f == ""),
+        )
+
+    # --- driver ---------------------------------------------------------------------------------
+
+    def run(self) -> Program:
+        part = self._partition()
+        frames = [Frame(name, name, None, 0) for name in self.names]
+
+        def frames_of(node: Node) -> tuple[Frame, ...] | None:
+            i = part.get(node.name)
+            return None if i is None else (frames[i],)
+
+        outlined = outline_by(
+            self._runs(part), frames_of, copied=lambda n: n.op == GET_ATTR
+        )
+        graphs = {
+            name: outlined.modules[name].graphs[0]
+            for name in self.names
+            if name in outlined.modules and outlined.modules[name].graphs
+        }
+        root_graph, graphs = self._shape_returns(outlined.root_module.graph, graphs, part)
+        return self._place(outlined, root_graph, graphs)
+
+    # --- 3. outputs in torch's order, tuples where asked, calls of empty tags -------------------
+
+    def _first_reads(self, part: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """For each value another tag (or the output) reads: where it is first read so."""
+        first: dict[str, tuple[int, int]] = {}
+        nodes = self.graph.nodes
+        for k, node in enumerate(nodes):
+            mine = part.get(node.name)
+            if mine is None and node.op != OUTPUT:
+                continue
+            for j, r in enumerate(node.inputs()):
+                theirs = part.get(r.name)
+                if theirs is not None and theirs != mine:
+                    first.setdefault(r.name, (k, j))
+        return first
+
+    def _shape_returns(
+        self, root: Graph, graphs: dict[str, Graph], part: dict[str, int]
+    ) -> tuple[Graph, dict[str, Graph]]:
+        first = self._first_reads(part)
+        taken = {n.name for n in root.nodes}
+        calls = {n.name for n in root.nodes if n.op == CALL_MODULE}
+        pending = [name for name in self.names if name not in graphs]
+        for name in pending:
+            graphs[name] = Graph((Node(OUTPUT, "output", "output", ((),)),))
+        order = {name: i for i, name in enumerate(self.names)}
+        body: list[Node] = []
+
+        def flush(before: int) -> None:
+            while pending and order[pending[0]] < before:
+                name = pending.pop(0)
+                body.append(Node(CALL_MODULE, fresh_name(name, taken), name, ()))
+
+        for node in root.nodes:
+            if _reads_call(node, calls):
+                continue  # re-made below, in the new order
+            if node.op == CALL_MODULE:
+                flush(order[node.target])
+                body.extend(self._reshape_call(node, graphs, first, taken))
+                continue
+            if node.op != PLACEHOLDER:
+                flush(len(order))
+            body.append(node)
+        return Graph(tuple(body)), graphs
+
+    def _reshape_call(
+        self, call: Node, graphs: dict[str, Graph], first: dict[str, tuple[int, int]], taken: set
+    ) -> list[Node]:
+        name = call.target
+        graph = graphs[name]
+        returned = graph.outputs
+        values = [r.name for r in (returned if type(returned) is tuple else (returned,))]
+        position = {v: i for i, v in enumerate(values)}
+        values.sort(key=lambda v: first.get(v, (len(self.graph), position[v])))
+        as_tuple = self.return_tuple or len(values) != 1
+        out = graph.output_node
+        new_out = out.replace(args=(tuple(map(ref, values)) if as_tuple else ref(values[0]),))
+        graphs[name] = Graph(graph.nodes[:-1] + (new_out,))
+        if not as_tuple:
+            return [call]
+        if call.name in position:  # was a single value, named after it: name the call afresh
+            call = call.replace(name=fresh_name(name, taken))
+        made = [call]
+        for i, v in enumerate(values):
+            made.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(call.name), i)))
+        return made
+
+    # --- 4. state and module table ---------------------------------------------------------------
+
+    def _place(self, outlined: Program, root_graph: Graph, graphs: dict[str, Graph]) -> Program:
+        p = self.p
+        state: dict[str, Slot] = {}
+        modules: dict[ModuleId, Module] = {}
+
+        def hold(fqn: str, slot: Slot) -> None:
+            if fqn in state and state[fqn] != slot:
+                raise PassError(f"split_by_tags would register two values at {fqn!r}")
+            state[fqn] = slot
+
+        for spec in p.signature.inputs:  # state an exported program passes in stays at the root
+            if spec.kind in STATE_INPUT_KINDS and spec.target in p.state:
+                hold(spec.target, p.state[spec.target])
+        root_kids: list[tuple[str, ModuleId]] = [(name, name) for name in self.names]
+        root_nodes = []
+        for node in root_graph.nodes:
+            if node.op == GET_ATTR and node.target in p.state:
+                if node.name in self.names:
+                    raise PassError(
+                        f"the output reads attribute {node.target!r} as %{node.name}, which the "
+                        f"root would hold next to the child of tag {node.name!r}"
+                    )
+                hold(node.name, self._held(p.state[node.target]))
+                node = node.replace(target=node.name)
+            elif node.op == GET_ATTR:
+                self._add_subgraph(root_kids, node.target)
+            root_nodes.append(node)
+        for fqn in list(state):
+            if fqn.split(".")[0] in self.names and "." in fqn:
+                raise PassError(f"tag {fqn.split('.')[0]!r} is also the owner of state {fqn!r}")
+            self._add_holders("", fqn, root_kids, modules)
+        modules[p.root] = p.root_module.replace(
+            children=tuple(dict.fromkeys(root_kids)), graphs=(Graph(tuple(root_nodes)),)
+        )
+        for name in self.names:
+            graph = graphs[name]
+            kids: list[tuple[str, ModuleId]] = []
+            for node in graph.nodes:
+                if node.op != GET_ATTR:
+                    continue
+                self.fqn_mapping[node.target] = f"{name}.{node.target}"
+                if node.target in p.state:
+                    hold(f"{name}.{node.target}", self._held(p.state[node.target]))
+                    self._add_holders(name, node.target, kids, modules)
+                else:
+                    self._add_subgraph(kids, node.target)
+            module = outlined.modules.get(name) or Module()
+            modules[name] = module.replace(children=tuple(dict.fromkeys(kids)), graphs=(graph,))
+        table = {
+            mid: modules.get(mid) or outlined.modules[mid]
+            for mid in _reachable(modules, outlined, p.root)
+        }
+        order = tuple(state)
+        keys = dict.fromkeys(s.tensor for s in state.values())
+        return p.replace(
+            modules=pmap(table),
+            state=pmap(state),
+            state_order=order,
+            tensors=pmap({k: p.tensors[k] for k in keys}),
+            call_signatures=outlined.call_signatures,
+            call_order=outlined.call_order,
+        )
+
+    def _held(self, slot: Slot) -> Slot:
+        """How torch's ``GraphModule`` registers a copied attribute: tensors that are not
+        parameters become (persistent) buffers."""
+        if slot.kind == PARAMETER:
+            return slot
+        tensor = isinstance(self.p.tensors[slot.tensor].value, torch.Tensor)
+        if slot.kind in (BUFFER, CONSTANT) and tensor:
+            return Slot(BUFFER, slot.tensor, True, slot.requires_grad)
+        return slot
+
+    @staticmethod
+    def _add_holders(
+        owner: str, fqn: str, kids: list[tuple[str, ModuleId]], modules: dict[ModuleId, Module]
+    ) -> None:
+        """Create the holder modules between ``owner`` and the attribute ``fqn`` below it."""
+        parts = fqn.split(".")[:-1]
+        if not parts:
+            return
+        prefix = f"{owner}." if owner else ""
+        path = f"{prefix}{parts[0]}"
+        kids.append((parts[0], path))
+        modules.setdefault(path, Module())
+        for part in parts[1:]:
+            child = f"{path}.{part}"
+            if modules[path].child(part) is None:
+                modules[path] = modules[path].with_child(part, child)
+            modules.setdefault(child, Module())
+            path = child
+
+    def _add_subgraph(self, kids: list, target: str) -> None:
+        mid = self.p.resolve(target)
+        if mid is None or "." in target:
+            raise PassError(f"get_attr {target!r} reads neither state nor a subgraph module")
+        kids.append((target, mid))
+
+
+def _reads_call(node: Node, calls: set[str]) -> bool:
+    """Is ``node`` outline's ``getitem`` of the result of one of the ``calls``?"""
+    if node.op != CALL_FUNCTION or node.target is not operator.getitem or not node.args:
+        return False
+    return type(node.args[0]) is Ref and node.args[0].name in calls
+
+
+def _reachable(modules: dict, outlined: Program, root: ModuleId) -> list[ModuleId]:
+    """Module ids reachable from ``root``: new modules first, else the outlined program's."""
+    seen: dict[ModuleId, None] = {}
+    stack = [root]
+    while stack:
+        mid = stack.pop()
+        if mid in seen:
+            continue
+        seen[mid] = None
+        mod = modules.get(mid) or outlined.modules[mid]
+        stack.extend(child for _, child in mod.children)
+    return list(seen)
+
+
+# --- moving non-tensor values off the boundaries -----------------------------------------------
+
+
+def move_non_tensor_nodes_on_boundary(
+    program: Program,
+    tags: Sequence[Hashable] | None = None,
+    *,
+    tag_of: TagOf | None = None,
+    movable: Callable[[Hashable], bool] | None = None,
+) -> Program:
+    """Re-tag nodes so that non-tensor values stop crossing from one tag to another.
+
+    The tag-level form of torch's ``move_non_tensor_nodes_on_boundary`` (which moves nodes
+    between the splitter's subgraph lists): for each tag in order whose nodes may move
+    (``movable(tag)``, default every tag; torch moves out of accelerator subgraphs only), a
+    non-tensor node read by nodes of exactly one other tag moves to that tag, together with its
+    same-tag descendants, unless a descendant lies in a third tag; then its non-tensor parents
+    are tried too. A node is a tensor when its meta ``type`` (torch's ``ShapeProp``) is a
+    ``Tensor`` class or, without one, when its meta ``val`` is a tensor; a node with neither is
+    not a tensor, as in torch. Nodes that cannot move are logged on the ``purefx`` logger, never
+    printed.
+
+    Parameters
+    ----------
+    program: a flat, tagged Program. tags: the tags in order (default: order of first use).
+    tag_of: the tag of a node (default: meta ``"tag"``). movable: which tags may give nodes up.
+
+    Returns the Program whose ``call_*`` nodes carry their (possibly moved) tag in meta
+    ``"tag"``, ready for ``split_by_tags``; ``program`` itself when no tag changes. Only meta
+    changes, so the result is ``==`` to ``program``.
+
+    **Laws:** ``==`` its input; moves never make a node read a later tag, so a program that
+    ``split_by_tags`` accepts stays accepted. Complexity: O(n · q) for n nodes and q non-tensor
+    nodes tried (each try walks the nodes it would move); O(n) when few values cross.
+    """
+    tag_of = tag_of or node_tag
+    graph = program.root_module.graph
+    if graph is None:
+        raise PassError("move_non_tensor_nodes_on_boundary: the root module has no graph")
+    where: dict[str, int] = {}
+    order: list[Hashable] = list(tags) if tags is not None else []
+    index = {t: i for i, t in enumerate(order)}
+    for node in graph.nodes:
+        if node.op not in _TAGGED_OPS:
+            continue
+        tag = tag_of(node)
+        if tag is None:
+            continue
+        if tag not in index:
+            if tags is not None:
+                raise PassError(
+                    f"node {node.name!r} has tag {tag!r}, which is not in the tags {list(tags)!r}"
+                )
+            index[tag] = len(order)
+            order.append(tag)
+        where[node.name] = index[tag]
+    nodes = graph.by_name()
+    users = graph.users()
+    members: list[list[str]] = [[] for _ in order]
+    for node in graph.nodes:
+        if node.name in where:
+            members[where[node.name]].append(node.name)
+
+    def children(name: str) -> list[str]:
+        return [u for u in users[name] if u in where]
+
+    def parents(name: str) -> list[str]:
+        return [r.name for r in dict.fromkeys(nodes[name].inputs()) if r.name in where]
+
+    def elsewhere(name: str, i: int) -> bool:
+        return any(where[c] != i for c in children(name))
+
+    def tensor(name: str) -> bool:
+        return _is_tensor(nodes[name])
+
+    def closure(start: str, source: int, dest: int) -> list[str] | None:
+        """``start`` and its descendants in ``source`` (up to ``dest``), or ``None`` when a
+        descendant lies in a third tag."""
+        found: dict[str, None] = {}
+        stack = [start]
+        seen: set[str] = set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if where[name] == dest:
+                continue
+            if where[name] != source:
+                return None
+            found[name] = None
+            stack.extend(reversed(children(name)))
+        return sorted(found, key=position.__getitem__)
+
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
+    for i, tag in enumerate(order):
+        if movable is not None and not movable(tag):
+            continue
+        queue = deque(n for n in members[i] if not tensor(n) and elsewhere(n, i))
+        done: set[str] = set()
+        while queue:
+            name = queue.popleft()
+            if name in done:
+                continue
+            done.add(name)
+            if where[name] != i:
+                continue
+            dests = list(dict.fromkeys(where[c] for c in children(name) if where[c] != i))
+            if len(dests) != 1:
+                log.info(
+                    "cannot move non-tensor node %s off the boundary: tags %s read it",
+                    name, [order[d] for d in dests],
+                )
+                continue
+            moving = closure(name, i, dests[0])
+            if moving is None:
+                continue
+            for m in moving:
+                members[i].remove(m)
+                members[dests[0]].append(m)
+                where[m] = dests[0]
+                log.info("moved node %s from tag %r to tag %r", m, tag, order[dests[0]])
+            for parent in parents(name):
+                if not tensor(parent) and parent not in done and where[parent] == i:
+                    queue.append(parent)
+    new_nodes = list(graph.nodes)
+    changed = False
+    for k, node in enumerate(new_nodes):
+        if node.name in where and node.meta.get("tag") != order[where[node.name]]:
+            new_nodes[k] = node.with_meta(tag=order[where[node.name]])
+            changed = True
+    if not changed:
+        return program
+    root = program.root_module
+    new_root = root.replace(graphs=(Graph(tuple(new_nodes)),) + root.graphs[1:])
+    return program.replace(modules=program.modules.set(program.root, new_root))
+
+
+def _is_tensor(node: Node) -> bool:
+    kind = node.meta.get("type")
+    if kind is not None:
+        return isinstance(kind, type) and issubclass(kind, torch.Tensor)
+    return isinstance(node.meta.get("val"), torch.Tensor)
