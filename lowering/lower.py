@@ -27,7 +27,7 @@ from lowering.modules import (
     LoweredDispatcher,
     LoweredModule,
 )
-from lowering.root import LoweredRoot
+from lowering.root import LoweredRoot, root_class
 
 
 @gc_paused
@@ -134,7 +134,8 @@ def _build_root(
     rules = {} if raw else _root_rules(program)
     fx_graph, constants = to_fx_graph(root.graph, rules)
     spec = program.call_signatures.get("")
-    made = LoweredRoot(
+    cls = LoweredRoot if raw else root_class(spec.in_spec, spec.forward_arg_names)
+    made = cls(
         fx_graph,
         compile_graph(fx_graph),
         type_name=root.type_name,

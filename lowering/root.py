@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from keyword import iskeyword
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -98,6 +99,12 @@ class LoweredRoot(UnflattenedModule):
 
         return _deepcopy_module(self, memo)
 
+    def __reduce_ex__(self, protocol: int):
+        names = getattr(type(self), "_names", None)
+        if names is None:
+            return super().__reduce_ex__(protocol)
+        return (_restore_root, (names,), self.__getstate__())
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["graph"] = encode_graph(self.graph)
@@ -110,3 +117,62 @@ class LoweredRoot(UnflattenedModule):
         self.graph.owning_module = self
         self.input_placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self._code = compile_graph(self.graph)
+
+
+_ROOT_CLASSES: dict[tuple, type] = {}
+
+
+def root_class(in_spec: Any, arg_names: Sequence[str] | None) -> type:
+    """A ``LoweredRoot`` subclass whose ``forward`` names the exported arguments.
+
+    ``forward(self, x, mask, *, scale)`` instead of ``forward(self, *args, **kwargs)``, so that
+    ``torch.fx.symbolic_trace`` (which reads the signature) can trace the lowered module. Falls
+    back to ``LoweredRoot`` itself when the input spec is not the usual ``(args, kwargs)`` or the
+    names are not usable as Python parameters.
+    """
+    names = _signature_names(in_spec, arg_names)
+    return LoweredRoot if names is None else _named_root_class(names)
+
+
+def _named_root_class(names: tuple) -> type:
+    cls = _ROOT_CLASSES.get(names)
+    if cls is None:
+        positional, keywords = names
+        params = ", ".join(["self", *positional] + (["*", *keywords] if keywords else []))
+        packed = "".join(f"{n}, " for n in positional)
+        kwargs = ", ".join(f"{k!r}: {k}" for k in keywords)
+        source = (
+            f"def forward({params}):\n"
+            f"    return LoweredRoot.forward(self, {packed}**{{{kwargs}}})\n"
+        )
+        scope: dict[str, Any] = {"LoweredRoot": LoweredRoot}
+        exec(compile(source, f"<purefx root forward {names}>", "exec"), scope)  # noqa: S102
+        attrs = {"forward": scope["forward"], "_names": names, "__module__": __name__}
+        cls = type("LoweredRoot", (LoweredRoot,), attrs)
+        _ROOT_CLASSES[names] = cls
+    return cls
+
+
+def _signature_names(in_spec: Any, arg_names: Sequence[str] | None) -> tuple | None:
+    if in_spec is None or in_spec.type is not tuple or in_spec.num_children != 2:
+        return None
+    args_spec, kwargs_spec = in_spec.children()
+    if args_spec.type is not tuple or kwargs_spec.type is not dict:
+        return None
+    keywords = tuple(str(k) for k in kwargs_spec.context)
+    count = args_spec.num_children
+    given = list(arg_names or [])[:count]
+    for positional in (
+        tuple(given[i] if i < len(given) else f"arg{i}" for i in range(count)),
+        tuple(f"arg{i}" for i in range(count)),
+    ):
+        every = positional + keywords
+        usable = all(n.isidentifier() and not iskeyword(n) and n != "self" for n in every)
+        if usable and len(set(every)) == len(every):
+            return positional, keywords
+    return None
+
+
+def _restore_root(names: tuple) -> LoweredRoot:
+    cls = _named_root_class(names)
+    return cls.__new__(cls)

@@ -930,12 +930,11 @@ def test_unflattened_module_attributes(name: str) -> None:
 _NO_TRACE = pytest.mark.xfail(
     strict=True,
     raises=torch.fx.proxy.TraceError,
-    reason="not yet: lowered modules take (*args, **kwargs), which fx cannot trace (nor can "
-    "torch's unflatten result); needs forward() generated with the exported argument names",
+    reason="not yet: submodules take (*args, **kwargs), which fx cannot trace (nor can torch's "
+    "unflatten result); the root's forward names the exported arguments and traces",
 )
 
 
-@_NO_TRACE
 @pytest.mark.parametrize("name", ["mlp_nested", "kwargs", "buffer_mutation"])
 def test_symbolic_trace(name: str) -> None:
     case = CASES[name]

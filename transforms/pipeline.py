@@ -8,6 +8,8 @@ from ir.gcpause import gc_paused
 from ir.program import Program
 from ir.verify import verify
 from transforms.dedup import deduplicate
+from transforms.effects import remove_effect_tokens
+from transforms.mutations import functional_to_inplace
 from transforms.outline import outline
 from transforms.sink import sink_state
 from transforms.stacks import fix_module_stacks
@@ -21,20 +23,9 @@ def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
     ``keep_functional=True`` leaves functionalized buffer and input mutations as outputs of the
     root (applied after each call) instead of turning them back into in-place ``copy_``.
     """
-    passes: list[Pass] = []
-    try:
-        from transforms.effects import remove_effect_tokens
-
-        passes.append(remove_effect_tokens)
-    except ImportError:  # pragma: no cover - during development only
-        pass
+    passes: list[Pass] = [remove_effect_tokens]
     if not keep_functional:
-        try:
-            from transforms.mutations import functional_to_inplace
-
-            passes.append(functional_to_inplace)
-        except ImportError:  # pragma: no cover
-            pass
+        passes.append(functional_to_inplace)
     passes += [fix_module_stacks, outline, sink_state, deduplicate]
     return tuple(passes)
 
