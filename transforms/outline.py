@@ -420,9 +420,10 @@ class _Outliner:
             if kids != mod.children:
                 modules[mid] = mod.replace(children=kids)
         reachable = _reachable(modules, p.root)
+        keep = set(reachable)
         table = p.modules.evolver()
         for mid in list(p.modules.keys()):
-            if mid not in reachable:
+            if mid not in keep:
                 del table[mid]
         for mid in reachable:
             if p.modules.get(mid) is not modules[mid]:
