@@ -1,8 +1,30 @@
-"""Pure rewrites ``Program -> Program`` and the default pipeline."""
+"""Pure rewrites ``Program -> Program`` and the default pipeline.
 
-from transforms.inline import inline as inline
-from transforms.pipeline import DEFAULT_PIPELINE, transform
-from transforms.split import move_non_tensor_nodes_on_boundary as move_non_tensor_nodes_on_boundary
-from transforms.split import split_by_tags as split_by_tags
+Every pass here is importable by name (``purefx --passes outline,sink_state`` uses these names).
+"""
 
-__all__ = ["DEFAULT_PIPELINE", "transform"]
+from transforms.dedup import deduplicate
+from transforms.effects import remove_effect_tokens
+from transforms.inline import inline
+from transforms.mutations import functional_to_inplace
+from transforms.outline import outline, outline_by
+from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
+from transforms.sink import sink_state
+from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
+from transforms.stacks import fix_module_stacks
+
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "deduplicate",
+    "fix_module_stacks",
+    "functional_to_inplace",
+    "inline",
+    "move_non_tensor_nodes_on_boundary",
+    "outline",
+    "outline_by",
+    "pipeline",
+    "remove_effect_tokens",
+    "sink_state",
+    "split_by_tags",
+    "transform",
+]

@@ -9,6 +9,8 @@ outlining puts the write in the module that made it (``torch.export.unflatten`` 
 
 from __future__ import annotations
 
+import attrs
+
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -113,7 +115,23 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
         if s.kind not in INPLACE_KINDS
     )
     signature = sg.ExportSignature(p.signature.inputs, outputs)
-    return p.replace(modules=p.modules.set(p.root, root), signature=signature)
+    calls = _renamed_call_inputs(p, env)
+    return p.replace(modules=p.modules.set(p.root, root), signature=signature, call_signatures=calls)
+
+
+def _renamed_call_inputs(p: Program, env: dict[str, Ref]) -> Any:
+    """Preserved calls that took a mutated value now take the ``copy_`` that stands for it, as
+    every other reader does."""
+    changed = {}
+    for name, sig in p.call_signatures.items():
+        inputs = tuple(
+            attrs.evolve(a, name=env[a.name].name) if a.name in env else a for a in sig.inputs
+        )
+        if any(a is not b for a, b in zip(inputs, sig.inputs)):
+            changed[name] = attrs.evolve(sig, inputs=inputs)
+    if not changed:
+        return p.call_signatures
+    return p.call_signatures.update(changed)
 
 
 def _root_stack(graph: Graph) -> dict[str, Any] | None:

@@ -12,6 +12,8 @@ The partition key is pluggable (``outline_by``): the module stack is one key, ta
 from __future__ import annotations
 
 import operator
+
+import attrs
 from typing import Any, Callable, Sequence
 
 import torch
@@ -219,6 +221,8 @@ class _Outliner:
         if name in self.aliased_state:
             # an in-place result is its mutated state: read the state itself (sinkable)
             return self._read(call, self.aliased_state[name])
+        if name not in self.by_name:
+            raise PassError(f"a node reads %{name}, which no node of the root graph defines")
         if call.frame is None:
             raise PassError(f"value %{name} is read before it is defined in the root graph")
         node = self.by_name[name]
@@ -414,6 +418,7 @@ class _Outliner:
             modules[mid] = mod.replace(type_name=type_name, kind=kind, graphs=tuple(graphs))
         root = modules[p.root].replace(graphs=(root_graph,))
         modules[p.root] = root
+        signature = _renamed_outputs(p.signature, root_graph)
         _move_subgraphs(modules, p.root, self.subgraph_owner)
         for mid, mod in list(modules.items()):
             kids = tuple((n, self.canon.get(c, c)) for n, c in mod.children)
@@ -428,10 +433,27 @@ class _Outliner:
         for mid in reachable:
             if p.modules.get(mid) is not modules[mid]:
                 table[mid] = modules[mid]
-        return p.replace(modules=table.persistent())
+        return p.replace(modules=table.persistent(), signature=signature)
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _renamed_outputs(signature: Any, graph: Graph) -> Any:
+    """Output specs naming what the root now returns (a read of an in-place result becomes a
+    read of the state or input it mutated)."""
+    values = graph.outputs if isinstance(graph.outputs, tuple) else (graph.outputs,)
+    if len(values) != len(signature.outputs):
+        return signature
+    specs = tuple(
+        attrs.evolve(spec, name=value.name)
+        if spec.name is not None and isinstance(value, Ref) and value.name != spec.name
+        else spec
+        for value, spec in zip(values, signature.outputs)
+    )
+    if all(a is b for a, b in zip(specs, signature.outputs)):
+        return signature
+    return attrs.evolve(signature, outputs=specs)
 
 
 def _refs(tree: Any) -> Any:

@@ -53,7 +53,26 @@ def canonical_paths(program: Program, same_object: dict[str, str] | None = None)
                 break
         else:
             candidates.append(path)
-    return canon
+    return _with_descendants(program, canon)
+
+
+def _with_descendants(program: Program, canon: dict[str, str]) -> dict[str, str]:
+    """If ``b`` is ``a``, then ``b.x`` is ``a.x`` for every child path below it."""
+    table = program.module_table()
+    extended = dict(canon)
+    for alias, canonical in canon.items():
+        stack = [(alias, canonical)]
+        while stack:
+            here, there = stack.pop()
+            mid = program.resolve(here)
+            if mid is None:
+                continue
+            for name, _ in table[mid].children:
+                child, twin = f"{here}.{name}", f"{there}.{name}"
+                if program.resolve(twin) is not None and child not in extended:
+                    extended[child] = twin
+                    stack.append((child, twin))
+    return extended
 
 
 def _compatible(program: Program, a: str, b: str) -> bool:

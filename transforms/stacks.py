@@ -39,6 +39,8 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
     """The node's module stack without the root entry; ``None`` for the "keep the current stack"
     marker that torch's metadata hook leaves. Raises ``PassError`` naming a node without one."""
     stack = node.meta.get("nn_module_stack")
+    if not stack and node.op == "get_attr":
+        return None  # a state read (sinking makes these): it computes nothing, it stays put
     if not stack:
         raise PassError(
             f"node {node.name!r} ({node.op} {node.target}) has no nn_module_stack, so it cannot be "

@@ -7,7 +7,9 @@ user inputs; ``call_function`` nodes on ``torch.ops.aten`` overloads that carry
 ``meta["nn_module_stack"]`` (so ``outline`` can rebuild the module tree) and ``meta["val"]``;
 holder modules at every module path; state slots over a table of real small tensors; the root
 call signature ``""`` with its pytree ``in_spec`` / ``out_spec``. No tracing, no export: about
-three hundred programs per second (see ``tests/laws/test_strategies_programs.py``).
+900 programs per second on one core, hypothesis included (a dozen draws per program; see
+``tests/laws/test_strategies_programs.py``), against about 150 per second through every law of
+``transforms.laws`` (which lowers and runs each program twice).
 
 Every program is valid by construction: each operand is a *back-offset* into the values defined
 so far in its scope (taken modulo their number) and each choice among alternatives is an index
@@ -43,7 +45,8 @@ Not covered, and why
     stacks; keyword arguments of preserved calls (export passes module arguments positionally
     unless asked otherwise). Preserved calls read only their arguments, their own state and
     what they compute, and export only what they compute, as a module under
-    ``preserve_module_call_signature`` does.
+    ``preserve_module_call_signature`` does; as torch.export requires, only a module at one
+    path is preserved, and all its calls have one signature shape.
 
 Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
 ``(WIDTH, WIDTH)``, so any op composes with any other.
@@ -162,7 +165,8 @@ def programs(
     whose ``forward(*args, **kwargs)`` accepts :func:`program_inputs`. Shrinks towards fewer
     features, fewer modules (a flat root), fewer and shallower calls, fewer ops, ``relu`` of the
     most recent value, one user input of batch 1 and a single output; every shrink is a valid
-    program, because operands are back-offsets and choices are taken modulo what is available.
+    program, because operands are back-offsets and choices are taken modulo what is available,
+    and a zeroed step is no step at all.
     """
     allowed = check_features("features", features)
     _check_int("max_modules", max_modules, 0, 16)
@@ -193,12 +197,12 @@ _OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
 _RECORD = 6  # bytes per module object: see ``_Builder._objects``
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _count(most: int) -> st.SearchStrategy[int]:
     return st.integers(0, most)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _body_bytes(most: int) -> st.SearchStrategy[bytes]:
     return st.binary(min_size=1 + 2 * most, max_size=1 + 2 * most)
 
@@ -313,6 +317,12 @@ class _Builder:
         visit("", -1)
         return found
 
+    def _count_sites(self) -> None:
+        """How many paths reach each object (export cannot preserve a module at two paths)."""
+        self.sites: dict[int, int] = {}
+        for _, index in self.paths:
+            self.sites[index] = self.sites.get(index, 0) + 1
+
     def _identities(self) -> dict[tuple[int, str], tuple[int, str]]:
         """``(object, state name) -> the (object, name) whose tensor it is``: tied parameters."""
         identity: dict[tuple[int, str], tuple[int, str]] = {}
@@ -333,6 +343,7 @@ class _Builder:
     def _make_state(self) -> None:
         """State fqns (parameters, buffers, constants; each in path order), tensors, inputs."""
         self.paths = self._paths()
+        self._count_sites()
         identity = self._identities()
         self.fqns: dict[tuple[str, str], str] = {}
         rows = []
@@ -418,7 +429,11 @@ class _Builder:
         most = 2 * self.max_ops if root else self.max_ops
         data = self.draw(_body_bytes(most))
         n = data[0] % (most + 1)
-        return [_decode_step(data[i], data[i + 1]) for i in range(1, 1 + 2 * n, 2)]
+        return [
+            _decode_step(data[i], data[i + 1])
+            for i in range(1, 1 + 2 * n, 2)
+            if data[i] or data[i + 1]  # a zeroed step is no step, so shrinking drops ops
+        ]
 
     def _run(self, index: int, path: str, scope: _Scope) -> None:
         """Run one call's body: its steps, and a call of every child not called by a step
@@ -459,7 +474,7 @@ class _Builder:
         key = "L__self__" + path + (f"@{n}" if n else "")
         call_name = path if n == 0 else f"{path}@{n}"
         self.frames.append((key, (path, obj.type_name)))
-        if "preserved_calls" in self.on and obj.record[1] >> 6 & 1:
+        if "preserved_calls" in self.on and obj.record[1] >> 6 & 1 and self.sites[index] == 1:
             self._run_preserved(index, path, call_name, scope, x, y, z)
             if n:
                 self.repeated_preserved.append(call_name)
@@ -660,7 +675,7 @@ class _Outputs:
 
 
 def _decode_step(a: int, b: int) -> tuple[int, ...]:
-    """``(is_call, kind, x, y, z)`` from two bytes; ``(0, 0)`` is ``relu`` of the latest value.
+    """``(is_call, kind, x, y, z)`` from two bytes (``(0, 0)`` is skipped by the caller).
 
     ``is_call``: call a child (when the module has one) instead of an op; ``kind``: which op
     among those available here; ``x``: back-offset of the first operand; ``y``, ``z``: the
@@ -676,7 +691,7 @@ def _output_tree(shape: int, n: int) -> tuple:
     return (("list", "dict", "nested")[shape - 1], n)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spec(shape: tuple) -> pytree.TreeSpec:
     """The pytree spec of a structure described by ``shape`` (memoized: specs are immutable)."""
     leaf = _LEAF

@@ -1,0 +1,87 @@
+"""Shared pieces of the law suite: example budgets, input domains of the built-in passes.
+
+Each built-in pass is checked on the programs it meets in the default pipeline: flat programs
+as ``import_ep`` gives them (``ir.strategies.programs()``) mapped through the passes that run
+before it. Budgets scale with the hypothesis profile (``HYPOTHESIS_PROFILE``): ``ci`` runs the
+numbers given here, ``nightly`` ten times as many, ``dev`` a fifth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hypothesis import settings
+
+from ir.program import Program
+from ir.strategies import FEATURES, program_inputs, programs
+from ir.verify import verify
+from lowering import lower
+from transforms.dedup import deduplicate
+from transforms.effects import remove_effect_tokens
+from transforms.mutations import functional_to_inplace
+from transforms.outline import outline
+from transforms.sink import sink_state
+from transforms.stacks import fix_module_stacks
+
+Pass = Callable[[Program], Program]
+
+# The default pipeline, in order (``transforms.pipeline.pipeline()``).
+PIPELINE: tuple[Pass, ...] = (
+    remove_effect_tokens,
+    functional_to_inplace,
+    fix_module_stacks,
+    outline,
+    sink_state,
+    deduplicate,
+)
+
+
+def examples(n: int) -> int:
+    """``n`` examples under the ``ci`` profile (100 examples), scaled for the others."""
+    return max(1, n * settings.default.max_examples // 100)
+
+
+def through(passes: Sequence[Pass]) -> Pass:
+    """The composition ``passes[-1] ∘ ... ∘ passes[0]``."""
+
+    def run(p: Program) -> Program:
+        for f in passes:
+            p = f(p)
+        return p
+
+    run.__qualname__ = " ∘ ".join(f.__name__ for f in reversed(passes)) or "identity"
+    return run
+
+
+def before(pass_fn: Pass, features=None):
+    """Generated programs as ``pass_fn`` meets them in the default pipeline.
+
+    A program on which an earlier pass raises is skipped here (that pass's own law test
+    reports it), so each test checks its own pass only.
+    """
+    prefix = PIPELINE[: PIPELINE.index(pass_fn)]
+    if not prefix:
+        return programs(features=features)
+    return valid(through(prefix), features)
+
+
+def valid(pass_fn: Pass, features=None):
+    """``pass_fn`` of generated programs, where it returns a Program that verifies and whose
+    lowered module runs (so that a later pass's semantics law has a reference to compare to).
+    """
+
+    def prepared(p: Program) -> Program | None:
+        try:
+            q = verify(pass_fn(p))
+            args, kwargs = program_inputs(q)
+            lower(q)(*args, **kwargs)
+            return q
+        except Exception:  # noqa: BLE001 - reported by the earlier pass's own law test
+            return None
+
+    return programs(features=features).map(prepared).filter(lambda p: p is not None)
+
+
+def without(*names: str) -> frozenset[str]:
+    """Every feature but ``names``."""
+    return frozenset(FEATURES) - set(names)

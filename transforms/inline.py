@@ -1,0 +1,306 @@
+"""Inlining: every module call back into the root graph, the inverse of ``outline``."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from ir.args import IDict, IList, Ref, map_refs, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.module import MODULE_LIST, PLAIN, SUBGRAPH, Module, ModuleId, split_call_target
+from ir.names import fresh_name
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
+from ir.signature import ExportSignature, OutputSpec
+
+
+def inline(program: Program) -> Program:
+    """Replace every ``call_module`` by the graph it runs, recursively: a flat Program.
+
+    A call with target ``path@k`` runs graph variant ``k`` of the module at ``path``; its nodes
+    are copied into the root graph at the call's place, reading the call's arguments where the
+    graph read its placeholders (keyword placeholders by name), and the call's value becomes
+    what the graph returns; an integer ``getitem`` of a call that returned a tuple or list is
+    that element (no node). ``get_attr`` of state reads the fqn through the path of the call;
+    a higher-order-op subgraph read by an inlined graph is registered at the root again. The
+    module tree becomes what ``import_ep`` gives: a graph-less holder at every path, shared
+    module objects split into one holder per path (their state stays tied), in the same order;
+    a path of a shared object through which no computing node ran has no class name, as
+    ``import_ep`` records it.
+    Nodes keep their names where no other node has taken them first (root placeholders always
+    do) and keep their meta as it is: nodes inlined twice from one deduplicated graph carry the
+    meta of that graph. The export signature's output names follow the renaming; call
+    signatures, state and the call order are kept as they are. After an in-place op on a root
+    input (``add_``, ``copy_``, ...), later reads of that input read the op's result, the same
+    tensor: the form ``torch.export`` writes, which ``outline`` turns into reads of the input.
+
+    **Laws:** ``inline(p) is p`` for a flat ``p`` as ``import_ep`` gives it: only the root (and
+    higher-order-op subgraphs) have graphs, and each module object sits at one path; hence
+    idempotent;
+    ``inline(outline(p))`` is alpha-equivalent to ``p`` for a flat ``p`` without preserved
+    calls that, as ``import_ep`` programs do, reads the result of an in-place op on an input
+    rather than the input after it; with preserved calls the pytree plumbing that ``outline``
+    adds around them (``tree_unflatten``, ``tree_flatten_spec`` and their ``getitem``\\s)
+    stays, so the result is flat and computes the same but is not alpha-equivalent.
+    ``lower(inline(p))`` computes what ``lower(p)`` computes; ``verify`` holds of the result
+    when it holds of ``p``.
+
+    Raises ``PassError`` naming the node for a call of a module without that graph variant, or
+    whose arguments do not match the callee's placeholders. Complexity: O(m) for m nodes in the
+    result (a graph called k times is copied k times).
+    """
+    if _is_flat(program):
+        return program
+    return _Inliner(program).run()
+
+
+def _is_flat(p: Program) -> bool:
+    """No module but the root has a graph and no module object sits at two paths."""
+    graph = p.root_module.graph
+    if graph is None or any(n.op == CALL_MODULE for n in graph.nodes):
+        return False
+    seen: set[ModuleId] = set()
+    for _, mid in p.walk():
+        mod = p.modules[mid]
+        if mid in seen or (mid != p.root and mod.graphs and mod.kind != SUBGRAPH):
+            return False
+        seen.add(mid)
+    return True
+
+
+class _Inliner:
+    """Emits the flat graph with temporary names (``#k``), then names it in one pass."""
+
+    def __init__(self, program: Program) -> None:
+        self.p = program
+        self.emitted: list[tuple[str, Node]] = []  # (temporary name, node reading temporaries)
+        self.subgraphs: dict[str, ModuleId] = {}  # root-level name -> subgraph module
+        self.input_of: dict[str, str] = {}  # root input or in-place result -> that root input
+        self.latest: dict[str, Ref] = {}  # root input -> its latest in-place result
+        self.ran: set[str] = set()  # module paths some inlined computing node ran in
+
+    def run(self) -> Program:
+        p = self.p
+        graph = p.root_module.graph
+        out = self._inline(p.root, 0, (), graph, {}, root=True)
+        final = self._names()
+        nodes = [
+            node.replace(name=final[temp], args=map_refs(node.args, lambda r: ref(final[r.name])),
+                         kwargs=map_refs(node.kwargs, lambda r: ref(final[r.name])))
+            for temp, node in self.emitted
+        ]
+        out = map_refs(map_refs(out, self._current), lambda r: ref(final[r.name]))
+        nodes.append(graph.output_node.replace(args=(out,) + graph.output_node.args[1:]))
+        return p.replace(
+            modules=self._modules(Graph.of(nodes)),
+            signature=_renamed_outputs(p.signature, out),
+        )
+
+    # --- graphs -----------------------------------------------------------------------------
+
+    def _inline(
+        self, mid: ModuleId, variant: int, chain: tuple[str, ...], graph: Graph,
+        bound: dict[str, Any], root: bool = False,
+    ) -> Any:
+        """Copy ``graph`` (module ``mid``, called through the paths ``chain``) with its
+        placeholders ``bound``; return what it returns, in temporaries."""
+        path = chain[-1] if chain else ""
+        env: dict[str, Any] = dict(bound)
+        calls: set[str] = set()
+
+        def read(r: Ref) -> Any:
+            found = env.get(r.name, _UNDEFINED)
+            if found is _UNDEFINED:
+                raise PassError(
+                    f"node {node.name!r} in module {path or '<root>'!r} reads %{r.name} before "
+                    "it is defined; run ir.verify on the Program"
+                )
+            return found
+
+        for node in graph.nodes:
+            if node.op == PLACEHOLDER:
+                if root:
+                    env[node.name] = self._emit(node)
+                    self.input_of[env[node.name].name] = env[node.name].name
+                continue
+            if node.op == OUTPUT:
+                return map_refs(node.args[0] if node.args else None, read)
+            args, kwargs = map_refs(node.args, read), map_refs(node.kwargs, read)
+            if node.op == CALL_MODULE:
+                env[node.name] = self._call(mid, chain, node, args, kwargs)
+                calls.add(node.name)
+            elif _folds(node, args, calls):
+                env[node.name] = args[0][args[1]]
+            elif node.op == GET_ATTR:
+                env[node.name] = self._emit(node.replace(target=self._attr(mid, path, node)))
+            else:
+                env[node.name] = self._emit_op(node, args, kwargs)
+                self.ran.update(chain)
+        raise PassError(f"graph of module {path or '<root>'!r} has no output node")
+
+    def _call(
+        self, mid: ModuleId, chain: tuple[str, ...], node: Node, args: tuple, kwargs: IDict
+    ) -> Any:
+        path = chain[-1] if chain else ""
+        target, variant = split_call_target(node.target)
+        child = self.p.resolve(target, mid)
+        graphs = self.p.modules[child].graphs if child is not None else ()
+        if variant >= len(graphs):
+            raise PassError(
+                f"node {node.name!r} in module {path or '<root>'!r} calls graph {variant} of "
+                f"{target!r}, which has {len(graphs)} graphs"
+            )
+        graph = graphs[variant]
+        holders = graph.placeholders
+        if len(args) + len(kwargs) != len(holders):
+            raise PassError(
+                f"node {node.name!r} passes {len(args) + len(kwargs)} arguments to "
+                f"{node.target!r}, whose graph takes {len(holders)}"
+            )
+        bound = {h.name: a for h, a in zip(holders, args)}
+        by_key = dict(kwargs.items)
+        for h in holders[len(args):]:
+            if h.name not in by_key:
+                raise PassError(
+                    f"node {node.name!r} does not pass {node.target!r}'s placeholder "
+                    f"{h.name!r} (keyword placeholders are passed by their name)"
+                )
+            bound[h.name] = by_key[h.name]
+        sub_path = f"{path}.{target}" if path else target
+        return self._inline(child, variant, chain + (sub_path,), graph, bound)
+
+    def _attr(self, mid: ModuleId, path: str, node: Node) -> str:
+        """The root-relative target of a ``get_attr`` read in the module at ``path``."""
+        found = self.p.resolve(node.target, mid)
+        if found is not None and self.p.modules[found].kind == SUBGRAPH:
+            name = node.target.rsplit(".", 1)[-1]
+            taken = set(self.subgraphs)
+            while self.subgraphs.get(name, found) != found:
+                name = fresh_name(name, taken)
+            self.subgraphs[name] = found
+            return name
+        return f"{path}.{node.target}" if path else node.target
+
+    def _emit_op(self, node: Node, args: Any, kwargs: Any) -> Ref:
+        """Emit a computing node; reads of a mutated root input read its latest in-place result
+        (the same tensor), as export writes them and as ``outline`` had them before it made
+        such reads across calls read the input itself."""
+        args, kwargs = map_refs(args, self._current), map_refs(kwargs, self._current)
+        made = self._emit(node.replace(args=args, kwargs=kwargs))
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None and schema.is_mutable and args and type(args[0]) is Ref:
+            source = self.input_of.get(args[0].name)
+            if source is not None:
+                self.input_of[made.name] = source
+                self.latest[source] = made
+        return made
+
+    def _current(self, r: Ref) -> Ref:
+        source = self.input_of.get(r.name)
+        return r if source is None else self.latest.get(source, r)
+
+    def _emit(self, node: Node) -> Ref:
+        temp = f"#{len(self.emitted)}"
+        self.emitted.append((temp, node))
+        return ref(temp)
+
+    def _names(self) -> dict[str, str]:
+        """Temporary -> final name: each node's own name unless an earlier node took it."""
+        taken = {self.p.root_module.graph.output_node.name}
+        return {temp: fresh_name(node.name, taken) for temp, node in self.emitted}
+
+    # --- the module tree --------------------------------------------------------------------
+
+    def _modules(self, graph: Graph) -> Any:
+        """Holders per path (as ``import_ep`` makes them) and the subgraphs the root reads."""
+        p = self.p
+        modules: dict[ModuleId, Module] = {}
+        subgraph_ids: set[ModuleId] = set()
+        for mid in self.subgraphs.values():
+            _collect_subgraphs(p, mid, subgraph_ids)
+        ids: dict[str, ModuleId] = {"": p.root}
+        taken = set(subgraph_ids) | {p.root}
+
+        def holder_id(path: str) -> ModuleId:
+            found = ids.get(path)
+            if found is None:
+                found = ids[path] = fresh_name(path, taken)
+            return found
+
+        paths_of: dict[ModuleId, int] = {}
+        for _, mid in p.walk():
+            paths_of[mid] = paths_of.get(mid, 0) + 1
+        for path, mid in p.walk():
+            mod = p.modules[mid]
+            if mod.kind == SUBGRAPH:
+                continue
+            kids = tuple(
+                (name, holder_id(f"{path}.{name}" if path else name))
+                for name, child in mod.children
+                if p.modules[child].kind != SUBGRAPH
+            )
+            if path:
+                type_name, kind = mod.type_name, mod.kind
+                if path not in self.ran and paths_of[mid] > 1:
+                    # an object at several paths: import_ep knows the class of a path only
+                    # from the module stacks of the nodes that ran in it
+                    type_name, kind = None, _untyped_kind(kids)
+                modules[holder_id(path)] = Module(type_name, kind, kids)
+            else:
+                kids += tuple(self.subgraphs.items())
+                modules[p.root] = mod.replace(children=kids, graphs=(graph,))
+        for mid in subgraph_ids:
+            modules[mid] = p.modules[mid]
+        table = p.modules.evolver()
+        for mid in list(p.modules.keys()):
+            if mid not in modules:
+                del table[mid]
+        for mid, mod in modules.items():
+            if p.modules.get(mid) != mod:
+                table[mid] = mod
+        return table.persistent()
+
+
+_UNDEFINED = object()
+
+
+def _folds(node: Node, args: tuple, calls: set[str]) -> bool:
+    """An integer ``getitem`` of a call that returned a tuple or list."""
+    return (
+        node.op == CALL_FUNCTION
+        and node.target is operator.getitem
+        and len(args) == 2
+        and type(node.args[0]) is Ref
+        and node.args[0].name in calls
+        and type(args[0]) in (tuple, IList)
+        and type(args[1]) is int
+        and -len(args[0]) <= args[1] < len(args[0])
+    )
+
+
+def _untyped_kind(kids: tuple) -> str:
+    """The kind ``import_ep`` gives a holder of unknown class: a ModuleList when its children
+    are ``0 .. n-1`` (a ModuleList is never called, so no stack names its class)."""
+    names = [name for name, _ in kids]
+    return MODULE_LIST if names and names == [str(i) for i in range(len(names))] else PLAIN
+
+
+def _collect_subgraphs(p: Program, mid: ModuleId, found: set[ModuleId]) -> None:
+    if mid in found:
+        return
+    found.add(mid)
+    for _, child in p.modules[mid].children:
+        _collect_subgraphs(p, child, found)
+
+
+def _renamed_outputs(signature: ExportSignature, out: Any) -> ExportSignature:
+    """Output specs naming the values the new root returns at their positions."""
+    values = out if isinstance(out, tuple) else (out,)
+    if not signature.outputs or len(values) != len(signature.outputs):
+        return signature
+    specs = tuple(
+        OutputSpec(s.kind, v.name, s.target) if s.name is not None and isinstance(v, Ref) else s
+        for s, v in zip(signature.outputs, values)
+    )
+    return signature if specs == signature.outputs else ExportSignature(signature.inputs, specs)
