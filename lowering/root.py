@@ -125,8 +125,8 @@ _ROOT_CLASSES: dict[tuple, type] = {}
 def root_class(in_spec: Any, arg_names: Sequence[str] | None) -> type:
     """A ``LoweredRoot`` subclass whose ``forward`` names the exported arguments.
 
-    ``forward(self, x, mask, *, scale)`` instead of ``forward(self, *args, **kwargs)``, so that
-    ``torch.fx.symbolic_trace`` (which reads the signature) can trace the lowered module. Falls
+    Its ``forward`` unwraps to ``forward(self, x, mask, scale)``, so ``torch.fx.symbolic_trace``
+    (which reads the unwrapped signature) can trace the lowered module. Falls
     back to ``LoweredRoot`` itself when the input spec is not the usual ``(args, kwargs)`` or the
     names are not usable as Python parameters.
     """
@@ -138,16 +138,18 @@ def _named_root_class(names: tuple) -> type:
     cls = _ROOT_CLASSES.get(names)
     if cls is None:
         positional, keywords = names
-        params = ", ".join(["self", *positional] + (["*", *keywords] if keywords else []))
-        packed = "".join(f"{n}, " for n in positional)
-        kwargs = ", ".join(f"{k!r}: {k}" for k in keywords)
-        source = (
-            f"def forward({params}):\n"
-            f"    return LoweredRoot.forward(self, {packed}**{{{kwargs}}})\n"
-        )
-        scope: dict[str, Any] = {"LoweredRoot": LoweredRoot}
-        exec(compile(source, f"<purefx root forward {names}>", "exec"), scope)  # noqa: S102
-        attrs = {"forward": scope["forward"], "_names": names, "__module__": __name__}
+        # fx reads the parameters of ``inspect.unwrap(forward)``: give it the exported names,
+        # all positional (flat order is args then kwargs). Calls still go through the generic
+        # forward, so bad arity or an adapter's other structure reach the input checks.
+        source = f"def forward({', '.join(['self', *positional, *keywords])}):\n    pass\n"
+        scope: dict[str, Any] = {}
+        exec(compile(source, f"<purefx root signature {names}>", "exec"), scope)  # noqa: S102
+
+        def forward(self: LoweredRoot, *args: Any, **kwargs: Any) -> Any:
+            return LoweredRoot.forward(self, *args, **kwargs)
+
+        forward.__wrapped__ = scope["forward"]  # type: ignore[attr-defined]
+        attrs = {"forward": forward, "_names": names, "__module__": __name__}
         cls = type("LoweredRoot", (LoweredRoot,), attrs)
         _ROOT_CLASSES[names] = cls
     return cls

@@ -32,38 +32,21 @@ from lowering import lower
 from transforms import transform
 from transforms.pipeline import pipeline
 
-try:
-    from .zoo import (
-        CASES,
-        Case,
-        CondModel,
-        D,
-        MapModel,
-        WhileModel,
-        eager_model,
-        export_case,
-        fresh_export,
-        randn,
-        register,
-        seeded,
-        zoo_ops,
-    )
-except ImportError:  # tests/ is not a package
-    from zoo import (
-        CASES,
-        Case,
-        CondModel,
-        D,
-        MapModel,
-        WhileModel,
-        eager_model,
-        export_case,
-        fresh_export,
-        randn,
-        register,
-        seeded,
-        zoo_ops,
-    )
+from zoo import (  # tests/ is on sys.path (conftest)
+    CASES,
+    Case,
+    CondModel,
+    D,
+    MapModel,
+    WhileModel,
+    eager_model,
+    export_case,
+    fresh_export,
+    randn,
+    register,
+    seeded,
+    zoo_ops,
+)
 
 MUTATING = {"buffer_mutation", "input_mutation"}
 VARIANTS = ("", "[decomp]", "[strict]", "[strict,decomp]")

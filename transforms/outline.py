@@ -424,7 +424,7 @@ class _Outliner:
             kids = tuple((n, self.canon.get(c, c)) for n, c in mod.children)
             if kids != mod.children:
                 modules[mid] = mod.replace(children=kids)
-        reachable = _reachable(modules, p.root)
+        reachable = reachable_modules(modules.__getitem__, p.root)
         keep = set(reachable)
         table = p.modules.evolver()
         for mid in list(p.modules.keys()):
@@ -566,7 +566,8 @@ def _move_subgraphs(modules: dict[ModuleId, Module], root: ModuleId, owner: dict
         modules[new_owner] = modules[new_owner].with_child(name, sub)
 
 
-def _reachable(modules: dict[ModuleId, Module], root: ModuleId) -> list[ModuleId]:
+def reachable_modules(module_of: Callable[[ModuleId], Module], root: ModuleId) -> list[ModuleId]:
+    """Every module id reachable from ``root`` through children (``module_of`` looks one up)."""
     seen: dict[ModuleId, None] = {}
     stack = [root]
     while stack:
@@ -574,7 +575,7 @@ def _reachable(modules: dict[ModuleId, Module], root: ModuleId) -> list[ModuleId
         if mid in seen:
             continue
         seen[mid] = None
-        stack.extend(c for _, c in modules[mid].children)
+        stack.extend(c for _, c in module_of(mid).children)
     return list(seen)
 
 

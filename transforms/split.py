@@ -38,7 +38,7 @@ from ir.node import (
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
-from transforms.outline import outline_by
+from transforms.outline import reachable_modules, outline_by
 from transforms.stacks import Frame
 
 log = logging.getLogger("purefx")
@@ -398,16 +398,7 @@ def _reads_call(node: Node, calls: set[str]) -> bool:
 
 def _reachable(modules: dict, outlined: Program, root: ModuleId) -> list[ModuleId]:
     """Module ids reachable from ``root``: new modules first, else the outlined program's."""
-    seen: dict[ModuleId, None] = {}
-    stack = [root]
-    while stack:
-        mid = stack.pop()
-        if mid in seen:
-            continue
-        seen[mid] = None
-        mod = modules.get(mid) or outlined.modules[mid]
-        stack.extend(child for _, child in mod.children)
-    return list(seen)
+    return reachable_modules(lambda mid: modules.get(mid) or outlined.modules[mid], root)
 
 
 # --- moving non-tensor values off the boundaries -----------------------------------------------
