@@ -14,9 +14,10 @@ import torch.fx
 from pyrsistent import pmap
 from torch.export import graph_signature as gs
 
-from ir.gcpause import gc_paused
+from ir import state as st
 from ir.args import Ref, freeze, ref
 from ir.errors import UnsupportedProgramError
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
 from ir.node import CALL_MODULE, GET_ATTR, Node, frozen_meta
@@ -42,7 +43,6 @@ from ir.signature import (
     OutputSpec,
 )
 from ir.state import Opaque, Slot
-from ir import state as st
 
 _INPUT_KINDS = {
     gs.InputKind.USER_INPUT: USER_INPUT,

@@ -12,7 +12,6 @@ from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
 from ir.state import Opaque, Slot
 
-
 NO_CONSTRAINTS = Opaque({})
 
 

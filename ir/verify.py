@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from ir.args import Ref
 from ir.errors import VerifyError
-from ir.signature import BUFFER_MUTATION, USER_INPUT_MUTATION
 from ir.graph import Graph
 from ir.module import KINDS, SUBGRAPH, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 from ir.program import Program
+from ir.signature import BUFFER_MUTATION, USER_INPUT_MUTATION
 from ir.state import STATE_KINDS
 
 

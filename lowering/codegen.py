@@ -20,7 +20,7 @@ from ir.alpha import graph_key
 from ir.args import IDict, IList, Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
-from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_MODULE, OUTPUT, Node
 
 # Names generated code uses for itself: a node may not shadow them (a child called ``self``).
 _RESERVED = frozenset(

@@ -10,22 +10,22 @@ from torch.export import graph_signature as gs
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 from torch.export.unflatten import FlatArgsAdapter
 
-from ir.gcpause import gc_paused
+from ir import signature as sg
+from ir import state as st
 from ir.args import ref
 from ir.errors import LoweringError
+from ir.gcpause import gc_paused
 from ir.module import Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, Node
 from ir.program import Program
-from ir import signature as sg
-from ir import state as st
 from ir.verify import verify
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
-    PlainHolder,
     LoweredDispatcher,
     LoweredModule,
+    PlainHolder,
 )
 from lowering.root import LoweredRoot, root_class
 

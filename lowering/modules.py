@@ -7,18 +7,17 @@ classes keeps working. Containers keep their container behaviour (indexing, ``le
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import sys
+from typing import Any, Callable
 
 import torch
 import torch.fx
 from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatcher
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from lowering.codegen import compile_graph
 from lowering.portable import decode_graph, encode_graph
-from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 
 
 class Holder(torch.nn.Module):

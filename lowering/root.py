@@ -13,8 +13,8 @@ from torch.export.unflatten import FlatArgsAdapter, UnflattenedModule
 from lowering.codegen import compile_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
-from lowering.portable import decode_graph, encode_graph
 from lowering.modules import LoweredModule, is_tracing, print_readable
+from lowering.portable import decode_graph, encode_graph
 
 
 class LoweredRoot(UnflattenedModule):

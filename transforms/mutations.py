@@ -9,12 +9,11 @@ outlining puts the write in the module that made it (``torch.export.unflatten`` 
 
 from __future__ import annotations
 
-import attrs
-
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+import attrs
 import torch  # only for the ``aten.copy_`` operator the rewritten graph calls
 
 from ir import signature as sg

@@ -12,10 +12,9 @@ The partition key is pluggable (``outline_by``): the module stack is one key, ta
 from __future__ import annotations
 
 import operator
-
-import attrs
 from typing import Any, Callable, Sequence
 
+import attrs
 import torch
 import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree

@@ -6,7 +6,7 @@ from ir.args import Ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, PLACEHOLDER, Node
+from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 
@@ -118,7 +118,6 @@ class _Sinker:
         return None
 
     def _rewrite(self, mid: ModuleId, variant: int, graph: Graph) -> Graph:
-        p = self.p
         decisions = self.sunk[(mid, variant)]
         placeholders = graph.placeholders
         kept = [n for i, n in enumerate(placeholders) if i not in decisions]

@@ -38,7 +38,7 @@ from ir.node import (
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
-from transforms.outline import reachable_modules, outline_by
+from transforms.outline import outline_by, reachable_modules
 from transforms.stacks import Frame
 
 log = logging.getLogger("purefx")
