@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 import torch.utils._pytree as pytree
 from torch.utils._pytree import GetAttrKey, SequenceKey
 
@@ -96,8 +95,3 @@ def _flatten_like(args: tuple, kwargs: dict, spec: Any) -> list:
     ordered = reorder((args, kwargs), spec)
     flat_with_path, _ = pytree.tree_flatten_with_path(ordered)
     return flat_with_path
-
-
-def tensors_of(value: Any) -> list[torch.Tensor]:
-    """Every tensor leaf of a pytree (used by tests and the CLI to compare outputs)."""
-    return [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]

@@ -71,7 +71,7 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
         return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name)
     codes = []
     fx_graphs: list[torch.fx.Graph | None] = []
-    constants: dict[str, Any] = {}
+    constants: list[dict[str, Any]] = []
     for graph in mod.graphs:
         key = share_key(graph)
         code = compiled(key)
@@ -79,9 +79,9 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
         if code is None or interpreter:
             fx_graph, made = to_fx_graph(graph)
             code = code or compile_graph(fx_graph, key)
-            constants.update(made)
+            constants.append(made)
         else:
-            constants.update(spec_constants(graph))
+            constants.append(spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
     dispatch = order if any(order) else ()
@@ -90,13 +90,13 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
     for g in fx_graphs:
         if g is not None:
             g.owning_module = made_module
-    _hold_constants(made_module, [(None, constants)])
+    _hold_constants(made_module, constants)
     return made_module
 
 
-def _hold_constants(owner: torch.nn.Module, built: list[tuple[torch.fx.Graph, dict]]) -> None:
-    """Set the literal attributes (pytree specs) the graphs read; one name, one value."""
-    for _, constants in built:
+def _hold_constants(owner: torch.nn.Module, per_graph: list[dict[str, Any]]) -> None:
+    """Set the literal attributes (pytree specs) each graph reads; one name, one value."""
+    for constants in per_graph:
         for name, value in constants.items():
             held = owner.__dict__.get(name)
             if held is not None and held != value:
@@ -146,7 +146,7 @@ def _build_root(
         flat_args_adapter=adapter,
         interpreter=interpreter,
     )
-    _hold_constants(made, [(fx_graph, constants)])
+    _hold_constants(made, [constants])
     return made
 
 

@@ -8,11 +8,10 @@ import io
 
 import pytest
 import torch
-
 import zoo  # noqa: E402  (tests/ is on sys.path via conftest)
+
 from ir import InputError, import_ep
 from lowering import lower
-from lowering.inputs import tensors_of
 
 ALL = sorted(zoo.CASES)
 
@@ -97,7 +96,8 @@ def test_calling_never_changes_ep_tensors():
     module(*case.args(), **case.kwargs())
     for k, v in ep.state_dict.items():
         torch.testing.assert_close(v, before[k])
-    assert tensors_of(module(*case.args(), **case.kwargs()))
+    out = module(*case.args(), **case.kwargs())
+    assert any(isinstance(x, torch.Tensor) for x in torch.utils._pytree.tree_leaves(out))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -27,7 +27,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
-from ir.signature import CONSTANT, STATE_INPUT_KINDS, USER_INPUT, CallSignature
+from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
 from transforms.sharing import canonical_paths
 from transforms.stacks import Frame, node_frames
 
@@ -99,7 +99,6 @@ class _Call:
         self.inputs: list[str] = []
         self.extra_inputs: list[str] = []
         self.defined: list[str] = []
-        self.names: set[str] = set()
         self.n_positional = 0
 
 
@@ -159,7 +158,6 @@ class _Outliner:
             if node.op == PLACEHOLDER:
                 root.placeholders.append(node)
                 root.env[node.name] = node.ref
-                root.names.add(node.name)
             elif node.op == OUTPUT:
                 while len(stack) > 1:
                     self._close(stack, self.position[node.name])
@@ -199,7 +197,6 @@ class _Outliner:
             self.subgraph_owner[node.target] = self.canon.get(call.path, call.path)
         call.body.append(node.replace(args=args, kwargs=kwargs))
         call.env[node.name] = node.ref
-        call.names.add(node.name)
         if define:
             call.defined.append(node.name)
 
@@ -242,12 +239,10 @@ class _Outliner:
             at = call.n_positional + len(call.extra_inputs)
             call.extra_inputs.append(name)
             call.placeholders.insert(at, Node(PLACEHOLDER, name, name, meta=node.meta))
-            call.names.add(name)
             call.env[name] = ref(name)
             return call.env[name]
         call.inputs.append(name)
         call.placeholders.append(Node(PLACEHOLDER, name, name, meta=node.meta))
-        call.names.add(name)
         call.env[name] = ref(name)
         return call.env[name]
 
@@ -287,7 +282,6 @@ class _Outliner:
         args = tuple(self._read(parent, v) for v in call.inputs)
         if len(outputs) == 1:
             name = outputs[0]
-            parent.names.add(name)
         else:
             name = fresh_name(_call_base(target), self.taken)
         parent.body.append(Node(CALL_MODULE, name, target, args, meta=_call_meta(call)))
@@ -296,7 +290,6 @@ class _Outliner:
         else:
             for i, v in enumerate(outputs):
                 parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i)))
-                parent.names.add(v)
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
         return Graph(tuple(call.placeholders + body))
@@ -371,7 +364,6 @@ class _Outliner:
 
         def new(base: str, op_target: Any, args: tuple, kwargs: IDict | None = None) -> Ref:
             name = fresh_name(base, taken)
-            parent.names.add(name)
             parent.body.append(Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(())))
             return ref(name)
 
@@ -390,7 +382,6 @@ class _Outliner:
         call_kwargs = [(k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k))) for k in kwargs_spec.context]
         call_args += [self._read(parent, v) for v in call.extra_inputs]
         name = fresh_name(_call_base(target), taken)
-        parent.names.add(name)
         parent.body.append(
             Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=_call_meta(call))
         )
@@ -399,7 +390,6 @@ class _Outliner:
             if out.kind == CONSTANT or not out.name or out.name not in self.by_name:
                 continue
             parent.body.append(Node(CALL_FUNCTION, out.name, operator.getitem, (flat, i), meta=self.by_name[out.name].meta))
-            parent.names.add(out.name)
             parent.env[out.name] = ref(out.name)
             parent.defined.append(out.name)
             self.hidden.discard(out.name)
@@ -576,8 +566,3 @@ def reachable_modules(module_of: Callable[[ModuleId], Module], root: ModuleId) -
         seen[mid] = None
         stack.extend(c for _, c in module_of(mid).children)
     return list(seen)
-
-
-def user_input_names(program: Program) -> Sequence[str]:
-    """The names of the root graph's user-input placeholders, in order."""
-    return [s.name for s in program.signature.inputs if s.kind == USER_INPUT]
