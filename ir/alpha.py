@@ -6,6 +6,7 @@ the same thing in the same order; deduplication groups by this key in O(n).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ir.args import map_refs
@@ -18,21 +19,59 @@ def graph_key(graph: Graph) -> tuple:
     """The alpha key of ``graph`` (computed once per Graph value, then cached)."""
     found = graph._index.get("alpha")
     if found is None:
-        position = {n.name: i for i, n in enumerate(graph.nodes)}
+        position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
 
         def local(r: Any) -> Any:
-            return ("#", position[r.name]) if r.name in position else ("free", r.name)
+            found = position.get(r.name)
+            return found if found is not None else ("free", r.name)
 
         found = tuple(
             (
                 n.op,
                 None if n.op == PLACEHOLDER else n.target,
-                map_refs(n.args, local),
-                map_refs(n.kwargs, local),
+                map_refs(n.args, local) if n.inputs() else n.args,
+                map_refs(n.kwargs, local) if n.kwargs.items else n.kwargs,
             )
             for n in graph.nodes
         )
         graph._index["alpha"] = found
+    return found
+
+
+class AlphaKey:
+    """A graph's alpha key as a dict key: hashed once and interned, so that lookups neither
+    rehash the nested tuple nor compare it item by item (graphs with equal keys share one)."""
+
+    __slots__ = ("key", "_hash", "__weakref__")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return type(other) is AlphaKey and self._hash == other._hash and self.key == other.key
+
+    def __repr__(self) -> str:
+        return f"AlphaKey(#{self._hash & 0xFFFFFF:06x})"
+
+
+_INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def interned_key(graph: Graph) -> AlphaKey:
+    """The interned ``AlphaKey`` of ``graph`` (cached on the graph): equal keys are one object."""
+    found = graph._index.get("alpha_interned")
+    if found is None:
+        made = AlphaKey(graph_key(graph))
+        found = _INTERNED.get(made)
+        if found is None:
+            _INTERNED[made] = found = made
+        graph._index["alpha_interned"] = found
     return found
 
 

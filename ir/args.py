@@ -91,37 +91,64 @@ class ISlice:
 
 def map_refs(tree: Any, fn: Callable[[Ref], Any]) -> Any:
     """Return ``tree`` with every ``Ref`` leaf replaced by ``fn(ref)``; same object if unchanged."""
-    if type(tree) is Ref:
+    kind = type(tree)
+    if kind is Ref:
         return fn(tree)
-    if type(tree) is tuple:
-        mapped = tuple(map_refs(x, fn) for x in tree)
-        return tree if all(a is b for a, b in zip(mapped, tree)) else mapped
-    if type(tree) is IList:
-        mapped = map_refs(tree.items, fn)
+    if kind is tuple:
+        return _map_tuple(tree, fn)
+    if kind is IList:
+        mapped = _map_tuple(tree.items, fn)
         return tree if mapped is tree.items else IList(mapped)
-    if type(tree) is IDict:
+    if kind is IDict:
         mapped = tuple((k, map_refs(v, fn)) for k, v in tree.items)
         if all(a[1] is b[1] for a, b in zip(mapped, tree.items)):
             return tree
         return IDict(mapped)
-    if type(tree) is ISlice:
+    if kind is ISlice:
         parts = map_refs((tree.start, tree.stop, tree.step), fn)
         return tree if parts == (tree.start, tree.stop, tree.step) else ISlice(*parts)
     return tree
 
 
+def _map_tuple(items: tuple, fn: Callable[[Ref], Any]) -> tuple:
+    changed = False
+    mapped = []
+    for item in items:
+        kind = type(item)
+        if kind is Ref:
+            new = fn(item)
+        elif kind in _NESTED:
+            new = map_refs(item, fn)
+        else:
+            new = item
+        changed = changed or new is not item
+        mapped.append(new)
+    return tuple(mapped) if changed else items
+
+
 def iter_refs(tree: Any) -> Iterator[Ref]:
     """Yield every ``Ref`` leaf of ``tree``, left to right."""
-    if type(tree) is Ref:
-        yield tree
-    elif type(tree) is tuple or type(tree) is IList:
-        for x in tree:
-            yield from iter_refs(x)
-    elif type(tree) is IDict:
-        for _, v in tree.items:
-            yield from iter_refs(v)
-    elif type(tree) is ISlice:
-        yield from iter_refs((tree.start, tree.stop, tree.step))
+    found: list[Ref] = []
+    collect_refs(tree, found)
+    return iter(found)
+
+
+def collect_refs(tree: Any, into: list[Ref]) -> None:
+    """Append every ``Ref`` leaf of ``tree`` to ``into``, left to right."""
+    kind = type(tree)
+    if kind is Ref:
+        into.append(tree)
+    elif kind is tuple or kind is IList:
+        for item in tree:
+            if type(item) is Ref:
+                into.append(item)
+            elif type(item) in _NESTED:
+                collect_refs(item, into)
+    elif kind is IDict:
+        for _, value in tree.items:
+            collect_refs(value, into)
+    elif kind is ISlice:
+        collect_refs((tree.start, tree.stop, tree.step), into)
 
 
 def freeze(obj: Any, on_leaf: Callable[[Any], Any]) -> Any:
@@ -131,14 +158,36 @@ def freeze(obj: Any, on_leaf: Callable[[Any], Any]) -> Any:
     a ``Ref``). Lists become ``IList``, dicts ``IDict``, tuples stay tuples (namedtuples become
     plain tuples, as fx stores them).
     """
-    if isinstance(obj, (list, tuple)) and not _is_leaf_sequence(obj):
-        items = tuple(freeze(x, on_leaf) for x in obj)
-        return IList(items) if isinstance(obj, list) else items
-    if isinstance(obj, dict):
-        return IDict(tuple((k, freeze(v, on_leaf)) for k, v in obj.items()))
-    if isinstance(obj, slice):
-        return ISlice(*(freeze(x, on_leaf) for x in (obj.start, obj.stop, obj.step)))
-    return on_leaf(obj)
+    shape = _SHAPES.get(type(obj))
+    if shape is None:
+        shape = _shape_of(type(obj))
+    if shape is _LEAF:
+        return on_leaf(obj)
+    if shape is _TUPLE:
+        return tuple([freeze(x, on_leaf) for x in obj])
+    if shape is _LIST:
+        return IList(tuple([freeze(x, on_leaf) for x in obj]))
+    if shape is _DICT:
+        return IDict(tuple([(k, freeze(v, on_leaf)) for k, v in obj.items()]))
+    return ISlice(*(freeze(x, on_leaf) for x in (obj.start, obj.stop, obj.step)))
+
+
+_LEAF, _TUPLE, _LIST, _DICT, _SLICE = "leaf", "tuple", "list", "dict", "slice"
+_SHAPES: dict[type, str] = {}
+
+
+def _shape_of(kind: type) -> str:
+    """How ``freeze`` treats values of type ``kind`` (decided once per type)."""
+    if issubclass(kind, (list, tuple)) and not _is_leaf_sequence(kind):
+        shape = _LIST if issubclass(kind, list) else _TUPLE
+    elif issubclass(kind, dict):
+        shape = _DICT
+    elif issubclass(kind, slice):
+        shape = _SLICE
+    else:
+        shape = _LEAF
+    _SHAPES[kind] = shape
+    return shape
 
 
 def thaw(tree: Any, on_ref: Callable[[Ref], Any]) -> Any:
@@ -156,6 +205,9 @@ def thaw(tree: Any, on_ref: Callable[[Ref], Any]) -> Any:
     return tree
 
 
-def _is_leaf_sequence(obj: Any) -> bool:
+_NESTED = frozenset((tuple, IList, IDict, ISlice))
+
+
+def _is_leaf_sequence(kind: type) -> bool:
     # torch.Size is a tuple subclass that fx keeps as a literal.
-    return type(obj).__name__ == "Size"
+    return kind.__name__ == "Size"

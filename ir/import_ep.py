@@ -15,7 +15,7 @@ from pyrsistent import pmap
 from torch.export import graph_signature as gs
 
 from ir import state as st
-from ir.args import Ref, freeze, ref
+from ir.args import EMPTY_DICT, Ref, freeze, ref
 from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -214,19 +214,29 @@ def _subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") 
 
 
 def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
-    def leaf(x: Any) -> Any:
-        if isinstance(x, torch.fx.Node):
-            return ref(x.name)
-        try:
-            hash(x)
-        except TypeError:
-            raise UnsupportedProgramError(
-                f"node {fx_node.name!r} ({fx_node.format_node()}) has an argument of type "
-                f"{type(x).__name__} that cannot be represented immutably"
-            ) from None
-        return x
+    if not tree and isinstance(tree, dict):
+        return EMPTY_DICT
+    try:
+        return freeze(tree, _frozen_leaf)
+    except _Unhashable as bad:
+        raise UnsupportedProgramError(
+            f"node {fx_node.name!r} ({fx_node.format_node()}) has an argument of type "
+            f"{bad.args[0]} that cannot be represented immutably"
+        ) from None
 
-    return freeze(tree, leaf)
+
+class _Unhashable(Exception):
+    """An argument leaf that cannot be hashed (raised inside ``_freeze_args``, never escapes)."""
+
+
+def _frozen_leaf(x: Any) -> Any:
+    if type(x) is torch.fx.Node or isinstance(x, torch.fx.Node):
+        return ref(x.name)
+    try:
+        hash(x)
+    except TypeError:
+        raise _Unhashable(type(x).__name__) from None
+    return x
 
 
 def _get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
@@ -468,6 +478,8 @@ def _holder_tree(
     paths = [f for f in call_order if f and "@" not in f]
     paths += [f.rsplit(".", 1)[0] for f in state_order if "." in f]
     for path in paths:
+        if path in children:
+            continue  # made already, with every module above it
         parts = path.split(".")
         for depth in range(1, len(parts) + 1):
             here = ".".join(parts[:depth])

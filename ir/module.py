@@ -87,7 +87,15 @@ class Module:
         """A copy with ``changes``; ``self`` when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):
             return self
-        return attrs.evolve(self, **changes)
+        if not changes.keys() <= _FIELDS:
+            raise TypeError(f"Module has no fields {sorted(changes.keys() - _FIELDS)}")
+        get = changes.get
+        return Module(
+            get("type_name", self.type_name),
+            get("kind", self.kind),
+            get("children", self.children),
+            get("graphs", self.graphs),
+        )
 
     def with_child(self, name: str, mid: ModuleId) -> Module:
         """A copy with child ``name`` set to ``mid`` (kept in place if present, else appended)."""
@@ -96,3 +104,6 @@ class Module:
         else:
             kids = self.children + ((name, mid),)
         return attrs.evolve(self, children=kids)
+
+
+_FIELDS = frozenset(("type_name", "kind", "children", "graphs"))

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from ir.args import EMPTY_DICT, IDict, Ref, iter_refs, ref
+from ir.args import EMPTY_DICT, IDict, Ref, collect_refs, ref
 
 PLACEHOLDER = "placeholder"
 GET_ATTR = "get_attr"
@@ -43,6 +43,7 @@ class Node:
     args: tuple = ()
     kwargs: IDict = EMPTY_DICT
     meta: Mapping[str, Any] = attrs.field(default=EMPTY_META, eq=False, repr=False)
+    _inputs: tuple | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def ref(self) -> Ref:
@@ -50,17 +51,38 @@ class Node:
         return ref(self.name)
 
     def inputs(self) -> tuple[Ref, ...]:
-        """Every ``Ref`` this node reads, args first, in order (duplicates kept)."""
-        return tuple(iter_refs(self.args)) + tuple(iter_refs(self.kwargs))
+        """Every ``Ref`` this node reads, args first, in order (duplicates kept; computed once)."""
+        found = self._inputs
+        if found is None:
+            refs: list[Ref] = []
+            collect_refs(self.args, refs)
+            if self.kwargs.items:
+                collect_refs(self.kwargs, refs)
+            found = tuple(refs)
+            object.__setattr__(self, "_inputs", found)
+        return found
 
     def replace(self, **changes: Any) -> Node:
         """A copy with ``changes`` applied; ``self`` itself when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):
             return self
-        return attrs.evolve(self, **changes)
+        if not changes.keys() <= _FIELDS:
+            raise TypeError(f"Node has no fields {sorted(changes.keys() - _FIELDS)}")
+        get = changes.get
+        return Node(
+            get("op", self.op),
+            get("name", self.name),
+            get("target", self.target),
+            get("args", self.args),
+            get("kwargs", self.kwargs),
+            get("meta", self.meta),
+        )
 
     def with_meta(self, **entries: Any) -> Node:
         """A copy whose meta has ``entries`` added or replaced (meta is never written in place)."""
         merged = dict(self.meta)
         merged.update(entries)
         return attrs.evolve(self, meta=MappingProxyType(merged))
+
+
+_FIELDS = frozenset(("op", "name", "target", "args", "kwargs", "meta"))

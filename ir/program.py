@@ -49,6 +49,14 @@ class Program:
             self._index["modules"] = found
         return found
 
+    def state_table(self) -> dict[str, Slot]:
+        """The state map as a plain dict (built once), for passes that look up many fqns."""
+        found = self._index.get("state")
+        if found is None:
+            found = dict(self.state.items())
+            self._index["state"] = found
+        return found
+
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):
@@ -68,10 +76,22 @@ class Program:
         return found
 
     def resolve(self, path: str, start: ModuleId | None = None) -> ModuleId | None:
-        """The ModuleId reached by dotted ``path`` from ``start`` (default: root), or ``None``."""
+        """The ModuleId reached by dotted ``path`` from ``start`` (default: root), or ``None``
+        (answers are remembered: passes resolve the same call targets many times)."""
         mid = self.root if start is None else start
         if not path:
             return mid
+        memo = self._index.get("resolved")
+        if memo is None:
+            memo = self._index["resolved"] = {}
+        key = (path, mid)
+        if key in memo:
+            return memo[key]
+        found = self._walk_path(path, mid)
+        memo[key] = found
+        return found
+
+    def _walk_path(self, path: str, mid: ModuleId) -> ModuleId | None:
         table = self.module_table()
         for part in path.split("."):
             mod = table.get(mid)

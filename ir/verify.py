@@ -64,8 +64,9 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
 def _check_state(program: Program) -> None:
     if len(program.state_order) != len(program.state) or set(program.state_order) != set(program.state):
         raise VerifyError("state_order does not list exactly the state fqns")
+    state = program.state_table()
     for fqn in program.state_order:
-        slot = program.state[fqn]
+        slot = state[fqn]
         if slot.kind not in STATE_KINDS:
             raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
         if slot.tensor not in program.tensors:
@@ -129,7 +130,7 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
             if program.resolve(node.target, mid) is not None:
                 continue
             fqn = f"{path}.{node.target}" if path else node.target
-            if program.module_table()[mid].kind == SUBGRAPH or fqn not in program.state:
+            if program.module_table()[mid].kind == SUBGRAPH or fqn not in program.state_table():
                 if program.module_table()[mid].kind != SUBGRAPH:
                     raise VerifyError(
                         f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "

@@ -7,16 +7,18 @@ once.
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
 from torch.fx.graph_module import _forward_from_src
 from torch.utils._pytree import TreeSpec
 
-from ir.alpha import graph_key
+from ir.alpha import interned_key
 from ir.args import IDict, IList, Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
@@ -36,7 +38,8 @@ def to_fx_graph(
     """Build a fresh ``torch.fx.Graph`` equal to ``graph``, and the attributes it reads.
 
     Literals that Python code cannot spell (pytree ``TreeSpec``s) become ``get_attr`` nodes of
-    attributes ``_spec_<i>``, returned as ``{name: value}`` for the owning module to hold.
+    attributes named after their content (see ``spec_constants``), returned as ``{name: value}``
+    for the owning module to hold.
     ``rules`` maps a node name to a function that emits that node differently (the root uses this
     to read state instead of taking it as a placeholder); it returns the fx node that stands for
     the IR node's value, or ``None`` when the value is dropped.
@@ -44,21 +47,21 @@ def to_fx_graph(
     fx_graph = torch.fx.Graph()
     env: dict[str, torch.fx.Node] = {}
     constants: dict[str, Any] = {}
-    spec_nodes: dict[int, torch.fx.Node] = {}
+    spec_nodes: dict[str, torch.fx.Node] = {}
 
     def read(r: Ref) -> torch.fx.Node:
         return env[r.name]
 
-    names = {id(v): k for k, v in spec_constants(graph).items()}
+    held, names = _spec_names(graph)
 
     def spelled(tree: Any) -> Any:
         if isinstance(tree, TreeSpec):
-            made = spec_nodes.get(id(tree))
+            name = names[id(tree)]
+            made = spec_nodes.get(name)
             if made is None:
-                name = names[id(tree)]
-                constants[name] = tree
+                constants[name] = held[name]
                 made = fx_graph.get_attr(name)
-                spec_nodes[id(tree)] = made
+                spec_nodes[name] = made
             return made
         if type(tree) in (tuple, list):
             return type(tree)(spelled(x) for x in tree)
@@ -101,15 +104,36 @@ def _copied_meta(node: Node) -> dict[str, Any]:
 
 
 def spec_constants(graph: Graph) -> dict[str, Any]:
-    """``{"_spec_<i>": spec}`` for each distinct ``TreeSpec`` literal of ``graph``, in order."""
-    cached = graph._index.get("spec_constants")
+    """``{name: spec}`` for each distinct ``TreeSpec`` literal of ``graph``, in first-use order.
+
+    A name is a function of the spec's content (``_spec_<digest>``), never of where the graph sits:
+    two call variants of one module that need different specs get different attributes, and graphs
+    that share compiled code (equal alpha keys, hence equal specs) read the same names. Equal specs
+    share one name. O(size of the graph's literals), once per alpha key.
+    """
+    key = interned_key(graph)
+    found = _SPECS_BY_KEY.get(key)
+    if found is None:
+        found = _SPECS_BY_KEY[key] = _spec_names(graph)[0]
+    return found
+
+
+# Graphs with one alpha key hold equal specs under equal names: scan one of them.
+_SPECS_BY_KEY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _spec_names(graph: Graph) -> tuple[dict[str, Any], dict[int, str]]:
+    """``spec_constants(graph)``, and the attribute name of each spec object (by ``id``)."""
+    cached = graph._index.get("spec_names")
     if cached is not None:
         return cached
-    found: dict[int, Any] = {}
+    held: dict[str, Any] = {}
+    names: dict[int, str] = {}
 
     def visit(tree: Any) -> None:
         if isinstance(tree, TreeSpec):
-            found.setdefault(id(tree), tree)
+            if id(tree) not in names:
+                names[id(tree)] = _hold(held, tree)
         elif isinstance(tree, (tuple, IList)):
             for x in tree:
                 visit(x)
@@ -118,12 +142,31 @@ def spec_constants(graph: Graph) -> dict[str, Any]:
                 visit(v)
 
     for node in graph.nodes:
-        if node.op == "call_function":
-            visit(node.args)
-            visit(node.kwargs)
-    cached = {f"_spec_{i}": spec for i, spec in enumerate(found.values())}
-    graph._index["spec_constants"] = cached
+        visit(node.args)
+        visit(node.kwargs)
+    cached = (held, names)
+    graph._index["spec_names"] = cached
     return cached
+
+
+def _hold(held: dict[str, Any], spec: TreeSpec) -> str:
+    """The name ``spec`` is held under in ``held`` (added if new); unequal specs never share one."""
+    base = f"_spec_{hashlib.blake2b(_spec_text(spec).encode(), digest_size=4).hexdigest()}"
+    name, i = base, 0
+    while name in held and held[name] != spec:
+        i += 1
+        name = f"{base}_{i}"
+    held.setdefault(name, spec)
+    return name
+
+
+def _spec_text(spec: TreeSpec) -> str:
+    """A deterministic text of a spec's structure: node types, contexts and children."""
+    if spec.is_leaf():
+        return "*"
+    kind = spec.type
+    children = ",".join(_spec_text(c) for c in spec.children())
+    return f"{kind.__module__}.{kind.__qualname__}:{spec.context!r}({children})"
 
 
 # Compiled functions live as long as some module uses them.
@@ -148,10 +191,10 @@ def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[.
     return forward
 
 
-def share_key(graph: Graph) -> tuple:
+def share_key(graph: Graph) -> Any:
     """The key under which two module graphs may share compiled code: their alpha key.
 
     Node names differ between structurally equal graphs (every block of a stack), so shared code
     is called positionally; a module binds keyword arguments to its own placeholder names first.
     """
-    return graph_key(graph)
+    return interned_key(graph)

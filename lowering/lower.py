@@ -16,10 +16,12 @@ from ir.args import ref
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
 from ir.module import Module, ModuleId, split_call_target
-from ir.node import CALL_MODULE, Node
+from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.verify import verify
+from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
+from lowering.direct import direct_function, locate
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
@@ -60,6 +62,8 @@ def lower(
             obj._modules[name] = objects[child]
     _register_state(program, objects, device)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
+    if not interpreter:
+        _attach_direct_code(program, objects)
     return root
 
 
@@ -137,7 +141,7 @@ def _build_root(
     cls = LoweredRoot if raw else root_class(spec.in_spec, spec.forward_arg_names)
     made = cls(
         fx_graph,
-        compile_graph(fx_graph),
+        None,
         type_name=root.type_name,
         in_spec=None if raw else spec.in_spec,
         out_spec=None if raw else spec.out_spec,
@@ -237,6 +241,81 @@ def _torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
     )
 
 
+# --- direct code ---------------------------------------------------------------------------------
+
+
+def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Module]) -> None:
+    """Give every graph-running module its direct code and every module its snapshot, then mark
+    the root's tree as checked (see ``lowering/tree_watch.py``). Leaves the root without direct
+    code when some state read cannot be located on the built modules."""
+    table = program.module_table()
+    for mid, obj in objects.items():
+        mod = table[mid]
+        if mid == program.root:
+            direct, reads = _root_direct_code(program, obj)
+        elif mod.graphs:
+            reads = _locate_reads(obj, mod.graphs)
+            direct = None if reads is None else [
+                direct_function(g, reads, label=mod.type_name or "module") for g in mod.graphs
+            ]
+        else:
+            direct, reads = None, {}
+        if mod.graphs and direct is None:
+            return
+        obj.__dict__["_direct"] = direct
+        tree_watch.snapshot(obj, reads)
+    root = objects[program.root]
+    root.__dict__["_direct_checked"] = (tree_watch.epoch(), True)
+
+
+def _locate_reads(owner: torch.nn.Module, graphs: tuple) -> dict[str, Any] | None:
+    reads: dict[str, Any] = {}
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.op == GET_ATTR and node.target not in reads:
+                found = locate(owner, node.target)
+                if found is None:
+                    return None
+                reads[node.target] = found
+    return reads
+
+
+def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dict[str, Any]]:
+    graph = program.root_module.graph
+    reads = _locate_reads(root, (graph,))
+    if reads is None:
+        return None, {}
+    bound: dict[str, tuple] = {}
+    for spec in program.signature.inputs:
+        if spec.kind in sg.STATE_INPUT_KINDS:
+            bound[spec.name] = ("state", spec.target)
+        elif spec.kind == sg.TOKEN:
+            bound[spec.name] = ("token",)
+    outputs: list[tuple[str, Any]] | None = []
+    for spec in program.signature.outputs:
+        if spec.kind in (sg.USER_OUTPUT, sg.LOSS_OUTPUT):
+            outputs.append(("return", None))
+        elif spec.kind == sg.BUFFER_MUTATION:
+            outputs.append(("copy_state", spec.target))
+        elif spec.kind == sg.USER_INPUT_MUTATION:
+            outputs.append(("copy_input", spec.target))
+        else:
+            outputs.append(("drop", None))
+    targets = [b[1] for b in bound.values() if b[0] == "state"]
+    targets += [t for kind, t in outputs if kind == "copy_state"]
+    for target in targets:
+        found = locate(root, target)
+        if found is None:
+            return None, {}
+        reads[target] = found
+    if "" not in program.call_signatures:  # a raw graph: the root code takes it as it is
+        bound, outputs = {}, None
+    direct = direct_function(
+        graph, reads, bound=bound, outputs=None if outputs is None else tuple(outputs), label="root"
+    )
+    return direct, reads
+
+
 # --- state --------------------------------------------------------------------------------------
 
 
@@ -246,36 +325,64 @@ def _register_state(
     """Register every state fqn on its owner; tied fqns get one shared tensor object."""
     made: dict[tuple[str, str], Any] = {}
     by_path = {path: objects[mid] for path, mid in program.walk()}
-    for fqn in program.state_order:
-        slot = program.state[fqn]
-        owner_path, _, name = fqn.rpartition(".")
-        owner = by_path.get(owner_path)
-        if owner is None:
-            raise LoweringError(
-                f"state {fqn!r} belongs to module {owner_path!r}, which the program does not have"
-            )
-        key = (slot.tensor, slot.kind)
-        value = made.get(key)
-        if value is None:
-            value = _copy_state(program.tensors[slot.tensor].value, slot, device)
-            made[key] = value
-        if slot.kind == st.PARAMETER:
-            owner.register_parameter(name, value)
-        elif slot.kind == st.BUFFER:
-            owner.register_buffer(name, value, persistent=slot.persistent)
-        else:
-            setattr(owner, name, value)
+    state = program.state_table()
+    direct = _direct_registration_is_safe()
+    with torch.no_grad():
+        for fqn in program.state_order:
+            slot = state[fqn]
+            owner_path, _, name = fqn.rpartition(".")
+            owner = by_path.get(owner_path)
+            if owner is None:
+                raise LoweringError(
+                    f"state {fqn!r} belongs to module {owner_path!r}, which the program does "
+                    "not have"
+                )
+            key = (slot.tensor, slot.kind)
+            value = made.get(key)
+            if value is None:
+                value = _copy_state(program.tensors[slot.tensor].value, slot, device)
+                made[key] = value
+            _register(owner, name, value, slot, direct)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
             obj._size = len(obj._parameters)
 
 
+def _direct_registration_is_safe() -> bool:
+    """True when no global registration hooks exist, so writing nn.Module's tables directly does
+    exactly what ``register_parameter``/``register_buffer`` would (minus their per-call checks)."""
+    from torch.nn.modules import module as nn_module
+
+    return not (
+        nn_module._global_parameter_registration_hooks
+        or nn_module._global_buffer_registration_hooks
+    )
+
+
+def _register(owner: torch.nn.Module, name: str, value: Any, slot: st.Slot, direct: bool) -> None:
+    taken = name in owner.__dict__ or name in owner._modules or hasattr(type(owner), name)
+    if slot.kind == st.PARAMETER:
+        if direct and not taken and type(value) is torch.nn.Parameter:
+            owner._parameters[name] = value
+        else:
+            owner.register_parameter(name, value)
+    elif slot.kind == st.BUFFER:
+        if direct and not taken and isinstance(value, torch.Tensor):
+            owner._buffers[name] = value
+            if not slot.persistent:
+                owner._non_persistent_buffers_set.add(name)
+        else:
+            owner.register_buffer(name, value, persistent=slot.persistent)
+    else:
+        setattr(owner, name, value)
+
+
 def _copy_state(value: Any, slot: st.Slot, device: Any) -> Any:
+    """A copy of a held tensor (called under ``no_grad``); other values are shared as they are."""
     if not isinstance(value, torch.Tensor):
         return value
-    with torch.no_grad():
-        data = value.detach()
-        copied = data.to(device, copy=True) if device is not None else data.clone()
+    data = value.detach()
+    copied = data.to(device, copy=True) if device is not None else data.clone()
     if slot.kind == st.PARAMETER:
         return torch.nn.Parameter(copied, requires_grad=slot.requires_grad)
     return copied

@@ -7,25 +7,38 @@ classes keeps working. Containers keep their container behaviour (indexing, ``le
 
 from __future__ import annotations
 
+import re
 import sys
-from typing import Any, Callable
+import types
+from collections.abc import Callable, Sequence
+from keyword import iskeyword
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
+import torch.fx._pytree as fx_pytree
 from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatcher
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from ir.args import IDict, Ref
+from ir.errors import InputError
+from ir.graph import Graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
+from ir.node import CALL_FUNCTION, GET_ATTR
 from lowering.codegen import compile_graph
 from lowering.portable import decode_graph, encode_graph
+from lowering.tree_watch import Watched
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
-class Holder(torch.nn.Module):
+class Holder(Watched, torch.nn.Module):
     """A module that runs no graph of its own (never called in the program); keeps the type name."""
 
     def __init__(self, type_name: str | None = None) -> None:
         super().__init__()
-        self._ty = type_name
+        self.__dict__["_ty"] = type_name
 
     def type_name(self) -> str | None:
         """The original class's qualified name, as ``torch.export.unflatten`` reports it."""
@@ -71,11 +84,26 @@ class PlainHolder(Holder):
         return True
 
 
-class LoweredModule(InterpreterModule):
+class LoweredModule(Watched, InterpreterModule):
     """A module that runs one fx graph (or, per call, one of several) as generated code.
 
     ``interpreter=True`` runs ``torch.fx.Interpreter`` instead, for debugging.
+
+    Constructing one gives an instance of a subclass made once per forward signature (see
+    ``forward_names``): its ``forward`` is the same generic ``forward(*args, **kwargs)``, but
+    unwraps (``__wrapped__``) to ``forward(self, x, ...)`` naming the graph's inputs, so
+    ``torch.fx.symbolic_trace`` and ``inspect.signature`` see named parameters. Every module with
+    the same names shares one class: a stack of N blocks makes a handful of classes, not N.
     """
+
+    _forward_names: tuple[str, ...] | None = None
+
+    def __new__(cls, ir_graphs: Sequence[Graph] = (), *args: Any, **kwargs: Any) -> Self:
+        # Without graphs (deepcopy, unpickling, ``__new__(type(m))``) the class stays as it is.
+        made = cls
+        if ir_graphs and cls.__dict__.get("_forward_names") is None:
+            made = signature_class(cls, forward_names(ir_graphs))
+        return super().__new__(made)
 
     def __init__(
         self,
@@ -87,14 +115,17 @@ class LoweredModule(InterpreterModule):
         fx_graphs: list[torch.fx.Graph | None] | None = None,
     ) -> None:
         torch.nn.Module.__init__(self)
-        self.__dict__["_ir_graphs"] = ir_graphs
-        self.__dict__["_fx_graphs"] = fx_graphs or [None] * len(ir_graphs)
-        self._codes = codes
-        self._call_graphs = call_graphs
-        self._num_calls = 0
-        self._ty = type_name
-        self._run_with_interpreter = interpreter
-        self.__dict__["graph_module"] = None
+        # plain attributes, written past nn.Module.__setattr__ (a stack builds thousands)
+        self.__dict__.update(
+            _ir_graphs=ir_graphs,
+            _fx_graphs=fx_graphs or [None] * len(ir_graphs),
+            _codes=codes,
+            _call_graphs=call_graphs,
+            _num_calls=0,
+            _ty=type_name,
+            _run_with_interpreter=interpreter,
+            graph_module=None,
+        )
 
     @property
     def graphs(self) -> list[torch.fx.Graph]:
@@ -122,23 +153,41 @@ class LoweredModule(InterpreterModule):
         index = 0
         if self._call_graphs:
             index = self._call_graphs[self._num_calls]
-            self._num_calls = (self._num_calls + 1) % len(self._call_graphs)
-        if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
-            return self._interpret(self.graphs[index], args, kwargs)
+            self.__dict__["_num_calls"] = (self._num_calls + 1) % len(self._call_graphs)
         if kwargs:
             args = self._bind(index, args, kwargs)
+        if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
+            return self._interpret(self.graphs[index], args)
         return self._codes[index](self, *args)
 
     def _bind(self, index: int, args: tuple, kwargs: dict) -> tuple:
-        """Positional arguments for graph ``index`` from a call with keyword arguments."""
-        names = self._placeholder_names(index)[len(args):]
-        unknown = set(kwargs) - set(names)
-        if unknown:
-            raise TypeError(f"{type(self).__name__}.forward() got unexpected keyword arguments {sorted(unknown)}")
-        missing = [n for n in names if n not in kwargs]
-        if missing:
-            raise TypeError(f"{type(self).__name__}.forward() is missing arguments {missing}")
-        return args + tuple(kwargs[n] for n in names)
+        """Positional arguments for graph ``index`` from a call with keyword arguments.
+
+        An input is passed by its placeholder name or by the name the signature shows for it.
+        """
+        names = self._placeholder_names(index)
+        shown = type(self)._forward_names or ()
+        bound = list(args)
+        used = set()
+        missing = []
+        for i in range(len(args), len(names)):
+            for name in (names[i], shown[i] if i < len(shown) else None):
+                if name in kwargs:
+                    bound.append(kwargs[name])
+                    used.add(name)
+                    break
+            else:
+                missing.append(names[i])
+        unknown = sorted(set(kwargs) - used)
+        if unknown or missing:
+            problem = (
+                f"unexpected keyword arguments {unknown}" if unknown else f"no value for {missing}"
+            )
+            raise InputError(
+                f"{type(self).__name__}.forward() got {problem}; it takes {list(names)} "
+                f"(positionally, or by these names)"
+            )
+        return tuple(bound)
 
     def _placeholder_names(self, index: int) -> list[str]:
         ir_graphs = self.__dict__.get("_ir_graphs")
@@ -146,15 +195,12 @@ class LoweredModule(InterpreterModule):
             return [n.name for n in ir_graphs[index].placeholders]
         return [n.target for n in self.graphs[index].nodes if n.op == "placeholder"]
 
-    def _interpret(self, graph: torch.fx.Graph, args: tuple, kwargs: dict) -> Any:
-        if kwargs:
-            names = [n.target for n in graph.nodes if n.op == "placeholder"][len(args):]
-            args = args + tuple(kwargs[name] for name in names)
+    def _interpret(self, graph: torch.fx.Graph, args: tuple) -> Any:
         return torch.fx.Interpreter(self, graph=graph).run(*args, enable_io_processing=False)
 
     def reset_calls(self) -> None:
         """Start the per-call graph dispatch over (the root does this before each call)."""
-        self._num_calls = 0
+        self.__dict__["_num_calls"] = 0
 
     def finalize(self) -> None:
         """Kept for API parity with ``InterpreterModule``; code is generated at lowering."""
@@ -172,11 +218,19 @@ class LoweredModule(InterpreterModule):
     def __deepcopy__(self, memo: dict) -> LoweredModule:
         return _deepcopy_module(self, memo)
 
+    def __reduce_ex__(self, protocol: int) -> Any:
+        names = type(self).__dict__.get("_forward_names")
+        if names is None:
+            return super().__reduce_ex__(protocol)
+        # A signature class is made at run time: pickle names its base and signature instead.
+        return (_restore_module, (type(self).__base__, names), self.__getstate__())
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_fx_graphs"] = [encode_graph(g) for g in self.graphs]
         state["_ir_graphs"] = None
         del state["_codes"]
+        state["_direct"] = None  # generated code does not pickle; the copy runs module by module
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -196,6 +250,139 @@ class LoweredDispatcher(LoweredModule, InterpreterModuleDispatcher):
         return [self]
 
 
+# --- forward signatures ------------------------------------------------------------------------
+
+_SIGNATURE_CLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+_SSA_SUFFIX = re.compile(r"_\d+$")
+
+
+def forward_names(ir_graphs: Sequence[Graph]) -> tuple[str, ...] | None:
+    """The parameter names a lowered module's ``forward`` shows, or ``None`` for ``(*args, **kwargs)``.
+
+    For a graph that takes a preserved call's eager arguments (it begins by flattening them with
+    the call's input spec): ``arg0, arg1, ...`` for the positional arguments (the export does not
+    record a submodule's parameter names) then each keyword argument under its own name. For
+    any other graph: its placeholder names, without the ``_<n>`` suffix that made them unique
+    in the program (``add_3`` -> ``add``), so that the blocks of a stack share one signature; the
+    full names where stripping would make two equal. All parameters are positional-or-keyword
+    (fx passes them positionally). The variants of a dispatching module must agree; when only
+    their positional names differ they become ``arg0, ...``; when their arity or keywords differ
+    there is no single signature and the result is ``None``. O(number of placeholders).
+    """
+    split = [_graph_signature(g) for g in ir_graphs]
+    positional, keywords = split[0]
+    if any(s != split[0] for s in split[1:]):
+        if any(len(p) != len(positional) or k != keywords for p, k in split[1:]):
+            return None
+        positional = tuple(f"arg{i}" for i in range(len(positional)))
+    names = positional + keywords
+    if len(set(names)) != len(names) or not all(map(_usable, names)):
+        return None
+    return names
+
+
+def signature_class(base: type, names: tuple[str, ...] | None) -> type:
+    """The subclass of ``base`` whose ``forward`` unwraps to ``forward(self, *names)`` (cached).
+
+    ``base`` itself when ``names`` is ``None``. The subclass's ``forward`` is a copy of
+    ``base.forward`` (same code, so calls cost the same) whose ``__wrapped__`` carries the names.
+    """
+    if names is None:
+        return base
+    key = (base, names)
+    cls = _SIGNATURE_CLASSES.get(key)
+    if cls is None:
+        generic = base.forward
+        forward = types.FunctionType(
+            generic.__code__,
+            generic.__globals__,
+            "forward",
+            generic.__defaults__,
+            generic.__closure__,
+        )
+        forward.__kwdefaults__ = generic.__kwdefaults__
+        forward.__qualname__ = generic.__qualname__
+        forward.__doc__ = generic.__doc__
+        # fx and inspect read the parameters of ``inspect.unwrap(forward)``; names are checked
+        # identifiers, so this source is exactly ``def forward(self, a, b): pass``.
+        source = f"def forward({', '.join(('self',) + names)}):\n    pass\n"
+        scope: dict[str, Any] = {}
+        exec(compile(source, f"<purefx forward signature {names}>", "exec"), scope)  # noqa: S102
+        forward.__wrapped__ = scope["forward"]  # type: ignore[attr-defined]
+        attrs = {
+            "forward": forward,
+            "_forward_names": names,
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+        }
+        cls = _SIGNATURE_CLASSES.setdefault(key, type(base.__name__, (base,), attrs))
+    return cls
+
+
+def _graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(positional names, keyword names)`` of one graph's forward (computed once per graph)."""
+    found = graph._index.get("forward_signature")
+    if found is None:
+        found = graph._index["forward_signature"] = _compute_graph_signature(graph)
+    return found
+
+
+def _compute_graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    placeholders = graph.placeholders
+    eager = _eager_arguments(graph)
+    if eager is not None:
+        count, keywords = eager
+        return tuple(f"arg{i}" for i in range(count)), keywords
+    full = tuple(n.name for n in placeholders)
+    stripped = tuple(_SSA_SUFFIX.sub("", name) for name in full)
+    return (stripped if len(set(stripped)) == len(stripped) else full), ()
+
+
+def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
+    """``(positional count, keyword names)`` when ``graph`` takes a preserved call's arguments.
+
+    Such a graph's first computation (after its placeholders and state reads) flattens exactly
+    its placeholders, as ``tree_flatten_spec(((p0, p1, ...), {"key": key, ...}), in_spec)``.
+    """
+    placeholders = graph.placeholders
+    if not placeholders:
+        return None
+    first = next((n for n in graph.nodes[len(placeholders) :] if n.op != GET_ATTR), None)
+    if (
+        first is None
+        or first.op != CALL_FUNCTION
+        or first.target is not fx_pytree.tree_flatten_spec
+    ):
+        return None
+    tree = first.args[0] if first.args else None
+    if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
+        return None
+    positional, keywords = tree
+    if not isinstance(keywords, IDict):
+        return None
+    refs = (*positional, *(v for _, v in keywords.items))
+    if not all(isinstance(r, Ref) for r in refs):
+        return None
+    if tuple(r.name for r in refs) != tuple(n.name for n in placeholders):
+        return None
+    if any(key != value.name for key, value in keywords.items):
+        return None
+    return len(positional), tuple(key for key, _ in keywords.items)
+
+
+def _usable(name: object) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not iskeyword(name) and name != "self"
+
+
+def _restore_module(base: type, names: tuple[str, ...]) -> LoweredModule:
+    cls = signature_class(base, names)
+    return cls.__new__(cls)
+
+
+# --- printing and copying -----------------------------------------------------------------------
+
+
 def print_readable(
     mod: torch.nn.Module,
     print_output: bool = True,
@@ -204,7 +391,12 @@ def print_readable(
     colored: bool = False,
 ) -> str:
     """Readable generated code of ``mod`` and of each submodule with a graph (shared ones once)."""
-    options = dict(verbose=True, include_stride=include_stride, include_device=include_device, colored=colored)
+    options = {
+        "verbose": True,
+        "include_stride": include_stride,
+        "include_device": include_device,
+        "colored": colored,
+    }
     text = _readable(mod, type(mod).__name__, options, set())
     if print_output:
         sys.stdout.write(text + "\n")  # the caller asked for it, as in torch

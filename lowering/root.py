@@ -10,14 +10,16 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export.unflatten import FlatArgsAdapter, UnflattenedModule
 
+from lowering import tree_watch
 from lowering.codegen import compile_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
 from lowering.modules import LoweredModule, is_tracing, print_readable
 from lowering.portable import decode_graph, encode_graph
+from lowering.tree_watch import Watched, plain_call
 
 
-class LoweredRoot(UnflattenedModule):
+class LoweredRoot(Watched, UnflattenedModule):
     """The module ``lower`` returns: behaves like ``torch.export.unflatten``'s result.
 
     ``forward(*args, **kwargs)`` takes the eager model's inputs (any keyword order, dicts in any key
@@ -29,7 +31,7 @@ class LoweredRoot(UnflattenedModule):
     def __init__(
         self,
         graph: torch.fx.Graph,
-        code: Callable[..., Any],
+        code: Callable[..., Any] | None,
         *,
         type_name: str | None,
         in_spec: Any,
@@ -42,7 +44,7 @@ class LoweredRoot(UnflattenedModule):
         torch.nn.Module.__init__(self)
         graph.owning_module = self
         self.graph = graph
-        self._code = code
+        self.__dict__["_code"] = code  # None: compiled on the first call that needs it
         self._ty = type_name
         self._in_spec = in_spec
         self._out_spec = out_spec
@@ -71,15 +73,39 @@ class LoweredRoot(UnflattenedModule):
         flat = self.process_forward_inputs(*args, **kwargs)
         for mod in self._dispatchers:
             mod.reset_calls()
-        if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
+        direct = self.__dict__.get("_direct")
+        if direct is not None and plain_call(flat) and self._tree_unchanged():
+            out = direct(self, *flat)
+        elif self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
             out = torch.fx.Interpreter(self, graph=self.graph).run(*flat, enable_io_processing=False)
         else:
-            out = self._code(self, *flat)
+            out = (self.__dict__["_code"] or self._compile())(self, *flat)
         if self._out_spec is None:
             return out
         if is_tracing():
             out = [out[i] for i in range(self._out_spec.num_leaves)]
         return pytree.tree_unflatten(list(out), self._out_spec)
+
+    def _compile(self) -> Callable[..., Any]:
+        """Compile the root graph's module-by-module code (not needed while direct code runs)."""
+        code = compile_graph(self.graph)
+        self.__dict__["_code"] = code
+        return code
+
+    def _tree_unchanged(self) -> bool:
+        """Whether the tree is still as built: re-checked after some tree changed, and every
+        ``RECHECK_EVERY`` calls while it is not (removing a hook through its handle is silent)."""
+        checked_at, unchanged = self.__dict__.get("_direct_checked", (-1, False))
+        now = tree_watch.epoch()
+        if checked_at != now:
+            unchanged = tree_watch.tree_unchanged(self)
+        elif not unchanged:
+            calls = self.__dict__.get("_direct_misses", 0) + 1
+            self.__dict__["_direct_misses"] = calls % RECHECK_EVERY
+            if calls % RECHECK_EVERY == 0:
+                unchanged = tree_watch.tree_unchanged(self)
+        self.__dict__["_direct_checked"] = (now, unchanged)
+        return unchanged
 
     def finalize(self) -> None:
         """Kept for API parity with ``UnflattenedModule``; code is generated at lowering."""
@@ -108,7 +134,10 @@ class LoweredRoot(UnflattenedModule):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["graph"] = encode_graph(self.graph)
-        del state["_code"], state["input_placeholders"]
+        del state["input_placeholders"]
+        state["_code"] = None
+        state.pop("_direct", None)  # generated code does not pickle; the copy runs module by module
+        state.pop("_direct_checked", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -116,10 +145,12 @@ class LoweredRoot(UnflattenedModule):
         self.__dict__["graph"] = decode_graph(state["graph"])
         self.graph.owning_module = self
         self.input_placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        self._code = compile_graph(self.graph)
+        self.__dict__["_code"] = None
 
 
 _ROOT_CLASSES: dict[tuple, type] = {}
+# Calls between re-checks of a tree found changed (a check is O(modules)).
+RECHECK_EVERY = 16
 
 
 def root_class(in_spec: Any, arg_names: Sequence[str] | None) -> type:

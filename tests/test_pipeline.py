@@ -910,14 +910,6 @@ def test_unflattened_module_attributes(name: str) -> None:
     assert m.range_constraints == ep.range_constraints
 
 
-_NO_TRACE = pytest.mark.xfail(
-    strict=True,
-    raises=torch.fx.proxy.TraceError,
-    reason="not yet: submodules take (*args, **kwargs), which fx cannot trace (nor can torch's "
-    "unflatten result); the root's forward names the exported arguments and traces",
-)
-
-
 @pytest.mark.parametrize("name", ["mlp_nested", "kwargs", "buffer_mutation"])
 def test_symbolic_trace(name: str) -> None:
     case = CASES[name]
@@ -927,8 +919,8 @@ def test_symbolic_trace(name: str) -> None:
     assert_same(call(gm, case), call(eager, case))
 
 
-@_NO_TRACE
 def test_symbolic_trace_submodule() -> None:
+    """Submodules trace too (more in test_lower_signatures.py); torch's cannot (see below)."""
     _, m, eager = lowered("mlp_nested")
     gm = torch.fx.symbolic_trace(m.block)
     x = randn(3, D)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ir.alpha import graph_key
+from ir.alpha import interned_key
 from ir.graph import Graph
 from ir.module import ModuleId, call_target, split_call_target
 from ir.node import CALL_MODULE
@@ -29,7 +29,7 @@ def deduplicate(program: Program) -> Program:
             unique: list[Graph] = []
             mapping: dict[int, int] = {}
             for i, graph in enumerate(graphs):
-                key = (graph_key(graph), len(graph.placeholders))
+                key = (interned_key(graph), len(graph.placeholders))
                 if key not in first:
                     first[key] = len(unique)
                     unique.append(graph)

@@ -4,7 +4,8 @@ The flat graph's nodes carry module stacks; each maximal run of nodes inside one
 module becomes that module's graph (a new graph variant per call), and the caller gets a
 ``call_module`` node. Values flow into a call as placeholders and out as outputs, except at
 preserved call signatures, where the call takes and returns exactly the eager
-``(args, kwargs)`` / output pytrees of ``preserve_module_call_signature``.
+``(args, kwargs)`` / output pytrees of ``preserve_module_call_signature``, and state (including
+intermediate values of state, ``transforms.ivals``) is the only other thing that crosses them.
 
 The partition key is pluggable (``outline_by``): the module stack is one key, tags another.
 """
@@ -12,7 +13,8 @@ The partition key is pluggable (``outline_by``): the module stack is one key, ta
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import torch
@@ -28,6 +30,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
+from transforms.ivals import insert_ival_copies, update_chains
 from transforms.sharing import canonical_paths
 from transforms.stacks import Frame, node_frames
 
@@ -54,14 +57,24 @@ def outline(program: Program) -> Program:
     """Split the flat root graph into per-call module graphs following ``nn_module_stack``.
 
     Modules that state aliasing shows to be one object (every state tensor under two paths tied,
-    same class) become one ModuleId. Values read across a preserved call boundary that are the
-    result of a state mutation are read from that state instead (the "ival" rule); symbolic-size
-    computations are recomputed inside the call.
+    same class) become one ModuleId. A value read across a preserved call boundary without
+    being in the call's signature must be state, and is read from the state:
+
+    - the result of a state mutation (an in-place op, or the value a ``copy_`` writes);
+    - an intermediate value of a root input's functional update chain (an "ival", see
+      ``transforms.ivals``): a new ``copy_(input, value)`` right after it, in the call that
+      computes it, writes it back, and the calls that read it read the input. This is what lets
+      a preserved module that updates a buffer run more than once in a decomposed program;
+
+    symbolic-size computations are recomputed inside the call instead.
 
     **Laws:** ``inline(outline(p))`` is alpha-equivalent to ``p`` (without preserved calls);
     ``outline(outline(p)) == outline(p)``; compute nodes are neither added nor removed except
-    the call plumbing. Raises ``PassError`` naming the node for a node without a module stack or
-    a value that cannot cross a preserved boundary. Complexity: O(n) in the number of nodes.
+    the call plumbing and one ``copy_`` per ival. Raises ``PassError`` naming the node for a
+    node without a module stack, a value that cannot cross a preserved boundary (neither state
+    nor on a state's update chain), or an ival that a read would see after the state has
+    changed again. Complexity: O(n) in the number of nodes; a program with ivals is outlined
+    twice (the first time finds them).
     """
     return outline_by(program, node_frames)
 
@@ -104,7 +117,12 @@ class _Call:
 
 class _Outliner:
     def __init__(
-        self, program: Program, frames_of: FrameOf, copied: CopiedWhereRead | None = None
+        self,
+        program: Program,
+        frames_of: FrameOf,
+        copied: CopiedWhereRead | None = None,
+        *,
+        carry_ivals: bool = True,
     ) -> None:
         self.p = program
         self.frames_of = frames_of
@@ -125,6 +143,12 @@ class _Outliner:
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
         self.taken: set[str] = Names(n.name for n in self.nodes)
+        # ivals: intermediate state values read across a preserved boundary (see transforms.ivals)
+        self.carry_ivals = carry_ivals
+        self.chains: dict[str, str] | None = None  # built on the first read that needs it
+        self.ivals: dict[str, str] = {}  # value -> the root input it is a state of
+        self.ival_reads: list[tuple[str, int]] = []  # (value, index of the node reading it)
+        self.at = 0  # index of the flat node being copied
 
     def _count_signature_uses(self) -> None:
         """A preserved call reads its signature inputs when it starts and must hand back its
@@ -152,9 +176,24 @@ class _Outliner:
     # --- driver -----------------------------------------------------------------------------
 
     def run(self) -> Program:
+        root_graph = self._outline_root()
+        if not self.ivals:
+            return self._finish(root_graph)
+        # write each ival back into its state where it is computed, then outline again: the
+        # copies make the ivals ordinary state values (``mutated_state``)
+        p = self.p
+        graph = insert_ival_copies(
+            self.graph, p.signature, self.ivals, self.ival_reads, self.aliased_state
+        )
+        root = p.root_module.replace(graphs=(graph,) + p.root_module.graphs[1:])
+        with_copies = p.replace(modules=p.modules.set(p.root, root))
+        return _Outliner(with_copies, self.frames_of, self.copied, carry_ivals=False).run()
+
+    def _outline_root(self) -> Graph:
         root = _Call(None, "", 0, None)
         stack = [root]
-        for node in self.nodes:
+        for at, node in enumerate(self.nodes):
+            self.at = at
             if node.op == PLACEHOLDER:
                 root.placeholders.append(node)
                 root.env[node.name] = node.ref
@@ -167,7 +206,7 @@ class _Outliner:
             else:
                 self._enter(stack, node)
                 self._copy(stack[-1], node)
-        return self._finish(Graph(tuple(root.placeholders + root.body)))
+        return Graph(tuple(root.placeholders + root.body))
 
     def _enter(self, stack: list[_Call], node: Node) -> None:
         frames = self.frames_of(node)
@@ -226,8 +265,9 @@ class _Outliner:
             if _recomputable(node):
                 self._copy(call, node)
                 return call.env[name]
-            if name in self.mutated_state:
-                return self._read(call, self._ival_source(name, call))
+            source = self.mutated_state.get(name) or self._ival(name)
+            if source is not None:
+                return self._read(call, source)
             if name not in self.state_inputs:
                 raise PassError(
                     f"value %{name} is computed outside the preserved call {call.frame.call_name!r} "
@@ -247,7 +287,7 @@ class _Outliner:
         return call.env[name]
 
     def _ival_source(self, name: str, call: _Call) -> str:
-        source = self.mutated_state.get(name)
+        source = self.mutated_state.get(name) or self._ival(name)
         if source is None:
             where = call.frame.call_name if call.frame else "<root>"
             raise PassError(
@@ -255,6 +295,34 @@ class _Outliner:
                 "without being an output of that call; only state mutations can be carried"
             )
         return source
+
+    def _ival(self, name: str) -> str | None:
+        """The root input that ``name`` is an intermediate state of, recorded as an ival (a
+        value to write back where it is computed) with this read; ``None`` if it is none."""
+        if not self.carry_ivals:
+            return None
+        if self.chains is None:
+            self.chains = update_chains(self.graph, self.aliased_state)
+        dest = self.chains.get(name)
+        if dest is not None:
+            self.ivals[name] = dest
+            self.ival_reads.append((name, self.at))
+        return dest
+
+    def _read_through_argument(self, name: str, start: int) -> None:
+        """An ival passed to a preserved call is passed as its state (the tensor itself), so
+        each read of the argument in the call reads the state at that point."""
+        users = self.graph.users()[name]
+        self.ival_reads.extend((name, i) for i in map(self.position.get, users) if i >= start)
+
+    def _mutated_input(self, name: str) -> str | None:
+        """The user input (not state) that value ``name`` is a state of, or ``None``."""
+        dest = self.mutated_state.get(name)
+        if dest is None and self.carry_ivals:
+            if self.chains is None:
+                self.chains = update_chains(self.graph, self.aliased_state)
+            dest = self.chains.get(name)
+        return dest if dest is not None and dest not in self.state_inputs else None
 
     # --- closing calls ----------------------------------------------------------------------
 
@@ -328,6 +396,11 @@ class _Outliner:
             call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
             if named:
                 call.env.setdefault(arg.name, ref(name))
+                mutated = self._mutated_input(arg.name)
+                if mutated is not None:
+                    # the caller passes the user input itself (it holds this value now), so
+                    # writes to the input in here write to this argument
+                    call.env.setdefault(mutated, ref(name))
             elif arg.kind == CONSTANT:
                 where = f"input {i} of preserved call {call.frame.call_name!r}"
                 checked = fresh_name(f"_checked_{i}", taken)
@@ -368,13 +441,17 @@ class _Outliner:
             return ref(name)
 
         values = []
+        at, self.at = self.at, call.start  # the call reads its arguments when it starts
         for arg in sig.inputs:
             if arg.kind == CONSTANT or not arg.name:
                 values.append(arg.value)
             elif arg.name in self.by_name:
                 values.append(self._read(parent, arg.name))
+                if arg.name in self.ivals:
+                    self._read_through_argument(arg.name, call.start)
             else:
                 values.append(None)
+        self.at = at
         tree = new("_tree_in", pytree.tree_unflatten, (tuple(values), sig.in_spec))
         args_ref = new("_args", operator.getitem, (tree, 0))
         kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))

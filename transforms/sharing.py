@@ -27,8 +27,9 @@ def canonical_paths(program: Program, same_object: dict[str, str] | None = None)
     """
     same_object = same_object or {}
     below: dict[str, list[tuple[str, str]]] = {}
+    state = program.state_table()
     for fqn in program.state_order:
-        key = program.state[fqn].tensor
+        key = state[fqn].tensor
         parts = fqn.split(".")
         for depth in range(1, len(parts)):
             below.setdefault(".".join(parts[:depth]), []).append((".".join(parts[depth:]), key))

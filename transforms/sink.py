@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pyrsistent import pmap
+
 from ir.args import Ref
 from ir.errors import PassError
 from ir.graph import Graph
@@ -30,9 +32,14 @@ class _Sinker:
     def __init__(self, program: Program) -> None:
         self.p = program
         self.paths = _first_paths(program)
-        self.aliases: dict[str, list[str]] = {}
+        state = program.state_table()
+        by_tensor: dict[str, list[str]] = {}
         for fqn in program.state_order:
-            self.aliases.setdefault(program.state[fqn].tensor, []).append(fqn)
+            by_tensor.setdefault(state[fqn].tensor, []).append(fqn)
+        # fqn -> every fqn holding the same tensor (itself included), in registration order
+        self.aliases: dict[str, list[str]] = {
+            fqn: by_tensor[state[fqn].tensor] for fqn in program.state_order
+        }
         # (module, variant) -> per placeholder: the state fqn it carries, or None
         self.carried: dict[tuple[ModuleId, int], list[str | None]] = {}
         self.sunk: dict[tuple[ModuleId, int], dict[int, str]] = {}
@@ -47,7 +54,7 @@ class _Sinker:
         order = self._call_order()
         for mid, variant in order:
             self._decide(mid, variant)
-        modules = p.modules.evolver()
+        modules = dict(p.module_table())
         for mid, variant in order:
             mod = modules[mid]
             graphs = list(mod.graphs)
@@ -60,7 +67,7 @@ class _Sinker:
             signature = signature.__class__(
                 tuple(s for s in signature.inputs if s.name not in names), signature.outputs
             )
-        return p.replace(modules=modules.persistent(), signature=signature)
+        return p.replace(modules=pmap(modules), signature=signature)
 
     def _any_child_placeholders(self) -> bool:
         return any(
@@ -110,7 +117,7 @@ class _Sinker:
         self.sunk[(mid, variant)] = decisions
 
     def _local_name(self, fqn: str, path: str) -> str | None:
-        for alias in self.aliases.get(self.p.state[fqn].tensor, [fqn]):
+        for alias in self.aliases.get(fqn, (fqn,)):
             if not path:
                 return alias
             if alias.startswith(path + "."):

@@ -48,13 +48,44 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
         )
     if len(stack) == 1 and EMPTY_STACK_KEY in stack:
         return None
+    entries = tuple(stack.items())
+    try:
+        found = _FRAMES.get(entries)
+    except TypeError:  # an unhashable entry: nothing to share
+        return _frames(entries)
+    if found is None:
+        found = _frames(entries)
+        if len(_FRAMES) >= _FRAMES_CACHE_SIZE:
+            _FRAMES.clear()
+        _FRAMES[entries] = found
+    return found
+
+
+# Frames by stack entries: the nodes of one module call share equal stacks, so most lookups hit.
+_FRAMES: dict[tuple, tuple[Frame, ...]] = {}
+_FRAMES_CACHE_SIZE = 1 << 16
+
+
+def _frames(entries: tuple) -> tuple[Frame, ...]:
     frames = []
-    for key, (path, type_name) in stack.items():
+    for key, (path, type_name) in entries:
         if not path:
             continue
         base, _, n = key.partition("@")
         frames.append(Frame(base, path, type_name, int(n) if n.isdigit() else 0))
     return tuple(frames)
+
+
+def _nesting_prefix(program: Program, items: tuple) -> int:
+    """How many leading entries of a module stack nest, each inside the one before."""
+    keep = 1
+    prev = items[0][1][0]
+    for _, (path, _) in items[1:]:
+        if not _nests(prev, path) or program.resolve(path) is None:
+            break
+        keep += 1
+        prev = path
+    return keep
 
 
 def _nests(outer: str, inner: str) -> bool:
@@ -77,18 +108,18 @@ def fix_module_stacks(program: Program) -> Program:
     graph = root.graph
     nodes = list(graph.nodes)
     changed = False
+    nesting: dict[tuple, int] = {}  # stack entries -> how many entries nest (stacks repeat)
     for i, node in enumerate(nodes):
         stack = node.meta.get("nn_module_stack")
         if not stack:
             continue
-        items = list(stack.items())
-        keep = 1
-        prev = items[0][1][0]
-        for _, (path, _) in items[1:]:
-            if not _nests(prev, path) or program.resolve(path) is None:
-                break
-            keep += 1
-            prev = path
+        items = tuple(stack.items())
+        try:
+            keep = nesting.get(items)
+        except TypeError:  # an unhashable entry: check this stack on its own
+            keep = _nesting_prefix(program, items)
+        if keep is None:
+            keep = nesting[items] = _nesting_prefix(program, items)
         if keep < len(items):
             log.warning(
                 "nn_module_stack paths %s of node %s do not nest; dropping the last %d entries",

@@ -128,12 +128,8 @@ CASES = {
 }
 
 
-# Not yet: a buffer updated functionally by a preserved module called twice. Only the last value
-# of the update chain is copied back into the buffer, so the intermediate value that the second
-# call reads is not recognized as the buffer's state and cannot cross the preserved boundary
-# (outline raises PassError). torch's unflatten handles this with its "ivals"; purefx needs the
-# same: a copy_ for every intermediate state value read across a preserved call.
-NOT_YET = {"buffer update in a preserved module called twice, decomposed"}
+# Cases the default pipeline does not handle yet: strict xfails, so that a fix is noticed.
+NOT_YET: set[str] = set()
 
 
 @pytest.mark.parametrize(

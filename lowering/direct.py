@@ -1,0 +1,252 @@
+"""Direct code: a graph as a Python function that calls its submodules' direct code itself.
+
+The ordinary generated code of a lowered module (``lowering/codegen.py``) calls each submodule
+through ``nn.Module.__call__`` and reads state through ``nn.Module.__getattr__``. That is right
+whatever a user does to the tree, and it costs a few microseconds per call, which matters for a
+small module called thousands of times. Direct code is the same graph with those two layers
+removed: a submodule call becomes ``child._direct[k](child, ...)`` (graph variant ``k`` of the
+child, known statically) and a state read becomes a lookup in the owner's ``_parameters``,
+``_buffers``, ``_modules`` or ``__dict__``. It is only valid while the tree is exactly as
+``lower`` built it; ``lowering/tree_watch.py`` decides when it may run.
+
+Direct functions are shared like ordinary code: one per (alpha key, how each state read is
+reached), so all blocks of a stack share one.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from keyword import iskeyword
+from typing import Any
+
+import torch
+
+from ir.alpha import interned_key
+from ir.args import IDict, IList, ISlice, Ref
+from ir.graph import Graph
+from ir.module import split_call_target
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER
+
+# How the last step of a state path is reached, by where nn.Module keeps it.
+PARAMETER_TABLE = "_parameters"
+BUFFER_TABLE = "_buffers"
+MODULE_TABLE = "_modules"
+PLAIN_ATTRIBUTE = "__dict__"
+TABLES = (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE, PLAIN_ATTRIBUTE)
+
+# A read: the module path's parts, then the table that holds the last name (or None: getattr).
+Read = tuple[tuple[str, ...], str, str | None]
+
+DirectFn = Callable[..., Any]
+
+_SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_SIMPLE_LITERALS = (int, bool, str, type(None))
+
+
+def locate(owner: torch.nn.Module, target: str) -> Read | None:
+    """Where the attribute at dotted ``target`` below ``owner`` lives now; ``None`` when a step
+    of the path is not a registered submodule or the name is nowhere."""
+    *parts, name = target.split(".")
+    mod = owner
+    for part in parts:
+        mod = mod._modules.get(part)
+        if mod is None:
+            return None
+    for table in (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE):
+        if name in mod.__dict__[table]:
+            return tuple(parts), name, table
+    if name in mod.__dict__:
+        return tuple(parts), name, PLAIN_ATTRIBUTE
+    if hasattr(mod, name):
+        return tuple(parts), name, None
+    return None
+
+
+def direct_function(
+    graph: Graph,
+    reads: Mapping[str, Read],
+    *,
+    bound: Mapping[str, tuple] | None = None,
+    outputs: Sequence[tuple[str, Any]] | None = None,
+    label: str = "module",
+) -> DirectFn:
+    """Compile ``graph`` into ``fn(self, *placeholders)`` that calls submodules directly.
+
+    ``reads`` maps each ``get_attr`` target of the graph to where it lives (see ``locate``).
+    For the root: ``bound`` maps placeholder names to ``("state", fqn)`` (read the state; the
+    fqn must be in ``reads``) or ``("token",)`` (a fresh effect token), and ``outputs`` says, per
+    output position, ``("return", None)``, ``("copy_state", fqn)`` or ``("copy_input",
+    placeholder name)``. Functions are cached per (alpha key, reads, bindings, outputs).
+    """
+    key = (
+        interned_key(graph),
+        tuple(sorted(reads.items())),
+        tuple(sorted((bound or {}).items())),
+        tuple(outputs) if outputs is not None else None,
+    )
+    found = _SHARED.get(key)
+    if found is None:
+        found = _Emitter(graph, reads, bound or {}, outputs, label).compile()
+        _SHARED[key] = found
+    return found
+
+
+def call_direct(child: torch.nn.Module, variant: int, args: tuple, kwargs: dict) -> Any:
+    """A direct call that passes keyword arguments: bind them to the child's placeholders."""
+    return child._direct[variant](child, *child._bind(variant, args, kwargs))
+
+
+class _Emitter:
+    """Writes one function's source, line by line, then compiles it."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        reads: Mapping[str, Read],
+        bound: Mapping[str, tuple],
+        outputs: Sequence[tuple[str, Any]] | None,
+        label: str,
+    ) -> None:
+        self.graph = graph
+        self.reads = reads
+        self.bound = bound
+        self.outputs = outputs
+        self.label = label
+        self.lines: list[str] = []
+        self.globals: dict[str, Any] = {"call_direct": call_direct}
+        self.constant_names: dict[int, str] = {}
+        self.names: dict[str, str] = {}
+
+    def compile(self) -> DirectFn:
+        params = ["self"]
+        for node in self.graph.nodes:
+            if node.op == PLACEHOLDER:
+                name = self.local(node.name)
+                binding = self.bound.get(node.name)
+                if binding is None:
+                    params.append(name)
+                elif binding[0] == "token":
+                    self.emit(f"{name} = {self.constant(torch.ops.aten._make_dep_token.default)}()")
+                else:
+                    self.emit(f"{name} = {self.read(binding[1])}")
+            elif node.op == GET_ATTR:
+                self.emit(f"{self.local(node.name)} = {self.read(node.target)}")
+            elif node.op == CALL_FUNCTION:
+                call = self.call(self.constant(node.target), node.args, node.kwargs)
+                self.emit(f"{self.local(node.name)} = {call}")
+            elif node.op == CALL_METHOD:
+                receiver, *rest = node.args
+                call = self.call(f"{self.value(receiver)}.{node.target}", tuple(rest), node.kwargs)
+                self.emit(f"{self.local(node.name)} = {call}")
+            elif node.op == CALL_MODULE:
+                self.emit_module_call(node.name, node.target, node.args, node.kwargs)
+            elif node.op == OUTPUT:
+                self.emit_return(node.args[0] if node.args else None)
+        body = "\n".join("    " + line for line in self.lines) or "    pass"
+        source = f"def direct({', '.join(params)}):\n{body}\n"
+        filename = f"<purefx direct code: {self.label} #{id(self)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        scope = dict(self.globals)
+        exec(compile(source, filename, "exec"), scope)  # noqa: S102
+        return scope["direct"]
+
+    # --- pieces -------------------------------------------------------------------------------
+
+    def emit(self, line: str) -> None:
+        self.lines.append(line)
+
+    def emit_module_call(self, name: str, target: str, args: tuple, kwargs: IDict) -> None:
+        path, variant = split_call_target(target)
+        child = f"_m{len(self.lines)}"
+        self.emit(f"{child} = {self.module_path(path.split('.'))}")
+        if kwargs.items:
+            call = f"call_direct({child}, {variant}, {self.value(args)}, {self.value(kwargs)})"
+        else:
+            call = self.call(f"{child}._direct[{variant}]", (_Raw(child), *args), kwargs)
+        self.emit(f"{self.local(name)} = {call}")
+
+    def emit_return(self, tree: Any) -> None:
+        if self.outputs is None:
+            self.emit(f"return {self.value(tree)}")
+            return
+        values = tree if isinstance(tree, tuple) else (tree,)
+        kept = []
+        copy_ = self.constant(torch.ops.aten.copy_.default)
+        for value, (kind, target) in zip(values, self.outputs):
+            if kind == "return":
+                kept.append(self.value(value))
+            elif kind == "copy_state":
+                self.emit(f"{copy_}({self.read(target)}, {self.value(value)})")
+            elif kind == "copy_input":
+                self.emit(f"{copy_}({self.local(target)}, {self.value(value)})")
+        self.emit(f"return ({''.join(k + ', ' for k in kept)})")
+
+    def read(self, target: str) -> str:
+        parts, name, table = self.reads[target]
+        owner = self.module_path(parts)
+        if table is None:
+            return f"getattr({owner}, {name!r})"
+        return f"{owner}.__dict__[{table!r}][{name!r}]" if table != PLAIN_ATTRIBUTE else (
+            f"{owner}.__dict__[{name!r}]"
+        )
+
+    def module_path(self, parts: Sequence[str]) -> str:
+        return "self" + "".join(f"._modules[{p!r}]" for p in parts if p)
+
+    def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
+        rendered = [self.value(a) for a in args]
+        if all(isinstance(k, str) and k.isidentifier() and not iskeyword(k) for k, _ in kwargs.items):
+            rendered += [f"{k}={self.value(v)}" for k, v in kwargs.items]
+        elif kwargs.items:
+            rendered.append(f"**{self.value(kwargs)}")
+        return f"{fn}({', '.join(rendered)})"
+
+    def value(self, tree: Any) -> str:
+        kind = type(tree)
+        if kind is Ref:
+            return self.local(tree.name)
+        if kind is _Raw:
+            return tree.text
+        if kind is tuple:
+            inner = ", ".join(self.value(x) for x in tree)
+            return f"({inner},)" if len(tree) == 1 else f"({inner})"
+        if kind is IList:
+            return "[" + ", ".join(self.value(x) for x in tree.items) + "]"
+        if kind is IDict:
+            pairs = ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in tree.items)
+            return "{" + pairs + "}"
+        if kind is ISlice:
+            parts = (tree.start, tree.stop, tree.step)
+            return f"slice({', '.join(self.value(x) for x in parts)})"
+        if kind in _SIMPLE_LITERALS or (kind is float and math.isfinite(tree)):
+            return repr(tree)
+        return self.constant(tree)
+
+    def constant(self, obj: Any) -> str:
+        name = self.constant_names.get(id(obj))
+        if name is None:
+            name = f"_c{len(self.constant_names)}"
+            self.constant_names[id(obj)] = name
+            self.globals[name] = obj
+        return name
+
+    def local(self, name: str) -> str:
+        found = self.names.get(name)
+        if found is None:
+            usable = name.isidentifier() and not iskeyword(name) and not name.startswith("_")
+            found = name if usable and name not in _TAKEN else f"_v{len(self.names)}"
+            self.names[name] = found
+        return found
+
+
+class _Raw:
+    """Source text to splice into an argument list as it is."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+_TAKEN = frozenset({"self", "call_direct", "getattr", "slice"})

@@ -1,0 +1,155 @@
+"""Intermediate state values ("ivals") that cross a preserved call boundary.
+
+After ``run_decompositions`` a buffer updated in place by several calls is a chain of functional
+values, ``b -> v1 -> v2 -> ... -> vn``, and ``functional_to_inplace`` writes only ``vn`` back
+(``copy_(b, vn)``). A preserved call can take nothing but its eager signature and state, so when a
+call reads ``vk`` that another call computed (``k < n``), that read must be a read of ``b``: the
+call that computes ``vk`` writes it into ``b`` (a new ``copy_(b, vk)`` right after ``vk``) and the
+call that reads it reads ``b``. The same holds for a mutated user input. This module finds the
+chains (``update_chains``) and inserts the writes into the flat root graph after checking that
+every read through ``b`` sees the value it stands for (``insert_ival_copies``); ``outline``
+decides which values need one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+
+import torch  # only for the ``aten.copy_`` operator the rewritten graph calls
+
+from ir.args import EMPTY_DICT, Ref, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.names import Names, fresh_name
+from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.signature import ExportSignature
+
+COPY = torch.ops.aten.copy_.default
+
+
+def update_chains(graph: Graph, aliases: Mapping[str, str]) -> dict[str, str]:
+    """``{value: root input}`` for each value on a functional update chain of a root input.
+
+    ``aliases`` maps every node that writes a root input in place (``copy_`` included) to the
+    input's placeholder name. A chain runs from the value ``v`` that a ``copy_(dest, v)`` writes,
+    through the first argument of each functional ``call_function`` (the argument that the
+    functionalized in-place op wrote), back to ``dest`` itself or to a node that writes ``dest``
+    in place. Every value on it, ``v`` included, is a state of ``dest`` between its writes.
+    A walk that ends anywhere else (another input, a literal, a mutable op, another input's
+    write) marks nothing: its values are nobody's state, and reading them across a preserved call
+    stays an error. The first-argument rule is the one functionalization follows; a value it
+    cannot place is an error, never a guess.
+
+    Complexity: O(n): each node is walked at most twice.
+    """
+    nodes = graph.by_name()
+    ends: dict[str, str | None] = {}  # walked value -> the input its walk ends at, or None
+    chains: dict[str, str] = {}
+
+    def end_of(name: str) -> str | None:
+        path: list[str] = []
+        while True:
+            if name in ends:
+                end = ends[name]
+                break
+            if name in aliases:
+                end = aliases[name]
+                break
+            step = nodes.get(name)
+            if step is None or not _functional_step(step):
+                end = name if step is not None and step.op == PLACEHOLDER else None
+                break
+            path.append(name)
+            name = step.args[0].name
+        for name in path:
+            ends[name] = end
+        return end
+
+    for node in graph.nodes:
+        if node.target is not COPY or node.name not in aliases or len(node.args) < 2:
+            continue
+        source, dest = node.args[1], aliases[node.name]
+        if type(source) is not Ref or end_of(source.name) != dest:
+            continue
+        name = source.name
+        while name in ends and name not in chains:  # stops at dest, its writes, or a known chain
+            chains[name] = dest
+            name = nodes[name].args[0].name
+    return chains
+
+
+def _functional_step(node: Node) -> bool:
+    if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
+        return False
+    schema = getattr(node.target, "_schema", None)
+    return schema is None or not schema.is_mutable
+
+
+def insert_ival_copies(
+    graph: Graph,
+    signature: ExportSignature,
+    ivals: Mapping[str, str],
+    reads: Sequence[tuple[str, int]],
+    aliases: Mapping[str, str],
+) -> Graph:
+    """``graph`` with ``copy_(dest, v)`` right after each ``v`` of ``ivals`` (``{v: dest}``).
+
+    Each copy carries ``v``'s ``meta``, so outlining puts it in the call that computes ``v``.
+    ``reads`` lists ``(v, i)`` for each read of ``v`` that goes through ``dest`` instead (before
+    node ``i`` runs); ``aliases`` maps the nodes that already write a root input in place to it.
+
+    Raises:
+        PassError: naming the node, when a read through ``dest`` would see another value than
+        the one it reads: ``dest`` is written again between ``v``'s copy and the read, or a node
+        reads ``dest``'s value from before the call after a new value of it has been written back.
+
+    Complexity: O(n + r log r) for n nodes and r reads.
+    """
+    nodes = graph.nodes
+    position = {n.name: i for i, n in enumerate(nodes)}
+    # times: node i runs at 4i, a copy after it at 4i + 2, a read before it at 4i - 1
+    writes: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        if node.name in aliases:
+            writes.setdefault(aliases[node.name], []).append(4 * i)
+        if node.name in ivals:
+            writes.setdefault(ivals[node.name], []).append(4 * i + 2)
+    names = {s.name: s.target or s.name for s in signature.inputs}
+    for value, at in reads:
+        dest = ivals[value]
+        times = writes[dest]
+        k = bisect_left(times, 4 * at - 1)
+        last = times[k - 1] if k else -1
+        if last != 4 * position[value] + 2:
+            writer = nodes[last // 4].name
+            how = f"%{writer} wrote it" if last % 4 == 0 else f"%{writer} was written back to it"
+            raise PassError(
+                f"%{value}, a value of {names[dest]!r} computed in one call, is read across a "
+                f"preserved call boundary before node %{nodes[at].name}, after {how}: purefx "
+                "can carry a value of state across a preserved call only while it is the "
+                "state's current value; re-export so that the old value is cloned"
+            )
+    first = {}
+    for value, dest in ivals.items():
+        first[dest] = min(first.get(dest, len(nodes)), position[value])
+    users = graph.users()
+    for dest, at in first.items():
+        for user in users[dest]:
+            if position[user] > at and aliases.get(user) != dest:
+                raise PassError(
+                    f"node %{user} reads the value {names[dest]!r} had before the call, after "
+                    f"%{nodes[at].name}, a later value of it, must be written back to it for a "
+                    "preserved call that reads it; re-export so that the old value is cloned "
+                    "before the update"
+                )
+    taken = Names(position)
+    out: list[Node] = []
+    for node in nodes:
+        out.append(node)
+        dest = ivals.get(node.name)
+        if dest is not None:
+            name = fresh_name("copy_", taken)
+            args = (ref(dest), node.ref)
+            out.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
+    return Graph.of(out)
