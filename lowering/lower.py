@@ -261,6 +261,7 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
         else:
             direct, reads = None, {}
         if mod.graphs and direct is None:
+            objects[program.root].__dict__.pop("_direct", None)  # the root runs module by module
             return
         obj.__dict__["_direct"] = direct
         tree_watch.snapshot(obj, reads)

@@ -70,33 +70,31 @@ class Watched:
         changed()
         super().__delattr__(name)
 
-    def add_module(self, name: str, module: torch.nn.Module | None) -> None:
-        changed()
-        super().add_module(name, module)
 
-    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        changed()
-        return super().register_forward_hook(*args, **kwargs)
+def _watching(name: str) -> Any:
+    """A ``Watched`` override of ``nn.Module.<name>`` that advances the epoch first."""
 
-    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         changed()
-        return super().register_forward_pre_hook(*args, **kwargs)
+        return getattr(super(Watched, self), name)(*args, **kwargs)
 
-    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        changed()
-        return super().register_full_backward_hook(*args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``nn.Module.{name}``, recorded as a possible change of the tree."
+    return method
 
-    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        changed()
-        return super().register_full_backward_pre_hook(*args, **kwargs)
 
-    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        changed()
-        return super().register_backward_hook(*args, **kwargs)
-
-    def compile(self, *args: Any, **kwargs: Any) -> None:
-        changed()
-        super().compile(*args, **kwargs)
+# Module methods that change what calling a module runs, besides attribute assignment.
+for _name in (
+    "add_module",
+    "register_module",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_full_backward_pre_hook",
+    "register_backward_hook",
+    "compile",
+):
+    setattr(Watched, _name, _watching(_name))
 
 
 def snapshot(module: torch.nn.Module, reads: dict[str, Any] | None) -> None:

@@ -8,9 +8,7 @@ different pytree ``TreeSpec``s keep them under different attribute names.
 
 from __future__ import annotations
 
-import copy
 import inspect
-import io
 import operator
 import pickle
 from collections.abc import Callable
@@ -19,8 +17,9 @@ from typing import Any
 import pytest
 import torch
 import torch.utils._pytree as pytree
+from test_pipeline import _deepcopy, _pickle, _torch_save  # tests/ is on sys.path
 from torch import nn
-from zoo import CASES, Case, D, eager_model, export_case, randn, seeded  # tests/ is on sys.path
+from zoo import CASES, Case, D, eager_model, export_case, randn, seeded
 
 from bench.models import build_deep, export_plain, export_preserved
 from ir import InputError, import_ep
@@ -202,21 +201,6 @@ def test_signature_classes_are_shared(export: Callable) -> None:
     for i in (0, 1, 2, 47):
         block = m.blocks[i]
         torch.testing.assert_close(torch.fx.symbolic_trace(block)(args[0]), block(args[0]))
-
-
-def _deepcopy(m: nn.Module) -> nn.Module:
-    return copy.deepcopy(m)
-
-
-def _pickle(m: nn.Module) -> nn.Module:
-    return pickle.loads(pickle.dumps(m))
-
-
-def _torch_save(m: nn.Module) -> nn.Module:
-    buf = io.BytesIO()
-    torch.save(m, buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=False)
 
 
 @pytest.mark.parametrize(
