@@ -22,8 +22,8 @@ def graph_key(graph: Graph) -> tuple:
         position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
 
         def local(r: Any) -> Any:
-            found = position.get(r.name)
-            return found if found is not None else ("free", r.name)
+            mark = position.get(r.name)
+            return mark if mark is not None else ("free", r.name)
 
         found = tuple(
             (
@@ -42,7 +42,7 @@ class AlphaKey:
     """A graph's alpha key as a dict key: hashed once and interned, so that lookups neither
     rehash the nested tuple nor compare it item by item (graphs with equal keys share one)."""
 
-    __slots__ = ("key", "_hash", "__weakref__")
+    __slots__ = ("__weakref__", "_hash", "key")
 
     def __init__(self, key: tuple) -> None:
         self.key = key

@@ -155,11 +155,43 @@ def _build_root(
 
 
 Rule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], Any]
+# How the root binds its signature, shared by its fx graph and its direct code:
+# inputs: placeholder name -> ("state", fqn) | ("token",); outputs, per output position:
+# ("return", None) | ("copy_state", fqn) | ("copy_input", placeholder name) | ("drop", None).
+RootPlan = tuple[dict[str, tuple], tuple[tuple[str, Any], ...]]
+
+
+def _root_plan(program: Program) -> RootPlan:
+    """State placeholders read module attributes, tokens are made fresh, user outputs are
+    returned and mutation outputs become ``copy_`` into their buffer or input. Raises
+    ``LoweringError`` for an output kind that cannot be lowered."""
+    bound: dict[str, tuple] = {}
+    for spec in program.signature.inputs:
+        if spec.kind in sg.STATE_INPUT_KINDS:
+            bound[spec.name] = ("state", spec.target)
+        elif spec.kind == sg.TOKEN:
+            bound[spec.name] = ("token",)
+    outputs: list[tuple[str, Any]] = []
+    for spec in program.signature.outputs:
+        if spec.kind in (sg.USER_OUTPUT, sg.LOSS_OUTPUT):
+            outputs.append(("return", None))
+        elif spec.kind == sg.BUFFER_MUTATION:
+            outputs.append(("copy_state", spec.target))
+        elif spec.kind == sg.USER_INPUT_MUTATION:
+            outputs.append(("copy_input", spec.target))
+        elif spec.kind == sg.OUTPUT_TOKEN:
+            outputs.append(("drop", None))
+        else:
+            raise LoweringError(
+                f"output {spec.name!r} of kind {spec.kind!r} cannot be lowered; only user "
+                "outputs, buffer and user-input mutations and tokens are supported"
+            )
+    return bound, tuple(outputs)
 
 
 def _root_rules(program: Program) -> dict[str, Rule]:
-    """How the root graph binds its signature: state placeholders read module attributes, tokens
-    are made fresh, and mutation outputs become ``copy_`` into their buffer or input."""
+    """The root graph's binding (``_root_plan``) as ``to_fx_graph`` rules."""
+    bound, outputs = _root_plan(program)
     rules: dict[str, Rule] = {}
     state_nodes: dict[str, torch.fx.Node] = {}
 
@@ -175,31 +207,21 @@ def _root_rules(program: Program) -> dict[str, Rule]:
     def make_token(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
         return g.call_function(torch.ops.aten._make_dep_token.default, ())
 
-    for spec in program.signature.inputs:
-        if spec.kind in sg.STATE_INPUT_KINDS:
-            rules[spec.name] = read_state(spec.target)
-        elif spec.kind == sg.TOKEN:
-            rules[spec.name] = make_token
-
-    outputs = program.signature.outputs
+    for name, binding in bound.items():
+        rules[name] = make_token if binding[0] == "token" else read_state(binding[1])
 
     def output(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
         values = node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],)
         kept = []
-        for value, spec in zip(values, outputs):
-            if spec.kind in (sg.USER_OUTPUT, sg.LOSS_OUTPUT):
+        for value, (kind, target) in zip(values, outputs):
+            if kind == "return":
                 kept.append(thawed(value))
-            elif spec.kind == sg.BUFFER_MUTATION:
-                dest = state_nodes.get(spec.target) or g.get_attr(spec.target)
+            elif kind == "copy_state":
+                dest = state_nodes.get(target) or g.get_attr(target)
                 g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
-            elif spec.kind == sg.USER_INPUT_MUTATION:
-                dest = thawed(ref(spec.target))
+            elif kind == "copy_input":
+                dest = thawed(ref(target))
                 g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
-            elif spec.kind != sg.OUTPUT_TOKEN:
-                raise LoweringError(
-                    f"output {spec.name!r} of kind {spec.kind!r} cannot be lowered; only user "
-                    "outputs, buffer and user-input mutations and tokens are supported"
-                )
         return g.output(tuple(kept))
 
     rules[program.root_module.graph.output_node.name] = output
@@ -286,34 +308,18 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
     reads = _locate_reads(root, (graph,))
     if reads is None:
         return None, {}
-    bound: dict[str, tuple] = {}
-    for spec in program.signature.inputs:
-        if spec.kind in sg.STATE_INPUT_KINDS:
-            bound[spec.name] = ("state", spec.target)
-        elif spec.kind == sg.TOKEN:
-            bound[spec.name] = ("token",)
-    outputs: list[tuple[str, Any]] | None = []
-    for spec in program.signature.outputs:
-        if spec.kind in (sg.USER_OUTPUT, sg.LOSS_OUTPUT):
-            outputs.append(("return", None))
-        elif spec.kind == sg.BUFFER_MUTATION:
-            outputs.append(("copy_state", spec.target))
-        elif spec.kind == sg.USER_INPUT_MUTATION:
-            outputs.append(("copy_input", spec.target))
-        else:
-            outputs.append(("drop", None))
+    if "" not in program.call_signatures:  # a raw graph: the root code takes it as it is
+        bound, outputs = {}, None
+    else:
+        bound, outputs = _root_plan(program)
     targets = [b[1] for b in bound.values() if b[0] == "state"]
-    targets += [t for kind, t in outputs if kind == "copy_state"]
+    targets += [t for kind, t in outputs or () if kind == "copy_state"]
     for target in targets:
         found = locate(root, target)
         if found is None:
             return None, {}
         reads[target] = found
-    if "" not in program.call_signatures:  # a raw graph: the root code takes it as it is
-        bound, outputs = {}, None
-    direct = direct_function(
-        graph, reads, bound=bound, outputs=None if outputs is None else tuple(outputs), label="root"
-    )
+    direct = direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
     return direct, reads
 
 
@@ -361,14 +367,17 @@ def _direct_registration_is_safe() -> bool:
 
 
 def _register(owner: torch.nn.Module, name: str, value: Any, slot: st.Slot, direct: bool) -> None:
-    taken = name in owner.__dict__ or name in owner._modules or hasattr(type(owner), name)
+    # the tables may be written directly only where register_* would not refuse the name
+    free = direct and not (
+        name in owner.__dict__ or name in owner._modules or hasattr(type(owner), name)
+    )
     if slot.kind == st.PARAMETER:
-        if direct and not taken and type(value) is torch.nn.Parameter:
+        if free and type(value) is torch.nn.Parameter:
             owner._parameters[name] = value
         else:
             owner.register_parameter(name, value)
     elif slot.kind == st.BUFFER:
-        if direct and not taken and isinstance(value, torch.Tensor):
+        if free and isinstance(value, torch.Tensor):
             owner._buffers[name] = value
             if not slot.persistent:
                 owner._non_persistent_buffers_set.add(name)

@@ -219,11 +219,7 @@ class LoweredModule(Watched, InterpreterModule):
         return _deepcopy_module(self, memo)
 
     def __reduce_ex__(self, protocol: int) -> Any:
-        names = type(self).__dict__.get("_forward_names")
-        if names is None:
-            return super().__reduce_ex__(protocol)
-        # A signature class is made at run time: pickle names its base and signature instead.
-        return (_restore_module, (type(self).__base__, names), self.__getstate__())
+        return reduce_with_signature(self, protocol)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -276,7 +272,7 @@ def forward_names(ir_graphs: Sequence[Graph]) -> tuple[str, ...] | None:
             return None
         positional = tuple(f"arg{i}" for i in range(len(positional)))
     names = positional + keywords
-    if len(set(names)) != len(names) or not all(map(_usable, names)):
+    if len(set(names)) != len(names) or not all(map(usable_name, names)):
         return None
     return names
 
@@ -371,11 +367,21 @@ def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
     return len(positional), tuple(key for key, _ in keywords.items)
 
 
-def _usable(name: object) -> bool:
+def usable_name(name: object) -> bool:
+    """Whether ``name`` can be a parameter of a generated ``forward(self, ...)``."""
     return isinstance(name, str) and name.isidentifier() and not iskeyword(name) and name != "self"
 
 
-def _restore_module(base: type, names: tuple[str, ...]) -> LoweredModule:
+def reduce_with_signature(obj: torch.nn.Module, protocol: int) -> Any:
+    """``__reduce_ex__`` for a module whose class may be a ``signature_class``: such a class is made
+    at run time, so the pickle names its base and its signature instead."""
+    names = type(obj).__dict__.get("_forward_names")
+    if names is None:
+        return object.__reduce_ex__(obj, protocol)
+    return (_restore_module, (type(obj).__base__, names), obj.__getstate__())
+
+
+def _restore_module(base: type, names: tuple[str, ...]) -> torch.nn.Module:
     cls = signature_class(base, names)
     return cls.__new__(cls)
 

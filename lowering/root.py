@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from keyword import iskeyword
 from typing import Any, Callable, Sequence
 
 import torch
@@ -14,7 +13,14 @@ from lowering import tree_watch
 from lowering.codegen import compile_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
-from lowering.modules import LoweredModule, is_tracing, print_readable
+from lowering.modules import (
+    LoweredModule,
+    is_tracing,
+    print_readable,
+    reduce_with_signature,
+    signature_class,
+    usable_name,
+)
 from lowering.portable import decode_graph, encode_graph
 from lowering.tree_watch import Watched, plain_call
 
@@ -125,11 +131,8 @@ class LoweredRoot(Watched, UnflattenedModule):
 
         return _deepcopy_module(self, memo)
 
-    def __reduce_ex__(self, protocol: int):
-        names = getattr(type(self), "_names", None)
-        if names is None:
-            return super().__reduce_ex__(protocol)
-        return (_restore_root, (names,), self.__getstate__())
+    def __reduce_ex__(self, protocol: int) -> Any:
+        return reduce_with_signature(self, protocol)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -148,7 +151,6 @@ class LoweredRoot(Watched, UnflattenedModule):
         self.__dict__["_code"] = None
 
 
-_ROOT_CLASSES: dict[tuple, type] = {}
 # Calls between re-checks of a tree found changed (a check is O(modules)).
 RECHECK_EVERY = 16
 
@@ -156,37 +158,17 @@ RECHECK_EVERY = 16
 def root_class(in_spec: Any, arg_names: Sequence[str] | None) -> type:
     """A ``LoweredRoot`` subclass whose ``forward`` names the exported arguments.
 
-    Its ``forward`` unwraps to ``forward(self, x, mask, scale)``, so ``torch.fx.symbolic_trace``
-    (which reads the unwrapped signature) can trace the lowered module. Falls
-    back to ``LoweredRoot`` itself when the input spec is not the usual ``(args, kwargs)`` or the
-    names are not usable as Python parameters.
+    Its ``forward`` unwraps to ``forward(self, x, mask, scale)`` (all positional: flat order is
+    args then kwargs), so ``torch.fx.symbolic_trace`` (which reads the unwrapped signature) can
+    trace the lowered module; calls still go through the generic forward, so bad arity or an
+    adapter's other structure reach the input checks. Falls back to ``LoweredRoot`` itself when
+    the input spec is not the usual ``(args, kwargs)`` or the names are not usable as Python
+    parameters. One class per signature (``lowering.modules.signature_class``).
     """
-    names = _signature_names(in_spec, arg_names)
-    return LoweredRoot if names is None else _named_root_class(names)
+    return signature_class(LoweredRoot, _signature_names(in_spec, arg_names))
 
 
-def _named_root_class(names: tuple) -> type:
-    cls = _ROOT_CLASSES.get(names)
-    if cls is None:
-        positional, keywords = names
-        # fx reads the parameters of ``inspect.unwrap(forward)``: give it the exported names,
-        # all positional (flat order is args then kwargs). Calls still go through the generic
-        # forward, so bad arity or an adapter's other structure reach the input checks.
-        source = f"def forward({', '.join(['self', *positional, *keywords])}):\n    pass\n"
-        scope: dict[str, Any] = {}
-        exec(compile(source, f"<purefx root signature {names}>", "exec"), scope)  # noqa: S102
-
-        def forward(self: LoweredRoot, *args: Any, **kwargs: Any) -> Any:
-            return LoweredRoot.forward(self, *args, **kwargs)
-
-        forward.__wrapped__ = scope["forward"]  # type: ignore[attr-defined]
-        attrs = {"forward": forward, "_names": names, "__module__": __name__}
-        cls = type("LoweredRoot", (LoweredRoot,), attrs)
-        _ROOT_CLASSES[names] = cls
-    return cls
-
-
-def _signature_names(in_spec: Any, arg_names: Sequence[str] | None) -> tuple | None:
+def _signature_names(in_spec: Any, arg_names: Sequence[str] | None) -> tuple[str, ...] | None:
     if in_spec is None or in_spec.type is not tuple or in_spec.num_children != 2:
         return None
     args_spec, kwargs_spec = in_spec.children()
@@ -200,12 +182,6 @@ def _signature_names(in_spec: Any, arg_names: Sequence[str] | None) -> tuple | N
         tuple(f"arg{i}" for i in range(count)),
     ):
         every = positional + keywords
-        usable = all(n.isidentifier() and not iskeyword(n) and n != "self" for n in every)
-        if usable and len(set(every)) == len(every):
-            return positional, keywords
+        if all(map(usable_name, every)) and len(set(every)) == len(every):
+            return every
     return None
-
-
-def _restore_root(names: tuple) -> LoweredRoot:
-    cls = _named_root_class(names)
-    return cls.__new__(cls)
