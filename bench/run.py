@@ -44,11 +44,11 @@ Stage = tuple[str, Callable[[Any], Any]]
 Record = dict[str, Any]
 
 SLOPE_RANGE = (128, 1024)
-LARGE_N = 512
 MEMORY_MAX_N = 512
 ATOL = 1e-5
 ERROR_CHARS = 300
 CLOCKS = ("wall", "cpu")
+LIBRARIES = ("torch", "purefx")
 MIN_K, MAX_K = 5, 200  # latency runs per variant when --k is not given
 
 
@@ -59,7 +59,7 @@ MIN_K, MAX_K = 5, 200  # latency runs per variant when --k is not given
 class Options:
     """Knobs shared by every measurement of one run."""
 
-    repeat: int | None  # None: 3 below LARGE_N, 1 from LARGE_N on
+    repeat: int  # timed builds per size and library; the median is reported
     memory_max_n: int  # trace memory only up to this N (0: never)
     latency: bool
     latency_budget_s: float  # wall time aimed at per latency variant
@@ -91,8 +91,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--repeat",
         type=int,
-        default=None,
-        help=f"build timings per size, median reported (default 3, 1 for N>={LARGE_N})",
+        default=3,
+        help="timed builds per size and library, median reported (default 3)",
     )
     parser.add_argument(
         "--k",
@@ -159,11 +159,9 @@ def sizes_for(spec: ModelSpec, args: argparse.Namespace) -> tuple[int, ...]:
     return spec.quick_sizes if args.quick else spec.sizes
 
 
-def repeats_for(n: int, opts: Options) -> int:
-    """How many timed builds to take the median of at size ``n``."""
-    if opts.repeat is not None:
-        return max(1, opts.repeat)
-    return 1 if n >= LARGE_N else 3
+def repeats_for(opts: Options) -> int:
+    """How many timed builds to take the median of."""
+    return max(1, opts.repeat)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -302,16 +300,22 @@ def run_pipeline(stages: list[Stage], start: Any) -> PipelineRun:
 
 
 def timed_builds(stages: list[Stage], ep: Any, repeats: int) -> PipelineRun:
-    """Median stage times over ``repeats`` builds; keeps the last build's module."""
-    runs: list[PipelineRun] = []
+    """Median stage times over ``repeats`` builds, and the last build's first output.
+
+    No built module is kept: each build starts from the same heap (see ``measure_size``).
+    """
+    times: list[dict[str, float]] = []
+    output = None
     for _ in range(repeats):
         gc.collect()
-        runs.append(run_pipeline(stages, ep))
-        if runs[-1].error:
-            return runs[-1]
-    last = runs[-1]
-    medians = {key: statistics.median(r.times[key] for r in runs) for key in last.times}
-    return PipelineRun(medians, last.module, last.output)
+        run = run_pipeline(stages, ep)
+        if run.error:
+            return run
+        times.append(run.times)
+        output = run.output
+        del run
+    medians = {key: statistics.median(t[key] for t in times) for key in times[-1]}
+    return PipelineRun(medians, output=output)
 
 
 def peak_memory_mb(stages: list[Stage], ep: Any) -> float | None:
@@ -399,6 +403,10 @@ def measure_size(
 
     ``skip`` maps a library to the reason it is no longer run; a library whose
     build exceeds ``opts.max_build_s`` is added to it for the larger sizes.
+    Each library's timed builds start from the same heap (the program and the
+    eager model, nothing the other library built: a large live module tree
+    slows the next builds down by scattering their allocations); the modules
+    whose latency is measured are built afterwards, untimed.
     """
     wall: dict[str, float] = {}
     with stopwatch(wall, "export"):
@@ -411,19 +419,19 @@ def measure_size(
     if api.error is None:
         libraries["purefx"] = purefx_stages(api, args)
 
-    built: dict[str, Any] = dict(skip)  # library -> module, or why there is none
     for lib, stages in libraries.items():
         if lib in skip:
             continue
         record[lib] = measure_library(stages, ep, reference, n, opts)
-        built[lib] = record[lib].pop("module")
         total = record[lib]["times"].get("total", 0.0)
         if total > opts.max_build_s:
             skip[lib] = f"skipped: build took {total:.1f}s > --max-build-s at N={n}"
-    for lib in ("torch", "purefx"):
+    for lib in LIBRARIES:
         record.setdefault(lib, {"error": skip.get(lib)})
 
     if opts.latency:
+        with stopwatch(wall, "latency_builds"):
+            built = {lib: _latency_build(libraries.get(lib), ep, record[lib]) for lib in LIBRARIES}
         with stopwatch(wall, "ep_module"):
             ep_module = build_or_error(ep.module)
         record["ep_module_s"] = wall["ep_module"]
@@ -450,7 +458,7 @@ def measure_library(
     ``wall_s`` is what the timed builds and the traced build cost in wall time.
     """
     wall: dict[str, float] = {}
-    repeats = repeats_for(n, opts)
+    repeats = repeats_for(opts)
     with stopwatch(wall, "builds"):
         run = timed_builds(stages, ep, repeats)
     ok = run.error is None
@@ -463,8 +471,15 @@ def measure_library(
         "first_output_match": outputs_match(run.output, reference) if ok else None,
         "peak_mb": peak,
         "wall_s": wall,
-        "module": run.module if ok else run.error,
     }
+
+
+def _latency_build(stages: list[Stage] | None, ep: Any, measured: Record) -> Any:
+    """A module of the library for the latency runs (untimed), or why there is none."""
+    if stages is None or measured.get("error") or "times" not in measured:
+        return measured.get("error") or "not measured"
+    run = run_pipeline(stages, ep)
+    return run.error if run.error else run.module
 
 
 def _codegen_build(ep: Any, skipped: str | None) -> Any:

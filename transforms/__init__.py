@@ -7,7 +7,7 @@ from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
 from transforms.inline import inline
 from transforms.mutations import functional_to_inplace
-from transforms.outline import outline, outline_by
+from transforms.outline import outline, outline_and_sink, outline_by
 from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
 from transforms.sink import sink_state
 from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
@@ -21,6 +21,7 @@ __all__ = [
     "inline",
     "move_non_tensor_nodes_on_boundary",
     "outline",
+    "outline_and_sink",
     "outline_by",
     "pipeline",
     "remove_effect_tokens",

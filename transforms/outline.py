@@ -32,6 +32,7 @@ from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
 from transforms.ivals import insert_ival_copies, update_chains
 from transforms.sharing import canonical_paths
+from transforms.sink import StateOwners, sink_state, sunk_reads
 from transforms.stacks import Frame, node_frames
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
@@ -79,6 +80,38 @@ def outline(program: Program) -> Program:
     return outline_by(program, node_frames)
 
 
+def outline_and_sink(program: Program) -> Program:
+    """``sink_state(outline(program))``, in one pass over the flat graph where that is exact.
+
+    Sinking while outlining rebuilds each module graph once instead of twice. It is exact when
+    each module sits at one path and no preserved call signature names a state input; otherwise
+    (and for a program already outlined) the two passes run one after the other.
+    ``transform`` runs this for the pair ``outline, sink_state`` in a pipeline.
+
+    **Laws:** ``outline_and_sink(p) == sink_state(outline(p))``. Complexity: O(n).
+    """
+    if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
+        return sink_state(program)
+    outliner = _Outliner(program, node_frames, owners=StateOwners(program))
+    if outliner.canon or not _sinks_in_one_pass(program):
+        outliner.owners = None
+        return sink_state(outliner.run())
+    return outliner.run()
+
+
+def _sinks_in_one_pass(program: Program) -> bool:
+    """Whether sinking at each call's close matches ``sink_state``: every module id is its one
+    path (``sink_state`` names state from a module's first path), and no preserved signature
+    passes state in or out (its value would not come from a placeholder chain)."""
+    if any(path and path != mid for path, mid in program.walk()):
+        return False
+    state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
+    for sig in program.call_signatures.values():
+        if any(arg.name in state for arg in sig.inputs + sig.outputs):
+            return False
+    return True
+
+
 def outline_by(
     program: Program, frames_of: FrameOf, *, copied: CopiedWhereRead | None = None
 ) -> Program:
@@ -123,6 +156,7 @@ class _Outliner:
         copied: CopiedWhereRead | None = None,
         *,
         carry_ivals: bool = True,
+        owners: StateOwners | None = None,
     ) -> None:
         self.p = program
         self.frames_of = frames_of
@@ -149,6 +183,9 @@ class _Outliner:
         self.ivals: dict[str, str] = {}  # value -> the root input it is a state of
         self.ival_reads: list[tuple[str, int]] = []  # (value, index of the node reading it)
         self.at = 0  # index of the flat node being copied
+        # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
+        self.owners = owners
+        self.root_sunk: dict[str, str] = {}
 
     def _count_signature_uses(self) -> None:
         """A preserved call reads its signature inputs when it starts and must hand back its
@@ -187,7 +224,10 @@ class _Outliner:
         )
         root = p.root_module.replace(graphs=(graph,) + p.root_module.graphs[1:])
         with_copies = p.replace(modules=p.modules.set(p.root, root))
-        return _Outliner(with_copies, self.frames_of, self.copied, carry_ivals=False).run()
+        again = _Outliner(
+            with_copies, self.frames_of, self.copied, carry_ivals=False, owners=self.owners
+        )
+        return again.run()
 
     def _outline_root(self) -> Graph:
         root = _Call(None, "", 0, None)
@@ -206,7 +246,8 @@ class _Outliner:
             else:
                 self._enter(stack, node)
                 self._copy(stack[-1], node)
-        return Graph(tuple(root.placeholders + root.body))
+        self.root_sunk = self._sunk(root)
+        return _sunk_graph(root.placeholders, self.root_sunk, root.body)
 
     def _enter(self, stack: list[_Call], node: Node) -> None:
         frames = self.frames_of(node)
@@ -333,13 +374,45 @@ class _Outliner:
         variant = len(self.variants.setdefault(mid, []))
         self.types.setdefault(mid, call.frame.type_name)
         target = call_target(_relative(parent.path, call.path, call.frame), variant)
+        sunk = self._sunk(call)
         if call.sig is not None:
-            graph = self._close_preserved(call, parent, target)
+            graph = self._close_preserved(call, parent, target, sunk)
         else:
-            graph = self._close_plain(call, parent, target, end)
+            graph = self._close_plain(call, parent, target, end, sunk)
         self.variants[mid].append(graph)
 
-    def _close_plain(self, call: _Call, parent: _Call, target: str, end: int) -> Graph:
+    def _sunk(self, call: _Call) -> dict[str, str]:
+        """The state inputs of ``call`` read as ``get_attr`` (name -> fqn local to the call's
+        module) when sinking; state owned elsewhere stays an input."""
+        owners = self.owners
+        if owners is None:
+            return {}
+        if call.frame is None:
+            names: list[str] = [n.name for n in call.placeholders]
+        else:
+            names = call.inputs + call.extra_inputs
+        sunk = {}
+        for name in names:
+            fqn = owners.fqn_of.get(name)
+            if fqn is not None:
+                local = owners.local_name(fqn, call.path)
+                if local is not None:
+                    sunk[name] = local
+        return sunk
+
+    def _pass_inputs(self, parent: _Call, names: list[str], sunk: dict[str, str]) -> list[Any]:
+        """The caller's values for inputs ``names``; a sunk one is still threaded through the
+        caller (as ``outline`` alone would, so placeholder order stays the same) but not passed."""
+        values = []
+        for name in names:
+            value = self._read(parent, name)
+            if name not in sunk:
+                values.append(value)
+        return values
+
+    def _close_plain(
+        self, call: _Call, parent: _Call, target: str, end: int, sunk: dict[str, str]
+    ) -> Graph:
         # in-place results are not returned: readers outside read the mutated state instead
         outputs = [
             v for v in call.defined if self.last_use.get(v, -1) >= end and v not in self.aliased_state
@@ -347,7 +420,7 @@ class _Outliner:
         returned = outputs[0] if len(outputs) == 1 else tuple(outputs)
         out_name = fresh_name("output", self.taken)
         body = call.body + [Node(OUTPUT, out_name, "output", (_refs(returned),))]
-        args = tuple(self._read(parent, v) for v in call.inputs)
+        args = tuple(self._pass_inputs(parent, call.inputs, sunk))
         if len(outputs) == 1:
             name = outputs[0]
         else:
@@ -360,7 +433,7 @@ class _Outliner:
                 parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i)))
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
-        return Graph(tuple(call.placeholders + body))
+        return _sunk_graph(call.placeholders, sunk, body)
 
     def _open_preserved(self, call: _Call, sig: CallSignature) -> None:
         args_spec, kwargs_spec = _split_in_spec(sig, call.frame.call_name)
@@ -408,7 +481,9 @@ class _Outliner:
                     Node(CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where))
                 )
 
-    def _close_preserved(self, call: _Call, parent: _Call, target: str) -> Graph:
+    def _close_preserved(
+        self, call: _Call, parent: _Call, target: str, sunk: dict[str, str]
+    ) -> Graph:
         sig = call.sig
         taken = self.taken
         leaves = []
@@ -427,10 +502,12 @@ class _Outliner:
         ]
         exported = {out.name for out in sig.outputs if out.name}
         self.hidden.update(v for v in call.defined if v not in exported)
-        self._call_preserved(call, parent, target)
-        return Graph(tuple(call.placeholders + body))
+        self._call_preserved(call, parent, target, sunk)
+        return _sunk_graph(call.placeholders, sunk, body)
 
-    def _call_preserved(self, call: _Call, parent: _Call, target: str) -> None:
+    def _call_preserved(
+        self, call: _Call, parent: _Call, target: str, sunk: dict[str, str]
+    ) -> None:
         sig = call.sig
         args_spec, kwargs_spec = _split_in_spec(sig, call.frame.call_name)
         taken = self.taken
@@ -457,7 +534,7 @@ class _Outliner:
         kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
         call_args = [new("_arg", operator.getitem, (args_ref, i)) for i in range(args_spec.num_children)]
         call_kwargs = [(k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k))) for k in kwargs_spec.context]
-        call_args += [self._read(parent, v) for v in call.extra_inputs]
+        call_args += self._pass_inputs(parent, call.extra_inputs, sunk)
         name = fresh_name(_call_base(target), taken)
         parent.body.append(
             Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=_call_meta(call))
@@ -485,6 +562,9 @@ class _Outliner:
         root = modules[p.root].replace(graphs=(root_graph,))
         modules[p.root] = root
         signature = _renamed_outputs(p.signature, root_graph)
+        if self.root_sunk:
+            inputs = tuple(s for s in signature.inputs if s.name not in self.root_sunk)
+            signature = attrs.evolve(signature, inputs=inputs)
         _move_subgraphs(modules, p.root, self.subgraph_owner)
         for mid, mod in list(modules.items()):
             kids = tuple((n, self.canon.get(c, c)) for n, c in mod.children)
@@ -520,6 +600,14 @@ def _renamed_outputs(signature: Any, graph: Graph) -> Any:
     if all(a is b for a, b in zip(specs, signature.outputs)):
         return signature
     return attrs.evolve(signature, outputs=specs)
+
+
+def _sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:
+    """A call's graph with its ``sunk`` placeholders turned into reads of the state."""
+    if not sunk:
+        return Graph(tuple(placeholders + body))
+    kept = [n for n in placeholders if n.name not in sunk]
+    return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
 
 
 def _refs(tree: Any) -> Any:

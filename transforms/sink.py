@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyrsistent import pmap
 
 from ir.args import Ref
@@ -28,10 +30,10 @@ def sink_state(program: Program) -> Program:
     return _Sinker(program).run()
 
 
-class _Sinker:
+class StateOwners:
+    """Which module path may read each state input as a ``get_attr``, and under which name."""
+
     def __init__(self, program: Program) -> None:
-        self.p = program
-        self.paths = _first_paths(program)
         state = program.state_table()
         by_tensor: dict[str, list[str]] = {}
         for fqn in program.state_order:
@@ -40,6 +42,38 @@ class _Sinker:
         self.aliases: dict[str, list[str]] = {
             fqn: by_tensor[state[fqn].tensor] for fqn in program.state_order
         }
+        # root placeholder name -> the state fqn it carries
+        self.fqn_of: dict[str, str] = {
+            s.name: s.target for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
+        }
+
+    def local_name(self, fqn: str, path: str) -> str | None:
+        """``fqn``'s name relative to module ``path`` (through the first tied alias below it),
+        or ``None`` when the tensor lives elsewhere."""
+        for alias in self.aliases.get(fqn, (fqn,)):
+            if not path:
+                return alias
+            if alias.startswith(path + "."):
+                return alias[len(path) + 1 :]
+        return None
+
+
+def sunk_reads(placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]) -> list[Node]:
+    """The ``get_attr`` nodes that replace the ``sunk`` placeholders (name -> local fqn) which
+    ``body`` reads, in placeholder order; an unread one is dropped."""
+    read = {r.name for node in body for r in node.inputs()}
+    return [
+        Node(GET_ATTR, n.name, sunk[n.name], meta=n.meta)
+        for n in placeholders
+        if n.name in sunk and n.name in read
+    ]
+
+
+class _Sinker:
+    def __init__(self, program: Program) -> None:
+        self.p = program
+        self.paths = _first_paths(program)
+        self.owners = StateOwners(program)
         # (module, variant) -> per placeholder: the state fqn it carries, or None
         self.carried: dict[tuple[ModuleId, int], list[str | None]] = {}
         self.sunk: dict[tuple[ModuleId, int], dict[int, str]] = {}
@@ -47,9 +81,9 @@ class _Sinker:
     def run(self) -> Program:
         p = self.p
         root_graph = p.root_module.graph
-        root_state = {s.name: s.target for s in p.signature.inputs if s.kind in STATE_INPUT_KINDS}
-        if not root_state and not self._any_child_placeholders():
-            return p
+        root_state = self.owners.fqn_of
+        if not root_state:
+            return p  # state reaches modules only from the root's inputs
         self.carried[(p.root, 0)] = [root_state.get(n.name) for n in root_graph.placeholders]
         order = self._call_order()
         for mid, variant in order:
@@ -68,11 +102,6 @@ class _Sinker:
                 tuple(s for s in signature.inputs if s.name not in names), signature.outputs
             )
         return p.replace(modules=pmap(modules), signature=signature)
-
-    def _any_child_placeholders(self) -> bool:
-        return any(
-            n.op == CALL_MODULE for n in self.p.root_module.graph.nodes
-        )
 
     def _call_order(self) -> list[tuple[ModuleId, int]]:
         """Every (module, variant) reached by calls from the root, callers before callees, and
@@ -111,18 +140,10 @@ class _Sinker:
         for i, fqn in enumerate(self.carried[(mid, variant)]):
             if fqn is None:
                 continue
-            local = self._local_name(fqn, path)
+            local = self.owners.local_name(fqn, path)
             if local is not None:
                 decisions[i] = local
         self.sunk[(mid, variant)] = decisions
-
-    def _local_name(self, fqn: str, path: str) -> str | None:
-        for alias in self.aliases.get(fqn, (fqn,)):
-            if not path:
-                return alias
-            if alias.startswith(path + "."):
-                return alias[len(path) + 1 :]
-        return None
 
     def _rewrite(self, mid: ModuleId, variant: int, graph: Graph) -> Graph:
         decisions = self.sunk[(mid, variant)]
@@ -133,13 +154,8 @@ class _Sinker:
             if node.op == CALL_MODULE:
                 node = self._drop_sunk_args(node, mid)
             body.append(node)
-        read = {r.name for node in body for r in node.inputs()}
-        reads = [
-            Node(GET_ATTR, n.name, decisions[i], meta=n.meta)
-            for i, n in enumerate(placeholders)
-            if i in decisions and n.name in read
-        ]
-        return Graph(tuple(kept + reads + body))
+        sunk = {placeholders[i].name: local for i, local in decisions.items()}
+        return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
 
     def _drop_sunk_args(self, node: Node, mid: ModuleId) -> Node:
         path, k = split_call_target(node.target)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections import deque
-from typing import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from pyrsistent import pmap

@@ -1,0 +1,132 @@
+"""Fused passes equal the passes they replace.
+
+``transform`` runs ``outline_and_sink`` for the adjacent pair ``outline, sink_state``. The law:
+``outline_and_sink(p) == sink_state(outline(p))`` on every program the pipeline can meet, with
+the same node metadata, and the same error where the pair raises. Checked on generated programs
+(both the one-pass path and the fallback for shared modules) and on every zoo case.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from hypothesis import given, settings
+from lawcases import before, examples
+from zoo import CASES, export_case
+
+from ir import import_ep
+from ir.errors import PurefxError
+from ir.program import Program
+from transforms.outline import outline, outline_and_sink
+from transforms.pipeline import DEFAULT_PIPELINE, _fuse, pipeline
+from transforms.sink import sink_state
+
+# the module, not the function ``transforms.outline`` that the package exports under its name
+outline_module = importlib.import_module("transforms.outline")
+
+
+def graph_metas(p: Program) -> list[tuple[str, dict]]:
+    return [
+        (n.name, dict(n.meta))
+        for _, mod in sorted(p.modules.items())
+        for g in mod.graphs
+        for n in g.nodes
+    ]
+
+
+def assert_fused_law(p: Program) -> None:
+    try:
+        want = sink_state(outline(p))
+    except PurefxError as exc:
+        with pytest.raises(type(exc)):
+            outline_and_sink(p)
+        return
+    got = outline_and_sink(p)
+    assert got == want
+    assert graph_metas(got) == graph_metas(want)
+
+
+@settings(max_examples=examples(120))
+@given(before(outline))
+def test_outline_and_sink_is_sink_after_outline(p):
+    assert_fused_law(p)
+
+
+@settings(max_examples=examples(40))
+@given(before(outline, features={"shared_modules", "tied_parameters", "nesting", "buffers"}))
+def test_fused_law_with_shared_modules(p):
+    assert_fused_law(p)
+
+
+def test_fused_law_on_an_outlined_program():
+    p = _flat(export_case(CASES["mlp_nested"]))
+    once = sink_state(outline(p))
+    assert outline_and_sink(outline(p)) == once
+    assert outline_and_sink(once) == once
+
+
+def _flat(ep) -> Program:
+    p = import_ep(ep)
+    for f in DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(outline)]:
+        p = f(p)
+    return p
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fused_law_on_zoo(name):
+    assert_fused_law(_flat(export_case(CASES[name])))
+
+
+@pytest.mark.parametrize("name, one_pass", [("mlp_nested", True), ("shared_two_parents", False)])
+def test_zoo_covers_both_fused_paths(name, one_pass, monkeypatch):
+    """A shared module makes ``outline_and_sink`` fall back to running ``sink_state``."""
+    p = _flat(export_case(CASES[name]))
+    calls = []
+    monkeypatch.setattr(outline_module, "sink_state", lambda q: calls.append(q) or sink_state(q))
+    assert outline_and_sink(p) == sink_state(outline(p))
+    assert len(calls) == (0 if one_pass else 1)
+
+
+@pytest.mark.parametrize("keep_functional", [False, True])
+def test_transform_fuses_the_pair_and_nothing_else(keep_functional):
+    passes = pipeline(keep_functional=keep_functional)
+    fused = _fuse(passes)
+    i = passes.index(outline)
+    assert fused == [*passes[:i], outline_and_sink, *passes[i + 2 :]]
+    assert _fuse([sink_state, outline]) == [sink_state, outline]
+    assert _fuse([outline]) == [outline]
+
+
+class _ReadsChildState(torch.nn.Module):
+    """Reads its child's weight itself, after the child ran and after reading its own state:
+    the read order of the sunk state must be the one ``sink_state`` gives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.scale = torch.nn.Parameter(torch.full((4,), 2.0))
+        self.b = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x) * self.scale
+        return self.b(h) + self.a.weight.sum()
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _ReadsChildState()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) + self.inner.scale
+
+
+def test_fused_law_when_a_parent_reads_its_childs_state():
+    ep = torch.export.export(_Outer(), (torch.randn(2, 4),), strict=False)
+    p = _flat(ep)
+    assert_fused_law(p)
+    inner = outline_and_sink(p).modules["inner"].graphs[0]
+    reads = [n.target for n in inner.nodes if n.op == "get_attr"]
+    assert reads == ["a.weight", "scale"]
