@@ -386,25 +386,43 @@ def _registration_order(
 
     The state dict lists persistent state in eager order and leaves non-persistent buffers out;
     the signature lists the buffers a program reads in eager order, non-persistent ones
-    included. Each non-persistent buffer goes right after the buffer before it in the signature
-    (or before the one after it).
+    included. Each non-persistent buffer goes right after the buffer before it in the signature;
+    the first buffer, when non-persistent, goes before the first persistent one (or at the end).
+    O(n) in the number of state fqns.
     """
     buffers = [s.target for s in signature.inputs if s.kind == BUFFER and s.target in state]
-    loose = [f for f in buffers if not state[f].persistent]
+    loose = {f for f in buffers if not state[f].persistent}
     if not loose:
         return tuple(order)
-    placed = [f for f in order if f not in set(loose)]
+    follower: dict[str, str] = {}  # buffer -> the non-persistent buffer placed right after it
+    leader: dict[str, str] = {}  # persistent buffer -> the non-persistent one placed before it
+    trailing: list[str] = []
     for i, fqn in enumerate(buffers):
-        if state[fqn].persistent:
+        if fqn not in loose:
             continue
-        before = next((b for b in reversed(buffers[:i]) if b in placed), None)
-        after = next((b for b in buffers[i + 1 :] if b in placed and state[b].persistent), None)
-        if before is not None:
-            placed.insert(placed.index(before) + 1, fqn)
-        elif after is not None:
-            placed.insert(placed.index(after), fqn)
+        if i > 0:
+            follower[buffers[i - 1]] = fqn
+            continue
+        first_persistent = next((b for b in buffers if b not in loose), None)
+        if first_persistent is None:
+            trailing.append(fqn)
         else:
+            leader[first_persistent] = fqn
+    placed: list[str] = []
+
+    def place(fqn: str | None) -> None:
+        while fqn is not None:
             placed.append(fqn)
+            fqn = follower.get(fqn)
+
+    for fqn in order:
+        if fqn in loose:
+            continue
+        if fqn in leader:
+            place(leader[fqn])
+        place(fqn)
+    for fqn in trailing:
+        place(fqn)
     return tuple(placed)
 
 

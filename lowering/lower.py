@@ -39,6 +39,7 @@ def lower(
     interpreter: bool = False,
     device: torch.device | str | None = None,
     flat_args_adapter: FlatArgsAdapter | None = None,
+    share_state: bool = False,
 ) -> LoweredRoot:
     """Build an ``nn.Module`` tree from ``program``; ``program`` itself is left as it was.
 
@@ -46,6 +47,9 @@ def lower(
     registered at its fqns (copies of the Program's tensors, moved to ``device`` if given; tied
     state stays one tensor), and generated code for every graph (``interpreter=True`` runs
     ``torch.fx.Interpreter`` instead). The root behaves like ``torch.export.unflatten``'s result.
+    ``share_state=True`` registers new tensor objects over the Program's storage instead of
+    copies (no second copy of a large model's weights, as torch's unflatten does); then in-place
+    buffer updates and weight changes through the module reach the ``ExportedProgram`` too.
     Raises ``VerifyError`` for a malformed Program and ``LoweringError`` for one that cannot be
     built.
     """
@@ -60,7 +64,7 @@ def lower(
     for mid, obj in objects.items():
         for name, child in program.module_table()[mid].children:
             obj._modules[name] = objects[child]
-    _register_state(program, objects, device)
+    _register_state(program, objects, device, share_state)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
         _attach_direct_code(program, objects)
@@ -327,7 +331,7 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
 
 
 def _register_state(
-    program: Program, objects: dict[ModuleId, torch.nn.Module], device: Any
+    program: Program, objects: dict[ModuleId, torch.nn.Module], device: Any, share: bool = False
 ) -> None:
     """Register every state fqn on its owner; tied fqns get one shared tensor object."""
     made: dict[tuple[str, str], Any] = {}
@@ -347,7 +351,7 @@ def _register_state(
             key = (slot.tensor, slot.kind)
             value = made.get(key)
             if value is None:
-                value = _copy_state(program.tensors[slot.tensor].value, slot, device)
+                value = _copy_state(program.tensors[slot.tensor].value, slot, device, share)
                 made[key] = value
             _register(owner, name, value, slot, direct)
     for obj in objects.values():
@@ -387,12 +391,16 @@ def _register(owner: torch.nn.Module, name: str, value: Any, slot: st.Slot, dire
         setattr(owner, name, value)
 
 
-def _copy_state(value: Any, slot: st.Slot, device: Any) -> Any:
-    """A copy of a held tensor (called under ``no_grad``); other values are shared as they are."""
+def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
+    """A copy of a held tensor (called under ``no_grad``), or with ``share`` a new tensor object
+    over its storage (still a copy when ``device`` differs); other values are shared as they are."""
     if not isinstance(value, torch.Tensor):
         return value
     data = value.detach()
-    copied = data.to(device, copy=True) if device is not None else data.clone()
+    if share:
+        copied = data.to(device) if device is not None else data
+    else:
+        copied = data.to(device, copy=True) if device is not None else data.clone()
     if slot.kind == st.PARAMETER:
         return torch.nn.Parameter(copied, requires_grad=slot.requires_grad)
     return copied

@@ -182,3 +182,34 @@ def test_corrupt_signature_names_the_placeholder():
     )
     with pytest.raises(UnsupportedProgramError, match="not_a_placeholder"):
         _check_signature_matches_graph(bad, program.root_module.graph)
+
+
+class _MixedBuffers(torch.nn.Module):
+    """Non-persistent buffers first, between persistent ones, twice in a row, and last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("np_first", torch.ones(2), persistent=False)
+        self.register_buffer("p_a", torch.ones(2))
+        self.w = torch.nn.Parameter(torch.ones(2))
+        self.register_buffer("np_mid1", torch.ones(2), persistent=False)
+        self.register_buffer("np_mid2", torch.ones(2), persistent=False)
+        self.register_buffer("p_b", torch.ones(2))
+        self.register_buffer("np_last", torch.ones(2), persistent=False)
+
+    def forward(self, x):
+        return x * self.w + sum(b for b in self.buffers())
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_non_persistent_buffers_keep_their_eager_registration_order(blocks):
+    model = torch.nn.Sequential(*[_MixedBuffers() for _ in range(blocks)])
+    ep = torch.export.export(model, (torch.ones(2),), strict=False)
+    program = import_ep(ep)
+    eager = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    kinds = {fqn: program.state[fqn].kind for fqn in program.state_order}
+    order = [f for f in program.state_order if kinds[f] == st.PARAMETER]
+    order += [f for f in program.state_order if kinds[f] == st.BUFFER]
+    assert order == eager
+    lowered = lower(program)
+    assert [n for n, _ in lowered.named_buffers()] == [n for n, _ in model.named_buffers()]

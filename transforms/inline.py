@@ -9,7 +9,7 @@ from ir.args import IDict, IList, Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import MODULE_LIST, PLAIN, SUBGRAPH, Module, ModuleId, split_call_target
-from ir.names import fresh_name
+from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import ExportSignature, OutputSpec
@@ -175,7 +175,7 @@ class _Inliner:
         found = self.p.resolve(node.target, mid)
         if found is not None and self.p.modules[found].kind == SUBGRAPH:
             name = node.target.rsplit(".", 1)[-1]
-            taken = set(self.subgraphs)
+            taken = Names(self.subgraphs)
             while self.subgraphs.get(name, found) != found:
                 name = fresh_name(name, taken)
             self.subgraphs[name] = found
@@ -207,7 +207,7 @@ class _Inliner:
 
     def _names(self) -> dict[str, str]:
         """Temporary -> final name: each node's own name unless an earlier node took it."""
-        taken = {self.p.root_module.graph.output_node.name}
+        taken = Names((self.p.root_module.graph.output_node.name,))
         return {temp: fresh_name(node.name, taken) for temp, node in self.emitted}
 
     # --- the module tree --------------------------------------------------------------------
@@ -220,7 +220,8 @@ class _Inliner:
         for mid in self.subgraphs.values():
             _collect_subgraphs(p, mid, subgraph_ids)
         ids: dict[str, ModuleId] = {"": p.root}
-        taken = set(subgraph_ids) | {p.root}
+        taken = Names(subgraph_ids)
+        taken.add(p.root)
 
         def holder_id(path: str) -> ModuleId:
             found = ids.get(path)

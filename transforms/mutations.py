@@ -20,7 +20,7 @@ from ir import signature as sg
 from ir.args import EMPTY_DICT, Ref, iter_refs, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.names import fresh_name
+from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 
@@ -80,7 +80,7 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
     after: dict[int, list[str]] = {}  # node index -> the groups whose copies follow it
     for value in order:
         after.setdefault(at[value], []).append(value)
-    taken = set(graph.by_name())
+    taken = Names(graph.by_name())
     root_stack = (
         _root_stack(graph) if any(graph.node(v).op == PLACEHOLDER for v in groups) else None
     )

@@ -25,7 +25,7 @@ from ir.args import Ref, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
-from ir.names import fresh_name
+from ir.names import Names, fresh_name
 from ir.node import (
     CALL_FUNCTION,
     CALL_METHOD,
@@ -241,7 +241,7 @@ class _TagSplit:
         self, root: Graph, graphs: dict[str, Graph], part: dict[str, int]
     ) -> tuple[Graph, dict[str, Graph]]:
         first = self._first_reads(part)
-        taken = {n.name for n in root.nodes}
+        taken = Names(n.name for n in root.nodes)
         calls = {n.name for n in root.nodes if n.op == CALL_MODULE}
         pending = [name for name in self.names if name not in graphs]
         for name in pending:
