@@ -19,17 +19,20 @@ def target_name(target: Any) -> str:
     return str(target)
 
 
-def fresh_name(base: str, taken: set[str]) -> str:
+def fresh_name(base: str, taken: Names) -> str:
     """A name starting with ``base`` that is not in ``taken``; adds it to ``taken``.
 
     Amortized O(1): the next suffix to try for each base is remembered alongside ``taken``
-    (a ``Names`` set), so naming k nodes after one base costs O(k), not O(k²).
+    (so it must be a ``Names`` set, not a plain one: naming k nodes after one base then costs
+    O(k), not O(k²)). Raises ``TypeError`` for a plain set.
     """
+    if not isinstance(taken, Names):
+        raise TypeError(f"fresh_name needs a Names set of taken names, got {type(taken).__name__}")
     base = base or "_"
     if base not in taken:
         taken.add(base)
         return base
-    counters = taken.counters if isinstance(taken, Names) else {}
+    counters = taken.counters
     i = counters.get(base, 1)
     while f"{base}_{i}" in taken:
         i += 1

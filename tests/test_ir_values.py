@@ -21,7 +21,8 @@ from ir import (
     ref,
 )
 from ir.args import freeze, iter_refs, map_refs, thaw
-from ir.signature import ExportSignature, InputSpec, OutputSpec, USER_INPUT, USER_OUTPUT
+from ir.names import Names, fresh_name
+from ir.signature import USER_INPUT, USER_OUTPUT, ExportSignature, InputSpec, OutputSpec
 
 
 def _chain(names: tuple[str, str, str], meta: dict | None = None) -> Graph:
@@ -109,3 +110,17 @@ def test_program_alpha_equivalence_and_printer():
 
 def test_empty_dict_is_shared_default():
     assert Node("placeholder", "x", "x").kwargs is EMPTY_DICT
+
+
+def test_fresh_names_skip_taken_ones_and_remember_where_they_stopped():
+    taken = Names({"copy_", "copy__1", "x"})
+    got = [fresh_name("copy_", taken) for _ in range(3)]
+    assert got == ["copy__2", "copy__3", "copy__4"]
+    assert taken.counters["copy_"] == 5
+    assert fresh_name("y", taken) == "y" and fresh_name("", taken) == "_"
+    assert {"copy__2", "copy__3", "copy__4", "y", "_"} <= taken
+
+
+def test_fresh_name_refuses_a_plain_set():
+    with pytest.raises(TypeError, match="Names"):
+        fresh_name("a", {"a"})
