@@ -335,25 +335,8 @@ def peak_memory_mb(stages: list[Stage], ep: Any) -> float | None:
 # --------------------------------------------------------------------------- latency
 
 
-def latency_us(module: Any, args: Args, opts: Options) -> dict[str, float]:
-    """Median and minimum wall latency and median CPU time in µs, after a warm-up.
-
-    Runs ``opts.k`` calls, or else calls until ``opts.latency_budget_s`` is spent,
-    at least ``MIN_K`` and at most ``MAX_K`` of them.
-    """
-    samples: list[float] = []
-    cpu_samples: list[float] = []
-    with torch.no_grad():
-        module(*args)
-        start = time.perf_counter()
-        while len(samples) < (opts.k or MAX_K):
-            c0, t0 = time.process_time(), time.perf_counter()
-            module(*args)
-            samples.append(time.perf_counter() - t0)
-            cpu_samples.append(time.process_time() - c0)
-            spent = time.perf_counter() - start
-            if not opts.k and len(samples) >= MIN_K and spent >= opts.latency_budget_s:
-                break
+def latency_summary(samples: list[float], cpu_samples: list[float]) -> dict[str, float]:
+    """Median and minimum wall latency and median CPU time in µs, and the sample count."""
     return {
         "us": statistics.median(samples) * 1e6,
         "min_us": min(samples) * 1e6,
@@ -368,19 +351,51 @@ def measure_latencies(
     """Latency (µs) and output agreement of each built variant; errors recorded.
 
     A variant given as a string is a build that failed; the string is its error.
+    Each variant is called once (its output checked, and a warm-up); then the
+    variants are timed in rounds, one call of each per round, starting from a
+    different one each round, so a burst of load on a shared machine falls on
+    all of them alike. ``opts.k`` rounds, or else rounds until
+    ``opts.latency_budget_s`` per variant is spent (at least ``MIN_K``, at most
+    ``MAX_K``).
     """
     result: dict[str, Any] = {}
+    runnable: dict[str, Any] = {}
     for name, module in variants.items():
         if isinstance(module, str):
             result[name] = {"us": None, "match": None, "error": module}
             continue
-        gc.collect()
         try:
             with quiet(), torch.no_grad():
-                match = outputs_match(module(*args), reference)
-                result[name] = {"match": match, "error": None} | latency_us(module, args, opts)
+                result[name] = {"match": outputs_match(module(*args), reference), "error": None}
+            runnable[name] = module
         except Exception as exc:  # noqa: BLE001
             result[name] = {"us": None, "match": False, "error": describe_error(exc, "forward")}
+    samples: dict[str, list[float]] = {name: [] for name in runnable}
+    cpu_samples: dict[str, list[float]] = {name: [] for name in runnable}
+    budget = opts.latency_budget_s * len(runnable)
+    gc.collect()
+    start = time.perf_counter()
+    rounds = 0
+    with quiet(), torch.no_grad():
+        while runnable and rounds < (opts.k or MAX_K):
+            names = list(runnable)
+            for name in names[rounds % len(names) :] + names[: rounds % len(names)]:
+                module = runnable[name]
+                c0, t0 = time.process_time(), time.perf_counter()
+                try:
+                    module(*args)
+                except Exception as exc:  # noqa: BLE001
+                    result[name] = {"us": None, "match": False, "error": describe_error(exc, "forward")}
+                    del runnable[name]
+                    continue
+                samples[name].append(time.perf_counter() - t0)
+                cpu_samples[name].append(time.process_time() - c0)
+            rounds += 1
+            spent = time.perf_counter() - start
+            if not opts.k and rounds >= MIN_K and spent >= budget:
+                break
+    for name in runnable:
+        result[name] |= latency_summary(samples[name], cpu_samples[name])
     return result
 
 
