@@ -49,7 +49,7 @@ ATOL = 1e-5
 ERROR_CHARS = 300
 CLOCKS = ("wall", "cpu")
 LIBRARIES = ("torch", "purefx")
-MIN_K, MAX_K = 5, 200  # latency runs per variant when --k is not given
+MIN_K, MAX_K = 5, 200  # latency rounds when --k is not given
 
 
 # --------------------------------------------------------------------------- options
@@ -98,7 +98,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--k",
         type=int,
         default=None,
-        help=f"latency runs per variant (default: {MIN_K} to {MAX_K}, ~0.3 s each)",
+        help=f"latency rounds, one call per variant each (default: {MIN_K} to {MAX_K}, ~0.3 s per variant)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc builds")
     parser.add_argument(
@@ -299,23 +299,38 @@ def run_pipeline(stages: list[Stage], start: Any) -> PipelineRun:
     return PipelineRun(times, module=module, output=value)
 
 
-def timed_builds(stages: list[Stage], ep: Any, repeats: int) -> PipelineRun:
-    """Median stage times over ``repeats`` builds, and the last build's first output.
+def timed_builds(
+    libraries: dict[str, list[Stage]], ep: Any, repeats: int
+) -> dict[str, PipelineRun]:
+    """Each library's median stage times over ``repeats`` builds, and its last first output.
 
-    No built module is kept: each build starts from the same heap (see ``measure_size``).
+    The builds run in rounds, one build of each library per round, so that load
+    on a shared machine, which comes and goes over minutes, weighs on both
+    libraries' medians alike. No built module is kept: each build starts from
+    the same heap (see ``measure_size``). A library whose build raises is not
+    built again; its entry is the failed run.
     """
-    times: list[dict[str, float]] = []
-    output = None
+    times: dict[str, list[dict[str, float]]] = {lib: [] for lib in libraries}
+    outputs: dict[str, Any] = {}
+    failed: dict[str, PipelineRun] = {}
     for _ in range(repeats):
-        gc.collect()
-        run = run_pipeline(stages, ep)
-        if run.error:
-            return run
-        times.append(run.times)
-        output = run.output
-        del run
-    medians = {key: statistics.median(t[key] for t in times) for key in times[-1]}
-    return PipelineRun(medians, output=output)
+        for lib, stages in libraries.items():
+            if lib in failed:
+                continue
+            gc.collect()
+            run = run_pipeline(stages, ep)
+            if run.error:
+                failed[lib] = run
+                continue
+            times[lib].append(run.times)
+            outputs[lib] = run.output
+            del run
+    result = dict(failed)
+    for lib, runs in times.items():
+        if lib not in failed:
+            medians = {key: statistics.median(t[key] for t in runs) for key in runs[-1]}
+            result[lib] = PipelineRun(medians, output=outputs[lib])
+    return result
 
 
 def peak_memory_mb(stages: list[Stage], ep: Any) -> float | None:
@@ -418,10 +433,11 @@ def measure_size(
 
     ``skip`` maps a library to the reason it is no longer run; a library whose
     build exceeds ``opts.max_build_s`` is added to it for the larger sizes.
-    Each library's timed builds start from the same heap (the program and the
-    eager model, nothing the other library built: a large live module tree
-    slows the next builds down by scattering their allocations); the modules
-    whose latency is measured are built afterwards, untimed.
+    The libraries' timed builds alternate (``timed_builds``), and each starts
+    from the same heap (the program and the eager model, nothing the other
+    library built: a large live module tree slows the next builds down by
+    scattering their allocations); the modules whose latency is measured are
+    built afterwards, untimed.
     """
     wall: dict[str, float] = {}
     with stopwatch(wall, "export"):
@@ -434,10 +450,11 @@ def measure_size(
     if api.error is None:
         libraries["purefx"] = purefx_stages(api, args)
 
-    for lib, stages in libraries.items():
-        if lib in skip:
-            continue
-        record[lib] = measure_library(stages, ep, reference, n, opts)
+    measured = {lib: stages for lib, stages in libraries.items() if lib not in skip}
+    with stopwatch(wall, "builds"):
+        runs = timed_builds(measured, ep, repeats_for(opts))
+    for lib, stages in measured.items():
+        record[lib] = measure_library(runs[lib], stages, ep, reference, n, opts)
         total = record[lib]["times"].get("total", 0.0)
         if total > opts.max_build_s:
             skip[lib] = f"skipped: build took {total:.1f}s > --max-build-s at N={n}"
@@ -465,23 +482,22 @@ def measure_size(
 
 
 def measure_library(
-    stages: list[Stage], ep: Any, reference: torch.Tensor, n: int, opts: Options
+    run: PipelineRun,
+    stages: list[Stage],
+    ep: Any,
+    reference: torch.Tensor,
+    n: int,
+    opts: Options,
 ) -> Record:
-    """Timed builds, first-answer check and peak memory of one library.
-
-    The returned ``module`` entry is the last built module, or the error string;
-    ``wall_s`` is what the timed builds and the traced build cost in wall time.
-    """
+    """One library's record: its timed builds' ``run``, the first-answer check, and the
+    peak memory of one more build; ``wall_s`` is what that traced build cost in wall time."""
     wall: dict[str, float] = {}
-    repeats = repeats_for(opts)
-    with stopwatch(wall, "builds"):
-        run = timed_builds(stages, ep, repeats)
     ok = run.error is None
     with stopwatch(wall, "memory"):
         peak = peak_memory_mb(stages, ep) if ok and n <= opts.memory_max_n else None
     return {
         "times": run.times,
-        "repeats": repeats,
+        "repeats": repeats_for(opts),
         "error": run.error,
         "first_output_match": outputs_match(run.output, reference) if ok else None,
         "peak_mb": peak,

@@ -203,8 +203,7 @@ def _placement(graph: Graph, groups: dict[str, list[str]]) -> tuple[dict[str, in
     destination).
     """
     position = {n.name: i for i, n in enumerate(graph.nodes)}
-    users = graph.users()
-    output = graph.output_node.name
+    last_reader = _last_readers(graph, {d for dests in groups.values() for d in dests})
     last_placeholder = max((position[n.name] for n in graph.placeholders), default=0)
     at: dict[str, int] = {}
     order: list[str] = []
@@ -222,9 +221,7 @@ def _placement(graph: Graph, groups: dict[str, list[str]]) -> tuple[dict[str, in
         visiting.add(value)
         k = max(position[value], last_placeholder)
         for dest in groups[value]:
-            for user in users[dest]:
-                if user != output:
-                    k = max(k, position[user])
+            k = max(k, last_reader.get(dest, k))
             if dest in groups:
                 k = max(k, place(dest))
         visiting.discard(value)
@@ -235,6 +232,18 @@ def _placement(graph: Graph, groups: dict[str, list[str]]) -> tuple[dict[str, in
     for value in groups:
         place(value)
     return at, order
+
+
+def _last_readers(graph: Graph, names: set[str]) -> dict[str, int]:
+    """The index of the last node other than the output that reads each of ``names``."""
+    last: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op == OUTPUT:
+            continue
+        for r in node.inputs():
+            if r.name in names:
+                last[r.name] = i
+    return last
 
 
 def _check_outputs_keep_old_values(
