@@ -657,10 +657,17 @@ def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
     """Module path -> identity key, where a key is seen under two paths (strict export's keys
     are object identities; non-strict ones are derived from the path and tell nothing)."""
     paths_of: dict[str, dict[str, None]] = {}
+    # frame tuples seen, by identity (``node_frames`` shares one per stack); held so that no
+    # id is reused by a later tuple
+    seen: dict[int, tuple] = {}
     for node in nodes:
         if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
             continue
-        for frame in frames_of(node) or ():
+        frames = frames_of(node) or ()
+        if id(frames) in seen:
+            continue
+        seen[id(frames)] = frames
+        for frame in frames:
             paths_of.setdefault(frame.key, {})[frame.path] = None
     return {path: key for key, paths in paths_of.items() if len(paths) > 1 for path in paths}
 

@@ -26,8 +26,10 @@ def canonical_paths(program: Program, same_object: dict[str, str] | None = None)
     Complexity: O(S · d log S) for S state fqns of depth at most d.
     """
     same_object = same_object or {}
-    below: dict[str, list[tuple[str, str]]] = {}
     state = program.state_table()
+    if not same_object and len({slot.tensor for slot in state.values()}) == len(state):
+        return {}  # no tensor under two fqns and no identity key: no evidence of sharing
+    below: dict[str, list[tuple[str, str]]] = {}
     for fqn in program.state_order:
         key = state[fqn].tensor
         parts = fqn.split(".")
