@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -12,11 +12,10 @@ from torch.export.unflatten import FlatArgsAdapter
 
 from ir import signature as sg
 from ir import state as st
-from ir.args import ref
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
 from ir.module import Module, ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, Node
+from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from ir.verify import verify
 from lowering import tree_watch
@@ -29,7 +28,7 @@ from lowering.modules import (
     LoweredModule,
     PlainHolder,
 )
-from lowering.root import LoweredRoot, root_class
+from lowering.root import LoweredRoot, RootPlan, root_class
 
 
 @gc_paused
@@ -138,14 +137,12 @@ def _build_root(
     program: Program, interpreter: bool, adapter: FlatArgsAdapter | None
 ) -> LoweredRoot:
     root = program.root_module
-    raw = "" not in program.call_signatures
-    rules = {} if raw else _root_rules(program)
-    fx_graph, constants = to_fx_graph(root.graph, rules)
     spec = program.call_signatures.get("")
+    raw = spec is None  # a graph without an export signature: the root runs it as it is
     cls = LoweredRoot if raw else root_class(spec.in_spec, spec.forward_arg_names)
     made = cls(
-        fx_graph,
-        None,
+        root.graph,
+        None if raw else _root_plan(program),
         type_name=root.type_name,
         in_spec=None if raw else spec.in_spec,
         out_spec=None if raw else spec.out_spec,
@@ -154,15 +151,8 @@ def _build_root(
         flat_args_adapter=adapter,
         interpreter=interpreter,
     )
-    _hold_constants(made, [constants])
+    _hold_constants(made, [spec_constants(root.graph)])
     return made
-
-
-Rule = Callable[[torch.fx.Graph, Node, Callable[[Any], Any]], Any]
-# How the root binds its signature, shared by its fx graph and its direct code:
-# inputs: placeholder name -> ("state", fqn) | ("token",); outputs, per output position:
-# ("return", None) | ("copy_state", fqn) | ("copy_input", placeholder name) | ("drop", None).
-RootPlan = tuple[dict[str, tuple], tuple[tuple[str, Any], ...]]
 
 
 def _root_plan(program: Program) -> RootPlan:
@@ -191,45 +181,6 @@ def _root_plan(program: Program) -> RootPlan:
                 "outputs, buffer and user-input mutations and tokens are supported"
             )
     return bound, tuple(outputs)
-
-
-def _root_rules(program: Program) -> dict[str, Rule]:
-    """The root graph's binding (``_root_plan``) as ``to_fx_graph`` rules."""
-    bound, outputs = _root_plan(program)
-    rules: dict[str, Rule] = {}
-    state_nodes: dict[str, torch.fx.Node] = {}
-
-    def read_state(target: str) -> Rule:
-        def rule(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
-            made = g.get_attr(target)
-            made.name = node.name if made.name != node.name else made.name
-            state_nodes[target] = made
-            return made
-
-        return rule
-
-    def make_token(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
-        return g.call_function(torch.ops.aten._make_dep_token.default, ())
-
-    for name, binding in bound.items():
-        rules[name] = make_token if binding[0] == "token" else read_state(binding[1])
-
-    def output(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
-        values = node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],)
-        kept = []
-        for value, (kind, target) in zip(values, outputs):
-            if kind == "return":
-                kept.append(thawed(value))
-            elif kind == "copy_state":
-                dest = state_nodes.get(target) or g.get_attr(target)
-                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
-            elif kind == "copy_input":
-                dest = thawed(ref(target))
-                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
-        return g.output(tuple(kept))
-
-    rules[program.root_module.graph.output_node.name] = output
-    return rules
 
 
 def _module_call_graph(program: Program) -> list[ModuleCallEntry]:
@@ -312,10 +263,8 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
     reads = _locate_reads(root, (graph,))
     if reads is None:
         return None, {}
-    if "" not in program.call_signatures:  # a raw graph: the root code takes it as it is
-        bound, outputs = {}, None
-    else:
-        bound, outputs = _root_plan(program)
+    plan = root.__dict__["_plan"]
+    bound, outputs = ({}, None) if plan is None else plan
     targets = [b[1] for b in bound.values() if b[0] == "state"]
     targets += [t for kind, t in outputs or () if kind == "copy_state"]
     for target in targets:
@@ -336,7 +285,7 @@ def _register_state(
     """Register every state fqn on its owner; tied fqns get one shared tensor object."""
     made: dict[tuple[str, str], Any] = {}
     by_path = {path: objects[mid] for path, mid in program.walk()}
-    state = program.state_table()
+    state, tensors = program.state_table(), program.tensor_table()
     direct = _direct_registration_is_safe()
     with torch.no_grad():
         for fqn in program.state_order:
@@ -351,7 +300,7 @@ def _register_state(
             key = (slot.tensor, slot.kind)
             value = made.get(key)
             if value is None:
-                value = _copy_state(program.tensors[slot.tensor].value, slot, device, share)
+                value = _copy_state(tensors[slot.tensor].value, slot, device, share)
                 made[key] = value
             _register(owner, name, value, slot, direct)
     for obj in objects.values():

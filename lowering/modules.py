@@ -437,16 +437,14 @@ def _deepcopy_module(mod: torch.nn.Module, memo: dict) -> torch.nn.Module:
     new = cls.__new__(cls)
     memo[id(mod)] = new
     for key, value in mod.__dict__.items():
-        if key in ("_codes", "_code", "_ir_graphs"):
+        if key in ("_codes", "_code", "_ir_graphs", "_ir_graph", "_plan"):
             new.__dict__[key] = value
         elif key == "_fx_graphs":
             new.__dict__[key] = [_copy_graph(g, new) if g is not None else None for g in value]
-        elif key == "graph":
-            new.__dict__[key] = _copy_graph(value, new)
-        elif key != "input_placeholders":
+        elif key == "_fx_graph":
+            new.__dict__[key] = _copy_graph(value, new) if value is not None else None
+        else:
             new.__dict__[key] = copy.deepcopy(value, memo)
-    if "input_placeholders" in mod.__dict__:
-        new.__dict__["input_placeholders"] = [n for n in new.graph.nodes if n.op == "placeholder"]
     return new
 
 

@@ -9,8 +9,11 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export.unflatten import FlatArgsAdapter, UnflattenedModule
 
+from ir.args import ref
+from ir.graph import Graph
+from ir.node import Node
 from lowering import tree_watch
-from lowering.codegen import compile_graph
+from lowering.codegen import NodeRule, compile_graph, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
 from lowering.modules import (
@@ -24,6 +27,12 @@ from lowering.modules import (
 from lowering.portable import decode_graph, encode_graph
 from lowering.tree_watch import Watched, plain_call
 
+# How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
+# code both follow it). Inputs: placeholder name -> ("state", fqn) | ("token",); outputs, one per
+# output position: ("return", None) | ("copy_state", fqn) | ("copy_input", placeholder name) |
+# ("drop", None). A root graph without an export signature has no plan and runs as it is.
+RootPlan = tuple[dict[str, tuple], tuple[tuple[str, Any], ...]]
+
 
 class LoweredRoot(Watched, UnflattenedModule):
     """The module ``lower`` returns: behaves like ``torch.export.unflatten``'s result.
@@ -36,8 +45,8 @@ class LoweredRoot(Watched, UnflattenedModule):
 
     def __init__(
         self,
-        graph: torch.fx.Graph,
-        code: Callable[..., Any] | None,
+        ir_graph: Graph,
+        plan: RootPlan | None,
         *,
         type_name: str | None,
         in_spec: Any,
@@ -48,9 +57,9 @@ class LoweredRoot(Watched, UnflattenedModule):
         interpreter: bool,
     ) -> None:
         torch.nn.Module.__init__(self)
-        graph.owning_module = self
-        self.graph = graph
-        self.__dict__["_code"] = code  # None: compiled on the first call that needs it
+        # The fx graph is built from the IR on first use: calls run direct code without it.
+        self.__dict__.update(_ir_graph=ir_graph, _plan=plan, _fx_graph=None)
+        self.__dict__["_code"] = None  # compiled on the first call that needs it
         self._ty = type_name
         self._in_spec = in_spec
         self._out_spec = out_spec
@@ -62,10 +71,31 @@ class LoweredRoot(Watched, UnflattenedModule):
         self.check_input_constraints = True
         self._run_with_interpreter = interpreter
         self.meta: dict[str, Any] = {}
-        self.input_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        self._input_checks = input_checks(self.input_placeholders)
+        self._input_checks = input_checks(user_placeholders(ir_graph, plan))
         self._ranges = ranges_of(range_constraints)
         self._dispatchers: list[LoweredModule] = []
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        """The root's fx graph (built from the IR on first use)."""
+        fx_graph = self.__dict__["_fx_graph"]
+        if fx_graph is None:
+            fx_graph = root_fx_graph(self.__dict__["_ir_graph"], self.__dict__["_plan"])
+            fx_graph.owning_module = self
+            self.__dict__["_fx_graph"] = fx_graph
+        return fx_graph
+
+    @graph.setter
+    def graph(self, fx_graph: torch.fx.Graph) -> None:
+        """Run ``fx_graph`` from now on (module by module: the direct code is dropped)."""
+        fx_graph.owning_module = self
+        self.__dict__.update(_fx_graph=fx_graph, _code=None)
+        self.__dict__.pop("_direct", None)
+
+    @property
+    def input_placeholders(self) -> list[torch.fx.Node]:
+        """The placeholders of the root's fx graph: the flat user inputs, in order."""
+        return [n for n in self.graph.nodes if n.op == "placeholder"]
 
     def process_forward_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The flat inputs of a call, as the root graph takes them (checked unless tracing)."""
@@ -136,19 +166,66 @@ class LoweredRoot(Watched, UnflattenedModule):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["graph"] = encode_graph(self.graph)
-        del state["input_placeholders"]
-        state["_code"] = None
+        state.update(_fx_graph=encode_graph(self.graph), _ir_graph=None, _plan=None, _code=None)
         state.pop("_direct", None)  # generated code does not pickle; the copy runs module by module
         state.pop("_direct_checked", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.__dict__["graph"] = decode_graph(state["graph"])
+        self.__dict__["_fx_graph"] = decode_graph(state["_fx_graph"])
         self.graph.owning_module = self
-        self.input_placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        self.__dict__["_code"] = None
+
+
+def user_placeholders(graph: Graph, plan: RootPlan | None) -> list[Node]:
+    """The placeholders of the root ``graph`` that its callers fill: those ``plan`` does not bind."""
+    bound = plan[0] if plan is not None else {}
+    return [node for node in graph.placeholders if node.name not in bound]
+
+
+def root_fx_graph(graph: Graph, plan: RootPlan | None) -> torch.fx.Graph:
+    """The root's fx graph: ``graph`` whose state inputs read module attributes, whose tokens are
+    made fresh and whose mutation outputs are ``copy_`` into their buffer or input, as ``plan``
+    says; its placeholders are ``user_placeholders(graph, plan)``."""
+    return to_fx_graph(graph, None if plan is None else _plan_rules(graph, plan))[0]
+
+
+def _plan_rules(graph: Graph, plan: RootPlan) -> dict[str, NodeRule]:
+    bound, outputs = plan
+    rules: dict[str, NodeRule] = {}
+    state_nodes: dict[str, torch.fx.Node] = {}
+
+    def read_state(target: str) -> NodeRule:
+        def rule(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
+            made = g.get_attr(target)
+            made.name = node.name
+            state_nodes[target] = made
+            return made
+
+        return rule
+
+    def make_token(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
+        return g.call_function(torch.ops.aten._make_dep_token.default, ())
+
+    for name, binding in bound.items():
+        rules[name] = make_token if binding[0] == "token" else read_state(binding[1])
+
+    def output(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
+        values = node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],)
+        kept = []
+        for value, (kind, target) in zip(values, outputs):
+            if kind == "return":
+                kept.append(thawed(value))
+            elif kind == "copy_state":
+                dest = state_nodes.get(target) or g.get_attr(target)
+                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
+            elif kind == "copy_input":
+                dest = thawed(ref(target))
+                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
+        return g.output(tuple(kept))
+
+    rules[graph.output_node.name] = output
+    return rules
 
 
 # Calls between re-checks of a tree found changed (a check is O(modules)).

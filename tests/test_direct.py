@@ -230,3 +230,40 @@ def test_epoch_moves_on_tree_changes_only():
     assert tree_watch.epoch() == before
     lowered.blocks[0].register_forward_pre_hook(lambda mod, args: None)
     assert tree_watch.epoch() == before + 1
+
+
+def test_root_fx_graph_is_built_only_when_read():
+    eager, lowered = build()
+    assert lowered.__dict__["_fx_graph"] is None  # lower did not build it
+    assert_same_as_eager(eager, lowered)  # calls run direct code without it
+    assert lowered.__dict__["_fx_graph"] is None
+    graph = lowered.graph
+    assert lowered.graph is graph and graph.owning_module is lowered
+    assert [n.name for n in lowered.input_placeholders] == ["x"]
+    assert [n.op for n in graph.nodes].count("placeholder") == 1  # state became get_attr
+
+
+def test_copies_made_before_the_graph_is_read_build_their_own():
+    eager, lowered = build()
+    eager_twin = copy.deepcopy(eager)
+    twin = copy.deepcopy(lowered)
+    assert lowered.__dict__["_fx_graph"] is None and twin.__dict__["_fx_graph"] is None
+    unpickled = pickle.loads(pickle.dumps(lowered))  # pickling encodes the graph: builds it
+    assert twin.graph is not lowered.graph and twin.graph.owning_module is twin
+    assert unpickled.graph.owning_module is unpickled
+    assert_same_as_eager(eager, twin)
+    assert_same_as_eager(eager_twin, unpickled)
+
+
+def test_assigned_root_graph_is_run():
+    eager, lowered = build()
+    graph = copy.deepcopy(lowered.graph)
+    output = graph.output_node()
+    (result,) = output.args[0]
+    with graph.inserting_before(output):
+        doubled = graph.call_function(torch.ops.aten.mul.Tensor, (result, 2.0))
+    output.args = ((doubled,),)
+    lowered.graph = graph
+    assert lowered.graph is graph and graph.owning_module is lowered
+    for _ in range(2):
+        torch.testing.assert_close(lowered(x()), 2 * eager(x()))
