@@ -57,6 +57,14 @@ class Program:
             self._index["state"] = found
         return found
 
+    def tensor_table(self) -> dict[str, Opaque]:
+        """The tensor table as a plain dict (built once), for passes that look up many keys."""
+        found = self._index.get("tensors")
+        if found is None:
+            found = dict(self.tensors.items())
+            self._index["tensors"] = found
+        return found
+
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):

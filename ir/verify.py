@@ -64,12 +64,12 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
 def _check_state(program: Program) -> None:
     if len(program.state_order) != len(program.state) or set(program.state_order) != set(program.state):
         raise VerifyError("state_order does not list exactly the state fqns")
-    state = program.state_table()
+    state, tensors = program.state_table(), program.tensor_table()
     for fqn in program.state_order:
         slot = state[fqn]
         if slot.kind not in STATE_KINDS:
             raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
-        if slot.tensor not in program.tensors:
+        if slot.tensor not in tensors:
             raise VerifyError(f"state {fqn!r} names tensor key {slot.tensor!r}, which is not held")
 
 

@@ -95,8 +95,9 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
             kept = tuple(v for v, s in zip(values, specs) if s.kind not in INPLACE_KINDS)
             nodes.append(node.replace(args=(map_refs(kept, read),) + node.args[1:]))
             continue
-        args, kwargs = map_refs(node.args, read), map_refs(node.kwargs, read)
-        nodes.append(node.replace(args=args, kwargs=kwargs))
+        if env and any(r.name in env for r in node.inputs()):
+            node = node.replace(args=map_refs(node.args, read), kwargs=map_refs(node.kwargs, read))
+        nodes.append(node)
         for value in after.get(i, ()):
             meta = _copy_meta(graph.node(value).meta, root_stack)
             for dest in groups[value]:
