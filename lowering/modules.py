@@ -84,7 +84,33 @@ class PlainHolder(Holder):
         return True
 
 
-class LoweredModule(Watched, InterpreterModule):
+class GraphRunner(Watched):
+    """What every lowered module that runs a graph shares (the root and ``LoweredModule``):
+    torch's ``finalize``/``print_readable`` API, deep copies that share compiled code and IR, and
+    pickling that keeps the per-signature class."""
+
+    def finalize(self) -> None:
+        """Kept for API parity with torch's ``InterpreterModule`` and ``UnflattenedModule``; code
+        is generated at lowering."""
+
+    def print_readable(
+        self,
+        print_output: bool = True,
+        include_stride: bool = False,
+        include_device: bool = False,
+        colored: bool = False,
+    ) -> str:
+        """Generated code of this module and every submodule below it, nested by name."""
+        return print_readable(self, print_output, include_stride, include_device, colored)
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return _deepcopy_module(self, memo)
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        return reduce_with_signature(self, protocol)
+
+
+class LoweredModule(GraphRunner, InterpreterModule):
     """A module that runs one fx graph (or, per call, one of several) as generated code.
 
     ``interpreter=True`` runs ``torch.fx.Interpreter`` instead, for debugging.
@@ -201,25 +227,6 @@ class LoweredModule(Watched, InterpreterModule):
     def reset_calls(self) -> None:
         """Start the per-call graph dispatch over (the root does this before each call)."""
         self.__dict__["_num_calls"] = 0
-
-    def finalize(self) -> None:
-        """Kept for API parity with ``InterpreterModule``; code is generated at lowering."""
-
-    def print_readable(
-        self,
-        print_output: bool = True,
-        include_stride: bool = False,
-        include_device: bool = False,
-        colored: bool = False,
-    ) -> str:
-        """Generated code of this module and every submodule below it, nested by name."""
-        return print_readable(self, print_output, include_stride, include_device, colored)
-
-    def __deepcopy__(self, memo: dict) -> LoweredModule:
-        return _deepcopy_module(self, memo)
-
-    def __reduce_ex__(self, protocol: int) -> Any:
-        return reduce_with_signature(self, protocol)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -17,15 +17,14 @@ from lowering.codegen import NodeRule, compile_graph, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
 from lowering.modules import (
+    GraphRunner,
     LoweredModule,
     is_tracing,
-    print_readable,
-    reduce_with_signature,
     signature_class,
     usable_name,
 )
 from lowering.portable import decode_graph, encode_graph
-from lowering.tree_watch import Watched, plain_call
+from lowering.tree_watch import plain_call
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
 # code both follow it). Inputs: placeholder name -> ("state", fqn) | ("token",); outputs, one per
@@ -34,7 +33,7 @@ from lowering.tree_watch import Watched, plain_call
 RootPlan = tuple[dict[str, tuple], tuple[tuple[str, Any], ...]]
 
 
-class LoweredRoot(Watched, UnflattenedModule):
+class LoweredRoot(GraphRunner, UnflattenedModule):
     """The module ``lower`` returns: behaves like ``torch.export.unflatten``'s result.
 
     ``forward(*args, **kwargs)`` takes the eager model's inputs (any keyword order, dicts in any key
@@ -142,27 +141,6 @@ class LoweredRoot(Watched, UnflattenedModule):
                 unchanged = tree_watch.tree_unchanged(self)
         self.__dict__["_direct_checked"] = (now, unchanged)
         return unchanged
-
-    def finalize(self) -> None:
-        """Kept for API parity with ``UnflattenedModule``; code is generated at lowering."""
-
-    def print_readable(
-        self,
-        print_output: bool = True,
-        include_stride: bool = False,
-        include_device: bool = False,
-        colored: bool = False,
-    ) -> str:
-        """Generated code of the root and every submodule with a graph, nested by name."""
-        return print_readable(self, print_output, include_stride, include_device, colored)
-
-    def __deepcopy__(self, memo: dict) -> LoweredRoot:
-        from lowering.modules import _deepcopy_module
-
-        return _deepcopy_module(self, memo)
-
-    def __reduce_ex__(self, protocol: int) -> Any:
-        return reduce_with_signature(self, protocol)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

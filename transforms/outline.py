@@ -239,17 +239,17 @@ class _Outliner:
                 root.env[node.name] = node.ref
             elif node.op == OUTPUT:
                 while len(stack) > 1:
-                    self._close(stack, self.position[node.name])
+                    self._close(stack, at)
                 root.body.append(node.replace(args=self._args(root, node.args)))
             elif self.copied(node):
                 continue  # copied into each call that reads it (``_read``)
             else:
-                self._enter(stack, node)
+                self._enter(stack, node, at)
                 self._copy(stack[-1], node)
         self.root_sunk = self._sunk(root)
         return _sunk_graph(root.placeholders, self.root_sunk, root.body)
 
-    def _enter(self, stack: list[_Call], node: Node) -> None:
+    def _enter(self, stack: list[_Call], node: Node, at: int) -> None:
         frames = self.frames_of(node)
         if frames is None:
             return
@@ -257,9 +257,9 @@ class _Outliner:
         while depth < len(frames) and depth + 1 < len(stack) and stack[depth + 1].frame == frames[depth]:
             depth += 1
         while len(stack) > depth + 1:
-            self._close(stack, self.position[node.name])
+            self._close(stack, at)
         for frame in frames[depth:]:
-            self._open(stack, frame, self.position[node.name])
+            self._open(stack, frame, at)
 
     def _open(self, stack: list[_Call], frame: Frame, start: int) -> None:
         sig = self.p.call_signatures.get(frame.call_name) if frame.path else None
