@@ -156,7 +156,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 
 
 def user_placeholders(graph: Graph, plan: RootPlan | None) -> list[Node]:
-    """The placeholders of the root ``graph`` that its callers fill: those ``plan`` does not bind."""
+    """The placeholders of the root ``graph`` that callers fill: those ``plan`` does not bind."""
     bound = plan[0] if plan is not None else {}
     return [node for node in graph.placeholders if node.name not in bound]
 
