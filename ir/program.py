@@ -43,26 +43,20 @@ class Program:
 
     def module_table(self) -> dict[ModuleId, Module]:
         """The module table as a plain dict (built once; PMap lookups are pure Python)."""
-        found = self._index.get("modules")
-        if found is None:
-            found = dict(self.modules.items())
-            self._index["modules"] = found
-        return found
+        return self._plain("modules", self.modules)
 
     def state_table(self) -> dict[str, Slot]:
         """The state map as a plain dict (built once), for passes that look up many fqns."""
-        found = self._index.get("state")
-        if found is None:
-            found = dict(self.state.items())
-            self._index["state"] = found
-        return found
+        return self._plain("state", self.state)
 
     def tensor_table(self) -> dict[str, Opaque]:
         """The tensor table as a plain dict (built once), for passes that look up many keys."""
-        found = self._index.get("tensors")
+        return self._plain("tensors", self.tensors)
+
+    def _plain(self, key: str, table: PMap) -> dict:
+        found = self._index.get(key)
         if found is None:
-            found = dict(self.tensors.items())
-            self._index["tensors"] = found
+            found = self._index[key] = dict(table.items())
         return found
 
     def replace(self, **changes: Any) -> Program:
