@@ -56,9 +56,9 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         interpreter: bool,
     ) -> None:
         torch.nn.Module.__init__(self)
-        # The fx graph is built from the IR on first use: calls run direct code without it.
-        self.__dict__.update(_ir_graph=ir_graph, _plan=plan, _fx_graph=None)
-        self.__dict__["_code"] = None  # compiled on the first call that needs it
+        # The fx graph is built from the IR, and its code compiled, on first use: calls run
+        # direct code without either.
+        self.__dict__.update(_ir_graph=ir_graph, _plan=plan, _fx_graph=None, _code=None)
         self._ty = type_name
         self._in_spec = in_spec
         self._out_spec = out_spec
