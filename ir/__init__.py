@@ -12,7 +12,8 @@ from ir.errors import (
     VerifyError,
 )
 from ir.graph import Graph
-from ir.import_ep import import_ep, import_graph_module
+from ir.import_ep import import_ep
+from ir.import_gm import import_graph_module
 from ir.module import Module, ModuleId
 from ir.node import Node
 from ir.printer import format_graph, format_node, format_program, format_tree

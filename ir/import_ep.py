@@ -20,7 +20,7 @@ from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
-from ir.node import CALL_MODULE, GET_ATTR, Node, frozen_meta
+from ir.node import GET_ATTR, Node, frozen_meta
 from ir.program import Program
 from ir.signature import (
     BUFFER,
@@ -114,61 +114,6 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
         call_signatures=pmap(_import_call_signatures(ep)),
         call_order=call_order,
         range_constraints=Opaque(ep.range_constraints),
-    )
-
-
-@gc_paused
-def import_graph_module(gm: torch.fx.GraphModule) -> Program:
-    """Import a plain fx ``GraphModule`` (not an export) into a flat ``Program``.
-
-    Placeholders become user inputs and the output tree is returned as is (no pytree specs).
-    Parameters and buffers read by ``get_attr`` become state; ``node.tag`` is kept in each node's
-    meta under ``"tag"``. ``call_module`` nodes (opaque leaf modules) are not supported.
-    """
-    if not isinstance(gm, torch.fx.GraphModule):
-        raise UnsupportedProgramError(
-            f"import_graph_module expects a torch.fx.GraphModule, got {type(gm).__name__}"
-        )
-    modules: dict[str, Module] = {}
-    graph = _import_graph(gm.graph, gm, "", modules)
-    for node in graph.nodes:
-        if node.op == CALL_MODULE:
-            raise UnsupportedProgramError(
-                f"node {node.name!r} calls module {node.target!r}; import_graph_module supports "
-                "graphs of functions only (trace leaf modules through, e.g. with torch.export)"
-            )
-    state: dict[str, Slot] = {}
-    tensors: dict[str, Opaque] = {}
-    keys: dict[Any, str] = {}
-    for node in graph.nodes:
-        if node.op != GET_ATTR or node.target in modules:
-            continue
-        value = _get_path(gm, node.target, node.name)
-        if isinstance(value, torch.nn.Parameter):
-            kind = st.PARAMETER
-        elif isinstance(value, torch.Tensor):
-            kind = st.BUFFER if _is_buffer(gm, node.target) else st.CONSTANT
-        else:
-            kind = st.CUSTOM_OBJ
-        if node.target not in state:
-            key = keys.setdefault(_alias_key(value), node.target)
-            tensors.setdefault(key, Opaque(value))
-            requires_grad = bool(getattr(value, "requires_grad", False))
-            state[node.target] = Slot(kind, key, True, requires_grad)
-    order = tuple(state)
-    signature = ExportSignature(
-        inputs=tuple(InputSpec(USER_INPUT, n.name) for n in graph.placeholders), outputs=()
-    )
-    holders = _holder_tree((), order, {}, modules)
-    subgraphs = tuple((n, n) for n in _subgraph_names(graph, modules))
-    modules[""] = Module(type_name=None, children=holders + subgraphs, graphs=(graph,))
-    return Program(
-        root="",
-        modules=pmap(modules),
-        state=pmap(state),
-        state_order=order,
-        tensors=pmap(tensors),
-        signature=signature,
     )
 
 

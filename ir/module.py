@@ -22,7 +22,8 @@ MODULE_DICT = "module_dict"
 PARAMETER_LIST = "parameter_list"
 PARAMETER_DICT = "parameter_dict"
 SUBGRAPH = "subgraph"
-KINDS = (PLAIN, SEQUENTIAL, MODULE_LIST, MODULE_DICT, PARAMETER_LIST, PARAMETER_DICT, SUBGRAPH)
+LEAF = "leaf"  # an opaque module object called as it is (an fx ``call_module`` leaf)
+KINDS = (PLAIN, SEQUENTIAL, MODULE_LIST, MODULE_DICT, PARAMETER_LIST, PARAMETER_DICT, SUBGRAPH, LEAF)
 
 _CONTAINER_KINDS = {
     "torch.nn.modules.container.Sequential": SEQUENTIAL,
@@ -61,13 +62,17 @@ class Module:
     - ``children``: ``(local name, ModuleId)`` pairs in registration order;
     - ``graphs``: the distinct graphs its calls run (empty: never called, a plain holder). A
       ``call_module`` node whose target is ``path@k`` runs ``graphs[k]``; a bare ``path`` runs
-      ``graphs[0]``.
+      ``graphs[0]``;
+    - ``leaf``: for kind ``leaf``, the original module object (an ``ir.state.Opaque``), held by
+      reference and never written; ``lower`` builds a copy of it without its parameters, buffers
+      and submodules, which come from the Program's state and module table.
     """
 
     type_name: str | None = None
     kind: str = PLAIN
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
+    leaf: Any = None
     _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
@@ -95,6 +100,7 @@ class Module:
             get("kind", self.kind),
             get("children", self.children),
             get("graphs", self.graphs),
+            get("leaf", self.leaf),
         )
 
     def with_child(self, name: str, mid: ModuleId) -> Module:
@@ -106,4 +112,4 @@ class Module:
         return attrs.evolve(self, children=kids)
 
 
-_FIELDS = frozenset(("type_name", "kind", "children", "graphs"))
+_FIELDS = frozenset(("type_name", "kind", "children", "graphs", "leaf"))

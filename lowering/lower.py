@@ -14,13 +14,14 @@ from ir import signature as sg
 from ir import state as st
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
-from ir.module import Module, ModuleId, split_call_target
+from ir.module import LEAF, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
+from lowering.leaf import leaf_copy
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
@@ -74,6 +75,8 @@ def lower(
 
 
 def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> torch.nn.Module:
+    if mod.kind == LEAF:
+        return leaf_copy(mod.leaf.value)
     if not mod.graphs:
         return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name)
     codes = []
@@ -226,6 +229,8 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
     the root's tree as checked (see ``lowering/tree_watch.py``). Leaves the root without direct
     code when some state read cannot be located on the built modules."""
     table = program.module_table()
+    if any(table[mid].kind == LEAF for mid in objects):
+        return  # direct code calls lowered modules only: with leaves, run module by module
     for mid, obj in objects.items():
         mod = table[mid]
         if mid == program.root:

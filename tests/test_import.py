@@ -166,10 +166,12 @@ def test_import_graph_module_keeps_tags_and_state():
     assert all(getattr(n, "tag") for n in gm.graph.nodes)  # the input is untouched
 
 
-def test_import_graph_module_rejects_leaf_module_calls():
+def test_import_graph_module_keeps_leaf_module_calls():  # more in tests/test_split_gm.py
     gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2)))
-    with pytest.raises(UnsupportedProgramError, match="calls module '0'"):
-        import_graph_module(gm)
+    program = import_graph_module(gm)
+    assert program.modules[program.resolve("0")].kind == "leaf"
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(lower(program)(x), gm(x))
 def test_corrupt_signature_names_the_placeholder():
     program = import_ep(zoo.export_case(zoo.CASES["mlp_nested"]))
     from ir.import_ep import _check_signature_matches_graph

@@ -17,14 +17,16 @@ import logging
 import operator
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
+import attrs
 import torch
 from pyrsistent import pmap
 
-from ir.args import Ref, ref
+from ir.args import map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.module import SUBGRAPH, Module, ModuleId
+from ir.module import LEAF, SUBGRAPH, Module, ModuleId
 from ir.names import Names, fresh_name
 from ir.node import (
     CALL_FUNCTION,
@@ -133,13 +135,20 @@ class _TagSplit:
         self.tag_of = tag_of
         self.return_tuple = return_tuple
         self.fqn_mapping: dict[str, str] = {}
+        self.root_attrs: dict[str, str] = {}  # root get_attr node -> the attribute it reads
         root = program.root_module
-        if root.graph is None or any(n.op == CALL_MODULE for n in root.graph.nodes):
+        if root.graph is None or any(
+            n.op == CALL_MODULE and not self._is_leaf(n.target) for n in root.graph.nodes
+        ):
             raise PassError(
                 "split_by_tags expects a flat program (as imported, before outline): its root "
-                "graph must not call modules"
+                "graph may call leaf modules only"
             )
         self.graph = root.graph
+
+    def _is_leaf(self, target: str) -> bool:
+        mid = self.p.resolve(target)
+        return mid is not None and self.p.modules[mid].kind == LEAF
 
     # --- 1. which child each node goes to ------------------------------------------------------
 
@@ -180,6 +189,7 @@ class _TagSplit:
         rest = [n for n in nodes[:-1] if n.op != PLACEHOLDER]
         # stable: within a tag the original order; get_attr first (it is only ever copied)
         rest.sort(key=lambda n: part.get(n.name, -1))
+        rest = [_stand_in(n) if n.op == CALL_MODULE else n for n in rest]
         graph = Graph(tuple(placeholders + rest + [nodes[-1]]))
         root = p.root_module
         kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
@@ -214,12 +224,16 @@ class _TagSplit:
             self._runs(part), frames_of, copied=lambda n: n.op == GET_ATTR
         )
         graphs = {
-            name: outlined.modules[name].graphs[0]
+            name: _restore_leaf_calls(outlined.modules[name].graphs[0])
             for name in self.names
             if name in outlined.modules and outlined.modules[name].graphs
         }
-        root_graph, graphs = self._shape_returns(outlined.root_module.graph, graphs, part)
-        return self._place(outlined, root_graph, graphs)
+        for name in self.names:
+            graphs.setdefault(name, Graph((Node(OUTPUT, "output", "output", ((),)),)))
+        first = self._first_reads(part)
+        for name in self.names:
+            graphs[name] = self._order_returns(graphs[name], first)
+        return self._place(outlined, self._root_graph(graphs), graphs)
 
     # --- 3. outputs in torch's order, tuples where asked, calls of empty tags -------------------
 
@@ -237,40 +251,9 @@ class _TagSplit:
                     first.setdefault(r.name, (k, j))
         return first
 
-    def _shape_returns(
-        self, root: Graph, graphs: dict[str, Graph], part: dict[str, int]
-    ) -> tuple[Graph, dict[str, Graph]]:
-        first = self._first_reads(part)
-        taken = Names(n.name for n in root.nodes)
-        calls = {n.name for n in root.nodes if n.op == CALL_MODULE}
-        pending = [name for name in self.names if name not in graphs]
-        for name in pending:
-            graphs[name] = Graph((Node(OUTPUT, "output", "output", ((),)),))
-        order = {name: i for i, name in enumerate(self.names)}
-        body: list[Node] = []
-
-        def flush(before: int) -> None:
-            while pending and order[pending[0]] < before:
-                name = pending.pop(0)
-                body.append(Node(CALL_MODULE, fresh_name(name, taken), name, ()))
-
-        for node in root.nodes:
-            if _reads_call(node, calls):
-                continue  # re-made below, in the new order
-            if node.op == CALL_MODULE:
-                flush(order[node.target])
-                body.extend(self._reshape_call(node, graphs, first, taken))
-                continue
-            if node.op != PLACEHOLDER:
-                flush(len(order))
-            body.append(node)
-        return Graph(tuple(body)), graphs
-
-    def _reshape_call(
-        self, call: Node, graphs: dict[str, Graph], first: dict[str, tuple[int, int]], taken: set
-    ) -> list[Node]:
-        name = call.target
-        graph = graphs[name]
+    def _order_returns(self, graph: Graph, first: dict[str, tuple[int, int]]) -> Graph:
+        """The child returns the values others read in the order first read (torch's
+        ``used_in_main`` order), as a tuple unless it is one value (and not ``return_tuple``)."""
         returned = graph.outputs
         values = [r.name for r in (returned if type(returned) is tuple else (returned,))]
         position = {v: i for i, v in enumerate(values)}
@@ -278,80 +261,154 @@ class _TagSplit:
         as_tuple = self.return_tuple or len(values) != 1
         out = graph.output_node
         new_out = out.replace(args=(tuple(map(ref, values)) if as_tuple else ref(values[0]),))
-        graphs[name] = Graph(graph.nodes[:-1] + (new_out,))
-        if not as_tuple:
-            return [call]
-        if call.name in position:  # was a single value, named after it: name the call afresh
-            call = call.replace(name=fresh_name(name, taken))
-        made = [call]
-        for i, v in enumerate(values):
-            made.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(call.name), i)))
-        return made
+        return Graph(graph.nodes[:-1] + (new_out,))
+
+    def _root_graph(self, graphs: dict[str, Graph]) -> Graph:
+        """The root as torch builds it: every placeholder, a ``get_attr`` per attribute the
+        output reads, then one call per tag in order (named after the tag) and a ``getitem``
+        per value of a tuple it returns, then the output."""
+        nodes = self.graph.nodes
+        body = [n for n in nodes if n.op == PLACEHOLDER]
+        taken = Names(n.name for n in body)
+        renamed: dict[str, str] = {n.name: n.name for n in body}
+        by_name = self.graph.by_name()
+        output = nodes[-1]
+        for r in output.inputs():
+            node = by_name[r.name]
+            if node.op == GET_ATTR:
+                made = Node(GET_ATTR, fresh_name(r.name, taken), node.target, (), meta=node.meta)
+                self.root_attrs[made.name] = r.name
+                renamed[r.name] = made.name
+                body.append(made)
+        for name in self.names:
+            graph = graphs[name]
+            args = tuple(ref(renamed[p.name]) for p in graph.placeholders)
+            call = Node(CALL_MODULE, fresh_name(name, taken), name, args)
+            body.append(call)
+            returned = graph.outputs
+            if type(returned) is not tuple:
+                renamed[returned.name] = call.name
+                continue
+            for i, value in enumerate(returned):
+                item = Node(CALL_FUNCTION, fresh_name("getitem", taken), operator.getitem,
+                            (call.ref, i))
+                renamed[value.name] = item.name
+                body.append(item)
+        body.append(output.replace(args=_renamed(output.args, renamed)))
+        self.renamed = renamed
+        return Graph(tuple(body))
 
     # --- 4. state and module table ---------------------------------------------------------------
 
     def _place(self, outlined: Program, root_graph: Graph, graphs: dict[str, Graph]) -> Program:
+        """State and modules as torch's ``GraphModule`` registers them: each child holds what it
+        reads at ``<tag>.<path>`` (a called leaf module whole, at its path), the root holds the
+        attributes its output reads under the name of the node that read them."""
         p = self.p
         state: dict[str, Slot] = {}
-        modules: dict[ModuleId, Module] = {}
+        kids_of: dict[ModuleId, dict[str, ModuleId]] = {"": {}}
 
         def hold(fqn: str, slot: Slot) -> None:
             if fqn in state and state[fqn] != slot:
                 raise PassError(f"split_by_tags would register two values at {fqn!r}")
             state[fqn] = slot
 
+        for name in self.names:
+            kids_of[""][name] = name
+            kids_of[name] = {}
         for spec in p.signature.inputs:  # state an exported program passes in stays at the root
             if spec.kind in STATE_INPUT_KINDS and spec.target in p.state:
                 hold(spec.target, p.state[spec.target])
-        root_kids: list[tuple[str, ModuleId]] = [(name, name) for name in self.names]
+                self._attach("", spec.target, kids_of)
         root_nodes = []
         for node in root_graph.nodes:
             if node.op == GET_ATTR and node.target in p.state:
-                if node.name in self.names:
+                attribute = self.root_attrs[node.name]
+                if attribute in self.names:
                     raise PassError(
-                        f"the output reads attribute {node.target!r} as %{node.name}, which the "
-                        f"root would hold next to the child of tag {node.name!r}"
+                        f"the output reads attribute {node.target!r} as %{attribute}, which the "
+                        f"root would hold next to the child of tag {attribute!r}"
                     )
-                hold(node.name, self._held(p.state[node.target]))
-                node = node.replace(target=node.name)
+                hold(attribute, self._held(p.state[node.target]))
+                node = node.replace(target=attribute)
             elif node.op == GET_ATTR:
-                self._add_subgraph(root_kids, node.target)
+                kids_of[""][node.target] = self._subgraph(node.target)
             root_nodes.append(node)
-        for fqn in list(state):
-            if fqn.split(".")[0] in self.names and "." in fqn:
-                raise PassError(f"tag {fqn.split('.')[0]!r} is also the owner of state {fqn!r}")
-            self._add_holders("", fqn, root_kids, modules)
-        modules[p.root] = p.root_module.replace(
-            children=tuple(dict.fromkeys(root_kids)), graphs=(Graph(tuple(root_nodes)),)
-        )
         for name in self.names:
-            graph = graphs[name]
-            kids: list[tuple[str, ModuleId]] = []
-            for node in graph.nodes:
-                if node.op != GET_ATTR:
-                    continue
-                self.fqn_mapping[node.target] = f"{name}.{node.target}"
-                if node.target in p.state:
-                    hold(f"{name}.{node.target}", self._held(p.state[node.target]))
-                    self._add_holders(name, node.target, kids, modules)
-                else:
-                    self._add_subgraph(kids, node.target)
-            module = outlined.modules.get(name) or Module()
-            modules[name] = module.replace(children=tuple(dict.fromkeys(kids)), graphs=(graph,))
+            self._place_child(name, graphs[name], hold, kids_of)
+        modules: dict[ModuleId, Module] = {}
+        for mid, kids in kids_of.items():
+            if mid == "":
+                base = p.root_module.replace(graphs=(Graph(tuple(root_nodes)),))
+            elif mid in graphs:
+                base = (outlined.modules.get(mid) or Module()).replace(graphs=(graphs[mid],))
+            else:
+                base = Module()
+            modules[mid or p.root] = base.replace(children=tuple(kids.items()))
         table = {
-            mid: modules.get(mid) or outlined.modules[mid]
-            for mid in _reachable(modules, outlined, p.root)
+            mid: modules.get(mid) or outlined.modules.get(mid) or p.modules[mid]
+            for mid in reachable_modules(
+                lambda m: modules.get(m) or outlined.modules.get(m) or p.modules[m], p.root
+            )
         }
-        order = tuple(state)
         keys = dict.fromkeys(s.tensor for s in state.values())
+        outputs = tuple(
+            attrs.evolve(spec, name=self.renamed.get(spec.name, spec.name))
+            for spec in p.signature.outputs
+        )
         return p.replace(
+            signature=attrs.evolve(p.signature, outputs=outputs),
             modules=pmap(table),
             state=pmap(state),
-            state_order=order,
+            state_order=tuple(state),
             tensors=pmap({k: p.tensors[k] for k in keys}),
             call_signatures=outlined.call_signatures,
             call_order=outlined.call_order,
         )
+
+    def _place_child(
+        self,
+        name: str,
+        graph: Graph,
+        hold: Callable[[str, Slot], None],
+        kids_of: dict[ModuleId, dict[str, ModuleId]],
+    ) -> None:
+        """Modules and state of the child of tag ``name``: paths in first-use order; a called
+        leaf's state first, in the leaf's own order, then the attributes read (torch registers
+        these on holders in node order, and a leaf is the original module object)."""
+        p = self.p
+        for node in graph.nodes:
+            if node.op == CALL_MODULE:
+                self.fqn_mapping[node.target] = f"{name}.{node.target}"
+                self._attach(name, node.target, kids_of, p.resolve(node.target))
+            elif node.op == GET_ATTR:
+                self.fqn_mapping[node.target] = f"{name}.{node.target}"
+                if node.target in p.state:
+                    self._attach(name, node.target, kids_of)
+                else:
+                    kids_of[name][node.target] = self._subgraph(node.target)
+        for node in graph.nodes:
+            if node.op == CALL_MODULE:
+                for fqn in self._leaf_state().get(node.target, ()):
+                    hold(f"{name}.{fqn}", p.state[fqn])
+        for node in graph.nodes:
+            if node.op == GET_ATTR and node.target in p.state:
+                hold(f"{name}.{node.target}", self._held(p.state[node.target]))
+
+    def _leaf_state(self) -> dict[str, list[str]]:
+        """For each leaf module's path, the state fqns at and below it (in state order)."""
+        found = self.__dict__.get("_leaf_state_index")
+        if found is None:
+            found = {}
+            for fqn in self.p.state_order:
+                parts = fqn.split(".")
+                for k in range(1, len(parts)):
+                    path = ".".join(parts[:k])
+                    if self._is_leaf(path):
+                        found.setdefault(path, []).append(fqn)
+                        break
+            self.__dict__["_leaf_state_index"] = found
+        return found
 
     def _held(self, slot: Slot) -> Slot:
         """How torch's ``GraphModule`` registers a copied attribute: tensors that are not
@@ -364,41 +421,61 @@ class _TagSplit:
         return slot
 
     @staticmethod
-    def _add_holders(
-        owner: str, fqn: str, kids: list[tuple[str, ModuleId]], modules: dict[ModuleId, Module]
+    def _attach(
+        owner: ModuleId,
+        path: str,
+        kids_of: dict[ModuleId, dict[str, ModuleId]],
+        leaf: ModuleId | None = None,
     ) -> None:
-        """Create the holder modules between ``owner`` and the attribute ``fqn`` below it."""
-        parts = fqn.split(".")[:-1]
-        if not parts:
-            return
-        prefix = f"{owner}." if owner else ""
-        path = f"{prefix}{parts[0]}"
-        kids.append((parts[0], path))
-        modules.setdefault(path, Module())
-        for part in parts[1:]:
-            child = f"{path}.{part}"
-            if modules[path].child(part) is None:
-                modules[path] = modules[path].with_child(part, child)
-            modules.setdefault(child, Module())
-            path = child
+        """Holders from ``owner`` down to the module that owns the last name of ``path``; with
+        ``leaf``, that name becomes the leaf module (in place of a holder made before). Below a
+        leaf nothing is made: the leaf holds it already."""
+        *parents, last = path.split(".")
+        here = owner
+        for part in parents:
+            mid = kids_of[here].get(part)
+            if mid is not None and mid not in kids_of:
+                return  # a leaf module
+            if mid is None:
+                mid = f"{here}.{part}" if here else part
+                kids_of[here][part] = mid
+                kids_of[mid] = {}
+            here = mid
+        if leaf is not None:
+            kids_of[here][last] = leaf
 
-    def _add_subgraph(self, kids: list, target: str) -> None:
+    def _subgraph(self, target: str) -> ModuleId:
         mid = self.p.resolve(target)
         if mid is None or "." in target:
             raise PassError(f"get_attr {target!r} reads neither state nor a subgraph module")
-        kids.append((target, mid))
+        return mid
 
 
-def _reads_call(node: Node, calls: set[str]) -> bool:
-    """Is ``node`` outline's ``getitem`` of the result of one of the ``calls``?"""
-    if node.op != CALL_FUNCTION or node.target is not operator.getitem or not node.args:
-        return False
-    return type(node.args[0]) is Ref and node.args[0].name in calls
+@attrs.frozen
+class _LeafCall:
+    """Stands for ``call_module[path]`` of a leaf while the outliner runs (it outlines graphs of
+    functions only); ``_restore_leaf_calls`` turns it back."""
+
+    path: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # never run: the outliner only moves it
+        raise PassError(f"the stand-in for the call of leaf module {self.path!r} was run")
 
 
-def _reachable(modules: dict, outlined: Program, root: ModuleId) -> list[ModuleId]:
-    """Module ids reachable from ``root``: new modules first, else the outlined program's."""
-    return reachable_modules(lambda mid: modules.get(mid) or outlined.modules[mid], root)
+def _stand_in(node: Node) -> Node:
+    return node.replace(op=CALL_FUNCTION, target=_LeafCall(node.target))
+
+
+def _restore_leaf_calls(graph: Graph) -> Graph:
+    nodes = tuple(
+        n.replace(op=CALL_MODULE, target=n.target.path) if type(n.target) is _LeafCall else n
+        for n in graph.nodes
+    )
+    return graph if all(a is b for a, b in zip(nodes, graph.nodes)) else Graph(nodes)
+
+
+def _renamed(tree: Any, names: dict[str, str]) -> Any:
+    return map_refs(tree, lambda r: ref(names[r.name]))
 
 
 # --- moving non-tensor values off the boundaries -----------------------------------------------

@@ -1,0 +1,287 @@
+"""``split_by_tags`` on ``torch.fx.symbolic_trace``d module hierarchies, against torch's.
+
+These graphs are what torch's ``split_utils.split_by_tags`` is mostly used on: leaf modules
+(``Linear``, ``Conv1d``, ``ReLU``, a ``Sequential``'s members) are ``call_module`` nodes, state is
+read by ``get_attr`` of nested attributes (``child.w``, ``lin.bias``), ``call_method`` nodes
+(``.relu()``, ``.size()``, ``.view``) and non-tensor values (sizes, ints) cross tag boundaries.
+On hypothesis-generated hierarchies with random tags, ``lower(split_by_tags(import_graph_module
+(gm), tags))`` must compute what torch's split computes, with the same children (names, order,
+placeholders, outputs, which nodes each holds), the same state and module paths, the same root
+graph and the same fqn mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import operator
+
+import torch
+import torch.fx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.fx.passes import split_utils
+from torch.fx.passes.shape_prop import ShapeProp
+
+from ir import import_graph_module, verify
+from lowering import lower
+from transforms import move_non_tensor_nodes_on_boundary, split_by_tags
+
+SHAPE = (2, 4, 4)
+_TAG_NAMES = ["a", "main", "ro", "t3"]
+
+# --- a hypothesis strategy for traced module hierarchies -----------------------------------------
+
+# (op, argument kinds, result kind); kinds: t tensor of SHAPE, s torch.Size, i int
+_OPS = [
+    ("lin", "t", "t"),  # self.lin(t): call_module
+    ("conv", "t", "t"),  # self.conv(t): call_module
+    ("act", "t", "t"),  # self.act(t): call_module ReLU
+    ("layer", "t", "t"),  # self.layers[k](t): call_module layers.k
+    ("again", "t", "t"),  # self.again(t): the same Linear as self.lin, under a second name
+    ("child", "t", "t"),  # self.child(t): traced through
+    ("param", "t", "t"),  # t * self.w: get_attr
+    ("buffer", "t", "t"),  # t + self.b: get_attr of a buffer
+    ("leaf_attr", "t", "t"),  # t + self.lin.bias: get_attr of a leaf's parameter
+    ("relu", "t", "t"),  # t.relu(): call_method
+    ("neg", "t", "t"),  # t.neg(): call_method
+    ("tanh", "t", "t"),  # torch.tanh(t)
+    ("add", "tt", "t"),  # torch.add
+    ("mul", "tt", "t"),  # operator.mul
+    ("size", "t", "s"),  # t.size(): call_method, not a tensor
+    ("dim", "s", "i"),  # s[1] or s[2]: getitem, an int
+    ("view", "ts", "t"),  # t.view(s)
+    ("reshape", "ti", "t"),  # t.reshape(-1, i, 4)
+    ("scale", "ti", "t"),  # t * i
+]
+
+
+class _Block(torch.nn.Module):
+    """A module that runs ``recipe``: rows ``(op, operand indices, literal)`` over its values,
+    the inputs first; it returns the values at ``outputs``."""
+
+    def __init__(self, recipe: list, child: _Block | None, n_inputs: int, outputs: list, seed: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.recipe = recipe
+        self.n_inputs = n_inputs
+        self.outputs = outputs
+        self.lin = torch.nn.Linear(4, 4)
+        self.conv = torch.nn.Conv1d(4, 4, 1)
+        self.act = torch.nn.ReLU()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4, bias=False)
+        )
+        self.again = self.lin
+        self.w = torch.nn.Parameter(torch.randn(4, generator=gen))
+        self.register_buffer("b", torch.randn(4, generator=gen))
+        if child is not None:
+            self.child = child
+        with torch.no_grad():
+            for p in self.parameters(recurse=False):
+                p.copy_(torch.randn(p.shape, generator=gen))
+
+    def forward(self, x, y=None):
+        values = [x, y][: self.n_inputs]
+        for op, picks, literal in self.recipe:
+            args = [values[k] for k in picks]
+            values.append(self._run(op, args, literal))
+        picked = [values[k] for k in self.outputs]
+        return picked[0] if len(picked) == 1 else tuple(picked)
+
+    def _run(self, op: str, args: list, literal: int | None):
+        a = args[0]
+        if op in ("lin", "conv", "act", "again"):
+            return getattr(self, op)(a)
+        if op == "layer":
+            return self.layers[literal](a)
+        if op == "child":
+            return self.child(a)
+        if op == "param":
+            return a * self.w
+        if op == "buffer":
+            return a + self.b
+        if op == "leaf_attr":
+            return a + self.lin.bias
+        if op in ("relu", "neg"):
+            return getattr(a, op)()
+        if op == "tanh":
+            return torch.tanh(a)
+        if op == "add":
+            return torch.add(a, args[1])
+        if op == "mul":
+            return operator.mul(a, args[1])
+        if op == "size":
+            return a.size()
+        if op == "dim":
+            return a[literal]
+        if op == "view":
+            return a.view(args[1])
+        if op == "reshape":
+            return a.reshape(-1, args[1], 4)
+        return a * args[1]
+
+
+@st.composite
+def _recipes(draw, n_inputs: int, has_child: bool, max_ops: int):
+    """``(recipe, outputs)``: ops over ``n_inputs`` tensors; outputs are tensor indices (and
+    sometimes a size). Shrinks towards fewer ops and the first rows of ``_OPS``."""
+    kinds = ["t"] * n_inputs
+    recipe = []
+    for _ in range(draw(st.integers(1, max_ops))):
+        usable = [
+            row for row in _OPS
+            if (has_child or row[0] != "child") and all(k in kinds for k in row[1])
+        ]
+        op, needs, result = draw(st.sampled_from(usable))
+        picks = [draw(st.sampled_from([i for i, k in enumerate(kinds) if k == kind])) for kind in needs]
+        literal = None
+        if op == "layer":
+            literal = draw(st.integers(0, 2))  # which member of the Sequential
+        elif op == "dim":
+            literal = draw(st.integers(1, 2))  # both are 4, so reshape(-1, i, 4) fits
+        recipe.append((op, picks, literal))
+        kinds.append(result)
+    tensors = [i for i, k in enumerate(kinds) if k == "t"]
+    outputs = draw(st.lists(st.sampled_from(tensors), min_size=1, max_size=3))
+    if "s" in kinds and draw(st.integers(0, 3)) == 0:
+        outputs.append(kinds.index("s"))
+    return recipe, outputs
+
+
+@st.composite
+def traced_hierarchies(draw, *, ordered: bool = True, max_ops: int = 8):
+    """``(gm, tags, inputs)``: a ``symbolic_trace``d hierarchy of up to three nested ``_Block``s
+    (root takes two tensors, each child one), with every ``call_*`` node tagged at random.
+
+    With ``ordered`` no node gets a tag earlier than the tags of the nodes it reads (torch's
+    requirement). Shrinks towards fewer blocks, fewer ops, the first rows of ``_OPS``, fewer
+    tags and the first tag.
+    """
+    depth = draw(st.integers(0, 2))
+    child = None
+    for level in range(depth, 0, -1):
+        recipe, outputs = draw(_recipes(1, child is not None, max_ops))
+        outputs = [o for o in outputs if o == 0 or recipe[o - 1][0] != "size"] or [0]
+        child = _Block(recipe, child, 1, outputs[:1], seed=level)
+    recipe, outputs = draw(_recipes(2, child is not None, max_ops))
+    root = _Block(recipe, child, 2, outputs, seed=0)
+    gm = torch.fx.symbolic_trace(root)
+    n_tags = draw(st.integers(1, 4))
+    names = _TAG_NAMES[:n_tags]
+    tag_of: dict[torch.fx.Node, int] = {}
+    for node in gm.graph.nodes:
+        if not node.op.startswith("call"):
+            continue
+        lo = max((tag_of.get(a, 0) for a in node.all_input_nodes), default=0) if ordered else 0
+        tag_of[node] = draw(st.integers(lo, n_tags - 1))
+        node.tag = names[tag_of[node]]
+    order = names if ordered else draw(st.permutations(names))
+    gen = torch.Generator().manual_seed(1)
+    inputs = tuple(torch.randn(SHAPE, generator=gen) for _ in range(2))
+    return gm, list(order), inputs
+
+
+# --- comparing with torch --------------------------------------------------------------------------
+
+
+def _same(a, b) -> None:
+    assert torch.utils._pytree.tree_structure(a) == torch.utils._pytree.tree_structure(b)
+    for x, y in zip(torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b)):
+        if isinstance(x, torch.Tensor):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+        else:
+            assert x == y
+
+
+def _shape_of(graph: torch.fx.Graph) -> list[tuple]:
+    """Each node as ``(op, name, target)`` (targets of functions by identity, the rest as text),
+    placeholders first: torch makes a child's placeholders where they are first read, between
+    other nodes, while purefx graphs keep them first (in the same order)."""
+    nodes = sorted(graph.nodes, key=lambda n: n.op != "placeholder")
+    return [(n.op, n.name, n.target if callable(n.target) else str(n.target)) for n in nodes]
+
+
+def _versions(gm: torch.nn.Module) -> dict[str, int]:
+    return {k: v._version for k, v in gm.state_dict(keep_vars=True).items()}
+
+
+def differences(gm, tags, inputs, return_tuple: bool = False) -> list[str]:
+    """What purefx's split of ``gm`` does differently from torch's (empty: they agree)."""
+    found: list[str] = []
+    expected, expected_map = split_utils.split_by_tags(
+        gm, tags, return_fqn_mapping=True, return_tuple=return_tuple
+    )
+    code, versions = gm.code, _versions(gm)
+    try:
+        split, mapping = split_by_tags(
+            import_graph_module(gm), tags, return_tuple=return_tuple, return_fqn_mapping=True
+        )
+        verify(split)
+        got = lower(split)
+        out = got(*inputs)
+    except Exception as error:  # noqa: BLE001 - reported as a difference
+        return [f"raised {type(error).__name__}: {error}"]
+    if gm.code != code or _versions(gm) != versions:
+        found.append("changed the GraphModule")
+    try:
+        _same(out, expected(*inputs))
+    except AssertionError as error:
+        found.append(f"outputs differ: {error}")
+    if mapping != expected_map:
+        found.append(f"fqn mapping {mapping} != {expected_map}")
+    if _shape_of(got.graph) != _shape_of(expected.graph):
+        found.append(f"root graph {_shape_of(got.graph)} != {_shape_of(expected.graph)}")
+    for what in ("named_modules", "named_parameters", "named_buffers"):
+        mine = [n for n, _ in getattr(got, what)(remove_duplicate=False)]
+        theirs = [n for n, _ in getattr(expected, what)(remove_duplicate=False)]
+        if mine != theirs:
+            found.append(f"{what} {mine} != {theirs}")
+    for name in tags:
+        mine, theirs = getattr(got, name).graph, getattr(expected, name).graph
+        if _shape_of(mine) != _shape_of(theirs):
+            found.append(f"child {name}: {_shape_of(mine)} != {_shape_of(theirs)}")
+    return found
+
+
+# --- parity on generated hierarchies ---------------------------------------------------------------
+
+
+@settings(max_examples=60)
+@given(traced_hierarchies(), st.booleans())
+def test_split_of_traced_hierarchies_agrees_with_torch(case, return_tuple):
+    gm, tags, inputs = case
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        found = differences(gm, tags, inputs, return_tuple)
+    assert found == []
+    assert out.getvalue() == ""
+
+
+@settings(max_examples=25)
+@given(traced_hierarchies(), st.data())
+def test_move_non_tensor_nodes_on_traced_hierarchies_agrees_with_torch(case, data):
+    from torch.fx.passes.splitter_base import Subgraph
+
+    gm, tags, inputs = case
+    ShapeProp(gm).propagate(*inputs)
+    acc = data.draw(st.lists(st.booleans(), min_size=len(tags), max_size=len(tags)))
+    moved = move_non_tensor_nodes_on_boundary(
+        import_graph_module(gm), tags, movable=dict(zip(tags, acc)).__getitem__
+    )
+    by_tag = {t: [] for t in tags}
+    for node in gm.graph.nodes:
+        if node.op.startswith("call"):
+            by_tag[node.tag].append(node)
+    subgraphs = [Subgraph(is_acc=a, nodes=by_tag[t]) for t, a in zip(tags, acc)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        split_utils.move_non_tensor_nodes_on_boundary(subgraphs)
+    expected = {n.name: tags[i] for i, s in enumerate(subgraphs) for n in s.nodes}
+    got = {n.name: n.meta.get("tag") for n in moved.root_module.graph.nodes if n.name in expected}
+    assert got == expected
+    retagged = copy.deepcopy(gm)
+    for node in retagged.graph.nodes:
+        if node.name in expected:
+            node.tag = expected[node.name]
+    assert differences(retagged, tags, inputs) == []
