@@ -99,6 +99,7 @@ def program_key(program: Program) -> tuple:
                 mod.kind,
                 tuple(name for name, _ in mod.children),
                 tuple(graph_key(g) for g in mod.graphs),
+                mod.leaf,
             )
         )
     tensor_groups: dict[str, int] = {}

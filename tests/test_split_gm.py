@@ -17,6 +17,7 @@ import copy
 import io
 import operator
 
+import pytest
 import torch
 import torch.fx
 from hypothesis import given, settings
@@ -24,9 +25,11 @@ from hypothesis import strategies as st
 from torch.fx.passes import split_utils
 from torch.fx.passes.shape_prop import ShapeProp
 
-from ir import import_graph_module, verify
+from ir import PassError, format_graph, format_program, import_graph_module, verify
+from ir.module import LEAF
 from lowering import lower
 from transforms import move_non_tensor_nodes_on_boundary, split_by_tags
+from transforms.laws import check_laws
 
 SHAPE = (2, 4, 4)
 _TAG_NAMES = ["a", "main", "ro", "t3"]
@@ -245,6 +248,152 @@ def differences(gm, tags, inputs, return_tuple: bool = False) -> list[str]:
     return found
 
 
+# --- Before / Expected ----------------------------------------------------------------------------
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4)
+        )
+        self.scale = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        h = self.layers[0](x)
+        n = h.size(1)  # an int that crosses from tag a to tag b
+        h = self.layers[1](h) * self.scale
+        return self.layers[2](h).view(-1, n), self.layers[0].bias
+
+
+def _net_tagged() -> torch.fx.GraphModule:
+    gm = torch.fx.symbolic_trace(_Net())
+    tags = {"layers_0": "a", "size": "a"}
+    for node in gm.graph.nodes:
+        if node.op.startswith("call"):
+            node.tag = tags.get(node.name, "b")
+    return gm
+
+
+def test_import_keeps_leaf_modules_as_called():
+    program = import_graph_module(_net_tagged())
+    verify(program)
+    assert format_graph(program.root_module.graph) == """\
+%x = placeholder
+%layers_0 = call_module[layers.0](%x)
+%size = call_method[size](%layers_0, 1)
+%layers_1 = call_module[layers.1](%layers_0)
+%scale = get_attr[scale]()
+%mul = call_function[_operator.mul](%layers_1, %scale)
+%layers_2 = call_module[layers.2](%mul)
+%view = call_method[view](%layers_2, -1, %size)
+%layers_0_bias = get_attr[layers.0.bias]()
+return (%view, %layers_0_bias)"""
+    assert list(program.state_order) == [
+        "layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias", "scale",
+    ]
+    kinds = {path: program.modules[mid].kind for path, mid in program.walk()}
+    assert kinds == {
+        "": "module", "layers": "module", "layers.0": LEAF, "layers.1": LEAF, "layers.2": LEAF,
+    }
+
+
+def test_split_by_tags_of_a_traced_module():
+    gm = _net_tagged()
+    split, mapping = split_by_tags(import_graph_module(gm), ["a", "b"], return_fqn_mapping=True)
+    verify(split)
+    assert format_graph(split.root_module.graph) == """\
+%x = placeholder
+%layers_0_bias = get_attr[layers_0_bias]()
+%a = call_module[a](%x)
+%getitem = call_function[_operator.getitem](%a, 0)
+%getitem_1 = call_function[_operator.getitem](%a, 1)
+%b = call_module[b](%getitem, %getitem_1)
+return (%b, %layers_0_bias)"""
+    assert format_graph(split.modules["a"].graph) == """\
+%x = placeholder
+%layers_0 = call_module[layers.0](%x)
+%size = call_method[size](%layers_0, 1)
+return (%layers_0, %size)"""
+    assert format_graph(split.modules["b"].graph) == """\
+%layers_0 = placeholder
+%size = placeholder
+%layers_1 = call_module[layers.1](%layers_0)
+%scale = get_attr[scale]()
+%mul = call_function[_operator.mul](%layers_1, %scale)
+%layers_2 = call_module[layers.2](%mul)
+%view = call_method[view](%layers_2, -1, %size)
+return %view"""
+    assert """\
+  state:
+    layers_0_bias: parameter <Parameter (4,) torch.float32> = layers.0.bias requires_grad
+    a.layers.0.weight: parameter <Parameter (4, 4) torch.float32> = layers.0.weight requires_grad
+    a.layers.0.bias: parameter <Parameter (4,) torch.float32> = layers.0.bias requires_grad
+    b.layers.2.weight: parameter <Parameter (4, 4) torch.float32> = layers.2.weight requires_grad
+    b.layers.2.bias: parameter <Parameter (4,) torch.float32> = layers.2.bias requires_grad
+    b.scale: parameter <Parameter (4,) torch.float32> = scale requires_grad""" in format_program(
+        split
+    )
+    assert mapping == {
+        "layers.0": "a.layers.0", "layers.1": "b.layers.1", "scale": "b.scale",
+        "layers.2": "b.layers.2",
+    }
+    assert differences(gm, ["a", "b"], (torch.randn(2, 4),)) == []
+
+
+def test_lowered_leaves_are_copies_tied_like_the_original():
+    gm = _net_tagged()
+    got = lower(split_by_tags(import_graph_module(gm), ["a", "b"]))
+    leaf, original = got.get_submodule("a.layers.0"), gm.get_submodule("layers.0")
+    version = original.weight._version
+    assert type(leaf) is torch.nn.Linear and leaf is not original
+    assert leaf.weight is not original.weight
+    assert got.layers_0_bias is leaf.bias  # one tensor, as torch's split keeps one object
+    with torch.no_grad():
+        leaf.weight.add_(1.0)
+    assert not torch.equal(leaf.weight, original.weight)  # the original is untouched
+    assert original.weight._version == version
+
+
+def test_leaf_with_submodules_and_tuple_result():
+    class Attend(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(4, 2, batch_first=True)
+            self.lin = torch.nn.Linear(4, 4, bias=False)
+
+        def forward(self, x):
+            out, _ = self.attn(x, x, x)
+            return self.lin(out).relu()
+
+    gm = torch.fx.symbolic_trace(Attend().eval())
+    for node in gm.graph.nodes:
+        if node.op.startswith("call"):
+            node.tag = "first" if node.name in ("attn", "getitem") else "second"
+    program = import_graph_module(gm)
+    assert "attn.out_proj.weight" in program.state
+    assert program.modules[program.resolve("attn.out_proj")].kind == LEAF
+    assert differences(gm, ["first", "second"], (torch.randn(2, 3, 4),)) == []
+
+
+def test_tags_out_of_order_fail_like_torch():
+    gm = _net_tagged()
+    with pytest.raises(AssertionError):
+        split_utils.split_by_tags(gm, ["b", "a"])
+    with pytest.raises(PassError, match="comes later in the tags"):
+        split_by_tags(import_graph_module(gm), ["b", "a"])
+
+
+def test_move_non_tensor_nodes_moves_the_size_next_to_its_reader():
+    gm = _net_tagged()
+    ShapeProp(gm).propagate(torch.randn(2, 4))
+    moved = move_non_tensor_nodes_on_boundary(import_graph_module(gm), ["a", "b"])
+    tags = {n.name: n.meta.get("tag") for n in moved.root_module.graph.nodes}
+    assert tags["size"] == "b" and tags["layers_0"] == "a"
+    split = split_by_tags(moved, ["a", "b"])
+    assert format_graph(split.modules["a"].graph).endswith("return %layers_0")
+
+
 # --- parity on generated hierarchies ---------------------------------------------------------------
 
 
@@ -257,6 +406,23 @@ def test_split_of_traced_hierarchies_agrees_with_torch(case, return_tuple):
         found = differences(gm, tags, inputs, return_tuple)
     assert found == []
     assert out.getvalue() == ""
+    _same(lower(import_graph_module(gm))(*inputs), gm(*inputs))
+
+
+def _split_by_the_tags_used(program):
+    used = {n.meta.get("tag") for n in program.root_module.graph.nodes}
+    return split_by_tags(program, [t for t in _TAG_NAMES if t in used])
+
+
+def test_split_of_traced_hierarchies_obeys_the_laws():
+    """Purity, verify and determinism; semantics (outputs) is the parity test above: the law's
+    state comparison reads the input's fqns, which the split moves under the tags, as torch's."""
+    check_laws(
+        _split_by_the_tags_used,
+        programs=traced_hierarchies(max_ops=5).map(lambda case: import_graph_module(case[0])),
+        laws=("purity", "verify", "determinism"),
+        max_examples=15,
+    )
 
 
 @settings(max_examples=25)
