@@ -1,10 +1,18 @@
 """Leaf modules: the copy ``lower`` builds of an opaque module object that a graph calls.
 
 A leaf (``Module.kind == "leaf"``, made by ``import_graph_module`` for ``call_module`` targets)
-holds the original module object by reference. ``lower`` never hands that object out: it builds
-a copy of it *without* its parameters, buffers and submodules, then registers the Program's state
-and child modules on the copy like on any other module, so ties between a leaf's tensors and
-other state are kept and the original module and its tensors are never written.
+holds the original module object by reference. ``lower`` never hands that object out. It builds
+the copy in two steps around state registration:
+
+1. ``leaf_shell``: an object of the leaf's class with empty parameter, buffer and submodule
+   tables; ``lower`` then registers the Program's state and child modules on it like on any
+   other module (so ties between a leaf's tensors and other state are kept);
+2. ``finish_leaf``: every other attribute (sizes, flags, hooks, plain tensors, and lists that
+   refer to the module's own tensors, such as an RNN's ``_flat_weights``) is deep-copied, with
+   each reference to one of the original's parameters or buffers turned into a reference to the
+   copy's.
+
+The original module and its tensors are never written.
 """
 
 from __future__ import annotations
@@ -14,19 +22,33 @@ import copy
 import torch
 
 _TABLES = ("_parameters", "_buffers", "_modules")
+_MADE_BY_SHELL = frozenset(_TABLES + ("_non_persistent_buffers_set",))
 
 
-def leaf_copy(template: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``template`` whose parameter, buffer and submodule tables are empty but for
-    ``None`` entries (``Linear(bias=False)`` reads ``self.bias``); every other attribute (sizes,
-    flags, hooks, plain tensors) is deep-copied. O(attributes of ``template``)."""
+def leaf_shell(template: torch.nn.Module) -> torch.nn.Module:
+    """An object of ``template``'s class whose parameter, buffer and submodule tables are empty
+    but for ``None`` entries (``Linear(bias=False)`` reads ``self.bias``), without its other
+    attributes until ``finish_leaf``. O(entries of the tables)."""
     made = type(template).__new__(type(template))
-    memo: dict[int, object] = {}
-    for key, value in template.__dict__.items():
-        if key in _TABLES:
-            made.__dict__[key] = {name: None for name, v in value.items() if v is None}
-        elif key == "_non_persistent_buffers_set":
-            made.__dict__[key] = set()
-        else:
-            made.__dict__[key] = copy.deepcopy(value, memo)
+    for key in _TABLES:
+        table = template.__dict__.get(key, {})
+        made.__dict__[key] = {name: None for name, value in table.items() if value is None}
+    made.__dict__["_non_persistent_buffers_set"] = set()
     return made
+
+
+def finish_leaf(made: torch.nn.Module, template: torch.nn.Module) -> None:
+    """Deep-copy ``template``'s other attributes onto ``made`` (a ``leaf_shell`` of it with its
+    state and submodules registered), mapping the original's tensors to ``made``'s at the same
+    paths. O(attributes and tensors of the leaf's subtree)."""
+    memo: dict[int, object] = {}
+    for path, original in template.named_modules(remove_duplicate=False):
+        mine = made.get_submodule(path) if path else made
+        for table in ("_parameters", "_buffers"):
+            registered = mine.__dict__.get(table, {})
+            for name, value in original.__dict__[table].items():
+                if value is not None and registered.get(name) is not None:
+                    memo[id(value)] = registered[name]
+    for key, value in template.__dict__.items():
+        if key not in _MADE_BY_SHELL:
+            made.__dict__[key] = copy.deepcopy(value, memo)

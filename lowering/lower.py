@@ -21,7 +21,7 @@ from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
-from lowering.leaf import leaf_copy
+from lowering.leaf import finish_leaf, leaf_shell
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
@@ -65,6 +65,9 @@ def lower(
         for name, child in program.module_table()[mid].children:
             obj._modules[name] = objects[child]
     _register_state(program, objects, device, share_state)
+    for mid, obj in objects.items():
+        if program.module_table()[mid].kind == LEAF:
+            finish_leaf(obj, program.module_table()[mid].leaf.value)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
         _attach_direct_code(program, objects)
@@ -76,7 +79,7 @@ def lower(
 
 def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> torch.nn.Module:
     if mod.kind == LEAF:
-        return leaf_copy(mod.leaf.value)
+        return leaf_shell(mod.leaf.value)
     if not mod.graphs:
         return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name)
     codes = []

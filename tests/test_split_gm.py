@@ -376,6 +376,31 @@ def test_leaf_with_submodules_and_tuple_result():
     assert differences(gm, ["first", "second"], (torch.randn(2, 3, 4),)) == []
 
 
+def test_leaf_attributes_that_refer_to_its_tensors_follow_the_copy():
+    class Recur(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
+
+        def forward(self, x):
+            out, _ = self.rnn(x)
+            return out.sum(-1)
+
+    gm = torch.fx.symbolic_trace(Recur())
+    for node in gm.graph.nodes:
+        if node.op.startswith("call"):
+            node.tag = "rnn" if node.op == "call_module" else "head"
+    x = torch.randn(2, 3, 4)
+    assert differences(gm, ["rnn", "head"], (x,)) == []
+    got = lower(split_by_tags(import_graph_module(gm), ["rnn", "head"]))
+    rnn = got.get_submodule("rnn.rnn")
+    assert rnn._flat_weights[0] is rnn.weight_ih_l0  # the copy's own weights, not the original's
+    with torch.no_grad():
+        rnn.weight_ih_l0.zero_()
+        gm.rnn.weight_ih_l0.zero_()
+    _same(got(x), gm(x))
+
+
 def test_tags_out_of_order_fail_like_torch():
     gm = _net_tagged()
     with pytest.raises(AssertionError):

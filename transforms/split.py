@@ -307,6 +307,9 @@ class _TagSplit:
         p = self.p
         state: dict[str, Slot] = {}
         kids_of: dict[ModuleId, dict[str, ModuleId]] = {"": {}}
+        # new modules get ids no module of the input or the outliner has (a leaf may be "rnn")
+        self.taken = Names(set(p.modules) | set(outlined.modules) | {""})
+        tag_ids: dict[ModuleId, str] = {}
 
         def hold(fqn: str, slot: Slot) -> None:
             if fqn in state and state[fqn] != slot:
@@ -314,8 +317,10 @@ class _TagSplit:
             state[fqn] = slot
 
         for name in self.names:
-            kids_of[""][name] = name
-            kids_of[name] = {}
+            mid = name if name not in p.modules else fresh_name(name, self.taken)
+            kids_of[""][name] = mid
+            kids_of[mid] = {}
+            tag_ids[mid] = name
         for spec in p.signature.inputs:  # state an exported program passes in stays at the root
             if spec.kind in STATE_INPUT_KINDS and spec.target in p.state:
                 hold(spec.target, p.state[spec.target])
@@ -334,23 +339,23 @@ class _TagSplit:
             elif node.op == GET_ATTR:
                 kids_of[""][node.target] = self._subgraph(node.target)
             root_nodes.append(node)
-        for name in self.names:
-            self._place_child(name, graphs[name], hold, kids_of)
+        for mid, name in tag_ids.items():
+            self._place_child(name, mid, graphs[name], hold, kids_of)
         modules: dict[ModuleId, Module] = {}
         for mid, kids in kids_of.items():
             if mid == "":
                 base = p.root_module.replace(graphs=(Graph(tuple(root_nodes)),))
-            elif mid in graphs:
-                base = (outlined.modules.get(mid) or Module()).replace(graphs=(graphs[mid],))
+            elif mid in tag_ids:
+                name = tag_ids[mid]
+                base = (outlined.modules.get(name) or Module()).replace(graphs=(graphs[name],))
             else:
                 base = Module()
             modules[mid or p.root] = base.replace(children=tuple(kids.items()))
-        table = {
-            mid: modules.get(mid) or outlined.modules.get(mid) or p.modules[mid]
-            for mid in reachable_modules(
-                lambda m: modules.get(m) or outlined.modules.get(m) or p.modules[m], p.root
-            )
-        }
+
+        def module(mid: ModuleId) -> Module:
+            return modules.get(mid) or p.modules.get(mid) or outlined.modules[mid]
+
+        table = {mid: module(mid) for mid in reachable_modules(module, p.root)}
         keys = dict.fromkeys(s.tensor for s in state.values())
         outputs = tuple(
             attrs.evolve(spec, name=self.renamed.get(spec.name, spec.name))
@@ -369,6 +374,7 @@ class _TagSplit:
     def _place_child(
         self,
         name: str,
+        mid: ModuleId,
         graph: Graph,
         hold: Callable[[str, Slot], None],
         kids_of: dict[ModuleId, dict[str, ModuleId]],
@@ -380,13 +386,13 @@ class _TagSplit:
         for node in graph.nodes:
             if node.op == CALL_MODULE:
                 self.fqn_mapping[node.target] = f"{name}.{node.target}"
-                self._attach(name, node.target, kids_of, p.resolve(node.target))
+                self._attach(mid, node.target, kids_of, p.resolve(node.target))
             elif node.op == GET_ATTR:
                 self.fqn_mapping[node.target] = f"{name}.{node.target}"
                 if node.target in p.state:
-                    self._attach(name, node.target, kids_of)
+                    self._attach(mid, node.target, kids_of)
                 else:
-                    kids_of[name][node.target] = self._subgraph(node.target)
+                    kids_of[mid][node.target] = self._subgraph(node.target)
         for node in graph.nodes:
             if node.op == CALL_MODULE:
                 for fqn in self._leaf_state().get(node.target, ()):
@@ -420,8 +426,8 @@ class _TagSplit:
             return Slot(BUFFER, slot.tensor, True, slot.requires_grad)
         return slot
 
-    @staticmethod
     def _attach(
+        self,
         owner: ModuleId,
         path: str,
         kids_of: dict[ModuleId, dict[str, ModuleId]],
@@ -437,7 +443,7 @@ class _TagSplit:
             if mid is not None and mid not in kids_of:
                 return  # a leaf module
             if mid is None:
-                mid = f"{here}.{part}" if here else part
+                mid = fresh_name(f"{here}.{part}" if here else part, self.taken)
                 kids_of[here][part] = mid
                 kids_of[mid] = {}
             here = mid
