@@ -43,12 +43,20 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
     to one module object are one ModuleId; tensors that view the same memory share one key.
 
     Raises ``UnsupportedProgramError`` naming the node for a ``call_module`` target that is not a
-    module, a ``get_attr`` of a missing attribute or of a module that is not a ``GraphModule``.
+    module, a ``get_attr`` of a missing attribute or of a module that is not a ``GraphModule``;
+    also for a graph with its own input/output code (``_PyTreeCodeGen``: pytree concrete_args).
     Complexity: O(n + s) for n nodes and s tensors held by the leaves called.
     """
     if not isinstance(gm, torch.fx.GraphModule):
         raise UnsupportedProgramError(
             f"import_graph_module expects a torch.fx.GraphModule, got {type(gm).__name__}"
+        )
+    codegen = type(gm.graph._codegen)
+    if codegen is not torch.fx.graph.CodeGen:
+        raise UnsupportedProgramError(
+            f"the graph of this GraphModule flattens its inputs with {codegen.__name__} (traced "
+            "with pytree concrete_args); import_graph_module supports flat-argument graphs: "
+            "trace with placeholders for tensors, or import the torch.export of the module"
         )
     modules: dict[str, Module] = {}
     graph = _import_graph(gm.graph, gm, "", modules)

@@ -5,7 +5,8 @@ holds the original module object by reference. ``lower`` never hands that object
 the copy in two steps around state registration:
 
 1. ``leaf_shell``: an object of the leaf's class with empty parameter, buffer and submodule
-   tables; ``lower`` then registers the Program's state and child modules on it like on any
+   tables (a class with its own ``__deepcopy__``, such as ``GraphModule``, is copied that way
+   first); ``lower`` then registers the Program's state and child modules on it like on any
    other module (so ties between a leaf's tensors and other state are kept);
 2. ``finish_leaf``: every other attribute (sizes, flags, hooks, plain tensors, and lists that
    refer to the module's own tensors, such as an RNN's ``_flat_weights``) is deep-copied, with
@@ -29,7 +30,10 @@ def leaf_shell(template: torch.nn.Module) -> torch.nn.Module:
     """An object of ``template``'s class whose parameter, buffer and submodule tables are empty
     but for ``None`` entries (``Linear(bias=False)`` reads ``self.bias``), without its other
     attributes until ``finish_leaf``. O(entries of the tables)."""
-    made = type(template).__new__(type(template))
+    if _copies_itself(template):  # e.g. a GraphModule: its class is made per object
+        made = copy.deepcopy(template)
+    else:
+        made = object.__new__(type(template))
     for key in _TABLES:
         table = template.__dict__.get(key, {})
         made.__dict__[key] = {name: None for name, value in table.items() if value is None}
@@ -37,10 +41,18 @@ def leaf_shell(template: torch.nn.Module) -> torch.nn.Module:
     return made
 
 
+def _copies_itself(template: torch.nn.Module) -> bool:
+    """Whether the class knows how to copy itself (``__deepcopy__``): then ``leaf_shell`` starts
+    from such a copy and ``finish_leaf`` leaves its attributes as that copy made them."""
+    return getattr(type(template), "__deepcopy__", None) is not None
+
+
 def finish_leaf(made: torch.nn.Module, template: torch.nn.Module) -> None:
     """Deep-copy ``template``'s other attributes onto ``made`` (a ``leaf_shell`` of it with its
     state and submodules registered), mapping the original's tensors to ``made``'s at the same
     paths. O(attributes and tensors of the leaf's subtree)."""
+    if _copies_itself(template):
+        return
     memo: dict[int, object] = {}
     for path, original in template.named_modules(remove_duplicate=False):
         mine = made.get_submodule(path) if path else made

@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 from torch.fx.passes import split_utils
 from torch.fx.passes.shape_prop import ShapeProp
 
-from ir import PassError, format_graph, format_program, import_graph_module, verify
+from ir import (
+    PassError,
+    UnsupportedProgramError,
+    format_graph,
+    format_program,
+    import_graph_module,
+    verify,
+)
 from ir.module import LEAF
 from lowering import lower
 from transforms import move_non_tensor_nodes_on_boundary, split_by_tags
@@ -399,6 +406,25 @@ def test_leaf_attributes_that_refer_to_its_tensors_follow_the_copy():
         rnn.weight_ih_l0.zero_()
         gm.rnn.weight_ih_l0.zero_()
     _same(got(x), gm(x))
+
+
+def test_a_split_module_splits_again():
+    first = split_utils.split_by_tags(_net_tagged(), ["a", "b"])  # GraphModules as leaves
+    for node in first.graph.nodes:
+        if node.op.startswith("call"):
+            node.tag = "one" if node.name in ("a", "getitem", "getitem_1") else "two"
+    assert differences(first, ["one", "two"], (torch.randn(2, 4),)) == []
+
+
+def test_pytree_traced_graph_is_a_clear_error():
+    class Dict(torch.nn.Module):
+        def forward(self, d):
+            return d["a"] + d["b"]
+
+    ph = torch.fx.PH
+    gm = torch.fx.symbolic_trace(Dict(), concrete_args={"d": {"a": ph, "b": ph}})
+    with pytest.raises(UnsupportedProgramError, match="_PyTreeCodeGen"):
+        import_graph_module(gm)
 
 
 def test_tags_out_of_order_fail_like_torch():
