@@ -206,11 +206,20 @@ def _same(a, b) -> None:
 
 
 def _shape_of(graph: torch.fx.Graph) -> list[tuple]:
-    """Each node as ``(op, name, target)`` (targets of functions by identity, the rest as text),
-    placeholders first: torch makes a child's placeholders where they are first read, between
+    """Each node as ``(op, name, target, args, kwargs)`` (targets of functions by identity, the
+    rest as text; arguments with node names), placeholders first (their defaults left out): torch makes a child's placeholders where they are first read, between
     other nodes, while purefx graphs keep them first (in the same order)."""
     nodes = sorted(graph.nodes, key=lambda n: n.op != "placeholder")
-    return [(n.op, n.name, n.target if callable(n.target) else str(n.target)) for n in nodes]
+    return [
+        (
+            n.op,
+            n.name,
+            n.target if callable(n.target) else str(n.target),
+            () if n.op == "placeholder" else torch.fx.node.map_arg(n.args, lambda a: a.name),
+            torch.fx.node.map_arg(n.kwargs, lambda a: a.name),
+        )
+        for n in nodes
+    ]
 
 
 def _versions(gm: torch.nn.Module) -> dict[str, int]:
@@ -425,6 +434,40 @@ def test_pytree_traced_graph_is_a_clear_error():
     gm = torch.fx.symbolic_trace(Dict(), concrete_args={"d": {"a": ph, "b": ph}})
     with pytest.raises(UnsupportedProgramError, match="_PyTreeCodeGen"):
         import_graph_module(gm)
+
+
+def test_child_get_attr_nodes_are_named_after_their_target_like_torch():
+    class Twice(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("b", torch.ones(4))
+
+        def forward(self, x):
+            return (x + self.b).relu() * self.b  # get_attr b, then b_1
+
+    gm = torch.fx.symbolic_trace(Twice())
+    for node in gm.graph.nodes:
+        if node.op.startswith("call"):
+            node.tag = "a" if node.name == "add" else "c"
+    split = split_by_tags(import_graph_module(gm), ["a", "c"])
+    assert format_graph(split.modules["c"].graph) == """\
+%add = placeholder
+%relu = call_method[relu](%add)
+%b = get_attr[b]()
+%mul = call_function[_operator.mul](%relu, %b)
+return %mul"""
+    assert differences(gm, ["a", "c"], (torch.randn(4),)) == []
+
+
+@given(st.lists(st.sampled_from(["b", "b_1", "b_2", "getitem", "list", "for", "x1", "a.b", "1x",
+                                 "Pascal", "x_01", ""]), max_size=12))
+def test_node_names_follow_fx(candidates):
+    from torch.fx.graph import _Namespace
+
+    from transforms.split import _FxNames
+
+    theirs, mine = _Namespace(), _FxNames()
+    assert [mine.create(c) for c in candidates] == [theirs.create_name(c, None) for c in candidates]
 
 
 def test_tags_out_of_order_fail_like_torch():

@@ -13,8 +13,11 @@ cross a boundary; run it before ``split_by_tags``.
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import logging
 import operator
+import re
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -233,7 +236,9 @@ class _TagSplit:
         first = self._first_reads(part)
         for name in self.names:
             graphs[name] = self._order_returns(graphs[name], first)
-        return self._place(outlined, self._root_graph(graphs), graphs)
+        root = self._root_graph(graphs)  # reads the children by the original names
+        graphs = {name: _torch_child_names(graph) for name, graph in graphs.items()}
+        return self._place(outlined, root, graphs)
 
     # --- 3. outputs in torch's order, tuples where asked, calls of empty tags -------------------
 
@@ -268,29 +273,29 @@ class _TagSplit:
         output reads, then one call per tag in order (named after the tag) and a ``getitem``
         per value of a tuple it returns, then the output."""
         nodes = self.graph.nodes
-        body = [n for n in nodes if n.op == PLACEHOLDER]
-        taken = Names(n.name for n in body)
-        renamed: dict[str, str] = {n.name: n.name for n in body}
+        taken = _FxNames()
+        body = [n.replace(name=taken.create(n.name)) for n in nodes if n.op == PLACEHOLDER]
+        renamed: dict[str, str] = {n.name: b.name for n, b in zip(nodes, body)}
         by_name = self.graph.by_name()
         output = nodes[-1]
         for r in output.inputs():
             node = by_name[r.name]
             if node.op == GET_ATTR:
-                made = Node(GET_ATTR, fresh_name(r.name, taken), node.target, (), meta=node.meta)
+                made = Node(GET_ATTR, taken.create(_snake(r.name)), node.target, (), meta=node.meta)
                 self.root_attrs[made.name] = r.name
                 renamed[r.name] = made.name
                 body.append(made)
         for name in self.names:
             graph = graphs[name]
             args = tuple(ref(renamed[p.name]) for p in graph.placeholders)
-            call = Node(CALL_MODULE, fresh_name(name, taken), name, args)
+            call = Node(CALL_MODULE, taken.create(_snake(name)), name, args)
             body.append(call)
             returned = graph.outputs
             if type(returned) is not tuple:
                 renamed[returned.name] = call.name
                 continue
             for i, value in enumerate(returned):
-                item = Node(CALL_FUNCTION, fresh_name("getitem", taken), operator.getitem,
+                item = Node(CALL_FUNCTION, taken.create("getitem"), operator.getitem,
                             (call.ref, i))
                 renamed[value.name] = item.name
                 body.append(item)
@@ -480,8 +485,81 @@ def _restore_leaf_calls(graph: Graph) -> Graph:
     return graph if all(a is b for a, b in zip(nodes, graph.nodes)) else Graph(nodes)
 
 
+class _FxNames:
+    """Node names as an fx ``Graph`` gives them when nodes are created one by one: a candidate
+    is made an identifier; a taken one (or a Python keyword, builtin or a name fx's code needs)
+    gets the next ``_<n>`` suffix counted per base name, a trailing ``_<n>`` being read as one."""
+
+    _ILLEGAL = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
+        ("inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree")
+    )
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.counts: dict[str, int] = {}
+
+    def create(self, candidate: str) -> str:
+        candidate = re.sub(r"[^0-9a-zA-Z_]+", "_", candidate) or "_unnamed"
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+        base, number = _NAME.match(candidate).group(1, 2)
+        if number is None or candidate in self.used:
+            count = self.counts.get(base, 0)
+            if candidate in self._ILLEGAL:
+                count += 1
+                candidate = f"{base}_{count}"
+        else:
+            count = int(number)
+        while candidate in self.used:
+            count += 1
+            candidate = f"{base}_{count}"
+        self.used.add(candidate)
+        self.counts[base] = count
+        return candidate
+
+
+_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+
+
+def _snake(name: str) -> str:
+    """fx's name for a target: ``pascalCase`` -> ``pascal_case``, lower case."""
+    return re.sub(r"(?<=[a-z])([A-Z])", r"_\1", name).lower()
+
+
+def _torch_child_names(graph: Graph) -> Graph:
+    """Rename a child's nodes as torch's split names them: nodes are made in the order of the
+    original graph, each preceded by the placeholders and ``get_attr`` copies it is the first
+    to read; a ``get_attr`` is named after its target, every other node after itself. O(n)."""
+    by_name = graph.by_name()
+    taken = _FxNames()
+    names: dict[str, str] = {}
+
+    def claim(node: Node) -> None:
+        if node.name not in names:
+            names[node.name] = taken.create(
+                _snake(node.target) if node.op == GET_ATTR else node.name
+            )
+
+    for node in graph.nodes:
+        if node.op in (PLACEHOLDER, GET_ATTR, OUTPUT):
+            continue
+        for r in node.inputs():
+            if by_name[r.name].op in (PLACEHOLDER, GET_ATTR):
+                claim(by_name[r.name])
+        claim(node)
+    for node in graph.nodes[:-1]:
+        claim(node)
+    if all(k == v for k, v in names.items()):
+        return graph
+    return Graph(tuple(
+        n.replace(name=names.get(n.name, n.name), args=_renamed(n.args, names),
+                  kwargs=_renamed(n.kwargs, names))
+        for n in graph.nodes
+    ))
+
+
 def _renamed(tree: Any, names: dict[str, str]) -> Any:
-    return map_refs(tree, lambda r: ref(names[r.name]))
+    return map_refs(tree, lambda r: ref(names.get(r.name, r.name)))
 
 
 # --- moving non-tensor values off the boundaries -----------------------------------------------
