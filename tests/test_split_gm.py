@@ -491,7 +491,7 @@ def test_move_non_tensor_nodes_moves_the_size_next_to_its_reader():
 # --- parity on generated hierarchies ---------------------------------------------------------------
 
 
-@settings(max_examples=60)
+@settings(max_examples=150)
 @given(traced_hierarchies(), st.booleans())
 def test_split_of_traced_hierarchies_agrees_with_torch(case, return_tuple):
     gm, tags, inputs = case
@@ -501,6 +501,29 @@ def test_split_of_traced_hierarchies_agrees_with_torch(case, return_tuple):
     assert found == []
     assert out.getvalue() == ""
     _same(lower(import_graph_module(gm))(*inputs), gm(*inputs))
+
+
+@settings(max_examples=20)
+@given(traced_hierarchies(ordered=False))
+def test_split_of_traced_hierarchies_fails_where_torch_fails(case):
+    gm, tags, inputs = case
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            split_utils.split_by_tags(gm, tags)
+    except AssertionError:
+        with pytest.raises(PassError, match="comes later in the tags"):
+            split_by_tags(import_graph_module(gm), tags)
+    else:
+        assert differences(gm, tags, inputs) == []
+
+
+@pytest.mark.slow
+@settings(max_examples=500)
+@given(traced_hierarchies(max_ops=12), st.booleans())
+def test_split_of_larger_traced_hierarchies_agrees_with_torch(case, return_tuple):
+    gm, tags, inputs = case
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert differences(gm, tags, inputs, return_tuple) == []
 
 
 def _split_by_the_tags_used(program):

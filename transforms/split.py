@@ -3,9 +3,16 @@
 A tag is a partition key for ``outline_by``, next to the module stack: the flat root graph is
 reordered so that each tag's nodes form one run (in the order the tags are given), each run is
 outlined into one call of the child named after its tag, and ``get_attr`` nodes are copied into
-every child that reads them. What is left is torch's layout: each child holds the state its nodes
-read (at ``<tag>.<fqn>``), the root calls the children in tag order, and a child returns the values
-other children or the output read, in the order they are first read.
+every child that reads them. Calls of leaf modules (``call_module`` nodes of a ``symbolic_trace``d
+``GraphModule``, imported by ``import_graph_module``) go with their tag like any other node: the
+child that calls a leaf holds it at its path, the leaf module object itself (shared between
+children, as in torch, where it is the original object).
+
+What is left is torch's layout: each child holds the state and leaves its nodes read (at
+``<tag>.<fqn>``), the root takes every placeholder, reads the attributes its output reads, calls
+the children in tag order and unpacks their tuples with ``getitem``; a child returns the values
+other children or the output read, in the order they are first read. Node names are the ones
+torch's split gives (calls after their tag, ``get_attr`` copies after their target).
 
 ``move_non_tensor_nodes_on_boundary`` moves tags (not yet modules) so that fewer non-tensor values
 cross a boundary; run it before ``split_by_tags``.
@@ -83,27 +90,32 @@ def split_by_tags(
     return_tuple:
         Every child returns a tuple, even of one value (torch's ``return_tuple``).
     return_fqn_mapping:
-        Also return ``{original attribute fqn: fqn after the split}`` for every attribute a child
-        reads (the last child in tag order wins, as in torch).
+        Also return ``{original fqn: fqn after the split}`` for every attribute a child
+        reads and every leaf module it calls (the last child in tag order wins, as in torch).
 
     Returns
     -------
     The split Program (and the mapping). Each child holds the state it reads at
     ``<tag>.<original fqn>``, tied to the original tensor; tensors that are not parameters become
-    buffers, as torch's ``GraphModule`` registers them. An attribute the output reads directly is
-    held by the root under the ``get_attr`` node's name. Placeholders are passed on in order of
-    first use; a child returns what other children or the output read, in the order first read.
-    State that an exported program passes as root inputs is passed to children as arguments.
+    buffers, as torch's ``GraphModule`` registers them. A leaf module a child calls is held at
+    ``<tag>.<its path>`` whole (all its state, in its own order); two children that call one leaf
+    share it. An attribute the output reads directly is held by the root under the ``get_attr``
+    node's name. Placeholders are passed on in order of first use; a child returns what other
+    children or the output read, in the order first read. The root graph and node names are
+    torch's (see the module docstring). State that an exported program passes as root inputs is
+    passed to children as arguments.
 
     Raises ``PassError`` naming the node for a ``call_*`` node without a tag or with a tag not in
     ``tags``, and for a node that reads a value of a tag later in ``tags`` (torch raises
-    ``AssertionError`` there); also for a program that is not flat, and repeated, empty or
-    dotted tag names.
+    ``AssertionError`` there); also for a program that is not flat (calls modules other than
+    leaves), and repeated, empty or dotted tag names.
 
     **Laws:** ``lower(split_by_tags(import_graph_module(gm), tags))`` computes what torch's
-    ``split_by_tags(gm, tags)`` computes, with the same children, placeholders and outputs;
-    compute nodes are neither added nor removed; ``verify`` holds. Complexity: O(n log n) for n
-    nodes (one stable sort), plus O(n) for the outlining.
+    ``split_by_tags(gm, tags)`` computes, with the same children, module and state paths, root
+    graph, node names, placeholders and outputs (tests/test_split_gm.py checks it on generated
+    ``symbolic_trace``d hierarchies); compute nodes are neither added nor removed; ``verify``
+    holds; the input is not changed. Complexity: O(n log n) for n nodes (one stable sort), plus
+    O(n) for the outlining and naming, plus O(s · d) for s state fqns of depth d.
     """
     tags = tuple(tags)
     _check_tags(tags)
