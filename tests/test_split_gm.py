@@ -48,6 +48,7 @@ _OPS = [
     ("lin", "t", "t"),  # self.lin(t): call_module
     ("conv", "t", "t"),  # self.conv(t): call_module
     ("act", "t", "t"),  # self.act(t): call_module ReLU
+    ("norm", "t", "t"),  # self.norm(t): BatchNorm1d in training mode, updates its buffers
     ("layer", "t", "t"),  # self.layers[k](t): call_module layers.k
     ("again", "t", "t"),  # self.again(t): the same Linear as self.lin, under a second name
     ("child", "t", "t"),  # self.child(t): traced through
@@ -80,6 +81,7 @@ class _Block(torch.nn.Module):
         self.lin = torch.nn.Linear(4, 4)
         self.conv = torch.nn.Conv1d(4, 4, 1)
         self.act = torch.nn.ReLU()
+        self.norm = torch.nn.BatchNorm1d(4)
         self.layers = torch.nn.Sequential(
             torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4, bias=False)
         )
@@ -102,7 +104,7 @@ class _Block(torch.nn.Module):
 
     def _run(self, op: str, args: list, literal: int | None):
         a = args[0]
-        if op in ("lin", "conv", "act", "again"):
+        if op in ("lin", "conv", "act", "norm", "again"):
             return getattr(self, op)(a)
         if op == "layer":
             return self.layers[literal](a)
@@ -246,8 +248,10 @@ def differences(gm, tags, inputs, return_tuple: bool = False) -> list[str]:
         found.append("changed the GraphModule")
     try:
         _same(out, expected(*inputs))
+        _same(got(*inputs), expected(*inputs))  # a second call: after buffer updates
+        _same(got.state_dict(), expected.state_dict())
     except AssertionError as error:
-        found.append(f"outputs differ: {error}")
+        found.append(f"outputs or state differ: {error}")
     if mapping != expected_map:
         found.append(f"fqn mapping {mapping} != {expected_map}")
     if _shape_of(got.graph) != _shape_of(expected.graph):
@@ -379,7 +383,7 @@ def test_leaf_with_submodules_and_tuple_result():
             self.lin = torch.nn.Linear(4, 4, bias=False)
 
         def forward(self, x):
-            out, _ = self.attn(x, x, x)
+            out, _ = self.attn(x, x, value=x, need_weights=False)  # keywords to a leaf
             return self.lin(out).relu()
 
     gm = torch.fx.symbolic_trace(Attend().eval())
