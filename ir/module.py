@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from ir.graph import Graph
+from ir.state import Opaque
 
 ModuleId = str
 
@@ -72,7 +73,7 @@ class Module:
     kind: str = PLAIN
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
-    leaf: Any = None
+    leaf: Opaque | None = None
     _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
