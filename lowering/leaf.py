@@ -61,6 +61,7 @@ def finish_leaf(made: torch.nn.Module, template: torch.nn.Module) -> None:
             for name, value in original.__dict__[table].items():
                 if value is not None and registered.get(name) is not None:
                     memo[id(value)] = registered[name]
+    registered = set(made._parameters) | set(made._buffers) | set(made._modules)
     for key, value in template.__dict__.items():
-        if key not in _MADE_BY_SHELL:
+        if key not in _MADE_BY_SHELL and key not in registered:
             made.__dict__[key] = copy.deepcopy(value, memo)

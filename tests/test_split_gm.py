@@ -474,6 +474,43 @@ def test_node_names_follow_fx(candidates):
     assert [mine.create(c) for c in candidates] == [theirs.create_name(c, None) for c in candidates]
 
 
+class _Masked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.mask = torch.tensor([1.0, 0.0, 1.0, 0.0])  # a plain tensor attribute
+
+    def forward(self, x):
+        return self.lin(x) * self.mask
+
+
+class _MaskedLeaves(torch.fx.Tracer):
+    def is_leaf_module(self, module: torch.nn.Module, qualname: str) -> bool:
+        return isinstance(module, _Masked) or super().is_leaf_module(module, qualname)
+
+
+@pytest.mark.parametrize("split_at_leaf", [True, False])
+def test_custom_leaf_with_children_and_plain_tensor_attribute(split_at_leaf):
+    class Root(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.masked = _Masked()
+
+        def forward(self, x):
+            return self.masked(x).relu() + self.masked.mask + self.masked.lin.bias
+
+    root = Root()
+    gm = torch.fx.GraphModule(root, _MaskedLeaves().trace(root))
+    for node in gm.graph.nodes:
+        if node.op.startswith("call"):
+            node.tag = "b" if split_at_leaf and node.op != "call_module" else "a"
+    tags = ["a", "b"] if split_at_leaf else ["a"]
+    assert differences(gm, tags, (torch.randn(2, 4),)) == []
+    got = lower(split_by_tags(import_graph_module(gm), tags))
+    assert type(got.get_submodule("a.masked")) is _Masked
+    assert "a.masked.mask" not in dict(got.named_buffers())  # an attribute, as in torch's split
+
+
 def test_tags_out_of_order_fail_like_torch():
     gm = _net_tagged()
     with pytest.raises(AssertionError):

@@ -414,8 +414,11 @@ class _TagSplit:
             if node.op == CALL_MODULE:
                 for fqn in self._leaf_state().get(node.target, ()):
                     hold(f"{name}.{fqn}", p.state[fqn])
+        called = {n.target for n in graph.nodes if n.op == CALL_MODULE}
         for node in graph.nodes:
             if node.op == GET_ATTR and node.target in p.state:
+                if _below(node.target, called):
+                    continue  # the leaf holds it: as state, or as an attribute of its own
                 hold(f"{name}.{node.target}", self._held(p.state[node.target]))
 
     def _leaf_state(self) -> dict[str, list[str]]:
@@ -495,6 +498,12 @@ def _restore_leaf_calls(graph: Graph) -> Graph:
         for n in graph.nodes
     )
     return graph if all(a is b for a, b in zip(nodes, graph.nodes)) else Graph(nodes)
+
+
+def _below(fqn: str, paths: set[str]) -> bool:
+    """Whether one of ``paths`` is a proper prefix of ``fqn`` (O(depth of fqn))."""
+    parts = fqn.split(".")
+    return any(".".join(parts[:k]) in paths for k in range(1, len(parts)))
 
 
 class _FxNames:
