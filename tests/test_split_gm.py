@@ -162,10 +162,24 @@ def _recipes(draw, n_inputs: int, has_child: bool, max_ops: int):
     return recipe, outputs
 
 
+class _BlockLeaves(torch.fx.Tracer):
+    """Traces ``root``, calling every other ``_Block`` as a leaf module."""
+
+    def __init__(self, root: torch.nn.Module) -> None:
+        super().__init__()
+        self.root_block = root
+
+    def is_leaf_module(self, module: torch.nn.Module, qualname: str) -> bool:
+        if isinstance(module, _Block):
+            return module is not self.root_block
+        return super().is_leaf_module(module, qualname)
+
+
 @st.composite
 def traced_hierarchies(draw, *, ordered: bool = True, max_ops: int = 8):
     """``(gm, tags, inputs)``: a ``symbolic_trace``d hierarchy of up to three nested ``_Block``s
-    (root takes two tensors, each child one), with every ``call_*`` node tagged at random.
+    (root takes two tensors, each child one), with every ``call_*`` node tagged at random; one
+    time in four the root's child block is traced as one leaf module (a custom tracer).
 
     With ``ordered`` no node gets a tag earlier than the tags of the nodes it reads (torch's
     requirement). Shrinks towards fewer blocks, fewer ops, the first rows of ``_OPS``, fewer
@@ -179,7 +193,10 @@ def traced_hierarchies(draw, *, ordered: bool = True, max_ops: int = 8):
         child = _Block(recipe, child, 1, outputs[:1], seed=level)
     recipe, outputs = draw(_recipes(2, child is not None, max_ops))
     root = _Block(recipe, child, 2, outputs, seed=0)
-    gm = torch.fx.symbolic_trace(root)
+    if child is not None and draw(st.integers(0, 3)) == 0:  # the child block as one leaf
+        gm = torch.fx.GraphModule(root, _BlockLeaves(root).trace(root))
+    else:
+        gm = torch.fx.symbolic_trace(root)
     n_tags = draw(st.integers(1, 4))
     names = _TAG_NAMES[:n_tags]
     tag_of: dict[torch.fx.Node, int] = {}
