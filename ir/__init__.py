@@ -5,14 +5,17 @@ from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref, ref
 from ir.errors import (
     InputConstraintError,
     InputError,
+    LoadError,
     LoweringError,
     PassError,
     PurefxError,
     UnsupportedProgramError,
+    UntrustedProgramError,
     VerifyError,
 )
 from ir.graph import Graph
 from ir.import_ep import import_ep, import_graph_module
+from ir.load import Limits, load_program
 from ir.module import Module, ModuleId
 from ir.node import Node
 from ir.printer import format_graph, format_node, format_program, format_tree
@@ -23,9 +26,10 @@ from ir.verify import verify
 
 __all__ = [
     "ArgSpec", "CallSignature", "EMPTY_DICT", "ExportSignature", "Graph", "IDict", "IList",
-    "ISlice", "InputConstraintError", "InputError", "InputSpec", "LoweringError", "Module",
+    "ISlice", "InputConstraintError", "InputError", "InputSpec", "Limits", "LoadError",
+    "LoweringError", "Module",
     "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program", "PurefxError", "Ref",
     "Slot", "UnsupportedProgramError", "VerifyError", "alpha_equivalent", "format_graph",
     "format_node", "format_program", "format_tree", "graph_key", "import_ep", "import_graph_module",
-    "program_key", "ref", "verify",
+    "load_program", "program_key", "ref", "verify", "UntrustedProgramError",
 ]
