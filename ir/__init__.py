@@ -1,5 +1,7 @@
 """purefx's immutable graph IR: values, import, verification and printing."""
 
+import logging
+
 from ir.alpha import alpha_equivalent, graph_key, program_key
 from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref, ref
 from ir.errors import (
@@ -23,6 +25,10 @@ from ir.program import Program
 from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.state import Opaque, Slot
 from ir.verify import verify
+
+# The library prints nothing: its "purefx" logger reaches only the handlers users add (a handler
+# on it keeps Python's last-resort handler from writing its warnings to stderr).
+logging.getLogger("purefx").addHandler(logging.NullHandler())
 
 __all__ = [
     "ArgSpec", "CallSignature", "EMPTY_DICT", "ExportSignature", "Graph", "IDict", "IList",
