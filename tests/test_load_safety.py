@@ -325,3 +325,16 @@ def test_cli_limit_flags(saved, capfd):
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "over the limit of 3" in err and "--max-members" in err
     assert cli.main([str(saved), "--max-members", "100", "--progress", "off"]) == 0
+
+
+def test_cli_malformed_program_from_a_json_only_file_gives_one_line(saved, tmp_path, capfd):
+    """A call graph entry naming a parameter (only JSON edited): refused at import, no traceback."""
+    def change(members):
+        _edit_json(members, "models/model.json", lambda model: model["graph_module"][
+            "module_call_graph"].append({"fqn": "linear.weight", "signature": None}))
+
+    bad = _craft(saved, tmp_path / "bad.pt2", change)
+    assert cli.main([str(bad), "--progress", "off"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "'linear.weight'" in err and "not a module" in err
