@@ -8,6 +8,7 @@ fqn, never later with a raw ``KeyError`` or a silent wrong answer.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import keyword
 import re
@@ -26,9 +27,11 @@ _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_
                CALL_METHOD: "a method name", OUTPUT: "a name"}
 
 
-def check_node(node: torch.fx.Node) -> None:
+def check_node(node: torch.fx.Node, *, exported: bool = True) -> None:
     """``node`` has a known op, an identifier for a name, a target of the kind its op needs and
-    an ``nn_module_stack`` (if any) of ``key -> (path, type)`` string entries. O(stack depth)."""
+    an ``nn_module_stack`` (if any) of ``key -> (path, type)`` string entries; a placeholder has
+    no default value (a plain GraphModule, ``exported=False``, may give it one constant).
+    O(arguments + stack depth)."""
     where = f"node {node.name!r}"
     if not isinstance(node.name, str) or not node.name.isidentifier() or keyword.iskeyword(
         node.name
@@ -36,6 +39,13 @@ def check_node(node: torch.fx.Node) -> None:
         raise UnsupportedProgramError(f"{where} has a name that is not a Python identifier")
     if node.op not in OPS:
         raise UnsupportedProgramError(f"{where} has unknown op {node.op!r}; expected one of {OPS}")
+    if node.op == PLACEHOLDER and (node.kwargs or node.args and (
+        exported or len(node.args) > 1 or isinstance(node.args[0], torch.fx.Node)
+    )):
+        raise UnsupportedProgramError(
+            f"placeholder {node.name!r} has a default value {node.args!r}; exported programs "
+            "have none"
+        )
     target = node.target
     if node.op == CALL_FUNCTION:
         if isinstance(target, str) or not callable(target):
@@ -59,22 +69,24 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
     """An operator gets the arguments its schema lists (no more positional ones, only keywords it
     names, every one without a default); another function, what its signature binds."""
     target = node.target
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return
     if isinstance(target, torch._ops.OpOverload):
-        params = target._schema.arguments
-        given = {a.name for a in params[: len(node.args)]} | set(node.kwargs)
-        missing = [a.name for a in params if a.name not in given and not a.has_default_value()]
-        unknown = [k for k in node.kwargs if k not in {a.name for a in params}]
-        if len(node.args) > len(params) or unknown or missing:
+        names, required = _schema_names(target)
+        given = len(node.args)
+        if given > len(names) or any(k not in names for k in node.kwargs) or any(
+            i >= given and names[i] not in node.kwargs for i in required
+        ):
             raise UnsupportedProgramError(
-                f"node {node.name!r} passes {len(node.args)} positional arguments and keywords "
+                f"node {node.name!r} passes {given} positional arguments and keywords "
                 f"{sorted(node.kwargs)} to {target}, whose schema is {target._schema}"
             )
         return
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return
     try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):  # a builtin without a text signature: nothing to check
+        signature = _signature(target)
+    except TypeError:  # unhashable: look it up uncached
+        signature = _signature.__wrapped__(target)
+    if signature is None:  # a builtin without a text signature: nothing to check
         return
     try:
         signature.bind(*node.args, **node.kwargs)
@@ -85,10 +97,31 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
         ) from None
 
 
+@functools.lru_cache(maxsize=4096)  # bounded: one entry per operator seen, shared by its nodes
+def _schema_names(op: torch._ops.OpOverload) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """An operator's argument names, and the positions of those without a default."""
+    params = op._schema.arguments
+    return tuple(a.name for a in params), tuple(
+        i for i, a in enumerate(params) if not a.has_default_value()
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
 def _check_module_stack(node: torch.fx.Node) -> None:
     stack = node.meta.get("nn_module_stack")
-    if stack is None:
-        return
+    if stack is None or (type(stack) is dict and all(
+        type(key) is str and type(entry) is tuple and len(entry) == 2 and type(entry[0]) is str
+        and (type(entry[1]) is str or isinstance(entry[1], type))
+        for key, entry in stack.items()
+    )):
+        return  # the common case, checked in one pass; what follows names the fault
     bad = f"node {node.name!r} has a malformed nn_module_stack"
     if not isinstance(stack, dict):
         raise UnsupportedProgramError(

@@ -141,7 +141,7 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
             f"import_graph_module expects a torch.fx.GraphModule, got {type(gm).__name__}"
         )
     modules: dict[str, Module] = {}
-    graph = _import_graph(gm.graph, gm, "", modules)
+    graph = _import_graph(gm.graph, gm, "", modules, exported=False)
     for node in graph.nodes:
         if node.op == CALL_MODULE:
             raise UnsupportedProgramError(
@@ -187,12 +187,16 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
 
 
 def _import_graph(
-    graph: torch.fx.Graph, owner: torch.nn.Module, prefix: str, modules: dict[str, Module]
+    graph: torch.fx.Graph,
+    owner: torch.nn.Module,
+    prefix: str,
+    modules: dict[str, Module],
+    exported: bool = True,
 ) -> Graph:
     """Freeze an fx graph; HOP subgraphs it reads by ``get_attr`` go into ``modules`` by path."""
     nodes = []
     for fx_node in graph.nodes:
-        check_node(fx_node)
+        check_node(fx_node, exported=exported)
         args = _freeze_args(fx_node, fx_node.args)
         kwargs = _freeze_args(fx_node, fx_node.kwargs)
         meta = fx_node.meta

@@ -127,6 +127,8 @@ MALFORMED = {
         "was traced with torch.float32"),
     "state inside state": ("param_zoo", lambda ep: ep._state_dict.__setitem__(
         _parameter(ep) + ".x", torch.ones(1)), "lies inside state"),
+    "placeholder with a default": ("param_zoo", lambda ep: setattr(
+        next(iter(ep.graph.nodes)), "args", (1.0,)), "has a default value"),
     "node with an unknown op": ("param_zoo", lambda ep: setattr(_first_node(ep), "op", "bogus"),
                                 "unknown op 'bogus'"),
     "node name not an identifier": ("param_zoo", lambda ep: setattr(
@@ -250,7 +252,7 @@ def corrupt_node(ep, draw) -> str:
         node.kwargs = {**node.kwargs, draw(st.sampled_from(["alpha", "bogus", "out"])):
                        _pick(draw, nodes) if draw(st.booleans()) else 2}
     else:
-        ep.graph.erase_node(node) if not node.users else node.replace_all_uses_with(
+        node.graph.erase_node(node) if not node.users else node.replace_all_uses_with(
             _pick(draw, nodes))
     return f"node {node.name}: {what}"
 
