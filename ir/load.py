@@ -233,7 +233,7 @@ def _scan(
         if name.startswith(_MODELS) and name.endswith(".json"):
             _check_model(_read_json(archive, full, where), full, where)
         elif name.startswith(_SAMPLES) and name.endswith(".pt"):
-            _check_sample_inputs(archive.read(full), full, where)
+            _check_sample_inputs(archive.read(full), full, where, limits)
         elif name.endswith((".pt", ".pkl", ".pickle")) or "/data.pkl" in name:
             raise _refuse(where, full, "is a pickle (legacy weights or a torch.save file)")
         elif name.startswith("data/aotinductor/"):
@@ -272,14 +272,24 @@ def _check_payload_config(
     return raw
 
 
-def _check_sample_inputs(data: bytes, member: str, where: str) -> None:
-    """Sample inputs must load with ``weights_only=True`` (torch falls back to unpickling)."""
+def _check_sample_inputs(data: bytes, member: str, where: str, limits: Limits) -> None:
+    """Sample inputs must load with ``weights_only=True`` (torch falls back to unpickling); the
+    ``torch.save`` archive they are is held to the same limits (a bomb may nest)."""
     if not data:
         return
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            _check_limits(inner, f"{where}: member {member!r}", limits)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        raise _refuse(
+            where, member, "holds sample inputs that are not a torch.save archive"
+        ) from None
+    try:
         torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception:  # noqa: BLE001 - anything the restricted unpickler rejects
-        raise _refuse(where, member, "holds sample inputs that do not load with weights_only=True")
+        raise _refuse(
+            where, member, "holds sample inputs that do not load with weights_only=True"
+        ) from None
 
 
 # --- the model JSON -------------------------------------------------------------------------------

@@ -258,6 +258,20 @@ def test_zip_bomb_is_refused_before_it_expands(tmp_path):
         load_program(bomb, limits=Limits(max_ratio=1e9, max_bytes=2**25))
 
 
+def test_a_bomb_nested_in_the_sample_inputs_is_refused(saved, tmp_path):
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", b"")
+        z.writestr("archive/data/0", bytes(64 * 2**20))
+
+    def change(members):
+        members[_member(members, "data/sample_inputs/model.pt")] = inner.getvalue()
+
+    bad = _craft(saved, tmp_path / "bad.pt2", change)
+    with pytest.raises(LoadError, match="sample_inputs.*expands"):
+        load_program(bad)
+
+
 def test_too_many_members_are_refused(saved, tmp_path):
     with pytest.raises(LoadError, match=r"members, over the limit of 5 .*max_members"):
         load_program(saved, limits=Limits(max_members=5))
