@@ -33,9 +33,9 @@ logging.getLogger("purefx").addHandler(logging.NullHandler())
 __all__ = [
     "ArgSpec", "CallSignature", "EMPTY_DICT", "ExportSignature", "Graph", "IDict", "IList",
     "ISlice", "InputConstraintError", "InputError", "InputSpec", "Limits", "LoadError",
-    "LoweringError", "Module",
-    "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program", "PurefxError", "Ref",
-    "Slot", "UnsupportedProgramError", "VerifyError", "alpha_equivalent", "format_graph",
-    "format_node", "format_program", "format_tree", "graph_key", "import_ep", "import_graph_module",
-    "load_program", "program_key", "ref", "verify", "UntrustedProgramError",
+    "LoweringError", "Module", "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program",
+    "PurefxError", "Ref", "Slot", "UnsupportedProgramError", "UntrustedProgramError",
+    "VerifyError", "alpha_equivalent", "format_graph", "format_node", "format_program",
+    "format_tree", "graph_key", "import_ep", "import_graph_module", "load_program", "program_key",
+    "ref", "verify",
 ]
