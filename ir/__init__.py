@@ -1,19 +1,24 @@
 """purefx's immutable graph IR: values, import, verification and printing."""
 
+import logging
+
 from ir.alpha import alpha_equivalent, graph_key, program_key
 from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref, ref
 from ir.errors import (
     InputConstraintError,
     InputError,
+    LoadError,
     LoweringError,
     PassError,
     PurefxError,
     UnsupportedProgramError,
+    UntrustedProgramError,
     VerifyError,
 )
 from ir.graph import Graph
 from ir.import_ep import import_ep
 from ir.import_gm import import_graph_module
+from ir.load import Limits, load_program
 from ir.module import Module, ModuleId
 from ir.node import Node
 from ir.printer import format_graph, format_node, format_program, format_tree
@@ -22,11 +27,16 @@ from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, Out
 from ir.state import Opaque, Slot
 from ir.verify import verify
 
+# The library prints nothing: its "purefx" logger reaches only the handlers users add (a handler
+# on it keeps Python's last-resort handler from writing its warnings to stderr).
+logging.getLogger("purefx").addHandler(logging.NullHandler())
+
 __all__ = [
     "ArgSpec", "CallSignature", "EMPTY_DICT", "ExportSignature", "Graph", "IDict", "IList",
-    "ISlice", "InputConstraintError", "InputError", "InputSpec", "LoweringError", "Module",
-    "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program", "PurefxError", "Ref",
-    "Slot", "UnsupportedProgramError", "VerifyError", "alpha_equivalent", "format_graph",
-    "format_node", "format_program", "format_tree", "graph_key", "import_ep", "import_graph_module",
-    "program_key", "ref", "verify",
+    "ISlice", "InputConstraintError", "InputError", "InputSpec", "Limits", "LoadError",
+    "LoweringError", "Module", "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program",
+    "PurefxError", "Ref", "Slot", "UnsupportedProgramError", "UntrustedProgramError",
+    "VerifyError", "alpha_equivalent", "format_graph", "format_node", "format_program",
+    "format_tree", "graph_key", "import_ep", "import_graph_module", "load_program", "program_key",
+    "ref", "verify",
 ]

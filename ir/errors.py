@@ -33,3 +33,12 @@ class InputError(PurefxError, TypeError):
 
 class InputConstraintError(PurefxError, RuntimeError):
     """A lowered module's input violates a shape or range constraint of the exported program."""
+
+
+class LoadError(PurefxError):
+    """``load_program`` cannot load this file: not a regular file, over a limit, not a program."""
+
+
+class UntrustedProgramError(LoadError):
+    """``load_program`` refused a file because loading it could run code from it (opt in with
+    ``trust=True``, ``purefx --trust``)."""

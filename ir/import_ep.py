@@ -16,6 +16,7 @@ from torch.export import graph_signature as gs
 
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, freeze, ref
+from ir.check_ep import check_call_graph, check_node, check_state_fqns, check_state_value
 from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -24,11 +25,13 @@ from ir.node import GET_ATTR, Node, frozen_meta
 from ir.program import Program
 from ir.signature import (
     BUFFER,
+    BUFFER_MUTATION,
     CONSTANT,
     CONSTANT_TENSOR,
     CUSTOM_OBJ,
     OBJECT,
     PARAMETER,
+    PARAMETER_MUTATION,
     SYM_BOOL,
     SYM_FLOAT,
     SYM_INT,
@@ -36,6 +39,7 @@ from ir.signature import (
     TOKEN,
     TOKEN_ARG,
     USER_INPUT,
+    USER_INPUT_MUTATION,
     ArgSpec,
     CallSignature,
     ExportSignature,
@@ -43,6 +47,7 @@ from ir.signature import (
     OutputSpec,
 )
 from ir.state import Opaque, Slot
+from ir.verify import verify
 
 _INPUT_KINDS = {
     gs.InputKind.USER_INPUT: USER_INPUT,
@@ -75,21 +80,27 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     """Import ``ep`` into an immutable ``Program`` without touching ``ep``.
 
     The result is flat: the root module holds the whole graph; holder modules stand at every path
-    that state or the module call graph names. Raises ``UnsupportedProgramError`` naming the node or
-    spec at fault for a program it cannot represent (a joint forward/backward program, a corrupt
-    signature, an argument that cannot be frozen).
+    that state or the module call graph names. Raises ``UnsupportedProgramError`` naming the node,
+    spec, call graph entry or state fqn at fault for a program it cannot represent or that is
+    malformed (a joint forward/backward program, a corrupt signature or module call graph, state
+    that does not match its placeholder, an argument that cannot be frozen; ``ir.check_ep``), and
+    ``VerifyError`` if the result is not well formed. O(size of the program).
     """
     if not isinstance(ep, torch.export.ExportedProgram):
         raise UnsupportedProgramError(
             f"import_ep expects a torch.export.ExportedProgram, got {type(ep).__name__}"
         )
     sig = ep.graph_signature
-    if getattr(sig, "backward_signature", None) is not None:
+    gradients = (gs.OutputKind.GRADIENT_TO_PARAMETER, gs.OutputKind.GRADIENT_TO_USER_INPUT)
+    if any(spec.kind in gradients for spec in sig.output_specs):
         raise UnsupportedProgramError(
             "joint forward/backward programs (backward_signature set) are not supported; "
             "export the forward program only"
         )
+    fqns = [*ep.state_dict, *(c for c in ep.constants if c not in ep.state_dict)]
+    check_state_fqns(fqns)
     signature = _import_signature(ep)
+    check_call_graph(ep, set(fqns))
     modules: dict[str, Module] = {}
     root_graph = _import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
@@ -104,7 +115,7 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
         children=root_children + subgraph_children,
         graphs=(root_graph,),
     )
-    return Program(
+    return verify(Program(
         root="",
         modules=pmap(modules),
         state=pmap(state),
@@ -114,18 +125,23 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
         call_signatures=pmap(_import_call_signatures(ep)),
         call_order=call_order,
         range_constraints=Opaque(ep.range_constraints),
-    )
+    ))
 
 
 # --- graphs -------------------------------------------------------------------------------------
 
 
 def _import_graph(
-    graph: torch.fx.Graph, owner: torch.nn.Module, prefix: str, modules: dict[str, Module]
+    graph: torch.fx.Graph,
+    owner: torch.nn.Module,
+    prefix: str,
+    modules: dict[str, Module],
+    exported: bool = True,
 ) -> Graph:
     """Freeze an fx graph; HOP subgraphs it reads by ``get_attr`` go into ``modules`` by path."""
     nodes = []
     for fx_node in graph.nodes:
+        check_node(fx_node, exported=exported)
         args = _freeze_args(fx_node, fx_node.args)
         kwargs = _freeze_args(fx_node, fx_node.kwargs)
         meta = fx_node.meta
@@ -152,9 +168,10 @@ def _import_subgraph(gm: torch.fx.GraphModule, mid: str, modules: dict[str, Modu
 def _subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
     names = []
     for node in graph.nodes:
-        if node.op == GET_ATTR and f"{prefix}{node.target}" in modules:
-            if node.target not in names:
-                names.append(node.target)
+        if node.op == GET_ATTR and f"{prefix}{node.target}" in modules and (
+            node.target not in names
+        ):
+            names.append(node.target)
     return names
 
 
@@ -206,20 +223,67 @@ def _is_buffer(gm: torch.nn.Module, target: str) -> bool:
 
 def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
     inputs = []
-    for spec in ep.graph_signature.input_specs:
-        kind = _INPUT_KINDS.get(spec.kind)
+    for i, spec in enumerate(ep.graph_signature.input_specs):
+        kind = _INPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.InputKind) else None
         name = getattr(spec.arg, "name", None)
-        if kind is None or name is None:
+        if kind is None or not isinstance(name, str):
             raise UnsupportedProgramError(
-                f"input spec {spec} has kind {spec.kind} or argument {spec.arg!r} that purefx "
-                "cannot represent; only placeholders of user inputs, state and tokens are supported"
+                f"input spec {i} has kind {spec.kind!r} or argument {spec.arg!r} that "
+                "purefx cannot represent; only placeholders of user inputs, state and tokens are "
+                "supported"
             )
+        _check_input_spec(i, spec, kind)
         inputs.append(InputSpec(kind, name, spec.target, spec.persistent))
     outputs = []
-    for spec in ep.graph_signature.output_specs:
+    for i, spec in enumerate(ep.graph_signature.output_specs):
+        kind = _OUTPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.OutputKind) else None
+        if kind is None or kind.startswith("gradient_to_"):
+            raise UnsupportedProgramError(
+                f"output spec {i} has kind {spec.kind!r}; purefx supports user outputs, "
+                "losses, tokens and buffer/parameter/user input mutations"
+            )
+        if not isinstance(spec.arg, _ARGUMENT_TYPES):
+            raise UnsupportedProgramError(
+                f"output spec {i} has argument {spec.arg!r}, not a torch.export argument"
+            )
+        wants_target = kind in (BUFFER_MUTATION, PARAMETER_MUTATION, USER_INPUT_MUTATION)
+        if wants_target != isinstance(spec.target, str) or spec.target == "":
+            raise UnsupportedProgramError(
+                f"output spec {i} ({kind}) has target {spec.target!r}; "
+                + ("a mutation names what it mutates" if wants_target else "it takes none")
+            )
         name = getattr(spec.arg, "name", None)
-        outputs.append(OutputSpec(_OUTPUT_KINDS[spec.kind], name, spec.target))
+        outputs.append(OutputSpec(kind, name, spec.target))
     return ExportSignature(tuple(inputs), tuple(outputs))
+
+
+_ARGUMENT_TYPES = tuple(cls for cls, _ in _ARG_KINDS)
+_ARGUMENT_OF_KIND = {
+    PARAMETER: gs.TensorArgument,
+    BUFFER: gs.TensorArgument,
+    CONSTANT_TENSOR: gs.TensorArgument,
+    CUSTOM_OBJ: gs.CustomObjArgument,
+    TOKEN: gs.TokenArgument,
+    USER_INPUT: _ARGUMENT_TYPES,
+}
+
+
+def _check_input_spec(i: int, spec: gs.InputSpec, kind: str) -> None:
+    """State specs name their fqn, other specs none; the argument fits the kind."""
+    where = f"input spec {i} ({kind} %{spec.arg.name})"
+    if not isinstance(spec.arg, _ARGUMENT_OF_KIND[kind]):
+        raise UnsupportedProgramError(
+            f"{where} has a {type(spec.arg).__name__}, which a {kind} input cannot be"
+        )
+    if kind in (USER_INPUT, TOKEN):
+        if spec.target is not None:
+            raise UnsupportedProgramError(f"{where} has target {spec.target!r}; it takes none")
+    elif not isinstance(spec.target, str) or not spec.target:
+        raise UnsupportedProgramError(
+            f"{where} has target {spec.target!r}; it must name the state it reads"
+        )
+    if kind == BUFFER and not isinstance(spec.persistent, bool):
+        raise UnsupportedProgramError(f"{where} has persistent={spec.persistent!r}, not a bool")
 
 
 def _check_signature_matches_graph(signature: ExportSignature, graph: Graph) -> None:
@@ -286,12 +350,15 @@ def _import_state(
     ep: torch.export.ExportedProgram, signature: ExportSignature
 ) -> tuple[dict[str, Slot], tuple[str, ...], dict[str, Opaque]]:
     """State slots in registration order: the state dict first, then the remaining constants."""
-    declared = {s.target: s for s in signature.inputs if s.target is not None and s.kind != USER_INPUT}
+    declared = _declared_state(signature)
     state: dict[str, Slot] = {}
     tensors: dict[str, Opaque] = {}
     keys: dict[Any, str] = {}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
 
     def add(fqn: str, value: Any, kind: str, persistent: bool) -> None:
+        spec = declared.get(fqn)
+        check_state_value(fqn, value, kind, placeholders.get(spec.name) if spec else None)
         key = keys.setdefault(_alias_key(value), fqn)
         tensors.setdefault(key, Opaque(value))
         requires_grad = bool(getattr(value, "requires_grad", False))
@@ -309,8 +376,9 @@ def _import_state(
         if fqn in state:
             continue
         spec = declared.get(fqn)
-        if spec is not None and spec.kind == BUFFER:
-            add(fqn, value, st.BUFFER, False)
+        if spec is not None:  # the spec says what it is: a tensor is checked to be one
+            kind = _STATE_KIND_OF_INPUT[spec.kind]
+            add(fqn, value, kind, kind != st.BUFFER)
         elif isinstance(value, torch.Tensor):
             add(fqn, value, st.CONSTANT, True)
         else:
@@ -322,6 +390,21 @@ def _import_state(
                 "dict nor in the constants; the program is incomplete"
             )
     return state, _registration_order(list(state), signature, state), tensors
+
+
+def _declared_state(signature: ExportSignature) -> dict[str, InputSpec]:
+    """State fqn -> the input spec that reads it; two specs reading one fqn are refused."""
+    declared: dict[str, InputSpec] = {}
+    for spec in signature.inputs:
+        if spec.target is None or spec.kind == USER_INPUT:
+            continue
+        if spec.target in declared:
+            raise UnsupportedProgramError(
+                f"input specs %{declared[spec.target].name} and %{spec.name} both read "
+                f"{spec.target!r}; each state fqn has one placeholder"
+            )
+        declared[spec.target] = spec
+    return declared
 
 
 def _registration_order(

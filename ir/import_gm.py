@@ -59,7 +59,7 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
             "trace with placeholders for tensors, or import the torch.export of the module"
         )
     modules: dict[str, Module] = {}
-    graph = _import_graph(gm.graph, gm, "", modules)
+    graph = _import_graph(gm.graph, gm, "", modules, exported=False)
     tree = _Tree(gm)
     for node in graph.nodes:  # leaves first: a leaf keeps its own order of state
         if node.op == CALL_MODULE:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from ir import signature as sg
 from ir.args import Ref
 from ir.errors import VerifyError
 from ir.graph import Graph
 from ir.module import KINDS, SUBGRAPH, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 from ir.program import Program
-from ir.signature import BUFFER_MUTATION, USER_INPUT_MUTATION
+from ir.signature import (
+    BUFFER_MUTATION,
+    PARAMETER_MUTATION,
+    STATE_INPUT_KINDS,
+    USER_INPUT_MUTATION,
+)
 from ir.state import STATE_KINDS
+
+INPUT_KINDS = (sg.USER_INPUT, *STATE_INPUT_KINDS, sg.TOKEN)
+OUTPUT_KINDS = (sg.USER_OUTPUT, sg.LOSS_OUTPUT, sg.OUTPUT_TOKEN, *sg.MUTATION_KINDS)
 
 
 def verify(program: Program) -> Program:
@@ -130,12 +139,11 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
             if program.resolve(node.target, mid) is not None:
                 continue
             fqn = f"{path}.{node.target}" if path else node.target
-            if program.module_table()[mid].kind == SUBGRAPH or fqn not in program.state_table():
-                if program.module_table()[mid].kind != SUBGRAPH:
-                    raise VerifyError(
-                        f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "
-                        "neither state nor a submodule"
-                    )
+            if program.module_table()[mid].kind != SUBGRAPH and fqn not in program.state_table():
+                raise VerifyError(
+                    f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "
+                    "neither state nor a submodule"
+                )
 
 
 def _check_root_signature(program: Program) -> None:
@@ -146,6 +154,20 @@ def _check_root_signature(program: Program) -> None:
     specs = [s.name for s in program.signature.inputs]
     if names != specs:
         raise VerifyError(f"root placeholders {names} do not match the input specs {specs}")
+    for spec in program.signature.inputs:
+        if spec.kind not in INPUT_KINDS:
+            raise VerifyError(f"input spec %{spec.name} has unknown kind {spec.kind!r}")
+        if spec.kind in STATE_INPUT_KINDS and spec.target not in program.state:
+            raise VerifyError(
+                f"input spec %{spec.name} reads {spec.kind} {spec.target!r}, which is not state"
+            )
+        if spec.kind not in STATE_INPUT_KINDS and spec.target is not None:
+            raise VerifyError(
+                f"input spec %{spec.name} ({spec.kind}) has target {spec.target!r}; it takes none"
+            )
+    for spec in program.signature.outputs:
+        if spec.kind not in OUTPUT_KINDS:
+            raise VerifyError(f"output spec %{spec.name} has unknown kind {spec.kind!r}")
     if program.signature.outputs:
         outputs = graph.outputs
         values = outputs if isinstance(outputs, tuple) else (outputs,)
@@ -160,7 +182,9 @@ def _check_root_signature(program: Program) -> None:
                     f"output spec {spec.kind} names %{spec.name} but the root returns "
                     f"%{value.name} there"
                 )
-            if spec.kind == BUFFER_MUTATION and spec.target not in program.state:
+            if spec.kind in (BUFFER_MUTATION, PARAMETER_MUTATION) and (
+                spec.target not in program.state
+            ):
                 raise VerifyError(f"output %{spec.name} mutates {spec.target!r}, which is not state")
             if spec.kind == USER_INPUT_MUTATION and spec.target not in names:
                 raise VerifyError(

@@ -8,25 +8,25 @@ and checks the lowered module against ``ep.module()`` on the program's example i
 Exit status: 0 when the check passes (or the program carries no example inputs), 1 when it fails,
 2 for bad input (a file that is not a program, an unknown pass, a program purefx cannot handle).
 
-Loading a .pt2 file calls ``torch.export.load``, which unpickles the weights and constants stored
-in it (``torch.load`` with ``weights_only=False``): a crafted file can run any code on load. Only
-load files you trust.
+A .pt2 file is scanned before it is loaded (``ir.load_program``): a file whose loading would
+unpickle anything or run code from it is refused with one line naming the member; ``--trust``
+loads it with ``torch.export.load``, which unpickles: a crafted file can then run any code. Only
+load files you trust with ``--trust``. ``--max-members``, ``--max-bytes`` and ``--max-ratio``
+raise the caps on the archive (zip bombs).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import logging
-import os
 import sys
 import time
-import warnings
 from typing import IO, Any, Callable, Sequence
 
 import torch
 
 from ir import PurefxError, import_ep
+from ir.load import DEFAULT_LIMITS, Limits, load_program
 from ir.program import Program
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
@@ -37,8 +37,10 @@ Pass = Callable[[Program], Program]
 LARGE = 2000  # nodes in the exported graph from which a run shows a progress bar (on a terminal)
 
 _EPILOG = """\
-A .pt2 file is loaded with torch.export.load, which unpickles the weights and constants stored in
-it: a crafted file can run any code when loaded. Only load files you trust.
+A .pt2 file is scanned first and refused (one line, exit status 2) if loading it would unpickle
+anything or run code from it. With --trust it is loaded with torch.export.load, which unpickles
+the weights and constants stored in it: a crafted file can run any code when loaded. Only load
+files you trust.
 
 exit status: 0 check passed (or no example inputs), 1 check failed, 2 bad input or error."""
 
@@ -48,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         passes = _passes(args.passes)
-        ep, source = _load(args.program)
+        ep, source = _load(args)
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
         result = run(ep, passes=passes, progress=progress)
         if args.html:
@@ -198,48 +200,14 @@ def _compare(expected: Any, got: Any) -> tuple[str | None, float]:
 # --- loading --------------------------------------------------------------------------------------
 
 
-def _load(path: str | None) -> tuple[torch.export.ExportedProgram, str]:
-    if path is None:
+def _load(args: argparse.Namespace) -> tuple[torch.export.ExportedProgram, str]:
+    """The program named on the command line, loaded safely unless ``--trust`` (ir/load.py)."""
+    if args.program is None:
         from lowering.example_model import example_program
 
         return example_program(), "the built-in example model (lowering/example_model.py)"
-    if not os.path.exists(path):
-        raise UsageError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a directory, not a .pt2 file")
-    # torch logs the first failure with its traceback, then raises a vaguer error: keep the
-    # logged cause, and print one line of our own
-    caught = _Caught()
-    logger = logging.getLogger("torch.export")
-    handlers, propagate = logger.handlers, logger.propagate
-    logger.handlers, logger.propagate = [caught], False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ep = torch.export.load(path)
-    except Exception as err:  # torch raises many kinds for a file that is not a program
-        cause = caught.errors[0] if caught.errors else err
-        raise UsageError(
-            f"{path}: not a program saved with torch.export.save ({type(cause).__name__}: "
-            f"{_one_line(cause, sentences=1)})"
-        ) from None
-    finally:
-        logger.handlers, logger.propagate = handlers, propagate
-    if not isinstance(ep, torch.export.ExportedProgram):
-        raise UsageError(f"{path}: holds a {type(ep).__name__}, not an ExportedProgram")
-    return ep, path
-
-
-class _Caught(logging.Handler):
-    """Keeps the exceptions of the log records it is handed, and writes nothing."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.errors: list[BaseException] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info and record.exc_info[1] is not None:
-            self.errors.append(record.exc_info[1])
+    limits = Limits(max_members=args.max_members, max_bytes=args.max_bytes, max_ratio=args.max_ratio)
+    return load_program(args.program, trust=args.trust, limits=limits), args.program
 
 
 def _one_line(err: BaseException, sentences: int = 0) -> str:
@@ -360,8 +328,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "program",
         nargs="?",
-        help="a .pt2 file saved with torch.export.save (trusted files only: loading unpickles); "
-        "default: the built-in example model",
+        help="a .pt2 file saved with torch.export.save (scanned and refused if loading it would "
+        "run code from it, unless --trust); default: the built-in example model",
     )
     parser.add_argument(
         "--passes",
@@ -383,6 +351,25 @@ def _parser() -> argparse.ArgumentParser:
         choices=("auto", "on", "off"),
         default="auto",
         help=f"progress bar on stderr (auto: on a terminal, for programs of {LARGE} nodes or more)",
+    )
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="load the file even if it holds pickles, custom objects or code (torch.export.load "
+        "unpickles them: only for files you trust)",
+    )
+    parser.add_argument(
+        "--max-members", type=int, default=DEFAULT_LIMITS.max_members, metavar="N",
+        help=f"most members a .pt2 archive may hold (default {DEFAULT_LIMITS.max_members})",
+    )
+    parser.add_argument(
+        "--max-bytes", type=int, default=DEFAULT_LIMITS.max_bytes, metavar="N",
+        help=f"most bytes a .pt2 file and its members may hold (default {DEFAULT_LIMITS.max_bytes})",
+    )
+    parser.add_argument(
+        "--max-ratio", type=float, default=DEFAULT_LIMITS.max_ratio, metavar="R",
+        help="largest compression ratio of a .pt2 archive or member (default "
+        f"{DEFAULT_LIMITS.max_ratio:g}; zip bombs exceed it)",
     )
     return parser
 

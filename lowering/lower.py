@@ -51,9 +51,10 @@ def lower(
     copies (no second copy of a large model's weights, as torch's unflatten does); then in-place
     buffer updates and weight changes through the module reach the ``ExportedProgram`` too.
     Raises ``VerifyError`` for a malformed Program and ``LoweringError`` for one that cannot be
-    built.
+    built or a ``device`` torch cannot use here.
     """
     verify(program)
+    device = _usable_device(device)
     objects: dict[ModuleId, torch.nn.Module] = {}
     root = _build_root(program, interpreter, flat_args_adapter)
     objects[program.root] = root
@@ -72,6 +73,22 @@ def lower(
     if not interpreter:
         _attach_direct_code(program, objects)
     return root
+
+
+def _usable_device(device: torch.device | str | None) -> torch.device | None:
+    """``device`` as a ``torch.device``, after making one empty tensor there (a CPU build has
+    no CUDA; an index may be past the last device)."""
+    if device is None:
+        return None
+    try:
+        found = torch.device(device)
+        torch.empty(0, device=found)
+    except Exception as err:  # noqa: BLE001 - torch raises Runtime/Assertion/TypeError here
+        raise LoweringError(
+            f"device {device!r} cannot be used by this torch build ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]}); pass a device it has, e.g. 'cpu'"
+        ) from None
+    return found
 
 
 # --- modules ------------------------------------------------------------------------------------

@@ -74,3 +74,27 @@ def test_signature_mismatch():
     nodes = [Node("placeholder", "q", "q"), Node("output", "o", "output", ((ref("q"),),))]
     with pytest.raises(VerifyError, match="do not match the input specs"):
         verify(_program(nodes))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (InputSpec("bogus", "x"), "unknown kind 'bogus'"),
+        (InputSpec("parameter", "x", "w"), "reads parameter 'w', which is not state"),
+        (InputSpec(USER_INPUT, "x", "w"), "has target 'w'; it takes none"),
+    ],
+)
+def test_input_specs_must_fit_their_kind(spec, message):
+    nodes = [X, Node("call_function", "y", "relu", (ref("x"),)), Node("output", "o", "output", ((ref("y"),),))]
+    p = _program(nodes)
+    bad = p.replace(signature=ExportSignature((spec,), p.signature.outputs))
+    with pytest.raises(VerifyError, match=message):
+        verify(bad)
+
+
+def test_output_specs_must_have_a_known_kind():
+    nodes = [X, Node("call_function", "y", "relu", (ref("x"),)), Node("output", "o", "output", ((ref("y"),),))]
+    p = _program(nodes)
+    bad = p.replace(signature=ExportSignature(p.signature.inputs, (OutputSpec("bogus", "y"),)))
+    with pytest.raises(VerifyError, match="unknown kind 'bogus'"):
+        verify(bad)

@@ -1,0 +1,250 @@
+"""Checks on an ``ExportedProgram``'s raw parts, run by ``import_ep`` before it builds anything.
+
+torch builds an ``ExportedProgram`` from whatever it is given (a deserialized file, a program
+edited by hand) and trusts it later; purefx checks each part once, at import, so that a malformed
+program fails there with an ``UnsupportedProgramError`` naming the node, spec, entry or state
+fqn, never later with a raw ``KeyError`` or a silent wrong answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import keyword
+import re
+from typing import Any
+
+import torch
+import torch.fx
+from torch.export import graph_signature as gs
+from torch.utils import _pytree as pytree
+
+from ir.errors import UnsupportedProgramError
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+
+_CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
+_TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_MODULE: "a path",
+               CALL_METHOD: "a method name", OUTPUT: "a name"}
+
+
+def check_node(node: torch.fx.Node, *, exported: bool = True) -> None:
+    """``node`` has a known op, an identifier for a name, a target of the kind its op needs and
+    an ``nn_module_stack`` (if any) of ``key -> (path, type)`` string entries; a placeholder has
+    no default value (a plain GraphModule, ``exported=False``, may give it one constant).
+    O(arguments + stack depth)."""
+    where = f"node {node.name!r}"
+    if not isinstance(node.name, str) or not node.name.isidentifier() or keyword.iskeyword(
+        node.name
+    ):
+        raise UnsupportedProgramError(f"{where} has a name that is not a Python identifier")
+    if node.op not in OPS:
+        raise UnsupportedProgramError(f"{where} has unknown op {node.op!r}; expected one of {OPS}")
+    if node.op == PLACEHOLDER and (node.kwargs or node.args and (
+        exported or len(node.args) > 1 or isinstance(node.args[0], torch.fx.Node)
+    )):
+        raise UnsupportedProgramError(
+            f"placeholder {node.name!r} has a default value {node.args!r}; exported programs "
+            "have none"
+        )
+    target = node.target
+    if node.op == CALL_FUNCTION:
+        if isinstance(target, str) or not callable(target):
+            raise UnsupportedProgramError(
+                f"{where} (call_function) has target {target!r}, which is not a callable"
+            )
+        _check_call_arguments(node)
+    elif (
+        not isinstance(target, str)
+        or not target
+        or (node.op == GET_ATTR and not all(p.isidentifier() for p in target.split(".")))
+        or (node.op == CALL_METHOD and not target.isidentifier())
+    ):
+        raise UnsupportedProgramError(
+            f"{where} ({node.op}) has target {target!r}; it must be {_TARGET_OPS[node.op]}"
+        )
+    _check_module_stack(node)
+
+
+def _check_call_arguments(node: torch.fx.Node) -> None:
+    """An operator gets the arguments its schema lists (no more positional ones, only keywords it
+    names, every one without a default); another function, what its signature binds."""
+    target = node.target
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return
+    if isinstance(target, torch._ops.OpOverload):
+        names, required = _schema_names(target)
+        given = len(node.args)
+        if given > len(names) or any(k not in names for k in node.kwargs) or any(
+            i >= given and names[i] not in node.kwargs for i in required
+        ):
+            raise UnsupportedProgramError(
+                f"node {node.name!r} passes {given} positional arguments and keywords "
+                f"{sorted(node.kwargs)} to {target}, whose schema is {target._schema}"
+            )
+        return
+    try:
+        signature = _signature(target)
+    except TypeError:  # unhashable: look it up uncached
+        signature = _signature.__wrapped__(target)
+    if signature is None:  # a builtin without a text signature: nothing to check
+        return
+    try:
+        signature.bind(*node.args, **node.kwargs)
+    except TypeError as err:
+        raise UnsupportedProgramError(
+            f"node {node.name!r} calls {getattr(target, '__name__', target)} with arguments it "
+            f"does not take ({err})"
+        ) from None
+
+
+@functools.lru_cache(maxsize=4096)  # bounded: one entry per operator seen, shared by its nodes
+def _schema_names(op: torch._ops.OpOverload) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """An operator's argument names, and the positions of those without a default."""
+    params = op._schema.arguments
+    return tuple(a.name for a in params), tuple(
+        i for i, a in enumerate(params) if not a.has_default_value()
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_module_stack(node: torch.fx.Node) -> None:
+    stack = node.meta.get("nn_module_stack")
+    if stack is None or (type(stack) is dict and all(
+        type(key) is str and type(entry) is tuple and len(entry) == 2 and type(entry[0]) is str
+        and (type(entry[1]) is str or isinstance(entry[1], type))
+        for key, entry in stack.items()
+    )):
+        return  # the common case, checked in one pass; what follows names the fault
+    bad = f"node {node.name!r} has a malformed nn_module_stack"
+    if not isinstance(stack, dict):
+        raise UnsupportedProgramError(
+            f"{bad}: a {type(stack).__name__}, not a dict of key -> (path, type)"
+        )
+    for key, entry in stack.items():
+        if not isinstance(key, str):
+            raise UnsupportedProgramError(f"{bad}: key {key!r} is not a string")
+        if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+            raise UnsupportedProgramError(f"{bad}: entry {key!r} is {entry!r}, not (path, type)")
+        path, type_name = entry
+        if not isinstance(path, str):
+            raise UnsupportedProgramError(f"{bad}: entry {key!r} has path {path!r}, not a string")
+        if not isinstance(type_name, (str, type)):
+            raise UnsupportedProgramError(
+                f"{bad}: entry {key!r} has type {type_name!r}, not a class or its name"
+            )
+
+
+def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
+    """The module call graph starts with the root entry ``""`` (with a signature), names each
+    call once, by a module path (``a.b`` or ``a.b@n``) that is not state or inside state, and
+    each signature lists arguments whose count matches its pytree specs. O(entries + state)."""
+    entries = list(ep.module_call_graph)
+    if not entries or entries[0].fqn != "" or entries[0].signature is None:
+        raise UnsupportedProgramError(
+            "the module call graph has no root entry '' with a signature first; the program "
+            "cannot be called with checked inputs: re-export it with torch.export.export"
+        )
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        fqn = entry.fqn
+        where = f"module call graph entry {i} ({fqn!r})"
+        if not isinstance(fqn, str) or (fqn and not _CALL_NAME.fullmatch(fqn)):
+            raise UnsupportedProgramError(f"{where} is not a module path such as 'a.b' or 'a.b@1'")
+        if fqn in seen:
+            raise UnsupportedProgramError(f"{where} appears twice")
+        seen.add(fqn)
+        path = fqn.partition("@")[0]
+        owner = next((s for s in _prefixes(path) if s in state), None)
+        if owner is not None:
+            raise UnsupportedProgramError(
+                f"{where} names {path!r}, but {owner!r} is a parameter, buffer or constant, "
+                "not a module"
+            )
+        if entry.signature is not None:
+            _check_call_signature(entry.signature, where, _counts(ep) if fqn == "" else None)
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))] if path else []
+
+
+_ARGUMENTS = (
+    gs.TensorArgument, gs.SymIntArgument, gs.SymFloatArgument, gs.SymBoolArgument,
+    gs.CustomObjArgument, gs.TokenArgument, gs.ConstantArgument,
+)
+
+
+def _counts(ep: torch.export.ExportedProgram) -> tuple[int, int]:
+    """The root's user inputs and user outputs (its call graph entry lists neither)."""
+    sig = ep.graph_signature
+    ins = sum(s.kind == gs.InputKind.USER_INPUT for s in sig.input_specs)
+    outs = sum(s.kind in (gs.OutputKind.USER_OUTPUT, gs.OutputKind.LOSS_OUTPUT)
+               for s in sig.output_specs)
+    return ins, outs
+
+
+def _check_call_signature(sig: Any, where: str, root_counts: tuple[int, int] | None) -> None:
+    sides = (("inputs", sig.inputs, sig.in_spec), ("outputs", sig.outputs, sig.out_spec))
+    for i, (side, args, spec) in enumerate(sides):
+        if not isinstance(args, (list, tuple)) or any(not isinstance(a, _ARGUMENTS) for a in args):
+            raise UnsupportedProgramError(f"{where} has {side} {args!r}, not a list of arguments")
+        if not isinstance(spec, pytree.TreeSpec):
+            raise UnsupportedProgramError(f"{where} has {side} spec {spec!r}, not a pytree spec")
+        count = len(args) if root_counts is None else root_counts[i]
+        if spec.num_leaves != count:
+            raise UnsupportedProgramError(
+                f"{where}: its {side} spec has {spec.num_leaves} leaves but the program has "
+                f"{count} {side} there"
+            )
+
+
+def check_state_fqns(fqns: list[str]) -> None:
+    """Every state fqn is a dotted path of non-empty names, and none lies inside another (a
+    tensor cannot hold attributes). O(total length)."""
+    known = set(fqns)
+    for fqn in fqns:
+        if not isinstance(fqn, str) or not fqn or any(not p for p in fqn.split(".")):
+            raise UnsupportedProgramError(f"state fqn {fqn!r} is not a dotted attribute path")
+        owner = next((p for p in _prefixes(fqn)[:-1] if p in known), None)
+        if owner is not None:
+            raise UnsupportedProgramError(
+                f"state {fqn!r} lies inside state {owner!r}, which is a tensor, not a module"
+            )
+
+
+def check_state_value(
+    fqn: str, value: Any, kind: str, placeholder: torch.fx.Node | None
+) -> None:
+    """A parameter, buffer or constant tensor holds a tensor of the shape and dtype its
+    placeholder was traced with (when static); a custom object holds no tensor."""
+    where = f"{kind} {fqn!r}"
+    if kind == "custom_obj":
+        if isinstance(value, torch.Tensor):
+            raise UnsupportedProgramError(f"{where} holds a tensor, not a custom object")
+        return
+    if not isinstance(value, torch.Tensor):
+        raise UnsupportedProgramError(
+            f"{where} holds a {type(value).__name__}, not a tensor; the program is corrupt"
+        )
+    traced = placeholder.meta.get("val") if placeholder is not None else None
+    if not isinstance(traced, torch.Tensor):
+        return
+    shape = tuple(traced.shape)
+    if all(isinstance(d, int) for d in shape) and tuple(value.shape) != shape:
+        raise UnsupportedProgramError(
+            f"{where} has shape {tuple(value.shape)}, but its placeholder {placeholder.name!r} "
+            f"was traced with shape {shape}"
+        )
+    if value.dtype != traced.dtype:
+        raise UnsupportedProgramError(
+            f"{where} has dtype {value.dtype}, but its placeholder {placeholder.name!r} was traced "
+            f"with {traced.dtype}"
+        )
