@@ -56,13 +56,18 @@ def check_node(node: torch.fx.Node, *, exported: bool = True) -> None:
     elif (
         not isinstance(target, str)
         or not target
-        or (node.op == GET_ATTR and not all(p.isidentifier() for p in target.split(".")))
+        or (node.op == GET_ATTR and not all(_path_part(p) for p in target.split(".")))
         or (node.op == CALL_METHOD and not target.isidentifier())
     ):
         raise UnsupportedProgramError(
             f"{where} ({node.op}) has target {target!r}; it must be {_TARGET_OPS[node.op]}"
         )
     _check_module_stack(node)
+
+
+def _path_part(part: str) -> bool:
+    """One step of an attribute path: a name, or a container index (``layers.0.bias``)."""
+    return part.isidentifier() or (part.isdigit() and part.isascii())
 
 
 def _check_call_arguments(node: torch.fx.Node) -> None:
