@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -25,6 +26,8 @@ from lowering.modules import (
 )
 from lowering.portable import decode_graph, encode_graph
 from lowering.tree_watch import plain_call
+
+_dynamo_frames = torch._C._dynamo.eval_frame
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
 # code both follow it). Inputs: placeholder name -> ("state", fqn) | ("token",); outputs, one per
@@ -105,6 +108,8 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         return flatten_inputs(self, args, kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.compiler.is_compiling() and _dynamo_frames.get_eval_frame_callback():
+            return self._forward_for_dynamo(args, kwargs)
         flat = self.process_forward_inputs(*args, **kwargs)
         for mod in self._dispatchers:
             mod.reset_calls()
@@ -120,6 +125,27 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if is_tracing():
             out = [out[i] for i in range(self._out_spec.num_leaves)]
         return pytree.tree_unflatten(list(out), self._out_spec)
+
+    def _forward_for_dynamo(self, args: tuple, kwargs: dict) -> Any:
+        """A call inside ``torch.compile`` (``forward`` itself is a frame dynamo skips): inputs
+        are checked and the root's code settled eagerly, out of dynamo's sight, so nothing lazy
+        is guarded on; dynamo compiles the root graph's code, module by module, as one frame."""
+        prior = _dynamo_frames.set_eval_frame(None)
+        try:
+            flat = self.process_forward_inputs(*args, **kwargs)
+            for mod in self._dispatchers:
+                mod.reset_calls()
+            code = self.__dict__["_code"] or self._compile()
+        finally:
+            _dynamo_frames.set_eval_frame(prior)
+        out = code(self, *flat)  # the frame dynamo compiles
+        if self._out_spec is None:
+            return out
+        prior = _dynamo_frames.set_eval_frame(None)
+        try:
+            return pytree.tree_unflatten(list(out), self._out_spec)
+        finally:
+            _dynamo_frames.set_eval_frame(prior)
 
     def _compile(self) -> Callable[..., Any]:
         """Compile the root graph's module-by-module code (not needed while direct code runs)."""
@@ -153,6 +179,17 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         self.__dict__.update(state)
         self.__dict__["_fx_graph"] = decode_graph(state["_fx_graph"])
         self.graph.owning_module = self
+
+
+# Dynamo runs ``LoweredRoot.forward`` and ``_forward_for_dynamo`` (and so every signature class's copy, which shares its code)
+# eagerly and compiles the frames it calls: see ``LoweredRoot._forward_for_dynamo``.
+for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__code__):
+    _dynamo_frames.set_code_exec_strategy(
+        _code,
+        _dynamo_frames._FrameExecStrategy(
+            _dynamo_frames._FrameAction.SKIP, _dynamo_frames._FrameAction.DEFAULT
+        ),
+    )
 
 
 def user_placeholders(graph: Graph, plan: RootPlan | None) -> list[Node]:
