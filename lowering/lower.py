@@ -21,6 +21,7 @@ from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
+from lowering.meta import complete_meta
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
@@ -64,6 +65,7 @@ def lower(
         for name, child in program.module_table()[mid].children:
             obj._modules[name] = objects[child]
     _register_state(program, objects, device, share_state)
+    _complete_built_meta(objects)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
         _attach_direct_code(program, objects)
@@ -99,6 +101,16 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
             g.owning_module = made_module
     _hold_constants(made_module, constants)
     return made_module
+
+
+def _complete_built_meta(objects: dict[ModuleId, torch.nn.Module]) -> None:
+    """Complete the meta of the fx graphs built while the tree was not yet wired (the others
+    complete theirs when built; see ``lowering/meta.py``)."""
+    for obj in objects.values():
+        if isinstance(obj, LoweredModule):
+            for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
+                if fx_graph is not None:
+                    complete_meta(fx_graph, ir_graph, obj)
 
 
 def _hold_constants(owner: torch.nn.Module, per_graph: list[dict[str, Any]]) -> None:

@@ -17,6 +17,7 @@ from lowering import tree_watch
 from lowering.codegen import NodeRule, compile_graph, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
+from lowering.meta import complete_meta
 from lowering.modules import (
     GraphRunner,
     LoweredModule,
@@ -84,6 +85,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if fx_graph is None:
             fx_graph = root_fx_graph(self.__dict__["_ir_graph"], self.__dict__["_plan"])
             fx_graph.owning_module = self
+            complete_meta(fx_graph, self.__dict__["_ir_graph"], self)
             self.__dict__["_fx_graph"] = fx_graph
         return fx_graph
 
