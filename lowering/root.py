@@ -106,7 +106,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if self._in_spec is None:
             return list(args)
         if is_tracing():
-            return pytree.tree_leaves((args, kwargs))
+            return traced_leaves(args, kwargs, self._in_spec)
         return flatten_inputs(self, args, kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -192,6 +192,41 @@ for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__co
             _dynamo_frames._FrameAction.SKIP, _dynamo_frames._FrameAction.DEFAULT
         ),
     )
+
+
+def traced_leaves(args: tuple, kwargs: dict, in_spec: Any) -> list[Any]:
+    """The flat inputs of a call under ``torch.fx.symbolic_trace``, in ``in_spec``'s order.
+
+    fx passes one proxy per parameter of the named signature (``root_class``): the positional
+    arguments, then the keyword arguments, all positionally. A proxy that stands for a tuple,
+    list or dict input is indexed as ``in_spec`` says (``pair[1][0]``, ``cfg["gain"]``), so the
+    traced module takes the eager structure. Without proxies (``concrete_args`` of the flat
+    convention, one per leaf) the leaves are taken as given. O(leaves).
+    """
+    given = list(args) + list(kwargs.values())
+    if in_spec is None or not any(isinstance(a, torch.fx.Proxy) for a in given):
+        return pytree.tree_leaves((args, kwargs))
+    args_spec, kwargs_spec = in_spec.children()
+    specs = list(args_spec.children()) + list(kwargs_spec.children())
+    if len(given) != len(specs):
+        return pytree.tree_leaves((args, kwargs))  # the flat convention: one value per leaf
+    leaves: list[Any] = []
+    for value, spec in zip(given, specs):
+        _index_leaves(value, spec, leaves)
+    return leaves
+
+
+def _index_leaves(value: Any, spec: Any, into: list[Any]) -> None:
+    if spec.is_leaf():
+        into.append(value)
+    elif not isinstance(value, torch.fx.Proxy):
+        into.extend(pytree.tree_leaves(value))
+    elif spec.type is dict:
+        for key, child in zip(spec.context, spec.children()):
+            _index_leaves(value[key], child, into)
+    else:
+        for i, child in enumerate(spec.children()):
+            _index_leaves(value[i], child, into)
 
 
 def user_placeholders(graph: Graph, plan: RootPlan | None) -> list[Node]:
