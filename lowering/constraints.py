@@ -3,9 +3,9 @@
 Built once from the root placeholders' fake values at lowering: each input is a tensor with
 dimensions (ints or sympy expressions over the export's symbols) and a dtype, or a scalar;
 checking a call follows ``ep.module()``'s rules and messages, so errors read as torch's do. One
-check goes further than torch: a tensor of another dtype family than exported (an integer tensor
-for a floating one, ...) is reported here, naming the input, instead of failing deep inside an
-operator. Within a family any dtype passes, so inputs follow a module converted with
+check goes further than torch: a tensor of another dtype than exported is reported here, naming
+the input, instead of failing deep inside an operator; a floating input may also have the
+floating dtype the module's state has now, so inputs follow a module converted with
 ``.double()``, ``.half()`` or ``.to(dtype)``. Valid inputs cost no text: key paths are spelled
 only for an error.
 """
@@ -74,8 +74,16 @@ def _bound(value: Any, infinite: float) -> float:
     return infinite if math.isinf(number) else int(number)
 
 
-def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges: dict) -> None:
-    """Raise ``InputConstraintError`` (torch's wording) for the first input that breaks a check."""
+def check_inputs(
+    checks: Sequence[InputCheck],
+    flat_with_path: Sequence,
+    ranges: dict,
+    state_dtype: torch.dtype | None = None,
+) -> None:
+    """Raise ``InputConstraintError`` (torch's wording) for the first input that breaks a check.
+
+    A floating input exported as one dtype may also have ``state_dtype``, the floating dtype of
+    the module's state now (after ``.double()``, ``.half()``, ``.to(dtype)``)."""
     if len(flat_with_path) != len(checks):
         raise InputConstraintError(
             f"Unexpected number of inputs (expected {len(checks)}, got {len(flat_with_path)})"
@@ -83,7 +91,7 @@ def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges:
     bound: dict = {}
     for (path, arg), check in zip(flat_with_path, checks):
         if check.is_tensor:
-            if _tensor_fits(arg, check):
+            if _tensor_fits(arg, check, state_dtype):
                 for i, (want, got) in enumerate(zip(check.dims, arg.shape)):
                     if not (isinstance(want, int) and want == got):
                         _check_dim(want, int(got), _Where(path, f".shape[{i}]"), ranges, bound)
@@ -99,9 +107,10 @@ def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges:
                     f"Unexpected number of dimensions in input at {where}.shape "
                     f"(expected torch.Size([{expected}]), got {arg.shape})"
                 )
+            accepted = _accepted_dtypes(check.dtype, state_dtype)
             raise InputConstraintError(
-                f"Expected input at {where} to be a {_kind(check.dtype)} tensor (exported as "
-                f"{check.dtype}), but got {arg.dtype}"
+                f"Expected input at {where} to have dtype {' or '.join(map(str, accepted))} "
+                f"(exported as {check.dtype}), but got {arg.dtype}"
             )
         elif check.symbolic is not None:
             _check_dim(check.symbolic, int(arg), _Where(path, ""), ranges, bound)
@@ -111,22 +120,23 @@ def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges:
             )
 
 
-def _tensor_fits(arg: Any, check: InputCheck) -> bool:
+def _tensor_fits(arg: Any, check: InputCheck, state_dtype: torch.dtype | None) -> bool:
     return (
         isinstance(arg, torch.Tensor)
         and arg.dim() == len(check.dims)
-        and (check.dtype is None or _kind(arg.dtype) == _kind(check.dtype))
+        and (
+            check.dtype is None
+            or arg.dtype == check.dtype
+            or (check.dtype.is_floating_point and arg.dtype == state_dtype)
+        )
     )
 
 
-def _kind(dtype: torch.dtype) -> str:
-    """The family a dtype belongs to; ``.double()``, ``.half()`` and ``.to(dtype)`` of a module
-    move its floating state within a family, so inputs may do the same."""
-    if dtype.is_complex:
-        return "complex"
-    if dtype.is_floating_point:
-        return "floating-point"
-    return "boolean" if dtype == torch.bool else "integer"
+def _accepted_dtypes(exported: torch.dtype, state_dtype: torch.dtype | None) -> list:
+    accepted = [exported]
+    if exported.is_floating_point and state_dtype not in (None, exported):
+        accepted.append(state_dtype)
+    return accepted
 
 
 def _where(path: Any) -> str:

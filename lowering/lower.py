@@ -65,6 +65,7 @@ def lower(
         for name, child in program.module_table()[mid].children:
             obj._modules[name] = objects[child]
     _register_state(program, objects, device, share_state)
+    root.__dict__["_device_probe"] = _device_probe(program)
     _complete_built_meta(objects)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
@@ -101,6 +102,21 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
             g.owning_module = made_module
     _hold_constants(made_module, constants)
     return made_module
+
+
+def _device_probe(program: Program) -> str | None:
+    """The fqn of one parameter or buffer (a floating one if any), whose device and dtype the
+    input checks compare with (``lowering.inputs.state_probe``)."""
+    state, tensors = program.state_table(), program.tensor_table()
+    found = None
+    for fqn in program.state_order:
+        slot = state[fqn]
+        value = tensors[slot.tensor].value
+        if slot.kind in (st.PARAMETER, st.BUFFER) and isinstance(value, torch.Tensor):
+            if value.is_floating_point():
+                return fqn
+            found = found or fqn
+    return found
 
 
 def _complete_built_meta(objects: dict[ModuleId, torch.nn.Module]) -> None:
