@@ -51,8 +51,15 @@ def lower(
     copies (no second copy of a large model's weights, as torch's unflatten does); then in-place
     buffer updates and weight changes through the module reach the ``ExportedProgram`` too.
     Raises ``VerifyError`` for a malformed Program and ``LoweringError`` for one that cannot be
-    built.
+    built, or for anything that is not a Program (an ``ExportedProgram``: ``import_ep`` it).
     """
+    if not isinstance(program, Program):
+        kind = type(program)
+        got = "None" if program is None else f"{kind.__module__}.{kind.__qualname__}"
+        raise LoweringError(
+            f"lower takes a purefx Program, got {got}; make one with "
+            "lower(transform(import_ep(ep))) (ir.import_ep, transforms.transform)"
+        )
     verify(program)
     objects: dict[ModuleId, torch.nn.Module] = {}
     root = _build_root(program, interpreter, flat_args_adapter)
