@@ -103,6 +103,10 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 
     def process_forward_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The flat inputs of a call, as the root graph takes them (checked unless tracing)."""
+        return self._flat_inputs(args, kwargs)
+
+    def _flat_inputs(self, args: Any, kwargs: Any) -> list[Any]:
+        # ``args``/``kwargs`` are proxies themselves when fx traces ``forward(*args, **kwargs)``
         if self._in_spec is None:
             return list(args)
         if is_tracing():
@@ -112,7 +116,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.compiler.is_compiling() and _dynamo_frames.get_eval_frame_callback():
             return self._forward_for_dynamo(args, kwargs)
-        flat = self.process_forward_inputs(*args, **kwargs)
+        flat = self._flat_inputs(args, kwargs)
         for mod in self._dispatchers:
             mod.reset_calls()
         direct = self.__dict__.get("_direct")
@@ -203,10 +207,18 @@ def traced_leaves(args: tuple, kwargs: dict, in_spec: Any) -> list[Any]:
     traced module takes the eager structure. Without proxies (``concrete_args`` of the flat
     convention, one per leaf) the leaves are taken as given. O(leaves).
     """
-    given = list(args) + list(kwargs.values())
-    if in_spec is None or not any(isinstance(a, torch.fx.Proxy) for a in given):
+    if in_spec is None:
         return pytree.tree_leaves((args, kwargs))
     args_spec, kwargs_spec = in_spec.children()
+    if isinstance(args, torch.fx.Proxy) or isinstance(kwargs, torch.fx.Proxy):
+        # fx traced ``forward(*args, **kwargs)`` itself: one proxy for each of args and kwargs
+        leaves: list[Any] = []
+        _index_leaves(args, args_spec, leaves)
+        _index_leaves(kwargs, kwargs_spec, leaves)
+        return leaves
+    given = list(args) + list(kwargs.values())
+    if not any(isinstance(a, torch.fx.Proxy) for a in given):
+        return pytree.tree_leaves((args, kwargs))
     specs = list(args_spec.children()) + list(kwargs_spec.children())
     if len(given) != len(specs):
         return pytree.tree_leaves((args, kwargs))  # the flat convention: one value per leaf
@@ -303,6 +315,8 @@ def _signature_names(in_spec: Any, arg_names: Sequence[str] | None) -> tuple[str
     args_spec, kwargs_spec = in_spec.children()
     if args_spec.type is not tuple or kwargs_spec.type is not dict:
         return None
+    if not all(c.is_leaf() for c in (*args_spec.children(), *kwargs_spec.children())):
+        return None  # structured inputs: (*args, **kwargs), for fx's flat convention
     keywords = tuple(str(k) for k in kwargs_spec.context)
     count = args_spec.num_children
     given = list(arg_names or [])[:count]

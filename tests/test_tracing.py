@@ -1,8 +1,10 @@
-"""``torch.fx.symbolic_trace`` of the lowered root, in both conventions.
+"""``torch.fx.symbolic_trace`` of the lowered root, in both conventions, for every input structure.
 
-Plain tracing names the eager arguments (``forward(self, pair, cfg)``) and indexes structured
-inputs inside the traced graph, so the traced module takes the eager structure; torch's flat
-convention (``concrete_args=(PH,) * n_flat_inputs``) works where each argument is one leaf.
+Plain tracing gives a module that takes the eager arguments: named placeholders
+(``x, bias, scale``) where every argument is one tensor or scalar; ``*args, **kwargs`` indexed
+inside the graph (``args[0][1][0]``, ``kwargs["cfg"]["gain"]``) where some argument is a tuple,
+list or dict (fx's flat convention needs that signature). torch's flat convention
+(``concrete_args=(PH,) * n_flat_inputs``) gives a module that takes the flat leaves.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from lowering import lower
 from transforms import transform
 
 PLAIN_CASES = ("mlp_nested", "kwargs", "nested_inputs", "pytree_outputs", "preserve_kwargs")
-FLAT_CASES = ("mlp_nested", "kwargs", "pytree_outputs", "tied_weights")
+FLAT_CASES = ("mlp_nested", "kwargs", "pytree_outputs", "tied_weights", "nested_inputs")
 
 
 def _lowered(name: str):
@@ -35,21 +37,26 @@ def _same(a, b) -> bool:
 
 
 @pytest.mark.parametrize("name", PLAIN_CASES)
-def test_plain_trace_takes_the_eager_structure(name: str) -> None:
+def test_plain_trace_takes_the_eager_arguments(name: str) -> None:
     case, m = _lowered(name)
     traced = fx.symbolic_trace(m)
-    names = [n.target for n in traced.graph.nodes if n.op == "placeholder"]
-    assert len(names) == case.args().__len__() + len(case.kwargs())
     args, kwargs = case.args(), case.kwargs()
     want = eager_model(case)(*args, **kwargs)
-    assert _same(traced(*args, *kwargs.values()), want)
     assert _same(traced(*args, **kwargs), want)
 
 
-def test_plain_trace_names_nested_arguments() -> None:
-    _, m = _lowered("nested_inputs")
+def test_plain_trace_placeholders() -> None:
+    _, m = _lowered("kwargs")
     traced = fx.symbolic_trace(m)
-    assert [n.target for n in traced.graph.nodes if n.op == "placeholder"] == ["pair", "cfg"]
+    assert [n.target for n in traced.graph.nodes if n.op == "placeholder"] == [
+        "x", "bias", "scale"
+    ]
+    case, m = _lowered("nested_inputs")
+    traced = fx.symbolic_trace(m)
+    placeholders = [n.target for n in traced.graph.nodes if n.op == "placeholder"]
+    assert placeholders == ["*args", "**kwargs"]
+    with pytest.raises(Exception, match="cfg"):
+        traced(*case.args())  # the structure is the eager one: cfg is required
 
 
 @pytest.mark.parametrize("name", FLAT_CASES)
@@ -60,10 +67,3 @@ def test_flat_concrete_args_convention(name: str) -> None:
     traced = fx.symbolic_trace(m, concrete_args=(PH,) * len(flat))
     want = torch.export.unflatten(export_case(case))(*args, **kwargs)
     assert _same(traced(*flat), want)
-
-
-@pytest.mark.xfail(strict=True, reason="not yet: nested inputs show named (pair, cfg) to fx")
-def test_flat_convention_on_nested_inputs() -> None:
-    case, m = _lowered("nested_inputs")
-    n = len(pytree.tree_leaves((case.args(), case.kwargs())))
-    fx.symbolic_trace(m, concrete_args=(PH,) * n)
