@@ -6,11 +6,13 @@ Run from the repository root::
     python -m bench.compile --backend eager --models deep:64
     python -m bench.compile --json compile.json
 
-For each model one ``ExportedProgram`` is made; each library's module is compiled (after
-``torch._dynamo.reset()``) and measured for: compile time (the first call, which traces and
+For each model one ``ExportedProgram`` is made; each library's module is compiled and measured
+for: compile time (the first call, which traces and
 compiles), recompiles on the second call, graph breaks (dynamo's counters), whether
 ``fullgraph=True`` compiles, and the steady-state latency of the compiled module (median of
-``--k`` calls, after warm-up). The ratio column is latency over ``ep.module()``'s.
+``--k`` calls, in rounds). The ratio column is latency over
+``ep.module()``'s. inductor's on-disk and in-memory graph caches are turned off and one warm-up
+compile runs first, so no library's compile time is paid by, or reused from, another's.
 """
 
 from __future__ import annotations
@@ -49,50 +51,73 @@ def build(library: str, ep: torch.export.ExportedProgram) -> torch.nn.Module:
     return lower(transform(import_ep(ep)))
 
 
-def measure(
-    module: torch.nn.Module, args: tuple, backend: str, k: int, fullgraph: bool
-) -> dict[str, Any]:
-    """Compile ``module`` and time its first call, its recompiles and its steady state."""
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = torch.compile(module, backend=backend, fullgraph=fullgraph)
+def compile_once(module: torch.nn.Module, args: tuple, backend: str) -> dict[str, Any]:
+    """Compile ``module``; time its first call (trace and compile) and its second call, and
+    count the recompiles of the second call and the graph breaks of the first."""
+    breaks_before = sum(counters["graph_break"].values())
+    graphs_before = counters["stats"]["unique_graphs"]
+    compiled = torch.compile(module, backend=backend)
     start = time.perf_counter()
     try:
         compiled(*args)
     except Exception as err:  # noqa: BLE001 -- a library that cannot compile is a result
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
     compile_s = time.perf_counter() - start
-    frames_first = counters["stats"]["unique_graphs"]
+    graphs_first = counters["stats"]["unique_graphs"]
     start = time.perf_counter()
     compiled(*args)
     second_s = time.perf_counter() - start
-    recompiles = counters["stats"]["unique_graphs"] - frames_first
-    for _ in range(max(3, k // 10)):
-        compiled(*args)
-    samples = []
-    for _ in range(k):
-        start = time.perf_counter()
-        compiled(*args)
-        samples.append(time.perf_counter() - start)
     return {
+        "compiled": compiled,
         "compile_s": compile_s,
         "second_call_ms": 1e3 * second_s,
-        "recompiles": recompiles,
-        "graph_breaks": sum(counters["graph_break"].values()),
-        "latency_us": 1e6 * statistics.median(samples),
+        "graphs": graphs_first - graphs_before,
+        "recompiles": counters["stats"]["unique_graphs"] - graphs_first,
+        "graph_breaks": sum(counters["graph_break"].values()) - breaks_before,
     }
 
 
+def fullgraph_compiles(module: torch.nn.Module, args: tuple, backend: str) -> bool:
+    """Whether ``torch.compile(module, fullgraph=True)`` compiles and runs."""
+    try:
+        torch.compile(module, backend=backend, fullgraph=True)(*args)
+    except Exception:  # noqa: BLE001 -- any failure means "does not compile in one graph"
+        return False
+    return True
+
+
+def latency_us(compiled: Any, args: tuple, k: int, rounds: int = 10) -> float:
+    """Median per-call time (us) of ``compiled`` over ``rounds`` rounds of ``k / rounds`` calls."""
+    per_round = max(1, k // rounds)
+    for _ in range(max(3, per_round)):
+        compiled(*args)
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(per_round):
+            compiled(*args)
+        samples.append((time.perf_counter() - start) / per_round)
+    return 1e6 * statistics.median(samples)
+
+
 def run_model(name: str, n: int, backend: str, k: int) -> dict[str, Any]:
-    """Every library's numbers for model ``name`` at size ``n``."""
+    """Every library's numbers for model ``name`` at size ``n``; each library is compiled and
+    timed alone (``torch._dynamo.reset()`` before each, so no compiled frame is shared)."""
     spec = MODELS[name]
     model, args = spec.build(n)
     ep = spec.export(model, args)
     row: dict[str, Any] = {"model": name, "n": n, "backend": backend}
     for library in LIBRARIES:
-        result = measure(build(library, ep), args, backend, k, fullgraph=False)
-        result["fullgraph"] = "error" not in measure(build(library, ep), args, backend, 1, True)
+        torch._dynamo.reset()
+        counters.clear()
+        result = compile_once(build(library, ep), args, backend)
+        compiled = result.pop("compiled", None)
+        if compiled is not None:
+            result["latency_us"] = latency_us(compiled, args, k)
+        torch._dynamo.reset()
+        result["fullgraph"] = fullgraph_compiles(build(library, ep), args, backend)
         row[library] = result
+    torch._dynamo.reset()
     return row
 
 
@@ -120,6 +145,16 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def no_caches() -> None:
+    """Turn off the caches that would let one library's compile reuse another's work."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = False
+    inductor_config.autotune_local_cache = False
+    functorch_config.enable_autograd_cache = False
+
+
 def main(argv: Sequence[str] | None = None, out: Callable[[str], Any] = print) -> int:
     """Entry point: measure, print the table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -129,6 +164,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], Any] = print) -
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    no_caches()
+    torch.compile(lambda x: x.sin() + 1, backend=args.backend)(torch.ones(2))  # warm-up
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
