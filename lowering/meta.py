@@ -51,11 +51,15 @@ def complete_meta(fx_graph: torch.fx.Graph, ir_graph: Graph, owner: torch.nn.Mod
     the callees' output nodes, each read once per call."""
     by_name = ir_graph.by_name()
     memo: dict[tuple[int, int], Any] = {}
+    arguments: dict[str, Any] | None = None
     for node in fx_graph.nodes:
         meta = node.meta
         if "val" not in meta:
             val = _NO_VALUE
-            if node.op == "call_module":
+            if node.op == "placeholder":
+                arguments = _argument_values(ir_graph) if arguments is None else arguments
+                val = arguments.get(node.name, _NO_VALUE)
+            elif node.op == "call_module":
                 ir_node = by_name.get(node.name) or by_name.get(node.name[:-1])
                 if ir_node is not None:
                     args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
@@ -131,3 +135,42 @@ def _same_values(given: Any, traced: list[Any]) -> bool:
             if any(str(x) != str(y) for x, y in zip(a.shape, b.shape)):
                 return False
     return True
+
+
+def _argument_values(graph: Graph) -> dict[str, Any]:
+    """Values of the placeholders of a preserved call's graph (the eager arguments, which the
+    program never traced as such): the graph flattens them with ``tree_flatten_spec`` and reads
+    each leaf with ``getitem``, whose values the program has; unflattening those leaves with the
+    spec gives each argument's value. O(nodes)."""
+    found: dict[str, Any] = {}
+    flattens = {
+        n.name: n
+        for n in graph.nodes
+        if n.op == CALL_FUNCTION and n.target is fx_pytree.tree_flatten_spec and len(n.args) == 2
+    }
+    leaves: dict[str, dict[int, Any]] = {name: {} for name in flattens}
+    for n in graph.nodes:
+        if n.op == CALL_FUNCTION and n.target is operator.getitem and "val" in n.meta:
+            base, index = n.args
+            if isinstance(base, Ref) and base.name in leaves and isinstance(index, int):
+                leaves[base.name][index] = n.meta["val"]
+    for name, node in flattens.items():
+        tree, spec = node.args
+        got = leaves[name]
+        if not hasattr(spec, "num_leaves") or sorted(got) != list(range(spec.num_leaves)):
+            continue
+        values = pytree.tree_unflatten([got[i] for i in range(spec.num_leaves)], spec)
+        _pair_refs(thaw(tree, lambda r: r), values, found)
+    return found
+
+
+def _pair_refs(tree: Any, values: Any, into: dict[str, Any]) -> None:
+    if isinstance(tree, Ref):
+        into[tree.name] = values
+    elif isinstance(tree, (tuple, list)) and isinstance(values, (tuple, list)):
+        for t, v in zip(tree, values):
+            _pair_refs(t, v, into)
+    elif isinstance(tree, dict) and isinstance(values, dict):
+        for key, t in tree.items():
+            if key in values:
+                _pair_refs(t, values[key], into)

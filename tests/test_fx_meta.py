@@ -23,7 +23,7 @@ from transforms import transform
 META_CASES = (
     "mlp_nested", "kwargs", "nested_inputs", "pytree_outputs", "repeated_diff_shapes",
     "buffer_mutation", "tied_weights", "preserve_nested", "preserve_twice", "dynamic_batch",
-    "lstm", "mlp_nested[decomp]",
+    "lstm", "mlp_nested[decomp]", "preserve_kwargs", "preserve_dynamic",
 )
 
 
@@ -55,14 +55,22 @@ def test_every_node_has_val_and_torch_meta(name: str) -> None:
     program_stacks = {n.name for n in ep.graph.nodes if "nn_module_stack" in n.meta}
     for path, _, g in _graphs(m):
         for node in g.nodes:
-            if _is_subgraph_or_token(node) or (node.op == "placeholder" and path and "preserve" in name):
-                continue  # not yet: a preserved call's eager arguments (known only to the caller)
+            if _is_subgraph_or_token(node):
+                continue
             assert "val" in node.meta, f"{path or '<root>'}: {node.op} {node.name} has no val"
             val = node.meta["val"]
             if node.op in ("placeholder", "get_attr") and isinstance(val, torch.Tensor):
                 assert node.meta["tensor_meta"].shape == val.shape
             if node.op == "call_function" and node.name in program_stacks:
                 assert node.meta["nn_module_stack"] and "stack_trace" in node.meta
+
+
+def test_preserved_call_arguments_get_vals() -> None:
+    m = lower(transform(import_ep(export_case(CASES["preserve_kwargs"]))))
+    placeholders = {n.name: n.meta["val"] for n in m.sub.graph.nodes if n.op == "placeholder"}
+    assert {k: tuple(v.shape) for k, v in placeholders.items()} == {
+        "_positional_arg_0": (3, 4), "_positional_arg_1": (3, 4), "gate": (3, 4)
+    }
 
 
 def test_call_module_val_is_the_callee_output() -> None:
