@@ -10,7 +10,7 @@ For each model one ``ExportedProgram`` is made; each library's module is compile
 for: compile time (the first call, which traces and
 compiles), recompiles on the second call, graph breaks (dynamo's counters), whether
 ``fullgraph=True`` compiles, and the steady-state latency of the compiled module (median of
-``--k`` calls, in rounds). The ratio column is latency over
+``--k`` calls, in rounds; wall and this thread's CPU time). The ratio column is CPU latency over
 ``ep.module()``'s. inductor's on-disk and in-memory graph caches are turned off and one warm-up
 compile runs first, so no library's compile time is paid by, or reused from, another's.
 """
@@ -86,18 +86,21 @@ def fullgraph_compiles(module: torch.nn.Module, args: tuple, backend: str) -> bo
     return True
 
 
-def latency_us(compiled: Any, args: tuple, k: int, rounds: int = 10) -> float:
-    """Median per-call time (us) of ``compiled`` over ``rounds`` rounds of ``k / rounds`` calls."""
+def latency_us(compiled: Any, args: tuple, k: int, rounds: int = 10) -> tuple[float, float]:
+    """Median per-call time (us) of ``compiled`` over ``rounds`` rounds of ``k / rounds`` calls:
+    ``(wall, cpu)``, cpu being this thread's CPU time (steadier on a machine shared with other
+    processes)."""
     per_round = max(1, k // rounds)
     for _ in range(max(3, per_round)):
         compiled(*args)
-    samples = []
+    wall, cpu = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         for _ in range(per_round):
             compiled(*args)
-        samples.append((time.perf_counter() - start) / per_round)
-    return 1e6 * statistics.median(samples)
+        wall.append((time.perf_counter() - start) / per_round)
+        cpu.append((time.thread_time() - start_cpu) / per_round)
+    return 1e6 * statistics.median(wall), 1e6 * statistics.median(cpu)
 
 
 def run_model(name: str, n: int, backend: str, k: int) -> dict[str, Any]:
@@ -113,7 +116,7 @@ def run_model(name: str, n: int, backend: str, k: int) -> dict[str, Any]:
         result = compile_once(build(library, ep), args, backend)
         compiled = result.pop("compiled", None)
         if compiled is not None:
-            result["latency_us"] = latency_us(compiled, args, k)
+            result["latency_us"], result["cpu_us"] = latency_us(compiled, args, k)
         torch._dynamo.reset()
         result["fullgraph"] = fullgraph_compiles(build(library, ep), args, backend)
         row[library] = result
@@ -125,22 +128,22 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
     """A text table of ``rows`` (one line per model and library)."""
     head = (
         f"{'model':<10} {'library':<10} {'compile s':>9} {'2nd call ms':>11} {'recomp':>6} "
-        f"{'breaks':>6} {'fullgraph':>9} {'latency us':>10} {'x ep.module':>11}"
+        f"{'breaks':>6} {'fullgraph':>9} {'wall us':>9} {'cpu us':>9} {'cpu x ep.module':>15}"
     )
     lines = [head]
     for row in rows:
-        base = row["ep.module"].get("latency_us")
+        base = row["ep.module"].get("cpu_us")
         for library in LIBRARIES:
             r = row[library]
             label = f"{row['model']}:{row['n']}"
             if "error" in r:
                 lines.append(f"{label:<10} {library:<10} {r['error']}")
                 continue
-            ratio = f"{r['latency_us'] / base:.3f}" if base else "-"
+            ratio = f"{r['cpu_us'] / base:.3f}" if base else "-"
             lines.append(
                 f"{label:<10} {library:<10} {r['compile_s']:9.2f} {r['second_call_ms']:11.2f} "
                 f"{r['recompiles']:6d} {r['graph_breaks']:6d} {r['fullgraph']!s:>9} "
-                f"{r['latency_us']:10.1f} {ratio:>11}"
+                f"{r['latency_us']:9.1f} {r['cpu_us']:9.1f} {ratio:>15}"
             )
     return "\n".join(lines)
 
