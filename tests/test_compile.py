@@ -137,3 +137,21 @@ def test_compiled_module_follows_hooks_and_swaps() -> None:
     assert torch.allclose(compiled(x), m.block(x))
     m.head = head
     assert torch.allclose(compiled(x), want)
+
+
+def test_inside_a_compiled_parent() -> None:
+    """A lowered module inside a compiled model: right answers, no recompile, fewer graph breaks
+    than torch's unflatten (dynamo breaks at the root's eager prologue, then compiles its code)."""
+    case = CASES["mlp_nested"]
+    m, ep = _lowered(case)
+    x = case.args()[0]
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(torch.nn.Sequential(m, torch.nn.ReLU()), backend=counter)
+    for _ in range(3):
+        assert torch.allclose(compiled(x), torch.relu(ep.module()(x)))
+    ours, frames = _graph_breaks(), counter.frame_count
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(torch.nn.Sequential(torch.export.unflatten(ep), torch.nn.ReLU()), backend="eager")(x)
+    assert ours <= _graph_breaks()
+    assert frames <= 2  # the root's code, and the rest of the parent
