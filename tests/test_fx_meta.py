@@ -45,7 +45,11 @@ def _is_subgraph_or_token(node: torch.fx.Node) -> bool:
 
 
 def _shapes(val: Any) -> Any:
-    return pytree.tree_map(lambda v: tuple(v.shape) if isinstance(v, torch.Tensor) else v, val)
+    """Shapes as text: comparing a SymInt with an int would add a guard to the program's
+    ShapeEnv (specializing its symbol for every later user of the cached export)."""
+    return pytree.tree_map(
+        lambda v: tuple(str(d) for d in v.shape) if isinstance(v, torch.Tensor) else str(v), val
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in META_CASES if n != "repeated_diff_shapes"])
@@ -60,7 +64,7 @@ def test_every_node_has_val_and_torch_meta(name: str) -> None:
             assert "val" in node.meta, f"{path or '<root>'}: {node.op} {node.name} has no val"
             val = node.meta["val"]
             if node.op in ("placeholder", "get_attr") and isinstance(val, torch.Tensor):
-                assert node.meta["tensor_meta"].shape == val.shape
+                assert str(node.meta["tensor_meta"].shape) == str(val.shape)
             if node.op == "call_function" and node.name in program_stacks:
                 assert node.meta["nn_module_stack"] and "stack_trace" in node.meta
 
@@ -100,7 +104,10 @@ def test_shape_prop_and_fake_tensor_prop_run_on_lowered_graphs(name: str) -> Non
     ShapeProp(m).propagate(*flat)
     for node in m.graph.nodes:
         if isinstance(node.meta.get("val"), torch.Tensor) and "tensor_meta" in node.meta:
-            assert tuple(node.meta["tensor_meta"].shape) == before[node.name]
+            shape = tuple(str(d) for d in node.meta["tensor_meta"].shape)
+            assert len(shape) == len(before[node.name])
+            if "dynamic" not in name:
+                assert shape == before[node.name]
     mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
     FakeTensorProp(m, mode).propagate(*fakes)
