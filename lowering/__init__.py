@@ -1,7 +1,15 @@
 """Lowering: build runnable torch modules from a purefx Program."""
 
-from lowering.lower import lower
-from lowering.modules import Holder, LoweredDispatcher, LoweredModule
-from lowering.root import LoweredRoot
+import warnings
+
+# The ``purefx`` command imports this package first, and with it torch. torch warns at import
+# when NumPy is missing or broken ("Failed to initialize NumPy"), which nothing here uses: that
+# one message is silenced for this import only (the filters are restored after it; a program
+# that imported torch before is unaffected).
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    from lowering.lower import lower
+    from lowering.modules import Holder, LoweredDispatcher, LoweredModule
+    from lowering.root import LoweredRoot
 
 __all__ = ["Holder", "LoweredDispatcher", "LoweredModule", "LoweredRoot", "lower"]

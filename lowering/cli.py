@@ -30,7 +30,7 @@ from ir.load import DEFAULT_LIMITS, Limits, load_program
 from ir.program import Program
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
-from transforms.pipeline import DEFAULT_PIPELINE, pipeline
+from transforms.pipeline import DEFAULT_PIPELINE, named_passes
 
 Pass = Callable[[Program], Program]
 
@@ -235,18 +235,9 @@ def _name(p: Pass) -> str:
 
 
 def known_passes() -> dict[str, Pass]:
-    """Pass name -> pass, for ``--passes``: the default pipeline's passes and those of
-    ``transforms`` that take a Program alone."""
-    import transforms
-
-    found: dict[str, Pass] = {}
-    for p in pipeline() + pipeline(keep_functional=True):
-        found.setdefault(_name(p), p)
-    for name in ("move_non_tensor_nodes_on_boundary", "inline"):
-        fn = getattr(transforms, name, None)
-        if callable(fn):
-            found.setdefault(name, fn)
-    return found
+    """Pass name -> pass, for ``--passes``: ``transforms.pipeline.named_passes`` (the names
+    ``transform`` accepts too)."""
+    return named_passes()
 
 
 def _passes(spec: str | None) -> list[Pass] | None:

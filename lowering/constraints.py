@@ -4,13 +4,17 @@ Built once from the root placeholders' fake values at lowering: each input is a 
 dimensions (ints or sympy expressions over the export's symbols) and a dtype, or a scalar;
 checking a call follows ``ep.module()``'s rules and messages, so errors read as torch's do. One
 check goes further than torch: a tensor of another dtype than exported is reported here, naming
-the input, instead of failing deep inside an operator.
+the input, instead of failing deep inside an operator; a floating input may also have the
+floating dtype the module's state has now, so inputs follow a module converted with
+``.double()``, ``.half()`` or ``.to(dtype)``. Valid inputs cost no text: key paths are spelled
+only for an error.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import sympy
@@ -70,16 +74,29 @@ def _bound(value: Any, infinite: float) -> float:
     return infinite if math.isinf(number) else int(number)
 
 
-def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges: dict) -> None:
-    """Raise ``InputConstraintError`` (torch's wording) for the first input that breaks a check."""
+def check_inputs(
+    checks: Sequence[InputCheck],
+    flat_with_path: Sequence,
+    ranges: dict,
+    state_dtype: torch.dtype | None = None,
+) -> None:
+    """Raise ``InputConstraintError`` (torch's wording) for the first input that breaks a check.
+
+    A floating input exported as one dtype may also have ``state_dtype``, the floating dtype of
+    the module's state now (after ``.double()``, ``.half()``, ``.to(dtype)``)."""
     if len(flat_with_path) != len(checks):
         raise InputConstraintError(
             f"Unexpected number of inputs (expected {len(checks)}, got {len(flat_with_path)})"
         )
     bound: dict = {}
     for (path, arg), check in zip(flat_with_path, checks):
-        where = get_keystr(path) if path else "<input>"
         if check.is_tensor:
+            if _tensor_fits(arg, check, state_dtype):
+                for i, (want, got) in enumerate(zip(check.dims, arg.shape)):
+                    if not (isinstance(want, int) and want == got):
+                        _check_dim(want, int(got), _Where(path, f".shape[{i}]"), ranges, bound)
+                continue
+            where = _where(path)
             if not isinstance(arg, torch.Tensor):
                 raise InputConstraintError(
                     f"Expected input at {where} to be a tensor, but got {type(arg)}"
@@ -90,22 +107,55 @@ def check_inputs(checks: Sequence[InputCheck], flat_with_path: Sequence, ranges:
                     f"Unexpected number of dimensions in input at {where}.shape "
                     f"(expected torch.Size([{expected}]), got {arg.shape})"
                 )
-            if check.dtype is not None and arg.dtype != check.dtype:
-                raise InputConstraintError(
-                    f"Expected input at {where} to have dtype {check.dtype}, but got {arg.dtype}"
-                )
-            for i, (want, got) in enumerate(zip(check.dims, arg.shape)):
-                _check_dim(want, int(got), f"{where}.shape[{i}]", ranges, bound)
+            accepted = _accepted_dtypes(check.dtype, state_dtype)
+            raise InputConstraintError(
+                f"Expected input at {where} to have dtype {' or '.join(map(str, accepted))} "
+                f"(exported as {check.dtype}), but got {arg.dtype}"
+            )
         elif check.symbolic is not None:
-            _check_dim(check.symbolic, int(arg), where, ranges, bound)
-        elif check.value is not None:
-            if type(arg) is not type(check.value) or arg != check.value:
-                raise InputConstraintError(
-                    f"Expected input at {where} to be equal to {check.value}, but got {arg}"
-                )
+            _check_dim(check.symbolic, int(arg), _Where(path, ""), ranges, bound)
+        elif check.value is not None and (type(arg) is not type(check.value) or arg != check.value):
+            raise InputConstraintError(
+                f"Expected input at {_where(path)} to be equal to {check.value}, but got {arg}"
+            )
 
 
-def _check_dim(want: Any, got: int, where: str, ranges: dict, bound: dict) -> None:
+def _tensor_fits(arg: Any, check: InputCheck, state_dtype: torch.dtype | None) -> bool:
+    return (
+        isinstance(arg, torch.Tensor)
+        and arg.dim() == len(check.dims)
+        and (
+            check.dtype is None
+            or arg.dtype == check.dtype
+            or (check.dtype.is_floating_point and arg.dtype == state_dtype)
+        )
+    )
+
+
+def _accepted_dtypes(exported: torch.dtype, state_dtype: torch.dtype | None) -> list:
+    accepted = [exported]
+    if exported.is_floating_point and state_dtype not in (None, exported):
+        accepted.append(state_dtype)
+    return accepted
+
+
+def _where(path: Any) -> str:
+    return get_keystr(path) if path else "<input>"
+
+
+@attrs.frozen
+class _Where:
+    """An input's key path, spelled only when an error names it (building the text on every call
+    costs time, and ``torch.compile`` cannot trace it)."""
+
+    path: Any
+    suffix: str
+
+    def __str__(self) -> str:
+        return _where(self.path) + self.suffix
+
+
+def _check_dim(want: Any, got: int, where: Any, ranges: dict, bound: dict) -> None:
     if isinstance(want, int):
         if want != got:
             raise InputConstraintError(

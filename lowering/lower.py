@@ -22,6 +22,7 @@ from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
 from lowering.leaf import finish_leaf, leaf_shell
+from lowering.meta import complete_meta
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
@@ -51,8 +52,16 @@ def lower(
     copies (no second copy of a large model's weights, as torch's unflatten does); then in-place
     buffer updates and weight changes through the module reach the ``ExportedProgram`` too.
     Raises ``VerifyError`` for a malformed Program and ``LoweringError`` for one that cannot be
-    built or a ``device`` torch cannot use here.
+    built, for a ``device`` torch cannot use here, or for anything that is not a Program (an
+    ``ExportedProgram``: ``import_ep`` it).
     """
+    if not isinstance(program, Program):
+        kind = type(program)
+        got = "None" if program is None else f"{kind.__module__}.{kind.__qualname__}"
+        raise LoweringError(
+            f"lower takes a purefx Program, got {got}; make one with "
+            "lower(transform(import_ep(ep))) (ir.import_ep, transforms.transform)"
+        )
     verify(program)
     device = _usable_device(device)
     objects: dict[ModuleId, torch.nn.Module] = {}
@@ -69,6 +78,8 @@ def lower(
     for mid, obj in objects.items():
         if program.module_table()[mid].kind == LEAF:
             finish_leaf(obj, program.module_table()[mid].leaf.value)
+    root.__dict__["_device_probe"] = _device_probe(program)
+    _complete_built_meta(objects)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
         _attach_direct_code(program, objects)
@@ -122,6 +133,31 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
             g.owning_module = made_module
     _hold_constants(made_module, constants)
     return made_module
+
+
+def _device_probe(program: Program) -> str | None:
+    """The fqn of one parameter or buffer (a floating one if any), whose device and dtype the
+    input checks compare with (``lowering.inputs.state_probe``)."""
+    state, tensors = program.state_table(), program.tensor_table()
+    found = None
+    for fqn in program.state_order:
+        slot = state[fqn]
+        value = tensors[slot.tensor].value
+        if slot.kind in (st.PARAMETER, st.BUFFER) and isinstance(value, torch.Tensor):
+            if value.is_floating_point():
+                return fqn
+            found = found or fqn
+    return found
+
+
+def _complete_built_meta(objects: dict[ModuleId, torch.nn.Module]) -> None:
+    """Complete the meta of the fx graphs built while the tree was not yet wired (the others
+    complete theirs when built; see ``lowering/meta.py``)."""
+    for obj in objects.values():
+        if isinstance(obj, LoweredModule):
+            for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
+                if fx_graph is not None:
+                    complete_meta(fx_graph, ir_graph, obj)
 
 
 def _hold_constants(owner: torch.nn.Module, per_graph: list[dict[str, Any]]) -> None:

@@ -159,11 +159,13 @@ class LoweredModule(GraphRunner, InterpreterModule):
         fx_graphs = self.__dict__["_fx_graphs"]
         if any(g is None for g in fx_graphs):
             from lowering.codegen import to_fx_graph
+            from lowering.meta import complete_meta
 
             for i, g in enumerate(fx_graphs):
                 if g is None:
                     fx_graphs[i] = to_fx_graph(self.__dict__["_ir_graphs"][i])[0]
                     fx_graphs[i].owning_module = self
+                    complete_meta(fx_graphs[i], self.__dict__["_ir_graphs"][i], self)
         return fx_graphs
 
     @property

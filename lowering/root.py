@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -16,6 +17,7 @@ from lowering import tree_watch
 from lowering.codegen import NodeRule, compile_graph, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
+from lowering.meta import complete_meta
 from lowering.modules import (
     GraphRunner,
     LoweredModule,
@@ -25,6 +27,8 @@ from lowering.modules import (
 )
 from lowering.portable import decode_graph, encode_graph
 from lowering.tree_watch import plain_call
+
+_dynamo_frames = torch._C._dynamo.eval_frame
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
 # code both follow it). Inputs: placeholder name -> ("state", fqn) | ("token",); outputs, one per
@@ -81,6 +85,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if fx_graph is None:
             fx_graph = root_fx_graph(self.__dict__["_ir_graph"], self.__dict__["_plan"])
             fx_graph.owning_module = self
+            complete_meta(fx_graph, self.__dict__["_ir_graph"], self)
             self.__dict__["_fx_graph"] = fx_graph
         return fx_graph
 
@@ -98,14 +103,20 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 
     def process_forward_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The flat inputs of a call, as the root graph takes them (checked unless tracing)."""
+        return self._flat_inputs(args, kwargs)
+
+    def _flat_inputs(self, args: Any, kwargs: Any) -> list[Any]:
+        # ``args``/``kwargs`` are proxies themselves when fx traces ``forward(*args, **kwargs)``
         if self._in_spec is None:
             return list(args)
         if is_tracing():
-            return pytree.tree_leaves((args, kwargs))
+            return traced_leaves(args, kwargs, self._in_spec)
         return flatten_inputs(self, args, kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        flat = self.process_forward_inputs(*args, **kwargs)
+        if not torch.compiler.is_compiling() and _dynamo_frames.get_eval_frame_callback():
+            return self._forward_for_dynamo(args, kwargs)
+        flat = self._flat_inputs(args, kwargs)
         for mod in self._dispatchers:
             mod.reset_calls()
         direct = self.__dict__.get("_direct")
@@ -120,6 +131,27 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if is_tracing():
             out = [out[i] for i in range(self._out_spec.num_leaves)]
         return pytree.tree_unflatten(list(out), self._out_spec)
+
+    def _forward_for_dynamo(self, args: tuple, kwargs: dict) -> Any:
+        """A call inside ``torch.compile`` (``forward`` itself is a frame dynamo skips): inputs
+        are checked and the root's code settled eagerly, out of dynamo's sight, so nothing lazy
+        is guarded on; dynamo compiles the root graph's code, module by module, as one frame."""
+        prior = _dynamo_frames.set_eval_frame(None)
+        try:
+            flat = self.process_forward_inputs(*args, **kwargs)
+            for mod in self._dispatchers:
+                mod.reset_calls()
+            code = self.__dict__["_code"] or self._compile()
+        finally:
+            _dynamo_frames.set_eval_frame(prior)
+        out = code(self, *flat)  # the frame dynamo compiles
+        if self._out_spec is None:
+            return out
+        prior = _dynamo_frames.set_eval_frame(None)
+        try:
+            return pytree.tree_unflatten(list(out), self._out_spec)
+        finally:
+            _dynamo_frames.set_eval_frame(prior)
 
     def _compile(self) -> Callable[..., Any]:
         """Compile the root graph's module-by-module code (not needed while direct code runs)."""
@@ -153,6 +185,60 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         self.__dict__.update(state)
         self.__dict__["_fx_graph"] = decode_graph(state["_fx_graph"])
         self.graph.owning_module = self
+
+
+# Dynamo runs ``LoweredRoot.forward`` and ``_forward_for_dynamo`` (and so every signature class's copy, which shares its code)
+# eagerly and compiles the frames it calls: see ``LoweredRoot._forward_for_dynamo``.
+for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__code__):
+    _dynamo_frames.set_code_exec_strategy(
+        _code,
+        _dynamo_frames._FrameExecStrategy(
+            _dynamo_frames._FrameAction.SKIP, _dynamo_frames._FrameAction.DEFAULT
+        ),
+    )
+
+
+def traced_leaves(args: tuple, kwargs: dict, in_spec: Any) -> list[Any]:
+    """The flat inputs of a call under ``torch.fx.symbolic_trace``, in ``in_spec``'s order.
+
+    fx passes one proxy per parameter of the named signature (``root_class``): the positional
+    arguments, then the keyword arguments, all positionally. A proxy that stands for a tuple,
+    list or dict input is indexed as ``in_spec`` says (``pair[1][0]``, ``cfg["gain"]``), so the
+    traced module takes the eager structure. Without proxies (``concrete_args`` of the flat
+    convention, one per leaf) the leaves are taken as given. O(leaves).
+    """
+    if in_spec is None:
+        return pytree.tree_leaves((args, kwargs))
+    args_spec, kwargs_spec = in_spec.children()
+    if isinstance(args, torch.fx.Proxy) or isinstance(kwargs, torch.fx.Proxy):
+        # fx traced ``forward(*args, **kwargs)`` itself: one proxy for each of args and kwargs
+        leaves: list[Any] = []
+        _index_leaves(args, args_spec, leaves)
+        _index_leaves(kwargs, kwargs_spec, leaves)
+        return leaves
+    given = list(args) + list(kwargs.values())
+    if not any(isinstance(a, torch.fx.Proxy) for a in given):
+        return pytree.tree_leaves((args, kwargs))
+    specs = list(args_spec.children()) + list(kwargs_spec.children())
+    if len(given) != len(specs):
+        return pytree.tree_leaves((args, kwargs))  # the flat convention: one value per leaf
+    leaves: list[Any] = []
+    for value, spec in zip(given, specs):
+        _index_leaves(value, spec, leaves)
+    return leaves
+
+
+def _index_leaves(value: Any, spec: Any, into: list[Any]) -> None:
+    if spec.is_leaf():
+        into.append(value)
+    elif not isinstance(value, torch.fx.Proxy):
+        into.extend(pytree.tree_leaves(value))
+    elif spec.type is dict:
+        for key, child in zip(spec.context, spec.children()):
+            _index_leaves(value[key], child, into)
+    else:
+        for i, child in enumerate(spec.children()):
+            _index_leaves(value[i], child, into)
 
 
 def user_placeholders(graph: Graph, plan: RootPlan | None) -> list[Node]:
@@ -229,6 +315,8 @@ def _signature_names(in_spec: Any, arg_names: Sequence[str] | None) -> tuple[str
     args_spec, kwargs_spec = in_spec.children()
     if args_spec.type is not tuple or kwargs_spec.type is not dict:
         return None
+    if not all(c.is_leaf() for c in (*args_spec.children(), *kwargs_spec.children())):
+        return None  # structured inputs: (*args, **kwargs), for fx's flat convention
     keywords = tuple(str(k) for k in kwargs_spec.context)
     count = args_spec.num_children
     given = list(arg_names or [])[:count]

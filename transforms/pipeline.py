@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.program import Program
 from ir.verify import verify
@@ -48,18 +49,71 @@ def _fuse(passes: Sequence[Pass]) -> list[Pass]:
     return fused
 
 
+def named_passes() -> dict[str, Pass]:
+    """Pass name -> pass: the names ``transform`` and ``purefx --passes`` accept.
+
+    The default pipeline's passes (both mutation modes), then the inverse and boundary passes
+    that take a Program alone. One table for the API and the command line.
+    """
+    from transforms.inline import inline
+    from transforms.split import move_non_tensor_nodes_on_boundary
+
+    table: dict[str, Pass] = {}
+    for p in (*pipeline(), *pipeline(keep_functional=True), inline, move_non_tensor_nodes_on_boundary):
+        table.setdefault(p.__name__, p)
+    return table
+
+
+def resolve_passes(passes: Sequence[Pass | str]) -> list[Pass]:
+    """``passes`` with each name replaced by its pass (``named_passes``); ``PassError`` naming an
+    unknown name (and listing the known ones) or an entry that is neither a name nor callable."""
+    if isinstance(passes, str):
+        passes = [passes]
+    table: dict[str, Pass] | None = None
+    resolved = []
+    for p in passes:
+        if isinstance(p, str):
+            table = table or named_passes()
+            if p not in table:
+                raise PassError(f"unknown pass {p!r}; known passes: {', '.join(table)}")
+            resolved.append(table[p])
+        elif callable(p):
+            resolved.append(p)
+        else:
+            raise PassError(
+                f"a pass is a function Program -> Program or its name, not a {type(p).__name__}"
+            )
+    return resolved
+
+
+def require_program(value: object, where: str) -> None:
+    """Raise ``PassError`` naming what ``where`` got instead of a Program, and what to call
+    first (``import_ep``)."""
+    if isinstance(value, Program):
+        return
+    kind = type(value)
+    got = "None" if value is None else f"{kind.__module__}.{kind.__qualname__}"
+    raise PassError(
+        f"{where} takes a purefx Program, got {got}; make one with "
+        "ir.import_ep(torch.export.export(model, args)) first"
+    )
+
+
 @gc_paused
 def transform(
-    program: Program, passes: Sequence[Pass] | None = None, *, check: bool = False
+    program: Program, passes: Sequence[Pass | str] | None = None, *, check: bool = False
 ) -> Program:
     """Apply ``passes`` (default: ``DEFAULT_PIPELINE``) in order and return the final Program.
 
-    Pure: ``program`` is not changed. With ``check=True`` every intermediate Program is verified.
-    Adjacent passes with an exact fused form (``outline, sink_state``) run fused unless
-    ``check=True``. **Laws:** ``transform(p, []) is p``;
+    A pass is a function ``Program -> Program`` or its name (``"outline"``; see
+    ``named_passes``). Pure: ``program`` is not changed. With ``check=True`` every intermediate
+    Program is verified. Adjacent passes with an exact fused form (``outline, sink_state``) run
+    fused unless ``check=True``. Raises ``PassError`` for an unknown pass name or a ``program``
+    that is not a Program. **Laws:** ``transform(p, []) is p``;
     ``transform(p, a + b) == transform(transform(p, a), b)``.
     """
-    chosen = DEFAULT_PIPELINE if passes is None else passes
+    require_program(program, "transform")
+    chosen = DEFAULT_PIPELINE if passes is None else resolve_passes(passes)
     for run in chosen if check else _fuse(chosen):
         program = run(program)
         if check:

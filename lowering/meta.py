@@ -1,0 +1,176 @@
+"""fx metadata on every node of a lowered fx graph, as torch's passes expect it.
+
+Nodes that come from the program carry its meta (``val``, ``tensor_meta``, ``nn_module_stack``,
+``stack_trace``, ...) through the IR unchanged. The nodes lowering adds have none of their own:
+a ``call_module`` node's ``val`` is its callee's output value (read from the callee's IR graph,
+recursively through nested calls), an ``output`` node's is the tree of its arguments' values,
+and a placeholder or ``get_attr`` holding a tensor gets the ``tensor_meta`` torch gives it.
+So ``ShapeProp``, ``FakeTensorProp``, partitioners and pipeline splitters run on our graphs.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+import torch.fx._pytree as fx_pytree
+import torch.utils._pytree as pytree
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+from ir.args import Ref, thaw
+from ir.graph import Graph
+from ir.module import split_call_target
+from ir.node import CALL_FUNCTION, CALL_MODULE
+
+_NO_VALUE = object()
+
+# Functions on containers that lowering adds around preserved calls: their value follows from
+# their arguments' values, so it is computed by calling them on those values.
+_CONTAINER_FUNCTIONS = frozenset(
+    {operator.getitem, pytree.tree_unflatten, fx_pytree.tree_flatten_spec}
+)
+
+
+def _apply(fn: Any, args: Any, kwargs: Any, value_of: Any) -> Any:
+    """``fn`` on the values of ``args``; ``_NO_VALUE`` when some value is unknown or ``fn``
+    refuses them."""
+    args = torch.fx.node.map_aggregate(args, lambda a: value_of(a) if isinstance(a, torch.fx.Node) else a)
+    kwargs = torch.fx.node.map_aggregate(kwargs, lambda a: value_of(a) if isinstance(a, torch.fx.Node) else a)
+    try:
+        return fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 -- an unknown value (None) where a container was expected
+        return _NO_VALUE
+
+
+def complete_meta(fx_graph: torch.fx.Graph, ir_graph: Graph, owner: torch.nn.Module) -> None:
+    """Give every node of ``fx_graph`` (built from ``ir_graph``, run by ``owner``, whose children
+    must be attached) a ``val`` where one can be known, and ``tensor_meta`` on placeholders and
+    ``get_attr`` nodes holding a tensor. Writes only meta keys that are missing. O(nodes), plus
+    the callees' output nodes, each read once per call."""
+    by_name = ir_graph.by_name()
+    memo: dict[tuple[int, int], Any] = {}
+    arguments: dict[str, Any] | None = None
+    for node in fx_graph.nodes:
+        meta = node.meta
+        if "val" not in meta:
+            val = _NO_VALUE
+            if node.op == "placeholder":
+                arguments = _argument_values(ir_graph) if arguments is None else arguments
+                val = arguments.get(node.name, _NO_VALUE)
+            elif node.op == "call_module":
+                ir_node = by_name.get(node.name) or by_name.get(node.name[:-1])
+                if ir_node is not None:
+                    args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
+                    val = _call_value(owner, ir_node.target, args, memo)
+            elif node.op == "get_attr" and "." not in node.target:
+                val = owner.__dict__.get(node.target, _NO_VALUE)  # a held literal (TreeSpec)
+            elif node.op == "call_function" and node.target in _CONTAINER_FUNCTIONS:
+                val = _apply(node.target, node.args, node.kwargs, lambda n: n.meta.get("val"))
+            elif node.op == "output":
+                val = torch.fx.node.map_arg(node.args[0], lambda n: n.meta.get("val"))
+            if val is not _NO_VALUE and val is not None:
+                meta["val"] = val
+        if (
+            "tensor_meta" not in meta
+            and node.op in ("placeholder", "get_attr")
+            and isinstance(meta.get("val"), torch.Tensor)
+        ):
+            meta["tensor_meta"] = _extract_tensor_metadata(meta["val"])
+
+
+def _call_value(owner: torch.nn.Module, target: str, args: Any, memo: dict) -> Any:
+    """The value a ``call_module`` of ``target`` (``path@k``) below ``owner`` returns when given
+    ``args`` (values): the callee graph's output value, unless its placeholders were traced with
+    other shapes or dtypes than ``args`` (one deduplicated graph serves calls of several shapes:
+    then the value is unknown rather than wrong)."""
+    path, variant = split_call_target(target)
+    try:
+        callee = owner.get_submodule(path)
+    except AttributeError:
+        return _NO_VALUE
+    graphs = callee.__dict__.get("_ir_graphs")
+    if not graphs or variant >= len(graphs):
+        return _NO_VALUE
+    if not _same_values(args, [n.meta.get("val") for n in graphs[variant].placeholders]):
+        return _NO_VALUE
+    key = (id(graphs[variant]), id(callee))
+    if key not in memo:
+        memo[key] = _NO_VALUE  # a cycle (not in a valid program) reads as unknown
+        memo[key] = _output_value(graphs[variant], callee, memo)
+    return memo[key]
+
+
+def _output_value(graph: Graph, owner: torch.nn.Module, memo: dict) -> Any:
+    output = graph.output_node
+    by_name = graph.by_name()
+
+    def value(r: Ref) -> Any:
+        node = by_name[r.name]
+        if "val" in node.meta:
+            return node.meta["val"]
+        if node.op == CALL_MODULE:
+            found = _call_value(owner, node.target, thaw(node.args, value), memo)
+            return None if found is _NO_VALUE else found
+        if node.op == CALL_FUNCTION and node.target in _CONTAINER_FUNCTIONS:
+            args, kwargs = thaw(node.args, value), thaw(node.kwargs, value)
+            found = _apply(node.target, args, kwargs, lambda v: v)
+            return None if found is _NO_VALUE else found
+        return None
+
+    return thaw(output.args[0], value) if output.args else None
+
+
+def _same_values(given: Any, traced: list[Any]) -> bool:
+    """Whether the call's positional argument values match the callee's placeholder values
+    (tensors by shape and dtype; unknown values match anything)."""
+    given = list(given) if isinstance(given, (tuple, list)) else [given]
+    if len(given) != len(traced):
+        return True  # keyword or adapted calls: nothing to compare positionally
+    for a, b in zip(given, traced):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.dtype != b.dtype or len(a.shape) != len(b.shape):
+                return False
+            if any(str(x) != str(y) for x, y in zip(a.shape, b.shape)):
+                return False
+    return True
+
+
+def _argument_values(graph: Graph) -> dict[str, Any]:
+    """Values of the placeholders of a preserved call's graph (the eager arguments, which the
+    program never traced as such): the graph flattens them with ``tree_flatten_spec`` and reads
+    each leaf with ``getitem``, whose values the program has; unflattening those leaves with the
+    spec gives each argument's value. O(nodes)."""
+    found: dict[str, Any] = {}
+    flattens = {
+        n.name: n
+        for n in graph.nodes
+        if n.op == CALL_FUNCTION and n.target is fx_pytree.tree_flatten_spec and len(n.args) == 2
+    }
+    leaves: dict[str, dict[int, Any]] = {name: {} for name in flattens}
+    for n in graph.nodes:
+        if n.op == CALL_FUNCTION and n.target is operator.getitem and "val" in n.meta:
+            base, index = n.args
+            if isinstance(base, Ref) and base.name in leaves and isinstance(index, int):
+                leaves[base.name][index] = n.meta["val"]
+    for name, node in flattens.items():
+        tree, spec = node.args
+        got = leaves[name]
+        if not hasattr(spec, "num_leaves") or sorted(got) != list(range(spec.num_leaves)):
+            continue
+        values = pytree.tree_unflatten([got[i] for i in range(spec.num_leaves)], spec)
+        _pair_refs(thaw(tree, lambda r: r), values, found)
+    return found
+
+
+def _pair_refs(tree: Any, values: Any, into: dict[str, Any]) -> None:
+    if isinstance(tree, Ref):
+        into[tree.name] = values
+    elif isinstance(tree, (tuple, list)) and isinstance(values, (tuple, list)):
+        for t, v in zip(tree, values):
+            _pair_refs(t, v, into)
+    elif isinstance(tree, dict) and isinstance(values, dict):
+        for key, t in tree.items():
+            if key in values:
+                _pair_refs(t, values[key], into)
