@@ -29,6 +29,7 @@ from ir.args import IDict, IList, ISlice, Ref
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER
+from lowering.identifiers import check_graph
 
 # How the last step of a state path is reached, by where nn.Module keeps it.
 PARAMETER_TABLE = "_parameters"
@@ -80,7 +81,10 @@ def direct_function(
     fqn must be in ``reads``) or ``("token",)`` (a fresh effect token), and ``outputs`` says, per
     output position, ``("return", None)``, ``("copy_state", fqn)`` or ``("copy_input",
     placeholder name)``. Functions are cached per (alpha key, reads, bindings, outputs).
+    Raises ``LoweringError`` for a string that source could not spell safely (see
+    ``lowering.identifiers``).
     """
+    check_graph(graph, label)
     key = (
         interned_key(graph),
         tuple(sorted(reads.items())),

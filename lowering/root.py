@@ -13,12 +13,11 @@ from ir.args import ref
 from ir.graph import Graph
 from ir.node import Node
 from lowering import tree_watch
-from lowering.codegen import NodeRule, compile_graph, to_fx_graph
+from lowering.codegen import NodeRule, compile_graph, fx_name, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
 from lowering.modules import (
     GraphRunner,
-    LoweredModule,
     is_tracing,
     signature_class,
     usable_name,
@@ -72,7 +71,6 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         self.meta: dict[str, Any] = {}
         self._input_checks = input_checks(user_placeholders(ir_graph, plan))
         self._ranges = ranges_of(range_constraints)
-        self._dispatchers: list[LoweredModule] = []
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -106,8 +104,6 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.process_forward_inputs(*args, **kwargs)
-        for mod in self._dispatchers:
-            mod.reset_calls()
         direct = self.__dict__.get("_direct")
         if direct is not None and plain_call(flat) and self._tree_unchanged():
             out = direct(self, *flat)
@@ -176,7 +172,7 @@ def _plan_rules(graph: Graph, plan: RootPlan) -> dict[str, NodeRule]:
     def read_state(target: str) -> NodeRule:
         def rule(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
             made = g.get_attr(target)
-            made.name = node.name
+            made._rename(fx_name(node.name))  # a unique, safe identifier
             state_nodes[target] = made
             return made
 
