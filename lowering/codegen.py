@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.graph_module import _forward_from_src
 from torch.utils._pytree import TreeSpec
 
 from ir.alpha import interned_key
@@ -25,6 +24,7 @@ from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from lowering.identifiers import check_graph, is_identifier
+from lowering.source import compile_function
 
 # The keyword argument by which a caller names the graph variant of a lowered module it calls.
 GRAPH_KEYWORD = "_purefx_graph"
@@ -202,7 +202,7 @@ def _spec_text(spec: TreeSpec) -> str:
     return f"{kind.__module__}.{kind.__qualname__}:{spec.context!r}({children})"
 
 
-# Compiled functions live as long as some module uses them.
+# Compiled functions live as long as some module uses them (their source too: lowering/source.py).
 _COMPILED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -218,7 +218,7 @@ def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[.
         if found is not None:
             return found
     code = fx_graph.python_code(root_module="self")
-    forward = _forward_from_src(code.src, code.globals)
+    forward = compile_function(code.src, code.globals, "forward")
     if share_key is not None:
         _COMPILED[share_key] = forward
     return forward

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from keyword import iskeyword
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, 
 from ir.node import CALL_FUNCTION, GET_ATTR
 from lowering.codegen import GRAPH_KEYWORD, compile_graph
 from lowering.portable import decode_graph, encode_graph
+from lowering.source import compile_function
 from lowering.tree_watch import Watched
 
 if TYPE_CHECKING:
@@ -292,7 +294,8 @@ class LoweredDispatcher(LoweredModule, InterpreterModuleDispatcher):
 
 # --- forward signatures ------------------------------------------------------------------------
 
-_SIGNATURE_CLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+# Classes live as long as some module (or pickle in progress) uses them.
+_SIGNATURE_CLASSES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _SSA_SUFFIX = re.compile(r"_\d+$")
 
 
@@ -353,9 +356,8 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
         # fx and inspect read the parameters of ``inspect.unwrap(forward)``; names are checked
         # identifiers, so this source is exactly ``def forward(self, a, b): pass``.
         source = f"def forward({', '.join(('self',) + names)}):\n    pass\n"
-        scope: dict[str, Any] = {}
-        exec(compile(source, f"<purefx forward signature {names}>", "exec"), scope)  # noqa: S102
-        forward.__wrapped__ = scope["forward"]  # type: ignore[attr-defined]
+        wrapped = compile_function(source, {}, "forward")
+        forward.__wrapped__ = wrapped  # type: ignore[attr-defined]
         attrs = {
             "forward": forward,
             "_forward_names": names,
