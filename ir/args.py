@@ -24,9 +24,16 @@ class Ref:
         return f"%{self.name}"
 
 
+class _NameRef(weakref.ref):
+    """A weak reference to a ``Ref`` that remembers its name (``weakref.KeyedRef`` without its
+    Python-level constructor: interning misses are hot during import)."""
+
+    __slots__ = ("key",)
+
+
 # name -> weak reference to its live Ref; an entry goes when its Ref is collected, so the table
 # holds only names some live program uses.
-_REFS: dict[str, weakref.KeyedRef] = {}
+_REFS: dict[str, _NameRef] = {}
 
 
 def ref(name: str) -> Ref:
@@ -40,11 +47,12 @@ def ref(name: str) -> Ref:
         if found is not None:
             return found
     found = Ref(name)
-    _REFS[name] = weakref.KeyedRef(found, _forget, name)
+    held = _REFS[name] = _NameRef(found, _forget)
+    held.key = name
     return found
 
 
-def _forget(held: weakref.KeyedRef) -> None:
+def _forget(held: _NameRef) -> None:
     """Drop a collected Ref's entry (unless a new Ref of that name took it meanwhile)."""
     if _REFS.get(held.key) is held:
         _REFS.pop(held.key, None)

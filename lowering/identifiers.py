@@ -20,9 +20,11 @@ local name instead). Other strings are spelled by ``repr``.
 
 from __future__ import annotations
 
+import weakref
 from keyword import iskeyword
 from typing import Any
 
+from ir.alpha import interned_key
 from ir.args import IDict, IList, ISlice
 from ir.errors import LoweringError
 from ir.graph import Graph
@@ -49,13 +51,19 @@ def is_path_step(step: object) -> bool:
 
 def check_graph(graph: Graph, where: str) -> None:
     """Raise ``LoweringError`` unless every string of ``graph`` that source spells is safe (see the
-    module docstring). ``where`` names the module in the message. O(nodes + keyword arguments),
-    once per graph value (remembered on the graph)."""
-    if graph._index.get("source_safe"):
+    module docstring). ``where`` names the module in the message. O(nodes + keyword arguments)
+    once per alpha key (every checked string is part of the key, node names are not), O(1) for
+    a graph whose key passed before."""
+    key = interned_key(graph)
+    if key in _CHECKED:
         return
     for node in graph.nodes:
         _check_node(node, where)
-    graph._index["source_safe"] = True
+    _CHECKED.add(key)
+
+
+# Alpha keys of graphs that passed, for as long as some graph has that key.
+_CHECKED: weakref.WeakSet = weakref.WeakSet()
 
 
 def _check_node(node: Node, where: str) -> None:

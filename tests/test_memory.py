@@ -8,6 +8,7 @@ distinct programs and shows flat memory, and dropping a lowered module frees its
 from __future__ import annotations
 
 import gc
+import itertools
 import linecache
 import tracemalloc
 import weakref
@@ -95,7 +96,7 @@ def test_soak_lowering_distinct_programs_keeps_memory_flat() -> None:
                 _lower_and_run(i, x)
     finally:
         tracemalloc.stop()
-    halves = [used[b] - used[a] for a, b in zip(marks, marks[1:])]
+    halves = [used[b] - used[a] for a, b in itertools.pairwise(marks)]
     # under 100 bytes per program (measured: ~10; with strong caches, ~6 KB per program: one
     # linecache entry, class or compiled function left behind costs KBs)
     assert min(halves) < 100 * (marks[1] - marks[0]), f"grew by {halves} bytes"
