@@ -59,7 +59,15 @@ class AlphaKey:
     def __repr__(self) -> str:
         return f"AlphaKey(#{self._hash & 0xFFFFFF:06x})"
 
+    def twin(self) -> AlphaKey:
+        """An equal key that is another object (sharing the tuple): the interning table's key,
+        so that the table does not keep alive the key it holds weakly."""
+        made = AlphaKey.__new__(AlphaKey)
+        made.key, made._hash = self.key, self._hash
+        return made
 
+
+# Interned keys, held weakly: an entry goes when no graph or cache uses its key any more.
 _INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -70,7 +78,7 @@ def interned_key(graph: Graph) -> AlphaKey:
         made = AlphaKey(graph_key(graph))
         found = _INTERNED.get(made)
         if found is None:
-            _INTERNED[made] = found = made
+            _INTERNED[made.twin()] = found = made
         graph._index["alpha_interned"] = found
     return found
 

@@ -7,7 +7,9 @@ stands for a tuple, ``IList`` for a list and ``IDict`` for a dict. Every tree is
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 
@@ -22,15 +24,38 @@ class Ref:
         return f"%{self.name}"
 
 
-_REFS: dict[str, Ref] = {}
+class _NameRef(weakref.ref):
+    """A weak reference to a ``Ref`` that remembers its name (``weakref.KeyedRef`` without its
+    Python-level constructor: interning misses are hot during import)."""
+
+    __slots__ = ("key",)
+
+
+# name -> weak reference to its live Ref; an entry goes when its Ref is collected, so the table
+# holds only names some live program uses.
+_REFS: dict[str, _NameRef] = {}
 
 
 def ref(name: str) -> Ref:
-    """The interned ``Ref`` for ``name`` (one object per name, so refs compare by identity fast)."""
-    found = _REFS.get(name)
-    if found is None:
-        found = _REFS.setdefault(name, Ref(name))
+    """The interned ``Ref`` for ``name``: while one is alive, every call returns that object
+    (refs of one name are one object, so comparing them stops at identity). Refs are held weakly:
+    names of programs that are gone take no memory. O(1).
+    """
+    held = _REFS.get(name)
+    if held is not None:
+        found = held()
+        if found is not None:
+            return found
+    found = Ref(name)
+    held = _REFS[name] = _NameRef(found, _forget)
+    held.key = name
     return found
+
+
+def _forget(held: _NameRef) -> None:
+    """Drop a collected Ref's entry (unless a new Ref of that name took it meanwhile)."""
+    if _REFS.get(held.key) is held:
+        _REFS.pop(held.key, None)
 
 
 @attrs.frozen(cache_hash=True)

@@ -15,14 +15,19 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.graph_module import _forward_from_src
 from torch.utils._pytree import TreeSpec
 
 from ir.alpha import interned_key
 from ir.args import IDict, IList, Ref, thaw
+from ir.errors import LoweringError
 from ir.graph import Graph
 from ir.module import split_call_target
-from ir.node import CALL_MODULE, OUTPUT, Node
+from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from lowering.identifiers import check_graph, is_identifier
+from lowering.source import compile_function
+
+# The keyword argument by which a caller names the graph variant of a lowered module it calls.
+GRAPH_KEYWORD = "_purefx_graph"
 
 # Names generated code uses for itself: a node may not shadow them (a child called ``self``).
 _RESERVED = frozenset(
@@ -39,11 +44,13 @@ def to_fx_graph(
 
     Literals that Python code cannot spell (pytree ``TreeSpec``s) become ``get_attr`` nodes of
     attributes named after their content (see ``spec_constants``), returned as ``{name: value}``
-    for the owning module to hold.
+    for the owning module to hold. Raises ``LoweringError`` for a string that the generated code
+    could not spell safely (``lowering.identifiers.check_graph``).
     ``rules`` maps a node name to a function that emits that node differently (the root uses this
     to read state instead of taking it as a placeholder); it returns the fx node that stands for
     the IR node's value, or ``None`` when the value is dropped.
     """
+    check_graph(graph, "a lowered module")
     fx_graph = torch.fx.Graph()
     env: dict[str, torch.fx.Node] = {}
     constants: dict[str, Any] = {}
@@ -79,20 +86,46 @@ def to_fx_graph(
         elif node.op == OUTPUT:
             made = fx_graph.output(thawed(node.args[0]) if node.args else None)
         else:
-            target = split_call_target(node.target)[0] if node.op == CALL_MODULE else node.target
+            target, kwargs = node.target, thawed(node.kwargs)
+            if node.op == CALL_MODULE:
+                target, kwargs = module_call(node, kwargs)
             made = fx_graph.create_node(
-                node.op,
-                target,
-                thawed(node.args),
-                thawed(node.kwargs),
-                name=node.name if node.name not in _RESERVED else f"{node.name}_",
+                node.op, target, thawed(node.args), kwargs, name=fx_name(node.name)
             )
+            if node.op == PLACEHOLDER and not is_identifier(target):
+                made.target = made.name  # fx spells a placeholder's target as it is
         if made is None:
             continue
         if node.meta and not made.meta:
             made.meta = _copied_meta(node)
         env[node.name] = made
     return fx_graph, constants
+
+
+def fx_name(name: str) -> str:
+    """The fx node name to ask for an IR node named ``name`` (names generated code uses get a
+    ``_``); fx's namespace still makes it a unique identifier (``Node._rename`` for a node that
+    exists)."""
+    return name if name not in _RESERVED else f"{name}_"
+
+
+def module_call(node: Node, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The fx target and keyword arguments of ``call_module`` node ``node`` (target ``path@k``).
+
+    The caller names the graph the call runs: graph ``k`` >= 1 is passed as the keyword
+    ``GRAPH_KEYWORD`` (``self.block(x, _purefx_graph = 1)``), so no state on the called module
+    decides it; a call without it runs graph 0 (see ``LoweredModule.forward``). Raises
+    ``LoweringError`` when the node's own keyword arguments already use that name.
+    """
+    path, variant = split_call_target(node.target)
+    if GRAPH_KEYWORD in kwargs:
+        raise LoweringError(
+            f"call_module node {node.name!r} passes a keyword argument named {GRAPH_KEYWORD!r}, "
+            "which lowered modules reserve for the graph a call runs; rename it"
+        )
+    if variant:
+        kwargs = {**kwargs, GRAPH_KEYWORD: variant}
+    return path, kwargs
 
 
 def _copied_meta(node: Node) -> dict[str, Any]:
@@ -169,7 +202,7 @@ def _spec_text(spec: TreeSpec) -> str:
     return f"{kind.__module__}.{kind.__qualname__}:{spec.context!r}({children})"
 
 
-# Compiled functions live as long as some module uses them.
+# Compiled functions live as long as some module uses them (their source too: lowering/source.py).
 _COMPILED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -185,7 +218,7 @@ def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[.
         if found is not None:
             return found
     code = fx_graph.python_code(root_module="self")
-    forward = _forward_from_src(code.src, code.globals)
+    forward = compile_function(code.src, code.globals, "forward")
     if share_key is not None:
         _COMPILED[share_key] = forward
     return forward

@@ -15,7 +15,6 @@ reached), so all blocks of a stack share one.
 
 from __future__ import annotations
 
-import linecache
 import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +28,8 @@ from ir.args import IDict, IList, ISlice, Ref
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER
+from lowering.identifiers import check_graph
+from lowering.source import compile_function
 
 # How the last step of a state path is reached, by where nn.Module keeps it.
 PARAMETER_TABLE = "_parameters"
@@ -80,7 +81,10 @@ def direct_function(
     fqn must be in ``reads``) or ``("token",)`` (a fresh effect token), and ``outputs`` says, per
     output position, ``("return", None)``, ``("copy_state", fqn)`` or ``("copy_input",
     placeholder name)``. Functions are cached per (alpha key, reads, bindings, outputs).
+    Raises ``LoweringError`` for a string that source could not spell safely (see
+    ``lowering.identifiers``).
     """
+    check_graph(graph, label)
     key = (
         interned_key(graph),
         tuple(sorted(reads.items())),
@@ -89,7 +93,7 @@ def direct_function(
     )
     found = _SHARED.get(key)
     if found is None:
-        found = _Emitter(graph, reads, bound or {}, outputs, label).compile()
+        found = _Emitter(graph, reads, bound or {}, outputs).compile()
         _SHARED[key] = found
     return found
 
@@ -108,13 +112,11 @@ class _Emitter:
         reads: Mapping[str, Read],
         bound: Mapping[str, tuple],
         outputs: Sequence[tuple[str, Any]] | None,
-        label: str,
     ) -> None:
         self.graph = graph
         self.reads = reads
         self.bound = bound
         self.outputs = outputs
-        self.label = label
         self.lines: list[str] = []
         self.globals: dict[str, Any] = {"call_direct": call_direct}
         self.constant_names: dict[int, str] = {}
@@ -147,11 +149,7 @@ class _Emitter:
                 self.emit_return(node.args[0] if node.args else None)
         body = "\n".join("    " + line for line in self.lines) or "    pass"
         source = f"def direct({', '.join(params)}):\n{body}\n"
-        filename = f"<purefx direct code: {self.label} #{id(self)}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        scope = dict(self.globals)
-        exec(compile(source, filename, "exec"), scope)  # noqa: S102
-        return scope["direct"]
+        return compile_function(source, self.globals, "direct")
 
     # --- pieces -------------------------------------------------------------------------------
 

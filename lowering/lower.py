@@ -21,6 +21,7 @@ from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
+from lowering.identifiers import check_graph
 from lowering.leaf import finish_leaf, leaf_shell
 from lowering.meta import complete_meta
 from lowering.modules import (
@@ -67,10 +68,9 @@ def lower(
     objects: dict[ModuleId, torch.nn.Module] = {}
     root = _build_root(program, interpreter, flat_args_adapter)
     objects[program.root] = root
-    orders = dispatch_orders(program)
     for _, mid in program.walk():
         if mid not in objects:
-            objects[mid] = _build_module(program.module_table()[mid], orders.get(mid, ()), interpreter)
+            objects[mid] = _build_module(program.module_table()[mid], interpreter)
     for mid, obj in objects.items():
         for name, child in program.module_table()[mid].children:
             obj._modules[name] = objects[child]
@@ -80,7 +80,6 @@ def lower(
             finish_leaf(obj, program.module_table()[mid].leaf.value)
     root.__dict__["_device_probe"] = _device_probe(program)
     _complete_built_meta(objects)
-    root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
         _attach_direct_code(program, objects)
     return root
@@ -105,7 +104,7 @@ def _usable_device(device: torch.device | str | None) -> torch.device | None:
 # --- modules ------------------------------------------------------------------------------------
 
 
-def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> torch.nn.Module:
+def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
     if mod.kind == LEAF:
         return leaf_shell(mod.leaf.value)
     if not mod.graphs:
@@ -114,6 +113,7 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
     fx_graphs: list[torch.fx.Graph | None] = []
     constants: list[dict[str, Any]] = []
     for graph in mod.graphs:
+        check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
         key = share_key(graph)
         code = compiled(key)
         fx_graph = None
@@ -125,9 +125,9 @@ def _build_module(mod: Module, order: tuple[int, ...], interpreter: bool) -> tor
             constants.append(spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
-    dispatch = order if any(order) else ()
+    dispatch = len(mod.graphs) > 1  # each caller names the graph it runs
     cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
-    made_module = cls(mod.graphs, codes, dispatch, mod.type_name, interpreter, fx_graphs)
+    made_module = cls(mod.graphs, codes, mod.type_name, interpreter, fx_graphs)
     for g in fx_graphs:
         if g is not None:
             g.owning_module = made_module
@@ -198,6 +198,7 @@ def _build_root(
     root = program.root_module
     spec = program.call_signatures.get("")
     raw = spec is None  # a graph without an export signature: the root runs it as it is
+    check_graph(root.graph, "the root module")
     cls = LoweredRoot if raw else root_class(spec.in_spec, spec.forward_arg_names)
     made = cls(
         root.graph,

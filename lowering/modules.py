@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from keyword import iskeyword
 from typing import TYPE_CHECKING, Any
@@ -21,12 +22,13 @@ from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatche
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from ir.args import IDict, Ref
-from ir.errors import InputError
+from ir.errors import InputError, LoweringError
 from ir.graph import Graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
-from lowering.codegen import compile_graph
+from lowering.codegen import GRAPH_KEYWORD, compile_graph
 from lowering.portable import decode_graph, encode_graph
+from lowering.source import compile_function
 from lowering.tree_watch import Watched
 
 if TYPE_CHECKING:
@@ -135,7 +137,6 @@ class LoweredModule(GraphRunner, InterpreterModule):
         self,
         ir_graphs: tuple,
         codes: list[Callable[..., Any]],
-        call_graphs: tuple[int, ...],
         type_name: str | None,
         interpreter: bool,
         fx_graphs: list[torch.fx.Graph | None] | None = None,
@@ -146,8 +147,6 @@ class LoweredModule(GraphRunner, InterpreterModule):
             _ir_graphs=ir_graphs,
             _fx_graphs=fx_graphs or [None] * len(ir_graphs),
             _codes=codes,
-            _call_graphs=call_graphs,
-            _num_calls=0,
             _ty=type_name,
             _run_with_interpreter=interpreter,
             graph_module=None,
@@ -178,15 +177,58 @@ class LoweredModule(GraphRunner, InterpreterModule):
         return [n.target for n in self.graph.nodes if n.op == "placeholder"]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        index = 0
-        if self._call_graphs:
-            index = self._call_graphs[self._num_calls]
-            self.__dict__["_num_calls"] = (self._num_calls + 1) % len(self._call_graphs)
-        if kwargs:
-            args = self._bind(index, args, kwargs)
+        """Run one of this module's graphs on the arguments; which one is decided by the call.
+
+        A module whose calls in the program run different graphs (a ``LoweredDispatcher``) is
+        told by its caller: the generated code of the calling module passes graph ``k`` as the
+        keyword ``_purefx_graph=k`` (``lowering.codegen.GRAPH_KEYWORD``; hooks that take keyword
+        arguments see it). A call without it (a user's direct call, or a caller's call of graph
+        0) runs the first graph, in program order, whose inputs the arguments fill (same count
+        of positional arguments; keywords by placeholder or signature name) — graph 0 whenever
+        it fits — and raises ``InputError`` when none does. Nothing on the module changes
+        between calls, so calls from several threads, copies and hooks all run the same graph.
+        """
+        if kwargs or len(self._codes) > 1:
+            index, args = self._select(args, kwargs)
+        else:
+            index = 0
         if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
             return self._interpret(self.graphs[index], args)
         return self._codes[index](self, *args)
+
+    def _select(self, args: tuple, kwargs: dict) -> tuple[int, tuple]:
+        """``(graph index, positional arguments)`` for a call (see ``forward``)."""
+        index = kwargs.pop(GRAPH_KEYWORD, None)
+        count = len(self._codes)
+        if index is None:
+            for i in range(count):
+                if count == 1 or self._fits(i, args, kwargs):
+                    return i, (self._bind(i, args, kwargs) if kwargs else args)
+            shapes = [self._placeholder_names(i) for i in range(count)]
+            raise InputError(
+                f"{type(self).__name__}.forward() got {len(args)} positional arguments and "
+                f"keywords {sorted(kwargs)}, which fit none of its graphs (inputs of each: "
+                f"{shapes}); pass {GRAPH_KEYWORD}=k to run graph k"
+            )
+        if type(index) is not int or not 0 <= index < count:
+            raise InputError(
+                f"{type(self).__name__}.forward() got {GRAPH_KEYWORD}={index!r}; it has graphs "
+                f"0 to {count - 1}"
+            )
+        return index, (self._bind(index, args, kwargs) if kwargs else args)
+
+    def _fits(self, index: int, args: tuple, kwargs: dict) -> bool:
+        """Whether a call with these arguments fills exactly the inputs of graph ``index``."""
+        names = self._placeholder_names(index)
+        if len(args) > len(names):
+            return False
+        if not kwargs:
+            return len(args) == len(names)
+        try:
+            self._bind(index, args, kwargs)
+        except InputError:
+            return False
+        return True
 
     def _bind(self, index: int, args: tuple, kwargs: dict) -> tuple:
         """Positional arguments for graph ``index`` from a call with keyword arguments.
@@ -226,10 +268,6 @@ class LoweredModule(GraphRunner, InterpreterModule):
     def _interpret(self, graph: torch.fx.Graph, args: tuple) -> Any:
         return torch.fx.Interpreter(self, graph=graph).run(*args, enable_io_processing=False)
 
-    def reset_calls(self) -> None:
-        """Start the per-call graph dispatch over (the root does this before each call)."""
-        self.__dict__["_num_calls"] = 0
-
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_fx_graphs"] = [encode_graph(g) for g in self.graphs]
@@ -248,7 +286,8 @@ class LoweredModule(GraphRunner, InterpreterModule):
 
 
 class LoweredDispatcher(LoweredModule, InterpreterModuleDispatcher):
-    """A lowered module whose calls run different graphs (one per call, in program order)."""
+    """A lowered module whose calls run different graphs: each caller names the graph it runs
+    (see ``LoweredModule.forward``)."""
 
     def call_modules(self) -> list[LoweredModule]:
         """One view per distinct graph, for parity with ``InterpreterModuleDispatcher``."""
@@ -257,7 +296,8 @@ class LoweredDispatcher(LoweredModule, InterpreterModuleDispatcher):
 
 # --- forward signatures ------------------------------------------------------------------------
 
-_SIGNATURE_CLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+# Classes live as long as some module (or pickle in progress) uses them.
+_SIGNATURE_CLASSES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _SSA_SUFFIX = re.compile(r"_\d+$")
 
 
@@ -291,9 +331,16 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
 
     ``base`` itself when ``names`` is ``None``. The subclass's ``forward`` is a copy of
     ``base.forward`` (same code, so calls cost the same) whose ``__wrapped__`` carries the names.
+    Raises ``LoweringError`` unless ``names`` are distinct identifiers (``usable_name``): they are
+    spelled in source.
     """
     if names is None:
         return base
+    if not all(map(usable_name, names)) or len(set(names)) != len(names):
+        raise LoweringError(
+            f"forward parameters {names!r} of a {base.__name__} are not distinct Python names; "
+            "generated code cannot spell them"
+        )
     key = (base, names)
     cls = _SIGNATURE_CLASSES.get(key)
     if cls is None:
@@ -311,9 +358,8 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
         # fx and inspect read the parameters of ``inspect.unwrap(forward)``; names are checked
         # identifiers, so this source is exactly ``def forward(self, a, b): pass``.
         source = f"def forward({', '.join(('self',) + names)}):\n    pass\n"
-        scope: dict[str, Any] = {}
-        exec(compile(source, f"<purefx forward signature {names}>", "exec"), scope)  # noqa: S102
-        forward.__wrapped__ = scope["forward"]  # type: ignore[attr-defined]
+        wrapped = compile_function(source, {}, "forward")
+        forward.__wrapped__ = wrapped  # type: ignore[attr-defined]
         attrs = {
             "forward": forward,
             "_forward_names": names,

@@ -14,13 +14,12 @@ from ir.args import ref
 from ir.graph import Graph
 from ir.node import Node
 from lowering import tree_watch
-from lowering.codegen import NodeRule, compile_graph, to_fx_graph
+from lowering.codegen import NodeRule, compile_graph, fx_name, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
 from lowering.meta import complete_meta
 from lowering.modules import (
     GraphRunner,
-    LoweredModule,
     is_tracing,
     signature_class,
     usable_name,
@@ -76,7 +75,6 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         self.meta: dict[str, Any] = {}
         self._input_checks = input_checks(user_placeholders(ir_graph, plan))
         self._ranges = ranges_of(range_constraints)
-        self._dispatchers: list[LoweredModule] = []
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -117,8 +115,6 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if not torch.compiler.is_compiling() and _dynamo_frames.get_eval_frame_callback():
             return self._forward_for_dynamo(args, kwargs)
         flat = self._flat_inputs(args, kwargs)
-        for mod in self._dispatchers:
-            mod.reset_calls()
         direct = self.__dict__.get("_direct")
         if direct is not None and plain_call(flat) and self._tree_unchanged():
             out = direct(self, *flat)
@@ -139,8 +135,6 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         prior = _dynamo_frames.set_eval_frame(None)
         try:
             flat = self.process_forward_inputs(*args, **kwargs)
-            for mod in self._dispatchers:
-                mod.reset_calls()
             code = self.__dict__["_code"] or self._compile()
         finally:
             _dynamo_frames.set_eval_frame(prior)
@@ -262,7 +256,7 @@ def _plan_rules(graph: Graph, plan: RootPlan) -> dict[str, NodeRule]:
     def read_state(target: str) -> NodeRule:
         def rule(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
             made = g.get_attr(target)
-            made.name = node.name
+            made._rename(fx_name(node.name))  # a unique, safe identifier
             state_nodes[target] = made
             return made
 

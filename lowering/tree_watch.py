@@ -23,7 +23,7 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from lowering.direct import locate
 
 _EPOCH = [0]
-_LOWERED_CLASSES: set[type] = set()
+_LOWERED_MARK = "_purefx_lowered_class"
 # Attribute names whose assignment can change what calling a module runs.
 _WATCHED_NAMES = frozenset(
     {
@@ -54,8 +54,9 @@ class Watched:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__module__.startswith("lowering."):
-            _LOWERED_CLASSES.add(cls)
+        # marked on the class itself (no registry that would keep classes made at run time alive);
+        # a user's subclass, defined elsewhere, is not marked: direct code does not know it
+        setattr(cls, _LOWERED_MARK, cls.__module__.startswith("lowering."))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if (
@@ -116,7 +117,8 @@ def tree_unchanged(root: torch.nn.Module) -> bool:
         seen.add(id(mod))
         state = mod.__dict__
         children = state.get("_direct_children")
-        if children is None or type(mod) not in _LOWERED_CLASSES or mod._modules != children:
+        lowered_class = type(mod).__dict__.get(_LOWERED_MARK, False)
+        if children is None or not lowered_class or mod._modules != children:
             return False
         if mod is not root and _intercepted(mod):
             return False
