@@ -33,3 +33,7 @@ class InputError(PurefxError, TypeError):
 
 class InputConstraintError(PurefxError, RuntimeError):
     """A lowered module's input violates a shape or range constraint of the exported program."""
+
+
+class ExportError(LoweringError):
+    """``export_ep`` cannot express this Program as a ``torch.export.ExportedProgram``."""
