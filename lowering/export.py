@@ -303,7 +303,8 @@ def _lift_state(
     p: Program, nodes: list[Node], inputs: tuple[sg.InputSpec, ...]
 ) -> tuple[list[Node], tuple[sg.InputSpec, ...]]:
     """Replace every ``get_attr`` of state by the placeholder of that state (one per tensor,
-    made where missing, placed among the inputs where torch puts its kind)."""
+    made where missing, placed among the inputs where torch puts its kind); state that no node
+    reads is lifted too, as torch lifts every parameter and buffer."""
     placeholders = [n for n in nodes if n.op == PLACEHOLDER]
     if len(placeholders) != len(inputs):
         raise ExportError(
@@ -344,7 +345,15 @@ def _lift_state(
             lifted.append((spec, Node(PLACEHOLDER, name, name, meta=node.meta)))
             holder_of[slot.tensor] = name
         alias[node.name] = name
-    if not alias:
+    for fqn in p.state_order:  # torch lifts all module state, read or not
+        slot = state[fqn]
+        if slot.tensor not in holder_of:
+            kind, prefix = _LIFTED[slot.kind]
+            name = fresh_name(prefix + fqn.replace(".", "_"), taken)
+            persistent = slot.persistent if kind == sg.BUFFER else None
+            lifted.append((sg.InputSpec(kind, name, fqn, persistent), Node(PLACEHOLDER, name, name)))
+            holder_of[slot.tensor] = name
+    if not lifted and not alias:
         return nodes, inputs
     renamed = [
         n.replace(args=map_refs(n.args, lambda r: ref(alias.get(r.name, r.name))),

@@ -1,0 +1,291 @@
+"""Laws of ``export_ep``: a Program back to a ``torch.export.ExportedProgram``.
+
+On a sample of the zoo (every zoo case with ``-m slow``) and on generated exports:
+
+- ``import_ep(export_ep(import_ep(ep)))`` is alpha-equivalent to ``import_ep(ep)`` (state tensors
+  compared by value: ``export_ep`` copies them, and ``program_key`` compares them by identity);
+- ``export_ep(transform(import_ep(ep))).module()`` gives ``ep.module()``'s outputs and buffers
+  over several calls, and so do the program after ``torch.export.save``/``load`` and after
+  ``run_decompositions()``;
+- ``torch.export.unflatten`` and ``lower`` both unflatten it to the module tree they give for
+  ``ep`` itself;
+- an input outside the dynamic range is rejected as ``ep.module()`` rejects it;
+- ``export_ep`` is pure: the Program equals a snapshot and its tensors' versions are unchanged.
+
+Plus the unexportable cases (``ExportError``), and a user rewrite (``gelu`` -> its tanh form in
+one block) shipped through save/load to ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+from hypothesis import given, settings
+from pyrsistent import pmap
+
+from ir import Graph, Module, Node, Program, Slot, import_ep, program_key
+from ir.args import ref
+from ir.errors import ExportError, PurefxError
+from ir.purity import program_tensor_versions
+from ir.signature import ExportSignature, InputSpec, OutputSpec
+from ir.state import Opaque
+from ir.strategies.export import example_inputs, exported_programs
+from lowering import export_ep, lower
+from transforms import transform
+
+try:
+    from .zoo import CASES, Case, eager_model, fresh_export
+except ImportError:  # tests/ is not a package
+    from zoo import CASES, Case, eager_model, fresh_export
+
+# One case per feature family: training IR, decomposed, strict, preserved, dynamic, mutations,
+# effects, HOPs, custom objects, ties, sharing, pytrees.
+SAMPLE = (
+    "mlp_nested", "param_zoo[decomp]", "tied_weights[strict]", "buffer_mutation",
+    "buffer_mutation[decomp]", "buffer_mutation_repeated[strict,decomp]", "input_mutation",
+    "input_mutation[decomp]", "batchnorm_train[decomp]", "shared_two_parents",
+    "repeated_same_graph", "nested_inputs", "pytree_outputs[decomp]", "dynamic_batch",
+    "dynamic_view[decomp]", "cond", "map[decomp]", "while_loop", "effect_print[decomp]",
+    "effect_record", "opaque_object", "preserve_twice", "preserve_kwargs[decomp]",
+    "preserve_nested[strict]", "preserve_constant", "preserve_dynamic",
+)  # fmt: skip
+MUTATING = {"buffer_mutation", "input_mutation", "batchnorm_train"}
+
+
+def _params(names):
+    sample = set(SAMPLE)
+    return [
+        pytest.param(n, marks=() if n in sample else (pytest.mark.slow,)) for n in sorted(names)
+    ]
+
+
+ZOO = _params(CASES)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _key_by_value(p: Program) -> tuple:
+    """``program_key`` with each state tensor replaced by its value (shape, dtype, contents)."""
+    inputs, outputs, modules, state, calls, order = program_key(p)
+    state = tuple(entry[:3] + (_value(entry[3].value),) + entry[4:] for entry in state)
+    return inputs, outputs, modules, state, calls, order
+
+
+def _value(x):
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.dtype, x.detach().cpu().numpy().tobytes())
+    return type(x).__name__
+
+
+def _inputs(case: Case):
+    calls = [(case.args, case.kwargs)]
+    if case.alt_args is not None:
+        calls.append((case.alt_args, case.alt_kwargs or case.kwargs))
+    return calls + calls[:1]
+
+
+def _run(module, case: Case):
+    outs = []
+    for make_args, make_kwargs in _inputs(case):
+        args, kwargs = make_args(), make_kwargs()
+        outs.append((module(*args, **kwargs), args, kwargs))
+    return outs, dict(module.named_buffers())
+
+
+def _same(module, reference, case: Case) -> None:
+    got, got_buffers = _run(module, case)
+    want, want_buffers = _run(reference, case)
+    torch.testing.assert_close(got, want)
+    assert got_buffers.keys() >= want_buffers.keys() or not want_buffers
+    torch.testing.assert_close({k: got_buffers[k] for k in want_buffers}, want_buffers)
+
+
+def _ep(case: Case) -> torch.export.ExportedProgram:
+    return fresh_export(case)
+
+
+def _paths(module: torch.nn.Module) -> set[str]:
+    return {
+        name for name, _ in module.named_modules(remove_duplicate=False)
+        if name and not name.split(".")[-1].startswith("_")
+    }
+
+
+def _saved_and_loaded(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    buffer = io.BytesIO()
+    torch.export.save(ep, buffer)
+    buffer.seek(0)
+    return torch.export.load(buffer)
+
+
+# --- laws on the zoo ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_round_trip_is_alpha_equivalent(name: str) -> None:
+    p = import_ep(_ep(CASES[name]))
+    snapshot, versions = copy.copy(p), program_tensor_versions(p)
+    back = export_ep(p)
+    assert p == snapshot and program_tensor_versions(p) == versions
+    assert _key_by_value(import_ep(back)) == _key_by_value(p)
+    assert dict(back.range_constraints).keys() == dict(p.range_constraints.value).keys()
+    shared = {id(t) for t in back.state_dict.values()} & {id(o.value) for o in p.tensors.values()}
+    assert not shared
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_transformed_program_exports_and_runs_like_ep(name: str) -> None:
+    case = CASES[name]
+    ep = _ep(case)
+    p = transform(import_ep(ep))
+    versions = program_tensor_versions(p)
+    out = export_ep(p)
+    assert program_tensor_versions(p) == versions
+    _same(out.module(), _ep(case).module(), case)
+    _same(_saved_and_loaded(export_ep(p)).module(), _ep(case).module(), case)
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_decomposes_and_unflattens_to_the_same_tree(name: str) -> None:
+    case = CASES[name]
+    ep = _ep(case)
+    p = transform(import_ep(ep))
+    _same(export_ep(p).run_decompositions().module(), _ep(case).module(), case)
+    out = export_ep(p)
+    assert _paths(torch.export.unflatten(out)) == _paths(torch.export.unflatten(_ep(case)))
+    assert _paths(lower(transform(import_ep(out)))) == _paths(lower(p))
+    _same(lower(transform(import_ep(export_ep(p)))), eager_model(case), case)
+
+
+@pytest.mark.parametrize("name", _params(n for n in CASES if n.startswith("dynamic")))
+def test_shape_outside_the_dynamic_range_is_rejected_like_ep(name: str) -> None:
+    case = CASES[name]
+    out = export_ep(transform(import_ep(_ep(case))))
+    big = torch.randn(65, *case.args()[0].shape[1:])
+    assert out.range_constraints
+    with pytest.raises(Exception) as want:
+        _ep(case).module()(big)
+    with pytest.raises(type(want.value)):
+        out.module()(big)
+
+
+def test_functional_program_exports_functional_and_inplace_exports_inplace() -> None:
+    ep = _ep(CASES["buffer_mutation[decomp]"])
+    kinds = {s.kind.name for s in export_ep(import_ep(ep)).graph_signature.output_specs}
+    assert "BUFFER_MUTATION" in kinds
+    inplace = export_ep(transform(import_ep(ep)))
+    assert {s.kind.name for s in inplace.graph_signature.output_specs} == {"USER_OUTPUT"}
+    assert any(n.target is torch.ops.aten.copy_.default for n in inplace.graph.nodes)
+    assert inplace.verifiers[0].dialect == "TRAINING"
+
+
+def test_outlined_program_gets_the_stacks_of_its_calls() -> None:
+    case = CASES["repeated_same_graph"]
+    out = export_ep(transform(import_ep(_ep(case))))
+    keys = [
+        tuple(n.meta["nn_module_stack"])[1:]
+        for n in out.graph.nodes
+        if n.target is torch.ops.aten.linear.default
+    ]
+    assert [k[0].rpartition("@")[2] for k in keys] == ["L__self__block", "1", "2"]
+    assert all(len(k) == 2 for k in keys)
+
+
+def test_share_state_shares_storage_and_default_copies() -> None:
+    p = import_ep(_ep(CASES["mlp_nested"]))
+    fqn = p.state_order[0]
+    held = p.tensor(fqn)
+    shared = export_ep(p, share_state=True).state_dict[fqn]
+    copied = export_ep(p).state_dict[fqn]
+    assert shared is not held and shared.data_ptr() == held.data_ptr()
+    assert copied.data_ptr() != held.data_ptr() and torch.equal(copied, held)
+
+
+def test_missing_vals_are_computed_by_fake_propagation() -> None:
+    p = import_ep(_ep(CASES["mlp_nested"]))
+    graph = p.root_module.graph
+    nodes = tuple(
+        n.replace(meta={k: v for k, v in n.meta.items() if k != "val"})
+        if n.op == "call_function" else n
+        for n in graph.nodes
+    )
+    root = p.root_module.replace(graphs=(Graph(nodes),))
+    out = export_ep(p.replace(modules=p.modules.set(p.root, root)))
+    want = {n.name: n.meta["val"].shape for n in graph.nodes if n.op == "call_function"}
+    got = {n.name: n.meta["val"].shape for n in out.graph.nodes if n.op == "call_function"}
+    assert got == want
+
+
+# --- laws on generated exports ------------------------------------------------------------------
+
+
+@settings(max_examples=10)
+@given(exported_programs(max_depth=2, max_ops=4))
+def test_generated_round_trip_and_module(drawn) -> None:
+    spec, ep = drawn
+    p = import_ep(ep)
+    assert _key_by_value(import_ep(export_ep(p))) == _key_by_value(p)
+    module = export_ep(transform(p)).module()
+    reference = copy.deepcopy(ep).module()
+    for _ in range(2):
+        args, kwargs = example_inputs(spec)
+        torch.testing.assert_close(module(*args, **kwargs), reference(*args, **kwargs))
+    torch.testing.assert_close(dict(module.named_buffers()), dict(reference.named_buffers()))
+
+
+# --- what cannot be exported --------------------------------------------------------------------
+
+
+def _tiny(state: dict, tensors: dict, target: str) -> Program:
+    nodes = (
+        Node("placeholder", "x", "x", meta={"val": torch.empty(2)}),
+        Node("get_attr", "w", target),
+        Node("call_function", "y", torch.ops.aten.add.Tensor, (ref("x"), ref("w"))),
+        Node("output", "output", "output", ((ref("y"),),)),
+    )
+    return Program(
+        root="",
+        modules=pmap({"": Module(graphs=(Graph(nodes),))}),
+        state=pmap(state),
+        state_order=tuple(state),
+        tensors=pmap(tensors),
+        signature=ExportSignature((InputSpec("user_input", "x"),), (OutputSpec("user_output", "y"),)),
+    )
+
+
+def test_state_without_fqn_is_an_export_error() -> None:
+    w = Opaque(torch.ones(2))
+    with pytest.raises(ExportError, match="no fully qualified name"):
+        export_ep(_tiny({"": Slot("buffer", "k")}, {"k": w}, ""))
+
+
+def test_read_of_unknown_attribute_is_an_export_error() -> None:
+    with pytest.raises(ExportError, match="'w'.*neither state"):
+        export_ep(_tiny({}, {}, "nowhere"))
+
+
+def test_hand_built_program_exports_with_lifted_state_and_runs() -> None:
+    w = torch.ones(2)
+    out = export_ep(_tiny({"w": Slot("buffer", "k")}, {"k": Opaque(w)}, "w"))
+    assert [s.kind.name for s in out.graph_signature.input_specs] == ["BUFFER", "USER_INPUT"]
+    torch.testing.assert_close(out.module()(torch.zeros(2)), w)
+
+
+def test_uninlinable_call_is_an_export_error() -> None:
+    p = import_ep(_ep(CASES["mlp_nested"]))
+    outlined = transform(p)
+    graph = outlined.root_module.graph
+    nodes = tuple(
+        n.replace(target=f"{n.target}@7") if n.op == "call_module" else n for n in graph.nodes
+    )
+    root = outlined.root_module.replace(graphs=(Graph(nodes),))
+    with pytest.raises(ExportError, match="cannot be inlined"):
+        export_ep(outlined.replace(modules=outlined.modules.set(outlined.root, root)))
+
+
+def test_export_error_is_a_purefx_error() -> None:
+    assert issubclass(ExportError, PurefxError)
