@@ -303,8 +303,10 @@ def _lift_state(
     p: Program, nodes: list[Node], inputs: tuple[sg.InputSpec, ...]
 ) -> tuple[list[Node], tuple[sg.InputSpec, ...]]:
     """Replace every ``get_attr`` of state by the placeholder of that state (one per tensor,
-    made where missing, placed among the inputs where torch puts its kind); state that no node
-    reads is lifted too, as torch lifts every parameter and buffer."""
+    made where missing, placed among the inputs where torch puts its kind). When some state was
+    read by ``get_attr`` (a sunk program), state that no node reads is lifted too, as
+    non-strict torch lifts every parameter and buffer; a program whose state is all
+    placeholders keeps its signature's inputs as they are."""
     placeholders = [n for n in nodes if n.op == PLACEHOLDER]
     if len(placeholders) != len(inputs):
         raise ExportError(
@@ -345,7 +347,7 @@ def _lift_state(
             lifted.append((spec, Node(PLACEHOLDER, name, name, meta=node.meta)))
             holder_of[slot.tensor] = name
         alias[node.name] = name
-    for fqn in p.state_order:  # torch lifts all module state, read or not
+    for fqn in p.state_order if alias else ():  # sunk state: lift all, as non-strict torch does
         slot = state[fqn]
         if slot.tensor not in holder_of:
             kind, prefix = _LIFTED[slot.kind]
@@ -485,18 +487,24 @@ def _fx_node(graph: torch.fx.Graph, node: Node, env: dict[str, torch.fx.Node]) -
     args = thaw(node.args, read)
     kwargs = thaw(node.kwargs, read) if isinstance(node.kwargs, IDict) else dict(node.kwargs)
     made = graph.create_node(node.op, node.target, tuple(args), kwargs, name=node.name)
-    made.meta = dict(node.meta)
+    made.meta = _own_meta(node.meta)
     tag = made.meta.pop("tag", None)
     if tag is not None:
         made.tag = tag
     return made
 
 
+def _own_meta(meta: Any) -> dict[str, Any]:
+    """A copy of a node's meta whose lists and dicts are copies too: torch's passes append to
+    ``from_node`` and edit ``nn_module_stack`` in place, which must not reach ``p``."""
+    return {k: v.copy() if type(v) in (dict, list) else v for k, v in meta.items()}
+
+
 class _ValuesWhereMissing(torch.fx.Interpreter):
     """Runs a graph on fake values, keeping each node's ``val`` and filling the missing ones."""
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        if "val" in n.meta:
+        if "val" in n.meta and n.op != PLACEHOLDER:
             return n.meta["val"]
         result = super().run_node(n)
         if n.op not in (GET_ATTR, OUTPUT):
@@ -524,20 +532,30 @@ def _fill_vals(
             continue
         value = state.get(spec.target) if spec.target is not None else None
         if isinstance(value, torch.Tensor):
-            n.meta["val"] = mode.from_tensor(value)
+            n.meta["val"] = mode.from_tensor(value, static_shapes=True)
         else:
             raise ExportError(
                 f"placeholder {n.name!r} ({spec.kind}) has no 'val' meta, so the values of the "
                 "nodes that lack one cannot be computed; give it a fake value"
             )
+    fakes = [_fake(n.meta["val"], mode) for n in placeholders]
     try:
         with mode:
-            _ValuesWhereMissing(gm).run(*[n.meta["val"] for n in placeholders])
+            _ValuesWhereMissing(gm).run(*fakes)
     except Exception as err:
         raise ExportError(
             f"computing the missing 'val' of nodes {[n.name for n in missing][:5]} failed: "
             f"{type(err).__name__}: {err}"
         ) from err
+
+
+def _fake(val: Any, mode: Any) -> Any:
+    """``val`` as a fake tensor of ``mode`` (a real tensor given as a ``val`` is converted)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(val, torch.Tensor) and not isinstance(val, FakeTensor):
+        return mode.from_tensor(val, static_shapes=True)
+    return val
 
 
 # --- signature ----------------------------------------------------------------------------------
