@@ -129,6 +129,17 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
         ) from err
 
 
+def save_ep(p: Program, path: str) -> None:
+    """``torch.export.save(export_ep(p), path)``; ``ExportError`` naming ``path`` when it cannot be
+    written (a purefx error, so the ``purefx`` command reports it and exits with status 2)."""
+    exported = export_ep(p)
+    try:
+        with open(path, "wb") as f:
+            torch.export.save(exported, f)
+    except OSError as err:
+        raise ExportError(f"{path}: cannot write the program ({err.strerror or err})") from None
+
+
 # --- inlining, with each node's call chain ------------------------------------------------------
 
 Frames = tuple[tuple[str, ModuleId, int], ...]  # (path, module id, call number), outermost first
@@ -743,4 +754,4 @@ def _verifier(gm: torch.fx.GraphModule) -> type:
     return Verifier
 
 
-__all__ = ["export_ep"]
+__all__ = ["export_ep", "save_ep"]
