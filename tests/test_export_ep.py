@@ -36,6 +36,7 @@ from ir.purity import program_tensor_versions
 from ir.signature import ExportSignature, InputSpec, OutputSpec
 from ir.state import Opaque
 from ir.strategies.export import example_inputs, exported_programs
+from ir.strategies.programs import program_inputs, programs
 from lowering import export_ep, lower
 from transforms import transform
 
@@ -250,6 +251,30 @@ def test_generated_round_trip_and_module(drawn) -> None:
         args, kwargs = example_inputs(spec)
         torch.testing.assert_close(module(*args, **kwargs), reference(*args, **kwargs))
     torch.testing.assert_close(dict(module.named_buffers()), dict(reference.named_buffers()))
+
+
+@settings(max_examples=15)
+@given(programs(max_modules=3, max_ops=4))
+def test_generated_programs_round_trip_and_run(p: Program) -> None:
+    back = import_ep(export_ep(p))
+    assert _key_by_value(back) == _key_by_value(_class_names_from_stacks(p))
+    reference = lower(p)
+    for q in (p, transform(p)):
+        module = export_ep(q).module()
+        for seed in (0, 1):
+            args, kwargs = program_inputs(p, seed)
+            want_args, want_kwargs = program_inputs(p, seed)
+            torch.testing.assert_close(module(*args, **kwargs), reference(*want_args, **want_kwargs))
+            torch.testing.assert_close((args, kwargs), (want_args, want_kwargs))
+        reference = lower(p)
+
+
+def _class_names_from_stacks(p: Program) -> Program:
+    """``p`` with the root's class name dropped when no node's module stack records it: an
+    ExportedProgram keeps class names only in ``nn_module_stack``."""
+    if any(n.meta.get("nn_module_stack") for n in p.root_module.graph.nodes):
+        return p
+    return p.replace(modules=p.modules.set(p.root, p.root_module.replace(type_name=None)))
 
 
 # --- what cannot be exported --------------------------------------------------------------------
