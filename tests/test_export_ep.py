@@ -42,8 +42,10 @@ from transforms import transform
 
 try:
     from .zoo import CASES, Case, export_case
+    from .zoo_hf import HF_CASES
 except ImportError:  # tests/ is not a package
     from zoo import CASES, Case, export_case
+    from zoo_hf import HF_CASES
 
 # One case per feature family: training IR, decomposed, strict, preserved, dynamic, mutations,
 # effects, HOPs, custom objects, ties, sharing, pytrees.
@@ -127,7 +129,27 @@ def _saved_and_loaded(ep: torch.export.ExportedProgram) -> torch.export.Exported
 
 @pytest.mark.parametrize("name", ZOO)
 def test_export_laws_on_the_zoo(name: str) -> None:
-    case = CASES[name]
+    check_export_laws(CASES[name])
+
+
+HF_SAMPLE = ("hf_gpt2_preserve_block",)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=() if n in HF_SAMPLE else (pytest.mark.slow,))
+        for n in sorted(HF_CASES)
+    ] or ["<no transformers>"],
+)
+def test_export_laws_on_the_hf_zoo(name: str) -> None:
+    pytest.importorskip("transformers")
+    check_export_laws(HF_CASES[name])
+
+
+def check_export_laws(case: Case) -> None:
+    """Every law of the module docstring on one zoo case."""
     ep = export_case(case)  # cached and shared: only read here, never run
     before = _meta_sizes(ep)
     p = import_ep(ep)
@@ -146,8 +168,9 @@ def test_export_laws_on_the_zoo(name: str) -> None:
     _same(_saved_and_loaded(export_ep(q)).module(), _reference(ep), case)
     _same(export_ep(q).run_decompositions().module(), _reference(ep), case)
     ours, theirs = _torch_tree(export_ep(q)), _torch_tree(copy.deepcopy(ep))  # it writes ep
-    assert _bases(ours) == _bases(theirs)
-    assert isinstance(ours, str) or ours <= theirs  # never a copy per call where torch has none
+    if not isinstance(theirs, str):  # torch cannot unflatten some originals (see the notes)
+        assert _bases(ours) == _bases(theirs)
+        assert ours <= theirs  # never a copy per call where torch has none
     assert _paths(lower(transform(import_ep(export_ep(q))))) == _paths(lower(q))
     assert _meta_sizes(ep) == before  # torch's passes on the result never reach ep's meta
 
