@@ -99,9 +99,8 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
     nodes, inputs = _lift_state(flat, nodes, signature.inputs)
     copies = _copied_state(flat, share_state)
     holder = _subgraph_holder(flat)
-    fx_graph, env = _fx_graph(inputs, nodes, outputs, flat, holder)
-    gm = torch.fx.GraphModule(holder, fx_graph)
-    _fill_vals(gm, flat, inputs, copies)
+    fx_graph, env = _fx_graph(nodes, outputs, holder)
+    _fill_vals(holder, fx_graph, inputs, copies)
     user_sig = flat.call_signatures.get("")
     ep_signature = gs.ExportGraphSignature(
         input_specs=[_input_spec(s, env, flat, copies) for s in inputs],
@@ -111,15 +110,15 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
     call_graph = _module_call_graph(flat, call_io, inputs, signature.outputs)
     try:
         return torch.export.ExportedProgram(
-            root=gm,
-            graph=gm.graph,
+            root=holder,
+            graph=fx_graph,
             graph_signature=ep_signature,
             state_dict=state_dict,
             range_constraints=dict(_range_constraints(flat)),
             module_call_graph=call_graph,
             example_inputs=_example_inputs(inputs, env, user_sig, call_graph),
             constants=constants,
-            verifiers=[_verifier(gm)],
+            verifiers=[_verifier(fx_graph, holder)],
         )
     except Exception as err:  # torch's own validation: say what in purefx terms
         if isinstance(err, ExportError):
@@ -476,9 +475,9 @@ def _subgraph_module(
 
 
 def _fx_graph(
-    inputs: tuple[sg.InputSpec, ...], nodes: list[Node], outputs: Any, p: Program,
-    holder: torch.nn.Module,
+    nodes: list[Node], outputs: Any, holder: torch.nn.Module
 ) -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
+    """The flat fx graph: one fx node per IR node (same names, meta copied), then the output."""
     graph = torch.fx.Graph(owning_module=holder)
     env: dict[str, torch.fx.Node] = {}
     for node in nodes:
@@ -524,13 +523,15 @@ class _ValuesWhereMissing(torch.fx.Interpreter):
 
 
 def _fill_vals(
-    gm: torch.fx.GraphModule, p: Program, inputs: tuple[sg.InputSpec, ...], state: dict[str, Any]
+    holder: torch.nn.Module, graph: torch.fx.Graph, inputs: tuple[sg.InputSpec, ...],
+    state: dict[str, Any],
 ) -> None:
     """Give every computing node without a ``val`` one (fake-tensor propagation)."""
-    graph_nodes = list(gm.graph.nodes)
+    graph_nodes = list(graph.nodes)
     missing = [n for n in graph_nodes if n.op not in (GET_ATTR, OUTPUT) and "val" not in n.meta]
     if not missing:
         return
+    gm = torch.fx.GraphModule(holder, graph)
     from torch._guards import detect_fake_mode
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -740,14 +741,13 @@ def _hint(d: Any) -> Any:
     return hint
 
 
-def _verifier(gm: torch.fx.GraphModule) -> type:
+def _verifier(graph: torch.fx.Graph, holder: torch.nn.Module) -> type:
     """torch's ATEN verifier for an all-functional graph, its TRAINING verifier otherwise."""
     from torch._export.verifier import TrainingIRVerifier, Verifier
 
-    for module in gm.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for n in module.graph.nodes:
+    graphs = [graph] + [m.graph for m in holder.modules() if isinstance(m, torch.fx.GraphModule)]
+    for g in graphs:
+        for n in g.nodes:
             schema = getattr(n.target, "_schema", None) if n.op == CALL_FUNCTION else None
             if schema is not None and schema.is_mutable:
                 return TrainingIRVerifier
