@@ -67,6 +67,8 @@ _INPUT_RANK = {
     sg.USER_INPUT: 5,
 }
 _ROOT_KEY = "L__self__"
+# The meta torch gives a state placeholder (no module stack: state is read outside any call).
+_PLACEHOLDER_META = ("val", "tensor_meta")
 
 
 def export_ep(p: Program, *, share_state: bool = False) -> torch.export.ExportedProgram:
@@ -182,8 +184,9 @@ def _flatten(p: Program) -> tuple[Program, list[Frames]]:
     except PassError as err:
         raise ExportError(f"the module graphs cannot be inlined into one graph: {err}") from err
     graph = flat.root_module.graph
+    keys = _stack_keys(graph)
     nodes = [
-        _restacked(node, frames, flat) if frames else node
+        _restacked(node, frames, flat, keys) if frames else node
         for node, frames in zip(graph.nodes, inliner.frames_of)
     ]
     nodes.append(graph.output_node)
@@ -192,15 +195,29 @@ def _flatten(p: Program) -> tuple[Program, list[Frames]]:
     return flat.replace(modules=flat.modules.set(flat.root, root)), frames
 
 
-def _restacked(node: Node, frames: Frames, p: Program) -> Node:
+def _stack_keys(graph: Graph) -> dict[str, str]:
+    """Module path -> the identity key its stack entries use (torch's ``L__self__a.b`` or an
+    object id), from the first stack that names the path: every call of a path gets one key."""
+    keys: dict[str, str] = {}
+    seen: set[int] = set()
+    for node in graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if not stack or id(stack) in seen:
+            continue
+        seen.add(id(stack))
+        for key, (path, _) in stack.items():
+            keys.setdefault(path, key.partition("@")[0])
+    return keys
+
+
+def _restacked(node: Node, frames: Frames, p: Program, keys: dict[str, str]) -> Node:
     """``node`` with the module stack of the calls ``frames`` (and its own deeper entries)."""
     old = dict(node.meta.get("nn_module_stack") or {})
-    keys = {path: key.partition("@")[0] for key, (path, _) in old.items()}
     items = list(old.items())
     if items and items[0][1][0] == "":
         stack = dict(items[:1])
     else:
-        stack = {_ROOT_KEY: ("", p.root_module.type_name)}
+        stack = {keys.get("", _ROOT_KEY): ("", p.root_module.type_name)}
     for path, mid, number in frames:
         base = keys.get(path, f"{_ROOT_KEY}{path}")
         stack[base if number == 0 else f"{base}@{number}"] = (path, p.modules[mid].type_name)
@@ -354,7 +371,8 @@ def _lift_state(
             name = fresh_name(prefix + node.target.replace(".", "_"), taken)
             persistent = slot.persistent if kind == sg.BUFFER else None
             spec = sg.InputSpec(kind, name, node.target, persistent)
-            lifted.append((spec, Node(PLACEHOLDER, name, name, meta=node.meta)))
+            meta = {k: v for k, v in node.meta.items() if k in _PLACEHOLDER_META}
+            lifted.append((spec, Node(PLACEHOLDER, name, name, meta=meta)))
             holder_of[slot.tensor] = name
         alias[node.name] = name
     for fqn in p.state_order if alias else ():  # sunk state: lift all, as non-strict torch does
@@ -597,7 +615,7 @@ def _input_spec(
         arg = _argument(name, env[spec.name].meta.get("val", _NO_VAL))
     else:
         arg = gs.TensorArgument(name=name)
-    persistent = spec.persistent if spec.kind == sg.BUFFER else None
+    persistent = spec.persistent  # as the Program has it (strict export marks constants too)
     if spec.kind == sg.BUFFER and persistent is None:
         persistent = p.state[spec.target].persistent
     return gs.InputSpec(_INPUT_KINDS[spec.kind], arg, spec.target, persistent)
