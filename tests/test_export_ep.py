@@ -259,6 +259,26 @@ def test_missing_vals_are_computed_by_fake_propagation() -> None:
     assert got == want
 
 
+def test_export_leaves_the_shape_env_of_a_dynamic_program_alone() -> None:
+    from torch._guards import detect_fake_mode
+
+    ep = export_case(CASES["dynamic_batch"])
+    env = detect_fake_mode([n.meta["val"] for n in ep.graph.nodes if "val" in n.meta]).shape_env
+    before = (len(env.var_to_val), len(env.guards), dict(env.var_to_range))
+    q = transform(import_ep(ep))
+    graph = q.root_module.graph
+    stripped = tuple(
+        n.replace(meta={k: v for k, v in n.meta.items() if k != "val"})
+        if n.op == "get_attr" else n
+        for n in graph.nodes
+    )  # the state placeholders get their values made again
+    root = q.root_module.replace(graphs=(Graph(stripped),))
+    out = export_ep(q.replace(modules=q.modules.set(q.root, root)))
+    assert (len(env.var_to_val), len(env.guards), dict(env.var_to_range)) == before
+    x = torch.randn(9, 4)
+    torch.testing.assert_close(out.module()(x), _reference(ep)(x))
+
+
 # --- laws on generated exports ------------------------------------------------------------------
 
 
