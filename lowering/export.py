@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import attrs
 import torch
 import torch.fx
 import torch.fx._pytree as fx_pytree
@@ -103,13 +104,12 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
     holder = _subgraph_holder(flat)
     fx_graph, env = _fx_graph(nodes, outputs, holder)
     _fill_vals(holder, fx_graph, inputs, copies)
-    user_sig = flat.call_signatures.get("")
     ep_signature = gs.ExportGraphSignature(
         input_specs=[_input_spec(s, env, flat, copies) for s in inputs],
         output_specs=_torch_outputs(signature.outputs, outputs, env),
     )
     state_dict, constants = _state_dicts(flat, copies)
-    call_graph = _module_call_graph(flat, call_io, inputs, signature.outputs)
+    call_graph = _module_call_graph(flat, call_io, inputs, signature.outputs, env)
     try:
         return torch.export.ExportedProgram(
             root=holder,
@@ -118,13 +118,11 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
             state_dict=state_dict,
             range_constraints=dict(_range_constraints(flat)),
             module_call_graph=call_graph,
-            example_inputs=_example_inputs(inputs, env, user_sig, call_graph),
+            example_inputs=_example_inputs(inputs, env, call_graph),
             constants=constants,
             verifiers=[_verifier(fx_graph, holder)],
         )
     except Exception as err:  # torch's own validation: say what in purefx terms
-        if isinstance(err, ExportError):
-            raise
         raise ExportError(
             f"torch rejected the exported program: {type(err).__name__}: {err}"
         ) from err
@@ -649,16 +647,19 @@ def _torch_outputs(
             )
         else:
             arg = gs.ConstantArgument(name="", value=value)
-        found.append(gs.OutputSpec(kind, arg, spec.target))
+        target = spec.target
+        if spec.kind == sg.USER_INPUT_MUTATION and target in env:
+            target = env[target].name
+        found.append(gs.OutputSpec(kind, arg, target))
     return found
 
 
 def _module_call_graph(
     p: Program, call_io: dict[str, tuple[tuple, tuple]], inputs: tuple[sg.InputSpec, ...],
-    outputs: tuple[sg.OutputSpec, ...],
+    outputs: tuple[sg.OutputSpec, ...], env: dict[str, torch.fx.Node],
 ) -> list[ModuleCallEntry]:
     """One entry per call of ``p.call_order`` (the root first), preserved signatures renamed to
-    the values that cross each call now."""
+    the values that cross each call now (by the names fx gave their nodes)."""
     order = list(p.call_order)
     if "" not in order:
         order.insert(0, "")
@@ -669,6 +670,8 @@ def _module_call_graph(
             sig = _root_signature(inputs, outputs)
         if sig is not None and fqn in call_io:
             sig = _renamed(sig, *call_io[fqn])
+        if sig is not None:
+            sig = _fx_named(sig, env)
         entries.append(ModuleCallEntry(fqn=fqn, signature=_torch_signature(sig) if sig else None))
     return entries
 
@@ -702,6 +705,18 @@ def _renamed(sig: sg.CallSignature, entered: tuple, left: tuple) -> sg.CallSigna
     )
 
 
+def _fx_named(sig: sg.CallSignature, env: dict[str, torch.fx.Node]) -> sg.CallSignature:
+    """``sig`` with each argument named as fx named its node (fx renames a few names, such as
+    Python keywords)."""
+
+    def named(args: tuple[sg.ArgSpec, ...]) -> tuple[sg.ArgSpec, ...]:
+        return tuple(
+            sg.ArgSpec(a.kind, env[a.name].name, a.value) if a.name in env else a for a in args
+        )
+
+    return attrs.evolve(sig, inputs=named(sig.inputs), outputs=named(sig.outputs))
+
+
 def _range_constraints(p: Program) -> dict:
     found = p.range_constraints.value
     if not isinstance(found, dict):
@@ -716,7 +731,7 @@ def _range_constraints(p: Program) -> dict:
 
 def _example_inputs(
     inputs: tuple[sg.InputSpec, ...], env: dict[str, torch.fx.Node],
-    user_sig: sg.CallSignature | None, call_graph: list[ModuleCallEntry],
+    call_graph: list[ModuleCallEntry],
 ) -> tuple[tuple, dict] | None:
     """Zeros shaped like each user input's fake value (size hints), in the user's pytree; ``None``
     when a user input has no value to copy."""
