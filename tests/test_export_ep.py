@@ -279,6 +279,28 @@ def test_export_leaves_the_shape_env_of_a_dynamic_program_alone() -> None:
     torch.testing.assert_close(out.module()(x), _reference(ep)(x))
 
 
+class KeywordNames(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, input: torch.Tensor, sum: torch.Tensor) -> torch.Tensor:
+        return self.lin(input) + sum
+
+
+def test_names_fx_changes_are_followed_by_signature_and_call_graph() -> None:
+    x = (torch.randn(1, 2), torch.randn(1, 2))
+    ep = torch.export.export(KeywordNames(), x, preserve_module_call_signature=("lin",))
+    for p in (import_ep(ep), transform(import_ep(ep))):
+        out = export_ep(p)
+        placeholders = [n.name for n in out.graph.nodes if n.op == "placeholder"]
+        assert [s.arg.name for s in out.graph_signature.input_specs] == placeholders
+        lin = next(e for e in out.module_call_graph if e.fqn == "lin")
+        assert lin.signature.inputs[0].name in placeholders
+        torch.testing.assert_close(out.module()(*x), ep.module()(*x))
+        torch.testing.assert_close(torch.export.unflatten(out)(*x), ep.module()(*x))
+
+
 # --- laws on generated exports ------------------------------------------------------------------
 
 
