@@ -184,7 +184,7 @@ def _flatten(p: Program) -> tuple[Program, list[Frames]]:
     graph = flat.root_module.graph
     keys = _stack_keys(graph)
     nodes = [
-        _restacked(node, frames, flat, keys) if frames else node
+        _restacked(node, frames, p, keys) if frames else node
         for node, frames in zip(graph.nodes, inliner.frames_of)
     ]
     nodes.append(graph.output_node)
@@ -209,7 +209,8 @@ def _stack_keys(graph: Graph) -> dict[str, str]:
 
 
 def _restacked(node: Node, frames: Frames, p: Program, keys: dict[str, str]) -> Node:
-    """``node`` with the module stack of the calls ``frames`` (and its own deeper entries)."""
+    """``node`` with the module stack of the calls ``frames`` (and its own deeper entries);
+    class names come from ``p``, the outlined Program whose module ids ``frames`` name."""
     old = dict(node.meta.get("nn_module_stack") or {})
     items = list(old.items())
     if items and items[0][1][0] == "":
