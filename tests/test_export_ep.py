@@ -301,6 +301,35 @@ def test_names_fx_changes_are_followed_by_signature_and_call_graph() -> None:
         torch.testing.assert_close(torch.export.unflatten(out)(*x), ep.module()(*x))
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["mlp_nested"]
+    + [
+        pytest.param(n, marks=pytest.mark.slow)
+        for n in ("containers", "transformer_encoder", "buffer_mutation_cross", "shared_two_parents")
+    ],
+)
+def test_every_submodule_preserved_in_turn(name: str) -> None:
+    case = CASES[name]
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict)  # never called: nothing to preserve
+    paths = [p for p, m in case.make().named_modules() if p and not isinstance(m, containers)]
+    for path in paths:
+        ep = torch.export.export(
+            case.make(), case.args(), case.kwargs(), preserve_module_call_signature=(path,)
+        )
+        out = export_ep(transform(import_ep(ep)))
+        assert _preserved(out) == _preserved(ep)
+        want = _reference(ep)(*case.args(), **case.kwargs())
+        torch.testing.assert_close(out.module()(*case.args(), **case.kwargs()), want)
+        unflat = torch.export.unflatten(export_ep(transform(import_ep(ep))))
+        torch.testing.assert_close(unflat(*case.args(), **case.kwargs()), want)
+
+
+def _preserved(ep: torch.export.ExportedProgram) -> list:
+    return [(e.fqn, len(e.signature.inputs), len(e.signature.outputs), e.signature.in_spec)
+            for e in ep.module_call_graph if e.signature is not None]
+
+
 # --- laws on generated exports ------------------------------------------------------------------
 
 
