@@ -42,3 +42,7 @@ class LoadError(PurefxError):
 class UntrustedProgramError(LoadError):
     """``load_program`` refused a file because loading it could run code from it (opt in with
     ``trust=True``, ``purefx --trust``)."""
+
+
+class ExportError(LoweringError):
+    """``export_ep`` cannot express this Program as a ``torch.export.ExportedProgram``."""

@@ -8,8 +8,9 @@ import warnings
 # that imported torch before is unaffected).
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    from lowering.export import export_ep
     from lowering.lower import lower
     from lowering.modules import Holder, LoweredDispatcher, LoweredModule
     from lowering.root import LoweredRoot
 
-__all__ = ["Holder", "LoweredDispatcher", "LoweredModule", "LoweredRoot", "lower"]
+__all__ = ["Holder", "LoweredDispatcher", "LoweredModule", "LoweredRoot", "export_ep", "lower"]

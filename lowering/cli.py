@@ -28,6 +28,7 @@ import torch
 from ir import PurefxError, import_ep
 from ir.load import DEFAULT_LIMITS, Limits, load_program
 from ir.program import Program
+from lowering.export import save_ep
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
@@ -53,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ep, source = _load(args)
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
         result = run(ep, passes=passes, progress=progress)
+        if args.out:
+            save_ep(result.program, args.out)
         if args.html:
             _write(args.html, html_report(
                 source=source, stages=result.stages, verdict=result.verdict, passed=result.passed
@@ -336,6 +339,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="REPORT.html",
         help="also write one self-contained HTML page: the module tree, each module's graphs and "
         "a diff of the IR text per pass",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="NEW.pt2",
+        help="also write the rewritten program, exported back with export_ep, with "
+        "torch.export.save",
     )
     parser.add_argument(
         "--progress",
