@@ -15,6 +15,7 @@ from ir.graph import Graph
 from ir.import_ep import import_ep, import_graph_module
 from ir.module import Module, ModuleId
 from ir.node import Node
+from ir.parser import ParseError, parse_program
 from ir.printer import format_graph, format_node, format_program, format_tree
 from ir.program import Program
 from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
@@ -22,10 +23,41 @@ from ir.state import Opaque, Slot
 from ir.verify import verify
 
 __all__ = [
-    "ArgSpec", "CallSignature", "EMPTY_DICT", "ExportSignature", "Graph", "IDict", "IList",
-    "ISlice", "InputConstraintError", "InputError", "InputSpec", "LoweringError", "Module",
-    "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program", "PurefxError", "Ref",
-    "Slot", "UnsupportedProgramError", "VerifyError", "alpha_equivalent", "format_graph",
-    "format_node", "format_program", "format_tree", "graph_key", "import_ep", "import_graph_module",
-    "program_key", "ref", "verify",
+    "EMPTY_DICT",
+    "ArgSpec",
+    "CallSignature",
+    "ExportSignature",
+    "Graph",
+    "IDict",
+    "IList",
+    "ISlice",
+    "InputConstraintError",
+    "InputError",
+    "InputSpec",
+    "LoweringError",
+    "Module",
+    "ModuleId",
+    "Node",
+    "Opaque",
+    "OutputSpec",
+    "ParseError",
+    "PassError",
+    "Program",
+    "PurefxError",
+    "Ref",
+    "Slot",
+    "UnsupportedProgramError",
+    "VerifyError",
+    "alpha_equivalent",
+    "format_graph",
+    "format_node",
+    "format_program",
+    "format_tree",
+    "graph_key",
+    "import_ep",
+    "import_graph_module",
+    "parse_program",
+    "program_key",
+    "ref",
+    "verify",
 ]

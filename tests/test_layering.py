@@ -96,7 +96,7 @@ def test_no_module_inside_the_layers_imports_an_on_top_module():
         if rel(path) in ON_TOP:
             continue
         reached = imported_modules(path) & on_top
-        assert not reached, f"{rel(path)} imports {sorted(reached)}, which sits on top of the layers"
+        assert not reached, f"{rel(path)} imports {sorted(reached)}, which sit on top of the layers"
 
 
 @pytest.mark.parametrize("name", sorted(ON_TOP))
