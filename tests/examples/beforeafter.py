@@ -5,7 +5,9 @@ does not carry: a node line may end in a comment
 
 - ``# stack: a, a.b@1``: its ``nn_module_stack``, module paths outermost first (the root entry is
   added); ``@k`` marks the k-th call of that module (stack key ``path@k``), as export writes it;
-- ``# tag: ro``: its ``tag`` (what ``split_by_tags`` reads).
+- ``# tag: ro``: its ``tag`` (what ``split_by_tags`` reads); ``# tag: ro; tensor`` also marks the
+  node's value a tensor (meta ``type``, what ``move_non_tensor_nodes_on_boundary`` reads);
+- ``# tensor``: only that mark.
 
 When a text has stack comments, a computing node without one runs in the root.
 
@@ -17,9 +19,11 @@ from __future__ import annotations
 import re
 from types import MappingProxyType
 
+import torch
+
 from ir import Program, parse_program
 
-_ANNOTATED = re.compile(r"^(\s+%(\w+) = .*?)\s+#\s*(stack|tag):\s*(.*)$")
+_ANNOTATED = re.compile(r"^(\s+%(\w+) = .*?)\s+#\s*(stack|tag|tensor)\b:?\s*(.*)$")
 
 
 def program(text: str, like: Program | None = None) -> Program:
@@ -55,8 +59,11 @@ def program(text: str, like: Program | None = None) -> Program:
 
 
 def _meta(p: Program, root_type: str, kind: str, value: str) -> dict:
+    if kind == "tensor":
+        return {"type": torch.Tensor}
     if kind == "tag":
-        return {"tag": value}
+        tag, _, mark = (part.strip() for part in value.partition(";"))
+        return {"tag": tag, "type": torch.Tensor} if mark == "tensor" else {"tag": tag}
     stack = {"L__self__": ("", root_type)}
     for entry in filter(None, (e.strip() for e in value.split(","))):
         path, _, k = entry.partition("@")
