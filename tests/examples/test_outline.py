@@ -118,3 +118,75 @@ program:
 def test_outline_is_idempotent_on_the_example():
     once = outline(program(NESTED))
     assert outline(once) == once
+
+
+IN_SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
+PRESERVED = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %neg: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%neg,)
+      in_spec: IN_SPEC
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%relu,)
+      in_spec: IN_SPEC
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %relu = call_function[aten.relu.default](%x)  # stack: a
+      %neg = call_function[aten.neg.default](%relu)
+      return (%neg,)
+  module a: A"""
+
+
+def test_a_preserved_call_takes_eager_arguments_and_flattens_them_itself():
+    check(
+        PRESERVED.replace("IN_SPEC", IN_SPEC),
+        """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %neg: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%neg,)
+      in_spec: IN_SPEC
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%relu,)
+      in_spec: IN_SPEC
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %tree_in = call_function[torch.utils._pytree.tree_unflatten]((%x,), IN_SPEC)
+      %args = call_function[_operator.getitem](%tree_in, 0)
+      %kwargs = call_function[_operator.getitem](%tree_in, 1)
+      %arg = call_function[_operator.getitem](%args, 0)
+      %a = call_module[a](%arg)
+      %flat_out = call_function[torch.fx._pytree.tree_flatten_spec](%a, leaf)
+      %relu = call_function[_operator.getitem](%flat_out, 0)
+      %neg = call_function[aten.neg.default](%relu)
+      return (%neg,)
+  module a: A
+    graph 0:
+      %arg = placeholder
+      %flat = call_function[torch.fx._pytree.tree_flatten_spec](((%arg,), {}), IN_SPEC)
+      %x = call_function[_operator.getitem](%flat, 0)
+      %relu = call_function[aten.relu.default](%x)
+      %tree_out = call_function[torch.utils._pytree.tree_unflatten]((%relu,), leaf)
+      return %tree_out""".replace("IN_SPEC", IN_SPEC),
+    )
