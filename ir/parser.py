@@ -113,6 +113,7 @@ class _Reader:
         self.at = 0
         self.like = like
         self.tensors: dict[str, Opaque] = {}
+        self.targets: dict[str, Any] = {}  # printed name -> resolved object, for this text
 
     # --- the sections ------------------------------------------------------------------------
 
@@ -482,6 +483,8 @@ class _Reader:
 
     def _target(self, line: _Line, name: str) -> Any:
         """The object printed as ``name`` (checked: it prints as ``name`` again)."""
+        if name in self.targets:
+            return self.targets[name]
         found = _resolve(name)
         if found is None:
             raise line.error(
@@ -490,6 +493,7 @@ class _Reader:
             )
         if target_name(found) != name and str(found) != name:
             raise line.error(f"{name!r} resolves to an object printed as {target_name(found)!r}")
+        self.targets[name] = found
         return found
 
     # --- lines -------------------------------------------------------------------------------
