@@ -21,6 +21,7 @@ from ir.import_gm import import_graph_module
 from ir.load import Limits, load_program
 from ir.module import Module, ModuleId
 from ir.node import Node
+from ir.parser import ParseError, parse_program
 from ir.printer import format_graph, format_node, format_program, format_tree
 from ir.program import Program
 from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
@@ -32,11 +33,45 @@ from ir.verify import verify
 logging.getLogger("purefx").addHandler(logging.NullHandler())
 
 __all__ = [
-    "ArgSpec", "CallSignature", "EMPTY_DICT", "ExportSignature", "Graph", "IDict", "IList",
-    "ISlice", "InputConstraintError", "InputError", "InputSpec", "Limits", "LoadError",
-    "LoweringError", "Module", "ModuleId", "Node", "Opaque", "OutputSpec", "PassError", "Program",
-    "PurefxError", "Ref", "Slot", "UnsupportedProgramError", "UntrustedProgramError",
-    "VerifyError", "alpha_equivalent", "format_graph", "format_node", "format_program",
-    "format_tree", "graph_key", "import_ep", "import_graph_module", "load_program", "program_key",
-    "ref", "verify",
+    "ArgSpec",
+    "CallSignature",
+    "EMPTY_DICT",
+    "ExportSignature",
+    "Graph",
+    "IDict",
+    "IList",
+    "ISlice",
+    "InputConstraintError",
+    "InputError",
+    "InputSpec",
+    "Limits",
+    "LoadError",
+    "LoweringError",
+    "Module",
+    "ModuleId",
+    "Node",
+    "Opaque",
+    "OutputSpec",
+    "ParseError",
+    "PassError",
+    "Program",
+    "PurefxError",
+    "Ref",
+    "Slot",
+    "UnsupportedProgramError",
+    "UntrustedProgramError",
+    "VerifyError",
+    "alpha_equivalent",
+    "format_graph",
+    "format_node",
+    "format_program",
+    "format_tree",
+    "graph_key",
+    "import_ep",
+    "import_graph_module",
+    "load_program",
+    "parse_program",
+    "program_key",
+    "ref",
+    "verify",
 ]

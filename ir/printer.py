@@ -1,7 +1,10 @@
 """A deterministic, readable, diffable text form of a ``Program``.
 
 Nothing here depends on hash order or object identity, so two equal Programs print the same text
-in any process.
+in any process. The text is complete: ``ir.parse_program`` reads it back into an equal Program
+(``ir/parser.py``), except for what only exists as an object (tensors, script objects and range
+constraints are printed as descriptions; the parser takes them from a reference program or
+makes placeholder tensors of the printed shape and dtype).
 """
 
 from __future__ import annotations
@@ -28,16 +31,62 @@ def format_arg(tree: Any) -> str:
         return "{" + ", ".join(f"{k!r}: {format_arg(v)}" for k, v in tree.items) + "}"
     if type(tree) is ISlice:
         return f"slice({format_arg(tree.start)}, {format_arg(tree.stop)}, {format_arg(tree.step)})"
+    if _is_spec(tree):
+        return format_spec(tree)
     if callable(tree) and not isinstance(tree, type):
         return target_name(tree)
     return repr(tree)
 
 
+def _is_spec(value: Any) -> bool:
+    return type(value).__name__ in ("TreeSpec", "LeafSpec") and hasattr(value, "is_leaf")
+
+
+def format_spec(spec: Any) -> str:
+    """A pytree spec as ``leaf`` or ``tree(TYPE, [CHILDREN], CONTEXT)`` (context left out when it
+    is ``None``), e.g. ``tree(tuple, [leaf, tree(dict, [leaf], ['a'])])``; ``None`` for none."""
+    if spec is None:
+        return "None"
+    if spec.is_leaf():
+        return "leaf"
+    children = ", ".join(format_spec(c) for c in spec.children())
+    context = "" if spec.context is None else f", {_format_context(spec.context)}"
+    return f"tree({_type_name(spec.type)}, [{children}]{context})"
+
+
+def _type_name(kind: type) -> str:
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _format_context(context: Any) -> str:
+    if isinstance(context, type):
+        return _type_name(context)
+    return repr(context)
+
+
+def format_arg_spec(arg: Any) -> str:
+    """One flat input/output of a preserved call: ``%x`` for a named tensor, else
+    ``KIND(%name)``, ``KIND(value=V)`` or ``KIND(%name, value=V)`` (``name='...'`` for a name
+    that is not an identifier, such as torch's empty name of a constant)."""
+    named = arg.name is not None and arg.name.isidentifier()
+    if arg.kind == "tensor" and named and arg.value is None:
+        return f"%{arg.name}"
+    parts = [f"%{arg.name}"] if named else [] if arg.name is None else [f"name={arg.name!r}"]
+    if arg.value is not None:
+        parts.append(f"value={format_arg(arg.value)}")
+    return f"{arg.kind}({', '.join(parts)})"
+
+
 def format_node(node: Node) -> str:
     """One line for one node, e.g. ``%y = call_function[aten.relu.default](%x)``."""
-    if node.op == OUTPUT:
-        return f"return {format_arg(node.args[0] if node.args else None)}"
-    if node.op == PLACEHOLDER:
+    plain = len(node.args) == 1 and not node.kwargs.items
+    if node.op == OUTPUT and node.target == "output" and plain:
+        shown = "" if node.name == "output" else f"[{node.name}]"
+        return f"return{shown} {format_arg(node.args[0])}"
+    bare = not node.args and not node.kwargs.items
+    if node.op == PLACEHOLDER and node.target == node.name and bare:
         return f"%{node.name} = placeholder"
     parts = [format_arg(a) for a in node.args]
     parts += [f"{k}={format_arg(v)}" for k, v in node.kwargs.items]
@@ -54,10 +103,14 @@ def format_program(program: Program) -> str:
     lines = ["program:"]
     lines.append("  inputs:")
     for s in program.signature.inputs:
-        lines.append(f"    %{s.name}: {s.kind}" + (f" {s.target}" if s.target else ""))
+        persistent = "" if s.persistent is None else f" persistent={s.persistent}"
+        lines.append(f"    %{s.name}: {s.kind}" + (f" {s.target}" if s.target else "") + persistent)
     lines.append("  outputs:")
     for s in program.signature.outputs:
-        name = f"%{s.name}" if s.name else "<literal>"
+        if s.name is None:
+            name = "<literal>"
+        else:
+            name = f"%{s.name}" if s.name else "<literal name=''>"
         lines.append(f"    {name}: {s.kind}" + (f" {s.target}" if s.target else ""))
     lines.append("  state:")
     for fqn in program.state_order:
@@ -68,13 +121,16 @@ def format_program(program: Program) -> str:
             " requires_grad" if slot.requires_grad else ""
         )
         lines.append(f"    {fqn}: {slot.kind} {value!r}{alias}{flags}")
+    lines.extend(_unused_tensor_lines(program))
     if program.call_signatures:
         lines.append("  preserved calls:")
         for name in sorted(program.call_signatures):
-            sig = program.call_signatures[name]
-            ins = ", ".join(a.name or repr(a.value) for a in sig.inputs)
-            outs = ", ".join(a.name or repr(a.value) for a in sig.outputs)
-            lines.append(f"    {name!r}: ({ins}) -> ({outs})")
+            lines.extend(_call_signature_lines(name, program.call_signatures[name]))
+    if program.call_order != ("",):
+        lines.append(f"  call order: {program.call_order!r}")
+    constraints = program.range_constraints.value
+    if constraints:
+        lines.append(f"  range constraints: {len(constraints)} (opaque)")
     seen: dict[str, str] = {}
     for path, mid in program.walk():
         shown = path or "<root>"
@@ -88,6 +144,33 @@ def format_program(program: Program) -> str:
             lines.append(f"    graph {i}:")
             lines.append(format_graph(graph, "      "))
     return "\n".join(lines)
+
+
+def _unused_tensor_lines(program: Program) -> list[str]:
+    """The tensor table's entries that no state slot names (none after ``import_ep``)."""
+    used = {slot.tensor for slot in program.state.values()}
+    unused = sorted(k for k in program.tensors if k not in used)
+    if not unused:
+        return []
+    return ["  unused tensors:"] + [f"    {k}: {program.tensors[k]!r}" for k in unused]
+
+
+def _call_signature_lines(name: str, sig: Any) -> list[str]:
+    lines = [
+        f"    {name!r}:",
+        f"      inputs: {_arg_specs(sig.inputs)}",
+        f"      outputs: {_arg_specs(sig.outputs)}",
+        f"      in_spec: {format_spec(sig.in_spec)}",
+        f"      out_spec: {format_spec(sig.out_spec)}",
+    ]
+    if sig.forward_arg_names is not None:
+        lines.append(f"      forward_arg_names: {tuple(sig.forward_arg_names)!r}")
+    return lines
+
+
+def _arg_specs(args: tuple) -> str:
+    inner = ", ".join(format_arg_spec(a) for a in args)
+    return f"({inner},)" if len(args) == 1 else f"({inner})"
 
 
 def format_tree(program: Program) -> str:

@@ -198,7 +198,7 @@ return (%main, %lin_bias)"""
 %lin_weight = get_attr[lin.weight]()
 %t = call_method[t](%lin_weight)
 %matmul = call_function[_operator.matmul](%x, %t)
-return %matmul"""
+return[output_1] %matmul"""
     assert mapping == {"lin.weight": "main.lin.weight", "scale": "main.scale"}
 
 

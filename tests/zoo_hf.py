@@ -13,6 +13,10 @@ Variants torch 2.13 cannot produce and that are therefore not registered:
 * ``hf_llama_preserve_layer`` with ``decompose=True`` (same for preserving
   ``model.layers.0.self_attn``): ``run_decompositions`` fails with
   ``SpecViolationError: Input to_4 does not exist in the graph``.
+* from torch 2.15 also ``hf_bert_preserve_layer[decomp]`` and
+  ``hf_gpt2_preserve_block[decomp]`` (``SpecViolationError: Input dropout does not exist
+  in the graph``, raised by ``run_decompositions``; 2.13 exports them; 2.14 untested):
+  see ``TORCH_CANNOT_EXPORT``.
 
 Other combinations are left out only to keep the test-suite fast.
 
@@ -185,6 +189,18 @@ SPECS: list[tuple] = [
 ]
 
 
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+# Variants that torch's ``run_decompositions`` rejects, by the first torch version that does.
+TORCH_CANNOT_EXPORT = {
+    "hf_bert_preserve_layer[decomp]": (2, 15),
+    "hf_gpt2_preserve_block[decomp]": (2, 15),
+}
+
+
 def _register_all() -> None:
     for name, make, combos, extra, preserve, kwargs in SPECS:
         features = {"hf", "big"} | extra | ({"preserve"} if preserve else set())
@@ -194,6 +210,8 @@ def _register_all() -> None:
         for case in variants(base, combos):
             if case.strict or case.decompose:  # a few seconds each: tagged "slow"
                 case = attrs.evolve(case, features=case.features | {"slow"})
+            if _torch_version() >= TORCH_CANNOT_EXPORT.get(case.name, (99, 0)):
+                continue
             if case.name in HF_CASES:
                 raise ValueError(f"duplicate zoo case {case.name!r}")
             HF_CASES[case.name] = case

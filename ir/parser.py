@@ -1,0 +1,580 @@
+"""``parse_program``: the inverse of ``ir.format_program``, so a test can state a Program as text.
+
+The text is the printer's (``ir/printer.py``). Law: ``parse_program(format_program(p), like=p) ==
+p`` (``==`` ignores node meta; the parser makes none). Three things exist only as objects and are
+printed as descriptions, so the parser cannot spell them:
+
+- **tensors**: with ``like`` given, each tensor key is looked up in ``like.tensors`` (the printed
+  description must match); without it, every key gets a placeholder: ``torch.zeros`` of the
+  printed shape and dtype (an ``nn.Parameter`` for a printed ``Parameter``, requiring grad as the
+  slot says). Placeholder tensors are new objects, and the tensor table compares by identity
+  (``Opaque``), so two parses of one text are ``==`` only up to their tensor tables: parse the
+  Expected text of a test ``like=`` the Before program to share the tensors;
+- **script objects** (custom objects): only with ``like``;
+- **range constraints**: taken from ``like``, else none.
+
+Hand-written texts may leave out what the printer always writes: any section, a module's
+``[kind]`` (``module``) and ``id=`` (its path, ``<root>`` for the root).
+
+A target is resolved from its printed name without importing arbitrary code: aten and other
+``torch.ops`` overloads by namespace, functions by dotted name from modules already imported
+(purefx's own packages, ``torch`` and the standard ``operator``/``builtins``/``math`` modules are
+imported on demand). Errors are ``ParseError`` naming the line.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import io
+import itertools
+import math
+import re
+import sys
+import tokenize
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from pyrsistent import pmap
+
+from ir.args import IDict, IList, ISlice, ref
+from ir.errors import PurefxError
+from ir.graph import Graph
+from ir.module import PLAIN, Module
+from ir.names import target_name
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.program import NO_CONSTRAINTS, Program
+from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
+from ir.state import Opaque, Slot
+
+__all__ = ["ParseError", "parse_program"]
+
+
+class ParseError(PurefxError, ValueError):
+    """Text that ``parse_program`` cannot read back; the message names the line."""
+
+
+def parse_program(text: str, *, like: Program | None = None) -> Program:
+    """Read the text of ``ir.format_program`` back into a ``Program``.
+
+    Parameters:
+        text: a program as ``format_program`` prints it (or written by hand in that form).
+        like: a Program to take tensors, script objects and range constraints from (by key);
+            without it, tensors are zero placeholders of the printed shape and dtype.
+
+    Returns:
+        The Program. Node meta is empty; modules not reachable from the root are not in the
+        text, hence not in the result.
+
+    Raises:
+        ParseError: naming the line (number and text) and what was expected there.
+
+    **Laws:** ``parse_program(format_program(p), like=p) == p``;
+    ``format_program(parse_program(t)) == t`` for a printed ``t`` without script objects or
+    range constraints.
+
+    Complexity: O(size of the text).
+    """
+    return _Reader(text, like).program()
+
+
+_REF_MARK = "__purefx_ref__"
+_KNOWN_ROOTS = (
+    "ir", "transforms", "lowering", "torch", "operator", "_operator", "builtins", "math",
+)
+_NAMED_FLOATS = {"inf": math.inf, "nan": math.nan}
+_DESCRIPTION = re.compile(r"<(\w+)(?: \(([\d, ]*)\) (torch\.\w+))?>")
+_STATE_LINE = re.compile(
+    r"(\S+): (\w+) (<[^>]*>)(?: = (\S+))?( non-persistent)?( requires_grad)?"
+)
+_MODULE_LINE = re.compile(r"(\S+?)(?: \[(\w+)\])?(?: id=(.+))?")
+
+
+class _Line:
+    __slots__ = ("number", "text")
+
+    def __init__(self, number: int, text: str) -> None:
+        self.number = number
+        self.text = text
+
+    def error(self, what: str) -> ParseError:
+        return ParseError(f"line {self.number}: {what}: {self.text.strip()!r}")
+
+
+class _Reader:
+    """Reads the sections of a program text in order (one pass over the lines)."""
+
+    def __init__(self, text: str, like: Program | None) -> None:
+        self.lines = [
+            _Line(i + 1, t.rstrip()) for i, t in enumerate(text.splitlines()) if t.strip()
+        ]
+        self.at = 0
+        self.like = like
+        self.tensors: dict[str, Opaque] = {}
+        self.targets: dict[str, Any] = {}  # printed name -> resolved object, for this text
+
+    # --- the sections ------------------------------------------------------------------------
+
+    def program(self) -> Program:
+        first = self._next()
+        if first is None or first.text != "program:":
+            raise (first or _Line(1, text="")).error("a program text starts with 'program:'")
+        inputs: tuple = ()
+        outputs: tuple = ()
+        state: dict[str, Slot] = {}
+        calls: dict[str, CallSignature] = {}
+        call_order: tuple[str, ...] = ("",)
+        modules: dict[str, Module] = {}
+        while (line := self._peek()) is not None:
+            head = line.text
+            if head == "  inputs:":
+                self.at += 1
+                inputs = tuple(self._input(x) for x in self._items(4))
+            elif head == "  outputs:":
+                self.at += 1
+                outputs = tuple(self._output(x) for x in self._items(4))
+            elif head == "  state:":
+                self.at += 1
+                for x in self._items(4):
+                    fqn, slot = self._slot(x)
+                    if fqn in state:
+                        raise x.error(f"state {fqn!r} is listed twice")
+                    state[fqn] = slot
+            elif head == "  unused tensors:":
+                self.at += 1
+                for x in self._items(4):
+                    key, _, desc = x.text.strip().partition(": ")
+                    self._tensor(x, key, desc, requires_grad=False)
+            elif head == "  preserved calls:":
+                self.at += 1
+                self._calls(calls)
+            elif head.startswith("  call order: "):
+                self.at += 1
+                call_order = self._literal(line, head.removeprefix("  call order: "))
+                if type(call_order) is not tuple:
+                    raise line.error("the call order is a tuple of call names")
+            elif head.startswith("  range constraints: "):
+                self.at += 1
+            elif head.startswith("  module "):
+                self._modules(modules)
+            else:
+                raise line.error("expected a section ('  inputs:', '  module PATH: ...', ...)")
+        if not modules:
+            raise ParseError("the program text has no 'module <root>: ...' line")
+        root = next(iter(modules))
+        return Program(
+            root=root,
+            modules=pmap(modules),
+            state=pmap(state),
+            state_order=tuple(state),
+            tensors=pmap(self.tensors),
+            signature=ExportSignature(inputs, outputs),
+            call_signatures=pmap(calls),
+            call_order=call_order,
+            range_constraints=self.like.range_constraints if self.like else NO_CONSTRAINTS,
+        )
+
+    def _input(self, line: _Line) -> InputSpec:
+        words = line.text.split()
+        persistent = None
+        if words and words[-1].startswith("persistent="):
+            persistent = {"persistent=True": True, "persistent=False": False}.get(words.pop())
+            if persistent is None:
+                raise line.error("persistent= is True or False")
+        if len(words) not in (2, 3) or not words[0].startswith("%") or not words[0].endswith(":"):
+            raise line.error("an input reads '%NAME: KIND [TARGET] [persistent=BOOL]'")
+        target = words[2] if len(words) == 3 else None
+        return InputSpec(words[1], words[0][1:-1], target, persistent)
+
+    def _output(self, line: _Line) -> OutputSpec:
+        words = line.text.split()
+        if words[:2] == ["<literal", "name=''>:"]:
+            words[:2] = ["<literal name=''>:"]
+        if len(words) not in (2, 3) or not words[0].endswith(":"):
+            raise line.error("an output reads '%NAME: KIND [TARGET]' or '<literal>: KIND'")
+        head = words[0][:-1]
+        if head == "<literal>":
+            name = None
+        elif head == "<literal name=''>":
+            name = ""
+        elif head.startswith("%"):
+            name = head[1:]
+        else:
+            raise line.error("an output names a value '%NAME' or '<literal>'")
+        return OutputSpec(words[1], name, words[2] if len(words) == 3 else None)
+
+    def _slot(self, line: _Line) -> tuple[str, Slot]:
+        found = _STATE_LINE.fullmatch(line.text.strip())
+        if found is None:
+            raise line.error(
+                "a state line reads 'FQN: KIND <Type (shape) dtype> [= KEY] [non-persistent] "
+                "[requires_grad]'"
+            )
+        fqn, kind, desc, key, non_persistent, grad = found.groups()
+        key = key or fqn
+        self._tensor(line, key, desc, requires_grad=bool(grad))
+        return fqn, Slot(kind, key, not non_persistent, bool(grad))
+
+    def _tensor(self, line: _Line, key: str, desc: str, requires_grad: bool) -> None:
+        """Put the tensor for ``key`` into the table (once: aliases share it)."""
+        if key in self.tensors:
+            if repr(self.tensors[key]) != desc:
+                raise line.error(f"tensor {key!r} was described as {self.tensors[key]!r} before")
+            return
+        if self.like is not None:
+            held = self.like.tensor_table().get(key)
+            if held is None:
+                raise line.error(f"tensor {key!r} is not in like's tensor table")
+            if repr(held) != desc:
+                raise line.error(f"like's tensor {key!r} is {held!r}, not {desc}")
+            self.tensors[key] = held
+            return
+        found = _DESCRIPTION.fullmatch(desc)
+        if found is None or found.group(2) is None:
+            raise line.error(
+                f"{desc} cannot be rebuilt from text (not a tensor); pass like= a program that "
+                "holds it"
+            )
+        type_name, shape_text, dtype_name = found.groups()
+        shape = tuple(int(d) for d in shape_text.replace(" ", "").split(",") if d)
+        dtype = getattr(torch, dtype_name.removeprefix("torch."), None)
+        if not isinstance(dtype, torch.dtype):
+            raise line.error(f"{dtype_name} is not a torch dtype")
+        value = torch.zeros(shape, dtype=dtype)
+        if type_name == "Parameter":
+            value = torch.nn.Parameter(value, requires_grad=requires_grad)
+        self.tensors[key] = Opaque(value)
+
+    def _calls(self, calls: dict[str, CallSignature]) -> None:
+        for line in self._items(4):
+            name = self._literal(line, line.text.strip().removesuffix(":"))
+            if type(name) is not str or not line.text.endswith(":"):
+                raise line.error("a preserved call starts with its quoted name and ':'")
+            fields: dict[str, Any] = {}
+            for item in self._items(6):
+                key, sep, value = item.text.strip().partition(": ")
+                if not sep or key in fields:
+                    raise item.error("a call field reads 'KEY: VALUE', each key once")
+                fields[key] = (item, value)
+            calls[name] = self._call(line, fields)
+
+    def _call(self, line: _Line, fields: dict[str, Any]) -> CallSignature:
+        missing = {"inputs", "outputs", "in_spec", "out_spec"} - fields.keys()
+        unknown = fields.keys() - {"inputs", "outputs", "in_spec", "out_spec", "forward_arg_names"}
+        if missing or unknown:
+            raise line.error(f"call fields missing {sorted(missing)}, unknown {sorted(unknown)}")
+
+        def value(key: str) -> Any:
+            item, text = fields[key]
+            return self._expr(item, text, arg_specs=key in ("inputs", "outputs"))
+
+        names = value("forward_arg_names") if "forward_arg_names" in fields else None
+        return CallSignature(
+            value("inputs"), value("outputs"), value("in_spec"), value("out_spec"), names
+        )
+
+    def _modules(self, modules: dict[str, Module]) -> None:
+        """Every ``module`` line and its graphs; children follow the order paths are printed
+        in (the printer walks the tree depth first in registration order)."""
+        at_path: dict[str, str] = {}
+        order: list[tuple[str, str]] = []
+        fields: dict[str, dict[str, Any]] = {}
+        while (line := self._peek()) is not None and line.text.startswith("  module "):
+            self.at += 1
+            path_text, sep, rest = line.text.removeprefix("  module ").partition(": ")
+            if not sep:
+                raise line.error("a module line reads 'module PATH: TYPE [KIND] id=ID'")
+            path = "" if path_text == "<root>" else path_text
+            if path in at_path:
+                raise line.error(f"module path {path_text!r} is printed twice")
+            if not at_path and path:
+                raise line.error("the first module is the root, '<root>'")
+            if rest.startswith("same object as "):
+                other = rest.removeprefix("same object as ")
+                mid = at_path.get("" if other == "<root>" else other)
+                if mid is None or self._nested():
+                    raise line.error(f"'same object as' names {other!r}, not printed before")
+            else:
+                mid = self._module(line, rest, path, fields)
+            at_path[path] = mid
+            order.append((path, mid))
+        children: dict[str, dict[str, str]] = {mid: {} for mid in fields}
+        for path, mid in order[1:]:
+            parent_path, _, name = path.rpartition(".")
+            parent = at_path.get(parent_path)
+            if parent is None:
+                raise ParseError(f"module {path!r} is printed before its parent {parent_path!r}")
+            kids = children[parent]
+            if kids.setdefault(name, mid) != mid:
+                raise ParseError(f"module {path!r} names two different modules")
+        for mid, f in fields.items():
+            kids = tuple(children[mid].items())
+            modules[mid] = Module(f["type_name"], f["kind"], kids, f["graphs"])
+
+    def _module(self, line: _Line, rest: str, path: str, fields: dict) -> str:
+        found = _MODULE_LINE.fullmatch(rest)
+        if found is None:
+            raise line.error("a module line reads 'module PATH: TYPE [KIND] id=ID'")
+        type_text, kind, mid_text = found.groups()
+        mid = self._literal(line, mid_text) if mid_text else (path or "<root>")
+        if type(mid) is not str or mid in fields:
+            raise line.error(f"module id {mid!r} is not a new string")
+        graphs = []
+        for header in self._items(4):
+            if header.text.strip() != f"graph {len(graphs)}:":
+                raise header.error(f"expected 'graph {len(graphs)}:'")
+            graphs.append(Graph.of(self._node(x) for x in self._items(6)))
+        fields[mid] = {
+            "type_name": None if type_text == "?" else type_text,
+            "kind": kind or PLAIN,
+            "graphs": tuple(graphs),
+        }
+        return mid
+
+    def _node(self, line: _Line) -> Node:
+        text = line.text.strip()
+        if text.startswith("return"):
+            name, body = "output", text.removeprefix("return")
+            if body.startswith("["):
+                name, sep, body = body[1:].partition("]")
+                if not sep:
+                    raise line.error("an output reads 'return[NAME] VALUE'")
+            if not body.startswith(" "):
+                raise line.error("an output reads 'return VALUE'")
+            return Node(OUTPUT, name, "output", (self._expr(line, body.strip()),))
+        found = re.fullmatch(r"%(\w+) = (\w+)(.*)", text)
+        if found is None:
+            raise line.error("a node reads '%NAME = OP[TARGET](ARGS)' or 'return VALUE'")
+        name, op, rest = found.groups()
+        if op == PLACEHOLDER and not rest:
+            return Node(PLACEHOLDER, name, name)
+        end = rest.find("](")
+        if not rest.startswith("[") or end < 0 or not rest.endswith(")"):
+            raise line.error("a node reads '%NAME = OP[TARGET](ARGS)'")
+        target_text = rest[1:end]
+        target = self._target(line, target_text) if op == CALL_FUNCTION else target_text
+        args, kwargs = self._call_args(line, rest[end + 2 : -1])
+        return Node(op, name, target, args, kwargs)
+
+    # --- expressions -------------------------------------------------------------------------
+
+    def _call_args(self, line: _Line, text: str) -> tuple[tuple, IDict]:
+        call = self._ast(line, f"_({text})")
+        if not isinstance(call, ast.Call) or any(isinstance(a, ast.Starred) for a in call.args):
+            raise line.error("arguments are values and NAME=value pairs")
+        if any(k.arg is None for k in call.keywords):
+            raise line.error("'**' is not an argument")
+        args = tuple(self._value(line, a) for a in call.args)
+        kwargs = IDict(tuple((k.arg, self._value(line, k.value)) for k in call.keywords))
+        return args, kwargs
+
+    def _expr(self, line: _Line, text: str, arg_specs: bool = False) -> Any:
+        tree = self._ast(line, text)
+        if arg_specs:
+            if not isinstance(tree, ast.Tuple):
+                raise line.error("a call's inputs/outputs are a tuple")
+            return tuple(self._arg_spec(line, e) for e in tree.elts)
+        return self._value(line, tree)
+
+    def _literal(self, line: _Line, text: str) -> Any:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise line.error(f"{text!r} is not a Python literal") from None
+
+    def _ast(self, line: _Line, text: str) -> ast.expr:
+        try:
+            return ast.parse(_mark_refs(text), mode="eval").body
+        except (SyntaxError, tokenize.TokenError, IndentationError) as e:
+            raise line.error(f"cannot read the expression ({e.msg if hasattr(e, 'msg') else e})")
+
+    def _value(self, line: _Line, node: ast.expr) -> Any:
+        """An argument tree: ``%x`` refs, tuples, ``[...]`` IList, ``{...}`` IDict, literals,
+        dotted names (operators, dtypes, ...), ``slice``/``device``/``torch.Size``, specs."""
+        value = self._value
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Tuple):
+            return tuple(value(line, e) for e in node.elts)
+        if isinstance(node, ast.List):
+            return IList(tuple(value(line, e) for e in node.elts))
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                raise line.error("'**' is not a dict entry")
+            pairs = zip(node.keys, node.values)
+            return IDict(tuple((value(line, k), value(line, v)) for k, v in pairs))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = value(line, node.operand)
+            if type(inner) not in (int, float):
+                raise line.error("a sign applies to a number")
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.Name) and node.id.startswith(_REF_MARK):
+            return ref(node.id.removeprefix(_REF_MARK))
+        if isinstance(node, ast.Name) and node.id in _NAMED_FLOATS:
+            return _NAMED_FLOATS[node.id]
+        if isinstance(node, ast.Name) and node.id == "leaf":
+            return pytree.treespec_leaf()
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return self._target(line, _dotted(line, node))
+        if isinstance(node, ast.Call):
+            return self._constructor(line, node)
+        raise line.error(f"{ast.unparse(node)!r} is not an argument value")
+
+    def _constructor(self, line: _Line, node: ast.Call) -> Any:
+        callee = _dotted(line, node.func)
+        if callee == "tree":
+            return self._spec(line, node)
+        if any(k.arg is None for k in node.keywords):
+            raise line.error("'**' is not an argument")
+        args = [self._value(line, a) for a in node.args]
+        kwargs = {k.arg: self._value(line, k.value) for k in node.keywords}
+        if callee == "slice" and not kwargs and len(args) == 3:
+            return ISlice(*args)
+        if callee == "device":
+            return torch.device(*args, **kwargs)
+        if callee == "torch.Size" and not kwargs and len(args) == 1 and type(args[0]) is IList:
+            return torch.Size(args[0].items)
+        raise line.error(f"{callee}(...) is not a value the printer writes")
+
+    def _spec(self, line: _Line, node: ast.Call) -> Any:
+        if node.keywords or len(node.args) not in (2, 3) or not isinstance(node.args[1], ast.List):
+            raise line.error("a spec reads 'tree(TYPE, [CHILDREN], CONTEXT)' or 'leaf'")
+        kind = self._type(line, node.args[0])
+        children = [self._value(line, c) for c in node.args[1].elts]
+        if not all(_is_spec(c) for c in children):
+            raise line.error("the children of a spec are specs")
+        context = None
+        if len(node.args) == 3:
+            raw = node.args[2]
+            if isinstance(raw, (ast.Name, ast.Attribute)):
+                context = self._type(line, raw)
+            else:
+                context = self._literal(line, ast.unparse(raw))
+        return pytree.TreeSpec(kind, context, children)
+
+    def _type(self, line: _Line, node: ast.expr) -> Any:
+        name = _dotted(line, node)
+        return _BUILTIN_TYPES.get(name) or self._target(line, name)
+
+    def _arg_spec(self, line: _Line, node: ast.expr) -> ArgSpec:
+        if isinstance(node, ast.Name) and node.id.startswith(_REF_MARK):
+            return ArgSpec("tensor", node.id.removeprefix(_REF_MARK))
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            raise line.error("a call argument reads '%NAME' or 'KIND(%NAME, value=V)'")
+        name = None
+        if node.args:
+            first = node.args[0]
+            if len(node.args) > 1 or not (
+                isinstance(first, ast.Name) and first.id.startswith(_REF_MARK)
+            ):
+                raise line.error("a call argument names at most one value '%NAME'")
+            name = first.id.removeprefix(_REF_MARK)
+        value = None
+        for k in node.keywords:
+            if k.arg == "value":
+                value = self._value(line, k.value)
+            elif k.arg == "name" and name is None:
+                name = self._literal(line, ast.unparse(k.value))
+            else:
+                raise line.error("a call argument takes only name= and value=")
+        return ArgSpec(node.func.id, name, value)
+
+    def _target(self, line: _Line, name: str) -> Any:
+        """The object printed as ``name`` (checked: it prints as ``name`` again)."""
+        if name in self.targets:
+            return self.targets[name]
+        found = _resolve(name)
+        if found is None:
+            raise line.error(
+                f"cannot resolve {name!r}: import the module that defines it first (the parser "
+                "imports only purefx, torch and the standard operator/builtins/math modules)"
+            )
+        if target_name(found) != name and str(found) != name:
+            raise line.error(f"{name!r} resolves to an object printed as {target_name(found)!r}")
+        self.targets[name] = found
+        return found
+
+    # --- lines -------------------------------------------------------------------------------
+
+    def _peek(self) -> _Line | None:
+        return self.lines[self.at] if self.at < len(self.lines) else None
+
+    def _next(self) -> _Line | None:
+        line = self._peek()
+        self.at += line is not None
+        return line
+
+    def _items(self, indent: int) -> Iterator[_Line]:
+        """The lines from here on at exactly ``indent`` spaces, one at a time (the caller reads
+        each item's deeper lines before asking for the next)."""
+        pad = " " * indent
+        while (line := self._peek()) is not None and line.text.startswith(pad):
+            if line.text.startswith(pad + " "):
+                raise line.error(f"expected {indent} spaces of indentation")
+            self.at += 1
+            yield line
+
+    def _nested(self) -> bool:
+        line = self._peek()
+        return line is not None and line.text.startswith("    ")
+
+
+_BUILTIN_TYPES = {"tuple": tuple, "list": list, "dict": dict}
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, pytree.TreeSpec)
+
+
+def _dotted(line: _Line, node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(line, node.value)}.{node.attr}"
+    raise line.error(f"{ast.unparse(node)!r} is not a dotted name")
+
+
+def _resolve(name: str) -> Any:
+    """The object at dotted ``name``: an attribute path from the longest imported module prefix,
+    else a ``torch.ops`` namespace path (``aten.add.Tensor``); ``None`` when neither exists."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:cut])
+        module = sys.modules.get(module_name)
+        if module is None and parts[0] in _KNOWN_ROOTS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                module = None
+        if module is not None:
+            found = _attribute_path(module, parts[cut:])
+            if found is not None:
+                return found
+    if parts[0] not in _KNOWN_ROOTS and len(parts) >= 2:
+        return _attribute_path(torch.ops, parts)
+    return None
+
+
+def _attribute_path(obj: Any, parts: list[str]) -> Any:
+    for part in parts:
+        try:
+            obj = getattr(obj, part)
+        except (AttributeError, RuntimeError):
+            return None
+    return obj
+
+
+def _mark_refs(text: str) -> str:
+    """``%name`` (not valid Python) becomes a marked identifier; ``%`` inside strings stays."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    cuts = [
+        tok.start[1]
+        for tok, nxt in itertools.pairwise(tokens)
+        if tok.type == tokenize.OP and tok.string == "%" and nxt.type == tokenize.NAME
+        and nxt.start == tok.end
+    ]
+    for col in reversed(cuts):
+        text = text[:col] + _REF_MARK + text[col + 1 :]
+    return text

@@ -1,0 +1,192 @@
+"""Before/Expected examples for ``outline``: one graph per module call, following the module
+stacks; repeated calls become graph variants (``path@k``); modules whose state is all tied are
+one object; the export signature and state are kept."""
+
+from __future__ import annotations
+
+from beforeafter import program
+from programs_nested import NESTED, SHARED
+
+from ir import alpha_equivalent, verify
+from transforms import outline
+
+
+def check(before_text: str, expected_text: str) -> None:
+    before = program(before_text)
+    after = outline(before)
+    verify(after)
+    assert alpha_equivalent(after, program(expected_text, like=before))
+
+
+def test_nesting_and_repeated_calls():
+    check(
+        NESTED,
+        """\
+program:
+  inputs:
+    %p_a_w: parameter a.w
+    %x: user_input
+  outputs:
+    %add: user_output
+  state:
+    a.w: parameter <Parameter (2,) torch.float32> requires_grad
+  module <root>: Top
+    graph 0:
+      %p_a_w = placeholder
+      %x = placeholder
+      %neg = call_module[a](%x, %p_a_w)
+      %add = call_function[aten.add.Tensor](%neg, %x)
+      return (%add,)
+  module a: A
+    graph 0:
+      %x = placeholder
+      %w = placeholder
+      %relu = call_module[b](%x)
+      %mul = call_function[aten.mul.Tensor](%relu, %w)
+      %neg = call_module[b@1](%mul)
+      return %neg
+  module a.b: B
+    graph 0:
+      %x = placeholder
+      %relu = call_function[aten.relu.default](%x)
+      return %relu
+    graph 1:
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%x)
+      return %neg""",
+    )
+
+
+def test_modules_with_all_state_tied_are_one_object_called_twice():
+    check(
+        SHARED,
+        """\
+program:
+  inputs:
+    %p_a_w: parameter a.w
+    %p_b_w: parameter b.w
+    %p_a_v: parameter a.v
+    %p_b_v: parameter b.v
+    %x: user_input
+  outputs:
+    %mul_1: user_output
+  state:
+    a.w: parameter <Parameter (2,) torch.float32> requires_grad
+    b.w: parameter <Parameter (2,) torch.float32> = a.w requires_grad
+    a.v: parameter <Parameter (2,) torch.float32>
+    b.v: parameter <Parameter (2,) torch.float32> = a.v
+  module <root>: Top
+    graph 0:
+      %p_a_w = placeholder
+      %p_b_w = placeholder
+      %p_a_v = placeholder
+      %p_b_v = placeholder
+      %x = placeholder
+      %mul = call_module[a](%x, %p_a_w)
+      %mul_1 = call_module[b@1](%mul, %p_b_w)
+      return (%mul_1,)
+  module a: Scale
+    graph 0:
+      %x = placeholder
+      %w = placeholder
+      %mul = call_function[aten.mul.Tensor](%x, %w)
+      return %mul
+    graph 1:
+      %x = placeholder
+      %w = placeholder
+      %mul = call_function[aten.mul.Tensor](%x, %w)
+      return %mul
+  module b: same object as a""",
+    )
+
+
+def test_a_program_that_runs_only_in_the_root_keeps_its_graph():
+    flat = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %relu: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %relu = call_function[aten.relu.default](%x)  # stack:
+      return (%relu,)"""
+    check(flat, flat)
+
+
+def test_outline_is_idempotent_on_the_example():
+    once = outline(program(NESTED))
+    assert outline(once) == once
+
+
+IN_SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
+PRESERVED = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %neg: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%neg,)
+      in_spec: IN_SPEC
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%relu,)
+      in_spec: IN_SPEC
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %relu = call_function[aten.relu.default](%x)  # stack: a
+      %neg = call_function[aten.neg.default](%relu)
+      return (%neg,)
+  module a: A"""
+
+
+def test_a_preserved_call_takes_eager_arguments_and_flattens_them_itself():
+    check(
+        PRESERVED.replace("IN_SPEC", IN_SPEC),
+        """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %neg: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%neg,)
+      in_spec: IN_SPEC
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%relu,)
+      in_spec: IN_SPEC
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %tree_in = call_function[torch.utils._pytree.tree_unflatten]((%x,), IN_SPEC)
+      %args = call_function[_operator.getitem](%tree_in, 0)
+      %kwargs = call_function[_operator.getitem](%tree_in, 1)
+      %arg = call_function[_operator.getitem](%args, 0)
+      %a = call_module[a](%arg)
+      %flat_out = call_function[torch.fx._pytree.tree_flatten_spec](%a, leaf)
+      %relu = call_function[_operator.getitem](%flat_out, 0)
+      %neg = call_function[aten.neg.default](%relu)
+      return (%neg,)
+  module a: A
+    graph 0:
+      %arg = placeholder
+      %flat = call_function[torch.fx._pytree.tree_flatten_spec](((%arg,), {}), IN_SPEC)
+      %x = call_function[_operator.getitem](%flat, 0)
+      %relu = call_function[aten.relu.default](%x)
+      %tree_out = call_function[torch.utils._pytree.tree_unflatten]((%relu,), leaf)
+      return %tree_out""".replace("IN_SPEC", IN_SPEC),
+    )

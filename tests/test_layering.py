@@ -1,0 +1,116 @@
+"""The layering of purefx, held by an import check (source is parsed with ``ast``, never imported).
+
+The rule (``ir`` <- ``transforms`` <- ``lowering``):
+
+- ``ir`` imports nothing from ``transforms`` or ``lowering``: the values know no pass;
+- ``transforms`` imports only ``ir`` (and itself): a pass is a function of IR values;
+- ``lowering`` imports ``ir`` (and itself), never ``transforms``: building torch objects does not
+  depend on how a Program was rewritten.
+
+Modules that sit on top of all three layers are named in ``ON_TOP`` with the reason: they may
+import any layer, and nothing inside the three layers may import them (an import of an on-top
+module is an upward import like any other). Today two of them still live inside a layer's
+folder, to be moved out together (a later change; other work edits them now):
+
+- ``transforms/laws.py``: the semantics law lowers programs to compare them with torch;
+- ``lowering/cli.py``: the command line runs the pipeline and lowers its result.
+
+``bench/`` and ``tests/`` are outside the layers (they use all three). Imports anywhere in a
+module count, also those inside functions: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("ir", "transforms", "lowering")
+ALLOWED = {
+    "ir": {"ir"},
+    "transforms": {"ir", "transforms"},
+    "lowering": {"ir", "lowering"},
+}
+ON_TOP = {
+    "transforms/laws.py": "the semantics law lowers programs (move to a top-level laws module)",
+    "lowering/cli.py": "the command line runs transforms and lowering (move to a top-level cli)",
+}
+
+
+def layer_imports(path: Path) -> set[str]:
+    """The purefx packages (``ir``, ``transforms``, ``lowering``) that ``path`` imports."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.ImportFrom):
+            names = [path.relative_to(ROOT).parts[0]]  # a relative import stays in its package
+        else:
+            continue
+        found.update(n.split(".")[0] for n in names if n.split(".")[0] in LAYERS)
+    return found
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every dotted module name ``path`` imports (``from a.b import c`` gives ``a.b`` and
+    ``a.b.c``: ``c`` may be a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def layer_files() -> list[Path]:
+    return sorted(p for layer in LAYERS for p in (ROOT / layer).rglob("*.py"))
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("path", layer_files(), ids=rel)
+def test_each_module_imports_only_its_layer_and_those_below(path):
+    if rel(path) in ON_TOP:
+        return
+    layer = path.relative_to(ROOT).parts[0]
+    upward = layer_imports(path) - ALLOWED[layer]
+    assert not upward, (
+        f"{rel(path)} (layer {layer!r}) imports {sorted(upward)}; the layering is "
+        f"ir <- transforms <- lowering. Move the code, or name the module in ON_TOP with why."
+    )
+
+
+def test_no_module_inside_the_layers_imports_an_on_top_module():
+    on_top = {name.removesuffix(".py").replace("/", ".") for name in ON_TOP}
+    for path in layer_files():
+        if rel(path) in ON_TOP:
+            continue
+        reached = imported_modules(path) & on_top
+        assert not reached, f"{rel(path)} imports {sorted(reached)}, which sit on top of the layers"
+
+
+@pytest.mark.parametrize("name", sorted(ON_TOP))
+def test_each_named_exception_is_still_needed(name):
+    """An ON_TOP entry that no longer imports upward must leave the list (it would hide a
+    future upward import)."""
+    path = ROOT / name
+    assert path.exists(), f"{name} is named in ON_TOP but does not exist; remove it from the list"
+    layer = path.relative_to(ROOT).parts[0]
+    assert layer_imports(path) - ALLOWED[layer], (
+        f"{name} imports only its own layer and those below now; remove it from ON_TOP"
+    )
+
+
+def test_the_checker_sees_imports_inside_functions():
+    probe = ROOT / "transforms" / "laws.py"
+    assert "lowering" in layer_imports(probe)  # laws.py imports lowering inside a function

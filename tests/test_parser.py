@@ -1,0 +1,199 @@
+"""``ir.parse_program``: the inverse of ``ir.format_program`` (``ir/parser.py``).
+
+Laws: ``parse_program(format_program(p), like=p) == p`` on generated programs and on every zoo
+case (after ``import_ep`` and after the default pipeline); ``format_program`` of a parse without
+``like`` gives the same text (placeholder tensors print as the originals). Bad text raises
+``ParseError`` naming the line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from ir import (
+    Graph,
+    Node,
+    ParseError,
+    PurefxError,
+    alpha_equivalent,
+    format_program,
+    import_ep,
+    parse_program,
+    verify,
+)
+from ir.strategies import programs
+from transforms import transform
+
+try:
+    from .zoo import CASES, export_case
+except ImportError:  # tests/ is not a package
+    from zoo import CASES, export_case
+
+
+@settings(max_examples=60)
+@given(programs())
+def test_parse_inverts_format_on_generated_programs(p):
+    text = format_program(p)
+    back = parse_program(text, like=p)
+    assert back == p
+    verify(back)
+    placeholders = parse_program(text)  # fresh zero tensors of the printed shapes and dtypes
+    assert format_program(placeholders) == text
+    assert placeholders.tensors != p.tensors or not p.tensors  # tensors compare by identity
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_parse_inverts_format_on_the_zoo(name, caplog):
+    caplog.set_level(logging.ERROR)
+    imported = import_ep(export_case(CASES[name]))
+    for p in (imported, transform(imported)):
+        assert parse_program(format_program(p), like=p) == p
+
+
+SMALL = """\
+program:
+  inputs:
+    %p_w: parameter w
+    %b_n: buffer n persistent=False
+    %x: user_input
+  outputs:
+    %out: user_output
+    <literal>: user_output
+  state:
+    w: parameter <Parameter (2, 2) torch.float32> requires_grad
+    n: buffer <Tensor (2,) torch.int64> non-persistent
+    v: parameter <Parameter (2, 2) torch.float32> = w requires_grad
+  preserved calls:
+    '':
+      inputs: (%x, constant(name='', value=2))
+      outputs: (%out,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf, leaf])
+      forward_arg_names: ('x',)
+  call order: ('', 'lin')
+  module <root>: ? [module] id='r'
+    graph 0:
+      %p_w = placeholder
+      %b_n = placeholder
+      %x = placeholder
+      %t = call_function[aten.t.default](%p_w)
+      %mm = call_function[aten.mm.default](%x, %t)
+      %s = call_function[aten.sum.dim_IntList](%mm, [-1], keepdim=True, dtype=torch.float32)
+      %sl = call_function[aten.slice.Tensor](%s, 0, 0, 9223372036854775807)
+      %f = call_function[aten.full.default]([2], -inf, device=device(type='cpu'), pin_memory=False)
+      %g = call_function[_operator.getitem](%f, slice(None, 1, None))
+      %out = call_module[lin](%sl, {'k': (%g,), 'n': None, 'p': '%not_a_ref'})
+      return (%out, None)
+  module lin: torch.nn.modules.linear.Linear [module] id='l'
+    graph 0:
+      %a = placeholder
+      %b = placeholder
+      %c = call_method[relu](%a)
+      return[output_1] %c
+  module alias: same object as lin"""
+
+
+def test_a_hand_written_program_reads_as_written():
+    p = parse_program(SMALL)
+    assert format_program(p) == SMALL
+    root = p.modules["r"]
+    assert root.children == (("lin", "l"), ("alias", "l"))
+    assert p.state["v"].tensor == "w" and p.tensor("v") is p.tensor("w")
+    w = p.tensor("w")
+    assert isinstance(w, torch.nn.Parameter) and w.requires_grad and w.shape == (2, 2)
+    assert p.tensor("n").dtype == torch.int64 and not p.state["n"].persistent
+    nodes = root.graph.by_name()
+    assert nodes["t"].target is torch.ops.aten.t.default
+    assert nodes["s"].kwargs.get("dtype") is torch.float32
+    assert nodes["f"].args[1] == float("-inf")
+    assert nodes["out"].args[1].get("p") == "%not_a_ref"  # a '%' inside a string is text
+    assert p.modules["l"].graph.output_node.name == "output_1"
+    assert p.call_signatures[""].inputs[1].name == "" and p.call_signatures[""].inputs[1].value == 2
+    assert p.call_order == ("", "lin")
+
+
+def test_ids_and_kinds_may_be_left_out_by_hand():
+    short = parse_program(
+        "program:\n  module <root>: Top\n    graph 0:\n      %x = placeholder\n      return %x"
+    )
+    assert short.root == "<root>" and short.root_module.kind == "module"
+    assert short.root_module.type_name == "Top"
+    full = parse_program(
+        "program:\n  module <root>: Top [module] id='m7'\n    graph 0:\n"
+        "      %y = placeholder\n      return %y"
+    )
+    assert alpha_equivalent(short, full) and short != full
+
+
+def test_a_node_that_differs_from_the_short_forms_prints_in_full():
+    p = parse_program(SMALL)
+    graph = p.modules["l"].graph
+    odd = graph.nodes[0].replace(target="other", args=(1,))
+    lin = p.modules["l"].replace(graphs=(Graph.of((odd, *graph.nodes[1:])),))
+    q = p.replace(modules=p.modules.set("l", lin))
+    text = format_program(q)
+    assert "%a = placeholder[other](1)" in text
+    assert parse_program(text, like=q) == q
+
+
+def test_a_custom_object_needs_like():
+    p = parse_program(SMALL)
+    obj = p.tensors["w"].__class__(object())
+    q = p.replace(tensors=p.tensors.set("w", obj))
+    text = format_program(q)
+    with pytest.raises(ParseError, match="line 10.*cannot be rebuilt from text.*like="):
+        parse_program(text)
+    assert parse_program(text, like=q) == q
+
+
+ROOT = "program:\n  module <root>: T\n"
+NODE = ROOT + "    graph 0:\n      "
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "starts with 'program:'"),
+        ("prog:", "starts with 'program:'"),
+        ("program:\n  inputs:\n    x user_input", "line 3: an input reads"),
+        ("program:\n  widgets:", "line 2: expected a section"),
+        ("program:\n  state:\n    w: parameter <Tensor (2,) torch.nonsense>", "torch.nonsense"),
+        ("program:\n  state:\n    w: parameter tensor", "line 3: a state line reads"),
+        ("program:\n  inputs:", "no 'module <root>"),
+        ("program:\n  module a: T", "line 2: the first module is the root"),
+        (ROOT + "    graph 1:", "line 3: expected 'graph 0:'"),
+        (NODE + "%y = call_function[aten.nope.default]()", "line 4: cannot resolve 'aten.nope"),
+        (NODE + "%y = call_function[aten.relu.default](%x", "line 4: a node reads"),
+        (NODE + "%y = call_function[aten.relu.default](x + 1)", "line 4: 'x \\+ 1' is not an"),
+        (NODE + "%y = call_function[aten.relu.default](os.system('x'))", "os.system\\(...\\)"),
+        (NODE + "y = placeholder", "line 4: a node reads"),
+        (ROOT + "  module <root>: T", "line 3: module path '<root>' is printed twice"),
+        (ROOT + "  module a: same object as b", "line 3: 'same object as' names 'b'"),
+        (ROOT + "      %x = placeholder", "line 3: expected 4 spaces"),
+        ("program:\n  call order: 3", "line 2: the call order is a tuple"),
+    ],
+)
+def test_bad_text_raises_a_parse_error_naming_the_line(text, message):
+    with pytest.raises(ParseError, match=message) as info:
+        parse_program(text)
+    assert isinstance(info.value, PurefxError)
+
+
+def test_like_must_hold_the_printed_tensors():
+    p = parse_program(SMALL)
+    other = parse_program(SMALL.replace("(2, 2) torch.float32", "(3, 3) torch.float32"))
+    with pytest.raises(ParseError, match="line 10: like's tensor 'w' is <Parameter \\(3, 3\\)"):
+        parse_program(SMALL, like=other)
+    empty = p.replace(tensors=p.tensors.discard("w"))
+    with pytest.raises(ParseError, match="tensor 'w' is not in like's tensor table"):
+        parse_program(SMALL, like=empty)
+
+
+def test_meta_is_not_part_of_the_text():
+    p = parse_program(SMALL)
+    node = p.modules["l"].graph.nodes[2]
+    assert isinstance(node, Node) and not node.meta
