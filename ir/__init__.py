@@ -33,9 +33,9 @@ from ir.verify import verify
 logging.getLogger("purefx").addHandler(logging.NullHandler())
 
 __all__ = [
+    "EMPTY_DICT",
     "ArgSpec",
     "CallSignature",
-    "EMPTY_DICT",
     "ExportSignature",
     "Graph",
     "IDict",
