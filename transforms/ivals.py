@@ -23,6 +23,7 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.program import Program
 from ir.signature import ExportSignature
 
 COPY = torch.ops.aten.copy_.default
@@ -153,3 +154,32 @@ def insert_ival_copies(
             args = (ref(dest), node.ref)
             out.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
     return Graph.of(out)
+
+
+def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:
+    """Which values stand for a mutated root input (state or user input).
+
+    Complexity: O(n).
+
+    Returns ``(aliases, sources)``: ``aliases`` maps the result of an in-place op (which *is* its
+    mutated first argument) to the root placeholder it mutated; ``sources`` also maps the value
+    that a ``copy_(dest, value)`` wrote, which equals ``dest`` until ``dest`` changes again.
+    """
+    roots = {s.name for s in program.signature.inputs}
+    aliases: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            continue
+        first = node.args[0].name
+        dest = first if first in roots else aliases.get(first)
+        if dest is None:
+            continue
+        aliases[node.name] = dest
+        sources[node.name] = dest
+        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[1], Ref):
+            sources.setdefault(node.args[1].name, dest)
+    return aliases, sources

@@ -30,7 +30,8 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
-from transforms.ivals import insert_ival_copies, update_chains
+from transforms.ivals import insert_ival_copies, mutation_sources, update_chains
+from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
 from transforms.sink import StateOwners, sink_state, sunk_reads
 from transforms.stacks import Frame, node_frames
@@ -92,6 +93,7 @@ def outline_and_sink(program: Program) -> Program:
     """
     if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
         return sink_state(program)
+    program = rematerialize(program, node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not _sinks_in_one_pass(program):
         outliner.owners = None
@@ -124,6 +126,7 @@ def outline_by(
     root = program.root_module
     if any(n.op == CALL_MODULE for n in root.graph.nodes):
         return program
+    program = rematerialize(program, frames_of)
     return _Outliner(program, frames_of, copied).run()
 
 
@@ -168,7 +171,7 @@ class _Outliner:
         self._count_signature_uses()
         self.by_name = self.graph.by_name()
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
-        self.aliased_state, self.mutated_state = _mutation_sources(self.graph, program)
+        self.aliased_state, self.mutated_state = mutation_sources(self.graph, program)
         self.hidden: set[str] = set()
         self.variants: dict[ModuleId, list[Graph]] = {}
         self.types: dict[ModuleId, str | None] = {}
@@ -624,33 +627,6 @@ def _last_uses(graph: Graph) -> dict[str, int]:
         for r in iter_refs(node.kwargs):
             last[r.name] = i
     return last
-
-
-def _mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:
-    """Which values stand for a mutated root input (state or user input).
-
-    Returns ``(aliases, sources)``: ``aliases`` maps the result of an in-place op (which *is* its
-    mutated first argument) to the root placeholder it mutated; ``sources`` also maps the value
-    that a ``copy_(dest, value)`` wrote, which equals ``dest`` until ``dest`` changes again.
-    """
-    roots = {s.name for s in program.signature.inputs}
-    aliases: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for node in graph.nodes:
-        if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
-            continue
-        schema = getattr(node.target, "_schema", None)
-        if schema is None or not schema.is_mutable:
-            continue
-        first = node.args[0].name
-        dest = first if first in roots else aliases.get(first)
-        if dest is None:
-            continue
-        aliases[node.name] = dest
-        sources[node.name] = dest
-        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[1], Ref):
-            sources.setdefault(node.args[1].name, dest)
-    return aliases, sources
 
 
 def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
