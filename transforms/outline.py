@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import torch
 import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree
 
@@ -30,29 +29,20 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
-from transforms.ivals import insert_ival_copies, mutation_sources, update_chains
+from transforms.ivals import (
+    insert_ival_copies,
+    mutation_sources,
+    update_chains,
+    written_back_values,
+)
 from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
+from transforms.signatures import repair_call_signatures
 from transforms.sink import StateOwners, sink_state, sunk_reads
 from transforms.stacks import Frame, node_frames
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 CopiedWhereRead = Callable[[Node], bool]
-
-# Nodes cheap and pure enough to compute again inside a preserved call rather than pass in:
-# export shares symbolic-size computations between modules, which a preserved signature forbids.
-_RECOMPUTABLE = {
-    torch.ops.aten.sym_size.int,
-    torch.ops.aten.sym_numel.default,
-    torch.ops.aten.sym_stride.int,
-    torch.ops.aten.sym_storage_offset.default,
-}
-
-
-def _recomputable(node: Node) -> bool:
-    if node.op != CALL_FUNCTION:
-        return False
-    return node.target in _RECOMPUTABLE or getattr(node.target, "__module__", None) == "_operator"
 
 
 def outline(program: Program) -> Program:
@@ -68,7 +58,8 @@ def outline(program: Program) -> Program:
       computes it, writes it back, and the calls that read it read the input. This is what lets
       a preserved module that updates a buffer run more than once in a decomposed program;
 
-    symbolic-size computations are recomputed inside the call instead.
+    any other value is first read as an alias or recomputed on the reading side
+    (``transforms.remat.rematerialize``).
 
     **Laws:** ``inline(outline(p))`` is alpha-equivalent to ``p`` (without preserved calls);
     ``outline(outline(p)) == outline(p)``; compute nodes are neither added nor removed except
@@ -93,7 +84,7 @@ def outline_and_sink(program: Program) -> Program:
     """
     if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
         return sink_state(program)
-    program = rematerialize(program, node_frames)
+    program = rematerialize(repair_call_signatures(program, node_frames), node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not _sinks_in_one_pass(program):
         outliner.owners = None
@@ -126,7 +117,7 @@ def outline_by(
     root = program.root_module
     if any(n.op == CALL_MODULE for n in root.graph.nodes):
         return program
-    program = rematerialize(program, frames_of)
+    program = rematerialize(repair_call_signatures(program, frames_of), frames_of)
     return _Outliner(program, frames_of, copied).run()
 
 
@@ -306,9 +297,6 @@ class _Outliner:
             raise PassError(f"value %{name} is read before it is defined in the root graph")
         node = self.by_name[name]
         if call.sig is not None:
-            if _recomputable(node):
-                self._copy(call, node)
-                return call.env[name]
             source = self.mutated_state.get(name) or self._ival(name)
             if source is not None:
                 return self._read(call, source)
@@ -345,9 +333,7 @@ class _Outliner:
         value to write back where it is computed) with this read; ``None`` if it is none."""
         if not self.carry_ivals:
             return None
-        if self.chains is None:
-            self.chains = update_chains(self.graph, self.aliased_state)
-        dest = self.chains.get(name)
+        dest = self._chains().get(name)
         if dest is not None:
             self.ivals[name] = dest
             self.ival_reads.append((name, self.at))
@@ -359,13 +345,17 @@ class _Outliner:
         users = self.graph.users()[name]
         self.ival_reads.extend((name, i) for i in map(self.position.get, users) if i >= start)
 
+    def _chains(self) -> dict[str, str]:
+        if self.chains is None:
+            written_back = written_back_values(self.p.signature)
+            self.chains = update_chains(self.graph, self.aliased_state, written_back)
+        return self.chains
+
     def _mutated_input(self, name: str) -> str | None:
         """The user input (not state) that value ``name`` is a state of, or ``None``."""
         dest = self.mutated_state.get(name)
         if dest is None and self.carry_ivals:
-            if self.chains is None:
-                self.chains = update_chains(self.graph, self.aliased_state)
-            dest = self.chains.get(name)
+            dest = self._chains().get(name)
         return dest if dest is not None and dest not in self.state_inputs else None
 
     # --- closing calls ----------------------------------------------------------------------
@@ -420,9 +410,10 @@ class _Outliner:
         outputs = [
             v for v in call.defined if self.last_use.get(v, -1) >= end and v not in self.aliased_state
         ]
-        returned = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        local = [call.env[v] for v in outputs]
+        returned = local[0] if len(local) == 1 else tuple(local)
         out_name = fresh_name("output", self.taken)
-        body = call.body + [Node(OUTPUT, out_name, "output", (_refs(returned),))]
+        body = call.body + [Node(OUTPUT, out_name, "output", (returned,))]
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
         if len(outputs) == 1:
             name = outputs[0]
@@ -546,9 +537,14 @@ class _Outliner:
         for i, out in enumerate(sig.outputs):
             if out.kind == CONSTANT or not out.name or out.name not in self.by_name:
                 continue
-            parent.body.append(Node(CALL_FUNCTION, out.name, operator.getitem, (flat, i), meta=self.by_name[out.name].meta))
-            parent.env[out.name] = ref(out.name)
-            parent.defined.append(out.name)
+            # an output the caller already holds (an input handed back, or the same value out of
+            # two calls) gets a new local name; readers after the call read the call's result
+            local = fresh_name(out.name, taken) if out.name in parent.env else out.name
+            meta = self.by_name[out.name].meta
+            parent.body.append(Node(CALL_FUNCTION, local, operator.getitem, (flat, i), meta=meta))
+            if out.name not in parent.env:
+                parent.defined.append(out.name)
+            parent.env[out.name] = ref(local)
             self.hidden.discard(out.name)
 
     # --- the new module table ---------------------------------------------------------------
@@ -611,12 +607,6 @@ def _sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]
         return Graph(tuple(placeholders + body))
     kept = [n for n in placeholders if n.name not in sunk]
     return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
-
-
-def _refs(tree: Any) -> Any:
-    if isinstance(tree, str):
-        return ref(tree)
-    return tuple(ref(v) for v in tree)
 
 
 def _last_uses(graph: Graph) -> dict[str, int]:

@@ -47,7 +47,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
-from transforms.ivals import mutation_sources, update_chains
+from transforms.ivals import mutation_sources, update_chains, written_back_values
 from transforms.stacks import Frame, node_frames
 
 log = logging.getLogger("purefx")
@@ -188,7 +188,7 @@ class _Rematerializer:
         back, and the intermediate values of a root input's update chain."""
         if self._state_values is None:
             aliases, sources = mutation_sources(self.graph, self.p)
-            chains = update_chains(self.graph, aliases)
+            chains = update_chains(self.graph, aliases, written_back_values(self.p.signature))
             self._state_values = set(sources) | set(chains)
             self._dest = dict(aliases)
             writes: dict[str, list[int]] = {}
