@@ -272,7 +272,7 @@ def test_buffer_updated_between_is_not_recomputed() -> None:
     nodes[-1] = out.replace(args=(tuple(out.args[0][:-1]) + (ref("stale"),),))
     p = with_root_nodes(p, nodes)
     p = p.replace(signature=p.signature)
-    with pytest.raises(PassError, match=r"%b_c_total, which is updated in place between"):
+    with pytest.raises(PassError, match=r"reads %b_c_total, which is updated before the reader runs"):
         rematerialize(p)
 
 

@@ -171,6 +171,8 @@ class _Rematerializer:
         leaves each preserved call it was made in as an output and enters each one the reader
         is in as an input; state (and state values, which ``outline`` reads from the state)
         crosses freely."""
+        if name not in self.by_name:
+            return True  # an undefined value: ``outline`` reports it
         own = self.chain.get(name, ())
         if own == chain:
             return True
@@ -185,15 +187,22 @@ class _Rematerializer:
 
     def state_values(self) -> set[str]:
         """Values ``outline`` reads from the state: in-place results, values a ``copy_`` writes
-        back, and the intermediate values of a root input's update chain."""
+        back, the intermediate values of a root input's update chain, and the mutated inputs."""
         if self._state_values is None:
             aliases, sources = mutation_sources(self.graph, self.p)
-            chains = update_chains(self.graph, aliases, written_back_values(self.p.signature))
-            self._state_values = set(sources) | set(chains)
+            written_back = written_back_values(self.p.signature)
+            chains = update_chains(self.graph, aliases, written_back)
+            # the mutated inputs themselves too: a call that mutates one is handed it
+            dests = set(aliases.values()) | set(chains.values()) | set(written_back.values())
+            self._state_values = set(sources) | set(chains) | dests
             self._dest = dict(aliases)
+            # a state changes where it is written in place and where a functional update makes
+            # its next value (which ``outline`` writes back when a preserved call reads it)
             writes: dict[str, list[int]] = {}
-            for name, dest in aliases.items():
+            for name, dest in [*aliases.items(), *chains.items()]:
                 writes.setdefault(dest, []).append(self.position[name])
+            for positions in writes.values():
+                positions.sort()
             self._writes = writes
         return self._state_values
 
@@ -285,17 +294,17 @@ class _Rematerializer:
         return sorted(plan.values(), key=lambda n: self.position.get(n.name, -1))
 
     def _check_unchanged(self, leaf: str, user: str, at: int) -> None:
-        """A leaf that is (a value of) a mutated root input must hold the same value at the reader
-        as where the slice read it."""
+        """A leaf that is (a value of) a mutated root input must still be the input's current
+        value where the copy runs (before node ``at``): no write between the leaf and there."""
         self.state_values()
         dest = self._dest.get(leaf, leaf)
         writes = (self._writes or {}).get(dest)
         if not writes:
             return
-        start = self.position[user]
+        start = self.position[leaf]  # the value the slice reads is current from here on
         if bisect_right(writes, at - 1) > bisect_right(writes, start):
             raise _NotRecomputable(
-                f"its slice reads %{leaf}, which is updated in place between %{user} and the read"
+                f"its slice (%{user}) reads %{leaf}, which is updated before the reader runs"
             )
 
     def _symbol_source(self, node: Node, chain: tuple[str, ...]) -> Node | None:
