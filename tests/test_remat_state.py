@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ir import import_ep
+from ir.args import EMPTY_DICT, ref
 from ir.verify import verify
 from lowering import lower
 from transforms import pipeline, transform
@@ -135,3 +136,37 @@ def test_siblings_handing_back_one_value_verify_and_run(decompose: bool) -> None
     torch.testing.assert_close(m(x), eager(x))
     m.b = copy.deepcopy(eager.b)
     torch.testing.assert_close(m(x), eager(x))
+
+
+def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
+    """Before (flat, decomposed, twice): ``bn@1`` reads ``add``, ``getitem_3`` and ``getitem_4``,
+    the batch count and running statistics ``bn`` computed. Expected: a ``copy_`` into each
+    buffer right after each of them (in ``bn``), so that ``bn@1`` reads the buffers; nothing else
+    changes."""
+    from ir.graph import Graph
+    from ir.node import CALL_FUNCTION, Node
+    from transforms.ival_insertion import insert_ivals
+    from transforms.ivals import COPY
+    from transforms.remat import rematerialize
+
+    torch.manual_seed(0)
+    flat = transform(import_ep(export_bn(NormTwice().train(), False, True)), BEFORE_OUTLINE)
+    before = rematerialize(repair_call_signatures(flat))
+    after = insert_ivals(before)
+    writes = {
+        "add": "b_bn_num_batches_tracked",
+        "getitem_3": "b_bn_running_mean",
+        "getitem_4": "b_bn_running_var",
+    }
+    nodes, names = [], {n.name for n in before.root_module.graph.nodes}
+    for node in before.root_module.graph.nodes:
+        nodes.append(node)
+        if node.name in writes:
+            name = next(f"copy__{i}" for i in range(1, 99) if f"copy__{i}" not in names)
+            names.add(name)
+            args = (ref(writes[node.name]), node.ref)
+            nodes.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
+    root = before.root_module.replace(graphs=(Graph.of(nodes),))
+    expected = before.replace(modules=before.modules.set(before.root, root))
+    assert after == expected
+    assert insert_ivals(after) is after

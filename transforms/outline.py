@@ -29,12 +29,8 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
-from transforms.ivals import (
-    insert_ival_copies,
-    mutation_sources,
-    update_chains,
-    written_back_values,
-)
+from transforms.ival_insertion import insert_ivals
+from transforms.ivals import mutation_sources
 from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
 from transforms.signatures import repair_call_signatures
@@ -63,11 +59,12 @@ def outline(program: Program) -> Program:
 
     **Laws:** ``inline(outline(p))`` is alpha-equivalent to ``p`` (without preserved calls);
     ``outline(outline(p)) == outline(p)``; compute nodes are neither added nor removed except
-    the call plumbing and one ``copy_`` per ival. Raises ``PassError`` naming the node for a
-    node without a module stack, a value that cannot cross a preserved boundary (neither state
+    the call plumbing, one ``copy_`` per ival and the copies ``rematerialize`` makes. Raises
+    ``PassError`` naming the node for a node without a module stack, a value that cannot cross a preserved boundary (neither state
     nor on a state's update chain), or an ival that a read would see after the state has
-    changed again. Complexity: O(n) in the number of nodes; a program with ivals is outlined
-    twice (the first time finds them).
+    changed again. Complexity: O(n) in the number of nodes: the flat-graph passes
+    (``repair_call_signatures``, ``rematerialize``, ``transforms.ival_insertion.insert_ivals``)
+    run first, then one outlining walk.
     """
     return outline_by(program, node_frames)
 
@@ -84,7 +81,7 @@ def outline_and_sink(program: Program) -> Program:
     """
     if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
         return sink_state(program)
-    program = rematerialize(repair_call_signatures(program, node_frames), node_frames)
+    program = _prepare(program, node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not _sinks_in_one_pass(program):
         outliner.owners = None
@@ -117,8 +114,16 @@ def outline_by(
     root = program.root_module
     if any(n.op == CALL_MODULE for n in root.graph.nodes):
         return program
-    program = rematerialize(repair_call_signatures(program, frames_of), frames_of)
+    program = _prepare(program, frames_of)
     return _Outliner(program, frames_of, copied).run()
+
+
+def _prepare(program: Program, frames_of: FrameOf) -> Program:
+    """The flat-graph passes that make every value crossing a preserved boundary either part
+    of its signature or state: repair stale signatures, rematerialize, insert ivals."""
+    program = repair_call_signatures(program, frames_of)
+    program = rematerialize(program, frames_of)
+    return insert_ivals(program, frames_of)
 
 
 def _never(node: Node) -> bool:
@@ -149,7 +154,6 @@ class _Outliner:
         frames_of: FrameOf,
         copied: CopiedWhereRead | None = None,
         *,
-        carry_ivals: bool = True,
         owners: StateOwners | None = None,
     ) -> None:
         self.p = program
@@ -171,12 +175,6 @@ class _Outliner:
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
         self.taken: set[str] = Names(n.name for n in self.nodes)
-        # ivals: intermediate state values read across a preserved boundary (see transforms.ivals)
-        self.carry_ivals = carry_ivals
-        self.chains: dict[str, str] | None = None  # built on the first read that needs it
-        self.ivals: dict[str, str] = {}  # value -> the root input it is a state of
-        self.ival_reads: list[tuple[str, int]] = []  # (value, index of the node reading it)
-        self.at = 0  # index of the flat node being copied
         # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
         self.owners = owners
         self.root_sunk: dict[str, str] = {}
@@ -207,27 +205,12 @@ class _Outliner:
     # --- driver -----------------------------------------------------------------------------
 
     def run(self) -> Program:
-        root_graph = self._outline_root()
-        if not self.ivals:
-            return self._finish(root_graph)
-        # write each ival back into its state where it is computed, then outline again: the
-        # copies make the ivals ordinary state values (``mutated_state``)
-        p = self.p
-        graph = insert_ival_copies(
-            self.graph, p.signature, self.ivals, self.ival_reads, self.aliased_state
-        )
-        root = p.root_module.replace(graphs=(graph,) + p.root_module.graphs[1:])
-        with_copies = p.replace(modules=p.modules.set(p.root, root))
-        again = _Outliner(
-            with_copies, self.frames_of, self.copied, carry_ivals=False, owners=self.owners
-        )
-        return again.run()
+        return self._finish(self._outline_root())
 
     def _outline_root(self) -> Graph:
         root = _Call(None, "", 0, None)
         stack = [root]
         for at, node in enumerate(self.nodes):
-            self.at = at
             if node.op == PLACEHOLDER:
                 root.placeholders.append(node)
                 root.env[node.name] = node.ref
@@ -297,7 +280,7 @@ class _Outliner:
             raise PassError(f"value %{name} is read before it is defined in the root graph")
         node = self.by_name[name]
         if call.sig is not None:
-            source = self.mutated_state.get(name) or self._ival(name)
+            source = self.mutated_state.get(name)
             if source is not None:
                 return self._read(call, source)
             if name not in self.state_inputs:
@@ -319,7 +302,7 @@ class _Outliner:
         return call.env[name]
 
     def _ival_source(self, name: str, call: _Call) -> str:
-        source = self.mutated_state.get(name) or self._ival(name)
+        source = self.mutated_state.get(name)
         if source is None:
             where = call.frame.call_name if call.frame else "<root>"
             raise PassError(
@@ -328,34 +311,9 @@ class _Outliner:
             )
         return source
 
-    def _ival(self, name: str) -> str | None:
-        """The root input that ``name`` is an intermediate state of, recorded as an ival (a
-        value to write back where it is computed) with this read; ``None`` if it is none."""
-        if not self.carry_ivals:
-            return None
-        dest = self._chains().get(name)
-        if dest is not None:
-            self.ivals[name] = dest
-            self.ival_reads.append((name, self.at))
-        return dest
-
-    def _read_through_argument(self, name: str, start: int) -> None:
-        """An ival passed to a preserved call is passed as its state (the tensor itself), so
-        each read of the argument in the call reads the state at that point."""
-        users = self.graph.users()[name]
-        self.ival_reads.extend((name, i) for i in map(self.position.get, users) if i >= start)
-
-    def _chains(self) -> dict[str, str]:
-        if self.chains is None:
-            written_back = written_back_values(self.p.signature)
-            self.chains = update_chains(self.graph, self.aliased_state, written_back)
-        return self.chains
-
     def _mutated_input(self, name: str) -> str | None:
         """The user input (not state) that value ``name`` is a state of, or ``None``."""
         dest = self.mutated_state.get(name)
-        if dest is None and self.carry_ivals:
-            dest = self._chains().get(name)
         return dest if dest is not None and dest not in self.state_inputs else None
 
     # --- closing calls ----------------------------------------------------------------------
@@ -512,17 +470,13 @@ class _Outliner:
             return ref(name)
 
         values = []
-        at, self.at = self.at, call.start  # the call reads its arguments when it starts
         for arg in sig.inputs:
             if arg.kind == CONSTANT or not arg.name:
                 values.append(arg.value)
             elif arg.name in self.by_name:
                 values.append(self._read(parent, arg.name))
-                if arg.name in self.ivals:
-                    self._read_through_argument(arg.name, call.start)
             else:
                 values.append(None)
-        self.at = at
         tree = new("_tree_in", pytree.tree_unflatten, (tuple(values), sig.in_spec))
         args_ref = new("_args", operator.getitem, (tree, 0))
         kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))

@@ -38,6 +38,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 
 from ir.args import Ref, map_refs, ref
@@ -101,17 +102,28 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     Complexity: O(n + c) for n nodes and c copied nodes; each slice is found once per reading
     call (memoized) and is at most ``MAX_SLICE`` nodes.
     """
-    if not program.call_signatures:
+    if not any(program.call_signatures):  # only the root's ('')
         return program
     graph = program.root_module.graph
     if any(n.op == CALL_MODULE for n in graph.nodes):
         return program
-    nodes = _Rematerializer(program, frames_of).run()
+    worker = _Rematerializer(program, frames_of)
+    nodes = worker.run()
     if nodes is None:
         return program
     root = program.root_module
     root = root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:])
-    return program.replace(modules=program.modules.set(program.root, root))
+    program = program.replace(modules=program.modules.set(program.root, root))
+    renamed = worker.output_renames
+    if not renamed:
+        return program
+    # the root now returns the alias or copy: the export signature names it
+    signature = program.signature
+    outputs = tuple(
+        attrs.evolve(spec, name=renamed[spec.name]) if spec.name in renamed else spec
+        for spec in signature.outputs
+    )
+    return program.replace(signature=attrs.evolve(signature, outputs=outputs))
 
 
 class _NotRecomputable(Exception):
@@ -141,6 +153,7 @@ class _Rematerializer:
         self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
         self.taken = Names(self.position)
         self.changed = False
+        self.output_renames: dict[str, str] = {}
 
     # --- driver -----------------------------------------------------------------------------
 
@@ -155,7 +168,10 @@ class _Rematerializer:
             def read(r: Ref, node: Node = node, chain: tuple[str, ...] = chain) -> Ref:
                 if self._readable(r.name, chain):
                     return r
-                return ref(self._resolve(r.name, chain, node, out))
+                found = self._resolve(r.name, chain, node, out)
+                if node.op == OUTPUT:
+                    self.output_renames[r.name] = found
+                return ref(found)
 
             args = map_refs(node.args, read)
             kwargs = map_refs(node.kwargs, read)

@@ -54,7 +54,7 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
     d deep.
     """
     sigs = program.call_signatures
-    if not sigs:
+    if not any(sigs):  # only the root's ('')
         return program
     graph = program.root_module.graph
     if any(n.op == CALL_MODULE for n in graph.nodes):

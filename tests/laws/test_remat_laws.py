@@ -61,3 +61,12 @@ def test_outline_obeys_its_laws_with_crossing_reads():
 def test_pipeline_obeys_the_laws_with_crossing_reads():
     check_laws(transform, programs=programs(features=CROSSING), idempotent=True,
                max_examples=examples(80))
+
+
+def test_insert_ivals_obeys_its_laws():
+    from transforms.ival_insertion import insert_ivals
+
+    check_laws(
+        insert_ivals, programs=before(outline, CROSSING), idempotent=True,
+        max_examples=examples(60),
+    )
