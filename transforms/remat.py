@@ -164,6 +164,9 @@ class _Rematerializer:
                 out.append(node)
                 continue
             chain = self.chain[node.name]
+            if all(self._readable(r.name, chain) for r in node.inputs()):
+                out.append(node)  # the common case: nothing crosses
+                continue
 
             def read(r: Ref, node: Node = node, chain: tuple[str, ...] = chain) -> Ref:
                 if self._readable(r.name, chain):
