@@ -13,6 +13,7 @@ decides which values need one.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
@@ -23,19 +24,27 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
-from ir.signature import ExportSignature
+from ir.program import Program
+from ir.signature import MUTATION_KINDS, ExportSignature
 
 COPY = torch.ops.aten.copy_.default
 
 
-def update_chains(graph: Graph, aliases: Mapping[str, str]) -> dict[str, str]:
+def update_chains(
+    graph: Graph, aliases: Mapping[str, str], written_back: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """``{value: root input}`` for each value on a functional update chain of a root input.
 
     ``aliases`` maps every node that writes a root input in place (``copy_`` included) to the
-    input's placeholder name. A chain runs from the value ``v`` that a ``copy_(dest, v)`` writes,
+    input's placeholder name; ``written_back`` maps the values that the export signature writes
+    back after the call (a functional program: ``written_back_values``) to the input's
+    placeholder name. A chain runs from the value ``v`` that a ``copy_(dest, v)`` writes (or
+    that is written back),
     through the first argument of each functional ``call_function`` (the argument that the
     functionalized in-place op wrote), back to ``dest`` itself or to a node that writes ``dest``
     in place. Every value on it, ``v`` included, is a state of ``dest`` between its writes.
+    Ops that return new values of other inputs (train-mode batch norm's running statistics) step
+    back through the table ``_STATE_OUTPUTS`` instead of the first argument.
     A walk that ends anywhere else (another input, a literal, a mutable op, another input's
     write) marks nothing: its values are nobody's state, and reading them across a preserved call
     stays an error. The first-argument rule is the one functionalization follows; a value it
@@ -57,26 +66,70 @@ def update_chains(graph: Graph, aliases: Mapping[str, str]) -> dict[str, str]:
                 end = aliases[name]
                 break
             step = nodes.get(name)
-            if step is None or not _functional_step(step):
+            previous = _previous_value(step, nodes) if step is not None else None
+            if previous is None:
                 end = name if step is not None and step.op == PLACEHOLDER else None
                 break
             path.append(name)
-            name = step.args[0].name
+            name = previous
         for name in path:
             ends[name] = end
         return end
 
-    for node in graph.nodes:
-        if node.target is not COPY or node.name not in aliases or len(node.args) < 2:
-            continue
-        source, dest = node.args[1], aliases[node.name]
-        if type(source) is not Ref or end_of(source.name) != dest:
+    starts = [
+        (node.args[1], aliases[node.name])
+        for node in graph.nodes
+        if node.target is COPY and node.name in aliases and len(node.args) >= 2
+    ]
+    starts += [(ref(value), dest) for value, dest in (written_back or {}).items()]
+    for source, dest in starts:
+        if type(source) is not Ref or source.name not in nodes or end_of(source.name) != dest:
             continue
         name = source.name
         while name in ends and name not in chains:  # stops at dest, its writes, or a known chain
             chains[name] = dest
-            name = nodes[name].args[0].name
+            name = _previous_value(nodes[name], nodes)
     return chains
+
+
+# Functional ops that return new values of some of their inputs: op -> {output index: the input
+# it is the new value of}. ``getitem(op(...), i)`` steps back to that input, not to the first
+# argument.
+_STATE_OUTPUTS: dict[object, dict[int, int]] = {
+    # (out, save_mean, save_rstd, running_mean, running_var) of train-mode batch norm
+    torch.ops.aten._native_batch_norm_legit_functional.default: {3: 3, 4: 4},
+}
+
+
+def _previous_value(node: Node, nodes: Mapping[str, Node]) -> str | None:
+    """The value ``node`` is the next state of, along a functional update chain, or ``None``:
+    the input named by ``_STATE_OUTPUTS`` for a ``getitem`` of such an op, else the first
+    argument of a functional op."""
+    if node.target is operator.getitem and node.args and type(node.args[0]) is Ref:
+        producer = nodes.get(node.args[0].name)
+        rule = _STATE_OUTPUTS.get(producer.target) if producer is not None else None
+        if rule is not None:
+            index = rule.get(node.args[1]) if len(node.args) > 1 else None
+            arg = producer.args[index] if index is not None and index < len(producer.args) else None
+            return arg.name if type(arg) is Ref else None
+    if node.target in _STATE_OUTPUTS:
+        return None  # the op's tuple itself is no state
+    return node.args[0].name if _functional_step(node) else None
+
+
+def written_back_values(signature: ExportSignature) -> dict[str, str]:
+    """``{value: root input}`` for each mutation the export signature writes back after the call
+    (buffer, parameter and user input mutations a functional program returns). O(inputs +
+    outputs)."""
+    placeholder = {}
+    for spec in signature.inputs:
+        placeholder.setdefault(spec.target or spec.name, spec.name)
+        placeholder.setdefault(spec.name, spec.name)
+    found = {}
+    for spec in signature.outputs:
+        if spec.kind in MUTATION_KINDS and spec.name and spec.target in placeholder:
+            found[spec.name] = placeholder[spec.target]
+    return found
 
 
 def _functional_step(node: Node) -> bool:
@@ -153,3 +206,32 @@ def insert_ival_copies(
             args = (ref(dest), node.ref)
             out.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
     return Graph.of(out)
+
+
+def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:
+    """Which values stand for a mutated root input (state or user input).
+
+    Complexity: O(n).
+
+    Returns ``(aliases, sources)``: ``aliases`` maps the result of an in-place op (which *is* its
+    mutated first argument) to the root placeholder it mutated; ``sources`` also maps the value
+    that a ``copy_(dest, value)`` wrote, which equals ``dest`` until ``dest`` changes again.
+    """
+    roots = {s.name for s in program.signature.inputs}
+    aliases: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            continue
+        first = node.args[0].name
+        dest = first if first in roots else aliases.get(first)
+        if dest is None:
+            continue
+        aliases[node.name] = dest
+        sources[node.name] = dest
+        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[1], Ref):
+            sources.setdefault(node.args[1].name, dest)
+    return aliases, sources

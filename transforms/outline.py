@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import torch
 import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree
 
@@ -30,28 +29,16 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
-from transforms.ivals import insert_ival_copies, update_chains
+from transforms.ival_insertion import insert_ivals
+from transforms.ivals import mutation_sources
+from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
+from transforms.signatures import repair_call_signatures
 from transforms.sink import StateOwners, sink_state, sunk_reads
 from transforms.stacks import Frame, node_frames
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 CopiedWhereRead = Callable[[Node], bool]
-
-# Nodes cheap and pure enough to compute again inside a preserved call rather than pass in:
-# export shares symbolic-size computations between modules, which a preserved signature forbids.
-_RECOMPUTABLE = {
-    torch.ops.aten.sym_size.int,
-    torch.ops.aten.sym_numel.default,
-    torch.ops.aten.sym_stride.int,
-    torch.ops.aten.sym_storage_offset.default,
-}
-
-
-def _recomputable(node: Node) -> bool:
-    if node.op != CALL_FUNCTION:
-        return False
-    return node.target in _RECOMPUTABLE or getattr(node.target, "__module__", None) == "_operator"
 
 
 def outline(program: Program) -> Program:
@@ -67,15 +54,17 @@ def outline(program: Program) -> Program:
       computes it, writes it back, and the calls that read it read the input. This is what lets
       a preserved module that updates a buffer run more than once in a decomposed program;
 
-    symbolic-size computations are recomputed inside the call instead.
+    any other value is first read as an alias or recomputed on the reading side
+    (``transforms.remat.rematerialize``).
 
     **Laws:** ``inline(outline(p))`` is alpha-equivalent to ``p`` (without preserved calls);
     ``outline(outline(p)) == outline(p)``; compute nodes are neither added nor removed except
-    the call plumbing and one ``copy_`` per ival. Raises ``PassError`` naming the node for a
-    node without a module stack, a value that cannot cross a preserved boundary (neither state
+    the call plumbing, one ``copy_`` per ival and the copies ``rematerialize`` makes. Raises
+    ``PassError`` naming the node for a node without a module stack, a value that cannot cross a preserved boundary (neither state
     nor on a state's update chain), or an ival that a read would see after the state has
-    changed again. Complexity: O(n) in the number of nodes; a program with ivals is outlined
-    twice (the first time finds them).
+    changed again. Complexity: O(n) in the number of nodes: the flat-graph passes
+    (``repair_call_signatures``, ``rematerialize``, ``transforms.ival_insertion.insert_ivals``)
+    run first, then one outlining walk.
     """
     return outline_by(program, node_frames)
 
@@ -92,6 +81,7 @@ def outline_and_sink(program: Program) -> Program:
     """
     if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
         return sink_state(program)
+    program = _prepare(program, node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not _sinks_in_one_pass(program):
         outliner.owners = None
@@ -124,7 +114,16 @@ def outline_by(
     root = program.root_module
     if any(n.op == CALL_MODULE for n in root.graph.nodes):
         return program
+    program = _prepare(program, frames_of)
     return _Outliner(program, frames_of, copied).run()
+
+
+def _prepare(program: Program, frames_of: FrameOf) -> Program:
+    """The flat-graph passes that make every value crossing a preserved boundary either part
+    of its signature or state: repair stale signatures, rematerialize, insert ivals."""
+    program = repair_call_signatures(program, frames_of)
+    program = rematerialize(program, frames_of)
+    return insert_ivals(program, frames_of)
 
 
 def _never(node: Node) -> bool:
@@ -155,7 +154,6 @@ class _Outliner:
         frames_of: FrameOf,
         copied: CopiedWhereRead | None = None,
         *,
-        carry_ivals: bool = True,
         owners: StateOwners | None = None,
     ) -> None:
         self.p = program
@@ -168,7 +166,7 @@ class _Outliner:
         self._count_signature_uses()
         self.by_name = self.graph.by_name()
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
-        self.aliased_state, self.mutated_state = _mutation_sources(self.graph, program)
+        self.aliased_state, self.mutated_state = mutation_sources(self.graph, program)
         self.hidden: set[str] = set()
         self.variants: dict[ModuleId, list[Graph]] = {}
         self.types: dict[ModuleId, str | None] = {}
@@ -177,12 +175,6 @@ class _Outliner:
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
         self.taken: set[str] = Names(n.name for n in self.nodes)
-        # ivals: intermediate state values read across a preserved boundary (see transforms.ivals)
-        self.carry_ivals = carry_ivals
-        self.chains: dict[str, str] | None = None  # built on the first read that needs it
-        self.ivals: dict[str, str] = {}  # value -> the root input it is a state of
-        self.ival_reads: list[tuple[str, int]] = []  # (value, index of the node reading it)
-        self.at = 0  # index of the flat node being copied
         # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
         self.owners = owners
         self.root_sunk: dict[str, str] = {}
@@ -213,27 +205,12 @@ class _Outliner:
     # --- driver -----------------------------------------------------------------------------
 
     def run(self) -> Program:
-        root_graph = self._outline_root()
-        if not self.ivals:
-            return self._finish(root_graph)
-        # write each ival back into its state where it is computed, then outline again: the
-        # copies make the ivals ordinary state values (``mutated_state``)
-        p = self.p
-        graph = insert_ival_copies(
-            self.graph, p.signature, self.ivals, self.ival_reads, self.aliased_state
-        )
-        root = p.root_module.replace(graphs=(graph,) + p.root_module.graphs[1:])
-        with_copies = p.replace(modules=p.modules.set(p.root, root))
-        again = _Outliner(
-            with_copies, self.frames_of, self.copied, carry_ivals=False, owners=self.owners
-        )
-        return again.run()
+        return self._finish(self._outline_root())
 
     def _outline_root(self) -> Graph:
         root = _Call(None, "", 0, None)
         stack = [root]
         for at, node in enumerate(self.nodes):
-            self.at = at
             if node.op == PLACEHOLDER:
                 root.placeholders.append(node)
                 root.env[node.name] = node.ref
@@ -303,10 +280,7 @@ class _Outliner:
             raise PassError(f"value %{name} is read before it is defined in the root graph")
         node = self.by_name[name]
         if call.sig is not None:
-            if _recomputable(node):
-                self._copy(call, node)
-                return call.env[name]
-            source = self.mutated_state.get(name) or self._ival(name)
+            source = self.mutated_state.get(name)
             if source is not None:
                 return self._read(call, source)
             if name not in self.state_inputs:
@@ -328,7 +302,7 @@ class _Outliner:
         return call.env[name]
 
     def _ival_source(self, name: str, call: _Call) -> str:
-        source = self.mutated_state.get(name) or self._ival(name)
+        source = self.mutated_state.get(name)
         if source is None:
             where = call.frame.call_name if call.frame else "<root>"
             raise PassError(
@@ -337,32 +311,9 @@ class _Outliner:
             )
         return source
 
-    def _ival(self, name: str) -> str | None:
-        """The root input that ``name`` is an intermediate state of, recorded as an ival (a
-        value to write back where it is computed) with this read; ``None`` if it is none."""
-        if not self.carry_ivals:
-            return None
-        if self.chains is None:
-            self.chains = update_chains(self.graph, self.aliased_state)
-        dest = self.chains.get(name)
-        if dest is not None:
-            self.ivals[name] = dest
-            self.ival_reads.append((name, self.at))
-        return dest
-
-    def _read_through_argument(self, name: str, start: int) -> None:
-        """An ival passed to a preserved call is passed as its state (the tensor itself), so
-        each read of the argument in the call reads the state at that point."""
-        users = self.graph.users()[name]
-        self.ival_reads.extend((name, i) for i in map(self.position.get, users) if i >= start)
-
     def _mutated_input(self, name: str) -> str | None:
         """The user input (not state) that value ``name`` is a state of, or ``None``."""
         dest = self.mutated_state.get(name)
-        if dest is None and self.carry_ivals:
-            if self.chains is None:
-                self.chains = update_chains(self.graph, self.aliased_state)
-            dest = self.chains.get(name)
         return dest if dest is not None and dest not in self.state_inputs else None
 
     # --- closing calls ----------------------------------------------------------------------
@@ -417,9 +368,10 @@ class _Outliner:
         outputs = [
             v for v in call.defined if self.last_use.get(v, -1) >= end and v not in self.aliased_state
         ]
-        returned = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        local = [call.env[v] for v in outputs]
+        returned = local[0] if len(local) == 1 else tuple(local)
         out_name = fresh_name("output", self.taken)
-        body = call.body + [Node(OUTPUT, out_name, "output", (_refs(returned),))]
+        body = call.body + [Node(OUTPUT, out_name, "output", (returned,))]
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
         if len(outputs) == 1:
             name = outputs[0]
@@ -518,17 +470,13 @@ class _Outliner:
             return ref(name)
 
         values = []
-        at, self.at = self.at, call.start  # the call reads its arguments when it starts
         for arg in sig.inputs:
             if arg.kind == CONSTANT or not arg.name:
                 values.append(arg.value)
             elif arg.name in self.by_name:
                 values.append(self._read(parent, arg.name))
-                if arg.name in self.ivals:
-                    self._read_through_argument(arg.name, call.start)
             else:
                 values.append(None)
-        self.at = at
         tree = new("_tree_in", pytree.tree_unflatten, (tuple(values), sig.in_spec))
         args_ref = new("_args", operator.getitem, (tree, 0))
         kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
@@ -543,9 +491,14 @@ class _Outliner:
         for i, out in enumerate(sig.outputs):
             if out.kind == CONSTANT or not out.name or out.name not in self.by_name:
                 continue
-            parent.body.append(Node(CALL_FUNCTION, out.name, operator.getitem, (flat, i), meta=self.by_name[out.name].meta))
-            parent.env[out.name] = ref(out.name)
-            parent.defined.append(out.name)
+            # an output the caller already holds (an input handed back, or the same value out of
+            # two calls) gets a new local name; readers after the call read the call's result
+            local = fresh_name(out.name, taken) if out.name in parent.env else out.name
+            meta = self.by_name[out.name].meta
+            parent.body.append(Node(CALL_FUNCTION, local, operator.getitem, (flat, i), meta=meta))
+            if out.name not in parent.env:
+                parent.defined.append(out.name)
+            parent.env[out.name] = ref(local)
             self.hidden.discard(out.name)
 
     # --- the new module table ---------------------------------------------------------------
@@ -610,12 +563,6 @@ def _sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]
     return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
 
 
-def _refs(tree: Any) -> Any:
-    if isinstance(tree, str):
-        return ref(tree)
-    return tuple(ref(v) for v in tree)
-
-
 def _last_uses(graph: Graph) -> dict[str, int]:
     last: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
@@ -624,33 +571,6 @@ def _last_uses(graph: Graph) -> dict[str, int]:
         for r in iter_refs(node.kwargs):
             last[r.name] = i
     return last
-
-
-def _mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:
-    """Which values stand for a mutated root input (state or user input).
-
-    Returns ``(aliases, sources)``: ``aliases`` maps the result of an in-place op (which *is* its
-    mutated first argument) to the root placeholder it mutated; ``sources`` also maps the value
-    that a ``copy_(dest, value)`` wrote, which equals ``dest`` until ``dest`` changes again.
-    """
-    roots = {s.name for s in program.signature.inputs}
-    aliases: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for node in graph.nodes:
-        if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
-            continue
-        schema = getattr(node.target, "_schema", None)
-        if schema is None or not schema.is_mutable:
-            continue
-        first = node.args[0].name
-        dest = first if first in roots else aliases.get(first)
-        if dest is None:
-            continue
-        aliases[node.name] = dest
-        sources[node.name] = dest
-        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[1], Ref):
-            sources.setdefault(node.args[1].name, dest)
-    return aliases, sources
 
 
 def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:

@@ -30,7 +30,10 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``input_mutation``), preserved call signatures (``preserved_calls``), keyword user inputs
     (``keyword_inputs``), pytree outputs: lists, dicts, nesting (``pytree_outputs``), a
     multi-result op read through ``getitem`` (``multi_result_ops``), keyword arguments
-    (``kwargs_ops``), calls of one module whose bodies differ (``divergent_calls``).
+    (``kwargs_ops``), calls of one module whose bodies differ (``divergent_calls``), values that
+    cross a preserved call's boundary outside its signature as export shares them
+    (``crossing_reads``): one the caller computes from an argument and the call reads, one the
+    call computes from its output (a no-op ``clone`` or an op) and the caller reads.
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``. As in export's graphs, a value
@@ -43,9 +46,9 @@ Not covered, and why
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
     stacks; keyword arguments of preserved calls (export passes module arguments positionally
-    unless asked otherwise). Preserved calls read only their arguments, their own state and
-    what they compute, and export only what they compute, as a module under
-    ``preserve_module_call_signature`` does; as torch.export requires, only a module at one
+    unless asked otherwise). Without ``crossing_reads``, preserved calls read only their
+    arguments, their own state and what they compute, and export only what they compute, as a
+    module under ``preserve_module_call_signature`` does; as torch.export requires, only a module at one
     path is preserved, and all its calls have one signature shape.
 
 Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
@@ -110,6 +113,7 @@ FEATURES = (
     "multi_result_ops",
     "kwargs_ops",
     "divergent_calls",
+    "crossing_reads",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -258,6 +262,7 @@ class _Builder:
         self.signatures: dict[str, sg.CallSignature] = {}
         self.preserved_shapes: dict[str, tuple[int, int, bool]] = {}
         self.repeated_preserved: list[str] = []
+        self.crossing_only: set[Ref] = set()  # values read across a preserved boundary unsigned
         self.current: dict[Any, Ref] = {}  # tensor id -> its value after the latest update
         self.mutated: dict[Any, tuple[str, str]] = {}  # tensor id -> (style, first fqn)
         self.styles: dict[Any, str] = {}
@@ -272,12 +277,14 @@ class _Builder:
         0. class: ``M{byte % (index + 1)}`` (classes repeat across objects);
         1. parameters: count ``% 3``; bits 2-3 matrix, 4-5 ``requires_grad``, 6 preserved
            calls, 7 divergent calls;
-        2. buffers: count ``% 3``; bits 2-3 non-persistent, bit 4 one constant;
+        2. buffers: count ``% 3``; bits 2-3 non-persistent, bit 4 one constant, bits 5-6 values
+           crossing a preserved call of it unsigned (bit 5 into it, bit 6 out of it);
         3. parent: ``byte % (index + 1) - 1`` (-1 is the root), so the tree is acyclic;
         4. second registration: bit 0 on, parent ``(byte >> 1) % (index + 1) - 1``;
            bits 6-7 both set: children are called only by steps (else each is called once,
            in order, after the steps that did not call it);
-        5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``.
+        5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``; bit 7:
+           the value crossing out of a preserved call is a no-op ``clone`` (else an op).
         """
         on = self.on
         chunks = [records[i:i + _RECORD] for i in range(0, len(records), _RECORD)]
@@ -492,13 +499,23 @@ class _Builder:
         n_args, n_outs, as_tuple = self.preserved_shapes.setdefault(
             path, (1 + z % 2, 1 + (z >> 1) % 2, bool(z >> 2 & 1))
         )
-        args = [_back(scope.vals, o) for o in (x, y)[:n_args]]
+        # a value that crosses a boundary unsigned is read by ops, never passed or returned by a
+        # preserved call (its recomputation is the caller's, at the reading op)
+        passable = [v for v in scope.vals if v not in self.crossing_only] or scope.vals[:1]
+        args = [_back(passable, o) for o in (x, y)[:n_args]]
         inner = _Scope(list(dict.fromkeys(args)), preserved=True)
+        obj = self.objects[index + 1]
+        crossing = (obj.record[2] >> 5 & 3) if "crossing_reads" in self.on else 0
+        if crossing & 1:
+            # outside -> inside: the caller computes a value of an argument, the call reads it
+            frame = self.frames.pop()
+            inner.vals.append(self._op(_UNARY[z % len(_UNARY)], (args[0],), shape=self._act()))
+            self.frames.append(frame)
         start = len(inner.vals)
         self._run(index, path, inner)
-        while len(inner.vals) - start < n_outs:
+        while sum(v not in self.crossing_only for v in inner.vals[start:]) < n_outs:
             inner.vals.append(self._op(aten.relu.default, (inner.vals[-1],), shape=self._act()))
-        local = inner.vals[start:]
+        local = [v for v in inner.vals[start:] if v not in self.crossing_only]
         outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[:n_outs]))
         outs += [v for v in reversed(local) if v not in outs][: n_outs - len(outs)]
         self.signatures[call_name] = sg.CallSignature(
@@ -508,6 +525,14 @@ class _Builder:
             out_spec=_spec(("tuple", n_outs) if n_outs > 1 or as_tuple else ("leaf",)),
         )
         scope.vals.extend(outs)
+        if crossing & 2:
+            # inside -> outside: the call computes a value of its output that it does not return
+            # (a no-op clone or an op), and the caller reads it
+            clone = obj.record[5] >> 7 & 1
+            target = aten.clone.default if clone else _UNARY[(y + z) % len(_UNARY)]
+            crossed = self._op(target, (outs[0],), shape=self._act())
+            self.crossing_only.add(crossed)
+            scope.vals.append(crossed)
 
     def _act(self) -> tuple[int, int]:
         return (self.batch, WIDTH)

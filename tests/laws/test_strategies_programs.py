@@ -18,6 +18,7 @@ from ir import signature as sg
 from ir.errors import InputError
 from ir.strategies import FEATURES, program_inputs, programs
 from lowering import lower
+from transforms.remat import rematerialize
 
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None,
                 suppress_health_check=list(HealthCheck))
@@ -125,6 +126,7 @@ EXHIBITS = {
                                            for n in p.root_module.graph.nodes)),
     "kwargs_ops": ((), lambda p: any(len(n.kwargs) for n in p.root_module.graph.nodes)),
     "divergent_calls": (("repeated_calls",), _divergent),
+    "crossing_reads": (("preserved_calls",), lambda p: rematerialize(p) is not p),
 }
 
 

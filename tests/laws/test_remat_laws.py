@@ -1,0 +1,72 @@
+"""Laws of ``rematerialize`` and ``repair_call_signatures``, and of ``outline`` and the pipeline,
+on generated programs whose values cross preserved call boundaries (``crossing_reads``): one a
+caller computes from an argument and the preserved call reads, one the call computes from its
+output and the caller reads (as a no-op alias or through an op), with nesting, repeated calls,
+sibling preserved calls and buffer updates around them."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from lawcases import before, examples
+
+from ir.strategies import programs
+from transforms import transform
+from transforms.laws import check_laws
+from transforms.outline import outline
+from transforms.remat import rematerialize
+from transforms.signatures import repair_call_signatures
+
+CROSSING = frozenset(
+    {
+        "crossing_reads",
+        "preserved_calls",
+        "nesting",
+        "repeated_calls",
+        "buffers",
+        "inplace_mutation",
+        "functional_mutation",
+        "multi_result_ops",
+        "matrices",
+    }
+)
+
+
+def test_rematerialize_obeys_its_laws():
+    check_laws(
+        rematerialize, programs=before(outline, CROSSING), idempotent=True,
+        max_examples=examples(80),
+    )
+
+
+def test_repair_call_signatures_obeys_its_laws():
+    check_laws(
+        repair_call_signatures, programs=before(outline, CROSSING), idempotent=True,
+        max_examples=examples(40),
+    )
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(before(outline, CROSSING))
+def test_generated_signatures_are_never_repaired(p):
+    """Generated signatures name what crosses: the repair leaves them as they are."""
+    assert repair_call_signatures(p) is p
+
+
+def test_outline_obeys_its_laws_with_crossing_reads():
+    check_laws(
+        outline, programs=before(outline, CROSSING), idempotent=True, max_examples=examples(80)
+    )
+
+
+def test_pipeline_obeys_the_laws_with_crossing_reads():
+    check_laws(transform, programs=programs(features=CROSSING), idempotent=True,
+               max_examples=examples(80))
+
+
+def test_insert_ivals_obeys_its_laws():
+    from transforms.ival_insertion import insert_ivals
+
+    check_laws(
+        insert_ivals, programs=before(outline, CROSSING), idempotent=True,
+        max_examples=examples(60),
+    )

@@ -1,0 +1,172 @@
+"""Preserved calls that update state, and signatures that ``run_decompositions`` left stale.
+
+- Train-mode BatchNorm preserved, called once or twice, decomposed or not, with the default
+  pipeline and with ``keep_functional=True``: outputs and running statistics after each call equal
+  eager's (the running statistics are ``getitem`` 3 and 4 of
+  ``_native_batch_norm_legit_functional``: ``transforms.ivals``' table of state outputs).
+- The decomposed program names the wrong ``getitem`` as the preserved BatchNorm's output (torch
+  maps an old name to the *last* new node made from it): ``repair_call_signatures`` names the
+  value that crosses the boundary instead (Before/Expected on the signature).
+- A preserved call that hands one of its inputs back (T5's position bias) next to a sibling that
+  made it: both results live in the caller under distinct names.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import attrs
+import pytest
+import torch
+from torch import nn
+
+from ir import import_ep
+from ir.args import EMPTY_DICT, ref
+from ir.verify import verify
+from lowering import lower
+from transforms import pipeline, transform
+from transforms.laws import check_program
+from transforms.outline import outline
+from transforms.pipeline import DEFAULT_PIPELINE
+from transforms.signatures import repair_call_signatures
+
+D = 4
+BEFORE_OUTLINE = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(outline)]
+
+
+class NormOnce(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+        self.bn = nn.BatchNorm1d(D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.lin(x)).relu()
+
+
+class NormTwice(NormOnce):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.bn(self.lin(x)).relu())
+
+
+def export_bn(model: nn.Module, strict: bool, decompose: bool) -> torch.export.ExportedProgram:
+    ep = torch.export.export(
+        copy.deepcopy(model), (torch.randn(5, D),), strict=strict,
+        preserve_module_call_signature=("bn",),
+    )
+    return ep.run_decompositions() if decompose else ep
+
+
+@pytest.mark.parametrize("keep_functional", [False, True], ids=["inplace", "functional"])
+@pytest.mark.parametrize("decompose", [False, True], ids=["training", "decomposed"])
+@pytest.mark.parametrize("cls", [NormOnce, NormTwice], ids=["once", "twice"])
+def test_preserved_train_batchnorm_matches_eager(cls, decompose: bool, keep_functional: bool):
+    torch.manual_seed(0)
+    eager = cls().train()
+    p = transform(import_ep(export_bn(eager, False, decompose)), pipeline(keep_functional=keep_functional))
+    verify(p)
+    m = lower(p)
+    for i in range(3):
+        x = torch.randn(5, D, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(m(x), eager(x))
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(m.bn, name), getattr(eager.bn, name), msg=name)
+    swapped = copy.deepcopy(eager)
+    m.bn = copy.deepcopy(eager.bn)
+    x = torch.randn(5, D)
+    torch.testing.assert_close(m(x), swapped(x))
+
+
+def test_preserved_train_batchnorm_obeys_the_laws() -> None:
+    torch.manual_seed(0)
+    check_program(transform, import_ep(export_bn(NormTwice().train(), False, True)), idempotent=True)
+
+
+def test_stale_output_name_is_repaired() -> None:
+    """Before: ``bn``'s signature returns ``getitem_4`` (the new running variance) while the
+    caller's ``relu`` reads ``getitem``, the normalized output. Expected: it returns ``getitem``."""
+    torch.manual_seed(0)
+    before = transform(import_ep(export_bn(NormOnce().train(), False, True)), BEFORE_OUTLINE)
+    sig = before.call_signatures["bn"]
+    assert [a.name for a in sig.outputs] == ["getitem_4"]  # torch's name: the symptom
+    fixed = attrs.evolve(sig, outputs=(attrs.evolve(sig.outputs[0], name="getitem"),))
+    expected = before.replace(call_signatures=before.call_signatures.set("bn", fixed))
+    after = repair_call_signatures(before)
+    assert after == expected
+    assert repair_call_signatures(after) is after
+
+
+def test_consistent_signature_is_not_touched() -> None:
+    torch.manual_seed(0)
+    p = transform(import_ep(export_bn(NormOnce().train(), False, False)), BEFORE_OUTLINE)
+    assert repair_call_signatures(p) is p
+
+
+class PassesBias(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.lin(x) + bias, bias
+
+
+class BiasChain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = PassesBias()
+        self.b = PassesBias()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, bias = self.a(x, x.mean(0))
+        h, bias = self.b(h, bias)
+        return h + bias
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["training", "decomposed"])
+def test_siblings_handing_back_one_value_verify_and_run(decompose: bool) -> None:
+    torch.manual_seed(0)
+    eager, x = BiasChain(), torch.randn(3, D)
+    ep = torch.export.export(copy.deepcopy(eager), (x,), preserve_module_call_signature=("a", "b"))
+    if decompose:
+        ep = ep.run_decompositions()
+    p = transform(import_ep(ep))
+    verify(p)
+    m = lower(p)
+    torch.testing.assert_close(m(x), eager(x))
+    m.b = copy.deepcopy(eager.b)
+    torch.testing.assert_close(m(x), eager(x))
+
+
+def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
+    """Before (flat, decomposed, twice): ``bn@1`` reads ``add``, ``getitem_3`` and ``getitem_4``,
+    the batch count and running statistics ``bn`` computed. Expected: a ``copy_`` into each
+    buffer right after each of them (in ``bn``), so that ``bn@1`` reads the buffers; nothing else
+    changes."""
+    from ir.graph import Graph
+    from ir.node import CALL_FUNCTION, Node
+    from transforms.ival_insertion import insert_ivals
+    from transforms.ivals import COPY
+    from transforms.remat import rematerialize
+
+    torch.manual_seed(0)
+    flat = transform(import_ep(export_bn(NormTwice().train(), False, True)), BEFORE_OUTLINE)
+    before = rematerialize(repair_call_signatures(flat))
+    after = insert_ivals(before)
+    writes = {
+        "add": "b_bn_num_batches_tracked",
+        "getitem_3": "b_bn_running_mean",
+        "getitem_4": "b_bn_running_var",
+    }
+    nodes, names = [], {n.name for n in before.root_module.graph.nodes}
+    for node in before.root_module.graph.nodes:
+        nodes.append(node)
+        if node.name in writes:
+            name = next(f"copy__{i}" for i in range(1, 99) if f"copy__{i}" not in names)
+            names.add(name)
+            args = (ref(writes[node.name]), node.ref)
+            nodes.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
+    root = before.root_module.replace(graphs=(Graph.of(nodes),))
+    expected = before.replace(modules=before.modules.set(before.root, root))
+    assert after == expected
+    assert insert_ivals(after) is after

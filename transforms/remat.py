@@ -1,0 +1,525 @@
+"""Rematerialization: values that cross a preserved call boundary outside its signature.
+
+A preserved call (``preserve_module_call_signature``) may take nothing but its eager
+``(args, kwargs)`` and state, and hand back nothing but its eager outputs. Export does not keep
+to that: it shares computations between modules (a dtype cast that a block and its parent both
+make, a ``permute``, a ``getitem`` of one tuple, symbolic-size arithmetic), so the flat graph
+has reads that cross a preserved boundary without being in the signature:
+
+- *outside -> inside*: a preserved call reads a value computed before it starts;
+- *inside -> outside*: a caller (or a later call) reads a value computed inside the call;
+- *call -> call*: one preserved call reads what another computed (both of the above).
+
+``rematerialize`` rewrites each such read on the flat root graph, before outlining:
+
+1. **alias**: when the value *is* a value the reader may read, up to a no-op (``getitem`` of the
+   same tuple at the same index, ``clone``/``alias``, a ``to``/``view``/``reshape``/``expand``
+   that keeps shape, dtype and device), the reader reads that value; a call's output is
+   preferred, so that after a user swaps the preserved module every reader sees the new
+   module's result, as in eager;
+2. **recompute**: else, when the value's producing slice is pure and deterministic (no random
+   op, no mutation, no effect, no higher-order op) and every leaf of the slice is readable
+   where the reader runs (the inputs and outputs of preserved calls as that side sees them,
+   state, constants, symbolic sizes of readable tensors), the slice is copied in front of the
+   reader, into the reader's module call;
+3. otherwise a ``PassError`` names the value, the preserved call, the reading module, why, and
+   what to do.
+
+State values (results of in-place ops, values a ``copy_`` writes back, intermediate values of a
+buffer's update chain) are left to ``outline``, which reads them from the state
+(``transforms.ivals``).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from bisect import bisect_right
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+
+from ir.args import Ref, map_refs, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.names import Names, fresh_name
+from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
+from ir.signature import STATE_INPUT_KINDS
+from transforms.ivals import mutation_sources, update_chains, written_back_values
+from transforms.stacks import Frame, node_frames
+
+log = logging.getLogger("purefx")
+
+FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+
+#: The most nodes one rematerialized value may copy; a longer slice is a ``PassError``.
+MAX_SLICE = 256
+
+_SYM_SIZE = torch.ops.aten.sym_size.int
+
+# Ops that return their first argument unchanged when shape, dtype and device are kept.
+_NO_OP_IF_SAME = {
+    torch.ops.aten.clone.default,
+    torch.ops.aten.alias.default,
+    torch.ops.aten.to.dtype,
+    torch.ops.aten.to.dtype_layout,
+    torch.ops.aten.to.device,
+    torch.ops.aten._to_copy.default,
+    torch.ops.aten.view.default,
+    torch.ops.aten.reshape.default,
+    torch.ops.aten._unsafe_view.default,
+    torch.ops.aten.expand.default,
+    torch.ops.aten.contiguous.default,
+}
+
+
+def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program:
+    """Rewrite the flat root graph so that no value crosses a preserved call boundary unless
+    its signature (or state) carries it.
+
+    Parameters:
+        program: a flat program (as ``import_ep`` makes it; a program already outlined is
+            returned as it is).
+        frames_of: the module calls a node runs in (``transforms.stacks.node_frames``).
+
+    Returns:
+        ``program`` itself when no read crosses a boundary; else a program whose root graph reads
+        an alias that is readable (a call's output first), or a copy of the value's slice made
+        just before the reader and carrying the reader's module stack.
+
+    Raises:
+        PassError: naming the value, the preserved call, the reading module and the reason, for
+        a value whose slice is not pure, reads something the reader cannot see (a user input
+        outside the signature, a buffer updated in between), or is longer than ``MAX_SLICE``.
+
+    **Laws:** semantics-preserving (the copies compute the same values at the reader); idempotent
+    (``rematerialize(rematerialize(p)) == rematerialize(p)``); deterministic (names and order
+    follow the graph); a program without preserved calls is returned as it is (``is``).
+
+    Complexity: O(n + c) for n nodes and c copied nodes; each slice is found once per reading
+    call (memoized) and is at most ``MAX_SLICE`` nodes.
+    """
+    if not any(program.call_signatures):  # only the root's ('')
+        return program
+    graph = program.root_module.graph
+    if any(n.op == CALL_MODULE for n in graph.nodes):
+        return program
+    worker = _Rematerializer(program, frames_of)
+    nodes = worker.run()
+    if nodes is None:
+        return program
+    root = program.root_module
+    root = root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:])
+    program = program.replace(modules=program.modules.set(program.root, root))
+    renamed = worker.output_renames
+    if not renamed:
+        return program
+    # the root now returns the alias or copy: the export signature names it
+    signature = program.signature
+    outputs = tuple(
+        attrs.evolve(spec, name=renamed[spec.name]) if spec.name in renamed else spec
+        for spec in signature.outputs
+    )
+    return program.replace(signature=attrs.evolve(signature, outputs=outputs))
+
+
+class _NotRecomputable(Exception):
+    """Why a slice cannot be copied to the reader (internal: becomes a ``PassError``)."""
+
+
+class _Rematerializer:
+    """One rewrite of the flat root graph: the tables it reads and the copies it made."""
+
+    def __init__(self, program: Program, frames_of: FrameOf) -> None:
+        self.p = program
+        self.graph = program.root_module.graph
+        self.nodes = self.graph.nodes
+        self.by_name = self.graph.by_name()
+        self.position = {n.name: i for i, n in enumerate(self.nodes)}
+        sigs = program.call_signatures
+        self.inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
+        self.outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
+        self.state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
+        self.user_inputs = [s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS]
+        self.chain, self.stack_of, self.path_of = _chains(self.nodes, frames_of, sigs)
+        self._state_values: set[str] | None = None  # built on the first crossing read
+        self._aliases: dict[str, list[str]] | None = None
+        self._writes: dict[str, list[int]] | None = None
+        self._dest: dict[str, str] = {}
+        self._symbols: dict[tuple[str, ...], dict[Any, tuple[str, int]]] = {}
+        self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.taken = Names(self.position)
+        self.changed = False
+        self.output_renames: dict[str, str] = {}
+
+    # --- driver -----------------------------------------------------------------------------
+
+    def run(self) -> list[Node] | None:
+        out: list[Node] = []
+        for node in self.nodes:
+            if node.op == PLACEHOLDER:
+                out.append(node)
+                continue
+            chain = self.chain[node.name]
+            if all(self._readable(r.name, chain) for r in node.inputs()):
+                out.append(node)  # the common case: nothing crosses
+                continue
+
+            def read(r: Ref, node: Node = node, chain: tuple[str, ...] = chain) -> Ref:
+                if self._readable(r.name, chain):
+                    return r
+                found = self._resolve(r.name, chain, node, out)
+                if node.op == OUTPUT:
+                    self.output_renames[r.name] = found
+                return ref(found)
+
+            args = map_refs(node.args, read)
+            kwargs = map_refs(node.kwargs, read)
+            if args is not node.args or kwargs is not node.kwargs:
+                node = node.replace(args=args, kwargs=kwargs)
+            out.append(node)
+        return out if self.changed else None
+
+    # --- what a reader may read -------------------------------------------------------------
+
+    def _readable(self, name: str, chain: tuple[str, ...]) -> bool:
+        """Whether a node in preserved calls ``chain`` may read ``name`` as it is: the value
+        leaves each preserved call it was made in as an output and enters each one the reader
+        is in as an input; state (and state values, which ``outline`` reads from the state)
+        crosses freely."""
+        if name not in self.by_name:
+            return True  # an undefined value: ``outline`` reports it
+        own = self.chain.get(name, ())
+        if own == chain:
+            return True
+        if name in self.state:
+            return True
+        k = _common_prefix(own, chain)
+        if all(name in self.outputs_of[c] for c in own[k:]) and all(
+            name in self.inputs_of[c] for c in chain[k:]
+        ):
+            return True
+        return name in self.state_values()
+
+    def state_values(self) -> set[str]:
+        """Values ``outline`` reads from the state: in-place results, values a ``copy_`` writes
+        back, the intermediate values of a root input's update chain, and the mutated inputs."""
+        if self._state_values is None:
+            aliases, sources = mutation_sources(self.graph, self.p)
+            written_back = written_back_values(self.p.signature)
+            chains = update_chains(self.graph, aliases, written_back)
+            # the mutated inputs themselves too: a call that mutates one is handed it
+            dests = set(aliases.values()) | set(chains.values()) | set(written_back.values())
+            self._state_values = set(sources) | set(chains) | dests
+            self._dest = dict(aliases)
+            # a state changes where it is written in place and where a functional update makes
+            # its next value (which ``outline`` writes back when a preserved call reads it)
+            writes: dict[str, list[int]] = {}
+            for name, dest in [*aliases.items(), *chains.items()]:
+                writes.setdefault(dest, []).append(self.position[name])
+            for positions in writes.values():
+                positions.sort()
+            self._writes = writes
+        return self._state_values
+
+    # --- one crossing read ------------------------------------------------------------------
+
+    def _resolve(self, name: str, chain: tuple[str, ...], reader: Node, out: list[Node]) -> str:
+        """The name the reader reads instead of ``name``: an alias, or a copy emitted to ``out``."""
+        found = self.memo.get((name, chain))
+        if found is not None:
+            return found
+        self.changed = True
+        alias = self._readable_alias(name, chain, reader)
+        if alias is not None:
+            self.memo[(name, chain)] = alias
+            log.debug("remat: %%%s read as %%%s by %s", name, alias, self._where(reader, chain))
+            return alias
+        try:
+            plan = self._slice(name, chain, reader)
+        except _NotRecomputable as why:
+            raise PassError(self._message(name, chain, reader, str(why))) from None
+        for node in plan:
+            out.append(self._copy(node, chain, reader))
+        log.debug(
+            "remat: %%%s recomputed by %s: %d node(s) copied",
+            name, self._where(reader, chain), len(plan),
+        )
+        return self.memo[(name, chain)]
+
+    def _readable_alias(self, name: str, chain: tuple[str, ...], reader: Node) -> str | None:
+        """A readable value that equals ``name`` up to no-op aliasing, made before ``reader``:
+        a preserved call's output first, then any other."""
+        members = self.aliases().get(name)
+        if not members:
+            return None
+        limit = self.position[reader.name] if reader.name in self.position else len(self.nodes)
+        fallback = None
+        for member in members:
+            if member == name or self.position[member] >= limit:
+                continue
+            if not self._readable(member, chain):
+                continue
+            own = self.chain.get(member, ())
+            if own and member in self.outputs_of[own[-1]]:
+                return member
+            fallback = fallback or member
+        return fallback
+
+    def aliases(self) -> dict[str, list[str]]:
+        """Each value -> the values equal to it up to no-op aliasing (classes of size > 1)."""
+        if self._aliases is None:
+            self._aliases = _alias_classes(self.nodes)
+        return self._aliases
+
+    def _slice(self, name: str, chain: tuple[str, ...], reader: Node) -> list[Node]:
+        """The nodes to copy (in graph order) so that ``name`` is computed in ``chain``."""
+        plan: dict[str, Node] = {}
+        at = self.position.get(reader.name, len(self.nodes))
+
+        def visit(value: str) -> None:
+            if value in plan or (value, chain) in self.memo:
+                return
+            node = self.by_name[value]
+            symbol = self._symbol_source(node, chain)
+            if symbol is not None:
+                plan[value] = symbol
+                return
+            why = _not_pure(node)
+            if why:
+                raise _NotRecomputable(f"%{value} {why}")
+            for r in node.inputs():
+                leaf = r.name
+                if (leaf, chain) in self.memo:
+                    continue
+                if self._readable(leaf, chain):
+                    self._check_unchanged(leaf, value, at)
+                    continue
+                if self._readable_alias(leaf, chain, reader) is not None:
+                    continue
+                if self.by_name[leaf].op == PLACEHOLDER:
+                    raise _NotRecomputable(
+                        f"its slice reads the input %{leaf}, which is not passed to the call"
+                    )
+                visit(leaf)
+            plan[value] = node
+            if len(plan) > MAX_SLICE:
+                raise _NotRecomputable(f"its slice is longer than {MAX_SLICE} nodes")
+
+        visit(name)
+        return sorted(plan.values(), key=lambda n: self.position.get(n.name, -1))
+
+    def _check_unchanged(self, leaf: str, user: str, at: int) -> None:
+        """A leaf that is (a value of) a mutated root input must still be the input's current
+        value where the copy runs (before node ``at``): no write between the leaf and there."""
+        self.state_values()
+        dest = self._dest.get(leaf, leaf)
+        writes = (self._writes or {}).get(dest)
+        if not writes:
+            return
+        start = self.position[leaf]  # the value the slice reads is current from here on
+        if bisect_right(writes, at - 1) > bisect_right(writes, start):
+            raise _NotRecomputable(
+                f"its slice (%{user}) reads %{leaf}, which is updated before the reader runs"
+            )
+
+    def _symbol_source(self, node: Node, chain: tuple[str, ...]) -> Node | None:
+        """A ``sym_size`` of a tensor readable in ``chain`` whose size is the symbolic integer
+        ``node`` computes (a size is known wherever a tensor of that size is), or ``None``."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.SymInt) or node.op != CALL_FUNCTION:
+            return None
+        found = self._symbols_of(chain).get(val.node.expr)
+        if found is None:
+            return None
+        tensor, dim = found
+        if node.target is _SYM_SIZE and node.args == (ref(tensor), dim):
+            return None  # it is this node: copy it as it is
+        return Node(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
+
+    def _symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[str, int]]:
+        """Size expression -> (tensor, dim) over the tensors the innermost call of ``chain``
+        takes (the root's user inputs for the root)."""
+        found = self._symbols.get(chain)
+        if found is not None:
+            return found
+        names = (
+            [a.name for a in self.p.call_signatures[chain[-1]].inputs if a.name]
+            if chain
+            else self.user_inputs
+        )
+        found = {}
+        for name in names:
+            node = self.by_name.get(name)
+            val = node.meta.get("val") if node is not None else None
+            for dim, size in enumerate(getattr(val, "shape", ())):
+                if isinstance(size, torch.SymInt):
+                    found.setdefault(size.node.expr, (name, dim))
+        self._symbols[chain] = found
+        return found
+
+    def _copy(self, node: Node, chain: tuple[str, ...], reader: Node) -> Node:
+        """A copy of ``node`` in the reader's module call, reading the copies made before it."""
+        name = fresh_name(node.name, self.taken)
+
+        def read(r: Ref) -> Ref:
+            found = self.memo.get((r.name, chain))
+            if found is not None:
+                return ref(found)
+            if self._readable(r.name, chain):
+                return r
+            return ref(self._readable_alias(r.name, chain, reader))
+
+        args = map_refs(node.args, read)
+        kwargs = map_refs(node.kwargs, read)
+        self.memo[(node.name, chain)] = name
+        meta = dict(node.meta)
+        meta["nn_module_stack"] = self.stack_of(reader)
+        return Node(CALL_FUNCTION, name, node.target, args, kwargs, meta=meta)
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def _where(self, reader: Node, chain: tuple[str, ...]) -> str:
+        path = self.path_of(reader)
+        return repr(path) if path else "'<root>'"
+
+    def _message(self, name: str, chain: tuple[str, ...], reader: Node, why: str) -> str:
+        own = self.chain.get(name, ())
+        k = _common_prefix(own, chain)
+        if len(own) > k:
+            crossing = f"is produced inside a preserved call {own[-1]!r}"
+            parent = own[k]
+            fix = (
+                f"return it from {own[-1]!r}, or preserve the module that calls it instead of it"
+            )
+        else:
+            crossing = f"is computed outside the preserved call {chain[-1]!r}"
+            parent = chain[k]
+            fix = f"pass it to {chain[-1]!r} as an argument, or preserve its parent instead"
+        return (
+            f"value %{name} {crossing} and read by %{reader.name} in "
+            f"{self._where(reader, chain)} without crossing the call's signature; it cannot be "
+            f"recomputed there: {why}. {fix[0].upper()}{fix[1:]} (e.g. not {parent!r})"
+        )
+
+
+# --- tables over the flat graph ---------------------------------------------------------------
+
+
+def _chains(
+    nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any
+) -> tuple[dict[str, tuple[str, ...]], Callable[[Node], Any], Callable[[Node], str]]:
+    """Per node, the preserved calls it runs in (outermost first); the module stack meta a copy
+    made for a reader takes; the reader's module path."""
+    chain: dict[str, tuple[str, ...]] = {}
+    frames_at: dict[str, tuple[Frame, ...]] = {}
+    by_frames: dict[tuple[Frame, ...], tuple[str, ...]] = {}
+    current: tuple[Frame, ...] = ()
+    root_stack: dict[str, Any] = {}
+    for node in nodes:
+        if node.op in (PLACEHOLDER, OUTPUT):
+            chain[node.name] = ()
+            frames_at[node.name] = ()
+            continue
+        frames = frames_of(node)
+        if frames is not None:
+            current = frames
+            if not root_stack:
+                stack = node.meta.get("nn_module_stack") or {}
+                root_stack = {k: v for k, v in stack.items() if not v[0]}
+        found = by_frames.get(current)
+        if found is None:
+            found = tuple(f.call_name for f in current if f.path and f.call_name in sigs)
+            by_frames[current] = found
+        chain[node.name] = found
+        frames_at[node.name] = current
+
+    def stack_of(reader: Node) -> Any:
+        if reader.op == OUTPUT:
+            return dict(root_stack)
+        return reader.meta.get("nn_module_stack")
+
+    def path_of(reader: Node) -> str:
+        frames = frames_at.get(reader.name, ())
+        return frames[-1].path if frames else ""
+
+    return chain, stack_of, path_of
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    k = 0
+    while k < len(a) and k < len(b) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def _not_pure(node: Node) -> str:
+    """Why ``node`` cannot be computed a second time ('' when it can)."""
+    if node.op != CALL_FUNCTION:
+        return f"is a {node.op} node"
+    target = node.target
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"is a higher-order op ({target.name()})"
+    schema = getattr(target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return f"mutates its input ({target})"
+    if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+        return f"is random ({target})"
+    if isinstance(target, torch._ops.OpOverload) and torch._higher_order_ops.effects.has_effects(
+        target
+    ):
+        return f"has a side effect ({target})"
+    return ""
+
+
+def _same_value(node: Node, source: Node) -> bool:
+    a, b = node.meta.get("val"), source.meta.get("val")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape
+
+
+def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
+    """Union-find over no-op edges: ``getitem(t, i)`` nodes with the same ``(t, i)``, and the ops
+    of ``_NO_OP_IF_SAME`` whose result keeps the input's shape, dtype and device. Each member
+    of a class of two or more maps to the class's members in graph order. O(n α(n))."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while x != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent.setdefault(ra, ra)
+            parent[rb] = ra
+
+    by_name = {n.name: n for n in nodes}
+    items: dict[tuple[str, Any], str] = {}
+    for node in nodes:
+        if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
+            continue
+        first = node.args[0].name
+        if node.target is operator.getitem and len(node.args) == 2:
+            key = (first, node.args[1])
+            try:
+                seen = items.setdefault(key, node.name)
+            except TypeError:
+                continue
+            if seen != node.name:
+                union(seen, node.name)
+        elif node.target in _NO_OP_IF_SAME and _same_value(node, by_name[first]):
+            union(first, node.name)
+    classes: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.name in parent:
+            classes.setdefault(find(node.name), []).append(node.name)
+    return {m: members for members in classes.values() if len(members) > 1 for m in members}

@@ -1,0 +1,225 @@
+"""Repairing preserved call signatures whose value names went stale in ``run_decompositions``.
+
+torch 2.13's ``run_decompositions`` renames the graph's nodes and maps the names of each
+preserved call's signature through node provenance (``meta["from_node"]``), keeping the *last*
+new node that came from an old one. When one old node becomes several (a train-mode batch norm:
+the output and the running statistics), the signature names the wrong one; when an old name has
+no new node, the signature keeps the old name, which may now belong to another node (a top-k
+index of another layer). The program then reads a value across the call's boundary that the
+signature does not carry, and names one it does not use.
+
+``repair_call_signatures`` finds such a signature by its symptom and fixes it when the fix is
+unambiguous: a *suspect* name (an input defined only after the call starts, an input the call
+never reads, an output defined outside the call or read after it by nothing but a state write)
+is replaced by a value that *crosses* the boundary in the same direction without being in the
+signature, when exactly one such value comes from the same old node (same provenance), or failing
+that has the same shape and dtype, or is the only one left for the only suspect left.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from ir.graph import Graph
+from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
+from ir.signature import CallSignature
+from transforms.ivals import mutation_sources, update_chains, written_back_values
+from transforms.stacks import Frame, node_frames
+
+log = logging.getLogger("purefx")
+
+FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+
+
+def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -> Program:
+    """Replace stale value names in preserved call signatures (see the module docstring).
+
+    Parameters:
+        program: a flat program (a program already outlined is returned as it is).
+        frames_of: the module calls a node runs in.
+
+    Returns:
+        ``program`` itself when every signature is consistent with the graph or no fix is
+        unambiguous; else the program with the repaired ``call_signatures`` (the graph is not
+        changed). Each repair is logged (logger ``purefx``, level INFO).
+
+    **Laws:** idempotent; never changes a graph; a signature whose names are all used as the
+    signature says is never changed. Complexity: O(n · d) for n nodes and preserved calls nested
+    d deep.
+    """
+    sigs = program.call_signatures
+    if not any(sigs):  # only the root's ('')
+        return program
+    graph = program.root_module.graph
+    if any(n.op == CALL_MODULE for n in graph.nodes):
+        return program
+    spans = _spans(graph, frames_of, sigs)
+    if not spans:
+        return program
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
+    by_name = graph.by_name()
+    writes = _state_writes(graph, program)
+    state = {s.name for s in program.signature.inputs if s.target is not None}
+    repaired = {}
+    for call, (start, end) in spans.items():
+        sig = sigs[call]
+        inside = _Inside(start, end, position)
+        fixed = _repair(call, sig, graph, inside, users, by_name, writes, state)
+        if fixed is not sig:
+            repaired[call] = fixed
+    if not repaired:
+        return program
+    return program.replace(call_signatures=program.call_signatures.update(repaired))
+
+
+@attrs.frozen
+class _Inside:
+    start: int
+    end: int
+    position: Mapping[str, int]
+
+    def __call__(self, name: str) -> bool:
+        at = self.position.get(name)
+        return at is not None and self.start <= at <= self.end
+
+
+def _repair(
+    call: str,
+    sig: CallSignature,
+    graph: Graph,
+    inside: _Inside,
+    users: Mapping[str, tuple[str, ...]],
+    by_name: Mapping[str, Node],
+    writes: set[str],
+    state: set[str],
+) -> CallSignature:
+    names_in = {a.name for a in sig.inputs if a.name}
+    names_out = {a.name for a in sig.outputs if a.name}
+    position = inside.position
+
+    def read_inside(name: str) -> bool:
+        return any(inside(u) for u in users.get(name, ()))
+
+    def read_after(name: str) -> bool:
+        return any(position[u] > inside.end and u not in writes for u in users.get(name, ()))
+
+    suspect_in = [
+        a.name
+        for a in sig.inputs
+        if a.name
+        and a.name not in state
+        and (a.name not in position or position[a.name] >= inside.start or not read_inside(a.name))
+    ]
+    suspect_out = [
+        a.name
+        for a in sig.outputs
+        if a.name
+        and a.name not in names_in
+        and (not inside(a.name) or a.name in writes or not read_after(a.name))
+    ]
+    if not suspect_in and not suspect_out:
+        return sig
+    crossing_in: dict[str, None] = {}
+    crossing_out: dict[str, None] = {}
+    for node in graph.nodes[inside.start : inside.end + 1]:
+        for r in node.inputs():
+            source = by_name.get(r.name)
+            if (
+                source is not None
+                and source.op != PLACEHOLDER
+                and position[r.name] < inside.start
+                and r.name not in names_in
+                and r.name not in writes
+            ):
+                crossing_in[r.name] = None
+        private = node.name not in names_out and node.name not in writes
+        if private and node.op != PLACEHOLDER and read_after(node.name):
+            crossing_out[node.name] = None
+    renames = {}
+    renames.update(_match(suspect_in, list(crossing_in), by_name))
+    renames.update(_match(suspect_out, list(crossing_out), by_name))
+    if not renames:
+        return sig
+    for old, new in renames.items():
+        log.info(
+            "preserved call %r: its signature names %%%s, which the call does not use as such; "
+            "%%%s crosses its boundary instead (a name run_decompositions did not update)",
+            call, old, new,
+        )
+
+    def fix(args: tuple) -> tuple:
+        return tuple(attrs.evolve(a, name=renames[a.name]) if a.name in renames else a for a in args)
+
+    return attrs.evolve(sig, inputs=fix(sig.inputs), outputs=fix(sig.outputs))
+
+
+def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]) -> dict[str, str]:
+    """Each suspect name -> the one crossing value from the same old node, or else the one with
+    the same shape and dtype, or else, when one suspect and one crossing value are left, that
+    one; suspects without exactly one candidate stay."""
+    found = {}
+    free = dict.fromkeys(crossing)
+    left = []
+    for name in suspects:
+        for same in (_same_origin, _same_type):
+            candidates = [c for c in free if same(by_name.get(name), by_name[c])]
+            if len(candidates) == 1:
+                found[name] = candidates[0]
+                del free[candidates[0]]
+                break
+            if candidates:
+                break
+        else:
+            left.append(name)
+    if len(left) == 1 and len(free) == 1:
+        found[left[0]] = next(iter(free))
+    return found
+
+
+def _origin(node: Node | None) -> Any:
+    sources = node.meta.get("from_node") if node is not None else None
+    return getattr(sources[-1], "name", None) if sources else None
+
+
+def _same_origin(a: Node | None, b: Node) -> bool:
+    origin = _origin(a)
+    return origin is not None and origin == _origin(b)
+
+
+def _same_type(a: Node | None, b: Node) -> bool:
+    x = a.meta.get("val") if a is not None else None
+    y = b.meta.get("val")
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        return False
+    return x.dtype == y.dtype and x.shape == y.shape
+
+
+def _spans(graph: Graph, frames_of: FrameOf, sigs: Any) -> dict[str, tuple[int, int]]:
+    """Preserved call name -> (first, last) position of its nodes in the flat graph."""
+    spans: dict[str, tuple[int, int]] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op in (PLACEHOLDER, OUTPUT):
+            continue
+        for frame in frames_of(node) or ():
+            name = frame.call_name
+            if frame.path and name in sigs:
+                first = spans.get(name, (i, i))[0]
+                spans[name] = (first, i)
+    return spans
+
+
+def _state_writes(graph: Graph, program: Program) -> set[str]:
+    """Nodes that write a root input (in-place ops and the values a ``copy_`` writes), the values
+    the export signature writes back, and every value on a state's update chain: state traffic,
+    which a call signature does not carry."""
+    aliases, sources = mutation_sources(graph, program)
+    written_back = written_back_values(program.signature)
+    chains = update_chains(graph, aliases, written_back)
+    return set(aliases) | set(sources) | set(written_back) | set(chains)
