@@ -14,13 +14,14 @@ from ir import signature as sg
 from ir import state as st
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
-from ir.module import Module, ModuleId, split_call_target
+from ir.module import SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
+from lowering.hop_bodies import hold_body
 from lowering.modules import (
     HOLDER_CLASSES,
     LOWERED_CLASSES,
@@ -60,9 +61,13 @@ def lower(
     for _, mid in program.walk():
         if mid not in objects:
             objects[mid] = _build_module(program.module_table()[mid], orders.get(mid, ()), interpreter)
+    table = program.module_table()
     for mid, obj in objects.items():
-        for name, child in program.module_table()[mid].children:
-            obj._modules[name] = objects[child]
+        for name, child in table[mid].children:
+            if table[child].kind == SUBGRAPH:
+                hold_body(obj, name, objects[child])  # not a submodule of the eager model
+            else:
+                obj._modules[name] = objects[child]
     _register_state(program, objects, device, share_state)
     root._dispatchers = [o for o in objects.values() if isinstance(o, LoweredModule) and o._call_graphs]
     if not interpreter:
