@@ -426,19 +426,26 @@ def run_sweep(
     progress: Callable[[Result], None] | None = None,
     shard: tuple[int, int] = (0, 1),
     models: frozenset[str] | None = None,
+    irs: tuple[str, ...] = IRS,
+    skip: frozenset[str] = frozenset(),
 ) -> list[Result]:
     """Run the CI sample (or every case with ``full``) and return the results in case order.
 
     ``shard=(k, n)`` runs only the cases at positions ``k, k + n, k + 2n, ...`` (to spread one
     sweep over ``n`` processes; ``--report`` joins their JSON files). ``models`` keeps only the
-    cases of those models (before sharding).
+    cases of those models, ``irs`` those of these IRs, and ``skip`` leaves out these case ids
+    (all before sharding).
     """
     torch.manual_seed(0)
     sweep = Sweep()
     with quiet():
         cases = sweep.cases()
         chosen = cases if full else sample(cases)
-        chosen = [c for c in chosen if models is None or c.model in models]
+        chosen = [
+            c
+            for c in chosen
+            if (models is None or c.model in models) and c.ir in irs and c.id not in skip
+        ]
         chosen = chosen[shard[0] :: shard[1]]
         results = []
         for c in chosen:
@@ -534,14 +541,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     parser.add_argument("--shard", metavar="K/N", default="0/1", help="run every N-th case from K")
     parser.add_argument("--models", metavar="A,B", help="only the cases of these models")
-    parser.add_argument("--report", nargs="+", metavar="F", help="print the table of JSON files")
+    parser.add_argument("--ir", choices=IRS, help="only the cases of this IR")
+    parser.add_argument("--skip", nargs="+", default=(), metavar="F", help="cases in these JSONs")
+    parser.add_argument(
+        "--report", nargs="+", metavar="F", help="the table of JSON files (later files win)"
+    )
     opts = parser.parse_args(argv)
     if opts.report:
-        results = []
+        by_id: dict[str, Result] = {}  # a case in a later file replaces the same case before
         for path in opts.report:
             with open(path) as f:
-                results += from_json(json.load(f))
-        print(format_table(results))
+                by_id |= {r.case.id: r for r in from_json(json.load(f))}
+        print(format_table(list(by_id.values())))
         return 0
     start = time.perf_counter()
     k, _, n = opts.shard.partition("/")
@@ -555,8 +566,18 @@ def main(argv: list[str] | None = None) -> int:
         if opts.json and len(done) % 10 == 0:  # a long sweep that is stopped keeps its cases
             _write_json(opts.json, done)
 
-    models = frozenset(opts.models.split(",")) if opts.models else None
-    results = run_sweep(full=opts.full, progress=progress, shard=(int(k), int(n)), models=models)
+    skip: set[str] = set()
+    for path in opts.skip:
+        with open(path) as f:
+            skip |= {r.case.id for r in from_json(json.load(f))}
+    results = run_sweep(
+        full=opts.full,
+        progress=progress,
+        shard=(int(k), int(n)),
+        models=frozenset(opts.models.split(",")) if opts.models else None,
+        irs=(opts.ir,) if opts.ir else IRS,
+        skip=frozenset(skip),
+    )
     print(format_table(results))
     print(f"\n{len(results)} cases in {time.perf_counter() - start:.0f} s")
     if opts.json:
