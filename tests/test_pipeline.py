@@ -980,6 +980,7 @@ def test_modules_are_interpreter_modules(name: str, interpreter: bool) -> None:
     case = CASES[name]
     _, m, eager = lowered(name, interpreter=interpreter)
     running = [(p, s) for p, s in m.named_modules() if p and runs_graph(s)]
+    running += [(f"{p}:{n}", b) for p, s in m.named_modules() for n, b in held_bodies(s)]
     assert running
     for path, sub in running:
         assert isinstance(sub, InterpreterModule), path
