@@ -14,13 +14,14 @@ from ir import signature as sg
 from ir import state as st
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
-from ir.module import LEAF, Module, ModuleId, split_call_target
+from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
 from lowering.direct import direct_function, locate
+from lowering.hop_bodies import hold_body
 from lowering.identifiers import check_graph
 from lowering.leaf import finish_leaf, leaf_shell
 from lowering.meta import complete_meta
@@ -71,9 +72,13 @@ def lower(
     for _, mid in program.walk():
         if mid not in objects:
             objects[mid] = _build_module(program.module_table()[mid], interpreter)
+    table = program.module_table()
     for mid, obj in objects.items():
-        for name, child in program.module_table()[mid].children:
-            obj._modules[name] = objects[child]
+        for name, child in table[mid].children:
+            if table[child].kind == SUBGRAPH:
+                hold_body(obj, name, objects[child])  # not a submodule of the eager model
+            else:
+                obj._modules[name] = objects[child]
     _register_state(program, objects, device, share_state)
     for mid, obj in objects.items():
         if program.module_table()[mid].kind == LEAF:

@@ -27,6 +27,7 @@ from ir.graph import Graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
 from lowering.codegen import GRAPH_KEYWORD, compile_graph
+from lowering.hop_bodies import held_bodies
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
 from lowering.tree_watch import Watched
@@ -473,7 +474,7 @@ def _readable(mod: torch.nn.Module, name: str, options: dict, seen: set[int]) ->
             lines.append(f"    # call variant {i}")
         src = graph.python_code(root_module="self", **options).src.strip("\n")
         lines += ["    " + line if line else line for line in src.split("\n")]
-    for child_name, child in mod.named_children():
+    for child_name, child in [*mod.named_children(), *held_bodies(mod)]:
         if id(child) in seen:
             lines.append(f"    # {child_name}: shared, printed above")
             continue

@@ -1179,3 +1179,60 @@ register(
         features={"big", "attention"},
     )
 )
+
+
+# --------------------------------------------------------------------------
+# Higher-order-op bodies that export makes (set-grad, autocast)
+# --------------------------------------------------------------------------
+
+
+class Rotary(nn.Module):
+    """A rotary-embedding table computed under ``torch.no_grad()`` (as Llama's is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (100 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.arange(x.shape[-2], dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
+class GradBody(nn.Module):
+    """``rotary`` runs under ``no_grad``: export wraps it in ``wrap_with_set_grad_enabled``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rotary = Rotary()
+        self.proj = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rotary(x)
+        return self.proj(x) * cos + x * sin
+
+
+class AutocastBody(nn.Module):
+    """A block under ``torch.autocast``: export wraps it in ``wrap_with_autocast``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+        self.out = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.lin(x).relu()
+        return self.out(h.float())
+
+
+register(Case("grad_body", seeded(GradBody), _x(batch=5), features={"set_grad_body"}))
+# Not strict: torch 2.13's strict export asserts the body's result is float32 while it is
+# bfloat16, so its own ep.module() fails (and run_decompositions of it).
+register(
+    Case("autocast_body", seeded(AutocastBody), _x(batch=5), features={"autocast_body"}),
+    ((False, False), (False, True)),
+)
