@@ -198,13 +198,16 @@ def _counts(ep: torch.export.ExportedProgram) -> tuple[int, int]:
 
 def _check_call_signature(sig: Any, where: str, root_counts: tuple[int, int] | None) -> None:
     sides = (("inputs", sig.inputs, sig.in_spec), ("outputs", sig.outputs, sig.out_spec))
+    # torch leaves an entry unfilled (no inputs, no outputs) when the module's calls are not in
+    # the top graph (inside an autocast or set-grad body): its specs describe eager calls only.
+    unfilled = root_counts is None and not sig.inputs and not sig.outputs
     for i, (side, args, spec) in enumerate(sides):
         if not isinstance(args, (list, tuple)) or any(not isinstance(a, _ARGUMENTS) for a in args):
             raise UnsupportedProgramError(f"{where} has {side} {args!r}, not a list of arguments")
         if not isinstance(spec, pytree.TreeSpec):
             raise UnsupportedProgramError(f"{where} has {side} spec {spec!r}, not a pytree spec")
         count = len(args) if root_counts is None else root_counts[i]
-        if spec.num_leaves != count:
+        if spec.num_leaves != count and not unfilled:
             raise UnsupportedProgramError(
                 f"{where}: its {side} spec has {spec.num_leaves} leaves but the program has "
                 f"{count} {side} there"

@@ -617,7 +617,6 @@ KNOWN_FAILURES: frozenset[str] = frozenset(
         "batchnorm_train|decomp|0,1",
         "batchnorm_train|decomp|1",
         "batchnorm_train|decomp|1,2",
-        "batchnorm_train|decomp|2",
         "hf_llama|train|model.layers.0.input_layernorm",
         "hf_llama|train|model.layers.0.input_layernorm,model.layers.0.post_attention_layernorm",
         "hf_llama|train|model.layers.0.mlp,model.layers.0.input_layernorm",
