@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import keyword
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,8 @@ from lowering.source import compile_function
 
 # The keyword argument by which a caller names the graph variant of a lowered module it calls.
 GRAPH_KEYWORD = "_purefx_graph"
+# Class attribute, true on module classes whose ``forward`` takes ``GRAPH_KEYWORD``.
+TAKES_GRAPH = "_purefx_takes_graph"
 
 # Names generated code uses for itself: a node may not shadow them (a child called ``self``).
 _RESERVED = frozenset(
@@ -114,7 +116,9 @@ def module_call(node: Node, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]
 
     The caller names the graph the call runs: graph ``k`` >= 1 is passed as the keyword
     ``GRAPH_KEYWORD`` (``self.block(x, _purefx_graph = 1)``), so no state on the called module
-    decides it; a call without it runs graph 0 (see ``LoweredModule.forward``). Raises
+    decides it; a call without it runs graph 0 (see ``LoweredModule.forward``). The fx graph
+    keeps this ``call_module``; compiled code and ``GraphInterpreter`` make it a ``call_graph``
+    call, so a module that is not lowered (a user's replacement) never sees the keyword. Raises
     ``LoweringError`` when the node's own keyword arguments already use that name.
     """
     path, variant = split_call_target(node.target)
@@ -126,6 +130,56 @@ def module_call(node: Node, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]
     if variant:
         kwargs = {**kwargs, GRAPH_KEYWORD: variant}
     return path, kwargs
+
+
+def call_graph(module: Callable[..., Any], variant: int, *args: Any, **kwargs: Any) -> Any:
+    """Call ``module`` as a caller that runs its graph ``variant`` (what generated code runs).
+
+    A lowered module (class attribute ``TAKES_GRAPH``) gets ``GRAPH_KEYWORD=variant`` for a
+    ``variant`` >= 1; any other module (a user's replacement) gets the program's arguments only.
+    The module is called as usual (``module(...)``), so its hooks fire. O(1) besides the call.
+    """
+    if variant and getattr(type(module), TAKES_GRAPH, False):
+        return module(*args, **kwargs, **{GRAPH_KEYWORD: variant})
+    return module(*args, **kwargs)
+
+
+class GraphInterpreter(torch.fx.Interpreter):
+    """``torch.fx.Interpreter`` that calls submodules through ``call_graph``."""
+
+    def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        kwargs = dict(kwargs)
+        variant = kwargs.pop(GRAPH_KEYWORD, 0)
+        return call_graph(self.fetch_attr(target), variant, *args, **kwargs)
+
+
+def interpret(module: torch.nn.Module, graph: torch.fx.Graph, args: Sequence[Any]) -> Any:
+    """Run ``graph`` of ``module`` on ``args`` with ``GraphInterpreter``."""
+    return GraphInterpreter(module, graph=graph).run(*args, enable_io_processing=False)
+
+
+def _graph_calls_dispatched(fx_graph: torch.fx.Graph) -> torch.fx.Graph:
+    """``fx_graph``, or a copy of it in which each ``call_module`` that passes ``GRAPH_KEYWORD``
+    is a ``call_graph`` call on the module (a ``get_attr``), so the compiled code passes the
+    keyword to lowered modules only. The input graph is not changed. O(nodes)."""
+    def dispatched(n: torch.fx.Node) -> bool:
+        return n.op == "call_module" and GRAPH_KEYWORD in n.kwargs
+
+    if not any(dispatched(n) for n in fx_graph.nodes):
+        return fx_graph
+    copy = torch.fx.Graph()
+    copy.set_codegen(fx_graph._codegen)
+    out, old_output = copy.graph_copy(fx_graph, {}, return_output_node=True)
+    copy.output(out, type_expr=old_output.type)
+    for node in [n for n in copy.nodes if dispatched(n)]:
+        kwargs = dict(node.kwargs)
+        variant = kwargs.pop(GRAPH_KEYWORD)
+        with copy.inserting_before(node):
+            module = copy.get_attr(node.target)
+            call = copy.call_function(call_graph, (module, variant, *node.args), kwargs)
+        node.replace_all_uses_with(call)
+        copy.erase_node(node)
+    return copy
 
 
 def _copied_meta(node: Node) -> dict[str, Any]:
@@ -217,7 +271,7 @@ def compile_graph(fx_graph: torch.fx.Graph, share_key: Any = None) -> Callable[.
         found = _COMPILED.get(share_key)
         if found is not None:
             return found
-    code = fx_graph.python_code(root_module="self")
+    code = _graph_calls_dispatched(fx_graph).python_code(root_module="self")
     forward = compile_function(code.src, code.globals, "forward")
     if share_key is not None:
         _COMPILED[share_key] = forward

@@ -26,7 +26,7 @@ from ir.errors import InputError, LoweringError
 from ir.graph import Graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
-from lowering.codegen import GRAPH_KEYWORD, compile_graph
+from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
@@ -126,6 +126,8 @@ class LoweredModule(GraphRunner, InterpreterModule):
     """
 
     _forward_names: tuple[str, ...] | None = None
+    # ``codegen.TAKES_GRAPH``: ``forward`` takes ``GRAPH_KEYWORD`` (see ``codegen.call_graph``)
+    _purefx_takes_graph = True
 
     def __new__(cls, ir_graphs: Sequence[Graph] = (), *args: Any, **kwargs: Any) -> Self:
         # Without graphs (deepcopy, unpickling, ``__new__(type(m))``) the class stays as it is.
@@ -267,7 +269,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
         return [n.target for n in self.graphs[index].nodes if n.op == "placeholder"]
 
     def _interpret(self, graph: torch.fx.Graph, args: tuple) -> Any:
-        return torch.fx.Interpreter(self, graph=graph).run(*args, enable_io_processing=False)
+        return interpret(self, graph, args)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

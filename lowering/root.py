@@ -14,7 +14,7 @@ from ir.args import ref
 from ir.graph import Graph
 from ir.node import Node
 from lowering import tree_watch
-from lowering.codegen import NodeRule, compile_graph, fx_name, to_fx_graph
+from lowering.codegen import NodeRule, compile_graph, fx_name, interpret, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
 from lowering.meta import complete_meta
@@ -119,7 +119,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if direct is not None and plain_call(flat) and self._tree_unchanged():
             out = direct(self, *flat)
         elif self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
-            out = torch.fx.Interpreter(self, graph=self.graph).run(*flat, enable_io_processing=False)
+            out = interpret(self, self.graph, flat)
         else:
             out = (self.__dict__["_code"] or self._compile())(self, *flat)
         if self._out_spec is None:
