@@ -37,6 +37,11 @@ ON_TOP = {
     "transforms/laws.py": "the semantics law lowers programs (move to a top-level laws module)",
     "lowering/cli.py": "the command line runs transforms and lowering (move to a top-level cli)",
 }
+# One module of a layer that reads one layer above it, each with why (a debt, named so it cannot grow
+# unseen): export_ep inlines outlined modules back with ``transforms.inline``'s walker.
+UPWARD = {
+    "lowering/export.py": {"transforms"},
+}
 
 
 def layer_imports(path: Path) -> set[str]:
@@ -83,7 +88,7 @@ def test_each_module_imports_only_its_layer_and_those_below(path):
     if rel(path) in ON_TOP:
         return
     layer = path.relative_to(ROOT).parts[0]
-    upward = layer_imports(path) - ALLOWED[layer]
+    upward = layer_imports(path) - ALLOWED[layer] - UPWARD.get(rel(path), set())
     assert not upward, (
         f"{rel(path)} (layer {layer!r}) imports {sorted(upward)}; the layering is "
         f"ir <- transforms <- lowering. Move the code, or name the module in ON_TOP with why."
