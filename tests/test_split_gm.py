@@ -351,7 +351,7 @@ return (%b, %layers_0_bias)"""
 %x = placeholder
 %layers_0 = call_module[layers.0](%x)
 %size = call_method[size](%layers_0, 1)
-return (%layers_0, %size)"""
+return[output_1] (%layers_0, %size)"""
     assert format_graph(split.modules["b"].graph) == """\
 %layers_0 = placeholder
 %size = placeholder
@@ -360,7 +360,7 @@ return (%layers_0, %size)"""
 %mul = call_function[_operator.mul](%layers_1, %scale)
 %layers_2 = call_module[layers.2](%mul)
 %view = call_method[view](%layers_2, -1, %size)
-return %view"""
+return[output_2] %view"""
     assert """\
   state:
     layers_0_bias: parameter <Parameter (4,) torch.float32> = layers.0.bias requires_grad
@@ -476,7 +476,7 @@ def test_child_get_attr_nodes_are_named_after_their_target_like_torch():
 %relu = call_method[relu](%add)
 %b = get_attr[b]()
 %mul = call_function[_operator.mul](%relu, %b)
-return %mul"""
+return[output_2] %mul"""
     assert differences(gm, ["a", "c"], (torch.randn(4),)) == []
 
 
@@ -543,7 +543,7 @@ def test_move_non_tensor_nodes_moves_the_size_next_to_its_reader():
     tags = {n.name: n.meta.get("tag") for n in moved.root_module.graph.nodes}
     assert tags["size"] == "b" and tags["layers_0"] == "a"
     split = split_by_tags(moved, ["a", "b"])
-    assert format_graph(split.modules["a"].graph).endswith("return %layers_0")
+    assert format_graph(split.modules["a"].graph).endswith("return[output_1] %layers_0")
 
 
 # --- parity on generated hierarchies ---------------------------------------------------------------
