@@ -593,17 +593,11 @@ def _write_json(path: str, results: list[Result]) -> None:
 # --------------------------------------------------------------------------
 # Known failures (issue #12 items 1-4 remove them); kept exact by tests/test_preserve_sweep.py
 # --------------------------------------------------------------------------
-# From the full sweep on this branch, by class:
-# - "value %x is produced inside a preserved call and read in '...' without being an output"
-#   (item 2): export shares a computation (Llama/Mixtral RMSNorm's dtype cast ``to``, decomposed
-#   BatchNorm's statistics ``getitem``) between a preserved call and its caller;
-# - "value %x is computed outside the preserved call ... and read inside it" (items 2, 3):
-#   decomposed train-mode BatchNorm;
-# - "VerifyError: node name 'x' is defined twice" (item 4): sibling sub-layers of a T5 block
-#   preserved together;
+# From the full sweep on the merged code (1062 exportable cases, 6 failures), one class:
 # - "TypeError: Leaf.forward() takes 2 positional arguments but 4 were given" (item 4): after
 #   swapping in the eager module, the lowered parent still passes the state of a module owned
-#   elsewhere (``ancestor_sibling``) as extra arguments.
+#   elsewhere (``ancestor_sibling``: a preserved module reads a sibling's parameter) as extra
+#   arguments. The unswapped program runs and matches eager.
 # Cases the sweep has not reached in a run are not listed; `-m sweep` reports them as new.
 
 KNOWN_FAILURES: frozenset[str] = frozenset(
@@ -614,88 +608,6 @@ KNOWN_FAILURES: frozenset[str] = frozenset(
         "ancestor_sibling|train|a",
         "ancestor_sibling|train|a.leaf",
         "ancestor_sibling|train|norm,a",
-        "batchnorm_train|decomp|0,1",
-        "batchnorm_train|decomp|1",
-        "batchnorm_train|decomp|1,2",
-        "hf_llama|train|model.layers.0.input_layernorm",
-        "hf_llama|train|model.layers.0.input_layernorm,model.layers.0.post_attention_layernorm",
-        "hf_llama|train|model.layers.0.mlp,model.layers.0.input_layernorm",
-        "hf_llama|train|model.layers.0.post_attention_layernorm",
-        "hf_llama|train|model.layers.1.input_layernorm",
-        "hf_llama|train|model.layers.1.input_layernorm,model.layers.1.post_attention_layernorm",
-        "hf_llama|train|model.layers.1.mlp,model.layers.1.input_layernorm",
-        "hf_llama|train|model.layers.1.post_attention_layernorm",
-        "hf_mixtral|decomp|model.layers.0.mlp.experts",
-        "hf_mixtral|decomp|model.layers.0.mlp.experts.act_fn",
-        "hf_mixtral|decomp|model.layers.0.mlp.gate",
-        "hf_mixtral|decomp|model.layers.0.mlp.gate,model.layers.0.mlp.experts",
-        "hf_mixtral|train|model.layers.0.input_layernorm",
-        "hf_mixtral|train|model.layers.0.input_layernorm,model.layers.0.post_attention_layernorm",
-        "hf_mixtral|train|model.layers.0.mlp,model.layers.0.input_layernorm",
-        "hf_mixtral|train|model.layers.0.post_attention_layernorm",
-        "hf_mixtral|train|model.layers.1.input_layernorm",
-        "hf_mixtral|train|model.layers.1.input_layernorm,model.layers.1.post_attention_layernorm",
-        "hf_mixtral|train|model.layers.1.mlp,model.layers.1.input_layernorm",
-        "hf_mixtral|train|model.layers.1.post_attention_layernorm",
-        "hf_t5|decomp|decoder.block.0,decoder.block.1",
-        "hf_t5|decomp|decoder.block.1",
-        "hf_t5|decomp|decoder.block.1.layer.0",
-        "hf_t5|decomp|decoder.block.1.layer.0,decoder.block.1.layer.1",
-        "hf_t5|decomp|decoder.block.1.layer.0.SelfAttention",
-        "hf_t5|decomp|decoder.block.1.layer.0.SelfAttention,decoder.block.1.layer.0.layer_norm",
-        "hf_t5|decomp|decoder.block.1.layer.1",
-        "hf_t5|decomp|decoder.block.1.layer.1,decoder.block.1.layer.2",
-        "hf_t5|decomp|decoder.block.1.layer.1.EncDecAttention",
-        "hf_t5|decomp|decoder.block.1.layer.1.EncDecAttention,decoder.block.1.layer.1.layer_norm",
-        "hf_t5|decomp|encoder.block.0,encoder.block.1",
-        "hf_t5|decomp|encoder.block.1",
-        "hf_t5|decomp|encoder.block.1.layer.0",
-        "hf_t5|decomp|encoder.block.1.layer.0,encoder.block.1.layer.1",
-        "hf_t5|decomp|encoder.block.1.layer.0.SelfAttention",
-        "hf_t5|decomp|encoder.block.1.layer.0.SelfAttention,encoder.block.1.layer.0.layer_norm",
-        "hf_t5|train|decoder.block.0,decoder.block.1",
-        "hf_t5|train|decoder.block.0.layer.0.SelfAttention,decoder.block.0.layer.0.layer_norm",
-        "hf_t5|train|decoder.block.0.layer.0.layer_norm",
-        "hf_t5|train|decoder.block.0.layer.0.layer_norm,decoder.block.0.layer.0.dropout",
-        "hf_t5|train|decoder.block.0.layer.1.EncDecAttention,decoder.block.0.layer.1.layer_norm",
-        "hf_t5|train|decoder.block.0.layer.1.layer_norm",
-        "hf_t5|train|decoder.block.0.layer.1.layer_norm,decoder.block.0.layer.1.dropout",
-        "hf_t5|train|decoder.block.0.layer.2.DenseReluDense,decoder.block.0.layer.2.layer_norm",
-        "hf_t5|train|decoder.block.0.layer.2.layer_norm",
-        "hf_t5|train|decoder.block.0.layer.2.layer_norm,decoder.block.0.layer.2.dropout",
-        "hf_t5|train|decoder.block.1",
-        "hf_t5|train|decoder.block.1.layer.0",
-        "hf_t5|train|decoder.block.1.layer.0,decoder.block.1.layer.1",
-        "hf_t5|train|decoder.block.1.layer.0.SelfAttention",
-        "hf_t5|train|decoder.block.1.layer.0.SelfAttention,decoder.block.1.layer.0.layer_norm",
-        "hf_t5|train|decoder.block.1.layer.0.layer_norm",
-        "hf_t5|train|decoder.block.1.layer.0.layer_norm,decoder.block.1.layer.0.dropout",
-        "hf_t5|train|decoder.block.1.layer.1",
-        "hf_t5|train|decoder.block.1.layer.1,decoder.block.1.layer.2",
-        "hf_t5|train|decoder.block.1.layer.1.EncDecAttention",
-        "hf_t5|train|decoder.block.1.layer.1.EncDecAttention,decoder.block.1.layer.1.layer_norm",
-        "hf_t5|train|decoder.block.1.layer.1.layer_norm",
-        "hf_t5|train|decoder.block.1.layer.1.layer_norm,decoder.block.1.layer.1.dropout",
-        "hf_t5|train|decoder.block.1.layer.2.DenseReluDense,decoder.block.1.layer.2.layer_norm",
-        "hf_t5|train|decoder.block.1.layer.2.layer_norm",
-        "hf_t5|train|decoder.block.1.layer.2.layer_norm,decoder.block.1.layer.2.dropout",
-        "hf_t5|train|encoder.block.0,encoder.block.1",
-        "hf_t5|train|encoder.block.0.layer.0.SelfAttention,encoder.block.0.layer.0.layer_norm",
-        "hf_t5|train|encoder.block.0.layer.0.layer_norm",
-        "hf_t5|train|encoder.block.0.layer.0.layer_norm,encoder.block.0.layer.0.dropout",
-        "hf_t5|train|encoder.block.0.layer.1.DenseReluDense,encoder.block.0.layer.1.layer_norm",
-        "hf_t5|train|encoder.block.0.layer.1.layer_norm",
-        "hf_t5|train|encoder.block.0.layer.1.layer_norm,encoder.block.0.layer.1.dropout",
-        "hf_t5|train|encoder.block.1",
-        "hf_t5|train|encoder.block.1.layer.0",
-        "hf_t5|train|encoder.block.1.layer.0,encoder.block.1.layer.1",
-        "hf_t5|train|encoder.block.1.layer.0.SelfAttention",
-        "hf_t5|train|encoder.block.1.layer.0.SelfAttention,encoder.block.1.layer.0.layer_norm",
-        "hf_t5|train|encoder.block.1.layer.0.layer_norm",
-        "hf_t5|train|encoder.block.1.layer.0.layer_norm,encoder.block.1.layer.0.dropout",
-        "hf_t5|train|encoder.block.1.layer.1.DenseReluDense,encoder.block.1.layer.1.layer_norm",
-        "hf_t5|train|encoder.block.1.layer.1.layer_norm",
-        "hf_t5|train|encoder.block.1.layer.1.layer_norm,encoder.block.1.layer.1.dropout",
     }
 )
 
