@@ -103,15 +103,16 @@ def test_files_that_are_not_programs_give_one_line(tmp_path, capfd):
         assert "Traceback" not in err
 
 
-def test_help_says_how_programs_are_loaded(capsys):
+def test_help_and_readme_say_how_programs_are_loaded(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["--help"])
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "torch.export.load" in text and "unpickles" in text
-    assert "Only load files you trust" in text
+    assert "scanned and refused if loading it would run code from it, unless --trust" in text
+    assert "torch.export.load unpickles them: only for files you trust" in text
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "torch.export.load" in readme and "only load files you trust" in readme.lower()
+    assert "## Security and failure behaviour" in (ROOT / "README.md").read_text()
+    assert "torch.export.load" in readme and "--trust" in readme
 
 
 def test_no_argument_runs_the_example_model(capsys):
