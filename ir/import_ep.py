@@ -212,12 +212,6 @@ def _get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
     return obj
 
 
-def _is_buffer(gm: torch.nn.Module, target: str) -> bool:
-    *prefix, name = target.split(".")
-    owner = gm.get_submodule(".".join(prefix)) if prefix else gm
-    return name in owner._buffers
-
-
 # --- signature ----------------------------------------------------------------------------------
 
 
