@@ -16,26 +16,9 @@ from torch import nn
 from ir import import_ep
 from lowering import LoweredDispatcher, lower
 from lowering.codegen import GRAPH_KEYWORD, call_graph
+from tests.test_threads import CallsWithAndWithout  # one graph with y, one without
 from tests.zoo import CASES, fresh_export, randn
 from transforms import transform
-
-
-class OptionalInput(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        return self.lin(x) if y is None else self.lin(x) * y
-
-
-class CallsWithAndWithout(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.block = OptionalInput()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x) + self.block(x, x * 2)
 
 
 def _with_and_without() -> nn.Module:
