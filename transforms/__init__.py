@@ -5,6 +5,7 @@ Every pass here is importable by name (``purefx --passes outline,sink_state`` us
 
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink, outline_by
@@ -27,5 +28,6 @@ __all__ = [
     "remove_effect_tokens",
     "sink_state",
     "split_by_tags",
+    "split_hop_bodies",
     "transform",
 ]

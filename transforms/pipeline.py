@@ -10,6 +10,7 @@ from ir.program import Program
 from ir.verify import verify
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.hop_split import split_hop_bodies
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink
 from transforms.sink import sink_state
@@ -27,7 +28,7 @@ def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
     passes: list[Pass] = [remove_effect_tokens]
     if not keep_functional:
         passes.append(functional_to_inplace)
-    passes += [fix_module_stacks, outline, sink_state, deduplicate]
+    passes += [split_hop_bodies, fix_module_stacks, outline, sink_state, deduplicate]
     return tuple(passes)
 
 

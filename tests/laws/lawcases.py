@@ -18,6 +18,7 @@ from ir.verify import verify
 from lowering import lower
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.hop_split import split_hop_bodies
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline
 from transforms.sink import sink_state
@@ -29,6 +30,7 @@ Pass = Callable[[Program], Program]
 PIPELINE: tuple[Pass, ...] = (
     remove_effect_tokens,
     functional_to_inplace,
+    split_hop_bodies,
     fix_module_stacks,
     outline,
     sink_state,

@@ -14,6 +14,7 @@ from ir.strategies import programs
 from transforms import inline, transform
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.hop_split import split_hop_bodies
 from transforms.laws import check_laws
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline
@@ -25,6 +26,7 @@ from transforms.stacks import fix_module_stacks
 PASSES = [
     (remove_effect_tokens, True, 60),
     (functional_to_inplace, True, 100),
+    (split_hop_bodies, True, 30),
     (fix_module_stacks, True, 60),
     (outline, True, 120),
     (sink_state, True, 100),

@@ -1,0 +1,400 @@
+"""``split_hop_bodies``: a set-grad or autocast body runs in the modules that made its nodes.
+
+Export wraps code that runs under ``torch.no_grad()`` / ``torch.enable_grad()`` or
+``torch.autocast`` in a higher-order op whose body is a subgraph:
+``wrap_with_set_grad_enabled(enabled, body, *operands)`` and
+``wrap_with_autocast(device, dtype, enabled, cache_enabled, body, *operands)``. The body's nodes
+keep the module stacks of the code that made them (a rotary embedding inside an attention
+layer, a ``Linear`` called inside the region), but the call itself carries one stack, often the
+caller's, so outlining would leave the whole body in one module.
+
+This pass cuts each such body into its *module runs*: maximal stretches of body nodes with one
+module stack. Each run becomes a call of the same higher-order op, with the same mode arguments,
+on a body of its own; values that one run makes and a later one reads leave the first call as
+outputs and enter the second as operands. Every call, its body and the ``getitem`` nodes that
+read its results carry the run's module stack, so ``outline`` places them, and the body with
+them, in the module that made those nodes. Each call sets the mode on entry and restores the
+caller's on exit, as the original did; the values computed are the same, because every node
+still runs under the same mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+from ir.args import Ref, ref
+from ir.graph import Graph
+from ir.module import SUBGRAPH, Module, ModuleId
+from ir.names import Names, fresh_name, target_name
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
+from ir.program import Program
+from transforms.stacks import Frame, node_frames
+
+log = logging.getLogger("purefx")
+
+# mode-setting higher-order op (as printed) -> position of its body argument
+BODY_ARGUMENT: Mapping[str, int] = {
+    "torch.ops.higher_order.wrap_with_set_grad_enabled": 1,
+    "torch.ops.higher_order.wrap_with_autocast": 4,
+}
+
+StackKey = tuple  # the items of an ``nn_module_stack`` dict: comparable, hashable
+
+
+def split_hop_bodies(p: Program) -> Program:
+    """Split every set-grad / autocast call of the flat root graph into one call per module run
+    of its body, each carrying that run's module stack.
+
+    Parameters:
+        p: a flat Program (as ``import_ep`` makes it). An outlined Program (one whose root graph
+            calls modules) is returned as it is.
+
+    Returns:
+        A Program in which each ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast`` call
+        whose body's nodes have one module stack carries that stack (with its ``get_attr`` and
+        result ``getitem`` nodes), and a call whose body spans several stacks is replaced by one
+        call per maximal run of body nodes with one stack, in body order. A new body ``B`` is a
+        subgraph module named ``<body>_<k>`` next to the old one, which is dropped when no node
+        reads it any more. A ``getitem`` that read the old call keeps its name and reads the new
+        call that makes its value; values passed between runs get new ``getitem`` nodes. Bodies
+        nested in a body are split first, so a nested call lands in the run of its nodes' stack.
+        A body node without a stack joins the run before it (the first run if none); a body
+        ``get_attr`` (a nested body) goes into each run that reads it. A call whose result is
+        read other than by integer ``getitem``, or whose body returns a constant, is left as it
+        is (logged at DEBUG).
+
+    **Laws:**
+
+    - identity: a Program without such a call, or whose calls already carry their bodies'
+      single stacks, is returned as is (``split_hop_bodies(p) is p``); hence idempotent;
+    - semantics: ``lower(split_hop_bodies(p))`` computes what ``lower(p)`` computes, with the
+      same ``requires_grad`` and autocast dtypes on every value, and leaves grad mode and
+      autocast state as they were;
+    - names: every root node other than the split calls and their ``get_attr`` nodes keeps its
+      name, arguments and meta (``getitem`` nodes only change meta and arguments);
+    - ``verify`` holds of the result whenever it holds of ``p``.
+
+    Complexity: O(n) in the nodes of the root graph and of the bodies, each body read once.
+    """
+    root = p.root_module
+    graph = root.graph
+    if graph is None or any(n.op == CALL_MODULE for n in graph.nodes):
+        return p
+    if not any(_body_position(n) is not None for n in graph.nodes):
+        return p
+    return _Splitter(p).run()
+
+
+def _body_position(node: Node) -> int | None:
+    if node.op != CALL_FUNCTION or isinstance(node.target, str):
+        return None
+    return BODY_ARGUMENT.get(target_name(node.target))
+
+
+def _stack(node: Node) -> dict | None:
+    return node.meta.get("nn_module_stack") or None
+
+
+def _key(stack: Mapping | None) -> StackKey | None:
+    return tuple(stack.items()) if stack else None
+
+
+class _Run:
+    """A maximal stretch of body nodes with one module stack, as it is collected."""
+
+    def __init__(self, stack: dict | None) -> None:
+        self.stack = stack
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, None] = {}  # body values it reads from outside, first read first
+        self.outputs: dict[str, None] = {}  # values it makes that a later run or the output reads
+
+
+class _Splitter:
+    """The module table as it is rewritten; each body is rewritten once (``done``)."""
+
+    def __init__(self, p: Program) -> None:
+        self.p = p
+        self.table: dict[ModuleId, Module] = dict(p.module_table())
+        self.ids = Names(self.table)
+        self.done: dict[ModuleId, Graph] = {}
+        self.dropped: set[ModuleId] = set()
+
+    def run(self) -> Program:
+        p = self.p
+        graph = self._rewrite(p.root, p.root_module.graph)
+        if graph is p.root_module.graph:
+            return p
+        held = {c for mod in self.table.values() for _, c in mod.children}
+        for mid in self.dropped - held:
+            del self.table[mid]
+        evolver = p.modules.evolver()
+        for mid in p.modules:
+            if mid not in self.table:
+                del evolver[mid]
+        for mid, mod in self.table.items():
+            if p.modules.get(mid) is not mod:
+                evolver[mid] = mod
+        return p.replace(modules=evolver.persistent())
+
+    # --- one graph ---------------------------------------------------------------------------
+
+    def _rewrite(self, owner: ModuleId, graph: Graph) -> Graph:
+        """``graph`` (of module ``owner``) with its set-grad / autocast calls split; records the
+        owner's new children in the table. Returns ``graph`` itself when nothing changes."""
+        users = graph.users()
+        by_name = graph.by_name()
+        out: list[Node] = []
+        moved: set[str] = set()  # getitems re-emitted with their call
+        split_reads: set[str] = set()  # get_attr nodes of bodies that were replaced
+        taken = Names(by_name)
+        kids = Names(name for name, _ in self.table[owner].children)
+        if owner == self.p.root:  # a root attribute name must not shadow state either
+            kids.update(fqn.partition(".")[0] for fqn in self.p.state_order)
+        new_children: list[tuple[str, ModuleId]] = []
+        for node in graph.nodes:
+            if node.name in moved:
+                continue
+            at = _body_position(node)
+            made = None if at is None else self._split_call(
+                owner, node, at, by_name, users, taken, kids, new_children
+            )
+            if made is None:
+                out.append(node)
+                continue
+            out.extend(made)
+            moved.update(users[node.name])
+            split_reads.add(node.args[at].name)
+        if not split_reads:
+            return graph
+        read = {r.name for n in out for r in n.inputs()}
+        out = [n for n in out if n.name not in split_reads or n.name in read]
+        targets = {n.target for n in out if n.op == GET_ATTR}
+        mod = self.table[owner]
+        children = []
+        for name, mid in mod.children:
+            if name in targets or self.table[mid].kind != SUBGRAPH:
+                children.append((name, mid))
+            else:
+                self.dropped.add(mid)
+        new_graph = Graph(tuple(out))
+        graphs = (new_graph,) + mod.graphs[1:]
+        self.table[owner] = mod.replace(children=tuple(children + new_children), graphs=graphs)
+        return new_graph
+
+    def _body(self, owner: ModuleId, target: str) -> tuple[ModuleId, Graph] | None:
+        """The body module that ``get_attr[target]`` in ``owner`` reads, with nested calls in its
+        graph split first (once per body)."""
+        mid = self.p.resolve(target, owner)
+        if mid is None or self.table[mid].kind != SUBGRAPH or self.table[mid].graph is None:
+            return None
+        if mid not in self.done:
+            self.done[mid] = self._rewrite(mid, self.table[mid].graph)
+        return mid, self.done[mid]
+
+    # --- one call ----------------------------------------------------------------------------
+
+    def _split_call(
+        self,
+        owner: ModuleId,
+        call: Node,
+        at: int,
+        by_name: Mapping[str, Node],
+        users: Mapping[str, tuple[str, ...]],
+        taken: Names,
+        kids: Names,
+        new_children: list[tuple[str, ModuleId]],
+    ) -> list[Node] | None:
+        """The nodes that replace ``call`` and the ``getitem`` nodes reading it, or ``None`` to
+        keep them as they are."""
+        read = by_name.get(call.args[at].name) if isinstance(call.args[at], Ref) else None
+        if read is None or read.op != GET_ATTR:
+            return None
+        found = self._body(owner, read.target)
+        if found is None:
+            return None
+        body_id, body = found
+        getitems = [by_name[u] for u in users[call.name]]
+        if not all(_is_index(g, call.name) for g in getitems):
+            log.debug("split_hop_bodies: %s is read other than by getitem; kept", call.name)
+            return None
+        runs = _runs(body)
+        if not runs or (len(runs) == 1 and _in_place(runs[0].stack, call, getitems)):
+            return None
+        if self._enters_preserved(call, runs):
+            log.debug("split_hop_bodies: the body of %s enters a preserved call; kept", call.name)
+            return None
+        returned = body.outputs
+        if not isinstance(returned, (tuple, list)) or not all(isinstance(v, Ref) for v in returned):
+            log.debug("split_hop_bodies: the body of %s returns a constant; kept", call.name)
+            return None
+        if len(runs) == 1:
+            return self._restack(call, at, read, runs[0].stack, getitems, taken)
+        operands = call.args[at + 1 :]
+        if len(operands) != len(body.placeholders):
+            return None
+        _wire(runs, body, returned)
+        outer: dict[str, Any] = {ph.name: v for ph, v in zip(body.placeholders, operands)}
+        readers: dict[int, list[Node]] = {}
+        for g in getitems:
+            readers.setdefault(g.args[1], []).append(g)
+        by_value: dict[str, list[Node]] = {}
+        for i, v in enumerate(returned):
+            by_value.setdefault(v.name, []).extend(readers.get(i, ()))
+        body_nodes = body.by_name()
+        made: list[Node] = []
+        for k, run in enumerate(runs):
+            name = fresh_name(f"{read.target}_{k}", kids)
+            mid = fresh_name(name if owner == self.p.root else f"{owner}.{name}", self.ids)
+            self.table[mid] = _piece(run, body_nodes, self.table[body_id])
+            new_children.append((name, mid))
+            stack = run.stack
+            attr = Node(GET_ATTR, fresh_name(read.name, taken), name, meta=_restacked(read, stack))
+            args = call.args[:at] + (attr.ref,) + tuple(outer[v] for v in run.inputs)
+            vals = tuple(body_nodes[v].meta.get("val") for v in run.outputs)
+            hop_name = call.name if k == 0 else fresh_name(call.name, taken)
+            meta = _restacked(call, stack, val=vals)
+            made += [attr, call.replace(name=hop_name, args=args, meta=meta)]
+            for i, v in enumerate(run.outputs):
+                named = by_value.get(v, [])
+                for g in named:
+                    made.append(g.replace(args=(ref(hop_name), i), meta=_restacked(g, stack)))
+                if named:
+                    outer[v] = named[0].ref
+                elif any(v in later.inputs for later in runs[k + 1 :]):
+                    g = Node(
+                        CALL_FUNCTION, fresh_name(v, taken), operator.getitem,
+                        (ref(hop_name), i), meta=_restacked(body_nodes[v], stack),
+                    )
+                    made.append(g)
+                    outer[v] = g.ref
+        log.debug("split_hop_bodies: %s split into %d calls", call.name, len(runs))
+        return made
+
+    def _enters_preserved(self, call: Node, runs: list[_Run]) -> bool:
+        """Whether a run would move into a preserved call that ``call`` is not already in: its
+        operands would cross that call's signature, which export left empty for calls made
+        inside a body."""
+        preserved = self.p.call_signatures
+        if len(preserved) <= 1:
+            return False
+        around = {f.call_name for f in _frames(_stack(call))}
+        return any(
+            f.call_name in preserved and f.call_name not in around
+            for run in runs
+            for f in _frames(run.stack)
+        )
+
+    def _restack(
+        self, call: Node, at: int, read: Node, stack: dict | None, getitems: list[Node],
+        taken: Names,
+    ) -> list[Node]:
+        """A call whose body has one stack, moved there: same body, new stack on its nodes."""
+        attr = Node(GET_ATTR, fresh_name(read.name, taken), read.target, meta=_restacked(read, stack))
+        args = call.args[:at] + (attr.ref,) + call.args[at + 1 :]
+        made = [attr, call.replace(args=args, meta=_restacked(call, stack))]
+        return made + [g.replace(meta=_restacked(g, stack)) for g in getitems]
+
+
+def _frames(stack: dict | None) -> tuple[Frame, ...]:
+    return node_frames(_STACKED.with_meta(nn_module_stack=stack)) or () if stack else ()
+
+
+_STACKED = Node(CALL_FUNCTION, "_", "_")  # a carrier for reading a stack as frames
+
+
+def _is_index(node: Node, call: str) -> bool:
+    return (
+        node.op == CALL_FUNCTION
+        and node.target is operator.getitem
+        and len(node.args) == 2
+        and node.args[0] == ref(call)
+        and type(node.args[1]) is int
+    )
+
+
+def _in_place(stack: dict | None, call: Node, getitems: list[Node]) -> bool:
+    """Whether ``call`` and its ``getitem`` readers already carry the body's ``stack``."""
+    key = _key(stack)
+    return key is None or all(_key(_stack(n)) == key for n in (call, *getitems))
+
+
+def _runs(body: Graph) -> list[_Run]:
+    """The maximal runs of computing body nodes with one module stack, in body order (a node
+    without a stack joins the run before it; ``get_attr`` nodes go with their readers)."""
+    runs: list[_Run] = []
+    pending: list[Node] = []  # stackless nodes before the first stack
+    for node in body.nodes:
+        if node.op in (PLACEHOLDER, OUTPUT, GET_ATTR):
+            continue
+        stack = _stack(node)
+        if stack is None:
+            (runs[-1].nodes if runs else pending).append(node)
+            continue
+        if not runs or _key(runs[-1].stack) != _key(stack):
+            runs.append(_Run(stack))
+        if pending:
+            runs[-1].nodes += pending
+            pending = []
+        runs[-1].nodes.append(node)
+    if pending:
+        runs.append(_Run(None))
+        runs[-1].nodes += pending
+    return runs
+
+
+def _wire(runs: list[_Run], body: Graph, returned: tuple | list) -> None:
+    """Fill each run's inputs and outputs: what it reads from placeholders or earlier runs, and
+    what later runs or the body's output read from it (a returned placeholder goes through the
+    last run)."""
+    made_by: dict[str, _Run] = {n.name: run for run in runs for n in run.nodes}
+    attrs = {n.name for n in body.nodes if n.op == GET_ATTR}
+    for run in runs:
+        for node in run.nodes:
+            for r in node.inputs():
+                source = made_by.get(r.name)
+                if source is run or r.name in attrs:
+                    continue
+                run.inputs[r.name] = None
+                if source is not None:
+                    source.outputs[r.name] = None
+    last = runs[-1]
+    for v in returned:
+        source = made_by.get(v.name)
+        if source is None:
+            last.inputs[v.name] = None
+            source = last
+        source.outputs[v.name] = None
+
+
+def _piece(run: _Run, body_nodes: Mapping[str, Node], body: Module) -> Module:
+    """The body module of one run: its inputs, the nested bodies it reads, its nodes, its
+    outputs."""
+    nodes = [
+        Node(PLACEHOLDER, v, v, meta=body_nodes[v].meta) if body_nodes[v].op != PLACEHOLDER
+        else body_nodes[v]
+        for v in run.inputs
+    ]
+    attrs: dict[str, None] = {}
+    for node in run.nodes:
+        for r in node.inputs():
+            if body_nodes[r.name].op == GET_ATTR:
+                attrs[r.name] = None
+    nodes += [body_nodes[a] for a in attrs]
+    nodes += run.nodes
+    names = Names(n.name for n in nodes)
+    result = tuple(ref(v) for v in run.outputs)
+    nodes.append(Node(OUTPUT, fresh_name("output", names), "output", (result,)))
+    read = {body_nodes[a].target for a in attrs}
+    children = tuple((n, c) for n, c in body.children if n in read)
+    return Module(type_name=None, kind=SUBGRAPH, children=children, graphs=(Graph(tuple(nodes)),))
+
+
+def _restacked(node: Node, stack: dict | None, **more: Any) -> Mapping[str, Any]:
+    meta = dict(node.meta)
+    if stack is not None:
+        meta["nn_module_stack"] = stack
+    meta.update(more)
+    return frozen_meta(meta)
