@@ -25,6 +25,8 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from ir.args import Ref, ref
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
@@ -89,8 +91,8 @@ def split_hop_bodies(p: Program) -> Program:
 
 
 def _body_position(node: Node) -> int | None:
-    if node.op != CALL_FUNCTION or isinstance(node.target, str):
-        return None
+    if node.op != CALL_FUNCTION or not isinstance(node.target, torch._ops.HigherOrderOperator):
+        return None  # checked first: naming an operator costs microseconds
     return BODY_ARGUMENT.get(target_name(node.target))
 
 
