@@ -25,19 +25,23 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import torch
 
-from ir.args import Ref, ref
+from ir.args import Ref, map_refs, ref
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
 from ir.program import Program
+from ir.signature import TENSOR, ArgSpec, CallSignature
 from transforms.stacks import Frame, node_frames
 
 log = logging.getLogger("purefx")
 
 # mode-setting higher-order op (as printed) -> position of its body argument
+TRACEPOINT = "torch.ops.higher_order._export_tracepoint"
+_INPUTS, _OUTPUTS = "module_call_inputs", "module_call_outputs"  # tracepoint kinds
 BODY_ARGUMENT: Mapping[str, int] = {
     "torch.ops.higher_order.wrap_with_set_grad_enabled": 1,
     "torch.ops.higher_order.wrap_with_autocast": 4,
@@ -64,9 +68,18 @@ def split_hop_bodies(p: Program) -> Program:
         call that makes its value; values passed between runs get new ``getitem`` nodes. Bodies
         nested in a body are split first, so a nested call lands in the run of its nodes' stack.
         A body node without a stack joins the run before it (the first run if none); a body
-        ``get_attr`` (a nested body) goes into each run that reads it. A call whose result is
-        read other than by integer ``getitem``, or whose body returns a constant, is left as it
-        is (logged at DEBUG).
+        ``get_attr`` (a nested body) goes into each run that reads it. Where the body hands an
+        operand back unchanged, the readers of that result read the operand. A call whose result
+        is read other than by integer ``getitem``, or whose body returns a constant, is left as
+        it is (logged at DEBUG).
+
+        A preserved call made inside a body (``preserve_module_call_signature`` on a module
+        called under ``no_grad``) is left by export with an empty signature and its
+        ``_export_tracepoint`` nodes in the body. For a body of the root graph, the tracepoints
+        are dropped (they are identities) and the signature gets the values they marked, named
+        as the root graph holds them after the split, so ``outline`` can preserve the call.
+        Bodies that would move into a preserved call whose signature cannot be read this way
+        are left as they are.
 
     **Laws:**
 
@@ -123,6 +136,8 @@ class _Splitter:
         self.ids = Names(self.table)
         self.done: dict[ModuleId, Graph] = {}
         self.dropped: set[ModuleId] = set()
+        self.signatures: dict[str, CallSignature] = {}  # preserved calls made inside a body
+        self.names: set[str] | None = None  # value names that signatures name (``_named``)
 
     def run(self) -> Program:
         p = self.p
@@ -139,7 +154,8 @@ class _Splitter:
         for mid, mod in self.table.items():
             if p.modules.get(mid) is not mod:
                 evolver[mid] = mod
-        return p.replace(modules=evolver.persistent())
+        signatures = p.call_signatures.update(self.signatures)
+        return p.replace(modules=evolver.persistent(), call_signatures=signatures)
 
     # --- one graph ---------------------------------------------------------------------------
 
@@ -156,12 +172,23 @@ class _Splitter:
         if owner == self.p.root:  # a root attribute name must not shadow state either
             kids.update(fqn.partition(".")[0] for fqn in self.p.state_order)
         new_children: list[tuple[str, ModuleId]] = []
+        alias: dict[str, Ref] = {}  # a getitem of an operand the body hands back -> the operand
+
+        def renamed(node: Node) -> Node:
+            if not alias:
+                return node
+            return node.replace(
+                args=map_refs(node.args, lambda r: alias.get(r.name, r)),
+                kwargs=map_refs(node.kwargs, lambda r: alias.get(r.name, r)),
+            )
+
         for node in graph.nodes:
             if node.name in moved:
                 continue
+            node = renamed(node)
             at = _body_position(node)
             made = None if at is None else self._split_call(
-                owner, node, at, by_name, users, taken, kids, new_children
+                owner, node, at, by_name, users, taken, kids, new_children, alias
             )
             if made is None:
                 out.append(node)
@@ -208,6 +235,7 @@ class _Splitter:
         taken: Names,
         kids: Names,
         new_children: list[tuple[str, ModuleId]],
+        alias: dict[str, Ref],
     ) -> list[Node] | None:
         """The nodes that replace ``call`` and the ``getitem`` nodes reading it, or ``None`` to
         keep them as they are."""
@@ -222,29 +250,38 @@ class _Splitter:
         if not all(_is_index(g, call.name) for g in getitems):
             log.debug("split_hop_bodies: %s is read other than by getitem; kept", call.name)
             return None
+        traced = self._traced_calls(body) if owner == self.p.root else {}
+        if traced:
+            body, traced = _untraced(body, traced)
         runs = _runs(body)
-        if not runs or (len(runs) == 1 and _in_place(runs[0].stack, call, getitems)):
+        if not runs or (len(runs) == 1 and _in_place(runs[0].stack, call, getitems) and not traced):
             return None
-        if self._enters_preserved(call, runs):
+        if self._enters_preserved(call, runs, traced):
             log.debug("split_hop_bodies: the body of %s enters a preserved call; kept", call.name)
             return None
         returned = body.outputs
         if not isinstance(returned, (tuple, list)) or not all(isinstance(v, Ref) for v in returned):
             log.debug("split_hop_bodies: the body of %s returns a constant; kept", call.name)
             return None
-        if len(runs) == 1:
+        if len(runs) == 1 and not traced:
             return self._restack(call, at, read, runs[0].stack, getitems, taken)
         operands = call.args[at + 1 :]
         if len(operands) != len(body.placeholders):
             return None
-        _wire(runs, body, returned)
         outer: dict[str, Any] = {ph.name: v for ph, v in zip(body.placeholders, operands)}
         readers: dict[int, list[Node]] = {}
         for g in getitems:
             readers.setdefault(g.args[1], []).append(g)
+        handed_back = self._handed_back(returned, readers, outer, by_name, users)
+        for i in handed_back:
+            alias.update((g.name, outer[returned[i].name]) for g in readers.get(i, ()))
+        returned = [v for i, v in enumerate(returned) if i not in handed_back]
+        crossing = {r.name for ins, outs in traced.values() for r in ins + outs}
+        _wire(runs, body, returned, crossing)
         by_value: dict[str, list[Node]] = {}
-        for i, v in enumerate(returned):
-            by_value.setdefault(v.name, []).extend(readers.get(i, ()))
+        for i, v in enumerate(body.outputs):
+            if i not in handed_back:
+                by_value.setdefault(v.name, []).extend(readers.get(i, ()))
         body_nodes = body.by_name()
         made: list[Node] = []
         for k, run in enumerate(runs):
@@ -264,27 +301,81 @@ class _Splitter:
                 for g in named:
                     made.append(g.replace(args=(ref(hop_name), i), meta=_restacked(g, stack)))
                 if named:
-                    outer[v] = named[0].ref
-                elif any(v in later.inputs for later in runs[k + 1 :]):
+                    outer.setdefault(v, named[0].ref)  # a returned operand keeps its root name
+                elif v in crossing or any(v in later.inputs for later in runs[k + 1 :]):
                     g = Node(
                         CALL_FUNCTION, fresh_name(v, taken), operator.getitem,
                         (ref(hop_name), i), meta=_restacked(body_nodes[v], stack),
                     )
                     made.append(g)
                     outer[v] = g.ref
+        for fqn, (ins, outs) in traced.items():
+            self.signatures[fqn] = _filled(self.p.call_signatures[fqn], ins, outs, outer)
         log.debug("split_hop_bodies: %s split into %d calls", call.name, len(runs))
         return made
 
-    def _enters_preserved(self, call: Node, runs: list[_Run]) -> bool:
-        """Whether a run would move into a preserved call that ``call`` is not already in: its
-        operands would cross that call's signature, which export left empty for calls made
-        inside a body."""
+    def _handed_back(
+        self, returned: Any, readers: Mapping[int, list[Node]], outer: Mapping[str, Any],
+        by_name: Mapping[str, Node], users: Mapping[str, tuple[str, ...]],
+    ) -> set[int]:
+        """Output positions where the body returns one of its operands unchanged (as export
+        does for a value a preserved call inside it passes on): the readers of that position
+        read the operand itself, unless the position's ``getitem`` is named by a signature or
+        returned by the graph."""
+        named = self._named()
+        found = set()
+        for i, v in enumerate(returned):
+            if not isinstance(outer.get(v.name), Ref):
+                continue
+            if all(
+                g.name not in named and all(by_name[u].op != OUTPUT for u in users[g.name])
+                for g in readers.get(i, ())
+            ):
+                found.add(i)
+        return found
+
+    def _named(self) -> set[str]:
+        """Every value name that a signature of the program names (built once)."""
+        if self.names is None:
+            p = self.p
+            self.names = {s.name for s in p.signature.outputs if s.name}
+            for sig in p.call_signatures.values():
+                self.names.update(a.name for a in sig.inputs + sig.outputs if a.name)
+        return self.names
+
+    def _traced_calls(self, body: Graph) -> dict[str, tuple[tuple[Ref, ...], tuple[Ref, ...]]]:
+        """Preserved calls made inside ``body`` whose signature export left empty: fqn -> the
+        values its ``_export_tracepoint`` nodes mark as its inputs and outputs. Only calls with
+        one tracepoint of each kind, tensor arguments and one call of the module count."""
+        marks: dict[str, dict[str, list[Node]]] = {}
+        for node in body.nodes:
+            if _is_tracepoint(node):
+                path = str(node.kwargs.get("path", "")).removeprefix("_export_root.")
+                marks.setdefault(path, {}).setdefault(str(node.kwargs.get("kind")), []).append(node)
+        found = {}
+        signatures = self.p.call_signatures
+        for fqn, kinds in marks.items():
+            sig = signatures.get(fqn)
+            ins, outs = kinds.get(_INPUTS, []), kinds.get(_OUTPUTS, [])
+            if (
+                sig is None or sig.inputs or sig.outputs or f"{fqn}@1" in signatures
+                or len(ins) != 1 or len(outs) != 1
+                or not all(isinstance(a, Ref) for a in ins[0].args + outs[0].args)
+            ):
+                continue
+            found[fqn] = (ins[0].args, outs[0].args)
+        return found
+
+    def _enters_preserved(self, call: Node, runs: list[_Run], traced: Mapping) -> bool:
+        """Whether a run would move into a preserved call that ``call`` is not already in and
+        whose signature cannot be read from its tracepoints (``traced``): its operands would
+        cross that call's signature, which export left empty for calls made inside a body."""
         preserved = self.p.call_signatures
         if len(preserved) <= 1:
             return False
         around = {f.call_name for f in _frames(_stack(call))}
         return any(
-            f.call_name in preserved and f.call_name not in around
+            f.call_name in preserved and f.call_name not in around and f.call_name not in traced
             for run in runs
             for f in _frames(run.stack)
         )
@@ -307,12 +398,14 @@ def _frames(stack: dict | None) -> tuple[Frame, ...]:
 _STACKED = Node(CALL_FUNCTION, "_", "_")  # a carrier for reading a stack as frames
 
 
-def _is_index(node: Node, call: str) -> bool:
+def _is_index(node: Node, call: str | None) -> bool:
+    """Whether ``node`` is ``getitem(%call, i)`` (any Ref when ``call`` is ``None``)."""
     return (
         node.op == CALL_FUNCTION
         and node.target is operator.getitem
         and len(node.args) == 2
-        and node.args[0] == ref(call)
+        and isinstance(node.args[0], Ref)
+        and (call is None or node.args[0].name == call)
         and type(node.args[1]) is int
     )
 
@@ -347,10 +440,10 @@ def _runs(body: Graph) -> list[_Run]:
     return runs
 
 
-def _wire(runs: list[_Run], body: Graph, returned: tuple | list) -> None:
+def _wire(runs: list[_Run], body: Graph, returned: tuple | list, crossing: set[str]) -> None:
     """Fill each run's inputs and outputs: what it reads from placeholders or earlier runs, and
     what later runs or the body's output read from it (a returned placeholder goes through the
-    last run)."""
+    last run), and the ``crossing`` values a preserved call's signature names."""
     made_by: dict[str, _Run] = {n.name: run for run in runs for n in run.nodes}
     attrs = {n.name for n in body.nodes if n.op == GET_ATTR}
     for run in runs:
@@ -369,6 +462,58 @@ def _wire(runs: list[_Run], body: Graph, returned: tuple | list) -> None:
             last.inputs[v.name] = None
             source = last
         source.outputs[v.name] = None
+    for v in crossing:
+        source = made_by.get(v)
+        if source is not None:
+            source.outputs[v] = None
+
+
+def _is_tracepoint(node: Node) -> bool:
+    return (
+        node.op == CALL_FUNCTION
+        and isinstance(node.target, torch._ops.HigherOrderOperator)
+        and target_name(node.target) == TRACEPOINT
+    )
+
+
+def _untraced(body: Graph, traced: Mapping) -> tuple[Graph, dict]:
+    """``body`` without the tracepoints of the ``traced`` calls (a ``getitem`` of a tracepoint
+    is read as the value the tracepoint passed on: tracepoints are identities), and ``traced``
+    with its values read the same way."""
+    marked = {str(p): None for p in traced}
+    alias: dict[str, Any] = {}
+    gone: set[str] = set()
+    for node in body.nodes:
+        if _is_tracepoint(node) and str(node.kwargs.get("path", "")).removeprefix(
+            "_export_root."
+        ) in marked:
+            gone.add(node.name)
+        elif _is_index(node, None) and node.args[0].name in gone:
+            value = body.node(node.args[0].name).args[node.args[1]]
+            alias[node.name] = alias.get(value.name, value)
+    nodes = []
+    for node in body.nodes:
+        if node.name in gone or node.name in alias:
+            continue
+        nodes.append(node.replace(
+            args=map_refs(node.args, lambda r: alias.get(r.name, r)),
+            kwargs=map_refs(node.kwargs, lambda r: alias.get(r.name, r)),
+        ))
+    renamed = {
+        fqn: tuple(tuple(alias.get(r.name, r) for r in refs) for refs in marks)
+        for fqn, marks in traced.items()
+    }
+    return Graph(tuple(nodes)), renamed
+
+
+def _filled(sig: CallSignature, ins: tuple, outs: tuple, outer: Mapping[str, Any]) -> CallSignature:
+    """``sig`` with the flat inputs and outputs its tracepoints marked, named as the root graph
+    now holds them."""
+    named = [outer.get(r.name) for r in ins + outs]
+    if not all(isinstance(v, Ref) for v in named):
+        return sig  # left empty: outlining names the value that cannot cross
+    specs = tuple(ArgSpec(TENSOR, v.name) for v in named)
+    return attrs.evolve(sig, inputs=specs[: len(ins)], outputs=specs[len(ins) :])
 
 
 def _piece(run: _Run, body_nodes: Mapping[str, Node], body: Module) -> Module:
