@@ -39,9 +39,9 @@ from transforms.stacks import Frame, node_frames
 
 log = logging.getLogger("purefx")
 
-# mode-setting higher-order op (as printed) -> position of its body argument
 TRACEPOINT = "torch.ops.higher_order._export_tracepoint"
 _INPUTS, _OUTPUTS = "module_call_inputs", "module_call_outputs"  # tracepoint kinds
+# mode-setting higher-order op (as printed) -> position of its body argument
 BODY_ARGUMENT: Mapping[str, int] = {
     "torch.ops.higher_order.wrap_with_set_grad_enabled": 1,
     "torch.ops.higher_order.wrap_with_autocast": 4,
@@ -62,7 +62,7 @@ def split_hop_bodies(p: Program) -> Program:
         A Program in which each ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast`` call
         whose body's nodes have one module stack carries that stack (with its ``get_attr`` and
         result ``getitem`` nodes), and a call whose body spans several stacks is replaced by one
-        call per maximal run of body nodes with one stack, in body order. A new body ``B`` is a
+        call per maximal run of body nodes with one stack, in body order. A new body is a
         subgraph module named ``<body>_<k>`` next to the old one, which is dropped when no node
         reads it any more. A ``getitem`` that read the old call keeps its name and reads the new
         call that makes its value; values passed between runs get new ``getitem`` nodes. Bodies
@@ -89,7 +89,8 @@ def split_hop_bodies(p: Program) -> Program:
       same ``requires_grad`` and autocast dtypes on every value, and leaves grad mode and
       autocast state as they were;
     - names: every root node other than the split calls and their ``get_attr`` nodes keeps its
-      name, arguments and meta (``getitem`` nodes only change meta and arguments);
+      name (a ``getitem`` changes meta and arguments; one that reads an operand handed back is
+      gone, and its readers read the operand), and every other node keeps its meta;
     - ``verify`` holds of the result whenever it holds of ``p``.
 
     Complexity: O(n) in the nodes of the root graph and of the bodies, each body read once.

@@ -12,6 +12,7 @@ from transforms import outline, split_hop_bodies
 
 SET_GRAD = "torch.ops.higher_order.wrap_with_set_grad_enabled"
 AUTOCAST = "torch.ops.higher_order.wrap_with_autocast"
+TRACEPOINT = "torch.ops.higher_order._export_tracepoint"
 
 # ``with torch.no_grad(): a = x * 2; y = self.sub(a); z = y + a`` in the root, where
 # ``sub(a) = self.l(a).relu()``: the body spans the root, ``sub`` and ``sub.l``.
@@ -200,3 +201,103 @@ def test_a_call_read_other_than_by_getitem_is_kept():
         "%getitem = call_function[builtins.len](%hop)",
     ))
     assert split_hop_bodies(odd) is odd
+
+
+# ``with torch.no_grad(): y = self.sub(x)`` with ``sub`` preserved: export leaves ``sub``'s
+# signature empty and its tracepoints in the body, and returns ``x`` through the body (the root
+# reads it as ``%getitem``).
+PRESERVED = f"""\
+program:
+  inputs:
+    %x: user_input
+    %w: user_input
+  outputs:
+    %add: user_output
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])
+      out_spec: leaf
+    'sub':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %w = placeholder
+      %body = get_attr[submod_1]()
+      %hop = call_function[{SET_GRAD}](False, %body, %x, %w)
+      %getitem = call_function[_operator.getitem](%hop, 0)
+      %getitem_1 = call_function[_operator.getitem](%hop, 1)
+      %add = call_function[aten.add.Tensor](%getitem, %getitem_1)
+      return (%add,)
+  module sub: Sub
+  module sub.l: Linear
+  module submod_1: ? [subgraph]
+    graph 0:
+      %x = placeholder
+      %w = placeholder
+      %tp = call_function[{TRACEPOINT}](%x, kind='module_call_inputs', path='_export_root.sub')  # stack: sub
+      %getitem = call_function[_operator.getitem](%tp, 0)  # stack: sub
+      %linear = call_function[aten.linear.default](%getitem, %w)  # stack: sub, sub.l
+      %relu = call_function[aten.relu.default](%linear)  # stack: sub
+      %tp_1 = call_function[{TRACEPOINT}](%relu, kind='module_call_outputs', path='_export_root.sub')  # stack: sub
+      %getitem_1 = call_function[_operator.getitem](%tp_1, 0)
+      return (%getitem, %getitem_1)"""
+
+PRESERVED_SPLIT = f"""\
+program:
+  inputs:
+    %x: user_input
+    %w: user_input
+  outputs:
+    %add: user_output
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])
+      out_spec: leaf
+    'sub':
+      inputs: (%x,)
+      outputs: (%getitem_1,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %w = placeholder
+      %body_1 = get_attr[submod_1_0]()  # stack: sub, sub.l
+      %hop = call_function[{SET_GRAD}](False, %body_1, %x, %w)  # stack: sub, sub.l
+      %linear = call_function[_operator.getitem](%hop, 0)  # stack: sub, sub.l
+      %body_2 = get_attr[submod_1_1]()  # stack: sub
+      %hop_1 = call_function[{SET_GRAD}](False, %body_2, %linear)  # stack: sub
+      %getitem_1 = call_function[_operator.getitem](%hop_1, 0)  # stack: sub
+      %add = call_function[aten.add.Tensor](%x, %getitem_1)
+      return (%add,)
+  module sub: Sub
+  module sub.l: Linear
+  module submod_1_0: ? [subgraph]
+    graph 0:
+      %x = placeholder
+      %w = placeholder
+      %linear = call_function[aten.linear.default](%x, %w)  # stack: sub, sub.l
+      return (%linear,)
+  module submod_1_1: ? [subgraph]
+    graph 0:
+      %linear = placeholder
+      %relu = call_function[aten.relu.default](%linear)  # stack: sub
+      return (%relu,)"""
+
+
+def test_a_preserved_call_inside_a_body_gets_its_signature_from_its_tracepoints():
+    before = program(PRESERVED)
+    after = verify(split_hop_bodies(before))
+    expected = program(PRESERVED_SPLIT, like=before)
+    assert after == expected
+    assert stacks(after) == stacks(expected)
+    assert after.call_signatures["sub"] == expected.call_signatures["sub"]
+    assert before.call_signatures["sub"].inputs == ()  # what export leaves
