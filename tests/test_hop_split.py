@@ -314,6 +314,10 @@ PRESERVED_INSIDE = [
     (NoGradInChild, "attn.rope"),
     (SpanParentChild, "sub"),
     (SpanParentChild, "sub.l"),
+    pytest.param(AutocastInChild, "block.lin", marks=pytest.mark.xfail(
+        strict=True, reason="not yet: a preserved call inside an autocast body is left unsplit "
+        "(a module swapped in for it would have to run under autocast, at the call site)",
+    ), id="AutocastInChild-block.lin"),
     pytest.param(Nested, "sub", marks=NESTED_GAP, id="Nested-sub"),
     pytest.param(Nested, "sub.l", marks=NESTED_GAP, id="Nested-sub.l"),
 ]
@@ -331,8 +335,8 @@ def doubled(module: nn.Module) -> nn.Module:
 def test_a_preserved_call_made_inside_a_body(model: type, preserve: str, strict: bool) -> None:
     """Export leaves the signature of a call made inside a body empty (its tracepoints stay in
     the body); the pass reads it from them, so the call is preserved and can be swapped."""
-    if strict and model is Nested:
-        pytest.skip("torch 2.13's strict export of a nested autocast region fails")
+    if strict and model in (Nested, AutocastInChild):
+        pytest.skip("torch 2.13 cannot strict-export these autocast regions")
     ep = torch.export.export(
         seeded(model)(), _x(), strict=strict, preserve_module_call_signature=(preserve,)
     )

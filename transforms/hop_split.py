@@ -42,8 +42,9 @@ log = logging.getLogger("purefx")
 TRACEPOINT = "torch.ops.higher_order._export_tracepoint"
 _INPUTS, _OUTPUTS = "module_call_inputs", "module_call_outputs"  # tracepoint kinds
 # mode-setting higher-order op (as printed) -> position of its body argument
+_SET_GRAD_AT = 1
 BODY_ARGUMENT: Mapping[str, int] = {
-    "torch.ops.higher_order.wrap_with_set_grad_enabled": 1,
+    "torch.ops.higher_order.wrap_with_set_grad_enabled": _SET_GRAD_AT,
     "torch.ops.higher_order.wrap_with_autocast": 4,
 }
 
@@ -75,11 +76,13 @@ def split_hop_bodies(p: Program) -> Program:
 
         A preserved call made inside a body (``preserve_module_call_signature`` on a module
         called under ``no_grad``) is left by export with an empty signature and its
-        ``_export_tracepoint`` nodes in the body. For a body of the root graph, the tracepoints
-        are dropped (they are identities) and the signature gets the values they marked, named
-        as the root graph holds them after the split, so ``outline`` can preserve the call.
-        Bodies that would move into a preserved call whose signature cannot be read this way
-        are left as they are.
+        ``_export_tracepoint`` nodes in the body. For a set-grad body of the root graph, the
+        tracepoints are dropped (they are identities) and the signature gets the values they
+        marked, named as the root graph holds them after the split, so ``outline`` can preserve
+        the call. The mode is then set inside the preserved module's graph, not around its
+        call: a module swapped in for it runs in the caller's grad mode (same values). Other
+        bodies that would move into a preserved call (autocast ones, where a swapped module
+        would run without autocast, and nested bodies) are left as they are.
 
     **Laws:**
 
@@ -251,7 +254,9 @@ class _Splitter:
         if not all(_is_index(g, call.name) for g in getitems):
             log.debug("split_hop_bodies: %s is read other than by getitem; kept", call.name)
             return None
-        traced = self._traced_calls(body) if owner == self.p.root else {}
+        # a preserved call swapped for a module that autocast must reach would run outside
+        # the region (see the docstring): only set-grad bodies give up their tracepoints
+        traced = self._traced_calls(body) if owner == self.p.root and at == _SET_GRAD_AT else {}
         if traced:
             body, traced = _untraced(body, traced)
         runs = _runs(body)
