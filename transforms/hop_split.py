@@ -145,8 +145,10 @@ class _Splitter:
 
     def run(self) -> Program:
         p = self.p
-        graph = self._rewrite(p.root, p.root_module.graph)
-        if graph is p.root_module.graph:
+        self._rewrite(p.root, p.root_module.graph)
+        if len(self.table) == len(p.modules) and all(
+            self.table.get(mid) is mod for mid, mod in p.module_table().items()
+        ):
             return p
         held = {c for mod in self.table.values() for _, c in mod.children}
         for mid in self.dropped - held:
