@@ -284,7 +284,8 @@ class _Splitter:
         for i in handed_back:
             alias.update((g.name, outer[returned[i].name]) for g in readers.get(i, ()))
         returned = [v for i, v in enumerate(returned) if i not in handed_back]
-        crossing = {r.name for ins, outs in traced.values() for r in ins + outs}
+        # ordered (a dict, not a set): it decides the order of a run's outputs
+        crossing = dict.fromkeys(r.name for ins, outs in traced.values() for r in ins + outs)
         _wire(runs, body, returned, crossing)
         by_value: dict[str, list[Node]] = {}
         for i, v in enumerate(body.outputs):
@@ -448,7 +449,9 @@ def _runs(body: Graph) -> list[_Run]:
     return runs
 
 
-def _wire(runs: list[_Run], body: Graph, returned: tuple | list, crossing: set[str]) -> None:
+def _wire(
+    runs: list[_Run], body: Graph, returned: tuple | list, crossing: Mapping[str, None]
+) -> None:
     """Fill each run's inputs and outputs: what it reads from placeholders or earlier runs, and
     what later runs or the body's output read from it (a returned placeholder goes through the
     last run), and the ``crossing`` values a preserved call's signature names."""
