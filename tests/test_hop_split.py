@@ -277,6 +277,10 @@ def test_compiles_in_one_graph(built) -> None:
 
 def test_laws_of_the_pass_on_these_programs() -> None:
     programs = [import_ep(export_case(LOCAL[n])) for n in NAMES]
+    programs += [  # preserved calls made inside a set-grad body
+        import_ep(torch.export.export(seeded(m)(), _x(), preserve_module_call_signature=(f,)))
+        for m, f in ((NoGradInChild, "attn.rope"), (SpanParentChild, "sub"))
+    ]
     check_laws(
         split_hop_bodies,
         programs=st.sampled_from(programs),
