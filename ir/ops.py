@@ -12,7 +12,7 @@ order of trust:
   (print and assert operators, ``_make_dep_token``, higher-order ops that run random or
   effectful bodies, Python's arithmetic, torch's random functions, Tensor methods by name).
 
-``facts`` is a pure function of its target, memoized in a bounded LRU cache (see ``facts``).
+``facts`` is a pure function of its target, memoized in a bounded table (see ``facts``).
 Whether a custom operator was registered as effectful (``torch.library``'s effect registry) is
 the one fact that torch lets a user change after the operator exists; ``is_effectful`` reads it
 on each call and never memoizes it.
@@ -21,7 +21,6 @@ on each call and never memoizes it.
 from __future__ import annotations
 
 import builtins
-import functools
 import math
 import operator
 from collections.abc import Mapping
@@ -102,21 +101,25 @@ def facts(target: Any) -> OpFacts:
     facts its schema and tags give, else none (pure, deterministic, no effect), as torch's
     own ``Node.is_impure`` assumes for an unknown function.
 
-    Memoized in a ``functools.lru_cache`` of at most 4096 entries keyed on the target: the
-    keys are operator objects and functions that torch (or the user's module) keeps alive
-    anyway, the cache holds no more than 4096 of them, and the value depends on nothing but
-    the target, so a hit and a miss answer the same. An unhashable target is answered
-    without the cache. O(schema arguments) on a miss, O(1) on a hit.
+    Memoized by identity in a table of at most 4096 entries, emptied when full: the value
+    depends on nothing but the target, so a hit and a miss answer the same, and the table
+    cannot grow past its bound. Keys are ``id(target)``, each entry holding its target (so an
+    id is never reused while its entry lives): ``OpOverload.__hash__`` is Python code that
+    costs more than reading the schema, so a hash-keyed cache would slow every pass down.
+    The targets held are operators and functions that torch or the user's module keeps alive
+    anyway. O(schema arguments) on a miss, O(1) on a hit.
     """
-    try:
-        return _facts_memo(target)
-    except TypeError:  # unhashable: answer it uncached
-        return _facts_of(target)
+    hit = _MEMO.get(id(target))
+    if hit is not None and hit[0] is target:
+        return hit[1]
+    found = _facts_of(target)
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[id(target)] = (target, found)
+    return found
 
 
-@functools.lru_cache(maxsize=_MEMO_SIZE)
-def _facts_memo(target: Any) -> OpFacts:
-    return _facts_of(target)
+_MEMO: dict[int, tuple[Any, OpFacts]] = {}
 
 
 def _facts_of(target: Any) -> OpFacts:
@@ -373,6 +376,8 @@ _EFFECTFUL_OPS = _ops(
     "aten.sym_constrain_range.default",
     "aten.sym_constrain_range_for_size.default",
     "prims._sink_tokens.default",  # ends effect-token chains
+    "inductor.accumulate_grad_.default",  # write a tensor's .grad or storage, unannotated
+    "inductor.resize_storage_bytes_.default",
 )
 _EFFECTFUL_PACKETS = _ops(
     "aten._print",  # prints
@@ -450,8 +455,11 @@ _MUTATING_FUNCTIONS = _SETTERS | _functions(
 _EFFECTFUL_FUNCTIONS = _functions(
     "builtins.print", "torch._assert", "torch._assert_async", "torch._check",
     "torch._C._set_grad_enabled", "torch.amp.autocast_mode._enter_autocast",
-    "torch.amp.autocast_mode._exit_autocast", "torch.autograd.forward_ad._enter_dual_level",
-    "torch.autograd.forward_ad._exit_dual_level",
+    "torch.amp.autocast_mode._exit_autocast",
+    *(f"torch._functorch.predispatch.{n}" for n in (
+        "_enter_dual_level", "_exit_dual_level", "_jvp_increment_nesting",
+        "_jvp_decrement_nesting",
+    )),
 )
 
 # Python functions that draw random numbers.
