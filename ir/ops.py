@@ -13,9 +13,9 @@ order of trust:
   effectful bodies, Python's arithmetic, torch's random functions, Tensor methods by name).
 
 ``facts`` is a pure function of its target, memoized in a bounded table (see ``facts``).
-Whether a custom operator was registered as effectful (``torch.library``'s effect registry) is
-the one fact that torch lets a user change after the operator exists; ``is_effectful`` reads it
-on each call and never memoizes it.
+Whether an operator has a side effect is the one fact that torch lets change after the operator
+exists (``torch.library``'s effect registry; the side-effectful set that ``torch.distributed``
+adds to when imported); ``is_effectful`` reads those on each call and never memoizes them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,38 @@ import attrs
 import torch
 import torch.nn.functional as F
 from pyrsistent import PMap, pmap
+
+# The private torch symbols this module reads. They are ``ir.torch_seam``'s names and contracts
+# (the seam for torch internals): where that module exists, import them from it instead.
+from torch._higher_order_ops.effects import has_effects as _has_effects
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch.fx.node import _side_effectful_functions
+
+
+def op_schema(target: Any) -> torch.FunctionSchema | None:
+    """An overload's ``FunctionSchema`` (``target._schema``); ``None`` for other targets."""
+    return getattr(target, "_schema", None)
+
+
+def packet_name(packet: OpOverloadPacket) -> str:
+    """An overload packet's qualified name ``ns::op`` (``packet._qualified_op_name``)."""
+    return packet._qualified_op_name
+
+
+def has_effects(op: Any) -> bool:
+    """Whether torch threads an effect token through calls of ``op`` (its effect registry)."""
+    return bool(_has_effects(op))
+
+
+def torch_side_effectful(target: Any) -> bool:
+    """Whether torch's dead-code elimination keeps ``target`` for its side effect
+    (``torch.fx.node._side_effectful_functions``, a set torch's modules add to as they are
+    imported: ``torch.distributed`` adds its send, receive and wait operators)."""
+    try:
+        return target in _side_effectful_functions
+    except TypeError:  # unhashable
+        return False
+
 
 # --- what a target is ---------------------------------------------------------------------------
 
@@ -68,6 +100,7 @@ class OpFacts:
 
     name: str  #: a readable name, for messages
     kind: str  #: ``OVERLOAD``, ``PACKET``, ``HOP``, ``FUNCTION`` or ``METHOD``
+    qualname: str = ""  #: what ``torch.ops`` finds it by (``"aten::add.Tensor"``, ``"cond"``)
     schema: str = ""  #: the schema as torch prints it, for messages (``""`` without one)
     params: tuple[Param, ...] = ()  #: schema arguments (``()`` without a schema)
     results: int | None = None  #: how many values the schema returns (``None``: no schema)
@@ -123,22 +156,25 @@ _MEMO: dict[int, tuple[Any, OpFacts]] = {}
 
 
 def _facts_of(target: Any) -> OpFacts:
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, OpOverload):
         return _overload_facts(target)
-    if isinstance(target, torch._ops.OpOverloadPacket):
+    if isinstance(target, OpOverloadPacket):
         default = getattr(target, "default", None)
         base = _overload_facts(default) if default is not None else OpFacts(str(target), PACKET)
         # which overload runs depends on the arguments: no schema facts, the default's others
-        return attrs.evolve(base, name=str(target), kind=PACKET, schema="", params=(), results=None)
-    if isinstance(target, torch._ops.HigherOrderOperator):
+        return attrs.evolve(
+            base, name=str(target), kind=PACKET, qualname=packet_name(target), schema="",
+            params=(), results=None,
+        )
+    if isinstance(target, HigherOrderOperator):
         return _hop_facts(target)
     if isinstance(target, str):
         return _method_facts(target)
     return _function_facts(target)
 
 
-def _overload_facts(op: torch._ops.OpOverload) -> OpFacts:
-    schema = op._schema
+def _overload_facts(op: OpOverload) -> OpFacts:
+    schema = op_schema(op)
     params = tuple(
         Param(
             a.name,
@@ -154,6 +190,7 @@ def _overload_facts(op: torch._ops.OpOverload) -> OpFacts:
     return OpFacts(
         name=str(op),
         kind=OVERLOAD,
+        qualname=op.name(),
         schema=str(schema),
         params=params,
         results=len(schema.returns),
@@ -169,11 +206,12 @@ def _overload_facts(op: torch._ops.OpOverload) -> OpFacts:
     )
 
 
-def _hop_facts(hop: torch._ops.HigherOrderOperator) -> OpFacts:
+def _hop_facts(hop: HigherOrderOperator) -> OpFacts:
     name = hop.name()
     return OpFacts(
         name=f"higher_order.{name}",
         kind=HOP,
+        qualname=name,
         mutating=name in _MUTATING_HOPS,
         effectful=name in _EFFECTFUL_HOPS,
         random=name in _RANDOM_HOPS,
@@ -221,7 +259,7 @@ def _in(value: Any, table: frozenset[Any]) -> bool:
         return False
 
 
-def _state_outputs(op: torch._ops.OpOverload) -> PMap:
+def _state_outputs(op: OpOverload) -> PMap:
     """For ``X_functional``, the functionalized form of an operator ``X`` that writes arguments
     in place: its last returns are the new values of ``X``'s written arguments, in order."""
     packet_name = op.overloadpacket.__name__
@@ -231,10 +269,10 @@ def _state_outputs(op: torch._ops.OpOverload) -> PMap:
     base_packet = getattr(namespace, packet_name[: -len("_functional")], None)
     overload = op.name().rpartition(".")[2] if "." in op.name() else "default"
     base = getattr(base_packet, overload, None) if base_packet is not None else None
-    if not isinstance(base, torch._ops.OpOverload):
+    if not isinstance(base, OpOverload):
         return _NO_STATE_OUTPUTS
     written = _overload_facts(base).written
-    results = len(op._schema.returns)
+    results = len(op_schema(op).returns)
     if not written or len(written) > results:
         return _NO_STATE_OUTPUTS
     first = results - len(written)
@@ -264,16 +302,18 @@ def is_inplace(target: Any) -> bool:
 
 def is_effectful(target: Any) -> bool:
     """Has a side effect beyond its result: prints, asserts, threads an effect token
-    (``with_effects``, ``_make_dep_token``), changes global state (grad mode, autocast), or is
-    registered as effectful with ``torch.library``. The registry is read on every call (a
-    custom operator may be registered after its first lookup), so this costs a few µs for an
-    operator; use it on the nodes that need it, not on every node of a graph."""
+    (``with_effects``, ``_make_dep_token``), changes global state (grad mode, autocast), is
+    registered as effectful with ``torch.library``, or is one torch keeps for its side effect
+    (``torch.distributed``'s send and receive). torch's registries are read on every call (a
+    custom operator may be registered, a torch module imported, after a first lookup), so
+    this costs a few µs for an operator; use it on the nodes that need it, not on every node
+    of a graph."""
     found = facts(target)
     if found.effectful:
         return True
-    if found.kind in (OVERLOAD, HOP):
-        return bool(torch._higher_order_ops.effects.has_effects(target))
-    return False
+    if found.kind in (OVERLOAD, HOP) and has_effects(target):
+        return True
+    return torch_side_effectful(target)
 
 
 def is_random(target: Any) -> bool:

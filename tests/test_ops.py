@@ -8,6 +8,7 @@ release that adds to them shows up here.
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
 
@@ -123,11 +124,20 @@ def test_not_effectful(target):
 
 
 def test_torchs_side_effectful_functions_are_effectful_or_mutating():
+    if torch.distributed.is_available():  # adds its send, receive and wait operators
+        importlib.import_module("torch.distributed._functional_collectives")
     side_effectful = getattr(torch.fx.node, "_side_effectful_functions", None)
     if side_effectful is None:
         pytest.skip("this torch keeps no list of side-effectful functions")
     missed = [f for f in side_effectful if not (ops.is_effectful(f) or ops.is_mutating(f))]
     assert missed == []
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
+def test_operator_that_torch_marks_side_effectful_on_import_is_seen():
+    importlib.import_module("torch.distributed._functional_collectives")
+    assert ops.is_effectful(torch.ops._c10d_functional.wait_tensor.default)
+    assert not ops.is_recomputable(torch.ops._c10d_functional.wait_tensor.default)
 
 
 @pytest.fixture
@@ -383,3 +393,13 @@ def test_unhashable_target_is_answered():
 
 def test_facts_are_hashable_values():
     assert hash(ops.facts(aten._native_batch_norm_legit_functional.default)) is not None
+
+
+@pytest.mark.parametrize("target", [aten.add.Tensor, aten.sum.default, aten.add, hop.cond])
+def test_qualname_finds_the_target_again(target):
+    """What pickled lowered modules store for an operator: ``torch.ops`` resolves it back."""
+    from lowering.portable import _decode_target, _encode_target
+
+    f = ops.facts(target)
+    assert f.qualname
+    assert _decode_target(_encode_target(target)) is target
