@@ -3,13 +3,14 @@
 A pass never reads an operator's schema, tags or class itself; it asks ``facts(target)`` (or
 one of the small predicates below) whether the target mutates an argument, has a side effect,
 draws random numbers, can be computed a second time, copies or aliases a value, is size
-arithmetic, a ``getitem`` or a higher-order op. The answers come from three sources, in this
-order of trust:
+arithmetic, a ``getitem`` or a higher-order op. The answers come from four sources:
 
 - the operator's schema: ``Tensor(a!)`` arguments are written, the returns are counted;
 - torch's tags: ``nondeterministic_seeded`` marks random operators;
-- the tables of this module, one row per operator or Python function, for what neither says
-  (print and assert operators, ``_make_dep_token``, higher-order ops that run random or
+- torch's registries of side effects (``torch.library``'s effect registry, the functions
+  torch's dead-code elimination keeps), for ``is_effectful`` only;
+- the tables of this module, one row per operator or Python function, for what none of those
+  says (print and assert operators, ``_make_dep_token``, higher-order ops that run random or
   effectful bodies, Python's arithmetic, torch's random functions, Tensor methods by name).
 
 ``facts`` is a pure function of its target, memoized in a bounded table (see ``facts``).
