@@ -19,6 +19,7 @@ import torch.fx
 from torch.export import graph_signature as gs
 from torch.utils import _pytree as pytree
 
+from ir import ops
 from ir.errors import UnsupportedProgramError
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 
@@ -74,9 +75,10 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
     """An operator gets the arguments its schema lists (no more positional ones, only keywords it
     names, every one without a default); another function, what its signature binds."""
     target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    kind = ops.facts(target).kind
+    if kind == ops.HOP:
         return
-    if isinstance(target, torch._ops.OpOverload):
+    if kind == ops.OVERLOAD:
         names, required = _schema_names(target)
         given = len(node.args)
         if given > len(names) or any(k not in names for k in node.kwargs) or any(
@@ -84,7 +86,7 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
         ):
             raise UnsupportedProgramError(
                 f"node {node.name!r} passes {given} positional arguments and keywords "
-                f"{sorted(node.kwargs)} to {target}, whose schema is {target._schema}"
+                f"{sorted(node.kwargs)} to {target}, whose schema is {ops.facts(target).schema}"
             )
         return
     try:
@@ -103,12 +105,10 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
 
 
 @functools.lru_cache(maxsize=4096)  # bounded: one entry per operator seen, shared by its nodes
-def _schema_names(op: torch._ops.OpOverload) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def _schema_names(op: Any) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """An operator's argument names, and the positions of those without a default."""
-    params = op._schema.arguments
-    return tuple(a.name for a in params), tuple(
-        i for i, a in enumerate(params) if not a.has_default_value()
-    )
+    params = ops.facts(op).params
+    return tuple(p.name for p in params), tuple(i for i, p in enumerate(params) if p.required)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 import torch
 
+from ir import ops
 from ir.errors import LoadError, UntrustedProgramError
 
 MiB = 2**20
@@ -356,10 +357,11 @@ def _check_target(target: str, member: str, where: str) -> None:
         obj = getattr(obj, part, _MISSING)
         if obj is _MISSING:
             return  # torch leaves it a string and fails to load the program
-    if isinstance(obj, torch._ops.HigherOrderOperator):
+    found = ops.facts(obj)
+    if found.kind == ops.HOP:
         return
-    if isinstance(obj, torch._ops.OpOverload):
-        if any(a.name in _FILE_ARGUMENTS and str(a.type) == "str" for a in obj._schema.arguments):
+    if found.kind == ops.OVERLOAD:
+        if any(p.name in _FILE_ARGUMENTS and p.type == "str" for p in found.params):
             raise _refuse(where, member, f"calls {target!r}, an operator that opens files")
         return
     try:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ir import ops
+
 
 def target_name(target: Any) -> str:
     """A deterministic readable name for an fx target (operator, function, method or path)."""
     if isinstance(target, str):
         return target
-    name = getattr(target, "name", None)
-    if callable(name) and type(target).__name__ in ("OpOverload", "OpOverloadPacket"):
+    if ops.facts(target).kind in (ops.OVERLOAD, ops.PACKET):
         return str(target)
     module = getattr(target, "__module__", None)
     qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)

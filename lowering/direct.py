@@ -28,6 +28,7 @@ from ir.args import IDict, IList, ISlice, Ref
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER
+from ir.ops import COPY, MAKE_DEP_TOKEN
 from lowering.identifiers import check_graph
 from lowering.source import compile_function
 
@@ -131,7 +132,7 @@ class _Emitter:
                 if binding is None:
                     params.append(name)
                 elif binding[0] == "token":
-                    self.emit(f"{name} = {self.constant(torch.ops.aten._make_dep_token.default)}()")
+                    self.emit(f"{name} = {self.constant(MAKE_DEP_TOKEN)}()")
                 else:
                     self.emit(f"{name} = {self.read(binding[1])}")
             elif node.op == GET_ATTR:
@@ -172,7 +173,7 @@ class _Emitter:
             return
         values = tree if isinstance(tree, tuple) else (tree,)
         kept = []
-        copy_ = self.constant(torch.ops.aten.copy_.default)
+        copy_ = self.constant(COPY)
         for value, (kind, target) in zip(values, self.outputs):
             if kind == "return":
                 kept.append(self.value(value))

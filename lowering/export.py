@@ -26,6 +26,7 @@ import torch.utils._pytree as pytree
 from torch.export import graph_signature as gs
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 
+from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import IDict, Ref, freeze, map_refs, ref, thaw
@@ -782,8 +783,7 @@ def _verifier(graph: torch.fx.Graph, holder: torch.nn.Module) -> type:
     graphs = [graph] + [m.graph for m in holder.modules() if isinstance(m, torch.fx.GraphModule)]
     for g in graphs:
         for n in g.nodes:
-            schema = getattr(n.target, "_schema", None) if n.op == CALL_FUNCTION else None
-            if schema is not None and schema.is_mutable:
+            if n.op == CALL_FUNCTION and ops.is_mutating(n.target):
                 return TrainingIRVerifier
     return Verifier
 

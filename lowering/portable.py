@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ir import ops
+
 
 class _Op:
     """An operator overload or packet, or a higher-order operator, by name."""
@@ -36,12 +38,9 @@ class _NodeRef:
 
 
 def _encode_target(target: Any) -> Any:
-    if isinstance(target, torch._ops.OpOverload):
-        return _Op("overload", target.name())
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return _Op("packet", target._qualified_op_name)
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return _Op("hop", target.name())
+    found = ops.facts(target)
+    if found.kind in (ops.OVERLOAD, ops.PACKET, ops.HOP):
+        return _Op(found.kind, found.qualname)
     return target
 
 

@@ -13,6 +13,7 @@ from torch.export.unflatten import FlatArgsAdapter, UnflattenedModule
 from ir.args import ref
 from ir.graph import Graph
 from ir.node import Node
+from ir.ops import COPY, MAKE_DEP_TOKEN
 from lowering import tree_watch
 from lowering.codegen import NodeRule, compile_graph, fx_name, interpret, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
@@ -263,7 +264,7 @@ def _plan_rules(graph: Graph, plan: RootPlan) -> dict[str, NodeRule]:
         return rule
 
     def make_token(g: torch.fx.Graph, node: Node, thawed: Callable) -> torch.fx.Node:
-        return g.call_function(torch.ops.aten._make_dep_token.default, ())
+        return g.call_function(MAKE_DEP_TOKEN, ())
 
     for name, binding in bound.items():
         rules[name] = make_token if binding[0] == "token" else read_state(binding[1])
@@ -276,10 +277,10 @@ def _plan_rules(graph: Graph, plan: RootPlan) -> dict[str, NodeRule]:
                 kept.append(thawed(value))
             elif kind == "copy_state":
                 dest = state_nodes.get(target) or g.get_attr(target)
-                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
+                g.call_function(COPY, (dest, thawed(value)))
             elif kind == "copy_input":
                 dest = thawed(ref(target))
-                g.call_function(torch.ops.aten.copy_.default, (dest, thawed(value)))
+                g.call_function(COPY, (dest, thawed(value)))
         return g.output(tuple(kept))
 
     rules[graph.output_node.name] = output

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ir import ops
 from ir import signature as sg
 from ir.args import Ref, map_refs, ref
 from ir.errors import PassError
@@ -22,8 +23,6 @@ from ir.graph import Graph
 from ir.names import target_name
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
-
-WITH_EFFECTS = "torch.ops.higher_order.with_effects"
 
 
 def remove_effect_tokens(p: Program) -> Program:
@@ -77,7 +76,7 @@ def _has_tokens(p: Program, graph: Graph) -> bool:
 
 
 def _is_with_effects(node: Node) -> bool:
-    return node.op == CALL_FUNCTION and target_name(node.target) == WITH_EFFECTS
+    return node.op == CALL_FUNCTION and ops.hop_kind(node.target) == ops.WITH_EFFECTS
 
 
 def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
@@ -171,10 +170,8 @@ def _result_reads(graph: Graph, w: Node) -> list[tuple[int, Node]]:
 
 def _result_count(w: Node, op: Any, reads: list[tuple[int, Node]]) -> int:
     """How many values ``op`` returns: per its schema, else ``meta["val"]`` less the token."""
-    schema = getattr(op, "_schema", None)
-    if schema is not None:
-        count = len(schema.returns)
-    else:
+    count = ops.facts(op).results
+    if count is None:
         val = w.meta.get("val")
         if isinstance(val, (tuple, list)) and val:
             count = len(val) - 1

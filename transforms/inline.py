@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from ir import ops
 from ir.args import IDict, IList, Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
@@ -188,8 +189,7 @@ class _Inliner:
         such reads across calls read the input itself."""
         args, kwargs = map_refs(args, self._current), map_refs(kwargs, self._current)
         made = self._emit(node.replace(args=args, kwargs=kwargs))
-        schema = getattr(node.target, "_schema", None)
-        if schema is not None and schema.is_mutable and args and type(args[0]) is Ref:
+        if ops.is_inplace(node.target) and args and type(args[0]) is Ref:
             source = self.input_of.get(args[0].name)
             if source is not None:
                 self.input_of[made.name] = source

@@ -17,17 +17,15 @@ import operator
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
-import torch  # only for the ``aten.copy_`` operator the rewritten graph calls
-
+from ir import ops
 from ir.args import EMPTY_DICT, Ref, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.ops import COPY
 from ir.program import Program
 from ir.signature import MUTATION_KINDS, ExportSignature
-
-COPY = torch.ops.aten.copy_.default
 
 
 def update_chains(
@@ -44,7 +42,8 @@ def update_chains(
     functionalized in-place op wrote), back to ``dest`` itself or to a node that writes ``dest``
     in place. Every value on it, ``v`` included, is a state of ``dest`` between its writes.
     Ops that return new values of other inputs (train-mode batch norm's running statistics) step
-    back through the table ``_STATE_OUTPUTS`` instead of the first argument.
+    back through the argument each result is the new value of (``ir.ops``'s ``state_outputs``)
+    instead of the first argument.
     A walk that ends anywhere else (another input, a literal, a mutable op, another input's
     write) marks nothing: its values are nobody's state, and reading them across a preserved call
     stays an error. The first-argument rule is the one functionalization follows; a value it
@@ -92,29 +91,25 @@ def update_chains(
     return chains
 
 
-# Functional ops that return new values of some of their inputs: op -> {output index: the input
-# it is the new value of}. ``getitem(op(...), i)`` steps back to that input, not to the first
-# argument.
-_STATE_OUTPUTS: dict[object, dict[int, int]] = {
-    # (out, save_mean, save_rstd, running_mean, running_var) of train-mode batch norm
-    torch.ops.aten._native_batch_norm_legit_functional.default: {3: 3, 4: 4},
-}
-
-
 def _previous_value(node: Node, nodes: Mapping[str, Node]) -> str | None:
     """The value ``node`` is the next state of, along a functional update chain, or ``None``:
-    the input named by ``_STATE_OUTPUTS`` for a ``getitem`` of such an op, else the first
-    argument of a functional op."""
+    for a ``getitem`` of a functional op that returns new values of some of its inputs (train-mode
+    batch norm's running statistics: ``ir.ops``'s ``state_outputs``), the input that result is the
+    new value of; else the first argument of a functional op."""
     if node.target is operator.getitem and node.args and type(node.args[0]) is Ref:
         producer = nodes.get(node.args[0].name)
-        rule = _STATE_OUTPUTS.get(producer.target) if producer is not None else None
-        if rule is not None:
+        rule = _state_outputs(producer) if producer is not None else None
+        if rule:
             index = rule.get(node.args[1]) if len(node.args) > 1 else None
             arg = producer.args[index] if index is not None and index < len(producer.args) else None
             return arg.name if type(arg) is Ref else None
-    if node.target in _STATE_OUTPUTS:
+    if _state_outputs(node):
         return None  # the op's tuple itself is no state
     return node.args[0].name if _functional_step(node) else None
+
+
+def _state_outputs(node: Node) -> Mapping[int, int]:
+    return ops.facts(node.target).state_outputs if node.op == CALL_FUNCTION else {}
 
 
 def written_back_values(signature: ExportSignature) -> dict[str, str]:
@@ -135,8 +130,7 @@ def written_back_values(signature: ExportSignature) -> dict[str, str]:
 def _functional_step(node: Node) -> bool:
     if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
         return False
-    schema = getattr(node.target, "_schema", None)
-    return schema is None or not schema.is_mutable
+    return not ops.is_mutating(node.target)
 
 
 def insert_ival_copies(
@@ -223,8 +217,7 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
     for node in graph.nodes:
         if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
             continue
-        schema = getattr(node.target, "_schema", None)
-        if schema is None or not schema.is_mutable:
+        if not ops.is_inplace(node.target):
             continue
         first = node.args[0].name
         dest = first if first in roots else aliases.get(first)
@@ -232,6 +225,6 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
             continue
         aliases[node.name] = dest
         sources[node.name] = dest
-        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[1], Ref):
+        if node.target is COPY and isinstance(node.args[1], Ref):
             sources.setdefault(node.args[1].name, dest)
     return aliases, sources

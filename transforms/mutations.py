@@ -14,7 +14,6 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
-import torch  # only for the ``aten.copy_`` operator the rewritten graph calls
 
 from ir import signature as sg
 from ir.args import EMPTY_DICT, Ref, iter_refs, map_refs, ref
@@ -22,9 +21,9 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.ops import COPY
 from ir.program import Program
 
-COPY = torch.ops.aten.copy_.default
 INPLACE_KINDS = (sg.BUFFER_MUTATION, sg.USER_INPUT_MUTATION)
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import attrs
 import torch
 
+from ir import ops
 from ir.args import Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
@@ -58,22 +59,7 @@ FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 #: The most nodes one rematerialized value may copy; a longer slice is a ``PassError``.
 MAX_SLICE = 256
 
-_SYM_SIZE = torch.ops.aten.sym_size.int
-
-# Ops that return their first argument unchanged when shape, dtype and device are kept.
-_NO_OP_IF_SAME = {
-    torch.ops.aten.clone.default,
-    torch.ops.aten.alias.default,
-    torch.ops.aten.to.dtype,
-    torch.ops.aten.to.dtype_layout,
-    torch.ops.aten.to.device,
-    torch.ops.aten._to_copy.default,
-    torch.ops.aten.view.default,
-    torch.ops.aten.reshape.default,
-    torch.ops.aten._unsafe_view.default,
-    torch.ops.aten.expand.default,
-    torch.ops.aten.contiguous.default,
-}
+_SYM_SIZE = ops.SYM_SIZE
 
 
 def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program:
@@ -460,19 +446,7 @@ def _not_pure(node: Node) -> str:
     """Why ``node`` cannot be computed a second time ('' when it can)."""
     if node.op != CALL_FUNCTION:
         return f"is a {node.op} node"
-    target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"is a higher-order op ({target.name()})"
-    schema = getattr(target, "_schema", None)
-    if schema is not None and schema.is_mutable:
-        return f"mutates its input ({target})"
-    if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
-        return f"is random ({target})"
-    if isinstance(target, torch._ops.OpOverload) and torch._higher_order_ops.effects.has_effects(
-        target
-    ):
-        return f"has a side effect ({target})"
-    return ""
+    return ops.impurity(node.target)
 
 
 def _same_value(node: Node, source: Node) -> bool:
@@ -484,7 +458,7 @@ def _same_value(node: Node, source: Node) -> bool:
 
 def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
     """Union-find over no-op edges: ``getitem(t, i)`` nodes with the same ``(t, i)``, and the ops
-    of ``_NO_OP_IF_SAME`` whose result keeps the input's shape, dtype and device. Each member
+    that ``ir.ops`` calls alias-like whose result keeps the input's shape, dtype and device. Each member
     of a class of two or more maps to the class's members in graph order. O(n α(n))."""
     parent: dict[str, str] = {}
 
@@ -516,7 +490,7 @@ def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
                 continue
             if seen != node.name:
                 union(seen, node.name)
-        elif node.target in _NO_OP_IF_SAME and _same_value(node, by_name[first]):
+        elif ops.is_alias_like(node.target) and _same_value(node, by_name[first]):
             union(first, node.name)
     classes: dict[str, list[str]] = {}
     for node in nodes:

@@ -1,0 +1,521 @@
+"""Operator facts: what purefx knows about a node's target, in one table.
+
+A pass never reads an operator's schema, tags or class itself; it asks ``facts(target)`` (or
+one of the small predicates below) whether the target mutates an argument, has a side effect,
+draws random numbers, can be computed a second time, copies or aliases a value, is size
+arithmetic, a ``getitem`` or a higher-order op. The answers come from four sources:
+
+- the operator's schema: ``Tensor(a!)`` arguments are written, the returns are counted;
+- torch's tags: ``nondeterministic_seeded`` marks random operators;
+- torch's registries of side effects (``torch.library``'s effect registry, the functions
+  torch's dead-code elimination keeps), for ``is_effectful`` only;
+- the tables of this module, one row per operator or Python function, for what none of those
+  says (print and assert operators, ``_make_dep_token``, higher-order ops that run random or
+  effectful bodies, Python's arithmetic, torch's random functions, Tensor methods by name).
+
+``facts`` is a pure function of its target, memoized in a bounded table (see ``facts``).
+Whether an operator has a side effect is the one fact that torch lets change after the operator
+exists (``torch.library``'s effect registry; the side-effectful set that ``torch.distributed``
+adds to when imported); ``is_effectful`` reads those on each call and never memoizes them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+from pyrsistent import PMap, pmap
+
+# The private torch symbols this module reads. They are ``ir.torch_seam``'s names and contracts
+# (the seam for torch internals): where that module exists, import them from it instead.
+from torch._higher_order_ops.effects import has_effects as _has_effects
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch.fx.node import _side_effectful_functions
+
+
+def op_schema(target: Any) -> torch.FunctionSchema | None:
+    """An overload's ``FunctionSchema`` (``target._schema``); ``None`` for other targets."""
+    return getattr(target, "_schema", None)
+
+
+def packet_name(packet: OpOverloadPacket) -> str:
+    """An overload packet's qualified name ``ns::op`` (``packet._qualified_op_name``)."""
+    return packet._qualified_op_name
+
+
+def has_effects(op: Any) -> bool:
+    """Whether torch threads an effect token through calls of ``op`` (its effect registry)."""
+    return bool(_has_effects(op))
+
+
+def torch_side_effectful(target: Any) -> bool:
+    """Whether torch's dead-code elimination keeps ``target`` for its side effect
+    (``torch.fx.node._side_effectful_functions``, a set torch's modules add to as they are
+    imported: ``torch.distributed`` adds its send, receive and wait operators)."""
+    try:
+        return target in _side_effectful_functions
+    except TypeError:  # unhashable
+        return False
+
+
+# --- what a target is ---------------------------------------------------------------------------
+
+OVERLOAD = "overload"  #: an ``OpOverload`` (``aten.add.Tensor``): it has a schema
+PACKET = "packet"  #: an ``OpOverloadPacket`` (``aten.add``): answered by its ``default`` overload
+HOP = "hop"  #: a ``HigherOrderOperator`` (``cond``, ``with_effects``, ...)
+FUNCTION = "function"  #: any other callable (``operator.getitem``, ``torch.relu``, ...)
+METHOD = "method"  #: a ``call_method`` target: a Tensor method's name (``"add_"``)
+
+#: The operators purefx itself writes into graphs.
+COPY = torch.ops.aten.copy_.default
+SYM_SIZE = torch.ops.aten.sym_size.int
+MAKE_DEP_TOKEN = torch.ops.aten._make_dep_token.default
+
+#: The name of the higher-order op that threads an effect token (``facts(t).hop``).
+WITH_EFFECTS = "with_effects"
+
+_MEMO_SIZE = 4096
+_NO_STATE_OUTPUTS: PMap = pmap()
+
+
+@attrs.frozen
+class Param:
+    """One argument of an operator's schema."""
+
+    name: str
+    type: str  #: the schema's type, as torch prints it (``"Tensor"``, ``"int[]"``, ``"str"``)
+    required: bool  #: no default value
+    written: bool  #: ``Tensor(a!)``: the operator writes it in place
+
+
+@attrs.frozen
+class OpFacts:
+    """Everything purefx knows about one target. Build it with ``facts``."""
+
+    name: str  #: a readable name, for messages
+    kind: str  #: ``OVERLOAD``, ``PACKET``, ``HOP``, ``FUNCTION`` or ``METHOD``
+    qualname: str = ""  #: what ``torch.ops`` finds it by (``"aten::add.Tensor"``, ``"cond"``)
+    schema: str = ""  #: the schema as torch prints it, for messages (``""`` without one)
+    params: tuple[Param, ...] = ()  #: schema arguments (``()`` without a schema)
+    results: int | None = None  #: how many values the schema returns (``None``: no schema)
+    mutating: bool = False  #: writes some argument in place (``add_``, ``copy_``, ``add.out``)
+    written: tuple[int, ...] = ()  #: positions of the arguments it writes
+    inplace: bool = False  #: writes its first argument and returns it (``add_``, ``copy_``)
+    effectful: bool = False  #: a side effect beyond its result (print, assert, effect token)
+    random: bool = False  #: draws from a random number generator
+    copy_of: int | None = None  #: the argument whose values the result (or the write) takes
+    alias_like: bool = False  #: returns its first argument when shape, dtype, device are kept
+    size_arithmetic: bool = False  #: scalar or symbolic-size arithmetic, or a size query
+    getitem: bool = False  #: ``operator.getitem``
+    hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
+    state_outputs: PMap = _NO_STATE_OUTPUTS
+    """``{result index: argument position}`` for a functional operator that returns new values
+    of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
+
+    @property
+    def recomputable(self) -> bool:
+        """Pure, deterministic and without effect, and no higher-order op: computing it a
+        second time gives the same value and changes nothing (effects registered after this
+        value was made are not seen: use ``is_recomputable``)."""
+        return not (self.mutating or self.effectful or self.random or self.kind == HOP)
+
+
+def facts(target: Any) -> OpFacts:
+    """What purefx knows about ``target``, a ``call_function`` or ``call_method`` target.
+
+    Any value is accepted: an ``OpOverload``, ``OpOverloadPacket``, ``HigherOrderOperator``,
+    Python callable, or a method name (``str``). A target the tables do not name gets the
+    facts its schema and tags give, else none (pure, deterministic, no effect), as torch's
+    own ``Node.is_impure`` assumes for an unknown function.
+
+    Memoized by identity in a table of at most 4096 entries, emptied when full: the value
+    depends on nothing but the target, so a hit and a miss answer the same, and the table
+    cannot grow past its bound. Keys are ``id(target)``, each entry holding its target (so an
+    id is never reused while its entry lives): ``OpOverload.__hash__`` is Python code that
+    costs more than reading the schema, so a hash-keyed cache would slow every pass down.
+    The targets held are operators and functions that torch or the user's module keeps alive
+    anyway. O(schema arguments) on a miss, O(1) on a hit.
+    """
+    hit = _MEMO.get(id(target))
+    if hit is not None and hit[0] is target:
+        return hit[1]
+    found = _facts_of(target)
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[id(target)] = (target, found)
+    return found
+
+
+_MEMO: dict[int, tuple[Any, OpFacts]] = {}
+
+
+def _facts_of(target: Any) -> OpFacts:
+    if isinstance(target, OpOverload):
+        return _overload_facts(target)
+    if isinstance(target, OpOverloadPacket):
+        default = getattr(target, "default", None)
+        base = _overload_facts(default) if default is not None else OpFacts(str(target), PACKET)
+        # which overload runs depends on the arguments: no schema facts, the default's others
+        return attrs.evolve(
+            base, name=str(target), kind=PACKET, qualname=packet_name(target), schema="",
+            params=(), results=None,
+        )
+    if isinstance(target, HigherOrderOperator):
+        return _hop_facts(target)
+    if isinstance(target, str):
+        return _method_facts(target)
+    return _function_facts(target)
+
+
+def _overload_facts(op: OpOverload) -> OpFacts:
+    schema = op_schema(op)
+    params = tuple(
+        Param(
+            a.name,
+            str(a.type),
+            not a.has_default_value(),
+            a.alias_info is not None and a.alias_info.is_write,
+        )
+        for a in schema.arguments
+    )
+    written = tuple(i for i, p in enumerate(params) if p.written)
+    first_result = schema.returns[0].alias_info if schema.returns else None
+    packet = op.overloadpacket
+    return OpFacts(
+        name=str(op),
+        kind=OVERLOAD,
+        qualname=op.name(),
+        schema=str(schema),
+        params=params,
+        results=len(schema.returns),
+        mutating=schema.is_mutable,
+        written=written,
+        inplace=0 in written and first_result is not None and first_result.is_write,
+        effectful=op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS,
+        random=torch.Tag.nondeterministic_seeded in op.tags,
+        copy_of=_COPY_OF.get(packet),
+        alias_like=packet in _ALIAS_LIKE_PACKETS,
+        size_arithmetic=packet in _SIZE_QUERIES,
+        state_outputs=_state_outputs(op),
+    )
+
+
+def _hop_facts(hop: HigherOrderOperator) -> OpFacts:
+    name = hop.name()
+    return OpFacts(
+        name=f"higher_order.{name}",
+        kind=HOP,
+        qualname=name,
+        mutating=name in _MUTATING_HOPS,
+        effectful=name in _EFFECTFUL_HOPS,
+        random=name in _RANDOM_HOPS,
+        hop=name,
+    )
+
+
+def _method_facts(name: str) -> OpFacts:
+    inplace = name.endswith("_") and not name.endswith("__")
+    return OpFacts(
+        name=name,
+        kind=METHOD,
+        mutating=inplace,
+        written=(0,) if inplace else (),
+        inplace=inplace,
+        random=name in _RANDOM_METHODS,
+        copy_of=_COPY_OF_METHOD.get(name),
+        alias_like=name in _ALIAS_LIKE_METHODS,
+        size_arithmetic=name in _SIZE_METHODS,
+    )
+
+
+def _function_facts(fn: Any) -> OpFacts:
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    known = _in(fn, _SIZE_FUNCTIONS)
+    mutating = _in(fn, _MUTATING_FUNCTIONS)
+    return OpFacts(
+        name=f"{module}.{qualname}" if module else qualname,
+        kind=FUNCTION,
+        mutating=mutating,
+        written=(0,) if mutating else (),
+        inplace=mutating and fn not in _SETTERS,
+        effectful=_in(fn, _EFFECTFUL_FUNCTIONS),
+        random=_in(fn, _RANDOM_FUNCTIONS),
+        size_arithmetic=known or (module == "math" and callable(fn)),
+        getitem=fn is operator.getitem,
+    )
+
+
+def _in(value: Any, table: frozenset[Any]) -> bool:
+    try:
+        return value in table
+    except TypeError:  # unhashable
+        return False
+
+
+def _state_outputs(op: OpOverload) -> PMap:
+    """For ``X_functional``, the functionalized form of an operator ``X`` that writes arguments
+    in place: its last returns are the new values of ``X``'s written arguments, in order."""
+    packet_name = op.overloadpacket.__name__
+    if not packet_name.endswith("_functional"):
+        return _NO_STATE_OUTPUTS
+    namespace = getattr(torch.ops, op.namespace, None)
+    base_packet = getattr(namespace, packet_name[: -len("_functional")], None)
+    overload = op.name().rpartition(".")[2] if "." in op.name() else "default"
+    base = getattr(base_packet, overload, None) if base_packet is not None else None
+    if not isinstance(base, OpOverload):
+        return _NO_STATE_OUTPUTS
+    written = _overload_facts(base).written
+    results = len(op_schema(op).returns)
+    if not written or len(written) > results:
+        return _NO_STATE_OUTPUTS
+    first = results - len(written)
+    return pmap({first + k: position for k, position in enumerate(written)})
+
+
+# --- predicates ----------------------------------------------------------------------------------
+
+
+def is_mutating(target: Any) -> bool:
+    """Writes some argument in place (schema ``Tensor(a!)``, ``operator.setitem``, a Tensor
+    method whose name ends in ``_``). O(1) amortized."""
+    return facts(target).mutating
+
+
+def written_args(target: Any) -> tuple[int, ...]:
+    """Positions of the arguments ``target`` writes in place (``()`` for a functional one)."""
+    return facts(target).written
+
+
+def is_inplace(target: Any) -> bool:
+    """Writes its first argument in place and returns it, so that its result *is* that
+    argument (``add_``, ``copy_``; not ``add.out`` nor train-mode batch norm, which write
+    other arguments)."""
+    return facts(target).inplace
+
+
+def is_effectful(target: Any) -> bool:
+    """Has a side effect beyond its result: prints, asserts, threads an effect token
+    (``with_effects``, ``_make_dep_token``), changes global state (grad mode, autocast), is
+    registered as effectful with ``torch.library``, or is one torch keeps for its side effect
+    (``torch.distributed``'s send and receive). torch's registries are read on every call (a
+    custom operator may be registered, a torch module imported, after a first lookup), so
+    this costs a few µs for an operator; use it on the nodes that need it, not on every node
+    of a graph."""
+    found = facts(target)
+    if found.effectful:
+        return True
+    if found.kind in (OVERLOAD, HOP) and has_effects(target):
+        return True
+    return torch_side_effectful(target)
+
+
+def is_random(target: Any) -> bool:
+    """Draws from a random number generator (``nondeterministic_seeded``, dropout, ``rand*``,
+    ``bernoulli``, random-state higher-order ops, torch's random functions)."""
+    return facts(target).random
+
+
+def is_recomputable(target: Any) -> bool:
+    """Pure, deterministic and without effect: a second call computes the same value and
+    changes nothing. Higher-order ops are never recomputable (their bodies are not looked at)."""
+    return not impurity(target)
+
+
+def impurity(target: Any) -> str:
+    """Why ``target`` cannot be computed a second time, as a phrase that follows a value's name
+    (``"mutates its input (aten.add_.Tensor)"``), or ``''`` when it can."""
+    found = facts(target)
+    if found.kind == HOP:
+        return f"is a higher-order op ({found.hop})"
+    if found.mutating:
+        return f"mutates its input ({found.name})"
+    if found.random:
+        return f"is random ({found.name})"
+    if is_effectful(target):
+        return f"has a side effect ({found.name})"
+    return ""
+
+
+def copy_of(target: Any) -> int | None:
+    """The position of the argument whose values ``target``'s result takes (``_to_copy``,
+    ``clone``, ``to``: 0), or that it writes into its first argument (``copy_``: 1); else
+    ``None``. Values are equal up to dtype, device, layout, memory format and broadcasting."""
+    return facts(target).copy_of
+
+
+def is_alias_like(target: Any) -> bool:
+    """Returns its first argument's value unchanged whenever the result keeps the argument's
+    shape, dtype and device (``view``, ``reshape``, ``expand``, ``clone``, ``alias``, ``to``,
+    ``_to_copy``, ``contiguous``, a whole ``slice``, ...). Callers check the metadata."""
+    return facts(target).alias_like
+
+
+def is_size_arithmetic(target: Any) -> bool:
+    """Scalar arithmetic or comparison (``operator``, ``math``, ``torch.sym_*``), or a size
+    query (``aten.sym_size``, ``sym_numel``, ...): in an exported graph, symbolic sizes."""
+    return facts(target).size_arithmetic
+
+
+def is_getitem(target: Any) -> bool:
+    """``operator.getitem``."""
+    return facts(target).getitem
+
+
+def hop_kind(target: Any) -> str:
+    """The higher-order op's name (``"cond"``, ``"with_effects"``, ...), ``''`` for any other
+    target."""
+    return facts(target).hop
+
+
+# --- the tables ----------------------------------------------------------------------------------
+
+
+def _ops(*names: str) -> frozenset[Any]:
+    """The overloads (``"aten._print.default"``) or packets (``"aten.to"``) named that exist in
+    this torch; a name it lacks is skipped."""
+    found = set()
+    for name in names:
+        obj: Any = torch.ops
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None:
+            found.add(obj)
+    return frozenset(found)
+
+
+def _functions(*names: str) -> frozenset[Any]:
+    """The functions named (``"torch.rand"``, ``"torch.nn.functional.dropout"``) that exist."""
+    roots = {"torch": torch, "F": F, "operator": operator, "builtins": builtins, "math": math}
+    found = set()
+    for name in names:
+        root, *parts = name.split(".")
+        obj: Any = roots[root]
+        for part in parts:
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None:
+            found.add(obj)
+    return frozenset(found)
+
+
+# Operators with a side effect that neither the schema nor the effect registry states.
+_EFFECTFUL_OPS = _ops(
+    "aten._make_dep_token.default",  # starts an effect-token chain
+    "aten._assert_scalar.default",  # the runtime asserts: raise on bad input
+    "aten._assert_tensor_metadata.default",
+    "aten.sym_constrain_range.default",
+    "aten.sym_constrain_range_for_size.default",
+    "prims._sink_tokens.default",  # ends effect-token chains
+    "inductor.accumulate_grad_.default",  # write a tensor's .grad or storage, unannotated
+    "inductor.resize_storage_bytes_.default",
+)
+_EFFECTFUL_PACKETS = _ops(
+    "aten._print",  # prints
+    "aten._assert_async",
+    "aten._functional_assert_async",
+    "aten._functional_sym_constrain_range",
+    "aten._functional_sym_constrain_range_for_size",
+    "profiler._record_function_enter",  # opens and closes profiler ranges
+    "profiler._record_function_enter_new",
+    "profiler._record_function_exit",
+)
+
+# Higher-order ops by name: those whose call is an effect, draws random numbers or writes.
+_EFFECTFUL_HOPS = frozenset(
+    {"with_effects", "print", "invoke_leaf_function", "call_torchbind", "_export_tracepoint"}
+)
+_RANDOM_HOPS = frozenset(
+    {"run_and_save_rng_state", "run_with_rng_state", "graphsafe_run_with_rng_state",
+     "run_dtensor_rng_op"}
+)
+_MUTATING_HOPS = frozenset({"triton_kernel_wrapper_mutation"})
+
+# Operators whose result holds the values of one argument: position of that argument.
+_COPY_OF: Mapping[Any, int] = MappingProxyType(
+    {p: 1 for p in _ops("aten.copy_", "aten.copy")}
+    | {p: 0 for p in _ops("aten._to_copy", "aten.clone", "aten.to", "aten.lift_fresh_copy")}
+)
+_COPY_OF_METHOD: Mapping[str, int] = MappingProxyType(
+    {"copy_": 1, "clone": 0, "to": 0, "type": 0, "float": 0, "double": 0, "half": 0,
+     "bfloat16": 0, "int": 0, "long": 0, "bool": 0, "cpu": 0, "cuda": 0}
+)
+
+# Operators that are their first argument whenever the result keeps its shape, dtype and device.
+_ALIAS_LIKE_NAMES = (
+    "alias", "clone", "contiguous", "to", "_to_copy", "lift_fresh_copy", "type_as",
+    "view", "view_as", "reshape", "reshape_as", "_unsafe_view", "_reshape_alias",
+    "expand", "expand_as", "flatten", "unflatten", "squeeze", "unsqueeze", "slice",
+    "alias_copy", "view_copy", "expand_copy", "squeeze_copy", "unsqueeze_copy", "slice_copy",
+)
+_ALIAS_LIKE_PACKETS = _ops(*(f"aten.{n}" for n in _ALIAS_LIKE_NAMES))
+_ALIAS_LIKE_METHODS = frozenset(_ALIAS_LIKE_NAMES) - {"_to_copy", "lift_fresh_copy"}
+
+# Size queries on tensors: their results are (symbolic) integers.
+_SIZE_QUERIES = _ops(
+    "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset",
+    "aten.sym_is_contiguous",
+)
+_SIZE_METHODS = frozenset({"size", "stride", "numel", "dim", "storage_offset"})
+
+# Python functions on scalars and symbolic sizes (all of ``math`` counts too).
+_SIZE_FUNCTIONS = _functions(
+    *(f"operator.{n}" for n in (
+        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "eq",
+        "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "lshift",
+        "rshift", "truth", "index",
+    )),
+    *(f"torch.{n}" for n in (
+        "sym_int", "sym_float", "sym_not", "sym_ite", "sym_max", "sym_min", "sym_sqrt",
+        "sym_sum", "sym_fresh_size", "_sym_sqrt",
+    )),
+    "builtins.abs", "builtins.min", "builtins.max", "builtins.round", "builtins.int",
+    "builtins.float", "builtins.bool",
+)
+
+# Python functions that write their first argument (the setters return None, the others it).
+_SETTERS = _functions("operator.setitem", "operator.delitem")
+_MUTATING_FUNCTIONS = _SETTERS | _functions(
+    *(f"operator.{n}" for n in (
+        "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul", "iand",
+        "ior", "ixor", "ilshift", "irshift",
+    )),
+)
+
+# Python functions with a side effect: printing, asserting, global autograd / autocast state.
+_EFFECTFUL_FUNCTIONS = _functions(
+    "builtins.print", "torch._assert", "torch._assert_async", "torch._check",
+    "torch._C._set_grad_enabled", "torch.amp.autocast_mode._enter_autocast",
+    "torch.amp.autocast_mode._exit_autocast",
+    *(f"torch._functorch.predispatch.{n}" for n in (
+        "_enter_dual_level", "_exit_dual_level", "_jvp_increment_nesting",
+        "_jvp_decrement_nesting",
+    )),
+)
+
+# Python functions that draw random numbers.
+_RANDOM_FUNCTIONS = _functions(
+    *(f"torch.{n}" for n in (
+        "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+        "bernoulli", "multinomial", "normal", "poisson", "dropout", "alpha_dropout",
+        "feature_dropout", "feature_alpha_dropout", "rrelu", "native_dropout",
+    )),
+    *(f"F.{n}" for n in (
+        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+        "feature_alpha_dropout", "rrelu", "gumbel_softmax",
+    )),
+)
+_RANDOM_METHODS = frozenset(
+    {"bernoulli", "bernoulli_", "uniform_", "normal_", "random_", "exponential_",
+     "geometric_", "cauchy_", "log_normal_", "multinomial"}
+)
