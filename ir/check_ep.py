@@ -17,10 +17,10 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export import graph_signature as gs
-from torch.utils import _pytree as pytree
 
 from ir.errors import UnsupportedProgramError
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.torch_seam import HigherOrderOperator, OpOverload, op_schema, pytree
 
 _CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
 _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_MODULE: "a path",
@@ -74,9 +74,9 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
     """An operator gets the arguments its schema lists (no more positional ones, only keywords it
     names, every one without a default); another function, what its signature binds."""
     target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, HigherOrderOperator):
         return
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, OpOverload):
         names, required = _schema_names(target)
         given = len(node.args)
         if given > len(names) or any(k not in names for k in node.kwargs) or any(
@@ -84,7 +84,7 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
         ):
             raise UnsupportedProgramError(
                 f"node {node.name!r} passes {given} positional arguments and keywords "
-                f"{sorted(node.kwargs)} to {target}, whose schema is {target._schema}"
+                f"{sorted(node.kwargs)} to {target}, whose schema is {op_schema(target)}"
             )
         return
     try:
@@ -103,9 +103,9 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
 
 
 @functools.lru_cache(maxsize=4096)  # bounded: one entry per operator seen, shared by its nodes
-def _schema_names(op: torch._ops.OpOverload) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def _schema_names(op: OpOverload) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """An operator's argument names, and the positions of those without a default."""
-    params = op._schema.arguments
+    params = op_schema(op).arguments
     return tuple(a.name for a in params), tuple(
         i for i, a in enumerate(params) if not a.has_default_value()
     )

@@ -31,6 +31,7 @@ import attrs
 import torch
 
 from ir.errors import LoadError, UntrustedProgramError
+from ir.torch_seam import HigherOrderOperator, OpOverload, op_schema
 
 MiB = 2**20
 GiB = 2**30
@@ -356,10 +357,10 @@ def _check_target(target: str, member: str, where: str) -> None:
         obj = getattr(obj, part, _MISSING)
         if obj is _MISSING:
             return  # torch leaves it a string and fails to load the program
-    if isinstance(obj, torch._ops.HigherOrderOperator):
+    if isinstance(obj, HigherOrderOperator):
         return
-    if isinstance(obj, torch._ops.OpOverload):
-        if any(a.name in _FILE_ARGUMENTS and str(a.type) == "str" for a in obj._schema.arguments):
+    if isinstance(obj, OpOverload):
+        if any(a.name in _FILE_ARGUMENTS and str(a.type) == "str" for a in op_schema(obj).arguments):
             raise _refuse(where, member, f"calls {target!r}, an operator that opens files")
         return
     try:

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ir.torch_seam import HigherOrderOperator, OpOverload, OpOverloadPacket, packet_name
+
 
 class _Op:
     """An operator overload or packet, or a higher-order operator, by name."""
@@ -36,11 +38,11 @@ class _NodeRef:
 
 
 def _encode_target(target: Any) -> Any:
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, OpOverload):
         return _Op("overload", target.name())
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return _Op("packet", target._qualified_op_name)
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, OpOverloadPacket):
+        return _Op("packet", packet_name(target))
+    if isinstance(target, HigherOrderOperator):
         return _Op("hop", target.name())
     return target
 

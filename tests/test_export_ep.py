@@ -179,13 +179,30 @@ def check_export_laws(case: Case) -> None:
     assert program_tensor_versions(q) == versions
     _same(out.module(), _reference(ep), case)
     _same(_saved_and_loaded(export_ep(q)).module(), _reference(ep), case)
-    _same(export_ep(q).run_decompositions().module(), _reference(ep), case)
+    _same_after_decompositions(export_ep(q), ep, case)
     ours, theirs = _torch_tree(export_ep(q)), _torch_tree(copy.deepcopy(ep))  # it writes ep
     if not isinstance(theirs, str):  # torch cannot unflatten some originals (see the notes)
         assert _bases(ours) == _bases(theirs)
         assert ours <= theirs  # never a copy per call where torch has none
     assert _paths(lower(transform(import_ep(export_ep(q))))) == _paths(lower(q))
     assert _meta_sizes(ep) == before  # torch's passes on the result never reach ep's meta
+
+
+def _same_after_decompositions(
+    out: torch.export.ExportedProgram, ep: torch.export.ExportedProgram, case: Case
+) -> None:
+    """``out.run_decompositions()`` runs like ``ep``. Where torch cannot decompose its own
+    program (it drops an op that a call signature names: eval-mode dropout from torch 2.14 on,
+    see ``lowering.torch_seam.decompositions_drop_eval_dropout``), ours fails the same way."""
+    try:
+        decomposed = out.run_decompositions()
+    except Exception as err:
+        if "does not exist in the graph" not in str(err):
+            raise
+        with pytest.raises(type(err), match="does not exist in the graph"):
+            copy.deepcopy(ep).run_decompositions()
+        return
+    _same(decomposed.module(), _reference(ep), case)
 
 
 def _bases(tree: object) -> object:

@@ -22,6 +22,7 @@ from ir.graph import Graph
 from ir.names import target_name
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
+from ir.torch_seam import op_schema
 
 WITH_EFFECTS = "torch.ops.higher_order.with_effects"
 
@@ -171,7 +172,7 @@ def _result_reads(graph: Graph, w: Node) -> list[tuple[int, Node]]:
 
 def _result_count(w: Node, op: Any, reads: list[tuple[int, Node]]) -> int:
     """How many values ``op`` returns: per its schema, else ``meta["val"]`` less the token."""
-    schema = getattr(op, "_schema", None)
+    schema = op_schema(op)
     if schema is not None:
         count = len(schema.returns)
     else:

@@ -13,6 +13,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import ExportSignature, OutputSpec
+from ir.torch_seam import op_schema
 
 
 def inline(program: Program) -> Program:
@@ -188,7 +189,7 @@ class _Inliner:
         such reads across calls read the input itself."""
         args, kwargs = map_refs(args, self._current), map_refs(kwargs, self._current)
         made = self._emit(node.replace(args=args, kwargs=kwargs))
-        schema = getattr(node.target, "_schema", None)
+        schema = op_schema(node.target)
         if schema is not None and schema.is_mutable and args and type(args[0]) is Ref:
             source = self.input_of.get(args[0].name)
             if source is not None:

@@ -26,6 +26,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import MUTATION_KINDS, ExportSignature
+from ir.torch_seam import op_schema
 
 COPY = torch.ops.aten.copy_.default
 
@@ -135,7 +136,7 @@ def written_back_values(signature: ExportSignature) -> dict[str, str]:
 def _functional_step(node: Node) -> bool:
     if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
         return False
-    schema = getattr(node.target, "_schema", None)
+    schema = op_schema(node.target)
     return schema is None or not schema.is_mutable
 
 
@@ -223,7 +224,7 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
     for node in graph.nodes:
         if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
             continue
-        schema = getattr(node.target, "_schema", None)
+        schema = op_schema(node.target)
         if schema is None or not schema.is_mutable:
             continue
         first = node.args[0].name

@@ -48,6 +48,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from ir.torch_seam import HigherOrderOperator, OpOverload, has_effects, op_schema
 from transforms.ivals import mutation_sources, update_chains, written_back_values
 from transforms.stacks import Frame, node_frames
 
@@ -461,16 +462,14 @@ def _not_pure(node: Node) -> str:
     if node.op != CALL_FUNCTION:
         return f"is a {node.op} node"
     target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, HigherOrderOperator):
         return f"is a higher-order op ({target.name()})"
-    schema = getattr(target, "_schema", None)
+    schema = op_schema(target)
     if schema is not None and schema.is_mutable:
         return f"mutates its input ({target})"
     if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
         return f"is random ({target})"
-    if isinstance(target, torch._ops.OpOverload) and torch._higher_order_ops.effects.has_effects(
-        target
-    ):
+    if isinstance(target, OpOverload) and has_effects(target):
         return f"has a side effect ({target})"
     return ""
 
