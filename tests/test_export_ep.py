@@ -135,8 +135,10 @@ def test_export_laws_on_the_zoo(name: str) -> None:
 HF_SAMPLE = ("hf_gpt2_preserve_block",)
 # Known: ``outline`` cuts one call of a module into two runs here, ``export_ep`` numbers them as
 # two calls (``model@1``), and torch's unflatten then makes a copy per call (outputs still right).
+# (hf_llama_preserve_layer is not one: it only failed while run_decompositions, which torch's
+# own program fails too, stopped the test before the tree check.)
 HF_EXTRA_CALLS = {
-    "hf_llama[strict]", "hf_llama_preserve_layer", "hf_llama_preserve_layer[strict]",
+    "hf_llama[strict]", "hf_llama_preserve_layer[strict]",
     "hf_llama_preserve_mlp[strict,decomp]", "hf_mixtral[strict]",
 }
 
