@@ -17,11 +17,11 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export import graph_signature as gs
-from torch.utils import _pytree as pytree
 
 from ir import ops
 from ir.errors import UnsupportedProgramError
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.torch_seam import pytree
 
 _CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
 _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_MODULE: "a path",

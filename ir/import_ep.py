@@ -21,7 +21,7 @@ from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
-from ir.node import GET_ATTR, Node, frozen_meta
+from ir.node import CALL_FUNCTION, GET_ATTR, Node, frozen_meta
 from ir.program import Program
 from ir.signature import (
     BUFFER,
@@ -47,6 +47,7 @@ from ir.signature import (
     OutputSpec,
 )
 from ir.state import Opaque, Slot
+from ir.tree_calls import own_equivalent
 from ir.verify import verify
 
 _INPUT_KINDS = {
@@ -153,6 +154,8 @@ def _import_graph(
             value = _get_path(owner, target, fx_node.name)
             if isinstance(value, torch.fx.GraphModule):
                 _import_subgraph(value, f"{prefix}{target}", modules)
+        if fx_node.op == CALL_FUNCTION:
+            target = own_equivalent(target)
         nodes.append(Node(fx_node.op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
     return Graph(tuple(nodes))
 

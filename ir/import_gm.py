@@ -30,6 +30,13 @@ from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from ir.signature import USER_INPUT, ExportSignature, InputSpec
 from ir.state import Opaque, Slot
+from ir.torch_seam import (
+    graph_codegen,
+    module_buffers,
+    module_children,
+    module_parameters,
+    non_persistent_buffers,
+)
 
 
 @gc_paused
@@ -51,7 +58,7 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
         raise UnsupportedProgramError(
             f"import_graph_module expects a torch.fx.GraphModule, got {type(gm).__name__}"
         )
-    codegen = type(gm.graph._codegen)
+    codegen = type(graph_codegen(gm.graph))
     if codegen is not torch.fx.graph.CodeGen:
         raise UnsupportedProgramError(
             f"the graph of this GraphModule flattens its inputs with {codegen.__name__} (traced "
@@ -159,7 +166,7 @@ class _Tree:
             self.made[path] = Module(type_name_of(obj), LEAF, leaf=Opaque(obj))
             self.kids[path] = {
                 name: self._leaf_ids(child, f"{path}.{name}")
-                for name, child in obj._modules.items()
+                for name, child in module_children(obj).items()
                 if child is not None
             }
         return found
@@ -168,12 +175,12 @@ class _Tree:
         """State at ``path`` and below, in the module's own order (as ``named_parameters`` /
         ``named_buffers`` with ``remove_duplicate=False`` list it, per module)."""
         for sub_path, sub in obj.named_modules(prefix=path, remove_duplicate=False):
-            for name, value in sub._parameters.items():
+            for name, value in module_parameters(sub).items():
                 if value is not None:
                     self._add_state(f"{sub_path}.{name}", value, st.PARAMETER)
-            for name, value in sub._buffers.items():
+            for name, value in module_buffers(sub).items():
                 if value is not None:
-                    persistent = name not in sub._non_persistent_buffers_set
+                    persistent = name not in non_persistent_buffers(sub)
                     self._add_state(f"{sub_path}.{name}", value, st.BUFFER, persistent)
 
     def _kind(self, owner: str, name: str, value: Any) -> str:
@@ -181,7 +188,7 @@ class _Tree:
             return st.PARAMETER
         if isinstance(value, torch.Tensor):
             module = self.gm.get_submodule(owner) if owner else self.gm
-            return st.BUFFER if name in module._buffers else st.CONSTANT
+            return st.BUFFER if name in module_buffers(module) else st.CONSTANT
         return st.CUSTOM_OBJ
 
     def _add_state(self, fqn: str, value: Any, kind: str, persistent: bool = True) -> None:

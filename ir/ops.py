@@ -33,37 +33,15 @@ import torch
 import torch.nn.functional as F
 from pyrsistent import PMap, pmap
 
-# The private torch symbols this module reads. They are ``ir.torch_seam``'s names and contracts
-# (the seam for torch internals): where that module exists, import them from it instead.
-from torch._higher_order_ops.effects import has_effects as _has_effects
-from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
-from torch.fx.node import _side_effectful_functions
-
-
-def op_schema(target: Any) -> torch.FunctionSchema | None:
-    """An overload's ``FunctionSchema`` (``target._schema``); ``None`` for other targets."""
-    return getattr(target, "_schema", None)
-
-
-def packet_name(packet: OpOverloadPacket) -> str:
-    """An overload packet's qualified name ``ns::op`` (``packet._qualified_op_name``)."""
-    return packet._qualified_op_name
-
-
-def has_effects(op: Any) -> bool:
-    """Whether torch threads an effect token through calls of ``op`` (its effect registry)."""
-    return bool(_has_effects(op))
-
-
-def torch_side_effectful(target: Any) -> bool:
-    """Whether torch's dead-code elimination keeps ``target`` for its side effect
-    (``torch.fx.node._side_effectful_functions``, a set torch's modules add to as they are
-    imported: ``torch.distributed`` adds its send, receive and wait operators)."""
-    try:
-        return target in _side_effectful_functions
-    except TypeError:  # unhashable
-        return False
-
+from ir.torch_seam import (
+    HigherOrderOperator,
+    OpOverload,
+    OpOverloadPacket,
+    has_effects,
+    op_schema,
+    packet_name,
+    torch_side_effectful,
+)
 
 # --- what a target is ---------------------------------------------------------------------------
 

@@ -36,7 +36,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from pyrsistent import pmap
 
 from ir.args import IDict, IList, ISlice, ref
@@ -48,6 +47,7 @@ from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import NO_CONSTRAINTS, Program
 from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.state import Opaque, Slot
+from ir.torch_seam import pytree
 
 __all__ = ["ParseError", "parse_program"]
 

@@ -7,11 +7,16 @@ from typing import Any, Iterable
 import torch
 
 from ir.program import Program
+from ir.torch_seam import tensor_version
 
 
 def tensor_versions(tensors: Iterable[Any]) -> tuple[tuple[int, int], ...]:
     """``(id, _version)`` of every tensor given (other objects are skipped)."""
-    return tuple((id(t), t._version) for t in tensors if isinstance(t, torch.Tensor))
+    return tuple((id(t), tensor_version(t)) for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _version_of(value: Any) -> int | None:
+    return tensor_version(value) if isinstance(value, torch.Tensor) else None
 
 
 def program_tensor_versions(program: Program) -> tuple[tuple[int, int], ...]:
@@ -33,8 +38,8 @@ def ep_fingerprint(ep: torch.export.ExportedProgram) -> tuple:
         for n in graph.nodes
     )
     stacks = tuple(str(n.meta.get("nn_module_stack")) for n in graph.nodes)
-    state = tuple((k, id(v), getattr(v, "_version", None)) for k, v in ep.state_dict.items())
-    constants = tuple((k, id(v), getattr(v, "_version", None)) for k, v in ep.constants.items())
+    state = tuple((k, id(v), _version_of(v)) for k, v in ep.state_dict.items())
+    constants = tuple((k, id(v), _version_of(v)) for k, v in ep.constants.items())
     children = tuple((n, id(m)) for n, m in ep.graph_module.named_children())
     return (
         nodes,

@@ -28,6 +28,7 @@ import torch
 from ir import PurefxError, import_ep
 from ir.load import DEFAULT_LIMITS, Limits, load_program
 from ir.program import Program
+from ir.torch_seam import pytree
 from lowering.export import save_ep
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
@@ -167,11 +168,11 @@ def check(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> tuple[bo
     pairs = [(expected, got), ((args, kwargs), (args_m, kwargs_m))]
     worst = 0.0
     for want, have in pairs:
-        spec_w = torch.utils._pytree.tree_structure(want)
-        spec_h = torch.utils._pytree.tree_structure(have)
+        spec_w = pytree.tree_structure(want)
+        spec_h = pytree.tree_structure(have)
         if spec_w != spec_h:
             return False, "FAIL (the outputs have another structure than ep.module()'s)"
-        leaves = zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(have))
+        leaves = zip(pytree.tree_leaves(want), pytree.tree_leaves(have))
         for e, g in leaves:
             problem, error = _compare(e, g)
             if problem:

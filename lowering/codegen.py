@@ -15,14 +15,15 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import TreeSpec
 
 from ir.alpha import interned_key
 from ir.args import IDict, IList, Ref, thaw
 from ir.errors import LoweringError
 from ir.graph import Graph
 from ir.module import split_call_target
-from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.torch_seam import TreeSpec, graph_codegen
+from ir.tree_calls import torch_equivalent
 from lowering.identifiers import check_graph, is_identifier
 from lowering.source import compile_function
 
@@ -91,6 +92,8 @@ def to_fx_graph(
             target, kwargs = node.target, thawed(node.kwargs)
             if node.op == CALL_MODULE:
                 target, kwargs = module_call(node, kwargs)
+            elif node.op == CALL_FUNCTION:
+                target = torch_equivalent(target)  # fx graphs call torch's pytree functions
             made = fx_graph.create_node(
                 node.op, target, thawed(node.args), kwargs, name=fx_name(node.name)
             )
@@ -168,7 +171,7 @@ def _graph_calls_dispatched(fx_graph: torch.fx.Graph) -> torch.fx.Graph:
     if not any(dispatched(n) for n in fx_graph.nodes):
         return fx_graph
     copy = torch.fx.Graph()
-    copy.set_codegen(fx_graph._codegen)
+    copy.set_codegen(graph_codegen(fx_graph))
     out, old_output = copy.graph_copy(fx_graph, {}, return_output_node=True)
     copy.output(out, type_expr=old_output.type)
     for node in [n for n in copy.nodes if dispatched(n)]:

@@ -19,9 +19,9 @@ from typing import Any
 import attrs
 import sympy
 import torch
-from torch._export.utils import get_keystr
 
 from ir.errors import InputConstraintError
+from lowering.torch_seam import get_keystr
 
 
 @attrs.frozen

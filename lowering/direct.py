@@ -31,11 +31,9 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OUTPUT, P
 from ir.ops import COPY, MAKE_DEP_TOKEN
 from lowering.identifiers import check_graph
 from lowering.source import compile_function
+from lowering.torch_seam import BUFFER_TABLE, MODULE_TABLE, PARAMETER_TABLE
 
 # How the last step of a state path is reached, by where nn.Module keeps it.
-PARAMETER_TABLE = "_parameters"
-BUFFER_TABLE = "_buffers"
-MODULE_TABLE = "_modules"
 PLAIN_ATTRIBUTE = "__dict__"
 TABLES = (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE, PLAIN_ATTRIBUTE)
 
@@ -54,7 +52,7 @@ def locate(owner: torch.nn.Module, target: str) -> Read | None:
     *parts, name = target.split(".")
     mod = owner
     for part in parts:
-        mod = mod._modules.get(part)
+        mod = mod.__dict__[MODULE_TABLE].get(part)
         if mod is None:
             return None
     for table in (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE):
@@ -193,7 +191,7 @@ class _Emitter:
         )
 
     def module_path(self, parts: Sequence[str]) -> str:
-        return "self" + "".join(f"._modules[{p!r}]" for p in parts if p)
+        return "self" + "".join(f".{MODULE_TABLE}[{p!r}]" for p in parts if p)
 
     def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
         rendered = [self.value(a) for a in args]

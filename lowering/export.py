@@ -21,8 +21,6 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
 from torch.export import graph_signature as gs
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 
@@ -37,7 +35,17 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
+from ir.torch_seam import pytree
+from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
 from lowering.lower import _copy_state, _torch_signature
+from lowering.torch_seam import (
+    FakeTensor,
+    FakeTensorMode,
+    TrainingIRVerifier,
+    Verifier,
+    detect_fake_mode,
+    script_object_type_name,
+)
 from transforms.inline import _Inliner, _is_flat
 
 _INPUT_KINDS = {
@@ -264,14 +272,14 @@ def _fold_plumbing(
             break
         call = _call_name(chain)
         target = node.target if node.op == CALL_FUNCTION else None
-        if target is pytree.tree_unflatten:
+        if target is unflatten_tree:
             leaves, spec = value(node.args)
-            folded[node.name] = pytree.tree_unflatten(list(leaves), spec)
+            folded[node.name] = unflatten_tree(leaves, spec)
             if call is not None:
                 left[call] = tuple(leaves)
-        elif target is fx_pytree.tree_flatten_spec:
+        elif target is flatten_by_spec:
             tree, spec = value(node.args)
-            flat = fx_pytree.tree_flatten_spec(tree, spec)
+            flat = flatten_by_spec(tree, spec)
             folded[node.name] = flat
             if call is not None and call not in entered:
                 entered[call] = tuple(flat)
@@ -282,7 +290,13 @@ def _fold_plumbing(
             alias[node.name] = value(node.args[0])
             expect_constant(*value(node.args))
         else:
-            kept.append(node.replace(args=rewritten(node.args), kwargs=rewritten(node.kwargs)))
+            kept.append(
+                node.replace(
+                    target=torch_equivalent(node.target),  # torch's own, where the EP calls one
+                    args=rewritten(node.args),
+                    kwargs=rewritten(node.kwargs),
+                )
+            )
     outputs = rewritten(graph.outputs)
     io = {c: (entered[c], left[c]) for c in entered.keys() & left.keys()}
     return kept, outputs, io
@@ -550,8 +564,6 @@ def _fill_vals(
     if not missing:
         return
     gm = torch.fx.GraphModule(holder, graph)
-    from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     known = [n.meta["val"] for n in graph_nodes if "val" in n.meta]
@@ -581,8 +593,6 @@ def _fill_vals(
 
 def _fake(val: Any, mode: Any) -> Any:
     """``val`` as a fake tensor of ``mode`` (a real tensor given as a ``val`` is converted)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     if isinstance(val, torch.Tensor) and not isinstance(val, FakeTensor):
         return mode.from_tensor(val, static_shapes=True)
     return val
@@ -626,7 +636,7 @@ _NO_VAL = object()
 
 def _class_fqn(obj: Any) -> str:
     if isinstance(obj, torch.ScriptObject):
-        return obj._type().qualified_name()
+        return script_object_type_name(obj)
     kind = type(obj)
     return f"{kind.__module__}.{kind.__qualname__}"
 
@@ -778,8 +788,6 @@ def _hint(d: Any) -> Any:
 
 def _verifier(graph: torch.fx.Graph, holder: torch.nn.Module) -> type:
     """torch's ATEN verifier for an all-functional graph, its TRAINING verifier otherwise."""
-    from torch._export.verifier import TrainingIRVerifier, Verifier
-
     graphs = [graph] + [m.graph for m in holder.modules() if isinstance(m, torch.fx.GraphModule)]
     for g in graphs:
         for n in g.nodes:

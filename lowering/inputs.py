@@ -10,12 +10,11 @@ import difflib
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
-from torch._export.utils import get_keystr
-from torch.utils._pytree import GetAttrKey, SequenceKey
 
 from ir.errors import InputError
+from ir.torch_seam import module_buffers, module_children, module_parameters, pytree
 from lowering.constraints import check_inputs
+from lowering.torch_seam import get_keystr
 
 
 def flatten_inputs(root: Any, args: tuple, kwargs: dict) -> list[Any]:
@@ -45,7 +44,13 @@ def flatten_inputs(root: Any, args: tuple, kwargs: dict) -> list[Any]:
                 )
             paths = root.flat_args_adapter.get_flat_arg_paths() or []
             flat_with_path = [
-                ((SequenceKey(idx=i), GetAttrKey(name=paths[i] if paths else "<unknown location>")), v)
+                (
+                    (
+                        pytree.SequenceKey(idx=i),
+                        pytree.GetAttrKey(name=paths[i] if paths else "<unknown location>"),
+                    ),
+                    v,
+                )
                 for i, v in enumerate(flat)
             ]
             adapted = True
@@ -75,12 +80,12 @@ def state_probe(root: Any) -> torch.Tensor | None:
     *path, name = fqn.split(".")
     owner = root
     for part in path:
-        owner = owner._modules.get(part)
+        owner = module_children(owner).get(part)
         if owner is None:
             return None
-    found = owner._parameters.get(name)
+    found = module_parameters(owner).get(name)
     if found is None:
-        found = owner._buffers.get(name)
+        found = module_buffers(owner).get(name)
     return found if isinstance(found, torch.Tensor) else None
 
 

@@ -22,8 +22,16 @@ import copy
 
 import torch
 
-_TABLES = ("_parameters", "_buffers", "_modules")
-_MADE_BY_SHELL = frozenset(_TABLES + ("_non_persistent_buffers_set",))
+from ir.torch_seam import module_buffers, module_children, module_parameters
+from lowering.torch_seam import (
+    BUFFER_TABLE,
+    MODULE_TABLE,
+    NON_PERSISTENT_BUFFERS,
+    PARAMETER_TABLE,
+)
+
+_TABLES = (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE)
+_MADE_BY_SHELL = frozenset(_TABLES + (NON_PERSISTENT_BUFFERS,))
 
 
 def leaf_shell(template: torch.nn.Module) -> torch.nn.Module:
@@ -37,7 +45,7 @@ def leaf_shell(template: torch.nn.Module) -> torch.nn.Module:
     for key in _TABLES:
         table = template.__dict__.get(key, {})
         made.__dict__[key] = {name: None for name, value in table.items() if value is None}
-    made.__dict__["_non_persistent_buffers_set"] = set()
+    made.__dict__[NON_PERSISTENT_BUFFERS] = set()
     return made
 
 
@@ -56,12 +64,14 @@ def finish_leaf(made: torch.nn.Module, template: torch.nn.Module) -> None:
     memo: dict[int, object] = {}
     for path, original in template.named_modules(remove_duplicate=False):
         mine = made.get_submodule(path) if path else made
-        for table in ("_parameters", "_buffers"):
+        for table in (PARAMETER_TABLE, BUFFER_TABLE):
             registered = mine.__dict__.get(table, {})
             for name, value in original.__dict__[table].items():
                 if value is not None and registered.get(name) is not None:
                     memo[id(value)] = registered[name]
-    registered = set(made._parameters) | set(made._buffers) | set(made._modules)
+    registered = (
+        set(module_parameters(made)) | set(module_buffers(made)) | set(module_children(made))
+    )
     for key, value in template.__dict__.items():
         if key not in _MADE_BY_SHELL and key not in registered:
             made.__dict__[key] = copy.deepcopy(value, memo)

@@ -17,6 +17,12 @@ from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
+from ir.torch_seam import (
+    module_buffers,
+    module_children,
+    module_parameters,
+    non_persistent_buffers,
+)
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
@@ -33,6 +39,7 @@ from lowering.modules import (
     PlainHolder,
 )
 from lowering.root import LoweredRoot, RootPlan, root_class
+from lowering.torch_seam import global_registration_hooks_set, sync_parameter_list
 
 
 @gc_paused
@@ -78,7 +85,7 @@ def lower(
             if table[child].kind == SUBGRAPH:
                 hold_body(obj, name, objects[child])  # not a submodule of the eager model
             else:
-                obj._modules[name] = objects[child]
+                module_children(obj)[name] = objects[child]
     _register_state(program, objects, device, share_state)
     for mid, obj in objects.items():
         if program.module_table()[mid].kind == LEAF:
@@ -372,35 +379,30 @@ def _register_state(
             _register(owner, name, value, slot, direct)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
-            obj._size = len(obj._parameters)
+            sync_parameter_list(obj)
 
 
 def _direct_registration_is_safe() -> bool:
     """True when no global registration hooks exist, so writing nn.Module's tables directly does
     exactly what ``register_parameter``/``register_buffer`` would (minus their per-call checks)."""
-    from torch.nn.modules import module as nn_module
-
-    return not (
-        nn_module._global_parameter_registration_hooks
-        or nn_module._global_buffer_registration_hooks
-    )
+    return not global_registration_hooks_set()
 
 
 def _register(owner: torch.nn.Module, name: str, value: Any, slot: st.Slot, direct: bool) -> None:
     # the tables may be written directly only where register_* would not refuse the name
     free = direct and not (
-        name in owner.__dict__ or name in owner._modules or hasattr(type(owner), name)
+        name in owner.__dict__ or name in module_children(owner) or hasattr(type(owner), name)
     )
     if slot.kind == st.PARAMETER:
         if free and type(value) is torch.nn.Parameter:
-            owner._parameters[name] = value
+            module_parameters(owner)[name] = value
         else:
             owner.register_parameter(name, value)
     elif slot.kind == st.BUFFER:
         if free and isinstance(value, torch.Tensor):
-            owner._buffers[name] = value
+            module_buffers(owner)[name] = value
             if not slot.persistent:
-                owner._non_persistent_buffers_set.add(name)
+                non_persistent_buffers(owner).add(name)
         else:
             owner.register_buffer(name, value, persistent=slot.persistent)
     else:

@@ -15,21 +15,23 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
-from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from ir.args import Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_FUNCTION, CALL_MODULE
+from ir.torch_seam import pytree
+from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
+from lowering.torch_seam import extract_tensor_metadata
 
 _NO_VALUE = object()
 
 # Functions on containers that lowering adds around preserved calls: their value follows from
-# their arguments' values, so it is computed by calling them on those values.
+# their arguments' values, so it is computed by calling them on those values (purefx's in IR
+# graphs, torch's in the fx graphs built from them).
 _CONTAINER_FUNCTIONS = frozenset(
-    {operator.getitem, pytree.tree_unflatten, fx_pytree.tree_flatten_spec}
+    {operator.getitem, unflatten_tree, flatten_by_spec}
+    | {torch_equivalent(unflatten_tree), torch_equivalent(flatten_by_spec)}
 )
 
 
@@ -77,7 +79,7 @@ def complete_meta(fx_graph: torch.fx.Graph, ir_graph: Graph, owner: torch.nn.Mod
             and node.op in ("placeholder", "get_attr")
             and isinstance(meta.get("val"), torch.Tensor)
         ):
-            meta["tensor_meta"] = _extract_tensor_metadata(meta["val"])
+            meta["tensor_meta"] = extract_tensor_metadata(meta["val"])
 
 
 def _call_value(owner: torch.nn.Module, target: str, args: Any, memo: dict) -> Any:
@@ -146,7 +148,7 @@ def _argument_values(graph: Graph) -> dict[str, Any]:
     flattens = {
         n.name: n
         for n in graph.nodes
-        if n.op == CALL_FUNCTION and n.target is fx_pytree.tree_flatten_spec and len(n.args) == 2
+        if n.op == CALL_FUNCTION and n.target is flatten_by_spec and len(n.args) == 2
     }
     leaves: dict[str, dict[int, Any]] = {name: {} for name in flattens}
     for n in graph.nodes:

@@ -17,19 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
-import torch.fx._pytree as fx_pytree
 from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatcher
-from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from ir.args import IDict, Ref
 from ir.errors import InputError, LoweringError
 from ir.graph import Graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
+from ir.torch_seam import module_buffers, module_children, module_parameters
+from ir.tree_calls import flatten_by_spec
 from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
+from lowering.torch_seam import is_fx_symbolic_tracing
 from lowering.tree_watch import Watched
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class PlainHolder(Holder):
     """
 
     def _members(self) -> dict[str, Any]:
-        return {**self._parameters, **self._buffers, **self._modules}
+        return {**module_parameters(self), **module_buffers(self), **module_children(self)}
 
     def __getitem__(self, key: str) -> Any:
         found = self._members().get(key) if isinstance(key, str) else None
@@ -406,7 +407,7 @@ def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
     if (
         first is None
         or first.op != CALL_FUNCTION
-        or first.target is not fx_pytree.tree_flatten_spec
+        or first.target is not flatten_by_spec
     ):
         return None
     tree = first.args[0] if first.args else None

@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 from torch.export.unflatten import FlatArgsAdapter, UnflattenedModule
 
 from ir.args import ref
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import COPY, MAKE_DEP_TOKEN
+from ir.torch_seam import pytree
 from lowering import tree_watch
 from lowering.codegen import NodeRule, compile_graph, fx_name, interpret, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
@@ -26,9 +26,8 @@ from lowering.modules import (
     usable_name,
 )
 from lowering.portable import decode_graph, encode_graph
+from lowering.torch_seam import eval_frame_callback, run_frame_eagerly, set_eval_frame
 from lowering.tree_watch import plain_call
-
-_dynamo_frames = torch._C._dynamo.eval_frame
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
 # code both follow it). Inputs: placeholder name -> ("state", fqn) | ("token",); outputs, one per
@@ -113,7 +112,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         return flatten_inputs(self, args, kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not torch.compiler.is_compiling() and _dynamo_frames.get_eval_frame_callback():
+        if not torch.compiler.is_compiling() and eval_frame_callback():
             return self._forward_for_dynamo(args, kwargs)
         flat = self._flat_inputs(args, kwargs)
         direct = self.__dict__.get("_direct")
@@ -133,20 +132,20 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         """A call inside ``torch.compile`` (``forward`` itself is a frame dynamo skips): inputs
         are checked and the root's code settled eagerly, out of dynamo's sight, so nothing lazy
         is guarded on; dynamo compiles the root graph's code, module by module, as one frame."""
-        prior = _dynamo_frames.set_eval_frame(None)
+        prior = set_eval_frame(None)
         try:
             flat = self.process_forward_inputs(*args, **kwargs)
             code = self.__dict__["_code"] or self._compile()
         finally:
-            _dynamo_frames.set_eval_frame(prior)
+            set_eval_frame(prior)
         out = code(self, *flat)  # the frame dynamo compiles
         if self._out_spec is None:
             return out
-        prior = _dynamo_frames.set_eval_frame(None)
+        prior = set_eval_frame(None)
         try:
             return pytree.tree_unflatten(list(out), self._out_spec)
         finally:
-            _dynamo_frames.set_eval_frame(prior)
+            set_eval_frame(prior)
 
     def _compile(self) -> Callable[..., Any]:
         """Compile the root graph's module-by-module code (not needed while direct code runs)."""
@@ -185,12 +184,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 # Dynamo runs ``LoweredRoot.forward`` and ``_forward_for_dynamo`` (and so every signature class's copy, which shares its code)
 # eagerly and compiles the frames it calls: see ``LoweredRoot._forward_for_dynamo``.
 for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__code__):
-    _dynamo_frames.set_code_exec_strategy(
-        _code,
-        _dynamo_frames._FrameExecStrategy(
-            _dynamo_frames._FrameAction.SKIP, _dynamo_frames._FrameAction.DEFAULT
-        ),
-    )
+    run_frame_eagerly(_code)
 
 
 def traced_leaves(args: tuple, kwargs: dict, in_spec: Any) -> list[Any]:

@@ -17,10 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.modules.module as nn_module
-from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from ir.torch_seam import module_children
 from lowering.direct import locate
+from lowering.torch_seam import (
+    MODULE_TABLE,
+    global_module_hooks_set,
+    is_fx_symbolic_tracing,
+    jit_tracing,
+)
 
 _EPOCH = [0]
 _LOWERED_MARK = "_purefx_lowered_class"
@@ -62,7 +67,7 @@ class Watched:
         if (
             name in _WATCHED_NAMES
             or isinstance(value, torch.nn.Module)
-            or name in self.__dict__.get("_modules", ())
+            or name in self.__dict__.get(MODULE_TABLE, ())
         ):
             changed()
         super().__setattr__(name, value)
@@ -100,7 +105,7 @@ for _name in (
 
 def snapshot(module: torch.nn.Module, reads: dict[str, Any] | None) -> None:
     """Remember ``module``'s children and where its state reads resolve, as direct code assumes."""
-    module.__dict__["_direct_children"] = dict(module._modules)
+    module.__dict__["_direct_children"] = dict(module_children(module))
     module.__dict__["_direct_reads"] = reads or {}
 
 
@@ -118,7 +123,7 @@ def tree_unchanged(root: torch.nn.Module) -> bool:
         state = mod.__dict__
         children = state.get("_direct_children")
         lowered_class = type(mod).__dict__.get(_LOWERED_MARK, False)
-        if children is None or not lowered_class or mod._modules != children:
+        if children is None or not lowered_class or module_children(mod) != children:
             return False
         if mod is not root and _intercepted(mod):
             return False
@@ -146,11 +151,8 @@ def plain_call(flat: list[Any]) -> bool:
     """Whether a call with these flat inputs may skip per-module dispatch: no global module hook,
     no tracing or compiling, and no tensor subclass (fake, functional, proxy) among the inputs."""
     if (
-        nn_module._global_forward_hooks
-        or nn_module._global_forward_pre_hooks
-        or nn_module._global_backward_hooks
-        or nn_module._global_backward_pre_hooks
-        or torch._C._get_tracing_state()
+        global_module_hooks_set()
+        or jit_tracing()
         or is_fx_symbolic_tracing()
         or torch.compiler.is_compiling()
     ):

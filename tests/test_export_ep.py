@@ -135,8 +135,10 @@ def test_export_laws_on_the_zoo(name: str) -> None:
 HF_SAMPLE = ("hf_gpt2_preserve_block",)
 # Known: ``outline`` cuts one call of a module into two runs here, ``export_ep`` numbers them as
 # two calls (``model@1``), and torch's unflatten then makes a copy per call (outputs still right).
+# (hf_llama_preserve_layer is not one: it only failed while run_decompositions, which torch's
+# own program fails too, stopped the test before the tree check.)
 HF_EXTRA_CALLS = {
-    "hf_llama[strict]", "hf_llama_preserve_layer", "hf_llama_preserve_layer[strict]",
+    "hf_llama[strict]", "hf_llama_preserve_layer[strict]",
     "hf_llama_preserve_mlp[strict,decomp]", "hf_mixtral[strict]",
 }
 
@@ -179,13 +181,30 @@ def check_export_laws(case: Case) -> None:
     assert program_tensor_versions(q) == versions
     _same(out.module(), _reference(ep), case)
     _same(_saved_and_loaded(export_ep(q)).module(), _reference(ep), case)
-    _same(export_ep(q).run_decompositions().module(), _reference(ep), case)
+    _same_after_decompositions(export_ep(q), ep, case)
     ours, theirs = _torch_tree(export_ep(q)), _torch_tree(copy.deepcopy(ep))  # it writes ep
     if not isinstance(theirs, str):  # torch cannot unflatten some originals (see the notes)
         assert _bases(ours) == _bases(theirs)
         assert ours <= theirs  # never a copy per call where torch has none
     assert _paths(lower(transform(import_ep(export_ep(q))))) == _paths(lower(q))
     assert _meta_sizes(ep) == before  # torch's passes on the result never reach ep's meta
+
+
+def _same_after_decompositions(
+    out: torch.export.ExportedProgram, ep: torch.export.ExportedProgram, case: Case
+) -> None:
+    """``out.run_decompositions()`` runs like ``ep``. Where torch cannot decompose its own
+    program (it drops an op that a call signature names: eval-mode dropout from torch 2.14 on,
+    see ``lowering.torch_seam.decompositions_drop_eval_dropout``), ours fails the same way."""
+    try:
+        decomposed = out.run_decompositions()
+    except Exception as err:
+        if "does not exist in the graph" not in str(err):
+            raise
+        with pytest.raises(type(err), match="does not exist in the graph"):
+            copy.deepcopy(ep).run_decompositions()
+        return
+    _same(decomposed.module(), _reference(ep), case)
 
 
 def _bases(tree: object) -> object:

@@ -16,7 +16,7 @@ Variants torch 2.13 cannot produce and that are therefore not registered:
 * from torch 2.14 also ``hf_bert_preserve_layer[decomp]`` and
   ``hf_gpt2_preserve_block[decomp]`` (``SpecViolationError: Input dropout does not exist
   in the graph``, raised by ``run_decompositions``; 2.13 exports them; seen on 2.14.1 and 2.15.0):
-  see ``TORCH_CANNOT_EXPORT``.
+  see ``TORCH_CANNOT_EXPORT`` and ``lowering.torch_seam.decompositions_drop_eval_dropout``.
 
 Other combinations are left out only to keep the test-suite fast.
 
@@ -29,6 +29,8 @@ from typing import Any
 import attrs
 import torch
 from torch import nn
+
+from lowering.torch_seam import decompositions_drop_eval_dropout
 
 try:
     from .zoo import Case, randint, seeded, variants
@@ -189,16 +191,9 @@ SPECS: list[tuple] = [
 ]
 
 
-def _torch_version() -> tuple[int, int]:
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    return int(major), int(minor)
-
-
-# Variants that torch's ``run_decompositions`` rejects, by the first torch version that does.
-TORCH_CANNOT_EXPORT = {
-    "hf_bert_preserve_layer[decomp]": (2, 14),
-    "hf_gpt2_preserve_block[decomp]": (2, 14),
-}
+# Variants that torch's ``run_decompositions`` rejects where it decomposes eval-mode dropout to
+# nothing (torch 2.14 on: ``lowering.torch_seam.decompositions_drop_eval_dropout``).
+TORCH_CANNOT_EXPORT = frozenset({"hf_bert_preserve_layer[decomp]", "hf_gpt2_preserve_block[decomp]"})
 
 
 def _register_all() -> None:
@@ -210,7 +205,7 @@ def _register_all() -> None:
         for case in variants(base, combos):
             if case.strict or case.decompose:  # a few seconds each: tagged "slow"
                 case = attrs.evolve(case, features=case.features | {"slow"})
-            if _torch_version() >= TORCH_CANNOT_EXPORT.get(case.name, (99, 0)):
+            if case.name in TORCH_CANNOT_EXPORT and decompositions_drop_eval_dropout():
                 continue
             if case.name in HF_CASES:
                 raise ValueError(f"duplicate zoo case {case.name!r}")

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import torch
 
 from ir.args import Ref, map_refs, ref
 from ir.graph import Graph
@@ -35,6 +34,7 @@ from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
+from ir.torch_seam import HigherOrderOperator
 from transforms.stacks import Frame, node_frames
 
 log = logging.getLogger("purefx")
@@ -108,7 +108,7 @@ def split_hop_bodies(p: Program) -> Program:
 
 
 def _body_position(node: Node) -> int | None:
-    if node.op != CALL_FUNCTION or not isinstance(node.target, torch._ops.HigherOrderOperator):
+    if node.op != CALL_FUNCTION or not isinstance(node.target, HigherOrderOperator):
         return None  # checked first: naming an operator costs microseconds
     return BODY_ARGUMENT.get(target_name(node.target))
 
@@ -482,7 +482,7 @@ def _wire(
 def _is_tracepoint(node: Node) -> bool:
     return (
         node.op == CALL_FUNCTION
-        and isinstance(node.target, torch._ops.HigherOrderOperator)
+        and isinstance(node.target, HigherOrderOperator)
         and target_name(node.target) == TRACEPOINT
     )
 

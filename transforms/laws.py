@@ -33,7 +33,6 @@ from typing import Any
 
 import attrs
 import torch
-import torch.utils._pytree as pytree
 from pyrsistent import pmap
 
 from ir.alpha import alpha_equivalent
@@ -46,6 +45,7 @@ from ir.printer import format_program
 from ir.program import Program
 from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
+from ir.torch_seam import pytree
 from ir.verify import verify
 
 __all__ = [

@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
 
 from ir.args import IDict, Ref, iter_refs, map_refs, ref
 from ir.errors import PassError
@@ -29,6 +27,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
+from ir.tree_calls import flatten_by_spec, unflatten_tree
 from transforms.ival_insertion import insert_ivals
 from transforms.ivals import mutation_sources
 from transforms.remat import rematerialize
@@ -407,7 +406,7 @@ class _Outliner:
             Node(
                 CALL_FUNCTION,
                 flat,
-                fx_pytree.tree_flatten_spec,
+                flatten_by_spec,
                 ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
             )
         )
@@ -449,7 +448,7 @@ class _Outliner:
         tree = fresh_name("_tree_out", taken)
         out_name = fresh_name("output", taken)
         body = call.body + [
-            Node(CALL_FUNCTION, tree, pytree.tree_unflatten, (tuple(leaves), sig.out_spec)),
+            Node(CALL_FUNCTION, tree, unflatten_tree, (tuple(leaves), sig.out_spec)),
             Node(OUTPUT, out_name, "output", (ref(tree),)),
         ]
         exported = {out.name for out in sig.outputs if out.name}
@@ -477,7 +476,7 @@ class _Outliner:
                 values.append(self._read(parent, arg.name))
             else:
                 values.append(None)
-        tree = new("_tree_in", pytree.tree_unflatten, (tuple(values), sig.in_spec))
+        tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec))
         args_ref = new("_args", operator.getitem, (tree, 0))
         kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
         call_args = [new("_arg", operator.getitem, (args_ref, i)) for i in range(args_spec.num_children)]
@@ -487,7 +486,7 @@ class _Outliner:
         parent.body.append(
             Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=_call_meta(call))
         )
-        flat = new("_flat_out", fx_pytree.tree_flatten_spec, (ref(name), sig.out_spec))
+        flat = new("_flat_out", flatten_by_spec, (ref(name), sig.out_spec))
         for i, out in enumerate(sig.outputs):
             if out.kind == CONSTANT or not out.name or out.name not in self.by_name:
                 continue

@@ -64,7 +64,6 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from pyrsistent import pmap
@@ -79,6 +78,7 @@ from ir.module import PLAIN, Module
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.state import Opaque, Slot
+from ir.torch_seam import op_schema, pytree
 
 __all__ = [
     "FEATURES",
@@ -780,7 +780,7 @@ for _target in _UNARY + _BINARY + (
     aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
     aten.mean.dim, aten.sort.default,
 ):
-    _BASE_NAMES.setdefault(_target, _target._schema.name.split("::")[-1])
+    _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
 
 
 # --- inputs -------------------------------------------------------------------------------------

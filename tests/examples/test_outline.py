@@ -172,21 +172,21 @@ program:
   module <root>: Top
     graph 0:
       %x = placeholder
-      %tree_in = call_function[torch.utils._pytree.tree_unflatten]((%x,), IN_SPEC)
+      %tree_in = call_function[ir.tree_calls.unflatten_tree]((%x,), IN_SPEC)
       %args = call_function[_operator.getitem](%tree_in, 0)
       %kwargs = call_function[_operator.getitem](%tree_in, 1)
       %arg = call_function[_operator.getitem](%args, 0)
       %a = call_module[a](%arg)
-      %flat_out = call_function[torch.fx._pytree.tree_flatten_spec](%a, leaf)
+      %flat_out = call_function[ir.tree_calls.flatten_by_spec](%a, leaf)
       %relu = call_function[_operator.getitem](%flat_out, 0)
       %neg = call_function[aten.neg.default](%relu)
       return (%neg,)
   module a: A
     graph 0:
       %arg = placeholder
-      %flat = call_function[torch.fx._pytree.tree_flatten_spec](((%arg,), {}), IN_SPEC)
+      %flat = call_function[ir.tree_calls.flatten_by_spec](((%arg,), {}), IN_SPEC)
       %x = call_function[_operator.getitem](%flat, 0)
       %relu = call_function[aten.relu.default](%x)
-      %tree_out = call_function[torch.utils._pytree.tree_unflatten]((%relu,), leaf)
+      %tree_out = call_function[ir.tree_calls.unflatten_tree]((%relu,), leaf)
       return %tree_out""".replace("IN_SPEC", IN_SPEC),
     )

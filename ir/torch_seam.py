@@ -1,0 +1,130 @@
+"""The private torch symbols that ``ir`` and ``transforms`` use: the one place they are reached.
+
+torch makes no promise about a ``_``-prefixed module or attribute; any release may move or
+change one. So no other module of ``ir`` or ``transforms`` imports or reads a private torch
+symbol: each is named here once, with what purefx uses it for and how the supported releases
+(torch 2.13, 2.14 and 2.15) differ in it. ``lowering/torch_seam.py`` does the same for what only
+lowering needs. ``tests/test_torch_seam.py`` checks every symbol against the installed torch
+(it exists and behaves as purefx expects) and scans the sources for private torch symbols used
+anywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+# - pytree (torch.utils._pytree): the pytree registry and TreeSpec. purefx uses tree_flatten,
+#   tree_flatten_with_path, tree_unflatten, tree_structure, tree_leaves, tree_map, TreeSpec,
+#   treespec_leaf and the key classes (GetAttrKey, SequenceKey, MappingKey). Same API in
+#   2.13-2.15 (a Python TreeSpec(type, context, children_specs) in each; since 2.13 the
+#   ``children_specs`` field and ``LeafSpec`` warn as deprecated: purefx reads ``children()`` /
+#   ``child(i)`` and builds leaves with ``treespec_leaf()``); torch has no public pytree module.
+import torch.utils._pytree as pytree
+from torch._higher_order_ops.effects import has_effects as _has_effects
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch.fx._pytree import tree_flatten_spec as torch_tree_flatten_spec
+from torch.fx.node import _side_effectful_functions
+from torch.utils._pytree import TreeSpec
+
+__all__ = [
+    "HigherOrderOperator",
+    "OpOverload",
+    "OpOverloadPacket",
+    "TreeSpec",
+    "graph_codegen",
+    "has_effects",
+    "module_buffers",
+    "module_children",
+    "module_parameters",
+    "non_persistent_buffers",
+    "op_schema",
+    "packet_name",
+    "pytree",
+    "tensor_version",
+    "torch_side_effectful",
+    "torch_tree_flatten_spec",
+]
+
+# Documentation of the re-exported names (a class or function keeps its own docstring):
+# - OpOverload (torch._ops): the class of ``torch.ops.<ns>.<op>.<overload>``: the node targets
+#   that are operators. Same in 2.13-2.15.
+# - OpOverloadPacket (torch._ops): ``torch.ops.<ns>.<op>`` without an overload. Same in 2.13-2.15.
+# - HigherOrderOperator (torch._ops): ``cond``, ``while_loop``, ``with_effects``, ... : targets
+#   whose arguments include graphs. Same in 2.13-2.15.
+# - TreeSpec (torch.utils._pytree): the structure of a pytree; the IR holds specs as values
+#   (call signatures, arguments of the tree functions). Same in 2.13-2.15.
+# - torch_tree_flatten_spec (torch.fx._pytree.tree_flatten_spec): torch's own flatten-against-a-
+#   spec; IR graphs call ``ir.tree_calls.flatten_by_spec`` instead, which runs this. Same in
+#   2.13-2.15.
+
+
+def op_schema(target: Any) -> torch.FunctionSchema | None:
+    """The ``FunctionSchema`` of an operator overload (``target._schema``): argument names, which
+    arguments it writes (``is_mutable``), its return types; ``None`` for a target without one
+    (a Python function, a higher-order op). Same in 2.13-2.15."""
+    return getattr(target, "_schema", None)
+
+
+def packet_name(packet: OpOverloadPacket) -> str:
+    """The qualified name ``ns::op`` of an overload packet (``packet._qualified_op_name``), the
+    name by which it is looked up again after pickling. Same in 2.13-2.15."""
+    return packet._qualified_op_name
+
+
+def has_effects(op: OpOverload) -> bool:
+    """Whether torch threads an effect token through calls of ``op`` (``with_effects``): such a
+    call may not be recomputed or reordered. ``torch._higher_order_ops.effects.has_effects``,
+    ``(op) -> bool`` in 2.13-2.15."""
+    return bool(_has_effects(op))
+
+
+def torch_side_effectful(target: Any) -> bool:
+    """Whether torch's dead-code elimination keeps ``target`` for its side effect
+    (``torch.fx.node._side_effectful_functions``, a set torch's modules add to as they are
+    imported: ``torch.distributed`` adds its send, receive and wait operators). Same in
+    2.13-2.15."""
+    try:
+        return target in _side_effectful_functions
+    except TypeError:  # unhashable
+        return False
+
+
+def module_children(module: torch.nn.Module) -> dict[str, torch.nn.Module | None]:
+    """The live ``_modules`` table of ``module`` (direct children by name, ``None`` for an empty
+    slot), read without ``named_children``'s deduplication. Same in 2.13-2.15."""
+    return module._modules
+
+
+def module_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter | None]:
+    """The live ``_parameters`` table of ``module`` (its own parameters, in registration order).
+    Writing it registers a parameter without ``register_parameter``'s checks and hooks: lowering
+    does that only where no registration hook exists. Same in 2.13-2.15."""
+    return module._parameters
+
+
+def module_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor | None]:
+    """The live ``_buffers`` table of ``module`` (its own buffers, persistent or not). Same in
+    2.13-2.15."""
+    return module._buffers
+
+
+def non_persistent_buffers(module: torch.nn.Module) -> set[str]:
+    """The live set of ``module``'s buffer names that ``state_dict`` leaves out
+    (``_non_persistent_buffers_set``). Same in 2.13-2.15."""
+    return module._non_persistent_buffers_set
+
+
+def graph_codegen(graph: torch.fx.Graph) -> Any:
+    """The ``CodeGen`` an fx graph writes its Python code with (``graph._codegen``): the plain
+    ``torch.fx.graph.CodeGen``, or a subclass that flattens pytree inputs (``_PyTreeCodeGen``).
+    Same in 2.13-2.15."""
+    return graph._codegen
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    """The in-place write counter of ``tensor`` (``tensor._version``): purity checks compare it
+    before and after a pass. Same in 2.13-2.15."""
+    return tensor._version

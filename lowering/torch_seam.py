@@ -1,0 +1,150 @@
+"""The private torch symbols that only lowering uses: the one place ``lowering`` reaches them.
+
+Lowering builds torch objects (modules, fx graphs, ``ExportedProgram``s) and so touches more of
+torch's insides than the IR: nn.Module's own tables, fake tensors, export's verifier, the
+tracing and compiling state, dynamo's frame hooks. Each is named here once, with what purefx
+uses it for and how torch 2.13, 2.14 and 2.15 differ in it; what the IR layer also needs (pytree,
+operator classes and schemas, module tables as dicts) comes from ``ir/torch_seam.py``.
+``tests/test_torch_seam.py`` checks each symbol against the installed torch.
+"""
+
+from __future__ import annotations
+
+from types import CodeType
+from typing import Any
+
+import torch
+import torch.nn.modules.module as _nn_module
+from torch._export.utils import get_keystr
+from torch._export.verifier import TrainingIRVerifier, Verifier
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+__all__ = [
+    "BUFFER_TABLE",
+    "INTERPRETER_FLAG",
+    "MODULE_TABLE",
+    "NON_PERSISTENT_BUFFERS",
+    "PARAMETER_TABLE",
+    "FakeTensor",
+    "FakeTensorMode",
+    "TrainingIRVerifier",
+    "Verifier",
+    "decompositions_drop_eval_dropout",
+    "detect_fake_mode",
+    "eval_frame_callback",
+    "extract_tensor_metadata",
+    "get_keystr",
+    "global_module_hooks_set",
+    "global_registration_hooks_set",
+    "is_fx_symbolic_tracing",
+    "jit_tracing",
+    "run_frame_eagerly",
+    "script_object_type_name",
+    "set_eval_frame",
+    "sync_parameter_list",
+]
+
+# Documentation of the re-exported names (each keeps its own docstring):
+# - get_keystr (torch._export.utils): a key path as torch spells it in messages (``[0]['x']``);
+#   input errors name the input that way. Same in 2.13-2.15.
+# - Verifier, TrainingIRVerifier (torch._export.verifier): the dialect check ``export_ep`` hands
+#   to the ExportedProgram (ATEN for a functional graph, TRAINING when it mutates). Same in
+#   2.13-2.15.
+# - detect_fake_mode (torch._guards), FakeTensorMode, FakeTensor (torch._subclasses.fake_tensor):
+#   export_ep computes missing ``val`` meta under the program's own fake mode. Same in 2.13-2.15.
+# - is_fx_symbolic_tracing (torch.fx._symbolic_trace): whether ``torch.fx.symbolic_trace`` is
+#   running, when lowered modules must run their hierarchical code. Same in 2.13-2.15.
+
+# The ``__dict__`` keys of nn.Module's own tables. Direct code (``lowering/direct.py``) reads
+# state from them by name, and leaf copies (``lowering/leaf.py``) build them. Same in 2.13-2.15.
+PARAMETER_TABLE = "_parameters"
+BUFFER_TABLE = "_buffers"
+MODULE_TABLE = "_modules"
+NON_PERSISTENT_BUFFERS = "_non_persistent_buffers_set"
+
+# The field that ``UnflattenedModule`` and ``InterpreterModule`` set and read in ``forward``
+# (run the graph through ``torch.fx.Interpreter`` instead of its code): the lowered classes
+# subclass them, so they set it too, under this name. Same in 2.13-2.15.
+INTERPRETER_FLAG = "_run_with_interpreter"
+
+
+def decompositions_drop_eval_dropout() -> bool:
+    """Whether ``ExportedProgram.run_decompositions`` decomposes an eval-mode ``aten.dropout`` to
+    nothing. False in torch 2.13, which makes it a ``clone`` and renames a preserved call
+    signature that names the dropout to that clone. True in 2.14 and 2.15, where such a
+    signature is left naming a node that is gone and torch's verifier raises ``Input dropout
+    does not exist in the graph``: on torch's own ``torch.export`` result as on ``export_ep``'s,
+    so a program can be decomposed only where torch's own can (2.13 already does this to a
+    no-op ``aten.to``: see ``tests/zoo_hf.py``)."""
+    return torch.__version__ >= "2.14"
+
+
+def extract_tensor_metadata(tensor: torch.Tensor) -> Any:
+    """The ``TensorMetadata`` that ``ShapeProp`` stores as a node's ``tensor_meta``
+    (``torch.fx.passes.shape_prop._extract_tensor_metadata``). Same in 2.13-2.15."""
+    return _extract_tensor_metadata(tensor)
+
+
+def global_module_hooks_set() -> bool:
+    """Whether a global forward or backward (pre-)hook is registered for all modules
+    (``register_module_forward_hook`` and friends): direct code must not skip them. Reads
+    ``torch.nn.modules.module._global_*_hooks``. Same in 2.13-2.15."""
+    return bool(
+        _nn_module._global_forward_hooks
+        or _nn_module._global_forward_pre_hooks
+        or _nn_module._global_backward_hooks
+        or _nn_module._global_backward_pre_hooks
+    )
+
+
+def global_registration_hooks_set() -> bool:
+    """Whether a global parameter or buffer registration hook is registered: then lowering
+    registers state through ``register_parameter``/``register_buffer`` instead of writing the
+    tables. Reads ``torch.nn.modules.module._global_*_registration_hooks``. Same in 2.13-2.15."""
+    return bool(
+        _nn_module._global_parameter_registration_hooks
+        or _nn_module._global_buffer_registration_hooks
+    )
+
+
+def jit_tracing() -> bool:
+    """Whether ``torch.jit.trace`` is tracing the current call (``torch._C._get_tracing_state``).
+    Same in 2.13-2.15."""
+    return torch._C._get_tracing_state() is not None
+
+
+# - eval_frame_callback (torch._C._dynamo.eval_frame.get_eval_frame_callback): dynamo's current
+#   frame callback, set while a ``torch.compile``d function runs: the lowered root's ``forward``
+#   asks it whether it is called from one. Same in 2.13-2.15.
+# - set_eval_frame (torch._C._dynamo.eval_frame.set_eval_frame): installs a frame callback
+#   (``None``: frames run eagerly) and returns the one it replaces. Same in 2.13-2.15.
+# Both are the C functions themselves, not Python wrappers: ``forward`` runs in a frame dynamo
+# skips while compiling the frames it calls, and a wrapper would be such a frame.
+eval_frame_callback = torch._C._dynamo.eval_frame.get_eval_frame_callback
+set_eval_frame = torch._C._dynamo.eval_frame.set_eval_frame
+
+
+def run_frame_eagerly(code: CodeType) -> None:
+    """Tell dynamo to run frames of ``code`` without compiling them while still compiling the
+    frames they call (``torch._C._dynamo.eval_frame.set_code_exec_strategy`` with
+    ``_FrameExecStrategy(SKIP, DEFAULT)``). The lowered root's ``forward`` is run this way.
+    Same in 2.13-2.15."""
+    frames = torch._C._dynamo.eval_frame
+    frames.set_code_exec_strategy(
+        code, frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT)
+    )
+
+
+def script_object_type_name(obj: torch.ScriptObject) -> str:
+    """The qualified class name of a TorchScript custom object (``obj._type()``), as a custom-
+    object input spec names it. Same in 2.13-2.15."""
+    return obj._type().qualified_name()
+
+
+def sync_parameter_list(plist: torch.nn.ParameterList) -> None:
+    """Make a ``ParameterList`` whose ``_parameters`` table was filled directly know its length
+    (its ``_size`` field, which ``len`` and ``append`` use). Same in 2.13-2.15."""
+    plist._size = len(plist._parameters)
