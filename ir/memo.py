@@ -3,18 +3,18 @@
 Two helpers, one rule: a memo is a pure function of a frozen value, so it may be dropped at any
 time and recomputed, and it never changes what the value is.
 
-- :class:`memoized` is for data the IR owns: a method of an attrs frozen slotted class (``Node``,
+- :class:`memoized` is for data the IR owns: a method of an attrs frozen class (``Node``,
   ``Graph``, ``Module``, ``Program``) turned into a read-only attribute computed on first read and
-  stored in a slot of its own. The slot is not an attrs field, so it takes no part in ``==``,
-  ``hash``, ``repr``, ``attrs.evolve`` (a new value starts empty), pickling or ``copy``/
-  ``deepcopy`` (the copy recomputes it: a memo that holds objects of the original, or their
-  ``id``, can never go stale in a copy).
+  stored in one private slot. The memo takes no part in ``==``, ``hash``, ``repr``,
+  ``attrs.evolve`` (a new value starts empty), pickling or ``copy``/``deepcopy`` (the copy
+  recomputes it: a memo that holds objects of the original, or their ``id``, never goes stale
+  in a copy).
 - :class:`WeakMemo` is for data other modules derive from an IR value (``ir.alpha``'s keys, the
   lowering's caches): a function of one IR value, remembered per value *by identity* and held
   only as long as the value lives. Nothing is written into the value.
 
-Both are safe under threads: two threads that compute a memo at once both return the value the
-first of them stored (the computation runs outside any lock; a lock only guards the store).
+Both are safe under threads: two threads that compute a memo at once get equal results (and
+from a ``WeakMemo``, one object: the first stored).
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from functools import cached_property
+from operator import attrgetter
 from types import MemberDescriptorType
 from typing import Any, Generic, TypeVar
+
+import attrs
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -35,55 +37,89 @@ V = TypeVar("V")
 _STORE = threading.RLock()
 
 
-class memoized(cached_property, Generic[T]):
+class memoized(property, Generic[T]):
     """Decorator: ``@memoized def name(self) -> T`` makes ``obj.name`` a value computed once.
 
-    For methods of attrs frozen slotted classes (``@attrs.frozen``): attrs gives each memo a slot
-    of its own, named after it (attrs turns ``functools.cached_property``, which this extends,
-    into a slot read by plain attribute access: after the first read it costs what reading a
-    field costs). The first read calls the method and stores its result; later reads return that
-    object. Assigning or deleting the attribute raises, as for any field of a frozen class.
+    For methods of attrs frozen classes (``@attrs.frozen``). The memo is stored in a private
+    field of its own, ``_memo_<name>``, that this decorator adds to the class before attrs builds
+    it: ``init=False``, ``eq=False``, ``repr=False`` (so not hashed either), and attrs' slotted
+    class makes it a slot. The class also gets a ``__reduce__`` that rebuilds a value from its
+    ``init`` fields, so ``copy``, ``deepcopy`` and pickling drop every memo, as ``attrs.evolve``
+    does: a copy computes its own from its own objects, never reads a memo that held the
+    original's. The first read calls the method and stores its result; later reads return that
+    object. Assigning the attribute raises ``AttributeError`` (a ``property`` without a setter).
 
-    Contract of the method: a pure function of the instance's fields (the memo is dropped by
-    ``evolve``, pickling and copying, and recomputed on demand). It may return a mutable table
-    only as a cache that holds answers derived the same way (``Program.resolve``).
+    Contract of the method: a pure function of the instance's fields. It may return a mutable
+    table only as a cache of answers derived the same way (``Program.resolve``).
 
     Threads: two threads that read the memo for the first time at once may both run the method;
-    both get the result stored first (first store wins), so they see one object.
+    each gets its own result, and the results are equal (the method is pure); one of them stays.
+    No lock is taken: storing a slot is atomic, and a pure memo needs nothing more.
 
     Complexity: the method's cost once per instance; O(1) per later read.
     """
 
     def __init__(self, method: Callable[[Any], T]) -> None:
-        name = method.__name__
-        super().__init__(_first_store_wins(method, name))
-        self.__doc__ = method.__doc__
-        self.method = method
+        storage = f"_memo_{method.__name__.lstrip('_')}"
+        read = attrgetter(storage)
 
+        def get(obj: Any) -> T:
+            found = read(obj)
+            if found is _UNSET:
+                found = method(obj)
+                _OBJECT_SETATTR(obj, storage, found)
+            return found
 
-def _first_store_wins(method: Callable[[Any], T], name: str) -> Callable[[Any], T]:
-    """``method`` wrapped so that the slot ``name`` gets one value, the first one computed."""
+        get.__name__, get.__qualname__ = method.__name__, method.__qualname__
+        super().__init__(get, None, None, method.__doc__)
+        self.method, self.storage = method, storage
 
-    def compute(obj: Any) -> T:
-        slot = getattr(type(obj), name, None)
-        if not isinstance(slot, MemberDescriptorType):
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.method.__name__:
+            raise TypeError(f"@memoized {self.method.__qualname__} is bound to another name, {name}")
+        held = owner.__dict__.get(self.storage)
+        if isinstance(held, MemberDescriptorType):
+            return  # attrs is building the slotted class from the class already prepared here
+        if held is not None:
             raise TypeError(
-                f"@memoized {method.__qualname__} needs an attrs slotted class (@attrs.frozen); "
-                f"{type(obj).__qualname__}.{name} is not a slot"
+                f"{owner.__qualname__}.{self.storage} is taken: @memoized {name} stores there"
             )
-        value = method(obj)
-        with _STORE:
-            try:
-                return slot.__get__(obj)  # another thread stored it first
-            except AttributeError:
-                slot.__set__(obj, value)
-                return value
+        owner.__annotations__[self.storage] = "Any"
+        setattr(owner, self.storage, attrs.field(default=_UNSET, init=False, eq=False, repr=False))
+        reduce = owner.__dict__.get("__reduce__")
+        if reduce is None:
+            owner.__reduce__ = _reduce_without_memos  # type: ignore[method-assign]
+        elif reduce is not _reduce_without_memos:
+            raise TypeError(f"@memoized {owner.__qualname__}.{name}: the class defines __reduce__")
 
-    compute.__name__ = name
-    compute.__qualname__ = method.__qualname__
-    compute.__doc__ = method.__doc__
-    compute.__annotations__ = dict(getattr(method, "__annotations__", {}))
-    return compute
+
+_OBJECT_SETATTR = object.__setattr__  # past the frozen class's __setattr__, as attrs' __init__
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not computed>"
+
+
+_UNSET: Any = _Unset()
+
+
+def _reduce_without_memos(self: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """``copy``/``pickle`` support for a class with memos: rebuild from the ``init`` fields."""
+    kind = type(self)
+    kept = {}
+    for field in attrs.fields(kind):
+        if field.init:
+            kept[field.alias] = getattr(self, field.name)
+        elif not field.name.startswith("_memo_"):
+            raise TypeError(f"cannot copy a {kind.__qualname__}: field {field.name} is not init")
+    return _rebuild, (kind, kept)
+
+
+def _rebuild(kind: type, fields: dict[str, Any]) -> Any:
+    return kind(**fields)
 
 
 class WeakMemo(Generic[K, V]):
