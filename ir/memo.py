@@ -32,9 +32,23 @@ T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
 
-# Guards only the check-and-store of a computed memo (never a computation): reentrant because a
-# store allocates, and an allocation may run a garbage collection that drops another entry.
-_STORE = threading.RLock()
+# Guards only the check-and-store of a WeakMemo entry, never a computation (an entry's removal,
+# run while its key is freed, takes no lock).
+_STORE = threading.Lock()
+
+_OBJECT_SETATTR = object.__setattr__  # past the frozen class's __setattr__, as attrs' __init__
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not computed>"
+
+
+# What a memo's field holds until the memo is computed. A hot accessor may read the field itself
+# (``found = self._memo_x``; ``self.x`` when it is ``NOT_COMPUTED``) to save a call per read.
+NOT_COMPUTED: Any = _Unset()
 
 
 class memoized(property, Generic[T]):
@@ -56,7 +70,8 @@ class memoized(property, Generic[T]):
     each gets its own result, and the results are equal (the method is pure); one of them stays.
     No lock is taken: storing a slot is atomic, and a pure memo needs nothing more.
 
-    Complexity: the method's cost once per instance; O(1) per later read.
+    Complexity: the method's cost once per instance; O(1) per later read (a property call; an
+    accessor on a hot path may read the field directly, see ``NOT_COMPUTED``).
     """
 
     def __init__(self, method: Callable[[Any], T]) -> None:
@@ -65,7 +80,7 @@ class memoized(property, Generic[T]):
 
         def get(obj: Any) -> T:
             found = read(obj)
-            if found is _UNSET:
+            if found is NOT_COMPUTED:
                 found = method(obj)
                 _OBJECT_SETATTR(obj, storage, found)
             return found
@@ -85,25 +100,12 @@ class memoized(property, Generic[T]):
                 f"{owner.__qualname__}.{self.storage} is taken: @memoized {name} stores there"
             )
         owner.__annotations__[self.storage] = "Any"
-        setattr(owner, self.storage, attrs.field(default=_UNSET, init=False, eq=False, repr=False))
+        setattr(owner, self.storage, attrs.field(default=NOT_COMPUTED, init=False, eq=False, repr=False))
         reduce = owner.__dict__.get("__reduce__")
         if reduce is None:
             owner.__reduce__ = _reduce_without_memos  # type: ignore[method-assign]
         elif reduce is not _reduce_without_memos:
             raise TypeError(f"@memoized {owner.__qualname__}.{name}: the class defines __reduce__")
-
-
-_OBJECT_SETATTR = object.__setattr__  # past the frozen class's __setattr__, as attrs' __init__
-
-
-class _Unset:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<not computed>"
-
-
-_UNSET: Any = _Unset()
 
 
 def _reduce_without_memos(self: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -131,8 +133,8 @@ class WeakMemo(Generic[K, V]):
     weak references (attrs classes do by default) and the value must not refer to the key (it
     would keep the key alive for as long as the memo lives).
 
-    Threads: first store wins, as for :class:`memoized`. Complexity: O(1) per call after the
-    first for a key, plus ``compute``'s cost once.
+    Threads: two threads that compute an entry at once both get the value stored first.
+    Complexity: O(1) per call after the first for a key, plus ``compute``'s cost once.
     """
 
     __slots__ = ("__weakref__", "_compute", "_table")

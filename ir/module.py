@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from ir.graph import Graph
-from ir.memo import memoized
+from ir.memo import NOT_COMPUTED, memoized
 from ir.state import Opaque
 
 ModuleId = str
@@ -83,7 +83,8 @@ class Module:
 
     def child(self, name: str) -> ModuleId | None:
         """The ModuleId registered under local ``name``, or ``None`` (O(1) after the first call)."""
-        return self._child_table.get(name)
+        found = self._memo_child_table  # the memo's field: read on every path step
+        return (self._child_table if found is NOT_COMPUTED else found).get(name)
 
     @memoized
     def _child_table(self) -> dict[str, ModuleId]:

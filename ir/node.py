@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import attrs
 
 from ir.args import EMPTY_DICT, IDict, Ref, collect_refs, ref
-from ir.memo import memoized
+from ir.memo import NOT_COMPUTED, memoized
 
 PLACEHOLDER = "placeholder"
 GET_ATTR = "get_attr"
@@ -52,7 +52,8 @@ class Node:
 
     def inputs(self) -> tuple[Ref, ...]:
         """Every ``Ref`` this node reads, args first, in order (duplicates kept; computed once)."""
-        return self._inputs
+        found = self._memo_inputs  # the memo's field: this is the IR's hottest read
+        return self._inputs if found is NOT_COMPUTED else found
 
     @memoized
     def _inputs(self) -> tuple[Ref, ...]:

@@ -8,7 +8,7 @@ import attrs
 from pyrsistent import PMap, pmap
 
 from ir.errors import VerifyError
-from ir.memo import memoized
+from ir.memo import NOT_COMPUTED, memoized
 from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
 from ir.state import Opaque, Slot
@@ -43,7 +43,8 @@ class Program:
 
     def module_table(self) -> dict[ModuleId, Module]:
         """The module table as a plain dict (built once; PMap lookups are pure Python)."""
-        return self._module_table
+        found = self._memo_module_table  # the memo's field: read on every module lookup
+        return self._module_table if found is NOT_COMPUTED else found
 
     def state_table(self) -> dict[str, Slot]:
         """The state map as a plain dict (built once), for passes that look up many fqns."""
@@ -94,7 +95,9 @@ class Program:
         mid = self.root if start is None else start
         if not path:
             return mid
-        memo = self._resolved
+        memo = self._memo_resolved  # the memo's field: read on every call
+        if memo is NOT_COMPUTED:
+            memo = self._resolved
         key = (path, mid)
         if key in memo:
             return memo[key]

@@ -22,7 +22,7 @@ import pytest
 from ir import import_ep
 from ir.alpha import graph_key, interned_key
 from ir.graph import Graph
-from ir.memo import _UNSET, WeakMemo, memoized
+from ir.memo import NOT_COMPUTED, WeakMemo, memoized
 from ir.module import Module
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
@@ -51,7 +51,7 @@ class Pair:
 def stored(obj: Any, name: str) -> Any:
     """What memo ``name`` of ``obj`` holds, without computing it (``_MISSING`` when empty)."""
     held = getattr(obj, getattr(type(obj), name).storage)
-    return _MISSING if held is _UNSET else held
+    return _MISSING if held is NOT_COMPUTED else held
 
 
 def memo_slots(cls: type) -> set[str]:
@@ -292,11 +292,11 @@ def test_lower_writes_no_private_field_of_the_ir(name: str) -> None:
         assert now.keys() == then.keys()
         memos = {getattr(type(value), m).storage: m for m in memo_slots(type(value))}
         for slot, was in then.items():
-            if slot in memos and was is _UNSET:
+            if slot in memos and was is NOT_COMPUTED:
                 continue  # a memo the lowering asked the IR for: checked below
             assert now[slot] is was, f"lower changed {type(value).__name__}.{slot}"
         for slot, memo in memos.items():
-            if then[slot] is _UNSET and now[slot] is not _UNSET:
+            if then[slot] is NOT_COMPUTED and now[slot] is not NOT_COMPUTED:
                 _check_memo_is_the_irs_own(value, memo, now[slot])
 
 
