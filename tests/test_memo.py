@@ -2,7 +2,7 @@
 
 A memo is computed once, takes no part in what a value is (``==``, ``hash``, ``repr``, its
 pickled state), is dropped by ``evolve``, ``copy``, ``deepcopy`` and pickling (a copy computes its
-own, from its own objects), and two threads that compute it at once see one object. The lowering
+own, from its own objects), and two threads that compute it at once get equal results. The lowering
 keeps its caches in its own weak maps: lowering a program writes nothing into its IR values but
 the IR's own memos.
 """
@@ -54,7 +54,7 @@ def stored(obj: Any, name: str) -> Any:
     return _MISSING if held is NOT_COMPUTED else held
 
 
-def memo_slots(cls: type) -> set[str]:
+def memo_names(cls: type) -> set[str]:
     """The names of the memos of ``cls``."""
     return {name for name in dir(cls) if isinstance(getattr(cls, name, None), memoized)}
 
@@ -81,7 +81,7 @@ def test_memo_is_computed_once_and_stored_in_its_slot() -> None:
     assert p.total is first and first == [1, 2]
     assert stored(p, "total") is first
     assert len(p.calls) == 1
-    assert memo_slots(Pair) == {"total"}
+    assert memo_names(Pair) == {"total"}
     assert not hasattr(p, "__dict__")
     memo_field = attrs.fields(Pair)._memo_total
     assert not (memo_field.init or memo_field.eq or memo_field.repr)
@@ -94,6 +94,8 @@ def test_memo_is_not_part_of_eq_hash_repr_or_state() -> None:
     assert repr(computed) == repr(fresh) == "Pair(left=1, right=(2,))"
     assert "total" not in {a.name for a in attrs.fields(Pair)}
     assert attrs.asdict(computed, filter=lambda a, v: a.eq) == {"left": 1, "right": (2,)}
+    _, (kind, fields) = computed.__reduce__()  # what copy and pickle carry
+    assert kind is Pair and fields == {"left": 1, "right": (2,), "calls": [1]}
 
 
 def test_memo_cannot_be_assigned_or_deleted() -> None:
@@ -182,10 +184,10 @@ def test_memoized_refuses_a_class_that_copies_its_own_way() -> None:
 
 @pytest.mark.parametrize("cls", [Node, Graph, Module, Program])
 def test_ir_values_have_memos_and_weak_references(cls: type) -> None:
-    assert memo_slots(cls)
+    assert memo_names(cls)
     assert "__weakref__" in {s for c in cls.__mro__ for s in getattr(c, "__slots__", ())}
     private = {a.name for a in attrs.fields(cls) if a.name.startswith("_")}
-    assert private == {getattr(cls, m).storage for m in memo_slots(cls)}, "a private field"
+    assert private == {getattr(cls, m).storage for m in memo_names(cls)}, "a private field"
 
 
 def test_graph_memos_are_dropped_by_copy_and_evolve() -> None:
@@ -195,7 +197,7 @@ def test_graph_memos_are_dropped_by_copy_and_evolve() -> None:
     assert g.nodes[1].inputs() == (g.nodes[0].ref,) and g.placeholders == (g.nodes[0],)
     for twin in (copy.copy(g), attrs.evolve(g), Graph.of(g.nodes)):
         assert twin == g
-        assert all(stored(twin, name) is _MISSING for name in memo_slots(Graph))
+        assert all(stored(twin, name) is _MISSING for name in memo_names(Graph))
         assert twin.by_name() == g.by_name() and twin.by_name() is not g.by_name()
 
 
@@ -204,11 +206,11 @@ def test_program_memos_are_dropped_by_copy_and_replace() -> None:
     child = p.root_module.children[0][0]
     table, resolved = p.module_table(), p.resolve(child)
     twin = copy.copy(p)
-    assert all(stored(twin, name) is _MISSING for name in memo_slots(Program))
+    assert all(stored(twin, name) is _MISSING for name in memo_names(Program))
     assert twin.module_table() == table and twin.module_table() is not table
     assert twin.resolve(child) == resolved is not None
     moved = p.replace(call_order=(*p.call_order, "x"))
-    assert all(stored(moved, name) is _MISSING for name in memo_slots(Program))
+    assert all(stored(moved, name) is _MISSING for name in memo_names(Program))
 
 
 # --- WeakMemo ------------------------------------------------------------------------------------
@@ -257,10 +259,10 @@ def test_weak_memo_first_store_wins_across_threads() -> None:
 
 def test_alpha_keys_are_not_written_into_the_graph() -> None:
     g = small_graph()
-    before = {name: stored(g, name) for name in memo_slots(Graph)}
+    before = {name: stored(g, name) for name in memo_names(Graph)}
     key = graph_key(g)
     assert interned_key(g).key == key and interned_key(copy.copy(g)) is interned_key(g)
-    assert {name: stored(g, name) for name in memo_slots(Graph)} == before
+    assert {name: stored(g, name) for name in memo_names(Graph)} == before
 
 
 # --- lowering writes nothing into the IR ---------------------------------------------------------
@@ -290,7 +292,7 @@ def test_lower_writes_no_private_field_of_the_ir(name: str) -> None:
     for value, then in zip(values, before):
         now = _snapshot(value)
         assert now.keys() == then.keys()
-        memos = {getattr(type(value), m).storage: m for m in memo_slots(type(value))}
+        memos = {getattr(type(value), m).storage: m for m in memo_names(type(value))}
         for slot, was in then.items():
             if slot in memos and was is NOT_COMPUTED:
                 continue  # a memo the lowering asked the IR for: checked below
