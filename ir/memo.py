@@ -19,7 +19,6 @@ from a ``WeakMemo``, one object: the first stored).
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 from operator import attrgetter
@@ -31,10 +30,6 @@ import attrs
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
-
-# Guards only the check-and-store of a WeakMemo entry, never a computation (an entry's removal,
-# run while its key is freed, takes no lock).
-_STORE = threading.Lock()
 
 _OBJECT_SETATTR = object.__setattr__  # past the frozen class's __setattr__, as attrs' __init__
 
@@ -137,11 +132,19 @@ class WeakMemo(Generic[K, V]):
     Complexity: O(1) per call after the first for a key, plus ``compute``'s cost once.
     """
 
-    __slots__ = ("__weakref__", "_compute", "_table")
+    __slots__ = ("__weakref__", "_compute", "_forget", "_table")
 
     def __init__(self, compute: Callable[[K], V]) -> None:
         self._compute = compute
-        self._table: dict[int, tuple[weakref.ref, V]] = {}
+        table: dict[int, tuple[weakref.KeyedRef, V]] = {}
+
+        def forget(dead: weakref.KeyedRef) -> None:
+            # Runs while the key is being freed, before its id can be reused by another object.
+            held = table.get(dead.key)
+            if held is not None and held[0] is dead:
+                del table[dead.key]
+
+        self._table, self._forget = table, forget
 
     def __call__(self, key: K) -> V:
         entry = self._table.get(id(key))
@@ -154,18 +157,7 @@ class WeakMemo(Generic[K, V]):
         return len(self._table)
 
     def _store(self, key: K, value: V) -> V:
+        # An entry under ``id(key)`` is ``key``'s: an entry goes before its key's id is free.
+        # ``setdefault`` is one atomic step, so the first store wins without a lock.
         ident = id(key)
-        table = self._table
-
-        def forget(dead: weakref.ref) -> None:
-            # Runs while the key is being freed, before its id can be reused: no lock needed.
-            held = table.get(ident)
-            if held is not None and held[0] is dead:
-                del table[ident]
-
-        with _STORE:
-            held = table.get(ident)
-            if held is not None and held[0]() is key:
-                return held[1]
-            table[ident] = (weakref.ref(key, forget), value)
-        return value
+        return self._table.setdefault(ident, (weakref.KeyedRef(key, self._forget, ident), value))[1]
