@@ -11,31 +11,35 @@ from typing import Any
 
 from ir.args import map_refs
 from ir.graph import Graph
+from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
 from ir.program import Program
 
 
 def graph_key(graph: Graph) -> tuple:
-    """The alpha key of ``graph`` (computed once per Graph value, then cached)."""
-    found = graph._index.get("alpha")
-    if found is None:
-        position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
+    """The alpha key of ``graph`` (computed once per Graph object while it lives)."""
+    return _GRAPH_KEYS(graph)
 
-        def local(r: Any) -> Any:
-            mark = position.get(r.name)
-            return mark if mark is not None else ("free", r.name)
 
-        found = tuple(
-            (
-                n.op,
-                None if n.op == PLACEHOLDER else n.target,
-                map_refs(n.args, local) if n.inputs() else n.args,
-                map_refs(n.kwargs, local) if n.kwargs.items else n.kwargs,
-            )
-            for n in graph.nodes
+def _graph_key(graph: Graph) -> tuple:
+    position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
+
+    def local(r: Any) -> Any:
+        mark = position.get(r.name)
+        return mark if mark is not None else ("free", r.name)
+
+    return tuple(
+        (
+            n.op,
+            None if n.op == PLACEHOLDER else n.target,
+            map_refs(n.args, local) if n.inputs() else n.args,
+            map_refs(n.kwargs, local) if n.kwargs.items else n.kwargs,
         )
-        graph._index["alpha"] = found
-    return found
+        for n in graph.nodes
+    )
+
+
+_GRAPH_KEYS: WeakMemo[Graph, tuple] = WeakMemo(_graph_key)
 
 
 class AlphaKey:
@@ -72,15 +76,20 @@ _INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def interned_key(graph: Graph) -> AlphaKey:
-    """The interned ``AlphaKey`` of ``graph`` (cached on the graph): equal keys are one object."""
-    found = graph._index.get("alpha_interned")
+    """The interned ``AlphaKey`` of ``graph`` (remembered per Graph object): equal keys are one
+    object."""
+    return _INTERNED_KEYS(graph)
+
+
+def _interned_key(graph: Graph) -> AlphaKey:
+    made = AlphaKey(graph_key(graph))
+    found = _INTERNED.get(made)
     if found is None:
-        made = AlphaKey(graph_key(graph))
-        found = _INTERNED.get(made)
-        if found is None:
-            _INTERNED[made.twin()] = found = made
-        graph._index["alpha_interned"] = found
+        found = _INTERNED.setdefault(made.twin(), made)
     return found
+
+
+_INTERNED_KEYS: WeakMemo[Graph, AlphaKey] = WeakMemo(_interned_key)
 
 
 def program_key(program: Program) -> tuple:

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping
 import attrs
 
 from ir.errors import VerifyError
+from ir.memo import memoized
 from ir.node import OUTPUT, PLACEHOLDER, Node
 
 
@@ -14,11 +15,11 @@ from ir.node import OUTPUT, PLACEHOLDER, Node
 class Graph:
     """An immutable SSA graph: ``nodes`` in topological order, the last one the ``output`` node.
 
-    Indexes by name and users are built on first use and never take part in equality.
+    Indexes by name and users are built on first use (``ir.memo.memoized``) and never take part
+    in equality.
     """
 
     nodes: tuple[Node, ...]
-    _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @classmethod
     def of(cls, nodes: Iterable[Node]) -> Graph:
@@ -33,11 +34,11 @@ class Graph:
 
     def by_name(self) -> Mapping[str, Node]:
         """``{name: node}`` for every node (built once)."""
-        found = self._index.get("by_name")
-        if found is None:
-            found = {n.name: n for n in self.nodes}
-            self._index["by_name"] = found
-        return found
+        return self._by_name
+
+    @memoized
+    def _by_name(self) -> Mapping[str, Node]:
+        return {n.name: n for n in self.nodes}
 
     def node(self, name: str) -> Node:
         """The node called ``name``; ``VerifyError`` naming it when absent."""
@@ -48,25 +49,21 @@ class Graph:
 
     def users(self) -> Mapping[str, tuple[str, ...]]:
         """``{name: names of the nodes that read it}``, users in graph order, without repeats."""
-        found = self._index.get("users")
-        if found is None:
-            lists: dict[str, list[str]] = {n.name: [] for n in self.nodes}
-            for n in self.nodes:
-                for r in dict.fromkeys(n.inputs()):
-                    if r.name in lists:
-                        lists[r.name].append(n.name)
-            found = {k: tuple(v) for k, v in lists.items()}
-            self._index["users"] = found
-        return found
+        return self._users
 
-    @property
+    @memoized
+    def _users(self) -> Mapping[str, tuple[str, ...]]:
+        lists: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for n in self.nodes:
+            for r in dict.fromkeys(n.inputs()):
+                if r.name in lists:
+                    lists[r.name].append(n.name)
+        return {k: tuple(v) for k, v in lists.items()}
+
+    @memoized
     def placeholders(self) -> tuple[Node, ...]:
         """The placeholder nodes, in order (built once)."""
-        found = self._index.get("placeholders")
-        if found is None:
-            found = tuple(n for n in self.nodes if n.op == PLACEHOLDER)
-            self._index["placeholders"] = found
-        return found
+        return tuple(n for n in self.nodes if n.op == PLACEHOLDER)
 
     @property
     def output_node(self) -> Node:

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from ir.graph import Graph
+from ir.memo import NOT_COMPUTED, memoized
 from ir.state import Opaque
 
 ModuleId = str
@@ -74,7 +75,6 @@ class Module:
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
     leaf: Opaque | None = None
-    _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def graph(self) -> Graph | None:
@@ -83,11 +83,12 @@ class Module:
 
     def child(self, name: str) -> ModuleId | None:
         """The ModuleId registered under local ``name``, or ``None`` (O(1) after the first call)."""
-        found = self._index.get("children")
-        if found is None:
-            found = dict(self.children)
-            self._index["children"] = found
-        return found.get(name)
+        found = self._memo_child_table  # the memo's field: read on every path step
+        return (self._child_table if found is NOT_COMPUTED else found).get(name)
+
+    @memoized
+    def _child_table(self) -> dict[str, ModuleId]:
+        return dict(self.children)
 
     def replace(self, **changes: Any) -> Module:
         """A copy with ``changes``; ``self`` when nothing changes."""

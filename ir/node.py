@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import attrs
 
 from ir.args import EMPTY_DICT, IDict, Ref, collect_refs, ref
+from ir.memo import NOT_COMPUTED, memoized
 
 PLACEHOLDER = "placeholder"
 GET_ATTR = "get_attr"
@@ -43,7 +44,6 @@ class Node:
     args: tuple = ()
     kwargs: IDict = EMPTY_DICT
     meta: Mapping[str, Any] = attrs.field(default=EMPTY_META, eq=False, repr=False)
-    _inputs: tuple | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def ref(self) -> Ref:
@@ -52,15 +52,16 @@ class Node:
 
     def inputs(self) -> tuple[Ref, ...]:
         """Every ``Ref`` this node reads, args first, in order (duplicates kept; computed once)."""
-        found = self._inputs
-        if found is None:
-            refs: list[Ref] = []
-            collect_refs(self.args, refs)
-            if self.kwargs.items:
-                collect_refs(self.kwargs, refs)
-            found = tuple(refs)
-            object.__setattr__(self, "_inputs", found)
-        return found
+        found = self._memo_inputs  # the memo's field: this is the IR's hottest read
+        return self._inputs if found is NOT_COMPUTED else found
+
+    @memoized
+    def _inputs(self) -> tuple[Ref, ...]:
+        refs: list[Ref] = []
+        collect_refs(self.args, refs)
+        if self.kwargs.items:
+            collect_refs(self.kwargs, refs)
+        return tuple(refs)
 
     def replace(self, **changes: Any) -> Node:
         """A copy with ``changes`` applied; ``self`` itself when nothing changes."""

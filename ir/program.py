@@ -8,6 +8,7 @@ import attrs
 from pyrsistent import PMap, pmap
 
 from ir.errors import VerifyError
+from ir.memo import NOT_COMPUTED, memoized
 from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
 from ir.state import Opaque, Slot
@@ -39,25 +40,36 @@ class Program:
     call_signatures: PMap = pmap()
     call_order: tuple[str, ...] = ("",)
     range_constraints: Opaque = attrs.field(factory=lambda: NO_CONSTRAINTS)
-    _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     def module_table(self) -> dict[ModuleId, Module]:
         """The module table as a plain dict (built once; PMap lookups are pure Python)."""
-        return self._plain("modules", self.modules)
+        found = self._memo_module_table  # the memo's field: read on every module lookup
+        return self._module_table if found is NOT_COMPUTED else found
 
     def state_table(self) -> dict[str, Slot]:
         """The state map as a plain dict (built once), for passes that look up many fqns."""
-        return self._plain("state", self.state)
+        return self._state_table
 
     def tensor_table(self) -> dict[str, Opaque]:
         """The tensor table as a plain dict (built once), for passes that look up many keys."""
-        return self._plain("tensors", self.tensors)
+        return self._tensor_table
 
-    def _plain(self, key: str, table: PMap) -> dict:
-        found = self._index.get(key)
-        if found is None:
-            found = self._index[key] = dict(table.items())
-        return found
+    @memoized
+    def _module_table(self) -> dict[ModuleId, Module]:
+        return dict(self.modules.items())
+
+    @memoized
+    def _state_table(self) -> dict[str, Slot]:
+        return dict(self.state.items())
+
+    @memoized
+    def _tensor_table(self) -> dict[str, Opaque]:
+        return dict(self.tensors.items())
+
+    @memoized
+    def _resolved(self) -> dict[tuple[str, ModuleId], ModuleId | None]:
+        # A cache, filled by ``resolve`` with answers that depend only on the module table.
+        return {}
 
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""
@@ -83,9 +95,9 @@ class Program:
         mid = self.root if start is None else start
         if not path:
             return mid
-        memo = self._index.get("resolved")
-        if memo is None:
-            memo = self._index["resolved"] = {}
+        memo = self._memo_resolved  # the memo's field: read on every call
+        if memo is NOT_COMPUTED:
+            memo = self._resolved
         key = (path, mid)
         if key in memo:
             return memo[key]

@@ -20,6 +20,7 @@ from ir.alpha import interned_key
 from ir.args import IDict, IList, Ref, thaw
 from ir.errors import LoweringError
 from ir.graph import Graph
+from ir.memo import WeakMemo
 from ir.module import split_call_target
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.torch_seam import TreeSpec, graph_codegen
@@ -212,11 +213,8 @@ def spec_constants(graph: Graph) -> dict[str, Any]:
 _SPECS_BY_KEY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _spec_names(graph: Graph) -> tuple[dict[str, Any], dict[int, str]]:
+def _find_spec_names(graph: Graph) -> tuple[dict[str, Any], dict[int, str]]:
     """``spec_constants(graph)``, and the attribute name of each spec object (by ``id``)."""
-    cached = graph._index.get("spec_names")
-    if cached is not None:
-        return cached
     held: dict[str, Any] = {}
     names: dict[int, str] = {}
 
@@ -234,9 +232,11 @@ def _spec_names(graph: Graph) -> tuple[dict[str, Any], dict[int, str]]:
     for node in graph.nodes:
         visit(node.args)
         visit(node.kwargs)
-    cached = (held, names)
-    graph._index["spec_names"] = cached
-    return cached
+    return held, names
+
+
+# Per Graph object (the names are by ``id`` of the graph's own spec objects), held weakly.
+_spec_names: WeakMemo[Graph, tuple[dict[str, Any], dict[int, str]]] = WeakMemo(_find_spec_names)
 
 
 def _hold(held: dict[str, Any], spec: TreeSpec) -> str:

@@ -22,6 +22,7 @@ from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatche
 from ir.args import IDict, Ref
 from ir.errors import InputError, LoweringError
 from ir.graph import Graph
+from ir.memo import WeakMemo
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
 from ir.torch_seam import module_buffers, module_children, module_parameters
@@ -375,15 +376,8 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
     return cls
 
 
-def _graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(positional names, keyword names)`` of one graph's forward (computed once per graph)."""
-    found = graph._index.get("forward_signature")
-    if found is None:
-        found = graph._index["forward_signature"] = _compute_graph_signature(graph)
-    return found
-
-
 def _compute_graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(positional names, keyword names)`` of one graph's forward."""
     placeholders = graph.placeholders
     eager = _eager_arguments(graph)
     if eager is not None:
@@ -392,6 +386,12 @@ def _compute_graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, 
     full = tuple(n.name for n in placeholders)
     stripped = tuple(_SSA_SUFFIX.sub("", name) for name in full)
     return (stripped if len(set(stripped)) == len(stripped) else full), ()
+
+
+# ``(positional names, keyword names)`` per Graph object, computed once while the graph lives.
+_graph_signature: WeakMemo[Graph, tuple[tuple[str, ...], tuple[str, ...]]] = WeakMemo(
+    _compute_graph_signature
+)
 
 
 def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
