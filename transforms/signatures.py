@@ -162,8 +162,9 @@ def _repair(
 
 def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]) -> dict[str, str]:
     """Each suspect name -> the one crossing value from the same old node, or else the one with
-    the same shape and dtype, or else, when one suspect and one crossing value are left, that
-    one; suspects without exactly one candidate stay."""
+    the same shape and dtype, or else, when one suspect and one crossing value of the same kind
+    (tensor, symbolic integer, other) are left, that one; suspects without exactly one
+    candidate stay."""
     found = {}
     free = dict.fromkeys(crossing)
     left = []
@@ -179,8 +180,18 @@ def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]
         else:
             left.append(name)
     if len(left) == 1 and len(free) == 1:
-        found[left[0]] = next(iter(free))
+        last = next(iter(free))
+        if _kind(by_name.get(left[0])) == _kind(by_name[last]):
+            found[left[0]] = last
     return found
+
+
+def _kind(node: Node | None) -> type | None:
+    """What a value is (tensor, symbolic integer, ...), as far as its meta says."""
+    val = node.meta.get("val") if node is not None else None
+    if isinstance(val, torch.Tensor):
+        return torch.Tensor
+    return type(val) if val is not None else None
 
 
 def _origin(node: Node | None) -> Any:
