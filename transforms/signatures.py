@@ -10,10 +10,11 @@ signature does not carry, and names one it does not use.
 
 ``repair_call_signatures`` finds such a signature by its symptom and fixes it when the fix is
 unambiguous: a *suspect* name (an input defined only after the call starts, an input the call
-never reads, an output defined outside the call or read after it by nothing but a state write)
-is replaced by a value that *crosses* the boundary in the same direction without being in the
-signature, when exactly one such value comes from the same old node (same provenance), or failing
-that has the same shape and dtype, or is the only one left for the only suspect left.
+never reads, an output defined outside the call or read after it by nothing but a state write;
+never a user input or state, whose names decomposition keeps) is replaced by a value that
+*crosses* the boundary in the same direction without being in the signature, when exactly one
+such value comes from the same old node (same provenance), or failing that has the same shape
+and dtype, or is the only one left, of the same kind, for the only suspect left.
 """
 
 from __future__ import annotations
@@ -110,11 +111,13 @@ def _repair(
     def read_after(name: str) -> bool:
         return any(position[u] > inside.end and u not in writes for u in users.get(name, ()))
 
+    # a user input keeps its name through run_decompositions: naming one is never stale
     suspect_in = [
         a.name
         for a in sig.inputs
         if a.name
         and a.name not in state
+        and (a.name not in by_name or by_name[a.name].op != PLACEHOLDER)
         and (a.name not in position or position[a.name] >= inside.start or not read_inside(a.name))
     ]
     suspect_out = [
