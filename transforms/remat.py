@@ -93,7 +93,9 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     Returns:
         ``program`` itself when no read crosses a boundary; else a program whose root graph reads
         an alias that is readable (a call's output first), or a copy of the value's slice made
-        just before the reader and carrying the reader's module stack.
+        just before the reader and carrying the reader's module stack. An argument a preserved
+        call is passed that its caller cannot read is resolved the same way in the caller, just
+        before the call starts, and the call's signature names what is passed instead.
 
     Raises:
         PassError: naming the value, the preserved call, the reading module and the reason, for
@@ -104,8 +106,9 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     (``rematerialize(rematerialize(p)) == rematerialize(p)``); deterministic (names and order
     follow the graph); a program without preserved calls is returned as it is (``is``).
 
-    Complexity: O(n + c) for n nodes and c copied nodes; each slice is found once per reading
-    call (memoized) and is at most ``MAX_SLICE`` nodes.
+    Complexity: O(n · d + c) for n nodes nested d preserved calls deep and c copied nodes; each
+    slice is found once per reading call (memoized), is at most ``MAX_SLICE`` nodes, and its
+    size is logged (logger ``purefx``, level DEBUG).
     """
     if not any(program.call_signatures):  # only the root's ('')
         return program
