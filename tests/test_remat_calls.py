@@ -2,7 +2,8 @@
 
 Sibling preserved calls that share an internal value in both directions (the first call's value
 read by the second, and the second's read by the first), passed as an argument by their caller
-or read in the body; a no-op alias of a call's output passed on (read from that output, so a
+or read in the body; a parent that returns a value its preserved child made inside (the parent
+recomputes it); a no-op alias of a call's output passed on (read from that output, so a
 swapped module is seen); symbolic-size arithmetic of a derived ``Dim`` made in one preserved
 call and read in another; a parent and its children all preserved; repeated calls. Each is
 exported in training IR and after ``run_decompositions()``, run twice against eager, and run
@@ -186,6 +187,31 @@ class Outer(nn.Module):
         return self.q(self.p(x))
 
 
+class ReturnsInner(nn.Module):
+    """Returns its child's internal statistic next to the child's result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Stat()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.a(x)
+        return y, self.a.stat
+
+
+class UsesReturned(nn.Module):
+    """``p`` returns ``p.a``'s statistic; the root also reads it as ``p.a.stat``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = ReturnsInner()
+        self.q = Scale()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, s = self.p(x)
+        return self.q(y, s * self.p.a.stat)
+
+
 class Repeated(nn.Module):
     """``a`` and ``b`` called twice each; each call of ``b`` is passed the statistic the call
     of ``a`` before it made."""
@@ -236,6 +262,8 @@ CASES = [
     ("parent_and_one_child", Outer, ("p", "p.b"), ("p.b", "p"), None),
     ("children_and_uncle", Outer, ("p.a", "p.b", "q"), ("p.a", "p.b", "q"), None),
     ("repeated_calls", Repeated, ("a", "b"), ("a", "b"), None),
+    ("parent_returns_childs_value", UsesReturned, ("p", "p.a"), ("p.a", "p"), None),
+    ("parent_returns_childs_value_to_sibling", UsesReturned, ("p", "p.a", "q"), ("p", "q"), None),
 ]
 
 

@@ -122,7 +122,7 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     root = program.root_module
     root = root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:])
     program = program.replace(modules=program.modules.set(program.root, root))
-    if worker.passed:
+    if worker.passed or worker.returned:
         sigs = program.call_signatures.update(worker.renamed_signatures())
         program = program.replace(call_signatures=sigs)
     renamed = worker.output_renames
@@ -175,7 +175,10 @@ class _Rematerializer:
         self._symbols: dict[tuple[str, ...], dict[Any, tuple[int, str, int]]] = {}
         self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
         self.passed: dict[str, dict[str, str]] = {}  # call -> its argument -> what is passed
-        self.inserts: dict[int, list[tuple[int, Node]]] = {}  # before node i: (depth, copy)
+        self.returned: dict[str, dict[str, str]] = {}  # call -> its output -> what it returns
+        # before node i: (order, copy); a call's closing copies first (innermost first), then
+        # the caller's, then those of calls that start there (outermost first)
+        self.inserts: dict[int, list[tuple[tuple[int, int], Node]]] = {}
         self.taken = Names(self.position)
         self.changed = False
         self.output_renames: dict[str, str] = {}
@@ -185,15 +188,20 @@ class _Rematerializer:
     def run(self) -> list[Node] | None:
         kept: list[Node] = []
         current: tuple[str, ...] = ()
+        last = None  # the last node of the current calls
         for i, node in enumerate(self.nodes):
             if node.op == PLACEHOLDER:
                 kept.append(node)
                 continue
             chain = self.chain[node.name]
-            if chain != current and node.op != OUTPUT:
-                for depth in range(_common_prefix(current, chain), len(chain)):
+            if chain != current:
+                k = _common_prefix(current, chain)
+                for depth in reversed(range(k, len(current))):
+                    self._leave(current[depth], current[: depth + 1], last, i)
+                for depth in range(k, len(chain)):
                     self._enter(chain[depth], chain[:depth], node, i)
                 current = chain
+            last = node
             if all(self._readable(r.name, chain) for r in node.inputs()):
                 kept.append(node)  # the common case: nothing crosses
                 continue
@@ -221,7 +229,7 @@ class _Rematerializer:
         for i, node in enumerate(kept):
             copies = self.inserts.get(i)
             if copies:
-                copies.sort(key=lambda c: c[0])  # a caller's copies before its callee's
+                copies.sort(key=lambda c: c[0])
                 out.extend(c for _, c in copies)
             out.append(node)
         return out
@@ -244,17 +252,45 @@ class _Rematerializer:
             self.inputs_of[call].discard(name)
             self.inputs_of[call].add(found)
 
-    def renamed_signatures(self) -> dict[str, Any]:
-        """The call signatures whose arguments are now other values (``passed``)."""
-        sigs = self.p.call_signatures
-        changed = {}
-        for call, renames in self.passed.items():
-            sig = sigs[call]
-            inputs = tuple(
-                attrs.evolve(a, name=renames[a.name]) if a.name in renames else a
-                for a in sig.inputs
+    def _leave(self, call: str, inside: tuple[str, ...], last: Node | None, at: int) -> None:
+        """Preserved ``call`` (the innermost of ``inside``) ends before node ``at``: each output
+        its signature names that the call cannot read itself (made inside a preserved call it
+        makes, and not returned by that) is resolved inside the call, and the signature names
+        what is returned."""
+        if last is None:
+            return
+        for name in list(self.outputs_of.get(call, ())):
+            if name not in self.position or self.position[name] >= at:
+                continue
+            if self._readable(name, inside):
+                continue
+            site = _Site(
+                at, inside, _caller_stack(call, self.stack_of(last), inside=True),
+                f"returned by the preserved call {call!r}", repr(call.partition("@")[0]),
             )
-            changed[call] = attrs.evolve(sig, inputs=inputs)
+            found = self._resolve(name, site, closing=True)
+            self.returned.setdefault(call, {})[name] = found
+            self.outputs_of[call].discard(name)
+            self.outputs_of[call].add(found)
+
+    def renamed_signatures(self) -> dict[str, Any]:
+        """The call signatures whose arguments (``passed``) or outputs (``returned``) are now
+        other values."""
+        sigs = self.p.call_signatures
+
+        def renamed(args: tuple, renames: dict[str, str]) -> tuple:
+            return tuple(
+                attrs.evolve(a, name=renames[a.name]) if a.name in renames else a for a in args
+            )
+
+        changed = {}
+        for call in sorted(set(self.passed) | set(self.returned)):
+            sig = sigs[call]
+            changed[call] = attrs.evolve(
+                sig,
+                inputs=renamed(sig.inputs, self.passed.get(call, {})),
+                outputs=renamed(sig.outputs, self.returned.get(call, {})),
+            )
         return changed
 
     # --- what a reader may read -------------------------------------------------------------
@@ -264,9 +300,9 @@ class _Rematerializer:
         leaves each preserved call it was made in as an output and enters each one the reader
         is in as an input; state (and state values, which ``outline`` reads from the state)
         crosses freely."""
-        if name not in self.by_name:
-            return True  # an undefined value (or a copy): ``outline`` reports it
-        own = self.chain.get(name, ())
+        own = self.chain.get(name)
+        if own is None:
+            return True  # an undefined value: ``outline`` reports it
         if own == chain:
             return True
         if name in self.state:
@@ -301,11 +337,14 @@ class _Rematerializer:
 
     # --- one crossing read ------------------------------------------------------------------
 
-    def _resolve(self, name: str, site: _Site) -> str:
-        """The name read at ``site`` instead of ``name``: what the caller passed, an alias, or
-        a copy (inserted before ``site.at``)."""
+    def _resolve(self, name: str, site: _Site, closing: bool = False) -> str:
+        """The name read at ``site`` instead of ``name``: what the caller passed or the callee
+        returned, an alias, or a copy (inserted before ``site.at``; ``closing``: at the end of
+        the call ``site.chain`` ends in)."""
         chain = site.chain
         passed = self._passed_in(name, chain)
+        if passed is None:
+            passed = self._returned_out(name, chain)
         if passed is not None:
             return passed
         found = self.memo.get((name, chain))
@@ -322,8 +361,9 @@ class _Rematerializer:
         except _NotRecomputable as why:
             raise PassError(self._message(name, site, str(why))) from None
         copies = self.inserts.setdefault(site.at, [])
+        order = (0, -len(chain)) if closing else (1, len(chain))
         for node in plan:
-            copies.append((len(chain), self._copy(node, site)))
+            copies.append((order, self._copy(node, site)))
         log.debug(
             "remat: %%%s recomputed (%s in %s): %d node(s) copied",
             name, site.reader, site.where, len(plan),
@@ -339,6 +379,19 @@ class _Rematerializer:
         for call in chain[k:]:
             found = self.passed.get(call, {}).get(name)
             if found is not None:
+                return found
+        return None
+
+    def _returned_out(self, name: str, chain: tuple[str, ...]) -> str | None:
+        """What a call that ``name`` was made in now returns instead of it, when that is
+        readable in ``chain`` (``None`` when no such call was renamed)."""
+        if not self.returned:
+            return None
+        own = self.chain.get(name, ())
+        k = _common_prefix(own, chain)
+        for call in own[k:]:
+            found = self.returned.get(call, {}).get(name)
+            if found is not None and self._readable(found, chain):
                 return found
         return None
 
@@ -478,6 +531,7 @@ class _Rematerializer:
         args = map_refs(node.args, read)
         kwargs = map_refs(node.kwargs, read)
         self.memo[(node.name, chain)] = name
+        self.chain[name] = chain
         meta = dict(node.meta)
         meta["nn_module_stack"] = site.stack
         return Node(CALL_FUNCTION, name, node.target, args, kwargs, meta=meta)
@@ -518,15 +572,15 @@ class _Rematerializer:
         )
 
 
-def _caller_stack(call: str, stack: Any) -> dict[str, Any]:
-    """A module stack inside preserved ``call`` cut just before its entry: the stack of the
-    module call that calls it."""
+def _caller_stack(call: str, stack: Any, inside: bool = False) -> dict[str, Any]:
+    """A module stack inside preserved ``call`` cut just before its entry (the stack of the
+    module call that calls it), or just after it (``inside``: the call's own stack)."""
     items = list((stack or {}).items())
     for i, (key, (path, _)) in enumerate(items):
         number = key.partition("@")[2]
         name = f"{path}@{number}" if number.isdigit() and int(number) else path
         if path and name == call:
-            return dict(items[:i])
+            return dict(items[: i + 1 if inside else i])
     return dict(items)
 
 

@@ -1,7 +1,8 @@
 """Before/Expected examples for ``rematerialize`` on values one preserved call makes and another
 reads: as an argument its caller passes (resolved in the caller before the call starts, and the
 call's signature renamed), inside its body (recomputed from its own arguments), as an alias of
-the other call's output (read from that output), with a parent and child both preserved, with
+the other call's output (read from that output), with a parent and child both preserved (the
+parent passing or returning what its child made inside), with
 repeated calls, and a value that cannot be recomputed (a named ``PassError``)."""
 
 from __future__ import annotations
@@ -152,6 +153,29 @@ def test_parent_and_children_preserved_the_parent_recomputes_for_its_child():
       %abs_1_1 = call_function[aten.abs.default](%x)  # stack: p
       %add_1 = call_function[aten.add.Tensor](%abs_1_1, 1)  # stack: p
       %mul = call_function[aten.mul.Tensor](%div, %add_1)  # stack: p, p.b""",
+        calls.replace("(%div, %add)", "(%div, %add_1)"), order, modules,
+    )
+    check(before, expected)
+
+
+def test_parent_that_returns_its_childs_inner_value_recomputes_it():
+    """``p`` returns ``%add``, made inside its preserved child ``p.a`` and not returned by it:
+    ``p`` computes it again from its own ``x`` before it ends, and returns that; the root reads
+    what ``p`` returns."""
+    nested = MADE_IN_A.replace("# stack: a", "# stack: p, p.a")
+    calls = "\n".join([call("p", "(%x,)", "(%div, %add)"), call("p.a", "(%x,)", "(%div,)")])
+    modules = "  module p: P\n  module p.a: A"
+    order = "('', 'p', 'p.a')"
+    before = text(
+        nested + "\n      %mul = call_function[aten.mul.Tensor](%div, %add)",
+        calls, order, modules,
+    )
+    expected = text(
+        nested
+        + """
+      %abs_1_1 = call_function[aten.abs.default](%x)  # stack: p
+      %add_1 = call_function[aten.add.Tensor](%abs_1_1, 1)  # stack: p
+      %mul = call_function[aten.mul.Tensor](%div, %add_1)""",
         calls.replace("(%div, %add)", "(%div, %add_1)"), order, modules,
     )
     check(before, expected)
