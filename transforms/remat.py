@@ -15,7 +15,9 @@ has reads that cross a preserved boundary without being in the signature:
 ``rematerialize`` rewrites each such read on the flat root graph, before outlining. A value the
 reader's call (or a call around it) takes as an argument is resolved where the caller passes
 it: just before that call starts, in the caller's module call, and the call's signature is
-renamed to the value the caller now passes. Any other value is resolved just before the reader,
+renamed to the value the caller now passes. A value a call returns that it cannot read itself
+(made inside a preserved call it makes) is resolved inside it just before it ends, and its
+signature renamed to what it now returns. Any other value is resolved just before the reader,
 in the reader's own call. There:
 
 1. **alias**: when the value *is* a value the reader may read, up to a no-op (``getitem`` of the
