@@ -34,7 +34,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     cross a preserved call's boundary outside its signature as export shares them
     (``crossing_reads``): one the caller computes from an argument and the call reads, one the
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
-    on as an argument of a later preserved call (call -> call: a sibling, or a repeated call).
+    on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
+    or a preserved parent returns.
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``. As in export's graphs, a value
@@ -280,7 +281,8 @@ class _Builder:
            calls, 7 divergent calls;
         2. buffers: count ``% 3``; bits 2-3 non-persistent, bit 4 one constant, bits 5-6 values
            crossing a preserved call of it unsigned (bit 5 into it, bit 6 out of it), bit 7 its
-           preserved calls may be passed a value made inside an earlier preserved call;
+           preserved calls may be passed a value made inside an earlier preserved call, and
+           return one made inside a preserved call they make;
         3. parent: ``byte % (index + 1) - 1`` (-1 is the root), so the tree is acyclic;
         4. second registration: bit 0 on, parent ``(byte >> 1) % (index + 1) - 1``;
            bits 6-7 both set: children are called only by steps (else each is called once,
@@ -525,6 +527,10 @@ class _Builder:
         local = [v for v in inner.vals[start:] if v not in self.crossing_only]
         outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[:n_outs]))
         outs += [v for v in reversed(local) if v not in outs][: n_outs - len(outs)]
+        inner_crossed = [v for v in inner.vals[start:] if v in self.crossing_only]
+        if crossing & 4 and inner_crossed:
+            # it also returns a value a preserved call it made computed inside (it recomputes it)
+            outs[-1] = inner_crossed[-1]
         self.signatures[call_name] = sg.CallSignature(
             inputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in args),
             outputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in outs),

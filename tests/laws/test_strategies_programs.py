@@ -208,6 +208,13 @@ def _passes_on_a_crossing_value(p):
     return rematerialize(p).call_signatures != p.call_signatures
 
 
+def _returns_a_childs_inner_value(p):
+    """A preserved parent returns a value its preserved child made inside: the rematerialized
+    parent returns something else."""
+    after = rematerialize(p).call_signatures
+    return any(after[c].outputs != sig.outputs for c, sig in p.call_signatures.items())
+
+
 def _nested_preserved(p):
     paths = [c.split("@")[0] for c in p.call_signatures if c]
     return any(a != b and b.startswith(a + ".") for a in paths for b in paths)
@@ -221,8 +228,9 @@ def _nested_preserved(p):
          lambda p: _passes_on_a_crossing_value(p) and any("@" in c for c in p.call_signatures)),
         ({"crossing_reads", "preserved_calls", "nesting"},
          lambda p: _nested_preserved(p) and rematerialize(p) is not p),
+        ({"crossing_reads", "preserved_calls", "nesting"}, _returns_a_childs_inner_value),
     ],
-    ids=["call_to_call", "call_to_repeated_call", "nested_preserved"],
+    ids=["call_to_call", "call_to_repeated_call", "nested_preserved", "parent_returns"],
 )
 def test_crossing_reads_reach_every_class(features, shows):
     """``crossing_reads`` makes values that cross between sibling and repeated preserved calls
