@@ -184,7 +184,7 @@ def test_slice_is_reported_in_the_debug_log(caplog: pytest.LogCaptureFixture) ->
     p = import_ep(export(SetsScale(), (torch.randn(3, D), torch.randn(3, D)), ("sub",)))
     with caplog.at_level(logging.DEBUG, logger="purefx"):
         rematerialize(p)
-    assert "remat: %sum_1 recomputed by 'sub': 1 node(s) copied" in caplog.text
+    assert "remat: %sum_1 recomputed (read by %mul in 'sub'): 1 node(s) copied" in caplog.text
 
 
 # --- call -> call: symbolic sizes --------------------------------------------------------------

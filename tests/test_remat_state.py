@@ -170,3 +170,85 @@ def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
     expected = before.replace(modules=before.modules.set(before.root, root))
     assert after == expected
     assert insert_ivals(after) is after
+
+
+class NormBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(D)
+        self.lin = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.bn(x)).relu()
+
+
+class TwoNormBlocks(nn.Module):
+    """``a`` is called twice, ``b`` once; each updates its BatchNorm's running statistics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = NormBlock()
+        self.b = NormBlock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x)) + self.a(x)
+
+
+class Counts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("n", torch.zeros(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.n.add_(x.mean(0))
+        return x + self.n
+
+
+class ReadsCount(nn.Module):
+    def __init__(self, peer: Counts) -> None:
+        super().__init__()
+        self._peer = (peer,)  # not registered: the buffer is its peer's
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self._peer[0].n
+
+
+class CountsAndReads(nn.Module):
+    """``c`` mutates its buffer (called twice); sibling ``r`` reads it in between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = Counts()
+        self.r = ReadsCount(self.c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.r(self.c(x)) + self.c(x)
+
+
+STATE_SETS = [
+    (TwoNormBlocks, ("a", "b")),  # siblings, one called twice
+    (TwoNormBlocks, ("a", "a.bn")),  # parent and child
+    (CountsAndReads, ("c", "r")),  # a buffer mutated by one preserved call, read by another
+]
+
+
+@pytest.mark.parametrize("keep_functional", [False, True], ids=["inplace", "functional"])
+@pytest.mark.parametrize("decompose", [False, True], ids=["training", "decomposed"])
+@pytest.mark.parametrize(("cls", "fqns"), STATE_SETS,
+                         ids=["+".join(f) for _, f in STATE_SETS])
+def test_state_updates_in_sets_of_preserved_calls(cls, fqns, decompose, keep_functional):
+    """Outputs and every buffer after each of two calls equal eager's, for each set of
+    preserved modules that update state, in both mutation modes."""
+    torch.manual_seed(0)
+    model, x = cls().train(), torch.randn(6, D)
+    ep = torch.export.export(copy.deepcopy(model), (x,), preserve_module_call_signature=fqns)
+    if decompose:
+        ep = ep.run_decompositions()
+    p = transform(import_ep(ep), pipeline(keep_functional=keep_functional))
+    verify(p)
+    m = lower(p)
+    for _ in range(2):
+        torch.testing.assert_close(m(x), model(x))
+        got = dict(m.named_buffers())
+        for name, value in model.named_buffers():
+            torch.testing.assert_close(got[name], value, msg=name)

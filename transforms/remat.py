@@ -8,9 +8,17 @@ has reads that cross a preserved boundary without being in the signature:
 
 - *outside -> inside*: a preserved call reads a value computed before it starts;
 - *inside -> outside*: a caller (or a later call) reads a value computed inside the call;
-- *call -> call*: one preserved call reads what another computed (both of the above).
+- *call -> call*: one preserved call reads what another computed (both of the above), inside
+  its body or as an argument its caller passes (the signature names a value made inside the
+  other call, which the caller never sees).
 
-``rematerialize`` rewrites each such read on the flat root graph, before outlining:
+``rematerialize`` rewrites each such read on the flat root graph, before outlining. A value the
+reader's call (or a call around it) takes as an argument is resolved where the caller passes
+it: just before that call starts, in the caller's module call, and the call's signature is
+renamed to the value the caller now passes. A value a call returns that it cannot read itself
+(made inside a preserved call it makes) is resolved inside it just before it ends, and its
+signature renamed to what it now returns. Any other value is resolved just before the reader,
+in the reader's own call. There:
 
 1. **alias**: when the value *is* a value the reader may read, up to a no-op (``getitem`` of the
    same tuple at the same index, ``clone``/``alias``, a ``to``/``view``/``reshape``/``expand``
@@ -19,9 +27,8 @@ has reads that cross a preserved boundary without being in the signature:
    module's result, as in eager;
 2. **recompute**: else, when the value's producing slice is pure and deterministic (no random
    op, no mutation, no effect, no higher-order op) and every leaf of the slice is readable
-   where the reader runs (the inputs and outputs of preserved calls as that side sees them,
-   state, constants, symbolic sizes of readable tensors), the slice is copied in front of the
-   reader, into the reader's module call;
+   where it is resolved (the inputs and outputs of preserved calls as that side sees them,
+   state, constants, symbolic sizes of readable tensors), the slice is copied there;
 3. otherwise a ``PassError`` names the value, the preserved call, the reading module, why, and
    what to do.
 
@@ -74,7 +81,9 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     Returns:
         ``program`` itself when no read crosses a boundary; else a program whose root graph reads
         an alias that is readable (a call's output first), or a copy of the value's slice made
-        just before the reader and carrying the reader's module stack.
+        just before the reader and carrying the reader's module stack. An argument a preserved
+        call is passed that its caller cannot read is resolved the same way in the caller, just
+        before the call starts, and the call's signature names what is passed instead.
 
     Raises:
         PassError: naming the value, the preserved call, the reading module and the reason, for
@@ -85,8 +94,9 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     (``rematerialize(rematerialize(p)) == rematerialize(p)``); deterministic (names and order
     follow the graph); a program without preserved calls is returned as it is (``is``).
 
-    Complexity: O(n + c) for n nodes and c copied nodes; each slice is found once per reading
-    call (memoized) and is at most ``MAX_SLICE`` nodes.
+    Complexity: O(n · d + c) for n nodes nested d preserved calls deep and c copied nodes; each
+    slice is found once per reading call (memoized), is at most ``MAX_SLICE`` nodes, and its
+    size is logged (logger ``purefx``, level DEBUG).
     """
     if not any(program.call_signatures):  # only the root's ('')
         return program
@@ -100,6 +110,9 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     root = program.root_module
     root = root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:])
     program = program.replace(modules=program.modules.set(program.root, root))
+    if worker.passed or worker.returned:
+        sigs = program.call_signatures.update(worker.renamed_signatures())
+        program = program.replace(call_signatures=sigs)
     renamed = worker.output_renames
     if not renamed:
         return program
@@ -116,6 +129,16 @@ class _NotRecomputable(Exception):
     """Why a slice cannot be copied to the reader (internal: becomes a ``PassError``)."""
 
 
+class _Site:
+    """Where a crossing read is resolved: before original node ``at``, in preserved calls
+    ``chain``, with module stack ``stack``; ``reader`` says who reads (for messages)."""
+
+    __slots__ = ("at", "chain", "reader", "stack", "where")
+
+    def __init__(self, at: int, chain: tuple[str, ...], stack: Any, reader: str, where: str):
+        self.at, self.chain, self.stack, self.reader, self.where = at, chain, stack, reader, where
+
+
 class _Rematerializer:
     """One rewrite of the flat root graph: the tables it reads and the copies it made."""
 
@@ -130,13 +153,20 @@ class _Rematerializer:
         self.outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
         self.state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
         self.user_inputs = [s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS]
-        self.chain, self.stack_of, self.path_of = _chains(self.nodes, frames_of, sigs)
+        self.chain, self.frames_at, self.root_stack, self.stack_of = _chains(
+            self.nodes, frames_of, sigs
+        )
         self._state_values: set[str] | None = None  # built on the first crossing read
         self._aliases: dict[str, list[str]] | None = None
         self._writes: dict[str, list[int]] | None = None
         self._dest: dict[str, str] = {}
-        self._symbols: dict[tuple[str, ...], dict[Any, tuple[str, int]]] = {}
+        self._symbols: dict[tuple[str, ...], dict[Any, tuple[int, str, int]]] = {}
         self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.passed: dict[str, dict[str, str]] = {}  # call -> its argument -> what is passed
+        self.returned: dict[str, dict[str, str]] = {}  # call -> its output -> what it returns
+        # before node i: (order, copy); a call's closing copies first (innermost first), then
+        # the caller's, then those of calls that start there (outermost first)
+        self.inserts: dict[int, list[tuple[tuple[int, int], Node]]] = {}
         self.taken = Names(self.position)
         self.changed = False
         self.output_renames: dict[str, str] = {}
@@ -144,20 +174,34 @@ class _Rematerializer:
     # --- driver -----------------------------------------------------------------------------
 
     def run(self) -> list[Node] | None:
-        out: list[Node] = []
-        for node in self.nodes:
+        kept: list[Node] = []
+        current: tuple[str, ...] = ()
+        last = None  # the last node of the current calls
+        for i, node in enumerate(self.nodes):
             if node.op == PLACEHOLDER:
-                out.append(node)
+                kept.append(node)
                 continue
             chain = self.chain[node.name]
+            if chain != current:
+                k = _common_prefix(current, chain)
+                for depth in reversed(range(k, len(current))):
+                    self._leave(current[depth], current[: depth + 1], last, i)
+                for depth in range(k, len(chain)):
+                    self._enter(chain[depth], chain[:depth], node, i)
+                current = chain
+            last = node
             if all(self._readable(r.name, chain) for r in node.inputs()):
-                out.append(node)  # the common case: nothing crosses
+                kept.append(node)  # the common case: nothing crosses
                 continue
+            site = _Site(
+                i, chain, self.stack_of(node), f"read by %{node.name}",
+                self._where(node),
+            )
 
-            def read(r: Ref, node: Node = node, chain: tuple[str, ...] = chain) -> Ref:
-                if self._readable(r.name, chain):
+            def read(r: Ref, node: Node = node, site: _Site = site) -> Ref:
+                if self._readable(r.name, site.chain):
                     return r
-                found = self._resolve(r.name, chain, node, out)
+                found = self._resolve(r.name, site)
                 if node.op == OUTPUT:
                     self.output_renames[r.name] = found
                 return ref(found)
@@ -166,8 +210,76 @@ class _Rematerializer:
             kwargs = map_refs(node.kwargs, read)
             if args is not node.args or kwargs is not node.kwargs:
                 node = node.replace(args=args, kwargs=kwargs)
+            kept.append(node)
+        if not self.changed:
+            return None
+        out: list[Node] = []
+        for i, node in enumerate(kept):
+            copies = self.inserts.get(i)
+            if copies:
+                copies.sort(key=lambda c: c[0])
+                out.extend(c for _, c in copies)
             out.append(node)
-        return out if self.changed else None
+        return out
+
+    def _enter(self, call: str, caller: tuple[str, ...], first: Node, at: int) -> None:
+        """Preserved ``call`` starts at node ``at``: each argument its signature names that its
+        caller cannot read is resolved in the caller, and the signature names what is passed."""
+        for name in list(self.inputs_of.get(call, ())):
+            if name not in self.position or self.position[name] >= at:
+                continue  # undefined, or made inside the call: ``outline`` reports it
+            if self._readable(name, caller):
+                continue
+            site = _Site(
+                at, caller, _caller_stack(call, self.stack_of(first)) or dict(self.root_stack),
+                f"passed as an argument to the preserved call {call!r}",
+                self._caller_path(first, call),
+            )
+            found = self._resolve(name, site)
+            self.passed.setdefault(call, {})[name] = found
+            self.inputs_of[call].discard(name)
+            self.inputs_of[call].add(found)
+
+    def _leave(self, call: str, inside: tuple[str, ...], last: Node | None, at: int) -> None:
+        """Preserved ``call`` (the innermost of ``inside``) ends before node ``at``: each output
+        its signature names that the call cannot read itself (made inside a preserved call it
+        makes, and not returned by that) is resolved inside the call, and the signature names
+        what is returned."""
+        if last is None:
+            return
+        for name in list(self.outputs_of.get(call, ())):
+            if name not in self.position or self.position[name] >= at:
+                continue
+            if self._readable(name, inside):
+                continue
+            site = _Site(
+                at, inside, _caller_stack(call, self.stack_of(last), inside=True),
+                f"returned by the preserved call {call!r}", repr(call.partition("@")[0]),
+            )
+            found = self._resolve(name, site, closing=True)
+            self.returned.setdefault(call, {})[name] = found
+            self.outputs_of[call].discard(name)
+            self.outputs_of[call].add(found)
+
+    def renamed_signatures(self) -> dict[str, Any]:
+        """The call signatures whose arguments (``passed``) or outputs (``returned``) are now
+        other values."""
+        sigs = self.p.call_signatures
+
+        def renamed(args: tuple, renames: dict[str, str]) -> tuple:
+            return tuple(
+                attrs.evolve(a, name=renames[a.name]) if a.name in renames else a for a in args
+            )
+
+        changed = {}
+        for call in sorted(set(self.passed) | set(self.returned)):
+            sig = sigs[call]
+            changed[call] = attrs.evolve(
+                sig,
+                inputs=renamed(sig.inputs, self.passed.get(call, {})),
+                outputs=renamed(sig.outputs, self.returned.get(call, {})),
+            )
+        return changed
 
     # --- what a reader may read -------------------------------------------------------------
 
@@ -176,9 +288,9 @@ class _Rematerializer:
         leaves each preserved call it was made in as an output and enters each one the reader
         is in as an input; state (and state values, which ``outline`` reads from the state)
         crosses freely."""
-        if name not in self.by_name:
+        own = self.chain.get(name)
+        if own is None:
             return True  # an undefined value: ``outline`` reports it
-        own = self.chain.get(name, ())
         if own == chain:
             return True
         if name in self.state:
@@ -213,36 +325,70 @@ class _Rematerializer:
 
     # --- one crossing read ------------------------------------------------------------------
 
-    def _resolve(self, name: str, chain: tuple[str, ...], reader: Node, out: list[Node]) -> str:
-        """The name the reader reads instead of ``name``: an alias, or a copy emitted to ``out``."""
+    def _resolve(self, name: str, site: _Site, closing: bool = False) -> str:
+        """The name read at ``site`` instead of ``name``: what the caller passed or the callee
+        returned, an alias, or a copy (inserted before ``site.at``; ``closing``: at the end of
+        the call ``site.chain`` ends in)."""
+        chain = site.chain
+        passed = self._passed_in(name, chain)
+        if passed is None:
+            passed = self._returned_out(name, chain)
+        if passed is not None:
+            return passed
         found = self.memo.get((name, chain))
         if found is not None:
             return found
         self.changed = True
-        alias = self._readable_alias(name, chain, reader)
+        alias = self._readable_alias(name, chain, site.at)
         if alias is not None:
             self.memo[(name, chain)] = alias
-            log.debug("remat: %%%s read as %%%s by %s", name, alias, self._where(reader, chain))
+            log.debug("remat: %%%s read as %%%s (%s in %s)", name, alias, site.reader, site.where)
             return alias
         try:
-            plan = self._slice(name, chain, reader)
+            plan = self._slice(name, chain, site.at)
         except _NotRecomputable as why:
-            raise PassError(self._message(name, chain, reader, str(why))) from None
+            raise PassError(self._message(name, site, str(why))) from None
+        copies = self.inserts.setdefault(site.at, [])
+        order = (0, -len(chain)) if closing else (1, len(chain))
         for node in plan:
-            out.append(self._copy(node, chain, reader))
+            copies.append((order, self._copy(node, site)))
         log.debug(
-            "remat: %%%s recomputed by %s: %d node(s) copied",
-            name, self._where(reader, chain), len(plan),
+            "remat: %%%s recomputed (%s in %s): %d node(s) copied",
+            name, site.reader, site.where, len(plan),
         )
         return self.memo[(name, chain)]
 
-    def _readable_alias(self, name: str, chain: tuple[str, ...], reader: Node) -> str | None:
-        """A readable value that equals ``name`` up to no-op aliasing, made before ``reader``:
-        a preserved call's output first, then any other."""
+    def _passed_in(self, name: str, chain: tuple[str, ...]) -> str | None:
+        """What a call of ``chain`` that takes ``name`` as an argument is now passed instead,
+        as seen inside ``chain`` (``None`` when no call around the reader was)."""
+        if not self.passed:
+            return None
+        k = _common_prefix(self.chain.get(name, ()), chain)
+        for call in chain[k:]:
+            found = self.passed.get(call, {}).get(name)
+            if found is not None:
+                return found
+        return None
+
+    def _returned_out(self, name: str, chain: tuple[str, ...]) -> str | None:
+        """What a call that ``name`` was made in now returns instead of it, when that is
+        readable in ``chain`` (``None`` when no such call was renamed)."""
+        if not self.returned:
+            return None
+        own = self.chain.get(name, ())
+        k = _common_prefix(own, chain)
+        for call in own[k:]:
+            found = self.returned.get(call, {}).get(name)
+            if found is not None and self._readable(found, chain):
+                return found
+        return None
+
+    def _readable_alias(self, name: str, chain: tuple[str, ...], limit: int) -> str | None:
+        """A value readable in ``chain`` that equals ``name`` up to no-op aliasing, made before
+        node ``limit``: a preserved call's output first, then any other."""
         members = self.aliases().get(name)
         if not members:
             return None
-        limit = self.position[reader.name] if reader.name in self.position else len(self.nodes)
         fallback = None
         for member in members:
             if member == name or self.position[member] >= limit:
@@ -261,16 +407,16 @@ class _Rematerializer:
             self._aliases = _alias_classes(self.nodes)
         return self._aliases
 
-    def _slice(self, name: str, chain: tuple[str, ...], reader: Node) -> list[Node]:
-        """The nodes to copy (in graph order) so that ``name`` is computed in ``chain``."""
+    def _slice(self, name: str, chain: tuple[str, ...], at: int) -> list[Node]:
+        """The nodes to copy (in graph order) so that ``name`` is computed in ``chain`` just
+        before node ``at``."""
         plan: dict[str, Node] = {}
-        at = self.position.get(reader.name, len(self.nodes))
 
         def visit(value: str) -> None:
             if value in plan or (value, chain) in self.memo:
                 return
             node = self.by_name[value]
-            symbol = self._symbol_source(node, chain)
+            symbol = self._symbol_source(node, chain, at)
             if symbol is not None:
                 plan[value] = symbol
                 return
@@ -279,12 +425,12 @@ class _Rematerializer:
                 raise _NotRecomputable(f"%{value} {why}")
             for r in node.inputs():
                 leaf = r.name
-                if (leaf, chain) in self.memo:
+                if (leaf, chain) in self.memo or self._passed_in(leaf, chain) is not None:
                     continue
                 if self._readable(leaf, chain):
                     self._check_unchanged(leaf, value, at)
                     continue
-                if self._readable_alias(leaf, chain, reader) is not None:
+                if self._readable_alias(leaf, chain, at) is not None:
                     continue
                 if self.by_name[leaf].op == PLACEHOLDER:
                     raise _NotRecomputable(
@@ -312,67 +458,89 @@ class _Rematerializer:
                 f"its slice (%{user}) reads %{leaf}, which is updated before the reader runs"
             )
 
-    def _symbol_source(self, node: Node, chain: tuple[str, ...]) -> Node | None:
-        """A ``sym_size`` of a tensor readable in ``chain`` whose size is the symbolic integer
-        ``node`` computes (a size is known wherever a tensor of that size is), or ``None``."""
+    def _symbol_source(self, node: Node, chain: tuple[str, ...], at: int) -> Node | None:
+        """A ``sym_size`` of a tensor readable in ``chain`` before node ``at`` whose size is the
+        symbolic integer ``node`` computes (a size is known wherever a tensor of that size is),
+        or ``None``."""
         val = node.meta.get("val")
         if not isinstance(val, torch.SymInt) or node.op != CALL_FUNCTION:
             return None
         found = self._symbols_of(chain).get(val.node.expr)
-        if found is None:
+        if found is None or found[0] >= at:
             return None
-        tensor, dim = found
+        _, tensor, dim = found
         if node.target is _SYM_SIZE and node.args == (ref(tensor), dim):
             return None  # it is this node: copy it as it is
         return Node(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
 
-    def _symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[str, int]]:
-        """Size expression -> (tensor, dim) over the tensors the innermost call of ``chain``
-        takes (the root's user inputs for the root)."""
+    def _symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[int, str, int]]:
+        """Size expression -> (position, tensor, dim) of the first tensor readable in ``chain``
+        with that size: the tensors the innermost call of ``chain`` takes (the root's user
+        inputs for the root), then the outputs of preserved calls as ``chain`` sees them."""
         found = self._symbols.get(chain)
         if found is not None:
             return found
         names = (
             [a.name for a in self.p.call_signatures[chain[-1]].inputs if a.name]
             if chain
-            else self.user_inputs
+            else list(self.user_inputs)
+        )
+        names += sorted(
+            (n for outs in self.outputs_of.values() for n in outs
+             if n in self.position and self._readable(n, chain)),
+            key=self.position.__getitem__,
         )
         found = {}
         for name in names:
             node = self.by_name.get(name)
             val = node.meta.get("val") if node is not None else None
+            at = self.position.get(name, -1)
             for dim, size in enumerate(getattr(val, "shape", ())):
                 if isinstance(size, torch.SymInt):
-                    found.setdefault(size.node.expr, (name, dim))
+                    key = size.node.expr
+                    if key not in found or found[key][0] > at:
+                        found[key] = (at, name, dim)
         self._symbols[chain] = found
         return found
 
-    def _copy(self, node: Node, chain: tuple[str, ...], reader: Node) -> Node:
-        """A copy of ``node`` in the reader's module call, reading the copies made before it."""
+    def _copy(self, node: Node, site: _Site) -> Node:
+        """A copy of ``node`` at ``site``, reading the copies made before it."""
+        chain = site.chain
         name = fresh_name(node.name, self.taken)
 
         def read(r: Ref) -> Ref:
-            found = self.memo.get((r.name, chain))
+            found = self.memo.get((r.name, chain)) or self._passed_in(r.name, chain)
             if found is not None:
                 return ref(found)
             if self._readable(r.name, chain):
                 return r
-            return ref(self._readable_alias(r.name, chain, reader))
+            return ref(self._readable_alias(r.name, chain, site.at))
 
         args = map_refs(node.args, read)
         kwargs = map_refs(node.kwargs, read)
         self.memo[(node.name, chain)] = name
+        self.chain[name] = chain
         meta = dict(node.meta)
-        meta["nn_module_stack"] = self.stack_of(reader)
+        meta["nn_module_stack"] = site.stack
         return Node(CALL_FUNCTION, name, node.target, args, kwargs, meta=meta)
 
     # --- errors -----------------------------------------------------------------------------
 
-    def _where(self, reader: Node, chain: tuple[str, ...]) -> str:
-        path = self.path_of(reader)
+    def _where(self, reader: Node) -> str:
+        frames = self.frames_at.get(reader.name, ())
+        return repr(frames[-1].path) if frames else "'<root>'"
+
+    def _caller_path(self, first: Node, call: str) -> str:
+        """The module path that calls preserved ``call`` (whose first node is ``first``)."""
+        path = ""
+        for frame in self.frames_at.get(first.name, ()):
+            if frame.call_name == call:
+                break
+            path = frame.path
         return repr(path) if path else "'<root>'"
 
-    def _message(self, name: str, chain: tuple[str, ...], reader: Node, why: str) -> str:
+    def _message(self, name: str, site: _Site, why: str) -> str:
+        chain = site.chain
         own = self.chain.get(name, ())
         k = _common_prefix(own, chain)
         if len(own) > k:
@@ -386,20 +554,32 @@ class _Rematerializer:
             parent = chain[k]
             fix = f"pass it to {chain[-1]!r} as an argument, or preserve its parent instead"
         return (
-            f"value %{name} {crossing} and read by %{reader.name} in "
-            f"{self._where(reader, chain)} without crossing the call's signature; it cannot be "
-            f"recomputed there: {why}. {fix[0].upper()}{fix[1:]} (e.g. not {parent!r})"
+            f"value %{name} {crossing} and {site.reader} in {site.where} without crossing the "
+            f"call's signature; it cannot be recomputed there: {why}. "
+            f"{fix[0].upper()}{fix[1:]} (e.g. not {parent!r})"
         )
+
+
+def _caller_stack(call: str, stack: Any, inside: bool = False) -> dict[str, Any]:
+    """A module stack inside preserved ``call`` cut just before its entry (the stack of the
+    module call that calls it), or just after it (``inside``: the call's own stack)."""
+    items = list((stack or {}).items())
+    for i, (key, (path, _)) in enumerate(items):
+        number = key.partition("@")[2]
+        name = f"{path}@{number}" if number.isdigit() and int(number) else path
+        if path and name == call:
+            return dict(items[: i + 1 if inside else i])
+    return dict(items)
 
 
 # --- tables over the flat graph ---------------------------------------------------------------
 
 
-def _chains(
-    nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any
-) -> tuple[dict[str, tuple[str, ...]], Callable[[Node], Any], Callable[[Node], str]]:
-    """Per node, the preserved calls it runs in (outermost first); the module stack meta a copy
-    made for a reader takes; the reader's module path."""
+def _chains(nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any) -> tuple[
+    dict[str, tuple[str, ...]], dict[str, tuple[Frame, ...]], dict[str, Any], Callable[[Node], Any]
+]:
+    """Per node, the preserved calls it runs in (outermost first) and its frames; the root's
+    module stack entries; the module stack meta a copy made for a reader takes."""
     chain: dict[str, tuple[str, ...]] = {}
     frames_at: dict[str, tuple[Frame, ...]] = {}
     by_frames: dict[tuple[Frame, ...], tuple[str, ...]] = {}
@@ -428,11 +608,7 @@ def _chains(
             return dict(root_stack)
         return reader.meta.get("nn_module_stack")
 
-    def path_of(reader: Node) -> str:
-        frames = frames_at.get(reader.name, ())
-        return frames[-1].path if frames else ""
-
-    return chain, stack_of, path_of
+    return chain, frames_at, root_stack, stack_of
 
 
 def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:

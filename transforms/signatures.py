@@ -10,10 +10,11 @@ signature does not carry, and names one it does not use.
 
 ``repair_call_signatures`` finds such a signature by its symptom and fixes it when the fix is
 unambiguous: a *suspect* name (an input defined only after the call starts, an input the call
-never reads, an output defined outside the call or read after it by nothing but a state write)
-is replaced by a value that *crosses* the boundary in the same direction without being in the
-signature, when exactly one such value comes from the same old node (same provenance), or failing
-that has the same shape and dtype, or is the only one left for the only suspect left.
+never reads, an output defined outside the call or read after it by nothing but a state write;
+never a user input or state, whose names decomposition keeps) is replaced by a value that
+*crosses* the boundary in the same direction without being in the signature, when exactly one
+such value comes from the same old node (same provenance), or failing that has the same shape
+and dtype, or is the only one left, of the same kind, for the only suspect left.
 """
 
 from __future__ import annotations
@@ -110,11 +111,13 @@ def _repair(
     def read_after(name: str) -> bool:
         return any(position[u] > inside.end and u not in writes for u in users.get(name, ()))
 
+    # a user input keeps its name through run_decompositions: naming one is never stale
     suspect_in = [
         a.name
         for a in sig.inputs
         if a.name
         and a.name not in state
+        and (a.name not in by_name or by_name[a.name].op != PLACEHOLDER)
         and (a.name not in position or position[a.name] >= inside.start or not read_inside(a.name))
     ]
     suspect_out = [
@@ -162,8 +165,9 @@ def _repair(
 
 def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]) -> dict[str, str]:
     """Each suspect name -> the one crossing value from the same old node, or else the one with
-    the same shape and dtype, or else, when one suspect and one crossing value are left, that
-    one; suspects without exactly one candidate stay."""
+    the same shape and dtype, or else, when one suspect and one crossing value of the same kind
+    (tensor, symbolic integer, other) are left, that one; suspects without exactly one
+    candidate stay."""
     found = {}
     free = dict.fromkeys(crossing)
     left = []
@@ -179,8 +183,18 @@ def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]
         else:
             left.append(name)
     if len(left) == 1 and len(free) == 1:
-        found[left[0]] = next(iter(free))
+        last = next(iter(free))
+        if _kind(by_name.get(left[0])) == _kind(by_name[last]):
+            found[left[0]] = last
     return found
+
+
+def _kind(node: Node | None) -> type | None:
+    """What a value is (tensor, symbolic integer, ...), as far as its meta says."""
+    val = node.meta.get("val") if node is not None else None
+    if isinstance(val, torch.Tensor):
+        return torch.Tensor
+    return type(val) if val is not None else None
 
 
 def _origin(node: Node | None) -> Any:

@@ -33,7 +33,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``kwargs_ops``), calls of one module whose bodies differ (``divergent_calls``), values that
     cross a preserved call's boundary outside its signature as export shares them
     (``crossing_reads``): one the caller computes from an argument and the call reads, one the
-    call computes from its output (a no-op ``clone`` or an op) and the caller reads.
+    call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
+    on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
+    or a preserved parent returns.
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``. As in export's graphs, a value
@@ -278,7 +280,9 @@ class _Builder:
         1. parameters: count ``% 3``; bits 2-3 matrix, 4-5 ``requires_grad``, 6 preserved
            calls, 7 divergent calls;
         2. buffers: count ``% 3``; bits 2-3 non-persistent, bit 4 one constant, bits 5-6 values
-           crossing a preserved call of it unsigned (bit 5 into it, bit 6 out of it);
+           crossing a preserved call of it unsigned (bit 5 into it, bit 6 out of it), bit 7 its
+           preserved calls may be passed a value made inside an earlier preserved call, and
+           return one made inside a preserved call they make;
         3. parent: ``byte % (index + 1) - 1`` (-1 is the root), so the tree is acyclic;
         4. second registration: bit 0 on, parent ``(byte >> 1) % (index + 1) - 1``;
            bits 6-7 both set: children are called only by steps (else each is called once,
@@ -499,13 +503,18 @@ class _Builder:
         n_args, n_outs, as_tuple = self.preserved_shapes.setdefault(
             path, (1 + z % 2, 1 + (z >> 1) % 2, bool(z >> 2 & 1))
         )
-        # a value that crosses a boundary unsigned is read by ops, never passed or returned by a
-        # preserved call (its recomputation is the caller's, at the reading op)
+        # a value that crosses a boundary unsigned is never returned by a preserved call; it is
+        # passed to one (as its first argument, the latest such value) only when the callee's
+        # record says so (call -> call: the caller, which cannot read it, recomputes it from
+        # the other call's output)
+        obj = self.objects[index + 1]
+        crossing = (obj.record[2] >> 5 & 7) if "crossing_reads" in self.on else 0
         passable = [v for v in scope.vals if v not in self.crossing_only] or scope.vals[:1]
         args = [_back(passable, o) for o in (x, y)[:n_args]]
+        crossed = [v for v in scope.vals if v in self.crossing_only] if crossing & 4 else []
+        if crossed:
+            args[0] = crossed[-1]
         inner = _Scope(list(dict.fromkeys(args)), preserved=True)
-        obj = self.objects[index + 1]
-        crossing = (obj.record[2] >> 5 & 3) if "crossing_reads" in self.on else 0
         if crossing & 1:
             # outside -> inside: the caller computes a value of an argument, the call reads it
             frame = self.frames.pop()
@@ -518,6 +527,10 @@ class _Builder:
         local = [v for v in inner.vals[start:] if v not in self.crossing_only]
         outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[:n_outs]))
         outs += [v for v in reversed(local) if v not in outs][: n_outs - len(outs)]
+        inner_crossed = [v for v in inner.vals[start:] if v in self.crossing_only]
+        if crossing & 4 and inner_crossed:
+            # it also returns a value a preserved call it made computed inside (it recomputes it)
+            outs[-1] = inner_crossed[-1]
         self.signatures[call_name] = sg.CallSignature(
             inputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in args),
             outputs=tuple(sg.ArgSpec(sg.TENSOR, r.name) for r in outs),

@@ -200,3 +200,41 @@ def test_program_inputs_needs_placeholder_values():
 def test_program_inputs_are_deterministic_in_the_seed(p, seed):
     a, b = program_inputs(p, seed), program_inputs(p, seed)
     torch.testing.assert_close(a, b)
+
+
+def _passes_on_a_crossing_value(p):
+    """A preserved call is passed a value made inside another one (call -> call): the
+    rematerialized program passes something else."""
+    return rematerialize(p).call_signatures != p.call_signatures
+
+
+def _returns_a_childs_inner_value(p):
+    """A preserved parent returns a value its preserved child made inside: the rematerialized
+    parent returns something else."""
+    after = rematerialize(p).call_signatures
+    return any(after[c].outputs != sig.outputs for c, sig in p.call_signatures.items())
+
+
+def _nested_preserved(p):
+    paths = [c.split("@")[0] for c in p.call_signatures if c]
+    return any(a != b and b.startswith(a + ".") for a in paths for b in paths)
+
+
+@pytest.mark.parametrize(
+    ("features", "shows"),
+    [
+        ({"crossing_reads", "preserved_calls"}, _passes_on_a_crossing_value),
+        ({"crossing_reads", "preserved_calls", "repeated_calls"},
+         lambda p: _passes_on_a_crossing_value(p) and any("@" in c for c in p.call_signatures)),
+        ({"crossing_reads", "preserved_calls", "nesting"},
+         lambda p: _nested_preserved(p) and rematerialize(p) is not p),
+        ({"crossing_reads", "preserved_calls", "nesting"}, _returns_a_childs_inner_value),
+    ],
+    ids=["call_to_call", "call_to_repeated_call", "nested_preserved", "parent_returns"],
+)
+def test_crossing_reads_reach_every_class(features, shows):
+    """``crossing_reads`` makes values that cross between sibling and repeated preserved calls
+    and around preserved sub-layers, so the laws meet each class (found, not shrunk)."""
+    found = find(programs(features=features), shows,
+                 settings=settings(FIND, phases=[Phase.generate]))
+    ir.verify(found)

@@ -1,0 +1,235 @@
+"""Before/Expected examples for ``rematerialize`` on values one preserved call makes and another
+reads: as an argument its caller passes (resolved in the caller before the call starts, and the
+call's signature renamed), inside its body (recomputed from its own arguments), as an alias of
+the other call's output (read from that output), with a parent and child both preserved (the
+parent passing or returning what its child made inside), with
+repeated calls, and a value that cannot be recomputed (a named ``PassError``)."""
+
+from __future__ import annotations
+
+import pytest
+from beforeafter import program
+
+from ir import format_program, verify
+from ir.errors import PassError
+from transforms import outline
+from transforms.remat import rematerialize
+
+IN1 = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
+IN2 = "tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])"
+
+
+def text(body: str, calls: str, order: str, modules: str, out: str = "mul") -> str:
+    return f"""\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %{out}: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%{out},)
+      in_spec: {IN1}
+      out_spec: tree(tuple, [leaf])
+{calls}
+  call order: {order}
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+{body}
+      return (%{out},)
+{modules}"""
+
+
+def call(name: str, inputs: str, outputs: str) -> str:
+    spec = IN2 if "," in inputs.strip("(,)") else IN1
+    return f"""\
+    '{name}':
+      inputs: {inputs}
+      outputs: {outputs}
+      in_spec: {spec}
+      out_spec: leaf"""
+
+
+SIBLINGS = "  module a: A\n  module b: B"
+A = call("a", "(%x,)", "(%div,)")
+MADE_IN_A = """\
+      %abs_1 = call_function[aten.abs.default](%x)  # stack: a
+      %add = call_function[aten.add.Tensor](%abs_1, 1)  # stack: a
+      %div = call_function[aten.div.Tensor](%x, %add)  # stack: a"""
+
+
+def check(before_text: str, expected_text: str) -> None:
+    before = program(before_text)
+    after = rematerialize(before)
+    verify(after)
+    expected = program(expected_text, like=before)
+    assert format_program(after) == format_program(expected)
+    assert rematerialize(after) == after  # idempotent
+    verify(outline(before))  # the outliner takes what was rematerialized
+
+
+def test_argument_made_inside_a_sibling_is_recomputed_by_the_caller():
+    """``b`` is passed ``%add``, made inside ``a`` and not returned by it: the root computes
+    it again from ``x`` before ``b`` starts, and passes that."""
+    before = text(
+        MADE_IN_A + "\n      %mul = call_function[aten.mul.Tensor](%div, %add)  # stack: b",
+        A + "\n" + call("b", "(%div, %add)", "(%mul,)"),
+        "('', 'a', 'b')",
+        SIBLINGS,
+    )
+    expected = text(
+        MADE_IN_A
+        + """
+      %abs_1_1 = call_function[aten.abs.default](%x)
+      %add_1 = call_function[aten.add.Tensor](%abs_1_1, 1)
+      %mul = call_function[aten.mul.Tensor](%div, %add_1)  # stack: b""",
+        A + "\n" + call("b", "(%div, %add_1)", "(%mul,)"),
+        "('', 'a', 'b')",
+        SIBLINGS,
+    )
+    check(before, expected)
+    after = rematerialize(program(before))
+    copy = after.root_module.graph.node("add_1")
+    assert list(copy.meta["nn_module_stack"]) == ["L__self__"], "the copy runs in the caller"
+
+
+def test_value_read_inside_a_sibling_is_recomputed_from_its_own_argument():
+    """``b`` takes ``x`` and reads ``%add`` (made inside ``a``) in its body: ``b`` computes it
+    again from its own ``x``; its signature is unchanged."""
+    calls = A + "\n" + call("b", "(%x,)", "(%mul,)")
+    before = text(
+        MADE_IN_A + "\n      %mul = call_function[aten.mul.Tensor](%x, %add)  # stack: b",
+        calls, "('', 'a', 'b')", SIBLINGS,
+    )
+    expected = text(
+        MADE_IN_A
+        + """
+      %abs_1_1 = call_function[aten.abs.default](%x)  # stack: b
+      %add_1 = call_function[aten.add.Tensor](%abs_1_1, 1)  # stack: b
+      %mul = call_function[aten.mul.Tensor](%x, %add_1)  # stack: b""",
+        calls, "('', 'a', 'b')", SIBLINGS,
+    )
+    check(before, expected)
+
+
+def test_argument_that_is_the_siblings_output_up_to_an_alias_reads_that_output():
+    """``b`` is passed ``%getitem_1``, a second ``getitem`` of the tuple whose first item ``a``
+    returns: ``b`` is passed ``a``'s output, so a swapped ``a`` is seen by ``b``."""
+    body = """\
+      %topk = call_function[aten.topk.default](%x, 2)  # stack: a
+      %getitem = call_function[_operator.getitem](%topk, 0)  # stack: a
+      %getitem_1 = call_function[_operator.getitem](%topk, 0)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%getitem_1, 2)  # stack: b"""
+    a = call("a", "(%x,)", "(%getitem,)")
+    before = text(body, a + "\n" + call("b", "(%getitem_1,)", "(%mul,)"), "('', 'a', 'b')",
+                  SIBLINGS)
+    expected = text(
+        body.replace("(%getitem_1, 2)", "(%getitem, 2)"),
+        a + "\n" + call("b", "(%getitem,)", "(%mul,)"), "('', 'a', 'b')", SIBLINGS,
+    )
+    check(before, expected)
+
+
+def test_parent_and_children_preserved_the_parent_recomputes_for_its_child():
+    """``p``, ``p.a`` and ``p.b`` preserved; ``p.b`` is passed ``%add`` made inside ``p.a``:
+    ``p`` (the caller of ``p.b``) computes it again from its own ``x``."""
+    nested = MADE_IN_A.replace("# stack: a", "# stack: p, p.a")
+    calls = "\n".join([
+        call("p", "(%x,)", "(%mul,)"),
+        call("p.a", "(%x,)", "(%div,)"),
+        call("p.b", "(%div, %add)", "(%mul,)"),
+    ])
+    modules = "  module p: P\n  module p.a: A\n  module p.b: B"
+    order = "('', 'p', 'p.a', 'p.b')"
+    before = text(
+        nested + "\n      %mul = call_function[aten.mul.Tensor](%div, %add)  # stack: p, p.b",
+        calls, order, modules,
+    )
+    expected = text(
+        nested
+        + """
+      %abs_1_1 = call_function[aten.abs.default](%x)  # stack: p
+      %add_1 = call_function[aten.add.Tensor](%abs_1_1, 1)  # stack: p
+      %mul = call_function[aten.mul.Tensor](%div, %add_1)  # stack: p, p.b""",
+        calls.replace("(%div, %add)", "(%div, %add_1)"), order, modules,
+    )
+    check(before, expected)
+
+
+def test_parent_that_returns_its_childs_inner_value_recomputes_it():
+    """``p`` returns ``%add``, made inside its preserved child ``p.a`` and not returned by it:
+    ``p`` computes it again from its own ``x`` before it ends, and returns that; the root reads
+    what ``p`` returns."""
+    nested = MADE_IN_A.replace("# stack: a", "# stack: p, p.a")
+    calls = "\n".join([call("p", "(%x,)", "(%div, %add)"), call("p.a", "(%x,)", "(%div,)")])
+    modules = "  module p: P\n  module p.a: A"
+    order = "('', 'p', 'p.a')"
+    before = text(
+        nested + "\n      %mul = call_function[aten.mul.Tensor](%div, %add)",
+        calls, order, modules,
+    )
+    expected = text(
+        nested
+        + """
+      %abs_1_1 = call_function[aten.abs.default](%x)  # stack: p
+      %add_1 = call_function[aten.add.Tensor](%abs_1_1, 1)  # stack: p
+      %mul = call_function[aten.mul.Tensor](%div, %add_1)""",
+        calls.replace("(%div, %add)", "(%div, %add_1)"), order, modules,
+    )
+    check(before, expected)
+
+
+def test_repeated_calls_each_recompute_what_they_are_passed():
+    """``a`` and ``b`` are called twice; each call of ``b`` is passed what the call of ``a``
+    before it made inside: one copy per call, from that call's own argument."""
+    second = (
+        MADE_IN_A.replace("# stack: a", "# stack: a@1")
+        .replace("%abs_1 ", "%abs_2 ").replace("(%abs_1,", "(%abs_2,")
+        .replace("%add ", "%add_2 ").replace("(%x, %add)", "(%mul, %add_2)")
+        .replace("%div ", "%div_2 ")
+    )
+    body = (
+        MADE_IN_A
+        + "\n      %mul = call_function[aten.mul.Tensor](%div, %add)  # stack: b\n"
+        + second.replace("(%x)", "(%mul)")
+        + "\n      %mul_2 = call_function[aten.mul.Tensor](%div_2, %add_2)  # stack: b@1"
+    )
+    calls = [
+        A,
+        call("b", "(%div, %add)", "(%mul,)"),
+        call("a@1", "(%mul,)", "(%div_2,)"),
+        call("b@1", "(%div_2, %add_2)", "(%mul_2,)"),
+    ]
+    order = "('', 'a', 'b', 'a@1', 'b@1')"
+    before = text(body, "\n".join(calls), order, SIBLINGS, out="mul_2")
+    after = rematerialize(program(before))
+    verify(after)
+    sigs = after.call_signatures
+    assert [a.name for a in sigs["b"].inputs] == ["div", "add_1"]
+    assert [a.name for a in sigs["b@1"].inputs] == ["div_2", "add_2_1"]
+    graph = after.root_module.graph
+    assert graph.node("abs_1_1").args[0].name == "x"
+    assert graph.node("abs_2_1").args[0].name == "mul"
+    assert graph.node("mul_2").args[1].name == "add_2_1"
+
+
+def test_argument_that_cannot_be_recomputed_is_a_named_error():
+    """A random value made inside ``a`` and passed to ``b``: the caller cannot make it again."""
+    before = text(
+        """\
+      %rand_like = call_function[aten.rand_like.default](%x)  # stack: a
+      %div = call_function[aten.div.Tensor](%x, %rand_like)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%div, %rand_like)  # stack: b""",
+        A + "\n" + call("b", "(%div, %rand_like)", "(%mul,)"),
+        "('', 'a', 'b')",
+        SIBLINGS,
+    )
+    with pytest.raises(PassError) as info:
+        rematerialize(program(before))
+    message = str(info.value)
+    assert "value %rand_like is produced inside a preserved call 'a'" in message
+    assert "passed as an argument to the preserved call 'b' in '<root>'" in message
+    assert "is random" in message
+    assert "Return it from 'a'" in message
