@@ -35,7 +35,7 @@ from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
 from transforms.signatures import repair_call_signatures
 from transforms.sink import StateOwners, sink_state, sunk_reads
-from transforms.stacks import Frame, node_frames
+from transforms.stacks import Frame, fill_call_gaps, node_frames
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 CopiedWhereRead = Callable[[Node], bool]
@@ -66,7 +66,7 @@ def outline(program: Program) -> Program:
     (``repair_call_signatures``, ``rematerialize``, ``transforms.ival_insertion.insert_ivals``)
     run first, then one outlining walk.
     """
-    return outline_by(program, node_frames)
+    return outline_by(fill_call_gaps(program), node_frames)
 
 
 def outline_and_sink(program: Program) -> Program:
@@ -81,7 +81,7 @@ def outline_and_sink(program: Program) -> Program:
     """
     if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
         return sink_state(program)
-    program = _prepare(program, node_frames)
+    program = _prepare(fill_call_gaps(program), node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not _sinks_in_one_pass(program):
         outliner.owners = None
