@@ -8,6 +8,9 @@ preserved call signatures, where the call takes and returns exactly the eager
 intermediate values of state, ``transforms.ivals``) is the only other thing that crosses them.
 
 The partition key is pluggable (``outline_by``): the module stack is one key, tags another.
+This module walks the flat graph and threads values between calls; the builder of one call is
+``transforms.call_builder.OpenCall``, and the pytree plumbing of preserved signatures is
+``transforms.preserved_calls``.
 """
 
 from __future__ import annotations
@@ -17,20 +20,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import torch.fx._pytree as fx_pytree
-import torch.utils._pytree as pytree
 
-from ir.args import IDict, Ref, iter_refs, map_refs, ref
+from ir.args import Ref, iter_refs, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import PLAIN, Module, ModuleId, call_target, kind_of_type
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
-from ir.runtime import expect_constant
-from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
+from ir.signature import STATE_INPUT_KINDS
+from transforms.call_builder import OpenCall, call_base
 from transforms.ival_insertion import insert_ivals
 from transforms.ivals import mutation_sources
+from transforms.preserved_calls import call_preserved, close_preserved, open_preserved
 from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
 from transforms.signatures import repair_call_signatures
@@ -130,23 +132,6 @@ def _never(node: Node) -> bool:
     return False
 
 
-class _Call:
-    """One open module call while outlining: a local builder, frozen when the call closes."""
-
-    def __init__(self, frame: Frame | None, path: str, start: int, sig: CallSignature | None):
-        self.frame = frame
-        self.path = path
-        self.start = start
-        self.sig = sig
-        self.placeholders: list[Node] = []
-        self.body: list[Node] = []
-        self.env: dict[str, Any] = {}
-        self.inputs: list[str] = []
-        self.extra_inputs: list[str] = []
-        self.defined: list[str] = []
-        self.n_positional = 0
-
-
 class _Outliner:
     def __init__(
         self,
@@ -208,7 +193,7 @@ class _Outliner:
         return self._finish(self._outline_root())
 
     def _outline_root(self) -> Graph:
-        root = _Call(None, "", 0, None)
+        root = OpenCall(None, "", 0, None)
         stack = [root]
         for at, node in enumerate(self.nodes):
             if node.op == PLACEHOLDER:
@@ -226,7 +211,7 @@ class _Outliner:
         self.root_sunk = self._sunk(root)
         return _sunk_graph(root.placeholders, self.root_sunk, root.body)
 
-    def _enter(self, stack: list[_Call], node: Node, at: int) -> None:
+    def _enter(self, stack: list[OpenCall], node: Node, at: int) -> None:
         frames = self.frames_of(node)
         if frames is None:
             return
@@ -238,16 +223,16 @@ class _Outliner:
         for frame in frames[depth:]:
             self._open(stack, frame, at)
 
-    def _open(self, stack: list[_Call], frame: Frame, start: int) -> None:
+    def _open(self, stack: list[OpenCall], frame: Frame, start: int) -> None:
         sig = self.p.call_signatures.get(frame.call_name) if frame.path else None
-        call = _Call(frame, frame.path, start, sig)
+        call = OpenCall(frame, frame.path, start, sig)
         if sig is not None:
-            self._open_preserved(call, sig)
+            open_preserved(call, sig, self.taken, self.by_name, self._mutated_input)
         stack.append(call)
 
     # --- copying nodes ----------------------------------------------------------------------
 
-    def _copy(self, call: _Call, node: Node, define: bool = True) -> None:
+    def _copy(self, call: OpenCall, node: Node, define: bool = True) -> None:
         args = self._args(call, node.args)
         kwargs = self._args(call, node.kwargs)
         if node.op == GET_ATTR and self.p.resolve(node.target) is not None:
@@ -257,10 +242,10 @@ class _Outliner:
         if define:
             call.defined.append(node.name)
 
-    def _args(self, call: _Call, tree: Any) -> Any:
+    def _args(self, call: OpenCall, tree: Any) -> Any:
         return map_refs(tree, lambda r: self._read(call, r.name))
 
-    def _read(self, call: _Call, name: str) -> Any:
+    def _read(self, call: OpenCall, name: str) -> Any:
         """The local value of flat value ``name`` in ``call``, threading it in if needed."""
         found = call.env.get(name)
         if found is not None:
@@ -301,7 +286,7 @@ class _Outliner:
         call.env[name] = ref(name)
         return call.env[name]
 
-    def _ival_source(self, name: str, call: _Call) -> str:
+    def _ival_source(self, name: str, call: OpenCall) -> str:
         source = self.mutated_state.get(name)
         if source is None:
             where = call.frame.call_name if call.frame else "<root>"
@@ -318,7 +303,7 @@ class _Outliner:
 
     # --- closing calls ----------------------------------------------------------------------
 
-    def _close(self, stack: list[_Call], end: int) -> None:
+    def _close(self, stack: list[OpenCall], end: int) -> None:
         call = stack.pop()
         parent = stack[-1]
         mid = self.canon.get(call.path, call.path)
@@ -332,7 +317,7 @@ class _Outliner:
             graph = self._close_plain(call, parent, target, end, sunk)
         self.variants[mid].append(graph)
 
-    def _sunk(self, call: _Call) -> dict[str, str]:
+    def _sunk(self, call: OpenCall) -> dict[str, str]:
         """The state inputs of ``call`` read as ``get_attr`` (name -> fqn local to the call's
         module) when sinking; state owned elsewhere stays an input."""
         owners = self.owners
@@ -351,7 +336,7 @@ class _Outliner:
                     sunk[name] = local
         return sunk
 
-    def _pass_inputs(self, parent: _Call, names: list[str], sunk: dict[str, str]) -> list[Any]:
+    def _pass_inputs(self, parent: OpenCall, names: list[str], sunk: dict[str, str]) -> list[Any]:
         """The caller's values for inputs ``names``; a sunk one is still threaded through the
         caller (as ``outline`` alone would, so placeholder order stays the same) but not passed."""
         values = []
@@ -362,7 +347,7 @@ class _Outliner:
         return values
 
     def _close_plain(
-        self, call: _Call, parent: _Call, target: str, end: int, sunk: dict[str, str]
+        self, call: OpenCall, parent: OpenCall, target: str, end: int, sunk: dict[str, str]
     ) -> Graph:
         # in-place results are not returned: readers outside read the mutated state instead
         outputs = [
@@ -376,8 +361,8 @@ class _Outliner:
         if len(outputs) == 1:
             name = outputs[0]
         else:
-            name = fresh_name(_call_base(target), self.taken)
-        parent.body.append(Node(CALL_MODULE, name, target, args, meta=_call_meta(call)))
+            name = fresh_name(call_base(target), self.taken)
+        parent.body.append(Node(CALL_MODULE, name, target, args, meta=call.meta))
         if len(outputs) == 1:
             parent.env[name] = ref(name)
         else:
@@ -387,119 +372,21 @@ class _Outliner:
         parent.defined.extend(outputs)
         return _sunk_graph(call.placeholders, sunk, body)
 
-    def _open_preserved(self, call: _Call, sig: CallSignature) -> None:
-        args_spec, kwargs_spec = _split_in_spec(sig, call.frame.call_name)
-        taken = self.taken
-        arg_refs = []
-        for i in range(args_spec.num_children):
-            name = fresh_name(f"_positional_arg_{i}", taken)
-            call.placeholders.append(Node(PLACEHOLDER, name, name))
-            arg_refs.append(ref(name))
-        call.n_positional = len(arg_refs)
-        kwarg_refs = []
-        keys = {str(k) for k in kwargs_spec.context}
-        for key in kwargs_spec.context:
-            # keyword placeholders keep their exact names: callers pass them by keyword
-            call.placeholders.append(Node(PLACEHOLDER, str(key), str(key)))
-            kwarg_refs.append((key, ref(str(key))))
-        flat = fresh_name("_flat_args", taken)
-        call.body.append(
-            Node(
-                CALL_FUNCTION,
-                flat,
-                fx_pytree.tree_flatten_spec,
-                ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
-            )
-        )
-        for i, arg in enumerate(sig.inputs):
-            named = arg.kind != CONSTANT and bool(arg.name)
-            if named and arg.name not in keys and arg.name not in call.env:
-                name = arg.name
-            else:
-                name = fresh_name(f"_constant_{i}" if not named else arg.name, taken)
-            meta = self.by_name[arg.name].meta if arg.name in self.by_name else {}
-            call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
-            if named:
-                call.env.setdefault(arg.name, ref(name))
-                mutated = self._mutated_input(arg.name)
-                if mutated is not None:
-                    # the caller passes the user input itself (it holds this value now), so
-                    # writes to the input in here write to this argument
-                    call.env.setdefault(mutated, ref(name))
-            elif arg.kind == CONSTANT:
-                where = f"input {i} of preserved call {call.frame.call_name!r}"
-                checked = fresh_name(f"_checked_{i}", taken)
-                call.body.append(
-                    Node(CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where))
-                )
-
     def _close_preserved(
-        self, call: _Call, parent: _Call, target: str, sunk: dict[str, str]
+        self, call: OpenCall, parent: OpenCall, target: str, sunk: dict[str, str]
     ) -> Graph:
-        sig = call.sig
-        taken = self.taken
-        leaves = []
-        for out in sig.outputs:
-            if out.kind == CONSTANT or not out.name:
-                leaves.append(out.value)
-            elif out.name in self.by_name:
-                leaves.append(self._read(call, out.name))
-            else:
-                leaves.append(None)
-        tree = fresh_name("_tree_out", taken)
-        out_name = fresh_name("output", taken)
-        body = call.body + [
-            Node(CALL_FUNCTION, tree, pytree.tree_unflatten, (tuple(leaves), sig.out_spec)),
-            Node(OUTPUT, out_name, "output", (ref(tree),)),
-        ]
-        exported = {out.name for out in sig.outputs if out.name}
+        body = close_preserved(call, self.taken, self.by_name, self._read)
+        exported = {out.name for out in call.sig.outputs if out.name}
         self.hidden.update(v for v in call.defined if v not in exported)
-        self._call_preserved(call, parent, target, sunk)
-        return _sunk_graph(call.placeholders, sunk, body)
 
-    def _call_preserved(
-        self, call: _Call, parent: _Call, target: str, sunk: dict[str, str]
-    ) -> None:
-        sig = call.sig
-        args_spec, kwargs_spec = _split_in_spec(sig, call.frame.call_name)
-        taken = self.taken
+        def state_args() -> list[Any]:
+            return self._pass_inputs(parent, call.extra_inputs, sunk)
 
-        def new(base: str, op_target: Any, args: tuple, kwargs: IDict | None = None) -> Ref:
-            name = fresh_name(base, taken)
-            parent.body.append(Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(())))
-            return ref(name)
-
-        values = []
-        for arg in sig.inputs:
-            if arg.kind == CONSTANT or not arg.name:
-                values.append(arg.value)
-            elif arg.name in self.by_name:
-                values.append(self._read(parent, arg.name))
-            else:
-                values.append(None)
-        tree = new("_tree_in", pytree.tree_unflatten, (tuple(values), sig.in_spec))
-        args_ref = new("_args", operator.getitem, (tree, 0))
-        kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
-        call_args = [new("_arg", operator.getitem, (args_ref, i)) for i in range(args_spec.num_children)]
-        call_kwargs = [(k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k))) for k in kwargs_spec.context]
-        call_args += self._pass_inputs(parent, call.extra_inputs, sunk)
-        name = fresh_name(_call_base(target), taken)
-        parent.body.append(
-            Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=_call_meta(call))
+        held = call_preserved(
+            call, parent, target, state_args, self.taken, self.by_name, self._read
         )
-        flat = new("_flat_out", fx_pytree.tree_flatten_spec, (ref(name), sig.out_spec))
-        for i, out in enumerate(sig.outputs):
-            if out.kind == CONSTANT or not out.name or out.name not in self.by_name:
-                continue
-            # an output the caller already holds (an input handed back, or the same value out of
-            # two calls) gets a new local name; readers after the call read the call's result
-            local = fresh_name(out.name, taken) if out.name in parent.env else out.name
-            meta = self.by_name[out.name].meta
-            parent.body.append(Node(CALL_FUNCTION, local, operator.getitem, (flat, i), meta=meta))
-            if out.name not in parent.env:
-                parent.defined.append(out.name)
-            parent.env[out.name] = ref(local)
-            self.hidden.discard(out.name)
+        self.hidden.difference_update(held)
+        return _sunk_graph(call.placeholders, sunk, body)
 
     # --- the new module table ---------------------------------------------------------------
 
@@ -592,17 +479,6 @@ def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
     return {path: key for key, paths in paths_of.items() if len(paths) > 1 for path in paths}
 
 
-def _split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:
-    spec = sig.in_spec
-    children = spec.children() if spec.type is tuple and spec.num_children == 2 else None
-    if not children or children[0].type is not tuple or children[1].type is not dict:
-        raise PassError(
-            f"preserved call {call_name!r} has input spec {spec}, not the (args, kwargs) pair "
-            "torch.export records; re-export the program"
-        )
-    return children[0], children[1]
-
-
 def _relative(parent: str, child: str, frame: Frame) -> str:
     if parent == "":
         return child
@@ -612,15 +488,6 @@ def _relative(parent: str, child: str, frame: Frame) -> str:
             "fix_module_stacks first"
         )
     return child[len(parent) + 1 :]
-
-
-def _call_base(target: str) -> str:
-    return target.replace(".", "_").replace("@", "_")
-
-
-def _call_meta(call: _Call) -> dict[str, Any]:
-    frame = call.frame
-    return {"purefx_call": frame.call_name} if frame else {}
 
 
 def _ensure_path(modules: dict[ModuleId, Module], root: ModuleId, path: str) -> None:
