@@ -19,25 +19,28 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
-
-from ir.args import Ref, iter_refs, map_refs, ref
+from ir.args import map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.module import PLAIN, Module, ModuleId, call_target, kind_of_type
+from ir.module import ModuleId, call_target
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms.call_builder import OpenCall, call_base
+from transforms.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
 from transforms.ival_insertion import insert_ivals
 from transforms.ivals import mutation_sources
+from transforms.module_table import reachable_modules, with_outlined_modules
 from transforms.preserved_calls import call_preserved, close_preserved, open_preserved
 from transforms.remat import rematerialize
 from transforms.sharing import canonical_paths
 from transforms.signatures import repair_call_signatures
-from transforms.sink import StateOwners, sink_state, sunk_reads
+from transforms.sink import StateOwners, sink_state
+from transforms.sink_on_close import sinks_in_one_pass, sunk_graph, sunk_inputs
 from transforms.stacks import Frame, fill_call_gaps, node_frames
+
+__all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 CopiedWhereRead = Callable[[Node], bool]
@@ -85,23 +88,10 @@ def outline_and_sink(program: Program) -> Program:
         return sink_state(program)
     program = _prepare(fill_call_gaps(program), node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
-    if outliner.canon or not _sinks_in_one_pass(program):
+    if outliner.canon or not sinks_in_one_pass(program):
         outliner.owners = None
         return sink_state(outliner.run())
     return outliner.run()
-
-
-def _sinks_in_one_pass(program: Program) -> bool:
-    """Whether sinking at each call's close matches ``sink_state``: every module id is its one
-    path (``sink_state`` names state from a module's first path), and no preserved signature
-    passes state in or out (its value would not come from a placeholder chain)."""
-    if any(path and path != mid for path, mid in program.walk()):
-        return False
-    state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
-    for sig in program.call_signatures.values():
-        if any(arg.name in state for arg in sig.inputs + sig.outputs):
-            return False
-    return True
 
 
 def outline_by(
@@ -147,8 +137,7 @@ class _Outliner:
         self.graph = program.root_module.graph
         self.nodes = self.graph.nodes
         self.position = {n.name: i for i, n in enumerate(self.nodes)}
-        self.last_use = _last_uses(self.graph)
-        self._count_signature_uses()
+        self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
         self.aliased_state, self.mutated_state = mutation_sources(self.graph, program)
@@ -164,64 +153,37 @@ class _Outliner:
         self.owners = owners
         self.root_sunk: dict[str, str] = {}
 
-    def _count_signature_uses(self) -> None:
-        """A preserved call reads its signature inputs when it starts and must hand back its
-        outputs when it ends, even if no node reads them there: count both as uses."""
-        if len(self.p.call_signatures) <= 1:
-            return
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for i, node in enumerate(self.nodes):
-            if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
-                continue
-            for frame in self.frames_of(node) or ():
-                first.setdefault(frame.call_name, i)
-                last[frame.call_name] = i
-        for name, sig in self.p.call_signatures.items():
-            if name not in first:
-                continue
-            for arg in sig.inputs:
-                if arg.name:
-                    self.last_use[arg.name] = max(self.last_use.get(arg.name, -1), first[name])
-            for arg in sig.outputs:
-                if arg.name:
-                    self.last_use[arg.name] = max(self.last_use.get(arg.name, -1), last[name] + 1)
-
     # --- driver -----------------------------------------------------------------------------
 
     def run(self) -> Program:
-        return self._finish(self._outline_root())
+        root_graph = self._outline_root()
+        return with_outlined_modules(
+            self.p,
+            root_graph,
+            self.variants,
+            self.types,
+            self.subgraph_owner,
+            self.canon,
+            dropped_inputs=self.root_sunk,
+        )
 
     def _outline_root(self) -> Graph:
         root = OpenCall(None, "", 0, None)
         stack = [root]
-        for at, node in enumerate(self.nodes):
-            if node.op == PLACEHOLDER:
-                root.placeholders.append(node)
-                root.env[node.name] = node.ref
-            elif node.op == OUTPUT:
-                while len(stack) > 1:
-                    self._close(stack, at)
-                root.body.append(node.replace(args=self._args(root, node.args)))
-            elif self.copied(node):
-                continue  # copied into each call that reads it (``_read``)
-            else:
-                self._enter(stack, node, at)
-                self._copy(stack[-1], node)
-        self.root_sunk = self._sunk(root)
-        return _sunk_graph(root.placeholders, self.root_sunk, root.body)
-
-    def _enter(self, stack: list[OpenCall], node: Node, at: int) -> None:
-        frames = self.frames_of(node)
-        if frames is None:
-            return
-        depth = 0
-        while depth < len(frames) and depth + 1 < len(stack) and stack[depth + 1].frame == frames[depth]:
-            depth += 1
-        while len(stack) > depth + 1:
-            self._close(stack, at)
-        for frame in frames[depth:]:
-            self._open(stack, frame, at)
+        for kind, at, what in call_steps(self.nodes, self.frames_of, self.copied):
+            if kind == NODE:
+                self._copy(stack[-1], what)
+            elif kind == OPEN:
+                self._open(stack, what, at)
+            elif kind == CLOSE:
+                self._close(stack, at)
+            elif kind == INPUT:
+                root.placeholders.append(what)
+                root.env[what.name] = what.ref
+            else:  # RETURN
+                root.body.append(what.replace(args=self._args(root, what.args)))
+        self.root_sunk = sunk_inputs(self.owners, root)
+        return sunk_graph(root.placeholders, self.root_sunk, root.body)
 
     def _open(self, stack: list[OpenCall], frame: Frame, start: int) -> None:
         sig = self.p.call_signatures.get(frame.call_name) if frame.path else None
@@ -310,31 +272,12 @@ class _Outliner:
         variant = len(self.variants.setdefault(mid, []))
         self.types.setdefault(mid, call.frame.type_name)
         target = call_target(_relative(parent.path, call.path, call.frame), variant)
-        sunk = self._sunk(call)
+        sunk = sunk_inputs(self.owners, call)
         if call.sig is not None:
             graph = self._close_preserved(call, parent, target, sunk)
         else:
             graph = self._close_plain(call, parent, target, end, sunk)
         self.variants[mid].append(graph)
-
-    def _sunk(self, call: OpenCall) -> dict[str, str]:
-        """The state inputs of ``call`` read as ``get_attr`` (name -> fqn local to the call's
-        module) when sinking; state owned elsewhere stays an input."""
-        owners = self.owners
-        if owners is None:
-            return {}
-        if call.frame is None:
-            names: list[str] = [n.name for n in call.placeholders]
-        else:
-            names = call.inputs + call.extra_inputs
-        sunk = {}
-        for name in names:
-            fqn = owners.fqn_of.get(name)
-            if fqn is not None:
-                local = owners.local_name(fqn, call.path)
-                if local is not None:
-                    sunk[name] = local
-        return sunk
 
     def _pass_inputs(self, parent: OpenCall, names: list[str], sunk: dict[str, str]) -> list[Any]:
         """The caller's values for inputs ``names``; a sunk one is still threaded through the
@@ -370,7 +313,7 @@ class _Outliner:
                 parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i)))
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
-        return _sunk_graph(call.placeholders, sunk, body)
+        return sunk_graph(call.placeholders, sunk, body)
 
     def _close_preserved(
         self, call: OpenCall, parent: OpenCall, target: str, sunk: dict[str, str]
@@ -386,78 +329,10 @@ class _Outliner:
             call, parent, target, state_args, self.taken, self.by_name, self._read
         )
         self.hidden.difference_update(held)
-        return _sunk_graph(call.placeholders, sunk, body)
-
-    # --- the new module table ---------------------------------------------------------------
-
-    def _finish(self, root_graph: Graph) -> Program:
-        p = self.p
-        modules = dict(p.modules)
-        for mid, graphs in self.variants.items():
-            _ensure_path(modules, p.root, mid)
-            mod = modules[mid]
-            type_name = mod.type_name or self.types.get(mid)
-            kind = mod.kind if mod.kind != PLAIN else kind_of_type(type_name)
-            modules[mid] = mod.replace(type_name=type_name, kind=kind, graphs=tuple(graphs))
-        root = modules[p.root].replace(graphs=(root_graph,))
-        modules[p.root] = root
-        signature = _renamed_outputs(p.signature, root_graph)
-        if self.root_sunk:
-            inputs = tuple(s for s in signature.inputs if s.name not in self.root_sunk)
-            signature = attrs.evolve(signature, inputs=inputs)
-        _move_subgraphs(modules, p.root, self.subgraph_owner)
-        for mid, mod in list(modules.items()):
-            kids = tuple((n, self.canon.get(c, c)) for n, c in mod.children)
-            if kids != mod.children:
-                modules[mid] = mod.replace(children=kids)
-        reachable = reachable_modules(modules.__getitem__, p.root)
-        keep = set(reachable)
-        table = p.modules.evolver()
-        for mid in list(p.modules.keys()):
-            if mid not in keep:
-                del table[mid]
-        for mid in reachable:
-            if p.modules.get(mid) is not modules[mid]:
-                table[mid] = modules[mid]
-        return p.replace(modules=table.persistent(), signature=signature)
+        return sunk_graph(call.placeholders, sunk, body)
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def _renamed_outputs(signature: Any, graph: Graph) -> Any:
-    """Output specs naming what the root now returns (a read of an in-place result becomes a
-    read of the state or input it mutated)."""
-    values = graph.outputs if isinstance(graph.outputs, tuple) else (graph.outputs,)
-    if len(values) != len(signature.outputs):
-        return signature
-    specs = tuple(
-        attrs.evolve(spec, name=value.name)
-        if spec.name is not None and isinstance(value, Ref) and value.name != spec.name
-        else spec
-        for value, spec in zip(values, signature.outputs)
-    )
-    if all(a is b for a, b in zip(specs, signature.outputs)):
-        return signature
-    return attrs.evolve(signature, outputs=specs)
-
-
-def _sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:
-    """A call's graph with its ``sunk`` placeholders turned into reads of the state."""
-    if not sunk:
-        return Graph(tuple(placeholders + body))
-    kept = [n for n in placeholders if n.name not in sunk]
-    return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
-
-
-def _last_uses(graph: Graph) -> dict[str, int]:
-    last: dict[str, int] = {}
-    for i, node in enumerate(graph.nodes):
-        for r in iter_refs(node.args):
-            last[r.name] = i
-        for r in iter_refs(node.kwargs):
-            last[r.name] = i
-    return last
 
 
 def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
@@ -488,40 +363,3 @@ def _relative(parent: str, child: str, frame: Frame) -> str:
             "fix_module_stacks first"
         )
     return child[len(parent) + 1 :]
-
-
-def _ensure_path(modules: dict[ModuleId, Module], root: ModuleId, path: str) -> None:
-    """Create holder modules so that ``path`` exists (ids are paths)."""
-    if not path or path in modules:
-        return
-    parent, _, name = path.rpartition(".")
-    _ensure_path(modules, root, parent)
-    parent_id = parent if parent else root
-    modules[path] = Module()
-    modules[parent_id] = modules[parent_id].with_child(name, path)
-
-
-def _move_subgraphs(modules: dict[ModuleId, Module], root: ModuleId, owner: dict[str, ModuleId]) -> None:
-    """Re-parent higher-order-op subgraph modules under the module whose graph reads them."""
-    for name, new_owner in owner.items():
-        if new_owner in ("", root):
-            continue
-        sub = modules[root].child(name)
-        if sub is None:
-            continue
-        kids = tuple((n, c) for n, c in modules[root].children if n != name)
-        modules[root] = modules[root].replace(children=kids)
-        modules[new_owner] = modules[new_owner].with_child(name, sub)
-
-
-def reachable_modules(module_of: Callable[[ModuleId], Module], root: ModuleId) -> list[ModuleId]:
-    """Every module id reachable from ``root`` through children (``module_of`` looks one up)."""
-    seen: dict[ModuleId, None] = {}
-    stack = [root]
-    while stack:
-        mid = stack.pop()
-        if mid in seen:
-            continue
-        seen[mid] = None
-        stack.extend(c for _, c in module_of(mid).children)
-    return list(seen)
