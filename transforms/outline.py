@@ -49,7 +49,8 @@ CopiedWhereRead = Callable[[Node], bool]
 def outline(program: Program) -> Program:
     """Split the flat root graph into per-call module graphs following ``nn_module_stack``.
 
-    Modules that state aliasing shows to be one object (every state tensor under two paths tied,
+    A call's nodes are one run: a node that a caller's stack places between two nodes of one
+    call first gets that call's stack (``transforms.stacks.fill_call_gaps``). Modules that state aliasing shows to be one object (every state tensor under two paths tied,
     same class) become one ModuleId. A value read across a preserved call boundary without
     being in the call's signature must be state, and is read from the state:
 
@@ -123,6 +124,18 @@ def _never(node: Node) -> bool:
 
 
 class _Outliner:
+    """One walk over a prepared flat graph (``call_steps``): each node is copied into the
+    innermost open call, reading its operands through ``_read`` (which threads a value into the
+    call as a placeholder, or reads the state a value stands for); a call that closes becomes
+    a graph variant of its module and a ``call_module`` in its caller (``_close_plain``, or
+    ``transforms.preserved_calls`` for a preserved signature), with its inputs sunk to state
+    reads when ``owners`` is given (``outline_and_sink``). ``run`` returns the new Program.
+
+    Mutable while walking: the open calls' builders, ``taken`` (names in use), ``hidden``
+    (values local to a closed preserved call), ``variants``/``types``/``subgraph_owner`` (the
+    module table to be), ``root_sunk``. One instance runs once.
+    """
+
     def __init__(
         self,
         program: Program,
@@ -136,7 +149,6 @@ class _Outliner:
         self.copied = copied or _never
         self.graph = program.root_module.graph
         self.nodes = self.graph.nodes
-        self.position = {n.name: i for i, n in enumerate(self.nodes)}
         self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
