@@ -133,3 +133,117 @@ def fix_module_stacks(program: Program) -> Program:
         return program
     new_root = root.replace(graphs=(Graph(tuple(nodes)),) + root.graphs[1:])
     return program.replace(modules=program.modules.set(program.root, new_root))
+
+
+def fill_call_gaps(program: Program) -> Program:
+    """Give each node that runs in the gap of a module call, under a caller's stack, that call's
+    stack.
+
+    A module call runs contiguously in eager, so a node placed between two nodes of one call
+    ran inside it. Export sometimes records such a node with the stack of a caller: strict
+    export gives a higher-order op (``wrap_with_set_grad_enabled`` of a rotary embedding under
+    ``no_grad``) and the ``get_attr`` of its body the root's stack, and ``run_decompositions``
+    gives the nodes of the inlined body the stack of that op's caller. ``outline`` would then
+    close the call before the node and open it again after it: one call cut in two, which
+    ``export_ep`` and torch's unflatten number as two calls (``model@1``).
+
+    A node whose stack is a proper prefix of a call whose nodes come both before and after it
+    gets the stack of the deepest such call (its entries, up to that call, taken from the
+    call's first node); its own entries below stay lost, as they were. Nodes of another call
+    in the gap (not an ancestor's) keep their stacks. Nodes without a stack of their own (the
+    "keep the current stack" marker) are left as they are: they follow their neighbours.
+
+    **Laws:** idempotent; returns ``program`` itself when no call is cut in two; changes meta
+    only, so the result is ``==`` to the input. Complexity: O(n · stack depth) for n nodes,
+    plus O(m · c) when calls are cut in two, for the m nodes inside their spans and c such
+    calls open at once (at most the stack depth unless calls of unrelated modules interleave).
+    """
+    root = program.root_module
+    graph = root.graph
+    if graph is None or any(n.op == "call_module" for n in graph.nodes):
+        return program
+    chains, split = _cut_calls(graph)
+    if not split:
+        return program
+    spans: dict[tuple[Frame, ...], list[int]] = {}
+    stacks: dict[tuple[Frame, ...], dict] = {}
+    for i, chain in enumerate(chains):
+        for depth in range(1, len(chain or ()) + 1):
+            call = chain[:depth]
+            if call in split:
+                span = spans.setdefault(call, [i, i])
+                span[1] = i
+                stacks.setdefault(call, graph.nodes[i].meta["nn_module_stack"])
+    nodes = list(graph.nodes)
+    changed = False
+    for i, call in _gap_adoptions(chains, spans):
+        stack = _truncated_stack(stacks[call], len(call))
+        nodes[i] = nodes[i].with_meta(nn_module_stack=stack)
+        changed = True
+    if not changed:
+        return program
+    new_root = root.replace(graphs=(Graph(tuple(nodes)),) + root.graphs[1:])
+    return program.replace(modules=program.modules.set(program.root, new_root))
+
+
+def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[Frame, ...]]]:
+    """Per node, the calls it runs in (``None`` for a node with no stack of its own, or a
+    placeholder or output); and the calls that close and open again later (each call named by
+    its chain of frames from the root)."""
+    chains: list[tuple[Frame, ...] | None] = []
+    closed: set[tuple[Frame, ...]] = set()
+    split: set[tuple[Frame, ...]] = set()
+    prev: tuple[Frame, ...] = ()
+    for node in graph.nodes:
+        frames = None if node.op in ("placeholder", "output") else node_frames(node)
+        chains.append(frames)
+        if frames is None or frames is prev:
+            continue
+        k = 0
+        while k < len(prev) and k < len(frames) and prev[k] == frames[k]:
+            k += 1
+        for depth in range(k + 1, len(prev) + 1):
+            closed.add(prev[:depth])
+        for depth in range(k + 1, len(frames) + 1):
+            if frames[:depth] in closed:
+                split.add(frames[:depth])
+        prev = frames
+    return chains, split
+
+
+def _gap_adoptions(chains: list, spans: dict[tuple[Frame, ...], list[int]]):
+    """(node index, call) for each node inside the span of a call cut in two whose own chain is
+    a proper prefix of that call's: the deepest such call. A sweep over the spans in order."""
+    starts = sorted(spans.items(), key=lambda item: item[1][0])
+    open_calls: list[tuple[tuple[Frame, ...], int]] = []
+    s = 0
+    for i, chain in enumerate(chains):
+        while s < len(starts) and starts[s][1][0] < i:
+            call, (_, last) = starts[s]
+            open_calls.append((call, last))
+            s += 1
+        if not open_calls:
+            continue
+        open_calls = [(call, last) for call, last in open_calls if last > i]
+        if chain is None:
+            continue
+        best = None
+        for call, _ in open_calls:
+            encloses = len(call) > len(chain) and call[: len(chain)] == chain
+            if encloses and (best is None or len(call) > len(best)):
+                best = call
+        if best is not None:
+            yield i, best
+
+
+def _truncated_stack(stack: dict, depth: int) -> dict:
+    """The entries of module stack ``stack`` up to its ``depth``-th non-root entry."""
+    kept = {}
+    seen = 0
+    for key, entry in stack.items():
+        if entry[0]:
+            if seen == depth:
+                break
+            seen += 1
+        kept[key] = entry
+    return kept

@@ -1,0 +1,112 @@
+"""The walk ``outline`` follows over the flat root graph: where each module call opens and
+closes, and how long each value lives.
+
+Both are read off the flat graph alone, apart from the graph building: ``call_steps`` turns the
+nodes and their frames (``frames_of``: the nested calls a node runs in, outermost first, or
+``None`` to stay in the current call) into a sequence of steps, and ``last_uses`` says up to
+which node each value is read, which is what a call returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ir.args import iter_refs
+from ir.graph import Graph
+from ir.node import OUTPUT, PLACEHOLDER, Node
+from ir.signature import CallSignature
+from transforms.stacks import Frame
+
+FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+
+# the kinds of step ``call_steps`` yields
+INPUT = "input"  # a placeholder of the root
+OPEN = "open"  # a call of ``frame`` opens inside the innermost open call
+NODE = "node"  # a node that runs in the innermost open call
+CLOSE = "close"  # the innermost open call closes before the node at ``at``
+RETURN = "return"  # the root's output node (every call closed before it)
+
+Step = tuple[str, int, Any]
+
+
+def call_steps(
+    nodes: tuple[Node, ...], frames_of: FrameOf, copied: Callable[[Node], bool]
+) -> Iterator[Step]:
+    """``(kind, at, what)`` steps over ``nodes`` in order: ``(INPUT, at, node)``, ``(OPEN, at,
+    frame)``, ``(NODE, at, node)``, ``(CLOSE, at, None)``, ``(RETURN, at, node)``.
+
+    Before a node, the open calls that are not a prefix of its frames close (innermost first)
+    and its remaining frames open (outermost first); a node whose frames are ``None`` stays in
+    the innermost open call; a ``copied`` node belongs to no call and yields no step. Every
+    open call closes before the output node.
+
+    **Laws:** OPEN and CLOSE steps nest like brackets; the NODE steps are the nodes that are
+    neither placeholders, the output nor copied, in order. Complexity: O(n · stack depth).
+    """
+    open_frames: list[Frame] = []
+    for at, node in enumerate(nodes):
+        if node.op == PLACEHOLDER:
+            yield INPUT, at, node
+        elif node.op == OUTPUT:
+            for _ in open_frames:
+                yield CLOSE, at, None
+            open_frames.clear()
+            yield RETURN, at, node
+        elif copied(node):
+            continue
+        else:
+            frames = frames_of(node)
+            if frames is not None:
+                depth = 0
+                while (
+                    depth < len(frames)
+                    and depth < len(open_frames)
+                    and open_frames[depth] == frames[depth]
+                ):
+                    depth += 1
+                while len(open_frames) > depth:
+                    open_frames.pop()
+                    yield CLOSE, at, None
+                for frame in frames[depth:]:
+                    open_frames.append(frame)
+                    yield OPEN, at, frame
+            yield NODE, at, node
+
+
+def last_uses(
+    graph: Graph, frames_of: FrameOf, call_signatures: Mapping[str, CallSignature]
+) -> dict[str, int]:
+    """Value name -> position of the last node that reads it.
+
+    With more than one preserved call, a preserved call's signature inputs count as read at
+    its first node and its outputs at the node after its last one: the call takes the first
+    when it starts and must hand back the second when it ends, even if no node reads them
+    there. Complexity: O(n · stack depth).
+    """
+    last: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for r in iter_refs(node.args):
+            last[r.name] = i
+        for r in iter_refs(node.kwargs):
+            last[r.name] = i
+    if len(call_signatures) <= 1:
+        return last
+    first_at: dict[str, int] = {}
+    last_at: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
+            continue
+        for frame in frames_of(node) or ():
+            first_at.setdefault(frame.call_name, i)
+            last_at[frame.call_name] = i
+    for name, sig in call_signatures.items():
+        if name not in first_at:
+            continue
+        for arg in sig.inputs:
+            if arg.name:
+                last[arg.name] = max(last.get(arg.name, -1), first_at[name])
+        for arg in sig.outputs:
+            if arg.name:
+                last[arg.name] = max(last.get(arg.name, -1), last_at[name] + 1)
+    return last

@@ -1,0 +1,197 @@
+"""Preserved calls: the pytree plumbing at a ``preserve_module_call_signature`` boundary.
+
+A preserved call takes exactly the eager ``(args, kwargs)`` pytree and returns exactly the eager
+output pytree, so that a user can swap the module for any module with the same forward
+signature. ``outline`` builds three pieces of plumbing for each one, in the call and its caller:
+
+- ``open_preserved`` (callee, at its first node): one placeholder per positional argument, one
+  per keyword argument (by its exact name), ``tree_flatten_spec`` of them with the signature's
+  input spec, and one ``getitem`` per flat input, named as the flat value it stands for
+  (a constant input is checked with ``expect_constant``);
+- ``close_preserved`` (callee, at its end): the flat outputs ``tree_unflatten``-ed with the
+  signature's output spec and returned;
+- ``call_preserved`` (caller): the flat input values ``tree_unflatten``-ed into ``(args,
+  kwargs)``, the ``call_module``, its result ``tree_flatten_spec``-ed, one ``getitem`` per flat
+  output, which later readers in the caller read.
+
+State (and state threaded in, ``OpenCall.extra_inputs``) is the only other thing that crosses:
+``transforms.remat`` and ``transforms.ival_insertion`` have made every other crossing value
+part of the signature or state before outlining starts.
+
+**Laws:** the callee's graph reads nothing but its placeholders and state; the caller's call
+passes ``len(args)`` positional and ``len(kwargs)`` keyword arguments (plus threaded state).
+Complexity: O(size of the signature) per call.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from ir.args import IDict, Ref, ref
+from ir.errors import PassError
+from ir.names import Names, fresh_name
+from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.runtime import expect_constant
+from ir.signature import CONSTANT, CallSignature
+from ir.tree_calls import flatten_by_spec, unflatten_tree
+from transforms.call_builder import OpenCall, call_base
+
+Read = Callable[[OpenCall, str], Any]
+
+
+def open_preserved(
+    call: OpenCall,
+    sig: CallSignature,
+    taken: Names,
+    by_name: dict[str, Node],
+    mutated_input: Callable[[str], str | None],
+) -> None:
+    """Start the graph of preserved ``call``: its argument placeholders and the flat inputs.
+
+    ``taken`` holds the names in use (fresh ones are added); ``by_name`` the flat graph's nodes
+    (a flat input takes its node's meta); ``mutated_input(v)`` the user input that flat value
+    ``v`` is a state of, if any (writes to that input inside the call write to the argument).
+    Raises ``PassError`` naming the call when its input spec is not torch's (args, kwargs).
+    """
+    args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
+    arg_refs = []
+    for i in range(args_spec.num_children):
+        name = fresh_name(f"_positional_arg_{i}", taken)
+        call.placeholders.append(Node(PLACEHOLDER, name, name))
+        arg_refs.append(ref(name))
+    call.n_positional = len(arg_refs)
+    kwarg_refs = []
+    keys = {str(k) for k in kwargs_spec.context}
+    for key in kwargs_spec.context:
+        # keyword placeholders keep their exact names: callers pass them by keyword
+        call.placeholders.append(Node(PLACEHOLDER, str(key), str(key)))
+        kwarg_refs.append((key, ref(str(key))))
+    flat = fresh_name("_flat_args", taken)
+    call.body.append(
+        Node(
+            CALL_FUNCTION,
+            flat,
+            flatten_by_spec,
+            ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
+        )
+    )
+    for i, arg in enumerate(sig.inputs):
+        named = arg.kind != CONSTANT and bool(arg.name)
+        if named and arg.name not in keys and arg.name not in call.env:
+            name = arg.name
+        else:
+            name = fresh_name(f"_constant_{i}" if not named else arg.name, taken)
+        meta = by_name[arg.name].meta if arg.name in by_name else {}
+        call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
+        if named:
+            call.env.setdefault(arg.name, ref(name))
+            mutated = mutated_input(arg.name)
+            if mutated is not None:
+                # the caller passes the user input itself (it holds this value now), so
+                # writes to the input in here write to this argument
+                call.env.setdefault(mutated, ref(name))
+        elif arg.kind == CONSTANT:
+            where = f"input {i} of preserved call {call.frame.call_name!r}"
+            checked = fresh_name(f"_checked_{i}", taken)
+            call.body.append(
+                Node(CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where))
+            )
+
+
+def close_preserved(
+    call: OpenCall, taken: Names, by_name: dict[str, Node], read: Read
+) -> list[Node]:
+    """The body of preserved ``call``'s graph, ending in the output pytree it returns;
+    ``read(call, v)`` gives flat value ``v`` in the call."""
+    sig = call.sig
+    leaves = []
+    for out in sig.outputs:
+        if out.kind == CONSTANT or not out.name:
+            leaves.append(out.value)
+        elif out.name in by_name:
+            leaves.append(read(call, out.name))
+        else:
+            leaves.append(None)
+    tree = fresh_name("_tree_out", taken)
+    out_name = fresh_name("output", taken)
+    return call.body + [
+        Node(CALL_FUNCTION, tree, unflatten_tree, (tuple(leaves), sig.out_spec)),
+        Node(OUTPUT, out_name, "output", (ref(tree),)),
+    ]
+
+
+def call_preserved(
+    call: OpenCall,
+    parent: OpenCall,
+    target: str,
+    state_args: Callable[[], list[Any]],
+    taken: Names,
+    by_name: dict[str, Node],
+    read: Read,
+) -> list[str]:
+    """Append to ``parent`` the call of preserved ``call`` (module ``target``), passing its
+    inputs as the eager ``(args, kwargs)`` and ``state_args()`` (read once the pytree plumbing is
+    built) after the positional ones, and define each flat output in ``parent``. Returns the
+    flat outputs the caller now holds."""
+    sig = call.sig
+    args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
+
+    def new(base: str, op_target: Any, args: tuple, kwargs: IDict | None = None) -> Ref:
+        name = fresh_name(base, taken)
+        parent.body.append(Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(())))
+        return ref(name)
+
+    values = []
+    for arg in sig.inputs:
+        if arg.kind == CONSTANT or not arg.name:
+            values.append(arg.value)
+        elif arg.name in by_name:
+            values.append(read(parent, arg.name))
+        else:
+            values.append(None)
+    tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec))
+    args_ref = new("_args", operator.getitem, (tree, 0))
+    kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
+    call_args = [
+        new("_arg", operator.getitem, (args_ref, i)) for i in range(args_spec.num_children)
+    ]
+    call_kwargs = [
+        (k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k))) for k in kwargs_spec.context
+    ]
+    call_args += state_args()
+    name = fresh_name(call_base(target), taken)
+    parent.body.append(
+        Node(
+            CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=call.meta
+        )
+    )
+    flat = new("_flat_out", flatten_by_spec, (ref(name), sig.out_spec))
+    held = []
+    for i, out in enumerate(sig.outputs):
+        if out.kind == CONSTANT or not out.name or out.name not in by_name:
+            continue
+        # an output the caller already holds (an input handed back, or the same value out of
+        # two calls) gets a new local name; readers after the call read the call's result
+        local = fresh_name(out.name, taken) if out.name in parent.env else out.name
+        meta = by_name[out.name].meta
+        parent.body.append(Node(CALL_FUNCTION, local, operator.getitem, (flat, i), meta=meta))
+        if out.name not in parent.env:
+            parent.defined.append(out.name)
+        parent.env[out.name] = ref(local)
+        held.append(out.name)
+    return held
+
+
+def split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:
+    """The (args, kwargs) children of ``sig``'s input spec; ``PassError`` naming the call when
+    the spec is not the pair torch.export records."""
+    spec = sig.in_spec
+    children = spec.children() if spec.type is tuple and spec.num_children == 2 else None
+    if not children or children[0].type is not tuple or children[1].type is not dict:
+        raise PassError(
+            f"preserved call {call_name!r} has input spec {spec}, not the (args, kwargs) pair "
+            "torch.export records; re-export the program"
+        )
+    return children[0], children[1]
