@@ -66,7 +66,11 @@ class Module:
       ``graphs[0]``;
     - ``leaf``: for kind ``leaf``, the original module object (an ``ir.state.Opaque``), held by
       reference and never written; ``lower`` builds a copy of it without its parameters, buffers
-      and submodules, which come from the Program's state and module table.
+      and submodules, which come from the Program's state and module table;
+    - ``peers``: ``(local name, ModuleId)`` pairs of modules this one holds by reference outside
+      its children, as an eager module keeps another module in a plain attribute. A graph reads
+      a peer's state as ``get_attr`` ``name.attr``; ``lower`` holds the peer's object as a plain
+      attribute, so it is in no ``named_modules()``/``state_dict()`` path below this module.
     """
 
     type_name: str | None = None
@@ -74,6 +78,7 @@ class Module:
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
     leaf: Opaque | None = None
+    peers: tuple[tuple[str, ModuleId], ...] = ()
     _index: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
@@ -89,6 +94,10 @@ class Module:
             self._index["children"] = found
         return found.get(name)
 
+    def peer(self, name: str) -> ModuleId | None:
+        """The ModuleId held by reference under local ``name``, or ``None``. O(peers)."""
+        return next((mid for n, mid in self.peers if n == name), None)
+
     def replace(self, **changes: Any) -> Module:
         """A copy with ``changes``; ``self`` when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):
@@ -102,6 +111,7 @@ class Module:
             get("children", self.children),
             get("graphs", self.graphs),
             get("leaf", self.leaf),
+            get("peers", self.peers),
         )
 
     def with_child(self, name: str, mid: ModuleId) -> Module:
@@ -113,4 +123,4 @@ class Module:
         return attrs.evolve(self, children=kids)
 
 
-_FIELDS = frozenset(("type_name", "kind", "children", "graphs", "leaf"))
+_FIELDS = frozenset(("type_name", "kind", "children", "graphs", "leaf", "peers"))

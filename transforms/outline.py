@@ -29,6 +29,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, STATE_INPUT_KINDS, CallSignature
+from transforms.foreign_state import hold_foreign_state
 from transforms.ival_insertion import insert_ivals
 from transforms.ivals import mutation_sources
 from transforms.remat import rematerialize
@@ -86,7 +87,7 @@ def outline_and_sink(program: Program) -> Program:
     if outliner.canon or not _sinks_in_one_pass(program):
         outliner.owners = None
         return sink_state(outliner.run())
-    return outliner.run()
+    return hold_foreign_state(outliner.run())  # the last step of ``sink_state``
 
 
 def _sinks_in_one_pass(program: Program) -> bool:

@@ -1,0 +1,232 @@
+"""Foreign state in a preserved call: read through a peer, never passed as an extra argument.
+
+A preserved call's module must take exactly its preserved signature's arguments, so that a user
+can replace it by any module with the eager ``forward`` (``setattr(parent, name, module)``).
+State that the call's subtree reads but that lives outside that subtree (``a.leaf`` runs
+``norm``, a sibling of its ancestor ``a``; a block reads a parameter of another block) cannot be
+sunk into a ``get_attr`` below the module (``sink_state``), and ``outline`` passes it as an
+extra argument after the signature's, which a swapped-in module does not accept.
+
+``hold_foreign_state`` gives the preserved module a *peer*: a reference to the module that owns
+the state, held outside its children (as the eager module holds it, in a plain attribute), and
+reads the state as ``get_attr`` ``peer.attr``. The callers stop passing it. A swapped-in eager
+module reads its own reference, as in eager; the lowered one reads the owner's current tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch.fx._pytree as fx_pytree
+
+from ir.args import IDict, Ref
+from ir.graph import Graph
+from ir.module import ModuleId, split_call_target
+from ir.names import Names, fresh_name
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, Node
+from ir.program import Program
+from ir.signature import STATE_INPUT_KINDS
+
+log = logging.getLogger("purefx")
+
+Variant = tuple[ModuleId, int]
+
+
+def hold_foreign_state(program: Program) -> Program:
+    """Make every preserved call take only its signature's arguments where its extra arguments
+    carry state: each such placeholder becomes ``get_attr`` ``peer.attr`` through a peer that
+    the module holds (``Module.peers``), and its callers stop passing it.
+
+    Run after ``sink_state`` (state owned below a module is a ``get_attr`` there already). A
+    placeholder carries state fqn ``f`` when every call of its graph passes a value that is the
+    root's input of ``f``, a ``get_attr`` of ``f`` or a placeholder carrying ``f``. A preserved
+    graph is one whose first computation flattens a prefix of its placeholders with the call's
+    ``in_spec`` (what ``outline`` builds); the placeholders after that prefix are its extras.
+    Extras that carry no state are left as they are.
+
+    Parameters: ``program``, outlined (and sunk). Returns the rewritten Program, or ``program``
+    itself when no preserved call takes state as an extra argument.
+
+    **Laws:** the lowered module computes the same; idempotent; never changes the number of
+    compute nodes (a dropped state read is a ``get_attr``); a program without preserved calls is
+    returned as it is. Complexity: O(n + m) for n nodes and m modules.
+    """
+    if len(program.call_signatures) <= 1:
+        return program
+    carried, callers = _carried_state(program)
+    moves: dict[Variant, dict[int, str]] = {}
+    for key, fqns in carried.items():
+        mid, variant = key
+        graph = program.module_table()[mid].graphs[variant]
+        arity = signature_arity(graph)
+        if arity is None:
+            continue
+        foreign = {i: f for i, f in enumerate(fqns) if i >= arity and f is not None}
+        if foreign:
+            moves[key] = foreign
+    if not moves:
+        return program
+    return _rewrite(program, moves, callers)
+
+
+def signature_arity(graph: Graph) -> int | None:
+    """How many leading placeholders are a preserved call's own arguments, or ``None`` when
+    ``graph`` is not a preserved call's: its first computation (after placeholders and
+    ``get_attr``) is ``tree_flatten_spec(((p0, ...), {"k": k, ...}), in_spec)`` over exactly
+    its first placeholders, in order. O(placeholders)."""
+    placeholders = graph.placeholders
+    first = next((n for n in graph.nodes[len(placeholders) :] if n.op != GET_ATTR), None)
+    if first is None or first.op != CALL_FUNCTION:
+        return None
+    if first.target is not fx_pytree.tree_flatten_spec or not first.args:
+        return None
+    tree = first.args[0]
+    if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
+        return None
+    positional, keywords = tree
+    if not isinstance(keywords, IDict):
+        return None
+    refs = (*positional, *(v for _, v in keywords.items))
+    names = tuple(n.name for n in placeholders[: len(refs)])
+    if not all(isinstance(r, Ref) for r in refs) or tuple(r.name for r in refs) != names:
+        return None
+    return len(refs)
+
+
+def _carried_state(
+    program: Program,
+) -> tuple[dict[Variant, list[str | None]], dict[Variant, list[tuple[Variant, str]]]]:
+    """Per called (module, variant): the state fqn each placeholder carries (``None``: not state,
+    or not the same state at every call site); and its call sites as (caller, node name)."""
+    table = program.module_table()
+    state = program.state_table()
+    root_inputs = {
+        s.name: s.target for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
+    }
+    root_key = (program.root, 0)
+    carried: dict[Variant, list[str | None]] = {
+        root_key: [root_inputs.get(n.name) for n in program.root_module.graph.placeholders]
+    }
+    callers: dict[Variant, list[tuple[Variant, str]]] = {}
+    order = [root_key]
+    paths = {root_key: ""}
+    i = 0
+    while i < len(order):
+        key = order[i]
+        i += 1
+        mid, variant = key
+        path = paths[key]
+        graph = table[mid].graphs[variant]
+        local = dict(zip((n.name for n in graph.placeholders), carried[key]))
+        for node in graph.nodes:
+            if node.op == GET_ATTR and program.resolve(node.target, mid) is None:
+                fqn = program.attr_fqn(mid, path, node.target)
+                local[node.name] = fqn if fqn in state else None
+            if node.op != CALL_MODULE:
+                continue
+            target, k = split_call_target(node.target)
+            child = program.resolve(target, mid)
+            if child is None or not table[child].graphs:
+                continue
+            holders = table[child].graphs[k].placeholders
+            by_key = dict(node.kwargs.items)
+            passed = []
+            for j, h in enumerate(holders):
+                arg = node.args[j] if j < len(node.args) else by_key.get(h.name)
+                passed.append(local.get(arg.name) if isinstance(arg, Ref) else None)
+            callee = (child, k)
+            callers.setdefault(callee, []).append((key, node.name))
+            if callee in carried:
+                carried[callee] = [a if a == b else None for a, b in zip(carried[callee], passed)]
+            else:
+                carried[callee] = passed
+                paths[callee] = f"{path}.{target}" if path else target
+                order.append(callee)
+    return carried, callers
+
+
+def _rewrite(
+    program: Program,
+    moves: dict[Variant, dict[int, str]],
+    callers: dict[Variant, list[tuple[Variant, str]]],
+) -> Program:
+    table = program.module_table()
+    graphs = {mid: list(table[mid].graphs) for mid in {k[0] for k in moves}}
+    peers = {mid: list(table[mid].peers) for mid in graphs}
+    dropped_at: dict[Variant, dict[str, Variant]] = {}  # caller -> call node -> callee
+    for key, foreign in sorted(moves.items()):
+        mid, variant = key
+        reads = {i: _peer_read(program, mid, peers[mid], fqn) for i, fqn in foreign.items()}
+        graphs[mid][variant] = _read_through_peers(graphs[mid][variant], reads)
+        for caller, node_name in callers.get(key, ()):
+            dropped_at.setdefault(caller, {})[node_name] = key
+        log.debug(
+            "hold_foreign_state: preserved module %r reads %s through peers",
+            program.first_path(mid), sorted(reads.values()),
+        )
+    for caller, calls in dropped_at.items():
+        mid, variant = caller
+        if mid not in graphs:
+            graphs[mid] = list(table[mid].graphs)
+            peers[mid] = list(table[mid].peers)
+        graphs[mid][variant] = _drop_arguments(graphs[mid][variant], calls, moves, table)
+    modules = program.modules
+    for mid, gs in graphs.items():
+        modules = modules.set(mid, table[mid].replace(graphs=tuple(gs), peers=tuple(peers[mid])))
+    return program.replace(modules=modules)
+
+
+def _peer_read(program: Program, mid: ModuleId, peers: list[tuple[str, ModuleId]], fqn: str) -> str:
+    """The ``get_attr`` target that reads ``fqn`` in module ``mid`` through a peer holding its
+    owner (added to ``peers`` when new)."""
+    owner_path, _, attr = fqn.rpartition(".")
+    owner = program.resolve(owner_path)
+    for name, held in peers:
+        if held == owner:
+            return f"{name}.{attr}"
+    mod = program.module_table()[mid]
+    taken = Names([n for n, _ in mod.children] + [n for n, _ in peers])
+    base = "_peer_" + (owner_path.replace(".", "_") or "root")
+    name = base if base not in taken else fresh_name(base, taken)
+    peers.append((name, owner))
+    return f"{name}.{attr}"
+
+
+def _read_through_peers(graph: Graph, reads: dict[int, str]) -> Graph:
+    """``graph`` with placeholder ``i`` of ``reads`` replaced by ``get_attr`` ``reads[i]`` (same
+    name), placed after the placeholders that stay."""
+    placeholders = graph.placeholders
+    kept = [n for i, n in enumerate(placeholders) if i not in reads]
+    made = [
+        Node(GET_ATTR, placeholders[i].name, target, meta=placeholders[i].meta)
+        for i, target in sorted(reads.items())
+    ]
+    return Graph(tuple(kept + made) + graph.nodes[len(placeholders) :])
+
+
+def _drop_arguments(
+    graph: Graph, calls: dict[str, Variant], moves: dict[Variant, dict[int, str]], table: dict
+) -> Graph:
+    """``graph`` with the moved arguments left out of the call nodes named in ``calls``; a
+    ``get_attr`` that only those arguments read is dropped too."""
+    nodes = []
+    released: set[str] = set()
+    for node in graph.nodes:
+        callee = calls.get(node.name)
+        if callee is None:
+            nodes.append(node)
+            continue
+        mid, variant = callee
+        holders = table[mid].graphs[variant].placeholders
+        gone = moves[callee]
+        args = tuple(a for j, a in enumerate(node.args) if j not in gone)
+        names = {holders[j].name for j in gone if j >= len(node.args)}
+        kwargs = IDict(tuple((k, v) for k, v in node.kwargs.items if k not in names))
+        released.update(
+            a.name for j, a in enumerate(node.args) if j in gone and isinstance(a, Ref)
+        )
+        nodes.append(node.replace(args=args, kwargs=kwargs))
+    if released:
+        used = {r.name for n in nodes for r in n.inputs()}
+        nodes = [n for n in nodes if not (n.op == GET_ATTR and n.name in released - used)]
+    return Graph(tuple(nodes))
