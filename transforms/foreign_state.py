@@ -51,7 +51,7 @@ def hold_foreign_state(program: Program) -> Program:
     compute nodes (a dropped state read is a ``get_attr``); a program without preserved calls is
     returned as it is. Complexity: O(n + m) for n nodes and m modules.
     """
-    if len(program.call_signatures) <= 1:
+    if not any(name for name in program.call_signatures):  # only the root's, if any
         return program
     carried, callers = _carried_state(program)
     moves: dict[Variant, dict[int, str]] = {}
@@ -66,7 +66,7 @@ def hold_foreign_state(program: Program) -> Program:
             moves[key] = foreign
     if not moves:
         return program
-    return _rewrite(program, moves, callers)
+    return _rewrite(program, moves, carried, callers)
 
 
 def signature_arity(graph: Graph) -> int | None:
@@ -148,31 +148,56 @@ def _carried_state(
 def _rewrite(
     program: Program,
     moves: dict[Variant, dict[int, str]],
+    carried: dict[Variant, list[str | None]],
     callers: dict[Variant, list[tuple[Variant, str]]],
 ) -> Program:
+    """Apply ``moves`` (preserved graph -> placeholder index -> state fqn), then leave the moved
+    arguments out at every call site. A plain (not preserved, not root) caller whose placeholder
+    carried that state and is read no more loses it too, and so on up the calls."""
     table = program.module_table()
-    graphs = {mid: list(table[mid].graphs) for mid in {k[0] for k in moves}}
-    peers = {mid: list(table[mid].peers) for mid in graphs}
-    dropped_at: dict[Variant, dict[str, Variant]] = {}  # caller -> call node -> callee
+    graphs: dict[Variant, Graph] = {}
+    peers: dict[ModuleId, list[tuple[str, ModuleId]]] = {}
+
+    def graph_of(key: Variant) -> Graph:
+        return graphs.get(key) or table[key[0]].graphs[key[1]]
+
+    queue: list[tuple[Variant, Graph, frozenset[str]]] = []  # callee, its graph before, dropped
     for key, foreign in sorted(moves.items()):
         mid, variant = key
-        reads = {i: _peer_read(program, mid, peers[mid], fqn) for i, fqn in foreign.items()}
-        graphs[mid][variant] = _read_through_peers(graphs[mid][variant], reads)
-        for caller, node_name in callers.get(key, ()):
-            dropped_at.setdefault(caller, {})[node_name] = key
+        held = peers.setdefault(mid, list(table[mid].peers))
+        before = graph_of(key)
+        reads = {i: _peer_read(program, mid, held, fqn) for i, fqn in foreign.items()}
+        graphs[key] = _read_through_peers(before, reads)
+        queue.append((key, before, frozenset(before.placeholders[i].name for i in reads)))
         log.debug(
             "hold_foreign_state: preserved module %r reads %s through peers",
             program.first_path(mid), sorted(reads.values()),
         )
-    for caller, calls in dropped_at.items():
-        mid, variant = caller
-        if mid not in graphs:
-            graphs[mid] = list(table[mid].graphs)
-            peers[mid] = list(table[mid].peers)
-        graphs[mid][variant] = _drop_arguments(graphs[mid][variant], calls, moves, table)
+    root_key = (program.root, 0)
+    while queue:
+        callee, before, dropped = queue.pop()
+        for caller, node_name in callers.get(callee, ()):
+            after = _drop_arguments(graph_of(caller), node_name, before, dropped)
+            graphs[caller] = after
+            if caller == root_key or signature_arity(after) is not None:
+                continue  # the root's and a preserved call's own inputs stay
+            mid, variant = caller
+            original = table[mid].graphs[variant].placeholders
+            fqn_of = dict(zip((h.name for h in original), carried[caller]))
+            used = {r.name for n in after.nodes for r in n.inputs()}
+            unused = frozenset(
+                h.name
+                for h in after.placeholders
+                if fqn_of.get(h.name) is not None and h.name not in used
+            )
+            if unused:
+                graphs[caller] = Graph(tuple(n for n in after.nodes if n.name not in unused))
+                queue.append((caller, after, unused))
     modules = program.modules
-    for mid, gs in graphs.items():
-        modules = modules.set(mid, table[mid].replace(graphs=tuple(gs), peers=tuple(peers[mid])))
+    for mid in {key[0] for key in graphs}:
+        mod = table[mid]
+        variants = tuple(graphs.get((mid, k), g) for k, g in enumerate(mod.graphs))
+        modules = modules.set(mid, mod.replace(graphs=variants, peers=tuple(peers.get(mid, mod.peers))))
     return program.replace(modules=modules)
 
 
@@ -204,29 +229,22 @@ def _read_through_peers(graph: Graph, reads: dict[int, str]) -> Graph:
     return Graph(tuple(kept + made) + graph.nodes[len(placeholders) :])
 
 
-def _drop_arguments(
-    graph: Graph, calls: dict[str, Variant], moves: dict[Variant, dict[int, str]], table: dict
-) -> Graph:
-    """``graph`` with the moved arguments left out of the call nodes named in ``calls``; a
+def _drop_arguments(graph: Graph, call: str, callee: Graph, dropped: frozenset[str]) -> Graph:
+    """``graph`` with the arguments that node ``call`` binds to ``callee``'s placeholders named
+    in ``dropped`` left out (positionally, or by keyword past the positional ones); a
     ``get_attr`` that only those arguments read is dropped too."""
-    nodes = []
-    released: set[str] = set()
-    for node in graph.nodes:
-        callee = calls.get(node.name)
-        if callee is None:
-            nodes.append(node)
-            continue
-        mid, variant = callee
-        holders = table[mid].graphs[variant].placeholders
-        gone = moves[callee]
-        args = tuple(a for j, a in enumerate(node.args) if j not in gone)
-        names = {holders[j].name for j in gone if j >= len(node.args)}
-        kwargs = IDict(tuple((k, v) for k, v in node.kwargs.items if k not in names))
-        released.update(
-            a.name for j, a in enumerate(node.args) if j in gone and isinstance(a, Ref)
-        )
-        nodes.append(node.replace(args=args, kwargs=kwargs))
-    if released:
-        used = {r.name for n in nodes for r in n.inputs()}
-        nodes = [n for n in nodes if not (n.op == GET_ATTR and n.name in released - used)]
-    return Graph(tuple(nodes))
+    nodes = list(graph.nodes)
+    at = next(i for i, n in enumerate(nodes) if n.name == call)
+    node = nodes[at]
+    holders = callee.placeholders
+    gone = {j for j, h in enumerate(holders) if h.name in dropped}
+    args = tuple(a for j, a in enumerate(node.args) if j not in gone)
+    by_name = {holders[j].name for j in gone if j >= len(node.args)}
+    kwargs = IDict(tuple((k, v) for k, v in node.kwargs.items if k not in by_name))
+    released = {
+        a.name for j, a in enumerate(node.args) if j in gone and isinstance(a, Ref)
+    } | {v.name for k, v in node.kwargs.items if k in by_name and isinstance(v, Ref)}
+    nodes[at] = node.replace(args=args, kwargs=kwargs)
+    used = {r.name for n in nodes for r in n.inputs()}
+    stale = {n.name for n in nodes if n.op == GET_ATTR and n.name in released - used}
+    return Graph(tuple(n for n in nodes if n.name not in stale))
