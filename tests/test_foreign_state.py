@@ -164,3 +164,11 @@ def test_the_lowered_module_reads_the_owner_current_state(
     want = eager(*_inputs())
     for copied in (m, copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
         torch.testing.assert_close(copied(*_inputs()), want)
+
+
+def test_direct_code_reads_through_the_peer() -> None:
+    """The root's direct code (``lowering.direct``) reaches a peer's state too: the tree as built
+    keeps it, and its outputs are eager's."""
+    _, m = _lowered("sibling_owned", ("block.reader",), decomp=False)
+    assert m.__dict__.get("_direct") is not None
+    torch.testing.assert_close(m(*_inputs()), _eager("sibling_owned")(*_inputs()))
