@@ -94,13 +94,53 @@ class AncestorOwned(nn.Module):
         return self.child(x) * self.w
 
 
-MODELS = {"sibling_owned": SiblingOwned, "ancestor_owned": AncestorOwned}
+class Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("n", torch.zeros(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.n
+
+
+class Bump(nn.Module):
+    """Updates ``Counter``'s buffer in place, through a plain attribute, then reads it."""
+
+    def __init__(self, owner: nn.Module) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+        self._owner = (owner,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._owner[0].n.add_(1.0)
+        return self.lin(x) * self._owner[0].n
+
+
+class SiblingMutated(nn.Module):
+    """``bump`` writes the buffer of its sibling ``counter``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counter = Counter()
+        self.bump = Bump(self.counter)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.counter(self.bump(x))
+
+
+MODELS = {
+    "sibling_owned": SiblingOwned,
+    "ancestor_owned": AncestorOwned,
+    "sibling_mutated": SiblingMutated,
+}
 CASES = [
     ("sibling_owned", ("block",)),
     ("sibling_owned", ("block.reader",)),
     ("sibling_owned", ("scale", "block")),
     ("ancestor_owned", ("child",)),
+    ("sibling_mutated", ("bump",)),
 ]
+OWNER = {"sibling_owned": ("scale", "w"), "ancestor_owned": ("", "w"), "sibling_mutated": None}
 
 
 def _eager(model: str) -> nn.Module:
@@ -134,22 +174,31 @@ def test_swapped_in_eager_module_gives_eager_outputs(
     model: str, preserve: tuple[str, ...], decomp: bool, interpreter: bool
 ) -> None:
     ep, m = _lowered(model, preserve, decomp, interpreter)
+    fresh = copy.deepcopy(m)
     eager, reference = _eager(model), ep.module()
     for _ in range(2):
         x = _inputs()
         want = eager(*x)
         torch.testing.assert_close(m(*x), want)
         torch.testing.assert_close(reference(*x), want)
+        torch.testing.assert_close(dict(m.named_buffers()), dict(eager.named_buffers()))
     assert list(m.state_dict()) == list(eager.state_dict())
     assert [n for n, _ in m.named_modules()] == [n for n, _ in eager.named_modules()]
     for fqn in preserve:  # the preserved module takes exactly the eager forward's arguments
         got = inspect.signature(m.get_submodule(fqn).forward).parameters
         assert len(got) == len(inspect.signature(eager.get_submodule(fqn).forward).parameters)
-    _swap_in_eager(m, preserve, _eager(model))
-    torch.testing.assert_close(m(*_inputs()), eager(*_inputs()))
+    # a copy of an eager module keeps its own copy of what it refers to, in eager as here
+    source, swapped_eager = _eager(model), _eager(model)
+    _swap_in_eager(fresh, preserve, source)
+    _swap_in_eager(swapped_eager, preserve, source)
+    for _ in range(2):
+        torch.testing.assert_close(fresh(*_inputs()), swapped_eager(*_inputs()))
 
 
-@pytest.mark.parametrize(("model", "preserve"), CASES, ids=[f"{m}-{'+'.join(p)}" for m, p in CASES])
+READS = [(m, p) for m, p in CASES if OWNER[m] is not None]
+
+
+@pytest.mark.parametrize(("model", "preserve"), READS, ids=[f"{m}-{'+'.join(p)}" for m, p in READS])
 def test_the_lowered_module_reads_the_owner_current_state(
     model: str, preserve: tuple[str, ...]
 ) -> None:
@@ -157,10 +206,10 @@ def test_the_lowered_module_reads_the_owner_current_state(
     also in a deep copy and a pickled copy of the lowered tree (the peer is the owner there)."""
     _, m = _lowered(model, preserve, decomp=False)
     eager = _eager(model)
-    owner = "scale" if model == "sibling_owned" else ""
+    owner, name = OWNER[model]
     for mod in (eager, m):
         with torch.no_grad():
-            mod.get_submodule(owner).w.add_(1.5)
+            getattr(mod.get_submodule(owner), name).add_(1.5)
     want = eager(*_inputs())
     for copied in (m, copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
         torch.testing.assert_close(copied(*_inputs()), want)

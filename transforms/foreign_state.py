@@ -61,7 +61,11 @@ def hold_foreign_state(program: Program) -> Program:
         arity = signature_arity(graph)
         if arity is None:
             continue
-        foreign = {i: f for i, f in enumerate(fqns) if i >= arity and f is not None}
+        foreign = {
+            i: f
+            for i, f in enumerate(fqns)
+            if i >= arity and f is not None and program.resolve(_owner_path(f)) is not None
+        }
         if foreign:
             moves[key] = foreign
     if not moves:
@@ -153,7 +157,8 @@ def _rewrite(
 ) -> Program:
     """Apply ``moves`` (preserved graph -> placeholder index -> state fqn), then leave the moved
     arguments out at every call site. A plain (not preserved, not root) caller whose placeholder
-    carried that state and is read no more loses it too, and so on up the calls."""
+    carried that state and is read no more loses it too, and so on up the calls: one round per
+    level of calls, each graph rewritten at most once a round."""
     table = program.module_table()
     graphs: dict[Variant, Graph] = {}
     peers: dict[ModuleId, list[tuple[str, ModuleId]]] = {}
@@ -161,50 +166,60 @@ def _rewrite(
     def graph_of(key: Variant) -> Graph:
         return graphs.get(key) or table[key[0]].graphs[key[1]]
 
-    queue: list[tuple[Variant, Graph, frozenset[str]]] = []  # callee, its graph before, dropped
+    # callee -> (its graph before the round, the placeholder names it no longer takes)
+    dropped: dict[Variant, tuple[Graph, frozenset[str]]] = {}
     for key, foreign in sorted(moves.items()):
-        mid, variant = key
+        mid, _ = key
         held = peers.setdefault(mid, list(table[mid].peers))
         before = graph_of(key)
         reads = {i: _peer_read(program, mid, held, fqn) for i, fqn in foreign.items()}
         graphs[key] = _read_through_peers(before, reads)
-        queue.append((key, before, frozenset(before.placeholders[i].name for i in reads)))
+        dropped[key] = (before, frozenset(before.placeholders[i].name for i in reads))
         log.debug(
             "hold_foreign_state: preserved module %r reads %s through peers",
             program.first_path(mid), sorted(reads.values()),
         )
     root_key = (program.root, 0)
-    while queue:
-        callee, before, dropped = queue.pop()
-        for caller, node_name in callers.get(callee, ()):
-            after = _drop_arguments(graph_of(caller), node_name, before, dropped)
+    while dropped:
+        at_caller: dict[Variant, dict[str, tuple[Graph, frozenset[str]]]] = {}
+        for callee, change in dropped.items():
+            for caller, node_name in callers.get(callee, ()):
+                at_caller.setdefault(caller, {})[node_name] = change
+        dropped = {}
+        for caller, calls in sorted(at_caller.items()):
+            after = _drop_arguments(graph_of(caller), calls)
             graphs[caller] = after
             if caller == root_key or signature_arity(after) is not None:
                 continue  # the root's and a preserved call's own inputs stay
-            mid, variant = caller
-            original = table[mid].graphs[variant].placeholders
-            fqn_of = dict(zip((h.name for h in original), carried[caller]))
-            used = {r.name for n in after.nodes for r in n.inputs()}
-            unused = frozenset(
-                h.name
-                for h in after.placeholders
-                if fqn_of.get(h.name) is not None and h.name not in used
-            )
+            unused = _unused_state_inputs(after, table[caller[0]].graphs[caller[1]], carried[caller])
             if unused:
                 graphs[caller] = Graph(tuple(n for n in after.nodes if n.name not in unused))
-                queue.append((caller, after, unused))
+                dropped[caller] = (after, unused)
     modules = program.modules
-    for mid in {key[0] for key in graphs}:
+    for mid in sorted({key[0] for key in graphs}):
         mod = table[mid]
         variants = tuple(graphs.get((mid, k), g) for k, g in enumerate(mod.graphs))
-        modules = modules.set(mid, mod.replace(graphs=variants, peers=tuple(peers.get(mid, mod.peers))))
+        held = tuple(peers.get(mid, mod.peers))
+        modules = modules.set(mid, mod.replace(graphs=variants, peers=held))
     return program.replace(modules=modules)
+
+
+def _unused_state_inputs(
+    graph: Graph, original: Graph, carried: list[str | None]
+) -> frozenset[str]:
+    """The placeholders of ``graph`` that carry state (by ``original``'s placeholder order) and
+    that no node reads."""
+    fqn_of = dict(zip((h.name for h in original.placeholders), carried))
+    used = {r.name for n in graph.nodes for r in n.inputs()}
+    return frozenset(
+        h.name for h in graph.placeholders if fqn_of.get(h.name) is not None and h.name not in used
+    )
 
 
 def _peer_read(program: Program, mid: ModuleId, peers: list[tuple[str, ModuleId]], fqn: str) -> str:
     """The ``get_attr`` target that reads ``fqn`` in module ``mid`` through a peer holding its
     owner (added to ``peers`` when new)."""
-    owner_path, _, attr = fqn.rpartition(".")
+    owner_path, attr = _owner_path(fqn), fqn.rpartition(".")[2]
     owner = program.resolve(owner_path)
     for name, held in peers:
         if held == owner:
@@ -215,6 +230,11 @@ def _peer_read(program: Program, mid: ModuleId, peers: list[tuple[str, ModuleId]
     name = base if base not in taken else fresh_name(base, taken)
     peers.append((name, owner))
     return f"{name}.{attr}"
+
+
+def _owner_path(fqn: str) -> str:
+    """The path of the module that registers state ``fqn`` (``""``: the root)."""
+    return fqn.rpartition(".")[0]
 
 
 def _read_through_peers(graph: Graph, reads: dict[int, str]) -> Graph:
@@ -229,22 +249,31 @@ def _read_through_peers(graph: Graph, reads: dict[int, str]) -> Graph:
     return Graph(tuple(kept + made) + graph.nodes[len(placeholders) :])
 
 
-def _drop_arguments(graph: Graph, call: str, callee: Graph, dropped: frozenset[str]) -> Graph:
-    """``graph`` with the arguments that node ``call`` binds to ``callee``'s placeholders named
-    in ``dropped`` left out (positionally, or by keyword past the positional ones); a
-    ``get_attr`` that only those arguments read is dropped too."""
-    nodes = list(graph.nodes)
-    at = next(i for i, n in enumerate(nodes) if n.name == call)
-    node = nodes[at]
-    holders = callee.placeholders
-    gone = {j for j, h in enumerate(holders) if h.name in dropped}
-    args = tuple(a for j, a in enumerate(node.args) if j not in gone)
-    by_name = {holders[j].name for j in gone if j >= len(node.args)}
-    kwargs = IDict(tuple((k, v) for k, v in node.kwargs.items if k not in by_name))
-    released = {
-        a.name for j, a in enumerate(node.args) if j in gone and isinstance(a, Ref)
-    } | {v.name for k, v in node.kwargs.items if k in by_name and isinstance(v, Ref)}
-    nodes[at] = node.replace(args=args, kwargs=kwargs)
+def _drop_arguments(graph: Graph, calls: dict[str, tuple[Graph, frozenset[str]]]) -> Graph:
+    """``graph`` with, for each call node named in ``calls``, the arguments it binds to the
+    callee's placeholders that are dropped left out (positionally, or by keyword past the
+    positional ones; the callee's graph before the drop says which); a ``get_attr`` that only
+    those arguments read is dropped too. O(nodes)."""
+    nodes = []
+    released: set[str] = set()
+    for node in graph.nodes:
+        change = calls.get(node.name)
+        if change is None:
+            nodes.append(node)
+            continue
+        callee, names = change
+        holders = callee.placeholders
+        gone = {j for j, h in enumerate(holders) if h.name in names}
+        by_name = {holders[j].name for j in gone if j >= len(node.args)}
+        for j, a in enumerate(node.args):
+            if j in gone and isinstance(a, Ref):
+                released.add(a.name)
+        for k, v in node.kwargs.items:
+            if k in by_name and isinstance(v, Ref):
+                released.add(v.name)
+        args = tuple(a for j, a in enumerate(node.args) if j not in gone)
+        kwargs = IDict(tuple((k, v) for k, v in node.kwargs.items if k not in by_name))
+        nodes.append(node.replace(args=args, kwargs=kwargs))
     used = {r.name for n in nodes for r in n.inputs()}
     stale = {n.name for n in nodes if n.op == GET_ATTR and n.name in released - used}
     return Graph(tuple(n for n in nodes if n.name not in stale))
