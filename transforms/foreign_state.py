@@ -16,6 +16,7 @@ module reads its own reference, as in eager; the lowered one reads the owner's c
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import torch.fx._pytree as fx_pytree
 
@@ -166,13 +167,18 @@ def _rewrite(
     def graph_of(key: Variant) -> Graph:
         return graphs.get(key) or table[key[0]].graphs[key[1]]
 
+    state_names: dict[str, list[str]] = {}  # module path -> names of the state it registers
+    for fqn in program.state_order:
+        owner, _, name = fqn.rpartition(".")
+        state_names.setdefault(owner, []).append(name)
     # callee -> (its graph before the round, the placeholder names it no longer takes)
     dropped: dict[Variant, tuple[Graph, frozenset[str]]] = {}
     for key, foreign in sorted(moves.items()):
         mid, _ = key
         held = peers.setdefault(mid, list(table[mid].peers))
         before = graph_of(key)
-        reads = {i: _peer_read(program, mid, held, fqn) for i, fqn in foreign.items()}
+        own = state_names.get(program.first_path(mid) or "", ())
+        reads = {i: _peer_read(program, mid, held, fqn, own) for i, fqn in foreign.items()}
         graphs[key] = _read_through_peers(before, reads)
         dropped[key] = (before, frozenset(before.placeholders[i].name for i in reads))
         log.debug(
@@ -216,16 +222,23 @@ def _unused_state_inputs(
     )
 
 
-def _peer_read(program: Program, mid: ModuleId, peers: list[tuple[str, ModuleId]], fqn: str) -> str:
+def _peer_read(
+    program: Program,
+    mid: ModuleId,
+    peers: list[tuple[str, ModuleId]],
+    fqn: str,
+    own_state: Iterable[str],
+) -> str:
     """The ``get_attr`` target that reads ``fqn`` in module ``mid`` through a peer holding its
-    owner (added to ``peers`` when new)."""
+    owner (added to ``peers`` when new, named unlike ``mid``'s children, peers and
+    ``own_state``, the names of the state it registers)."""
     owner_path, attr = _owner_path(fqn), fqn.rpartition(".")[2]
     owner = program.resolve(owner_path)
     for name, held in peers:
         if held == owner:
             return f"{name}.{attr}"
     mod = program.module_table()[mid]
-    taken = Names([n for n, _ in mod.children] + [n for n, _ in peers])
+    taken = Names([n for n, _ in mod.children] + [n for n, _ in peers] + list(own_state))
     base = "_peer_" + (owner_path.replace(".", "_") or "root")
     name = base if base not in taken else fresh_name(base, taken)
     peers.append((name, owner))

@@ -168,3 +168,14 @@ def test_verify_names_a_peer_outside_the_tree():
     broken = held.replace(modules=held.modules.set("a.b", b.replace(peers=(("_peer_n", "gone"),))))
     with pytest.raises(VerifyError, match="holds peer '_peer_n'"):
         verify(broken)
+
+
+def test_a_peer_is_named_unlike_the_module_own_state():
+    text = WIDENED.replace(
+        "    n.w: parameter <Parameter (2,) torch.float32>\n",
+        "    n.w: parameter <Parameter (2,) torch.float32>\n"
+        "    a.b._peer_n: buffer <Tensor (2,) torch.float32>\n",
+    )
+    after = hold_foreign_state(program(text))
+    verify(after)
+    assert after.modules["a.b"].peers == (("_peer_n_1", "n"),)
