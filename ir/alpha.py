@@ -117,6 +117,7 @@ def program_key(program: Program) -> tuple:
                 tuple(name for name, _ in mod.children),
                 tuple(graph_key(g) for g in mod.graphs),
                 mod.leaf,
+                tuple((name, program.first_path(peer)) for name, peer in mod.peers),
             )
         )
     tensor_groups: dict[str, int] = {}

@@ -67,7 +67,11 @@ class Module:
       ``graphs[0]``;
     - ``leaf``: for kind ``leaf``, the original module object (an ``ir.state.Opaque``), held by
       reference and never written; ``lower`` builds a copy of it without its parameters, buffers
-      and submodules, which come from the Program's state and module table.
+      and submodules, which come from the Program's state and module table;
+    - ``peers``: ``(local name, ModuleId)`` pairs of modules this one holds by reference outside
+      its children, as an eager module keeps another module in a plain attribute. A graph reads
+      a peer's state as ``get_attr`` ``name.attr``; ``lower`` holds the peer's object as a plain
+      attribute, so it is in no ``named_modules()``/``state_dict()`` path below this module.
     """
 
     type_name: str | None = None
@@ -75,6 +79,7 @@ class Module:
     children: tuple[tuple[str, ModuleId], ...] = ()
     graphs: tuple[Graph, ...] = ()
     leaf: Opaque | None = None
+    peers: tuple[tuple[str, ModuleId], ...] = ()
 
     @property
     def graph(self) -> Graph | None:
@@ -90,6 +95,10 @@ class Module:
     def _child_table(self) -> dict[str, ModuleId]:
         return dict(self.children)
 
+    def peer(self, name: str) -> ModuleId | None:
+        """The ModuleId held by reference under local ``name``, or ``None``. O(peers)."""
+        return next((mid for n, mid in self.peers if n == name), None)
+
     def replace(self, **changes: Any) -> Module:
         """A copy with ``changes``; ``self`` when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):
@@ -103,6 +112,7 @@ class Module:
             get("children", self.children),
             get("graphs", self.graphs),
             get("leaf", self.leaf),
+            get("peers", self.peers),
         )
 
     def with_child(self, name: str, mid: ModuleId) -> Module:
@@ -114,4 +124,4 @@ class Module:
         return attrs.evolve(self, children=kids)
 
 
-_FIELDS = frozenset(("type_name", "kind", "children", "graphs", "leaf"))
+_FIELDS = frozenset(("type_name", "kind", "children", "graphs", "leaf", "peers"))

@@ -311,7 +311,7 @@ class _Reader:
                 raise ParseError(f"module {path!r} names two different modules")
         for mid, f in fields.items():
             kids = tuple(children[mid].items())
-            modules[mid] = Module(f["type_name"], f["kind"], kids, f["graphs"])
+            modules[mid] = Module(f["type_name"], f["kind"], kids, f["graphs"], peers=f["peers"])
 
     def _module(self, line: _Line, rest: str, path: str, fields: dict) -> str:
         found = _MODULE_LINE.fullmatch(rest)
@@ -321,8 +321,12 @@ class _Reader:
         mid = self._literal(line, mid_text) if mid_text else (path or "<root>")
         if type(mid) is not str or mid in fields:
             raise line.error(f"module id {mid!r} is not a new string")
-        graphs = []
+        graphs: list[Graph] = []
+        peers: list[tuple[str, str]] = []
         for header in self._items(4):
+            if header.text.startswith("    peer ") and not graphs:
+                peers.append(self._peer(header))
+                continue
             if header.text.strip() != f"graph {len(graphs)}:":
                 raise header.error(f"expected 'graph {len(graphs)}:'")
             graphs.append(Graph.of(self._node(x) for x in self._items(6)))
@@ -330,8 +334,16 @@ class _Reader:
             "type_name": None if type_text == "?" else type_text,
             "kind": kind or PLAIN,
             "graphs": tuple(graphs),
+            "peers": tuple(peers),
         }
         return mid
+
+    def _peer(self, line: _Line) -> tuple[str, str]:
+        name, sep, rest = line.text.strip().removeprefix("peer ").partition(": id=")
+        peer = self._literal(line, rest) if sep else None
+        if not name.isidentifier() or type(peer) is not str:
+            raise line.error("a peer line reads 'peer NAME: id=ID'")
+        return name, peer
 
     def _node(self, line: _Line) -> Node:
         text = line.text.strip()

@@ -140,6 +140,8 @@ def format_program(program: Program) -> str:
         seen[mid] = path
         mod = program.module_table()[mid]
         lines.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
+        for name, peer in mod.peers:
+            lines.append(f"    peer {name}: id={peer!r}")
         for i, graph in enumerate(mod.graphs):
             lines.append(f"    graph {i}:")
             lines.append(format_graph(graph, "      "))

@@ -116,6 +116,28 @@ class Program:
                 return None
         return mid
 
+    def first_path(self, mid: ModuleId) -> str | None:
+        """The first path (in ``walk`` order) that reaches module ``mid``, or ``None`` when no
+        path does (O(modules) once, then O(1))."""
+        found = self._index.get("first_path")
+        if found is None:
+            found = self._index["first_path"] = {}
+            for path, m in self.walk():
+                found.setdefault(m, path)
+        return found.get(mid)
+
+    def attr_fqn(self, mid: ModuleId, path: str, target: str) -> str:
+        """The root-relative name that a ``get_attr`` of ``target`` in module ``mid`` (reached
+        at ``path``) reads: through the peer named by ``target``'s first part when ``mid`` holds
+        one (the peer's first path), else below ``path``. O(peers)."""
+        head, dot, rest = target.partition(".")
+        peer = self.module_table()[mid].peer(head) if dot else None
+        if peer is not None:
+            base = self.first_path(peer)
+            if base is not None:
+                return f"{base}.{rest}" if base else rest
+        return f"{path}.{target}" if path else target
+
     def walk(self) -> Iterator[tuple[str, ModuleId]]:
         """Every ``(path, ModuleId)`` from the root, depth first in registration order.
 

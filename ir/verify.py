@@ -26,7 +26,8 @@ def verify(program: Program) -> Program:
 
     Checks: the module table is closed and acyclic; every graph defines names once and before use,
     keeps placeholders first and ends in one output node; ``call_module`` targets reach a child
-    whose graph takes that many arguments; ``get_attr`` targets reach state or a subgraph module;
+    whose graph takes that many arguments; ``get_attr`` targets reach state (below the module or
+    through a peer it holds) or a subgraph module; peers are modules of the tree;
     the root graph matches the export signature; state slots name held tensors, in order.
     """
     paths = _check_module_tree(program)
@@ -35,11 +36,29 @@ def verify(program: Program) -> Program:
         mod = program.module_table()[mid]
         if mod.kind not in KINDS:
             raise VerifyError(f"module {path or '<root>'!r} has unknown kind {mod.kind!r}")
+        _check_peers(mod.peers, mod.children, paths, path)
         for graph in mod.graphs:
             _check_graph(graph, path)
             _check_targets(program, graph, mid, path)
     _check_root_signature(program)
     return program
+
+
+def _check_peers(
+    peers: tuple, children: tuple, paths: dict[ModuleId, str], path: str
+) -> None:
+    """A peer (a module held by reference) is in the module tree and named unlike a child."""
+    kids = {name for name, _ in children}
+    for name, peer in peers:
+        if peer not in paths:
+            raise VerifyError(
+                f"module {path or '<root>'!r} holds peer {name!r}, module id {peer!r}, which no "
+                "path of the module tree reaches"
+            )
+        if name in kids:
+            raise VerifyError(
+                f"module {path or '<root>'!r} holds peer {name!r} under the name of a child"
+            )
 
 
 def _check_module_tree(program: Program) -> dict[ModuleId, str]:
@@ -138,7 +157,7 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
         elif node.op == GET_ATTR:
             if program.resolve(node.target, mid) is not None:
                 continue
-            fqn = f"{path}.{node.target}" if path else node.target
+            fqn = program.attr_fqn(mid, path, node.target)
             if program.module_table()[mid].kind != SUBGRAPH and fqn not in program.state_table():
                 raise VerifyError(
                     f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "

@@ -38,7 +38,9 @@ PLAIN_ATTRIBUTE = "__dict__"
 TABLES = (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE, PLAIN_ATTRIBUTE)
 
 # A read: the module path's parts, then the table that holds the last name (or None: getattr).
+# A part that starts with HELD is a module held in a plain attribute (a peer), not a child.
 Read = tuple[tuple[str, ...], str, str | None]
+HELD = "__dict__:"
 
 DirectFn = Callable[..., Any]
 
@@ -48,13 +50,20 @@ _SIMPLE_LITERALS = (int, bool, str, type(None))
 
 def locate(owner: torch.nn.Module, target: str) -> Read | None:
     """Where the attribute at dotted ``target`` below ``owner`` lives now; ``None`` when a step
-    of the path is not a registered submodule or the name is nowhere."""
-    *parts, name = target.split(".")
+    of the path is neither a registered submodule nor a module held in a plain attribute (a
+    peer, recorded as ``HELD + name``), or the name is nowhere."""
+    *names, name = target.split(".")
+    parts = []
     mod = owner
-    for part in parts:
-        mod = mod.__dict__[MODULE_TABLE].get(part)
-        if mod is None:
-            return None
+    for part in names:
+        child = mod.__dict__[MODULE_TABLE].get(part)
+        if child is None:
+            child = mod.__dict__.get(part)
+            if not isinstance(child, torch.nn.Module):
+                return None
+            part = HELD + part
+        parts.append(part)
+        mod = child
     for table in (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE):
         if name in mod.__dict__[table]:
             return tuple(parts), name, table
@@ -191,7 +200,11 @@ class _Emitter:
         )
 
     def module_path(self, parts: Sequence[str]) -> str:
-        return "self" + "".join(f".{MODULE_TABLE}[{p!r}]" for p in parts if p)
+        return "self" + "".join(
+            f".__dict__[{p.removeprefix(HELD)!r}]" if p.startswith(HELD) else f".{MODULE_TABLE}[{p!r}]"
+            for p in parts
+            if p
+        )
 
     def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
         rendered = [self.value(a) for a in args]

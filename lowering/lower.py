@@ -86,6 +86,10 @@ def lower(
                 hold_body(obj, name, objects[child])  # not a submodule of the eager model
             else:
                 module_children(obj)[name] = objects[child]
+        for name, peer in table[mid].peers:
+            # held by reference, as an eager module keeps another in a plain attribute: outside
+            # ``_modules``, so no ``named_modules()`` or ``state_dict()`` path goes through it
+            obj.__dict__[name] = objects[peer]
     _register_state(program, objects, device, share_state)
     for mid, obj in objects.items():
         if program.module_table()[mid].kind == LEAF:

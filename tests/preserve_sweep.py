@@ -593,23 +593,13 @@ def _write_json(path: str, results: list[Result]) -> None:
 # --------------------------------------------------------------------------
 # Known failures (issue #12 items 1-4 remove them); kept exact by tests/test_preserve_sweep.py
 # --------------------------------------------------------------------------
-# From the full sweep on the merged code (1062 exportable cases, 6 failures), one class:
-# - "TypeError: Leaf.forward() takes 2 positional arguments but 4 were given" (item 4): after
-#   swapping in the eager module, the lowered parent still passes the state of a module owned
-#   elsewhere (``ancestor_sibling``: a preserved module reads a sibling's parameter) as extra
-#   arguments. The unswapped program runs and matches eager.
+# From the full sweep on the merged code (1062 exportable cases): none. The last class (item 4,
+# ``ancestor_sibling``: a preserved module reads state owned by a sibling of its ancestor, which
+# the parent passed as extra arguments, so a swapped-in eager module got too many) is fixed by
+# ``transforms.foreign_state.hold_foreign_state``.
 # Cases the sweep has not reached in a run are not listed; `-m sweep` reports them as new.
 
-KNOWN_FAILURES: frozenset[str] = frozenset(
-    {
-        "ancestor_sibling|decomp|a",
-        "ancestor_sibling|decomp|a.leaf",
-        "ancestor_sibling|decomp|norm,a",
-        "ancestor_sibling|train|a",
-        "ancestor_sibling|train|a.leaf",
-        "ancestor_sibling|train|norm,a",
-    }
-)
+KNOWN_FAILURES: frozenset[str] = frozenset()
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ class _Inliner:
                 name = fresh_name(name, taken)
             self.subgraphs[name] = found
             return name
-        return f"{path}.{node.target}" if path else node.target
+        return self.p.attr_fqn(mid, path, node.target)
 
     def _emit_op(self, node: Node, args: Any, kwargs: Any) -> Ref:
         """Emit a computing node; reads of a mutated root input read its latest in-place result

@@ -514,6 +514,7 @@ def _copy_program(p: Program) -> Program:
         mid: Module(
             mod.type_name, mod.kind, tuple(mod.children),
             tuple(Graph(tuple(_copy_node(n) for n in g.nodes)) for g in mod.graphs), mod.leaf,
+            tuple(mod.peers),
         )
         for mid, mod in p.modules.items()
     }

@@ -29,6 +29,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms.call_builder import OpenCall, call_base
 from transforms.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
+from transforms.foreign_state import hold_foreign_state
 from transforms.ival_insertion import insert_ivals
 from transforms.ivals import mutation_sources
 from transforms.module_table import reachable_modules, with_outlined_modules
@@ -92,7 +93,7 @@ def outline_and_sink(program: Program) -> Program:
     if outliner.canon or not sinks_in_one_pass(program):
         outliner.owners = None
         return sink_state(outliner.run())
-    return outliner.run()
+    return hold_foreign_state(outliner.run())  # the last step of ``sink_state``
 
 
 def outline_by(

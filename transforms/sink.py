@@ -13,6 +13,7 @@ from ir.module import ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms.foreign_state import hold_foreign_state
 
 
 def sink_state(program: Program) -> Program:
@@ -22,12 +23,15 @@ def sink_state(program: Program) -> Program:
     (through placeholders of callers, up to the root) from the root's input of ``f``. It is sunk
     when ``f``, or a tied alias of ``f``, lies below the module's path; the callers then stop
     passing it, and the root's signature drops state inputs. Placeholders of state owned
-    elsewhere stay (a module reading a sibling's tensor keeps it as an argument).
+    elsewhere stay (a module reading a sibling's tensor keeps it as an argument), except in a
+    preserved call, which must take only its signature's arguments: there the state is read
+    through a peer that holds its owner (``transforms.foreign_state.hold_foreign_state``, the
+    last step).
 
     **Laws:** idempotent; never changes the number of compute nodes; the lowered module computes
     the same. Complexity: O(n + S) for n nodes and S state fqns.
     """
-    return _Sinker(program).run()
+    return hold_foreign_state(_Sinker(program).run())
 
 
 class StateOwners:
