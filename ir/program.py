@@ -119,12 +119,14 @@ class Program:
     def first_path(self, mid: ModuleId) -> str | None:
         """The first path (in ``walk`` order) that reaches module ``mid``, or ``None`` when no
         path does (O(modules) once, then O(1))."""
-        found = self._index.get("first_path")
-        if found is None:
-            found = self._index["first_path"] = {}
-            for path, m in self.walk():
-                found.setdefault(m, path)
-        return found.get(mid)
+        return self._first_paths.get(mid)
+
+    @memoized
+    def _first_paths(self) -> dict[ModuleId, str]:
+        found: dict[ModuleId, str] = {}
+        for path, m in self.walk():
+            found.setdefault(m, path)
+        return found
 
     def attr_fqn(self, mid: ModuleId, path: str, target: str) -> str:
         """The root-relative name that a ``get_attr`` of ``target`` in module ``mid`` (reached
