@@ -18,8 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import torch.fx._pytree as fx_pytree
-
 from ir.args import IDict, Ref
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
@@ -27,6 +25,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from ir.tree_calls import flatten_by_spec
 
 log = logging.getLogger("purefx")
 
@@ -77,13 +76,13 @@ def hold_foreign_state(program: Program) -> Program:
 def signature_arity(graph: Graph) -> int | None:
     """How many leading placeholders are a preserved call's own arguments, or ``None`` when
     ``graph`` is not a preserved call's: its first computation (after placeholders and
-    ``get_attr``) is ``tree_flatten_spec(((p0, ...), {"k": k, ...}), in_spec)`` over exactly
+    ``get_attr``) is ``flatten_by_spec(((p0, ...), {"k": k, ...}), in_spec)`` over exactly
     its first placeholders, in order. O(placeholders)."""
     placeholders = graph.placeholders
     first = next((n for n in graph.nodes[len(placeholders) :] if n.op != GET_ATTR), None)
     if first is None or first.op != CALL_FUNCTION:
         return None
-    if first.target is not fx_pytree.tree_flatten_spec or not first.args:
+    if first.target is not flatten_by_spec or not first.args:
         return None
     tree = first.args[0]
     if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
