@@ -73,12 +73,12 @@ WIDENED = _HEAD + """\
     graph 0:
       %x = placeholder
       %p_n_w = placeholder
-      %_tree_in = call_function[torch.utils._pytree.tree_unflatten]((%x,), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
+      %_tree_in = call_function[ir.tree_calls.unflatten_tree]((%x,), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
       %_args = call_function[_operator.getitem](%_tree_in, 0)
       %_kwargs = call_function[_operator.getitem](%_tree_in, 1)
       %_arg = call_function[_operator.getitem](%_args, 0)
       %b = call_module[b](%_arg, %p_n_w)
-      %_flat_out = call_function[torch.fx._pytree.tree_flatten_spec](%b, leaf)
+      %_flat_out = call_function[ir.tree_calls.flatten_by_spec](%b, leaf)
       %mul = call_function[_operator.getitem](%_flat_out, 0)
       %neg = call_function[aten.neg.default](%mul)
       return %neg
@@ -86,11 +86,11 @@ WIDENED = _HEAD + """\
     graph 0:
       %_positional_arg_0 = placeholder
       %p_n_w = placeholder
-      %_flat_args = call_function[torch.fx._pytree.tree_flatten_spec](((%_positional_arg_0,), {}), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
+      %_flat_args = call_function[ir.tree_calls.flatten_by_spec](((%_positional_arg_0,), {}), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
       %x = call_function[_operator.getitem](%_flat_args, 0)
       %relu = call_function[aten.relu.default](%x)
       %mul = call_function[aten.mul.Tensor](%relu, %p_n_w)
-      %_tree_out = call_function[torch.utils._pytree.tree_unflatten]((%mul,), leaf)
+      %_tree_out = call_function[ir.tree_calls.unflatten_tree]((%mul,), leaf)
       return %_tree_out"""
 
 # ``a.b`` holds ``n`` as a peer and reads ``_peer_n.w``; ``a`` (a plain call) no longer takes
@@ -105,12 +105,12 @@ HELD = _HEAD + """\
   module a: A
     graph 0:
       %x = placeholder
-      %_tree_in = call_function[torch.utils._pytree.tree_unflatten]((%x,), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
+      %_tree_in = call_function[ir.tree_calls.unflatten_tree]((%x,), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
       %_args = call_function[_operator.getitem](%_tree_in, 0)
       %_kwargs = call_function[_operator.getitem](%_tree_in, 1)
       %_arg = call_function[_operator.getitem](%_args, 0)
       %b = call_module[b](%_arg)
-      %_flat_out = call_function[torch.fx._pytree.tree_flatten_spec](%b, leaf)
+      %_flat_out = call_function[ir.tree_calls.flatten_by_spec](%b, leaf)
       %mul = call_function[_operator.getitem](%_flat_out, 0)
       %neg = call_function[aten.neg.default](%mul)
       return %neg
@@ -119,11 +119,11 @@ HELD = _HEAD + """\
     graph 0:
       %_positional_arg_0 = placeholder
       %p_n_w = get_attr[_peer_n.w]()
-      %_flat_args = call_function[torch.fx._pytree.tree_flatten_spec](((%_positional_arg_0,), {}), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
+      %_flat_args = call_function[ir.tree_calls.flatten_by_spec](((%_positional_arg_0,), {}), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
       %x = call_function[_operator.getitem](%_flat_args, 0)
       %relu = call_function[aten.relu.default](%x)
       %mul = call_function[aten.mul.Tensor](%relu, %p_n_w)
-      %_tree_out = call_function[torch.utils._pytree.tree_unflatten]((%mul,), leaf)
+      %_tree_out = call_function[ir.tree_calls.unflatten_tree]((%mul,), leaf)
       return %_tree_out"""
 
 
