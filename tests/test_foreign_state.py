@@ -221,3 +221,53 @@ def test_direct_code_reads_through_the_peer() -> None:
     _, m = _lowered("sibling_owned", ("block.reader",), decomp=False)
     assert m.__dict__.get("_direct") is not None
     torch.testing.assert_close(m(*_inputs()), _eager("sibling_owned")(*_inputs()))
+
+
+class Experts(nn.Module):
+    """Reads the routing its parent hands it as an attribute (not an argument)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, D, D))
+        self.routed: tuple[torch.Tensor, ...] = ()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx, weights = self.routed
+        out = torch.zeros_like(x)
+        for e in range(2):
+            out = out + (idx == e).any(-1, keepdim=True).to(x.dtype) * (x @ self.w[e])
+        return out * weights.sum(-1, keepdim=True)
+
+
+class RoutedMoE(nn.Module):
+    """``experts`` reads top-k values made from ``router``'s output outside its preserved call:
+    ``rematerialize`` recomputes them inside ``experts`` from ``router``'s parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(D, 2)
+        self.experts = Experts()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, idx = torch.topk(self.router(x).softmax(-1), 1)
+        self.experts.routed = (idx, weights)
+        return self.experts(x)
+
+
+@pytest.mark.parametrize("decomp", [False, True], ids=["train", "decomp"])
+def test_a_recomputed_read_of_a_sibling_parameter_goes_through_a_peer(decomp: bool) -> None:
+    """The recomputed top-k reads ``router``'s parameters through a peer: ``experts`` still takes
+    only the eager ``forward``'s one argument, and its result is eager's."""
+    torch.manual_seed(0)
+    eager = RoutedMoE()
+    ep = torch.export.export(
+        eager, _inputs(), strict=False, preserve_module_call_signature=("experts",)
+    )
+    if decomp:
+        ep = ep.run_decompositions()
+    m = lower(transform(import_ep(ep)))
+    assert len(inspect.signature(m.experts.forward).parameters) == 1
+    assert [n for n, _ in m.named_modules()] == [n for n, _ in eager.named_modules()]
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(m(*_inputs()), eager(*_inputs()))
