@@ -359,32 +359,24 @@ def hop_kind(target: Any) -> str:
 def _ops(*names: str) -> frozenset[Any]:
     """The overloads (``"aten._print.default"``) or packets (``"aten.to"``) named that exist in
     this torch; a name it lacks is skipped."""
-    found = set()
-    for name in names:
-        obj: Any = torch.ops
-        for part in name.split("."):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if obj is not None:
-            found.add(obj)
-    return frozenset(found)
+    found = (_attribute_path(torch.ops, name.split(".")) for name in names)
+    return frozenset(obj for obj in found if obj is not None)
 
 
 def _functions(*names: str) -> frozenset[Any]:
     """The functions named (``"torch.rand"``, ``"torch.nn.functional.dropout"``) that exist."""
     roots = {"torch": torch, "F": F, "operator": operator, "builtins": builtins, "math": math}
-    found = set()
-    for name in names:
-        root, *parts = name.split(".")
-        obj: Any = roots[root]
-        for part in parts:
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if obj is not None:
-            found.add(obj)
-    return frozenset(found)
+    found = (_attribute_path(roots[root], parts) for root, *parts in (n.split(".") for n in names))
+    return frozenset(obj for obj in found if obj is not None)
+
+
+def _attribute_path(obj: Any, parts: list[str]) -> Any:
+    """``obj.parts[0].parts[1]...``, or ``None`` where a step is missing."""
+    for part in parts:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
 
 
 # Operators with a side effect that neither the schema nor the effect registry states.

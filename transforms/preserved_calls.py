@@ -26,7 +26,7 @@ Complexity: O(size of the signature) per call.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ir.args import IDict, Ref, ref
@@ -106,14 +106,7 @@ def close_preserved(
     """The body of preserved ``call``'s graph, ending in the output pytree it returns;
     ``read(call, v)`` gives flat value ``v`` in the call."""
     sig = call.sig
-    leaves = []
-    for out in sig.outputs:
-        if out.kind == CONSTANT or not out.name:
-            leaves.append(out.value)
-        elif out.name in by_name:
-            leaves.append(read(call, out.name))
-        else:
-            leaves.append(None)
+    leaves = _flat_values(sig.outputs, by_name, lambda name: read(call, name))
     tree = fresh_name("_tree_out", taken)
     out_name = fresh_name("output", taken)
     return call.body + [
@@ -143,14 +136,7 @@ def call_preserved(
         parent.body.append(Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(())))
         return ref(name)
 
-    values = []
-    for arg in sig.inputs:
-        if arg.kind == CONSTANT or not arg.name:
-            values.append(arg.value)
-        elif arg.name in by_name:
-            values.append(read(parent, arg.name))
-        else:
-            values.append(None)
+    values = _flat_values(sig.inputs, by_name, lambda name: read(parent, name))
     tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec))
     args_ref = new("_args", operator.getitem, (tree, 0))
     kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
@@ -195,3 +181,14 @@ def split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:
             "torch.export records; re-export the program"
         )
     return children[0], children[1]
+
+
+def _flat_values(specs: Sequence[Any], by_name: Mapping[str, Any], read: Callable[[str], Any]) -> list:
+    """The flat values of a signature's inputs or outputs: a constant's value, ``read(name)`` for
+    a value the program defines, ``None`` for one it does not."""
+    return [
+        spec.value if spec.kind == CONSTANT or not spec.name
+        else read(spec.name) if spec.name in by_name
+        else None
+        for spec in specs
+    ]
