@@ -1,0 +1,130 @@
+"""Before/Expected examples for ``insert_ivals``: a value on a buffer's update chain that a
+preserved call computes and that is read across its boundary without its signature carrying it
+(an *ival*) gets a ``copy_(buffer, value)`` right after it, in the call that computes it (the copy
+carries the value's module stack); the reads are not changed (``outline`` then reads the buffer
+instead). Nothing else changes."""
+
+from __future__ import annotations
+
+from beforeafter import program
+
+from ir import Program
+from transforms.ival_insertion import insert_ivals
+from transforms.stacks import node_frames
+
+SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
+HEAD = """\
+program:
+  inputs:
+    %b_n: buffer n persistent=True
+    %x: user_input
+  outputs:
+    %NEW: buffer_mutation n
+    %mul: user_output
+  state:
+    n: buffer <Tensor (2,) torch.float32>
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%mul,)
+      in_spec: SPEC
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%relu,)
+      in_spec: SPEC
+      out_spec: leaf
+"""
+
+
+def text(t: str) -> str:
+    """``t`` with its call specs written out."""
+    return t.replace("SPEC", SPEC)
+
+
+def calls(p: Program) -> dict[str, list[str]]:
+    """Each computing root node's preserved calls (``a``, ``a@1``), outermost first."""
+    return {
+        n.name: [f.call_name for f in node_frames(n)]
+        for n in p.root_module.graph.nodes
+        if "nn_module_stack" in n.meta
+    }
+
+
+def check(before_text: str, expected_text: str) -> None:
+    before = program(before_text)
+    after = insert_ivals(before)
+    expected = program(expected_text, like=before)
+    assert after == expected  # no node is renamed: exact equality
+    assert calls(after) == calls(expected)  # each copy runs in the call that computes its value
+    assert insert_ivals(after) is after  # idempotent
+
+
+ONCE = HEAD.replace("%NEW", "%add") + """\
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a
+      %relu = call_function[aten.relu.default](%add)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%relu, %add)
+      return (%add, %mul)
+  module a: A"""
+
+
+def test_a_buffer_update_read_after_the_call_is_written_back_in_it():
+    # mul reads add, n's new value, but a's signature hands out only relu
+    check(
+        text(ONCE),
+        text(ONCE.replace(
+            "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a",
+            "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a\n"
+            "      %copy_ = call_function[aten.copy_.default](%b_n, %add)  # stack: a",
+        )),
+    )
+
+
+TWICE = HEAD.replace("%NEW", "%add_1") + """\
+    'a@1':
+      inputs: (%relu,)
+      outputs: (%relu_1,)
+      in_spec: SPEC
+      out_spec: leaf
+  call order: ('', 'a', 'a@1')
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a
+      %relu = call_function[aten.relu.default](%add)  # stack: a
+      %add_1 = call_function[aten.add.Tensor](%add, %relu)  # stack: a@1
+      %relu_1 = call_function[aten.relu.default](%add_1)  # stack: a@1
+      %mul = call_function[aten.mul.Tensor](%relu_1, %add_1)
+      return (%add_1, %mul)
+  module a: A"""
+
+
+def test_a_buffer_updated_by_each_of_two_calls_is_written_back_in_each():
+    # a@1 reads a's update of n (add) and the root reads a@1's (add_1): neither is signed
+    expected = TWICE.replace(
+        "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a",
+        "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a\n"
+        "      %copy_ = call_function[aten.copy_.default](%b_n, %add)  # stack: a",
+    ).replace(
+        "%add_1 = call_function[aten.add.Tensor](%add, %relu)  # stack: a@1",
+        "%add_1 = call_function[aten.add.Tensor](%add, %relu)  # stack: a@1\n"
+        "      %copy__1 = call_function[aten.copy_.default](%b_n, %add_1)  # stack: a@1",
+    )
+    check(text(TWICE), text(expected))
+
+
+def test_a_buffer_update_the_signature_carries_is_no_ival():
+    signed = program(text(ONCE.replace("outputs: (%relu,)", "outputs: (%relu, %add)")))
+    assert insert_ivals(signed) is signed
+
+
+def test_a_program_without_preserved_calls_is_returned_as_it_is():
+    plain = ONCE[: ONCE.index("  preserved calls:")] + ONCE[ONCE.index("  module <root>"):]
+    p = program(plain)
+    assert insert_ivals(p) is p
