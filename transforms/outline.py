@@ -104,6 +104,9 @@ def outline_by(
 
     ``copied(node)`` marks nodes (without inputs, such as ``get_attr``) that belong to no call:
     each call that reads one gets its own copy instead of an input; none is made where unread.
+    A copied ``get_attr`` keeps the root-relative target it had, so the result verifies only once
+    the caller has moved that state under the calls that read it (as ``split_by_tags`` does).
+    O(n) over the root graph, like ``outline``.
     """
     root = program.root_module
     if any(n.op == CALL_MODULE for n in root.graph.nodes):
