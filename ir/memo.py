@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from operator import attrgetter
 from types import MemberDescriptorType
 from typing import Any, Generic, TypeVar
 
@@ -71,10 +70,9 @@ class memoized(property, Generic[T]):
 
     def __init__(self, method: Callable[[Any], T]) -> None:
         storage = f"_memo_{method.__name__.lstrip('_')}"
-        read = attrgetter(storage)
 
         def get(obj: Any) -> T:
-            found = read(obj)
+            found = getattr(obj, storage)  # not ``attrgetter``: dynamo traces ``getattr``
             if found is NOT_COMPUTED:
                 found = method(obj)
                 _OBJECT_SETATTR(obj, storage, found)
