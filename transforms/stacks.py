@@ -129,10 +129,7 @@ def fix_module_stacks(program: Program) -> Program:
             )
             nodes[i] = node.with_meta(nn_module_stack=dict(items[:keep]))
             changed = True
-    if not changed:
-        return program
-    new_root = root.replace(graphs=(Graph(tuple(nodes)),) + root.graphs[1:])
-    return program.replace(modules=program.modules.set(program.root, new_root))
+    return _with_root_nodes(program, nodes) if changed else program
 
 
 def fill_call_gaps(program: Program) -> Program:
@@ -174,14 +171,18 @@ def fill_call_gaps(program: Program) -> Program:
                 span = spans.setdefault(call, [i, i])
                 span[1] = i
                 stacks.setdefault(call, graph.nodes[i].meta["nn_module_stack"])
-    nodes = list(graph.nodes)
-    changed = False
-    for i, call in _gap_adoptions(chains, spans):
-        stack = _truncated_stack(stacks[call], len(call))
-        nodes[i] = nodes[i].with_meta(nn_module_stack=stack)
-        changed = True
-    if not changed:
+    adoptions = list(_gap_adoptions(chains, spans))
+    if not adoptions:
         return program
+    nodes = list(graph.nodes)
+    for i, call in adoptions:
+        nodes[i] = nodes[i].with_meta(nn_module_stack=_truncated_stack(stacks[call], len(call)))
+    return _with_root_nodes(program, nodes)
+
+
+def _with_root_nodes(program: Program, nodes: list[Node]) -> Program:
+    """``program`` with its root's first graph made of ``nodes`` (meta changes only here)."""
+    root = program.root_module
     new_root = root.replace(graphs=(Graph(tuple(nodes)),) + root.graphs[1:])
     return program.replace(modules=program.modules.set(program.root, new_root))
 
