@@ -35,7 +35,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
-from transforms.stacks import Frame, node_frames
+from transforms.stacks import Frame, stack_frames
 
 log = logging.getLogger("purefx")
 
@@ -401,10 +401,7 @@ class _Splitter:
 
 
 def _frames(stack: dict | None) -> tuple[Frame, ...]:
-    return node_frames(_STACKED.with_meta(nn_module_stack=stack)) or () if stack else ()
-
-
-_STACKED = Node(CALL_FUNCTION, "_", "_")  # a carrier for reading a stack as frames
+    return (stack_frames(stack) or ()) if stack else ()
 
 
 def _is_index(node: Node, call: str | None) -> bool:

@@ -7,6 +7,7 @@ A node's module stack lists the module calls it runs inside, outermost first. Ea
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import attrs
 
@@ -46,6 +47,12 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
             f"node {node.name!r} ({node.op} {node.target}) has no nn_module_stack, so it cannot be "
             "placed in a module; export the program with torch.export.export"
         )
+    return stack_frames(stack)
+
+
+def stack_frames(stack: Mapping[str, tuple]) -> tuple[Frame, ...] | None:
+    """The frames of a non-empty module stack without its root entry; ``None`` for the "keep
+    the current stack" marker. Memoized by the stack's entries (bounded). O(stack depth)."""
     if len(stack) == 1 and EMPTY_STACK_KEY in stack:
         return None
     entries = tuple(stack.items())
