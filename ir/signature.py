@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -91,3 +92,20 @@ class CallSignature:
     in_spec: Any
     out_spec: Any
     forward_arg_names: tuple[str, ...] | None = None
+
+    def renamed(
+        self, inputs: Mapping[str, str] | None = None, outputs: Mapping[str, str] | None = None
+    ) -> CallSignature:
+        """A copy whose inputs named in ``inputs`` and outputs named in ``outputs`` (old name ->
+        new name) name the new values; every other spec as it is. O(specs)."""
+
+        def rename(specs: tuple[ArgSpec, ...], names: Mapping[str, str]) -> tuple[ArgSpec, ...]:
+            return tuple(
+                attrs.evolve(a, name=names[a.name]) if a.name in names else a for a in specs
+            )
+
+        return attrs.evolve(
+            self,
+            inputs=rename(self.inputs, inputs or {}),
+            outputs=rename(self.outputs, outputs or {}),
+        )

@@ -265,21 +265,10 @@ class _Rematerializer:
         """The call signatures whose arguments (``passed``) or outputs (``returned``) are now
         other values."""
         sigs = self.p.call_signatures
-
-        def renamed(args: tuple, renames: dict[str, str]) -> tuple:
-            return tuple(
-                attrs.evolve(a, name=renames[a.name]) if a.name in renames else a for a in args
-            )
-
-        changed = {}
-        for call in sorted(set(self.passed) | set(self.returned)):
-            sig = sigs[call]
-            changed[call] = attrs.evolve(
-                sig,
-                inputs=renamed(sig.inputs, self.passed.get(call, {})),
-                outputs=renamed(sig.outputs, self.returned.get(call, {})),
-            )
-        return changed
+        return {
+            call: sigs[call].renamed(self.passed.get(call), self.returned.get(call))
+            for call in sorted(set(self.passed) | set(self.returned))
+        }
 
     # --- what a reader may read -------------------------------------------------------------
 
@@ -634,8 +623,8 @@ def _same_value(node: Node, source: Node) -> bool:
 
 def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
     """Union-find over no-op edges: ``getitem(t, i)`` nodes with the same ``(t, i)``, and the ops
-    that ``ir.ops`` calls alias-like whose result keeps the input's shape, dtype and device. Each member
-    of a class of two or more maps to the class's members in graph order. O(n α(n))."""
+    that ``ir.ops`` calls alias-like whose result keeps the input's shape, dtype and device. Each
+    member of a class of two or more maps to the class's members in graph order. O(n α(n))."""
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:

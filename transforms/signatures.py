@@ -156,11 +156,7 @@ def _repair(
             "%%%s crosses its boundary instead (a name run_decompositions did not update)",
             call, old, new,
         )
-
-    def fix(args: tuple) -> tuple:
-        return tuple(attrs.evolve(a, name=renames[a.name]) if a.name in renames else a for a in args)
-
-    return attrs.evolve(sig, inputs=fix(sig.inputs), outputs=fix(sig.outputs))
+    return sig.renamed(inputs=renames, outputs=renames)
 
 
 def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]) -> dict[str, str]:
