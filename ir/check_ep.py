@@ -28,16 +28,37 @@ _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_
                CALL_METHOD: "a method name", OUTPUT: "a name"}
 
 
-def check_node(node: torch.fx.Node, *, exported: bool = True) -> None:
+def check_node(
+    node: torch.fx.Node, *, exported: bool = True, accepted: set[Any] | None = None
+) -> None:
     """``node`` has a known op, an identifier for a name, a target of the kind its op needs and
     an ``nn_module_stack`` (if any) of ``key -> (path, type)`` string entries; a placeholder has
     no default value (a plain GraphModule, ``exported=False``, may give it one constant).
-    O(arguments + stack depth)."""
+
+    ``accepted`` (the caller's, for one graph) remembers each ``(op, target, argument count,
+    keyword names)`` found valid, so a target called the same way again is not checked again: its
+    verdict depends on nothing else. O(arguments + stack depth); O(1 + stack depth) when the
+    layout was accepted before."""
+    name = node.name
+    if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name):
+        raise UnsupportedProgramError(f"node {name!r} has a name that is not a Python identifier")
+    if accepted is None or node.op == PLACEHOLDER:  # a placeholder's verdict reads its defaults
+        _check_op_and_target(node, exported)
+    else:
+        layout = (node.op, node.target, len(node.args), tuple(node.kwargs))
+        try:
+            known: bool | None = layout in accepted
+        except TypeError:  # an unhashable target: checked at each node
+            known = None
+        if not known:
+            _check_op_and_target(node, exported)
+            if known is False:
+                accepted.add(layout)
+    _check_module_stack(node)
+
+
+def _check_op_and_target(node: torch.fx.Node, exported: bool) -> None:
     where = f"node {node.name!r}"
-    if not isinstance(node.name, str) or not node.name.isidentifier() or keyword.iskeyword(
-        node.name
-    ):
-        raise UnsupportedProgramError(f"{where} has a name that is not a Python identifier")
     if node.op not in OPS:
         raise UnsupportedProgramError(f"{where} has unknown op {node.op!r}; expected one of {OPS}")
     if node.op == PLACEHOLDER and (node.kwargs or node.args and (
@@ -63,7 +84,6 @@ def check_node(node: torch.fx.Node, *, exported: bool = True) -> None:
         raise UnsupportedProgramError(
             f"{where} ({node.op}) has target {target!r}; it must be {_TARGET_OPS[node.op]}"
         )
-    _check_module_stack(node)
 
 
 def _path_part(part: str) -> bool:
@@ -121,12 +141,16 @@ def _signature(fn: Any) -> inspect.Signature | None:
 
 def _check_module_stack(node: torch.fx.Node) -> None:
     stack = node.meta.get("nn_module_stack")
-    if stack is None or (type(stack) is dict and all(
-        type(key) is str and type(entry) is tuple and len(entry) == 2 and type(entry[0]) is str
-        and (type(entry[1]) is str or isinstance(entry[1], type))
-        for key, entry in stack.items()
-    )):
-        return  # the common case, checked in one pass; what follows names the fault
+    if stack is None:
+        return
+    if type(stack) is dict:  # the common case, checked in one loop; what follows names the fault
+        for key, entry in stack.items():
+            if not (type(key) is str and type(entry) is tuple and len(entry) == 2
+                    and type(entry[0]) is str
+                    and (type(entry[1]) is str or isinstance(entry[1], type))):
+                break
+        else:
+            return
     bad = f"node {node.name!r} has a malformed nn_module_stack"
     if not isinstance(stack, dict):
         raise UnsupportedProgramError(
@@ -157,6 +181,7 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             "cannot be called with checked inputs: re-export it with torch.export.export"
         )
     seen: set[str] = set()
+    clear: set[str] = set()
     for i, entry in enumerate(entries):
         fqn = entry.fqn
         where = f"module call graph entry {i} ({fqn!r})"
@@ -166,7 +191,7 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             raise UnsupportedProgramError(f"{where} appears twice")
         seen.add(fqn)
         path = fqn.partition("@")[0]
-        owner = next((s for s in _prefixes(path) if s in state), None)
+        owner = _outermost_in(path, state, clear)
         if owner is not None:
             raise UnsupportedProgramError(
                 f"{where} names {path!r}, but {owner!r} is a parameter, buffer or constant, "
@@ -176,9 +201,22 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             _check_call_signature(entry.signature, where, _counts(ep) if fqn == "" else None)
 
 
-def _prefixes(path: str) -> list[str]:
-    parts = path.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))] if path else []
+def _outermost_in(path: str, owners: set[str], clear: set[str]) -> str | None:
+    """The shortest of ``path`` and its dotted prefixes that is in ``owners``, or None.
+
+    ``clear`` (the caller's, for one ``owners``) collects paths known to have no prefix in
+    ``owners``; a walk stops at the first of them, so checking many paths under one module costs
+    O(total new prefixes) rather than O(paths x depth)."""
+    walked = []
+    found = None
+    while path and path not in clear:
+        if path in owners:
+            found = path
+        walked.append(path)
+        path = path.rpartition(".")[0]
+    if found is None:
+        clear.update(walked)
+    return found
 
 
 _ARGUMENTS = (
@@ -218,10 +256,11 @@ def check_state_fqns(fqns: list[str]) -> None:
     """Every state fqn is a dotted path of non-empty names, and none lies inside another (a
     tensor cannot hold attributes). O(total length)."""
     known = set(fqns)
+    clear: set[str] = set()
     for fqn in fqns:
-        if not isinstance(fqn, str) or not fqn or any(not p for p in fqn.split(".")):
+        if not isinstance(fqn, str) or not fqn or "" in fqn.split("."):
             raise UnsupportedProgramError(f"state fqn {fqn!r} is not a dotted attribute path")
-        owner = next((p for p in _prefixes(fqn)[:-1] if p in known), None)
+        owner = _outermost_in(fqn.rpartition(".")[0], known, clear)
         if owner is not None:
             raise UnsupportedProgramError(
                 f"state {fqn!r} lies inside state {owner!r}, which is a tensor, not a module"
@@ -233,26 +272,25 @@ def check_state_value(
 ) -> None:
     """A parameter, buffer or constant tensor holds a tensor of the shape and dtype its
     placeholder was traced with (when static); a custom object holds no tensor."""
-    where = f"{kind} {fqn!r}"
     if kind == "custom_obj":
         if isinstance(value, torch.Tensor):
-            raise UnsupportedProgramError(f"{where} holds a tensor, not a custom object")
+            raise UnsupportedProgramError(f"{kind} {fqn!r} holds a tensor, not a custom object")
         return
     if not isinstance(value, torch.Tensor):
         raise UnsupportedProgramError(
-            f"{where} holds a {type(value).__name__}, not a tensor; the program is corrupt"
+            f"{kind} {fqn!r} holds a {type(value).__name__}, not a tensor; the program is corrupt"
         )
     traced = placeholder.meta.get("val") if placeholder is not None else None
     if not isinstance(traced, torch.Tensor):
         return
-    shape = tuple(traced.shape)
-    if all(isinstance(d, int) for d in shape) and tuple(value.shape) != shape:
+    shape = traced.shape
+    if all(type(d) is int for d in shape) and value.shape != shape:
         raise UnsupportedProgramError(
-            f"{where} has shape {tuple(value.shape)}, but its placeholder {placeholder.name!r} "
-            f"was traced with shape {shape}"
+            f"{kind} {fqn!r} has shape {tuple(value.shape)}, but its placeholder "
+            f"{placeholder.name!r} was traced with shape {tuple(shape)}"
         )
     if value.dtype != traced.dtype:
         raise UnsupportedProgramError(
-            f"{where} has dtype {value.dtype}, but its placeholder {placeholder.name!r} was traced "
-            f"with {traced.dtype}"
+            f"{kind} {fqn!r} has dtype {value.dtype}, but its placeholder {placeholder.name!r} "
+            f"was traced with {traced.dtype}"
         )

@@ -15,7 +15,7 @@ from pyrsistent import pmap
 from torch.export import graph_signature as gs
 
 from ir import state as st
-from ir.args import EMPTY_DICT, Ref, freeze, ref
+from ir.args import EMPTY_DICT, IList, Ref, freeze, ref
 from ir.check_ep import check_call_graph, check_node, check_state_fqns, check_state_value
 from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
@@ -141,8 +141,9 @@ def _import_graph(
 ) -> Graph:
     """Freeze an fx graph; HOP subgraphs it reads by ``get_attr`` go into ``modules`` by path."""
     nodes = []
+    accepted: set[Any] = set()
     for fx_node in graph.nodes:
-        check_node(fx_node, exported=exported)
+        check_node(fx_node, exported=exported, accepted=accepted)
         args = _freeze_args(fx_node, fx_node.args)
         kwargs = _freeze_args(fx_node, fx_node.kwargs)
         meta = fx_node.meta
@@ -181,6 +182,9 @@ def _subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") 
 def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
     if not tree and isinstance(tree, dict):
         return EMPTY_DICT
+    frozen = _freeze_plain(tree)
+    if frozen is not None:
+        return frozen
     try:
         return freeze(tree, _frozen_leaf)
     except _Unhashable as bad:
@@ -188,6 +192,33 @@ def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
             f"node {fx_node.name!r} ({fx_node.format_node()}) has an argument of type "
             f"{bad.args[0]} that cannot be represented immutably"
         ) from None
+
+
+_SCALARS = frozenset((int, float, bool, str, type(None)))
+_LISTS = frozenset((list, torch.fx.immutable_collections.immutable_list))
+
+
+def _freeze_plain(tree: Any) -> Any:
+    """``freeze`` of the common argument trees (tuples and lists of nodes and scalars), done
+    without a call per leaf; None for any other tree, which ``freeze`` then handles."""
+    kind = type(tree)
+    if kind is not tuple and kind not in _LISTS:
+        return None
+    items = []
+    for x in tree:
+        leaf = type(x)
+        if leaf is torch.fx.Node:
+            items.append(ref(x.name))
+        elif leaf in _SCALARS:
+            items.append(x)
+        elif leaf is tuple or leaf in _LISTS:
+            inner = _freeze_plain(x)
+            if inner is None:
+                return None
+            items.append(inner)
+        else:
+            return None
+    return tuple(items) if kind is tuple else IList(tuple(items))
 
 
 class _Unhashable(Exception):
@@ -453,17 +484,18 @@ def _registration_order(
 
 def _alias_key(value: Any) -> Any:
     """Equal for two tensors that view the same memory the same way (tied weights)."""
-    if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() > 0:
+    if isinstance(value, torch.Tensor):
         storage = value.untyped_storage()
-        return (
-            "tensor",
-            str(value.device),
-            storage.data_ptr(),
-            value.storage_offset(),
-            tuple(value.shape),
-            tuple(value.stride()),
-            value.dtype,
-        )
+        if storage.nbytes() > 0:
+            return (
+                "tensor",
+                value.device,
+                storage.data_ptr(),
+                value.storage_offset(),
+                value.shape,
+                value.stride(),
+                value.dtype,
+            )
     return ("object", id(value))
 
 
