@@ -53,6 +53,8 @@ def hold_foreign_state(program: Program) -> Program:
     """
     if not any(name for name in program.call_signatures):  # only the root's, if any
         return program
+    if not _any_extra_arguments(program):
+        return program  # no preserved graph takes more than its signature: nothing to move
     carried, callers = _carried_state(program)
     moves: dict[Variant, dict[int, str]] = {}
     for key, fqns in carried.items():
@@ -95,6 +97,17 @@ def signature_arity(graph: Graph) -> int | None:
     if not all(isinstance(r, Ref) for r in refs) or tuple(r.name for r in refs) != names:
         return None
     return len(refs)
+
+
+def _any_extra_arguments(program: Program) -> bool:
+    """Whether some preserved graph has placeholders after its signature's. O(modules + the
+    placeholders of each graph)."""
+    for module in program.module_table().values():
+        for graph in module.graphs:
+            arity = signature_arity(graph)
+            if arity is not None and len(graph.placeholders) > arity:
+                return True
+    return False
 
 
 def _carried_state(

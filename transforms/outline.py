@@ -19,7 +19,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ir.args import map_refs, ref
+from ir.args import IDict, IList, ISlice, Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, call_target
@@ -44,6 +44,7 @@ from transforms.stacks import Frame, fill_call_gaps, node_frames
 __all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+_NESTED = (tuple, IList, IDict, ISlice)
 CopiedWhereRead = Callable[[Node], bool]
 
 
@@ -212,16 +213,39 @@ class _Outliner:
 
     def _copy(self, call: OpenCall, node: Node, define: bool = True) -> None:
         args = self._args(call, node.args)
-        kwargs = self._args(call, node.kwargs)
+        kwargs = node.kwargs if not node.kwargs.items else self._args(call, node.kwargs)
         if node.op == GET_ATTR and self.p.resolve(node.target) is not None:
             self.subgraph_owner[node.target] = self.canon.get(call.path, call.path)
-        call.body.append(node.replace(args=args, kwargs=kwargs))
-        call.env[node.name] = node.ref
+        if args is not node.args or kwargs is not node.kwargs:
+            node = node.replace(args=args, kwargs=kwargs)
+        call.body.append(node)
+        name = node.name
+        call.env[name] = ref(name)
         if define:
-            call.defined.append(node.name)
+            call.defined.append(name)
 
     def _args(self, call: OpenCall, tree: Any) -> Any:
-        return map_refs(tree, lambda r: self._read(call, r.name))
+        """``tree`` with each value read as ``call`` sees it (``_read``); the same object when
+        nothing changes. A flat tuple, the common case, is read inline."""
+        if type(tree) is not tuple:
+            return map_refs(tree, lambda r: self._read(call, r.name))
+        env = call.env
+        changed = None
+        for i, item in enumerate(tree):
+            kind = type(item)
+            if kind is Ref:
+                local = env.get(item.name)
+                if local is None:
+                    local = self._read(call, item.name)
+            elif kind in _NESTED:
+                local = map_refs(item, lambda r: self._read(call, r.name))
+            else:
+                continue
+            if local is not item:
+                if changed is None:
+                    changed = list(tree)
+                changed[i] = local
+        return tree if changed is None else tuple(changed)
 
     def _read(self, call: OpenCall, name: str) -> Any:
         """The local value of flat value ``name`` in ``call``, threading it in if needed."""
