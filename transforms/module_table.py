@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+from pyrsistent import pmap
 
 from ir.args import Ref
 from ir.graph import Graph
@@ -37,7 +38,7 @@ def with_outlined_modules(
     sunk into ``get_attr`` reads) are dropped. Modules shared between old and new table are
     kept as they are (``is``). Complexity: O(modules + children).
     """
-    modules = dict(p.modules)
+    modules = dict(p.module_table())
     for mid, graphs in variants.items():
         _ensure_path(modules, p.root, mid)
         mod = modules[mid]
@@ -56,15 +57,9 @@ def with_outlined_modules(
         if kids != mod.children:
             modules[mid] = mod.replace(children=kids)
     reachable = reachable_modules(modules.__getitem__, p.root)
-    keep = set(reachable)
-    table = p.modules.evolver()
-    for mid in list(p.modules.keys()):
-        if mid not in keep:
-            del table[mid]
-    for mid in reachable:
-        if p.modules.get(mid) is not modules[mid]:
-            table[mid] = modules[mid]
-    return p.replace(modules=table.persistent(), signature=signature)
+    # one new map (built in bulk, faster than setting each changed module in an evolver)
+    table = pmap({mid: modules[mid] for mid in reachable})
+    return p.replace(modules=table, signature=signature)
 
 
 # --- helpers ----------------------------------------------------------------------------------

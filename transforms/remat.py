@@ -154,7 +154,7 @@ class _Rematerializer:
         self.state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
         self.user_inputs = [s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS]
         self.chain, self.frames_at, self.root_stack, self.stack_of = _chains(
-            self.nodes, frames_of, sigs
+            self.nodes, frames_of, frozenset(sigs)
         )
         self._state_values: set[str] | None = None  # built on the first crossing read
         self._aliases: dict[str, list[str]] | None = None
@@ -177,6 +177,7 @@ class _Rematerializer:
         kept: list[Node] = []
         current: tuple[str, ...] = ()
         last = None  # the last node of the current calls
+        chain_of = self.chain
         for i, node in enumerate(self.nodes):
             if node.op == PLACEHOLDER:
                 kept.append(node)
@@ -190,8 +191,12 @@ class _Rematerializer:
                     self._enter(chain[depth], chain[:depth], node, i)
                 current = chain
             last = node
-            if all(self._readable(r.name, chain) for r in node.inputs()):
-                kept.append(node)  # the common case: nothing crosses
+            for r in node.inputs():  # the common case, read in the reader's own calls, inline
+                own = chain_of.get(r.name)
+                if own is not None and own != chain and not self._readable(r.name, chain):
+                    break
+            else:
+                kept.append(node)  # nothing crosses
                 continue
             site = _Site(
                 i, chain, self.stack_of(node), f"read by %{node.name}",

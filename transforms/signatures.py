@@ -60,7 +60,7 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
     graph = program.root_module.graph
     if any(n.op == CALL_MODULE for n in graph.nodes):
         return program
-    spans = _spans(graph, frames_of, sigs)
+    spans = _spans(graph, frames_of, frozenset(sigs))
     if not spans:
         return program
     position = {n.name: i for i, n in enumerate(graph.nodes)}

@@ -13,6 +13,7 @@ import attrs
 
 from ir.errors import PassError
 from ir.graph import Graph
+from ir.memo import WeakMemo
 from ir.node import Node
 from ir.program import Program
 
@@ -38,7 +39,13 @@ class Frame:
 
 def node_frames(node: Node) -> tuple[Frame, ...] | None:
     """The node's module stack without the root entry; ``None`` for the "keep the current stack"
-    marker that torch's metadata hook leaves. Raises ``PassError`` naming a node without one."""
+    marker that torch's metadata hook leaves. Raises ``PassError`` naming a node without one.
+    Remembered per live node (outlining's steps each read every node's frames). O(1) after the
+    first call for a node, O(stack depth) before."""
+    return _node_frames(node)
+
+
+def _frames_of_node(node: Node) -> tuple[Frame, ...] | None:
     stack = node.meta.get("nn_module_stack")
     if not stack and node.op == "get_attr":
         return None  # a state read (sinking makes these): it computes nothing, it stays put
@@ -67,6 +74,8 @@ def stack_frames(stack: Mapping[str, tuple]) -> tuple[Frame, ...] | None:
         _FRAMES[entries] = found
     return found
 
+
+_node_frames: WeakMemo[Node, tuple[Frame, ...] | None] = WeakMemo(_frames_of_node)
 
 # Frames by stack entries: the nodes of one module call share equal stacks, so most lookups hit.
 _FRAMES: dict[tuple, tuple[Frame, ...]] = {}
