@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import attrs
 from pyrsistent import PMap, pmap
@@ -33,11 +34,11 @@ class Program:
 
     root: ModuleId
     modules: PMap
-    state: PMap = pmap()
+    state: PMap = pmap()  # noqa: RUF009 (immutable: one shared empty map is right)
     state_order: tuple[str, ...] = ()
-    tensors: PMap = pmap()
-    signature: ExportSignature = ExportSignature()
-    call_signatures: PMap = pmap()
+    tensors: PMap = pmap()  # noqa: RUF009
+    signature: ExportSignature = ExportSignature()  # noqa: RUF009 (frozen)
+    call_signatures: PMap = pmap()  # noqa: RUF009
     call_order: tuple[str, ...] = ("",)
     range_constraints: Opaque = attrs.field(factory=lambda: NO_CONSTRAINTS)
 

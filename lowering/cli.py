@@ -21,7 +21,8 @@ import argparse
 import copy
 import sys
 import time
-from typing import IO, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 import torch
 
@@ -158,12 +159,12 @@ def check(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> tuple[bo
     args, kwargs = copy.deepcopy(ep.example_inputs)
     try:
         expected = ep.module()(*args, **kwargs)
-    except Exception as err:  # nothing to compare with: not purefx's failure
+    except Exception as err:  # noqa: BLE001 (nothing to compare with: not purefx's failure)
         return None, f"SKIPPED (ep.module() raised {type(err).__name__}: {_one_line(err)})"
     args_m, kwargs_m = copy.deepcopy(ep.example_inputs)
     try:
         got = module(*args_m, **kwargs_m)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 (any failure of the lowered module is a FAIL)
         return False, f"FAIL (the lowered module raised {type(err).__name__}: {_one_line(err)})"
     pairs = [(expected, got), ((args, kwargs), (args_m, kwargs_m))]
     worst = 0.0

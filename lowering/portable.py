@@ -53,7 +53,7 @@ def _picklable_meta(meta: dict) -> dict:
     for key, value in meta.items():
         try:
             pickle.dumps(value, protocol=2)  # the protocol torch.save uses
-        except Exception:
+        except Exception:  # noqa: BLE001, S112 (meta that cannot be pickled is left out)
             continue
         kept[key] = value
     return kept

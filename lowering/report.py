@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 import attrs
 

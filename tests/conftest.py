@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_COMMON = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_COMMON)
 settings.register_profile("dev", max_examples=20, **_COMMON)
 settings.register_profile("nightly", max_examples=1000, database=None, **_COMMON)

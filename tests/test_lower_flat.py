@@ -8,7 +8,7 @@ import io
 
 import pytest
 import torch
-import zoo  # noqa: E402  (tests/ is on sys.path via conftest)
+import zoo
 
 from ir import InputError, import_ep
 from lowering import lower

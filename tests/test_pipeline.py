@@ -25,14 +25,6 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.export.unflatten import FlatArgsAdapter, InterpreterModule, InterpreterModuleDispatcher
-
-import ir
-from ir import import_ep
-from lowering import lower
-from lowering.hop_bodies import held_bodies
-from transforms import transform
-from transforms.pipeline import pipeline
-
 from zoo import (  # tests/ is on sys.path (conftest)
     CASES,
     Case,
@@ -48,6 +40,13 @@ from zoo import (  # tests/ is on sys.path (conftest)
     seeded,
     zoo_ops,
 )
+
+import ir
+from ir import import_ep
+from lowering import lower
+from lowering.hop_bodies import held_bodies
+from transforms import transform
+from transforms.pipeline import pipeline
 
 MUTATING = {"buffer_mutation", "input_mutation"}
 VARIANTS = ("", "[decomp]", "[strict]", "[strict,decomp]")

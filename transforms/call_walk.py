@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ir.args import iter_refs
 from ir.graph import Graph
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.signature import CallSignature
@@ -86,9 +85,7 @@ def last_uses(
     """
     last: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
-        for r in iter_refs(node.args):
-            last[r.name] = i
-        for r in iter_refs(node.kwargs):
+        for r in node.inputs():
             last[r.name] = i
     if len(call_signatures) <= 1:
         return last
