@@ -159,6 +159,8 @@ class _Outliner:
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
         self.aliased_state, self.mutated_state = mutation_sources(self.graph, program)
         self.hidden: set[str] = set()
+        # values ``_read`` cannot thread in as a plain input (``hidden`` joins it as it grows)
+        self.special: set[str] = set(self.aliased_state)
         self.variants: dict[ModuleId, list[Graph]] = {}
         self.types: dict[ModuleId, str | None] = {}
         self.subgraph_owner: dict[str, ModuleId] = {}
@@ -253,9 +255,20 @@ class _Outliner:
         if found is not None:
             return found
         shared = self.by_name.get(name)
-        if shared is not None and self.copied(shared):
+        if shared is not None and self.copied is not _never and self.copied(shared):
             self._copy(call, shared, define=False)  # a copy per call: never returned from it
             return call.env[name]
+        if call.frame is None or call.sig is not None or name in self.special or shared is None:
+            return self._read_special(call, name)
+        # the common case: a plain call takes the value as an input
+        call.inputs.append(name)
+        call.placeholders.append(Node(PLACEHOLDER, name, name, meta=shared.meta))
+        found = call.env[name] = ref(name)
+        return found
+
+    def _read_special(self, call: OpenCall, name: str) -> Any:
+        """``_read`` of a value that is hidden in a closed preserved call, the result of an
+        in-place op, or read in a preserved call or the root."""
         if name in self.hidden:
             return self._read(call, self._ival_source(name, call))
         if name in self.aliased_state:
@@ -360,7 +373,9 @@ class _Outliner:
     ) -> Graph:
         body = close_preserved(call, self.taken, self.by_name, self._read)
         exported = {out.name for out in call.sig.outputs if out.name}
-        self.hidden.update(v for v in call.defined if v not in exported)
+        now_hidden = [v for v in call.defined if v not in exported]
+        self.hidden.update(now_hidden)
+        self.special.update(now_hidden)
 
         def state_args() -> list[Any]:
             return self._pass_inputs(parent, call.extra_inputs, sunk)
@@ -369,6 +384,7 @@ class _Outliner:
             call, parent, target, state_args, self.taken, self.by_name, self._read
         )
         self.hidden.difference_update(held)
+        self.special.difference_update(v for v in held if v not in self.aliased_state)
         return sunk_graph(call.placeholders, sunk, body)
 
 
