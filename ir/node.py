@@ -10,6 +10,7 @@ import attrs
 
 from ir.args import EMPTY_DICT, IDict, Ref, collect_refs, ref
 from ir.memo import NOT_COMPUTED, memoized
+from ir.module_stack import Frame, meta_frames
 
 PLACEHOLDER = "placeholder"
 GET_ATTR = "get_attr"
@@ -55,6 +56,17 @@ class Node:
         """Every ``Ref`` this node reads, args first, in order (duplicates kept; computed once)."""
         found = self._memo_inputs  # the memo's field: this is the IR's hottest read
         return self._inputs if found is NOT_COMPUTED else found
+
+    @property
+    def module_frames(self) -> tuple[Frame, ...] | None | object:
+        """The module calls this node runs in, outermost first, from its ``nn_module_stack``
+        meta (``ir.module_stack.stack_frames``); ``NO_STACK`` when it has none. Computed once."""
+        found = self._memo_frames
+        return self._frames if found is NOT_COMPUTED else found
+
+    @memoized
+    def _frames(self) -> tuple[Frame, ...] | None | object:
+        return meta_frames(self.meta)
 
     @memoized
     def _inputs(self) -> tuple[Ref, ...]:

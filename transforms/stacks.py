@@ -1,95 +1,40 @@
 """Module stacks: reading ``nn_module_stack`` meta, and the pass that repairs stacks.
 
 A node's module stack lists the module calls it runs inside, outermost first. Each entry is one
-``Frame``: the module's identity key, its path, its class name and which call of it this is.
+``Frame`` (``ir.module_stack``: the module's identity key, its path, its class name and which
+call of it this is).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-
-import attrs
 
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.memo import WeakMemo
+from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
 from ir.program import Program
 
+__all__ = [
+    "EMPTY_STACK_KEY", "Frame", "fill_call_gaps", "fix_module_stacks", "node_frames", "stack_frames",
+]
+
 log = logging.getLogger("purefx")
-
-EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
-
-
-@attrs.frozen(cache_hash=True)
-class Frame:
-    """One entry of a module stack: call number ``call`` of the module ``key`` at ``path``."""
-
-    key: str
-    path: str
-    type_name: str | None
-    call: int
-
-    @property
-    def call_name(self) -> str:
-        """The export's name of this call: ``path`` for the first, ``path@n`` after."""
-        return self.path if self.call == 0 else f"{self.path}@{self.call}"
 
 
 def node_frames(node: Node) -> tuple[Frame, ...] | None:
     """The node's module stack without the root entry; ``None`` for the "keep the current stack"
     marker that torch's metadata hook leaves. Raises ``PassError`` naming a node without one.
-    Remembered per live node (outlining's steps each read every node's frames). O(1) after the
-    first call for a node, O(stack depth) before."""
-    return _node_frames(node)
-
-
-def _frames_of_node(node: Node) -> tuple[Frame, ...] | None:
-    stack = node.meta.get("nn_module_stack")
-    if not stack and node.op == "get_attr":
+    O(1) after the first read of a node (``Node.module_frames`` is a memo)."""
+    frames = node.module_frames
+    if frames is not NO_STACK:
+        return frames
+    if node.op == "get_attr":
         return None  # a state read (sinking makes these): it computes nothing, it stays put
-    if not stack:
-        raise PassError(
-            f"node {node.name!r} ({node.op} {node.target}) has no nn_module_stack, so it cannot be "
-            "placed in a module; export the program with torch.export.export"
-        )
-    return stack_frames(stack)
-
-
-def stack_frames(stack: Mapping[str, tuple]) -> tuple[Frame, ...] | None:
-    """The frames of a non-empty module stack without its root entry; ``None`` for the "keep
-    the current stack" marker. Memoized by the stack's entries (bounded). O(stack depth)."""
-    if len(stack) == 1 and EMPTY_STACK_KEY in stack:
-        return None
-    entries = tuple(stack.items())
-    try:
-        found = _FRAMES.get(entries)
-    except TypeError:  # an unhashable entry: nothing to share
-        return _frames(entries)
-    if found is None:
-        found = _frames(entries)
-        if len(_FRAMES) >= _FRAMES_CACHE_SIZE:
-            _FRAMES.clear()
-        _FRAMES[entries] = found
-    return found
-
-
-_node_frames: WeakMemo[Node, tuple[Frame, ...] | None] = WeakMemo(_frames_of_node)
-
-# Frames by stack entries: the nodes of one module call share equal stacks, so most lookups hit.
-_FRAMES: dict[tuple, tuple[Frame, ...]] = {}
-_FRAMES_CACHE_SIZE = 1 << 16
-
-
-def _frames(entries: tuple) -> tuple[Frame, ...]:
-    frames = []
-    for key, (path, type_name) in entries:
-        if not path:
-            continue
-        base, _, n = key.partition("@")
-        frames.append(Frame(base, path, type_name, int(n) if n.isdigit() else 0))
-    return tuple(frames)
+    raise PassError(
+        f"node {node.name!r} ({node.op} {node.target}) has no nn_module_stack, so it cannot be "
+        "placed in a module; export the program with torch.export.export"
+    )
 
 
 def _nesting_prefix(program: Program, items: tuple) -> int:
