@@ -89,14 +89,7 @@ def last_uses(
             last[r.name] = i
     if len(call_signatures) <= 1:
         return last
-    first_at: dict[str, int] = {}
-    last_at: dict[str, int] = {}
-    for i, node in enumerate(graph.nodes):
-        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
-            continue
-        for frame in frames_of(node) or ():
-            first_at.setdefault(frame.call_name, i)
-            last_at[frame.call_name] = i
+    first_at, last_at = call_spans(graph, frames_of)
     for name, sig in call_signatures.items():
         if name not in first_at:
             continue
@@ -107,3 +100,30 @@ def last_uses(
             if arg.name:
                 last[arg.name] = max(last.get(arg.name, -1), last_at[name] + 1)
     return last
+
+
+def call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[str, int]]:
+    """Call name -> the position of its first node, and of its last node.
+
+    Nodes of one call run next to each other, so frames are compared only where they change
+    (consecutive nodes of a call share one frames tuple): O(n + changes · stack depth).
+    Placeholders, the output and nodes without a module stack take no part.
+    """
+    first_at: dict[str, int] = {}
+    last_at: dict[str, int] = {}
+    current: tuple = ()
+    current_at = -1  # the last node that ran in ``current``
+    for i, node in enumerate(graph.nodes):
+        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
+            continue
+        frames = frames_of(node) or ()
+        if frames is not current and frames != current:
+            for frame in current:
+                last_at[frame.call_name] = current_at
+            for frame in frames:
+                first_at.setdefault(frame.call_name, i)
+            current = frames
+        current_at = i
+    for frame in current:
+        last_at[frame.call_name] = current_at
+    return first_at, last_at

@@ -27,9 +27,10 @@ import attrs
 import torch
 
 from ir.graph import Graph
-from ir.node import CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_MODULE, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature
+from transforms.call_walk import call_spans
 from transforms.ivals import mutation_sources, update_chains, written_back_values
 from transforms.stacks import Frame, node_frames
 
@@ -213,16 +214,8 @@ def _same_type(a: Node | None, b: Node) -> bool:
 
 def _spans(graph: Graph, frames_of: FrameOf, sigs: Any) -> dict[str, tuple[int, int]]:
     """Preserved call name -> (first, last) position of its nodes in the flat graph."""
-    spans: dict[str, tuple[int, int]] = {}
-    for i, node in enumerate(graph.nodes):
-        if node.op in (PLACEHOLDER, OUTPUT):
-            continue
-        for frame in frames_of(node) or ():
-            name = frame.call_name
-            if frame.path and name in sigs:
-                first = spans.get(name, (i, i))[0]
-                spans[name] = (first, i)
-    return spans
+    first_at, last_at = call_spans(graph, frames_of)
+    return {name: (first, last_at[name]) for name, first in first_at.items() if name in sigs}
 
 
 def _state_writes(graph: Graph, program: Program) -> set[str]:
