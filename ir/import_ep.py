@@ -388,7 +388,8 @@ def _import_state(
         spec = declared.get(fqn)
         check_state_value(fqn, value, kind, placeholders.get(spec.name) if spec else None)
         key = keys.setdefault(_alias_key(value), fqn)
-        tensors.setdefault(key, Opaque(value))
+        if key not in tensors:
+            tensors[key] = Opaque(value)
         requires_grad = bool(getattr(value, "requires_grad", False))
         state[fqn] = Slot(kind, key, persistent, requires_grad)
 
