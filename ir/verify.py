@@ -67,18 +67,19 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
         raise VerifyError(f"root module id {program.root!r} is not in the module table")
     first: dict[ModuleId, str] = {}
     on_stack: set[ModuleId] = set()
+    table = program.module_table()
 
     def visit(mid: ModuleId, path: str) -> None:
         if mid in on_stack:
             raise VerifyError(f"module {path!r} contains itself (module id {mid!r})")
-        if mid not in program.modules:
+        if mid not in table:
             raise VerifyError(f"module {path!r} refers to missing module id {mid!r}")
         if mid in first:
             return
         first[mid] = path
         on_stack.add(mid)
         names = set()
-        for name, child in program.module_table()[mid].children:
+        for name, child in table[mid].children:
             if name in names or not name or "." in name:
                 raise VerifyError(f"module {path or '<root>'!r} has a bad or repeated child {name!r}")
             names.add(name)
@@ -90,7 +91,9 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
 
 
 def _check_state(program: Program) -> None:
-    if len(program.state_order) != len(program.state) or set(program.state_order) != set(program.state):
+    if len(program.state_order) != len(program.state) or set(program.state_order) != set(
+        program.state_table()
+    ):
         raise VerifyError("state_order does not list exactly the state fqns")
     state, tensors = program.state_table(), program.tensor_table()
     for fqn in program.state_order:
@@ -176,7 +179,7 @@ def _check_root_signature(program: Program) -> None:
     for spec in program.signature.inputs:
         if spec.kind not in INPUT_KINDS:
             raise VerifyError(f"input spec %{spec.name} has unknown kind {spec.kind!r}")
-        if spec.kind in STATE_INPUT_KINDS and spec.target not in program.state:
+        if spec.kind in STATE_INPUT_KINDS and spec.target not in program.state_table():
             raise VerifyError(
                 f"input spec %{spec.name} reads {spec.kind} {spec.target!r}, which is not state"
             )
@@ -202,7 +205,7 @@ def _check_root_signature(program: Program) -> None:
                     f"%{value.name} there"
                 )
             if spec.kind in (BUFFER_MUTATION, PARAMETER_MUTATION) and (
-                spec.target not in program.state
+                spec.target not in program.state_table()
             ):
                 raise VerifyError(f"output %{spec.name} mutates {spec.target!r}, which is not state")
             if spec.kind == USER_INPUT_MUTATION and spec.target not in names:
