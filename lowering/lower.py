@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -73,27 +74,30 @@ def lower(
         )
     verify(program)
     device = _usable_device(device)
-    objects: dict[ModuleId, torch.nn.Module] = {}
-    root = _build_root(program, interpreter, flat_args_adapter)
-    objects[program.root] = root
-    for _, mid in program.walk():
-        if mid not in objects:
-            objects[mid] = _build_module(program.module_table()[mid], interpreter)
     table = program.module_table()
+    walked = list(program.walk())
+    root = _build_root(program, interpreter, flat_args_adapter)
+    objects: dict[ModuleId, torch.nn.Module] = {program.root: root}
+    code_of: dict[Any, tuple[Callable[..., Any], dict]] = {}
+    for _, mid in walked:
+        if mid not in objects:
+            objects[mid] = _build_module(table[mid], interpreter, code_of)
     for mid, obj in objects.items():
-        for name, child in table[mid].children:
+        mod = table[mid]
+        for name, child in mod.children:
             if table[child].kind == SUBGRAPH:
                 hold_body(obj, name, objects[child])  # not a submodule of the eager model
             else:
                 module_children(obj)[name] = objects[child]
-        for name, peer in table[mid].peers:
+        for name, peer in mod.peers:
             # held by reference, as an eager module keeps another in a plain attribute: outside
             # ``_modules``, so no ``named_modules()`` or ``state_dict()`` path goes through it
             obj.__dict__[name] = objects[peer]
-    _register_state(program, objects, device, share_state)
+    _register_state(program, objects, device, share_state, walked)
     for mid, obj in objects.items():
-        if program.module_table()[mid].kind == LEAF:
-            finish_leaf(obj, program.module_table()[mid].leaf.value)
+        mod = table[mid]
+        if mod.kind == LEAF:
+            finish_leaf(obj, mod.leaf.value)
     root.__dict__["_device_probe"] = _device_probe(program)
     _complete_built_meta(objects)
     if not interpreter:
@@ -120,7 +124,12 @@ def _usable_device(device: torch.device | str | None) -> torch.device | None:
 # --- modules ------------------------------------------------------------------------------------
 
 
-def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
+def _build_module(
+    mod: Module, interpreter: bool, code_of: dict[Any, tuple[Callable[..., Any], dict]]
+) -> torch.nn.Module:
+    """The torch module for ``mod``, unwired. ``code_of`` maps the share key of each graph
+    compiled so far in this ``lower`` call to its code and ``spec_constants`` (later graphs
+    with that key reuse both)."""
     if mod.kind == LEAF:
         return leaf_shell(mod.leaf.value)
     if not mod.graphs:
@@ -129,16 +138,22 @@ def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
     fx_graphs: list[torch.fx.Graph | None] = []
     constants: list[dict[str, Any]] = []
     for graph in mod.graphs:
-        check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
         key = share_key(graph)
-        code = compiled(key)
+        known = None if interpreter else code_of.get(key)
         fx_graph = None
-        if code is None or interpreter:
-            fx_graph, made = to_fx_graph(graph)
-            code = code or compile_graph(fx_graph, key)
-            constants.append(made)
+        if known is not None:  # checked already: equal keys hold equal strings
+            code, specs = known
+            constants.append(specs)
         else:
-            constants.append(spec_constants(graph))
+            check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
+            code = compiled(key)
+            if code is None or interpreter:
+                fx_graph, made = to_fx_graph(graph)
+                code = code or compile_graph(fx_graph, key)
+                constants.append(made)
+            else:
+                constants.append(spec_constants(graph))
+            code_of[key] = (code, spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
     dispatch = len(mod.graphs) > 1  # each caller names the graph it runs
@@ -358,11 +373,16 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
 
 
 def _register_state(
-    program: Program, objects: dict[ModuleId, torch.nn.Module], device: Any, share: bool = False
+    program: Program,
+    objects: dict[ModuleId, torch.nn.Module],
+    device: Any,
+    share: bool,
+    walked: list[tuple[str, ModuleId]],
 ) -> None:
-    """Register every state fqn on its owner; tied fqns get one shared tensor object."""
+    """Register every state fqn on its owner; tied fqns get one shared tensor object.
+    ``walked`` is ``list(program.walk())``."""
     made: dict[tuple[str, str], Any] = {}
-    by_path = {path: objects[mid] for path, mid in program.walk()}
+    by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
     direct = _direct_registration_is_safe()
     with torch.no_grad():

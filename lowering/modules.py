@@ -31,7 +31,7 @@ from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
-from lowering.torch_seam import is_fx_symbolic_tracing
+from lowering.torch_seam import init_module_state, is_fx_symbolic_tracing
 from lowering.tree_watch import Watched
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
         interpreter: bool,
         fx_graphs: list[torch.fx.Graph | None] | None = None,
     ) -> None:
-        torch.nn.Module.__init__(self)
+        init_module_state(self)  # as torch.nn.Module.__init__(self)
         # plain attributes, written past nn.Module.__setattr__ (a stack builds thousands)
         self.__dict__.update(
             _ir_graphs=ir_graphs,
