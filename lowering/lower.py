@@ -319,15 +319,23 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
     table = program.module_table()
     if any(table[mid].kind == LEAF for mid in objects):
         return  # direct code calls lowered modules only: with leaves, run module by module
+    # the functions of the modules built so far, by their graphs' share keys and their reads
+    # (``direct_function``'s own cache key, for every graph of a module at once)
+    made: dict[tuple, list] = {}
     for mid, obj in objects.items():
         mod = table[mid]
         if mid == program.root:
             direct, reads = _root_direct_code(program, obj)
         elif mod.graphs:
             reads = _locate_reads(obj, mod.graphs)
-            direct = None if reads is None else [
-                direct_function(g, reads, label=mod.type_name or "module") for g in mod.graphs
-            ]
+            direct = None
+            if reads is not None:
+                key = (tuple(map(share_key, mod.graphs)), tuple(sorted(reads.items())))
+                direct = made.get(key)
+                if direct is None:
+                    label = mod.type_name or "module"
+                    direct = made[key] = [direct_function(g, reads, label=label) for g in mod.graphs]
+                direct = list(direct)  # each module its own list, as before
         else:
             direct, reads = None, {}
         if mod.graphs and direct is None:

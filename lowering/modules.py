@@ -22,7 +22,6 @@ from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatche
 from ir.args import IDict, Ref
 from ir.errors import InputError, LoweringError
 from ir.graph import Graph
-from ir.memo import WeakMemo
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
 from ir.torch_seam import module_buffers, module_children, module_parameters
@@ -376,22 +375,16 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
     return cls
 
 
-def _compute_graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(positional names, keyword names)`` of one graph's forward."""
-    placeholders = graph.placeholders
+def _graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(positional names, keyword names)`` of one graph's forward. O(placeholders), plus the
+    state reads before the graph's first computation."""
     eager = _eager_arguments(graph)
     if eager is not None:
         count, keywords = eager
         return tuple(f"arg{i}" for i in range(count)), keywords
-    full = tuple(n.name for n in placeholders)
+    full = tuple(n.name for n in graph.placeholders)
     stripped = tuple(_SSA_SUFFIX.sub("", name) for name in full)
     return (stripped if len(set(stripped)) == len(stripped) else full), ()
-
-
-# ``(positional names, keyword names)`` per Graph object, computed once while the graph lives.
-_graph_signature: WeakMemo[Graph, tuple[tuple[str, ...], tuple[str, ...]]] = WeakMemo(
-    _compute_graph_signature
-)
 
 
 def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
@@ -403,7 +396,11 @@ def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
     placeholders = graph.placeholders
     if not placeholders:
         return None
-    first = next((n for n in graph.nodes[len(placeholders) :] if n.op != GET_ATTR), None)
+    nodes = graph.nodes
+    at = len(placeholders)
+    while at < len(nodes) and nodes[at].op == GET_ATTR:
+        at += 1
+    first = nodes[at] if at < len(nodes) else None
     if (
         first is None
         or first.op != CALL_FUNCTION
