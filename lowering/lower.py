@@ -18,12 +18,7 @@ from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
-from ir.torch_seam import (
-    module_buffers,
-    module_children,
-    module_parameters,
-    non_persistent_buffers,
-)
+from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
@@ -40,7 +35,14 @@ from lowering.modules import (
     PlainHolder,
 )
 from lowering.root import LoweredRoot, RootPlan, root_class
-from lowering.torch_seam import global_registration_hooks_set, sync_parameter_list
+from lowering.torch_seam import (
+    BUFFER_TABLE,
+    MODULE_TABLE,
+    NON_PERSISTENT_BUFFERS,
+    PARAMETER_TABLE,
+    global_registration_hooks_set,
+    sync_parameter_list,
+)
 
 
 @gc_paused
@@ -393,6 +395,7 @@ def _register_state(
     by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
     direct = _direct_registration_is_safe()
+    on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
     with torch.no_grad():
         for fqn in program.state_order:
             slot = state[fqn]
@@ -408,7 +411,7 @@ def _register_state(
             if value is None:
                 value = _copy_state(tensors[slot.tensor].value, slot, device, share)
                 made[key] = value
-            _register(owner, name, value, slot, direct)
+            _register(owner, name, value, slot, direct, on_class)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
             sync_parameter_list(obj)
@@ -420,25 +423,43 @@ def _direct_registration_is_safe() -> bool:
     return not global_registration_hooks_set()
 
 
-def _register(owner: torch.nn.Module, name: str, value: Any, slot: st.Slot, direct: bool) -> None:
+def _register(
+    owner: torch.nn.Module,
+    name: str,
+    value: Any,
+    slot: st.Slot,
+    direct: bool,
+    on_class: dict[tuple[type, str], bool],
+) -> None:
     # the tables may be written directly only where register_* would not refuse the name
+    attributes = owner.__dict__
     free = direct and not (
-        name in owner.__dict__ or name in module_children(owner) or hasattr(type(owner), name)
+        name in attributes
+        or name in attributes[MODULE_TABLE]
+        or _class_has(type(owner), name, on_class)
     )
-    if slot.kind == st.PARAMETER:
+    kind = slot.kind
+    if kind == st.PARAMETER:
         if free and type(value) is torch.nn.Parameter:
-            module_parameters(owner)[name] = value
+            attributes[PARAMETER_TABLE][name] = value
         else:
             owner.register_parameter(name, value)
-    elif slot.kind == st.BUFFER:
+    elif kind == st.BUFFER:
         if free and isinstance(value, torch.Tensor):
-            module_buffers(owner)[name] = value
+            attributes[BUFFER_TABLE][name] = value
             if not slot.persistent:
-                non_persistent_buffers(owner).add(name)
+                attributes[NON_PERSISTENT_BUFFERS].add(name)
         else:
             owner.register_buffer(name, value, persistent=slot.persistent)
     else:
         setattr(owner, name, value)
+
+
+def _class_has(kind: type, name: str, on_class: dict[tuple[type, str], bool]) -> bool:
+    found = on_class.get((kind, name))
+    if found is None:
+        found = on_class[(kind, name)] = hasattr(kind, name)
+    return found
 
 
 def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:

@@ -134,7 +134,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
         # Without graphs (deepcopy, unpickling, ``__new__(type(m))``) the class stays as it is.
         made = cls
         if ir_graphs and cls.__dict__.get("_forward_names") is None:
-            made = signature_class(cls, forward_names(ir_graphs))
+            made = _signature_class(cls, forward_names(ir_graphs))
         return super().__new__(made)
 
     def __init__(
@@ -345,6 +345,14 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
             f"forward parameters {names!r} of a {base.__name__} are not distinct Python names; "
             "generated code cannot spell them"
         )
+    return _signature_class(base, names)
+
+
+def _signature_class(base: type, names: tuple[str, ...] | None) -> type:
+    """``signature_class`` for ``names`` already known to be ``None`` or distinct usable names
+    (``forward_names`` returns only such)."""
+    if names is None:
+        return base
     key = (base, names)
     cls = _SIGNATURE_CLASSES.get(key)
     if cls is None:
