@@ -180,7 +180,7 @@ class _Emitter:
 
     def emit_module_call(self, name: str, target: str, args: tuple, kwargs: IDict) -> None:
         path, variant = split_call_target(target)
-        child = f"_m{len(self.lines)}"
+        child = "_m"  # used by the next line only: one name for all (fewer locals to compile)
         self.emit(f"{child} = {self.module_path(path.split('.'))}")
         if kwargs.items:
             call = f"call_direct({child}, {variant}, {self.value(args)}, {self.value(kwargs)})"
