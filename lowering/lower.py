@@ -467,11 +467,19 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
     over its storage (still a copy when ``device`` differs); other values are shared as they are."""
     if not isinstance(value, torch.Tensor):
         return value
-    data = value.detach()
     if share:
+        data = value.detach()
         copied = data.to(device) if device is not None else data
+    elif device is not None:
+        copied = value.detach().to(device, copy=True)
+    elif type(value) in _PLAIN_TENSORS:
+        copied = value.clone()  # under no_grad: no history, as a clone of .detach() has none
     else:
-        copied = data.to(device, copy=True) if device is not None else data.clone()
+        copied = value.detach().clone()
     if slot.kind == st.PARAMETER:
         return torch.nn.Parameter(copied, requires_grad=slot.requires_grad)
     return copied
+
+
+# Classes whose ``clone()`` under ``no_grad`` is a plain tensor like ``detach().clone()``'s.
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})

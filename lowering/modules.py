@@ -318,12 +318,13 @@ def forward_names(ir_graphs: Sequence[Graph]) -> tuple[str, ...] | None:
     their positional names differ they become ``arg0, ...``; when their arity or keywords differ
     there is no single signature and the result is ``None``. O(number of placeholders).
     """
-    split = [_graph_signature(g) for g in ir_graphs]
-    positional, keywords = split[0]
-    if any(s != split[0] for s in split[1:]):
-        if any(len(p) != len(positional) or k != keywords for p, k in split[1:]):
-            return None
-        positional = tuple(f"arg{i}" for i in range(len(positional)))
+    positional, keywords = _graph_signature(ir_graphs[0])
+    if len(ir_graphs) > 1:
+        split = [(positional, keywords)] + [_graph_signature(g) for g in ir_graphs[1:]]
+        if any(s != split[0] for s in split[1:]):
+            if any(len(p) != len(positional) or k != keywords for p, k in split[1:]):
+                return None
+            positional = tuple(f"arg{i}" for i in range(len(positional)))
     names = positional + keywords
     if len(set(names)) != len(names) or not all(map(usable_name, names)):
         return None
@@ -390,8 +391,8 @@ def _graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if eager is not None:
         count, keywords = eager
         return tuple(f"arg{i}" for i in range(count)), keywords
-    full = tuple(n.name for n in graph.placeholders)
-    stripped = tuple(_SSA_SUFFIX.sub("", name) for name in full)
+    full = tuple([n.name for n in graph.placeholders])
+    stripped = tuple([_SSA_SUFFIX.sub("", name) for name in full])
     return (stripped if len(set(stripped)) == len(stripped) else full), ()
 
 
