@@ -239,8 +239,11 @@ def _find_spec_names(graph: Graph) -> tuple[dict[str, Any], dict[int, str]]:
                     visit(v)
 
     for node in graph.nodes:
-        visit(node.args)
-        visit(node.kwargs)
+        for x in node.args:  # visit(node.args), without a call for a node of atoms only
+            if type(x) not in _ATOMS:
+                visit(x)
+        if node.kwargs.items:
+            visit(node.kwargs)
     return held, names
 
 

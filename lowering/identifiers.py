@@ -79,7 +79,11 @@ def _check_node(node: Node, where: str) -> None:
     kwargs = node.kwargs
     if isinstance(kwargs, IDict) and kwargs.items:
         _check_keywords(node, kwargs, where)
-    _check_nested_keywords(node, (node.args, kwargs.values()), where)
+        _check_nested_keywords(node, (node.args, kwargs.values()), where)
+    else:
+        for item in node.args:  # what _check_nested_keywords does, without a call per node
+            if type(item) in _NESTING:
+                _check_nested_keywords(node, item, where)
 
 
 def _check_keywords(node: Node, kwargs: IDict, where: str) -> None:

@@ -278,8 +278,9 @@ def _root_plan(program: Program) -> RootPlan:
 
 def _module_call_graph(program: Program) -> list[ModuleCallEntry]:
     entries = []
+    signatures = dict(program.call_signatures)  # a plain dict: one lookup per call below
     for fqn in program.call_order:
-        sig = program.call_signatures.get(fqn)
+        sig = signatures.get(fqn)
         entries.append(ModuleCallEntry(fqn=fqn, signature=_torch_signature(sig) if sig else None))
     return entries
 
