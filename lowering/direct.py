@@ -229,6 +229,8 @@ class _Emitter:
 
     def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
         rendered = [self.value(a) for a in args]
+        if not kwargs.items:
+            return f"{fn}({', '.join(rendered)})"
         if all(isinstance(k, str) and k.isidentifier() and not iskeyword(k) for k, _ in kwargs.items):
             rendered += [f"{k}={self.value(v)}" for k, v in kwargs.items]
         elif kwargs.items:
@@ -238,7 +240,7 @@ class _Emitter:
     def value(self, tree: Any) -> str:
         kind = type(tree)
         if kind is Ref:
-            return self.local(tree.name)
+            return self.names.get(tree.name) or self.local(tree.name)
         if kind is _Raw:
             return tree.text
         if kind is tuple:
