@@ -325,15 +325,21 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
     # the functions of the modules built so far, by their graphs' share keys and their reads
     # (``direct_function``'s own cache key, for every graph of a module at once)
     made: dict[tuple, list] = {}
+    # the state each module reads, by share keys (equal keys read equal targets in one order)
+    targets_of: dict[tuple, tuple[str, ...]] = {}
     for mid, obj in objects.items():
         mod = table[mid]
         if mid == program.root:
             direct, reads = _root_direct_code(program, obj)
         elif mod.graphs:
-            reads = _locate_reads(obj, mod.graphs)
+            keys = tuple(map(share_key, mod.graphs))
+            targets = targets_of.get(keys)
+            if targets is None:
+                targets = targets_of[keys] = _read_targets(mod.graphs)
+            reads = _locate_all(obj, targets)
             direct = None
             if reads is not None:
-                key = (tuple(map(share_key, mod.graphs)), tuple(sorted(reads.items())))
+                key = (keys, tuple(sorted(reads.items())))
                 direct = made.get(key)
                 if direct is None:
                     label = mod.type_name or "module"
@@ -351,14 +357,27 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
 
 
 def _locate_reads(owner: torch.nn.Module, graphs: tuple) -> dict[str, Any] | None:
-    reads: dict[str, Any] = {}
+    return _locate_all(owner, _read_targets(graphs))
+
+
+def _read_targets(graphs: tuple) -> tuple[str, ...]:
+    """The ``get_attr`` targets of ``graphs``, each once, in order of first use."""
+    targets: dict[str, None] = {}
     for graph in graphs:
         for node in graph.nodes:
-            if node.op == GET_ATTR and node.target not in reads:
-                found = locate(owner, node.target)
-                if found is None:
-                    return None
-                reads[node.target] = found
+            if node.op == GET_ATTR:
+                targets.setdefault(node.target)
+    return tuple(targets)
+
+
+def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, Any] | None:
+    """Where each target lives below ``owner`` (``direct.locate``); ``None`` if one is nowhere."""
+    reads: dict[str, Any] = {}
+    for target in targets:
+        found = locate(owner, target)
+        if found is None:
+            return None
+        reads[target] = found
     return reads
 
 
