@@ -81,9 +81,10 @@ def lower(
     root = _build_root(program, interpreter, flat_args_adapter)
     objects: dict[ModuleId, torch.nn.Module] = {program.root: root}
     code_of: dict[Any, tuple[Callable[..., Any], dict]] = {}
+    with_fx: list[LoweredModule] = []  # the modules built with fx graphs, in build order
     for _, mid in walked:
         if mid not in objects:
-            objects[mid] = _build_module(table[mid], interpreter, code_of)
+            objects[mid] = _build_module(table[mid], interpreter, code_of, with_fx)
     for mid, obj in objects.items():
         mod = table[mid]
         for name, child in mod.children:
@@ -101,7 +102,7 @@ def lower(
         if mod.kind == LEAF:
             finish_leaf(obj, mod.leaf.value)
     root.__dict__["_device_probe"] = _device_probe(program)
-    _complete_built_meta(objects)
+    _complete_built_meta(with_fx)
     if not interpreter:
         _attach_direct_code(program, objects)
     return root
@@ -127,11 +128,14 @@ def _usable_device(device: torch.device | str | None) -> torch.device | None:
 
 
 def _build_module(
-    mod: Module, interpreter: bool, code_of: dict[Any, tuple[Callable[..., Any], dict]]
+    mod: Module,
+    interpreter: bool,
+    code_of: dict[Any, tuple[Callable[..., Any], dict]],
+    with_fx: list[LoweredModule],
 ) -> torch.nn.Module:
     """The torch module for ``mod``, unwired. ``code_of`` maps the share key of each graph
     compiled so far in this ``lower`` call to its code and ``spec_constants`` (later graphs
-    with that key reuse both)."""
+    with that key reuse both); a module built with fx graphs is appended to ``with_fx``."""
     if mod.kind == LEAF:
         return leaf_shell(mod.leaf.value)
     if not mod.graphs:
@@ -161,10 +165,13 @@ def _build_module(
     dispatch = len(mod.graphs) > 1  # each caller names the graph it runs
     cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
     made_module = cls(mod.graphs, codes, mod.type_name, interpreter, fx_graphs)
-    for g in fx_graphs:
-        if g is not None:
-            g.owning_module = made_module
-    _hold_constants(made_module, constants)
+    if fx_graphs.count(None) < len(fx_graphs):
+        for g in fx_graphs:
+            if g is not None:
+                g.owning_module = made_module
+        with_fx.append(made_module)
+    if any(constants):  # most graphs read no spec
+        _hold_constants(made_module, constants)
     return made_module
 
 
@@ -183,14 +190,13 @@ def _device_probe(program: Program) -> str | None:
     return found
 
 
-def _complete_built_meta(objects: dict[ModuleId, torch.nn.Module]) -> None:
+def _complete_built_meta(modules: list[LoweredModule]) -> None:
     """Complete the meta of the fx graphs built while the tree was not yet wired (the others
     complete theirs when built; see ``lowering/meta.py``)."""
-    for obj in objects.values():
-        if isinstance(obj, LoweredModule):
-            for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
-                if fx_graph is not None:
-                    complete_meta(fx_graph, ir_graph, obj)
+    for obj in modules:
+        for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
+            if fx_graph is not None:
+                complete_meta(fx_graph, ir_graph, obj)
 
 
 def _hold_constants(owner: torch.nn.Module, per_graph: list[dict[str, Any]]) -> None:
