@@ -217,23 +217,38 @@ def _find_spec_names(graph: Graph) -> tuple[dict[str, Any], dict[int, str]]:
     """``spec_constants(graph)``, and the attribute name of each spec object (by ``id``)."""
     held: dict[str, Any] = {}
     names: dict[int, str] = {}
+    by_value: dict[TreeSpec, str] = {}  # equal specs get one name: text and digest once
 
     def visit(tree: Any) -> None:
         if isinstance(tree, TreeSpec):
             if id(tree) not in names:
-                names[id(tree)] = _hold(held, tree)
+                try:
+                    name = by_value.get(tree)
+                except TypeError:  # a context torch cannot hash: no sharing, same name
+                    name = _hold(held, tree)
+                if name is None:
+                    name = by_value[tree] = _hold(held, tree)
+                names[id(tree)] = name
         elif isinstance(tree, (tuple, IList)):
             for x in tree:
-                visit(x)
+                if type(x) not in _ATOMS:
+                    visit(x)
         elif isinstance(tree, IDict):
             for _, v in tree.items:
-                visit(v)
+                if type(v) not in _ATOMS:
+                    visit(v)
 
     for node in graph.nodes:
-        visit(node.args)
-        visit(node.kwargs)
+        for x in node.args:  # visit(node.args), without a call for a node of atoms only
+            if type(x) not in _ATOMS:
+                visit(x)
+        if node.kwargs.items:
+            visit(node.kwargs)
     return held, names
 
+
+# Argument values that are neither a spec nor hold one: skipped without a call.
+_ATOMS = frozenset({Ref, int, float, bool, str, type(None)})
 
 # Per Graph object (the names are by ``id`` of the graph's own spec objects), held weakly.
 _spec_names: WeakMemo[Graph, tuple[dict[str, Any], dict[int, str]]] = WeakMemo(_find_spec_names)

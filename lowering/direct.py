@@ -16,6 +16,7 @@ reached), so all blocks of a stack share one.
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from keyword import iskeyword
@@ -27,7 +28,15 @@ from ir.alpha import interned_key
 from ir.args import IDict, IList, ISlice, Ref
 from ir.graph import Graph
 from ir.module import split_call_target
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    GET_ATTR,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+)
 from ir.ops import COPY, MAKE_DEP_TOKEN
 from lowering.identifiers import check_graph
 from lowering.source import compile_function
@@ -129,6 +138,7 @@ class _Emitter:
         self.globals: dict[str, Any] = {"call_direct": call_direct}
         self.constant_names: dict[int, str] = {}
         self.names: dict[str, str] = {}
+        self.owners: dict[tuple[str, ...], str] = {}  # module path -> the local holding it
 
     def compile(self) -> DirectFn:
         params = ["self"]
@@ -145,6 +155,10 @@ class _Emitter:
             elif node.op == GET_ATTR:
                 self.emit(f"{self.local(node.name)} = {self.read(node.target)}")
             elif node.op == CALL_FUNCTION:
+                if _is_subscript(node):  # ``base[index]``: the same operation, spelled shorter
+                    base, index = node.args
+                    self.emit(f"{self.local(node.name)} = {self.value(base)}[{self.value(index)}]")
+                    continue
                 call = self.call(self.constant(node.target), node.args, node.kwargs)
                 self.emit(f"{self.local(node.name)} = {call}")
             elif node.op == CALL_METHOD:
@@ -166,7 +180,7 @@ class _Emitter:
 
     def emit_module_call(self, name: str, target: str, args: tuple, kwargs: IDict) -> None:
         path, variant = split_call_target(target)
-        child = f"_m{len(self.lines)}"
+        child = "_m"  # used by the next line only: one name for all (fewer locals to compile)
         self.emit(f"{child} = {self.module_path(path.split('.'))}")
         if kwargs.items:
             call = f"call_direct({child}, {variant}, {self.value(args)}, {self.value(kwargs)})"
@@ -200,14 +214,23 @@ class _Emitter:
         )
 
     def module_path(self, parts: Sequence[str]) -> str:
-        return "self" + "".join(
-            f".__dict__[{p.removeprefix(HELD)!r}]" if p.startswith(HELD) else f".{MODULE_TABLE}[{p!r}]"
-            for p in parts
-            if p
-        )
+        """The expression of the module at ``parts`` below ``self``. The module holding the
+        last step is read into a local once, at its first use, so that calls of its children
+        spell one step each (the tree does not change during a direct call)."""
+        steps = tuple(p for p in parts if p)
+        if len(steps) < 2:
+            return "self" + "".join(map(_step, steps))
+        owner = self.owners.get(steps[:-1])
+        if owner is None:
+            spelled = self.module_path(steps[:-1])  # may hoist the owner's owner first
+            owner = self.owners[steps[:-1]] = f"_p{len(self.owners)}"
+            self.emit(f"{owner} = {spelled}")
+        return owner + _step(steps[-1])
 
     def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
         rendered = [self.value(a) for a in args]
+        if not kwargs.items:
+            return f"{fn}({', '.join(rendered)})"
         if all(isinstance(k, str) and k.isidentifier() and not iskeyword(k) for k, _ in kwargs.items):
             rendered += [f"{k}={self.value(v)}" for k, v in kwargs.items]
         elif kwargs.items:
@@ -217,7 +240,7 @@ class _Emitter:
     def value(self, tree: Any) -> str:
         kind = type(tree)
         if kind is Ref:
-            return self.local(tree.name)
+            return self.names.get(tree.name) or self.local(tree.name)
         if kind is _Raw:
             return tree.text
         if kind is tuple:
@@ -250,6 +273,23 @@ class _Emitter:
             found = name if usable and name not in _TAKEN else f"_v{len(self.names)}"
             self.names[name] = found
         return found
+
+
+def _is_subscript(node: Node) -> bool:
+    """Whether ``node`` is ``operator.getitem(value, index)`` of a node's value."""
+    return (
+        node.target is operator.getitem
+        and len(node.args) == 2
+        and type(node.args[0]) is Ref
+        and not node.kwargs.items
+    )
+
+
+def _step(part: str) -> str:
+    """One step of a module path: a child in ``_modules``, or a module held in ``__dict__``."""
+    if part.startswith(HELD):
+        return f".__dict__[{part.removeprefix(HELD)!r}]"
+    return f".{MODULE_TABLE}[{part!r}]"
 
 
 class _Raw:

@@ -67,21 +67,26 @@ _CHECKED: weakref.WeakSet = weakref.WeakSet()
 
 
 def _check_node(node: Node, where: str) -> None:
-    if node.op == CALL_METHOD:
+    op = node.op
+    if op == CALL_METHOD:
         if not is_identifier(node.target):
             _fail(node, where, "method name", node.target)
-    elif node.op in (GET_ATTR, CALL_MODULE):
+    elif op == GET_ATTR or op == CALL_MODULE:
         target = node.target
         path = split_call_target(target)[0] if type(target) is str else target
         if type(path) is not str or not all(map(is_path_step, path.split("."))):
             _fail(node, where, "attribute path", target)
-    _check_keywords(node, node.kwargs, where)
-    _check_nested_keywords(node, (node.args, node.kwargs.values()), where)
+    kwargs = node.kwargs
+    if isinstance(kwargs, IDict) and kwargs.items:
+        _check_keywords(node, kwargs, where)
+        _check_nested_keywords(node, (node.args, kwargs.values()), where)
+    else:
+        for item in node.args:  # what _check_nested_keywords does, without a call per node
+            if type(item) in _NESTING:
+                _check_nested_keywords(node, item, where)
 
 
-def _check_keywords(node: Node, kwargs: Any, where: str) -> None:
-    if not isinstance(kwargs, IDict):
-        return
+def _check_keywords(node: Node, kwargs: IDict, where: str) -> None:
     keys = kwargs.keys()
     for key in keys:
         if not is_identifier(key):
@@ -96,14 +101,20 @@ def _check_nested_keywords(node: Node, tree: Any, where: str) -> None:
     kind = type(tree)
     if kind is tuple or kind is IList:
         for item in tree:
-            _check_nested_keywords(node, item, where)
+            if type(item) in _NESTING:  # other values hold no dict literal
+                _check_nested_keywords(node, item, where)
     elif kind is IDict:
         for key, value in tree.items:
-            if type(key) not in (str, int, float, bool, type(None)):
+            if type(key) not in _KEY_TYPES:
                 _fail(node, where, "dict key", key)
-            _check_nested_keywords(node, value, where)
+            if type(value) in _NESTING:
+                _check_nested_keywords(node, value, where)
     elif kind is ISlice:
         _check_nested_keywords(node, (tree.start, tree.stop, tree.step), where)
+
+
+_NESTING = frozenset({tuple, IList, IDict, ISlice})
+_KEY_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 def _fail(node: Node, where: str, what: str, value: Any) -> None:

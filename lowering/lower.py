@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,12 +18,7 @@ from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
-from ir.torch_seam import (
-    module_buffers,
-    module_children,
-    module_parameters,
-    non_persistent_buffers,
-)
+from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
@@ -39,7 +35,14 @@ from lowering.modules import (
     PlainHolder,
 )
 from lowering.root import LoweredRoot, RootPlan, root_class
-from lowering.torch_seam import global_registration_hooks_set, sync_parameter_list
+from lowering.torch_seam import (
+    BUFFER_TABLE,
+    MODULE_TABLE,
+    NON_PERSISTENT_BUFFERS,
+    PARAMETER_TABLE,
+    global_registration_hooks_set,
+    sync_parameter_list,
+)
 
 
 @gc_paused
@@ -73,29 +76,33 @@ def lower(
         )
     verify(program)
     device = _usable_device(device)
-    objects: dict[ModuleId, torch.nn.Module] = {}
-    root = _build_root(program, interpreter, flat_args_adapter)
-    objects[program.root] = root
-    for _, mid in program.walk():
-        if mid not in objects:
-            objects[mid] = _build_module(program.module_table()[mid], interpreter)
     table = program.module_table()
+    walked = list(program.walk())
+    root = _build_root(program, interpreter, flat_args_adapter)
+    objects: dict[ModuleId, torch.nn.Module] = {program.root: root}
+    code_of: dict[Any, tuple[Callable[..., Any], dict]] = {}
+    with_fx: list[LoweredModule] = []  # the modules built with fx graphs, in build order
+    for _, mid in walked:
+        if mid not in objects:
+            objects[mid] = _build_module(table[mid], interpreter, code_of, with_fx)
     for mid, obj in objects.items():
-        for name, child in table[mid].children:
+        mod = table[mid]
+        for name, child in mod.children:
             if table[child].kind == SUBGRAPH:
                 hold_body(obj, name, objects[child])  # not a submodule of the eager model
             else:
                 module_children(obj)[name] = objects[child]
-        for name, peer in table[mid].peers:
+        for name, peer in mod.peers:
             # held by reference, as an eager module keeps another in a plain attribute: outside
             # ``_modules``, so no ``named_modules()`` or ``state_dict()`` path goes through it
             obj.__dict__[name] = objects[peer]
-    _register_state(program, objects, device, share_state)
+    _register_state(program, objects, device, share_state, walked)
     for mid, obj in objects.items():
-        if program.module_table()[mid].kind == LEAF:
-            finish_leaf(obj, program.module_table()[mid].leaf.value)
+        mod = table[mid]
+        if mod.kind == LEAF:
+            finish_leaf(obj, mod.leaf.value)
     root.__dict__["_device_probe"] = _device_probe(program)
-    _complete_built_meta(objects)
+    _complete_built_meta(with_fx)
     if not interpreter:
         _attach_direct_code(program, objects)
     return root
@@ -120,7 +127,15 @@ def _usable_device(device: torch.device | str | None) -> torch.device | None:
 # --- modules ------------------------------------------------------------------------------------
 
 
-def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
+def _build_module(
+    mod: Module,
+    interpreter: bool,
+    code_of: dict[Any, tuple[Callable[..., Any], dict]],
+    with_fx: list[LoweredModule],
+) -> torch.nn.Module:
+    """The torch module for ``mod``, unwired. ``code_of`` maps the share key of each graph
+    compiled so far in this ``lower`` call to its code and ``spec_constants`` (later graphs
+    with that key reuse both); a module built with fx graphs is appended to ``with_fx``."""
     if mod.kind == LEAF:
         return leaf_shell(mod.leaf.value)
     if not mod.graphs:
@@ -129,25 +144,34 @@ def _build_module(mod: Module, interpreter: bool) -> torch.nn.Module:
     fx_graphs: list[torch.fx.Graph | None] = []
     constants: list[dict[str, Any]] = []
     for graph in mod.graphs:
-        check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
         key = share_key(graph)
-        code = compiled(key)
+        known = None if interpreter else code_of.get(key)
         fx_graph = None
-        if code is None or interpreter:
-            fx_graph, made = to_fx_graph(graph)
-            code = code or compile_graph(fx_graph, key)
-            constants.append(made)
+        if known is not None:  # checked already: equal keys hold equal strings
+            code, specs = known
+            constants.append(specs)
         else:
-            constants.append(spec_constants(graph))
+            check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
+            code = compiled(key)
+            if code is None or interpreter:
+                fx_graph, made = to_fx_graph(graph)
+                code = code or compile_graph(fx_graph, key)
+                constants.append(made)
+            else:
+                constants.append(spec_constants(graph))
+            code_of[key] = (code, spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
     dispatch = len(mod.graphs) > 1  # each caller names the graph it runs
     cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
     made_module = cls(mod.graphs, codes, mod.type_name, interpreter, fx_graphs)
-    for g in fx_graphs:
-        if g is not None:
-            g.owning_module = made_module
-    _hold_constants(made_module, constants)
+    if fx_graphs.count(None) < len(fx_graphs):
+        for g in fx_graphs:
+            if g is not None:
+                g.owning_module = made_module
+        with_fx.append(made_module)
+    if any(constants):  # most graphs read no spec
+        _hold_constants(made_module, constants)
     return made_module
 
 
@@ -166,14 +190,13 @@ def _device_probe(program: Program) -> str | None:
     return found
 
 
-def _complete_built_meta(objects: dict[ModuleId, torch.nn.Module]) -> None:
+def _complete_built_meta(modules: list[LoweredModule]) -> None:
     """Complete the meta of the fx graphs built while the tree was not yet wired (the others
     complete theirs when built; see ``lowering/meta.py``)."""
-    for obj in objects.values():
-        if isinstance(obj, LoweredModule):
-            for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
-                if fx_graph is not None:
-                    complete_meta(fx_graph, ir_graph, obj)
+    for obj in modules:
+        for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
+            if fx_graph is not None:
+                complete_meta(fx_graph, ir_graph, obj)
 
 
 def _hold_constants(owner: torch.nn.Module, per_graph: list[dict[str, Any]]) -> None:
@@ -261,8 +284,9 @@ def _root_plan(program: Program) -> RootPlan:
 
 def _module_call_graph(program: Program) -> list[ModuleCallEntry]:
     entries = []
+    signatures = dict(program.call_signatures)  # a plain dict: one lookup per call below
     for fqn in program.call_order:
-        sig = program.call_signatures.get(fqn)
+        sig = signatures.get(fqn)
         entries.append(ModuleCallEntry(fqn=fqn, signature=_torch_signature(sig) if sig else None))
     return entries
 
@@ -304,15 +328,29 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
     table = program.module_table()
     if any(table[mid].kind == LEAF for mid in objects):
         return  # direct code calls lowered modules only: with leaves, run module by module
+    # the functions of the modules built so far, by their graphs' share keys and their reads
+    # (``direct_function``'s own cache key, for every graph of a module at once)
+    made: dict[tuple, list] = {}
+    # the state each module reads, by share keys (equal keys read equal targets in one order)
+    targets_of: dict[tuple, tuple[str, ...]] = {}
     for mid, obj in objects.items():
         mod = table[mid]
         if mid == program.root:
             direct, reads = _root_direct_code(program, obj)
         elif mod.graphs:
-            reads = _locate_reads(obj, mod.graphs)
-            direct = None if reads is None else [
-                direct_function(g, reads, label=mod.type_name or "module") for g in mod.graphs
-            ]
+            keys = tuple(map(share_key, mod.graphs))
+            targets = targets_of.get(keys)
+            if targets is None:
+                targets = targets_of[keys] = _read_targets(mod.graphs)
+            reads = _locate_all(obj, targets)
+            direct = None
+            if reads is not None:
+                key = (keys, tuple(sorted(reads.items())))
+                direct = made.get(key)
+                if direct is None:
+                    label = mod.type_name or "module"
+                    direct = made[key] = [direct_function(g, reads, label=label) for g in mod.graphs]
+                direct = list(direct)  # each module its own list, as before
         else:
             direct, reads = None, {}
         if mod.graphs and direct is None:
@@ -325,14 +363,27 @@ def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Modul
 
 
 def _locate_reads(owner: torch.nn.Module, graphs: tuple) -> dict[str, Any] | None:
-    reads: dict[str, Any] = {}
+    return _locate_all(owner, _read_targets(graphs))
+
+
+def _read_targets(graphs: tuple) -> tuple[str, ...]:
+    """The ``get_attr`` targets of ``graphs``, each once, in order of first use."""
+    targets: dict[str, None] = {}
     for graph in graphs:
         for node in graph.nodes:
-            if node.op == GET_ATTR and node.target not in reads:
-                found = locate(owner, node.target)
-                if found is None:
-                    return None
-                reads[node.target] = found
+            if node.op == GET_ATTR:
+                targets.setdefault(node.target)
+    return tuple(targets)
+
+
+def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, Any] | None:
+    """Where each target lives below ``owner`` (``direct.locate``); ``None`` if one is nowhere."""
+    reads: dict[str, Any] = {}
+    for target in targets:
+        found = locate(owner, target)
+        if found is None:
+            return None
+        reads[target] = found
     return reads
 
 
@@ -358,13 +409,19 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
 
 
 def _register_state(
-    program: Program, objects: dict[ModuleId, torch.nn.Module], device: Any, share: bool = False
+    program: Program,
+    objects: dict[ModuleId, torch.nn.Module],
+    device: Any,
+    share: bool,
+    walked: list[tuple[str, ModuleId]],
 ) -> None:
-    """Register every state fqn on its owner; tied fqns get one shared tensor object."""
+    """Register every state fqn on its owner; tied fqns get one shared tensor object.
+    ``walked`` is ``list(program.walk())``."""
     made: dict[tuple[str, str], Any] = {}
-    by_path = {path: objects[mid] for path, mid in program.walk()}
+    by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
     direct = _direct_registration_is_safe()
+    on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
     with torch.no_grad():
         for fqn in program.state_order:
             slot = state[fqn]
@@ -380,7 +437,7 @@ def _register_state(
             if value is None:
                 value = _copy_state(tensors[slot.tensor].value, slot, device, share)
                 made[key] = value
-            _register(owner, name, value, slot, direct)
+            _register(owner, name, value, slot, direct, on_class)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
             sync_parameter_list(obj)
@@ -392,25 +449,43 @@ def _direct_registration_is_safe() -> bool:
     return not global_registration_hooks_set()
 
 
-def _register(owner: torch.nn.Module, name: str, value: Any, slot: st.Slot, direct: bool) -> None:
+def _register(
+    owner: torch.nn.Module,
+    name: str,
+    value: Any,
+    slot: st.Slot,
+    direct: bool,
+    on_class: dict[tuple[type, str], bool],
+) -> None:
     # the tables may be written directly only where register_* would not refuse the name
+    attributes = owner.__dict__
     free = direct and not (
-        name in owner.__dict__ or name in module_children(owner) or hasattr(type(owner), name)
+        name in attributes
+        or name in attributes[MODULE_TABLE]
+        or _class_has(type(owner), name, on_class)
     )
-    if slot.kind == st.PARAMETER:
+    kind = slot.kind
+    if kind == st.PARAMETER:
         if free and type(value) is torch.nn.Parameter:
-            module_parameters(owner)[name] = value
+            attributes[PARAMETER_TABLE][name] = value
         else:
             owner.register_parameter(name, value)
-    elif slot.kind == st.BUFFER:
+    elif kind == st.BUFFER:
         if free and isinstance(value, torch.Tensor):
-            module_buffers(owner)[name] = value
+            attributes[BUFFER_TABLE][name] = value
             if not slot.persistent:
-                non_persistent_buffers(owner).add(name)
+                attributes[NON_PERSISTENT_BUFFERS].add(name)
         else:
             owner.register_buffer(name, value, persistent=slot.persistent)
     else:
         setattr(owner, name, value)
+
+
+def _class_has(kind: type, name: str, on_class: dict[tuple[type, str], bool]) -> bool:
+    found = on_class.get((kind, name))
+    if found is None:
+        found = on_class[(kind, name)] = hasattr(kind, name)
+    return found
 
 
 def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
@@ -418,11 +493,19 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
     over its storage (still a copy when ``device`` differs); other values are shared as they are."""
     if not isinstance(value, torch.Tensor):
         return value
-    data = value.detach()
     if share:
+        data = value.detach()
         copied = data.to(device) if device is not None else data
+    elif device is not None:
+        copied = value.detach().to(device, copy=True)
+    elif type(value) in _PLAIN_TENSORS:
+        copied = value.clone()  # under no_grad: no history, as a clone of .detach() has none
     else:
-        copied = data.to(device, copy=True) if device is not None else data.clone()
+        copied = value.detach().clone()
     if slot.kind == st.PARAMETER:
         return torch.nn.Parameter(copied, requires_grad=slot.requires_grad)
     return copied
+
+
+# Classes whose ``clone()`` under ``no_grad`` is a plain tensor like ``detach().clone()``'s.
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})

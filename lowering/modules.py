@@ -22,7 +22,6 @@ from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatche
 from ir.args import IDict, Ref
 from ir.errors import InputError, LoweringError
 from ir.graph import Graph
-from ir.memo import WeakMemo
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
 from ir.node import CALL_FUNCTION, GET_ATTR
 from ir.torch_seam import module_buffers, module_children, module_parameters
@@ -31,7 +30,7 @@ from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
-from lowering.torch_seam import is_fx_symbolic_tracing
+from lowering.torch_seam import init_module_state, is_fx_symbolic_tracing
 from lowering.tree_watch import Watched
 
 if TYPE_CHECKING:
@@ -135,7 +134,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
         # Without graphs (deepcopy, unpickling, ``__new__(type(m))``) the class stays as it is.
         made = cls
         if ir_graphs and cls.__dict__.get("_forward_names") is None:
-            made = signature_class(cls, forward_names(ir_graphs))
+            made = _signature_class(cls, forward_names(ir_graphs))
         return super().__new__(made)
 
     def __init__(
@@ -146,7 +145,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
         interpreter: bool,
         fx_graphs: list[torch.fx.Graph | None] | None = None,
     ) -> None:
-        torch.nn.Module.__init__(self)
+        init_module_state(self)  # as torch.nn.Module.__init__(self)
         # plain attributes, written past nn.Module.__setattr__ (a stack builds thousands)
         self.__dict__.update(
             _ir_graphs=ir_graphs,
@@ -319,12 +318,13 @@ def forward_names(ir_graphs: Sequence[Graph]) -> tuple[str, ...] | None:
     their positional names differ they become ``arg0, ...``; when their arity or keywords differ
     there is no single signature and the result is ``None``. O(number of placeholders).
     """
-    split = [_graph_signature(g) for g in ir_graphs]
-    positional, keywords = split[0]
-    if any(s != split[0] for s in split[1:]):
-        if any(len(p) != len(positional) or k != keywords for p, k in split[1:]):
-            return None
-        positional = tuple(f"arg{i}" for i in range(len(positional)))
+    positional, keywords = _graph_signature(ir_graphs[0])
+    if len(ir_graphs) > 1:
+        split = [(positional, keywords)] + [_graph_signature(g) for g in ir_graphs[1:]]
+        if any(s != split[0] for s in split[1:]):
+            if any(len(p) != len(positional) or k != keywords for p, k in split[1:]):
+                return None
+            positional = tuple(f"arg{i}" for i in range(len(positional)))
     names = positional + keywords
     if len(set(names)) != len(names) or not all(map(usable_name, names)):
         return None
@@ -346,6 +346,14 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
             f"forward parameters {names!r} of a {base.__name__} are not distinct Python names; "
             "generated code cannot spell them"
         )
+    return _signature_class(base, names)
+
+
+def _signature_class(base: type, names: tuple[str, ...] | None) -> type:
+    """``signature_class`` for ``names`` already known to be ``None`` or distinct usable names
+    (``forward_names`` returns only such)."""
+    if names is None:
+        return base
     key = (base, names)
     cls = _SIGNATURE_CLASSES.get(key)
     if cls is None:
@@ -376,22 +384,16 @@ def signature_class(base: type, names: tuple[str, ...] | None) -> type:
     return cls
 
 
-def _compute_graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(positional names, keyword names)`` of one graph's forward."""
-    placeholders = graph.placeholders
+def _graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(positional names, keyword names)`` of one graph's forward. O(placeholders), plus the
+    state reads before the graph's first computation."""
     eager = _eager_arguments(graph)
     if eager is not None:
         count, keywords = eager
         return tuple(f"arg{i}" for i in range(count)), keywords
-    full = tuple(n.name for n in placeholders)
-    stripped = tuple(_SSA_SUFFIX.sub("", name) for name in full)
+    full = tuple([n.name for n in graph.placeholders])
+    stripped = tuple([_SSA_SUFFIX.sub("", name) for name in full])
     return (stripped if len(set(stripped)) == len(stripped) else full), ()
-
-
-# ``(positional names, keyword names)`` per Graph object, computed once while the graph lives.
-_graph_signature: WeakMemo[Graph, tuple[tuple[str, ...], tuple[str, ...]]] = WeakMemo(
-    _compute_graph_signature
-)
 
 
 def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
@@ -403,7 +405,11 @@ def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
     placeholders = graph.placeholders
     if not placeholders:
         return None
-    first = next((n for n in graph.nodes[len(placeholders) :] if n.op != GET_ATTR), None)
+    nodes = graph.nodes
+    at = len(placeholders)
+    while at < len(nodes) and nodes[at].op == GET_ATTR:
+        at += 1
+    first = nodes[at] if at < len(nodes) else None
     if (
         first is None
         or first.op != CALL_FUNCTION

@@ -10,6 +10,7 @@ operator classes and schemas, module tables as dicts) comes from ``ir/torch_seam
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from types import CodeType
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "get_keystr",
     "global_module_hooks_set",
     "global_registration_hooks_set",
+    "init_module_state",
     "is_fx_symbolic_tracing",
     "jit_tracing",
     "run_frame_eagerly",
@@ -108,6 +110,39 @@ def global_registration_hooks_set() -> bool:
         _nn_module._global_parameter_registration_hooks
         or _nn_module._global_buffer_registration_hooks
     )
+
+
+def _module_state_recipe() -> tuple[tuple[str, Any, Any], ...] | None:
+    """``(name, factory, value)`` for each attribute ``nn.Module.__init__`` sets, read from a
+    module torch built: a new empty container (``factory()``) for a table or hook dict, the
+    value itself for a flag. ``None`` when some attribute is neither (then modules are built
+    by ``nn.Module.__init__`` itself)."""
+    recipe = []
+    for name, value in torch.nn.Module().__dict__.items():
+        if type(value) in (dict, set, OrderedDict) and not value:
+            recipe.append((name, type(value), None))
+        elif value is None or type(value) in (bool, int, str):
+            recipe.append((name, None, value))
+        else:
+            return None
+    return tuple(recipe)
+
+
+_MODULE_STATE = _module_state_recipe()
+
+
+def init_module_state(module: torch.nn.Module) -> None:
+    """Initialise ``module`` as ``torch.nn.Module.__init__(module)`` does: the same attributes,
+    in the same order, each table and hook dict a new empty one; without its argument checks
+    and API-usage log, at about a third of its cost (lowering builds thousands of modules).
+    Falls back to ``nn.Module.__init__`` if torch ever sets an attribute of another kind. 2.13
+    to 2.15 set the same seventeen (``training``, the tables, the hook dicts)."""
+    if _MODULE_STATE is None:
+        torch.nn.Module.__init__(module)
+        return
+    state = module.__dict__
+    for name, factory, value in _MODULE_STATE:
+        state[name] = value if factory is None else factory()
 
 
 def jit_tracing() -> bool:

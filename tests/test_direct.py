@@ -87,6 +87,54 @@ def test_root_runs_direct_code_without_calling_submodules():
     assert forward_calls == []
 
 
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class Middle(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x):
+        return self.norm(self.inner(x) + x)
+
+
+class Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(Middle(), nn.Linear(4, 4))
+        self.middle = Middle()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.middle(self.block(x)))
+
+
+@pytest.mark.parametrize("passes", ["none", "default"])
+@pytest.mark.parametrize("preserve", [(), ("middle", "block.0")])
+def test_state_read_at_every_depth_runs_direct_code(passes, preserve):
+    # siblings and cousins read state through shared path prefixes (``block.0.inner.lin``,
+    # ``block.0.norm``, ``block.1``); preserved calls flatten and index their arguments
+    torch.manual_seed(0)
+    eager = Nested()
+    ep = torch.export.export(
+        copy.deepcopy(eager), (x(),), strict=False, preserve_module_call_signature=preserve
+    )
+    program = import_ep(ep)
+    lowered = lower(program if passes == "none" else transform(program))
+    forward_calls = count_module_code(lowered)
+    assert lowered._tree_unchanged()
+    assert_same_as_eager(eager, lowered)
+    assert forward_calls == []
+
+
 def test_submodule_called_directly_runs_its_own_code():
     eager, lowered = build()
     forward_calls = count_module_code(lowered)

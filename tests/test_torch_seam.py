@@ -243,6 +243,24 @@ def test_sync_parameter_list():
     assert len(plist) == 2 and list(ir_seam.module_parameters(plist)) == ["0", "1"]
 
 
+def test_init_module_state_sets_what_module_init_sets():
+    class Plain(nn.Module):
+        pass
+
+    made, built = Plain.__new__(Plain), nn.Module()
+    lowering_seam.init_module_state(made)
+    assert list(made.__dict__) == list(built.__dict__)
+    assert {k: v for k, v in made.__dict__.items()} == built.__dict__
+    again = Plain.__new__(Plain)
+    lowering_seam.init_module_state(again)
+    shared = [k for k, v in made.__dict__.items() if v is again.__dict__[k] and v is not None]
+    assert all(type(made.__dict__[k]) is bool for k in shared)  # no table or hook dict shared
+    made.register_buffer("b", torch.ones(1))
+    made.child = nn.ReLU()
+    assert [n for n, _ in made.named_buffers()] == ["b"] and list(made.children()) == [made.child]
+    assert list(again.named_buffers()) == [] and list(again.children()) == []
+
+
 def test_module_table_names():
     m = nn.Linear(2, 2)
     m.register_buffer("scratch", torch.ones(1), persistent=False)
