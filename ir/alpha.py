@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ir.args import map_refs
+from ir.args import IDict, IList, ISlice, Ref, map_refs
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
@@ -17,29 +17,44 @@ from ir.program import Program
 
 
 def graph_key(graph: Graph) -> tuple:
-    """The alpha key of ``graph`` (computed once per Graph object while it lives)."""
-    return _GRAPH_KEYS(graph)
+    """The alpha key of ``graph`` (computed once per Graph object while it lives: the tuple of
+    its interned key)."""
+    return _INTERNED_KEYS(graph).key
 
 
 def _graph_key(graph: Graph) -> tuple:
     position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
+    mark = position.get
 
     def local(r: Any) -> Any:
-        mark = position.get(r.name)
-        return mark if mark is not None else ("free", r.name)
+        found = mark(r.name)
+        return found if found is not None else ("free", r.name)
 
-    return tuple(
-        (
-            n.op,
-            None if n.op == PLACEHOLDER else n.target,
-            map_refs(n.args, local) if n.inputs() else n.args,
-            map_refs(n.kwargs, local) if n.kwargs.items else n.kwargs,
-        )
-        for n in graph.nodes
-    )
+    key = []
+    for n in graph.nodes:
+        args = n.args
+        if not n.inputs():
+            pass
+        elif type(args) is tuple:  # the common case, a flat tuple, marked inline
+            marked = []
+            for a in args:
+                kind = type(a)
+                if kind is Ref:
+                    found = mark(a.name)
+                    marked.append(found if found is not None else ("free", a.name))
+                elif kind in _NESTED:
+                    marked.append(map_refs(a, local))
+                else:
+                    marked.append(a)
+            args = tuple(marked)
+        else:
+            args = map_refs(args, local)
+        kwargs = map_refs(n.kwargs, local) if n.kwargs.items else n.kwargs
+        key.append((n.op, None if n.op == PLACEHOLDER else n.target, args, kwargs))
+    return tuple(key)
 
 
-_GRAPH_KEYS: WeakMemo[Graph, tuple] = WeakMemo(_graph_key)
+_NESTED = (tuple, IList, IDict, ISlice)
 
 
 class AlphaKey:
@@ -82,7 +97,7 @@ def interned_key(graph: Graph) -> AlphaKey:
 
 
 def _interned_key(graph: Graph) -> AlphaKey:
-    made = AlphaKey(graph_key(graph))
+    made = AlphaKey(_graph_key(graph))
     found = _INTERNED.get(made)
     if found is None:
         found = _INTERNED.setdefault(made.twin(), made)
