@@ -11,8 +11,9 @@ signature. ``outline`` builds three pieces of plumbing for each one, in the call
 - ``close_preserved`` (callee, at its end): the flat outputs ``tree_unflatten``-ed with the
   signature's output spec and returned;
 - ``call_preserved`` (caller): the flat input values ``tree_unflatten``-ed into ``(args,
-  kwargs)``, the ``call_module``, its result ``tree_flatten_spec``-ed, one ``getitem`` per flat
-  output, which later readers in the caller read.
+  kwargs)`` (passed as they are when each argument is one leaf), the ``call_module``, its
+  result ``tree_flatten_spec``-ed, one ``getitem`` per flat output, which later readers in the
+  caller read.
 
 State (and state threaded in, ``OpenCall.extra_inputs``) is the only other thing that crosses:
 ``transforms.remat`` and ``transforms.ival_insertion`` have made every other crossing value
@@ -137,15 +138,21 @@ def call_preserved(
         return ref(name)
 
     values = _flat_values(sig.inputs, by_name, lambda name: read(parent, name))
-    tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec))
-    args_ref = new("_args", operator.getitem, (tree, 0))
-    kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
-    call_args = [
-        new("_arg", operator.getitem, (args_ref, i)) for i in range(args_spec.num_children)
-    ]
-    call_kwargs = [
-        (k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k))) for k in kwargs_spec.context
-    ]
+    n_args = args_spec.num_children
+    if _all_leaves(args_spec) and _all_leaves(kwargs_spec):
+        # each argument is one flat value (args' leaves first, then kwargs' in key order):
+        # passed as it is, the tree built and taken apart again would give the same objects
+        call_args = list(values[:n_args])
+        call_kwargs = list(zip(kwargs_spec.context, values[n_args:]))
+    else:
+        tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec))
+        args_ref = new("_args", operator.getitem, (tree, 0))
+        kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
+        call_args = [new("_arg", operator.getitem, (args_ref, i)) for i in range(n_args)]
+        call_kwargs = [
+            (k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k)))
+            for k in kwargs_spec.context
+        ]
     call_args += state_args()
     name = fresh_name(call_base(target), taken)
     parent.body.append(
@@ -168,6 +175,11 @@ def call_preserved(
         parent.env[out.name] = ref(local)
         held.append(out.name)
     return held
+
+
+def _all_leaves(spec: Any) -> bool:
+    """Whether every child of a tuple or dict pytree spec is a single leaf."""
+    return all(c.num_children == 0 and c.num_leaves == 1 for c in spec.children())
 
 
 def split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:

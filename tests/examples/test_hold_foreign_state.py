@@ -73,11 +73,7 @@ WIDENED = _HEAD + """\
     graph 0:
       %x = placeholder
       %p_n_w = placeholder
-      %_tree_in = call_function[ir.tree_calls.unflatten_tree]((%x,), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
-      %_args = call_function[_operator.getitem](%_tree_in, 0)
-      %_kwargs = call_function[_operator.getitem](%_tree_in, 1)
-      %_arg = call_function[_operator.getitem](%_args, 0)
-      %b = call_module[b](%_arg, %p_n_w)
+      %b = call_module[b](%x, %p_n_w)
       %_flat_out = call_function[ir.tree_calls.flatten_by_spec](%b, leaf)
       %mul = call_function[_operator.getitem](%_flat_out, 0)
       %neg = call_function[aten.neg.default](%mul)
@@ -105,11 +101,7 @@ HELD = _HEAD + """\
   module a: A
     graph 0:
       %x = placeholder
-      %_tree_in = call_function[ir.tree_calls.unflatten_tree]((%x,), tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])]))
-      %_args = call_function[_operator.getitem](%_tree_in, 0)
-      %_kwargs = call_function[_operator.getitem](%_tree_in, 1)
-      %_arg = call_function[_operator.getitem](%_args, 0)
-      %b = call_module[b](%_arg)
+      %b = call_module[b](%x)
       %_flat_out = call_function[ir.tree_calls.flatten_by_spec](%b, leaf)
       %mul = call_function[_operator.getitem](%_flat_out, 0)
       %neg = call_function[aten.neg.default](%mul)

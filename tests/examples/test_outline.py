@@ -7,7 +7,7 @@ from __future__ import annotations
 from beforeafter import program
 from programs_nested import NESTED, SHARED
 
-from ir import alpha_equivalent, verify
+from ir import alpha_equivalent, graph_key, verify
 from transforms import outline
 
 
@@ -172,11 +172,7 @@ program:
   module <root>: Top
     graph 0:
       %x = placeholder
-      %tree_in = call_function[ir.tree_calls.unflatten_tree]((%x,), IN_SPEC)
-      %args = call_function[_operator.getitem](%tree_in, 0)
-      %kwargs = call_function[_operator.getitem](%tree_in, 1)
-      %arg = call_function[_operator.getitem](%args, 0)
-      %a = call_module[a](%arg)
+      %a = call_module[a](%x)
       %flat_out = call_function[ir.tree_calls.flatten_by_spec](%a, leaf)
       %relu = call_function[_operator.getitem](%flat_out, 0)
       %neg = call_function[aten.neg.default](%relu)
@@ -189,4 +185,76 @@ program:
       %relu = call_function[aten.relu.default](%x)
       %tree_out = call_function[ir.tree_calls.unflatten_tree]((%relu,), leaf)
       return %tree_out""".replace("IN_SPEC", IN_SPEC),
+    )
+
+
+# ``a`` takes its three values as one tuple argument and a keyword, or as two leaves and a keyword
+TAKES = """\
+program:
+  inputs:
+    %x: user_input
+    %y: user_input
+    %z: user_input
+  outputs:
+    %neg: user_output
+  preserved calls:
+    '':
+      inputs: (%x, %y, %z)
+      outputs: (%neg,)
+      in_spec: tree(tuple, [tree(tuple, [leaf, leaf, leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x, %y, %z)
+      outputs: (%mul,)
+      in_spec: IN_SPEC
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %y = placeholder
+      %z = placeholder
+      %add = call_function[aten.add.Tensor](%x, %y)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%add, %z)  # stack: a
+      %neg = call_function[aten.neg.default](%mul)
+      return (%neg,)
+  module a: A"""
+ROOT_TAIL = """\
+      %flat_out = call_function[ir.tree_calls.flatten_by_spec](%a, leaf)
+      %mul = call_function[_operator.getitem](%flat_out, 0)
+      %neg = call_function[aten.neg.default](%mul)
+      return (%neg,)"""
+
+
+def _root_key(text: str) -> tuple:
+    return graph_key(program(text).root_module.graph)
+
+
+def check_root(in_spec: str, expected_body: str) -> None:
+    """``outline`` of ``TAKES`` with ``in_spec`` gives a root graph equal (up to names) to
+    ``expected_body`` followed by ``ROOT_TAIL``."""
+    before = TAKES.replace("IN_SPEC", in_spec)
+    flat_body = before[before.index("      %add") : before.index("  module a: A")]
+    expected = before.replace(flat_body, expected_body + ROOT_TAIL + "\n")
+    got = graph_key(outline(program(before)).root_module.graph)
+    assert got == _root_key(expected)
+
+
+def test_a_preserved_call_passes_leaf_arguments_as_they_are():
+    spec = "tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [leaf], ['scale'])])"
+    check_root(spec, "      %a = call_module[a](%x, %y, scale=%z)\n")
+
+
+def test_a_preserved_call_builds_a_nested_argument_from_its_leaves():
+    spec = "tree(tuple, [tree(tuple, [tree(tuple, [leaf, leaf])]), tree(dict, [leaf], ['scale'])])"
+    check_root(
+        spec,
+        f"""\
+      %tree_in = call_function[ir.tree_calls.unflatten_tree]((%x, %y, %z), {spec})
+      %args = call_function[_operator.getitem](%tree_in, 0)
+      %kwargs = call_function[_operator.getitem](%tree_in, 1)
+      %arg = call_function[_operator.getitem](%args, 0)
+      %kwarg = call_function[_operator.getitem](%kwargs, 'scale')
+      %a = call_module[a](%arg, scale=%kwarg)
+""",
     )
