@@ -44,8 +44,8 @@ from transforms.stacks import Frame, fill_call_gaps, node_frames
 __all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
-_NESTED = (tuple, IList, IDict, ISlice)
 CopiedWhereRead = Callable[[Node], bool]
+_NESTED = (tuple, IList, IDict, ISlice)  # argument trees that hold other leaves
 
 
 def outline(program: Program) -> Program:
@@ -137,7 +137,8 @@ class _Outliner:
     reads when ``owners`` is given (``outline_and_sink``). ``run`` returns the new Program.
 
     Mutable while walking: the open calls' builders, ``taken`` (names in use), ``hidden``
-    (values local to a closed preserved call), ``variants``/``types``/``subgraph_owner`` (the
+    (values local to a closed preserved call; with the in-place results, ``special``: the values
+    ``_read`` does not thread in as a plain input), ``variants``/``types``/``subgraph_owner`` (the
     module table to be), ``root_sunk``. One instance runs once.
     """
 
