@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ir.args import IDict, IList, ISlice, Ref, map_refs
+from ir.args import map_refs_in
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
@@ -24,37 +24,19 @@ def graph_key(graph: Graph) -> tuple:
 
 def _graph_key(graph: Graph) -> tuple:
     position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
-    mark = position.get
 
-    def local(r: Any) -> Any:
-        found = mark(r.name)
-        return found if found is not None else ("free", r.name)
+    def free(r: Any) -> Any:
+        return ("free", r.name)
 
-    key = []
-    for n in graph.nodes:
-        args = n.args
-        if not n.inputs():
-            pass
-        elif type(args) is tuple:  # the common case, a flat tuple, marked inline
-            marked = []
-            for a in args:
-                kind = type(a)
-                if kind is Ref:
-                    found = mark(a.name)
-                    marked.append(found if found is not None else ("free", a.name))
-                elif kind in _NESTED:
-                    marked.append(map_refs(a, local))
-                else:
-                    marked.append(a)
-            args = tuple(marked)
-        else:
-            args = map_refs(args, local)
-        kwargs = map_refs(n.kwargs, local) if n.kwargs.items else n.kwargs
-        key.append((n.op, None if n.op == PLACEHOLDER else n.target, args, kwargs))
-    return tuple(key)
-
-
-_NESTED = (tuple, IList, IDict, ISlice)
+    return tuple(
+        (
+            n.op,
+            None if n.op == PLACEHOLDER else n.target,
+            map_refs_in(n.args, position, free) if n.inputs() else n.args,
+            map_refs_in(n.kwargs, position, free) if n.kwargs.items else n.kwargs,
+        )
+        for n in graph.nodes
+    )
 
 
 class AlphaKey:

@@ -19,7 +19,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ir.args import IDict, IList, ISlice, Ref, map_refs, ref
+from ir.args import map_refs_in, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, call_target
@@ -45,7 +45,6 @@ __all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
 
 FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 CopiedWhereRead = Callable[[Node], bool]
-_NESTED = (tuple, IList, IDict, ISlice)  # argument trees that hold other leaves
 
 
 def outline(program: Program) -> Program:
@@ -229,26 +228,8 @@ class _Outliner:
 
     def _args(self, call: OpenCall, tree: Any) -> Any:
         """``tree`` with each value read as ``call`` sees it (``_read``); the same object when
-        nothing changes. A flat tuple, the common case, is read inline."""
-        if type(tree) is not tuple:
-            return map_refs(tree, lambda r: self._read(call, r.name))
-        env = call.env
-        changed = None
-        for i, item in enumerate(tree):
-            kind = type(item)
-            if kind is Ref:
-                local = env.get(item.name)
-                if local is None:
-                    local = self._read(call, item.name)
-            elif kind in _NESTED:
-                local = map_refs(item, lambda r: self._read(call, r.name))
-            else:
-                continue
-            if local is not item:
-                if changed is None:
-                    changed = list(tree)
-                changed[i] = local
-        return tree if changed is None else tuple(changed)
+        nothing changes."""
+        return map_refs_in(tree, call.env, lambda r: self._read(call, r.name))
 
     def _read(self, call: OpenCall, name: str) -> Any:
         """The local value of flat value ``name`` in ``call``, threading it in if needed."""
