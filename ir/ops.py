@@ -97,6 +97,7 @@ class OpFacts:
     getitem: bool = False  #: ``operator.getitem``
     hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
     commutative: bool = False  #: its first two arguments may be swapped (``add.Tensor``, ``mul``)
+    core: bool = True  #: in core aten (``torch.Tag.core``), or no aten operator at all
     state_outputs: PMap = _NO_STATE_OUTPUTS
     """``{result index: argument position}`` for a functional operator that returns new values
     of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
@@ -189,6 +190,7 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         size_arithmetic=packet in _SIZE_QUERIES,
         state_outputs=_state_outputs(op),
         commutative=op in _COMMUTATIVE_OPS,
+        core=op.namespace != "aten" or torch.Tag.core in op.tags,
     )
 
 
@@ -336,6 +338,13 @@ def is_commutative(target: Any) -> bool:
     whose scalar cannot come first, are not. A fact of the table ``_COMMUTATIVE_OPS``; O(1)
     after the first call."""
     return facts(target).commutative
+
+
+def is_core_aten(target: Any) -> bool:
+    """``False`` only for an aten operator overload outside core aten (``aten.linear``,
+    ``aten.softmax.int``, ``aten.matmul``): what ``run_decompositions()`` leaves is core aten.
+    Any other target (another namespace, a Python function, a higher-order op) is ``True``."""
+    return facts(target).core
 
 
 def normalized_args(target: Any, args: tuple, kwargs: Any) -> tuple | None:
