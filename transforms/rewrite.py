@@ -53,6 +53,9 @@ class Rule:
             inputs' dtypes, ``match.val(0).dtype``); a match where it is false is skipped.
         trusted: skip the ``check_rule`` that ``rewrite`` runs the first time it meets the rule.
         max_examples: how many examples ``check_rule`` tries for this rule (default 40).
+        specials: whether ``check_rule`` puts special values (0, -0., ±inf, NaN) into the
+            tensors it draws (default ``True``). Say ``False`` for a rule that is right for finite
+            values only, as any folding of arithmetic is (``conv`` + ``batch_norm``).
 
     A Rule holds two caches, bounded by the number of levels: its traced functions per level,
     and ``check_rule``'s verdict (so a rule set is checked once, not per program). Neither
@@ -61,7 +64,7 @@ class Rule:
 
     __slots__ = (
         "_traced", "_verdict", "example_inputs", "max_examples", "name", "pattern",
-        "replacement", "trusted", "where",
+        "replacement", "specials", "trusted", "where",
     )
 
     def __init__(
@@ -74,6 +77,7 @@ class Rule:
         where: Callable[[Match], bool] | None = None,
         trusted: bool = False,
         max_examples: int = 40,
+        specials: bool = True,
     ) -> None:
         for arg, value in (("pattern", pattern), ("replacement", replacement)):
             if not callable(value):
@@ -98,6 +102,7 @@ class Rule:
         self.where = where
         self.trusted = bool(trusted)
         self.max_examples = max_examples
+        self.specials = bool(specials)
         self._traced: dict[str, Compiled] = {}
         self._verdict: BaseException | bool | None = None
 

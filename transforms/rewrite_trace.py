@@ -111,7 +111,9 @@ def _trace(fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel:
                 args[i] = t
             return fn(*args)
 
-    ep = torch.export.export(RuleFunction(), tuple(example_inputs[i] for i in tensor_args))
+    # distinct tensors: export would read one tensor passed twice as one input
+    tensors = tuple(example_inputs[i].detach().clone() for i in tensor_args)
+    ep = torch.export.export(RuleFunction(), tensors)
     if level == CORE:
         ep = ep.run_decompositions()
     program = import_ep(ep)
