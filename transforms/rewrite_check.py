@@ -171,7 +171,7 @@ def _check_one(rule: Rule, compiled: Any, args: tuple) -> None:
     want = want if isinstance(want, tuple) else (want,)
     try:
         got = run_replacement(compiled, args)
-    except Exception as exc:  # noqa: BLE001 - reported as the counterexample
+    except Exception as exc:
         raise LawViolation(
             "rule", rule, f"the replacement raised {type(exc).__name__}: {exc} on "
             f"{_describe(args)} where the pattern ran", None,

@@ -41,11 +41,11 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> to
     return F.scaled_dot_product_attention(q, k, v, scale=scale)
 
 
-def _conv_bn(x, w, b, mean, var, gamma, beta, eps):  # noqa: ANN001, ANN202
+def _conv_bn(x, w, b, mean, var, gamma, beta, eps: float) -> torch.Tensor:
     return F.batch_norm(F.conv2d(x, w, b), mean, var, gamma, beta, False, 0.1, eps)
 
 
-def _conv_folded(x, w, b, mean, var, gamma, beta, eps):  # noqa: ANN001, ANN202
+def _conv_folded(x, w, b, mean, var, gamma, beta, eps: float) -> torch.Tensor:
     s = gamma * torch.rsqrt(var + eps)
     return F.conv2d(x, w * s.reshape(-1, 1, 1, 1), (b - mean) * s + beta)
 
