@@ -165,7 +165,7 @@ def test_a_scalar_argument_is_a_wildcard():
     scaled = Rule(lambda x, s: x * s * 2.0, lambda x, s: x * (s * 2.0), (torch.randn(3), 0.5),
                   name="x", trusted=True)
     p = import_ep(torch.export.export(_Scaled(), (torch.randn(3),)))
-    q, report = rewrite_report(p, [scaled])
+    _, report = rewrite_report(p, [scaled])
     assert report.counts == {"x": 1}
 
 

@@ -327,7 +327,7 @@ def _ensure_checked(rule: Rule) -> None:
     if rule.trusted:
         return
     if rule._verdict is None:
-        from transforms.laws import LawViolation
+        from transforms.law_violation import LawViolation
         from transforms.rewrite_check import check_rule
 
         try:

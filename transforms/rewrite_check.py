@@ -20,7 +20,7 @@ import torch
 from ir.args import Ref, thaw
 from ir.errors import PassError, PurefxError
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
-from transforms.laws import LawViolation
+from transforms.law_violation import LawViolation
 from transforms.rewrite_match import match_at
 from transforms.rewrite_trace import TRAINING
 
