@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ir import PassError, import_ep, verify
 from lowering import lower
 from transforms import transform
-from transforms.laws import LawViolation, check_laws
+from transforms.laws import LawViolation, check_laws, check_program
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 from transforms.rewrite_rules import ATTENTION, CONV_BN, RELU_RELU, SILU, TIMES_ONE
 
@@ -210,9 +210,33 @@ def test_where_sees_the_match():
     assert seen == [torch.float32, torch.float32]  # two places, both refused
 
 
+NEG_NEG = Rule(lambda x: torch.neg(torch.neg(x)), lambda x: x, X, name="neg_neg",
+               max_examples=15)
+
+
 def test_rewrite_obeys_the_pass_laws():
-    rules = [RELU_RELU, TIMES_ONE]
-    check_laws(lambda p: rewrite(p, rules), max_examples=15, idempotent=True)
+    rules = [RELU_RELU, SILU, NEG_NEG]
+    applied = []
+
+    def rewrite_rules(p):
+        q, report = rewrite_report(p, rules)
+        applied.append(sum(report.counts.values()))
+        return q
+
+    check_laws(rewrite_rules, max_examples=25, idempotent=True)
+    assert len(applied) >= 25  # (sites are rare in generated programs: the next test has some)
+
+
+@pytest.mark.parametrize("level", ["training", "core", "outlined"])
+def test_rewrite_obeys_the_pass_laws_on_programs_with_sites(level):
+    model = Chain()
+    args = (torch.randn(2, 8),)
+    p = _program(torch.export.export(model, args), level)
+    rules = [RELU_RELU, TIMES_ONE, SILU]
+    q = check_program(
+        lambda p: rewrite(p, rules), p, idempotent=True, inputs=lambda _: (args, {})
+    )
+    assert q is not p
 
 
 def _calls(p, name):

@@ -13,6 +13,7 @@ own traced graph exactly once.
 from __future__ import annotations
 
 import math
+import random
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,7 +56,7 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
     ``where`` raises. Cost: ``max_examples`` (default ``rule.max_examples``) eager runs of both
     functions.
     """
-    from hypothesis import HealthCheck, example, given, settings
+    from hypothesis import HealthCheck, currently_in_test_context, example, given, settings
     from hypothesis import strategies as st
     from hypothesis.errors import Unsatisfiable
 
@@ -67,44 +68,30 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
     pattern_graph_sentinels = set(compiled.pattern.sentinels.values())
     drawn_scalars = sorted(pattern_graph_sentinels | used)
 
-    @st.composite
-    def inputs(draw: Any) -> tuple:
-        dtype = draw(st.sampled_from(DTYPES))
-        remap = {s: draw(st.sampled_from((s, 1, 2, 3))) for s in sizes}
-        lead = draw(st.sampled_from((0, 0, 1, 2)))
-        specials = rule.specials and draw(st.booleans())
-        seed = draw(st.integers(0, 2**16))
-        gen = torch.Generator().manual_seed(seed)
-        args = list(rule.example_inputs)
-        for i in tensors:
-            ex = rule.example_inputs[i]
-            shape = tuple(remap[s] for s in ex.shape)
-            if lead and ex.dim() > 0:
-                shape = (lead, *shape)
-            if ex.is_floating_point():
-                t = torch.randn(shape, generator=gen, dtype=torch.float64)
-                if specials and t.numel():
-                    flat = t.view(-1)
-                    picks = torch.randint(0, flat.numel(), (max(1, flat.numel() // 4),),
-                                          generator=gen)
-                    for k, j in enumerate(picks.tolist()):
-                        flat[j] = _SPECIALS[k % len(_SPECIALS)]
-                args[i] = t.to(dtype)
-            else:
-                args[i] = torch.randint(-3, 4, shape, generator=gen).to(ex.dtype)
-        for pos in drawn_scalars:
-            ex = rule.example_inputs[pos]
-            pool = _FLOATS if isinstance(ex, float) else _INTS
-            args[pos] = draw(st.sampled_from((ex, *pool)))
-        return _Args(tuple(args))
+    def inputs(choose: Any) -> _Args:
+        # choose(options) picks one option: hypothesis's draw, or a seeded generator's
+        return _draw_args(rule, choose, tensors, sizes, drawn_scalars)
 
     n = max_examples if max_examples is not None else rule.max_examples
+
+    if currently_in_test_context():
+        # inside a hypothesis test (a property suite that calls rewrite): hypothesis cannot
+        # nest @given, so the same draws come from a seeded generator, without shrinking
+        rng = random.Random(0)
+        _check_one(rule, compiled, rule.example_inputs, skip=False)
+        for _ in range(n):
+            _check_one(rule, compiled, inputs(rng.choice).args, skip=False)
+        return
+
+    @st.composite
+    def drawn_args(draw: Any) -> _Args:
+        return inputs(lambda options: draw(st.sampled_from(options)))
 
     @settings(
         max_examples=n, derandomize=True, database=None, deadline=None,
         suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
     )
-    @given(inputs())
+    @given(drawn_args())
     @example(_Args(tuple(rule.example_inputs)))
     def law(drawn: _Args) -> None:
         _check_one(rule, compiled, drawn.args)
@@ -113,6 +100,37 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
         law()
     except Unsatisfiable:
         pass  # the pattern ran on the examples only: nothing more to compare
+
+
+def _draw_args(rule: Rule, choose: Any, tensors: list, sizes: list, scalars: list) -> _Args:
+    """One draw of the rule's arguments (see ``check_rule``); ``choose(options)`` picks."""
+    dtype = choose(DTYPES)
+    remap = {s: choose((s, 1, 2, 3)) for s in sizes}
+    lead = choose((0, 0, 1, 2))
+    specials = rule.specials and choose((False, True))
+    gen = torch.Generator().manual_seed(choose(range(2**16)))
+    args = list(rule.example_inputs)
+    for i in tensors:
+        ex = rule.example_inputs[i]
+        shape = tuple(remap[s] for s in ex.shape)
+        if lead and ex.dim() > 0:
+            shape = (lead, *shape)
+        if ex.is_floating_point():
+            t = torch.randn(shape, generator=gen, dtype=torch.float64)
+            if specials and t.numel():
+                flat = t.view(-1)
+                count = max(1, flat.numel() // 4)
+                picks = torch.randint(0, flat.numel(), (count,), generator=gen)
+                for k, j in enumerate(picks.tolist()):
+                    flat[j] = _SPECIALS[k % len(_SPECIALS)]
+            args[i] = t.to(dtype)
+        else:
+            args[i] = torch.randint(-3, 4, shape, generator=gen).to(ex.dtype)
+    for pos in scalars:
+        ex = rule.example_inputs[pos]
+        pool = _FLOATS if isinstance(ex, float) else _INTS
+        args[pos] = choose((ex, *pool))
+    return _Args(tuple(args))
 
 
 class _Args:
@@ -147,13 +165,19 @@ def _check_matches_itself(rule: Rule, compiled: Any) -> None:
         )
 
 
-def _check_one(rule: Rule, compiled: Any, args: tuple) -> None:
+def _check_one(rule: Rule, compiled: Any, args: tuple, skip: bool = True) -> None:
+    """Check the law on ``args``; where it does not apply, ``assume(False)`` under hypothesis
+    (``skip``), else return."""
     from hypothesis import assume
+
+    def not_here() -> None:
+        if skip:
+            assume(False)
 
     try:
         want = rule.pattern(*args)
     except Exception:  # noqa: BLE001 - the law speaks only of inputs the pattern runs on
-        assume(False)
+        not_here()
         return
     if rule.where is not None:
         from transforms.rewrite import Match
@@ -167,7 +191,9 @@ def _check_one(rule: Rule, compiled: Any, args: tuple) -> None:
                 f"rule {rule.name!r}: its where() raised {type(exc).__name__}: {exc}; make "
                 "where() return a bool for every Match"
             ) from exc
-        assume(bool(ok))
+        if not ok:
+            not_here()
+            return
     want = want if isinstance(want, tuple) else (want,)
     try:
         got = run_replacement(compiled, args)
