@@ -50,8 +50,10 @@ class Pattern:
 
 
 def prepare(traced: Traced) -> Pattern | None:
-    """The pattern of a traced function, or ``None`` when it computes nothing or calls
-    something without a schema (the caller says why)."""
+    """The pattern of a traced function, or ``None`` when it computes nothing or one of its
+    nodes is not a ``call_function`` (the caller says why).
+
+    **Laws:** a pure function of ``traced``. Complexity: O(pattern nodes)."""
     nodes = {n.name: n for n in traced.compute_nodes()}
     args: dict[str, tuple] = {}
     for n in nodes.values():
@@ -76,7 +78,11 @@ def _plain_args(node: Node) -> tuple:
 
 
 def normal_args(node: Node) -> tuple:
-    """``node``'s arguments in the matching normal form."""
+    """``node``'s arguments in the matching normal form: ``ir.ops.normalized_args`` for an
+    operator with a schema, else its args followed by its kwargs' values.
+
+    **Laws:** two nodes calling one overload with the same arguments, spelled positionally or by
+    keyword, defaults given or left out, have equal normal forms. Complexity: O(arguments)."""
     norm = ops.normalized_args(node.target, node.args, node.kwargs)
     return norm if norm is not None else _plain_args(node)
 
@@ -100,7 +106,12 @@ def match_at(
 
     ``lookup(name)`` gives the graph's current node of that name (``None`` if there is none);
     ``candidates(target)`` the graph's nodes calling ``target`` (for results the anchor's tree
-    does not reach). O(pattern size) per binding tried, times 2 per commutative node.
+    does not reach).
+
+    **Laws:** every binding maps each matched pattern node to a distinct graph node calling the
+    same target, with normal-form arguments that match position by position (wildcards bound
+    consistently); deterministic (the order of ``candidates`` and of the graph's arguments).
+    Complexity: O(pattern size) per binding tried, times 2 per commutative node.
     """
     matcher = _Matcher(pattern, lookup, candidates)
     yield from matcher.run(node)

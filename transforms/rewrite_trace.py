@@ -74,7 +74,10 @@ def trace(
     function cannot be exported, reads state, or returns something other than tensors.
     Scalars: each float argument is traced as a sentinel; each int argument too when tracing
     with a sentinel succeeds (an int used as a size or dimension is kept as its example value).
-    Cost: one or two ``torch.export`` calls.
+
+    **Laws:** deterministic (same function, inputs and level: equal graphs); ``example_inputs``
+    are not written (tensors are cloned before export). Cost: one or two ``torch.export``
+    calls (plus ``run_decompositions`` at ``CORE``).
     """
     if level not in LEVELS:
         raise PassError(f"rule {rule!r}: unknown level {level!r}; expected one of {LEVELS}")
@@ -130,7 +133,9 @@ def _trace(fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel:
 
 def level_of(graphs: Sequence[Graph]) -> str:
     """``TRAINING`` when some node calls an aten operator that core aten lacks (``linear``,
-    ``softmax.int``, ``matmul``, ...), else ``CORE``. O(nodes)."""
+    ``softmax.int``, ``matmul``, ...), else ``CORE``.
+
+    **Laws:** ``level_of`` of a program from ``run_decompositions()`` is ``CORE``. O(nodes)."""
     for graph in graphs:
         for node in graph.nodes:
             if node.op == CALL_FUNCTION and not ops.is_core_aten(node.target):
