@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ir import PassError, import_ep, verify
-from lowering import lower
+from lowering import export_ep, lower
 from transforms import transform
 from transforms.laws import LawViolation, check_laws, check_program
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
@@ -108,6 +108,8 @@ def test_worked_rules_keep_eager_results_module_tree_and_state(case, level):
     assert list(lowered.state_dict()) == list(lower(p).state_dict())
     assert [n for n, _ in lowered.named_modules()] == [n for n, _ in lower(p).named_modules()]
     assert str(ep.graph) == graph_before
+    back = export_ep(q)  # back to an ExportedProgram, with its signature
+    torch.testing.assert_close(back.module()(*args), model(*args), rtol=1e-4, atol=1e-5)
 
 
 def test_new_nodes_take_the_innermost_common_module_and_a_val():
