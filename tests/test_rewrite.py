@@ -244,3 +244,25 @@ def test_rewrite_obeys_the_pass_laws_on_programs_with_sites(level):
 def _calls(p, name):
     return [n for _, mid in p.walk() for g in p.modules[mid].graphs for n in g.nodes
             if n.op == "call_function" and name in str(n.target)]
+
+
+@pytest.mark.parametrize("level", ["training", "core"])
+def test_fold_state_holds_the_folded_weights_as_new_constants(level):
+    model = ConvBN().eval()
+    args = (torch.randn(2, 3, 8, 8),)
+    ep = torch.export.export(model, args)
+    p = _program(ep, level)
+    folding = Rule(CONV_BN.pattern, CONV_BN.replacement, CONV_BN.example_inputs,
+                   name="conv_bn_fold", specials=False, fold_state=True, max_examples=10)
+    q = rewrite(p, [folding])
+    verify(q)
+    new = [fqn for fqn in q.state_order if fqn not in p.state]
+    assert len(new) == 2 and all(q.slot(f).kind == "constant" for f in new)
+    computing = [n for n in q.root_module.graph.nodes if n.op == "call_function"]
+    assert [str(n.target) for n in computing] == ["aten.conv2d.default", "aten.relu.default"]
+    lowered = lower(q)
+    torch.testing.assert_close(lowered(*args), model(*args), rtol=1e-4, atol=1e-5)
+    assert list(lowered.state_dict()) == list(model.state_dict())
+    torch.testing.assert_close(export_ep(q).module()(*args), model(*args), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(lower(transform(q))(*args), model(*args), rtol=1e-4, atol=1e-5)
+    assert rewrite(p, [CONV_BN]).state == p.state  # without the option, no state is added

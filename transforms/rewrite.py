@@ -31,6 +31,7 @@ from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from transforms.rewrite_fold import fold_into_state
 from transforms.rewrite_match import Binding, Pattern, match_at, prepare
 from transforms.rewrite_trace import LEVELS, TRAINING, Traced, level_of, trace
 
@@ -53,6 +54,10 @@ class Rule:
             inputs' dtypes, ``match.val(0).dtype``); a match where it is false is skipped.
         trusted: skip the ``check_rule`` that ``rewrite`` runs the first time it meets the rule.
         max_examples: how many examples ``check_rule`` tries for this rule (default 40).
+        fold_state: compute what the replacement derives from state alone (parameters, buffers,
+            constants) once, when rewriting a flat program, and hold it as new constant
+            tensors (``<module>._folded_<node>``; not in the state dict, whose keys stay). Off by
+            default: a rule adds state only when asked to. Outlined programs are not folded.
         specials: whether ``check_rule`` puts special values (0, -0., ±inf, NaN) into the
             tensors it draws (default ``True``). Say ``False`` for a rule that is right for finite
             values only, as any folding of arithmetic is (``conv`` + ``batch_norm``).
@@ -63,8 +68,8 @@ class Rule:
     """
 
     __slots__ = (
-        "_traced", "_verdict", "example_inputs", "max_examples", "name", "pattern",
-        "replacement", "specials", "trusted", "where",
+        "_traced", "_verdict", "example_inputs", "fold_state", "max_examples", "name",
+        "pattern", "replacement", "specials", "trusted", "where",
     )
 
     def __init__(
@@ -78,6 +83,7 @@ class Rule:
         trusted: bool = False,
         max_examples: int = 40,
         specials: bool = True,
+        fold_state: bool = False,
     ) -> None:
         for arg, value in (("pattern", pattern), ("replacement", replacement)):
             if not callable(value):
@@ -103,6 +109,7 @@ class Rule:
         self.trusted = bool(trusted)
         self.max_examples = max_examples
         self.specials = bool(specials)
+        self.fold_state = bool(fold_state)
         self._traced: dict[str, Compiled] = {}
         self._verdict: BaseException | bool | None = None
 
@@ -206,12 +213,13 @@ class Match:
 @attrs.frozen
 class Rewrite:
     """One rewrite that was applied: the rule, the module path and graph of the rewritten graph,
-    and the names of the nodes it replaced."""
+    the names of the nodes it replaced and of those it created."""
 
     rule: str
     module: str
     graph: int
     replaced: tuple[str, ...]
+    created: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -306,6 +314,14 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
     q = p.replace(modules=p.modules.update(changed))
     if renamed_root:
         q = q.replace(signature=_renamed_signature(q, renamed_root))
+    folding = {r.name for r in rules if r.fold_state}
+    if folding:
+        root_path = p.first_path(p.root) or ""
+        created = {
+            name for rw in done if rw.rule in folding and rw.module == root_path and rw.graph == 0
+            for name in rw.created
+        }
+        q = fold_into_state(q, created)
     return q, report
 
 
@@ -591,7 +607,7 @@ def _apply(rule, c: Compiled, b: Binding, plan, w: _Work, renames, done, path, g
             pushed.append(u)
     for name in new_names:
         pushed.extend(w.users.get(name, ()))
-    done.append(Rewrite(rule.name, path, gi, tuple(matched)))
+    done.append(Rewrite(rule.name, path, gi, tuple(matched), tuple(new_names)))
     return pushed
 
 
