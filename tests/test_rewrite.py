@@ -266,3 +266,33 @@ def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     torch.testing.assert_close(export_ep(q).module()(*args), model(*args), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lower(transform(q))(*args), model(*args), rtol=1e-4, atol=1e-5)
     assert rewrite(p, [CONV_BN]).state == p.state  # without the option, no state is added
+
+
+class _Twice(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.b = _ReluBlock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.b(x))
+
+
+class _ReluBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.relu(self.lin(x)))
+
+
+def test_a_graph_shared_by_two_calls_is_rewritten_once():
+    model = _Twice()
+    args = (torch.randn(2, 8),)
+    p = transform(import_ep(torch.export.export(model, args)))
+    q, report = rewrite_report(p, [RELU_RELU])
+    assert report.counts == {"relu_relu": 1}
+    assert [(r.module, r.graph, r.replaced) for r in report.rewrites] == [
+        ("b", 0, ("relu", "relu_1"))
+    ]
+    torch.testing.assert_close(lower(q)(*args), model(*args))
