@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from pyrsistent import PMap, pmap
 
+from ir.args import IDict
 from ir.torch_seam import (
     HigherOrderOperator,
     OpOverload,
@@ -71,6 +72,8 @@ class Param:
     type: str  #: the schema's type, as torch prints it (``"Tensor"``, ``"int[]"``, ``"str"``)
     required: bool  #: no default value
     written: bool  #: ``Tensor(a!)``: the operator writes it in place
+    default: Any = None  #: the default value (``None`` when required or when it is ``None``)
+    kwarg_only: bool = False  #: may only be passed by keyword (after ``*`` in the schema)
 
 
 @attrs.frozen
@@ -93,6 +96,8 @@ class OpFacts:
     size_arithmetic: bool = False  #: scalar or symbolic-size arithmetic, or a size query
     getitem: bool = False  #: ``operator.getitem``
     hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
+    commutative: bool = False  #: its first two arguments may be swapped (``add.Tensor``, ``mul``)
+    core: bool = True  #: in core aten (``torch.Tag.core``), or no aten operator at all
     state_outputs: PMap = _NO_STATE_OUTPUTS
     """``{result index: argument position}`` for a functional operator that returns new values
     of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
@@ -160,6 +165,8 @@ def _overload_facts(op: OpOverload) -> OpFacts:
             str(a.type),
             not a.has_default_value(),
             a.alias_info is not None and a.alias_info.is_write,
+            a.default_value if a.has_default_value() else None,
+            a.kwarg_only,
         )
         for a in schema.arguments
     )
@@ -182,6 +189,8 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         alias_like=packet in _ALIAS_LIKE_PACKETS,
         size_arithmetic=packet in _SIZE_QUERIES,
         state_outputs=_state_outputs(op),
+        commutative=op in _COMMUTATIVE_OPS,
+        core=op.namespace != "aten" or torch.Tag.core in op.tags,
     )
 
 
@@ -322,6 +331,51 @@ def impurity(target: Any) -> str:
     return ""
 
 
+def is_commutative(target: Any) -> bool:
+    """Whether ``target``'s first two arguments may be swapped without changing its result
+    (``aten.add.Tensor``, ``aten.mul.Tensor``, ``aten.maximum``, ``aten.eq.Tensor``, ...) when
+    its other arguments have their defaults (``add``'s ``alpha=1``). The ``Scalar`` overloads,
+    whose scalar cannot come first, are not. A fact of the table ``_COMMUTATIVE_OPS``; O(1)
+    after the first call."""
+    return facts(target).commutative
+
+
+def is_core_aten(target: Any) -> bool:
+    """``False`` only for an aten operator overload outside core aten (``aten.linear``,
+    ``aten.softmax.int``, ``aten.matmul``): what ``run_decompositions()`` leaves is core aten.
+    Any other target (another namespace, a Python function, a higher-order op) is ``True``."""
+    return facts(target).core
+
+
+def normalized_args(target: Any, args: tuple, kwargs: Any) -> tuple | None:
+    """``target``'s arguments in schema order, keywords made positional and defaults filled:
+    ``aten.add.Tensor(x, y)`` and ``aten.add.Tensor(x, y, alpha=1)`` both give ``(x, y, 1)``.
+
+    ``kwargs`` is an ``ir.args.IDict`` or a mapping. Returns ``None`` for a target without a
+    schema (a Python function, a higher-order op, a packet) or arguments its schema does not
+    take. Laws: two calls of one overload that compute the same thing by the schema's rules
+    give equal tuples. O(schema arguments).
+    """
+    params = facts(target).params
+    if not params and facts(target).kind != OVERLOAD:
+        return None
+    if len(args) > len(params):
+        return None
+    pairs = kwargs.items if isinstance(kwargs, IDict) else (kwargs or {}).items()
+    items = dict(pairs)
+    out = list(args)
+    for param in params[len(args):]:
+        if param.name in items:
+            out.append(items.pop(param.name))
+        elif param.required:
+            return None
+        else:
+            out.append(param.default)
+    if items:
+        return None
+    return tuple(out)
+
+
 def copy_of(target: Any) -> int | None:
     """The position of the argument whose values ``target``'s result takes (``_to_copy``,
     ``clone``, ``to``: 0), or that it writes into its first argument (``copy_``: 1); else
@@ -410,6 +464,12 @@ _RANDOM_HOPS = frozenset(
      "run_dtensor_rng_op"}
 )
 _MUTATING_HOPS = frozenset({"triton_kernel_wrapper_mutation"})
+
+# Operators whose first two arguments commute (both tensors; a Scalar overload's scalar is second).
+_COMMUTATIVE_OPS = _ops(*(f"aten.{n}.Tensor" for n in (
+    "add", "mul", "eq", "ne", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+    "bitwise_or", "bitwise_xor",
+)), *(f"aten.{n}.default" for n in ("maximum", "minimum", "fmax", "fmin", "hypot")))
 
 # Operators whose result holds the values of one argument: position of that argument.
 _COPY_OF: Mapping[Any, int] = MappingProxyType(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from lowering.export import save_ep
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
+from transforms.rewrite import RewriteReport, Rule, rewrite_report
 
 Pass = Callable[[Program], Program]
 
@@ -53,14 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         passes = _passes(args.passes)
+        rules = load_rules(args.rules)
         ep, source = _load(args)
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
-        result = run(ep, passes=passes, progress=progress)
+        result = run(ep, passes=passes, progress=progress, rules=rules)
         if args.out:
             save_ep(result.program, args.out)
         if args.html:
             _write(args.html, html_report(
-                source=source, stages=result.stages, verdict=result.verdict, passed=result.passed
+                source=source, stages=result.stages, verdict=result.verdict, passed=result.passed,
+                rewrites=result.rewrites,
             ))
     except (PurefxError, UsageError) as err:
         sys.stderr.write(f"purefx: error: {_one_line(err)}\n")
@@ -83,12 +87,14 @@ class RunResult:
     """
 
     def __init__(
-        self, stages: list[Stage], module: torch.nn.Module, passed: bool | None, verdict: str
+        self, stages: list[Stage], module: torch.nn.Module, passed: bool | None, verdict: str,
+        rewrites: RewriteReport | None = None,
     ) -> None:
         self.stages = stages
         self.module = module
         self.passed = passed
         self.verdict = verdict
+        self.rewrites = rewrites  #: what ``--rules`` rewrote (``None``: no rules given)
 
     @property
     def program(self) -> Program:
@@ -106,6 +112,9 @@ class RunResult:
                 else ""
             )
             lines.append(f"  {s.name:<28} {1e3 * s.seconds:10.2f}{counts}")
+        if self.rewrites is not None:
+            counts = ", ".join(f"{k} {v}" for k, v in self.rewrites.counts.items())
+            lines.append(f"rewrites: {counts}")
         return "\n".join(
             [
                 *lines,
@@ -120,15 +129,24 @@ def run(
     ep: torch.export.ExportedProgram,
     passes: Sequence[Pass] | None = None,
     progress: _Progress | None = None,
+    rules: Sequence[Rule] = (),
 ) -> RunResult:
-    """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), lower, check.
+    """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), then the
+    rewrite ``rules`` if any (``transforms.rewrite``, one stage ``rewrite``), lower, check.
 
     Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
     """
     chosen = list(DEFAULT_PIPELINE if passes is None else passes)
     progress = progress or _Progress(0, None)
-    progress.total = len(chosen) + 2
+    progress.total = len(chosen) + 2 + bool(rules)
     stages: list[Stage] = []
+    report: list[RewriteReport] = []
+
+    def rewritten(program: Program) -> Program:
+        out, done = rewrite_report(program, rules)
+        report.append(done)
+        return out
+
 
     def timed(name: str, work: Callable[[], Any]) -> Any:
         progress.start(name)
@@ -143,11 +161,13 @@ def run(
         program = timed("import_ep", lambda: import_ep(ep))
         for p in chosen:
             program = timed(_name(p), lambda p=p, program=program: p(program))
+        if rules:
+            program = timed("rewrite", lambda program=program: rewritten(program))
         module = timed("lower", lambda: lower(program))
     finally:
         progress.close()
     passed, verdict = check(ep, module)
-    return RunResult(stages, module, passed, verdict)
+    return RunResult(stages, module, passed, verdict, report[0] if report else None)
 
 
 def check(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> tuple[bool | None, str]:
@@ -257,6 +277,32 @@ def _passes(spec: str | None) -> list[Pass] | None:
     return chosen
 
 
+def load_rules(spec: str | None) -> list[Rule]:
+    """The rules ``--rules`` names: ``module:NAME`` (several separated by commas), each a ``Rule``
+    or a sequence of them, found by importing ``module`` (the user's own code: it runs). Raises
+    ``UsageError`` naming the spec when the module cannot be imported or the name is not rules."""
+    if not spec:
+        return []
+    found: list[Rule] = []
+    for part in filter(None, (s.strip() for s in spec.split(","))):
+        module_name, colon, attr = part.partition(":")
+        if not colon or not module_name or not attr:
+            raise UsageError(f"--rules {part!r}: expected MODULE:NAME, e.g. mypkg.rules:RULES")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise UsageError(f"--rules {part!r}: cannot import {module_name!r} ({err})") from None
+        value = getattr(module, attr, None)
+        items = [value] if isinstance(value, Rule) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(r, Rule) for r in items):
+            raise UsageError(
+                f"--rules {part!r}: {module_name}.{attr} is {type(value).__name__}, expected a "
+                "transforms.rewrite.Rule or a list or tuple of them"
+            )
+        found.extend(items)
+    return found
+
+
 # --- progress -------------------------------------------------------------------------------------
 
 
@@ -335,6 +381,13 @@ def _parser() -> argparse.ArgumentParser:
         + "; known passes: "
         + ", ".join(known_passes())
         + ")",
+    )
+    parser.add_argument(
+        "--rules",
+        metavar="MODULE:NAME",
+        help="rewrite rules (transforms.rewrite.Rule, or a list of them) to run after the passes, "
+        "imported from a module of yours, e.g. mypkg.rules:RULES (comma-separated for several; "
+        "transforms.rewrite_rules:RULES holds five worked rules)",
     )
     parser.add_argument(
         "--html",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -158,9 +159,12 @@ def html_report(
     stages: Sequence[Stage],
     verdict: str,
     passed: bool | None,
+    rewrites: Any = None,
 ) -> str:
     """The whole page for one run: ``stages`` from ``import_ep`` to ``lower``; ``passed`` is
-    ``None`` when the check was skipped."""
+    ``None`` when the check was skipped; ``rewrites`` (a ``transforms.rewrite.RewriteReport``,
+    optional) adds a section listing each rewrite: the rule, the module and graph, and the nodes
+    it replaced."""
     final = next(s.program for s in reversed(stages) if s.program is not None)
     kind = "skip" if passed is None else ("pass" if passed else "fail")
     texts = _stage_texts(stages)
@@ -174,12 +178,31 @@ def html_report(
         f'<p class="source mono">{_e(source)}</p>',
         f'<p><span class="verdict {kind}" id="verdict">{_e(verdict)}</span></p></header>',
         _stage_table(stages, texts),
+        _rewrites_section(rewrites),
         _tree_section(final),
         _graphs_section(final),
         _diff_section(stages, texts),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _rewrites_section(report: Any) -> str:
+    if report is None:
+        return ""
+    counts = ", ".join(f"{_e(k)}: {v}" for k, v in report.counts.items())
+    rows = "".join(
+        f'<tr><td class="mono">{_e(r.rule)}</td><td class="mono">{_e(r.module or "<root>")}'
+        f'</td><td>{r.graph}</td><td class="mono">{_e(", ".join("%" + n for n in r.replaced))}'
+        "</td></tr>"
+        for r in report.rewrites
+    )
+    return (
+        '<section id="rewrites"><h2>Rewrites</h2>'
+        f"<p>{counts or 'no rules'}</p>"
+        "<table><thead><tr><th>rule</th><th>module</th><th>graph</th><th>replaced nodes</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table></section>"
+    )
 
 
 def _e(text: object) -> str:

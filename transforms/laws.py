@@ -47,6 +47,7 @@ from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
 from ir.torch_seam import pytree
 from ir.verify import verify
+from transforms.law_violation import LawViolation, describe, pass_name
 
 __all__ = [
     "LAWS",
@@ -70,50 +71,6 @@ LAWS = ("purity", "verify", "determinism", "semantics", "idempotence")
 """The laws :func:`check_program` knows, in the order it checks them."""
 
 CORE_LAWS = ("purity", "verify", "determinism", "semantics")
-
-
-class LawViolation(AssertionError):
-    """A pass broke a law: ``law`` names it, ``detail`` says how, ``program`` is the input."""
-
-    def __init__(self, law: str, pass_fn: Any, detail: str, program: Program | None) -> None:
-        self.law = law
-        self.pass_name = _pass_name(pass_fn)
-        self.detail = detail
-        self.program = program
-        text = f"law {law!r} broken by {self.pass_name}: {detail}"
-        if program is not None:
-            text += "\n\ninput program:\n" + describe(program)
-        super().__init__(text)
-
-
-def describe(program: Program) -> str:
-    """``format_program(program)`` and, for nodes that carry one, their module stack."""
-    lines = [format_program(program)]
-    stacks = []
-    for path, mid in program.walk():
-        for i, graph in enumerate(program.modules[mid].graphs):
-            for node in graph.nodes:
-                stack = node.meta.get("nn_module_stack")
-                if stack and len(stack) > 1:
-                    calls = " > ".join(_call_name(k, v) for k, v in stack.items() if v[0])
-                    stacks.append(f"    {path or '<root>'} graph {i} %{node.name}: {calls}")
-        if stacks:
-            break  # a flat program: the root's stacks are the whole story
-    if stacks:
-        lines.append("  module stacks:")
-        lines += stacks
-    return "\n".join(lines)
-
-
-def _call_name(key: str, entry: Any) -> str:
-    _, _, n = key.rpartition("@")
-    return entry[0] + (f"@{n}" if "@" in key and n.isdigit() else "")
-
-
-def _pass_name(pass_fn: Any) -> str:
-    return getattr(pass_fn, "__qualname__", None) or getattr(pass_fn, "__name__", None) or repr(
-        pass_fn
-    )
 
 
 # --- single laws --------------------------------------------------------------------------------
@@ -203,7 +160,7 @@ def check_inverse(forward: Pass, inverse: Pass, program: Program) -> Program:
         raise LawViolation(
             "inverse",
             inverse,
-            f"{_pass_name(inverse)}({_pass_name(forward)}(p)) is not alpha-equivalent to p; it "
+            f"{pass_name(inverse)}({pass_name(forward)}(p)) is not alpha-equivalent to p; it "
             f"is:\n{format_program(back)}",
             program,
         )
@@ -379,7 +336,7 @@ def check_laws(
     # one example-database key (and derandomized seed) per pass and set of laws, rather than
     # one shared by every check_laws call: a failure saved for one pass is not replayed for another
     laws_hold._hypothesis_internal_add_digest = repr(
-        (_pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))
+        (pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))
     ).encode()
     chosen(given(programs.map(_Shown))(laws_hold))()
 

@@ -1,0 +1,63 @@
+"""``purefx MODEL.pt2 --rules module:NAME``: rules from the user's module run after the default
+pipeline; the text and HTML reports list each rewrite; a bad spec is one line and status 2."""
+
+from __future__ import annotations
+
+import torch
+
+from lowering import cli
+
+RULES_MODULE = '''
+import torch
+from transforms.rewrite import Rule
+
+RULES = [
+    Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, (torch.randn(3, 4),), name="relu_relu",
+         max_examples=10),
+]
+NOT_RULES = 3
+'''
+
+
+class Chain(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.relu(torch.relu(self.lin(x))))
+
+
+def _setup(tmp_path, monkeypatch):
+    (tmp_path / "my_rules_for_cli.py").write_text(RULES_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pt2 = tmp_path / "chain.pt2"
+    torch.export.save(torch.export.export(Chain(), (torch.randn(2, 4),)), pt2)
+    return pt2
+
+
+def test_rules_run_after_the_pipeline_and_reports_list_each_rewrite(tmp_path, monkeypatch,
+                                                                     capsys):
+    pt2 = _setup(tmp_path, monkeypatch)
+    html = tmp_path / "report.html"
+    status = cli.main([str(pt2), "--rules", "my_rules_for_cli:RULES", "--html", str(html)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "rewrites: relu_relu 2" in out
+    assert "  rewrite " in out  # its own stage, after the pipeline
+    assert "check against ep.module(): PASS" in out
+    page = html.read_text()
+    assert 'id="rewrites"' in page and "relu_relu: 2" in page
+    assert page.count("<td class=\"mono\">relu_relu</td>") == 2
+
+
+def test_a_bad_rules_spec_is_one_line_and_status_2(tmp_path, monkeypatch, capsys):
+    pt2 = _setup(tmp_path, monkeypatch)
+    for spec, said in [
+        ("my_rules_for_cli", "expected MODULE:NAME"),
+        ("no_such_module_xyz:RULES", "cannot import"),
+        ("my_rules_for_cli:NOT_RULES", "is int, expected a transforms.rewrite.Rule"),
+    ]:
+        assert cli.main([str(pt2), "--rules", spec]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err

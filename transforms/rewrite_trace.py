@@ -1,0 +1,160 @@
+"""Tracing a rewrite rule's functions into IR graphs, at the level of the program they rewrite.
+
+A rule's pattern and replacement are plain PyTorch functions of tensors and Python scalars. Each is
+exported (``torch.export.export`` of a small wrapper module, ``run_decompositions()`` for programs
+at the core aten level) and imported with ``ir.import_ep``; the root graph is the traced function.
+Tensor arguments become placeholders (the pattern's wildcards). A float argument (and an int one
+where tracing allows it) is passed as a *sentinel*, an unlikely value that the traced graph then
+holds as a literal wherever the function used the argument: the matcher treats that literal as a
+scalar wildcard, compared by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from ir import ops
+from ir.errors import PassError, PurefxError
+from ir.graph import Graph
+from ir.import_ep import import_ep
+from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+
+TRAINING = "training"  #: the training IR that ``torch.export.export`` gives
+CORE = "core"  #: core aten, after ``ExportedProgram.run_decompositions()``
+LEVELS = (TRAINING, CORE)
+
+_FLOAT_SENTINEL = 0.7316402859
+_INT_SENTINEL = 7919
+
+
+@attrs.frozen
+class Traced:
+    """One function traced at one level.
+
+    - ``graph``: the root graph of the traced program (placeholders are the tensor arguments, in
+      order; no state);
+    - ``tensor_args``: for each placeholder, the position of the function argument it stands for;
+    - ``sentinels``: ``((position, sentinel value), ...)`` for the scalar arguments passed as
+      sentinels; other scalar arguments were traced with their example value (a literal);
+    - ``outputs``: the returned refs or literals, a tuple (one entry per result).
+    """
+
+    graph: Graph
+    tensor_args: tuple[int, ...]
+    sentinels: tuple[tuple[int, Any], ...]
+    outputs: tuple
+
+    def compute_nodes(self) -> tuple[Node, ...]:
+        """The nodes that compute, in graph order."""
+        return tuple(n for n in self.graph.nodes if n.op not in (PLACEHOLDER, OUTPUT, GET_ATTR))
+
+
+def sentinel_for(position: int, value: Any) -> Any:
+    """The sentinel passed for scalar argument ``position`` whose example is ``value``."""
+    if isinstance(value, float):
+        return _FLOAT_SENTINEL + 0.0137 * position
+    return _INT_SENTINEL + 101 * position
+
+
+def is_scalar(value: Any) -> bool:
+    """A Python ``int`` or ``float`` (not ``bool``): a rule argument that may be a wildcard."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def trace(
+    fn: Callable, example_inputs: Sequence[Any], level: str, rule: str, role: str
+) -> Traced:
+    """Trace ``fn(*example_inputs)`` at ``level`` (``TRAINING`` or ``CORE``).
+
+    Raises ``PassError`` naming the rule and the role (``pattern``/``replacement``) when the
+    function cannot be exported, reads state, or returns something other than tensors.
+    Scalars: each float argument is traced as a sentinel; each int argument too when tracing
+    with a sentinel succeeds (an int used as a size or dimension is kept as its example value).
+
+    **Laws:** deterministic (same function, inputs and level: equal graphs); ``example_inputs``
+    are not written (tensors are cloned before export). Cost: one or two ``torch.export``
+    calls (plus ``run_decompositions`` at ``CORE``).
+    """
+    if level not in LEVELS:
+        raise PassError(f"rule {rule!r}: unknown level {level!r}; expected one of {LEVELS}")
+    scalars = [i for i, v in enumerate(example_inputs) if is_scalar(v)]
+    floats = [i for i in scalars if isinstance(example_inputs[i], float)]
+    ints = [i for i in scalars if i not in floats]
+    attempts = [floats + ints, floats] if ints else [floats]
+    error: Exception | None = None
+    for as_sentinel in attempts:
+        try:
+            return _trace(fn, example_inputs, level, as_sentinel)
+        except PurefxError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - torch's export errors share no base class
+            error = exc
+    raise PassError(
+        f"rule {rule!r}: its {role} cannot be traced with torch.export ({type(error).__name__}: "
+        f"{_first_line(error)}); write it as a function of tensors and Python scalars that "
+        "torch.export can trace, and give example_inputs it runs on"
+    ) from error
+
+
+def _trace(fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel: list[int]):
+    tensor_args = tuple(i for i, v in enumerate(example_inputs) if isinstance(v, torch.Tensor))
+    sentinels = tuple((i, sentinel_for(i, example_inputs[i])) for i in sorted(as_sentinel))
+    fixed = list(example_inputs)
+    for i, s in sentinels:
+        fixed[i] = s
+
+    class RuleFunction(torch.nn.Module):
+        def forward(self, *tensors: torch.Tensor) -> Any:
+            args = list(fixed)
+            for i, t in zip(tensor_args, tensors):
+                args[i] = t
+            return fn(*args)
+
+    # distinct tensors: export would read one tensor passed twice as one input
+    tensors = tuple(example_inputs[i].detach().clone() for i in tensor_args)
+    ep = torch.export.export(RuleFunction(), tensors)
+    if level == CORE:
+        ep = ep.run_decompositions()
+    program = import_ep(ep)
+    if program.state:
+        raise PassError(
+            f"the traced function reads state {sorted(program.state)}; a rule's functions take "
+            "every tensor they use as an argument"
+        )
+    graph = program.root_module.graph
+    outputs = graph.outputs
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return Traced(graph, tensor_args, sentinels, outputs)
+
+
+def level_of(graphs: Sequence[Graph]) -> str:
+    """``TRAINING`` when some node calls an aten operator that core aten lacks (``linear``,
+    ``softmax.int``, ``matmul``, ...), else ``CORE``.
+
+    **Laws:** ``level_of`` of a program from ``run_decompositions()`` is ``CORE``. O(nodes)."""
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.op == CALL_FUNCTION and not ops.is_core_aten(node.target):
+                return TRAINING
+    return CORE
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+__all__ = [
+    "CORE",
+    "LEVELS",
+    "TRAINING",
+    "Traced",
+    "is_scalar",
+    "level_of",
+    "sentinel_for",
+    "trace",
+]
