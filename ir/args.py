@@ -52,10 +52,11 @@ def ref(name: str) -> Ref:
     return found
 
 
-def _forget(held: _NameRef) -> None:
-    """Drop a collected Ref's entry (unless a new Ref of that name took it meanwhile)."""
-    if _REFS.get(held.key) is held:
-        _REFS.pop(held.key, None)
+def _forget(held: _NameRef, refs: dict = _REFS) -> None:
+    """Drop a collected Ref's entry (unless a new Ref of that name took it meanwhile). The table
+    is bound at definition: at interpreter exit the module's globals may already be gone."""
+    if refs.get(held.key) is held:
+        refs.pop(held.key, None)
 
 
 @attrs.frozen(cache_hash=True)

@@ -154,6 +154,12 @@ def test_wrong_rules_are_caught_with_a_counterexample(pattern, replacement):
         check_rule(Rule(pattern, replacement, X, name="wrong", max_examples=15))
 
 
+def test_a_nan_on_finite_inputs_is_a_value_the_replacement_must_keep():
+    # exp(log(x)) is NaN for x < 0: dropping the pair turns that NaN into x, a real change
+    with pytest.raises(LawViolation, match="values differ"):
+        check_rule(Rule(lambda x: torch.exp(torch.log(x)), lambda x: x, X, max_examples=15))
+
+
 def test_rewrite_refuses_a_wrong_rule_and_keeps_the_verdict():
     wrong = Rule(torch.relu, lambda x: x, X, name="relu_is_identity", max_examples=10)
     p = import_ep(torch.export.export(Chain(), (torch.randn(2, 8),)))

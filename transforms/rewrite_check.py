@@ -3,11 +3,13 @@
 The law: wherever the pattern runs (and the rule's ``where`` holds), the replacement, as
 ``rewrite`` instantiates it from its traced graph, runs too and agrees with the pattern in the
 number, shape and dtype of its results, in aliasing (a result that is a view of an input stays
-one) and in value within the dtype's tolerance. Where the pattern's result is NaN the
-replacement may give any value (a fused kernel may define what the pattern leaves undefined,
-as ``scaled_dot_product_attention`` does for a row of ``-inf`` scores); where the pattern's is
-not NaN the replacement's must not be. Also, the pattern matches its
-own traced graph exactly once.
+one) and in value within the dtype's tolerance, NaN where the pattern gives NaN. One
+exception: on inputs that hold a non-finite value (±inf, NaN), where the pattern's result is
+NaN the replacement may give any value (a fused kernel may define what the unfused ops leave
+undefined, as ``scaled_dot_product_attention`` does for a row of ``-inf`` scores). On finite
+inputs a NaN is a value like any other: ``exp(log(x)) -> x`` is refused, since the pattern
+gives NaN for ``x < 0``. Where the pattern's result is not NaN the replacement's must not be.
+Also, the pattern matches its own traced graph exactly once.
 """
 
 from __future__ import annotations
@@ -256,7 +258,8 @@ def _difference(got: Any, want: Any, args: tuple) -> str:
     if want.is_floating_point():
         rtol, atol = _TOLERANCE.get(want.dtype, (1e-5, 1e-6))
         a, b = got.double(), want.double()
-        a = torch.where(torch.isnan(b), b, a)  # the pattern's NaN leaves the value open
+        if _holds_non_finite(args):  # the pattern's NaN leaves the value open
+            a = torch.where(torch.isnan(b), b, a)
         if not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
             bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
             j = int(bad.view(-1).nonzero()[0])
@@ -268,6 +271,16 @@ def _difference(got: Any, want: Any, args: tuple) -> str:
     if not torch.equal(got, want):
         return "values differ"
     return ""
+
+
+def _holds_non_finite(args: tuple) -> bool:
+    for x in args:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            if not bool(torch.isfinite(x).all()):
+                return True
+        elif isinstance(x, float) and not math.isfinite(x):
+            return True
+    return False
 
 
 def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
