@@ -29,6 +29,7 @@ from torch.distributed.pipelining import PipelineStage
 
 from ir.errors import InputConstraintError, LoweringError
 from ir.state import BUFFER, PARAMETER
+from ir.torch_seam import pytree
 from lowering.lower import lower
 from transforms.stages import Stages
 
@@ -62,7 +63,9 @@ def stage_module(stages: Stages, i: int, device: Any = None) -> torch.nn.Module:
     return lower(stages.programs[i], device=device)
 
 
-def _examples(stages: Stages, names: Sequence[str], device: Any) -> tuple[torch.Tensor, ...]:
+def _examples(
+    stages: Stages, names: Sequence[str], device: Any, grad: bool
+) -> tuple[torch.Tensor, ...]:
     by_name = stages.source.root_module.graph.by_name()
     found = []
     for name in names:
@@ -79,7 +82,9 @@ def _examples(stages: Stages, names: Sequence[str], device: Any) -> tuple[torch.
                 f"pipeline_stage: value %{name} has a dynamic shape {tuple(val.shape)}; "
                 "export with the micro-batch shape (static dims) for a pipeline"
             ) from None
-        found.append(torch.zeros(shape, dtype=val.dtype, device=device))
+        t = torch.zeros(shape, dtype=val.dtype, device=device)
+        # activations between stages carry gradients: the receiving buffers must ask for them
+        found.append(t.requires_grad_(grad and t.is_floating_point()))
     return tuple(found)
 
 
@@ -121,7 +126,14 @@ class _CheckedStage(PipelineStage):
                     "with one micro-batch (batch / n_microbatches) and step with "
                     "n_microbatches times that batch"
                 )
-        return super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        output = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        if self.is_last and not isinstance(output, (torch.Tensor, tuple)):
+            # torch's stage keeps ``(output,)`` for backward and treats each item as a tensor:
+            # keep the output's tensors instead (a dict output stays a dict for the loss)
+            outputs, inputs = self.fwd_cache[fwd_chunk_id]
+            leaves = tuple(t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
+            self.fwd_cache[fwd_chunk_id] = (leaves, inputs)
+        return output
 
 
 def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None) -> PipelineStage:
@@ -153,8 +165,8 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None) -> Pi
         i,
         len(stages),
         device,
-        input_args=_examples(stages, stages.inputs[i], device),
-        output_args=_examples(stages, _output_names(stages, i), device),
+        input_args=_examples(stages, stages.inputs[i], device, grad=i > 0),
+        output_args=_examples(stages, _output_names(stages, i), device, grad=True),
         group=group,
         expected=expected,
         first=stages.inputs[0],

@@ -1,0 +1,88 @@
+"""One rank of the spawned pipeline-schedule tests (``tests/test_stages_dist.py``).
+
+``python tests/stage_worker.py RANK WORLD PORT RUNS`` where RUNS is ``case:schedule,...``.
+Joins a gloo group on 127.0.0.1 (bounded timeout), runs each case through a real schedule
+with the purefx stages, and raises (exit status 1) at the first difference from eager.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe  # noqa: E402
+
+from ir import import_ep  # noqa: E402
+from lowering import merge_stage_state_dicts, pipeline_stage, sync_shared_grads  # noqa: E402
+from tests import stage_cases as sc  # noqa: E402
+from transforms import split_stages  # noqa: E402
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+N_MB = 4
+
+
+def run_case(rank: int, world: int, case: str, schedule: str) -> None:
+    model, ep, at, pos, kw, tgt, loss_fn = sc.build(case, world, N_MB)
+    stages = split_stages(import_ep(ep), at)
+    stage = pipeline_stage(stages, rank, torch.device("cpu"))
+    sched = SCHEDULES[schedule](stage, n_microbatches=N_MB, loss_fn=loss_fn)
+    losses: list[torch.Tensor] = []
+    if rank == 0:
+        sched.step(*pos, **kw)
+    elif rank == world - 1:
+        sched.step(**kw, target=tgt, losses=losses)
+    else:
+        sched.step(**kw)
+    m = stage.submod
+    sync_shared_grads(stages, rank, m)
+
+    names = list(ep.module_call_graph[0].signature.forward_arg_names)
+    eager_losses = sc.eager_step(model, pos, kw, names, tgt, loss_fn, N_MB)
+    where = f"[{case}/{schedule} rank {rank}]"
+    if rank == world - 1:
+        torch.testing.assert_close(
+            torch.stack(losses), torch.stack(eager_losses), rtol=1e-12, atol=1e-12,
+            msg=lambda s: f"{where} loss: {s}",
+        )
+    for fqn, prm in m.named_parameters():
+        assert "@" not in fqn, f"{where} stage key {fqn!r} is not an original fqn"
+        want = model.get_parameter(fqn).grad
+        torch.testing.assert_close(
+            prm.grad, want, rtol=1e-10, atol=1e-12, msg=lambda s, f=fqn: f"{where} {f}: {s}"
+        )
+    torch.optim.SGD(m.parameters(), lr=0.1).step()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    sds: list = [None] * world
+    dist.all_gather_object(sds, {k: v.detach().clone() for k, v in m.state_dict().items()})
+    merged = merge_stage_state_dicts(stages, sds)
+    want_sd = model.state_dict()
+    assert set(merged) == set(want_sd), f"{where} keys {sorted(merged)} != {sorted(want_sd)}"
+    for fqn, t in want_sd.items():
+        torch.testing.assert_close(
+            merged[fqn], t, rtol=1e-10, atol=1e-12, msg=lambda s, f=fqn: f"{where} {f}: {s}"
+        )
+    dist.barrier()
+
+
+def main() -> None:
+    rank, world, port, runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        for run in runs.split(","):
+            case, schedule = run.split(":")
+            run_case(rank, world, case, schedule)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
