@@ -130,7 +130,7 @@ class _CheckedStage(PipelineStage):
         if self.is_last and not isinstance(output, (torch.Tensor, tuple)):
             # torch's stage keeps ``(output,)`` for backward and treats each item as a tensor:
             # keep the output's tensors instead (a dict output stays a dict for the loss)
-            outputs, inputs = self.fwd_cache[fwd_chunk_id]
+            _outputs, inputs = self.fwd_cache[fwd_chunk_id]
             leaves = tuple(t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
             self.fwd_cache[fwd_chunk_id] = (leaves, inputs)
         return output

@@ -13,14 +13,14 @@ from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
-from ir import import_ep  # noqa: E402
-from lowering import merge_stage_state_dicts, pipeline_stage, sync_shared_grads  # noqa: E402
-from tests import stage_cases as sc  # noqa: E402
-from transforms import split_stages  # noqa: E402
+from ir import import_ep
+from lowering import merge_stage_state_dicts, pipeline_stage, sync_shared_grads
+from tests import stage_cases as sc
+from transforms import split_stages
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 N_MB = 4
