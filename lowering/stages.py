@@ -28,10 +28,10 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
 from ir.errors import InputConstraintError, LoweringError
+from ir.stages import Stages
 from ir.state import BUFFER, PARAMETER
 from ir.torch_seam import pytree
 from lowering.lower import lower
-from transforms.stages import Stages
 
 
 def _check_stage(stages: Any, i: Any) -> None:

@@ -23,7 +23,6 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import torch
 from pyrsistent import pmap
 
@@ -39,70 +38,10 @@ from ir.node import CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.ops import is_mutating, written_args
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
+from ir.stages import Edge, Stages
 from ir.torch_seam import pytree
 from transforms.inline import inline
 from transforms.pipeline import transform
-
-
-@attrs.frozen
-class Edge:
-    """One value passed from stage ``src`` to stage ``src + 1``: the value ``name`` (its node
-    name in the flat program), made in stage ``origin`` (``origin < src`` for a relay), at
-    position ``index`` of stage ``src``'s outputs and stage ``src + 1``'s positional inputs."""
-
-    name: str
-    src: int
-    origin: int
-    index: int
-
-    @property
-    def dst(self) -> int:
-        """The stage that receives the value: ``src + 1``."""
-        return self.src + 1
-
-
-@attrs.frozen
-class Stages:
-    """The result of ``split_stages``.
-
-    - ``programs``: one outlined Program per stage (``lower`` / ``export_ep`` take each);
-    - ``at``: the module paths that begin stages ``1 .. n-1``;
-    - ``inputs``: per stage, the names of its positional inputs in order (stage 0: program
-      inputs; stage ``k > 0``: the edges from ``k - 1``);
-    - ``root_inputs``: the program inputs every stage takes by keyword, in program order;
-    - ``edges``: every edge, by source stage then position;
-    - ``state``: per stage, the state fqns it holds, in the program's registration order;
-    - ``modules``: per stage, the module paths whose calls run there, in module order;
-    - ``shared``: fqn -> the stages holding a copy of its tensor (only tensors in 2+ stages);
-      a tied group lists each of its fqns with the stages of the whole group;
-    - ``source``: the flat program that was split (its state order and tensors, for merging);
-    - ``out_spec``: the program's output pytree spec (the last stage returns it).
-    """
-
-    programs: tuple[Program, ...]
-    at: tuple[str, ...]
-    inputs: tuple[tuple[str, ...], ...]
-    root_inputs: tuple[str, ...]
-    edges: tuple[Edge, ...]
-    state: tuple[tuple[str, ...], ...]
-    modules: tuple[tuple[str, ...], ...]
-    shared: Any
-    source: Program = attrs.field(repr=False)
-    out_spec: Any = attrs.field(repr=False)
-
-    def __len__(self) -> int:
-        return len(self.programs)
-
-    def edges_from(self, k: int) -> tuple[Edge, ...]:
-        """The edges from stage ``k`` to stage ``k + 1``, in position order. O(edges)."""
-        return tuple(e for e in self.edges if e.src == k)
-
-    def owner(self, fqn: str, k: int) -> str | None:
-        """The fqn under which stage ``k`` holds the tensor of ``fqn`` (itself or a tied fqn),
-        or ``None`` when stage ``k`` holds no copy of it. O(state of stage k)."""
-        key = self.source.slot(fqn).tensor
-        table = self.source.state_table()
-        return next((f for f in self.state[k] if table[f].tensor == key), None)
 
 
 def split_stages(p: Program, at: Sequence[str]) -> Stages:
