@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
 from ir import import_ep
+from ir.errors import InputConstraintError
 from lowering import merge_stage_state_dicts, pipeline_stage, sync_shared_grads
 from tests import stage_cases as sc
 from transforms import split_stages
@@ -69,6 +70,32 @@ def run_case(rank: int, world: int, case: str, schedule: str) -> None:
     dist.barrier()
 
 
+def run_bad_batch(rank: int, world: int) -> None:
+    """Rank 0 steps with a batch whose micro-batches are not the exported shape: a purefx
+    ``InputConstraintError`` before it sends anything; it then leaves, and the other ranks'
+    receives fail at once (peer closed) instead of waiting for the group's timeout."""
+    _model, ep, at, pos, _kw, tgt, loss_fn = sc.build("mlp", world, N_MB)
+    stages = split_stages(import_ep(ep), at)
+    stage = pipeline_stage(stages, rank, torch.device("cpu"))
+    sched = ScheduleGPipe(stage, n_microbatches=N_MB, loss_fn=loss_fn)
+    if rank == 0:
+        wide = torch.cat([pos[0], pos[0][: N_MB]])  # 3 rows per micro-batch, exported with 2
+        try:
+            sched.step(wide)
+        except InputConstraintError as e:
+            assert "micro-batch 0" in str(e) and "(3, 6)" in str(e), str(e)
+            return
+        raise AssertionError("a micro-batch of the wrong shape ran")
+    try:
+        if rank == world - 1:
+            sched.step(target=tgt, losses=[])
+        else:
+            sched.step()
+    except RuntimeError:
+        return
+    raise AssertionError(f"rank {rank} ran a step although rank 0 failed")
+
+
 def main() -> None:
     rank, world, port, runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     torch.set_num_threads(1)
@@ -77,11 +104,15 @@ def main() -> None:
         timeout=timedelta(seconds=60),
     )
     try:
+        if runs == "bad_batch":
+            run_bad_batch(rank, world)
+            os._exit(0)  # leave at once (no teardown collective): peers see the pair close
         for run in runs.split(","):
             case, schedule = run.split(":")
             run_case(rank, world, case, schedule)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

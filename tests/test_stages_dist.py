@@ -28,6 +28,7 @@ def _free_port() -> int:
 
 
 def _run_group(world: int, runs: list[str], timeout: float = 240.0) -> None:
+    """Run ``runs`` on ``world`` spawned ranks; fail with the first failing rank's output."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("MASTER_ADDR", None)
@@ -74,3 +75,8 @@ def test_two_stages_gpipe_and_1f1b():
 
 def test_four_stages():
     _run_group(4, ["fan_out:1f1b", "tied_lm:gpipe", "twice:1f1b"])
+
+
+def test_wrong_micro_batch_fails_before_sending():
+    """Rank 0 gets a purefx InputConstraintError before it sends; rank 1 fails fast."""
+    _run_group(2, ["bad_batch"], timeout=60.0)
