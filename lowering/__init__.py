@@ -14,6 +14,7 @@ with warnings.catch_warnings():
     from lowering.root import LoweredRoot
     from lowering.stages import (
         broadcast_shared_state,
+        format_stage_plan,
         merge_stage_state_dicts,
         pipeline_stage,
         stage_module,
@@ -27,6 +28,7 @@ __all__ = [
     "LoweredRoot",
     "broadcast_shared_state",
     "export_ep",
+    "format_stage_plan",
     "lower",
     "merge_stage_state_dicts",
     "pipeline_stage",

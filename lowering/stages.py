@@ -315,8 +315,70 @@ def merge_stage_state_dicts(
     return merged
 
 
+def _describe(stages: Stages, name: str) -> str:
+    val = stages.source.root_module.graph.by_name()[name].meta.get("val")
+    if isinstance(val, torch.Tensor):
+        dtype = str(val.dtype).removeprefix("torch.")
+        return f"{name} {tuple(val.shape)} {dtype}"
+    return name
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def format_stage_plan(stages: Stages, max_modules: int = 12) -> str:
+    """The stage plan as text (what ``purefx MODEL.pt2 --stages A,B`` prints): per stage, its
+    inputs, the modules whose calls run there (the first ``max_modules``), the state it holds
+    (tensors, elements, bytes; tied fqns counted once; shared tensors named with their other
+    owners) and what it sends to the next stage. Deterministic; O(state + edges + modules)."""
+    _check_stage(stages, 0)
+    src = stages.source
+    table = src.state_table()
+    lines: list[str] = []
+    n = len(stages)
+    for k in range(n):
+        inputs = ", ".join(_describe(stages, nm) for nm in stages.inputs[k]) or "(none)"
+        lines.append(f"stage {k}" + (f" (begins at {stages.at[k - 1]})" if k else "") + ":")
+        lines.append(f"  inputs: {inputs}")
+        if stages.root_inputs:
+            lines.append(f"  keyword inputs: {', '.join(stages.root_inputs)}")
+        mods = stages.modules[k]
+        more = f", ... ({len(mods) - max_modules} more)" if len(mods) > max_modules else ""
+        lines.append(f"  modules: {', '.join(mods[:max_modules]) or '(root only)'}{more}")
+        keys: dict[str, None] = {}
+        for fqn in stages.state[k]:
+            keys.setdefault(table[fqn].tensor, None)
+        tensors = [src.tensor_table()[key].value for key in keys]
+        numel = sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
+        nbytes = sum(
+            t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)
+        )
+        lines.append(f"  state: {len(keys)} tensors, {numel} elements, {_size(nbytes)}")
+        for fqn in stages.state[k]:
+            owners = stages.shared.get(fqn)
+            if owners is not None:
+                others = ", ".join(str(o) for o in owners if o != k)
+                lines.append(f"    shared: {fqn} (also in stage {others})")
+        if k < n - 1:
+            sent = ", ".join(
+                _describe(stages, e.name) + (f" [relay from stage {e.origin}]"
+                                             if e.origin < k else "")
+                for e in stages.edges_from(k)
+            )
+            lines.append(f"  sends to stage {k + 1}: {sent}")
+        else:
+            lines.append("  returns: the program's outputs")
+    return "\n".join(lines)
+
+
 __all__ = [
     "broadcast_shared_state",
+    "format_stage_plan",
     "merge_stage_state_dicts",
     "pipeline_stage",
     "stage_module",

@@ -259,3 +259,20 @@ def test_inline_of_stage_runs_like_stage():
     x = torch.tensor_split(pos[0], 2)[0]
     (h,) = lower(inline(stages.programs[0]))(x)
     torch.testing.assert_close(h, stage_module(stages, 0)(x)[0])
+
+
+def test_cli_prints_a_stage_plan(tmp_path, capsys):
+    from lowering.cli import main
+
+    _model, ep, *_ = sc.build("tied_lm", 4, 2)
+    path = tmp_path / "lm.pt2"
+    torch.export.save(ep, str(path))
+    assert main([str(path), "--stages", "layers.1,layers.3"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 1 (begins at layers.1):" in out
+    assert "modules: layers.3, layers.3.lin, norm, head" in out
+    assert "shared: head.weight (also in stage 0)" in out
+    assert "sends to stage 1: tanh (2, 5, 6) float64" in out
+    assert "keyword inputs: mask" in out
+    assert main([str(path), "--stages", "layer.1"]) == 2
+    assert "did you mean 'layers.1'" in capsys.readouterr().err
