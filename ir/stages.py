@@ -14,12 +14,15 @@ from ir.program import Program
 class Edge:
     """One value passed from stage ``src`` to stage ``src + 1``: the value ``name`` (its node
     name in the flat program), made in stage ``origin`` (``origin < src`` for a relay), at
-    position ``index`` of stage ``src``'s outputs and stage ``src + 1``'s positional inputs."""
+    position ``index`` of stage ``src``'s outputs and stage ``src + 1``'s positional inputs;
+    ``grad``: whether it carries a gradient back (it depends on a parameter that requires
+    grad, not through ``detach``, and is floating point)."""
 
     name: str
     src: int
     origin: int
     index: int
+    grad: bool = True
 
     @property
     def dst(self) -> int:

@@ -64,11 +64,11 @@ def stage_module(stages: Stages, i: int, device: Any = None) -> torch.nn.Module:
 
 
 def _examples(
-    stages: Stages, names: Sequence[str], device: Any, grad: bool
+    stages: Stages, names: Sequence[str], device: Any, grad: Sequence[bool] | None = None
 ) -> tuple[torch.Tensor, ...]:
     by_name = stages.source.root_module.graph.by_name()
     found = []
-    for name in names:
+    for j, name in enumerate(names):
         val = by_name[name].meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise LoweringError(
@@ -83,8 +83,9 @@ def _examples(
                 "export with the micro-batch shape (static dims) for a pipeline"
             ) from None
         t = torch.zeros(shape, dtype=val.dtype, device=device)
-        # activations between stages carry gradients: the receiving buffers must ask for them
-        found.append(t.requires_grad_(grad and t.is_floating_point()))
+        # an activation that carries a gradient (Edge.grad) carries one between stages: the
+        # receiving buffer must ask for it
+        found.append(t.requires_grad_(bool(grad and grad[j])))
     return tuple(found)
 
 
@@ -165,8 +166,12 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None) -> Pi
         i,
         len(stages),
         device,
-        input_args=_examples(stages, stages.inputs[i], device, grad=i > 0),
-        output_args=_examples(stages, _output_names(stages, i), device, grad=True),
+        input_args=_examples(
+            stages, stages.inputs[i], device, [e.grad for e in stages.edges_from(i - 1)]
+        ),
+        output_args=_examples(
+            stages, _output_names(stages, i), device, [e.grad for e in stages.edges_from(i)]
+        ),
         group=group,
         expected=expected,
         first=stages.inputs[0],

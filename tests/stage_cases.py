@@ -52,6 +52,55 @@ class TiedLM(nn.Module):
         return {"logits": logits * mask[..., None]}
 
 
+class TiedPlain(TiedLM):
+    """The tied LM without a mask and with a tensor output (isolates the tied weights)."""
+
+    def forward(self, tok: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        h = self.emb(tok)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(self.norm(h))
+
+
+class Stats(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.register_buffer("running", torch.zeros(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.running.mul_(0.5).add_(x.detach().mean(0) * 0.5)
+        return x
+
+
+class CrossBuffer(nn.Module):
+    """A buffer updated in stage 0 and read in stage 1: split_stages refuses it."""
+
+    def __init__(self, d: int = 6) -> None:
+        super().__init__()
+        self.stats = Stats(d)
+        self.layers = nn.ModuleList([Block(d) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers[0](self.stats(x))
+        return self.layers[1](x) - self.stats.running
+
+
+class NoGradEdge(nn.Module):
+    """Stage 1 reads a detached value and an integer tensor made in stage 0 (edges that carry
+    no gradient) next to one that does."""
+
+    def __init__(self, d: int = 6) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Block(d) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.layers[0](x)
+        scale = h.detach().abs().mean(-1, keepdim=True)
+        idx = h.argmax(-1)
+        h = self.layers[1](h)
+        return self.layers[2](h) * scale + idx[:, None].to(h.dtype)
+
+
 class FanOut(nn.Module):
     """An activation of stage 0 read by stages 2 and 3 (relayed through the stages between)."""
 
@@ -120,6 +169,27 @@ def _cases():
             ("mask",),
             {2: ["layers.2"], 4: ["layers.1", "layers.2", "layers.3"]},
             lambda: torch.randn(MB, 5, 13),
+        ),
+        "tied_plain": (
+            TiedPlain,
+            lambda: (torch.randint(0, 13, (MB, 5)),),
+            (),
+            {2: ["layers.2"], 4: ["layers.1", "layers.2", "layers.3"]},
+            lambda: torch.randn(MB, 5, 13),
+        ),
+        "cross_buffer": (
+            CrossBuffer,
+            lambda: (torch.randn(MB, d),),
+            (),
+            {2: ["layers.1"]},
+            lambda: torch.randn(MB, d),
+        ),
+        "nograd_edge": (
+            NoGradEdge,
+            lambda: (torch.randn(MB, d),),
+            (),
+            {2: ["layers.1"]},
+            lambda: torch.randn(MB, d),
         ),
         "fan_out": (
             FanOut,

@@ -64,7 +64,7 @@ def _summed_grads(stages, mods):
 
 CASES = [
     ("mlp", 2), ("mlp", 4), ("tied_lm", 2), ("tied_lm", 4), ("fan_out", 4), ("twice", 2),
-    ("twice", 4), ("local_buffer", 2),
+    ("twice", 4), ("local_buffer", 2), ("nograd_edge", 2), ("tied_plain", 2),
 ]
 
 
@@ -276,3 +276,21 @@ def test_cli_prints_a_stage_plan(tmp_path, capsys):
     assert "keyword inputs: mask" in out
     assert main([str(path), "--stages", "layer.1"]) == 2
     assert "did you mean 'layers.1'" in capsys.readouterr().err
+
+
+def test_edges_say_which_carry_gradients():
+    _, _, _p, stages, *_ = _split("nograd_edge", 2)
+    assert [(e.name, e.grad) for e in stages.edges] == [
+        ("tanh", True), ("mean", False), ("argmax", False)
+    ]
+
+
+def test_buffer_updated_in_place_in_one_stage_read_in_the_next():
+    """The in-place result of a buffer update is the buffer: reading it in another stage is
+    reading the buffer there."""
+    _model, ep, *_ = sc.build("cross_buffer", 2, 2)
+    with pytest.raises(
+        PassError, match=r"buffer 'stats.running' is written in stage\(s\) \[0\] and read or "
+        r"written in stage\(s\) \[0, 1\]"
+    ):
+        split_stages(import_ep(ep), ["layers.1"])

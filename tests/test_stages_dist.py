@@ -69,7 +69,7 @@ def test_two_stages_gpipe_and_1f1b():
         f"{case}:{sched}"
         for case in ("mlp", "tied_lm", "twice", "local_buffer")
         for sched in ("gpipe", "1f1b")
-    ]
+    ] + ["nograd_edge:1f1b"]
     _run_group(2, runs)
 
 

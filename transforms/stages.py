@@ -34,8 +34,8 @@ from ir.graph import Graph
 from ir.module import Module, ModuleId
 from ir.module_stack import NO_STACK
 from ir.names import Names, fresh_name
-from ir.node import CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
-from ir.ops import is_mutating, written_args
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.ops import is_inplace, is_mutating, written_args
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.stages import Edge, Stages
@@ -133,6 +133,15 @@ class _Splitter:
         for node in self.graph.nodes:
             if node.op == GET_ATTR and node.target in p.state:
                 self.state_reads[node.name] = node.target
+        # The result of an in-place op on state *is* that state (``add_`` returns the buffer):
+        # a stage that reads it reads the buffer, and the op's stage writes it.
+        self.aliases: dict[str, str] = {}
+        for node in self.graph.nodes:
+            if node.op == CALL_FUNCTION and is_inplace(node.target) and node.args:
+                first = getattr(node.args[0], "name", None)
+                fqn = self.state_reads.get(first) or self.aliases.get(first)
+                if fqn is not None:
+                    self.aliases[node.name] = fqn
 
     # -- 1. the stage of every node -------------------------------------------------------
     def assign(self) -> dict[str, int]:
@@ -199,7 +208,8 @@ class _Splitter:
                 continue
             for i in written_args(node.target):
                 arg = node.args[i] if i < len(node.args) else None
-                fqn = state_ph.get(getattr(arg, "name", None))
+                name = getattr(arg, "name", None)
+                fqn = state_ph.get(name) or self.aliases.get(name)
                 if fqn is not None:
                     writer.setdefault(table[fqn].tensor, set()).add(stage_of[node.name])
 
@@ -213,9 +223,10 @@ class _Splitter:
             key_fqns.setdefault(table[fqn].tensor, []).append(fqn)
         key_stages: dict[str, list[int]] = {}
         read_fqn: dict[str, str] = {}
-        for ph, fqn in state_ph.items():
+        for ph, fqn in (*state_ph.items(), *self.aliases.items()):
             key = table[fqn].tensor
-            read_fqn.setdefault(key, fqn)
+            if ph in state_ph:
+                read_fqn.setdefault(key, fqn)
             for s in sorted(readers.get(ph, ())):
                 if s not in key_stages.setdefault(key, []):
                     key_stages[key].append(s)
@@ -247,6 +258,7 @@ class _Splitter:
             if len(owners) > 1:
                 shared[fqn] = owners
 
+        grads = self.carries_grad()
         # Edges: a value made in stage a and last read in stage b crosses every boundary between.
         origin: dict[str, int] = {u: 0 for u in first_inputs}
         origin.update(stage_of)
@@ -267,7 +279,9 @@ class _Splitter:
                     f"split_stages: stage {k} passes nothing to stage {k + 1} (cut at "
                     f"{self.at[k]!r}); a pipeline stage needs at least one tensor input"
                 )
-            edges.extend(Edge(nm, k, origin[nm], i) for i, nm in enumerate(names))
+            edges.extend(
+                Edge(nm, k, origin[nm], i, nm in grads) for i, nm in enumerate(names)
+            )
         inputs = (first_inputs, *(tuple(b) for b in per_boundary))
 
         programs = tuple(
@@ -292,6 +306,23 @@ class _Splitter:
             source=p,
             out_spec=root_sig.out_spec if root_sig is not None else None,
         )
+
+    def carries_grad(self) -> set[str]:
+        """The values that carry a gradient: floating results of nodes that read a parameter
+        that requires grad, or such a value, other than through ``detach``. O(n)."""
+        table = self.p.state_table()
+        found = {
+            name for name, fqn in self.state_reads.items() if table[fqn].requires_grad
+        }
+        for node in self.graph.nodes:
+            if node.op in (PLACEHOLDER, OUTPUT) or node.target in _NO_GRAD:
+                continue
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor) and not val.is_floating_point():
+                continue
+            if any(r.name in found for r in node.inputs()):
+                found.add(node.name)
+        return found
 
     # -- 2. one stage as a flat Program ---------------------------------------------------
     def stage_program(
@@ -386,6 +417,9 @@ class _Splitter:
             call_order=tuple(c for c in p.call_order if c == "" or c in kept),
             range_constraints=p.range_constraints,
         )
+
+
+_NO_GRAD = frozenset({torch.ops.aten.detach.default, torch.ops.aten.detach_.default})
 
 
 def _state_spec(p: Program, fqn: str, name: str, slot) -> InputSpec:
