@@ -80,3 +80,25 @@ def test_four_stages():
 def test_wrong_micro_batch_fails_before_sending():
     """Rank 0 gets a purefx InputConstraintError before it sends; rank 1 fails fast."""
     _run_group(2, ["bad_batch"], timeout=60.0)
+
+
+@pytest.mark.slow
+def test_torchrun_example():
+    """``examples/pipeline_torchrun.py`` under torchrun (2 processes) checks itself."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun is not installed next to this Python")
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    cmd = [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+           str(_free_port()), os.path.join(ROOT, "examples", "pipeline_torchrun.py")]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)  # torchrun's workers are in its session
+            proc.wait(timeout=10)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    assert "merged state_dict equals eager's after one step" in text
