@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 
+from ir.memo import memoized
 from ir.program import Program
 
 
@@ -68,10 +69,18 @@ class Stages:
 
     def owner(self, fqn: str, k: int) -> str | None:
         """The fqn under which stage ``k`` holds the tensor of ``fqn`` (itself or a tied fqn),
-        or ``None`` when stage ``k`` holds no copy of it. O(state of stage k)."""
-        key = self.source.slot(fqn).tensor
+        or ``None`` when stage ``k`` holds no copy of it. O(1) after the first call (a table
+        per Stages value, built once in O(state))."""
+        return self._holders.get((self.source.slot(fqn).tensor, k))
+
+    @memoized
+    def _holders(self) -> dict[tuple[str, int], str]:
         table = self.source.state_table()
-        return next((f for f in self.state[k] if table[f].tensor == key), None)
+        found: dict[tuple[str, int], str] = {}
+        for k, fqns in enumerate(self.state):
+            for f in fqns:
+                found.setdefault((table[f].tensor, k), f)
+        return found
 
 
 __all__ = ["Edge", "Stages"]

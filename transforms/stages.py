@@ -39,6 +39,7 @@ from ir.ops import is_inplace, is_mutating, written_args
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.stages import Edge, Stages
+from ir.state import Slot
 from ir.torch_seam import pytree
 from transforms.inline import inline
 from transforms.pipeline import transform
@@ -339,9 +340,11 @@ class _Splitter:
         table = p.state_table()
         taken = Names(nd.name for nd in graph.nodes)
         ph_of_fqn: dict[str, str] = {}
+        spec_of_fqn: dict[str, InputSpec] = {}
         for spec in p.signature.inputs:
             if spec.kind in sg.STATE_INPUT_KINDS:
                 ph_of_fqn.setdefault(spec.target, spec.name)
+                spec_of_fqn.setdefault(spec.target, spec)
         by_name = graph.by_name()
         nodes: list[Node] = []
         in_specs: list[InputSpec] = []
@@ -352,7 +355,7 @@ class _Splitter:
             orig = by_name.get(ph_of_fqn.get(fqn, ""))
             nodes.append(orig if orig is not None else Node(PLACEHOLDER, name, name))
             slot = table[fqn]
-            in_specs.append(_state_spec(p, fqn, name, slot))
+            in_specs.append(_state_spec(spec_of_fqn.get(fqn), fqn, name, slot))
             key_ph.setdefault(slot.tensor, name)
         # Reads of a state placeholder go to this stage's placeholder of the same tensor.
         rename: dict[str, str] = {}
@@ -422,10 +425,9 @@ class _Splitter:
 _NO_GRAD = frozenset({torch.ops.aten.detach.default, torch.ops.aten.detach_.default})
 
 
-def _state_spec(p: Program, fqn: str, name: str, slot) -> InputSpec:
-    for spec in p.signature.inputs:
-        if spec.target == fqn and spec.kind in sg.STATE_INPUT_KINDS:
-            return InputSpec(spec.kind, name, fqn, spec.persistent)
+def _state_spec(spec: InputSpec | None, fqn: str, name: str, slot: Slot) -> InputSpec:
+    if spec is not None:
+        return InputSpec(spec.kind, name, fqn, spec.persistent)
     kind = {"parameter": sg.PARAMETER, "buffer": sg.BUFFER, "constant": sg.CONSTANT_TENSOR}
     return InputSpec(
         kind.get(slot.kind, sg.CUSTOM_OBJ),
