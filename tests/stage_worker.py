@@ -104,10 +104,10 @@ def main() -> None:
         timeout=timedelta(seconds=60),
     )
     try:
-        if runs == "bad_batch":
-            run_bad_batch(rank, world)
-            os._exit(0)  # leave at once (no teardown collective): peers see the pair close
         for run in runs.split(","):
+            if run == "bad_batch":  # must be the last run: the group is broken after it
+                run_bad_batch(rank, world)
+                os._exit(0)  # leave at once (no teardown collective): peers see the pair close
             case, schedule = run.split(":")
             run_case(rank, world, case, schedule)
     finally:
