@@ -19,7 +19,12 @@ from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
 from ir import import_ep
 from ir.errors import InputConstraintError
-from lowering import merge_stage_state_dicts, pipeline_stage, sync_shared_grads
+from lowering import (
+    broadcast_shared_state,
+    merge_stage_state_dicts,
+    pipeline_stage,
+    sync_shared_grads,
+)
 from tests import stage_cases as sc
 from transforms import split_stages
 
@@ -31,6 +36,13 @@ def run_case(rank: int, world: int, case: str, schedule: str) -> None:
     model, ep, at, pos, kw, tgt, loss_fn = sc.build(case, world, N_MB)
     stages = split_stages(import_ep(ep), at)
     stage = pipeline_stage(stages, rank, torch.device("cpu"))
+    # a copy of a shared weight that drifted is set back to its first owner's value
+    for fqn, owners in stages.shared.items():
+        local = stages.owner(fqn, rank)
+        if local is not None and rank != owners[0] and stages.source.slot(local).kind == "parameter":
+            with torch.no_grad():
+                stage.submod.get_parameter(local).add_(1.0)
+    broadcast_shared_state(stages, rank, stage.submod)
     sched = SCHEDULES[schedule](stage, n_microbatches=N_MB, loss_fn=loss_fn)
     losses: list[torch.Tensor] = []
     if rank == 0:
