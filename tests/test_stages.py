@@ -294,3 +294,29 @@ def test_buffer_updated_in_place_in_one_stage_read_in_the_next():
         r"written in stage\(s\) \[0, 1\]"
     ):
         split_stages(import_ep(ep), ["layers.1"])
+
+
+class _Overwrite(nn.Module):
+    """A buffer only written (never read) in the last stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+        self.register_buffer("last", torch.zeros(2, 3))
+
+    def forward(self, x):
+        z = self.b(self.a(x))
+        self.last.copy_(z.detach())
+        return z
+
+
+def test_buffer_only_written_is_held_by_its_stage():
+    model = _Overwrite()
+    x = torch.randn(2, 3)
+    stages = split_stages(import_ep(torch.export.export(model, (x,))), ["b"])
+    assert "last" in stages.state[1] and "last" not in stages.state[0]
+    m0, m1 = stage_module(stages, 0), stage_module(stages, 1)
+    out = m1(*m0(x))
+    torch.testing.assert_close(out, model(x))
+    torch.testing.assert_close(m1.get_buffer("last"), model.last)

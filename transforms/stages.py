@@ -241,6 +241,10 @@ class _Splitter:
                     "would hold its own copy and they would diverge. Move a boundary in 'at' so "
                     "that one stage holds every use of it"
                 )
+        for key, stages_w in writer.items():  # a buffer only written is held where written
+            for w in sorted(stages_w):
+                if w not in key_stages.setdefault(key, []):
+                    key_stages[key].append(w)
         held: list[dict[str, None]] = [{} for _ in range(n)]  # per stage: fqns held
         for key, fqns in key_fqns.items():
             stages_k = sorted(key_stages.get(key, ()))
