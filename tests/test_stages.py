@@ -320,3 +320,26 @@ def test_buffer_only_written_is_held_by_its_stage():
     out = m1(*m0(x))
     torch.testing.assert_close(out, model(x))
     torch.testing.assert_close(m1.get_buffer("last"), model.last)
+
+
+def test_plan_names_relays():
+    from lowering import format_stage_plan
+
+    _, _, _p, stages, *_ = _split("fan_out", 4)
+    plan = format_stage_plan(stages)
+    assert "sends to stage 1: tanh (2, 6) float64\n" in plan
+    assert "sends to stage 2: tanh (2, 6) float64 [relay from stage 0], tanh_1 (2, 6)" in plan
+    assert "sends to stage 3: tanh (2, 6) float64 [relay from stage 0], add (2, 6)" in plan
+
+
+def test_stage_modules_never_write_the_program_tensors():
+    from ir.torch_seam import tensor_version
+
+    _model, ep, p, stages, pos, kw, tgt, loss_fn = _split("local_buffer", 2)
+    versions = {k: tensor_version(v.value) for k, v in p.tensors.items()}
+    ep_versions = {k: tensor_version(v) for k, v in ep.state_dict.items()}
+    mods = [stage_module(stages, k) for k in range(2)]
+    _run_stages(mods, stages, pos, kw, tgt, loss_fn, 2)  # updates the stage's own buffer
+    assert {k: tensor_version(v.value) for k, v in p.tensors.items()} == versions
+    assert {k: tensor_version(v) for k, v in ep.state_dict.items()} == ep_versions
+    assert not torch.equal(mods[0].get_buffer("running"), p.tensor("running"))
