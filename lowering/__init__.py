@@ -12,5 +12,26 @@ with warnings.catch_warnings():
     from lowering.lower import lower
     from lowering.modules import Holder, LoweredDispatcher, LoweredModule
     from lowering.root import LoweredRoot
+    from lowering.stages import (
+        broadcast_shared_state,
+        format_stage_plan,
+        merge_stage_state_dicts,
+        pipeline_stage,
+        stage_module,
+        sync_shared_grads,
+    )
 
-__all__ = ["Holder", "LoweredDispatcher", "LoweredModule", "LoweredRoot", "export_ep", "lower"]
+__all__ = [
+    "Holder",
+    "LoweredDispatcher",
+    "LoweredModule",
+    "LoweredRoot",
+    "broadcast_shared_state",
+    "export_ep",
+    "format_stage_plan",
+    "lower",
+    "merge_stage_state_dicts",
+    "pipeline_stage",
+    "stage_module",
+    "sync_shared_grads",
+]

@@ -34,8 +34,10 @@ from ir.torch_seam import pytree
 from lowering.export import save_ep
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
+from lowering.stages import format_stage_plan
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
 from transforms.rewrite import RewriteReport, Rule, rewrite_report
+from transforms.stages import split_stages
 
 Pass = Callable[[Program], Program]
 
@@ -57,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         passes = _passes(args.passes)
         rules = load_rules(args.rules)
         ep, source = _load(args)
+        if args.stages is not None:
+            plan = stage_plan(ep, args.stages)
+            sys.stdout.write(f"purefx: {source}\n{plan}\n")
+            return 0
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
         result = run(ep, passes=passes, progress=progress, rules=rules)
         if args.out:
@@ -73,6 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.html:
         sys.stdout.write(f"report written to {args.html}\n")
     return 1 if result.passed is False else 0
+
+
+def stage_plan(ep: torch.export.ExportedProgram, at: str) -> str:
+    """The pipeline stage plan of ``ep`` cut at the comma-separated module paths ``at``
+    (``lowering.stages.format_stage_plan`` of ``transforms.split_stages``); a ``PassError``
+    names an unknown path. Pure; O(n) in the program's nodes."""
+    paths = [a.strip() for a in at.split(",") if a.strip()]
+    return format_stage_plan(split_stages(import_ep(ep), paths))
 
 
 class UsageError(Exception):
@@ -388,6 +402,12 @@ def _parser() -> argparse.ArgumentParser:
         help="rewrite rules (transforms.rewrite.Rule, or a list of them) to run after the passes, "
         "imported from a module of yours, e.g. mypkg.rules:RULES (comma-separated for several; "
         "transforms.rewrite_rules:RULES holds five worked rules)",
+    )
+    parser.add_argument(
+        "--stages",
+        metavar="A,B",
+        help="print the pipeline stage plan instead (split_stages at these module paths: each "
+        "begins a stage): per stage its inputs, modules, state size and what it sends on",
     )
     parser.add_argument(
         "--html",

@@ -13,9 +13,12 @@ from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
 from transforms.sink import sink_state
 from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
 from transforms.stacks import fix_module_stacks
+from transforms.stages import Edge, Stages, split_stages
 
 __all__ = [
     "DEFAULT_PIPELINE",
+    "Edge",
+    "Stages",
     "deduplicate",
     "fix_module_stacks",
     "functional_to_inplace",
@@ -29,5 +32,6 @@ __all__ = [
     "sink_state",
     "split_by_tags",
     "split_hop_bodies",
+    "split_stages",
     "transform",
 ]
