@@ -6,8 +6,9 @@ from ir import signature as sg
 from ir.args import Ref
 from ir.errors import VerifyError
 from ir.graph import Graph
-from ir.module import KINDS, SUBGRAPH, ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
+from ir.module_names import attribute_name_fault, path_fault, rename_hint
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.signature import (
     BUFFER_MUTATION,
@@ -50,6 +51,9 @@ def _check_peers(
     """A peer (a module held by reference) is in the module tree and named unlike a child."""
     kids = {name for name, _ in children}
     for name, peer in peers:
+        fault = attribute_name_fault(name)
+        if fault is not None:
+            raise VerifyError(f"module {path or '<root>'!r} holds peer {name!r}, whose name {fault}")
         if peer not in paths:
             raise VerifyError(
                 f"module {path or '<root>'!r} holds peer {name!r}, module id {peer!r}, which no "
@@ -80,8 +84,15 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
         on_stack.add(mid)
         names = set()
         for name, child in table[mid].children:
-            if name in names or not name or "." in name:
-                raise VerifyError(f"module {path or '<root>'!r} has a bad or repeated child {name!r}")
+            if name in names:
+                raise VerifyError(f"module {path or '<root>'!r} has a repeated child {name!r}")
+            fault = attribute_name_fault(name)
+            if fault is not None:
+                full = f"{path}.{name}" if path else name
+                raise VerifyError(
+                    f"submodule {full!r}: the name {name!r} {fault}, so torch cannot register a "
+                    f"submodule under it; {rename_hint(name)}"
+                )
             names.add(name)
             visit(child, f"{path}.{name}" if path else name)
         on_stack.discard(mid)
@@ -102,6 +113,21 @@ def _check_state(program: Program) -> None:
             raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
         if slot.tensor not in tensors:
             raise VerifyError(f"state {fqn!r} names tensor key {slot.tensor!r}, which is not held")
+        check_state_name(fqn, VerifyError)
+
+
+def check_state_name(fqn: object, error: type[Exception]) -> None:
+    """Raise ``error`` unless every step of the state path ``fqn`` can be an attribute name of an
+    ``nn.Module`` (``ir.module_names``): ``a.forward`` or ``training`` cannot. O(len(fqn))."""
+    if type(fqn) is not str:
+        raise error(f"state fqn {fqn!r} is a {type(fqn).__name__}, not a dotted path")
+    found = path_fault(fqn)
+    if found is not None:
+        step, fault = found
+        raise error(
+            f"state {fqn!r}: the name {step!r} {fault}, so torch cannot register it on a module; "
+            f"{rename_hint(step)}"
+        )
 
 
 def _check_graph(graph: Graph, path: str) -> None:
@@ -117,6 +143,13 @@ def _check_graph(graph: Graph, path: str) -> None:
             raise VerifyError(f"node name {node.name!r} is defined twice in module {where!r}")
         if node.op == OUTPUT and node is not graph.nodes[-1]:
             raise VerifyError(f"module {where!r} has an output node {node.name!r} before the end")
+        if node.op != PLACEHOLDER and node.op in _TARGET_RULES:
+            fault = _TARGET_RULES[node.op](node)
+            if fault is not None:
+                raise VerifyError(
+                    f"{node.op} node {node.name!r} in module {where!r} {fault}; rebuild the node "
+                    "with a target of its kind (see ir.node)"
+                )
         if node.op == PLACEHOLDER:
             if seen_compute:
                 raise VerifyError(
@@ -132,6 +165,28 @@ def _check_graph(graph: Graph, path: str) -> None:
         defined.add(node.name)
 
 
+def _dotted(target: object) -> bool:
+    return type(target) is str and bool(target) and "" not in target.split(".")
+
+
+# op -> the fault of a node's target and arguments for that op, or None (placeholders: any name)
+_TARGET_RULES = {
+    GET_ATTR: lambda n: None if _dotted(n.target) and not n.args and not n.kwargs else (
+        f"has target {n.target!r} and arguments; it reads one dotted attribute path"),
+    CALL_MODULE: lambda n: None if _dotted(n.target) else (
+        f"has target {n.target!r}; it must be a dotted module path"),
+    CALL_METHOD: lambda n: None if (
+        type(n.target) is str and n.target and n.args  # spelling: lowering.identifiers
+    ) else f"calls method {n.target!r} on {len(n.args)} arguments; it needs a method name and "
+           "the object as its first argument",
+    # a string names a function abstractly (IR-only tests); ``lower`` refuses it
+    CALL_FUNCTION: lambda n: None if callable(n.target) or type(n.target) is str else (
+        f"has target {n.target!r}, which is neither callable nor a name"),
+    OUTPUT: lambda n: None if len(n.args) == 1 and not n.kwargs else (
+        f"has {len(n.args)} arguments and keywords {sorted(n.kwargs)}; it returns one tree"),
+}
+
+
 def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:
     where = path or "<root>"
     for node in graph.nodes:
@@ -144,6 +199,12 @@ def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> 
                     "a submodule"
                 )
             callee = program.module_table()[child]
+            if callee.kind == SUBGRAPH or (not callee.graphs and callee.kind != LEAF):
+                what = "a higher-order op's body" if callee.graphs else "a module with no graph"
+                raise VerifyError(
+                    f"node {node.name!r} in module {where!r} calls {node.target!r}, {what}; only "
+                    "a module with a graph (or a leaf module) can be called"
+                )
             if variant >= max(1, len(callee.graphs)):
                 raise VerifyError(
                     f"node {node.name!r} in module {where!r} calls graph {variant} of "
