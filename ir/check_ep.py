@@ -20,7 +20,7 @@ from torch.export import graph_signature as gs
 
 from ir import ops
 from ir.errors import UnsupportedProgramError
-from ir.module_names import path_fault, rename_hint
+from ir.module_names import first_path_fault, path_fault, rename_hint
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 from ir.torch_seam import pytree
 
@@ -280,10 +280,12 @@ def check_state_fqns(fqns: list[str]) -> None:
     attributes). O(total length)."""
     known = set(fqns)
     clear: set[str] = set()
+    bad = first_path_fault(fqns)
+    if bad is not None and type(bad[0]) is str and bad[0] and "" not in bad[0].split("."):
+        _check_path_names(bad[0], "state")
     for fqn in fqns:
         if not isinstance(fqn, str) or not fqn or "" in fqn.split("."):
             raise UnsupportedProgramError(f"state fqn {fqn!r} is not a dotted attribute path")
-        _check_path_names(fqn, "state")
         owner = _outermost_in(fqn.rpartition(".")[0], known, clear)
         if owner is not None:
             raise UnsupportedProgramError(

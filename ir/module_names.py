@@ -10,16 +10,16 @@ imports or verifies a program, naming the fqn and how to rename it.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
+# Every attribute name of a plain ``torch.nn.Module()``: its class's methods and properties and
+# the instance attributes ``__init__`` sets (a constant of the installed torch).
+RESERVED_NAMES: frozenset[str] = frozenset(dir(torch.nn.Module())) | frozenset(dir(torch.nn.Module))
 
-@functools.cache  # one frozenset per process: what a plain nn.Module holds does not change
+
 def module_attribute_names() -> frozenset[str]:
-    """Every attribute name of a plain ``torch.nn.Module()``: its class's methods and properties
-    and the instance attributes ``__init__`` sets. O(1) after the first call."""
-    return frozenset(dir(torch.nn.Module())) | frozenset(dir(torch.nn.Module))
+    """Every attribute name of a plain ``torch.nn.Module()`` (``RESERVED_NAMES``). O(1)."""
+    return RESERVED_NAMES
 
 
 def attribute_name_fault(name: object) -> str | None:
@@ -34,7 +34,7 @@ def attribute_name_fault(name: object) -> str | None:
         return "is empty"
     if "." in name:
         return "holds a '.'"
-    if name in module_attribute_names():
+    if name in RESERVED_NAMES:
         return f"is an attribute of every nn.Module (torch.nn.Module.{name})"
     return None
 
@@ -50,8 +50,30 @@ def rename_hint(name: object) -> str:
 def path_fault(path: str) -> tuple[str, str] | None:
     """The first step of the dotted ``path`` that cannot be an attribute name, with the reason;
     ``None`` when every step can. O(len(path))."""
-    for step in path.split("."):
+    steps = path.split(".")
+    if RESERVED_NAMES.isdisjoint(steps) and "" not in steps:  # the common case, in C
+        return None
+    for step in steps:
         fault = attribute_name_fault(step)
         if fault is not None:
             return step, fault
+    return None
+
+
+def first_path_fault(paths: tuple[str, ...] | list[str]) -> tuple[object, str, str] | None:
+    """``(path, step, reason)`` for the first of ``paths`` with a step that cannot be an
+    attribute name (``path_fault``), or ``None``. O(total length); one C-level pass over all
+    steps when every path is fine (the common case)."""
+    try:
+        steps = ".".join(paths).split(".")
+    except TypeError:  # a path that is not a string: found below
+        steps = None
+    if steps is not None and RESERVED_NAMES.isdisjoint(steps) and ("" not in steps or not paths):
+        return None
+    for path in paths:
+        if type(path) is not str:
+            return path, str(path), f"is a {type(path).__name__}, not a string"
+        found = path_fault(path)
+        if found is not None:
+            return (path, *found)
     return None
