@@ -214,7 +214,7 @@ _TARGET_RULES = {
     CALL_FUNCTION: lambda n: None if callable(n.target) or type(n.target) is str else (
         f"has target {n.target!r}, which is neither callable nor a name"),
     OUTPUT: lambda n: None if len(n.args) == 1 and not n.kwargs else (
-        f"has {len(n.args)} arguments and keywords {sorted(n.kwargs)}; it returns one tree"),
+        f"has {len(n.args)} arguments and keywords {list(n.kwargs.keys())}; it returns one tree"),
 }
 
 
