@@ -573,7 +573,8 @@ def test_every_op_and_target_on_a_program_raises_a_purefx_error_or_runs(data):
         return
     except AttributeError as err:  # fx runs a method of the name the node gives
         assert op == "call_method", f"{op}[{target!r}]: {err!r}"
-    except TypeError as err:
+    except (TypeError, RuntimeError) as err:  # an operator given arguments its schema refuses:
+        # torch raises this for the same fx node (import_ep checks schemas; verify does not)
         assert op in ("call_method", "call_function"), f"{op}[{target!r}]: {err!r}"
 
 
