@@ -20,10 +20,13 @@ from torch.export import graph_signature as gs
 
 from ir import ops
 from ir.errors import UnsupportedProgramError
+from ir.module_names import first_path_fault, path_fault, rename_hint
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
 from ir.torch_seam import pytree
 
 _CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
+_EXPORTED_OPS = (PLACEHOLDER, GET_ATTR, CALL_FUNCTION, OUTPUT)
+_NOT_EXPORTED = frozenset(OPS) - frozenset(_EXPORTED_OPS)
 _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_MODULE: "a path",
                CALL_METHOD: "a method name", OUTPUT: "a name"}
 
@@ -61,6 +64,13 @@ def _check_op_and_target(node: torch.fx.Node, exported: bool) -> None:
     where = f"node {node.name!r}"
     if node.op not in OPS:
         raise UnsupportedProgramError(f"{where} has unknown op {node.op!r}; expected one of {OPS}")
+    if exported and node.op in _NOT_EXPORTED:
+        raise UnsupportedProgramError(
+            f"{where} is a {node.op} node ({node.target!r}), which export IR never holds (only "
+            f"{', '.join(_EXPORTED_OPS)}); the program was edited or is not a torch.export "
+            "program: export the model again, or import an fx GraphModule with "
+            "ir.import_graph_module"
+        )
     if node.op == PLACEHOLDER and (node.kwargs or node.args and (
         exported or len(node.args) > 1 or isinstance(node.args[0], torch.fx.Node)
     )):
@@ -191,6 +201,7 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             raise UnsupportedProgramError(f"{where} appears twice")
         seen.add(fqn)
         path = fqn.partition("@")[0]
+        _check_path_names(path, f"{where}: module path")
         owner = _outermost_in(path, state, clear)
         if owner is not None:
             raise UnsupportedProgramError(
@@ -199,6 +210,17 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             )
         if entry.signature is not None:
             _check_call_signature(entry.signature, where, _counts(ep) if fqn == "" else None)
+
+
+def _check_path_names(path: str, what: str) -> None:
+    """Every step of ``path`` can be an ``nn.Module`` attribute name (``ir.module_names``)."""
+    found = path_fault(path) if path else None
+    if found is not None:
+        step, fault = found
+        raise UnsupportedProgramError(
+            f"{what} {path!r}: the name {step!r} {fault}, so torch cannot register it on a "
+            f"module; {rename_hint(step)}"
+        )
 
 
 def _outermost_in(path: str, owners: set[str], clear: set[str]) -> str | None:
@@ -253,10 +275,14 @@ def _check_call_signature(sig: Any, where: str, root_counts: tuple[int, int] | N
 
 
 def check_state_fqns(fqns: list[str]) -> None:
-    """Every state fqn is a dotted path of non-empty names, and none lies inside another (a
-    tensor cannot hold attributes). O(total length)."""
+    """Every state fqn is a dotted path of names an ``nn.Module`` can register (not ``forward``,
+    ``training``, ... : ``ir.module_names``), and none lies inside another (a tensor cannot hold
+    attributes). O(total length)."""
     known = set(fqns)
     clear: set[str] = set()
+    bad = first_path_fault(fqns)
+    if bad is not None and type(bad[0]) is str and bad[0] and "" not in bad[0].split("."):
+        _check_path_names(bad[0], "state")
     for fqn in fqns:
         if not isinstance(fqn, str) or not fqn or "" in fqn.split("."):
             raise UnsupportedProgramError(f"state fqn {fqn!r} is not a dotted attribute path")

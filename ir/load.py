@@ -22,8 +22,10 @@ import math
 import operator
 import os
 import stat
+import struct
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,8 +80,12 @@ def load_program(
     archive = _open_archive(data, where)
     with archive:
         members = _check_limits(archive, where, limits)
+        check_members(archive, members, data, where)
         if not trust:
-            _scan(archive, members, where, limits)
+            try:
+                _scan(archive, members, where, limits)
+            except _ZIP_ERRORS as err:  # checked above; a reader of the archive may still refuse
+                raise _damaged(where, "", err) from None
     return _torch_load(data, where)
 
 
@@ -117,10 +123,91 @@ def _read_regular_file(path: str, limits: Limits) -> bytes:
 def _open_archive(data: bytes, where: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
+    except _ZIP_ERRORS as err:
         raise LoadError(
             f"{where}: not a program saved with torch.export.save (not a zip archive: {err})"
         ) from None
+
+
+# What Python's zip reader raises for a damaged archive: a bad header or CRC (BadZipFile), a
+# corrupt deflate stream (zlib.error), a member cut short (EOFError), a bad seek or field
+# (OSError, ValueError, struct.error), an unknown compression or encryption flag
+# (NotImplementedError, RuntimeError).
+_ZIP_ERRORS = (
+    zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error,
+    NotImplementedError, RuntimeError,
+)
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # the 30 fixed bytes of a zip local file header
+_LOCAL_MAGIC = b"PK\x03\x04"
+_DESCRIPTOR = 0x08  # general purpose flag: CRC and sizes follow the data, not in the header
+_ZIP64 = 0xFFFFFFFF
+
+
+def _damaged(where: str, member: str, err: BaseException | str) -> LoadError:
+    what = err if isinstance(err, str) else f"{type(err).__name__}: {' '.join(str(err).split())}"
+    name = f"member {member!r}" if member else "the archive"
+    return LoadError(
+        f"{where}: {name} is damaged ({what[:200]}); the file is corrupt: save or copy it again"
+    )
+
+
+def check_members(
+    archive: zipfile.ZipFile, members: list[zipfile.ZipInfo], data: bytes, where: str
+) -> None:
+    """Every member of ``archive`` (whose bytes are ``data``) is intact, before torch reads it.
+
+    Each member's local header must agree with the central directory (magic number, name,
+    flags, compression method, and CRC-32 and sizes, which may be 0 when a data descriptor
+    follows the data), and
+    its data must decompress to its recorded size and CRC-32. torch's own reader checks none of
+    this, so a flipped byte in a weight would load as a wrong weight. Raises ``LoadError`` naming
+    the first damaged member.
+
+    **Laws:** never reads past ``data``; the verdict depends only on ``data``.
+    O(size of the archive): each member is read once, in 1 MiB chunks.
+    """
+    for info in members:
+        _check_local_header(info, data, where)
+        try:
+            with archive.open(info) as stream:
+                while stream.read(MiB):
+                    pass
+        except _ZIP_ERRORS as err:
+            raise _damaged(where, info.filename, err) from None
+
+
+def _check_local_header(info: zipfile.ZipInfo, data: bytes, where: str) -> None:
+    start = info.header_offset
+    fixed = data[start:start + _LOCAL_HEADER.size]
+    if len(fixed) < _LOCAL_HEADER.size:
+        raise _damaged(where, info.filename, "its local header lies past the end of the file")
+    (magic, _, _, flags, method, _, _, crc, packed, size, name_len, _) = _LOCAL_HEADER.unpack(
+        fixed
+    )
+    name = data[start + _LOCAL_HEADER.size:start + _LOCAL_HEADER.size + name_len]
+    encoding = "utf-8" if flags & 0x800 else "cp437"
+    faults = [
+        what for what, bad in (
+            ("bad local header magic number", magic != _LOCAL_MAGIC),
+            ("its local header names another file", name.decode(encoding, "replace")
+             != info.orig_filename),
+            ("its flags differ from the directory's", flags != info.flag_bits),
+            ("compression method differs from the directory's", method != info.compress_type),
+            ("CRC-32 differs from the directory's", crc not in _allowed(flags, info.CRC)),
+            ("compressed size differs from the directory's",
+             packed not in _allowed(flags, info.compress_size, _ZIP64)),
+            ("size differs from the directory's",
+             size not in _allowed(flags, info.file_size, _ZIP64)),
+        ) if bad
+    ]
+    if faults:
+        raise _damaged(where, info.filename, faults[0])
+
+
+def _allowed(flags: int, *values: int) -> tuple[int, ...]:
+    """What a local header field may hold: the directory's value, or 0 when a data descriptor
+    carries it after the data."""
+    return (*values, 0) if flags & _DESCRIPTOR else values
 
 
 def _check_limits(archive: zipfile.ZipFile, where: str, limits: Limits) -> list[zipfile.ZipInfo]:

@@ -6,8 +6,24 @@ from ir import signature as sg
 from ir.args import Ref
 from ir.errors import VerifyError
 from ir.graph import Graph
-from ir.module import KINDS, SUBGRAPH, ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
+from ir.module_names import (
+    RESERVED_NAMES,
+    attribute_name_fault,
+    first_path_fault,
+    path_fault,
+    rename_hint,
+)
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    GET_ATTR,
+    OPS,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+)
 from ir.program import Program
 from ir.signature import (
     BUFFER_MUTATION,
@@ -38,8 +54,7 @@ def verify(program: Program) -> Program:
             raise VerifyError(f"module {path or '<root>'!r} has unknown kind {mod.kind!r}")
         _check_peers(mod.peers, mod.children, paths, path)
         for graph in mod.graphs:
-            _check_graph(graph, path)
-            _check_targets(program, graph, mid, path)
+            _check_graph(program, graph, mid, path)
     _check_root_signature(program)
     return program
 
@@ -50,6 +65,9 @@ def _check_peers(
     """A peer (a module held by reference) is in the module tree and named unlike a child."""
     kids = {name for name, _ in children}
     for name, peer in peers:
+        fault = attribute_name_fault(name)
+        if fault is not None:
+            raise VerifyError(f"module {path or '<root>'!r} holds peer {name!r}, whose name {fault}")
         if peer not in paths:
             raise VerifyError(
                 f"module {path or '<root>'!r} holds peer {name!r}, module id {peer!r}, which no "
@@ -80,8 +98,17 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
         on_stack.add(mid)
         names = set()
         for name, child in table[mid].children:
-            if name in names or not name or "." in name:
-                raise VerifyError(f"module {path or '<root>'!r} has a bad or repeated child {name!r}")
+            if name in names:
+                raise VerifyError(f"module {path or '<root>'!r} has a repeated child {name!r}")
+            fault = attribute_name_fault(name) if (
+                name in RESERVED_NAMES or type(name) is not str or not name or "." in name
+            ) else None
+            if fault is not None:
+                full = f"{path}.{name}" if path else name
+                raise VerifyError(
+                    f"submodule {full!r}: the name {name!r} {fault}, so torch cannot register a "
+                    f"submodule under it; {rename_hint(name)}"
+                )
             names.add(name)
             visit(child, f"{path}.{name}" if path else name)
         on_stack.discard(mid)
@@ -102,70 +129,137 @@ def _check_state(program: Program) -> None:
             raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
         if slot.tensor not in tensors:
             raise VerifyError(f"state {fqn!r} names tensor key {slot.tensor!r}, which is not held")
+    found = first_path_fault(program.state_order)
+    if found is not None:
+        check_state_name(found[0], VerifyError)
 
 
-def _check_graph(graph: Graph, path: str) -> None:
+def check_state_name(fqn: object, error: type[Exception]) -> None:
+    """Raise ``error`` unless every step of the state path ``fqn`` can be an attribute name of an
+    ``nn.Module`` (``ir.module_names``): ``a.forward`` or ``training`` cannot. O(len(fqn))."""
+    if type(fqn) is not str:
+        raise error(f"state fqn {fqn!r} is a {type(fqn).__name__}, not a dotted path")
+    found = path_fault(fqn)
+    if found is not None:
+        step, fault = found
+        raise error(
+            f"state {fqn!r}: the name {step!r} {fault}, so torch cannot register it on a module; "
+            f"{rename_hint(step)}"
+        )
+
+
+def _check_graph(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:
+    """One pass over ``graph``: ops, names defined once and before use, placeholders first, one
+    output last, and each node's target of its op's kind, reaching what it names."""
     where = path or "<root>"
     defined: set[str] = set()
     seen_compute = False
     if not graph.nodes or graph.nodes[-1].op != OUTPUT:
         raise VerifyError(f"graph of module {where!r} does not end with an output node")
+    last = graph.nodes[-1]
     for node in graph.nodes:
-        if node.op not in OPS:
-            raise VerifyError(f"node {node.name!r} in module {where!r} has unknown op {node.op!r}")
-        if node.name in defined:
-            raise VerifyError(f"node name {node.name!r} is defined twice in module {where!r}")
-        if node.op == OUTPUT and node is not graph.nodes[-1]:
-            raise VerifyError(f"module {where!r} has an output node {node.name!r} before the end")
-        if node.op == PLACEHOLDER:
-            if seen_compute:
-                raise VerifyError(
-                    f"placeholder {node.name!r} in module {where!r} comes after other nodes"
-                )
-        else:
+        op, name = node.op, node.name
+        fault = None
+        if op == CALL_FUNCTION:  # most nodes: checked inline
+            if type(node.target) is not str and not callable(node.target):
+                fault = _TARGET_RULES[op](node)
             seen_compute = True
+        elif op == GET_ATTR:
+            if type(node.target) is str:
+                _check_read(program, node, mid, path)
+            else:
+                fault = _TARGET_RULES[op](node)
+            seen_compute = True
+        elif op == PLACEHOLDER:
+            if seen_compute:
+                raise VerifyError(f"placeholder {name!r} in module {where!r} comes after other nodes")
+        elif op == CALL_MODULE:
+            if type(node.target) is str:
+                _check_call(program, node, mid, where)
+            else:
+                fault = _TARGET_RULES[op](node)
+            seen_compute = True
+        elif op in OPS:
+            fault = _TARGET_RULES[op](node)
+            seen_compute = True
+            if op == OUTPUT and node is not last:
+                raise VerifyError(f"module {where!r} has an output node {name!r} before the end")
+        else:
+            raise VerifyError(f"node {name!r} in module {where!r} has unknown op {op!r}")
+        if name in defined:
+            raise VerifyError(f"node name {name!r} is defined twice in module {where!r}")
+        if fault is not None:
+            raise VerifyError(
+                f"{op} node {name!r} in module {where!r} {fault}; rebuild the node with a target "
+                "of its kind (see ir.node)"
+            )
         for r in node.inputs():
             if r.name not in defined:
                 raise VerifyError(
-                    f"node {node.name!r} in module {where!r} reads %{r.name} before it is defined"
+                    f"node {name!r} in module {where!r} reads %{r.name} before it is defined"
                 )
-        defined.add(node.name)
+        defined.add(name)
 
 
-def _check_targets(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:
-    where = path or "<root>"
-    for node in graph.nodes:
-        if node.op == CALL_MODULE:
-            target, variant = split_call_target(node.target)
-            child = program.resolve(target, mid)
-            if child is None:
-                raise VerifyError(
-                    f"node {node.name!r} in module {where!r} calls {node.target!r}, which is not "
-                    "a submodule"
-                )
-            callee = program.module_table()[child]
-            if variant >= max(1, len(callee.graphs)):
-                raise VerifyError(
-                    f"node {node.name!r} in module {where!r} calls graph {variant} of "
-                    f"{target!r}, which has {len(callee.graphs)} graphs"
-                )
-            if callee.graphs:
-                takes = len(callee.graphs[variant].placeholders)
-                arity = len(node.args) + len(node.kwargs)
-                if arity != takes:
-                    raise VerifyError(
-                        f"node {node.name!r} in module {where!r} passes {arity} arguments to "
-                        f"{node.target!r}, whose graph takes {takes}"
-                    )
-        elif node.op == GET_ATTR:
-            if program.resolve(node.target, mid) is not None:
-                continue
-            fqn = program.attr_fqn(mid, path, node.target)
-            if program.module_table()[mid].kind != SUBGRAPH and fqn not in program.state_table():
-                raise VerifyError(
-                    f"node {node.name!r} in module {where!r} reads {node.target!r}, which is "
-                    "neither state nor a submodule"
-                )
+# op -> the fault of a node's target and arguments for that op, or None (placeholders: any name)
+_TARGET_RULES = {
+    # get_attr and call_module targets are resolved in the program (_check_read, _check_call)
+    GET_ATTR: lambda n: f"has target {n.target!r}; it reads a dotted attribute path",
+    CALL_MODULE: lambda n: f"has target {n.target!r}; it must be a dotted module path",
+    CALL_METHOD: lambda n: None if (
+        type(n.target) is str and n.target and n.args  # spelling: lowering.identifiers
+    ) else f"calls method {n.target!r} on {len(n.args)} arguments; it needs a method name and "
+           "the object as its first argument",
+    # a string names a function abstractly (IR-only tests); ``lower`` refuses it
+    CALL_FUNCTION: lambda n: None if callable(n.target) or type(n.target) is str else (
+        f"has target {n.target!r}, which is neither callable nor a name"),
+    OUTPUT: lambda n: None if len(n.args) == 1 and not n.kwargs else (
+        f"has {len(n.args)} arguments and keywords {list(n.kwargs.keys())}; it returns one tree"),
+}
+
+
+def _check_call(program: Program, node: Node, mid: ModuleId, where: str) -> None:
+    """A ``call_module`` reaches a module with a graph (or a leaf), a graph it has, with as many
+    arguments as that graph takes."""
+    target, variant = split_call_target(node.target)
+    child = program.resolve(target, mid)
+    if child is None:
+        raise VerifyError(
+            f"node {node.name!r} in module {where!r} calls {node.target!r}, which is not "
+            "a submodule"
+        )
+    callee = program.module_table()[child]
+    if callee.kind == SUBGRAPH or (not callee.graphs and callee.kind != LEAF):
+        what = "a higher-order op's body" if callee.graphs else "a module with no graph"
+        raise VerifyError(
+            f"node {node.name!r} in module {where!r} calls {node.target!r}, {what}; only "
+            "a module with a graph (or a leaf module) can be called"
+        )
+    if variant >= max(1, len(callee.graphs)):
+        raise VerifyError(
+            f"node {node.name!r} in module {where!r} calls graph {variant} of "
+            f"{target!r}, which has {len(callee.graphs)} graphs"
+        )
+    if callee.graphs:
+        takes = len(callee.graphs[variant].placeholders)
+        arity = len(node.args) + len(node.kwargs)
+        if arity != takes:
+            raise VerifyError(
+                f"node {node.name!r} in module {where!r} passes {arity} arguments to "
+                f"{node.target!r}, whose graph takes {takes}"
+            )
+
+
+def _check_read(program: Program, node: Node, mid: ModuleId, path: str) -> None:
+    """A ``get_attr`` reaches state (below the module or through a peer) or a submodule."""
+    if program.resolve(node.target, mid) is not None:
+        return
+    fqn = program.attr_fqn(mid, path, node.target)
+    if program.module_table()[mid].kind != SUBGRAPH and fqn not in program.state_table():
+        raise VerifyError(
+            f"node {node.name!r} in module {path or '<root>'!r} reads {node.target!r}, which is "
+            "neither state nor a submodule"
+        )
 
 
 def _check_root_signature(program: Program) -> None:

@@ -29,7 +29,7 @@ from ir.args import IDict, IList, ISlice
 from ir.errors import LoweringError
 from ir.graph import Graph
 from ir.module import split_call_target
-from ir.node import CALL_METHOD, CALL_MODULE, GET_ATTR, Node
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, Node
 
 _UNSAFE_IN_LITERAL = frozenset("\"'\\")
 
@@ -68,6 +68,11 @@ _CHECKED: weakref.WeakSet = weakref.WeakSet()
 
 def _check_node(node: Node, where: str) -> None:
     op = node.op
+    if op == CALL_FUNCTION and (type(node.target) is str or not callable(node.target)):
+        raise LoweringError(
+            f"node {node.name!r} in {where} calls {node.target!r}, which is not a function; "
+            "give call_function nodes the operator or function itself as target"
+        )
     if op == CALL_METHOD:
         if not is_identifier(node.target):
             _fail(node, where, "method name", node.target)

@@ -85,18 +85,20 @@ def lower(
     for _, mid in walked:
         if mid not in objects:
             objects[mid] = _build_module(table[mid], interpreter, code_of, with_fx)
+    on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
     for mid, obj in objects.items():
         mod = table[mid]
         for name, child in mod.children:
             if table[child].kind == SUBGRAPH:
                 hold_body(obj, name, objects[child])  # not a submodule of the eager model
             else:
+                _check_free(obj, name, "submodule", mid, program, on_class)
                 module_children(obj)[name] = objects[child]
         for name, peer in mod.peers:
             # held by reference, as an eager module keeps another in a plain attribute: outside
             # ``_modules``, so no ``named_modules()`` or ``state_dict()`` path goes through it
             obj.__dict__[name] = objects[peer]
-    _register_state(program, objects, device, share_state, walked)
+    _register_state(program, objects, device, share_state, walked, on_class)
     for mid, obj in objects.items():
         mod = table[mid]
         if mod.kind == LEAF:
@@ -105,7 +107,22 @@ def lower(
     _complete_built_meta(with_fx)
     if not interpreter:
         _attach_direct_code(program, objects)
+    _check_unshadowed(program, objects)
     return root
+
+
+def _check_unshadowed(program: Program, objects: dict[ModuleId, torch.nn.Module]) -> None:
+    """No parameter, buffer or child of a built module is hidden by a plain attribute that
+    ``lower`` set on it later (``_direct``, ``_device_probe``, ...). O(state + children)."""
+    for mid, obj in objects.items():
+        attributes = obj.__dict__
+        for table in (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE):
+            for name in attributes[table]:
+                if name in attributes:
+                    path = program.first_path(mid) or ""
+                    raise LoweringError(_taken_message(
+                        obj, name, f"{(path + '.' if path else '') + name!r}"
+                    ))
 
 
 def _usable_device(device: torch.device | str | None) -> torch.device | None:
@@ -414,14 +431,15 @@ def _register_state(
     device: Any,
     share: bool,
     walked: list[tuple[str, ModuleId]],
+    on_class: dict[tuple[type, str], bool],
 ) -> None:
     """Register every state fqn on its owner; tied fqns get one shared tensor object.
-    ``walked`` is ``list(program.walk())``."""
+    ``walked`` is ``list(program.walk())``; ``on_class`` caches ``hasattr(class, name)``.
+    Raises ``LoweringError`` for a name the owner's class already uses (``_check_free``)."""
     made: dict[tuple[str, str], Any] = {}
     by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
     direct = _direct_registration_is_safe()
-    on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
     with torch.no_grad():
         for fqn in program.state_order:
             slot = state[fqn]
@@ -437,7 +455,7 @@ def _register_state(
             if value is None:
                 value = _copy_state(tensors[slot.tensor].value, slot, device, share)
                 made[key] = value
-            _register(owner, name, value, slot, direct, on_class)
+            _register(owner, name, fqn, value, slot, direct, on_class)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
             sync_parameter_list(obj)
@@ -452,6 +470,7 @@ def _direct_registration_is_safe() -> bool:
 def _register(
     owner: torch.nn.Module,
     name: str,
+    fqn: str,
     value: Any,
     slot: st.Slot,
     direct: bool,
@@ -459,11 +478,14 @@ def _register(
 ) -> None:
     # the tables may be written directly only where register_* would not refuse the name
     attributes = owner.__dict__
-    free = direct and not (
+    taken = (
         name in attributes
         or name in attributes[MODULE_TABLE]
         or _class_has(type(owner), name, on_class)
     )
+    if taken:
+        raise LoweringError(_taken_message(owner, name, f"state {fqn!r}"))
+    free = direct
     kind = slot.kind
     if kind == st.PARAMETER:
         if free and type(value) is torch.nn.Parameter:
@@ -479,6 +501,29 @@ def _register(
             owner.register_buffer(name, value, persistent=slot.persistent)
     else:
         setattr(owner, name, value)
+
+
+def _check_free(
+    obj: torch.nn.Module,
+    name: str,
+    what: str,
+    mid: ModuleId,
+    program: Program,
+    on_class: dict[tuple[type, str], bool],
+) -> None:
+    """``name`` is not yet an attribute of ``obj`` (its class, or one ``lower`` set): a child
+    written to ``_modules`` under it would be shadowed (``obj.name`` would not reach it)."""
+    if name in obj.__dict__ or _class_has(type(obj), name, on_class):
+        path = program.first_path(mid) or ""
+        raise LoweringError(_taken_message(obj, name, f"{what} {(path + '.' if path else '') + name!r}"))
+
+
+def _taken_message(obj: torch.nn.Module, name: str, what: str) -> str:
+    return (
+        f"{what}: its module is built as a {type(obj).__name__}, which has its own attribute "
+        f"{name!r}, so the name would not reach it; rename it in the eager model (e.g. "
+        f"{name.strip('_') + '_'!r}), or use lowering.export_ep / torch.export.unflatten"
+    )
 
 
 def _class_has(kind: type, name: str, on_class: dict[tuple[type, str], bool]) -> bool:

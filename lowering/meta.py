@@ -16,10 +16,12 @@ from typing import Any
 import torch
 import torch.fx
 
+from ir import ops
 from ir.args import Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
 from ir.node import CALL_FUNCTION, CALL_MODULE
+from ir.runtime import expect_constant
 from ir.torch_seam import pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
 from lowering.torch_seam import extract_tensor_metadata
@@ -70,6 +72,12 @@ def complete_meta(fx_graph: torch.fx.Graph, ir_graph: Graph, owner: torch.nn.Mod
                 val = owner.__dict__.get(node.target, _NO_VALUE)  # a held literal (TreeSpec)
             elif node.op == "call_function" and node.target in _CONTAINER_FUNCTIONS:
                 val = _apply(node.target, node.args, node.kwargs, lambda n: n.meta.get("val"))
+                if val is _NO_VALUE or val is None:
+                    val = _checked_constant(node)
+            elif node.op == "call_function" and node.target is expect_constant:
+                val = _constant_of(node)
+            elif node.op == "call_function" and ops.facts(node.target).results == 0:
+                meta["val"] = None  # an operator that returns nothing (an assertion), as torch
             elif node.op == "output":
                 val = torch.fx.node.map_arg(node.args[0], lambda n: n.meta.get("val"))
             if val is not _NO_VALUE and val is not None:
@@ -80,6 +88,20 @@ def complete_meta(fx_graph: torch.fx.Graph, ir_graph: Graph, owner: torch.nn.Mod
             and isinstance(meta.get("val"), torch.Tensor)
         ):
             meta["tensor_meta"] = extract_tensor_metadata(meta["val"])
+
+
+def _constant_of(check: torch.fx.Node) -> Any:
+    """The constant an ``expect_constant(value, constant, where)`` node passes on."""
+    return check.args[1] if len(check.args) > 1 else _NO_VALUE
+
+
+def _checked_constant(node: torch.fx.Node) -> Any:
+    """A preserved call's constant argument, read by ``getitem`` from its flattened arguments,
+    is the constant that an ``expect_constant`` user of it checks for."""
+    for user in node.users:
+        if user.op == "call_function" and user.target is expect_constant and user.args[0] is node:
+            return _constant_of(user)
+    return _NO_VALUE
 
 
 def _call_value(owner: torch.nn.Module, target: str, args: Any, memo: dict) -> Any:
@@ -151,11 +173,19 @@ def _argument_values(graph: Graph) -> dict[str, Any]:
         if n.op == CALL_FUNCTION and n.target is flatten_by_spec and len(n.args) == 2
     }
     leaves: dict[str, dict[int, Any]] = {name: {} for name in flattens}
+    constants = {  # a constant leaf has no val: the value its check expects
+        n.args[0].name: n.args[1]
+        for n in graph.nodes
+        if n.op == CALL_FUNCTION and n.target is expect_constant and len(n.args) > 1
+        and isinstance(n.args[0], Ref)
+    }
     for n in graph.nodes:
-        if n.op == CALL_FUNCTION and n.target is operator.getitem and "val" in n.meta:
+        if n.op == CALL_FUNCTION and n.target is operator.getitem and (
+            "val" in n.meta or n.name in constants
+        ):
             base, index = n.args
             if isinstance(base, Ref) and base.name in leaves and isinstance(index, int):
-                leaves[base.name][index] = n.meta["val"]
+                leaves[base.name][index] = n.meta.get("val", constants.get(n.name))
     for name, node in flattens.items():
         tree, spec = node.args
         got = leaves[name]

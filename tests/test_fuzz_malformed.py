@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
 import operator
+import struct
 import traceback
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +26,17 @@ from torch.export import graph_signature as gs
 from zoo import CASES, fresh_export  # tests/ is on sys.path (conftest)
 
 import ir
-from ir import LoweringError, PurefxError, UnsupportedProgramError, import_ep
+from ir import (
+    LoadError,
+    LoweringError,
+    PurefxError,
+    UnsupportedProgramError,
+    import_ep,
+    load_program,
+)
+from ir.module_names import module_attribute_names
 from ir.purity import ep_fingerprint
-from lowering import lower
+from lowering import cli, export_ep, lower
 from lowering.example_model import example_program
 from transforms import transform
 
@@ -337,7 +348,12 @@ def corrupt_state(ep, draw) -> str:
     return f"{table} {fqn}: {how}"
 
 
-CORRUPTIONS = (corrupt_meta, corrupt_node, corrupt_signature, corrupt_call_graph, corrupt_state)
+def _corrupt_names(ep, draw) -> str:
+    return corrupt_names(ep, draw)  # defined with the name tests below
+
+
+CORRUPTIONS = (corrupt_meta, corrupt_node, corrupt_signature, corrupt_call_graph, corrupt_state,
+               _corrupt_names)
 
 
 def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
@@ -408,3 +424,236 @@ def test_corrupted_programs_raise_a_purefx_error_or_match(data):
         reject()
     check_corrupted(bad, what)
     assert ep_fingerprint(original) == FINGERPRINTS[name], "the fixture program was changed"
+
+
+# --- names that collide with nn.Module's own attributes ------------------------------------------
+# torch's register_buffer / register_parameter / add_module refuse any name that is already an
+# attribute of the module; writing the tables directly would shadow it silently. Every such name,
+# as a state name, a step of a state path, or a step of a module path, is refused at import (and
+# by ``verify`` for a Program built directly), naming the fqn and how to rename it.
+
+MODULE_NAMES = sorted(module_attribute_names())
+# a sample that always runs in CI: a method, a flag, dunders, the tables, a class attribute
+NAME_SAMPLE = ("forward", "training", "__class__", "_modules", "_parameters", "state_dict",
+               "T_destination", "__dict__")
+
+
+def _rename_state(ep, old: str, new: str) -> None:
+    ep._state_dict = {(new if k == old else k): v for k, v in ep._state_dict.items()}
+    specs = ep.graph_signature.input_specs
+    for i, spec in enumerate(specs):
+        if spec.target == old:
+            specs[i] = _with(spec, target=new)
+
+
+def _with_name_at(ep, name: str, where: str) -> str:
+    """Put ``name`` into the program at ``where``; return the fqn it made."""
+    fqn = _parameter(ep)  # 'lin.weight'-like: at least one module step
+    owner, _, leaf = fqn.rpartition(".")
+    if where == "state":
+        new = f"{owner}.{name}" if owner else name
+    elif where == "root state":
+        new = name
+    else:  # a module step of the path
+        new = f"{name}.{leaf}"
+    _rename_state(ep, fqn, new)
+    return new
+
+
+@pytest.mark.parametrize("where", ["state", "root state", "module step"])
+@pytest.mark.parametrize("name", NAME_SAMPLE)
+def test_state_named_like_a_module_attribute_fails_at_import(name, where):
+    bad = copy.deepcopy(fixture_ep("param_zoo"))
+    fqn = _with_name_at(bad, name, where)
+    with pytest.raises(UnsupportedProgramError, match=f"state {fqn!r}: the name {name!r} is an "
+                       "attribute of every nn.Module.*rename it"):
+        import_ep(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODULE_NAMES)
+def test_every_module_attribute_name_fails_at_import(name):
+    for where in ("state", "module step"):
+        bad = copy.deepcopy(fixture_ep("param_zoo"))
+        _with_name_at(bad, name, where)
+        with pytest.raises(UnsupportedProgramError, match="attribute of every nn.Module"):
+            import_ep(bad)
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 4))
+@given(name=st.sampled_from(MODULE_NAMES), where=st.sampled_from(["state", "child"]))
+def test_verify_refuses_module_attribute_names_in_a_program(name, where):
+    """The same class on a Program built directly (no ExportedProgram to check): ``verify`` (and
+    so ``lower``) names it."""
+    p = import_ep(fixture_ep("preserve_nested"))
+    if where == "state":
+        fqn = p.state_order[0]
+        new = f"{fqn.rpartition('.')[0]}.{name}".lstrip(".")
+        slot = p.state[fqn]
+        p = p.replace(state=p.state.remove(fqn).set(new, slot),
+                      state_order=tuple(new if f == fqn else f for f in p.state_order))
+    else:
+        root = p.modules[p.root]
+        (_, mid), *rest = root.children
+        p = p.replace(modules=p.modules.set(p.root, root.replace(children=((name, mid), *rest))))
+    with pytest.raises(ir.VerifyError, match=f"the name {name!r} is an attribute of every"):
+        ir.verify(p)
+    with pytest.raises(ir.VerifyError):
+        lower(p)
+
+
+@pytest.mark.parametrize("name", ["graph", "type_name", "print_readable", "_plan", "_direct"])
+def test_names_of_the_lowered_classes_raise_a_lowering_error(name):
+    """Legal in eager, but purefx's lowered module (or root) has its own attribute of that name:
+    ``lower`` refuses it naming the fqn instead of a raw KeyError or a silent shadow."""
+    bad = copy.deepcopy(fixture_ep("param_zoo"))
+    _rename_state(bad, _buffer(bad), name)
+    program = transform(import_ep(bad))
+    with pytest.raises(LoweringError, match=f"'{name}'.*has its own attribute '{name}'"):
+        lower(program)
+    export_ep(program)  # an ExportedProgram can hold the name
+
+
+def corrupt_names(ep, draw) -> str:
+    """A state fqn or a module path step renamed to an attribute of every ``nn.Module``."""
+    name = draw(st.sampled_from(MODULE_NAMES))
+    table = ep._state_dict or ep._constants
+    if not table:
+        return "no state"
+    fqn = _pick(draw, list(table))
+    steps = fqn.split(".")
+    steps[draw(st.integers(0, len(steps) - 1))] = name
+    new = ".".join(steps)
+    _rename_state(ep, fqn, new)
+    ep._constants = {(new if k == fqn else k): v for k, v in ep._constants.items()}
+    return f"state {fqn} renamed {new}"
+
+
+# --- node kinds ----------------------------------------------------------------------------------
+# Export IR holds placeholder, get_attr, call_function and output nodes only. Any other op, on any
+# node of an exported program, fails at import; on a Program built directly, ``verify`` or
+# ``lower`` names the node, or the program runs as fx would run it.
+
+NOT_EXPORTED = ("call_module", "call_method", "bogus", "", None)
+
+
+@pytest.mark.parametrize("op", NOT_EXPORTED)
+def test_node_kinds_export_never_has_fail_at_import(op):
+    bad = copy.deepcopy(fixture_ep("param_zoo"))
+    node = _first_node(bad)
+    node.op, node.target = op, "lin"
+    with pytest.raises(UnsupportedProgramError, match=f"node {node.name!r}"):
+        import_ep(bad)
+
+
+TARGETS = ("lin", "lin.weight", "nope", "", "a..b", "relu", "forward", 3, None,
+           torch.relu, torch.ops.aten.relu.default)
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 2))
+@given(st.data())
+def test_every_op_and_target_on_a_program_raises_a_purefx_error_or_runs(data):
+    """Any op (``ir.node.OPS`` and unknown strings) with any target on any node of an imported
+    Program: ``verify``, ``transform``, ``lower`` and the call raise a purefx error, or the call
+    raises what Python raises for the same node in fx (a method the tensor does not have)."""
+    p = import_ep(fixture_ep("param_zoo"))
+    root = p.modules[p.root]
+    nodes = list(root.graph.nodes)
+    i = data.draw(st.integers(0, len(nodes) - 1), label="node")
+    op = data.draw(st.sampled_from([*ir.node.OPS, "bogus"]), label="op")
+    target = data.draw(st.sampled_from(TARGETS), label="target")
+    nodes[i] = nodes[i].replace(op=op, target=target)
+    bad = p.replace(modules=p.modules.set(p.root, root.replace(graphs=(ir.Graph(tuple(nodes)),))))
+    example = fixture_ep("param_zoo").example_inputs
+    try:
+        ir.verify(bad)
+        module = lower(transform(bad))
+        _call(module, example)
+    except PurefxError:
+        return
+    except AttributeError as err:  # fx runs a method of the name the node gives
+        assert op == "call_method", f"{op}[{target!r}]: {err!r}"
+    except (TypeError, RuntimeError) as err:  # an operator given arguments its schema refuses:
+        # torch raises this for the same fx node (import_ep checks schemas; verify does not)
+        assert op in ("call_method", "call_function"), f"{op}[{target!r}]: {err!r}"
+
+
+# --- damaged .pt2 archives -----------------------------------------------------------------------
+# Every member of a real saved program, damaged in its data (CRC), in each field of its local
+# header that a reader uses, or cut off, gives a LoadError from ``ir.load_program`` (with and
+# without ``trust``) and one line with exit status 2 from the CLI, never a raw zipfile error or a
+# silently wrong weight.
+
+_HEADER_FIELDS = {0: "magic", 6: "flags", 8: "method", 14: "crc", 18: "compressed size",
+                  22: "size", 26: "name length", 28: "extra length"}
+
+
+@functools.cache
+def _saved_archive() -> bytes:
+    buffer = io.BytesIO()
+    torch.export.save(fixture_ep("param_zoo"), buffer)
+    return buffer.getvalue()
+
+
+def _damaged(data: bytes, member: int, how: str) -> bytes:
+    info = zipfile.ZipFile(io.BytesIO(data)).infolist()[member]
+    start = info.header_offset
+    bad = bytearray(data)
+    if how == "data":
+        name_len, extra_len = struct.unpack("<HH", data[start + 26:start + 30])
+        if not info.compress_size:
+            return data[:start + 30]  # nothing to flip: cut the file there
+        bad[start + 30 + name_len + extra_len + info.compress_size // 2] ^= 0xFF
+    elif how == "cut":
+        return data[:start + 15]
+    elif how == "directory":
+        directory = data.find(b"PK\x01\x02")
+        for _ in range(member):
+            directory = data.find(b"PK\x01\x02", directory + 4)
+        bad[directory + 20] ^= 0x5A  # its compressed size
+    else:
+        bad[start + how] ^= 0x5A
+    return bytes(bad)
+
+
+_HOWS = ("data", "cut", "directory", *_HEADER_FIELDS)
+
+
+def _member_count() -> int:
+    return len(zipfile.ZipFile(io.BytesIO(_saved_archive())).infolist())
+
+
+def _archive_cases() -> list[tuple[int, Any]]:
+    return [(m, how) for m in range(_member_count()) for how in _HOWS]
+
+
+def _assert_load_error(path) -> None:
+    for trust in (False, True):
+        with pytest.raises(LoadError):
+            load_program(path, trust=trust)
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 5))
+@given(member=st.integers(0, 63), how=st.sampled_from(_HOWS))
+def test_a_damaged_member_gives_a_load_error(member, how, tmp_path_factory):
+    member %= _member_count()
+    path = tmp_path_factory.mktemp("pt2") / "bad.pt2"
+    path.write_bytes(_damaged(_saved_archive(), member, how))
+    _assert_load_error(path)
+
+
+@pytest.mark.slow
+def test_every_member_damaged_every_way_gives_a_load_error(tmp_path):
+    for member, how in _archive_cases():
+        path = tmp_path / f"bad_{member}_{how}.pt2"
+        path.write_bytes(_damaged(_saved_archive(), member, how))
+        _assert_load_error(path)
+
+
+def test_a_weight_with_a_bad_crc_is_one_line_and_status_2_in_the_cli(tmp_path, capfd):
+    """torch's own reader loads a weight whose bytes were flipped; purefx checks every CRC."""
+    path = tmp_path / "bad.pt2"
+    path.write_bytes(_damaged(_saved_archive(), 0, "data"))
+    assert cli.main([str(path)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "is damaged" in err and "Traceback" not in err, err

@@ -23,7 +23,8 @@ from transforms import transform
 META_CASES = (
     "mlp_nested", "kwargs", "nested_inputs", "pytree_outputs", "repeated_diff_shapes",
     "buffer_mutation", "tied_weights", "preserve_nested", "preserve_twice", "dynamic_batch",
-    "lstm", "mlp_nested[decomp]", "preserve_kwargs", "preserve_dynamic",
+    "lstm", "mlp_nested[decomp]", "preserve_kwargs", "preserve_dynamic", "preserve_constant",
+    "autocast_body[decomp]",
 )
 
 
@@ -52,7 +53,7 @@ def _shapes(val: Any) -> Any:
     )
 
 
-@pytest.mark.parametrize("name", [n for n in META_CASES if n != "repeated_diff_shapes"])
+@pytest.mark.parametrize("name", META_CASES)
 def test_every_node_has_val_and_torch_meta(name: str) -> None:
     ep = export_case(CASES[name])
     m = lower(transform(import_ep(ep)))
@@ -86,13 +87,27 @@ def test_call_module_val_is_the_callee_output() -> None:
     assert "tensor_meta" not in calls[0].meta  # as torch's unflatten: val only
 
 
-def test_a_shared_graph_called_with_other_shapes_gets_no_wrong_val() -> None:
-    """Not yet: the second call of a deduplicated module at another shape has no ``val``
-    (its callee graph was traced at the first call's shapes); never a wrong one."""
-    m = lower(transform(import_ep(export_case(CASES["repeated_diff_shapes"]))))
+def test_a_shared_graph_called_with_other_shapes_gets_the_val_of_its_call() -> None:
+    """The second call of a deduplicated module at another shape runs a graph traced at the
+    first call's shapes; its ``val`` is still the output of *its* call (``deduplicate`` reads it
+    from the dropped graph, ``ir.values.output_value``)."""
+    program = transform(import_ep(export_case(CASES["repeated_diff_shapes"])))
+    m = lower(program)
     calls = {n.name: n.meta.get("val") for n in m.graph.nodes if n.op == "call_module"}
+    assert [n.target for n in m.graph.nodes if n.op == "call_module"] == ["block", "block"]
     assert tuple(calls["relu"].shape) == (2, 4)
-    assert calls["relu_1"] is None or tuple(calls["relu_1"].shape) == (5, 4)
+    assert tuple(calls["relu_1"].shape) == (5, 4)
+
+
+@pytest.mark.parametrize("name", sorted(CASES)[::8])  # a fixed sample of 16 zoo cases
+def test_every_node_of_every_lowered_graph_has_a_val_on_the_zoo(name: str) -> None:
+    m = lower(transform(import_ep(export_case(CASES[name]))))
+    missing = [
+        f"{path or '<root>'}: {node.op} {node.name}"
+        for path, _, g in _graphs(m) for node in g.nodes
+        if not _is_subgraph_or_token(node) and "val" not in node.meta
+    ]
+    assert not missing, missing
 
 
 @pytest.mark.parametrize("name", META_CASES)

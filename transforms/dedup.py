@@ -7,6 +7,7 @@ from ir.graph import Graph
 from ir.module import ModuleId, call_target, split_call_target
 from ir.node import CALL_MODULE
 from ir.program import Program
+from ir.values import output_value
 
 
 def deduplicate(program: Program) -> Program:
@@ -14,7 +15,9 @@ def deduplicate(program: Program) -> Program:
 
     Each module keeps one graph per distinct alpha key (first occurrence first); callers of a
     merged variant are redirected (``foo@2`` becomes ``foo`` when variant 2 equals variant 0).
-    Different modules are never merged: they are different objects with different state.
+    Different modules are never merged: they are different objects with different state. A
+    redirected call keeps the ``val`` of its own call (the output value of the graph it was
+    traced with, ``ir.values.output_value``), since the kept graph may hold other shapes.
 
     **Laws:** idempotent; never adds modules or graphs; the lowered module computes the same.
     Complexity: O(n): one alpha key per graph (hashed once, no pairwise comparison).
@@ -23,7 +26,9 @@ def deduplicate(program: Program) -> Program:
     modules = program.modules.evolver()
     for mid in _post_order(program):
         mod = program.module_table()[mid]
-        graphs = tuple(_retarget(program, mid, g, remap) for g in mod.graphs)
+        graphs = tuple(_retarget(program, mid, g, remap) for g in mod.graphs) if remap else (
+            mod.graphs
+        )
         if mid != program.root and len(graphs) > 1:
             first: dict[tuple, int] = {}
             unique: list[Graph] = []
@@ -70,6 +75,11 @@ def _retarget(program: Program, mid: ModuleId, graph: Graph, remap: dict) -> Gra
         mapping = remap.get(child)
         if mapping is None or mapping[k] == k:
             continue
-        nodes[i] = node.replace(target=call_target(path, mapping[k]))
+        new = node.replace(target=call_target(path, mapping[k]))
+        if "val" not in node.meta:  # the dropped graph k says what this call returns
+            val = output_value(program, child, program.module_table()[child].graphs[k])
+            if val is not None:
+                new = new.with_meta(val=val)
+        nodes[i] = new
         changed = True
     return Graph(tuple(nodes)) if changed else graph
