@@ -72,6 +72,26 @@ class Program:
         # A cache, filled by ``resolve`` with answers that depend only on the module table.
         return {}
 
+    @memoized
+    def is_outlined(self) -> bool:
+        """Whether the root graph calls modules: ``outline``, ``outline_by`` or
+        ``split_by_tags`` has run (``inline`` undoes it).
+
+        The one definition of a Program's kind that passes read: a pass for flat programs
+        raises ``PassError`` on an outlined one (and the reverse) instead of deciding inline.
+        **Laws:** ``p.is_flat`` and ``p.is_outlined`` are never both true; neither holds only
+        for a root without a graph. Complexity: O(n) in the root graph's nodes, once per
+        Program (a memo; never part of ``==``).
+        """
+        graph = self.root_module.graph
+        return graph is not None and any(n.op == "call_module" for n in graph.nodes)
+
+    @property
+    def is_flat(self) -> bool:
+        """Whether the root module's graph is the whole program (as ``import_ep`` makes it): it
+        has a graph and calls no module. See ``is_outlined``; O(1) after the first read."""
+        return not self.is_outlined and self.root_module.graph is not None
+
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""
         if all(getattr(self, k) is v for k, v in changes.items()):

@@ -31,7 +31,18 @@ def sink_state(program: Program) -> Program:
     **Laws:** idempotent; never changes the number of compute nodes; the lowered module computes
     the same. Complexity: O(n + S) for n nodes and S state fqns.
     """
-    return hold_foreign_state(_Sinker(program).run())
+    return finish_sinking(_Sinker(program).run())
+
+
+def finish_sinking(program: Program) -> Program:
+    """The last step of ``sink_state`` (and of ``outline_and_sink``, which sinks while
+    outlining): state that a preserved call reads but does not own is read through a peer that
+    holds its owner (``transforms.foreign_state.hold_foreign_state``).
+
+    **Laws:** ``sink_state(p) == finish_sinking(<the sinking walk>(p))``; idempotent.
+    Complexity: that of ``hold_foreign_state``, O(n + S).
+    """
+    return hold_foreign_state(program)
 
 
 class StateOwners:

@@ -13,8 +13,8 @@ from ir.strategies import programs
 from transforms import transform
 from transforms.laws import check_laws
 from transforms.outline import outline
-from transforms.remat import rematerialize
-from transforms.signatures import repair_call_signatures
+from transforms.preserved.remat import rematerialize
+from transforms.preserved.signatures import repair_call_signatures
 
 CROSSING = frozenset(
     {
@@ -64,7 +64,7 @@ def test_pipeline_obeys_the_laws_with_crossing_reads():
 
 
 def test_insert_ivals_obeys_its_laws():
-    from transforms.ival_insertion import insert_ivals
+    from transforms.preserved.ivals import insert_ivals
 
     check_laws(
         insert_ivals, programs=before(outline, CROSSING), idempotent=True,

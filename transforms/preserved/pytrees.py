@@ -16,7 +16,7 @@ signature. ``outline`` builds three pieces of plumbing for each one, in the call
   caller read.
 
 State (and state threaded in, ``OpenCall.extra_inputs``) is the only other thing that crosses:
-``transforms.remat`` and ``transforms.ival_insertion`` have made every other crossing value
+``transforms.preserved.remat`` and ``transforms.preserved.ivals`` have made every other crossing value
 part of the signature or state before outlining starts.
 
 **Laws:** the callee's graph reads nothing but its placeholders and state; the caller's call
