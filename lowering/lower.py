@@ -509,3 +509,19 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
 
 # Classes whose ``clone()`` under ``no_grad`` is a plain tensor like ``detach().clone()``'s.
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+# --- shared with ``lowering.export`` (public names of the helpers above) ----------------------
+
+
+def copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
+    """A copy of a held state tensor (call under ``no_grad``) for ``slot`` on ``device``, or
+    with ``share`` a new tensor object over its storage (still a copy when ``device`` differs);
+    other values are shared as they are. O(size of the tensor) for a copy, O(1) shared."""
+    return _copy_state(value, slot, device, share)
+
+
+def torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
+    """A preserved call signature as torch's ``ModuleCallSignature`` (for an
+    ``ExportedProgram``'s module call graph). O(inputs + outputs)."""
+    return _torch_signature(sig)
