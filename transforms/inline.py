@@ -81,8 +81,7 @@ def inline_with_calls(program: Program) -> tuple[Program, list[CallChain]]:
 
 def _is_flat(p: Program) -> bool:
     """No module but the root has a graph and no module object sits at two paths."""
-    graph = p.root_module.graph
-    if graph is None or any(n.op == CALL_MODULE for n in graph.nodes):
+    if not p.is_flat:
         return False
     seen: set[ModuleId] = set()
     for _, mid in p.walk():
