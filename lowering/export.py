@@ -15,7 +15,6 @@ The way back mirrors ``ir.import_ep`` piece by piece:
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import attrs
@@ -255,7 +254,7 @@ def _fold_plumbing(
             folded[node.name] = flat
             if call is not None and call not in entered:
                 entered[call] = tuple(flat)
-        elif target is operator.getitem and _reads_folded(node, folded):
+        elif ops.is_getitem(target) and _reads_folded(node, folded):
             item = value(node.args[0])[node.args[1]]
             (folded if isinstance(item, (tuple, list, dict)) else alias)[node.name] = item
         elif target is expect_constant and not isinstance(value(node.args[0]), Ref):

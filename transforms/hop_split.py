@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from ir import ops
 from ir.args import Ref, map_refs, ref
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
@@ -409,7 +410,7 @@ def _is_index(node: Node, call: str | None) -> bool:
     """Whether ``node`` is ``getitem(%call, i)`` (any Ref when ``call`` is ``None``)."""
     return (
         node.op == CALL_FUNCTION
-        and node.target is operator.getitem
+        and ops.is_getitem(node.target)
         and len(node.args) == 2
         and isinstance(node.args[0], Ref)
         and (call is None or node.args[0].name == call)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 from ir import ops
@@ -303,7 +302,7 @@ def _folds(node: Node, args: tuple, calls: set[str]) -> bool:
     """An integer ``getitem`` of a call that returned a tuple or list."""
     return (
         node.op == CALL_FUNCTION
-        and node.target is operator.getitem
+        and ops.is_getitem(node.target)
         and len(args) == 2
         and type(node.args[0]) is Ref
         and node.args[0].name in calls

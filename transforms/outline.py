@@ -34,8 +34,14 @@ from transforms.preserved import prepare_outline
 from transforms.preserved.pytrees import call_preserved, close_preserved, open_preserved
 from transforms.preserved.state_traffic import state_traffic
 from transforms.sharing import canonical_paths
-from transforms.sink import StateOwners, finish_sinking, sink_state
-from transforms.sink_on_close import sinks_in_one_pass, sunk_graph, sunk_inputs
+from transforms.sink import (
+    StateOwners,
+    finish_sinking,
+    sink_state,
+    sinks_in_one_pass,
+    sunk_graph,
+    sunk_inputs,
+)
 from transforms.stacks import Frame, FrameOf, node_frames
 
 __all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
