@@ -47,5 +47,6 @@ class OpenCall:
 
 
 def call_base(target: str) -> str:
-    """The base of a fresh node name for a ``call_module`` of ``target`` (``a.b@1`` -> ``a_b_1``)."""
+    """The base of a fresh node name for a ``call_module`` of ``target``
+    (``a.b@1`` -> ``a_b_1``)."""
     return target.replace(".", "_").replace("@", "_")

@@ -396,7 +396,8 @@ class _Splitter:
         taken: Names,
     ) -> list[Node]:
         """A call whose body has one stack, moved there: same body, new stack on its nodes."""
-        attr = Node(GET_ATTR, fresh_name(read.name, taken), read.target, meta=_restacked(read, stack))
+        name = fresh_name(read.name, taken)
+        attr = Node(GET_ATTR, name, read.target, meta=_restacked(read, stack))
         args = call.args[:at] + (attr.ref,) + call.args[at + 1 :]
         made = [attr, call.replace(args=args, meta=_restacked(call, stack))]
         return made + [g.replace(meta=_restacked(g, stack)) for g in getitems]

@@ -265,7 +265,8 @@ class _Outliner:
                 return self._read(call, source)
             if name not in self.state_inputs:
                 raise PassError(
-                    f"value %{name} is computed outside the preserved call {call.frame.call_name!r} "
+                    f"value %{name} is computed outside the preserved call "
+                    f"{call.frame.call_name!r} "
                     "and read inside it without being one of its inputs; purefx can only carry "
                     "state and state mutations across a preserved signature"
                 )
@@ -327,7 +328,9 @@ class _Outliner:
     ) -> Graph:
         # in-place results are not returned: readers outside read the mutated state instead
         outputs = [
-            v for v in call.defined if self.last_use.get(v, -1) >= end and v not in self.aliased_state
+            v
+            for v in call.defined
+            if self.last_use.get(v, -1) >= end and v not in self.aliased_state
         ]
         local = [call.env[v] for v in outputs]
         returned = local[0] if len(local) == 1 else tuple(local)

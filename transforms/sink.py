@@ -79,7 +79,9 @@ class StateOwners:
         return None
 
 
-def sunk_reads(placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]) -> list[Node]:
+def sunk_reads(
+    placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
+) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` placeholders (name -> local fqn) which
     ``body`` reads, in placeholder order; an unread one is dropped."""
     read = {r.name for node in body for r in node.inputs()}
@@ -147,7 +149,9 @@ class _Sinker:
                 passed += [None] * len(node.kwargs)
                 key = (child, k)
                 if key in self.carried:
-                    self.carried[key] = [a if a == b else None for a, b in zip(self.carried[key], passed)]
+                    self.carried[key] = [
+                        a if a == b else None for a, b in zip(self.carried[key], passed)
+                    ]
                 else:
                     self.carried[key] = passed
                 if key not in seen:

@@ -2,10 +2,10 @@
 
 Runs on the flat root graph before outlining (DESIGN step 4). A value on a root input's
 functional update chain (``transforms.preserved.state_traffic.update_chains``) that is read
-across a preserved call boundary the call's signature does not carry it across is an *ival*: a ``copy_(input,
-value)`` right after it (in the call that computes it) writes it back, and outlining then reads
-the input instead, as for any value a ``copy_`` writes. ``insert_ival_copies`` checks that every
-such read sees the value it stands for.
+across a preserved call boundary the call's signature does not carry it across is an *ival*:
+a ``copy_(input, value)`` right after it (in the call that computes it) writes it back, and
+outlining then reads the input instead, as for any value a ``copy_`` writes.
+``insert_ival_copies`` checks that every such read sees the value it stands for.
 """
 
 from __future__ import annotations

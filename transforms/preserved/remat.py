@@ -148,7 +148,9 @@ class _Rematerializer:
         self.inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
         self.outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
         self.state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
-        self.user_inputs = [s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS]
+        self.user_inputs = [
+            s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS
+        ]
         self.chain, self.frames_at, self.root_stack, self.stack_of = preserved_chains(
             self.nodes, frames_of, frozenset(sigs)
         )
