@@ -5,7 +5,8 @@ module becomes that module's graph (a new graph variant per call), and the calle
 ``call_module`` node. Values flow into a call as placeholders and out as outputs, except at
 preserved call signatures, where the call takes and returns exactly the eager
 ``(args, kwargs)`` / output pytrees of ``preserve_module_call_signature``, and state (including
-intermediate values of state, ``transforms.ivals``) is the only other thing that crosses them.
+intermediate values of state) is the only other thing that crosses them: the preserved-call
+stages (``transforms.preserved``: listed passes that run before this walk) make it so.
 
 The partition key is pluggable (``outline_by``): the module stack is one key, tags another.
 This module walks the flat graph and threads values between calls; the builder of one call is
