@@ -134,8 +134,8 @@ class _Outliner:
     reads when ``owners`` is given (``outline_and_sink``). ``run`` returns the new Program.
 
     Mutable while walking: the open calls' builders, ``taken`` (names in use), ``hidden``
-    (values local to a closed preserved call; with the in-place results, ``special``: the values
-    ``_read`` does not thread in as a plain input), ``variants``/``types``/``subgraph_owner`` (the
+    (values local to a closed preserved call: with the in-place results, the values ``_read``
+    does not thread in as a plain input), ``variants/``types``/``subgraph_owner`` (the
     module table to be), ``root_sunk``. One instance runs once.
     """
 
@@ -158,8 +158,6 @@ class _Outliner:
         traffic = state_traffic(program)
         self.aliased_state, self.mutated_state = traffic.aliases, traffic.sources
         self.hidden: set[str] = set()
-        # values ``_read`` cannot thread in as a plain input (``hidden`` joins it as it grows)
-        self.special: set[str] = set(self.aliased_state)
         self.variants: dict[ModuleId, list[Graph]] = {}
         self.types: dict[ModuleId, str | None] = {}
         self.subgraph_owner: dict[str, ModuleId] = {}
@@ -239,7 +237,13 @@ class _Outliner:
         if shared is not None and self.copied is not _never and self.copied(shared):
             self._copy(call, shared, define=False)  # a copy per call: never returned from it
             return call.env[name]
-        if call.frame is None or call.sig is not None or name in self.special or shared is None:
+        if (
+            call.frame is None
+            or call.sig is not None
+            or shared is None
+            or name in self.hidden
+            or name in self.aliased_state
+        ):
             return self._read_special(call, name)
         # the common case: a plain call takes the value as an input
         call.inputs.append(name)
@@ -359,7 +363,6 @@ class _Outliner:
         exported = {out.name for out in call.sig.outputs if out.name}
         now_hidden = [v for v in call.defined if v not in exported]
         self.hidden.update(now_hidden)
-        self.special.update(now_hidden)
 
         def state_args() -> list[Any]:
             return self._pass_inputs(parent, call.extra_inputs, sunk)
@@ -368,7 +371,6 @@ class _Outliner:
             call, parent, target, state_args, self.taken, self.by_name, self._read
         )
         self.hidden.difference_update(held)
-        self.special.difference_update(v for v in held if v not in self.aliased_state)
         return sunk_graph(call.placeholders, sunk, body)
 
 
