@@ -8,13 +8,26 @@ from typing import Any
 import attrs
 from pyrsistent import PMap, pmap
 
-from ir.errors import VerifyError
+from ir.errors import NotAProgramError, VerifyError
 from ir.memo import NOT_COMPUTED, memoized
 from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
 from ir.state import Opaque, Slot
 
 NO_CONSTRAINTS = Opaque({})
+
+
+def require_program(value: object, where: str) -> None:
+    """The one "is this a Program?" check: raise ``NotAProgramError`` (a ``PassError`` and a
+    ``LoweringError``) naming what ``where`` got instead and how to make a Program. O(1)."""
+    if isinstance(value, Program):
+        return
+    kind = type(value)
+    got = "None" if value is None else f"{kind.__module__}.{kind.__qualname__}"
+    raise NotAProgramError(
+        f"{where} takes a purefx Program, got {got}; make one with "
+        "ir.import_ep(torch.export.export(model, args)) first"
+    )
 
 
 @attrs.frozen(cache_hash=True)

@@ -17,7 +17,7 @@ from ir.errors import LoweringError
 from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
-from ir.program import Program
+from ir.program import Program, require_program
 from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
@@ -67,13 +67,7 @@ def lower(
     built, for a ``device`` torch cannot use here, or for anything that is not a Program (an
     ``ExportedProgram``: ``import_ep`` it).
     """
-    if not isinstance(program, Program):
-        kind = type(program)
-        got = "None" if program is None else f"{kind.__module__}.{kind.__qualname__}"
-        raise LoweringError(
-            f"lower takes a purefx Program, got {got}; make one with "
-            "lower(transform(import_ep(ep))) (ir.import_ep, transforms.transform)"
-        )
+    require_program(program, "lower")  # a LoweringError (NotAProgramError)
     verify(program)
     device = _usable_device(device)
     table = program.module_table()

@@ -115,3 +115,13 @@ def test_inline_with_calls_is_inline_and_names_each_nodes_calls(name: str) -> No
             assert p.resolve(path) == mid and number >= 0
     again, none = inline_with_calls(flat)
     assert again is flat and none == [()] * len(nodes)
+
+
+def test_one_not_a_program_check_with_one_error_class() -> None:
+    from ir.errors import LoweringError, NotAProgramError
+    from lowering import lower
+
+    for run in (transform, lower, named_passes()["rematerialize"]):
+        with pytest.raises(NotAProgramError, match=r"got None; make one with ir\.import_ep") as e:
+            run(None)
+        assert isinstance(e.value, PassError) and isinstance(e.value, LoweringError)

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from ir.errors import PassError
 from ir.program import Program
+from ir.program import require_program as check_program
 
 __all__ = ["require_flat", "require_program"]
 
 
 def require_program(value: object, where: str) -> None:
-    """Raise ``PassError`` naming what ``where`` got instead of a Program, and what to call
-    first (``import_ep``). O(1)."""
-    if isinstance(value, Program):
-        return
-    kind = type(value)
-    got = "None" if value is None else f"{kind.__module__}.{kind.__qualname__}"
-    raise PassError(
-        f"{where} takes a purefx Program, got {got}; make one with "
-        "ir.import_ep(torch.export.export(model, args)) first"
-    )
+    """Raise ``ir.errors.NotAProgramError`` (a ``PassError``) naming what ``where`` got instead
+    of a Program, and what to call first (``import_ep``): ``ir.program.require_program``. O(1)."""
+    check_program(value, where)
 
 
 def require_flat(program: Program, where: str) -> None:
