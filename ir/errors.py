@@ -46,3 +46,8 @@ class UntrustedProgramError(LoadError):
 
 class ExportError(LoweringError):
     """``export_ep`` cannot express this Program as a ``torch.export.ExportedProgram``."""
+
+
+class NotAProgramError(PassError, LoweringError):
+    """A function that takes a purefx ``Program`` got something else (``ir.program.require_program``
+    raises it for passes, ``transform`` and ``lower`` alike)."""

@@ -574,3 +574,50 @@ def _holder_tree(
             children=tuple((c.rsplit(".", 1)[-1], c) for c in children[path]),
         )
     return tuple((c.rsplit(".", 1)[-1], c) for c in children[""])
+
+
+# --- shared with ``ir.import_gm`` and ``ir.strategies`` (public names of the helpers above) ---
+
+
+def import_graph(
+    graph: torch.fx.Graph,
+    owner: torch.nn.Module,
+    prefix: str,
+    modules: dict[str, Module],
+    exported: bool = True,
+) -> Graph:
+    """An fx ``graph`` owned by ``owner`` as an IR ``Graph`` (the walk ``import_ep`` uses), its
+    higher-order-op subgraphs put into ``modules`` by path under ``prefix``; ``exported=False``
+    checks nodes as a plain ``GraphModule``'s. Raises ``UnsupportedProgramError`` naming a node
+    it cannot import. O(n) in the graph's nodes."""
+    return _import_graph(graph, owner, prefix, modules, exported)
+
+
+def subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
+    """The ``get_attr`` targets of ``graph`` that name a subgraph module of ``modules``, in
+    graph order. O(n)."""
+    return _subgraph_names(graph, modules, prefix)
+
+
+def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
+    """The attribute at dotted ``target`` below ``owner``; ``UnsupportedProgramError`` naming
+    node ``node_name`` when a part is missing. O(depth)."""
+    return _get_path(owner, target, node_name)
+
+
+def alias_key(value: Any) -> Any:
+    """A key equal for two tensors that view the same memory the same way (tied weights); the
+    value itself otherwise. O(1)."""
+    return _alias_key(value)
+
+
+def holder_tree(
+    call_order: tuple[str, ...],
+    state_order: tuple[str, ...],
+    types: dict[str, str],
+    modules: dict[str, Module],
+) -> tuple[tuple[str, str], ...]:
+    """A graph-less holder Module in ``modules`` at every path the call order or a state fqn
+    names (``import_ep``'s module tree; class names from ``types``); returns the root's children
+    in first-mention order. O(paths + state)."""
+    return _holder_tree(call_order, state_order, types, modules)

@@ -24,7 +24,7 @@ from pyrsistent import pmap
 from ir import state as st
 from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
-from ir.import_ep import _alias_key, _get_path, _import_graph, _subgraph_names
+from ir.import_ep import alias_key, get_path, import_graph, subgraph_names
 from ir.module import LEAF, Module, kind_of_type
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
@@ -66,7 +66,7 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
             "trace with placeholders for tensors, or import the torch.export of the module"
         )
     modules: dict[str, Module] = {}
-    graph = _import_graph(gm.graph, gm, "", modules, exported=False)
+    graph = import_graph(gm.graph, gm, "", modules, exported=False)
     tree = _Tree(gm)
     for node in graph.nodes:  # leaves first: a leaf keeps its own order of state
         if node.op == CALL_MODULE:
@@ -74,7 +74,7 @@ def import_graph_module(gm: torch.fx.GraphModule) -> Program:
     for node in graph.nodes:
         if node.op == GET_ATTR and node.target not in modules:
             tree.attribute(node.target, node.name)
-    subgraphs = tuple((n, n) for n in _subgraph_names(graph, modules))
+    subgraphs = tuple((n, n) for n in subgraph_names(graph, modules))
     modules.update(tree.modules())
     modules[""] = Module(children=tree.children("") + subgraphs, graphs=(graph,))
     signature = ExportSignature(
@@ -112,7 +112,7 @@ class _Tree:
 
     def leaf(self, target: str, node_name: str) -> None:
         """The module at ``target`` is called: a leaf module with all its state below it."""
-        obj = _get_path(self.gm, target, node_name)
+        obj = get_path(self.gm, target, node_name)
         if not isinstance(obj, torch.nn.Module):
             raise UnsupportedProgramError(
                 f"node {node_name!r} calls {target!r}, which is a {type(obj).__name__}, not a "
@@ -126,7 +126,7 @@ class _Tree:
 
     def attribute(self, target: str, node_name: str) -> None:
         """``get_attr`` of ``target``: state at that fqn (under holders, or a leaf's own)."""
-        value = _get_path(self.gm, target, node_name)
+        value = get_path(self.gm, target, node_name)
         if isinstance(value, torch.nn.Module):
             raise UnsupportedProgramError(
                 f"node {node_name!r} reads module {target!r} by get_attr; only tensors, script "
@@ -194,7 +194,7 @@ class _Tree:
     def _add_state(self, fqn: str, value: Any, kind: str, persistent: bool = True) -> None:
         if fqn in self.state:
             return
-        key = self.keys.setdefault(_alias_key(value), fqn)
+        key = self.keys.setdefault(alias_key(value), fqn)
         self.tensors.setdefault(key, Opaque(value))
         requires_grad = bool(getattr(value, "requires_grad", False))
         self.state[fqn] = Slot(kind, key, persistent, requires_grad)

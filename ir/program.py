@@ -8,13 +8,26 @@ from typing import Any
 import attrs
 from pyrsistent import PMap, pmap
 
-from ir.errors import VerifyError
+from ir.errors import NotAProgramError, VerifyError
 from ir.memo import NOT_COMPUTED, memoized
 from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
 from ir.state import Opaque, Slot
 
 NO_CONSTRAINTS = Opaque({})
+
+
+def require_program(value: object, where: str) -> None:
+    """The one "is this a Program?" check: raise ``NotAProgramError`` (a ``PassError`` and a
+    ``LoweringError``) naming what ``where`` got instead and how to make a Program. O(1)."""
+    if isinstance(value, Program):
+        return
+    kind = type(value)
+    got = "None" if value is None else f"{kind.__module__}.{kind.__qualname__}"
+    raise NotAProgramError(
+        f"{where} takes a purefx Program, got {got}; make one with "
+        "ir.import_ep(torch.export.export(model, args)) first"
+    )
 
 
 @attrs.frozen(cache_hash=True)
@@ -71,6 +84,26 @@ class Program:
     def _resolved(self) -> dict[tuple[str, ModuleId], ModuleId | None]:
         # A cache, filled by ``resolve`` with answers that depend only on the module table.
         return {}
+
+    @memoized
+    def is_outlined(self) -> bool:
+        """Whether the root graph calls modules: ``outline``, ``outline_by`` or
+        ``split_by_tags`` has run (``inline`` undoes it).
+
+        The one definition of a Program's kind that passes read: a pass for flat programs
+        raises ``PassError`` on an outlined one (and the reverse) instead of deciding inline.
+        **Laws:** ``p.is_flat`` and ``p.is_outlined`` are never both true; neither holds only
+        for a root without a graph. Complexity: O(n) in the root graph's nodes, once per
+        Program (a memo; never part of ``==``).
+        """
+        graph = self.root_module.graph
+        return graph is not None and any(n.op == "call_module" for n in graph.nodes)
+
+    @property
+    def is_flat(self) -> bool:
+        """Whether the root module's graph is the whole program (as ``import_ep`` makes it): it
+        has a graph and calls no module. See ``is_outlined``; O(1) after the first read."""
+        return not self.is_outlined and self.root_module.graph is not None
 
     def replace(self, **changes: Any) -> Program:
         """A copy with ``changes``; ``self`` when nothing changes."""

@@ -16,7 +16,6 @@ reached), so all blocks of a stack share one.
 from __future__ import annotations
 
 import math
-import operator
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from keyword import iskeyword
@@ -24,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ir import ops
 from ir.alpha import interned_key
 from ir.args import IDict, IList, ISlice, Ref
 from ir.graph import Graph
@@ -278,7 +278,7 @@ class _Emitter:
 def _is_subscript(node: Node) -> bool:
     """Whether ``node`` is ``operator.getitem(value, index)`` of a node's value."""
     return (
-        node.target is operator.getitem
+        ops.is_getitem(node.target)
         and len(node.args) == 2
         and type(node.args[0]) is Ref
         and not node.kwargs.items

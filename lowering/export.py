@@ -15,7 +15,6 @@ The way back mirrors ``ir.import_ep`` piece by piece:
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import attrs
@@ -37,7 +36,7 @@ from ir.program import Program
 from ir.runtime import expect_constant
 from ir.torch_seam import pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
-from lowering.lower import _copy_state, _torch_signature
+from lowering.lower import copy_state, torch_signature
 from lowering.torch_seam import (
     FakeTensor,
     FakeTensorMode,
@@ -46,7 +45,7 @@ from lowering.torch_seam import (
     detect_fake_mode,
     script_object_type_name,
 )
-from transforms.inline import _Inliner, _is_flat
+from transforms.inline import CallChain, inline_with_calls
 
 _INPUT_KINDS = {
     sg.USER_INPUT: gs.InputKind.USER_INPUT,
@@ -150,55 +149,27 @@ def save_ep(p: Program, path: str) -> None:
 
 # --- inlining, with each node's call chain ------------------------------------------------------
 
-Frames = tuple[tuple[str, ModuleId, int], ...]  # (path, module id, call number), outermost first
-
-
-class _FramedInliner(_Inliner):
-    """``inline``, recording the chain of calls each emitted node runs in."""
-
-    def __init__(self, program: Program) -> None:
-        super().__init__(program)
-        self.frames: list[tuple[str, ModuleId, int]] = []
-        self.frames_of: list[Frames] = []
-        self.calls: dict[str, int] = {}
-
-    def _inline(self, mid, variant, chain, graph, bound, root=False):
-        if root:
-            return super()._inline(mid, variant, chain, graph, bound, root=True)
-        path = chain[-1]
-        number = self.calls.get(path, 0)
-        self.calls[path] = number + 1
-        self.frames.append((path, mid, number))
-        try:
-            return super()._inline(mid, variant, chain, graph, bound)
-        finally:
-            self.frames.pop()
-
-    def _emit(self, node: Node) -> Ref:
-        self.frames_of.append(tuple(self.frames))
-        return super()._emit(node)
+Frames = CallChain  # (path, module id, call number) per call, outermost first
 
 
 def _flatten(p: Program) -> tuple[Program, list[Frames]]:
     """The flat Program and, per root node, the calls it ran in (empty when ``p`` was flat)."""
     if p.root_module.graph is None:
         raise ExportError("the root module has no graph: there is nothing to export")
-    if _is_flat(p):
-        return p, [()] * len(p.root_module.graph)
-    inliner = _FramedInliner(p)
     try:
-        flat = inliner.run()
+        flat, frames = inline_with_calls(p)
     except PassError as err:
         raise ExportError(f"the module graphs cannot be inlined into one graph: {err}") from err
+    if flat is p:
+        return p, frames
     graph = flat.root_module.graph
     keys = _stack_keys(graph)
     nodes = [
-        _restacked(node, frames, p, keys) if frames else node
-        for node, frames in zip(graph.nodes, inliner.frames_of)
+        _restacked(node, chain, p, keys) if chain else node
+        for node, chain in zip(graph.nodes, frames)
     ]
     nodes.append(graph.output_node)
     root = flat.root_module.replace(graphs=(Graph(tuple(nodes)),))
-    frames = inliner.frames_of + [()]
     return flat.replace(modules=flat.modules.set(flat.root, root)), frames
 
 
@@ -283,7 +254,7 @@ def _fold_plumbing(
             folded[node.name] = flat
             if call is not None and call not in entered:
                 entered[call] = tuple(flat)
-        elif target is operator.getitem and _reads_folded(node, folded):
+        elif ops.is_getitem(target) and _reads_folded(node, folded):
             item = value(node.args[0])[node.args[1]]
             (folded if isinstance(item, (tuple, list, dict)) else alias)[node.name] = item
         elif target is expect_constant and not isinstance(value(node.args[0]), Ref):
@@ -451,7 +422,7 @@ def _copied_state(p: Program, share: bool) -> dict[str, Any]:
         key = (slot.tensor, slot.kind)
         if key not in by_key:
             with torch.no_grad():
-                by_key[key] = _copy_state(held.value, slot, None, share)
+                by_key[key] = copy_state(held.value, slot, None, share)
         values[fqn] = by_key[key]
     return values
 
@@ -684,7 +655,7 @@ def _module_call_graph(
             sig = _renamed(sig, *call_io[fqn])
         if sig is not None:
             sig = _fx_named(sig, env)
-        entries.append(ModuleCallEntry(fqn=fqn, signature=_torch_signature(sig) if sig else None))
+        entries.append(ModuleCallEntry(fqn=fqn, signature=torch_signature(sig) if sig else None))
     return entries
 
 

@@ -17,7 +17,7 @@ from ir.errors import LoweringError
 from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
-from ir.program import Program
+from ir.program import Program, require_program
 from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
@@ -67,13 +67,7 @@ def lower(
     built, for a ``device`` torch cannot use here, or for anything that is not a Program (an
     ``ExportedProgram``: ``import_ep`` it).
     """
-    if not isinstance(program, Program):
-        kind = type(program)
-        got = "None" if program is None else f"{kind.__module__}.{kind.__qualname__}"
-        raise LoweringError(
-            f"lower takes a purefx Program, got {got}; make one with "
-            "lower(transform(import_ep(ep))) (ir.import_ep, transforms.transform)"
-        )
+    require_program(program, "lower")  # a LoweringError (NotAProgramError)
     verify(program)
     device = _usable_device(device)
     table = program.module_table()
@@ -554,3 +548,19 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
 
 # Classes whose ``clone()`` under ``no_grad`` is a plain tensor like ``detach().clone()``'s.
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+# --- shared with ``lowering.export`` (public names of the helpers above) ----------------------
+
+
+def copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
+    """A copy of a held state tensor (call under ``no_grad``) for ``slot`` on ``device``, or
+    with ``share`` a new tensor object over its storage (still a copy when ``device`` differs);
+    other values are shared as they are. O(size of the tensor) for a copy, O(1) shared."""
+    return _copy_state(value, slot, device, share)
+
+
+def torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
+    """A preserved call signature as torch's ``ModuleCallSignature`` (for an
+    ``ExportedProgram``'s module call graph). O(inputs + outputs)."""
+    return _torch_signature(sig)

@@ -115,18 +115,32 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if not torch.compiler.is_compiling() and eval_frame_callback():
             return self._forward_for_dynamo(args, kwargs)
         flat = self._flat_inputs(args, kwargs)
-        direct = self.__dict__.get("_direct")
-        if direct is not None and plain_call(flat) and self._tree_unchanged():
-            out = direct(self, *flat)
-        elif self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
-            out = interpret(self, self.graph, flat)
-        else:
-            out = (self.__dict__["_code"] or self._compile())(self, *flat)
+        out = self.code_to_run(flat)(self, *flat)
         if self._out_spec is None:
             return out
         if is_tracing():
             out = [out[i] for i in range(self._out_spec.num_leaves)]
         return pytree.tree_unflatten(list(out), self._out_spec)
+
+    def code_to_run(self, flat: list[Any]) -> Callable[..., Any]:
+        """The code this call of the root runs on inputs ``flat``, chosen here and only here:
+
+        1. *direct code* (``lowering.direct``: one function over the whole tree, skipping
+           ``nn.Module.__call__``) while the tree is exactly as ``lower`` built it
+           (``lowering.tree_watch``) and the inputs are plain tensors;
+        2. the fx interpreter, for a root lowered with ``interpreter=True``;
+        3. else the root graph's generated code (``lowering.codegen``), which calls each
+           submodule as a module (hooks, swaps and patches are honoured).
+
+        Each is called as ``code(root, *flat)``. O(1), plus an O(modules) tree check after some
+        module tree changed.
+        """
+        direct = self.__dict__.get("_direct")
+        if direct is not None and plain_call(flat) and self._tree_unchanged():
+            return direct
+        if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
+            return _interpreted
+        return self.__dict__["_code"] or self._compile()
 
     def _forward_for_dynamo(self, args: tuple, kwargs: dict) -> Any:
         """A call inside ``torch.compile`` (``forward`` itself is a frame dynamo skips): inputs
@@ -185,6 +199,11 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 # eagerly and compiles the frames it calls: see ``LoweredRoot._forward_for_dynamo``.
 for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__code__):
     run_frame_eagerly(_code)
+
+
+def _interpreted(root: torch.nn.Module, *flat: Any) -> Any:
+    """The root graph run by the fx interpreter (``code_to_run``'s second choice)."""
+    return interpret(root, root.graph, list(flat))
 
 
 def traced_leaves(args: tuple, kwargs: dict, in_spec: Any) -> list[Any]:

@@ -39,9 +39,11 @@ from transforms import transform
 from transforms.laws import check_program
 from transforms.outline import outline
 from transforms.pipeline import DEFAULT_PIPELINE
+from transforms.stacks import fill_call_gaps
 
 COPY = torch.ops.aten.copy_.default
-BEFORE_OUTLINE = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(outline)]
+# the passes before the preserved-call stages (``transforms.preserved``) and ``outline``
+BEFORE_OUTLINE = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(fill_call_gaps)]
 
 
 class Counter(nn.Module):

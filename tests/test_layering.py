@@ -38,7 +38,7 @@ ON_TOP = {
     "lowering/cli.py": "the command line runs transforms and lowering (move to a top-level cli)",
 }
 # One module of a layer that reads one layer above it, each with why (a debt, named so it cannot grow
-# unseen): export_ep inlines outlined modules back with ``transforms.inline``'s walker.
+# unseen): export_ep inlines outlined modules back with ``transforms.inline.inline_with_calls``.
 UPWARD = {
     "lowering/export.py": {"transforms"},
 }
@@ -119,3 +119,66 @@ def test_each_named_exception_is_still_needed(name):
 def test_the_checker_sees_imports_inside_functions():
     probe = ROOT / "transforms" / "laws.py"
     assert "lowering" in layer_imports(probe)  # laws.py imports lowering inside a function
+
+
+# --- no module reads another module's private names -------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    """``ir/import_ep.py`` -> ``ir.import_ep`` (a package's ``__init__`` is the package)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(path: Path) -> list[str]:
+    """The private names (``_x``, not dunders) of *other* purefx modules that ``path`` reads:
+    ``from pkg.mod import _x``, and ``mod._x`` where ``mod`` names an imported purefx module."""
+    own = module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    modules: dict[str, str] = {}  # local name -> purefx module it names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] not in LAYERS:
+                continue
+            for a in node.names:
+                if node.module != own and _private(a.name):
+                    found.append(f"from {node.module} import {a.name}")
+                modules[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in LAYERS:
+                    modules[a.asname or a.name] = a.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and modules[node.value.id] != own
+        ):
+            found.append(f"{modules[node.value.id]}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_private_use_finder_has_teeth(tmp_path: Path) -> None:
+    probe = ROOT / "transforms" / "_probe_private_use.py"
+    source = "from ir.import_ep import _x\nimport ir.ops as o\nfrom ir import ops\nops._y\no._z\n"
+    probe.write_text(source)
+    try:
+        assert private_uses(probe) == ["from ir.import_ep import _x", "ir.ops._y", "ir.ops._z"]
+    finally:
+        probe.unlink()
+
+
+@pytest.mark.parametrize("path", layer_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_reads_another_modules_private_names(path: Path) -> None:
+    """A private name is its module's own: renaming it must never break another module. Share
+    it as a public, documented function instead."""
+    assert private_uses(path) == [], f"{path.relative_to(ROOT)} reads private names of others"

@@ -1,4 +1,4 @@
-"""Values that cross a preserved call boundary outside its signature (``transforms.remat``).
+"""Values that cross a preserved call boundary outside its signature (``transforms.preserved.remat``).
 
 One small program per class of crossing read: a no-op cast a block and its preserved norm share
 (inside -> outside, read as an alias), a tensor a parent hands its preserved child as an
@@ -29,7 +29,7 @@ from lowering import lower
 from transforms import transform
 from transforms.laws import check_program
 from transforms.outline import outline
-from transforms.remat import rematerialize
+from transforms.preserved.remat import rematerialize
 
 D = 4
 

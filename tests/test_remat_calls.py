@@ -1,4 +1,4 @@
-"""Values one preserved call makes and another reads (``transforms.remat``), on torch models.
+"""Values one preserved call makes and another reads (``transforms.preserved.remat``), on torch models.
 
 Sibling preserved calls that share an internal value in both directions (the first call's value
 read by the second, and the second's read by the first), passed as an argument by their caller

@@ -3,7 +3,7 @@
 - Train-mode BatchNorm preserved, called once or twice, decomposed or not, with the default
   pipeline and with ``keep_functional=True``: outputs and running statistics after each call equal
   eager's (the running statistics are ``getitem`` 3 and 4 of
-  ``_native_batch_norm_legit_functional``: ``transforms.ivals``' table of state outputs).
+  ``_native_batch_norm_legit_functional``: ``transforms.preserved.state_traffic``' table of state outputs).
 - The decomposed program names the wrong ``getitem`` as the preserved BatchNorm's output (torch
   maps an old name to the *last* new node made from it): ``repair_call_signatures`` names the
   value that crosses the boundary instead (Before/Expected on the signature).
@@ -26,12 +26,13 @@ from ir.verify import verify
 from lowering import lower
 from transforms import pipeline, transform
 from transforms.laws import check_program
-from transforms.outline import outline
 from transforms.pipeline import DEFAULT_PIPELINE
-from transforms.signatures import repair_call_signatures
+from transforms.preserved.signatures import repair_call_signatures
+from transforms.stacks import fill_call_gaps
 
 D = 4
-BEFORE_OUTLINE = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(outline)]
+# the passes before the preserved-call stages (``transforms.preserved``) and ``outline``
+BEFORE_OUTLINE = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(fill_call_gaps)]
 
 
 class NormOnce(nn.Module):
@@ -145,9 +146,9 @@ def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
     changes."""
     from ir.graph import Graph
     from ir.node import CALL_FUNCTION, Node
-    from transforms.ival_insertion import insert_ivals
-    from transforms.ivals import COPY
-    from transforms.remat import rematerialize
+    from ir.ops import COPY
+    from transforms.preserved.ivals import insert_ivals
+    from transforms.preserved.remat import rematerialize
 
     torch.manual_seed(0)
     flat = transform(import_ep(export_bn(NormTwice().train(), False, True)), BEFORE_OUTLINE)

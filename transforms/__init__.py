@@ -1,6 +1,11 @@
 """Pure rewrites ``Program -> Program`` and the default pipeline.
 
 Every pass here is importable by name (``purefx --passes outline,sink_state`` uses these names).
+The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effect_tokens``,
+``functional_to_inplace``, ``split_hop_bodies``, ``fix_module_stacks``; the preserved-call
+stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
+``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
+``deduplicate``.
 """
 
 from transforms.dedup import deduplicate
@@ -10,9 +15,10 @@ from transforms.inline import inline
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink, outline_by
 from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
+from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
 from transforms.sink import sink_state
 from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
-from transforms.stacks import fix_module_stacks
+from transforms.stacks import fill_call_gaps, fix_module_stacks
 from transforms.stages import Edge, Stages, split_stages
 
 __all__ = [
@@ -20,15 +26,19 @@ __all__ = [
     "Edge",
     "Stages",
     "deduplicate",
+    "fill_call_gaps",
     "fix_module_stacks",
     "functional_to_inplace",
     "inline",
+    "insert_ivals",
     "move_non_tensor_nodes_on_boundary",
     "outline",
     "outline_and_sink",
     "outline_by",
     "pipeline",
+    "rematerialize",
     "remove_effect_tokens",
+    "repair_call_signatures",
     "sink_state",
     "split_by_tags",
     "split_hop_bodies",

@@ -4,7 +4,7 @@ An ``OpenCall`` collects the nodes of one call of one module (a new graph varian
 moment its first node is met until the walk leaves it; then the call is frozen into a
 ``Graph`` and its caller gets a ``call_module`` node. It is the only mutable value outlining
 shares between its parts (``transforms.outline`` walks and reads values,
-``transforms.preserved_calls`` builds the plumbing of preserved signatures).
+``transforms.preserved.pytrees`` builds the plumbing of preserved signatures).
 """
 
 from __future__ import annotations
@@ -47,5 +47,6 @@ class OpenCall:
 
 
 def call_base(target: str) -> str:
-    """The base of a fresh node name for a ``call_module`` of ``target`` (``a.b@1`` -> ``a_b_1``)."""
+    """The base of a fresh node name for a ``call_module`` of ``target``
+    (``a.b@1`` -> ``a_b_1``)."""
     return target.replace(".", "_").replace("@", "_")

@@ -15,9 +15,7 @@ from typing import Any
 from ir.graph import Graph
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.signature import CallSignature
-from transforms.stacks import Frame
-
-FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
+from transforms.stacks import Frame, FrameOf
 
 # the kinds of step ``call_steps`` yields
 INPUT = "input"  # a placeholder of the root

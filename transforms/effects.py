@@ -10,7 +10,6 @@ tokens carry nothing there; this pass calls the operators directly again, as
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -155,7 +154,7 @@ def _result_reads(graph: Graph, w: Node) -> list[tuple[int, Node]]:
     for user in graph.users()[w.name]:
         g = by_name[user]
         if (
-            g.target is not operator.getitem
+            not ops.is_getitem(g.target)
             or len(g.args) != 2
             or g.args[0] != w.ref
             or type(g.args[1]) is not int

@@ -209,7 +209,8 @@ def _rewrite(
             graphs[caller] = after
             if caller == root_key or signature_arity(after) is not None:
                 continue  # the root's and a preserved call's own inputs stay
-            unused = _unused_state_inputs(after, table[caller[0]].graphs[caller[1]], carried[caller])
+            graph = table[caller[0]].graphs[caller[1]]
+            unused = _unused_state_inputs(after, graph, carried[caller])
             if unused:
                 graphs[caller] = Graph(tuple(n for n in after.nodes if n.name not in unused))
                 dropped[caller] = (after, unused)

@@ -27,14 +27,16 @@ from typing import Any
 
 import attrs
 
+from ir import ops
 from ir.args import Ref, map_refs, ref
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
+from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
+from transforms.checks import require_flat
 from transforms.stacks import Frame, stack_frames
 
 log = logging.getLogger("purefx")
@@ -57,7 +59,7 @@ def split_hop_bodies(p: Program) -> Program:
 
     Parameters:
         p: a flat Program (as ``import_ep`` makes it). An outlined Program (one whose root graph
-            calls modules) is returned as it is.
+            calls modules) raises ``PassError``: run this pass before ``outline``.
 
     Returns:
         A Program in which each ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast`` call
@@ -98,9 +100,9 @@ def split_hop_bodies(p: Program) -> Program:
 
     Complexity: O(n) in the nodes of the root graph and of the bodies, each body read once.
     """
-    root = p.root_module
-    graph = root.graph
-    if graph is None or any(n.op == CALL_MODULE for n in graph.nodes):
+    require_flat(p, "split_hop_bodies")
+    graph = p.root_module.graph
+    if graph is None:
         return p
     if not any(_body_position(n) is not None for n in graph.nodes):
         return p
@@ -394,7 +396,8 @@ class _Splitter:
         taken: Names,
     ) -> list[Node]:
         """A call whose body has one stack, moved there: same body, new stack on its nodes."""
-        attr = Node(GET_ATTR, fresh_name(read.name, taken), read.target, meta=_restacked(read, stack))
+        name = fresh_name(read.name, taken)
+        attr = Node(GET_ATTR, name, read.target, meta=_restacked(read, stack))
         args = call.args[:at] + (attr.ref,) + call.args[at + 1 :]
         made = [attr, call.replace(args=args, meta=_restacked(call, stack))]
         return made + [g.replace(meta=_restacked(g, stack)) for g in getitems]
@@ -408,7 +411,7 @@ def _is_index(node: Node, call: str | None) -> bool:
     """Whether ``node`` is ``getitem(%call, i)`` (any Ref when ``call`` is ``None``)."""
     return (
         node.op == CALL_FUNCTION
-        and node.target is operator.getitem
+        and ops.is_getitem(node.target)
         and len(node.args) == 2
         and isinstance(node.args[0], Ref)
         and (call is None or node.args[0].name == call)

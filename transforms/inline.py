@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 from ir import ops
@@ -56,10 +55,32 @@ def inline(program: Program) -> Program:
     return _Inliner(program).run()
 
 
+#: The calls one node of an inlined graph ran in: ``(path, module id, call number)`` per call,
+#: outermost first (call numbers count the calls of one path from 0, in graph order).
+CallChain = tuple[tuple[str, ModuleId, int], ...]
+
+
+def inline_with_calls(program: Program) -> tuple[Program, list[CallChain]]:
+    """``inline(program)``, and per node of the result's root graph (in order, the output node
+    last) the calls it ran in before inlining: the hook ``lowering.export_ep`` rebuilds each
+    node's ``nn_module_stack`` from.
+
+    Returns ``(program, chains)`` with ``chains[i] == ()`` for every node when ``program`` has
+    nothing to inline (then the program is returned as it is), and for root placeholders and the
+    output node always. Raises what ``inline`` raises. **Laws:**
+    ``inline_with_calls(p)[0] == inline(p)``; ``len(chains) == len(graph)``. Complexity: O(m)
+    for m nodes in the result, like ``inline``.
+    """
+    if _is_flat(program):
+        return program, [()] * len(program.root_module.graph)
+    inliner = _Inliner(program)
+    flat = inliner.run()
+    return flat, inliner.frames_of + [()]
+
+
 def _is_flat(p: Program) -> bool:
     """No module but the root has a graph and no module object sits at two paths."""
-    graph = p.root_module.graph
-    if graph is None or any(n.op == CALL_MODULE for n in graph.nodes):
+    if not p.is_flat:
         return False
     seen: set[ModuleId] = set()
     for _, mid in p.walk():
@@ -80,6 +101,10 @@ class _Inliner:
         self.input_of: dict[str, str] = {}  # root input or in-place result -> that root input
         self.latest: dict[str, Ref] = {}  # root input -> its latest in-place result
         self.ran: set[str] = set()  # module paths some inlined computing node ran in
+        # the calls being inlined, and per emitted node the calls it ran in (``CallChain``)
+        self.frames: list[tuple[str, ModuleId, int]] = []
+        self.frames_of: list[CallChain] = []
+        self.calls: dict[str, int] = {}  # path -> how many of its calls were inlined
 
     def run(self) -> Program:
         p = self.p
@@ -169,7 +194,13 @@ class _Inliner:
                 )
             bound[h.name] = by_key[h.name]
         sub_path = f"{path}.{target}" if path else target
-        return self._inline(child, variant, chain + (sub_path,), graph, bound)
+        number = self.calls.get(sub_path, 0)
+        self.calls[sub_path] = number + 1
+        self.frames.append((sub_path, child, number))
+        try:
+            return self._inline(child, variant, chain + (sub_path,), graph, bound)
+        finally:
+            self.frames.pop()
 
     def _attr(self, mid: ModuleId, path: str, node: Node) -> str:
         """The root-relative target of a ``get_attr`` read in the module at ``path``."""
@@ -201,6 +232,7 @@ class _Inliner:
         return r if source is None else self.latest.get(source, r)
 
     def _emit(self, node: Node) -> Ref:
+        self.frames_of.append(tuple(self.frames))
         temp = f"#{len(self.emitted)}"
         self.emitted.append((temp, node))
         return ref(temp)
@@ -270,7 +302,7 @@ def _folds(node: Node, args: tuple, calls: set[str]) -> bool:
     """An integer ``getitem`` of a call that returned a tuple or list."""
     return (
         node.op == CALL_FUNCTION
-        and node.target is operator.getitem
+        and ops.is_getitem(node.target)
         and len(args) == 2
         and type(node.args[0]) is Ref
         and node.args[0].name in calls

@@ -93,7 +93,9 @@ def _ensure_path(modules: dict[ModuleId, Module], root: ModuleId, path: str) -> 
     modules[parent_id] = modules[parent_id].with_child(name, path)
 
 
-def _move_subgraphs(modules: dict[ModuleId, Module], root: ModuleId, owner: dict[str, ModuleId]) -> None:
+def _move_subgraphs(
+    modules: dict[ModuleId, Module], root: ModuleId, owner: dict[str, ModuleId]
+) -> None:
     """Re-parent higher-order-op subgraph modules under the module whose graph reads them."""
     for name, new_owner in owner.items():
         if new_owner in ("", root):

@@ -115,7 +115,8 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
     )
     signature = sg.ExportSignature(p.signature.inputs, outputs)
     calls = _renamed_call_inputs(p, env)
-    return p.replace(modules=p.modules.set(p.root, root), signature=signature, call_signatures=calls)
+    modules = p.modules.set(p.root, root)
+    return p.replace(modules=modules, signature=signature, call_signatures=calls)
 
 
 def _renamed_call_inputs(p: Program, env: dict[str, Ref]) -> Any:

@@ -5,12 +5,13 @@ module becomes that module's graph (a new graph variant per call), and the calle
 ``call_module`` node. Values flow into a call as placeholders and out as outputs, except at
 preserved call signatures, where the call takes and returns exactly the eager
 ``(args, kwargs)`` / output pytrees of ``preserve_module_call_signature``, and state (including
-intermediate values of state, ``transforms.ivals``) is the only other thing that crosses them.
+intermediate values of state) is the only other thing that crosses them: the preserved-call
+stages (``transforms.preserved``: listed passes that run before this walk) make it so.
 
 The partition key is pluggable (``outline_by``): the module stack is one key, tags another.
 This module walks the flat graph and threads values between calls; the builder of one call is
 ``transforms.call_builder.OpenCall``, and the pytree plumbing of preserved signatures is
-``transforms.preserved_calls``.
+``transforms.preserved.pytrees``.
 """
 
 from __future__ import annotations
@@ -29,51 +30,57 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms.call_builder import OpenCall, call_base
 from transforms.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
-from transforms.foreign_state import hold_foreign_state
-from transforms.ival_insertion import insert_ivals
-from transforms.ivals import mutation_sources
 from transforms.module_table import reachable_modules, with_outlined_modules
-from transforms.preserved_calls import call_preserved, close_preserved, open_preserved
-from transforms.remat import rematerialize
+from transforms.preserved import prepare_outline
+from transforms.preserved.pytrees import call_preserved, close_preserved, open_preserved
+from transforms.preserved.state_traffic import state_traffic
 from transforms.sharing import canonical_paths
-from transforms.signatures import repair_call_signatures
-from transforms.sink import StateOwners, sink_state
-from transforms.sink_on_close import sinks_in_one_pass, sunk_graph, sunk_inputs
-from transforms.stacks import Frame, fill_call_gaps, node_frames
+from transforms.sink import (
+    StateOwners,
+    finish_sinking,
+    sink_state,
+    sinks_in_one_pass,
+    sunk_graph,
+    sunk_inputs,
+)
+from transforms.stacks import Frame, FrameOf, node_frames
 
 __all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
 
-FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 CopiedWhereRead = Callable[[Node], bool]
 
 
 def outline(program: Program) -> Program:
-    """Split the flat root graph into per-call module graphs following ``nn_module_stack``.
+    """Split the flat root graph into per-call module graphs following ``nn_module_stack``: the
+    outlining walk.
 
-    A call's nodes are one run: a node that a caller's stack places between two nodes of one
-    call first gets that call's stack (``transforms.stacks.fill_call_gaps``). Modules that state aliasing shows to be one object (every state tensor under two paths tied,
-    same class) become one ModuleId. A value read across a preserved call boundary without
-    being in the call's signature must be state, and is read from the state:
+    Each maximal run of nodes inside one call of one module becomes a graph variant of that
+    module and a ``call_module`` in its caller. Modules that state aliasing shows to be one
+    object (every state tensor under two paths tied, same class) become one ModuleId. At a
+    preserved call signature the call takes and returns exactly its eager pytrees
+    (``transforms.preserved.pytrees``); a value read across its boundary without being in the
+    signature must be state and is read from the state: the result of an in-place op, the value
+    a ``copy_`` writes (``transforms.preserved.state_traffic``).
 
-    - the result of a state mutation (an in-place op, or the value a ``copy_`` writes);
-    - an intermediate value of a root input's functional update chain (an "ival", see
-      ``transforms.ivals``): a new ``copy_(input, value)`` right after it, in the call that
-      computes it, writes it back, and the calls that read it read the input. This is what lets
-      a preserved module that updates a buffer run more than once in a decomposed program;
+    The walk needs the preserved-call stages to have run (``transforms.preserved``:
+    ``fill_call_gaps``, ``repair_call_signatures``, ``rematerialize``, ``insert_ivals``; the
+    default pipeline lists them before ``outline``). Called on a flat program on which they have
+    not run (``transform(p, ["outline"])`` on a raw import), it runs them first: each stage reads
+    from the Program whether it has anything to do (a call cut in two; a value that crosses a
+    preserved boundary unsigned, from ``state_traffic`` and the call nesting) and returns its
+    input itself when not, so on a program the pipeline prepared they only check.
 
-    any other value is first read as an alias or recomputed on the reading side
-    (``transforms.remat.rematerialize``).
-
-    **Laws:** ``inline(outline(p))`` is alpha-equivalent to ``p`` (without preserved calls);
-    ``outline(outline(p)) == outline(p)``; compute nodes are neither added nor removed except
-    the call plumbing, one ``copy_`` per ival and the copies ``rematerialize`` makes. Raises
-    ``PassError`` naming the node for a node without a module stack, a value that cannot cross a preserved boundary (neither state
-    nor on a state's update chain), or an ival that a read would see after the state has
-    changed again. Complexity: O(n) in the number of nodes: the flat-graph passes
-    (``repair_call_signatures``, ``rematerialize``, ``transforms.ival_insertion.insert_ivals``)
-    run first, then one outlining walk.
+    **Laws:** ``outline(p) == outline(prepare_outline(p))``; ``inline(outline(p))`` is
+    alpha-equivalent to ``p`` (without preserved calls); ``outline(outline(p)) == outline(p)``
+    (an outlined program is returned as it is); compute nodes are neither added nor removed
+    except the call plumbing and what the stages add. Raises ``PassError`` naming the node for a
+    node without a module stack, a value that cannot cross a preserved boundary (neither state
+    nor on a state's update chain), or from the stages. Complexity: O(n) in the number of
+    nodes (the stages' checks, then one walk).
     """
-    return outline_by(fill_call_gaps(program), node_frames)
+    if program.is_outlined:
+        return program
+    return _Outliner(prepare_outline(program, node_frames), node_frames).run()
 
 
 def outline_and_sink(program: Program) -> Program:
@@ -86,14 +93,14 @@ def outline_and_sink(program: Program) -> Program:
 
     **Laws:** ``outline_and_sink(p) == sink_state(outline(p))``. Complexity: O(n).
     """
-    if any(n.op == CALL_MODULE for n in program.root_module.graph.nodes):
+    if program.is_outlined:
         return sink_state(program)
-    program = _prepare(fill_call_gaps(program), node_frames)
+    program = prepare_outline(program, node_frames)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not sinks_in_one_pass(program):
         outliner.owners = None
         return sink_state(outliner.run())
-    return hold_foreign_state(outliner.run())  # the last step of ``sink_state``
+    return finish_sinking(outliner.run())
 
 
 def outline_by(
@@ -108,19 +115,10 @@ def outline_by(
     the caller has moved that state under the calls that read it (as ``split_by_tags`` does).
     O(n) over the root graph, like ``outline``.
     """
-    root = program.root_module
-    if any(n.op == CALL_MODULE for n in root.graph.nodes):
+    if program.is_outlined:
         return program
-    program = _prepare(program, frames_of)
+    program = prepare_outline(program, frames_of, fill_gaps=False)
     return _Outliner(program, frames_of, copied).run()
-
-
-def _prepare(program: Program, frames_of: FrameOf) -> Program:
-    """The flat-graph passes that make every value crossing a preserved boundary either part
-    of its signature or state: repair stale signatures, rematerialize, insert ivals."""
-    program = repair_call_signatures(program, frames_of)
-    program = rematerialize(program, frames_of)
-    return insert_ivals(program, frames_of)
 
 
 def _never(node: Node) -> bool:
@@ -132,12 +130,12 @@ class _Outliner:
     innermost open call, reading its operands through ``_read`` (which threads a value into the
     call as a placeholder, or reads the state a value stands for); a call that closes becomes
     a graph variant of its module and a ``call_module`` in its caller (``_close_plain``, or
-    ``transforms.preserved_calls`` for a preserved signature), with its inputs sunk to state
+    ``transforms.preserved.pytrees`` for a preserved signature), with its inputs sunk to state
     reads when ``owners`` is given (``outline_and_sink``). ``run`` returns the new Program.
 
     Mutable while walking: the open calls' builders, ``taken`` (names in use), ``hidden``
-    (values local to a closed preserved call; with the in-place results, ``special``: the values
-    ``_read`` does not thread in as a plain input), ``variants``/``types``/``subgraph_owner`` (the
+    (values local to a closed preserved call: with the in-place results, the values ``_read``
+    does not thread in as a plain input), ``variants/``types``/``subgraph_owner`` (the
     module table to be), ``root_sunk``. One instance runs once.
     """
 
@@ -157,10 +155,9 @@ class _Outliner:
         self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
-        self.aliased_state, self.mutated_state = mutation_sources(self.graph, program)
+        traffic = state_traffic(program)
+        self.aliased_state, self.mutated_state = traffic.aliases, traffic.sources
         self.hidden: set[str] = set()
-        # values ``_read`` cannot thread in as a plain input (``hidden`` joins it as it grows)
-        self.special: set[str] = set(self.aliased_state)
         self.variants: dict[ModuleId, list[Graph]] = {}
         self.types: dict[ModuleId, str | None] = {}
         self.subgraph_owner: dict[str, ModuleId] = {}
@@ -240,7 +237,13 @@ class _Outliner:
         if shared is not None and self.copied is not _never and self.copied(shared):
             self._copy(call, shared, define=False)  # a copy per call: never returned from it
             return call.env[name]
-        if call.frame is None or call.sig is not None or name in self.special or shared is None:
+        if (
+            call.frame is None
+            or call.sig is not None
+            or shared is None
+            or name in self.hidden
+            or name in self.aliased_state
+        ):
             return self._read_special(call, name)
         # the common case: a plain call takes the value as an input
         call.inputs.append(name)
@@ -267,7 +270,8 @@ class _Outliner:
                 return self._read(call, source)
             if name not in self.state_inputs:
                 raise PassError(
-                    f"value %{name} is computed outside the preserved call {call.frame.call_name!r} "
+                    f"value %{name} is computed outside the preserved call "
+                    f"{call.frame.call_name!r} "
                     "and read inside it without being one of its inputs; purefx can only carry "
                     "state and state mutations across a preserved signature"
                 )
@@ -329,7 +333,9 @@ class _Outliner:
     ) -> Graph:
         # in-place results are not returned: readers outside read the mutated state instead
         outputs = [
-            v for v in call.defined if self.last_use.get(v, -1) >= end and v not in self.aliased_state
+            v
+            for v in call.defined
+            if self.last_use.get(v, -1) >= end and v not in self.aliased_state
         ]
         local = [call.env[v] for v in outputs]
         returned = local[0] if len(local) == 1 else tuple(local)
@@ -357,7 +363,6 @@ class _Outliner:
         exported = {out.name for out in call.sig.outputs if out.name}
         now_hidden = [v for v in call.defined if v not in exported]
         self.hidden.update(now_hidden)
-        self.special.update(now_hidden)
 
         def state_args() -> list[Any]:
             return self._pass_inputs(parent, call.extra_inputs, sunk)
@@ -366,7 +371,6 @@ class _Outliner:
             call, parent, target, state_args, self.taken, self.by_name, self._read
         )
         self.hidden.difference_update(held)
-        self.special.difference_update(v for v in held if v not in self.aliased_state)
         return sunk_graph(call.placeholders, sunk, body)
 
 

@@ -8,13 +8,15 @@ from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.program import Program
 from ir.verify import verify
+from transforms.checks import require_program
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink
+from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
 from transforms.sink import sink_state
-from transforms.stacks import fix_module_stacks
+from transforms.stacks import fill_call_gaps, fix_module_stacks
 
 Pass = Callable[[Program], Program]
 
@@ -28,7 +30,18 @@ def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
     passes: list[Pass] = [remove_effect_tokens]
     if not keep_functional:
         passes.append(functional_to_inplace)
-    passes += [split_hop_bodies, fix_module_stacks, outline, sink_state, deduplicate]
+    passes += [
+        split_hop_bodies,
+        fix_module_stacks,
+        # the preserved-call stages (``transforms.preserved``), on the flat root graph
+        fill_call_gaps,
+        repair_call_signatures,
+        rematerialize,
+        insert_ivals,
+        outline,  # the outlining walk
+        sink_state,
+        deduplicate,
+    ]
     return tuple(passes)
 
 
@@ -60,7 +73,8 @@ def named_passes() -> dict[str, Pass]:
     from transforms.split import move_non_tensor_nodes_on_boundary
 
     table: dict[str, Pass] = {}
-    for p in (*pipeline(), *pipeline(keep_functional=True), inline, move_non_tensor_nodes_on_boundary):
+    extra = (inline, move_non_tensor_nodes_on_boundary)
+    for p in (*pipeline(), *pipeline(keep_functional=True), *extra):
         table.setdefault(p.__name__, p)
     return table
 
@@ -87,19 +101,6 @@ def resolve_passes(passes: Sequence[Pass | str]) -> list[Pass]:
     return resolved
 
 
-def require_program(value: object, where: str) -> None:
-    """Raise ``PassError`` naming what ``where`` got instead of a Program, and what to call
-    first (``import_ep``)."""
-    if isinstance(value, Program):
-        return
-    kind = type(value)
-    got = "None" if value is None else f"{kind.__module__}.{kind.__qualname__}"
-    raise PassError(
-        f"{where} takes a purefx Program, got {got}; make one with "
-        "ir.import_ep(torch.export.export(model, args)) first"
-    )
-
-
 @gc_paused
 def transform(
     program: Program, passes: Sequence[Pass | str] | None = None, *, check: bool = False
@@ -109,12 +110,18 @@ def transform(
     A pass is a function ``Program -> Program`` or its name (``"outline"``; see
     ``named_passes``). Pure: ``program`` is not changed. With ``check=True`` every intermediate
     Program is verified. Adjacent passes with an exact fused form (``outline, sink_state``) run
-    fused unless ``check=True``. Raises ``PassError`` for an unknown pass name or a ``program``
-    that is not a Program. **Laws:** ``transform(p, []) is p``;
+    fused unless ``check=True``. A pass list that contains ``outline``, given an outlined
+    program (``Program.is_outlined``), starts at ``outline``: the passes before it take flat
+    programs (the preserved-call stages raise ``PassError`` for an outlined one) and their work
+    is done; so the default pipeline is idempotent. Raises ``PassError`` for an unknown pass
+    name or a ``program`` that is not a Program. **Laws:** ``transform(p, []) is p``;
     ``transform(p, a + b) == transform(transform(p, a), b)``.
     """
     require_program(program, "transform")
     chosen = DEFAULT_PIPELINE if passes is None else resolve_passes(passes)
+    if program.is_outlined and outline in chosen:
+        # what comes before ``outline`` runs on flat programs and has run on this one
+        chosen = chosen[list(chosen).index(outline) :]
     for run in chosen if check else _fuse(chosen):
         program = run(program)
         if check:

@@ -1,4 +1,9 @@
-"""Sinking: state that arrives as a placeholder becomes a ``get_attr`` in the module owning it."""
+"""Sinking: state that arrives as a placeholder becomes a ``get_attr`` in the module owning it.
+
+The one home of sinking: ``sink_state`` (the pass), ``finish_sinking`` (its last step, shared
+with ``outline_and_sink``; the peer reads of ``transforms.foreign_state``), ``StateOwners`` and
+the pieces ``outline_and_sink`` uses to sink while outlining (at the end of this module).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from ir.module import ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms.call_builder import OpenCall
 from transforms.foreign_state import hold_foreign_state
 
 
@@ -31,7 +37,18 @@ def sink_state(program: Program) -> Program:
     **Laws:** idempotent; never changes the number of compute nodes; the lowered module computes
     the same. Complexity: O(n + S) for n nodes and S state fqns.
     """
-    return hold_foreign_state(_Sinker(program).run())
+    return finish_sinking(_Sinker(program).run())
+
+
+def finish_sinking(program: Program) -> Program:
+    """The last step of ``sink_state`` (and of ``outline_and_sink``, which sinks while
+    outlining): state that a preserved call reads but does not own is read through a peer that
+    holds its owner (``transforms.foreign_state.hold_foreign_state``).
+
+    **Laws:** ``sink_state(p) == finish_sinking(<the sinking walk>(p))``; idempotent.
+    Complexity: that of ``hold_foreign_state``, O(n + S).
+    """
+    return hold_foreign_state(program)
 
 
 class StateOwners:
@@ -62,7 +79,9 @@ class StateOwners:
         return None
 
 
-def sunk_reads(placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]) -> list[Node]:
+def sunk_reads(
+    placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
+) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` placeholders (name -> local fqn) which
     ``body`` reads, in placeholder order; an unread one is dropped."""
     read = {r.name for node in body for r in node.inputs()}
@@ -130,7 +149,9 @@ class _Sinker:
                 passed += [None] * len(node.kwargs)
                 key = (child, k)
                 if key in self.carried:
-                    self.carried[key] = [a if a == b else None for a, b in zip(self.carried[key], passed)]
+                    self.carried[key] = [
+                        a if a == b else None for a, b in zip(self.carried[key], passed)
+                    ]
                 else:
                     self.carried[key] = passed
                 if key not in seen:
@@ -183,3 +204,50 @@ def _first_paths(program: Program) -> dict[ModuleId, str]:
     for path, mid in program.walk():
         paths.setdefault(mid, path)
     return paths
+
+
+# --- sinking while outlining (``outline_and_sink``) -------------------------------------------
+# ``sink_state`` after ``outline`` rebuilds every module graph a second time. When each module
+# sits at one path and no preserved signature passes state, the same decision is made when
+# ``outline`` closes a call: a state input owned below the call's module (``StateOwners``) is
+# read with a ``get_attr`` instead of a placeholder. These are the three pieces of that decision.
+
+
+def sinks_in_one_pass(program: Program) -> bool:
+    """Whether sinking at each call's close matches ``sink_state``: every module id is its one
+    path (``sink_state`` names state from a module's first path), and no preserved signature
+    passes state in or out (its value would not come from a placeholder chain)."""
+    if any(path and path != mid for path, mid in program.walk()):
+        return False
+    state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
+    for sig in program.call_signatures.values():
+        if any(arg.name in state for arg in sig.inputs + sig.outputs):
+            return False
+    return True
+
+
+def sunk_inputs(owners: StateOwners | None, call: OpenCall) -> dict[str, str]:
+    """The state inputs of ``call`` read as ``get_attr`` (name -> fqn local to the call's
+    module) when sinking (``owners`` given); state owned elsewhere stays an input."""
+    if owners is None:
+        return {}
+    if call.frame is None:
+        names: list[str] = [n.name for n in call.placeholders]
+    else:
+        names = call.inputs + call.extra_inputs
+    sunk = {}
+    for name in names:
+        fqn = owners.fqn_of.get(name)
+        if fqn is not None:
+            local = owners.local_name(fqn, call.path)
+            if local is not None:
+                sunk[name] = local
+    return sunk
+
+
+def sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:
+    """A call's graph with its ``sunk`` placeholders turned into reads of the state."""
+    if not sunk:
+        return Graph(tuple(placeholders + body))
+    kept = [n for n in placeholders if n.name not in sunk]
+    return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))

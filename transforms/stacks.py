@@ -8,16 +8,28 @@ call of it this is).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
 from ir.program import Program
+from transforms.checks import require_flat
 
 __all__ = [
-    "EMPTY_STACK_KEY", "Frame", "fill_call_gaps", "fix_module_stacks", "node_frames", "stack_frames",
+    "EMPTY_STACK_KEY",
+    "Frame",
+    "FrameOf",
+    "fill_call_gaps",
+    "fix_module_stacks",
+    "node_frames",
+    "stack_frames",
 ]
+
+#: A partition key: the nested calls a node runs in (outermost first), or ``None`` to keep it in
+#: the current call (``node_frames`` reads ``nn_module_stack``; ``split_by_tags`` reads tags).
+FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 
 log = logging.getLogger("purefx")
 
@@ -111,14 +123,16 @@ def fill_call_gaps(program: Program) -> Program:
     in the gap (not an ancestor's) keep their stacks. Nodes without a stack of their own (the
     "keep the current stack" marker) are left as they are: they follow their neighbours.
 
+    Raises ``PassError`` for an outlined program (run this before ``outline``).
+
     **Laws:** idempotent; returns ``program`` itself when no call is cut in two; changes meta
     only, so the result is ``==`` to the input. Complexity: O(n · stack depth) for n nodes,
     plus O(m · c) when calls are cut in two, for the m nodes inside their spans and c such
     calls open at once (at most the stack depth unless calls of unrelated modules interleave).
     """
-    root = program.root_module
-    graph = root.graph
-    if graph is None or any(n.op == "call_module" for n in graph.nodes):
+    require_flat(program, "fill_call_gaps")
+    graph = program.root_module.graph
+    if graph is None:
         return program
     chains, split = _cut_calls(graph)
     if not split:

@@ -75,7 +75,7 @@ from ir import state as stt
 from ir.args import EMPTY_DICT, IDict, IList, Ref, ref
 from ir.errors import InputError
 from ir.graph import Graph
-from ir.import_ep import _holder_tree
+from ir.import_ep import holder_tree
 from ir.module import PLAIN, Module
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
@@ -670,7 +670,7 @@ class _Builder:
         modules: dict[str, Module] = {}
         # class names by path, as import_ep reads them: from the module stacks of the nodes
         types = {path: t for n in self.nodes for path, t in n.meta.get("nn_module_stack", {}).values()}
-        children = _holder_tree(call_order, self.state_order, types, modules)
+        children = holder_tree(call_order, self.state_order, types, modules)
         modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children,
                              graphs=(Graph(tuple(self.nodes)),))
         return Program(

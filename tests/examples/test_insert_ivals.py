@@ -9,7 +9,7 @@ from __future__ import annotations
 from beforeafter import program
 
 from ir import Program
-from transforms.ival_insertion import insert_ivals
+from transforms.preserved.ivals import insert_ivals
 from transforms.stacks import node_frames
 
 SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"

@@ -13,7 +13,7 @@ from beforeafter import program
 from ir import format_program, verify
 from ir.errors import PassError
 from transforms import outline
-from transforms.remat import rematerialize
+from transforms.preserved.remat import rematerialize
 
 IN1 = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
 IN2 = "tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])"

@@ -15,7 +15,7 @@ import torch
 from beforeafter import program
 
 from ir import Program
-from transforms.signatures import repair_call_signatures
+from transforms.preserved.signatures import repair_call_signatures
 
 SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
 

@@ -16,26 +16,12 @@ from ir.program import Program
 from ir.strategies import FEATURES, program_inputs, programs
 from ir.verify import verify
 from lowering import lower
-from transforms.dedup import deduplicate
-from transforms.effects import remove_effect_tokens
-from transforms.hop_split import split_hop_bodies
-from transforms.mutations import functional_to_inplace
-from transforms.outline import outline
-from transforms.sink import sink_state
-from transforms.stacks import fix_module_stacks
+from transforms.pipeline import pipeline
 
 Pass = Callable[[Program], Program]
 
-# The default pipeline, in order (``transforms.pipeline.pipeline()``).
-PIPELINE: tuple[Pass, ...] = (
-    remove_effect_tokens,
-    functional_to_inplace,
-    split_hop_bodies,
-    fix_module_stacks,
-    outline,
-    sink_state,
-    deduplicate,
-)
+# The default pipeline, in order: the preserved-call stages are listed passes too.
+PIPELINE: tuple[Pass, ...] = pipeline()
 
 
 def examples(n: int) -> int:

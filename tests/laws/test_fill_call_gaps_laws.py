@@ -34,7 +34,7 @@ def _inside_a_call(nodes) -> list[int]:
 
 
 @settings(max_examples=examples(100), deadline=None)
-@given(before(outline), st.data())
+@given(before(fill_call_gaps), st.data())
 def test_a_node_that_lost_its_call_gets_it_back(p, data):
     assert fill_call_gaps(p) is p
     nodes = p.root_module.graph.nodes

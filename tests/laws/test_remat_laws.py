@@ -13,8 +13,8 @@ from ir.strategies import programs
 from transforms import transform
 from transforms.laws import check_laws
 from transforms.outline import outline
-from transforms.remat import rematerialize
-from transforms.signatures import repair_call_signatures
+from transforms.preserved.remat import rematerialize
+from transforms.preserved.signatures import repair_call_signatures
 
 CROSSING = frozenset(
     {
@@ -33,20 +33,20 @@ CROSSING = frozenset(
 
 def test_rematerialize_obeys_its_laws():
     check_laws(
-        rematerialize, programs=before(outline, CROSSING), idempotent=True,
+        rematerialize, programs=before(rematerialize, CROSSING), idempotent=True,
         max_examples=examples(80),
     )
 
 
 def test_repair_call_signatures_obeys_its_laws():
     check_laws(
-        repair_call_signatures, programs=before(outline, CROSSING), idempotent=True,
+        repair_call_signatures, programs=before(repair_call_signatures, CROSSING), idempotent=True,
         max_examples=examples(40),
     )
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(before(outline, CROSSING))
+@given(before(repair_call_signatures, CROSSING))
 def test_generated_signatures_are_never_repaired(p):
     """Generated signatures name what crosses: the repair leaves them as they are."""
     assert repair_call_signatures(p) is p
@@ -64,9 +64,9 @@ def test_pipeline_obeys_the_laws_with_crossing_reads():
 
 
 def test_insert_ivals_obeys_its_laws():
-    from transforms.ival_insertion import insert_ivals
+    from transforms.preserved.ivals import insert_ivals
 
     check_laws(
-        insert_ivals, programs=before(outline, CROSSING), idempotent=True,
+        insert_ivals, programs=before(insert_ivals, CROSSING), idempotent=True,
         max_examples=examples(60),
     )

@@ -18,7 +18,7 @@ from ir import signature as sg
 from ir.errors import InputError
 from ir.strategies import FEATURES, program_inputs, programs
 from lowering import lower
-from transforms.remat import rematerialize
+from transforms.preserved.remat import rematerialize
 
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None,
                 suppress_health_check=list(HealthCheck))

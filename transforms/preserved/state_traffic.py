@@ -1,27 +1,27 @@
-"""Intermediate state values ("ivals") that cross a preserved call boundary.
+"""State traffic: which values of the flat root graph stand for state, computed once per Program.
 
 After ``run_decompositions`` a buffer updated in place by several calls is a chain of functional
 values, ``b -> v1 -> v2 -> ... -> vn``, and ``functional_to_inplace`` writes only ``vn`` back
-(``copy_(b, vn)``). A preserved call can take nothing but its eager signature and state, so when a
-call reads ``vk`` that another call computed (``k < n``), that read must be a read of ``b``: the
-call that computes ``vk`` writes it into ``b`` (a new ``copy_(b, vk)`` right after ``vk``) and the
-call that reads it reads ``b``. The same holds for a mutated user input. This module finds the
-chains (``update_chains``) and inserts the writes into the flat root graph after checking that
-every read through ``b`` sees the value it stands for (``insert_ival_copies``); ``outline``
-decides which values need one.
+(``copy_(b, vn)``). A preserved call can take nothing but its eager signature and state, so a
+value on such a chain, an in-place result or a value a ``copy_`` writes is read across a
+preserved boundary as a read of the state (``transforms.preserved.ivals``).
+
+``state_traffic(program)`` is the one analysis every preserved-call stage and the outlining walk
+read: the in-place results, the values written back, the update chains (``update_chains``). It
+is a memo on the Program it describes (``ir.memo.WeakMemo``), so the stages that see one
+Program compute it once.
 """
 
 from __future__ import annotations
 
-import operator
-from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+
+import attrs
 
 from ir import ops
-from ir.args import EMPTY_DICT, Ref, ref
-from ir.errors import PassError
+from ir.args import Ref, ref
 from ir.graph import Graph
-from ir.names import Names, fresh_name
+from ir.memo import WeakMemo, memoized
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.ops import COPY
 from ir.program import Program
@@ -96,7 +96,7 @@ def _previous_value(node: Node, nodes: Mapping[str, Node]) -> str | None:
     for a ``getitem`` of a functional op that returns new values of some of its inputs (train-mode
     batch norm's running statistics: ``ir.ops``'s ``state_outputs``), the input that result is the
     new value of; else the first argument of a functional op."""
-    if node.target is operator.getitem and node.args and type(node.args[0]) is Ref:
+    if ops.is_getitem(node.target) and node.args and type(node.args[0]) is Ref:
         producer = nodes.get(node.args[0].name)
         rule = _state_outputs(producer) if producer is not None else None
         if rule:
@@ -133,75 +133,6 @@ def _functional_step(node: Node) -> bool:
     return not ops.is_mutating(node.target)
 
 
-def insert_ival_copies(
-    graph: Graph,
-    signature: ExportSignature,
-    ivals: Mapping[str, str],
-    reads: Sequence[tuple[str, int]],
-    aliases: Mapping[str, str],
-) -> Graph:
-    """``graph`` with ``copy_(dest, v)`` right after each ``v`` of ``ivals`` (``{v: dest}``).
-
-    Each copy carries ``v``'s ``meta``, so outlining puts it in the call that computes ``v``.
-    ``reads`` lists ``(v, i)`` for each read of ``v`` that goes through ``dest`` instead (before
-    node ``i`` runs); ``aliases`` maps the nodes that already write a root input in place to it.
-
-    Raises:
-        PassError: naming the node, when a read through ``dest`` would see another value than
-        the one it reads: ``dest`` is written again between ``v``'s copy and the read, or a node
-        reads ``dest``'s value from before the call after a new value of it has been written back.
-
-    Complexity: O(n + r log r) for n nodes and r reads.
-    """
-    nodes = graph.nodes
-    position = {n.name: i for i, n in enumerate(nodes)}
-    # times: node i runs at 4i, a copy after it at 4i + 2, a read before it at 4i - 1
-    writes: dict[str, list[int]] = {}
-    for i, node in enumerate(nodes):
-        if node.name in aliases:
-            writes.setdefault(aliases[node.name], []).append(4 * i)
-        if node.name in ivals:
-            writes.setdefault(ivals[node.name], []).append(4 * i + 2)
-    names = {s.name: s.target or s.name for s in signature.inputs}
-    for value, at in reads:
-        dest = ivals[value]
-        times = writes[dest]
-        k = bisect_left(times, 4 * at - 1)
-        last = times[k - 1] if k else -1
-        if last != 4 * position[value] + 2:
-            writer = nodes[last // 4].name
-            how = f"%{writer} wrote it" if last % 4 == 0 else f"%{writer} was written back to it"
-            raise PassError(
-                f"%{value}, a value of {names[dest]!r} computed in one call, is read across a "
-                f"preserved call boundary before node %{nodes[at].name}, after {how}: purefx "
-                "can carry a value of state across a preserved call only while it is the "
-                "state's current value; re-export so that the old value is cloned"
-            )
-    first = {}
-    for value, dest in ivals.items():
-        first[dest] = min(first.get(dest, len(nodes)), position[value])
-    users = graph.users()
-    for dest, at in first.items():
-        for user in users[dest]:
-            if position[user] > at and aliases.get(user) != dest:
-                raise PassError(
-                    f"node %{user} reads the value {names[dest]!r} had before the call, after "
-                    f"%{nodes[at].name}, a later value of it, must be written back to it for a "
-                    "preserved call that reads it; re-export so that the old value is cloned "
-                    "before the update"
-                )
-    taken = Names(position)
-    out: list[Node] = []
-    for node in nodes:
-        out.append(node)
-        dest = ivals.get(node.name)
-        if dest is not None:
-            name = fresh_name("copy_", taken)
-            args = (ref(dest), node.ref)
-            out.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
-    return Graph.of(out)
-
-
 def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:
     """Which values stand for a mutated root input (state or user input).
 
@@ -228,3 +159,63 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
         if node.target is COPY and isinstance(node.args[1], Ref):
             sources.setdefault(node.args[1].name, dest)
     return aliases, sources
+
+
+@attrs.frozen
+class StateTraffic:
+    """The state traffic of a Program's flat root graph (``state_traffic``).
+
+    - ``aliases``: in-place result -> the root input it mutated (it *is* that input);
+    - ``sources``: ``aliases`` and each value a ``copy_(dest, value)`` writes -> ``dest``;
+    - ``written_back``: value the export signature writes back after the call -> root input;
+    - ``chains``: each value on a root input's functional update chain -> that input.
+    """
+
+    aliases: Mapping[str, str]
+    sources: Mapping[str, str]
+    written_back: Mapping[str, str]
+    chains: Mapping[str, str]
+
+    @memoized
+    def writes(self) -> frozenset[str]:
+        """Every value that writes state or is a state between writes (the keys of all four
+        tables): traffic a preserved call signature does not carry."""
+        return frozenset(
+            {**self.aliases, **self.sources, **self.written_back, **self.chains}
+        )
+
+    @memoized
+    def read_from_state(self) -> frozenset[str]:
+        """Values outlining reads from the state: in-place results, values a ``copy_`` writes,
+        update-chain values, and the mutated inputs themselves (a call that mutates one is
+        handed it)."""
+        dests = {*self.aliases.values(), *self.chains.values(), *self.written_back.values()}
+        return frozenset({*self.sources, *self.chains, *dests})
+
+
+def _traffic(program: Program) -> StateTraffic:
+    graph = program.root_module.graph
+    aliases, sources = mutation_sources(graph, program)
+    written_back = written_back_values(program.signature)
+    chains = update_chains(graph, aliases, written_back)
+    return StateTraffic(aliases, sources, written_back, chains)
+
+
+_TRAFFIC: WeakMemo[Program, StateTraffic] = WeakMemo(_traffic)
+
+
+def state_traffic(program: Program) -> StateTraffic:
+    """The state traffic of ``program``'s flat root graph, computed once per Program object.
+
+    Parameters:
+        program: a program whose root has a graph (flat: the stages before ``outline`` and the
+            outlining walk read it).
+
+    Returns:
+        A ``StateTraffic`` of plain name tables; callers read it and never change it.
+
+    **Laws:** a pure function of ``program`` (equal programs give equal traffic); the memo is
+    held weakly by identity (``ir.memo.WeakMemo``) and never changes the Program.
+    Complexity: O(n) in the root graph's nodes on the first call for a Program, O(1) after.
+    """
+    return _TRAFFIC(program)

@@ -16,8 +16,8 @@ signature. ``outline`` builds three pieces of plumbing for each one, in the call
   caller read.
 
 State (and state threaded in, ``OpenCall.extra_inputs``) is the only other thing that crosses:
-``transforms.remat`` and ``transforms.ival_insertion`` have made every other crossing value
-part of the signature or state before outlining starts.
+``transforms.preserved.remat`` and ``transforms.preserved.ivals`` have made every other crossing
+value part of the signature or state before outlining starts.
 
 **Laws:** the callee's graph reads nothing but its placeholders and state; the caller's call
 passes ``len(args)`` positional and ``len(kwargs)`` keyword arguments (plus threaded state).
@@ -195,7 +195,9 @@ def split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:
     return children[0], children[1]
 
 
-def _flat_values(specs: Sequence[Any], by_name: Mapping[str, Any], read: Callable[[str], Any]) -> list:
+def _flat_values(
+    specs: Sequence[Any], by_name: Mapping[str, Any], read: Callable[[str], Any]
+) -> list:
     """The flat values of a signature's inputs or outputs: a constant's value, ``read(name)`` for
     a value the program defines, ``None`` for one it does not."""
     return [

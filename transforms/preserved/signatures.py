@@ -20,30 +20,32 @@ and dtype, or is the only one left, of the same kind, for the only suspect left.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import torch
 
 from ir.graph import Graph
-from ir.node import CALL_MODULE, PLACEHOLDER, Node
+from ir.node import PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature
 from transforms.call_walk import call_spans
-from transforms.ivals import mutation_sources, update_chains, written_back_values
-from transforms.stacks import Frame, node_frames
+from transforms.checks import require_flat
+from transforms.preserved.state_traffic import state_traffic
+from transforms.stacks import FrameOf, node_frames
+
+__all__ = ["repair_call_signatures"]
 
 log = logging.getLogger("purefx")
-
-FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 
 
 def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -> Program:
     """Replace stale value names in preserved call signatures (see the module docstring).
 
     Parameters:
-        program: a flat program (a program already outlined is returned as it is).
+        program: a flat program (``PassError`` for an outlined one: run this before
+            ``outline``).
         frames_of: the module calls a node runs in.
 
     Returns:
@@ -55,19 +57,18 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
     signature says is never changed. Complexity: O(n · d) for n nodes and preserved calls nested
     d deep.
     """
+    require_flat(program, "repair_call_signatures")
     sigs = program.call_signatures
     if not any(sigs):  # only the root's ('')
         return program
     graph = program.root_module.graph
-    if any(n.op == CALL_MODULE for n in graph.nodes):
-        return program
     spans = _spans(graph, frames_of, frozenset(sigs))
     if not spans:
         return program
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     users = graph.users()
     by_name = graph.by_name()
-    writes = _state_writes(graph, program)
+    writes = state_traffic(program).writes
     state = {s.name for s in program.signature.inputs if s.target is not None}
     repaired = {}
     for call, (start, end) in spans.items():
@@ -99,7 +100,7 @@ def _repair(
     inside: _Inside,
     users: Mapping[str, tuple[str, ...]],
     by_name: Mapping[str, Node],
-    writes: set[str],
+    writes: frozenset[str],
     state: set[str],
 ) -> CallSignature:
     names_in = {a.name for a in sig.inputs if a.name}
@@ -216,13 +217,3 @@ def _spans(graph: Graph, frames_of: FrameOf, sigs: Any) -> dict[str, tuple[int, 
     """Preserved call name -> (first, last) position of its nodes in the flat graph."""
     first_at, last_at = call_spans(graph, frames_of)
     return {name: (first, last_at[name]) for name, first in first_at.items() if name in sigs}
-
-
-def _state_writes(graph: Graph, program: Program) -> set[str]:
-    """Nodes that write a root input (in-place ops and the values a ``copy_`` writes), the values
-    the export signature writes back, and every value on a state's update chain: state traffic,
-    which a call signature does not carry."""
-    aliases, sources = mutation_sources(graph, program)
-    written_back = written_back_values(program.signature)
-    chains = update_chains(graph, aliases, written_back)
-    return set(aliases) | set(sources) | set(written_back) | set(chains)

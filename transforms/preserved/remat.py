@@ -34,15 +34,13 @@ in the reader's own call. There:
 
 State values (results of in-place ops, values a ``copy_`` writes back, intermediate values of a
 buffer's update chain) are left to ``outline``, which reads them from the state
-(``transforms.ivals``).
+(``transforms.preserved.state_traffic``).
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 from bisect import bisect_right
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -53,15 +51,15 @@ from ir.args import Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
-from transforms.ivals import mutation_sources, update_chains, written_back_values
-from transforms.stacks import Frame, node_frames
+from transforms.checks import require_flat
+from transforms.preserved.nesting import common_prefix, preserved_chains
+from transforms.preserved.state_traffic import state_traffic
+from transforms.stacks import FrameOf, node_frames
 
 log = logging.getLogger("purefx")
-
-FrameOf = Callable[[Node], "tuple[Frame, ...] | None"]
 
 #: The most nodes one rematerialized value may copy; a longer slice is a ``PassError``.
 MAX_SLICE = 256
@@ -74,8 +72,8 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     its signature (or state) carries it.
 
     Parameters:
-        program: a flat program (as ``import_ep`` makes it; a program already outlined is
-            returned as it is).
+        program: a flat program (as ``import_ep`` makes it; ``PassError`` for an outlined one:
+            run this before ``outline``).
         frames_of: the module calls a node runs in (``transforms.stacks.node_frames``).
 
     Returns:
@@ -98,10 +96,8 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     slice is found once per reading call (memoized), is at most ``MAX_SLICE`` nodes, and its
     size is logged (logger ``purefx``, level DEBUG).
     """
+    require_flat(program, "rematerialize")
     if not any(program.call_signatures):  # only the root's ('')
-        return program
-    graph = program.root_module.graph
-    if any(n.op == CALL_MODULE for n in graph.nodes):
         return program
     worker = _Rematerializer(program, frames_of)
     nodes = worker.run()
@@ -152,11 +148,13 @@ class _Rematerializer:
         self.inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
         self.outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
         self.state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
-        self.user_inputs = [s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS]
-        self.chain, self.frames_at, self.root_stack, self.stack_of = _chains(
+        self.user_inputs = [
+            s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS
+        ]
+        self.chain, self.frames_at, self.root_stack, self.stack_of = preserved_chains(
             self.nodes, frames_of, frozenset(sigs)
         )
-        self._state_values: set[str] | None = None  # built on the first crossing read
+        self._state_values: frozenset[str] | None = None  # built on the first crossing read
         self._aliases: dict[str, list[str]] | None = None
         self._writes: dict[str, list[int]] | None = None
         self._dest: dict[str, str] = {}
@@ -184,7 +182,7 @@ class _Rematerializer:
                 continue
             chain = self.chain[node.name]
             if chain != current:
-                k = _common_prefix(current, chain)
+                k = common_prefix(current, chain)
                 for depth in reversed(range(k, len(current))):
                     self._leave(current[depth], current[: depth + 1], last, i)
                 for depth in range(k, len(chain)):
@@ -289,23 +287,20 @@ class _Rematerializer:
             return True
         if name in self.state:
             return True
-        k = _common_prefix(own, chain)
+        k = common_prefix(own, chain)
         if all(name in self.outputs_of[c] for c in own[k:]) and all(
             name in self.inputs_of[c] for c in chain[k:]
         ):
             return True
         return name in self.state_values()
 
-    def state_values(self) -> set[str]:
+    def state_values(self) -> frozenset[str]:
         """Values ``outline`` reads from the state: in-place results, values a ``copy_`` writes
         back, the intermediate values of a root input's update chain, and the mutated inputs."""
         if self._state_values is None:
-            aliases, sources = mutation_sources(self.graph, self.p)
-            written_back = written_back_values(self.p.signature)
-            chains = update_chains(self.graph, aliases, written_back)
-            # the mutated inputs themselves too: a call that mutates one is handed it
-            dests = set(aliases.values()) | set(chains.values()) | set(written_back.values())
-            self._state_values = set(sources) | set(chains) | dests
+            traffic = state_traffic(self.p)
+            aliases, chains = traffic.aliases, traffic.chains
+            self._state_values = traffic.read_from_state
             self._dest = dict(aliases)
             # a state changes where it is written in place and where a functional update makes
             # its next value (which ``outline`` writes back when a preserved call reads it)
@@ -357,7 +352,7 @@ class _Rematerializer:
         as seen inside ``chain`` (``None`` when no call around the reader was)."""
         if not self.passed:
             return None
-        k = _common_prefix(self.chain.get(name, ()), chain)
+        k = common_prefix(self.chain.get(name, ()), chain)
         for call in chain[k:]:
             found = self.passed.get(call, {}).get(name)
             if found is not None:
@@ -370,7 +365,7 @@ class _Rematerializer:
         if not self.returned:
             return None
         own = self.chain.get(name, ())
-        k = _common_prefix(own, chain)
+        k = common_prefix(own, chain)
         for call in own[k:]:
             found = self.returned.get(call, {}).get(name)
             if found is not None and self._readable(found, chain):
@@ -536,7 +531,7 @@ class _Rematerializer:
     def _message(self, name: str, site: _Site, why: str) -> str:
         chain = site.chain
         own = self.chain.get(name, ())
-        k = _common_prefix(own, chain)
+        k = common_prefix(own, chain)
         if len(own) > k:
             crossing = f"is produced inside a preserved call {own[-1]!r}"
             parent = own[k]
@@ -567,49 +562,6 @@ def _caller_stack(call: str, stack: Any, inside: bool = False) -> dict[str, Any]
 
 
 # --- tables over the flat graph ---------------------------------------------------------------
-
-
-def _chains(nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any) -> tuple[
-    dict[str, tuple[str, ...]], dict[str, tuple[Frame, ...]], dict[str, Any], Callable[[Node], Any]
-]:
-    """Per node, the preserved calls it runs in (outermost first) and its frames; the root's
-    module stack entries; the module stack meta a copy made for a reader takes."""
-    chain: dict[str, tuple[str, ...]] = {}
-    frames_at: dict[str, tuple[Frame, ...]] = {}
-    by_frames: dict[tuple[Frame, ...], tuple[str, ...]] = {}
-    current: tuple[Frame, ...] = ()
-    root_stack: dict[str, Any] = {}
-    for node in nodes:
-        if node.op in (PLACEHOLDER, OUTPUT):
-            chain[node.name] = ()
-            frames_at[node.name] = ()
-            continue
-        frames = frames_of(node)
-        if frames is not None:
-            current = frames
-            if not root_stack:
-                stack = node.meta.get("nn_module_stack") or {}
-                root_stack = {k: v for k, v in stack.items() if not v[0]}
-        found = by_frames.get(current)
-        if found is None:
-            found = tuple(f.call_name for f in current if f.path and f.call_name in sigs)
-            by_frames[current] = found
-        chain[node.name] = found
-        frames_at[node.name] = current
-
-    def stack_of(reader: Node) -> Any:
-        if reader.op == OUTPUT:
-            return dict(root_stack)
-        return reader.meta.get("nn_module_stack")
-
-    return chain, frames_at, root_stack, stack_of
-
-
-def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
-        k += 1
-    return k
 
 
 def _not_pure(node: Node) -> str:
@@ -652,7 +604,7 @@ def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
         if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
             continue
         first = node.args[0].name
-        if node.target is operator.getitem and len(node.args) == 2:
+        if ops.is_getitem(node.target) and len(node.args) == 2:
             key = (first, node.args[1])
             try:
                 seen = items.setdefault(key, node.name)

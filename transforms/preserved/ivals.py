@@ -1,0 +1,171 @@
+"""Ival insertion: write back the state values that a preserved call boundary separates.
+
+Runs on the flat root graph before outlining (DESIGN step 4). A value on a root input's
+functional update chain (``transforms.preserved.state_traffic.update_chains``) that is read
+across a preserved call boundary the call's signature does not carry it across is an *ival*:
+a ``copy_(input, value)`` right after it (in the call that computes it) writes it back, and
+outlining then reads the input instead, as for any value a ``copy_`` writes.
+``insert_ival_copies`` checks that every such read sees the value it stands for.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+
+from ir.args import EMPTY_DICT, ref
+from ir.errors import PassError
+from ir.graph import Graph
+from ir.names import Names, fresh_name
+from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.ops import COPY
+from ir.program import Program
+from ir.signature import ExportSignature
+from transforms.checks import require_flat
+from transforms.preserved.nesting import common_prefix, preserved_chains
+from transforms.preserved.state_traffic import state_traffic
+from transforms.stacks import FrameOf, node_frames
+
+__all__ = ["insert_ival_copies", "insert_ivals"]
+
+
+def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
+    """Insert ``copy_(input, v)`` after each ival ``v`` of the flat root graph.
+
+    Parameters:
+        program: a flat program (``PassError`` for an outlined one: run this before
+            ``outline``).
+        frames_of: the module calls a node runs in.
+
+    Returns:
+        ``program`` itself when no update-chain value crosses a preserved boundary unsigned;
+        else the program whose root graph writes each such value back where it is computed.
+
+    Raises:
+        PassError: for an outlined program (run this before ``outline``); from
+        ``insert_ival_copies``, naming the node, when a read through the input
+        would see another value than the one it reads.
+
+    **Laws:** idempotent (a written-back value is no ival any more); ``outline`` of the result
+    equals ``outline`` of the input. Complexity: O(n + r log r) for n nodes and r reads.
+    """
+    require_flat(program, "insert_ivals")
+    sigs = program.call_signatures
+    graph = program.root_module.graph
+    if not any(sigs) or graph is None:
+        return program
+    traffic = state_traffic(program)
+    aliases, sources = traffic.aliases, traffic.sources
+    chains = {v: dest for v, dest in traffic.chains.items() if v not in sources}
+    if not chains:
+        return program
+    nodes = graph.nodes
+    chain_of = preserved_chains(nodes, frames_of, frozenset(sigs))[0]
+    inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
+    outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
+
+    def crosses(value: str, reader: tuple[str, ...]) -> bool:
+        own = chain_of.get(value, ())
+        if own == reader:
+            return False
+        k = common_prefix(own, reader)
+        return not (
+            all(value in outputs_of[c] for c in own[k:])
+            and all(value in inputs_of[c] for c in reader[k:])
+        )
+
+    ivals: dict[str, str] = {}
+    reads: list[tuple[str, int]] = []
+    starts: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if node.op == PLACEHOLDER:
+            continue
+        reader = chain_of[node.name]
+        for c in reader:
+            starts.setdefault(c, i)
+        for r in node.inputs():
+            if r.name in chains and crosses(r.name, reader):
+                ivals[r.name] = chains[r.name]
+                reads.append((r.name, i))
+    if not ivals:
+        return program
+    # an ival passed to a preserved call is passed as its state: each later read of it reads
+    # the state at that point
+    position = {n.name: i for i, n in enumerate(nodes)}
+    users = graph.users()
+    for call, start in starts.items():
+        for name in inputs_of.get(call, ()):
+            if name in ivals:
+                reads.extend((name, position[u]) for u in users[name] if position[u] >= start)
+    new_graph: Graph = insert_ival_copies(graph, program.signature, ivals, reads, aliases)
+    root = program.root_module.replace(graphs=(new_graph,) + program.root_module.graphs[1:])
+    return program.replace(modules=program.modules.set(program.root, root))
+
+
+def insert_ival_copies(
+    graph: Graph,
+    signature: ExportSignature,
+    ivals: Mapping[str, str],
+    reads: Sequence[tuple[str, int]],
+    aliases: Mapping[str, str],
+) -> Graph:
+    """``graph`` with ``copy_(dest, v)`` right after each ``v`` of ``ivals`` (``{v: dest}``).
+
+    Each copy carries ``v``'s ``meta``, so outlining puts it in the call that computes ``v``.
+    ``reads`` lists ``(v, i)`` for each read of ``v`` that goes through ``dest`` instead (before
+    node ``i`` runs); ``aliases`` maps the nodes that already write a root input in place to it.
+
+    Raises:
+        PassError: naming the node, when a read through ``dest`` would see another value than
+        the one it reads: ``dest`` is written again between ``v``'s copy and the read, or a node
+        reads ``dest``'s value from before the call after a new value of it has been written back.
+
+    Complexity: O(n + r log r) for n nodes and r reads.
+    """
+    nodes = graph.nodes
+    position = {n.name: i for i, n in enumerate(nodes)}
+    # times: node i runs at 4i, a copy after it at 4i + 2, a read before it at 4i - 1
+    writes: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        if node.name in aliases:
+            writes.setdefault(aliases[node.name], []).append(4 * i)
+        if node.name in ivals:
+            writes.setdefault(ivals[node.name], []).append(4 * i + 2)
+    names = {s.name: s.target or s.name for s in signature.inputs}
+    for value, at in reads:
+        dest = ivals[value]
+        times = writes[dest]
+        k = bisect_left(times, 4 * at - 1)
+        last = times[k - 1] if k else -1
+        if last != 4 * position[value] + 2:
+            writer = nodes[last // 4].name
+            how = f"%{writer} wrote it" if last % 4 == 0 else f"%{writer} was written back to it"
+            raise PassError(
+                f"%{value}, a value of {names[dest]!r} computed in one call, is read across a "
+                f"preserved call boundary before node %{nodes[at].name}, after {how}: purefx "
+                "can carry a value of state across a preserved call only while it is the "
+                "state's current value; re-export so that the old value is cloned"
+            )
+    first = {}
+    for value, dest in ivals.items():
+        first[dest] = min(first.get(dest, len(nodes)), position[value])
+    users = graph.users()
+    for dest, at in first.items():
+        for user in users[dest]:
+            if position[user] > at and aliases.get(user) != dest:
+                raise PassError(
+                    f"node %{user} reads the value {names[dest]!r} had before the call, after "
+                    f"%{nodes[at].name}, a later value of it, must be written back to it for a "
+                    "preserved call that reads it; re-export so that the old value is cloned "
+                    "before the update"
+                )
+    taken = Names(position)
+    out: list[Node] = []
+    for node in nodes:
+        out.append(node)
+        dest = ivals.get(node.name)
+        if dest is not None:
+            name = fresh_name("copy_", taken)
+            args = (ref(dest), node.ref)
+            out.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
+    return Graph.of(out)

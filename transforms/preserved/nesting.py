@@ -1,0 +1,64 @@
+"""Nesting of preserved calls in the flat root graph: which preserved calls each node runs in.
+
+Read by the stages that rewrite reads across preserved call boundaries
+(``transforms.preserved.remat``, ``transforms.preserved.ivals``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ir.node import OUTPUT, PLACEHOLDER, Node
+from transforms.stacks import Frame, FrameOf
+
+__all__ = ["common_prefix", "preserved_chains"]
+
+
+def preserved_chains(nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any) -> tuple[
+    dict[str, tuple[str, ...]], dict[str, tuple[Frame, ...]], dict[str, Any], Callable[[Node], Any]
+]:
+    """Per node of the flat root graph, the preserved calls it runs in.
+
+    ``sigs`` holds the names of the preserved calls. Returns ``(chain, frames_at, root_stack,
+    stack_of)``: node name -> the preserved call names it runs in (outermost first); node name
+    -> its frames; the root's module stack entries; and a function giving the module stack meta
+    a copy made for a reader takes. Complexity: O(n) for n nodes (one tuple per distinct stack).
+    """
+    chain: dict[str, tuple[str, ...]] = {}
+    frames_at: dict[str, tuple[Frame, ...]] = {}
+    by_frames: dict[tuple[Frame, ...], tuple[str, ...]] = {}
+    current: tuple[Frame, ...] = ()
+    root_stack: dict[str, Any] = {}
+    for node in nodes:
+        if node.op in (PLACEHOLDER, OUTPUT):
+            chain[node.name] = ()
+            frames_at[node.name] = ()
+            continue
+        frames = frames_of(node)
+        if frames is not None:
+            current = frames
+            if not root_stack:
+                stack = node.meta.get("nn_module_stack") or {}
+                root_stack = {k: v for k, v in stack.items() if not v[0]}
+        found = by_frames.get(current)
+        if found is None:
+            found = tuple(f.call_name for f in current if f.path and f.call_name in sigs)
+            by_frames[current] = found
+        chain[node.name] = found
+        frames_at[node.name] = current
+
+    def stack_of(reader: Node) -> Any:
+        if reader.op == OUTPUT:
+            return dict(root_stack)
+        return reader.meta.get("nn_module_stack")
+
+    return chain, frames_at, root_stack, stack_of
+
+
+def common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """How many leading calls the chains ``a`` and ``b`` share. O(min(len(a), len(b)))."""
+    k = 0
+    while k < len(a) and k < len(b) and a[k] == b[k]:
+        k += 1
+    return k
