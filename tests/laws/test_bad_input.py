@@ -41,7 +41,9 @@ def renamed_definition(p: Program, i: int) -> Program:
     nodes = list(graph.nodes)
     users = graph.users()
     read = [j for j in _computing(p) if users[nodes[j].name]]
-    j = next((j for j in read if j >= i), read[-1] if read else i)
+    if not read:  # renaming a value nobody reads leaves the program well formed
+        return dangling_read(p, i)
+    j = next((j for j in read if j >= i), read[-1])
     nodes[j] = nodes[j].replace(name=nodes[j].name + "_renamed")
     return _root(p, nodes)
 
