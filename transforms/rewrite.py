@@ -62,7 +62,9 @@ class Rule:
             tensors it draws (default ``True``). Say ``False`` for a rule that is right for finite
             values only, as any folding of arithmetic is (``conv`` + ``batch_norm``).
 
-    A Rule holds two caches, bounded by the number of levels: its traced functions per level,
+    A Rule holds two caches: its traced functions per level (plus, for a replacement that
+    computes on its scalar arguments or its tensors' sizes in Python, at most 32 traces for
+    concrete scalars, shapes and dtypes),
     and ``check_rule``'s verdict (so a rule set is checked once, not per program). Neither
     changes what a rewrite computes.
     """
@@ -110,7 +112,7 @@ class Rule:
         self.max_examples = max_examples
         self.specials = bool(specials)
         self.fold_state = bool(fold_state)
-        self._traced: dict[str, Compiled] = {}
+        self._traced: dict[Any, Any] = {}
         self._verdict: BaseException | bool | None = None
 
     def __repr__(self) -> str:
@@ -136,12 +138,16 @@ def _fn_name(fn: Callable) -> str:
 @attrs.frozen
 class Compiled:
     """A rule at one level: its prepared pattern, traced replacement and benefit (compute nodes
-    removed per rewrite)."""
+    removed per rewrite). ``concrete``: the replacement's trace holds values computed in Python
+    from its scalar arguments (``x * (a * b)``) or from the example tensors' shapes
+    (``x.reshape(-1, x.shape[-1])``), so it is traced again for each match's scalars, shapes and
+    dtypes (``replacement_for``)."""
 
     pattern: Pattern
     replacement: Traced
     benefit: int
     traced: Traced  #: the pattern's traced function
+    concrete: bool = False
 
 
 def _compile(rule: Rule, level: str) -> Compiled:
@@ -166,7 +172,85 @@ def _compile(rule: Rule, level: str) -> Compiled:
                 "pattern does not; a replacement can only use what the pattern matched"
             )
     benefit = pattern.size - len(rep.compute_nodes())
-    return Compiled(pattern, rep, benefit, pat)
+    return Compiled(pattern, rep, benefit, pat, _is_concrete(rule, rep))
+
+
+def _other_shapes(x: Any) -> Any:
+    """``x`` with each size above 1 made larger (equal sizes stay equal, 0 and 1 stay)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.zeros([d if d < 2 else d + 11 for d in x.shape], dtype=x.dtype)
+
+
+def _is_concrete(rule: Rule, rep: Traced) -> bool:
+    """Whether the replacement's trace changes beyond its sentinels when the sentinels and the
+    example shapes change (or cannot be traced so): then it folded a scalar argument or a size
+    into a literal that no sentinel marks, and is traced per match."""
+    try:
+        other = trace(rule.replacement, [_other_shapes(x) for x in rule.example_inputs],
+                      TRAINING, rule.name, "replacement", salt=1)
+    except PassError:
+        return True
+    back = {s2: s1 for (_, s1), (_, s2) in zip(rep.sentinels, other.sentinels)}
+    if len(back) != len(rep.sentinels) or len(other.graph.nodes) != len(rep.graph.nodes):
+        return True
+
+    def same(a: Any, b: Any) -> bool:
+        if type(a) is not type(b):
+            return (isinstance(a, (int, float)) and not isinstance(a, bool)
+                    and isinstance(b, (int, float)) and back.get(b, b) == a)
+        if isinstance(a, (tuple, IList)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, IDict):
+            return same(a.items, b.items)
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            return back.get(b, b) == a
+        return a == b
+
+    return not all(
+        m.op == n.op and m.target == n.target and same(m.args, n.args)
+        and same(m.kwargs, n.kwargs)
+        for m, n in zip(rep.graph.nodes, other.graph.nodes)
+    )
+
+
+_CONCRETE_CACHE = 32  #: replacements traced per rule for concrete scalar values, at most
+
+
+def replacement_for(
+    rule: Rule, c: Compiled, scalars: Mapping[int, Any], vals: Mapping[int, Any]
+) -> Traced | None:
+    """The replacement to instantiate for a match binding ``scalars`` (argument position ->
+    matched scalar) and tensor arguments whose ``meta['val']`` are ``vals`` (position -> fake
+    tensor or None): ``c.replacement`` itself unless ``c.concrete``, then the replacement traced
+    with those scalars (the example value for one the pattern did not bind) and tensors of those
+    shapes and dtypes, cached on the rule (at most ``_CONCRETE_CACHE`` entries, oldest dropped
+    first); ``None`` when a tensor's shape is unknown or symbolic (the match is skipped)."""
+    if not c.concrete:
+        return c.replacement
+    args: list[Any] = []
+    key_parts: list[Any] = []
+    for i, x in enumerate(rule.example_inputs):
+        if isinstance(x, torch.Tensor):
+            v = vals.get(i)
+            if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
+                return None
+            args.append(torch.zeros(tuple(v.shape), dtype=v.dtype))
+            key_parts.append((tuple(v.shape), str(v.dtype)))
+        else:
+            value = scalars.get(i, x)
+            args.append(value)
+            key_parts.append((type(value).__name__, value))
+    key = ("concrete", tuple(key_parts))
+    found = rule._traced.get(key)
+    if found is None:
+        found = trace(rule.replacement, args, TRAINING, rule.name, "replacement",
+                      sentinels=False)
+        concrete = [k for k in rule._traced if isinstance(k, tuple)]
+        if len(concrete) >= _CONCRETE_CACHE:
+            del rule._traced[concrete[0]]
+        rule._traced[key] = found
+    return found
 
 
 def _sentinels_used(traced: Traced) -> set[int]:
@@ -328,6 +412,10 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
 def _check_rules(rules: Iterable[Rule]) -> list[Rule]:
     if isinstance(rules, Rule):
         rules = [rules]
+    if not isinstance(rules, Iterable) or isinstance(rules, (str, bytes)):
+        raise PassError(
+            f"rewrite: rules must be a list of Rule values, got {type(rules).__name__}"
+        )
     out = list(rules)
     for i, r in enumerate(out):
         if not isinstance(r, Rule):
@@ -470,7 +558,15 @@ def _try(rule, c: Compiled, n: Node, w: _Work, renames, done, path, gi) -> list[
         plan = _plan(rule, c, b, w)
         if plan is None:
             continue
-        return _apply(rule, c, b, plan, w, renames, done, path, gi)
+        vals = {}
+        if c.concrete:
+            for i, ph in _pattern_inputs(rule, pattern).items():
+                bound = b.names.get(ph)
+                vals[i] = w.node[bound].meta.get("val") if bound is not None else None
+        rep = replacement_for(rule, c, b.scalars, vals)
+        if rep is None:
+            continue
+        return _apply(rule, c, b, plan, rep, w, renames, done, path, gi)
     return None
 
 
@@ -538,10 +634,11 @@ def _pattern_inputs(rule: Rule, pattern: Pattern) -> dict[int, str]:
     return dict(zip(pattern.tensor_args, pattern.input_order))
 
 
-def _apply(rule, c: Compiled, b: Binding, plan, w: _Work, renames, done, path, gi) -> list[str]:
+def _apply(
+    rule, c: Compiled, b: Binding, plan, rep: Traced, w: _Work, renames, done, path, gi
+) -> list[str]:
     pos, outs = plan
     pattern = c.pattern
-    rep = c.replacement
     matched = [b.names[k] for k in pattern.nodes if k in b.names]
     frames = _common_stack([w.node[m] for m in matched])
     anchor_meta = w.node[b.names[pattern.anchor.name]].meta
@@ -562,23 +659,27 @@ def _apply(rule, c: Compiled, b: Binding, plan, w: _Work, renames, done, path, g
     outside_users = {
         o: [u for u in w.users[o] if u not in set(matched)] for o in outs if o is not None
     }
+    old_vals = {m: w.node[m].meta.get("val") for m in matched}
     for m in matched:
         w.remove(m)
     for m in matched:
         w.taken.discard(m)
+    for name in result_names.values():
+        w.taken.add(name)  # before fresh names are drawn: an inner node must not take it
     new_names: list[str] = []
     j = 0
     for rn in rep.graph.nodes:
         if rn.op in (PLACEHOLDER, OUTPUT):
             continue
+        old_val = None
         if rn.name in result_names:
             name = result_names[rn.name]
-            w.taken.add(name)
+            old_val = old_vals.get(name)
         else:
             name = _fresh(w, rn)
         args = _instantiate(rn.args, env, sentinels, b.scalars)
         kwargs = _instantiate(rn.kwargs, env, sentinels, b.scalars)
-        meta = _new_meta(rn.target, args, kwargs, w, frames, anchor_meta)
+        meta = _new_meta(rn.target, args, kwargs, w, frames, anchor_meta, old_val)
         node = Node(rn.op, name, rn.target, args, kwargs, meta)
         w.add(node, (*pos, j))
         j += 1
@@ -650,13 +751,17 @@ def _common_stack(nodes: list[Node]) -> Any:
     return dict(common)
 
 
-def _new_meta(target, args, kwargs, w: _Work, stack, anchor_meta) -> Mapping[str, Any]:
+def _new_meta(
+    target, args, kwargs, w: _Work, stack, anchor_meta, old_val=None
+) -> Mapping[str, Any]:
     meta: dict[str, Any] = {}
     if stack is not None:
         meta["nn_module_stack"] = stack
     if "stack_trace" in anchor_meta:
         meta["stack_trace"] = anchor_meta["stack_trace"]
     val = _fake_val(target, args, kwargs, w)
+    if val is None:
+        val = old_val  # a result's value is the replaced node's (same shape and dtype)
     if val is not None:
         meta["val"] = val
     return MappingProxyType(meta)
@@ -671,8 +776,11 @@ def _fake_val(target, args, kwargs, w: _Work) -> Any:
         v = n.meta.get("val") if n is not None else None
         if v is None:
             missing.append(r.name)
-        elif isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"):
-            modes.append(v.fake_mode)
+        else:
+            modes.extend(
+                t.fake_mode for t in (v if isinstance(v, (tuple, list)) else (v,))
+                if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode")
+            )
         return v
 
     a = thaw(args, on_ref)
