@@ -13,13 +13,6 @@ from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 
 
-def _targets(p) -> list[str]:
-    return [
-        n.target.__name__ if hasattr(n.target, "__name__") else str(n.target)
-        for n in p.root_module.graph.nodes if n.op == "call_function"
-    ]
-
-
 class _Scaled(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x * 5.0) * 7.0 + (x * 2) * 3
@@ -120,3 +113,50 @@ def test_rules_that_are_not_a_list_raise_a_pass_error():
     p = import_ep(torch.export.export(_Scaled(), (torch.randn(4),)))
     with pytest.raises(PassError, match="rules must be a list of Rule"):
         rewrite(p, 5)
+
+
+class _ViewThenWrite(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("c", torch.ones(2, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.c.view(2, 4)  # an alias of the buffer written below
+        m = v.mean(-1, keepdim=True)
+        self.c.add_(x)
+        return m + v.var(-1, keepdim=True, unbiased=False)
+
+
+_MEAN_VAR = Rule(
+    lambda x: (x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)),
+    lambda x: tuple(reversed(torch.var_mean(x, -1, keepdim=True, unbiased=False))),
+    (torch.randn(3, 4),), name="mean_var", trusted=True,
+)
+
+
+@pytest.mark.parametrize("level", ["training", "outlined"])
+def test_a_match_never_spans_a_write_to_a_view_of_its_input(level):
+    # mean reads the buffer before add_, var after: one var_mean would read one of the two
+    p = import_ep(torch.export.export(_ViewThenWrite(), (torch.randn(2, 4),)))
+    p = transform(p) if level == "outlined" else p
+    q, report = rewrite_report(p, [_MEAN_VAR])
+    assert report.counts == {"mean_var": 0} and q is p
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(lower(q)(x.clone()), _ViewThenWrite()(x.clone()))
+
+
+def test_a_training_program_of_core_tagged_ops_is_matched_at_the_training_level():
+    # mean.dim and var.dim are both tagged core, but run_decompositions() rewrites var.dim:
+    # the program is at the training level, so the pattern must be traced there (before, the
+    # pattern was decomposed to var.correction and never matched)
+    class Free(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mean(-1, keepdim=True) * x.var(-1, keepdim=True, unbiased=False)
+
+    x = torch.randn(2, 4)
+    q, report = rewrite_report(import_ep(torch.export.export(Free(), (x,))), [_MEAN_VAR])
+    assert report.counts == {"mean_var": 1}
+    targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
+    assert sum(t.startswith("aten.var_mean") for t in targets) == 1
+    assert "aten.var.dim" not in targets and "aten.mean.dim" not in targets
+    torch.testing.assert_close(lower(q)(x), Free()(x))

@@ -15,6 +15,7 @@ normal form (``transforms.rewrite_match``). Each rule is checked with ``check_ru
 
 from __future__ import annotations
 
+import bisect
 import collections
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -467,6 +468,7 @@ class _Work:
         self.users: dict[str, dict[str, None]] = {}
         self.by_target: dict[int, dict[str, None]] = {}
         self.written: set[str] = set()
+        self.mutations: list[tuple] = []  #: sorted keys of the nodes that write in place
         for i, n in enumerate(graph.nodes):
             self.add(n, (i,))
         self.taken = Names(self.node)
@@ -480,6 +482,8 @@ class _Work:
         if n.op == CALL_FUNCTION:
             self.by_target.setdefault(id(n.target), {})[n.name] = None
             written = ops.facts(n.target).written
+            if written or ops.is_mutating(n.target):
+                bisect.insort(self.mutations, key)
             if written:
                 for pos in written:
                     if pos < len(n.args) and type(n.args[pos]) is Ref:
@@ -487,13 +491,21 @@ class _Work:
 
     def remove(self, name: str) -> None:
         n = self.node.pop(name)
-        del self.key[name]
+        key = self.key.pop(name)
         for r in n.inputs():
             readers = self.users.get(r.name)
             if readers is not None:
                 readers.pop(name, None)
         if n.op == CALL_FUNCTION:
             self.by_target[id(n.target)].pop(name, None)
+            at = bisect.bisect_left(self.mutations, key)
+            if at < len(self.mutations) and self.mutations[at] == key:
+                del self.mutations[at]
+
+    def mutates_between(self, lo: tuple, hi: tuple) -> bool:
+        """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""
+        at = bisect.bisect_right(self.mutations, lo)
+        return at < len(self.mutations) and self.mutations[at] < hi
 
     def candidates(self, target: Any):
         return [self.node[k] for k in list(self.by_target.get(id(target), ()))]
@@ -595,6 +607,8 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> tuple | None:
             return None  # would make a written value an alias of an input
     keys = [w.key[m] for m in matched]
     lo, hi = min(keys), max(keys)
+    if w.mutates_between(lo, hi):
+        return None  # the match spans a write in place (maybe of a view of one of its inputs)
     if all(w.key[i] < lo for i in inputs):
         pos = lo
     elif all(w.key[u] > hi for o in out_set for u in w.users[o] if u not in mset):
