@@ -160,3 +160,24 @@ def test_a_training_program_of_core_tagged_ops_is_matched_at_the_training_level(
     assert sum(t.startswith("aten.var_mean") for t in targets) == 1
     assert "aten.var.dim" not in targets and "aten.mean.dim" not in targets
     torch.testing.assert_close(lower(q)(x), Free()(x))
+
+
+class _Twice(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _Lin()  # one graph after outlining, run on (7, 6) and on (3, 7, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x).sum() + self.inner(x.expand(3, 7, 6)).sum()
+
+
+def test_no_per_shape_replacement_in_a_graph_run_by_calls_of_other_shapes():
+    x = torch.randn(7, 6)
+    model = _Twice()
+    ep = torch.export.export(model, (x,))
+    flat, report = rewrite_report(import_ep(ep), [_ADDMM])
+    assert report.counts == {"addmm": 2}  # flat: each call's linear at its own shapes
+    outlined, report = rewrite_report(transform(import_ep(ep)), [_ADDMM])
+    assert report.counts == {"addmm": 0}
+    for q in (flat, outlined):
+        torch.testing.assert_close(lower(q)(x), model(x))

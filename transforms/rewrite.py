@@ -30,7 +30,7 @@ from ir.errors import PassError, PurefxError
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.rewrite_fold import fold_into_state
 from transforms.rewrite_match import Binding, Pattern, match_at, prepare
@@ -377,6 +377,7 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
     for r, c in compiled:
         index.setdefault(id(c.pattern.anchor.target), []).append((r, c))
+    multi = _called_more_than_once(p, order, table)
     done: list[Rewrite] = []
     changed: dict[ModuleId, Any] = {}
     renamed_root: dict[str, str] = {}
@@ -385,7 +386,10 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
         new_graphs = []
         for gi, graph in enumerate(mod.graphs):
             path = p.first_path(mid) or ""
-            out, renames = _rewrite_graph(graph, index, done, path, gi)
+            # a graph run by several calls may see other shapes than its vals say: a
+            # replacement traced per match's shapes is not instantiated there
+            per_match = mid not in multi
+            out, renames = _rewrite_graph(graph, index, done, path, gi, per_match)
             new_graphs.append(out)
             if mid == p.root and gi == 0:
                 renamed_root = renames
@@ -408,6 +412,28 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
         }
         q = fold_into_state(q, created)
     return q, report
+
+
+def _called_more_than_once(p: Program, order: list, table: Mapping) -> set:
+    """The modules whose graphs run in more than one call: called at two sites, or called by
+    such a module. O(nodes + modules · depth)."""
+    callers: dict[Any, list] = {}
+    for mid in order:
+        for g in table[mid].graphs:
+            for n in g.nodes:
+                if n.op == CALL_MODULE and isinstance(n.target, str):
+                    callee = p.resolve(n.target, mid)
+                    if callee is not None:
+                        callers.setdefault(callee, []).append(mid)
+    multi = {callee for callee, sites in callers.items() if len(sites) > 1}
+    grown = True
+    while grown:
+        grown = False
+        for callee, sites in callers.items():
+            if callee not in multi and any(s in multi for s in sites):
+                multi.add(callee)
+                grown = True
+    return multi
 
 
 def _check_rules(rules: Iterable[Rule]) -> list[Rule]:
@@ -512,7 +538,8 @@ class _Work:
 
 
 def _rewrite_graph(
-    graph: Graph, index: Mapping[int, list], done: list[Rewrite], path: str, gi: int
+    graph: Graph, index: Mapping[int, list], done: list[Rewrite], path: str, gi: int,
+    per_match: bool = True,
 ) -> tuple[Graph, dict[str, str]]:
     if not any(n.op == CALL_FUNCTION and id(n.target) in index for n in graph.nodes):
         return graph, {}
@@ -531,6 +558,8 @@ def _rewrite_graph(
         if n is None or n.op != CALL_FUNCTION:
             continue
         for rule, c in index.get(id(n.target), ()):
+            if c.concrete and not per_match:
+                continue
             pushed = _try(rule, c, n, w, renames, done, path, gi)
             if pushed is None:
                 continue
