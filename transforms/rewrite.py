@@ -333,7 +333,11 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
         The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
         name of the node whose value they replace (so outputs and signatures keep their names),
         the innermost module common to the matched nodes (``nn_module_stack``) and a ``val``
-        computed from the matched inputs' fake tensors.
+        computed from the matched inputs' fake tensors (else the replaced node's). A match is
+        skipped where a value inside it is read outside, where it holds a mutating, effectful
+        or random op, where an input is written in place or a write in place lies between its
+        nodes, and (for a replacement traced per match, ``Compiled.concrete``) where its
+        inputs' shapes are unknown or several calls run the graph.
 
     Raises:
         PassError: naming the rule, when a rule cannot be traced or is malformed, when
