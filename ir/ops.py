@@ -97,7 +97,7 @@ class OpFacts:
     getitem: bool = False  #: ``operator.getitem``
     hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
     commutative: bool = False  #: its first two arguments may be swapped (``add.Tensor``, ``mul``)
-    core: bool = True  #: in core aten (``torch.Tag.core``), or no aten operator at all
+    core: bool = True  #: in core aten (tagged core and left by ``run_decompositions()``), or no aten operator at all
     state_outputs: PMap = _NO_STATE_OUTPUTS
     """``{result index: argument position}`` for a functional operator that returns new values
     of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
@@ -190,8 +190,21 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         size_arithmetic=packet in _SIZE_QUERIES,
         state_outputs=_state_outputs(op),
         commutative=op in _COMMUTATIVE_OPS,
-        core=op.namespace != "aten" or torch.Tag.core in op.tags,
+        core=op.namespace != "aten" or (
+            torch.Tag.core in op.tags and op not in _decomposed_by_default()
+        ),
     )
+
+
+_DECOMPOSED: list = []
+
+
+def _decomposed_by_default() -> Any:
+    """The operators ``ExportedProgram.run_decompositions()`` decomposes by default, even some
+    tagged core (``aten.var.dim``); built once, on first use."""
+    if not _DECOMPOSED:
+        _DECOMPOSED.append(frozenset(torch.export.default_decompositions()))
+    return _DECOMPOSED[0]
 
 
 def _hop_facts(hop: HigherOrderOperator) -> OpFacts:

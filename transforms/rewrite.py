@@ -15,6 +15,7 @@ normal form (``transforms.rewrite_match``). Each rule is checked with ``check_ru
 
 from __future__ import annotations
 
+import bisect
 import collections
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -29,7 +30,7 @@ from ir.errors import PassError, PurefxError
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.rewrite_fold import fold_into_state
 from transforms.rewrite_match import Binding, Pattern, match_at, prepare
@@ -62,7 +63,9 @@ class Rule:
             tensors it draws (default ``True``). Say ``False`` for a rule that is right for finite
             values only, as any folding of arithmetic is (``conv`` + ``batch_norm``).
 
-    A Rule holds two caches, bounded by the number of levels: its traced functions per level,
+    A Rule holds two caches: its traced functions per level (plus, for a replacement that
+    computes on its scalar arguments or its tensors' sizes in Python, at most 32 traces for
+    concrete scalars, shapes and dtypes),
     and ``check_rule``'s verdict (so a rule set is checked once, not per program). Neither
     changes what a rewrite computes.
     """
@@ -110,7 +113,7 @@ class Rule:
         self.max_examples = max_examples
         self.specials = bool(specials)
         self.fold_state = bool(fold_state)
-        self._traced: dict[str, Compiled] = {}
+        self._traced: dict[Any, Any] = {}
         self._verdict: BaseException | bool | None = None
 
     def __repr__(self) -> str:
@@ -136,12 +139,16 @@ def _fn_name(fn: Callable) -> str:
 @attrs.frozen
 class Compiled:
     """A rule at one level: its prepared pattern, traced replacement and benefit (compute nodes
-    removed per rewrite)."""
+    removed per rewrite). ``concrete``: the replacement's trace holds values computed in Python
+    from its scalar arguments (``x * (a * b)``) or from the example tensors' shapes
+    (``x.reshape(-1, x.shape[-1])``), so it is traced again for each match's scalars, shapes and
+    dtypes (``replacement_for``)."""
 
     pattern: Pattern
     replacement: Traced
     benefit: int
     traced: Traced  #: the pattern's traced function
+    concrete: bool = False
 
 
 def _compile(rule: Rule, level: str) -> Compiled:
@@ -166,7 +173,85 @@ def _compile(rule: Rule, level: str) -> Compiled:
                 "pattern does not; a replacement can only use what the pattern matched"
             )
     benefit = pattern.size - len(rep.compute_nodes())
-    return Compiled(pattern, rep, benefit, pat)
+    return Compiled(pattern, rep, benefit, pat, _is_concrete(rule, rep))
+
+
+def _other_shapes(x: Any) -> Any:
+    """``x`` with each size above 1 made larger (equal sizes stay equal, 0 and 1 stay)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.zeros([d if d < 2 else d + 11 for d in x.shape], dtype=x.dtype)
+
+
+def _is_concrete(rule: Rule, rep: Traced) -> bool:
+    """Whether the replacement's trace changes beyond its sentinels when the sentinels and the
+    example shapes change (or cannot be traced so): then it folded a scalar argument or a size
+    into a literal that no sentinel marks, and is traced per match."""
+    try:
+        other = trace(rule.replacement, [_other_shapes(x) for x in rule.example_inputs],
+                      TRAINING, rule.name, "replacement", salt=1)
+    except PassError:
+        return True
+    back = {s2: s1 for (_, s1), (_, s2) in zip(rep.sentinels, other.sentinels)}
+    if len(back) != len(rep.sentinels) or len(other.graph.nodes) != len(rep.graph.nodes):
+        return True
+
+    def same(a: Any, b: Any) -> bool:
+        if type(a) is not type(b):
+            return (isinstance(a, (int, float)) and not isinstance(a, bool)
+                    and isinstance(b, (int, float)) and back.get(b, b) == a)
+        if isinstance(a, (tuple, IList)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, IDict):
+            return same(a.items, b.items)
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            return back.get(b, b) == a
+        return a == b
+
+    return not all(
+        m.op == n.op and m.target == n.target and same(m.args, n.args)
+        and same(m.kwargs, n.kwargs)
+        for m, n in zip(rep.graph.nodes, other.graph.nodes)
+    )
+
+
+_CONCRETE_CACHE = 32  #: replacements traced per rule for concrete scalar values, at most
+
+
+def replacement_for(
+    rule: Rule, c: Compiled, scalars: Mapping[int, Any], vals: Mapping[int, Any]
+) -> Traced | None:
+    """The replacement to instantiate for a match binding ``scalars`` (argument position ->
+    matched scalar) and tensor arguments whose ``meta['val']`` are ``vals`` (position -> fake
+    tensor or None): ``c.replacement`` itself unless ``c.concrete``, then the replacement traced
+    with those scalars (the example value for one the pattern did not bind) and tensors of those
+    shapes and dtypes, cached on the rule (at most ``_CONCRETE_CACHE`` entries, oldest dropped
+    first); ``None`` when a tensor's shape is unknown or symbolic (the match is skipped)."""
+    if not c.concrete:
+        return c.replacement
+    args: list[Any] = []
+    key_parts: list[Any] = []
+    for i, x in enumerate(rule.example_inputs):
+        if isinstance(x, torch.Tensor):
+            v = vals.get(i)
+            if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
+                return None
+            args.append(torch.zeros(tuple(v.shape), dtype=v.dtype))
+            key_parts.append((tuple(v.shape), str(v.dtype)))
+        else:
+            value = scalars.get(i, x)
+            args.append(value)
+            key_parts.append((type(value).__name__, value))
+    key = ("concrete", tuple(key_parts))
+    found = rule._traced.get(key)
+    if found is None:
+        found = trace(rule.replacement, args, TRAINING, rule.name, "replacement",
+                      sentinels=False)
+        concrete = [k for k in rule._traced if isinstance(k, tuple)]
+        if len(concrete) >= _CONCRETE_CACHE:
+            del rule._traced[concrete[0]]
+        rule._traced[key] = found
+    return found
 
 
 def _sentinels_used(traced: Traced) -> set[int]:
@@ -248,7 +333,11 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
         The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
         name of the node whose value they replace (so outputs and signatures keep their names),
         the innermost module common to the matched nodes (``nn_module_stack``) and a ``val``
-        computed from the matched inputs' fake tensors.
+        computed from the matched inputs' fake tensors (else the replaced node's). A match is
+        skipped where a value inside it is read outside, where it holds a mutating, effectful
+        or random op, where an input is written in place or a write in place lies between its
+        nodes, and (for a replacement traced per match, ``Compiled.concrete``) where its
+        inputs' shapes are unknown or several calls run the graph.
 
     Raises:
         PassError: naming the rule, when a rule cannot be traced or is malformed, when
@@ -292,6 +381,7 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
     for r, c in compiled:
         index.setdefault(id(c.pattern.anchor.target), []).append((r, c))
+    multi = _called_more_than_once(p, order, table)
     done: list[Rewrite] = []
     changed: dict[ModuleId, Any] = {}
     renamed_root: dict[str, str] = {}
@@ -300,7 +390,10 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
         new_graphs = []
         for gi, graph in enumerate(mod.graphs):
             path = p.first_path(mid) or ""
-            out, renames = _rewrite_graph(graph, index, done, path, gi)
+            # a graph run by several calls may see other shapes than its vals say: a
+            # replacement traced per match's shapes is not instantiated there
+            per_match = mid not in multi
+            out, renames = _rewrite_graph(graph, index, done, path, gi, per_match)
             new_graphs.append(out)
             if mid == p.root and gi == 0:
                 renamed_root = renames
@@ -325,9 +418,35 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
     return q, report
 
 
+def _called_more_than_once(p: Program, order: list, table: Mapping) -> set:
+    """The modules whose graphs run in more than one call: called at two sites, or called by
+    such a module. O(nodes + modules · depth)."""
+    callers: dict[Any, list] = {}
+    for mid in order:
+        for g in table[mid].graphs:
+            for n in g.nodes:
+                if n.op == CALL_MODULE and isinstance(n.target, str):
+                    callee = p.resolve(n.target, mid)
+                    if callee is not None:
+                        callers.setdefault(callee, []).append(mid)
+    multi = {callee for callee, sites in callers.items() if len(sites) > 1}
+    grown = True
+    while grown:
+        grown = False
+        for callee, sites in callers.items():
+            if callee not in multi and any(s in multi for s in sites):
+                multi.add(callee)
+                grown = True
+    return multi
+
+
 def _check_rules(rules: Iterable[Rule]) -> list[Rule]:
     if isinstance(rules, Rule):
         rules = [rules]
+    if not isinstance(rules, Iterable) or isinstance(rules, (str, bytes)):
+        raise PassError(
+            f"rewrite: rules must be a list of Rule values, got {type(rules).__name__}"
+        )
     out = list(rules)
     for i, r in enumerate(out):
         if not isinstance(r, Rule):
@@ -379,6 +498,7 @@ class _Work:
         self.users: dict[str, dict[str, None]] = {}
         self.by_target: dict[int, dict[str, None]] = {}
         self.written: set[str] = set()
+        self.mutations: list[tuple] = []  #: sorted keys of the nodes that write in place
         for i, n in enumerate(graph.nodes):
             self.add(n, (i,))
         self.taken = Names(self.node)
@@ -392,6 +512,8 @@ class _Work:
         if n.op == CALL_FUNCTION:
             self.by_target.setdefault(id(n.target), {})[n.name] = None
             written = ops.facts(n.target).written
+            if written or ops.is_mutating(n.target):
+                bisect.insort(self.mutations, key)
             if written:
                 for pos in written:
                     if pos < len(n.args) and type(n.args[pos]) is Ref:
@@ -399,20 +521,29 @@ class _Work:
 
     def remove(self, name: str) -> None:
         n = self.node.pop(name)
-        del self.key[name]
+        key = self.key.pop(name)
         for r in n.inputs():
             readers = self.users.get(r.name)
             if readers is not None:
                 readers.pop(name, None)
         if n.op == CALL_FUNCTION:
             self.by_target[id(n.target)].pop(name, None)
+            at = bisect.bisect_left(self.mutations, key)
+            if at < len(self.mutations) and self.mutations[at] == key:
+                del self.mutations[at]
+
+    def mutates_between(self, lo: tuple, hi: tuple) -> bool:
+        """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""
+        at = bisect.bisect_right(self.mutations, lo)
+        return at < len(self.mutations) and self.mutations[at] < hi
 
     def candidates(self, target: Any):
         return [self.node[k] for k in list(self.by_target.get(id(target), ()))]
 
 
 def _rewrite_graph(
-    graph: Graph, index: Mapping[int, list], done: list[Rewrite], path: str, gi: int
+    graph: Graph, index: Mapping[int, list], done: list[Rewrite], path: str, gi: int,
+    per_match: bool = True,
 ) -> tuple[Graph, dict[str, str]]:
     if not any(n.op == CALL_FUNCTION and id(n.target) in index for n in graph.nodes):
         return graph, {}
@@ -431,6 +562,8 @@ def _rewrite_graph(
         if n is None or n.op != CALL_FUNCTION:
             continue
         for rule, c in index.get(id(n.target), ()):
+            if c.concrete and not per_match:
+                continue
             pushed = _try(rule, c, n, w, renames, done, path, gi)
             if pushed is None:
                 continue
@@ -470,7 +603,15 @@ def _try(rule, c: Compiled, n: Node, w: _Work, renames, done, path, gi) -> list[
         plan = _plan(rule, c, b, w)
         if plan is None:
             continue
-        return _apply(rule, c, b, plan, w, renames, done, path, gi)
+        vals = {}
+        if c.concrete:
+            for i, ph in _pattern_inputs(rule, pattern).items():
+                bound = b.names.get(ph)
+                vals[i] = w.node[bound].meta.get("val") if bound is not None else None
+        rep = replacement_for(rule, c, b.scalars, vals)
+        if rep is None:
+            continue
+        return _apply(rule, c, b, plan, rep, w, renames, done, path, gi)
     return None
 
 
@@ -499,6 +640,8 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> tuple | None:
             return None  # would make a written value an alias of an input
     keys = [w.key[m] for m in matched]
     lo, hi = min(keys), max(keys)
+    if w.mutates_between(lo, hi):
+        return None  # the match spans a write in place (maybe of a view of one of its inputs)
     if all(w.key[i] < lo for i in inputs):
         pos = lo
     elif all(w.key[u] > hi for o in out_set for u in w.users[o] if u not in mset):
@@ -538,10 +681,11 @@ def _pattern_inputs(rule: Rule, pattern: Pattern) -> dict[int, str]:
     return dict(zip(pattern.tensor_args, pattern.input_order))
 
 
-def _apply(rule, c: Compiled, b: Binding, plan, w: _Work, renames, done, path, gi) -> list[str]:
+def _apply(
+    rule, c: Compiled, b: Binding, plan, rep: Traced, w: _Work, renames, done, path, gi
+) -> list[str]:
     pos, outs = plan
     pattern = c.pattern
-    rep = c.replacement
     matched = [b.names[k] for k in pattern.nodes if k in b.names]
     frames = _common_stack([w.node[m] for m in matched])
     anchor_meta = w.node[b.names[pattern.anchor.name]].meta
@@ -562,23 +706,27 @@ def _apply(rule, c: Compiled, b: Binding, plan, w: _Work, renames, done, path, g
     outside_users = {
         o: [u for u in w.users[o] if u not in set(matched)] for o in outs if o is not None
     }
+    old_vals = {m: w.node[m].meta.get("val") for m in matched}
     for m in matched:
         w.remove(m)
     for m in matched:
         w.taken.discard(m)
+    for name in result_names.values():
+        w.taken.add(name)  # before fresh names are drawn: an inner node must not take it
     new_names: list[str] = []
     j = 0
     for rn in rep.graph.nodes:
         if rn.op in (PLACEHOLDER, OUTPUT):
             continue
+        old_val = None
         if rn.name in result_names:
             name = result_names[rn.name]
-            w.taken.add(name)
+            old_val = old_vals.get(name)
         else:
             name = _fresh(w, rn)
         args = _instantiate(rn.args, env, sentinels, b.scalars)
         kwargs = _instantiate(rn.kwargs, env, sentinels, b.scalars)
-        meta = _new_meta(rn.target, args, kwargs, w, frames, anchor_meta)
+        meta = _new_meta(rn.target, args, kwargs, w, frames, anchor_meta, old_val)
         node = Node(rn.op, name, rn.target, args, kwargs, meta)
         w.add(node, (*pos, j))
         j += 1
@@ -650,13 +798,17 @@ def _common_stack(nodes: list[Node]) -> Any:
     return dict(common)
 
 
-def _new_meta(target, args, kwargs, w: _Work, stack, anchor_meta) -> Mapping[str, Any]:
+def _new_meta(
+    target, args, kwargs, w: _Work, stack, anchor_meta, old_val=None
+) -> Mapping[str, Any]:
     meta: dict[str, Any] = {}
     if stack is not None:
         meta["nn_module_stack"] = stack
     if "stack_trace" in anchor_meta:
         meta["stack_trace"] = anchor_meta["stack_trace"]
     val = _fake_val(target, args, kwargs, w)
+    if val is None:
+        val = old_val  # a result's value is the replaced node's (same shape and dtype)
     if val is not None:
         meta["val"] = val
     return MappingProxyType(meta)
@@ -671,8 +823,11 @@ def _fake_val(target, args, kwargs, w: _Work) -> Any:
         v = n.meta.get("val") if n is not None else None
         if v is None:
             missing.append(r.name)
-        elif isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"):
-            modes.append(v.fake_mode)
+        else:
+            modes.extend(
+                t.fake_mode for t in (v if isinstance(v, (tuple, list)) else (v,))
+                if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode")
+            )
         return v
 
     a = thaw(args, on_ref)

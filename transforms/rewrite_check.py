@@ -198,7 +198,7 @@ def _check_one(rule: Rule, compiled: Any, args: tuple, skip: bool = True) -> Non
             return
     want = want if isinstance(want, tuple) else (want,)
     try:
-        got = run_replacement(compiled, args)
+        got = run_replacement(compiled, args, rule)
     except Exception as exc:
         raise LawViolation(
             "rule", rule, f"the replacement raised {type(exc).__name__}: {exc} on "
@@ -215,9 +215,15 @@ def _check_one(rule: Rule, compiled: Any, args: tuple, skip: bool = True) -> Non
             )
 
 
-def run_replacement(compiled: Any, args: tuple) -> tuple:
+def run_replacement(compiled: Any, args: tuple, rule: Rule | None = None) -> tuple:
     """Run the replacement's traced graph as ``rewrite`` instantiates it: placeholders are the
-    tensor arguments, sentinel literals the scalar arguments."""
+    tensor arguments, sentinel literals the scalar arguments. A replacement that computes on its
+    scalars in Python (``compiled.concrete``) is traced per match with the match's scalars, which
+    computes what calling ``rule.replacement`` does: that is what runs here."""
+    if compiled.concrete and rule is not None:
+        # the trace holds values computed from the example scalars: run what the rule says
+        out = rule.replacement(*args)
+        return out if isinstance(out, tuple) else (out,)
     rep = compiled.replacement
     sentinels = {value: pos for pos, value in rep.sentinels}
     env: dict[str, Any] = {}

@@ -53,11 +53,12 @@ class Traced:
         return tuple(n for n in self.graph.nodes if n.op not in (PLACEHOLDER, OUTPUT, GET_ATTR))
 
 
-def sentinel_for(position: int, value: Any) -> Any:
-    """The sentinel passed for scalar argument ``position`` whose example is ``value``."""
+def sentinel_for(position: int, value: Any, salt: int = 0) -> Any:
+    """The sentinel passed for scalar argument ``position`` whose example is ``value``; another
+    ``salt`` gives another set of sentinels (to see whether a function computes on them)."""
     if isinstance(value, float):
-        return _FLOAT_SENTINEL + 0.0137 * position
-    return _INT_SENTINEL + 101 * position
+        return _FLOAT_SENTINEL + 0.0137 * position + 0.00391 * salt
+    return _INT_SENTINEL + 101 * position + 7 * salt
 
 
 def is_scalar(value: Any) -> bool:
@@ -66,7 +67,8 @@ def is_scalar(value: Any) -> bool:
 
 
 def trace(
-    fn: Callable, example_inputs: Sequence[Any], level: str, rule: str, role: str
+    fn: Callable, example_inputs: Sequence[Any], level: str, rule: str, role: str,
+    *, sentinels: bool = True, salt: int = 0,
 ) -> Traced:
     """Trace ``fn(*example_inputs)`` at ``level`` (``TRAINING`` or ``CORE``).
 
@@ -85,10 +87,12 @@ def trace(
     floats = [i for i in scalars if isinstance(example_inputs[i], float)]
     ints = [i for i in scalars if i not in floats]
     attempts = [floats + ints, floats] if ints else [floats]
+    if not sentinels:
+        attempts = [[]]
     error: Exception | None = None
     for as_sentinel in attempts:
         try:
-            return _trace(fn, example_inputs, level, as_sentinel)
+            return _trace(fn, example_inputs, level, as_sentinel, salt)
         except PurefxError:
             raise
         except Exception as exc:  # noqa: BLE001 - torch's export errors share no base class
@@ -100,9 +104,13 @@ def trace(
     ) from error
 
 
-def _trace(fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel: list[int]):
+def _trace(
+    fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel: list[int], salt: int
+):
     tensor_args = tuple(i for i, v in enumerate(example_inputs) if isinstance(v, torch.Tensor))
-    sentinels = tuple((i, sentinel_for(i, example_inputs[i])) for i in sorted(as_sentinel))
+    sentinels = tuple(
+        (i, sentinel_for(i, example_inputs[i], salt)) for i in sorted(as_sentinel)
+    )
     fixed = list(example_inputs)
     for i, s in sentinels:
         fixed[i] = s
