@@ -179,6 +179,7 @@ class _Outliner:
         self.nodes = self.graph.nodes
         self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
+        self.call_signatures = dict(program.call_signatures)  # a dict reads faster than a PMap
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
         traffic = state_traffic(program)
         self.aliased_state, self.mutated_state = traffic.aliases, traffic.sources
@@ -227,7 +228,7 @@ class _Outliner:
         return sunk_graph(root.placeholders, self.root_sunk, root.body)
 
     def _open(self, stack: list[OpenCall], frame: Frame, start: int) -> None:
-        sig = self.p.call_signatures.get(frame.call_name) if frame.path else None
+        sig = self.call_signatures.get(frame.call_name) if frame.path else None
         call = OpenCall(frame, frame.path, start, sig)
         if sig is not None:
             open_preserved(call, sig, self.taken, self.by_name, self._mutated_input)
