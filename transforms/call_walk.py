@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ir.graph import Graph
+from ir.memo import WeakMemo
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.signature import CallSignature
-from transforms.stacks import Frame, FrameOf
+from transforms.stacks import Frame, FrameOf, node_frames
 
 # the kinds of step ``call_steps`` yields
 INPUT = "input"  # a placeholder of the root
@@ -42,6 +43,9 @@ def call_steps(
     neither placeholders, the output nor copied, in order. Complexity: O(n · stack depth).
     """
     open_frames: list[Frame] = []
+    # the frames tuple last walked into: ``open_frames`` equals it, so a node that shares it
+    # (consecutive nodes of one call share one tuple) opens and closes nothing
+    entered: Any = None
     for at, node in enumerate(nodes):
         if node.op == PLACEHOLDER:
             yield INPUT, at, node
@@ -49,12 +53,14 @@ def call_steps(
             for _ in open_frames:
                 yield CLOSE, at, None
             open_frames.clear()
+            entered = None
             yield RETURN, at, node
         elif copied(node):
             continue
         else:
             frames = frames_of(node)
-            if frames is not None:
+            if frames is not None and frames is not entered:
+                entered = frames
                 depth = 0
                 while (
                     depth < len(frames)
@@ -105,8 +111,20 @@ def call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[s
 
     Nodes of one call run next to each other, so frames are compared only where they change
     (consecutive nodes of a call share one frames tuple): O(n + changes · stack depth).
-    Placeholders, the output and nodes without a module stack take no part.
+    Placeholders, the output and nodes without a module stack take no part. For the module
+    stack (``node_frames``) the answer is a memo of the graph, computed once for the stages and
+    the walk that read it: the tables are shared, read them only.
     """
+    if frames_of is node_frames:
+        return _MODULE_CALL_SPANS(graph)
+    return _call_spans(graph, frames_of)
+
+
+def _module_call_spans(graph: Graph) -> tuple[dict[str, int], dict[str, int]]:
+    return _call_spans(graph, node_frames)
+
+
+def _call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[str, int]]:
     first_at: dict[str, int] = {}
     last_at: dict[str, int] = {}
     current: tuple = ()
@@ -125,3 +143,8 @@ def call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[s
     for frame in current:
         last_at[frame.call_name] = current_at
     return first_at, last_at
+
+
+_MODULE_CALL_SPANS: WeakMemo[Graph, tuple[dict[str, int], dict[str, int]]] = WeakMemo(
+    _module_call_spans
+)

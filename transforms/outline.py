@@ -45,7 +45,13 @@ from transforms.sink import (
 )
 from transforms.stacks import Frame, FrameOf, node_frames
 
-__all__ = ["outline", "outline_and_sink", "outline_by", "reachable_modules"]
+__all__ = [
+    "outline",
+    "outline_and_sink",
+    "outline_by",
+    "prepare_outline_and_sink",
+    "reachable_modules",
+]
 
 CopiedWhereRead = Callable[[Node], bool]
 
@@ -95,7 +101,26 @@ def outline_and_sink(program: Program) -> Program:
     """
     if program.is_outlined:
         return sink_state(program)
-    program = prepare_outline(program, node_frames)
+    return _outline_and_sink_prepared(prepare_outline(program, node_frames))
+
+
+def prepare_outline_and_sink(program: Program) -> Program:
+    """The preserved-call stages then ``outline_and_sink``, the stages run once.
+
+    ``outline`` runs the stages again on a prepared program, where they only check and return
+    it as it is; composed in order they are a fixpoint (``prepare_outline``'s law), so this form
+    runs them once. ``transform`` runs it for ``fill_call_gaps, repair_call_signatures,
+    rematerialize, insert_ivals, outline, sink_state`` in a pipeline.
+
+    **Laws:** ``prepare_outline_and_sink(p) == outline_and_sink(prepare_outline(p))``. Raises
+    ``PassError`` for an outlined program, as the stages do. Complexity: O(n).
+    """
+    return _outline_and_sink_prepared(prepare_outline(program, node_frames))
+
+
+def _outline_and_sink_prepared(program: Program) -> Program:
+    if program.is_outlined:
+        return sink_state(program)
     outliner = _Outliner(program, node_frames, owners=StateOwners(program))
     if outliner.canon or not sinks_in_one_pass(program):
         outliner.owners = None
@@ -154,6 +179,7 @@ class _Outliner:
         self.nodes = self.graph.nodes
         self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
+        self.call_signatures = dict(program.call_signatures)  # a dict reads faster than a PMap
         self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
         traffic = state_traffic(program)
         self.aliased_state, self.mutated_state = traffic.aliases, traffic.sources
@@ -202,7 +228,7 @@ class _Outliner:
         return sunk_graph(root.placeholders, self.root_sunk, root.body)
 
     def _open(self, stack: list[OpenCall], frame: Frame, start: int) -> None:
-        sig = self.p.call_signatures.get(frame.call_name) if frame.path else None
+        sig = self.call_signatures.get(frame.call_name) if frame.path else None
         call = OpenCall(frame, frame.path, start, sig)
         if sig is not None:
             open_preserved(call, sig, self.taken, self.by_name, self._mutated_input)

@@ -13,8 +13,13 @@ from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
 from transforms.mutations import functional_to_inplace
-from transforms.outline import outline, outline_and_sink
-from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
+from transforms.outline import outline, outline_and_sink, prepare_outline_and_sink
+from transforms.preserved import (
+    PRESERVED_STAGES,
+    insert_ivals,
+    rematerialize,
+    repair_call_signatures,
+)
 from transforms.sink import sink_state
 from transforms.stacks import fill_call_gaps, fix_module_stacks
 
@@ -47,19 +52,30 @@ def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
 
 DEFAULT_PIPELINE: tuple[Pass, ...] = pipeline()
 
-# Adjacent passes whose composition has a faster implementation with exactly the same result.
-_FUSED: dict[tuple[Pass, Pass], Pass] = {
+# Runs of adjacent passes whose composition has a faster implementation with exactly the same
+# result; the longest run that matches is taken.
+_FUSED: dict[tuple[Pass, ...], Pass] = {
+    # the stages once: ``outline`` would run them again, only to check (``prepare_outline``)
+    (*PRESERVED_STAGES, outline, sink_state): prepare_outline_and_sink,
     (outline, sink_state): outline_and_sink,  # one rebuild of each module graph, not two
 }
+_FUSED_LENGTHS = sorted({len(run) for run in _FUSED}, reverse=True)
 
 
 def _fuse(passes: Sequence[Pass]) -> list[Pass]:
+    passes = tuple(passes)
     fused: list[Pass] = []
     i = 0
     while i < len(passes):
-        both = _FUSED.get(tuple(passes[i : i + 2])) if i + 1 < len(passes) else None
-        fused.append(both or passes[i])
-        i += 2 if both else 1
+        for n in _FUSED_LENGTHS:
+            run = _FUSED.get(passes[i : i + n])
+            if run is not None:
+                fused.append(run)
+                i += n
+                break
+        else:
+            fused.append(passes[i])
+            i += 1
     return fused
 
 
@@ -109,9 +125,10 @@ def transform(
 
     A pass is a function ``Program -> Program`` or its name (``"outline"``; see
     ``named_passes``). Pure: ``program`` is not changed. With ``check=True`` every intermediate
-    Program is verified. Adjacent passes with an exact fused form (``outline, sink_state``) run
-    fused unless ``check=True``. A pass list that contains ``outline``, given an outlined
-    program (``Program.is_outlined``), starts at ``outline``: the passes before it take flat
+    Program is verified. Adjacent passes with an exact fused form (``outline, sink_state``; the
+    preserved-call stages before them) run fused unless ``check=True``. A pass list that
+    contains ``outline``, given an outlined program (``Program.is_outlined``), starts at
+    ``outline``: the passes before it take flat
     programs (the preserved-call stages raise ``PassError`` for an outlined one) and their work
     is done; so the default pipeline is idempotent. Raises ``PassError`` for an unknown pass
     name or a ``program`` that is not a Program. **Laws:** ``transform(p, []) is p``;
