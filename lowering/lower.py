@@ -478,6 +478,8 @@ def _register(
         or _class_has(type(owner), name, on_class)
     )
     if taken:
+        if attributes.get(name) is value:
+            return  # a module reached under two paths: its tied state is held once already
         raise LoweringError(_taken_message(owner, name, f"state {fqn!r}"))
     free = direct
     kind = slot.kind

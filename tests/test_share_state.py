@@ -60,3 +60,50 @@ def test_buffer_updates_reach_the_program_only_when_shared():
     assert all(torch.equal(v, before[k]) for k, v in ep_copied.state_dict.items())
     for fqn in changed:
         torch.testing.assert_close(shared.get_buffer(fqn), ep_shared.state_dict[fqn])
+
+
+SHARED_HOLDER = '''
+program:
+  inputs:
+    %b_m0_b0: buffer m0.b0 persistent=True
+    %b_s0_b0: buffer s0.b0 persistent=True
+    %c_m0_c0: constant_tensor m0.c0
+    %c_s0_c0: constant_tensor s0.c0
+    %x0: user_input
+  outputs:
+    %x0: user_output
+  state:
+    m0.b0: buffer <Tensor (4,) torch.float32>
+    s0.b0: buffer <Tensor (4,) torch.float32> = m0.b0
+    m0.c0: constant <Tensor (4,) torch.float32>
+    s0.c0: constant <Tensor (4,) torch.float32> = m0.c0
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('x0',)
+  call order: ('', 'm0', 's0')
+  module <root>: purefx.generated.Root [module] id=''
+    graph 0:
+      %b_m0_b0 = placeholder
+      %b_s0_b0 = placeholder
+      %c_m0_c0 = placeholder
+      %c_s0_c0 = placeholder
+      %x0 = placeholder
+      return (%x0,)
+  module m0: ? [module] id='m0'
+  module s0: ? [module] id='s0'
+'''
+
+
+def test_a_module_under_two_paths_holds_its_tied_constant_once():
+    # m0 and s0 tie every state tensor, so they are one module object; its constant is
+    # registered under both paths, the second time as the value it already holds
+    from ir import parse_program
+
+    m = lower(transform(parse_program(SHARED_HOLDER)))
+    assert m.m0 is m.s0
+    assert m.s0.c0 is m.m0.c0
+    assert [name for name, _ in m.named_buffers()] == ["m0.b0"]
