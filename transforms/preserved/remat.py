@@ -164,25 +164,36 @@ class _Reach:
         """Whether any read crosses a boundary outside the signatures: a node reads a value it
         may not, or a call's signature names a value its caller (argument) or the call itself
         (output) may not read. Exactly when ``_rewrite`` changes something."""
-        readable = _Readable(self, self.chain, self.inputs_of, self.outputs_of)
+        chain_of, position = self.chain, self.position
+        readable = _Readable(self, chain_of, self.inputs_of, self.outputs_of)
+
+        def unreadable(names: dict[str, None], chain: tuple[str, ...], at: int) -> bool:
+            for name in names:  # the common case, made in ``chain`` itself, inline
+                own = chain_of.get(name)
+                if own is None or own == chain or position.get(name, at) >= at:
+                    continue
+                if not readable(name, chain):
+                    return True
+            return False
+
         current: tuple[str, ...] = ()
         for i, node in enumerate(self.nodes):
             if node.op == PLACEHOLDER:
                 continue
-            chain = self.chain[node.name]
+            chain = chain_of[node.name]
             if chain != current:
                 k = common_prefix(current, chain)
                 if any(
-                    _unreadable_outputs(self, c, current[: d + 1], i, readable)
+                    unreadable(self.outputs_of.get(c, {}), current[: d + 1], i)
                     for d, c in enumerate(current) if d >= k
                 ) or any(
-                    _unreadable_inputs(self, c, chain[:d], i, readable)
+                    unreadable(self.inputs_of.get(c, {}), chain[:d], i)
                     for d, c in enumerate(chain) if d >= k
                 ):
                     return True
                 current = chain
             for r in node.inputs():
-                own = self.chain.get(r.name)
+                own = chain_of.get(r.name)
                 if own is not None and own != chain and not readable(r.name, chain):
                     return True
         return False
