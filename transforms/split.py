@@ -51,7 +51,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
 from transforms.outline import outline_by, reachable_modules
-from transforms.stacks import Frame
+from transforms.stacks import Frame, FrameOf
 
 log = logging.getLogger("purefx")
 
@@ -119,11 +119,19 @@ def split_by_tags(
     """
     tags = tuple(tags)
     _check_tags(tags)
-    split = _TagSplit(program, tags, tag_of or node_tag, return_tuple)
-    result = split.run()
-    if return_fqn_mapping:
-        return result, split.fqn_mapping
-    return result
+    graph = _flat_root_graph(program)
+    part = _partition(graph, tags, tag_of or node_tag)
+    names = tuple(str(t) for t in tags)
+    outlined = outline_by(
+        _runs(program, graph, part, names), _frames_of(part, names),
+        copied=lambda n: n.op == GET_ATTR,
+    )
+    children = _child_graphs(outlined, names, _first_reads(graph, part), len(graph),
+                             return_tuple)
+    root = _root_graph(graph, children, names)  # reads the children by the original names
+    children = {name: _torch_child_names(g) for name, g in children.items()}
+    result, mapping = _place(program, outlined, root, children)
+    return (result, mapping) if return_fqn_mapping else result
 
 
 def _check_tags(tags: tuple[Hashable, ...]) -> None:
@@ -137,344 +145,379 @@ def _check_tags(tags: tuple[Hashable, ...]) -> None:
         names.add(name)
 
 
-class _TagSplit:
-    """The worker of ``split_by_tags``: assign, reorder, outline, then place state and outputs."""
+def _is_leaf(p: Program, target: str) -> bool:
+    mid = p.resolve(target)
+    return mid is not None and p.modules[mid].kind == LEAF
 
-    def __init__(
-        self, program: Program, tags: tuple[Hashable, ...], tag_of: TagOf, return_tuple: bool
-    ) -> None:
-        self.p = program
-        self.tags = tags
-        self.names = [str(t) for t in tags]
-        self.index = {t: i for i, t in enumerate(tags)}
-        self.tag_of = tag_of
-        self.return_tuple = return_tuple
-        self.fqn_mapping: dict[str, str] = {}
-        self.root_attrs: dict[str, str] = {}  # root get_attr node -> the attribute it reads
-        root = program.root_module
-        if root.graph is None or any(
-            n.op == CALL_MODULE and not self._is_leaf(n.target) for n in root.graph.nodes
-        ):
+
+def _flat_root_graph(p: Program) -> Graph:
+    """The root graph, which may call leaf modules only (else ``PassError``)."""
+    graph = p.root_module.graph
+    if graph is None or any(
+        n.op == CALL_MODULE and not _is_leaf(p, n.target) for n in graph.nodes
+    ):
+        raise PassError(
+            "split_by_tags expects a flat program (as imported, before outline): its root "
+            "graph may call leaf modules only"
+        )
+    return graph
+
+
+# --- 1. which child each node goes to -----------------------------------------------------------
+
+
+def _partition(graph: Graph, tags: tuple[Hashable, ...], tag_of: TagOf) -> dict[str, int]:
+    """Each ``call_*`` node's tag index; ``PassError`` for a missing or unknown tag and for a
+    node that reads a later tag."""
+    index = {t: i for i, t in enumerate(tags)}
+    part: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op not in _TAGGED_OPS:
+            continue
+        tag = tag_of(node)
+        if tag is None:
             raise PassError(
-                "split_by_tags expects a flat program (as imported, before outline): its root "
-                "graph may call leaf modules only"
+                f"node {node.name!r} ({node.op} {node.target}) has no tag; tag every "
+                "call_function / call_method node before split_by_tags"
             )
-        self.graph = root.graph
-
-    def _is_leaf(self, target: str) -> bool:
-        mid = self.p.resolve(target)
-        return mid is not None and self.p.modules[mid].kind == LEAF
-
-    # --- 1. which child each node goes to ------------------------------------------------------
-
-    def _partition(self) -> dict[str, int]:
-        part: dict[str, int] = {}
-        for node in self.graph.nodes:
-            if node.op not in _TAGGED_OPS:
-                continue
-            tag = self.tag_of(node)
-            if tag is None:
+        i = index.get(tag)
+        if i is None:
+            raise PassError(
+                f"node {node.name!r} has tag {tag!r}, which is not one of the tags "
+                f"{list(tags)!r}"
+            )
+        for r in node.inputs():
+            j = part.get(r.name)
+            if j is not None and j > i:
                 raise PassError(
-                    f"node {node.name!r} ({node.op} {node.target}) has no tag; tag every "
-                    "call_function / call_method node before split_by_tags"
+                    f"node {node.name!r} has tag {tag!r} but reads %{r.name} of tag "
+                    f"{tags[j]!r}, which comes later in the tags {list(tags)!r}; "
+                    "order the tags so that each comes after the tags it reads from"
                 )
-            i = self.index.get(tag)
-            if i is None:
-                raise PassError(
-                    f"node {node.name!r} has tag {tag!r}, which is not one of the tags "
-                    f"{list(self.tags)!r}"
-                )
-            for r in node.inputs():
-                j = part.get(r.name)
-                if j is not None and j > i:
-                    raise PassError(
-                        f"node {node.name!r} has tag {tag!r} but reads %{r.name} of tag "
-                        f"{self.tags[j]!r}, which comes later in the tags {list(self.tags)!r}; "
-                        "order the tags so that each comes after the tags it reads from"
-                    )
-            part[node.name] = i
-        return part
+        part[node.name] = i
+    return part
 
-    # --- 2. a flat program whose tags form runs, without holder modules -------------------------
 
-    def _runs(self, part: dict[str, int]) -> Program:
-        p = self.p
-        nodes = self.graph.nodes
-        placeholders = [n for n in nodes if n.op == PLACEHOLDER]
-        rest = [n for n in nodes[:-1] if n.op != PLACEHOLDER]
-        # stable: within a tag the original order; get_attr first (it is only ever copied)
-        rest.sort(key=lambda n: part.get(n.name, -1))
-        rest = [_stand_in(n) if n.op == CALL_MODULE else n for n in rest]
-        graph = Graph(tuple(placeholders + rest + [nodes[-1]]))
-        root = p.root_module
-        kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
-        for name, _ in kept:
-            if name in self.names:
-                raise PassError(f"tag {name!r} is also the name of the subgraph module {name!r}")
-        modules = {p.root: root.replace(children=kept, graphs=(graph,))}
-        stack = [c for _, c in kept]
-        while stack:
-            mid = stack.pop()
-            if mid not in modules:
-                modules[mid] = p.modules[mid]
-                stack.extend(c for _, c in p.modules[mid].children)
-        signatures = {k: v for k, v in p.call_signatures.items() if k == ""}
-        return p.replace(
-            modules=pmap(modules),
-            call_signatures=pmap(signatures),
-            call_order=tuple(f for f in p.call_order if f == ""),
-        )
+def _frames_of(part: dict[str, int], names: tuple[str, ...]) -> FrameOf:
+    """The outliner's partition key: a tagged node runs in the call of its tag's child."""
+    frames = [Frame(name, name, None, 0) for name in names]
 
-    # --- driver ---------------------------------------------------------------------------------
+    def frames_of(node: Node) -> tuple[Frame, ...] | None:
+        i = part.get(node.name)
+        return None if i is None else (frames[i],)
 
-    def run(self) -> Program:
-        part = self._partition()
-        frames = [Frame(name, name, None, 0) for name in self.names]
+    return frames_of
 
-        def frames_of(node: Node) -> tuple[Frame, ...] | None:
-            i = part.get(node.name)
-            return None if i is None else (frames[i],)
 
-        outlined = outline_by(
-            self._runs(part), frames_of, copied=lambda n: n.op == GET_ATTR
-        )
-        graphs = {
-            name: _restore_leaf_calls(outlined.modules[name].graphs[0])
-            for name in self.names
-            if name in outlined.modules and outlined.modules[name].graphs
-        }
-        for name in self.names:
-            graphs.setdefault(name, Graph((Node(OUTPUT, "output", "output", ((),)),)))
-        first = self._first_reads(part)
-        for name in self.names:
-            graphs[name] = self._order_returns(graphs[name], first)
-        root = self._root_graph(graphs)  # reads the children by the original names
-        graphs = {name: _torch_child_names(graph) for name, graph in graphs.items()}
-        return self._place(outlined, root, graphs)
+# --- 2. a flat program whose tags form runs, without holder modules -----------------------------
 
-    # --- 3. outputs in torch's order, tuples where asked, calls of empty tags -------------------
 
-    def _first_reads(self, part: dict[str, int]) -> dict[str, tuple[int, int]]:
-        """For each value another tag (or the output) reads: where it is first read so."""
-        first: dict[str, tuple[int, int]] = {}
-        nodes = self.graph.nodes
-        for k, node in enumerate(nodes):
-            mine = part.get(node.name)
-            if mine is None and node.op != OUTPUT:
-                continue
-            for j, r in enumerate(node.inputs()):
-                theirs = part.get(r.name)
-                if theirs is not None and theirs != mine:
-                    first.setdefault(r.name, (k, j))
-        return first
+def _runs(p: Program, graph: Graph, part: dict[str, int], names: tuple[str, ...]) -> Program:
+    """``p`` with the root graph reordered so that each tag's nodes form one run (leaf calls
+    as stand-ins), and only the subgraph modules kept below the root."""
+    nodes = graph.nodes
+    placeholders = [n for n in nodes if n.op == PLACEHOLDER]
+    rest = [n for n in nodes[:-1] if n.op != PLACEHOLDER]
+    # stable: within a tag the original order; get_attr first (it is only ever copied)
+    rest.sort(key=lambda n: part.get(n.name, -1))
+    rest = [_stand_in(n) if n.op == CALL_MODULE else n for n in rest]
+    runs = Graph(tuple(placeholders + rest + [nodes[-1]]))
+    root = p.root_module
+    kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
+    for name, _ in kept:
+        if name in names:
+            raise PassError(f"tag {name!r} is also the name of the subgraph module {name!r}")
+    modules = {p.root: root.replace(children=kept, graphs=(runs,))}
+    stack = [c for _, c in kept]
+    while stack:
+        mid = stack.pop()
+        if mid not in modules:
+            modules[mid] = p.modules[mid]
+            stack.extend(c for _, c in p.modules[mid].children)
+    signatures = {k: v for k, v in p.call_signatures.items() if k == ""}
+    return p.replace(
+        modules=pmap(modules),
+        call_signatures=pmap(signatures),
+        call_order=tuple(f for f in p.call_order if f == ""),
+    )
 
-    def _order_returns(self, graph: Graph, first: dict[str, tuple[int, int]]) -> Graph:
-        """The child returns the values others read in the order first read (torch's
-        ``used_in_main`` order), as a tuple unless it is one value (and not ``return_tuple``)."""
-        returned = graph.outputs
-        values = [r.name for r in (returned if type(returned) is tuple else (returned,))]
-        position = {v: i for i, v in enumerate(values)}
-        values.sort(key=lambda v: first.get(v, (len(self.graph), position[v])))
-        as_tuple = self.return_tuple or len(values) != 1
-        out = graph.output_node
-        new_out = out.replace(args=(tuple(map(ref, values)) if as_tuple else ref(values[0]),))
-        return Graph(graph.nodes[:-1] + (new_out,))
 
-    def _root_graph(self, graphs: dict[str, Graph]) -> Graph:
-        """The root as torch builds it: every placeholder, a ``get_attr`` per attribute the
-        output reads, then one call per tag in order (named after the tag) and a ``getitem``
-        per value of a tuple it returns, then the output."""
-        nodes = self.graph.nodes
-        taken = _FxNames()
-        body = [n.replace(name=taken.create(n.name)) for n in nodes if n.op == PLACEHOLDER]
-        renamed: dict[str, str] = {n.name: b.name for n, b in zip(nodes, body)}
-        by_name = self.graph.by_name()
-        output = nodes[-1]
-        for r in output.inputs():
-            node = by_name[r.name]
-            if node.op == GET_ATTR:
-                made = Node(GET_ATTR, taken.create(_snake(r.name)), node.target, (), meta=node.meta)
-                self.root_attrs[made.name] = r.name
-                renamed[r.name] = made.name
-                body.append(made)
-        for name in self.names:
-            graph = graphs[name]
-            args = tuple(ref(renamed[p.name]) for p in graph.placeholders)
-            call = Node(CALL_MODULE, taken.create(_snake(name)), name, args)
-            body.append(call)
-            returned = graph.outputs
-            if type(returned) is not tuple:
-                renamed[returned.name] = call.name
-                continue
-            for i, value in enumerate(returned):
-                item = Node(CALL_FUNCTION, taken.create("getitem"), operator.getitem,
-                            (call.ref, i))
-                renamed[value.name] = item.name
-                body.append(item)
-        body.append(output.replace(args=_renamed(output.args, renamed)))
-        self.renamed = renamed
-        return Graph(tuple(body))
+# --- 3. outputs in torch's order, tuples where asked, calls of empty tags -----------------------
 
-    # --- 4. state and module table ---------------------------------------------------------------
 
-    def _place(self, outlined: Program, root_graph: Graph, graphs: dict[str, Graph]) -> Program:
-        """State and modules as torch's ``GraphModule`` registers them: each child holds what it
-        reads at ``<tag>.<path>`` (a called leaf module whole, at its path), the root holds the
-        attributes its output reads under the name of the node that read them."""
-        p = self.p
-        state: dict[str, Slot] = {}
-        kids_of: dict[ModuleId, dict[str, ModuleId]] = {"": {}}
-        # new modules get ids no module of the input or the outliner has (a leaf may be "rnn")
-        self.taken = Names(set(p.modules) | set(outlined.modules) | {""})
-        tag_ids: dict[ModuleId, str] = {}
+def _first_reads(graph: Graph, part: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """For each value another tag (or the output) reads: where it is first read so."""
+    first: dict[str, tuple[int, int]] = {}
+    for k, node in enumerate(graph.nodes):
+        mine = part.get(node.name)
+        if mine is None and node.op != OUTPUT:
+            continue
+        for j, r in enumerate(node.inputs()):
+            theirs = part.get(r.name)
+            if theirs is not None and theirs != mine:
+                first.setdefault(r.name, (k, j))
+    return first
 
-        def hold(fqn: str, slot: Slot) -> None:
-            if fqn in state and state[fqn] != slot:
-                raise PassError(f"split_by_tags would register two values at {fqn!r}")
-            state[fqn] = slot
 
-        for name in self.names:
-            mid = name if name not in p.modules else fresh_name(name, self.taken)
-            kids_of[""][name] = mid
-            kids_of[mid] = {}
-            tag_ids[mid] = name
-        for spec in p.signature.inputs:  # state an exported program passes in stays at the root
-            if spec.kind in STATE_INPUT_KINDS and spec.target in p.state:
-                hold(spec.target, p.state[spec.target])
-                self._attach("", spec.target, kids_of)
-        root_nodes = []
-        for node in root_graph.nodes:
-            if node.op == GET_ATTR and node.target in p.state:
-                attribute = self.root_attrs[node.name]
-                if attribute in self.names:
-                    raise PassError(
-                        f"the output reads attribute {node.target!r} as %{attribute}, which the "
-                        f"root would hold next to the child of tag {attribute!r}"
-                    )
-                hold(attribute, self._held(p.state[node.target]))
-                node = node.replace(target=attribute)
-            elif node.op == GET_ATTR:
-                kids_of[""][node.target] = self._subgraph(node.target)
-            root_nodes.append(node)
-        for mid, name in tag_ids.items():
-            self._place_child(name, mid, graphs[name], hold, kids_of)
-        modules: dict[ModuleId, Module] = {}
-        for mid, kids in kids_of.items():
-            if mid == "":
-                base = p.root_module.replace(graphs=(Graph(tuple(root_nodes)),))
-            elif mid in tag_ids:
-                name = tag_ids[mid]
-                base = (outlined.modules.get(name) or Module()).replace(graphs=(graphs[name],))
-            else:
-                base = Module()
-            modules[mid or p.root] = base.replace(children=tuple(kids.items()))
+def _child_graphs(
+    outlined: Program,
+    names: tuple[str, ...],
+    first: dict[str, tuple[int, int]],
+    end: int,
+    return_tuple: bool,
+) -> dict[str, Graph]:
+    """Each tag's child graph (leaf calls restored; ``return ()`` for a tag with no node),
+    returning in torch's order."""
+    graphs: dict[str, Graph] = {}
+    for name in names:
+        module = outlined.modules.get(name)
+        if module is not None and module.graphs:
+            graph = _restore_leaf_calls(module.graphs[0])
+        else:
+            graph = Graph((Node(OUTPUT, "output", "output", ((),)),))
+        graphs[name] = _order_returns(graph, first, end, return_tuple)
+    return graphs
 
-        def module(mid: ModuleId) -> Module:
-            return modules.get(mid) or p.modules.get(mid) or outlined.modules[mid]
 
-        table = {mid: module(mid) for mid in reachable_modules(module, p.root)}
-        keys = dict.fromkeys(s.tensor for s in state.values())
-        outputs = tuple(
-            attrs.evolve(spec, name=self.renamed.get(spec.name, spec.name))
-            for spec in p.signature.outputs
-        )
-        return p.replace(
-            signature=attrs.evolve(p.signature, outputs=outputs),
-            modules=pmap(table),
-            state=pmap(state),
-            state_order=tuple(state),
-            tensors=pmap({k: p.tensors[k] for k in keys}),
-            call_signatures=outlined.call_signatures,
-            call_order=outlined.call_order,
-        )
+def _order_returns(
+    graph: Graph, first: dict[str, tuple[int, int]], end: int, return_tuple: bool
+) -> Graph:
+    """The child returns the values others read in the order first read (torch's
+    ``used_in_main`` order; values never read so at ``end``), as a tuple unless it is one value
+    (and not ``return_tuple``)."""
+    returned = graph.outputs
+    values = [r.name for r in (returned if type(returned) is tuple else (returned,))]
+    position = {v: i for i, v in enumerate(values)}
+    values.sort(key=lambda v: first.get(v, (end, position[v])))
+    as_tuple = return_tuple or len(values) != 1
+    out = graph.output_node
+    new_out = out.replace(args=(tuple(map(ref, values)) if as_tuple else ref(values[0]),))
+    return Graph(graph.nodes[:-1] + (new_out,))
 
-    def _place_child(
-        self,
-        name: str,
-        mid: ModuleId,
-        graph: Graph,
-        hold: Callable[[str, Slot], None],
-        kids_of: dict[ModuleId, dict[str, ModuleId]],
-    ) -> None:
-        """Modules and state of the child of tag ``name``: paths in first-use order; a called
-        leaf's state first, in the leaf's own order, then the attributes read (torch registers
-        these on holders in node order, and a leaf is the original module object)."""
-        p = self.p
-        for node in graph.nodes:
-            if node.op == CALL_MODULE:
-                self.fqn_mapping[node.target] = f"{name}.{node.target}"
-                self._attach(mid, node.target, kids_of, p.resolve(node.target))
-            elif node.op == GET_ATTR:
-                self.fqn_mapping[node.target] = f"{name}.{node.target}"
-                if node.target in p.state:
-                    self._attach(mid, node.target, kids_of)
-                else:
-                    kids_of[mid][node.target] = self._subgraph(node.target)
-        for node in graph.nodes:
-            if node.op == CALL_MODULE:
-                for fqn in self._leaf_state().get(node.target, ()):
-                    hold(f"{name}.{fqn}", p.state[fqn])
-        called = {n.target for n in graph.nodes if n.op == CALL_MODULE}
-        for node in graph.nodes:
-            if node.op == GET_ATTR and node.target in p.state:
-                if _below(node.target, called):
-                    continue  # the leaf holds it: as state, or as an attribute of its own
-                hold(f"{name}.{node.target}", self._held(p.state[node.target]))
 
-    def _leaf_state(self) -> dict[str, list[str]]:
-        """For each leaf module's path, the state fqns at and below it (in state order)."""
-        found = self.__dict__.get("_leaf_state_index")
-        if found is None:
-            found = {}
-            for fqn in self.p.state_order:
-                parts = fqn.split(".")
-                for k in range(1, len(parts)):
-                    path = ".".join(parts[:k])
-                    if self._is_leaf(path):
-                        found.setdefault(path, []).append(fqn)
-                        break
-            self.__dict__["_leaf_state_index"] = found
-        return found
+@attrs.frozen
+class _Root:
+    """The root graph as torch builds it, with what the placement needs to know of it."""
 
-    def _held(self, slot: Slot) -> Slot:
-        """How torch's ``GraphModule`` registers a copied attribute: tensors that are not
-        parameters become (persistent) buffers."""
-        if slot.kind == PARAMETER:
-            return slot
-        tensor = isinstance(self.p.tensors[slot.tensor].value, torch.Tensor)
-        if slot.kind in (BUFFER, CONSTANT) and tensor:
-            return Slot(BUFFER, slot.tensor, True, slot.requires_grad)
-        return slot
+    graph: Graph
+    attributes: dict[str, str]  # root get_attr node -> the attribute (node) the output read
+    renamed: dict[str, str]  # original value -> the root node that now carries it
 
-    def _attach(
-        self,
-        owner: ModuleId,
-        path: str,
-        kids_of: dict[ModuleId, dict[str, ModuleId]],
-        leaf: ModuleId | None = None,
-    ) -> None:
+
+def _root_graph(graph: Graph, children: dict[str, Graph], names: tuple[str, ...]) -> _Root:
+    """The root as torch builds it: every placeholder, a ``get_attr`` per attribute the
+    output reads, then one call per tag in order (named after the tag) and a ``getitem``
+    per value of a tuple it returns, then the output."""
+    nodes = graph.nodes
+    taken = _FxNames()
+    body = [n.replace(name=taken.create(n.name)) for n in nodes if n.op == PLACEHOLDER]
+    renamed: dict[str, str] = {n.name: b.name for n, b in zip(nodes, body)}
+    attributes: dict[str, str] = {}
+    by_name = graph.by_name()
+    output = nodes[-1]
+    for r in output.inputs():
+        node = by_name[r.name]
+        if node.op == GET_ATTR:
+            made = Node(GET_ATTR, taken.create(_snake(r.name)), node.target, (), meta=node.meta)
+            attributes[made.name] = r.name
+            renamed[r.name] = made.name
+            body.append(made)
+    for name in names:
+        child = children[name]
+        args = tuple(ref(renamed[p.name]) for p in child.placeholders)
+        call = Node(CALL_MODULE, taken.create(_snake(name)), name, args)
+        body.append(call)
+        returned = child.outputs
+        if type(returned) is not tuple:
+            renamed[returned.name] = call.name
+            continue
+        for i, value in enumerate(returned):
+            item = Node(CALL_FUNCTION, taken.create("getitem"), operator.getitem, (call.ref, i))
+            renamed[value.name] = item.name
+            body.append(item)
+    body.append(output.replace(args=_renamed(output.args, renamed)))
+    return _Root(Graph(tuple(body)), attributes, renamed)
+
+
+# --- 4. state and module table -------------------------------------------------------------------
+
+
+def _place(
+    p: Program, outlined: Program, root: _Root, children: dict[str, Graph]
+) -> tuple[Program, dict[str, str]]:
+    """State and modules as torch's ``GraphModule`` registers them: each child holds what it
+    reads at ``<tag>.<path>`` (a called leaf module whole, at its path), the root holds the
+    attributes its output reads under the name of the node that read them; and the fqn
+    mapping."""
+    layout = _Layout(p, Names(set(p.modules) | set(outlined.modules) | {""}))
+    tag_ids: dict[ModuleId, str] = {}
+    for name in children:
+        mid = name if name not in p.modules else fresh_name(name, layout.taken)
+        layout.kids_of[""][name] = mid
+        layout.kids_of[mid] = {}
+        tag_ids[mid] = name
+    for spec in p.signature.inputs:  # state an exported program passes in stays at the root
+        if spec.kind in STATE_INPUT_KINDS and spec.target in p.state:
+            layout.hold(spec.target, p.state[spec.target])
+            layout.attach("", spec.target)
+    root_graph = _place_root(root, children, layout)
+    leaf_state = _leaf_state(p) if any(
+        n.op == CALL_MODULE for g in children.values() for n in g.nodes
+    ) else {}
+    mapping: dict[str, str] = {}
+    for mid, name in tag_ids.items():
+        mapping.update(_place_child(name, mid, children[name], layout, leaf_state))
+    modules: dict[ModuleId, Module] = {}
+    for mid, kids in layout.kids_of.items():
+        if mid == "":
+            base = p.root_module.replace(graphs=(root_graph,))
+        elif mid in tag_ids:
+            name = tag_ids[mid]
+            base = (outlined.modules.get(name) or Module()).replace(graphs=(children[name],))
+        else:
+            base = Module()
+        modules[mid or p.root] = base.replace(children=tuple(kids.items()))
+
+    def module(mid: ModuleId) -> Module:
+        return modules.get(mid) or p.modules.get(mid) or outlined.modules[mid]
+
+    table = {mid: module(mid) for mid in reachable_modules(module, p.root)}
+    state = layout.state
+    keys = dict.fromkeys(s.tensor for s in state.values())
+    outputs = tuple(
+        attrs.evolve(spec, name=root.renamed.get(spec.name, spec.name))
+        for spec in p.signature.outputs
+    )
+    return p.replace(
+        signature=attrs.evolve(p.signature, outputs=outputs),
+        modules=pmap(table),
+        state=pmap(state),
+        state_order=tuple(state),
+        tensors=pmap({k: p.tensors[k] for k in keys}),
+        call_signatures=outlined.call_signatures,
+        call_order=outlined.call_order,
+    ), mapping
+
+
+@attrs.define
+class _Layout:
+    """The state and holder modules being registered (a local builder of ``_place``)."""
+
+    p: Program
+    taken: Names  # module ids in use: new holders get fresh ones (a leaf may be "rnn")
+    state: dict[str, Slot] = attrs.Factory(dict)
+    kids_of: dict[ModuleId, dict[str, ModuleId]] = attrs.Factory(lambda: {"": {}})
+
+    def hold(self, fqn: str, slot: Slot) -> None:
+        if fqn in self.state and self.state[fqn] != slot:
+            raise PassError(f"split_by_tags would register two values at {fqn!r}")
+        self.state[fqn] = slot
+
+    def attach(self, owner: ModuleId, path: str, leaf: ModuleId | None = None) -> None:
         """Holders from ``owner`` down to the module that owns the last name of ``path``; with
         ``leaf``, that name becomes the leaf module (in place of a holder made before). Below a
         leaf nothing is made: the leaf holds it already."""
         *parents, last = path.split(".")
         here = owner
         for part in parents:
-            mid = kids_of[here].get(part)
-            if mid is not None and mid not in kids_of:
+            mid = self.kids_of[here].get(part)
+            if mid is not None and mid not in self.kids_of:
                 return  # a leaf module
             if mid is None:
                 mid = fresh_name(f"{here}.{part}" if here else part, self.taken)
-                kids_of[here][part] = mid
-                kids_of[mid] = {}
+                self.kids_of[here][part] = mid
+                self.kids_of[mid] = {}
             here = mid
         if leaf is not None:
-            kids_of[here][last] = leaf
+            self.kids_of[here][last] = leaf
 
-    def _subgraph(self, target: str) -> ModuleId:
-        mid = self.p.resolve(target)
-        if mid is None or "." in target:
-            raise PassError(f"get_attr {target!r} reads neither state nor a subgraph module")
-        return mid
+
+def _place_root(root: _Root, children: dict[str, Graph], layout: _Layout) -> Graph:
+    """The root graph with each attribute its output reads held by the root under the name of
+    the node that read it."""
+    p = layout.p
+    nodes = []
+    for node in root.graph.nodes:
+        if node.op == GET_ATTR and node.target in p.state:
+            attribute = root.attributes[node.name]
+            if attribute in children:
+                raise PassError(
+                    f"the output reads attribute {node.target!r} as %{attribute}, which the "
+                    f"root would hold next to the child of tag {attribute!r}"
+                )
+            layout.hold(attribute, _held(p, p.state[node.target]))
+            node = node.replace(target=attribute)
+        elif node.op == GET_ATTR:
+            layout.kids_of[""][node.target] = _subgraph(p, node.target)
+        nodes.append(node)
+    return Graph(tuple(nodes))
+
+
+def _place_child(
+    name: str,
+    mid: ModuleId,
+    graph: Graph,
+    layout: _Layout,
+    leaf_state: dict[str, list[str]],
+) -> dict[str, str]:
+    """Modules and state of the child of tag ``name``: paths in first-use order; a called
+    leaf's state first, in the leaf's own order, then the attributes read (torch registers
+    these on holders in node order, and a leaf is the original module object). Returns the
+    fqn mapping of what it reads."""
+    p = layout.p
+    mapping: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op == CALL_MODULE:
+            mapping[node.target] = f"{name}.{node.target}"
+            layout.attach(mid, node.target, p.resolve(node.target))
+        elif node.op == GET_ATTR:
+            mapping[node.target] = f"{name}.{node.target}"
+            if node.target in p.state:
+                layout.attach(mid, node.target)
+            else:
+                layout.kids_of[mid][node.target] = _subgraph(p, node.target)
+    for node in graph.nodes:
+        if node.op == CALL_MODULE:
+            for fqn in leaf_state.get(node.target, ()):
+                layout.hold(f"{name}.{fqn}", p.state[fqn])
+    called = {n.target for n in graph.nodes if n.op == CALL_MODULE}
+    for node in graph.nodes:
+        if node.op == GET_ATTR and node.target in p.state:
+            if _below(node.target, called):
+                continue  # the leaf holds it: as state, or as an attribute of its own
+            layout.hold(f"{name}.{node.target}", _held(p, p.state[node.target]))
+    return mapping
+
+
+def _leaf_state(p: Program) -> dict[str, list[str]]:
+    """For each leaf module's path, the state fqns at and below it (in state order)."""
+    found: dict[str, list[str]] = {}
+    for fqn in p.state_order:
+        parts = fqn.split(".")
+        for k in range(1, len(parts)):
+            path = ".".join(parts[:k])
+            if _is_leaf(p, path):
+                found.setdefault(path, []).append(fqn)
+                break
+    return found
+
+
+def _held(p: Program, slot: Slot) -> Slot:
+    """How torch's ``GraphModule`` registers a copied attribute: tensors that are not
+    parameters become (persistent) buffers."""
+    if slot.kind == PARAMETER:
+        return slot
+    tensor = isinstance(p.tensors[slot.tensor].value, torch.Tensor)
+    if slot.kind in (BUFFER, CONSTANT) and tensor:
+        return Slot(BUFFER, slot.tensor, True, slot.requires_grad)
+    return slot
+
+
+def _subgraph(p: Program, target: str) -> ModuleId:
+    mid = p.resolve(target)
+    if mid is None or "." in target:
+        raise PassError(f"get_attr {target!r} reads neither state nor a subgraph module")
+    return mid
 
 
 @attrs.frozen
@@ -618,17 +661,25 @@ def move_non_tensor_nodes_on_boundary(
     ``split_by_tags`` accepts stays accepted. Complexity: O(n · q) for n nodes and q non-tensor
     nodes tried (each try walks the nodes it would move); O(n) when few values cross.
     """
-    tag_of = tag_of or node_tag
     graph = program.root_module.graph
     if graph is None:
         raise PassError("move_non_tensor_nodes_on_boundary: the root module has no graph")
-    where: dict[str, int] = {}
+    order, where = _tag_indices(graph, tags, tag_of or node_tag)
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
+    moved = _moved(_Tagged(graph, order, where, position), movable)
+    return _retagged(program, graph, order, moved)
+
+
+def _tag_indices(
+    graph: Graph, tags: Sequence[Hashable] | None, tag_of: TagOf
+) -> tuple[tuple[Hashable, ...], dict[str, int]]:
+    """The tags in order (``tags``, else the order of first use) and each tagged ``call_*``
+    node's index in it; ``PassError`` for a tag that ``tags`` does not list."""
     order: list[Hashable] = list(tags) if tags is not None else []
     index = {t: i for i, t in enumerate(order)}
+    where: dict[str, int] = {}
     for node in graph.nodes:
-        if node.op not in _TAGGED_OPS:
-            continue
-        tag = tag_of(node)
+        tag = tag_of(node) if node.op in _TAGGED_OPS else None
         if tag is None:
             continue
         if tag not in index:
@@ -639,85 +690,119 @@ def move_non_tensor_nodes_on_boundary(
             index[tag] = len(order)
             order.append(tag)
         where[node.name] = index[tag]
-    nodes = graph.by_name()
-    users = graph.users()
-    members: list[list[str]] = [[] for _ in order]
-    for node in graph.nodes:
+    return tuple(order), where
+
+
+@attrs.frozen
+class _Tagged:
+    """The root graph with the tag index of each tagged node (the start of the moves)."""
+
+    graph: Graph
+    order: tuple[Hashable, ...]
+    where: dict[str, int]
+    position: dict[str, int]
+
+
+def _moved(tagged: _Tagged, movable: Callable[[Hashable], bool] | None) -> dict[str, int]:
+    """Each tagged node's tag index after the moves: the tags give nodes up in order, each
+    once (a node moved to a later tag can move again when that tag's turn comes)."""
+    where = dict(tagged.where)
+    members: list[list[str]] = [[] for _ in tagged.order]
+    for node in tagged.graph.nodes:
         if node.name in where:
             members[where[node.name]].append(node.name)
+    for i, tag in enumerate(tagged.order):
+        if movable is None or movable(tag):
+            for name in _move_out_of(i, members[i], tagged, where):
+                members[where[name]].append(name)
+    return where
+
+
+def _move_out_of(i: int, members: list[str], tagged: _Tagged, where: dict[str, int]) -> list[str]:
+    """Move non-tensor nodes of tag ``i`` read by one other tag to it (updating ``where``),
+    starting from ``members`` that cross and going on to their non-tensor parents; the nodes
+    moved, in the order moved."""
+    graph, order = tagged.graph, tagged.order
+    nodes, users, position = graph.by_name(), graph.users(), tagged.position
 
     def children(name: str) -> list[str]:
         return [u for u in users[name] if u in where]
 
-    def parents(name: str) -> list[str]:
-        return [r.name for r in dict.fromkeys(nodes[name].inputs()) if r.name in where]
-
-    def elsewhere(name: str, i: int) -> bool:
-        return any(where[c] != i for c in children(name))
-
     def tensor(name: str) -> bool:
         return _is_tensor(nodes[name])
 
-    def closure(start: str, source: int, dest: int) -> list[str] | None:
-        """``start`` and its descendants in ``source`` (up to ``dest``), or ``None`` when a
-        descendant lies in a third tag."""
-        found: dict[str, None] = {}
-        stack = [start]
-        seen: set[str] = set()
-        while stack:
-            name = stack.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if where[name] == dest:
-                continue
-            if where[name] != source:
-                return None
-            found[name] = None
-            stack.extend(reversed(children(name)))
-        return sorted(found, key=position.__getitem__)
-
-    position = {n.name: k for k, n in enumerate(graph.nodes)}
-    for i, tag in enumerate(order):
-        if movable is not None and not movable(tag):
+    moved: list[str] = []
+    queue = deque(n for n in members if not tensor(n) and any(where[c] != i for c in children(n)))
+    done: set[str] = set()
+    while queue:
+        name = queue.popleft()
+        if name in done:
             continue
-        queue = deque(n for n in members[i] if not tensor(n) and elsewhere(n, i))
-        done: set[str] = set()
-        while queue:
-            name = queue.popleft()
-            if name in done:
-                continue
-            done.add(name)
-            if where[name] != i:
-                continue
-            dests = list(dict.fromkeys(where[c] for c in children(name) if where[c] != i))
-            if len(dests) != 1:
-                log.info(
-                    "cannot move non-tensor node %s off the boundary: tags %s read it",
-                    name, [order[d] for d in dests],
-                )
-                continue
-            moving = closure(name, i, dests[0])
-            if moving is None:
-                continue
-            for m in moving:
-                members[i].remove(m)
-                members[dests[0]].append(m)
-                where[m] = dests[0]
-                log.info("moved node %s from tag %r to tag %r", m, tag, order[dests[0]])
-            for parent in parents(name):
-                if not tensor(parent) and parent not in done and where[parent] == i:
-                    queue.append(parent)
-    new_nodes = list(graph.nodes)
-    changed = False
-    for k, node in enumerate(new_nodes):
-        if node.name in where and node.meta.get("tag") != order[where[node.name]]:
-            new_nodes[k] = node.with_meta(tag=order[where[node.name]])
-            changed = True
-    if not changed:
+        done.add(name)
+        if where[name] != i:
+            continue
+        dests = list(dict.fromkeys(where[c] for c in children(name) if where[c] != i))
+        if len(dests) != 1:
+            log.info(
+                "cannot move non-tensor node %s off the boundary: tags %s read it",
+                name, [order[d] for d in dests],
+            )
+            continue
+        moving = _descendants_in(name, i, dests[0], children, where)
+        if moving is None:
+            continue
+        for m in sorted(moving, key=position.__getitem__):
+            where[m] = dests[0]
+            moved.append(m)
+            log.info("moved node %s from tag %r to tag %r", m, order[i], order[dests[0]])
+        for r in dict.fromkeys(nodes[name].inputs()):
+            parent = r.name
+            if parent in where and not tensor(parent) and parent not in done and where[parent] == i:
+                queue.append(parent)
+    return moved
+
+
+def _descendants_in(
+    start: str,
+    source: int,
+    dest: int,
+    children: Callable[[str], list[str]],
+    where: dict[str, int],
+) -> list[str] | None:
+    """``start`` and its descendants in tag ``source`` (up to tag ``dest``), or ``None`` when a
+    descendant lies in a third tag."""
+    found: dict[str, None] = {}
+    stack = [start]
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if where[name] == dest:
+            continue
+        if where[name] != source:
+            return None
+        found[name] = None
+        stack.extend(reversed(children(name)))
+    return list(found)
+
+
+def _retagged(
+    program: Program, graph: Graph, order: tuple[Hashable, ...], where: dict[str, int]
+) -> Program:
+    """``program`` whose tagged nodes carry ``order[where[name]]`` in meta ``"tag"`` (the input
+    itself when none changes)."""
+    nodes = tuple(
+        node.with_meta(tag=order[where[node.name]])
+        if node.name in where and node.meta.get("tag") != order[where[node.name]]
+        else node
+        for node in graph.nodes
+    )
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
         return program
     root = program.root_module
-    new_root = root.replace(graphs=(Graph(tuple(new_nodes)),) + root.graphs[1:])
+    new_root = root.replace(graphs=(Graph(nodes),) + root.graphs[1:])
     return program.replace(modules=program.modules.set(program.root, new_root))
 
 

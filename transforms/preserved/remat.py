@@ -39,6 +39,7 @@ buffer's update chain) are left to ``outline``, which reads them from the state
 
 from __future__ import annotations
 
+import functools
 import logging
 from bisect import bisect_right
 from typing import Any
@@ -94,22 +95,206 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
 
     Complexity: O(n · d + c) for n nodes nested d preserved calls deep and c copied nodes; each
     slice is found once per reading call (memoized), is at most ``MAX_SLICE`` nodes, and its
-    size is logged (logger ``purefx``, level DEBUG).
+    size is logged (logger ``purefx``, level DEBUG). Two passes: an analysis (``_Reach``, which
+    also answers whether any read crosses: the program is returned as it is when none does),
+    then the rewrite (``_rewrite``), which reads it.
     """
     require_flat(program, "rematerialize")
     if not any(program.call_signatures):  # only the root's ('')
         return program
-    worker = _Rematerializer(program, frames_of)
-    nodes = worker.run()
-    if nodes is None:
+    reach = _Reach.of(program, frames_of)
+    if not reach.crosses:
         return program
+    plan = _rewrite(reach)
+    return program if plan is None else _applied(program, plan)
+
+
+# --- pass 1: the analysis -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Reach:
+    """Who may read what on the flat root graph, before any rewrite (read-only tables; the
+    state traffic and alias classes are computed on first use)."""
+
+    program: Program
+    nodes: tuple[Node, ...]
+    by_name: dict[str, Node]
+    position: dict[str, int]
+    chain: dict[str, tuple[str, ...]]  # value -> the preserved calls it is made in
+    frames_at: dict[str, Any]
+    root_stack: Any
+    stack_of: Any
+    state: frozenset[str]  # root inputs that are state
+    user_inputs: tuple[str, ...]
+    # call -> the values its signature takes / returns, in signature order (dict: a set that
+    # keeps its order)
+    inputs_of: dict[str, dict[str, None]]
+    outputs_of: dict[str, dict[str, None]]
+
+    @classmethod
+    def of(cls, program: Program, frames_of: FrameOf) -> _Reach:
+        graph = program.root_module.graph
+        nodes = graph.nodes
+        sigs = program.call_signatures
+        specs = program.signature.inputs
+        chain, frames_at, root_stack, stack_of = preserved_chains(
+            nodes, frames_of, frozenset(sigs)
+        )
+        return cls(
+            program, nodes, graph.by_name(), {n.name: i for i, n in enumerate(nodes)},
+            chain, frames_at, root_stack, stack_of,
+            frozenset(s.name for s in specs if s.kind in STATE_INPUT_KINDS),
+            tuple(s.name for s in specs if s.kind not in STATE_INPUT_KINDS),
+            {c: dict.fromkeys(a.name for a in s.inputs if a.name) for c, s in sigs.items()},
+            {c: dict.fromkeys(a.name for a in s.outputs if a.name) for c, s in sigs.items()},
+        )
+
+    @functools.cached_property
+    def writes(self) -> _StateWrites:
+        return _StateWrites.of(self.program, self.position)
+
+    @functools.cached_property
+    def aliases(self) -> dict[str, list[str]]:
+        """Each value -> the values equal to it up to no-op aliasing (classes of size > 1)."""
+        return _alias_classes(self.nodes)
+
+    @functools.cached_property
+    def crosses(self) -> bool:
+        """Whether any read crosses a boundary outside the signatures: a node reads a value it
+        may not, or a call's signature names a value its caller (argument) or the call itself
+        (output) may not read. Exactly when ``_rewrite`` changes something."""
+        chain_of, position = self.chain, self.position
+        readable = _Readable(self, chain_of, self.inputs_of, self.outputs_of)
+
+        def unreadable(names: dict[str, None], chain: tuple[str, ...], at: int) -> bool:
+            for name in names:  # the common case, made in ``chain`` itself, inline
+                own = chain_of.get(name)
+                if own is None or own == chain or position.get(name, at) >= at:
+                    continue
+                if not readable(name, chain):
+                    return True
+            return False
+
+        current: tuple[str, ...] = ()
+        for i, node in enumerate(self.nodes):
+            if node.op == PLACEHOLDER:
+                continue
+            chain = chain_of[node.name]
+            if chain != current:
+                k = common_prefix(current, chain)
+                if any(
+                    unreadable(self.outputs_of.get(c, {}), current[: d + 1], i)
+                    for d, c in enumerate(current) if d >= k
+                ) or any(
+                    unreadable(self.inputs_of.get(c, {}), chain[:d], i)
+                    for d, c in enumerate(chain) if d >= k
+                ):
+                    return True
+                current = chain
+            for r in node.inputs():
+                own = chain_of.get(r.name)
+                if own is not None and own != chain and not readable(r.name, chain):
+                    return True
+        return False
+
+
+@attrs.frozen
+class _StateWrites:
+    """Values ``outline`` reads from the state (in-place results, values a ``copy_`` writes
+    back, the intermediate values of a root input's update chain, the mutated inputs), the
+    state each such value is, and where each state is written (positions, sorted)."""
+
+    read_from_state: frozenset[str]
+    dest: dict[str, str]
+    writes: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, program: Program, position: dict[str, int]) -> _StateWrites:
+        traffic = state_traffic(program)
+        aliases, chains = traffic.aliases, traffic.chains
+        # a state changes where it is written in place and where a functional update makes
+        # its next value (which ``outline`` writes back when a preserved call reads it)
+        writes: dict[str, list[int]] = {}
+        for name, dest in [*aliases.items(), *chains.items()]:
+            writes.setdefault(dest, []).append(position[name])
+        for positions in writes.values():
+            positions.sort()
+        return cls(traffic.read_from_state, dict(aliases), writes)
+
+
+@attrs.frozen
+class _Readable:
+    """Whether a node in preserved calls ``chain`` may read ``name`` as it is, given the
+    signatures as they are now: the value leaves each preserved call it was made in as an
+    output and enters each one the reader is in as an input; state (and state values, which
+    ``outline`` reads from the state) crosses freely."""
+
+    reach: _Reach
+    chain_of: dict[str, tuple[str, ...]]
+    inputs_of: dict[str, dict[str, None]]  # the signatures now (the rewrite renames them)
+    outputs_of: dict[str, dict[str, None]]
+
+    def __call__(self, name: str, chain: tuple[str, ...]) -> bool:
+        own = self.chain_of.get(name)
+        if own is None:
+            return True  # an undefined value: ``outline`` reports it
+        if own == chain:
+            return True
+        if name in self.reach.state:
+            return True
+        k = common_prefix(own, chain)
+        if all(name in self.outputs_of[c] for c in own[k:]) and all(
+            name in self.inputs_of[c] for c in chain[k:]
+        ):
+            return True
+        return name in self.reach.writes.read_from_state
+
+
+def _unreadable_inputs(
+    reach: _Reach, call: str, caller: tuple[str, ...], at: int, readable: _Readable
+) -> list[str]:
+    """The arguments ``call`` (starting at node ``at``) takes that its caller cannot read
+    (values undefined or made inside the call are left to ``outline``, which reports them)."""
+    return [
+        name for name in reach.inputs_of.get(call, ())
+        if name in reach.position and reach.position[name] < at and not readable(name, caller)
+    ]
+
+
+def _unreadable_outputs(
+    reach: _Reach, call: str, inside: tuple[str, ...], at: int, readable: _Readable
+) -> list[str]:
+    """The outputs ``call`` (ending before node ``at``) returns that it cannot read itself."""
+    return [
+        name for name in reach.outputs_of.get(call, ())
+        if name in reach.position and reach.position[name] < at and not readable(name, inside)
+    ]
+
+
+# --- pass 2: the rewrite ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Plan:
+    """What the rewrite made: the new root nodes, the call signatures it renamed, and the
+    root outputs that now read another value."""
+
+    nodes: list[Node]
+    signatures: dict[str, Any]
+    output_renames: dict[str, str]
+
+
+def _applied(program: Program, plan: _Plan) -> Program:
+    """``program`` with the plan's root graph, signatures and output names."""
     root = program.root_module
-    root = root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:])
+    root = root.replace(graphs=(Graph.of(plan.nodes),) + root.graphs[1:])
     program = program.replace(modules=program.modules.set(program.root, root))
-    if worker.passed or worker.returned:
-        sigs = program.call_signatures.update(worker.renamed_signatures())
-        program = program.replace(call_signatures=sigs)
-    renamed = worker.output_renames
+    if plan.signatures:
+        program = program.replace(
+            call_signatures=program.call_signatures.update(plan.signatures)
+        )
+    renamed = plan.output_renames
     if not renamed:
         return program
     # the root now returns the alias or copy: the export signature names it
@@ -119,6 +304,344 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
         for spec in signature.outputs
     )
     return program.replace(signature=attrs.evolve(signature, outputs=outputs))
+
+
+def _rewrite(reach: _Reach) -> _Plan | None:
+    """One walk over the root graph in order: at each preserved call's start and end its
+    signature's crossing values are resolved, and each node's crossing reads; copies are
+    inserted before the node they were made for (``None`` when nothing changed)."""
+    rw = _Resolver(reach)
+    kept: list[Node] = []
+    current: tuple[str, ...] = ()
+    last = None  # the last node of the current calls
+    for i, node in enumerate(reach.nodes):
+        if node.op == PLACEHOLDER:
+            kept.append(node)
+            continue
+        chain = reach.chain[node.name]
+        if chain != current:
+            k = common_prefix(current, chain)
+            for depth in reversed(range(k, len(current))):
+                rw.leave(current[depth], current[: depth + 1], last, i)
+            for depth in range(k, len(chain)):
+                rw.enter(chain[depth], chain[:depth], node, i)
+            current = chain
+        last = node
+        kept.append(rw.reader(node, i, chain))
+    if not rw.memo:
+        return None
+    return _Plan(_with_copies(kept, rw.inserts), rw.renamed_signatures(), rw.output_renames)
+
+
+def _with_copies(
+    kept: list[Node], inserts: dict[int, list[tuple[tuple[int, int], Node]]]
+) -> list[Node]:
+    """``kept`` with the copies made before each node inserted there, in their order."""
+    out: list[Node] = []
+    for i, node in enumerate(kept):
+        copies = inserts.get(i)
+        if copies:
+            copies.sort(key=lambda c: c[0])
+            out.extend(c for _, c in copies)
+        out.append(node)
+    return out
+
+
+class _Resolver:
+    """The rewrite's state: what each crossing value is now read as, per reading calls, and
+    the copies made so far (the tables it reads are the analysis, ``reach``)."""
+
+    def __init__(self, reach: _Reach) -> None:
+        self.reach = reach
+        # the signatures and chains as the rewrite changes them (copies join their reader's)
+        self.readable = _Readable(
+            reach, dict(reach.chain),
+            {c: dict(v) for c, v in reach.inputs_of.items()},
+            {c: dict(v) for c, v in reach.outputs_of.items()},
+        )
+        self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.passed: dict[str, dict[str, str]] = {}  # call -> its argument -> what is passed
+        self.returned: dict[str, dict[str, str]] = {}  # call -> its output -> what it returns
+        # before node i: (order, copy); a call's closing copies first (innermost first), then
+        # the caller's, then those of calls that start there (outermost first)
+        self.inserts: dict[int, list[tuple[tuple[int, int], Node]]] = {}
+        self.taken = Names(reach.position)
+        self.output_renames: dict[str, str] = {}
+        self.symbols: dict[tuple[str, ...], dict[Any, tuple[int, str, int]]] = {}
+
+    def reader(self, node: Node, i: int, chain: tuple[str, ...]) -> Node:
+        """``node`` (at ``i``, in preserved calls ``chain``) reading a resolved value in
+        place of each value it may not read."""
+        chain_of, readable = self.reach.chain, self.readable
+        for r in node.inputs():  # the common case, read in the reader's own calls, inline
+            own = chain_of.get(r.name)
+            if own is not None and own != chain and not readable(r.name, chain):
+                break
+        else:
+            return node  # nothing crosses
+        site = _Site(i, chain, self.reach.stack_of(node), f"read by %{node.name}",
+                     _where(self.reach, node))
+
+        def read(r: Ref) -> Ref:
+            if readable(r.name, chain):
+                return r
+            found = self.resolve(r.name, site)
+            if node.op == OUTPUT:
+                self.output_renames[r.name] = found
+            return ref(found)
+
+        args = map_refs(node.args, read)
+        kwargs = map_refs(node.kwargs, read)
+        if args is not node.args or kwargs is not node.kwargs:
+            node = node.replace(args=args, kwargs=kwargs)
+        return node
+
+    def enter(self, call: str, caller: tuple[str, ...], first: Node, at: int) -> None:
+        """Preserved ``call`` starts at node ``at``: each argument its signature names that its
+        caller cannot read is resolved in the caller, and the signature names what is passed."""
+        inputs = self.readable.inputs_of.get(call, {})
+        for name in _unreadable_inputs(self.reach, call, caller, at, self.readable):
+            site = _Site(
+                at, caller,
+                _caller_stack(call, self.reach.stack_of(first)) or dict(self.reach.root_stack),
+                f"passed as an argument to the preserved call {call!r}",
+                _caller_path(self.reach, first, call),
+            )
+            found = self.resolve(name, site)
+            self.passed.setdefault(call, {})[name] = found
+            inputs.pop(name, None)
+            inputs[found] = None
+
+    def leave(self, call: str, inside: tuple[str, ...], last: Node | None, at: int) -> None:
+        """Preserved ``call`` (the innermost of ``inside``) ends before node ``at``: each output
+        its signature names that the call cannot read itself (made inside a preserved call it
+        makes, and not returned by that) is resolved inside the call, and the signature names
+        what is returned."""
+        if last is None:
+            return
+        outputs = self.readable.outputs_of.get(call, {})
+        for name in _unreadable_outputs(self.reach, call, inside, at, self.readable):
+            site = _Site(
+                at, inside, _caller_stack(call, self.reach.stack_of(last), inside=True),
+                f"returned by the preserved call {call!r}", repr(call.partition("@")[0]),
+            )
+            found = self.resolve(name, site, closing=True)
+            self.returned.setdefault(call, {})[name] = found
+            outputs.pop(name, None)
+            outputs[found] = None
+
+    def renamed_signatures(self) -> dict[str, Any]:
+        """The call signatures whose arguments (``passed``) or outputs (``returned``) are now
+        other values."""
+        sigs = self.reach.program.call_signatures
+        return {
+            call: sigs[call].renamed(self.passed.get(call), self.returned.get(call))
+            for call in sorted(set(self.passed) | set(self.returned))
+        }
+
+    # --- one crossing read ------------------------------------------------------------------
+
+    def resolve(self, name: str, site: _Site, closing: bool = False) -> str:
+        """The name read at ``site`` instead of ``name``: what the caller passed or the callee
+        returned, an alias, or a copy (inserted before ``site.at``; ``closing``: at the end of
+        the call ``site.chain`` ends in)."""
+        chain = site.chain
+        passed = self.passed_in(name, chain)
+        if passed is None:
+            passed = self.returned_out(name, chain)
+        if passed is not None:
+            return passed
+        found = self.memo.get((name, chain))
+        if found is not None:
+            return found
+        alias = self.readable_alias(name, chain, site.at)
+        if alias is not None:
+            self.memo[(name, chain)] = alias
+            log.debug("remat: %%%s read as %%%s (%s in %s)", name, alias, site.reader, site.where)
+            return alias
+        try:
+            plan = self.slice(name, chain, site.at)
+        except _NotRecomputable as why:
+            raise PassError(_message(self.reach, name, site, str(why))) from None
+        copies = self.inserts.setdefault(site.at, [])
+        order = (0, -len(chain)) if closing else (1, len(chain))
+        for node in plan:
+            copies.append((order, self.copy(node, site)))
+        log.debug(
+            "remat: %%%s recomputed (%s in %s): %d node(s) copied",
+            name, site.reader, site.where, len(plan),
+        )
+        return self.memo[(name, chain)]
+
+    def passed_in(self, name: str, chain: tuple[str, ...]) -> str | None:
+        """What a call of ``chain`` that takes ``name`` as an argument is now passed instead,
+        as seen inside ``chain`` (``None`` when no call around the reader was)."""
+        if not self.passed:
+            return None
+        k = common_prefix(self.readable.chain_of.get(name, ()), chain)
+        for call in chain[k:]:
+            found = self.passed.get(call, {}).get(name)
+            if found is not None:
+                return found
+        return None
+
+    def returned_out(self, name: str, chain: tuple[str, ...]) -> str | None:
+        """What a call that ``name`` was made in now returns instead of it, when that is
+        readable in ``chain`` (``None`` when no such call was renamed)."""
+        if not self.returned:
+            return None
+        own = self.readable.chain_of.get(name, ())
+        k = common_prefix(own, chain)
+        for call in own[k:]:
+            found = self.returned.get(call, {}).get(name)
+            if found is not None and self.readable(found, chain):
+                return found
+        return None
+
+    def readable_alias(self, name: str, chain: tuple[str, ...], limit: int) -> str | None:
+        """A value readable in ``chain`` that equals ``name`` up to no-op aliasing, made before
+        node ``limit``: a preserved call's output first, then any other."""
+        members = self.reach.aliases.get(name)
+        if not members:
+            return None
+        position, readable = self.reach.position, self.readable
+        fallback = None
+        for member in members:
+            if member == name or position[member] >= limit:
+                continue
+            if not readable(member, chain):
+                continue
+            own = readable.chain_of.get(member, ())
+            if own and member in readable.outputs_of[own[-1]]:
+                return member
+            fallback = fallback or member
+        return fallback
+
+    def slice(self, name: str, chain: tuple[str, ...], at: int) -> list[Node]:
+        """The nodes to copy (in graph order) so that ``name`` is computed in ``chain`` just
+        before node ``at``."""
+        by_name, readable = self.reach.by_name, self.readable
+        plan: dict[str, Node] = {}
+
+        def visit(value: str) -> None:
+            if value in plan or (value, chain) in self.memo:
+                return
+            node = by_name[value]
+            symbol = self.symbol_source(node, chain, at)
+            if symbol is not None:
+                plan[value] = symbol
+                return
+            why = _not_pure(node)
+            if why:
+                raise _NotRecomputable(f"%{value} {why}")
+            for r in node.inputs():
+                leaf = r.name
+                if (leaf, chain) in self.memo or self.passed_in(leaf, chain) is not None:
+                    continue
+                if readable(leaf, chain):
+                    _check_unchanged(self.reach, leaf, value, at)
+                    continue
+                if self.readable_alias(leaf, chain, at) is not None:
+                    continue
+                if by_name[leaf].op == PLACEHOLDER:
+                    raise _NotRecomputable(
+                        f"its slice reads the input %{leaf}, which is not passed to the call"
+                    )
+                visit(leaf)
+            plan[value] = node
+            if len(plan) > MAX_SLICE:
+                raise _NotRecomputable(f"its slice is longer than {MAX_SLICE} nodes")
+
+        visit(name)
+        return sorted(plan.values(), key=lambda n: self.reach.position.get(n.name, -1))
+
+    def symbol_source(self, node: Node, chain: tuple[str, ...], at: int) -> Node | None:
+        """A ``sym_size`` of a tensor readable in ``chain`` before node ``at`` whose size is the
+        symbolic integer ``node`` computes (a size is known wherever a tensor of that size is),
+        or ``None``."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.SymInt) or node.op != CALL_FUNCTION:
+            return None
+        found = self.symbols_of(chain).get(val.node.expr)
+        if found is None or found[0] >= at:
+            return None
+        _, tensor, dim = found
+        if node.target is _SYM_SIZE and node.args == (ref(tensor), dim):
+            return None  # it is this node: copy it as it is
+        return Node(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
+
+    def symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[int, str, int]]:
+        """Size expression -> (position, tensor, dim) of the first tensor readable in ``chain``
+        with that size: the tensors the innermost call of ``chain`` takes (the root's user
+        inputs for the root), then the outputs of preserved calls as ``chain`` sees them (as
+        the signatures are when ``chain`` first asks: memoized per chain)."""
+        found = self.symbols.get(chain)
+        if found is None:
+            found = _symbols(self.reach, self.readable, chain)
+            self.symbols[chain] = found
+        return found
+
+    def copy(self, node: Node, site: _Site) -> Node:
+        """A copy of ``node`` at ``site``, reading the copies made before it."""
+        chain = site.chain
+        name = fresh_name(node.name, self.taken)
+
+        def read(r: Ref) -> Ref:
+            found = self.memo.get((r.name, chain)) or self.passed_in(r.name, chain)
+            if found is not None:
+                return ref(found)
+            if self.readable(r.name, chain):
+                return r
+            return ref(self.readable_alias(r.name, chain, site.at))
+
+        args = map_refs(node.args, read)
+        kwargs = map_refs(node.kwargs, read)
+        self.memo[(node.name, chain)] = name
+        self.readable.chain_of[name] = chain
+        meta = dict(node.meta)
+        meta["nn_module_stack"] = site.stack
+        return Node(CALL_FUNCTION, name, node.target, args, kwargs, meta=meta)
+
+
+def _symbols(
+    reach: _Reach, readable: _Readable, chain: tuple[str, ...]
+) -> dict[Any, tuple[int, str, int]]:
+    """The table of ``_Resolver.symbols_of`` for ``chain``, built from the signatures now."""
+    names = (
+        [a.name for a in reach.program.call_signatures[chain[-1]].inputs if a.name]
+        if chain
+        else list(reach.user_inputs)
+    )
+    names += sorted(
+        (n for outs in readable.outputs_of.values() for n in outs
+         if n in reach.position and readable(n, chain)),
+        key=reach.position.__getitem__,
+    )
+    found: dict[Any, tuple[int, str, int]] = {}
+    for name in names:
+        node = reach.by_name.get(name)
+        val = node.meta.get("val") if node is not None else None
+        at = reach.position.get(name, -1)
+        for dim, size in enumerate(getattr(val, "shape", ())):
+            if isinstance(size, torch.SymInt):
+                key = size.node.expr
+                if key not in found or found[key][0] > at:
+                    found[key] = (at, name, dim)
+    return found
+
+
+def _check_unchanged(reach: _Reach, leaf: str, user: str, at: int) -> None:
+    """A leaf that is (a value of) a mutated root input must still be the input's current
+    value where the copy runs (before node ``at``): no write between the leaf and there."""
+    state = reach.writes
+    writes = state.writes.get(state.dest.get(leaf, leaf))
+    if not writes:
+        return
+    start = reach.position[leaf]  # the value the slice reads is current from here on
+    if bisect_right(writes, at - 1) > bisect_right(writes, start):
+        raise _NotRecomputable(
+            f"its slice (%{user}) reads %{leaf}, which is updated before the reader runs"
+        )
 
 
 class _NotRecomputable(Exception):
@@ -135,418 +658,41 @@ class _Site:
         self.at, self.chain, self.stack, self.reader, self.where = at, chain, stack, reader, where
 
 
-class _Rematerializer:
-    """One rewrite of the flat root graph: the tables it reads and the copies it made."""
+# --- errors ---------------------------------------------------------------------------------------
 
-    def __init__(self, program: Program, frames_of: FrameOf) -> None:
-        self.p = program
-        self.graph = program.root_module.graph
-        self.nodes = self.graph.nodes
-        self.by_name = self.graph.by_name()
-        self.position = {n.name: i for i, n in enumerate(self.nodes)}
-        sigs = program.call_signatures
-        self.inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
-        self.outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
-        self.state = {s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS}
-        self.user_inputs = [
-            s.name for s in program.signature.inputs if s.kind not in STATE_INPUT_KINDS
-        ]
-        self.chain, self.frames_at, self.root_stack, self.stack_of = preserved_chains(
-            self.nodes, frames_of, frozenset(sigs)
-        )
-        self._state_values: frozenset[str] | None = None  # built on the first crossing read
-        self._aliases: dict[str, list[str]] | None = None
-        self._writes: dict[str, list[int]] | None = None
-        self._dest: dict[str, str] = {}
-        self._symbols: dict[tuple[str, ...], dict[Any, tuple[int, str, int]]] = {}
-        self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
-        self.passed: dict[str, dict[str, str]] = {}  # call -> its argument -> what is passed
-        self.returned: dict[str, dict[str, str]] = {}  # call -> its output -> what it returns
-        # before node i: (order, copy); a call's closing copies first (innermost first), then
-        # the caller's, then those of calls that start there (outermost first)
-        self.inserts: dict[int, list[tuple[tuple[int, int], Node]]] = {}
-        self.taken = Names(self.position)
-        self.changed = False
-        self.output_renames: dict[str, str] = {}
 
-    # --- driver -----------------------------------------------------------------------------
+def _where(reach: _Reach, reader: Node) -> str:
+    frames = reach.frames_at.get(reader.name, ())
+    return repr(frames[-1].path) if frames else "'<root>'"
 
-    def run(self) -> list[Node] | None:
-        kept: list[Node] = []
-        current: tuple[str, ...] = ()
-        last = None  # the last node of the current calls
-        chain_of = self.chain
-        for i, node in enumerate(self.nodes):
-            if node.op == PLACEHOLDER:
-                kept.append(node)
-                continue
-            chain = self.chain[node.name]
-            if chain != current:
-                k = common_prefix(current, chain)
-                for depth in reversed(range(k, len(current))):
-                    self._leave(current[depth], current[: depth + 1], last, i)
-                for depth in range(k, len(chain)):
-                    self._enter(chain[depth], chain[:depth], node, i)
-                current = chain
-            last = node
-            for r in node.inputs():  # the common case, read in the reader's own calls, inline
-                own = chain_of.get(r.name)
-                if own is not None and own != chain and not self._readable(r.name, chain):
-                    break
-            else:
-                kept.append(node)  # nothing crosses
-                continue
-            site = _Site(
-                i, chain, self.stack_of(node), f"read by %{node.name}",
-                self._where(node),
-            )
 
-            def read(r: Ref, node: Node = node, site: _Site = site) -> Ref:
-                if self._readable(r.name, site.chain):
-                    return r
-                found = self._resolve(r.name, site)
-                if node.op == OUTPUT:
-                    self.output_renames[r.name] = found
-                return ref(found)
+def _caller_path(reach: _Reach, first: Node, call: str) -> str:
+    """The module path that calls preserved ``call`` (whose first node is ``first``)."""
+    path = ""
+    for frame in reach.frames_at.get(first.name, ()):
+        if frame.call_name == call:
+            break
+        path = frame.path
+    return repr(path) if path else "'<root>'"
 
-            args = map_refs(node.args, read)
-            kwargs = map_refs(node.kwargs, read)
-            if args is not node.args or kwargs is not node.kwargs:
-                node = node.replace(args=args, kwargs=kwargs)
-            kept.append(node)
-        if not self.changed:
-            return None
-        out: list[Node] = []
-        for i, node in enumerate(kept):
-            copies = self.inserts.get(i)
-            if copies:
-                copies.sort(key=lambda c: c[0])
-                out.extend(c for _, c in copies)
-            out.append(node)
-        return out
 
-    def _enter(self, call: str, caller: tuple[str, ...], first: Node, at: int) -> None:
-        """Preserved ``call`` starts at node ``at``: each argument its signature names that its
-        caller cannot read is resolved in the caller, and the signature names what is passed."""
-        for name in list(self.inputs_of.get(call, ())):
-            if name not in self.position or self.position[name] >= at:
-                continue  # undefined, or made inside the call: ``outline`` reports it
-            if self._readable(name, caller):
-                continue
-            site = _Site(
-                at, caller, _caller_stack(call, self.stack_of(first)) or dict(self.root_stack),
-                f"passed as an argument to the preserved call {call!r}",
-                self._caller_path(first, call),
-            )
-            found = self._resolve(name, site)
-            self.passed.setdefault(call, {})[name] = found
-            self.inputs_of[call].discard(name)
-            self.inputs_of[call].add(found)
-
-    def _leave(self, call: str, inside: tuple[str, ...], last: Node | None, at: int) -> None:
-        """Preserved ``call`` (the innermost of ``inside``) ends before node ``at``: each output
-        its signature names that the call cannot read itself (made inside a preserved call it
-        makes, and not returned by that) is resolved inside the call, and the signature names
-        what is returned."""
-        if last is None:
-            return
-        for name in list(self.outputs_of.get(call, ())):
-            if name not in self.position or self.position[name] >= at:
-                continue
-            if self._readable(name, inside):
-                continue
-            site = _Site(
-                at, inside, _caller_stack(call, self.stack_of(last), inside=True),
-                f"returned by the preserved call {call!r}", repr(call.partition("@")[0]),
-            )
-            found = self._resolve(name, site, closing=True)
-            self.returned.setdefault(call, {})[name] = found
-            self.outputs_of[call].discard(name)
-            self.outputs_of[call].add(found)
-
-    def renamed_signatures(self) -> dict[str, Any]:
-        """The call signatures whose arguments (``passed``) or outputs (``returned``) are now
-        other values."""
-        sigs = self.p.call_signatures
-        return {
-            call: sigs[call].renamed(self.passed.get(call), self.returned.get(call))
-            for call in sorted(set(self.passed) | set(self.returned))
-        }
-
-    # --- what a reader may read -------------------------------------------------------------
-
-    def _readable(self, name: str, chain: tuple[str, ...]) -> bool:
-        """Whether a node in preserved calls ``chain`` may read ``name`` as it is: the value
-        leaves each preserved call it was made in as an output and enters each one the reader
-        is in as an input; state (and state values, which ``outline`` reads from the state)
-        crosses freely."""
-        own = self.chain.get(name)
-        if own is None:
-            return True  # an undefined value: ``outline`` reports it
-        if own == chain:
-            return True
-        if name in self.state:
-            return True
-        k = common_prefix(own, chain)
-        if all(name in self.outputs_of[c] for c in own[k:]) and all(
-            name in self.inputs_of[c] for c in chain[k:]
-        ):
-            return True
-        return name in self.state_values()
-
-    def state_values(self) -> frozenset[str]:
-        """Values ``outline`` reads from the state: in-place results, values a ``copy_`` writes
-        back, the intermediate values of a root input's update chain, and the mutated inputs."""
-        if self._state_values is None:
-            traffic = state_traffic(self.p)
-            aliases, chains = traffic.aliases, traffic.chains
-            self._state_values = traffic.read_from_state
-            self._dest = dict(aliases)
-            # a state changes where it is written in place and where a functional update makes
-            # its next value (which ``outline`` writes back when a preserved call reads it)
-            writes: dict[str, list[int]] = {}
-            for name, dest in [*aliases.items(), *chains.items()]:
-                writes.setdefault(dest, []).append(self.position[name])
-            for positions in writes.values():
-                positions.sort()
-            self._writes = writes
-        return self._state_values
-
-    # --- one crossing read ------------------------------------------------------------------
-
-    def _resolve(self, name: str, site: _Site, closing: bool = False) -> str:
-        """The name read at ``site`` instead of ``name``: what the caller passed or the callee
-        returned, an alias, or a copy (inserted before ``site.at``; ``closing``: at the end of
-        the call ``site.chain`` ends in)."""
-        chain = site.chain
-        passed = self._passed_in(name, chain)
-        if passed is None:
-            passed = self._returned_out(name, chain)
-        if passed is not None:
-            return passed
-        found = self.memo.get((name, chain))
-        if found is not None:
-            return found
-        self.changed = True
-        alias = self._readable_alias(name, chain, site.at)
-        if alias is not None:
-            self.memo[(name, chain)] = alias
-            log.debug("remat: %%%s read as %%%s (%s in %s)", name, alias, site.reader, site.where)
-            return alias
-        try:
-            plan = self._slice(name, chain, site.at)
-        except _NotRecomputable as why:
-            raise PassError(self._message(name, site, str(why))) from None
-        copies = self.inserts.setdefault(site.at, [])
-        order = (0, -len(chain)) if closing else (1, len(chain))
-        for node in plan:
-            copies.append((order, self._copy(node, site)))
-        log.debug(
-            "remat: %%%s recomputed (%s in %s): %d node(s) copied",
-            name, site.reader, site.where, len(plan),
-        )
-        return self.memo[(name, chain)]
-
-    def _passed_in(self, name: str, chain: tuple[str, ...]) -> str | None:
-        """What a call of ``chain`` that takes ``name`` as an argument is now passed instead,
-        as seen inside ``chain`` (``None`` when no call around the reader was)."""
-        if not self.passed:
-            return None
-        k = common_prefix(self.chain.get(name, ()), chain)
-        for call in chain[k:]:
-            found = self.passed.get(call, {}).get(name)
-            if found is not None:
-                return found
-        return None
-
-    def _returned_out(self, name: str, chain: tuple[str, ...]) -> str | None:
-        """What a call that ``name`` was made in now returns instead of it, when that is
-        readable in ``chain`` (``None`` when no such call was renamed)."""
-        if not self.returned:
-            return None
-        own = self.chain.get(name, ())
-        k = common_prefix(own, chain)
-        for call in own[k:]:
-            found = self.returned.get(call, {}).get(name)
-            if found is not None and self._readable(found, chain):
-                return found
-        return None
-
-    def _readable_alias(self, name: str, chain: tuple[str, ...], limit: int) -> str | None:
-        """A value readable in ``chain`` that equals ``name`` up to no-op aliasing, made before
-        node ``limit``: a preserved call's output first, then any other."""
-        members = self.aliases().get(name)
-        if not members:
-            return None
-        fallback = None
-        for member in members:
-            if member == name or self.position[member] >= limit:
-                continue
-            if not self._readable(member, chain):
-                continue
-            own = self.chain.get(member, ())
-            if own and member in self.outputs_of[own[-1]]:
-                return member
-            fallback = fallback or member
-        return fallback
-
-    def aliases(self) -> dict[str, list[str]]:
-        """Each value -> the values equal to it up to no-op aliasing (classes of size > 1)."""
-        if self._aliases is None:
-            self._aliases = _alias_classes(self.nodes)
-        return self._aliases
-
-    def _slice(self, name: str, chain: tuple[str, ...], at: int) -> list[Node]:
-        """The nodes to copy (in graph order) so that ``name`` is computed in ``chain`` just
-        before node ``at``."""
-        plan: dict[str, Node] = {}
-
-        def visit(value: str) -> None:
-            if value in plan or (value, chain) in self.memo:
-                return
-            node = self.by_name[value]
-            symbol = self._symbol_source(node, chain, at)
-            if symbol is not None:
-                plan[value] = symbol
-                return
-            why = _not_pure(node)
-            if why:
-                raise _NotRecomputable(f"%{value} {why}")
-            for r in node.inputs():
-                leaf = r.name
-                if (leaf, chain) in self.memo or self._passed_in(leaf, chain) is not None:
-                    continue
-                if self._readable(leaf, chain):
-                    self._check_unchanged(leaf, value, at)
-                    continue
-                if self._readable_alias(leaf, chain, at) is not None:
-                    continue
-                if self.by_name[leaf].op == PLACEHOLDER:
-                    raise _NotRecomputable(
-                        f"its slice reads the input %{leaf}, which is not passed to the call"
-                    )
-                visit(leaf)
-            plan[value] = node
-            if len(plan) > MAX_SLICE:
-                raise _NotRecomputable(f"its slice is longer than {MAX_SLICE} nodes")
-
-        visit(name)
-        return sorted(plan.values(), key=lambda n: self.position.get(n.name, -1))
-
-    def _check_unchanged(self, leaf: str, user: str, at: int) -> None:
-        """A leaf that is (a value of) a mutated root input must still be the input's current
-        value where the copy runs (before node ``at``): no write between the leaf and there."""
-        self.state_values()
-        dest = self._dest.get(leaf, leaf)
-        writes = (self._writes or {}).get(dest)
-        if not writes:
-            return
-        start = self.position[leaf]  # the value the slice reads is current from here on
-        if bisect_right(writes, at - 1) > bisect_right(writes, start):
-            raise _NotRecomputable(
-                f"its slice (%{user}) reads %{leaf}, which is updated before the reader runs"
-            )
-
-    def _symbol_source(self, node: Node, chain: tuple[str, ...], at: int) -> Node | None:
-        """A ``sym_size`` of a tensor readable in ``chain`` before node ``at`` whose size is the
-        symbolic integer ``node`` computes (a size is known wherever a tensor of that size is),
-        or ``None``."""
-        val = node.meta.get("val")
-        if not isinstance(val, torch.SymInt) or node.op != CALL_FUNCTION:
-            return None
-        found = self._symbols_of(chain).get(val.node.expr)
-        if found is None or found[0] >= at:
-            return None
-        _, tensor, dim = found
-        if node.target is _SYM_SIZE and node.args == (ref(tensor), dim):
-            return None  # it is this node: copy it as it is
-        return Node(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
-
-    def _symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[int, str, int]]:
-        """Size expression -> (position, tensor, dim) of the first tensor readable in ``chain``
-        with that size: the tensors the innermost call of ``chain`` takes (the root's user
-        inputs for the root), then the outputs of preserved calls as ``chain`` sees them."""
-        found = self._symbols.get(chain)
-        if found is not None:
-            return found
-        names = (
-            [a.name for a in self.p.call_signatures[chain[-1]].inputs if a.name]
-            if chain
-            else list(self.user_inputs)
-        )
-        names += sorted(
-            (n for outs in self.outputs_of.values() for n in outs
-             if n in self.position and self._readable(n, chain)),
-            key=self.position.__getitem__,
-        )
-        found = {}
-        for name in names:
-            node = self.by_name.get(name)
-            val = node.meta.get("val") if node is not None else None
-            at = self.position.get(name, -1)
-            for dim, size in enumerate(getattr(val, "shape", ())):
-                if isinstance(size, torch.SymInt):
-                    key = size.node.expr
-                    if key not in found or found[key][0] > at:
-                        found[key] = (at, name, dim)
-        self._symbols[chain] = found
-        return found
-
-    def _copy(self, node: Node, site: _Site) -> Node:
-        """A copy of ``node`` at ``site``, reading the copies made before it."""
-        chain = site.chain
-        name = fresh_name(node.name, self.taken)
-
-        def read(r: Ref) -> Ref:
-            found = self.memo.get((r.name, chain)) or self._passed_in(r.name, chain)
-            if found is not None:
-                return ref(found)
-            if self._readable(r.name, chain):
-                return r
-            return ref(self._readable_alias(r.name, chain, site.at))
-
-        args = map_refs(node.args, read)
-        kwargs = map_refs(node.kwargs, read)
-        self.memo[(node.name, chain)] = name
-        self.chain[name] = chain
-        meta = dict(node.meta)
-        meta["nn_module_stack"] = site.stack
-        return Node(CALL_FUNCTION, name, node.target, args, kwargs, meta=meta)
-
-    # --- errors -----------------------------------------------------------------------------
-
-    def _where(self, reader: Node) -> str:
-        frames = self.frames_at.get(reader.name, ())
-        return repr(frames[-1].path) if frames else "'<root>'"
-
-    def _caller_path(self, first: Node, call: str) -> str:
-        """The module path that calls preserved ``call`` (whose first node is ``first``)."""
-        path = ""
-        for frame in self.frames_at.get(first.name, ()):
-            if frame.call_name == call:
-                break
-            path = frame.path
-        return repr(path) if path else "'<root>'"
-
-    def _message(self, name: str, site: _Site, why: str) -> str:
-        chain = site.chain
-        own = self.chain.get(name, ())
-        k = common_prefix(own, chain)
-        if len(own) > k:
-            crossing = f"is produced inside a preserved call {own[-1]!r}"
-            parent = own[k]
-            fix = (
-                f"return it from {own[-1]!r}, or preserve the module that calls it instead of it"
-            )
-        else:
-            crossing = f"is computed outside the preserved call {chain[-1]!r}"
-            parent = chain[k]
-            fix = f"pass it to {chain[-1]!r} as an argument, or preserve its parent instead"
-        return (
-            f"value %{name} {crossing} and {site.reader} in {site.where} without crossing the "
-            f"call's signature; it cannot be recomputed there: {why}. "
-            f"{fix[0].upper()}{fix[1:]} (e.g. not {parent!r})"
-        )
+def _message(reach: _Reach, name: str, site: _Site, why: str) -> str:
+    chain = site.chain
+    own = reach.chain.get(name, ())
+    k = common_prefix(own, chain)
+    if len(own) > k:
+        crossing = f"is produced inside a preserved call {own[-1]!r}"
+        parent = own[k]
+        fix = f"return it from {own[-1]!r}, or preserve the module that calls it instead of it"
+    else:
+        crossing = f"is computed outside the preserved call {chain[-1]!r}"
+        parent = chain[k]
+        fix = f"pass it to {chain[-1]!r} as an argument, or preserve its parent instead"
+    return (
+        f"value %{name} {crossing} and {site.reader} in {site.where} without crossing the "
+        f"call's signature; it cannot be recomputed there: {why}. "
+        f"{fix[0].upper()}{fix[1:]} (e.g. not {parent!r})"
+    )
 
 
 def _caller_stack(call: str, stack: Any, inside: bool = False) -> dict[str, Any]:
