@@ -22,6 +22,7 @@ from ir.program import Program
 from transforms.outline import outline, outline_and_sink
 from transforms.pipeline import DEFAULT_PIPELINE, _fuse, pipeline
 from transforms.sink import sink_state
+from transforms.stacks import fill_call_gaps
 
 # the module, not the function ``transforms.outline`` that the package exports under its name
 outline_module = importlib.import_module("transforms.outline")
@@ -130,3 +131,51 @@ def test_fused_law_when_a_parent_reads_its_childs_state():
     inner = outline_and_sink(p).modules["inner"].graphs[0]
     reads = [n.target for n in inner.nodes if n.op == "get_attr"]
     assert reads == ["a.weight", "scale"]
+
+
+def assert_prepared_fusion_law(p: Program) -> None:
+    """``transform``'s longest fused run (the preserved-call stages, ``outline``,
+    ``sink_state``) equals the six passes run one by one, errors included."""
+    from transforms.outline import prepare_outline_and_sink
+    from transforms.preserved import PRESERVED_STAGES
+
+    def one_by_one(q: Program) -> Program:
+        for f in (*PRESERVED_STAGES, outline, sink_state):
+            q = f(q)
+        return q
+
+    try:
+        want = one_by_one(p)
+    except PurefxError as exc:
+        with pytest.raises(type(exc)):
+            prepare_outline_and_sink(p)
+        return
+    got = prepare_outline_and_sink(p)
+    assert got == want
+    assert graph_metas(got) == graph_metas(want)
+
+
+def _before_stages(ep) -> Program:
+    from transforms.preserved import PRESERVED_STAGES
+
+    p = import_ep(ep)
+    for f in DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(PRESERVED_STAGES[0])]:
+        p = f(p)
+    return p
+
+
+@settings(max_examples=examples(60))
+@given(before(fill_call_gaps))
+def test_prepared_fusion_is_the_six_passes_on_generated_programs(p):
+    assert_prepared_fusion_law(p)
+
+
+@pytest.mark.parametrize("name", sorted(CASES)[::4])
+def test_prepared_fusion_is_the_six_passes_on_zoo(name):
+    assert_prepared_fusion_law(_before_stages(export_case(CASES[name])))
+
+
+def test_the_default_pipeline_runs_the_prepared_fusion():
+    from transforms.outline import prepare_outline_and_sink
+
+    assert prepare_outline_and_sink in _fuse(DEFAULT_PIPELINE)
