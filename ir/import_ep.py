@@ -103,13 +103,13 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     signature = _import_signature(ep)
     check_call_graph(ep, set(fqns))
     modules: dict[str, Module] = {}
-    root_graph = _import_graph(ep.graph, ep.graph_module, "", modules)
+    root_graph = import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
     state, order, tensors = _import_state(ep, signature)
     types = _module_types(ep.graph)
     call_order = tuple(e.fqn for e in ep.module_call_graph)
-    root_children = _holder_tree(call_order, order, types, modules)
-    subgraph_children = tuple((n, n) for n in _subgraph_names(root_graph, modules))
+    root_children = holder_tree(call_order, order, types, modules)
+    subgraph_children = tuple((n, n) for n in subgraph_names(root_graph, modules))
     modules[""] = Module(
         type_name=types.get(""),
         kind=PLAIN,
@@ -132,14 +132,17 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
 # --- graphs -------------------------------------------------------------------------------------
 
 
-def _import_graph(
+def import_graph(
     graph: torch.fx.Graph,
     owner: torch.nn.Module,
     prefix: str,
     modules: dict[str, Module],
     exported: bool = True,
 ) -> Graph:
-    """Freeze an fx graph; HOP subgraphs it reads by ``get_attr`` go into ``modules`` by path."""
+    """An fx ``graph`` owned by ``owner`` as an IR ``Graph`` (the walk ``import_ep`` uses), its
+    higher-order-op subgraphs put into ``modules`` by path under ``prefix``; ``exported=False``
+    checks nodes as a plain ``GraphModule``'s. Raises ``UnsupportedProgramError`` naming a node
+    it cannot import. O(n) in the graph's nodes."""
     nodes = []
     accepted: set[Any] = set()
     for fx_node in graph.nodes:
@@ -152,7 +155,7 @@ def _import_graph(
             meta = {**meta, "tag": tag}
         target = fx_node.target
         if fx_node.op == GET_ATTR:
-            value = _get_path(owner, target, fx_node.name)
+            value = get_path(owner, target, fx_node.name)
             if isinstance(value, torch.fx.GraphModule):
                 _import_subgraph(value, f"{prefix}{target}", modules)
         if fx_node.op == CALL_FUNCTION:
@@ -164,12 +167,12 @@ def _import_graph(
 def _import_subgraph(gm: torch.fx.GraphModule, mid: str, modules: dict[str, Module]) -> None:
     if mid in modules:
         return
-    graph = _import_graph(gm.graph, gm, f"{mid}.", modules)
-    children = tuple((n, f"{mid}.{n}") for n in _subgraph_names(graph, modules, f"{mid}."))
+    graph = import_graph(gm.graph, gm, f"{mid}.", modules)
+    children = tuple((n, f"{mid}.{n}") for n in subgraph_names(graph, modules, f"{mid}."))
     modules[mid] = Module(type_name=None, kind=SUBGRAPH, children=children, graphs=(graph,))
 
 
-def _subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
+def subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
     names = []
     for node in graph.nodes:
         if node.op == GET_ATTR and f"{prefix}{node.target}" in modules and (
@@ -199,8 +202,8 @@ _LISTS = frozenset((list, torch.fx.immutable_collections.immutable_list))
 
 
 def _freeze_plain(tree: Any) -> Any:
-    """``freeze`` of the common argument trees (tuples and lists of nodes and scalars), done
-    without a call per leaf; None for any other tree, which ``freeze`` then handles."""
+    """The ``get_attr`` targets of ``graph`` that name a subgraph module of ``modules``, in
+    graph order. O(n)."""
     kind = type(tree)
     if kind is not tuple and kind not in _LISTS:
         return None
@@ -235,7 +238,7 @@ def _frozen_leaf(x: Any) -> Any:
     return x
 
 
-def _get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
+def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
     obj: Any = owner
     for part in target.split("."):
         if not hasattr(obj, part):
@@ -297,7 +300,8 @@ _ARGUMENT_OF_KIND = {
 
 
 def _check_input_spec(i: int, spec: gs.InputSpec, kind: str) -> None:
-    """State specs name their fqn, other specs none; the argument fits the kind."""
+    """The attribute at dotted ``target`` below ``owner``; ``UnsupportedProgramError`` naming
+    node ``node_name`` when a part is missing. O(depth)."""
     where = f"input spec {i} ({kind} %{spec.arg.name})"
     if not isinstance(spec.arg, _ARGUMENT_OF_KIND[kind]):
         raise UnsupportedProgramError(
@@ -387,7 +391,7 @@ def _import_state(
     def add(fqn: str, value: Any, kind: str, persistent: bool) -> None:
         spec = declared.get(fqn)
         check_state_value(fqn, value, kind, placeholders.get(spec.name) if spec else None)
-        key = keys.setdefault(_alias_key(value), fqn)
+        key = keys.setdefault(alias_key(value), fqn)
         if key not in tensors:
             tensors[key] = Opaque(value)
         requires_grad = bool(getattr(value, "requires_grad", False))
@@ -483,8 +487,9 @@ def _registration_order(
     return tuple(placed)
 
 
-def _alias_key(value: Any) -> Any:
-    """Equal for two tensors that view the same memory the same way (tied weights)."""
+def alias_key(value: Any) -> Any:
+    """A key equal for two tensors that view the same memory the same way (tied weights); the
+    value itself otherwise. O(1)."""
     if isinstance(value, torch.Tensor):
         storage = value.untyped_storage()
         if storage.nbytes() > 0:
@@ -535,17 +540,15 @@ def _numbered(names: list[str]) -> bool:
     return names == [str(i) for i in range(len(names))]
 
 
-def _holder_tree(
+def holder_tree(
     call_order: tuple[str, ...],
     state_order: tuple[str, ...],
     types: dict[str, str],
     modules: dict[str, Module],
 ) -> tuple[tuple[str, str], ...]:
-    """Create a holder Module at every path named by the call graph or by a state fqn.
-
-    Returns the root's children. Children are registered in first-mention order: the module call
-    graph first (eager registration order), then the state fqns.
-    """
+    """A graph-less holder Module in ``modules`` at every path the call order or a state fqn
+    names (``import_ep``'s module tree; class names from ``types``); returns the root's children
+    in first-mention order. O(paths + state)."""
     children: dict[str, list[str]] = {"": []}
     local_state: dict[str, list[str]] = {}
     for fqn in state_order:
@@ -574,50 +577,3 @@ def _holder_tree(
             children=tuple((c.rsplit(".", 1)[-1], c) for c in children[path]),
         )
     return tuple((c.rsplit(".", 1)[-1], c) for c in children[""])
-
-
-# --- shared with ``ir.import_gm`` and ``ir.strategies`` (public names of the helpers above) ---
-
-
-def import_graph(
-    graph: torch.fx.Graph,
-    owner: torch.nn.Module,
-    prefix: str,
-    modules: dict[str, Module],
-    exported: bool = True,
-) -> Graph:
-    """An fx ``graph`` owned by ``owner`` as an IR ``Graph`` (the walk ``import_ep`` uses), its
-    higher-order-op subgraphs put into ``modules`` by path under ``prefix``; ``exported=False``
-    checks nodes as a plain ``GraphModule``'s. Raises ``UnsupportedProgramError`` naming a node
-    it cannot import. O(n) in the graph's nodes."""
-    return _import_graph(graph, owner, prefix, modules, exported)
-
-
-def subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
-    """The ``get_attr`` targets of ``graph`` that name a subgraph module of ``modules``, in
-    graph order. O(n)."""
-    return _subgraph_names(graph, modules, prefix)
-
-
-def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
-    """The attribute at dotted ``target`` below ``owner``; ``UnsupportedProgramError`` naming
-    node ``node_name`` when a part is missing. O(depth)."""
-    return _get_path(owner, target, node_name)
-
-
-def alias_key(value: Any) -> Any:
-    """A key equal for two tensors that view the same memory the same way (tied weights); the
-    value itself otherwise. O(1)."""
-    return _alias_key(value)
-
-
-def holder_tree(
-    call_order: tuple[str, ...],
-    state_order: tuple[str, ...],
-    types: dict[str, str],
-    modules: dict[str, Module],
-) -> tuple[tuple[str, str], ...]:
-    """A graph-less holder Module in ``modules`` at every path the call order or a state fqn
-    names (``import_ep``'s module tree; class names from ``types``); returns the root's children
-    in first-mention order. O(paths + state)."""
-    return _holder_tree(call_order, state_order, types, modules)

@@ -1,9 +1,11 @@
 """Fused passes equal the passes they replace.
 
-``transform`` runs ``outline_and_sink`` for the adjacent pair ``outline, sink_state``. The law:
-``outline_and_sink(p) == sink_state(outline(p))`` on every program the pipeline can meet, with
-the same node metadata, and the same error where the pair raises. Checked on generated programs
-(both the one-pass path and the fallback for shared modules) and on every zoo case.
+``transform`` runs the longest run of adjacent passes that has a fused form:
+``prepare_outline_and_sink`` for the preserved-call stages, ``outline`` and ``sink_state``;
+``outline_and_sink`` for the pair ``outline, sink_state`` alone. The laws: each fused form equals
+its passes run one by one on every program the pipeline can meet, with the same node metadata,
+and the same error where the passes raise. Checked on generated programs (both the one-pass path
+and the fallback for shared modules) and on zoo cases.
 """
 
 from __future__ import annotations
@@ -91,13 +93,19 @@ def test_zoo_covers_both_fused_paths(name, one_pass, monkeypatch):
 
 
 @pytest.mark.parametrize("keep_functional", [False, True])
-def test_transform_fuses_the_pair_and_nothing_else(keep_functional):
+def test_transform_fuses_the_longest_run_and_nothing_else(keep_functional):
+    from transforms.outline import prepare_outline_and_sink
+    from transforms.preserved import PRESERVED_STAGES
+
     passes = pipeline(keep_functional=keep_functional)
-    fused = _fuse(passes)
-    i = passes.index(outline)
-    assert fused == [*passes[:i], outline_and_sink, *passes[i + 2 :]]
+    i = passes.index(PRESERVED_STAGES[0])
+    j = passes.index(sink_state)
+    assert _fuse(passes) == [*passes[:i], prepare_outline_and_sink, *passes[j + 1 :]]
+    # without the stages in front, only the pair is fused
+    assert _fuse(passes[j - 1 :]) == [outline_and_sink, *passes[j + 1 :]]
     assert _fuse([sink_state, outline]) == [sink_state, outline]
     assert _fuse([outline]) == [outline]
+    assert _fuse(PRESERVED_STAGES) == list(PRESERVED_STAGES)
 
 
 class _ReadsChildState(torch.nn.Module):
