@@ -65,12 +65,7 @@ def _worker(frontend: str, case: str, rank: int, world: int, port: int) -> None:
         losses: list = []
         if bad:
             pos = tuple(torch.cat([t, t[:N_MB]]) for t in pos)
-        if rank == 0:
-            sched.step(*pos, **kw)
-        elif rank == world - 1:
-            sched.step(**kw, target=tgt, losses=losses)
-        else:
-            sched.step(**kw)
+        sc.schedule_step(sched, rank, world, pos, kw, tgt, losses)
         if bad:
             print("RESULT wrong: a step with another micro-batch shape ran", flush=True)
             return

@@ -255,3 +255,15 @@ def eager_step(model, args, kwargs, names, target, loss_fn, n_mb):
         (loss / n_mb).backward()
         losses.append(loss.detach())
     return losses
+
+
+def schedule_step(sched, rank: int, world: int, pos, kw, target, losses: list) -> None:
+    """One step of a pipelining schedule as rank ``rank`` of ``world`` takes it: the first stage
+    gets the positional inputs, the last the target (and collects the losses), every stage the
+    keyword inputs."""
+    if rank == 0:
+        sched.step(*pos, **kw)
+    elif rank == world - 1:
+        sched.step(**kw, target=target, losses=losses)
+    else:
+        sched.step(**kw)

@@ -45,12 +45,7 @@ def run_case(rank: int, world: int, case: str, schedule: str) -> None:
     broadcast_shared_state(stages, rank, stage.submod)
     sched = SCHEDULES[schedule](stage, n_microbatches=N_MB, loss_fn=loss_fn)
     losses: list[torch.Tensor] = []
-    if rank == 0:
-        sched.step(*pos, **kw)
-    elif rank == world - 1:
-        sched.step(**kw, target=tgt, losses=losses)
-    else:
-        sched.step(**kw)
+    sc.schedule_step(sched, rank, world, pos, kw, tgt, losses)
     m = stage.submod
     sync_shared_grads(stages, rank, m)
 
