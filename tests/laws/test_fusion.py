@@ -39,16 +39,28 @@ def graph_metas(p: Program) -> list[tuple[str, dict]]:
     ]
 
 
-def assert_fused_law(p: Program) -> None:
+def assert_runs_alike(fused, passes, p: Program) -> None:
+    """``fused(p)`` equals ``passes`` run one by one on ``p``, node metadata included, or both
+    raise the same ``PurefxError`` class."""
+
+    def one_by_one(q: Program) -> Program:
+        for f in passes:
+            q = f(q)
+        return q
+
     try:
-        want = sink_state(outline(p))
+        want = one_by_one(p)
     except PurefxError as exc:
         with pytest.raises(type(exc)):
-            outline_and_sink(p)
+            fused(p)
         return
-    got = outline_and_sink(p)
+    got = fused(p)
     assert got == want
     assert graph_metas(got) == graph_metas(want)
+
+
+def assert_fused_law(p: Program) -> None:
+    assert_runs_alike(outline_and_sink, (outline, sink_state), p)
 
 
 @settings(max_examples=examples(120))
@@ -147,20 +159,7 @@ def assert_prepared_fusion_law(p: Program) -> None:
     from transforms.outline import prepare_outline_and_sink
     from transforms.preserved import PRESERVED_STAGES
 
-    def one_by_one(q: Program) -> Program:
-        for f in (*PRESERVED_STAGES, outline, sink_state):
-            q = f(q)
-        return q
-
-    try:
-        want = one_by_one(p)
-    except PurefxError as exc:
-        with pytest.raises(type(exc)):
-            prepare_outline_and_sink(p)
-        return
-    got = prepare_outline_and_sink(p)
-    assert got == want
-    assert graph_metas(got) == graph_metas(want)
+    assert_runs_alike(prepare_outline_and_sink, (*PRESERVED_STAGES, outline, sink_state), p)
 
 
 def _before_stages(ep) -> Program:
