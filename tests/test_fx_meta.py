@@ -5,6 +5,7 @@ every graph and agree with the meta we wrote."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from zoo import CASES, export_case
 
 from ir import import_ep
+from ir.args import ref
 from lowering import lower
 from lowering.inputs import flatten_inputs
 from lowering.modules import LoweredModule
@@ -129,3 +131,33 @@ def test_shape_prop_and_fake_tensor_prop_run_on_lowered_graphs(name: str) -> Non
     for node in m.graph.nodes:
         if node.name in before and node.op != "output" and "dynamic" not in name:
             assert _shapes(node.meta["val"]) == before[node.name], node.name
+
+
+
+@pytest.mark.parametrize("name", ["mlp_nested", "pytree_outputs", "repeated_diff_shapes", "kwargs"])
+def test_outlined_calls_carry_the_val_of_what_they_stand_for(name: str) -> None:
+    """In the IR (before lowering), the ``call_module`` node of a call (no preserved signature)
+    carries the ``val`` of the flat-graph value it stands for, or the tuple of them for a call
+    with several results, and each ``getitem`` of those results the ``val`` of its value."""
+    flat = import_ep(export_case(CASES[name]))
+    vals = {n.name: n.meta["val"] for n in flat.root_module.graph.nodes if "val" in n.meta}
+    program = transform(flat)
+    calls = 0
+    for mod in program.modules.values():
+        for graph in mod.graphs:
+            for node in graph.nodes:
+                if node.op != "call_module":
+                    continue
+                calls += 1
+                got = node.meta["val"]
+                parts = [
+                    n for n in graph.nodes
+                    if n.target is operator.getitem and n.args[0] == ref(node.name)
+                ]
+                if not parts:
+                    assert got is vals[node.name]
+                    continue
+                assert isinstance(got, tuple) and len(got) == len(parts)
+                for part in parts:
+                    assert part.meta["val"] is got[part.args[1]] is vals[part.name]
+    assert calls > 0

@@ -302,3 +302,26 @@ def test_a_graph_shared_by_two_calls_is_rewritten_once():
         ("b", 0, ("relu", "relu_1"))
     ]
     torch.testing.assert_close(lower(q)(*args), model(*args))
+
+
+def test_every_node_of_a_rewrite_in_an_outlined_graph_gets_a_val():
+    """A multi-node replacement whose input is a child call's result: the call carries the
+    ``val`` of its value (``outline``), so every new node gets one from fake propagation."""
+
+    class TwoChildren(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.a(x)
+            return torch.sigmoid(y) * y + self.b(x)
+
+    ep = torch.export.export(TwoChildren(), (torch.randn(2, 4),))
+    spelled_out = Rule(lambda x: torch.sigmoid(x) * x, lambda x: x / (1 + torch.exp(-x)),
+                       (torch.randn(3, 4),), name="silu_spelled_out")
+    q, report = rewrite_report(transform(import_ep(ep)), [spelled_out])
+    assert report.counts == {"silu_spelled_out": 1}
+    nodes = [n for n in q.root_module.graph.nodes if n.op != "output"]
+    assert [n.name for n in nodes if "val" not in n.meta] == []
+    assert {tuple(n.meta["val"].shape) for n in nodes if n.op != "placeholder"} == {(2, 4)}

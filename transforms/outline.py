@@ -368,16 +368,24 @@ class _Outliner:
         out_name = fresh_name("output", self.taken)
         body = call.body + [Node(OUTPUT, out_name, "output", (returned,))]
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
+        # each output is a value of the flat graph: its ``val`` is the call's result there
+        vals = [self.by_name[v].meta.get("val") if v in self.by_name else None for v in outputs]
+        meta = call.meta
         if len(outputs) == 1:
             name = outputs[0]
+            if vals[0] is not None:
+                meta["val"] = vals[0]
         else:
             name = fresh_name(call_base(target), self.taken)
-        parent.body.append(Node(CALL_MODULE, name, target, args, meta=call.meta))
+            if None not in vals:
+                meta["val"] = tuple(vals)
+        parent.body.append(Node(CALL_MODULE, name, target, args, meta=meta))
         if len(outputs) == 1:
             parent.env[name] = ref(name)
         else:
-            for i, v in enumerate(outputs):
-                parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i)))
+            for i, (v, val) in enumerate(zip(outputs, vals)):
+                got = {} if val is None else {"val": val}
+                parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i), meta=got))
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
         return sunk_graph(call.placeholders, sunk, body)
