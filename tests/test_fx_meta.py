@@ -17,6 +17,7 @@ from zoo import CASES, export_case
 
 from ir import import_ep
 from ir.args import ref
+from ir.tree_calls import flatten_by_spec
 from lowering import lower
 from lowering.inputs import flatten_inputs
 from lowering.modules import LoweredModule
@@ -161,3 +162,36 @@ def test_outlined_calls_carry_the_val_of_what_they_stand_for(name: str) -> None:
                 for part in parts:
                     assert part.meta["val"] is got[part.args[1]] is vals[part.name]
     assert calls > 0
+
+
+@pytest.mark.parametrize(
+    "name", ["preserve_nested", "preserve_kwargs", "preserve_constant", "preserve_twice",
+             "pytree_outputs", "buffer_mutation[decomp]"],
+)
+def test_every_ir_node_that_holds_a_value_has_a_val_after_transform(name: str) -> None:
+    """After ``transform``, every IR node but the outputs and the reads of higher-order-op
+    bodies carries a ``val``: preserved calls and their pytree plumbing (the eager argument and
+    output trees, built from the flat values' vals) included."""
+    program = transform(import_ep(export_case(CASES[name])))
+    missing = [
+        (path, node.name)
+        for path, mid in program.walk()
+        for graph in program.module_table()[mid].graphs
+        for node in graph.nodes
+        if node.op != "output" and "val" not in node.meta
+        and not (node.op == "get_attr" and "graph" in node.name)
+    ]
+    assert missing == []
+    calls = 0
+    for mod in program.modules.values():
+        for graph in mod.graphs:
+            by_name = graph.by_name()
+            for node in graph.nodes:
+                source = by_name.get(getattr(node.args[0], "name", None)) if node.args else None
+                if node.target is not flatten_by_spec or source is None:
+                    continue
+                if source.op == "call_module":  # a caller takes a preserved call's result apart
+                    calls += 1
+                    leaves = flatten_by_spec(source.meta["val"], node.args[1])
+                    assert all(a is b for a, b in zip(leaves, node.meta["val"], strict=True))
+    assert (calls > 0) == name.startswith("preserve")

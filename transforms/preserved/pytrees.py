@@ -19,6 +19,9 @@ State (and state threaded in, ``OpenCall.extra_inputs``) is the only other thing
 ``transforms.preserved.remat`` and ``transforms.preserved.ivals`` have made every other crossing
 value part of the signature or state before outlining starts.
 
+Every node of the plumbing carries the ``val`` of what it holds (the eager argument and output
+trees, built from the flat values' vals), as the call itself does.
+
 **Laws:** the callee's graph reads nothing but its placeholders and state; the caller's call
 passes ``len(args)`` positional and ``len(kwargs)`` keyword arguments (plus threaded state).
 Complexity: O(size of the signature) per call.
@@ -57,17 +60,21 @@ def open_preserved(
     Raises ``PassError`` naming the call when its input spec is not torch's (args, kwargs).
     """
     args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
+    flat_vals, _, arg_vals, kwarg_vals = _input_vals(
+        sig, by_name, args_spec.num_children, kwargs_spec.context
+    )
     arg_refs = []
     for i in range(args_spec.num_children):
         name = fresh_name(f"_positional_arg_{i}", taken)
-        call.placeholders.append(Node(PLACEHOLDER, name, name))
+        call.placeholders.append(Node(PLACEHOLDER, name, name, meta=_val_meta(arg_vals[i])))
         arg_refs.append(ref(name))
     call.n_positional = len(arg_refs)
     kwarg_refs = []
     keys = {str(k) for k in kwargs_spec.context}
     for key in kwargs_spec.context:
         # keyword placeholders keep their exact names: callers pass them by keyword
-        call.placeholders.append(Node(PLACEHOLDER, str(key), str(key)))
+        meta = _val_meta(kwarg_vals[key])
+        call.placeholders.append(Node(PLACEHOLDER, str(key), str(key), meta=meta))
         kwarg_refs.append((key, ref(str(key))))
     flat = fresh_name("_flat_args", taken)
     call.body.append(
@@ -76,6 +83,7 @@ def open_preserved(
             flat,
             flatten_by_spec,
             ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
+            meta=_val_meta(flat_vals),
         )
     )
     for i, arg in enumerate(sig.inputs):
@@ -84,7 +92,10 @@ def open_preserved(
             name = arg.name
         else:
             name = fresh_name(f"_constant_{i}" if not named else arg.name, taken)
-        meta = by_name[arg.name].meta if arg.name in by_name else {}
+        if arg.name in by_name:
+            meta = by_name[arg.name].meta
+        else:  # a constant: its value is its val
+            meta = {"val": arg.value} if arg.kind == CONSTANT else {}
         call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
         if named:
             call.env.setdefault(arg.name, ref(name))
@@ -97,7 +108,10 @@ def open_preserved(
             where = f"input {i} of preserved call {call.frame.call_name!r}"
             checked = fresh_name(f"_checked_{i}", taken)
             call.body.append(
-                Node(CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where))
+                Node(
+                    CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where),
+                    meta={"val": arg.value},
+                )
             )
 
 
@@ -110,8 +124,10 @@ def close_preserved(
     leaves = _flat_values(sig.outputs, by_name, lambda name: read(call, name))
     tree = fresh_name("_tree_out", taken)
     out_name = fresh_name("output", taken)
+    out_vals = _flat_vals(sig.outputs, by_name)
+    meta = {} if out_vals is None else {"val": unflatten_tree(out_vals, sig.out_spec)}
     return call.body + [
-        Node(CALL_FUNCTION, tree, unflatten_tree, (tuple(leaves), sig.out_spec)),
+        Node(CALL_FUNCTION, tree, unflatten_tree, (tuple(leaves), sig.out_spec), meta=meta),
         Node(OUTPUT, out_name, "output", (ref(tree),)),
     ]
 
@@ -132,9 +148,13 @@ def call_preserved(
     sig = call.sig
     args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
 
-    def new(base: str, op_target: Any, args: tuple, kwargs: IDict | None = None) -> Ref:
+    def new(
+        base: str, op_target: Any, args: tuple, kwargs: IDict | None = None, val: Any = _UNKNOWN
+    ) -> Ref:
         name = fresh_name(base, taken)
-        parent.body.append(Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(())))
+        parent.body.append(
+            Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(()), meta=_val_meta(val))
+        )
         return ref(name)
 
     values = _flat_values(sig.inputs, by_name, lambda name: read(parent, name))
@@ -145,22 +165,31 @@ def call_preserved(
         call_args = list(values[:n_args])
         call_kwargs = list(zip(kwargs_spec.context, values[n_args:]))
     else:
-        tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec))
-        args_ref = new("_args", operator.getitem, (tree, 0))
-        kwargs_ref = new("_kwargs", operator.getitem, (tree, 1))
-        call_args = [new("_arg", operator.getitem, (args_ref, i)) for i in range(n_args)]
+        # each plumbing node's ``val`` is the tree it holds, built from the inputs' vals
+        _, vals_in, arg_vals, kwarg_vals = _input_vals(sig, by_name, n_args, kwargs_spec.context)
+        tree = new("_tree_in", unflatten_tree, (tuple(values), sig.in_spec), val=vals_in)
+        args_ref = new("_args", operator.getitem, (tree, 0), val=_part(vals_in, 0))
+        kwargs_ref = new("_kwargs", operator.getitem, (tree, 1), val=_part(vals_in, 1))
+        call_args = [
+            new("_arg", operator.getitem, (args_ref, i), val=arg_vals[i]) for i in range(n_args)
+        ]
         call_kwargs = [
-            (k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k)))
+            (k, new(f"_kwarg_{k}", operator.getitem, (kwargs_ref, k), val=kwarg_vals[k]))
             for k in kwargs_spec.context
         ]
     call_args += state_args()
     name = fresh_name(call_base(target), taken)
+    meta = call.meta
+    out_vals = _flat_vals(sig.outputs, by_name)
+    if out_vals is not None:  # the call returns the eager output tree
+        meta["val"] = unflatten_tree(out_vals, sig.out_spec)
     parent.body.append(
-        Node(
-            CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=call.meta
-        )
+        Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=meta)
     )
-    flat = new("_flat_out", flatten_by_spec, (ref(name), sig.out_spec))
+    flat = new(
+        "_flat_out", flatten_by_spec, (ref(name), sig.out_spec),
+        val=_UNKNOWN if out_vals is None else list(out_vals),
+    )
     held = []
     for i, out in enumerate(sig.outputs):
         if out.kind == CONSTANT or not out.name or out.name not in by_name:
@@ -193,6 +222,42 @@ def split_in_spec(sig: CallSignature, call_name: str) -> tuple[Any, Any]:
             "torch.export records; re-export the program"
         )
     return children[0], children[1]
+
+
+_UNKNOWN: Any = object()  # a plumbing node whose value's ``val`` is not known gets none
+
+
+def _flat_vals(specs: Sequence[Any], by_name: Mapping[str, Node]) -> list | None:
+    """The ``val`` of each flat input or output of a signature (a constant's value), or ``None``
+    when one of them has none."""
+    vals = []
+    for spec in specs:
+        if spec.kind == CONSTANT or not spec.name:
+            vals.append(spec.value)
+            continue
+        node = by_name.get(spec.name)
+        if node is None or "val" not in node.meta:
+            return None
+        vals.append(node.meta["val"])
+    return vals
+
+
+def _part(tree: Any, key: Any) -> Any:
+    return _UNKNOWN if tree is _UNKNOWN else tree[key]
+
+
+def _input_vals(sig: CallSignature, by_name: Mapping[str, Node], n_args: int, keys: Sequence[Any]):
+    """``(flat vals, (args, kwargs) tree of vals, per-argument vals, per-keyword vals)`` of a
+    preserved call's inputs, ``_UNKNOWN`` throughout when an input has no ``val``."""
+    flat = _flat_vals(sig.inputs, by_name)
+    if flat is None:
+        return _UNKNOWN, _UNKNOWN, [_UNKNOWN] * n_args, dict.fromkeys(keys, _UNKNOWN)
+    tree = unflatten_tree(flat, sig.in_spec)
+    return list(flat), tree, tree[0], tree[1]
+
+
+def _val_meta(val: Any) -> dict[str, Any]:
+    return {} if val is _UNKNOWN else {"val": val}
 
 
 def _flat_values(
