@@ -173,6 +173,8 @@ def _import_subgraph(gm: torch.fx.GraphModule, mid: str, modules: dict[str, Modu
 
 
 def subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -> list[str]:
+    """The ``get_attr`` targets of ``graph`` that name a subgraph module of ``modules``, in
+    graph order. O(n)."""
     names = []
     for node in graph.nodes:
         if node.op == GET_ATTR and f"{prefix}{node.target}" in modules and (
@@ -202,8 +204,8 @@ _LISTS = frozenset((list, torch.fx.immutable_collections.immutable_list))
 
 
 def _freeze_plain(tree: Any) -> Any:
-    """The ``get_attr`` targets of ``graph`` that name a subgraph module of ``modules``, in
-    graph order. O(n)."""
+    """``freeze`` of the common argument trees (tuples and lists of nodes and scalars), done
+    without a call per leaf; None for any other tree, which ``freeze`` then handles."""
     kind = type(tree)
     if kind is not tuple and kind not in _LISTS:
         return None
@@ -239,6 +241,8 @@ def _frozen_leaf(x: Any) -> Any:
 
 
 def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
+    """The attribute at dotted ``target`` below ``owner``; ``UnsupportedProgramError`` naming
+    node ``node_name`` when a part is missing. O(depth)."""
     obj: Any = owner
     for part in target.split("."):
         if not hasattr(obj, part):
@@ -300,8 +304,7 @@ _ARGUMENT_OF_KIND = {
 
 
 def _check_input_spec(i: int, spec: gs.InputSpec, kind: str) -> None:
-    """The attribute at dotted ``target`` below ``owner``; ``UnsupportedProgramError`` naming
-    node ``node_name`` when a part is missing. O(depth)."""
+    """State specs name their fqn, other specs none; the argument fits the kind."""
     where = f"input spec {i} ({kind} %{spec.arg.name})"
     if not isinstance(spec.arg, _ARGUMENT_OF_KIND[kind]):
         raise UnsupportedProgramError(
