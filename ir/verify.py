@@ -6,6 +6,7 @@ from ir import signature as sg
 from ir.args import Ref
 from ir.errors import VerifyError
 from ir.graph import Graph
+from ir.memo import NOT_COMPUTED
 from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
 from ir.module_names import (
     RESERVED_NAMES,
@@ -153,11 +154,13 @@ def _check_graph(program: Program, graph: Graph, mid: ModuleId, path: str) -> No
     output last, and each node's target of its op's kind, reaching what it names."""
     where = path or "<root>"
     defined: set[str] = set()
+    define = defined.add
     seen_compute = False
-    if not graph.nodes or graph.nodes[-1].op != OUTPUT:
+    nodes = graph.nodes
+    if not nodes or nodes[-1].op != OUTPUT:
         raise VerifyError(f"graph of module {where!r} does not end with an output node")
-    last = graph.nodes[-1]
-    for node in graph.nodes:
+    last = nodes[-1]
+    for node in nodes:
         op, name = node.op, node.name
         fault = None
         if op == CALL_FUNCTION:  # most nodes: checked inline
@@ -193,12 +196,13 @@ def _check_graph(program: Program, graph: Graph, mid: ModuleId, path: str) -> No
                 f"{op} node {name!r} in module {where!r} {fault}; rebuild the node with a target "
                 "of its kind (see ir.node)"
             )
-        for r in node.inputs():
+        reads = node._memo_inputs  # ``Node.inputs``, its memo read directly (the hot path)
+        for r in node.inputs() if reads is NOT_COMPUTED else reads:
             if r.name not in defined:
                 raise VerifyError(
                     f"node {name!r} in module {where!r} reads %{r.name} before it is defined"
                 )
-        defined.add(name)
+        define(name)
 
 
 # op -> the fault of a node's target and arguments for that op, or None (placeholders: any name)
@@ -252,10 +256,12 @@ def _check_call(program: Program, node: Node, mid: ModuleId, where: str) -> None
 
 def _check_read(program: Program, node: Node, mid: ModuleId, path: str) -> None:
     """A ``get_attr`` reaches state (below the module or through a peer) or a submodule."""
+    fqn = program.attr_fqn(mid, path, node.target)
+    if fqn in program.state_table():  # the common case: checked before the module tree
+        return
     if program.resolve(node.target, mid) is not None:
         return
-    fqn = program.attr_fqn(mid, path, node.target)
-    if program.module_table()[mid].kind != SUBGRAPH and fqn not in program.state_table():
+    if program.module_table()[mid].kind != SUBGRAPH:
         raise VerifyError(
             f"node {node.name!r} in module {path or '<root>'!r} reads {node.target!r}, which is "
             "neither state nor a submodule"
