@@ -6,7 +6,6 @@ from ir import signature as sg
 from ir.args import Ref
 from ir.errors import VerifyError
 from ir.graph import Graph
-from ir.memo import NOT_COMPUTED
 from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
 from ir.module_names import (
     RESERVED_NAMES,
@@ -196,8 +195,7 @@ def _check_graph(program: Program, graph: Graph, mid: ModuleId, path: str) -> No
                 f"{op} node {name!r} in module {where!r} {fault}; rebuild the node with a target "
                 "of its kind (see ir.node)"
             )
-        reads = node._memo_inputs  # ``Node.inputs``, its memo read directly (the hot path)
-        for r in node.inputs() if reads is NOT_COMPUTED else reads:
+        for r in node.inputs():
             if r.name not in defined:
                 raise VerifyError(
                     f"node {name!r} in module {where!r} reads %{r.name} before it is defined"
