@@ -13,7 +13,10 @@ from typing import Any
 
 import attrs
 
+from ir.slot_init import slot_constructor, slot_init
 
+
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Ref:
     """A reference to the value a node produces, by the node's unique name in its graph."""
@@ -22,6 +25,9 @@ class Ref:
 
     def __repr__(self) -> str:
         return f"%{self.name}"
+
+
+_new_ref = slot_constructor(Ref)
 
 
 class _NameRef(weakref.ref):
@@ -46,7 +52,7 @@ def ref(name: str) -> Ref:
         found = held()
         if found is not None:
             return found
-    found = Ref(name)
+    found = _new_ref(name)
     held = _REFS[name] = _NameRef(found, _forget)
     held.key = name
     return found
@@ -59,6 +65,7 @@ def _forget(held: _NameRef, refs: dict = _REFS) -> None:
         refs.pop(held.key, None)
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class IList:
     """An immutable stand-in for a Python ``list`` argument."""
@@ -78,6 +85,7 @@ class IList:
         return "[" + ", ".join(map(repr, self.items)) + "]"
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class IDict:
     """An immutable, insertion-ordered stand-in for a Python ``dict`` argument."""
@@ -106,6 +114,7 @@ class IDict:
 EMPTY_DICT = IDict(())
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class ISlice:
     """An immutable, hashable stand-in for a ``slice`` literal (not hashable before Python 3.12)."""

@@ -10,8 +10,10 @@ import attrs
 from ir.errors import VerifyError
 from ir.memo import memoized
 from ir.node import OUTPUT, PLACEHOLDER, Node
+from ir.slot_init import slot_init
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Graph:
     """An immutable SSA graph: ``nodes`` in topological order, the last one the ``output`` node.

@@ -21,7 +21,7 @@ from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
-from ir.node import CALL_FUNCTION, GET_ATTR, Node, frozen_meta
+from ir.node import CALL_FUNCTION, GET_ATTR, frozen_meta, new_node
 from ir.program import Program
 from ir.signature import (
     BUFFER,
@@ -160,7 +160,7 @@ def import_graph(
                 _import_subgraph(value, f"{prefix}{target}", modules)
         if fx_node.op == CALL_FUNCTION:
             target = own_equivalent(target)
-        nodes.append(Node(fx_node.op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
+        nodes.append(new_node(fx_node.op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
     return Graph(tuple(nodes))
 
 

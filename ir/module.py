@@ -13,6 +13,7 @@ import attrs
 
 from ir.graph import Graph
 from ir.memo import NOT_COMPUTED, memoized
+from ir.slot_init import slot_init
 from ir.state import Opaque
 
 ModuleId = str
@@ -54,6 +55,7 @@ def kind_of_type(type_name: str | None) -> str:
     return _CONTAINER_KINDS.get(type_name or "", PLAIN)
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Module:
     """One module.

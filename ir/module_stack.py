@@ -13,9 +13,12 @@ from collections.abc import Mapping
 
 import attrs
 
+from ir.slot_init import slot_init
+
 EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Frame:
     """One entry of a module stack: call number ``call`` of the module ``key`` at ``path``."""

@@ -11,6 +11,7 @@ import attrs
 from ir.args import EMPTY_DICT, IDict, Ref, collect_refs, ref
 from ir.memo import NOT_COMPUTED, memoized
 from ir.module_stack import Frame, meta_frames
+from ir.slot_init import slot_constructor, slot_init
 
 PLACEHOLDER = "placeholder"
 GET_ATTR = "get_attr"
@@ -30,6 +31,7 @@ def frozen_meta(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(meta))
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Node:
     """One fx-style operation.
@@ -83,7 +85,7 @@ class Node:
         if not changes.keys() <= _FIELDS:
             raise TypeError(f"Node has no fields {sorted(changes.keys() - _FIELDS)}")
         get = changes.get
-        return Node(
+        return new_node(
             get("op", self.op),
             get("name", self.name),
             get("target", self.target),
@@ -100,3 +102,5 @@ class Node:
 
 
 _FIELDS = frozenset(("op", "name", "target", "args", "kwargs", "meta"))
+# ``Node(...)`` for code that builds nodes in bulk: the same value, built without the class call
+new_node = slot_constructor(Node)

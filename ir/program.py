@@ -12,6 +12,7 @@ from ir.errors import NotAProgramError, VerifyError
 from ir.memo import NOT_COMPUTED, memoized
 from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
+from ir.slot_init import slot_init
 from ir.state import Opaque, Slot
 
 NO_CONSTRAINTS = Opaque({})
@@ -30,6 +31,7 @@ def require_program(value: object, where: str) -> None:
     )
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Program:
     """An exported program as a value.

@@ -7,6 +7,8 @@ from typing import Any
 
 import attrs
 
+from ir.slot_init import slot_init
+
 # Input kinds (what a root placeholder stands for).
 USER_INPUT = "user_input"
 PARAMETER = "parameter"
@@ -35,6 +37,7 @@ OBJECT = "custom_obj"
 TOKEN_ARG = "token"
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class InputSpec:
     """What the root graph's placeholder ``name`` stands for; ``target`` is the state fqn."""
@@ -45,6 +48,7 @@ class InputSpec:
     persistent: bool | None = None
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class OutputSpec:
     """What the root graph's output at the same position stands for.
@@ -58,6 +62,7 @@ class OutputSpec:
     target: str | None = None
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class ExportSignature:
     """Input specs (one per root placeholder, in order) and output specs (one per root output)."""
@@ -74,6 +79,7 @@ class ExportSignature:
         return tuple(s for s in self.outputs if s.kind in (USER_OUTPUT, LOSS_OUTPUT))
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class ArgSpec:
     """One flat input or output of a preserved call: a named value or a constant ``value``."""
@@ -83,6 +89,7 @@ class ArgSpec:
     value: Any = None
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class CallSignature:
     """A preserved module call signature: flat inputs/outputs and their pytree specs."""

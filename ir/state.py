@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from ir.slot_init import slot_init
+
 PARAMETER = "parameter"
 BUFFER = "buffer"
 CONSTANT = "constant"
@@ -18,6 +20,7 @@ CUSTOM_OBJ = "custom_obj"
 STATE_KINDS = (PARAMETER, BUFFER, CONSTANT, CUSTOM_OBJ)
 
 
+@slot_init
 @attrs.frozen(cache_hash=True)
 class Slot:
     """One piece of module state: its kind, the key of its tensor, and how torch registers it."""
