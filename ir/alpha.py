@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ir.args import map_refs_in
+from ir.args import NESTED, Ref, map_refs
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
@@ -23,20 +23,34 @@ def graph_key(graph: Graph) -> tuple:
 
 
 def _graph_key(graph: Graph) -> tuple:
-    position = {n.name: ("#", i) for i, n in enumerate(graph.nodes)}
+    nodes = graph.nodes
+    position = {n.name: ("#", i) for i, n in enumerate(nodes)}
+    at = position.get
 
-    def free(r: Any) -> Any:
-        return ("free", r.name)
+    def place(r: Ref) -> Any:
+        found = at(r.name)
+        return found if found is not None else ("free", r.name)
 
-    return tuple(
-        (
-            n.op,
-            None if n.op == PLACEHOLDER else n.target,
-            map_refs_in(n.args, position, free) if n.inputs() else n.args,
-            map_refs_in(n.kwargs, position, free) if n.kwargs.items else n.kwargs,
-        )
-        for n in graph.nodes
-    )
+    key = []
+    for n in nodes:
+        op, args, kwargs = n.op, n.args, n.kwargs
+        if n.inputs():
+            if type(args) is tuple:  # the common tree, mapped without a call per leaf
+                mapped = []
+                for a in args:
+                    kind = type(a)
+                    if kind is Ref:
+                        found = at(a.name)
+                        mapped.append(found if found is not None else ("free", a.name))
+                    else:
+                        mapped.append(map_refs(a, place) if kind in NESTED else a)
+                args = tuple(mapped)
+            else:
+                args = map_refs(args, place)
+            if kwargs.items:
+                kwargs = map_refs(kwargs, place)
+        key.append((op, None if op == PLACEHOLDER else n.target, args, kwargs))
+    return tuple(key)
 
 
 class AlphaKey:

@@ -164,7 +164,7 @@ def map_refs_in(tree: Any, table: Mapping[str, Any], missing: Callable[[Ref], An
             new = get(item.name)
             if new is None:
                 new = missing(item)
-        elif kind in _NESTED:
+        elif kind in NESTED:
             new = map_refs(item, one)
         else:
             continue
@@ -182,7 +182,7 @@ def _map_tuple(items: tuple, fn: Callable[[Ref], Any]) -> tuple:
         kind = type(item)
         if kind is Ref:
             new = fn(item)
-        elif kind in _NESTED:
+        elif kind in NESTED:
             new = map_refs(item, fn)
         else:
             new = item
@@ -207,7 +207,7 @@ def collect_refs(tree: Any, into: list[Ref]) -> None:
         for item in tree:
             if type(item) is Ref:
                 into.append(item)
-            elif type(item) in _NESTED:
+            elif type(item) in NESTED:
                 collect_refs(item, into)
     elif kind is IDict:
         for _, value in tree.items:
@@ -270,7 +270,8 @@ def thaw(tree: Any, on_ref: Callable[[Ref], Any]) -> Any:
     return tree
 
 
-_NESTED = frozenset((tuple, IList, IDict, ISlice))
+# the argument-tree kinds that may hold refs below them
+NESTED = frozenset((tuple, IList, IDict, ISlice))
 
 
 def _is_leaf_sequence(kind: type) -> bool:

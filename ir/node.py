@@ -72,8 +72,15 @@ class Node:
 
     @memoized
     def _inputs(self) -> tuple[Ref, ...]:
+        args = self.args
+        if not self.kwargs.items and type(args) is tuple:
+            for item in args:
+                if type(item) is not Ref:
+                    break
+            else:  # the common node, whose arguments are all values: its inputs are its args
+                return args
         refs: list[Ref] = []
-        collect_refs(self.args, refs)
+        collect_refs(args, refs)
         if self.kwargs.items:
             collect_refs(self.kwargs, refs)
         return tuple(refs)
