@@ -104,6 +104,7 @@ def _generated(cls: type) -> tuple[Callable[..., None], Callable[..., Any]] | No
     init, construct = scope["__init__"], scope["construct"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(getattr(cls.__init__, "__annotations__", {}))
     construct.__qualname__ = f"construct_{cls.__qualname__}"
     return init, construct
 
