@@ -17,23 +17,22 @@ from ir.node import CALL_FUNCTION, Node, new_node
 from ir.slot_init import slot_constructor, slot_init
 
 
-@attrs.frozen(cache_hash=True)
-class _Plain:
-    a: int
-    b: tuple = ()
-    c: list = attrs.field(factory=list, eq=False)
-    d: str = attrs.field(default="d", kw_only=True)
-    e: int = attrs.field(default=7, init=False)
+def _example_class() -> type:
+    """A new attrs class of every field kind slot_init handles (each call: another class)."""
+
+    @attrs.frozen(cache_hash=True)
+    class Example:
+        a: int
+        b: tuple = ()
+        c: list = attrs.field(factory=list, eq=False)
+        d: str = attrs.field(default="d", kw_only=True)
+        e: int = attrs.field(default=7, init=False)
+
+    return Example
 
 
-@slot_init
-@attrs.frozen(cache_hash=True)
-class _Fast:
-    a: int
-    b: tuple = ()
-    c: list = attrs.field(factory=list, eq=False)
-    d: str = attrs.field(default="d", kw_only=True)
-    e: int = attrs.field(default=7, init=False)
+_Plain = _example_class()  # built by attrs' own __init__
+_Fast = slot_init(_example_class())
 
 
 def _fields(x: object) -> dict:
