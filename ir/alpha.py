@@ -2,6 +2,9 @@
 
 Each node name is replaced by its position in its graph. Two graphs with equal alpha keys compute
 the same thing in the same order; deduplication groups by this key in O(n).
+
+A position is spelled ``(AT, i)`` and a read of a name no node defines ``(FREE, name)``, with
+markers that no program can hold, so a literal argument never looks like a read.
 """
 
 from __future__ import annotations
@@ -16,20 +19,55 @@ from ir.node import PLACEHOLDER
 from ir.program import Program
 
 
+class _Marker:
+    """A marker of the alpha key's own spelling (compared by identity)."""
+
+    __slots__ = ("_label",)
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+
+    def __repr__(self) -> str:
+        return self._label
+
+
+AT = _Marker("#")  # (AT, i): the value of the node at position i
+FREE = _Marker("free")  # (FREE, name): a read of a name no node of the graph defines
+
+
 def graph_key(graph: Graph) -> tuple:
     """The alpha key of ``graph`` (computed once per Graph object while it lives: the tuple of
     its interned key)."""
-    return _INTERNED_KEYS(graph).key
+    return _SHAPES(graph).key.key
 
 
-def _graph_key(graph: Graph) -> tuple:
+class GraphShape:
+    """What one walk over a graph's nodes finds: its interned alpha key, and whether its node
+    names are distinct (the key cannot tell: it maps every read of a name to that name's last
+    definition)."""
+
+    __slots__ = ("distinct_names", "key")
+
+    def __init__(self, key: AlphaKey, distinct_names: bool) -> None:
+        self.key = key
+        self.distinct_names = distinct_names
+
+
+def graph_shape(graph: Graph) -> GraphShape:
+    """The ``GraphShape`` of ``graph``, computed once per Graph object while it lives (the same
+    walk as its alpha key). O(nodes) once, then O(1)."""
+    return _SHAPES(graph)
+
+
+def _graph_key(graph: Graph) -> tuple[tuple, bool]:
+    """The alpha key of ``graph`` and whether its node names are distinct."""
     nodes = graph.nodes
-    position = {n.name: ("#", i) for i, n in enumerate(nodes)}
+    position = {n.name: (AT, i) for i, n in enumerate(nodes)}
     at = position.get
 
     def place(r: Ref) -> Any:
         found = at(r.name)
-        return found if found is not None else ("free", r.name)
+        return found if found is not None else (FREE, r.name)
 
     key = []
     for n in nodes:
@@ -41,7 +79,7 @@ def _graph_key(graph: Graph) -> tuple:
                     kind = type(a)
                     if kind is Ref:
                         found = at(a.name)
-                        mapped.append(found if found is not None else ("free", a.name))
+                        mapped.append(found if found is not None else (FREE, a.name))
                     else:
                         mapped.append(map_refs(a, place) if kind in NESTED else a)
                 args = tuple(mapped)
@@ -50,7 +88,7 @@ def _graph_key(graph: Graph) -> tuple:
             if kwargs.items:
                 kwargs = map_refs(kwargs, place)
         key.append((op, None if op == PLACEHOLDER else n.target, args, kwargs))
-    return tuple(key)
+    return tuple(key), len(position) == len(nodes)
 
 
 class AlphaKey:
@@ -89,18 +127,19 @@ _INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 def interned_key(graph: Graph) -> AlphaKey:
     """The interned ``AlphaKey`` of ``graph`` (remembered per Graph object): equal keys are one
     object."""
-    return _INTERNED_KEYS(graph)
+    return _SHAPES(graph).key
 
 
-def _interned_key(graph: Graph) -> AlphaKey:
-    made = AlphaKey(_graph_key(graph))
+def _shape(graph: Graph) -> GraphShape:
+    key, distinct = _graph_key(graph)
+    made = AlphaKey(key)
     found = _INTERNED.get(made)
     if found is None:
         found = _INTERNED.setdefault(made.twin(), made)
-    return found
+    return GraphShape(found, distinct)
 
 
-_INTERNED_KEYS: WeakMemo[Graph, AlphaKey] = WeakMemo(_interned_key)
+_SHAPES: WeakMemo[Graph, GraphShape] = WeakMemo(_shape)
 
 
 def program_key(program: Program) -> tuple:

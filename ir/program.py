@@ -9,13 +9,24 @@ import attrs
 from pyrsistent import PMap, pmap
 
 from ir.errors import NotAProgramError, VerifyError
-from ir.memo import NOT_COMPUTED, memoized
+from ir.memo import NOT_COMPUTED, WeakMemo, memoized
 from ir.module import Module, ModuleId
 from ir.signature import CallSignature, ExportSignature
 from ir.slot_init import slot_init
 from ir.state import Opaque, Slot
 
 NO_CONSTRAINTS = Opaque({})
+
+# A persistent map's entries as a plain dict, one per live map object: programs that a pass made
+# with the same ``state`` or ``tensors`` map (most passes keep them) share one table.
+_PLAIN_TABLES: WeakMemo[PMap, dict] = WeakMemo(lambda table: dict(table.items()))
+
+
+def _plain_table(table: Any) -> dict:
+    try:
+        return _PLAIN_TABLES(table)
+    except TypeError:  # a mapping without weak references (a hand-built program's dict)
+        return dict(table.items())
 
 
 def require_program(value: object, where: str) -> None:
@@ -76,11 +87,11 @@ class Program:
 
     @memoized
     def _state_table(self) -> dict[str, Slot]:
-        return dict(self.state.items())
+        return _plain_table(self.state)
 
     @memoized
     def _tensor_table(self) -> dict[str, Opaque]:
-        return dict(self.tensors.items())
+        return _plain_table(self.tensors)
 
     @memoized
     def _resolved(self) -> dict[tuple[str, ModuleId], ModuleId | None]:

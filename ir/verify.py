@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import weakref
+
 from ir import signature as sg
+from ir.alpha import AlphaKey, graph_shape
 from ir.args import Ref
 from ir.errors import VerifyError
 from ir.graph import Graph
@@ -48,13 +51,18 @@ def verify(program: Program) -> Program:
     """
     paths = _check_module_tree(program)
     _check_state(program)
+    table = program.module_table()
     for mid, path in paths.items():
-        mod = program.module_table()[mid]
+        mod = table[mid]
         if mod.kind not in KINDS:
             raise VerifyError(f"module {path or '<root>'!r} has unknown kind {mod.kind!r}")
-        _check_peers(mod.peers, mod.children, paths, path)
+        if mod.peers:
+            _check_peers(mod.peers, mod.children, paths, path)
         for graph in mod.graphs:
-            _check_graph(program, graph, mid, path)
+            if mid == program.root:  # one graph, often the largest: walked as it is
+                _check_graph_nodes(program, graph, mid, path)
+            else:
+                _check_graph(program, graph, mid, path)
     _check_root_signature(program)
     return program
 
@@ -123,12 +131,22 @@ def _check_state(program: Program) -> None:
     ):
         raise VerifyError("state_order does not list exactly the state fqns")
     state, tensors = program.state_table(), program.tensor_table()
-    for fqn in program.state_order:
-        slot = state[fqn]
-        if slot.kind not in STATE_KINDS:
-            raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
-        if slot.tensor not in tensors:
-            raise VerifyError(f"state {fqn!r} names tensor key {slot.tensor!r}, which is not held")
+    slots = state.values()
+    try:
+        fine = {slot.kind for slot in slots}.issubset(STATE_KINDS) and (
+            tensors.keys() >= {slot.tensor for slot in slots}
+        )
+    except TypeError:  # an unhashable kind or key: named below
+        fine = False
+    if not fine:  # name the first fault, in state order
+        for fqn in program.state_order:
+            slot = state[fqn]
+            if slot.kind not in STATE_KINDS:
+                raise VerifyError(f"state {fqn!r} has unknown kind {slot.kind!r}")
+            if slot.tensor not in tensors:
+                raise VerifyError(
+                    f"state {fqn!r} names tensor key {slot.tensor!r}, which is not held"
+                )
     found = first_path_fault(program.state_order)
     if found is not None:
         check_state_name(found[0], VerifyError)
@@ -149,6 +167,53 @@ def check_state_name(fqn: object, error: type[Exception]) -> None:
 
 
 def _check_graph(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:
+    """Check ``graph`` of module ``mid``: its own form (``_check_graph_nodes``), once per alpha
+    key, and each ``get_attr`` and ``call_module`` target against the program, for every graph.
+    For the graphs of modules below the root, which repeat (every block of a stack) and whose
+    keys ``lower`` computes anyway to share code.
+
+    What the form check reads of a graph (ops, targets, argument counts, which position each read
+    names) is all in its alpha key, except whether its node names are distinct, which the key's
+    walk reports beside it: a graph with distinct names whose key passed before passes again, so
+    for it only the reads and calls are checked, in node order (the first fault found is the
+    first in node order either way). O(nodes) for a graph, plus O(reads and calls) when its key
+    is new; O(reads and calls) otherwise.
+    """
+    try:
+        shape = graph_shape(graph)
+    except TypeError:  # an unhashable target or literal: no key, checked node by node
+        shape = None
+    resolved = _FORM_CHECKED.get(shape.key) if shape is not None and shape.distinct_names else None
+    if resolved is None:
+        _check_graph_nodes(program, graph, mid, path)
+        if shape is not None and shape.distinct_names:
+            _FORM_CHECKED[shape.key] = _resolved_positions(shape.key)
+        return
+    nodes = graph.nodes
+    where = path or "<root>"
+    for i in resolved:
+        node = nodes[i]
+        if node.op == GET_ATTR:
+            _check_read(program, node, mid, path)
+        else:
+            _check_call(program, node, mid, where)
+
+
+# Alpha key of a graph whose form passed -> the positions of its nodes whose targets the program
+# resolves (``get_attr`` and ``call_module`` with a string target), for as long as a graph of
+# that key lives.
+_FORM_CHECKED: weakref.WeakKeyDictionary[AlphaKey, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def _resolved_positions(key: AlphaKey) -> tuple[int, ...]:
+    return tuple(
+        i
+        for i, (op, target, _, _) in enumerate(key.key)
+        if (op == GET_ATTR or op == CALL_MODULE) and type(target) is str
+    )
+
+
+def _check_graph_nodes(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:
     """One pass over ``graph``: ops, names defined once and before use, placeholders first, one
     output last, and each node's target of its op's kind, reaching what it names."""
     where = path or "<root>"
@@ -231,19 +296,20 @@ def _check_call(program: Program, node: Node, mid: ModuleId, where: str) -> None
             "a submodule"
         )
     callee = program.module_table()[child]
-    if callee.kind == SUBGRAPH or (not callee.graphs and callee.kind != LEAF):
-        what = "a higher-order op's body" if callee.graphs else "a module with no graph"
+    graphs = callee.graphs
+    if callee.kind == SUBGRAPH or (not graphs and callee.kind != LEAF):
+        what = "a higher-order op's body" if graphs else "a module with no graph"
         raise VerifyError(
             f"node {node.name!r} in module {where!r} calls {node.target!r}, {what}; only "
             "a module with a graph (or a leaf module) can be called"
         )
-    if variant >= max(1, len(callee.graphs)):
+    if variant >= max(1, len(graphs)):
         raise VerifyError(
             f"node {node.name!r} in module {where!r} calls graph {variant} of "
-            f"{target!r}, which has {len(callee.graphs)} graphs"
+            f"{target!r}, which has {len(graphs)} graphs"
         )
-    if callee.graphs:
-        takes = len(callee.graphs[variant].placeholders)
+    if graphs:
+        takes = len(graphs[variant].placeholders)
         arity = len(node.args) + len(node.kwargs)
         if arity != takes:
             raise VerifyError(
@@ -254,14 +320,18 @@ def _check_call(program: Program, node: Node, mid: ModuleId, where: str) -> None
 
 def _check_read(program: Program, node: Node, mid: ModuleId, path: str) -> None:
     """A ``get_attr`` reaches state (below the module or through a peer) or a submodule."""
-    fqn = program.attr_fqn(mid, path, node.target)
+    target = node.target
+    if "." in target:  # maybe through a peer: ``Program.attr_fqn`` says which fqn it reads
+        fqn = program.attr_fqn(mid, path, target)
+    else:
+        fqn = f"{path}.{target}" if path else target
     if fqn in program.state_table():  # the common case: checked before the module tree
         return
-    if program.resolve(node.target, mid) is not None:
+    if program.resolve(target, mid) is not None:
         return
     if program.module_table()[mid].kind != SUBGRAPH:
         raise VerifyError(
-            f"node {node.name!r} in module {path or '<root>'!r} reads {node.target!r}, which is "
+            f"node {node.name!r} in module {path or '<root>'!r} reads {target!r}, which is "
             "neither state nor a submodule"
         )
 

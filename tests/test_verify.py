@@ -98,3 +98,103 @@ def test_output_specs_must_have_a_known_kind():
     bad = p.replace(signature=ExportSignature(p.signature.inputs, (OutputSpec("bogus", "y"),)))
     with pytest.raises(VerifyError, match="unknown kind 'bogus'"):
         verify(bad)
+
+
+# --- module graphs are checked once per alpha key, and every graph's reads and calls ---------
+
+
+def _child_graph(*nodes):
+    return Graph((Node("placeholder", "a", "a"), *nodes))
+
+
+def _two_children(first: Graph, second: Graph, state_of_second: bool = True) -> Program:
+    """The root calls children ``c0`` and ``c1`` (graphs ``first`` and ``second``) in turn."""
+    from ir.state import BUFFER, Opaque, Slot
+
+    root = [
+        X,
+        Node("call_module", "y0", "c0", (ref("x"),)),
+        Node("call_module", "y", "c1", (ref("y0"),)),
+        Node("output", "o", "output", ((ref("y"),),)),
+    ]
+    fqns = ["c0.w"] + (["c1.w"] if state_of_second else [])
+    return Program(
+        root="",
+        modules=pmap({
+            "": Module(type_name="M", children=(("c0", "c0"), ("c1", "c1")), graphs=(Graph(tuple(root)),)),
+            "c0": Module(graphs=(first,)),
+            "c1": Module(graphs=(second,)),
+        }),
+        state=pmap({f: Slot(BUFFER, "t", True, False) for f in fqns}),
+        state_order=tuple(fqns),
+        tensors=pmap({"t": Opaque(object())}),
+        signature=ExportSignature((InputSpec(USER_INPUT, "x"),), (OutputSpec(USER_OUTPUT, "y"),)),
+    )
+
+
+def _reads_w(names=("w", "s", "o")):
+    w, s, o = names
+    return _child_graph(
+        Node("get_attr", w, "w"),
+        Node("call_function", s, "add", (ref("a"), ref(w))),
+        Node("output", o, "output", ((ref(s),),)),
+    )
+
+
+def test_equal_module_graphs_both_pass():
+    p = _two_children(_reads_w(), _reads_w(("w2", "s2", "o2")))
+    assert verify(p) is p
+
+
+def test_a_repeated_name_is_found_in_a_graph_whose_key_passed_before():
+    # same alpha key as the first child's graph (each read names the last definition of its
+    # name), but ``w`` is defined twice
+    twice = _child_graph(
+        Node("get_attr", "w", "w"),
+        Node("call_function", "w", "add", (ref("a"), ref("a"))),
+        Node("output", "o", "output", ((ref("w"),),)),
+    )
+    once = _child_graph(
+        Node("get_attr", "w0", "w"),
+        Node("call_function", "w", "add", (ref("a"), ref("a"))),
+        Node("output", "o", "output", ((ref("w"),),)),
+    )
+    from ir.alpha import graph_key
+
+    assert graph_key(once) == graph_key(twice)
+    assert verify(_two_children(once, once)) is not None
+    with pytest.raises(VerifyError, match="'w' is defined twice in module 'c1'"):
+        verify(_two_children(once, twice))
+
+
+def test_reads_are_checked_in_every_graph_of_a_key():
+    p = _two_children(_reads_w(), _reads_w(("w2", "s2", "o2")), state_of_second=False)
+    with pytest.raises(VerifyError, match="'w2' in module 'c1' reads 'w', which is neither state"):
+        verify(p)
+
+
+def test_a_literal_never_stands_for_a_read_in_the_alpha_key():
+    from ir.alpha import graph_key
+
+    read = _child_graph(
+        Node("call_function", "s", "add", (ref("a"), ref("a"))),
+        Node("output", "o", "output", ((ref("s"),),)),
+    )
+    for literal in (("#", 0), ("free", "a")):
+        spelled = _child_graph(
+            Node("call_function", "s", "add", (ref("a"), literal)),
+            Node("output", "o", "output", ((ref("s"),),)),
+        )
+        assert graph_key(spelled) != graph_key(read)
+    undefined = _child_graph(
+        Node("call_function", "s", "add", (ref("a"), ref("nowhere"))),
+        Node("output", "o", "output", ((ref("s"),),)),
+    )
+    spelled = _child_graph(
+        Node("call_function", "s", "add", (ref("a"), ("free", "nowhere"))),
+        Node("output", "o", "output", ((ref("s"),),)),
+    )
+    assert graph_key(spelled) != graph_key(undefined)
+    verify(_two_children(spelled, spelled))
+    with pytest.raises(VerifyError, match="reads %nowhere before it is defined"):
+        verify(_two_children(spelled, undefined))
