@@ -183,18 +183,44 @@ def _check_module_stack(node: torch.fx.Node) -> None:
 def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
     """The module call graph starts with the root entry ``""`` (with a signature), names each
     call once, by a module path (``a.b`` or ``a.b@n``) that is not state or inside state, and
-    each signature lists arguments whose count matches its pytree specs. O(entries + state)."""
+    each signature lists arguments whose count matches its pytree specs. O(entries + state).
+
+    The names of the common graph (no ``@n`` variant, no fault) are checked in bulk; any other
+    graph is walked entry by entry, which names the first entry at fault."""
     entries = list(ep.module_call_graph)
     if not entries or entries[0].fqn != "" or entries[0].signature is None:
         raise UnsupportedProgramError(
             "the module call graph has no root entry '' with a signature first; the program "
             "cannot be called with checked inputs: re-export it with torch.export.export"
         )
+    if not _plain_call_names([entry.fqn for entry in entries], state):
+        _check_call_graph_entries(ep, entries, state)
+        return
+    for i, entry in enumerate(entries):
+        if entry.signature is not None:
+            root_counts = _counts(ep) if entry.fqn == "" else None
+            _check_call_signature(entry.signature, i, entry.fqn, root_counts)
+
+
+def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
+    """Whether ``fqns`` (the root ``""`` first) are distinct module paths without ``@n``
+    variants, each step a name a module can register, none of them state or inside state: then
+    ``_check_call_graph_entries`` would find no fault in any name. O(total length), in bulk."""
+    paths = fqns[1:]
+    if first_path_fault(paths) is not None or "@" in ".".join(paths):
+        return False  # also: an entry that is not a string (``first_path_fault`` names it)
+    return len(set(fqns)) == len(fqns) and state.isdisjoint(_with_prefixes(paths))
+
+
+def _check_call_graph_entries(
+    ep: torch.export.ExportedProgram, entries: list[Any], state: set[str]
+) -> None:
+    """``check_call_graph``'s checks, entry by entry, in order. O(entries + state)."""
     seen: set[str] = set()
     clear: set[str] = set()
     for i, entry in enumerate(entries):
         fqn = entry.fqn
-        where = f"module call graph entry {i} ({fqn!r})"
+        where = _entry(i, fqn)
         if not isinstance(fqn, str) or (fqn and not _CALL_NAME.fullmatch(fqn)):
             raise UnsupportedProgramError(f"{where} is not a module path such as 'a.b' or 'a.b@1'")
         if fqn in seen:
@@ -209,7 +235,12 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
                 "not a module"
             )
         if entry.signature is not None:
-            _check_call_signature(entry.signature, where, _counts(ep) if fqn == "" else None)
+            _check_call_signature(entry.signature, i, fqn, _counts(ep) if fqn == "" else None)
+
+
+def _entry(i: int, fqn: Any) -> str:
+    """How an error names call graph entry ``i``."""
+    return f"module call graph entry {i} ({fqn!r})"
 
 
 def _check_path_names(path: str, what: str) -> None:
@@ -241,6 +272,17 @@ def _outermost_in(path: str, owners: set[str], clear: set[str]) -> str | None:
     return found
 
 
+def _with_prefixes(paths: list[str] | set[str]) -> set[str]:
+    """``paths`` and every dotted prefix of them (``a.b.c`` adds ``a.b`` and ``a``); ``""`` only
+    if it is one of ``paths``. O(total length): a prefix walk stops at a path already found."""
+    found = set(paths)
+    for path in {p.rpartition(".")[0] for p in found} - found:
+        while path and path not in found:
+            found.add(path)
+            path = path.rpartition(".")[0]
+    return found
+
+
 _ARGUMENTS = (
     gs.TensorArgument, gs.SymIntArgument, gs.SymFloatArgument, gs.SymBoolArgument,
     gs.CustomObjArgument, gs.TokenArgument, gs.ConstantArgument,
@@ -256,31 +298,46 @@ def _counts(ep: torch.export.ExportedProgram) -> tuple[int, int]:
     return ins, outs
 
 
-def _check_call_signature(sig: Any, where: str, root_counts: tuple[int, int] | None) -> None:
+def _check_call_signature(
+    sig: Any, index: int, fqn: str, root_counts: tuple[int, int] | None
+) -> None:
+    """The signature of call graph entry ``index`` (``fqn``) lists arguments and pytree specs,
+    and each spec has as many leaves as the entry has arguments (the root: user inputs and
+    outputs) on that side. O(arguments)."""
     sides = (("inputs", sig.inputs, sig.in_spec), ("outputs", sig.outputs, sig.out_spec))
     # torch leaves an entry unfilled (no inputs, no outputs) when the module's calls are not in
     # the top graph (inside an autocast or set-grad body): its specs describe eager calls only.
     unfilled = root_counts is None and not sig.inputs and not sig.outputs
     for i, (side, args, spec) in enumerate(sides):
         if not isinstance(args, (list, tuple)) or any(not isinstance(a, _ARGUMENTS) for a in args):
-            raise UnsupportedProgramError(f"{where} has {side} {args!r}, not a list of arguments")
+            raise UnsupportedProgramError(
+                f"{_entry(index, fqn)} has {side} {args!r}, not a list of arguments"
+            )
         if not isinstance(spec, pytree.TreeSpec):
-            raise UnsupportedProgramError(f"{where} has {side} spec {spec!r}, not a pytree spec")
+            raise UnsupportedProgramError(
+                f"{_entry(index, fqn)} has {side} spec {spec!r}, not a pytree spec"
+            )
         count = len(args) if root_counts is None else root_counts[i]
         if spec.num_leaves != count and not unfilled:
             raise UnsupportedProgramError(
-                f"{where}: its {side} spec has {spec.num_leaves} leaves but the program has "
-                f"{count} {side} there"
+                f"{_entry(index, fqn)}: its {side} spec has {spec.num_leaves} leaves but the "
+                f"program has {count} {side} there"
             )
 
 
 def check_state_fqns(fqns: list[str]) -> None:
     """Every state fqn is a dotted path of names an ``nn.Module`` can register (not ``forward``,
     ``training``, ... : ``ir.module_names``), and none lies inside another (a tensor cannot hold
-    attributes). O(total length)."""
+    attributes). O(total length).
+
+    Fault-free fqns (the common case) are recognized in bulk: every step a registrable name,
+    and no fqn among the modules that hold state. Otherwise the fqns are walked in order, which
+    names the first at fault."""
+    bad = first_path_fault(fqns)
+    if bad is None and set(fqns).isdisjoint(_with_prefixes({f.rpartition(".")[0] for f in fqns})):
+        return
     known = set(fqns)
     clear: set[str] = set()
-    bad = first_path_fault(fqns)
     if bad is not None and type(bad[0]) is str and bad[0] and "" not in bad[0].split("."):
         _check_path_names(bad[0], "state")
     for fqn in fqns:
