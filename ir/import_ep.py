@@ -46,6 +46,7 @@ from ir.signature import (
     InputSpec,
     OutputSpec,
 )
+from ir.slot_init import slot_constructor
 from ir.state import Opaque, Slot
 from ir.tree_calls import own_equivalent
 from ir.verify import verify
@@ -68,6 +69,7 @@ _ARG_KINDS = (
     (gs.TokenArgument, TOKEN_ARG),
     (gs.ConstantArgument, CONSTANT),
 )
+_new_module = slot_constructor(Module)  # ``Module(...)`` for the holders built in bulk
 _STATE_KIND_OF_INPUT = {
     PARAMETER: st.PARAMETER,
     BUFFER: st.BUFFER,
@@ -524,18 +526,22 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
     return types
 
 
-def _holder_kind(type_name: str | None, child_names: list[str], state_names: list[str]) -> str:
-    """The container kind of a holder.
+def _holder_kind(
+    type_name: str | None, children: list[tuple[str, str]], state_names: list[str] | None
+) -> str:
+    """The container kind of a holder with ``(local name, path)`` ``children`` and local
+    ``state_names`` (``None``: no state).
 
     Containers are never called, so the module stack never names their class: an untyped holder
     of children ``0..n-1`` (and no state) is taken for a ModuleList, one of state ``0..n-1`` (and
     no children) for a ParameterList. A ModuleDict or ParameterDict cannot be told from a plain
     module this way and stays a plain holder.
     """
-    if type_name is None and child_names and not state_names and _numbered(child_names):
-        return kind_of_type("torch.nn.modules.container.ModuleList")
-    if type_name is None and state_names and not child_names and _numbered(state_names):
-        return kind_of_type("torch.nn.modules.container.ParameterList")
+    if type_name is None:
+        if children and not state_names and _numbered([name for name, _ in children]):
+            return kind_of_type("torch.nn.modules.container.ModuleList")
+        if state_names and not children and _numbered(state_names):
+            return kind_of_type("torch.nn.modules.container.ParameterList")
     return kind_of_type(type_name)
 
 
@@ -551,32 +557,32 @@ def holder_tree(
 ) -> tuple[tuple[str, str], ...]:
     """A graph-less holder Module in ``modules`` at every path the call order or a state fqn
     names (``import_ep``'s module tree; class names from ``types``); returns the root's children
-    in first-mention order. O(paths + state)."""
-    children: dict[str, list[str]] = {"": []}
-    local_state: dict[str, list[str]] = {}
+    in first-mention order. O(paths + state): each path is split once."""
+    children: dict[str, list[tuple[str, str]]] = {"": []}  # path -> its (name, path) children
+
+    def make(path: str) -> None:
+        """Add the holder at ``path`` (not made yet), after those above it."""
+        parent, _, name = path.rpartition(".")
+        if parent not in children:
+            make(parent)
+        children[parent].append((name, path))
+        children[path] = []
+
+    for path in call_order:
+        if path not in children and "@" not in path:
+            make(path)
+    local_state: dict[str, list[str]] = {}  # holder path -> names of its state, in order
     for fqn in state_order:
         owner, _, name = fqn.rpartition(".")
-        local_state.setdefault(owner, []).append(name)
-    paths = [f for f in call_order if f and "@" not in f]
-    paths += [f.rsplit(".", 1)[0] for f in state_order if "." in f]
-    for path in paths:
-        if path in children:
-            continue  # made already, with every module above it
-        parts = path.split(".")
-        for depth in range(1, len(parts) + 1):
-            here = ".".join(parts[:depth])
-            if here in children:
-                continue
-            children[here] = []
-            children[".".join(parts[: depth - 1])].append(here)
-    for path in reversed(list(children)):
-        if not path:
-            continue
-        type_name = types.get(path)
-        kids = [c.rsplit(".", 1)[-1] for c in children[path]]
-        modules[path] = Module(
-            type_name=type_name,
-            kind=_holder_kind(type_name, kids, local_state.get(path, [])),
-            children=tuple((c.rsplit(".", 1)[-1], c) for c in children[path]),
-        )
-    return tuple((c.rsplit(".", 1)[-1], c) for c in children[""])
+        names = local_state.get(owner)
+        if names is None:
+            names = local_state[owner] = []
+            if owner not in children:
+                make(owner)
+        names.append(name)
+    for path, kids in reversed(children.items()):
+        if path:
+            type_name = types.get(path)
+            kind = _holder_kind(type_name, kids, local_state.get(path))
+            modules[path] = _new_module(type_name, kind, tuple(kids))
+    return tuple(children[""])
