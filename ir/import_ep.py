@@ -59,6 +59,9 @@ _INPUT_KINDS = {
     gs.InputKind.CUSTOM_OBJ: CUSTOM_OBJ,
     gs.InputKind.TOKEN: TOKEN,
 }
+# ``_INPUT_KINDS`` by the identity of the enum member: ``Enum.__hash__`` runs Python code, and an
+# import looks a kind up for each placeholder (members live as long as their class)
+_INPUT_KIND_OF_MEMBER = {id(member): kind for member, kind in _INPUT_KINDS.items()}
 _OUTPUT_KINDS = {kind: kind.name.lower() for kind in gs.OutputKind}
 _ARG_KINDS = (
     (gs.TensorArgument, TENSOR),
@@ -69,7 +72,9 @@ _ARG_KINDS = (
     (gs.TokenArgument, TOKEN_ARG),
     (gs.ConstantArgument, CONSTANT),
 )
-_new_module = slot_constructor(Module)  # ``Module(...)`` for the holders built in bulk
+# ``Module(...)`` and ``InputSpec(...)`` for the holders and specs built in bulk
+_new_module = slot_constructor(Module)
+_new_input_spec = slot_constructor(InputSpec)
 _STATE_KIND_OF_INPUT = {
     PARAMETER: st.PARAMETER,
     BUFFER: st.BUFFER,
@@ -261,7 +266,9 @@ def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
 def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
     inputs = []
     for i, spec in enumerate(ep.graph_signature.input_specs):
-        kind = _INPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.InputKind) else None
+        kind = _INPUT_KIND_OF_MEMBER.get(id(spec.kind))
+        if kind is None:  # not a member: as the table by value says (None for a stranger)
+            kind = _INPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.InputKind) else None
         name = getattr(spec.arg, "name", None)
         if kind is None or not isinstance(name, str):
             raise UnsupportedProgramError(
@@ -270,7 +277,7 @@ def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
                 "supported"
             )
         _check_input_spec(i, spec, kind)
-        inputs.append(InputSpec(kind, name, spec.target, spec.persistent))
+        inputs.append(_new_input_spec(kind, name, spec.target, spec.persistent))
     outputs = []
     for i, spec in enumerate(ep.graph_signature.output_specs):
         kind = _OUTPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.OutputKind) else None
@@ -306,21 +313,30 @@ _ARGUMENT_OF_KIND = {
 
 
 def _check_input_spec(i: int, spec: gs.InputSpec, kind: str) -> None:
-    """State specs name their fqn, other specs none; the argument fits the kind."""
-    where = f"input spec {i} ({kind} %{spec.arg.name})"
+    """State specs name their fqn, other specs none; the argument fits the kind. O(1)."""
     if not isinstance(spec.arg, _ARGUMENT_OF_KIND[kind]):
         raise UnsupportedProgramError(
-            f"{where} has a {type(spec.arg).__name__}, which a {kind} input cannot be"
+            f"{_input(i, spec, kind)} has a {type(spec.arg).__name__}, which a {kind} input "
+            "cannot be"
         )
     if kind in (USER_INPUT, TOKEN):
         if spec.target is not None:
-            raise UnsupportedProgramError(f"{where} has target {spec.target!r}; it takes none")
+            raise UnsupportedProgramError(
+                f"{_input(i, spec, kind)} has target {spec.target!r}; it takes none"
+            )
     elif not isinstance(spec.target, str) or not spec.target:
         raise UnsupportedProgramError(
-            f"{where} has target {spec.target!r}; it must name the state it reads"
+            f"{_input(i, spec, kind)} has target {spec.target!r}; it must name the state it reads"
         )
     if kind == BUFFER and not isinstance(spec.persistent, bool):
-        raise UnsupportedProgramError(f"{where} has persistent={spec.persistent!r}, not a bool")
+        raise UnsupportedProgramError(
+            f"{_input(i, spec, kind)} has persistent={spec.persistent!r}, not a bool"
+        )
+
+
+def _input(i: int, spec: gs.InputSpec, kind: str) -> str:
+    """How an error names input spec ``i`` (its argument has a string ``name``)."""
+    return f"input spec {i} ({kind} %{spec.arg.name})"
 
 
 def _check_signature_matches_graph(signature: ExportSignature, graph: Graph) -> None:
