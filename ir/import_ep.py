@@ -72,9 +72,10 @@ _ARG_KINDS = (
     (gs.TokenArgument, TOKEN_ARG),
     (gs.ConstantArgument, CONSTANT),
 )
-# ``Module(...)`` and ``InputSpec(...)`` for the holders and specs built in bulk
+# ``Module(...)``, ``InputSpec(...)`` and ``Slot(...)`` for the holders, specs and slots built in bulk
 _new_module = slot_constructor(Module)
 _new_input_spec = slot_constructor(InputSpec)
+_new_slot = slot_constructor(Slot)
 _STATE_KIND_OF_INPUT = {
     PARAMETER: st.PARAMETER,
     BUFFER: st.BUFFER,
@@ -112,7 +113,7 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     modules: dict[str, Module] = {}
     root_graph = import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
-    state, order, tensors = _import_state(ep, signature)
+    state, order, tensors = _import_state(ep, signature, root_graph)
     types = _module_types(ep.graph)
     call_order = tuple(e.fqn for e in ep.module_call_graph)
     root_children = holder_tree(call_order, order, types, modules)
@@ -400,43 +401,44 @@ def _arg_spec(arg: Any, fqn: str) -> ArgSpec:
 
 
 def _import_state(
-    ep: torch.export.ExportedProgram, signature: ExportSignature
+    ep: torch.export.ExportedProgram, signature: ExportSignature, graph: Graph
 ) -> tuple[dict[str, Slot], tuple[str, ...], dict[str, Opaque]]:
-    """State slots in registration order: the state dict first, then the remaining constants."""
+    """State slots in registration order: the state dict first, then the remaining constants;
+    each value checked against the placeholder of ``graph`` (the imported root graph) that its
+    input spec names. O(state + placeholders)."""
     declared = _declared_state(signature)
+    placeholders = {n.name: n for n in graph.placeholders}
     state: dict[str, Slot] = {}
     tensors: dict[str, Opaque] = {}
-    keys: dict[Any, str] = {}
-    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    aliases = _Aliases()
 
-    def add(fqn: str, value: Any, kind: str, persistent: bool) -> None:
-        spec = declared.get(fqn)
+    def add(fqn: str, value: Any, kind: str, persistent: bool, spec: InputSpec | None) -> None:
         check_state_value(fqn, value, kind, placeholders.get(spec.name) if spec else None)
-        key = keys.setdefault(alias_key(value), fqn)
+        key = aliases.key(fqn, value, kind != st.CUSTOM_OBJ)  # a checked tensor unless custom
         if key not in tensors:
             tensors[key] = Opaque(value)
         requires_grad = bool(getattr(value, "requires_grad", False))
-        state[fqn] = Slot(kind, key, persistent, requires_grad)
+        state[fqn] = _new_slot(kind, key, persistent, requires_grad)
 
     for fqn, value in ep.state_dict.items():
         spec = declared.get(fqn)
         if spec is not None:
-            add(fqn, value, _STATE_KIND_OF_INPUT[spec.kind], spec.persistent is not False)
+            add(fqn, value, _STATE_KIND_OF_INPUT[spec.kind], spec.persistent is not False, spec)
         elif isinstance(value, torch.nn.Parameter):
-            add(fqn, value, st.PARAMETER, True)
+            add(fqn, value, st.PARAMETER, True, spec)
         else:
-            add(fqn, value, st.BUFFER, True)
+            add(fqn, value, st.BUFFER, True, spec)
     for fqn, value in ep.constants.items():
         if fqn in state:
             continue
         spec = declared.get(fqn)
         if spec is not None:  # the spec says what it is: a tensor is checked to be one
             kind = _STATE_KIND_OF_INPUT[spec.kind]
-            add(fqn, value, kind, kind != st.BUFFER)
+            add(fqn, value, kind, kind != st.BUFFER, spec)
         elif isinstance(value, torch.Tensor):
-            add(fqn, value, st.CONSTANT, True)
+            add(fqn, value, st.CONSTANT, True, spec)
         else:
-            add(fqn, value, st.CUSTOM_OBJ, True)
+            add(fqn, value, st.CUSTOM_OBJ, True, spec)
     for fqn, spec in declared.items():
         if fqn not in state:
             raise UnsupportedProgramError(
@@ -444,6 +446,40 @@ def _import_state(
                 "dict nor in the constants; the program is incomplete"
             )
     return state, _registration_order(list(state), signature, state), tensors
+
+
+class _Aliases:
+    """The tensor key of each state value: the fqn of the first value added whose
+    ``alias_key`` equals its own (tied weights share one key).
+
+    Equal alias keys imply one storage pointer (for a tensor with bytes; one object
+    otherwise), so values are first sorted by that pointer, which costs three tensor calls
+    where ``alias_key`` costs nine: a value alone at its pointer keys itself, and only values
+    that share one have their ``alias_key``s compared. O(1) per value.
+    """
+
+    __slots__ = ("first", "keys")
+
+    def __init__(self) -> None:
+        # storage pointer -> (fqn, value) of the one value there, or None once a second came
+        self.first: dict[int, tuple[str, Any] | None] = {}
+        self.keys: dict[Any, str] = {}  # alias_key -> fqn, for the values at shared pointers
+
+    def key(self, fqn: str, value: Any, is_tensor: bool) -> str:
+        """The key of ``value``, added as ``fqn`` (``is_tensor``: ``value`` is a tensor)."""
+        pointer = id(value)
+        if is_tensor:
+            storage = value.untyped_storage()
+            if storage.nbytes() > 0:
+                pointer = storage.data_ptr()
+        if pointer not in self.first:
+            self.first[pointer] = (fqn, value)
+            return fqn
+        held = self.first[pointer]
+        if held is not None:  # the first value there gets its alias_key now
+            self.keys.setdefault(alias_key(held[1]), held[0])
+            self.first[pointer] = None
+        return self.keys.setdefault(alias_key(value), fqn)
 
 
 def _declared_state(signature: ExportSignature) -> dict[str, InputSpec]:
