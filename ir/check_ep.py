@@ -21,7 +21,16 @@ from torch.export import graph_signature as gs
 from ir import ops
 from ir.errors import UnsupportedProgramError
 from ir.module_names import first_path_fault, path_fault, rename_hint
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    GET_ATTR,
+    OPS,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+)
 from ir.torch_seam import pytree
 
 _CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
@@ -350,11 +359,10 @@ def check_state_fqns(fqns: list[str]) -> None:
             )
 
 
-def check_state_value(
-    fqn: str, value: Any, kind: str, placeholder: torch.fx.Node | None
-) -> None:
+def check_state_value(fqn: str, value: Any, kind: str, placeholder: Node | None) -> None:
     """A parameter, buffer or constant tensor holds a tensor of the shape and dtype its
-    placeholder was traced with (when static); a custom object holds no tensor."""
+    placeholder (the imported root graph's node, or None) was traced with (when static); a
+    custom object holds no tensor. O(dimensions)."""
     if kind == "custom_obj":
         if isinstance(value, torch.Tensor):
             raise UnsupportedProgramError(f"{kind} {fqn!r} holds a tensor, not a custom object")
@@ -367,7 +375,7 @@ def check_state_value(
     if not isinstance(traced, torch.Tensor):
         return
     shape = traced.shape
-    if all(type(d) is int for d in shape) and value.shape != shape:
+    if _static(shape) and value.shape != shape:
         raise UnsupportedProgramError(
             f"{kind} {fqn!r} has shape {tuple(value.shape)}, but its placeholder "
             f"{placeholder.name!r} was traced with shape {tuple(shape)}"
@@ -377,3 +385,13 @@ def check_state_value(
             f"{kind} {fqn!r} has dtype {value.dtype}, but its placeholder {placeholder.name!r} "
             f"was traced with {traced.dtype}"
         )
+
+
+def _static(shape: torch.Size) -> bool:
+    """Whether every dimension of ``shape`` is a plain ``int`` (comparing a symbolic one would
+    add a guard to its shape environment). A loop, not ``all`` over a generator: this runs once
+    per state tensor."""
+    for d in shape:
+        if type(d) is not int:
+            return False
+    return True
