@@ -33,6 +33,7 @@ from ir.node import (
 )
 from ir.torch_seam import pytree
 
+_KEYWORDS = frozenset(keyword.kwlist)  # what ``keyword.iskeyword`` tests, without the call
 _CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
 _EXPORTED_OPS = (PLACEHOLDER, GET_ATTR, CALL_FUNCTION, OUTPUT)
 _NOT_EXPORTED = frozenset(OPS) - frozenset(_EXPORTED_OPS)
@@ -48,19 +49,26 @@ def check_node(
     no default value (a plain GraphModule, ``exported=False``, may give it one constant).
 
     ``accepted`` (the caller's, for one graph) remembers each ``(op, target, argument count,
-    keyword names)`` found valid, so a target called the same way again is not checked again: its
-    verdict depends on nothing else. O(arguments + stack depth); O(1 + stack depth) when the
-    layout was accepted before."""
+    keyword names)`` found valid, the target by identity (hashing an operator runs Python code;
+    the graph keeps its targets alive while the set is in use), so a target called the same way
+    again is not checked again: its verdict depends on nothing else. A placeholder without
+    arguments whose target is a non-empty string is valid as it is. O(arguments + stack depth);
+    O(1 + stack depth) when the layout was accepted before."""
     name = node.name
-    if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name):
+    if type(name) is not str or not name.isidentifier() or name in _KEYWORDS:
         raise UnsupportedProgramError(f"node {name!r} has a name that is not a Python identifier")
-    if accepted is None or node.op == PLACEHOLDER:  # a placeholder's verdict reads its defaults
+    op = node.op
+    if op == PLACEHOLDER:  # its verdict reads its defaults: checked unless it plainly has none
+        target = node.target
+        if node.args or node.kwargs or type(target) is not str or not target:
+            _check_op_and_target(node, exported)
+    elif accepted is None:
         _check_op_and_target(node, exported)
     else:
-        layout = (node.op, node.target, len(node.args), tuple(node.kwargs))
+        layout = (op, id(node.target), len(node.args), tuple(node.kwargs))
         try:
             known: bool | None = layout in accepted
-        except TypeError:  # an unhashable target: checked at each node
+        except TypeError:  # an unhashable op: checked at each node
             known = None
         if not known:
             _check_op_and_target(node, exported)
