@@ -48,6 +48,7 @@ from ir.signature import (
 )
 from ir.slot_init import slot_constructor
 from ir.state import Opaque, Slot
+from ir.torch_seam import OpOverload
 from ir.tree_calls import own_equivalent
 from ir.verify import verify
 
@@ -155,20 +156,26 @@ def import_graph(
     accepted: set[Any] = set()
     for fx_node in graph.nodes:
         check_node(fx_node, exported=exported, accepted=accepted)
-        args = _freeze_args(fx_node, fx_node.args)
-        kwargs = _freeze_args(fx_node, fx_node.kwargs)
+        args = _freeze_plain(fx_node.args)  # the common tuple of nodes and scalars, directly
+        if args is None:
+            args = _freeze_args(fx_node, fx_node.args)
+        kwargs = fx_node.kwargs
+        if kwargs or not isinstance(kwargs, dict):
+            kwargs = _freeze_args(fx_node, kwargs)
+        else:  # most nodes have none
+            kwargs = EMPTY_DICT
         meta = fx_node.meta
         tag = getattr(fx_node, "tag", None)
         if tag is not None:
             meta = {**meta, "tag": tag}
-        target = fx_node.target
-        if fx_node.op == GET_ATTR:
+        op, target = fx_node.op, fx_node.target
+        if op == GET_ATTR:
             value = get_path(owner, target, fx_node.name)
             if isinstance(value, torch.fx.GraphModule):
                 _import_subgraph(value, f"{prefix}{target}", modules)
-        if fx_node.op == CALL_FUNCTION:
+        elif op == CALL_FUNCTION and type(target) is not OpOverload:  # an operator stays itself
             target = own_equivalent(target)
-        nodes.append(new_node(fx_node.op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
+        nodes.append(new_node(op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
     return Graph(tuple(nodes))
 
 
@@ -209,6 +216,7 @@ def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
 
 _SCALARS = frozenset((int, float, bool, str, type(None)))
 _LISTS = frozenset((list, torch.fx.immutable_collections.immutable_list))
+_NODE = torch.fx.Node
 
 
 def _freeze_plain(tree: Any) -> Any:
@@ -220,7 +228,7 @@ def _freeze_plain(tree: Any) -> Any:
     items = []
     for x in tree:
         leaf = type(x)
-        if leaf is torch.fx.Node:
+        if leaf is _NODE:
             items.append(ref(x.name))
         elif leaf in _SCALARS:
             items.append(x)
