@@ -42,11 +42,18 @@ _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_
 
 
 def check_node(
-    node: torch.fx.Node, *, exported: bool = True, accepted: set[Any] | None = None
+    node: torch.fx.Node,
+    args: Any,
+    kwargs: Any,
+    *,
+    exported: bool = True,
+    accepted: set[Any] | None = None,
 ) -> None:
     """``node`` has a known op, an identifier for a name, a target of the kind its op needs and
     an ``nn_module_stack`` (if any) of ``key -> (path, type)`` string entries; a placeholder has
     no default value (a plain GraphModule, ``exported=False``, may give it one constant).
+    ``args`` and ``kwargs`` are ``node.args`` and ``node.kwargs`` as the caller read them (fx
+    reads each through a Python property).
 
     ``accepted`` (the caller's, for one graph) remembers each ``(op, target, argument count,
     keyword names)`` found valid, the target by identity (hashing an operator runs Python code;
@@ -60,12 +67,12 @@ def check_node(
     op = node.op
     if op == PLACEHOLDER:  # its verdict reads its defaults: checked unless it plainly has none
         target = node.target
-        if node.args or node.kwargs or type(target) is not str or not target:
+        if args or kwargs or type(target) is not str or not target:
             _check_op_and_target(node, exported)
     elif accepted is None:
         _check_op_and_target(node, exported)
     else:
-        layout = (op, id(node.target), len(node.args), tuple(node.kwargs))
+        layout = (op, id(node.target), len(args), tuple(kwargs))
         try:
             known: bool | None = layout in accepted
         except TypeError:  # an unhashable op: checked at each node

@@ -155,11 +155,10 @@ def import_graph(
     nodes = []
     accepted: set[Any] = set()
     for fx_node in graph.nodes:
-        check_node(fx_node, exported=exported, accepted=accepted)
-        args = _freeze_plain(fx_node.args)  # the common tuple of nodes and scalars, directly
-        if args is None:
-            args = _freeze_args(fx_node, fx_node.args)
-        kwargs = fx_node.kwargs
+        args, kwargs = fx_node.args, fx_node.kwargs  # each read once: fx properties
+        check_node(fx_node, args, kwargs, exported=exported, accepted=accepted)
+        frozen = _freeze_plain(args)  # the common tuple of nodes and scalars, directly
+        args = frozen if frozen is not None else _freeze_args(fx_node, args)
         if kwargs or not isinstance(kwargs, dict):
             kwargs = _freeze_args(fx_node, kwargs)
         else:  # most nodes have none
