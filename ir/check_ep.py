@@ -12,6 +12,7 @@ import functools
 import inspect
 import keyword
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from torch.export import graph_signature as gs
 
 from ir import ops
 from ir.errors import UnsupportedProgramError
-from ir.module_names import first_path_fault, path_fault, rename_hint
+from ir.module_names import all_attribute_names, first_path_fault, path_fault, rename_hint
 from ir.node import (
     CALL_FUNCTION,
     CALL_METHOD,
@@ -209,8 +210,9 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
     call once, by a module path (``a.b`` or ``a.b@n``) that is not state or inside state, and
     each signature lists arguments whose count matches its pytree specs. O(entries + state).
 
-    The names of the common graph (no ``@n`` variant, no fault) are checked in bulk; any other
-    graph is walked entry by entry, which names the first entry at fault."""
+    The names of the common graph (no ``@n`` variant, no fault) are checked in one walk over its
+    module paths; any other graph is checked entry by entry, which names the first entry at
+    fault."""
     entries = list(ep.module_call_graph)
     if not entries or entries[0].fqn != "" or entries[0].signature is None:
         raise UnsupportedProgramError(
@@ -229,11 +231,14 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
 def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
     """Whether ``fqns`` (the root ``""`` first) are distinct module paths without ``@n``
     variants, each step a name a module can register, none of them state or inside state: then
-    ``_check_call_graph_entries`` would find no fault in any name. O(total length), in bulk."""
+    ``_check_call_graph_entries`` would find no fault in any name. O(total length)."""
     paths = fqns[1:]
-    if first_path_fault(paths) is not None or "@" in ".".join(paths):
-        return False  # also: an entry that is not a string (``first_path_fault`` names it)
-    return len(set(fqns)) == len(fqns) and state.isdisjoint(_with_prefixes(paths))
+    if not set(map(type, paths)) <= {str} or "@" in ".".join(paths):
+        return False  # an entry that is not a string, or a variant: checked entry by entry
+    modules, steps = _prefixes_and_steps(paths)
+    return all_attribute_names(steps) and len(set(fqns)) == len(fqns) and (
+        state.isdisjoint(modules)
+    )
 
 
 def _check_call_graph_entries(
@@ -296,15 +301,21 @@ def _outermost_in(path: str, owners: set[str], clear: set[str]) -> str | None:
     return found
 
 
-def _with_prefixes(paths: list[str] | set[str]) -> set[str]:
-    """``paths`` and every dotted prefix of them (``a.b.c`` adds ``a.b`` and ``a``); ``""`` only
-    if it is one of ``paths``. O(total length): a prefix walk stops at a path already found."""
-    found = set(paths)
-    for path in {p.rpartition(".")[0] for p in found} - found:
-        while path and path not in found:
-            found.add(path)
-            path = path.rpartition(".")[0]
-    return found
+def _prefixes_and_steps(paths: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The strings ``paths`` with all their dotted prefixes (``a.b.c`` adds ``a.b`` and ``a``),
+    and the steps these are made of (``""`` among them when a path has an empty step). O(total
+    length): the walk up from a path stops at a prefix already found, whose steps are in."""
+    prefixes: set[str] = set()
+    steps: set[str] = set()
+    for path in paths:
+        while path not in prefixes:
+            prefixes.add(path)
+            head, dot, step = path.rpartition(".")
+            steps.add(step)
+            if not dot:
+                break
+            path = head
+    return prefixes, steps
 
 
 _ARGUMENTS = (
@@ -354,12 +365,11 @@ def check_state_fqns(fqns: list[str]) -> None:
     ``training``, ... : ``ir.module_names``), and none lies inside another (a tensor cannot hold
     attributes). O(total length).
 
-    Fault-free fqns (the common case) are recognized in bulk: every step a registrable name,
-    and no fqn among the modules that hold state. Otherwise the fqns are walked in order, which
-    names the first at fault."""
-    bad = first_path_fault(fqns)
-    if bad is None and set(fqns).isdisjoint(_with_prefixes({f.rpartition(".")[0] for f in fqns})):
+    Fault-free fqns (the common case) are recognized by one walk over the modules that hold
+    state; otherwise the fqns are checked in order, which names the first at fault."""
+    if _plain_state_fqns(fqns):
         return
+    bad = first_path_fault(fqns)
     known = set(fqns)
     clear: set[str] = set()
     if bad is not None and type(bad[0]) is str and bad[0] and "" not in bad[0].split("."):
@@ -372,6 +382,18 @@ def check_state_fqns(fqns: list[str]) -> None:
             raise UnsupportedProgramError(
                 f"state {fqn!r} lies inside state {owner!r}, which is a tensor, not a module"
             )
+
+
+def _plain_state_fqns(fqns: list[str]) -> bool:
+    """Whether ``fqns`` are strings whose steps a module can register, none of them among the
+    paths of the modules that hold state: then ``check_state_fqns`` finds no fault. O(total
+    length)."""
+    if not set(map(type, fqns)) <= {str}:
+        return False
+    parts = [fqn.rpartition(".") for fqn in fqns]
+    holders, steps = _prefixes_and_steps({owner for owner, dot, _ in parts if dot})
+    steps.update([name for _, _, name in parts])
+    return all_attribute_names(steps) and set(fqns).isdisjoint(holders)
 
 
 def check_state_value(fqn: str, value: Any, kind: str, placeholder: Node | None) -> None:
