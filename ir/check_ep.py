@@ -12,6 +12,7 @@ import functools
 import inspect
 import keyword
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -20,10 +21,20 @@ from torch.export import graph_signature as gs
 
 from ir import ops
 from ir.errors import UnsupportedProgramError
-from ir.module_names import first_path_fault, path_fault, rename_hint
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, OPS, OUTPUT, PLACEHOLDER
+from ir.module_names import all_attribute_names, first_path_fault, path_fault, rename_hint
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    GET_ATTR,
+    OPS,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+)
 from ir.torch_seam import pytree
 
+_KEYWORDS = frozenset(keyword.kwlist)  # what ``keyword.iskeyword`` tests, without the call
 _CALL_NAME = re.compile(r"[^.@]+(\.[^.@]+)*(@[0-9]+)?")
 _EXPORTED_OPS = (PLACEHOLDER, GET_ATTR, CALL_FUNCTION, OUTPUT)
 _NOT_EXPORTED = frozenset(OPS) - frozenset(_EXPORTED_OPS)
@@ -32,26 +43,40 @@ _TARGET_OPS = {PLACEHOLDER: "a name", GET_ATTR: "a dotted attribute path", CALL_
 
 
 def check_node(
-    node: torch.fx.Node, *, exported: bool = True, accepted: set[Any] | None = None
+    node: torch.fx.Node,
+    args: Any,
+    kwargs: Any,
+    *,
+    exported: bool = True,
+    accepted: set[Any] | None = None,
 ) -> None:
     """``node`` has a known op, an identifier for a name, a target of the kind its op needs and
     an ``nn_module_stack`` (if any) of ``key -> (path, type)`` string entries; a placeholder has
     no default value (a plain GraphModule, ``exported=False``, may give it one constant).
+    ``args`` and ``kwargs`` are ``node.args`` and ``node.kwargs`` as the caller read them (fx
+    reads each through a Python property).
 
     ``accepted`` (the caller's, for one graph) remembers each ``(op, target, argument count,
-    keyword names)`` found valid, so a target called the same way again is not checked again: its
-    verdict depends on nothing else. O(arguments + stack depth); O(1 + stack depth) when the
-    layout was accepted before."""
+    keyword names)`` found valid, the target by identity (hashing an operator runs Python code;
+    the graph keeps its targets alive while the set is in use), so a target called the same way
+    again is not checked again: its verdict depends on nothing else. A placeholder without
+    arguments whose target is a non-empty string is valid as it is. O(arguments + stack depth);
+    O(1 + stack depth) when the layout was accepted before."""
     name = node.name
-    if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name):
+    if type(name) is not str or not name.isidentifier() or name in _KEYWORDS:
         raise UnsupportedProgramError(f"node {name!r} has a name that is not a Python identifier")
-    if accepted is None or node.op == PLACEHOLDER:  # a placeholder's verdict reads its defaults
+    op = node.op
+    if op == PLACEHOLDER:  # its verdict reads its defaults: checked unless it plainly has none
+        target = node.target
+        if args or kwargs or type(target) is not str or not target:
+            _check_op_and_target(node, exported)
+    elif accepted is None:
         _check_op_and_target(node, exported)
     else:
-        layout = (node.op, node.target, len(node.args), tuple(node.kwargs))
+        layout = (op, id(node.target), len(args), tuple(kwargs))
         try:
             known: bool | None = layout in accepted
-        except TypeError:  # an unhashable target: checked at each node
+        except TypeError:  # an unhashable op: checked at each node
             known = None
         if not known:
             _check_op_and_target(node, exported)
@@ -183,18 +208,48 @@ def _check_module_stack(node: torch.fx.Node) -> None:
 def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
     """The module call graph starts with the root entry ``""`` (with a signature), names each
     call once, by a module path (``a.b`` or ``a.b@n``) that is not state or inside state, and
-    each signature lists arguments whose count matches its pytree specs. O(entries + state)."""
+    each signature lists arguments whose count matches its pytree specs. O(entries + state).
+
+    The names of the common graph (no ``@n`` variant, no fault) are checked in one walk over its
+    module paths; any other graph is checked entry by entry, which names the first entry at
+    fault."""
     entries = list(ep.module_call_graph)
     if not entries or entries[0].fqn != "" or entries[0].signature is None:
         raise UnsupportedProgramError(
             "the module call graph has no root entry '' with a signature first; the program "
             "cannot be called with checked inputs: re-export it with torch.export.export"
         )
+    if not _plain_call_names([entry.fqn for entry in entries], state):
+        _check_call_graph_entries(ep, entries, state)
+        return
+    for i, entry in enumerate(entries):
+        if entry.signature is not None:
+            root_counts = _counts(ep) if entry.fqn == "" else None
+            _check_call_signature(entry.signature, i, entry.fqn, root_counts)
+
+
+def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
+    """Whether ``fqns`` (the root ``""`` first) are distinct module paths without ``@n``
+    variants, each step a name a module can register, none of them state or inside state: then
+    ``_check_call_graph_entries`` would find no fault in any name. O(total length)."""
+    paths = fqns[1:]
+    if not set(map(type, paths)) <= {str} or "@" in ".".join(paths):
+        return False  # an entry that is not a string, or a variant: checked entry by entry
+    modules, steps = _prefixes_and_steps(paths)
+    return all_attribute_names(steps) and len(set(fqns)) == len(fqns) and (
+        state.isdisjoint(modules)
+    )
+
+
+def _check_call_graph_entries(
+    ep: torch.export.ExportedProgram, entries: list[Any], state: set[str]
+) -> None:
+    """``check_call_graph``'s checks, entry by entry, in order. O(entries + state)."""
     seen: set[str] = set()
     clear: set[str] = set()
     for i, entry in enumerate(entries):
         fqn = entry.fqn
-        where = f"module call graph entry {i} ({fqn!r})"
+        where = _entry(i, fqn)
         if not isinstance(fqn, str) or (fqn and not _CALL_NAME.fullmatch(fqn)):
             raise UnsupportedProgramError(f"{where} is not a module path such as 'a.b' or 'a.b@1'")
         if fqn in seen:
@@ -209,7 +264,12 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
                 "not a module"
             )
         if entry.signature is not None:
-            _check_call_signature(entry.signature, where, _counts(ep) if fqn == "" else None)
+            _check_call_signature(entry.signature, i, fqn, _counts(ep) if fqn == "" else None)
+
+
+def _entry(i: int, fqn: Any) -> str:
+    """How an error names call graph entry ``i``."""
+    return f"module call graph entry {i} ({fqn!r})"
 
 
 def _check_path_names(path: str, what: str) -> None:
@@ -241,6 +301,23 @@ def _outermost_in(path: str, owners: set[str], clear: set[str]) -> str | None:
     return found
 
 
+def _prefixes_and_steps(paths: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The strings ``paths`` with all their dotted prefixes (``a.b.c`` adds ``a.b`` and ``a``),
+    and the steps these are made of (``""`` among them when a path has an empty step). O(total
+    length): the walk up from a path stops at a prefix already found, whose steps are in."""
+    prefixes: set[str] = set()
+    steps: set[str] = set()
+    for path in paths:
+        while path not in prefixes:
+            prefixes.add(path)
+            head, dot, step = path.rpartition(".")
+            steps.add(step)
+            if not dot:
+                break
+            path = head
+    return prefixes, steps
+
+
 _ARGUMENTS = (
     gs.TensorArgument, gs.SymIntArgument, gs.SymFloatArgument, gs.SymBoolArgument,
     gs.CustomObjArgument, gs.TokenArgument, gs.ConstantArgument,
@@ -256,31 +333,45 @@ def _counts(ep: torch.export.ExportedProgram) -> tuple[int, int]:
     return ins, outs
 
 
-def _check_call_signature(sig: Any, where: str, root_counts: tuple[int, int] | None) -> None:
+def _check_call_signature(
+    sig: Any, index: int, fqn: str, root_counts: tuple[int, int] | None
+) -> None:
+    """The signature of call graph entry ``index`` (``fqn``) lists arguments and pytree specs,
+    and each spec has as many leaves as the entry has arguments (the root: user inputs and
+    outputs) on that side. O(arguments)."""
     sides = (("inputs", sig.inputs, sig.in_spec), ("outputs", sig.outputs, sig.out_spec))
     # torch leaves an entry unfilled (no inputs, no outputs) when the module's calls are not in
     # the top graph (inside an autocast or set-grad body): its specs describe eager calls only.
     unfilled = root_counts is None and not sig.inputs and not sig.outputs
     for i, (side, args, spec) in enumerate(sides):
         if not isinstance(args, (list, tuple)) or any(not isinstance(a, _ARGUMENTS) for a in args):
-            raise UnsupportedProgramError(f"{where} has {side} {args!r}, not a list of arguments")
+            raise UnsupportedProgramError(
+                f"{_entry(index, fqn)} has {side} {args!r}, not a list of arguments"
+            )
         if not isinstance(spec, pytree.TreeSpec):
-            raise UnsupportedProgramError(f"{where} has {side} spec {spec!r}, not a pytree spec")
+            raise UnsupportedProgramError(
+                f"{_entry(index, fqn)} has {side} spec {spec!r}, not a pytree spec"
+            )
         count = len(args) if root_counts is None else root_counts[i]
         if spec.num_leaves != count and not unfilled:
             raise UnsupportedProgramError(
-                f"{where}: its {side} spec has {spec.num_leaves} leaves but the program has "
-                f"{count} {side} there"
+                f"{_entry(index, fqn)}: its {side} spec has {spec.num_leaves} leaves but the "
+                f"program has {count} {side} there"
             )
 
 
 def check_state_fqns(fqns: list[str]) -> None:
     """Every state fqn is a dotted path of names an ``nn.Module`` can register (not ``forward``,
     ``training``, ... : ``ir.module_names``), and none lies inside another (a tensor cannot hold
-    attributes). O(total length)."""
+    attributes). O(total length).
+
+    Fault-free fqns (the common case) are recognized by one walk over the modules that hold
+    state; otherwise the fqns are checked in order, which names the first at fault."""
+    if _plain_state_fqns(fqns):
+        return
+    bad = first_path_fault(fqns)
     known = set(fqns)
     clear: set[str] = set()
-    bad = first_path_fault(fqns)
     if bad is not None and type(bad[0]) is str and bad[0] and "" not in bad[0].split("."):
         _check_path_names(bad[0], "state")
     for fqn in fqns:
@@ -293,11 +384,22 @@ def check_state_fqns(fqns: list[str]) -> None:
             )
 
 
-def check_state_value(
-    fqn: str, value: Any, kind: str, placeholder: torch.fx.Node | None
-) -> None:
+def _plain_state_fqns(fqns: list[str]) -> bool:
+    """Whether ``fqns`` are strings whose steps a module can register, none of them among the
+    paths of the modules that hold state: then ``check_state_fqns`` finds no fault. O(total
+    length)."""
+    if not set(map(type, fqns)) <= {str}:
+        return False
+    parts = [fqn.rpartition(".") for fqn in fqns]
+    holders, steps = _prefixes_and_steps({owner for owner, dot, _ in parts if dot})
+    steps.update([name for _, _, name in parts])
+    return all_attribute_names(steps) and set(fqns).isdisjoint(holders)
+
+
+def check_state_value(fqn: str, value: Any, kind: str, placeholder: Node | None) -> None:
     """A parameter, buffer or constant tensor holds a tensor of the shape and dtype its
-    placeholder was traced with (when static); a custom object holds no tensor."""
+    placeholder (the imported root graph's node, or None) was traced with (when static); a
+    custom object holds no tensor. O(dimensions)."""
     if kind == "custom_obj":
         if isinstance(value, torch.Tensor):
             raise UnsupportedProgramError(f"{kind} {fqn!r} holds a tensor, not a custom object")
@@ -310,7 +412,7 @@ def check_state_value(
     if not isinstance(traced, torch.Tensor):
         return
     shape = traced.shape
-    if all(type(d) is int for d in shape) and value.shape != shape:
+    if _static(shape) and value.shape != shape:
         raise UnsupportedProgramError(
             f"{kind} {fqn!r} has shape {tuple(value.shape)}, but its placeholder "
             f"{placeholder.name!r} was traced with shape {tuple(shape)}"
@@ -320,3 +422,13 @@ def check_state_value(
             f"{kind} {fqn!r} has dtype {value.dtype}, but its placeholder {placeholder.name!r} "
             f"was traced with {traced.dtype}"
         )
+
+
+def _static(shape: torch.Size) -> bool:
+    """Whether every dimension of ``shape`` is a plain ``int`` (comparing a symbolic one would
+    add a guard to its shape environment). A loop, not ``all`` over a generator: this runs once
+    per state tensor."""
+    for d in shape:
+        if type(d) is not int:
+            return False
+    return True

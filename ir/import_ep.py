@@ -46,7 +46,9 @@ from ir.signature import (
     InputSpec,
     OutputSpec,
 )
+from ir.slot_init import slot_constructor
 from ir.state import Opaque, Slot
+from ir.torch_seam import OpOverload
 from ir.tree_calls import own_equivalent
 from ir.verify import verify
 
@@ -58,6 +60,9 @@ _INPUT_KINDS = {
     gs.InputKind.CUSTOM_OBJ: CUSTOM_OBJ,
     gs.InputKind.TOKEN: TOKEN,
 }
+# ``_INPUT_KINDS`` by the identity of the enum member: ``Enum.__hash__`` runs Python code, and an
+# import looks a kind up for each placeholder (members live as long as their class)
+_INPUT_KIND_OF_MEMBER = {id(member): kind for member, kind in _INPUT_KINDS.items()}
 _OUTPUT_KINDS = {kind: kind.name.lower() for kind in gs.OutputKind}
 _ARG_KINDS = (
     (gs.TensorArgument, TENSOR),
@@ -68,6 +73,10 @@ _ARG_KINDS = (
     (gs.TokenArgument, TOKEN_ARG),
     (gs.ConstantArgument, CONSTANT),
 )
+# ``Module(...)``, ``InputSpec(...)`` and ``Slot(...)`` for the holders, specs and slots built in bulk
+_new_module = slot_constructor(Module)
+_new_input_spec = slot_constructor(InputSpec)
+_new_slot = slot_constructor(Slot)
 _STATE_KIND_OF_INPUT = {
     PARAMETER: st.PARAMETER,
     BUFFER: st.BUFFER,
@@ -105,7 +114,7 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     modules: dict[str, Module] = {}
     root_graph = import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
-    state, order, tensors = _import_state(ep, signature)
+    state, order, tensors = _import_state(ep, signature, root_graph)
     types = _module_types(ep.graph)
     call_order = tuple(e.fqn for e in ep.module_call_graph)
     root_children = holder_tree(call_order, order, types, modules)
@@ -146,21 +155,26 @@ def import_graph(
     nodes = []
     accepted: set[Any] = set()
     for fx_node in graph.nodes:
-        check_node(fx_node, exported=exported, accepted=accepted)
-        args = _freeze_args(fx_node, fx_node.args)
-        kwargs = _freeze_args(fx_node, fx_node.kwargs)
+        args, kwargs = fx_node.args, fx_node.kwargs  # each read once: fx properties
+        check_node(fx_node, args, kwargs, exported=exported, accepted=accepted)
+        frozen = _freeze_plain(args)  # the common tuple of nodes and scalars, directly
+        args = frozen if frozen is not None else _freeze_args(fx_node, args)
+        if kwargs or not isinstance(kwargs, dict):
+            kwargs = _freeze_args(fx_node, kwargs)
+        else:  # most nodes have none
+            kwargs = EMPTY_DICT
         meta = fx_node.meta
         tag = getattr(fx_node, "tag", None)
         if tag is not None:
             meta = {**meta, "tag": tag}
-        target = fx_node.target
-        if fx_node.op == GET_ATTR:
+        op, target = fx_node.op, fx_node.target
+        if op == GET_ATTR:
             value = get_path(owner, target, fx_node.name)
             if isinstance(value, torch.fx.GraphModule):
                 _import_subgraph(value, f"{prefix}{target}", modules)
-        if fx_node.op == CALL_FUNCTION:
+        elif op == CALL_FUNCTION and type(target) is not OpOverload:  # an operator stays itself
             target = own_equivalent(target)
-        nodes.append(new_node(fx_node.op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
+        nodes.append(new_node(op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
     return Graph(tuple(nodes))
 
 
@@ -201,6 +215,7 @@ def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
 
 _SCALARS = frozenset((int, float, bool, str, type(None)))
 _LISTS = frozenset((list, torch.fx.immutable_collections.immutable_list))
+_NODE = torch.fx.Node
 
 
 def _freeze_plain(tree: Any) -> Any:
@@ -212,7 +227,7 @@ def _freeze_plain(tree: Any) -> Any:
     items = []
     for x in tree:
         leaf = type(x)
-        if leaf is torch.fx.Node:
+        if leaf is _NODE:
             items.append(ref(x.name))
         elif leaf in _SCALARS:
             items.append(x)
@@ -259,7 +274,9 @@ def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
 def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
     inputs = []
     for i, spec in enumerate(ep.graph_signature.input_specs):
-        kind = _INPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.InputKind) else None
+        kind = _INPUT_KIND_OF_MEMBER.get(id(spec.kind))
+        if kind is None:  # not a member: as the table by value says (None for a stranger)
+            kind = _INPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.InputKind) else None
         name = getattr(spec.arg, "name", None)
         if kind is None or not isinstance(name, str):
             raise UnsupportedProgramError(
@@ -268,7 +285,7 @@ def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
                 "supported"
             )
         _check_input_spec(i, spec, kind)
-        inputs.append(InputSpec(kind, name, spec.target, spec.persistent))
+        inputs.append(_new_input_spec(kind, name, spec.target, spec.persistent))
     outputs = []
     for i, spec in enumerate(ep.graph_signature.output_specs):
         kind = _OUTPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.OutputKind) else None
@@ -304,21 +321,30 @@ _ARGUMENT_OF_KIND = {
 
 
 def _check_input_spec(i: int, spec: gs.InputSpec, kind: str) -> None:
-    """State specs name their fqn, other specs none; the argument fits the kind."""
-    where = f"input spec {i} ({kind} %{spec.arg.name})"
+    """State specs name their fqn, other specs none; the argument fits the kind. O(1)."""
     if not isinstance(spec.arg, _ARGUMENT_OF_KIND[kind]):
         raise UnsupportedProgramError(
-            f"{where} has a {type(spec.arg).__name__}, which a {kind} input cannot be"
+            f"{_input(i, spec, kind)} has a {type(spec.arg).__name__}, which a {kind} input "
+            "cannot be"
         )
     if kind in (USER_INPUT, TOKEN):
         if spec.target is not None:
-            raise UnsupportedProgramError(f"{where} has target {spec.target!r}; it takes none")
+            raise UnsupportedProgramError(
+                f"{_input(i, spec, kind)} has target {spec.target!r}; it takes none"
+            )
     elif not isinstance(spec.target, str) or not spec.target:
         raise UnsupportedProgramError(
-            f"{where} has target {spec.target!r}; it must name the state it reads"
+            f"{_input(i, spec, kind)} has target {spec.target!r}; it must name the state it reads"
         )
     if kind == BUFFER and not isinstance(spec.persistent, bool):
-        raise UnsupportedProgramError(f"{where} has persistent={spec.persistent!r}, not a bool")
+        raise UnsupportedProgramError(
+            f"{_input(i, spec, kind)} has persistent={spec.persistent!r}, not a bool"
+        )
+
+
+def _input(i: int, spec: gs.InputSpec, kind: str) -> str:
+    """How an error names input spec ``i`` (its argument has a string ``name``)."""
+    return f"input spec {i} ({kind} %{spec.arg.name})"
 
 
 def _check_signature_matches_graph(signature: ExportSignature, graph: Graph) -> None:
@@ -382,43 +408,44 @@ def _arg_spec(arg: Any, fqn: str) -> ArgSpec:
 
 
 def _import_state(
-    ep: torch.export.ExportedProgram, signature: ExportSignature
+    ep: torch.export.ExportedProgram, signature: ExportSignature, graph: Graph
 ) -> tuple[dict[str, Slot], tuple[str, ...], dict[str, Opaque]]:
-    """State slots in registration order: the state dict first, then the remaining constants."""
+    """State slots in registration order: the state dict first, then the remaining constants;
+    each value checked against the placeholder of ``graph`` (the imported root graph) that its
+    input spec names. O(state + placeholders)."""
     declared = _declared_state(signature)
+    placeholders = {n.name: n for n in graph.placeholders}
     state: dict[str, Slot] = {}
     tensors: dict[str, Opaque] = {}
-    keys: dict[Any, str] = {}
-    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    aliases = _Aliases()
 
-    def add(fqn: str, value: Any, kind: str, persistent: bool) -> None:
-        spec = declared.get(fqn)
+    def add(fqn: str, value: Any, kind: str, persistent: bool, spec: InputSpec | None) -> None:
         check_state_value(fqn, value, kind, placeholders.get(spec.name) if spec else None)
-        key = keys.setdefault(alias_key(value), fqn)
+        key = aliases.key(fqn, value, kind != st.CUSTOM_OBJ)  # a checked tensor unless custom
         if key not in tensors:
             tensors[key] = Opaque(value)
         requires_grad = bool(getattr(value, "requires_grad", False))
-        state[fqn] = Slot(kind, key, persistent, requires_grad)
+        state[fqn] = _new_slot(kind, key, persistent, requires_grad)
 
     for fqn, value in ep.state_dict.items():
         spec = declared.get(fqn)
         if spec is not None:
-            add(fqn, value, _STATE_KIND_OF_INPUT[spec.kind], spec.persistent is not False)
+            add(fqn, value, _STATE_KIND_OF_INPUT[spec.kind], spec.persistent is not False, spec)
         elif isinstance(value, torch.nn.Parameter):
-            add(fqn, value, st.PARAMETER, True)
+            add(fqn, value, st.PARAMETER, True, spec)
         else:
-            add(fqn, value, st.BUFFER, True)
+            add(fqn, value, st.BUFFER, True, spec)
     for fqn, value in ep.constants.items():
         if fqn in state:
             continue
         spec = declared.get(fqn)
         if spec is not None:  # the spec says what it is: a tensor is checked to be one
             kind = _STATE_KIND_OF_INPUT[spec.kind]
-            add(fqn, value, kind, kind != st.BUFFER)
+            add(fqn, value, kind, kind != st.BUFFER, spec)
         elif isinstance(value, torch.Tensor):
-            add(fqn, value, st.CONSTANT, True)
+            add(fqn, value, st.CONSTANT, True, spec)
         else:
-            add(fqn, value, st.CUSTOM_OBJ, True)
+            add(fqn, value, st.CUSTOM_OBJ, True, spec)
     for fqn, spec in declared.items():
         if fqn not in state:
             raise UnsupportedProgramError(
@@ -426,6 +453,40 @@ def _import_state(
                 "dict nor in the constants; the program is incomplete"
             )
     return state, _registration_order(list(state), signature, state), tensors
+
+
+class _Aliases:
+    """The tensor key of each state value: the fqn of the first value added whose
+    ``alias_key`` equals its own (tied weights share one key).
+
+    Equal alias keys imply one storage pointer (for a tensor with bytes; one object
+    otherwise), so values are first sorted by that pointer, which costs three tensor calls
+    where ``alias_key`` costs nine: a value alone at its pointer keys itself, and only values
+    that share one have their ``alias_key``s compared. O(1) per value.
+    """
+
+    __slots__ = ("first", "keys")
+
+    def __init__(self) -> None:
+        # storage pointer -> (fqn, value) of the one value there, or None once a second came
+        self.first: dict[int, tuple[str, Any] | None] = {}
+        self.keys: dict[Any, str] = {}  # alias_key -> fqn, for the values at shared pointers
+
+    def key(self, fqn: str, value: Any, is_tensor: bool) -> str:
+        """The key of ``value``, added as ``fqn`` (``is_tensor``: ``value`` is a tensor)."""
+        pointer = id(value)
+        if is_tensor:
+            storage = value.untyped_storage()
+            if storage.nbytes() > 0:
+                pointer = storage.data_ptr()
+        if pointer not in self.first:
+            self.first[pointer] = (fqn, value)
+            return fqn
+        held = self.first[pointer]
+        if held is not None:  # the first value there gets its alias_key now
+            self.keys.setdefault(alias_key(held[1]), held[0])
+            self.first[pointer] = None
+        return self.keys.setdefault(alias_key(value), fqn)
 
 
 def _declared_state(signature: ExportSignature) -> dict[str, InputSpec]:
@@ -524,18 +585,22 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
     return types
 
 
-def _holder_kind(type_name: str | None, child_names: list[str], state_names: list[str]) -> str:
-    """The container kind of a holder.
+def _holder_kind(
+    type_name: str | None, children: list[tuple[str, str]], state_names: list[str] | None
+) -> str:
+    """The container kind of a holder with ``(local name, path)`` ``children`` and local
+    ``state_names`` (``None``: no state).
 
     Containers are never called, so the module stack never names their class: an untyped holder
     of children ``0..n-1`` (and no state) is taken for a ModuleList, one of state ``0..n-1`` (and
     no children) for a ParameterList. A ModuleDict or ParameterDict cannot be told from a plain
     module this way and stays a plain holder.
     """
-    if type_name is None and child_names and not state_names and _numbered(child_names):
-        return kind_of_type("torch.nn.modules.container.ModuleList")
-    if type_name is None and state_names and not child_names and _numbered(state_names):
-        return kind_of_type("torch.nn.modules.container.ParameterList")
+    if type_name is None:
+        if children and not state_names and _numbered([name for name, _ in children]):
+            return kind_of_type("torch.nn.modules.container.ModuleList")
+        if state_names and not children and _numbered(state_names):
+            return kind_of_type("torch.nn.modules.container.ParameterList")
     return kind_of_type(type_name)
 
 
@@ -551,32 +616,32 @@ def holder_tree(
 ) -> tuple[tuple[str, str], ...]:
     """A graph-less holder Module in ``modules`` at every path the call order or a state fqn
     names (``import_ep``'s module tree; class names from ``types``); returns the root's children
-    in first-mention order. O(paths + state)."""
-    children: dict[str, list[str]] = {"": []}
-    local_state: dict[str, list[str]] = {}
+    in first-mention order. O(paths + state): each path is split once."""
+    children: dict[str, list[tuple[str, str]]] = {"": []}  # path -> its (name, path) children
+
+    def make(path: str) -> None:
+        """Add the holder at ``path`` (not made yet), after those above it."""
+        parent, _, name = path.rpartition(".")
+        if parent not in children:
+            make(parent)
+        children[parent].append((name, path))
+        children[path] = []
+
+    for path in call_order:
+        if path not in children and "@" not in path:
+            make(path)
+    local_state: dict[str, list[str]] = {}  # holder path -> names of its state, in order
     for fqn in state_order:
         owner, _, name = fqn.rpartition(".")
-        local_state.setdefault(owner, []).append(name)
-    paths = [f for f in call_order if f and "@" not in f]
-    paths += [f.rsplit(".", 1)[0] for f in state_order if "." in f]
-    for path in paths:
-        if path in children:
-            continue  # made already, with every module above it
-        parts = path.split(".")
-        for depth in range(1, len(parts) + 1):
-            here = ".".join(parts[:depth])
-            if here in children:
-                continue
-            children[here] = []
-            children[".".join(parts[: depth - 1])].append(here)
-    for path in reversed(list(children)):
-        if not path:
-            continue
-        type_name = types.get(path)
-        kids = [c.rsplit(".", 1)[-1] for c in children[path]]
-        modules[path] = Module(
-            type_name=type_name,
-            kind=_holder_kind(type_name, kids, local_state.get(path, [])),
-            children=tuple((c.rsplit(".", 1)[-1], c) for c in children[path]),
-        )
-    return tuple((c.rsplit(".", 1)[-1], c) for c in children[""])
+        names = local_state.get(owner)
+        if names is None:
+            names = local_state[owner] = []
+            if owner not in children:
+                make(owner)
+        names.append(name)
+    for path, kids in reversed(children.items()):
+        if path:
+            type_name = types.get(path)
+            kind = _holder_kind(type_name, kids, local_state.get(path))
+            modules[path] = _new_module(type_name, kind, tuple(kids))
+    return tuple(children[""])

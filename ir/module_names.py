@@ -39,6 +39,13 @@ def attribute_name_fault(name: object) -> str | None:
     return None
 
 
+def all_attribute_names(names: set[str] | frozenset[str]) -> bool:
+    """Whether each of ``names`` (strings without a ``.``, such as the steps of dotted paths)
+    can name a submodule or state attribute: ``attribute_name_fault`` is ``None`` for each.
+    O(len(names)), in C."""
+    return "" not in names and RESERVED_NAMES.isdisjoint(names)
+
+
 def rename_hint(name: object) -> str:
     """The advice that ends a refused name's message."""
     if type(name) is str and name:

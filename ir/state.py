@@ -37,7 +37,7 @@ class Opaque:
     __slots__ = ("value",)
 
     def __init__(self, value: Any) -> None:
-        object.__setattr__(self, "value", value)
+        _set_value(self, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Opaque is immutable")
@@ -57,3 +57,8 @@ class Opaque:
 
     def __reduce__(self):
         return (Opaque, (self.value,))
+
+
+# The slot's own setter, past the immutable ``__setattr__`` (cheaper than ``object.__setattr__``,
+# which looks the slot up by name: an import holds each state tensor in an Opaque)
+_set_value = Opaque.value.__set__  # type: ignore[attr-defined]
