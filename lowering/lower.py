@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
-from lowering.direct import direct_function, locate
+from lowering.direct import direct_function, locate, locate_callees
 from lowering.hop_bodies import hold_body
 from lowering.identifiers import check_graph
 from lowering.leaf import finish_leaf, leaf_shell
@@ -100,7 +101,7 @@ def lower(
     root.__dict__["_device_probe"] = _device_probe(program)
     _complete_built_meta(with_fx)
     if not interpreter:
-        _attach_direct_code(program, objects)
+        _attach_direct_code(program, objects, walked)
     _check_unshadowed(program, objects)
     return root
 
@@ -332,59 +333,99 @@ def _torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
 # --- direct code ---------------------------------------------------------------------------------
 
 
-def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Module]) -> None:
+def _attach_direct_code(
+    program: Program,
+    objects: dict[ModuleId, torch.nn.Module],
+    walked: list[tuple[str, ModuleId]],
+) -> None:
     """Give every graph-running module its direct code and every module its snapshot, then mark
     the root's tree as checked (see ``lowering/tree_watch.py``). Leaves the root without direct
-    code when some state read cannot be located on the built modules."""
+    code when some state read cannot be located on the built modules (the modules before that
+    one, in build order, keep a snapshot and ``_direct``, which nothing runs then).
+
+    A module's direct code calls its children's direct functions, so these are made children
+    first (``_children_first``; ``walked`` is ``list(program.walk())``). O(paths + reads +
+    calls), plus one compile per distinct function."""
     table = program.module_table()
     if any(table[mid].kind == LEAF for mid in objects):
         return  # direct code calls lowered modules only: with leaves, run module by module
-    # the functions of the modules built so far, by their graphs' share keys and their reads
-    # (``direct_function``'s own cache key, for every graph of a module at once)
-    made: dict[tuple, list] = {}
-    # the state each module reads, by share keys (equal keys read equal targets in one order)
-    targets_of: dict[tuple, tuple[str, ...]] = {}
+    # the state each module reads and the calls it makes, by share keys (equal keys read equal
+    # targets and call equal targets, in one order)
+    targets_of: dict[tuple, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    keys_of: dict[ModuleId, tuple] = {}
+    reads_of: dict[ModuleId, dict[str, Any]] = {}
+    root = objects[program.root]
     for mid, obj in objects.items():
-        mod = table[mid]
+        graphs = table[mid].graphs
         if mid == program.root:
-            direct, reads = _root_direct_code(program, obj)
-        elif mod.graphs:
-            keys = tuple(map(share_key, mod.graphs))
+            reads = _root_reads(program, obj)
+        elif graphs:
+            keys = keys_of[mid] = tuple(map(share_key, graphs))
             targets = targets_of.get(keys)
             if targets is None:
-                targets = targets_of[keys] = _read_targets(mod.graphs)
-            reads = _locate_all(obj, targets)
+                targets = targets_of[keys] = _graph_targets(graphs)
+            reads = _locate_all(obj, targets[0])
+        else:
+            reads = {}
+        if reads is None:  # the root runs module by module
+            for built, located in reads_of.items():
+                if built != program.root:
+                    objects[built].__dict__["_direct"] = None
+                tree_watch.snapshot(objects[built], located)
+            return
+        reads_of[mid] = reads
+    # the functions made so far, by the modules' share keys, reads and callees (for every graph
+    # of a module at once: ``direct_function``'s own cache key)
+    made: dict[tuple, list] = {}
+    for mid in _children_first(walked):
+        obj = objects[mid]
+        graphs = table[mid].graphs
+        if mid == program.root:
+            direct = _root_direct_code(program, obj, reads_of[mid])
+        elif graphs:
+            keys = keys_of[mid]
+            reads = reads_of[mid]
+            callees = locate_callees(obj, targets_of[keys][1])
             direct = None
-            if reads is not None:
-                key = (keys, tuple(sorted(reads.items())))
+            if callees is not None:
+                key = (keys, tuple(sorted(reads.items())), tuple(sorted(callees.items())))
                 direct = made.get(key)
                 if direct is None:
-                    label = mod.type_name or "module"
-                    direct = made[key] = [direct_function(g, reads, label=label) for g in mod.graphs]
-                direct = list(direct)  # each module its own list, as before
+                    label = table[mid].type_name or "module"
+                    direct = made[key] = [
+                        direct_function(g, reads, callees, label=label) for g in graphs
+                    ]
+                direct = list(direct)  # each module its own list
         else:
-            direct, reads = None, {}
-        if mod.graphs and direct is None:
-            objects[program.root].__dict__.pop("_direct", None)  # the root runs module by module
+            direct = None
+        if graphs and direct is None:  # a callee without direct code (not in a valid program)
+            root.__dict__.pop("_direct", None)  # the root runs module by module
             return
         obj.__dict__["_direct"] = direct
-        tree_watch.snapshot(obj, reads)
-    root = objects[program.root]
+    for mid, obj in objects.items():
+        tree_watch.snapshot(obj, reads_of[mid])
     root.__dict__["_direct_checked"] = (tree_watch.epoch(), True)
 
 
-def _locate_reads(owner: torch.nn.Module, graphs: tuple) -> dict[str, Any] | None:
-    return _locate_all(owner, _read_targets(graphs))
+def _children_first(walked: list[tuple[str, ModuleId]]) -> list[ModuleId]:
+    """Every module once, each after all modules below it: by their last visit in ``walked``
+    (``list(program.walk())``, depth first), latest first. A child's every path extends one of
+    its parent's, so its last visit comes after its parent's. O(paths)."""
+    return list(dict.fromkeys(map(itemgetter(1), reversed(walked))))
 
 
-def _read_targets(graphs: tuple) -> tuple[str, ...]:
-    """The ``get_attr`` targets of ``graphs``, each once, in order of first use."""
-    targets: dict[str, None] = {}
+def _graph_targets(graphs: tuple) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``get_attr`` targets and the ``call_module`` targets of ``graphs``, each once, in
+    order of first use."""
+    reads: dict[str, None] = {}
+    calls: dict[str, None] = {}
     for graph in graphs:
         for node in graph.nodes:
             if node.op == GET_ATTR:
-                targets.setdefault(node.target)
-    return tuple(targets)
+                reads.setdefault(node.target)
+            elif node.op == CALL_MODULE:
+                calls.setdefault(node.target)
+    return tuple(reads), tuple(calls)
 
 
 def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, Any] | None:
@@ -398,11 +439,12 @@ def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, A
     return reads
 
 
-def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dict[str, Any]]:
-    graph = program.root_module.graph
-    reads = _locate_reads(root, (graph,))
+def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | None:
+    """Where the root graph's state reads live: its ``get_attr`` targets, then the state its
+    plan binds to placeholders and copies outputs into; ``None`` if one is nowhere."""
+    reads = _locate_all(root, _graph_targets((program.root_module.graph,))[0])
     if reads is None:
-        return None, {}
+        return None
     plan = root.__dict__["_plan"]
     bound, outputs = ({}, None) if plan is None else plan
     targets = [b[1] for b in bound.values() if b[0] == "state"]
@@ -410,10 +452,22 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
     for target in targets:
         found = locate(root, target)
         if found is None:
-            return None, {}
+            return None
         reads[target] = found
-    direct = direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
-    return direct, reads
+    return reads
+
+
+def _root_direct_code(
+    program: Program, root: torch.nn.Module, reads: dict[str, Any]
+) -> Any:
+    """The root graph's direct function (``None`` when a callee has no direct code)."""
+    graph = program.root_module.graph
+    callees = locate_callees(root, _graph_targets((graph,))[1])
+    if callees is None:
+        return None
+    plan = root.__dict__["_plan"]
+    bound, outputs = ({}, None) if plan is None else plan
+    return direct_function(graph, reads, callees, bound=bound, outputs=outputs, label="root")
 
 
 # --- state --------------------------------------------------------------------------------------
