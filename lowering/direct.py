@@ -9,8 +9,14 @@ child, known statically) and a state read becomes a lookup in the owner's ``_par
 ``_buffers``, ``_modules`` or ``__dict__``. It is only valid while the tree is exactly as
 ``lower`` built it; ``lowering/tree_watch.py`` decides when it may run.
 
+A submodule call is spelled ``add_3 = _c0(_k0['3'], add_2)``: the child's direct function for
+that variant is a constant of the caller's code (the one ``lower`` gave the child; while the
+tree is as built, the child still has it), and ``_k0`` is the owner's ``_modules`` table, read
+into a local once. One short line per call: a root that calls thousands of blocks is one large
+function, and compiling it costs in proportion to its tokens.
+
 Direct functions are shared like ordinary code: one per (alpha key, how each state read is
-reached), so all blocks of a stack share one.
+reached, which direct function each call runs), so all blocks of a stack share one.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ def locate(owner: torch.nn.Module, target: str) -> Read | None:
 def direct_function(
     graph: Graph,
     reads: Mapping[str, Read],
+    callees: Mapping[str, DirectFn],
     *,
     bound: Mapping[str, tuple] | None = None,
     outputs: Sequence[tuple[str, Any]] | None = None,
@@ -93,25 +100,47 @@ def direct_function(
 ) -> DirectFn:
     """Compile ``graph`` into ``fn(self, *placeholders)`` that calls submodules directly.
 
-    ``reads`` maps each ``get_attr`` target of the graph to where it lives (see ``locate``).
+    ``reads`` maps each ``get_attr`` target of the graph to where it lives (see ``locate``);
+    ``callees`` maps each ``call_module`` target (``path@k``) to the direct function that the
+    module there runs for graph ``k`` (see ``locate_callees``), which the code calls.
     For the root: ``bound`` maps placeholder names to ``("state", fqn)`` (read the state; the
     fqn must be in ``reads``) or ``("token",)`` (a fresh effect token), and ``outputs`` says, per
     output position, ``("return", None)``, ``("copy_state", fqn)`` or ``("copy_input",
-    placeholder name)``. Functions are cached per (alpha key, reads, bindings, outputs).
-    Raises ``LoweringError`` for a string that source could not spell safely (see
+    placeholder name)``. Functions are cached per (alpha key, reads, callees, bindings,
+    outputs). Raises ``LoweringError`` for a string that source could not spell safely (see
     ``lowering.identifiers``).
     """
     check_graph(graph, label)
     key = (
         interned_key(graph),
         tuple(sorted(reads.items())),
+        tuple(sorted(callees.items())),
         tuple(sorted((bound or {}).items())),
         tuple(outputs) if outputs is not None else None,
     )
     found = _SHARED.get(key)
     if found is None:
-        found = _Emitter(graph, reads, bound or {}, outputs).compile()
+        found = _Emitter(graph, reads, callees, bound or {}, outputs).compile()
         _SHARED[key] = found
+    return found
+
+
+def locate_callees(owner: torch.nn.Module, targets: Sequence[str]) -> dict[str, DirectFn] | None:
+    """The direct function that each ``call_module`` target (``path@k``) below ``owner`` runs:
+    graph ``k``'s entry of the ``_direct`` list of the module at ``path`` (through ``_modules``);
+    ``None`` when some module there has no direct code. O(targets x path length)."""
+    found: dict[str, DirectFn] = {}
+    for target in targets:
+        path, variant = split_call_target(target)
+        mod = owner
+        for part in path.split("."):
+            mod = mod.__dict__[MODULE_TABLE].get(part)
+            if mod is None:
+                return None
+        functions = mod.__dict__.get("_direct")
+        if not functions:
+            return None
+        found[target] = functions[variant]
     return found
 
 
@@ -127,18 +156,21 @@ class _Emitter:
         self,
         graph: Graph,
         reads: Mapping[str, Read],
+        callees: Mapping[str, DirectFn],
         bound: Mapping[str, tuple],
         outputs: Sequence[tuple[str, Any]] | None,
     ) -> None:
         self.graph = graph
         self.reads = reads
+        self.callees = callees
         self.bound = bound
         self.outputs = outputs
         self.lines: list[str] = []
         self.globals: dict[str, Any] = {"call_direct": call_direct}
         self.constant_names: dict[int, str] = {}
         self.names: dict[str, str] = {}
-        self.owners: dict[tuple[str, ...], str] = {}  # module path -> the local holding it
+        # module path -> the local holding that module's ``_modules`` table
+        self.tables: dict[tuple[str, ...], str] = {}
 
     def compile(self) -> DirectFn:
         params = ["self"]
@@ -180,12 +212,11 @@ class _Emitter:
 
     def emit_module_call(self, name: str, target: str, args: tuple, kwargs: IDict) -> None:
         path, variant = split_call_target(target)
-        child = "_m"  # used by the next line only: one name for all (fewer locals to compile)
-        self.emit(f"{child} = {self.module_path(path.split('.'))}")
+        child = self.module_path(path.split("."))
         if kwargs.items:
             call = f"call_direct({child}, {variant}, {self.value(args)}, {self.value(kwargs)})"
         else:
-            call = self.call(f"{child}._direct[{variant}]", (_Raw(child), *args), kwargs)
+            call = self.call(self.constant(self.callees[target]), (_Raw(child), *args), kwargs)
         self.emit(f"{self.local(name)} = {call}")
 
     def emit_return(self, tree: Any) -> None:
@@ -214,18 +245,22 @@ class _Emitter:
         )
 
     def module_path(self, parts: Sequence[str]) -> str:
-        """The expression of the module at ``parts`` below ``self``. The module holding the
-        last step is read into a local once, at its first use, so that calls of its children
-        spell one step each (the tree does not change during a direct call)."""
+        """The expression of the module at ``parts`` below ``self``. The ``_modules`` table of
+        the module holding the last step is read into a local once, at its first use, so that
+        the calls of its children spell one subscript each (the tree does not change during a
+        direct call)."""
         steps = tuple(p for p in parts if p)
         if len(steps) < 2:
             return "self" + "".join(map(_step, steps))
-        owner = self.owners.get(steps[:-1])
-        if owner is None:
-            spelled = self.module_path(steps[:-1])  # may hoist the owner's owner first
-            owner = self.owners[steps[:-1]] = f"_p{len(self.owners)}"
-            self.emit(f"{owner} = {spelled}")
-        return owner + _step(steps[-1])
+        owner, last = steps[:-1], steps[-1]
+        if last.startswith(HELD):
+            return self.module_path(owner) + _step(last)
+        table = self.tables.get(owner)
+        if table is None:
+            spelled = self.module_path(owner)  # may hoist the owner's owner's table first
+            table = self.tables[owner] = f"_k{len(self.tables)}"
+            self.emit(f"{table} = {spelled}.{MODULE_TABLE}")
+        return f"{table}[{last!r}]"
 
     def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
         rendered = [self.value(a) for a in args]

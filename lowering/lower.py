@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
-from lowering.direct import direct_function, locate
+from lowering.direct import direct_function, locate, locate_callees
 from lowering.hop_bodies import hold_body
 from lowering.identifiers import check_graph
 from lowering.leaf import finish_leaf, leaf_shell
@@ -33,6 +34,8 @@ from lowering.modules import (
     LoweredDispatcher,
     LoweredModule,
     PlainHolder,
+    SharedSignatures,
+    build_lowered,
 )
 from lowering.root import LoweredRoot, RootPlan, root_class
 from lowering.torch_seam import (
@@ -41,6 +44,7 @@ from lowering.torch_seam import (
     NON_PERSISTENT_BUFFERS,
     PARAMETER_TABLE,
     global_registration_hooks_set,
+    new_parameter,
     sync_parameter_list,
 )
 
@@ -76,9 +80,13 @@ def lower(
     objects: dict[ModuleId, torch.nn.Module] = {program.root: root}
     code_of: dict[Any, tuple[Callable[..., Any], dict]] = {}
     with_fx: list[LoweredModule] = []  # the modules built with fx graphs, in build order
+    shared: dict[tuple, _Shared] = {}  # by the share keys of a module's graphs
+    group_of: dict[ModuleId, _Shared] = {}
     for _, mid in walked:
         if mid not in objects:
-            objects[mid] = _build_module(table[mid], interpreter, code_of, with_fx)
+            objects[mid], group = _build_module(table[mid], interpreter, code_of, with_fx, shared)
+            if group is not None:
+                group_of[mid] = group
     on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
     for mid, obj in objects.items():
         mod = table[mid]
@@ -100,7 +108,7 @@ def lower(
     root.__dict__["_device_probe"] = _device_probe(program)
     _complete_built_meta(with_fx)
     if not interpreter:
-        _attach_direct_code(program, objects)
+        _attach_direct_code(program, objects, walked, group_of)
     _check_unshadowed(program, objects)
     return root
 
@@ -138,24 +146,63 @@ def _usable_device(device: torch.device | str | None) -> torch.device | None:
 # --- modules ------------------------------------------------------------------------------------
 
 
+class _Shared:
+    """What the graph-running modules whose graphs have equal share keys have in common, within
+    one ``lower`` call: found for the first of them, then reused (a stack of N blocks computes
+    it once, not N times).
+
+    ``codes`` and ``constants``: each graph's compiled code and ``spec_constants``;
+    ``classes``: the modules' classes, by module kind (``SharedSignatures``);
+    ``reads``/``calls``: the ``get_attr`` and ``call_module`` targets (``_graph_targets``);
+    ``direct``: the direct functions, by the modules' reads and callees.
+    """
+
+    __slots__ = ("calls", "classes", "codes", "constants", "direct", "holds", "reads")
+
+    def __init__(self, graphs: tuple, codes: list, constants: list[dict[str, Any]]) -> None:
+        self.codes = codes
+        self.constants = constants
+        self.holds = any(constants)  # most graphs read no spec
+        self.classes: dict[str, SharedSignatures] = {}
+        self.reads, self.calls = _graph_targets(graphs)
+        self.direct: dict[tuple, list] = {}
+
+
 def _build_module(
     mod: Module,
     interpreter: bool,
     code_of: dict[Any, tuple[Callable[..., Any], dict]],
     with_fx: list[LoweredModule],
-) -> torch.nn.Module:
-    """The torch module for ``mod``, unwired. ``code_of`` maps the share key of each graph
-    compiled so far in this ``lower`` call to its code and ``spec_constants`` (later graphs
-    with that key reuse both); a module built with fx graphs is appended to ``with_fx``."""
+    shared: dict[tuple, _Shared],
+) -> tuple[torch.nn.Module, _Shared | None]:
+    """The torch module for ``mod``, unwired, and what it shares with the modules of equal
+    share keys (``None`` for a module without graphs). ``code_of`` maps the share key of each
+    graph compiled so far in this ``lower`` call to its code and ``spec_constants`` (later
+    graphs with that key reuse both); ``shared`` maps the share keys of a module's graphs to
+    their ``_Shared`` (only without ``interpreter``, where every module builds its fx graphs);
+    a module built with fx graphs is appended to ``with_fx``."""
     if mod.kind == LEAF:
-        return leaf_shell(mod.leaf.value)
-    if not mod.graphs:
-        return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name)
+        return leaf_shell(mod.leaf.value), None
+    graphs = mod.graphs
+    if not graphs:
+        return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name), None
+    keys = tuple(map(share_key, graphs))
+    group = None if interpreter else shared.get(keys)
+    if group is not None:  # the codes and constants of every graph are known (``code_of``)
+        signatures = group.classes.get(mod.kind)
+        if signatures is None:
+            signatures = group.classes[mod.kind] = SharedSignatures(_base_class(mod), graphs)
+        cls = signatures.class_of(graphs)
+        made_module = build_lowered(
+            cls, graphs, list(group.codes), mod.type_name, interpreter, [None] * len(graphs)
+        )
+        if group.holds:
+            _hold_constants(made_module, group.constants)
+        return made_module, group
     codes = []
     fx_graphs: list[torch.fx.Graph | None] = []
     constants: list[dict[str, Any]] = []
-    for graph in mod.graphs:
-        key = share_key(graph)
+    for graph, key in zip(graphs, keys):
         known = None if interpreter else code_of.get(key)
         fx_graph = None
         if known is not None:  # checked already: equal keys hold equal strings
@@ -173,9 +220,7 @@ def _build_module(
             code_of[key] = (code, spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
-    dispatch = len(mod.graphs) > 1  # each caller names the graph it runs
-    cls = LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
-    made_module = cls(mod.graphs, codes, mod.type_name, interpreter, fx_graphs)
+    made_module = _base_class(mod)(graphs, codes, mod.type_name, interpreter, fx_graphs)
     if fx_graphs.count(None) < len(fx_graphs):
         for g in fx_graphs:
             if g is not None:
@@ -183,7 +228,17 @@ def _build_module(
         with_fx.append(made_module)
     if any(constants):  # most graphs read no spec
         _hold_constants(made_module, constants)
-    return made_module
+    if not interpreter:
+        group = shared[keys] = _Shared(
+            graphs, [code_of[k][0] for k in keys], [code_of[k][1] for k in keys]
+        )
+    return made_module, group
+
+
+def _base_class(mod: Module) -> type:
+    """The lowered class for ``mod`` before its forward signature (``lowered_class``)."""
+    dispatch = len(mod.graphs) > 1  # each caller names the graph it runs
+    return LOWERED_CLASSES.get(mod.kind, LoweredDispatcher if dispatch else LoweredModule)
 
 
 def _device_probe(program: Program) -> str | None:
@@ -332,59 +387,89 @@ def _torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
 # --- direct code ---------------------------------------------------------------------------------
 
 
-def _attach_direct_code(program: Program, objects: dict[ModuleId, torch.nn.Module]) -> None:
+def _attach_direct_code(
+    program: Program,
+    objects: dict[ModuleId, torch.nn.Module],
+    walked: list[tuple[str, ModuleId]],
+    group_of: dict[ModuleId, _Shared],
+) -> None:
     """Give every graph-running module its direct code and every module its snapshot, then mark
     the root's tree as checked (see ``lowering/tree_watch.py``). Leaves the root without direct
-    code when some state read cannot be located on the built modules."""
+    code when some state read cannot be located on the built modules (the modules before that
+    one, in build order, keep a snapshot and ``_direct``, which nothing runs then).
+
+    A module's direct code calls its children's direct functions, so these are made children
+    first (``_children_first``; ``walked`` is ``list(program.walk())``). ``group_of`` holds what
+    each graph-running module shares with others (``_build_module``). O(paths + reads +
+    calls), plus one compile per distinct function."""
     table = program.module_table()
     if any(table[mid].kind == LEAF for mid in objects):
         return  # direct code calls lowered modules only: with leaves, run module by module
-    # the functions of the modules built so far, by their graphs' share keys and their reads
-    # (``direct_function``'s own cache key, for every graph of a module at once)
-    made: dict[tuple, list] = {}
-    # the state each module reads, by share keys (equal keys read equal targets in one order)
-    targets_of: dict[tuple, tuple[str, ...]] = {}
+    root_id = program.root
+    root = objects[root_id]
+    reads_of: dict[ModuleId, dict[str, Any]] = {}
     for mid, obj in objects.items():
-        mod = table[mid]
-        if mid == program.root:
-            direct, reads = _root_direct_code(program, obj)
-        elif mod.graphs:
-            keys = tuple(map(share_key, mod.graphs))
-            targets = targets_of.get(keys)
-            if targets is None:
-                targets = targets_of[keys] = _read_targets(mod.graphs)
-            reads = _locate_all(obj, targets)
-            direct = None
-            if reads is not None:
-                key = (keys, tuple(sorted(reads.items())))
-                direct = made.get(key)
-                if direct is None:
-                    label = mod.type_name or "module"
-                    direct = made[key] = [direct_function(g, reads, label=label) for g in mod.graphs]
-                direct = list(direct)  # each module its own list, as before
+        group = group_of.get(mid)
+        if group is not None:
+            reads = _locate_all(obj, group.reads)
+        elif mid == root_id:
+            reads = _root_reads(program, obj)
         else:
-            direct, reads = None, {}
-        if mod.graphs and direct is None:
-            objects[program.root].__dict__.pop("_direct", None)  # the root runs module by module
+            reads = {}
+        if reads is None:  # the root runs module by module
+            for built, located in reads_of.items():
+                if built != root_id:
+                    objects[built].__dict__["_direct"] = None
+                tree_watch.snapshot(objects[built], located)
             return
-        obj.__dict__["_direct"] = direct
-        tree_watch.snapshot(obj, reads)
-    root = objects[program.root]
+        reads_of[mid] = reads
+    for mid in _children_first(walked):
+        obj = objects[mid]
+        group = group_of.get(mid)
+        if group is not None:
+            reads = reads_of[mid]
+            callees = locate_callees(obj, group.calls)
+            if callees is None:
+                return  # a callee without direct code (not in a valid program): module by module
+            # equal keys read and call equal targets in one order: the values tell modules apart
+            key = (tuple(reads.values()), tuple(callees.values()))
+            direct = group.direct.get(key)
+            if direct is None:
+                label = table[mid].type_name or "module"
+                direct = group.direct[key] = [
+                    direct_function(g, reads, callees, label=label) for g in table[mid].graphs
+                ]
+            obj.__dict__["_direct"] = list(direct)  # each module its own list
+        elif mid == root_id:
+            direct = _root_direct_code(program, obj, reads_of[mid])
+            if direct is None:
+                return  # as above
+            obj.__dict__["_direct"] = direct
+        else:
+            obj.__dict__["_direct"] = None
+    tree_watch.snapshot_all(objects.values(), reads_of.values())
     root.__dict__["_direct_checked"] = (tree_watch.epoch(), True)
 
 
-def _locate_reads(owner: torch.nn.Module, graphs: tuple) -> dict[str, Any] | None:
-    return _locate_all(owner, _read_targets(graphs))
+def _children_first(walked: list[tuple[str, ModuleId]]) -> list[ModuleId]:
+    """Every module once, each after all modules below it: by their last visit in ``walked``
+    (``list(program.walk())``, depth first), latest first. A child's every path extends one of
+    its parent's, so its last visit comes after its parent's. O(paths)."""
+    return list(dict.fromkeys(map(itemgetter(1), reversed(walked))))
 
 
-def _read_targets(graphs: tuple) -> tuple[str, ...]:
-    """The ``get_attr`` targets of ``graphs``, each once, in order of first use."""
-    targets: dict[str, None] = {}
+def _graph_targets(graphs: tuple) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``get_attr`` targets and the ``call_module`` targets of ``graphs``, each once, in
+    order of first use."""
+    reads: dict[str, None] = {}
+    calls: dict[str, None] = {}
     for graph in graphs:
         for node in graph.nodes:
             if node.op == GET_ATTR:
-                targets.setdefault(node.target)
-    return tuple(targets)
+                reads.setdefault(node.target)
+            elif node.op == CALL_MODULE:
+                calls.setdefault(node.target)
+    return tuple(reads), tuple(calls)
 
 
 def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, Any] | None:
@@ -398,11 +483,12 @@ def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, A
     return reads
 
 
-def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dict[str, Any]]:
-    graph = program.root_module.graph
-    reads = _locate_reads(root, (graph,))
+def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | None:
+    """Where the root graph's state reads live: its ``get_attr`` targets, then the state its
+    plan binds to placeholders and copies outputs into; ``None`` if one is nowhere."""
+    reads = _locate_all(root, _graph_targets((program.root_module.graph,))[0])
     if reads is None:
-        return None, {}
+        return None
     plan = root.__dict__["_plan"]
     bound, outputs = ({}, None) if plan is None else plan
     targets = [b[1] for b in bound.values() if b[0] == "state"]
@@ -410,10 +496,22 @@ def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[Any, dic
     for target in targets:
         found = locate(root, target)
         if found is None:
-            return None, {}
+            return None
         reads[target] = found
-    direct = direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
-    return direct, reads
+    return reads
+
+
+def _root_direct_code(
+    program: Program, root: torch.nn.Module, reads: dict[str, Any]
+) -> Any:
+    """The root graph's direct function (``None`` when a callee has no direct code)."""
+    graph = program.root_module.graph
+    callees = locate_callees(root, _graph_targets((graph,))[1])
+    if callees is None:
+        return None
+    plan = root.__dict__["_plan"]
+    bound, outputs = ({}, None) if plan is None else plan
+    return direct_function(graph, reads, callees, bound=bound, outputs=outputs, label="root")
 
 
 # --- state --------------------------------------------------------------------------------------
@@ -447,8 +545,7 @@ def _register_state(
             key = (slot.tensor, slot.kind)
             value = made.get(key)
             if value is None:
-                value = _copy_state(tensors[slot.tensor].value, slot, device, share)
-                made[key] = value
+                value = made[key] = _copy_state(tensors[slot.tensor].value, slot, device, share)
             _register(owner, name, fqn, value, slot, direct, on_class)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
@@ -472,11 +569,11 @@ def _register(
 ) -> None:
     # the tables may be written directly only where register_* would not refuse the name
     attributes = owner.__dict__
-    taken = (
-        name in attributes
-        or name in attributes[MODULE_TABLE]
-        or _class_has(type(owner), name, on_class)
-    )
+    taken = name in attributes or name in attributes[MODULE_TABLE]
+    if not taken:  # ``_class_has``, inline: asked once per state
+        taken = on_class.get((type(owner), name))
+        if taken is None:
+            taken = on_class[(type(owner), name)] = hasattr(type(owner), name)
     if taken:
         if attributes.get(name) is value:
             return  # a module reached under two paths: its tied state is held once already
@@ -544,6 +641,8 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
     else:
         copied = value.detach().clone()
     if slot.kind == st.PARAMETER:
+        if type(copied) is torch.Tensor:  # as torch.nn.Parameter would, without its frame
+            return new_parameter(copied, slot.requires_grad)
         return torch.nn.Parameter(copied, requires_grad=slot.requires_grad)
     return copied
 

@@ -13,6 +13,7 @@ import types
 import weakref
 from collections.abc import Callable, Sequence
 from keyword import iskeyword
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -132,10 +133,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
 
     def __new__(cls, ir_graphs: Sequence[Graph] = (), *args: Any, **kwargs: Any) -> Self:
         # Without graphs (deepcopy, unpickling, ``__new__(type(m))``) the class stays as it is.
-        made = cls
-        if ir_graphs and cls.__dict__.get("_forward_names") is None:
-            made = _signature_class(cls, forward_names(ir_graphs))
-        return super().__new__(made)
+        return super().__new__(lowered_class(cls, ir_graphs))
 
     def __init__(
         self,
@@ -298,6 +296,31 @@ class LoweredDispatcher(LoweredModule, InterpreterModuleDispatcher):
         return [self]
 
 
+def lowered_class(base: type, ir_graphs: Sequence[Graph]) -> type:
+    """The class of the module that ``base(ir_graphs, ...)`` builds (``base`` a lowered module
+    class): the signature class of ``forward_names(ir_graphs)``, or ``base`` itself when it is
+    one already or there are no graphs. O(placeholders)."""
+    if ir_graphs and base.__dict__.get("_forward_names") is None:
+        return _signature_class(base, forward_names(ir_graphs))
+    return base
+
+
+def build_lowered(
+    cls: type,
+    ir_graphs: tuple,
+    codes: list[Callable[..., Any]],
+    type_name: str | None,
+    interpreter: bool,
+    fx_graphs: list[torch.fx.Graph | None] | None = None,
+) -> LoweredModule:
+    """The module ``base(ir_graphs, codes, type_name, interpreter, fx_graphs)`` for
+    ``cls = lowered_class(base, ir_graphs)``, made without the class call (no second look at
+    the graphs' signature): for ``lower``, which knows the class of many equal modules. O(1)."""
+    made = object.__new__(cls)
+    cls.__init__(made, ir_graphs, codes, type_name, interpreter, fx_graphs)
+    return made
+
+
 # --- forward signatures ------------------------------------------------------------------------
 
 # Classes live as long as some module (or pickle in progress) uses them.
@@ -325,7 +348,7 @@ def forward_names(ir_graphs: Sequence[Graph]) -> tuple[str, ...] | None:
             if any(len(p) != len(positional) or k != keywords for p, k in split[1:]):
                 return None
             positional = tuple(f"arg{i}" for i in range(len(positional)))
-    names = positional + keywords
+    names = positional + keywords if keywords else positional
     if len(set(names)) != len(names) or not all(map(usable_name, names)):
         return None
     return names
@@ -387,34 +410,63 @@ def _signature_class(base: type, names: tuple[str, ...] | None) -> type:
 def _graph_signature(graph: Graph) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(positional names, keyword names)`` of one graph's forward. O(placeholders), plus the
     state reads before the graph's first computation."""
-    eager = _eager_arguments(graph)
+    placeholders = graph.placeholders
+    eager = _eager_arguments(graph, placeholders) if placeholders else None
     if eager is not None:
         count, keywords = eager
         return tuple(f"arg{i}" for i in range(count)), keywords
-    full = tuple([n.name for n in graph.placeholders])
-    stripped = tuple([_SSA_SUFFIX.sub("", name) for name in full])
-    return (stripped if len(set(stripped)) == len(stripped) else full), ()
+    return _plain_names(graph), ()
 
 
-def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
-    """``(positional count, keyword names)`` when ``graph`` takes a preserved call's arguments.
+def _plain_names(graph: Graph) -> tuple[str, ...]:
+    """The positional names of a graph that does not take a preserved call's arguments: its
+    placeholder names without their SSA suffixes, or as they are where that would make two
+    equal. O(placeholders)."""
+    full = tuple(map(_NAME, graph.placeholders))
+    stripped = tuple(map(_without_ssa_suffix, full))
+    return stripped if len(set(stripped)) == len(stripped) else full
 
-    Such a graph's first computation (after its placeholders and state reads) flattens exactly
-    its placeholders, as ``tree_flatten_spec(((p0, p1, ...), {"key": key, ...}), in_spec)``.
-    """
-    placeholders = graph.placeholders
-    if not placeholders:
+
+_NAME = attrgetter("name")
+
+
+def _without_ssa_suffix(name: str) -> str:
+    r"""``name`` without a final ``_<digits>`` (``_SSA_SUFFIX``): ``add_3`` -> ``add``. The
+    common case without the regular expression (``\d`` is ``str.isdecimal``'s digits)."""
+    if type(name) is not str or name.endswith("\n"):  # ``$`` also matches before a final newline
+        return _SSA_SUFFIX.sub("", name)
+    head, underscore, digits = name.rpartition("_")
+    return head if underscore and digits.isdecimal() else name
+
+
+def _eager_arguments(graph: Graph, placeholders: tuple) -> tuple[int, tuple[str, ...]] | None:
+    """``(positional count, keyword names)`` when ``graph`` (whose ``placeholders`` these are,
+    at least one) takes a preserved call's arguments: its first computation flattens them
+    (``_eager_tree``) and each keyword argument is the placeholder of its own name."""
+    tree = _eager_tree(graph, placeholders)
+    if tree is None:
         return None
+    positional, keywords = tree
+    if any(key != value.name for key, value in keywords.items):
+        return None
+    return len(positional), tuple(key for key, _ in keywords.items)
+
+
+def _eager_tree(graph: Graph, placeholders: tuple) -> tuple[tuple, IDict] | None:
+    """``(positional, keywords)``, the argument tree of the graph's first computation (after
+    its placeholders, at least one, and its state reads) when that flattens exactly its
+    placeholders, in order, as ``tree_flatten_spec(((p0, p1, ...), {"key": key, ...}),
+    in_spec)``; else ``None``. Reads no node name but through references to placeholders, so
+    graphs with equal alpha keys get the same answer (equal up to those names)."""
     nodes = graph.nodes
     at = len(placeholders)
-    while at < len(nodes) and nodes[at].op == GET_ATTR:
+    end = len(nodes)
+    while at < end and nodes[at].op == GET_ATTR:
         at += 1
-    first = nodes[at] if at < len(nodes) else None
-    if (
-        first is None
-        or first.op != CALL_FUNCTION
-        or first.target is not flatten_by_spec
-    ):
+    if at == end:
+        return None
+    first = nodes[at]
+    if first.op != CALL_FUNCTION or first.target is not flatten_by_spec:
         return None
     tree = first.args[0] if first.args else None
     if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
@@ -427,9 +479,42 @@ def _eager_arguments(graph: Graph) -> tuple[int, tuple[str, ...]] | None:
         return None
     if tuple(r.name for r in refs) != tuple(n.name for n in placeholders):
         return None
-    if any(key != value.name for key, value in keywords.items):
-        return None
-    return len(positional), tuple(key for key, _ in keywords.items)
+    return positional, keywords
+
+
+class SharedSignatures:
+    """The classes of lowered modules whose graphs have equal alpha keys (``lower`` keeps one of
+    these per module kind and keys): ``class_of(ir_graphs)`` is ``lowered_class(base,
+    ir_graphs)``.
+
+    Where no graph begins by flattening a preserved call's arguments, which graphs with equal
+    alpha keys agree on (``_eager_tree``), ``forward_names`` reads nothing of a graph but its
+    placeholder names once stripped (``_plain_names``): modules whose stripped names are equal
+    (every block of a stack: ``add_3`` and ``add_4`` are both ``add``) get their class by one
+    look-up. O(placeholders) per module, plus ``lowered_class`` once per distinct names.
+    """
+
+    __slots__ = ("base", "classes", "plain")
+
+    def __init__(self, base: type, ir_graphs: Sequence[Graph]) -> None:
+        self.base = base
+        self.plain = not any(
+            g.placeholders and _eager_tree(g, g.placeholders) is not None for g in ir_graphs
+        )
+        self.classes: dict[tuple, type] = {}
+
+    def class_of(self, ir_graphs: Sequence[Graph]) -> type:
+        """``lowered_class(base, ir_graphs)`` for graphs with the keys this was made for."""
+        if not self.plain:
+            return lowered_class(self.base, ir_graphs)
+        if len(ir_graphs) == 1:
+            names = _plain_names(ir_graphs[0])
+        else:
+            names = tuple(map(_plain_names, ir_graphs))
+        cls = self.classes.get(names)
+        if cls is None:
+            cls = self.classes[names] = lowered_class(self.base, ir_graphs)
+        return cls
 
 
 def usable_name(name: object) -> bool:

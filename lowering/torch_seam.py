@@ -10,6 +10,7 @@ operator classes and schemas, module tables as dicts) comes from ``ir/torch_seam
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from types import CodeType
 from typing import Any
@@ -43,6 +44,7 @@ __all__ = [
     "init_module_state",
     "is_fx_symbolic_tracing",
     "jit_tracing",
+    "new_parameter",
     "run_frame_eagerly",
     "script_object_type_name",
     "set_eval_frame",
@@ -143,6 +145,14 @@ def init_module_state(module: torch.nn.Module) -> None:
     state = module.__dict__
     for name, factory, value in _MODULE_STATE:
         state[name] = value if factory is None else factory()
+
+
+# - new_parameter (``torch.Tensor._make_subclass`` bound to ``torch.nn.Parameter``):
+#   ``new_parameter(data, requires_grad)`` is ``torch.nn.Parameter(data, requires_grad)`` for
+#   ``data`` whose type is exactly ``torch.Tensor``: what ``Parameter.__new__`` itself does for
+#   such data, without its Python frame (lowering makes a parameter per weight). Same in
+#   2.13-2.15.
+new_parameter = functools.partial(torch.Tensor._make_subclass, torch.nn.Parameter)
 
 
 def jit_tracing() -> bool:

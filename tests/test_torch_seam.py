@@ -243,6 +243,16 @@ def test_sync_parameter_list():
     assert len(plist) == 2 and list(ir_seam.module_parameters(plist)) == ["0", "1"]
 
 
+def test_new_parameter_is_the_parameter_torch_makes():
+    for requires_grad in (True, False):
+        data = torch.arange(4.0)
+        made, built = lowering_seam.new_parameter(data, requires_grad), nn.Parameter(data, requires_grad)
+        assert type(made) is type(built) is nn.Parameter
+        assert made.requires_grad == built.requires_grad == requires_grad
+        assert made.data_ptr() == built.data_ptr() == data.data_ptr() and made is not data
+        assert made.grad_fn is None and made.is_leaf and made.__dict__ == built.__dict__
+
+
 def test_init_module_state_sets_what_module_init_sets():
     class Plain(nn.Module):
         pass
