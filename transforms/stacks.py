@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ir.errors import PassError
 from ir.graph import Graph
+from ir.module import ModuleId
 from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
 from ir.program import Program
@@ -49,20 +50,54 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
     )
 
 
-def _nesting_prefix(program: Program, items: tuple) -> int:
-    """How many leading entries of a module stack nest, each inside the one before."""
+def _nesting_prefix(resolve: Callable[[str], ModuleId | None], items: tuple) -> int:
+    """How many leading entries of a module stack nest, each inside the one before, and name a
+    module (``resolve``: ``Program.resolve``'s answer).
+
+    The entries that nest are found first; each of their paths is ``""`` or a dotted prefix of
+    the last one, so when the last names a module they all do (one lookup, not one per entry).
+    """
     keep = 1
     prev = items[0][1][0]
     for _, (path, _) in items[1:]:
-        if not _nests(prev, path) or program.resolve(path) is None:
+        if prev != "" and not path.startswith(prev + "."):  # ``path`` is not inside ``prev``
             break
         keep += 1
         prev = path
+    if keep == 1 or resolve(prev) is not None:
+        return keep
+    keep = 1  # some entry names no module: the first such one ends the stack
+    for _, (path, _) in items[1:]:
+        if resolve(path) is None:
+            break
+        keep += 1
     return keep
 
 
-def _nests(outer: str, inner: str) -> bool:
-    return outer == "" or inner.startswith(outer + ".")
+def _path_resolver(program: Program) -> Callable[[str], ModuleId | None]:
+    """``program.resolve`` for many paths that share prefixes (the stacks of a graph): a path's
+    answer is its parent path's and one child lookup, remembered, so each new path costs O(1)
+    instead of O(its depth)."""
+    table = program.module_table()
+    root = program.root
+    found: dict[str, ModuleId | None] = {}
+    # each module's children by name, made here: most of these modules get new graphs (and so
+    # new objects) when outlined, so a memo on them would be built for nothing
+    kids: dict[ModuleId, dict[str, ModuleId]] = {}
+
+    def parts(path: str) -> ModuleId | None:
+        # ``path`` as ``Program.resolve`` splits it: a leading "." is a first part ""
+        if path in found:
+            return found[path]
+        head, dot, name = path.rpartition(".")
+        parent = parts(head) if dot else root
+        named = kids.get(parent)
+        if named is None and parent in table:
+            named = kids[parent] = dict(table[parent].children)
+        mid = found[path] = named.get(name) if named is not None else None
+        return mid
+
+    return lambda path: parts(path) if path else root
 
 
 def fix_module_stacks(program: Program) -> Program:
@@ -82,6 +117,7 @@ def fix_module_stacks(program: Program) -> Program:
     nodes = list(graph.nodes)
     changed = False
     nesting: dict[tuple, int] = {}  # stack entries -> how many entries nest (stacks repeat)
+    resolve = _path_resolver(program)
     for i, node in enumerate(nodes):
         stack = node.meta.get("nn_module_stack")
         if not stack:
@@ -90,9 +126,9 @@ def fix_module_stacks(program: Program) -> Program:
         try:
             keep = nesting.get(items)
         except TypeError:  # an unhashable entry: check this stack on its own
-            keep = _nesting_prefix(program, items)
+            keep = _nesting_prefix(resolve, items)
         if keep is None:
-            keep = nesting[items] = _nesting_prefix(program, items)
+            keep = nesting[items] = _nesting_prefix(resolve, items)
         if keep < len(items):
             log.warning(
                 "nn_module_stack paths %s of node %s do not nest; dropping the last %d entries",
