@@ -191,7 +191,7 @@ class _Outliner:
         self.state_inputs = {
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
-        self.taken: set[str] = Names(n.name for n in self.nodes)
+        self.taken: set[str] = Names(self.by_name)  # every node's name
         # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
         self.owners = owners
         self.root_sunk: dict[str, str] = {}

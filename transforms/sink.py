@@ -57,12 +57,13 @@ class StateOwners:
     def __init__(self, program: Program) -> None:
         state = program.state_table()
         by_tensor: dict[str, list[str]] = {}
+        # fqn -> every fqn holding the same tensor (itself included), in registration order:
+        # one list per tensor, shared by its fqns and complete once the loop is done
+        self.aliases: dict[str, list[str]] = {}
         for fqn in program.state_order:
-            by_tensor.setdefault(state[fqn].tensor, []).append(fqn)
-        # fqn -> every fqn holding the same tensor (itself included), in registration order
-        self.aliases: dict[str, list[str]] = {
-            fqn: by_tensor[state[fqn].tensor] for fqn in program.state_order
-        }
+            tied = by_tensor.setdefault(state[fqn].tensor, [])
+            tied.append(fqn)
+            self.aliases[fqn] = tied
         # root placeholder name -> the state fqn it carries
         self.fqn_of: dict[str, str] = {
             s.name: s.target for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
