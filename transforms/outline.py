@@ -17,13 +17,14 @@ This module walks the flat graph and threads values between calls; the builder o
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ir.args import EMPTY_DICT, map_refs_in, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, call_target
+from ir.module_stack import NO_STACK
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program
@@ -44,7 +45,7 @@ from transforms.sink import (
     sunk_graph,
     sunk_inputs,
 )
-from transforms.stacks import Frame, FrameOf, node_frames
+from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
 
 __all__ = [
     "outline",
@@ -181,7 +182,7 @@ class _Outliner:
         self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
         self.call_signatures = dict(program.call_signatures)  # a dict reads faster than a PMap
-        self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
+        self.canon = canonical_paths(program, _identity_keys(self.graph, frames_of))
         traffic = state_traffic(program)
         self.aliased_state, self.mutated_state = traffic.aliases, traffic.sources
         self.hidden: set[str] = set()
@@ -213,7 +214,7 @@ class _Outliner:
     def _outline_root(self) -> Graph:
         root = OpenCall(None, "", 0, None)
         stack = [root]
-        for kind, at, what in call_steps(self.nodes, self.frames_of, self.copied):
+        for kind, at, what in call_steps(self.graph, self.frames_of, self.copied):
             if kind == NODE:
                 self._copy(stack[-1], what)
             elif kind == OPEN:
@@ -423,20 +424,24 @@ class _Outliner:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
+def _identity_keys(graph: Graph, frames_of: FrameOf) -> dict[str, str]:
     """Module path -> identity key, where a key is seen under two paths (strict export's keys
     are object identities; non-strict ones are derived from the path and tell nothing)."""
+    # the frame tuples of the nodes with a module stack, each once, by identity
+    # (``node_frames`` shares one per stack); held so that no id is reused by a later tuple
+    if frames_of is node_frames:
+        # ``graph_frames`` is ``NO_STACK`` exactly for the nodes without a module stack
+        seen = {id(f): f for f in graph_frames(graph) if f is not NO_STACK and f}
+    else:
+        seen = {}
+        for node in graph.nodes:
+            if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
+                continue
+            frames = frames_of(node)
+            if frames:
+                seen.setdefault(id(frames), frames)
     paths_of: dict[str, dict[str, None]] = {}
-    # frame tuples seen, by identity (``node_frames`` shares one per stack); held so that no
-    # id is reused by a later tuple
-    seen: dict[int, tuple] = {}
-    for node in nodes:
-        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
-            continue
-        frames = frames_of(node) or ()
-        if id(frames) in seen:
-            continue
-        seen[id(frames)] = frames
+    for frames in seen.values():
         for frame in frames:
             paths_of.setdefault(frame.key, {})[frame.path] = None
     return {path: key for key, paths in paths_of.items() if len(paths) > 1 for path in paths}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ir.errors import PassError
 from ir.graph import Graph
+from ir.memo import WeakMemo
 from ir.module import ModuleId
 from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
@@ -24,6 +25,8 @@ __all__ = [
     "FrameOf",
     "fill_call_gaps",
     "fix_module_stacks",
+    "frames_at",
+    "graph_frames",
     "node_frames",
     "stack_frames",
 ]
@@ -48,6 +51,37 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
         f"node {node.name!r} ({node.op} {node.target}) has no nn_module_stack, so it cannot be "
         "placed in a module; export the program with torch.export.export"
     )
+
+
+def graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]:
+    """Per node of ``graph``, in order: ``Node.module_frames``, the module calls it runs in
+    (``None`` for the "keep the current stack" marker, ``NO_STACK`` for a node without a
+    stack); ``NO_STACK`` for the placeholders and the output, which run in no call (their
+    stacks are never read).
+
+    The stages and the walk that follow the module stack (``fill_call_gaps``, the
+    preserved-call stages, ``outline``) each read every node's frames; this gathers them once
+    per graph, so each reads an index, not a property per node. A memo of ``graph``
+    (``ir.memo.WeakMemo``): read it, never change it. With ``frames_at``, ``node_frames(node)
+    == frames_at(node, graph_frames(g)[i])`` for the node at ``i``. Complexity: O(n) once per
+    graph, O(1) after.
+    """
+    return _GRAPH_FRAMES(graph)
+
+
+def _graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]:
+    return tuple(
+        [NO_STACK if n.op in ("placeholder", "output") else n.module_frames for n in graph.nodes]
+    )
+
+
+_GRAPH_FRAMES: WeakMemo[Graph, tuple] = WeakMemo(_graph_frames)
+
+
+def frames_at(node: Node, frames: tuple[Frame, ...] | None | object) -> tuple[Frame, ...] | None:
+    """``node_frames(node)`` given its ``graph_frames`` entry ``frames``: that entry, unless
+    the node has no stack (``None`` for a state read, else ``node_frames``'s ``PassError``)."""
+    return node_frames(node) if frames is NO_STACK else frames  # type: ignore[return-value]
 
 
 def _nesting_prefix(resolve: Callable[[str], ModuleId | None], items: tuple) -> int:
@@ -203,22 +237,26 @@ def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[
     placeholder or output); and the calls that close and open again later (each call named by
     its chain of frames from the root)."""
     chains: list[tuple[Frame, ...] | None] = []
-    closed: set[tuple[Frame, ...]] = set()
+    # a call that opens again was opened before (it cannot be open still: it differs from the
+    # open calls where it starts), so the calls seen opening are enough to find the cut ones
+    opened: set[tuple[Frame, ...]] = set()
     split: set[tuple[Frame, ...]] = set()
     prev: tuple[Frame, ...] = ()
-    for node in graph.nodes:
-        frames = None if node.op in ("placeholder", "output") else node_frames(node)
+    for node, frames in zip(graph.nodes, graph_frames(graph)):
+        if frames is NO_STACK:
+            frames = None if node.op in ("placeholder", "output") else node_frames(node)
         chains.append(frames)
         if frames is None or frames is prev:
             continue
         k = 0
         while k < len(prev) and k < len(frames) and prev[k] == frames[k]:
             k += 1
-        for depth in range(k + 1, len(prev) + 1):
-            closed.add(prev[:depth])
         for depth in range(k + 1, len(frames) + 1):
-            if frames[:depth] in closed:
-                split.add(frames[:depth])
+            call = frames[:depth]
+            seen = len(opened)
+            opened.add(call)
+            if len(opened) == seen:
+                split.add(call)
         prev = frames
     return chains, split
 

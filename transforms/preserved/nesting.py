@@ -9,16 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ir.graph import Graph
+from ir.module_stack import NO_STACK
 from ir.node import OUTPUT, PLACEHOLDER, Node
-from transforms.stacks import Frame, FrameOf
+from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
 
 __all__ = ["common_prefix", "preserved_chains"]
 
 
-def preserved_chains(nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any) -> tuple[
+def preserved_chains(graph: Graph, frames_of: FrameOf, sigs: Any) -> tuple[
     dict[str, tuple[str, ...]], dict[str, tuple[Frame, ...]], dict[str, Any], Callable[[Node], Any]
 ]:
-    """Per node of the flat root graph, the preserved calls it runs in.
+    """Per node of the flat root graph ``graph``, the preserved calls it runs in.
 
     ``sigs`` holds the names of the preserved calls. Returns ``(chain, frames_at, root_stack,
     stack_of)``: node name -> the preserved call names it runs in (outermost first); node name
@@ -30,12 +32,16 @@ def preserved_chains(nodes: tuple[Node, ...], frames_of: FrameOf, sigs: Any) -> 
     by_frames: dict[tuple[Frame, ...], tuple[str, ...]] = {}
     current: tuple[Frame, ...] = ()
     root_stack: dict[str, Any] = {}
-    for node in nodes:
+    # the module stack's frames are read once per graph (``graph_frames``)
+    known = graph_frames(graph) if frames_of is node_frames else None
+    for i, node in enumerate(graph.nodes):
         if node.op in (PLACEHOLDER, OUTPUT):
             chain[node.name] = ()
             frames_at[node.name] = ()
             continue
-        frames = frames_of(node)
+        frames = frames_of(node) if known is None else known[i]
+        if frames is NO_STACK:
+            frames = node_frames(node)  # ``None`` for a state read, else its error
         if frames is not None:
             current = frames
             if not root_stack:

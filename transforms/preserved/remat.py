@@ -139,7 +139,7 @@ class _Reach:
         sigs = program.call_signatures
         specs = program.signature.inputs
         chain, frames_at, root_stack, stack_of = preserved_chains(
-            nodes, frames_of, frozenset(sigs)
+            graph, frames_of, frozenset(sigs)
         )
         return cls(
             program, nodes, graph.by_name(), {n.name: i for i, n in enumerate(nodes)},
