@@ -109,6 +109,20 @@ def last_uses(
     return last
 
 
+def node_positions(graph: Graph) -> dict[str, int]:
+    """Node name -> its position in ``graph``: a memo of the graph (``ir.memo.WeakMemo``), read
+    by the preserved-call stages, which all ask where values are made; read it, never change
+    it. O(n) once per graph, O(1) after."""
+    return _POSITIONS(graph)
+
+
+def _node_positions(graph: Graph) -> dict[str, int]:
+    return {n.name: i for i, n in enumerate(graph.nodes)}
+
+
+_POSITIONS: WeakMemo[Graph, dict[str, int]] = WeakMemo(_node_positions)
+
+
 def call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[str, int]]:
     """Call name -> the position of its first node, and of its last node.
 

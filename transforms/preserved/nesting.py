@@ -29,8 +29,12 @@ def preserved_chains(graph: Graph, frames_of: FrameOf, sigs: Any) -> tuple[
     """
     chain: dict[str, tuple[str, ...]] = {}
     frames_at: dict[str, tuple[Frame, ...]] = {}
-    by_frames: dict[tuple[Frame, ...], tuple[str, ...]] = {}
+    # frames tuple (by identity: equal stacks share one, and a Frame hashes in Python) -> the
+    # tuple itself, so that its id is not reused, and its chain
+    by_frames: dict[int, tuple[tuple[Frame, ...], tuple[str, ...]]] = {}
     current: tuple[Frame, ...] = ()
+    looked: Any = None  # the frames ``found`` is the chain of
+    found: tuple[str, ...] = ()
     root_stack: dict[str, Any] = {}
     # the module stack's frames are read once per graph (``graph_frames``)
     known = graph_frames(graph) if frames_of is node_frames else None
@@ -47,10 +51,14 @@ def preserved_chains(graph: Graph, frames_of: FrameOf, sigs: Any) -> tuple[
             if not root_stack:
                 stack = node.meta.get("nn_module_stack") or {}
                 root_stack = {k: v for k, v in stack.items() if not v[0]}
-        found = by_frames.get(current)
-        if found is None:
-            found = tuple(f.call_name for f in current if f.path and f.call_name in sigs)
-            by_frames[current] = found
+        if current is not looked:  # consecutive nodes of a call share one frames tuple
+            known_chain = by_frames.get(id(current))
+            if known_chain is None:
+                found = tuple(f.call_name for f in current if f.path and f.call_name in sigs)
+                by_frames[id(current)] = (current, found)
+            else:
+                found = known_chain[1]
+            looked = current
         chain[node.name] = found
         frames_at[node.name] = current
 
