@@ -24,7 +24,9 @@ class OpenCall:
     its local value in this call; ``inputs`` are the flat values threaded in as placeholders,
     ``extra_inputs`` the state threaded into a preserved call after its positional
     placeholders (``n_positional`` of them); ``defined`` the flat values computed here, which
-    the call may return.
+    the call may return. A plain call (neither the root nor preserved) leaves ``placeholders``
+    empty: its placeholders are its ``inputs``, made when it closes (an input sunk into a state
+    read gets none).
     """
 
     def __init__(self, frame: Frame | None, path: str, start: int, sig: CallSignature | None):

@@ -14,9 +14,10 @@ from typing import Any
 
 from ir.graph import Graph
 from ir.memo import WeakMemo
+from ir.module_stack import NO_STACK
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.signature import CallSignature
-from transforms.stacks import Frame, FrameOf, node_frames
+from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
 
 # the kinds of step ``call_steps`` yields
 INPUT = "input"  # a placeholder of the root
@@ -28,11 +29,9 @@ RETURN = "return"  # the root's output node (every call closed before it)
 Step = tuple[str, int, Any]
 
 
-def call_steps(
-    nodes: tuple[Node, ...], frames_of: FrameOf, copied: Callable[[Node], bool]
-) -> Iterator[Step]:
-    """``(kind, at, what)`` steps over ``nodes`` in order: ``(INPUT, at, node)``, ``(OPEN, at,
-    frame)``, ``(NODE, at, node)``, ``(CLOSE, at, None)``, ``(RETURN, at, node)``.
+def call_steps(graph: Graph, frames_of: FrameOf, copied: Callable[[Node], bool]) -> Iterator[Step]:
+    """``(kind, at, what)`` steps over ``graph``'s nodes in order: ``(INPUT, at, node)``,
+    ``(OPEN, at, frame)``, ``(NODE, at, node)``, ``(CLOSE, at, None)``, ``(RETURN, at, node)``.
 
     Before a node, the open calls that are not a prefix of its frames close (innermost first)
     and its remaining frames open (outermost first); a node whose frames are ``None`` stays in
@@ -46,7 +45,9 @@ def call_steps(
     # the frames tuple last walked into: ``open_frames`` equals it, so a node that shares it
     # (consecutive nodes of one call share one tuple) opens and closes nothing
     entered: Any = None
-    for at, node in enumerate(nodes):
+    # the module stack's frames are read once per graph (``graph_frames``)
+    known = graph_frames(graph) if frames_of is node_frames else None
+    for at, node in enumerate(graph.nodes):
         if node.op == PLACEHOLDER:
             yield INPUT, at, node
         elif node.op == OUTPUT:
@@ -58,7 +59,9 @@ def call_steps(
         elif copied(node):
             continue
         else:
-            frames = frames_of(node)
+            frames = frames_of(node) if known is None else known[at]
+            if frames is NO_STACK:
+                frames = node_frames(node)  # ``None`` for a state read, else its error
             if frames is not None and frames is not entered:
                 entered = frames
                 depth = 0
@@ -106,6 +109,20 @@ def last_uses(
     return last
 
 
+def node_positions(graph: Graph) -> dict[str, int]:
+    """Node name -> its position in ``graph``: a memo of the graph (``ir.memo.WeakMemo``), read
+    by the preserved-call stages, which all ask where values are made; read it, never change
+    it. O(n) once per graph, O(1) after."""
+    return _POSITIONS(graph)
+
+
+def _node_positions(graph: Graph) -> dict[str, int]:
+    return {n.name: i for i, n in enumerate(graph.nodes)}
+
+
+_POSITIONS: WeakMemo[Graph, dict[str, int]] = WeakMemo(_node_positions)
+
+
 def call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[str, int]]:
     """Call name -> the position of its first node, and of its last node.
 
@@ -121,18 +138,28 @@ def call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[s
 
 
 def _module_call_spans(graph: Graph) -> tuple[dict[str, int], dict[str, int]]:
-    return _call_spans(graph, node_frames)
+    # ``graph_frames`` is ``NO_STACK`` exactly for the nodes ``_call_spans`` leaves out
+    frames = graph_frames(graph)
+    return _spans((i, f or ()) for i, f in enumerate(frames) if f is not NO_STACK)
 
 
 def _call_spans(graph: Graph, frames_of: FrameOf) -> tuple[dict[str, int], dict[str, int]]:
+    return _spans(
+        (i, frames_of(node) or ())
+        for i, node in enumerate(graph.nodes)
+        if node.op not in (PLACEHOLDER, OUTPUT) and node.meta.get("nn_module_stack")
+    )
+
+
+def _spans(
+    runs: Iterator[tuple[int, tuple[Frame, ...]]],
+) -> tuple[dict[str, int], dict[str, int]]:
+    """``call_spans`` of the (position, frames) of the nodes that take part, in order."""
     first_at: dict[str, int] = {}
     last_at: dict[str, int] = {}
     current: tuple = ()
     current_at = -1  # the last node that ran in ``current``
-    for i, node in enumerate(graph.nodes):
-        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
-            continue
-        frames = frames_of(node) or ()
+    for i, frames in runs:
         if frames is not current and frames != current:
             for frame in current:
                 last_at[frame.call_name] = current_at

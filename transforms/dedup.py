@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import operator
+
 from ir.alpha import interned_key
 from ir.graph import Graph
 from ir.module import ModuleId, call_target, split_call_target
 from ir.node import CALL_MODULE
 from ir.program import Program
 from ir.values import output_value
+
+_GRAPHS = operator.attrgetter("graphs")
 
 
 def deduplicate(program: Program) -> Program:
@@ -20,8 +24,11 @@ def deduplicate(program: Program) -> Program:
     traced with, ``ir.values.output_value``), since the kept graph may hold other shapes.
 
     **Laws:** idempotent; never adds modules or graphs; the lowered module computes the same.
-    Complexity: O(n): one alpha key per graph (hashed once, no pairwise comparison).
+    Complexity: O(n): one alpha key per graph (hashed once, no pairwise comparison); O(modules)
+    when no module has two graphs (the program is returned as it is).
     """
+    if max(map(len, map(_GRAPHS, program.module_table().values())), default=0) < 2:
+        return program  # no module has two graphs: nothing to merge, no call to redirect
     remap: dict[ModuleId, dict[int, int]] = {}
     modules = program.modules.evolver()
     for mid in _post_order(program):

@@ -22,6 +22,7 @@ from ir.graph import Graph
 from ir.names import target_name
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
+from transforms.call_targets import call_targets
 
 
 def remove_effect_tokens(p: Program) -> Program:
@@ -70,7 +71,7 @@ def _has_tokens(p: Program, graph: Graph) -> bool:
     return (
         any(s.kind == sg.TOKEN for s in p.signature.inputs)
         or any(s.kind == sg.OUTPUT_TOKEN for s in p.signature.outputs)
-        or any(_is_with_effects(n) for n in graph.nodes)
+        or any(ops.hop_kind(t) == ops.WITH_EFFECTS for t in call_targets(graph))
     )
 
 

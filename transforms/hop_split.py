@@ -36,6 +36,7 @@ from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_m
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
+from transforms.call_targets import call_targets
 from transforms.checks import require_flat
 from transforms.stacks import Frame, stack_frames
 
@@ -104,15 +105,19 @@ def split_hop_bodies(p: Program) -> Program:
     graph = p.root_module.graph
     if graph is None:
         return p
-    if not any(_body_position(n) is not None for n in graph.nodes):
+    if not any(_target_body_position(t) is not None for t in call_targets(graph)):
         return p
     return _Splitter(p).run()
 
 
 def _body_position(node: Node) -> int | None:
-    if node.op != CALL_FUNCTION or not isinstance(node.target, HigherOrderOperator):
+    return _target_body_position(node.target) if node.op == CALL_FUNCTION else None
+
+
+def _target_body_position(target: Any) -> int | None:
+    if not isinstance(target, HigherOrderOperator):
         return None  # checked first: naming an operator costs microseconds
-    return BODY_ARGUMENT.get(target_name(node.target))
+    return BODY_ARGUMENT.get(target_name(target))
 
 
 def _stack(node: Node) -> dict | None:

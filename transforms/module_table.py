@@ -40,11 +40,15 @@ def with_outlined_modules(
     """
     modules = dict(p.module_table())
     for mid, graphs in variants.items():
-        _ensure_path(modules, p.root, mid)
+        if mid not in modules:
+            _ensure_path(modules, p.root, mid)
         mod = modules[mid]
         type_name = mod.type_name or types.get(mid)
         kind = mod.kind if mod.kind != PLAIN else kind_of_type(type_name)
-        modules[mid] = mod.replace(type_name=type_name, kind=kind, graphs=tuple(graphs))
+        # built whole: its graphs are new, so ``Module.replace`` would find a change anyway
+        modules[mid] = Module(
+            type_name, kind, mod.children, tuple(graphs), leaf=mod.leaf, peers=mod.peers
+        )
     root = modules[p.root].replace(graphs=(root_graph,))
     modules[p.root] = root
     signature = _renamed_outputs(p.signature, root_graph)
@@ -52,10 +56,11 @@ def with_outlined_modules(
         inputs = tuple(s for s in signature.inputs if s.name not in dropped_inputs)
         signature = attrs.evolve(signature, inputs=inputs)
     _move_subgraphs(modules, p.root, subgraph_owner)
-    for mid, mod in list(modules.items()):
-        kids = tuple((n, canon.get(c, c)) for n, c in mod.children)
-        if kids != mod.children:
-            modules[mid] = mod.replace(children=kids)
+    if canon:  # children at aliased paths name the one module they are
+        for mid, mod in list(modules.items()):
+            kids = tuple((n, canon.get(c, c)) for n, c in mod.children)
+            if kids != mod.children:
+                modules[mid] = mod.replace(children=kids)
     reachable = reachable_modules(modules.__getitem__, p.root)
     # one new map (built in bulk, faster than setting each changed module in an evolver)
     table = pmap({mid: modules[mid] for mid in reachable})
@@ -117,5 +122,6 @@ def reachable_modules(module_of: Callable[[ModuleId], Module], root: ModuleId) -
         if mid in seen:
             continue
         seen[mid] = None
-        stack.extend(c for _, c in module_of(mid).children)
+        for _, child in module_of(mid).children:
+            stack.append(child)
     return list(seen)

@@ -17,15 +17,16 @@ This module walks the flat graph and threads values between calls; the builder o
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from ir.args import map_refs_in, ref
+from ir.args import EMPTY_DICT, map_refs_in, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, call_target
+from ir.module_stack import NO_STACK
 from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms.call_builder import OpenCall, call_base
@@ -38,12 +39,13 @@ from transforms.sharing import canonical_paths
 from transforms.sink import (
     StateOwners,
     finish_sinking,
+    input_reads,
     sink_state,
     sinks_in_one_pass,
     sunk_graph,
     sunk_inputs,
 )
-from transforms.stacks import Frame, FrameOf, node_frames
+from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
 
 __all__ = [
     "outline",
@@ -180,7 +182,7 @@ class _Outliner:
         self.last_use = last_uses(self.graph, frames_of, program.call_signatures)
         self.by_name = self.graph.by_name()
         self.call_signatures = dict(program.call_signatures)  # a dict reads faster than a PMap
-        self.canon = canonical_paths(program, _identity_keys(self.nodes, frames_of))
+        self.canon = canonical_paths(program, _identity_keys(self.graph, frames_of))
         traffic = state_traffic(program)
         self.aliased_state, self.mutated_state = traffic.aliases, traffic.sources
         self.hidden: set[str] = set()
@@ -190,7 +192,7 @@ class _Outliner:
         self.state_inputs = {
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
-        self.taken: set[str] = Names(n.name for n in self.nodes)
+        self.taken: set[str] = Names(self.by_name)  # every node's name
         # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
         self.owners = owners
         self.root_sunk: dict[str, str] = {}
@@ -212,7 +214,7 @@ class _Outliner:
     def _outline_root(self) -> Graph:
         root = OpenCall(None, "", 0, None)
         stack = [root]
-        for kind, at, what in call_steps(self.nodes, self.frames_of, self.copied):
+        for kind, at, what in call_steps(self.graph, self.frames_of, self.copied):
             if kind == NODE:
                 self._copy(stack[-1], what)
             elif kind == OPEN:
@@ -271,9 +273,9 @@ class _Outliner:
             or name in self.aliased_state
         ):
             return self._read_special(call, name)
-        # the common case: a plain call takes the value as an input
+        # the common case: a plain call takes the value as an input (its placeholder is made
+        # when the call closes, and only if the input is not sunk)
         call.inputs.append(name)
-        call.placeholders.append(Node(PLACEHOLDER, name, name, meta=shared.meta))
         found = call.env[name] = ref(name)
         return found
 
@@ -309,7 +311,6 @@ class _Outliner:
             call.env[name] = ref(name)
             return call.env[name]
         call.inputs.append(name)
-        call.placeholders.append(Node(PLACEHOLDER, name, name, meta=node.meta))
         call.env[name] = ref(name)
         return call.env[name]
 
@@ -334,15 +335,15 @@ class _Outliner:
         call = stack.pop()
         parent = stack[-1]
         mid = self.canon.get(call.path, call.path)
-        variant = len(self.variants.setdefault(mid, []))
+        graphs = self.variants.setdefault(mid, [])
         self.types.setdefault(mid, call.frame.type_name)
-        target = call_target(_relative(parent.path, call.path, call.frame), variant)
+        target = call_target(_relative(parent.path, call.path, call.frame), len(graphs))
         sunk = sunk_inputs(self.owners, call)
         if call.sig is not None:
             graph = self._close_preserved(call, parent, target, sunk)
         else:
             graph = self._close_plain(call, parent, target, end, sunk)
-        self.variants[mid].append(graph)
+        graphs.append(graph)
 
     def _pass_inputs(self, parent: OpenCall, names: list[str], sunk: dict[str, str]) -> list[Any]:
         """The caller's values for inputs ``names``; a sunk one is still threaded through the
@@ -357,19 +358,20 @@ class _Outliner:
     def _close_plain(
         self, call: OpenCall, parent: OpenCall, target: str, end: int, sunk: dict[str, str]
     ) -> Graph:
-        # in-place results are not returned: readers outside read the mutated state instead
-        outputs = [
-            v
-            for v in call.defined
-            if self.last_use.get(v, -1) >= end and v not in self.aliased_state
-        ]
-        local = [call.env[v] for v in outputs]
+        # in-place results are not returned: readers outside read the mutated state instead;
+        # each output is a value of the flat graph: its ``val`` is the call's result there
+        last_use, aliased, env, by_name = self.last_use, self.aliased_state, call.env, self.by_name
+        outputs, local, vals = [], [], []
+        for v in call.defined:
+            if last_use.get(v, -1) >= end and v not in aliased:
+                outputs.append(v)
+                local.append(env[v])
+                vals.append(by_name[v].meta.get("val") if v in by_name else None)
         returned = local[0] if len(local) == 1 else tuple(local)
         out_name = fresh_name("output", self.taken)
-        body = call.body + [Node(OUTPUT, out_name, "output", (returned,))]
+        body = call.body
+        body.append(new_node(OUTPUT, out_name, "output", (returned,)))
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
-        # each output is a value of the flat graph: its ``val`` is the call's result there
-        vals = [self.by_name[v].meta.get("val") if v in self.by_name else None for v in outputs]
         meta = call.meta
         if len(outputs) == 1:
             name = outputs[0]
@@ -379,16 +381,27 @@ class _Outliner:
             name = fresh_name(call_base(target), self.taken)
             if None not in vals:
                 meta["val"] = tuple(vals)
-        parent.body.append(Node(CALL_MODULE, name, target, args, meta=meta))
+        parent.body.append(new_node(CALL_MODULE, name, target, args, EMPTY_DICT, meta))
         if len(outputs) == 1:
             parent.env[name] = ref(name)
         else:
             for i, (v, val) in enumerate(zip(outputs, vals)):
                 got = {} if val is None else {"val": val}
-                parent.body.append(Node(CALL_FUNCTION, v, operator.getitem, (ref(name), i), meta=got))
+                parent.body.append(
+                    new_node(CALL_FUNCTION, v, operator.getitem, (ref(name), i), EMPTY_DICT, got)
+                )
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
-        return sunk_graph(call.placeholders, sunk, body)
+        # the placeholders: one per input not sunk, named as the flat value and with its meta
+        placeholders = [
+            new_node(PLACEHOLDER, v, v, (), EMPTY_DICT, by_name[v].meta)
+            for v in call.inputs
+            if v not in sunk
+        ]
+        if not sunk:
+            return Graph((*placeholders, *body))
+        reads = input_reads(call.inputs, sunk, body, by_name)
+        return Graph((*placeholders, *reads, *body))
 
     def _close_preserved(
         self, call: OpenCall, parent: OpenCall, target: str, sunk: dict[str, str]
@@ -411,20 +424,24 @@ class _Outliner:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _identity_keys(nodes: Sequence[Node], frames_of: FrameOf) -> dict[str, str]:
+def _identity_keys(graph: Graph, frames_of: FrameOf) -> dict[str, str]:
     """Module path -> identity key, where a key is seen under two paths (strict export's keys
     are object identities; non-strict ones are derived from the path and tell nothing)."""
+    # the frame tuples of the nodes with a module stack, each once, by identity
+    # (``node_frames`` shares one per stack); held so that no id is reused by a later tuple
+    if frames_of is node_frames:
+        # ``graph_frames`` is ``NO_STACK`` exactly for the nodes without a module stack
+        seen = {id(f): f for f in graph_frames(graph) if f is not NO_STACK and f}
+    else:
+        seen = {}
+        for node in graph.nodes:
+            if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
+                continue
+            frames = frames_of(node)
+            if frames:
+                seen.setdefault(id(frames), frames)
     paths_of: dict[str, dict[str, None]] = {}
-    # frame tuples seen, by identity (``node_frames`` shares one per stack); held so that no
-    # id is reused by a later tuple
-    seen: dict[int, tuple] = {}
-    for node in nodes:
-        if node.op in (PLACEHOLDER, OUTPUT) or not node.meta.get("nn_module_stack"):
-            continue
-        frames = frames_of(node) or ()
-        if id(frames) in seen:
-            continue
-        seen[id(frames)] = frames
+    for frames in seen.values():
         for frame in frames:
             paths_of.setdefault(frame.key, {})[frame.path] = None
     return {path: key for key, paths in paths_of.items() if len(paths) > 1 for path in paths}

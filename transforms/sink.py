@@ -7,15 +7,15 @@ the pieces ``outline_and_sink`` uses to sink while outlining (at the end of this
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pyrsistent import pmap
 
-from ir.args import Ref
+from ir.args import EMPTY_DICT, Ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, Node
+from ir.node import CALL_MODULE, GET_ATTR, Node, new_node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms.call_builder import OpenCall
@@ -57,12 +57,13 @@ class StateOwners:
     def __init__(self, program: Program) -> None:
         state = program.state_table()
         by_tensor: dict[str, list[str]] = {}
+        # fqn -> every fqn holding the same tensor (itself included), in registration order:
+        # one list per tensor, shared by its fqns and complete once the loop is done
+        self.aliases: dict[str, list[str]] = {}
         for fqn in program.state_order:
-            by_tensor.setdefault(state[fqn].tensor, []).append(fqn)
-        # fqn -> every fqn holding the same tensor (itself included), in registration order
-        self.aliases: dict[str, list[str]] = {
-            fqn: by_tensor[state[fqn].tensor] for fqn in program.state_order
-        }
+            tied = by_tensor.setdefault(state[fqn].tensor, [])
+            tied.append(fqn)
+            self.aliases[fqn] = tied
         # root placeholder name -> the state fqn it carries
         self.fqn_of: dict[str, str] = {
             s.name: s.target for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
@@ -78,6 +79,31 @@ class StateOwners:
                 return alias[len(path) + 1 :]
         return None
 
+    def local_names(self, names: Sequence[str], path: str) -> dict[str, str]:
+        """``{name: local_name(fqn, path)}`` for each of ``names`` (root placeholder names) that
+        carries a state fqn with a local name below module ``path``, in ``names`` order. One
+        loop with the path's prefix made once: a call's inputs are read together when it
+        closes."""
+        fqn_of, aliases = self.fqn_of, self.aliases
+        found = {}
+        if not path:
+            for name in names:
+                fqn = fqn_of.get(name)
+                if fqn is not None:
+                    found[name] = aliases[fqn][0] if fqn in aliases else fqn
+            return found
+        prefix = path + "."
+        cut = len(prefix)
+        for name in names:
+            fqn = fqn_of.get(name)
+            if fqn is None:
+                continue
+            for alias in aliases.get(fqn) or (fqn,):
+                if alias.startswith(prefix):
+                    found[name] = alias[cut:]
+                    break
+        return found
+
 
 def sunk_reads(
     placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
@@ -89,6 +115,19 @@ def sunk_reads(
         Node(GET_ATTR, n.name, sunk[n.name], meta=n.meta)
         for n in placeholders
         if n.name in sunk and n.name in read
+    ]
+
+
+def input_reads(
+    inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node], nodes: Mapping[str, Node]
+) -> list[Node]:
+    """``sunk_reads`` of the placeholders a plain call makes for flat values ``inputs`` (each
+    named as its node in ``nodes``, with that node's meta), without making them."""
+    read = {r.name for node in body for r in node.inputs()}
+    return [
+        new_node(GET_ATTR, name, sunk[name], (), EMPTY_DICT, nodes[name].meta)
+        for name in inputs
+        if name in sunk and name in read
     ]
 
 
@@ -232,17 +271,10 @@ def sunk_inputs(owners: StateOwners | None, call: OpenCall) -> dict[str, str]:
     if owners is None:
         return {}
     if call.frame is None:
-        names: list[str] = [n.name for n in call.placeholders]
-    else:
-        names = call.inputs + call.extra_inputs
-    sunk = {}
-    for name in names:
-        fqn = owners.fqn_of.get(name)
-        if fqn is not None:
-            local = owners.local_name(fqn, call.path)
-            if local is not None:
-                sunk[name] = local
-    return sunk
+        return owners.local_names([n.name for n in call.placeholders], call.path)
+    if call.extra_inputs:
+        return owners.local_names(call.inputs + call.extra_inputs, call.path)
+    return owners.local_names(call.inputs, call.path)
 
 
 def sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:

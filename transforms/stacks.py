@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from ir.errors import PassError
 from ir.graph import Graph
+from ir.memo import WeakMemo
+from ir.module import ModuleId
 from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
 from ir.program import Program
@@ -23,6 +25,8 @@ __all__ = [
     "FrameOf",
     "fill_call_gaps",
     "fix_module_stacks",
+    "frames_at",
+    "graph_frames",
     "node_frames",
     "stack_frames",
 ]
@@ -49,20 +53,85 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
     )
 
 
-def _nesting_prefix(program: Program, items: tuple) -> int:
-    """How many leading entries of a module stack nest, each inside the one before."""
+def graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]:
+    """Per node of ``graph``, in order: ``Node.module_frames``, the module calls it runs in
+    (``None`` for the "keep the current stack" marker, ``NO_STACK`` for a node without a
+    stack); ``NO_STACK`` for the placeholders and the output, which run in no call (their
+    stacks are never read).
+
+    The stages and the walk that follow the module stack (``fill_call_gaps``, the
+    preserved-call stages, ``outline``) each read every node's frames; this gathers them once
+    per graph, so each reads an index, not a property per node. A memo of ``graph``
+    (``ir.memo.WeakMemo``): read it, never change it. With ``frames_at``, ``node_frames(node)
+    == frames_at(node, graph_frames(g)[i])`` for the node at ``i``. Complexity: O(n) once per
+    graph, O(1) after.
+    """
+    return _GRAPH_FRAMES(graph)
+
+
+def _graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]:
+    return tuple(
+        [NO_STACK if n.op in ("placeholder", "output") else n.module_frames for n in graph.nodes]
+    )
+
+
+_GRAPH_FRAMES: WeakMemo[Graph, tuple] = WeakMemo(_graph_frames)
+
+
+def frames_at(node: Node, frames: tuple[Frame, ...] | None | object) -> tuple[Frame, ...] | None:
+    """``node_frames(node)`` given its ``graph_frames`` entry ``frames``: that entry, unless
+    the node has no stack (``None`` for a state read, else ``node_frames``'s ``PassError``)."""
+    return node_frames(node) if frames is NO_STACK else frames  # type: ignore[return-value]
+
+
+def _nesting_prefix(resolve: Callable[[str], ModuleId | None], items: tuple) -> int:
+    """How many leading entries of a module stack nest, each inside the one before, and name a
+    module (``resolve``: ``Program.resolve``'s answer).
+
+    The entries that nest are found first; each of their paths is ``""`` or a dotted prefix of
+    the last one, so when the last names a module they all do (one lookup, not one per entry).
+    """
     keep = 1
     prev = items[0][1][0]
     for _, (path, _) in items[1:]:
-        if not _nests(prev, path) or program.resolve(path) is None:
+        if prev != "" and not path.startswith(prev + "."):  # ``path`` is not inside ``prev``
             break
         keep += 1
         prev = path
+    if keep == 1 or resolve(prev) is not None:
+        return keep
+    keep = 1  # some entry names no module: the first such one ends the stack
+    for _, (path, _) in items[1:]:
+        if resolve(path) is None:
+            break
+        keep += 1
     return keep
 
 
-def _nests(outer: str, inner: str) -> bool:
-    return outer == "" or inner.startswith(outer + ".")
+def _path_resolver(program: Program) -> Callable[[str], ModuleId | None]:
+    """``program.resolve`` for many paths that share prefixes (the stacks of a graph): a path's
+    answer is its parent path's and one child lookup, remembered, so each new path costs O(1)
+    instead of O(its depth)."""
+    table = program.module_table()
+    root = program.root
+    found: dict[str, ModuleId | None] = {}
+    # each module's children by name, made here: most of these modules get new graphs (and so
+    # new objects) when outlined, so a memo on them would be built for nothing
+    kids: dict[ModuleId, dict[str, ModuleId]] = {}
+
+    def parts(path: str) -> ModuleId | None:
+        # ``path`` as ``Program.resolve`` splits it: a leading "." is a first part ""
+        if path in found:
+            return found[path]
+        head, dot, name = path.rpartition(".")
+        parent = parts(head) if dot else root
+        named = kids.get(parent)
+        if named is None and parent in table:
+            named = kids[parent] = dict(table[parent].children)
+        mid = found[path] = named.get(name) if named is not None else None
+        return mid
+
+    return lambda path: parts(path) if path else root
 
 
 def fix_module_stacks(program: Program) -> Program:
@@ -82,6 +151,7 @@ def fix_module_stacks(program: Program) -> Program:
     nodes = list(graph.nodes)
     changed = False
     nesting: dict[tuple, int] = {}  # stack entries -> how many entries nest (stacks repeat)
+    resolve = _path_resolver(program)
     for i, node in enumerate(nodes):
         stack = node.meta.get("nn_module_stack")
         if not stack:
@@ -90,9 +160,9 @@ def fix_module_stacks(program: Program) -> Program:
         try:
             keep = nesting.get(items)
         except TypeError:  # an unhashable entry: check this stack on its own
-            keep = _nesting_prefix(program, items)
+            keep = _nesting_prefix(resolve, items)
         if keep is None:
-            keep = nesting[items] = _nesting_prefix(program, items)
+            keep = nesting[items] = _nesting_prefix(resolve, items)
         if keep < len(items):
             log.warning(
                 "nn_module_stack paths %s of node %s do not nest; dropping the last %d entries",
@@ -167,22 +237,26 @@ def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[
     placeholder or output); and the calls that close and open again later (each call named by
     its chain of frames from the root)."""
     chains: list[tuple[Frame, ...] | None] = []
-    closed: set[tuple[Frame, ...]] = set()
+    # a call that opens again was opened before (it cannot be open still: it differs from the
+    # open calls where it starts), so the calls seen opening are enough to find the cut ones
+    opened: set[tuple[Frame, ...]] = set()
     split: set[tuple[Frame, ...]] = set()
     prev: tuple[Frame, ...] = ()
-    for node in graph.nodes:
-        frames = None if node.op in ("placeholder", "output") else node_frames(node)
+    for node, frames in zip(graph.nodes, graph_frames(graph)):
+        if frames is NO_STACK:
+            frames = None if node.op in ("placeholder", "output") else node_frames(node)
         chains.append(frames)
         if frames is None or frames is prev:
             continue
         k = 0
         while k < len(prev) and k < len(frames) and prev[k] == frames[k]:
             k += 1
-        for depth in range(k + 1, len(prev) + 1):
-            closed.add(prev[:depth])
         for depth in range(k + 1, len(frames) + 1):
-            if frames[:depth] in closed:
-                split.add(frames[:depth])
+            call = frames[:depth]
+            seen = len(opened)
+            opened.add(call)
+            if len(opened) == seen:
+                split.add(call)
         prev = frames
     return chains, split
 

@@ -60,7 +60,7 @@ def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
     if not chains:
         return program
     nodes = graph.nodes
-    chain_of = preserved_chains(nodes, frames_of, frozenset(sigs))[0]
+    chain_of = preserved_chains(graph, frames_of, frozenset(sigs))[0]
     inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
     outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
 

@@ -55,6 +55,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms.call_walk import node_positions
 from transforms.checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
 from transforms.preserved.state_traffic import state_traffic
@@ -139,10 +140,10 @@ class _Reach:
         sigs = program.call_signatures
         specs = program.signature.inputs
         chain, frames_at, root_stack, stack_of = preserved_chains(
-            nodes, frames_of, frozenset(sigs)
+            graph, frames_of, frozenset(sigs)
         )
         return cls(
-            program, nodes, graph.by_name(), {n.name: i for i, n in enumerate(nodes)},
+            program, nodes, graph.by_name(), node_positions(graph),
             chain, frames_at, root_stack, stack_of,
             frozenset(s.name for s in specs if s.kind in STATE_INPUT_KINDS),
             tuple(s.name for s in specs if s.kind not in STATE_INPUT_KINDS),

@@ -30,7 +30,7 @@ from ir.graph import Graph
 from ir.node import PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature
-from transforms.call_walk import call_spans
+from transforms.call_walk import call_spans, node_positions
 from transforms.checks import require_flat
 from transforms.preserved.state_traffic import state_traffic
 from transforms.stacks import FrameOf, node_frames
@@ -65,9 +65,9 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
     spans = _spans(graph, frames_of, frozenset(sigs))
     if not spans:
         return program
-    position = {n.name: i for i, n in enumerate(graph.nodes)}
-    users = graph.users()
+    position = node_positions(graph)
     by_name = graph.by_name()
+    users = _signature_users(graph, sigs, by_name)
     writes = state_traffic(program).writes
     state = {s.name for s in program.signature.inputs if s.target is not None}
     repaired = {}
@@ -93,16 +93,34 @@ class _Inside:
         return at is not None and self.start <= at <= self.end
 
 
+def _signature_users(
+    graph: Graph, sigs: Mapping[str, CallSignature], by_name: Mapping[str, Node]
+) -> dict[str, list[str]]:
+    """``graph.users()`` for the values the signatures ``sigs`` name (the names of other
+    values are absent): what deciding that no signature is stale reads, without the table of
+    every value's readers. O(n + reads)."""
+    named = {a.name for sig in sigs.values() for a in (*sig.inputs, *sig.outputs) if a.name}
+    found: dict[str, list[str]] = {name: [] for name in named if name in by_name}
+    for node in graph.nodes:
+        for r in node.inputs():
+            readers = found.get(r.name)
+            if readers is not None and (not readers or readers[-1] != node.name):
+                readers.append(node.name)  # each reader once, in graph order
+    return found
+
+
 def _repair(
     call: str,
     sig: CallSignature,
     graph: Graph,
     inside: _Inside,
-    users: Mapping[str, tuple[str, ...]],
+    users: Mapping[str, Any],
     by_name: Mapping[str, Node],
     writes: frozenset[str],
     state: set[str],
 ) -> CallSignature:
+    """``sig`` with its stale names replaced (``sig`` itself when none is); ``users`` holds the
+    readers of at least the values ``sig`` names."""
     names_in = {a.name for a in sig.inputs if a.name}
     names_out = {a.name for a in sig.outputs if a.name}
     position = inside.position
@@ -131,6 +149,7 @@ def _repair(
     ]
     if not suspect_in and not suspect_out:
         return sig
+    users = graph.users()  # what crosses: the readers of any value (``read_after`` reads it)
     crossing_in: dict[str, None] = {}
     crossing_out: dict[str, None] = {}
     for node in graph.nodes[inside.start : inside.end + 1]:

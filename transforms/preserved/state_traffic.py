@@ -26,6 +26,7 @@ from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.ops import COPY
 from ir.program import Program
 from ir.signature import MUTATION_KINDS, ExportSignature
+from transforms.call_targets import call_targets
 
 
 def update_chains(
@@ -145,10 +146,14 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
     roots = {s.name for s in program.signature.inputs}
     aliases: dict[str, str] = {}
     sources: dict[str, str] = {}
+    # the in-place operators the graph calls, by identity: one question per operator
+    inplace = {id(t) for t in call_targets(graph) if ops.is_inplace(t)}
+    if not inplace:
+        return aliases, sources
     for node in graph.nodes:
-        if node.op != CALL_FUNCTION or not node.args or not isinstance(node.args[0], Ref):
+        if id(node.target) not in inplace or node.op != CALL_FUNCTION:
             continue
-        if not ops.is_inplace(node.target):
+        if not node.args or not isinstance(node.args[0], Ref):
             continue
         first = node.args[0].name
         dest = first if first in roots else aliases.get(first)
