@@ -4,7 +4,10 @@ Each node name is replaced by its position in its graph. Two graphs with equal a
 the same thing in the same order; deduplication groups by this key in O(n).
 
 A position is spelled ``(AT, i)`` and a read of a name no node defines ``(FREE, name)``, with
-markers that no program can hold, so a literal argument never looks like a read.
+markers that no program can hold, so a literal argument never looks like a read. Numbers that
+Python calls equal but that compute differently keep their type: a ``float`` literal is spelled
+``(FLOAT, its hex)`` (``2.0`` is not ``2``, ``-0.0`` is not ``0.0``), a ``bool`` ``(BOOL, b)``
+and a ``complex`` ``(COMPLEX, its repr)``; ``int`` and every other literal stand as themselves.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ir.args import NESTED, Ref, map_refs
+from ir.args import NESTED, IDict, IList, ISlice, Ref
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
@@ -20,19 +23,28 @@ from ir.program import Program
 
 
 class _Marker:
-    """A marker of the alpha key's own spelling (compared by identity)."""
+    """A marker of the alpha key's own spelling (compared by identity; copied and pickled as
+    the module global of that name, so a copied or unpickled key equals the original)."""
 
-    __slots__ = ("_label",)
+    __slots__ = ("_label", "_name")
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, name: str) -> None:
         self._label = label
+        self._name = name
 
     def __repr__(self) -> str:
         return self._label
 
+    def __reduce__(self) -> str:
+        return self._name
 
-AT = _Marker("#")  # (AT, i): the value of the node at position i
-FREE = _Marker("free")  # (FREE, name): a read of a name no node of the graph defines
+
+AT = _Marker("#", "AT")  # (AT, i): the value of the node at position i
+FREE = _Marker("free", "FREE")  # (FREE, name): a read of a name no node of the graph defines
+FLOAT = _Marker("float", "FLOAT")  # (FLOAT, x.hex()): a float literal
+BOOL = _Marker("bool", "BOOL")  # (BOOL, b): a bool literal
+COMPLEX = _Marker("complex", "COMPLEX")  # (COMPLEX, repr(z)): a complex literal
+_TYPED = frozenset((float, bool, complex))
 
 
 def graph_key(graph: Graph) -> tuple:
@@ -72,7 +84,7 @@ def _graph_key(graph: Graph) -> tuple[tuple, bool]:
     key = []
     for n in nodes:
         op, args, kwargs = n.op, n.args, n.kwargs
-        if n.inputs():
+        if args:
             if type(args) is tuple:  # the common tree, mapped without a call per leaf
                 mapped = []
                 for a in args:
@@ -80,15 +92,43 @@ def _graph_key(graph: Graph) -> tuple[tuple, bool]:
                     if kind is Ref:
                         found = at(a.name)
                         mapped.append(found if found is not None else (FREE, a.name))
+                    elif kind in NESTED:
+                        mapped.append(_spell(a, place))
                     else:
-                        mapped.append(map_refs(a, place) if kind in NESTED else a)
+                        mapped.append(_typed(a, kind) if kind in _TYPED else a)
                 args = tuple(mapped)
             else:
-                args = map_refs(args, place)
-            if kwargs.items:
-                kwargs = map_refs(kwargs, place)
+                args = _spell(args, place)
+        if kwargs.items:
+            kwargs = _spell(kwargs, place)
         key.append((op, None if op == PLACEHOLDER else n.target, args, kwargs))
     return tuple(key), len(position) == len(nodes)
+
+
+def _spell(tree: Any, place: Any) -> Any:
+    """``tree`` as the key spells it: each ``Ref`` by ``place``, each float, bool and complex
+    literal with its type (see the module docstring), containers kept as their own kinds."""
+    kind = type(tree)
+    if kind is Ref:
+        return place(tree)
+    if kind is tuple:
+        return tuple(_spell(a, place) for a in tree)
+    if kind is IList:
+        return IList(tuple(_spell(a, place) for a in tree.items))
+    if kind is IDict:
+        return IDict(tuple((_spell(k, place), _spell(v, place)) for k, v in tree.items))
+    if kind is ISlice:
+        return ISlice(*(_spell(a, place) for a in (tree.start, tree.stop, tree.step)))
+    return _typed(tree, kind) if kind in _TYPED else tree
+
+
+def _typed(value: Any, kind: type) -> tuple:
+    """A float, bool or complex literal spelled with its type."""
+    if kind is float:
+        return (FLOAT, value.hex())
+    if kind is bool:
+        return (BOOL, value)
+    return (COMPLEX, repr(value))
 
 
 class AlphaKey:

@@ -9,14 +9,14 @@ child, known statically) and a state read becomes a lookup in the owner's ``_par
 ``_buffers``, ``_modules`` or ``__dict__``. It is only valid while the tree is exactly as
 ``lower`` built it; ``lowering/tree_watch.py`` decides when it may run.
 
-A submodule call is spelled ``add_3 = _c0(_k0['3'], add_2)``: the child's direct function for
-that variant is a constant of the caller's code (the one ``lower`` gave the child; while the
-tree is as built, the child still has it), and ``_k0`` is the owner's ``_modules`` table, read
-into a local once. One short line per call: a root that calls thousands of blocks is one large
-function, and compiling it costs in proportion to its tokens.
+A submodule call is one line, ``add_3 = (_m := _k0['3'])._direct[0](_m, add_2)``: ``_k0`` is
+the owner's ``_modules`` table, read into a local once, and the child's direct function is looked
+up on the child at each call, so a module put into the table in place of the built one runs its
+own code. One short line per call: a root that calls thousands of blocks is one large function,
+and compiling it costs in proportion to its tokens.
 
 Direct functions are shared like ordinary code: one per (alpha key, how each state read is
-reached, which direct function each call runs), so all blocks of a stack share one.
+reached), so all blocks of a stack share one.
 """
 
 from __future__ import annotations
@@ -92,7 +92,6 @@ def locate(owner: torch.nn.Module, target: str) -> Read | None:
 def direct_function(
     graph: Graph,
     reads: Mapping[str, Read],
-    callees: Mapping[str, DirectFn],
     *,
     bound: Mapping[str, tuple] | None = None,
     outputs: Sequence[tuple[str, Any]] | None = None,
@@ -100,27 +99,24 @@ def direct_function(
 ) -> DirectFn:
     """Compile ``graph`` into ``fn(self, *placeholders)`` that calls submodules directly.
 
-    ``reads`` maps each ``get_attr`` target of the graph to where it lives (see ``locate``);
-    ``callees`` maps each ``call_module`` target (``path@k``) to the direct function that the
-    module there runs for graph ``k`` (see ``locate_callees``), which the code calls.
+    ``reads`` maps each ``get_attr`` target of the graph to where it lives (see ``locate``).
     For the root: ``bound`` maps placeholder names to ``("state", fqn)`` (read the state; the
     fqn must be in ``reads``) or ``("token",)`` (a fresh effect token), and ``outputs`` says, per
     output position, ``("return", None)``, ``("copy_state", fqn)`` or ``("copy_input",
-    placeholder name)``. Functions are cached per (alpha key, reads, callees, bindings,
-    outputs). Raises ``LoweringError`` for a string that source could not spell safely (see
+    placeholder name)``. Functions are cached per (alpha key, reads, bindings, outputs).
+    Raises ``LoweringError`` for a string that source could not spell safely (see
     ``lowering.identifiers``).
     """
     check_graph(graph, label)
     key = (
         interned_key(graph),
         tuple(sorted(reads.items())),
-        tuple(sorted(callees.items())),
         tuple(sorted((bound or {}).items())),
         tuple(outputs) if outputs is not None else None,
     )
     found = _SHARED.get(key)
     if found is None:
-        found = _Emitter(graph, reads, callees, bound or {}, outputs).compile()
+        found = _Emitter(graph, reads, bound or {}, outputs).compile()
         _SHARED[key] = found
     return found
 
@@ -156,13 +152,11 @@ class _Emitter:
         self,
         graph: Graph,
         reads: Mapping[str, Read],
-        callees: Mapping[str, DirectFn],
         bound: Mapping[str, tuple],
         outputs: Sequence[tuple[str, Any]] | None,
     ) -> None:
         self.graph = graph
         self.reads = reads
-        self.callees = callees
         self.bound = bound
         self.outputs = outputs
         self.lines: list[str] = []
@@ -215,8 +209,8 @@ class _Emitter:
         child = self.module_path(path.split("."))
         if kwargs.items:
             call = f"call_direct({child}, {variant}, {self.value(args)}, {self.value(kwargs)})"
-        else:
-            call = self.call(self.constant(self.callees[target]), (_Raw(child), *args), kwargs)
+        else:  # the child's function looked up at each call: the module now in its place runs
+            call = self.call(f"(_m := {child})._direct[{variant}]", (_Raw("_m"), *args), kwargs)
         self.emit(f"{self.local(name)} = {call}")
 
     def emit_return(self, tree: Any) -> None:

@@ -437,7 +437,7 @@ def _attach_direct_code(
             if direct is None:
                 label = table[mid].type_name or "module"
                 direct = group.direct[key] = [
-                    direct_function(g, reads, callees, label=label) for g in table[mid].graphs
+                    direct_function(g, reads, label=label) for g in table[mid].graphs
                 ]
             obj.__dict__["_direct"] = list(direct)  # each module its own list
         elif mid == root_id:
@@ -511,7 +511,7 @@ def _root_direct_code(
         return None
     plan = root.__dict__["_plan"]
     bound, outputs = ({}, None) if plan is None else plan
-    return direct_function(graph, reads, callees, bound=bound, outputs=outputs, label="root")
+    return direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
 
 
 # --- state --------------------------------------------------------------------------------------

@@ -207,6 +207,15 @@ def test_swapped_submodule_is_called(swap):
     assert_same_as_eager(eager, lowered)
 
 
+def test_lowered_module_written_into_a_modules_table_runs_its_own_code():
+    # a write to ``_modules`` itself does not pass through ``__setattr__`` (no epoch moves), so
+    # direct code must look each child's function up on the module it finds there
+    eager, lowered = build()
+    for model in (eager, lowered):
+        model._modules["head"] = model.blocks[0]
+    assert_same_as_eager(eager, lowered)
+
+
 def test_patched_forward_is_called():
     eager, lowered = build()
     for model in (eager, lowered):
@@ -315,3 +324,35 @@ def test_assigned_root_graph_is_run():
     assert lowered.graph is graph and graph.owning_module is lowered
     for _ in range(2):
         torch.testing.assert_close(lowered(x()), 2 * eager(x()))
+
+
+class _TimesInt(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class _TimesFloat(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+class _IntAndFloat(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = _TimesInt()
+        self.b = _TimesFloat()
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+def test_literals_equal_in_python_but_of_other_types_share_no_code():
+    # ``2 == 2.0``: modules that differ only there must not share code (or an alpha key),
+    # neither within one program nor across two lowerings
+    x = torch.tensor([3])
+    ep = torch.export.export(_IntAndFloat(), (x,))
+    outs = lower(transform(import_ep(ep)))(x)
+    assert [o.dtype for o in outs] == [torch.int64, torch.float32]
+    for model in (_TimesInt(), _TimesFloat()):
+        ep = torch.export.export(model, (x,))
+        assert lower(transform(import_ep(ep)))(x).dtype == model(x).dtype

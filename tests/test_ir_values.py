@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import attrs
 import pytest
 from pyrsistent import pmap
@@ -59,6 +62,34 @@ def test_alpha_key_sees_targets_and_wiring():
     a = _chain(("x", "y", "out"))
     other_op = Graph((a.nodes[0], a.nodes[1].replace(target="tanh"), a.nodes[2]))
     assert graph_key(a) != graph_key(other_op)
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [(2, 2.0), (1, True), (0.0, -0.0), (0, False), (1.0, 1 + 0j), (0j, complex(0.0, -0.0))],
+)
+@pytest.mark.parametrize("where", ["arg", "nested", "kwarg", "no_inputs"])
+def test_alpha_key_tells_equal_numbers_of_other_types_apart(one, other, where):
+    def graph(value):
+        if where == "no_inputs":
+            body = Node("call_function", "y", "full", (IList((2,)), value))
+        elif where == "kwarg":
+            body = Node("call_function", "y", "mul", (ref("x"),), IDict((("other", value),)))
+        elif where == "nested":
+            body = Node("call_function", "y", "mul", (ref("x"), IList((value, ISlice(0, value, None)))))
+        else:
+            body = Node("call_function", "y", "mul", (ref("x"), value))
+        return Graph((Node("placeholder", "x", "x"), body, Node("output", "o", "output", ((ref("y"),),))))
+
+    assert one == other  # Python calls them equal; the code they give computes differently
+    assert graph_key(graph(one)) != graph_key(graph(other))
+    assert graph_key(graph(one)) == graph_key(graph(copy.copy(one)))
+
+
+def test_alpha_key_copies_and_pickles_equal():
+    key = graph_key(_chain(("x", "y", "out")))
+    assert copy.deepcopy(key) == key
+    assert pickle.loads(pickle.dumps(key)) == key
 
 
 def test_replace_returns_self_when_nothing_changes():
