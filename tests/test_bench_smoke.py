@@ -6,6 +6,7 @@ No timing is asserted anywhere; these only keep ``bench/`` from rotting.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,30 @@ def test_runner_writes_json(tmp_path: Path) -> None:
     assert record["torch"]["error"] is None
     assert record["torch"]["first_output_match"] is True
     assert record["latency"]["ep_module"]["match"] is True
+
+
+def test_instruction_counts_are_read_per_stage_in_dump_order() -> None:
+    from bench.instructions import STAGES, InstructionsError, stage_counts
+
+    dumps = [f"events: Ir\nsummary: {k * 1000}\n" for k in range(1, len(STAGES) + 1)]
+    dumps[-1] = dumps[-1].replace("summary", "totals")
+    assert stage_counts(dumps) == {s: k * 1000 for k, s in enumerate(STAGES, 1)}
+    with pytest.raises(InstructionsError, match="expected 4 callgrind dumps, found 3"):
+        stage_counts(dumps[:3])
+    with pytest.raises(InstructionsError, match="stage 'lower' has no count"):
+        stage_counts(dumps[:2] + ["events: Ir\n"] + dumps[3:])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
+def test_instruction_counts_under_callgrind(tmp_path: Path) -> None:
+    out = tmp_path / "counts.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.instructions", "--models", "deep", "--n", "2",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = json.loads(out.read_text())["instructions"]["deep"]
+    assert set(counts) == {"import", "transform", "lower", "call"}
+    assert all(v > 100_000 for v in counts.values())
