@@ -10,10 +10,11 @@ two checkouts (run it in each), and ``bench/run.py`` the measure of speed agains
 callgrind a build runs about 50 times slower: the deep stack at 512 blocks takes about 1.5 min.
 
 For each model the script starts itself under callgrind with instrumentation off. That process
-builds the model's program at size 2 and at ``n`` once (warm-up: imports, torch's caches), then
-builds it again with instrumentation on, dumping the counts after each stage: ``import_ep``,
-``transform``, ``lower`` and the first call, each under ``torch.no_grad()`` and with the same
-objects alive as in ``bench/run.py``. Counts are printed in millions.
+builds the model's program at size 2 (warm-up: imports, torch's caches), freezes what is alive
+(``gc.freeze()``, as ``bench/run.py`` does), builds it at ``n``, then builds it again with
+instrumentation on, dumping the counts after each stage: ``import_ep``, ``transform``,
+``lower`` and the first call, each under ``torch.no_grad()`` and with the same objects alive as
+in ``bench/run.py``. Counts are printed in millions.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def _child(model: str, n: int) -> None:
         _, args, ep = spec.make(size)
         with torch.no_grad():
             lower(transform(import_ep(ep)))(*args)
-    gc.collect()
+        if size == 2:
+            gc.collect()
+            gc.freeze()  # as bench/run.py after its warm-up: torch and the warm-up not scanned
+    gc.collect()  # as bench/run.py between builds
     pid = str(os.getpid())
 
     def control(*options: str) -> None:
