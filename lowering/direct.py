@@ -121,25 +121,6 @@ def direct_function(
     return found
 
 
-def locate_callees(owner: torch.nn.Module, targets: Sequence[str]) -> dict[str, DirectFn] | None:
-    """The direct function that each ``call_module`` target (``path@k``) below ``owner`` runs:
-    graph ``k``'s entry of the ``_direct`` list of the module at ``path`` (through ``_modules``);
-    ``None`` when some module there has no direct code. O(targets x path length)."""
-    found: dict[str, DirectFn] = {}
-    for target in targets:
-        path, variant = split_call_target(target)
-        mod = owner
-        for part in path.split("."):
-            mod = mod.__dict__[MODULE_TABLE].get(part)
-            if mod is None:
-                return None
-        functions = mod.__dict__.get("_direct")
-        if not functions:
-            return None
-        found[target] = functions[variant]
-    return found
-
-
 def call_direct(child: torch.nn.Module, variant: int, args: tuple, kwargs: dict) -> Any:
     """A direct call that passes keyword arguments: bind them to the child's placeholders."""
     return child._direct[variant](child, *child._bind(variant, args, kwargs))

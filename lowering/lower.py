@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
 import torch
@@ -23,7 +22,7 @@ from ir.torch_seam import module_children
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
-from lowering.direct import direct_function, locate, locate_callees
+from lowering.direct import direct_function, locate
 from lowering.hop_bodies import hold_body
 from lowering.identifiers import check_graph
 from lowering.leaf import finish_leaf, leaf_shell
@@ -108,7 +107,7 @@ def lower(
     root.__dict__["_device_probe"] = _device_probe(program)
     _complete_built_meta(with_fx)
     if not interpreter:
-        _attach_direct_code(program, objects, walked, group_of)
+        _attach_direct_code(program, objects, group_of)
     _check_unshadowed(program, objects)
     return root
 
@@ -153,18 +152,18 @@ class _Shared:
 
     ``codes`` and ``constants``: each graph's compiled code and ``spec_constants``;
     ``classes``: the modules' classes, by module kind (``SharedSignatures``);
-    ``reads``/``calls``: the ``get_attr`` and ``call_module`` targets (``_graph_targets``);
-    ``direct``: the direct functions, by the modules' reads and callees.
+    ``reads``: the ``get_attr`` targets (``_read_targets``);
+    ``direct``: the direct functions, by where the modules' reads resolve.
     """
 
-    __slots__ = ("calls", "classes", "codes", "constants", "direct", "holds", "reads")
+    __slots__ = ("classes", "codes", "constants", "direct", "holds", "reads")
 
     def __init__(self, graphs: tuple, codes: list, constants: list[dict[str, Any]]) -> None:
         self.codes = codes
         self.constants = constants
         self.holds = any(constants)  # most graphs read no spec
         self.classes: dict[str, SharedSignatures] = {}
-        self.reads, self.calls = _graph_targets(graphs)
+        self.reads = _read_targets(graphs)
         self.direct: dict[tuple, list] = {}
 
 
@@ -390,7 +389,6 @@ def _torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
 def _attach_direct_code(
     program: Program,
     objects: dict[ModuleId, torch.nn.Module],
-    walked: list[tuple[str, ModuleId]],
     group_of: dict[ModuleId, _Shared],
 ) -> None:
     """Give every graph-running module its direct code and every module its snapshot, then mark
@@ -398,16 +396,15 @@ def _attach_direct_code(
     code when some state read cannot be located on the built modules (the modules before that
     one, in build order, keep a snapshot and ``_direct``, which nothing runs then).
 
-    A module's direct code calls its children's direct functions, so these are made children
-    first (``_children_first``; ``walked`` is ``list(program.walk())``). ``group_of`` holds what
-    each graph-running module shares with others (``_build_module``). O(paths + reads +
-    calls), plus one compile per distinct function."""
+    ``group_of`` holds what each graph-running module shares with others (``_build_module``):
+    modules of one group whose reads resolve alike share their direct functions. Direct code
+    looks each child's function up at call time, so the order of the modules does not matter.
+    O(paths + reads), plus one compile per distinct function."""
     table = program.module_table()
     if any(table[mid].kind == LEAF for mid in objects):
         return  # direct code calls lowered modules only: with leaves, run module by module
     root_id = program.root
     root = objects[root_id]
-    reads_of: dict[ModuleId, dict[str, Any]] = {}
     for mid, obj in objects.items():
         group = group_of.get(mid)
         if group is not None:
@@ -416,23 +413,12 @@ def _attach_direct_code(
             reads = _root_reads(program, obj)
         else:
             reads = {}
-        if reads is None:  # the root runs module by module
-            for built, located in reads_of.items():
-                if built != root_id:
-                    objects[built].__dict__["_direct"] = None
-                tree_watch.snapshot(objects[built], located)
+        if reads is None:
+            root.__dict__.pop("_direct", None)  # the root runs module by module
             return
-        reads_of[mid] = reads
-    for mid in _children_first(walked):
-        obj = objects[mid]
-        group = group_of.get(mid)
         if group is not None:
-            reads = reads_of[mid]
-            callees = locate_callees(obj, group.calls)
-            if callees is None:
-                return  # a callee without direct code (not in a valid program): module by module
-            # equal keys read and call equal targets in one order: the values tell modules apart
-            key = (tuple(reads.values()), tuple(callees.values()))
+            # equal keys read equal targets in one order: the values tell modules apart
+            key = tuple(reads.values())
             direct = group.direct.get(key)
             if direct is None:
                 label = table[mid].type_name or "module"
@@ -441,35 +427,21 @@ def _attach_direct_code(
                 ]
             obj.__dict__["_direct"] = list(direct)  # each module its own list
         elif mid == root_id:
-            direct = _root_direct_code(program, obj, reads_of[mid])
-            if direct is None:
-                return  # as above
-            obj.__dict__["_direct"] = direct
+            obj.__dict__["_direct"] = _root_direct_code(program, obj, reads)
         else:
             obj.__dict__["_direct"] = None
-    tree_watch.snapshot_all(objects.values(), reads_of.values())
+        tree_watch.snapshot(obj, reads)
     root.__dict__["_direct_checked"] = (tree_watch.epoch(), True)
 
 
-def _children_first(walked: list[tuple[str, ModuleId]]) -> list[ModuleId]:
-    """Every module once, each after all modules below it: by their last visit in ``walked``
-    (``list(program.walk())``, depth first), latest first. A child's every path extends one of
-    its parent's, so its last visit comes after its parent's. O(paths)."""
-    return list(dict.fromkeys(map(itemgetter(1), reversed(walked))))
-
-
-def _graph_targets(graphs: tuple) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ``get_attr`` targets and the ``call_module`` targets of ``graphs``, each once, in
-    order of first use."""
+def _read_targets(graphs: tuple) -> tuple[str, ...]:
+    """The ``get_attr`` targets of ``graphs``, each once, in order of first use."""
     reads: dict[str, None] = {}
-    calls: dict[str, None] = {}
     for graph in graphs:
         for node in graph.nodes:
             if node.op == GET_ATTR:
                 reads.setdefault(node.target)
-            elif node.op == CALL_MODULE:
-                calls.setdefault(node.target)
-    return tuple(reads), tuple(calls)
+    return tuple(reads)
 
 
 def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, Any] | None:
@@ -486,7 +458,7 @@ def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, A
 def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | None:
     """Where the root graph's state reads live: its ``get_attr`` targets, then the state its
     plan binds to placeholders and copies outputs into; ``None`` if one is nowhere."""
-    reads = _locate_all(root, _graph_targets((program.root_module.graph,))[0])
+    reads = _locate_all(root, _read_targets((program.root_module.graph,)))
     if reads is None:
         return None
     plan = root.__dict__["_plan"]
@@ -501,16 +473,11 @@ def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | Non
     return reads
 
 
-def _root_direct_code(
-    program: Program, root: torch.nn.Module, reads: dict[str, Any]
-) -> Any:
-    """The root graph's direct function (``None`` when a callee has no direct code)."""
-    graph = program.root_module.graph
-    callees = locate_callees(root, _graph_targets((graph,))[1])
-    if callees is None:
-        return None
+def _root_direct_code(program: Program, root: torch.nn.Module, reads: dict[str, Any]) -> Any:
+    """The root graph's direct function, its state reads located at ``reads``."""
     plan = root.__dict__["_plan"]
     bound, outputs = ({}, None) if plan is None else plan
+    graph = program.root_module.graph
     return direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
 
 
@@ -569,11 +536,11 @@ def _register(
 ) -> None:
     # the tables may be written directly only where register_* would not refuse the name
     attributes = owner.__dict__
-    taken = name in attributes or name in attributes[MODULE_TABLE]
-    if not taken:  # ``_class_has``, inline: asked once per state
-        taken = on_class.get((type(owner), name))
-        if taken is None:
-            taken = on_class[(type(owner), name)] = hasattr(type(owner), name)
+    taken = (
+        name in attributes
+        or name in attributes[MODULE_TABLE]
+        or _class_has(type(owner), name, on_class)
+    )
     if taken:
         if attributes.get(name) is value:
             return  # a module reached under two paths: its tied state is held once already

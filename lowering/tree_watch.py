@@ -14,7 +14,6 @@ them from the owner's tables on every call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -108,16 +107,6 @@ def snapshot(module: torch.nn.Module, reads: dict[str, Any] | None) -> None:
     """Remember ``module``'s children and where its state reads resolve, as direct code assumes."""
     module.__dict__["_direct_children"] = dict(module_children(module))
     module.__dict__["_direct_reads"] = reads or {}
-
-
-def snapshot_all(
-    modules: Iterable[torch.nn.Module], reads: Iterable[dict[str, Any] | None]
-) -> None:
-    """``snapshot`` each module with its reads (pairwise), in one loop. O(modules + children)."""
-    for module, located in zip(modules, reads):
-        state = module.__dict__
-        state["_direct_children"] = dict(state[MODULE_TABLE])
-        state["_direct_reads"] = located or {}
 
 
 def tree_unchanged(root: torch.nn.Module) -> bool:
