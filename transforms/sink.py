@@ -110,19 +110,16 @@ def sunk_reads(
 ) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` placeholders (name -> local fqn) which
     ``body`` reads, in placeholder order; an unread one is dropped."""
-    read = {r.name for node in body for r in node.inputs()}
-    return [
-        Node(GET_ATTR, n.name, sunk[n.name], meta=n.meta)
-        for n in placeholders
-        if n.name in sunk and n.name in read
-    ]
+    return input_reads([n.name for n in placeholders], sunk, body, {n.name: n for n in placeholders})
 
 
 def input_reads(
     inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node], nodes: Mapping[str, Node]
 ) -> list[Node]:
-    """``sunk_reads`` of the placeholders a plain call makes for flat values ``inputs`` (each
-    named as its node in ``nodes``, with that node's meta), without making them."""
+    """The ``get_attr`` nodes that replace the ``sunk`` values among ``inputs`` (name -> local
+    fqn) which ``body`` reads, in ``inputs`` order, each named as its node in ``nodes`` and with
+    that node's meta; an unread one is dropped. A plain call's placeholders need not be made
+    first (``sunk_reads`` is this for placeholders made already)."""
     read = {r.name for node in body for r in node.inputs()}
     return [
         new_node(GET_ATTR, name, sunk[name], (), EMPTY_DICT, nodes[name].meta)

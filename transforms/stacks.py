@@ -25,7 +25,6 @@ __all__ = [
     "FrameOf",
     "fill_call_gaps",
     "fix_module_stacks",
-    "frames_at",
     "graph_frames",
     "node_frames",
     "stack_frames",
@@ -62,9 +61,9 @@ def graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]:
     The stages and the walk that follow the module stack (``fill_call_gaps``, the
     preserved-call stages, ``outline``) each read every node's frames; this gathers them once
     per graph, so each reads an index, not a property per node. A memo of ``graph``
-    (``ir.memo.WeakMemo``): read it, never change it. With ``frames_at``, ``node_frames(node)
-    == frames_at(node, graph_frames(g)[i])`` for the node at ``i``. Complexity: O(n) once per
-    graph, O(1) after.
+    (``ir.memo.WeakMemo``): read it, never change it. ``node_frames(node)`` is the entry of the
+    node, except where that is ``NO_STACK`` (there ``node_frames`` decides: ``None`` for a state
+    read, else its ``PassError``). Complexity: O(n) once per graph, O(1) after.
     """
     return _GRAPH_FRAMES(graph)
 
@@ -76,12 +75,6 @@ def _graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]
 
 
 _GRAPH_FRAMES: WeakMemo[Graph, tuple] = WeakMemo(_graph_frames)
-
-
-def frames_at(node: Node, frames: tuple[Frame, ...] | None | object) -> tuple[Frame, ...] | None:
-    """``node_frames(node)`` given its ``graph_frames`` entry ``frames``: that entry, unless
-    the node has no stack (``None`` for a state read, else ``node_frames``'s ``PassError``)."""
-    return node_frames(node) if frames is NO_STACK else frames  # type: ignore[return-value]
 
 
 def _nesting_prefix(resolve: Callable[[str], ModuleId | None], items: tuple) -> int:
