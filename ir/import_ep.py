@@ -274,9 +274,7 @@ def get_path(owner: torch.nn.Module, target: str, node_name: str) -> Any:
 def _import_signature(ep: torch.export.ExportedProgram) -> ExportSignature:
     inputs = []
     for i, spec in enumerate(ep.graph_signature.input_specs):
-        kind = _INPUT_KIND_OF_MEMBER.get(id(spec.kind))
-        if kind is None:  # not a member: as the table by value says (None for a stranger)
-            kind = _INPUT_KINDS.get(spec.kind) if isinstance(spec.kind, gs.InputKind) else None
+        kind = _INPUT_KIND_OF_MEMBER.get(id(spec.kind))  # None for anything but a member
         name = getattr(spec.arg, "name", None)
         if kind is None or not isinstance(name, str):
             raise UnsupportedProgramError(
