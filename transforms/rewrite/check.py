@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -24,11 +24,9 @@ from ir.args import Ref, thaw
 from ir.errors import PassError, PurefxError
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from transforms.law_violation import LawViolation
-from transforms.rewrite_match import match_at
-from transforms.rewrite_trace import TRAINING
-
-if TYPE_CHECKING:
-    from transforms.rewrite import Rule
+from transforms.rewrite.match import match_at
+from transforms.rewrite.rule import Match, Rule
+from transforms.rewrite.trace import TRAINING
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _TOLERANCE = {  # (rtol, atol)
@@ -182,7 +180,6 @@ def _check_one(rule: Rule, compiled: Any, args: tuple, skip: bool = True) -> Non
         not_here()
         return
     if rule.where is not None:
-        from transforms.rewrite import Match
 
         try:
             ok = rule.where(Match(rule.name, {}, args))

@@ -19,7 +19,7 @@ import attrs
 from ir import ops
 from ir.args import IList, Ref
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
-from transforms.rewrite_trace import Traced
+from transforms.rewrite.trace import Traced
 
 
 @attrs.frozen
