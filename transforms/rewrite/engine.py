@@ -112,6 +112,28 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
     Same contract, laws and complexity as ``rewrite``.
     """
     rules = _check_rules(rules)
+    if rules:
+        level = level_of(_graphs(p))
+        for r in rules:
+            r.compiled(level)  # a malformed rule is refused before its check runs
+            _ensure_checked(r)
+    return apply_rules(p, rules)
+
+
+def _graphs(p: Program) -> list[Graph]:
+    table = p.module_table()
+    order = dict.fromkeys(mid for _, mid in p.walk())
+    return [g for mid in order for g in table[mid].graphs]
+
+
+def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteReport]:
+    """``rewrite_report(p, rules)`` without running ``check_rule`` on the rules: the one path
+    that instantiates replacements, shared by ``rewrite`` and the laws that check a rule
+    (``check_rule`` rewrites the pattern's own program with it).
+
+    Same contract, laws and complexity as ``rewrite``, for rules taken as right.
+    """
+    rules = _check_rules(rules)
     counts = {r.name: 0 for r in rules}
     if not rules:
         return p, RewriteReport(MappingProxyType(counts), ())
@@ -120,8 +142,6 @@ def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteR
     graphs = [g for mid in order for g in table[mid].graphs]
     level = level_of(graphs)
     compiled = [(r, r.compiled(level)) for r in rules]
-    for r in rules:
-        _ensure_checked(r)
     compiled.sort(key=lambda rc: -rc[1].benefit)  # stable: ties keep the order given
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
     for r, c in compiled:
@@ -584,4 +604,4 @@ def _fake_val(target, args, kwargs, w: _Work) -> Any:
 
 
 
-__all__ = ["Rewrite", "RewriteReport", "rewrite", "rewrite_report"]
+__all__ = ["Rewrite", "RewriteReport", "apply_rules", "rewrite", "rewrite_report"]
