@@ -401,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:NAME",
         help="rewrite rules (transforms.rewrite.Rule, or a list of them) to run after the passes, "
         "imported from a module of yours, e.g. mypkg.rules:RULES (comma-separated for several; "
-        "transforms.rewrite_rules:RULES holds five worked rules)",
+        "transforms.rewrite_rules:RULES holds the shipped rules, ATTENTION the attention set)",
     )
     parser.add_argument(
         "--stages",

@@ -73,7 +73,8 @@ class WithBlock(torch.nn.Module):
 CASES = {
     "chain": (Chain, (torch.randn(2, 8),), [RELU_RELU, TIMES_ONE, SILU],
               {"relu_relu": 2, "times_one": 1, "silu": 1}),
-    "attention": (Attention, (torch.randn(2, 5, 8),), [ATTENTION], {"attention": 1}),
+    "attention": (Attention, (torch.randn(2, 3, 5, 8),), list(ATTENTION),
+                  {**{r.name: 0 for r in ATTENTION}, "attention": 1}),
     "conv_bn": (ConvBN, (torch.randn(2, 3, 8, 8),), [CONV_BN], {"conv_bn": 1}),
 }
 LEVELS = ("training", "core", "outlined")

@@ -1,4 +1,5 @@
-"""Five worked rewrite rules (``docs/rewrite.md`` explains each), ready for ``rewrite``::
+"""Shipped rewrite rules (``docs/rewrite.md`` explains each), ready for ``rewrite``: four worked
+rules and ``ATTENTION``, the attention rule set::
 
     from transforms.rewrite import rewrite
     from transforms.rewrite_rules import RULES
@@ -9,10 +10,14 @@ or on the command line: ``purefx model.pt2 --rules transforms.rewrite_rules:RULE
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
-from transforms.rewrite.rule import Rule
+from transforms.rewrite.rule import Match, Rule
 
 _X = (torch.randn(4, 8),)
 
@@ -33,14 +38,6 @@ def _sigmoid_times(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x) * x  # matches x * sigmoid(x) too: mul is commutative
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1) @ v
-
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, scale=scale)
-
-
 def _conv_bn(x, w, b, mean, var, gamma, beta, eps: float) -> torch.Tensor:
     return F.batch_norm(F.conv2d(x, w, b), mean, var, gamma, beta, False, 0.1, eps)
 
@@ -50,7 +47,6 @@ def _conv_folded(x, w, b, mean, var, gamma, beta, eps: float) -> torch.Tensor:
     return F.conv2d(x, w * s.reshape(-1, 1, 1, 1), (b - mean) * s + beta)
 
 
-_QKV = (torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8), 0.5)
 _C = 4
 _CONV_BN = (
     torch.randn(1, 3, 6, 6), torch.randn(_C, 3, 3, 3), torch.randn(_C), torch.randn(_C),
@@ -63,13 +59,247 @@ TIMES_ONE = Rule(_times_one, _identity, _X, name="times_one")
 """``x * 1 -> x`` (matches ``x * 1.0`` too)."""
 SILU = Rule(_sigmoid_times, F.silu, _X, name="silu")
 """``sigmoid(x) * x -> silu(x)``, either operand order."""
-ATTENTION = Rule(_attention, _sdpa, _QKV, name="attention")
-"""``softmax(q @ k.T * scale) @ v -> scaled_dot_product_attention(q, k, v, scale=scale)``."""
 CONV_BN = Rule(_conv_bn, _conv_folded, _CONV_BN, name="conv_bn", specials=False)
 """Eval-mode ``batch_norm(conv2d(x, w, b))`` -> one ``conv2d`` with folded weight and bias
 (computed in the graph from the same parameters; the state dict is unchanged)."""
 
-RULES = (RELU_RELU, TIMES_ONE, SILU, ATTENTION, CONV_BN)
-"""The five rules, for ``rewrite`` and ``purefx --rules``."""
+# --- attention ----------------------------------------------------------------------------------
+#
+# The eager attention of transformers models (BERT, GPT-2, DistilBERT, T5, ViT, ...) computes
+# ``softmax(q @ k.transpose(-2, -1) * scale + mask) @ v``, with variants: no mask, an extra
+# position bias (T5), no scaling or a division by ``sqrt(d)`` (older GPT-2 code), a boolean mask
+# applied with ``where`` / ``masked_fill``, eval-mode dropout on the probabilities. Each variant
+# is one rule; ``scaled_dot_product_attention`` computes each of them. Every rule's ``where``
+# admits only matches on which ``scaled_dot_product_attention`` computes what the pattern does:
+# q, k, v of one floating dtype and rank, equal batch sizes (it does not broadcast them), and a
+# mask or bias that broadcasts to the scores' shape without enlarging them, in q's dtype (an
+# additive mask) or bool (a boolean one).
 
-__all__ = ["ATTENTION", "CONV_BN", "RELU_RELU", "RULES", "SILU", "TIMES_ONE"]
+
+def _scores_shape(m: Match) -> tuple[int, ...] | None:
+    """The shape of ``q @ k.transpose(-2, -1)`` when q, k, v (arguments 0, 1, 2) are tensors that
+    ``scaled_dot_product_attention`` takes as they are; ``None`` otherwise."""
+    q, k, v = m.val(0), m.val(1), m.val(2)
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return None
+    if not (q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point):
+        return None
+    if not (q.dim() == k.dim() == v.dim() and q.dim() >= 2):
+        return None
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and q.shape[-1] == k.shape[-1]
+            and k.shape[-2] == v.shape[-2]):
+        return None
+    return (*q.shape[:-1], k.shape[-2])
+
+
+def _fits(scores: tuple[int, ...], t: Any, dtype: torch.dtype) -> bool:
+    """``t`` (a mask or bias) is a tensor of ``dtype`` that broadcasts to ``scores``."""
+    if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() > len(scores):
+        return False
+    try:
+        return tuple(torch.broadcast_shapes(tuple(t.shape), scores)) == tuple(scores)
+    except RuntimeError:
+        return False
+
+
+def _where_qkv(m: Match) -> bool:
+    return _scores_shape(m) is not None
+
+
+def _where_additive(*positions: int) -> Callable[[Match], bool]:
+    """``where`` for a rule whose arguments at ``positions`` are added to the scores."""
+
+    def where(m: Match) -> bool:
+        scores = _scores_shape(m)
+        return scores is not None and all(
+            _fits(scores, m.val(i), m.val(0).dtype) for i in positions)
+
+    return where
+
+
+def _where_divisor(mask: int | None, divisor: int) -> Callable[[Match], bool]:
+    """``where`` for a rule that divides the scores by argument ``divisor`` (not zero)."""
+    additive = _where_additive(*(() if mask is None else (mask,)))
+
+    def where(m: Match) -> bool:
+        d = m.val(divisor)
+        return isinstance(d, (int, float)) and d != 0 and additive(m)
+
+    return where
+
+
+def _where_boolean(mask: int, fill: int) -> Callable[[Match], bool]:
+    """``where`` for a rule that fills the scores outside a bool mask (argument ``mask``) with
+    argument ``fill``, which must be ``-inf``: only then is the filled score's weight 0, as
+    ``scaled_dot_product_attention`` gives it (a finite fill weighs a row whose every score is
+    filled evenly, which no attention mask can say)."""
+
+    def where(m: Match) -> bool:
+        scores = _scores_shape(m)
+        return (scores is not None and m.val(fill) == -math.inf
+                and _fits(scores, m.val(mask), torch.bool))
+
+    return where
+
+
+def _qk(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1)
+
+
+def _att_scaled(q, k, v, scale: float) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) * scale, dim=-1) @ v
+
+
+def _sdpa_scaled(q, k, v, scale: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def _att_scaled_mask(q, k, v, mask, scale: float) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) * scale + mask, dim=-1) @ v
+
+
+def _att_scaled_mask_dropout(q, k, v, mask, scale: float, p: float) -> torch.Tensor:
+    return F.dropout(torch.softmax(_qk(q, k) * scale + mask, dim=-1), p, training=False) @ v
+
+
+def _sdpa_scaled_mask(q, k, v, mask, scale: float, p: float = 0.0) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def _att_scaled_bias_mask(q, k, v, bias, mask, scale: float) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) * scale + bias + mask, dim=-1) @ v
+
+
+def _sdpa_scaled_bias_mask(q, k, v, bias, mask, scale: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias + mask, scale=scale)
+
+
+def _att_plain(q, k, v) -> torch.Tensor:
+    return torch.softmax(_qk(q, k), dim=-1) @ v
+
+
+def _sdpa_plain(q, k, v) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, scale=1.0)
+
+
+def _att_mask(q, k, v, mask) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) + mask, dim=-1) @ v
+
+
+def _sdpa_mask(q, k, v, mask) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+
+
+def _att_bias_mask(q, k, v, bias, mask) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) + bias + mask, dim=-1) @ v
+
+
+def _sdpa_bias_mask(q, k, v, bias, mask) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias + mask, scale=1.0)
+
+
+def _att_div(q, k, v, d: float) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) / d, dim=-1) @ v
+
+
+def _sdpa_div(q, k, v, d: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, scale=1.0 / d)
+
+
+def _att_div_mask(q, k, v, mask, d: float) -> torch.Tensor:
+    return torch.softmax(_qk(q, k) / d + mask, dim=-1) @ v
+
+
+def _sdpa_div_mask(q, k, v, mask, d: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / d)
+
+
+def _att_where(q, k, v, keep, scale: float, fill: float) -> torch.Tensor:
+    return torch.softmax(torch.where(keep, _qk(q, k) * scale, fill), dim=-1) @ v
+
+
+def _sdpa_where(q, k, v, keep, scale: float, fill: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
+
+
+def _att_masked_fill(q, k, v, hide, scale: float, fill: float) -> torch.Tensor:
+    return torch.softmax((_qk(q, k) * scale).masked_fill(hide, fill), dim=-1) @ v
+
+
+def _sdpa_masked_fill(q, k, v, hide, scale: float, fill: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=hide.logical_not(), scale=scale)
+
+
+def _qkv(*extra: Any) -> tuple:
+    g = torch.Generator().manual_seed(0)
+    return (*(torch.randn(2, 3, 5, 8, generator=g) for _ in range(3)), *extra)
+
+
+_MASK = torch.randn(2, 1, 5, 5)
+_BIAS = torch.randn(1, 3, 5, 5)
+_KEEP = torch.ones(5, 5, dtype=torch.bool).tril()
+
+ATTENTION_SCALED = Rule(_att_scaled, _sdpa_scaled, _qkv(0.5), name="attention",
+                        where=_where_qkv)
+"""``softmax(q @ k.T * scale) @ v -> sdpa(q, k, v, scale=scale)``."""
+ATTENTION_MASK = Rule(_att_scaled_mask, _sdpa_scaled_mask, _qkv(_MASK, 0.5),
+                      name="attention_mask", where=_where_additive(3))
+"""``softmax(q @ k.T * scale + mask) @ v -> sdpa(q, k, v, attn_mask=mask, scale=scale)``:
+BERT, DistilBERT, GPT-2 (its causal mask is additive), ViT."""
+ATTENTION_MASK_DROPOUT = Rule(
+    _att_scaled_mask_dropout, _sdpa_scaled_mask, _qkv(_MASK, 0.5, 0.1),
+    name="attention_mask_dropout", where=_where_additive(3))
+"""The same with ``dropout(p, training=False)`` on the probabilities (which computes nothing)."""
+ATTENTION_BIAS_MASK = Rule(_att_scaled_bias_mask, _sdpa_scaled_bias_mask,
+                           _qkv(_BIAS, _MASK, 1.0), name="attention_bias_mask",
+                           where=_where_additive(3, 4))
+"""``softmax(q @ k.T * scale + bias + mask) @ v -> sdpa(..., attn_mask=bias + mask)``: T5 (its
+scale is 1.0, its position bias added before the mask)."""
+ATTENTION_PLAIN = Rule(_att_plain, _sdpa_plain, _qkv(), name="attention_unscaled",
+                       where=_where_qkv)
+"""``softmax(q @ k.T) @ v -> sdpa(q, k, v, scale=1.0)``."""
+ATTENTION_UNSCALED_MASK = Rule(_att_mask, _sdpa_mask, _qkv(_MASK), name="attention_unscaled_mask",
+                               where=_where_additive(3))
+"""``softmax(q @ k.T + mask) @ v -> sdpa(q, k, v, attn_mask=mask, scale=1.0)``."""
+ATTENTION_UNSCALED_BIAS_MASK = Rule(_att_bias_mask, _sdpa_bias_mask, _qkv(_BIAS, _MASK),
+                                    name="attention_unscaled_bias_mask",
+                                    where=_where_additive(3, 4))
+"""``softmax(q @ k.T + bias + mask) @ v -> sdpa(..., attn_mask=bias + mask, scale=1.0)``: T5
+without its ``* 1.0``."""
+ATTENTION_DIV = Rule(_att_div, _sdpa_div, _qkv(2.0), name="attention_div",
+                     where=_where_divisor(None, 3))
+"""``softmax(q @ k.T / d) @ v -> sdpa(q, k, v, scale=1 / d)`` (GPT-2's division by sqrt(d))."""
+ATTENTION_DIV_MASK = Rule(_att_div_mask, _sdpa_div_mask, _qkv(_MASK, 2.0),
+                          name="attention_div_mask", where=_where_divisor(3, 4))
+"""``softmax(q @ k.T / d + mask) @ v -> sdpa(q, k, v, attn_mask=mask, scale=1 / d)``."""
+ATTENTION_WHERE = Rule(_att_where, _sdpa_where, _qkv(_KEEP, 0.5, -math.inf),
+                       name="attention_where", where=_where_boolean(3, 5),
+                       specials=False)
+"""``softmax(where(keep, q @ k.T * scale, -inf)) @ v -> sdpa(q, k, v, attn_mask=keep,
+scale=scale)`` (a causal or padding mask as bool)."""
+ATTENTION_MASKED_FILL = Rule(_att_masked_fill, _sdpa_masked_fill, _qkv(~_KEEP, 0.5, -math.inf),
+                             name="attention_masked_fill", where=_where_boolean(3, 5),
+                             specials=False)
+"""``softmax((q @ k.T * scale).masked_fill(hide, -inf)) @ v -> sdpa(q, k, v,
+attn_mask=~hide, scale=scale)``."""
+
+ATTENTION = (
+    ATTENTION_SCALED, ATTENTION_MASK, ATTENTION_MASK_DROPOUT, ATTENTION_BIAS_MASK,
+    ATTENTION_PLAIN, ATTENTION_UNSCALED_MASK, ATTENTION_UNSCALED_BIAS_MASK, ATTENTION_DIV,
+    ATTENTION_DIV_MASK, ATTENTION_WHERE, ATTENTION_MASKED_FILL,
+)
+"""The attention rule set: eager softmax attention -> ``scaled_dot_product_attention``, one
+rule per variant (each checked by ``check_rule`` the first time ``rewrite`` meets it). Fuses
+every attention call of transformers' BERT, GPT-2, DistilBERT, T5 and ViT (eager attention,
+eval mode) at the training IR, at core aten and after ``transform``."""
+
+RULES = (RELU_RELU, TIMES_ONE, SILU, *ATTENTION, CONV_BN)
+"""The shipped rules, for ``rewrite`` and ``purefx --rules``: the four above and the
+``ATTENTION`` set."""
+
+__all__ = [
+    "ATTENTION", "ATTENTION_BIAS_MASK", "ATTENTION_DIV", "ATTENTION_DIV_MASK", "ATTENTION_MASK",
+    "ATTENTION_MASKED_FILL", "ATTENTION_MASK_DROPOUT", "ATTENTION_PLAIN", "ATTENTION_SCALED",
+    "ATTENTION_UNSCALED_BIAS_MASK", "ATTENTION_UNSCALED_MASK", "ATTENTION_WHERE", "CONV_BN",
+    "RELU_RELU", "RULES", "SILU", "TIMES_ONE",
+]
