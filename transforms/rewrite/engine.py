@@ -33,6 +33,7 @@ from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.law_violation import LawViolation
+from transforms.rewrite import sizes
 from transforms.rewrite.check import check_rule
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
@@ -362,6 +363,9 @@ def _resolve(renames: dict[str, str]) -> dict[str, str]:
 def _try(rule, c: Compiled, n: Node, w: _Work, renames, done, path, gi) -> list[str] | None:
     pattern = c.pattern
     for b in match_at(pattern, n, w.node.get, w.candidates):
+        b = sizes.recheck(rule, c, b, w.node.get, None, w.users.get)
+        if b is None:
+            continue
         plan = _plan(rule, c, b, w)
         if plan is None:
             continue
