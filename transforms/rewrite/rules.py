@@ -55,10 +55,24 @@ _CONV_BN = (
 
 RELU_RELU = Rule(_relu_relu, torch.relu, _X, name="relu_relu")
 """``relu(relu(x)) -> relu(x)``."""
-TIMES_ONE = Rule(_times_one, _identity, _X, name="times_one")
-"""``x * 1 -> x`` (matches ``x * 1.0`` too)."""
-SILU = Rule(_sigmoid_times, F.silu, _X, name="silu")
-"""``sigmoid(x) * x -> silu(x)``, either operand order."""
+
+
+def _not_bool(m: Match) -> bool:
+    x = m.val(0)
+    return isinstance(x, torch.Tensor) and x.dtype != torch.bool
+
+
+def _floating(m: Match) -> bool:
+    x = m.val(0)
+    return isinstance(x, torch.Tensor) and x.dtype.is_floating_point
+
+
+TIMES_ONE = Rule(_times_one, _identity, _X, name="times_one", where=_not_bool)
+"""``x * 1 -> x`` on a tensor that is not bool (``bool * 1`` is int64). A literal matches
+only a literal of its type: ``x * 1.0`` is another rule (it makes an int tensor float)."""
+SILU = Rule(_sigmoid_times, F.silu, _X, name="silu", where=_floating)
+"""``sigmoid(x) * x -> silu(x)``, either operand order, on floating tensors (``sigmoid`` of an
+int tensor is float, ``silu`` refuses ints)."""
 CONV_BN = Rule(_conv_bn, _conv_folded, _CONV_BN, name="conv_bn", specials=False)
 """Eval-mode ``batch_norm(conv2d(x, w, b))`` -> one ``conv2d`` with folded weight and bias
 (computed in the graph from the same parameters; the state dict is unchanged)."""
