@@ -135,22 +135,22 @@ def program(name: str, level: str) -> tuple[nn.Module, Any]:
     return m, (transform(p) if level == "outlined" else p)
 
 
-def first_tensor(out: Any) -> torch.Tensor:
-    """The first tensor of a model output (``last_hidden_state`` / ``logits``)."""
+def tensors(out: Any) -> list[torch.Tensor]:
+    """Every tensor of a model output (a ``ModelOutput``, tuple, dict or tensor), in order."""
     if isinstance(out, torch.Tensor):
-        return out
+        return [out]
     if hasattr(out, "to_tuple"):
         out = out.to_tuple()
-    if isinstance(out, (tuple, list)):
-        return first_tensor(out[0])
     if isinstance(out, dict):
-        return first_tensor(next(iter(out.values())))
-    raise TypeError(f"no tensor in {type(out).__name__}")
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for x in out for t in tensors(x)]
+    return []
 
 
 def fuse(name: str, level: str, rules: Any) -> tuple[int, float, Any]:
-    """Rewrite ``name`` at ``level`` with ``rules``: (attention rewrites, largest difference of
-    the lowered module's first output from eager's, the rewrite report)."""
+    """Rewrite ``name`` at ``level`` with ``rules``: (rewrites, largest difference of the
+    lowered module's output tensors from eager's, the rewritten program)."""
     from lowering import lower
     from transforms.rewrite import rewrite_report
 
@@ -158,6 +158,9 @@ def fuse(name: str, level: str, rules: Any) -> tuple[int, float, Any]:
     q, report = rewrite_report(p, rules)
     args, kwargs = inputs(name)
     with torch.no_grad():
-        want = first_tensor(m(*args, **kwargs))
-        got = first_tensor(lower(q)(*args, **kwargs))
-    return sum(report.counts.values()), float((got - want).abs().max()), report
+        want = tensors(m(*args, **kwargs))
+        got = tensors(lower(q)(*args, **kwargs))
+    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+        return sum(report.counts.values()), float("inf"), q
+    err = max(float((g - w).abs().max()) for g, w in zip(got, want))
+    return sum(report.counts.values()), err, q

@@ -1,0 +1,169 @@
+"""``transforms.rewrite_rules.ATTENTION`` on real models and on each variant it names.
+
+- Every attention call of tiny transformers models (BERT, GPT-2, DistilBERT, T5, ViT; eager
+  attention, eval; ``tests/attention_models.py``) becomes one ``scaled_dot_product_attention``
+  at the flat, decomposed and outlined levels: the count of rewrites equals the number of
+  attention calls, no ``softmax`` is left, and the lowered module's outputs equal eager's.
+  One model per level runs in CI; the whole matrix is marked ``slow``.
+- Each rule of the set passes ``check_rule`` and is not trusted; each variant (additive mask,
+  position bias + mask, no scaling, division by ``d``, bool mask via ``where`` / ``masked_fill``,
+  eval dropout) is fused in a model that spells it, at other shapes than the rule's examples.
+- The ``where`` of the bool-mask rules is what makes them right: without it ``check_rule``
+  refuses the rule with a counterexample, and a finite fill is not fused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("transformers")
+
+from ir import import_ep
+from lowering import lower
+from transforms.laws import LawViolation
+from transforms.rewrite import Rule, check_rule, rewrite_report
+from transforms.rewrite.engine import rule_verdict
+from transforms.rewrite_rules import ATTENTION, ATTENTION_WHERE, RULES
+
+try:
+    from . import attention_models as am
+except ImportError:  # tests/ is not a package
+    import attention_models as am
+
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+CI = {("bert", "flat"), ("gpt2", "decomposed"), ("t5", "outlined")}  # one model per level
+
+
+def _targets(p) -> list[str]:
+    return [str(n.target) for _, mid in p.walk() for g in p.module(mid).graphs
+            for n in g.nodes if n.op == "call_function"]
+
+
+# --- each variant, spelled in a model at other shapes than the rules' examples ----------------
+
+B, H, L, S, E = 3, 2, 4, 6, 4  # the rules' examples are (2, 3, 5, 8)
+
+
+def _qkv(seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, L, E, generator=g)
+    k, v = (torch.randn(B, H, S, E, generator=g) for _ in range(2))
+    return q, k, v
+
+
+def _keep() -> torch.Tensor:
+    keep = torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L)  # causal, no empty row
+    return keep
+
+
+VARIANTS = {
+    "additive mask": (lambda q, k, v, m: torch.softmax(q @ k.transpose(2, 3) * 0.5 + m, -1) @ v,
+                      lambda: (torch.randn(B, 1, 1, S),)),
+    "position bias + mask": (
+        lambda q, k, v, b, m: torch.softmax(q @ k.transpose(-1, -2) * 1.0 + b + m, -1) @ v,
+        lambda: (torch.randn(1, H, L, S), torch.randn(B, 1, L, S))),
+    "unscaled + bias + mask": (
+        lambda q, k, v, b, m: torch.softmax(q @ k.transpose(-2, -1) + b + m, -1) @ v,
+        lambda: (torch.randn(1, H, L, S), torch.randn(B, 1, 1, S))),
+    "no scale, no mask": (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,
+                          lambda: ()),
+    "scale, no mask": (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) * 0.3, -1) @ v,
+                       lambda: ()),
+    "divided by sqrt(d)": (
+        lambda q, k, v, m: torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(E) + m, -1) @ v,
+        lambda: (torch.randn(1, 1, L, S),)),
+    "divided, no mask": (
+        lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) / 3.0, -1) @ v, lambda: ()),
+    "causal where -inf": (
+        lambda q, k, v, keep: torch.softmax(
+            torch.where(keep, q @ k.transpose(-2, -1) * 0.5, -math.inf), -1) @ v,
+        lambda: (_keep(),)),
+    "masked_fill -inf": (
+        lambda q, k, v, hide: torch.softmax(
+            (q @ k.transpose(-2, -1) * 0.5).masked_fill(hide, float("-inf")), -1) @ v,
+        lambda: (~_keep(),)),
+    "eval dropout": (
+        lambda q, k, v, m: F.dropout(torch.softmax(q @ k.transpose(2, 3) * 0.5 + m, -1), 0.1,
+                                     training=False) @ v,
+        lambda: (torch.randn(B, 1, 1, S),)),
+}
+
+
+class _Spelled(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_each_variant_is_fused_where_a_model_spells_it(variant):
+    fn, extra = VARIANTS[variant]
+    args = (*_qkv(), *extra())
+    model = _Spelled(fn).eval()
+    p = import_ep(torch.export.export(model, args))
+    q, report = rewrite_report(p, ATTENTION)
+    assert sum(report.counts.values()) == 1, dict(report.counts)
+    assert not any("softmax" in t for t in _targets(q))
+    torch.testing.assert_close(lower(q)(*args), model(*args), **TOL)
+
+
+def test_a_finite_fill_is_not_fused():
+    # where(keep, s, -1e4) weighs a row whose every score is filled evenly: no sdpa mask says it
+    keep = _keep()
+    keep[0] = False
+    args = (*_qkv(), keep)
+    model = _Spelled(lambda q, k, v, m: torch.softmax(
+        torch.where(m, q @ k.transpose(-2, -1) * 0.5, -1e4), -1) @ v).eval()
+    p = import_ep(torch.export.export(model, args))
+    q, report = rewrite_report(p, ATTENTION)
+    assert sum(report.counts.values()) == 0 and q is p
+
+
+def test_the_bool_mask_rule_is_wrong_without_its_where():
+    unguarded = Rule(ATTENTION_WHERE.pattern, ATTENTION_WHERE.replacement,
+                     ATTENTION_WHERE.example_inputs, name="where_unguarded", specials=False)
+    with pytest.raises(LawViolation, match="where_unguarded"):
+        check_rule(unguarded)
+
+
+def test_the_set_is_a_tuple_of_untrusted_rules_inside_rules():
+    assert isinstance(ATTENTION, tuple) and len(ATTENTION) >= 10
+    assert all(isinstance(r, Rule) and not r.trusted for r in ATTENTION)
+    assert len({r.name for r in ATTENTION}) == len(ATTENTION)
+    assert all(r in RULES for r in ATTENTION)
+
+
+@pytest.mark.parametrize("rule", ATTENTION, ids=lambda r: r.name)
+def test_each_rule_passes_check_rule(rule):
+    # rewrite runs check_rule on an untrusted rule the first time it meets it and keeps the
+    # verdict (a LawViolation would make it raise PassError): the verdict is True
+    p = import_ep(torch.export.export(_Spelled(torch.relu), (torch.randn(2),)))
+    rewrite_report(p, [rule])
+    assert rule_verdict(rule) is True
+
+
+# --- the models -----------------------------------------------------------------------------
+
+
+def _cases():
+    for name in am.ATTENTION_MODELS:
+        for level in am.LEVELS:
+            marks = () if (name, level) in CI else (pytest.mark.slow,)
+            yield pytest.param(name, level, marks=marks, id=f"{name}-{level}")
+
+
+@pytest.mark.parametrize("name,level", list(_cases()))
+def test_every_attention_call_is_fused_and_the_model_computes_the_same(name, level):
+    count, err, q = am.fuse(name, level, ATTENTION)
+    assert count == am.attention_calls(name)
+    targets = _targets(q)
+    assert sum("scaled_dot_product_attention" in t for t in targets) == count
+    assert not any("softmax" in t for t in targets)
+    assert err <= 1e-5, f"lowered output differs from eager by {err}"
