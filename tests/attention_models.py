@@ -148,9 +148,9 @@ def tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
-def fuse(name: str, level: str, rules: Any) -> tuple[int, float, Any]:
+def fuse(name: str, level: str, rules: Any) -> tuple[int, float, Any, Any]:
     """Rewrite ``name`` at ``level`` with ``rules``: (rewrites, largest difference of the
-    lowered module's output tensors from eager's, the rewritten program)."""
+    lowered module's output tensors from eager's, the rewritten program, the report)."""
     from lowering import lower
     from transforms.rewrite import rewrite_report
 
@@ -160,7 +160,30 @@ def fuse(name: str, level: str, rules: Any) -> tuple[int, float, Any]:
     with torch.no_grad():
         want = tensors(m(*args, **kwargs))
         got = tensors(lower(q)(*args, **kwargs))
+    count = sum(report.counts.values())
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
-        return sum(report.counts.values()), float("inf"), q
+        return count, float("inf"), q, report
     err = max(float((g - w).abs().max()) for g, w in zip(got, want))
-    return sum(report.counts.values()), err, q
+    return count, err, q, report
+
+
+def table(names: Any = None) -> str:
+    """The markdown table of ``ATTENTION`` on each model x level: rewrites / attention calls,
+    the rules that fired, and whether the lowered outputs equal eager's (within 1e-5)."""
+    from transforms.rewrite_rules import ATTENTION
+
+    lines = ["| model | attention calls | " + " | ".join(LEVELS) + " | rules fired |",
+             "|---|---:|" + "---:|" * len(LEVELS) + "---|"]
+    for name in names or ATTENTION_MODELS:
+        cells, fired = [], set()
+        for level in LEVELS:
+            count, err, _, report = fuse(name, level, ATTENTION)
+            fired |= {r for r, n in report.counts.items() if n}
+            cells.append(f"{count}" + ("" if err <= 1e-5 else f" (differs by {err:.1e})"))
+        lines.append(f"| {name} | {attention_calls(name)} | " + " | ".join(cells)
+                     + f" | {', '.join(sorted(fired))} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python tests/attention_models.py
+    print(table())

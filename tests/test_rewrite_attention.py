@@ -161,9 +161,27 @@ def _cases():
 
 @pytest.mark.parametrize("name,level", list(_cases()))
 def test_every_attention_call_is_fused_and_the_model_computes_the_same(name, level):
-    count, err, q = am.fuse(name, level, ATTENTION)
+    count, err, q, _ = am.fuse(name, level, ATTENTION)
     assert count == am.attention_calls(name)
     targets = _targets(q)
     assert sum("scaled_dot_product_attention" in t for t in targets) == count
     assert not any("softmax" in t for t in targets)
     assert err <= 1e-5, f"lowered output differs from eager by {err}"
+
+
+# --- bench/inductor_attention.py (a smoke run of one rule, without torch.compile) ----------------
+
+
+def test_the_inductor_bench_loads_a_rule_and_matches_it_at_other_shapes():
+    import io
+
+    from bench import inductor_attention as bench
+
+    out = io.StringIO()
+    rows = bench.measure([2], inductor=False, max_examples=5, out=out)
+    (row,) = rows
+    model_args = bench.model_for(bench.rule_from_entry(2, bench.inductor_entries([2])[2]))[1]
+    assert model_args[0].shape != (2, 4, 8, 16)  # not the rule's example shape
+    assert row["flat"] == (1, 0.0) and row["outlined"] == (1, 0.0)
+    assert row["verdict"] == "accepted" and row["inductor"] is None
+    assert "| 2 | 1 |" in out.getvalue()
