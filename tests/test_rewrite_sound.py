@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from beforeafter import program
 from torch import nn
 
 from ir import PassError, import_ep, verify
 from lowering import lower
+from tests.examples.beforeafter import program
 from transforms import transform
 from transforms.rewrite import Rule, engine, guards, rewrite, rewrite_report
 from transforms.rewrite.engine import rule_verdict
