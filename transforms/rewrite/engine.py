@@ -149,7 +149,7 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
             # the replacements may have put operators of another level in: the rules are
             # traced again at the program's new level until it holds (a fixpoint there)
             now = level_of(_graphs(q))
-            if now == level:
+            if now == level or _same_at_both_levels(rules, level, now):
                 break
             level = now
         else:
@@ -160,6 +160,16 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     for rw in done:
         counts[rw.rule] += 1
     return q, RewriteReport(MappingProxyType(counts), tuple(done))
+
+
+def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
+    """Whether every rule's pattern traces to the same graph at levels ``a`` and ``b`` (none
+    holds an operator that one level decomposes): a fixpoint at one is one at the other."""
+    return all(_pattern_key(r.compiled(a)) == _pattern_key(r.compiled(b)) for r in rules)
+
+
+def _pattern_key(c: Compiled) -> tuple:
+    return tuple((n.op, n.name, n.target, n.args, n.kwargs) for n in c.traced.graph.nodes)
 
 
 _LEVEL_ROUNDS = 8  #: rounds at a new level after a rewrite changed the program's level, at most
@@ -546,9 +556,12 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
     replacement); the plan to take it, or ``None``."""
     pattern = c.pattern
     matched = tuple(b.names[k] for k in pattern.nodes if k in b.names)
-    removed = matched + tuple(a for a in getattr(b, "absorbed", ()) if a not in matched)
-    if any(a not in w.node for a in removed):
-        return None
+    absorbed = getattr(b, "absorbed", ())
+    if absorbed:
+        absorbed = tuple(a for a in absorbed if a not in matched)
+        if any(a not in w.node for a in absorbed):
+            return None
+    removed = matched + absorbed
     rset = set(removed)
     for m in matched:
         t = w.node[m].target
@@ -577,7 +590,7 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
         return None  # the match crosses a preserved call's boundary
     if rule.where is not None and not _where_holds(rule, pattern, b, w, matched):
         return None
-    return _Plan(matched, removed, outs, pos, MappingProxyType(outside))
+    return _Plan(matched, removed, outs, pos, outside)
 
 
 def _where_holds(rule: Rule, pattern: Pattern, b: Binding, w: _Work, matched) -> bool:
