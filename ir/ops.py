@@ -467,8 +467,7 @@ ALWAYS = "always"  #: ``identity``: the result is always argument 0's value (``a
 EVAL_DROPOUT = "eval_dropout"  #: ``identity``: a dropout whose ``train`` is false or ``p`` is 0
 SAME_METADATA = "same_metadata"
 """``identity``: a conversion or copy (``to``, ``_to_copy``, ``type_as``, ``clone``,
-``contiguous``) whose result keeps its input's dtype, device, layout and shape (and, when it asks
-for a contiguous memory format, whose input is contiguous)."""
+``contiguous``) whose result keeps its input's dtype, device, layout and shape."""
 
 
 def canonical_args(target: Any, args: tuple, rank: int | None, dtype: Any) -> tuple:
@@ -518,8 +517,8 @@ def computes_nothing(target: Any, args: tuple, val_in: Any, val_out: Any) -> boo
     """Whether a node calling ``target`` on ``args`` (``canonical_args``' form) gives its
     argument 0's value unchanged: ``alias``; a dropout with ``train`` false or ``p`` 0; a
     conversion or copy (``to``, ``_to_copy``, ``type_as``, ``clone``, ``contiguous``) whose
-    result ``val_out`` keeps ``val_in``'s dtype, device, layout and shape, and asks for no
-    memory format that ``val_in`` lacks. ``val_in``/``val_out``: argument 0's and the node's
+    result ``val_out`` keeps ``val_in``'s dtype, device, layout and shape (its memory format is
+    no matter: the values are the same, only their strides differ). ``val_in``/``val_out``: argument 0's and the node's
     ``meta['val']`` (``None``: unknown, then only ``alias`` and dropout can say yes).
 
     Such a node is a copy or an alias of its input: inside a rewrite's match it may be looked
@@ -540,14 +539,6 @@ def computes_nothing(target: Any, args: tuple, val_in: Any, val_out: Any) -> boo
         val_out.dtype, val_out.device, val_out.layout
     ) or val_in.shape != val_out.shape:
         return False
-    names = [p.name for p in found.params]
-    if "memory_format" in names:
-        fmt = args[names.index("memory_format")]
-        if fmt not in (None, torch.preserve_format):
-            try:
-                return bool(val_in.is_contiguous(memory_format=fmt))
-            except Exception:  # noqa: BLE001 - a fake tensor that cannot answer: not a no-op
-                return False
     return True
 
 
