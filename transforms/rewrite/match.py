@@ -109,7 +109,7 @@ def prepare(traced: Traced) -> Pattern | None:
         raw = _substitute(raw, subst)
         first = _first_val(raw, lambda name: table.get(name))
         rank, dtype = _rank_dtype(first)
-        canon = ops.canonical_args(n.target, raw, rank, dtype)
+        canon = ops.canonical_args(n.target, raw, rank, dtype, _shape(n))
         if ops.computes_nothing(n.target, canon, first, n.meta.get("val")) and type(
             canon[0]
         ) is Ref:
@@ -189,7 +189,15 @@ def _canonical(node: Node, lookup: Callable[[str], Node | None]) -> tuple[tuple,
     raw = _normalized(node)
     first = _first_val(raw, lookup)
     rank, dtype = _rank_dtype(first)
-    return ops.canonical_args(node.target, raw, rank, dtype), rank, first
+    return ops.canonical_args(node.target, raw, rank, dtype, _shape(node)), rank, first
+
+
+def _shape(node: Node) -> tuple | None:
+    """``node``'s result shape when it is one tensor of static sizes."""
+    v = node.meta.get("val")
+    if isinstance(v, torch.Tensor) and all(type(d) is int for d in v.shape):
+        return tuple(v.shape)
+    return None
 
 
 def literal_equal(p: Any, t: Any) -> bool:
