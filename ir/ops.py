@@ -97,7 +97,9 @@ class OpFacts:
     getitem: bool = False  #: ``operator.getitem``
     hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
     commutative: bool = False  #: its first two arguments may be swapped (``add.Tensor``, ``mul``)
-    core: bool = True  #: in core aten (tagged core and left by ``run_decompositions()``), or no aten operator at all
+    core: bool = True
+    """In core aten (tagged core and left by ``run_decompositions()``, or an assert, effect
+    token or size query it keeps), or no aten operator at all."""
     state_outputs: PMap = _NO_STATE_OUTPUTS
     """``{result index: argument position}`` for a functional operator that returns new values
     of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
@@ -206,8 +208,17 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         metadata_check=op in _METADATA_CHECKS,
         core=op.namespace != "aten" or (
             torch.Tag.core in op.tags and op not in _decomposed_by_default()
-        ),
+        ) or _kept_by_decompositions(op),
     )
+
+
+def _kept_by_decompositions(op: OpOverload) -> bool:
+    """An aten operator untagged core (or in the default decomposition table) that
+    ``run_decompositions()`` leaves in graphs all the same: the runtime asserts, effect tokens
+    and size queries (``_assert_tensor_metadata`` after ``.to``, ``sym_size`` with dynamic
+    shapes)."""
+    packet = op.overloadpacket
+    return op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS or packet in _SIZE_QUERIES
 
 
 def _argument_kinds(op: OpOverload, params: tuple[Param, ...]) -> dict[str, Any]:

@@ -345,3 +345,12 @@ def test_a_match_at_the_example_shapes_is_not_loose_and_needs_no_retrace(monkeyp
     p = _program(_Attention(), tuple(torch.randn(2, 5, 8) for _ in range(3)), "core")
     (b, _), = bindings(ATTENTION, p, "core")
     assert not b.loose
+
+
+def test_what_run_decompositions_keeps_is_core_aten():
+    # level_of reads it: a decomposed program keeps its asserts and size queries, and is
+    # still at the core level (a pattern traced at the training level matches nothing there)
+    for op in (aten._assert_tensor_metadata.default, aten._assert_scalar.default,
+               aten.sym_size.int, aten.sym_constrain_range_for_size.default):
+        assert ops.is_core_aten(op), op
+    assert not ops.is_core_aten(aten.softmax.int)
