@@ -354,3 +354,38 @@ def test_what_run_decompositions_keeps_is_core_aten():
                aten.sym_size.int, aten.sym_constrain_range_for_size.default):
         assert ops.is_core_aten(op), op
     assert not ops.is_core_aten(aten.softmax.int)
+
+
+class _SiluThroughTo(torch.nn.Module):
+    def __init__(self, first: bool) -> None:
+        super().__init__()
+        self.first = first
+
+    def forward(self, x):
+        y = torch.relu(x)
+        if self.first:  # the input is read through a no-op once, directly once
+            return y.clone() * torch.sigmoid(y)  # (`y.float()` is y itself to export)
+        return y * torch.sigmoid(y.clone())
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_wildcard_bound_once_is_reached_again_through_a_no_op(first):
+    silu = Rule(lambda x: x * torch.sigmoid(x), F.silu, (torch.randn(4),), name="silu_",
+                trusted=True)
+    p = _program(_SiluThroughTo(first), (torch.randn(4),), "training")
+    (b, table), = bindings(silu, p, "training")
+    assert table[b.names[silu.compiled("training").pattern.input_order[0]]].name == "relu"
+    assert _targets(b, table) == ["aten.clone.default"]
+
+
+class _Expand(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x.expand(3, 4))
+
+
+def test_a_scalar_argument_used_as_a_size_is_bound_not_a_wildcard():
+    rule = Rule(lambda x, n: torch.relu(x.expand(n, 4)), lambda x, n: torch.relu(x).expand(n, 4),
+                (torch.randn(1, 4), 2), name="expand_n", trusted=True)
+    p = _program(_Expand(), (torch.randn(1, 4),), "training")
+    (b, _), = bindings(rule, p, "training")
+    assert b.scalars == {1: 3}
