@@ -389,3 +389,12 @@ def test_a_scalar_argument_used_as_a_size_is_bound_not_a_wildcard():
     p = _program(_Expand(), (torch.randn(1, 4),), "training")
     (b, _), = bindings(rule, p, "training")
     assert b.scalars == {1: 3}
+
+
+def test_a_pattern_made_only_of_what_computes_nothing_is_refused_saying_so():
+    from ir import PassError
+
+    rule = Rule(lambda x: F.dropout(x.float(), 0.1, training=False), lambda x: x,
+                (torch.randn(4),), name="nothing", trusted=True)
+    with pytest.raises(PassError, match="computes nothing"):
+        rule.compiled("training")

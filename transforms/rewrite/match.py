@@ -112,7 +112,10 @@ def prepare(traced: Traced) -> Pattern | None:
         ranks[n.name] = rank
     outputs = _substitute(tuple(traced.outputs), subst)
     roots = [o for o in outputs if isinstance(o, Ref) and o.name in nodes]
-    if not roots or any(isinstance(o, Ref) and o.name not in nodes for o in outputs):
+    if not roots or any(  # a result that was only a no-op of an input: nothing to replace
+        type(o) is Ref and o.name in subst and type(r) is Ref and r.name not in nodes
+        for o, r in zip(traced.outputs, outputs)
+    ):
         return None
     order = tuple(n.name for n in traced.graph.nodes if n.op == PLACEHOLDER)
     anchor = nodes[roots[0].name]
