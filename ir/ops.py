@@ -97,7 +97,9 @@ class OpFacts:
     getitem: bool = False  #: ``operator.getitem``
     hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
     commutative: bool = False  #: its first two arguments may be swapped (``add.Tensor``, ``mul``)
-    core: bool = True  #: in core aten (tagged core and left by ``run_decompositions()``), or no aten operator at all
+    core: bool = True
+    """In core aten (tagged core and left by ``run_decompositions()``, or an assert, effect
+    token or size query it keeps), or no aten operator at all."""
     state_outputs: PMap = _NO_STATE_OUTPUTS
     """``{result index: argument position}`` for a functional operator that returns new values
     of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
@@ -106,6 +108,7 @@ class OpFacts:
     dims_unordered: bool = False  #: its dimension arguments name a set (transpose, reductions)
     dims_of_result: bool = False  #: its dimensions count in the result's rank (``unsqueeze``)
     dtype_args: tuple[int, ...] = ()  #: positions of ``ScalarType? dtype`` arguments
+    shape_arg: int | None = None  #: the size argument that is the result's shape (``view``, ``expand``)
     identity: str = ""
     """When the result is argument 0's value unchanged (``ALWAYS``, ``EVAL_DROPOUT``,
     ``SAME_METADATA``; ``""``: never); ``computes_nothing`` decides it for one node."""
@@ -158,6 +161,7 @@ def _facts_of(target: Any) -> OpFacts:
         return attrs.evolve(
             base, name=str(target), kind=PACKET, qualname=packet_name(target), schema="",
             params=(), results=None, size_args=(), dim_args=(), dtype_args=(), identity="",
+            shape_arg=None,
         )
     if isinstance(target, HigherOrderOperator):
         return _hop_facts(target)
@@ -204,8 +208,17 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         metadata_check=op in _METADATA_CHECKS,
         core=op.namespace != "aten" or (
             torch.Tag.core in op.tags and op not in _decomposed_by_default()
-        ),
+        ) or _kept_by_decompositions(op),
     )
+
+
+def _kept_by_decompositions(op: OpOverload) -> bool:
+    """An aten operator untagged core (or in the default decomposition table) that
+    ``run_decompositions()`` leaves in graphs all the same: the runtime asserts, effect tokens
+    and size queries (``_assert_tensor_metadata`` after ``.to``, ``sym_size`` with dynamic
+    shapes)."""
+    packet = op.overloadpacket
+    return op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS or packet in _SIZE_QUERIES
 
 
 def _argument_kinds(op: OpOverload, params: tuple[Param, ...]) -> dict[str, Any]:
@@ -227,6 +240,7 @@ def _argument_kinds(op: OpOverload, params: tuple[Param, ...]) -> dict[str, Any]
         "dtype_args": dtypes,
         "dims_unordered": bool(dims) and packet in _UNORDERED_DIMS,
         "dims_of_result": packet in _DIMS_OF_RESULT,
+        "shape_arg": 1 if packet in _SHAPE_IS_RESULT and 1 in sizes else None,
     }
 
 
@@ -467,26 +481,36 @@ ALWAYS = "always"  #: ``identity``: the result is always argument 0's value (``a
 EVAL_DROPOUT = "eval_dropout"  #: ``identity``: a dropout whose ``train`` is false or ``p`` is 0
 SAME_METADATA = "same_metadata"
 """``identity``: a conversion or copy (``to``, ``_to_copy``, ``type_as``, ``clone``,
-``contiguous``) whose result keeps its input's dtype, device, layout and shape (and, when it asks
-for a contiguous memory format, whose input is contiguous)."""
+``contiguous``) whose result keeps its input's dtype, device, layout and shape."""
 
 
-def canonical_args(target: Any, args: tuple, rank: int | None, dtype: Any) -> tuple:
+def canonical_args(
+    target: Any, args: tuple, rank: int | None, dtype: Any, shape: tuple | None = None
+) -> tuple:
     """``args`` (``normalized_args``' form) with the spellings of one computation made one:
     a negative dimension made positive by ``rank``, the dimensions of ``transpose`` and of a
     reduction's dimension list sorted, a floating ``dtype`` argument equal to ``dtype`` made
-    ``None`` (``softmax(x, -1, dtype=torch.float32)`` on float32 ``x`` is ``softmax(x, -1)``).
+    ``None`` (``softmax(x, -1, dtype=torch.float32)`` on float32 ``x`` is ``softmax(x, -1)``),
+    the size argument of ``view``, ``reshape`` or ``expand`` made the result's ``shape``
+    (``x.view(-1)`` on a (6, 5) ``x`` is ``x.view(30)``).
 
     ``rank``, ``dtype``: the first tensor argument's (the result's rank for an operator whose
-    dimensions count in its result, ``unsqueeze``); ``None`` when unknown (left as they are).
+    dimensions count in its result, ``unsqueeze``); ``shape``: the result's, a tuple of ints;
+    ``None`` when unknown (left as they are).
 
     **Laws:** two calls of one overload on inputs of one rank and dtype that compute the same
     thing by those rules give equal tuples; a pure function of its arguments; ``args`` of a
     target without a schema come back unchanged. O(arguments)."""
     found = facts(target)
-    if not (found.dim_args or found.dtype_args) or len(args) != len(found.params):
+    if not (found.dim_args or found.dtype_args or found.shape_arg) or len(args) != len(
+        found.params
+    ):
         return args
     out = list(args)
+    at = found.shape_arg
+    if (at is not None and shape is not None and isinstance(out[at], (tuple, list, IList))
+            and len(out[at]) == len(shape) and all(type(d) is int for d in out[at])):
+        out[at] = IList(tuple(shape)) if type(out[at]) is IList else tuple(shape)
     if rank is not None and found.dims_of_result:
         rank += 1
     if rank is not None:
@@ -518,8 +542,8 @@ def computes_nothing(target: Any, args: tuple, val_in: Any, val_out: Any) -> boo
     """Whether a node calling ``target`` on ``args`` (``canonical_args``' form) gives its
     argument 0's value unchanged: ``alias``; a dropout with ``train`` false or ``p`` 0; a
     conversion or copy (``to``, ``_to_copy``, ``type_as``, ``clone``, ``contiguous``) whose
-    result ``val_out`` keeps ``val_in``'s dtype, device, layout and shape, and asks for no
-    memory format that ``val_in`` lacks. ``val_in``/``val_out``: argument 0's and the node's
+    result ``val_out`` keeps ``val_in``'s dtype, device, layout and shape (its memory format is
+    no matter: the values are the same, only their strides differ). ``val_in``/``val_out``: argument 0's and the node's
     ``meta['val']`` (``None``: unknown, then only ``alias`` and dropout can say yes).
 
     Such a node is a copy or an alias of its input: inside a rewrite's match it may be looked
@@ -536,19 +560,9 @@ def computes_nothing(target: Any, args: tuple, val_in: Any, val_out: Any) -> boo
         return train is False or (type(p) in (int, float) and p == 0)
     if not isinstance(val_in, torch.Tensor) or not isinstance(val_out, torch.Tensor):
         return False
-    if (val_in.dtype, val_in.device, val_in.layout) != (
-        val_out.dtype, val_out.device, val_out.layout
-    ) or val_in.shape != val_out.shape:
-        return False
-    names = [p.name for p in found.params]
-    if "memory_format" in names:
-        fmt = args[names.index("memory_format")]
-        if fmt not in (None, torch.preserve_format):
-            try:
-                return bool(val_in.is_contiguous(memory_format=fmt))
-            except Exception:  # noqa: BLE001 - a fake tensor that cannot answer: not a no-op
-                return False
-    return True
+    return (val_in.dtype, val_in.device, val_in.layout, val_in.shape) == (
+        val_out.dtype, val_out.device, val_out.layout, val_out.shape
+    )
 
 
 def is_metadata_check(target: Any) -> bool:
@@ -704,6 +718,11 @@ _RANDOM_METHODS = frozenset(
 # Arguments named so are dimensions of the input (of the result, for ``_DIMS_OF_RESULT``).
 _DIM_NAMES = frozenset(
     {"dim", "dims", "dim0", "dim1", "start_dim", "end_dim", "source", "destination"}
+)
+# Operators whose size argument is their result's shape (``-1`` standing for a size).
+_SHAPE_IS_RESULT = _ops(
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.view_copy",
+    "aten.expand_copy", "aten._reshape_alias",
 )
 _DIMS_OF_RESULT = _ops("aten.unsqueeze", "aten.unsqueeze_copy", "aten.stack")
 # Operators whose dimension arguments name a set: the order they are written in is no matter.

@@ -75,14 +75,6 @@ class Pattern:
         """The number of compute nodes."""
         return len(self.nodes)
 
-    @property
-    def sized(self) -> bool:
-        """Whether some node has a size or dimension argument (a match may be ``loose``)."""
-        return any(
-            ops.facts(n.target).size_args or ops.facts(n.target).dim_args
-            for n in self.nodes.values()
-        )
-
 
 def prepare(traced: Traced) -> Pattern | None:
     """The pattern of a traced function, or ``None`` when it computes nothing (once the nodes
@@ -109,7 +101,7 @@ def prepare(traced: Traced) -> Pattern | None:
         raw = _substitute(raw, subst)
         first = _first_val(raw, lambda name: table.get(name))
         rank, dtype = _rank_dtype(first)
-        canon = ops.canonical_args(n.target, raw, rank, dtype)
+        canon = ops.canonical_args(n.target, raw, rank, dtype, _shape(n))
         if ops.computes_nothing(n.target, canon, first, n.meta.get("val")) and type(
             canon[0]
         ) is Ref:
@@ -120,7 +112,10 @@ def prepare(traced: Traced) -> Pattern | None:
         ranks[n.name] = rank
     outputs = _substitute(tuple(traced.outputs), subst)
     roots = [o for o in outputs if isinstance(o, Ref) and o.name in nodes]
-    if not roots or any(isinstance(o, Ref) and o.name not in nodes for o in outputs):
+    if not roots or any(  # a result that was only a no-op of an input: nothing to replace
+        type(o) is Ref and o.name in subst and type(r) is Ref and r.name not in nodes
+        for o, r in zip(traced.outputs, outputs)
+    ):
         return None
     order = tuple(n.name for n in traced.graph.nodes if n.op == PLACEHOLDER)
     anchor = nodes[roots[0].name]
@@ -189,7 +184,15 @@ def _canonical(node: Node, lookup: Callable[[str], Node | None]) -> tuple[tuple,
     raw = _normalized(node)
     first = _first_val(raw, lookup)
     rank, dtype = _rank_dtype(first)
-    return ops.canonical_args(node.target, raw, rank, dtype), rank, first
+    return ops.canonical_args(node.target, raw, rank, dtype, _shape(node)), rank, first
+
+
+def _shape(node: Node) -> tuple | None:
+    """``node``'s result shape when it is one tensor of static sizes."""
+    v = node.meta.get("val")
+    if isinstance(v, torch.Tensor) and all(type(d) is int for d in v.shape):
+        return tuple(v.shape)
+    return None
 
 
 def literal_equal(p: Any, t: Any) -> bool:
@@ -375,7 +378,8 @@ class _Matcher:
             yield s
             return
         kind = kinds.get(i) if kinds else None
-        if kind is not None and _ints(pargs[i]) and _ints(targs[i]):
+        if (kind is not None and _ints(pargs[i]) and _ints(targs[i])
+                and not self.holds_sentinel(pargs[i])):
             differ = not _same_ints(pargs[i], targs[i])
             nxt = s.with_(loose=True) if differ else s
             yield from self.seq(pargs, targs, i + 1, nxt, kinds)
@@ -389,18 +393,22 @@ class _Matcher:
                 return
             bound = s.names.get(p.name)
             if bound is not None:
-                if bound == t.name:
-                    yield s
+                yield from self.reach(bound, t, s)
                 return
             if p.name in self.p.inputs:
                 yield s.with_(names={**s.names, p.name: t.name})
+                step = self.step(t, s)
+                if step is not None:  # or bind the value a no-op passes on
+                    yield from self.arg(p, *step)
                 return
             pnode = self.p.nodes.get(p.name)
             tnode = self.lookup(t.name)
             if pnode is None or tnode is None:
                 return
             yield from self.node(pnode, tnode, s)
-            yield from self.through(p, tnode, s)
+            step = self.step(t, s)
+            if step is not None:
+                yield from self.arg(p, *step)
             return
         pos = self.p.typed_sentinels.get((type(p), p)) if _is_number(p) else None
         if pos is not None:
@@ -420,17 +428,37 @@ class _Matcher:
         if literal_equal(p, t):
             yield s
 
-    def through(self, p: Ref, tnode: Node, s: _State) -> Iterator[_State]:
-        """Match pattern value ``p`` past ``tnode`` when ``tnode`` computes nothing."""
-        if tnode.op != CALL_FUNCTION or tnode.name in s.used or not ops.facts(tnode.target).identity:
-            return
+    def reach(self, bound: str, t: Ref, s: _State) -> Iterator[_State]:
+        """``t`` is the graph value ``bound``, or passes it on through nodes that compute
+        nothing (each absorbed)."""
+        while t.name != bound:
+            step = self.step(t, s)
+            if step is None:
+                return
+            t, s = step
+        yield s
+
+    def step(self, t: Ref, s: _State) -> tuple[Ref, _State] | None:
+        """When graph value ``t`` is computed by a node that computes nothing (and is no
+        matched node), the value it passes on and the state with the node absorbed."""
+        if t.name in s.absorbed:
+            tnode = self.lookup(t.name)
+            args = _normalized(tnode) if tnode is not None else ()
+            return (args[0], s) if args and type(args[0]) is Ref else None
+        tnode = self.lookup(t.name)
+        if (tnode is None or tnode.op != CALL_FUNCTION or tnode.name in s.used
+                or not ops.facts(tnode.target).identity):
+            return None
         targs, _, first = _canonical(tnode, self.lookup)
         if not targs or type(targs[0]) is not Ref:
-            return
+            return None
         if not ops.computes_nothing(tnode.target, targs, first, tnode.meta.get("val")):
-            return
-        s = s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
-        yield from self.arg(p, targs[0], s)
+            return None
+        return targs[0], s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
+
+    def holds_sentinel(self, p: Any) -> bool:
+        items = p if isinstance(p, (tuple, IList)) else (p,)
+        return any((type(x), x) in self.p.typed_sentinels for x in items)
 
 
 def _is_number(x: Any) -> bool:
