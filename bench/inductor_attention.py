@@ -247,7 +247,7 @@ def verdict(rule: Rule, max_examples: int | None = None) -> tuple[str, str]:
 
 def _line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
-    return text if len(text) <= 160 else text[:157] + "..."
+    return text if len(text) <= 260 else text[:257] + "..."
 
 
 def measure(ks: Sequence[int] = KS, *, inductor: bool = True, max_examples: int | None = None,
