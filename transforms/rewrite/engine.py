@@ -33,7 +33,7 @@ from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.law_violation import LawViolation
-from transforms.rewrite import guards
+from transforms.rewrite import guards, sizes
 from transforms.rewrite.check import check_rule
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
@@ -520,6 +520,9 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
     """Take the first match of ``rule`` anchored at ``n`` that is safe in its program; the
     names of the nodes to revisit, or ``None`` when no match was taken."""
     for b in match_at(c.pattern, n, w.node.get, w.candidates):
+        b = sizes.recheck(rule, c, b, w.node.get, getattr(c, "level", None), w.users.get)
+        if b is None:
+            continue
         plan = _plan(rule, c, b, w)
         if plan is None:
             continue
