@@ -485,3 +485,35 @@ def test_conv_bn_numerics_still_hold():
     q = rewrite(p, [CONV_BN])
     assert q is not p
     torch.testing.assert_close(lower(q)(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+# --- nodes a match looks through (Binding.absorbed) go with it ----------------------------------
+
+
+class _DropoutBetween(nn.Module):
+    def __init__(self, also_read: bool) -> None:
+        super().__init__()
+        self.also_read = also_read
+
+    def forward(self, x):
+        d = F.dropout(torch.relu(x), 0.1, training=False)
+        y = torch.relu(d)
+        return (y, d + 1) if self.also_read else y
+
+
+def test_an_absorbed_node_is_removed_with_the_match():
+    model, x = _DropoutBetween(False).eval(), torch.randn(6)
+    p = import_ep(torch.export.export(model, (x,)))
+    q, report = rewrite_report(p, [RELU_RELU])
+    assert report.counts == {"relu_relu": 1}
+    targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
+    assert targets == ["aten.relu.default"]
+    verify(q)
+    torch.testing.assert_close(lower(q)(x), model(x))
+
+
+def test_an_absorbed_node_read_outside_the_match_keeps_the_match_out():
+    model, x = _DropoutBetween(True).eval(), torch.randn(6)
+    p = import_ep(torch.export.export(model, (x,)))
+    q = rewrite(p, [RELU_RELU])
+    assert q is p
