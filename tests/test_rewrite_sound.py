@@ -372,6 +372,19 @@ def test_teeth_without_the_barrier_the_preserved_call_is_broken(monkeypatch):
     assert not torch.allclose(lowered(x), torch.relu(x) * 3 + 1)
 
 
+def test_teeth_without_the_barrier_a_renamed_call_output_breaks_the_swap(monkeypatch):
+    # `* 1` is inner's output: `x * 1 -> x` renames it to a value inside the call, which the
+    # parent then reads across the boundary; the swapped-in module no longer stands for it
+    _switched_off(monkeypatch, "barrier_guard")
+    _, x, p = _preserved()
+    q, report = rewrite_report(p, [TIMES_ONE])
+    assert report.counts == {"times_one": 1}
+    lowered = lower(transform(q))
+    lowered.inner = _Swapped()
+    with pytest.raises(AttributeError):
+        lowered(x)
+
+
 def test_barrier_guard_reads_preserved_frames():
     text = _one_graph("""\
       %x = placeholder
