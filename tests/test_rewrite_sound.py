@@ -530,3 +530,13 @@ def test_an_absorbed_node_read_outside_the_match_keeps_the_match_out():
     p = import_ep(torch.export.export(model, (x,)))
     q = rewrite(p, [RELU_RELU])
     assert q is p
+
+
+def test_a_rule_copies_as_a_new_rule_with_its_own_caches():
+    import copy
+
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", trusted=True)
+    rule.compiled("training")
+    twin = copy.deepcopy(rule)
+    assert twin is not rule and twin.name == "rr" and twin.trusted
+    assert not rule_cache(twin).traced and rule_cache(rule).traced
