@@ -136,12 +136,50 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     """
     rules = _check_rules(rules)
     counts = {r.name: 0 for r in rules}
-    if not rules:
-        return p, RewriteReport(MappingProxyType(counts), ())
+    done: list[Rewrite] = []
+    q = p
+    if rules:
+        level = level_of(_graphs(p))
+        for _ in range(_LEVEL_ROUNDS):
+            nxt = _round(q, rules, level, done)
+            if nxt is q or not FIXPOINT:
+                q = nxt
+                break
+            q = nxt
+            # the replacements may have put operators of another level in: the rules are
+            # traced again at the program's new level until it holds (a fixpoint there)
+            now = level_of(_graphs(q))
+            if now == level or _same_at_both_levels(rules, level, now):
+                break
+            level = now
+        else:
+            raise PassError(
+                f"rewrite: rules {sorted({rw.rule for rw in done})} keep moving the program "
+                f"between the training and core levels ({_LEVEL_ROUNDS} rounds); narrow one"
+            )
+    for rw in done:
+        counts[rw.rule] += 1
+    return q, RewriteReport(MappingProxyType(counts), tuple(done))
+
+
+def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
+    """Whether every rule's pattern traces to the same graph at levels ``a`` and ``b`` (none
+    holds an operator that one level decomposes): a fixpoint at one is one at the other."""
+    return all(_pattern_key(r.compiled(a)) == _pattern_key(r.compiled(b)) for r in rules)
+
+
+def _pattern_key(c: Compiled) -> tuple:
+    return tuple((n.op, n.name, n.target, n.args, n.kwargs) for n in c.traced.graph.nodes)
+
+
+_LEVEL_ROUNDS = 8  #: rounds at a new level after a rewrite changed the program's level, at most
+
+
+def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Program:
+    """Every graph of ``p`` rewritten to a fixpoint with the rules traced at ``level``;
+    appends the rewrites to ``done``; ``p`` itself when none applied."""
     table = p.module_table()
     order = list(dict.fromkeys(mid for _, mid in p.walk()))
-    graphs = [g for mid in order for g in table[mid].graphs]
-    level = level_of(graphs)
     compiled = [(r, r.compiled(level)) for r in rules]
     compiled.sort(key=lambda rc: -rc[1].benefit)  # stable: ties keep the order given
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
@@ -150,7 +188,7 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     multi = _called_more_than_once(p, order, table)
     barriers = _barriers(p)
     depth = max(c.pattern.size for _, c in compiled)
-    done: list[Rewrite] = []
+    start = len(done)
     changed: dict[ModuleId, Any] = {}
     renamed_root: dict[str, str] = {}
     for mid in order:
@@ -170,11 +208,8 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
                 renamed_root = renames
         if any(a is not b for a, b in zip(new_graphs, mod.graphs)):
             changed[mid] = mod.replace(graphs=tuple(new_graphs))
-    for rw in done:
-        counts[rw.rule] += 1
-    report = RewriteReport(MappingProxyType(counts), tuple(done))
     if not changed:
-        return p, report
+        return p
     q = p.replace(modules=p.modules.update(changed))
     if renamed_root:
         q = q.replace(signature=_renamed_signature(q, renamed_root))
@@ -182,11 +217,12 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     if folding:
         root_path = p.first_path(p.root) or ""
         created = {
-            name for rw in done if rw.rule in folding and rw.module == root_path and rw.graph == 0
+            name for rw in done[start:]
+            if rw.rule in folding and rw.module == root_path and rw.graph == 0
             for name in rw.created
         }
         q = fold_into_state(q, created)
-    return q, report
+    return q
 
 
 def _called_more_than_once(p: Program, order: list, table: Mapping) -> set:
@@ -497,7 +533,7 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
         sources = _result_sources(plan.outs, rep)
         if not _context_allows(c, rep, b, plan, sources, w):
             continue
-        inst = _instantiate(c, b, plan, rep, sources, w)
+        inst = _instantiate(rule, c, b, plan, rep, sources, w)
         if inst is None:
             continue
         return _commit(rule, plan, inst, w)
@@ -523,9 +559,12 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
     replacement); the plan to take it, or ``None``."""
     pattern = c.pattern
     matched = tuple(b.names[k] for k in pattern.nodes if k in b.names)
-    removed = matched + tuple(a for a in getattr(b, "absorbed", ()) if a not in matched)
-    if any(a not in w.node for a in removed):
-        return None
+    absorbed = getattr(b, "absorbed", ())
+    if absorbed:
+        absorbed = tuple(a for a in absorbed if a not in matched)
+        if any(a not in w.node for a in absorbed):
+            return None
+    removed = matched + absorbed
     rset = set(removed)
     for m in matched:
         t = w.node[m].target
@@ -554,7 +593,7 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
         return None  # the match crosses a preserved call's boundary
     if rule.where is not None and not _where_holds(rule, pattern, b, w, matched):
         return None
-    return _Plan(matched, removed, outs, pos, MappingProxyType(outside))
+    return _Plan(matched, removed, outs, pos, outside)
 
 
 def _where_holds(rule: Rule, pattern: Pattern, b: Binding, w: _Work, matched) -> bool:
@@ -650,7 +689,7 @@ class _Instance:
 
 
 def _instantiate(
-    c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
+    rule: Rule, c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
 ) -> _Instance | None:
     """The replacement's nodes for this match, named and with a ``val`` each; ``None`` (and
     ``w`` as it was) when a value taking a result's place has another dtype or shape than the
@@ -695,7 +734,14 @@ def _instantiate(
     inst = _Instance(tuple(scratch.values()), results, tuple(drawn))
     old = [old_vals[o] for o, new in zip(plan.outs, results) if o is not None and new]
     new = [lookup(n).meta.get("val") for o, n in zip(plan.outs, results) if o is not None and n]
-    if "" in results or not guards.dtype_guard(old, new):
+    if "" in results:
+        _give_back(inst, plan, w)
+        returned = next(r for r, x in zip(rep.outputs, results) if x == "")
+        raise PassError(
+            f"rule {rule.name!r}: its replacement returns {returned!r} where the pattern returns "
+            "a computed value; return a tensor computed from the arguments"
+        )
+    if not guards.dtype_guard(old, new):
         _give_back(inst, plan, w)
         return None
     return inst
