@@ -398,3 +398,24 @@ def test_a_pattern_made_only_of_what_computes_nothing_is_refused_saying_so():
                 (torch.randn(4),), name="nothing", trusted=True)
     with pytest.raises(PassError, match="computes nothing"):
         rule.compiled("training")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda r: st.tuples(
+    st.just(r), st.integers(-r, r - 1), st.integers(-r, r - 1),
+    st.lists(st.integers(-r, r - 1), min_size=1, max_size=r, unique_by=lambda d: d % r),
+)))
+def test_canonical_dims_laws(case):
+    rank, d0, d1, dims = case
+    t = aten.transpose.int
+    one = ops.canonical_args(t, ("x", d0, d1), rank, torch.float32)
+    # either order, either sign: one spelling, positive and sorted; and idempotent
+    assert one == ops.canonical_args(t, ("x", d1 % rank, d0 - rank if d0 >= 0 else d0), rank,
+                                     torch.float32)
+    assert one == ("x", *sorted((d0 % rank, d1 % rank)))
+    assert ops.canonical_args(t, one, rank, torch.float32) == one
+    s = aten.sum.dim_IntList
+    summed = ops.canonical_args(s, ("x", dims, False, None), rank, torch.float32)
+    assert summed == ("x", tuple(sorted(d % rank for d in dims)), False, None)
+    p = aten.permute.default
+    assert ops.canonical_args(p, ("x", dims), rank, None) == ("x", tuple(d % rank for d in dims))

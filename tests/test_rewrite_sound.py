@@ -372,6 +372,19 @@ def test_teeth_without_the_barrier_the_preserved_call_is_broken(monkeypatch):
     assert not torch.allclose(lowered(x), torch.relu(x) * 3 + 1)
 
 
+def test_teeth_without_the_barrier_a_renamed_call_output_breaks_the_swap(monkeypatch):
+    # `* 1` is inner's output: `x * 1 -> x` renames it to a value inside the call, which the
+    # parent then reads across the boundary; the swapped-in module no longer stands for it
+    _switched_off(monkeypatch, "barrier_guard")
+    _, x, p = _preserved()
+    q, report = rewrite_report(p, [TIMES_ONE])
+    assert report.counts == {"times_one": 1}
+    lowered = lower(transform(q))
+    lowered.inner = _Swapped()
+    with pytest.raises(AttributeError):
+        lowered(x)
+
+
 def test_barrier_guard_reads_preserved_frames():
     text = _one_graph("""\
       %x = placeholder
@@ -485,3 +498,45 @@ def test_conv_bn_numerics_still_hold():
     q = rewrite(p, [CONV_BN])
     assert q is not p
     torch.testing.assert_close(lower(q)(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+# --- nodes a match looks through (Binding.absorbed) go with it ----------------------------------
+
+
+class _DropoutBetween(nn.Module):
+    def __init__(self, also_read: bool) -> None:
+        super().__init__()
+        self.also_read = also_read
+
+    def forward(self, x):
+        d = F.dropout(torch.relu(x), 0.1, training=False)
+        y = torch.relu(d)
+        return (y, d + 1) if self.also_read else y
+
+
+def test_an_absorbed_node_is_removed_with_the_match():
+    model, x = _DropoutBetween(False).eval(), torch.randn(6)
+    p = import_ep(torch.export.export(model, (x,)))
+    q, report = rewrite_report(p, [RELU_RELU])
+    assert report.counts == {"relu_relu": 1}
+    targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
+    assert targets == ["aten.relu.default"]
+    verify(q)
+    torch.testing.assert_close(lower(q)(x), model(x))
+
+
+def test_an_absorbed_node_read_outside_the_match_keeps_the_match_out():
+    model, x = _DropoutBetween(True).eval(), torch.randn(6)
+    p = import_ep(torch.export.export(model, (x,)))
+    q = rewrite(p, [RELU_RELU])
+    assert q is p
+
+
+def test_a_rule_copies_as_a_new_rule_with_its_own_caches():
+    import copy
+
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", trusted=True)
+    rule.compiled("training")
+    twin = copy.deepcopy(rule)
+    assert twin is not rule and twin.name == "rr" and twin.trusted
+    assert not rule_cache(twin).traced and rule_cache(rule).traced

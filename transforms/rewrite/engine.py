@@ -520,7 +520,7 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
     """Take the first match of ``rule`` anchored at ``n`` that is safe in its program; the
     names of the nodes to revisit, or ``None`` when no match was taken."""
     for b in match_at(c.pattern, n, w.node.get, w.candidates):
-        b = sizes.recheck(rule, c, b, w.node.get, getattr(c, "level", None), w.users.get)
+        b = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
         if b is None:
             continue
         plan = _plan(rule, c, b, w)
@@ -533,7 +533,7 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
         sources = _result_sources(plan.outs, rep)
         if not _context_allows(c, rep, b, plan, sources, w):
             continue
-        inst = _instantiate(c, b, plan, rep, sources, w)
+        inst = _instantiate(rule, c, b, plan, rep, sources, w)
         if inst is None:
             continue
         return _commit(rule, plan, inst, w)
@@ -689,7 +689,7 @@ class _Instance:
 
 
 def _instantiate(
-    c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
+    rule: Rule, c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
 ) -> _Instance | None:
     """The replacement's nodes for this match, named and with a ``val`` each; ``None`` (and
     ``w`` as it was) when a value taking a result's place has another dtype or shape than the
@@ -734,7 +734,14 @@ def _instantiate(
     inst = _Instance(tuple(scratch.values()), results, tuple(drawn))
     old = [old_vals[o] for o, new in zip(plan.outs, results) if o is not None and new]
     new = [lookup(n).meta.get("val") for o, n in zip(plan.outs, results) if o is not None and n]
-    if "" in results or not guards.dtype_guard(old, new):
+    if "" in results:
+        _give_back(inst, plan, w)
+        returned = next(r for r, x in zip(rep.outputs, results) if x == "")
+        raise PassError(
+            f"rule {rule.name!r}: its replacement returns {returned!r} where the pattern returns "
+            "a computed value; return a tensor computed from the arguments"
+        )
+    if not guards.dtype_guard(old, new):
         _give_back(inst, plan, w)
         return None
     return inst

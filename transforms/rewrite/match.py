@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -303,13 +304,20 @@ class _State:
         self.absorbed = absorbed
         self.loose = loose
 
-    def with_(self, **changes: Any) -> _State:
-        fields = {k: getattr(self, k) for k in self.__slots__}
-        fields.update(changes)
-        return _State(**fields)
+    def with_(self, names: dict | None = None, scalars: dict | None = None,
+              used: frozenset | None = None, absorbed: tuple | None = None,
+              loose: bool | None = None) -> _State:
+        return _State(
+            self.names if names is None else names,
+            self.scalars if scalars is None else scalars,
+            self.used if used is None else used,
+            self.absorbed if absorbed is None else absorbed,
+            self.loose if loose is None else loose,
+        )
 
 
 _SIZE = "size"  # argument kinds for the wildcards
+_NO_KINDS: Mapping[int, str] = MappingProxyType({})
 _DIM = "dim"
 
 
@@ -364,9 +372,9 @@ class _Matcher:
 
     def kinds(self, pnode: Node, rank: int | None) -> Mapping[int, str]:
         """Which argument positions are wildcards here: sizes, and dimensions across ranks."""
-        if self.strict:
-            return {}
         found = ops.facts(pnode.target)
+        if self.strict or not (found.size_args or found.dim_args):
+            return _NO_KINDS
         kinds = dict.fromkeys(found.size_args, _SIZE)
         prank = self.p.ranks.get(pnode.name)
         if found.dim_args and rank is not None and prank is not None and rank != prank:

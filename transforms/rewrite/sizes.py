@@ -50,8 +50,8 @@ def recheck(
     - With ``users`` (name -> names of the nodes reading it), the metadata checks that read a
       matched interior value are added to ``absorbed`` (``match.absorb_checks``).
 
-    ``level``: ``"training"`` or ``"core"``; ``None``: ``compiled.level`` if it has one, else
-    the level under which ``rule`` holds ``compiled``.
+    ``level``: ``"training"`` or ``"core"``; ``None``: ``compiled.level`` (a loose binding is
+    dropped when neither says).
 
     **Laws:** a binding that is not loose is kept (with checks absorbed); what is kept is a match
     of the pattern's own trace at the matched shapes; pure (the memo changes no answer).
@@ -60,7 +60,7 @@ def recheck(
     """
     pattern: Pattern = compiled.pattern
     if binding.loose:
-        exact = _exact(rule, compiled, binding, lookup, _level(rule, compiled, level))
+        exact = _exact(rule, compiled, binding, lookup, _level(compiled, level))
         if exact is None:
             return None
         binding = exact
@@ -69,17 +69,11 @@ def recheck(
     return binding
 
 
-def _level(rule: Any, compiled: Any, level: str | None) -> str | None:
+def _level(compiled: Any, level: str | None) -> str | None:
     if level is not None:
         return level
     found = getattr(compiled, "level", None)
-    if found in LEVELS:
-        return found
-    traced = getattr(rule, "_traced", None) or {}
-    for lv in LEVELS:
-        if traced.get(lv) is compiled:
-            return lv
-    return None
+    return found if found in LEVELS else None
 
 
 def _exact(
