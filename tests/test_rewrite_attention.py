@@ -25,9 +25,18 @@ pytest.importorskip("transformers")
 from ir import import_ep
 from lowering import lower
 from transforms.laws import LawViolation
-from transforms.rewrite import Rule, check_rule, rewrite_report
+from transforms.rewrite import Match, Rule, check_rule, rewrite_report
 from transforms.rewrite.engine import rule_verdict
-from transforms.rewrite_rules import ATTENTION, ATTENTION_WHERE, RULES
+from transforms.rewrite_rules import (
+    ATTENTION,
+    ATTENTION_BIAS_MASK,
+    ATTENTION_DIV_MASK,
+    ATTENTION_MASK,
+    ATTENTION_MASKED_FILL,
+    ATTENTION_SCALED,
+    ATTENTION_WHERE,
+    RULES,
+)
 
 try:
     from . import attention_models as am
@@ -185,3 +194,73 @@ def test_the_inductor_bench_loads_a_rule_and_matches_it_at_other_shapes():
     assert row["flat"] == (1, 0.0) and row["outlined"] == (1, 0.0)
     assert row["verdict"] == "accepted" and row["inductor"] is None
     assert "| 2 | 1 |" in out.getvalue()
+
+
+# --- each rule's where, on the values a match binds --------------------------------------------
+
+
+def _t(*shape, dtype=torch.float32):
+    return torch.zeros(shape, dtype=dtype)
+
+
+_Q, _K = _t(2, 3, 4, 8), _t(2, 3, 6, 8)
+_BOOL = torch.bool
+WHERE_CASES = [
+    # rule, arguments after q, k, v, whether sdpa computes the pattern there
+    (ATTENTION_MASK, (_K, _t(2, 1, 1, 6), 0.5), True),
+    (ATTENTION_MASK, (_K, _t(4, 6), 0.5), True),  # fewer dimensions broadcast
+    (ATTENTION_MASK, (_K, _t(2, 3, 4, 6), 0.5), True),
+    (ATTENTION_MASK, (_K, _t(5, 2, 3, 4, 6), 0.5), False),  # enlarges the scores
+    (ATTENTION_MASK, (_K, _t(2, 3, 9, 6), 0.5), False),  # does not broadcast
+    (ATTENTION_MASK, (_K, _t(2, 1, 1, 6, dtype=torch.float64), 0.5), False),  # promotes
+    (ATTENTION_MASK, (_K, _t(2, 1, 1, 6, dtype=_BOOL), 0.5), False),  # bool is no addend
+    (ATTENTION_MASK, (_K.double(), _t(2, 1, 1, 6), 0.5), False),  # q, k dtypes differ
+    (ATTENTION_MASK, (_t(1, 3, 6, 8), _t(2, 1, 1, 6), 0.5), False),  # batch broadcast
+    (ATTENTION_MASK, (_t(2, 3, 6, 7), _t(2, 1, 1, 6), 0.5), False),  # head dims differ
+    (ATTENTION_MASK, (_t(3, 6, 8), _t(2, 1, 1, 6), 0.5), False),  # ranks differ
+    (ATTENTION_MASK, (_K.long(), _t(2, 1, 1, 6), 0.5), False),
+    (ATTENTION_MASK, (None, _t(2, 1, 1, 6), 0.5), False),  # no val
+    (ATTENTION_BIAS_MASK, (_K, _t(1, 3, 4, 6), _t(2, 1, 1, 6), 1.0), True),
+    (ATTENTION_BIAS_MASK, (_K, _t(1, 3, 4, 6), _t(2, 1, 1, 6, dtype=torch.float16), 1.0),
+     False),
+    (ATTENTION_BIAS_MASK, (_K, _t(7, 3, 4, 6), _t(2, 1, 1, 6), 1.0), False),
+    (ATTENTION_DIV_MASK, (_K, _t(1, 1, 4, 6), 2.0), True),
+    (ATTENTION_DIV_MASK, (_K, _t(1, 1, 4, 6), 0.0), False),  # 1 / d
+    (ATTENTION_DIV_MASK, (_K, _t(1, 1, 4, 6), -0.0), False),
+    (ATTENTION_WHERE, (_K, _t(4, 6, dtype=_BOOL), 0.5, -math.inf), True),
+    (ATTENTION_WHERE, (_K, _t(4, 6, dtype=_BOOL), 0.5, -1e4), False),  # a finite fill
+    (ATTENTION_WHERE, (_K, _t(4, 6, dtype=_BOOL), 0.5, math.inf), False),
+    (ATTENTION_WHERE, (_K, _t(4, 6), 0.5, -math.inf), False),  # not a bool mask
+    (ATTENTION_WHERE, (_K, _t(3, 4, 4, 6, dtype=_BOOL), 0.5, -math.inf), False),
+    (ATTENTION_MASKED_FILL, (_K, _t(2, 1, 4, 6, dtype=_BOOL), 0.5, -math.inf), True),
+    (ATTENTION_SCALED, (_K, 0.5), True),
+    (ATTENTION_SCALED, (_t(2, 3, 6, 8, dtype=torch.float16), 0.5), False),
+]
+
+
+@pytest.mark.parametrize("rule,rest,holds", WHERE_CASES,
+                         ids=[f"{c[0].name}-{i}" for i, c in enumerate(WHERE_CASES)])
+def test_where_admits_exactly_what_sdpa_computes(rule, rest, holds):
+    k = rest[0]
+    v = None if k is None else torch.zeros((*k.shape[:-1], 5), dtype=k.dtype)
+    args = (_Q, k, v, *rest[1:])
+    assert bool(rule.where(Match(rule.name, {}, args))) is holds
+
+
+@pytest.mark.parametrize("rule,rest,holds", [c for c in WHERE_CASES if c[2]],
+                         ids=[c[0].name for c in WHERE_CASES if c[2]])
+def test_where_it_holds_sdpa_gives_the_pattern(rule, rest, holds):
+    g = torch.Generator().manual_seed(1)
+    k = torch.randn(rest[0].shape, generator=g)
+    v = torch.randn((*k.shape[:-1], 5), generator=g)
+    q = torch.randn(_Q.shape, generator=g)
+    extra = []
+    for x in rest[1:]:
+        if isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+            x = torch.ones(x.shape, dtype=torch.bool).tril(diagonal=2)  # no empty row
+            x = ~x if rule is ATTENTION_MASKED_FILL else x  # it says what to hide
+        elif isinstance(x, torch.Tensor):
+            x = torch.randn(x.shape, generator=g)
+        extra.append(x)
+    args = (q, k, v, *extra)
+    torch.testing.assert_close(rule.replacement(*args), rule.pattern(*args), **TOL)
