@@ -9,7 +9,10 @@
   position bias + mask, no scaling, division by ``d``, bool mask via ``where`` / ``masked_fill``,
   eval dropout) is fused in a model that spells it, at other shapes than the rule's examples.
 - The ``where`` of the bool-mask rules is what makes them right: without it ``check_rule``
-  refuses the rule with a counterexample, and a finite fill is not fused.
+  refuses the rule with a counterexample, and a finite fill is not fused. Each rule's ``where``
+  is checked case by case on the values a match binds (it holds exactly where ``sdpa``
+  computes the pattern), and where it holds ``sdpa`` gives the pattern's value.
+- ``bench/inductor_attention.py`` runs on one of inductor's rules (without ``torch.compile``).
 """
 
 from __future__ import annotations
