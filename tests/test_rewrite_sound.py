@@ -540,3 +540,55 @@ def test_a_rule_copies_as_a_new_rule_with_its_own_caches():
     twin = copy.deepcopy(rule)
     assert twin is not rule and twin.name == "rr" and twin.trusted
     assert not rule_cache(twin).traced and rule_cache(rule).traced
+
+
+def _view_of(body: str, outputs: str):
+    p = program(_one_graph(body, outputs))
+    return engine._Work(p.root_module.graph, "", 0, True, engine._NO_BARRIERS, 1, [])
+
+
+_GUARDED = """\
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%x)
+      %t = call_function[aten.t.default](%neg)
+      %mul = call_function[aten.mul.Tensor](%t, 1)
+      %sin = call_function[aten.sin.default](%mul)"""
+
+
+@pytest.mark.parametrize(("extra", "outputs", "safe"), [
+    ("", "sin", True),
+    ("      %w = call_function[aten.add_.Tensor](%mul, 1)", "sin", False),  # the result written
+    (("      %v = call_function[aten.view.default](%mul, [-1])\n"
+     "      %w = call_function[aten.add_.Tensor](%v, 1)"), "sin", False),  # through a view of it
+    ("      %w = call_function[aten.add_.Tensor](%neg, 1)", "sin", False),  # the outside base
+    (("      %v = call_function[aten.view.default](%neg, [-1])\n"
+     "      %w = call_function[aten.add_.Tensor](%v, 1)"), "sin", False),  # a view of the base
+    ("      %w = call_function[aten.cos.default](%neg)", "sin w", True),  # a fresh read: no alias
+    ("", "mul", True),  # returned, the outside value is fresh and not returned
+    ("", "mul neg", False),  # returned next to the value it would alias
+    ("", "mul t", False),  # next to a view of it
+])
+def test_alias_guard_on_each_path_a_write_or_the_caller_can_take(extra, outputs, safe):
+    w = _view_of(_GUARDED + ("\n" + extra if extra else ""), outputs)
+    assert guards.alias_guard(w, {"mul": "t"}) is safe
+    assert guards.alias_guard(w, {}) is True
+
+
+def test_alias_guard_refuses_returning_an_alias_of_a_placeholder():
+    w = _view_of("""\
+      %x = placeholder
+      %t = call_function[aten.t.default](%x)
+      %mul = call_function[aten.mul.Tensor](%t, 1)""", "mul")
+    assert guards.alias_guard(w, {"mul": "t"}) is False
+
+
+def test_result_aliases_follow_views_to_an_input():
+    from transforms.rewrite.trace import TRAINING, trace
+
+    ex = (torch.randn(3, 4), torch.randn(3, 4))
+    assert guards.result_aliases(trace(lambda x, y: x.t(), ex, TRAINING, "r", "pattern")) == (0,)
+    assert guards.result_aliases(trace(lambda x, y: y, ex, TRAINING, "r", "pattern")) == (1,)
+    assert guards.result_aliases(trace(lambda x, y: x * y, ex, TRAINING, "r", "pattern")) == (
+        None,)
+    both = trace(lambda x, y: (y.view(-1), x + 1), ex, TRAINING, "r", "pattern")
+    assert guards.result_aliases(both) == (1, None)
