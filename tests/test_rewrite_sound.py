@@ -592,3 +592,17 @@ def test_result_aliases_follow_views_to_an_input():
         None,)
     both = trace(lambda x, y: (y.view(-1), x + 1), ex, TRAINING, "r", "pattern")
     assert guards.result_aliases(both) == (1, None)
+
+
+def test_a_check_that_breaks_is_a_pass_error_naming_the_rule(monkeypatch):
+    from transforms.rewrite import engine as eng
+
+    def broken(rule, **k):
+        raise RuntimeError("view size is not compatible")
+
+    monkeypatch.setattr(eng, "check_rule", broken)
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr_unchecked")
+    p = import_ep(torch.export.export(_CoreCascade(), (torch.randn(6),)))
+    with pytest.raises(PassError, match="rr_unchecked.*check_rule failed.*RuntimeError"):
+        rewrite(p, [rule])
+    assert rule_verdict(rule) is None

@@ -221,7 +221,15 @@ def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Pr
             if rw.rule in folding and rw.module == root_path and rw.graph == 0
             for name in rw.created
         }
-        q = fold_into_state(q, created)
+        try:
+            q = fold_into_state(q, created)
+        except PurefxError:
+            raise
+        except Exception as exc:
+            raise PassError(
+                f"rewrite: folding the state of rules {sorted(folding)} failed with "
+                f"{type(exc).__name__}: {exc}; drop fold_state=True from them"
+            ) from exc
     return q
 
 
@@ -282,6 +290,13 @@ def _ensure_checked(rule: Rule) -> None:
             cache.verdict = True
         except LawViolation as exc:
             cache.verdict = _without_frames(exc)
+        except PurefxError:
+            raise
+        except Exception as exc:  # a check that broke is no verdict: say so, keep none
+            raise PassError(
+                f"rule {rule.name!r}: check_rule failed with {type(exc).__name__}: {exc}; "
+                "mark the rule Rule(..., trusted=True) to skip the check, or report it"
+            ) from exc
     if cache.verdict is not True:
         raise PassError(
             f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
