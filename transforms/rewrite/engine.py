@@ -548,7 +548,7 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
     """Take the first match of ``rule`` anchored at ``n`` that is safe in its program; the
     names of the nodes to revisit, or ``None`` when no match was taken."""
     for b in match_at(c.pattern, n, w.node.get, w.candidates):
-        b = sizes.recheck(rule, c, b, w.node.get, getattr(c, "level", None), w.users.get)
+        b = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
         if b is None:
             continue
         plan = _plan(rule, c, b, w)
