@@ -419,3 +419,45 @@ def test_canonical_dims_laws(case):
     assert summed == ("x", tuple(sorted(d % rank for d in dims)), False, None)
     p = aten.permute.default
     assert ops.canonical_args(p, ("x", dims), rank, None) == ("x", tuple(d % rank for d in dims))
+
+
+class _Softmax(torch.nn.Module):
+    def __init__(self, upcast: bool) -> None:
+        super().__init__()
+        self.upcast = upcast
+
+    def forward(self, x):
+        if self.upcast:
+            return torch.relu(torch.softmax(torch.relu(x).float(), -1).to(x.dtype))
+        return torch.relu(torch.softmax(torch.relu(x), -1))
+
+
+def _upcast_softmax(x):
+    return torch.relu(torch.softmax(torch.relu(x).float(), -1).to(x.dtype))
+
+
+@pytest.mark.parametrize(("dtype", "upcast", "found"), [
+    (torch.float32, False, 1),  # at the example's dtype the casts compute nothing
+    (torch.float64, True, 1),  # they compute something at float64, and the program has them
+    (torch.float64, False, 0),  # the program computes in float64 throughout: not the pattern
+    (torch.float32, True, 1),  # casts to float32 of float32: nothing, in pattern and program
+])
+def test_what_computes_nothing_at_the_example_dtype_is_rechecked_at_the_match_dtype(
+    dtype, upcast, found
+):
+    rule = Rule(_upcast_softmax, _upcast_softmax, (torch.randn(3, 4),), name="upcast",
+                trusted=True)
+    p = _program(_Softmax(upcast), (torch.randn(3, 4, dtype=dtype),), "training")
+    assert len(bindings(rule, p, "training")) == found
+
+
+def test_without_the_dtype_recheck_a_float64_program_would_match_a_float32_cast_pattern(
+    monkeypatch,
+):
+    # the teeth: the pattern's casts are nothing at float32; at float64 they are what the
+    # pattern computes, and a program without them computes something else (in float64)
+    rule = Rule(_upcast_softmax, _upcast_softmax, (torch.randn(3, 4),), name="upcast2",
+                trusted=True)
+    p = _program(_Softmax(False), (torch.randn(3, 4, dtype=torch.float64),), "training")
+    monkeypatch.setattr(sizes, "_other_dtypes", lambda *a: False)
+    assert len(bindings(rule, p, "training")) == 1
