@@ -461,3 +461,24 @@ def test_without_the_dtype_recheck_a_float64_program_would_match_a_float32_cast_
     p = _program(_Softmax(False), (torch.randn(3, 4, dtype=torch.float64),), "training")
     monkeypatch.setattr(sizes, "_other_dtypes", lambda *a: False)
     assert len(bindings(rule, p, "training")) == 1
+
+
+class _Cat(torch.nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cat([torch.relu(x)], self.dim)
+
+
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_a_list_of_tensors_gives_the_rank_for_its_dimension(dim):
+    # cat's dimension counts in its first tensor's rank: -1 and 1 are one on a 2-D input
+    rule = Rule(lambda x: torch.cat([torch.relu(x)], -1), lambda x: torch.relu(x),
+                (torch.randn(3, 4),), name="cat1", trusted=True)
+    p = _program(_Cat(dim), (torch.randn(2, 5),), "training")
+    assert len(bindings(rule, p, "training")) == 1
+    cat = next(n for n in p.root_module.graph.nodes if "cat" in str(n.target))
+    table = {n.name: n for n in p.root_module.graph.nodes}
+    assert match.normal_args(cat, table.get)[1] == 1
