@@ -482,3 +482,15 @@ def test_a_list_of_tensors_gives_the_rank_for_its_dimension(dim):
     cat = next(n for n in p.root_module.graph.nodes if "cat" in str(n.target))
     table = {n.name: n for n in p.root_module.graph.nodes}
     assert match.normal_args(cat, table.get)[1] == 1
+
+
+@pytest.mark.parametrize("level", ["training", "core"])
+def test_the_shipped_attention_rewrite_at_other_shapes_computes_what_eager_does(level):
+    from lowering import lower
+    from transforms.rewrite import rewrite_report
+
+    p = _program(_Attention(), _OTHER, level)
+    q, report = rewrite_report(p, [ATTENTION])
+    assert report.counts == {"attention": 1}
+    assert not any("softmax" in str(n.target) for n in q.root_module.graph.nodes)
+    torch.testing.assert_close(lower(q)(*_OTHER), _Attention()(*_OTHER))
