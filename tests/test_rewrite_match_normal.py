@@ -494,3 +494,22 @@ def test_the_shipped_attention_rewrite_at_other_shapes_computes_what_eager_does(
     assert report.counts == {"attention": 1}
     assert not any("softmax" in str(n.target) for n in q.root_module.graph.nodes)
     torch.testing.assert_close(lower(q)(*_OTHER), _Attention()(*_OTHER))
+
+
+class _Slice(torch.nn.Module):
+    def __init__(self, stop: int) -> None:
+        super().__init__()
+        self.stop = stop
+
+    def forward(self, x):
+        return torch.relu(x[:, 1:self.stop])
+
+
+@pytest.mark.parametrize(("stop", "loose", "kept"), [(3, False, True), (4, True, False)])
+def test_an_int_size_equal_to_the_patterns_is_no_wildcard_another_is(stop, loose, kept):
+    rule = Rule(lambda x: torch.relu(x[:, 1:3]), lambda x: torch.relu(x[:, 1:3]),
+                (torch.randn(4, 6),), name="slice13", trusted=True)
+    p = _program(_Slice(stop), (torch.randn(4, 6),), "core")
+    (b, _), = bindings(rule, p, "core", checked=False)
+    assert b.loose is loose
+    assert (len(bindings(rule, p, "core")) == 1) is kept
