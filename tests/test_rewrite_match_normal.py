@@ -5,6 +5,7 @@ wildcards re-checked at the matched shapes (``transforms.rewrite.sizes.recheck``
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -223,6 +224,12 @@ def _sdpa(q, k, v, mask, s: float):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=s)
 
 
+@functools.cache
+def _attn_program(level: str, spelling: tuple):
+    """The exported ``_Attn`` (programs are immutable: shared by the tests of both rules)."""
+    return _program(_Attn(**dict(spelling)), _ARGS, level)
+
+
 _QKV = tuple(torch.randn(2, 2, 5, 4) for _ in range(3))
 _ARGS = (*_QKV, torch.randn(2, 1, 5, 5))
 PLAIN = Rule(_plain, _sdpa, (*_ARGS, 0.5), name="plain", trusted=True)
@@ -235,7 +242,7 @@ NOOPS = Rule(_with_noops, _sdpa, (*_ARGS, 0.5), name="noops", trusted=True)
     {}, {"dims": (-1, -2)}, {"dims": (3, 2)}, {"dtype": True}, {"to": False},
 ], ids=["bert", "gpt2", "swapped", "dtype", "no_to"])
 def test_attention_matches_through_dropout_to_and_asserts_in_any_spelling(level, rule, spelling):
-    p = _program(_Attn(**spelling), _ARGS, level)
+    p = _attn_program(level, tuple(sorted(spelling.items())))
     found = bindings(rule, p, level)
     assert len(found) == 1
     b, table = found[0]
@@ -253,13 +260,12 @@ def test_attention_matches_through_dropout_to_and_asserts_in_any_spelling(level,
 @pytest.mark.parametrize("spelling", [{"train": True}, {"cast": torch.float64}],
                          ids=["train_dropout", "real_cast"])
 def test_what_computes_something_is_not_looked_through(level, spelling):
-    args = _ARGS
-    p = _program(_Attn(**spelling), args, level)
+    p = _attn_program(level, tuple(sorted(spelling.items())))
     assert bindings(PLAIN, p, level) == []
 
 
 def test_an_absorbed_node_is_never_a_matched_one_and_the_binding_is_typed():
-    p = _program(_Attn(), _ARGS, "training")
+    p = _attn_program("training", ())
     (b, table), = bindings(NOOPS, p, "training")
     assert len(set(b.absorbed)) == len(b.absorbed)
     assert all(table[a].op == CALL_FUNCTION for a in b.absorbed)
