@@ -420,9 +420,9 @@ class _Matcher:
             if step is not None:
                 yield from self.arg(p, *step)
             return
-        pos = self.p.typed_sentinels.get((type(p), p)) if _is_number(p) else None
+        pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
         if pos is not None:
-            if not (_is_number(t) and type(t) is type(p)):
+            if type(t) is not type(p):  # a float sentinel binds floats, an int one ints
                 return
             if pos in s.scalars:
                 if literal_equal(s.scalars[pos], t):
@@ -484,10 +484,6 @@ def _only_casts(target: Any, val_in: Any, val_out: Any) -> bool:
         and (val_in.device, val_in.layout, val_in.shape)
         == (val_out.device, val_out.layout, val_out.shape)
     )
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _ints(x: Any) -> bool:
