@@ -519,3 +519,9 @@ def test_an_int_size_equal_to_the_patterns_is_no_wildcard_another_is(stop, loose
     (b, _), = bindings(rule, p, "core", checked=False)
     assert b.loose is loose
     assert (len(bindings(rule, p, "core")) == 1) is kept
+
+
+def test_a_binding_made_elsewhere_absorbs_nothing_and_is_not_loose():
+    # contract 2: Binding(names, scalars) is what the engine took before this change
+    b = match.Binding({"x": "y"}, {})
+    assert b.absorbed == () and b.loose is False
