@@ -26,7 +26,9 @@ match position by position:
 Nodes that compute nothing (``ir.ops.computes_nothing``: eval-mode dropout, a ``.to`` or
 ``clone`` that keeps the dtype and layout, ``alias``) are looked through: the pattern drops its
 own (``prepare``), and on the graph side a match may pass through them; they are listed in
-``Binding.absorbed`` and go with the match. ``meta`` plays no other part.
+``Binding.absorbed`` and go with the match. A cast that changes only the dtype is looked
+through too, making the binding ``loose``: the pattern traced at the matched dtypes (where its
+``.float()`` may be a cast) decides. ``meta`` plays no other part.
 """
 
 from __future__ import annotations
@@ -418,9 +420,9 @@ class _Matcher:
             if step is not None:
                 yield from self.arg(p, *step)
             return
-        pos = self.p.typed_sentinels.get((type(p), p)) if _is_number(p) else None
+        pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
         if pos is not None:
-            if not (_is_number(t) and type(t) is type(p)):
+            if type(t) is not type(p):  # a float sentinel binds floats, an int one ints
                 return
             if pos in s.scalars:
                 if literal_equal(s.scalars[pos], t):
@@ -460,8 +462,11 @@ class _Matcher:
         targs, _, first = _canonical(tnode, self.lookup)
         if not targs or type(targs[0]) is not Ref:
             return None
-        if not ops.computes_nothing(tnode.target, targs, first, tnode.meta.get("val")):
-            return None
+        out = tnode.meta.get("val")
+        if not ops.computes_nothing(tnode.target, targs, first, out):
+            if self.strict or not _only_casts(tnode.target, first, out):
+                return None
+            s = s.with_(loose=True)  # a cast the pattern's trace may hold at these dtypes
         return targs[0], s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
 
     def holds_sentinel(self, p: Any) -> bool:
@@ -469,8 +474,16 @@ class _Matcher:
         return any((type(x), x) in self.p.typed_sentinels for x in items)
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _only_casts(target: Any, val_in: Any, val_out: Any) -> bool:
+    """A conversion (``ir.ops.SAME_METADATA``) that changes its input's dtype and nothing else
+    (device, layout, shape kept): it computes something, but a pattern traced at other dtypes
+    may lack it where the program has it (``.float()`` of a float32 example is nothing)."""
+    return (
+        ops.facts(target).identity == ops.SAME_METADATA
+        and isinstance(val_in, torch.Tensor) and isinstance(val_out, torch.Tensor)
+        and (val_in.device, val_in.layout, val_in.shape)
+        == (val_out.device, val_out.layout, val_out.shape)
+    )
 
 
 def _ints(x: Any) -> bool:
