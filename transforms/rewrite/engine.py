@@ -73,7 +73,7 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
             (after ``transforms.transform``); every distinct module graph is rewritten once,
             so a graph shared by several calls is rewritten once.
         rules: ``Rule`` values. Each is checked with ``check_rule`` the first time it is met
-            (unless ``trusted``); the verdict stays with the rule.
+            (unless ``trusted``); the verdict is kept beside the rule (``rule_verdict``).
 
     Returns:
         The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
@@ -83,12 +83,21 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
         skipped where a value inside it is read outside, where it holds a mutating, effectful
         or random op, where an input is written in place or a write in place lies between its
         nodes, and (for a replacement traced per match, ``Compiled.concrete``) where its
-        inputs' shapes are unknown or several calls run the graph.
+        inputs' shapes are unknown or several calls run the graph; and where a guard of
+        ``transforms.rewrite.guards`` says the program around it would change:
+        ``alias_guard`` (a fresh result made an alias of an input or state value that a write
+        or the caller can reach), ``barrier_guard`` (the match crosses a preserved call's
+        boundary, or renames a value its signature names) and ``dtype_guard`` (a value taking
+        a result's place has another dtype or shape). Nodes the match looks through
+        (``Binding.absorbed``) are removed with it. A replacement whose trace depends on
+        dtypes (``Compiled.by_dtype``) is traced at each match's dtypes.
 
     Raises:
         PassError: naming the rule, when a rule cannot be traced or is malformed, when
-        ``check_rule`` finds it wrong (with the counterexample), when its ``where`` raises, or
-        when rules keep rewriting each other's results past the step cap (a cycle; names them).
+        ``check_rule`` finds it wrong (with the counterexample), when its ``where`` raises, when
+        its replacement reads a tensor argument its pattern ignores, when rules keep rewriting
+        each other's results past the step cap (a cycle; names them), and for any other error
+        met while rewriting (naming the rule and the node): never a raw exception.
 
     **Laws:**
 
@@ -102,7 +111,11 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
 
     Complexity: O(n · r) per sweep over n nodes, where r is the number of rules whose pattern
     ends in the node's operator (rules are indexed by that operator); each rewrite re-examines
-    only the nodes it created and their users.
+    the nodes it created, the readers it rewired and the nodes downstream of its new nodes
+    within the deepest pattern (at most 256), then one closing sweep per graph proves the
+    fixpoint (``FIXPOINT``); a program whose level changes under the rewrites (core aten
+    receiving a training-level operator) gets one more round at the new level when some
+    pattern traces differently there.
     """
     return rewrite_report(p, rules)[0]
 
@@ -221,7 +234,15 @@ def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Pr
             if rw.rule in folding and rw.module == root_path and rw.graph == 0
             for name in rw.created
         }
-        q = fold_into_state(q, created)
+        try:
+            q = fold_into_state(q, created)
+        except PurefxError:
+            raise
+        except Exception as exc:
+            raise PassError(
+                f"rewrite: folding the state of rules {sorted(folding)} failed with "
+                f"{type(exc).__name__}: {exc}; drop fold_state=True from them"
+            ) from exc
     return q
 
 
@@ -282,6 +303,13 @@ def _ensure_checked(rule: Rule) -> None:
             cache.verdict = True
         except LawViolation as exc:
             cache.verdict = _without_frames(exc)
+        except PurefxError:
+            raise
+        except Exception as exc:  # a check that broke is no verdict: say so, keep none
+            raise PassError(
+                f"rule {rule.name!r}: check_rule failed with {type(exc).__name__}: {exc}; "
+                "mark the rule Rule(..., trusted=True) to skip the check, or report it"
+            ) from exc
     if cache.verdict is not True:
         raise PassError(
             f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
