@@ -525,3 +525,22 @@ def test_a_binding_made_elsewhere_absorbs_nothing_and_is_not_loose():
     # contract 2: Binding(names, scalars) is what the engine took before this change
     b = match.Binding({"x": "y"}, {})
     assert b.absorbed == () and b.loose is False
+
+
+class _TwoResults(torch.nn.Module):
+    def forward(self, x):
+        s = torch.sigmoid(x)
+        return torch.relu(s) + 1, s * 2
+
+
+def _relu_sigmoid(x):
+    s = torch.sigmoid(x)
+    return torch.relu(s), s
+
+
+def test_a_second_result_reached_from_the_anchor_is_matched_once():
+    rule = Rule(_relu_sigmoid, _relu_sigmoid, (torch.randn(4),), name="two", trusted=True)
+    p = _program(_TwoResults(), (torch.randn(4),), "training")
+    (b, table), = bindings(rule, p, "training")
+    pattern = rule.compiled("training").pattern
+    assert {table[b.names[k]].name for k in pattern.nodes} == {"sigmoid", "relu"}
