@@ -13,6 +13,7 @@ from torch.export.unflatten import FlatArgsAdapter
 
 from ir import signature as sg
 from ir import state as st
+from ir.devices import move_device_literals
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
@@ -62,7 +63,13 @@ def lower(
 
     One torch module per ModuleId (shared ModuleIds become one object under every path), state
     registered at its fqns (copies of the Program's tensors, moved to ``device`` if given; tied
-    state stays one tensor), and generated code for every graph (``interpreter=True`` runs
+    state stays one tensor), and generated code for every graph. With ``device``, every device
+    literal the export recorded (``torch.arange(n, device=x.device)`` traced on CPU, ``full``,
+    ``zeros``, ``to(device)``, ...) runs on ``device`` too (``ir.devices``). State of a program
+    exported on ``meta`` is made empty (uninitialized) on a non-meta ``device`` under its fqns;
+    the module then raises ``UnloadedStateError`` naming the first fqn never loaded
+    (``load_state_dict``, ``torch.distributed.checkpoint.load``) at its first call
+    (``lowering.unloaded``) (``interpreter=True`` runs
     ``torch.fx.Interpreter`` instead). The root behaves like ``torch.export.unflatten``'s result.
     ``share_state=True`` registers new tensor objects over the Program's storage instead of
     copies (no second copy of a large model's weights, as torch's unflatten does); then in-place
@@ -74,6 +81,8 @@ def lower(
     require_program(program, "lower")  # a LoweringError (NotAProgramError)
     verify(program)
     device = _usable_device(device)
+    if device is not None:  # the device literals recorded at export run on ``device`` too
+        program = move_device_literals(program, device)
     table = program.module_table()
     walked = list(program.walk())
     root = _build_root(program, interpreter, flat_args_adapter)
