@@ -189,7 +189,7 @@ def test_export_records_cpu_and_lower_moves_it_to_meta():
 
 
 def test_move_to_device_is_pure_and_moves_literals_and_state():
-    model, x, p = _literal_program()
+    _model, x, p = _literal_program()
     text = format_program(p)
     versions = {k: tensor_version(v.value) for k, v in p.tensors.items()}
     q = move_to_device(p, "meta")
