@@ -20,6 +20,7 @@ has the original module tree and fqns):
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.stages import Edge, Stages
 from ir.state import Slot
-from ir.torch_seam import pytree
+from ir.torch_seam import op_schema, pytree
 from transforms.inline import inline
 from transforms.pipeline import transform
 from transforms.stage_balance import Plan, balanced_at, stage_costs
@@ -175,12 +176,21 @@ class _Splitter:
         # The result of an in-place op on state *is* that state (``add_`` returns the buffer):
         # a stage that reads it reads the buffer, and the op's stage writes it.
         self.aliases: dict[str, str] = {}
+        # Views of state (``slice``, ``select``, ``view``, ``getitem`` of ``split``, ...) and of
+        # its in-place results: a write through one is a write of the state. Only the write
+        # check reads these (a view read in a later stage is sent as an edge, as any value).
+        self.views: dict[str, str] = {}
+        is_view = _ViewFacts()
         for node in self.graph.nodes:
-            if node.op == CALL_FUNCTION and is_inplace(node.target) and node.args:
-                first = getattr(node.args[0], "name", None)
-                fqn = self.state_reads.get(first) or self.aliases.get(first)
-                if fqn is not None:
-                    self.aliases[node.name] = fqn
+            if node.op != CALL_FUNCTION or not node.args:
+                continue
+            first = getattr(node.args[0], "name", None)
+            fqn = self.state_reads.get(first) or self.aliases.get(first)
+            if fqn is not None and is_inplace(node.target):
+                self.aliases[node.name] = fqn
+            fqn = fqn or self.views.get(first)
+            if fqn is not None and (is_inplace(node.target) or is_view(node.target)):
+                self.views[node.name] = fqn
 
     # -- 1. the stage of every node -------------------------------------------------------
     def assign(self) -> dict[str, int]:
@@ -248,7 +258,7 @@ class _Splitter:
             for i in written_args(node.target):
                 arg = node.args[i] if i < len(node.args) else None
                 name = getattr(arg, "name", None)
-                fqn = state_ph.get(name) or self.aliases.get(name)
+                fqn = state_ph.get(name) or self.aliases.get(name) or self.views.get(name)
                 if fqn is not None:
                     writer.setdefault(table[fqn].tensor, set()).add(stage_of[node.name])
 
@@ -462,6 +472,35 @@ class _Splitter:
             call_order=tuple(c for c in p.call_order if c == "" or c in kept),
             range_constraints=p.range_constraints,
         )
+
+
+class _ViewFacts:
+    """Whether a target returns a view of its first argument: its schema's first result shares
+    the first argument's alias set without writing it (``slice``, ``view``, ``split``'s list),
+    or it is ``getitem`` (of such a list). Answers kept per instance (one split). O(1)."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, tuple[Any, bool]] = {}
+
+    def __call__(self, target: Any) -> bool:
+        hit = self.known.get(id(target))
+        if hit is not None and hit[0] is target:
+            return hit[1]
+        found = target is operator.getitem or _returns_view(target)
+        self.known[id(target)] = (target, found)
+        return found
+
+
+def _returns_view(target: Any) -> bool:
+    schema = op_schema(target)
+    if schema is None or not schema.returns or not schema.arguments:
+        return False
+    ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    if ret is None or arg is None or ret.is_write or arg.is_write:
+        return False
+    # ``Tensor(a) self -> Tensor(a)``; a list of views (``split``, ``unbind``) carries its
+    # alias set on the elements: ``Tensor(a -> *) self -> Tensor(a)[]``
+    return bool(set(ret.before_set) & set(arg.before_set)) or "*" in arg.after_set
 
 
 def _held_bytes(p: Program, state_of: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
