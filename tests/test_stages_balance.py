@@ -22,14 +22,19 @@ from transforms import split_stages, transform
 from transforms.stage_balance import best_cuts
 
 
+def _key(prefix, cuts, traffic, k, chosen):
+    """(largest part, sum |k * part - total|, traffic): what best_cuts minimises, in order."""
+    bounds = [0, *(cuts[j] for j in chosen), len(prefix) - 1]
+    parts = [prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds)]
+    total = prefix[-1]
+    return (max(parts), sum(abs(k * x - total) for x in parts), sum(traffic[j] for j in chosen))
+
+
 def _brute(prefix, cuts, traffic, k):
-    best = None
-    for chosen in itertools.combinations(range(len(cuts)), k - 1):
-        bounds = [0, *(cuts[j] for j in chosen), len(prefix) - 1]
-        largest = max(prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds))
-        key = (largest, sum(traffic[j] for j in chosen))
-        best = key if best is None or key < best else best
-    return best
+    return min(
+        _key(prefix, cuts, traffic, k, chosen)
+        for chosen in itertools.combinations(range(len(cuts)), k - 1)
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -54,7 +59,7 @@ def test_best_cuts_is_exact(costs, data):
     assert chosen == sorted(set(chosen)) and len(chosen) == k - 1
     bounds = [0, *(cuts[j] for j in chosen), len(costs)]
     assert largest == max(prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds))
-    assert (largest, sum(traffic[j] for j in chosen)) == _brute(prefix, cuts, traffic, k)
+    assert _key(prefix, cuts, traffic, k, chosen) == _brute(prefix, cuts, traffic, k)
 
 
 def _model(name):
