@@ -237,3 +237,42 @@ def test_lower_and_move_to_device_on_cuda():
     stages = split_stages(p, at=["lin"])
     mods = [stage_module(stages, k, "cuda") for k in range(2)]
     torch.testing.assert_close(mods[1](*mods[0](x.cuda())).cpu(), want)
+
+
+def test_hf_llama_on_meta_with_non_persistent_buffers(tmp_path):
+    """An unseen model: a tiny Llama (tied embedding, a non-persistent rotary buffer), built and
+    exported on meta, split in 3 balanced stages, each loaded from a checkpoint that also holds
+    the non-persistent buffers (``named_buffers()``): the stage chain equals eager exactly, and
+    without those buffers the check names the rotary buffer."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=200, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+        use_cache=False, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    eager = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.device("meta"):
+        shell = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 200, (2, 8))
+    stages = split_stages(import_ep(torch.export.export(shell, (ids.to("meta"),))), n=3)
+    assert set(stages.shared) == {"lm_head.weight", "model.embed_tokens.weight"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(eager.state_dict(), checkpoint_id=str(tmp_path / "plain"))
+        dcp.save({**dict(eager.named_buffers()), **eager.state_dict()},
+                 checkpoint_id=str(tmp_path / "full"))
+        first = stage_module(stages, 0, "cpu")
+        dcp.load(first.state_dict(), checkpoint_id=str(tmp_path / "plain"))
+        with pytest.raises(UnloadedStateError, match="'model.rotary_emb.inv_freq'"):
+            first(ids)
+        mods = []
+        for k in range(len(stages)):
+            m = stage_module(stages, k, "cpu")
+            dcp.load({**dict(m.named_buffers()), **m.state_dict()},
+                     checkpoint_id=str(tmp_path / "full"))
+            mods.append(m)
+    acts = (ids,)
+    for m in mods:
+        acts = m(*acts)
+    torch.testing.assert_close(acts["logits"], eager(ids).logits, rtol=0, atol=0)
