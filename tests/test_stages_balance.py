@@ -12,10 +12,14 @@ import itertools
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ir import PassError, import_ep
+from ir.module_stack import NO_STACK
+from ir.strategies import programs
+from ir.strategies.programs import program_inputs
+from ir.torch_seam import pytree
 from lowering import format_stage_plan, lower, stage_module
 from tests import stage_cases as sc
 from transforms import split_stages, transform
@@ -171,3 +175,44 @@ def test_cli_auto_stages(tmp_path, capsys):
     assert "write auto:K" in capsys.readouterr().err
     assert main([str(path), "--stages", "auto:30"]) == 2
     assert "n=30 needs 29 cut points" in capsys.readouterr().err
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(p=programs(max_modules=4, max_ops=5, max_nodes=40), k=st.integers(2, 3),
+       balance=st.sampled_from(["params", "flops"]))
+def test_balanced_split_of_generated_programs(p, k, balance):
+    """A balanced split of a generated program either is refused with a ``PassError`` or gives
+    ``k`` stages cut at module paths in order, whose largest cost is no more than any single
+    cut's (k = 2), and whose modules in sequence compute the program."""
+    try:
+        stages = split_stages(p, n=k, balance=balance)
+    except PassError:
+        event("declined")
+        return
+    event("split")
+    assert len(stages) == k and len(stages.at) == k - 1
+    values = stages.params if balance == "params" else stages.flops
+    if k == 2 and balance == "flops":
+        for path in {f.path for nd in p.root_module.graph.nodes
+                     for f in (nd.module_frames if nd.module_frames not in (None, NO_STACK)
+                               else ())}:
+            try:
+                other = split_stages(p, [path])
+            except PassError:
+                continue
+            assert max(values) <= max(other.flops)
+    args, kwargs = program_inputs(p, seed=1)
+    want = pytree.tree_leaves(lower(p)(*args, **kwargs))
+    leaves = pytree.tree_leaves(program_inputs(p, seed=1))
+    by_name = dict(zip([s.name for s in p.signature.user_inputs()], leaves, strict=True))
+    acts = tuple(by_name[n] for n in stages.inputs[0])
+    kw = {n: by_name[n] for n in stages.root_inputs}
+    for i in range(k):
+        out = stage_module(stages, i)(*acts, **kw)
+        acts = tuple(out) if i < k - 1 else acts
+    got = pytree.tree_leaves(out)
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w)
+        else:
+            assert g == w
