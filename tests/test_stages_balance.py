@@ -79,7 +79,39 @@ def test_balanced_mlp_by_params():
     assert stages.at == ("layers.1", "layers.2", "layers.3")
     assert stages.balance == "params"
     assert stages.params == (336, 336, 336, 504)  # float64 6x6+6 per block; the last + out
+    # a block: linear on (2, 6) -> 2 * 12 * 6 multiply-adds, tanh 12; out: 2 * 6 * 6
+    assert stages.flops == (156, 156, 156, 228)
     assert len(stages) == 4
+
+
+class _ConvAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, kernel_size=(3, 2))
+        self.proj = torch.nn.Linear(5, 8)
+
+    def forward(self, img, q, k, v):
+        y = self.conv(img)  # (2, 4, 6, 7): 2 * 336 outputs * (3 * 3 * 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # q (2, 2, 4, 8), k len 6
+        b = torch.bmm(q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2))  # (4, 4, 6), K = 8
+        return y.sum() + a.sum() + self.proj(v[..., :5]).sum() + b.sum()
+
+
+def test_flop_rules():
+    from transforms.stage_balance import node_flops
+
+    args = (torch.randn(2, 3, 8, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8),
+            torch.randn(2, 2, 6, 8))
+    p = import_ep(torch.export.export(_ConvAttention(), args))
+    graph = p.root_module.graph
+    vals = {nd.name: nd.meta.get("val") for nd in graph.nodes}
+    found = {str(nd.target): node_flops(nd, vals) for nd in graph.nodes
+             if nd.op == "call_function"}
+    assert found["aten.conv2d.default"] == 2 * (2 * 4 * 6 * 7) * (3 * 3 * 2)
+    assert found["aten.scaled_dot_product_attention.default"] == 4 * (2 * 2 * 4 * 8) * 6
+    assert found["aten.bmm.default"] == 2 * (4 * 4 * 6) * 8
+    assert found["aten.linear.default"] == 2 * (2 * 2 * 6 * 8) * 5
+    assert found["aten.sum.default"] == 1  # other ops: their output elements
 
 
 def test_balanced_tied_lm_counts_the_tied_copy():
