@@ -248,3 +248,34 @@ def test_balanced_split_of_generated_programs(p, k, balance):
             torch.testing.assert_close(g, w)
         else:
             assert g == w
+
+
+class _Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(1000))
+
+    def forward(self):
+        self.seen.add_(1)
+
+
+class _NothingCrosses(torch.nn.Module):
+    """Nothing crosses a cut at ``a`` (the counter's write stays in its stage; ``x`` is an
+    input): only ``b`` can begin stage 1, though a cut at ``a`` would balance better."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = _Counter()
+        self.a = torch.nn.Linear(10, 10)
+        self.b = torch.nn.Linear(10, 2)
+
+    def forward(self, x):
+        self.count()
+        return self.b(self.a(x))
+
+
+def test_cut_points_need_a_tensor_crossing():
+    p = import_ep(torch.export.export(_NothingCrosses(), (torch.randn(3, 10),)))
+    assert split_stages(p, n=2).at == ("b",)
+    with pytest.raises(PassError, match=r"n=3 needs 2 cut points, but the program has only 1 "):
+        split_stages(p, n=3)
