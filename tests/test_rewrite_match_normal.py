@@ -18,7 +18,7 @@ from ir import import_ep, ops
 from ir.node import CALL_FUNCTION
 from transforms.rewrite import Rule, match, sizes
 from transforms.rewrite.match import literal_equal, match_at
-from transforms.rewrite_rules import ATTENTION
+from transforms.rewrite_rules import ATTENTION_SCALED as ATTENTION
 
 aten = torch.ops.aten
 
