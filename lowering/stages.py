@@ -20,7 +20,7 @@ group in one order, from ``Stages``); stage ``i`` runs on group rank ``i``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -30,8 +30,8 @@ from torch.distributed.pipelining import PipelineStage
 from ir.errors import InputConstraintError, LoweringError
 from ir.stages import Stages
 from ir.state import BUFFER, PARAMETER
-from ir.torch_seam import pytree
 from lowering.lower import lower
+from lowering.torch_seam import CheckedPipelineStage, data_parallel_inner
 
 
 def _check_stage(stages: Any, i: Any) -> None:
@@ -63,53 +63,61 @@ def stage_module(stages: Stages, i: int, device: Any = None) -> torch.nn.Module:
     return lower(stages.programs[i], device=device)
 
 
-def _examples(
-    stages: Stages, names: Sequence[str], device: Any, grad: Sequence[bool] | None = None
-) -> tuple[torch.Tensor, ...]:
-    by_name = stages.source.root_module.graph.by_name()
+def _values(program: Any, names: Sequence[str], what: str) -> list[torch.Tensor]:
+    """The ``meta['val']`` of each named node of ``program``'s root graph (the stage's own
+    Program, not the flat source)."""
+    by_name = program.root_module.graph.by_name()
     found = []
-    for j, name in enumerate(names):
-        val = by_name[name].meta.get("val")
+    for name in names:
+        node = by_name.get(name)
+        val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor):
             raise LoweringError(
-                f"pipeline_stage: value %{name} has no tensor metadata (meta['val']); "
+                f"pipeline_stage: {what} %{name} has no tensor metadata (meta['val']); "
                 "export the model with torch.export so that every stage input has a shape"
             )
-        try:
-            shape = tuple(int(d) for d in val.shape)
-        except TypeError:  # a symbolic dim without a hint
-            raise LoweringError(
-                f"pipeline_stage: value %{name} has a dynamic shape {tuple(val.shape)}; "
-                "export with the micro-batch shape (static dims) for a pipeline"
-            ) from None
-        t = torch.zeros(shape, dtype=val.dtype, device=device)
-        # an activation that carries a gradient (Edge.grad) carries one between stages: the
-        # receiving buffer must ask for it
-        found.append(t.requires_grad_(bool(grad and grad[j])))
+        found.append(val)
+    return found
+
+
+def _static_shape(val: torch.Tensor, name: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in val.shape)
+    except TypeError:  # a symbolic dim without a hint
+        raise LoweringError(
+            f"pipeline_stage: value %{name} has a dynamic shape {tuple(val.shape)}; "
+            "export with the micro-batch shape (static dims) for a pipeline"
+        ) from None
+
+
+def _examples(program: Any, names: Sequence[str], device: Any, what: str
+              ) -> tuple[torch.Tensor, ...]:
+    """Zero tensors with the exported shape and dtype of each named value. Every floating
+    point one asks for a gradient: whether an activation carries one is decided at run time
+    (a layer unfrozen after the split still gives earlier stages their gradient; a value that
+    carries none is sent back as zeros by torch's stage and ignored by the sender)."""
+    found = []
+    for name, val in zip(names, _values(program, names, what), strict=True):
+        t = torch.zeros(_static_shape(val, name), dtype=val.dtype, device=device)
+        found.append(t.requires_grad_(val.dtype.is_floating_point))
     return tuple(found)
 
 
-def _output_names(stages: Stages, i: int) -> tuple[str, ...]:
-    if i < len(stages) - 1:
-        return tuple(e.name for e in stages.edges_from(i))
-    return tuple(s.name for s in stages.source.signature.user_outputs() if s.name is not None)
-
-
-class _CheckedStage(PipelineStage):
+class _CheckedStage(CheckedPipelineStage):
     """A ``PipelineStage`` that checks each micro-batch's own inputs (stage 0's positional
     inputs, every stage's keyword inputs) against the exported shapes before it runs it, so a
-    wrong batch is a purefx error on that rank before it sends anything for the micro-batch."""
+    wrong batch is a purefx error on that rank before it sends anything for the micro-batch.
+    (The hook into torch's stage is ``lowering.torch_seam.CheckedPipelineStage``.)"""
 
     def __init__(self, *args: Any, expected: Mapping[str, tuple], first: tuple[str, ...],
                  **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self.purefx_expected = dict(expected)
         self.purefx_first = first
+        super().__init__(*args, check=self._check_inputs, **kwargs)
 
-    def forward_one_chunk(self, fwd_chunk_id: int, args: tuple[Any, ...],
-                          kwargs: dict[str, Any] | None = None, save_forward_output: bool = True):
-        """Check the micro-batch's inputs, then run torch's ``forward_one_chunk``."""
-        given: list[tuple[str, Any]] = list((kwargs or {}).items())
+    def _check_inputs(self, chunk: int, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+                      ) -> None:
+        given: list[tuple[str, Any]] = list(kwargs.items())
         if self.is_first:
             given += list(zip(self.purefx_first, args, strict=False))
         for name, value in given:
@@ -122,60 +130,222 @@ class _CheckedStage(PipelineStage):
             got = tuple(getattr(value, "shape", ()))
             if got != want[0]:
                 raise InputConstraintError(
-                    f"stage {self.stage_index}, micro-batch {fwd_chunk_id}: input {name!r} has "
+                    f"stage {self.stage_index}, micro-batch {chunk}: input {name!r} has "
                     f"shape {got}, the stage was exported with {want[0]}. Export the model "
                     "with one micro-batch (batch / n_microbatches) and step with "
                     "n_microbatches times that batch"
                 )
-        output = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
-        if self.is_last and not isinstance(output, (torch.Tensor, tuple)):
-            # torch's stage keeps ``(output,)`` for backward and treats each item as a tensor:
-            # keep the output's tensors instead (a dict output stays a dict for the loss)
-            _outputs, inputs = self.fwd_cache[fwd_chunk_id]
-            leaves = tuple(t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
-            self.fwd_cache[fwd_chunk_id] = (leaves, inputs)
-        return output
 
 
-def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None) -> PipelineStage:
+def _group_size(group: Any) -> int:
+    return dist.get_world_size(group)
+
+
+def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
+                   wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
+                   ) -> PipelineStage:
     """Stage ``i`` as a ``torch.distributed.pipelining.PipelineStage`` on ``device``.
 
-    The stage module is ``stage_module(stages, i, device)``; the stage's input and output shapes
-    come from the exported program (one micro-batch), so the schedule infers nothing at its
-    first step. Before each micro-batch runs, its own inputs are checked against those shapes:
-    a mismatch raises ``InputConstraintError`` before this rank sends anything for it (other
-    ranks waiting on it then fail at the group's timeout). Every rank of ``group`` (default: the
-    world) must call this at once: the weights held by several stages are broadcast from their
-    first owner (``broadcast_shared_state``), so every copy starts equal.
+    The stage module is ``stage_module(stages, i, device)``, then ``wrap(module)`` when ``wrap``
+    is given (data parallelism over the stage's replicas: ``lambda m: DistributedDataParallel(m,
+    process_group=dp_group)`` or FSDP2's ``fully_shard``); the ``PipelineStage`` runs the
+    wrapped module, and torch's schedules skip the wrapper's gradient sync until the step's last
+    backward. The stage's input and output shapes come from stage ``i``'s own Program (one
+    micro-batch), so the schedule infers nothing at its first step; every floating point
+    activation may carry a gradient (decided at run time, not at the split). Before each
+    micro-batch runs, its own inputs are checked against those shapes: a mismatch raises
+    ``InputConstraintError`` before this rank sends anything for it.
+
+    ``i`` is a stage index, independent of the rank: a rank may build several stages (one
+    call each) for ``ScheduleInterleaved1F1B`` / ``ScheduleLoopedBFS`` (stage ``k`` runs on
+    group rank ``k % group size``). When every rank of ``group`` (default: the world) holds
+    exactly one stage (``len(stages)`` equals the group size), every rank must call this at
+    once: a bad argument on any rank is then a ``LoweringError`` on every rank, and the weights
+    held by several stages are broadcast from their first owner (``broadcast_shared_state``),
+    so every copy starts equal (not for a program exported on ``meta``, whose state is loaded
+    afterwards). With several stages per rank it runs no collective: the copies come from one
+    Program, or call ``broadcast_shared_state(stages, [i, j], [m_i, m_j])`` once after loading.
+
+    Raises:
+        LoweringError: ``i`` is not a stage index, ``wrap`` returns no ``nn.Module``, or a
+        stage value has no static shape.
 
     **Laws:** builds new objects only (the Stages are untouched). Complexity: ``lower`` of the
-    stage plus one broadcast per shared tensor.
+    stage plus O(|shared|) point-to-point messages.
     """
-    _check_stage(stages, i)
-    device = torch.device(device)
-    module = stage_module(stages, i, device)
-    broadcast_shared_state(stages, i, module, group)
-    by_name = stages.source.root_module.graph.by_name()
-    expected = {}
-    for name in (*(stages.inputs[0] if i == 0 else ()), *stages.root_inputs):
-        val = by_name[name].meta.get("val")
-        if isinstance(val, torch.Tensor):
+    collective = isinstance(stages, Stages) and _group_size(group) == len(stages)
+    problem = None
+    try:
+        _check_stage(stages, i)
+        device = torch.device(device)
+        module = stage_module(stages, i, device)
+        wrapped = module if wrap is None else wrap(module)
+        if not isinstance(wrapped, torch.nn.Module):
+            raise LoweringError(
+                f"pipeline_stage: wrap(module) of stage {i} returned "
+                f"{type(wrapped).__name__}, not an nn.Module; return the wrapped module "
+                "(e.g. DistributedDataParallel(module, process_group=dp_group))"
+            )
+        program = stages.programs[i]
+        first = stages.inputs[0]
+        expected = {}
+        names = (*(first if i == 0 else ()), *stages.root_inputs)
+        for name, val in zip(names, _values(program, names, "input"), strict=True):
             expected[name] = (tuple(val.shape), val.dtype)
+        inputs = _examples(program, stages.inputs[i], device, "stage input")
+        outs = tuple(s.name for s in program.signature.user_outputs() if s.name is not None)
+        outputs = _examples(program, outs, device, "stage output")
+    except LoweringError as e:
+        if not collective:
+            raise
+        problem = str(e)
+    if collective:
+        if problem is None and i != dist.get_rank(group):
+            problem = (
+                f"pipeline_stage: stage {i} runs on group rank {i} (one stage per rank: stage k "
+                f"on rank k), not on group rank {dist.get_rank(group)}"
+            )
+        _agree(problem, group)
+        if not _from_meta(stages):
+            _broadcast(stages, [(i, module)], _placement(stages, group, None), group)
     return _CheckedStage(
-        module,
+        wrapped,
         i,
         len(stages),
         device,
-        input_args=_examples(
-            stages, stages.inputs[i], device, [e.grad for e in stages.edges_from(i - 1)]
-        ),
-        output_args=_examples(
-            stages, _output_names(stages, i), device, [e.grad for e in stages.edges_from(i)]
-        ),
+        input_args=inputs,
+        output_args=outputs,
         group=group,
         expected=expected,
-        first=stages.inputs[0],
+        first=first,
     )
+
+
+def _from_meta(stages: Stages) -> bool:
+    """Whether the program's state has no values (exported under ``torch.device("meta")``)."""
+    for fqn in stages.source.state_order:
+        t = stages.source.tensor(fqn)
+        if isinstance(t, torch.Tensor):
+            return t.device.type == "meta"
+    return False
+
+
+def _agree(problem: str | None, group: Any) -> None:
+    """Every rank of ``group`` learns every rank's problem: raises the same ``LoweringError`` on
+    every rank when one rank has one (so no rank enters a collective that another left)."""
+    found: list[Any] = [None] * _group_size(group)
+    dist.all_gather_object(found, problem, group=group)
+    bad = [f"rank {r}: {p}" for r, p in enumerate(found) if p is not None]
+    if bad:
+        raise LoweringError("; ".join(bad))
+
+
+def _placement(stages: Stages, group: Any, placement: Any) -> tuple[int, ...]:
+    """The group rank of each stage: torch's loop placement (stage ``k`` on rank ``k % size``,
+    what ``PipelineStage`` and the looped / interleaved schedules use), ``"v"`` (two stages per
+    rank as a V: rank ``r`` holds ``r`` and ``2 * size - 1 - r``) or an explicit sequence."""
+    size = _group_size(group)
+    n = len(stages)
+    if placement is None or placement == "loop":
+        return tuple(k % size for k in range(n))
+    if placement == "v":
+        if n != 2 * size:
+            raise LoweringError(
+                f"placement 'v' needs two stages per rank: {n} stages on {size} ranks"
+            )
+        return tuple(k if k < size else 2 * size - 1 - k for k in range(n))
+    ranks = tuple(placement) if isinstance(placement, Sequence) else None
+    if (
+        ranks is None
+        or len(ranks) != n
+        or not all(isinstance(r, int) and 0 <= r < size for r in ranks)
+    ):
+        raise LoweringError(
+            f"placement {placement!r} is not 'loop', 'v' or a group rank in range(0, {size}) "
+            f"for each of the {n} stages"
+        )
+    return ranks
+
+
+def _held(stages: Stages, i: Any, m: Any, what: str) -> list[tuple[int, torch.nn.Module]]:
+    """``(stage, module)`` pairs of one rank's call (one stage or sequences of both), checked."""
+    indices = list(i) if isinstance(i, (list, tuple)) else [i]
+    modules = list(m) if isinstance(m, (list, tuple)) else [m]
+    if len(indices) != len(modules):
+        raise LoweringError(
+            f"{what}: {len(indices)} stage indices but {len(modules)} modules; pass one module "
+            "per stage"
+        )
+    for k in indices:
+        _check_stage(stages, k)
+    if len(set(indices)) != len(indices):
+        raise LoweringError(f"{what}: stage indices {indices} repeat a stage")
+    for k, mod in zip(indices, modules, strict=True):
+        if not isinstance(mod, torch.nn.Module):
+            raise LoweringError(
+                f"{what}: the module of stage {k} is a {type(mod).__name__}, not an nn.Module"
+            )
+    return sorted(zip(indices, (data_parallel_inner(mod) for mod in modules), strict=True),
+                  key=lambda km: km[0])
+
+
+def _prepare(stages: Stages, i: Any, m: Any, group: Any, placement: Any, what: str,
+             kinds: tuple[str, ...]) -> tuple[list, tuple[int, ...], list] | None:
+    """Check one rank's call and agree on it with every rank of ``group``; ``None`` when the
+    program has no shared tensor of ``kinds`` (then no rank communicates)."""
+    if not isinstance(stages, Stages):
+        raise LoweringError(
+            f"{what}: expected the Stages that transforms.split_stages returns, got "
+            f"{type(stages).__name__}"
+        )
+    keys = _shared_keys(stages, kinds)  # from Stages alone: the same on every rank
+    problem = None
+    held: list = []
+    ranks: tuple[int, ...] = ()
+    try:
+        held = _held(stages, i, m, what)
+        ranks = _placement(stages, group, placement)
+        me = dist.get_rank(group)
+        mine = [k for k in range(len(stages)) if ranks[k] == me]
+        if [k for k, _ in held] != mine:
+            raise LoweringError(
+                f"{what}: this rank (group rank {me}) holds stages {mine} (stage k runs on "
+                f"group rank {'placement[k]' if placement is not None else 'k % group size'}) "
+                f"but was called with stages {[k for k, _ in held]}; pass all of its stages "
+                "and their modules at once"
+            )
+        for fqn, _owners in keys:
+            for k, mod in held:
+                _local(stages, k, mod, fqn)
+    except LoweringError as e:
+        if not keys:
+            raise
+        problem = str(e)
+    if not keys and problem is None:
+        return None
+    _agree(problem, group)
+    return held, ranks, keys
+
+
+def _copies(stages: Stages, held: list, fqn: str, owners: tuple[int, ...]
+            ) -> list[tuple[int, torch.Tensor]]:
+    return [(k, _local(stages, k, mod, fqn)) for k, mod in held if k in owners]
+
+
+def _send(t: torch.Tensor, rank: int, group: Any) -> None:
+    dist.send(t.contiguous(), dst=_global_rank(group, rank), group=group)
+
+
+def _recv_like(t: torch.Tensor, rank: int, group: Any) -> torch.Tensor:
+    buf = torch.empty_like(t, memory_format=torch.contiguous_format)
+    dist.recv(buf, src=_global_rank(group, rank), group=group)
+    return buf
+
+
+def _owner_ranks(ranks: tuple[int, ...], owners: tuple[int, ...]) -> tuple[int, list[int]]:
+    """(the first owner's rank, the other owners' ranks in ascending order)."""
+    lead = ranks[owners[0]]
+    return lead, sorted({ranks[k] for k in owners} - {lead})
 
 
 def _shared_keys(stages: Stages, kinds: tuple[str, ...]) -> list[tuple[str, tuple[int, ...]]]:
@@ -205,7 +375,7 @@ def _local(stages: Stages, i: int, m: torch.nn.Module, fqn: str) -> torch.Tensor
     except AttributeError:
         raise LoweringError(
             f"stage {i}'s module has no {slot.kind} {local!r}; pass the module that "
-            "stage_module / pipeline_stage built for stage {i}"
+            f"stage_module / pipeline_stage built for stage {i} (its .submod)"
         ) from None
 
 
@@ -213,68 +383,114 @@ def _global_rank(group: Any, rank: int) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def broadcast_shared_state(stages: Stages, i: int, m: torch.nn.Module, group: Any = None) -> None:
-    """Make every copy of a shared parameter or buffer equal to its first owner's.
+def broadcast_shared_state(stages: Stages, i: int | Sequence[int],
+                           m: torch.nn.Module | Sequence[torch.nn.Module], group: Any = None,
+                           *, placement: Any = None) -> None:
+    """Make every copy of a shared parameter or buffer equal to its first owner's copy.
 
-    Stage ``i`` runs on rank ``i`` of ``group`` (default: the world); every rank calls this
-    with its own stage module ``m``. For each tensor held by several stages, in state order,
-    the first owner's value is broadcast and copied into the other owners' copies (ranks that
-    hold no copy take part with a scratch tensor). ``pipeline_stage`` calls it once.
+    Every rank of ``group`` (default: the world) calls this once, with all of its stages and
+    their modules: ``broadcast_shared_state(stages, [i, j], [m_i, m_j])`` (or one stage and one
+    module). Stage ``k`` runs on group rank ``k % group size`` (torch's placement for one and for
+    interleaved stages per rank), or ``placement[k]`` (``placement="v"`` for V schedules). For
+    each tensor held by several stages, in state order, only the ranks that hold a copy take
+    part (decided from ``Stages`` alone): the first owner's rank sends its copy to each other
+    owner rank, and every rank copies it into its other copies. ``pipeline_stage`` calls it
+    once when each rank holds one stage.
 
-    **Laws:** changes only the shared tensors of ``m``, and only where copies differ.
-    Complexity: one broadcast per shared tensor.
+    Raises:
+        LoweringError: on every rank of ``group``, before any copy is sent, when some rank's
+        call is wrong (a stage index out of range, not that rank's stages, a module without
+        the stage's fqn).
+
+    **Laws:** changes only the shared tensors of the modules. Complexity: one all-gather of
+    the check, then 2 x (owner ranks - 1) messages per shared tensor.
     """
-    _check_stage(stages, i)
+    ready = _prepare(stages, i, m, group, placement, "broadcast_shared_state",
+                     (PARAMETER, BUFFER))
+    if ready is not None:
+        _broadcast(stages, *ready[:2], group)
+
+
+def _broadcast(stages: Stages, held: list[tuple[int, torch.nn.Module]],
+               ranks: tuple[int, ...], group: Any) -> None:
+    me = dist.get_rank(group)
     for fqn, owners in _shared_keys(stages, (PARAMETER, BUFFER)):
-        mine = _local(stages, i, m, fqn)
-        ref = stages.source.tensor(fqn)
-        buf = (
-            mine.detach().clone()
-            if mine is not None
-            else torch.empty(ref.shape, dtype=ref.dtype, device=_device_of(m))
-        )
-        dist.broadcast(buf, src=_global_rank(group, owners[0]), group=group)
-        if mine is not None and i != owners[0]:
-            with torch.no_grad():
-                mine.copy_(buf)
+        lead, others = _owner_ranks(ranks, owners)
+        if me != lead and me not in others:
+            continue
+        copies = _copies(stages, held, fqn, owners)
+        if me == lead:
+            src = copies[0][1]  # the first owner's copy (the lead holds the first owner)
+            for r in others:
+                _send(src.detach(), r, group)
+            value = src.detach()
+        else:
+            value = _recv_like(copies[0][1].detach(), lead, group)
+        with torch.no_grad():
+            for _k, t in copies:
+                if t is not value and t.data_ptr() != value.data_ptr():
+                    t.copy_(value)
 
 
-def _device_of(m: torch.nn.Module) -> torch.device:
-    for t in m.parameters():
-        return t.device
-    for t in m.buffers():
-        return t.device
-    return torch.device("cpu")
-
-
-def sync_shared_grads(stages: Stages, i: int, m: torch.nn.Module, group: Any = None) -> None:
+def sync_shared_grads(stages: Stages, i: int | Sequence[int],
+                      m: torch.nn.Module | Sequence[torch.nn.Module], group: Any = None,
+                      *, placement: Any = None) -> None:
     """After backward: every copy of a parameter held by several stages gets the sum of the
     copies' gradients, the gradient eager's one tensor gets.
 
-    Stage ``i`` runs on rank ``i`` of ``group`` (default: the world); every rank calls this
-    after its schedule step and before the optimizer step, with its stage module ``m``
-    (``pipeline_stage(...).submod``). Ranks without a copy take part with zeros. A copy whose
-    ``grad`` is ``None`` counts as zero and gets the sum.
+    Every rank of ``group`` (default: the world) calls this once after its schedule step and
+    before the optimizer step, with all of its stages and their modules:
+    ``sync_shared_grads(stages, [i, j], [m_i, m_j])`` (``pipeline_stage(...).submod``; a
+    ``DistributedDataParallel`` wrapper is unwrapped), or ``sync_shared_grads(stages, i, m)``
+    for one. Stage ``k`` runs on group rank ``k % group size`` or ``placement[k]`` (as in
+    ``broadcast_shared_state``). Who takes part in each sum is decided from ``Stages`` alone:
+    for each shared parameter, in state order, the ranks holding a copy; the first owner's rank
+    adds the others' sums to its own in rank order and sends the total back, so every copy gets
+    the same bits. A copy whose ``grad`` is ``None`` or that is frozen (``requires_grad=False``)
+    contributes zeros, made with its own dtype and device; every copy that requires grad gets
+    the total (a frozen copy keeps its ``grad``). Copies on one rank are summed locally.
 
-    **Laws:** parameters that only one stage holds are untouched; after it, with equal initial
-    copies (``pipeline_stage`` broadcasts them), the same optimizer keeps every copy equal.
-    Complexity: one all-reduce per shared parameter.
+    Raises:
+        LoweringError: on every rank of ``group``, before any gradient is sent, when some
+        rank's call is wrong (a stage index out of range, not that rank's stages, a module
+        without the stage's fqn).
+
+    **Laws:** parameters that only one stage holds are untouched; with equal initial copies
+    (``pipeline_stage`` / ``broadcast_shared_state``), the same optimizer keeps every trained
+    copy equal; freezing a copy on one stage gives eager's gradient with that use detached.
+    Complexity: one all-gather of the check, then 2 x (owner ranks - 1) messages per shared
+    parameter.
     """
-    _check_stage(stages, i)
-    for fqn, _owners in _shared_keys(stages, (PARAMETER,)):
-        mine = _local(stages, i, m, fqn)
-        if mine is not None and not mine.requires_grad:
+    ready = _prepare(stages, i, m, group, placement, "sync_shared_grads", (PARAMETER,))
+    if ready is None:
+        return
+    held, ranks, keys = ready
+    me = dist.get_rank(group)
+    for fqn, owners in keys:
+        lead, others = _owner_ranks(ranks, owners)
+        if me != lead and me not in others:
             continue
-        ref = stages.source.tensor(fqn)
-        if mine is None:
-            grad = torch.zeros(ref.shape, dtype=ref.dtype, device=_device_of(m))
-        elif mine.grad is None:
-            grad = torch.zeros_like(mine)
+        copies = [t for _k, t in _copies(stages, held, fqn, owners)]
+        total = torch.zeros_like(copies[0], memory_format=torch.contiguous_format)
+        for t in copies:
+            if t.requires_grad and t.grad is not None:
+                total += t.grad
+        total = total.detach()
+        if me == lead:
+            for r in others:
+                total += _recv_like(total, r, group)
+            for r in others:
+                _send(total, r, group)
         else:
-            grad = mine.grad
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=group)
-        if mine is not None and mine.grad is None:
-            mine.grad = grad
+            _send(total, lead, group)
+            total = _recv_like(total, lead, group)
+        for t in copies:
+            if not t.requires_grad:
+                continue
+            if t.grad is None:
+                t.grad = total.clone()
+            else:
+                t.grad.copy_(total)
 
 
 def merge_stage_state_dicts(
@@ -283,9 +499,10 @@ def merge_stage_state_dicts(
     """The stages' state dicts merged into the eager model's ``state_dict`` keys and order.
 
     ``state_dicts[k]`` is stage ``k``'s module's ``state_dict()`` (any rank's, gathered by the
-    caller). Every parameter and persistent buffer of the program gets the value of the first
-    stage that holds its tensor (under its own fqn or a tied one): tied fqns (an embedding and
-    its lm head) both appear, with that one value.
+    caller; a ``DistributedDataParallel`` wrapper's ``module.`` prefix is dropped). Every
+    parameter and persistent buffer of the program gets the value of the first stage that holds
+    its tensor (under its own fqn or a tied one): tied fqns (an embedding and its lm head) both
+    appear, with that one value.
 
     Raises:
         LoweringError: when the number of state dicts is not the number of stages, or no stage's
@@ -309,8 +526,13 @@ def merge_stage_state_dicts(
             continue
         for k, sd in enumerate(state_dicts):
             local = stages.owner(fqn, k)
-            if local is not None and local in sd:
+            if local is None:
+                continue
+            if local in sd:
                 merged[fqn] = sd[local]
+                break
+            if "module." + local in sd:  # a DistributedDataParallel wrapper's state dict
+                merged[fqn] = sd["module." + local]
                 break
         else:
             raise LoweringError(
