@@ -15,6 +15,7 @@ with warnings.catch_warnings():
     from lowering.stages import (
         broadcast_shared_state,
         format_stage_plan,
+        load_stage_state,
         merge_stage_state_dicts,
         pipeline_stage,
         stage_module,
@@ -29,6 +30,7 @@ __all__ = [
     "broadcast_shared_state",
     "export_ep",
     "format_stage_plan",
+    "load_stage_state",
     "lower",
     "merge_stage_state_dicts",
     "pipeline_stage",

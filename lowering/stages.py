@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch.distributed.pipelining import PipelineStage
 
 from ir.errors import InputConstraintError, LoweringError
@@ -447,8 +448,10 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
     for each shared parameter, in state order, the ranks holding a copy; the first owner's rank
     adds the others' sums to its own in rank order and sends the total back, so every copy gets
     the same bits. A copy whose ``grad`` is ``None`` or that is frozen (``requires_grad=False``)
-    contributes zeros, made with its own dtype and device; every copy that requires grad gets
-    the total (a frozen copy keeps its ``grad``). Copies on one rank are summed locally.
+    contributes zeros, made with its own dtype and device. When at least one copy requires
+    grad, every copy gets the total, frozen ones too (they are copies of one weight, which the
+    other uses train: the optimizer then moves every copy alike); when none does, no ``grad``
+    is touched (eager's frozen weight). Copies on one rank are summed locally.
 
     Raises:
         LoweringError: on every rank of ``group``, before any gradient is sent, when some
@@ -471,11 +474,14 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
         if me != lead and me not in others:
             continue
         copies = [t for _k, t in _copies(stages, held, fqn, owners)]
-        total = torch.zeros_like(copies[0], memory_format=torch.contiguous_format)
+        # the local sum, and in its last element how many copies take part (frozen: none)
+        total = torch.zeros(copies[0].numel() + 1, dtype=copies[0].dtype,
+                            device=copies[0].device)
         for t in copies:
-            if t.requires_grad and t.grad is not None:
-                total += t.grad
-        total = total.detach()
+            if t.requires_grad:
+                total[-1] += 1
+                if t.grad is not None:
+                    total[:-1] += t.grad.detach().reshape(-1)
         if me == lead:
             for r in others:
                 total += _recv_like(total, r, group)
@@ -484,13 +490,14 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
         else:
             _send(total, lead, group)
             total = _recv_like(total, lead, group)
-        for t in copies:
-            if not t.requires_grad:
-                continue
+        if total[-1] == 0:  # every copy is frozen: the weight gets no gradient, as in eager
+            continue
+        grad = total[:-1].reshape(copies[0].shape)
+        for t in copies:  # frozen copies too: they are copies of the one weight
             if t.grad is None:
-                t.grad = total.clone()
+                t.grad = grad.clone()
             else:
-                t.grad.copy_(total)
+                t.grad.copy_(grad)
 
 
 def merge_stage_state_dicts(
@@ -540,6 +547,65 @@ def merge_stage_state_dicts(
                 "tied to it); pass each stage module's state_dict() in stage order"
             )
     return merged
+
+
+def load_stage_state(stages: Stages, i: int | Sequence[int],
+                     m: torch.nn.Module | Sequence[torch.nn.Module], checkpoint: Any) -> None:
+    """Load the state of one rank's stages from a checkpoint of the whole model.
+
+    ``checkpoint`` is a ``torch.distributed.checkpoint`` directory (a path: what
+    ``dcp.save(model.state_dict(), checkpoint_id=path)`` wrote) or a mapping keyed by the
+    model's fqns (a ``state_dict``). Each stage module (``stage_module`` / ``pipeline_stage``
+    ``.submod``, a ``DistributedDataParallel`` wrapper is unwrapped) reads only the entries of
+    its own state, under the original fqns: a stage of a program exported on ``meta`` gets its
+    values without the whole model ever being materialized. A directory is read with
+    ``dcp.load(..., no_dist=True)``: no collective, each rank reads its own entries.
+
+    Raises:
+        LoweringError: when the checkpoint lacks an fqn of any stage (not only this rank's, so
+        every rank raises the same error, before loading anything) or a mapping's entry has
+        another shape or dtype.
+
+    **Laws:** writes only the given modules' parameters and persistent buffers (in place).
+    Complexity: O(state of all stages) to check, plus reading this rank's entries.
+    """
+    held = _held(stages, i, m, "load_stage_state")
+    if isinstance(checkpoint, Mapping):
+        available: Mapping[str, Any] = checkpoint
+    else:
+        try:
+            reader = dcp.FileSystemReader(checkpoint)
+            available = reader.read_metadata().state_dict_metadata
+        except (OSError, TypeError, ValueError) as e:
+            raise LoweringError(
+                f"load_stage_state: cannot read a torch.distributed.checkpoint at "
+                f"{checkpoint!r} ({type(e).__name__}: {e}); pass its directory or a state_dict"
+            ) from None
+    table = stages.source.state_table()
+    for k, fqns in enumerate(stages.state):
+        for fqn in fqns:
+            slot = table[fqn]
+            if slot.kind in (PARAMETER, BUFFER) and slot.persistent and fqn not in available:
+                raise LoweringError(
+                    f"load_stage_state: the checkpoint has no entry {fqn!r} (state of stage "
+                    f"{k}); save the whole model's state_dict (its keys: {len(available)} "
+                    "entries), or pass a mapping that holds every stage's fqns"
+                )
+    for k, mod in held:
+        wanted = mod.state_dict(keep_vars=True)
+        if isinstance(checkpoint, Mapping):
+            with torch.no_grad():
+                for fqn, t in wanted.items():
+                    value = checkpoint[fqn]
+                    if tuple(value.shape) != tuple(t.shape) or value.dtype != t.dtype:
+                        raise LoweringError(
+                            f"load_stage_state: stage {k}'s {fqn!r} is {tuple(t.shape)} "
+                            f"{t.dtype}, the checkpoint's is {tuple(value.shape)} {value.dtype}"
+                        )
+                    t.copy_(value)
+        else:
+            dcp.load({fqn: t.detach() for fqn, t in wanted.items()}, checkpoint_id=checkpoint,
+                     no_dist=True)
 
 
 def _describe(stages: Stages, name: str) -> str:
@@ -606,6 +672,7 @@ def format_stage_plan(stages: Stages, max_modules: int = 12) -> str:
 __all__ = [
     "broadcast_shared_state",
     "format_stage_plan",
+    "load_stage_state",
     "merge_stage_state_dicts",
     "pipeline_stage",
     "stage_module",

@@ -34,7 +34,7 @@ def _run_group(world: int, runs: list[str], timeout: float = 240.0) -> None:
     env.pop("MASTER_ADDR", None)
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, str(r), str(world), str(port), ",".join(runs)],
+            [sys.executable, WORKER, str(r), str(world), str(port), ";".join(runs)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         for r in range(world)
@@ -99,3 +99,53 @@ def test_torchrun_example():
     text = out.decode(errors="replace")
     assert proc.returncode == 0, text[-3000:]
     assert "merged state_dict equals eager's after one step" in text
+
+
+def test_interleaved_tied_across_virtual_stages_and_ranks():
+    """2 ranks x 2 stages (4 stages, loop placement): ScheduleInterleaved1F1B on a weight tied
+    across stages 0 and 2 (one rank) and 3 (the other); equals eager (loss, grads by fqn,
+    merged state and every copy after SGD)."""
+    _run_group(2, ["case=tied3 sched=interleaved stages=4"])
+
+
+@pytest.mark.slow
+def test_interleaved_and_looped_all():
+    _run_group(2, [f"case={case} sched={sched} stages=4"
+                   for case in ("tied3", "tied_lm", "mlp", "fan_out")
+                   for sched in ("interleaved", "looped")])
+
+
+def test_pipeline_times_data_parallel_ddp():
+    """4 ranks as 2 stages x 2 replicas, each stage module wrapped with DDP over its replica
+    group: gradients and merged state after one step equal eager on the full batch."""
+    _run_group(4, ["case=tied_lm sched=1f1b stages=2 dp=2 wrap=ddp"])
+
+
+@pytest.mark.slow
+def test_pipeline_times_data_parallel_all():
+    _run_group(4, [f"case={case} sched={sched} stages=2 dp=2 wrap=ddp"
+                   for case in ("mlp", "tied_lm", "tied_plain") for sched in ("gpipe", "1f1b")])
+
+
+def test_frozen_copy_and_bad_arguments_end_everywhere():
+    """A tied weight frozen on one stage only: eager's result with that use detached, every
+    process ends; a weight frozen at export and unfrozen after the split still gets its
+    gradient through the edge; a bad argument on one rank is the same LoweringError on every
+    rank, and the group still works after it."""
+    _run_group(2, [
+        "case=tied_plain sched=gpipe freeze=head.weight@1",
+        "case=mlp sched=1f1b export_frozen=layers.0+layers.1",
+        "bad:index", "bad:sync",
+    ])
+
+
+@pytest.mark.slow
+def test_frozen_copies_all():
+    _run_group(2, [
+        "case=tied_plain sched=1f1b freeze=emb.weight@0",
+        "case=tied_plain sched=gpipe freeze=emb.weight@0+head.weight@1",
+        "case=tied3 sched=interleaved stages=4 freeze=proj.weight@2",
+        "case=tied3 sched=looped stages=4 freeze=head.weight@3",
+        "case=mlp sched=gpipe export_frozen=layers.0",
+        "bad:wrap",
+    ])
