@@ -51,3 +51,9 @@ class ExportError(LoweringError):
 class NotAProgramError(PassError, LoweringError):
     """A function that takes a purefx ``Program`` got something else (``ir.program.require_program``
     raises it for passes, ``transform`` and ``lower`` alike)."""
+
+
+class UnloadedStateError(LoweringError, RuntimeError):
+    """A module lowered from a program exported on ``meta`` ran before its state was loaded:
+    its tensors were made empty (uninitialized) on the target device, and one was never written
+    (``load_state_dict``, ``torch.distributed.checkpoint.load``, an in-place copy)."""

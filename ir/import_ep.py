@@ -48,7 +48,7 @@ from ir.signature import (
 )
 from ir.slot_init import slot_constructor
 from ir.state import Opaque, Slot
-from ir.torch_seam import OpOverload
+from ir.torch_seam import OpOverload, storage_identity
 from ir.tree_calls import own_equivalent
 from ir.verify import verify
 
@@ -472,11 +472,11 @@ class _Aliases:
 
     def key(self, fqn: str, value: Any, is_tensor: bool) -> str:
         """The key of ``value``, added as ``fqn`` (``is_tensor``: ``value`` is a tensor)."""
-        pointer = id(value)
+        pointer: Any = id(value)
         if is_tensor:
             storage = value.untyped_storage()
             if storage.nbytes() > 0:
-                pointer = storage.data_ptr()
+                pointer = _storage_pointer(value, storage)
         if pointer not in self.first:
             self.first[pointer] = (fqn, value)
             return fqn
@@ -549,16 +549,30 @@ def _registration_order(
     return tuple(placed)
 
 
+def _storage_pointer(value: torch.Tensor, storage: Any) -> Any:
+    """Where ``value``'s bytes live: the data pointer of its storage; for a storage without one
+    (``meta``, whose every storage reports pointer 0) the storage object's own identity
+    (``storage_identity``), so that only views of one meta storage alias. A meta tensor has no
+    bytes to compare: two meta tensors are one state tensor exactly when the export holds one
+    storage for both (tied parameters are one object in ``ep.state_dict``), never because their
+    shapes agree. O(1)."""
+    pointer = storage.data_ptr()
+    if pointer == 0:
+        return ("storage", storage_identity(value))
+    return pointer
+
+
 def alias_key(value: Any) -> Any:
     """A key equal for two tensors that view the same memory the same way (tied weights); the
-    value itself otherwise. O(1)."""
+    value itself otherwise. Tensors without a data pointer (``meta``) compare by the identity of
+    their storage object instead (``_storage_pointer``). O(1)."""
     if isinstance(value, torch.Tensor):
         storage = value.untyped_storage()
         if storage.nbytes() > 0:
             return (
                 "tensor",
                 value.device,
-                storage.data_ptr(),
+                _storage_pointer(value, storage),
                 value.storage_offset(),
                 value.shape,
                 value.stride(),

@@ -16,8 +16,9 @@ class Edge:
     """One value passed from stage ``src`` to stage ``src + 1``: the value ``name`` (its node
     name in the flat program), made in stage ``origin`` (``origin < src`` for a relay), at
     position ``index`` of stage ``src``'s outputs and stage ``src + 1``'s positional inputs;
-    ``grad``: whether it carries a gradient back (it depends on a parameter that requires
-    grad, not through ``detach``, and is floating point)."""
+    ``grad``: whether it *may* carry a gradient back: every floating-point (or complex) value
+    may, integer and bool values never do. Whether one does is decided at run time (which
+    parameters require grad then), never from export-time ``requires_grad``."""
 
     name: str
     src: int
@@ -46,7 +47,11 @@ class Stages:
     - ``shared``: fqn -> the stages holding a copy of its tensor (only tensors in 2+ stages);
       a tied group lists each of its fqns with the stages of the whole group;
     - ``source``: the flat program that was split (its state order and tensors, for merging);
-    - ``out_spec``: the program's output pytree spec (the last stage returns it).
+    - ``out_spec``: the program's output pytree spec (the last stage returns it);
+    - ``balance``: the measure ``split_stages(n=..., balance=...)`` balanced (``"params"`` or
+      ``"flops"``), ``""`` for a split ``at`` given paths;
+    - ``params``: per stage, the bytes of the distinct state tensors it holds;
+    - ``flops``: per stage, its estimated FLOPs (``transforms.stage_balance.node_flops``).
     """
 
     programs: tuple[Program, ...]
@@ -59,6 +64,9 @@ class Stages:
     shared: Any
     source: Program = attrs.field(repr=False)
     out_spec: Any = attrs.field(repr=False)
+    balance: str = ""
+    params: tuple[int, ...] = ()
+    flops: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.programs)

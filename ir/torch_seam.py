@@ -128,3 +128,11 @@ def tensor_version(tensor: torch.Tensor) -> int:
     """The in-place write counter of ``tensor`` (``tensor._version``): purity checks compare it
     before and after a pass. Same in 2.13-2.15."""
     return tensor._version
+
+
+def storage_identity(tensor: torch.Tensor) -> int:
+    """The address of the storage object (``c10::StorageImpl``) behind ``tensor``
+    (``untyped_storage()._cdata``): equal for views of one storage, different for two tensors
+    made apart, also where storages have no data pointer (``meta``: every meta storage's
+    ``data_ptr()`` is 0). Valid while the tensor is alive. Same in 2.13-2.15."""
+    return tensor.untyped_storage()._cdata

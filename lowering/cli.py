@@ -82,9 +82,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def stage_plan(ep: torch.export.ExportedProgram, at: str) -> str:
-    """The pipeline stage plan of ``ep`` cut at the comma-separated module paths ``at``
-    (``lowering.stages.format_stage_plan`` of ``transforms.split_stages``); a ``PassError``
-    names an unknown path. Pure; O(n) in the program's nodes."""
+    """The pipeline stage plan of ``ep`` (``lowering.stages.format_stage_plan`` of
+    ``transforms.split_stages``): cut at the comma-separated module paths ``at``, or, for
+    ``auto:K`` / ``auto:K:flops``, in ``K`` stages balanced by parameter bytes (the default) or
+    FLOPs. A ``PassError`` names an unknown path, a bad ``K`` or measure; a malformed ``auto``
+    spec is a ``UsageError``. Pure; O(n + c * K) in the program's nodes and cut candidates."""
+    spec = at.strip()
+    if spec.startswith("auto:") or spec == "auto":
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or not parts[1].strip().lstrip("-").isdigit():
+            raise UsageError(
+                f"--stages {at!r}: write auto:K or auto:K:params or auto:K:flops (K stages)"
+            )
+        balance = parts[2].strip() if len(parts) == 3 else "params"
+        stages = split_stages(import_ep(ep), n=int(parts[1]), balance=balance)
+        return format_stage_plan(stages)
     paths = [a.strip() for a in at.split(",") if a.strip()]
     return format_stage_plan(split_stages(import_ep(ep), paths))
 
@@ -405,9 +417,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stages",
-        metavar="A,B",
+        metavar="A,B|auto:K[:flops]",
         help="print the pipeline stage plan instead (split_stages at these module paths: each "
-        "begins a stage): per stage its inputs, modules, state size and what it sends on",
+        "begins a stage; or auto:K for K stages balanced by parameter bytes, auto:K:flops by "
+        "FLOPs): per stage its inputs, modules, share of state and FLOPs, and what it sends on",
     )
     parser.add_argument(
         "--html",

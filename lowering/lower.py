@@ -13,12 +13,13 @@ from torch.export.unflatten import FlatArgsAdapter
 
 from ir import signature as sg
 from ir import state as st
+from ir.devices import move_device_literals
 from ir.errors import LoweringError
 from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program, require_program
-from ir.torch_seam import module_children
+from ir.torch_seam import module_children, tensor_version
 from ir.verify import verify
 from lowering import tree_watch
 from lowering.codegen import compile_graph, compiled, share_key, spec_constants, to_fx_graph
@@ -46,6 +47,7 @@ from lowering.torch_seam import (
     new_parameter,
     sync_parameter_list,
 )
+from lowering.unloaded import empty_like_on, is_meta, watch_loading
 
 
 @gc_paused
@@ -61,7 +63,13 @@ def lower(
 
     One torch module per ModuleId (shared ModuleIds become one object under every path), state
     registered at its fqns (copies of the Program's tensors, moved to ``device`` if given; tied
-    state stays one tensor), and generated code for every graph (``interpreter=True`` runs
+    state stays one tensor), and generated code for every graph. With ``device``, every device
+    literal the export recorded (``torch.arange(n, device=x.device)`` traced on CPU, ``full``,
+    ``zeros``, ``to(device)``, ...) runs on ``device`` too (``ir.devices``). State of a program
+    exported on ``meta`` is made empty (uninitialized) on a non-meta ``device`` under its fqns;
+    the module then raises ``UnloadedStateError`` naming the first fqn never loaded
+    (``load_state_dict``, ``torch.distributed.checkpoint.load``) at its first call
+    (``lowering.unloaded``) (``interpreter=True`` runs
     ``torch.fx.Interpreter`` instead). The root behaves like ``torch.export.unflatten``'s result.
     ``share_state=True`` registers new tensor objects over the Program's storage instead of
     copies (no second copy of a large model's weights, as torch's unflatten does); then in-place
@@ -73,6 +81,8 @@ def lower(
     require_program(program, "lower")  # a LoweringError (NotAProgramError)
     verify(program)
     device = _usable_device(device)
+    if device is not None:  # the device literals recorded at export run on ``device`` too
+        program = move_device_literals(program, device)
     table = program.module_table()
     walked = list(program.walk())
     root = _build_root(program, interpreter, flat_args_adapter)
@@ -99,7 +109,7 @@ def lower(
             # held by reference, as an eager module keeps another in a plain attribute: outside
             # ``_modules``, so no ``named_modules()`` or ``state_dict()`` path goes through it
             obj.__dict__[name] = objects[peer]
-    _register_state(program, objects, device, share_state, walked, on_class)
+    made_empty = _register_state(program, objects, device, share_state, walked, on_class)
     for mid, obj in objects.items():
         mod = table[mid]
         if mod.kind == LEAF:
@@ -109,6 +119,7 @@ def lower(
     if not interpreter:
         _attach_direct_code(program, objects, group_of)
     _check_unshadowed(program, objects)
+    watch_loading(root, made_empty)
     return root
 
 
@@ -491,11 +502,14 @@ def _register_state(
     share: bool,
     walked: list[tuple[str, ModuleId]],
     on_class: dict[tuple[type, str], bool],
-) -> None:
+) -> list[tuple[str, str, torch.Tensor, int]]:
     """Register every state fqn on its owner; tied fqns get one shared tensor object.
     ``walked`` is ``list(program.walk())``; ``on_class`` caches ``hasattr(class, name)``.
+    A ``meta`` tensor lowered to another device is made empty there (``lowering.unloaded``);
+    returns those, as ``(fqn, kind, tensor, version)`` in state order, for the load check.
     Raises ``LoweringError`` for a name the owner's class already uses (``_check_free``)."""
     made: dict[tuple[str, str], Any] = {}
+    empty: list[tuple[str, str, torch.Tensor, int]] = []
     by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
     direct = _direct_registration_is_safe()
@@ -512,11 +526,15 @@ def _register_state(
             key = (slot.tensor, slot.kind)
             value = made.get(key)
             if value is None:
-                value = made[key] = _copy_state(tensors[slot.tensor].value, slot, device, share)
+                held = tensors[slot.tensor].value
+                value = made[key] = _copy_state(held, slot, device, share)
+                if is_meta(held) and isinstance(value, torch.Tensor) and not is_meta(value):
+                    empty.append((fqn, slot.kind, value, tensor_version(value)))
             _register(owner, name, fqn, value, slot, direct, on_class)
     for obj in objects.values():
         if isinstance(obj, torch.nn.ParameterList):
             sync_parameter_list(obj)
+    return empty
 
 
 def _direct_registration_is_safe() -> bool:
@@ -598,7 +616,10 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
     over its storage (still a copy when ``device`` differs); other values are shared as they are."""
     if not isinstance(value, torch.Tensor):
         return value
-    if share:
+    if device is not None and device.type != "meta" and is_meta(value):
+        # a meta tensor has no values to copy: empty on ``device``, filled by a checkpoint load
+        copied = empty_like_on(value, device)
+    elif share:
         data = value.detach()
         copied = data.to(device) if device is not None else data
     elif device is not None:

@@ -624,16 +624,45 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "0.0%"
+
+
+def _shares(stages: Stages, k: int) -> str:
+    """Stage ``k``'s share of the state bytes held over all stages and of the estimated FLOPs;
+    the balanced measure first, marked, for a split by ``n=``."""
+    parts = []
+    for measure, values, what in (
+        ("params", stages.params, "state bytes"),
+        ("flops", stages.flops, "FLOPs"),
+    ):
+        if not values:
+            continue
+        mark = " (balanced)" if stages.balance == measure else ""
+        parts.append((stages.balance != measure,
+                      f"{_percent(values[k], sum(values))} of {what}{mark}"))
+    return ", ".join(text for _, text in sorted(parts, key=lambda x: x[0])) or "(unknown)"
+
+
 def format_stage_plan(stages: Stages, max_modules: int = 12) -> str:
-    """The stage plan as text (what ``purefx MODEL.pt2 --stages A,B`` prints): per stage, its
-    inputs, the modules whose calls run there (the first ``max_modules``), the state it holds
-    (tensors, elements, bytes; tied fqns counted once; shared tensors named with their other
-    owners) and what it sends to the next stage. Deterministic; O(state + edges + modules)."""
+    """The stage plan as text (what ``purefx MODEL.pt2 --stages A,B`` or ``--stages auto:K``
+    prints): how it was split (the paths, or the balanced measure and its largest stage), then
+    per stage its inputs, the modules whose calls run there (the first ``max_modules``), the
+    state it holds (tensors, elements, bytes; tied fqns counted once; shared tensors named with
+    their other owners), its share of the state bytes and of the estimated FLOPs, and what it
+    sends to the next stage. Deterministic; O(state + edges + modules)."""
     _check_stage(stages, 0)
     src = stages.source
     table = src.state_table()
     lines: list[str] = []
     n = len(stages)
+    if stages.balance:
+        values = stages.params if stages.balance == "params" else stages.flops
+        unit = _size(max(values)) if stages.balance == "params" else f"{max(values)} FLOPs"
+        lines.append(
+            f"{n} stages balanced by {stages.balance}, cut at {', '.join(stages.at) or '(none)'}:"
+            f" largest stage {unit} ({_percent(max(values), sum(values))})"
+        )
     for k in range(n):
         inputs = ", ".join(_describe(stages, nm) for nm in stages.inputs[k]) or "(none)"
         lines.append(f"stage {k}" + (f" (begins at {stages.at[k - 1]})" if k else "") + ":")
@@ -657,6 +686,7 @@ def format_stage_plan(stages: Stages, max_modules: int = 12) -> str:
             if owners is not None:
                 others = ", ".join(str(o) for o in owners if o != k)
                 lines.append(f"    shared: {fqn} (also in stage {others})")
+        lines.append(f"  share: {_shares(stages, k)}")
         if k < n - 1:
             sent = ", ".join(
                 _describe(stages, e.name) + (f" [relay from stage {e.origin}]"

@@ -12,6 +12,7 @@ from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
+from transforms.move_device import move_to_device
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink, outline_by
 from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
@@ -32,6 +33,7 @@ __all__ = [
     "inline",
     "insert_ivals",
     "move_non_tensor_nodes_on_boundary",
+    "move_to_device",
     "outline",
     "outline_and_sink",
     "outline_by",

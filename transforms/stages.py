@@ -20,6 +20,7 @@ has the original module tree and fqns):
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,13 +41,21 @@ from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.stages import Edge, Stages
 from ir.state import Slot
-from ir.torch_seam import pytree
+from ir.torch_seam import op_schema, pytree
 from transforms.inline import inline
 from transforms.pipeline import transform
+from transforms.stage_balance import Plan, balanced_at, stage_costs
 
 
-def split_stages(p: Program, at: Sequence[str]) -> Stages:
-    """Cut ``p`` into pipeline stages; each path in ``at`` begins a new stage.
+def split_stages(
+    p: Program,
+    at: Sequence[str] | None = None,
+    *,
+    n: int | None = None,
+    balance: str | None = None,
+) -> Stages:
+    """Cut ``p`` into pipeline stages; each path in ``at`` begins a new stage, or ``n`` stages
+    balanced by ``balance``.
 
     Parameters:
         p: a Program from ``import_ep``, flat or already transformed (an outlined program is
@@ -54,6 +63,14 @@ def split_stages(p: Program, at: Sequence[str]) -> Stages:
         at: module paths (``"layers.4"``) in module order; stage ``j + 1`` begins with the first
            node that runs inside the first call of ``at[j]``. Nodes outside every module (the
            root's own) stay in the stage that is current where they are.
+        n: instead of ``at``, the number of stages: ``n - 1`` cut points are chosen among the
+           module boundaries (each module path's first call) so that the largest stage is as
+           small as possible, exactly (``transforms.stage_balance``); among equally balanced
+           cuts, the one sending the fewest activation bytes. ``Stages.at`` names the paths.
+        balance: with ``n``: ``"params"`` (default; bytes of the state tensors a stage reads
+           first) or ``"flops"`` (FLOPs estimated from each node's ``val``: matmuls and
+           convolutions 2 x multiply-adds, attention 4 x q elements x key length, other ops one
+           per output element).
 
     Returns:
         ``Stages`` with ``len(at) + 1`` stage Programs. Stage ``k``'s root forward is
@@ -63,7 +80,10 @@ def split_stages(p: Program, at: Sequence[str]) -> Stages:
         ``nn_module_stack``).
 
     Raises:
-        PassError: naming the path, when a path of ``at`` is empty, repeated, not a module of
+        PassError: naming the argument, when both or neither of ``at`` and ``n`` are given,
+        ``balance`` is given without ``n`` or is unknown, ``n`` is not an int >= 1, or ``n - 1``
+        is more than the usable cut points;
+        naming the path, when a path of ``at`` is empty, repeated, not a module of
         ``p`` (with the closest paths: "did you mean"), never called, or begins before the path
         before it; naming the fqn and the stages, when a buffer written in one stage is read or
         written in another; naming the value, when a non-tensor value crosses a stage boundary
@@ -76,11 +96,29 @@ def split_stages(p: Program, at: Sequence[str]) -> Stages:
     holds of every stage program.
 
     Complexity: O(n + s * k) for n root-graph nodes, s state entries and k stages, plus the
-    default pipeline on each stage (O(n) in total).
+    default pipeline on each stage (O(n) in total); with ``n=``, plus O(c * k) for c candidate
+    cut points.
     """
-    at = _check_at(p, at)
+    if at is not None and n is not None:
+        raise PassError(
+            f"split_stages: give either 'at' (cut points) or 'n' (a stage count), not both "
+            f"(got at={at!r}, n={n!r})"
+        )
+    if n is None:
+        if balance is not None:
+            raise PassError(
+                f"split_stages: balance={balance!r} needs n= (the stage count to balance); "
+                "'at' cuts where it says"
+            )
+        if at is None:
+            raise PassError("split_stages: give 'at' (module paths to cut at) or 'n' (stages)")
+        at = _check_at(p, at)
+        flat = inline(p) if _is_outlined(p) else p
+        return _Splitter(flat, at).run()
     flat = inline(p) if _is_outlined(p) else p
-    return _Splitter(flat, at).run()
+    balance = "params" if balance is None else balance
+    at = balanced_at(flat, _Splitter(flat, ()).state_reads, n, balance)
+    return _Splitter(flat, at, balance).run()
 
 
 def _is_outlined(p: Program) -> bool:
@@ -121,9 +159,10 @@ def _within(path: str, prefix: str) -> bool:
 class _Splitter:
     """One run of ``split_stages`` on a flat program (mutable while it runs, then dropped)."""
 
-    def __init__(self, p: Program, at: tuple[str, ...]) -> None:
+    def __init__(self, p: Program, at: tuple[str, ...], balance: str = "") -> None:
         self.p = p
         self.at = at
+        self.balance = balance
         self.n = len(at) + 1
         self.graph = p.root_module.graph
         # Values that stand for state: state placeholders, and (in an inlined program)
@@ -137,12 +176,21 @@ class _Splitter:
         # The result of an in-place op on state *is* that state (``add_`` returns the buffer):
         # a stage that reads it reads the buffer, and the op's stage writes it.
         self.aliases: dict[str, str] = {}
+        # Views of state (``slice``, ``select``, ``view``, ``getitem`` of ``split``, ...) and of
+        # its in-place results: a write through one is a write of the state. Only the write
+        # check reads these (a view read in a later stage is sent as an edge, as any value).
+        self.views: dict[str, str] = {}
+        is_view = _ViewFacts()
         for node in self.graph.nodes:
-            if node.op == CALL_FUNCTION and is_inplace(node.target) and node.args:
-                first = getattr(node.args[0], "name", None)
-                fqn = self.state_reads.get(first) or self.aliases.get(first)
-                if fqn is not None:
-                    self.aliases[node.name] = fqn
+            if node.op != CALL_FUNCTION or not node.args:
+                continue
+            first = getattr(node.args[0], "name", None)
+            fqn = self.state_reads.get(first) or self.aliases.get(first)
+            if fqn is not None and is_inplace(node.target):
+                self.aliases[node.name] = fqn
+            fqn = fqn or self.views.get(first)
+            if fqn is not None and (is_inplace(node.target) or is_view(node.target)):
+                self.views[node.name] = fqn
 
     # -- 1. the stage of every node -------------------------------------------------------
     def assign(self) -> dict[str, int]:
@@ -210,7 +258,7 @@ class _Splitter:
             for i in written_args(node.target):
                 arg = node.args[i] if i < len(node.args) else None
                 name = getattr(arg, "name", None)
-                fqn = state_ph.get(name) or self.aliases.get(name)
+                fqn = state_ph.get(name) or self.aliases.get(name) or self.views.get(name)
                 if fqn is not None:
                     writer.setdefault(table[fqn].tensor, set()).add(stage_of[node.name])
 
@@ -263,7 +311,7 @@ class _Splitter:
             if len(owners) > 1:
                 shared[fqn] = owners
 
-        grads = self.carries_grad()
+        grads = self.may_carry_grad()
         # Edges: a value made in stage a and last read in stage b crosses every boundary between.
         origin: dict[str, int] = {u: 0 for u in first_inputs}
         origin.update(stage_of)
@@ -310,22 +358,22 @@ class _Splitter:
             shared=pmap(shared),
             source=p,
             out_spec=root_sig.out_spec if root_sig is not None else None,
+            balance=self.balance,
+            params=_held_bytes(p, state_of),
+            flops=stage_costs(Plan(p, state_ph), stage_of, n),
         )
 
-    def carries_grad(self) -> set[str]:
-        """The values that carry a gradient: floating results of nodes that read a parameter
-        that requires grad, or such a value, other than through ``detach``. O(n)."""
-        table = self.p.state_table()
-        found = {
-            name for name, fqn in self.state_reads.items() if table[fqn].requires_grad
-        }
+    def may_carry_grad(self) -> set[str]:
+        """The values that may carry a gradient: every floating-point or complex tensor value
+        (and a value without a ``val``). Whether one does is decided at run time, not here:
+        export-time ``requires_grad`` and ``detach`` would fix it at split time, and unfreezing a
+        layer after the split would then give the stages before it no gradient. O(n)."""
+        found = set()
         for node in self.graph.nodes:
-            if node.op in (PLACEHOLDER, OUTPUT) or node.target in _NO_GRAD:
+            if node.op == OUTPUT:
                 continue
             val = node.meta.get("val")
-            if isinstance(val, torch.Tensor) and not val.is_floating_point():
-                continue
-            if any(r.name in found for r in node.inputs()):
+            if not isinstance(val, torch.Tensor) or val.is_floating_point() or val.is_complex():
                 found.add(node.name)
         return found
 
@@ -426,7 +474,46 @@ class _Splitter:
         )
 
 
-_NO_GRAD = frozenset({torch.ops.aten.detach.default, torch.ops.aten.detach_.default})
+class _ViewFacts:
+    """Whether a target returns a view of its first argument: its schema's first result shares
+    the first argument's alias set without writing it (``slice``, ``view``, ``split``'s list),
+    or it is ``getitem`` (of such a list). Answers kept per instance (one split). O(1)."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, tuple[Any, bool]] = {}
+
+    def __call__(self, target: Any) -> bool:
+        hit = self.known.get(id(target))
+        if hit is not None and hit[0] is target:
+            return hit[1]
+        found = target is operator.getitem or _returns_view(target)
+        self.known[id(target)] = (target, found)
+        return found
+
+
+def _returns_view(target: Any) -> bool:
+    schema = op_schema(target)
+    if schema is None or not schema.returns or not schema.arguments:
+        return False
+    ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    if ret is None or arg is None or ret.is_write or arg.is_write:
+        return False
+    # ``Tensor(a) self -> Tensor(a)``; a list of views (``split``, ``unbind``) carries its
+    # alias set on the elements: ``Tensor(a -> *) self -> Tensor(a)[]``
+    return bool(set(ret.before_set) & set(arg.before_set)) or "*" in arg.after_set
+
+
+def _held_bytes(p: Program, state_of: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
+    """Bytes of the distinct state tensors each stage holds (tied fqns once). O(state)."""
+    table, tensors = p.state_table(), p.tensor_table()
+    found = []
+    for fqns in state_of:
+        keys = dict.fromkeys(table[f].tensor for f in fqns)
+        found.append(sum(
+            v.numel() * v.element_size()
+            for v in (tensors[k].value for k in keys) if isinstance(v, torch.Tensor)
+        ))
+    return tuple(found)
 
 
 def _state_spec(spec: InputSpec | None, fqn: str, name: str, slot: Slot) -> InputSpec:

@@ -1,0 +1,239 @@
+"""A model that fits on no single machine, in one process: exported on ``meta``, split, each
+stage made empty on a device and filled from a ``torch.distributed.checkpoint``; and device
+literals recorded at export moved by ``lower(p, device=...)`` / ``transforms.move_to_device``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+
+from ir import UnloadedStateError, format_program, import_ep, verify
+from ir.errors import PassError
+from ir.torch_seam import tensor_version
+from lowering import lower, merge_stage_state_dicts, stage_module
+from tests import stage_cases as sc
+from transforms import move_to_device, split_stages
+
+
+def _meta_export(factory, args):
+    with torch.device("meta"):
+        model = factory().double()
+    meta_args = tuple(a.to("meta") for a in args)
+    return torch.export.export(model, meta_args)
+
+
+def _tied_lm_inputs():
+    torch.manual_seed(1)
+    return torch.randint(0, 13, (2, 5)), (torch.rand(2, 5) > 0.3).double()
+
+
+# --- meta exports: aliasing ---------------------------------------------------------------------
+
+
+def test_meta_export_aliases_only_tied_weights():
+    ep = _meta_export(sc.TiedLM, _tied_lm_inputs())
+    p = import_ep(ep)
+    keys = {f: p.slot(f).tensor for f in p.state_order}
+    assert keys["head.weight"] == keys["emb.weight"]
+    others = [keys[f] for f in p.state_order if f != "head.weight"]
+    assert len(set(others)) == len(others)  # same-shape layers stay apart
+    stages = split_stages(p, at=["layers.2"])
+    assert dict(stages.shared) == {"emb.weight": (0, 1), "head.weight": (0, 1)}
+
+
+def test_meta_views_of_one_storage_alias():
+    class Viewed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 4))
+            self.register_buffer("flat", self.w.detach().view(16))
+            self.register_buffer("other", torch.zeros(16))
+
+        def forward(self, x):
+            return x @ self.w + self.flat.sum() + self.other.sum()
+
+    with torch.device("meta"):
+        m = Viewed()
+    p = import_ep(torch.export.export(m, (torch.empty(2, 4, device="meta"),)))
+    assert p.slot("other").tensor != p.slot("flat").tensor
+
+
+# --- meta exports: stages filled from a checkpoint --------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["dcp", "load_state_dict"])
+def test_meta_stages_loaded_from_a_checkpoint_equal_eager(tmp_path, via):
+    torch.manual_seed(0)
+    eager = sc.TiedLM().double()
+    tok, mask = _tied_lm_inputs()
+    ep = _meta_export(sc.TiedLM, (tok, mask))
+    stages = split_stages(import_ep(ep), n=3, balance="params")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no process group: saving in a single process"
+        dcp.save(eager.state_dict(), checkpoint_id=str(tmp_path))
+        mods = []
+        for k in range(len(stages)):
+            m = stage_module(stages, k, "cpu")
+            assert all(t.device.type == "cpu" for t in m.state_dict().values())
+            assert set(m.state_dict()) == {f for f in stages.state[k]}
+            if via == "dcp":
+                sd = m.state_dict()
+                dcp.load(sd, checkpoint_id=str(tmp_path))
+            else:
+                full = eager.state_dict()
+                m.load_state_dict({f: full[f] for f in m.state_dict()})
+            mods.append(m)
+    acts, out = (tok,), None
+    for k, m in enumerate(mods):
+        out = m(*acts, mask=mask)
+        acts = out if k < len(mods) - 1 else acts
+    want = eager(tok, mask)["logits"]
+    torch.testing.assert_close(out["logits"], want, rtol=0, atol=0)
+    out["logits"].sum().backward()
+    want.sum().backward()
+    grads = {}
+    for m in mods:
+        for fqn, prm in m.named_parameters():
+            key = stages.source.slot(fqn).tensor
+            grads[key] = grads.get(key, 0) + prm.grad
+    for fqn, prm in eager.named_parameters():
+        torch.testing.assert_close(grads[stages.source.slot(fqn).tensor], prm.grad)
+    merged = merge_stage_state_dicts(stages, [m.state_dict() for m in mods])
+    for fqn, t in eager.state_dict().items():
+        assert torch.equal(merged[fqn], t), fqn
+
+
+def test_unloaded_meta_stage_names_the_first_fqn():
+    tok, mask = _tied_lm_inputs()
+    stages = split_stages(import_ep(_meta_export(sc.TiedLM, (tok, mask))), at=["layers.2"])
+    m = stage_module(stages, 1, "cpu")
+    with pytest.raises(UnloadedStateError, match=r"'layers.2.lin.weight' was never loaded"):
+        m(torch.randn(2, 5, 6, dtype=torch.float64), mask=mask)
+    # a partial load names the first fqn still empty
+    eager = sc.TiedLM().double().state_dict()
+    m.load_state_dict({f: eager[f] for f in ("layers.2.lin.weight", "layers.2.lin.bias")},
+                      strict=False)
+    with pytest.raises(UnloadedStateError, match=r"'layers.3.lin.weight' was never loaded"):
+        m(torch.randn(2, 5, 6, dtype=torch.float64), mask=mask)
+    # replacing by assignment counts as loading
+    m.load_state_dict({f: eager[f] for f in m.state_dict()}, strict=True, assign=True)
+    m(torch.randn(2, 5, 6, dtype=torch.float64), mask=mask)
+    assert not m._forward_pre_hooks  # passing once removes the check
+
+
+def test_meta_program_lowered_on_cpu_never_copies_out_of_meta():
+    tok, mask = _tied_lm_inputs()
+    p = import_ep(_meta_export(sc.TiedLM, (tok, mask)))
+    m = lower(p, device="cpu")  # no NotImplementedError: Cannot copy out of meta tensor
+    assert m.get_parameter("head.weight") is m.get_parameter("emb.weight")
+    assert m.get_parameter("layers.0.lin.weight") is not m.get_parameter("layers.1.lin.weight")
+    assert m.get_parameter("emb.weight").requires_grad
+    with pytest.raises(UnloadedStateError, match="'emb.weight'"):
+        m(tok, mask)
+    assert lower(p)(tok.to("meta"), mask.to("meta"))["logits"].device.type == "meta"
+
+
+# --- device literals ----------------------------------------------------------------------------
+
+
+class Literals(nn.Module):
+    """Every factory with ``device=x.device``: export records each as ``device=cpu``."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(4, 4)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        n = x.shape[0]
+        h = self.pre(x)
+        z = torch.zeros(n, 4, device=x.device) + torch.ones(4, device=x.device)
+        h = h + torch.full((4,), 2.0, device=x.device) + torch.empty(4, device=x.device).fill_(1)
+        y = self.lin(h + z)
+        pos = torch.arange(n, device=y.device)
+        t = torch.tensor([1.0, 2.0, 3.0, 4.0], device=y.device)
+        e = torch.eye(4, device=y.device)
+        return y @ e + pos[:, None] + t + y.new_zeros(4, device=y.device)
+
+
+def _literal_program():
+    torch.manual_seed(0)
+    model = Literals()
+    x = torch.randn(3, 4)
+    return model, x, import_ep(torch.export.export(model, (x,)))
+
+
+def _device_literals(p):
+    found = []
+    for _, mid in p.walk():
+        for g in p.module(mid).graphs:
+            for node in g.nodes:
+                for _k, v in node.kwargs.items:
+                    if isinstance(v, torch.device):
+                        found.append((node.name, v.type))
+    return found
+
+
+def test_export_records_cpu_and_lower_moves_it_to_meta():
+    model, x, p = _literal_program()
+    assert {d for _, d in _device_literals(p)} == {"cpu"}
+    assert len(_device_literals(p)) >= 6
+    out = lower(p, device="meta")(x.to("meta"))
+    assert out.device.type == "meta" and out.shape == (3, 4)
+    torch.testing.assert_close(lower(p, device="cpu")(x), model(x))
+
+
+def test_move_to_device_is_pure_and_moves_literals_and_state():
+    _model, x, p = _literal_program()
+    text = format_program(p)
+    versions = {k: tensor_version(v.value) for k, v in p.tensors.items()}
+    q = move_to_device(p, "meta")
+    verify(q)
+    assert format_program(p) == text
+    assert {k: tensor_version(v.value) for k, v in p.tensors.items()} == versions
+    assert {d for _, d in _device_literals(q)} == {"meta"}
+    assert [n for n, _ in _device_literals(q)] == [n for n, _ in _device_literals(p)]
+    assert all(v.value.device.type == "meta" for v in q.tensors.values())
+    assert all(v.value.device.type == "cpu" for v in p.tensors.values())
+    assert isinstance(q.tensor("lin.weight"), nn.Parameter) and q.tensor("lin.weight").requires_grad
+    assert lower(q)(x.to("meta")).device.type == "meta"
+    assert move_to_device(q, "meta") is q  # idempotent, and nothing to do is the input
+    assert move_to_device(p, "cpu") is p
+    assert move_to_device(p, {"cuda": "meta"}) is p  # a mapping moves only what it names
+    r = move_to_device(p, {"cpu": "meta"})
+    assert {d for _, d in _device_literals(r)} == {"meta"}
+    with pytest.raises(PassError, match="move_to_device: device 'gpu!'"):
+        move_to_device(p, "gpu!")
+
+
+def test_move_to_device_keeps_ties():
+    p = import_ep(torch.export.export(sc.TiedLM().double(), _tied_lm_inputs()))
+    q = move_to_device(p, "meta")
+    assert q.slot("head.weight").tensor == q.slot("emb.weight").tensor
+    assert q.tensor("head.weight").device.type == "meta"
+
+
+def test_stage_module_moves_device_literals():
+    _model, x, p = _literal_program()
+    stages = split_stages(p, at=["lin"])
+    mods = [stage_module(stages, k, "meta") for k in range(2)]
+    out = mods[1](*mods[0](x.to("meta")))
+    assert out.device.type == "meta" and out.shape == (3, 4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_lower_and_move_to_device_on_cuda():
+    model, x, p = _literal_program()
+    want = model(x)
+    got = lower(p, device="cuda")(x.cuda())
+    torch.testing.assert_close(got.cpu(), want)
+    q = move_to_device(p, "cuda")
+    torch.testing.assert_close(lower(q)(x.cuda()).cpu(), want)
+    stages = split_stages(p, at=["lin"])
+    mods = [stage_module(stages, k, "cuda") for k in range(2)]
+    torch.testing.assert_close(mods[1](*mods[0](x.cuda())).cpu(), want)

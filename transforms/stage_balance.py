@@ -1,0 +1,321 @@
+"""Balanced pipeline cuts: where ``split_stages(p, n=K, balance=...)`` cuts a flat program.
+
+A stage begins where a module's first call begins (the ``at=`` rule), so the candidate cut
+points are the distinct first nodes of the program's module paths, in graph order. Each
+non-state node has a cost (``params``: the bytes of the state tensors it is the first to read
+within its module, so a tensor tied across modules is charged once per module;
+``flops``: an estimate from the node's ``val`` and its inputs' ``val``s, ``FLOP_RULES``); a stage
+costs the sum over its nodes. The cut points are chosen in two exact passes over the candidates:
+
+1. the smallest possible largest stage ``B*`` (min-max partition of a sequence into ``K``
+   contiguous parts at allowed points), by dynamic programming whose split point moves one way
+   (both terms are monotone), so each of the ``K`` rows costs O(candidates);
+2. among the cuts whose every stage costs at most ``B*``, those with the fewest activation bytes
+   sent between stages, by dynamic programming with a sliding-window minimum (the allowed
+   previous cuts form a window that moves one way), again O(candidates) per row.
+
+A candidate is left out when no tensor value crosses it (a stage must send something) or a
+non-tensor value does (``PipelineStage`` sends tensors only).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ir import signature as sg
+from ir.errors import PassError
+from ir.module_stack import NO_STACK
+from ir.node import OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
+
+BALANCES = ("params", "flops")
+INF = float("inf")
+
+
+def _hint(d: Any) -> int:
+    if isinstance(d, torch.SymInt):
+        hint = d.node.hint
+        return int(hint) if hint is not None else 1
+    return int(d)
+
+
+def _numel(val: Any) -> int:
+    if isinstance(val, torch.Tensor):
+        total = 1
+        for d in val.shape:
+            total *= _hint(d)
+        return total
+    if isinstance(val, (tuple, list)):
+        return sum(_numel(v) for v in val)
+    return 0
+
+
+def _nbytes(val: Any) -> int:
+    if isinstance(val, torch.Tensor):
+        return _numel(val) * val.element_size()
+    if isinstance(val, (tuple, list)):
+        return sum(_nbytes(v) for v in val)
+    return 0
+
+
+def _arg_val(node: Node, i: int, vals: dict[str, Any]) -> Any:
+    arg = node.args[i] if i < len(node.args) else None
+    name = getattr(arg, "name", None)
+    return vals.get(name) if name is not None else None
+
+
+def _last_dim(val: Any) -> int:
+    if isinstance(val, torch.Tensor) and val.dim() > 0:
+        return _hint(val.shape[-1])
+    return 1
+
+
+def _contracting(i: int) -> Callable[[Node, Any, dict[str, Any]], int]:
+    """2 * out elements * the contracted size (the last dim of argument ``i``)."""
+
+    def rule(node: Node, out: Any, vals: dict[str, Any]) -> int:
+        return 2 * _numel(out) * _last_dim(_arg_val(node, i, vals))
+
+    return rule
+
+
+def _conv(node: Node, out: Any, vals: dict[str, Any]) -> int:
+    weight = _arg_val(node, 1, vals)
+    per = 1
+    if isinstance(weight, torch.Tensor):
+        for d in weight.shape[1:]:
+            per *= _hint(d)
+    return 2 * _numel(out) * per
+
+
+def _attention(node: Node, out: Any, vals: dict[str, Any]) -> int:
+    key = _arg_val(node, 1, vals)
+    length = _hint(key.shape[-2]) if isinstance(key, torch.Tensor) and key.dim() > 1 else 1
+    first = out[0] if isinstance(out, (tuple, list)) and out else out
+    return 4 * _numel(first) * length  # q @ k^T and p @ v
+
+
+_aten = torch.ops.aten
+# op -> FLOPs of one call; every other op costs its output elements.
+FLOP_RULES: dict[Any, Callable[[Node, Any, dict[str, Any]], int]] = {
+    _aten.mm.default: _contracting(0),
+    _aten.addmm.default: _contracting(1),
+    _aten.bmm.default: _contracting(0),
+    _aten.baddbmm.default: _contracting(1),
+    _aten.matmul.default: _contracting(0),
+    _aten.linear.default: _contracting(0),
+    _aten.einsum.default: lambda node, out, vals: _numel(out),
+    _aten.convolution.default: _conv,
+    _aten.conv1d.default: _conv,
+    _aten.conv2d.default: _conv,
+    _aten.conv3d.default: _conv,
+    _aten.scaled_dot_product_attention.default: _attention,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
+    _aten._scaled_dot_product_efficient_attention.default: _attention,
+    _aten._scaled_dot_product_flash_attention.default: _attention,
+}
+
+
+def node_flops(node: Node, vals: dict[str, Any]) -> int:
+    """The estimated FLOPs of one call: ``FLOP_RULES[node.target]`` or its output elements.
+    ``vals``: value name -> ``meta['val']``. O(1)."""
+    out = node.meta.get("val")
+    rule = FLOP_RULES.get(node.target)
+    return rule(node, out, vals) if rule is not None else _numel(out)
+
+
+class Plan:
+    """What the cut search reads of a flat program: the compute nodes in order, the candidate
+    cut points, and each node's costs. Built once in O(n + s)."""
+
+    def __init__(self, p: Program, state_reads: dict[str, str]) -> None:
+        graph = p.root_module.graph
+        table, tensors = p.state_table(), p.tensor_table()
+        self.nodes = [
+            nd for nd in graph.nodes
+            if nd.op not in (PLACEHOLDER, OUTPUT) and nd.name not in state_reads
+        ]
+        index = {nd.name: i for i, nd in enumerate(self.nodes)}
+        self.n = len(self.nodes)
+        vals = {nd.name: nd.meta.get("val") for nd in graph.nodes}
+        # a state tensor costs its bytes at its first read in each module that reads it: a tied
+        # embedding and lm head are charged twice, as two stages usually hold a copy each
+        seen: set[tuple[str, str]] = set()
+        self.params = [0] * self.n
+        self.flops = [0] * self.n
+        for i, nd in enumerate(self.nodes):
+            self.flops[i] = node_flops(nd, vals)
+            frames = nd.module_frames
+            where = frames[-1].path if frames and frames is not NO_STACK else ""
+            for r in nd.inputs():
+                fqn = state_reads.get(r.name)
+                if fqn is None or (table[fqn].tensor, where) in seen:
+                    continue
+                seen.add((table[fqn].tensor, where))
+                self.params[i] += _nbytes(tensors[table[fqn].tensor].value)
+        # candidates: the first node of each module path, outermost path first on a tie
+        first: dict[int, str] = {}
+        begun: set[str] = set()
+        for i, nd in enumerate(self.nodes):
+            frames = nd.module_frames
+            if frames is None or frames is NO_STACK:
+                continue
+            for f in frames:
+                if f.path and f.path not in begun:
+                    begun.add(f.path)
+                    if p.resolve(f.path) is not None:
+                        first.setdefault(i, f.path)
+        # activation bytes crossing each position; a non-tensor crossing makes it no cut
+        last = {}
+        for nd in graph.nodes:
+            if nd.name in index:
+                for r in nd.inputs():
+                    if r.name in index:
+                        last[r.name] = index[nd.name]
+        out_node = graph.output_node
+        outputs = out_node.args[0] if out_node.args else ()
+        kinds = [s.kind for s in p.signature.outputs]
+        for value, kind in zip(outputs, kinds):
+            name = getattr(value, "name", None)
+            if name in index and kind not in sg.MUTATION_KINDS:
+                last[name] = self.n
+        size = self.n + 2  # difference arrays over positions 0 .. n (cut before node i)
+        delta, bad, count = [0] * size, [0] * size, [0] * size
+        for name, end in last.items():
+            start = index[name] + 1
+            if end < start:
+                continue
+            val = vals.get(name)
+            if val is not None and not isinstance(val, torch.Tensor):
+                bad[start] += 1
+                bad[end + 1] -= 1
+            else:
+                nbytes = _nbytes(val)
+                delta[start] += nbytes
+                delta[end + 1] -= nbytes
+                count[start] += 1
+                count[end + 1] -= 1
+        crossing, crossing_bad, crossing_count = [], [], []
+        run = run_bad = run_count = 0
+        for i in range(self.n + 1):
+            run += delta[i]
+            run_bad += bad[i]
+            run_count += count[i]
+            crossing.append(run)
+            crossing_bad.append(run_bad)
+            crossing_count.append(run_count)
+        self.candidates = [
+            (i, path) for i, path in sorted(first.items())
+            if 0 < i and crossing_count[i] > 0 and crossing_bad[i] == 0
+        ]
+        self.crossing = crossing
+
+    def costs(self, balance: str) -> list[int]:
+        """Per compute node, its cost under ``balance``."""
+        return self.params if balance == "params" else self.flops
+
+
+def best_cuts(prefix: Sequence[int], cuts: Sequence[int], traffic: Sequence[int],
+              k: int) -> tuple[int, list[int]] | None:
+    """The ``k - 1`` cut indices (into ``cuts``, increasing) that minimise the largest part of a
+    sequence with prefix sums ``prefix`` (``prefix[x]``: the cost of items ``< x``; the last entry
+    is the total), cut only at positions ``cuts`` (increasing, inside ``(0, len)``); among those,
+    the ones with the smallest total ``traffic`` (``traffic[j]``: the cost of cutting at
+    ``cuts[j]``). Returns ``(largest part, chosen indices)``, or ``None`` when ``len(cuts) < k -
+    1``. Exact; O(len(cuts) * k) time and O(len(cuts)) memory per row kept.
+    """
+    c = len(cuts)
+    if c < k - 1:
+        return None
+    total = prefix[-1]
+    if k == 1:
+        return total, []
+    at = [prefix[x] for x in cuts]  # cost before each cut point
+    # 1. the bottleneck: f[j] = best largest part of the prefix ending at cut j, in r parts
+    f = list(at)
+    for _r in range(2, k):
+        g = [INF] * c
+        i = _r - 2  # the previous cut; the r-th cut needs r - 1 cuts before it
+        for j in range(_r - 1, c):
+            if i >= j:
+                i = j - 1
+            while i + 1 < j and max(f[i + 1], at[j] - at[i + 1]) <= max(f[i], at[j] - at[i]):
+                i += 1
+            g[j] = max(f[i], at[j] - at[i])
+        f = g
+    bound = min(max(f[j], total - at[j]) for j in range(k - 2, c))
+    # 2. fewest traffic among the cuts with every part <= bound (sliding-window minimum)
+    cost = [traffic[j] if at[j] <= bound else INF for j in range(c)]
+    back: list[list[int]] = [[-1] * c]
+    for _r in range(2, k):
+        g = [INF] * c
+        links = [-1] * c
+        window: deque[int] = deque()
+        lo = 0
+        nxt = 0
+        for j in range(c):
+            while nxt < j:  # previous cuts enter the window in order
+                while window and cost[window[-1]] >= cost[nxt]:
+                    window.pop()
+                window.append(nxt)
+                nxt += 1
+            while lo < j and at[j] - at[lo] > bound:
+                lo += 1
+            while window and window[0] < lo:
+                window.popleft()
+            if window and cost[window[0]] < INF:
+                g[j] = cost[window[0]] + traffic[j]
+                links[j] = window[0]
+        cost = g
+        back.append(links)
+    ends = [j for j in range(c) if total - at[j] <= bound and cost[j] < INF]
+    j = min(ends, key=lambda e: (cost[e], e))
+    chosen = [j]
+    for links in reversed(back[1:]):
+        j = links[j]
+        chosen.append(j)
+    chosen.reverse()
+    return int(bound), chosen
+
+
+def balanced_at(p: Program, state_reads: dict[str, str], n: Any, balance: Any) -> tuple[str, ...]:
+    """The module paths where ``split_stages(p, n=n, balance=balance)`` cuts the flat ``p``
+    (``state_reads``: the names that stand for state, their fqns). Raises ``PassError`` naming
+    ``n`` or ``balance`` for a bad value, or ``n`` when the program has fewer usable cut points
+    than ``n - 1``. O(n_nodes + candidates * n)."""
+    if balance not in BALANCES:
+        raise PassError(
+            f"split_stages: balance={balance!r} is not one of {', '.join(map(repr, BALANCES))}"
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise PassError(f"split_stages: n={n!r} must be an int >= 1 (the number of stages)")
+    plan = Plan(p, state_reads)
+    costs = plan.costs(balance)
+    prefix = [0]
+    for x in costs:
+        prefix.append(prefix[-1] + x)
+    cuts = [i for i, _ in plan.candidates]
+    found = best_cuts(prefix, cuts, [plan.crossing[i] for i in cuts], n)
+    if found is None:
+        raise PassError(
+            f"split_stages: n={n} needs {n - 1} cut points, but the program has only "
+            f"{len(cuts)} module boundaries where a stage can begin (a module's first call that "
+            f"some tensor crosses); ask for at most {len(cuts) + 1} stages"
+        )
+    _bound, chosen = found
+    return tuple(plan.candidates[j][1] for j in chosen)
+
+
+def stage_costs(plan: Plan, stage_of: dict[str, int], k: int) -> tuple[int, ...]:
+    """FLOPs per stage (``plan.flops`` summed by ``stage_of``). O(n)."""
+    found = [0] * k
+    for nd, x in zip(plan.nodes, plan.flops):
+        found[stage_of.get(nd.name, 0)] += x
+    return tuple(found)
+
+
+__all__ = ["BALANCES", "FLOP_RULES", "Plan", "balanced_at", "best_cuts", "node_flops"]
