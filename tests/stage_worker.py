@@ -243,8 +243,9 @@ def run_bad_argument(rank: int, world: int, what: str) -> None:
     _model, ep, at, *_ = sc.build("tied_lm", world, N_MB)
     split = split_stages(import_ep(ep), at)
     bad = rank == world - 1
+    what, _, arg = what.partition("=")
     expect = {"index": "stage index 7", "wrap": "returned NoneType",
-              "sync": "holds stages", "ckpt": "layers.0.lin.weight"}[what]
+              "sync": "holds stages", "ckpt": "no entry 'layers.0.lin.weight'"}[what]
     try:
         if what == "index":
             pipeline_stage(split, 7 if bad else rank, torch.device("cpu"))
@@ -254,6 +255,15 @@ def run_bad_argument(rank: int, world: int, what: str) -> None:
         elif what == "sync":
             st = pipeline_stage(split, rank, torch.device("cpu"))
             sync_shared_grads(split, (rank + 1) % world if bad else rank, st.submod)
+        elif what == "ckpt":  # every rank finds the fqn missing (stage 0's), not only rank 0
+            st = pipeline_stage(split, rank, torch.device("cpu"))
+            try:
+                load_stage_state(split, rank, st.submod, arg)
+            except LoweringError as e:
+                assert expect in str(e), str(e)
+                dist.barrier()
+                return
+            raise AssertionError(f"rank {rank}: the checkpoint without {expect} loaded")
         else:
             raise AssertionError(what)
     except LoweringError as e:
@@ -275,10 +285,10 @@ def main() -> None:
             if run == "bad_batch":  # must be the last run: the group is broken after it
                 run_bad_batch(rank, world)
                 os._exit(0)  # leave at once (no teardown collective): peers see the pair close
-            if "=" in run:
-                run_pipeline(rank, world, **dict(w.split("=", 1) for w in run.split()))
-            elif run.startswith("bad:"):
+            if run.startswith("bad:"):
                 run_bad_argument(rank, world, run[4:])
+            elif "=" in run:
+                run_pipeline(rank, world, **dict(w.split("=", 1) for w in run.split()))
             else:
                 case, schedule = run.split(":")
                 run_case(rank, world, case, schedule)

@@ -149,3 +149,37 @@ def test_frozen_copies_all():
         "case=mlp sched=gpipe export_frozen=layers.0",
         "bad:wrap",
     ])
+
+
+def _save_checkpoint(case: str, n_stages: int, n_mb: int, path: str, drop: str = "") -> None:
+    """The eager model of ``case`` (the workers build the same one from the same seed), saved
+    with torch.distributed.checkpoint in this process; ``drop``: an fqn left out."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from tests import stage_cases_dist as scd
+
+    model, *_ = scd.build(case, n_stages, n_mb)
+    sd = {k: v for k, v in model.state_dict().items() if k != drop}
+    dcp.save(sd, checkpoint_id=path, no_dist=True)
+    del torch
+
+
+def test_meta_export_each_rank_loads_its_stage_from_a_checkpoint(tmp_path):
+    """Item 1, two processes: the eager model saved with torch.distributed.checkpoint, the
+    program exported on meta, each rank loads only its stage (load_stage_state), one GPipe step
+    equals eager (loss, grads by fqn, merged state after SGD); a checkpoint without an fqn of
+    stage 0 is a LoweringError naming it on both ranks."""
+    good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
+    _save_checkpoint("tied_lm", 2, 4, good)
+    _save_checkpoint("tied_lm", 2, 4, bad, drop="layers.0.lin.weight")
+    _run_group(2, [f"case=tied_lm sched=gpipe ckpt={good}", f"bad:ckpt={bad}"])
+
+
+@pytest.mark.slow
+def test_meta_export_interleaved_and_dp_from_a_checkpoint(tmp_path):
+    good = str(tmp_path / "good")
+    _save_checkpoint("tied3", 4, 4, good)
+    _run_group(2, [f"case=tied3 sched=interleaved stages=4 ckpt={good}"])
+    _save_checkpoint("tied_lm", 2, 8, good + "8")
+    _run_group(4, [f"case=tied_lm sched=1f1b dp=2 wrap=ddp ckpt={good}8"])
