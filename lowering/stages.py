@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.pipelining import PipelineStage
+from torch.distributed.tensor import DTensor
 
 from ir.errors import InputConstraintError, LoweringError
 from ir.stages import Stages
@@ -334,6 +335,20 @@ def _copies(stages: Stages, held: list, fqn: str, owners: tuple[int, ...]
     return [(k, _local(stages, k, mod, fqn)) for k, mod in held if k in owners]
 
 
+def _shard(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``t``: the local shard of a ``DTensor`` (a parameter or gradient of
+    a module sharded with FSDP2's ``fully_shard``), else ``t``."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _like(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """``local`` as a gradient of ``param``: a ``DTensor`` laid out as ``param`` when it is one."""
+    if isinstance(param, DTensor):
+        return DTensor.from_local(local, param.device_mesh, param.placements,
+                                  shape=param.shape, stride=param.stride())
+    return local
+
+
 def _send(t: torch.Tensor, rank: int, group: Any) -> None:
     dist.send(t.contiguous(), dst=_global_rank(group, rank), group=group)
 
@@ -420,17 +435,16 @@ def _broadcast(stages: Stages, held: list[tuple[int, torch.nn.Module]],
         lead, others = _owner_ranks(ranks, owners)
         if me != lead and me not in others:
             continue
-        copies = _copies(stages, held, fqn, owners)
+        copies = [_shard(t) for _k, t in _copies(stages, held, fqn, owners)]
         if me == lead:
-            src = copies[0][1]  # the first owner's copy (the lead holds the first owner)
+            value = copies[0].detach()  # the first owner's copy (the lead holds it)
             for r in others:
-                _send(src.detach(), r, group)
-            value = src.detach()
+                _send(value, r, group)
         else:
-            value = _recv_like(copies[0][1].detach(), lead, group)
+            value = _recv_like(copies[0].detach(), lead, group)
         with torch.no_grad():
-            for _k, t in copies:
-                if t is not value and t.data_ptr() != value.data_ptr():
+            for t in copies:
+                if t.data_ptr() != value.data_ptr():
                     t.copy_(value)
 
 
@@ -475,14 +489,15 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
         if me != lead and me not in others:
             continue
         copies = [t for _k, t in _copies(stages, held, fqn, owners)]
-        # the local sum, and in its last element how many copies take part (frozen: none)
-        total = torch.zeros(copies[0].numel() + 1, dtype=copies[0].dtype,
-                            device=copies[0].device)
+        # the local sum, and in its last element how many copies take part (frozen: none);
+        # a sharded copy (FSDP2) adds its own shard: the copies' shards are laid out alike
+        ref = _shard(copies[0])
+        total = torch.zeros(ref.numel() + 1, dtype=ref.dtype, device=ref.device)
         for t in copies:
             if t.requires_grad:
                 total[-1] += 1
                 if t.grad is not None:
-                    total[:-1] += t.grad.detach().reshape(-1)
+                    total[:-1] += _shard(t.grad).detach().reshape(-1)
         if me == lead:
             for r in others:
                 total += _recv_like(total, r, group)
@@ -493,12 +508,12 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
             total = _recv_like(total, lead, group)
         if total[-1] == 0:  # every copy is frozen: the weight gets no gradient, as in eager
             continue
-        grad = total[:-1].reshape(copies[0].shape)
+        grad = total[:-1].reshape(ref.shape)
         for t in copies:  # frozen copies too: they are copies of the one weight
             if t.grad is None:
-                t.grad = grad.clone()
+                t.grad = _like(t, grad.clone())
             else:
-                t.grad.copy_(grad)
+                _shard(t.grad).copy_(grad)
 
 
 def merge_stage_state_dicts(

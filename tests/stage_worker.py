@@ -18,12 +18,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import (
     Schedule1F1B,
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
     ScheduleLoopedBFS,
 )
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from ir import import_ep
@@ -116,6 +119,11 @@ def run_bad_batch(rank: int, world: int) -> None:
     raise AssertionError(f"rank {rank} ran a step although rank 0 failed")
 
 
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of an FSDP2 shard (``DTensor``), else ``t``."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 def _detach_use(model: torch.nn.Module, fqn: str) -> None:
     """Eager reference of a copy frozen on one stage: that module's use of the weight is
     detached (its forward reads ``weight.detach()``); Linear and Embedding only."""
@@ -165,6 +173,11 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
     if wrap == "ddp":
         def wrapper(m):
             return DistributedDataParallel(m, process_group=dp_groups[pp_rank])
+    elif wrap == "fsdp":
+        mesh = DeviceMesh.from_group(dp_groups[pp_rank], "cpu")
+
+        def wrapper(m):
+            return fully_shard(m, mesh=mesh)
     sts = [pipeline_stage(split, k, torch.device("cpu"), group=group, wrap=wrapper)
            for k in mine]
     inner = [st.submod.module if wrap == "ddp" else st.submod for st in sts]
@@ -208,12 +221,12 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
             if want is None:
                 assert prm.grad is None, f"{where} stage {k} {fqn}: a gradient, eager has none"
                 continue
-            torch.testing.assert_close(prm.grad, want, rtol=1e-10, atol=1e-12,
+            torch.testing.assert_close(_full(prm.grad), want, rtol=1e-10, atol=1e-12,
                                        msg=lambda s, f=fqn, k=k: f"{where} stage {k} {f}: {s}")
     for m in inner:
         torch.optim.SGD(m.parameters(), lr=0.1).step()
     torch.optim.SGD(model.parameters(), lr=0.1).step()
-    held = {k: {key: v.detach().clone() for key, v in m.state_dict().items()}
+    held = {k: {key: _full(v).detach().clone() for key, v in m.state_dict().items()}
             for k, m in zip(mine, inner, strict=True)}
     gathered: list = [None] * pp
     dist.all_gather_object(gathered, held, group=group)
@@ -230,11 +243,9 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
             local = split.owner(fqn, k)
             if k in mine and split.source.slot(local).kind == "parameter":
                 got = inner[mine.index(k)].get_parameter(local)
-                torch.testing.assert_close(got.detach(), want_sd[fqn], rtol=1e-10, atol=1e-12,
+                torch.testing.assert_close(_full(got).detach(), want_sd[fqn], rtol=1e-10, atol=1e-12,
                                            msg=lambda s, f=fqn, k=k: f"{where} copy {f}@{k}: {s}")
-    dist.barrier()
-    for g in (*pp_groups, *dp_groups):
-        dist.destroy_process_group(g)
+    dist.barrier()  # the groups live until the process group is destroyed at exit
 
 
 def run_bad_argument(rank: int, world: int, what: str) -> None:

@@ -115,16 +115,20 @@ def test_interleaved_and_looped_all():
                    for sched in ("interleaved", "looped")])
 
 
-def test_pipeline_times_data_parallel_ddp():
-    """4 ranks as 2 stages x 2 replicas, each stage module wrapped with DDP over its replica
-    group: gradients and merged state after one step equal eager on the full batch."""
-    _run_group(4, ["case=tied_lm sched=1f1b stages=2 dp=2 wrap=ddp"])
+def test_pipeline_times_data_parallel_ddp_and_fsdp2():
+    """4 ranks as 2 stages x 2 replicas, each stage module wrapped over its replica group with
+    DDP, then with FSDP2's fully_shard (runs on gloo/CPU; the tied weight's copies are summed
+    shard by shard): gradients and merged state after one step equal eager on the full
+    batch."""
+    _run_group(4, ["case=tied_lm sched=1f1b stages=2 dp=2 wrap=ddp",
+                   "case=tied_plain sched=gpipe stages=2 dp=2 wrap=fsdp"])
 
 
 @pytest.mark.slow
 def test_pipeline_times_data_parallel_all():
-    _run_group(4, [f"case={case} sched={sched} stages=2 dp=2 wrap=ddp"
-                   for case in ("mlp", "tied_lm", "tied_plain") for sched in ("gpipe", "1f1b")])
+    _run_group(4, [f"case={case} sched={sched} stages=2 dp=2 wrap={wrap}"
+                   for case in ("mlp", "tied_lm", "tied_plain") for sched in ("gpipe", "1f1b")
+                   for wrap in ("ddp", "fsdp")])
 
 
 def test_frozen_copy_and_bad_arguments_end_everywhere():
