@@ -83,25 +83,24 @@ def _values(program: Any, names: Sequence[str], what: str) -> list[torch.Tensor]
     return found
 
 
-def _static_shape(val: torch.Tensor, name: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(d) for d in val.shape)
-    except TypeError:  # a symbolic dim without a hint
-        raise LoweringError(
-            f"pipeline_stage: value %{name} has a dynamic shape {tuple(val.shape)}; "
-            "export with the micro-batch shape (static dims) for a pipeline"
-        ) from None
+def _dims(val: torch.Tensor) -> tuple[int | None, ...]:
+    """The exported shape, ``None`` for a dynamic (symbolic) dim."""
+    return tuple(d if isinstance(d, int) else None for d in val.shape)
 
 
 def _examples(program: Any, names: Sequence[str], device: Any, what: str
-              ) -> tuple[torch.Tensor, ...]:
-    """Zero tensors with the exported shape and dtype of each named value. Every floating
+              ) -> tuple[torch.Tensor, ...] | None:
+    """Zero tensors with the exported shape and dtype of each named value (``None`` when one
+    has a dynamic dim: then torch's stage infers them from its first micro-batch). Every floating
     point one asks for a gradient: whether an activation carries one is decided at run time
     (a layer unfrozen after the split still gives earlier stages their gradient; a value that
     carries none is sent back as zeros by torch's stage and ignored by the sender)."""
     found = []
-    for name, val in zip(names, _values(program, names, what), strict=True):
-        t = torch.zeros(_static_shape(val, name), dtype=val.dtype, device=device)
+    for val in _values(program, names, what):
+        dims = _dims(val)
+        if None in dims:  # a dynamic dim: torch's stage infers the shapes at its first step
+            return None
+        t = torch.zeros(dims, dtype=val.dtype, device=device)
         found.append(t.requires_grad_(val.dtype.is_floating_point))
     return tuple(found)
 
@@ -116,6 +115,9 @@ class _CheckedStage(CheckedPipelineStage):
                  **kwargs: Any) -> None:
         self.purefx_expected = dict(expected)
         self.purefx_first = first
+        # a dynamic dim (None in ``expected``) takes the size of the first micro-batch run:
+        # torch's stage sizes its receive buffers from that micro-batch
+        self.purefx_fixed: dict[str, tuple[int, ...]] = {}
         super().__init__(*args, check=self._check_inputs, **kwargs)
 
     def _check_inputs(self, chunk: int, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -131,13 +133,26 @@ class _CheckedStage(CheckedPipelineStage):
                     f"program (its keyword inputs: {sorted(self.purefx_expected)})"
                 )
             got = tuple(getattr(value, "shape", ()))
-            if got != want[0]:
+            if len(got) != len(want[0]) or any(
+                w is not None and g != w for g, w in zip(got, want[0], strict=True)
+            ):
+                shown = tuple("*" if w is None else w for w in want[0])
                 raise InputConstraintError(
                     f"stage {self.stage_index}, micro-batch {chunk}: input {name!r} has "
-                    f"shape {got}, the stage was exported with {want[0]}. Export the model "
+                    f"shape {got}, the stage was exported with {shown}. Export the model "
                     "with one micro-batch (batch / n_microbatches) and step with "
                     "n_microbatches times that batch"
                 )
+            if None in want[0]:
+                fixed = self.purefx_fixed.setdefault(name, got)
+                if got != fixed:
+                    raise InputConstraintError(
+                        f"stage {self.stage_index}, micro-batch {chunk}: input {name!r} has "
+                        f"shape {got}, but this pipeline stage took {fixed} at its first "
+                        "micro-batch (a dynamic dim is fixed by the first step: torch's stage "
+                        "sizes its buffers then); build a new pipeline_stage and schedule "
+                        "for another micro-batch size"
+                    )
 
 
 def _group_size(group: Any) -> int:
@@ -157,7 +172,10 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     micro-batch), so the schedule infers nothing at its first step; every floating point
     activation may carry a gradient (decided at run time, not at the split). Before each
     micro-batch runs, its own inputs are checked against those shapes: a mismatch raises
-    ``InputConstraintError`` before this rank sends anything for it.
+    ``InputConstraintError`` before this rank sends anything for it. A program exported with a
+    dynamic dim (a dynamic batch) runs any size its range allows: its stages leave the shapes
+    to torch's inference at the first step, and that step's micro-batch size then holds for
+    the stage (another size is an ``InputConstraintError``; build a new stage for it).
 
     ``i`` is a stage index, independent of the rank: a rank may build several stages (one
     call each) for ``ScheduleInterleaved1F1B`` / ``ScheduleLoopedBFS`` (stage ``k`` runs on
@@ -171,7 +189,7 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
 
     Raises:
         LoweringError: ``i`` is not a stage index, ``wrap`` returns no ``nn.Module``, or a
-        stage value has no static shape.
+        stage value has no tensor metadata.
 
     **Laws:** builds new objects only (the Stages are untouched). Complexity: ``lower`` of the
     stage plus O(|shared|) point-to-point messages.
@@ -194,10 +212,20 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
         expected = {}
         names = (*(first if i == 0 else ()), *stages.root_inputs)
         for name, val in zip(names, _values(program, names, "input"), strict=True):
-            expected[name] = (tuple(val.shape), val.dtype)
+            expected[name] = (_dims(val), val.dtype)
         inputs = _examples(program, stages.inputs[i], device, "stage input")
         outs = tuple(s.name for s in program.signature.user_outputs() if s.name is not None)
         outputs = _examples(program, outs, device, "stage output")
+        if inputs is None or outputs is None:  # torch infers both at the first step
+            inputs = outputs = None
+            if i == len(stages) - 1 and not _tuple_output(stages):
+                raise LoweringError(
+                    f"pipeline_stage: the program has a dynamic dim, so torch's stage infers "
+                    f"the stage shapes at its first step, and it takes only a tensor or a "
+                    f"tuple of tensors as the last stage's output (this program returns "
+                    f"{stages.out_spec.type.__name__ if stages.out_spec.type else 'a tree'}); "
+                    "return a tuple, or export with a static micro-batch"
+                )
     except LoweringError as e:
         if not collective:
             raise
@@ -222,6 +250,13 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
         expected=expected,
         first=first,
     )
+
+
+def _tuple_output(stages: Stages) -> bool:
+    """Whether the program returns a tensor or a flat tuple / list of tensors."""
+    spec = stages.out_spec
+    return spec is None or spec.type in (None, tuple, list) and all(
+        c.type is None for c in spec.children())
 
 
 def _from_meta(stages: Stages) -> bool:

@@ -44,24 +44,39 @@ CASES = {
 }
 
 
-def build(name: str, n_stages: int, n_mb: int, seed: int = 0, export_on_meta: bool = False):
+def build(name: str, n_stages: int, n_mb: int, seed: int = 0, export_on_meta: bool = False,
+          rows: int | None = None):
     """``stage_cases.build`` over ``CASES`` (the model is exported with one micro-batch, the
     batch holds ``n_mb`` of them); with ``export_on_meta`` the program is exported from a copy
-    of the model built under ``torch.device("meta")`` (no values; same fqns and ties)."""
+    of the model built under ``torch.device("meta")`` (no values; same fqns and ties). With
+    ``rows``, the export has a dynamic batch dim (every input's dim 0, one micro-batch of
+    ``MB`` rows) and the batch's micro-batches have ``rows`` rows."""
     factory, inputs, keywords, at, target = CASES[name]
     torch.manual_seed(seed)
     model = factory().double()
-    mbs = [inputs() for _ in range(n_mb)]
-    mbs = [tuple(t.double() if t.is_floating_point() else t for t in mb) for mb in mbs]
+
+    def sized(t: torch.Tensor) -> torch.Tensor:
+        if rows is None:
+            return t
+        return torch.cat([t] * ((rows + sc.MB - 1) // sc.MB))[:rows]
+
+    first = tuple(t.double() if t.is_floating_point() else t for t in inputs())
+    mbs = [tuple(sized(t.double() if t.is_floating_point() else t) for t in inputs())
+           for _ in range(n_mb)]
+    dynamic = None
+    if rows is not None:
+        b = torch.export.Dim("b", min=2, max=64)
+        dynamic = tuple({0: b} for _ in first)
     if export_on_meta:
         with torch.device("meta"):
             shell = factory().double()
-        ep = torch.export.export(shell, tuple(t.to("meta") for t in mbs[0]))
+        ep = torch.export.export(shell, tuple(t.to("meta") for t in first),
+                                 dynamic_shapes=dynamic)
     else:
-        ep = torch.export.export(model, mbs[0])
+        ep = torch.export.export(model, first, dynamic_shapes=dynamic)
     full = tuple(torch.cat([mb[j] for mb in mbs]) for j in range(len(mbs[0])))
     names = list(ep.module_call_graph[0].signature.forward_arg_names or [])
     pos = tuple(t for nm, t in zip(names, full, strict=True) if nm not in keywords)
     kw = {nm: t for nm, t in zip(names, full, strict=True) if nm in keywords}
-    tgt = torch.cat([target().double() for _ in range(n_mb)])
+    tgt = torch.cat([sized(target().double()) for _ in range(n_mb)])
     return model, ep, at[n_stages], pos, kw, tgt, sc._mse

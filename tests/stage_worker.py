@@ -138,7 +138,7 @@ def _detach_use(model: torch.nn.Module, fqn: str) -> None:
 
 def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages: str = "2",
                  dp: str = "1", wrap: str = "", freeze: str = "", export_frozen: str = "",
-                 ckpt: str = "") -> None:
+                 ckpt: str = "", dyn: str = "", again: str = "") -> None:
     """One schedule step of ``case`` split into ``stages`` stages, on ``world // dp`` pipeline
     ranks (stage ``k`` on pipeline rank ``k % pp``, several per rank for looped and interleaved
     schedules) times ``dp`` replicas (each stage module wrapped by ``wrap``: ``ddp`` over its
@@ -149,15 +149,21 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
     detached). ``export_frozen=PREFIX+...``: those parameters are frozen when the model is
     exported and unfrozen after the split (their gradients must still arrive).
     ``ckpt=DIR``: the program is exported on meta and each rank loads its stages from the
-    torch.distributed.checkpoint at DIR (saved from the eager model by the test)."""
+    torch.distributed.checkpoint at DIR (saved from the eager model by the test).
+    ``dyn=ROWS``: exported with a dynamic batch dim (micro-batch of ``MB`` rows), stepped with
+    micro-batches of ROWS rows. ``again=ROWS``: then the first stage's rank steps the same
+    schedule with micro-batches of ROWS rows: an ``InputConstraintError`` before it sends
+    anything (the other ranks do not step; the group stays usable)."""
     n, n_dp = int(stages), int(dp)
     pp = world // n_dp
     replica, pp_rank = divmod(rank, pp)
     pp_groups = [dist.new_group(list(range(r * pp, (r + 1) * pp))) for r in range(n_dp)]
     dp_groups = [dist.new_group([p + r * pp for r in range(n_dp)]) for p in range(pp)]
     group = pp_groups[replica] if n_dp > 1 else None
+    rows_mb = int(dyn) if dyn else sc.MB
     model, ep, at, pos, kw, tgt, loss_fn = scd.build(case, n, N_MB * n_dp,
-                                                      export_on_meta=bool(ckpt))
+                                                      export_on_meta=bool(ckpt),
+                                                      rows=rows_mb if dyn else None)
     frozen_at_export = [p for p in export_frozen.split("+") if p]
     if frozen_at_export:  # export with those frozen, then unfreeze (eager and stages)
         assert not kw, "export_frozen takes cases without keyword inputs"
@@ -196,7 +202,7 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
     cls = SCHEDULES[sched]
     schedule = cls(sts if sched in MULTI else sts[0], n_microbatches=N_MB, loss_fn=loss_fn)
 
-    rows = slice(replica * N_MB * sc.MB, (replica + 1) * N_MB * sc.MB)
+    rows = slice(replica * N_MB * rows_mb, (replica + 1) * N_MB * rows_mb)
     my_pos = tuple(t[rows] for t in pos)
     my_kw = {k: v[rows] for k, v in kw.items()}
     losses: list[torch.Tensor] = []
@@ -245,6 +251,14 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
                 got = inner[mine.index(k)].get_parameter(local)
                 torch.testing.assert_close(_full(got).detach(), want_sd[fqn], rtol=1e-10, atol=1e-12,
                                            msg=lambda s, f=fqn, k=k: f"{where} copy {f}@{k}: {s}")
+    if again and 0 in mine:
+        wide = tuple(torch.cat([t[:1]] * (N_MB * int(again))) for t in my_pos)
+        try:
+            schedule.step(*wide, **my_kw)
+        except InputConstraintError as e:
+            assert "at its first micro-batch" in str(e) and f"({again}," in str(e), str(e)
+        else:
+            raise AssertionError(f"{where} a step with {again}-row micro-batches ran")
     dist.barrier()  # the groups live until the process group is destroyed at exit
 
 
