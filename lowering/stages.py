@@ -5,17 +5,24 @@
 
 - ``stage_module(stages, i)``: stage ``i`` as an ``nn.Module`` (``lower`` of its Program, so it
   keeps the original module tree and fqns): ``forward(*activations, **root_inputs)``;
-- ``pipeline_stage(stages, i, device, group)``: a ``PipelineStage`` around it, with the shapes
-  of its inputs and outputs given statically (no shape inference at the first step), a check of
-  each micro-batch against the exported shapes, and the shared weights broadcast from their
-  first owner;
-- ``sync_shared_grads(stages, i, m, group)``: after backward, each copy of a weight held by
-  several stages gets the sum of the copies' gradients (what eager's one tensor gets);
+- ``pipeline_stage(stages, i, device, group, wrap)``: a ``PipelineStage`` around it (optionally
+  wrapped for data parallelism), with the shapes of its inputs and outputs read from its own
+  Program (no shape inference at the first step unless a dim is dynamic), a check of each
+  micro-batch against them, and every floating activation free to carry a gradient;
+- ``load_stage_state(stages, i, m, checkpoint)``: a stage's state from a checkpoint of the
+  whole model (a stage of a program exported on ``meta`` is filled without the model ever
+  being materialized);
+- ``sync_shared_grads(stages, i, m, group)`` / ``broadcast_shared_state``: each copy of a
+  weight held by several stages gets the sum of the copies' gradients (what eager's one tensor
+  gets) / its first owner's value;
 - ``merge_stage_state_dicts(stages, sds)``: the stages' state dicts merged back into the eager
   model's keys.
 
-Every rank of the group calls ``pipeline_stage`` and ``sync_shared_grads`` (collectives over the
-group in one order, from ``Stages``); stage ``i`` runs on group rank ``i``.
+Stage ``k`` runs on group rank ``k % group size`` (torch's placement, one or several stages per
+rank) unless a ``placement`` says otherwise. Who takes part in each shared-weight transfer is
+decided from ``Stages`` alone: the ranks holding a copy, point to point, in state order; every
+call first checks its arguments and agrees on the result with every rank of the group, so a bad
+argument on one rank is the same ``LoweringError`` everywhere instead of a hang.
 """
 
 from __future__ import annotations

@@ -202,17 +202,16 @@ def sync_parameter_list(plist: torch.nn.ParameterList) -> None:
 
 
 # --- pipeline stages ----------------------------------------------------------------------------
-# ``lowering/stages.py`` builds ``torch.distributed.pipelining.PipelineStage``s. Two things it
-# needs are not part of torch's public stage API, so they live here:
-# - a hook before each micro-batch's forward: ``PipelineStage.forward_one_chunk(fwd_chunk_id,
-#   args, kwargs, save_forward_output)`` is what every schedule calls per micro-batch (2.13: the
-#   first stage's ``args`` are the micro-batch's positional inputs, ``kwargs`` every stage's
-#   keyword inputs);
-# - ``PipelineStage.fwd_cache``: ``{chunk id: (outputs as a tuple, flat input tensors)}``, which
-#   the stage's backward reads. torch 2.13 normalizes a non-tuple output to ``(output,)`` and
-#   later treats each item as a tensor, so a last stage returning a dict would break backward;
-#   the stage keeps the output's tensor leaves instead.
-# ``tests/test_torch_seam_stages.py`` checks both against the installed torch.
+# - CheckedPipelineStage (a subclass of torch.distributed.pipelining.PipelineStage): what
+#   ``lowering/stages.py`` needs from torch's stage beyond its public API. (1) A hook before
+#   each micro-batch's forward: it overrides ``forward_one_chunk(fwd_chunk_id, args, kwargs,
+#   save_forward_output)``, which every schedule calls once per micro-batch (the first stage's
+#   ``args`` are the micro-batch's positional inputs, ``kwargs`` every stage's keyword inputs).
+#   (2) ``fwd_cache``: ``{chunk id: (outputs as a tuple, flat input tensors)}``, read by the
+#   stage's backward; torch normalizes a non-tuple output to ``(output,)`` and later treats
+#   each item as a tensor, so for a last stage returning a dict it keeps the output's tensor
+#   leaves instead. Checked against 2.13 by ``tests/test_torch_seam_stages.py`` (2.14 and
+#   2.15 not checked here: that test fails if either name changes).
 
 
 class CheckedPipelineStage(PipelineStage):

@@ -81,8 +81,14 @@ def test_two_stages_all():
     ] + ["nograd_edge:1f1b", "nograd_edge:gpipe", "bad_batch"])
 
 
-def test_four_stages():
-    _run_group(4, ["fan_out:1f1b", "tied_lm:gpipe"])
+def test_four_ranks_four_stages_and_pipeline_times_data_parallel():
+    """4 ranks, one group, in turn: 4 stages (fan-out relayed; the tied LM), one per rank; then
+    2 stages x 2 replicas, each stage module wrapped over its replica group with DDP, then with
+    FSDP2's fully_shard (it runs on gloo/CPU; the tied weight's copies are summed shard by
+    shard): gradients and merged state after one step equal eager on the full batch."""
+    _run_group(4, ["fan_out:1f1b", "tied_lm:gpipe",
+                   "case=tied_lm sched=1f1b stages=2 dp=2 wrap=ddp",
+                   "case=tied_plain sched=gpipe stages=2 dp=2 wrap=fsdp"])
 
 
 @pytest.mark.slow
@@ -135,15 +141,6 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
         "case=mlp sched=gpipe dyn=3 again=4",
         "bad:index", "bad:sync", f"bad:ckpt={bad}",
     ])
-
-
-def test_pipeline_times_data_parallel_ddp_and_fsdp2():
-    """4 ranks as 2 stages x 2 replicas, each stage module wrapped over its replica group with
-    DDP, then with FSDP2's fully_shard (runs on gloo/CPU; the tied weight's copies are summed
-    shard by shard): gradients and merged state after one step equal eager on the full
-    batch."""
-    _run_group(4, ["case=tied_lm sched=1f1b stages=2 dp=2 wrap=ddp",
-                   "case=tied_plain sched=gpipe stages=2 dp=2 wrap=fsdp"])
 
 
 @pytest.mark.slow
