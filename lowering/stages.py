@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.tensor import DTensor
 
@@ -162,6 +161,14 @@ class _CheckedStage(CheckedPipelineStage):
                     )
 
 
+def _check_group(what: str) -> None:
+    if not dist.is_initialized():
+        raise LoweringError(
+            f"{what}: no process group; call torch.distributed.init_process_group first (every "
+            "rank of the pipeline)"
+        )
+
+
 def _group_size(group: Any) -> int:
     return dist.get_world_size(group)
 
@@ -201,6 +208,7 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     **Laws:** builds new objects only (the Stages are untouched). Complexity: ``lower`` of the
     stage plus O(|shared|) point-to-point messages.
     """
+    _check_group("pipeline_stage")
     collective = isinstance(stages, Stages) and _group_size(group) == len(stages)
     problem = None
     try:
@@ -344,29 +352,32 @@ def _prepare(stages: Stages, i: Any, m: Any, group: Any, placement: Any, what: s
             f"{type(stages).__name__}"
         )
     keys = _shared_keys(stages, kinds)  # from Stages alone: the same on every rank
+    if keys:
+        _check_group(what)
     problem = None
     held: list = []
     ranks: tuple[int, ...] = ()
     try:
         held = _held(stages, i, m, what)
-        ranks = _placement(stages, group, placement)
-        me = dist.get_rank(group)
-        mine = [k for k in range(len(stages)) if ranks[k] == me]
-        if [k for k, _ in held] != mine:
-            raise LoweringError(
-                f"{what}: this rank (group rank {me}) holds stages {mine} (stage k runs on "
-                f"group rank {'placement[k]' if placement is not None else 'k % group size'}) "
-                f"but was called with stages {[k for k, _ in held]}; pass all of its stages "
-                "and their modules at once"
-            )
-        for fqn, _owners in keys:
-            for k, mod in held:
-                _local(stages, k, mod, fqn)
+        if keys:  # without shared tensors nothing is sent: the placement does not matter
+            ranks = _placement(stages, group, placement)
+            me = dist.get_rank(group)
+            mine = [k for k in range(len(stages)) if ranks[k] == me]
+            if [k for k, _ in held] != mine:
+                rule = "placement[k]" if placement is not None else "k % group size"
+                raise LoweringError(
+                    f"{what}: this rank (group rank {me}) holds stages {mine} (stage k runs on "
+                    f"group rank {rule}) but was called with stages {[k for k, _ in held]}; "
+                    "pass all of its stages and their modules at once"
+                )
+            for fqn, _owners in keys:
+                for k, mod in held:
+                    _local(stages, k, mod, fqn)
     except LoweringError as e:
         if not keys:
             raise
         problem = str(e)
-    if not keys and problem is None:
+    if not keys:
         return None
     _agree(problem, group)
     return held, ranks, keys
@@ -628,6 +639,9 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
     Complexity: O(state of all stages) to check, plus reading this rank's entries.
     """
     held = _held(stages, i, m, "load_stage_state")
+    # imported here: about half a second that ``import lowering`` need not pay
+    import torch.distributed.checkpoint as dcp
+
     if isinstance(checkpoint, Mapping):
         available: Mapping[str, Any] = checkpoint
     else:
