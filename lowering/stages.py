@@ -284,13 +284,25 @@ def _from_meta(stages: Stages) -> bool:
 
 
 def _agree(problem: str | None, group: Any) -> None:
-    """Every rank of ``group`` learns every rank's problem: raises the same ``LoweringError`` on
-    every rank when one rank has one (so no rank enters a collective that another left)."""
+    """Every rank of ``group`` learns whether some rank has a problem (one all-reduce of a
+    flag), and then every rank's message: raises the same ``LoweringError`` on every rank when
+    one rank has one (so no rank enters a collective that another left)."""
+    flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32,
+                        device=_collective_device(group))
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if not flag.item():
+        return
     found: list[Any] = [None] * _group_size(group)
     dist.all_gather_object(found, problem, group=group)
     bad = [f"rank {r}: {p}" for r, p in enumerate(found) if p is not None]
-    if bad:
-        raise LoweringError("; ".join(bad))
+    raise LoweringError("; ".join(bad))
+
+
+def _collective_device(group: Any) -> torch.device:
+    """Where the group's backend takes tensors: CPU for gloo, the current CUDA device for NCCL."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _placement(stages: Stages, group: Any, placement: Any) -> tuple[int, ...]:
