@@ -215,7 +215,12 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
         _check_stage(stages, i)
         device = torch.device(device)
         module = stage_module(stages, i, device)
-        wrapped = module if wrap is None else wrap(module)
+        try:
+            wrapped = module if wrap is None else wrap(module)
+        except Exception as e:  # any failure of the caller's wrapper, agreed like ours
+            raise LoweringError(
+                f"pipeline_stage: wrap(module) of stage {i} raised {type(e).__name__}: {e}"
+            ) from e
         if not isinstance(wrapped, torch.nn.Module):
             raise LoweringError(
                 f"pipeline_stage: wrap(module) of stage {i} returned "
