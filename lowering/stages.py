@@ -192,14 +192,16 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     the stage (another size is an ``InputConstraintError``; build a new stage for it).
 
     ``i`` is a stage index, independent of the rank: a rank may build several stages (one
-    call each) for ``ScheduleInterleaved1F1B`` / ``ScheduleLoopedBFS`` (stage ``k`` runs on
-    group rank ``k % group size``). When every rank of ``group`` (default: the world) holds
-    exactly one stage (``len(stages)`` equals the group size), every rank must call this at
-    once: a bad argument on any rank is then a ``LoweringError`` on every rank, and the weights
-    held by several stages are broadcast from their first owner (``broadcast_shared_state``),
-    so every copy starts equal (not for a program exported on ``meta``, whose state is loaded
-    afterwards). With several stages per rank it runs no collective: the copies come from one
-    Program, or call ``broadcast_shared_state(stages, [i, j], [m_i, m_j])`` once after loading.
+    call each) for ``ScheduleInterleaved1F1B`` / ``ScheduleLoopedBFS``; stage ``k`` runs on
+    group rank ``k % group size``. When the number of stages is a multiple of the size of
+    ``group`` (default: the world), every rank builds its ``len(stages) / size`` stages, each
+    call at once with the other ranks' calls: a bad argument on any rank (an index out of
+    range, another rank's stage, a ``wrap`` that fails or returns no module) is then the same
+    ``LoweringError`` on every rank. With one stage per rank, the weights held by several stages
+    are also broadcast from their first owner (``broadcast_shared_state``), so every copy
+    starts equal (not for a program exported on ``meta``, whose state is loaded afterwards);
+    with several, the copies come from one Program, or call ``broadcast_shared_state(stages,
+    [i, j], [m_i, m_j])`` once after loading.
 
     Raises:
         LoweringError: ``i`` is not a stage index, ``wrap`` returns no ``nn.Module``, or a
@@ -209,7 +211,9 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     stage plus O(|shared|) point-to-point messages.
     """
     _check_group("pipeline_stage")
-    collective = isinstance(stages, Stages) and _group_size(group) == len(stages)
+    size = _group_size(group)
+    # every rank builds len(stages) / size stages (torch's loop placement): each call is agreed
+    collective = isinstance(stages, Stages) and len(stages) % size == 0
     problem = None
     try:
         _check_stage(stages, i)
@@ -251,13 +255,14 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
             raise
         problem = str(e)
     if collective:
-        if problem is None and i != dist.get_rank(group):
+        me = dist.get_rank(group)
+        if problem is None and i % size != me:
             problem = (
-                f"pipeline_stage: stage {i} runs on group rank {i} (one stage per rank: stage k "
-                f"on rank k), not on group rank {dist.get_rank(group)}"
+                f"pipeline_stage: stage {i} runs on group rank {i % size} (stage k on rank "
+                f"k % group size), not on group rank {me}"
             )
         _agree(problem, group)
-        if not _from_meta(stages):
+        if len(stages) == size and not _from_meta(stages):
             _broadcast(stages, [(i, module)], _placement(stages, group, None), group)
     return _CheckedStage(
         wrapped,

@@ -269,6 +269,17 @@ def run_bad_argument(rank: int, world: int, what: str) -> None:
     split = split_stages(import_ep(ep), at)
     bad = rank == world - 1
     what, _, arg = what.partition("=")
+    if what == "index4":  # 2 ranks x 2 stages: the last rank's second stage index is wrong
+        _model, ep, at, *_ = scd.build("tied3", 2 * world, N_MB)
+        split = split_stages(import_ep(ep), at)
+        try:
+            for j, k in enumerate(range(rank, 2 * world, world)):
+                pipeline_stage(split, 7 if bad and j == 1 else k, torch.device("cpu"))
+        except LoweringError as e:
+            assert "stage index 7" in str(e) and f"rank {world - 1}" in str(e), str(e)
+            dist.barrier()
+            return
+        raise AssertionError(f"rank {rank}: no LoweringError for a bad index")
     expect = {"index": "stage index 7", "wrap": "returned NoneType",
               "sync": "holds stages", "ckpt": "no entry 'layers.0.lin.weight'"}[what]
     try:
