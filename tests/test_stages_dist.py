@@ -1,10 +1,14 @@
 """Real pipeline schedules over purefx stages: spawned processes on a gloo group (127.0.0.1).
 
-Each test starts one process per rank (``tests/stage_worker.py``), each running several cases
-(``ScheduleGPipe`` and ``Schedule1F1B``, float64, 4 micro-batches) and checking on its own
-rank: loss equals eager's, every gradient equals eager's by fqn after ``sync_shared_grads``,
-the merged state dict after one SGD step equals eager's, stage keys are original fqns. Every
-process ends, pass or fail: bounded group timeout, joined with a timeout, killed in ``finally``.
+Each test starts one process per rank (``tests/stage_worker.py``), each running several runs
+in one group (float64, 4 micro-batches per replica) and checking on its own rank: loss equals
+eager's, every gradient equals eager's by fqn after ``sync_shared_grads``, the merged state
+dict (and every copy of a shared weight) after one SGD step equals eager's, stage keys are
+original fqns. Runs cover one stage per rank (GPipe, 1F1B), several (interleaved 1F1B, looped
+BFS), pipeline x data parallel (DDP, FSDP2), a meta export loaded from a
+torch.distributed.checkpoint, frozen and unfrozen weights, dynamic batches and bad arguments.
+CI runs a sample (three groups); the matrix is behind ``@pytest.mark.slow``. Every process
+ends, pass or fail: 60 s group timeout, joined with a deadline, killed in ``finally``.
 """
 
 from __future__ import annotations
