@@ -32,6 +32,8 @@ ROWS = [
      "a weight tied across stages 0, 2 (one rank) and 3"),
     ("i-tied_lm", "tied_lm", 2, 4, 1, "", "interleaved", "tied LM, mask read by the last stage"),
     ("l-tied3", "tied3", 2, 4, 1, "", "looped", "looped BFS, weight tied across 0, 2 and 3"),
+    ("v-mlp", "mlp", 2, 4, 1, "", "zbv", "MLP, V placement (rank 0: stages 0, 3)"),
+    ("v-tied3", "tied3", 2, 4, 1, "", "zbv", "ZBV, weight tied across 0, 3 (one rank) and 2"),
     ("ddp-mlp", "mlp", 4, 2, 2, "ddp", "1f1b", "MLP, 2 stages x 2 DDP replicas"),
     ("ddp-tied_plain", "tied_plain", 4, 2, 2, "ddp", "1f1b", "tied LM, 2 stages x 2 DDP replicas"),
     ("fsdp-mlp", "mlp", 4, 2, 2, "fsdp", "gpipe", "MLP, 2 stages x 2 FSDP2 replicas"),
@@ -51,6 +53,7 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
         ScheduleLoopedBFS,
+        ScheduleZBVZeroBubble,
         SplitPoint,
         pipeline,
     )
@@ -65,7 +68,8 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
 
     _name, case, world, n, n_dp, wrap, sched, _what = next(r for r in ROWS if r[0] == row)
     schedules = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
-                 "interleaved": ScheduleInterleaved1F1B, "looped": ScheduleLoopedBFS}
+                 "interleaved": ScheduleInterleaved1F1B, "looped": ScheduleLoopedBFS,
+                 "zbv": ScheduleZBVZeroBubble}
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=30))
@@ -77,7 +81,8 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
         group = pp_groups[replica] if n_dp > 1 else None
         dp_group = dp_groups[pp_rank]
         model, ep, at, pos, kw, tgt, loss_fn = scd.build(case, n, N_MB * n_dp)
-        mine = [k for k in range(n) if k % pp == pp_rank]
+        v = sched == "zbv"  # V placement: rank r holds r and 2 pp - 1 - r
+        mine = [k for k in range(n) if (min(k, 2 * pp - 1 - k) if v else k % pp) == pp_rank]
         if frontend == "purefx":
             wrapper = None
             if wrap == "ddp":
@@ -87,8 +92,8 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
                 def wrapper(m):
                     return fully_shard(m, mesh=DeviceMesh.from_group(dp_group, "cpu"))
             split = split_stages(import_ep(ep), at)
-            stages = [pipeline_stage(split, k, torch.device("cpu"), group=group, wrap=wrapper)
-                      for k in mine]
+            stages = [pipeline_stage(split, k, torch.device("cpu"), group=group, wrap=wrapper,
+                                     placement="v" if v else None) for k in mine]
         else:
             traced, *_ = scd.build(case, n, N_MB * n_dp)
             mb_pos = tuple(torch.tensor_split(t, N_MB * n_dp)[0] for t in pos)
@@ -104,21 +109,17 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
                 if wrap == "ddp":
                     st.submod = DistributedDataParallel(st.submod, process_group=dp_group)
                 stages.append(st)
-        multi = sched in ("interleaved", "looped")
+        multi = sched in ("interleaved", "looped", "zbv")
         schedule = schedules[sched](stages if multi else stages[0], n_microbatches=N_MB,
                                     loss_fn=loss_fn)
         rows = slice(replica * N_MB * sc.MB, (replica + 1) * N_MB * sc.MB)
         losses: list = []
-        if 0 in mine:
-            schedule.step(*(t[rows] for t in pos), **{k: v[rows] for k, v in kw.items()})
-        elif n - 1 in mine:
-            schedule.step(**{k: v[rows] for k, v in kw.items()}, target=tgt[rows],
-                          losses=losses)
-        else:
-            schedule.step(**{k: v[rows] for k, v in kw.items()})
+        first = tuple(t[rows] for t in pos) if 0 in mine else ()
+        last = {"target": tgt[rows], "losses": losses} if n - 1 in mine else {}
+        schedule.step(*first, **{k: v[rows] for k, v in kw.items()}, **last)
         inner = [st.submod.module if wrap == "ddp" else st.submod for st in stages]
         if frontend == "purefx":
-            sync_shared_grads(split, mine, inner, group)
+            sync_shared_grads(split, mine, inner, group, placement="v" if v else None)
         names = list(ep.module_call_graph[0].signature.forward_arg_names)
         eager = sc.eager_step(model, pos, kw, names, tgt, loss_fn, N_MB * n_dp)
         problems = []

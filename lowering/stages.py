@@ -174,8 +174,8 @@ def _group_size(group: Any) -> int:
 
 
 def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
-                   wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
-                   ) -> PipelineStage:
+                   wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None, *,
+                   placement: Any = None) -> PipelineStage:
     """Stage ``i`` as a ``torch.distributed.pipelining.PipelineStage`` on ``device``.
 
     The stage module is ``stage_module(stages, i, device)``, then ``wrap(module)`` when ``wrap``
@@ -193,9 +193,11 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
 
     ``i`` is a stage index, independent of the rank: a rank may build several stages (one
     call each) for ``ScheduleInterleaved1F1B`` / ``ScheduleLoopedBFS``; stage ``k`` runs on
-    group rank ``k % group size``. When the number of stages is a multiple of the size of
-    ``group`` (default: the world), every rank builds its ``len(stages) / size`` stages, each
-    call at once with the other ranks' calls: a bad argument on any rank (an index out of
+    group rank ``k % group size``, or ``placement[k]`` (``placement="v"`` for
+    ``ScheduleZBVZeroBubble`` / ``ScheduleDualPipeV``: rank ``r`` holds ``r`` and
+    ``2 * size - 1 - r``). When every rank of ``group`` (default: the world) holds as many
+    stages as the others, every rank builds its stages, each call at once with the other ranks'
+    calls: a bad argument on any rank (an index out of
     range, another rank's stage, a ``wrap`` that fails or returns no module) is then the same
     ``LoweringError`` on every rank. With one stage per rank, the weights held by several stages
     are also broadcast from their first owner (``broadcast_shared_state``), so every copy
@@ -212,11 +214,19 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     """
     _check_group("pipeline_stage")
     size = _group_size(group)
-    # every rank builds len(stages) / size stages (torch's loop placement): each call is agreed
-    collective = isinstance(stages, Stages) and len(stages) % size == 0
+    ranks = None
+    if isinstance(stages, Stages):
+        try:
+            ranks = _placement(stages, group, placement)
+        except LoweringError:
+            ranks = None
+    # when every rank builds as many stages as the others, each call is agreed with theirs
+    collective = ranks is not None and all(
+        ranks.count(r) == len(stages) // size for r in range(size)) and len(stages) % size == 0
     problem = None
     try:
         _check_stage(stages, i)
+        _placement(stages, group, placement)
         device = torch.device(device)
         module = stage_module(stages, i, device)
         try:
@@ -256,14 +266,15 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
         problem = str(e)
     if collective:
         me = dist.get_rank(group)
-        if problem is None and i % size != me:
+        if problem is None and ranks[i] != me:
+            rule = "placement[k]" if placement is not None else "k % group size"
             problem = (
-                f"pipeline_stage: stage {i} runs on group rank {i % size} (stage k on rank "
-                f"k % group size), not on group rank {me}"
+                f"pipeline_stage: stage {i} runs on group rank {ranks[i]} (stage k on rank "
+                f"{rule}), not on group rank {me}"
             )
         _agree(problem, group)
         if len(stages) == size and not _from_meta(stages):
-            _broadcast(stages, [(i, module)], _placement(stages, group, None), group)
+            _broadcast(stages, [(i, module)], ranks, group)
     return _CheckedStage(
         wrapped,
         i,

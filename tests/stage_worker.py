@@ -25,6 +25,7 @@ from torch.distributed.pipelining import (
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
     ScheduleLoopedBFS,
+    ScheduleZBVZeroBubble,
 )
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
@@ -43,8 +44,9 @@ from tests import stage_cases_dist as scd
 from transforms import split_stages
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
-             "interleaved": ScheduleInterleaved1F1B, "looped": ScheduleLoopedBFS}
-MULTI = ("interleaved", "looped")
+             "interleaved": ScheduleInterleaved1F1B, "looped": ScheduleLoopedBFS,
+             "zbv": ScheduleZBVZeroBubble}
+MULTI = ("interleaved", "looped", "zbv")
 N_MB = 4
 
 
@@ -174,7 +176,10 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
         for prm in model.parameters():
             prm.requires_grad_(True)
     split = split_stages(import_ep(ep), at)
-    mine = [k for k in range(n) if k % pp == pp_rank]
+    # torch's placements: loop (stage k on rank k % pp), V for ZBV (rank r: r and 2 pp - 1 - r)
+    placement = "v" if sched == "zbv" else None
+    mine = [k for k in range(n)
+            if (k % pp if sched != "zbv" else min(k, 2 * pp - 1 - k)) == pp_rank]
     wrapper = None
     if wrap == "ddp":
         def wrapper(m):
@@ -184,12 +189,12 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
 
         def wrapper(m):
             return fully_shard(m, mesh=mesh)
-    sts = [pipeline_stage(split, k, torch.device("cpu"), group=group, wrap=wrapper)
-           for k in mine]
+    sts = [pipeline_stage(split, k, torch.device("cpu"), group=group, wrap=wrapper,
+                          placement=placement) for k in mine]
     inner = [st.submod.module if wrap == "ddp" else st.submod for st in sts]
     if ckpt:
         load_stage_state(split, mine, inner, ckpt)
-        broadcast_shared_state(split, mine, inner, group)
+        broadcast_shared_state(split, mine, inner, group, placement=placement)
     if frozen_at_export:
         for m in inner:
             for prm in m.parameters():
@@ -206,13 +211,10 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
     my_pos = tuple(t[rows] for t in pos)
     my_kw = {k: v[rows] for k, v in kw.items()}
     losses: list[torch.Tensor] = []
-    if 0 in mine:
-        schedule.step(*my_pos, **my_kw)
-    elif n - 1 in mine:
-        schedule.step(**my_kw, target=tgt[rows], losses=losses)
-    else:
-        schedule.step(**my_kw)
-    sync_shared_grads(split, mine, [st.submod for st in sts], group)
+    first = my_pos if 0 in mine else ()
+    last = {"target": tgt[rows], "losses": losses} if n - 1 in mine else {}
+    schedule.step(*first, **my_kw, **last)  # a V rank holds the first and the last stage
+    sync_shared_grads(split, mine, [st.submod for st in sts], group, placement=placement)
 
     names = list(ep.module_call_graph[0].signature.forward_arg_names)
     eager_losses = sc.eager_step(model, pos, kw, names, tgt, loss_fn, N_MB * n_dp)

@@ -122,7 +122,8 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
 
     - 2 ranks x 2 stages (loop placement), ScheduleInterleaved1F1B, a weight tied across
       stages 0 and 2 (one rank) and 3 (the other): equals eager (loss, grads by fqn, merged
-      state and every copy after SGD);
+      state and every copy after SGD); the same with ScheduleZBVZeroBubble (V placement:
+      stages 0 and 3 on one rank, 1 and 2 on the other);
     - item 1: the eager model saved with torch.distributed.checkpoint, the program exported on
       meta, each rank loads only its stage (``load_stage_state``), one GPipe step equals eager;
     - a tied weight frozen on one stage only: eager's result with that use detached, every
@@ -140,6 +141,7 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
     _save_checkpoint("tied_lm", 2, 4, bad, drop="layers.0.lin.weight")
     _run_group(2, [
         "case=tied3 sched=interleaved stages=4",
+        "case=tied3 sched=zbv stages=4",
         f"case=tied_lm sched=gpipe ckpt={good}",
         "case=tied_plain sched=gpipe freeze=head.weight@1",
         "case=mlp sched=1f1b export_frozen=layers.0+layers.1",
@@ -152,7 +154,7 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
 def test_interleaved_and_looped_all():
     _run_group(2, [f"case={case} sched={sched} stages=4"
                    for case in ("tied3", "tied_lm", "mlp", "fan_out")
-                   for sched in ("interleaved", "looped")])
+                   for sched in ("interleaved", "looped", "zbv")])
 
 
 @pytest.mark.slow
