@@ -295,6 +295,10 @@ def _tuple_output(stages: Stages) -> bool:
         c.type is None for c in spec.children())
 
 
+def _is_meta(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "meta"
+
+
 def _from_meta(stages: Stages) -> bool:
     """Whether the program's state has no values (exported under ``torch.device("meta")``)."""
     for fqn in stages.source.state_order:
@@ -657,7 +661,9 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
 
     ``checkpoint`` is a ``torch.distributed.checkpoint`` directory (a path: what
     ``dcp.save(model.state_dict(), checkpoint_id=path)`` wrote) or a mapping keyed by the
-    model's fqns (a ``state_dict``). Each stage module (``stage_module`` / ``pipeline_stage``
+    model's fqns (a ``state_dict``). Non-persistent buffers (which ``state_dict`` leaves out)
+    are loaded when the checkpoint holds them, and must be there for a meta export (save
+    ``{**dict(model.named_buffers()), **model.state_dict()}``). Each stage module (``stage_module`` / ``pipeline_stage``
     ``.submod``, a ``DistributedDataParallel`` wrapper is unwrapped) reads only the entries of
     its own state, under the original fqns: a stage of a program exported on ``meta`` gets its
     values without the whole model ever being materialized. A directory is read with
@@ -665,8 +671,9 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
 
     Raises:
         LoweringError: when the checkpoint lacks an fqn of any stage (not only this rank's, so
-        every rank raises the same error, before loading anything) or a mapping's entry has
-        another shape or dtype.
+        every rank raises the same error, before loading anything): a parameter, a persistent
+        buffer, or a non-persistent buffer of a meta export; or a mapping's entry has another
+        shape or dtype.
 
     **Laws:** writes only the given modules' parameters and persistent buffers (in place).
     Complexity: O(state of all stages) to check, plus reading this rank's entries.
@@ -690,14 +697,26 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
     for k, fqns in enumerate(stages.state):
         for fqn in fqns:
             slot = table[fqn]
-            if slot.kind in (PARAMETER, BUFFER) and slot.persistent and fqn not in available:
+            if slot.kind not in (PARAMETER, BUFFER) or fqn in available:
+                continue
+            if slot.persistent:
                 raise LoweringError(
                     f"load_stage_state: the checkpoint has no entry {fqn!r} (state of stage "
                     f"{k}); save the whole model's state_dict (its keys: {len(available)} "
                     "entries), or pass a mapping that holds every stage's fqns"
                 )
+            if _is_meta(stages.source.tensor(fqn)):
+                raise LoweringError(
+                    f"load_stage_state: the checkpoint has no entry {fqn!r}, a non-persistent "
+                    f"buffer of stage {k} that state_dict() leaves out and a meta export holds "
+                    "no value of; save {**dict(model.named_buffers()), **model.state_dict()}"
+                )
     for k, mod in held:
         wanted = mod.state_dict(keep_vars=True)
+        for fqn in stages.state[k]:  # non-persistent buffers the checkpoint holds too
+            slot = table[fqn]
+            if slot.kind == BUFFER and not slot.persistent and fqn in available:
+                wanted.setdefault(fqn, mod.get_buffer(fqn))
         if isinstance(checkpoint, Mapping):
             with torch.no_grad():
                 for fqn, t in wanted.items():
