@@ -177,9 +177,11 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
             prm.requires_grad_(True)
     split = split_stages(import_ep(ep), at)
     # torch's placements: loop (stage k on rank k % pp), V for ZBV (rank r: r and 2 pp - 1 - r)
+    where_k = [k % pp if sched != "zbv" else min(k, 2 * pp - 1 - k) for k in range(n)]
+    mine = [k for k in range(n) if where_k[k] == pp_rank]
+    # pipeline_stage is told "v", the shared-weight calls the same placement as ranks
     placement = "v" if sched == "zbv" else None
-    mine = [k for k in range(n)
-            if (k % pp if sched != "zbv" else min(k, 2 * pp - 1 - k)) == pp_rank]
+    ranks_of = where_k if sched == "zbv" else None
     wrapper = None
     if wrap == "ddp":
         def wrapper(m):
@@ -194,7 +196,7 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
     inner = [st.submod.module if wrap == "ddp" else st.submod for st in sts]
     if ckpt:
         load_stage_state(split, mine, inner, ckpt)
-        broadcast_shared_state(split, mine, inner, group, placement=placement)
+        broadcast_shared_state(split, mine, inner, group, placement=ranks_of)
     if frozen_at_export:
         for m in inner:
             for prm in m.parameters():
@@ -214,7 +216,7 @@ def run_pipeline(rank: int, world: int, case: str, sched: str = "gpipe", stages:
     first = my_pos if 0 in mine else ()
     last = {"target": tgt[rows], "losses": losses} if n - 1 in mine else {}
     schedule.step(*first, **my_kw, **last)  # a V rank holds the first and the last stage
-    sync_shared_grads(split, mine, [st.submod for st in sts], group, placement=placement)
+    sync_shared_grads(split, mine, [st.submod for st in sts], group, placement=ranks_of)
 
     names = list(ep.module_call_graph[0].signature.forward_arg_names)
     eager_losses = sc.eager_step(model, pos, kw, names, tgt, loss_fn, N_MB * n_dp)
