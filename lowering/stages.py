@@ -60,8 +60,15 @@ def stage_module(stages: Stages, i: int, device: Any = None) -> torch.nn.Module:
     name of ``stages.root_inputs`` by keyword. Stages before the last return a tuple of tensors;
     the last returns the program's output structure (a dict stays a dict). Parameters and
     buffers are registered at their original fqns; the state is copied (nothing writes the
-    Program's tensors). A call whose inputs do not match the exported shapes raises
-    ``InputConstraintError`` naming the input.
+    Program's tensors). A call whose inputs do not match the exported shapes (or, for a dynamic
+    export, its range constraints) raises ``InputConstraintError`` naming the input. With
+    ``device``, the device literals recorded at export run there too.
+
+    For a program exported on ``meta`` and a real ``device``, the state is made **empty**
+    (uninitialized) on ``device`` under the original fqns, only this stage's: fill it with
+    ``torch.distributed.checkpoint.load(m.state_dict(), ...)`` or ``m.load_state_dict(...)``.
+    Until every tensor was written (or replaced), the first call raises
+    ``ir.UnloadedStateError`` naming the first fqn not loaded (``lowering.unloaded``).
 
     **Laws:** running the stage modules in sequence, each on the previous one's outputs and the
     same keyword inputs, computes what ``lower(p)`` computes; ``stage_module(stages, i)

@@ -12,24 +12,33 @@ import itertools
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ir import PassError, import_ep
+from ir.module_stack import NO_STACK
+from ir.strategies import programs
+from ir.strategies.programs import program_inputs
+from ir.torch_seam import pytree
 from lowering import format_stage_plan, lower, stage_module
 from tests import stage_cases as sc
 from transforms import split_stages, transform
 from transforms.stage_balance import best_cuts
 
 
+def _key(prefix, cuts, traffic, k, chosen):
+    """(largest part, sum |k * part - total|, traffic): what best_cuts minimises, in order."""
+    bounds = [0, *(cuts[j] for j in chosen), len(prefix) - 1]
+    parts = [prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds)]
+    total = prefix[-1]
+    return (max(parts), sum(abs(k * x - total) for x in parts), sum(traffic[j] for j in chosen))
+
+
 def _brute(prefix, cuts, traffic, k):
-    best = None
-    for chosen in itertools.combinations(range(len(cuts)), k - 1):
-        bounds = [0, *(cuts[j] for j in chosen), len(prefix) - 1]
-        largest = max(prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds))
-        key = (largest, sum(traffic[j] for j in chosen))
-        best = key if best is None or key < best else best
-    return best
+    return min(
+        _key(prefix, cuts, traffic, k, chosen)
+        for chosen in itertools.combinations(range(len(cuts)), k - 1)
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -54,7 +63,7 @@ def test_best_cuts_is_exact(costs, data):
     assert chosen == sorted(set(chosen)) and len(chosen) == k - 1
     bounds = [0, *(cuts[j] for j in chosen), len(costs)]
     assert largest == max(prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds))
-    assert (largest, sum(traffic[j] for j in chosen)) == _brute(prefix, cuts, traffic, k)
+    assert _key(prefix, cuts, traffic, k, chosen) == _brute(prefix, cuts, traffic, k)
 
 
 def _model(name):
@@ -70,7 +79,39 @@ def test_balanced_mlp_by_params():
     assert stages.at == ("layers.1", "layers.2", "layers.3")
     assert stages.balance == "params"
     assert stages.params == (336, 336, 336, 504)  # float64 6x6+6 per block; the last + out
+    # a block: linear on (2, 6) -> 2 * 12 * 6 multiply-adds, tanh 12; out: 2 * 6 * 6
+    assert stages.flops == (156, 156, 156, 228)
     assert len(stages) == 4
+
+
+class _ConvAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, kernel_size=(3, 2))
+        self.proj = torch.nn.Linear(5, 8)
+
+    def forward(self, img, q, k, v):
+        y = self.conv(img)  # (2, 4, 6, 7): 2 * 336 outputs * (3 * 3 * 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # q (2, 2, 4, 8), k len 6
+        b = torch.bmm(q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2))  # (4, 4, 6), K = 8
+        return y.sum() + a.sum() + self.proj(v[..., :5]).sum() + b.sum()
+
+
+def test_flop_rules():
+    from transforms.stage_balance import node_flops
+
+    args = (torch.randn(2, 3, 8, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8),
+            torch.randn(2, 2, 6, 8))
+    p = import_ep(torch.export.export(_ConvAttention(), args))
+    graph = p.root_module.graph
+    vals = {nd.name: nd.meta.get("val") for nd in graph.nodes}
+    found = {str(nd.target): node_flops(nd, vals) for nd in graph.nodes
+             if nd.op == "call_function"}
+    assert found["aten.conv2d.default"] == 2 * (2 * 4 * 6 * 7) * (3 * 3 * 2)
+    assert found["aten.scaled_dot_product_attention.default"] == 4 * (2 * 2 * 4 * 8) * 6
+    assert found["aten.bmm.default"] == 2 * (4 * 4 * 6) * 8
+    assert found["aten.linear.default"] == 2 * (2 * 2 * 6 * 8) * 5
+    assert found["aten.sum.default"] == 1  # other ops: their output elements
 
 
 def test_balanced_tied_lm_counts_the_tied_copy():
@@ -166,3 +207,75 @@ def test_cli_auto_stages(tmp_path, capsys):
     assert "write auto:K" in capsys.readouterr().err
     assert main([str(path), "--stages", "auto:30"]) == 2
     assert "n=30 needs 29 cut points" in capsys.readouterr().err
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(p=programs(max_modules=4, max_ops=5, max_nodes=40), k=st.integers(2, 3),
+       balance=st.sampled_from(["params", "flops"]))
+def test_balanced_split_of_generated_programs(p, k, balance):
+    """A balanced split of a generated program either is refused with a ``PassError`` or gives
+    ``k`` stages cut at module paths in order, whose largest cost is no more than any single
+    cut's (k = 2), and whose modules in sequence compute the program."""
+    try:
+        stages = split_stages(p, n=k, balance=balance)
+    except PassError:
+        event("declined")
+        return
+    event("split")
+    assert len(stages) == k and len(stages.at) == k - 1
+    values = stages.params if balance == "params" else stages.flops
+    if k == 2 and balance == "flops":
+        for path in {f.path for nd in p.root_module.graph.nodes
+                     for f in (nd.module_frames if nd.module_frames not in (None, NO_STACK)
+                               else ())}:
+            try:
+                other = split_stages(p, [path])
+            except PassError:
+                continue
+            assert max(values) <= max(other.flops)
+    args, kwargs = program_inputs(p, seed=1)
+    want = pytree.tree_leaves(lower(p)(*args, **kwargs))
+    leaves = pytree.tree_leaves(program_inputs(p, seed=1))
+    by_name = dict(zip([s.name for s in p.signature.user_inputs()], leaves, strict=True))
+    acts = tuple(by_name[n] for n in stages.inputs[0])
+    kw = {n: by_name[n] for n in stages.root_inputs}
+    for i in range(k):
+        out = stage_module(stages, i)(*acts, **kw)
+        acts = tuple(out) if i < k - 1 else acts
+    got = pytree.tree_leaves(out)
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w)
+        else:
+            assert g == w
+
+
+class _Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(1000))
+
+    def forward(self):
+        self.seen.add_(1)
+
+
+class _NothingCrosses(torch.nn.Module):
+    """Nothing crosses a cut at ``a`` (the counter's write stays in its stage; ``x`` is an
+    input): only ``b`` can begin stage 1, though a cut at ``a`` would balance better."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = _Counter()
+        self.a = torch.nn.Linear(10, 10)
+        self.b = torch.nn.Linear(10, 2)
+
+    def forward(self, x):
+        self.count()
+        return self.b(self.a(x))
+
+
+def test_cut_points_need_a_tensor_crossing():
+    p = import_ep(torch.export.export(_NothingCrosses(), (torch.randn(3, 10),)))
+    assert split_stages(p, n=2).at == ("b",)
+    with pytest.raises(PassError, match=r"n=3 needs 2 cut points, but the program has only 1 "):
+        split_stages(p, n=3)

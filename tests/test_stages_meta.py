@@ -10,11 +10,14 @@ import warnings
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from hypothesis import HealthCheck, event, given, settings
 from torch import nn
 
 from ir import UnloadedStateError, format_program, import_ep, verify
 from ir.errors import PassError
-from ir.torch_seam import tensor_version
+from ir.strategies import programs
+from ir.strategies.programs import program_inputs
+from ir.torch_seam import pytree, tensor_version
 from lowering import lower, merge_stage_state_dicts, stage_module
 from tests import stage_cases as sc
 from transforms import move_to_device, split_stages
@@ -237,3 +240,83 @@ def test_lower_and_move_to_device_on_cuda():
     stages = split_stages(p, at=["lin"])
     mods = [stage_module(stages, k, "cuda") for k in range(2)]
     torch.testing.assert_close(mods[1](*mods[0](x.cuda())).cpu(), want)
+
+
+def test_hf_llama_on_meta_with_non_persistent_buffers(tmp_path):
+    """An unseen model: a tiny Llama (tied embedding, a non-persistent rotary buffer), built and
+    exported on meta, split in 3 balanced stages, each loaded from a checkpoint that also holds
+    the non-persistent buffers (``named_buffers()``): the stage chain equals eager exactly, and
+    without those buffers the check names the rotary buffer."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=200, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+        use_cache=False, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    eager = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.device("meta"):
+        shell = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 200, (2, 8))
+    stages = split_stages(import_ep(torch.export.export(shell, (ids.to("meta"),))), n=3)
+    assert set(stages.shared) == {"lm_head.weight", "model.embed_tokens.weight"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(eager.state_dict(), checkpoint_id=str(tmp_path / "plain"))
+        dcp.save({**dict(eager.named_buffers()), **eager.state_dict()},
+                 checkpoint_id=str(tmp_path / "full"))
+        first = stage_module(stages, 0, "cpu")
+        dcp.load(first.state_dict(), checkpoint_id=str(tmp_path / "plain"))
+        with pytest.raises(UnloadedStateError, match="'model.rotary_emb.inv_freq'"):
+            first(ids)
+        mods = []
+        for k in range(len(stages)):
+            m = stage_module(stages, k, "cpu")
+            dcp.load({**dict(m.named_buffers()), **m.state_dict()},
+                     checkpoint_id=str(tmp_path / "full"))
+            mods.append(m)
+    acts = (ids,)
+    for m in mods:
+        acts = m(*acts)
+    torch.testing.assert_close(acts["logits"], eager(ids).logits, rtol=0, atol=0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(p=programs(max_modules=3, max_ops=5, max_nodes=30))
+def test_move_to_device_laws(p):
+    """On generated programs: pure, idempotent, ``verify`` holds, every tensor and literal on the
+    target, and the moved program computes the same shapes (run on meta) as the original."""
+    text = format_program(p)
+    versions = {k: tensor_version(v.value) for k, v in p.tensors.items()
+                if isinstance(v.value, torch.Tensor)}
+    q = move_to_device(p, "meta")
+    assert format_program(p) == text
+    assert {k: tensor_version(v.value) for k, v in p.tensors.items()
+            if isinstance(v.value, torch.Tensor)} == versions
+    verify(q)
+    assert move_to_device(q, "meta") is q
+    assert all(v.value.device.type == "meta" for v in q.tensors.values()
+               if isinstance(v.value, torch.Tensor))
+    assert {d for _, d in _device_literals(q)} <= {"meta"}
+    if not _device_literals(p) and all(
+        v.value.device.type == "cpu" for v in p.tensors.values()
+        if isinstance(v.value, torch.Tensor)
+    ):
+        assert move_to_device(p, "cpu") is p
+    if not any(isinstance(v.value, torch.Tensor) for v in p.tensors.values()):
+        event("no tensor state: a lowered module refuses meta inputs")
+        return
+    args, kwargs = program_inputs(p, seed=0)
+    want = pytree.tree_leaves(lower(p)(*args, **kwargs))
+    args, kwargs = pytree.tree_map(
+        lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t,
+        program_inputs(p, seed=0),
+    )
+    try:
+        got = pytree.tree_leaves(lower(q)(*args, **kwargs))
+    except NotImplementedError:
+        event("an op without a meta kernel")
+        return
+    assert [tuple(t.shape) for t in got if isinstance(t, torch.Tensor)] == [
+        tuple(t.shape) for t in want if isinstance(t, torch.Tensor)
+    ]

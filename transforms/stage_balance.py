@@ -10,9 +10,11 @@ costs the sum over its nodes. The cut points are chosen in two exact passes over
 1. the smallest possible largest stage ``B*`` (min-max partition of a sequence into ``K``
    contiguous parts at allowed points), by dynamic programming whose split point moves one way
    (both terms are monotone), so each of the ``K`` rows costs O(candidates);
-2. among the cuts whose every stage costs at most ``B*``, those with the fewest activation bytes
-   sent between stages, by dynamic programming with a sliding-window minimum (the allowed
-   previous cuts form a window that moves one way), again O(candidates) per row.
+2. among the cuts whose every stage costs at most ``B*``, those whose stages are closest to the
+   mean (least ``sum |K * stage - total|``, so no stage is needlessly tiny), then those sending
+   the fewest activation bytes between stages, by dynamic programming with sliding-window
+   minima (the allowed previous cuts, and each side of the mean, are windows that move one
+   way), again O(candidates) per row.
 
 A candidate is left out when no tensor value crosses it (a stage must send something) or a
 non-tensor value does (``PipelineStage`` sends tensors only).
@@ -219,14 +221,46 @@ class Plan:
         return self.params if balance == "params" else self.flops
 
 
+class _WindowMin:
+    """The smallest key over a window of indices whose both ends only move forward (a monotone
+    deque): ``push`` indices in increasing order, ``drop_before`` the left end, ``best`` the
+    index of the smallest key (the earliest on a tie), or ``None``. O(1) amortized each."""
+
+    def __init__(self, key: Callable[[int], Any]) -> None:
+        self.key = key
+        self.window: deque[int] = deque()
+
+    def push(self, i: int) -> None:
+        k = self.key(i)
+        while self.window and self.key(self.window[-1]) > k:
+            self.window.pop()
+        self.window.append(i)
+
+    def drop_before(self, lo: int) -> None:
+        while self.window and self.window[0] < lo:
+            self.window.popleft()
+
+    def best(self) -> int | None:
+        return self.window[0] if self.window else None
+
+
 def best_cuts(prefix: Sequence[int], cuts: Sequence[int], traffic: Sequence[int],
               k: int) -> tuple[int, list[int]] | None:
     """The ``k - 1`` cut indices (into ``cuts``, increasing) that minimise the largest part of a
     sequence with prefix sums ``prefix`` (``prefix[x]``: the cost of items ``< x``; the last entry
-    is the total), cut only at positions ``cuts`` (increasing, inside ``(0, len)``); among those,
-    the ones with the smallest total ``traffic`` (``traffic[j]``: the cost of cutting at
-    ``cuts[j]``). Returns ``(largest part, chosen indices)``, or ``None`` when ``len(cuts) < k -
-    1``. Exact; O(len(cuts) * k) time and O(len(cuts)) memory per row kept.
+    is the total), cut only at positions ``cuts`` (increasing, inside ``(0, len)``).
+
+    Among the cuts reaching that smallest largest part ``B``, the ones whose parts are closest
+    to the mean (least ``sum |k * part - total|``: no needlessly tiny stage), then the smallest
+    total ``traffic`` (``traffic[j]``: the cost of cutting at ``cuts[j]``), then the earliest.
+    Returns ``(B, chosen indices)``, or ``None`` when ``len(cuts) < k - 1``.
+
+    Exact: (1) ``B`` by dynamic programming over (parts, last cut) whose best previous cut only
+    moves forward (the best largest part of a prefix grows with the prefix, the last part
+    shrinks as the previous cut moves), (2) the tie-breaks by dynamic programming where the
+    allowed previous cuts (last part ``<= B``) and the two sides of the mean (where ``|k * part -
+    total|`` is linear) are windows that only move forward, each kept by a monotone deque.
+    O(len(cuts) * k) time.
     """
     c = len(cuts)
     if c < k - 1:
@@ -237,45 +271,69 @@ def best_cuts(prefix: Sequence[int], cuts: Sequence[int], traffic: Sequence[int]
     at = [prefix[x] for x in cuts]  # cost before each cut point
     # 1. the bottleneck: f[j] = best largest part of the prefix ending at cut j, in r parts
     f = list(at)
-    for _r in range(2, k):
+    for r in range(2, k):
         g = [INF] * c
-        i = _r - 2  # the previous cut; the r-th cut needs r - 1 cuts before it
-        for j in range(_r - 1, c):
-            if i >= j:
-                i = j - 1
+        i = r - 2  # the previous cut; the r-th cut needs r - 1 cuts before it
+        for j in range(r - 1, c):
             while i + 1 < j and max(f[i + 1], at[j] - at[i + 1]) <= max(f[i], at[j] - at[i]):
                 i += 1
             g[j] = max(f[i], at[j] - at[i])
         f = g
     bound = min(max(f[j], total - at[j]) for j in range(k - 2, c))
-    # 2. fewest traffic among the cuts with every part <= bound (sliding-window minimum)
-    cost = [traffic[j] if at[j] <= bound else INF for j in range(c)]
-    back: list[list[int]] = [[-1] * c]
+    # 2. tie-breaks: cost[j] = (deviation, traffic) of the best r parts ending at cut j
+    none = (INF, INF)
+
+    def dev(part: int) -> int:
+        return abs(k * part - total)
+
+    cost = [(dev(at[j]), traffic[j]) if at[j] <= bound else none for j in range(c)]
+    back: list[list[int]] = []
     for _r in range(2, k):
-        g = [INF] * c
+        prev = cost
+        # below the mean (k * part >= total): deviation k*at[j] - total - k*at[i]
+        low = _WindowMin(lambda i, prev=prev: (prev[i][0] - k * at[i], prev[i][1], i))
+        # above it: deviation total - k*at[j] + k*at[i]
+        high = _WindowMin(lambda i, prev=prev: (prev[i][0] + k * at[i], prev[i][1], i))
+        g = [none] * c
         links = [-1] * c
-        window: deque[int] = deque()
-        lo = 0
-        nxt = 0
+        lo = split = pushed_low = pushed_high = 0
         for j in range(c):
-            while nxt < j:  # previous cuts enter the window in order
-                while window and cost[window[-1]] >= cost[nxt]:
-                    window.pop()
-                window.append(nxt)
-                nxt += 1
             while lo < j and at[j] - at[lo] > bound:
                 lo += 1
-            while window and window[0] < lo:
-                window.popleft()
-            if window and cost[window[0]] < INF:
-                g[j] = cost[window[0]] + traffic[j]
-                links[j] = window[0]
+            while split < j and k * at[split] <= k * at[j] - total:
+                split += 1  # indices < split are below the mean for this j
+            while pushed_low < split:
+                if prev[pushed_low] is not none:
+                    low.push(pushed_low)
+                pushed_low += 1
+            while pushed_high < j:
+                if prev[pushed_high] is not none:
+                    high.push(pushed_high)
+                pushed_high += 1
+            low.drop_before(lo)
+            high.drop_before(max(lo, split))
+            options = []
+            i = low.best()
+            if i is not None:
+                options.append((prev[i][0] + k * at[j] - total - k * at[i],
+                                prev[i][1] + traffic[j], i))
+            i = high.best()
+            if i is not None:
+                options.append((prev[i][0] + total - k * at[j] + k * at[i],
+                                prev[i][1] + traffic[j], i))
+            if options:
+                d, t, i = min(options)
+                g[j] = (d, t)
+                links[j] = i
         cost = g
         back.append(links)
-    ends = [j for j in range(c) if total - at[j] <= bound and cost[j] < INF]
-    j = min(ends, key=lambda e: (cost[e], e))
+    ends = [
+        ((cost[j][0] + dev(total - at[j]), cost[j][1]), j)
+        for j in range(c) if total - at[j] <= bound and cost[j] is not none
+    ]
+    j = min(ends)[1]
     chosen = [j]
-    for links in reversed(back[1:]):
+    for links in reversed(back):
         j = links[j]
         chosen.append(j)
     chosen.reverse()

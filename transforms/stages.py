@@ -99,6 +99,12 @@ def split_stages(
     default pipeline on each stage (O(n) in total); with ``n=``, plus O(c * k) for c candidate
     cut points.
     """
+    if p.call_signature("") is None:
+        raise PassError(
+            "split_stages: the program has no root call signature (the export's in_spec and "
+            "out_spec, preserved call ''); the stages need it to take keyword inputs and to "
+            "return the program's output structure. Import it from torch.export with import_ep"
+        )
     if at is not None and n is not None:
         raise PassError(
             f"split_stages: give either 'at' (cut points) or 'n' (a stage count), not both "

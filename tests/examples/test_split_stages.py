@@ -1,0 +1,249 @@
+"""Before/Expected examples for ``split_stages``: a flat program (module stacks as ``# stack:``
+comments) cut at module paths into stage Programs, each outlined by the default pipeline.
+
+1. A residual input read by the last stage reaches every stage by keyword; stage 0 sends the
+   activation made in ``a``.
+2. Three stages: a value of stage 0 read by stage 2 is relayed through stage 1 (every edge goes
+   to the next stage); a weight tied between ``a`` and ``c`` is held by stages 0 and 2, each
+   under its own module's fqn, and listed in ``shared``.
+"""
+
+from __future__ import annotations
+
+from beforeafter import program
+
+from ir import alpha_equivalent, format_program, verify
+from transforms import split_stages
+
+BEFORE_RESIDUAL = """\
+program:
+  inputs:
+    %p_a_w: parameter a.w
+    %p_b_w: parameter b.w
+    %x: user_input
+  outputs:
+    %add: user_output
+  state:
+    a.w: parameter <Parameter (2,) torch.float32> requires_grad
+    b.w: parameter <Parameter (2,) torch.float32> requires_grad
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('x',)
+  module <root>: Top
+    graph 0:
+      %p_a_w = placeholder
+      %p_b_w = placeholder
+      %x = placeholder
+      %mul = call_function[aten.mul.Tensor](%x, %p_a_w)  # stack: a
+      %relu = call_function[aten.relu.default](%mul)  # stack: a
+      %mul_1 = call_function[aten.mul.Tensor](%relu, %p_b_w)  # stack: b
+      %add = call_function[aten.add.Tensor](%mul_1, %x)
+      return (%add,)
+  module a: A
+  module b: B"""
+
+EXPECTED_RESIDUAL = (
+    """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %relu: user_output
+  state:
+    a.w: parameter <Parameter (2,) torch.float32> requires_grad
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, []), tree(dict, [leaf], ['x'])])
+      out_spec: tree(tuple, [leaf])
+      forward_arg_names: ('x',)
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %x = placeholder
+      %relu = call_module[a](%x)
+      return (%relu,)
+  module a: A [module] id='a'
+    graph 0:
+      %x = placeholder
+      %p_a_w = get_attr[w]()
+      %mul = call_function[aten.mul.Tensor](%x, %p_a_w)
+      %relu = call_function[aten.relu.default](%mul)
+      return[output_1] %relu""",
+    """\
+program:
+  inputs:
+    %relu: user_input
+    %x: user_input
+  outputs:
+    %add: user_output
+  state:
+    b.w: parameter <Parameter (2,) torch.float32> requires_grad
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [leaf], ['x'])])
+      out_spec: leaf
+      forward_arg_names: ('relu', 'x')
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %relu = placeholder
+      %x = placeholder
+      %mul_1 = call_module[b](%relu)
+      %add = call_function[aten.add.Tensor](%mul_1, %x)
+      return (%add,)
+  module b: B [module] id='b'
+    graph 0:
+      %relu = placeholder
+      %p_b_w = get_attr[w]()
+      %mul_1 = call_function[aten.mul.Tensor](%relu, %p_b_w)
+      return[output_1] %mul_1""",
+)
+
+
+def test_residual_input_is_a_keyword_of_every_stage():
+    before = program(BEFORE_RESIDUAL)
+    text = format_program(before)
+    stages = split_stages(before, ["b"])
+    assert format_program(before) == text  # pure
+    for got, want in zip(stages.programs, EXPECTED_RESIDUAL, strict=True):
+        verify(got)
+        assert alpha_equivalent(got, program(want, like=before)), format_program(got)
+    assert stages.inputs == ((), ("relu",))
+    assert stages.root_inputs == ("x",)
+    assert [(e.name, e.src, e.origin, e.index) for e in stages.edges] == [("relu", 0, 0, 0)]
+
+
+BEFORE_RELAY_TIED = """\
+program:
+  inputs:
+    %p_a_w: parameter a.w
+    %x: user_input
+  outputs:
+    %mul_2: user_output
+  state:
+    a.w: parameter <Parameter (2,) torch.float32> requires_grad
+    c.w: parameter <Parameter (2,) torch.float32> = a.w requires_grad
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('x',)
+  module <root>: Top
+    graph 0:
+      %p_a_w = placeholder
+      %x = placeholder
+      %mul = call_function[aten.mul.Tensor](%x, %p_a_w)  # stack: a
+      %sin = call_function[aten.sin.default](%mul)  # stack: b
+      %cos = call_function[aten.cos.default](%sin)  # stack: c
+      %mul_1 = call_function[aten.mul.Tensor](%cos, %p_a_w)  # stack: c
+      %mul_2 = call_function[aten.mul.Tensor](%mul_1, %mul)
+      return (%mul_2,)
+  module a: A
+  module b: B
+  module c: C"""
+
+EXPECTED_RELAY_TIED = (
+    """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul: user_output
+  state:
+    a.w: parameter <Parameter (2,) torch.float32> requires_grad
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf])
+      forward_arg_names: ('x',)
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %x = placeholder
+      %mul = call_module[a](%x)
+      return (%mul,)
+  module a: A [module] id='a'
+    graph 0:
+      %x = placeholder
+      %p_a_w = get_attr[w]()
+      %mul = call_function[aten.mul.Tensor](%x, %p_a_w)
+      return[output_1] %mul""",
+    """\
+program:
+  inputs:
+    %mul: user_input
+  outputs:
+    %mul: user_output
+    %sin: user_output
+  state:
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf, leaf])
+      forward_arg_names: ('mul',)
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %mul = placeholder
+      %sin = call_module[b](%mul)
+      return (%mul, %sin)
+  module b: B [module] id='b'
+    graph 0:
+      %mul = placeholder
+      %sin = call_function[aten.sin.default](%mul)
+      return[output_1] %sin""",
+    """\
+program:
+  inputs:
+    %mul: user_input
+    %sin: user_input
+  outputs:
+    %mul_2: user_output
+  state:
+    c.w: parameter <Parameter (2,) torch.float32> = a.w requires_grad
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('mul', 'sin')
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %mul = placeholder
+      %sin = placeholder
+      %mul_1 = call_module[c](%sin)
+      %mul_2 = call_function[aten.mul.Tensor](%mul_1, %mul)
+      return (%mul_2,)
+  module c: C [module] id='c'
+    graph 0:
+      %sin = placeholder
+      %p_c_w = get_attr[w]()
+      %cos = call_function[aten.cos.default](%sin)
+      %mul_1 = call_function[aten.mul.Tensor](%cos, %p_c_w)
+      return[output_1] %mul_1""",
+)
+
+
+def test_relay_through_the_middle_stage_and_a_tied_weight():
+    before = program(BEFORE_RELAY_TIED)
+    stages = split_stages(before, ["b", "c"])
+    for got, want in zip(stages.programs, EXPECTED_RELAY_TIED, strict=True):
+        verify(got)
+        assert alpha_equivalent(got, program(want, like=before)), format_program(got)
+    assert [(e.name, e.src, e.origin) for e in stages.edges] == [
+        ("mul", 0, 0), ("mul", 1, 0), ("sin", 1, 1)
+    ]
+    assert stages.state == (("a.w",), (), ("c.w",))
+    assert dict(stages.shared) == {"a.w": (0, 2), "c.w": (0, 2)}
+    assert stages.owner("a.w", 2) == "c.w" and stages.owner("c.w", 1) is None
