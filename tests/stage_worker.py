@@ -284,6 +284,16 @@ def run_bad_argument(rank: int, world: int, what: str) -> None:
             dist.barrier()
             return
         raise AssertionError(f"rank {rank}: no LoweringError for a bad index")
+    if what == "dyndict":  # a dynamic export whose last stage returns a dict: refused there
+        split = split_stages(import_ep(scd.build("tied_lm", world, N_MB, rows=3)[1]), at)
+        try:
+            pipeline_stage(split, rank, torch.device("cpu"))
+        except LoweringError as e:
+            assert "a tuple of tensors as the last stage's output" in str(e), str(e)
+            assert f"rank {world - 1}" in str(e) and "rank 0" not in str(e), str(e)
+            dist.barrier()
+            return
+        raise AssertionError(f"rank {rank}: a dynamic dict-returning pipeline was built")
     expect = {"index": "stage index 7", "wrap": "returned NoneType",
               "sync": "holds stages", "ckpt": "no entry 'layers.0.lin.weight'"}[what]
     try:

@@ -134,8 +134,9 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
       later step with 4 rows is an InputConstraintError before anything is sent;
     - a bad stage index (one stage per rank, and the second of two stages per rank), a wrap
       that returns no module, a sync call with another rank's stage, a checkpoint without an
-      fqn of stage 0, each on one rank: the same LoweringError naming it on every rank, and the
-      group still works after it."""
+      fqn of stage 0, each on one rank, and a dynamic export whose last stage returns a dict
+      (torch's shape inference takes none): the same LoweringError naming it on every rank, and
+      the group still works after it."""
     good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
     _save_checkpoint("tied_lm", 2, 4, good)
     _save_checkpoint("tied_lm", 2, 4, bad, drop="layers.0.lin.weight")
@@ -146,7 +147,7 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
         "case=tied_plain sched=gpipe freeze=head.weight@1",
         "case=mlp sched=1f1b export_frozen=layers.0+layers.1",
         "case=mlp sched=gpipe dyn=3 again=4",
-        "bad:index", "bad:index4", "bad:wrap", "bad:sync", f"bad:ckpt={bad}",
+        "bad:index", "bad:index4", "bad:wrap", "bad:sync", f"bad:ckpt={bad}", "bad:dyndict",
     ])
 
 
