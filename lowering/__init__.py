@@ -19,6 +19,7 @@ with warnings.catch_warnings():
         merge_stage_state_dicts,
         pipeline_stage,
         stage_module,
+        stage_ranks,
         sync_shared_grads,
     )
 
@@ -35,5 +36,6 @@ __all__ = [
     "merge_stage_state_dicts",
     "pipeline_stage",
     "stage_module",
+    "stage_ranks",
     "sync_shared_grads",
 ]

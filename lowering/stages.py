@@ -338,11 +338,26 @@ def _collective_device(group: Any) -> torch.device:
 
 
 def _placement(stages: Stages, group: Any, placement: Any) -> tuple[int, ...]:
-    """The group rank of each stage: torch's loop placement (stage ``k`` on rank ``k % size``,
-    what ``PipelineStage`` and the looped / interleaved schedules use), ``"v"`` (two stages per
-    rank as a V: rank ``r`` holds ``r`` and ``2 * size - 1 - r``) or an explicit sequence."""
-    size = _group_size(group)
-    n = len(stages)
+    """The group rank of each stage of ``stages`` on ``group`` (``stage_ranks``)."""
+    return stage_ranks(len(stages), _group_size(group), placement)
+
+
+def stage_ranks(n: int, size: int, placement: Any = None) -> tuple[int, ...]:
+    """The group rank of each of ``n`` stages on a group of ``size`` ranks.
+
+    ``placement``: ``None`` or ``"loop"`` (torch's placement for one stage per rank and for the
+    looped / interleaved schedules: stage ``k`` on rank ``k % size``), ``"v"`` (two stages per
+    rank as a V, torch's placement for ``ScheduleZBVZeroBubble`` / ``ScheduleDualPipeV``: rank
+    ``r`` holds ``r`` and ``2 * size - 1 - r``) or a sequence of one rank per stage.
+
+    Raises:
+        LoweringError: ``"v"`` without exactly two stages per rank, or a sequence that is not
+        one rank in ``range(size)`` per stage.
+
+    **Laws:** loop and V give every rank ``n / size`` stages when ``size`` divides ``n``; a
+    sequence is returned as it is; V puts stages ``size - 1`` and ``size`` on one rank (the
+    turn). Pure; O(n).
+    """
     if placement is None or placement == "loop":
         return tuple(k % size for k in range(n))
     if placement == "v":
@@ -839,5 +854,6 @@ __all__ = [
     "merge_stage_state_dicts",
     "pipeline_stage",
     "stage_module",
+    "stage_ranks",
     "sync_shared_grads",
 ]

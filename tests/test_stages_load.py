@@ -1,6 +1,7 @@
 """One process, no process group: ``load_stage_state`` (a stage of a meta export filled from a
 ``torch.distributed.checkpoint`` directory or a ``state_dict``), the argument checks of the
-shared-weight calls that need no group, and ``merge_stage_state_dicts`` of wrapped stages."""
+shared-weight calls that need no group, ``merge_stage_state_dicts`` of wrapped stages, and the
+laws of ``stage_ranks`` (which rank runs which stage)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import warnings
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ir import import_ep
 from ir.errors import LoweringError
@@ -19,6 +22,7 @@ from lowering import (
     stage_module,
     sync_shared_grads,
 )
+from lowering.stages import stage_ranks
 from tests import stage_cases_dist as scd
 from transforms import split_stages
 
@@ -177,3 +181,32 @@ def test_non_persistent_buffers_of_a_meta_export(tmp_path, via):
     modules = [stage_module(stages, k, "cpu") for k in range(2)]
     load_stage_state(stages, [0, 1], modules, src["full"])
     torch.testing.assert_close(_run(stages, modules, (x,), {}), model(x), rtol=0, atol=0)
+
+
+# --- stage placement (the group rank of each stage), a pure function ------------------------
+
+@given(size=st.integers(1, 8), per=st.integers(1, 4))
+def test_loop_placement_is_torchs_and_balanced(size, per):
+    ranks = stage_ranks(size * per, size)
+    assert ranks == tuple(k % size for k in range(size * per)) == stage_ranks(size * per, size,
+                                                                            "loop")
+    assert all(ranks.count(r) == per for r in range(size))
+
+
+@given(size=st.integers(1, 8))
+def test_v_placement_turns_on_the_last_rank(size):
+    ranks = stage_ranks(2 * size, size, "v")
+    assert all(ranks.count(r) == 2 for r in range(size))
+    assert [k for k in range(2 * size - 1) if ranks[k] == ranks[k + 1]] == [size - 1]
+    assert ranks[0] == ranks[-1] == 0
+
+
+@given(ranks=st.lists(st.integers(0, 3), min_size=1, max_size=8))
+def test_explicit_placement_is_kept_and_checked(ranks):
+    assert stage_ranks(len(ranks), 4, ranks) == tuple(ranks)
+    with pytest.raises(LoweringError, match="is not 'loop', 'v' or a group rank"):
+        stage_ranks(len(ranks) + 1, 4, ranks)
+    with pytest.raises(LoweringError, match="is not 'loop', 'v' or a group rank"):
+        stage_ranks(len(ranks), max(ranks), ranks)  # a rank outside the group
+    with pytest.raises(LoweringError, match="placement 'v' needs two stages per rank"):
+        stage_ranks(3, 2, "v")
