@@ -31,7 +31,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from ir import import_ep
-from ir.errors import InputConstraintError, LoweringError
+from ir.errors import InputConstraintError, LoweringError, UnloadedStateError
 from lowering import (
     broadcast_shared_state,
     load_stage_state,
@@ -284,6 +284,25 @@ def run_bad_argument(rank: int, world: int, what: str) -> None:
             dist.barrier()
             return
         raise AssertionError(f"rank {rank}: no LoweringError for a bad index")
+    if what == "unloaded":  # a meta export: a copy of a shared weight never loaded is named
+        model, ep, at, _pos, kw, *_ = scd.build("tied_lm", world, N_MB, export_on_meta=True)
+        split = split_stages(import_ep(ep), at)
+        st = pipeline_stage(split, rank, torch.device("cpu"))  # broadcasts nothing: meta
+        sd = model.state_dict()
+        if rank != world - 1:
+            load_stage_state(split, rank, st.submod, sd)
+            dist.barrier()
+            return
+        st.submod.load_state_dict({k: v for k, v in sd.items() if k != "head.weight"},
+                                  strict=False)
+        act = torch.zeros(sc.MB, 5, 6, dtype=torch.float64)
+        try:
+            st.submod(act, **{k: torch.tensor_split(v, N_MB)[0] for k, v in kw.items()})
+        except UnloadedStateError as e:
+            assert "head.weight" in str(e), str(e)
+            dist.barrier()
+            return
+        raise AssertionError("a stage with an unloaded copy of a shared weight ran")
     if what == "dyndict":  # a dynamic export whose last stage returns a dict: refused there
         split = split_stages(import_ep(scd.build("tied_lm", world, N_MB, rows=3)[1]), at)
         try:

@@ -126,6 +126,8 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
       stages 0 and 3 on one rank, 1 and 2 on the other);
     - item 1: the eager model saved with torch.distributed.checkpoint, the program exported on
       meta, each rank loads only its stage (``load_stage_state``), one GPipe step equals eager;
+      a copy of the tied weight left unloaded on the last stage is named at its first call
+      (``pipeline_stage`` broadcast nothing into it);
     - a tied weight frozen on one stage only: eager's result with that use detached, every
       process ends;
     - a weight frozen at export and unfrozen after the split still gets its gradient through
@@ -148,6 +150,7 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
         "case=mlp sched=1f1b export_frozen=layers.0+layers.1",
         "case=mlp sched=gpipe dyn=3 again=4",
         "bad:index", "bad:index4", "bad:wrap", "bad:sync", f"bad:ckpt={bad}", "bad:dyndict",
+        "bad:unloaded",
     ])
 
 
