@@ -588,7 +588,7 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
     **Laws:** parameters that only one stage holds are untouched; with equal initial copies
     (``pipeline_stage`` / ``broadcast_shared_state``), the same optimizer keeps every trained
     copy equal; freezing a copy on one stage gives eager's gradient with that use detached.
-    Complexity: one all-gather of the check, then 2 x (owner ranks - 1) messages per shared
+    Complexity: one all-reduce of the check (a flag), then 2 x (owner ranks - 1) messages per shared
     parameter.
     """
     ready = _prepare(stages, i, m, group, placement, "sync_shared_grads", (PARAMETER,))
