@@ -531,8 +531,8 @@ def broadcast_shared_state(stages: Stages, i: int | Sequence[int],
         call is wrong (a stage index out of range, not that rank's stages, a module without
         the stage's fqn).
 
-    **Laws:** changes only the shared tensors of the modules. Complexity: one all-gather of
-    the check, then 2 x (owner ranks - 1) messages per shared tensor.
+    **Laws:** changes only the shared tensors of the modules. Complexity: one all-reduce of
+    the check (a flag), then 2 x (owner ranks - 1) messages per shared tensor.
     """
     ready = _prepare(stages, i, m, group, placement, "broadcast_shared_state",
                      (PARAMETER, BUFFER))
@@ -685,8 +685,9 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
     ``dcp.save(model.state_dict(), checkpoint_id=path)`` wrote) or a mapping keyed by the
     model's fqns (a ``state_dict``). Non-persistent buffers (which ``state_dict`` leaves out)
     are loaded when the checkpoint holds them, and must be there for a meta export (save
-    ``{**dict(model.named_buffers()), **model.state_dict()}``). Each stage module (``stage_module`` / ``pipeline_stage``
-    ``.submod``, a ``DistributedDataParallel`` wrapper is unwrapped) reads only the entries of
+    ``{**dict(model.named_buffers()), **model.state_dict()}``). Each stage module
+    (``stage_module`` / ``pipeline_stage`` ``.submod``, a ``DistributedDataParallel`` wrapper is
+    unwrapped) reads only the entries of
     its own state, under the original fqns: a stage of a program exported on ``meta`` gets its
     values without the whole model ever being materialized. A directory is read with
     ``dcp.load(..., no_dist=True)``: no collective, each rank reads its own entries.
