@@ -116,3 +116,37 @@ def test_writes_through_views_are_writes(cls):
             r"written in stage\(s\) \[0, 1\]"
         ):
             split_stages(q, ["b"])
+
+
+class _SizeAtTheEnd(nn.Module):
+    """A dynamic batch size read at the top and used by the last module (``reshape(n * 4)``):
+    export makes a ``sym_size`` in stage 0 that the last stage reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.c = nn.Linear(4, 4)
+
+    def forward(self, x):
+        n = x.shape[0]
+        return self.c(self.b(self.a(x))).reshape(n * 4)
+
+
+@pytest.mark.parametrize("split", [{"at": ["b", "c"]}, {"n": 3}])
+def test_a_symbolic_size_is_read_off_the_later_stage_inputs(split):
+    torch.manual_seed(0)
+    model = _SizeAtTheEnd()
+    ep = torch.export.export(
+        model, (torch.randn(3, 4),), dynamic_shapes={"x": {0: Dim("b", min=2, max=9)}}
+    )
+    stages = split_stages(import_ep(ep), **split)
+    assert all(isinstance(e.name, str) for e in stages.edges)
+    assert not any("sym_size" in e.name for e in stages.edges)  # no scalar edge
+    mods = [stage_module(stages, k) for k in range(3)]
+    for batch in (2, 5, 9):
+        x = torch.randn(batch, 4)
+        acts = (x,)
+        for m in mods:
+            acts = m(*acts)
+        torch.testing.assert_close(acts, model(x))

@@ -17,7 +17,8 @@ costs the sum over its nodes. The cut points are chosen in two exact passes over
    way), again O(candidates) per row.
 
 A candidate is left out when no tensor value crosses it (a stage must send something) or a
-non-tensor value does (``PipelineStage`` sends tensors only).
+non-tensor value other than a symbolic size does (``PipelineStage`` sends tensors only; a size
+is read off the later stage's own inputs).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ class Plan:
             if end < start:
                 continue
             val = vals.get(name)
-            if val is not None and not isinstance(val, torch.Tensor):
+            if val is not None and not isinstance(val, (torch.Tensor, torch.SymInt)):
                 bad[start] += 1
                 bad[end + 1] -= 1
             else:

@@ -35,7 +35,7 @@ from ir.graph import Graph
 from ir.module import Module, ModuleId
 from ir.module_stack import NO_STACK
 from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
 from ir.ops import is_inplace, is_mutating, written_args
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
@@ -318,10 +318,22 @@ class _Splitter:
                 shared[fqn] = owners
 
         grads = self.may_carry_grad()
+        by_name = graph.by_name()
+        # A symbolic size (a dynamic export's ``sym_size``) made in one stage and read in a
+        # later one is not sent: the later stage reads it off one of its own tensor inputs of
+        # that size (below), so a dynamic batch needs no scalar edge.
+        sized: dict[str, list[int]] = {}
+        for name, stages_r in readers.items():
+            a = stage_of.get(name)
+            if a is None or not isinstance(by_name[name].meta.get("val"), torch.SymInt):
+                continue
+            later = sorted(r for r in stages_r if r > a)
+            if later:
+                sized[name] = later
+                readers[name] = stages_r - set(later)
         # Edges: a value made in stage a and last read in stage b crosses every boundary between.
         origin: dict[str, int] = {u: 0 for u in first_inputs}
         origin.update(stage_of)
-        by_name = graph.by_name()
         edges: list[Edge] = []
         per_boundary: list[list[str]] = [[] for _ in range(n - 1)]
         for name in (*first_inputs, *(nd.name for nd in graph.nodes if nd.name in stage_of)):
@@ -342,11 +354,30 @@ class _Splitter:
                 Edge(nm, k, origin[nm], i, nm in grads) for i, nm in enumerate(names)
             )
         inputs = (first_inputs, *(tuple(b) for b in per_boundary))
+        derived: list[list[Node]] = [[] for _ in range(n)]
+        root_stack = {"L__self__": ("", p.root_module.type_name or "")}  # runs in the root
+        for name, later in sized.items():
+            val = by_name[name].meta["val"]
+            for s in later:
+                found = _size_source(val, (*inputs[s], *root_inputs), by_name)
+                if found is None:
+                    raise PassError(
+                        f"split_stages: size %{name} ({val}) is made in stage {stage_of[name]} "
+                        f"and read in stage {s}, and no tensor input of stage {s} has that "
+                        "size; a pipeline stage passes tensors only. Move a boundary so that "
+                        "one stage makes and reads it"
+                    )
+                source, dim = found
+                derived[s].append(Node(
+                    CALL_FUNCTION, name, torch.ops.aten.sym_size.int, (make_ref(source), dim),
+                    meta=frozen_meta({"val": val, "nn_module_stack": root_stack}),
+                ))
 
         programs = tuple(
             transform(
                 self.stage_program(
-                    s, stage_of, state_of[s], inputs[s], root_inputs, per_boundary, paths_in[s]
+                    s, stage_of, state_of[s], inputs[s], root_inputs, per_boundary, paths_in[s],
+                    derived[s],
                 )
             )
             for s in range(n)
@@ -393,6 +424,7 @@ class _Splitter:
         keywords: tuple[str, ...],
         per_boundary: list[list[str]],
         paths: dict[str, None],
+        derived: list[Node],
     ) -> Program:
         p, graph, n = self.p, self.graph, self.n
         table = p.state_table()
@@ -426,6 +458,7 @@ class _Splitter:
             nodes.append(orig if orig.op == PLACEHOLDER else Node(PLACEHOLDER, name, name,
                                                                    meta=orig.meta))
             in_specs.append(InputSpec(sg.USER_INPUT, name))
+        nodes.extend(derived)  # sizes read off this stage's own inputs
 
         def read_ref(r):
             return make_ref(rename[r.name]) if r.name in rename else r
@@ -532,6 +565,20 @@ def _state_spec(spec: InputSpec | None, fqn: str, name: str, slot: Slot) -> Inpu
         fqn,
         slot.persistent if slot.kind == "buffer" else None,
     )
+
+
+def _size_source(val: Any, names: Sequence[str], by_name: Any) -> tuple[str, int] | None:
+    """The first of ``names`` whose tensor value has a dimension equal to the symbolic size
+    ``val``, with that dimension's index; ``None`` when none has. O(names * dims)."""
+    expr = val.node.expr
+    for name in names:
+        t = by_name[name].meta.get("val")
+        if not isinstance(t, torch.Tensor):
+            continue
+        for dim, d in enumerate(t.shape):
+            if isinstance(d, torch.SymInt) and d.node.expr == expr:
+                return name, dim
+    return None
 
 
 def _check_tensor(node: Node, a: int, b: int) -> None:
