@@ -280,7 +280,7 @@ class _Attention(torch.nn.Module):
         return torch.softmax(q @ k.transpose(-2, -1) * 0.25, dim=-1) @ v
 
 
-_OTHER = tuple(torch.randn(3, 4, 7, 16) for _ in range(3))  # ATTENTION is traced at (2, 5, 8)
+_OTHER = tuple(torch.randn(3, 4, 7, 16) for _ in range(3))  # ATTENTION is traced at (2, 3, 5, 8)
 
 
 @pytest.mark.parametrize("level", ["training", "core"])
@@ -348,7 +348,8 @@ def test_the_retrace_is_memoized_per_shapes_and_the_memo_is_bounded(monkeypatch)
 
 def test_a_match_at_the_example_shapes_is_not_loose_and_needs_no_retrace(monkeypatch):
     monkeypatch.setattr(sizes, "trace", lambda *a, **k: pytest.fail("traced again"))
-    p = _program(_Attention(), tuple(torch.randn(2, 5, 8) for _ in range(3)), "core")
+    examples = tuple(torch.randn(x.shape) for x in ATTENTION.example_inputs[:3])
+    p = _program(_Attention(), examples, "core")
     (b, _), = bindings(ATTENTION, p, "core")
     assert not b.loose
 
