@@ -33,6 +33,7 @@ from ir.args import Ref
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
+from ir.torch_seam import OpOverload, op_schema
 from transforms.rewrite.trace import Traced
 
 
@@ -96,7 +97,7 @@ def is_view(node: Node) -> bool:
 
 
 def _weakrefable(target: Any) -> bool:
-    return isinstance(target, torch._ops.OpOverload)
+    return isinstance(target, OpOverload)
 
 
 def _view_op(target: Any) -> bool:
@@ -105,7 +106,7 @@ def _view_op(target: Any) -> bool:
     facts = ops.facts(target)
     if facts.mutating or facts.kind != ops.OVERLOAD:
         return False
-    schema = getattr(target, "_schema", None)
+    schema = op_schema(target)
     returns = getattr(schema, "returns", ()) if schema is not None else ()
     return any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
 
