@@ -6,12 +6,14 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``match``: a traced pattern matched against a graph in a normal form;
 - ``rule``: ``Rule`` (the user's value), ``Compiled`` (a rule at one level), ``Match``;
 - ``check``: ``check_rule``, the rule's own law on generated inputs;
+- ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
 - ``fold``: replacement values computed from state alone, folded into constants;
 - ``engine``: ``rewrite`` / ``rewrite_report``, the worklist that applies rules to a fixpoint;
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``).
 """
 
 from transforms.rewrite.check import check_rule
+from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, rewrite, rewrite_report
 from transforms.rewrite.rule import Compiled, Match, Rule
 from transforms.rewrite.trace import LEVELS
@@ -24,6 +26,7 @@ __all__ = [
     "RewriteReport",
     "Rule",
     "check_rule",
+    "check_rule_in_context",
     "rewrite",
     "rewrite_report",
 ]
