@@ -204,10 +204,11 @@ class _State:
     def check(self, draw: _Draw) -> None:
         rule, sig = self.rule, self.sigs[draw.sig]
         args = draw_values(rule, sig, draw.seed, draw.specials)
+        pattern_args = _fresh(args)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                want = rule.pattern(*_fresh(args))
+                want = rule.pattern(*pattern_args)
         except Exception:  # noqa: BLE001 - the law speaks only of inputs the pattern runs on
             return
         want = want if isinstance(want, tuple) else (want,)
@@ -229,7 +230,7 @@ class _State:
                 "rule", rule, f"the rewritten program raised {type(exc).__name__}: "
                 f"{_first_line(exc)} on inputs {sig.describe()} where the pattern ran", None,
             ) from exc
-        problem = differences(got, want, given_args, args)
+        problem = differences(got, want, given_args, pattern_args)
         if problem:
             raise LawViolation("rule", rule, f"{problem} on inputs {sig.describe()}", None)
 
