@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from pyrsistent import PMap, pmap
 
-from ir.args import IDict
+from ir.args import IDict, IList
 from ir.torch_seam import (
     HigherOrderOperator,
     OpOverload,
@@ -97,10 +97,22 @@ class OpFacts:
     getitem: bool = False  #: ``operator.getitem``
     hop: str = ""  #: the higher-order op's name (``"cond"``, ``"with_effects"``), else ``""``
     commutative: bool = False  #: its first two arguments may be swapped (``add.Tensor``, ``mul``)
-    core: bool = True  #: in core aten (tagged core and left by ``run_decompositions()``), or no aten operator at all
+    core: bool = True
+    """In core aten (tagged core and left by ``run_decompositions()``, or an assert, effect
+    token or size query it keeps), or no aten operator at all."""
     state_outputs: PMap = _NO_STATE_OUTPUTS
     """``{result index: argument position}`` for a functional operator that returns new values
     of some arguments (``_native_batch_norm_legit_functional``'s running statistics)."""
+    size_args: tuple[int, ...] = ()  #: positions of ``SymInt``/``SymInt[]`` (optional too) arguments
+    dim_args: tuple[int, ...] = ()  #: positions of dimension arguments (``int dim``, ``int[] dims``)
+    dims_unordered: bool = False  #: its dimension arguments name a set (transpose, reductions)
+    dims_of_result: bool = False  #: its dimensions count in the result's rank (``unsqueeze``)
+    dtype_args: tuple[int, ...] = ()  #: positions of ``ScalarType? dtype`` arguments
+    shape_arg: int | None = None  #: the size argument that is the result's shape (``view``, ``expand``)
+    identity: str = ""
+    """When the result is argument 0's value unchanged (``ALWAYS``, ``EVAL_DROPOUT``,
+    ``SAME_METADATA``; ``""``: never); ``computes_nothing`` decides it for one node."""
+    metadata_check: bool = False  #: returns nothing and only checks its input's metadata
 
     @property
     def recomputable(self) -> bool:
@@ -148,7 +160,8 @@ def _facts_of(target: Any) -> OpFacts:
         # which overload runs depends on the arguments: no schema facts, the default's others
         return attrs.evolve(
             base, name=str(target), kind=PACKET, qualname=packet_name(target), schema="",
-            params=(), results=None,
+            params=(), results=None, size_args=(), dim_args=(), dtype_args=(), identity="",
+            shape_arg=None,
         )
     if isinstance(target, HigherOrderOperator):
         return _hop_facts(target)
@@ -190,10 +203,52 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         size_arithmetic=packet in _SIZE_QUERIES,
         state_outputs=_state_outputs(op),
         commutative=op in _COMMUTATIVE_OPS,
+        **_argument_kinds(op, params),
+        identity=_IDENTITY.get(packet, ""),
+        metadata_check=op in _METADATA_CHECKS,
         core=op.namespace != "aten" or (
             torch.Tag.core in op.tags and op not in _decomposed_by_default()
-        ),
+        ) or _kept_by_decompositions(op),
     )
+
+
+def _kept_by_decompositions(op: OpOverload) -> bool:
+    """An aten operator untagged core (or in the default decomposition table) that
+    ``run_decompositions()`` leaves in graphs all the same: the runtime asserts, effect tokens
+    and size queries (``_assert_tensor_metadata`` after ``.to``, ``sym_size`` with dynamic
+    shapes)."""
+    packet = op.overloadpacket
+    return op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS or packet in _SIZE_QUERIES
+
+
+def _argument_kinds(op: OpOverload, params: tuple[Param, ...]) -> dict[str, Any]:
+    """Which schema arguments are sizes, dimensions and result dtypes (``OpFacts`` fields),
+    read from the schema's types (``SymInt``, ``int``, ``ScalarType``, optional or in lists)."""
+    kinds = [_element_kind(a.real_type) for a in op_schema(op).arguments]
+    sizes = tuple(i for i, k in enumerate(kinds) if k == "SymIntType")
+    dims = tuple(
+        i for i, (p, k) in enumerate(zip(params, kinds)) if p.name in _DIM_NAMES and k == "IntType"
+    )
+    dtypes = tuple(
+        i for i, (p, k) in enumerate(zip(params, kinds))
+        if p.name == "dtype" and k == "ScalarTypeType" and not p.required
+    )
+    packet = op.overloadpacket
+    return {
+        "size_args": sizes,
+        "dim_args": dims,
+        "dtype_args": dtypes,
+        "dims_unordered": bool(dims) and packet in _UNORDERED_DIMS,
+        "dims_of_result": packet in _DIMS_OF_RESULT,
+        "shape_arg": 1 if packet in _SHAPE_IS_RESULT and 1 in sizes else None,
+    }
+
+
+def _element_kind(jit_type: Any) -> str:
+    """The kind of a schema type's element (``"SymIntType"`` for ``SymInt[]?``)."""
+    while jit_type.kind() in ("OptionalType", "ListType"):
+        jit_type = jit_type.getElementType()
+    return jit_type.kind()
 
 
 _DECOMPOSED: list = []
@@ -420,6 +475,102 @@ def hop_kind(target: Any) -> str:
     return facts(target).hop
 
 
+# --- arguments in a normal form, and nodes that compute nothing ----------------------------------
+
+ALWAYS = "always"  #: ``identity``: the result is always argument 0's value (``alias``)
+EVAL_DROPOUT = "eval_dropout"  #: ``identity``: a dropout whose ``train`` is false or ``p`` is 0
+SAME_METADATA = "same_metadata"
+"""``identity``: a conversion or copy (``to``, ``_to_copy``, ``type_as``, ``clone``,
+``contiguous``) whose result keeps its input's dtype, device, layout and shape."""
+
+
+def canonical_args(
+    target: Any, args: tuple, rank: int | None, dtype: Any, shape: tuple | None = None
+) -> tuple:
+    """``args`` (``normalized_args``' form) with the spellings of one computation made one:
+    a negative dimension made positive by ``rank``, the dimensions of ``transpose`` and of a
+    reduction's dimension list sorted, a floating ``dtype`` argument equal to ``dtype`` made
+    ``None`` (``softmax(x, -1, dtype=torch.float32)`` on float32 ``x`` is ``softmax(x, -1)``),
+    the size argument of ``view``, ``reshape`` or ``expand`` made the result's ``shape``
+    (``x.view(-1)`` on a (6, 5) ``x`` is ``x.view(30)``).
+
+    ``rank``, ``dtype``: the first tensor argument's (the result's rank for an operator whose
+    dimensions count in its result, ``unsqueeze``); ``shape``: the result's, a tuple of ints;
+    ``None`` when unknown (left as they are).
+
+    **Laws:** two calls of one overload on inputs of one rank and dtype that compute the same
+    thing by those rules give equal tuples; a pure function of its arguments; ``args`` of a
+    target without a schema come back unchanged. O(arguments)."""
+    found = facts(target)
+    if not (found.dim_args or found.dtype_args or found.shape_arg) or len(args) != len(
+        found.params
+    ):
+        return args
+    out = list(args)
+    at = found.shape_arg
+    if (at is not None and shape is not None and isinstance(out[at], (tuple, list, IList))
+            and len(out[at]) == len(shape) and all(type(d) is int for d in out[at])):
+        out[at] = IList(tuple(shape)) if type(out[at]) is IList else tuple(shape)
+    if rank is not None and found.dims_of_result:
+        rank += 1
+    if rank is not None:
+        for i in found.dim_args:
+            out[i] = _positive_dims(out[i], rank, found.dims_unordered)
+        if found.dims_unordered and len(found.dim_args) == 2:
+            a, b = (out[i] for i in found.dim_args)
+            if type(a) is int and type(b) is int and a > b:
+                out[found.dim_args[0]], out[found.dim_args[1]] = b, a
+    if dtype is not None and getattr(dtype, "is_floating_point", False):
+        for i in found.dtype_args:
+            if out[i] == dtype:
+                out[i] = None
+    return tuple(out)
+
+
+def _positive_dims(value: Any, rank: int, unordered: bool) -> Any:
+    if type(value) is int:
+        return value + rank if -rank <= value < 0 else value
+    if isinstance(value, (tuple, list, IList)):
+        items = [d + rank if type(d) is int and -rank <= d < 0 else d for d in value]
+        if unordered and all(type(d) is int for d in items):
+            items.sort()
+        return IList(tuple(items)) if type(value) is IList else tuple(items)
+    return value
+
+
+def computes_nothing(target: Any, args: tuple, val_in: Any, val_out: Any) -> bool:
+    """Whether a node calling ``target`` on ``args`` (``canonical_args``' form) gives its
+    argument 0's value unchanged: ``alias``; a dropout with ``train`` false or ``p`` 0; a
+    conversion or copy (``to``, ``_to_copy``, ``type_as``, ``clone``, ``contiguous``) whose
+    result ``val_out`` keeps ``val_in``'s dtype, device, layout and shape (its memory format is
+    no matter: the values are the same, only their strides differ). ``val_in``/``val_out``: argument 0's and the node's
+    ``meta['val']`` (``None``: unknown, then only ``alias`` and dropout can say yes).
+
+    Such a node is a copy or an alias of its input: inside a rewrite's match it may be looked
+    through, and dropped with the match. **Laws:** ``True`` only when, on every input, the
+    result equals argument 0 element for element, in dtype and shape. O(arguments)."""
+    found = facts(target)
+    kind = found.identity
+    if not kind or not args:
+        return False
+    if kind == ALWAYS:
+        return True
+    if kind == EVAL_DROPOUT:
+        p, train = args[1], args[2]
+        return train is False or (type(p) in (int, float) and p == 0)
+    if not isinstance(val_in, torch.Tensor) or not isinstance(val_out, torch.Tensor):
+        return False
+    return (val_in.dtype, val_in.device, val_in.layout, val_in.shape) == (
+        val_out.dtype, val_out.device, val_out.layout, val_out.shape
+    )
+
+
+def is_metadata_check(target: Any) -> bool:
+    """Returns nothing and only checks its input's metadata (``_assert_tensor_metadata``): a
+    check that a rewrite may drop with the value it reads."""
+    return facts(target).metadata_check
+
+
 # --- the tables ----------------------------------------------------------------------------------
 
 
@@ -562,3 +713,33 @@ _RANDOM_METHODS = frozenset(
     {"bernoulli", "bernoulli_", "uniform_", "normal_", "random_", "exponential_",
      "geometric_", "cauchy_", "log_normal_", "multinomial"}
 )
+
+
+# Arguments named so are dimensions of the input (of the result, for ``_DIMS_OF_RESULT``).
+_DIM_NAMES = frozenset(
+    {"dim", "dims", "dim0", "dim1", "start_dim", "end_dim", "source", "destination"}
+)
+# Operators whose size argument is their result's shape (``-1`` standing for a size).
+_SHAPE_IS_RESULT = _ops(
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.view_copy",
+    "aten.expand_copy", "aten._reshape_alias",
+)
+_DIMS_OF_RESULT = _ops("aten.unsqueeze", "aten.unsqueeze_copy", "aten.stack")
+# Operators whose dimension arguments name a set: the order they are written in is no matter.
+_UNORDERED_DIMS = _ops(
+    "aten.transpose", "aten.transpose_copy", "aten.sum", "aten.mean", "aten.amax", "aten.amin",
+    "aten.prod", "aten.var", "aten.std", "aten.var_mean", "aten.std_mean", "aten.logsumexp",
+    "aten.any", "aten.all", "aten.squeeze", "aten.squeeze_copy", "aten.nansum",
+)
+# Operators whose result is their argument 0's value under a condition (``computes_nothing``).
+_IDENTITY: Mapping[Any, str] = MappingProxyType(
+    {p: ALWAYS for p in _ops("aten.alias")}
+    | {p: EVAL_DROPOUT for p in _ops(
+        "aten.dropout", "aten.feature_dropout", "aten.alpha_dropout", "aten.feature_alpha_dropout",
+    )}
+    | {p: SAME_METADATA for p in _ops(
+        "aten.to", "aten._to_copy", "aten.type_as", "aten.clone", "aten.contiguous",
+    )}
+)
+# Operators that return nothing and only check their input's metadata.
+_METADATA_CHECKS = _ops("aten._assert_tensor_metadata.default")

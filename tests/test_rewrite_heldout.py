@@ -15,7 +15,7 @@ from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 
 class _Scaled(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x * 5.0) * 7.0 + (x * 2) * 3
+        return (x * 5.0) * 7.0 + (x * 2.0) * 3.0 + (x * 2) * 3  # ints: no float sentinel binds
 
 
 def test_a_replacement_computing_on_its_scalars_gets_each_matchs_values():
@@ -30,7 +30,7 @@ def test_a_replacement_computing_on_its_scalars_gets_each_matchs_values():
     assert report.counts == {"fold": 2}
     scalars = sorted(n.args[1] for n in q.root_module.graph.nodes
                      if n.op == "call_function" and n.target is torch.ops.aten.mul.Tensor)
-    assert scalars == [6, 35.0]
+    assert scalars == [2, 3, 6.0, 35.0]
     torch.testing.assert_close(lower(q)(x), _Scaled()(x))
 
 

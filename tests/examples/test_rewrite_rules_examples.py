@@ -52,13 +52,24 @@ def test_a_scalar_matches_by_value_and_the_output_spec_follows_the_value():
     before = program(_one_graph("""\
       %x = placeholder
       %neg = call_function[aten.neg.default](%x)
-      %mul = call_function[aten.mul.Tensor](%neg, 1.0)""", "mul"))
+      %mul = call_function[aten.mul.Tensor](%neg, 1)""", "mul"))
     expected = program(_one_graph("""\
       %x = placeholder
       %neg = call_function[aten.neg.default](%x)""", "neg"), like=before)
     after = rewrite(before, [TIMES_ONE])
     verify(after)
     assert after == expected
+
+
+@pytest.mark.parametrize("literal", ["1.0", "True"])
+def test_a_literal_matches_only_a_literal_of_its_own_type(literal):
+    # TIMES_ONE is `x * 1`: an int literal. `x * 1.0` is float on an int64 x, `x * True` bool
+    # arithmetic: the literal's type is part of what it computes, as ir.alpha keys it
+    before = program(_one_graph(f"""\
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%x)
+      %mul = call_function[aten.mul.Tensor](%neg, {literal})""", "mul"))
+    assert rewrite(before, [TIMES_ONE]) is before
 
 
 @pytest.mark.parametrize("operands", ["%sigmoid, %x", "%x, %sigmoid"])

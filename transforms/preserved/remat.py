@@ -29,7 +29,10 @@ in the reader's own call. There:
    op, no mutation, no effect, no higher-order op) and every leaf of the slice is readable
    where it is resolved (the inputs and outputs of preserved calls as that side sees them,
    state, constants, symbolic sizes of readable tensors), the slice is copied there;
-3. otherwise a ``PassError`` names the value, the preserved call, the reading module, why, and
+3. otherwise, when the reader computes nothing that is read (a metadata check,
+   ``_assert_tensor_metadata``, that export puts before a ``.to``; a pure node no node reads),
+   the reader is dropped;
+4. otherwise a ``PassError`` names the value, the preserved call, the reading module, why, and
    what to do.
 
 State values (results of in-place ops, values a ``copy_`` writes back, intermediate values of a
@@ -315,6 +318,8 @@ def _rewrite(reach: _Reach) -> _Plan | None:
     kept: list[Node] = []
     current: tuple[str, ...] = ()
     last = None  # the last node of the current calls
+    read = {r.name for node in reach.nodes for r in node.inputs()}
+    dropped = False
     for i, node in enumerate(reach.nodes):
         if node.op == PLACEHOLDER:
             kept.append(node)
@@ -328,10 +333,29 @@ def _rewrite(reach: _Reach) -> _Plan | None:
                 rw.enter(chain[depth], chain[:depth], node, i)
             current = chain
         last = node
-        kept.append(rw.reader(node, i, chain))
-    if not rw.memo:
+        try:
+            kept.append(rw.reader(node, i, chain))
+        except PassError:
+            if not _droppable(node, read):
+                raise
+            dropped = True  # it reads a value it cannot have, and computes nothing anyone reads
+            log.debug("remat: %%%s dropped: it reads a value it cannot read and computes "
+                      "nothing that is read", node.name)
+    if not rw.memo and not dropped:
         return None
     return _Plan(_with_copies(kept, rw.inserts), rw.renamed_signatures(), rw.output_renames)
+
+
+def _droppable(node: Node, read: set[str]) -> bool:
+    """Whether ``node`` may be dropped where one of its reads cannot be resolved: a metadata
+    check (``ir.ops.is_metadata_check``, the ``_assert_tensor_metadata`` export puts before a
+    ``.to``: it checks what the value's ``meta['val']`` already says), or a node whose result no
+    node reads and that computes nothing else (pure, deterministic, without effect)."""
+    if node.op != CALL_FUNCTION:
+        return False
+    if ops.is_metadata_check(node.target):
+        return True
+    return node.name not in read and ops.is_recomputable(node.target)
 
 
 def _with_copies(

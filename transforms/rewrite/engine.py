@@ -33,10 +33,11 @@ from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.law_violation import LawViolation
+from transforms.rewrite import guards, sizes
 from transforms.rewrite.check import check_rule
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
-from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for
+from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for, rule_cache
 from transforms.rewrite.trace import Traced, level_of
 
 
@@ -135,19 +136,49 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     """
     rules = _check_rules(rules)
     counts = {r.name: 0 for r in rules}
-    if not rules:
-        return p, RewriteReport(MappingProxyType(counts), ())
+    done: list[Rewrite] = []
+    q = p
+    if rules:
+        level = level_of(_graphs(p))
+        for _ in range(_LEVEL_ROUNDS):
+            nxt = _round(q, rules, level, done)
+            if nxt is q or not FIXPOINT:
+                q = nxt
+                break
+            q = nxt
+            # the replacements may have put operators of another level in: the rules are
+            # traced again at the program's new level until it holds (a fixpoint there)
+            now = level_of(_graphs(q))
+            if now == level:
+                break
+            level = now
+        else:
+            raise PassError(
+                f"rewrite: rules {sorted({rw.rule for rw in done})} keep moving the program "
+                f"between the training and core levels ({_LEVEL_ROUNDS} rounds); narrow one"
+            )
+    for rw in done:
+        counts[rw.rule] += 1
+    return q, RewriteReport(MappingProxyType(counts), tuple(done))
+
+
+_LEVEL_ROUNDS = 8  #: rounds at a new level after a rewrite changed the program's level, at most
+
+
+def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Program:
+    """Every graph of ``p`` rewritten to a fixpoint with the rules traced at ``level``;
+    appends the rewrites to ``done``; ``p`` itself when none applied."""
     table = p.module_table()
     order = list(dict.fromkeys(mid for _, mid in p.walk()))
-    graphs = [g for mid in order for g in table[mid].graphs]
-    level = level_of(graphs)
     compiled = [(r, r.compiled(level)) for r in rules]
     compiled.sort(key=lambda rc: -rc[1].benefit)  # stable: ties keep the order given
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
     for r, c in compiled:
         index.setdefault(id(c.pattern.anchor.target), []).append((r, c))
     multi = _called_more_than_once(p, order, table)
-    done: list[Rewrite] = []
+    barriers = _barriers(p)
+    depth = max(c.pattern.size for _, c in compiled)
+    start = len(done)
     changed: dict[ModuleId, Any] = {}
     renamed_root: dict[str, str] = {}
     for mid in order:
@@ -158,17 +189,17 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
             # a graph run by several calls may see other shapes than its vals say: a
             # replacement traced per match's shapes is not instantiated there
             per_match = mid not in multi
-            out, renames = _rewrite_graph(graph, index, done, path, gi, per_match)
+            out, renames = _rewrite_graph(
+                graph, index, done, path, gi, per_match,
+                barriers if mid == p.root else _NO_BARRIERS, depth,
+            )
             new_graphs.append(out)
             if mid == p.root and gi == 0:
                 renamed_root = renames
         if any(a is not b for a, b in zip(new_graphs, mod.graphs)):
             changed[mid] = mod.replace(graphs=tuple(new_graphs))
-    for rw in done:
-        counts[rw.rule] += 1
-    report = RewriteReport(MappingProxyType(counts), tuple(done))
     if not changed:
-        return p, report
+        return p
     q = p.replace(modules=p.modules.update(changed))
     if renamed_root:
         q = q.replace(signature=_renamed_signature(q, renamed_root))
@@ -176,11 +207,12 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     if folding:
         root_path = p.first_path(p.root) or ""
         created = {
-            name for rw in done if rw.rule in folding and rw.module == root_path and rw.graph == 0
+            name for rw in done[start:]
+            if rw.rule in folding and rw.module == root_path and rw.graph == 0
             for name in rw.created
         }
         q = fold_into_state(q, created)
-    return q, report
+    return q
 
 
 def _called_more_than_once(p: Program, order: list, table: Mapping) -> set:
@@ -223,20 +255,40 @@ def _check_rules(rules: Iterable[Rule]) -> list[Rule]:
     return out
 
 
+def rule_verdict(rule: Rule) -> BaseException | bool | None:
+    """``check_rule``'s verdict on ``rule`` as ``rewrite`` keeps it (in ``rule_cache``, a memo
+    keyed by the rule): ``True`` (right), the ``LawViolation``, or ``None`` before the first
+    ``rewrite`` that met the rule. O(1)."""
+    return rule_cache(rule).verdict
+
+
 def _ensure_checked(rule: Rule) -> None:
     if rule.trusted:
         return
-    if rule._verdict is None:
+    cache = rule_cache(rule)
+    if cache.verdict is None:
         try:
             check_rule(rule)
-            rule._verdict = True
+            cache.verdict = True
         except LawViolation as exc:
-            rule._verdict = exc
-    if rule._verdict is not True:
+            cache.verdict = _without_frames(exc)
+    if cache.verdict is not True:
         raise PassError(
             f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
-            f"trusted=True) to skip the check): {rule._verdict}"
-        ) from rule._verdict
+            f"trusted=True) to skip the check): {cache.verdict}"
+        ) from cache.verdict
+
+
+def _without_frames(exc: BaseException) -> BaseException:
+    """``exc`` with the tracebacks of it and its causes dropped: a verdict kept beside a rule
+    must hold no frame that holds the rule (the memo would never let the rule go)."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
 
 
 def _renamed_signature(q: Program, renames: Mapping[str, str]):
@@ -250,11 +302,49 @@ def _renamed_signature(q: Program, renames: Mapping[str, str]):
 
 # --- one graph ----------------------------------------------------------------------------------
 
+FIXPOINT = True
+"""Whether the worklist reaches a true fixpoint: after each rewrite the nodes downstream of the
+new nodes (within the deepest pattern) are revisited, and the graph is swept again until a
+sweep applies nothing. ``False`` gives the old worklist (only the direct readers of new nodes
+revisited, one pass), which misses matches two or more readers downstream of a rewrite; a
+test switches it off to show that ``rewrite`` is then not idempotent."""
+
+_DOWNSTREAM_CAP = 256  #: nodes re-queued downstream of one rewrite, at most (the sweep does the rest)
+
+
+@attrs.frozen
+class _Barriers:
+    """The preserved calls of a flat program: ``calls``, their names; ``names``, the values
+    their signatures name (they must keep their names)."""
+
+    calls: frozenset[str] = frozenset()
+    names: frozenset[str] = frozenset()
+
+
+_NO_BARRIERS = _Barriers()
+
+
+def _barriers(p: Program) -> _Barriers:
+    calls = frozenset(k for k in p.call_signatures if k)
+    if not calls or not p.is_flat:
+        return _NO_BARRIERS
+    names = frozenset(
+        a.name for k in calls for sig in (p.call_signatures[k],)
+        for a in (*sig.inputs, *sig.outputs) if a.name is not None
+    )
+    return _Barriers(calls, names)
+
 
 class _Work:
-    """The mutable working copy of one graph that the driver rewrites (local to one call)."""
+    """The mutable working copy of one graph that the driver rewrites (local to one call), and
+    what the rewrites of that graph need to know: where it is (``path``, ``gi``), whether a
+    replacement may be traced per match (``per_match``), the preserved calls it must keep
+    whole, the deepest pattern, the rewrites done and the renames of results."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(
+        self, graph: Graph, path: str, gi: int, per_match: bool, barriers: _Barriers,
+        depth: int, done: list[Rewrite],
+    ) -> None:
         self.node: dict[str, Node] = {}
         self.key: dict[str, tuple] = {}
         self.users: dict[str, dict[str, None]] = {}
@@ -264,6 +354,9 @@ class _Work:
         for i, n in enumerate(graph.nodes):
             self.add(n, (i,))
         self.taken = Names(self.node)
+        self.path, self.gi, self.per_match = path, gi, per_match
+        self.barriers, self.depth, self.done = barriers, depth, done
+        self.renames: dict[str, str] = {}
 
     def add(self, n: Node, key: tuple) -> None:
         self.node[n.name] = n
@@ -302,21 +395,63 @@ class _Work:
     def candidates(self, target: Any):
         return [self.node[k] for k in list(self.by_target.get(id(target), ()))]
 
+    def downstream(self, names: Iterable[str], depth: int) -> list[str]:
+        """The readers of ``names`` and their readers, ``depth`` levels deep (at most
+        ``_DOWNSTREAM_CAP`` of them), in the order found."""
+        seen = dict.fromkeys(names)
+        level = list(seen)
+        found: list[str] = []
+        for _ in range(depth):
+            nxt = []
+            for v in level:
+                for u in self.users.get(v, ()):
+                    if u not in seen:
+                        seen[u] = None
+                        nxt.append(u)
+                        found.append(u)
+                        if len(found) >= _DOWNSTREAM_CAP:
+                            return found
+            level = nxt
+        return found
+
 
 def _rewrite_graph(
     graph: Graph, index: Mapping[int, list], done: list[Rewrite], path: str, gi: int,
-    per_match: bool = True,
+    per_match: bool = True, barriers: _Barriers = _NO_BARRIERS, depth: int = 1,
 ) -> tuple[Graph, dict[str, str]]:
     if not any(n.op == CALL_FUNCTION and id(n.target) in index for n in graph.nodes):
         return graph, {}
-    w = _Work(graph)
+    w = _Work(graph, path, gi, per_match, barriers, depth, done)
     queue = collections.deque(n.name for n in graph.nodes if n.op == CALL_FUNCTION)
-    queued = set(queue)
-    renames: dict[str, str] = {}
-    cap = 4 * len(graph.nodes) + 64
-    steps = 0
+    steps = [0, 4 * len(graph.nodes) + 64]
     recent: collections.deque[str] = collections.deque(maxlen=16)
     applied_any = False
+    while True:
+        applied = _drain(queue, index, w, steps, recent, len(graph))
+        applied_any = applied_any or applied
+        if not applied or not FIXPOINT:
+            break
+        queue = _sweep(w, index)  # a sweep that applies nothing ends the rewrite: a fixpoint
+    if not applied_any:
+        return graph, {}
+    nodes = sorted(w.node.values(), key=lambda x: w.key[x.name])
+    return Graph.of(nodes), _resolve(w.renames)
+
+
+def _sweep(w: _Work, index: Mapping[int, list]) -> collections.deque:
+    """Every node that some rule's pattern ends in, in graph order."""
+    names = [k for t in index for k in w.by_target.get(t, ())]
+    names.sort(key=w.key.__getitem__)
+    return collections.deque(names)
+
+
+def _drain(
+    queue: collections.deque, index: Mapping[int, list], w: _Work, steps: list,
+    recent: collections.deque, size: int,
+) -> bool:
+    """Try the rules on each queued node until the queue is empty; whether any applied."""
+    queued = set(queue)
+    applied = False
     while queue:
         name = queue.popleft()
         queued.discard(name)
@@ -324,19 +459,19 @@ def _rewrite_graph(
         if n is None or n.op != CALL_FUNCTION:
             continue
         for rule, c in index.get(id(n.target), ()):
-            if c.concrete and not per_match:
+            if c.concrete and not w.per_match:
                 continue
-            pushed = _try(rule, c, n, w, renames, done, path, gi)
+            pushed = _try_safely(rule, c, n, w)
             if pushed is None:
                 continue
-            applied_any = True
-            steps += 1
+            applied = True
+            steps[0] += 1
             recent.append(rule.name)
-            if steps > cap:
+            if steps[0] > steps[1]:
                 names = sorted(set(recent))
                 raise PassError(
                     f"rewrite: rules {names} keep rewriting each other's results in graph "
-                    f"{gi} of module {path or '<root>'!r} ({steps} rewrites of a {len(graph)}"
+                    f"{w.gi} of module {w.path or '<root>'!r} ({steps[0]} rewrites of a {size}"
                     "-node graph): they form a cycle; drop or narrow one of them (a `where`)"
                 )
             for m in pushed:
@@ -344,10 +479,7 @@ def _rewrite_graph(
                     queue.append(m)
                     queued.add(m)
             break
-    if not applied_any:
-        return graph, {}
-    nodes = sorted(w.node.values(), key=lambda x: w.key[x.name])
-    return Graph.of(nodes), _resolve(renames)
+    return applied
 
 
 def _resolve(renames: dict[str, str]) -> dict[str, str]:
@@ -359,76 +491,114 @@ def _resolve(renames: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _try(rule, c: Compiled, n: Node, w: _Work, renames, done, path, gi) -> list[str] | None:
-    pattern = c.pattern
-    for b in match_at(pattern, n, w.node.get, w.candidates):
+def _try_safely(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
+    """``_try``, with any error that is not purefx's own turned into a ``PassError`` naming
+    the rule and the node (a rule or program the engine did not foresee)."""
+    try:
+        return _try(rule, c, n, w)
+    except (PurefxError, LawViolation):
+        raise
+    except Exception as exc:
+        raise PassError(
+            f"rule {rule.name!r}: rewriting at %{n.name} in graph {w.gi} of module "
+            f"{w.path or '<root>'!r} failed with {type(exc).__name__}: {exc}; this rule or "
+            "program is one rewrite cannot handle: narrow the rule (a `where`) or report it"
+        ) from exc
+
+
+def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
+    """Take the first match of ``rule`` anchored at ``n`` that is safe in its program; the
+    names of the nodes to revisit, or ``None`` when no match was taken."""
+    for b in match_at(c.pattern, n, w.node.get, w.candidates):
+        b = sizes.recheck(rule, c, b, w.node.get, getattr(c, "level", None), w.users.get)
+        if b is None:
+            continue
         plan = _plan(rule, c, b, w)
         if plan is None:
             continue
-        vals = {}
-        if c.concrete:
-            for i, ph in _pattern_inputs(rule, pattern).items():
-                bound = b.names.get(ph)
-                vals[i] = w.node[bound].meta.get("val") if bound is not None else None
+        vals = _input_vals(c.pattern, b, w) if c.concrete or c.by_dtype else {}
         rep = replacement_for(rule, c, b.scalars, vals)
         if rep is None:
             continue
-        return _apply(rule, c, b, plan, rep, w, renames, done, path, gi)
+        sources = _result_sources(plan.outs, rep)
+        if not _context_allows(c, rep, b, plan, sources, w):
+            continue
+        inst = _instantiate(c, b, plan, rep, sources, w)
+        if inst is None:
+            continue
+        return _commit(rule, plan, inst, w)
     return None
 
 
-def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> tuple | None:
-    """Check that the match is safe; return (position key, output names) or None."""
+@attrs.frozen
+class _Plan:
+    """A match that may be taken where it is: ``matched``, the graph nodes bound to the
+    pattern's compute nodes; ``removed``, those and the ``Binding.absorbed`` nodes (all go);
+    ``outs``, the graph node of each pattern result (``None`` for a literal); ``pos``, the key
+    the new nodes are placed at; ``outside``, each result's readers outside the match."""
+
+    matched: tuple[str, ...]
+    removed: tuple[str, ...]
+    outs: tuple[str | None, ...]
+    pos: tuple
+    outside: Mapping[str, tuple[str, ...]]
+
+
+def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
+    """Check that the match is safe in its graph (beyond the guards that need the
+    replacement); the plan to take it, or ``None``."""
     pattern = c.pattern
-    matched = [b.names[k] for k in pattern.nodes if k in b.names]
-    mset = set(matched)
+    matched = tuple(b.names[k] for k in pattern.nodes if k in b.names)
+    removed = matched + tuple(a for a in getattr(b, "absorbed", ()) if a not in matched)
+    if any(a not in w.node for a in removed):
+        return None
+    rset = set(removed)
     for m in matched:
         t = w.node[m].target
         if ops.is_mutating(t) or ops.is_effectful(t) or ops.is_random(t):
             return None
-    outs = [b.names.get(o.name) if type(o) is Ref else None for o in pattern.outputs]
+    outs = tuple(b.names.get(o.name) if type(o) is Ref else None for o in pattern.outputs)
     out_set = {o for o in outs if o is not None}
-    for m in matched:
-        if m not in out_set and any(u not in mset for u in w.users[m]):
-            return None  # an interior value is read outside the match
+    for m in removed:
+        if m not in out_set and any(u not in rset for u in w.users[m]):
+            return None  # an interior (or absorbed) value is read outside the match
     inputs = [b.names[k] for k in pattern.inputs if k in b.names]
     if any(i in w.written for i in inputs):
         return None  # an input is written in place somewhere: do not move reads of it
-    rep_outputs = c.replacement.outputs
-    for o, r in zip(outs, rep_outputs):
-        if o is not None and o in w.written and type(r) is Ref and r.name not in {
-            n.name for n in c.replacement.compute_nodes()
-        }:
-            return None  # would make a written value an alias of an input
-    keys = [w.key[m] for m in matched]
+    keys = [w.key[m] for m in removed]
     lo, hi = min(keys), max(keys)
     if w.mutates_between(lo, hi):
         return None  # the match spans a write in place (maybe of a view of one of its inputs)
+    outside = {o: tuple(u for u in w.users[o] if u not in rset) for o in out_set}
     if all(w.key[i] < lo for i in inputs):
         pos = lo
-    elif all(w.key[u] > hi for o in out_set for u in w.users[o] if u not in mset):
+    elif all(w.key[u] > hi for us in outside.values() for u in us):
         pos = hi
     else:
         return None
-    if rule.where is not None:
-        match = _match_value(rule, pattern, b, w)
-        try:
-            ok = rule.where(match)
-        except PurefxError:
-            raise
-        except Exception as exc:
-            raise PassError(
-                f"rule {rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
-                f"at %{w.node[matched[-1]].name}; make where() return a bool for every Match"
-            ) from exc
-        if not ok:
-            return None
-    return pos, outs
+    if not guards.barrier_guard(w, removed, w.barriers.calls):
+        return None  # the match crosses a preserved call's boundary
+    if rule.where is not None and not _where_holds(rule, pattern, b, w, matched):
+        return None
+    return _Plan(matched, removed, outs, pos, MappingProxyType(outside))
+
+
+def _where_holds(rule: Rule, pattern: Pattern, b: Binding, w: _Work, matched) -> bool:
+    match = _match_value(rule, pattern, b, w)
+    try:
+        return bool(rule.where(match))
+    except PurefxError:
+        raise
+    except Exception as exc:
+        raise PassError(
+            f"rule {rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
+            f"at %{w.node[matched[-1]].name}; make where() return a bool for every Match"
+        ) from exc
 
 
 def _match_value(rule: Rule, pattern: Pattern, b: Binding, w: _Work) -> Match:
     nodes = {k: w.node[b.names[k]] for k in pattern.nodes if k in b.names}
-    trace_inputs = _pattern_inputs(rule, pattern)
+    trace_inputs = dict(zip(pattern.tensor_args, pattern.input_order))
     inputs = []
     for i, x in enumerate(rule.example_inputs):
         if i in trace_inputs:
@@ -439,85 +609,159 @@ def _match_value(rule: Rule, pattern: Pattern, b: Binding, w: _Work) -> Match:
     return Match(rule.name, MappingProxyType(nodes), tuple(inputs))
 
 
-def _pattern_inputs(rule: Rule, pattern: Pattern) -> dict[int, str]:
-    return dict(zip(pattern.tensor_args, pattern.input_order))
+def _input_vals(pattern: Pattern, b: Binding, w: _Work) -> dict[int, Any]:
+    """Rule argument position -> the matched input's ``meta['val']`` (or ``None``)."""
+    vals = {}
+    for i, ph in zip(pattern.tensor_args, pattern.input_order):
+        bound = b.names.get(ph)
+        vals[i] = w.node[bound].meta.get("val") if bound is not None else None
+    return vals
 
 
-def _apply(
-    rule, c: Compiled, b: Binding, plan, rep: Traced, w: _Work, renames, done, path, gi
-) -> list[str]:
-    pos, outs = plan
+def _result_sources(outs: tuple, rep: Traced) -> dict[str, str]:
+    """Replacement node name -> the result name it takes (the replaced node's, removed with
+    the match); a result whose value is an input, or a node already named, gets none."""
+    computed = {n.name for n in rep.graph.nodes if n.op not in (PLACEHOLDER, OUTPUT)}
+    sources: dict[str, str] = {}
+    for o, r in zip(outs, rep.outputs):
+        if o is not None and type(r) is Ref and r.name in computed and r.name not in sources:
+            sources[r.name] = o
+    return sources
+
+
+def _context_allows(
+    c: Compiled, rep: Traced, b: Binding, plan: _Plan, sources: Mapping[str, str], w: _Work
+) -> bool:
+    """The guards that need the replacement but not its instance: no result renamed across a
+    preserved signature, no fresh result made an alias of an outside value that a write or
+    the caller can reach (``guards``)."""
+    kept = set(sources.values())
+    renamed = [o for o in plan.outs if o is not None and o not in kept]
+    if renamed and not guards.barrier_guard(
+        w, plan.removed, w.barriers.calls, renamed, w.barriers.names
+    ):
+        return False
+    aliases = _new_aliases(c, rep, b, plan)
+    if aliases is None:
+        return False
+    return not aliases or guards.alias_guard(w, aliases)
+
+
+def _new_aliases(c: Compiled, rep: Traced, b: Binding, plan: _Plan) -> dict[str, str] | None:
+    """``{result: outside value}`` for each result the replacement makes an alias of an input
+    the pattern's result was not an alias of; ``None`` when that input is unbound."""
+    rep_alias = guards.result_aliases(rep)
+    pat_alias = guards.result_aliases(c.traced)
+    order = c.pattern.input_order
+    aliases: dict[str, str] = {}
+    for o, ra, pa in zip(plan.outs, rep_alias, pat_alias):
+        if o is None or ra is None or ra == pa:
+            continue
+        bound = b.names.get(order[ra]) if ra < len(order) else None
+        if bound is None:
+            return None
+        aliases[o] = bound
+    return aliases
+
+
+@attrs.frozen
+class _Instance:
+    """A replacement instantiated for one match, not yet in the graph: ``nodes`` in order,
+    ``results`` the graph name taking each pattern result's place (``None`` for a literal
+    result), ``drawn`` the fresh names it took (given back if it is not committed)."""
+
+    nodes: tuple[Node, ...]
+    results: tuple[str | None, ...]
+    drawn: tuple[str, ...]
+
+
+def _instantiate(
+    c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
+) -> _Instance | None:
+    """The replacement's nodes for this match, named and with a ``val`` each; ``None`` (and
+    ``w`` as it was) when a value taking a result's place has another dtype or shape than the
+    result (``guards.dtype_guard``) or the replacement returns no computed value."""
     pattern = c.pattern
-    matched = [b.names[k] for k in pattern.nodes if k in b.names]
-    frames = _common_stack([w.node[m] for m in matched])
-    anchor_meta = w.node[b.names[pattern.anchor.name]].meta
-    # replacement placeholders -> the graph values bound to the pattern's (same positions)
-    pat_ph = list(pattern.input_order)
-    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
     env: dict[str, Any] = {}
-    for pp, rp in zip(pat_ph, rep_ph):
+    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
+    for pp, rp in zip(pattern.input_order, rep_ph):
         if pp in b.names:
             env[rp] = ref(b.names[pp])
-    sentinels = {value: pos_ for pos_, value in rep.sentinels}
-    # the name each replacement result takes: the old output node's (removed with the match)
-    result_names: dict[str, str] = {}
-    for o, r in zip(outs, rep.outputs):
-        if o is not None and type(r) is Ref and r.name not in env and r.name not in result_names:
-            result_names[r.name] = o
-    # drop the matched nodes first, so their names can be reused
-    outside_users = {
-        o: [u for u in w.users[o] if u not in set(matched)] for o in outs if o is not None
-    }
-    old_vals = {m: w.node[m].meta.get("val") for m in matched}
-    for m in matched:
-        w.remove(m)
-    for m in matched:
-        w.taken.discard(m)
-    for name in result_names.values():
-        w.taken.add(name)  # before fresh names are drawn: an inner node must not take it
-    new_names: list[str] = []
-    j = 0
+    sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
+    frames = _common_stack([w.node[m] for m in plan.matched])
+    anchor_meta = w.node[b.names[pattern.anchor.name]].meta
+    old_vals = {o: w.node[o].meta.get("val") for o in plan.outs if o is not None}
+    for m in plan.removed:
+        w.taken.discard(m)  # the removed nodes' names may be reused
+    w.taken.update(sources.values())  # before fresh names: an inner node must not take one
+    scratch: dict[str, Node] = {}
+    drawn: list[str] = []
+
+    def lookup(name: str) -> Node | None:
+        found = scratch.get(name)
+        return found if found is not None else w.node.get(name)
+
     for rn in rep.graph.nodes:
         if rn.op in (PLACEHOLDER, OUTPUT):
             continue
-        old_val = None
-        if rn.name in result_names:
-            name = result_names[rn.name]
-            old_val = old_vals.get(name)
+        if rn.name in sources:
+            name = sources[rn.name]
         else:
             name = _fresh(w, rn)
-        args = _instantiate(rn.args, env, sentinels, b.scalars)
-        kwargs = _instantiate(rn.kwargs, env, sentinels, b.scalars)
-        meta = _new_meta(rn.target, args, kwargs, w, frames, anchor_meta, old_val)
-        node = Node(rn.op, name, rn.target, args, kwargs, meta)
-        w.add(node, (*pos, j))
-        j += 1
+            drawn.append(name)
+        args = _bind(rn.args, env, sentinels, b.scalars)
+        kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
+        meta = _new_meta(rn.target, args, kwargs, lookup, frames, anchor_meta, old_vals.get(name))
+        scratch[name] = Node(rn.op, name, rn.target, args, kwargs, meta)
         env[rn.name] = ref(name)
-        new_names.append(name)
+    results = tuple(
+        None if o is None else (env[r.name].name if type(r) is Ref and r.name in env else "")
+        for o, r in zip(plan.outs, rep.outputs)
+    )
+    inst = _Instance(tuple(scratch.values()), results, tuple(drawn))
+    old = [old_vals[o] for o, new in zip(plan.outs, results) if o is not None and new]
+    new = [lookup(n).meta.get("val") for o, n in zip(plan.outs, results) if o is not None and n]
+    if "" in results or not guards.dtype_guard(old, new):
+        _give_back(inst, plan, w)
+        return None
+    return inst
+
+
+def _give_back(inst: _Instance, plan: _Plan, w: _Work) -> None:
+    for name in inst.drawn:
+        w.taken.discard(name)
+    w.taken.update(plan.removed)
+
+
+def _commit(rule: Rule, plan: _Plan, inst: _Instance, w: _Work) -> list[str]:
+    """Put the instance in the graph in place of the match; the nodes to revisit."""
+    for m in plan.removed:
+        w.remove(m)
+    for j, node in enumerate(inst.nodes):
+        w.add(node, (*plan.pos, j))
+    new_names = [n.name for n in inst.nodes]
     pushed = list(new_names)
-    for o, r in zip(outs, rep.outputs):
+    for o, new in zip(plan.outs, inst.results):
         if o is None:
             continue
-        new = env.get(r.name) if type(r) is Ref else None
-        if new is None:
-            raise PassError(
-                f"rule {rule.name!r}: its replacement returns {r!r} where the pattern returns a "
-                "computed value; return a tensor computed from the arguments"
-            )
-        if new.name == o:
+        if new == o:
             pushed.extend(u for u in w.users.get(o, ()) if u in w.node)
             continue
-        renames[o] = new.name
-        for u in outside_users.get(o, ()):
+        w.renames[o] = new
+        for u in plan.outside.get(o, ()):
             if u not in w.node:
                 continue
             old, key = w.node[u], w.key[u]
             w.remove(u)
-            w.add(old.replace(args=_swap(old.args, o, new), kwargs=_swap(old.kwargs, o, new)), key)
+            w.add(old.replace(args=_swap(old.args, o, ref(new)),
+                              kwargs=_swap(old.kwargs, o, ref(new))), key)
             pushed.append(u)
     for name in new_names:
         pushed.extend(w.users.get(name, ()))
-    done.append(Rewrite(rule.name, path, gi, tuple(matched), tuple(new_names)))
+    if FIXPOINT:
+        starts = new_names + [new for new in inst.results if new]
+        pushed.extend(w.downstream(starts, w.depth))
+    w.done.append(Rewrite(rule.name, w.path, w.gi, plan.matched, tuple(new_names)))
     return pushed
 
 
@@ -530,18 +774,18 @@ def _fresh(w: _Work, rn: Node) -> str:
     return fresh_name(base, w.taken)
 
 
-def _instantiate(tree: Any, env: Mapping[str, Any], sentinels: Mapping, scalars: Mapping) -> Any:
+def _bind(tree: Any, env: Mapping[str, Any], sentinels: Mapping, scalars: Mapping) -> Any:
     if type(tree) is Ref:
         return env.get(tree.name, tree)
     if type(tree) is tuple:
-        return tuple(_instantiate(x, env, sentinels, scalars) for x in tree)
+        return tuple(_bind(x, env, sentinels, scalars) for x in tree)
     if type(tree) is IList:
-        return IList(tuple(_instantiate(x, env, sentinels, scalars) for x in tree.items))
+        return IList(tuple(_bind(x, env, sentinels, scalars) for x in tree.items))
     if type(tree) is IDict:
-        return IDict(tuple((k, _instantiate(v, env, sentinels, scalars)) for k, v in tree.items))
-    if isinstance(tree, (int, float)) and not isinstance(tree, bool) and tree in sentinels:
-        pos = sentinels[tree]
-        if pos in scalars:
+        return IDict(tuple((k, _bind(v, env, sentinels, scalars)) for k, v in tree.items))
+    if type(tree) in (int, float):
+        pos = sentinels.get((type(tree), tree))  # typed: an int literal is no float sentinel
+        if pos is not None and pos in scalars:
             return scalars[pos]
     return tree
 
@@ -561,14 +805,14 @@ def _common_stack(nodes: list[Node]) -> Any:
 
 
 def _new_meta(
-    target, args, kwargs, w: _Work, stack, anchor_meta, old_val=None
+    target, args, kwargs, lookup, stack, anchor_meta, old_val=None
 ) -> Mapping[str, Any]:
     meta: dict[str, Any] = {}
     if stack is not None:
         meta["nn_module_stack"] = stack
     if "stack_trace" in anchor_meta:
         meta["stack_trace"] = anchor_meta["stack_trace"]
-    val = _fake_val(target, args, kwargs, w)
+    val = _fake_val(target, args, kwargs, lookup)
     if val is None:
         val = old_val  # a result's value is the replaced node's (same shape and dtype)
     if val is not None:
@@ -576,12 +820,12 @@ def _new_meta(
     return MappingProxyType(meta)
 
 
-def _fake_val(target, args, kwargs, w: _Work) -> Any:
+def _fake_val(target, args, kwargs, lookup) -> Any:
     missing = []
     modes = []
 
     def on_ref(r: Ref) -> Any:
-        n = w.node.get(r.name)
+        n = lookup(r.name)
         v = n.meta.get("val") if n is not None else None
         if v is None:
             missing.append(r.name)
@@ -604,4 +848,7 @@ def _fake_val(target, args, kwargs, w: _Work) -> Any:
 
 
 
-__all__ = ["Rewrite", "RewriteReport", "apply_rules", "rewrite", "rewrite_report"]
+__all__ = [
+    "FIXPOINT", "Rewrite", "RewriteReport", "apply_rules", "rewrite", "rewrite_report",
+    "rule_verdict",
+]

@@ -1,20 +1,42 @@
 """Matching a traced pattern against a graph, in a normal form.
 
-Two calls match when they call the same operator and their arguments, put in schema order with
-defaults filled and keywords made positional (``ir.ops.normalized_args``), match position by
-position: a pattern placeholder matches any value (the same one at each of its uses), a scalar
-sentinel matches any int or float (the same value at each use), a literal matches an equal
-literal (``1`` matches ``1.0``, ``True`` only ``True``), and the first two arguments of a
-commutative operator (``ir.ops.is_commutative``) match in either order. ``meta`` (shapes, dtypes)
-plays no part.
+Two calls match when they call the same operator and their arguments, in the normal form below,
+match position by position:
+
+- arguments in schema order with defaults filled and keywords made positional
+  (``ir.ops.normalized_args``), then spelled one way (``ir.ops.canonical_args``): negative
+  dimensions made positive by the input's rank, ``transpose``'s two dimensions (and a
+  reduction's dimension list) in increasing order, a floating ``dtype`` argument equal to the
+  input's dtype dropped (``softmax(x, -1, dtype=torch.float32)`` on float32 ``x`` is
+  ``softmax(x, -1)``); ranks and dtypes are read from ``meta['val']``;
+- a pattern placeholder matches any value (the same one at each of its uses);
+- a scalar sentinel matches a literal of its own type (a float sentinel a ``float``, an int one an
+  ``int``; the same value at each use);
+- any other literal matches a literal of the same type and value (``literal_equal``: ``1`` is not
+  ``1.0``, ``0.0`` not ``-0.0``, ``True`` not ``1``), as ``ir.alpha`` keys literals;
+- the first two arguments of a commutative operator (``ir.ops.is_commutative``) match in either
+  order;
+- *sizes are wildcards*: an int (or a list of ints, of any length) in a size argument
+  (``ir.ops.facts(t).size_args``: ``view``'s and ``expand``'s sizes, ``slice``'s bounds) matches
+  any int (list of ints), and where the pattern node's input has another rank than the graph
+  node's, a dimension argument matches any dimension. A binding that used either is ``loose``:
+  ``transforms.rewrite.sizes.recheck`` re-traces the pattern at the matched shapes and keeps it
+  only when the exact pattern matches there (``strict=True`` turns the wildcards off).
+
+Nodes that compute nothing (``ir.ops.computes_nothing``: eval-mode dropout, a ``.to`` or
+``clone`` that keeps the dtype and layout, ``alias``) are looked through: the pattern drops its
+own (``prepare``), and on the graph side a match may pass through them; they are listed in
+``Binding.absorbed`` and go with the match. ``meta`` plays no other part.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
+import torch
 
 from ir import ops
 from ir.args import IList, Ref
@@ -27,10 +49,12 @@ class Pattern:
     """A traced pattern prepared for matching (build it with ``prepare``).
 
     ``inputs``: placeholder names (wildcards); ``sentinels``: ``{sentinel value: argument
-    position}``; ``nodes``: ``{name: node}`` of its compute nodes; ``args``: each compute node's
-    normalized arguments; ``outputs``: the pattern's results; ``anchor``: the compute node that
-    matching starts from (the first result computed by the pattern); ``others``: the other result
-    nodes, matched after the anchor's tree when it does not reach them.
+    position}``; ``nodes``: ``{name: node}`` of its compute nodes (those that compute nothing
+    dropped); ``args``: each compute node's arguments in the normal form; ``outputs``: the
+    pattern's results; ``anchor``: the compute node that matching starts from (the first result
+    computed by the pattern); ``others``: the other result nodes, matched after the anchor's
+    tree when it does not reach them; ``ranks``: each compute node's input rank (``None``:
+    unknown), for dimension arguments.
     """
 
     inputs: frozenset[str]
@@ -42,191 +66,405 @@ class Pattern:
     others: tuple[Node, ...]
     input_order: tuple[str, ...]  #: placeholder names in order
     tensor_args: tuple[int, ...]  #: the rule argument position of each placeholder
+    ranks: Mapping[str, int | None] = attrs.field(factory=dict)
+    typed_sentinels: Mapping[tuple, int] = attrs.field(factory=dict)
+    """``{(type, sentinel value): argument position}``: what ``sentinels`` says, typed."""
 
     @property
     def size(self) -> int:
         """The number of compute nodes."""
         return len(self.nodes)
 
+    @property
+    def sized(self) -> bool:
+        """Whether some node has a size or dimension argument (a match may be ``loose``)."""
+        return any(
+            ops.facts(n.target).size_args or ops.facts(n.target).dim_args
+            for n in self.nodes.values()
+        )
+
 
 def prepare(traced: Traced) -> Pattern | None:
-    """The pattern of a traced function, or ``None`` when it computes nothing or one of its
-    nodes is not a ``call_function`` (the caller says why).
+    """The pattern of a traced function, or ``None`` when it computes nothing (once the nodes
+    that compute nothing are dropped) or one of its nodes is not a ``call_function`` (the
+    caller says why).
+
+    Nodes that compute nothing at the traced inputs (``ir.ops.computes_nothing``) are dropped
+    and their readers read their input instead; metadata checks (``_assert_tensor_metadata``)
+    are dropped.
 
     **Laws:** a pure function of ``traced``. Complexity: O(pattern nodes)."""
-    nodes = {n.name: n for n in traced.compute_nodes()}
+    table = {n.name: n for n in traced.graph.nodes}
+    subst: dict[str, Any] = {}
+    nodes: dict[str, Node] = {}
     args: dict[str, tuple] = {}
-    for n in nodes.values():
+    ranks: dict[str, int | None] = {}
+    for n in traced.compute_nodes():
         if n.op != CALL_FUNCTION:
             return None
+        if ops.is_metadata_check(n.target):
+            continue
         norm = ops.normalized_args(n.target, n.args, n.kwargs)
-        args[n.name] = norm if norm is not None else _plain_args(n)
-    roots = [o for o in traced.outputs if isinstance(o, Ref) and o.name in nodes]
-    if not roots:
+        raw = norm if norm is not None else _plain_args(n)
+        raw = _substitute(raw, subst)
+        first = _first_val(raw, lambda name: table.get(name))
+        rank, dtype = _rank_dtype(first)
+        canon = ops.canonical_args(n.target, raw, rank, dtype, _shape(n))
+        if ops.computes_nothing(n.target, canon, first, n.meta.get("val")) and type(
+            canon[0]
+        ) is Ref:
+            subst[n.name] = canon[0]
+            continue
+        nodes[n.name] = n
+        args[n.name] = canon
+        ranks[n.name] = rank
+    outputs = _substitute(tuple(traced.outputs), subst)
+    roots = [o for o in outputs if isinstance(o, Ref) and o.name in nodes]
+    if not roots or any(isinstance(o, Ref) and o.name not in nodes for o in outputs):
         return None
     order = tuple(n.name for n in traced.graph.nodes if n.op == PLACEHOLDER)
     anchor = nodes[roots[0].name]
     others = tuple(dict.fromkeys(nodes[r.name] for r in roots[1:] if r.name != anchor.name))
     return Pattern(
-        frozenset(order), {s: i for i, s in traced.sentinels}, nodes, args, traced.outputs,
-        anchor, others, order, traced.tensor_args,
+        frozenset(order), {s: i for i, s in traced.sentinels}, nodes, args, outputs,
+        anchor, others, order, traced.tensor_args, ranks,
+        {(type(s), s): i for i, s in traced.sentinels},
     )
+
+
+def _substitute(tree: Any, subst: Mapping[str, Any]) -> Any:
+    if not subst:
+        return tree
+    if type(tree) is Ref:
+        return subst.get(tree.name, tree)
+    if type(tree) is tuple:
+        return tuple(_substitute(x, subst) for x in tree)
+    if type(tree) is IList:
+        return IList(tuple(_substitute(x, subst) for x in tree.items))
+    return tree
 
 
 def _plain_args(node: Node) -> tuple:
     return tuple(node.args) + tuple(v for _, v in node.kwargs.items)
 
 
-def normal_args(node: Node) -> tuple:
+def _first_val(args: tuple, lookup: Callable[[str], Node | None]) -> Any:
+    """The ``meta['val']`` of the first tensor argument (or first element of a first list)."""
+    for a in args:
+        if type(a) is Ref:
+            n = lookup(a.name)
+            return n.meta.get("val") if n is not None else None
+        if type(a) in (tuple, IList) and a and type(a[0]) is Ref:
+            n = lookup(a[0].name)
+            return n.meta.get("val") if n is not None else None
+    return None
+
+
+def _rank_dtype(val: Any) -> tuple[int | None, Any]:
+    if isinstance(val, torch.Tensor):
+        return val.dim(), val.dtype
+    return None, None
+
+
+def normal_args(node: Node, lookup: Callable[[str], Node | None] | None = None) -> tuple:
     """``node``'s arguments in the matching normal form: ``ir.ops.normalized_args`` for an
-    operator with a schema, else its args followed by its kwargs' values.
+    operator with a schema (else its args followed by its kwargs' values), then, when
+    ``lookup`` (name -> node) is given, ``ir.ops.canonical_args`` at the rank and dtype of the
+    first tensor argument's ``meta['val']``.
 
     **Laws:** two nodes calling one overload with the same arguments, spelled positionally or by
-    keyword, defaults given or left out, have equal normal forms. Complexity: O(arguments)."""
+    keyword, defaults given or left out (with ``lookup``: negative or positive dimensions,
+    transpose's dimensions in either order, a dtype equal to the input's given or not), have
+    equal normal forms. Complexity: O(arguments)."""
+    return _canonical(node, lookup)[0] if lookup is not None else _normalized(node)
+
+
+def _normalized(node: Node) -> tuple:
     norm = ops.normalized_args(node.target, node.args, node.kwargs)
     return norm if norm is not None else _plain_args(node)
+
+
+def _canonical(node: Node, lookup: Callable[[str], Node | None]) -> tuple[tuple, int | None, Any]:
+    """``(canonical args, input rank, first tensor argument's val)`` of ``node``."""
+    raw = _normalized(node)
+    first = _first_val(raw, lookup)
+    rank, dtype = _rank_dtype(first)
+    return ops.canonical_args(node.target, raw, rank, dtype, _shape(node)), rank, first
+
+
+def _shape(node: Node) -> tuple | None:
+    """``node``'s result shape when it is one tensor of static sizes."""
+    v = node.meta.get("val")
+    if isinstance(v, torch.Tensor) and all(type(d) is int for d in v.shape):
+        return tuple(v.shape)
+    return None
+
+
+def literal_equal(p: Any, t: Any) -> bool:
+    """Whether pattern literal ``p`` matches graph literal ``t``: the same type and value, as
+    ``ir.alpha`` keys literals (``1`` is not ``1.0``, ``0.0`` not ``-0.0``, ``True`` not ``1``;
+    a float NaN matches a float NaN). The matcher calls it as a module global.
+
+    **Laws:** reflexive for every literal; symmetric; ``False`` whenever the types differ.
+    O(size of the literal)."""
+    if type(p) is not type(t):
+        return False
+    if type(p) is float:
+        return p.hex() == t.hex() or (math.isnan(p) and math.isnan(t))
+    if type(p) is complex:
+        return repr(p) == repr(t)
+    if type(p) is Ref:
+        return False
+    try:
+        return bool(p == t)
+    except Exception:  # noqa: BLE001 - a literal whose == does not give a bool
+        return p is t
 
 
 @attrs.frozen
 class Binding:
     """A match: pattern name -> graph node name for placeholders and compute nodes; sentinel
-    position -> the scalar it matched."""
+    position -> the scalar it matched.
+
+    ``absorbed``: graph nodes that compute nothing which the match looks through (eval-mode
+    dropout, a ``.to`` or ``clone`` keeping dtype and layout, ``alias``), and the metadata checks
+    that read a matched interior value (added by ``absorb_checks``); they go with the match.
+    ``loose``: a size or dimension wildcard bound a value other than the pattern's own: take the
+    binding only after ``transforms.rewrite.sizes.recheck``."""
 
     names: Mapping[str, str]
     scalars: Mapping[int, Any]
+    absorbed: tuple[str, ...] = ()
+    loose: bool = False
 
 
 def match_at(
     pattern: Pattern,
     node: Node,
     lookup: Callable[[str], Node | None],
-    candidates: Callable[[Any], Iterator[Node]],
+    candidates: Callable[[Any], Iterable[Node]],
+    *,
+    strict: bool = False,
 ) -> Iterator[Binding]:
     """Every way ``pattern`` matches with its anchor at ``node``, lazily, in a fixed order.
 
     ``lookup(name)`` gives the graph's current node of that name (``None`` if there is none);
     ``candidates(target)`` the graph's nodes calling ``target`` (for results the anchor's tree
-    does not reach).
+    does not reach). ``strict``: sizes and dimensions must be equal (no wildcard; no binding is
+    ``loose``).
 
     **Laws:** every binding maps each matched pattern node to a distinct graph node calling the
     same target, with normal-form arguments that match position by position (wildcards bound
-    consistently); deterministic (the order of ``candidates`` and of the graph's arguments).
-    Complexity: O(pattern size) per binding tried, times 2 per commutative node.
+    consistently), through graph nodes that compute nothing (``absorbed``, distinct from the
+    matched ones); deterministic (the order of ``candidates`` and of the graph's arguments).
+    Complexity: O(pattern size + nodes looked through) per binding tried, times 2 per
+    commutative node.
     """
-    matcher = _Matcher(pattern, lookup, candidates)
+    matcher = _Matcher(pattern, lookup, candidates, strict)
     yield from matcher.run(node)
 
 
+def absorb_checks(
+    pattern: Pattern, binding: Binding, lookup: Callable[[str], Node | None],
+    users: Callable[[str], Iterable[str] | None],
+) -> Binding:
+    """``binding`` with the metadata checks (``ir.ops.is_metadata_check``) that read a matched
+    interior value (a matched compute node that is no result of the pattern, or an absorbed
+    node) added to ``absorbed``: they check a value the rewrite removes.
+
+    ``users(name)``: the names of the nodes that read node ``name``. **Laws:** ``binding``
+    itself when there is none; never adds a node twice. O(readers of the matched nodes)."""
+    results = {binding.names.get(o.name) for o in pattern.outputs if type(o) is Ref}
+    interior = [
+        binding.names[k] for k in pattern.nodes if k in binding.names
+        and binding.names[k] not in results
+    ] + list(binding.absorbed)
+    found: list[str] = []
+    seen = set(binding.absorbed)
+    for name in interior:
+        for u in users(name) or ():
+            if u in seen:
+                continue
+            n = lookup(u)
+            if (n is not None and n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)
+                    and not any(r.name != name for r in n.inputs())):
+                found.append(u)
+                seen.add(u)
+    if not found:
+        return binding
+    return attrs.evolve(binding, absorbed=binding.absorbed + tuple(found))
+
+
+class _State:
+    """One partial binding (immutable by convention: each step makes a new one)."""
+
+    __slots__ = ("absorbed", "loose", "names", "scalars", "used")
+
+    def __init__(self, names: dict, scalars: dict, used: frozenset, absorbed: tuple,
+                 loose: bool) -> None:
+        self.names = names
+        self.scalars = scalars
+        self.used = used
+        self.absorbed = absorbed
+        self.loose = loose
+
+    def with_(self, **changes: Any) -> _State:
+        fields = {k: getattr(self, k) for k in self.__slots__}
+        fields.update(changes)
+        return _State(**fields)
+
+
+_SIZE = "size"  # argument kinds for the wildcards
+_DIM = "dim"
+
+
 class _Matcher:
-    def __init__(self, pattern: Pattern, lookup, candidates) -> None:
+    def __init__(self, pattern: Pattern, lookup, candidates, strict: bool) -> None:
         self.p = pattern
         self.lookup = lookup
         self.candidates = candidates
+        self.strict = strict
 
     def run(self, node: Node) -> Iterator[Binding]:
-        for names, scalars, used in self.node(self.p.anchor, node, {}, {}, frozenset()):
-            yield from self.rest(0, names, scalars, used)
+        start = _State({}, {}, frozenset(), (), False)
+        for s in self.node(self.p.anchor, node, start):
+            yield from self.rest(0, s)
 
-    def rest(self, i: int, names: dict, scalars: dict, used: frozenset) -> Iterator[Binding]:
+    def rest(self, i: int, s: _State) -> Iterator[Binding]:
         if i == len(self.p.others):
-            yield Binding(names, scalars)
+            yield Binding(s.names, s.scalars, s.absorbed, s.loose)
             return
         other = self.p.others[i]
-        if other.name in names:
-            yield from self.rest(i + 1, names, scalars, used)
+        if other.name in s.names:
+            yield from self.rest(i + 1, s)
             return
         for cand in self.candidates(other.target):
-            if cand.name in used:
+            if cand.name in s.used:
                 continue
-            for n2, s2, u2 in self.node(other, cand, names, scalars, used):
-                yield from self.rest(i + 1, n2, s2, u2)
+            for s2 in self.node(other, cand, s):
+                yield from self.rest(i + 1, s2)
 
-    def node(self, pnode: Node, tnode: Node, names: dict, scalars: dict, used: frozenset):
+    def node(self, pnode: Node, tnode: Node, s: _State) -> Iterator[_State]:
         if tnode.op != CALL_FUNCTION or tnode.target is not pnode.target:
             return
-        if tnode.name in used:
+        if tnode.name in s.used:
             return
-        names = {**names, pnode.name: tnode.name}
-        used = used | {tnode.name}
         pargs = self.p.args[pnode.name]
-        targs = normal_args(tnode)
+        targs, rank, _ = _canonical(tnode, self.lookup)
         if len(pargs) != len(targs):
             return
-        yield from self.seq(pargs, targs, 0, names, scalars, used)
+        s = s.with_(names={**s.names, pnode.name: tnode.name}, used=s.used | {tnode.name})
+        prank = self.p.ranks.get(pnode.name)
+        if not self.strict and rank is not None and prank is not None and rank != prank:
+            s = s.with_(loose=True)  # another rank: only a re-check at these shapes can say
+        kinds = self.kinds(pnode, rank)
+        yield from self.seq(pargs, targs, 0, s, kinds)
         if (
             ops.is_commutative(tnode.target)
             and len(targs) >= 2
             and _defaults_hold(tnode.target, targs)
         ):
             swapped = (targs[1], targs[0], *targs[2:])
-            yield from self.seq(pargs, swapped, 0, names, scalars, used)
+            yield from self.seq(pargs, swapped, 0, s, kinds)
 
-    def seq(self, pargs, targs, i, names, scalars, used):
+    def kinds(self, pnode: Node, rank: int | None) -> Mapping[int, str]:
+        """Which argument positions are wildcards here: sizes, and dimensions across ranks."""
+        if self.strict:
+            return {}
+        found = ops.facts(pnode.target)
+        kinds = dict.fromkeys(found.size_args, _SIZE)
+        prank = self.p.ranks.get(pnode.name)
+        if found.dim_args and rank is not None and prank is not None and rank != prank:
+            kinds.update(dict.fromkeys(found.dim_args, _DIM))
+        return kinds
+
+    def seq(self, pargs, targs, i, s: _State, kinds: Mapping[int, str] | None = None):
         if i == len(pargs):
-            yield names, scalars, used
+            yield s
             return
-        for n2, s2, u2 in self.arg(pargs[i], targs[i], names, scalars, used):
-            yield from self.seq(pargs, targs, i + 1, n2, s2, u2)
+        kind = kinds.get(i) if kinds else None
+        if kind is not None and _ints(pargs[i]) and _ints(targs[i]):
+            differ = not _same_ints(pargs[i], targs[i])
+            nxt = s.with_(loose=True) if differ else s
+            yield from self.seq(pargs, targs, i + 1, nxt, kinds)
+            return
+        for s2 in self.arg(pargs[i], targs[i], s):
+            yield from self.seq(pargs, targs, i + 1, s2, kinds)
 
-    def arg(self, p: Any, t: Any, names: dict, scalars: dict, used: frozenset):
+    def arg(self, p: Any, t: Any, s: _State) -> Iterator[_State]:
         if type(p) is Ref:
             if type(t) is not Ref:
                 return
-            bound = names.get(p.name)
+            bound = s.names.get(p.name)
             if bound is not None:
                 if bound == t.name:
-                    yield names, scalars, used
+                    yield s
                 return
             if p.name in self.p.inputs:
-                yield {**names, p.name: t.name}, scalars, used
+                yield s.with_(names={**s.names, p.name: t.name})
                 return
             pnode = self.p.nodes.get(p.name)
             tnode = self.lookup(t.name)
             if pnode is None or tnode is None:
                 return
-            yield from self.node(pnode, tnode, names, scalars, used)
+            yield from self.node(pnode, tnode, s)
+            yield from self.through(p, tnode, s)
             return
-        if _is_number(p) and p in self.p.sentinels and not isinstance(p, bool):
-            if not _is_number(t):
+        pos = self.p.typed_sentinels.get((type(p), p)) if _is_number(p) else None
+        if pos is not None:
+            if not (_is_number(t) and type(t) is type(p)):
                 return
-            pos = self.p.sentinels[p]
-            if pos in scalars:
-                if scalars[pos] == t:
-                    yield names, scalars, used
+            if pos in s.scalars:
+                if literal_equal(s.scalars[pos], t):
+                    yield s
                 return
-            yield names, {**scalars, pos: t}, used
+            yield s.with_(scalars={**s.scalars, pos: t})
             return
         if isinstance(p, (tuple, IList)):
             if not isinstance(t, (tuple, IList)) or len(p) != len(t):
                 return
-            yield from self.seq(tuple(p), tuple(t), 0, names, scalars, used)
+            yield from self.seq(tuple(p), tuple(t), 0, s)
             return
-        if _literal_equal(p, t):
-            yield names, scalars, used
+        if literal_equal(p, t):
+            yield s
+
+    def through(self, p: Ref, tnode: Node, s: _State) -> Iterator[_State]:
+        """Match pattern value ``p`` past ``tnode`` when ``tnode`` computes nothing."""
+        if tnode.op != CALL_FUNCTION or tnode.name in s.used or not ops.facts(tnode.target).identity:
+            return
+        targs, _, first = _canonical(tnode, self.lookup)
+        if not targs or type(targs[0]) is not Ref:
+            return
+        if not ops.computes_nothing(tnode.target, targs, first, tnode.meta.get("val")):
+            return
+        s = s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
+        yield from self.arg(p, targs[0], s)
 
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _literal_equal(p: Any, t: Any) -> bool:
-    if _is_number(p) and _is_number(t):
-        return p == t
-    if isinstance(p, bool) or isinstance(t, bool):
-        return type(p) is type(t) and p == t
-    if type(t) is Ref:
-        return False
-    try:
-        return type(p) is type(t) and bool(p == t)
-    except Exception:  # noqa: BLE001 - a literal whose == does not give a bool
-        return p is t
+def _ints(x: Any) -> bool:
+    """An int, or a sequence of ints (a size or dimension list)."""
+    if type(x) is int:
+        return True
+    return isinstance(x, (tuple, IList)) and all(type(d) is int for d in x)
+
+
+def _same_ints(a: Any, b: Any) -> bool:
+    if type(a) is int or type(b) is int:
+        return type(a) is type(b) and a == b
+    return tuple(a) == tuple(b)
 
 
 def _defaults_hold(target: Any, args: tuple) -> bool:
     params = ops.facts(target).params
     return all(
-        _literal_equal(p.default, a) for p, a in zip(params[2:], args[2:])
+        literal_equal(p.default, a) for p, a in zip(params[2:], args[2:])
     )
 
 
-__all__ = ["Binding", "Pattern", "match_at", "normal_args", "prepare"]
+__all__ = [
+    "Binding", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
+]

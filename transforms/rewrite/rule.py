@@ -16,7 +16,8 @@ import torch
 from ir.args import IDict, IList, Ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.node import Node
+from ir.memo import WeakMemo
+from ir.node import PLACEHOLDER, Node
 from transforms.rewrite.match import Pattern, prepare
 from transforms.rewrite.trace import TRAINING, Traced, trace
 
@@ -47,15 +48,16 @@ class Rule:
             tensors it draws (default ``True``). Say ``False`` for a rule that is right for finite
             values only, as any folding of arithmetic is (``conv`` + ``batch_norm``).
 
-    A Rule holds two caches: its traced functions per level (plus, for a replacement that
-    computes on its scalar arguments or its tensors' sizes in Python, at most 32 traces for
-    concrete scalars, shapes and dtypes),
-    and ``check_rule``'s verdict (so a rule set is checked once, not per program). Neither
-    changes what a rewrite computes.
+    A Rule is immutable (assigning an attribute raises ``AttributeError``). What is derived
+    from it is kept beside it, in a memo keyed by the rule (``rule_cache``): its traced functions
+    per level (plus, for a replacement that computes on its scalar arguments, its tensors'
+    sizes or dtypes in Python, at most 32 traces for concrete scalars, shapes and dtypes), and
+    ``check_rule``'s verdict (so a rule set is checked once, not per program). Neither changes
+    what a rewrite computes.
     """
 
     __slots__ = (
-        "_traced", "_verdict", "example_inputs", "fold_state", "max_examples", "name",
+        "__weakref__", "example_inputs", "fold_state", "max_examples", "name",
         "pattern", "replacement", "specials", "trusted", "where",
     )
 
@@ -88,17 +90,32 @@ class Rule:
                     f"Rule: example_inputs[{i}] is a {type(x).__name__}; a rule's arguments are "
                     "tensors and Python ints or floats"
                 )
-        self.pattern = pattern
-        self.replacement = replacement
-        self.example_inputs = tuple(example_inputs)
-        self.name = name or f"{_fn_name(pattern)} -> {_fn_name(replacement)}"
-        self.where = where
-        self.trusted = bool(trusted)
-        self.max_examples = max_examples
-        self.specials = bool(specials)
-        self.fold_state = bool(fold_state)
-        self._traced: dict[Any, Any] = {}
-        self._verdict: BaseException | bool | None = None
+        if not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1:
+            raise PassError(f"Rule: max_examples must be a positive int, got {max_examples!r}")
+        init = object.__setattr__
+        init(self, "pattern", pattern)
+        init(self, "replacement", replacement)
+        init(self, "example_inputs", tuple(example_inputs))
+        init(self, "name", name or f"{_fn_name(pattern)} -> {_fn_name(replacement)}")
+        init(self, "where", where)
+        init(self, "trusted", bool(trusted))
+        init(self, "max_examples", max_examples)
+        init(self, "specials", bool(specials))
+        init(self, "fold_state", bool(fold_state))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"Rule {self.name!r} is immutable: make a new Rule instead of setting {name!r}"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Rule {self.name!r} is immutable: cannot delete {name!r}")
+
+    @property
+    def _verdict(self) -> BaseException | bool | None:
+        """``check_rule``'s verdict kept for this rule: ``True``, the ``LawViolation``, or
+        ``None`` before the first check (read from ``rule_cache``)."""
+        return rule_cache(self).verdict
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r})"
@@ -109,11 +126,40 @@ class Rule:
         Raises ``PassError`` naming the rule when a function cannot be traced, the pattern
         computes nothing, or the replacement returns other results than the pattern.
         """
-        found = self._traced.get(level)
+        traced = rule_cache(self).traced
+        found = traced.get(level)
         if found is None:
             found = _compile(self, level)
-            self._traced[level] = found  # at most len(LEVELS) entries
+            traced[level] = found  # at most len(LEVELS) entries
         return found
+
+
+class RuleCache:
+    """What is derived from one ``Rule`` and kept beside it (``rule_cache``): ``traced``, its
+    ``Compiled`` per level and its replacement traced per match's concrete scalars, shapes or
+    dtypes (keys ``(kind, ...)``, at most ``_CONCRETE_CACHE`` of them); ``verdict``,
+    ``check_rule``'s verdict (``None`` until checked; ``True``; or the ``LawViolation``, its
+    traceback dropped so that it holds no frame of the rule). Each entry is a pure function of
+    the rule: dropping the cache changes no result, only time."""
+
+    __slots__ = ("traced", "verdict")
+
+    def __init__(self) -> None:
+        self.traced: dict[Any, Any] = {}
+        self.verdict: BaseException | bool | None = None
+
+
+def _new_cache(rule: Rule) -> RuleCache:
+    return RuleCache()
+
+
+_CACHES: WeakMemo[Rule, RuleCache] = WeakMemo(_new_cache)
+
+
+def rule_cache(rule: Rule) -> RuleCache:
+    """The cache of what is derived from ``rule`` (a memo keyed by the rule's identity, held
+    as long as the rule lives; nothing is written into the rule). O(1)."""
+    return _CACHES(rule)
 
 
 def _fn_name(fn: Callable) -> str:
@@ -126,13 +172,17 @@ class Compiled:
     removed per rewrite). ``concrete``: the replacement's trace holds values computed in Python
     from its scalar arguments (``x * (a * b)``) or from the example tensors' shapes
     (``x.reshape(-1, x.shape[-1])``), so it is traced again for each match's scalars, shapes and
-    dtypes (``replacement_for``)."""
+    dtypes (``replacement_for``). ``by_dtype``: the trace depends on the tensors' dtypes only
+    (``mask.to(q.dtype)``), so it is traced again for each match's dtypes. ``level``: the level
+    the pattern was traced at."""
 
     pattern: Pattern
     replacement: Traced
     benefit: int
     traced: Traced  #: the pattern's traced function
     concrete: bool = False
+    by_dtype: bool = False
+    level: str = TRAINING
 
 
 def _compile(rule: Rule, level: str) -> Compiled:
@@ -156,8 +206,34 @@ def _compile(rule: Rule, level: str) -> Compiled:
                 f"rule {rule.name!r}: the replacement uses scalar argument {pos}, which the "
                 "pattern does not; a replacement can only use what the pattern matched"
             )
+    _refuse_ignored_tensors(rule, pat, rep)
     benefit = pattern.size - len(rep.compute_nodes())
-    return Compiled(pattern, rep, benefit, pat, _is_concrete(rule, rep))
+    concrete = _differs(rule, rep, [_other_shapes(x) for x in rule.example_inputs], salt=1)
+    by_dtype = not concrete and _differs(
+        rule, rep, [_other_dtype(x) for x in rule.example_inputs], salt=0
+    )
+    return Compiled(pattern, rep, benefit, pat, concrete, by_dtype, level)
+
+
+def _refuse_ignored_tensors(rule: Rule, pat: Traced, rep: Traced) -> None:
+    """A replacement may read only the tensor arguments its pattern reads: a match binds no
+    value to one the pattern ignores."""
+    pat_users = pat.graph.users()
+    rep_users = rep.graph.users()
+    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
+    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
+    read_out = {r.name for r in pat.outputs if type(r) is Ref}
+    for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph):
+        ignored = not pat_users.get(pp) and pp not in read_out
+        rep_reads = bool(rep_users.get(rp)) or any(
+            type(r) is Ref and r.name == rp for r in rep.outputs
+        )
+        if ignored and rep_reads:
+            raise PassError(
+                f"rule {rule.name!r}: the replacement reads tensor argument {pos}, which the "
+                "pattern ignores; a match binds no value to it, so the replacement may read "
+                "only the arguments its pattern reads"
+            )
 
 
 def _other_shapes(x: Any) -> Any:
@@ -167,13 +243,29 @@ def _other_shapes(x: Any) -> Any:
     return torch.zeros([d if d < 2 else d + 11 for d in x.shape], dtype=x.dtype)
 
 
-def _is_concrete(rule: Rule, rep: Traced) -> bool:
-    """Whether the replacement's trace changes beyond its sentinels when the sentinels and the
-    example shapes change (or cannot be traced so): then it folded a scalar argument or a size
-    into a literal that no sentinel marks, and is traced per match."""
+_OTHER_DTYPE = {
+    torch.float64: torch.float32, torch.int64: torch.int32, torch.int32: torch.int64,
+    torch.int16: torch.int64, torch.int8: torch.int64, torch.uint8: torch.int64,
+}
+
+
+def _other_dtype(x: Any) -> Any:
+    """``x`` in another dtype of its kind (a float one in float64, float64 in float32, an int
+    one in another int; bool stays): a trace that differs depends on its tensors' dtypes."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.dtype == torch.bool:
+        return x
+    other = _OTHER_DTYPE.get(x.dtype, torch.float64 if x.is_floating_point() else x.dtype)
+    return torch.zeros(tuple(x.shape), dtype=other)
+
+
+def _differs(rule: Rule, rep: Traced, inputs: list, salt: int) -> bool:
+    """Whether the replacement's trace changes beyond its sentinels when traced on ``inputs``
+    (other shapes, other dtypes) with sentinels of ``salt`` (or cannot be traced so): then it
+    folded a scalar argument, a size or a dtype into a literal that no sentinel marks."""
     try:
-        other = trace(rule.replacement, [_other_shapes(x) for x in rule.example_inputs],
-                      TRAINING, rule.name, "replacement", salt=1)
+        other = trace(rule.replacement, inputs, TRAINING, rule.name, "replacement", salt=salt)
     except PassError:
         return True
     back = {s2: s1 for (_, s1), (_, s2) in zip(rep.sentinels, other.sentinels)}
@@ -199,7 +291,7 @@ def _is_concrete(rule: Rule, rep: Traced) -> bool:
     )
 
 
-_CONCRETE_CACHE = 32  #: replacements traced per rule for concrete scalar values, at most
+_CONCRETE_CACHE = 32  #: replacements traced per rule for concrete values or dtypes, at most
 
 
 def replacement_for(
@@ -207,12 +299,27 @@ def replacement_for(
 ) -> Traced | None:
     """The replacement to instantiate for a match binding ``scalars`` (argument position ->
     matched scalar) and tensor arguments whose ``meta['val']`` are ``vals`` (position -> fake
-    tensor or None): ``c.replacement`` itself unless ``c.concrete``, then the replacement traced
-    with those scalars (the example value for one the pattern did not bind) and tensors of those
-    shapes and dtypes, cached on the rule (at most ``_CONCRETE_CACHE`` entries, oldest dropped
-    first); ``None`` when a tensor's shape is unknown or symbolic (the match is skipped)."""
-    if not c.concrete:
-        return c.replacement
+    tensor or None).
+
+    - neither ``c.concrete`` nor ``c.by_dtype``: ``c.replacement`` itself;
+    - ``c.concrete``: the replacement traced with those scalars (the example value for one the
+      pattern did not bind) and tensors of those shapes and dtypes; ``None`` when a tensor's
+      shape is unknown or symbolic (the match is skipped);
+    - ``c.by_dtype``: ``c.replacement`` where each tensor has its example's dtype, else the
+      replacement traced at the example shapes in the match's dtypes (sentinels kept);
+      ``None`` when a tensor's dtype is unknown.
+
+    Traces are cached per rule (``rule_cache``; at most ``_CONCRETE_CACHE`` entries, oldest
+    dropped first). Raises ``PassError`` naming the rule when the replacement cannot be traced
+    at the match's values."""
+    if c.concrete:
+        return _traced_per_match(rule, scalars, vals)
+    if c.by_dtype:
+        return _traced_per_dtype(rule, c, vals)
+    return c.replacement
+
+
+def _traced_per_match(rule: Rule, scalars: Mapping[int, Any], vals: Mapping[int, Any]):
     args: list[Any] = []
     key_parts: list[Any] = []
     for i, x in enumerate(rule.example_inputs):
@@ -226,15 +333,40 @@ def replacement_for(
             value = scalars.get(i, x)
             args.append(value)
             key_parts.append((type(value).__name__, value))
-    key = ("concrete", tuple(key_parts))
-    found = rule._traced.get(key)
+    return _cached(rule, ("concrete", tuple(key_parts)),
+                   lambda: trace(rule.replacement, args, TRAINING, rule.name, "replacement",
+                                 sentinels=False))
+
+
+def _traced_per_dtype(rule: Rule, c: Compiled, vals: Mapping[int, Any]):
+    dtypes = []
+    for i, x in enumerate(rule.example_inputs):
+        if isinstance(x, torch.Tensor):
+            v = vals.get(i)
+            if not isinstance(v, torch.Tensor):
+                return None
+            dtypes.append(v.dtype)
+    examples = [x.dtype for x in rule.example_inputs if isinstance(x, torch.Tensor)]
+    if dtypes == examples:
+        return c.replacement
+    it = iter(dtypes)
+    args = [
+        torch.zeros(tuple(x.shape), dtype=next(it)) if isinstance(x, torch.Tensor) else x
+        for x in rule.example_inputs
+    ]
+    return _cached(rule, ("dtype", tuple(str(d) for d in dtypes)),
+                   lambda: trace(rule.replacement, args, TRAINING, rule.name, "replacement"))
+
+
+def _cached(rule: Rule, key: tuple, make: Callable[[], Traced]) -> Traced:
+    traced = rule_cache(rule).traced
+    found = traced.get(key)
     if found is None:
-        found = trace(rule.replacement, args, TRAINING, rule.name, "replacement",
-                      sentinels=False)
-        concrete = [k for k in rule._traced if isinstance(k, tuple)]
-        if len(concrete) >= _CONCRETE_CACHE:
-            del rule._traced[concrete[0]]
-        rule._traced[key] = found
+        found = make()
+        held = [k for k in traced if isinstance(k, tuple)]
+        if len(held) >= _CONCRETE_CACHE:
+            del traced[held[0]]
+        traced[key] = found
     return found
 
 
@@ -280,4 +412,4 @@ class Match:
 
 
 
-__all__ = ["Compiled", "Match", "Rule", "replacement_for"]
+__all__ = ["Compiled", "Match", "Rule", "RuleCache", "replacement_for", "rule_cache"]

@@ -1,0 +1,164 @@
+"""Sizes as wildcards: the re-check that makes a pattern traced at one shape match at others.
+
+A pattern is traced once per level at its example inputs' shapes, so its size arguments
+(``view``'s and ``expand``'s sizes after ``run_decompositions``) and, through the rank, its
+dimensions hold that shape's numbers. The matcher (``transforms.rewrite.match``) lets them match
+any int in the candidate search and marks such a binding ``loose``; ``recheck`` then traces the
+pattern again at the matched inputs' shapes and dtypes (``meta['val']``) and keeps the binding
+only when that exact pattern matches the same graph nodes with the same inputs, as torch
+inductor re-checks its candidates. The engine calls ``recheck`` on every binding before taking it.
+
+The re-traced patterns are kept in a bounded memo keyed by the rule, level, shapes and dtypes
+(at most ``_MEMO_SIZE`` entries, emptied when full, as ``ir.ops.facts`` keeps its memo): a hit
+and a miss answer the same, so the memo changes no result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import torch
+
+from ir.errors import PassError
+from ir.node import Node
+from transforms.rewrite.match import Binding, Pattern, absorb_checks, match_at, prepare
+from transforms.rewrite.trace import LEVELS, trace
+
+_MEMO_SIZE = 256
+_MEMO: dict[tuple, tuple[Any, Pattern | None]] = {}
+
+
+def recheck(
+    rule: Any,
+    compiled: Any,
+    binding: Binding,
+    lookup: Callable[[str], Node | None],
+    level: str | None = None,
+    users: Callable[[str], Iterable[str] | None] | None = None,
+) -> Binding | None:
+    """The binding to take for ``binding`` (a match of ``compiled.pattern``, the ``Compiled``
+    of ``rule`` at ``level``), or ``None`` to skip it.
+
+    - A ``loose`` binding (a size or dimension wildcard bound another value than the pattern's)
+      is kept only when the pattern traced again at the matched inputs' shapes and dtypes
+      matches exactly (``match_at(..., strict=True)``) at the same anchor, the same graph nodes
+      (looked-through ones included) and the same inputs and scalars; ``None`` when it does
+      not, when an input's ``meta['val']`` is missing or symbolic, or when the pattern cannot
+      be traced there. The binding kept is ``binding`` with ``loose`` false.
+    - With ``users`` (name -> names of the nodes reading it), the metadata checks that read a
+      matched interior value are added to ``absorbed`` (``match.absorb_checks``).
+
+    ``level``: ``"training"`` or ``"core"``; ``None``: ``compiled.level`` if it has one, else
+    the level under which ``rule`` holds ``compiled``.
+
+    **Laws:** a binding that is not loose is kept (with checks absorbed); what is kept is a match
+    of the pattern's own trace at the matched shapes; pure (the memo changes no answer).
+    Complexity: O(pattern size + readers of matched nodes) per binding, plus one trace per new
+    (rule, level, shapes, dtypes).
+    """
+    pattern: Pattern = compiled.pattern
+    if binding.loose:
+        exact = _exact(rule, compiled, binding, lookup, _level(rule, compiled, level))
+        if exact is None:
+            return None
+        binding = exact
+    if users is not None:
+        binding = absorb_checks(pattern, binding, lookup, users)
+    return binding
+
+
+def _level(rule: Any, compiled: Any, level: str | None) -> str | None:
+    if level is not None:
+        return level
+    found = getattr(compiled, "level", None)
+    if found in LEVELS:
+        return found
+    traced = getattr(rule, "_traced", None) or {}
+    for lv in LEVELS:
+        if traced.get(lv) is compiled:
+            return lv
+    return None
+
+
+def _exact(
+    rule: Any, compiled: Any, b: Binding, lookup: Callable[[str], Node | None],
+    level: str | None,
+) -> Binding | None:
+    pattern: Pattern = compiled.pattern
+    if level is None:
+        return None
+    shapes = _input_shapes(rule, pattern, b, lookup)
+    if shapes is None:
+        return None
+    exact = _pattern_at(rule, level, shapes)
+    if exact is None:
+        return None
+    anchor = lookup(b.names.get(pattern.anchor.name, ""))
+    if anchor is None:
+        return None
+    matched = {b.names[k] for k in pattern.nodes if k in b.names} | set(b.absorbed)
+    inputs = {k: b.names[k] for k in pattern.inputs if k in b.names}
+    by_target: dict[int, list[Node]] = {}
+    for name in sorted(matched):
+        n = lookup(name)
+        if n is not None:
+            by_target.setdefault(id(n.target), []).append(n)
+    for e in match_at(exact, anchor, lookup, lambda t: by_target.get(id(t), ()), strict=True):
+        got = {e.names[k] for k in exact.nodes if k in e.names} | set(e.absorbed)
+        if (got == matched and {k: e.names[k] for k in exact.inputs if k in e.names} == inputs
+                and dict(e.scalars) == dict(b.scalars)):
+            return attrs.evolve(b, loose=False)
+    return None
+
+
+def _input_shapes(
+    rule: Any, pattern: Pattern, b: Binding, lookup: Callable[[str], Node | None]
+) -> tuple | None:
+    """``((shape, dtype), ...)`` per tensor argument of the rule: the matched input's
+    ``meta['val']``, the example's where the pattern does not read the argument; ``None`` when
+    a matched input has no ``val`` or a symbolic size."""
+    bound = dict(zip(pattern.tensor_args, pattern.input_order))
+    out = []
+    for i, x in enumerate(rule.example_inputs):
+        if not isinstance(x, torch.Tensor):
+            continue
+        name = b.names.get(bound.get(i, ""))
+        if name is None:
+            out.append((tuple(x.shape), x.dtype))
+            continue
+        n = lookup(name)
+        v = n.meta.get("val") if n is not None else None
+        if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
+            return None
+        out.append((tuple(v.shape), v.dtype))
+    return tuple(out)
+
+
+def _pattern_at(rule: Any, level: str, shapes: tuple) -> Pattern | None:
+    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` and prepared (``None``
+    when it cannot be traced there), from the bounded memo."""
+    key = (id(rule), level, shapes)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is rule:
+        return hit[1]
+    args = []
+    it = iter(shapes)
+    for x in rule.example_inputs:
+        if isinstance(x, torch.Tensor):
+            shape, dtype = next(it)
+            args.append(torch.zeros(shape, dtype=dtype))
+        else:
+            args.append(x)
+    try:
+        found = prepare(trace(rule.pattern, args, level, rule.name, "pattern"))
+    except PassError:
+        found = None
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[key] = (rule, found)
+    return found
+
+
+__all__ = ["recheck"]
