@@ -115,12 +115,12 @@ RULES = (
     Rule(lambda x: x.unsqueeze(0).squeeze(0), lambda x: x, X, name="unsqueeze_squeeze",
          **_SMALL),
     # dtype casts
-    Rule(lambda x: x.to(torch.float64).to(torch.float32), lambda x: x.to(torch.float32), X,
+    Rule(lambda x: x.to(torch.float64).to(torch.float32), lambda x: x.to(torch.float32, copy=True), X,
          name="via_float64", **_SMALL),
     Rule(lambda i, j: i.float() * j.float(), lambda i, j: (i * j).float(), IJ,
          name="cast_after_product", where=_not_floating(0, 1), **_SMALL),
     # integer and bool arithmetic
-    Rule(lambda i, j: (i | j) & i, lambda i, j: i.clone(), IJ, name="absorption",
+    Rule(lambda i, j: (i | j) & i, lambda i, j: i & i, IJ, name="absorption",
          where=_alike, **_SMALL),
     Rule(lambda b: torch.logical_not(torch.logical_not(b)), lambda b: b != 0, B,
          name="not_not", **_SMALL),

@@ -44,8 +44,10 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 """The float dtypes drawn for a floating tensor argument."""
 ALL_DTYPES = (*DTYPES, torch.int64, torch.int32, torch.bool)
 """Every dtype tried for a tensor argument; drawn where the pattern runs on it."""
-SIGNATURES = 12
+SIGNATURES = 16
 """At most this many signatures (each one trace of the pattern) per ``check_rule``."""
+PAIRS = 400
+"""At most this many pairs of size changes tried (eagerly) when drawing signatures."""
 
 _TOLERANCE = {  # (rtol, atol)
     torch.float64: (1e-7, 1e-7),
@@ -128,16 +130,25 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
             "rule", rule, f"checking the rule raised {type(exc).__name__}: {exc}", None
         ) from exc
     if state.rewritten == 0:
-        why = (
-            "its where() held on none of them" if rule.where is not None
-            else "rewrite declined every match"
-        )
+        why = _why_never(rule, sigs[0])
         raise LawViolation(
             "rule", rule,
             f"rewrite took the rule on its own pattern on none of the {state.ran} draws where "
             f"the pattern ran ({why}), so nothing was checked; a rule must apply somewhere "
             "(widen its where(), or give example_inputs where it holds)", None,
         )
+
+
+def _why_never(rule: Rule, sig: Signature) -> str:
+    """Why no draw was rewritten, judged at ``sig``: by the rule's ``where`` (when the same
+    rule without it rewrites the pattern's program) or by the matching and rewrite's guards."""
+    if rule.where is not None:
+        bare = Rule(rule.pattern, rule.replacement, rule.example_inputs, name=rule.name,
+                    trusted=True)
+        if _rewritten_site(bare, sig) is not None:
+            return "its where() held on none of them"
+    return ("the pattern does not match its own exported program, or one of rewrite's guards "
+            "(aliasing, dtypes, preserved calls) declines every match")
 
 
 def _search(state: _State, n: int) -> None:
@@ -356,6 +367,18 @@ def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
                     add(_resized(base, (i,), {s: new}), shape_ok)
                     if len(tensors) > 2:
                         add(_resized(base, [j for j in tensors if j != i], {s: new}), shape_ok)
+    # two size changes at once (k and v with fewer heads while the mask broadcasts), where
+    # the pattern runs: a bounded, seeded sample of the pairs
+    pairs = [(a, b) for a in shape_ok for b in shape_ok if a is not b]
+    rng.shuffle(pairs)
+    both: list[Signature] = []
+    for a, b in pairs[:PAIRS]:
+        add(_with(a, {i: b.args[i] for i in tensors if b.args[i] != base.args[i]}), both)
+    # the most telling first: where the functions disagree when run eagerly (only a hint of
+    # where to look: the verdict is the rewritten program's), then arguments resized each
+    # their own way
+    both.sort(key=lambda sig: (-_disagree(rule, sig), -len({sig.args[i] for i in tensors})))
+    rest_first = sorted(dtype_ok + shape_ok, key=lambda sig: -_disagree(rule, sig))
     lead = _with(base, {i: ((2, *base.args[i][0]), base.args[i][1]) for i in tensors
                         if base.args[i][0]})
     add(lead, shape_ok)
@@ -365,8 +388,9 @@ def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
     firsts = [s for s in dtype_ok if len({base.args[i][1] for i in tensors}) <= 1]
     rest = dtype_ok + shape_ok
     rng.shuffle(rest)
+    rest = [s for s in rest_first if _disagree(rule, s)] + rest
     combos = max(1, limit // 4)  # slots kept for dtype x size x scalar combinations
-    for sig in firsts[:3] + shape_ok[:2] + rest:
+    for sig in firsts[:3] + shape_ok[:2] + both[:combos] + rest:
         if len(found) >= limit - combos:
             break
         if sig not in found:
@@ -413,6 +437,24 @@ def _resized(sig: Signature, where: Sequence[int], remap: dict) -> Signature:
     return _with(sig, {
         i: (tuple(remap.get(d, d) for d in sig.args[i][0]), sig.args[i][1]) for i in where
     })
+
+
+def _disagree(rule: Rule, sig: Signature) -> bool:
+    """Whether the replacement, run eagerly at ``sig``, raises or gives other results than the
+    pattern (a hint for which signatures to trace first)."""
+    args = draw_values(rule, sig, 0, False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = rule.pattern(*_fresh(args))
+            got = rule.replacement(*_fresh(args))
+    except Exception:  # noqa: BLE001 - a replacement that raises here is worth a look
+        return True
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    return len(got) != len(want) or any(
+        bool(_difference(g, w, args)) for g, w in zip(got, want)
+    )
 
 
 def _runs(rule: Rule, sig: Signature) -> bool:
