@@ -19,6 +19,9 @@ What a site varies (each drawn per example):
   a child module's boundary (``across``: the first ops of the pattern in the root, the rest in
   the child, the values between passed as arguments); the child preserved with
   ``preserve_module_call_signature`` or not;
+- near misses (``perturbed``): the pattern's traced ops run in the root with some of their
+  number literals retyped (``1`` as ``1.0``, ``2.0`` as ``2``, ``0.0`` as ``-0.0``, ``True`` as
+  ``1``), a program the pattern must not match where the literal's type changes the result;
 - the level: the training IR that ``torch.export`` gives, or core aten (``run_decompositions``).
 
 Shrinking: toward the first signature, arguments from user inputs, results returned only, the
@@ -38,7 +41,7 @@ SOURCES = ("input", "computed", "view", "transposed", "buffer", "shared")
 """Where a tensor argument of the pattern comes from."""
 USES = ("output", "view", "write", "write_view", "buffer")
 """What reads a result of the pattern."""
-PLACES = ("root", "inside", "across")
+PLACES = ("root", "inside", "across", "perturbed")
 """Where the pattern runs."""
 LEVELS = ("training", "core")
 
@@ -58,6 +61,7 @@ class SiteSpec:
     level: str = "training"
     cut: int = 1
     seed: int = 0
+    perturb: int = 0
 
     def describe(self) -> str:
         """One line that names every choice."""
@@ -70,6 +74,8 @@ class SiteSpec:
         where = self.place + (" (preserved)" if self.preserve else "")
         if self.place == "across":
             where += f" after {self.cut} ops"
+        if self.place == "perturbed":
+            where += f" (literals retyped: mask {self.perturb:#b})"
         uses = "; ".join(f"result {k}: {'+'.join(u)}" for k, u in enumerate(self.uses))
         return f"pattern({', '.join(parts)}) in {where} at {self.level} level; {uses}"
 
@@ -98,17 +104,24 @@ def rewrite_sites(
     """
     if not signatures:
         raise ValueError("rewrite_sites: signatures must hold one signature at least")
-    places = tuple(p for p in places if p != "across" or split is not None)
+    places = tuple(p for p in places if p not in ("across", "perturbed") or split is not None)
     n_ops = 0
     if split is not None:
         n_ops = sum(1 for n in split.nodes if n.op == "call_function")
         if n_ops < 2:
             places = tuple(p for p in places if p != "across")
+        if not literal_slots(split):
+            places = tuple(p for p in places if p != "perturbed")
+    # the traced ops hold the first signature's sizes: they run at its shapes (any dtype)
+    same_shapes = [i for i, sig in enumerate(signatures) if _shapes(sig) == _shapes(signatures[0])]
 
     @st.composite
     def draw(d: Any) -> SiteSpec:
         place = d(st.sampled_from(places))
-        i = 0 if place == "across" else d(st.integers(0, len(signatures) - 1))
+        if place in ("across", "perturbed"):
+            i = same_shapes[d(st.integers(0, len(same_shapes) - 1))]
+        else:
+            i = d(st.integers(0, len(signatures) - 1))
         args = tuple(signatures[i])
         sources = []
         for j, a in enumerate(args):
@@ -125,13 +138,48 @@ def rewrite_sites(
             tuple(sorted(set(d(st.lists(st.sampled_from(USES), min_size=1, max_size=3)))))
             for _ in range(results)
         )
-        preserve = place != "root" and d(st.booleans())
+        preserve = place in ("inside", "across") and d(st.booleans())
         level = d(st.sampled_from(tuple(levels)))
         cut = d(st.integers(1, n_ops - 1)) if place == "across" else 1
         seed = d(st.integers(0, 2**16 - 1))
-        return SiteSpec(args, tuple(sources), uses, place, preserve, level, cut, seed)
+        perturb = 0
+        if place == "perturbed":
+            perturb = d(st.integers(1, 2 ** len(literal_slots(split)) - 1))
+        return SiteSpec(args, tuple(sources), uses, place, preserve, level, cut, seed, perturb)
 
     return draw()
+
+
+def _shapes(sig: Sequence) -> tuple:
+    return tuple(a[0] if isinstance(a, tuple) else None for a in sig)
+
+
+def literal_slots(graph: Any) -> list[tuple[str, int]]:
+    """``(node name, argument position)`` of each number literal (not inside a list) among the
+    call arguments of ``graph`` that a near miss may retype (see ``retyped``)."""
+    found = []
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        for j, a in enumerate(n.args):
+            if retyped(a) is not None:
+                found.append((n.name, j))
+    return found
+
+
+def retyped(x: Any) -> Any:
+    """``x`` as a literal of another type with an equal value (``1`` -> ``1.0``, ``2.0`` ->
+    ``2``, ``0.0`` -> ``-0.0``, ``True`` -> ``1``), or ``None`` when there is none."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, int):
+        return float(x)
+    if isinstance(x, float):
+        if x == 0.0:
+            return -x
+        if x.is_integer() and abs(x) < 2**31:
+            return int(x)
+    return None
 
 
 def _values(spec: SiteSpec) -> list:
@@ -193,7 +241,8 @@ class SiteRoot(torch.nn.Module):
 
     def _rest(self, *xs: Any) -> Any:
         env = dict(zip(self._live, xs))
-        return _run_nodes(self._nodes[self.spec.cut:], env, self.split)
+        _run_nodes(self._nodes[self.spec.cut:], env)
+        return _results(self.split, env)
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         spec = self.spec
@@ -221,10 +270,17 @@ class SiteRoot(torch.nn.Module):
             vals.append(v)
         if spec.place == "inside":
             outs = self.child(*vals)
+        elif spec.place == "perturbed":
+            slots = literal_slots(self.split)
+            chosen = {slots[b] for b in range(len(slots)) if spec.perturb >> b & 1}
+            nodes = [_retype(n, chosen) for n in self.split.nodes if n.op == "call_function"]
+            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
+            _run_nodes(nodes, env)
+            outs = _results(self.split, env)
         elif spec.place == "across":
             nodes = [n for n in self.split.nodes if n.op == "call_function"]
             env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
-            _run_nodes(nodes[:spec.cut], env, None)
+            _run_nodes(nodes[:spec.cut], env)
             later = {r.name for n in nodes[spec.cut:] for r in n.inputs()}
             later |= {r.name for r in _output_refs(self.split)}
             self._nodes = nodes
@@ -248,12 +304,27 @@ class SiteRoot(torch.nn.Module):
         return tuple(returned)
 
 
+def _retype(node: Any, chosen: set) -> Any:
+    args = tuple(retyped(a) if (node.name, j) in chosen else a for j, a in enumerate(node.args))
+    return node.replace(args=args)
+
+
+def _results(graph: Any, env: dict) -> Any:
+    from ir.args import thaw
+
+    out = next(n for n in graph.nodes if n.op == "output")
+    res = thaw(out.args[0], lambda r: env[r.name])
+    if isinstance(res, (tuple, list)):
+        return tuple(res) if len(res) != 1 else res[0]
+    return res
+
+
 def _output_refs(graph: Any) -> list:
     out = next(n for n in graph.nodes if n.op == "output")
     return list(out.inputs())
 
 
-def _run_nodes(nodes: Sequence[Any], env: dict, graph: Any) -> Any:
+def _run_nodes(nodes: Sequence[Any], env: dict) -> None:
     from ir.args import thaw
 
     def read(r: Any) -> Any:
@@ -261,12 +332,6 @@ def _run_nodes(nodes: Sequence[Any], env: dict, graph: Any) -> Any:
 
     for n in nodes:
         env[n.name] = n.target(*thaw(n.args, read), **thaw(n.kwargs, read))
-    if graph is None:
-        return None
-    out = next(n for n in graph.nodes if n.op == "output")
-    res = thaw(out.args[0], read)
-    return tuple(res) if isinstance(res, (tuple, list)) and len(res) != 1 else (
-        res[0] if isinstance(res, (tuple, list)) else res)
 
 
 def realize_site(spec: SiteSpec, pattern: Callable, split: Any = None
@@ -312,6 +377,6 @@ def export_site(spec: SiteSpec, pattern: Callable, split: Any = None
 
 
 __all__ = [
-    "LEVELS", "PLACES", "SOURCES", "USES", "SiteSpec", "export_site", "realize_site",
-    "rewrite_sites",
+    "LEVELS", "PLACES", "SOURCES", "USES", "SiteSpec", "export_site", "literal_slots",
+    "realize_site", "retyped", "rewrite_sites",
 ]

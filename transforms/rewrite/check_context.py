@@ -6,8 +6,9 @@ The law, for every generated program ``p`` and ``q = rewrite(p, [rule])``:
 - semantics: run on equal inputs and state, ``q`` returns what ``p`` returns (values within the
   dtype's tolerance, dtypes, shapes), writes the same into its inputs and buffers, and aliases
   the same: each output shares storage with the same inputs, buffers and earlier outputs;
-- preserved calls: ``q`` keeps ``p``'s preserved call signatures, and ``transform(q)`` (which
-  outlines them) works wherever ``transform(p)`` does;
+- preserved calls: ``q`` keeps ``p``'s preserved call signatures; each value a call reads or
+  returns (by its signature) is still there and still computed on the same side of the call's
+  boundary; and ``transform(q)`` (which outlines the calls) works wherever ``transform(p)`` does;
 - idempotence: ``rewrite(q, [rule]) is q`` (a fixpoint).
 
 Programs run by interpretation of their root graph (``transforms.rewrite.interpret``): every
@@ -133,6 +134,9 @@ def _check_site(rule: Rule, p: Program, inputs: tuple, where: str) -> Program:
             f"preserved calls {sorted(p.call_signatures.keys())} became "
             f"{sorted(q.call_signatures.keys())}"
         )
+    problem = _boundaries(p, q)
+    if problem:
+        raise broken(problem)
     if len(p.call_signatures) > 1:
         from transforms.pipeline import transform
 
@@ -152,6 +156,35 @@ def _check_site(rule: Rule, p: Program, inputs: tuple, where: str) -> Program:
     if again is not q:
         raise broken("not a fixpoint: rewriting the result again changed it")
     return q
+
+
+def _boundaries(p: Program, q: Program) -> str:
+    """What the rewrite did to a preserved call's boundary in a flat program: a value the call
+    reads or returns (its signature names it) gone, or one it returns now computed outside the
+    call (or one it read now computed inside); ``""`` when nothing."""
+    before = {n.name: n for n in p.root_module.graph.nodes}
+    after = {n.name: n for n in q.root_module.graph.nodes}
+    for call, sig in sorted(q.call_signatures.items()):
+        if not call:
+            continue
+        path = call.split("@")[0]
+        for kind, specs in (("reads", sig.inputs), ("returns", sig.outputs)):
+            for a in specs:
+                if a.name is None or a.name not in before:
+                    continue
+                if a.name not in after:
+                    return (f"the preserved call {call!r} {kind} %{a.name}, which the rewrite "
+                            "removed: the match crossed the call's boundary")
+                if _inside(before[a.name], path) != _inside(after[a.name], path):
+                    return (f"the preserved call {call!r} {kind} %{a.name}, now computed "
+                            f"{'inside' if _inside(after[a.name], path) else 'outside'} the "
+                            "call: the match crossed the call's boundary")
+    return ""
+
+
+def _inside(node: Any, path: str) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(isinstance(v, tuple) and v and v[0] == path for v in stack.values())
 
 
 def _outlines(transform: Any, p: Program) -> bool:
