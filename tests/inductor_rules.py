@@ -12,6 +12,10 @@ from transforms.rewrite import Rule
 NO_DROPOUT = (1, 2, 5, 8, 10, 11, 14, 15, 21, 22, 23, 24, 29, 30)
 """The rule numbers of inductor's attention rules without dropout."""
 
+HALF = (8, 10)
+"""The rules that end in a cast to float16 (right at float16 only: rewrite's dtype guard keeps
+them off float32 programs): their examples are float16."""
+
 _G = (2, 4, 8, 16)  # (batch, heads, seq, head size)
 _GP = (2, 8, 4, 16)  # (batch, seq, heads, head size): the patterns that permute first
 _ARGS = {  # k -> (shapes of the tensors, scale or None)
@@ -48,7 +52,8 @@ def inductor_rule(k: int, *, checked: bool = True, **options) -> Rule:
 
     shapes, scale = _ARGS[k]
     gen = torch.Generator().manual_seed(k)
-    args = [torch.randn(s, generator=gen) for s in shapes]
+    dtype = torch.float16 if k in HALF else torch.float32
+    args = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
     if scale is not None:
         args.append(scale)
     pattern = getattr(fa, f"_sfdp_pattern_{k}")

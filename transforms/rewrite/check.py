@@ -287,7 +287,7 @@ def _rewritten_site(rule: Rule, sig: Signature) -> Program | None:
 @attrs.frozen
 class _Site:
     """The pattern's program at one signature, rewritten; ``copies``: its results are read by
-    copies (``clone``) before they are returned."""
+    copies before they are returned."""
 
     program: Program
     copies: bool
@@ -296,7 +296,7 @@ class _Site:
 def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Program | None:
     """The rule's pattern exported at ``sig`` (scalar arguments as the literals ``sig`` gives)
     and imported: a flat Program whose user inputs are the tensor arguments in order (its
-    tensor results returned through ``clone`` when ``copies``); ``None`` when ``torch.export``
+    tensor results returned as fresh copies when ``copies``); ``None`` when ``torch.export``
     cannot trace it there."""
     tensors = sig.tensors()
     fixed = list(sig.args)
@@ -308,9 +308,9 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
             for i, x in zip(tensors, xs):
                 args[i] = x
             out = pattern(*args)
-            if copies:
+            if copies:  # a fresh copy of any dtype and rank (stack, then select)
                 many = isinstance(out, tuple)
-                out = tuple(o.clone() if isinstance(o, torch.Tensor) else o
+                out = tuple(torch.stack([o])[0] if isinstance(o, torch.Tensor) else o
                             for o in (out if many else (out,)))
                 out = out if many else out[0]
             return out
