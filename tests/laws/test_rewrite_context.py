@@ -24,8 +24,8 @@ from transforms.rewrite import check_rule_in_context
 from transforms.rewrite.check import signatures
 from transforms.rewrite.check_context import check_site
 from transforms.rewrite.interpret import run_program
-from transforms.rewrite.rules import RULES as SHIPPED
 from transforms.rewrite.rules import RELU_RELU
+from transforms.rewrite.rules import RULES as SHIPPED
 from transforms.rewrite.trace import TRAINING, trace
 
 BY_NAME = {r.name: r for r in RULES}

@@ -18,6 +18,7 @@ aten call as the lowered module makes it, so views, writes in place and aliasing
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -40,7 +41,13 @@ _TOLERANCE = {  # (rtol, atol)
 }
 
 
-def check_rule_in_context(rule: Rule, *, max_examples: int = 20) -> None:
+def check_rule_in_context(
+    rule: Rule,
+    *,
+    max_examples: int = 20,
+    places: Sequence[str] | None = None,
+    levels: Sequence[str] | None = None,
+) -> None:
     """Check ``rewrite(·, [rule])`` on ``max_examples`` programs with the rule's pattern planted.
 
     What is drawn (``ir.strategies.rewrite_sites``): the pattern's arguments at signatures where
@@ -50,6 +57,9 @@ def check_rule_in_context(rule: Rule, *, max_examples: int = 20) -> None:
     written in place (directly or through a view), copied into a buffer; the pattern in the
     root module, inside a child module or split across its boundary, the child preserved
     (``preserve_module_call_signature``) or not; the training or core aten level.
+
+    ``places`` / ``levels`` narrow the draws (``ir.strategies.rewrite_sites.PLACES``: ``root``,
+    ``inside``, ``across``, ``perturbed``; ``LEVELS``: ``training``, ``core``; default all).
 
     What is checked: the law of the module docstring (semantics with dtypes, writes and
     aliasing; preserved calls kept; idempotence). ``rewrite`` runs ``check_rule`` on the rule
@@ -65,13 +75,20 @@ def check_rule_in_context(rule: Rule, *, max_examples: int = 20) -> None:
     """
     from hypothesis import HealthCheck, given, settings
 
-    from ir.strategies.rewrite_sites import export_site, rewrite_sites
+    from ir.strategies.rewrite_sites import LEVELS, PLACES, export_site, rewrite_sites
+
+    _check_choice("places", places, PLACES)
+    _check_choice("levels", levels, LEVELS)
+    if not isinstance(max_examples, int) or max_examples < 1:
+        raise PassError(f"check_rule_in_context: max_examples must be a positive int, got "
+                        f"{max_examples!r}")
 
     rule.compiled(TRAINING)  # a malformed rule is a PassError before anything is drawn
     sigs = [s.args for s in signatures(rule)]
     n_results = len(rule.compiled(TRAINING).pattern.outputs)
     split = _split_graph(rule)
-    strategy = rewrite_sites(rule.pattern, sigs, results=n_results, split=split)
+    strategy = rewrite_sites(rule.pattern, sigs, results=n_results, split=split,
+                             places=places or PLACES, levels=levels or LEVELS)
 
     @settings(
         max_examples=max_examples, derandomize=True, database=None, deadline=None,
@@ -89,6 +106,16 @@ def check_rule_in_context(rule: Rule, *, max_examples: int = 20) -> None:
     law()
 
 
+def _check_choice(name: str, given: Sequence[str] | None, allowed: Sequence[str]) -> None:
+    if given is None:
+        return
+    if isinstance(given, str) or not given or not set(given) <= set(allowed):
+        raise PassError(
+            f"check_rule_in_context: {name} must be a non-empty list drawn from {allowed}, got "
+            f"{given!r}"
+        )
+
+
 def _split_graph(rule: Rule) -> Any:
     try:
         return trace(rule.pattern, rule.example_inputs, TRAINING, rule.name, "pattern",
@@ -97,22 +124,31 @@ def _split_graph(rule: Rule) -> Any:
         return None
 
 
-def check_site(rule: Rule, p: Program, inputs: tuple, where: str = "") -> Program:
-    """The law of ``check_rule_in_context`` on one program ``p`` with user inputs ``inputs``;
-    returns ``rewrite(p, [rule])``. Raises ``LawViolation`` naming ``where`` (a description of
-    the site) when it breaks."""
-    return _check_site(rule, p, inputs, where)
+def check_site(
+    rules: Rule | Sequence[Rule], p: Program, inputs: tuple, where: str = ""
+) -> Program:
+    """The law of ``check_rule_in_context`` for ``rewrite(·, rules)`` (one rule or several) on
+    one flat program ``p`` with user inputs ``inputs``; returns the rewritten program. Raises
+    ``LawViolation`` naming ``where`` (a description of the site) when it breaks, ``PassError``
+    for a rule that is malformed or that ``check_rule`` refuses.
+
+    Use it for a program of your own (a model with the pattern, a cascade of rules). Cost: two
+    rewrites and two interpreted runs of ``p``."""
+    return _check_site(rules, p, inputs, where)
 
 
-def _check_site(rule: Rule, p: Program, inputs: tuple, where: str) -> Program:
+def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: str) -> Program:
+    rules = [rule] if isinstance(rule, Rule) else list(rule)
+    names = ", ".join(repr(r.name) for r in rules)
+
     def broken(detail: str, cause: BaseException | None = None) -> LawViolation:
-        text = f"rule {rule.name!r} on {where}: {detail}" if where else detail
+        text = f"rule {names} on {where}: {detail}" if where else f"rule {names}: {detail}"
         exc = LawViolation("rewrite in context", rewrite, text, p)
         exc.__cause__ = cause
         return exc
 
     try:
-        q = rewrite(p, [rule])
+        q = rewrite(p, rules)
     except PassError:
         raise
     except PurefxError as exc:
@@ -149,7 +185,7 @@ def _check_site(rule: Rule, p: Program, inputs: tuple, where: str) -> Program:
                     f"{type(exc).__name__}: {exc}", exc,
                 ) from exc
     try:
-        again = rewrite(q, [rule])
+        again = rewrite(q, rules)
     except Exception as exc:  # rewriting a rewritten program must work too
         raise broken(f"rewriting the result again raised {type(exc).__name__}: {exc}",
                      exc) from exc
