@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -85,8 +85,18 @@ class Signature:
         return "(" + ", ".join(parts) + ")"
 
 
-def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
+Apply = Callable[[Program, list], tuple]
+"""``apply_rules(p, rules) -> (program, report)``: ``transforms.rewrite.engine.apply_rules``."""
+
+
+def check_rule(
+    rule: Rule, *, max_examples: int | None = None, apply: Apply | None = None
+) -> None:
     """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong.
+
+    ``apply`` is the rewrite that instantiates replacements, ``engine.apply_rules``: the engine
+    passes it (this module sits below the engine, which runs this check), and
+    ``transforms.rewrite.check_rule`` binds it for users.
 
     What is drawn: up to ``SIGNATURES`` signatures where the pattern runs (``signatures``): the
     example's, then each dtype of ``ALL_DTYPES`` (ints and bools included) for all tensor
@@ -114,11 +124,16 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
     Cost: at most ``SIGNATURES`` exports of the pattern and rewrites, plus ``max_examples``
     (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph.
     """
+    if apply is None:
+        raise PassError(
+            "check.check_rule needs apply=transforms.rewrite.engine.apply_rules (the rewrite it "
+            "checks); call transforms.rewrite.check_rule, which passes it"
+        )
     compiled = rule.compiled(TRAINING)
     _check_matches_itself(rule, compiled)
     sigs = signatures(rule)
     n = max_examples if max_examples is not None else rule.max_examples
-    state = _State(rule, sigs)
+    state = _State(rule, sigs, apply)
     try:
         _search(state, n)
     except (LawViolation, PassError):
@@ -130,7 +145,7 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
             "rule", rule, f"checking the rule raised {type(exc).__name__}: {exc}", None
         ) from exc
     if state.rewritten == 0:
-        why = _why_never(rule, sigs[0])
+        why = _why_never(rule, sigs[0], apply)
         raise LawViolation(
             "rule", rule,
             f"rewrite took the rule on its own pattern on none of the {state.ran} draws where "
@@ -139,13 +154,13 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
         )
 
 
-def _why_never(rule: Rule, sig: Signature) -> str:
+def _why_never(rule: Rule, sig: Signature, apply: Apply) -> str:
     """Why no draw was rewritten, judged at ``sig``: by the rule's ``where`` (when the same
     rule without it rewrites the pattern's program) or by the matching and rewrite's guards."""
     if rule.where is not None:
         bare = Rule(rule.pattern, rule.replacement, rule.example_inputs, name=rule.name,
                     trusted=True)
-        if _rewritten_site(bare, sig) is not None:
+        if _rewritten_site(bare, sig, apply) is not None:
             return "its where() held on none of them"
     return ("the pattern does not match its own exported program, or one of rewrite's guards "
             "(aliasing, dtypes, preserved calls) declines every match")
@@ -194,9 +209,10 @@ class _State:
     """One ``check_rule`` call's work: its signatures, their rewritten programs (traced once
     each, on first use) and counts of the draws that ran and that were rewritten."""
 
-    def __init__(self, rule: Rule, sigs: tuple[Signature, ...]) -> None:
+    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], apply: Apply) -> None:
         self.rule = rule
         self.sigs = sigs
+        self.apply = apply
         self.sites: dict[int, Any] = {}
         self.ran = 0
         self.rewritten = 0
@@ -204,7 +220,7 @@ class _State:
     def site(self, i: int) -> _Site | None:
         if i not in self.sites:
             try:
-                self.sites[i] = _rewritten_site(self.rule, self.sigs[i])
+                self.sites[i] = _rewritten_site(self.rule, self.sigs[i], self.apply)
             except LawViolation as exc:
                 self.sites[i] = exc
         found = self.sites[i]
@@ -275,12 +291,9 @@ def _all_nan(results: tuple) -> bool:
     )
 
 
-def _rewritten_site(rule: Rule, sig: Signature) -> Program | None:
+def _rewritten_site(rule: Rule, sig: Signature, apply_rules: Apply) -> _Site | None:
     """The pattern's program at ``sig`` rewritten by ``apply_rules``; ``None`` where the pattern
     cannot be exported at ``sig`` or rewrite declines the match."""
-    # engine imports this module (rewrite runs check_rule): apply_rules is read at call time
-    from transforms.rewrite.engine import apply_rules
-
     # the results returned as they are (aliasing observable), else (rewrite may decline a
     # match that would return an alias of an input) each read by a copy: values still checked
     for copies in (False, True):
@@ -638,15 +651,14 @@ def _check_matches_itself(rule: Rule, compiled: Any) -> None:
         )
 
 
-def run_replacement(compiled: Any, args: tuple, rule: Rule) -> tuple:
+def run_replacement(rule: Rule, args: tuple, apply: Apply) -> tuple:
     """Run the replacement as ``rewrite`` instantiates it for arguments ``args``: the pattern
-    traced at their signature, rewritten by ``apply_rules``, run. Raises ``LawViolation`` when
-    rewrite declines the match there. (Kept for callers of the old name; ``compiled`` is
-    unused: the instantiation is ``apply_rules``'s.)"""
+    traced at their signature, rewritten by ``apply`` (``engine.apply_rules``), run. Raises
+    ``LawViolation`` when rewrite declines the match there."""
     sig = Signature(tuple(
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in args
     ))
-    site = _rewritten_site(rule, sig)
+    site = _rewritten_site(rule, sig, apply)
     if site is None:
         raise LawViolation("rule", rule, f"rewrite declines the match at {sig.describe()}", None)
     return run_graph(site.program.root_module.graph, [args[i] for i in sig.tensors()])
@@ -656,6 +668,7 @@ __all__ = [
     "ALL_DTYPES",
     "DTYPES",
     "SIGNATURES",
+    "Apply",
     "Signature",
     "aliases",
     "check_rule",

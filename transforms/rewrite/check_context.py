@@ -27,8 +27,9 @@ from ir.errors import PassError, PurefxError
 from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
+from transforms.rewrite import check as rule_law
 from transforms.rewrite.check import aliases, signatures
-from transforms.rewrite.engine import rewrite
+from transforms.rewrite.engine import apply_rules, rewrite
 from transforms.rewrite.interpret import run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace
@@ -39,6 +40,14 @@ _TOLERANCE = {  # (rtol, atol)
     torch.float16: (2e-2, 1e-2),
     torch.bfloat16: (5e-2, 5e-2),
 }
+
+
+def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
+    """``transforms.rewrite.check.check_rule`` with ``apply=engine.apply_rules``: the rule's own
+    law, checked through the rewrite that ``rewrite`` runs (see that function for what is drawn,
+    checked and raised). Cost: at most ``check.SIGNATURES`` exports and rewrites of the pattern,
+    plus ``max_examples`` eager runs."""
+    rule_law.check_rule(rule, max_examples=max_examples, apply=apply_rules)
 
 
 def check_rule_in_context(
@@ -301,4 +310,4 @@ def _value_difference(got: Any, want: Any) -> str:
     return "" if torch.equal(got, want) else "values differ"
 
 
-__all__ = ["check_rule_in_context", "check_site"]
+__all__ = ["check_rule", "check_rule_in_context", "check_site"]
