@@ -56,6 +56,6 @@ def test_every_inductor_rule_gets_its_verdict(k):
 
 def test_rule_15_is_refused_with_a_mask_of_other_values_than_0_and_1():
     # the old check raised RuntimeError (view size is not compatible) comparing the result
-    with pytest.raises(LawViolation, match="values differ on inputs"):
+    with pytest.raises(LawViolation, match="values differ .* on inputs"):
         check_rule(inductor_rule(15))
     assert torch.is_tensor(inductor_rule(15).example_inputs[3])
