@@ -3,9 +3,12 @@
 A pass never reads an operator's schema, tags or class itself; it asks ``facts(target)`` (or
 one of the small predicates below) whether the target mutates an argument, has a side effect,
 draws random numbers, can be computed a second time, copies or aliases a value, is size
-arithmetic, a ``getitem`` or a higher-order op. The answers come from four sources:
+arithmetic, a ``getitem`` or a higher-order op, which of its arguments are sizes, dimensions and
+dtypes, and when a call of it computes nothing (``computes_nothing``, ``is_metadata_check``;
+``canonical_args`` spells one computation one way). The answers come from four sources:
 
-- the operator's schema: ``Tensor(a!)`` arguments are written, the returns are counted;
+- the operator's schema: ``Tensor(a!)`` arguments are written, the returns are counted, the
+  argument types say which are sizes (``SymInt``), dimensions and dtypes;
 - torch's tags: ``nondeterministic_seeded`` marks random operators;
 - torch's registries of side effects (``torch.library``'s effect registry, the functions
   torch's dead-code elimination keeps), for ``is_effectful`` only;

@@ -5,6 +5,7 @@ wildcards re-checked at the matched shapes (``transforms.rewrite.sizes.recheck``
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -223,6 +224,12 @@ def _sdpa(q, k, v, mask, s: float):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=s)
 
 
+@functools.cache
+def _attn_program(level: str, spelling: tuple):
+    """The exported ``_Attn`` (programs are immutable: shared by the tests of both rules)."""
+    return _program(_Attn(**dict(spelling)), _ARGS, level)
+
+
 _QKV = tuple(torch.randn(2, 2, 5, 4) for _ in range(3))
 _ARGS = (*_QKV, torch.randn(2, 1, 5, 5))
 PLAIN = Rule(_plain, _sdpa, (*_ARGS, 0.5), name="plain", trusted=True)
@@ -235,7 +242,7 @@ NOOPS = Rule(_with_noops, _sdpa, (*_ARGS, 0.5), name="noops", trusted=True)
     {}, {"dims": (-1, -2)}, {"dims": (3, 2)}, {"dtype": True}, {"to": False},
 ], ids=["bert", "gpt2", "swapped", "dtype", "no_to"])
 def test_attention_matches_through_dropout_to_and_asserts_in_any_spelling(level, rule, spelling):
-    p = _program(_Attn(**spelling), _ARGS, level)
+    p = _attn_program(level, tuple(sorted(spelling.items())))
     found = bindings(rule, p, level)
     assert len(found) == 1
     b, table = found[0]
@@ -253,13 +260,12 @@ def test_attention_matches_through_dropout_to_and_asserts_in_any_spelling(level,
 @pytest.mark.parametrize("spelling", [{"train": True}, {"cast": torch.float64}],
                          ids=["train_dropout", "real_cast"])
 def test_what_computes_something_is_not_looked_through(level, spelling):
-    args = _ARGS
-    p = _program(_Attn(**spelling), args, level)
+    p = _attn_program(level, tuple(sorted(spelling.items())))
     assert bindings(PLAIN, p, level) == []
 
 
 def test_an_absorbed_node_is_never_a_matched_one_and_the_binding_is_typed():
-    p = _program(_Attn(), _ARGS, "training")
+    p = _attn_program("training", ())
     (b, table), = bindings(NOOPS, p, "training")
     assert len(set(b.absorbed)) == len(b.absorbed)
     assert all(table[a].op == CALL_FUNCTION for a in b.absorbed)
@@ -354,3 +360,187 @@ def test_what_run_decompositions_keeps_is_core_aten():
                aten.sym_size.int, aten.sym_constrain_range_for_size.default):
         assert ops.is_core_aten(op), op
     assert not ops.is_core_aten(aten.softmax.int)
+
+
+class _SiluThroughTo(torch.nn.Module):
+    def __init__(self, first: bool) -> None:
+        super().__init__()
+        self.first = first
+
+    def forward(self, x):
+        y = torch.relu(x)
+        if self.first:  # the input is read through a no-op once, directly once
+            return y.clone() * torch.sigmoid(y)  # (`y.float()` is y itself to export)
+        return y * torch.sigmoid(y.clone())
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_wildcard_bound_once_is_reached_again_through_a_no_op(first):
+    silu = Rule(lambda x: x * torch.sigmoid(x), F.silu, (torch.randn(4),), name="silu_",
+                trusted=True)
+    p = _program(_SiluThroughTo(first), (torch.randn(4),), "training")
+    (b, table), = bindings(silu, p, "training")
+    assert table[b.names[silu.compiled("training").pattern.input_order[0]]].name == "relu"
+    assert _targets(b, table) == ["aten.clone.default"]
+
+
+class _Expand(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x.expand(3, 4))
+
+
+def test_a_scalar_argument_used_as_a_size_is_bound_not_a_wildcard():
+    rule = Rule(lambda x, n: torch.relu(x.expand(n, 4)), lambda x, n: torch.relu(x).expand(n, 4),
+                (torch.randn(1, 4), 2), name="expand_n", trusted=True)
+    p = _program(_Expand(), (torch.randn(1, 4),), "training")
+    (b, _), = bindings(rule, p, "training")
+    assert b.scalars == {1: 3}
+
+
+def test_a_pattern_made_only_of_what_computes_nothing_is_refused_saying_so():
+    from ir import PassError
+
+    rule = Rule(lambda x: F.dropout(x.float(), 0.1, training=False), lambda x: x,
+                (torch.randn(4),), name="nothing", trusted=True)
+    with pytest.raises(PassError, match="computes nothing"):
+        rule.compiled("training")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda r: st.tuples(
+    st.just(r), st.integers(-r, r - 1), st.integers(-r, r - 1),
+    st.lists(st.integers(-r, r - 1), min_size=1, max_size=r, unique_by=lambda d: d % r),
+)))
+def test_canonical_dims_laws(case):
+    rank, d0, d1, dims = case
+    t = aten.transpose.int
+    one = ops.canonical_args(t, ("x", d0, d1), rank, torch.float32)
+    # either order, either sign: one spelling, positive and sorted; and idempotent
+    assert one == ops.canonical_args(t, ("x", d1 % rank, d0 - rank if d0 >= 0 else d0), rank,
+                                     torch.float32)
+    assert one == ("x", *sorted((d0 % rank, d1 % rank)))
+    assert ops.canonical_args(t, one, rank, torch.float32) == one
+    s = aten.sum.dim_IntList
+    summed = ops.canonical_args(s, ("x", dims, False, None), rank, torch.float32)
+    assert summed == ("x", tuple(sorted(d % rank for d in dims)), False, None)
+    p = aten.permute.default
+    assert ops.canonical_args(p, ("x", dims), rank, None) == ("x", tuple(d % rank for d in dims))
+
+
+class _Softmax(torch.nn.Module):
+    def __init__(self, upcast: bool) -> None:
+        super().__init__()
+        self.upcast = upcast
+
+    def forward(self, x):
+        if self.upcast:
+            return torch.relu(torch.softmax(torch.relu(x).float(), -1).to(x.dtype))
+        return torch.relu(torch.softmax(torch.relu(x), -1))
+
+
+def _upcast_softmax(x):
+    return torch.relu(torch.softmax(torch.relu(x).float(), -1).to(x.dtype))
+
+
+@pytest.mark.parametrize(("dtype", "upcast", "found"), [
+    (torch.float32, False, 1),  # at the example's dtype the casts compute nothing
+    (torch.float64, True, 1),  # they compute something at float64, and the program has them
+    (torch.float64, False, 0),  # the program computes in float64 throughout: not the pattern
+    (torch.float32, True, 1),  # casts to float32 of float32: nothing, in pattern and program
+])
+def test_what_computes_nothing_at_the_example_dtype_is_rechecked_at_the_match_dtype(
+    dtype, upcast, found
+):
+    rule = Rule(_upcast_softmax, _upcast_softmax, (torch.randn(3, 4),), name="upcast",
+                trusted=True)
+    p = _program(_Softmax(upcast), (torch.randn(3, 4, dtype=dtype),), "training")
+    assert len(bindings(rule, p, "training")) == found
+
+
+def test_without_the_dtype_recheck_a_float64_program_would_match_a_float32_cast_pattern(
+    monkeypatch,
+):
+    # the teeth: the pattern's casts are nothing at float32; at float64 they are what the
+    # pattern computes, and a program without them computes something else (in float64)
+    rule = Rule(_upcast_softmax, _upcast_softmax, (torch.randn(3, 4),), name="upcast2",
+                trusted=True)
+    p = _program(_Softmax(False), (torch.randn(3, 4, dtype=torch.float64),), "training")
+    monkeypatch.setattr(sizes, "_other_dtypes", lambda *a: False)
+    assert len(bindings(rule, p, "training")) == 1
+
+
+class _Cat(torch.nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cat([torch.relu(x)], self.dim)
+
+
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_a_list_of_tensors_gives_the_rank_for_its_dimension(dim):
+    # cat's dimension counts in its first tensor's rank: -1 and 1 are one on a 2-D input
+    rule = Rule(lambda x: torch.cat([torch.relu(x)], -1), lambda x: torch.relu(x),
+                (torch.randn(3, 4),), name="cat1", trusted=True)
+    p = _program(_Cat(dim), (torch.randn(2, 5),), "training")
+    assert len(bindings(rule, p, "training")) == 1
+    cat = next(n for n in p.root_module.graph.nodes if "cat" in str(n.target))
+    table = {n.name: n for n in p.root_module.graph.nodes}
+    assert match.normal_args(cat, table.get)[1] == 1
+
+
+@pytest.mark.parametrize("level", ["training", "core"])
+def test_the_shipped_attention_rewrite_at_other_shapes_computes_what_eager_does(level):
+    from lowering import lower
+    from transforms.rewrite import rewrite_report
+
+    p = _program(_Attention(), _OTHER, level)
+    q, report = rewrite_report(p, [ATTENTION])
+    assert report.counts == {"attention": 1}
+    assert not any("softmax" in str(n.target) for n in q.root_module.graph.nodes)
+    torch.testing.assert_close(lower(q)(*_OTHER), _Attention()(*_OTHER))
+
+
+class _Slice(torch.nn.Module):
+    def __init__(self, stop: int) -> None:
+        super().__init__()
+        self.stop = stop
+
+    def forward(self, x):
+        return torch.relu(x[:, 1:self.stop])
+
+
+@pytest.mark.parametrize(("stop", "loose", "kept"), [(3, False, True), (4, True, False)])
+def test_an_int_size_equal_to_the_patterns_is_no_wildcard_another_is(stop, loose, kept):
+    rule = Rule(lambda x: torch.relu(x[:, 1:3]), lambda x: torch.relu(x[:, 1:3]),
+                (torch.randn(4, 6),), name="slice13", trusted=True)
+    p = _program(_Slice(stop), (torch.randn(4, 6),), "core")
+    (b, _), = bindings(rule, p, "core", checked=False)
+    assert b.loose is loose
+    assert (len(bindings(rule, p, "core")) == 1) is kept
+
+
+def test_a_binding_made_elsewhere_absorbs_nothing_and_is_not_loose():
+    # contract 2: Binding(names, scalars) is what the engine took before this change
+    b = match.Binding({"x": "y"}, {})
+    assert b.absorbed == () and b.loose is False
+
+
+class _TwoResults(torch.nn.Module):
+    def forward(self, x):
+        s = torch.sigmoid(x)
+        return torch.relu(s) + 1, s * 2
+
+
+def _relu_sigmoid(x):
+    s = torch.sigmoid(x)
+    return torch.relu(s), s
+
+
+def test_a_second_result_reached_from_the_anchor_is_matched_once():
+    rule = Rule(_relu_sigmoid, _relu_sigmoid, (torch.randn(4),), name="two", trusted=True)
+    p = _program(_TwoResults(), (torch.randn(4),), "training")
+    (b, table), = bindings(rule, p, "training")
+    pattern = rule.compiled("training").pattern
+    assert {table[b.names[k]].name for k in pattern.nodes} == {"sigmoid", "relu"}

@@ -372,6 +372,19 @@ def test_teeth_without_the_barrier_the_preserved_call_is_broken(monkeypatch):
     assert not torch.allclose(lowered(x), torch.relu(x) * 3 + 1)
 
 
+def test_teeth_without_the_barrier_a_renamed_call_output_breaks_the_swap(monkeypatch):
+    # `* 1` is inner's output: `x * 1 -> x` renames it to a value inside the call, which the
+    # parent then reads across the boundary; the swapped-in module no longer stands for it
+    _switched_off(monkeypatch, "barrier_guard")
+    _, x, p = _preserved()
+    q, report = rewrite_report(p, [TIMES_ONE])
+    assert report.counts == {"times_one": 1}
+    lowered = lower(transform(q))
+    lowered.inner = _Swapped()
+    with pytest.raises(AttributeError):
+        lowered(x)
+
+
 def test_barrier_guard_reads_preserved_frames():
     text = _one_graph("""\
       %x = placeholder
@@ -485,3 +498,188 @@ def test_conv_bn_numerics_still_hold():
     q = rewrite(p, [CONV_BN])
     assert q is not p
     torch.testing.assert_close(lower(q)(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+# --- nodes a match looks through (Binding.absorbed) go with it ----------------------------------
+
+
+class _DropoutBetween(nn.Module):
+    def __init__(self, also_read: bool) -> None:
+        super().__init__()
+        self.also_read = also_read
+
+    def forward(self, x):
+        d = F.dropout(torch.relu(x), 0.1, training=False)
+        y = torch.relu(d)
+        return (y, d + 1) if self.also_read else y
+
+
+def test_an_absorbed_node_is_removed_with_the_match():
+    model, x = _DropoutBetween(False).eval(), torch.randn(6)
+    p = import_ep(torch.export.export(model, (x,)))
+    q, report = rewrite_report(p, [RELU_RELU])
+    assert report.counts == {"relu_relu": 1}
+    targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
+    assert targets == ["aten.relu.default"]
+    verify(q)
+    torch.testing.assert_close(lower(q)(x), model(x))
+
+
+def test_an_absorbed_node_read_outside_the_match_keeps_the_match_out():
+    model, x = _DropoutBetween(True).eval(), torch.randn(6)
+    p = import_ep(torch.export.export(model, (x,)))
+    q = rewrite(p, [RELU_RELU])
+    assert q is p
+
+
+def test_a_rule_copies_as_a_new_rule_with_its_own_caches():
+    import copy
+
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", trusted=True)
+    rule.compiled("training")
+    twin = copy.deepcopy(rule)
+    assert twin is not rule and twin.name == "rr" and twin.trusted
+    assert not rule_cache(twin).traced and rule_cache(rule).traced
+
+
+def _view_of(body: str, outputs: str):
+    p = program(_one_graph(body, outputs))
+    return engine._Work(p.root_module.graph, "", 0, True, engine._NO_BARRIERS, 1, [])
+
+
+_GUARDED = """\
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%x)
+      %t = call_function[aten.t.default](%neg)
+      %mul = call_function[aten.mul.Tensor](%t, 1)
+      %sin = call_function[aten.sin.default](%mul)"""
+
+
+@pytest.mark.parametrize(("extra", "outputs", "safe"), [
+    ("", "sin", True),
+    ("      %w = call_function[aten.add_.Tensor](%mul, 1)", "sin", False),  # the result written
+    (("      %v = call_function[aten.view.default](%mul, [-1])\n"
+     "      %w = call_function[aten.add_.Tensor](%v, 1)"), "sin", False),  # through a view of it
+    ("      %w = call_function[aten.add_.Tensor](%neg, 1)", "sin", False),  # the outside base
+    (("      %v = call_function[aten.view.default](%neg, [-1])\n"
+     "      %w = call_function[aten.add_.Tensor](%v, 1)"), "sin", False),  # a view of the base
+    ("      %w = call_function[aten.cos.default](%neg)", "sin w", True),  # a fresh read: no alias
+    ("", "mul", True),  # returned, the outside value is fresh and not returned
+    ("", "mul neg", False),  # returned next to the value it would alias
+    ("", "mul t", False),  # next to a view of it
+])
+def test_alias_guard_on_each_path_a_write_or_the_caller_can_take(extra, outputs, safe):
+    w = _view_of(_GUARDED + ("\n" + extra if extra else ""), outputs)
+    assert guards.alias_guard(w, {"mul": "t"}) is safe
+    assert guards.alias_guard(w, {}) is True
+
+
+def test_alias_guard_refuses_returning_an_alias_of_a_placeholder():
+    w = _view_of("""\
+      %x = placeholder
+      %t = call_function[aten.t.default](%x)
+      %mul = call_function[aten.mul.Tensor](%t, 1)""", "mul")
+    assert guards.alias_guard(w, {"mul": "t"}) is False
+
+
+def test_result_aliases_follow_views_to_an_input():
+    from transforms.rewrite.trace import TRAINING, trace
+
+    ex = (torch.randn(3, 4), torch.randn(3, 4))
+    assert guards.result_aliases(trace(lambda x, y: x.t(), ex, TRAINING, "r", "pattern")) == (0,)
+    assert guards.result_aliases(trace(lambda x, y: y, ex, TRAINING, "r", "pattern")) == (1,)
+    assert guards.result_aliases(trace(lambda x, y: x * y, ex, TRAINING, "r", "pattern")) == (
+        None,)
+    both = trace(lambda x, y: (y.view(-1), x + 1), ex, TRAINING, "r", "pattern")
+    assert guards.result_aliases(both) == (1, None)
+
+
+def test_a_check_that_breaks_is_a_pass_error_naming_the_rule(monkeypatch):
+    from transforms.rewrite import engine as eng
+
+    def broken(rule, **k):
+        raise RuntimeError("view size is not compatible")
+
+    monkeypatch.setattr(eng, "check_rule", broken)
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr_unchecked")
+    p = import_ep(torch.export.export(_CoreCascade(), (torch.randn(6),)))
+    with pytest.raises(PassError, match="rr_unchecked.*check_rule failed.*RuntimeError"):
+        rewrite(p, [rule])
+    assert rule_verdict(rule) is None
+
+
+# --- laws on generated programs: semantics (outputs and writes to the input) and idempotence ----
+
+_UNARY = {"relu": "aten.relu.default", "neg": "aten.neg.default", "sin": "aten.sin.default",
+          "clamp_max": "aten.clamp_max.default"}
+_LAW_RULES = [TIMES_ONE, *_CASCADE]
+
+
+def _generated(draw_ops) -> str:
+    """A one-input program from ``draw_ops``: each step reads an earlier value (a unary op, a
+    ``* 1``, a view, a write in place of it, a view written in place) and the last value and
+    every written one are returned."""
+    lines, values, written = ["      %x = placeholder"], ["x"], []
+    for i, (kind, pick) in enumerate(draw_ops):
+        src = values[-1 - pick % len(values)]
+        name = f"v{i}"
+        if kind in _UNARY:
+            extra = ", 0.0" if kind == "clamp_max" else ""
+            lines.append(f"      %{name} = call_function[{_UNARY[kind]}](%{src}{extra})")
+        elif kind == "one":
+            lines.append(f"      %{name} = call_function[aten.mul.Tensor](%{src}, 1)")
+        elif kind == "view":
+            lines.append(f"      %{name} = call_function[aten.view.default](%{src}, [-1])")
+        else:  # a write in place of a fresh value (never of the caller's input)
+            if src == "x":
+                continue
+            lines.append(f"      %{name} = call_function[aten.add_.Tensor](%{src}, 1)")
+            written.append(name)
+            continue
+        values.append(name)
+    outs = " ".join(dict.fromkeys([values[-1], *written]))
+    return _one_graph("\n".join(lines), outs)
+
+
+def _generated_law(max_examples: int = 25) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    step = st.tuples(st.sampled_from([*_UNARY, "one", "one", "one", "view", "write", "write"]),
+                     st.sampled_from([0, 0, 0, 1, 2]))
+
+    @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(st.lists(step, min_size=1, max_size=9))
+    def law(ops_drawn):
+        p = program(_generated(ops_drawn))
+        q = rewrite(p, _LAW_RULES)
+        verify(q)
+        assert rewrite(q, _LAW_RULES) is q
+        x = torch.randn(6)
+        x_p, x_q = x.clone(), x.clone()
+        want, got = lower(p)(x_p), lower(q)(x_q)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x_q, x_p)  # the caller's input is written as eager writes it
+        for g, w in zip(_as_tuple(got), _as_tuple(want)):  # and aliased as eager aliases it
+            assert _shares(g, x_q) == _shares(w, x_p)
+
+    law()
+
+
+def _as_tuple(v):
+    return v if isinstance(v, tuple) else (v,)
+
+
+def _shares(a, b) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def test_rewrite_keeps_semantics_and_is_idempotent_on_generated_programs():
+    _generated_law()
+
+
+def test_teeth_the_generated_law_fails_without_the_alias_guard(monkeypatch):
+    _switched_off(monkeypatch, "alias_guard")
+    with pytest.raises(AssertionError):
+        _generated_law(40)

@@ -73,7 +73,7 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
             (after ``transforms.transform``); every distinct module graph is rewritten once,
             so a graph shared by several calls is rewritten once.
         rules: ``Rule`` values. Each is checked with ``check_rule`` the first time it is met
-            (unless ``trusted``); the verdict stays with the rule.
+            (unless ``trusted``); the verdict is kept beside the rule (``rule_verdict``).
 
     Returns:
         The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
@@ -83,12 +83,21 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
         skipped where a value inside it is read outside, where it holds a mutating, effectful
         or random op, where an input is written in place or a write in place lies between its
         nodes, and (for a replacement traced per match, ``Compiled.concrete``) where its
-        inputs' shapes are unknown or several calls run the graph.
+        inputs' shapes are unknown or several calls run the graph; and where a guard of
+        ``transforms.rewrite.guards`` says the program around it would change:
+        ``alias_guard`` (a fresh result made an alias of an input or state value that a write
+        or the caller can reach), ``barrier_guard`` (the match crosses a preserved call's
+        boundary, or renames a value its signature names) and ``dtype_guard`` (a value taking
+        a result's place has another dtype or shape). Nodes the match looks through
+        (``Binding.absorbed``) are removed with it. A replacement whose trace depends on
+        dtypes (``Compiled.by_dtype``) is traced at each match's dtypes.
 
     Raises:
         PassError: naming the rule, when a rule cannot be traced or is malformed, when
-        ``check_rule`` finds it wrong (with the counterexample), when its ``where`` raises, or
-        when rules keep rewriting each other's results past the step cap (a cycle; names them).
+        ``check_rule`` finds it wrong (with the counterexample), when its ``where`` raises, when
+        its replacement reads a tensor argument its pattern ignores, when rules keep rewriting
+        each other's results past the step cap (a cycle; names them), and for any other error
+        met while rewriting (naming the rule and the node): never a raw exception.
 
     **Laws:**
 
@@ -102,7 +111,11 @@ def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
 
     Complexity: O(n · r) per sweep over n nodes, where r is the number of rules whose pattern
     ends in the node's operator (rules are indexed by that operator); each rewrite re-examines
-    only the nodes it created and their users.
+    the nodes it created, the readers it rewired and the nodes downstream of its new nodes
+    within the deepest pattern (at most 256), then one closing sweep per graph proves the
+    fixpoint (``FIXPOINT``); a program whose level changes under the rewrites (core aten
+    receiving a training-level operator) gets one more round at the new level when some
+    pattern traces differently there.
     """
     return rewrite_report(p, rules)[0]
 
@@ -149,7 +162,7 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
             # the replacements may have put operators of another level in: the rules are
             # traced again at the program's new level until it holds (a fixpoint there)
             now = level_of(_graphs(q))
-            if now == level:
+            if now == level or _same_at_both_levels(rules, level, now):
                 break
             level = now
         else:
@@ -160,6 +173,16 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
     for rw in done:
         counts[rw.rule] += 1
     return q, RewriteReport(MappingProxyType(counts), tuple(done))
+
+
+def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
+    """Whether every rule's pattern traces to the same graph at levels ``a`` and ``b`` (none
+    holds an operator that one level decomposes): a fixpoint at one is one at the other."""
+    return all(_pattern_key(r.compiled(a)) == _pattern_key(r.compiled(b)) for r in rules)
+
+
+def _pattern_key(c: Compiled) -> tuple:
+    return tuple((n.op, n.name, n.target, n.args, n.kwargs) for n in c.traced.graph.nodes)
 
 
 _LEVEL_ROUNDS = 8  #: rounds at a new level after a rewrite changed the program's level, at most
@@ -211,7 +234,15 @@ def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Pr
             if rw.rule in folding and rw.module == root_path and rw.graph == 0
             for name in rw.created
         }
-        q = fold_into_state(q, created)
+        try:
+            q = fold_into_state(q, created)
+        except PurefxError:
+            raise
+        except Exception as exc:
+            raise PassError(
+                f"rewrite: folding the state of rules {sorted(folding)} failed with "
+                f"{type(exc).__name__}: {exc}; drop fold_state=True from them"
+            ) from exc
     return q
 
 
@@ -272,6 +303,13 @@ def _ensure_checked(rule: Rule) -> None:
             cache.verdict = True
         except LawViolation as exc:
             cache.verdict = _without_frames(exc)
+        except PurefxError:
+            raise
+        except Exception as exc:  # a check that broke is no verdict: say so, keep none
+            raise PassError(
+                f"rule {rule.name!r}: check_rule failed with {type(exc).__name__}: {exc}; "
+                "mark the rule Rule(..., trusted=True) to skip the check, or report it"
+            ) from exc
     if cache.verdict is not True:
         raise PassError(
             f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
@@ -510,7 +548,7 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
     """Take the first match of ``rule`` anchored at ``n`` that is safe in its program; the
     names of the nodes to revisit, or ``None`` when no match was taken."""
     for b in match_at(c.pattern, n, w.node.get, w.candidates):
-        b = sizes.recheck(rule, c, b, w.node.get, getattr(c, "level", None), w.users.get)
+        b = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
         if b is None:
             continue
         plan = _plan(rule, c, b, w)
@@ -523,7 +561,7 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
         sources = _result_sources(plan.outs, rep)
         if not _context_allows(c, rep, b, plan, sources, w):
             continue
-        inst = _instantiate(c, b, plan, rep, sources, w)
+        inst = _instantiate(rule, c, b, plan, rep, sources, w)
         if inst is None:
             continue
         return _commit(rule, plan, inst, w)
@@ -549,9 +587,12 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
     replacement); the plan to take it, or ``None``."""
     pattern = c.pattern
     matched = tuple(b.names[k] for k in pattern.nodes if k in b.names)
-    removed = matched + tuple(a for a in getattr(b, "absorbed", ()) if a not in matched)
-    if any(a not in w.node for a in removed):
-        return None
+    absorbed = getattr(b, "absorbed", ())
+    if absorbed:
+        absorbed = tuple(a for a in absorbed if a not in matched)
+        if any(a not in w.node for a in absorbed):
+            return None
+    removed = matched + absorbed
     rset = set(removed)
     for m in matched:
         t = w.node[m].target
@@ -580,7 +621,7 @@ def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
         return None  # the match crosses a preserved call's boundary
     if rule.where is not None and not _where_holds(rule, pattern, b, w, matched):
         return None
-    return _Plan(matched, removed, outs, pos, MappingProxyType(outside))
+    return _Plan(matched, removed, outs, pos, outside)
 
 
 def _where_holds(rule: Rule, pattern: Pattern, b: Binding, w: _Work, matched) -> bool:
@@ -676,7 +717,7 @@ class _Instance:
 
 
 def _instantiate(
-    c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
+    rule: Rule, c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
 ) -> _Instance | None:
     """The replacement's nodes for this match, named and with a ``val`` each; ``None`` (and
     ``w`` as it was) when a value taking a result's place has another dtype or shape than the
@@ -721,7 +762,14 @@ def _instantiate(
     inst = _Instance(tuple(scratch.values()), results, tuple(drawn))
     old = [old_vals[o] for o, new in zip(plan.outs, results) if o is not None and new]
     new = [lookup(n).meta.get("val") for o, n in zip(plan.outs, results) if o is not None and n]
-    if "" in results or not guards.dtype_guard(old, new):
+    if "" in results:
+        _give_back(inst, plan, w)
+        returned = next(r for r, x in zip(rep.outputs, results) if x == "")
+        raise PassError(
+            f"rule {rule.name!r}: its replacement returns {returned!r} where the pattern returns "
+            "a computed value; return a tensor computed from the arguments"
+        )
+    if not guards.dtype_guard(old, new):
         _give_back(inst, plan, w)
         return None
     return inst

@@ -26,13 +26,16 @@ match position by position:
 Nodes that compute nothing (``ir.ops.computes_nothing``: eval-mode dropout, a ``.to`` or
 ``clone`` that keeps the dtype and layout, ``alias``) are looked through: the pattern drops its
 own (``prepare``), and on the graph side a match may pass through them; they are listed in
-``Binding.absorbed`` and go with the match. ``meta`` plays no other part.
+``Binding.absorbed`` and go with the match. A cast that changes only the dtype is looked
+through too, making the binding ``loose``: the pattern traced at the matched dtypes (where its
+``.float()`` may be a cast) decides. ``meta`` plays no other part.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -75,14 +78,6 @@ class Pattern:
         """The number of compute nodes."""
         return len(self.nodes)
 
-    @property
-    def sized(self) -> bool:
-        """Whether some node has a size or dimension argument (a match may be ``loose``)."""
-        return any(
-            ops.facts(n.target).size_args or ops.facts(n.target).dim_args
-            for n in self.nodes.values()
-        )
-
 
 def prepare(traced: Traced) -> Pattern | None:
     """The pattern of a traced function, or ``None`` when it computes nothing (once the nodes
@@ -120,7 +115,10 @@ def prepare(traced: Traced) -> Pattern | None:
         ranks[n.name] = rank
     outputs = _substitute(tuple(traced.outputs), subst)
     roots = [o for o in outputs if isinstance(o, Ref) and o.name in nodes]
-    if not roots or any(isinstance(o, Ref) and o.name not in nodes for o in outputs):
+    if not roots or any(  # a result that was only a no-op of an input: nothing to replace
+        type(o) is Ref and o.name in subst and type(r) is Ref and r.name not in nodes
+        for o, r in zip(traced.outputs, outputs)
+    ):
         return None
     order = tuple(n.name for n in traced.graph.nodes if n.op == PLACEHOLDER)
     anchor = nodes[roots[0].name]
@@ -308,13 +306,20 @@ class _State:
         self.absorbed = absorbed
         self.loose = loose
 
-    def with_(self, **changes: Any) -> _State:
-        fields = {k: getattr(self, k) for k in self.__slots__}
-        fields.update(changes)
-        return _State(**fields)
+    def with_(self, names: dict | None = None, scalars: dict | None = None,
+              used: frozenset | None = None, absorbed: tuple | None = None,
+              loose: bool | None = None) -> _State:
+        return _State(
+            self.names if names is None else names,
+            self.scalars if scalars is None else scalars,
+            self.used if used is None else used,
+            self.absorbed if absorbed is None else absorbed,
+            self.loose if loose is None else loose,
+        )
 
 
 _SIZE = "size"  # argument kinds for the wildcards
+_NO_KINDS: Mapping[int, str] = MappingProxyType({})
 _DIM = "dim"
 
 
@@ -369,9 +374,9 @@ class _Matcher:
 
     def kinds(self, pnode: Node, rank: int | None) -> Mapping[int, str]:
         """Which argument positions are wildcards here: sizes, and dimensions across ranks."""
-        if self.strict:
-            return {}
         found = ops.facts(pnode.target)
+        if self.strict or not (found.size_args or found.dim_args):
+            return _NO_KINDS
         kinds = dict.fromkeys(found.size_args, _SIZE)
         prank = self.p.ranks.get(pnode.name)
         if found.dim_args and rank is not None and prank is not None and rank != prank:
@@ -383,7 +388,8 @@ class _Matcher:
             yield s
             return
         kind = kinds.get(i) if kinds else None
-        if kind is not None and _ints(pargs[i]) and _ints(targs[i]):
+        if (kind is not None and _ints(pargs[i]) and _ints(targs[i])
+                and not self.holds_sentinel(pargs[i])):
             differ = not _same_ints(pargs[i], targs[i])
             nxt = s.with_(loose=True) if differ else s
             yield from self.seq(pargs, targs, i + 1, nxt, kinds)
@@ -397,22 +403,26 @@ class _Matcher:
                 return
             bound = s.names.get(p.name)
             if bound is not None:
-                if bound == t.name:
-                    yield s
+                yield from self.reach(bound, t, s)
                 return
             if p.name in self.p.inputs:
                 yield s.with_(names={**s.names, p.name: t.name})
+                step = self.step(t, s)
+                if step is not None:  # or bind the value a no-op passes on
+                    yield from self.arg(p, *step)
                 return
             pnode = self.p.nodes.get(p.name)
             tnode = self.lookup(t.name)
             if pnode is None or tnode is None:
                 return
             yield from self.node(pnode, tnode, s)
-            yield from self.through(p, tnode, s)
+            step = self.step(t, s)
+            if step is not None:
+                yield from self.arg(p, *step)
             return
-        pos = self.p.typed_sentinels.get((type(p), p)) if _is_number(p) else None
+        pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
         if pos is not None:
-            if not (_is_number(t) and type(t) is type(p)):
+            if type(t) is not type(p):  # a float sentinel binds floats, an int one ints
                 return
             if pos in s.scalars:
                 if literal_equal(s.scalars[pos], t):
@@ -428,21 +438,52 @@ class _Matcher:
         if literal_equal(p, t):
             yield s
 
-    def through(self, p: Ref, tnode: Node, s: _State) -> Iterator[_State]:
-        """Match pattern value ``p`` past ``tnode`` when ``tnode`` computes nothing."""
-        if tnode.op != CALL_FUNCTION or tnode.name in s.used or not ops.facts(tnode.target).identity:
-            return
+    def reach(self, bound: str, t: Ref, s: _State) -> Iterator[_State]:
+        """``t`` is the graph value ``bound``, or passes it on through nodes that compute
+        nothing (each absorbed)."""
+        while t.name != bound:
+            step = self.step(t, s)
+            if step is None:
+                return
+            t, s = step
+        yield s
+
+    def step(self, t: Ref, s: _State) -> tuple[Ref, _State] | None:
+        """When graph value ``t`` is computed by a node that computes nothing (and is no
+        matched node), the value it passes on and the state with the node absorbed."""
+        if t.name in s.absorbed:
+            tnode = self.lookup(t.name)
+            args = _normalized(tnode) if tnode is not None else ()
+            return (args[0], s) if args and type(args[0]) is Ref else None
+        tnode = self.lookup(t.name)
+        if (tnode is None or tnode.op != CALL_FUNCTION or tnode.name in s.used
+                or not ops.facts(tnode.target).identity):
+            return None
         targs, _, first = _canonical(tnode, self.lookup)
         if not targs or type(targs[0]) is not Ref:
-            return
-        if not ops.computes_nothing(tnode.target, targs, first, tnode.meta.get("val")):
-            return
-        s = s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
-        yield from self.arg(p, targs[0], s)
+            return None
+        out = tnode.meta.get("val")
+        if not ops.computes_nothing(tnode.target, targs, first, out):
+            if self.strict or not _only_casts(tnode.target, first, out):
+                return None
+            s = s.with_(loose=True)  # a cast the pattern's trace may hold at these dtypes
+        return targs[0], s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
+
+    def holds_sentinel(self, p: Any) -> bool:
+        items = p if isinstance(p, (tuple, IList)) else (p,)
+        return any((type(x), x) in self.p.typed_sentinels for x in items)
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _only_casts(target: Any, val_in: Any, val_out: Any) -> bool:
+    """A conversion (``ir.ops.SAME_METADATA``) that changes its input's dtype and nothing else
+    (device, layout, shape kept): it computes something, but a pattern traced at other dtypes
+    may lack it where the program has it (``.float()`` of a float32 example is nothing)."""
+    return (
+        ops.facts(target).identity == ops.SAME_METADATA
+        and isinstance(val_in, torch.Tensor) and isinstance(val_out, torch.Tensor)
+        and (val_in.device, val_in.layout, val_in.shape)
+        == (val_out.device, val_out.layout, val_out.shape)
+    )
 
 
 def _ints(x: Any) -> bool:

@@ -108,6 +108,15 @@ class Rule:
             f"Rule {self.name!r} is immutable: make a new Rule instead of setting {name!r}"
         )
 
+    def __reduce__(self) -> tuple:
+        """Copies and pickles are new Rules made from the same arguments (their caches start
+        empty)."""
+        return (_remade, (self.pattern, self.replacement, self.example_inputs, {
+            "name": self.name, "where": self.where, "trusted": self.trusted,
+            "max_examples": self.max_examples, "specials": self.specials,
+            "fold_state": self.fold_state,
+        }))
+
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"Rule {self.name!r} is immutable: cannot delete {name!r}")
 
@@ -160,6 +169,10 @@ def rule_cache(rule: Rule) -> RuleCache:
     """The cache of what is derived from ``rule`` (a memo keyed by the rule's identity, held
     as long as the rule lives; nothing is written into the rule). O(1)."""
     return _CACHES(rule)
+
+
+def _remade(pattern: Callable, replacement: Callable, example_inputs: tuple, options: dict) -> Rule:
+    return Rule(pattern, replacement, example_inputs, **options)
 
 
 def _fn_name(fn: Callable) -> str:

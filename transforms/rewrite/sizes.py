@@ -41,8 +41,10 @@ def recheck(
     """The binding to take for ``binding`` (a match of ``compiled.pattern``, the ``Compiled``
     of ``rule`` at ``level``), or ``None`` to skip it.
 
-    - A ``loose`` binding (a size or dimension wildcard bound another value than the pattern's)
-      is kept only when the pattern traced again at the matched inputs' shapes and dtypes
+    - A ``loose`` binding (a size or dimension wildcard bound another value than the pattern's),
+      or one whose inputs have other dtypes than the rule's examples (what computes nothing at
+      the examples' dtypes, a ``.float()``, may compute something at the match's), is kept only
+      when the pattern traced again at the matched inputs' shapes and dtypes
       matches exactly (``match_at(..., strict=True)``) at the same anchor, the same graph nodes
       (looked-through ones included) and the same inputs and scalars; ``None`` when it does
       not, when an input's ``meta['val']`` is missing or symbolic, or when the pattern cannot
@@ -50,17 +52,18 @@ def recheck(
     - With ``users`` (name -> names of the nodes reading it), the metadata checks that read a
       matched interior value are added to ``absorbed`` (``match.absorb_checks``).
 
-    ``level``: ``"training"`` or ``"core"``; ``None``: ``compiled.level`` if it has one, else
-    the level under which ``rule`` holds ``compiled``.
+    ``level``: ``"training"`` or ``"core"``; ``None``: ``compiled.level`` (a loose binding is
+    dropped when neither says).
 
-    **Laws:** a binding that is not loose is kept (with checks absorbed); what is kept is a match
+    **Laws:** a binding that is not loose, at the examples' dtypes, is kept (with checks
+    absorbed); what is kept is a match
     of the pattern's own trace at the matched shapes; pure (the memo changes no answer).
     Complexity: O(pattern size + readers of matched nodes) per binding, plus one trace per new
     (rule, level, shapes, dtypes).
     """
     pattern: Pattern = compiled.pattern
-    if binding.loose:
-        exact = _exact(rule, compiled, binding, lookup, _level(rule, compiled, level))
+    if binding.loose or _other_dtypes(rule, pattern, binding, lookup):
+        exact = _exact(rule, compiled, binding, lookup, _level(compiled, level))
         if exact is None:
             return None
         binding = exact
@@ -69,17 +72,29 @@ def recheck(
     return binding
 
 
-def _level(rule: Any, compiled: Any, level: str | None) -> str | None:
+def _other_dtypes(
+    rule: Any, pattern: Pattern, b: Binding, lookup: Callable[[str], Node | None]
+) -> bool:
+    """Whether a matched input has another dtype than the rule's example: what computes
+    nothing in the pattern's trace (a ``.float()`` of a float32 example) may compute something
+    at the match's dtypes, so the binding is re-checked there."""
+    bound = dict(zip(pattern.tensor_args, pattern.input_order))
+    for i, x in enumerate(rule.example_inputs):
+        name = b.names.get(bound.get(i, ""))
+        if name is None or not isinstance(x, torch.Tensor):
+            continue
+        n = lookup(name)
+        v = n.meta.get("val") if n is not None else None
+        if isinstance(v, torch.Tensor) and v.dtype != x.dtype:
+            return True
+    return False
+
+
+def _level(compiled: Any, level: str | None) -> str | None:
     if level is not None:
         return level
     found = getattr(compiled, "level", None)
-    if found in LEVELS:
-        return found
-    traced = getattr(rule, "_traced", None) or {}
-    for lv in LEVELS:
-        if traced.get(lv) is compiled:
-            return lv
-    return None
+    return found if found in LEVELS else None
 
 
 def _exact(
