@@ -257,13 +257,13 @@ class _State:
                 "rule", rule, f"the rewritten program raised {type(exc).__name__}: "
                 f"{_first_line(exc)} on inputs {sig.describe()} where the pattern ran", None,
             ) from exc
-        problem = differences(got, want, given_args, pattern_args)
+        problem = differences(got, want, given_args, pattern_args, precision=q.precision)
         if "values differ" in problem:
             # rounding: judged against the pattern run in float64, the replacement may err as
             # much as the pattern itself does (a folded or fused form rounds elsewhere)
             ref = _reference(rule, args, q.copies)
             if ref is not None:
-                problem = differences(got, want, given_args, pattern_args, ref)
+                problem = differences(got, want, given_args, pattern_args, ref, q.precision)
         if problem:
             raise LawViolation("rule", rule, f"{problem} on inputs {sig.describe()}", None)
 
@@ -315,8 +315,22 @@ def _rewritten_site(rule: Rule, sig: Signature, apply_rules: Apply) -> _Site | N
                 f"raised {type(exc).__name__}: {_first_line(exc)}", None,
             ) from exc
         if any(report.counts.values()):
-            return _Site(q, copies)
+            return _Site(q, copies, _loosest_float(p))
     return None
+
+
+def _loosest_float(p: Program) -> torch.dtype | None:
+    """The float dtype with the loosest tolerance among the values the pattern computes (a
+    pattern that computes in float32 on float64 inputs is as precise as float32)."""
+    found = None
+    for n in p.root_module.graph.nodes:
+        v = n.meta.get("val")
+        for t in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(t, torch.Tensor) and t.dtype in _TOLERANCE and (
+                found is None or _TOLERANCE[t.dtype] > _TOLERANCE[found]
+            ):
+                found = t.dtype
+    return found
 
 
 @attrs.frozen
@@ -326,6 +340,7 @@ class _Site:
 
     program: Program
     copies: bool
+    precision: torch.dtype | None = None  #: the loosest float dtype the pattern computes in
 
 
 def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Program | None:
@@ -536,17 +551,19 @@ def _fresh(args: tuple) -> tuple:
 
 
 def differences(got: Sequence, want: Sequence, got_args: Sequence, want_args: Sequence,
-                reference: Sequence | None = None) -> str:
+                reference: Sequence | None = None, precision: torch.dtype | None = None) -> str:
     """What differs between results ``got`` (run on ``got_args``) and ``want`` (run on
     ``want_args``, equal values): count, shape, dtype, aliasing both ways (of the arguments
     and of earlier results), value; ``""`` when nothing does. With ``reference`` (the pattern's
     results computed in float64), a float result's values may differ from ``want`` as long as
-    their error against the reference is at most twice ``want``'s own, plus the tolerance."""
+    their error against the reference is at most twice ``want``'s own, plus the tolerance.
+    The tolerance is the result dtype's, or ``precision``'s when that is looser (the pattern
+    computes in a less precise dtype)."""
     if len(got) != len(want):
         return f"{len(got)} results, the pattern gives {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
         ref = reference[k] if reference is not None and k < len(reference) else None
-        problem = _difference(g, w, want_args, ref)
+        problem = _difference(g, w, want_args, ref, precision)
         if not problem:
             problem = _aliasing(k, got, want, got_args, want_args)
         if problem:
@@ -572,7 +589,8 @@ def _aliasing(k: int, got: Sequence, want: Sequence, got_args: Sequence,
     return ""
 
 
-def _difference(got: Any, want: Any, args: Sequence, ref: Any = None) -> str:
+def _difference(got: Any, want: Any, args: Sequence, ref: Any = None,
+                precision: torch.dtype | None = None) -> str:
     if not isinstance(want, torch.Tensor):
         return "" if got == want else f"got {got!r}, the pattern gives {want!r}"
     if not isinstance(got, torch.Tensor):
@@ -582,7 +600,8 @@ def _difference(got: Any, want: Any, args: Sequence, ref: Any = None) -> str:
     if got.dtype != want.dtype:
         return f"dtype {got.dtype}, the pattern gives {want.dtype}"
     if want.is_floating_point() or want.is_complex():
-        rtol, atol = _TOLERANCE.get(want.dtype, (1e-5, 1e-6))
+        rtol, atol = max(_TOLERANCE.get(want.dtype, (1e-5, 1e-6)),
+                         _TOLERANCE.get(precision, (0.0, 0.0)))
         a, b = got.detach().double(), want.detach().double()
         if _holds_non_finite(args):  # the pattern's NaN leaves the value open
             a = torch.where(torch.isnan(b), b, a)
