@@ -299,7 +299,7 @@ def _ensure_checked(rule: Rule) -> None:
     cache = rule_cache(rule)
     if cache.verdict is None:
         try:
-            check_rule(rule)
+            check_rule(rule, apply=apply_rules)
             cache.verdict = True
         except LawViolation as exc:
             cache.verdict = _without_frames(exc)

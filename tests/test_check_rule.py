@@ -1,0 +1,128 @@
+"""``check_rule`` hardened (issue 31, item 3): ``where`` sees real matches, no vacuous pass, one
+instantiation path with ``rewrite`` (``apply_rules``), aliasing both ways, ints and bools drawn,
+sizes drawn per argument, no counterexample of purefx's own making, nothing but ``LawViolation``
+or ``PassError`` out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ir import PassError
+from transforms.law_violation import LawViolation
+from transforms.rewrite import Rule, check_rule, guards
+from transforms.rewrite.check import example_signature, signatures
+
+X = (torch.randn(3, 4),)
+XY = (torch.randn(3, 4), torch.randn(3, 4))
+
+
+def test_where_sees_real_matches_at_the_drawn_dtypes_and_shapes():
+    seen = []
+
+    def where(match) -> bool:
+        v = match.val(0)
+        seen.append((len(match.nodes), v.dtype, tuple(v.shape)))
+        return True
+
+    check_rule(Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, where=where,
+                    max_examples=10))
+    assert seen and all(n == 2 for n, _, _ in seen)  # the pattern's two nodes, never empty
+    dtypes = {d for _, d, _ in seen}
+    assert {torch.float32, torch.float64, torch.int64} <= dtypes
+    assert len({s for _, _, s in seen}) >= 3
+
+
+def test_a_where_that_holds_nowhere_is_refused_saying_so():
+    never = Rule(torch.relu, lambda x: x, X, name="never", where=lambda m: not m.nodes,
+                 max_examples=10)
+    with pytest.raises(LawViolation, match="where\\(\\) held on none"):
+        check_rule(never)
+
+
+def test_a_where_reading_the_nodes_no_longer_hides_a_wrong_rule():
+    # before, where() saw an empty match: nodes-reading conditions were false on every draw
+    wrong = Rule(torch.relu, lambda x: x * 1, X, name="wrong",
+                 where=lambda m: len(m.nodes) == 1, max_examples=10)
+    with pytest.raises(LawViolation, match="values differ"):
+        check_rule(wrong)
+
+
+def test_a_view_replaced_by_a_copy_is_caught():
+    rule = Rule(lambda x: x.t(), lambda x: x.transpose(0, 1) * 1, X, name="t_copy",
+                max_examples=10)
+    with pytest.raises(LawViolation, match="is a view of argument 0, the replacement's is not"):
+        check_rule(rule)
+
+
+def test_a_fresh_result_made_an_alias_is_caught(monkeypatch):
+    # the engine's alias guard declines this match; switched off, check_rule must see it
+    monkeypatch.setattr(guards, "alias_guard", lambda *a, **k: True)
+    rule = Rule(lambda x: x * 1, lambda x: x, X, name="times_one_alias", max_examples=5)
+    with pytest.raises(LawViolation, match="fresh, the replacement's is an alias of argument 0"):
+        check_rule(rule)
+
+
+def test_bool_tensors_are_drawn_for_an_int_example():
+    # right on ints (two's complement), wrong on bools (the replacement raises)
+    rule = Rule(torch.bitwise_not, lambda i: -i - 1, (torch.randint(-3, 4, (3, 4)),),
+                name="not_as_neg", max_examples=10)
+    with pytest.raises(LawViolation, match="bool"):
+        check_rule(rule)
+
+
+def test_int_tensors_are_drawn_for_a_bool_example():
+    # right on bools, wrong on ints: the sum of 2 and -1 is not their count of nonzeros
+    rule = Rule(lambda b: b.sum(), torch.count_nonzero, (torch.rand(3, 4) > 0.5,),
+                name="sum_as_count", max_examples=10)
+    with pytest.raises(LawViolation, match="values differ on inputs \\(tensor\\(.*\\) int"):
+        check_rule(rule)
+
+
+def test_sizes_are_drawn_per_argument():
+    # right when x and y have one shape; wrong when y broadcasts along dim 0
+    rule = Rule(lambda x, y: (x + y).sum(0), lambda x, y: x.sum(0) + y.sum(0), XY,
+                name="sum_of_sum", max_examples=20)
+    with pytest.raises(LawViolation, match="values differ|shape"):
+        check_rule(rule)
+    shapes = {s.args for s in signatures(rule)}
+    assert any(a[0] != b[0] for a, b in shapes)  # arguments resized each their own way
+
+
+def test_a_cast_to_the_querys_dtype_is_no_counterexample():
+    # the replacement's trace holds an _assert_tensor_metadata(dtype=float32) after .to: drawn
+    # at float64, the rewrite must not fail on purefx's own trace
+    rule = Rule(lambda q, m: q - m, lambda q, m: q + torch.neg(m.to(q.dtype)), XY,
+                name="cast_mask",
+                where=lambda m: m.val(0).dtype == m.val(1).dtype, max_examples=15)
+    check_rule(rule)
+    assert any(s.args[0][1] == torch.float64 for s in signatures(rule))
+
+
+def test_right_rules_pass_and_the_example_signature_comes_first():
+    rule = Rule(lambda x: x * 2, lambda x: x + x, X, name="twice",
+                where=lambda m: m.val(0).dtype != torch.bool, max_examples=10)
+    check_rule(rule)
+    assert signatures(rule)[0] == example_signature(rule)
+
+
+def test_a_where_that_raises_is_a_pass_error():
+    def boom(match):
+        raise ValueError("no")
+
+    with pytest.raises(PassError, match="where\\(\\) raised ValueError"):
+        check_rule(Rule(torch.relu, torch.relu, X, name="boom", where=boom, max_examples=3))
+
+
+def test_a_malformed_rule_is_a_pass_error():
+    with pytest.raises(PassError, match="returns 2 values"):
+        check_rule(Rule(lambda x: (torch.relu(x), x), torch.relu, X, name="pair"))
+
+
+@settings(max_examples=1, deadline=None, database=None)
+@given(st.just(0))
+def test_inside_a_property_suite_the_draws_come_from_a_seeded_generator(_):
+    with pytest.raises(LawViolation, match="values differ"):
+        check_rule(Rule(torch.relu, lambda x: x * 1, X, name="in_suite", max_examples=5))

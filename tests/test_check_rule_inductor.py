@@ -1,0 +1,64 @@
+"""``check_rule`` on torch inductor's 14 no-dropout attention rules, loaded from the installed
+torch (``tests/inductor_rules.py``): never a raw error (the old check raised ``view size is not
+compatible`` on rules 15, 23 and 30), right rules accepted, wrong ones refused with a true
+counterexample. The verdicts are those ``bench/inductor_attention.py`` reports."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.inductor_rules import NO_DROPOUT, inductor_rule
+from transforms.law_violation import LawViolation
+from transforms.rewrite import check_rule
+
+RIGHT = (1, 2, 10, 11, 30)
+"""Accepted: right wherever inductor's own parameter check holds (10, which ends in a cast to
+float16, checked with float16 examples)."""
+_MASK = "the rewritten program raised"  # the mask enlarges the scores: keys of length 1 broadcast
+WRONG = {
+    5: _MASK, 14: _MASK, 21: _MASK, 22: _MASK, 29: _MASK,
+    8: "int64",  # the pattern runs on ints (its casts make floats), the replacement does not
+    23: "int64",
+    15: "values differ",  # (mask == 0) in the pattern, (mask == 1) in the replacement
+    24: "the rewritten program raised",  # heads read from the query reshape the keys
+}
+"""Refused, with the kind of counterexample."""
+
+
+def _verdict(k: int) -> str:
+    try:
+        check_rule(inductor_rule(k))
+    except LawViolation as exc:
+        return str(exc)
+    return "accepted"
+
+
+def test_the_rules_split_into_right_and_wrong():
+    assert sorted((*RIGHT, *WRONG)) == sorted(NO_DROPOUT)
+
+
+@pytest.mark.parametrize("k", [2, 15])
+def test_a_sample_of_inductors_rules(k):
+    verdict = _verdict(k)
+    if k in WRONG:
+        assert WRONG[k] in verdict
+    else:
+        assert verdict == "accepted"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", NO_DROPOUT)
+def test_every_inductor_rule_gets_its_verdict(k):
+    verdict = _verdict(k)  # a raw error would fail the test here
+    if k in WRONG:
+        assert WRONG[k] in verdict, verdict
+    else:
+        assert verdict == "accepted", verdict
+
+
+def test_rule_15_is_refused_with_a_mask_of_other_values_than_0_and_1():
+    # the old check raised RuntimeError (view size is not compatible) comparing the result
+    with pytest.raises(LawViolation, match="values differ .* on inputs"):
+        check_rule(inductor_rule(15))
+    assert torch.is_tensor(inductor_rule(15).example_inputs[3])

@@ -1,0 +1,322 @@
+"""``check_rule_in_context``: ``rewrite`` with one rule, checked as a law on programs that hold
+the rule's pattern among other code (``ir.strategies.rewrite_sites``).
+
+The law, for every generated program ``p`` and ``q = rewrite(p, [rule])``:
+
+- semantics: run on equal inputs and state, ``q`` returns what ``p`` returns (values within the
+  dtype's tolerance, dtypes, shapes), writes the same into its inputs and buffers, and aliases
+  the same: each output shares storage with the same inputs, buffers and earlier outputs;
+- preserved calls: ``q`` keeps ``p``'s preserved call signatures; each value a call reads or
+  returns (by its signature) is still there and still computed on the same side of the call's
+  boundary; and ``transform(q)`` (which outlines the calls) works wherever ``transform(p)`` does;
+- idempotence: ``rewrite(q, [rule]) is q`` (a fixpoint).
+
+Programs run by interpretation of their root graph (``transforms.rewrite.interpret``): every
+aten call as the lowered module makes it, so views, writes in place and aliasing are torch's.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ir.errors import PassError, PurefxError
+from ir.import_ep import import_ep
+from ir.program import Program
+from transforms.law_violation import LawViolation
+from transforms.rewrite import check as rule_law
+from transforms.rewrite.check import aliases, signatures
+from transforms.rewrite.engine import apply_rules, rewrite
+from transforms.rewrite.interpret import run_program
+from transforms.rewrite.rule import Rule
+from transforms.rewrite.trace import TRAINING, trace
+
+_TOLERANCE = {  # (rtol, atol)
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (2e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
+    """``transforms.rewrite.check.check_rule`` with ``apply=engine.apply_rules``: the rule's own
+    law, checked through the rewrite that ``rewrite`` runs (see that function for what is drawn,
+    checked and raised). Cost: at most ``check.SIGNATURES`` exports and rewrites of the pattern,
+    plus ``max_examples`` eager runs."""
+    rule_law.check_rule(rule, max_examples=max_examples, apply=apply_rules)
+
+
+def check_rule_in_context(
+    rule: Rule,
+    *,
+    max_examples: int = 20,
+    places: Sequence[str] | None = None,
+    levels: Sequence[str] | None = None,
+) -> None:
+    """Check ``rewrite(·, [rule])`` on ``max_examples`` programs with the rule's pattern planted.
+
+    What is drawn (``ir.strategies.rewrite_sites``): the pattern's arguments at signatures where
+    it runs (``transforms.rewrite.check.signatures``: dtypes including ints and bools, sizes
+    varied per argument), each taken from a user input, a value computed from one, a view of
+    one, a buffer, or an earlier argument's value; each result returned, read by a view,
+    written in place (directly or through a view), copied into a buffer; the pattern in the
+    root module, inside a child module or split across its boundary, the child preserved
+    (``preserve_module_call_signature``) or not; the training or core aten level.
+
+    ``places`` / ``levels`` narrow the draws (``ir.strategies.rewrite_sites.PLACES``: ``root``,
+    ``inside``, ``across``, ``perturbed``; ``LEVELS``: ``training``, ``core``; default all).
+
+    What is checked: the law of the module docstring (semantics with dtypes, writes and
+    aliasing; preserved calls kept; idempotence). ``rewrite`` runs ``check_rule`` on the rule
+    first (once: the verdict is kept), so a rule ``check_rule`` refuses raises ``PassError``.
+
+    Raises:
+        LawViolation: (law ``"rewrite in context"``) naming the rule, what differs, the drawn
+            site (``SiteSpec.describe``) and the program.
+        PassError: the rule is malformed or wrong by ``check_rule``.
+
+    Cost: per example one ``torch.export`` (plus ``run_decompositions`` at the core level), two
+    rewrites and two interpreted runs of the program; hypothesis shrinks a failure.
+    """
+    from hypothesis import HealthCheck, given, settings
+
+    from ir.strategies.rewrite_sites import LEVELS, PLACES, export_site, rewrite_sites
+
+    _check_choice("places", places, PLACES)
+    _check_choice("levels", levels, LEVELS)
+    if not isinstance(max_examples, int) or max_examples < 1:
+        raise PassError(f"check_rule_in_context: max_examples must be a positive int, got "
+                        f"{max_examples!r}")
+
+    rule.compiled(TRAINING)  # a malformed rule is a PassError before anything is drawn
+    sigs = [s.args for s in signatures(rule)]
+    n_results = len(rule.compiled(TRAINING).pattern.outputs)
+    split = _split_graph(rule)
+    strategy = rewrite_sites(rule.pattern, sigs, results=n_results, split=split,
+                             places=places or PLACES, levels=levels or LEVELS)
+
+    @settings(
+        max_examples=max_examples, derandomize=True, database=None, deadline=None,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+    )
+    @given(strategy)
+    def law(spec: Any) -> None:
+        made = export_site(spec, rule.pattern, split)
+        if made is None:
+            return  # torch.export refuses this module: no program to rewrite
+        ep, inputs = made
+        try:
+            p = import_ep(ep)
+        except PurefxError:
+            return  # a program purefx does not represent: nothing to rewrite
+        _check_site(rule, p, inputs, spec.describe())
+
+    law()
+
+
+def _check_choice(name: str, given: Sequence[str] | None, allowed: Sequence[str]) -> None:
+    if given is None:
+        return
+    if isinstance(given, str) or not given or not set(given) <= set(allowed):
+        raise PassError(
+            f"check_rule_in_context: {name} must be a non-empty list drawn from {allowed}, got "
+            f"{given!r}"
+        )
+
+
+def _split_graph(rule: Rule) -> Any:
+    try:
+        return trace(rule.pattern, rule.example_inputs, TRAINING, rule.name, "pattern",
+                     sentinels=False).graph
+    except PassError:
+        return None
+
+
+def check_site(
+    rules: Rule | Sequence[Rule], p: Program, inputs: tuple, where: str = ""
+) -> Program:
+    """The law of ``check_rule_in_context`` for ``rewrite(·, rules)`` (one rule or several) on
+    one flat program ``p`` with user inputs ``inputs``; returns the rewritten program. Raises
+    ``LawViolation`` naming ``where`` (a description of the site) when it breaks, ``PassError``
+    for a rule that is malformed or that ``check_rule`` refuses.
+
+    Use it for a program of your own (a model with the pattern, a cascade of rules). Cost: two
+    rewrites and two interpreted runs of ``p``."""
+    return _check_site(rules, p, inputs, where)
+
+
+def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: str) -> Program:
+    rules = [rule] if isinstance(rule, Rule) else list(rule)
+    names = ", ".join(repr(r.name) for r in rules)
+
+    def broken(detail: str, cause: BaseException | None = None) -> LawViolation:
+        text = f"rule {names} on {where}: {detail}" if where else f"rule {names}: {detail}"
+        exc = LawViolation("rewrite in context", rewrite, text, p)
+        exc.__cause__ = cause
+        return exc
+
+    try:
+        q = rewrite(p, rules)
+    except PassError:
+        raise
+    except PurefxError as exc:
+        raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
+    except Exception as exc:  # a raw error out of rewrite breaks the law
+        raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
+    if q is p:
+        return q
+    try:
+        want = _run(p, inputs)
+    except Exception as exc:  # not the rewrite's fault: the law cannot run this program
+        raise PassError(
+            f"check_site: the original program does not run on the inputs given "
+            f"({type(exc).__name__}: {exc}); give a flat program and its user inputs"
+        ) from exc
+    try:
+        got = _run(q, inputs)
+    except Exception as exc:  # the rewritten program must run where the original does
+        raise broken(f"the rewritten program raised {type(exc).__name__}: {exc}", exc) from exc
+    problem = _compare(got, want)
+    if problem:
+        raise broken(problem)
+    if set(q.call_signatures.keys()) != set(p.call_signatures.keys()):
+        raise broken(
+            f"preserved calls {sorted(p.call_signatures.keys())} became "
+            f"{sorted(q.call_signatures.keys())}"
+        )
+    problem = _boundaries(p, q)
+    if problem:
+        raise broken(problem)
+    if len(p.call_signatures) > 1:
+        from transforms.pipeline import transform
+
+        if _outlines(transform, p):
+            try:
+                transform(q)
+            except Exception as exc:  # the rewrite dissolved a preserved call
+                raise broken(
+                    f"transform (outlining the preserved calls) refuses the rewritten program: "
+                    f"{type(exc).__name__}: {exc}", exc,
+                ) from exc
+    try:
+        again = rewrite(q, rules)
+    except Exception as exc:  # rewriting a rewritten program must work too
+        raise broken(f"rewriting the result again raised {type(exc).__name__}: {exc}",
+                     exc) from exc
+    if again is not q:
+        raise broken("not a fixpoint: rewriting the result again changed it")
+    return q
+
+
+def _boundaries(p: Program, q: Program) -> str:
+    """What the rewrite did to a preserved call's boundary in a flat program: a value the call
+    reads or returns (its signature names it) gone, or one it returns now computed outside the
+    call (or one it read now computed inside); ``""`` when nothing."""
+    before = {n.name: n for n in p.root_module.graph.nodes}
+    after = {n.name: n for n in q.root_module.graph.nodes}
+    for call, sig in sorted(q.call_signatures.items()):
+        if not call:
+            continue
+        path = call.split("@")[0]
+        for kind, specs in (("reads", sig.inputs), ("returns", sig.outputs)):
+            for a in specs:
+                if a.name is None or a.name not in before:
+                    continue
+                if a.name not in after:
+                    return (f"the preserved call {call!r} {kind} %{a.name}, which the rewrite "
+                            "removed: the match crossed the call's boundary")
+                if _inside(before[a.name], path) != _inside(after[a.name], path):
+                    return (f"the preserved call {call!r} {kind} %{a.name}, now computed "
+                            f"{'inside' if _inside(after[a.name], path) else 'outside'} the "
+                            "call: the match crossed the call's boundary")
+    return ""
+
+
+def _inside(node: Any, path: str) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(isinstance(v, tuple) and v and v[0] == path for v in stack.values())
+
+
+def _outlines(transform: Any, p: Program) -> bool:
+    try:
+        transform(p)
+    except Exception:  # noqa: BLE001 - p itself does not outline: nothing to compare
+        return False
+    return True
+
+
+def _state(p: Program) -> dict[str, torch.Tensor]:
+    out = {}
+    for fqn, slot in p.state.items():
+        value = p.tensors[slot.tensor].value
+        if isinstance(value, torch.Tensor):
+            out[fqn] = value.detach().clone()
+    return out
+
+
+def _run(p: Program, inputs: tuple) -> tuple:
+    args = tuple(x.clone() for x in inputs)
+    state = _state(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs = run_program(p, args, state)
+    return outs, args, state
+
+
+def _compare(got: tuple, want: tuple) -> str:
+    g_out, g_args, g_state = got
+    w_out, w_args, w_state = want
+    if len(g_out) != len(w_out):
+        return f"{len(g_out)} outputs, the original returns {len(w_out)}"
+    for k, (a, b) in enumerate(zip(g_out, w_out)):
+        problem = _value_difference(a, b)
+        if problem:
+            return f"output {k}: {problem}"
+    for i, (a, b) in enumerate(zip(g_args, w_args)):
+        problem = _value_difference(a, b)
+        if problem:
+            return f"input {i} after the call: {problem}"
+    for fqn in sorted(w_state):
+        problem = _value_difference(g_state.get(fqn), w_state[fqn])
+        if problem:
+            return f"state {fqn!r} after the call: {problem}"
+    for k, (a, b) in enumerate(zip(g_out, w_out)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            continue
+        named = [(f"input {i}", x, y) for i, (x, y) in enumerate(zip(g_args, w_args))]
+        named += [(f"state {f!r}", g_state[f], w_state[f]) for f in sorted(w_state)
+                  if f in g_state]
+        named += [(f"output {j}", g_out[j], w_out[j]) for j in range(k)]
+        for what, x, y in named:
+            if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+                continue
+            was, now = aliases(b, y), aliases(a, x)
+            if was != now:
+                return (f"output {k} {'is' if now else 'is not'} an alias of {what}; in the "
+                        f"original it {'is' if was else 'is not'}")
+    return ""
+
+
+def _value_difference(got: Any, want: Any) -> str:
+    if not isinstance(want, torch.Tensor):
+        return "" if got == want else f"{got!r}, the original gives {want!r}"
+    if not isinstance(got, torch.Tensor):
+        return f"a {type(got).__name__}, the original gives a tensor"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype}, the original gives {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {tuple(got.shape)}, the original gives {tuple(want.shape)}"
+    if want.is_floating_point():
+        rtol, atol = _TOLERANCE.get(want.dtype, (1e-5, 1e-6))
+        if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol,
+                              equal_nan=True):
+            return "values differ"
+        return ""
+    return "" if torch.equal(got, want) else "values differ"
+
+
+__all__ = ["check_rule", "check_rule_in_context", "check_site"]
