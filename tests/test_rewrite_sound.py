@@ -85,6 +85,30 @@ def test_teeth_without_the_alias_guard_the_input_is_written(monkeypatch):
     assert q is not p and _writes_input(lower(q), torch.randn(3))
 
 
+class RoundTripWrittenThroughView(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.to(torch.float64).to(torch.float32)
+        y.view(-1).add_(1)
+        return y
+
+
+ROUND_TRIP = Rule(
+    lambda x: x.to(torch.float64).to(torch.float32), lambda x: x.to(torch.float32), X,
+    name="round_trip", trusted=True,
+)
+
+
+def test_a_replacement_cast_to_the_inputs_own_dtype_is_an_alias_of_it():
+    # ``to(float32)`` of a float32 tensor returns the tensor itself, while the pattern's
+    # ``to(float64)`` makes a copy: the schema says "may alias" for both, the vals tell which
+    p = import_ep(torch.export.export(RoundTripWrittenThroughView(), (torch.randn(3),)))
+    assert guards.result_aliases(ROUND_TRIP.compiled("training").traced) == (None,)
+    assert guards.result_aliases(ROUND_TRIP.compiled("training").replacement) == (0,)
+    q = rewrite(p, [ROUND_TRIP])
+    assert q is p
+    assert not _writes_input(lower(q), torch.randn(3))
+
+
 def test_returning_the_input_itself_is_observable_so_skipped():
     """Before: ``return x * 1``. Expected: unchanged: the caller would get its own tensor back."""
     before = program(_one_graph("""\

@@ -190,11 +190,24 @@ def _result_aliases(traced: Traced) -> tuple[int | None, ...]:
                 found = order[r.name]
                 break
             node = nodes.get(r.name)
-            if node is None or not is_view(node) or not node.args:
+            if node is None or not is_view(node) or not node.args or _converts(node, nodes):
                 break
             r = node.args[0]
         out.append(found)
     return tuple(out)
+
+
+def _converts(node: Node, nodes: Mapping[str, Node]) -> bool:
+    """Whether a may-alias operator (``to``, ``contiguous``: schema result ``Tensor(a)``) made a
+    new tensor here: its ``val`` has another dtype or device than its input's (``x.to(float64)``
+    of a float32 ``x`` is a copy; of a float64 ``x``, ``x`` itself)."""
+    source = node.args[0]
+    arg = nodes.get(source.name) if type(source) is Ref else None
+    before = arg.meta.get("val") if arg is not None else None
+    after = node.meta.get("val")
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+        return False
+    return before.dtype != after.dtype or before.device != after.device
 
 
 _RESULT_ALIASES: WeakMemo[Traced, tuple] = WeakMemo(_result_aliases)
