@@ -707,3 +707,24 @@ def test_teeth_the_generated_law_fails_without_the_alias_guard(monkeypatch):
     _switched_off(monkeypatch, "alias_guard")
     with pytest.raises(AssertionError):
         _generated_law(40)
+
+
+def test_a_replacement_that_raises_on_the_matchs_fake_values_is_not_taken(monkeypatch):
+    """Before: ``relu(relu(x))``. Expected: unchanged when the replacement's operator raises on
+    the fake values of the match (a shape the pattern allows and the replacement does not)."""
+    relu_relu = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", trusted=True)
+    p = import_ep(torch.export.export(Chain(), (torch.randn(3, 4),)))
+    assert rewrite(p, [relu_relu]) is not p
+    real = engine._fake_val
+
+    def raising(target, args, kwargs, lookup):
+        found = real(target, args, kwargs, lookup)
+        return engine.RAISED if found is not None else found
+
+    monkeypatch.setattr(engine, "_fake_val", raising)
+    assert rewrite(p, [relu_relu]) is p
+
+
+class Chain(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.relu(x)) + 1

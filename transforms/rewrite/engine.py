@@ -721,7 +721,8 @@ def _instantiate(
 ) -> _Instance | None:
     """The replacement's nodes for this match, named and with a ``val`` each; ``None`` (and
     ``w`` as it was) when a value taking a result's place has another dtype or shape than the
-    result (``guards.dtype_guard``) or the replacement returns no computed value."""
+    result (``guards.dtype_guard``), or when a replacement node raises on the fake values of
+    its (known) inputs: the replacement cannot run where this match runs."""
     pattern = c.pattern
     env: dict[str, Any] = {}
     rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
@@ -753,6 +754,12 @@ def _instantiate(
         args = _bind(rn.args, env, sentinels, b.scalars)
         kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
         meta = _new_meta(rn.target, args, kwargs, lookup, frames, anchor_meta, old_vals.get(name))
+        if meta.get("raised"):
+            # the replacement raises on this match's values (shapes the pattern allows and
+            # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
+            inst = _Instance(tuple(scratch.values()), (), tuple(drawn))
+            _give_back(inst, plan, w)
+            return None
         scratch[name] = Node(rn.op, name, rn.target, args, kwargs, meta)
         env[rn.name] = ref(name)
     results = tuple(
@@ -861,6 +868,9 @@ def _new_meta(
     if "stack_trace" in anchor_meta:
         meta["stack_trace"] = anchor_meta["stack_trace"]
     val = _fake_val(target, args, kwargs, lookup)
+    if val is RAISED:
+        meta["raised"] = True  # read by _instantiate, never left in a graph
+        return MappingProxyType(meta)
     if val is None:
         val = old_val  # a result's value is the replaced node's (same shape and dtype)
     if val is not None:
@@ -891,8 +901,17 @@ def _fake_val(target, args, kwargs, lookup) -> Any:
     try:
         with modes[0]:
             return target(*a, **k)
-    except Exception:  # noqa: BLE001 - no val is better than a wrong one; lower needs none
-        return None
+    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        return RAISED  # every input's val is known: the replacement fails on this match
+
+
+class _Raised:
+    """What ``_fake_val`` gives when the operator raised on fake values of known inputs."""
+
+    __slots__ = ()
+
+
+RAISED: Any = _Raised()
 
 
 
