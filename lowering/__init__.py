@@ -15,9 +15,11 @@ with warnings.catch_warnings():
     from lowering.stages import (
         broadcast_shared_state,
         format_stage_plan,
+        load_stage_state,
         merge_stage_state_dicts,
         pipeline_stage,
         stage_module,
+        stage_ranks,
         sync_shared_grads,
     )
 
@@ -29,9 +31,11 @@ __all__ = [
     "broadcast_shared_state",
     "export_ep",
     "format_stage_plan",
+    "load_stage_state",
     "lower",
     "merge_stage_state_dicts",
     "pipeline_stage",
     "stage_module",
+    "stage_ranks",
     "sync_shared_grads",
 ]

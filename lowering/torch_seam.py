@@ -21,8 +21,12 @@ from torch._export.utils import get_keystr
 from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.distributed.pipelining import PipelineStage
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.nn.parallel import DistributedDataParallel
+
+from ir.torch_seam import pytree
 
 __all__ = [
     "BUFFER_TABLE",
@@ -30,10 +34,12 @@ __all__ = [
     "MODULE_TABLE",
     "NON_PERSISTENT_BUFFERS",
     "PARAMETER_TABLE",
+    "CheckedPipelineStage",
     "FakeTensor",
     "FakeTensorMode",
     "TrainingIRVerifier",
     "Verifier",
+    "data_parallel_inner",
     "decompositions_drop_eval_dropout",
     "detect_fake_mode",
     "eval_frame_callback",
@@ -193,3 +199,48 @@ def sync_parameter_list(plist: torch.nn.ParameterList) -> None:
     """Make a ``ParameterList`` whose ``_parameters`` table was filled directly know its length
     (its ``_size`` field, which ``len`` and ``append`` use). Same in 2.13-2.15."""
     plist._size = len(plist._parameters)
+
+
+# --- pipeline stages ----------------------------------------------------------------------------
+# - CheckedPipelineStage (a subclass of torch.distributed.pipelining.PipelineStage): what
+#   ``lowering/stages.py`` needs from torch's stage beyond its public API. (1) A hook before
+#   each micro-batch's forward: it overrides ``forward_one_chunk(fwd_chunk_id, args, kwargs,
+#   save_forward_output)``, which every schedule calls once per micro-batch (the first stage's
+#   ``args`` are the micro-batch's positional inputs, ``kwargs`` every stage's keyword inputs).
+#   (2) ``fwd_cache``: ``{chunk id: (outputs as a tuple, flat input tensors)}``, read by the
+#   stage's backward; torch normalizes a non-tuple output to ``(output,)`` and later treats
+#   each item as a tensor, so for a last stage returning a dict it keeps the output's tensor
+#   leaves instead. Checked against 2.13 by ``tests/test_torch_seam_stages.py`` (2.14 and
+#   2.15 not checked here: that test fails if either name changes).
+
+
+class CheckedPipelineStage(PipelineStage):
+    """A ``torch.distributed.pipelining.PipelineStage`` that calls
+    ``check(chunk_id, args, kwargs)`` before it runs each micro-batch (a raise there stops the
+    micro-batch before this rank sends anything for it), and keeps a last stage's non-tuple
+    output (a dict, a list) as its tensor leaves for backward.
+
+    Construct it as ``PipelineStage`` with one extra keyword, ``check``. Overrides
+    ``forward_one_chunk`` and rewrites ``fwd_cache`` entries (layout described above)."""
+
+    def __init__(self, *args: Any, check: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.purefx_check = check
+
+    def forward_one_chunk(self, fwd_chunk_id: int, args: tuple[Any, ...],
+                          kwargs: dict[str, Any] | None = None, save_forward_output: bool = True):
+        """Run ``check`` on the micro-batch's own inputs, then torch's ``forward_one_chunk``."""
+        self.purefx_check(fwd_chunk_id, args, kwargs or {})
+        output = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        if self.is_last and not isinstance(output, (torch.Tensor, tuple)):
+            _outputs, inputs = self.fwd_cache[fwd_chunk_id]
+            leaves = tuple(t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
+            self.fwd_cache[fwd_chunk_id] = (leaves, inputs)
+        return output
+
+
+def data_parallel_inner(module: torch.nn.Module) -> torch.nn.Module:
+    """The module a data-parallel wrapper holds: ``DistributedDataParallel.module`` (whose state
+    keys gain a ``module.`` prefix); any other module (FSDP2's ``fully_shard`` changes the
+    module's class in place and keeps its keys) is returned as it is. Same in 2.13-2.15."""
+    return module.module if isinstance(module, DistributedDataParallel) else module

@@ -1,0 +1,33 @@
+"""The pipeline-stage seam (``lowering.torch_seam.CheckedPipelineStage``) against the installed
+torch: the method it overrides and the cache it rewrites are still there, with the shape it
+relies on."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch.distributed.pipelining import PipelineStage
+
+from lowering.torch_seam import CheckedPipelineStage, data_parallel_inner
+
+
+def test_forward_one_chunk_has_the_signature_the_seam_overrides():
+    params = list(inspect.signature(PipelineStage.forward_one_chunk).parameters)
+    assert params == ["self", "fwd_chunk_id", "args", "kwargs", "save_forward_output"]
+    ours = list(inspect.signature(CheckedPipelineStage.forward_one_chunk).parameters)
+    assert ours == params
+
+
+def test_fwd_cache_holds_outputs_then_inputs_per_chunk():
+    """torch writes ``self.fwd_cache[chunk] = (output_tuple, flat inputs)`` in forward_one_chunk
+    and pops it as ``(stage_output, input_values)`` in backward_one_chunk."""
+    fwd = inspect.getsource(PipelineStage.forward_one_chunk)
+    assert "self.fwd_cache[fwd_chunk_id] = (" in fwd
+    bwd = inspect.getsource(PipelineStage.backward_one_chunk)
+    assert "self.fwd_cache.pop(bwd_chunk_id)" in bwd and "input_values," in bwd
+
+
+def test_data_parallel_inner_unwraps_ddp_only():
+    m = torch.nn.Linear(2, 2)
+    assert data_parallel_inner(m) is m
