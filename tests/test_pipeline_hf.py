@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import re
 from typing import Any
 
 import pytest
@@ -99,11 +100,17 @@ def test_hf_albert_shared_layer_is_one_module(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(TORCH_UNFLATTEN_FAILS))
 def test_torch_unflatten_fails(name: str) -> None:
-    """Documents torch 2.13: its unflatten raises on this program (purefx's must not)."""
+    """Documents torch 2.13: its unflatten raises on this program (purefx's must not). Whether it
+    does depends on how the installed transformers writes the model (newer releases of Llama and
+    Mixtral no longer trip it): where it runs, the case is skipped, saying so."""
     case = HF_CASES[name]
     ep = export_case(case)
-    with pytest.raises(Exception, match=TORCH_UNFLATTEN_FAILS[name]):
+    try:
         run(torch_unflatten(ep), case)
+    except Exception as exc:  # noqa: BLE001 - what torch raises is the thing documented
+        assert re.search(TORCH_UNFLATTEN_FAILS[name], str(exc)), str(exc)
+    else:
+        pytest.skip(f"torch's unflatten runs {name} with this transformers release")
 
 
 @pytest.mark.parametrize("name", TORCH_STATE_ORDER_DIFFERS)
