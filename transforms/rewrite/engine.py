@@ -753,13 +753,13 @@ def _instantiate(
             drawn.append(name)
         args = _bind(rn.args, env, sentinels, b.scalars)
         kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
-        meta = _new_meta(rn.target, args, kwargs, lookup, frames, anchor_meta, old_vals.get(name))
-        if meta.get("raised"):
+        val = _fake_val(rn.target, args, kwargs, lookup)
+        if val is RAISED:
             # the replacement raises on this match's values (shapes the pattern allows and
             # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
-            inst = _Instance(tuple(scratch.values()), (), tuple(drawn))
-            _give_back(inst, plan, w)
+            _give_back(_Instance(tuple(scratch.values()), (), tuple(drawn)), plan, w)
             return None
+        meta = _new_meta(val if val is not None else old_vals.get(name), frames, anchor_meta)
         scratch[name] = Node(rn.op, name, rn.target, args, kwargs, meta)
         env[rn.name] = ref(name)
     results = tuple(
@@ -859,20 +859,14 @@ def _common_stack(nodes: list[Node]) -> Any:
     return dict(common)
 
 
-def _new_meta(
-    target, args, kwargs, lookup, stack, anchor_meta, old_val=None
-) -> Mapping[str, Any]:
+def _new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A new node's meta: the common module ``stack``, the anchor's ``stack_trace`` and ``val``
+    (its fake value, else the replaced node's: a result has the same shape and dtype)."""
     meta: dict[str, Any] = {}
     if stack is not None:
         meta["nn_module_stack"] = stack
     if "stack_trace" in anchor_meta:
         meta["stack_trace"] = anchor_meta["stack_trace"]
-    val = _fake_val(target, args, kwargs, lookup)
-    if val is RAISED:
-        meta["raised"] = True  # read by _instantiate, never left in a graph
-        return MappingProxyType(meta)
-    if val is None:
-        val = old_val  # a result's value is the replaced node's (same shape and dtype)
     if val is not None:
         meta["val"] = val
     return MappingProxyType(meta)
