@@ -92,6 +92,9 @@ class OpFacts:
     mutating: bool = False  #: writes some argument in place (``add_``, ``copy_``, ``add.out``)
     written: tuple[int, ...] = ()  #: positions of the arguments it writes
     inplace: bool = False  #: writes its first argument and returns it (``add_``, ``copy_``)
+    view: bool = False
+    """Returns a view of an argument without writing (a schema result ``Tensor(a)`` of a
+    functional operator: ``slice``, ``view``, ``select``, ``split``'s list, ``t``)."""
     effectful: bool = False  #: a side effect beyond its result (print, assert, effect token)
     random: bool = False  #: draws from a random number generator
     copy_of: int | None = None  #: the argument whose values the result (or the write) takes
@@ -199,6 +202,9 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         mutating=schema.is_mutable,
         written=written,
         inplace=0 in written and first_result is not None and first_result.is_write,
+        view=not schema.is_mutable and any(
+            r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
+        ),
         effectful=op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS,
         random=torch.Tag.nondeterministic_seeded in op.tags,
         copy_of=_COPY_OF.get(packet),
@@ -357,6 +363,14 @@ def is_inplace(target: Any) -> bool:
     argument (``add_``, ``copy_``; not ``add.out`` nor train-mode batch norm, which write
     other arguments)."""
     return facts(target).inplace
+
+
+def is_view(target: Any) -> bool:
+    """Returns a view of an argument (its first, for every aten view operator) without writing
+    it: the schema's result is aliased and not written (``slice``, ``view``, ``select``,
+    ``split``'s list items, ``t``, ``expand``). ``getitem`` and alias-like operators that may
+    copy (``clone``, ``to``) are not views by this fact. O(1) after the first call."""
+    return facts(target).view
 
 
 def is_effectful(target: Any) -> bool:

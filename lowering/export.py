@@ -45,7 +45,7 @@ from lowering.torch_seam import (
     detect_fake_mode,
     script_object_type_name,
 )
-from transforms.inline import CallChain, inline_with_calls
+from transforms.inline import CallChain, inline_with_calls, restacked
 
 _INPUT_KINDS = {
     sg.USER_INPUT: gs.InputKind.USER_INPUT,
@@ -75,7 +75,6 @@ _INPUT_RANK = {
     sg.TOKEN: 0, sg.PARAMETER: 1, sg.BUFFER: 2, sg.CONSTANT_TENSOR: 3, sg.CUSTOM_OBJ: 4,
     sg.USER_INPUT: 5,
 }
-_ROOT_KEY = "L__self__"
 # The meta torch gives a state placeholder (no module stack: state is read outside any call).
 _PLACEHOLDER_META = ("val", "tensor_meta")
 
@@ -162,49 +161,7 @@ def _flatten(p: Program) -> tuple[Program, list[Frames]]:
         raise ExportError(f"the module graphs cannot be inlined into one graph: {err}") from err
     if flat is p:
         return p, frames
-    graph = flat.root_module.graph
-    keys = _stack_keys(graph)
-    nodes = [
-        _restacked(node, chain, p, keys) if chain else node
-        for node, chain in zip(graph.nodes, frames)
-    ]
-    nodes.append(graph.output_node)
-    root = flat.root_module.replace(graphs=(Graph(tuple(nodes)),))
-    return flat.replace(modules=flat.modules.set(flat.root, root)), frames
-
-
-def _stack_keys(graph: Graph) -> dict[str, str]:
-    """Module path -> the identity key its stack entries use (torch's ``L__self__a.b`` or an
-    object id), from the first stack that names the path: every call of a path gets one key."""
-    keys: dict[str, str] = {}
-    seen: set[int] = set()
-    for node in graph.nodes:
-        stack = node.meta.get("nn_module_stack")
-        if not stack or id(stack) in seen:
-            continue
-        seen.add(id(stack))
-        for key, (path, _) in stack.items():
-            keys.setdefault(path, key.partition("@")[0])
-    return keys
-
-
-def _restacked(node: Node, frames: Frames, p: Program, keys: dict[str, str]) -> Node:
-    """``node`` with the module stack of the calls ``frames`` (and its own deeper entries);
-    class names come from ``p``, the outlined Program whose module ids ``frames`` name."""
-    old = dict(node.meta.get("nn_module_stack") or {})
-    items = list(old.items())
-    if items and items[0][1][0] == "":
-        stack = dict(items[:1])
-    else:
-        stack = {keys.get("", _ROOT_KEY): ("", p.root_module.type_name)}
-    for path, mid, number in frames:
-        base = keys.get(path, f"{_ROOT_KEY}{path}")
-        stack[base if number == 0 else f"{base}@{number}"] = (path, p.modules[mid].type_name)
-    inner = frames[-1][0] + "."
-    for key, (path, type_name) in items:
-        if path.startswith(inner):
-            stack[key] = (path, type_name)
-    return node.with_meta(nn_module_stack=stack)
+    return restacked(flat, frames, p), frames
 
 
 # --- folding the pytree plumbing of preserved calls ---------------------------------------------

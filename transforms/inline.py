@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ir import ops
@@ -59,6 +60,9 @@ def inline(program: Program) -> Program:
 #: outermost first (call numbers count the calls of one path from 0, in graph order).
 CallChain = tuple[tuple[str, ModuleId, int], ...]
 
+#: The key torch's module stacks give the root module (``L__self__``; a path follows it).
+ROOT_STACK_KEY = "L__self__"
+
 
 def inline_with_calls(program: Program) -> tuple[Program, list[CallChain]]:
     """``inline(program)``, and per node of the result's root graph (in order, the output node
@@ -76,6 +80,59 @@ def inline_with_calls(program: Program) -> tuple[Program, list[CallChain]]:
     inliner = _Inliner(program)
     flat = inliner.run()
     return flat, inliner.frames_of + [()]
+
+
+def restacked(flat: Program, chains: Sequence[CallChain], p: Program) -> Program:
+    """``flat`` (``inline_with_calls(p)``'s program) whose nodes each carry the module stack of
+    the calls they ran in (``chains``, per node): a node inlined from a deduplicated graph then
+    names the call it ran in, not the call its graph was first recorded for, and a node the
+    outlining added (preserved-call plumbing) names its call too. Class names come from ``p``.
+    Nodes that ran in the root keep their meta. O(n * depth)."""
+    graph = flat.root_module.graph
+    if flat is p:
+        return flat
+    keys = _stack_keys(graph)
+    nodes = [
+        _restacked(node, chain, p, keys) if chain else node
+        for node, chain in zip(graph.nodes, chains)
+    ]
+    nodes.append(graph.output_node)
+    root = flat.root_module.replace(graphs=(Graph(tuple(nodes)),))
+    return flat.replace(modules=flat.modules.set(flat.root, root))
+
+
+def _stack_keys(graph: Graph) -> dict[str, str]:
+    """Module path -> the identity key its stack entries use (torch's ``L__self__a.b`` or an
+    object id), from the first stack that names the path: every call of a path gets one key."""
+    keys: dict[str, str] = {}
+    seen: set[int] = set()
+    for node in graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if not stack or id(stack) in seen:
+            continue
+        seen.add(id(stack))
+        for key, (path, _) in stack.items():
+            keys.setdefault(path, key.partition("@")[0])
+    return keys
+
+
+def _restacked(node: Node, frames: CallChain, p: Program, keys: dict[str, str]) -> Node:
+    """``node`` with the module stack of the calls ``frames`` (and its own deeper entries);
+    class names come from ``p``, the outlined Program whose module ids ``frames`` name."""
+    old = dict(node.meta.get("nn_module_stack") or {})
+    items = list(old.items())
+    if items and items[0][1][0] == "":
+        stack = dict(items[:1])
+    else:
+        stack = {keys.get("", ROOT_STACK_KEY): ("", p.root_module.type_name)}
+    for path, mid, number in frames:
+        base = keys.get(path, f"{ROOT_STACK_KEY}{path}")
+        stack[base if number == 0 else f"{base}@{number}"] = (path, p.modules[mid].type_name)
+    inner = frames[-1][0] + "."
+    for key, (path, type_name) in items:
+        if path.startswith(inner):
+            stack[key] = (path, type_name)
+    return node.with_meta(nn_module_stack=stack)
 
 
 def _is_flat(p: Program) -> bool:

@@ -19,7 +19,7 @@ from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering import lower, stage_module
-from transforms import split_stages
+from transforms import split_stages, transform
 
 
 def _paths_in_order(p) -> list[str]:
@@ -33,23 +33,43 @@ def _paths_in_order(p) -> list[str]:
     return list(seen)
 
 
+def _split_of(p, data):
+    """A split drawn for ``p``: one or two cut paths in module order, or ``n=2..3`` balanced
+    by parameters or FLOPs; the program flat or outlined first (``split_stages`` inlines)."""
+    paths = _paths_in_order(p)
+    source = transform(p) if data.draw(st.booleans(), label="outlined") else p
+    if data.draw(st.booleans(), label="balanced"):
+        n = data.draw(st.integers(2, 3), label="n")
+        balance = data.draw(st.sampled_from(["params", "flops"]), label="balance")
+        return source, lambda: split_stages(source, n=n, balance=balance)
+    picked = data.draw(
+        st.lists(st.sampled_from(paths[1:]), min_size=1, max_size=2, unique=True), label="at"
+    )
+    at = sorted(picked, key=paths.index)
+    return source, lambda: split_stages(source, at)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(p=programs(max_modules=4, max_ops=5, max_nodes=40), data=st.data())
 def test_stages_in_sequence_compute_the_program(p, data):
     paths = _paths_in_order(p)
     assume(len(paths) >= 2)
-    cut = data.draw(st.sampled_from(paths[1:]), label="at")
-    text = format_program(p)
+    source, split = _split_of(p, data)
+    text = format_program(source)
     try:
-        stages = split_stages(p, [cut])
+        stages = split()
     except PassError:
         event("declined")
         return  # declined with a purefx error (nothing crosses, a shared buffer, ...)
-    assert format_program(p) == text
-    again = split_stages(p, [cut])
+    assert format_program(source) == text
+    again = split()
     assert [format_program(q) for q in again.programs] == [
         format_program(q) for q in stages.programs
     ]
+    for e in stages.edges:  # every edge goes to the next stage, at its place in both
+        assert stages.inputs[e.dst][e.index] == e.name
+        assert e.origin <= e.src
+    event(f"{len(stages)} stages")
     for q in stages.programs:
         verify(q)
     keys = {p.slot(f).tensor for f in p.state_order}

@@ -33,7 +33,6 @@ from ir.args import Ref
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
-from ir.torch_seam import OpOverload, op_schema
 from transforms.rewrite.trace import Traced
 
 
@@ -93,25 +92,11 @@ def is_view(node: Node) -> bool:
         return ops.is_alias_like(node.target)
     if node.op != CALL_FUNCTION:
         return False
-    return _VIEW_OPS(node.target) if _weakrefable(node.target) else _view_op(node.target)
-
-
-def _weakrefable(target: Any) -> bool:
-    return isinstance(target, OpOverload)
+    return _view_op(node.target)
 
 
 def _view_op(target: Any) -> bool:
-    if ops.is_alias_like(target) or ops.is_getitem(target):
-        return True
-    facts = ops.facts(target)
-    if facts.mutating or facts.kind != ops.OVERLOAD:
-        return False
-    schema = op_schema(target)
-    returns = getattr(schema, "returns", ()) if schema is not None else ()
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
-
-
-_VIEW_OPS: WeakMemo[Any, bool] = WeakMemo(_view_op)
+    return ops.is_alias_like(target) or ops.is_getitem(target) or ops.is_view(target)
 
 
 def _writes(node: Node) -> bool:
