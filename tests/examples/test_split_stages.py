@@ -6,13 +6,17 @@ comments) cut at module paths into stage Programs, each outlined by the default 
 2. Three stages: a value of stage 0 read by stage 2 is relayed through stage 1 (every edge goes
    to the next stage); a weight tied between ``a`` and ``c`` is held by stages 0 and 2, each
    under its own module's fqn, and listed in ``shared``.
+3. An input written in place in stage 0 and read after the write in stage 1: stage 1 is sent
+   the written value (the in-place result), since each rank holds its own copy of the input;
+   a stage that reads the input itself after the write is refused.
 """
 
 from __future__ import annotations
 
+import pytest
 from beforeafter import program
 
-from ir import alpha_equivalent, format_program, verify
+from ir import PassError, alpha_equivalent, format_program, verify
 from transforms import split_stages
 
 BEFORE_RESIDUAL = """\
@@ -247,3 +251,101 @@ def test_relay_through_the_middle_stage_and_a_tied_weight():
     assert stages.state == (("a.w",), (), ("c.w",))
     assert dict(stages.shared) == {"a.w": (0, 2), "c.w": (0, 2)}
     assert stages.owner("a.w", 2) == "c.w" and stages.owner("c.w", 1) is None
+
+
+BEFORE_INPUT_WRITTEN = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul_1: user_output
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('x',)
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %add_ = call_function[aten.add_.Tensor](%x, 1.0)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%add_, 2.0)  # stack: a
+      %mul_1 = call_function[aten.mul.Tensor](%add_, %mul)  # stack: b
+      return (%mul_1,)
+  module a: A
+  module b: B"""
+
+EXPECTED_INPUT_WRITTEN = (
+    """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %x: user_output
+    %mul: user_output
+  state:
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf, leaf])
+      forward_arg_names: ('x',)
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %x = placeholder
+      %mul = call_module[a](%x)
+      return (%x, %mul)
+  module a: A [module] id='a'
+    graph 0:
+      %x = placeholder
+      %add_ = call_function[aten.add_.Tensor](%x, 1.0)
+      %mul = call_function[aten.mul.Tensor](%add_, 2.0)
+      return[output_1] %mul""",
+    """\
+program:
+  inputs:
+    %add_: user_input
+    %mul: user_input
+  outputs:
+    %mul_1: user_output
+  state:
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('add_', 'mul')
+  module <root>: Top [module] id='<root>'
+    graph 0:
+      %add_ = placeholder
+      %mul = placeholder
+      %mul_1 = call_module[b](%add_, %mul)
+      return (%mul_1,)
+  module b: B [module] id='b'
+    graph 0:
+      %add_ = placeholder
+      %mul = placeholder
+      %mul_1 = call_function[aten.mul.Tensor](%add_, %mul)
+      return[output_1] %mul_1""",
+)
+
+
+def test_an_input_written_in_place_is_sent_as_its_written_value():
+    before = program(BEFORE_INPUT_WRITTEN)
+    stages = split_stages(before, ["b"])
+    for got, want in zip(stages.programs, EXPECTED_INPUT_WRITTEN, strict=True):
+        verify(got)
+        assert alpha_equivalent(got, program(want, like=before)), format_program(got)
+    assert stages.inputs == (("x",), ("add_", "mul")) and stages.root_inputs == ()
+
+
+def test_a_later_stage_reading_the_input_itself_after_its_write_is_refused():
+    before = program(BEFORE_INPUT_WRITTEN.replace(
+        "aten.mul.Tensor](%add_, %mul)", "aten.mul.Tensor](%x, %mul)"
+    ))
+    with pytest.raises(PassError, match=r"input 'x' is written in place in stage 0 and read "
+                       r"in later stage\(s\) \[1\]"):
+        split_stages(before, ["b"])
