@@ -757,8 +757,11 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
                          checkpoint_id=checkpoint, no_dist=True)
 
 
-def _describe(stages: Stages, name: str) -> str:
-    val = stages.source.root_module.graph.by_name()[name].meta.get("val")
+def _describe(stages: Stages, k: int, name: str) -> str:
+    """``name`` with its shape and dtype, read from stage ``k``'s own Program, where ``name``
+    is an input (an edge keeps its name in the stage that receives it)."""
+    node = stages.programs[k].root_module.graph.by_name().get(name)
+    val = node.meta.get("val") if node is not None else None
     if isinstance(val, torch.Tensor):
         dtype = str(val.dtype).removeprefix("torch.")
         return f"{name} {tuple(val.shape)} {dtype}"
@@ -813,7 +816,7 @@ def format_stage_plan(stages: Stages, max_modules: int = 12) -> str:
             f" largest stage {unit} ({_percent(max(values), sum(values))})"
         )
     for k in range(n):
-        inputs = ", ".join(_describe(stages, nm) for nm in stages.inputs[k]) or "(none)"
+        inputs = ", ".join(_describe(stages, k, nm) for nm in stages.inputs[k]) or "(none)"
         lines.append(f"stage {k}" + (f" (begins at {stages.at[k - 1]})" if k else "") + ":")
         lines.append(f"  inputs: {inputs}")
         if stages.root_inputs:
@@ -838,7 +841,7 @@ def format_stage_plan(stages: Stages, max_modules: int = 12) -> str:
         lines.append(f"  share: {_shares(stages, k)}")
         if k < n - 1:
             sent = ", ".join(
-                _describe(stages, e.name) + (f" [relay from stage {e.origin}]"
+                _describe(stages, e.dst, e.name) + (f" [relay from stage {e.origin}]"
                                              if e.origin < k else "")
                 for e in stages.edges_from(k)
             )
