@@ -404,9 +404,9 @@ def _size_source(val: Any, names: Sequence[str], by_name: Any) -> tuple[str, int
 
 
 def _check_tensor(node: Node, a: int, b: int) -> None:
+    """``PassError`` when ``node``'s value is known and is no tensor (a value without a ``val``
+    is taken for a tensor, as torch's stage would find out when it sends it)."""
     val = node.meta.get("val")
-    if val is None and node.op == PLACEHOLDER:
-        return
     if val is not None and not isinstance(val, torch.Tensor):
         raise PassError(
             f"split_stages: value %{node.name} ({type(val).__name__}) is made in stage {a} and "

@@ -17,6 +17,7 @@ import pytest
 from beforeafter import program
 
 from ir import PassError, alpha_equivalent, format_program, verify
+from ir.graph import Graph
 from transforms import split_stages
 
 BEFORE_RESIDUAL = """\
@@ -349,3 +350,16 @@ def test_a_later_stage_reading_the_input_itself_after_its_write_is_refused():
     with pytest.raises(PassError, match=r"input 'x' is written in place in stage 0 and read "
                        r"in later stage\(s\) \[1\]"):
         split_stages(before, ["b"])
+
+
+def test_a_non_tensor_value_crossing_a_boundary_is_refused():
+    before = program(BEFORE_INPUT_WRITTEN.replace("aten.add_.Tensor](%x, 1.0)",
+                                                  "aten.add.Tensor](%x, 1.0)"))
+    graph = before.root_module.graph
+    nodes = tuple(n.with_meta(val=0.5) if n.name == "mul" else n for n in graph.nodes)
+    root = before.root_module.replace(graphs=(Graph(nodes),))
+    scalar = before.replace(modules=before.modules.set(before.root, root))
+    with pytest.raises(PassError, match=r"value %mul \(float\) is made in stage 0 and read in "
+                       r"stage 1; a pipeline stage passes tensors only"):
+        split_stages(scalar, ["b"])
+    split_stages(before, ["b"])  # the same program with a tensor there splits
