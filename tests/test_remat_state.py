@@ -7,6 +7,9 @@
 - The decomposed program names the wrong ``getitem`` as the preserved BatchNorm's output (torch
   maps an old name to the *last* new node made from it): ``repair_call_signatures`` names the
   value that crosses the boundary instead (Before/Expected on the signature).
+- A decomposed preserved MoE router whose signature names the caller's sorted indices (made after
+  the call) for its top-k index, next to its logits, which the caller drops:
+  ``repair_call_signatures`` renames the stale name only.
 - A preserved call that hands one of its inputs back (T5's position bias) next to a sibling that
   made it: both results live in the caller under distinct names.
 """
@@ -22,11 +25,13 @@ from torch import nn
 
 from ir import import_ep
 from ir.args import EMPTY_DICT, ref
+from ir.errors import PassError
 from ir.verify import verify
 from lowering import lower
 from transforms import pipeline, transform
 from transforms.laws import check_program
 from transforms.pipeline import DEFAULT_PIPELINE
+from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures
 from transforms.stacks import fill_call_gaps
 
@@ -103,6 +108,63 @@ def test_consistent_signature_is_not_touched() -> None:
     assert repair_call_signatures(p) is p
 
 
+class Router(nn.Module):
+    """A MoE router (as Mixtral's): logits, normalized top-k weights, top-k indices."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, 3, bias=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self.lin(x)
+        weights, index = logits.softmax(-1).topk(2)
+        return logits, weights / weights.sum(-1, keepdim=True), index
+
+
+class Routed(nn.Module):
+    """Drops the router's logits and sorts its indices (as a MoE experts block does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = Router()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, weights, index = self.gate(x)
+        order, slot = index.view(-1).sort()
+        return x[slot // 2] * order.unsqueeze(-1).float() + weights.sum()
+
+
+def test_stale_output_next_to_a_dropped_one_is_repaired() -> None:
+    """Before: the decomposed ``gate``'s signature returns ``getitem_2`` (in the decomposed graph
+    the caller's sorted indices, made after the call) for the top-k index ``getitem_1``, and its
+    logits ``mm``, which the caller drops (read by nothing after the call). Expected: the stale
+    name alone is renamed, to the one value that crosses out of the call (``mm`` is kept), and
+    the pipeline matches eager, also with the eager router swapped in."""
+    torch.manual_seed(0)
+    eager, x = Routed(), torch.randn(5, D)
+    ep = torch.export.export(copy.deepcopy(eager), (x,), preserve_module_call_signature=("gate",))
+    before = transform(import_ep(ep.run_decompositions()), BEFORE_OUTLINE)
+    sig = before.call_signatures["gate"]
+    assert [a.name for a in sig.outputs] == ["mm", "div", "getitem_2"]  # torch's: the symptom
+    after = repair_call_signatures(before)
+    assert [a.name for a in after.call_signatures["gate"].outputs] == ["mm", "div", "getitem_1"]
+    assert repair_call_signatures(after) is after
+    m = lower(transform(import_ep(ep.run_decompositions())))
+    torch.testing.assert_close(m(x), eager(x))
+    m.gate = copy.deepcopy(eager.gate)
+    torch.testing.assert_close(m(x), eager(x))
+
+
+def test_a_signature_naming_a_later_value_is_a_named_error() -> None:
+    """Without ``repair_call_signatures``, ``rematerialize`` says that ``gate`` returns a value
+    made only after it ends (``outline`` would report it as a read across the boundary)."""
+    torch.manual_seed(0)
+    ep = torch.export.export(Routed(), (torch.randn(5, D),), preserve_module_call_signature=("gate",))
+    stale = transform(import_ep(ep.run_decompositions()), BEFORE_OUTLINE)
+    with pytest.raises(PassError, match=r"'gate' returns %getitem_2, which is computed only after"):
+        rematerialize(stale)
+
+
 class PassesBias(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -148,7 +210,6 @@ def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
     from ir.node import CALL_FUNCTION, Node
     from ir.ops import COPY
     from transforms.preserved.ivals import insert_ivals
-    from transforms.preserved.remat import rematerialize
 
     torch.manual_seed(0)
     flat = transform(import_ep(export_bn(NormTwice().train(), False, True)), BEFORE_OUTLINE)

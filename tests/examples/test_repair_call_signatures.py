@@ -2,8 +2,10 @@
 names a value the call does not use as such (an input defined after the call starts or never read
 by it; an output defined outside the call or read after it only as a state write) names instead
 the one value that crosses the boundary unsigned, preferring the same provenance, else the same
-shape and dtype, else the only value of the same kind. The graph never changes; a signature is the
-only difference, so each Expected text is its Before text with the repaired signature line.
+shape and dtype, else the only value of the same kind. A name that is only unused (an output the
+caller drops) is matched after the names that cannot be right, with what they leave. The graph
+never changes; a signature is the only difference, so each Expected text is its Before text with
+the repaired signature line.
 
 The text carries no ``val`` or ``from_node`` meta: ``meta(p, name=...)`` attaches it."""
 
@@ -178,3 +180,35 @@ program:
       %neg = call_function[aten.neg.default](%x)  # stack: a
       return (%neg,)
   module a: A"""
+
+
+def flat2(outputs: str, body: str) -> str:
+    """``flat`` with a call ``a`` of two results (its signature: input ``x``, ``outputs``)."""
+    return flat("(%x,)", outputs, body).replace("out_spec: leaf", "out_spec: tree(tuple, [leaf, leaf])")
+
+
+# as for a decomposed Mixtral MoE block with its router preserved: a returns its logits (cos),
+# which the caller drops, and its top-k index (neg), which the caller sorts; the signature names
+# getitem, the sort's value made after a ends (torch kept a stale name), not neg
+DROPPED_BODY = """\
+      %cos = call_function[aten.cos.default](%x)  # stack: a
+      %neg = call_function[aten.neg.default](%x)  # stack: a
+      %sort = call_function[aten.sort.default](%neg)
+      %getitem = call_function[_operator.getitem](%sort, 0)
+      %mul = call_function[aten.mul.Tensor](%getitem, %x)"""
+
+
+def test_a_dropped_output_does_not_hide_a_stale_one():
+    # cos, read by nothing after a, is only doubtful: getitem, made after a, is the certain
+    # suspect, and neg is left for it alone
+    before = program(flat2("(%cos, %getitem)", DROPPED_BODY))
+    check(before, flat2("(%cos, %neg)", DROPPED_BODY))
+
+
+def test_a_dropped_output_takes_only_what_a_stale_one_leaves():
+    # cos has neg's shape and dtype, getitem another shape: neg still goes to getitem
+    same_as_cos = meta(
+        program(flat2("(%cos, %getitem)", DROPPED_BODY)),
+        cos=tensor(2), neg=tensor(2), getitem=tensor(3),
+    )
+    check(same_as_cos, flat2("(%cos, %neg)", DROPPED_BODY))

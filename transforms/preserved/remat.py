@@ -91,7 +91,10 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     Raises:
         PassError: naming the value, the preserved call, the reading module and the reason, for
         a value whose slice is not pure, reads something the reader cannot see (a user input
-        outside the signature, a buffer updated in between), or is longer than ``MAX_SLICE``.
+        outside the signature, a buffer updated in between), or is longer than ``MAX_SLICE``;
+        or naming the call and the value, for a signature that takes or returns a value
+        computed only after the call ends (a name ``run_decompositions`` left stale that
+        ``repair_call_signatures`` could not replace).
 
     **Laws:** semantics-preserving (the copies compute the same values at the reader); idempotent
     (``rematerialize(rematerialize(p)) == rematerialize(p)``); deterministic (names and order
@@ -107,10 +110,35 @@ def rematerialize(program: Program, frames_of: FrameOf = node_frames) -> Program
     if not any(program.call_signatures):  # only the root's ('')
         return program
     reach = _Reach.of(program, frames_of)
+    _check_signature_order(reach)
     if not reach.crosses:
         return program
     plan = _rewrite(reach)
     return program if plan is None else _applied(program, plan)
+
+
+def _check_signature_order(reach: _Reach) -> None:
+    """``PassError`` for a preserved call whose signature names a value computed only after
+    the call ends: no argument or result of a call can be (an undefined name, or one made
+    before or inside the call, is left to the rewrite and ``outline``). O(n · d)."""
+    last: dict[str, int] = {}
+    for i, node in enumerate(reach.nodes):
+        for call in reach.chain.get(node.name, ()):
+            last[call] = i
+    position = reach.position
+    for call, end in last.items():
+        for kind, names in (("takes", reach.inputs_of), ("returns", reach.outputs_of)):
+            for name in names.get(call, ()):
+                if position.get(name, -1) > end:
+                    where = _where(reach, reach.by_name[name])
+                    raise PassError(
+                        f"the signature of the preserved call {call!r} {kind} %{name}, which is "
+                        f"computed only after the call ends (in {where}): a stale name "
+                        "(torch's run_decompositions maps signature names by node provenance) "
+                        "that repair_call_signatures could not replace by a unique value "
+                        "crossing the call's boundary. Preserve the module without "
+                        "run_decompositions, or preserve its parent instead"
+                    )
 
 
 # --- pass 1: the analysis -----------------------------------------------------------------------

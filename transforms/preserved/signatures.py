@@ -15,6 +15,15 @@ never a user input or state, whose names decomposition keeps) is replaced by a v
 *crosses* the boundary in the same direction without being in the signature, when exactly one
 such value comes from the same old node (same provenance), or failing that has the same shape
 and dtype, or is the only one left, of the same kind, for the only suspect left.
+
+Suspects are matched in two rounds. A name that cannot be what the signature says (undefined;
+an input defined after the call starts; an output defined outside the call or read after it
+only as a state write) is *certain*, and is matched first. A name that is where the signature
+says but unused (an input the call never reads, an output nothing after the call reads: a module
+may ignore an argument, a caller may drop a result, as a Mixtral MoE block drops its router's
+logits) is only *doubtful*, and takes only what the certain ones leave: an unused output can
+neither take a crossing value from, nor make the "only one left" rule ambiguous for, a certain
+stale name.
 """
 
 from __future__ import annotations
@@ -131,22 +140,26 @@ def _repair(
     def read_after(name: str) -> bool:
         return any(position[u] > inside.end and u not in writes for u in users.get(name, ()))
 
-    # a user input keeps its name through run_decompositions: naming one is never stale
-    suspect_in = [
-        a.name
+    def read_after_at_all(name: str) -> bool:  # state writes included
+        return any(position[u] > inside.end for u in users.get(name, ()))
+
+    # a user input keeps its name through run_decompositions: naming one is never stale. Each
+    # suspect -> whether it is certain (True) or only doubtful (False: unused where it is)
+    suspect_in = {
+        a.name: a.name not in position or position[a.name] >= inside.start
         for a in sig.inputs
         if a.name
         and a.name not in state
         and (a.name not in by_name or by_name[a.name].op != PLACEHOLDER)
         and (a.name not in position or position[a.name] >= inside.start or not read_inside(a.name))
-    ]
-    suspect_out = [
-        a.name
+    }
+    suspect_out = {
+        a.name: not inside(a.name) or a.name in writes or read_after_at_all(a.name)
         for a in sig.outputs
         if a.name
         and a.name not in names_in
         and (not inside(a.name) or a.name in writes or not read_after(a.name))
-    ]
+    }
     if not suspect_in and not suspect_out:
         return sig
     users = graph.users()  # what crosses: the readers of any value (``read_after`` reads it)
@@ -167,8 +180,8 @@ def _repair(
         if private and node.op != PLACEHOLDER and read_after(node.name):
             crossing_out[node.name] = None
     renames = {}
-    renames.update(_match(suspect_in, list(crossing_in), by_name))
-    renames.update(_match(suspect_out, list(crossing_out), by_name))
+    renames.update(_match_ranked(suspect_in, list(crossing_in), by_name))
+    renames.update(_match_ranked(suspect_out, list(crossing_out), by_name))
     if not renames:
         return sig
     for old, new in renames.items():
@@ -178,6 +191,18 @@ def _repair(
             call, old, new,
         )
     return sig.renamed(inputs=renames, outputs=renames)
+
+
+def _match_ranked(
+    suspects: Mapping[str, bool], crossing: list[str], by_name: Mapping[str, Node]
+) -> dict[str, str]:
+    """``_match`` of the certain suspects (``suspects[name]`` true), then of the doubtful ones
+    with the crossing values the certain ones left (signature order within each round)."""
+    found = _match([s for s, certain in suspects.items() if certain], crossing, by_name)
+    taken = set(found.values())
+    left = [c for c in crossing if c not in taken]
+    doubtful = [s for s, certain in suspects.items() if not certain]
+    return found | _match(doubtful, left, by_name)
 
 
 def _match(suspects: list[str], crossing: list[str], by_name: Mapping[str, Node]) -> dict[str, str]:
