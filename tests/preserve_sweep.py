@@ -593,7 +593,7 @@ def _write_json(path: str, results: list[Result]) -> None:
 # --------------------------------------------------------------------------
 # Known failures (issue #12 items 1-4 remove them); kept exact by tests/test_preserve_sweep.py
 # --------------------------------------------------------------------------
-# From the full sweep on the merged code (1062 exportable cases): none. The last class (item 4,
+# From the full sweep on the merged code (1084 exportable cases, 2026-11-24): none. The last class (item 4,
 # ``ancestor_sibling``: a preserved module reads state owned by a sibling of its ancestor, which
 # the parent passed as extra arguments, so a swapped-in eager module got too many) is fixed by
 # ``transforms.foreign_state.hold_foreign_state``.
