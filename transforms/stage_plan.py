@@ -154,6 +154,7 @@ def plan_stages(
     stage_of: Mapping[str, int],
     outside: Sequence[Sequence[str]],
     attrs_read: Sequence[Sequence[str]],
+    reads: Mapping[str, str],
 ) -> StagePlan:
     """The plan of splitting the flat ``p`` by ``stage_of`` (``stage_key``).
 
@@ -164,6 +165,7 @@ def plan_stages(
         outside: per stage, the values its outlined graph reads from outside it (its
             placeholders), in the order it reads them.
         attrs_read: per stage, the names of the ``get_attr`` nodes copied into it.
+        reads: ``state_reads(p)``.
 
     Raises ``PassError`` naming the fqn (or input) and the stages when state or a program input
     is written in one stage and read or written in another, and naming the value when a
@@ -177,7 +179,6 @@ def plan_stages(
     n = len(at) + 1
     graph = p.root_module.graph
     by_name = graph.by_name()
-    reads = state_reads(p)
     user = [s.name for s in p.signature.user_inputs()]
     readers: dict[str, set[int]] = {}
     for k in range(n):
@@ -196,7 +197,7 @@ def plan_stages(
     root_inputs = tuple(u for u in user if any(s > 0 for s in readers.get(u, ())))
     first_inputs = tuple(u for u in user if u not in root_inputs)
     paths = _module_paths(p, stage_of, attrs_read, n)
-    state, renames, shared = _held_state(p, reads, readers, stage_of, paths, at)
+    state, renames, shared = _held_state(p, reads, readers, stage_of, paths)
 
     origin: dict[str, int] = {u: 0 for u in first_inputs}
     origin.update(stage_of)
@@ -313,7 +314,6 @@ def _held_state(
     readers: Mapping[str, set[int]],
     stage_of: Mapping[str, int],
     paths: tuple[tuple[str, ...], ...],
-    at: tuple[str, ...],
 ) -> tuple[tuple[tuple[str, ...], ...], tuple[Mapping[str, str], ...], dict[str, tuple[int, ...]]]:
     """Per stage the fqns held and the renames of state reads to the stage's own read of the
     tensor; the shared fqns. Refuses a cross-stage write. O(n + s * k)."""

@@ -169,7 +169,8 @@ def _split(flat: Program, at: tuple[str, ...], balance: str) -> Stages:
     attrs_read = [
         tuple(nd.name for nd in g.nodes if nd.op == GET_ATTR) if g else () for g in graphs
     ]
-    plan = plan_stages(flat, at, stage_of, outside, attrs_read)
+    reads = state_reads(flat)
+    plan = plan_stages(flat, at, stage_of, outside, attrs_read, reads)
     programs = tuple(transform(_stage_program(flat, plan, k, graphs[k])) for k in range(n))
     grads = _may_carry_grad(flat)
     edges = tuple(
@@ -191,7 +192,7 @@ def _split(flat: Program, at: tuple[str, ...], balance: str) -> Stages:
         out_spec=root_sig.out_spec if root_sig is not None else None,
         balance=balance,
         params=_held_bytes(flat, plan.state),
-        flops=stage_costs(Plan(flat, state_reads(flat)), stage_of, n),
+        flops=stage_costs(Plan(flat, reads), stage_of, n),
     )
 
 
