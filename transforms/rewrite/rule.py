@@ -24,6 +24,65 @@ from transforms.rewrite.trace import TRAINING, Traced, trace
 # --- rules --------------------------------------------------------------------------------------
 
 
+ASSUMPTIONS = frozenset({"no_nans", "no_infs", "no_signed_zeros", "reassociate"})
+"""The assumptions a rule may declare (``Rule(..., assumes=...)``) and a caller may grant
+(``rewrite(p, rules, assume=...)``), after LLVM's fast-math flags: ``no_nans`` (no input or
+result is NaN), ``no_infs`` (none is ±inf), ``no_signed_zeros`` (-0.0 and +0.0 are one value),
+``reassociate`` (floating-point sums and products may be regrouped: results equal up to rounding)."""
+
+
+def check_assumptions(flags: Any, what: str) -> frozenset[str]:
+    """``flags`` as a frozenset of known assumption names; ``ValueError`` naming ``what`` and
+    the known flags when one is unknown or ``flags`` is not a collection of strings."""
+    if isinstance(flags, str) or not isinstance(flags, (set, frozenset, tuple, list)):
+        raise ValueError(
+            f"{what} must be a set of assumption names out of {sorted(ASSUMPTIONS)}, got {flags!r}"
+        )
+    unknown = sorted(str(f) for f in flags if f not in ASSUMPTIONS)
+    if unknown:
+        raise ValueError(
+            f"{what}: unknown assumption(s) {unknown}; the known ones are {sorted(ASSUMPTIONS)}"
+        )
+    return frozenset(flags)
+
+
+def _check_callable(arg: str):
+    def check(_self: Any, _attr: Any, value: Any) -> None:
+        if not callable(value):
+            raise PassError(f"Rule: {arg} must be a function, got {type(value).__name__}")
+    return check
+
+
+def _check_where(_self: Any, _attr: Any, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise PassError(f"Rule: where must be a function of a Match, got {value!r}")
+
+
+def _example_tuple(value: Any) -> tuple:
+    if not isinstance(value, (tuple, list)):
+        raise PassError(
+            f"Rule: example_inputs must be a tuple of tensors and scalars, got "
+            f"{type(value).__name__}"
+        )
+    for i, x in enumerate(value):
+        if not isinstance(x, (torch.Tensor, int, float)) or isinstance(x, bool):
+            raise PassError(
+                f"Rule: example_inputs[{i}] is a {type(x).__name__}; a rule's arguments are "
+                "tensors and Python ints or floats"
+            )
+    return tuple(value)
+
+
+def _check_max_examples(_self: Any, _attr: Any, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PassError(f"Rule: max_examples must be a positive int, got {value!r}")
+
+
+def _assumes(value: Any) -> frozenset[str]:
+    return check_assumptions(value, "Rule: assumes")
+
+
+@attrs.frozen(eq=False, weakref_slot=True)
 class Rule:
     """A rewrite rule: where ``pattern(*args)`` is computed, compute ``replacement(*args)``.
 
@@ -47,78 +106,40 @@ class Rule:
         specials: whether ``check_rule`` puts special values (0, -0., ±inf, NaN) into the
             tensors it draws (default ``True``). Say ``False`` for a rule that is right for finite
             values only, as any folding of arithmetic is (``conv`` + ``batch_norm``).
+        assumes: the assumptions the rule is right under (``ASSUMPTIONS``: ``"no_nans"``,
+            ``"no_infs"``, ``"no_signed_zeros"``, ``"reassociate"``; default none, exact IEEE
+            semantics). ``check_rule`` draws only what they admit; ``rewrite`` applies the rule
+            only where the caller grants all of them. An unknown flag: ``ValueError`` naming the
+            known ones.
 
-    A Rule is immutable (assigning an attribute raises ``AttributeError``). What is derived
-    from it is kept beside it, in a memo keyed by the rule (``rule_cache``): its traced functions
-    per level (plus, for a replacement that computes on its scalar arguments, its tensors'
-    sizes or dtypes in Python, at most 32 traces for concrete scalars, shapes and dtypes), and
+    A Rule is a frozen attrs value: assigning an attribute raises, ``attrs.evolve(rule, ...)``
+    makes a changed copy (its caches start empty), and two Rules are equal only when they are
+    the same object (a rule's functions cannot be compared). What is derived from it is kept
+    beside it, in a memo keyed by the rule (``rule_cache``): its traced functions per level
+    (plus, for a replacement that computes on its scalar arguments, its tensors' sizes or
+    dtypes in Python, at most 32 traces for concrete scalars, shapes and dtypes), and
     ``check_rule``'s verdict (so a rule set is checked once, not per program). Neither changes
     what a rewrite computes.
     """
 
-    __slots__ = (
-        "__weakref__", "example_inputs", "fold_state", "max_examples", "name",
-        "pattern", "replacement", "specials", "trusted", "where",
+    pattern: Callable = attrs.field(validator=_check_callable("pattern"))
+    replacement: Callable = attrs.field(validator=_check_callable("replacement"))
+    example_inputs: tuple = attrs.field(converter=_example_tuple)
+    name: str = attrs.field(default=None, kw_only=True)
+    where: Callable[[Match], bool] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_where
     )
+    trusted: bool = attrs.field(default=False, kw_only=True, converter=bool)
+    max_examples: int = attrs.field(default=40, kw_only=True, validator=_check_max_examples)
+    specials: bool = attrs.field(default=True, kw_only=True, converter=bool)
+    fold_state: bool = attrs.field(default=False, kw_only=True, converter=bool)
+    assumes: frozenset[str] = attrs.field(default=frozenset(), kw_only=True, converter=_assumes)
 
-    def __init__(
-        self,
-        pattern: Callable,
-        replacement: Callable,
-        example_inputs: Sequence[Any],
-        *,
-        name: str | None = None,
-        where: Callable[[Match], bool] | None = None,
-        trusted: bool = False,
-        max_examples: int = 40,
-        specials: bool = True,
-        fold_state: bool = False,
-    ) -> None:
-        for arg, value in (("pattern", pattern), ("replacement", replacement)):
-            if not callable(value):
-                raise PassError(f"Rule: {arg} must be a function, got {type(value).__name__}")
-        if where is not None and not callable(where):
-            raise PassError(f"Rule: where must be a function of a Match, got {where!r}")
-        if not isinstance(example_inputs, (tuple, list)):
-            raise PassError(
-                f"Rule: example_inputs must be a tuple of tensors and scalars, got "
-                f"{type(example_inputs).__name__}"
+    def __attrs_post_init__(self) -> None:
+        if self.name is None:
+            object.__setattr__(
+                self, "name", f"{_fn_name(self.pattern)} -> {_fn_name(self.replacement)}"
             )
-        for i, x in enumerate(example_inputs):
-            if not isinstance(x, (torch.Tensor, int, float)) or isinstance(x, bool):
-                raise PassError(
-                    f"Rule: example_inputs[{i}] is a {type(x).__name__}; a rule's arguments are "
-                    "tensors and Python ints or floats"
-                )
-        if not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1:
-            raise PassError(f"Rule: max_examples must be a positive int, got {max_examples!r}")
-        init = object.__setattr__
-        init(self, "pattern", pattern)
-        init(self, "replacement", replacement)
-        init(self, "example_inputs", tuple(example_inputs))
-        init(self, "name", name or f"{_fn_name(pattern)} -> {_fn_name(replacement)}")
-        init(self, "where", where)
-        init(self, "trusted", bool(trusted))
-        init(self, "max_examples", max_examples)
-        init(self, "specials", bool(specials))
-        init(self, "fold_state", bool(fold_state))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(
-            f"Rule {self.name!r} is immutable: make a new Rule instead of setting {name!r}"
-        )
-
-    def __reduce__(self) -> tuple:
-        """Copies and pickles are new Rules made from the same arguments (their caches start
-        empty)."""
-        return (_remade, (self.pattern, self.replacement, self.example_inputs, {
-            "name": self.name, "where": self.where, "trusted": self.trusted,
-            "max_examples": self.max_examples, "specials": self.specials,
-            "fold_state": self.fold_state,
-        }))
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Rule {self.name!r} is immutable: cannot delete {name!r}")
 
     @property
     def _verdict(self) -> BaseException | bool | None:
@@ -169,10 +190,6 @@ def rule_cache(rule: Rule) -> RuleCache:
     """The cache of what is derived from ``rule`` (a memo keyed by the rule's identity, held
     as long as the rule lives; nothing is written into the rule). O(1)."""
     return _CACHES(rule)
-
-
-def _remade(pattern: Callable, replacement: Callable, example_inputs: tuple, options: dict) -> Rule:
-    return Rule(pattern, replacement, example_inputs, **options)
 
 
 def _fn_name(fn: Callable) -> str:
