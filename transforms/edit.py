@@ -103,16 +103,24 @@ class Edit:
 
     One object serves the whole call (its fields follow the node being visited); keep no
     reference to it past ``visit``. ``args`` / ``kwargs`` are the node's arguments with earlier
-    replacements applied; ``node`` is the node being visited.
+    replacements applied; ``node`` is the node being visited; ``graph`` the graph it is in, as
+    it is in the input (names are per graph: key what you remember across nodes by it).
     """
 
-    __slots__ = ("_ed", "args", "kwargs", "node")
+    __slots__ = ("_ed", "args", "graph", "kwargs", "node")
 
     def __init__(self, editor: _Editor) -> None:
         self._ed = editor
         self.node: Node | None = None
+        self.graph: Graph | None = None
         self.args: tuple = ()
         self.kwargs: Any = None
+
+    def drop(self) -> None:
+        """Drop the visited node if, at the end, nothing reads it and it is pure (a node
+        nobody read before the pass: ``not e.graph.users()[node.name]``); else keep it.
+        What it alone read is dropped too, on the same terms. O(1)."""
+        self._ed.candidates.add(self._ed.here())
 
     def call(self, target: Any, *args: Any, **kwargs: Any) -> Ref:
         """Emit ``target(*args, **kwargs)`` (an ``aten`` operator, usually) and return its value.
@@ -188,6 +196,9 @@ class _Editor:
         self._mode: Any = _NO_MODE
         self._paths: dict[ModuleId, list[str]] | None = None
         self.root_aliases: dict[str, Ref] = {}
+        self.live_constants: set[str] = set()  # new constants some node still reads
+        self.constants: set[str] = set()  # every new constant
+        self.aliases_of: dict[str, list[str]] = {}  # new fqn -> its other paths' fqns
         self.call_aliases: dict[str, dict[str, Ref]] = {}  # module path -> its graphs' aliases
 
     # --- the walk -----------------------------------------------------------------------------
@@ -225,6 +236,8 @@ class _Editor:
         self.named = None
         self.graph_changed = False
         self.graph_obj = graph
+        self.e.graph = graph
+        self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
         alias, e, visit, defined, nodes = self.alias, self.e, self.visit, self.defined, self.nodes
         pending: list[Node] = []  # what placeholders' visits emitted: after the placeholders
         keep = _same
@@ -267,17 +280,21 @@ class _Editor:
                 self.replace(node, result)
         else:  # pragma: no cover - verify guarantees an output node
             raise PassError(f"graph of module {path or '<root>'!r} has no output node")
-        if not self.graph_changed:
+        if self.placeholders:
+            nodes = self.insert_placeholders(nodes)
+        if self.candidates:
+            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants)
+        if not self.graph_changed and _same_nodes(nodes, graph.nodes):
             return graph
+        for n in nodes:
+            fqn = self.fresh_constants.get(n.name)
+            if fqn is not None:
+                self.live_constants.add(fqn)
         self.changed = True
         if self.alias:
             if self.is_root:
                 self.root_aliases = self.alias
             self.call_aliases.setdefault("" if self.flat else path, {}).update(self.alias)
-        if self.placeholders:
-            nodes = self.insert_placeholders(nodes)
-        if self.candidates:
-            nodes = _drop_unused(nodes, self.candidates)
         return Graph.of(nodes)
 
     def replace(self, node: Node, result: Any) -> None:
@@ -604,16 +621,25 @@ class _Editor:
             ))
             self.placeholders.append(node)
             self.defined[pname] = node
-            return node.ref
+            return self.new_read(node, kind, fqn)
         for other in self.paths_of(mid)[1:]:  # a module reached by several paths: aliases
             alias_fqn = f"{other}.{local}" if other else local
             if alias_fqn not in state and alias_fqn not in self.added_state:
                 self.added_state[alias_fqn] = slot
                 self.new_order.append(alias_fqn)
+                self.aliases_of.setdefault(fqn, []).append(alias_fqn)
         gname = fresh_name(local, self.taken)
         node = new_node(GET_ATTR, gname, local, (), EMPTY_DICT, meta)
         self.before.append(node)
         self.defined[gname] = node
+        return self.new_read(node, kind, fqn)
+
+    def new_read(self, node: Node, kind: str, fqn: str) -> Ref:
+        """``node``'s value; a new constant is dropped with its state when nothing reads it."""
+        if kind == st.CONSTANT:
+            self.fresh_constants[node.name] = fqn
+            self.constants.add(fqn)
+            self.candidates.add(node.name)
         return node.ref
 
     def write_buffer(self, buffer: Any, value: Any) -> None:
@@ -654,6 +680,14 @@ class _Editor:
 
     def freeze(self, updates: dict[ModuleId, Any]) -> Program:
         p = self.p
+        dead = self.constants - self.live_constants
+        if dead:
+            gone = dead | {a for f in dead for a in self.aliases_of.get(f, ())}
+            for fqn in dead:
+                self.new_tensors.pop(self.added_state[fqn].tensor, None)
+            self.added_state = {k: v for k, v in self.added_state.items() if k not in gone}
+            self.new_order = [f for f in self.new_order if f not in gone]
+            self.new_inputs = [s for s in self.new_inputs if s.target not in gone]
         changes: dict[str, Any] = {"modules": p.modules.update(updates) if updates else p.modules}
         if self.added_state:
             changes["state"] = p.state.update(pmap(self.added_state))
@@ -720,6 +754,10 @@ def _describe(v: Any) -> str:
     return type(v).__name__
 
 
+def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 def _is_pure(node: Node) -> bool:
     if node.op == GET_ATTR:
         return True
@@ -728,7 +766,9 @@ def _is_pure(node: Node) -> bool:
     return False
 
 
-def _drop_unused(nodes: list[Node], candidates: set[str]) -> list[Node]:
+def _drop_unused(
+    nodes: list[Node], candidates: set[str], constants: Mapping[str, str]
+) -> list[Node]:
     """``nodes`` without the candidates (and, transitively, their inputs) that nothing reads
     and that are pure. O(n)."""
     uses: dict[str, int] = {}
@@ -738,7 +778,9 @@ def _drop_unused(nodes: list[Node], candidates: set[str]) -> list[Node]:
     keep = [True] * len(nodes)
     for i in range(len(nodes) - 1, -1, -1):
         n = nodes[i]
-        if n.name not in candidates or uses.get(n.name, 0) or not _is_pure(n):
+        if n.name not in candidates or uses.get(n.name, 0):
+            continue
+        if not _is_pure(n) and n.name not in constants:
             continue
         keep[i] = False
         for r in n.inputs():

@@ -1,0 +1,30 @@
+"""Constant folding: what reads only constants (or nothing) is computed once, as a constant."""
+
+import torch
+
+from ir import ops
+from ir.args import iter_refs, thaw
+from transforms.edit import rewrite_nodes
+
+
+def fold_constants(p, max_bytes=1 << 20):
+    known = {}  # (graph, value name) -> the tensor it always holds
+
+    def visit(node, e):
+        held = e.state(node.ref)
+        if held and p.slot(held[0]).kind == "constant":
+            known[id(e.graph), node.name] = held[1]
+        refs = list(iter_refs((e.args, e.kwargs)))
+        if node.op != "call_function" or not ops.is_recomputable(node.target):
+            return None
+        if not all((id(e.graph), r.name) in known for r in refs):
+            return None
+        with torch.no_grad():
+            value = node.target(*thaw(e.args, lambda r: known[id(e.graph), r.name]),
+                                **thaw(e.kwargs, lambda r: known[id(e.graph), r.name]))
+        if isinstance(value, torch.Tensor) and value.nbytes <= max_bytes:
+            folded = e.constant(value)
+            known[id(e.graph), folded.name] = value
+            return folded
+
+    return rewrite_nodes(p, visit)
