@@ -107,14 +107,25 @@ class Edit:
     it is in the input (names are per graph: key what you remember across nodes by it).
     """
 
-    __slots__ = ("_ed", "args", "graph", "kwargs", "node")
+    __slots__ = ("_ed", "_kwargs", "args", "graph", "node")
 
     def __init__(self, editor: _Editor) -> None:
         self._ed = editor
         self.node: Node | None = None
         self.graph: Graph | None = None
         self.args: tuple = ()
-        self.kwargs: Any = None
+        self._kwargs: Any = EMPTY_DICT
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The node's keyword arguments, rewired, as a new dict (``**e.kwargs`` passes them on).
+        Assign ``e.kwargs`` (or ``e.args``) to change the visited node's arguments: it keeps
+        its name and place, and its ``val`` is propagated again."""
+        return dict(self._kwargs.items)
+
+    @kwargs.setter
+    def kwargs(self, value: Mapping[str, Any]) -> None:
+        self._kwargs = freeze(dict(value), _leaf)
 
     def drop(self) -> None:
         """Drop the visited node if, at the end, nothing reads it and it is pure (a node
@@ -255,12 +266,14 @@ class _Editor:
                 kwargs = map_refs_in(node.kwargs, alias, keep) if node.kwargs.items else node.kwargs
             else:
                 args, kwargs = node.args, node.kwargs
-            e.node, e.args, e.kwargs = node, args, kwargs
+            e.node, e.args, e._kwargs = node, args, kwargs
             self.before: list[Node] = []
             self.after: list[Node] = []
             self.after_names: set[str] = set()
             result = visit(node, e)
-            if args is not node.args or kwargs is not node.kwargs:
+            if e.args is not args or e._kwargs is not kwargs:
+                node_now = self.reargued(node, e.args, e._kwargs)
+            elif args is not node.args or kwargs is not node.kwargs:
                 node_now = node.replace(args=args, kwargs=kwargs)
                 self.graph_changed = True
             else:
@@ -386,6 +399,22 @@ class _Editor:
                     at = i + 1
             out.insert(at, spec)
         return tuple(out)
+
+    def reargued(self, node: Node, args: Any, kwargs: Any) -> Node:
+        """``node`` with the arguments ``visit`` assigned, checked and with its ``val`` again."""
+        args = map_refs(freeze(tuple(args), _leaf), self.read)
+        kwargs = map_refs(freeze(kwargs, _leaf), self.read)
+        late = self.after_names | {node.name}
+        cycle = next((r.name for r in _refs(args, kwargs) if r.name in late), None)
+        if cycle is not None:
+            raise PassError(
+                f"visit gives node {node.name!r} an argument %{cycle} computed from its own "
+                "result (a cycle); emit that value before the node"
+            )
+        self.graph_changed = True
+        val = self.fake(node.target, args, kwargs) if node.op == CALL_FUNCTION else None
+        meta = node.meta if val is None else MappingProxyType({**node.meta, "val": val})
+        return node.replace(args=args, kwargs=kwargs, meta=meta)
 
     # --- emitting -----------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ def cse(p):
             writes[id(e.graph)] = written(e.graph)
         if node.name in writes[id(e.graph)]:
             return None
-        key = (id(e.graph), node.target, typed(e.args), typed(e.kwargs.items))
+        key = (id(e.graph), node.target, typed(e.args), typed(tuple(e.kwargs.items())))
         return seen.setdefault(key, node.ref)
 
     return rewrite_nodes(p, visit)

@@ -17,8 +17,6 @@ def quantize_linears(p, min_weights=1024):
     def visit(node, e):
         i = WEIGHT_ARG.get(node.target)
         if i is not None and e.val(e.args[i]).numel() >= min_weights:
-            args = list(e.args)
-            args[i] = e.apply(fake_quant, args[i])
-            return e.call(node.target, *args, **dict(e.kwargs.items))
+            e.args = (*e.args[:i], e.apply(fake_quant, e.args[i]), *e.args[i + 1:])
 
     return rewrite_nodes(p, visit)
