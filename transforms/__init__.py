@@ -9,6 +9,7 @@ stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``
 """
 
 from transforms.dedup import deduplicate
+from transforms.edit import Edit, rewrite_nodes
 from transforms.effects import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
@@ -25,6 +26,7 @@ from transforms.stages import Edge, Stages, split_stages
 __all__ = [
     "DEFAULT_PIPELINE",
     "Edge",
+    "Edit",
     "Stages",
     "deduplicate",
     "fill_call_gaps",
@@ -41,6 +43,7 @@ __all__ = [
     "rematerialize",
     "remove_effect_tokens",
     "repair_call_signatures",
+    "rewrite_nodes",
     "sink_state",
     "split_by_tags",
     "split_hop_bodies",

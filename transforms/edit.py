@@ -495,7 +495,7 @@ class _Editor:
         try:
             with mode:
                 return target(*a, **k)
-        except Exception as exc:  # noqa: BLE001 - torch's errors share no base class
+        except Exception as exc:
             raise PassError(
                 f"{target_name(target)} emitted at node {self.here()!r} raises on its "
                 f"arguments' values ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
