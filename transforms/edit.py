@@ -18,6 +18,7 @@ dropping what is left unused and pure, and new state (buffers, constants) at eit
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -30,6 +31,7 @@ from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in, thaw
 from ir.errors import PassError, PurefxError
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
@@ -45,8 +47,10 @@ _COPY = torch.ops.aten.copy_.default
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
 _BEFORE_CONSTANTS = (sg.PARAMETER, sg.BUFFER, sg.TOKEN)
 _NO_MODE = object()
+_META = object()  # the program's vals are meta tensors: run new nodes on them as they are
 
 
+@gc_paused
 def rewrite_nodes(p: Program, visit: Visit) -> Program:
     """Call ``visit(node, e)`` on every node of every graph of ``p`` and apply its edits.
 
@@ -493,7 +497,7 @@ class _Editor:
         if missing or mode is None:
             return None
         try:
-            with mode:
+            with contextlib.nullcontext() if mode is _META else mode:
                 return target(*a, **k)
         except Exception as exc:
             raise PassError(
@@ -503,18 +507,28 @@ class _Editor:
             ) from exc
 
     def fake_mode(self) -> Any:
-        """The fake mode of the program's ``val`` s (the first found), or ``None``."""
+        """The fake mode of the program's ``val`` s (the first tensor ``val`` found), ``_META``
+        when they are meta tensors (hand-built and generated programs), else ``None``."""
         if self._mode is _NO_MODE:
             self._mode = None
             for _, mid in self.p.walk():
                 for g in self.p.module_table()[mid].graphs:
                     for n in g.nodes:
                         v = n.meta.get("val")
-                        mode = getattr(v, "fake_mode", None)
-                        if mode is not None:
-                            self._mode = mode
-                            return mode
+                        if isinstance(v, torch.Tensor):
+                            mode = getattr(v, "fake_mode", None)
+                            self._mode = mode if mode is not None else (
+                                _META if v.device.type == "meta" else None
+                            )
+                            return self._mode
         return self._mode
+
+    def fake_of(self, tensor: torch.Tensor) -> Any:
+        """The ``val`` of a new state tensor, of the program's kind."""
+        mode = self.fake_mode()
+        if mode is None:
+            return None
+        return tensor.to("meta") if mode is _META else mode.from_tensor(tensor)
 
     def level(self) -> str:
         if self._level is None:
@@ -636,8 +650,7 @@ class _Editor:
         self.new_tensors[key] = st.Opaque(tensor)
         self.added_state[fqn] = slot
         self.new_order.append(fqn)
-        mode = self.fake_mode()
-        val = mode.from_tensor(tensor) if mode is not None else None
+        val = self.fake_of(tensor)
         meta = MappingProxyType({"val": val} if val is not None else {})
         self.graph_changed = True
         if self.is_root and self.flat:
