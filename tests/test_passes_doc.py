@@ -181,3 +181,26 @@ def test_law_cse():
     check_laws(cse.cse, max_examples=20, idempotent=True, **_extra(allow_vacuous=True))
     check_laws(cse.cse, programs=programs().map(outline), max_examples=8,
                **_extra(allow_vacuous=True))
+
+
+def test_the_doc_shows_the_files_as_they_are():
+    doc = (ROOT / "docs/passes.md").read_text()
+    for name in PASSES:
+        text = (ROOT / "docs/examples/passes" / f"{name}.py").read_text()
+        body = text.split('"""', 2)[2].strip()  # without the module docstring
+        assert f"```python\n{body}\n```" in doc, name
+
+
+def test_the_readme_pass():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Checking your own pass"):]
+    code = section[section.index("```python\n") + 10:section.index("check_laws(drop_relu_of_relu)")]
+    scope: dict = {}
+    exec(code, scope)  # noqa: S102 - the README's own example
+    drop = scope["drop_relu_of_relu"]
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.ReLU())
+    p = import_ep(torch.export.export(model, (torch.randn(2, 4),)))
+    q = drop(p)
+    assert sum(n.target is torch.ops.aten.relu.default for n in q.root_module.graph.nodes) == 1
+    assert drop(q) is q
+    check_laws(drop, max_examples=10)
