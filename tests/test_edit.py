@@ -319,3 +319,109 @@ def test_laws_real_edit_flat_and_outlined():
 
     check_laws(_relu_as_clamp, max_examples=20)
     check_laws(_relu_as_clamp, programs=programs().map(outline), max_examples=10)
+
+
+# --- more of the context ---------------------------------------------------------------------------
+
+
+class TwoRelus(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(torch.relu(x)))
+
+
+def _count_relus(p):
+    held = {}
+
+    def visit(node, e):
+        if node.target is aten.relu.default:
+            if id(e.graph) not in held:
+                held[id(e.graph)] = e.add_buffer("count", torch.zeros(()))
+            count = held[id(e.graph)]
+            assert e.state(count)[0] == "count"  # still the buffer, after a write too
+            e.write_buffer(count, e.call(aten.add.Tensor, count, 1.0))
+
+    return rewrite_nodes(p, visit)
+
+
+@pytest.mark.parametrize("level", ["flat", "outlined"])
+def test_one_buffer_written_twice_in_a_call(level):
+    m = TwoRelus()
+    args = (torch.randn(2, 4),)
+    p = import_ep(torch.export.export(m, args))
+    p = p if level == "flat" else transform(p)
+    q = _count_relus(p)
+    verify(q)
+    g = lower(q)
+    g(*args)
+    g(*args)
+    assert float(g.get_buffer("count")) == 4.0  # two relus, two calls
+    if level == "flat":
+        assert [s.kind for s in q.signature.outputs] == ["buffer_mutation", "user_output"]
+
+
+def test_a_placeholder_visit_emits_after_the_placeholders():
+    def negate_x(node, e):
+        if node.op == "placeholder" and node.name == "x":
+            return e.call(aten.neg.default, node.ref)
+        return None
+
+    after = rewrite_nodes(program(NESTED), negate_x)
+    verify(after)
+    ops_ = [n.op for n in after.root_module.graph.nodes]
+    assert ops_[:3] == ["placeholder", "placeholder", "call_function"]
+    text = format_program(after)
+    assert "%relu = call_function[aten.relu.default](%neg_1)" in text
+    assert "%add = call_function[aten.add.Tensor](%neg, %neg_1)" in text
+
+
+def test_apply_returns_a_tuple_for_several_results():
+    m, args, p = _shared()
+
+    def split(node, e):
+        if node.target is aten.relu.default:
+            pos, neg = e.apply(lambda a: (torch.relu(a), torch.relu(-a)), e.args[0])
+            assert e.val(pos).shape == e.val(neg).shape
+            return e.call(aten.sub.Tensor, pos, e.call(aten.mul.Tensor, neg, 0.0))
+        return None
+
+    for q in (p, transform(p)):
+        torch.testing.assert_close(lower(rewrite_nodes(q, split))(*args), m(*args))
+
+
+def test_a_constant_on_an_outlined_program_is_a_get_attr_of_the_module():
+    def scale(node, e):
+        if node.target is aten.neg.default:
+            e.args = (e.call(aten.mul.Tensor, e.args[0], e.constant(torch.full((2,), 3.0))),)
+
+    after = rewrite_nodes(outline(program(NESTED)), scale)
+    verify(after)
+    assert after.state["a.b._constant"].kind == "constant"
+    assert "%_constant = get_attr[_constant]()" in format_program(after)
+
+
+class Preserved(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def forward(self, x):
+        return self.sub(x) + 1
+
+
+def test_preserved_call_signatures_are_rewired():
+    m = Preserved().eval()
+    args = (torch.randn(2, 4),)
+    ep = torch.export.export(m, args, preserve_module_call_signature=("sub",))
+    p = import_ep(ep)
+    named = {a.name for a in p.call_signatures["sub"].outputs}
+    q = rewrite_nodes(p, relu_to_gelu)
+    verify(q)
+    renamed = {a.name for a in q.call_signatures["sub"].outputs}
+    assert named != renamed and "gelu" in renamed
+    want = torch.nn.functional.gelu(m.sub[0](args[0])) + 1
+    for r in (q, transform(q)):
+        torch.testing.assert_close(lower(r)(*args), want)

@@ -46,6 +46,7 @@ Visit = Callable[[Node, "Edit"], "Ref | None"]
 _COPY = torch.ops.aten.copy_.default
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
 _BEFORE_CONSTANTS = (sg.PARAMETER, sg.BUFFER, sg.TOKEN)
+_BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
 _NO_MODE = object()
 _META = object()  # the program's vals are meta tensors: run new nodes on them as they are
 
@@ -215,6 +216,8 @@ class _Editor:
         self.constants: set[str] = set()  # every new constant
         self.aliases_of: dict[str, list[str]] = {}  # new fqn -> its other paths' fqns
         self.call_aliases: dict[str, dict[str, Ref]] = {}  # module path -> its graphs' aliases
+        self.holder_of: dict[str, str] = {}  # written buffer fqn -> its placeholder (flat)
+        self.buffer_values: dict[str, str] = {}  # value written into a buffer -> its fqn (flat)
 
     # --- the walk -----------------------------------------------------------------------------
 
@@ -222,7 +225,6 @@ class _Editor:
         p = self.p
         table = p.module_table()
         updates: dict[ModuleId, Any] = {}
-        self.root_outputs: tuple | None = None
         seen: set[ModuleId] = set()
         for path, mid in p.walk():
             if mid in seen:
@@ -249,6 +251,7 @@ class _Editor:
         self.placeholders: list[Node] = []  # new placeholders (flat root)
         self.candidates: set[str] = set()  # nodes the edit may have left unused
         self.named = None
+        self.written: set[str] | None = None
         self.graph_changed = False
         self.graph_obj = graph
         self.e.graph = graph
@@ -327,8 +330,8 @@ class _Editor:
         if result.name not in self.defined:
             raise PassError(
                 f"visit replaces node {node.name!r} with %{result.name}, which is "
-                f"{'defined later (a cycle)' if result.name in self.graph_obj.by_name() else 'not defined'}"
-                "; replace a node with a value computed before it or from it"
+                f"{self.undefined(result.name)}; replace a node with a value computed before it "
+                "or from it"
             )
         if node.name in self.signature_names():
             old, new = node.meta.get("val"), self.defined[result.name].meta.get("val")
@@ -375,7 +378,7 @@ class _Editor:
     def mutation_index(self) -> int:
         specs = self.p.signature.outputs
         return next(
-            (i for i, s in enumerate(specs) if s.kind not in sg.MUTATION_KINDS + (sg.OUTPUT_TOKEN,)),
+            (i for i, s in enumerate(specs) if s.kind not in _BEFORE_USER_OUTPUTS),
             len(specs),
         )
 
@@ -387,7 +390,11 @@ class _Editor:
         olds = [n for n in nodes if n.op == PLACEHOLDER]
         rest = [n for n in nodes if n.op != PLACEHOLDER]
         old_by = {n.name: n for n in olds}
-        placed = [by_name.get(name) or old_by.pop(name) for name in order if name in by_name or name in old_by]
+        placed = [
+            by_name.get(name) or old_by.pop(name)
+            for name in order
+            if name in by_name or name in old_by
+        ]
         placed.extend(old_by.values())  # placeholders without a spec (hand-built programs)
         return placed + rest
 
@@ -396,7 +403,9 @@ class _Editor:
         buffers, constants after all state, both before the user inputs."""
         out = list(specs)
         for spec in self.new_inputs:
-            kinds = _BEFORE_CONSTANTS if spec.kind == sg.BUFFER else _BEFORE_CONSTANTS + _STATE_INPUTS
+            kinds = _BEFORE_CONSTANTS
+            if spec.kind != sg.BUFFER:
+                kinds = _BEFORE_CONSTANTS + _STATE_INPUTS
             at = 0
             for i, s in enumerate(out):
                 if s.kind in kinds:
@@ -433,11 +442,14 @@ class _Editor:
         name = r.name
         if name in self.defined or name in self.after_names or name == self.e.node.name:
             return r
-        where = "defined later (a cycle)" if name in self.graph_obj.by_name() else "not defined"
         raise PassError(
-            f"a node emitted at node {self.here()!r} reads %{name}, which is {where}; read the "
+            f"a node emitted at node {self.here()!r} reads %{name}, which is "
+            f"{self.undefined(name)}; read the "
             "node's arguments (e.args), its result (node.ref) or values emitted before"
         )
+
+    def undefined(self, name: str) -> str:
+        return "defined later (a cycle)" if name in self.graph_obj.by_name() else "not defined"
 
     def emit(self, op: str, target: Any, args: tuple, kwargs: Mapping[str, Any]) -> Ref:
         args = freeze(tuple(args), _leaf)
@@ -502,8 +514,8 @@ class _Editor:
         except Exception as exc:
             raise PassError(
                 f"{target_name(target)} emitted at node {self.here()!r} raises on its "
-                f"arguments' values ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
-                "check the arguments' shapes and dtypes (e.val)"
+                f"arguments' values ({type(exc).__name__}: {_first_line(exc)}); check the "
+                "arguments' shapes and dtypes (e.val)"
             ) from exc
 
     def fake_mode(self) -> Any:
@@ -592,6 +604,9 @@ class _Editor:
         return (fqn, held.value if held is not None else None)
 
     def fqn_of(self, x: Ref) -> str | None:
+        written = self.buffer_values.get(x.name)
+        if written is not None:
+            return written
         node = self.lookup(x.name)
         if node is None:
             return None
@@ -706,17 +721,31 @@ class _Editor:
                 f"({_describe(new)}) into buffer {fqn!r} ({_describe(old)}); write a value of "
                 "the buffer's dtype and shape"
             )
-        if self.is_root and self.flat:
+        if self.is_root and self.flat and buffer.name not in self.written_in_place():
             if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
                 raise PassError(
                     f"write_buffer at node {self.here()!r}: buffer {fqn!r} already has a "
                     "buffer_mutation output; write it once"
                 )
+            holder = self.holder_of.setdefault(fqn, buffer.name)  # the buffer's placeholder
             self.mutations[fqn] = value
-            self.alias[buffer.name] = value  # later reads see the new value, as in place
+            self.alias[holder] = value  # later reads see the new value, as in place
+            self.buffer_values[value.name] = fqn  # and e.state of it still names the buffer
             self.graph_changed = True
             return
         self.emit(CALL_FUNCTION, _COPY, (buffer, value), {})
+
+    def written_in_place(self) -> set[str]:
+        """Names of this graph's values that a node writes in place (once per graph)."""
+        if self.written is None:
+            self.written = {
+                r.name
+                for n in self.graph_obj.nodes
+                if n.op == CALL_FUNCTION and ops.is_mutating(n.target)
+                for i in ops.written_args(n.target)
+                if i < len(n.args) and type(r := n.args[i]) is Ref
+            }
+        return self.written
 
     # --- the end ------------------------------------------------------------------------------
 
@@ -785,9 +814,15 @@ def _base(target: Any) -> str:
 
 
 def _same_type(a: Any, b: Any) -> bool:
+    """Same dtype and shape, when both are tensors (a value without ``val`` is not checked)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
-    return (a is None) == (b is None) or a is None or b is None
+    return True
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else ""
 
 
 def _describe(v: Any) -> str:
