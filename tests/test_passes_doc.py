@@ -204,3 +204,15 @@ def test_the_readme_pass():
     assert sum(n.target is torch.ops.aten.relu.default for n in q.root_module.graph.nodes) == 1
     assert drop(q) is q
     check_laws(drop, max_examples=10)
+
+
+def test_bench_edit_smoke():
+    import io
+
+    from bench.edit import lines_table, measure
+
+    out = io.StringIO()
+    rows = measure([120, 240], repeat=1, out=out)  # checks that both sides agree
+    assert [r["n"] for r in rows] == [122, 242] and "log-log slope" in out.getvalue()
+    lines = lines_table(out=out)
+    assert all(ours < fx for ours, fx in lines.values())

@@ -70,12 +70,21 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             it, except those that read the node's own result (``node.ref``), directly or
             through another such node: they go right after it and keep reading the node
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
+            Assigning ``e.args`` / ``e.kwargs`` changes the visited node's arguments in place
+            (same name, ``val`` propagated again); ``e.drop()`` drops it if nothing reads it.
 
     Returns:
         ``p`` itself (``is p``) when ``visit`` changed nothing; else a new Program. Replaced
         nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
-        impurity facts; placeholders, calls of modules and writes are kept); nodes that were
-        unused before are left as they are.
+        impurity facts; placeholders, calls of modules and writes are kept), and new constants
+        nothing reads with their state; nodes that were unused before are left as they are
+        unless ``visit`` calls ``e.drop()`` on them. New state: buffers and constants at
+        ``<module path>.<name>``, with the slot, tensor, ``state_order`` entry and, on a flat
+        program, the placeholder and ``InputSpec`` (buffers after the parameters and buffers,
+        constants after all state, before the user inputs); a buffer write on a flat program
+        is a ``buffer_mutation`` output placed before the user outputs (an in-place
+        ``aten.copy_`` on an outlined one, or where the graph already writes that buffer in
+        place). Later reads of a written buffer see the value written, at both levels.
 
     Raises:
         PassError: naming the node, when ``visit`` returns something other than ``None`` or a
@@ -95,8 +104,8 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
       computes what ``lower(p)`` computes;
     - ``verify`` holds of the result whenever it holds of ``p``.
 
-    Complexity: O(n) in the nodes of the distinct graphs (one pass over each, one freeze at the
-    end), plus the cost of ``visit`` and of what it emits (fake propagation per new node, one
+    Complexity: O(n + s) in the nodes of the distinct graphs and the signatures' entries (one
+    pass over each graph, one freeze at the end), plus the cost of ``visit`` and of what it emits (fake propagation per new node, one
     ``torch.export`` per distinct ``e.apply`` function and argument shapes).
     """
     require_program(p, "rewrite_nodes")
@@ -206,6 +215,8 @@ class _Editor:
         self.new_tensors: dict[str, st.Opaque] = {}
         self.new_order: list[str] = []
         self.new_inputs: list[sg.InputSpec] = []
+        self.new_spec_by_name: dict[str, sg.InputSpec] = {}
+        self._call_names: dict[str, set[str]] | None = None
         self.mutations: dict[str, Ref] = {}  # buffer fqn -> the value written (flat)
         self.traced: dict[Any, tr.Traced] = {}
         self._level: str | None = None
@@ -355,11 +366,20 @@ class _Editor:
                 named.update(s.name for s in self.p.signature.outputs if s.name)
             else:
                 named.update(r.name for r in graph.output_node.inputs())
-            for call, sig in self.p.call_signatures.items():
-                if self.flat or split_call_target(call)[0] == self.path:
-                    named.update(a.name for a in sig.inputs + sig.outputs if a.name)
+            named.update(self.call_names().get("" if self.flat else self.path, ()))
             self.named = named
         return self.named
+
+    def call_names(self) -> dict[str, set[str]]:
+        """The names preserved call signatures give, by the path of the module whose graphs
+        hold them (all under ``""`` for a flat program). Built once. O(signatures)."""
+        if self._call_names is None:
+            self._call_names = {}
+            for call, sig in self.p.call_signatures.items():
+                path = "" if self.flat else split_call_target(call)[0]
+                names = self._call_names.setdefault(path, set())
+                names.update(a.name for a in sig.inputs + sig.outputs if a.name)
+        return self._call_names
 
     def output(self, node: Node) -> Node:
         alias = self.alias
@@ -621,7 +641,7 @@ class _Editor:
         return None
 
     def new_spec_of(self, name: str) -> sg.InputSpec | None:
-        return next((s for s in self.new_inputs if s.name == name), None)
+        return self.new_spec_by_name.get(name)
 
     def owner(self) -> tuple[str, ModuleId]:
         """The path and id of the module that owns state the visited node adds."""
@@ -673,9 +693,9 @@ class _Editor:
             pname = fresh_name(prefix + fqn.replace(".", "_"), self.taken)
             node = new_node(PLACEHOLDER, pname, pname, (), EMPTY_DICT, meta)
             spec_kind = sg.BUFFER if kind == st.BUFFER else sg.CONSTANT_TENSOR
-            self.new_inputs.append(sg.InputSpec(
-                spec_kind, pname, fqn, persistent if kind == st.BUFFER else None
-            ))
+            spec = sg.InputSpec(spec_kind, pname, fqn, persistent if kind == st.BUFFER else None)
+            self.new_inputs.append(spec)
+            self.new_spec_by_name[pname] = spec
             self.placeholders.append(node)
             self.defined[pname] = node
             return self.new_read(node, kind, fqn)
