@@ -6,6 +6,9 @@ The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effe
 stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
 ``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
 ``deduplicate``.
+
+``rewrite_nodes`` (``transforms.edit``) is not a pass but how a user writes one: a function over
+nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
 """
 
 from transforms.dedup import deduplicate
