@@ -38,6 +38,21 @@ def observe_relu(node, e: Edit):
         e.write_buffer(seen, e.call(aten.maximum.default, seen, now))
 
 
+def outlined_programs():
+    """Generated programs as ``transform`` outlines them (the few it refuses are skipped: its
+    own law tests report them)."""
+    from ir.errors import PurefxError
+    from ir.strategies.programs import programs
+
+    def outlined(p):
+        try:
+            return transform(p)
+        except PurefxError:
+            return None
+
+    return programs().map(outlined).filter(lambda p: p is not None)
+
+
 # --- Before / Expected ---------------------------------------------------------------------------
 
 
@@ -315,10 +330,14 @@ def test_laws_identity():
 
 
 def test_laws_real_edit_flat_and_outlined():
-    from ir.strategies.programs import programs
-
     check_laws(_relu_as_clamp, max_examples=20)
-    check_laws(_relu_as_clamp, programs=programs().map(outline), max_examples=10)
+    check_laws(_relu_as_clamp, programs=outlined_programs(), max_examples=10)
+
+
+def test_laws_buffer_writes_flat_and_outlined():
+    laws = ("purity", "verify", "semantics")  # new tensors: see tests/test_passes_doc.py
+    check_laws(_count_relus, max_examples=15, laws=laws)
+    check_laws(_count_relus, programs=outlined_programs(), max_examples=8, laws=laws)
 
 
 # --- more of the context ---------------------------------------------------------------------------
@@ -341,7 +360,7 @@ def _count_relus(p):
             if id(e.graph) not in held:
                 held[id(e.graph)] = e.add_buffer("count", torch.zeros(()))
             count = held[id(e.graph)]
-            assert e.state(count)[0] == "count"  # still the buffer, after a write too
+            assert e.state(count)[0].rpartition(".")[2].startswith("count")  # after a write too
             e.write_buffer(count, e.call(aten.add.Tensor, count, 1.0))
 
     return rewrite_nodes(p, visit)

@@ -21,7 +21,7 @@ from docs.examples.passes_fx import fold as fold_fx
 from docs.examples.passes_fx import observe as observe_fx
 from ir import import_ep, verify
 from lowering import lower
-from transforms import outline, transform
+from transforms import transform
 from transforms.laws import LawViolation, check_laws, check_program
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +125,21 @@ def test_purefx_passes_are_shorter_than_fx():
         assert ours < theirs, (name, ours, theirs)
 
 
+def outlined_programs():
+    """Generated programs as ``transform`` outlines them (the few it refuses are skipped: its
+    own law tests report them)."""
+    from ir.errors import PurefxError
+    from ir.strategies.programs import programs
+
+    def outlined(p):
+        try:
+            return transform(p)
+        except PurefxError:
+            return None
+
+    return programs().map(outlined).filter(lambda p: p is not None)
+
+
 # --- the law test of each pass ---------------------------------------------------------------------
 # Passes that create tensors (observer buffers, folded constants) leave out determinism: it
 # compares new tensors by identity until check_laws compares them by value (issue 37, item 3).
@@ -162,11 +177,10 @@ def test_laws_on_the_mlp(level):
 
 
 def test_law_observer():
-    from ir.strategies.programs import programs
 
     laws = ("purity", "verify", "semantics")
     check_laws(observe.observe_activations, max_examples=15, laws=laws)
-    check_laws(observe.observe_activations, programs=programs().map(outline), max_examples=8,
+    check_laws(observe.observe_activations, programs=outlined_programs(), max_examples=8,
                laws=laws)
 
 
@@ -176,10 +190,9 @@ def test_law_fold_constants():
 
 
 def test_law_cse():
-    from ir.strategies.programs import programs
 
     check_laws(cse.cse, max_examples=20, idempotent=True, **_extra(allow_vacuous=True))
-    check_laws(cse.cse, programs=programs().map(outline), max_examples=8,
+    check_laws(cse.cse, programs=outlined_programs(), max_examples=8,
                **_extra(allow_vacuous=True))
 
 
