@@ -444,3 +444,18 @@ def test_preserved_call_signatures_are_rewired():
     want = torch.nn.functional.gelu(m.sub[0](args[0])) + 1
     for r in (q, transform(q)):
         torch.testing.assert_close(lower(r)(*args), want)
+
+
+def test_apply_traces_at_the_programs_level():
+    m, args, _ = _shared()
+    ep = torch.export.export(m, args)
+    for p, core in ((import_ep(ep), False), (import_ep(ep.run_decompositions()), True)):
+
+        def square(node, e):
+            if node.op == "placeholder" and node.name == "x":
+                return e.apply(lambda a: torch.nn.functional.linear(a, torch.ones(8, 8)), node.ref)
+            return None
+
+        q = rewrite_nodes(p, square)
+        targets = {str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"}
+        assert ("aten.linear.default" in targets) is not core, targets
