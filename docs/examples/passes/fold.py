@@ -3,7 +3,7 @@
 import torch
 
 from ir import ops
-from ir.args import iter_refs, thaw
+from ir.args import thaw
 from transforms.edit import rewrite_nodes
 
 
@@ -14,17 +14,15 @@ def fold_constants(p, max_bytes=1 << 20):
         held = e.state(node.ref)
         if held and p.slot(held[0]).kind == "constant":
             known[id(e.graph), node.name] = held[1]
-        refs = list(iter_refs((e.args, e.kwargs)))
         if node.op != "call_function" or not ops.is_recomputable(node.target):
             return None
-        if not all((id(e.graph), r.name) in known for r in refs):
+        if not all((id(e.graph), r.name) in known for r in node.inputs()):
             return None
+        value_of = lambda r: known[id(e.graph), r.name]
         with torch.no_grad():
-            value = node.target(*thaw(e.args, lambda r: known[id(e.graph), r.name]),
-                                **thaw(e.kwargs, lambda r: known[id(e.graph), r.name]))
+            value = node.target(*thaw(node.args, value_of), **thaw(node.kwargs, value_of))
         if isinstance(value, torch.Tensor) and value.nbytes <= max_bytes:
-            folded = e.constant(value)
-            known[id(e.graph), folded.name] = value
-            return folded
+            known[id(e.graph), node.name] = value
+            return e.constant(value)
 
     return rewrite_nodes(p, visit)

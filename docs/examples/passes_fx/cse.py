@@ -29,9 +29,7 @@ def written(graph):  # values some node writes in place, through views too
 def cse(gm):
     seen, writes = {}, written(gm.graph)
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.is_impure() or node in writes:
-            continue
-        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        if node.op != "call_function" or node.is_impure() or node in writes:  # random ops too
             continue
         key = (node.target, typed(node.args), typed(node.kwargs))
         if key in seen:

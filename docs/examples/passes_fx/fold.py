@@ -12,9 +12,7 @@ def fold_constants(gm, max_bytes=1 << 20):
     for i, node in enumerate(list(gm.graph.nodes)):
         if node.op == "get_attr" and node.target not in state:
             known[node] = operator.attrgetter(node.target)(gm)
-        if node.op != "call_function" or node.is_impure():
-            continue
-        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        if node.op != "call_function" or node.is_impure():  # random ops too
             continue
         if not all(n in known for n in node.all_input_nodes):
             continue
