@@ -161,8 +161,10 @@ class Edit:
         program's level, at the shapes and dtypes of the arguments' ``val``, and emit its
         nodes; return its result (a ``Ref``, or a tuple of them for several results).
 
-        Tensor arguments are ``Ref`` s; scalars are traced as literals. One ``torch.export``
-        per function and argument shapes (remembered for the rest of the call)."""
+        Tensor arguments are ``Ref`` s; scalars are traced as literals. Symbolic sizes are
+        traced at their hints, so sizes ``fn`` computes are specialized to them. One
+        ``torch.export`` per function and argument shapes (remembered for the rest of the
+        call)."""
         return self._ed.apply(fn, args)
 
     def val(self, x: Any) -> Any:
