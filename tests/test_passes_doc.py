@@ -229,3 +229,25 @@ def test_bench_edit_smoke():
     assert [r["n"] for r in rows] == [122, 242] and "log-log slope" in out.getvalue()
     lines = lines_table(out=out)
     assert all(ours < fx for ours, fx in lines.values())
+
+
+class _CopiesWritten(torch.nn.Module):
+    def forward(self, x):
+        a, b = x.clone(), x.clone()  # equal copies, one written later: not one value
+        a.add_(1)
+        noise = torch.rand(3), torch.rand(3)  # random: never merged, never folded
+        return a + b + noise[0] - noise[1]
+
+
+@pytest.mark.parametrize("level", ["flat", "outlined"])
+def test_cse_and_fold_leave_written_copies_and_random_ops(level):
+    x = torch.randn(3)
+    p = import_ep(torch.export.export(_CopiesWritten(), (x,)))
+    p = p if level == "flat" else transform(p)
+    for run in (cse.cse, fold.fold_constants):
+        q = run(p)
+        assert q.node_count() == p.node_count(), run.__name__
+        torch.manual_seed(0)
+        want = lower(p)(x)
+        torch.manual_seed(0)
+        torch.testing.assert_close(lower(q)(x), want)
