@@ -459,3 +459,38 @@ def test_apply_traces_at_the_programs_level():
         q = rewrite_nodes(p, square)
         targets = {str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"}
         assert ("aten.linear.default" in targets) is not core, targets
+
+
+class Reduce(torch.nn.Module):
+    def forward(self, x):
+        return (torch.relu(x) * 2).sum()
+
+
+def test_vals_are_propagated_again_past_a_replacement_of_another_shape():
+    x = torch.randn(3, 8)
+    p = import_ep(torch.export.export(Reduce(), (x,)))
+
+    def first_column(node, e):
+        if node.target is aten.relu.default:
+            return e.call(aten.slice.Tensor, e.args[0], 1, 0, 1)
+        return None
+
+    q = rewrite_nodes(p, first_column)
+    verify(q)
+    mul = next(n for n in q.root_module.graph.nodes if n.target is aten.mul.Tensor)
+    assert tuple(mul.meta["val"].shape) == (3, 1)  # was (3, 8)
+    torch.testing.assert_close(lower(q)(x), (x[:, :1] * 2).sum())
+
+    class AddBack(torch.nn.Module):
+        def forward(self, x):
+            return (torch.relu(x) + x).sum()
+
+    p = import_ep(torch.export.export(AddBack(), (x,)))
+
+    def transpose(node, e):
+        if node.target is aten.relu.default:
+            return e.call(aten.t.default, e.args[0])  # (8, 3) + (3, 8) no longer runs
+        return None
+
+    with pytest.raises(PassError, match="aten.add.Tensor at node 'add' raises"):
+        rewrite_nodes(p, transpose)

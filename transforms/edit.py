@@ -66,7 +66,9 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             state they read (``e.val``, ``e.state``). ``visit`` returns ``None`` to keep the
             node, or a ``Ref`` (from ``e``, or one of the node's inputs) whose value replaces
             the node's result: every later use reads it instead, outputs, output specs and
-            preserved call signatures included. Nodes emitted while visiting a node go before
+            preserved call signatures included; when the replacement has another dtype or
+            shape, the ``val`` of each later node it reaches is propagated again (a node that
+            no longer runs is a ``PassError`` naming it). Nodes emitted while visiting a node go before
             it, except those that read the node's own result (``node.ref``), directly or
             through another such node: they go right after it and keep reading the node
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
@@ -229,6 +231,8 @@ class _Editor:
         self.constants: set[str] = set()  # every new constant
         self.aliases_of: dict[str, list[str]] = {}  # new fqn -> its other paths' fqns
         self.call_aliases: dict[str, dict[str, Ref]] = {}  # module path -> its graphs' aliases
+        self.current: Node | None = None  # the visited node, its val propagated again
+        self.retyped: set[str] = set()
         self.holder_of: dict[str, str] = {}  # written buffer fqn -> its placeholder (flat)
         self.buffer_values: dict[str, str] = {}  # value written into a buffer -> its fqn (flat)
 
@@ -270,6 +274,7 @@ class _Editor:
         self.e.graph = graph
         self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
         alias, e, visit, defined, nodes = self.alias, self.e, self.visit, self.defined, self.nodes
+        retyped = self.retyped = set()  # values whose dtype or shape the edit changed
         pending: list[Node] = []  # what placeholders' visits emitted: after the placeholders
         keep = _same
         for node in graph.nodes:
@@ -286,13 +291,19 @@ class _Editor:
                 kwargs = map_refs_in(node.kwargs, alias, keep) if node.kwargs.items else node.kwargs
             else:
                 args, kwargs = node.args, node.kwargs
+            current = self.current = e.node = node
+            if retyped and op == CALL_FUNCTION and any(r.name in retyped for r in node.inputs()):
+                current = self.repropagated(node, args, kwargs)
+            self.current = current
             e.node, e.args, e._kwargs = node, args, kwargs
             self.before: list[Node] = []
             self.after: list[Node] = []
             self.after_names: set[str] = set()
             result = visit(node, e)
             if e.args is not args or e._kwargs is not kwargs:
-                node_now = self.reargued(node, e.args, e._kwargs)
+                node_now = self.reargued(current, e.args, e._kwargs)
+            elif current is not node:
+                node_now = current
             elif args is not node.args or kwargs is not node.kwargs:
                 node_now = node.replace(args=args, kwargs=kwargs)
                 self.graph_changed = True
@@ -354,6 +365,8 @@ class _Editor:
                     f"%{result.name} of another dtype or shape ({_describe(old)} -> "
                     f"{_describe(new)}); keep the value's dtype and shape there"
                 )
+        if not _same_type(node.meta.get("val"), self.defined[result.name].meta.get("val")):
+            self.retyped.add(node.name)  # its readers' vals are propagated again
         self.alias[node.name] = result
         self.candidates.add(node.name)
         self.graph_changed = True
@@ -446,9 +459,18 @@ class _Editor:
                 f"visit gives node {node.name!r} an argument %{cycle} computed from its own "
                 "result (a cycle); emit that value before the node"
             )
+        return self.repropagated(node, args, kwargs)
+
+    def repropagated(self, node: Node, args: Any, kwargs: Any) -> Node:
+        """``node`` with ``args`` / ``kwargs`` and its ``val`` propagated again; its name joins
+        ``retyped`` when the dtype or shape changed."""
         self.graph_changed = True
         val = self.fake(node.target, args, kwargs) if node.op == CALL_FUNCTION else None
-        meta = node.meta if val is None else MappingProxyType({**node.meta, "val": val})
+        if val is None:
+            return node.replace(args=args, kwargs=kwargs)
+        if not _same_type(self.e.node.meta.get("val"), val):
+            self.retyped.add(node.name)
+        meta = MappingProxyType({**node.meta, "val": val})
         return node.replace(args=args, kwargs=kwargs, meta=meta)
 
     # --- emitting -----------------------------------------------------------------------------
@@ -504,7 +526,7 @@ class _Editor:
     def lookup(self, name: str) -> Node | None:
         found = self.defined.get(name)
         if found is None:
-            here = self.e.node
+            here = self.current
             if here is not None and name == here.name:
                 return here
             found = next((n for n in self.after if n.name == name), None)
@@ -535,7 +557,7 @@ class _Editor:
                 return target(*a, **k)
         except Exception as exc:
             raise PassError(
-                f"{target_name(target)} emitted at node {self.here()!r} raises on its "
+                f"{target_name(target)} at node {self.here()!r} raises on its "
                 f"arguments' values ({type(exc).__name__}: {_first_line(exc)}); check the "
                 "arguments' shapes and dtypes (e.val)"
             ) from exc
