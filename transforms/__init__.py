@@ -6,9 +6,13 @@ The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effe
 stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
 ``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
 ``deduplicate``.
+
+``rewrite_nodes`` (``transforms.edit``) is not a pass but how a user writes one: a function over
+nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
 """
 
 from transforms.dedup import deduplicate
+from transforms.edit import Edit, rewrite_nodes
 from transforms.effects import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
@@ -25,6 +29,7 @@ from transforms.stages import Edge, Stages, split_stages
 __all__ = [
     "DEFAULT_PIPELINE",
     "Edge",
+    "Edit",
     "Stages",
     "deduplicate",
     "fill_call_gaps",
@@ -41,6 +46,7 @@ __all__ = [
     "rematerialize",
     "remove_effect_tokens",
     "repair_call_signatures",
+    "rewrite_nodes",
     "sink_state",
     "split_by_tags",
     "split_hop_bodies",
