@@ -5,11 +5,15 @@ The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effe
 ``functional_to_inplace``, ``split_hop_bodies``, ``fix_module_stacks``; the preserved-call
 stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
 ``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
-``deduplicate``.
+``deduplicate``. The cleanup passes, listed but not in the default pipeline:
+``eliminate_dead_code``, ``cse``, ``fold_constants``.
 """
 
+from transforms.cse import cse
+from transforms.dce import eliminate_dead_code
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.fold_constants import fold_constants
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
 from transforms.move_device import move_to_device
@@ -26,9 +30,12 @@ __all__ = [
     "DEFAULT_PIPELINE",
     "Edge",
     "Stages",
+    "cse",
     "deduplicate",
+    "eliminate_dead_code",
     "fill_call_gaps",
     "fix_module_stacks",
+    "fold_constants",
     "functional_to_inplace",
     "inline",
     "insert_ivals",

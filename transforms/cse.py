@@ -12,7 +12,7 @@ from ir import signature as sg
 from ir.args import IDict, IList, ISlice, Ref, map_refs
 from ir.graph import Graph
 from ir.module import ModuleId
-from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, OUTPUT, Node
+from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, Node
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
