@@ -9,11 +9,10 @@ stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``
 ``eliminate_dead_code``, ``cse``, ``fold_constants``.
 """
 
-from transforms.cse import cse
 from transforms.dce import eliminate_dead_code
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
-from transforms.fold_constants import fold_constants
+from transforms.folding import fold_constants
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
 from transforms.move_device import move_to_device
@@ -25,6 +24,7 @@ from transforms.sink import sink_state
 from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
 from transforms.stacks import fill_call_gaps, fix_module_stacks
 from transforms.stages import Edge, Stages, split_stages
+from transforms.subexpressions import cse
 
 __all__ = [
     "DEFAULT_PIPELINE",

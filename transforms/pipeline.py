@@ -87,11 +87,11 @@ def named_passes() -> dict[str, Pass]:
     default ``max_bytes``) that take a Program alone. One table for the API and the command
     line.
     """
-    from transforms.cse import cse
     from transforms.dce import eliminate_dead_code
-    from transforms.fold_constants import fold_constants
+    from transforms.folding import fold_constants
     from transforms.inline import inline
     from transforms.split import move_non_tensor_nodes_on_boundary
+    from transforms.subexpressions import cse
 
     table: dict[str, Pass] = {}
     extra = (inline, move_non_tensor_nodes_on_boundary, eliminate_dead_code, cse, fold_constants)
