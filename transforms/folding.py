@@ -48,8 +48,9 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     Returns:
         ``p`` itself when nothing folds. Else a Program in which each node that folds and is
         still read is replaced by a new constant: a ``constant_tensor`` placeholder with its
-        input spec (before the user inputs) in the root graph of a flat program (state
-        ``<module>._folded_<node>`` of the module call the node ran in), a ``get_attr`` of a
+        input spec (before the user inputs) in the root graph of a flat program with a root
+        call signature (state ``<module>._folded_<node>`` of the module call the node ran
+        in), a ``get_attr`` of a
         new attribute ``_folded_<node>`` in any other graph (state at every path that
         reaches the module, as ``sink_state`` leaves state);
         a folded value that a graph returns or a preserved call signature names keeps its
@@ -263,7 +264,9 @@ def _rebuild(
     held: set[str], needed: set[str], exposed: set[str], paths: dict,
     added: list, root_inputs: list, taken_fqns: set[str],
 ) -> Graph:
-    at_root = mid == p.root and p.is_flat  # a flat root reads state through placeholders
+    # a flat root reads state through placeholders, which its call signature binds to state
+    # (without one, ``lower`` takes every placeholder as an input: read a get_attr then)
+    at_root = mid == p.root and p.is_flat and "" in p.call_signatures
     taken = Names(n.name for n in graph.nodes)
     attrs_taken = _module_attrs(p, mid, paths) if not at_root else set()
     alias: dict[str, Ref] = {}
