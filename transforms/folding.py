@@ -14,7 +14,7 @@ from ir import state as st
 from ir.args import EMPTY_DICT, Ref, map_refs, thaw
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.module import ModuleId
+from ir.module import SUBGRAPH, ModuleId
 from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
 from ir.program import Program
@@ -50,9 +50,9 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         still read is replaced by a new constant: a ``constant_tensor`` placeholder with its
         input spec (before the user inputs) in the root graph of a flat program with a root
         call signature (state ``<module>._folded_<node>`` of the module call the node ran
-        in), a ``get_attr`` of a
-        new attribute ``_folded_<node>`` in any other graph (state at every path that
-        reaches the module, as ``sink_state`` leaves state);
+        in), a ``get_attr`` of a new attribute ``_folded_<node>`` in any other graph (state
+        at every path that reaches the module, as ``sink_state`` leaves state; the bodies of
+        higher-order ops, which own no state, are not folded);
         a folded value that a graph returns or a preserved call signature names keeps its
         node, as ``clone(constant)`` (a caller never gets the constant itself to write).
         A node folds when it is a pure ``call_function`` (``ops.impurity`` empty; never a
@@ -95,8 +95,10 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     taken_fqns = set(p.state_table())
 
     def fold(mid: ModuleId, graph: Graph) -> Graph:
-        if mid != p.root and not paths.get(mid):
-            return graph  # a module no path reaches holds no state to read
+        if mid != p.root and (not paths.get(mid) or p.module(mid).kind == SUBGRAPH):
+            # a module no path reaches holds no state to read; a higher-order op's body is
+            # held by whichever module runs it (the pipeline moves it): no state of its own
+            return graph
         writes = graph_writes(p, mid, graph, memo)
         values, sources, kept, held = _evaluate(
             p, mid, graph, paths, fixed, writes, max_bytes, specs
@@ -317,7 +319,7 @@ def _module_attrs(p: Program, mid: ModuleId, paths: dict) -> set[str]:
     """The attribute names module ``mid`` has under any of its paths (state and children)."""
     names = {name for name, _ in p.module_table()[mid].children}
     for path in paths.get(mid, ()):
-        prefix = f"{path}."
+        prefix = f"{path}." if path else ""
         names.update(
             fqn[len(prefix):].split(".", 1)[0] for fqn in p.state_table() if fqn.startswith(prefix)
         )

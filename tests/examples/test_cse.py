@@ -271,4 +271,33 @@ program:
 
 
 def test_laws_on_generated_programs():
-    check_laws(cse, idempotent=True, max_examples=25)
+    check_laws(cse, idempotent=True, max_examples=60)
+
+
+def test_a_copy_a_called_module_writes_is_not_merged():
+    """The callee writes its argument in place (``copy_`` into its placeholder): the caller's
+    value is written, so the two clones stay apart (``node_effects.graph_writes`` follows
+    the call)."""
+    before = program("""\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %add: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %c = call_function[aten.clone.default](%x)
+      %c_1 = call_function[aten.clone.default](%x)
+      %b = call_module[b](%c)
+      %add = call_function[aten.add.Tensor](%c, %c_1)
+      return (%add,)
+  module b: B
+    graph 0:
+      %y = placeholder
+      %neg = call_function[aten.neg.default](%y)
+      %copy_ = call_function[aten.copy_.default](%y, %neg)
+      return %copy_""")
+    assert cse(before) is before
+    x = torch.randn(2)
+    torch.testing.assert_close(lower(before)(x.clone())[0], x - x)

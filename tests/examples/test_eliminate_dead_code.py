@@ -155,4 +155,4 @@ def test_laws_on_hand_built_programs():
 
 
 def test_laws_on_generated_programs():
-    check_laws(eliminate_dead_code, idempotent=True, max_examples=25)
+    check_laws(eliminate_dead_code, idempotent=True, max_examples=60)

@@ -306,4 +306,36 @@ def test_laws_on_hand_built_programs():
 
 
 def test_laws_on_generated_programs():
-    check_laws(fold_constants, laws=LAWS, max_examples=25)
+    check_laws(fold_constants, laws=LAWS, max_examples=60)
+
+
+class Rotary(torch.nn.Module):
+    """A table computed under ``no_grad``: export puts it in a higher-order op's body."""
+
+    @torch.no_grad()
+    def forward(self, x):
+        pos = torch.arange(x.shape[-2], dtype=torch.float32)
+        emb = torch.outer(pos, torch.ones(2)) * 0.5
+        return emb.cos()
+
+
+class RotaryModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rotary = Rotary()
+        self.proj = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.proj(x) * self.rotary(x)
+
+
+def test_a_higher_order_op_body_holds_no_new_state_and_the_pipeline_still_runs():
+    """A body of ``wrap_with_set_grad_enabled`` is not folded (it owns no state; the pipeline
+    moves it); folding before the default pipeline gives a program that lowers and is eager."""
+    x = torch.randn(3, 2)
+    ep = torch.export.export(RotaryModel(), (x,))
+    p = import_ep(ep)
+    after = fold_constants(p)
+    verify(after)
+    assert all(not fqn.startswith("submod") for fqn in after.state)
+    torch.testing.assert_close(lower(transform(after))(x), ep.module()(x))
