@@ -8,7 +8,7 @@ from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
-from transforms.node_effects import has_effect
+from transforms.node_effects import binds_symbols, has_effect
 
 __all__ = ["eliminate_dead_code"]
 
@@ -28,7 +28,8 @@ def eliminate_dead_code(p: Program) -> Program:
         mutate, draw random numbers, have a side effect or are higher-order ops, and
         ``call_module`` nodes whose callee has such a node. Random operators are kept even
         when their result is unused: dropping one would change the random numbers that later
-        random operators draw from the same generator. ``get_attr`` reads and pure operators
+        random operators draw from the same generator; so are nodes that define unbacked
+        symbols (``binds_symbols``). ``get_attr`` reads and pure operators
         (views included) that nothing reads are dropped. Names, meta and the order of the
         kept nodes are as they were; state is kept (an unused state value stays state).
 
@@ -58,6 +59,7 @@ def eliminate_dead_code(p: Program) -> Program:
                 n.op in (PLACEHOLDER, OUTPUT)
                 or n.name in live
                 or n.name in named
+                or binds_symbols(n)
                 or (n.op != GET_ATTR and has_effect(p, mid, n, memo))
             ):
                 kept.append(n)

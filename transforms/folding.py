@@ -21,7 +21,7 @@ from ir.program import Program
 from transforms.checks import require_program
 from transforms.constants import fresh_attr, with_constants
 from transforms.each_graph import map_graphs, signature_names
-from transforms.node_effects import graph_writes
+from transforms.node_effects import binds_symbols, graph_writes
 
 __all__ = ["DEFAULT_MAX_BYTES", "fold_constants"]
 
@@ -46,26 +46,30 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
             program hold a large tensor (``ones(n)`` expanded to ``(n, n)``).
 
     Returns:
-        ``p`` itself when nothing folds. Else a Program in which each node that folds and is
-        still read is replaced by a new constant: a ``constant_tensor`` placeholder with its
-        input spec (before the user inputs) in the root graph of a flat program with a root
-        call signature (state ``<module>._folded_<node>`` of the module call the node ran
-        in), a ``get_attr`` of a new attribute ``_folded_<node>`` in any other graph (state
-        at every path that reaches the module, as ``sink_state`` leaves state; the bodies of
-        higher-order ops, which own no state, are not folded);
-        a folded value that a graph returns or a preserved call signature names keeps its
-        node, as ``clone(constant)`` (a caller never gets the constant itself to write).
-        A node folds when it is a pure ``call_function`` (``ops.impurity`` empty; never a
-        random, effectful, mutating or higher-order op, nor an ``empty*`` builder, whose
-        values are unspecified) whose arguments are literals, lifted constants (``constant``
-        state that nothing writes in place, in any graph, nor a mutation output) or folded
-        values, that is itself never written in place (directly or through an alias), and
-        whose computation succeeds (a builder for a device not present stays). Parameters
-        and buffers are not folded: the user may load or train them. A result that is a
-        view or copy of a constant (``t(w)``, ``clone(c)``), a non-tensor, or larger than
-        ``max_bytes`` is not held; it stays computed where still read. Nodes that only
-        folded values read are dropped. The tensors are computed under ``torch.no_grad``
-        from the program's tensors and never written: the new constants are fresh copies.
+        ``p`` itself when nothing folds. Else a Program in which each folded node that is
+        still read is replaced by a read of a new constant:
+
+        - in the root graph of a flat program with a root call signature: a
+          ``constant_tensor`` placeholder and input spec (after the state inputs, before the
+          user inputs), state ``<module>._folded_<node>`` of the module call the node ran in;
+        - in any other graph: a ``get_attr`` of a new attribute ``_folded_<node>``, with state
+          at every path that reaches the module (as ``sink_state`` leaves state). Bodies of
+          higher-order ops own no state and are not folded;
+        - a folded value that its graph returns or a preserved call signature names keeps its
+          node and name, as ``clone(constant)``: a caller never gets the constant to write.
+
+        A node folds when it is a pure ``call_function`` (``ops.impurity`` empty: never a
+        random, effectful, mutating or higher-order op; nor an ``empty*`` builder, whose
+        values are unspecified; nor a node that defines unbacked symbols) whose arguments are
+        literals, lifted constants (``constant`` state that no graph writes in place and no
+        output mutates) or folded values; that is never written in place itself (directly or
+        through an alias); and whose computation succeeds here (a builder for a device that
+        is not present stays). Parameters and buffers are not folded: the user may load or
+        train them. A result that is a view or copy of a constant (``t(c)``, ``clone(c)``:
+        folding computes nothing), not a tensor, or larger than ``max_bytes`` is not held: it
+        stays computed where still read. Nodes that only folded values read are dropped.
+        The tensors are computed under ``torch.no_grad`` from the program's tensors, which
+        are never written: the new constants are fresh copies.
 
     Raises:
         NotAProgramError: ``p`` is not a Program.
@@ -73,8 +77,10 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
 
     **Laws:**
 
-    - identity: a program with nothing to fold is returned as is; idempotent up to the new
-      tensors' identity (a second run folds nothing: ``f(f(p)) is f(p)``);
+    - identity: a program with nothing to fold is returned as is; idempotent: a second run
+      folds nothing (``f(f(p)) is f(p)``);
+    - determinism: two runs give equal programs up to the new tensors' identity (their
+      values are equal; ``Opaque`` compares by identity);
     - semantics: ``lower(f(p))`` returns what ``lower(p)`` returns and leaves the same state
       (up to floating-point rounding of ops computed on another device);
     - purity: ``p`` and its tensors are not written (``_version`` kept);
@@ -217,7 +223,7 @@ def _evaluate(
                 continue
             if n.op != CALL_FUNCTION or not all(r.name in values for r in n.inputs()):
                 continue
-            if not _foldable(n.target):
+            if not _foldable(n.target) or binds_symbols(n):
                 continue
             try:
                 result = n.target(*thaw(n.args, _read(values)), **thaw(n.kwargs, _read(values)))

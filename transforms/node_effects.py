@@ -20,7 +20,7 @@ from ir.module import ModuleId, split_call_target
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, Node
 from ir.program import Program
 
-__all__ = ["GraphWrites", "graph_writes", "has_effect"]
+__all__ = ["GraphWrites", "binds_symbols", "graph_writes", "has_effect"]
 
 
 @attrs.frozen
@@ -124,6 +124,13 @@ def has_effect(p: Program, mid: ModuleId, node: Node, memo: dict | None = None) 
         memo[key] = True  # a cycle (never in a verified program) counts as an effect
         memo[key] = any(has_effect(p, child, n, memo) for n in graph.nodes)
     return memo[key]
+
+
+def binds_symbols(node: Node) -> bool:
+    """Whether ``node`` defines unbacked symbols (``meta["unbacked_bindings"]``: ``item()``,
+    ``nonzero``): later nodes' fake values name them, so the cleanup passes keep such a node
+    as it is (never dropped, merged or folded). O(1)."""
+    return bool(node.meta.get("unbacked_bindings"))
 
 
 def _may_alias(facts: ops.OpFacts) -> bool:

@@ -16,7 +16,7 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, Node
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
-from transforms.node_effects import graph_writes
+from transforms.node_effects import binds_symbols, graph_writes
 
 __all__ = ["cse", "literal_key"]
 
@@ -42,7 +42,8 @@ def cse(p: Program) -> Program:
         place anywhere in its graph, directly or through a view, alias or module call
         (``transforms.node_effects.graph_writes``), never merges (so a copy later written in
         place stays a copy); a node that reads a written value merges only with one that read
-        it between the same writes. A node that a preserved call signature names is kept.
+        it between the same writes. A node that a preserved call signature names, or that
+        defines unbacked symbols (``binds_symbols``), is kept.
 
     Raises:
         NotAProgramError: ``p`` is not a Program.
@@ -77,7 +78,12 @@ def cse(p: Program) -> Program:
         for n in graph.nodes:
             args, kwargs = map_refs(n.args, read), map_refs(n.kwargs, read)
             node = n.replace(args=args, kwargs=kwargs)
-            if _mergeable(node) and n.name not in named and not writes.is_written(n.name):
+            if (
+                _mergeable(node)
+                and n.name not in named
+                and not writes.is_written(n.name)
+                and not binds_symbols(n)
+            ):
                 key = _key(node, writes, version)
                 found = seen.get(key)
                 if found is not None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from beforeafter import program
 
+import transforms
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from lowering import lower
@@ -301,3 +302,24 @@ program:
     assert cse(before) is before
     x = torch.randn(2)
     torch.testing.assert_close(lower(before)(x.clone())[0], x - x)
+
+
+def _with_bindings(p, name):
+    """``p`` with node ``name`` of the root graph marked as defining an unbacked symbol."""
+    graph = p.root_module.graph
+    nodes = [n.with_meta(unbacked_bindings={"u0": ()}) if n.name == name else n
+             for n in graph.nodes]
+    root = p.root_module.replace(graphs=(graph.of(nodes),))
+    return p.replace(modules=p.modules.set(p.root, root))
+
+
+def test_a_node_that_defines_unbacked_symbols_is_kept():
+    before = _with_bindings(program(BEFORE), "mul_1")
+    assert "%mul_1 = call_function[aten.mul.Tensor](%x, 2)" in format_program(cse(before))
+
+
+def test_the_cleanup_passes_run_by_name():
+    before = program(BEFORE)
+    assert transform(before, ["cse"]) == cse(before)
+    names = ["fold_constants", "cse", "eliminate_dead_code"]
+    assert transform(before, names) == transforms.eliminate_dead_code(cse(before))

@@ -156,3 +156,13 @@ def test_laws_on_hand_built_programs():
 
 def test_laws_on_generated_programs():
     check_laws(eliminate_dead_code, idempotent=True, max_examples=60)
+
+
+def test_a_node_that_defines_unbacked_symbols_is_kept():
+    before = program(BEFORE)
+    graph = before.root_module.graph
+    nodes = [n.with_meta(unbacked_bindings={"u0": ()}) if n.name == "sin" else n
+             for n in graph.nodes]
+    before = before.replace(modules=before.modules.set(
+        before.root, before.root_module.replace(graphs=(graph.of(nodes),))))
+    assert "%sin = " in format_program(eliminate_dead_code(before))
