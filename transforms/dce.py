@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER
@@ -13,6 +14,7 @@ from transforms.node_effects import binds_symbols, has_effect
 __all__ = ["eliminate_dead_code"]
 
 
+@gc_paused
 def eliminate_dead_code(p: Program) -> Program:
     """Remove every node whose result is unused and that has no effect, in every graph.
 

@@ -13,6 +13,7 @@ from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, map_refs, thaw
 from ir.errors import PassError
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
 from ir.names import Names, fresh_name
@@ -34,6 +35,7 @@ CLONE = torch.ops.aten.clone.default
 _BEFORE_CONSTANTS = (sg.TOKEN, sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
 
 
+@gc_paused
 def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     """Compute once the values that depend on no input and on no state that can change, and
     read them from new lifted constants.

@@ -108,13 +108,21 @@ def has_effect(p: Program, mid: ModuleId, node: Node, memo: dict | None = None) 
     or a ``call_module`` whose callee graph holds such a node (recursively; an unresolvable or
     leaf module counts as having one). Placeholders, ``get_attr`` and outputs have none.
 
+    ``memo`` (one per pass run) also remembers each target's answer: torch's effect
+    registries are read once per target and run, not once per node.
+
     Complexity: O(1) per operator node; each callee graph is looked at once through ``memo``.
     """
+    memo = {} if memo is None else memo
     if node.op in (CALL_FUNCTION, CALL_METHOD):
-        return bool(ops.impurity(node.target))
+        target = node.target
+        key = ("impure", id(target))
+        found = memo.get(key)
+        if found is None or found[0] is not target:
+            found = memo[key] = (target, bool(ops.impurity(target)))
+        return found[1]
     if node.op != CALL_MODULE:
         return False
-    memo = {} if memo is None else memo
     callee = _callee(p, mid, node)
     if callee is None:
         return True

@@ -10,17 +10,19 @@ import attrs
 from ir import ops
 from ir import signature as sg
 from ir.args import IDict, IList, ISlice, Ref, map_refs
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, Node
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
-from transforms.node_effects import binds_symbols, graph_writes
+from transforms.node_effects import binds_symbols, graph_writes, has_effect
 
 __all__ = ["cse", "literal_key"]
 
 
+@gc_paused
 def cse(p: Program) -> Program:
     """Merge the nodes of each graph that compute the same value from the same values.
 
@@ -79,7 +81,7 @@ def cse(p: Program) -> Program:
             args, kwargs = map_refs(n.args, read), map_refs(n.kwargs, read)
             node = n.replace(args=args, kwargs=kwargs)
             if (
-                _mergeable(node)
+                _mergeable(p, mid, node, memo)
                 and n.name not in named
                 and not writes.is_written(n.name)
                 and not binds_symbols(n)
@@ -109,12 +111,12 @@ def cse(p: Program) -> Program:
     return out.replace(signature=sg.ExportSignature(p.signature.inputs, outputs))
 
 
-def _mergeable(node: Node) -> bool:
+def _mergeable(p: Program, mid: ModuleId, node: Node, memo: dict) -> bool:
     if node.op == GET_ATTR:
         return True
     if node.op not in (CALL_FUNCTION, CALL_METHOD):
         return False
-    return not ops.impurity(node.target)
+    return not has_effect(p, mid, node, memo)
 
 
 def _key(node: Node, writes: Any, version: dict[str, int]) -> tuple:
