@@ -101,6 +101,7 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     added: list[tuple[tuple[str, ...], torch.Tensor]] = []
     root_inputs: list[tuple[Node, sg.InputSpec]] = []
     taken_fqns = set(p.state_table())
+    module_attrs = _Attrs(p, paths)
 
     def fold(mid: ModuleId, graph: Graph) -> Graph:
         if mid != p.root and (not paths.get(mid) or p.module(mid).kind == SUBGRAPH):
@@ -118,7 +119,7 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         exposed.update(r.name for r in graph.output_node.inputs())
         return _rebuild(
             p, mid, graph, values, sources, kept, held, needed, exposed, paths,
-            added, root_inputs, taken_fqns,
+            added, root_inputs, taken_fqns, module_attrs,
         )
 
     out = map_graphs(p, fold)
@@ -272,13 +273,13 @@ def _needed(
 def _rebuild(
     p: Program, mid: ModuleId, graph: Graph, values: dict, sources: set[str], kept: set[str],
     held: set[str], needed: set[str], exposed: set[str], paths: dict,
-    added: list, root_inputs: list, taken_fqns: set[str],
+    added: list, root_inputs: list, taken_fqns: set[str], module_attrs: _Attrs,
 ) -> Graph:
     # a flat root reads state through placeholders, which its call signature binds to state
     # (without one, ``lower`` takes every placeholder as an input: read a get_attr then)
     at_root = mid == p.root and p.is_flat and "" in p.call_signatures
     taken = Names(n.name for n in graph.nodes)
-    attrs_taken = _module_attrs(p, mid, paths) if not at_root else set()
+    attrs_taken = module_attrs.of(mid) if not at_root else set()
     alias: dict[str, Ref] = {}
 
     def read(r: Ref) -> Ref:
@@ -323,15 +324,30 @@ def _ordered_root(p: Program, graph: Graph, placeholders: list[Node]) -> list[No
     return old[:at] + new + old[at:]
 
 
-def _module_attrs(p: Program, mid: ModuleId, paths: dict) -> set[str]:
-    """The attribute names module ``mid`` has under any of its paths (state and children)."""
-    names = {name for name, _ in p.module_table()[mid].children}
-    for path in paths.get(mid, ()):
-        prefix = f"{path}." if path else ""
-        names.update(
-            fqn[len(prefix):].split(".", 1)[0] for fqn in p.state_table() if fqn.startswith(prefix)
-        )
-    return names
+class _Attrs:
+    """The attribute names each module has (children, and state under any of its paths),
+    plus those this run adds: one set per module, shared by all of its graphs. The index
+    from a path to the names below it is built once, on first use. O(state) once."""
+
+    def __init__(self, p: Program, paths: dict) -> None:
+        self.p, self.paths = p, paths
+        self.below: dict[str, set[str]] | None = None
+        self.taken: dict[ModuleId, set[str]] = {}
+
+    def of(self, mid: ModuleId) -> set[str]:
+        found = self.taken.get(mid)
+        if found is None:
+            if self.below is None:
+                self.below = {}
+                for fqn in self.p.state_table():
+                    parts = fqn.split(".")
+                    for i in range(len(parts)):
+                        self.below.setdefault(".".join(parts[:i]), set()).add(parts[i])
+            found = {name for name, _ in self.p.module_table()[mid].children}
+            for path in self.paths.get(mid, ()):
+                found |= self.below.get(path, set())
+            self.taken[mid] = found
+        return found
 
 
 def _constant_read(

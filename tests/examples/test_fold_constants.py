@@ -339,3 +339,37 @@ def test_a_higher_order_op_body_holds_no_new_state_and_the_pipeline_still_runs()
     verify(after)
     assert all(not fqn.startswith("submod") for fqn in after.state)
     torch.testing.assert_close(lower(transform(after))(x), ep.module()(x))
+
+
+def test_two_graphs_of_one_module_get_distinct_attributes():
+    """Calls ``a`` and ``a@1`` run two graphs of one module; each folds a node named ``mul``:
+    the new attributes are ``_folded_mul`` and ``_folded_mul_1``, never one name twice."""
+    before = program("""\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %a_1: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %a = call_module[a](%x)
+      %a_1 = call_module[a@1](%a)
+      return (%a_1,)
+  module a: A
+    graph 0:
+      %x = placeholder
+      %ones = call_function[aten.ones.default]([2])
+      %mul = call_function[aten.mul.Tensor](%ones, 2)
+      %add = call_function[aten.add.Tensor](%x, %mul)
+      return %add
+    graph 1:
+      %x = placeholder
+      %ones = call_function[aten.ones.default]([2])
+      %mul = call_function[aten.mul.Tensor](%ones, 3)
+      %add = call_function[aten.add.Tensor](%x, %mul)
+      return %add""")
+    after = fold_constants(before)
+    verify(after)
+    assert set(after.state) == {"a._folded_mul", "a._folded_mul_1"}
+    same_outputs(before, after, torch.randn(2))
