@@ -48,7 +48,10 @@ class GraphWrites:
 def graph_writes(p: Program, mid: ModuleId, graph: Graph, memo: dict | None = None) -> GraphWrites:
     """The ``GraphWrites`` of ``graph``, a graph of module ``mid`` of ``p``.
 
-    A ``call_module`` writes the arguments whose placeholders its callee's graph writes
+    Inputs that may be one tensor count as one alias group once one of them is written: the
+    placeholders of a called graph (a caller may pass one tensor twice), the user inputs of
+    the root, and root state inputs that name one tensor key (tied state). A ``call_module`` writes the arguments whose
+    placeholders its callee's graph writes
     (found the same way, once per callee graph through ``memo``); an unresolvable call writes
     every argument. A mutating operator writes the arguments its schema marks ``Tensor(a!)``
     (every ``Ref`` argument when it has no schema).
@@ -93,6 +96,11 @@ def graph_writes(p: Program, mid: ModuleId, graph: Graph, memo: dict | None = No
                 direct[n.name] = tuple(
                     a.name for i, a in enumerate(n.args) if i in positions and type(a) is Ref
                 )
+    written = {find(v) for vs in direct.values() for v in vs}
+    for together in _input_classes(p, mid, graph):
+        if any(find(name) in written for name in together):
+            for name in together[1:]:
+                union(together[0], name)
     writes = {k: tuple(dict.fromkeys(find(v) for v in vs)) for k, vs in direct.items() if vs}
     written = frozenset(g for gs in writes.values() for g in gs)
     group = {name: find(name) for name in parent}
@@ -132,6 +140,22 @@ def has_effect(p: Program, mid: ModuleId, node: Node, memo: dict | None = None) 
         memo[key] = True  # a cycle (never in a verified program) counts as an effect
         memo[key] = any(has_effect(p, child, n, memo) for n in graph.nodes)
     return memo[key]
+
+
+def _input_classes(p: Program, mid: ModuleId, graph: Graph) -> list[list[str]]:
+    """The placeholders of ``graph`` that may be one tensor at run time, in classes."""
+    names = [ph.name for ph in graph.placeholders]
+    if mid != p.root or graph is not p.root_module.graph:
+        return [names] if len(names) > 1 else []
+    state = p.state_table()
+    targets = {s.name: s.target for s in p.signature.inputs}
+    classes: dict[Any, list[str]] = {}
+    for name in names:
+        target = targets.get(name)
+        slot = state.get(target) if target is not None else None
+        key = ("state", slot.tensor) if slot is not None else ("input",)
+        classes.setdefault(key, []).append(name)
+    return [c for c in classes.values() if len(c) > 1]
 
 
 def binds_symbols(node: Node) -> bool:

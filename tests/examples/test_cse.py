@@ -323,3 +323,32 @@ def test_the_cleanup_passes_run_by_name():
     assert transform(before, ["cse"]) == cse(before)
     names = ["fold_constants", "cse", "eliminate_dead_code"]
     assert transform(before, names) == transforms.eliminate_dead_code(cse(before))
+
+
+def test_inputs_that_may_be_one_tensor_count_as_written_together():
+    """``b`` writes its first input and reads its second before and after: a caller may pass
+    one tensor twice (as here), so the two reads are not merged."""
+    before = program("""\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %b: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %c = call_function[aten.clone.default](%x)
+      %b = call_module[b](%c, %c)
+      return (%b,)
+  module b: B
+    graph 0:
+      %y = placeholder
+      %z = placeholder
+      %r = call_function[aten.neg.default](%z)
+      %w = call_function[aten.add_.Tensor](%y, 1)
+      %r_1 = call_function[aten.neg.default](%z)
+      %add = call_function[aten.add.Tensor](%r, %r_1)
+      return %add""")
+    assert cse(before) is before
+    x = torch.randn(2)
+    torch.testing.assert_close(lower(before)(x.clone())[0], -2 * x - 1)
