@@ -39,8 +39,8 @@ from lowering import (
     pipeline_stage,
     sync_shared_grads,
 )
-from tests import stage_cases as sc
-from tests import stage_cases_dist as scd
+from bench import stage_cases as sc
+from bench import stage_cases_dist as scd
 from transforms import split_stages
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,

@@ -182,3 +182,14 @@ def test_no_module_reads_another_modules_private_names(path: Path) -> None:
     """A private name is its module's own: renaming it must never break another module. Share
     it as a public, documented function instead."""
     assert private_uses(path) == [], f"{path.relative_to(ROOT)} reads private names of others"
+
+
+# --- bench/ never imports tests/ ------------------------------------------------------------------
+
+
+def test_bench_never_imports_tests() -> None:
+    """``tests/`` may use ``bench/`` (the stage cases live in ``bench/stage_cases.py``), never
+    the other way: a benchmark must run from a tree without the test suite."""
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        reached = {m for m in imported_modules(path) if m.split(".")[0] == "tests"}
+        assert not reached, f"{rel(path)} imports {sorted(reached)}; move the shared code to bench/"

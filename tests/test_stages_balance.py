@@ -21,7 +21,7 @@ from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering import format_stage_plan, lower, stage_module
-from tests import stage_cases as sc
+from bench import stage_cases as sc
 from transforms import split_stages, transform
 from transforms.stages.balance import best_cuts
 

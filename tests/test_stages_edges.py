@@ -10,7 +10,7 @@ from torch.export import Dim
 
 from ir import InputConstraintError, PassError, import_ep
 from lowering import format_stage_plan, stage_module
-from tests import stage_cases as sc
+from bench import stage_cases as sc
 from transforms import split_stages, transform
 
 

@@ -23,7 +23,7 @@ from lowering import (
     sync_shared_grads,
 )
 from lowering.stages import stage_ranks
-from tests import stage_cases_dist as scd
+from bench import stage_cases_dist as scd
 from transforms import split_stages
 
 

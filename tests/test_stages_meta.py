@@ -19,7 +19,7 @@ from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree, tensor_version
 from lowering import lower, merge_stage_state_dicts, stage_module
-from tests import stage_cases as sc
+from bench import stage_cases as sc
 from transforms import move_to_device, split_stages
 
 
