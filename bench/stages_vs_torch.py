@@ -39,9 +39,9 @@ def _worker(frontend: str, case: str, rank: int, world: int, port: int) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
 
+    from bench import stage_cases as sc
     from ir import import_ep
     from lowering import pipeline_stage, sync_shared_grads
-    from bench import stage_cases as sc
     from transforms import split_stages
 
     torch.set_num_threads(1)

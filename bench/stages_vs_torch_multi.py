@@ -60,10 +60,10 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
     from torch.distributed.tensor import DTensor
     from torch.nn.parallel import DistributedDataParallel
 
-    from ir import import_ep
-    from lowering import pipeline_stage, sync_shared_grads
     from bench import stage_cases as sc
     from bench import stage_cases_dist as scd
+    from ir import import_ep
+    from lowering import pipeline_stage, sync_shared_grads
     from transforms import split_stages
 
     _name, case, world, n, n_dp, wrap, sched, _what = next(r for r in ROWS if r[0] == row)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
+from bench import stage_cases as sc
 from ir import PassError, format_program, import_ep, verify
 from ir.errors import InputConstraintError, LoweringError
 from lowering import export_ep, lower, merge_stage_state_dicts, stage_module
-from bench import stage_cases as sc
 from transforms import inline, split_stages, transform
 
 

@@ -15,13 +15,13 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from bench import stage_cases as sc
 from ir import PassError, import_ep
 from ir.module_stack import NO_STACK
 from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering import format_stage_plan, lower, stage_module
-from bench import stage_cases as sc
 from transforms import split_stages, transform
 from transforms.stages.balance import best_cuts
 
