@@ -4,12 +4,13 @@ Every pass here is importable by name (``purefx --passes outline,sink_state`` us
 The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effect_tokens``,
 ``functional_to_inplace``, ``split_hop_bodies``, ``fix_module_stacks``; the preserved-call
 stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
-``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
-``deduplicate``.
+``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state`` (whose last
+step is the listed pass ``hold_foreign_state``), ``deduplicate``.
 """
 
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.foreign_state import hold_foreign_state
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
 from transforms.move_device import move_to_device
@@ -30,6 +31,7 @@ __all__ = [
     "fill_call_gaps",
     "fix_module_stacks",
     "functional_to_inplace",
+    "hold_foreign_state",
     "inline",
     "insert_ivals",
     "move_non_tensor_nodes_on_boundary",
