@@ -16,6 +16,7 @@ from torch import nn
 
 from ir import import_ep
 from ir.args import Ref
+from ir.graph import Graph
 from ir.node import CALL_FUNCTION, Node
 from transforms import split_stages
 from transforms.stages.balance import FLOP_RULES, Plan, best_cuts, node_flops, stage_costs
@@ -103,6 +104,8 @@ def test_every_listed_op_has_a_pinned_number():
         (aten.scaled_dot_product_attention.default, [(2, 4, 8), 1], _meta(2, 4, 8), 4 * 64),
         (aten._scaled_dot_product_flash_attention.default, [(2, 4, 8), (2, 6, 8)], (), 0),
         # any other op: its output elements, summed over a tuple; a non-tensor costs nothing
+        (aten.matmul.default, [(3,), (3, 5)], _meta(5), 2 * 5 * 3),  # a 1-d contracted argument
+        (aten.scaled_dot_product_attention.default, [(4, 8), (6, 8)], _meta(4, 8), 4 * 32 * 6),
         (aten.relu.default, [(2, 5)], _meta(2, 5), 10),
         (aten.split.Tensor, [(6, 5), 2], (_meta(2, 5), _meta(4, 5)), 30),
         (aten.sym_size.int, [(6, 5), 0], 6, 0),
@@ -227,6 +230,53 @@ def test_nested_paths_state_read_twice_and_outputs_crossing():
     assert split_stages(p, n=2, balance="params").at == ("enc.b",)
     three = split_stages(p, n=3, balance="params")
     assert three.at == ("enc", "enc.b") and three.params == (80, 80, 136)
+
+
+def _with_val(p, name: str, val):
+    """``p`` with node ``name``'s ``val`` replaced (what the cut search reads of it)."""
+    root = p.root_module
+    nodes = tuple(
+        n.replace(meta={**n.meta, "val": val}) if n.name == name else n for n in root.graph.nodes
+    )
+    graph = Graph(nodes)
+    return p.replace(modules=p.modules.set(p.root, root.replace(graphs=(graph, *root.graphs[1:]))))
+
+
+def test_a_non_tensor_crossing_is_no_cut_and_an_unknown_value_is_a_free_one():
+    p, _ = _plan(_Net())
+    # relu's value crosses the cut at ``cut`` (into the slice): a list there is no tensor
+    listed = _with_val(p, "relu", [1, 2])
+    plan = Plan(listed, state_reads(listed))
+    assert plan.candidates == [(1, "act"), (3, "lin1")]
+    # a value without ``val`` still crosses (the cut is allowed), at 0 bytes
+    unknown = _with_val(p, "relu", None)
+    plan = Plan(unknown, state_reads(unknown))
+    assert plan.candidates == [(1, "act"), (2, "cut"), (3, "lin1")]
+    assert plan.crossing == [0, 64, 0, 32, 32]
+
+
+class _Symmetric(nn.Module):
+    """m0 and m2 hold 160 B each, m1 144 B: a cut before m1 or before m2 gives the same largest
+    stage (304 B) and the same deviation; m1 sends (2, 4) floats, m0 (2, 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.m0 = nn.Linear(4, 8)
+        self.m1 = nn.Linear(8, 4)
+        self.m2 = nn.Linear(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.m2(self.m1(self.m0(x)))
+
+
+def test_mirrored_stages_tie_and_the_traffic_decides():
+    p, plan = _plan(_Symmetric())
+    assert plan.params == [160, 144, 160]
+    assert plan.candidates == [(1, "m1"), (2, "m2")] and plan.crossing[1:3] == [64, 32]
+    for balance in ("params", "flops"):  # flops: 128 each
+        stages = split_stages(p, n=2, balance=balance)
+        assert stages.at == ("m2",), balance
+    assert split_stages(p, n=2).params == (304, 160)
 
 
 def test_stage_costs_sum_flops_by_stage():
