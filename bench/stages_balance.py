@@ -46,7 +46,7 @@ def _bert(vocab: int, d: int, layers: int):
 
 
 def _tied_lm():
-    from tests import stage_cases as sc
+    from bench import stage_cases as sc
 
     model = sc.TiedLM(vocab=64, d=16, n=8).double()
     tok = torch.randint(0, 64, (2, 5))

@@ -1,6 +1,6 @@
 """purefx stages vs torch's own pipeline frontend (``torch.distributed.pipelining.pipeline``).
 
-Runs each case of ``tests/stage_cases.py`` through a real schedule on a gloo group of spawned
+Runs each case of ``bench/stage_cases.py`` through a real schedule on a gloo group of spawned
 processes on 127.0.0.1 (ScheduleGPipe, float64, 4 micro-batches), once with purefx's stages
 (``split_stages`` + ``pipeline_stage`` + ``sync_shared_grads``) and once with torch's
 ``pipeline(model, mb_args, mb_kwargs, split_spec)`` + ``build_stage``, and compares with eager on
@@ -39,9 +39,9 @@ def _worker(frontend: str, case: str, rank: int, world: int, port: int) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
 
+    from bench import stage_cases as sc
     from ir import import_ep
     from lowering import pipeline_stage, sync_shared_grads
-    from tests import stage_cases as sc
     from transforms import split_stages
 
     torch.set_num_threads(1)

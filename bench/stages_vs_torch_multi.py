@@ -1,7 +1,7 @@
 """purefx stages vs torch's ``pipeline()`` frontend on several stages per rank (interleaved
 and looped schedules) and on pipeline x data parallel (DDP, FSDP2), tried for real.
 
-Each row runs one case (``tests/stage_cases.py`` / ``tests/stage_cases_dist.py``) on a gloo
+Each row runs one case (``bench/stage_cases.py`` / ``bench/stage_cases_dist.py``) on a gloo
 group of spawned processes on 127.0.0.1 (float64, 4 micro-batches per replica), once with
 purefx (``split_stages`` + ``pipeline_stage(..., wrap=)`` + ``sync_shared_grads``) and once with
 ``torch.distributed.pipelining.pipeline(model, mb_args, mb_kwargs, split_spec)`` +
@@ -60,10 +60,10 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
     from torch.distributed.tensor import DTensor
     from torch.nn.parallel import DistributedDataParallel
 
+    from bench import stage_cases as sc
+    from bench import stage_cases_dist as scd
     from ir import import_ep
     from lowering import pipeline_stage, sync_shared_grads
-    from tests import stage_cases as sc
-    from tests import stage_cases_dist as scd
     from transforms import split_stages
 
     _name, case, world, n, n_dp, wrap, sched, _what = next(r for r in ROWS if r[0] == row)

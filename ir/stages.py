@@ -51,7 +51,7 @@ class Stages:
     - ``balance``: the measure ``split_stages(n=..., balance=...)`` balanced (``"params"`` or
       ``"flops"``), ``""`` for a split ``at`` given paths;
     - ``params``: per stage, the bytes of the distinct state tensors it holds;
-    - ``flops``: per stage, its estimated FLOPs (``transforms.stage_balance.node_flops``).
+    - ``flops``: per stage, its estimated FLOPs (``transforms.stages.balance.node_flops``).
     """
 
     programs: tuple[Program, ...]

@@ -30,6 +30,8 @@ from torch.distributed.pipelining import (
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from bench import stage_cases as sc
+from bench import stage_cases_dist as scd
 from ir import import_ep
 from ir.errors import InputConstraintError, LoweringError, UnloadedStateError
 from lowering import (
@@ -39,8 +41,6 @@ from lowering import (
     pipeline_stage,
     sync_shared_grads,
 )
-from tests import stage_cases as sc
-from tests import stage_cases_dist as scd
 from transforms import split_stages
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,

@@ -18,9 +18,9 @@ import pytest
 import torch
 from torch import nn
 
-from ir import import_ep
+from ir import format_program, import_ep
 from lowering import lower
-from transforms import transform
+from transforms import DEFAULT_PIPELINE, hold_foreign_state, transform
 
 D = 4
 
@@ -271,3 +271,24 @@ def test_a_recomputed_read_of_a_sibling_parameter_goes_through_a_peer(decomp: bo
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(m(*_inputs()), eager(*_inputs()))
+
+
+@pytest.mark.parametrize(("model", "preserve"), CASES, ids=[f"{m}-{'+'.join(p)}" for m, p in CASES])
+def test_listing_the_pass_leaves_the_default_pipeline_output_as_it_was(
+    model: str, preserve: tuple[str, ...]
+) -> None:
+    """``hold_foreign_state`` is a listed pass and still ``sink_state``'s last step: the default
+    pipeline's output is the same text as the passes run one by one with the listed pass named
+    after ``sink_state``, and the pass given that output returns it as it is."""
+    ep = torch.export.export(
+        _eager(model), _inputs(), strict=False, preserve_module_call_signature=preserve
+    )
+    p = import_ep(ep)
+    default = transform(p)
+    names = [f.__name__ for f in DEFAULT_PIPELINE]
+    at = names.index("sink_state") + 1
+    listed = transform(p, [*names[:at], "hold_foreign_state", *names[at:]], check=True)
+    assert format_program(listed) == format_program(default)
+    assert hold_foreign_state(default) is default
+    if OWNER[model] is not None:  # the pass has work to do here: a peer is read
+        assert any(m.peers for m in default.modules.values())

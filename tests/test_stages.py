@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
+from bench import stage_cases as sc
 from ir import PassError, format_program, import_ep, verify
 from ir.errors import InputConstraintError, LoweringError
 from lowering import export_ep, lower, merge_stage_state_dicts, stage_module
-from tests import stage_cases as sc
 from transforms import inline, split_stages, transform
 
 
@@ -149,7 +149,7 @@ program:
       out_spec: tree(dict, [leaf], ['logits'])
       forward_arg_names: ('tanh_1', 'mask')
   call order: ('', 'layers', 'layers.2', 'layers.2.lin', 'layers.3', 'layers.3.lin', 'norm', 'head')
-  module <root>: tests.stage_cases.TiedLM [module] id=''
+  module <root>: bench.stage_cases.TiedLM [module] id=''
     graph 0:
       %tanh_1 = placeholder
       %mask = placeholder

@@ -1,6 +1,6 @@
 """Balanced splits: ``split_stages(p, n=K, balance=...)``.
 
-The cut search (``transforms.stage_balance.best_cuts``) is checked against brute force on
+The cut search (``transforms.stages.balance.best_cuts``) is checked against brute force on
 generated sequences (the largest part is the true minimum; among the cuts reaching it, the
 traffic is the least); the split of real models is checked for its cut paths, its costs, its
 numerics against eager, its errors, and its plan text.
@@ -15,15 +15,15 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from bench import stage_cases as sc
 from ir import PassError, import_ep
 from ir.module_stack import NO_STACK
 from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering import format_stage_plan, lower, stage_module
-from tests import stage_cases as sc
 from transforms import split_stages, transform
-from transforms.stage_balance import best_cuts
+from transforms.stages.balance import best_cuts
 
 
 def _key(prefix, cuts, traffic, k, chosen):
@@ -98,7 +98,7 @@ class _ConvAttention(torch.nn.Module):
 
 
 def test_flop_rules():
-    from transforms.stage_balance import node_flops
+    from transforms.stages.balance import node_flops
 
     args = (torch.randn(2, 3, 8, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8),
             torch.randn(2, 2, 6, 8))

@@ -187,7 +187,7 @@ def _save_checkpoint(case: str, n_stages: int, n_mb: int, path: str, drop: str =
     with torch.distributed.checkpoint in this process; ``drop``: an fqn left out."""
     import torch.distributed.checkpoint as dcp
 
-    from tests import stage_cases_dist as scd
+    from bench import stage_cases_dist as scd
 
     model, *_ = scd.build(case, n_stages, n_mb)
     sd = {k: v for k, v in model.state_dict().items() if k != drop}

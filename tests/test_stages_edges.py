@@ -8,9 +8,9 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from bench import stage_cases as sc
 from ir import InputConstraintError, PassError, import_ep
 from lowering import format_stage_plan, stage_module
-from tests import stage_cases as sc
 from transforms import split_stages, transform
 
 

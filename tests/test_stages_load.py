@@ -13,6 +13,7 @@ import torch.distributed.checkpoint as dcp
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import stage_cases_dist as scd
 from ir import import_ep
 from ir.errors import LoweringError
 from lowering import (
@@ -23,7 +24,6 @@ from lowering import (
     sync_shared_grads,
 )
 from lowering.stages import stage_ranks
-from tests import stage_cases_dist as scd
 from transforms import split_stages
 
 

@@ -13,13 +13,13 @@ import torch.distributed.checkpoint as dcp
 from hypothesis import HealthCheck, event, given, settings
 from torch import nn
 
+from bench import stage_cases as sc
 from ir import UnloadedStateError, format_program, import_ep, verify
 from ir.errors import PassError
 from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree, tensor_version
 from lowering import lower, merge_stage_state_dicts, stage_module
-from tests import stage_cases as sc
 from transforms import move_to_device, split_stages
 
 

@@ -4,9 +4,9 @@ Every pass here is importable by name (``purefx --passes outline,sink_state`` us
 The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effect_tokens``,
 ``functional_to_inplace``, ``split_hop_bodies``, ``fix_module_stacks``; the preserved-call
 stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
-``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
-``deduplicate``. The cleanup passes, listed but not in the default pipeline:
-``eliminate_dead_code``, ``cse``, ``fold_constants``.
+``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state`` (whose last
+step is the listed pass ``hold_foreign_state``), ``deduplicate``. The cleanup passes, listed
+but not in the default pipeline: ``eliminate_dead_code``, ``cse``, ``fold_constants``.
 
 ``rewrite_nodes`` (``transforms.edit``) is not a pass but how a user writes one: a function over
 nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
@@ -17,6 +17,7 @@ from transforms.dedup import deduplicate
 from transforms.edit import Edit, rewrite_nodes
 from transforms.effects import remove_effect_tokens
 from transforms.folding import fold_constants
+from transforms.foreign_state import hold_foreign_state
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
 from transforms.move_device import move_to_device
@@ -42,6 +43,7 @@ __all__ = [
     "fix_module_stacks",
     "fold_constants",
     "functional_to_inplace",
+    "hold_foreign_state",
     "inline",
     "insert_ivals",
     "move_non_tensor_nodes_on_boundary",

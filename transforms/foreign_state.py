@@ -26,6 +26,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.tree_calls import flatten_by_spec
+from transforms.checks import require_program
 
 log = logging.getLogger("purefx")
 
@@ -37,20 +38,35 @@ def hold_foreign_state(program: Program) -> Program:
     carry state: each such placeholder becomes ``get_attr`` ``peer.attr`` through a peer that
     the module holds (``Module.peers``), and its callers stop passing it.
 
-    Run after ``sink_state`` (state owned below a module is a ``get_attr`` there already). A
-    placeholder carries state fqn ``f`` when every call of its graph passes a value that is the
-    root's input of ``f``, a ``get_attr`` of ``f`` or a placeholder carrying ``f``. A preserved
-    graph is one whose first computation flattens a prefix of its placeholders with the call's
-    ``in_spec`` (what ``outline`` builds); the placeholders after that prefix are its extras.
-    Extras that carry no state are left as they are.
+    A listed pass (``purefx --passes hold_foreign_state``), and the last step of ``sink_state``
+    and of ``outline_and_sink``, so the default pipeline runs it already; run it alone on an
+    outlined program that was not sunk by ``sink_state`` (state owned below a module should be
+    a ``get_attr`` there first). A placeholder carries state fqn ``f`` when every call of its
+    graph passes a value that is the root's input of ``f``, a ``get_attr`` of ``f`` or a
+    placeholder carrying ``f``. A preserved graph is one whose first computation flattens a
+    prefix of its placeholders with the call's ``in_spec`` (what ``outline`` builds); the
+    placeholders after that prefix are its extras. Extras that carry no state (or different
+    state at different call sites) are left as they are.
 
-    Parameters: ``program``, outlined (and sunk). Returns the rewritten Program, or ``program``
-    itself when no preserved call takes state as an extra argument.
+    Parameters:
+        program: a Program, usually outlined and sunk; a flat one has no preserved graph and is
+            returned as it is.
 
-    **Laws:** the lowered module computes the same; idempotent; never changes the number of
-    compute nodes (a dropped state read is a ``get_attr``); a program without preserved calls is
-    returned as it is. Complexity: O(n + m) for n nodes and m modules.
+    Returns:
+        The rewritten Program, or ``program`` itself (``is``) when no preserved call takes
+        state as an extra argument.
+
+    Raises:
+        ``NotAProgramError`` (a ``PassError``) when ``program`` is not a Program.
+
+    **Laws:** the lowered module computes the same; idempotent (``hold_foreign_state(q) is q``
+    for a result ``q``); ``sink_state(p) == hold_foreign_state(sink_state(p))``; never changes
+    the number of compute nodes (a dropped state read is a ``get_attr``); a program without
+    preserved calls is returned as it is.
+
+    **Complexity:** O(n + m) for n nodes and m modules.
     """
+    require_program(program, "hold_foreign_state")
     if not any(name for name in program.call_signatures):  # only the root's, if any
         return program
     if not _any_extra_arguments(program):

@@ -140,7 +140,27 @@ def outline_by(
     each call that reads one gets its own copy instead of an input; none is made where unread.
     A copied ``get_attr`` keeps the root-relative target it had, so the result verifies only once
     the caller has moved that state under the calls that read it (as ``split_by_tags`` does).
-    O(n) over the root graph, like ``outline``.
+
+    Parameters:
+        program: a flat Program (an outlined one is returned as it is).
+        frames_of: the partition key, node -> its calls (``transforms.stacks.node_frames`` is
+            ``outline``'s; ``transforms.stages.plan.stage_frames`` is ``split_stages``').
+        copied: nodes copied into each call that reads them (default: none).
+
+    Returns:
+        The outlined Program: one graph variant per call, a ``call_module`` per call in its
+        caller.
+
+    **Laws** (checked on generated programs, ``tests/laws/test_outline_by_laws.py``; without
+    ``copied``): pure and deterministic; the result verifies and computes what ``program``
+    computes; idempotent (``outline_by(q, k) is q`` for an outlined ``q``);
+    ``outline_by(p, node_frames) == outline(p)`` on a program the preserved-call stages have
+    prepared; ``inline(outline_by(p, node_frames))`` is alpha-equivalent to ``p`` without
+    preserved calls (with another key, ``inline`` of it computes the same, module type names of
+    modules no call opens aside); no compute node is added or dropped, only ``getitem``s of a
+    call's results; a key giving every node no frame leaves the root graph as it is.
+
+    **Complexity:** O(n) over the root graph, like ``outline``.
     """
     if program.is_outlined:
         return program

@@ -11,6 +11,7 @@ from ir.verify import verify
 from transforms.checks import require_program
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
+from transforms.foreign_state import hold_foreign_state
 from transforms.hop_split import split_hop_bodies
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink, prepare_outline_and_sink
@@ -97,6 +98,7 @@ def named_passes() -> dict[str, Pass]:
     extra = (inline, move_non_tensor_nodes_on_boundary, eliminate_dead_code, cse, fold_constants)
     for p in (*pipeline(), *pipeline(keep_functional=True), *extra):
         table.setdefault(p.__name__, p)
+    table.setdefault(hold_foreign_state.__name__, hold_foreign_state)  # sink_state's last step
     return table
 
 

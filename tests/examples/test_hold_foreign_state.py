@@ -1,6 +1,7 @@
-"""Before/Expected examples for ``hold_foreign_state`` (the last step of ``sink_state``): a
-preserved call whose subtree reads state owned outside it takes only its signature's arguments;
-it reads the state through a peer that holds the owner, and its callers stop passing it."""
+"""Before/Expected examples for ``hold_foreign_state`` (a listed pass, and the last step of
+``sink_state``): a preserved call whose subtree reads state owned outside it takes only its
+signature's arguments; it reads the state through a peer that holds the owner, and its callers
+stop passing it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import pytest
 from beforeafter import program
 from programs_nested import NESTED
 
+import transforms
 from ir import VerifyError, alpha_equivalent, format_program, parse_program, verify
 from ir.node import GET_ATTR
-from transforms import inline, outline, outline_and_sink, sink_state
+from transforms import inline, outline, outline_and_sink, sink_state, transform
 from transforms.foreign_state import hold_foreign_state
+from transforms.pipeline import named_passes
 
 # ``a.b`` is preserved and reads ``n.w``, owned by ``n``, a sibling of its parent ``a``
 FLAT = """\
@@ -125,6 +128,15 @@ def test_foreign_state_of_a_preserved_call_is_read_through_a_peer():
     verify(after)
     assert alpha_equivalent(after, program(HELD, like=before))
     assert len(after.modules["a.b"].graphs[0].placeholders) == 1  # the signature's one input
+
+
+def test_it_is_a_listed_pass_runnable_by_name():
+    assert transforms.hold_foreign_state is hold_foreign_state
+    assert named_passes()["hold_foreign_state"] is hold_foreign_state
+    before = program(WIDENED)
+    after = transform(before, ["hold_foreign_state"], check=True)
+    assert alpha_equivalent(after, program(HELD, like=before))
+    assert transform(after, ["hold_foreign_state"]) is after
 
 
 def test_sinking_ends_with_it_fused_or_not():

@@ -1,4 +1,4 @@
-"""Models for the multi-process pipeline tests that need more than ``tests/stage_cases.py``:
+"""Models for the multi-process pipeline tests that need more than ``bench/stage_cases.py``:
 a weight tied across three stages (two of them on one rank under an interleaved schedule)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests import stage_cases as sc
+from bench import stage_cases as sc
 
 
 class TiedThree(nn.Module):

@@ -42,8 +42,8 @@ from ir.torch_seam import pytree
 from transforms.inline import inline_with_calls, restacked
 from transforms.outline import outline_by
 from transforms.pipeline import transform
-from transforms.stage_balance import Plan, balanced_at, stage_costs
-from transforms.stage_plan import StagePlan, plan_stages, stage_frames, stage_key, state_reads
+from transforms.stages.balance import Plan, balanced_at, stage_costs
+from transforms.stages.plan import StagePlan, plan_stages, stage_frames, stage_key, state_reads
 
 
 def split_stages(
@@ -64,7 +64,7 @@ def split_stages(
            root's own) stay in the stage that is current where they are.
         n: instead of ``at``, the number of stages: ``n - 1`` cut points are chosen among the
            module boundaries (each module path's first call) so that the largest stage is as
-           small as possible, exactly (``transforms.stage_balance``); among equally balanced
+           small as possible, exactly (``transforms.stages.balance``); among equally balanced
            cuts, the one sending the fewest activation bytes. ``Stages.at`` names the paths.
         balance: with ``n``: ``"params"`` (default; bytes of the state tensors a stage reads
            first) or ``"flops"`` (FLOPs estimated from each node's ``val``: matmuls and

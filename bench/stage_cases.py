@@ -1,4 +1,5 @@
-"""Models for the pipeline-stage tests (in one process and on spawned gloo groups).
+"""Models for the pipeline-stage tests and benchmarks (in one process and on spawned gloo groups;
+``tests/`` imports them from here, ``bench/`` never imports ``tests/``).
 
 Each case gives a float64 model (seeded), one micro-batch of inputs, which inputs the
 schedule passes by keyword, the ``at`` paths per stage count, and the loss.
