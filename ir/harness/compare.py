@@ -188,7 +188,7 @@ def same_bits(a: Any, b: Any) -> bool:
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    flat = t.detach().cpu().reshape(-1).contiguous()
+    flat = t.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format)
     if flat.is_complex():
         flat = torch.view_as_real(flat.resolve_conj()).reshape(-1)
     return flat.view(torch.uint8)

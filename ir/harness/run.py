@@ -4,8 +4,9 @@ or the error it raised captured as a value.
 
 from __future__ import annotations
 
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
@@ -80,10 +81,41 @@ def outcome(fn: Callable, *args: Any, seed: int | None = 0, **kwargs: Any) -> Ou
     return Outcome(results=out, args=args, kwargs=kwargs)
 
 
+class ShrinkBudget:
+    """A time limit on shrinking a counterexample inside a hypothesis test.
+
+    ``run(key, check)`` runs ``check()``; once some run has raised ``failure`` (the law's
+    error type), and ``seconds`` have passed since, it no longer runs checks: a key that
+    failed before raises its error again, any other passes. Hypothesis then stops making
+    progress and reports the smallest counterexample found in time (its replay is a key that
+    failed), so a refused law reports within about ``seconds`` of its first counterexample.
+    """
+
+    def __init__(self, seconds: float, failure: type[BaseException] = AssertionError) -> None:
+        self.seconds = seconds
+        self.failure = failure
+        self.first: float | None = None
+        self.failures: dict[Hashable, BaseException] = {}
+
+    def run(self, key: Hashable, check: Callable[[], None]) -> None:
+        """Run ``check()`` under the budget (see the class docstring). O(1) besides ``check``."""
+        if self.first is not None and time.monotonic() > self.first + self.seconds:
+            if key in self.failures:
+                raise self.failures[key]
+            return
+        try:
+            check()
+        except self.failure as exc:
+            if self.first is None:
+                self.first = time.monotonic()
+            self.failures[key] = exc
+            raise
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of ``exc``'s message (at most 300 characters)."""
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else ""
 
 
-__all__ = ["Outcome", "first_line", "fresh", "outcome"]
+__all__ = ["Outcome", "ShrinkBudget", "first_line", "fresh", "outcome"]
