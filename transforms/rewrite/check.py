@@ -61,10 +61,10 @@ DTYPES = FLOAT_DTYPES
 """The float dtypes drawn for a floating tensor argument."""
 ALL_DTYPES = (*DTYPES, torch.int64, torch.int32, torch.bool)
 """Every dtype tried for a tensor argument; drawn where the pattern runs on it."""
-SIGNATURES = 24
+SIGNATURES = 16
 """At most this many signatures (each one trace of the pattern, made when first drawn) per
 ``check_rule``."""
-PAIRS = 200
+PAIRS = 60
 """At most this many pairs of size changes tried (eagerly) when drawing signatures."""
 SHRINK_SECONDS = 6.0
 """Once a counterexample is found, shrinking it stops after this many seconds (the smallest
@@ -153,9 +153,9 @@ def check_rule(
     compiled = rule.compiled(TRAINING)
     _refuse_in_place(rule, compiled)
     _check_matches_itself(rule, compiled)
-    sigs = signatures(rule)
+    sigs, scores = _signatures(rule)
     n = max_examples if max_examples is not None else rule.max_examples
-    state = _State(rule, sigs, apply)
+    state = _State(rule, sigs, apply, scores)
     try:
         _search(state, n)
     except _WhereRaised as exc:
@@ -239,37 +239,71 @@ def _why_never(rule: Rule, sig: Signature, apply: Apply) -> str:
 
 
 def _search(state: _State, n: int) -> None:
-    from hypothesis import HealthCheck, Phase, currently_in_test_context, given, settings
+    """Search each signature in turn (the example's, then the telling ones): its ``probe``
+    values first, then ``budgets(…)[i]`` hypothesis examples. A probe that breaks the law is
+    followed by a longer hypothesis search at its signature, for a shrunk counterexample (the
+    probe's own is raised when none is found)."""
+    from hypothesis import currently_in_test_context
+
+    nested = currently_in_test_context()
+    rng = random.Random(0)
+    for i, k in zip(range(len(state.sigs)), budgets(state, n)):
+        sig = state.sigs[i]
+        try:
+            for seed in (0, 1):
+                state.check(i, probe(sig, state.draw_assumes, seed))
+        except LawViolation:
+            if not nested:
+                _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
+            raise
+        if state.sites.get(i, True) is None:
+            continue  # rewrite declines the match at this signature: nothing to check here
+        if nested:
+            # inside a hypothesis test (a property suite that calls rewrite): hypothesis
+            # cannot nest @given, so values of the same kinds come from a seeded generator
+            for _ in range(k):
+                state.check(i, seeded(sig, state.draw_assumes, rng))
+        elif k:
+            _hypothesis_search(state, i, k)
+
+
+SHRINK_EXAMPLES = 20
+"""Examples searched at a signature where a probe broke the law, for a shrunk counterexample."""
+
+
+def budgets(state: _State, n: int) -> list[int]:
+    """How many hypothesis examples each signature gets out of ``n``: the example's and those
+    where the functions disagree eagerly three per round, the others one, round after round
+    until ``n`` are given. O(n + signatures)."""
+    weights = [3 if i == 0 or i <= state.wrong else 1 for i in range(len(state.sigs))]
+    out = [0] * len(weights)
+    left = n
+    while left > 0:
+        for i, w in enumerate(weights):
+            give = min(w, left)
+            out[i] += give
+            left -= give
+    return out
+
+
+def _hypothesis_search(state: _State, i: int, k: int) -> None:
+    from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
 
-    if currently_in_test_context():
-        # inside a hypothesis test (a property suite that calls rewrite): hypothesis cannot
-        # nest @given, so the same kinds of values come from a seeded generator, unshrunk
-        rng = random.Random(0)
-        state.check(0, probe(state.sigs[0], state.draw_assumes, 0))
-        for _ in range(n):
-            i = rng.randrange(len(state.sigs))
-            state.check(i, seeded(state.sigs[i], state.draw_assumes, rng))
-        return
-
-    @st.composite
-    def draws(draw: st.DrawFn) -> tuple[int, tuple]:
-        ranges = {state.wrong, state.telling, len(state.sigs) - 1} - {0}
-        i = draw(st.one_of(*(st.integers(0, r) for r in sorted(ranges)))) if ranges else 0
-        args = tuple(
-            draw(tensors(a[0], a[1], assumes=state.draw_assumes)) if isinstance(a, tuple) else a
-            for a in state.sigs[i].args
-        )
-        return i, args
+    sig = state.sigs[i]
+    args = st.tuples(*(
+        tensors(a[0], a[1], assumes=state.draw_assumes) if isinstance(a, tuple) else st.just(a)
+        for a in sig.args
+    ))
 
     @settings(
-        max_examples=n, derandomize=True, database=None, deadline=None,
+        max_examples=k, derandomize=True, database=None, deadline=None,
         suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
         phases=(Phase.explicit, Phase.generate, Phase.shrink),
     )
-    @given(draws())
-    def law(drawn: tuple[int, tuple]) -> None:
-        state.check(*drawn)
+    @given(args)
+    def law(drawn: tuple) -> None:
+        state.check(i, drawn)
 
     law()
 
@@ -323,14 +357,15 @@ class _State:
     each, on first use), counts of the draws that ran and that were rewritten, and the
     counterexamples seen (for the shrink budget)."""
 
-    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], apply: Apply) -> None:
+    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], apply: Apply,
+                 scores: dict) -> None:
         self.rule = rule
         self.checked = _evolved(rule, where=_GuardedWhere(rule.where)) if rule.where else rule
         self.sigs = sigs
         self.apply = apply
         self.assumes = assumed(rule)
         self.draw_assumes = self.assumes
-        self.telling, self.wrong = _telling(rule, sigs, self.assumes)
+        self.telling, self.wrong = _telling(sigs, scores)
         self.sites: dict[int, Any] = {}
         self.ran = 0
         self.rewritten = 0
@@ -419,12 +454,12 @@ def _layout_name(t: torch.Tensor) -> str:
     return "strided"
 
 
-def _telling(rule: Rule, sigs: Sequence[Signature], assumes: frozenset[str]) -> tuple[int, int]:
+def _telling(sigs: Sequence[Signature], scores: dict) -> tuple[int, int]:
     """The last index of ``sigs`` that leads with an eager disagreement (``signatures`` puts
     them first), and the last that leads with other values (``_disagree`` 2)."""
     telling = wrong = 0
     for k, sig in enumerate(sigs[1:], 1):
-        score = _disagree(rule, sig, assumes)
+        score = scores.get(sig.key(), 0)
         if not score:
             break
         telling = k
@@ -508,13 +543,20 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
 
 
 def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
+    """Up to ``limit`` signatures where ``rule.pattern`` runs, the example's first (see
+    ``_signatures``). Deterministic."""
+    return _signatures(rule, limit)[0]
+
+
+def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, ...], dict]:
     """Up to ``limit`` signatures where ``rule.pattern`` runs (tried eagerly on ``probe``
     values), the example's first, then those where the replacement run eagerly disagrees with
     the pattern (a hint of where to look; the verdict is the rewritten program's), then one of
     each kind (see ``check_rule``), then combinations. Deterministic.
 
     Complexity: about ``(2 + tensor arguments) · len(ALL_DTYPES)`` plus the size variants plus
-    ``len(DTYPES)`` per scalar value eager runs of the pattern, ``PAIRS`` at most more."""
+    ``len(DTYPES)`` per scalar value eager runs of the pattern, ``PAIRS`` at most more. Also returns the eager disagreement
+    (``_disagree``) found per signature key."""
     base = example_signature(rule)
     assumes = assumed(rule)
     rng = random.Random(0)
@@ -565,8 +607,9 @@ def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
     kinds = [dtype_ok, shape_ok, scalar_ok, both]
     # the telling ones first: wrong values before a replacement that raises, one of each kind
     # in turn
+    scores = {s.key(): _disagree(rule, s, assumes) for kind in kinds[:3] for s in kind}
     scored = [[(score, k, s) for k, s in enumerate(kind)
-               if (score := _disagree(rule, s, assumes))] for kind in kinds]
+               if (score := scores.get(s.key(), 0))] for kind in kinds]
     ranked = [sorted(kind, key=lambda t: (-t[0], t[1])) for kind in scored]
     telling: list[Signature] = []
     for score in (2, 1):
@@ -596,7 +639,7 @@ def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
             combo = _with(combo, {i: sc.args[i] for i in range(len(base.args))
                                   if i not in tensors_at})
         add(combo, found)
-    return tuple(found[:limit])
+    return tuple(found[:limit]), scores
 
 
 def example_signature(rule: Rule) -> Signature:
