@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import Phase, find, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from ir.harness import (
@@ -79,7 +79,7 @@ def test_tolerance_is_the_results_dtype_never_widened():
     assert value_difference(x.half(), x.half()) is None
     assert tolerance(torch.float16) == TOLERANCE[torch.float16]
     assert tolerance(torch.int64) == (0.0, 0.0)
-    r, a = tolerance(torch.float32)
+    r, _ = tolerance(torch.float32)
     assert value_difference(T([1.0 + 0.5 * r]), T([1.0])) is None
     assert value_difference(T([1.0 + 3 * r]), T([1.0])) is not None
 
@@ -132,17 +132,23 @@ def test_fresh_keeps_layouts():
         assert c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
 
 
-def test_shrink_budget_replays_known_failures_only():
+def test_shrink_budget_stops_hypothesis_with_the_latest_failure():
     budget = ShrinkBudget(0.0, AssertionError)
+    calls = []
 
-    def fail():
-        raise AssertionError("no")
+    @settings(max_examples=200, database=None, derandomize=True)
+    @given(st.integers(0, 10**6))
+    def law(x):
+        calls.append(x)
+        budget.run(x, lambda: _assert_small(x))
 
-    with pytest.raises(AssertionError):
-        budget.run("a", fail)
-    budget.run("b", fail)  # out of time: an unseen key passes
-    with pytest.raises(AssertionError):
-        budget.run("a", fail)
+    with pytest.raises(AssertionError) as info:
+        budget.guard(law)
+    assert str(info.value) == f"{budget.latest}" and len(calls) < 200
+
+
+def _assert_small(x):
+    assert x < 1000, f"{x} too big"
 
 
 # --- strategies ---------------------------------------------------------------------------------
@@ -176,8 +182,6 @@ def test_assumptions_narrow_the_draws():
     def never(v):
         assert math.isfinite(v) and not (v == 0 and math.copysign(1, v) < 0)
         assert abs(v) < overflow_points(torch.float32)["exp"]
-
-    from hypothesis import given
 
     given(elements(torch.float32, assumes={"no_nans", "no_infs", "no_signed_zeros"}))(never)()
 

@@ -114,7 +114,7 @@ def check_rule_in_context(
     def law(spec: Any) -> None:
         budget.run(repr(spec), lambda: one(spec))
 
-    law()
+    budget.guard(law)
 
 
 def _check_choice(name: str, given: Sequence[str] | None, allowed: Sequence[str]) -> None:
