@@ -221,3 +221,14 @@ def test_unknown_assumptions_and_layouts_are_refused():
         elements(torch.float32, assumes={"fast"})
     with pytest.raises(ValueError):
         laid_out(torch.ones(2), "diagonal")
+
+
+def test_reassociate_judges_against_the_float64_reference():
+    want = torch.tensor([0.48828125], dtype=torch.bfloat16)  # rounded far from the truth
+    got = torch.tensor([0.376953125], dtype=torch.bfloat16)
+    ref = torch.tensor([0.38], dtype=torch.float64)
+    assert value_difference(got, want) is not None
+    assert value_difference(got, want, reference=ref) is not None  # only under reassociate
+    assert value_difference(got, want, assumes={"reassociate"}, reference=ref) is None
+    far = torch.tensor([-2.0], dtype=torch.bfloat16)
+    assert value_difference(far, want, assumes={"reassociate"}, reference=ref) is not None

@@ -413,6 +413,13 @@ class _State:
         for k, j in enumerate(where):
             got_args[j] = got.args[1][k]
         problem = differences(got.results, results, got_args, want.args, assumes=self.assumes)
+        if problem and "reassociate" in self.assumes and "values differ" in problem:
+            # regrouped: judged against the pattern run in float64 (the replacement may err
+            # as much as the pattern itself does, twice over)
+            ref = _reference(rule, args)
+            if ref is not None:
+                problem = differences(got.results, results, got_args, want.args,
+                                      assumes=self.assumes, reference=ref)
         if problem:
             raise LawViolation("rule", rule, f"{problem} on inputs {describe(args)}", None)
 
@@ -603,13 +610,19 @@ def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, .
     ranked = [sorted(kind, key=lambda t: (-t[0], t[1])) for kind in scored]
     telling: list[Signature] = []
     for score in (2, 1):
-        while any(r and r[0][0] == score for r in ranked) and len(telling) < limit // 2:
+        while any(r and r[0][0] == score for r in ranked) and len(telling) < limit // 3:
             for kind in ranked:
-                if kind and kind[0][0] == score and len(telling) < limit // 2:
+                if kind and kind[0][0] == score and len(telling) < limit // 3:
                     telling.append(kind.pop(0)[2])
     found = [base] + telling
-    # then one of each kind in turn, then combinations of a dtype, a size and the scalars
-    queues = [list(k) for k in kinds]
+    # then each dtype for all arguments (floats and ints in turn), then one of each kind in
+    # turn, then combinations of a dtype, a size and the scalars
+    for sig in dtype_ok:
+        if sig not in found and len({sig.args[i][1] for i in tensors_at}) == 1 and len(
+            found
+        ) < limit // 2 + 2:
+            found.append(sig)
+    queues = [[s for s in k if s not in found] for k in kinds]
     for q in queues[1:]:  # the dtypes in order (all arguments first), the rest shuffled
         rng.shuffle(q)
     while len(found) < limit - limit // 4 and any(queues):
@@ -681,17 +694,30 @@ def _runs(rule: Rule, sig: Signature) -> bool:
 # --- comparing results ----------------------------------------------------------------------
 
 
+def _reference(rule: Rule, args: tuple) -> tuple | None:
+    """The pattern's results on ``args`` with floating tensors made float64 (``None`` where it
+    does not run so)."""
+    wide = tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                 else a for a in args)
+    out = outcome(rule.pattern, *wide)
+    if not out.ok:
+        return None
+    return out.results if isinstance(out.results, tuple) else (out.results,)
+
+
 def differences(got: Sequence, want: Sequence, got_args: Sequence, want_args: Sequence, *,
-                assumes: frozenset[str] = frozenset()) -> str:
+                assumes: frozenset[str] = frozenset(), reference: Sequence | None = None) -> str:
     """What differs between results ``got`` (run on ``got_args``) and ``want`` (run on
     ``want_args``, equal values): count, then per result ``ir.harness.value_difference`` (type,
     shape, dtype, values position by position at the result's dtype's tolerance, as
     ``assumes`` relaxes it) and aliasing both ways (of the arguments and of earlier results);
-    ``""`` when nothing does. O(elements)."""
+    ``""`` when nothing does. ``reference``: the pattern's results in float64, used under
+    ``reassociate`` (see ``value_difference``). O(elements)."""
     if len(got) != len(want):
         return f"{len(got)} results, the pattern gives {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
-        problem = value_difference(g, w, assumes=assumes, what=f"result {k}")
+        ref = reference[k] if reference is not None and k < len(reference) else None
+        problem = value_difference(g, w, assumes=assumes, what=f"result {k}", reference=ref)
         if problem:
             return problem.replace(", want ", ", the pattern gives ")
         problem = _aliasing(k, got, want, got_args, want_args)
