@@ -45,6 +45,13 @@ def params_check(has_mask: bool):
     return where
 
 
+ASSUMES = frozenset({"no_nans", "no_infs", "reassociate"})
+"""What inductor's fusions assume (as ``Rule.assumes``): finite values, and sums regrouped. At
+the IEEE edges the fused kernel differs from the unfused ops (a row of ±inf scores: NaN unfused,
+0 fused; the largest finite values: an overflow inside the fused sum), and in half precision it
+rounds elsewhere (in float32 inside, more precisely than the unfused ops)."""
+
+
 def inductor_rule(k: int, *, checked: bool = True, **options) -> Rule:
     """Inductor's rule ``k`` as a ``Rule`` named ``inductor_k`` (``options`` go to ``Rule``);
     ``checked``: with inductor's own parameter check as its ``where`` (``params_check``)."""
@@ -60,4 +67,5 @@ def inductor_rule(k: int, *, checked: bool = True, **options) -> Rule:
     replacement = getattr(fa, f"_sfdp_replacement_{k}")
     if checked:
         options.setdefault("where", params_check(len(shapes) == 4))
+    options.setdefault("assumes", ASSUMES)
     return Rule(pattern, replacement, tuple(args), name=f"inductor_{k}", **options)

@@ -93,14 +93,17 @@ RULES = (
     Rule(lambda x, y: x - y, lambda x, y: x + torch.neg(y), XY, name="sub_as_add_neg",
          **_SMALL),
     Rule(lambda x, y: torch.minimum(x, y), lambda x, y: -torch.maximum(-x, -y), XY,
-         name="minimum_as_maximum", where=_no_bool(0, 1), **_SMALL),
+         name="minimum_as_maximum", where=_no_bool(0, 1), assumes={"no_signed_zeros"},
+         **_SMALL),
+    # -(0 * y) is -0.0 where (-0) * y is +0.0 for an int 0 and a float y > 0
     Rule(lambda x, y: torch.neg(x * y), lambda x, y: torch.neg(x) * y, XY, name="neg_mul",
-         where=_not_bool, **_SMALL),
+         where=_not_bool, assumes={"no_signed_zeros"}, **_SMALL),
     Rule(lambda x, y: x * y + x * y, lambda x, y: (x * y) * 2, XY, name="twice_product",
          where=_not_bool, **_SMALL),
     # scalars: wildcards, a replacement computing on them, literals
+    # (x * a) * b overflows to inf where x * (a * b) does not (or inf * 0 is NaN)
     Rule(lambda x, a, b: (x * a) * b, lambda x, a, b: x * (a * b), (*X, 2.0, 3.0),
-         name="fold_mul_scalars", where=_floating(0), **_SMALL),
+         name="fold_mul_scalars", where=_floating(0), assumes={"no_infs"}, **_SMALL),
     Rule(lambda x, a: x * a + x * a, lambda x, a: x * (2 * a), (*X, 0.5), name="double_scaled",
          where=_floating(0), **_SMALL),
     Rule(lambda x: x * 0.5, lambda x: x / 2.0, X, name="half_as_div", **_SMALL),
@@ -117,8 +120,10 @@ RULES = (
     # dtype casts
     Rule(lambda x: x.to(torch.float64).to(torch.float32), lambda x: x.to(torch.float32, copy=True), X,
          name="via_float64", **_SMALL),
+    # 0.0 * -1.0 is -0.0, (0 * -1).float() is +0.0
     Rule(lambda i, j: i.float() * j.float(), lambda i, j: (i * j).float(), IJ,
-         name="cast_after_product", where=_not_floating(0, 1), **_SMALL),
+         name="cast_after_product", where=_not_floating(0, 1), assumes={"no_signed_zeros"},
+         **_SMALL),
     # integer and bool arithmetic
     Rule(lambda i, j: (i | j) & i, lambda i, j: i & i, IJ, name="absorption",
          where=_alike, **_SMALL),

@@ -10,13 +10,15 @@ What the laws draw lives beside the other strategies, in ``ir.strategies.values`
 """
 
 from ir.harness.compare import same_bits, value_difference
-from ir.harness.run import Outcome, first_line, fresh, outcome
+from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, first_line, fresh, outcome
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
     "REASSOCIATE",
     "TOLERANCE",
+    "OutOfTime",
     "Outcome",
+    "ShrinkBudget",
     "first_line",
     "fresh",
     "outcome",

@@ -27,6 +27,7 @@ def value_difference(
     strides: bool = False,
     assumes: frozenset[str] = frozenset(),
     what: str = "result",
+    reference: Any = None,
 ) -> str | None:
     """``None`` when ``got`` equals ``want``, else one sentence naming where and how they differ.
 
@@ -44,27 +45,35 @@ def value_difference(
     ``assumes`` (``transforms.rewrite.rule.ASSUMPTIONS``) relaxes the comparison as LLVM's
     fast-math flags relax semantics: ``no_nans``, a position where ``want`` is NaN may hold
     anything; ``no_infs``, likewise where ``want`` is ±inf; ``no_signed_zeros``, -0.0 equals
-    +0.0; ``reassociate``, the tolerance is ``ir.harness.tolerance.REASSOCIATE`` times wider.
+    +0.0; ``reassociate``, the tolerance is ``ir.harness.tolerance.REASSOCIATE`` times wider,
+    and, given ``reference`` (``want`` computed in float64, same structure), a finite position
+    is also equal when ``got`` errs from the reference at most twice as much as ``want`` does
+    (plus the tolerance): regrouped sums round elsewhere, no worse than the original.
 
     The sentence gives how many positions differ, the first flat index and both values.
 
     Laws: ``value_difference(x, x) is None`` for every ``x`` (NaNs included); not symmetric in
     general (the tolerance scales with ``|want|``). Complexity: O(elements).
     """
-    return _difference(got, want, what, rtol, atol, strides, frozenset(assumes))
+    assumes = frozenset(assumes)
+    if reference is not None and "reassociate" in assumes:
+        return _difference(got, want, what, rtol, atol, strides, assumes, reference)
+    return _difference(got, want, what, rtol, atol, strides, assumes)
 
 
 def _difference(got: Any, want: Any, path: str, rtol: float | None, atol: float | None,
-                strides: bool, assumes: frozenset[str]) -> str | None:
+                strides: bool, assumes: frozenset[str], ref: Any = None) -> str | None:
     if isinstance(want, torch.Tensor):
-        return _tensor_difference(got, want, path, rtol, atol, strides, assumes)
+        return _tensor_difference(got, want, path, rtol, atol, strides, assumes, ref)
     if isinstance(want, (tuple, list)):
         if type(got) is not type(want):
             return f"{path}: a {type(got).__name__}, want a {type(want).__name__}"
         if len(got) != len(want):
             return f"{path}: {len(got)} items, want {len(want)}"
+        refs = ref if isinstance(ref, (tuple, list)) and len(ref) == len(want) else None
         for k, (g, w) in enumerate(zip(got, want)):
-            found = _difference(g, w, f"{path} [{k}]", rtol, atol, strides, assumes)
+            found = _difference(g, w, f"{path} [{k}]", rtol, atol, strides, assumes,
+                                refs[k] if refs is not None else None)
             if found:
                 return found
         return None
@@ -112,7 +121,8 @@ def _float_equal(got: float, want: float, rtol: float, atol: float,
 
 
 def _tensor_difference(got: Any, want: torch.Tensor, path: str, rtol: float | None,
-                       atol: float | None, strides: bool, assumes: frozenset[str]) -> str | None:
+                       atol: float | None, strides: bool, assumes: frozenset[str],
+                       ref: Any = None) -> str | None:
     if not isinstance(got, torch.Tensor):
         return f"{path}: a {type(got).__name__}, want a tensor"
     if got.shape != want.shape:
@@ -136,6 +146,11 @@ def _tensor_difference(got: Any, want: torch.Tensor, path: str, rtol: float | No
     nan_g, nan_w = torch.isnan(g64), torch.isnan(w64)
     inf_g, inf_w = torch.isinf(g64), torch.isinf(w64)
     close = (g64 - w64).abs() <= a + r * w64.abs()
+    if isinstance(ref, torch.Tensor) and ref.shape == want.shape and not w.is_complex():
+        r64 = ref.detach().cpu().to(torch.float64)
+        own = (w64 - r64).abs()
+        close |= (g64 - r64).abs() <= 2 * torch.nan_to_num(own, nan=0.0, posinf=0.0) + a + \
+            r * r64.abs()
     if "no_signed_zeros" not in assumes:
         zeros = (g64 == 0) & (w64 == 0)
         close &= ~(zeros & (torch.signbit(g64) != torch.signbit(w64)))
@@ -188,7 +203,7 @@ def same_bits(a: Any, b: Any) -> bool:
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    flat = t.detach().cpu().reshape(-1).contiguous()
+    flat = t.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format)
     if flat.is_complex():
         flat = torch.view_as_real(flat.resolve_conj()).reshape(-1)
     return flat.view(torch.uint8)

@@ -4,8 +4,9 @@ or the error it raised captured as a value.
 
 from __future__ import annotations
 
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
@@ -80,10 +81,58 @@ def outcome(fn: Callable, *args: Any, seed: int | None = 0, **kwargs: Any) -> Ou
     return Outcome(results=out, args=args, kwargs=kwargs)
 
 
+class OutOfTime(BaseException):
+    """Raised by ``ShrinkBudget.run`` once its time is up, through hypothesis (which lets a
+    ``BaseException`` pass at once); ``failure`` is the smallest counterexample's error."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+class ShrinkBudget:
+    """A time limit on shrinking a counterexample inside a hypothesis test.
+
+    ``run(key, check)`` runs ``check()``. Once some run has raised ``failure`` (the law's
+    error type) and ``seconds`` have passed since, the next ``run`` raises ``OutOfTime``
+    carrying the latest failure (while shrinking, hypothesis runs only candidates smaller than
+    the best so far, so the latest failure is the smallest): catch it around the hypothesis
+    test and raise its ``failure``. ``guard(test)`` does both. A refused law so reports within
+    about ``seconds`` of its first counterexample.
+    """
+
+    def __init__(self, seconds: float, failure: type[BaseException] = AssertionError) -> None:
+        self.seconds = seconds
+        self.failure = failure
+        self.first: float | None = None
+        self.latest: BaseException | None = None
+
+    def run(self, key: Hashable, check: Callable[[], None]) -> None:
+        """Run ``check()`` under the budget (see the class docstring); ``key`` names the draw
+        (kept for reports). O(1) besides ``check``."""
+        if self.latest is not None and time.monotonic() > (self.first or 0.0) + self.seconds:
+            raise OutOfTime(self.latest)
+        try:
+            check()
+        except self.failure as exc:
+            if self.first is None:
+                self.first = time.monotonic()
+            self.latest = exc
+            raise
+
+    def guard(self, test: Callable[[], None]) -> None:
+        """Run the hypothesis test ``test()``; when the budget ran out, raise the smallest
+        failure found (without hypothesis's report of it)."""
+        try:
+            test()
+        except OutOfTime as stop:
+            raise stop.failure from None
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of ``exc``'s message (at most 300 characters)."""
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else ""
 
 
-__all__ = ["Outcome", "first_line", "fresh", "outcome"]
+__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "first_line", "fresh", "outcome"]

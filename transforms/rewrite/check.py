@@ -5,23 +5,28 @@ computes what the pattern does. Concretely, for each drawn *signature* (the tens
 shapes and dtypes, the scalar arguments' values) the pattern is traced into a program at that
 signature, that program is rewritten with ``transforms.rewrite.engine.apply_rules(p, [rule])``
 (the one path that instantiates replacements, the one ``rewrite`` runs), and the rewritten graph
-is run on drawn values. Its results must agree with the pattern run eagerly in number, shape,
-dtype, aliasing (a result that is a view of an argument or of another result stays one; a fresh
-result stays fresh) and value within the dtype's tolerance, NaN where the pattern gives NaN.
-One exception: on inputs that hold a non-finite value (±inf, NaN), where the pattern's result
-is NaN the replacement may give any value (a fused kernel may define what the unfused ops leave
-undefined, as ``scaled_dot_product_attention`` does for a row of ``-inf`` scores). On finite
-inputs a NaN is a value like any other: ``exp(log(x)) -> x`` is refused, since the pattern
-gives NaN for ``x < 0``.
+is run on drawn values (``ir.strategies.values``: IEEE edge values, four memory layouts). Its
+results must agree with the pattern run eagerly on the same values in number, shape, dtype,
+aliasing (a result that is a view of an argument or of another result stays one; a fresh
+result stays fresh) and value, compared by ``ir.harness.value_difference``: position by
+position, NaN only equal to NaN, ±inf exact, -0.0 not +0.0, finite values within the tolerance
+of the dtype each result is computed in.
 
-Also: the pattern matches its own traced graph exactly once, and ``rewrite`` takes the rule on
-its own pattern at one signature at least (a rule whose ``where`` holds on no draw is refused:
-it would pass having checked nothing).
+Assumptions (``Rule.assumes``, after LLVM's fast-math flags) hold for inputs, intermediates and
+results alike: only inputs they admit are drawn, and a position where the pattern's result
+breaks one (NaN under ``no_nans``, ±inf under ``no_infs``) may hold anything, as LLVM makes such
+a result poison; ``no_signed_zeros`` makes -0.0 equal +0.0; ``reassociate`` widens the tolerance
+(``ir.harness.tolerance.REASSOCIATE``). A rule with ``specials=False`` is checked as if it
+assumed ``no_nans``, ``no_infs`` and ``no_signed_zeros``.
+
+Also: a pattern holding an in-place operator is refused (rewrite matches functional programs);
+the pattern matches its own traced graph exactly once; and ``rewrite`` takes the rule on its
+own pattern at one signature at least (a rule whose ``where`` holds on no draw is refused: it
+would pass having checked nothing).
 """
 
 from __future__ import annotations
 
-import math
 import random
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,33 +36,43 @@ import attrs
 import torch
 
 from ir.errors import PassError, PurefxError
+from ir.harness import ShrinkBudget, fresh, outcome, value_difference
+from ir.harness.run import first_line
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
 from ir.program import Program
+from ir.strategies.values import (
+    FLOAT_DTYPES,
+    LAYOUTS,
+    ORDINARY,
+    edges,
+    laid_out,
+    scalar_values,
+    size_variants,
+    tensors,
+)
 from transforms.law_violation import LawViolation
 from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
-from transforms.rewrite.rule import Rule
+from transforms.rewrite.rule import Rule, rule_cache
 from transforms.rewrite.trace import TRAINING
 
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+DTYPES = FLOAT_DTYPES
 """The float dtypes drawn for a floating tensor argument."""
 ALL_DTYPES = (*DTYPES, torch.int64, torch.int32, torch.bool)
 """Every dtype tried for a tensor argument; drawn where the pattern runs on it."""
 SIGNATURES = 16
-"""At most this many signatures (each one trace of the pattern) per ``check_rule``."""
-PAIRS = 400
+"""At most this many signatures (each one trace of the pattern, made when first drawn) per
+``check_rule``."""
+PAIRS = 60
 """At most this many pairs of size changes tried (eagerly) when drawing signatures."""
-
-_TOLERANCE = {  # (rtol, atol)
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-5),
-    torch.float16: (2e-2, 1e-2),
-    torch.bfloat16: (5e-2, 5e-2),
-}
-_SPECIALS = (0.0, -0.0, math.inf, -math.inf, math.nan)
-_FLOATS = (0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -1.5, 1e-3, 1e3)
-_INTS = (0, 1, -1, 2, 3)
+SHRINK_SECONDS = 6.0
+"""Once a counterexample is found, shrinking it stops after this many seconds (the smallest
+counterexample found by then is reported): a refused rule reports within seconds."""
+_INTERLEAVED = (torch.float64, torch.int64, torch.float16, torch.bool, torch.bfloat16,
+                torch.int32, torch.float32)
+FINITE = frozenset({"no_nans", "no_infs", "no_signed_zeros"})
+"""What a rule with ``specials=False`` is checked under: finite values, one zero."""
 
 
 @attrs.frozen
@@ -76,6 +91,7 @@ class Signature:
         return tuple(a if isinstance(a, tuple) else (type(a).__name__, repr(a)) for a in self.args)
 
     def describe(self) -> str:
+        """The signature in words: ``(tensor(3, 4) float32, 2.0)``."""
         parts = []
         for a in self.args:
             if isinstance(a, tuple):
@@ -89,34 +105,41 @@ Apply = Callable[[Program, list], tuple]
 """``apply_rules(p, rules) -> (program, report)``: ``transforms.rewrite.engine.apply_rules``."""
 
 
+def assumed(rule: Rule) -> frozenset[str]:
+    """The assumptions ``rule`` is checked under: its ``assumes``, plus ``FINITE`` when it says
+    ``specials=False``. O(1)."""
+    return rule.assumes | (frozenset() if rule.specials else FINITE)
+
+
 def check_rule(
     rule: Rule, *, max_examples: int | None = None, apply: Apply | None = None
 ) -> None:
     """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong.
 
-    ``apply`` is the rewrite that instantiates replacements, ``engine.apply_rules``: the engine
-    passes it (this module sits below the engine, which runs this check), and
+    ``apply`` is the rewrite that instantiates replacements, ``engine.apply_rules``;
     ``transforms.rewrite.check_rule`` binds it for users.
 
-    What is drawn: up to ``SIGNATURES`` signatures where the pattern runs (``signatures``): the
-    example's, then each dtype of ``ALL_DTYPES`` (ints and bools included) for all tensor
-    arguments and for one at a time, sizes changed consistently (each distinct size mapped to
-    another, 1 included: broadcasting), one leading dimension more, and sizes changed in one
-    argument only or in all arguments but one (``k``/``v`` with fewer heads than ``q``), dtype
-    and size changes combined, scalar arguments drawn from 0, -0., 1, -1, 2, 0.5, ... Per
-    example hypothesis draws a signature and the values: normal for floats (special values 0,
-    -0., ±inf, NaN put in when ``rule.specials``), small ints, random bools. Each example
-    shrinks toward the example signature without special values.
+    What is drawn (``docs/rewrite.md``, "What check_rule draws"): up to ``SIGNATURES``
+    signatures where the pattern runs (``signatures``): the example's; each dtype of
+    ``ALL_DTYPES`` for all tensor arguments and for one at a time; sizes per dimension
+    (``ir.strategies.values.size_variants``: 1, the other sizes of the signature, one more:
+    broadcasting along any dimension); each free scalar argument on its own over zero, -0.0,
+    negative, fractional, above one and large, crossed with every float dtype; combinations.
+    Signatures where the replacement, run eagerly, disagrees with the pattern come first. Per
+    example hypothesis draws a signature and the values (``ir.strategies.values.tensors``:
+    per element ordinary and IEEE edge values as ``assumed(rule)`` admits, in a contiguous,
+    transposed, strided or expanded layout). A counterexample shrinks toward ordinary values,
+    the contiguous layout and the example's signature, for at most ``SHRINK_SECONDS``.
 
     What is checked (the module docstring states the law): on each signature the pattern's
-    program is rewritten by ``apply_rules`` (so ``where`` sees a real match: nodes and
-    ``val``s of the drawn shapes and dtypes) and run. Draws where the pattern raises, or where
-    rewrite declines the match (``where`` false, a guard), check nothing; when that is every
-    draw, the rule is refused.
+    program is rewritten by ``apply_rules`` (so ``where`` sees a real match) and run. Draws
+    where the pattern raises, or where rewrite declines the match, check nothing; when that is
+    every draw, the rule is refused.
 
     Raises:
-        LawViolation: a counterexample (the signature and what differs), the pattern not
-            matching its own trace exactly once, or no draw rewritten.
+        LawViolation: a counterexample (the values and what differs), a pattern holding an
+            in-place operator, the pattern not matching its own trace exactly once, or no draw
+            rewritten (saying whether ``where`` held on none).
         PassError: naming the rule, when it cannot be traced, is malformed, or its ``where``
             raises. Nothing else escapes: an error while rewriting or running is reported as a
             ``LawViolation`` naming the draw.
@@ -130,12 +153,18 @@ def check_rule(
             "checks); call transforms.rewrite.check_rule, which passes it"
         )
     compiled = rule.compiled(TRAINING)
+    _refuse_in_place(rule, compiled)
     _check_matches_itself(rule, compiled)
-    sigs = signatures(rule)
+    sigs, scores = _signatures(rule)
     n = max_examples if max_examples is not None else rule.max_examples
-    state = _State(rule, sigs, apply)
+    state = _State(rule, sigs, apply, scores)
     try:
         _search(state, n)
+    except _WhereRaised as exc:
+        raise PassError(
+            f"rule {rule.name!r}: its where() raised {exc.kind}: {exc.text}; make where() "
+            "return a bool for every Match"
+        ) from exc.__cause__
     except (LawViolation, PassError):
         raise
     except PurefxError as exc:
@@ -154,73 +183,201 @@ def check_rule(
         )
 
 
+def _refuse_in_place(rule: Rule, compiled: Any) -> None:
+    for n in compiled.traced.graph.nodes:
+        schema = getattr(n.target, "_schema", None)
+        if n.op == CALL_FUNCTION and schema is not None and schema.is_mutable:
+            name = schema.name.split("::")[-1]
+            functional = name[:-1] if name.endswith("_") else f"a functional form of {name}"
+            raise LawViolation(
+                "rule", rule,
+                f"the pattern holds the in-place operator {name} (%{n.name}); rewrite matches "
+                f"functional programs; write the functional form ({functional} instead of "
+                f"{name})", None,
+            )
+
+
+class _WhereRaised(PurefxError):
+    """A rule's ``where`` raised while ``check_rule`` ran it (told apart by type, not text)."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(f"where() raised {kind}: {text}")
+        self.kind = kind
+        self.text = text
+
+
+@attrs.frozen
+class _GuardedWhere:
+    """A rule's ``where``, its errors raised as ``_WhereRaised``."""
+
+    where: Callable
+
+    def __call__(self, match: Any) -> bool:
+        try:
+            return bool(self.where(match))
+        except PurefxError:
+            raise
+        except Exception as exc:  # a where that raises: the rule is malformed
+            raise _WhereRaised(type(exc).__name__, first_line(exc)) from exc
+
+
+def _evolved(rule: Rule, **changes: Any) -> Rule:
+    """``attrs.evolve(rule, **changes)`` sharing ``rule``'s traces (they do not depend on
+    ``where``)."""
+    new = attrs.evolve(rule, **changes)
+    rule_cache(new).traced.update(rule_cache(rule).traced)
+    return new
+
+
 def _why_never(rule: Rule, sig: Signature, apply: Apply) -> str:
     """Why no draw was rewritten, judged at ``sig``: by the rule's ``where`` (when the same
     rule without it rewrites the pattern's program) or by the matching and rewrite's guards."""
-    if rule.where is not None:
-        bare = Rule(rule.pattern, rule.replacement, rule.example_inputs, name=rule.name,
-                    trusted=True)
-        if _rewritten_site(bare, sig, apply) is not None:
-            return "its where() held on none of them"
+    if rule.where is not None and _rewritten_site(
+        _evolved(rule, where=None), sig, apply
+    ) is not None:
+        return "its where() held on none of them"
     return ("the pattern does not match its own exported program, or one of rewrite's guards "
             "(aliasing, dtypes, preserved calls) declines every match")
 
 
 def _search(state: _State, n: int) -> None:
-    from hypothesis import HealthCheck, currently_in_test_context, example, given, settings
+    """Search each signature in turn (the example's, then the telling ones): its ``probe``
+    values first, then ``budgets(…)[i]`` hypothesis examples. A probe that breaks the law is
+    followed by a longer hypothesis search at its signature, for a shrunk counterexample (the
+    probe's own is raised when none is found)."""
+    from hypothesis import currently_in_test_context
+
+    nested = currently_in_test_context()
+    rng = random.Random(0)
+    for i, k in zip(range(len(state.sigs)), budgets(state, n)):
+        sig = state.sigs[i]
+        try:
+            for seed in (0, 1):
+                state.check(i, probe(sig, state.draw_assumes, seed))
+        except LawViolation:
+            if not nested:
+                _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
+            raise
+        if state.sites.get(i, True) is None:
+            continue  # rewrite declines the match at this signature: nothing to check here
+        if nested:
+            # inside a hypothesis test (a property suite that calls rewrite): hypothesis
+            # cannot nest @given, so values of the same kinds come from a seeded generator
+            for _ in range(k):
+                state.check(i, seeded(sig, state.draw_assumes, rng))
+        elif k:
+            _hypothesis_search(state, i, k)
+
+
+SHRINK_EXAMPLES = 20
+"""Examples searched at a signature where a probe broke the law, for a shrunk counterexample."""
+
+
+def budgets(state: _State, n: int) -> list[int]:
+    """How many hypothesis examples each signature gets out of ``n``: the example's and those
+    where the functions disagree eagerly three per round, the others one, round after round
+    until ``n`` are given. O(n + signatures)."""
+    weights = [3 if i == 0 or i <= state.wrong else 1 for i in range(len(state.sigs))]
+    out = [0] * len(weights)
+    left = n
+    while left > 0:
+        for i, w in enumerate(weights):
+            give = min(w, left)
+            out[i] += give
+            left -= give
+    return out
+
+
+def _hypothesis_search(state: _State, i: int, k: int) -> None:
+    from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
 
-    rule = state.rule
-    if currently_in_test_context():
-        # inside a hypothesis test (a property suite that calls rewrite): hypothesis cannot
-        # nest @given, so the same draws come from a seeded generator, without shrinking
-        rng = random.Random(0)
-        state.check(_Draw(0, 0, False))
-        for _ in range(n):
-            state.check(_Draw(rng.randrange(len(state.sigs)), rng.randrange(2**16),
-                              rule.specials and rng.random() < 0.5))
-        return
-
-    draws = st.builds(
-        _Draw, st.integers(0, len(state.sigs) - 1), st.integers(0, 2**16 - 1),
-        st.booleans() if rule.specials else st.just(False),
-    )
+    sig = state.sigs[i]
+    args = st.tuples(*(
+        tensors(a[0], a[1], assumes=state.draw_assumes) if isinstance(a, tuple) else st.just(a)
+        for a in sig.args
+    ))
 
     @settings(
-        max_examples=n, derandomize=True, database=None, deadline=None,
+        max_examples=k, derandomize=True, database=None, deadline=None,
         suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
     )
-    @given(draws)
-    @example(_Draw(0, 0, False))
-    def law(draw: _Draw) -> None:
-        state.check(draw)
+    @given(args)
+    def law(drawn: tuple) -> None:
+        state.check(i, drawn)
 
-    law()
+    state.budget.guard(law)
 
 
-@attrs.frozen
-class _Draw:
-    sig: int
-    seed: int
-    specials: bool
+def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
+    """Deterministic arguments of signature ``sig`` (contiguous): with ``seed`` 0 ordinary
+    values in turn (``ORDINARY``); otherwise the edge values ``assumes`` admits in turn among
+    normal values seeded by ``seed``. Used where the pattern is only tried (does it run, do
+    the two functions disagree), and for the first draw inside a hypothesis test."""
+    gen = torch.Generator().manual_seed(seed)
+    args = []
+    for a in sig.args:
+        if not isinstance(a, tuple):
+            args.append(a)
+            continue
+        shape, dtype = a
+        n = 1
+        for s in shape:
+            n *= s
+        if dtype == torch.bool:
+            flat = torch.arange(n) % 3 == 1
+        elif not dtype.is_floating_point:
+            flat = torch.tensor([(1, -2, 3, 0, 2, -1)[k % 6] for k in range(n)], dtype=dtype)
+        elif seed == 0:
+            flat = torch.tensor([ORDINARY[(k + 1) % len(ORDINARY)] for k in range(n)],
+                                dtype=torch.float64)
+        else:
+            flat = torch.randn(n, generator=gen, dtype=torch.float64)
+            pool = edges(dtype, assumes=assumes)
+            for k in range(0, n, 3):
+                flat[k] = pool[(k // 3 + seed) % len(pool)]
+        args.append(flat.reshape(shape).to(dtype))
+    return tuple(args)
+
+
+def seeded(sig: Signature, assumes: frozenset[str], rng: random.Random) -> tuple:
+    """Arguments of ``sig`` from ``rng`` (for use inside a hypothesis test, where ``tensors``
+    cannot be drawn): ``probe`` values of a random seed in a random layout."""
+    args = probe(sig, assumes, rng.randrange(1, 2**16) if rng.random() < 0.7 else 0)
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            layout = rng.choice(LAYOUTS[:3])
+            a = laid_out(a, layout)
+        out.append(a)
+    return tuple(out)
 
 
 class _State:
     """One ``check_rule`` call's work: its signatures, their rewritten programs (traced once
-    each, on first use) and counts of the draws that ran and that were rewritten."""
+    each, on first use), counts of the draws that ran and that were rewritten, and the
+    counterexamples seen (for the shrink budget)."""
 
-    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], apply: Apply) -> None:
+    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], apply: Apply,
+                 scores: dict) -> None:
         self.rule = rule
+        self.checked = _evolved(rule, where=_GuardedWhere(rule.where)) if rule.where else rule
         self.sigs = sigs
         self.apply = apply
+        self.assumes = assumed(rule)
+        self.draw_assumes = self.assumes
+        self.telling, self.wrong = _telling(sigs, scores)
         self.sites: dict[int, Any] = {}
         self.ran = 0
         self.rewritten = 0
+        self.budget = ShrinkBudget(SHRINK_SECONDS, LawViolation)
 
     def site(self, i: int) -> _Site | None:
         if i not in self.sites:
             try:
-                self.sites[i] = _rewritten_site(self.rule, self.sigs[i], self.apply)
+                self.sites[i] = _rewritten_site(self.checked, self.sigs[i], self.apply,
+                                                self.rule)
             except LawViolation as exc:
                 self.sites[i] = exc
         found = self.sites[i]
@@ -228,72 +385,91 @@ class _State:
             raise found
         return found
 
-    def check(self, draw: _Draw) -> None:
-        rule, sig = self.rule, self.sigs[draw.sig]
-        args = draw_values(rule, sig, draw.seed, draw.specials)
-        pattern_args = _fresh(args)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                want = rule.pattern(*pattern_args)
-        except Exception:  # noqa: BLE001 - the law speaks only of inputs the pattern runs on
-            return
-        want = want if isinstance(want, tuple) else (want,)
-        if _all_nan(want):
-            return  # the pattern computes no value here: any replacement (or none) will do
+    def check(self, i: int, args: tuple) -> None:
+        self.budget.run(i, lambda: self._check(i, args))
+
+    def _check(self, i: int, args: tuple) -> None:
+        rule, sig = self.rule, self.sigs[i]
+        want = outcome(rule.pattern, *args)
+        if not want.ok:
+            return  # the law speaks only of inputs the pattern runs on
         self.ran += 1
-        q = self.site(draw.sig)
+        q = self.site(i)
         if q is None:
             return
         self.rewritten += 1
-        if q.copies:
-            want = tuple(w.clone() if isinstance(w, torch.Tensor) else w for w in want)
-        given_args = _fresh(args)
-        try:
-            got = run_graph(q.program.root_module.graph,
-                            [given_args[i] for i in sig.tensors()])
-        except Exception as exc:  # any error of the rewritten program
+        where = sig.tensors()
+        got = outcome(run_graph, q.program.root_module.graph, [args[j] for j in where])
+        if not got.ok:
+            kind, text = got.error
             raise LawViolation(
-                "rule", rule, f"the rewritten program raised {type(exc).__name__}: "
-                f"{_first_line(exc)} on inputs {sig.describe()} where the pattern ran", None,
-            ) from exc
-        problem = differences(got, want, given_args, pattern_args, precision=q.precision)
-        if "values differ" in problem:
-            # rounding: judged against the pattern run in float64, the replacement may err as
-            # much as the pattern itself does (a folded or fused form rounds elsewhere)
-            ref = _reference(rule, args, q.copies)
+                "rule", rule, f"the rewritten program raised {kind}: {text} on inputs "
+                f"{describe(args)} where the pattern ran", None,
+            )
+        results = want.results if isinstance(want.results, tuple) else (want.results,)
+        if q.copies:
+            results = tuple(fresh(r) for r in results)
+        got_args = list(want.args)
+        for k, j in enumerate(where):
+            got_args[j] = got.args[1][k]
+        problem = differences(got.results, results, got_args, want.args, assumes=self.assumes)
+        if problem and "reassociate" in self.assumes and "values differ" in problem:
+            # regrouped: judged against the pattern run in float64 (the replacement may err
+            # as much as the pattern itself does, twice over)
+            ref = _reference(rule, args)
             if ref is not None:
-                problem = differences(got, want, given_args, pattern_args, ref, q.precision)
+                problem = differences(got.results, results, got_args, want.args,
+                                      assumes=self.assumes, reference=ref)
         if problem:
-            raise LawViolation("rule", rule, f"{problem} on inputs {sig.describe()}", None)
+            raise LawViolation("rule", rule, f"{problem} on inputs {describe(args)}", None)
 
 
-def _reference(rule: Rule, args: tuple, copies: bool) -> tuple | None:
-    """The pattern's results on ``args`` with floating tensors made float64 (``None`` where it
-    does not run so)."""
-    wide = tuple(
-        x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-        for x in args
-    )
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = rule.pattern(*wide)
-    except Exception:  # noqa: BLE001 - no reference: the plain comparison stands
-        return None
-    return out if isinstance(out, tuple) else (out,)
+def describe(args: Sequence) -> str:
+    """Arguments in words: a tensor's shape, dtype, layout and (up to 12 elements) values."""
+    parts = []
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            parts.append(repr(a))
+            continue
+        text = f"tensor{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}"
+        layout = _layout_name(a)
+        if layout != "contiguous":
+            text += f" {layout} (strides {tuple(a.stride())})"
+        if a.numel() <= 12:
+            text += f" {a.detach().reshape(-1).tolist()}"
+        parts.append(text)
+    return "(" + ", ".join(parts) + ")"
 
 
-def _all_nan(results: tuple) -> bool:
-    floats = [r for r in results if isinstance(r, torch.Tensor) and r.is_floating_point()]
-    return bool(floats) and len(floats) == len(results) and all(
-        r.numel() > 0 and bool(torch.isnan(r).all()) for r in floats
-    )
+def _layout_name(t: torch.Tensor) -> str:
+    if t.is_contiguous():
+        return "contiguous"
+    if any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
+        return "expanded"
+    if t.dim() >= 2 and t.transpose(-1, -2).is_contiguous():
+        return "transposed"
+    return "strided"
 
 
-def _rewritten_site(rule: Rule, sig: Signature, apply_rules: Apply) -> _Site | None:
+def _telling(sigs: Sequence[Signature], scores: dict) -> tuple[int, int]:
+    """The last index of ``sigs`` that leads with an eager disagreement (``signatures`` puts
+    them first), and the last that leads with other values (``_disagree`` 2)."""
+    telling = wrong = 0
+    for k, sig in enumerate(sigs[1:], 1):
+        score = scores.get(sig.key(), 0)
+        if not score:
+            break
+        telling = k
+        wrong = k if score == 2 else wrong
+    return telling, wrong
+
+
+def _rewritten_site(rule: Rule, sig: Signature, apply_rules: Apply,
+                    named: Rule | None = None) -> _Site | None:
     """The pattern's program at ``sig`` rewritten by ``apply_rules``; ``None`` where the pattern
-    cannot be exported at ``sig`` or rewrite declines the match."""
+    cannot be exported at ``sig`` or rewrite declines the match. ``named``: the rule to name in
+    errors (``rule`` itself by default)."""
+    named = named or rule
     # the results returned as they are (aliasing observable), else (rewrite may decline a
     # match that would return an alias of an input) each read by a copy: values still checked
     for copies in (False, True):
@@ -302,35 +478,21 @@ def _rewritten_site(rule: Rule, sig: Signature, apply_rules: Apply) -> _Site | N
             return None
         try:
             q, report = apply_rules(p, [rule])
+        except _WhereRaised:
+            raise
         except PurefxError as exc:
-            if "where()" in str(exc):
-                raise  # a where() that raises: a malformed rule, a PassError
             raise LawViolation(
-                "rule", rule, f"rewriting the pattern's own program at {sig.describe()} "
-                f"failed: {_first_line(exc)}", None,
+                "rule", named, f"rewriting the pattern's own program at {sig.describe()} "
+                f"failed: {first_line(exc)}", None,
             ) from exc
         except Exception as exc:  # rewrite must never raise a raw error
             raise LawViolation(
-                "rule", rule, f"rewriting the pattern's own program at {sig.describe()} "
-                f"raised {type(exc).__name__}: {_first_line(exc)}", None,
+                "rule", named, f"rewriting the pattern's own program at {sig.describe()} "
+                f"raised {type(exc).__name__}: {first_line(exc)}", None,
             ) from exc
         if any(report.counts.values()):
-            return _Site(q, copies, _loosest_float(p))
+            return _Site(q, copies)
     return None
-
-
-def _loosest_float(p: Program) -> torch.dtype | None:
-    """The float dtype with the loosest tolerance among the values the pattern computes (a
-    pattern that computes in float32 on float64 inputs is as precise as float32)."""
-    found = None
-    for n in p.root_module.graph.nodes:
-        v = n.meta.get("val")
-        for t in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(t, torch.Tensor) and t.dtype in _TOLERANCE and (
-                found is None or _TOLERANCE[t.dtype] > _TOLERANCE[found]
-            ):
-                found = t.dtype
-    return found
 
 
 @attrs.frozen
@@ -340,7 +502,6 @@ class _Site:
 
     program: Program
     copies: bool
-    precision: torch.dtype | None = None  #: the loosest float dtype the pattern computes in
 
 
 def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Program | None:
@@ -348,14 +509,14 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
     and imported: a flat Program whose user inputs are the tensor arguments in order (its
     tensor results returned as fresh copies when ``copies``); ``None`` when ``torch.export``
     cannot trace it there."""
-    tensors = sig.tensors()
+    positions = sig.tensors()
     fixed = list(sig.args)
     pattern = rule.pattern
 
     class Pattern(torch.nn.Module):
         def forward(self, *xs: torch.Tensor) -> Any:
             args = list(fixed)
-            for i, x in zip(tensors, xs):
+            for i, x in zip(positions, xs):
                 args[i] = x
             out = pattern(*args)
             if copies:  # a fresh copy of any dtype and rank (stack, then select)
@@ -365,32 +526,42 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
                 out = out if many else out[0]
             return out
 
-    example = draw_values(rule, sig, 0, False)
+    example = probe(sig, frozenset(), 0)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ep = torch.export.export(Pattern(), tuple(example[i] for i in tensors))
+            ep = torch.export.export(Pattern(), tuple(example[i] for i in positions))
         return import_ep(ep)
     except Exception:  # noqa: BLE001 - export's errors share no base class: not a program here
         return None
 
 
-# --- signatures and values ------------------------------------------------------------------------
+# --- signatures ------------------------------------------------------------------------------
 
 
 def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
-    """Up to ``limit`` signatures where ``rule.pattern`` runs (tried eagerly on small values),
-    the example's first (see ``check_rule`` for what varies). Deterministic.
+    """Up to ``limit`` signatures where ``rule.pattern`` runs, the example's first (see
+    ``_signatures``). Deterministic."""
+    return _signatures(rule, limit)[0]
 
-    Complexity: about ``(2 + tensor arguments) · len(ALL_DTYPES)`` plus a few per distinct size
-    eager runs of the pattern."""
+
+def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, ...], dict]:
+    """Up to ``limit`` signatures where ``rule.pattern`` runs (tried eagerly on ``probe``
+    values), the example's first, then those where the replacement run eagerly disagrees with
+    the pattern (a hint of where to look; the verdict is the rewritten program's), then one of
+    each kind (see ``check_rule``), then combinations. Deterministic.
+
+    Complexity: about ``(2 + tensor arguments) · len(ALL_DTYPES)`` plus the size variants plus
+    ``len(DTYPES)`` per scalar value eager runs of the pattern, ``PAIRS`` at most more. Also returns the eager disagreement
+    (``_disagree``) found per signature key."""
     base = example_signature(rule)
+    assumes = assumed(rule)
     rng = random.Random(0)
-    tensors = base.tensors()
+    tensors_at = base.tensors()
     seen = {base.key()}
-    found = [base]
     dtype_ok: list[Signature] = []
     shape_ok: list[Signature] = []
+    scalar_ok: list[Signature] = []
 
     def add(sig: Signature, into: list) -> bool:
         if sig.key() in seen:
@@ -401,61 +572,77 @@ def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
             return True
         return False
 
-    for d in ALL_DTYPES:
-        add(_with(base, {i: (base.args[i][0], d) for i in tensors}), dtype_ok)
-    for i in tensors:
-        for d in ALL_DTYPES:
+    for d in _INTERLEAVED:  # floats and ints in turn: both kinds among the first few
+        add(_with(base, {i: (base.args[i][0], d) for i in tensors_at}), dtype_ok)
+    for i in tensors_at:
+        for d in _INTERLEAVED:
             add(_with(base, {i: (base.args[i][0], d)}), dtype_ok)
-    sizes = sorted({s for i in tensors for s in base.args[i][0]})
-    for s in sizes:
-        for new in (1, s + 1, max(2, s // 2)):
-            if new == s:
-                continue
-            add(_resized(base, tensors, {s: new}), shape_ok)
-            for i in tensors:
-                if s in base.args[i][0]:
-                    add(_resized(base, (i,), {s: new}), shape_ok)
-                    if len(tensors) > 2:
-                        add(_resized(base, [j for j in tensors if j != i], {s: new}), shape_ok)
+    shapes = [base.args[i][0] for i in tensors_at]
+    for variant in size_variants(shapes):
+        add(_with(base, {i: (sh, base.args[i][1]) for i, sh in zip(tensors_at, variant)}),
+            shape_ok)
+    lead = _with(base, {i: ((2, *base.args[i][0]), base.args[i][1]) for i in tensors_at
+                        if base.args[i][0]})
+    add(lead, shape_ok)
+    # each free scalar on its own over its pool, crossed with every float dtype the tensors
+    # run in
+    floats = [base] + [s for s in dtype_ok
+                       if len({s.args[i][1] for i in tensors_at}) <= 1
+                       and all(s.args[i][1].is_floating_point for i in tensors_at)]
+    for pos in _drawn_scalars(rule):
+        kind = "float" if isinstance(base.args[pos], float) else "int"
+        for value in scalar_values(kind, assumes=assumes, example=base.args[pos]):
+            for d in floats:
+                add(_with(d, {pos: value}), scalar_ok)
     # two size changes at once (k and v with fewer heads while the mask broadcasts), where
     # the pattern runs: a bounded, seeded sample of the pairs
     pairs = [(a, b) for a in shape_ok for b in shape_ok if a is not b]
     rng.shuffle(pairs)
     both: list[Signature] = []
     for a, b in pairs[:PAIRS]:
-        add(_with(a, {i: b.args[i] for i in tensors if b.args[i] != base.args[i]}), both)
-    # the most telling first: where the functions disagree when run eagerly (only a hint of
-    # where to look: the verdict is the rewritten program's), then arguments resized each
-    # their own way
-    both.sort(key=lambda sig: (-_disagree(rule, sig), -len({sig.args[i] for i in tensors})))
-    rest_first = sorted(dtype_ok + shape_ok, key=lambda sig: -_disagree(rule, sig))
-    lead = _with(base, {i: ((2, *base.args[i][0]), base.args[i][1]) for i in tensors
-                        if base.args[i][0]})
-    add(lead, shape_ok)
-    remap = {s: rng.choice((1, 2, 3, s)) for s in sizes}
-    add(_resized(base, tensors, remap), shape_ok)
-    # one of each kind first, then the rest in a seeded order, then combinations
-    firsts = [s for s in dtype_ok if len({base.args[i][1] for i in tensors}) <= 1]
-    rest = dtype_ok + shape_ok
-    rng.shuffle(rest)
-    rest = [s for s in rest_first if _disagree(rule, s)] + rest
-    combos = max(1, limit // 4)  # slots kept for dtype x size x scalar combinations
-    for sig in firsts[:3] + shape_ok[:2] + both[:combos] + rest:
-        if len(found) >= limit - combos:
-            break
-        if sig not in found:
+        add(_with(a, {i: b.args[i] for i in tensors_at if b.args[i] != base.args[i]}), both)
+    kinds = [dtype_ok, shape_ok, scalar_ok, both]
+    # the telling ones first: wrong values before a replacement that raises, one of each kind
+    # in turn
+    scores = {s.key(): _disagree(rule, s, assumes) for kind in kinds[:3] for s in kind}
+    scored = [[(score, k, s) for k, s in enumerate(kind)
+               if (score := scores.get(s.key(), 0))] for kind in kinds]
+    ranked = [sorted(kind, key=lambda t: (-t[0], t[1])) for kind in scored]
+    telling: list[Signature] = []
+    for score in (2, 1):
+        while any(r and r[0][0] == score for r in ranked) and len(telling) < limit // 3:
+            for kind in ranked:
+                if kind and kind[0][0] == score and len(telling) < limit // 3:
+                    telling.append(kind.pop(0)[2])
+    found = [base] + telling
+    # then each dtype for all arguments (floats and ints in turn), then one of each kind in
+    # turn, then combinations of a dtype, a size and the scalars
+    for sig in dtype_ok:
+        if sig not in found and len({sig.args[i][1] for i in tensors_at}) == 1 and len(
+            found
+        ) < limit // 2 + 2:
             found.append(sig)
-    scalars = _drawn_scalars(rule)
+    queues = [[s for s in k if s not in found] for k in kinds]
+    for q in queues[1:]:  # the dtypes in order (all arguments first), the rest shuffled
+        rng.shuffle(q)
+    while len(found) < limit - limit // 4 and any(queues):
+        for q in queues:
+            if q and len(found) < limit - limit // 4:
+                sig = q.pop(0)
+                if sig not in found:
+                    found.append(sig)
     for _ in range(8 * limit):
-        if len(found) >= limit:
+        if len(found) >= limit or not (dtype_ok or shape_ok):
             break
         d = rng.choice(dtype_ok) if dtype_ok else base
         s = rng.choice(shape_ok) if shape_ok else base
-        combo = _with(s, {i: (s.args[i][0], d.args[i][1]) for i in tensors})
-        combo = _with(combo, {i: rng.choice((base.args[i], *_scalar_pool(base.args[i])))
-                              for i in scalars})
+        combo = _with(s, {i: (s.args[i][0], d.args[i][1]) for i in tensors_at})
+        if scalar_ok:
+            sc = rng.choice(scalar_ok)
+            combo = _with(combo, {i: sc.args[i] for i in range(len(base.args))
+                                  if i not in tensors_at})
         add(combo, found)
-    return tuple(found[:limit])
+    return tuple(found[:limit]), scores
 
 
 def example_signature(rule: Rule) -> Signature:
@@ -472,10 +659,6 @@ def _drawn_scalars(rule: Rule) -> list[int]:
     return sorted(set(c.pattern.sentinels.values()) | used)
 
 
-def _scalar_pool(x: Any) -> tuple:
-    return _FLOATS if isinstance(x, float) else _INTS
-
-
 def _with(sig: Signature, changes: dict) -> Signature:
     args = list(sig.args)
     for i, a in changes.items():
@@ -483,89 +666,61 @@ def _with(sig: Signature, changes: dict) -> Signature:
     return Signature(tuple(args))
 
 
-def _resized(sig: Signature, where: Sequence[int], remap: dict) -> Signature:
-    return _with(sig, {
-        i: (tuple(remap.get(d, d) for d in sig.args[i][0]), sig.args[i][1]) for i in where
-    })
-
-
-def _disagree(rule: Rule, sig: Signature) -> bool:
-    """Whether the replacement, run eagerly at ``sig``, raises or gives other results than the
-    pattern (a hint for which signatures to trace first)."""
-    args = draw_values(rule, sig, 0, False)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            want = rule.pattern(*_fresh(args))
-            got = rule.replacement(*_fresh(args))
-    except Exception:  # noqa: BLE001 - a replacement that raises here is worth a look
-        return True
-    want = want if isinstance(want, tuple) else (want,)
-    got = got if isinstance(got, tuple) else (got,)
-    return len(got) != len(want) or any(
-        bool(_difference(g, w, args)) for g, w in zip(got, want)
-    )
+def _disagree(rule: Rule, sig: Signature, assumes: frozenset[str]) -> int:
+    """How the replacement, run eagerly at ``sig`` on ``probe`` values (ordinary ones, then
+    edge values), disagrees with the pattern: 2, other results; 1, it raises; 0, not at all (a
+    hint for which signatures to trace first)."""
+    raised = 0
+    for seed in (0, 1):
+        args = probe(sig, assumes, seed)
+        want = outcome(rule.pattern, *args)
+        if not want.ok:
+            continue
+        got = outcome(rule.replacement, *args)
+        if not got.ok:
+            raised = 1
+            continue
+        w = want.results if isinstance(want.results, tuple) else (want.results,)
+        g = got.results if isinstance(got.results, tuple) else (got.results,)
+        if value_difference(g, w, assumes=assumes) is not None:
+            return 2
+    return raised
 
 
 def _runs(rule: Rule, sig: Signature) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rule.pattern(*draw_values(rule, sig, 0, False))
-        return True
-    except Exception:  # noqa: BLE001 - "the pattern runs or not: try"
-        return False
+    return outcome(rule.pattern, *probe(sig, frozenset(), 0)).ok
 
 
-def draw_values(rule: Rule, sig: Signature, seed: int, specials: bool) -> tuple:
-    """Arguments of signature ``sig``: normal floats (with special values 0, -0., ±inf, NaN put in
-    when ``specials``), ints in [-3, 3], random bools; from a generator seeded with ``seed``."""
-    gen = torch.Generator().manual_seed(seed)
-    args = []
-    for a in sig.args:
-        if not isinstance(a, tuple):
-            args.append(a)
-            continue
-        shape, dtype = a
-        if dtype.is_floating_point:
-            t = torch.randn(shape, generator=gen, dtype=torch.float64)
-            if specials and t.numel():
-                flat = t.view(-1)
-                count = max(1, flat.numel() // 4)
-                picks = torch.randint(0, flat.numel(), (count,), generator=gen)
-                for k, j in enumerate(picks.tolist()):
-                    flat[j] = _SPECIALS[k % len(_SPECIALS)]
-            args.append(t.to(dtype))
-        elif dtype == torch.bool:
-            args.append(torch.randint(0, 2, shape, generator=gen).bool())
-        else:
-            args.append(torch.randint(-3, 4, shape, generator=gen).to(dtype))
-    return tuple(args)
+# --- comparing results ----------------------------------------------------------------------
 
 
-def _fresh(args: tuple) -> tuple:
-    return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in args)
+def _reference(rule: Rule, args: tuple) -> tuple | None:
+    """The pattern's results on ``args`` with floating tensors made float64 (``None`` where it
+    does not run so)."""
+    wide = tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                 else a for a in args)
+    out = outcome(rule.pattern, *wide)
+    if not out.ok:
+        return None
+    return out.results if isinstance(out.results, tuple) else (out.results,)
 
 
-# --- comparing results ----------------------------------------------------------------------------
-
-
-def differences(got: Sequence, want: Sequence, got_args: Sequence, want_args: Sequence,
-                reference: Sequence | None = None, precision: torch.dtype | None = None) -> str:
+def differences(got: Sequence, want: Sequence, got_args: Sequence, want_args: Sequence, *,
+                assumes: frozenset[str] = frozenset(), reference: Sequence | None = None) -> str:
     """What differs between results ``got`` (run on ``got_args``) and ``want`` (run on
-    ``want_args``, equal values): count, shape, dtype, aliasing both ways (of the arguments
-    and of earlier results), value; ``""`` when nothing does. With ``reference`` (the pattern's
-    results computed in float64), a float result's values may differ from ``want`` as long as
-    their error against the reference is at most twice ``want``'s own, plus the tolerance.
-    The tolerance is the result dtype's, or ``precision``'s when that is looser (the pattern
-    computes in a less precise dtype)."""
+    ``want_args``, equal values): count, then per result ``ir.harness.value_difference`` (type,
+    shape, dtype, values position by position at the result's dtype's tolerance, as
+    ``assumes`` relaxes it) and aliasing both ways (of the arguments and of earlier results);
+    ``""`` when nothing does. ``reference``: the pattern's results in float64, used under
+    ``reassociate`` (see ``value_difference``). O(elements)."""
     if len(got) != len(want):
         return f"{len(got)} results, the pattern gives {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
         ref = reference[k] if reference is not None and k < len(reference) else None
-        problem = _difference(g, w, want_args, ref, precision)
-        if not problem:
-            problem = _aliasing(k, got, want, got_args, want_args)
+        problem = value_difference(g, w, assumes=assumes, what=f"result {k}", reference=ref)
+        if problem:
+            return problem.replace(", want ", ", the pattern gives ")
+        problem = _aliasing(k, got, want, got_args, want_args)
         if problem:
             return f"result {k}: {problem}"
     return ""
@@ -589,62 +744,11 @@ def _aliasing(k: int, got: Sequence, want: Sequence, got_args: Sequence,
     return ""
 
 
-def _difference(got: Any, want: Any, args: Sequence, ref: Any = None,
-                precision: torch.dtype | None = None) -> str:
-    if not isinstance(want, torch.Tensor):
-        return "" if got == want else f"got {got!r}, the pattern gives {want!r}"
-    if not isinstance(got, torch.Tensor):
-        return f"got a {type(got).__name__}, the pattern gives a tensor"
-    if got.shape != want.shape:
-        return f"shape {tuple(got.shape)}, the pattern gives {tuple(want.shape)}"
-    if got.dtype != want.dtype:
-        return f"dtype {got.dtype}, the pattern gives {want.dtype}"
-    if want.is_floating_point() or want.is_complex():
-        rtol, atol = max(_TOLERANCE.get(want.dtype, (1e-5, 1e-6)),
-                         _TOLERANCE.get(precision, (0.0, 0.0)))
-        a, b = got.detach().double(), want.detach().double()
-        if _holds_non_finite(args):  # the pattern's NaN leaves the value open
-            a = torch.where(torch.isnan(b), b, a)
-        if isinstance(ref, torch.Tensor) and ref.shape == want.shape:
-            r = ref.detach().double()
-            own = torch.nan_to_num((b - r).abs(), nan=0.0).max() if b.numel() else 0.0
-            ok = (a - r).abs() <= 2 * own + atol + rtol * r.abs()
-            ok |= torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
-            if bool(ok.all()):
-                return ""
-        if not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
-            bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
-            j = int(bad.reshape(-1).nonzero()[0])
-            return (
-                f"values differ ({int(bad.sum())} of {bad.numel()}; at flat index {j}: got "
-                f"{a.reshape(-1)[j].item()}, the pattern gives {b.reshape(-1)[j].item()})"
-            )
-        return ""
-    if not torch.equal(got, want):
-        return "values differ"
-    return ""
-
-
-def _holds_non_finite(args: Sequence) -> bool:
-    for x in args:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
-            if not bool(torch.isfinite(x).all()):
-                return True
-        elif isinstance(x, float) and not math.isfinite(x):
-            return True
-    return False
-
-
 def aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` share storage (never for an empty tensor)."""
     if a.numel() == 0 or b.numel() == 0:
         return False
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else ""
 
 
 # --- the pattern against its own trace --------------------------------------------------------
@@ -686,15 +790,19 @@ def run_replacement(rule: Rule, args: tuple, apply: Apply) -> tuple:
 __all__ = [
     "ALL_DTYPES",
     "DTYPES",
+    "FINITE",
+    "SHRINK_SECONDS",
     "SIGNATURES",
     "Apply",
     "Signature",
     "aliases",
+    "assumed",
     "check_rule",
+    "describe",
     "differences",
-    "draw_values",
     "example_signature",
     "pattern_program",
+    "probe",
     "run_replacement",
     "signatures",
 ]

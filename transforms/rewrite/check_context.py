@@ -24,22 +24,16 @@ from typing import Any
 import torch
 
 from ir.errors import PassError, PurefxError
+from ir.harness import ShrinkBudget, fresh, value_difference
 from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
-from transforms.rewrite.check import aliases, signatures
+from transforms.rewrite.check import aliases, assumed, signatures
 from transforms.rewrite.engine import apply_rules, rewrite
 from transforms.rewrite.interpret import run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace
-
-_TOLERANCE = {  # (rtol, atol)
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-5),
-    torch.float16: (2e-2, 1e-2),
-    torch.bfloat16: (5e-2, 5e-2),
-}
 
 
 def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
@@ -99,12 +93,7 @@ def check_rule_in_context(
     strategy = rewrite_sites(rule.pattern, sigs, results=n_results, split=split,
                              places=places or PLACES, levels=levels or LEVELS)
 
-    @settings(
-        max_examples=max_examples, derandomize=True, database=None, deadline=None,
-        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-    )
-    @given(strategy)
-    def law(spec: Any) -> None:
+    def one(spec: Any) -> None:
         made = export_site(spec, rule.pattern, split)
         if made is None:
             return  # torch.export refuses this module: no program to rewrite
@@ -115,7 +104,17 @@ def check_rule_in_context(
             return  # a program purefx does not represent: nothing to rewrite
         _check_site(rule, p, inputs, spec.describe())
 
-    law()
+    budget = ShrinkBudget(rule_law.SHRINK_SECONDS, LawViolation)
+
+    @settings(
+        max_examples=max_examples, derandomize=True, database=None, deadline=None,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+    )
+    @given(strategy)
+    def law(spec: Any) -> None:
+        budget.run(repr(spec), lambda: one(spec))
+
+    budget.guard(law)
 
 
 def _check_choice(name: str, given: Sequence[str] | None, allowed: Sequence[str]) -> None:
@@ -180,7 +179,8 @@ def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: s
         got = _run(q, inputs)
     except Exception as exc:  # the rewritten program must run where the original does
         raise broken(f"the rewritten program raised {type(exc).__name__}: {exc}", exc) from exc
-    problem = _compare(got, want)
+    assumes = frozenset().union(*(assumed(r) for r in rules))
+    problem = _compare(got, want, assumes)
     if problem:
         raise broken(problem)
     if set(q.call_signatures.keys()) != set(p.call_signatures.keys()):
@@ -254,12 +254,12 @@ def _state(p: Program) -> dict[str, torch.Tensor]:
     for fqn, slot in p.state.items():
         value = p.tensors[slot.tensor].value
         if isinstance(value, torch.Tensor):
-            out[fqn] = value.detach().clone()
+            out[fqn] = fresh(value)
     return out
 
 
 def _run(p: Program, inputs: tuple) -> tuple:
-    args = tuple(x.clone() for x in inputs)
+    args = fresh(tuple(inputs))
     state = _state(p)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -267,23 +267,28 @@ def _run(p: Program, inputs: tuple) -> tuple:
     return outs, args, state
 
 
-def _compare(got: tuple, want: tuple) -> str:
+def _compare(got: tuple, want: tuple, assumes: frozenset[str] = frozenset()) -> str:
+    """What differs between two runs ``(outputs, inputs after, state after)``: outputs, then
+    what was written into the inputs and the state (``ir.harness.value_difference``, as
+    ``check_rule`` compares: position by position at each result's dtype's tolerance, relaxed
+    by ``assumes``), then aliasing; ``""`` when nothing does."""
     g_out, g_args, g_state = got
     w_out, w_args, w_state = want
     if len(g_out) != len(w_out):
         return f"{len(g_out)} outputs, the original returns {len(w_out)}"
     for k, (a, b) in enumerate(zip(g_out, w_out)):
-        problem = _value_difference(a, b)
+        problem = value_difference(a, b, assumes=assumes, what=f"output {k}")
         if problem:
-            return f"output {k}: {problem}"
+            return _original(problem)
     for i, (a, b) in enumerate(zip(g_args, w_args)):
-        problem = _value_difference(a, b)
+        problem = value_difference(a, b, assumes=assumes, what=f"input {i} after the call")
         if problem:
-            return f"input {i} after the call: {problem}"
+            return _original(problem)
     for fqn in sorted(w_state):
-        problem = _value_difference(g_state.get(fqn), w_state[fqn])
+        problem = value_difference(g_state.get(fqn), w_state[fqn], assumes=assumes,
+                                   what=f"state {fqn!r} after the call")
         if problem:
-            return f"state {fqn!r} after the call: {problem}"
+            return _original(problem)
     for k, (a, b) in enumerate(zip(g_out, w_out)):
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
             continue
@@ -301,22 +306,8 @@ def _compare(got: tuple, want: tuple) -> str:
     return ""
 
 
-def _value_difference(got: Any, want: Any) -> str:
-    if not isinstance(want, torch.Tensor):
-        return "" if got == want else f"{got!r}, the original gives {want!r}"
-    if not isinstance(got, torch.Tensor):
-        return f"a {type(got).__name__}, the original gives a tensor"
-    if got.dtype != want.dtype:
-        return f"dtype {got.dtype}, the original gives {want.dtype}"
-    if got.shape != want.shape:
-        return f"shape {tuple(got.shape)}, the original gives {tuple(want.shape)}"
-    if want.is_floating_point():
-        rtol, atol = _TOLERANCE.get(want.dtype, (1e-5, 1e-6))
-        if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol,
-                              equal_nan=True):
-            return "values differ"
-        return ""
-    return "" if torch.equal(got, want) else "values differ"
+def _original(problem: str) -> str:
+    return problem.replace(", want ", ", the original gives ")
 
 
 __all__ = ["check_rule", "check_rule_in_context", "check_site"]

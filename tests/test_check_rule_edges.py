@@ -1,0 +1,199 @@
+"""``check_rule`` draws where rules break (issue 36): values at the IEEE edges, sizes per
+dimension, scalars on their own, layouts; compares at each result's own dtype; honours declared
+assumptions; says why it refuses. Each wrong rule is refused with a true counterexample, shrunk
+(the message shows the values); each right rule is accepted."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ir import PassError
+from ir.harness import value_difference
+from ir.import_ep import import_ep
+from transforms.law_violation import LawViolation
+from transforms.rewrite import Rule, check_rule
+from transforms.rewrite.check import FINITE, SHRINK_SECONDS, signatures
+from transforms.rewrite.check_context import check_site
+from transforms.rewrite.interpret import run_graph
+
+X = (torch.randn(3, 4),)
+SMALL = {"max_examples": 30}
+
+
+def refused(rule: Rule) -> str:
+    with pytest.raises(LawViolation) as info:
+        check_rule(rule)
+    return str(info.value).splitlines()[0]
+
+
+def values_in(message: str) -> list[list[float]]:
+    """The lists of values a counterexample shows, as floats."""
+    return [[float(v) for v in m.split(", ")] for m in re.findall(r"\[([^\]]+)\]", message)]
+
+
+# --- values at the IEEE edges -------------------------------------------------------------------
+
+
+def test_plus_zero_is_refused_on_minus_zero():
+    msg = refused(Rule(lambda x: x + 0.0, lambda x: x, X, name="plus_zero", **SMALL))
+    assert "got -0.0, the pattern gives 0.0" in msg
+    assert values_in(msg)[0].count(0.0) == len(values_in(msg)[0])  # shrunk: zeros but one
+
+
+def test_x_minus_x_refused_exactly_accepted_without_nans_and_infs():
+    rule = Rule(lambda x: x - x, lambda x: torch.zeros_like(x), X, name="x_minus_x", **SMALL)
+    msg = refused(rule)
+    assert "the pattern gives nan" in msg and ("nan" in msg.split("inputs")[1]
+                                                or "inf" in msg.split("inputs")[1])
+    check_rule(Rule(lambda x: x - x, lambda x: torch.zeros_like(x), X, name="x_minus_x_fast",
+                    assumes={"no_nans", "no_infs"}, **SMALL))
+
+
+def test_log_exp_refused_accepted_only_under_the_assumptions_it_needs():
+    def log_exp(x):
+        return torch.log(torch.exp(x))
+
+    refused(Rule(log_exp, lambda x: x, X, name="log_exp", **SMALL))
+    # exp overflows past 88.7 (an inf result: ignored under no_infs, as LLVM's ninf makes it
+    # poison) and log(exp(-0.0)) is +0.0
+    refused(Rule(log_exp, lambda x: x, X, name="log_exp_ninf", assumes={"no_infs"}, **SMALL))
+    check_rule(Rule(log_exp, lambda x: x, X, name="log_exp_fast",
+                    assumes={"no_infs", "no_signed_zeros"}, **SMALL))
+
+
+def test_exp_overflow_is_drawn():
+    # x * 0 + exp(x) * 0 is 0 for finite x until exp overflows (inf * 0 is NaN)
+    msg = refused(Rule(lambda x: torch.exp(x) * 0.0, lambda x: x * 0.0, X, name="exp_times_0",
+                       assumes={"no_nans", "no_signed_zeros"}, **SMALL))
+    assert "the pattern gives nan" in msg or "got nan" in msg
+
+
+# --- tolerance: each result's own dtype ---------------------------------------------------------
+
+
+def test_a_float16_round_trip_on_float32_is_refused():
+    msg = refused(Rule(lambda x: x.half().float(), lambda x: x, X, name="via_half", **SMALL))
+    assert "values differ" in msg
+
+
+def test_summing_in_float16_instead_of_float32_is_refused():
+    h = (torch.randn(3, 4).half(),)
+    msg = refused(Rule(lambda x: x.float().sum(-1), lambda x: x.sum(-1).float(), h,
+                       name="sum_in_half", **SMALL))
+    assert "values differ" in msg and "float16" in msg
+
+
+def test_the_overflow_of_a_float16_sum_is_seen():
+    # inf against 122880: never within any tolerance
+    x = torch.full((1, 2), 61440.0, dtype=torch.float16)
+    assert "got inf, want 122880.0" in value_difference(x.sum(-1).float(), x.float().sum(-1))
+
+
+# --- sizes --------------------------------------------------------------------------------------
+
+
+def test_a_bias_broadcast_along_the_softmax_dim_is_drawn():
+    # right while the bias has one element (softmax is shift-invariant), wrong once its size
+    # equals the softmax dimension
+    rule = Rule(lambda x, b: torch.softmax(x + b, -1), lambda x, b: torch.softmax(x, -1),
+                (torch.randn(2, 3), torch.randn(1)), name="drop_bias", assumes=FINITE,
+                **SMALL)
+    msg = refused(rule)
+    assert re.search(r"tensor\(2, 3\) \w+ .*tensor\(3,\)", msg), msg
+    sigs = [s.args for s in signatures(rule)]
+    assert any(a[1][0] == (3,) for a in sigs)
+
+
+# --- scalars ------------------------------------------------------------------------------------
+
+
+def test_max_as_leaky_relu_refused_for_a_slope_above_one():
+    rule = Rule(lambda x, a: torch.maximum(x, a * x), lambda x, a: F.leaky_relu(x, a),
+                (torch.randn(3, 4), 0.5), name="max_as_leaky", assumes=FINITE, **SMALL)
+    msg = refused(rule)
+    a = float(msg.rsplit(", ", 1)[1].rstrip(")"))
+    assert a > 1 or a < 0, msg
+
+
+def test_floor_of_a_quotient_is_not_floor_divide():
+    rule = Rule(lambda x, d: torch.floor(x / d), lambda x, d: torch.floor_divide(x, d),
+                (torch.randn(3, 4), 2.0), name="floor_div", assumes=FINITE, **SMALL)
+    assert "values differ" in refused(rule)
+    # at d = 0.1 ordinary values suffice: 1.0 / 0.1 floors to 10, 1.0 // 0.1 is 9
+    sigs = [s.args for s in signatures(rule)]
+    assert any(a[1] == 0.1 and a[0][1] == torch.float32 for a in sigs)
+    x = torch.tensor([1.0])
+    assert value_difference(torch.floor_divide(x, 0.1), torch.floor(x / 0.1)) is not None
+
+
+# --- right rules, with the assumptions they need ------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", [
+    Rule(lambda x: x * 1, lambda x: x, X, name="times_one", **SMALL),
+    Rule(lambda x: x.t().t(), lambda x: x, X, name="t_t", **SMALL),
+    Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="relu_relu", **SMALL),
+    Rule(lambda x: x * 2, lambda x: x + x, X, name="twice", **SMALL),
+    Rule(lambda x: torch.neg(torch.neg(x)), lambda x: x * 1, X, name="neg_neg", **SMALL),
+], ids=lambda r: r.name)
+def test_right_rules_are_accepted(rule):
+    check_rule(rule)
+
+
+# --- refusals say why ---------------------------------------------------------------------------
+
+
+def test_an_in_place_pattern_is_refused_saying_so():
+    msg = refused(Rule(lambda x: torch.relu(x).add_(1), lambda x: torch.relu(x) + 1, X,
+                       name="in_place"))
+    assert "rewrite matches functional programs; write the functional form (add instead of " \
+           "add_)" in msg
+
+
+class Oops(Exception):
+    pass
+
+
+def test_a_where_that_raises_is_told_by_its_type():
+    def where(match):
+        raise Oops("no words about where here")
+
+    with pytest.raises(PassError, match="its where\\(\\) raised Oops: no words"):
+        check_rule(Rule(torch.relu, torch.relu, X, name="raises", where=where))
+
+
+def test_a_where_that_admits_no_draw_says_so():
+    with pytest.raises(LawViolation, match="where\\(\\) held on none"):
+        check_rule(Rule(torch.relu, lambda x: x, X, name="never", where=lambda m: False,
+                        max_examples=5))
+
+
+def test_a_refused_rule_reports_within_the_budget():
+    start = time.monotonic()
+    refused(Rule(lambda x: x + 0.0, lambda x: x, (torch.randn(8, 16),), name="plus_zero_big"))
+    # the shrink budget plus the tracing before it (generous: the machine is shared)
+    assert time.monotonic() - start < SHRINK_SECONDS + 20
+
+
+# --- one verdict: check_rule and check_rule_in_context compare alike ----------------------------
+
+
+def test_check_site_sees_what_check_rule_sees():
+    rule = Rule(lambda x: x + 0.0, lambda x: x, X, name="plus_zero_trusted", trusted=True)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + 0.0
+
+    x = torch.tensor([[-0.0, 1.0], [2.0, -3.0]])
+    p = import_ep(torch.export.export(M(), (x,)))
+    with pytest.raises(LawViolation, match="got -0.0, the original gives 0.0"):
+        check_site(rule, p, (torch.tensor([[-0.0, 1.0]]),))
+    (want,) = run_graph(p.root_module.graph, [x])
+    assert math.copysign(1, float(want[0, 0])) == 1.0
