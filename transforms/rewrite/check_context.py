@@ -28,8 +28,9 @@ from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
+from transforms.rewrite.api import rewrite
 from transforms.rewrite.check import aliases, signatures
-from transforms.rewrite.engine import apply_rules, rewrite
+from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.interpret import run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace

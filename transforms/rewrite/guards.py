@@ -23,16 +23,20 @@ any argument counts as a write (it may write what it is given).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
+import attrs
 import torch
 
 from ir import ops
 from ir.args import Ref
+from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
+from transforms.rewrite.rule import Match
 from transforms.rewrite.trace import Traced
 
 
@@ -274,11 +278,316 @@ def _same_meta(old: Any, new: Any) -> bool:
     return type(old) is type(new)
 
 
+# --- layouts ------------------------------------------------------------------------------------
+
+
+def layout_guard(view: GraphView, result: str, old: Any, new: Any) -> bool:
+    """Whether the value ``new`` may take the place of result ``result`` (whose value was
+    ``old``) though its strides may differ.
+
+    ``old``/``new``: the two values' ``meta['val']``. Where both are tensors of the same shape
+    with known int strides that differ, every reader of ``result`` must be layout-agnostic:
+    following views (``is_view``) down from ``result``, no reader reads strides
+    (``ir.ops.reads_strides``: ``view`` raises where the strides admit no view), writes in place,
+    is a ``call_module`` or a higher-order op, and no value reached through an alias-like
+    reader (``reshape``, ``contiguous``: a view at one layout, a copy at another) is returned.
+    Elementwise and other computing readers see the same values at any layout. Unknown or
+    symbolic strides, or equal ones: ``True``.
+
+    **Laws:** pure; ``layout_guard(view, r, v, v)`` holds; ``False`` whenever a reader of the
+    result could raise or alias differently at the new strides. Complexity: O(views of the
+    result and their readers).
+    """
+    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
+        return True
+    try:
+        a, b = tuple(old.stride()), tuple(new.stride())
+    except Exception:  # noqa: BLE001 - a sparse or other layout without strides
+        return True
+    if not all(type(d) is int for d in (*a, *b)) or a == b or old.shape != new.shape:
+        return True
+    todo = [(result, False)]
+    seen = {result}
+    while todo:
+        v, maybe_copy = todo.pop()
+        for u in view.users.get(v, ()):
+            node = view.node.get(u)
+            if node is None:
+                continue
+            if node.op == OUTPUT:
+                if maybe_copy:
+                    return False
+                continue
+            if node.op not in (CALL_FUNCTION, CALL_METHOD) or _writes(node):
+                return False
+            if ops.reads_strides(node.target):
+                return False
+            first = node.args[0] if node.args else None
+            if is_view(node) and type(first) is Ref and first.name == v and u not in seen:
+                seen.add(u)
+                todo.append((u, maybe_copy or ops.is_alias_like(node.target)))
+    return True
+
+
+# --- what a match shares with its inputs ---------------------------------------------------------
+
+
+def shares_storage(a: Any, b: Any) -> bool | None:
+    """Whether fake values ``a`` and ``b`` (``meta['val']``) share memory, read from their
+    storages (a view's fake value shares its base's storage; a copy's does not); ``None`` when
+    either is unknown or not a tensor. O(1)."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return None
+    try:
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    except Exception:  # noqa: BLE001 - a tensor without a storage (sparse, nested)
+        return None
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+MATCH, PLAN, REPLACEMENT, INSTANCE = 0, 1, 2, 3
+"""The stages of a match, in the order the engine reaches them: ``MATCH`` (a binding),
+``PLAN`` (the nodes it removes and where the new ones go), ``REPLACEMENT`` (the replacement to
+instantiate, its renamed results and new aliases), ``INSTANCE`` (the new nodes and their
+values). A guard reads only what its stage and the earlier ones know."""
+
+
+@attrs.frozen
+class Site:
+    """One match where it is, as the guards see it (the engine fills it stage by stage).
+
+    - ``view``: the graph before the match is taken (``GraphView``, plus ``written``: the values
+      written in place; ``key``: each node's position; ``mutates_between(lo, hi)``;
+      ``barriers``: the preserved calls (``calls``) and the names their signatures hold
+      (``names``); ``per_match``: whether a replacement may be traced per match here);
+    - ``rule``, ``compiled``: the rule and its ``Compiled`` at the graph's level;
+    - ``binding``: the matcher's ``Binding``; ``exact``: it after ``sizes.recheck`` (``None``:
+      the pattern re-traced at the match's shapes and dtypes does not match there);
+    - PLAN: ``matched`` (nodes bound to the pattern's compute nodes), ``absorbed`` (nodes looked
+      through), ``removed`` (both), ``outs`` (each result's node, ``None`` for a literal),
+      ``inputs`` (the bound inputs), ``pos`` (where the new nodes go; ``None``: nowhere);
+    - REPLACEMENT: ``replacement`` (``None``: unknown at this match), ``renamed`` (results read
+      under another name afterwards), ``aliases`` (``{result: outside value}`` made aliases by
+      the replacement, ``None`` when it returns an input the match does not bind);
+    - INSTANCE: ``raised`` (a new node raised on the match's fake values), ``results`` (the
+      graph name taking each result's place), ``old`` / ``new`` (their ``meta['val']``).
+    """
+
+    view: Any
+    rule: Any
+    compiled: Any
+    binding: Any
+    exact: Any = None
+    matched: tuple[str, ...] = ()
+    absorbed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    outs: tuple[str | None, ...] = ()
+    inputs: tuple[str, ...] = ()
+    pos: tuple | None = None
+    replacement: Traced | None = None
+    renamed: tuple[str, ...] = ()
+    aliases: Mapping[str, str] | None = None
+    raised: bool = False
+    results: tuple[str | None, ...] = ()
+    old: tuple = ()
+    new: tuple = ()
+
+
+@attrs.frozen
+class Guard:
+    """One row of ``GUARDS``: ``name`` (the key in ``RewriteReport.skipped``), ``stage``
+    (``MATCH`` .. ``INSTANCE``), ``holds(site) -> bool`` (a pure predicate: ``True`` when the
+    match may be taken as far as this guard sees), and ``reason``, what a skip means."""
+
+    name: str
+    stage: int
+    holds: Callable[[Site], bool]
+    reason: str
+
+
+def _per_match(s: Site) -> bool:
+    return not s.compiled.concrete or s.view.per_match
+
+
+def _sizes(s: Site) -> bool:
+    return s.exact is not None
+
+
+def _absorbed_here(s: Site) -> bool:
+    return all(a in s.view.node for a in s.absorbed)
+
+
+def _pure(s: Site) -> bool:
+    for m in s.matched:
+        t = s.view.node[m].target
+        if ops.is_mutating(t) or ops.is_effectful(t) or ops.is_random(t):
+            return False
+    return True
+
+
+def _interior_unread(s: Site) -> bool:
+    rset = set(s.removed)
+    out_set = {o for o in s.outs if o is not None}
+    return not any(
+        m not in out_set and any(u not in rset for u in s.view.users[m]) for m in s.removed
+    )
+
+
+def _inputs_unwritten(s: Site) -> bool:
+    return not any(i in s.view.written for i in s.inputs)
+
+
+def _no_write_between(s: Site) -> bool:
+    keys = [s.view.key[m] for m in s.removed]
+    return not s.view.mutates_between(min(keys), max(keys))
+
+
+def _placed(s: Site) -> bool:
+    return s.pos is not None
+
+
+def _where(s: Site) -> bool:
+    where = s.rule.where
+    if where is None:
+        return True
+    match = match_value(s.rule, s.compiled.pattern, s.exact, s.view)
+    try:
+        return bool(where(match))
+    except PurefxError:
+        raise
+    except Exception as exc:
+        raise PassError(
+            f"rule {s.rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
+            f"at %{s.view.node[s.matched[-1]].name}; make where() return a bool for every Match"
+        ) from exc
+
+
+def _replacement_known(s: Site) -> bool:
+    return s.replacement is not None
+
+
+def _barrier(s: Site) -> bool:
+    b = s.view.barriers
+    return barrier_guard(s.view, s.removed, b.calls, s.renamed, b.names)
+
+
+def _aliases_bound(s: Site) -> bool:
+    return s.aliases is not None
+
+
+def _alias(s: Site) -> bool:
+    return not s.aliases or alias_guard(s.view, s.aliases)
+
+
+def _runs(s: Site) -> bool:
+    return not s.raised
+
+
+def _dtype(s: Site) -> bool:
+    return dtype_guard(s.old, s.new)
+
+
+def _layout(s: Site) -> bool:
+    return all(
+        layout_guard(s.view, o, a, b)
+        for o, a, b in zip((o for o in s.outs if o is not None), s.old, s.new)
+    )
+
+
+GUARDS: tuple[Guard, ...] = (
+    Guard("per_match", MATCH, _per_match,
+          "the replacement is traced per match's shapes, and several calls run this graph"),
+    Guard("retrace", MATCH, _sizes,
+          "the pattern re-traced at the match's shapes and dtypes does not match there, or "
+          "computes other dtypes (a literal matched by value: x * 1 for x * 1.0 on ints)"),
+    Guard("absorbed", PLAN, _absorbed_here, "a node the match looks through is gone"),
+    Guard("pure", PLAN, _pure, "a matched node writes in place, has an effect or is random"),
+    Guard("interior", PLAN, _interior_unread,
+          "a value inside the match (not a result) is read outside it"),
+    Guard("input_written", PLAN, _inputs_unwritten,
+          "an input of the match is written in place somewhere in the graph"),
+    Guard("write_between", PLAN, _no_write_between,
+          "a write in place lies between the matched nodes"),
+    Guard("placement", PLAN, _placed,
+          "no position has every input before it and every outside reader after it"),
+    Guard("where", PLAN, _where, "the rule's where() is false at this match"),
+    Guard("replacement", REPLACEMENT, _replacement_known,
+          "the replacement cannot be traced here (a shape or dtype unknown or symbolic)"),
+    Guard("barrier", REPLACEMENT, _barrier,
+          "the match crosses a preserved call's boundary, or renames a value its signature "
+          "names"),
+    Guard("alias_unbound", REPLACEMENT, _aliases_bound,
+          "the replacement returns an input the match binds to no value"),
+    Guard("alias", REPLACEMENT, _alias,
+          "a fresh result made an alias of an input or state value that a write or the caller "
+          "can reach"),
+    Guard("runs", INSTANCE, _runs,
+          "a replacement node raises on the match's fake values (a shape it does not allow)"),
+    Guard("dtype", INSTANCE, _dtype,
+          "a value taking a result's place has another dtype or shape"),
+    Guard("layout", INSTANCE, _layout,
+          "a value taking a result's place has other strides, and a reader depends on them"),
+)
+"""The guards, in the order they run: a match is taken only when every row holds, and the
+first row that does not is the one ``RewriteReport.skipped`` counts. Rows run stage by stage
+(the engine computes a stage's facts only once the earlier rows hold); a test may run the
+engine with a row removed (``without``) to show that the row is needed."""
+
+
+_SHIPPED = GUARDS
+
+
+def without(*names: str) -> tuple[Guard, ...]:
+    """The shipped ``GUARDS`` less the rows named (for tests: ``monkeypatch.setattr(guards, "GUARDS",
+    guards.without("layout"))``); ``ValueError`` naming the known rows for an unknown name."""
+    known = [g.name for g in _SHIPPED]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ValueError(f"guards.without: unknown guard(s) {unknown}; the guards are {known}")
+    return tuple(g for g in _SHIPPED if g.name not in names)
+
+
+def first_failing(site: Site, stage: int, table: Sequence[Guard]) -> Guard | None:
+    """The first row of ``table`` at ``stage`` that does not hold at ``site``, else ``None``.
+    O(rows · each guard's cost)."""
+    for g in table:
+        if g.stage == stage and not g.holds(site):
+            return g
+    return None
+
+
+def match_value(rule: Any, pattern: Any, b: Any, view: GraphView) -> Any:
+    """The ``Match`` a rule's ``where`` sees for binding ``b`` in ``view``. O(pattern)."""
+    nodes = {k: view.node[b.names[k]] for k in pattern.nodes if k in b.names}
+    trace_inputs = dict(zip(pattern.tensor_args, pattern.input_order))
+    inputs = []
+    for i, x in enumerate(rule.example_inputs):
+        if i in trace_inputs:
+            bound = b.names.get(trace_inputs[i])
+            inputs.append(view.node[bound] if bound is not None else None)
+        else:
+            inputs.append(b.scalars.get(i, x))
+    return Match(rule.name, MappingProxyType(nodes), tuple(inputs))
+
+
 __all__ = [
+    "GUARDS",
+    "INSTANCE",
+    "MATCH",
+    "PLAN",
+    "REPLACEMENT",
     "GraphView",
+    "Guard",
+    "Site",
     "alias_guard",
     "barrier_guard",
     "dtype_guard",
+    "first_failing",
     "is_view",
+    "layout_guard",
+    "match_value",
     "result_aliases",
+    "shares_storage",
+    "without",
 ]
