@@ -309,3 +309,17 @@ def test_teeth_the_layout_slips_without_the_layout_guard(monkeypatch):
     assert q is not p
     with pytest.raises(RuntimeError, match="view"):
         lower(q)(*AB)
+
+
+class MmAddThenView(nn.Module):
+    def forward(self, a, b):
+        return ((b.t() @ a.t()) + 1.0).view(-1)
+
+
+def test_an_elementwise_reader_passes_the_strides_on():
+    """Before: ``((b.t() @ a.t()) + 1).view(-1)``. Expected: unchanged: ``+ 1`` keeps its
+    input's layout, so the ``view`` would see the transposed strides too."""
+    p = _program(MmAddThenView(), *AB)
+    q, report = rewrite_report(p, [MM_T])
+    assert q is p and report.skipped == {"layout": 1}
+    torch.testing.assert_close(lower(q)(*AB), MmAddThenView()(*AB))

@@ -109,5 +109,5 @@ def test_the_draws_cover_the_kinds():
     test_sites_draw_every_place_source_and_use()
     assert set(PLACES) <= _SEEN
     assert {"input", "computed", "view", "buffer", "core", "training"} <= _SEEN
-    assert {"output", "view", "write", "write_view", "buffer"} <= _SEEN
+    assert {"output", "view", "write", "write_view", "buffer", "flat"} <= _SEEN
     assert "torch.int64" in _SEEN or "torch.int32" in _SEEN

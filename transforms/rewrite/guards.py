@@ -31,7 +31,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import Ref
+from ir.args import Ref, thaw
 from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
@@ -281,52 +281,121 @@ def _same_meta(old: Any, new: Any) -> bool:
 # --- layouts ------------------------------------------------------------------------------------
 
 
-def layout_guard(view: GraphView, result: str, old: Any, new: Any) -> bool:
+def layout_guard(
+    view: GraphView, result: str, old: Any, new: Any, inside: Collection[str] = ()
+) -> bool:
     """Whether the value ``new`` may take the place of result ``result`` (whose value was
     ``old``) though its strides may differ.
 
-    ``old``/``new``: the two values' ``meta['val']``. Where both are tensors of the same shape
-    with known int strides that differ, every reader of ``result`` must be layout-agnostic:
-    following views (``is_view``) down from ``result``, no reader reads strides
-    (``ir.ops.reads_strides``: ``view`` raises where the strides admit no view), writes in place,
-    is a ``call_module`` or a higher-order op, and no value reached through an alias-like
-    reader (``reshape``, ``contiguous``: a view at one layout, a copy at another) is returned.
-    Elementwise and other computing readers see the same values at any layout. Unknown or
-    symbolic strides, or equal ones: ``True``.
+    ``old``/``new``: the two values' ``meta['val']`` (fake tensors); ``inside``: the nodes of
+    the match (not readers). Where the strides differ, the new layout is followed down the
+    readers: each reader is run again on the fake values with the new layout in
+    (``_rerun``); where its result has its old strides, and shares memory with its input as
+    before, the difference stops there (``mm``, a reduction); where not, its own readers are
+    followed (an elementwise op keeps its input's layout: ``(r + 1).view(-1)`` fails as
+    ``r.view(-1)`` does). ``False`` when a reader followed reads strides
+    (``ir.ops.reads_strides``: ``view`` raises where they admit no view), writes in place, is
+    a ``call_module`` or a higher-order op, raises at the new layout, or has no value to
+    compare; or when more than ``_LAYOUT_CAP`` readers would be followed. Returning a value
+    with other strides is allowed (the caller sees the same values). Unknown strides, equal
+    ones: ``True``.
 
-    **Laws:** pure; ``layout_guard(view, r, v, v)`` holds; ``False`` whenever a reader of the
-    result could raise or alias differently at the new strides. Complexity: O(views of the
-    result and their readers).
+    **Laws:** pure (fake values only); ``layout_guard(view, r, v, v)`` holds; ``False``
+    whenever a reader of the result could raise, or alias its input differently, at the new
+    strides. Complexity: O(readers followed), at most ``_LAYOUT_CAP`` fake operator runs.
     """
-    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
+    if _same_layout(old, new):
         return True
-    try:
-        a, b = tuple(old.stride()), tuple(new.stride())
-    except Exception:  # noqa: BLE001 - a sparse or other layout without strides
-        return True
-    if not all(type(d) is int for d in (*a, *b)) or a == b or old.shape != new.shape:
-        return True
-    todo = [(result, False)]
-    seen = {result}
+    vals = {result: new}
+    todo = [result]
+    followed = 0
     while todo:
-        v, maybe_copy = todo.pop()
+        v = todo.pop()
         for u in view.users.get(v, ()):
-            node = view.node.get(u)
-            if node is None:
+            if u in inside or u in vals:
                 continue
-            if node.op == OUTPUT:
-                if maybe_copy:
-                    return False
+            node = view.node.get(u)
+            if node is None or node.op == OUTPUT:
                 continue
             if node.op not in (CALL_FUNCTION, CALL_METHOD) or _writes(node):
                 return False
             if ops.reads_strides(node.target):
                 return False
-            first = node.args[0] if node.args else None
-            if is_view(node) and type(first) is Ref and first.name == v and u not in seen:
-                seen.add(u)
-                todo.append((u, maybe_copy or ops.is_alias_like(node.target)))
+            followed += 1
+            if followed > _LAYOUT_CAP:
+                return False
+            before = node.meta.get("val")
+            after = _rerun(view, node, vals)
+            if after is None or before is None:
+                return False
+            if _same_layout(before, after) and _same_sharing(view, node, vals, before, after):
+                continue
+            vals[u] = after
+            todo.append(u)
     return True
+
+
+_LAYOUT_CAP = 64  #: readers followed from one result with other strides, at most
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Whether fake values ``a`` and ``b`` have the same strides (tuples element by element);
+    unknown or symbolic strides count as the same (nothing to compare)."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_layout(x, y) for x, y in zip(a, b))
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return True
+    try:
+        sa, sb = tuple(a.stride()), tuple(b.stride())
+    except Exception:  # noqa: BLE001 - a layout without strides
+        return True
+    if not all(type(d) is int for d in (*sa, *sb)):
+        return True
+    return sa == sb or a.shape != b.shape
+
+
+def _same_sharing(view: GraphView, node: Node, vals: Mapping[str, Any], before: Any,
+                  after: Any) -> bool:
+    """Whether ``node``'s result shares memory with its first argument at the new layout as it
+    did at the old (``reshape`` is a view at one and a copy at another)."""
+    first = node.args[0] if node.args else None
+    if type(first) is not Ref or first.name not in vals:
+        return True
+    src = view.node.get(first.name)
+    old_in = src.meta.get("val") if src is not None else None
+    return shares_storage(before, old_in) == shares_storage(after, vals[first.name])
+
+
+def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
+    """``node``'s operator run on the fake values of its arguments, ``vals`` in place of
+    theirs; ``None`` when an argument's value is unknown, no fake mode is found, or it raises."""
+    missing = []
+    modes = []
+
+    def read(r: Ref) -> Any:
+        v = vals.get(r.name)
+        if v is None:
+            n = view.node.get(r.name)
+            v = n.meta.get("val") if n is not None else None
+        if v is None:
+            missing.append(r.name)
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode"):
+                modes.append(t.fake_mode)
+        return v
+
+    args = thaw(node.args, read)
+    kwargs = thaw(node.kwargs, read)
+    if missing or not modes:
+        return None
+    target = node.target
+    try:
+        with modes[0]:
+            if node.op == CALL_METHOD:
+                return getattr(args[0], target)(*args[1:], **kwargs)
+            return target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        return None
 
 
 # --- what a match shares with its inputs ---------------------------------------------------------
@@ -489,10 +558,9 @@ def _dtype(s: Site) -> bool:
 
 
 def _layout(s: Site) -> bool:
-    return all(
-        layout_guard(s.view, o, a, b)
-        for o, a, b in zip((o for o in s.outs if o is not None), s.old, s.new)
-    )
+    inside = frozenset(s.removed)
+    pairs = [o for o, new in zip(s.outs, s.results) if o is not None and new]
+    return all(layout_guard(s.view, o, a, b, inside) for o, a, b in zip(pairs, s.old, s.new))
 
 
 GUARDS: tuple[Guard, ...] = (
@@ -539,8 +607,9 @@ _SHIPPED = GUARDS
 
 
 def without(*names: str) -> tuple[Guard, ...]:
-    """The shipped ``GUARDS`` less the rows named (for tests: ``monkeypatch.setattr(guards, "GUARDS",
-    guards.without("layout"))``); ``ValueError`` naming the known rows for an unknown name."""
+    """The shipped ``GUARDS`` less the rows named (for tests:
+    ``monkeypatch.setattr(guards, "GUARDS", guards.without("layout"))``); ``ValueError`` naming
+    the known rows for an unknown name."""
     known = [g.name for g in _SHIPPED]
     unknown = sorted(set(names) - set(known))
     if unknown:
