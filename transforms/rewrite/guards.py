@@ -2,18 +2,28 @@
 the rule's own law (``check_rule``).
 
 A rule is checked on its own functions; whether taking one match keeps the *program's* meaning
-depends on the program around it. Three predicates decide that, each ``True`` when the match may
-be taken (the engine skips it otherwise). The engine calls them as attributes of this module
-(``guards.alias_guard(...)``), so a test can switch one off and watch a law fail.
+depends on the program around it. Every reason to skip a match is one row of ``GUARDS``, an
+ordered table of ``Guard`` values (name, stage, pure predicate of a ``Site``, reason), in the
+"rules as data" style: the engine fills a ``Site`` stage by stage (``MATCH``, ``PLAN``,
+``REPLACEMENT``, ``INSTANCE``) and runs each stage's rows in order; the first row that fails
+skips the match and is counted under its name in ``RewriteReport.skipped``. The engine reads
+``GUARDS`` (and the rows read the predicates below) as module globals, so a test can take a
+row out (``without``) or switch a predicate off and watch a law fail.
+
+The predicates that need more than a line:
 
 - ``alias_guard``: a replacement that returns an input (``x * 1 -> x``), or a view of one, makes
   a value that was fresh an alias of a value outside the match. That is right only while no write
   in place can reach either of them (through any chain of views) and while the caller cannot see
-  the new aliasing (the result returned next to, or as, an input or state value);
+  the new aliasing (the result returned next to, or as, an input or state value). Whether the
+  matched result was fresh is read from the matched nodes' fake values (``shares_storage``), so a
+  copy inside the match (``clone``, ``contiguous``, a ``reshape`` that copies) counts;
 - ``barrier_guard``: a match must lie inside one chain of preserved calls
   (``preserve_module_call_signature``), so that outlining still finds every preserved call whole;
 - ``dtype_guard``: each value that takes a replaced result's place has that result's dtype and
-  shape (a replacement traced at one dtype must not change what a program at another computes).
+  shape (a replacement traced at one dtype must not change what a program at another computes);
+- ``layout_guard``: a value with other strides than the result it replaces is taken only where
+  no reader depends on them (the new layout followed down the readers on fake values).
 
 Views are read from the operators' schemas (a result annotated ``Tensor(a)`` that is not written)
 and from ``ir.ops.is_alias_like`` (``reshape``, ``to``, ``contiguous``: they may return their
