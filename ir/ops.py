@@ -477,9 +477,8 @@ def is_alias_like(target: Any) -> bool:
 
 def reads_strides(target: Any) -> bool:
     """Whether ``target``'s result depends on its first argument's strides, not only on its
-    values: ``view`` and ``_unsafe_view`` (they raise where the strides admit no view),
-    ``as_strided``, and the stride and contiguity queries. A rewrite that changes a value's
-    strides keeps the program's meaning only where no such operator reads it. O(1)."""
+    values: ``as_strided`` and the stride and contiguity queries. A rewrite that changes a
+    value's strides keeps the program's meaning only where no such operator reads it. O(1)."""
     if isinstance(target, str):
         return target in _STRIDE_READING_METHODS
     packet = getattr(target, "overloadpacket", target)
@@ -685,10 +684,10 @@ _ALIAS_LIKE_METHODS = frozenset(_ALIAS_LIKE_NAMES) - {"_to_copy", "lift_fresh_co
 
 # Operators whose result depends on their first argument's strides (``reads_strides``).
 _STRIDE_READERS = _ops(
-    "aten.view", "aten._unsafe_view", "aten.as_strided", "aten.sym_stride",
-    "aten.sym_is_contiguous", "aten.is_contiguous", "aten.is_non_overlapping_and_dense",
+    "aten.as_strided", "aten.sym_stride", "aten.sym_is_contiguous", "aten.is_contiguous",
+    "aten.is_non_overlapping_and_dense",
 )
-_STRIDE_READING_METHODS = frozenset({"view", "view_as", "as_strided", "stride", "is_contiguous"})
+_STRIDE_READING_METHODS = frozenset({"as_strided", "stride", "is_contiguous"})
 
 # Size queries on tensors: their results are (symbolic) integers.
 _SIZE_QUERIES = _ops(

@@ -304,11 +304,13 @@ def layout_guard(
     before, the difference stops there (``mm``, a reduction); where not, its own readers are
     followed (an elementwise op keeps its input's layout: ``(r + 1).view(-1)`` fails as
     ``r.view(-1)`` does). ``False`` when a reader followed reads strides
-    (``ir.ops.reads_strides``: ``view`` raises where they admit no view), writes in place, is
-    a ``call_module`` or a higher-order op, raises at the new layout, or has no value to
-    compare; or when more than ``_LAYOUT_CAP`` readers would be followed. Returning a value
-    with other strides is allowed (the caller sees the same values). Unknown strides, equal
-    ones: ``True``.
+    (``ir.ops.reads_strides``: ``as_strided``, stride queries), writes in place, is a
+    ``call_module`` or a higher-order op, raises at the new layout, or has no value to
+    compare; or when more than ``_LAYOUT_CAP`` readers would be followed; or when a reader
+    followed is a view at one layout and a copy at the other and more than one value of the
+    group is returned. A ``view`` is run again like any reader: it refuses the match only where
+    it raises (the new strides admit no view of that shape). Returning a value with other strides is allowed
+    (the caller sees the same values). Unknown strides, equal ones: ``True``.
 
     **Laws:** pure (fake values only); ``layout_guard(view, r, v, v)`` holds; ``False``
     whenever a reader of the result could raise, or alias its input differently, at the new
@@ -317,15 +319,19 @@ def layout_guard(
     if _same_layout(old, new):
         return True
     vals = {result: new}
-    todo = [result]
+    todo = [(result, False)]
+    returned: list[tuple[str, bool]] = []
     followed = 0
     while todo:
-        v = todo.pop()
+        v, changed = todo.pop()
         for u in view.users.get(v, ()):
             if u in inside or u in vals:
                 continue
             node = view.node.get(u)
-            if node is None or node.op == OUTPUT:
+            if node is None:
+                continue
+            if node.op == OUTPUT:
+                returned.append((v, changed))
                 continue
             if node.op not in (CALL_FUNCTION, CALL_METHOD) or _writes(node):
                 return False
@@ -337,12 +343,15 @@ def layout_guard(
             before = node.meta.get("val")
             after = _rerun(view, node, vals)
             if after is None or before is None:
-                return False
-            if _same_layout(before, after) and _same_sharing(view, node, vals, before, after):
+                return False  # raised at the new strides (a view they admit not), or unknown
+            same_sharing = _same_sharing(view, node, vals, before, after)
+            if _same_layout(before, after) and same_sharing:
                 continue
             vals[u] = after
-            todo.append(u)
-    return True
+            todo.append((u, changed or not same_sharing))
+    # a reader that was a view and is now a copy (or the reverse) may change which returned
+    # values share memory: allowed only where one value of the group is returned
+    return not (any(c for _, c in returned) and len(returned) > 1)
 
 
 _LAYOUT_CAP = 64  #: readers followed from one result with other strides, at most
