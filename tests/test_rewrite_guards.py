@@ -323,3 +323,17 @@ def test_an_elementwise_reader_passes_the_strides_on():
     q, report = rewrite_report(p, [MM_T])
     assert q is p and report.skipped == {"layout": 1}
     torch.testing.assert_close(lower(q)(*AB), MmAddThenView()(*AB))
+
+
+def test_the_engine_does_not_run_the_checker():
+    """``rewrite`` = check the rules (``api``), then ``apply_rules`` (``engine``): the engine
+    imports no checker and holds no test switch."""
+    import ast
+    from pathlib import Path
+
+    from transforms.rewrite import engine
+
+    tree = ast.parse(Path(engine.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m and m.startswith("transforms.rewrite.check")}
+    assert not hasattr(engine, "FIXPOINT") and not hasattr(engine, "rewrite")
