@@ -306,9 +306,11 @@ def layout_guard(
     ``r.view(-1)`` does). ``False`` when a reader followed reads strides
     (``ir.ops.reads_strides``: ``as_strided``, stride queries), writes in place, is a
     ``call_module`` or a higher-order op, raises at the new layout, or has no value to
-    compare; or when more than ``_LAYOUT_CAP`` readers would be followed; or when a reader
-    followed is a view at one layout and a copy at the other and more than one value of the
-    group is returned. A ``view`` is run again like any reader: it refuses the match only where
+    compare; or when more than ``_LAYOUT_CAP`` readers would be followed. A reader followed
+    that is a view at one layout and a copy at the other (``reshape``) changes which values
+    share memory: then ``False`` too where more than one value of the group is returned, or
+    where one is written (or given to a ``call_module``) while a value of the group has a
+    second reader. Readers of a value whose strides are as before see no difference. A ``view`` is run again like any reader: it refuses the match only where
     it raises (the new strides admit no view of that shape). Returning a value with other strides is allowed
     (the caller sees the same values). Unknown strides, equal ones: ``True``.
 
@@ -319,11 +321,12 @@ def layout_guard(
     if _same_layout(old, new):
         return True
     vals = {result: new}
-    todo = [(result, False)]
-    returned: list[tuple[str, bool]] = []
+    todo = [(result, True)]  # (value, whether its strides differ from before)
+    returned = 0
+    flips = writes = False
     followed = 0
     while todo:
-        v, changed = todo.pop()
+        v, restrided = todo.pop()
         for u in view.users.get(v, ()):
             if u in inside or u in vals:
                 continue
@@ -331,11 +334,13 @@ def layout_guard(
             if node is None:
                 continue
             if node.op == OUTPUT:
-                returned.append((v, changed))
+                returned += 1
                 continue
-            if node.op not in (CALL_FUNCTION, CALL_METHOD) or _writes(node):
-                return False
-            if ops.reads_strides(node.target):
+            calls = node.op in (CALL_FUNCTION, CALL_METHOD)
+            if not restrided and (not calls or _writes(node)):
+                writes = True  # sees its old strides: only what it writes where matters
+                continue
+            if not calls or _writes(node) or ops.reads_strides(node.target):
                 return False
             followed += 1
             if followed > _LAYOUT_CAP:
@@ -345,13 +350,19 @@ def layout_guard(
             if after is None or before is None:
                 return False  # raised at the new strides (a view they admit not), or unknown
             same_sharing = _same_sharing(view, node, vals, before, after)
+            flips = flips or not same_sharing
             if _same_layout(before, after) and same_sharing:
                 continue
             vals[u] = after
-            todo.append((u, changed or not same_sharing))
-    # a reader that was a view and is now a copy (or the reverse) may change which returned
-    # values share memory: allowed only where one value of the group is returned
-    return not (any(c for _, c in returned) and len(returned) > 1)
+            todo.append((u, not _same_layout(before, after)))
+    if not flips:
+        return True
+    # a reader that was a copy is now a view (or the reverse): which values share memory
+    # changed, seen only where the group is returned twice, or written while read elsewhere
+    fan_out = any(
+        sum(1 for u in view.users.get(v, ()) if u not in inside) > 1 for v in vals
+    )
+    return returned <= 1 and not (writes and fan_out)
 
 
 _LAYOUT_CAP = 64  #: readers followed from one result with other strides, at most
