@@ -93,7 +93,7 @@ def test_near_misses_retype_literals():
     assert len(literal_slots(graph)) == 1
 
 
-@settings(max_examples=30, deadline=None, database=None, derandomize=True)
+@settings(max_examples=60, deadline=None, database=None, derandomize=True)
 @given(rewrite_sites(BY_NAME["relu_and_double"].pattern,
                      [s.args for s in signatures(BY_NAME["relu_and_double"])], results=2,
                      split=_split(BY_NAME["relu_and_double"])))
