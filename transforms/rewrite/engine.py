@@ -23,6 +23,7 @@ import torch
 from ir import ops
 from ir.args import IDict, IList, Ref, map_refs, ref, thaw
 from ir.errors import PassError, PurefxError
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
@@ -93,6 +94,7 @@ def _graphs(p: Program) -> list[Graph]:
     return [g for mid in order for g in table[mid].graphs]
 
 
+@gc_paused
 def apply_rules(
     p: Program, rules: Iterable[Rule], *, fixpoint: bool = True
 ) -> tuple[Program, RewriteReport]:
@@ -539,8 +541,9 @@ def _planned(site: guards.Site, w: _Work) -> guards.Site:
         elif all(w.key[u] > hi for o in outs if o is not None for u in w.users[o]
                  if u not in rset):
             pos = hi
-    return attrs.evolve(site, matched=matched, absorbed=absorbed, removed=removed, outs=outs,
-                        inputs=inputs, pos=pos)
+    site.matched, site.absorbed, site.removed = matched, absorbed, removed
+    site.outs, site.inputs, site.pos = outs, inputs, pos
+    return site
 
 
 def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
@@ -552,20 +555,23 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     if rep is None:
         return site
     kept = set(_result_sources(site.outs, rep).values())
-    renamed = tuple(o for o in site.outs if o is not None and o not in kept)
-    return attrs.evolve(site, replacement=rep, renamed=renamed,
-                        aliases=_new_aliases(site, rep, w))
+    site.replacement = rep
+    site.renamed = tuple(o for o in site.outs if o is not None and o not in kept)
+    site.aliases = _new_aliases(site, rep, w)
+    return site
 
 
 def _with_instance(site: guards.Site, inst: _Instance, w: _Work) -> guards.Site:
     """``site`` with its INSTANCE facts: whether a new node raised, and the values of the
     results and of what takes their places."""
     if inst.raised:
-        return attrs.evolve(site, raised=True)
+        site.raised = True
+        return site
     pairs = [(o, new) for o, new in zip(site.outs, inst.results) if o is not None and new]
-    old = tuple(inst.old_vals[o] for o, _ in pairs)
-    new = tuple(_val(inst, new, w) for _, new in pairs)
-    return attrs.evolve(site, results=inst.results, old=old, new=new)
+    site.results = inst.results
+    site.old = tuple(inst.old_vals[o] for o, _ in pairs)
+    site.new = tuple(_val(inst, new, w) for _, new in pairs)
+    return site
 
 
 def _val(inst: _Instance, name: str, w: _Work) -> Any:
@@ -608,9 +614,6 @@ def _new_aliases(site: guards.Site, rep: Traced, w: _Work) -> dict[str, str] | N
     rep_alias = guards.result_aliases(rep)
     pat_alias = guards.result_aliases(c.traced)
     order = c.pattern.input_order
-    may_copy = bool(site.absorbed) or any(
-        ops.is_alias_like(w.node[m].target) for m in site.matched
-    )
     aliases: dict[str, str] = {}
     for o, ra, pa in zip(site.outs, rep_alias, pat_alias):
         if o is None or ra is None:
@@ -619,10 +622,15 @@ def _new_aliases(site: guards.Site, rep: Traced, w: _Work) -> dict[str, str] | N
         if bound is None:
             return None
         shared = guards.shares_storage(w.node[o].meta.get("val"), w.node[bound].meta.get("val"))
-        if shared or (shared is None and ra == pa and not may_copy):
+        if shared or (shared is None and ra == pa and not _may_copy(site, w)):
             continue
         aliases[o] = bound
     return aliases
+
+
+def _may_copy(site: guards.Site, w: _Work) -> bool:
+    """Whether the match looks through a node or holds an alias-like one (it may copy)."""
+    return bool(site.absorbed) or any(ops.is_alias_like(w.node[m].target) for m in site.matched)
 
 
 @attrs.frozen

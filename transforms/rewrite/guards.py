@@ -452,9 +452,10 @@ instantiate, its renamed results and new aliases), ``INSTANCE`` (the new nodes a
 values). A guard reads only what its stage and the earlier ones know."""
 
 
-@attrs.frozen
+@attrs.define(slots=True, eq=False)
 class Site:
-    """One match where it is, as the guards see it (the engine fills it stage by stage).
+    """One match where it is, as the guards see it: the engine fills it stage by stage (a
+    working record local to one match; the guards only read it).
 
     - ``view``: the graph before the match is taken (``GraphView``, plus ``written``: the values
       written in place; ``key``: each node's position; ``mutates_between(lo, hi)``;
