@@ -475,6 +475,16 @@ def is_alias_like(target: Any) -> bool:
     return facts(target).alias_like
 
 
+def reads_strides(target: Any) -> bool:
+    """Whether ``target``'s result depends on its first argument's strides, not only on its
+    values: ``as_strided`` and the stride and contiguity queries. A rewrite that changes a
+    value's strides keeps the program's meaning only where no such operator reads it. O(1)."""
+    if isinstance(target, str):
+        return target in _STRIDE_READING_METHODS
+    packet = getattr(target, "overloadpacket", target)
+    return _in(packet, _STRIDE_READERS)
+
+
 def is_size_arithmetic(target: Any) -> bool:
     """Scalar arithmetic or comparison (``operator``, ``math``, ``torch.sym_*``), or a size
     query (``aten.sym_size``, ``sym_numel``, ...): in an exported graph, symbolic sizes."""
@@ -671,6 +681,13 @@ _ALIAS_LIKE_NAMES = (
 )
 _ALIAS_LIKE_PACKETS = _ops(*(f"aten.{n}" for n in _ALIAS_LIKE_NAMES))
 _ALIAS_LIKE_METHODS = frozenset(_ALIAS_LIKE_NAMES) - {"_to_copy", "lift_fresh_copy"}
+
+# Operators whose result depends on their first argument's strides (``reads_strides``).
+_STRIDE_READERS = _ops(
+    "aten.as_strided", "aten.sym_stride", "aten.sym_is_contiguous", "aten.is_contiguous",
+    "aten.is_non_overlapping_and_dense",
+)
+_STRIDE_READING_METHODS = frozenset({"as_strided", "stride", "is_contiguous"})
 
 # Size queries on tensors: their results are (symbolic) integers.
 _SIZE_QUERIES = _ops(

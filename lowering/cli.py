@@ -36,7 +36,7 @@ from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
 from lowering.stages import format_stage_plan
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
-from transforms.rewrite import RewriteReport, Rule, rewrite_report
+from transforms.rewrite import ASSUMPTIONS, RewriteReport, Rule, rewrite_report
 from transforms.stages import split_stages
 
 Pass = Callable[[Program], Program]
@@ -58,13 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         passes = _passes(args.passes)
         rules = load_rules(args.rules)
+        assume = _assume(args.assume)
         ep, source = _load(args)
         if args.stages is not None:
             plan = stage_plan(ep, args.stages)
             sys.stdout.write(f"purefx: {source}\n{plan}\n")
             return 0
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
-        result = run(ep, passes=passes, progress=progress, rules=rules)
+        result = run(ep, passes=passes, progress=progress, rules=rules, assume=assume)
         if args.out:
             save_ep(result.program, args.out)
         if args.html:
@@ -141,6 +142,9 @@ class RunResult:
         if self.rewrites is not None:
             counts = ", ".join(f"{k} {v}" for k, v in self.rewrites.counts.items())
             lines.append(f"rewrites: {counts}")
+            for name, flags in self.rewrites.not_granted.items():
+                lines.append(f"  not applied: {name} assumes {', '.join(sorted(flags))} "
+                             "(grant with --assume)")
         return "\n".join(
             [
                 *lines,
@@ -156,9 +160,11 @@ def run(
     passes: Sequence[Pass] | None = None,
     progress: _Progress | None = None,
     rules: Sequence[Rule] = (),
+    assume: frozenset[str] = frozenset(),
 ) -> RunResult:
     """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), then the
-    rewrite ``rules`` if any (``transforms.rewrite``, one stage ``rewrite``), lower, check.
+    rewrite ``rules`` if any (``transforms.rewrite``, one stage ``rewrite``, granting the
+    assumptions ``assume``), lower, check.
 
     Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
     """
@@ -169,7 +175,7 @@ def run(
     report: list[RewriteReport] = []
 
     def rewritten(program: Program) -> Program:
-        out, done = rewrite_report(program, rules)
+        out, done = rewrite_report(program, rules, assume)
         report.append(done)
         return out
 
@@ -303,6 +309,19 @@ def _passes(spec: str | None) -> list[Pass] | None:
     return chosen
 
 
+def _assume(spec: str | None) -> frozenset[str]:
+    """The flags ``--assume`` names; a ``UsageError`` naming the known ones for an unknown one."""
+    if not spec:
+        return frozenset()
+    flags = frozenset(f.strip() for f in spec.split(",") if f.strip())
+    unknown = sorted(flags - ASSUMPTIONS)
+    if unknown:
+        raise UsageError(
+            f"--assume: unknown assumption(s) {unknown}; the known ones are {sorted(ASSUMPTIONS)}"
+        )
+    return flags
+
+
 def load_rules(spec: str | None) -> list[Rule]:
     """The rules ``--rules`` names: ``module:NAME`` (several separated by commas), each a ``Rule``
     or a sequence of them, found by importing ``module`` (the user's own code: it runs). Raises
@@ -414,6 +433,13 @@ def _parser() -> argparse.ArgumentParser:
         help="rewrite rules (transforms.rewrite.Rule, or a list of them) to run after the passes, "
         "imported from a module of yours, e.g. mypkg.rules:RULES (comma-separated for several; "
         "transforms.rewrite_rules:RULES holds the shipped rules, ATTENTION the attention set)",
+    )
+    parser.add_argument(
+        "--assume",
+        metavar="FLAG,...",
+        help="assumptions granted to the rewrite rules (comma-separated, out of "
+        + ", ".join(sorted(ASSUMPTIONS))
+        + "; default none: exact IEEE semantics); a rule that assumes more is not applied",
     )
     parser.add_argument(
         "--stages",

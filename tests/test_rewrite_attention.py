@@ -29,7 +29,7 @@ from ir import import_ep
 from lowering import lower
 from transforms.laws import LawViolation
 from transforms.rewrite import Match, Rule, check_rule, rewrite_report
-from transforms.rewrite.engine import rule_verdict
+from transforms.rewrite.api import rule_verdict
 from transforms.rewrite_rules import (
     ATTENTION,
     ATTENTION_BIAS_MASK,

@@ -15,6 +15,10 @@ RULES = [
     Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, (torch.randn(3, 4),), name="relu_relu",
          max_examples=10),
 ]
+ASSUMING = [
+    Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, (torch.randn(3, 4),), name="rr_fast",
+         trusted=True, assumes={"no_nans"}),
+]
 NOT_RULES = 3
 '''
 
@@ -61,3 +65,16 @@ def test_a_bad_rules_spec_is_one_line_and_status_2(tmp_path, monkeypatch, capsys
         assert cli.main([str(pt2), "--rules", spec]) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
+
+
+def test_assume_grants_the_rules_assumptions(tmp_path, monkeypatch, capsys):
+    pt2 = _setup(tmp_path, monkeypatch)
+    assert cli.main([str(pt2), "--rules", "my_rules_for_cli:ASSUMING"]) == 0
+    out = capsys.readouterr().out
+    assert "rewrites: rr_fast 0" in out
+    assert "not applied: rr_fast assumes no_nans (grant with --assume)" in out
+    assert cli.main([str(pt2), "--rules", "my_rules_for_cli:ASSUMING", "--assume", "no_nans"]) == 0
+    assert "rewrites: rr_fast 2" in capsys.readouterr().out
+    assert cli.main([str(pt2), "--rules", "my_rules_for_cli:ASSUMING", "--assume", "fast"]) == 2
+    err = capsys.readouterr().err
+    assert "--assume: unknown assumption(s) ['fast']" in err and err.count("\n") == 1

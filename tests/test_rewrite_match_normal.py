@@ -102,12 +102,28 @@ def test_an_int_literal_does_not_match_a_float_one_so_int_times_one_float_stays_
     assert bindings(rule, p, "training") == []
 
 
-def test_the_matcher_calls_literal_equal_as_a_module_global(monkeypatch):
-    # the teeth: put the old loose comparison back and the int64 `x * 1.0` matches `x * 1`
+def test_an_int_literal_matches_the_same_float_where_the_dtypes_agree():
+    # literals match by value (issue 36): float32 `x * 1.0` is `x * 1`, re-checked by dtype
+    rule = Rule(_times_one, lambda x: x, (torch.randn(4),), name="times_one_f", trusted=True)
+    p = _program(_TimesLiteral(), (torch.randn(4),), "training")
+    assert len(bindings(rule, p, "training")) == 1
+    assert bindings(rule, p, "training", checked=False)[0][0].loose
+
+
+def test_the_recheck_calls_dtypes_agree_as_a_module_global(monkeypatch):
+    # the teeth: without the dtype re-check the int64 `x * 1.0` (float) matches `x * 1`
     rule = Rule(_times_one, lambda x: x, (torch.randn(4),), name="times_one_int", trusted=True)
     p = _program(_TimesLiteral(), (torch.arange(4),), "training")
-    monkeypatch.setattr(match, "literal_equal", lambda a, b: a == b)
+    monkeypatch.setattr(sizes, "dtypes_agree", lambda *a, **k: True)
     assert len(bindings(rule, p, "training")) == 1
+
+
+@pytest.mark.parametrize(("p", "t", "same"), [
+    (1, 1.0, True), (1.0, 1, True), (0, -0.0, False), (0, 0.0, True), (True, 1.0, False),
+    (1, 1, False), (2, 2.5, False), (1, math.inf, False), (2**60, float(2**60) + 1, True),
+])
+def test_same_number_is_an_int_and_a_float_of_one_value(p, t, same):
+    assert match.same_number(p, t) is same
 
 
 class _Scale(torch.nn.Module):

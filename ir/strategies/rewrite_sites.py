@@ -14,11 +14,16 @@ What a site varies (each drawn per example):
   earlier argument of the same signature (one value read twice);
 - what reads each result: returned, read through a view (``unsqueeze``) that is returned, written
   in place (``fill_``) or written through a view (``narrow(...).fill_``) and then returned, copied
-  into a buffer (a state update);
+  into a buffer (a state update), read by ``view(-1)`` (a reader that needs the result's strides
+  to admit a flat view: ``flat``);
 - where the pattern runs: in the root module, inside a child module (``inside``), or split across
   a child module's boundary (``across``: the first ops of the pattern in the root, the rest in
   the child, the values between passed as arguments); the child preserved with
   ``preserve_module_call_signature`` or not;
+- a copy inside the pattern (``copied``): the pattern's traced ops run in the root with the
+  value of one op (``cut``) copied before the rest read it (``clone``, ``contiguous``,
+  ``to(copy=True)``: ``COPIES``), so that the match's result is fresh where the pattern's own
+  is a view;
 - near misses (``perturbed``): the pattern's traced ops run in the root with some of their
   number literals retyped (``1`` as ``1.0``, ``2.0`` as ``2``, ``0.0`` as ``-0.0``, ``True`` as
   ``1``), a program the pattern must not match where the literal's type changes the result;
@@ -39,10 +44,12 @@ from hypothesis import strategies as st
 
 SOURCES = ("input", "computed", "view", "transposed", "buffer", "shared")
 """Where a tensor argument of the pattern comes from."""
-USES = ("output", "view", "write", "write_view", "buffer")
+USES = ("output", "view", "write", "write_view", "buffer", "flat")
 """What reads a result of the pattern."""
-PLACES = ("root", "inside", "across", "perturbed")
+PLACES = ("root", "inside", "across", "perturbed", "copied")
 """Where the pattern runs."""
+COPIES = ("clone", "contiguous", "to_copy")
+"""The copy put inside the pattern at ``copied``."""
 LEVELS = ("training", "core")
 
 
@@ -62,6 +69,7 @@ class SiteSpec:
     cut: int = 1
     seed: int = 0
     perturb: int = 0
+    copy: str = "clone"
 
     def describe(self) -> str:
         """One line that names every choice."""
@@ -76,6 +84,8 @@ class SiteSpec:
             where += f" after {self.cut} ops"
         if self.place == "perturbed":
             where += f" (literals retyped: mask {self.perturb:#b})"
+        if self.place == "copied":
+            where += f" (a {self.copy} after {self.cut} ops)"
         uses = "; ".join(f"result {k}: {'+'.join(u)}" for k, u in enumerate(self.uses))
         return f"pattern({', '.join(parts)}) in {where} at {self.level} level; {uses}"
 
@@ -104,12 +114,14 @@ def rewrite_sites(
     """
     if not signatures:
         raise ValueError("rewrite_sites: signatures must hold one signature at least")
-    places = tuple(p for p in places if p not in ("across", "perturbed") or split is not None)
+    places = tuple(
+        p for p in places if p not in ("across", "perturbed", "copied") or split is not None
+    )
     n_ops = 0
     if split is not None:
         n_ops = sum(1 for n in split.nodes if n.op == "call_function")
         if n_ops < 2:
-            places = tuple(p for p in places if p != "across")
+            places = tuple(p for p in places if p not in ("across", "copied"))
         if not literal_slots(split):
             places = tuple(p for p in places if p != "perturbed")
     # the traced ops hold the first signature's sizes: they run at its shapes (any dtype)
@@ -118,7 +130,7 @@ def rewrite_sites(
     @st.composite
     def draw(d: Any) -> SiteSpec:
         place = d(st.sampled_from(places))
-        if place in ("across", "perturbed"):
+        if place in ("across", "perturbed", "copied"):
             i = same_shapes[d(st.integers(0, len(same_shapes) - 1))]
         else:
             i = d(st.integers(0, len(signatures) - 1))
@@ -140,12 +152,14 @@ def rewrite_sites(
         )
         preserve = place in ("inside", "across") and d(st.booleans())
         level = d(st.sampled_from(tuple(levels)))
-        cut = d(st.integers(1, n_ops - 1)) if place == "across" else 1
+        cut = d(st.integers(1, n_ops - 1)) if place in ("across", "copied") else 1
+        copy = d(st.sampled_from(COPIES)) if place == "copied" else "clone"
         seed = d(st.integers(0, 2**16 - 1))
         perturb = 0
         if place == "perturbed":
             perturb = d(st.integers(1, 2 ** len(literal_slots(split)) - 1))
-        return SiteSpec(args, tuple(sources), uses, place, preserve, level, cut, seed, perturb)
+        return SiteSpec(args, tuple(sources), uses, place, preserve, level, cut, seed, perturb,
+                        copy)
 
     return draw()
 
@@ -277,6 +291,14 @@ class SiteRoot(torch.nn.Module):
             env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
             _run_nodes(nodes, env)
             outs = _results(self.split, env)
+        elif spec.place == "copied":
+            nodes = [n for n in self.split.nodes if n.op == "call_function"]
+            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
+            _run_nodes(nodes[:spec.cut], env)
+            copied = nodes[spec.cut - 1].name
+            env[copied] = _copied(env[copied], spec.copy)
+            _run_nodes(nodes[spec.cut:], env)
+            outs = _results(self.split, env)
         elif spec.place == "across":
             nodes = [n for n in self.split.nodes if n.op == "call_function"]
             env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
@@ -299,9 +321,21 @@ class SiteRoot(torch.nn.Module):
                 (r.narrow(-1, 0, 1) if r.dim() else r.unsqueeze(0)).fill_(0)
             if "view" in u:
                 returned.append(r.unsqueeze(0))
+            if "flat" in u:
+                returned.append(r.view(-1))
             if "output" in u or "write" in u or "write_view" in u or not returned:
                 returned.append(r)
         return tuple(returned)
+
+
+def _copied(v: Any, kind: str) -> Any:
+    if not isinstance(v, torch.Tensor):
+        return v
+    if kind == "contiguous":
+        return v.contiguous()
+    if kind == "to_copy":
+        return v.to(v.dtype, copy=True)
+    return v.clone()
 
 
 def _retype(node: Any, chosen: set) -> Any:
@@ -377,6 +411,6 @@ def export_site(spec: SiteSpec, pattern: Callable, split: Any = None
 
 
 __all__ = [
-    "LEVELS", "PLACES", "SOURCES", "USES", "SiteSpec", "export_site", "literal_slots",
+    "COPIES", "LEVELS", "PLACES", "SOURCES", "USES", "SiteSpec", "export_site", "literal_slots",
     "realize_site", "retyped", "rewrite_sites",
 ]

@@ -1,5 +1,5 @@
 """Teeth of ``check_rule_in_context``: each class of issue 31 put back into the engine through
-its seam (``transforms.rewrite.guards``, ``match.literal_equal``, ``engine.FIXPOINT``) makes
+its seam (``transforms.rewrite.guards``, ``match.literal_equal``, ``apply_rules(fixpoint=False)``) makes
 the law fail with a ``LawViolation`` that names it; with the seams as shipped it passes."""
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ from torch import nn
 
 from ir import import_ep
 from transforms.law_violation import LawViolation
-from transforms.rewrite import Rule, check_rule_in_context, engine, guards, match
+from transforms.rewrite import (
+    Rule,
+    check_context,
+    check_rule_in_context,
+    engine,
+    guards,
+    match,
+    sizes,
+)
 from transforms.rewrite.check_context import check_site
 
 X = (torch.randn(4, 8),)
@@ -61,9 +69,11 @@ def test_teeth_dtype_guard(monkeypatch):
 
 
 def test_teeth_typed_literals(monkeypatch):
-    # the near miss int * 1.0 (float) taken for x * 1 (typed literals keep them apart; the
-    # dtype guard is the second line, so both are off here; bool inputs are left out)
+    # the near miss int * 1.0 (float) taken for x * 1: literals match by value, and the
+    # pattern re-traced at the match's dtypes must compute its dtypes (sizes.dtypes_agree);
+    # the dtype guard is the second line, so all are off here; bool inputs are left out
     monkeypatch.setattr(match, "literal_equal", _loose)
+    monkeypatch.setattr(sizes, "dtypes_agree", lambda *a, **k: True)
     monkeypatch.setattr(guards, "dtype_guard", lambda *a, **k: True)
     rule = _times_one(where=lambda m: m.val(0) is not None and m.val(0).dtype != torch.bool)
     with pytest.raises(LawViolation, match="perturbed.*dtype torch.int"):
@@ -103,6 +113,38 @@ def test_teeth_fixpoint(monkeypatch):
     x = torch.randn(6)
     p = import_ep(torch.export.export(_Cascade(), (x,)))
     check_site(_CASCADE, p, (x,), "the cascade")  # a fixpoint as shipped
-    monkeypatch.setattr(engine, "FIXPOINT", False)
+    # the one-pass worklist (no closing sweep) in place of rewrite's
+    monkeypatch.setattr(
+        check_context, "rewrite", lambda q, rules: engine.apply_rules(q, rules, fixpoint=False)[0]
+    )
     with pytest.raises(LawViolation, match="not a fixpoint"):
         check_site(_CASCADE, p, (x,), "the cascade")
+
+
+# Issue 36: a copy inside the match, and a reader that needs the result's strides.
+_T_T = (torch.randn(3, 4),)
+
+
+def test_teeth_a_copy_inside_the_match(monkeypatch):
+    # x.t().t() -> x is right, but on x.t().clone().t() its result is fresh: made the input,
+    # a write through it lands in the caller's x (the alias guard decides on the matched vals)
+    rule = Rule(lambda x: x.t().t(), lambda x: x, _T_T, name="t_t", trusted=True)
+    check_rule_in_context(rule, max_examples=15, places=("copied",))
+    monkeypatch.setattr(guards, "GUARDS", guards.without("alias"))
+    rule = Rule(lambda x: x.t().t(), lambda x: x, _T_T, name="t_t", trusted=True)
+    with pytest.raises(LawViolation, match="copied"):
+        check_rule_in_context(rule, max_examples=40, places=("copied",))
+
+
+def test_teeth_a_reader_that_needs_the_strides(monkeypatch):
+    # b.t() @ a.t() -> (a @ b).t(): the same values, other strides; view(-1) then raises
+    ab = (torch.randn(3, 4), torch.randn(4, 5))
+
+    def rule() -> Rule:
+        return Rule(lambda a, b: b.t() @ a.t(), lambda a, b: (a @ b).t(), ab, name="mm_t",
+                    trusted=True)
+
+    check_rule_in_context(rule(), max_examples=15, places=("root",))
+    monkeypatch.setattr(guards, "GUARDS", guards.without("layout"))
+    with pytest.raises(LawViolation, match="flat"):
+        check_rule_in_context(rule(), max_examples=40, places=("root",))

@@ -4,29 +4,40 @@ One package, one idea a module, no import cycle (each imports only those above i
 
 - ``trace``: a rule's functions traced into IR graphs at a program's level;
 - ``match``: a traced pattern matched against a graph in a normal form;
-- ``rule``: ``Rule`` (the user's value), ``Compiled`` (a rule at one level), ``Match``;
+- ``sizes``: a loose match re-checked by the pattern traced again at the match's shapes and
+  dtypes (size wildcards, literals matched by value);
+- ``rule``: ``Rule`` (the user's value, with the assumptions it ``assumes``), ``Compiled`` (a
+  rule at one level), ``Match``;
+- ``guards``: ``GUARDS``, the ordered table of named guards a match must pass to be taken
+  (pure predicates, each with its reason);
 - ``interpret``: running a flat program's graph on tensors, as the laws see programs;
 - ``check``: ``check_rule``'s law on generated inputs, given the rewrite that instantiates
-  replacements (``engine.apply_rules``, passed in: the engine runs this check);
+  replacements (``engine.apply_rules``, passed in);
 - ``fold``: replacement values computed from state alone, folded into constants;
-- ``engine``: ``rewrite`` / ``rewrite_report``, the worklist that applies rules to a fixpoint;
+- ``engine``: ``apply_rules``, the worklist that applies rules (taken as right) to a fixpoint,
+  and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
+- ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
+  assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
 - ``check_context``: ``check_rule`` bound to ``engine.apply_rules``, and
   ``check_rule_in_context``, rewrite's law on programs holding the pattern;
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``).
 """
 
+from transforms.rewrite.api import rewrite, rewrite_report
 from transforms.rewrite.check_context import check_rule, check_rule_in_context
-from transforms.rewrite.engine import Rewrite, RewriteReport, rewrite, rewrite_report
-from transforms.rewrite.rule import Compiled, Match, Rule
+from transforms.rewrite.engine import Rewrite, RewriteReport, apply_rules
+from transforms.rewrite.rule import ASSUMPTIONS, Compiled, Match, Rule
 from transforms.rewrite.trace import LEVELS
 
 __all__ = [
+    "ASSUMPTIONS",
     "LEVELS",
     "Compiled",
     "Match",
     "Rewrite",
     "RewriteReport",
     "Rule",
+    "apply_rules",
     "check_rule",
     "check_rule_in_context",
     "rewrite",

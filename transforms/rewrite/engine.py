@@ -1,23 +1,19 @@
-"""``rewrite``: user rules written as PyTorch functions, applied to a fixpoint.
+"""The rewrite engine: ``apply_rules``, the worklist that applies rules to a fixpoint.
 
-A ``Rule`` pairs a *pattern* and a *replacement*, two plain functions of tensors and Python
-scalars with the same results, and example inputs to trace them with::
-
-    relu_relu = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, (torch.randn(4),))
-    q = rewrite(p, [relu_relu])
-
-The pattern is traced at the level of the program it is applied to (training IR, or core aten
-after ``run_decompositions``; ``transforms.rewrite.trace``), the replacement at the training level
-(what the user wrote: ``silu``, ``scaled_dot_product_attention``). Matching is on the IR in a
-normal form (``transforms.rewrite.match``). Each rule is checked with ``check_rule``
-(``transforms.rewrite.check``) the first time ``rewrite`` meets it, unless it is ``trusted``.
+Rules are taken as given (right, and their assumptions granted): ``transforms.rewrite.api``'s
+``rewrite`` checks them first. For each graph, each node that some rule's pattern ends in is
+tried; a match (``transforms.rewrite.match``) is taken only when every guard of
+``transforms.rewrite.guards.GUARDS`` holds, stage by stage (the match, its plan, its
+replacement, its instance), and the first guard that fails is counted in
+``RewriteReport.skipped``. A taken match is replaced in place, its new nodes and their
+readers revisited, and a closing sweep per graph proves the fixpoint.
 """
 
 from __future__ import annotations
 
 import bisect
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -27,6 +23,7 @@ import torch
 from ir import ops
 from ir.args import IDict, IList, Ref, map_refs, ref, thaw
 from ir.errors import PassError, PurefxError
+from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
@@ -34,10 +31,9 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import guards, sizes
-from transforms.rewrite.check import check_rule
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
-from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for, rule_cache
+from transforms.rewrite.rule import Compiled, Rule, replacement_for
 from transforms.rewrite.trace import Traced, level_of
 
 
@@ -53,85 +49,43 @@ class Rewrite:
     created: tuple[str, ...] = ()
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 @attrs.frozen
 class RewriteReport:
-    """What ``rewrite_report`` did: ``counts`` ``{rule name: rewrites applied}`` (every rule
-    listed, in the order given) and ``rewrites``, each applied ``Rewrite`` in order."""
+    """What ``rewrite_report`` did.
+
+    - ``counts``: ``{rule name: rewrites applied}``, every rule listed, in the order given;
+    - ``rewrites``: each applied ``Rewrite``, in order;
+    - ``skipped``: ``{guard name: matches skipped}``, the first guard of
+      ``transforms.rewrite.guards.GUARDS`` that failed at each match tried (a match tried
+      again after a nearby rewrite counts again), in the table's order; guards that skipped
+      nothing are left out;
+    - ``not_granted``: ``{rule name: the assumptions it needs that the caller did not grant}``
+      for each rule not applied for that reason (``rewrite(p, rules, assume=...)``).
+
+    ``str(report)`` is a short text of all four.
+    """
 
     counts: Mapping[str, int]
     rewrites: tuple[Rewrite, ...]
+    skipped: Mapping[str, int] = _EMPTY
+    not_granted: Mapping[str, frozenset[str]] = _EMPTY
+
+    def __str__(self) -> str:
+        lines = ["rewrites: " + (", ".join(f"{k} {v}" for k, v in self.counts.items()) or "none")]
+        if self.skipped:
+            lines.append("skipped: " + ", ".join(f"{k} {v}" for k, v in self.skipped.items()))
+        for name, flags in self.not_granted.items():
+            lines.append(
+                f"not applied: {name!r} assumes {sorted(flags)}, not granted "
+                "(rewrite(..., assume=...))"
+            )
+        return "\n".join(lines)
 
 
 # --- the pass -----------------------------------------------------------------------------------
-
-
-def rewrite(p: Program, rules: Iterable[Rule]) -> Program:
-    """Apply ``rules`` to every graph of ``p`` until none matches.
-
-    Parameters:
-        p: a Program, flat (``import_ep``, at the training or core aten level) or outlined
-            (after ``transforms.transform``); every distinct module graph is rewritten once,
-            so a graph shared by several calls is rewritten once.
-        rules: ``Rule`` values. Each is checked with ``check_rule`` the first time it is met
-            (unless ``trusted``); the verdict is kept beside the rule (``rule_verdict``).
-
-    Returns:
-        The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
-        name of the node whose value they replace (so outputs and signatures keep their names),
-        the innermost module common to the matched nodes (``nn_module_stack``) and a ``val``
-        computed from the matched inputs' fake tensors (else the replaced node's). A match is
-        skipped where a value inside it is read outside, where it holds a mutating, effectful
-        or random op, where an input is written in place or a write in place lies between its
-        nodes, and (for a replacement traced per match, ``Compiled.concrete``) where its
-        inputs' shapes are unknown or several calls run the graph; and where a guard of
-        ``transforms.rewrite.guards`` says the program around it would change:
-        ``alias_guard`` (a fresh result made an alias of an input or state value that a write
-        or the caller can reach), ``barrier_guard`` (the match crosses a preserved call's
-        boundary, or renames a value its signature names) and ``dtype_guard`` (a value taking
-        a result's place has another dtype or shape). Nodes the match looks through
-        (``Binding.absorbed``) are removed with it. A replacement whose trace depends on
-        dtypes (``Compiled.by_dtype``) is traced at each match's dtypes.
-
-    Raises:
-        PassError: naming the rule, when a rule cannot be traced or is malformed, when
-        ``check_rule`` finds it wrong (with the counterexample), when its ``where`` raises, when
-        its replacement reads a tensor argument its pattern ignores, when rules keep rewriting
-        each other's results past the step cap (a cycle; names them), and for any other error
-        met while rewriting (naming the rule and the node): never a raw exception.
-
-    **Laws:**
-
-    - semantics: ``lower(rewrite(p, rules))`` computes what ``lower(p)`` does, up to each rule's
-      tolerance (``check_rule``);
-    - purity: ``p`` and its tensors are untouched; deterministic (rules in the order of their
-      benefit then as given, nodes in graph order);
-    - idempotence: ``rewrite(rewrite(p, rules), rules) == rewrite(p, rules)`` (a fixpoint);
-    - identity: ``rewrite(p, []) is p``;
-    - ``verify`` holds of the result whenever it holds of ``p``.
-
-    Complexity: O(n · r) per sweep over n nodes, where r is the number of rules whose pattern
-    ends in the node's operator (rules are indexed by that operator); each rewrite re-examines
-    the nodes it created, the readers it rewired and the nodes downstream of its new nodes
-    within the deepest pattern (at most 256), then one closing sweep per graph proves the
-    fixpoint (``FIXPOINT``); a program whose level changes under the rewrites (core aten
-    receiving a training-level operator) gets one more round at the new level when some
-    pattern traces differently there.
-    """
-    return rewrite_report(p, rules)[0]
-
-
-def rewrite_report(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteReport]:
-    """``rewrite(p, rules)`` and a ``RewriteReport`` of what it rewrote where.
-
-    Same contract, laws and complexity as ``rewrite``.
-    """
-    rules = _check_rules(rules)
-    if rules:
-        level = level_of(_graphs(p))
-        for r in rules:
-            r.compiled(level)  # a malformed rule is refused before its check runs
-            _ensure_checked(r)
-    return apply_rules(p, rules)
 
 
 def _graphs(p: Program) -> list[Graph]:
@@ -140,22 +94,39 @@ def _graphs(p: Program) -> list[Graph]:
     return [g for mid in order for g in table[mid].graphs]
 
 
-def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteReport]:
-    """``rewrite_report(p, rules)`` without running ``check_rule`` on the rules: the one path
-    that instantiates replacements, shared by ``rewrite`` and the laws that check a rule
-    (``check_rule`` rewrites the pattern's own program with it).
+@gc_paused
+def apply_rules(
+    p: Program, rules: Iterable[Rule], *, fixpoint: bool = True
+) -> tuple[Program, RewriteReport]:
+    """Apply ``rules`` to every graph of ``p`` until none matches, taking them as right and
+    their assumptions as granted: the one path that instantiates replacements, shared by
+    ``rewrite`` (which checks the rules and their assumptions first) and the laws that check a
+    rule (``check_rule`` rewrites the pattern's own program with it).
 
-    Same contract, laws and complexity as ``rewrite``, for rules taken as right.
+    Parameters:
+        p: a Program, flat or outlined; every distinct module graph is rewritten once.
+        rules: ``Rule`` values (distinct names).
+        fixpoint: ``True`` (the default): after each rewrite the nodes downstream of its new
+            nodes (within the deepest pattern) are revisited, each graph swept again until a
+            sweep applies nothing, and the rules traced again where the program's level
+            changed. ``False``: one pass of the worklist (only the direct readers of new nodes
+            revisited), which misses matches two or more readers downstream of a rewrite; for
+            tests that show the sweep is needed.
+
+    Returns ``(program, RewriteReport)``; ``p`` itself when no rule matched. Same contract,
+    laws and complexity as ``transforms.rewrite.api.rewrite``, for rules taken as right.
     """
-    rules = _check_rules(rules)
+    rules = rule_list(rules)
     counts = {r.name: 0 for r in rules}
     done: list[Rewrite] = []
+    skipped: dict[str, int] = {}
     q = p
     if rules:
+        run = _Run(done, skipped, _by_stage(guards.GUARDS), bool(fixpoint))
         level = level_of(_graphs(p))
         for _ in range(_LEVEL_ROUNDS):
-            nxt = _round(q, rules, level, done)
-            if nxt is q or not FIXPOINT:
+            nxt = _round(q, rules, level, run)
+            if nxt is q or not run.fixpoint:
                 q = nxt
                 break
             q = nxt
@@ -172,7 +143,25 @@ def apply_rules(p: Program, rules: Iterable[Rule]) -> tuple[Program, RewriteRepo
             )
     for rw in done:
         counts[rw.rule] += 1
-    return q, RewriteReport(MappingProxyType(counts), tuple(done))
+    order = {g.name: i for i, g in enumerate(guards.GUARDS)}
+    skips = dict(sorted(skipped.items(), key=lambda kv: order.get(kv[0], len(order))))
+    return q, RewriteReport(MappingProxyType(counts), tuple(done), MappingProxyType(skips))
+
+
+def _by_stage(table: Sequence[guards.Guard]) -> dict[int, tuple[guards.Guard, ...]]:
+    stages = (guards.MATCH, guards.PLAN, guards.REPLACEMENT, guards.INSTANCE)
+    return {st: tuple(g for g in table if g.stage == st) for st in stages}
+
+
+@attrs.frozen
+class _Run:
+    """What one ``apply_rules`` call shares across its graphs: the rewrites ``done`` and the
+    ``skipped`` counts (appended to), the guard rows by stage, and ``fixpoint``."""
+
+    done: list[Rewrite]
+    skipped: dict[str, int]
+    table: Mapping[int, tuple[guards.Guard, ...]]
+    fixpoint: bool = True
 
 
 def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
@@ -188,9 +177,10 @@ def _pattern_key(c: Compiled) -> tuple:
 _LEVEL_ROUNDS = 8  #: rounds at a new level after a rewrite changed the program's level, at most
 
 
-def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Program:
+def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
     """Every graph of ``p`` rewritten to a fixpoint with the rules traced at ``level``;
-    appends the rewrites to ``done``; ``p`` itself when none applied."""
+    appends the rewrites to ``run.done``; ``p`` itself when none applied."""
+    done = run.done
     table = p.module_table()
     order = list(dict.fromkeys(mid for _, mid in p.walk()))
     compiled = [(r, r.compiled(level)) for r in rules]
@@ -213,7 +203,7 @@ def _round(p: Program, rules: list[Rule], level: str, done: list[Rewrite]) -> Pr
             # replacement traced per match's shapes is not instantiated there
             per_match = mid not in multi
             out, renames = _rewrite_graph(
-                graph, index, done, path, gi, per_match,
+                graph, index, run, path, gi, per_match,
                 barriers if mid == p.root else _NO_BARRIERS, depth,
             )
             new_graphs.append(out)
@@ -268,7 +258,9 @@ def _called_more_than_once(p: Program, order: list, table: Mapping) -> set:
     return multi
 
 
-def _check_rules(rules: Iterable[Rule]) -> list[Rule]:
+def rule_list(rules: Iterable[Rule]) -> list[Rule]:
+    """``rules`` (one ``Rule`` or an iterable of them) as a list; ``PassError`` naming the
+    position of a value that is not a Rule, or the names given twice. O(len(rules))."""
     if isinstance(rules, Rule):
         rules = [rules]
     if not isinstance(rules, Iterable) or isinstance(rules, (str, bytes)):
@@ -286,49 +278,6 @@ def _check_rules(rules: Iterable[Rule]) -> list[Rule]:
     return out
 
 
-def rule_verdict(rule: Rule) -> BaseException | bool | None:
-    """``check_rule``'s verdict on ``rule`` as ``rewrite`` keeps it (in ``rule_cache``, a memo
-    keyed by the rule): ``True`` (right), the ``LawViolation``, or ``None`` before the first
-    ``rewrite`` that met the rule. O(1)."""
-    return rule_cache(rule).verdict
-
-
-def _ensure_checked(rule: Rule) -> None:
-    if rule.trusted:
-        return
-    cache = rule_cache(rule)
-    if cache.verdict is None:
-        try:
-            check_rule(rule, apply=apply_rules)
-            cache.verdict = True
-        except LawViolation as exc:
-            cache.verdict = _without_frames(exc)
-        except PurefxError:
-            raise
-        except Exception as exc:  # a check that broke is no verdict: say so, keep none
-            raise PassError(
-                f"rule {rule.name!r}: check_rule failed with {type(exc).__name__}: {exc}; "
-                "mark the rule Rule(..., trusted=True) to skip the check, or report it"
-            ) from exc
-    if cache.verdict is not True:
-        raise PassError(
-            f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
-            f"trusted=True) to skip the check): {cache.verdict}"
-        ) from cache.verdict
-
-
-def _without_frames(exc: BaseException) -> BaseException:
-    """``exc`` with the tracebacks of it and its causes dropped: a verdict kept beside a rule
-    must hold no frame that holds the rule (the memo would never let the rule go)."""
-    seen = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        e.__traceback__ = None
-        e = e.__cause__ or e.__context__
-    return exc
-
-
 def _renamed_signature(q: Program, renames: Mapping[str, str]):
     sig = q.signature
     outs = tuple(
@@ -339,13 +288,6 @@ def _renamed_signature(q: Program, renames: Mapping[str, str]):
 
 
 # --- one graph ----------------------------------------------------------------------------------
-
-FIXPOINT = True
-"""Whether the worklist reaches a true fixpoint: after each rewrite the nodes downstream of the
-new nodes (within the deepest pattern) are revisited, and the graph is swept again until a
-sweep applies nothing. ``False`` gives the old worklist (only the direct readers of new nodes
-revisited, one pass), which misses matches two or more readers downstream of a rewrite; a
-test switches it off to show that ``rewrite`` is then not idempotent."""
 
 _DOWNSTREAM_CAP = 256  #: nodes re-queued downstream of one rewrite, at most (the sweep does the rest)
 
@@ -377,11 +319,12 @@ class _Work:
     """The mutable working copy of one graph that the driver rewrites (local to one call), and
     what the rewrites of that graph need to know: where it is (``path``, ``gi``), whether a
     replacement may be traced per match (``per_match``), the preserved calls it must keep
-    whole, the deepest pattern, the rewrites done and the renames of results."""
+    whole, the deepest pattern, the run it belongs to (``run``: the rewrites done, the skips
+    counted, the guard rows, ``fixpoint``) and the renames of results."""
 
     def __init__(
         self, graph: Graph, path: str, gi: int, per_match: bool, barriers: _Barriers,
-        depth: int, done: list[Rewrite],
+        depth: int, run: _Run,
     ) -> None:
         self.node: dict[str, Node] = {}
         self.key: dict[str, tuple] = {}
@@ -393,7 +336,8 @@ class _Work:
             self.add(n, (i,))
         self.taken = Names(self.node)
         self.path, self.gi, self.per_match = path, gi, per_match
-        self.barriers, self.depth, self.done = barriers, depth, done
+        self.barriers, self.depth, self.done = barriers, depth, run.done
+        self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
         self.renames: dict[str, str] = {}
 
     def add(self, n: Node, key: tuple) -> None:
@@ -454,12 +398,12 @@ class _Work:
 
 
 def _rewrite_graph(
-    graph: Graph, index: Mapping[int, list], done: list[Rewrite], path: str, gi: int,
+    graph: Graph, index: Mapping[int, list], run: _Run, path: str, gi: int,
     per_match: bool = True, barriers: _Barriers = _NO_BARRIERS, depth: int = 1,
 ) -> tuple[Graph, dict[str, str]]:
     if not any(n.op == CALL_FUNCTION and id(n.target) in index for n in graph.nodes):
         return graph, {}
-    w = _Work(graph, path, gi, per_match, barriers, depth, done)
+    w = _Work(graph, path, gi, per_match, barriers, depth, run)
     queue = collections.deque(n.name for n in graph.nodes if n.op == CALL_FUNCTION)
     steps = [0, 4 * len(graph.nodes) + 64]
     recent: collections.deque[str] = collections.deque(maxlen=16)
@@ -467,7 +411,7 @@ def _rewrite_graph(
     while True:
         applied = _drain(queue, index, w, steps, recent, len(graph))
         applied_any = applied_any or applied
-        if not applied or not FIXPOINT:
+        if not applied or not w.fixpoint:
             break
         queue = _sweep(w, index)  # a sweep that applies nothing ends the rewrite: a fixpoint
     if not applied_any:
@@ -497,8 +441,6 @@ def _drain(
         if n is None or n.op != CALL_FUNCTION:
             continue
         for rule, c in index.get(id(n.target), ()):
-            if c.concrete and not w.per_match:
-                continue
             pushed = _try_safely(rule, c, n, w)
             if pushed is None:
                 continue
@@ -545,109 +487,99 @@ def _try_safely(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
 
 
 def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
-    """Take the first match of ``rule`` anchored at ``n`` that is safe in its program; the
-    names of the nodes to revisit, or ``None`` when no match was taken."""
+    """Take the first match of ``rule`` anchored at ``n`` that every guard lets through
+    (``guards.GUARDS``, stage by stage; each skip counted under the first guard that fails);
+    the names of the nodes to revisit, or ``None`` when no match was taken."""
     for b in match_at(c.pattern, n, w.node.get, w.candidates):
-        b = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
-        if b is None:
+        exact = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
+        site = guards.Site(w, rule, c, b, exact)
+        if not _holds(site, guards.MATCH, w):
             continue
-        plan = _plan(rule, c, b, w)
-        if plan is None:
+        site = _planned(site, w)
+        if not _holds(site, guards.PLAN, w):
             continue
-        vals = _input_vals(c.pattern, b, w) if c.concrete or c.by_dtype else {}
-        rep = replacement_for(rule, c, b.scalars, vals)
-        if rep is None:
+        site = _with_replacement(site, w)
+        if not _holds(site, guards.REPLACEMENT, w):
             continue
-        sources = _result_sources(plan.outs, rep)
-        if not _context_allows(c, rep, b, plan, sources, w):
+        inst = _instantiate(site, w)
+        if not inst.raised:
+            _refuse_literal_results(rule, site, inst, w)
+        if not _holds(_with_instance(site, inst, w), guards.INSTANCE, w):
+            _give_back(inst, site, w)
             continue
-        inst = _instantiate(rule, c, b, plan, rep, sources, w)
-        if inst is None:
-            continue
-        return _commit(rule, plan, inst, w)
+        return _commit(rule, site, inst, w)
     return None
 
 
-@attrs.frozen
-class _Plan:
-    """A match that may be taken where it is: ``matched``, the graph nodes bound to the
-    pattern's compute nodes; ``removed``, those and the ``Binding.absorbed`` nodes (all go);
-    ``outs``, the graph node of each pattern result (``None`` for a literal); ``pos``, the key
-    the new nodes are placed at; ``outside``, each result's readers outside the match."""
-
-    matched: tuple[str, ...]
-    removed: tuple[str, ...]
-    outs: tuple[str | None, ...]
-    pos: tuple
-    outside: Mapping[str, tuple[str, ...]]
+def _holds(site: guards.Site, stage: int, w: _Work) -> bool:
+    """Whether every guard of ``stage`` holds at ``site``; else counts the first that does not
+    (``RewriteReport.skipped``)."""
+    for g in w.table[stage]:
+        if not g.holds(site):
+            w.skipped[g.name] = w.skipped.get(g.name, 0) + 1
+            return False
+    return True
 
 
-def _plan(rule: Rule, c: Compiled, b: Binding, w: _Work) -> _Plan | None:
-    """Check that the match is safe in its graph (beyond the guards that need the
-    replacement); the plan to take it, or ``None``."""
-    pattern = c.pattern
+def _planned(site: guards.Site, w: _Work) -> guards.Site:
+    """``site`` with its PLAN facts: the nodes it removes, its results, its inputs, and the
+    position for the new nodes (``None`` where no position has every input before it and
+    every outside reader after it)."""
+    pattern, b = site.compiled.pattern, site.exact
     matched = tuple(b.names[k] for k in pattern.nodes if k in b.names)
-    absorbed = getattr(b, "absorbed", ())
-    if absorbed:
-        absorbed = tuple(a for a in absorbed if a not in matched)
-        if any(a not in w.node for a in absorbed):
-            return None
+    absorbed = tuple(a for a in b.absorbed if a not in matched)
     removed = matched + absorbed
-    rset = set(removed)
-    for m in matched:
-        t = w.node[m].target
-        if ops.is_mutating(t) or ops.is_effectful(t) or ops.is_random(t):
-            return None
     outs = tuple(b.names.get(o.name) if type(o) is Ref else None for o in pattern.outputs)
-    out_set = {o for o in outs if o is not None}
-    for m in removed:
-        if m not in out_set and any(u not in rset for u in w.users[m]):
-            return None  # an interior (or absorbed) value is read outside the match
-    inputs = [b.names[k] for k in pattern.inputs if k in b.names]
-    if any(i in w.written for i in inputs):
-        return None  # an input is written in place somewhere: do not move reads of it
-    keys = [w.key[m] for m in removed]
-    lo, hi = min(keys), max(keys)
-    if w.mutates_between(lo, hi):
-        return None  # the match spans a write in place (maybe of a view of one of its inputs)
-    outside = {o: tuple(u for u in w.users[o] if u not in rset) for o in out_set}
-    if all(w.key[i] < lo for i in inputs):
-        pos = lo
-    elif all(w.key[u] > hi for us in outside.values() for u in us):
-        pos = hi
-    else:
-        return None
-    if not guards.barrier_guard(w, removed, w.barriers.calls):
-        return None  # the match crosses a preserved call's boundary
-    if rule.where is not None and not _where_holds(rule, pattern, b, w, matched):
-        return None
-    return _Plan(matched, removed, outs, pos, outside)
+    inputs = tuple(b.names[k] for k in pattern.inputs if k in b.names)
+    pos = None
+    if all(a in w.node for a in absorbed):
+        rset = set(removed)
+        keys = [w.key[m] for m in removed]
+        lo, hi = min(keys), max(keys)
+        if all(w.key[i] < lo for i in inputs):
+            pos = lo
+        elif all(w.key[u] > hi for o in outs if o is not None for u in w.users[o]
+                 if u not in rset):
+            pos = hi
+    site.matched, site.absorbed, site.removed = matched, absorbed, removed
+    site.outs, site.inputs, site.pos = outs, inputs, pos
+    return site
 
 
-def _where_holds(rule: Rule, pattern: Pattern, b: Binding, w: _Work, matched) -> bool:
-    match = _match_value(rule, pattern, b, w)
-    try:
-        return bool(rule.where(match))
-    except PurefxError:
-        raise
-    except Exception as exc:
-        raise PassError(
-            f"rule {rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
-            f"at %{w.node[matched[-1]].name}; make where() return a bool for every Match"
-        ) from exc
+def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
+    """``site`` with its REPLACEMENT facts: the replacement for this match, the results it
+    renames (returns a value already named) and the results it makes aliases of inputs."""
+    c, b = site.compiled, site.exact
+    vals = _input_vals(c.pattern, b, w) if c.concrete or c.by_dtype else {}
+    rep = replacement_for(site.rule, c, b.scalars, vals)
+    if rep is None:
+        return site
+    kept = set(_result_sources(site.outs, rep).values())
+    site.replacement = rep
+    site.renamed = tuple(o for o in site.outs if o is not None and o not in kept)
+    site.aliases = _new_aliases(site, rep, w)
+    return site
 
 
-def _match_value(rule: Rule, pattern: Pattern, b: Binding, w: _Work) -> Match:
-    nodes = {k: w.node[b.names[k]] for k in pattern.nodes if k in b.names}
-    trace_inputs = dict(zip(pattern.tensor_args, pattern.input_order))
-    inputs = []
-    for i, x in enumerate(rule.example_inputs):
-        if i in trace_inputs:
-            bound = b.names.get(trace_inputs[i])
-            inputs.append(w.node[bound] if bound is not None else None)
-        else:
-            inputs.append(b.scalars.get(i, x))
-    return Match(rule.name, MappingProxyType(nodes), tuple(inputs))
+def _with_instance(site: guards.Site, inst: _Instance, w: _Work) -> guards.Site:
+    """``site`` with its INSTANCE facts: whether a new node raised, and the values of the
+    results and of what takes their places."""
+    if inst.raised:
+        site.raised = True
+        return site
+    pairs = [(o, new) for o, new in zip(site.outs, inst.results) if o is not None and new]
+    site.results = inst.results
+    site.old = tuple(inst.old_vals[o] for o, _ in pairs)
+    site.new = tuple(_val(inst, new, w) for _, new in pairs)
+    return site
+
+
+def _val(inst: _Instance, name: str, w: _Work) -> Any:
+    for node in inst.nodes:
+        if node.name == name:
+            return node.meta.get("val")
+    found = w.node.get(name)
+    return found.meta.get("val") if found is not None else None
 
 
 def _input_vals(pattern: Pattern, b: Binding, w: _Work) -> dict[int, Any]:
@@ -670,70 +602,69 @@ def _result_sources(outs: tuple, rep: Traced) -> dict[str, str]:
     return sources
 
 
-def _context_allows(
-    c: Compiled, rep: Traced, b: Binding, plan: _Plan, sources: Mapping[str, str], w: _Work
-) -> bool:
-    """The guards that need the replacement but not its instance: no result renamed across a
-    preserved signature, no fresh result made an alias of an outside value that a write or
-    the caller can reach (``guards``)."""
-    kept = set(sources.values())
-    renamed = [o for o in plan.outs if o is not None and o not in kept]
-    if renamed and not guards.barrier_guard(
-        w, plan.removed, w.barriers.calls, renamed, w.barriers.names
-    ):
-        return False
-    aliases = _new_aliases(c, rep, b, plan)
-    if aliases is None:
-        return False
-    return not aliases or guards.alias_guard(w, aliases)
-
-
-def _new_aliases(c: Compiled, rep: Traced, b: Binding, plan: _Plan) -> dict[str, str] | None:
+def _new_aliases(site: guards.Site, rep: Traced, w: _Work) -> dict[str, str] | None:
     """``{result: outside value}`` for each result the replacement makes an alias of an input
-    the pattern's result was not an alias of; ``None`` when that input is unbound."""
+    (returns it or a view of it) where the *matched nodes'* result does not share that
+    input's memory: read from the fake values' storages (``guards.shares_storage``), so a
+    copy inside the match (``clone``, ``contiguous``, ``to(copy=True)``, a ``reshape`` that
+    copies, looked through or matched) makes the result fresh. Without values, the pattern's
+    own trace decides, unless the match looks through a node or holds an alias-like one (it
+    may copy): then the result counts as fresh. ``None`` when that input is unbound."""
+    c, b = site.compiled, site.exact
     rep_alias = guards.result_aliases(rep)
     pat_alias = guards.result_aliases(c.traced)
     order = c.pattern.input_order
     aliases: dict[str, str] = {}
-    for o, ra, pa in zip(plan.outs, rep_alias, pat_alias):
-        if o is None or ra is None or ra == pa:
+    for o, ra, pa in zip(site.outs, rep_alias, pat_alias):
+        if o is None or ra is None:
             continue
         bound = b.names.get(order[ra]) if ra < len(order) else None
         if bound is None:
             return None
+        shared = guards.shares_storage(w.node[o].meta.get("val"), w.node[bound].meta.get("val"))
+        if shared or (shared is None and ra == pa and not _may_copy(site, w)):
+            continue
         aliases[o] = bound
     return aliases
+
+
+def _may_copy(site: guards.Site, w: _Work) -> bool:
+    """Whether the match looks through a node or holds an alias-like one (it may copy)."""
+    return bool(site.absorbed) or any(ops.is_alias_like(w.node[m].target) for m in site.matched)
 
 
 @attrs.frozen
 class _Instance:
     """A replacement instantiated for one match, not yet in the graph: ``nodes`` in order,
     ``results`` the graph name taking each pattern result's place (``None`` for a literal
-    result), ``drawn`` the fresh names it took (given back if it is not committed)."""
+    result, ``""`` for a literal where the pattern computes one), ``drawn`` the fresh names it
+    took (given back if it is not committed), ``old_vals`` the results' values before, and
+    ``raised``: a node raised on the fake values of its (known) inputs."""
 
     nodes: tuple[Node, ...]
     results: tuple[str | None, ...]
     drawn: tuple[str, ...]
+    old_vals: Mapping[str, Any] = MappingProxyType({})
+    raised: bool = False
 
 
-def _instantiate(
-    rule: Rule, c: Compiled, b: Binding, plan: _Plan, rep: Traced, sources: Mapping[str, str], w: _Work
-) -> _Instance | None:
-    """The replacement's nodes for this match, named and with a ``val`` each; ``None`` (and
-    ``w`` as it was) when a value taking a result's place has another dtype or shape than the
-    result (``guards.dtype_guard``), or when a replacement node raises on the fake values of
-    its (known) inputs: the replacement cannot run where this match runs."""
+def _instantiate(site: guards.Site, w: _Work) -> _Instance:
+    """The replacement's nodes for this match, named and with a ``val`` each; stops at the
+    first node that raises on the fake values of its inputs (``raised``): the replacement
+    cannot run where this match runs."""
+    c, b, rep = site.compiled, site.exact, site.replacement
     pattern = c.pattern
+    sources = _result_sources(site.outs, rep)
     env: dict[str, Any] = {}
     rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
     for pp, rp in zip(pattern.input_order, rep_ph):
         if pp in b.names:
             env[rp] = ref(b.names[pp])
     sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
-    frames = _common_stack([w.node[m] for m in plan.matched])
+    frames = _common_stack([w.node[m] for m in site.matched])
     anchor_meta = w.node[b.names[pattern.anchor.name]].meta
-    old_vals = {o: w.node[o].meta.get("val") for o in plan.outs if o is not None}
-    for m in plan.removed:
+    old_vals = {o: w.node[o].meta.get("val") for o in site.outs if o is not None}
+    for m in site.removed:
         w.taken.discard(m)  # the removed nodes' names may be reused
     w.taken.update(sources.values())  # before fresh names: an inner node must not take one
     scratch: dict[str, Node] = {}
@@ -757,53 +688,52 @@ def _instantiate(
         if val is RAISED:
             # the replacement raises on this match's values (shapes the pattern allows and
             # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
-            _give_back(_Instance(tuple(scratch.values()), (), tuple(drawn)), plan, w)
-            return None
+            return _Instance(tuple(scratch.values()), (), tuple(drawn), old_vals, raised=True)
         meta = _new_meta(val if val is not None else old_vals.get(name), frames, anchor_meta)
         scratch[name] = Node(rn.op, name, rn.target, args, kwargs, meta)
         env[rn.name] = ref(name)
     results = tuple(
         None if o is None else (env[r.name].name if type(r) is Ref and r.name in env else "")
-        for o, r in zip(plan.outs, rep.outputs)
+        for o, r in zip(site.outs, rep.outputs)
     )
-    inst = _Instance(tuple(scratch.values()), results, tuple(drawn))
-    old = [old_vals[o] for o, new in zip(plan.outs, results) if o is not None and new]
-    new = [lookup(n).meta.get("val") for o, n in zip(plan.outs, results) if o is not None and n]
-    if "" in results:
-        _give_back(inst, plan, w)
-        returned = next(r for r, x in zip(rep.outputs, results) if x == "")
+    return _Instance(tuple(scratch.values()), results, tuple(drawn), MappingProxyType(old_vals))
+
+
+def _refuse_literal_results(rule: Rule, site: guards.Site, inst: _Instance, w: _Work) -> None:
+    if "" in inst.results:
+        _give_back(inst, site, w)
+        returned = next(r for r, x in zip(site.replacement.outputs, inst.results) if x == "")
         raise PassError(
             f"rule {rule.name!r}: its replacement returns {returned!r} where the pattern returns "
             "a computed value; return a tensor computed from the arguments"
         )
-    if not guards.dtype_guard(old, new):
-        _give_back(inst, plan, w)
-        return None
-    return inst
 
 
-def _give_back(inst: _Instance, plan: _Plan, w: _Work) -> None:
+def _give_back(inst: _Instance, site: guards.Site, w: _Work) -> None:
     for name in inst.drawn:
         w.taken.discard(name)
-    w.taken.update(plan.removed)
+    w.taken.update(site.removed)
 
 
-def _commit(rule: Rule, plan: _Plan, inst: _Instance, w: _Work) -> list[str]:
+def _commit(rule: Rule, site: guards.Site, inst: _Instance, w: _Work) -> list[str]:
     """Put the instance in the graph in place of the match; the nodes to revisit."""
-    for m in plan.removed:
+    rset = set(site.removed)
+    outside = {o: tuple(u for u in w.users[o] if u not in rset)
+               for o in site.outs if o is not None}
+    for m in site.removed:
         w.remove(m)
     for j, node in enumerate(inst.nodes):
-        w.add(node, (*plan.pos, j))
+        w.add(node, (*site.pos, j))
     new_names = [n.name for n in inst.nodes]
     pushed = list(new_names)
-    for o, new in zip(plan.outs, inst.results):
+    for o, new in zip(site.outs, inst.results):
         if o is None:
             continue
         if new == o:
             pushed.extend(u for u in w.users.get(o, ()) if u in w.node)
             continue
         w.renames[o] = new
-        for u in plan.outside.get(o, ()):
+        for u in outside.get(o, ()):
             if u not in w.node:
                 continue
             old, key = w.node[u], w.key[u]
@@ -813,10 +743,10 @@ def _commit(rule: Rule, plan: _Plan, inst: _Instance, w: _Work) -> list[str]:
             pushed.append(u)
     for name in new_names:
         pushed.extend(w.users.get(name, ()))
-    if FIXPOINT:
+    if w.fixpoint:
         starts = new_names + [new for new in inst.results if new]
         pushed.extend(w.downstream(starts, w.depth))
-    w.done.append(Rewrite(rule.name, w.path, w.gi, plan.matched, tuple(new_names)))
+    w.done.append(Rewrite(rule.name, w.path, w.gi, site.matched, tuple(new_names)))
     return pushed
 
 
@@ -909,7 +839,4 @@ RAISED: Any = _Raised()
 
 
 
-__all__ = [
-    "FIXPOINT", "Rewrite", "RewriteReport", "apply_rules", "rewrite", "rewrite_report",
-    "rule_verdict",
-]
+__all__ = ["Rewrite", "RewriteReport", "apply_rules", "rule_list"]

@@ -2,18 +2,28 @@
 the rule's own law (``check_rule``).
 
 A rule is checked on its own functions; whether taking one match keeps the *program's* meaning
-depends on the program around it. Three predicates decide that, each ``True`` when the match may
-be taken (the engine skips it otherwise). The engine calls them as attributes of this module
-(``guards.alias_guard(...)``), so a test can switch one off and watch a law fail.
+depends on the program around it. Every reason to skip a match is one row of ``GUARDS``, an
+ordered table of ``Guard`` values (name, stage, pure predicate of a ``Site``, reason), in the
+"rules as data" style: the engine fills a ``Site`` stage by stage (``MATCH``, ``PLAN``,
+``REPLACEMENT``, ``INSTANCE``) and runs each stage's rows in order; the first row that fails
+skips the match and is counted under its name in ``RewriteReport.skipped``. The engine reads
+``GUARDS`` (and the rows read the predicates below) as module globals, so a test can take a
+row out (``without``) or switch a predicate off and watch a law fail.
+
+The predicates that need more than a line:
 
 - ``alias_guard``: a replacement that returns an input (``x * 1 -> x``), or a view of one, makes
   a value that was fresh an alias of a value outside the match. That is right only while no write
   in place can reach either of them (through any chain of views) and while the caller cannot see
-  the new aliasing (the result returned next to, or as, an input or state value);
+  the new aliasing (the result returned next to, or as, an input or state value). Whether the
+  matched result was fresh is read from the matched nodes' fake values (``shares_storage``), so a
+  copy inside the match (``clone``, ``contiguous``, a ``reshape`` that copies) counts;
 - ``barrier_guard``: a match must lie inside one chain of preserved calls
   (``preserve_module_call_signature``), so that outlining still finds every preserved call whole;
 - ``dtype_guard``: each value that takes a replaced result's place has that result's dtype and
-  shape (a replacement traced at one dtype must not change what a program at another computes).
+  shape (a replacement traced at one dtype must not change what a program at another computes);
+- ``layout_guard``: a value with other strides than the result it replaces is taken only where
+  no reader depends on them (the new layout followed down the readers on fake values).
 
 Views are read from the operators' schemas (a result annotated ``Tensor(a)`` that is not written)
 and from ``ir.ops.is_alias_like`` (``reshape``, ``to``, ``contiguous``: they may return their
@@ -23,16 +33,20 @@ any argument counts as a write (it may write what it is given).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
+import attrs
 import torch
 
 from ir import ops
-from ir.args import Ref
+from ir.args import Ref, thaw
+from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
+from transforms.rewrite.rule import Match
 from transforms.rewrite.trace import Traced
 
 
@@ -274,11 +288,406 @@ def _same_meta(old: Any, new: Any) -> bool:
     return type(old) is type(new)
 
 
+# --- layouts ------------------------------------------------------------------------------------
+
+
+def layout_guard(
+    view: GraphView, result: str, old: Any, new: Any, inside: Collection[str] = ()
+) -> bool:
+    """Whether the value ``new`` may take the place of result ``result`` (whose value was
+    ``old``) though its strides may differ.
+
+    ``old``/``new``: the two values' ``meta['val']`` (fake tensors); ``inside``: the nodes of
+    the match (not readers). Where the strides differ, the new layout is followed down the
+    readers: each reader is run again on the fake values with the new layout in
+    (``_rerun``); where its result has its old strides, and shares memory with its input as
+    before, the difference stops there (``mm``, a reduction); where not, its own readers are
+    followed (an elementwise op keeps its input's layout: ``(r + 1).view(-1)`` fails as
+    ``r.view(-1)`` does). ``False`` when a reader followed reads strides
+    (``ir.ops.reads_strides``: ``as_strided``, stride queries), writes in place, is a
+    ``call_module`` or a higher-order op, raises at the new layout, or has no value to
+    compare; or when more than ``_LAYOUT_CAP`` readers would be followed. A reader followed
+    that is a view at one layout and a copy at the other (``reshape``) changes which values
+    share memory: then ``False`` too where more than one value of the group is returned, or
+    where one is written (or given to a ``call_module``) while a value of the group has a
+    second reader. Readers of a value whose strides are as before see no difference. A ``view`` is run again like any reader: it refuses the match only where
+    it raises (the new strides admit no view of that shape). Returning a value with other strides is allowed
+    (the caller sees the same values). Unknown strides, equal ones: ``True``.
+
+    **Laws:** pure (fake values only); ``layout_guard(view, r, v, v)`` holds; ``False``
+    whenever a reader of the result could raise, or alias its input differently, at the new
+    strides. Complexity: O(readers followed), at most ``_LAYOUT_CAP`` fake operator runs.
+    """
+    if _same_layout(old, new):
+        return True
+    vals = {result: new}
+    todo = [(result, True)]  # (value, whether its strides differ from before)
+    returned = 0
+    flips = writes = False
+    followed = 0
+    while todo:
+        v, restrided = todo.pop()
+        for u in view.users.get(v, ()):
+            if u in inside or u in vals:
+                continue
+            node = view.node.get(u)
+            if node is None:
+                continue
+            if node.op == OUTPUT:
+                returned += 1
+                continue
+            calls = node.op in (CALL_FUNCTION, CALL_METHOD)
+            if not restrided and (not calls or _writes(node)):
+                writes = True  # sees its old strides: only what it writes where matters
+                continue
+            if not calls or _writes(node) or ops.reads_strides(node.target):
+                return False
+            followed += 1
+            if followed > _LAYOUT_CAP:
+                return False
+            before = node.meta.get("val")
+            after = _rerun(view, node, vals)
+            if after is None or before is None:
+                return False  # raised at the new strides (a view they admit not), or unknown
+            same_sharing = _same_sharing(view, node, vals, before, after)
+            flips = flips or not same_sharing
+            if _same_layout(before, after) and same_sharing:
+                continue
+            vals[u] = after
+            todo.append((u, not _same_layout(before, after)))
+    if not flips:
+        return True
+    # a reader that was a copy is now a view (or the reverse): which values share memory
+    # changed, seen only where the group is returned twice, or written while read elsewhere
+    fan_out = any(
+        sum(1 for u in view.users.get(v, ()) if u not in inside) > 1 for v in vals
+    )
+    return returned <= 1 and not (writes and fan_out)
+
+
+_LAYOUT_CAP = 64  #: readers followed from one result with other strides, at most
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Whether fake values ``a`` and ``b`` have the same strides (tuples element by element);
+    unknown or symbolic strides count as the same (nothing to compare)."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_layout(x, y) for x, y in zip(a, b))
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return True
+    try:
+        sa, sb = tuple(a.stride()), tuple(b.stride())
+    except Exception:  # noqa: BLE001 - a layout without strides
+        return True
+    if not all(type(d) is int for d in (*sa, *sb)):
+        return True
+    return sa == sb or a.shape != b.shape
+
+
+def _same_sharing(view: GraphView, node: Node, vals: Mapping[str, Any], before: Any,
+                  after: Any) -> bool:
+    """Whether ``node``'s result shares memory with its first argument at the new layout as it
+    did at the old (``reshape`` is a view at one and a copy at another)."""
+    first = node.args[0] if node.args else None
+    if type(first) is not Ref or first.name not in vals:
+        return True
+    src = view.node.get(first.name)
+    old_in = src.meta.get("val") if src is not None else None
+    return shares_storage(before, old_in) == shares_storage(after, vals[first.name])
+
+
+def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
+    """``node``'s operator run on the fake values of its arguments, ``vals`` in place of
+    theirs; ``None`` when an argument's value is unknown, no fake mode is found, or it raises."""
+    missing = []
+    modes = []
+
+    def read(r: Ref) -> Any:
+        v = vals.get(r.name)
+        if v is None:
+            n = view.node.get(r.name)
+            v = n.meta.get("val") if n is not None else None
+        if v is None:
+            missing.append(r.name)
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode"):
+                modes.append(t.fake_mode)
+        return v
+
+    args = thaw(node.args, read)
+    kwargs = thaw(node.kwargs, read)
+    if missing or not modes:
+        return None
+    target = node.target
+    try:
+        with modes[0]:
+            if node.op == CALL_METHOD:
+                return getattr(args[0], target)(*args[1:], **kwargs)
+            return target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        return None
+
+
+# --- what a match shares with its inputs ---------------------------------------------------------
+
+
+def shares_storage(a: Any, b: Any) -> bool | None:
+    """Whether fake values ``a`` and ``b`` (``meta['val']``) share memory, read from their
+    storages (a view's fake value shares its base's storage; a copy's does not); ``None`` when
+    either is unknown or not a tensor. O(1)."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return None
+    try:
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    except Exception:  # noqa: BLE001 - a tensor without a storage (sparse, nested)
+        return None
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+MATCH, PLAN, REPLACEMENT, INSTANCE = 0, 1, 2, 3
+"""The stages of a match, in the order the engine reaches them: ``MATCH`` (a binding),
+``PLAN`` (the nodes it removes and where the new ones go), ``REPLACEMENT`` (the replacement to
+instantiate, its renamed results and new aliases), ``INSTANCE`` (the new nodes and their
+values). A guard reads only what its stage and the earlier ones know."""
+
+
+@attrs.define(slots=True, eq=False)
+class Site:
+    """One match where it is, as the guards see it: the engine fills it stage by stage (a
+    working record local to one match; the guards only read it).
+
+    - ``view``: the graph before the match is taken (``GraphView``, plus ``written``: the values
+      written in place; ``key``: each node's position; ``mutates_between(lo, hi)``;
+      ``barriers``: the preserved calls (``calls``) and the names their signatures hold
+      (``names``); ``per_match``: whether a replacement may be traced per match here);
+    - ``rule``, ``compiled``: the rule and its ``Compiled`` at the graph's level;
+    - ``binding``: the matcher's ``Binding``; ``exact``: it after ``sizes.recheck`` (``None``:
+      the pattern re-traced at the match's shapes and dtypes does not match there);
+    - PLAN: ``matched`` (nodes bound to the pattern's compute nodes), ``absorbed`` (nodes looked
+      through), ``removed`` (both), ``outs`` (each result's node, ``None`` for a literal),
+      ``inputs`` (the bound inputs), ``pos`` (where the new nodes go; ``None``: nowhere);
+    - REPLACEMENT: ``replacement`` (``None``: unknown at this match), ``renamed`` (results read
+      under another name afterwards), ``aliases`` (``{result: outside value}`` made aliases by
+      the replacement, ``None`` when it returns an input the match does not bind);
+    - INSTANCE: ``raised`` (a new node raised on the match's fake values), ``results`` (the
+      graph name taking each result's place), ``old`` / ``new`` (their ``meta['val']``).
+    """
+
+    view: Any
+    rule: Any
+    compiled: Any
+    binding: Any
+    exact: Any = None
+    matched: tuple[str, ...] = ()
+    absorbed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    outs: tuple[str | None, ...] = ()
+    inputs: tuple[str, ...] = ()
+    pos: tuple | None = None
+    replacement: Traced | None = None
+    renamed: tuple[str, ...] = ()
+    aliases: Mapping[str, str] | None = None
+    raised: bool = False
+    results: tuple[str | None, ...] = ()
+    old: tuple = ()
+    new: tuple = ()
+
+
+@attrs.frozen
+class Guard:
+    """One row of ``GUARDS``: ``name`` (the key in ``RewriteReport.skipped``), ``stage``
+    (``MATCH`` .. ``INSTANCE``), ``holds(site) -> bool`` (a pure predicate: ``True`` when the
+    match may be taken as far as this guard sees), and ``reason``, what a skip means."""
+
+    name: str
+    stage: int
+    holds: Callable[[Site], bool]
+    reason: str
+
+
+def _per_match(s: Site) -> bool:
+    return not s.compiled.concrete or s.view.per_match
+
+
+def _sizes(s: Site) -> bool:
+    return s.exact is not None
+
+
+def _absorbed_here(s: Site) -> bool:
+    return all(a in s.view.node for a in s.absorbed)
+
+
+def _pure(s: Site) -> bool:
+    for m in s.matched:
+        t = s.view.node[m].target
+        if ops.is_mutating(t) or ops.is_effectful(t) or ops.is_random(t):
+            return False
+    return True
+
+
+def _interior_unread(s: Site) -> bool:
+    rset = set(s.removed)
+    out_set = {o for o in s.outs if o is not None}
+    return not any(
+        m not in out_set and any(u not in rset for u in s.view.users[m]) for m in s.removed
+    )
+
+
+def _inputs_unwritten(s: Site) -> bool:
+    return not any(i in s.view.written for i in s.inputs)
+
+
+def _no_write_between(s: Site) -> bool:
+    keys = [s.view.key[m] for m in s.removed]
+    return not s.view.mutates_between(min(keys), max(keys))
+
+
+def _placed(s: Site) -> bool:
+    return s.pos is not None
+
+
+def _where(s: Site) -> bool:
+    where = s.rule.where
+    if where is None:
+        return True
+    match = match_value(s.rule, s.compiled.pattern, s.exact, s.view)
+    try:
+        return bool(where(match))
+    except PurefxError:
+        raise
+    except Exception as exc:
+        raise PassError(
+            f"rule {s.rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
+            f"at %{s.view.node[s.matched[-1]].name}; make where() return a bool for every Match"
+        ) from exc
+
+
+def _replacement_known(s: Site) -> bool:
+    return s.replacement is not None
+
+
+def _barrier(s: Site) -> bool:
+    b = s.view.barriers
+    return barrier_guard(s.view, s.removed, b.calls, s.renamed, b.names)
+
+
+def _aliases_bound(s: Site) -> bool:
+    return s.aliases is not None
+
+
+def _alias(s: Site) -> bool:
+    return not s.aliases or alias_guard(s.view, s.aliases)
+
+
+def _runs(s: Site) -> bool:
+    return not s.raised
+
+
+def _dtype(s: Site) -> bool:
+    return dtype_guard(s.old, s.new)
+
+
+def _layout(s: Site) -> bool:
+    inside = frozenset(s.removed)
+    pairs = [o for o, new in zip(s.outs, s.results) if o is not None and new]
+    return all(layout_guard(s.view, o, a, b, inside) for o, a, b in zip(pairs, s.old, s.new))
+
+
+GUARDS: tuple[Guard, ...] = (
+    Guard("per_match", MATCH, _per_match,
+          "the replacement is traced per match's shapes, and several calls run this graph"),
+    Guard("retrace", MATCH, _sizes,
+          "the pattern re-traced at the match's shapes and dtypes does not match there, or "
+          "computes other dtypes (a literal matched by value: x * 1 for x * 1.0 on ints)"),
+    Guard("absorbed", PLAN, _absorbed_here, "a node the match looks through is gone"),
+    Guard("pure", PLAN, _pure, "a matched node writes in place, has an effect or is random"),
+    Guard("interior", PLAN, _interior_unread,
+          "a value inside the match (not a result) is read outside it"),
+    Guard("input_written", PLAN, _inputs_unwritten,
+          "an input of the match is written in place somewhere in the graph"),
+    Guard("write_between", PLAN, _no_write_between,
+          "a write in place lies between the matched nodes"),
+    Guard("placement", PLAN, _placed,
+          "no position has every input before it and every outside reader after it"),
+    Guard("where", PLAN, _where, "the rule's where() is false at this match"),
+    Guard("replacement", REPLACEMENT, _replacement_known,
+          "the replacement cannot be traced here (a shape or dtype unknown or symbolic)"),
+    Guard("barrier", REPLACEMENT, _barrier,
+          "the match crosses a preserved call's boundary, or renames a value its signature "
+          "names"),
+    Guard("alias_unbound", REPLACEMENT, _aliases_bound,
+          "the replacement returns an input the match binds to no value"),
+    Guard("alias", REPLACEMENT, _alias,
+          "a fresh result made an alias of an input or state value that a write or the caller "
+          "can reach"),
+    Guard("runs", INSTANCE, _runs,
+          "a replacement node raises on the match's fake values (a shape it does not allow)"),
+    Guard("dtype", INSTANCE, _dtype,
+          "a value taking a result's place has another dtype or shape"),
+    Guard("layout", INSTANCE, _layout,
+          "a value taking a result's place has other strides, and a reader depends on them"),
+)
+"""The guards, in the order they run: a match is taken only when every row holds, and the
+first row that does not is the one ``RewriteReport.skipped`` counts. Rows run stage by stage
+(the engine computes a stage's facts only once the earlier rows hold); a test may run the
+engine with a row removed (``without``) to show that the row is needed."""
+
+
+_SHIPPED = GUARDS
+
+
+def without(*names: str) -> tuple[Guard, ...]:
+    """The shipped ``GUARDS`` less the rows named (for tests:
+    ``monkeypatch.setattr(guards, "GUARDS", guards.without("layout"))``); ``ValueError`` naming
+    the known rows for an unknown name."""
+    known = [g.name for g in _SHIPPED]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ValueError(f"guards.without: unknown guard(s) {unknown}; the guards are {known}")
+    return tuple(g for g in _SHIPPED if g.name not in names)
+
+
+def first_failing(site: Site, stage: int, table: Sequence[Guard]) -> Guard | None:
+    """The first row of ``table`` at ``stage`` that does not hold at ``site``, else ``None``.
+    O(rows · each guard's cost)."""
+    for g in table:
+        if g.stage == stage and not g.holds(site):
+            return g
+    return None
+
+
+def match_value(rule: Any, pattern: Any, b: Any, view: GraphView) -> Any:
+    """The ``Match`` a rule's ``where`` sees for binding ``b`` in ``view``. O(pattern)."""
+    nodes = {k: view.node[b.names[k]] for k in pattern.nodes if k in b.names}
+    trace_inputs = dict(zip(pattern.tensor_args, pattern.input_order))
+    inputs = []
+    for i, x in enumerate(rule.example_inputs):
+        if i in trace_inputs:
+            bound = b.names.get(trace_inputs[i])
+            inputs.append(view.node[bound] if bound is not None else None)
+        else:
+            inputs.append(b.scalars.get(i, x))
+    return Match(rule.name, MappingProxyType(nodes), tuple(inputs))
+
+
 __all__ = [
+    "GUARDS",
+    "INSTANCE",
+    "MATCH",
+    "PLAN",
+    "REPLACEMENT",
     "GraphView",
+    "Guard",
+    "Site",
     "alias_guard",
     "barrier_guard",
     "dtype_guard",
+    "first_failing",
     "is_view",
+    "layout_guard",
+    "match_value",
     "result_aliases",
+    "shares_storage",
+    "without",
 ]

@@ -12,8 +12,10 @@ match position by position:
 - a pattern placeholder matches any value (the same one at each of its uses);
 - a scalar sentinel matches a literal of its own type (a float sentinel a ``float``, an int one an
   ``int``; the same value at each use);
-- any other literal matches a literal of the same type and value (``literal_equal``: ``1`` is not
-  ``1.0``, ``0.0`` not ``-0.0``, ``True`` not ``1``), as ``ir.alpha`` keys literals;
+- any other literal matches a literal of the same type and value (``literal_equal``: ``0.0`` is
+  not ``-0.0``, ``True`` not ``1``), as ``ir.alpha`` keys literals; an int and a float of the
+  same value (``1`` and ``1.0``, ``same_number``) match by value, making the binding ``loose``:
+  the pattern re-traced at the match's dtypes must compute the matched nodes' dtypes;
 - the first two arguments of a commutative operator (``ir.ops.is_commutative``) match in either
   order;
 - *sizes are wildcards*: an int (or a list of ints, of any length) in a size argument
@@ -217,6 +219,25 @@ def literal_equal(p: Any, t: Any) -> bool:
         return bool(p == t)
     except Exception:  # noqa: BLE001 - a literal whose == does not give a bool
         return p is t
+
+
+def same_number(p: Any, t: Any) -> bool:
+    """Whether literals ``p`` and ``t``, an int and a float (either way round), hold the same
+    finite value with the same sign (``1`` and ``1.0``; not ``0`` and ``-0.0``, nor ``True``).
+    Such a literal matches *by value*: the binding is ``loose``, and
+    ``transforms.rewrite.sizes.recheck`` keeps it only where the pattern traced at the match's
+    dtypes computes the same dtypes as the matched nodes (``x * 1`` on a float32 ``x`` is
+    ``x * 1.0``; on an int64 ``x`` it is not: ``x * 1.0`` is float).
+
+    **Laws:** symmetric; ``False`` when the types are the same (``literal_equal`` decides
+    those). O(1)."""
+    types = {type(p), type(t)}
+    if types != {int, float}:
+        return False
+    f, i = (p, t) if type(p) is float else (t, p)
+    if not math.isfinite(f) or f != int(f) or int(f) != i:
+        return False
+    return math.copysign(1.0, f) == math.copysign(1.0, float(i)) or f != 0
 
 
 @attrs.frozen
@@ -437,6 +458,8 @@ class _Matcher:
             return
         if literal_equal(p, t):
             yield s
+        elif same_number(p, t):  # 1 and 1.0: the re-check at the match's dtypes decides
+            yield s if self.strict else s.with_(loose=True)
 
     def reach(self, bound: str, t: Ref, s: _State) -> Iterator[_State]:
         """``t`` is the graph value ``bound``, or passes it on through nodes that compute
@@ -508,4 +531,5 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 __all__ = [
     "Binding", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
+    "same_number",
 ]

@@ -7,12 +7,13 @@ rule's ``where`` sees.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import torch
 
+from ir import ops
 from ir.args import IDict, IList, Ref
 from ir.errors import PassError
 from ir.graph import Graph
@@ -217,6 +218,10 @@ class Compiled:
 
 def _compile(rule: Rule, level: str) -> Compiled:
     pat = trace(rule.pattern, rule.example_inputs, level, rule.name, "pattern")
+    as_written = pat if level == TRAINING else trace(
+        rule.pattern, rule.example_inputs, TRAINING, rule.name, "pattern"
+    )
+    _refuse_inplace(rule, as_written)
     rep = trace(rule.replacement, rule.example_inputs, TRAINING, rule.name, "replacement")
     if len(pat.outputs) != len(rep.outputs):
         raise PassError(
@@ -243,6 +248,20 @@ def _compile(rule: Rule, level: str) -> Compiled:
         rule, rep, [_other_dtype(x) for x in rule.example_inputs], salt=0
     )
     return Compiled(pattern, rep, benefit, pat, concrete, by_dtype, level)
+
+
+def _refuse_inplace(rule: Rule, pat: Traced) -> None:
+    """A pattern is functional: the programs ``rewrite`` matches are (after ``torch.export``),
+    so a pattern that writes in place could match nothing, or a different program."""
+    for n in pat.compute_nodes():
+        if ops.is_mutating(n.target):
+            name = getattr(n.target, "__name__", str(n.target))
+            functional = name.split(".")[0].rstrip("_") or name
+            raise PassError(
+                f"rule {rule.name!r}: the pattern calls {name}, which writes in place; rewrite "
+                f"matches functional programs: write the functional form (e.g. {functional} "
+                f"instead of {name.split('.')[0]})"
+            )
 
 
 def _refuse_ignored_tensors(rule: Rule, pat: Traced, rep: Traced) -> None:

@@ -123,9 +123,28 @@ def _exact(
     for e in match_at(exact, anchor, lookup, lambda t: by_target.get(id(t), ()), strict=True):
         got = {e.names[k] for k in exact.nodes if k in e.names} | set(e.absorbed)
         if (got == matched and {k: e.names[k] for k in exact.inputs if k in e.names} == inputs
-                and dict(e.scalars) == dict(b.scalars)):
+                and dict(e.scalars) == dict(b.scalars) and dtypes_agree(exact, e, lookup)):
             return attrs.evolve(b, loose=False)
     return None
+
+
+def dtypes_agree(
+    pattern: Pattern, binding: Binding, lookup: Callable[[str], Node | None]
+) -> bool:
+    """Whether each compute node of ``pattern`` (traced at the match's shapes and dtypes) has
+    the dtype of the graph node ``binding`` binds it to, where both ``meta['val']`` are
+    tensors: what makes a literal matched by value (``x * 1`` for ``x * 1.0``) a match of the
+    same computation. The engine calls it as a module global (a test may switch it off).
+    O(pattern size)."""
+    for k, pnode in pattern.nodes.items():
+        name = binding.names.get(k)
+        tnode = lookup(name) if name is not None else None
+        if tnode is None:
+            continue
+        a, b = pnode.meta.get("val"), tnode.meta.get("val")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
+            return False
+    return True
 
 
 def _input_shapes(
@@ -176,4 +195,4 @@ def _pattern_at(rule: Any, level: str, shapes: tuple) -> Pattern | None:
     return found
 
 
-__all__ = ["recheck"]
+__all__ = ["dtypes_agree", "recheck"]

@@ -1,0 +1,339 @@
+"""The engine's guards as one table (``transforms.rewrite.guards.GUARDS``), the assumptions a
+caller grants (``rewrite(..., assume=...)``), literals matched by value, in-place patterns
+refused, and the copy and layout guards of issue 36: each with a Before/Expected IR text or
+numerics against eager, and a teeth test with the guard's row taken out of the table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ir import PassError, format_graph, import_ep
+from lowering import lower
+from transforms.rewrite import Rule, apply_rules, guards, rewrite, rewrite_report, sizes
+
+X = (torch.randn(3, 4),)
+
+
+def _program(model: nn.Module, *args):
+    return import_ep(torch.export.export(model, args))
+
+
+def _targets(p) -> list[str]:
+    return [str(n.target) for n in p.root_module.graph.nodes if n.op == "call_function"]
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def test_the_table_is_ordered_by_stage_and_names_each_guard_once():
+    names = [g.name for g in guards.GUARDS]
+    assert len(names) == len(set(names))
+    stages = [g.stage for g in guards.GUARDS]
+    assert stages == sorted(stages)
+    assert all(g.reason and callable(g.holds) for g in guards.GUARDS)
+    assert {"retrace", "interior", "where", "barrier", "alias", "dtype", "layout"} <= set(names)
+
+
+def test_without_names_the_known_rows():
+    assert "alias" not in [g.name for g in guards.without("alias")]
+    with pytest.raises(ValueError, match="unknown guard.*'nope'.*the guards are"):
+        guards.without("nope")
+
+
+class Interior(nn.Module):
+    def forward(self, x):
+        a = torch.relu(x)
+        return torch.relu(a), a  # the inner relu is read outside the match
+
+
+RELU_RELU = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", trusted=True)
+
+
+def test_a_skip_is_counted_under_the_first_guard_that_fails():
+    p = _program(Interior(), torch.randn(3, 4))
+    q, report = rewrite_report(p, [RELU_RELU])
+    assert q is p
+    assert dict(report.counts) == {"rr": 0}
+    assert dict(report.skipped) == {"interior": 1}
+    assert "skipped: interior 1" in str(report)
+
+
+def test_where_is_a_guard_too():
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr_never",
+                trusted=True, where=lambda m: False)
+    p = _program(nn.Sequential(nn.ReLU(), nn.ReLU()), torch.randn(3, 4))
+    q, report = rewrite_report(p, [rule])
+    assert q is p and dict(report.skipped) == {"where": 1}
+
+
+def test_the_one_pass_worklist_is_a_parameter_not_a_switch():
+    p = _program(nn.Sequential(nn.ReLU(), nn.ReLU()), torch.randn(3, 4))
+    q1, r1 = apply_rules(p, [RELU_RELU])
+    q2, r2 = apply_rules(p, [RELU_RELU], fixpoint=False)
+    assert r1.counts == r2.counts == {"rr": 1}
+    assert format_graph(q1.root_module.graph) == format_graph(q2.root_module.graph)
+
+
+# --- assumptions granted ------------------------------------------------------------------------
+
+
+class SubSelf(nn.Module):
+    def forward(self, x):
+        return torch.sin(x - x)
+
+
+SUB_SELF = Rule(lambda x: x - x, torch.zeros_like, X, name="sub_self", trusted=True,
+                assumes={"no_nans", "no_infs"})
+
+
+def test_a_rule_is_applied_only_where_its_assumptions_are_granted():
+    """Before: ``sin(x - x)``. Expected: unchanged with no grant or half of it (the report
+    names the rule and what it misses); ``sin(zeros_like(x))`` with both granted."""
+    p = _program(SubSelf(), torch.randn(3, 4))
+    q, report = rewrite_report(p, [SUB_SELF])
+    assert q is p
+    assert dict(report.not_granted) == {"sub_self": frozenset({"no_nans", "no_infs"})}
+    assert "not applied: 'sub_self' assumes ['no_infs', 'no_nans']" in str(report)
+    q, report = rewrite_report(p, [SUB_SELF], assume={"no_nans"})
+    assert q is p and dict(report.not_granted) == {"sub_self": frozenset({"no_infs"})}
+    q, report = rewrite_report(p, [SUB_SELF], assume={"no_nans", "no_infs", "reassociate"})
+    assert dict(report.counts) == {"sub_self": 1} and not report.not_granted
+    assert _targets(q) == ["aten.zeros_like.default", "aten.sin.default"]
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(lower(q)(x), SubSelf()(x))
+
+
+def test_an_unknown_grant_is_a_value_error_naming_the_known_flags():
+    p = _program(SubSelf(), torch.randn(3, 4))
+    with pytest.raises(ValueError, match="unknown assumption.*'fast'.*no_infs"):
+        rewrite(p, [SUB_SELF], assume={"fast"})
+    with pytest.raises(ValueError, match="set of assumption names"):
+        rewrite(p, [SUB_SELF], assume="no_nans")
+
+
+def test_a_rule_without_assumptions_needs_no_grant():
+    p = _program(nn.Sequential(nn.ReLU(), nn.ReLU()), torch.randn(3, 4))
+    _q, report = rewrite_report(p, [RELU_RELU])
+    assert report.counts == {"rr": 1} and not report.not_granted
+
+
+# --- literals by value --------------------------------------------------------------------------
+
+
+class TimesOneFloat(nn.Module):
+    def forward(self, x):
+        return torch.sin(x * 1.0)
+
+
+def _times_one() -> Rule:
+    return Rule(lambda x: x * 1, lambda x: x, (torch.randn(4),), name="times_one",
+                trusted=True)
+
+
+def test_an_int_literal_matches_the_same_float_on_a_float_tensor():
+    """Before: ``sin(x * 1.0)``, ``x`` float32. Expected: ``sin(x)`` (``x * 1 -> x``)."""
+    p = _program(TimesOneFloat(), torch.randn(3, 4))
+    q, report = rewrite_report(p, [_times_one()])
+    assert report.counts == {"times_one": 1}
+    assert _targets(q) == ["aten.sin.default"]
+
+
+def test_an_int_literal_does_not_match_a_float_on_an_int_tensor():
+    """Before: ``sin(x * 1.0)``, ``x`` int64 (the product is float). Expected: unchanged: the
+    pattern re-traced at int64 computes int64."""
+    p = _program(TimesOneFloat(), torch.ones(3, 4, dtype=torch.int64))
+    q, report = rewrite_report(p, [_times_one()])
+    assert q is p and report.skipped == {"retrace": 1}
+
+
+def test_teeth_without_the_dtype_recheck_and_guard_the_int_case_is_taken(monkeypatch):
+    monkeypatch.setattr(sizes, "dtypes_agree", lambda *a, **k: True)
+    monkeypatch.setattr(guards, "GUARDS", guards.without("dtype"))
+    p = _program(TimesOneFloat(), torch.ones(3, 4, dtype=torch.int64))
+    _q, report = rewrite_report(p, [_times_one()])
+    assert report.counts == {"times_one": 1}  # a float program made int: wrong
+
+
+def test_minus_zero_is_not_zero():
+    class TimesMinusZero(nn.Module):
+        def forward(self, x):
+            return torch.sin(x * -0.0)
+
+    rule = Rule(lambda x: x * 0, torch.zeros_like, (torch.randn(4),), name="times_zero",
+                trusted=True)
+    p = _program(TimesMinusZero(), torch.randn(3, 4))
+    assert rewrite(p, [rule]) is p
+
+
+# --- in-place patterns --------------------------------------------------------------------------
+
+
+def test_a_pattern_that_writes_in_place_is_refused_saying_why():
+    rule = Rule(lambda x: torch.relu(x.clone().add_(1.0)), lambda x: torch.relu(x + 1.0), X,
+                name="inplace")
+    p = _program(nn.Sequential(nn.ReLU(), nn.ReLU()), torch.randn(3, 4))
+    with pytest.raises(PassError, match="functional programs: write the functional form "
+                                        r"\(e.g. add instead of add_\)"):
+        rewrite(p, [rule])
+    with pytest.raises(PassError, match="writes in place"):
+        rule.compiled("core")
+
+
+# --- copies inside the match --------------------------------------------------------------------
+
+
+T_T = Rule(lambda x: x.t().t(), lambda x: x, X, name="t_t", trusted=True)
+
+
+class CloneBetweenWritten(nn.Module):
+    def forward(self, x):
+        y = x.t().clone().t()
+        y.add_(1.0)
+        return y
+
+
+class CloneBetweenRead(nn.Module):
+    def forward(self, x):
+        return torch.sin(x.t().clone().t())
+
+
+def _writes_input(m, p, x) -> bool:
+    before = x.clone()
+    lower(p)(x)
+    return not torch.equal(x, before)
+
+
+def test_a_copy_inside_the_match_makes_its_result_fresh():
+    """Before: ``y = x.t().clone().t(); y.add_(1)``. Expected: unchanged: ``t_t`` would make
+    ``y`` the caller's ``x`` and the write land there."""
+    x = torch.randn(3, 4)
+    p = _program(CloneBetweenWritten(), x)
+    q, report = rewrite_report(p, [T_T])
+    assert q is p and report.skipped.get("alias", 0) >= 1
+    assert not _writes_input(CloneBetweenWritten(), q, x.clone())
+
+
+def test_a_copy_inside_the_match_is_no_bar_where_nothing_writes():
+    """Before: ``sin(x.t().clone().t())``. Expected: ``sin(x)``."""
+    p = _program(CloneBetweenRead(), torch.randn(3, 4))
+    q = rewrite(p, [T_T])
+    assert _targets(q) == ["aten.sin.default"]
+
+
+def test_teeth_the_copy_slips_without_the_alias_guard(monkeypatch):
+    monkeypatch.setattr(guards, "GUARDS", guards.without("alias"))
+    x = torch.randn(3, 4)
+    p = _program(CloneBetweenWritten(), x)
+    q = rewrite(p, [T_T])
+    assert q is not p and _writes_input(CloneBetweenWritten(), q, x.clone())
+
+
+RESHAPE_ROUND = Rule(lambda x: x.reshape(-1).reshape(x.shape), lambda x: x, X,
+                     name="reshape_round", trusted=True)
+
+
+class ReshapeRoundWritten(nn.Module):
+    def forward(self, x):
+        a = x.t()
+        y = a.reshape(-1).reshape(a.shape)  # a is transposed: the first reshape copies
+        y.mul_(2.0)
+        return y
+
+
+def test_a_reshape_that_copies_makes_its_result_fresh():
+    """Before: ``y = x.t().reshape(-1).reshape(4, 3); y.mul_(2)``. Expected: unchanged."""
+    x = torch.randn(3, 4)
+    p = _program(ReshapeRoundWritten(), x)
+    q = rewrite(p, [RESHAPE_ROUND])
+    assert q is p
+    assert not _writes_input(ReshapeRoundWritten(), q, x.clone())
+
+
+def test_teeth_the_reshape_copy_slips_without_the_alias_guard(monkeypatch):
+    # the result's strides differ from x.t()'s too, and a write reads it: the layout guard
+    # refuses the match as well, so both go; with the layout guard alone gone, alias refuses
+    x = torch.randn(3, 4)
+    p = _program(ReshapeRoundWritten(), x)
+    monkeypatch.setattr(guards, "GUARDS", guards.without("layout"))
+    q, report = rewrite_report(p, [RESHAPE_ROUND])
+    assert q is p and report.skipped == {"alias": 1}
+    monkeypatch.setattr(guards, "GUARDS", guards.without("alias", "layout"))
+    p = _program(ReshapeRoundWritten(), x)
+    q = rewrite(p, [RESHAPE_ROUND])
+    assert q is not p and _writes_input(ReshapeRoundWritten(), q, x.clone())
+
+
+# --- layouts ------------------------------------------------------------------------------------
+
+
+MM_T = Rule(lambda a, b: b.t() @ a.t(), lambda a, b: (a @ b).t(),
+            (torch.randn(3, 4), torch.randn(4, 5)), name="mm_t", trusted=True)
+
+
+class MmThenView(nn.Module):
+    def forward(self, a, b):
+        return (b.t() @ a.t()).view(-1)
+
+
+class MmThenAdd(nn.Module):
+    def forward(self, a, b):
+        return (b.t() @ a.t()) + 1.0
+
+
+AB = (torch.randn(3, 4), torch.randn(4, 5))
+
+
+def test_a_result_with_other_strides_is_not_replaced_where_a_view_reads_it():
+    """Before: ``(b.t() @ a.t()).view(-1)``. Expected: unchanged (``(a @ b).t()`` is not
+    contiguous: ``view(-1)`` would raise)."""
+    p = _program(MmThenView(), *AB)
+    q, report = rewrite_report(p, [MM_T])
+    assert q is p and report.skipped == {"layout": 1}
+    torch.testing.assert_close(lower(q)(*AB), MmThenView()(*AB))
+
+
+def test_a_result_with_other_strides_is_replaced_where_readers_are_elementwise():
+    """Before: ``(b.t() @ a.t()) + 1``. Expected: ``(a @ b).t() + 1``."""
+    p = _program(MmThenAdd(), *AB)
+    q = rewrite(p, [MM_T])
+    assert q is not p
+    torch.testing.assert_close(lower(q)(*AB), MmThenAdd()(*AB))
+
+
+def test_teeth_the_layout_slips_without_the_layout_guard(monkeypatch):
+    monkeypatch.setattr(guards, "GUARDS", guards.without("layout"))
+    p = _program(MmThenView(), *AB)
+    q = rewrite(p, [MM_T])
+    assert q is not p
+    with pytest.raises(RuntimeError, match="view"):
+        lower(q)(*AB)
+
+
+class MmAddThenView(nn.Module):
+    def forward(self, a, b):
+        return ((b.t() @ a.t()) + 1.0).view(-1)
+
+
+def test_an_elementwise_reader_passes_the_strides_on():
+    """Before: ``((b.t() @ a.t()) + 1).view(-1)``. Expected: unchanged: ``+ 1`` keeps its
+    input's layout, so the ``view`` would see the transposed strides too."""
+    p = _program(MmAddThenView(), *AB)
+    q, report = rewrite_report(p, [MM_T])
+    assert q is p and report.skipped == {"layout": 1}
+    torch.testing.assert_close(lower(q)(*AB), MmAddThenView()(*AB))
+
+
+def test_the_engine_does_not_run_the_checker():
+    """``rewrite`` = check the rules (``api``), then ``apply_rules`` (``engine``): the engine
+    imports no checker and holds no test switch."""
+    import ast
+    from pathlib import Path
+
+    from transforms.rewrite import engine
+
+    tree = ast.parse(Path(engine.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m and m.startswith("transforms.rewrite.check")}
+    assert not hasattr(engine, "FIXPOINT") and not hasattr(engine, "rewrite")

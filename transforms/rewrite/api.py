@@ -1,0 +1,165 @@
+"""``rewrite`` and ``rewrite_report``: check the rules, keep those whose assumptions the caller
+grants, then ``engine.apply_rules``.
+
+A ``Rule`` pairs a *pattern* and a *replacement*, two plain functions of tensors and Python
+scalars with the same results, and example inputs to trace them with::
+
+    relu_relu = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, (torch.randn(4),))
+    q = rewrite(p, [relu_relu])
+
+The pattern is traced at the level of the program it is applied to (training IR, or core aten
+after ``run_decompositions``; ``transforms.rewrite.trace``), the replacement at the training level
+(what the user wrote: ``silu``, ``scaled_dot_product_attention``). Matching is on the IR in a
+normal form (``transforms.rewrite.match``). Each rule is checked with ``check_rule``
+(``transforms.rewrite.check``) the first time ``rewrite`` meets it, unless it is ``trusted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from ir.errors import PassError, PurefxError
+from ir.graph import Graph
+from ir.program import Program
+from transforms.law_violation import LawViolation
+from transforms.rewrite.check import check_rule
+from transforms.rewrite.engine import RewriteReport, apply_rules, rule_list
+from transforms.rewrite.rule import Rule, check_assumptions, rule_cache
+from transforms.rewrite.trace import level_of
+
+
+def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset()) -> Program:
+    """Apply ``rules`` to every graph of ``p`` until none matches.
+
+    Parameters:
+        p: a Program, flat (``import_ep``, at the training or core aten level) or outlined
+            (after ``transforms.transform``); every distinct module graph is rewritten once,
+            so a graph shared by several calls is rewritten once.
+        rules: ``Rule`` values. Each is checked with ``check_rule`` the first time it is met
+            (unless ``trusted``); the verdict is kept beside the rule (``rule_verdict``).
+        assume: the assumptions the caller grants (a set out of ``rule.ASSUMPTIONS``:
+            ``"no_nans"``, ``"no_infs"``, ``"no_signed_zeros"``, ``"reassociate"``; default
+            none: exact IEEE semantics). A rule whose ``assumes`` are not all granted is not
+            applied, nor checked (``rewrite_report`` names it in ``not_granted``).
+
+    Returns:
+        The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
+        name of the node whose value they replace (so outputs and signatures keep their names),
+        the innermost module common to the matched nodes (``nn_module_stack``) and a ``val``
+        computed from the matched inputs' fake tensors (else the replaced node's). A match is
+        taken only where every guard of ``transforms.rewrite.guards.GUARDS`` holds (the table,
+        in order, with each guard's reason, is in ``docs/rewrite.md``; ``RewriteReport.skipped``
+        counts the skips by guard). Nodes the match looks through (``Binding.absorbed``) are
+        removed with it. A replacement whose trace depends on dtypes (``Compiled.by_dtype``)
+        is traced at each match's dtypes.
+
+    Raises:
+        ValueError: ``assume`` holds an unknown flag (naming the known ones).
+        PassError: naming the rule, when a rule cannot be traced or is malformed (a pattern
+        holding an in-place operator among them), when ``check_rule`` finds it wrong (with the
+        counterexample), when its ``where`` raises, when its replacement reads a tensor
+        argument its pattern ignores, when rules keep rewriting each other's results past the
+        step cap (a cycle; names them), and for any other error met while rewriting (naming
+        the rule and the node): never a raw exception.
+
+    **Laws:**
+
+    - semantics: ``lower(rewrite(p, rules))`` computes what ``lower(p)`` does, up to each rule's
+      tolerance (``check_rule``), on inputs the granted assumptions admit;
+    - purity: ``p`` and its tensors are untouched; deterministic (rules in the order of their
+      benefit then as given, nodes in graph order);
+    - idempotence: ``rewrite(rewrite(p, rules), rules) == rewrite(p, rules)`` (a fixpoint);
+    - identity: ``rewrite(p, []) is p``; ``rewrite(p, rules) is p`` when no rule's
+      assumptions are granted;
+    - ``verify`` holds of the result whenever it holds of ``p``.
+
+    Complexity: O(n · r) per sweep over n nodes, where r is the number of rules whose pattern
+    ends in the node's operator (rules are indexed by that operator); each rewrite re-examines
+    the nodes it created, the readers it rewired and the nodes downstream of its new nodes
+    within the deepest pattern (at most 256), then one closing sweep per graph proves the
+    fixpoint (``apply_rules``); a program whose level changes under the rewrites (core aten
+    receiving a training-level operator) gets one more round at the new level when some
+    pattern traces differently there.
+    """
+    return rewrite_report(p, rules, assume)[0]
+
+
+def rewrite_report(
+    p: Program, rules: Iterable[Rule], assume: Any = frozenset()
+) -> tuple[Program, RewriteReport]:
+    """``rewrite(p, rules, assume)`` and a ``RewriteReport`` of what it rewrote where, what the
+    guards skipped (``skipped``) and which rules it did not apply for want of an assumption
+    (``not_granted``: ``{rule name: missing flags}``).
+
+    Same contract, laws and complexity as ``rewrite``.
+    """
+    granted = check_assumptions(assume, "rewrite: assume")
+    rules = rule_list(rules)
+    missing = {r.name: r.assumes - granted for r in rules if not r.assumes <= granted}
+    applied = [r for r in rules if r.name not in missing]
+    if applied:
+        level = level_of(_graphs(p))
+        for r in applied:
+            r.compiled(level)  # a malformed rule is refused before its check runs
+            _ensure_checked(r)
+    q, report = apply_rules(p, applied)
+    counts = {r.name: report.counts.get(r.name, 0) for r in rules}
+    return q, attrs.evolve(
+        report, counts=MappingProxyType(counts), not_granted=MappingProxyType(missing)
+    )
+
+
+def _graphs(p: Program) -> list[Graph]:
+    table = p.module_table()
+    order = dict.fromkeys(mid for _, mid in p.walk())
+    return [g for mid in order for g in table[mid].graphs]
+
+
+def rule_verdict(rule: Rule) -> BaseException | bool | None:
+    """``check_rule``'s verdict on ``rule`` as ``rewrite`` keeps it (in ``rule_cache``, a memo
+    keyed by the rule): ``True`` (right), the ``LawViolation``, or ``None`` before the first
+    ``rewrite`` that met the rule. O(1)."""
+    return rule_cache(rule).verdict
+
+
+def _ensure_checked(rule: Rule) -> None:
+    if rule.trusted:
+        return
+    cache = rule_cache(rule)
+    if cache.verdict is None:
+        try:
+            check_rule(rule, apply=apply_rules)
+            cache.verdict = True
+        except LawViolation as exc:
+            cache.verdict = _without_frames(exc)
+        except PurefxError:
+            raise
+        except Exception as exc:  # a check that broke is no verdict: say so, keep none
+            raise PassError(
+                f"rule {rule.name!r}: check_rule failed with {type(exc).__name__}: {exc}; "
+                "mark the rule Rule(..., trusted=True) to skip the check, or report it"
+            ) from exc
+    if cache.verdict is not True:
+        raise PassError(
+            f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
+            f"trusted=True) to skip the check): {cache.verdict}"
+        ) from cache.verdict
+
+
+def _without_frames(exc: BaseException) -> BaseException:
+    """``exc`` with the tracebacks of it and its causes dropped: a verdict kept beside a rule
+    must hold no frame that holds the rule (the memo would never let the rule go)."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
+
+
+__all__ = ["rewrite", "rewrite_report", "rule_verdict"]
