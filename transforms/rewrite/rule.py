@@ -33,10 +33,11 @@ result is NaN), ``no_infs`` (none is ±inf), ``no_signed_zeros`` (-0.0 and +0.0 
 
 
 def check_assumptions(flags: Any, what: str) -> frozenset[str]:
-    """``flags`` as a frozenset of known assumption names; ``ValueError`` naming ``what`` and
-    the known flags when one is unknown or ``flags`` is not a collection of strings."""
+    """``flags`` as a frozenset of known assumption names: ``ValueError`` naming ``what`` and the
+    known flags when one is unknown, ``TypeError`` when ``flags`` is not a set, tuple or list
+    (a bare string is refused: ``{"no_nans"}``, not ``"no_nans"``). O(len(flags))."""
     if isinstance(flags, str) or not isinstance(flags, (set, frozenset, tuple, list)):
-        raise ValueError(
+        raise TypeError(
             f"{what} must be a set of assumption names out of {sorted(ASSUMPTIONS)}, got {flags!r}"
         )
     unknown = sorted(str(f) for f in flags if f not in ASSUMPTIONS)
