@@ -116,11 +116,25 @@ FEATURES = (
     "kwargs_ops",
     "divergent_calls",
     "crossing_reads",
+    "activations",
+    "constant_builders",
+    "random_ops",
+    "inplace_copies",
+    "large_linears",
+    "repeated_subexpressions",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
+HIDDEN = 256
+"""Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
+weights, 1024 elements each (what a pass that targets "large" linears looks for)."""
+
 aten = torch.ops.aten
 _UNARY = (aten.relu.default, aten.neg.default, aten.tanh.default, aten.sigmoid.default)
+_ACTIVATIONS = (aten.gelu.default, aten.silu.default)
+_RANDOM = (aten.rand_like.default, aten.randn_like.default, aten.rand.default)
+_BUILDERS = (aten.arange.default, aten.ones.default, aten.full.default)
+_CPU = torch.device("cpu")
 _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
@@ -200,7 +214,8 @@ def _programs(
 _FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
 _HEADER_BYTES = st.binary(min_size=6, max_size=6)
 _OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
-_RECORD = 6  # bytes per module object: see ``_Builder._objects``
+_STEP = 3  # bytes per body step: see ``_decode_step``
+_RECORD = 7  # bytes per module object: see ``_Builder._objects``
 
 
 @functools.cache
@@ -210,7 +225,7 @@ def _count(most: int) -> st.SearchStrategy[int]:
 
 @functools.cache
 def _body_bytes(most: int) -> st.SearchStrategy[bytes]:
-    return st.binary(min_size=1 + 2 * most, max_size=1 + 2 * most)
+    return st.binary(min_size=1 + _STEP * most, max_size=1 + _STEP * most)
 
 
 # --- building -----------------------------------------------------------------------------------
@@ -270,6 +285,8 @@ class _Builder:
         self.styles: dict[Any, str] = {}
         self.input_current: dict[str, Ref] = {}
         self.input_styles: dict[str, str] = {}
+        self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
+        self.large_read: set[str] = set()  # paths whose large linears a step has read
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -288,7 +305,10 @@ class _Builder:
            bits 6-7 both set: children are called only by steps (else each is called once,
            in order, after the steps that did not call it);
         5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``; bit 7:
-           the value crossing out of a preserved call is a no-op ``clone`` (else an op).
+           the value crossing out of a preserved call is a no-op ``clone`` (else an op);
+        6. bit 0: a ``large_linears`` pair of parameters ``wl0`` ``(HIDDEN, WIDTH)`` and ``wl1``
+           ``(WIDTH, HIDDEN)``; bit 1: with ``repeated_calls``, each child is called once more
+           at the end of the body.
         """
         on = self.on
         chunks = [records[i:i + _RECORD] for i in range(0, len(records), _RECORD)]
@@ -300,6 +320,9 @@ class _Builder:
             for j in range(rec[1] % 3):
                 matrix = "matrices" in on and rec[1] >> (2 + j) & 1
                 obj.state.append((f"w{j}", stt.PARAMETER, (WIDTH, WIDTH) if matrix else (WIDTH,)))
+            if "large_linears" in on and rec[6] & 1:
+                obj.state.append(("wl0", stt.PARAMETER, (HIDDEN, WIDTH)))
+                obj.state.append(("wl1", stt.PARAMETER, (WIDTH, HIDDEN)))
             if "buffers" in on or "inplace_mutation" in on or "functional_mutation" in on:
                 for j in range(rec[2] % 3):
                     obj.state.append((f"b{j}", stt.BUFFER, (WIDTH,)))
@@ -433,7 +456,7 @@ class _Builder:
     # --- bodies -----------------------------------------------------------------------------
 
     def _draw_body(self, root: bool) -> list[tuple[int, ...]]:
-        """A body: a step count, then two bytes per step (see ``_decode_step``).
+        """A body: a step count, then three bytes per step (see ``_decode_step``).
 
         Fixed-size draws, so shrinking the count never misaligns the bytes after it.
         """
@@ -441,9 +464,9 @@ class _Builder:
         data = self.draw(_body_bytes(most))
         n = data[0] % (most + 1)
         return [
-            _decode_step(data[i], data[i + 1])
-            for i in range(1, 1 + 2 * n, 2)
-            if data[i] or data[i + 1]  # a zeroed step is no step, so shrinking drops ops
+            _decode_step(data[i], data[i + 1], data[i + 2])
+            for i in range(1, 1 + _STEP * n, _STEP)
+            if data[i] or data[i + 1] or data[i + 2]  # a zeroed step is no step: shrinking drops ops
         ]
 
     def _run(self, index: int, path: str, scope: _Scope) -> None:
@@ -469,12 +492,20 @@ class _Builder:
                 self._call(child, f"{path}.{name}" if path else name, scope, x, y, z)
             else:
                 self._step(obj, path, scope, kind, x, y, z)
+        if any(name == "wl0" for name, _, _ in obj.state) and path not in self.large_read:
+            # a large linear pair is read at least once by each call of its module
+            scope.vals.append(self._mlp(path, scope, [], scope.vals[-1], 0, 0))
         if obj.record[4] >> 6 == 3:
             return
         for name, child in kids[pending:]:
             if self._full():
                 return
             self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
+        if "repeated_calls" in self.on and obj.record[6] >> 1 & 1:
+            for name, child in kids:  # each child called once more, on the latest value
+                if self._full():
+                    return
+                self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
 
     def _call(self, index: int, path: str, scope: _Scope, x: int, y: int, z: int) -> None:
         n = self.calls.get(path, 0)
@@ -553,7 +584,8 @@ class _Builder:
     def _step(self, obj: _Object, path: str, scope: _Scope, kind: int, x: int, y: int, z: int
               ) -> None:
         vectors = [s for s in obj.state if len(s[2]) == 1]
-        matrices = [s for s in obj.state if len(s[2]) == 2]
+        matrices = [s for s in obj.state if s[2] == (WIDTH, WIDTH)]
+        large = [s for s in obj.state if s[0] == "wl0"]
         buffers = [s for s in obj.state if s[1] == stt.BUFFER]
         kinds = ["unary", "binary"]
         if matrices:
@@ -566,11 +598,17 @@ class _Builder:
             kinds.append("sort")
         if "kwargs_ops" in self.on:
             kinds.append("alpha")
+        kinds += [k for f, k in _STEP_FEATURES if f in self.on]
+        if large:
+            kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
         a = _back(scope.vals, x)
         act = self._act()
+        if choice in _NEW_STEPS:
+            scope.vals.append(_NEW_STEPS[choice](self, path, scope, vectors, a, y, z))
+            return
         if choice == "unary":
-            out = self._op(_UNARY[y % len(_UNARY)], (a,), shape=act)
+            out = self._op(self.unary[y % len(self.unary)], (a,), shape=act)
         elif choice in ("binary", "alpha"):
             other: Any
             source = z % 3 if vectors else z % 3 % 2 * 2
@@ -605,6 +643,86 @@ class _Builder:
             pair = self._op(aten.sort.default, (a,), shape=("sort", act))
             out = self._op(operator.getitem, (pair, 0), shape=act)
         scope.vals.append(out)
+
+    # --- the steps of the features that users' passes target --------------------------------
+    # each returns the step's result, a ``(batch, WIDTH)`` value read by later steps
+
+    def _build(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``constant_builders``: ``arange`` / ``ones`` / ``full`` of ``(WIDTH,)``, maybe an op on
+        it (a scalar, a state vector, an activation: something a constant folder can compute),
+        combined with ``a``, and then maybe the built value itself added too."""
+        which = y % len(_BUILDERS)
+        on_cpu = (("device", _CPU), ("pin_memory", False))
+        if which == 0:
+            k = self._op(aten.arange.default, (WIDTH,),
+                         IDict((("dtype", torch.float32), *on_cpu)), shape=(WIDTH,))
+        elif which == 1:
+            k = self._op(aten.ones.default, (IList((WIDTH,)),), IDict(on_cpu), shape=(WIDTH,))
+        else:
+            fill = _SCALARS[z % len(_SCALARS)]
+            k = self._op(aten.full.default, (IList((WIDTH,)), fill), IDict(on_cpu), shape=(WIDTH,))
+        built, chain = k, z >> 2 & 3
+        if chain == 1:
+            k = self._op(aten.mul.Tensor, (k, _SCALARS[y >> 2]), shape=(WIDTH,))
+        elif chain == 2 and vectors:
+            # a buffer when there is one: a value a folder must not take for a constant
+            pick = [v for v in vectors if v[1] == stt.BUFFER] or vectors
+            state = self._read_state(path, pick[(y >> 2) % len(pick)][0])
+            k = self._op(aten.add.Tensor, (k, state), shape=(WIDTH,))
+        elif chain:
+            k = self._op(self.unary[(y >> 2) % len(self.unary)], (k,), shape=(WIDTH,))
+        out = self._op(_BINARY[(y + z) % len(_BINARY)], (a, k), shape=self._act())
+        if k is not built and y >> 3 & 1:  # the built value is also read after the op on it
+            out = self._op(aten.add.Tensor, (out, built), shape=self._act())
+        return out
+
+    def _random(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``random_ops``: ``rand_like`` / ``randn_like`` of ``a`` or ``rand`` of its shape,
+        combined with ``a`` (two of them on one operand are equal calls, not equal values)."""
+        target = _RANDOM[z % len(_RANDOM)]
+        if target is aten.rand.default:
+            r = self._op(target, (IList(self._act()),),
+                         IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
+        else:
+            r = self._op(target, (a,), IDict((("pin_memory", False),)), shape=self._act())
+        return self._op(_BINARY[y % len(_BINARY)], (a, r), shape=self._act())
+
+    def _copy(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``inplace_copies``: ``clone(a)`` written in place (``add_`` of a value or a scalar, or
+        ``copy_`` of a value); later steps read the write's result, as in export's graphs."""
+        c = self._op(aten.clone.default, (a,), shape=self._act())
+        if z % 3 == 2:
+            return self._op(aten.copy_.default, (c, _back(scope.vals, y)), shape=self._act())
+        other: Any = _back(scope.vals, y) if z % 3 == 0 else _SCALARS[y % len(_SCALARS)]
+        return self._op(aten.add_.Tensor, (c, other), shape=self._act())
+
+    def _mlp(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``large_linears``: ``linear(act(linear(a, wl0)), wl1)`` through ``HIDDEN`` features."""
+        self.large_read.add(path)
+        hidden = (self.batch, HIDDEN)
+        h = self._op(aten.linear.default, (a, self._read_state(path, "wl0")), shape=hidden)
+        h = self._op(self.unary[z % len(self.unary)], (h,), shape=hidden)
+        return self._op(aten.linear.default, (h, self._read_state(path, "wl1")),
+                        shape=self._act())
+
+    def _twice(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``repeated_subexpressions``: one pure op of ``a`` computed twice and both results
+        combined (an activation, or an op with a scalar; the second spelled ``2`` where the
+        first says ``2.0`` when ``z`` says so: equal values on float tensors, other literals)."""
+        variant = z % 3
+        if variant == 0:
+            target = self.unary[y % len(self.unary)]
+            first = self._op(target, (a,), shape=self._act())
+            second = self._op(target, (a,), shape=self._act())
+        else:
+            target = _BINARY[y % len(_BINARY)]
+            scalar = _SCALARS[(y >> 2) % len(_SCALARS)]
+            again: Any = scalar
+            if variant == 2 and scalar == int(scalar):
+                again = int(scalar)
+            first = self._op(target, (a, scalar), shape=self._act())
+            second = self._op(target, (a, again), shape=self._act())
+        return self._op(_BINARY[z >> 2 & 1], (first, second), shape=self._act())
 
     def _styles_on(self) -> tuple[str, ...]:
         return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
@@ -705,6 +823,22 @@ class _Builder:
         return _Outputs(tuple(mutations), tuple(user), tuple(specs))
 
 
+# the step kinds of the features users' passes target, in the order they join the step kinds
+_STEP_FEATURES = (
+    ("constant_builders", "build"),
+    ("random_ops", "random"),
+    ("inplace_copies", "copy"),
+    ("repeated_subexpressions", "twice"),
+)
+_NEW_STEPS = {
+    "build": _Builder._build,
+    "random": _Builder._random,
+    "copy": _Builder._copy,
+    "mlp": _Builder._mlp,
+    "twice": _Builder._twice,
+}
+
+
 class _Outputs:
     def __init__(self, mutations: tuple, user: tuple, specs: tuple) -> None:
         self.mutations = mutations
@@ -712,14 +846,14 @@ class _Outputs:
         self.specs = specs
 
 
-def _decode_step(a: int, b: int) -> tuple[int, ...]:
-    """``(is_call, kind, x, y, z)`` from two bytes (``(0, 0)`` is skipped by the caller).
+def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
+    """``(is_call, kind, x, y, z)`` from three bytes (``(0, 0, 0)`` is skipped by the caller).
 
     ``is_call``: call a child (when the module has one) instead of an op; ``kind``: which op
     among those available here; ``x``: back-offset of the first operand; ``y``, ``z``: the
     second operand / op variant / child, each taken modulo what is available.
     """
-    return (a & 1, a >> 1 & 7, a >> 4, b & 15, b >> 4)
+    return (a & 1, c, a >> 1, b & 15, b >> 4)
 
 
 def _output_tree(shape: int, n: int) -> tuple:
@@ -789,9 +923,9 @@ def _meta_val(shape: Any) -> Any:
     return _meta_tensor(shape)
 
 
-for _target in _UNARY + _BINARY + (
+for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
     aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
-    aten.mean.dim, aten.sort.default,
+    aten.mean.dim, aten.sort.default, aten.clone.default, aten.copy_.default,
 ):
     _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
 

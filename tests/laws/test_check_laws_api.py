@@ -33,7 +33,18 @@ def test_three_lines_check_a_new_rewrite():
     def my_rewrite(p):
         return p.replace()  # a rewrite that changes nothing
 
-    check_laws(my_rewrite, max_examples=20)
+    report = check_laws(my_rewrite, max_examples=20, allow_vacuous=True)
+    assert (report.tried, report.changed, report.declined) == (20, 0, 0)
+
+
+def test_a_pass_that_changes_nothing_fails_as_vacuous():
+    def my_rewrite(p):
+        return p.replace()
+
+    with pytest.raises(LawViolation, match="VACUOUS: the pass changed none of the 20 programs"
+                       ) as caught:
+        check_laws(my_rewrite, max_examples=20)
+    assert caught.value.law == "vacuous" and "allow_vacuous=True" in str(caught.value)
 
 
 def test_law_violation_is_an_assertion_error_that_names_the_law():
@@ -70,7 +81,9 @@ def test_a_pass_may_decline_programs_with_allowed_errors():
     with pytest.raises(LawViolation) as caught:
         check_laws(no_state, max_examples=50)
     assert caught.value.law == "raises" and "without state" in str(caught.value)
-    check_laws(no_state, max_examples=50, allowed_errors=(PassError,))
+    report = check_laws(no_state, max_examples=50, allowed_errors=(PassError,),
+                        allow_vacuous=True)
+    assert report.declined > 0 and report.changed == 0
 
 
 def test_a_subset_of_laws_can_be_checked():
@@ -78,13 +91,14 @@ def test_a_subset_of_laws_can_be_checked():
         print("hello")
         return p
 
-    check_laws(prints, laws=("verify", "determinism"), max_examples=10)
+    check_laws(prints, laws=("verify", "determinism"), max_examples=10, allow_vacuous=True)
     with pytest.raises(LawViolation, match="printed 'hello"):
         check_laws(prints, laws=("purity",), max_examples=10)
 
 
 def test_other_program_strategies_can_be_given():
-    check_laws(lambda p: p, programs=programs(features=()), max_examples=10)
+    check_laws(lambda p: p, programs=programs(features=()), max_examples=10,
+               allow_vacuous=True)
 
 
 def test_the_message_shows_the_shrunk_program_and_its_module_stacks():
@@ -103,7 +117,8 @@ def test_the_message_shows_the_shrunk_program_and_its_module_stacks():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"laws": ("purity", "kindness")}, {"laws": "purity"}, {"max_examples": 0}],
+    [{"laws": ("purity", "kindness")}, {"laws": "purity"}, {"max_examples": 0},
+     {"atol": -1.0}, {"rtol": "1e-3"}, {"atol": True}],
 )
 def test_bad_arguments_are_rejected(kwargs):
     with pytest.raises(ValueError):

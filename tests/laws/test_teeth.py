@@ -196,7 +196,7 @@ def identity(p: Program) -> Program:
 
 
 def test_the_identity_obeys_every_law():
-    check_laws(identity, idempotent=True, max_examples=100)
+    check_laws(identity, idempotent=True, max_examples=100, allow_vacuous=True)
 
 
 def test_the_real_dedup_obeys_the_laws_where_the_planted_one_does_not():
