@@ -544,7 +544,7 @@ def _difference(got: Any, want: Any, atol: float | None = None, rtol: float | No
         return f"structure {got_spec} instead of {want_spec}"
     single = len(want_leaves) == 1 and what == "state"
     for i, (a, b) in enumerate(zip(got_leaves, want_leaves)):
-        name = "it" if single else f"{what} {i}"
+        name = "the value" if single else f"{what} {i}"
         if a is _MISSING or b is _MISSING:
             if a is not b:
                 return f"{name} is missing" if a is _MISSING else f"{name} is unexpected"
@@ -557,7 +557,8 @@ def _difference(got: Any, want: Any, atol: float | None = None, rtol: float | No
             try:
                 torch.testing.assert_close(a, b, equal_nan=True, **tolerance)
             except AssertionError as e:
-                return f"{name}: {e}".replace("\n", " ")
+                text = str(e).replace("\n", " ")
+                return text if single else f"{name}: {text}"
         elif a != b:
             return f"{name} is {a!r}, expected {b!r}"
     return None
