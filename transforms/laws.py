@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import tempfile
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -384,6 +386,7 @@ def check_laws(
         from ir.strategies.programs import programs as default
 
         programs = default()
+    outside = settings is None and _outside_a_suite()
     base = settings if settings is not None else _default_settings()
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
@@ -413,7 +416,8 @@ def check_laws(
     laws_hold._hypothesis_internal_add_digest = repr(
         (pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))
     ).encode()
-    chosen(given(programs.map(_Shown))(laws_hold))()
+    with _storage_outside_the_tree(outside):
+        chosen(given(programs.map(_Shown))(laws_hold))()
     report = LawReport(**counts)
     if not report.changed and not allow_vacuous:
         raise LawViolation(
@@ -426,15 +430,41 @@ def check_laws(
     return report
 
 
+def _outside_a_suite() -> bool:
+    """Whether hypothesis's own ``default`` profile is active (no test suite loaded one)."""
+    from hypothesis import settings as hsettings
+
+    return hsettings.default is hsettings.get_profile("default")
+
+
 def _default_settings() -> Any:
     """The active hypothesis profile; the ``ci`` settings (derandomized, no example database)
     where hypothesis's own ``default`` profile is active, as it is outside a test suite."""
     from hypothesis import settings as hsettings
 
     base = hsettings.default
-    if base is hsettings.get_profile("default"):
+    if _outside_a_suite():
         base = hsettings(base, derandomize=True, database=None)
     return base
+
+
+@contextlib.contextmanager
+def _storage_outside_the_tree(outside: bool) -> Any:
+    """Outside a test suite, point hypothesis's storage (its caches, e.g. ``constants``, which
+    it writes even without an example database) at a temporary directory for the run, unless
+    ``HYPOTHESIS_STORAGE_DIRECTORY`` says where it goes: nothing lands in the caller's tree."""
+    if not outside or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
+
+    before = storage_directory(intent_to_write=False).home_directory
+    with tempfile.TemporaryDirectory(prefix="purefx-laws-") as where:
+        set_hypothesis_home_dir(where)
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(before)
 
 
 class _Shown:
@@ -609,7 +639,8 @@ def _tensor_difference(a: Program, b: Program) -> str | None:
 def _same_bits(x: Any, y: Any) -> bool:
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         return False
-    if (x.dtype, x.shape, x.device, type(x)) != (y.dtype, y.shape, y.device, type(y)):
+    if (x.dtype, x.shape, x.device, type(x), x.requires_grad) != (
+            y.dtype, y.shape, y.device, type(y), y.requires_grad):
         return False
     if x.device.type == "meta":
         return True

@@ -307,7 +307,7 @@ class _Builder:
         5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``; bit 7:
            the value crossing out of a preserved call is a no-op ``clone`` (else an op);
         6. bit 0: a ``large_linears`` pair of parameters ``wl0`` ``(HIDDEN, WIDTH)`` and ``wl1``
-           ``(WIDTH, HIDDEN)``; bit 1: with ``repeated_calls``, each child is called once more
+           ``(WIDTH, HIDDEN)`` (the root always has one with the feature); bit 1: with ``repeated_calls``, each child is called once more
            at the end of the body.
         """
         on = self.on
@@ -320,7 +320,7 @@ class _Builder:
             for j in range(rec[1] % 3):
                 matrix = "matrices" in on and rec[1] >> (2 + j) & 1
                 obj.state.append((f"w{j}", stt.PARAMETER, (WIDTH, WIDTH) if matrix else (WIDTH,)))
-            if "large_linears" in on and rec[6] & 1:
+            if "large_linears" in on and (index < 0 or rec[6] & 1):
                 obj.state.append(("wl0", stt.PARAMETER, (HIDDEN, WIDTH)))
                 obj.state.append(("wl1", stt.PARAMETER, (WIDTH, HIDDEN)))
             if "buffers" in on or "inplace_mutation" in on or "functional_mutation" in on:
@@ -492,9 +492,6 @@ class _Builder:
                 self._call(child, f"{path}.{name}" if path else name, scope, x, y, z)
             else:
                 self._step(obj, path, scope, kind, x, y, z)
-        if any(name == "wl0" for name, _, _ in obj.state) and path not in self.large_read:
-            # a large linear pair is read at least once by each call of its module
-            scope.vals.append(self._mlp(path, scope, [], scope.vals[-1], 0, 0))
         if obj.record[4] >> 6 == 3:
             return
         for name, child in kids[pending:]:
@@ -604,6 +601,8 @@ class _Builder:
         choice = kinds[kind % len(kinds)]
         a = _back(scope.vals, x)
         act = self._act()
+        if choice == "unary" and large and path not in self.large_read:
+            choice = "mlp"  # a module's large linears are read by its first unary step
         if choice in _NEW_STEPS:
             scope.vals.append(_NEW_STEPS[choice](self, path, scope, vectors, a, y, z))
             return
@@ -804,7 +803,7 @@ class _Builder:
 
     def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
         """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
-        outputs picked by back-offsets from ``data``."""
+        outputs: the latest value, then values picked by back-offsets from ``data``."""
         specs: list[sg.OutputSpec] = []
         mutations: list[Ref] = []
         for fqn in self.state_order:
@@ -818,7 +817,8 @@ class _Builder:
                 value = self.input_current[name]
                 mutations.append(value)
                 specs.append(sg.OutputSpec(sg.USER_INPUT_MUTATION, value.name, name))
-        user = [_back(scope.vals, o) for o in data[1:2 + data[0] % 3]]
+        # the first is the latest value (what the body computed last is what it returns)
+        user = [scope.vals[-1]] + [_back(scope.vals, o) for o in data[2:2 + data[0] % 3]]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
         return _Outputs(tuple(mutations), tuple(user), tuple(specs))
 
@@ -851,9 +851,11 @@ def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
 
     ``is_call``: call a child (when the module has one) instead of an op; ``kind``: which op
     among those available here; ``x``: back-offset of the first operand; ``y``, ``z``: the
-    second operand / op variant / child, each taken modulo what is available.
+    second operand / op variant / child, each taken modulo what is available. Half the steps
+    (bit 7 of ``a`` clear) read one of the two latest values, so chains of ops, and what they
+    compute, reach the outputs more often than uniform offsets would let them.
     """
-    return (a & 1, c, a >> 1, b & 15, b >> 4)
+    return (a & 1, c, a >> 1 if a & 128 else a >> 1 & 1, b & 15, b >> 4)
 
 
 def _output_tree(shape: int, n: int) -> tuple:

@@ -180,7 +180,9 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
 
 def test_shrinks_to_a_minimal_buffer_update():
     p = find(programs(), _outputs_of(sg.BUFFER_MUTATION), settings=FIND)
-    assert len(p.state) == 1 and p.root_module.graph.compute_count() == 2  # mean, add
+    # (the shrinker may leave the root's unread large-linear pair on: state it does not read)
+    assert [s.kind for s in p.state.values()].count("buffer") == 1
+    assert p.root_module.graph.compute_count() == 2  # mean, add
     assert len(p.signature.user_inputs()) == 1 and len(p.signature.user_outputs()) == 1
 
 
