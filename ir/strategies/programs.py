@@ -36,11 +36,20 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
     or a preserved parent returns.
+    What users' passes target: activations ``gelu`` / ``silu`` (``activations``); constant
+    builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
+    (``constant_builders``); random ops ``rand_like`` / ``randn_like`` / ``rand``
+    (``random_ops``); copies written in place, ``clone`` then ``add_`` / ``copy_``
+    (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
+    (``large_linears``); one pure op computed twice, sometimes with ``2`` for ``2.0``
+    (``repeated_subexpressions``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
-    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``. As in export's graphs, a value
-    read after an in-place update is the update's result (the same tensor), and after a
-    functional update the new value.
+    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
+    graphs, a value read after an in-place update is the update's result (the same tensor), and
+    after a functional update the new value. Half the steps read one of the two latest values,
+    and the first user output is the latest value, so what the ops compute mostly reaches the
+    outputs (a law that compares outputs sees it).
 
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
@@ -54,7 +63,8 @@ Not covered, and why
     path is preserved, and all its calls have one signature shape.
 
 Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
-``(WIDTH, WIDTH)``, so any op composes with any other.
+``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
+composes with any other.
 """
 
 from __future__ import annotations
