@@ -5,11 +5,18 @@ The default pipeline, in order (``transforms.pipeline.pipeline``): ``remove_effe
 ``functional_to_inplace``, ``split_hop_bodies``, ``fix_module_stacks``; the preserved-call
 stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``,
 ``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state``,
-``deduplicate``.
+``deduplicate``. The cleanup passes, listed but not in the default pipeline:
+``eliminate_dead_code``, ``cse``, ``fold_constants``.
+
+``rewrite_nodes`` (``transforms.edit``) is not a pass but how a user writes one: a function over
+nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
 """
 
+from transforms.dce import eliminate_dead_code
 from transforms.dedup import deduplicate
+from transforms.edit import Edit, rewrite_nodes
 from transforms.effects import remove_effect_tokens
+from transforms.folding import fold_constants
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
 from transforms.move_device import move_to_device
@@ -21,14 +28,19 @@ from transforms.sink import sink_state
 from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
 from transforms.stacks import fill_call_gaps, fix_module_stacks
 from transforms.stages import Edge, Stages, split_stages
+from transforms.subexpressions import cse
 
 __all__ = [
     "DEFAULT_PIPELINE",
     "Edge",
+    "Edit",
     "Stages",
+    "cse",
     "deduplicate",
+    "eliminate_dead_code",
     "fill_call_gaps",
     "fix_module_stacks",
+    "fold_constants",
     "functional_to_inplace",
     "inline",
     "insert_ivals",
@@ -41,6 +53,7 @@ __all__ = [
     "rematerialize",
     "remove_effect_tokens",
     "repair_call_signatures",
+    "rewrite_nodes",
     "sink_state",
     "split_by_tags",
     "split_hop_bodies",

@@ -83,13 +83,18 @@ def named_passes() -> dict[str, Pass]:
     """Pass name -> pass: the names ``transform`` and ``purefx --passes`` accept.
 
     The default pipeline's passes (both mutation modes), then the inverse and boundary passes
-    that take a Program alone. One table for the API and the command line.
+    and the cleanup passes (``eliminate_dead_code``, ``cse``, ``fold_constants`` with its
+    default ``max_bytes``) that take a Program alone. One table for the API and the command
+    line.
     """
+    from transforms.dce import eliminate_dead_code
+    from transforms.folding import fold_constants
     from transforms.inline import inline
     from transforms.split import move_non_tensor_nodes_on_boundary
+    from transforms.subexpressions import cse
 
     table: dict[str, Pass] = {}
-    extra = (inline, move_non_tensor_nodes_on_boundary)
+    extra = (inline, move_non_tensor_nodes_on_boundary, eliminate_dead_code, cse, fold_constants)
     for p in (*pipeline(), *pipeline(keep_functional=True), *extra):
         table.setdefault(p.__name__, p)
     return table

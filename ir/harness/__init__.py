@@ -1,0 +1,26 @@
+"""The law harness: how the laws (``transforms.laws.check_laws``, ``check_rule``,
+``check_rule_in_context``) run two sides and compare what they give.
+
+- ``ir.harness.tolerance``: the tolerance table, keyed by the dtype a result is computed in;
+- ``ir.harness.compare``: ``value_difference`` (every difference, position by position) and
+  ``same_bits``;
+- ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random state.
+
+What the laws draw lives beside the other strategies, in ``ir.strategies.values``.
+"""
+
+from ir.harness.compare import same_bits, value_difference
+from ir.harness.run import Outcome, first_line, fresh, outcome
+from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
+
+__all__ = [
+    "REASSOCIATE",
+    "TOLERANCE",
+    "Outcome",
+    "first_line",
+    "fresh",
+    "outcome",
+    "same_bits",
+    "tolerance",
+    "value_difference",
+]

@@ -1,0 +1,197 @@
+"""Comparing what two runs computed: position by position, every difference seen.
+
+``value_difference`` is the one comparison of the laws (``check_laws``, ``check_rule``,
+``check_rule_in_context``): a NaN equals only a NaN, ±inf only itself, -0.0 differs from +0.0,
+finite values are close within the tolerance of the dtype the result is computed in
+(``ir.harness.tolerance``). ``same_bits`` is the stricter equality of the determinism law.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ir.harness.tolerance import tolerance
+
+
+def value_difference(
+    got: Any,
+    want: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    strides: bool = False,
+    assumes: frozenset[str] = frozenset(),
+    what: str = "result",
+) -> str | None:
+    """``None`` when ``got`` equals ``want``, else one sentence naming where and how they differ.
+
+    Recursive over tuples, lists and dicts (the sentence names the path: ``result [1]['k']``).
+    A tensor is compared by type, shape, dtype, device, strides (when ``strides``; sizes of 1
+    and tensors of fewer than two elements are layout-free), then position by position:
+
+    - NaN equals NaN only; ±inf equals itself only; -0.0 differs from +0.0;
+    - finite values are equal when ``|got - want| <= atol + rtol * |want|``, with ``(rtol,
+      atol)`` given or else ``tolerance(want.dtype)`` (the dtype the result is computed in,
+      never an input's); ints and bools are compared exactly.
+
+    Python floats compare the same way; ints, bools, strings and other values with ``==``.
+
+    ``assumes`` (``transforms.rewrite.rule.ASSUMPTIONS``) relaxes the comparison as LLVM's
+    fast-math flags relax semantics: ``no_nans``, a position where ``want`` is NaN may hold
+    anything; ``no_infs``, likewise where ``want`` is ±inf; ``no_signed_zeros``, -0.0 equals
+    +0.0; ``reassociate``, the tolerance is ``ir.harness.tolerance.REASSOCIATE`` times wider.
+
+    The sentence gives how many positions differ, the first flat index and both values.
+
+    Laws: ``value_difference(x, x) is None`` for every ``x`` (NaNs included); not symmetric in
+    general (the tolerance scales with ``|want|``). Complexity: O(elements).
+    """
+    return _difference(got, want, what, rtol, atol, strides, frozenset(assumes))
+
+
+def _difference(got: Any, want: Any, path: str, rtol: float | None, atol: float | None,
+                strides: bool, assumes: frozenset[str]) -> str | None:
+    if isinstance(want, torch.Tensor):
+        return _tensor_difference(got, want, path, rtol, atol, strides, assumes)
+    if isinstance(want, (tuple, list)):
+        if type(got) is not type(want):
+            return f"{path}: a {type(got).__name__}, want a {type(want).__name__}"
+        if len(got) != len(want):
+            return f"{path}: {len(got)} items, want {len(want)}"
+        for k, (g, w) in enumerate(zip(got, want)):
+            found = _difference(g, w, f"{path} [{k}]", rtol, atol, strides, assumes)
+            if found:
+                return found
+        return None
+    if isinstance(want, Mapping):
+        if not isinstance(got, Mapping):
+            return f"{path}: a {type(got).__name__}, want a {type(want).__name__}"
+        if set(got) != set(want):
+            return f"{path}: keys {sorted(map(repr, got))}, want {sorted(map(repr, want))}"
+        for k in want:
+            found = _difference(got[k], want[k], f"{path} [{k!r}]", rtol, atol, strides,
+                                assumes)
+            if found:
+                return found
+        return None
+    if isinstance(want, float) and not isinstance(want, bool):
+        if not isinstance(got, float):
+            return f"{path}: {got!r} ({type(got).__name__}), want {want!r} (float)"
+        r, a = _float_tol(assumes)
+        if _float_equal(got, want, r if rtol is None else rtol, a if atol is None else atol,
+                        assumes):
+            return None
+        return f"{path}: {got!r}, want {want!r}"
+    if isinstance(got, torch.Tensor):
+        return f"{path}: a tensor, want a {type(want).__name__} {want!r}"
+    if type(got) is not type(want) or got != want:
+        return f"{path}: {got!r}, want {want!r}"
+    return None
+
+
+def _float_tol(assumes: frozenset[str]) -> tuple[float, float]:
+    return tolerance(torch.float64, reassociate="reassociate" in assumes)
+
+
+def _float_equal(got: float, want: float, rtol: float, atol: float,
+                 assumes: frozenset[str]) -> bool:
+    if math.isnan(want):
+        return math.isnan(got) or "no_nans" in assumes
+    if math.isinf(want) and "no_infs" in assumes:
+        return True
+    if math.isnan(got) or math.isinf(got) or math.isinf(want):
+        return got == want
+    if got == 0.0 and want == 0.0 and "no_signed_zeros" not in assumes:
+        return math.copysign(1.0, got) == math.copysign(1.0, want)
+    return abs(got - want) <= atol + rtol * abs(want)
+
+
+def _tensor_difference(got: Any, want: torch.Tensor, path: str, rtol: float | None,
+                       atol: float | None, strides: bool, assumes: frozenset[str]) -> str | None:
+    if not isinstance(got, torch.Tensor):
+        return f"{path}: a {type(got).__name__}, want a tensor"
+    if got.shape != want.shape:
+        return f"{path}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
+    if got.dtype != want.dtype:
+        return f"{path}: dtype {got.dtype}, want {want.dtype}"
+    if got.device != want.device:
+        return f"{path}: device {got.device}, want {want.device}"
+    if strides and _layout(got) != _layout(want):
+        return f"{path}: strides {tuple(got.stride())}, want {tuple(want.stride())}"
+    g, w = got.detach().cpu(), want.detach().cpu()
+    if w.is_complex():
+        g, w = torch.view_as_real(g.resolve_conj()), torch.view_as_real(w.resolve_conj())
+    if not (w.is_floating_point()):
+        bad = g != w
+        return _report(path, bad, g, w)
+    r, a = tolerance(want.dtype, reassociate="reassociate" in assumes)
+    r = r if rtol is None else rtol
+    a = a if atol is None else atol
+    g64, w64 = g.to(torch.float64), w.to(torch.float64)
+    nan_g, nan_w = torch.isnan(g64), torch.isnan(w64)
+    inf_g, inf_w = torch.isinf(g64), torch.isinf(w64)
+    close = (g64 - w64).abs() <= a + r * w64.abs()
+    if "no_signed_zeros" not in assumes:
+        zeros = (g64 == 0) & (w64 == 0)
+        close &= ~(zeros & (torch.signbit(g64) != torch.signbit(w64)))
+    special = nan_g | nan_w | inf_g | inf_w
+    ok = torch.where(special, (nan_g & nan_w) | (inf_g & inf_w & (g64 == w64)), close)
+    if "no_nans" in assumes:
+        ok |= nan_w
+    if "no_infs" in assumes:
+        ok |= inf_w
+    return _report(path, ~ok, g, w)
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    if t.numel() < 2:
+        return ()
+    return tuple((i, s) for i, (n, s) in enumerate(zip(t.shape, t.stride())) if n != 1)
+
+
+def _report(path: str, bad: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> str | None:
+    if not bool(bad.any()):
+        return None
+    flat = bad.reshape(-1)
+    j = int(flat.nonzero()[0])
+    gv, wv = g.reshape(-1)[j].item(), w.reshape(-1)[j].item()
+    return (f"{path}: values differ at {int(flat.sum())} of {flat.numel()} positions; first at "
+            f"flat index {j}: got {gv!r}, want {wv!r}")
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same bit for bit: tensors of equal dtype, shape and
+    device whose elements have equal bit patterns (a NaN equals a NaN of the same payload,
+    -0.0 differs from +0.0; strides and storage are not compared: new tensors compare by
+    value); tuples, lists and dicts item by item; floats by their bits; anything else by
+    ``==`` and type. Complexity: O(elements)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+            return False
+        return bool(torch.equal(_bits(a), _bits(b)))
+    if isinstance(a, (tuple, list)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(same_bits(x, y) for x, y in zip(a, b)))
+    if isinstance(a, Mapping):
+        return (isinstance(b, Mapping) and set(a) == set(b)
+                and all(same_bits(a[k], b[k]) for k in a))
+    if isinstance(a, float) and isinstance(b, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    return type(a) is type(b) and a == b
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    flat = t.detach().cpu().reshape(-1).contiguous()
+    if flat.is_complex():
+        flat = torch.view_as_real(flat.resolve_conj()).reshape(-1)
+    return flat.view(torch.uint8)
+
+
+__all__ = ["same_bits", "value_difference"]

@@ -1,0 +1,89 @@
+"""Running one side of a law: a function called on copies of its arguments, what it returned
+or the error it raised captured as a value.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+from torch.utils import _pytree as pytree
+
+
+@attrs.frozen
+class Outcome:
+    """What one run gave: ``results`` (what the function returned) or ``error`` (the exception's
+    type name and the first line of its message, ``None`` when it returned); ``args`` /
+    ``kwargs``: the copies it ran on, as they were after the run (writes in place visible,
+    aliasing with ``results`` observable)."""
+
+    results: Any = None
+    error: tuple[str, str] | None = None
+    args: tuple = ()
+    kwargs: dict = attrs.field(factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run returned (no error)."""
+        return self.error is None
+
+
+def fresh(tree: Any) -> Any:
+    """``tree`` with every tensor replaced by a detached copy of the same layout (strides kept:
+    a transposed or expanded input stays so; an expanded one becomes a real expand of a copy).
+    O(elements)."""
+    return pytree.tree_map(_copy, tree)
+
+
+def _copy(x: Any) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x
+    x = x.detach()
+    expanded = [d for d, (n, s) in enumerate(zip(x.shape, x.stride())) if s == 0 and n > 1]
+    if expanded:  # copy what an expanded tensor reads, expand the copy the same way
+        small = x
+        for d in expanded:
+            small = small.narrow(d, 0, 1)
+        return _copy(small).expand(x.shape)
+    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    out.copy_(x)
+    return out
+
+
+def outcome(fn: Callable, *args: Any, seed: int | None = 0, **kwargs: Any) -> Outcome:
+    """``fn(*args, **kwargs)`` run on copies of the arguments (``fresh``: the caller's tensors
+    are never written), under a forked random state seeded with ``seed`` (``None``: the current
+    state, not forked), warnings silenced; its results or its error as an ``Outcome``.
+
+    Both sides of a law run with the same ``seed`` see the same random numbers. Any
+    ``Exception`` is captured (a ``BaseException`` such as ``KeyboardInterrupt`` propagates).
+
+    Laws: ``outcome(f, *a)`` leaves ``a`` unchanged. Complexity: one call of ``fn`` plus a copy
+    of the arguments.
+    """
+    args, kwargs = fresh((args, kwargs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if seed is None:
+                out = fn(*args, **kwargs)
+            else:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed)
+                    out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - an error is one of the outcomes
+            return Outcome(error=(type(exc).__name__, first_line(exc)), args=args,
+                           kwargs=kwargs)
+    return Outcome(results=out, args=args, kwargs=kwargs)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (at most 300 characters)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+__all__ = ["Outcome", "first_line", "fresh", "outcome"]

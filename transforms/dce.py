@@ -1,0 +1,73 @@
+"""``eliminate_dead_code``: drop the nodes whose results nothing reads and that do nothing else."""
+
+from __future__ import annotations
+
+from ir.gcpause import gc_paused
+from ir.graph import Graph
+from ir.module import ModuleId
+from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER
+from ir.program import Program
+from transforms.checks import require_program
+from transforms.each_graph import map_graphs, signature_names
+from transforms.node_effects import binds_symbols, has_effect
+
+__all__ = ["eliminate_dead_code"]
+
+
+@gc_paused
+def eliminate_dead_code(p: Program) -> Program:
+    """Remove every node whose result is unused and that has no effect, in every graph.
+
+    Parameters:
+        p: a Program, flat or outlined (each graph of the module table is cleaned once,
+            however many calls run it).
+
+    Returns:
+        ``p`` itself when no node is dead; else a Program without the dead nodes. A node is
+        dead when no kept node, output, output spec or preserved call signature reads or names
+        it, and it has no effect (``transforms.node_effects.has_effect``): placeholders (the
+        graph's signature) and the output node are always kept, and so are operators that
+        mutate, draw random numbers, have a side effect or are higher-order ops, and
+        ``call_module`` nodes whose callee has such a node. Random operators are kept even
+        when their result is unused: dropping one would change the random numbers that later
+        random operators draw from the same generator; so are nodes that define unbacked
+        symbols (``binds_symbols``). ``get_attr`` reads and pure operators
+        (views included) that nothing reads are dropped. Names, meta and the order of the
+        kept nodes are as they were; state is kept (an unused state value stays state).
+
+    Raises:
+        NotAProgramError: ``p`` is not a Program.
+
+    **Laws:**
+
+    - identity: a program without dead nodes is returned as is; hence idempotent:
+      ``f(f(p)) is f(p)``;
+    - semantics: ``lower(f(p))`` returns the same outputs, leaves the same state and runs the
+      same side effects (in the same order) as ``lower(p)``;
+    - monotone: ``f(p).node_count() <= p.node_count()``; signatures unchanged;
+    - ``verify`` holds of the result whenever it holds of ``p``.
+
+    Complexity: O(n) in the nodes of all graphs (each callee graph's effects found once).
+    """
+    require_program(p, "eliminate_dead_code")
+    named = signature_names(p)
+    memo: dict = {}
+
+    def clean(mid: ModuleId, graph: Graph) -> Graph:
+        live: set[str] = set()
+        kept = []
+        for n in reversed(graph.nodes):
+            if (
+                n.op in (PLACEHOLDER, OUTPUT)
+                or n.name in live
+                or n.name in named
+                or binds_symbols(n)
+                or (n.op != GET_ATTR and has_effect(p, mid, n, memo))
+            ):
+                kept.append(n)
+                live.update(r.name for r in n.inputs())
+        if len(kept) == len(graph.nodes):
+            return graph
+        return Graph.of(reversed(kept))
+
+    return map_graphs(p, clean)

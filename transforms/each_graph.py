@@ -1,0 +1,50 @@
+"""Running a per-graph rewrite over every graph of a program, flat or outlined."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ir.graph import Graph
+from ir.module import ModuleId
+from ir.program import Program
+
+__all__ = ["map_graphs", "signature_names"]
+
+GraphFn = Callable[[ModuleId, Graph], Graph]
+
+
+def map_graphs(p: Program, fn: GraphFn) -> Program:
+    """``p`` with every graph ``g`` of every module ``mid`` replaced by ``fn(mid, g)``.
+
+    Each graph of the module table is visited once, however many calls (paths, ``@k``
+    variants sharing it) run it; a graph object that several variants of one module share is
+    rewritten once. ``fn`` returns ``g`` itself for "no change"; when it does for every graph,
+    ``p`` itself is returned.
+
+    **Laws:** ``map_graphs(p, lambda mid, g: g) is p``. Complexity: O(modules + graphs) plus
+    the calls of ``fn``.
+    """
+    changed = {}
+    for mid, mod in p.module_table().items():
+        done: dict[int, Graph] = {}
+        graphs = []
+        for g in mod.graphs:
+            if id(g) not in done:
+                done[id(g)] = fn(mid, g)
+            graphs.append(done[id(g)])
+        if any(a is not b for a, b in zip(graphs, mod.graphs)):
+            changed[mid] = mod.replace(graphs=tuple(graphs))
+    if not changed:
+        return p
+    return p.replace(modules=p.modules.update(changed))
+
+
+def signature_names(p: Program) -> frozenset[str]:
+    """The node names that preserved call signatures name (their inputs and outputs): a pass
+    that drops or merges nodes keeps these, so the signatures stay true. O(signatures)."""
+    return frozenset(
+        a.name
+        for sig in p.call_signatures.values()
+        for a in (*sig.inputs, *sig.outputs)
+        if a.name is not None
+    )

@@ -1,0 +1,910 @@
+"""``rewrite_nodes``: a pass written as a function over nodes, with an edit context.
+
+A user's pass that is not a pattern (quantize the large linears, observe every activation) is a
+``visit(node, e)`` function: it looks at one node, emits new operations through ``e`` and returns
+``None`` (keep the node) or the value that replaces the node's result::
+
+    def relu_to_gelu(node, e):
+        if node.target is torch.ops.aten.relu.default:
+            return e.call(torch.ops.aten.gelu.default, *e.args)
+
+    q = rewrite_nodes(p, relu_to_gelu)
+
+``rewrite_nodes`` does the bookkeeping: fresh names, module stacks and fake ``val``s of new
+nodes, rewiring every use (later nodes, outputs, output specs, preserved call signatures),
+dropping what is left unused and pure, and new state (buffers, constants) at either level, flat
+(``import_ep``) or outlined (``transform``), with the signature edits each level needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from pyrsistent import pmap
+
+from ir import ops
+from ir import signature as sg
+from ir import state as st
+from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in, thaw
+from ir.errors import PassError, PurefxError
+from ir.gcpause import gc_paused
+from ir.graph import Graph
+from ir.module import ModuleId, split_call_target
+from ir.names import Names, fresh_name, target_name
+from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
+from ir.program import Program, require_program
+from transforms.rewrite import trace as tr
+
+__all__ = ["Edit", "rewrite_nodes"]
+
+Visit = Callable[[Node, "Edit"], "Ref | None"]
+
+_COPY = torch.ops.aten.copy_.default
+_STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
+_BEFORE_CONSTANTS = (sg.PARAMETER, sg.BUFFER, sg.TOKEN)
+_BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
+_NO_MODE = object()
+_META = object()  # the program's vals are meta tensors: run new nodes on them as they are
+
+
+@gc_paused
+def rewrite_nodes(p: Program, visit: Visit) -> Program:
+    """Call ``visit(node, e)`` on every node of every graph of ``p`` and apply its edits.
+
+    Parameters:
+        p: a Program, flat (``import_ep``) or outlined (``transform``).
+        visit: ``(node, e) -> Ref | None``, called once for each node but the output of each
+            graph, in graph order; graphs in module-walk order, each module's graphs once (a
+            graph shared by several calls is visited once). ``node`` is the node as it is in
+            ``p`` (its arguments as they were); ``e`` (an ``Edit``) has its arguments as they
+            are now (``e.args``), emits new nodes (``e.call``, ``e.apply``), adds state
+            (``e.constant``, ``e.add_buffer``, ``e.write_buffer``) and tells values and the
+            state they read (``e.val``, ``e.state``). ``visit`` returns ``None`` to keep the
+            node, or a ``Ref`` (from ``e``, or one of the node's inputs) whose value replaces
+            the node's result: every later use reads it instead, outputs, output specs and
+            preserved call signatures included; when the replacement has another dtype or
+            shape, the ``val`` of each later node it reaches is propagated again (a node that
+            no longer runs is a ``PassError`` naming it). Nodes emitted while visiting a node go before
+            it, except those that read the node's own result (``node.ref``), directly or
+            through another such node: they go right after it and keep reading the node
+            itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
+            Assigning ``e.args`` / ``e.kwargs`` changes the visited node's arguments in place
+            (same name, ``val`` propagated again); ``e.drop()`` drops it if nothing reads it.
+
+    Returns:
+        ``p`` itself (``is p``) when ``visit`` changed nothing; else a new Program. Replaced
+        nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
+        impurity facts; placeholders, calls of modules and writes are kept), and new constants
+        nothing reads with their state; nodes that were unused before are left as they are
+        unless ``visit`` calls ``e.drop()`` on them. New state: buffers and constants at
+        ``<module path>.<name>``, with the slot, tensor, ``state_order`` entry and, on a flat
+        program, the placeholder and ``InputSpec`` (buffers after the parameters and buffers,
+        constants after all state, before the user inputs); a buffer write on a flat program
+        is a ``buffer_mutation`` output placed before the user outputs (an in-place
+        ``aten.copy_`` on an outlined one, or where the graph already writes that buffer in
+        place). Later reads of a written buffer see the value written, at both levels.
+
+    Raises:
+        PassError: naming the node, when ``visit`` returns something other than ``None`` or a
+        ``Ref``; when a new node or the replacement reads a value defined later (a cycle) or
+        not at all; when the replacement of a value that a signature names (a root output, an
+        argument of a preserved call, a module graph's output) has another dtype or shape;
+        when ``write_buffer`` writes anything but a buffer (a user input, a parameter, a
+        computed value), or a value of another dtype or shape; when a new node cannot run on
+        the fake values of its arguments.
+
+    **Laws:**
+
+    - identity: ``rewrite_nodes(p, lambda n, e: None) is p``; a visit that changes nothing
+      gives ``p`` itself;
+    - purity: ``p``, its nodes and tensors are never written (``tensor._version`` unchanged);
+    - semantics: with a visit that replaces each value by an equal one, ``lower`` of the result
+      computes what ``lower(p)`` computes;
+    - ``verify`` holds of the result whenever it holds of ``p``.
+
+    Complexity: O(n + s) in the nodes of the distinct graphs and the signatures' entries (one
+    pass over each graph, one freeze at the end), plus the cost of ``visit`` and of what it emits (fake propagation per new node, one
+    ``torch.export`` per distinct ``e.apply`` function and argument shapes).
+    """
+    require_program(p, "rewrite_nodes")
+    return _Editor(p, visit).run()
+
+
+class Edit:
+    """The edit context ``rewrite_nodes`` hands to ``visit`` with each node.
+
+    One object serves the whole call (its fields follow the node being visited); keep no
+    reference to it past ``visit``. ``args`` / ``kwargs`` are the node's arguments with earlier
+    replacements applied; ``node`` is the node being visited; ``graph`` the graph it is in, as
+    it is in the input (names are per graph: key what you remember across nodes by it).
+    """
+
+    __slots__ = ("_ed", "_kwargs", "args", "graph", "node")
+
+    def __init__(self, editor: _Editor) -> None:
+        self._ed = editor
+        self.node: Node | None = None
+        self.graph: Graph | None = None
+        self.args: tuple = ()
+        self._kwargs: Any = EMPTY_DICT
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The node's keyword arguments, rewired, as a new dict (``**e.kwargs`` passes them on).
+        Assign ``e.kwargs`` (or ``e.args``) to change the visited node's arguments: it keeps
+        its name and place, and its ``val`` is propagated again."""
+        return dict(self._kwargs.items)
+
+    @kwargs.setter
+    def kwargs(self, value: Mapping[str, Any]) -> None:
+        self._kwargs = freeze(dict(value), _leaf)
+
+    def drop(self) -> None:
+        """Drop the visited node if, at the end, nothing reads it and it is pure (a node
+        nobody read before the pass: ``not e.graph.users()[node.name]``); else keep it.
+        What it alone read is dropped too, on the same terms. O(1)."""
+        self._ed.candidates.add(self._ed.here())
+
+    def call(self, target: Any, *args: Any, **kwargs: Any) -> Ref:
+        """Emit ``target(*args, **kwargs)`` (an ``aten`` operator, usually) and return its value.
+
+        The new node is named after the operator (a fresh name), runs in the visited node's
+        module (its ``nn_module_stack`` and ``stack_trace``), and its ``val`` is computed by
+        fake propagation from its arguments' ``val``. It goes before the visited node, or right
+        after it when it reads the node's result. O(1) plus one fake run."""
+        return self._ed.emit(CALL_FUNCTION, target, args, kwargs)
+
+    def apply(self, fn: Callable, *args: Any) -> Ref | tuple:
+        """Trace ``fn(*args)`` (a PyTorch function of tensors and Python scalars) at the
+        program's level, at the shapes and dtypes of the arguments' ``val``, and emit its
+        nodes; return its result (a ``Ref``, or a tuple of them for several results).
+
+        Tensor arguments are ``Ref`` s; scalars are traced as literals. Symbolic sizes are
+        traced at their hints, so sizes ``fn`` computes are specialized to them. One
+        ``torch.export`` per function and argument shapes (remembered for the rest of the
+        call)."""
+        return self._ed.apply(fn, args)
+
+    def val(self, x: Any) -> Any:
+        """The fake tensor (``meta["val"]``) of ``Ref`` ``x``, or ``x`` itself for a literal;
+        ``None`` for a node without one."""
+        return self._ed.val(x)
+
+    def constant(self, tensor: torch.Tensor) -> Ref:
+        """A new lifted constant holding ``tensor`` (held as it is, never written), owned by
+        the visited node's module: a ``constant_tensor`` input of a flat program, a
+        ``get_attr`` of an outlined one. Not in ``state_dict``."""
+        return self._ed.new_state(st.CONSTANT, "_constant", tensor, True)
+
+    def state(self, x: Any) -> tuple[str, Any] | None:
+        """``(fqn, tensor)`` of the state that value ``x`` reads (a state placeholder of a flat
+        program, a ``get_attr`` of an outlined one, or state this call added), else ``None``."""
+        return self._ed.state(x)
+
+    def add_buffer(self, name: str, tensor: torch.Tensor, persistent: bool = True) -> Ref:
+        """A new buffer holding ``tensor``, owned by the visited node's module, at
+        ``<module path>.<name>`` (``name_1``, ... when taken); return the value reading it.
+        Flat: a ``buffer`` placeholder and ``InputSpec`` after the existing parameters and
+        buffers; outlined: a ``get_attr``. Either way a state slot, its tensor, and its fqn
+        last in ``state_order``."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise PassError(
+                f"add_buffer at node {self._ed.here()!r}: name must be a Python identifier, "
+                f"got {name!r}"
+            )
+        return self._ed.new_state(st.BUFFER, name, tensor, persistent)
+
+    def write_buffer(self, buffer: Ref, value: Ref) -> None:
+        """Write ``value`` into ``buffer`` (a value ``e.state`` says reads a buffer). Later
+        reads of the buffer in this graph see ``value``. Flat: a ``buffer_mutation`` output and
+        ``OutputSpec``, placed before the user outputs; outlined: an ``aten.copy_`` node."""
+        self._ed.write_buffer(buffer, value)
+
+
+class _Editor:
+    """The builder of one ``rewrite_nodes`` call: per graph a node list, an alias map and a
+    name set; for the program the new state, tensors, specs and mutation outputs."""
+
+    def __init__(self, p: Program, visit: Visit) -> None:
+        self.p = p
+        self.visit = visit
+        self.e = Edit(self)
+        self.changed = False
+        self.flat = p.is_flat
+        self.added_state: dict[str, st.Slot] = {}
+        self.new_tensors: dict[str, st.Opaque] = {}
+        self.new_order: list[str] = []
+        self.new_inputs: list[sg.InputSpec] = []
+        self.new_spec_by_name: dict[str, sg.InputSpec] = {}
+        self._call_names: dict[str, set[str]] | None = None
+        self.mutations: dict[str, Ref] = {}  # buffer fqn -> the value written (flat)
+        self.traced: dict[Any, tr.Traced] = {}
+        self._level: str | None = None
+        self._mode: Any = _NO_MODE
+        self._paths: dict[ModuleId, list[str]] | None = None
+        self.root_aliases: dict[str, Ref] = {}
+        self.live_constants: set[str] = set()  # new constants some node still reads
+        self.constants: set[str] = set()  # every new constant
+        self.aliases_of: dict[str, list[str]] = {}  # new fqn -> its other paths' fqns
+        self.call_aliases: dict[str, dict[str, Ref]] = {}  # module path -> its graphs' aliases
+        self.current: Node | None = None  # the visited node, its val propagated again
+        self.retyped: set[str] = set()
+        self.holder_of: dict[str, str] = {}  # written buffer fqn -> its placeholder (flat)
+        self.buffer_values: dict[str, str] = {}  # value written into a buffer -> its fqn (flat)
+
+    # --- the walk -----------------------------------------------------------------------------
+
+    def run(self) -> Program:
+        p = self.p
+        table = p.module_table()
+        updates: dict[ModuleId, Any] = {}
+        seen: set[ModuleId] = set()
+        for path, mid in p.walk():
+            if mid in seen:
+                continue
+            seen.add(mid)
+            mod = table[mid]
+            graphs = tuple(self.graph(mid, path, g, gi) for gi, g in enumerate(mod.graphs))
+            if any(a is not b for a, b in zip(graphs, mod.graphs)):
+                updates[mid] = mod.replace(graphs=graphs)
+        if not self.changed:
+            return p
+        return self.freeze(updates)
+
+    def graph(self, mid: ModuleId, path: str, graph: Graph, gi: int) -> Graph:
+        self.mid, self.path = mid, path
+        self.is_root = mid == self.p.root and gi == 0
+        self.spec_of = (
+            {s.name: s for s in self.p.signature.inputs} if self.is_root else {}
+        )
+        self.taken = Names(n.name for n in graph.nodes)
+        self.alias: dict[str, Ref] = {}
+        self.defined: dict[str, Node] = {}
+        self.nodes: list[Node] = []
+        self.placeholders: list[Node] = []  # new placeholders (flat root)
+        self.candidates: set[str] = set()  # nodes the edit may have left unused
+        self.named = None
+        self.written: set[str] | None = None
+        self.graph_changed = False
+        self.graph_obj = graph
+        self.e.graph = graph
+        self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
+        alias, e, visit, defined, nodes = self.alias, self.e, self.visit, self.defined, self.nodes
+        retyped = self.retyped = set()  # values whose dtype or shape the edit changed
+        pending: list[Node] = []  # what placeholders' visits emitted: after the placeholders
+        keep = _same
+        for node in graph.nodes:
+            op = node.op
+            if op == OUTPUT:
+                nodes.extend(pending)
+                nodes.append(self.output(node))
+                break
+            if pending and op != PLACEHOLDER:
+                nodes.extend(pending)
+                pending.clear()
+            if alias:
+                args = map_refs_in(node.args, alias, keep)
+                kwargs = map_refs_in(node.kwargs, alias, keep) if node.kwargs.items else node.kwargs
+            else:
+                args, kwargs = node.args, node.kwargs
+            current = self.current = e.node = node
+            if retyped and op == CALL_FUNCTION and any(r.name in retyped for r in node.inputs()):
+                current = self.repropagated(node, args, kwargs)
+            self.current = current
+            e.node, e.args, e._kwargs = node, args, kwargs
+            self.before: list[Node] = []
+            self.after: list[Node] = []
+            self.after_names: set[str] = set()
+            result = visit(node, e)
+            if e.args is not args or e._kwargs is not kwargs:
+                node_now = self.reargued(current, e.args, e._kwargs)
+            elif current is not node:
+                node_now = current
+            elif args is not node.args or kwargs is not node.kwargs:
+                node_now = node.replace(args=args, kwargs=kwargs)
+                self.graph_changed = True
+            else:
+                node_now = node
+            defined[node.name] = node_now
+            for n in self.after:
+                defined[n.name] = n
+            if op == PLACEHOLDER:
+                nodes.append(node_now)
+                pending.extend(self.before)
+                pending.extend(self.after)
+            else:
+                nodes.extend(self.before)
+                nodes.append(node_now)
+                nodes.extend(self.after)
+            if result is not None:
+                self.replace(node, result)
+        else:  # pragma: no cover - verify guarantees an output node
+            raise PassError(f"graph of module {path or '<root>'!r} has no output node")
+        if self.placeholders:
+            nodes = self.insert_placeholders(nodes)
+        if self.candidates:
+            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants)
+        if not self.graph_changed and _same_nodes(nodes, graph.nodes):
+            return graph
+        for n in nodes:
+            fqn = self.fresh_constants.get(n.name)
+            if fqn is not None:
+                self.live_constants.add(fqn)
+        self.changed = True
+        if self.alias:
+            if self.is_root:
+                self.root_aliases = self.alias
+            self.call_aliases.setdefault("" if self.flat else path, {}).update(self.alias)
+        return Graph.of(nodes)
+
+    def replace(self, node: Node, result: Any) -> None:
+        if type(result) is not Ref:
+            raise PassError(
+                f"visit returned {result!r} for node {node.name!r}; return None to keep the "
+                "node, or a Ref (from e.call, e.apply, ... or one of the node's inputs) to "
+                "replace its result"
+            )
+        result = self.alias.get(result.name, result)
+        if result.name == node.name:
+            return
+        if result.name not in self.defined:
+            raise PassError(
+                f"visit replaces node {node.name!r} with %{result.name}, which is "
+                f"{self.undefined(result.name)}; replace a node with a value computed before it "
+                "or from it"
+            )
+        if node.name in self.signature_names():
+            old, new = node.meta.get("val"), self.defined[result.name].meta.get("val")
+            if not _same_type(old, new):
+                raise PassError(
+                    f"visit replaces node {node.name!r}, which a signature names, with "
+                    f"%{result.name} of another dtype or shape ({_describe(old)} -> "
+                    f"{_describe(new)}); keep the value's dtype and shape there"
+                )
+        if not _same_type(node.meta.get("val"), self.defined[result.name].meta.get("val")):
+            self.retyped.add(node.name)  # its readers' vals are propagated again
+        self.alias[node.name] = result
+        self.candidates.add(node.name)
+        self.graph_changed = True
+
+    def signature_names(self) -> set[str]:
+        """Names of this graph's values that a signature names (root outputs, preserved call
+        arguments, a module graph's outputs): their replacement keeps dtype and shape."""
+        if self.named is None:
+            named: set[str] = set()
+            graph = self.graph_obj
+            if self.is_root:
+                named.update(s.name for s in self.p.signature.outputs if s.name)
+            else:
+                named.update(r.name for r in graph.output_node.inputs())
+            named.update(self.call_names().get("" if self.flat else self.path, ()))
+            self.named = named
+        return self.named
+
+    def call_names(self) -> dict[str, set[str]]:
+        """The names preserved call signatures give, by the path of the module whose graphs
+        hold them (all under ``""`` for a flat program). Built once. O(signatures)."""
+        if self._call_names is None:
+            self._call_names = {}
+            for call, sig in self.p.call_signatures.items():
+                path = "" if self.flat else split_call_target(call)[0]
+                names = self._call_names.setdefault(path, set())
+                names.update(a.name for a in sig.inputs + sig.outputs if a.name)
+        return self._call_names
+
+    def output(self, node: Node) -> Node:
+        alias = self.alias
+        args = map_refs_in(node.args, alias, _same) if alias else node.args
+        if self.is_root and self.flat and self.mutations:
+            values = args[0] if args else ()
+            values = values if isinstance(values, tuple) else (values,)
+            at = self.mutation_index()
+            new = tuple(self.mutations.values())
+            args = (values[:at] + new + values[at:],) + tuple(args[1:])
+        if args is node.args:
+            return node
+        self.graph_changed = True
+        return node.replace(args=args)
+
+    def mutation_index(self) -> int:
+        specs = self.p.signature.outputs
+        return next(
+            (i for i, s in enumerate(specs) if s.kind not in _BEFORE_USER_OUTPUTS),
+            len(specs),
+        )
+
+    def insert_placeholders(self, nodes: list[Node]) -> list[Node]:
+        """The new state placeholders among the old, where their ``InputSpec`` s go."""
+        specs = self.p.signature.inputs
+        order = [s.name for s in self.inputs_with_new(specs)]
+        by_name = {n.name: n for n in self.placeholders}
+        olds = [n for n in nodes if n.op == PLACEHOLDER]
+        rest = [n for n in nodes if n.op != PLACEHOLDER]
+        old_by = {n.name: n for n in olds}
+        placed = [
+            by_name.get(name) or old_by.pop(name)
+            for name in order
+            if name in by_name or name in old_by
+        ]
+        placed.extend(old_by.values())  # placeholders without a spec (hand-built programs)
+        return placed + rest
+
+    def inputs_with_new(self, specs: tuple[sg.InputSpec, ...]) -> tuple[sg.InputSpec, ...]:
+        """The input specs with the new ones in place: buffers after the parameters and
+        buffers, constants after all state, both before the user inputs."""
+        out = list(specs)
+        for spec in self.new_inputs:
+            kinds = _BEFORE_CONSTANTS
+            if spec.kind != sg.BUFFER:
+                kinds = _BEFORE_CONSTANTS + _STATE_INPUTS
+            at = 0
+            for i, s in enumerate(out):
+                if s.kind in kinds:
+                    at = i + 1
+            out.insert(at, spec)
+        return tuple(out)
+
+    def reargued(self, node: Node, args: Any, kwargs: Any) -> Node:
+        """``node`` with the arguments ``visit`` assigned, checked and with its ``val`` again."""
+        args = map_refs(freeze(tuple(args), _leaf), self.read)
+        kwargs = map_refs(freeze(kwargs, _leaf), self.read)
+        late = self.after_names | {node.name}
+        cycle = next((r.name for r in _refs(args, kwargs) if r.name in late), None)
+        if cycle is not None:
+            raise PassError(
+                f"visit gives node {node.name!r} an argument %{cycle} computed from its own "
+                "result (a cycle); emit that value before the node"
+            )
+        return self.repropagated(node, args, kwargs)
+
+    def repropagated(self, node: Node, args: Any, kwargs: Any) -> Node:
+        """``node`` with ``args`` / ``kwargs`` and its ``val`` propagated again; its name joins
+        ``retyped`` when the dtype or shape changed."""
+        self.graph_changed = True
+        val = self.fake(node.target, args, kwargs) if node.op == CALL_FUNCTION else None
+        if val is None:
+            return node.replace(args=args, kwargs=kwargs)
+        if not _same_type(self.e.node.meta.get("val"), val):
+            self.retyped.add(node.name)
+        meta = MappingProxyType({**node.meta, "val": val})
+        return node.replace(args=args, kwargs=kwargs, meta=meta)
+
+    # --- emitting -----------------------------------------------------------------------------
+
+    def here(self) -> str:
+        node = self.e.node
+        return node.name if node is not None else "?"
+
+    def read(self, r: Ref) -> Ref:
+        """A Ref the visit gave, with replacements applied; ``PassError`` when it is not
+        defined yet (a cycle) or at all."""
+        r = self.alias.get(r.name, r)
+        name = r.name
+        if name in self.defined or name in self.after_names or name == self.e.node.name:
+            return r
+        raise PassError(
+            f"a node emitted at node {self.here()!r} reads %{name}, which is "
+            f"{self.undefined(name)}; read the "
+            "node's arguments (e.args), its result (node.ref) or values emitted before"
+        )
+
+    def undefined(self, name: str) -> str:
+        return "defined later (a cycle)" if name in self.graph_obj.by_name() else "not defined"
+
+    def emit(self, op: str, target: Any, args: tuple, kwargs: Mapping[str, Any]) -> Ref:
+        args = freeze(tuple(args), _leaf)
+        kwargs = freeze(dict(kwargs), _leaf)
+        args = map_refs(args, self.read)
+        kwargs = map_refs(kwargs, self.read)
+        here = self.e.node
+        late = self.after_names | {here.name}
+        after = any(r.name in late for r in _refs(args, kwargs))
+        val = self.fake(target, args, kwargs)
+        name = fresh_name(_base(target), self.taken)
+        node = new_node(op, name, target, args, kwargs, self.meta(val))
+        if after:
+            self.after.append(node)
+            self.after_names.add(name)
+        else:
+            self.before.append(node)
+            self.defined[name] = node
+        self.candidates.add(name)
+        self.graph_changed = True
+        return node.ref
+
+    def meta(self, val: Any) -> Mapping[str, Any]:
+        src = self.e.node.meta
+        meta = {k: src[k] for k in ("nn_module_stack", "stack_trace") if k in src}
+        if val is not None:
+            meta["val"] = val
+        return MappingProxyType(meta)
+
+    def lookup(self, name: str) -> Node | None:
+        found = self.defined.get(name)
+        if found is None:
+            here = self.current
+            if here is not None and name == here.name:
+                return here
+            found = next((n for n in self.after if n.name == name), None)
+        return found
+
+    def val(self, x: Any) -> Any:
+        if type(x) is not Ref:
+            return x
+        x = self.alias.get(x.name, x)
+        node = self.lookup(x.name)
+        return node.meta.get("val") if node is not None else None
+
+    def fake(self, target: Any, args: Any, kwargs: Any) -> Any:
+        missing: list[str] = []
+
+        def on_ref(r: Ref) -> Any:
+            v = self.val(r)
+            if v is None:
+                missing.append(r.name)
+            return v
+
+        a, k = thaw(args, on_ref), thaw(kwargs, on_ref)
+        mode = self.fake_mode()
+        if missing or mode is None:
+            return None
+        try:
+            with contextlib.nullcontext() if mode is _META else mode:
+                return target(*a, **k)
+        except Exception as exc:
+            raise PassError(
+                f"{target_name(target)} at node {self.here()!r} raises on its "
+                f"arguments' values ({type(exc).__name__}: {_first_line(exc)}); check the "
+                "arguments' shapes and dtypes (e.val)"
+            ) from exc
+
+    def fake_mode(self) -> Any:
+        """The fake mode of the program's ``val`` s (the first tensor ``val`` found), ``_META``
+        when they are meta tensors (hand-built and generated programs), else ``None``."""
+        if self._mode is _NO_MODE:
+            self._mode = None
+            for _, mid in self.p.walk():
+                for g in self.p.module_table()[mid].graphs:
+                    for n in g.nodes:
+                        v = n.meta.get("val")
+                        if isinstance(v, torch.Tensor):
+                            mode = getattr(v, "fake_mode", None)
+                            self._mode = mode if mode is not None else (
+                                _META if v.device.type == "meta" else None
+                            )
+                            return self._mode
+        return self._mode
+
+    def fake_of(self, tensor: torch.Tensor) -> Any:
+        """The ``val`` of a new state tensor, of the program's kind."""
+        mode = self.fake_mode()
+        if mode is None:
+            return None
+        return tensor.to("meta") if mode is _META else mode.from_tensor(tensor)
+
+    def level(self) -> str:
+        if self._level is None:
+            graphs = [g for _, m in self.p.modules.items() for g in m.graphs]
+            self._level = tr.level_of(graphs)
+        return self._level
+
+    def apply(self, fn: Callable, args: tuple) -> Ref | tuple:
+        examples = []
+        for a in args:
+            if type(a) is Ref:
+                v = self.val(self.read(a))
+                if not isinstance(v, torch.Tensor):
+                    raise PassError(
+                        f"e.apply at node {self.here()!r}: argument %{a.name} has no tensor val; "
+                        "apply traces at the arguments' fake values"
+                    )
+                examples.append(torch.zeros([int(d) for d in v.shape], dtype=v.dtype))
+            else:
+                examples.append(a)
+        key = (fn, self.level(), tuple(
+            (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else (type(x), x)
+            for x in examples
+        ))
+        traced = self.traced.get(key)
+        if traced is None:
+            name = getattr(fn, "__qualname__", repr(fn))
+            try:
+                traced = tr.trace(fn, examples, self.level(), name, f"edit at node {self.here()!r}",
+                                  sentinels=False)
+            except PurefxError as exc:
+                raise PassError(f"e.apply at node {self.here()!r}: {exc}") from exc
+            self.traced[key] = traced
+        env: dict[str, Any] = {}
+        phs = [n.name for n in traced.graph.nodes if n.op == PLACEHOLDER]
+        for ph, pos in zip(phs, traced.tensor_args):
+            env[ph] = args[pos]
+
+        def bind(r: Ref) -> Any:
+            return env.get(r.name, r)
+
+        for n in traced.compute_nodes():
+            out = self.emit(n.op, n.target, map_refs(n.args, bind), dict(map_refs(n.kwargs, bind).items))
+            env[n.name] = out
+        results = tuple(map_refs(o, bind) for o in traced.outputs)
+        return results[0] if len(results) == 1 else results
+
+    # --- state --------------------------------------------------------------------------------
+
+    def state(self, x: Any) -> tuple[str, Any] | None:
+        if type(x) is not Ref:
+            return None
+        x = self.alias.get(x.name, x)
+        fqn = self.fqn_of(x)
+        if fqn is None:
+            return None
+        slot = self.added_state.get(fqn) or self.p.state_table().get(fqn)
+        if slot is None:
+            return None
+        held = self.new_tensors.get(slot.tensor) or self.p.tensor_table().get(slot.tensor)
+        return (fqn, held.value if held is not None else None)
+
+    def fqn_of(self, x: Ref) -> str | None:
+        written = self.buffer_values.get(x.name)
+        if written is not None:
+            return written
+        node = self.lookup(x.name)
+        if node is None:
+            return None
+        if node.op == PLACEHOLDER:
+            spec = self.spec_of.get(node.name) or self.new_spec_of(node.name)
+            if spec is not None and spec.kind in _STATE_INPUTS:
+                return spec.target
+            return None
+        if node.op == GET_ATTR and type(node.target) is str:
+            fqn = self.p.attr_fqn(self.mid, self.path, node.target)
+            return fqn if fqn in self.p.state_table() or fqn in self.added_state else None
+        return None
+
+    def new_spec_of(self, name: str) -> sg.InputSpec | None:
+        return self.new_spec_by_name.get(name)
+
+    def owner(self) -> tuple[str, ModuleId]:
+        """The path and id of the module that owns state the visited node adds."""
+        if not (self.is_root and self.flat):
+            return self.path, self.mid
+        stack = self.e.node.meta.get("nn_module_stack")
+        path = list(stack.values())[-1][0] if stack else ""
+        mid = self.p.resolve(path) if path else self.p.root
+        if mid is None:
+            return "", self.p.root
+        return path, mid
+
+    def paths_of(self, mid: ModuleId) -> list[str]:
+        if self._paths is None:
+            self._paths = {}
+            for path, m in self.p.walk():
+                self._paths.setdefault(m, []).append(path)
+        return self._paths.get(mid, [])
+
+    def new_state(self, kind: str, name: str, tensor: Any, persistent: bool) -> Ref:
+        if not isinstance(tensor, torch.Tensor):
+            raise PassError(
+                f"new state at node {self.here()!r} must be a torch.Tensor, got "
+                f"{type(tensor).__name__}"
+            )
+        path, mid = self.owner()
+        state, module = self.p.state_table(), self.p.module_table()[mid]
+        local, i = name, 1
+
+        def taken(local: str) -> bool:
+            fqn = f"{path}.{local}" if path else local
+            return fqn in state or fqn in self.added_state or module.child(local) is not None
+
+        while taken(local):
+            local, i = f"{name}_{i}", i + 1
+        fqn = f"{path}.{local}" if path else local
+        key, i = fqn, 1
+        while key in self.p.tensor_table() or key in self.new_tensors:
+            key, i = f"{fqn}_{i}", i + 1
+        slot = st.Slot(kind, key, persistent if kind == st.BUFFER else True, False)
+        self.new_tensors[key] = st.Opaque(tensor)
+        self.added_state[fqn] = slot
+        self.new_order.append(fqn)
+        val = self.fake_of(tensor)
+        meta = MappingProxyType({"val": val} if val is not None else {})
+        self.graph_changed = True
+        if self.is_root and self.flat:
+            prefix = "b_" if kind == st.BUFFER else "c_"
+            pname = fresh_name(prefix + fqn.replace(".", "_"), self.taken)
+            node = new_node(PLACEHOLDER, pname, pname, (), EMPTY_DICT, meta)
+            spec_kind = sg.BUFFER if kind == st.BUFFER else sg.CONSTANT_TENSOR
+            spec = sg.InputSpec(spec_kind, pname, fqn, persistent if kind == st.BUFFER else None)
+            self.new_inputs.append(spec)
+            self.new_spec_by_name[pname] = spec
+            self.placeholders.append(node)
+            self.defined[pname] = node
+            return self.new_read(node, kind, fqn)
+        for other in self.paths_of(mid)[1:]:  # a module reached by several paths: aliases
+            alias_fqn = f"{other}.{local}" if other else local
+            if alias_fqn not in state and alias_fqn not in self.added_state:
+                self.added_state[alias_fqn] = slot
+                self.new_order.append(alias_fqn)
+                self.aliases_of.setdefault(fqn, []).append(alias_fqn)
+        gname = fresh_name(local, self.taken)
+        node = new_node(GET_ATTR, gname, local, (), EMPTY_DICT, meta)
+        self.before.append(node)
+        self.defined[gname] = node
+        return self.new_read(node, kind, fqn)
+
+    def new_read(self, node: Node, kind: str, fqn: str) -> Ref:
+        """``node``'s value; a new constant is dropped with its state when nothing reads it."""
+        if kind == st.CONSTANT:
+            self.fresh_constants[node.name] = fqn
+            self.constants.add(fqn)
+            self.candidates.add(node.name)
+        return node.ref
+
+    def write_buffer(self, buffer: Any, value: Any) -> None:
+        if type(buffer) is not Ref or type(value) is not Ref:
+            raise PassError(
+                f"write_buffer at node {self.here()!r} takes two Refs (the buffer and the value), "
+                f"got {buffer!r}, {value!r}"
+            )
+        buffer, value = self.read(buffer), self.read(value)
+        fqn = self.fqn_of(buffer)
+        slot = None if fqn is None else (self.added_state.get(fqn) or self.p.state_table().get(fqn))
+        if slot is None or slot.kind != st.BUFFER:
+            what = "a user input or a computed value" if slot is None else f"a {slot.kind}"
+            raise PassError(
+                f"write_buffer at node {self.here()!r} writes %{buffer.name}, which is {what}; "
+                "only buffers (e.state(x) names one, or e.add_buffer) may be written"
+            )
+        old, new = self.val(buffer), self.val(value)
+        if not _same_type(old, new):
+            raise PassError(
+                f"write_buffer at node {self.here()!r} writes %{value.name} "
+                f"({_describe(new)}) into buffer {fqn!r} ({_describe(old)}); write a value of "
+                "the buffer's dtype and shape"
+            )
+        if self.is_root and self.flat and buffer.name not in self.written_in_place():
+            if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
+                raise PassError(
+                    f"write_buffer at node {self.here()!r}: buffer {fqn!r} already has a "
+                    "buffer_mutation output; write it once"
+                )
+            holder = self.holder_of.setdefault(fqn, buffer.name)  # the buffer's placeholder
+            self.mutations[fqn] = value
+            self.alias[holder] = value  # later reads see the new value, as in place
+            self.buffer_values[value.name] = fqn  # and e.state of it still names the buffer
+            self.graph_changed = True
+            return
+        self.emit(CALL_FUNCTION, _COPY, (buffer, value), {})
+
+    def written_in_place(self) -> set[str]:
+        """Names of this graph's values that a node writes in place (once per graph)."""
+        if self.written is None:
+            self.written = {
+                r.name
+                for n in self.graph_obj.nodes
+                if n.op == CALL_FUNCTION and ops.is_mutating(n.target)
+                for i in ops.written_args(n.target)
+                if i < len(n.args) and type(r := n.args[i]) is Ref
+            }
+        return self.written
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def freeze(self, updates: dict[ModuleId, Any]) -> Program:
+        p = self.p
+        dead = self.constants - self.live_constants
+        if dead:
+            gone = dead | {a for f in dead for a in self.aliases_of.get(f, ())}
+            for fqn in dead:
+                self.new_tensors.pop(self.added_state[fqn].tensor, None)
+            self.added_state = {k: v for k, v in self.added_state.items() if k not in gone}
+            self.new_order = [f for f in self.new_order if f not in gone]
+            self.new_inputs = [s for s in self.new_inputs if s.target not in gone]
+        changes: dict[str, Any] = {"modules": p.modules.update(updates) if updates else p.modules}
+        if self.added_state:
+            changes["state"] = p.state.update(pmap(self.added_state))
+            changes["tensors"] = p.tensors.update(pmap(self.new_tensors))
+            changes["state_order"] = p.state_order + tuple(self.new_order)
+        root_graph = self.root_aliases
+        sig = p.signature
+        inputs = self.inputs_with_new(sig.inputs) if self.new_inputs else sig.inputs
+        outputs = tuple(
+            s if s.name not in root_graph else sg.OutputSpec(s.kind, root_graph[s.name].name, s.target)
+            for s in sig.outputs
+        )
+        if self.mutations:
+            at = self.mutation_index()
+            new = tuple(sg.OutputSpec(sg.BUFFER_MUTATION, v.name, fqn) for fqn, v in self.mutations.items())
+            outputs = outputs[:at] + new + outputs[at:]
+        if inputs is not sig.inputs or outputs != sig.outputs:
+            changes["signature"] = sg.ExportSignature(inputs, outputs)
+        calls = p.call_signatures
+        for call, csig in p.call_signatures.items():
+            renames = self.call_aliases.get(split_call_target(call)[0] if not self.flat else "")
+            if not renames:
+                continue
+            names = {k: v.name for k, v in renames.items()}
+            renamed = csig.renamed(inputs=names, outputs=names)
+            if renamed != csig:
+                calls = calls.set(call, renamed)
+        changes["call_signatures"] = calls
+        return p.replace(**changes)
+
+
+def _same(r: Ref) -> Ref:
+    return r
+
+
+def _leaf(x: Any) -> Any:
+    return x
+
+
+def _refs(args: Any, kwargs: Any) -> list[Ref]:
+    found: list[Ref] = []
+    collect_refs(args, found)
+    collect_refs(kwargs, found)
+    return found
+
+
+def _base(target: Any) -> str:
+    name = target_name(target).split(".")
+    # aten.add.Tensor -> add; a function torch.relu -> relu
+    if len(name) >= 3 and name[0] == "aten":
+        return name[1]
+    return name[-1] or "_"
+
+
+def _same_type(a: Any, b: Any) -> bool:
+    """Same dtype and shape, when both are tensors (a value without ``val`` is not checked)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+    return True
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else ""
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}"
+    return type(v).__name__
+
+
+def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _is_pure(node: Node) -> bool:
+    if node.op == GET_ATTR:
+        return True
+    if node.op in (CALL_FUNCTION, CALL_METHOD):
+        return ops.is_recomputable(node.target)
+    return False
+
+
+def _drop_unused(
+    nodes: list[Node], candidates: set[str], constants: Mapping[str, str]
+) -> list[Node]:
+    """``nodes`` without the candidates (and, transitively, their inputs) that nothing reads
+    and that are pure. O(n)."""
+    uses: dict[str, int] = {}
+    for n in nodes:
+        for r in n.inputs():
+            uses[r.name] = uses.get(r.name, 0) + 1
+    keep = [True] * len(nodes)
+    for i in range(len(nodes) - 1, -1, -1):
+        n = nodes[i]
+        if n.name not in candidates or uses.get(n.name, 0):
+            continue
+        if not _is_pure(n) and n.name not in constants:
+            continue
+        keep[i] = False
+        for r in n.inputs():
+            uses[r.name] -= 1
+            candidates.add(r.name)
+    return [n for n, k in zip(nodes, keep) if k]

@@ -1,0 +1,386 @@
+"""``fold_constants``: what depends on no input and on no state that can change is computed once,
+when the program is transformed, and held as a new lifted constant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+
+from ir import ops
+from ir import signature as sg
+from ir import state as st
+from ir.args import EMPTY_DICT, Ref, map_refs, thaw
+from ir.errors import PassError
+from ir.gcpause import gc_paused
+from ir.graph import Graph
+from ir.module import SUBGRAPH, ModuleId
+from ir.names import Names, fresh_name
+from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
+from ir.program import Program
+from transforms.checks import require_program
+from transforms.constants import fresh_attr, with_constants
+from transforms.each_graph import map_graphs, signature_names
+from transforms.node_effects import binds_symbols, graph_writes
+
+__all__ = ["DEFAULT_MAX_BYTES", "fold_constants"]
+
+DEFAULT_MAX_BYTES = 1 << 20
+"""``fold_constants``' default bound on one folded tensor: 1 MiB."""
+
+CLONE = torch.ops.aten.clone.default
+
+# the root placeholders that export orders before the new constants
+_BEFORE_CONSTANTS = (sg.TOKEN, sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
+
+
+@gc_paused
+def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
+    """Compute once the values that depend on no input and on no state that can change, and
+    read them from new lifted constants.
+
+    Parameters:
+        p: a Program, flat or outlined (each graph of the module table once).
+        max_bytes: the largest result (``numel * element_size``) held as a new constant;
+            default ``DEFAULT_MAX_BYTES`` (1 MiB). A larger result is computed on each call as
+            before (what it is computed from may still fold), so folding never makes a small
+            program hold a large tensor (``ones(n)`` expanded to ``(n, n)``).
+
+    Returns:
+        ``p`` itself when nothing folds. Else a Program in which each folded node that is
+        still read is replaced by a read of a new constant:
+
+        - in the root graph of a flat program with a root call signature: a
+          ``constant_tensor`` placeholder and input spec (after the state inputs, before the
+          user inputs), state ``<module>._folded_<node>`` of the module call the node ran in;
+        - in any other graph: a ``get_attr`` of a new attribute ``_folded_<node>``, with state
+          at every path that reaches the module (as ``sink_state`` leaves state). Bodies of
+          higher-order ops own no state and are not folded;
+        - a folded value that its graph returns or a preserved call signature names keeps its
+          node and name, as ``clone(constant)``: a caller never gets the constant to write.
+
+        A node folds when it is a pure ``call_function`` (``ops.impurity`` empty: never a
+        random, effectful, mutating or higher-order op; nor an ``empty*`` builder, whose
+        values are unspecified; nor a node that defines unbacked symbols) whose arguments are
+        literals, lifted constants (``constant`` state that no graph writes in place and no
+        output mutates) or folded values; that is never written in place itself (directly or
+        through an alias); and whose computation succeeds here (a builder for a device that
+        is not present stays). Parameters and buffers are not folded: the user may load or
+        train them. A result that is a view or copy of a constant (``t(c)``, ``clone(c)``:
+        folding computes nothing), not a tensor, or larger than ``max_bytes`` is not held: it
+        stays computed where still read. Nodes that only folded values read are dropped.
+        The tensors are computed under ``torch.no_grad`` from the program's tensors, which
+        are never written: the new constants are fresh copies.
+
+    Raises:
+        NotAProgramError: ``p`` is not a Program.
+        PassError: ``max_bytes`` is not a non-negative int.
+
+    **Laws:**
+
+    - identity: a program with nothing to fold is returned as is; idempotent: a second run
+      folds nothing (``f(f(p)) is f(p)``);
+    - determinism: two runs give equal programs up to the new tensors' identity (their
+      values are equal; ``Opaque`` compares by identity);
+    - semantics: ``lower(f(p))`` returns what ``lower(p)`` returns and leaves the same state
+      (up to floating-point rounding of ops computed on another device);
+    - purity: ``p`` and its tensors are not written (``_version`` kept);
+    - ``state_dict`` keys kept (constants are not in it); ``verify`` holds of the result.
+
+    Complexity: O(n) in the nodes of all graphs, plus the folded arithmetic.
+    """
+    require_program(p, "fold_constants")
+    if type(max_bytes) is not int or max_bytes < 0:
+        raise PassError(f"fold_constants: max_bytes must be an int >= 0, got {max_bytes!r}")
+    memo: dict = {}
+    paths = _paths(p)
+    fixed = _constant_keys(p, paths, memo)
+    named = signature_names(p)
+    specs = {s.name: s for s in p.signature.inputs}
+    added: list[tuple[tuple[str, ...], torch.Tensor]] = []
+    root_inputs: list[tuple[Node, sg.InputSpec]] = []
+    taken_fqns = set(p.state_table())
+    module_attrs = _Attrs(p, paths)
+
+    def fold(mid: ModuleId, graph: Graph) -> Graph:
+        if mid != p.root and (not paths.get(mid) or p.module(mid).kind == SUBGRAPH):
+            # a module no path reaches holds no state to read; a higher-order op's body is
+            # held by whichever module runs it (the pipeline moves it): no state of its own
+            return graph
+        writes = graph_writes(p, mid, graph, memo)
+        values, sources, kept, held = _evaluate(
+            p, mid, graph, paths, fixed, writes, max_bytes, specs
+        )
+        if not held:
+            return graph
+        needed = _needed(graph, kept, held, sources, named)
+        exposed = set(named)
+        exposed.update(r.name for r in graph.output_node.inputs())
+        return _rebuild(
+            p, mid, graph, values, sources, kept, held, needed, exposed, paths,
+            added, root_inputs, taken_fqns, module_attrs,
+        )
+
+    out = map_graphs(p, fold)
+    if out is p:
+        return p
+    out = with_constants(out, added)
+    if root_inputs:
+        inputs = list(p.signature.inputs)
+        at = max((i + 1 for i, s in enumerate(inputs) if s.kind in _BEFORE_CONSTANTS), default=0)
+        inputs[at:at] = [spec for _, spec in root_inputs]
+        out = out.replace(signature=attrs.evolve(p.signature, inputs=tuple(inputs)))
+    return out
+
+
+def _paths(p: Program) -> dict[ModuleId, list[str]]:
+    found: dict[ModuleId, list[str]] = {}
+    for path, mid in p.walk():
+        found.setdefault(mid, []).append(path)
+    return found
+
+
+def _read_fqns(p: Program, mid: ModuleId, node: Node, paths: dict) -> list[str]:
+    """The state fqns a ``get_attr`` reads, one per path that reaches its module."""
+    return [p.attr_fqn(mid, path, node.target) for path in paths.get(mid, ())]
+
+
+def _constant_keys(p: Program, paths: dict, memo: dict) -> frozenset[str]:
+    """The tensor keys of ``constant`` state that no graph writes and no output mutates."""
+    state = p.state_table()
+    written: set[str] = set()
+    for spec in p.signature.outputs:
+        if spec.kind in sg.MUTATION_KINDS and spec.target in state:
+            written.add(state[spec.target].tensor)
+    specs = {s.name: s for s in p.signature.inputs}
+    for mid, mod in p.module_table().items():
+        for graph in mod.graphs:
+            writes = graph_writes(p, mid, graph, memo)
+            if not writes.written:
+                continue
+            for n in graph.nodes:
+                if not writes.is_written(n.name):
+                    continue
+                if n.op == PLACEHOLDER and mid == p.root and n.name in specs:
+                    fqns = [specs[n.name].target]
+                elif n.op == GET_ATTR:
+                    fqns = _read_fqns(p, mid, n, paths)
+                else:
+                    continue
+                written.update(state[f].tensor for f in fqns if f in state)
+    return frozenset(
+        slot.tensor for slot in state.values()
+        if slot.kind == st.CONSTANT and slot.tensor not in written
+    )
+
+
+def _source(
+    p: Program, mid: ModuleId, n: Node, paths: dict, fixed: frozenset[str], specs: dict
+) -> Any:
+    """The tensor a placeholder or ``get_attr`` reads when it is a constant nothing writes."""
+    state = p.state_table()
+    if n.op == PLACEHOLDER:
+        if mid != p.root:
+            return None
+        spec = specs.get(n.name)
+        fqns = [spec.target] if spec is not None and spec.kind == sg.CONSTANT_TENSOR else []
+    else:
+        fqns = _read_fqns(p, mid, n, paths)
+    keys = {state[f].tensor if f in state else None for f in fqns}
+    if len(keys) != 1 or None in keys or next(iter(keys)) not in fixed:
+        return None
+    value = p.tensor_table()[next(iter(keys))].value
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _foldable(target: Any) -> bool:
+    facts = ops.facts(target)
+    if not facts.recomputable or ops.impurity(target):
+        return False
+    return "empty" not in facts.name
+
+
+def _evaluate(
+    p: Program, mid: ModuleId, graph: Graph, paths: dict, fixed: frozenset[str], writes: Any,
+    max_bytes: int, specs: dict,
+) -> tuple[dict[str, Any], set[str], set[str], set[str]]:
+    """Run the graph's constant part. Returns ``(values, sources, kept, held)``: the value of
+    every node that depends on constants only, the constant reads among them, the computed
+    ones that stay computed where read (views and copies of constants, non-tensors, results
+    over ``max_bytes``), and the computed ones that become new constants."""
+    values: dict[str, Any] = {}
+    sources: set[str] = set()
+    free: set[str] = set()  # views and copies of constants: folding them computes nothing
+    kept: set[str] = set()
+    held: set[str] = set()
+    with torch.no_grad():
+        for n in graph.nodes:
+            if writes.is_written(n.name):
+                continue
+            if n.op in (PLACEHOLDER, GET_ATTR):
+                value = _source(p, mid, n, paths, fixed, specs)
+                if value is not None:
+                    values[n.name] = value
+                    sources.add(n.name)
+                continue
+            if n.op != CALL_FUNCTION or not all(r.name in values for r in n.inputs()):
+                continue
+            if not _foldable(n.target) or binds_symbols(n):
+                continue
+            try:
+                result = n.target(*thaw(n.args, _read(values)), **thaw(n.kwargs, _read(values)))
+            except Exception:  # noqa: BLE001, S112 - what cannot be computed here stays computed
+                continue
+            values[n.name] = result
+            facts = ops.facts(n.target)
+            if (facts.view or facts.alias_like or facts.getitem) and all(
+                r.name in sources or r.name in free for r in n.inputs()
+            ):
+                free.add(n.name)
+                kept.add(n.name)
+            elif (
+                type(result) is torch.Tensor
+                and result.device.type != "meta"
+                and result.numel() * result.element_size() <= max_bytes
+            ):
+                held.add(n.name)
+            else:
+                kept.add(n.name)
+    return values, sources, kept, held
+
+
+def _read(values: dict[str, Any]) -> Any:
+    return lambda r: values[r.name]
+
+
+def _needed(
+    graph: Graph, kept: set[str], held: set[str], sources: set[str], named: frozenset[str]
+) -> set[str]:
+    """The names the folded graph still reads: a held node here becomes a constant, a kept
+    node or constant ``get_attr`` that nothing reads any more is dropped."""
+    needed: set[str] = set(named)
+    for n in reversed(graph.nodes):
+        if n.name in held:
+            continue  # it reads nothing once it is a constant
+        optional = n.name in kept or (n.name in sources and n.op == GET_ATTR)
+        if optional and n.name not in needed:
+            continue
+        needed.update(r.name for r in n.inputs())
+    return needed
+
+
+def _rebuild(
+    p: Program, mid: ModuleId, graph: Graph, values: dict, sources: set[str], kept: set[str],
+    held: set[str], needed: set[str], exposed: set[str], paths: dict,
+    added: list, root_inputs: list, taken_fqns: set[str], module_attrs: _Attrs,
+) -> Graph:
+    # a flat root reads state through placeholders, which its call signature binds to state
+    # (without one, ``lower`` takes every placeholder as an input: read a get_attr then)
+    at_root = mid == p.root and p.is_flat and "" in p.call_signatures
+    taken = Names(n.name for n in graph.nodes)
+    attrs_taken = module_attrs.of(mid) if not at_root else set()
+    alias: dict[str, Ref] = {}
+
+    def read(r: Ref) -> Ref:
+        return alias.get(r.name, r)
+
+    body: list[Node] = []
+    placeholders: list[Node] = []
+    for n in graph.nodes:
+        if n.name in held:
+            if n.name not in needed:
+                continue
+            constant = _constant_read(
+                p, mid, n, values[n.name], at_root, taken, attrs_taken, paths, added,
+                root_inputs, taken_fqns,
+            )
+            if at_root:
+                placeholders.append(constant)
+            else:
+                body.append(constant)
+            if n.name in exposed:
+                body.append(new_node(CALL_FUNCTION, n.name, CLONE, (constant.ref,), EMPTY_DICT, n.meta))
+            else:
+                alias[n.name] = constant.ref
+            continue
+        if (n.name in kept or (n.name in sources and n.op == GET_ATTR)) and n.name not in needed:
+            continue
+        if n.op == PLACEHOLDER:
+            placeholders.append(n)
+            continue
+        body.append(n.replace(args=map_refs(n.args, read), kwargs=map_refs(n.kwargs, read)))
+    if at_root:
+        placeholders = _ordered_root(p, graph, placeholders)
+    return Graph.of(placeholders + body)
+
+
+def _ordered_root(p: Program, graph: Graph, placeholders: list[Node]) -> list[Node]:
+    """The root's placeholders with the new constants where their input specs go."""
+    old = [n for n in placeholders if n.name in graph.by_name()]
+    new = [n for n in placeholders if n.name not in graph.by_name()]
+    specs = p.signature.inputs
+    at = max((i + 1 for i, s in enumerate(specs) if s.kind in _BEFORE_CONSTANTS), default=0)
+    return old[:at] + new + old[at:]
+
+
+class _Attrs:
+    """The attribute names each module has (children, and state under any of its paths),
+    plus those this run adds: one set per module, shared by all of its graphs. The index
+    from a path to the names below it is built once, on first use. O(state) once."""
+
+    def __init__(self, p: Program, paths: dict) -> None:
+        self.p, self.paths = p, paths
+        self.below: dict[str, set[str]] | None = None
+        self.taken: dict[ModuleId, set[str]] = {}
+
+    def of(self, mid: ModuleId) -> set[str]:
+        found = self.taken.get(mid)
+        if found is None:
+            if self.below is None:
+                self.below = {}
+                for fqn in self.p.state_table():
+                    parts = fqn.split(".")
+                    for i in range(len(parts)):
+                        self.below.setdefault(".".join(parts[:i]), set()).add(parts[i])
+            found = {name for name, _ in self.p.module_table()[mid].children}
+            for path in self.paths.get(mid, ()):
+                found |= self.below.get(path, set())
+            self.taken[mid] = found
+        return found
+
+
+def _constant_read(
+    p: Program, mid: ModuleId, n: Node, value: torch.Tensor, at_root: bool, taken: Names,
+    attrs_taken: set[str], paths: dict, added: list, root_inputs: list, taken_fqns: set[str],
+) -> Node:
+    """The node that reads ``n``'s folded value as a new constant, and that constant's state."""
+    tensor = value.detach().clone()
+    meta = frozen_meta({"val": n.meta["val"]} if "val" in n.meta else None)
+    if at_root:
+        module = _module_path(p, n)
+        fqn = fresh_attr(f"{module}._folded_{n.name}" if module else f"_folded_{n.name}",
+                         taken_fqns)
+        name = fresh_name("c_" + fqn.replace(".", "_"), taken)
+        added.append(((fqn,), tensor))
+        spec = sg.InputSpec(sg.CONSTANT_TENSOR, name, fqn)
+        node = new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, meta)
+        root_inputs.append((node, spec))
+        return node
+    attr = fresh_attr(f"_folded_{n.name}", attrs_taken)
+    fqns = tuple(f"{path}.{attr}" if path else attr for path in paths[mid])
+    taken_fqns.update(fqns)
+    added.append((fqns, tensor))
+    name = fresh_name(attr, taken)
+    return new_node(GET_ATTR, name, attr, (), EMPTY_DICT, meta)
+
+
+def _module_path(p: Program, n: Node) -> str:
+    """The path of the innermost module call ``n`` runs in (a flat program's module stack),
+    when that path names a module of ``p``; else ``""`` (the root)."""
+    stack = n.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path if path and p.resolve(path) is not None else ""
+

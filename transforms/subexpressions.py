@@ -1,0 +1,187 @@
+"""``cse``: nodes that compute what an earlier node of their graph computed read that node."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from ir import ops
+from ir import signature as sg
+from ir.args import IDict, IList, ISlice, Ref, map_refs
+from ir.gcpause import gc_paused
+from ir.graph import Graph
+from ir.module import ModuleId
+from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, Node
+from ir.program import Program
+from transforms.checks import require_program
+from transforms.each_graph import map_graphs, signature_names
+from transforms.node_effects import binds_symbols, graph_writes, has_effect
+
+__all__ = ["cse", "literal_key"]
+
+
+@gc_paused
+def cse(p: Program) -> Program:
+    """Merge the nodes of each graph that compute the same value from the same values.
+
+    Parameters:
+        p: a Program, flat or outlined (each graph of the module table once).
+
+    Returns:
+        ``p`` itself when no two nodes merge; else a Program in which a node whose key equals
+        that of an earlier node of its graph is gone and every use of it (later nodes, the
+        outputs, the root's output specs) reads the earlier node. The key is the node's op,
+        target, module call (its ``nn_module_stack``: values are not moved across module calls,
+        so ``outline`` still sees the same call boundaries) and arguments, with each value
+        argument replaced by its representative and each literal by ``literal_key`` (which
+        keeps literal types: ``x * 2`` and ``x * 2.0``, ``1`` and ``True``, ``0.0`` and
+        ``-0.0`` differ), arguments in schema order with defaults filled where the operator
+        has a schema (``add(x, y)`` and ``add(x, y, alpha=1)`` merge). Only ``get_attr`` reads
+        and operators that are pure (``ops.impurity`` empty: not mutating, random, effectful
+        or higher-order) merge; ``call_module`` nodes never do. A value that is written in
+        place anywhere in its graph, directly or through a view, alias or module call
+        (``transforms.node_effects.graph_writes``), never merges (so a copy later written in
+        place stays a copy); a node that reads a written value merges only with one that read
+        it between the same writes. A node that a preserved call signature names, or that
+        defines unbacked symbols (``binds_symbols``), is kept.
+
+    Raises:
+        NotAProgramError: ``p`` is not a Program.
+
+    **Laws:**
+
+    - identity: a program without repeated computations is returned as is; hence
+      idempotent: ``f(f(p)) is f(p)``;
+    - semantics: ``lower(f(p))`` returns the same outputs and leaves the same state as
+      ``lower(p)`` (two outputs that computed one value may now be one tensor);
+    - monotone: ``f(p).node_count() <= p.node_count()``; input specs and preserved call
+      signatures unchanged; kept nodes keep their names and meta;
+    - ``verify`` holds of the result whenever it holds of ``p``.
+
+    Complexity: O(n) in the nodes of all graphs (times the size of a node's arguments).
+    """
+    require_program(p, "cse")
+    named = signature_names(p)
+    memo: dict = {}
+    merged: dict[str, str] = {}  # in the root graph: merged name -> representative
+
+    def merge(mid: ModuleId, graph: Graph) -> Graph:
+        writes = graph_writes(p, mid, graph, memo)
+        version: dict[str, int] = {}  # alias group -> writes seen so far
+        alias: dict[str, Ref] = {}
+        seen: dict[Any, Ref] = {}
+
+        def read(r: Ref) -> Ref:
+            return alias.get(r.name, r)
+
+        nodes = []
+        for n in graph.nodes:
+            args, kwargs = map_refs(n.args, read), map_refs(n.kwargs, read)
+            node = n.replace(args=args, kwargs=kwargs)
+            if (
+                _mergeable(p, mid, node, memo)
+                and n.name not in named
+                and not writes.is_written(n.name)
+                and not binds_symbols(n)
+            ):
+                key = _key(node, writes, version)
+                found = seen.get(key)
+                if found is not None:
+                    alias[n.name] = found
+                    continue
+                seen[key] = node.ref
+            for group in writes.writes.get(n.name, ()):
+                version[group] = version.get(group, 0) + 1
+            nodes.append(node)
+        if not alias:
+            return graph
+        if mid == p.root:
+            merged.update((k, v.name) for k, v in alias.items())
+        return Graph.of(nodes)
+
+    out = map_graphs(p, merge)
+    if out is p or not merged:
+        return out
+    outputs = tuple(
+        attrs.evolve(s, name=merged[s.name]) if s.name in merged else s
+        for s in p.signature.outputs
+    )
+    return out.replace(signature=sg.ExportSignature(p.signature.inputs, outputs))
+
+
+def _mergeable(p: Program, mid: ModuleId, node: Node, memo: dict) -> bool:
+    if node.op == GET_ATTR:
+        return True
+    if node.op not in (CALL_FUNCTION, CALL_METHOD):
+        return False
+    return not has_effect(p, mid, node, memo)
+
+
+def _key(node: Node, writes: Any, version: dict[str, int]) -> tuple:
+    args: Any = node.args
+    kwargs: Any = node.kwargs
+    if node.op == CALL_FUNCTION and ops.facts(node.target).params:
+        normal = ops.normalized_args(node.target, args, kwargs)
+        if normal is not None:
+            args, kwargs = normal, ()
+    versions = tuple(
+        version.get(writes.group.get(r.name, r.name), 0)
+        for r in node.inputs()
+        if writes.is_written(r.name)
+    )
+    frames = node.module_frames
+    return (
+        node.op,
+        _target_key(node.target),
+        frames,
+        literal_key(args),
+        literal_key(kwargs),
+        versions,
+    )
+
+
+def _target_key(target: Any) -> Any:
+    try:
+        hash(target)
+    except TypeError:
+        return ("id", id(target))
+    return (type(target), target)
+
+
+def literal_key(value: Any) -> Any:
+    """A hashable key of an argument tree that is equal for two trees exactly when they pass
+    the same arguments: literal types are kept (``2`` and ``2.0``, ``1`` and ``True`` differ),
+    floats compare by their bits' value (``0.0`` and ``-0.0`` differ; NaN literals are equal
+    to each other: an operator treats every NaN alike), ``Ref`` leaves by name, containers by
+    kind (tuple, list, dict, slice) and items; any other object (a tensor, a script object)
+    by identity. O(size of the tree)."""
+    kind = type(value)
+    if kind is Ref:
+        return ("ref", value.name)
+    if kind is float:
+        return (float, "nan" if math.isnan(value) else value.hex())
+    if kind is complex:
+        return (complex, literal_key(value.real), literal_key(value.imag))
+    if kind is tuple:
+        return (tuple, tuple(literal_key(v) for v in value))
+    if kind is IList:
+        return (IList, tuple(literal_key(v) for v in value.items))
+    if kind is IDict:
+        return (IDict, tuple((literal_key(k), literal_key(v)) for k, v in value.items))
+    if kind is ISlice:
+        return (ISlice, literal_key((value.start, value.stop, value.step)))
+    if value is None or kind in (bool, int, str):
+        return (kind, value)
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    if isinstance(value, (int, float, str, tuple)):  # subclasses: torch.Size, enums
+        return (kind, value)
+    if kind.__module__.startswith("torch") and not hasattr(value, "shape"):
+        return (kind, value)  # dtype, device, layout, memory_format
+    return ("id", id(value))
+
+
