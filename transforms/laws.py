@@ -47,13 +47,13 @@ from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
 from ir.errors import VerifyError
 from ir.graph import Graph
+from ir.harness import fresh, outcome, same_bits, value_difference
 from ir.module import Module
 from ir.node import Node
 from ir.printer import format_program
 from ir.program import Program
 from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
-from ir.torch_seam import pytree
 from ir.verify import verify
 from transforms.law_violation import LawViolation, describe, pass_name
 
@@ -236,19 +236,21 @@ def check_semantics(
 ) -> Program:
     """Check that ``lower(result)`` behaves as ``lower(program)`` over ``calls`` calls.
 
-    Both modules get equal copies of ``inputs(program)`` (default:
-    ``ir.strategies.program_inputs``) on every call, and call ``i`` runs each side under
-    ``torch.manual_seed(SEED + i)`` (the global RNG is restored after), so random ops draw the
-    same numbers on both sides and a pass that merges, folds or reorders them is seen. After
-    each call the outputs (values and pytree structure, taken right after the call), the inputs
-    (which a program may mutate) and every state fqn of ``program`` must be equal
-    (``torch.testing.assert_close``, NaN equal to NaN; within ``atol`` / ``rtol`` when given, for
-    a pass that changes numerics on purpose, such as fake quantization). With ``reference``, an
-    eager function of the model (``reference(*args, **kwargs)``, run under the same seed), the
+    Each side runs through the law harness (``ir.harness.outcome``) on equal copies of
+    ``inputs(program)`` (default: ``ir.strategies.program_inputs``), call ``i`` with the random
+    state seeded ``SEED + i``, so random ops draw the same numbers on both sides and a pass that
+    merges, folds or reorders them is seen. After each call the outputs (values and structure,
+    taken right after the call), the inputs (which a program may mutate) and every state fqn of
+    ``program`` must be equal by ``ir.harness.value_difference`` (NaN equal to NaN only, -0.0
+    not +0.0, within the result dtype's tolerance ``ir.harness.tolerance``, or ``atol`` /
+    ``rtol`` when given, for a pass that changes numerics on purpose, such as fake
+    quantization); the message names the first difference (a state one by its fqn). With
+    ``reference``, an eager function of the model (``reference(*args, **kwargs)``, run under
+    the same seed), the
     outputs are compared with what it returns instead of with ``lower(program)``'s (a pass that
     changes numerics by design); inputs and state are still compared with ``lower(program)``.
     Lowering or running ``program`` itself must work: an error there is not the pass's and
-    propagates as is.
+    propagates (running it: a ``RuntimeError`` naming it).
     """
     # the one law that needs torch modules; imported here so that importing ``transforms``
     # never imports ``lowering`` (which may import ``transforms`` for its default pipeline)
@@ -268,17 +270,14 @@ def check_semantics(
     args, kwargs = inputs(program)
     fqns = program.state_order
     for i in range(calls):
-        want = _run(original, args, kwargs, fqns, SEED + i)
+        want = _run(original, args, kwargs, fqns, SEED + i, "the input program")
         if reference is not None:
-            outputs = _run(reference, args, kwargs, (), SEED + i)[0]
-            want = (outputs,) + want[1:]
-        try:
-            got = _run(lowered, args, kwargs, fqns, SEED + i)
-        except Exception as e:
+            want = (_run(reference, args, kwargs, (), SEED + i, "the reference")[0],) + want[1:]
+        got = _run(lowered, args, kwargs, fqns, SEED + i, None)
+        if isinstance(got, str):
             raise LawViolation(
-                "semantics", pass_fn,
-                f"call {i + 1} of the lowered result raised {type(e).__name__}: {e}", program,
-            ) from e
+                "semantics", pass_fn, f"call {i + 1} of the lowered result raised {got}", program
+            )
         problem = _call_difference(got, want, atol, rtol, reference is not None)
         if problem:
             raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program)
@@ -365,7 +364,7 @@ def check_laws(
             repeatable and writes no ``.hypothesis`` directory. Deadline, the too-slow health
             check and multi-bug reporting are always turned off.
         atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
-            (fake quantization); default: exact up to ``torch.testing.assert_close``'s own.
+            (fake quantization); default: the result dtype's (``ir.harness.tolerance``).
         reference: an eager function of the model, ``reference(*args, **kwargs)``; the semantics
             law compares the result's outputs with it instead of with the input program (a pass
             that changes numerics by design). Use it with ``programs=st.just(program)``.
@@ -505,34 +504,19 @@ def _call(pass_fn: Pass, program: Program) -> Program:
 
 
 def _run(module: Callable[..., Any], args: tuple, kwargs: dict, fqns: tuple[str, ...],
-         seed: int) -> tuple:
-    """Call ``module`` on fresh copies of the inputs under ``torch.manual_seed(seed)`` (the
-    global RNG is restored after); ``(outputs, inputs, state)`` as copies."""
-    args, kwargs = pytree.tree_map(_fresh, (args, kwargs))
-    with _seeded(seed):
-        out = module(*args, **kwargs)
-    outputs = pytree.tree_map(_fresh, out)
-    state = {fqn: _fresh(_state_value(module, fqn)) for fqn in fqns}
-    return outputs, pytree.tree_map(_fresh, (args, kwargs)), state
-
-
-@contextlib.contextmanager
-def _seeded(seed: int) -> Any:
-    """Run the block under ``seed`` on the CPU generator (and CUDA's, once CUDA is in use); the
-    generators' states are restored after. (``torch.manual_seed`` does the same but costs a
-    millisecond per call, more than a small program's run.)"""
-    cuda = torch.cuda.is_initialized()
-    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if cuda else []):
-        torch.default_generator.manual_seed(seed)
-        if cuda:
-            torch.cuda.manual_seed_all(seed)
-        yield
-
-
-def _fresh(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone()
-    return x
+         seed: int, whose: str | None) -> Any:
+    """One call through the law harness (``ir.harness.outcome``: copies of the inputs, the
+    random state seeded with ``seed``): ``(outputs, (args, kwargs) after, state by fqn)``, all
+    copies. When the call raises: an error naming ``whose`` run it was, or (``whose`` is
+    ``None``: the pass's result) the error's ``"Type: first line"`` as a string."""
+    ran = outcome(module, *args, seed=seed, **kwargs)
+    if not ran.ok:
+        name, line = ran.error
+        if whose is None:
+            return f"{name}: {line}"
+        raise RuntimeError(f"running {whose} raised {name}: {line} (not the pass's fault)")
+    state = {fqn: fresh(_state_value(module, fqn)) for fqn in fqns}
+    return fresh(ran.results), (ran.args, ran.kwargs), state
 
 
 _MISSING = object()
@@ -549,48 +533,21 @@ def _state_value(module: Any, fqn: str) -> Any:
 
 def _call_difference(got: tuple, want: tuple, atol: float | None, rtol: float | None,
                      by_reference: bool) -> str | None:
-    """What differs between two ``_run`` results (outputs, inputs after, state by fqn)."""
-    outputs = "outputs differ from the reference's" if by_reference else "outputs differ"
-    problem = _difference(got[0], want[0], atol, rtol)
+    """What differs between two ``_run`` results (``ir.harness.value_difference``: outputs,
+    inputs after the call, then each state fqn), or ``None``."""
+    tol = {"atol": atol, "rtol": rtol}
+    outputs = "outputs (against the reference's)" if by_reference else "outputs"
+    problem = (value_difference(got[0], want[0], what=outputs, **tol)
+               or value_difference(got[1], want[1], what="inputs after the call", **tol))
     if problem:
-        return f"{outputs}: {problem}"
-    problem = _difference(got[1], want[1], atol, rtol)
-    if problem:
-        return f"inputs after the call differ: {problem}"
+        return problem
     for fqn, value in want[2].items():
-        problem = _difference(got[2][fqn], value, atol, rtol, what="state")
-        if problem:
-            return f"state {fqn!r} after the call differs: {problem}"
-    return None
-
-
-def _difference(got: Any, want: Any, atol: float | None = None, rtol: float | None = None,
-                what: str = "leaf") -> str | None:
-    """``None`` when ``got`` equals ``want`` (structure and values, within ``atol`` / ``rtol``
-    when given), else what differs."""
-    got_leaves, got_spec = pytree.tree_flatten(got)
-    want_leaves, want_spec = pytree.tree_flatten(want)
-    if got_spec != want_spec:
-        return f"structure {got_spec} instead of {want_spec}"
-    single = len(want_leaves) == 1 and what == "state"
-    for i, (a, b) in enumerate(zip(got_leaves, want_leaves)):
-        name = "the value" if single else f"{what} {i}"
-        if a is _MISSING or b is _MISSING:
-            if a is not b:
-                return f"{name} is missing" if a is _MISSING else f"{name} is unexpected"
-            continue
-        if isinstance(b, torch.Tensor):
-            if not isinstance(a, torch.Tensor):
-                return f"{name} is a {type(a).__name__}, expected a tensor"
-            tolerance = {} if atol is None and rtol is None else {
-                "atol": atol or 0.0, "rtol": rtol or 0.0}
-            try:
-                torch.testing.assert_close(a, b, equal_nan=True, **tolerance)
-            except AssertionError as e:
-                text = str(e).replace("\n", " ")
-                return text if single else f"{name}: {text}"
-        elif a != b:
-            return f"{name} is {a!r}, expected {b!r}"
+        if (got[2][fqn] is _MISSING) != (value is _MISSING):
+            return f"state {fqn!r}: " + ("missing" if value is not _MISSING else "unexpected")
+        if value is not _MISSING:
+            problem = value_difference(got[2][fqn], value, what=f"state {fqn!r}", **tol)
+            if problem:
+                return problem
     return None
 
 
@@ -637,17 +594,15 @@ def _tensor_difference(a: Program, b: Program) -> str | None:
 
 
 def _same_bits(x: Any, y: Any) -> bool:
+    """``ir.harness.same_bits`` for two tensors of one type (a Parameter is no plain tensor)
+    that agree on ``requires_grad``; meta tensors by dtype, shape and device alone."""
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         return False
-    if (x.dtype, x.shape, x.device, type(x), x.requires_grad) != (
-            y.dtype, y.shape, y.device, type(y), y.requires_grad):
+    if (type(x), x.requires_grad) != (type(y), y.requires_grad):
         return False
-    if x.device.type == "meta":
-        return True
-    a, b = x.detach().contiguous(), y.detach().contiguous()
-    if a.dtype.itemsize == 0 or a.numel() == 0:
-        return True
-    return bool(torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
+    if x.device.type == "meta" or y.device.type == "meta":
+        return (x.dtype, x.shape, x.device) == (y.dtype, y.shape, y.device)
+    return same_bits(x, y)
 
 
 def _describe_value(x: Any) -> str:

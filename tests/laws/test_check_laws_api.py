@@ -218,7 +218,7 @@ def test_a_state_difference_names_the_fqn():
     with pytest.raises(LawViolation) as caught:
         check_semantics(add_becomes_sub, p)
     fqns = "|".join(map(re.escape, p.state_order))
-    assert re.search(f"state '({fqns})' after the call differs: Tensor-likes", str(caught.value))
+    assert re.search(f"call 1: state '({fqns})': values differ at", str(caught.value))
 
 
 def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path):
