@@ -36,7 +36,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
     or a preserved parent returns.
-    What users' passes target: activations ``gelu`` / ``silu`` (``activations``); constant
+    What users' passes target: activations ``gelu`` / ``silu``, and an activation of its own
+    result (``activations``); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
     (``constant_builders``); random ops ``rand_like`` / ``randn_like`` / ``rand``
     (``random_ops``); copies written in place, ``clone`` then ``add_`` / ``copy_``
@@ -618,6 +619,8 @@ class _Builder:
             return
         if choice == "unary":
             out = self._op(self.unary[y % len(self.unary)], (a,), shape=act)
+            if "activations" in self.on and z >> 3 & 1:  # stacked: relu(relu(x)), gelu(gelu(x))
+                out = self._op(self.unary[y % len(self.unary)], (out,), shape=act)
         elif choice in ("binary", "alpha"):
             other: Any
             source = z % 3 if vectors else z % 3 % 2 * 2
