@@ -94,6 +94,7 @@ from ir.state import Opaque, Slot
 from ir.torch_seam import op_schema, pytree
 
 __all__ = [
+    "DETERMINISTIC_FEATURES",
     "FEATURES",
     "ROOT_TYPE",
     "WIDTH",
@@ -135,6 +136,11 @@ FEATURES = (
     "repeated_subexpressions",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
+
+DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"}
+"""Every feature but ``random_ops``: programs that compute the same on every call. For a test
+that compares two runs without seeding them alike (``transforms.laws`` seeds both sides of its
+semantics law, and uses every feature)."""
 
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
