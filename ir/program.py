@@ -56,6 +56,14 @@ class Program:
       ``in_spec``/``out_spec`` are the user-facing pytree specs);
     - ``call_order``: the fqns of the export's module call graph, in its order;
     - ``range_constraints``: the export's symbolic range constraints (opaque, by identity).
+
+    **Equality** (``==`` and ``hash``) is structural over these fields, and ignores, plainly:
+    every node's ``meta`` (``Node.meta`` is outside node equality), so ``val`` (shapes, dtypes,
+    devices) and module stacks; a program traced at batch 1 and the same program traced at
+    batch 3 are ``==``. Tensors and ``range_constraints`` compare by identity (``Opaque``): two
+    tensors with the same bits that are different objects make programs that are not ``==``
+    (``transforms.laws.same_program`` compares them by value). Memos are never part of it. So
+    ``==`` is no key for memoizing anything that depends on shapes.
     """
 
     root: ModuleId

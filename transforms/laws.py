@@ -6,10 +6,13 @@ The laws (``DESIGN.md``), each a public function usable without hypothesis:
   call, its node meta is as it was, no tensor it holds was written (``_version``), and nothing
   was printed;
 - **verify** (:func:`check_verify`): the result is a Program and ``ir.verify`` accepts it;
-- **determinism** (:func:`check_determinism`): two calls on the same input give ``==`` results
-  that print the same;
+- **determinism** (:func:`check_determinism`): two calls on the same input give equal results
+  that print the same (``==``, except that tensors compare by value: dtype, shape, device, bits,
+  so a pass may make new constants);
 - **semantics** (:func:`check_semantics`): ``lower(result)`` returns what ``lower(input)``
-  returns, and leaves the same state and the same (mutated) inputs, over several calls;
+  returns (or, given ``reference=``, what that eager function returns), within ``atol`` /
+  ``rtol`` when given, and leaves the same state and the same (mutated) inputs, over several
+  calls; both sides run under one seed per call, so random ops draw alike;
 - **idempotence** (:func:`check_idempotence`), for normalizing passes: ``T(T(p)) == T(p)``;
 - **inverse** (:func:`check_inverse`): ``inverse(forward(p))`` is alpha-equivalent to ``p``;
 - **metric** (:func:`check_metric`): a measure of the result relates to that of the input
@@ -17,17 +20,22 @@ The laws (``DESIGN.md``), each a public function usable without hypothesis:
 
 :func:`check_program` runs the first five on one program, sharing the work; :func:`check_laws`
 runs it under hypothesis over generated programs and raises :class:`LawViolation` (an
-``AssertionError``) naming the law, with the shrunk program printed::
+``AssertionError``) naming the law, with the shrunk program printed; it also fails as
+*vacuous* when the pass changed none of the programs it ran on, and returns a
+:class:`LawReport` (how many programs were tried, changed, declined)::
 
     from transforms.laws import check_laws
     check_laws(my_pass)                      # purity, verify, determinism, semantics
     check_laws(my_pass, idempotent=True)     # ... and T(T(p)) == T(p)
+    check_laws(fake_quant, atol=1e-2, rtol=1e-2)   # changes numerics on purpose
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import tempfile
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -39,18 +47,20 @@ from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
 from ir.errors import VerifyError
 from ir.graph import Graph
+from ir.harness import fresh, outcome, same_bits, value_difference
 from ir.module import Module
 from ir.node import Node
 from ir.printer import format_program
 from ir.program import Program
 from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
-from ir.torch_seam import pytree
 from ir.verify import verify
 from transforms.law_violation import LawViolation, describe, pass_name
 
 __all__ = [
     "LAWS",
+    "SEED",
+    "LawReport",
     "LawViolation",
     "check_determinism",
     "check_idempotence",
@@ -62,6 +72,7 @@ __all__ = [
     "check_semantics",
     "check_verify",
     "describe",
+    "same_program",
 ]
 
 Pass = Callable[[Program], Program]
@@ -71,6 +82,26 @@ LAWS = ("purity", "verify", "determinism", "semantics", "idempotence")
 """The laws :func:`check_program` knows, in the order it checks them."""
 
 CORE_LAWS = ("purity", "verify", "determinism", "semantics")
+
+SEED = 1_234_567
+"""Call ``i`` of the semantics law runs both sides under ``torch.manual_seed(SEED + i)`` (a seed
+no test sets by habit, so a pass that draws at pass time under ``manual_seed(0)`` is still seen
+drawing other numbers than the program does at run time)."""
+
+
+@attrs.frozen
+class LawReport:
+    """What :func:`check_laws` saw: programs ``tried``, how many the pass ``changed`` (its
+    result is not :func:`same_program` as its input) and how many it ``declined`` (raised one
+    of ``allowed_errors``)."""
+
+    tried: int
+    changed: int
+    declined: int
+
+    def __str__(self) -> str:
+        return (f"{self.changed} of {self.tried} programs changed"
+                + (f", {self.declined} declined" if self.declined else ""))
 
 
 # --- single laws --------------------------------------------------------------------------------
@@ -122,11 +153,18 @@ def check_verify(pass_fn: Pass, program: Program, result: Program | None = None)
 
 
 def check_determinism(pass_fn: Pass, program: Program, result: Program | None = None) -> Program:
-    """Check that a second call gives a result ``==`` to the first and printed the same."""
+    """Check that a second call gives a result equal to the first that prints the same.
+
+    Equal is :func:`same_program`: ``==``, except that the tensor tables compare by value, so a
+    pass that makes a new constant (a new tensor on each call) is deterministic when the two
+    tensors have the same dtype, shape, device and bits. ``==`` alone ignores node ``meta``
+    (shapes included: see ``Program``), so results that differ only there are also equal.
+    """
     first = _call(pass_fn, program) if result is None else result
     second = _call(pass_fn, program)
-    if first != second:
-        raise LawViolation("determinism", pass_fn, "two calls gave results that are not ==",
+    if not same_program(first, second):
+        raise LawViolation("determinism", pass_fn,
+                           f"two calls gave results that differ: {_program_difference(first, second)}",
                            program)
     if isinstance(first, Program) and format_program(first) != format_program(second):
         raise LawViolation("determinism", pass_fn, "two calls gave results that print differently",
@@ -192,24 +230,37 @@ def check_semantics(
     *,
     inputs: Inputs | None = None,
     calls: int = 2,
+    atol: float | None = None,
+    rtol: float | None = None,
+    reference: Callable[..., Any] | None = None,
 ) -> Program:
     """Check that ``lower(result)`` behaves as ``lower(program)`` over ``calls`` calls.
 
-    Both modules get equal copies of ``inputs(program)`` (default:
-    ``ir.strategies.program_inputs``) on every call; after each call the outputs (values and
-    pytree structure, taken right after the call), the inputs (which a program may mutate) and
-    every state fqn of ``program`` must be equal (``torch.testing.assert_close``, NaN equal to
-    NaN). Lowering or running ``program`` itself must work: an error there is not the pass's
-    and propagates as is.
+    Each side runs through the law harness (``ir.harness.outcome``) on equal copies of
+    ``inputs(program)`` (default: ``ir.strategies.program_inputs``), call ``i`` with the random
+    state seeded ``SEED + i``, so random ops draw the same numbers on both sides and a pass that
+    merges, folds or reorders them is seen. After each call the outputs (values and structure,
+    taken right after the call), the inputs (which a program may mutate) and every state fqn of
+    ``program`` must be equal by ``ir.harness.value_difference`` (NaN equal to NaN only, -0.0
+    not +0.0, within the result dtype's tolerance ``ir.harness.tolerance``, or ``atol`` /
+    ``rtol`` when given, for a pass that changes numerics on purpose, such as fake
+    quantization); the message names the first difference (a state one by its fqn). With
+    ``reference``, an eager function of the model (``reference(*args, **kwargs)``, run under
+    the same seed), the
+    outputs are compared with what it returns instead of with ``lower(program)``'s (a pass that
+    changes numerics by design); inputs and state are still compared with ``lower(program)``.
+    Lowering or running ``program`` itself must work: an error there is not the pass's and
+    propagates (running it: a ``RuntimeError`` naming it).
     """
     # the one law that needs torch modules; imported here so that importing ``transforms``
     # never imports ``lowering`` (which may import ``transforms`` for its default pipeline)
     from lowering import lower
 
+    _check_tolerance(atol, rtol)
     if inputs is None:
         from ir.strategies.programs import program_inputs as inputs
     result = _call(pass_fn, program) if result is None else result
-    reference = lower(program)
+    original = lower(program)
     try:
         lowered = lower(result)
     except Exception as e:  # any failure to lower the result breaks the law
@@ -219,21 +270,17 @@ def check_semantics(
     args, kwargs = inputs(program)
     fqns = program.state_order
     for i in range(calls):
-        want = _run(reference, args, kwargs, fqns)
-        try:
-            got = _run(lowered, args, kwargs, fqns)
-        except Exception as e:
+        want = _run(original, args, kwargs, fqns, SEED + i, "the input program")
+        if reference is not None:
+            want = (_run(reference, args, kwargs, (), SEED + i, "the reference")[0],) + want[1:]
+        got = _run(lowered, args, kwargs, fqns, SEED + i, None)
+        if isinstance(got, str):
             raise LawViolation(
-                "semantics", pass_fn,
-                f"call {i + 1} of the lowered result raised {type(e).__name__}: {e}", program,
-            ) from e
-        for what, a, b in zip(("outputs", "inputs after the call", "state after the call"),
-                              got, want):
-            problem = _difference(a, b)
-            if problem:
-                raise LawViolation(
-                    "semantics", pass_fn, f"call {i + 1}: {what} differ: {problem}", program
-                )
+                "semantics", pass_fn, f"call {i + 1} of the lowered result raised {got}", program
+            )
+        problem = _call_difference(got, want, atol, rtol, reference is not None)
+        if problem:
+            raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program)
     return result
 
 
@@ -248,13 +295,17 @@ def check_program(
     laws: Collection[str] | None = None,
     inputs: Inputs | None = None,
     allowed_errors: tuple[type[BaseException], ...] = (),
+    atol: float | None = None,
+    rtol: float | None = None,
+    reference: Callable[..., Any] | None = None,
 ) -> Program | None:
     """Check every law in ``laws`` (default: purity, verify, determinism, semantics, and
     idempotence when ``idempotent``) for ``pass_fn`` on ``program``; return the result.
 
     The pass runs twice (three times with idempotence) and each law reuses those results.
     An error of a type in ``allowed_errors`` means the pass declines this program: nothing more
-    is checked and ``None`` is returned. Raises ``LawViolation`` naming the first law broken.
+    is checked and ``None`` is returned. ``atol``, ``rtol`` and ``reference`` go to
+    :func:`check_semantics`. Raises ``LawViolation`` naming the first law broken.
     """
     chosen = _check_laws_arg(laws, idempotent)
     try:
@@ -272,7 +323,8 @@ def check_program(
     if "determinism" in chosen:
         check_determinism(pass_fn, program, result)
     if "semantics" in chosen:
-        check_semantics(pass_fn, program, result, inputs=inputs)
+        check_semantics(pass_fn, program, result, inputs=inputs, atol=atol, rtol=rtol,
+                        reference=reference)
     if "idempotence" in chosen:
         check_idempotence(pass_fn, program, result)
     return result
@@ -288,34 +340,53 @@ def check_laws(
     inputs: Inputs | None = None,
     allowed_errors: tuple[type[BaseException], ...] = (),
     settings: Any = None,
-) -> None:
+    atol: float | None = None,
+    rtol: float | None = None,
+    reference: Callable[..., Any] | None = None,
+    allow_vacuous: bool = False,
+) -> LawReport:
     """Run hypothesis over ``programs`` and check ``pass_fn`` against the laws on each.
 
     Parameters:
         pass_fn: the pass, ``Program -> Program``.
         programs: a hypothesis strategy of Programs (default: ``ir.strategies.programs()``, flat
-            programs as ``import_ep`` gives them). Map it through earlier passes to check a pass
-            that expects their output, e.g. ``programs().map(outline)``.
-        max_examples: how many programs (default: the active hypothesis profile's).
+            programs as ``import_ep`` gives them, with the ops users' passes target). Map it
+            through earlier passes to check a pass that expects their output, e.g.
+            ``programs().map(outline)``.
+        max_examples: how many programs (default: the settings' own).
         idempotent: also check ``pass_fn(pass_fn(p)) == pass_fn(p)``.
         laws: a subset of :data:`LAWS` to check instead of the default.
         inputs: ``program -> (args, kwargs)`` for the semantics law.
         allowed_errors: exception types with which the pass may decline a program.
-        settings: hypothesis settings to start from (default: the active profile); deadline,
-            the too-slow health check and multi-bug reporting are always turned off.
+        settings: hypothesis settings to start from. Default: the active profile (under
+            purefx's pytest, ``ci``); outside a test suite, where hypothesis's own ``default``
+            profile is active, derandomized settings without an example database, so a run is
+            repeatable and writes no ``.hypothesis`` directory. Deadline, the too-slow health
+            check and multi-bug reporting are always turned off.
+        atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
+            (fake quantization); default: the result dtype's (``ir.harness.tolerance``).
+        reference: an eager function of the model, ``reference(*args, **kwargs)``; the semantics
+            law compares the result's outputs with it instead of with the input program (a pass
+            that changes numerics by design). Use it with ``programs=st.just(program)``.
+        allow_vacuous: accept a pass that changed none of the programs tried.
 
-    Returns normally when every law holds on every program tried. Raises ``LawViolation`` for the
-    shrunk program that breaks one (its message names the law and prints the program).
+    Returns a :class:`LawReport` when every law holds on every program tried. Raises
+    ``LawViolation`` for the shrunk program that breaks one (its message names the law and
+    prints the program), and ``LawViolation("vacuous")`` when the pass changed none of the
+    programs it ran on (its result was :func:`same_program` as its input, or it declined
+    them), unless ``allow_vacuous``: a pass checked on programs it never touches is not checked.
     """
     from hypothesis import HealthCheck, given
     from hypothesis import settings as hsettings
 
     _check_laws_arg(laws, idempotent)
+    _check_tolerance(atol, rtol)
     if programs is None:
         from ir.strategies.programs import programs as default
 
         programs = default()
-    base = settings if settings is not None else hsettings.default
+    outside = settings is None and _outside_a_suite()
+    base = settings if settings is not None else _default_settings()
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
     chosen = hsettings(
@@ -326,19 +397,73 @@ def check_laws(
         suppress_health_check=list(base.suppress_health_check)
         + [HealthCheck.too_slow, HealthCheck.data_too_large],
     )
+    counts = {"tried": 0, "changed": 0, "declined": 0}
 
     def laws_hold(example: _Shown) -> None:
-        check_program(
+        result = check_program(
             pass_fn, example.program, idempotent=idempotent, laws=laws, inputs=inputs,
-            allowed_errors=allowed_errors,
+            allowed_errors=allowed_errors, atol=atol, rtol=rtol, reference=reference,
         )
+        counts["tried"] += 1
+        if result is None:
+            counts["declined"] += 1
+        elif not same_program(result, example.program):
+            counts["changed"] += 1
 
     # one example-database key (and derandomized seed) per pass and set of laws, rather than
     # one shared by every check_laws call: a failure saved for one pass is not replayed for another
     laws_hold._hypothesis_internal_add_digest = repr(
         (pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))
     ).encode()
-    chosen(given(programs.map(_Shown))(laws_hold))()
+    with _storage_outside_the_tree(outside):
+        chosen(given(programs.map(_Shown))(laws_hold))()
+    report = LawReport(**counts)
+    if not report.changed and not allow_vacuous:
+        raise LawViolation(
+            "vacuous", pass_fn,
+            f"VACUOUS: the pass changed none of the {report.tried} programs it ran on "
+            f"({report}), so no law was put to the test; give programs it changes, or pass "
+            "allow_vacuous=True if changing nothing is right",
+            None,
+        )
+    return report
+
+
+def _outside_a_suite() -> bool:
+    """Whether hypothesis's own ``default`` profile is active (no test suite loaded one)."""
+    from hypothesis import settings as hsettings
+
+    return hsettings.default is hsettings.get_profile("default")
+
+
+def _default_settings() -> Any:
+    """The active hypothesis profile; the ``ci`` settings (derandomized, no example database)
+    where hypothesis's own ``default`` profile is active, as it is outside a test suite."""
+    from hypothesis import settings as hsettings
+
+    base = hsettings.default
+    if _outside_a_suite():
+        base = hsettings(base, derandomize=True, database=None)
+    return base
+
+
+@contextlib.contextmanager
+def _storage_outside_the_tree(outside: bool) -> Any:
+    """Outside a test suite, point hypothesis's storage (its caches, e.g. ``constants``, which
+    it writes even without an example database) at a temporary directory for the run, unless
+    ``HYPOTHESIS_STORAGE_DIRECTORY`` says where it goes: nothing lands in the caller's tree."""
+    if not outside or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
+
+    before = storage_directory(intent_to_write=False).home_directory
+    with tempfile.TemporaryDirectory(prefix="purefx-laws-") as where:
+        set_hypothesis_home_dir(where)
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(before)
 
 
 class _Shown:
@@ -378,25 +503,26 @@ def _call(pass_fn: Pass, program: Program) -> Program:
         ) from e
 
 
-def _run(module: torch.nn.Module, args: tuple, kwargs: dict, fqns: tuple[str, ...]) -> tuple:
-    """Call ``module`` on fresh copies of the inputs; ``(outputs, inputs, state)`` as copies."""
-    args, kwargs = pytree.tree_map(_fresh, (args, kwargs))
-    out = module(*args, **kwargs)
-    outputs = pytree.tree_map(_fresh, out)
-    state = {fqn: _fresh(_state_value(module, fqn)) for fqn in fqns}
-    return outputs, pytree.tree_map(_fresh, (args, kwargs)), state
-
-
-def _fresh(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone()
-    return x
+def _run(module: Callable[..., Any], args: tuple, kwargs: dict, fqns: tuple[str, ...],
+         seed: int, whose: str | None) -> Any:
+    """One call through the law harness (``ir.harness.outcome``: copies of the inputs, the
+    random state seeded with ``seed``): ``(outputs, (args, kwargs) after, state by fqn)``, all
+    copies. When the call raises: an error naming ``whose`` run it was, or (``whose`` is
+    ``None``: the pass's result) the error's ``"Type: first line"`` as a string."""
+    ran = outcome(module, *args, seed=seed, **kwargs)
+    if not ran.ok:
+        name, line = ran.error
+        if whose is None:
+            return f"{name}: {line}"
+        raise RuntimeError(f"running {whose} raised {name}: {line} (not the pass's fault)")
+    state = {fqn: fresh(_state_value(module, fqn)) for fqn in fqns}
+    return fresh(ran.results), (ran.args, ran.kwargs), state
 
 
 _MISSING = object()
 
 
-def _state_value(module: torch.nn.Module, fqn: str) -> Any:
+def _state_value(module: Any, fqn: str) -> Any:
     obj: Any = module
     for part in fqn.split("."):
         obj = getattr(obj, part, _MISSING)
@@ -405,27 +531,102 @@ def _state_value(module: torch.nn.Module, fqn: str) -> Any:
     return obj
 
 
-def _difference(got: Any, want: Any) -> str | None:
-    """``None`` when ``got`` equals ``want`` (structure and values), else what differs."""
-    got_leaves, got_spec = pytree.tree_flatten(got)
-    want_leaves, want_spec = pytree.tree_flatten(want)
-    if got_spec != want_spec:
-        return f"structure {got_spec} instead of {want_spec}"
-    for i, (a, b) in enumerate(zip(got_leaves, want_leaves)):
-        if a is _MISSING or b is _MISSING:
-            if a is not b:
-                return f"leaf {i} is missing" if a is _MISSING else f"leaf {i} is unexpected"
-            continue
-        if isinstance(b, torch.Tensor):
-            if not isinstance(a, torch.Tensor):
-                return f"leaf {i} is a {type(a).__name__}, expected a tensor"
-            try:
-                torch.testing.assert_close(a, b, equal_nan=True)
-            except AssertionError as e:
-                return f"leaf {i}: {e}".replace("\n", " ")
-        elif a != b:
-            return f"leaf {i} is {a!r}, expected {b!r}"
+def _call_difference(got: tuple, want: tuple, atol: float | None, rtol: float | None,
+                     by_reference: bool) -> str | None:
+    """What differs between two ``_run`` results (``ir.harness.value_difference``: outputs,
+    inputs after the call, then each state fqn), or ``None``."""
+    tol = {"atol": atol, "rtol": rtol}
+    outputs = "outputs (against the reference's)" if by_reference else "outputs"
+    problem = (value_difference(got[0], want[0], what=outputs, **tol)
+               or value_difference(got[1], want[1], what="inputs after the call", **tol))
+    if problem:
+        return problem
+    for fqn, value in want[2].items():
+        if (got[2][fqn] is _MISSING) != (value is _MISSING):
+            return f"state {fqn!r}: " + ("missing" if value is not _MISSING else "unexpected")
+        if value is not _MISSING:
+            problem = value_difference(got[2][fqn], value, what=f"state {fqn!r}", **tol)
+            if problem:
+                return problem
     return None
+
+
+def _check_tolerance(atol: object, rtol: object) -> None:
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not value >= 0):
+            raise ValueError(f"{name} must be a non-negative number or None, got {value!r}")
+
+
+# --- programs compared with tensors by value ----------------------------------------------------
+
+
+def same_program(a: Any, b: Any) -> bool:
+    """``a == b`` for Programs, except that their tensor tables compare by value.
+
+    Two Programs are the same when they are ``==`` once their tensor tables are set aside, and
+    their tensor tables have the same keys with, under each key, the same object or two tensors
+    of the same dtype, shape, device and bits (NaNs included). So a pass that makes a new
+    constant on each call gives the same result twice. Like ``==``, it ignores node ``meta``.
+    Anything other than two Programs compares with ``==``. Complexity: O(size of the programs
+    + bytes of the tensors that are not shared).
+    """
+    if a is b:
+        return True
+    if not isinstance(a, Program) or not isinstance(b, Program):
+        return bool(a == b)
+    return _tensor_difference(a, b) is None and a.replace(tensors=b.tensors) == b
+
+
+def _tensor_difference(a: Program, b: Program) -> str | None:
+    if a.tensors is b.tensors:
+        return None
+    keys_a, keys_b = set(a.tensors.keys()), set(b.tensors.keys())
+    if keys_a != keys_b:
+        return f"tensor keys {sorted(keys_a ^ keys_b)} are in one result only"
+    for key in sorted(keys_a):
+        x, y = a.tensors[key].value, b.tensors[key].value
+        if x is not y and not _same_bits(x, y):
+            a, b = _describe_value(x), _describe_value(y)
+            return f"tensor {key!r} differs: " + (f"{a}s of other values" if a == b
+                                                  else f"{a} and {b}")
+    return None
+
+
+def _same_bits(x: Any, y: Any) -> bool:
+    """``ir.harness.same_bits`` for two tensors of one type (a Parameter is no plain tensor)
+    that agree on ``requires_grad``; meta tensors by dtype, shape and device alone."""
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        return False
+    if (type(x), x.requires_grad) != (type(y), y.requires_grad):
+        return False
+    if x.device.type == "meta" or y.device.type == "meta":
+        return (x.dtype, x.shape, x.device) == (y.dtype, y.shape, y.device)
+    return same_bits(x, y)
+
+
+def _describe_value(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{type(x).__name__}({tuple(x.shape)}, {x.dtype}, {x.device})"
+    return type(x).__name__
+
+
+def _program_difference(a: Any, b: Any) -> str:
+    """A short account of how two results of one pass differ (for the determinism law)."""
+    if not isinstance(a, Program) or not isinstance(b, Program):
+        return f"{type(a).__name__} and {type(b).__name__}"
+    tensors = _tensor_difference(a, b)
+    if tensors:
+        return tensors
+    for field in attrs.fields(Program):
+        if getattr(a, field.name) != getattr(b, field.name):
+            if field.name == "modules":
+                text_a, text_b = format_program(a).splitlines(), format_program(b).splitlines()
+                for line_a, line_b in zip(text_a, text_b):
+                    if line_a != line_b:
+                        return f"the programs print {line_a.strip()!r} and {line_b.strip()!r}"
+            return f"their {field.name} differ"
+    return "they are not =="
 
 
 def _version_diff(program: Program, before: tuple, after: tuple) -> list:

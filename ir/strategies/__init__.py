@@ -23,6 +23,7 @@ from ir.strategies.export import (
     realize,
 )
 from ir.strategies.programs import (
+    DETERMINISTIC_FEATURES,
     FEATURES,
     ROOT_TYPE,
     WIDTH,
@@ -32,7 +33,7 @@ from ir.strategies.programs import (
 )
 
 __all__ = [
-    "ALL_FEATURES", "FEATURES", "MODULE_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
+    "ALL_FEATURES", "DETERMINISTIC_FEATURES", "FEATURES", "MODULE_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
     "ModuleSpec", "ProgramSpec", "check_features", "example_inputs", "export_spec",
     "exported_programs", "fresh_export", "module_specs", "program_inputs", "program_specs",
     "programs", "realize",

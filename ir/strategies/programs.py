@@ -36,11 +36,21 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
     or a preserved parent returns.
+    What users' passes target: activations ``gelu`` / ``silu``, and an activation of its own
+    result (``activations``); constant
+    builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
+    (``constant_builders``); random ops ``rand_like`` / ``randn_like`` / ``rand``
+    (``random_ops``); copies written in place, ``clone`` then ``add_`` / ``copy_``
+    (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
+    (``large_linears``); one pure op computed twice, sometimes with ``2`` for ``2.0``
+    (``repeated_subexpressions``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
-    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``. As in export's graphs, a value
-    read after an in-place update is the update's result (the same tensor), and after a
-    functional update the new value.
+    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
+    graphs, a value read after an in-place update is the update's result (the same tensor), and
+    after a functional update the new value. Half the steps read one of the two latest values,
+    and the first user output is the latest value, so what the ops compute mostly reaches the
+    outputs (a law that compares outputs sees it).
 
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
@@ -54,7 +64,8 @@ Not covered, and why
     path is preserved, and all its calls have one signature shape.
 
 Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
-``(WIDTH, WIDTH)``, so any op composes with any other.
+``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
+composes with any other.
 """
 
 from __future__ import annotations
@@ -83,6 +94,7 @@ from ir.state import Opaque, Slot
 from ir.torch_seam import op_schema, pytree
 
 __all__ = [
+    "DETERMINISTIC_FEATURES",
     "FEATURES",
     "ROOT_TYPE",
     "WIDTH",
@@ -116,11 +128,30 @@ FEATURES = (
     "kwargs_ops",
     "divergent_calls",
     "crossing_reads",
+    "activations",
+    "constant_builders",
+    "random_ops",
+    "inplace_copies",
+    "large_linears",
+    "repeated_subexpressions",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
+DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"}
+"""Every feature but ``random_ops``: programs that compute the same on every call. For a test
+that compares two runs without seeding them alike (``transforms.laws`` seeds both sides of its
+semantics law, and uses every feature)."""
+
+HIDDEN = 256
+"""Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
+weights, 1024 elements each (what a pass that targets "large" linears looks for)."""
+
 aten = torch.ops.aten
 _UNARY = (aten.relu.default, aten.neg.default, aten.tanh.default, aten.sigmoid.default)
+_ACTIVATIONS = (aten.gelu.default, aten.silu.default)
+_RANDOM = (aten.rand_like.default, aten.randn_like.default, aten.rand.default)
+_BUILDERS = (aten.arange.default, aten.ones.default, aten.full.default)
+_CPU = torch.device("cpu")
 _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
@@ -200,7 +231,8 @@ def _programs(
 _FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
 _HEADER_BYTES = st.binary(min_size=6, max_size=6)
 _OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
-_RECORD = 6  # bytes per module object: see ``_Builder._objects``
+_STEP = 3  # bytes per body step: see ``_decode_step``
+_RECORD = 7  # bytes per module object: see ``_Builder._objects``
 
 
 @functools.cache
@@ -210,7 +242,7 @@ def _count(most: int) -> st.SearchStrategy[int]:
 
 @functools.cache
 def _body_bytes(most: int) -> st.SearchStrategy[bytes]:
-    return st.binary(min_size=1 + 2 * most, max_size=1 + 2 * most)
+    return st.binary(min_size=1 + _STEP * most, max_size=1 + _STEP * most)
 
 
 # --- building -----------------------------------------------------------------------------------
@@ -270,6 +302,8 @@ class _Builder:
         self.styles: dict[Any, str] = {}
         self.input_current: dict[str, Ref] = {}
         self.input_styles: dict[str, str] = {}
+        self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
+        self.large_read: set[str] = set()  # paths whose large linears a step has read
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -288,7 +322,10 @@ class _Builder:
            bits 6-7 both set: children are called only by steps (else each is called once,
            in order, after the steps that did not call it);
         5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``; bit 7:
-           the value crossing out of a preserved call is a no-op ``clone`` (else an op).
+           the value crossing out of a preserved call is a no-op ``clone`` (else an op);
+        6. bit 0: a ``large_linears`` pair of parameters ``wl0`` ``(HIDDEN, WIDTH)`` and ``wl1``
+           ``(WIDTH, HIDDEN)`` (the root always has one with the feature); bit 1: with ``repeated_calls``, each child is called once more
+           at the end of the body.
         """
         on = self.on
         chunks = [records[i:i + _RECORD] for i in range(0, len(records), _RECORD)]
@@ -300,6 +337,9 @@ class _Builder:
             for j in range(rec[1] % 3):
                 matrix = "matrices" in on and rec[1] >> (2 + j) & 1
                 obj.state.append((f"w{j}", stt.PARAMETER, (WIDTH, WIDTH) if matrix else (WIDTH,)))
+            if "large_linears" in on and (index < 0 or rec[6] & 1):
+                obj.state.append(("wl0", stt.PARAMETER, (HIDDEN, WIDTH)))
+                obj.state.append(("wl1", stt.PARAMETER, (WIDTH, HIDDEN)))
             if "buffers" in on or "inplace_mutation" in on or "functional_mutation" in on:
                 for j in range(rec[2] % 3):
                     obj.state.append((f"b{j}", stt.BUFFER, (WIDTH,)))
@@ -433,7 +473,7 @@ class _Builder:
     # --- bodies -----------------------------------------------------------------------------
 
     def _draw_body(self, root: bool) -> list[tuple[int, ...]]:
-        """A body: a step count, then two bytes per step (see ``_decode_step``).
+        """A body: a step count, then three bytes per step (see ``_decode_step``).
 
         Fixed-size draws, so shrinking the count never misaligns the bytes after it.
         """
@@ -441,9 +481,9 @@ class _Builder:
         data = self.draw(_body_bytes(most))
         n = data[0] % (most + 1)
         return [
-            _decode_step(data[i], data[i + 1])
-            for i in range(1, 1 + 2 * n, 2)
-            if data[i] or data[i + 1]  # a zeroed step is no step, so shrinking drops ops
+            _decode_step(data[i], data[i + 1], data[i + 2])
+            for i in range(1, 1 + _STEP * n, _STEP)
+            if data[i] or data[i + 1] or data[i + 2]  # a zeroed step is no step: shrinking drops ops
         ]
 
     def _run(self, index: int, path: str, scope: _Scope) -> None:
@@ -475,6 +515,11 @@ class _Builder:
             if self._full():
                 return
             self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
+        if "repeated_calls" in self.on and obj.record[6] >> 1 & 1:
+            for name, child in kids:  # each child called once more, on the latest value
+                if self._full():
+                    return
+                self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
 
     def _call(self, index: int, path: str, scope: _Scope, x: int, y: int, z: int) -> None:
         n = self.calls.get(path, 0)
@@ -553,7 +598,8 @@ class _Builder:
     def _step(self, obj: _Object, path: str, scope: _Scope, kind: int, x: int, y: int, z: int
               ) -> None:
         vectors = [s for s in obj.state if len(s[2]) == 1]
-        matrices = [s for s in obj.state if len(s[2]) == 2]
+        matrices = [s for s in obj.state if s[2] == (WIDTH, WIDTH)]
+        large = [s for s in obj.state if s[0] == "wl0"]
         buffers = [s for s in obj.state if s[1] == stt.BUFFER]
         kinds = ["unary", "binary"]
         if matrices:
@@ -566,11 +612,21 @@ class _Builder:
             kinds.append("sort")
         if "kwargs_ops" in self.on:
             kinds.append("alpha")
+        kinds += [k for f, k in _STEP_FEATURES if f in self.on]
+        if large:
+            kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
         a = _back(scope.vals, x)
         act = self._act()
+        if choice == "unary" and large and path not in self.large_read:
+            choice = "mlp"  # a module's large linears are read by its first unary step
+        if choice in _NEW_STEPS:
+            scope.vals.append(_NEW_STEPS[choice](self, path, scope, vectors, a, y, z))
+            return
         if choice == "unary":
-            out = self._op(_UNARY[y % len(_UNARY)], (a,), shape=act)
+            out = self._op(self.unary[y % len(self.unary)], (a,), shape=act)
+            if "activations" in self.on and z >> 3 & 1:  # stacked: relu(relu(x)), gelu(gelu(x))
+                out = self._op(self.unary[y % len(self.unary)], (out,), shape=act)
         elif choice in ("binary", "alpha"):
             other: Any
             source = z % 3 if vectors else z % 3 % 2 * 2
@@ -605,6 +661,86 @@ class _Builder:
             pair = self._op(aten.sort.default, (a,), shape=("sort", act))
             out = self._op(operator.getitem, (pair, 0), shape=act)
         scope.vals.append(out)
+
+    # --- the steps of the features that users' passes target --------------------------------
+    # each returns the step's result, a ``(batch, WIDTH)`` value read by later steps
+
+    def _build(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``constant_builders``: ``arange`` / ``ones`` / ``full`` of ``(WIDTH,)``, maybe an op on
+        it (a scalar, a state vector, an activation: something a constant folder can compute),
+        combined with ``a``, and then maybe the built value itself added too."""
+        which = y % len(_BUILDERS)
+        on_cpu = (("device", _CPU), ("pin_memory", False))
+        if which == 0:
+            k = self._op(aten.arange.default, (WIDTH,),
+                         IDict((("dtype", torch.float32), *on_cpu)), shape=(WIDTH,))
+        elif which == 1:
+            k = self._op(aten.ones.default, (IList((WIDTH,)),), IDict(on_cpu), shape=(WIDTH,))
+        else:
+            fill = _SCALARS[z % len(_SCALARS)]
+            k = self._op(aten.full.default, (IList((WIDTH,)), fill), IDict(on_cpu), shape=(WIDTH,))
+        built, chain = k, z >> 2 & 3
+        if chain == 1:
+            k = self._op(aten.mul.Tensor, (k, _SCALARS[y >> 2]), shape=(WIDTH,))
+        elif chain == 2 and vectors:
+            # a buffer when there is one: a value a folder must not take for a constant
+            pick = [v for v in vectors if v[1] == stt.BUFFER] or vectors
+            state = self._read_state(path, pick[(y >> 2) % len(pick)][0])
+            k = self._op(aten.add.Tensor, (k, state), shape=(WIDTH,))
+        elif chain:
+            k = self._op(self.unary[(y >> 2) % len(self.unary)], (k,), shape=(WIDTH,))
+        out = self._op(_BINARY[(y + z) % len(_BINARY)], (a, k), shape=self._act())
+        if k is not built and y >> 3 & 1:  # the built value is also read after the op on it
+            out = self._op(aten.add.Tensor, (out, built), shape=self._act())
+        return out
+
+    def _random(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``random_ops``: ``rand_like`` / ``randn_like`` of ``a`` or ``rand`` of its shape,
+        combined with ``a`` (two of them on one operand are equal calls, not equal values)."""
+        target = _RANDOM[z % len(_RANDOM)]
+        if target is aten.rand.default:
+            r = self._op(target, (IList(self._act()),),
+                         IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
+        else:
+            r = self._op(target, (a,), IDict((("pin_memory", False),)), shape=self._act())
+        return self._op(_BINARY[y % len(_BINARY)], (a, r), shape=self._act())
+
+    def _copy(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``inplace_copies``: ``clone(a)`` written in place (``add_`` of a value or a scalar, or
+        ``copy_`` of a value); later steps read the write's result, as in export's graphs."""
+        c = self._op(aten.clone.default, (a,), shape=self._act())
+        if z % 3 == 2:
+            return self._op(aten.copy_.default, (c, _back(scope.vals, y)), shape=self._act())
+        other: Any = _back(scope.vals, y) if z % 3 == 0 else _SCALARS[y % len(_SCALARS)]
+        return self._op(aten.add_.Tensor, (c, other), shape=self._act())
+
+    def _mlp(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``large_linears``: ``linear(act(linear(a, wl0)), wl1)`` through ``HIDDEN`` features."""
+        self.large_read.add(path)
+        hidden = (self.batch, HIDDEN)
+        h = self._op(aten.linear.default, (a, self._read_state(path, "wl0")), shape=hidden)
+        h = self._op(self.unary[z % len(self.unary)], (h,), shape=hidden)
+        return self._op(aten.linear.default, (h, self._read_state(path, "wl1")),
+                        shape=self._act())
+
+    def _twice(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``repeated_subexpressions``: one pure op of ``a`` computed twice and both results
+        combined (an activation, or an op with a scalar; the second spelled ``2`` where the
+        first says ``2.0`` when ``z`` says so: equal values on float tensors, other literals)."""
+        variant = z % 3
+        if variant == 0:
+            target = self.unary[y % len(self.unary)]
+            first = self._op(target, (a,), shape=self._act())
+            second = self._op(target, (a,), shape=self._act())
+        else:
+            target = _BINARY[y % len(_BINARY)]
+            scalar = _SCALARS[(y >> 2) % len(_SCALARS)]
+            again: Any = scalar
+            if variant == 2 and scalar == int(scalar):
+                again = int(scalar)
+            first = self._op(target, (a, scalar), shape=self._act())
+            second = self._op(target, (a, again), shape=self._act())
+        return self._op(_BINARY[z >> 2 & 1], (first, second), shape=self._act())
 
     def _styles_on(self) -> tuple[str, ...]:
         return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
@@ -686,7 +822,7 @@ class _Builder:
 
     def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
         """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
-        outputs picked by back-offsets from ``data``."""
+        outputs: the latest value, then values picked by back-offsets from ``data``."""
         specs: list[sg.OutputSpec] = []
         mutations: list[Ref] = []
         for fqn in self.state_order:
@@ -700,9 +836,26 @@ class _Builder:
                 value = self.input_current[name]
                 mutations.append(value)
                 specs.append(sg.OutputSpec(sg.USER_INPUT_MUTATION, value.name, name))
-        user = [_back(scope.vals, o) for o in data[1:2 + data[0] % 3]]
+        # the first is the latest value (what the body computed last is what it returns)
+        user = [scope.vals[-1]] + [_back(scope.vals, o) for o in data[2:2 + data[0] % 3]]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
         return _Outputs(tuple(mutations), tuple(user), tuple(specs))
+
+
+# the step kinds of the features users' passes target, in the order they join the step kinds
+_STEP_FEATURES = (
+    ("constant_builders", "build"),
+    ("random_ops", "random"),
+    ("inplace_copies", "copy"),
+    ("repeated_subexpressions", "twice"),
+)
+_NEW_STEPS = {
+    "build": _Builder._build,
+    "random": _Builder._random,
+    "copy": _Builder._copy,
+    "mlp": _Builder._mlp,
+    "twice": _Builder._twice,
+}
 
 
 class _Outputs:
@@ -712,14 +865,16 @@ class _Outputs:
         self.specs = specs
 
 
-def _decode_step(a: int, b: int) -> tuple[int, ...]:
-    """``(is_call, kind, x, y, z)`` from two bytes (``(0, 0)`` is skipped by the caller).
+def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
+    """``(is_call, kind, x, y, z)`` from three bytes (``(0, 0, 0)`` is skipped by the caller).
 
     ``is_call``: call a child (when the module has one) instead of an op; ``kind``: which op
     among those available here; ``x``: back-offset of the first operand; ``y``, ``z``: the
-    second operand / op variant / child, each taken modulo what is available.
+    second operand / op variant / child, each taken modulo what is available. Half the steps
+    (bit 7 of ``a`` clear) read one of the two latest values, so chains of ops, and what they
+    compute, reach the outputs more often than uniform offsets would let them.
     """
-    return (a & 1, a >> 1 & 7, a >> 4, b & 15, b >> 4)
+    return (a & 1, c, a >> 1 if a & 128 else a >> 1 & 1, b & 15, b >> 4)
 
 
 def _output_tree(shape: int, n: int) -> tuple:
@@ -789,9 +944,9 @@ def _meta_val(shape: Any) -> Any:
     return _meta_tensor(shape)
 
 
-for _target in _UNARY + _BINARY + (
+for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
     aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
-    aten.mean.dim, aten.sort.default,
+    aten.mean.dim, aten.sort.default, aten.clone.default, aten.copy_.default,
 ):
     _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
 

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import HealthCheck, find, settings
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+import torch
+from hypothesis import HealthCheck, find, settings
+from pyrsistent import pmap
+
+from ir import ops
+from ir.args import Ref
 from ir.errors import PassError
+from ir.graph import Graph
+from ir.program import Program
+from ir.state import Opaque
 from ir.strategies import programs
 from transforms.laws import (
     LAWS,
@@ -17,7 +30,11 @@ from transforms.laws import (
     check_purity,
     check_semantics,
     check_verify,
+    same_program,
 )
+
+aten = torch.ops.aten
+ROOT = Path(__file__).resolve().parents[2]
 
 FIND = settings(database=None, derandomize=True, max_examples=500,
                 suppress_health_check=list(HealthCheck))
@@ -33,7 +50,18 @@ def test_three_lines_check_a_new_rewrite():
     def my_rewrite(p):
         return p.replace()  # a rewrite that changes nothing
 
-    check_laws(my_rewrite, max_examples=20)
+    report = check_laws(my_rewrite, max_examples=20, allow_vacuous=True)
+    assert (report.tried, report.changed, report.declined) == (20, 0, 0)
+
+
+def test_a_pass_that_changes_nothing_fails_as_vacuous():
+    def my_rewrite(p):
+        return p.replace()
+
+    with pytest.raises(LawViolation, match="VACUOUS: the pass changed none of the 20 programs"
+                       ) as caught:
+        check_laws(my_rewrite, max_examples=20)
+    assert caught.value.law == "vacuous" and "allow_vacuous=True" in str(caught.value)
 
 
 def test_law_violation_is_an_assertion_error_that_names_the_law():
@@ -70,7 +98,9 @@ def test_a_pass_may_decline_programs_with_allowed_errors():
     with pytest.raises(LawViolation) as caught:
         check_laws(no_state, max_examples=50)
     assert caught.value.law == "raises" and "without state" in str(caught.value)
-    check_laws(no_state, max_examples=50, allowed_errors=(PassError,))
+    report = check_laws(no_state, max_examples=50, allowed_errors=(PassError,),
+                        allow_vacuous=True)
+    assert report.declined > 0 and report.changed == 0
 
 
 def test_a_subset_of_laws_can_be_checked():
@@ -78,13 +108,14 @@ def test_a_subset_of_laws_can_be_checked():
         print("hello")
         return p
 
-    check_laws(prints, laws=("verify", "determinism"), max_examples=10)
+    check_laws(prints, laws=("verify", "determinism"), max_examples=10, allow_vacuous=True)
     with pytest.raises(LawViolation, match="printed 'hello"):
         check_laws(prints, laws=("purity",), max_examples=10)
 
 
 def test_other_program_strategies_can_be_given():
-    check_laws(lambda p: p, programs=programs(features=()), max_examples=10)
+    check_laws(lambda p: p, programs=programs(features=()), max_examples=10,
+               allow_vacuous=True)
 
 
 def test_the_message_shows_the_shrunk_program_and_its_module_stacks():
@@ -103,7 +134,8 @@ def test_the_message_shows_the_shrunk_program_and_its_module_stacks():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"laws": ("purity", "kindness")}, {"laws": "purity"}, {"max_examples": 0}],
+    [{"laws": ("purity", "kindness")}, {"laws": "purity"}, {"max_examples": 0},
+     {"atol": -1.0}, {"rtol": "1e-3"}, {"atol": True}],
 )
 def test_bad_arguments_are_rejected(kwargs):
     with pytest.raises(ValueError):
@@ -112,3 +144,98 @@ def test_bad_arguments_are_rejected(kwargs):
 
 def test_every_law_has_a_checker():
     assert LAWS == ("purity", "verify", "determinism", "semantics", "idempotence")
+
+
+# --- what check_laws reports, and how it compares -----------------------------------------------
+
+
+def swap_mul_operands(p):
+    """``mul(a, b)`` of two values becomes ``mul(b, a)``: a real, semantics-keeping change."""
+    nodes = tuple(
+        n.replace(args=n.args[::-1]) if n.target is aten.mul.Tensor
+        and all(isinstance(a, Ref) for a in n.args) else n
+        for n in p.root_module.graph.nodes)
+    if nodes == p.root_module.graph.nodes:
+        return p
+    return p.replace(modules=p.modules.set(p.root, p.root_module.replace(graphs=(Graph(nodes),))))
+
+
+def test_check_laws_reports_how_many_programs_the_pass_changed():
+    report = check_laws(swap_mul_operands, max_examples=60)
+    assert report.tried == 60 and 0 < report.changed < 60 and report.declined == 0
+    assert str(report) == f"{report.changed} of 60 programs changed"
+
+
+def test_new_tensors_compare_by_value_in_the_determinism_law():
+    p = a_program(lambda p: len(p.state) > 0)
+
+    def copies_tensors(q):  # a new tensor object each call, the same bits
+        return q.replace(tensors=pmap({k: Opaque(_copy(v.value)) for k, v in q.tensors.items()}))
+
+    assert check_determinism(copies_tensors, p) is not p
+    assert same_program(copies_tensors(p), p) and copies_tensors(p) != p
+
+    def noisy_tensors(q):
+        return q.replace(tensors=pmap({k: Opaque(v.value.detach() + torch.rand(()))
+                                       for k, v in q.tensors.items()}))
+
+    with pytest.raises(LawViolation, match="two calls gave results that differ: tensor '"):
+        check_determinism(noisy_tensors, p)
+
+
+def _copy(t):
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(t.detach().clone(), requires_grad=t.requires_grad)
+    return t.detach().clone()
+
+
+def test_program_equality_ignores_meta_and_so_shapes():
+    """As ``Program.__eq__`` says: a program at batch 1 and one at batch 3 are ``==``."""
+    p = a_program()
+    graph = p.root_module.graph
+    wider = tuple(n.with_meta(val=torch.empty(3, 4, device="meta")) if n.op == "placeholder"
+                  else n for n in graph.nodes)
+    q = p.replace(modules=p.modules.set(p.root, p.root_module.replace(graphs=(Graph(wider),))))
+    assert q == p and same_program(q, p)
+    assert "ignores, plainly:" in Program.__doc__ and "batch 3 are ``==``" in Program.__doc__
+
+
+def test_random_ops_draw_alike_on_both_sides_of_the_semantics_law():
+    p = a_program(lambda p: sum(ops.is_random(n.target) for n in p.root_module.graph.nodes) >= 2)
+    assert check_semantics(lambda q: q, p) is p  # the identity keeps every draw
+
+
+def test_a_state_difference_names_the_fqn():
+    p = a_program(lambda p: any(n.target is aten.add_.Tensor and n.args[0].name.startswith("b_")
+                                for n in p.root_module.graph.nodes))
+
+    def add_becomes_sub(q):
+        nodes = tuple(n.replace(target=aten.sub_.Tensor) if n.target is aten.add_.Tensor else n
+                      for n in q.root_module.graph.nodes)
+        return q.replace(modules=q.modules.set(q.root, q.root_module.replace(
+            graphs=(Graph(nodes),))))
+
+    with pytest.raises(LawViolation) as caught:
+        check_semantics(add_becomes_sub, p)
+    fqns = "|".join(map(re.escape, p.state_order))
+    assert re.search(f"call 1: state '({fqns})': values differ at", str(caught.value))
+
+
+def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path):
+    script = (
+        "from transforms.laws import check_laws, LawViolation\n"
+        "import torch\n"
+        "def planted(p):\n"
+        "    return p.replace(state_order=p.state_order + ('nowhere',))\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        check_laws(planted, max_examples=20)\n"
+        "    except LawViolation as e:\n"
+        "        print(str(e).replace('\\n', ' '))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path,
+                         capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    first, second = run.stdout.splitlines()
+    assert first == second and first.startswith("law 'verify' broken by planted")
+    assert not (tmp_path / ".hypothesis").exists(), sorted(os.listdir(tmp_path))

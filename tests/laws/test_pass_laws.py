@@ -34,11 +34,19 @@ PASSES = [
 ]
 
 
+# Passes that change no generated program (check_laws would fail them as vacuous): what they
+# rewrite is not generated (effect tokens, higher-order-op bodies) or already as they make it
+# (import_ep's module stacks); their own example tests exercise them
+# (tests/test_effects.py, tests/test_hop_split.py, tests/examples/).
+NOTHING_TO_DO = {remove_effect_tokens, split_hop_bodies, fix_module_stacks}
+
+
 @pytest.mark.parametrize(
     "pass_fn, idempotent, n", PASSES, ids=[f.__name__ for f, _, _ in PASSES]
 )
 def test_builtin_pass_obeys_its_laws(pass_fn, idempotent, n):
-    check_laws(pass_fn, programs=before(pass_fn), idempotent=idempotent, max_examples=examples(n))
+    check_laws(pass_fn, programs=before(pass_fn), idempotent=idempotent, max_examples=examples(n),
+               allow_vacuous=pass_fn in NOTHING_TO_DO)
 
 
 def test_default_pipeline_obeys_the_laws():

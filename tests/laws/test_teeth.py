@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import Phase, settings
 from lawcases import valid
 
 from ir import Graph
@@ -154,12 +155,16 @@ def add_one_relu(p: Program) -> Program:
 # bugs (shared modules, preserved calls, mutated inputs) would get in the way of the plant
 REPEATED = valid(outline, {"repeated_calls", "divergent_calls", "nesting", "matrices"})
 
+# found, not shrunk, for the merges of graphs: shrinking them (a program of repeated calls,
+# through outline) takes about twenty seconds, and the other plants show the shrinking
+FOUND = settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
 PLANTED = [
     (add_becomes_sub, {}, "semantics"),
     (rename_without_uses, {}, "verify"),
     (writes_its_input, {}, "purity"),
     (differs_between_calls, {}, "determinism"),
-    (sloppy_dedup, {"programs": REPEATED}, "semantics"),
+    (sloppy_dedup, {"programs": REPEATED, "settings": FOUND}, "semantics"),
     (prints, {}, "purity"),
     (writes_meta, {}, "purity"),
     (not_idempotent, {"idempotent": True}, "idempotence"),
@@ -180,7 +185,7 @@ def test_a_planted_bug_is_caught_by_the_law_it_breaks(planted, options, law):
 
 def test_a_merge_of_different_graphs_is_caught_although_each_graph_verifies():
     with pytest.raises(LawViolation, match="semantics") as caught:
-        check_laws(sloppy_dedup, programs=REPEATED, max_examples=200)
+        check_laws(sloppy_dedup, programs=REPEATED, max_examples=200, settings=FOUND)
     program = caught.value.program
     assert any(len(m.graphs) > 1 for m in program.modules.values())
     merged = sloppy_dedup(program)
@@ -196,7 +201,7 @@ def identity(p: Program) -> Program:
 
 
 def test_the_identity_obeys_every_law():
-    check_laws(identity, idempotent=True, max_examples=100)
+    check_laws(identity, idempotent=True, max_examples=100, allow_vacuous=True)
 
 
 def test_the_real_dedup_obeys_the_laws_where_the_planted_one_does_not():
