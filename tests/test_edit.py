@@ -17,9 +17,9 @@ from programs_nested import NESTED
 
 from ir import PassError, alpha_equivalent, format_program, import_ep, verify
 from lowering import lower
+from lowering.laws import check_laws, check_purity
 from transforms import outline, rewrite_nodes, transform
 from transforms.edit import Edit
-from transforms.laws import check_laws, check_purity
 
 aten = torch.ops.aten
 

@@ -25,8 +25,8 @@ from zoo import Case, export_case, randn, register, seeded
 from ir import import_ep
 from lowering import export_ep, lower
 from lowering.hop_bodies import held_bodies
+from lowering.laws import check_laws
 from transforms import split_hop_bodies, transform
-from transforms.laws import check_laws
 
 D = 4
 MODES = ("wrap_with_set_grad_enabled", "wrap_with_autocast")

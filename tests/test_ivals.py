@@ -35,8 +35,8 @@ from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
 from ir.purity import ep_fingerprint
 from lowering import lower
+from lowering.laws import check_program
 from transforms import transform
-from transforms.laws import check_program
 from transforms.outline import outline
 from transforms.pipeline import DEFAULT_PIPELINE
 from transforms.stacks import fill_call_gaps

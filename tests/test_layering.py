@@ -6,14 +6,12 @@ layers below it:
 - ``ir`` imports nothing from ``transforms`` or ``lowering``: the values know no pass;
 - ``transforms`` imports ``ir`` (and itself): a pass is a function of IR values;
 - ``lowering`` imports ``ir`` and ``transforms`` (and itself): building torch objects may run
-  passes (``export_ep`` inlines, the command line runs the pipeline and lowers its result).
+  passes (``export_ep`` inlines, the command line runs the pipeline and lowers its result, the
+  laws, ``lowering/laws.py``, lower programs to compare them with torch).
 
-Modules that sit on top of all three layers are named in ``ON_TOP`` with the reason: they may
-import any layer, and nothing inside the three layers may import them (an import of an on-top
-module is an upward import like any other). One is left, to be moved into ``lowering/``:
-
-- ``transforms/laws.py``: the semantics law lowers programs to compare them with torch (it
-  moves to ``lowering/laws.py``, where the rule above allows it, once the work on it is merged).
+A module that had to sit on top of all three layers would be named in ``ON_TOP`` with the
+reason: it may import any layer, and nothing inside the three layers may import it (an import
+of an on-top module is an upward import like any other). None does today: ``ON_TOP`` is empty.
 
 ``bench/`` and ``tests/`` are outside the layers (they use all three); ``tests/`` may import
 ``bench/``, never the other way. Imports anywhere in a module count, also those inside
@@ -34,10 +32,7 @@ ALLOWED = {
     "transforms": {"ir", "transforms"},
     "lowering": {"ir", "transforms", "lowering"},
 }
-ON_TOP = {
-    # The one arrow back up; it moves to lowering/laws.py (then this entry goes).
-    "transforms/laws.py": "the semantics law lowers programs (moves to lowering/laws.py)",
-}
+ON_TOP: dict[str, str] = {}
 
 
 def layer_imports(path: Path) -> set[str]:

@@ -21,8 +21,8 @@ from docs.examples.passes_fx import fold as fold_fx
 from docs.examples.passes_fx import observe as observe_fx
 from ir import import_ep, verify
 from lowering import lower
+from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
-from transforms.laws import LawViolation, check_laws, check_program
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSES = ("fake_quant", "observe", "fold", "cse")

@@ -28,8 +28,8 @@ from ir.args import EMPTY_DICT, ref
 from ir.errors import PassError
 from ir.verify import verify
 from lowering import lower
+from lowering.laws import check_program
 from transforms import pipeline, transform
-from transforms.laws import check_program
 from transforms.pipeline import DEFAULT_PIPELINE
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures

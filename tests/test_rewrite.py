@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from ir import PassError, import_ep, verify
 from lowering import export_ep, lower
+from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
-from transforms.laws import LawViolation, check_laws, check_program
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 from transforms.rewrite_rules import ATTENTION, CONV_BN, RELU_RELU, SILU, TIMES_ONE
 

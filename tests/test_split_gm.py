@@ -35,8 +35,8 @@ from ir import (
 )
 from ir.module import LEAF
 from lowering import lower
+from lowering.laws import check_laws
 from transforms import move_non_tensor_nodes_on_boundary, split_by_tags
-from transforms.laws import check_laws
 
 SHAPE = (2, 4, 4)
 _TAG_NAMES = ["a", "main", "ro", "t3"]

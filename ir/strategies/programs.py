@@ -9,7 +9,7 @@ holder modules at every module path; state slots over a table of real small tens
 call signature ``""`` with its pytree ``in_spec`` / ``out_spec``. No tracing, no export: about
 900 programs per second on one core, hypothesis included (a dozen draws per program; see
 ``tests/laws/test_strategies_programs.py``), against about 150 per second through every law of
-``transforms.laws`` (which lowers and runs each program twice).
+``lowering.laws`` (which lowers and runs each program twice).
 
 Every program is valid by construction: each operand is a *back-offset* into the values defined
 so far in its scope (taken modulo their number) and each choice among alternatives is an index
@@ -139,7 +139,7 @@ FEATURES = (
 
 DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"}
 """Every feature but ``random_ops``: programs that compute the same on every call. For a test
-that compares two runs without seeding them alike (``transforms.laws`` seeds both sides of its
+that compares two runs without seeding them alike (``lowering.laws`` seeds both sides of its
 semantics law, and uses every feature)."""
 
 HIDDEN = 256

@@ -13,8 +13,8 @@ import transforms
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from lowering import lower
+from lowering.laws import LawViolation, check_laws, check_program, check_semantics
 from transforms import cse, transform
-from transforms.laws import LawViolation, check_laws, check_program, check_semantics
 
 BEFORE = """\
 program:

@@ -11,8 +11,8 @@ from beforeafter import program
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from lowering import lower
+from lowering.laws import check_laws, check_program
 from transforms import eliminate_dead_code, transform
-from transforms.laws import check_laws, check_program
 
 BEFORE = """\
 program:

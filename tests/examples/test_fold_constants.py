@@ -15,8 +15,8 @@ from ir import signature as sg
 from ir.errors import PassError
 from ir.state import Opaque
 from lowering import lower
+from lowering.laws import LawViolation, check_laws, check_program
 from transforms import fold_constants, folding, transform
-from transforms.laws import LawViolation, check_laws, check_program
 
 # the laws but determinism: a new constant is a new tensor, and ``Opaque`` compares by identity
 LAWS = ("purity", "verify", "determinism", "semantics", "idempotence")

@@ -20,7 +20,7 @@ from ir.graph import Graph
 from ir.program import Program
 from ir.state import Opaque
 from ir.strategies import programs
-from transforms.laws import (
+from lowering.laws import (
     LAWS,
     LawViolation,
     check_determinism,
@@ -45,7 +45,7 @@ def a_program(condition=lambda p: True):
 
 
 def test_three_lines_check_a_new_rewrite():
-    from transforms.laws import check_laws
+    from lowering.laws import check_laws
 
     def my_rewrite(p):
         return p.replace()  # a rewrite that changes nothing
@@ -223,7 +223,7 @@ def test_a_state_difference_names_the_fqn():
 
 def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path):
     script = (
-        "from transforms.laws import check_laws, LawViolation\n"
+        "from lowering.laws import check_laws, LawViolation\n"
         "import torch\n"
         "def planted(p):\n"
         "    return p.replace(state_order=p.state_order + ('nowhere',))\n"

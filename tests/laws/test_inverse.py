@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from lawcases import before, examples, without
 
+from lowering.laws import check_inverse, check_laws
 from transforms import inline
-from transforms.laws import check_inverse, check_laws
 from transforms.outline import outline
 
 

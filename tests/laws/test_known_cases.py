@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from ir import import_ep
+from lowering.laws import check_program
 from transforms import transform
-from transforms.laws import check_program
 
 
 def imported(model: nn.Module, *args: torch.Tensor, decompose: bool = False, **options):

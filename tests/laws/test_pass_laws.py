@@ -1,6 +1,6 @@
 """The laws of DESIGN.md for every built-in pass and for the whole default pipeline.
 
-Each pass is checked by ``transforms.laws.check_laws`` (purity, verify, determinism, semantics,
+Each pass is checked by ``lowering.laws.check_laws`` (purity, verify, determinism, semantics,
 and idempotence where its docstring claims it) on the programs it meets in the pipeline.
 """
 
@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from lawcases import before, examples, valid
 
 from ir.strategies import programs
+from lowering.laws import check_laws
 from transforms import inline, transform
 from transforms.dedup import deduplicate
 from transforms.effects import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
-from transforms.laws import check_laws
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline
 from transforms.pipeline import pipeline

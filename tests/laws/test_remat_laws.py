@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from lawcases import before, examples
 
 from ir.strategies import programs
+from lowering.laws import check_laws
 from transforms import transform
-from transforms.laws import check_laws
 from transforms.outline import outline
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures

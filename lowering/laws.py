@@ -24,7 +24,7 @@ runs it under hypothesis over generated programs and raises :class:`LawViolation
 *vacuous* when the pass changed none of the programs it ran on, and returns a
 :class:`LawReport` (how many programs were tried, changed, declined)::
 
-    from transforms.laws import check_laws
+    from lowering.laws import check_laws
     check_laws(my_pass)                      # purity, verify, determinism, semantics
     check_laws(my_pass, idempotent=True)     # ... and T(T(p)) == T(p)
     check_laws(fake_quant, atol=1e-2, rtol=1e-2)   # changes numerics on purpose
@@ -55,6 +55,7 @@ from ir.program import Program
 from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
 from ir.verify import verify
+from lowering.lower import lower
 from transforms.law_violation import LawViolation, describe, pass_name
 
 __all__ = [
@@ -252,10 +253,6 @@ def check_semantics(
     Lowering or running ``program`` itself must work: an error there is not the pass's and
     propagates (running it: a ``RuntimeError`` naming it).
     """
-    # the one law that needs torch modules; imported here so that importing ``transforms``
-    # never imports ``lowering`` (which may import ``transforms`` for its default pipeline)
-    from lowering import lower
-
     _check_tolerance(atol, rtol)
     if inputs is None:
         from ir.strategies.programs import program_inputs as inputs
