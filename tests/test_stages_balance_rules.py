@@ -349,6 +349,10 @@ def test_stage_costs_sum_flops_by_stage():
         ([0, 0, 4, 9, 11, 17, 21], [1, 2, 3, 4, 5], [3, 0, 1, 2, 3], 3, (9, [2, 4])),
         # and the deviation windows keep their least entry, not the first one pushed
         ([0, 6, 9, 9, 15, 17, 21, 23], [1, 2, 3, 4, 6], [2, 3, 0, 3, 1], 3, (9, [2, 3])),
+        # the window above the mean orders by deviation, then traffic
+        ([0, 5, 11, 17, 17, 20, 25], [3, 4, 5], [1, 0, 0], 3, (17, [1, 2])),
+        ([0, 6, 8, 9, 11, 14, 17, 23], [1, 2, 3, 4, 5, 6], [0, 2, 1, 1, 2, 1], 6,
+         (6, [0, 2, 3, 4, 5])),
     ],
 )
 def test_best_cuts_examples(prefix, cuts, traffic, k, want):
