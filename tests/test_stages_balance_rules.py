@@ -136,6 +136,21 @@ def test_flops_of_a_dynamic_size_read_its_hint():
     assert plan.flops[plan.nodes.index(linear)] == 2 * (3 * 8) * 4
 
 
+class _Unbacked(nn.Module):
+    def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        k = n.item()
+        torch._check(k >= 1)
+        return x.sum() * torch.ones(k)
+
+
+def test_a_size_without_a_hint_counts_one():
+    """A data-dependent size (``item()``) has no example value: it counts 1 per element."""
+    p = import_ep(torch.export.export(_Unbacked(), (torch.randn(3), torch.tensor(4))))
+    plan = Plan(p, state_reads(p))
+    flops = {nd.name: f for nd, f in zip(plan.nodes, plan.flops, strict=True)}
+    assert flops["ones"] == 1 and flops["mul"] == 1 and flops["sum_1"] == 1
+
+
 # --- cut points of small models -------------------------------------------------------------
 
 
@@ -279,6 +294,36 @@ def test_mirrored_stages_tie_and_the_traffic_decides():
     assert split_stages(p, n=2).params == (304, 160)
 
 
+class _TiedInner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+class _TiedNested(nn.Module):
+    """``enc.a`` and ``enc.b`` hold one weight; a stage boundary may fall between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = _TiedInner()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(x))
+
+
+def test_a_tied_tensor_is_charged_once_per_innermost_module():
+    _p, plan = _plan(_TiedNested())
+    # the weight (64 B) once in enc.a and once in enc.b, each with its bias (16 B)
+    assert plan.params == [80, 80, 40]
+    assert plan.candidates == [(1, "enc.b"), (2, "head")]
+
+
 def test_stage_costs_sum_flops_by_stage():
     _p, plan = _plan(_Net())
     stage_of = {"linear": 0, "relu": 1, "slice_1": 1}  # linear_1 unlisted: stage 0
@@ -300,6 +345,14 @@ def test_stage_costs_sum_flops_by_stage():
         ([0, 3, 6], [1], [0], 1, (6, [])),  # one stage: no cut
         ([0, 3, 6], [1], [0], 3, None),  # more stages than cut points allow
         ([0, 0, 0, 0], [1, 2], [1, 0], 2, (0, [1])),  # nothing costs: the traffic decides
+        # found by mutation: a last stage over the bound is never an end, however it deviates
+        ([0, 0, 4, 9, 11, 17, 21], [1, 2, 3, 4, 5], [3, 0, 1, 2, 3], 3, (9, [2, 4])),
+        # and the deviation windows keep their least entry, not the first one pushed
+        ([0, 6, 9, 9, 15, 17, 21, 23], [1, 2, 3, 4, 6], [2, 3, 0, 3, 1], 3, (9, [2, 3])),
+        # the window above the mean orders by deviation, then traffic
+        ([0, 5, 11, 17, 17, 20, 25], [3, 4, 5], [1, 0, 0], 3, (17, [1, 2])),
+        ([0, 6, 8, 9, 11, 14, 17, 23], [1, 2, 3, 4, 5, 6], [0, 2, 1, 1, 2, 1], 6,
+         (6, [0, 2, 3, 4, 5])),
     ],
 )
 def test_best_cuts_examples(prefix, cuts, traffic, k, want):
