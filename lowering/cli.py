@@ -432,14 +432,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:NAME",
         help="rewrite rules (transforms.rewrite.Rule, or a list of them) to run after the passes, "
         "imported from a module of yours, e.g. mypkg.rules:RULES (comma-separated for several; "
-        "transforms.rewrite_rules:RULES holds the shipped rules, ATTENTION the attention set)",
+        "transforms.rewrite_rules:RULES holds the shipped rules, ATTENTION the attention set, "
+        "which applies only with --assume no_infs,no_nans,no_signed_zeros,reassociate)",
     )
     parser.add_argument(
         "--assume",
         metavar="FLAG,...",
         help="assumptions granted to the rewrite rules (comma-separated, out of "
         + ", ".join(sorted(ASSUMPTIONS))
-        + "; default none: exact IEEE semantics); a rule that assumes more is not applied",
+        + "; default none: exact IEEE semantics); a rule that assumes more is not applied. The "
+        "shipped attention rules need no_infs,no_nans,no_signed_zeros,reassociate "
+        "(transforms.rewrite_rules.ATTENTION_ASSUMES): fused attention equals eager up to "
+        "rounding for finite inputs, as inductor assumes",
     )
     parser.add_argument(
         "--stages",
