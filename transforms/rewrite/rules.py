@@ -259,8 +259,8 @@ before the product, its softmax accumulates differently: rounding, visible in bf
 large scores). Within these, the fused result equals eager's up to rounding."""
 
 _FINITE = frozenset({"no_nans", "no_infs"})
-"""What the bool-mask rules assume: their ``-inf`` fill is exact in ``sdpa`` (no other
-rounding), but a row of ``-inf`` scores or infinite inputs differ as above."""
+"""What the bool-mask rules assume: finite inputs, a row not masked whole (NaN eagerly, 0 from
+``sdpa``); ``check_rule`` finds no rounding past the tolerance without ``reassociate``."""
 
 _MASK = torch.randn(2, 1, 5, 5)
 _BIAS = torch.randn(1, 3, 5, 5)
