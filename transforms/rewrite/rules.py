@@ -251,12 +251,14 @@ def _qkv(*extra: Any) -> tuple:
     return (*(torch.randn(2, 3, 5, 8, generator=g) for _ in range(3)), *extra)
 
 
-_FAST = frozenset({"no_nans", "no_infs", "reassociate"})
+_FAST = frozenset({"no_nans", "no_infs", "no_signed_zeros", "reassociate"})
 """What fused attention assumes, as inductor does when it fuses: finite inputs and scores (a row
 of ``-inf`` scores gives NaN eagerly, 0 from ``sdpa``; scores near the largest finite overflow
-differently), and a sum taken in another order (``sdpa``'s scale is applied to ``q`` and ``k``
-before the product, its softmax accumulates differently: rounding, visible in bfloat16 at
-large scores). Within these, the fused result equals eager's up to rounding."""
+differently), a sum taken in another order (``sdpa``'s softmax and product accumulate
+differently: rounding, visible in bfloat16 at large scores), and zeros of either sign (in
+float16 ``sdpa`` gives -0.0 where the pattern gives +0.0). ``check_rule`` refuses each rule
+with any one of these left out (``docs/rewrite.md``). Within them, the fused result equals
+eager's up to rounding."""
 
 _FINITE = frozenset({"no_nans", "no_infs"})
 """What the bool-mask rules assume: finite inputs, a row not masked whole (NaN eagerly, 0 from
@@ -295,7 +297,7 @@ ATTENTION_UNSCALED_BIAS_MASK = Rule(_att_bias_mask, _sdpa_bias_mask, _qkv(_BIAS,
 without its ``* 1.0``."""
 ATTENTION_DIV = Rule(_att_div, _sdpa_div, _qkv(2.0), name="attention_div",
                      where=_where_divisor(None, 3),
-                     assumes=_FAST | {"no_signed_zeros"})
+                     assumes=_FAST)
 """``softmax(q @ k.T / d) @ v -> sdpa(q, k, v, scale=1 / d)`` (GPT-2's division by sqrt(d))."""
 ATTENTION_DIV_MASK = Rule(_att_div_mask, _sdpa_div_mask, _qkv(_MASK, 2.0),
                           name="attention_div_mask", where=_where_divisor(3, 4), assumes=_FAST)
