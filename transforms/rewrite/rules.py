@@ -256,9 +256,8 @@ _FAST = frozenset({"no_nans", "no_infs", "no_signed_zeros", "reassociate"})
 of ``-inf`` scores gives NaN eagerly, 0 from ``sdpa``; scores near the largest finite overflow
 differently), a sum taken in another order (``sdpa``'s softmax and product accumulate
 differently: rounding, visible in bfloat16 at large scores), and zeros of either sign (in
-float16 ``sdpa`` gives -0.0 where the pattern gives +0.0). ``check_rule`` or the in-context
-law finds a counterexample for each flag left out (``docs/rewrite.md``). Within them, the fused
-result equals eager's up to rounding."""
+float16 ``sdpa`` gives -0.0 where the pattern gives +0.0). Each is needed (``docs/rewrite.md``
+says by which counterexample). Within them, the fused result equals eager's up to rounding."""
 
 _FINITE = frozenset({"no_nans", "no_infs"})
 """What the bool-mask rules assume: finite inputs, a row not masked whole (NaN eagerly, 0 from
