@@ -92,8 +92,14 @@ def _example(x: Any, gen: torch.Generator) -> Any:
     return torch.randn(tuple(x.shape), generator=gen).to(x.dtype)
 
 
+ASSUMES = frozenset({"no_nans", "no_infs", "reassociate"})
+"""What inductor assumes when it fuses attention (``Rule.assumes``): finite values (a row of
+-inf scores is NaN unfused, 0 fused) and sums regrouped (the fused kernel rounds elsewhere)."""
+
+
 def rule_from_entry(k: int, entry: dict[str, Any]) -> Rule:
-    """Inductor's rule ``k`` as a purefx ``Rule`` (not trusted: ``rewrite`` would check it).
+    """Inductor's rule ``k`` as a purefx ``Rule`` (not trusted: ``rewrite`` would check it),
+    assuming ``ASSUMES``.
 
     Arguments: inductor's example inputs in signature order, then the scalar workaround
     values for the signature's remaining parameters (``inv_scale``); floating tensors in the
@@ -114,7 +120,7 @@ def rule_from_entry(k: int, entry: dict[str, Any]) -> Rule:
     if domain is not None:
         args = [x.to(domain) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                 for x in args]
-    return Rule(search, replace, tuple(args), name=f"sfdp_{k}")
+    return Rule(search, replace, tuple(args), name=f"sfdp_{k}", assumes=ASSUMES)
 
 
 def _domain_dtype(pattern: Callable, args: Sequence[Any]) -> torch.dtype | None:

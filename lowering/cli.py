@@ -37,6 +37,7 @@ from lowering.report import Stage, format_module_tree, html_report
 from lowering.stages import format_stage_plan
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
 from transforms.rewrite import ASSUMPTIONS, RewriteReport, Rule, rewrite_report
+from transforms.rewrite_rules import ATTENTION_ASSUMES
 from transforms.stages import split_stages
 
 Pass = Callable[[Program], Program]
@@ -401,6 +402,9 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
+_ATTENTION_FLAGS = ",".join(sorted(ATTENTION_ASSUMES))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="purefx",
@@ -432,14 +436,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:NAME",
         help="rewrite rules (transforms.rewrite.Rule, or a list of them) to run after the passes, "
         "imported from a module of yours, e.g. mypkg.rules:RULES (comma-separated for several; "
-        "transforms.rewrite_rules:RULES holds the shipped rules, ATTENTION the attention set)",
+        "transforms.rewrite_rules:RULES holds the shipped rules, ATTENTION the attention set, "
+        f"which applies only with --assume {_ATTENTION_FLAGS})",
     )
     parser.add_argument(
         "--assume",
         metavar="FLAG,...",
         help="assumptions granted to the rewrite rules (comma-separated, out of "
         + ", ".join(sorted(ASSUMPTIONS))
-        + "; default none: exact IEEE semantics); a rule that assumes more is not applied",
+        + "; default none: exact IEEE semantics); a rule that assumes more is not applied. The "
+        f"shipped attention rules need {_ATTENTION_FLAGS} "
+        "(transforms.rewrite_rules.ATTENTION_ASSUMES): fused attention equals eager up to "
+        "rounding for finite inputs, as inductor assumes",
     )
     parser.add_argument(
         "--stages",

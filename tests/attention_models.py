@@ -148,14 +148,16 @@ def tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
-def fuse(name: str, level: str, rules: Any) -> tuple[int, float, Any, Any]:
-    """Rewrite ``name`` at ``level`` with ``rules``: (rewrites, largest difference of the
+def fuse(name: str, level: str, rules: Any, assume: Any = None) -> tuple[int, float, Any, Any]:
+    """Rewrite ``name`` at ``level`` with ``rules``, granting ``assume`` (default
+    ``ATTENTION_ASSUMES``, what fused attention needs): (rewrites, largest difference of the
     lowered module's output tensors from eager's, the rewritten program, the report)."""
     from lowering import lower
     from transforms.rewrite import rewrite_report
+    from transforms.rewrite_rules import ATTENTION_ASSUMES
 
     m, p = program(name, level)
-    q, report = rewrite_report(p, rules)
+    q, report = rewrite_report(p, rules, ATTENTION_ASSUMES if assume is None else assume)
     args, kwargs = inputs(name)
     with torch.no_grad():
         want = tensors(m(*args, **kwargs))

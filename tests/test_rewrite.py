@@ -13,7 +13,14 @@ from lowering import export_ep, lower
 from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
-from transforms.rewrite_rules import ATTENTION, CONV_BN, RELU_RELU, SILU, TIMES_ONE
+from transforms.rewrite_rules import (
+    ATTENTION,
+    ATTENTION_ASSUMES,
+    CONV_BN,
+    RELU_RELU,
+    SILU,
+    TIMES_ONE,
+)
 
 X = (torch.randn(3, 4),)
 
@@ -95,7 +102,7 @@ def test_worked_rules_keep_eager_results_module_tree_and_state(case, level):
     ep = torch.export.export(model, args)
     graph_before = str(ep.graph)
     p = _program(ep, level)
-    q, report = rewrite_report(p, rules)
+    q, report = rewrite_report(p, rules, ATTENTION_ASSUMES)  # attention needs the grant
     verify(q)
     if level == "outlined" and case == "conv_bn":
         # conv and batch norm run in two modules: a match never spans module graphs

@@ -32,6 +32,7 @@ from transforms.rewrite import Match, Rule, check_rule, rewrite_report
 from transforms.rewrite.api import rule_verdict
 from transforms.rewrite_rules import (
     ATTENTION,
+    ATTENTION_ASSUMES,
     ATTENTION_BIAS_MASK,
     ATTENTION_DIV_MASK,
     ATTENTION_MASK,
@@ -120,10 +121,39 @@ def test_each_variant_is_fused_where_a_model_spells_it(variant):
     args = (*_qkv(), *extra())
     model = _Spelled(fn).eval()
     p = import_ep(torch.export.export(model, args))
-    q, report = rewrite_report(p, ATTENTION)
+    q, report = rewrite_report(p, ATTENTION, ATTENTION_ASSUMES)
     assert sum(report.counts.values()) == 1, dict(report.counts)
     assert not any("softmax" in t for t in _targets(q))
     torch.testing.assert_close(lower(q)(*args), model(*args), **TOL)
+
+
+def test_attention_fuses_only_where_the_caller_grants_its_assumptions():
+    # fused attention is right up to rounding for finite inputs (NaN vs 0 on a row of -inf
+    # scores, overflow near the largest finite, another summation order): by default rewrite
+    # grants no assumption (exact IEEE semantics), so nothing fuses and the report says why
+    fn, extra = VARIANTS["divided by sqrt(d)"]
+    args = (*_qkv(), *extra())
+    model = _Spelled(fn).eval()
+    p = import_ep(torch.export.export(model, args))
+    q, report = rewrite_report(p, ATTENTION)
+    assert q is p and sum(report.counts.values()) == 0
+    assert set(report.not_granted) == {r.name for r in ATTENTION}
+    assert report.not_granted["attention_div_mask"] == ATTENTION_ASSUMES
+    assert report.not_granted["attention_where"] == {"no_nans", "no_infs"}
+    # one flag short is not enough; the whole grant fuses
+    short = ATTENTION_ASSUMES - {"reassociate"}
+    q, report = rewrite_report(p, ATTENTION, short)
+    assert q is p and "attention_div_mask" in report.not_granted
+    q, report = rewrite_report(p, ATTENTION, ATTENTION_ASSUMES)
+    assert dict(report.not_granted) == {} and report.counts["attention_div_mask"] == 1
+    assert any("scaled_dot_product_attention" in t for t in _targets(q))
+    torch.testing.assert_close(lower(q)(*args), model(*args), **TOL)
+
+
+def test_the_grant_is_exactly_the_union_of_the_rules_assumptions():
+    assert ATTENTION_ASSUMES == frozenset().union(*(r.assumes for r in ATTENTION))
+    assert ATTENTION_ASSUMES == {"no_nans", "no_infs", "no_signed_zeros", "reassociate"}
+    assert all(r.assumes and r.specials for r in ATTENTION)  # each says what it assumes
 
 
 def test_a_finite_fill_is_not_fused():
@@ -134,13 +164,14 @@ def test_a_finite_fill_is_not_fused():
     model = _Spelled(lambda q, k, v, m: torch.softmax(
         torch.where(m, q @ k.transpose(-2, -1) * 0.5, -1e4), -1) @ v).eval()
     p = import_ep(torch.export.export(model, args))
-    q, report = rewrite_report(p, ATTENTION)
+    q, report = rewrite_report(p, ATTENTION, ATTENTION_ASSUMES)
     assert sum(report.counts.values()) == 0 and q is p
 
 
 def test_the_bool_mask_rule_is_wrong_without_its_where():
     unguarded = Rule(ATTENTION_WHERE.pattern, ATTENTION_WHERE.replacement,
-                     ATTENTION_WHERE.example_inputs, name="where_unguarded", specials=False)
+                     ATTENTION_WHERE.example_inputs, name="where_unguarded",
+                     assumes=ATTENTION_WHERE.assumes)
     with pytest.raises(LawViolation, match="where_unguarded"):
         check_rule(unguarded)
 
@@ -157,7 +188,7 @@ def test_each_rule_passes_check_rule(rule):
     # rewrite runs check_rule on an untrusted rule the first time it meets it and keeps the
     # verdict (a LawViolation would make it raise PassError): the verdict is True
     p = import_ep(torch.export.export(_Spelled(torch.relu), (torch.randn(2),)))
-    rewrite_report(p, [rule])
+    rewrite_report(p, [rule], ATTENTION_ASSUMES)
     assert rule_verdict(rule) is True
 
 

@@ -78,3 +78,14 @@ def test_assume_grants_the_rules_assumptions(tmp_path, monkeypatch, capsys):
     assert cli.main([str(pt2), "--rules", "my_rules_for_cli:ASSUMING", "--assume", "fast"]) == 2
     err = capsys.readouterr().err
     assert "--assume: unknown assumption(s) ['fast']" in err and err.count("\n") == 1
+
+
+def test_the_help_says_what_the_attention_set_needs_granted(capsys):
+    from transforms.rewrite_rules import ATTENTION_ASSUMES
+
+    try:
+        cli.main(["--help"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    out = capsys.readouterr().out
+    assert "--assume " + ",".join(sorted(ATTENTION_ASSUMES)) in " ".join(out.split())

@@ -11,20 +11,20 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``guards``: ``GUARDS``, the ordered table of named guards a match must pass to be taken
   (pure predicates, each with its reason);
 - ``interpret``: running a flat program's graph on tensors, as the laws see programs;
-- ``check``: ``check_rule``'s law on generated inputs, given the rewrite that instantiates
-  replacements (``engine.apply_rules``, passed in);
 - ``fold``: replacement values computed from state alone, folded into constants;
 - ``engine``: ``apply_rules``, the worklist that applies rules (taken as right) to a fixpoint,
   and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
+- ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
+  ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
 - ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
   assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
-- ``check_context``: ``check_rule`` bound to ``engine.apply_rules``, and
-  ``check_rule_in_context``, rewrite's law on programs holding the pattern;
+- ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``).
 """
 
 from transforms.rewrite.api import rewrite, rewrite_report
-from transforms.rewrite.check_context import check_rule, check_rule_in_context
+from transforms.rewrite.check import check_rule
+from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_rules
 from transforms.rewrite.rule import ASSUMPTIONS, Compiled, Match, Rule
 from transforms.rewrite.trace import LEVELS

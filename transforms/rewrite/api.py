@@ -132,7 +132,7 @@ def _ensure_checked(rule: Rule) -> None:
     cache = rule_cache(rule)
     if cache.verdict is None:
         try:
-            check_rule(rule, apply=apply_rules)
+            check_rule(rule)
             cache.verdict = True
         except LawViolation as exc:
             cache.verdict = _without_frames(exc)

@@ -52,6 +52,7 @@ from ir.strategies.values import (
     tensors,
 )
 from transforms.law_violation import LawViolation
+from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Rule, rule_cache
@@ -101,23 +102,16 @@ class Signature:
         return "(" + ", ".join(parts) + ")"
 
 
-Apply = Callable[[Program, list], tuple]
-"""``apply_rules(p, rules) -> (program, report)``: ``transforms.rewrite.engine.apply_rules``."""
-
-
 def assumed(rule: Rule) -> frozenset[str]:
     """The assumptions ``rule`` is checked under: its ``assumes``, plus ``FINITE`` when it says
     ``specials=False``. O(1)."""
     return rule.assumes | (frozenset() if rule.specials else FINITE)
 
 
-def check_rule(
-    rule: Rule, *, max_examples: int | None = None, apply: Apply | None = None
-) -> None:
+def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
     """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong.
 
-    ``apply`` is the rewrite that instantiates replacements, ``engine.apply_rules``;
-    ``transforms.rewrite.check_rule`` binds it for users.
+    Replacements are instantiated by the rewrite ``rewrite`` runs (``engine.apply_rules``).
 
     What is drawn (``docs/rewrite.md``, "What check_rule draws"): up to ``SIGNATURES``
     signatures where the pattern runs (``signatures``): the example's; each dtype of
@@ -147,17 +141,12 @@ def check_rule(
     Cost: at most ``SIGNATURES`` exports of the pattern and rewrites, plus ``max_examples``
     (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph.
     """
-    if apply is None:
-        raise PassError(
-            "check.check_rule needs apply=transforms.rewrite.engine.apply_rules (the rewrite it "
-            "checks); call transforms.rewrite.check_rule, which passes it"
-        )
     compiled = rule.compiled(TRAINING)
     _refuse_in_place(rule, compiled)
     _check_matches_itself(rule, compiled)
     sigs, scores = _signatures(rule)
     n = max_examples if max_examples is not None else rule.max_examples
-    state = _State(rule, sigs, apply, scores)
+    state = _State(rule, sigs, scores)
     try:
         _search(state, n)
     except _WhereRaised as exc:
@@ -174,7 +163,7 @@ def check_rule(
             "rule", rule, f"checking the rule raised {type(exc).__name__}: {exc}", None
         ) from exc
     if state.rewritten == 0:
-        why = _why_never(rule, sigs[0], apply)
+        why = _why_never(rule, sigs[0])
         raise LawViolation(
             "rule", rule,
             f"rewrite took the rule on its own pattern on none of the {state.ran} draws where "
@@ -229,11 +218,11 @@ def _evolved(rule: Rule, **changes: Any) -> Rule:
     return new
 
 
-def _why_never(rule: Rule, sig: Signature, apply: Apply) -> str:
+def _why_never(rule: Rule, sig: Signature) -> str:
     """Why no draw was rewritten, judged at ``sig``: by the rule's ``where`` (when the same
     rule without it rewrites the pattern's program) or by the matching and rewrite's guards."""
     if rule.where is not None and _rewritten_site(
-        _evolved(rule, where=None), sig, apply
+        _evolved(rule, where=None), sig
     ) is not None:
         return "its where() held on none of them"
     return ("the pattern does not match its own exported program, or one of rewrite's guards "
@@ -359,12 +348,10 @@ class _State:
     each, on first use), counts of the draws that ran and that were rewritten, and the
     counterexamples seen (for the shrink budget)."""
 
-    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], apply: Apply,
-                 scores: dict) -> None:
+    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], scores: dict) -> None:
         self.rule = rule
         self.checked = _evolved(rule, where=_GuardedWhere(rule.where)) if rule.where else rule
         self.sigs = sigs
-        self.apply = apply
         self.assumes = assumed(rule)
         self.draw_assumes = self.assumes
         self.telling, self.wrong = _telling(sigs, scores)
@@ -376,8 +363,7 @@ class _State:
     def site(self, i: int) -> _Site | None:
         if i not in self.sites:
             try:
-                self.sites[i] = _rewritten_site(self.checked, self.sigs[i], self.apply,
-                                                self.rule)
+                self.sites[i] = _rewritten_site(self.checked, self.sigs[i], self.rule)
             except LawViolation as exc:
                 self.sites[i] = exc
         found = self.sites[i]
@@ -464,8 +450,7 @@ def _telling(sigs: Sequence[Signature], scores: dict) -> tuple[int, int]:
     return telling, wrong
 
 
-def _rewritten_site(rule: Rule, sig: Signature, apply_rules: Apply,
-                    named: Rule | None = None) -> _Site | None:
+def _rewritten_site(rule: Rule, sig: Signature, named: Rule | None = None) -> _Site | None:
     """The pattern's program at ``sig`` rewritten by ``apply_rules``; ``None`` where the pattern
     cannot be exported at ``sig`` or rewrite declines the match. ``named``: the rule to name in
     errors (``rule`` itself by default)."""
@@ -774,14 +759,14 @@ def _check_matches_itself(rule: Rule, compiled: Any) -> None:
         )
 
 
-def run_replacement(rule: Rule, args: tuple, apply: Apply) -> tuple:
+def run_replacement(rule: Rule, args: tuple) -> tuple:
     """Run the replacement as ``rewrite`` instantiates it for arguments ``args``: the pattern
-    traced at their signature, rewritten by ``apply`` (``engine.apply_rules``), run. Raises
+    traced at their signature, rewritten by ``engine.apply_rules``, run. Raises
     ``LawViolation`` when rewrite declines the match there."""
     sig = Signature(tuple(
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in args
     ))
-    site = _rewritten_site(rule, sig, apply)
+    site = _rewritten_site(rule, sig)
     if site is None:
         raise LawViolation("rule", rule, f"rewrite declines the match at {sig.describe()}", None)
     return run_graph(site.program.root_module.graph, [args[i] for i in sig.tensors()])
@@ -793,7 +778,6 @@ __all__ = [
     "FINITE",
     "SHRINK_SECONDS",
     "SIGNATURES",
-    "Apply",
     "Signature",
     "aliases",
     "assumed",

@@ -30,19 +30,10 @@ from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
 from transforms.rewrite.api import rewrite
-from transforms.rewrite.check import aliases, assumed, signatures
-from transforms.rewrite.engine import apply_rules
+from transforms.rewrite.check import aliases, assumed, check_rule, signatures
 from transforms.rewrite.interpret import run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace
-
-
-def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
-    """``transforms.rewrite.check.check_rule`` with ``apply=engine.apply_rules``: the rule's own
-    law, checked through the rewrite that ``rewrite`` runs (see that function for what is drawn,
-    checked and raised). Cost: at most ``check.SIGNATURES`` exports and rewrites of the pattern,
-    plus ``max_examples`` eager runs."""
-    rule_law.check_rule(rule, max_examples=max_examples, apply=apply_rules)
 
 
 def check_rule_in_context(

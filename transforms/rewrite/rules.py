@@ -2,10 +2,12 @@
 rules and ``ATTENTION``, the attention rule set::
 
     from transforms.rewrite import rewrite
-    from transforms.rewrite_rules import RULES
-    q = rewrite(p, RULES)
+    from transforms.rewrite_rules import ATTENTION_ASSUMES, RULES
+    q = rewrite(p, RULES, assume=ATTENTION_ASSUMES)
 
-or on the command line: ``purefx model.pt2 --rules transforms.rewrite_rules:RULES``.
+or on the command line: ``purefx model.pt2 --rules transforms.rewrite_rules:RULES --assume
+no_nans,no_infs,no_signed_zeros,reassociate``. Without the grant the attention rules are not
+applied (exact IEEE semantics; ``RewriteReport.not_granted`` names them).
 """
 
 from __future__ import annotations
@@ -249,51 +251,64 @@ def _qkv(*extra: Any) -> tuple:
     return (*(torch.randn(2, 3, 5, 8, generator=g) for _ in range(3)), *extra)
 
 
+_FAST = frozenset({"no_nans", "no_infs", "no_signed_zeros", "reassociate"})
+"""What fused attention assumes, as inductor does when it fuses: finite inputs and scores (a row
+of ``-inf`` scores gives NaN eagerly, 0 from ``sdpa``; scores near the largest finite overflow
+differently), a sum taken in another order (``sdpa``'s softmax and product accumulate
+differently: rounding, visible in bfloat16 at large scores), and zeros of either sign (in
+float16 ``sdpa`` gives -0.0 where the pattern gives +0.0). Each is needed (``docs/rewrite.md``
+says by which counterexample). Within them, the fused result equals eager's up to rounding."""
+
+_FINITE = frozenset({"no_nans", "no_infs"})
+"""What the bool-mask rules assume: finite inputs, a row not masked whole (NaN eagerly, 0 from
+``sdpa``); ``check_rule`` finds no rounding past the tolerance without ``reassociate``."""
+
 _MASK = torch.randn(2, 1, 5, 5)
 _BIAS = torch.randn(1, 3, 5, 5)
 _KEEP = torch.ones(5, 5, dtype=torch.bool).tril()
 
 ATTENTION_SCALED = Rule(_att_scaled, _sdpa_scaled, _qkv(0.5), name="attention",
-                        where=_where_qkv)
+                        where=_where_qkv, assumes=_FAST)
 """``softmax(q @ k.T * scale) @ v -> sdpa(q, k, v, scale=scale)``."""
 ATTENTION_MASK = Rule(_att_scaled_mask, _sdpa_scaled_mask, _qkv(_MASK, 0.5),
-                      name="attention_mask", where=_where_additive(3))
+                      name="attention_mask", where=_where_additive(3), assumes=_FAST)
 """``softmax(q @ k.T * scale + mask) @ v -> sdpa(q, k, v, attn_mask=mask, scale=scale)``:
 BERT, DistilBERT, GPT-2 (its causal mask is additive), ViT."""
 ATTENTION_MASK_DROPOUT = Rule(
     _att_scaled_mask_dropout, _sdpa_scaled_mask, _qkv(_MASK, 0.5, 0.1),
-    name="attention_mask_dropout", where=_where_additive(3))
+    name="attention_mask_dropout", where=_where_additive(3), assumes=_FAST)
 """The same with ``dropout(p, training=False)`` on the probabilities (which computes nothing)."""
 ATTENTION_BIAS_MASK = Rule(_att_scaled_bias_mask, _sdpa_scaled_bias_mask,
                            _qkv(_BIAS, _MASK, 1.0), name="attention_bias_mask",
-                           where=_where_additive(3, 4))
+                           where=_where_additive(3, 4), assumes=_FAST)
 """``softmax(q @ k.T * scale + bias + mask) @ v -> sdpa(..., attn_mask=bias + mask)``: T5 (its
 scale is 1.0, its position bias added before the mask)."""
 ATTENTION_PLAIN = Rule(_att_plain, _sdpa_plain, _qkv(), name="attention_unscaled",
-                       where=_where_qkv)
+                       where=_where_qkv, assumes=_FAST)
 """``softmax(q @ k.T) @ v -> sdpa(q, k, v, scale=1.0)``."""
 ATTENTION_UNSCALED_MASK = Rule(_att_mask, _sdpa_mask, _qkv(_MASK), name="attention_unscaled_mask",
-                               where=_where_additive(3))
+                               where=_where_additive(3), assumes=_FAST)
 """``softmax(q @ k.T + mask) @ v -> sdpa(q, k, v, attn_mask=mask, scale=1.0)``."""
 ATTENTION_UNSCALED_BIAS_MASK = Rule(_att_bias_mask, _sdpa_bias_mask, _qkv(_BIAS, _MASK),
                                     name="attention_unscaled_bias_mask",
-                                    where=_where_additive(3, 4))
+                                    where=_where_additive(3, 4), assumes=_FAST)
 """``softmax(q @ k.T + bias + mask) @ v -> sdpa(..., attn_mask=bias + mask, scale=1.0)``: T5
 without its ``* 1.0``."""
 ATTENTION_DIV = Rule(_att_div, _sdpa_div, _qkv(2.0), name="attention_div",
-                     where=_where_divisor(None, 3))
+                     where=_where_divisor(None, 3),
+                     assumes=_FAST)
 """``softmax(q @ k.T / d) @ v -> sdpa(q, k, v, scale=1 / d)`` (GPT-2's division by sqrt(d))."""
 ATTENTION_DIV_MASK = Rule(_att_div_mask, _sdpa_div_mask, _qkv(_MASK, 2.0),
-                          name="attention_div_mask", where=_where_divisor(3, 4))
+                          name="attention_div_mask", where=_where_divisor(3, 4), assumes=_FAST)
 """``softmax(q @ k.T / d + mask) @ v -> sdpa(q, k, v, attn_mask=mask, scale=1 / d)``."""
 ATTENTION_WHERE = Rule(_att_where, _sdpa_where, _qkv(_KEEP, 0.5, -math.inf),
                        name="attention_where", where=_where_boolean(3, 5),
-                       specials=False)
+                       assumes=_FINITE)
 """``softmax(where(keep, q @ k.T * scale, -inf)) @ v -> sdpa(q, k, v, attn_mask=keep,
 scale=scale)`` (a causal or padding mask as bool)."""
 ATTENTION_MASKED_FILL = Rule(_att_masked_fill, _sdpa_masked_fill, _qkv(~_KEEP, 0.5, -math.inf),
                              name="attention_masked_fill", where=_where_boolean(3, 5),
-                             specials=False)
+                             assumes=_FINITE)
 """``softmax((q @ k.T * scale).masked_fill(hide, -inf)) @ v -> sdpa(q, k, v,
 attn_mask=~hide, scale=scale)``."""
 
@@ -305,14 +320,22 @@ ATTENTION = (
 """The attention rule set: eager softmax attention -> ``scaled_dot_product_attention``, one
 rule per variant (each checked by ``check_rule`` the first time ``rewrite`` meets it). Fuses
 every attention call of transformers' BERT, GPT-2, DistilBERT, T5 and ViT (eager attention,
-eval mode) at the training IR, at core aten and after ``transform``."""
+eval mode) at the training IR, at core aten and after ``transform``, where the caller grants
+``ATTENTION_ASSUMES``: ``rewrite(p, ATTENTION, assume=ATTENTION_ASSUMES)``."""
+
+ATTENTION_ASSUMES = frozenset().union(*(r.assumes for r in ATTENTION))
+"""The assumptions the ``ATTENTION`` set declares, all of them: grant these to ``rewrite`` for
+attention to fuse (by default it grants none, and no attention rule applies). Fused attention
+computes eager's result up to rounding for finite inputs, as inductor assumes when it fuses:
+a row of ``-inf`` scores is NaN eagerly and 0 fused, scores near the largest finite overflow
+differently, and the fused kernel sums in another order."""
 
 RULES = (RELU_RELU, TIMES_ONE, SILU, *ATTENTION, CONV_BN)
 """The shipped rules, for ``rewrite`` and ``purefx --rules``: the four above and the
-``ATTENTION`` set."""
+``ATTENTION`` set (which applies only where ``ATTENTION_ASSUMES`` is granted)."""
 
 __all__ = [
-    "ATTENTION", "ATTENTION_BIAS_MASK", "ATTENTION_DIV", "ATTENTION_DIV_MASK", "ATTENTION_MASK",
+    "ATTENTION", "ATTENTION_ASSUMES", "ATTENTION_BIAS_MASK", "ATTENTION_DIV", "ATTENTION_DIV_MASK", "ATTENTION_MASK",
     "ATTENTION_MASKED_FILL", "ATTENTION_MASK_DROPOUT", "ATTENTION_PLAIN", "ATTENTION_SCALED",
     "ATTENTION_UNSCALED_BIAS_MASK", "ATTENTION_UNSCALED_MASK", "ATTENTION_WHERE", "CONV_BN",
     "RELU_RELU", "RULES", "SILU", "TIMES_ONE",
