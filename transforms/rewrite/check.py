@@ -19,9 +19,9 @@ a result poison; ``no_signed_zeros`` makes -0.0 equal +0.0; ``reassociate`` wide
 (``ir.harness.tolerance.REASSOCIATE``). A rule with ``specials=False`` is checked as if it
 assumed ``no_nans``, ``no_infs`` and ``no_signed_zeros``.
 
-Also: a pattern holding an in-place operator is refused (rewrite matches functional programs);
-the pattern matches its own traced graph exactly once; and ``rewrite`` takes the rule on its
-own pattern at one signature at least (a rule whose ``where`` holds on no draw is refused: it
+Also: a pattern holding an in-place operator is refused when the rule is compiled (a PassError:
+rewrite matches functional programs); the pattern matches its own traced graph exactly once; and
+``rewrite`` takes the rule on its own pattern at one signature at least (a rule whose ``where`` holds on no draw is refused: it
 would pass having checked nothing).
 """
 
@@ -142,7 +142,6 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
     (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph.
     """
     compiled = rule.compiled(TRAINING)
-    _refuse_in_place(rule, compiled)
     _check_matches_itself(rule, compiled)
     sigs, scores = _signatures(rule)
     n = max_examples if max_examples is not None else rule.max_examples
@@ -170,20 +169,6 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
             f"the pattern ran ({why}), so nothing was checked; a rule must apply somewhere "
             "(widen its where(), or give example_inputs where it holds)", None,
         )
-
-
-def _refuse_in_place(rule: Rule, compiled: Any) -> None:
-    for n in compiled.traced.graph.nodes:
-        schema = getattr(n.target, "_schema", None)
-        if n.op == CALL_FUNCTION and schema is not None and schema.is_mutable:
-            name = schema.name.split("::")[-1]
-            functional = name[:-1] if name.endswith("_") else f"a functional form of {name}"
-            raise LawViolation(
-                "rule", rule,
-                f"the pattern holds the in-place operator {name} (%{n.name}); rewrite matches "
-                f"functional programs; write the functional form ({functional} instead of "
-                f"{name})", None,
-            )
 
 
 class _WhereRaised(PurefxError):
