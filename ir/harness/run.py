@@ -11,7 +11,8 @@ from typing import Any
 
 import attrs
 import torch
-from torch.utils import _pytree as pytree
+
+from ir.torch_seam import pytree
 
 
 @attrs.frozen
