@@ -18,6 +18,7 @@ from programs_nested import NESTED
 from ir import PassError, alpha_equivalent, format_program, import_ep, verify
 from lowering import lower
 from lowering.laws import check_laws, check_purity
+from tests.outlined_programs import outlined_programs
 from transforms import outline, rewrite_nodes, transform
 from transforms.edit import Edit
 
@@ -35,21 +36,6 @@ def observe_relu(node, e: Edit):
         seen = e.add_buffer("amax", torch.zeros(()))
         now = e.call(aten.amax.default, e.call(aten.abs.default, node.ref))
         e.write_buffer(seen, e.call(aten.maximum.default, seen, now))
-
-
-def outlined_programs():
-    """Generated programs as ``transform`` outlines them (the few it refuses are skipped: its
-    own law tests report them)."""
-    from ir.errors import PurefxError
-    from ir.strategies.programs import programs
-
-    def outlined(p):
-        try:
-            return transform(p)
-        except PurefxError:
-            return None
-
-    return programs().map(outlined).filter(lambda p: p is not None)
 
 
 # --- Before / Expected ---------------------------------------------------------------------------

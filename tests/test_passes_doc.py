@@ -23,6 +23,7 @@ from docs.examples.passes_fx import observe as observe_fx
 from ir import import_ep, verify
 from lowering import lower
 from lowering.laws import LawViolation, check_laws, check_program
+from tests.outlined_programs import outlined_programs
 from transforms import transform
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,21 +124,6 @@ def test_purefx_passes_are_shorter_than_fx():
         ours = code_lines(ROOT / "docs/examples/passes" / f"{name}.py")
         theirs = code_lines(ROOT / "docs/examples/passes_fx" / f"{name}.py")
         assert ours < theirs, (name, ours, theirs)
-
-
-def outlined_programs():
-    """Generated programs as ``transform`` outlines them (the few it refuses are skipped: its
-    own law tests report them)."""
-    from ir.errors import PurefxError
-    from ir.strategies.programs import programs
-
-    def outlined(p):
-        try:
-            return transform(p)
-        except PurefxError:
-            return None
-
-    return programs().map(outlined).filter(lambda p: p is not None)
 
 
 # --- the law test of each pass ---------------------------------------------------------------------
