@@ -108,6 +108,7 @@ class LawReport:
 # --- single laws --------------------------------------------------------------------------------
 
 
+
 def check_purity(pass_fn: Pass, program: Program) -> Program:
     """Run ``pass_fn(program)`` and check that it left ``program`` as it was; return the result.
 
@@ -356,8 +357,8 @@ def check_laws(
         inputs: ``program -> (args, kwargs)`` for the semantics law.
         allowed_errors: exception types with which the pass may decline a program.
         settings: hypothesis settings to start from. Default: the active profile (under
-            purefx's pytest, ``ci``); outside a test suite, where hypothesis's own ``default``
-            profile is active, derandomized settings without an example database, so a run is
+            purefx's pytest, ``ci``); outside a test suite, where one of hypothesis's own profiles
+            is active (``default``, or its ``ci`` under a ``CI`` variable), derandomized settings without an example database, so a run is
             repeatable and writes no ``.hypothesis`` directory. Deadline, the too-slow health
             check and multi-bug reporting are always turned off.
         atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
@@ -427,10 +428,15 @@ def check_laws(
 
 
 def _outside_a_suite() -> bool:
-    """Whether hypothesis's own ``default`` profile is active (no test suite loaded one)."""
+    """Whether one of hypothesis's own profiles is active (no test suite loaded one): its
+    ``default``, or its built-in ``ci`` profile, which it loads by itself where a CI variable
+    (``CI``, ``GITHUB_ACTIONS``, ...) is set."""
+    import hypothesis._settings as own
     from hypothesis import settings as hsettings
 
-    return hsettings.default is hsettings.get_profile("default")
+    # ``own.CI`` is the built-in profile object, whatever a suite registers under "ci" later
+    active = hsettings.default
+    return active is hsettings.get_profile("default") or active is getattr(own, "CI", None)
 
 
 def _default_settings() -> Any:

@@ -221,7 +221,17 @@ def test_a_state_difference_names_the_fqn():
     assert re.search(f"call 1: state '({fqns})': values differ at", str(caught.value))
 
 
-def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path):
+def _environment(ci_variable):
+    """This process's environment for a child, with ``CI`` set to ``ci_variable`` (or unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith("HYPOTHESIS_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env if ci_variable is None else {**env, "CI": ci_variable}
+
+
+# hypothesis loads its own ``ci`` profile by itself where ``CI`` is set (as on a CI machine):
+# that is still outside a suite
+@pytest.mark.parametrize("ci_variable", [None, "true"])
+def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path, ci_variable):
     script = (
         "from lowering.laws import check_laws, LawViolation\n"
         "import torch\n"
@@ -235,7 +245,7 @@ def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path
     )
     run = subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path,
                          capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                         text=True, env=_environment(ci_variable), timeout=300)
     first, second = run.stdout.splitlines()
     assert first == second and first.startswith("law 'verify' broken by planted")
     assert not (tmp_path / ".hypothesis").exists(), sorted(os.listdir(tmp_path))
