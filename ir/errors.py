@@ -57,3 +57,29 @@ class UnloadedStateError(LoweringError, RuntimeError):
     """A module lowered from a program exported on ``meta`` ran before its state was loaded:
     its tensors were made empty (uninitialized) on the target device, and one was never written
     (``load_state_dict``, ``torch.distributed.checkpoint.load``, an in-place copy)."""
+
+
+def first_line(exc: BaseException | None, limit: int = 300) -> str:
+    """The first line of ``exc``'s message, for quoting one exception inside another message.
+
+    Parameters
+    ----------
+    exc:
+        The exception quoted (``None`` gives ``""``).
+    limit:
+        The most characters kept.
+
+    Returns
+    -------
+    The first line of ``str(exc)`` once blank lines and spaces around the message are stripped,
+    cut to ``limit`` characters; ``""`` when the message is blank.
+
+    Laws: the result has no newline and at most ``limit`` characters; a one-line message of at
+    most ``limit`` characters comes back stripped and otherwise as it is.
+
+    Complexity: O(len(str(exc))).
+    """
+    if exc is None:
+        return ""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:limit] if lines else ""

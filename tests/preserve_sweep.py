@@ -69,6 +69,7 @@ from torch import nn
 
 import ir
 from ir import import_ep
+from ir.errors import first_line
 from lowering import lower
 from transforms import transform
 
@@ -267,7 +268,7 @@ def same(got: Any, want: Any, what: str) -> None:
     try:
         torch.testing.assert_close(got, want, **TOL)
     except AssertionError as e:
-        raise CheckFailed(f"{what}: {str(e).splitlines()[0]}") from None
+        raise CheckFailed(f"{what}: {first_line(e)}") from None
 
 
 def check_module(build: Callable[[], nn.Module], ref: Reference, preserve: tuple[str, ...]) -> None:
@@ -404,7 +405,7 @@ def _checked(build: Callable[[], nn.Module], ref: Reference, c: SweepCase) -> Ou
 
 
 def _short(e: BaseException, limit: int = 240) -> str:
-    text = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    text = f"{type(e).__name__}: {first_line(e, limit)}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -11,6 +11,7 @@ import torch
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
+from ir.errors import first_line
 from ir.harness import (
     TOLERANCE,
     ShrinkBudget,
@@ -122,6 +123,23 @@ def test_outcome_runs_on_copies_with_a_seeded_rng():
     bad = outcome(lambda t: t @ t.reshape(1, 3), x)
     assert bad.error[0] == "RuntimeError" and "\n" not in bad.error[1]
 
+
+@settings(max_examples=200, database=None, derandomize=True)
+@given(st.text(), st.integers(0, 400))
+def test_first_line_is_one_line_within_the_limit(message, limit):
+    got = first_line(ValueError(message), limit)
+    assert "\n" not in got and "\r" not in got and len(got) <= limit
+    one = message.strip()
+    if one and one.splitlines() == [one] and len(one) <= limit:
+        assert got == one
+    assert first_line(ValueError(f"  \n{message}\nsecond"), limit) == first_line(
+        ValueError(f"{message.lstrip()}\nsecond"), limit)
+
+
+def test_first_line_examples():
+    assert first_line(ValueError("\n  bad input\n  detail\n")) == "bad input"
+    assert first_line(ValueError("")) == "" and first_line(None) == ""
+    assert first_line(ValueError("x" * 500)) == "x" * 300
 
 def test_fresh_keeps_layouts():
     for layout in LAYOUTS:

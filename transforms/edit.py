@@ -30,7 +30,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in, thaw
-from ir.errors import PassError, PurefxError
+from ir.errors import PassError, PurefxError, first_line
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
@@ -558,7 +558,7 @@ class _Editor:
         except Exception as exc:
             raise PassError(
                 f"{target_name(target)} at node {self.here()!r} raises on its "
-                f"arguments' values ({type(exc).__name__}: {_first_line(exc)}); check the "
+                f"arguments' values ({type(exc).__name__}: {first_line(exc)}); check the "
                 "arguments' shapes and dtypes (e.val)"
             ) from exc
 
@@ -862,11 +862,6 @@ def _same_type(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
     return True
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else ""
 
 
 def _describe(v: Any) -> str:

@@ -10,7 +10,7 @@ What the laws draw lives beside the other strategies, in ``ir.strategies.values`
 """
 
 from ir.harness.compare import same_bits, value_difference
-from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, first_line, fresh, outcome
+from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "OutOfTime",
     "Outcome",
     "ShrinkBudget",
-    "first_line",
     "fresh",
     "outcome",
     "same_bits",

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import torch
 
+from ir.errors import first_line
 from ir.torch_seam import pytree
 
 
@@ -130,10 +131,4 @@ class ShrinkBudget:
             raise stop.failure from None
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message (at most 300 characters)."""
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else ""
-
-
-__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "first_line", "fresh", "outcome"]
+__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "fresh", "outcome"]

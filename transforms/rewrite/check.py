@@ -35,9 +35,8 @@ from typing import Any
 import attrs
 import torch
 
-from ir.errors import PassError, PurefxError
+from ir.errors import PassError, PurefxError, first_line
 from ir.harness import ShrinkBudget, fresh, outcome, value_difference
-from ir.harness.run import first_line
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
 from ir.program import Program

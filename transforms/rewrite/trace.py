@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.errors import PassError, PurefxError
+from ir.errors import PassError, PurefxError, first_line
 from ir.graph import Graph
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
@@ -99,7 +99,7 @@ def trace(
             error = exc
     raise PassError(
         f"rule {rule!r}: its {role} cannot be traced with torch.export ({type(error).__name__}: "
-        f"{_first_line(error)}); write it as a function of tensors and Python scalars that "
+        f"{first_line(error)}); write it as a function of tensors and Python scalars that "
         "torch.export can trace, and give example_inputs it runs on"
     ) from error
 
@@ -149,11 +149,6 @@ def level_of(graphs: Sequence[Graph]) -> str:
             if node.op == CALL_FUNCTION and not ops.is_core_aten(node.target):
                 return TRAINING
     return CORE
-
-
-def _first_line(exc: BaseException | None) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else ""
 
 
 __all__ = [
