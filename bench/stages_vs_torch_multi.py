@@ -14,14 +14,13 @@ gating test; ``python bench/stages_vs_torch_multi.py [CASE,...]``).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import traceback
 from datetime import timedelta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench.ranks import report_failure, run_ranks
 
 # (row name, case, world, stages, dp, wrap, schedule, what)
 ROWS = [
@@ -146,45 +145,14 @@ def _worker(frontend: str, row: str, rank: int, port: int) -> None:
                 problems.append(f"state_dict keys {keys}")
         print("RESULT " + ("; ".join(problems) if problems else "right"), flush=True)
     except Exception as e:  # noqa: BLE001 (any failure is a row of the table)
-        text = " ".join(str(e).split())
-        cause = e.__cause__
-        if cause is not None:
-            text += " <- " + type(cause).__name__ + ": " + " ".join(str(cause).split())
-        print(f"RESULT error: {type(e).__name__}: {text[:300]}", flush=True)
-        traceback.print_exc()
-        os._exit(0)
+        report_failure(e)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
 def _run(frontend: str, row: str, world: int) -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", frontend, row, str(r),
-                               str(port)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, cwd=ROOT) for r in range(world)]
-    results = []
-    try:
-        for proc in procs:
-            try:
-                out, _ = proc.communicate(timeout=150)
-            except subprocess.TimeoutExpired:
-                results.append("error: timed out")
-                continue
-            lines = [ln for ln in out.decode(errors="replace").splitlines()
-                     if ln.startswith("RESULT ")]
-            results.append(lines[-1][7:] if lines else f"error: exit {proc.returncode}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-    bad = [f"rank {r}: {x}" for r, x in enumerate(results) if x != "right"]
-    bad.sort(key=lambda x: "closed by peer" in x or "Connection" in x)
-    return "right" if not bad else bad[0]
+    return run_ranks(__file__, (frontend, row), world, timeout=150)
 
 
 def main() -> None:

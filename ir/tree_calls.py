@@ -11,11 +11,22 @@ does, and importing a graph that calls torch's maps them here (``own_equivalent`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ir.args import IDict, Ref
+from ir.node import CALL_FUNCTION, GET_ATTR
 from ir.torch_seam import pytree, torch_tree_flatten_spec
 
-__all__ = ["flatten_by_spec", "own_equivalent", "torch_equivalent", "unflatten_tree"]
+if TYPE_CHECKING:
+    from ir.graph import Graph
+
+__all__ = [
+    "flatten_by_spec",
+    "flattened_arguments",
+    "own_equivalent",
+    "torch_equivalent",
+    "unflatten_tree",
+]
 
 
 def unflatten_tree(leaves: Any, spec: pytree.TreeSpec) -> Any:
@@ -34,6 +45,36 @@ def flatten_by_spec(tree: Any, spec: pytree.TreeSpec) -> list[Any]:
     Law: ``flatten_by_spec(unflatten_tree(xs, s), s) == list(xs)``. O(size of the tree).
     """
     return torch_tree_flatten_spec(tree, spec)
+
+
+def flattened_arguments(graph: Graph) -> tuple[tuple[Ref, ...], IDict] | None:
+    """``(positional, keywords)`` when the first computation of ``graph`` (after its
+    placeholders and its state reads, ``get_attr``) is ``flatten_by_spec(((p0, p1, ...),
+    {"k": k, ...}), in_spec)`` over references only, as the graph of a preserved call takes its
+    arguments; else ``None``.
+
+    Which placeholders the references name is the caller's to check (all of them, or the
+    first ones). Reads no node name, so graphs with equal alpha keys get answers equal up to
+    the names referred to. O(placeholders + state reads + arguments).
+    """
+    nodes = graph.nodes
+    at = len(graph.placeholders)
+    while at < len(nodes) and nodes[at].op == GET_ATTR:
+        at += 1
+    if at == len(nodes):
+        return None
+    first = nodes[at]
+    if first.op != CALL_FUNCTION or first.target is not flatten_by_spec or not first.args:
+        return None
+    tree = first.args[0]
+    if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
+        return None
+    positional, keywords = tree
+    if not isinstance(keywords, IDict):
+        return None
+    if not all(isinstance(r, Ref) for r in (*positional, *keywords.values())):
+        return None
+    return positional, keywords
 
 
 _TORCH = {unflatten_tree: pytree.tree_unflatten, flatten_by_spec: torch_tree_flatten_spec}

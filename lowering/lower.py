@@ -469,19 +469,12 @@ def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, A
 def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | None:
     """Where the root graph's state reads live: its ``get_attr`` targets, then the state its
     plan binds to placeholders and copies outputs into; ``None`` if one is nowhere."""
-    reads = _locate_all(root, _read_targets((program.root_module.graph,)))
-    if reads is None:
-        return None
     plan = root.__dict__["_plan"]
     bound, outputs = ({}, None) if plan is None else plan
-    targets = [b[1] for b in bound.values() if b[0] == "state"]
+    targets = [*_read_targets((program.root_module.graph,))]
+    targets += [b[1] for b in bound.values() if b[0] == "state"]
     targets += [t for kind, t in outputs or () if kind == "copy_state"]
-    for target in targets:
-        found = locate(root, target)
-        if found is None:
-            return None
-        reads[target] = found
-    return reads
+    return _locate_all(root, tuple(targets))
 
 
 def _root_direct_code(program: Program, root: torch.nn.Module, reads: dict[str, Any]) -> Any:

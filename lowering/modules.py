@@ -20,13 +20,12 @@ import torch
 import torch.fx
 from torch.export.unflatten import InterpreterModule, InterpreterModuleDispatcher
 
-from ir.args import IDict, Ref
+from ir.args import IDict
 from ir.errors import InputError, LoweringError
 from ir.graph import Graph
 from ir.module import MODULE_DICT, MODULE_LIST, PARAMETER_DICT, PARAMETER_LIST, SEQUENTIAL
-from ir.node import CALL_FUNCTION, GET_ATTR
 from ir.torch_seam import module_buffers, module_children, module_parameters
-from ir.tree_calls import flatten_by_spec
+from ir.tree_calls import flattened_arguments
 from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
 from lowering.portable import decode_graph, encode_graph
@@ -458,28 +457,12 @@ def _eager_tree(graph: Graph, placeholders: tuple) -> tuple[tuple, IDict] | None
     placeholders, in order, as ``tree_flatten_spec(((p0, p1, ...), {"key": key, ...}),
     in_spec)``; else ``None``. Reads no node name but through references to placeholders, so
     graphs with equal alpha keys get the same answer (equal up to those names)."""
-    nodes = graph.nodes
-    at = len(placeholders)
-    end = len(nodes)
-    while at < end and nodes[at].op == GET_ATTR:
-        at += 1
-    if at == end:
-        return None
-    first = nodes[at]
-    if first.op != CALL_FUNCTION or first.target is not flatten_by_spec:
-        return None
-    tree = first.args[0] if first.args else None
-    if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
+    tree = flattened_arguments(graph)
+    if tree is None:
         return None
     positional, keywords = tree
-    if not isinstance(keywords, IDict):
-        return None
-    refs = (*positional, *(v for _, v in keywords.items))
-    if not all(isinstance(r, Ref) for r in refs):
-        return None
-    if tuple(r.name for r in refs) != tuple(n.name for n in placeholders):
-        return None
-    return positional, keywords
+    names = tuple(r.name for r in (*positional, *keywords.values()))
+    return tree if names == tuple(n.name for n in placeholders) else None
 
 
 class SharedSignatures:

@@ -22,10 +22,10 @@ from ir.args import IDict, Ref
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, Node
+from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
-from ir.tree_calls import flatten_by_spec
+from ir.tree_calls import flattened_arguments
 from transforms.checks import require_program
 
 log = logging.getLogger("purefx")
@@ -95,24 +95,13 @@ def signature_arity(graph: Graph) -> int | None:
     """How many leading placeholders are a preserved call's own arguments, or ``None`` when
     ``graph`` is not a preserved call's: its first computation (after placeholders and
     ``get_attr``) is ``flatten_by_spec(((p0, ...), {"k": k, ...}), in_spec)`` over exactly
-    its first placeholders, in order. O(placeholders)."""
-    placeholders = graph.placeholders
-    first = next((n for n in graph.nodes[len(placeholders) :] if n.op != GET_ATTR), None)
-    if first is None or first.op != CALL_FUNCTION:
-        return None
-    if first.target is not flatten_by_spec or not first.args:
-        return None
-    tree = first.args[0]
-    if type(tree) is not tuple or len(tree) != 2 or type(tree[0]) is not tuple:
+    its first placeholders, in order (``flattened_arguments``). O(placeholders)."""
+    tree = flattened_arguments(graph)
+    if tree is None:
         return None
     positional, keywords = tree
-    if not isinstance(keywords, IDict):
-        return None
-    refs = (*positional, *(v for _, v in keywords.items))
-    names = tuple(n.name for n in placeholders[: len(refs)])
-    if not all(isinstance(r, Ref) for r in refs) or tuple(r.name for r in refs) != names:
-        return None
-    return len(refs)
+    names = tuple(r.name for r in (*positional, *keywords.values()))
+    return len(names) if names == tuple(n.name for n in graph.placeholders[: len(names)]) else None
 
 
 def _any_extra_arguments(program: Program) -> bool:

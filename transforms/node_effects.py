@@ -9,6 +9,7 @@ that is not size arithmetic), it assumes that it does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -131,15 +132,10 @@ def has_effect(p: Program, mid: ModuleId, node: Node, memo: dict | None = None) 
         return found[1]
     if node.op != CALL_MODULE:
         return False
-    callee = _callee(p, mid, node)
-    if callee is None:
-        return True
-    child, graph = callee
-    key = ("effect", child, id(graph))
-    if key not in memo:
-        memo[key] = True  # a cycle (never in a verified program) counts as an effect
-        memo[key] = any(has_effect(p, child, n, memo) for n in graph.nodes)
-    return memo[key]
+    return _per_callee(
+        p, mid, node, memo, "effect", True,
+        lambda child, graph: any(has_effect(p, child, n, memo) for n in graph.nodes),
+    )
 
 
 def _input_classes(p: Program, mid: ModuleId, graph: Graph) -> list[list[str]]:
@@ -207,14 +203,29 @@ def _callee(p: Program, mid: ModuleId, node: Node) -> tuple[ModuleId, Graph] | N
     return child, graphs[variant]
 
 
-def _callee_writes(p: Program, mid: ModuleId, node: Node, memo: dict) -> frozenset[int] | None:
+def _per_callee(
+    p: Program, mid: ModuleId, node: Node, memo: dict, kind: str, unknown: Any,
+    compute: Callable[[ModuleId, Graph], Any],
+) -> Any:
+    """``compute(child, graph)`` for the graph that ``node`` (a module call) runs, once per
+    graph and ``kind`` through ``memo``; ``unknown`` (the answer that assumes the worst) for a
+    callee that cannot be resolved, and while the graph's own answer is being computed (a cycle,
+    never in a verified program)."""
     callee = _callee(p, mid, node)
     if callee is None:
-        return None
+        return unknown
     child, graph = callee
-    key = ("writes", child, id(graph))
+    key = (kind, child, id(graph))
     if key not in memo:
-        memo[key] = None  # a cycle writes everything
-        memo[key] = graph_writes(p, child, graph, memo).written_inputs
+        memo[key] = unknown
+        memo[key] = compute(child, graph)
     return memo[key]
+
+
+def _callee_writes(p: Program, mid: ModuleId, node: Node, memo: dict) -> frozenset[int] | None:
+    """The input positions the callee of ``node`` writes; ``None`` (all of them) when unknown."""
+    return _per_callee(
+        p, mid, node, memo, "writes", None,
+        lambda child, graph: graph_writes(p, child, graph, memo).written_inputs,
+    )
 
