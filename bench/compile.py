@@ -61,7 +61,7 @@ def compile_once(module: torch.nn.Module, args: tuple, backend: str) -> dict[str
     try:
         compiled(*args)
     except Exception as err:  # noqa: BLE001 -- a library that cannot compile is a result
-        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
+        return {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"}
     compile_s = time.perf_counter() - start
     graphs_first = counters["stats"]["unique_graphs"]
     start = time.perf_counter()
