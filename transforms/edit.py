@@ -189,7 +189,7 @@ class Edit:
         ``<module path>.<name>`` (``name_1``, ... when taken); return the value reading it.
         Flat: a ``buffer`` placeholder and ``InputSpec`` after the existing parameters and
         buffers; outlined: a ``get_attr``. Either way a state slot, its tensor, and its fqn
-        last in ``state_order``."""
+        in ``state_order`` after the parameters and buffers (``NewState``)."""
         if not isinstance(name, str) or not name.isidentifier():
             raise PassError(
                 f"add_buffer at node {self._ed.here()!r}: name must be a Python identifier, "
@@ -546,7 +546,8 @@ class _Editor:
         mode = self.fake_mode()
         if mode is None:
             return None
-        return tensor.to("meta") if mode is _META else mode.from_tensor(tensor)
+        # static: a symbolic size would put guards on the program's shape env (shared with p)
+        return tensor.to("meta") if mode is _META else mode.from_tensor(tensor, static_shapes=True)
 
     def level(self) -> str:
         if self._level is None:

@@ -10,7 +10,10 @@ and the input specs in the Program, once, at the end.
 Where the new root inputs go is torch.export's order (its lifting pass inserts new constants
 before the first user input): a new buffer after the tokens, parameters and buffers; a new
 constant after every state input (tokens, parameters, buffers, constants, custom objects);
-both before the user inputs, several of a kind in the order they were added.
+both before the user inputs, several of a kind in the order they were added. In
+``state_order`` a new buffer goes after the last parameter or buffer and a new constant last,
+where ``import_ep`` puts them when it reads the program ``export_ep`` makes (the state dict
+first, then the constants), so a round trip keeps the order.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ _AFTER = {
     st.BUFFER: (sg.TOKEN, sg.PARAMETER, sg.BUFFER),
     st.CONSTANT: (sg.TOKEN, *sg.STATE_INPUT_KINDS),
 }
+_REGISTERED = (st.PARAMETER, st.BUFFER)  # a new buffer goes after these in state_order
 _INPUT_KIND = {st.BUFFER: sg.BUFFER, st.CONSTANT: sg.CONSTANT_TENSOR}
 _PREFIX = {st.BUFFER: "b_", st.CONSTANT: "c_"}
 
@@ -164,14 +168,19 @@ class NewState:
 
     def apply(self, q: Program) -> Program:
         """``q`` (the pass's result before the new state: ``p`` with its graphs edited) with the
-        new state slots, tensors, ``state_order`` entries (last, in the order added) and root
-        input specs; ``q`` itself when nothing was added. O(state + inputs)."""
+        new state slots, tensors, ``state_order`` entries (see the module docstring; several of
+        a kind in the order added) and root input specs; ``q`` itself when nothing was added.
+        O(state + inputs)."""
         if not self.slots:
             return q
+        old, state = q.state_order, q.state_table()
+        at = max((i + 1 for i, f in enumerate(old) if state[f].kind in _REGISTERED), default=0)
+        buffers = [f for f in self.order if self.slots[f].kind == st.BUFFER]
+        constants = [f for f in self.order if self.slots[f].kind != st.BUFFER]
         inputs = self.input_specs(q.signature.inputs)
         return q.replace(
             state=q.state.update(pmap(self.slots)),
             tensors=q.tensors.update(pmap(self.tensors)),
-            state_order=q.state_order + tuple(self.order),
+            state_order=(*old[:at], *buffers, *old[at:], *constants),
             signature=attrs.evolve(q.signature, inputs=inputs) if self.inputs else q.signature,
         )
