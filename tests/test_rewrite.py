@@ -4,6 +4,8 @@ state dict kept, ``ep`` untouched); ``check_rule`` on right and wrong rules; bad
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -260,14 +262,17 @@ def _calls(p, name):
             if n.op == "call_function" and name in str(n.target)]
 
 
+_CONV_BN_FOLD = Rule(CONV_BN.pattern, CONV_BN.replacement, CONV_BN.example_inputs,
+                     name="conv_bn_fold", specials=False, fold_state=True, max_examples=10)
+
+
 @pytest.mark.parametrize("level", ["training", "core"])
 def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     model = ConvBN().eval()
     args = (torch.randn(2, 3, 8, 8),)
     ep = torch.export.export(model, args)
     p = _program(ep, level)
-    folding = Rule(CONV_BN.pattern, CONV_BN.replacement, CONV_BN.example_inputs,
-                   name="conv_bn_fold", specials=False, fold_state=True, max_examples=10)
+    folding = _CONV_BN_FOLD
     q = rewrite(p, [folding])
     verify(q)
     new = [fqn for fqn in q.state_order if fqn not in p.state]
@@ -280,6 +285,45 @@ def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     torch.testing.assert_close(export_ep(q).module()(*args), model(*args), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lower(transform(q))(*args), model(*args), rtol=1e-4, atol=1e-5)
     assert rewrite(p, [CONV_BN]).state == p.state  # without the option, no state is added
+
+
+class _Drifting(torch.nn.Module):
+    """Conv + eval batch norm whose running mean the forward then moves: a written buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.b, self.g, self.beta = (torch.nn.Parameter(torch.randn(4)) for _ in range(3))
+        self.register_buffer("mean", torch.randn(4))
+        self.register_buffer("var", torch.rand(4) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.batch_norm(F.conv2d(x, self.w, self.b), self.mean, self.var, self.g, self.beta,
+                         False, 0.1, 1e-5)
+        self.mean.add_(1.0)
+        return y
+
+
+def test_fold_state_leaves_a_written_buffer_computed():
+    """``mean`` changes from call to call (a ``buffer_mutation`` output): the folded bias,
+    which reads it, stays computed; the weight and scale, which read only unwritten state,
+    fold. Folding ``mean`` would give the first call's bias on every call."""
+    model = _Drifting().eval()
+    args = (torch.randn(2, 3, 8, 8),)
+    ep = torch.export.export(copy.deepcopy(model), args)
+    p = import_ep(ep.run_decompositions())
+    folding = _CONV_BN_FOLD
+    q, report = rewrite_report(p, [folding])
+    verify(q)
+    assert report.counts == {"conv_bn_fold": 1}
+    new = [fqn for fqn in q.state_order if fqn not in p.state]
+    assert len(new) == 2  # w * s and s; (b - mean) * s + beta stays computed
+    reads_mean = {n.name for n in q.root_module.graph.nodes
+                  if any(r.name == "b_mean" for r in n.inputs())}
+    assert any(q.root_module.graph.node(n).target is torch.ops.aten.sub.Tensor for n in reads_mean)
+    lowered = lower(q)
+    for _ in range(3):
+        torch.testing.assert_close(lowered(*args), model(*args), rtol=1e-4, atol=1e-5)
 
 
 class _Twice(torch.nn.Module):
