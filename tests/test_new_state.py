@@ -138,9 +138,9 @@ def test_apply_places_state_inputs_and_placeholders_and_leaves_p_as_it_is():
     names = Names(n.name for n in p.root_module.graph.nodes)
     made = []
     for kind, base in [(st.CONSTANT, "_folded_mul"), (st.BUFFER, "seen")]:
-        fqn = f"{path}.{new.name(mid, base)}"
-        new.add(kind, [fqn], torch.ones(2))
-        made.append(new.placeholder(kind, fqn, names, mul.meta.get("val")))
+        node, fqn = new.root_input(kind, base, torch.ones(2), mul, names, mul.meta.get("val"))
+        assert fqn == f"a.b.{base}" and new.inputs[node.name].target == fqn
+        made.append(node)
     graph = p.root_module.graph
     nodes = new.place(list(graph.nodes), p.signature.inputs, made)
     q = new.apply(p.replace(modules=p.modules.set(
@@ -165,12 +165,13 @@ def test_state_under_every_path_is_one_tensor_and_drop_takes_all_of_it():
     p = program(SHARED)
     new = NewState(p)
     a = p.resolve("a")
-    local = new.name(a, "v")
-    key = new.add(st.BUFFER, [f"{path}.{local}" for path in new.paths()[a]], torch.ones(2))
+    node, fqn = new.attribute(st.BUFFER, a, "w", torch.ones(2), Names({"w_1"}))
+    assert (node.op, node.target, node.name, fqn) == ("get_attr", "w_1", "w_1_1", "a.w_1")
+    assert new.order == ["a.w_1", "b.w_1"]
     kept = new.add(st.CONSTANT, ["k"], torch.ones(2))
     new.placeholder(st.CONSTANT, "k", Names())
-    assert new.slots["a.v"] is new.slots["b.v"] and new.slots["a.v"].tensor == key
-    new.drop("b.v")
+    assert new.slots["a.w_1"] is new.slots["b.w_1"] and new.slots["a.w_1"].tensor == "a.w_1"
+    new.drop("b.w_1")
     assert set(new.slots) == {"k"} and set(new.tensors) == {kept} and new.order == ["k"]
     new.drop("k")
     assert not new.inputs and new.apply(p) is p

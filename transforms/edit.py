@@ -636,25 +636,18 @@ class _Editor:
                 f"new state at node {self.here()!r} must be a torch.Tensor, got "
                 f"{type(tensor).__name__}"
             )
-        flat_root = self.is_root and self.flat
-        path, mid = self.new.owner(self.e.node) if flat_root else (self.path, self.mid)
-        local = self.new.name(mid, name)
-        # on a flat root the placeholder's spec names one fqn; a module graph's get_attr reads
-        # the attribute under every path that reaches the module
-        paths = [path] if flat_root else self.new.paths()[mid]
-        fqns = [f"{at}.{local}" if at else local for at in paths]
-        self.new.add(kind, fqns, tensor, persistent)
         val = self.fake_of(tensor)
         self.graph_changed = True
-        if flat_root:
-            node = self.new.placeholder(kind, fqns[0], self.taken, val)
+        if self.is_root and self.flat:
+            node, fqn = self.new.root_input(kind, name, tensor, self.e.node, self.taken, val,
+                                            persistent)
             self.placeholders.append(node)
         else:
-            node = new_node(GET_ATTR, fresh_name(local, self.taken), local, (), EMPTY_DICT,
-                            MappingProxyType({"val": val} if val is not None else {}))
+            node, fqn = self.new.attribute(kind, self.mid, name, tensor, self.taken, val,
+                                           persistent)
             self.before.append(node)
         self.defined[node.name] = node
-        return self.new_read(node, kind, fqns[0])
+        return self.new_read(node, kind, fqn)
 
     def new_read(self, node: Node, kind: str, fqn: str) -> Ref:
         """``node``'s value; a new constant is dropped with its state when nothing reads it."""

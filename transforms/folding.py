@@ -15,8 +15,8 @@ from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
+from ir.names import Names
+from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, new_node
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
@@ -268,12 +268,5 @@ def _constant_read(
     that reaches module ``mid``."""
     tensor, val = value.detach().clone(), n.meta.get("val")
     if at_root:
-        path, owner = new.owner(n)
-        attr = new.name(owner, f"_folded_{n.name}")
-        fqn = f"{path}.{attr}" if path else attr
-        new.add(st.CONSTANT, (fqn,), tensor)
-        return new.placeholder(st.CONSTANT, fqn, taken, val)
-    attr = new.name(mid, f"_folded_{n.name}")
-    new.add(st.CONSTANT, [f"{path}.{attr}" if path else attr for path in new.paths()[mid]], tensor)
-    meta = frozen_meta({"val": val} if "val" in n.meta else None)
-    return new_node(GET_ATTR, fresh_name(attr, taken), attr, (), EMPTY_DICT, meta)
+        return new.root_input(st.CONSTANT, f"_folded_{n.name}", tensor, n, taken, val)[0]
+    return new.attribute(st.CONSTANT, mid, f"_folded_{n.name}", tensor, taken, val)[0]

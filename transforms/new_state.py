@@ -1,9 +1,11 @@
 """New state a pass adds to a Program: buffers and lifted constants.
 
 A pass that adds state (``Edit.constant`` / ``Edit.add_buffer``, ``fold_constants``,
-``fold_into_state``) makes one ``NewState`` for its run and asks it for each new entry: a fresh
-attribute name in the owning module (``name``), the slot and tensor (``add``) and, on the root
-graph of a flat program, the placeholder and ``InputSpec`` that read it (``placeholder``).
+``fold_into_state``) makes one ``NewState`` for its run and asks it for each new entry: on the
+root graph of a flat program ``root_input`` (state of the module the node runs in, read by a
+placeholder with its ``InputSpec``), in any other graph ``attribute`` (an attribute of the
+graph's module, state under each of its paths, read by a ``get_attr``). Both are a fresh name
+(``name``), the slot and tensor (``add``) and the node that reads them.
 ``place`` puts the new placeholders among the root graph's nodes and ``apply`` puts the state
 and the input specs in the Program, once, at the end.
 
@@ -30,7 +32,7 @@ from ir import state as st
 from ir.args import EMPTY_DICT
 from ir.module import ModuleId
 from ir.names import Names, fresh_name
-from ir.node import PLACEHOLDER, Node, frozen_meta, new_node
+from ir.node import GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
 from ir.program import Program
 
 __all__ = ["NewState"]
@@ -133,6 +135,33 @@ class NewState:
         self.inputs[name] = sg.InputSpec(_INPUT_KIND[kind], name, fqn, persistent)
         meta = frozen_meta({"val": val} if val is not None else None)
         return new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, meta)
+
+    def root_input(
+        self, kind: str, base: str, tensor: torch.Tensor, node: Node, names: Names,
+        val: Any = None, persistent: bool = True,
+    ) -> tuple[Node, str]:
+        """New state read on the root graph of a flat program: ``tensor`` at
+        ``<owner>.<name>`` (``owner(node)``; ``name`` fresh from ``base``), and the placeholder
+        that reads it (``placeholder``). Returns the placeholder and the fqn."""
+        path, mid = self.owner(node)
+        local = self.name(mid, base)
+        fqn = f"{path}.{local}" if path else local
+        self.add(kind, (fqn,), tensor, persistent)
+        return self.placeholder(kind, fqn, names, val), fqn
+
+    def attribute(
+        self, kind: str, mid: ModuleId, base: str, tensor: torch.Tensor, names: Names,
+        val: Any = None, persistent: bool = True,
+    ) -> tuple[Node, str]:
+        """New state read in a graph of module ``mid`` (not a flat root): ``tensor`` as
+        attribute ``name`` (fresh from ``base``) of the module, state under every path that
+        reaches it, and the ``get_attr`` (named after the attribute, fresh in ``names``) that
+        reads it. Returns the node and the fqn under the module's first path."""
+        local = self.name(mid, base)
+        fqns = [f"{path}.{local}" if path else local for path in self.paths()[mid]]
+        self.add(kind, fqns, tensor, persistent)
+        meta = frozen_meta({"val": val} if val is not None else None)
+        return new_node(GET_ATTR, fresh_name(local, names), local, (), EMPTY_DICT, meta), fqns[0]
 
     def drop(self, fqn: str) -> None:
         """Forget new state ``fqn``: its tensor, every fqn holding it and its placeholder's

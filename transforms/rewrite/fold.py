@@ -16,7 +16,7 @@ import torch
 from ir import ops
 from ir import signature as sg
 from ir import state as st
-from ir.args import Ref, map_refs, ref, thaw
+from ir.args import Ref, map_refs, thaw
 from ir.graph import Graph
 from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, PLACEHOLDER
@@ -86,12 +86,10 @@ def fold_into_state(p: Program, created: Collection[str]) -> Program:
         if all(u in folded for u in users[name]):
             continue  # only folded values read it
         node = graph.node(name)
-        path, mid = new.owner(node)
-        local = new.name(mid, f"_folded_{name}")
-        fqn = f"{path}.{local}" if path else local
-        new.add(st.CONSTANT, (fqn,), value)
-        placeholders.append(new.placeholder(st.CONSTANT, fqn, names, node.meta.get("val")))
-        replace[name] = ref(placeholders[-1].name)
+        read, _ = new.root_input(st.CONSTANT, f"_folded_{name}", value, node, names,
+                                 node.meta.get("val"))
+        placeholders.append(read)
+        replace[name] = read.ref
     nodes = [
         n.replace(
             args=map_refs(n.args, lambda r: replace.get(r.name, r)),
