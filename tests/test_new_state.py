@@ -171,9 +171,9 @@ def test_state_under_every_path_is_one_tensor_and_drop_takes_all_of_it():
     kept = new.add(st.CONSTANT, ["k"], torch.ones(2))
     new.placeholder(st.CONSTANT, "k", Names())
     assert new.slots["a.w_1"] is new.slots["b.w_1"] and new.slots["a.w_1"].tensor == "a.w_1"
-    new.drop("b.w_1")
+    new.drop(["b.w_1"])
     assert set(new.slots) == {"k"} and set(new.tensors) == {kept} and new.order == ["k"]
-    new.drop("k")
+    new.drop({"k"})
     assert not new.inputs and new.apply(p) is p
 
 

@@ -709,8 +709,7 @@ class _Editor:
 
     def freeze(self, updates: dict[ModuleId, Any]) -> Program:
         p = self.p
-        for fqn in self.constants - self.live_constants:
-            self.new.drop(fqn)  # a new constant nothing reads, with its state
+        self.new.drop(self.constants - self.live_constants)  # new constants nothing reads
         changes: dict[str, Any] = {"modules": p.modules.update(updates) if updates else p.modules}
         root_graph = self.root_aliases
         sig = p.signature

@@ -20,7 +20,7 @@ first, then the constants), so a round trip keeps the order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import attrs
@@ -54,7 +54,7 @@ class NewState:
     of its module and no state under any path that reaches it; a tensor key is no key of
     ``p``'s tensor table; a placeholder name is fresh in the ``Names`` of its graph. ``p`` is
     never written. Each method is O(1) amortized but the first ``name`` (O(state + modules),
-    once), ``place`` and ``apply`` (O(inputs + nodes)).
+    once), ``drop`` (O(new state)), ``place`` and ``apply`` (O(inputs + nodes + state)).
     """
 
     __slots__ = ("_below", "_names", "_paths", "inputs", "order", "p", "slots", "tensors")
@@ -163,12 +163,13 @@ class NewState:
         meta = frozen_meta({"val": val} if val is not None else None)
         return new_node(GET_ATTR, fresh_name(local, names), local, (), EMPTY_DICT, meta), fqns[0]
 
-    def drop(self, fqn: str) -> None:
-        """Forget new state ``fqn``: its tensor, every fqn holding it and its placeholder's
-        spec. O(new state)."""
-        key = self.slots[fqn].tensor
-        gone = {f for f, s in self.slots.items() if s.tensor == key}
-        del self.tensors[key]
+    def drop(self, fqns: Collection[str]) -> None:
+        """Forget the new state at ``fqns``: their tensors, every fqn holding one of them and
+        their placeholders' specs. O(new state)."""
+        keys = {self.slots[f].tensor for f in fqns}
+        gone = {f for f, s in self.slots.items() if s.tensor in keys}
+        for key in keys:
+            del self.tensors[key]
         self.slots = {f: s for f, s in self.slots.items() if f not in gone}
         self.order = [f for f in self.order if f not in gone]
         self.inputs = {n: s for n, s in self.inputs.items() if s.target not in gone}
