@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ir import PassError, import_ep, verify
+from ir import PassError, import_ep, parse_program, verify
 from lowering import export_ep, lower
 from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
+from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite_rules import (
     ATTENTION,
     ATTENTION_ASSUMES,
@@ -324,6 +325,41 @@ def test_fold_state_leaves_a_written_buffer_computed():
     lowered = lower(q)
     for _ in range(3):
         torch.testing.assert_close(lowered(*args), model(*args), rtol=1e-4, atol=1e-5)
+
+
+WRITTEN_IN_PLACE = """\
+program:
+  inputs:
+    %p_w: parameter w
+    %b_m: buffer m persistent=True
+    %x: user_input
+  outputs:
+    %add: user_output
+  state:
+    w: parameter <Parameter (2,) torch.float32>
+    m: buffer <Tensor (2,) torch.float32>
+  module <root>: Top
+    graph 0:
+      %p_w = placeholder
+      %b_m = placeholder
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%p_w)
+      %neg_1 = call_function[aten.neg.default](%b_m)
+      %mul = call_function[aten.mul.Tensor](%neg, %neg_1)
+      %add = call_function[aten.add.Tensor](%x, %mul)
+      %add_ = call_function[aten.add_.Tensor](%b_m, 1.0)
+      return (%add,)"""
+
+
+def test_fold_state_leaves_a_buffer_written_in_place_computed():
+    """The training IR writes ``m`` in place (``add_``): only ``neg(w)`` folds."""
+    p = parse_program(WRITTEN_IN_PLACE)
+    q = fold_into_state(p, {"neg", "neg_1", "mul"})
+    assert [s.name for s in q.signature.inputs] == ["p_w", "b_m", "c__folded_neg", "x"]
+    assert [n.name for n in q.root_module.graph.nodes if n.op != "placeholder"] == [
+        "neg_1", "mul", "add", "add_", "output"]
+    assert q.root_module.graph.node("mul").args[0].name == "c__folded_neg"
+    assert fold_into_state(p, {"neg_1"}) is p  # reads only the written buffer
 
 
 class _Twice(torch.nn.Module):
