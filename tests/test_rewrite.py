@@ -4,15 +4,18 @@ state dict kept, ``ep`` untouched); ``check_rule`` on right and wrong rules; bad
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ir import PassError, import_ep, verify
+from ir import PassError, import_ep, parse_program, verify
 from lowering import export_ep, lower
 from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
+from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite_rules import (
     ATTENTION,
     ATTENTION_ASSUMES,
@@ -260,14 +263,17 @@ def _calls(p, name):
             if n.op == "call_function" and name in str(n.target)]
 
 
+_CONV_BN_FOLD = Rule(CONV_BN.pattern, CONV_BN.replacement, CONV_BN.example_inputs,
+                     name="conv_bn_fold", specials=False, fold_state=True, max_examples=10)
+
+
 @pytest.mark.parametrize("level", ["training", "core"])
 def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     model = ConvBN().eval()
     args = (torch.randn(2, 3, 8, 8),)
     ep = torch.export.export(model, args)
     p = _program(ep, level)
-    folding = Rule(CONV_BN.pattern, CONV_BN.replacement, CONV_BN.example_inputs,
-                   name="conv_bn_fold", specials=False, fold_state=True, max_examples=10)
+    folding = _CONV_BN_FOLD
     q = rewrite(p, [folding])
     verify(q)
     new = [fqn for fqn in q.state_order if fqn not in p.state]
@@ -280,6 +286,80 @@ def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     torch.testing.assert_close(export_ep(q).module()(*args), model(*args), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lower(transform(q))(*args), model(*args), rtol=1e-4, atol=1e-5)
     assert rewrite(p, [CONV_BN]).state == p.state  # without the option, no state is added
+
+
+class _Drifting(torch.nn.Module):
+    """Conv + eval batch norm whose running mean the forward then moves: a written buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.b, self.g, self.beta = (torch.nn.Parameter(torch.randn(4)) for _ in range(3))
+        self.register_buffer("mean", torch.randn(4))
+        self.register_buffer("var", torch.rand(4) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.batch_norm(F.conv2d(x, self.w, self.b), self.mean, self.var, self.g, self.beta,
+                         False, 0.1, 1e-5)
+        self.mean.add_(1.0)
+        return y
+
+
+def test_fold_state_leaves_a_written_buffer_computed():
+    """``mean`` changes from call to call (a ``buffer_mutation`` output): the folded bias,
+    which reads it, stays computed; the weight and scale, which read only unwritten state,
+    fold. Folding ``mean`` would give the first call's bias on every call."""
+    model = _Drifting().eval()
+    args = (torch.randn(2, 3, 8, 8),)
+    ep = torch.export.export(copy.deepcopy(model), args)
+    p = import_ep(ep.run_decompositions())
+    folding = _CONV_BN_FOLD
+    q, report = rewrite_report(p, [folding])
+    verify(q)
+    assert report.counts == {"conv_bn_fold": 1}
+    new = [fqn for fqn in q.state_order if fqn not in p.state]
+    assert len(new) == 2  # w * s and s; (b - mean) * s + beta stays computed
+    reads_mean = {n.name for n in q.root_module.graph.nodes
+                  if any(r.name == "b_mean" for r in n.inputs())}
+    assert any(q.root_module.graph.node(n).target is torch.ops.aten.sub.Tensor for n in reads_mean)
+    lowered = lower(q)
+    for _ in range(3):
+        torch.testing.assert_close(lowered(*args), model(*args), rtol=1e-4, atol=1e-5)
+
+
+WRITTEN_IN_PLACE = """\
+program:
+  inputs:
+    %p_w: parameter w
+    %b_m: buffer m persistent=True
+    %x: user_input
+  outputs:
+    %add: user_output
+  state:
+    w: parameter <Parameter (2,) torch.float32>
+    m: buffer <Tensor (2,) torch.float32>
+  module <root>: Top
+    graph 0:
+      %p_w = placeholder
+      %b_m = placeholder
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%p_w)
+      %neg_1 = call_function[aten.neg.default](%b_m)
+      %mul = call_function[aten.mul.Tensor](%neg, %neg_1)
+      %add = call_function[aten.add.Tensor](%x, %mul)
+      %add_ = call_function[aten.add_.Tensor](%b_m, 1.0)
+      return (%add,)"""
+
+
+def test_fold_state_leaves_a_buffer_written_in_place_computed():
+    """The training IR writes ``m`` in place (``add_``): only ``neg(w)`` folds."""
+    p = parse_program(WRITTEN_IN_PLACE)
+    q = fold_into_state(p, {"neg", "neg_1", "mul"})
+    assert [s.name for s in q.signature.inputs] == ["p_w", "b_m", "c__folded_neg", "x"]
+    assert [n.name for n in q.root_module.graph.nodes if n.op != "placeholder"] == [
+        "neg_1", "mul", "add", "add_", "output"]
+    assert q.root_module.graph.node("mul").args[0].name == "c__folded_neg"
+    assert fold_into_state(p, {"neg_1"}) is p  # reads only the written buffer
 
 
 class _Twice(torch.nn.Module):

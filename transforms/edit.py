@@ -24,7 +24,6 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
-from pyrsistent import pmap
 
 from ir import ops
 from ir import signature as sg
@@ -37,6 +36,7 @@ from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program, require_program
+from transforms.new_state import NewState
 from transforms.rewrite import trace as tr
 
 __all__ = ["Edit", "rewrite_nodes"]
@@ -45,7 +45,6 @@ Visit = Callable[[Node, "Edit"], "Ref | None"]
 
 _COPY = torch.ops.aten.copy_.default
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
-_BEFORE_CONSTANTS = (sg.PARAMETER, sg.BUFFER, sg.TOKEN)
 _BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
 _NO_MODE = object()
 _META = object()  # the program's vals are meta tensors: run new nodes on them as they are
@@ -190,7 +189,7 @@ class Edit:
         ``<module path>.<name>`` (``name_1``, ... when taken); return the value reading it.
         Flat: a ``buffer`` placeholder and ``InputSpec`` after the existing parameters and
         buffers; outlined: a ``get_attr``. Either way a state slot, its tensor, and its fqn
-        last in ``state_order``."""
+        in ``state_order`` after the parameters and buffers (``NewState``)."""
         if not isinstance(name, str) or not name.isidentifier():
             raise PassError(
                 f"add_buffer at node {self._ed.here()!r}: name must be a Python identifier, "
@@ -215,21 +214,15 @@ class _Editor:
         self.e = Edit(self)
         self.changed = False
         self.flat = p.is_flat
-        self.added_state: dict[str, st.Slot] = {}
-        self.new_tensors: dict[str, st.Opaque] = {}
-        self.new_order: list[str] = []
-        self.new_inputs: list[sg.InputSpec] = []
-        self.new_spec_by_name: dict[str, sg.InputSpec] = {}
+        self.new = NewState(p)  # the state this call adds
         self._call_names: dict[str, set[str]] | None = None
         self.mutations: dict[str, Ref] = {}  # buffer fqn -> the value written (flat)
         self.traced: dict[Any, tr.Traced] = {}
         self._level: str | None = None
         self._mode: Any = _NO_MODE
-        self._paths: dict[ModuleId, list[str]] | None = None
         self.root_aliases: dict[str, Ref] = {}
         self.live_constants: set[str] = set()  # new constants some node still reads
         self.constants: set[str] = set()  # every new constant
-        self.aliases_of: dict[str, list[str]] = {}  # new fqn -> its other paths' fqns
         self.call_aliases: dict[str, dict[str, Ref]] = {}  # module path -> its graphs' aliases
         self.current: Node | None = None  # the visited node, its val propagated again
         self.retyped: set[str] = set()
@@ -325,7 +318,7 @@ class _Editor:
         else:  # pragma: no cover - verify guarantees an output node
             raise PassError(f"graph of module {path or '<root>'!r} has no output node")
         if self.placeholders:
-            nodes = self.insert_placeholders(nodes)
+            nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
             nodes = _drop_unused(nodes, self.candidates, self.fresh_constants)
         if not self.graph_changed and _same_nodes(nodes, graph.nodes):
@@ -416,37 +409,6 @@ class _Editor:
             (i for i, s in enumerate(specs) if s.kind not in _BEFORE_USER_OUTPUTS),
             len(specs),
         )
-
-    def insert_placeholders(self, nodes: list[Node]) -> list[Node]:
-        """The new state placeholders among the old, where their ``InputSpec`` s go."""
-        specs = self.p.signature.inputs
-        order = [s.name for s in self.inputs_with_new(specs)]
-        by_name = {n.name: n for n in self.placeholders}
-        olds = [n for n in nodes if n.op == PLACEHOLDER]
-        rest = [n for n in nodes if n.op != PLACEHOLDER]
-        old_by = {n.name: n for n in olds}
-        placed = [
-            by_name.get(name) or old_by.pop(name)
-            for name in order
-            if name in by_name or name in old_by
-        ]
-        placed.extend(old_by.values())  # placeholders without a spec (hand-built programs)
-        return placed + rest
-
-    def inputs_with_new(self, specs: tuple[sg.InputSpec, ...]) -> tuple[sg.InputSpec, ...]:
-        """The input specs with the new ones in place: buffers after the parameters and
-        buffers, constants after all state, both before the user inputs."""
-        out = list(specs)
-        for spec in self.new_inputs:
-            kinds = _BEFORE_CONSTANTS
-            if spec.kind != sg.BUFFER:
-                kinds = _BEFORE_CONSTANTS + _STATE_INPUTS
-            at = 0
-            for i, s in enumerate(out):
-                if s.kind in kinds:
-                    at = i + 1
-            out.insert(at, spec)
-        return tuple(out)
 
     def reargued(self, node: Node, args: Any, kwargs: Any) -> Node:
         """``node`` with the arguments ``visit`` assigned, checked and with its ``val`` again."""
@@ -584,7 +546,8 @@ class _Editor:
         mode = self.fake_mode()
         if mode is None:
             return None
-        return tensor.to("meta") if mode is _META else mode.from_tensor(tensor)
+        # static: a symbolic size would put guards on the program's shape env (shared with p)
+        return tensor.to("meta") if mode is _META else mode.from_tensor(tensor, static_shapes=True)
 
     def level(self) -> str:
         if self._level is None:
@@ -641,11 +604,14 @@ class _Editor:
         fqn = self.fqn_of(x)
         if fqn is None:
             return None
-        slot = self.added_state.get(fqn) or self.p.state_table().get(fqn)
+        slot = self.slot(fqn)
         if slot is None:
             return None
-        held = self.new_tensors.get(slot.tensor) or self.p.tensor_table().get(slot.tensor)
+        held = self.new.tensors.get(slot.tensor) or self.p.tensor_table().get(slot.tensor)
         return (fqn, held.value if held is not None else None)
+
+    def slot(self, fqn: str) -> st.Slot | None:
+        return self.new.slots.get(fqn) or self.p.state_table().get(fqn)
 
     def fqn_of(self, x: Ref) -> str | None:
         written = self.buffer_values.get(x.name)
@@ -655,35 +621,14 @@ class _Editor:
         if node is None:
             return None
         if node.op == PLACEHOLDER:
-            spec = self.spec_of.get(node.name) or self.new_spec_of(node.name)
+            spec = self.spec_of.get(node.name) or self.new.inputs.get(node.name)
             if spec is not None and spec.kind in _STATE_INPUTS:
                 return spec.target
             return None
         if node.op == GET_ATTR and type(node.target) is str:
             fqn = self.p.attr_fqn(self.mid, self.path, node.target)
-            return fqn if fqn in self.p.state_table() or fqn in self.added_state else None
+            return fqn if self.slot(fqn) is not None else None
         return None
-
-    def new_spec_of(self, name: str) -> sg.InputSpec | None:
-        return self.new_spec_by_name.get(name)
-
-    def owner(self) -> tuple[str, ModuleId]:
-        """The path and id of the module that owns state the visited node adds."""
-        if not (self.is_root and self.flat):
-            return self.path, self.mid
-        stack = self.e.node.meta.get("nn_module_stack")
-        path = list(stack.values())[-1][0] if stack else ""
-        mid = self.p.resolve(path) if path else self.p.root
-        if mid is None:
-            return "", self.p.root
-        return path, mid
-
-    def paths_of(self, mid: ModuleId) -> list[str]:
-        if self._paths is None:
-            self._paths = {}
-            for path, m in self.p.walk():
-                self._paths.setdefault(m, []).append(path)
-        return self._paths.get(mid, [])
 
     def new_state(self, kind: str, name: str, tensor: Any, persistent: bool) -> Ref:
         if not isinstance(tensor, torch.Tensor):
@@ -691,48 +636,17 @@ class _Editor:
                 f"new state at node {self.here()!r} must be a torch.Tensor, got "
                 f"{type(tensor).__name__}"
             )
-        path, mid = self.owner()
-        state, module = self.p.state_table(), self.p.module_table()[mid]
-        local, i = name, 1
-
-        def taken(local: str) -> bool:
-            fqn = f"{path}.{local}" if path else local
-            return fqn in state or fqn in self.added_state or module.child(local) is not None
-
-        while taken(local):
-            local, i = f"{name}_{i}", i + 1
-        fqn = f"{path}.{local}" if path else local
-        key, i = fqn, 1
-        while key in self.p.tensor_table() or key in self.new_tensors:
-            key, i = f"{fqn}_{i}", i + 1
-        slot = st.Slot(kind, key, persistent if kind == st.BUFFER else True, False)
-        self.new_tensors[key] = st.Opaque(tensor)
-        self.added_state[fqn] = slot
-        self.new_order.append(fqn)
         val = self.fake_of(tensor)
-        meta = MappingProxyType({"val": val} if val is not None else {})
         self.graph_changed = True
         if self.is_root and self.flat:
-            prefix = "b_" if kind == st.BUFFER else "c_"
-            pname = fresh_name(prefix + fqn.replace(".", "_"), self.taken)
-            node = new_node(PLACEHOLDER, pname, pname, (), EMPTY_DICT, meta)
-            spec_kind = sg.BUFFER if kind == st.BUFFER else sg.CONSTANT_TENSOR
-            spec = sg.InputSpec(spec_kind, pname, fqn, persistent if kind == st.BUFFER else None)
-            self.new_inputs.append(spec)
-            self.new_spec_by_name[pname] = spec
+            node, fqn = self.new.root_input(kind, name, tensor, self.e.node, self.taken, val,
+                                            persistent)
             self.placeholders.append(node)
-            self.defined[pname] = node
-            return self.new_read(node, kind, fqn)
-        for other in self.paths_of(mid)[1:]:  # a module reached by several paths: aliases
-            alias_fqn = f"{other}.{local}" if other else local
-            if alias_fqn not in state and alias_fqn not in self.added_state:
-                self.added_state[alias_fqn] = slot
-                self.new_order.append(alias_fqn)
-                self.aliases_of.setdefault(fqn, []).append(alias_fqn)
-        gname = fresh_name(local, self.taken)
-        node = new_node(GET_ATTR, gname, local, (), EMPTY_DICT, meta)
-        self.before.append(node)
-        self.defined[gname] = node
+        else:
+            node, fqn = self.new.attribute(kind, self.mid, name, tensor, self.taken, val,
+                                           persistent)
+            self.before.append(node)
+        self.defined[node.name] = node
         return self.new_read(node, kind, fqn)
 
     def new_read(self, node: Node, kind: str, fqn: str) -> Ref:
@@ -751,7 +665,7 @@ class _Editor:
             )
         buffer, value = self.read(buffer), self.read(value)
         fqn = self.fqn_of(buffer)
-        slot = None if fqn is None else (self.added_state.get(fqn) or self.p.state_table().get(fqn))
+        slot = None if fqn is None else self.slot(fqn)
         if slot is None or slot.kind != st.BUFFER:
             what = "a user input or a computed value" if slot is None else f"a {slot.kind}"
             raise PassError(
@@ -795,22 +709,10 @@ class _Editor:
 
     def freeze(self, updates: dict[ModuleId, Any]) -> Program:
         p = self.p
-        dead = self.constants - self.live_constants
-        if dead:
-            gone = dead | {a for f in dead for a in self.aliases_of.get(f, ())}
-            for fqn in dead:
-                self.new_tensors.pop(self.added_state[fqn].tensor, None)
-            self.added_state = {k: v for k, v in self.added_state.items() if k not in gone}
-            self.new_order = [f for f in self.new_order if f not in gone]
-            self.new_inputs = [s for s in self.new_inputs if s.target not in gone]
+        self.new.drop(self.constants - self.live_constants)  # new constants nothing reads
         changes: dict[str, Any] = {"modules": p.modules.update(updates) if updates else p.modules}
-        if self.added_state:
-            changes["state"] = p.state.update(pmap(self.added_state))
-            changes["tensors"] = p.tensors.update(pmap(self.new_tensors))
-            changes["state_order"] = p.state_order + tuple(self.new_order)
         root_graph = self.root_aliases
         sig = p.signature
-        inputs = self.inputs_with_new(sig.inputs) if self.new_inputs else sig.inputs
         outputs = tuple(
             s if s.name not in root_graph else sg.OutputSpec(s.kind, root_graph[s.name].name, s.target)
             for s in sig.outputs
@@ -819,8 +721,8 @@ class _Editor:
             at = self.mutation_index()
             new = tuple(sg.OutputSpec(sg.BUFFER_MUTATION, v.name, fqn) for fqn, v in self.mutations.items())
             outputs = outputs[:at] + new + outputs[at:]
-        if inputs is not sig.inputs or outputs != sig.outputs:
-            changes["signature"] = sg.ExportSignature(inputs, outputs)
+        if outputs != sig.outputs:
+            changes["signature"] = sg.ExportSignature(sig.inputs, outputs)
         calls = p.call_signatures
         for call, csig in p.call_signatures.items():
             renames = self.call_aliases.get(split_call_target(call)[0] if not self.flat else "")
@@ -831,7 +733,7 @@ class _Editor:
             if renamed != csig:
                 calls = calls.set(call, renamed)
         changes["call_signatures"] = calls
-        return p.replace(**changes)
+        return self.new.apply(p.replace(**changes))
 
 
 def _same(r: Ref) -> Ref:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import torch
 
 from ir import ops
@@ -16,13 +15,13 @@ from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
+from ir.names import Names
+from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, new_node
 from ir.program import Program
 from transforms.checks import require_program
-from transforms.constants import fresh_attr, with_constants
 from transforms.each_graph import map_graphs, signature_names
-from transforms.node_effects import binds_symbols, graph_writes
+from transforms.new_state import NewState
+from transforms.node_effects import binds_symbols, graph_writes, written_state
 
 __all__ = ["DEFAULT_MAX_BYTES", "fold_constants"]
 
@@ -30,9 +29,6 @@ DEFAULT_MAX_BYTES = 1 << 20
 """``fold_constants``' default bound on one folded tensor: 1 MiB."""
 
 CLONE = torch.ops.aten.clone.default
-
-# the root placeholders that export orders before the new constants
-_BEFORE_CONSTANTS = (sg.TOKEN, sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
 
 
 @gc_paused
@@ -53,7 +49,7 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
 
         - in the root graph of a flat program with a root call signature: a
           ``constant_tensor`` placeholder and input spec (after the state inputs, before the
-          user inputs), state ``<module>._folded_<node>`` of the module call the node ran in;
+          user inputs: ``NewState``), state ``<module>._folded_<node>`` of the module call the node ran in;
         - in any other graph: a ``get_attr`` of a new attribute ``_folded_<node>``, with state
           at every path that reaches the module (as ``sink_state`` leaves state). Bodies of
           higher-order ops own no state and are not folded;
@@ -94,14 +90,11 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     if type(max_bytes) is not int or max_bytes < 0:
         raise PassError(f"fold_constants: max_bytes must be an int >= 0, got {max_bytes!r}")
     memo: dict = {}
-    paths = _paths(p)
-    fixed = _constant_keys(p, paths, memo)
+    new = NewState(p)
+    paths = new.paths()
+    fixed = _constant_keys(p, memo)
     named = signature_names(p)
     specs = {s.name: s for s in p.signature.inputs}
-    added: list[tuple[tuple[str, ...], torch.Tensor]] = []
-    root_inputs: list[tuple[Node, sg.InputSpec]] = []
-    taken_fqns = set(p.state_table())
-    module_attrs = _Attrs(p, paths)
 
     def fold(mid: ModuleId, graph: Graph) -> Graph:
         if mid != p.root and (not paths.get(mid) or p.module(mid).kind == SUBGRAPH):
@@ -117,28 +110,10 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         needed = _needed(graph, kept, held, sources, named)
         exposed = set(named)
         exposed.update(r.name for r in graph.output_node.inputs())
-        return _rebuild(
-            p, mid, graph, values, sources, kept, held, needed, exposed, paths,
-            added, root_inputs, taken_fqns, module_attrs,
-        )
+        return _rebuild(p, mid, graph, values, sources, kept, held, needed, exposed, new)
 
     out = map_graphs(p, fold)
-    if out is p:
-        return p
-    out = with_constants(out, added)
-    if root_inputs:
-        inputs = list(p.signature.inputs)
-        at = max((i + 1 for i, s in enumerate(inputs) if s.kind in _BEFORE_CONSTANTS), default=0)
-        inputs[at:at] = [spec for _, spec in root_inputs]
-        out = out.replace(signature=attrs.evolve(p.signature, inputs=tuple(inputs)))
-    return out
-
-
-def _paths(p: Program) -> dict[ModuleId, list[str]]:
-    found: dict[ModuleId, list[str]] = {}
-    for path, mid in p.walk():
-        found.setdefault(mid, []).append(path)
-    return found
+    return p if out is p else new.apply(out)
 
 
 def _read_fqns(p: Program, mid: ModuleId, node: Node, paths: dict) -> list[str]:
@@ -146,31 +121,11 @@ def _read_fqns(p: Program, mid: ModuleId, node: Node, paths: dict) -> list[str]:
     return [p.attr_fqn(mid, path, node.target) for path in paths.get(mid, ())]
 
 
-def _constant_keys(p: Program, paths: dict, memo: dict) -> frozenset[str]:
+def _constant_keys(p: Program, memo: dict) -> frozenset[str]:
     """The tensor keys of ``constant`` state that no graph writes and no output mutates."""
-    state = p.state_table()
-    written: set[str] = set()
-    for spec in p.signature.outputs:
-        if spec.kind in sg.MUTATION_KINDS and spec.target in state:
-            written.add(state[spec.target].tensor)
-    specs = {s.name: s for s in p.signature.inputs}
-    for mid, mod in p.module_table().items():
-        for graph in mod.graphs:
-            writes = graph_writes(p, mid, graph, memo)
-            if not writes.written:
-                continue
-            for n in graph.nodes:
-                if not writes.is_written(n.name):
-                    continue
-                if n.op == PLACEHOLDER and mid == p.root and n.name in specs:
-                    fqns = [specs[n.name].target]
-                elif n.op == GET_ATTR:
-                    fqns = _read_fqns(p, mid, n, paths)
-                else:
-                    continue
-                written.update(state[f].tensor for f in fqns if f in state)
+    written = written_state(p, memo)
     return frozenset(
-        slot.tensor for slot in state.values()
+        slot.tensor for slot in p.state_table().values()
         if slot.kind == st.CONSTANT and slot.tensor not in written
     )
 
@@ -272,14 +227,12 @@ def _needed(
 
 def _rebuild(
     p: Program, mid: ModuleId, graph: Graph, values: dict, sources: set[str], kept: set[str],
-    held: set[str], needed: set[str], exposed: set[str], paths: dict,
-    added: list, root_inputs: list, taken_fqns: set[str], module_attrs: _Attrs,
+    held: set[str], needed: set[str], exposed: set[str], new: NewState,
 ) -> Graph:
     # a flat root reads state through placeholders, which its call signature binds to state
     # (without one, ``lower`` takes every placeholder as an input: read a get_attr then)
     at_root = mid == p.root and p.is_flat and "" in p.call_signatures
     taken = Names(n.name for n in graph.nodes)
-    attrs_taken = module_attrs.of(mid) if not at_root else set()
     alias: dict[str, Ref] = {}
 
     def read(r: Ref) -> Ref:
@@ -291,14 +244,8 @@ def _rebuild(
         if n.name in held:
             if n.name not in needed:
                 continue
-            constant = _constant_read(
-                p, mid, n, values[n.name], at_root, taken, attrs_taken, paths, added,
-                root_inputs, taken_fqns,
-            )
-            if at_root:
-                placeholders.append(constant)
-            else:
-                body.append(constant)
+            constant = _constant_read(mid, n, values[n.name], at_root, taken, new)
+            (placeholders if at_root else body).append(constant)
             if n.name in exposed:
                 body.append(new_node(CALL_FUNCTION, n.name, CLONE, (constant.ref,), EMPTY_DICT, n.meta))
             else:
@@ -306,81 +253,20 @@ def _rebuild(
             continue
         if (n.name in kept or (n.name in sources and n.op == GET_ATTR)) and n.name not in needed:
             continue
-        if n.op == PLACEHOLDER:
-            placeholders.append(n)
-            continue
         body.append(n.replace(args=map_refs(n.args, read), kwargs=map_refs(n.kwargs, read)))
     if at_root:
-        placeholders = _ordered_root(p, graph, placeholders)
-    return Graph.of(placeholders + body)
-
-
-def _ordered_root(p: Program, graph: Graph, placeholders: list[Node]) -> list[Node]:
-    """The root's placeholders with the new constants where their input specs go."""
-    old = [n for n in placeholders if n.name in graph.by_name()]
-    new = [n for n in placeholders if n.name not in graph.by_name()]
-    specs = p.signature.inputs
-    at = max((i + 1 for i, s in enumerate(specs) if s.kind in _BEFORE_CONSTANTS), default=0)
-    return old[:at] + new + old[at:]
-
-
-class _Attrs:
-    """The attribute names each module has (children, and state under any of its paths),
-    plus those this run adds: one set per module, shared by all of its graphs. The index
-    from a path to the names below it is built once, on first use. O(state) once."""
-
-    def __init__(self, p: Program, paths: dict) -> None:
-        self.p, self.paths = p, paths
-        self.below: dict[str, set[str]] | None = None
-        self.taken: dict[ModuleId, set[str]] = {}
-
-    def of(self, mid: ModuleId) -> set[str]:
-        found = self.taken.get(mid)
-        if found is None:
-            if self.below is None:
-                self.below = {}
-                for fqn in self.p.state_table():
-                    parts = fqn.split(".")
-                    for i in range(len(parts)):
-                        self.below.setdefault(".".join(parts[:i]), set()).add(parts[i])
-            found = {name for name, _ in self.p.module_table()[mid].children}
-            for path in self.paths.get(mid, ()):
-                found |= self.below.get(path, set())
-            self.taken[mid] = found
-        return found
+        body = new.place(body, p.signature.inputs, placeholders)
+    return Graph.of(body)
 
 
 def _constant_read(
-    p: Program, mid: ModuleId, n: Node, value: torch.Tensor, at_root: bool, taken: Names,
-    attrs_taken: set[str], paths: dict, added: list, root_inputs: list, taken_fqns: set[str],
+    mid: ModuleId, n: Node, value: torch.Tensor, at_root: bool, taken: Names, new: NewState
 ) -> Node:
-    """The node that reads ``n``'s folded value as a new constant, and that constant's state."""
-    tensor = value.detach().clone()
-    meta = frozen_meta({"val": n.meta["val"]} if "val" in n.meta else None)
+    """The node that reads ``n``'s folded value as a new constant, and that constant's state:
+    at a flat root a placeholder of state ``<module>._folded_<node>`` of the module call ``n``
+    ran in; elsewhere a ``get_attr`` of attribute ``_folded_<node>``, state under every path
+    that reaches module ``mid``."""
+    tensor, val = value.detach().clone(), n.meta.get("val")
     if at_root:
-        module = _module_path(p, n)
-        fqn = fresh_attr(f"{module}._folded_{n.name}" if module else f"_folded_{n.name}",
-                         taken_fqns)
-        name = fresh_name("c_" + fqn.replace(".", "_"), taken)
-        added.append(((fqn,), tensor))
-        spec = sg.InputSpec(sg.CONSTANT_TENSOR, name, fqn)
-        node = new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, meta)
-        root_inputs.append((node, spec))
-        return node
-    attr = fresh_attr(f"_folded_{n.name}", attrs_taken)
-    fqns = tuple(f"{path}.{attr}" if path else attr for path in paths[mid])
-    taken_fqns.update(fqns)
-    added.append((fqns, tensor))
-    name = fresh_name(attr, taken)
-    return new_node(GET_ATTR, name, attr, (), EMPTY_DICT, meta)
-
-
-def _module_path(p: Program, n: Node) -> str:
-    """The path of the innermost module call ``n`` runs in (a flat program's module stack),
-    when that path names a module of ``p``; else ``""`` (the root)."""
-    stack = n.meta.get("nn_module_stack")
-    if not stack:
-        return ""
-    path = list(stack.values())[-1][0]
-    return path if path and p.resolve(path) is not None else ""
-
+        return new.root_input(st.CONSTANT, f"_folded_{n.name}", tensor, n, taken, val)[0]
+    return new.attribute(st.CONSTANT, mid, f"_folded_{n.name}", tensor, taken, val)[0]

@@ -15,13 +15,14 @@ from typing import Any
 import attrs
 
 from ir import ops
+from ir import signature as sg
 from ir.args import Ref, collect_refs
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, Node
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, PLACEHOLDER, Node
 from ir.program import Program
 
-__all__ = ["GraphWrites", "binds_symbols", "graph_writes", "has_effect"]
+__all__ = ["GraphWrites", "binds_symbols", "graph_writes", "has_effect", "written_state"]
 
 
 @attrs.frozen
@@ -109,6 +110,36 @@ def graph_writes(p: Program, mid: ModuleId, graph: Graph, memo: dict | None = No
         i for i, ph in enumerate(graph.placeholders) if group[ph.name] in written
     )
     return GraphWrites(group, written, writes, inputs)
+
+
+def written_state(p: Program, memo: dict | None = None) -> frozenset[str]:
+    """The tensor keys of the state ``p`` may write: the target of a mutation output spec, or
+    state a graph writes in place, directly or through an alias (``graph_writes``): the fqn a
+    root placeholder's spec names, or a ``get_attr``'s under each path of its module.
+
+    **Laws:** state whose tensor is not in the answer is read, never written, by every call of
+    ``p``. Complexity: O(n α(n)) over the distinct graphs, plus O(state).
+    """
+    memo = {} if memo is None else memo
+    state = p.state_table()
+    fqns: list[str] = [s.target for s in p.signature.outputs if s.kind in sg.MUTATION_KINDS]
+    specs = {s.name: s.target for s in p.signature.inputs}
+    paths: dict[ModuleId, list[str]] = {}
+    for path, mid in p.walk():
+        paths.setdefault(mid, []).append(path)
+    for mid, mod in p.module_table().items():
+        for graph in mod.graphs:
+            writes = graph_writes(p, mid, graph, memo)
+            if not writes.written:
+                continue
+            for n in graph.nodes:
+                if not writes.is_written(n.name):
+                    continue
+                if n.op == PLACEHOLDER and mid == p.root and n.name in specs:
+                    fqns.append(specs[n.name])
+                elif n.op == GET_ATTR:
+                    fqns.extend(p.attr_fqn(mid, path, n.target) for path in paths.get(mid, ()))
+    return frozenset(state[f].tensor for f in fqns if f in state)
 
 
 def has_effect(p: Program, mid: ModuleId, node: Node, memo: dict | None = None) -> bool:

@@ -102,7 +102,7 @@ class Rule:
         trusted: skip the ``check_rule`` that ``rewrite`` runs the first time it meets the rule.
         max_examples: how many examples ``check_rule`` tries for this rule (default 40).
         fold_state: compute what the replacement derives from state alone (parameters, buffers,
-            constants) once, when rewriting a flat program, and hold it as new constant
+            constants; never state the program writes) once, when rewriting a flat program, and hold it as new constant
             tensors (``<module>._folded_<node>``; not in the state dict, whose keys stay). Off by
             default: a rule adds state only when asked to. Outlined programs are not folded.
         specials: whether ``check_rule`` puts special values (0, -0., ±inf, NaN) into the

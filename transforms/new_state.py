@@ -1,0 +1,216 @@
+"""New state a pass adds to a Program: buffers and lifted constants.
+
+A pass that adds state (``Edit.constant`` / ``Edit.add_buffer``, ``fold_constants``,
+``fold_into_state``) makes one ``NewState`` for its run and asks it for each new entry: on the
+root graph of a flat program ``root_input`` (state of the module the node runs in, read by a
+placeholder with its ``InputSpec``), in any other graph ``attribute`` (an attribute of the
+graph's module, state under each of its paths, read by a ``get_attr``). Both are a fresh name
+(``name``), the slot and tensor (``add``) and the node that reads them.
+``place`` puts the new placeholders among the root graph's nodes and ``apply`` puts the state
+and the input specs in the Program, once, at the end.
+
+Where the new root inputs go is torch.export's order (its lifting pass inserts new constants
+before the first user input): a new buffer after the tokens, parameters and buffers; a new
+constant after every state input (tokens, parameters, buffers, constants, custom objects);
+both before the user inputs, several of a kind in the order they were added. In
+``state_order`` a new buffer goes after the last parameter or buffer and a new constant last,
+where ``import_ep`` puts them when it reads the program ``export_ep`` makes (the state dict
+first, then the constants), so a round trip keeps the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import attrs
+import torch
+from pyrsistent import pmap
+
+from ir import signature as sg
+from ir import state as st
+from ir.args import EMPTY_DICT
+from ir.module import ModuleId
+from ir.names import Names, fresh_name
+from ir.node import GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
+from ir.program import Program
+
+__all__ = ["NewState"]
+
+# the root inputs a new input of each kind goes after
+_AFTER = {
+    st.BUFFER: (sg.TOKEN, sg.PARAMETER, sg.BUFFER),
+    st.CONSTANT: (sg.TOKEN, *sg.STATE_INPUT_KINDS),
+}
+_REGISTERED = (st.PARAMETER, st.BUFFER)  # a new buffer goes after these in state_order
+_INPUT_KIND = {st.BUFFER: sg.BUFFER, st.CONSTANT: sg.CONSTANT_TENSOR}
+_PREFIX = {st.BUFFER: "b_", st.CONSTANT: "c_"}
+
+
+class NewState:
+    """The state one pass run adds to ``p``: fresh names, slots, tensors and root inputs.
+
+    Names are fresh against ``p`` and everything added before: an attribute name is no child
+    of its module and no state under any path that reaches it; a tensor key is no key of
+    ``p``'s tensor table; a placeholder name is fresh in the ``Names`` of its graph. ``p`` is
+    never written. Each method is O(1) amortized but the first ``name`` (O(state + modules),
+    once), ``drop`` (O(new state)), ``place`` and ``apply`` (O(inputs + nodes + state)).
+    """
+
+    __slots__ = ("_below", "_names", "_paths", "inputs", "order", "p", "slots", "tensors")
+
+    def __init__(self, p: Program) -> None:
+        self.p = p
+        self.slots: dict[str, st.Slot] = {}  # new fqn -> its slot (every path's fqn)
+        self.tensors: dict[str, st.Opaque] = {}  # new tensor key -> the tensor
+        self.order: list[str] = []  # new fqns, in the order added
+        self.inputs: dict[str, sg.InputSpec] = {}  # new root placeholder name -> its spec
+        self._paths: dict[ModuleId, list[str]] | None = None
+        self._below: dict[str, set[str]] | None = None
+        self._names: dict[ModuleId, set[str]] = {}
+
+    def paths(self) -> dict[ModuleId, list[str]]:
+        """Every module's paths from the root, in ``walk`` order (built once)."""
+        if self._paths is None:
+            self._paths = {}
+            for path, mid in self.p.walk():
+                self._paths.setdefault(mid, []).append(path)
+        return self._paths
+
+    def owner(self, node: Node) -> tuple[str, ModuleId]:
+        """The path and id of the module a flat root graph's ``node`` runs in: the innermost
+        entry of its ``nn_module_stack`` when that path names a module of ``p``, else the root
+        (``""``)."""
+        stack = node.meta.get("nn_module_stack")
+        path = list(stack.values())[-1][0] if stack else ""
+        mid = self.p.resolve(path) if path else None
+        return (path, mid) if mid is not None else ("", self.p.root)
+
+    def name(self, mid: ModuleId, base: str) -> str:
+        """``base``, or ``base_1``, ``base_2``, ...: the first attribute name of module ``mid``
+        that no child, no state of ``p`` under any of its paths and nothing added here takes;
+        it is taken from then on."""
+        taken = self._names.get(mid)
+        if taken is None:
+            if self._below is None:
+                self._below = {}
+                for fqn in self.p.state_table():
+                    parts = fqn.split(".")
+                    for i in range(len(parts)):
+                        self._below.setdefault(".".join(parts[:i]), set()).add(parts[i])
+            taken = {name for name, _ in self.p.module_table()[mid].children}
+            for path in self.paths().get(mid, ()):
+                taken |= self._below.get(path, set())
+            self._names[mid] = taken
+        local, i = base, 1
+        while local in taken:
+            local, i = f"{base}_{i}", i + 1
+        taken.add(local)
+        return local
+
+    def add(
+        self, kind: str, fqns: Sequence[str], tensor: torch.Tensor, persistent: bool = True
+    ) -> str:
+        """Hold ``tensor`` (as it is, never written) as new ``kind`` state (``st.BUFFER`` or
+        ``st.CONSTANT``) at each of ``fqns`` (one tensor: a module reached by several paths
+        holds it under each); return its tensor key, the first fqn (``_1``, ... when ``p``
+        holds that key). ``persistent`` is a buffer's; a constant is outside the state dict."""
+        key, i = fqns[0], 1
+        while key in self.p.tensor_table() or key in self.tensors:
+            key, i = f"{fqns[0]}_{i}", i + 1
+        slot = st.Slot(kind, key, persistent if kind == st.BUFFER else True, False)
+        self.tensors[key] = st.Opaque(tensor)
+        for fqn in fqns:
+            self.slots[fqn] = slot
+            self.order.append(fqn)
+        return key
+
+    def placeholder(self, kind: str, fqn: str, names: Names, val: Any = None) -> Node:
+        """The root placeholder that reads new state ``fqn`` (added by ``add``), named
+        ``b_<fqn>`` / ``c_<fqn>`` (dots as ``_``, fresh in ``names``), with ``val`` as its
+        meta ``val`` when given; its ``InputSpec`` goes in the signature at ``apply``."""
+        slot = self.slots[fqn]
+        name = fresh_name(_PREFIX[kind] + fqn.replace(".", "_"), names)
+        persistent = slot.persistent if kind == st.BUFFER else None
+        self.inputs[name] = sg.InputSpec(_INPUT_KIND[kind], name, fqn, persistent)
+        meta = frozen_meta({"val": val} if val is not None else None)
+        return new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, meta)
+
+    def root_input(
+        self, kind: str, base: str, tensor: torch.Tensor, node: Node, names: Names,
+        val: Any = None, persistent: bool = True,
+    ) -> tuple[Node, str]:
+        """New state read on the root graph of a flat program: ``tensor`` at
+        ``<owner>.<name>`` (``owner(node)``; ``name`` fresh from ``base``), and the placeholder
+        that reads it (``placeholder``). Returns the placeholder and the fqn."""
+        path, mid = self.owner(node)
+        local = self.name(mid, base)
+        fqn = f"{path}.{local}" if path else local
+        self.add(kind, (fqn,), tensor, persistent)
+        return self.placeholder(kind, fqn, names, val), fqn
+
+    def attribute(
+        self, kind: str, mid: ModuleId, base: str, tensor: torch.Tensor, names: Names,
+        val: Any = None, persistent: bool = True,
+    ) -> tuple[Node, str]:
+        """New state read in a graph of module ``mid`` (not a flat root): ``tensor`` as
+        attribute ``name`` (fresh from ``base``) of the module, state under every path that
+        reaches it, and the ``get_attr`` (named after the attribute, fresh in ``names``) that
+        reads it. Returns the node and the fqn under the module's first path."""
+        local = self.name(mid, base)
+        fqns = [f"{path}.{local}" if path else local for path in self.paths()[mid]]
+        self.add(kind, fqns, tensor, persistent)
+        meta = frozen_meta({"val": val} if val is not None else None)
+        return new_node(GET_ATTR, fresh_name(local, names), local, (), EMPTY_DICT, meta), fqns[0]
+
+    def drop(self, fqns: Collection[str]) -> None:
+        """Forget the new state at ``fqns``: their tensors, every fqn holding one of them and
+        their placeholders' specs. O(new state)."""
+        keys = {self.slots[f].tensor for f in fqns}
+        gone = {f for f, s in self.slots.items() if s.tensor in keys}
+        for key in keys:
+            del self.tensors[key]
+        self.slots = {f: s for f, s in self.slots.items() if f not in gone}
+        self.order = [f for f in self.order if f not in gone]
+        self.inputs = {n: s for n, s in self.inputs.items() if s.target not in gone}
+
+    def input_specs(self, specs: Sequence[sg.InputSpec]) -> tuple[sg.InputSpec, ...]:
+        """``specs`` (the root's) with the new inputs where torch.export puts them (see the
+        module docstring). O(inputs)."""
+        if not self.inputs:
+            return tuple(specs)
+        new = {kind: [s for s in self.inputs.values() if s.kind == _INPUT_KIND[kind]]
+               for kind in _AFTER}
+        at = {kind: max((i + 1 for i, s in enumerate(specs) if s.kind in kinds), default=0)
+              for kind, kinds in _AFTER.items()}
+        b, c = at[st.BUFFER], at[st.CONSTANT]  # b <= c: a buffer's kinds are a constant's too
+        return (*specs[:b], *new[st.BUFFER], *specs[b:c], *new[st.CONSTANT], *specs[c:])
+
+    def place(self, nodes: Sequence[Node], specs: Sequence[sg.InputSpec], new: Sequence[Node]
+              ) -> list[Node]:
+        """A root graph's ``nodes`` (whose placeholders ``specs`` describe) with the ``new``
+        placeholders among the old, in the order of ``input_specs(specs)``; a placeholder
+        without a spec (a hand-built program) stays after them. O(nodes)."""
+        by_name = {n.name: n for n in nodes if n.op == PLACEHOLDER}
+        by_name.update((n.name, n) for n in new)
+        placed = [by_name.pop(s.name) for s in self.input_specs(specs) if s.name in by_name]
+        return placed + list(by_name.values()) + [n for n in nodes if n.op != PLACEHOLDER]
+
+    def apply(self, q: Program) -> Program:
+        """``q`` (the pass's result before the new state: ``p`` with its graphs edited) with the
+        new state slots, tensors, ``state_order`` entries (see the module docstring; several of
+        a kind in the order added) and root input specs; ``q`` itself when nothing was added.
+        O(state + inputs)."""
+        if not self.slots:
+            return q
+        old, state = q.state_order, q.state_table()
+        at = max((i + 1 for i, f in enumerate(old) if state[f].kind in _REGISTERED), default=0)
+        buffers = [f for f in self.order if self.slots[f].kind == st.BUFFER]
+        constants = [f for f in self.order if self.slots[f].kind != st.BUFFER]
+        inputs = self.input_specs(q.signature.inputs)
+        return q.replace(
+            state=q.state.update(pmap(self.slots)),
+            tensors=q.tensors.update(pmap(self.tensors)),
+            state_order=(*old[:at], *buffers, *old[at:], *constants),
+            signature=attrs.evolve(q.signature, inputs=inputs) if self.inputs else q.signature,
+        )
