@@ -31,7 +31,7 @@ from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
 from transforms.rewrite.api import rewrite
 from transforms.rewrite.check import aliases, assumed, check_rule, signatures
-from transforms.rewrite.interpret import run_program
+from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace
 
@@ -242,18 +242,9 @@ def _outlines(transform: Any, p: Program) -> bool:
     return True
 
 
-def _state(p: Program) -> dict[str, torch.Tensor]:
-    out = {}
-    for fqn, slot in p.state.items():
-        value = p.tensors[slot.tensor].value
-        if isinstance(value, torch.Tensor):
-            out[fqn] = fresh(value)
-    return out
-
-
 def _run(p: Program, inputs: tuple) -> tuple:
     args = fresh(tuple(inputs))
-    state = _state(p)
+    state = program_state(p)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outs = run_program(p, args, state)
