@@ -51,7 +51,7 @@ def test_the_rules_split_into_right_and_wrong():
     assert sorted((*RIGHT, *WRONG)) == sorted(NO_DROPOUT)
 
 
-@pytest.mark.parametrize("k", [2, 11, 15])
+@pytest.mark.parametrize("k", [11, 15])  # 11: a scale of 0.0 declined, not raised
 def test_a_sample_of_inductors_rules(k):
     verdict = _verdict(k)
     assert _expected(k, verdict), verdict
