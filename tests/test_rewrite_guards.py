@@ -5,6 +5,7 @@ numerics against eager, and a teeth test with the guard's row taken out of the t
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 from torch import nn
@@ -74,6 +75,55 @@ def test_the_one_pass_worklist_is_a_parameter_not_a_switch():
     q2, r2 = apply_rules(p, [RELU_RELU], fixpoint=False)
     assert r1.counts == r2.counts == {"rr": 1}
     assert format_graph(q1.root_module.graph) == format_graph(q2.root_module.graph)
+
+
+class Scaled(nn.Module):
+    def forward(self, x):
+        return x / 0.0, x / 4.0
+
+
+RECIPROCAL = Rule(lambda x, s: x / s, lambda x, s: x * (1.0 / s), (torch.randn(3, 4), 2.0),
+                  name="reciprocal", trusted=True)
+"""Its replacement divides by the matched scale in Python: at 0.0 it cannot be traced."""
+
+
+def test_a_match_whose_replacement_cannot_be_traced_is_declined_not_raised():
+    """Before: ``x / 0.0, x / 4.0``. Expected: ``x / 0.0`` kept (the replacement raises
+    ZeroDivisionError when traced at 0.0: the match is skipped under
+    ``replacement_untraceable``), ``x * 0.25`` for the other."""
+    p = _program(Scaled(), torch.randn(3, 4))
+    q, report = rewrite_report(p, [RECIPROCAL])
+    assert format_graph(q.root_module.graph) == (
+        "%x = placeholder\n"
+        "%div = call_function[aten.div.Tensor](%x, 0.0)\n"
+        "%div_1 = call_function[aten.mul.Tensor](%x, 0.25)\n"
+        "return (%div, %div_1)"
+    )
+    assert dict(report.counts) == {"reciprocal": 1}
+    assert set(report.skipped) == {"replacement_untraceable"}
+    x = torch.randn(3, 4)
+    for got, want in zip(lower(q)(x), Scaled()(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_failed_replacement_trace_is_kept_and_told_apart_by_the_sign_of_zero():
+    from transforms.rewrite.rule import replacement_for, rule_cache
+
+    rule = attrs.evolve(RECIPROCAL, name="reciprocal_keys")
+    c = rule.compiled("training")
+    for s in (0.0, -0.0, 0.0):  # two traces tried, not one (0.0 == -0.0 as a dict key)
+        with pytest.raises(PassError, match="cannot be traced"):
+            replacement_for(rule, c, {1: s}, {0: torch.empty(3, 4)})
+    keys = [k for k in rule_cache(rule).traced if isinstance(k, tuple) and k[0] == "concrete"]
+    assert sorted(k[1][1][1] for k in keys) == ["-0.0", "0.0"]
+
+
+def test_teeth_without_the_guard_the_untraceable_replacement_raises(monkeypatch):
+    monkeypatch.setattr(guards, "GUARDS", guards.without("replacement_untraceable"))
+    p = _program(Scaled(), torch.randn(3, 4))
+    _q, report = rewrite_report(p, [RECIPROCAL])
+    assert "replacement_untraceable" not in report.skipped
+    assert report.skipped.get("replacement") == 2  # the next row still declines it
 
 
 # --- assumptions granted ------------------------------------------------------------------------

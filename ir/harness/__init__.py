@@ -2,15 +2,17 @@
 ``check_rule_in_context``) run two sides and compare what they give.
 
 - ``ir.harness.tolerance``: the tolerance table, keyed by the dtype a result is computed in;
-- ``ir.harness.compare``: ``value_difference`` (every difference, position by position) and
-  ``same_bits``;
-- ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random state.
+- ``ir.harness.compare``: ``value_difference`` (every difference, position by position),
+  ``regrouped_difference`` (a law's verdict under ``reassociate``: against a float64
+  reference) and ``same_bits``;
+- ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random
+  state; ``widen``, floating tensors made float64 (what a reference runs on).
 
 What the laws draw lives beside the other strategies, in ``ir.strategies.values``.
 """
 
-from ir.harness.compare import same_bits, value_difference
-from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome
+from ir.harness.compare import regrouped_difference, same_bits, same_layout, value_difference
+from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, widen
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
@@ -21,7 +23,10 @@ __all__ = [
     "ShrinkBudget",
     "fresh",
     "outcome",
+    "regrouped_difference",
     "same_bits",
+    "same_layout",
     "tolerance",
     "value_difference",
+    "widen",
 ]

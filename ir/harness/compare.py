@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -59,6 +59,33 @@ def value_difference(
     if reference is not None and "reassociate" in assumes:
         return _difference(got, want, what, rtol, atol, strides, assumes, reference)
     return _difference(got, want, what, rtol, atol, strides, assumes)
+
+
+def regrouped_difference(
+    difference: Callable[[Any], str | None],
+    reference: Callable[[], Any],
+    assumes: frozenset[str],
+) -> str | None:
+    """What a law reports for one draw, judged as ``assumes`` allow: ``difference(None)``;
+    under ``reassociate``, where that finds a difference, ``difference(ref)`` instead, ``ref =
+    reference()`` being the wanted side computed again with its floating values widened to
+    float64 (``ir.harness.widen``; ``None`` where it cannot be, and then the first verdict
+    stands). ``difference(ref)`` passes ``ref`` on as ``value_difference``'s ``reference``.
+
+    The one place the laws (``check_rule``, ``check_rule_in_context``) judge a regrouped
+    computation, so they give the same verdict on the same draw.
+
+    Laws: ``None`` whenever ``difference(None)`` is ``None`` (``reference`` is then not run);
+    without ``reassociate``, ``difference(None)``. Complexity: one or two comparisons, plus one
+    run of ``reference`` where the first finds a difference.
+    """
+    problem = difference(None)
+    if not problem or "reassociate" not in assumes:
+        return problem
+    ref = reference()
+    if ref is None:
+        return problem
+    return difference(ref)
 
 
 def _difference(got: Any, want: Any, path: str, rtol: float | None, atol: float | None,
@@ -163,6 +190,16 @@ def _tensor_difference(got: Any, want: torch.Tensor, path: str, rtol: float | No
     return _report(path, ~ok, g, w)
 
 
+def same_layout(a: Any, b: Any) -> bool:
+    """Whether tensors ``a`` and ``b`` of one shape are laid out alike: equal strides along
+    every dimension of size above 1 (a tensor of fewer than two elements has no layout to
+    differ in); ``True`` for anything but two tensors of one shape. What ``value_difference``
+    compares under ``strides=True``. O(rank)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+        return True
+    return _layout(a) == _layout(b)
+
+
 def _layout(t: torch.Tensor) -> tuple:
     if t.numel() < 2:
         return ()
@@ -209,4 +246,4 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8)
 
 
-__all__ = ["same_bits", "value_difference"]
+__all__ = ["regrouped_difference", "same_bits", "same_layout", "value_difference"]

@@ -56,6 +56,24 @@ def _copy(x: Any) -> Any:
     return out
 
 
+def widen(tree: Any) -> Any:
+    """``tree`` with every floating tensor made float64 (complex ones complex128), strides
+    kept; other leaves as they are. Tensors that are one object in ``tree`` stay one object
+    (a state tensor named twice is widened once). What a law's float64 reference runs on
+    (``ir.harness.regrouped_difference``). ``tree`` is not written. O(elements)."""
+    done: dict[int, Any] = {}
+
+    def wide(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or not (x.is_floating_point() or x.is_complex()):
+            return x
+        if id(x) not in done:
+            to = torch.complex128 if x.is_complex() else torch.float64
+            done[id(x)] = x.detach().to(to, memory_format=torch.preserve_format)
+        return done[id(x)]
+
+    return pytree.tree_map(wide, tree)
+
+
 def outcome(fn: Callable, *args: Any, seed: int | None = 0, **kwargs: Any) -> Outcome:
     """``fn(*args, **kwargs)`` run on copies of the arguments (``fresh``: the caller's tensors
     are never written), under a forked random state seeded with ``seed`` (``None``: the current
@@ -131,4 +149,4 @@ class ShrinkBudget:
             raise stop.failure from None
 
 
-__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "fresh", "outcome"]
+__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "fresh", "outcome", "widen"]

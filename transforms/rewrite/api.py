@@ -105,7 +105,7 @@ def rewrite_report(
         level = level_of(_graphs(p))
         for r in applied:
             r.compiled(level)  # a malformed rule is refused before its check runs
-            _ensure_checked(r)
+            ensure_checked(r)
     q, report = apply_rules(p, applied)
     counts = {r.name: report.counts.get(r.name, 0) for r in rules}
     return q, attrs.evolve(
@@ -126,7 +126,13 @@ def rule_verdict(rule: Rule) -> BaseException | bool | None:
     return rule_cache(rule).verdict
 
 
-def _ensure_checked(rule: Rule) -> None:
+def ensure_checked(rule: Rule) -> None:
+    """``check_rule``'s verdict on ``rule``, reached once and kept (``rule_verdict``), as
+    ``rewrite`` reaches it before applying the rule: nothing for a right or ``trusted`` rule;
+    ``PassError`` naming the rule and the counterexample for a wrong one (or a check that
+    broke). ``check_rule_in_context`` calls it before its own search, outside hypothesis, so
+    the rule is checked as ``check_rule`` alone checks it. Cost: one ``check_rule`` the first
+    time, O(1) after."""
     if rule.trusted:
         return
     cache = rule_cache(rule)
@@ -162,4 +168,4 @@ def _without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["rewrite", "rewrite_report", "rule_verdict"]
+__all__ = ["ensure_checked", "rewrite", "rewrite_report", "rule_verdict"]

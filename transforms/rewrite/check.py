@@ -36,7 +36,15 @@ import attrs
 import torch
 
 from ir.errors import PassError, PurefxError, first_line
-from ir.harness import ShrinkBudget, fresh, outcome, value_difference
+from ir.harness import (
+    ShrinkBudget,
+    fresh,
+    outcome,
+    regrouped_difference,
+    same_layout,
+    value_difference,
+    widen,
+)
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
 from ir.program import Program
@@ -107,8 +115,34 @@ def assumed(rule: Rule) -> frozenset[str]:
     return rule.assumes | (frozenset() if rule.specials else FINITE)
 
 
-def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
-    """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong.
+@attrs.frozen
+class Checked:
+    """What ``check_rule`` saw of a rule it accepts.
+
+    - ``ran``: draws where the pattern ran; ``rewritten``: those where ``rewrite`` took the
+      rule on the pattern's own program (each one checked);
+    - ``restrided``: the signatures (``Signature.describe``) where a result of the rewritten
+      program, equal in value, has other strides than the pattern's (``ir.harness.same_layout``:
+      ``b.t() @ a.t() -> (a @ b).t()``). The law in isolation does not refuse a rule for that
+      (a caller that returns the result sees the same values); in a program, ``rewrite``'s
+      ``layout`` guard takes such a match only where no reader depends on the strides, and
+      ``check_rule_in_context`` draws such a reader (``view(-1)``).
+    """
+
+    ran: int
+    rewritten: int
+    restrided: tuple[str, ...] = ()
+
+    @property
+    def changes_layout(self) -> bool:
+        """Whether the rewrite changed a result's strides on some draw."""
+        return bool(self.restrided)
+
+
+def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
+    """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong;
+    else return what was checked (``Checked``: draws run and rewritten, the signatures where
+    the rewrite changed a result's strides).
 
     Replacements are instantiated by the rewrite ``rewrite`` runs (``engine.apply_rules``).
 
@@ -168,6 +202,8 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> None:
             f"the pattern ran ({why}), so nothing was checked; a rule must apply somewhere "
             "(widen its where(), or give example_inputs where it holds)", None,
         )
+    restrided = tuple(sigs[i].describe() for i in sorted(state.restrided))
+    return Checked(state.ran, state.rewritten, restrided)
 
 
 class _WhereRaised(PurefxError):
@@ -342,6 +378,7 @@ class _State:
         self.sites: dict[int, Any] = {}
         self.ran = 0
         self.rewritten = 0
+        self.restrided: set[int] = set()
         self.budget = ShrinkBudget(SHRINK_SECONDS, LawViolation)
 
     def site(self, i: int) -> _Site | None:
@@ -382,16 +419,16 @@ class _State:
         got_args = list(want.args)
         for k, j in enumerate(where):
             got_args[j] = got.args[1][k]
-        problem = differences(got.results, results, got_args, want.args, assumes=self.assumes)
-        if problem and "reassociate" in self.assumes and "values differ" in problem:
-            # regrouped: judged against the pattern run in float64 (the replacement may err
-            # as much as the pattern itself does, twice over)
-            ref = _reference(rule, args)
-            if ref is not None:
-                problem = differences(got.results, results, got_args, want.args,
-                                      assumes=self.assumes, reference=ref)
+        # regrouped (``reassociate``): judged against the pattern run in float64, the
+        # replacement may err as much as the pattern itself does, twice over
+        problem = regrouped_difference(
+            lambda ref: differences(got.results, results, got_args, want.args,
+                                    assumes=self.assumes, reference=ref),
+            lambda: _reference(rule, args), self.assumes)
         if problem:
             raise LawViolation("rule", rule, f"{problem} on inputs {describe(args)}", None)
+        if not q.copies and not all(same_layout(g, w) for g, w in zip(got.results, results)):
+            self.restrided.add(i)  # right in value, other strides (``Checked.restrided``)
 
 
 def describe(args: Sequence) -> str:
@@ -666,9 +703,7 @@ def _runs(rule: Rule, sig: Signature) -> bool:
 def _reference(rule: Rule, args: tuple) -> tuple | None:
     """The pattern's results on ``args`` with floating tensors made float64 (``None`` where it
     does not run so)."""
-    wide = tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
-                 else a for a in args)
-    out = outcome(rule.pattern, *wide)
+    out = outcome(rule.pattern, *widen(args))
     if not out.ok:
         return None
     return out.results if isinstance(out.results, tuple) else (out.results,)
@@ -762,6 +797,7 @@ __all__ = [
     "FINITE",
     "SHRINK_SECONDS",
     "SIGNATURES",
+    "Checked",
     "Signature",
     "aliases",
     "assumed",

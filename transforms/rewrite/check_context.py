@@ -24,14 +24,14 @@ from typing import Any
 import torch
 
 from ir.errors import PassError, PurefxError
-from ir.harness import ShrinkBudget, fresh, value_difference
+from ir.harness import ShrinkBudget, fresh, regrouped_difference, value_difference, widen
 from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
-from transforms.rewrite.api import rewrite
+from transforms.rewrite.api import ensure_checked, rewrite
 from transforms.rewrite.check import aliases, assumed, check_rule, signatures
-from transforms.rewrite.interpret import run_program
+from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace
 
@@ -57,8 +57,12 @@ def check_rule_in_context(
     ``inside``, ``across``, ``perturbed``; ``LEVELS``: ``training``, ``core``; default all).
 
     What is checked: the law of the module docstring (semantics with dtypes, writes and
-    aliasing; preserved calls kept; idempotence). ``rewrite`` runs ``check_rule`` on the rule
-    first (once: the verdict is kept), so a rule ``check_rule`` refuses raises ``PassError``.
+    aliasing; preserved calls kept; idempotence). ``check_rule`` runs on the rule first, before
+    any program is drawn and outside hypothesis (``ensure_checked``: once, the verdict kept for
+    ``rewrite``), so a rule ``check_rule`` refuses raises ``PassError`` at once, with the same
+    counterexample ``check_rule`` alone gives. Under ``reassociate`` a difference is judged
+    against the original program run in float64, as ``check_rule`` judges one
+    (``ir.harness.regrouped_difference``).
 
     Raises:
         LawViolation: (law ``"rewrite in context"``) naming the rule, what differs, the drawn
@@ -79,6 +83,9 @@ def check_rule_in_context(
                         f"{max_examples!r}")
 
     rule.compiled(TRAINING)  # a malformed rule is a PassError before anything is drawn
+    # the rule's own law first, outside hypothesis (as check_rule alone runs it, with its
+    # shrunk counterexample): a wrong rule is refused at once, not once per drawn program
+    ensure_checked(rule)
     sigs = [s.args for s in signatures(rule)]
     n_results = len(rule.compiled(TRAINING).pattern.outputs)
     split = _split_graph(rule)
@@ -173,7 +180,10 @@ def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: s
     except Exception as exc:  # the rewritten program must run where the original does
         raise broken(f"the rewritten program raised {type(exc).__name__}: {exc}", exc) from exc
     assumes = frozenset().union(*(assumed(r) for r in rules))
-    problem = _compare(got, want, assumes)
+    # regrouped (``reassociate``): judged against the original run in float64, as
+    # ``check_rule`` judges a rule (one harness: ``ir.harness.regrouped_difference``)
+    problem = regrouped_difference(lambda ref: _compare(got, want, assumes, ref),
+                                   lambda: _reference(p, inputs), assumes)
     if problem:
         raise broken(problem)
     if set(q.call_signatures.keys()) != set(p.call_signatures.keys()):
@@ -242,44 +252,62 @@ def _outlines(transform: Any, p: Program) -> bool:
     return True
 
 
-def _state(p: Program) -> dict[str, torch.Tensor]:
-    out = {}
-    for fqn, slot in p.state.items():
-        value = p.tensors[slot.tensor].value
-        if isinstance(value, torch.Tensor):
-            out[fqn] = fresh(value)
-    return out
-
-
-def _run(p: Program, inputs: tuple) -> tuple:
+def _run(p: Program, inputs: tuple, *, wide: bool = False) -> tuple:
+    """``(outputs, inputs after, state after)`` of ``p`` interpreted on copies of ``inputs``
+    and of its state; ``wide``: with floating inputs and state made float64
+    (``ir.harness.widen``)."""
     args = fresh(tuple(inputs))
-    state = _state(p)
+    state = program_state(p)
+    if wide:
+        args, state = widen((args, state))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outs = run_program(p, args, state)
     return outs, args, state
 
 
-def _compare(got: tuple, want: tuple, assumes: frozenset[str] = frozenset()) -> str:
+def _reference(p: Program, inputs: tuple) -> tuple | None:
+    """The original program's run in float64 (``_run(..., wide=True)``), ``None`` where it does
+    not run so (a dtype fixed in the graph that float64 values break)."""
+    try:
+        return _run(p, inputs, wide=True)
+    except Exception:  # noqa: BLE001 - no reference here: the verdict without one stands
+        return None
+
+
+def _compare(got: tuple, want: tuple, assumes: frozenset[str] = frozenset(),
+             reference: tuple | None = None) -> str:
     """What differs between two runs ``(outputs, inputs after, state after)``: outputs, then
     what was written into the inputs and the state (``ir.harness.value_difference``, as
     ``check_rule`` compares: position by position at each result's dtype's tolerance, relaxed
-    by ``assumes``), then aliasing; ``""`` when nothing does."""
+    by ``assumes``; ``reference``: the original's run in float64, used under ``reassociate``),
+    then aliasing; ``""`` when nothing does."""
     g_out, g_args, g_state = got
     w_out, w_args, w_state = want
+    r_out, r_args, r_state = reference if reference is not None else ((), (), {})
     if len(g_out) != len(w_out):
         return f"{len(g_out)} outputs, the original returns {len(w_out)}"
+
+    def ref(items: Any, key: Any) -> Any:
+        try:
+            return items[key]
+        except (IndexError, KeyError, TypeError):
+            return None
+
     for k, (a, b) in enumerate(zip(g_out, w_out)):
-        problem = value_difference(a, b, assumes=assumes, what=f"output {k}")
+        problem = value_difference(a, b, assumes=assumes, what=f"output {k}",
+                                   reference=ref(r_out, k))
         if problem:
             return _original(problem)
     for i, (a, b) in enumerate(zip(g_args, w_args)):
-        problem = value_difference(a, b, assumes=assumes, what=f"input {i} after the call")
+        problem = value_difference(a, b, assumes=assumes, what=f"input {i} after the call",
+                                   reference=ref(r_args, i))
         if problem:
             return _original(problem)
     for fqn in sorted(w_state):
         problem = value_difference(g_state.get(fqn), w_state[fqn], assumes=assumes,
-                                   what=f"state {fqn!r} after the call")
+                                   what=f"state {fqn!r} after the call",
+                                   reference=ref(r_state, fqn))
         if problem:
             return _original(problem)
     for k, (a, b) in enumerate(zip(g_out, w_out)):

@@ -551,7 +551,11 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     renames (returns a value already named) and the results it makes aliases of inputs."""
     c, b = site.compiled, site.exact
     vals = _input_vals(c.pattern, b, w) if c.concrete or c.by_dtype else {}
-    rep = replacement_for(site.rule, c, b.scalars, vals)
+    try:
+        rep = replacement_for(site.rule, c, b.scalars, vals)
+    except PassError as exc:  # not at this match's values (a scale of 0.0 divided by)
+        site.untraceable = str(exc)
+        return site
     if rep is None:
         return site
     kept = set(_result_sources(site.outs, rep).values())

@@ -467,7 +467,9 @@ class Site:
     - PLAN: ``matched`` (nodes bound to the pattern's compute nodes), ``absorbed`` (nodes looked
       through), ``removed`` (both), ``outs`` (each result's node, ``None`` for a literal),
       ``inputs`` (the bound inputs), ``pos`` (where the new nodes go; ``None``: nowhere);
-    - REPLACEMENT: ``replacement`` (``None``: unknown at this match), ``renamed`` (results read
+    - REPLACEMENT: ``untraceable`` (the error tracing the replacement at this match's
+      scalars, shapes or dtypes raised; ``None`` when it traced), ``replacement`` (``None``:
+      unknown at this match), ``renamed`` (results read
       under another name afterwards), ``aliases`` (``{result: outside value}`` made aliases by
       the replacement, ``None`` when it returns an input the match does not bind);
     - INSTANCE: ``raised`` (a new node raised on the match's fake values), ``results`` (the
@@ -485,6 +487,7 @@ class Site:
     outs: tuple[str | None, ...] = ()
     inputs: tuple[str, ...] = ()
     pos: tuple | None = None
+    untraceable: str | None = None
     replacement: Traced | None = None
     renamed: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
@@ -563,6 +566,10 @@ def _where(s: Site) -> bool:
         ) from exc
 
 
+def _traceable(s: Site) -> bool:
+    return s.untraceable is None
+
+
 def _replacement_known(s: Site) -> bool:
     return s.replacement is not None
 
@@ -611,6 +618,9 @@ GUARDS: tuple[Guard, ...] = (
     Guard("placement", PLAN, _placed,
           "no position has every input before it and every outside reader after it"),
     Guard("where", PLAN, _where, "the rule's where() is false at this match"),
+    Guard("replacement_untraceable", REPLACEMENT, _traceable,
+          "the replacement cannot be traced at this match's scalars, shapes or dtypes (it "
+          "raises there: a division by a matched scale of 0.0)"),
     Guard("replacement", REPLACEMENT, _replacement_known,
           "the replacement cannot be traced here (a shape or dtype unknown or symbolic)"),
     Guard("barrier", REPLACEMENT, _barrier,

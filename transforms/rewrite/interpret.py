@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from ir import signature as sg
 from ir.args import thaw
 from ir.errors import PassError
 from ir.graph import Graph
+from ir.harness import fresh
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 
@@ -77,6 +80,23 @@ def run_program(p: Program, args: Sequence[Any], state: Mapping[str, Any]) -> tu
     return tuple(outs)
 
 
+def program_state(p: Program) -> dict[str, Any]:
+    """Fresh copies of ``p``'s state tensors, fqn -> tensor, as ``run_program`` takes them: one
+    copy per tensor, shared by every fqn that names it (tied or shared state stays one tensor,
+    so a write through one name is seen through the others, as in the lowered module); strides
+    kept (``ir.harness.fresh``). ``p`` is not written. O(state elements)."""
+    copies: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for fqn, slot in p.state.items():
+        value = p.tensors[slot.tensor].value
+        if not isinstance(value, torch.Tensor):
+            continue
+        if slot.tensor not in copies:
+            copies[slot.tensor] = fresh(value)
+        out[fqn] = copies[slot.tensor]
+    return out
+
+
 def _run(graph: Graph, env: dict, state: Mapping[str, Any] | None) -> tuple:
     def read(r: Any) -> Any:
         return env[r.name]
@@ -98,4 +118,4 @@ def _run(graph: Graph, env: dict, state: Mapping[str, Any] | None) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-__all__ = ["run_graph", "run_program"]
+__all__ = ["program_state", "run_graph", "run_program"]

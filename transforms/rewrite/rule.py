@@ -360,8 +360,9 @@ def replacement_for(
       ``None`` when a tensor's dtype is unknown.
 
     Traces are cached per rule (``rule_cache``; at most ``_CONCRETE_CACHE`` entries, oldest
-    dropped first). Raises ``PassError`` naming the rule when the replacement cannot be traced
-    at the match's values."""
+    dropped first; a failed trace too). Raises ``PassError`` naming the rule when the
+    replacement cannot be traced at the match's values (a division by a matched scale of 0.0):
+    the engine then declines the match (guard ``replacement_untraceable``)."""
     if c.concrete:
         return _traced_per_match(rule, scalars, vals)
     if c.by_dtype:
@@ -382,7 +383,7 @@ def _traced_per_match(rule: Rule, scalars: Mapping[int, Any], vals: Mapping[int,
         else:
             value = scalars.get(i, x)
             args.append(value)
-            key_parts.append((type(value).__name__, value))
+            key_parts.append((type(value).__name__, repr(value)))  # -0.0 apart from 0.0
     return _cached(rule, ("concrete", tuple(key_parts)),
                    lambda: trace(rule.replacement, args, TRAINING, rule.name, "replacement",
                                  sentinels=False))
@@ -409,15 +410,29 @@ def _traced_per_dtype(rule: Rule, c: Compiled, vals: Mapping[int, Any]):
 
 
 def _cached(rule: Rule, key: tuple, make: Callable[[], Traced]) -> Traced:
+    """``make()`` kept under ``key`` in the rule's cache; a ``PassError`` (the replacement
+    cannot be traced there) is kept too and raised again, so a failing trace is tried once."""
     traced = rule_cache(rule).traced
     found = traced.get(key)
     if found is None:
-        found = make()
+        try:
+            found = make()
+        except PassError as exc:
+            found = _Untraceable(str(exc))
         held = [k for k in traced if isinstance(k, tuple)]
         if len(held) >= _CONCRETE_CACHE:
             del traced[held[0]]
         traced[key] = found
+    if isinstance(found, _Untraceable):
+        raise PassError(found.message)
     return found
+
+
+@attrs.frozen
+class _Untraceable:
+    """A replacement trace that failed, kept in the rule's cache: the error's message."""
+
+    message: str
 
 
 def _sentinels_used(traced: Traced) -> set[int]:
