@@ -35,7 +35,12 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``crossing_reads``): one the caller computes from an argument and the call reads, one the
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
-    or a preserved parent returns.
+    or a preserved parent returns; the call reads every argument and the caller every output
+    as well, so no signature name looks stale. State that crosses a preserved call's boundary
+    (``crossing_state``, with a buffer update style): the caller updates a buffer of the called
+    module before the call, which reads it first, or the call updates it last and the caller
+    updates it again after the call (export's functional values of one buffer, made on both
+    sides of the boundary: what ``insert_ivals`` writes back).
     What users' passes target: activations ``gelu`` / ``silu``, and an activation of its own
     result (``activations``); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
@@ -62,6 +67,11 @@ Not covered, and why
     arguments, their own state and what they compute, and export only what they compute, as a
     module under ``preserve_module_call_signature`` does; as torch.export requires, only a module at one
     path is preserved, and all its calls have one signature shape.
+
+:func:`crossing_programs` draws the same programs with the crossing features always on and
+every module that can be preserved preserved with something crossing its boundary, so that the
+preserved-call stages change most draws (the law tests of ``rematerialize`` and
+``insert_ivals`` run on it).
 
 Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
 ``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
@@ -94,11 +104,13 @@ from ir.state import Opaque, Slot
 from ir.torch_seam import op_schema, pytree
 
 __all__ = [
+    "CROSSING_FEATURES",
     "DETERMINISTIC_FEATURES",
     "FEATURES",
     "ROOT_TYPE",
     "WIDTH",
     "check_features",
+    "crossing_programs",
     "program_inputs",
     "programs",
 ]
@@ -128,6 +140,7 @@ FEATURES = (
     "kwargs_ops",
     "divergent_calls",
     "crossing_reads",
+    "crossing_state",
     "activations",
     "constant_builders",
     "random_ops",
@@ -136,6 +149,13 @@ FEATURES = (
     "repeated_subexpressions",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
+
+CROSSING_FEATURES = frozenset(
+    {"preserved_calls", "crossing_reads", "crossing_state", "functional_mutation"}
+)
+"""The features :func:`crossing_programs` always switches on: preserved calls, the values and
+the state that cross their boundaries outside their signatures, and the functional buffer
+updates whose intermediate values ``insert_ivals`` writes back."""
 
 DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"}
 """Every feature but ``random_ops``: programs that compute the same on every call. For a test
@@ -209,23 +229,61 @@ def programs(
     _check_int("max_modules", max_modules, 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes)
+    return _programs(allowed, max_modules, max_ops, max_nodes, False)
+
+
+def crossing_programs(
+    *,
+    features: Collection[str] | None = None,
+    max_modules: int = 4,
+    max_ops: int = 6,
+    max_nodes: int = 60,
+) -> st.SearchStrategy[Program]:
+    """Flat Programs, as :func:`programs` draws them, whose values and state cross preserved
+    call boundaries in most draws: the input the preserved-call stages (``rematerialize``,
+    ``insert_ivals``) have work on.
+
+    Parameters are :func:`programs`'s. The features of :data:`CROSSING_FEATURES` are always on
+    (the swarm draws the rest from ``features``); the root has at least one module below it;
+    every module object at one path is preserved (``preserved_calls``); and every preserved call
+    has a value crossing its boundary unsigned (``crossing_reads``: into it, out of it or both,
+    as its record says, both when it says neither) and, when its module has a buffer, state
+    crossing it (``crossing_state``: its caller updates the buffer before it and the call reads
+    it, or the call updates it and its caller updates it again after, or both). About nine in
+    ten draws give ``rematerialize`` and ``insert_ivals`` something to rewrite (measured in
+    ``tests/laws/test_remat_laws.py``), against a few in a hundred of :func:`programs`.
+
+    Shrinks as :func:`programs` does, towards one preserved module called once with values
+    and state crossing both ways; never to a program without a preserved call.
+    """
+    allowed = check_features("features", features)
+    _check_int("max_modules", max_modules, 1, 16)
+    _check_int("max_ops", max_ops, 0, 32)
+    _check_int("max_nodes", max_nodes, 1, 10_000)
+    return _programs(allowed, max_modules, max_ops, max_nodes, True)
 
 
 @st.composite
 def _programs(
-    draw: st.DrawFn, allowed: frozenset[str], max_modules: int, max_ops: int, max_nodes: int
+    draw: st.DrawFn,
+    allowed: frozenset[str],
+    max_modules: int,
+    max_ops: int,
+    max_nodes: int,
+    dense: bool,
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
     # 0, which decodes to the simplest choice (feature off, no state, root parent, relu, ...).
     flags = draw(_FEATURE_BYTES)
     on = frozenset(f for f, b in zip(FEATURES, flags) if f in allowed and b >= 128)
+    if dense:
+        on |= CROSSING_FEATURES
     header = draw(_HEADER_BYTES)
-    n_objects = draw(_count(max_modules))
+    n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
     records = draw(st.binary(min_size=size, max_size=size))
-    return _Builder(draw, on, header, records, max_ops, max_nodes).build()
+    return _Builder(draw, on, header, records, max_ops, max_nodes, dense).build()
 
 
 _FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
@@ -236,8 +294,8 @@ _RECORD = 7  # bytes per module object: see ``_Builder._objects``
 
 
 @functools.cache
-def _count(most: int) -> st.SearchStrategy[int]:
-    return st.integers(0, most)
+def _count(most: int, least: int = 0) -> st.SearchStrategy[int]:
+    return st.integers(least, most)
 
 
 @functools.cache
@@ -279,9 +337,11 @@ class _Builder:
         records: bytes,
         max_ops: int,
         max_nodes: int,
+        dense: bool = False,
     ) -> None:
         self.draw = draw
         self.on = on
+        self.dense = dense  # ``crossing_programs``: every call that can be preserved is
         self.max_ops = max_ops
         self.max_nodes = max_nodes
         self.header = header
@@ -325,7 +385,9 @@ class _Builder:
            the value crossing out of a preserved call is a no-op ``clone`` (else an op);
         6. bit 0: a ``large_linears`` pair of parameters ``wl0`` ``(HIDDEN, WIDTH)`` and ``wl1``
            ``(WIDTH, HIDDEN)`` (the root always has one with the feature); bit 1: with ``repeated_calls``, each child is called once more
-           at the end of the body.
+           at the end of the body; bits 2-3: with ``crossing_state``, a buffer of a preserved
+           call of it crosses the boundary (bit 2 into it, bit 3 out of it; the object has at
+           least one buffer).
         """
         on = self.on
         chunks = [records[i:i + _RECORD] for i in range(0, len(records), _RECORD)]
@@ -341,7 +403,10 @@ class _Builder:
                 obj.state.append(("wl0", stt.PARAMETER, (HIDDEN, WIDTH)))
                 obj.state.append(("wl1", stt.PARAMETER, (WIDTH, HIDDEN)))
             if "buffers" in on or "inplace_mutation" in on or "functional_mutation" in on:
-                for j in range(rec[2] % 3):
+                n_buffers = rec[2] % 3
+                if index >= 0 and self._state_crossing(rec):
+                    n_buffers = max(n_buffers, 1)
+                for j in range(n_buffers):
                     obj.state.append((f"b{j}", stt.BUFFER, (WIDTH,)))
             if "constants" in on and rec[2] >> 4 & 1:
                 obj.state.append(("c0", stt.CONSTANT, (WIDTH,)))
@@ -354,6 +419,22 @@ class _Builder:
                 again = (rec[4] >> 1) % (index + 1) - 1 if "nesting" in on else -1
                 objects[again + 1].children.append((f"s{index}", index))
         return objects
+
+    def _value_crossing(self, rec: bytes) -> int:
+        """``crossing_reads`` bits of a preserved call (1 into it, 2 out of it, 4 call -> call);
+        under ``crossing_programs`` never without one of 1 and 2."""
+        if "crossing_reads" not in self.on:
+            return 0
+        bits = rec[2] >> 5 & 7
+        return bits | 3 if self.dense and not bits & 3 else bits
+
+    def _state_crossing(self, rec: bytes) -> int:
+        """``crossing_state`` bits of a preserved call (1 into it, 2 out of it); under
+        ``crossing_programs`` never 0. Needs a buffer update style to write the state with."""
+        if "crossing_state" not in self.on or not self._styles_on():
+            return 0
+        bits = rec[6] >> 2 & 3
+        return bits or (3 if self.dense else 0)
 
     def _paths(self) -> list[tuple[str, int]]:
         """Every (path, object index) from the root, depth first in registration order."""
@@ -530,7 +611,8 @@ class _Builder:
         key = "L__self__" + path + (f"@{n}" if n else "")
         call_name = path if n == 0 else f"{path}@{n}"
         self.frames.append((key, (path, obj.type_name)))
-        if "preserved_calls" in self.on and obj.record[1] >> 6 & 1 and self.sites[index] == 1:
+        preserve = self.dense or obj.record[1] >> 6 & 1
+        if "preserved_calls" in self.on and preserve and self.sites[index] == 1:
             self._run_preserved(index, path, call_name, scope, x, y, z)
             if n:
                 self.repeated_preserved.append(call_name)
@@ -553,20 +635,39 @@ class _Builder:
         # record says so (call -> call: the caller, which cannot read it, recomputes it from
         # the other call's output)
         obj = self.objects[index + 1]
-        crossing = (obj.record[2] >> 5 & 7) if "crossing_reads" in self.on else 0
+        crossing = self._value_crossing(obj.record)
+        state = self._state_crossing(obj.record)
+        buffers = [s[0] for s in obj.state if s[1] == stt.BUFFER]
+        buffer = buffers[z % len(buffers)] if state and buffers else None
         passable = [v for v in scope.vals if v not in self.crossing_only] or scope.vals[:1]
         args = [_back(passable, o) for o in (x, y)[:n_args]]
         crossed = [v for v in scope.vals if v in self.crossing_only] if crossing & 4 else []
         if crossed:
             args[0] = crossed[-1]
         inner = _Scope(list(dict.fromkeys(args)), preserved=True)
+        shared = None
         if crossing & 1:
             # outside -> inside: the caller computes a value of an argument, the call reads it
             frame = self.frames.pop()
-            inner.vals.append(self._op(_UNARY[z % len(_UNARY)], (args[0],), shape=self._act()))
+            shared = self._op(_UNARY[z % len(_UNARY)], (args[0],), shape=self._act())
+            inner.vals.append(shared)
             self.frames.append(frame)
         start = len(inner.vals)
+        if shared is not None:
+            # the call reads it and every argument: the signature names what the call uses, so
+            # ``repair_call_signatures`` takes no name of it for stale
+            inner.vals.append(self._sum(shared, inner.vals[:start - 1]))
+        if buffer is not None and state & 1:
+            # state into it: the caller updates the call's buffer, and the call reads it first
+            frame = self.frames.pop()
+            self._update(path, buffer, args[0], z)
+            self.frames.append(frame)
+            value = self._read_state(path, buffer)
+            inner.vals.append(self._op(aten.mul.Tensor, (args[0], value), shape=self._act()))
         self._run(index, path, inner)
+        if buffer is not None and state & 2:
+            # state out of it: the call updates its buffer last (its caller updates it again)
+            self._update(path, buffer, inner.vals[-1], z)
         while sum(v not in self.crossing_only for v in inner.vals[start:]) < n_outs:
             inner.vals.append(self._op(aten.relu.default, (inner.vals[-1],), shape=self._act()))
         local = [v for v in inner.vals[start:] if v not in self.crossing_only]
@@ -591,9 +692,23 @@ class _Builder:
             crossed = self._op(target, (outs[0],), shape=self._act())
             self.crossing_only.add(crossed)
             scope.vals.append(crossed)
+            # the caller reads it and every output (none is unused, so none looks stale)
+            frame = self.frames.pop()
+            scope.vals.append(self._sum(crossed, list(dict.fromkeys(outs))))
+            self.frames.append(frame)
+        if buffer is not None and state & 2:
+            frame = self.frames.pop()
+            self._update(path, buffer, outs[0], z >> 1)
+            self.frames.append(frame)
 
     def _act(self) -> tuple[int, int]:
         return (self.batch, WIDTH)
+
+    def _sum(self, first: Ref, rest: list[Ref]) -> Ref:
+        """``first + rest[0] + ...``, one ``add`` per term, in the current frame."""
+        for value in rest:
+            first = self._op(aten.add.Tensor, (first, value), shape=self._act())
+        return first
 
     def _step(self, obj: _Object, path: str, scope: _Scope, kind: int, x: int, y: int, z: int
               ) -> None:

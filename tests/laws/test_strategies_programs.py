@@ -20,6 +20,7 @@ from ir.errors import InputError
 from ir.strategies import FEATURES, program_inputs, programs
 from lowering import lower
 from transforms.preserved.remat import rematerialize
+from transforms.preserved.state_traffic import state_traffic
 
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None,
                 suppress_health_check=list(HealthCheck))
@@ -129,6 +130,7 @@ EXHIBITS = {
                                      for n in p.root_module.graph.nodes)),
     "divergent_calls": (("repeated_calls",), _divergent),
     "crossing_reads": (("preserved_calls",), lambda p: rematerialize(p) is not p),
+    "crossing_state": (("preserved_calls", "functional_mutation"), lambda p: _state_crosses(p)),
     "activations": ((), lambda p: _targets(p) & {"aten.gelu.default", "aten.silu.default"}),
     "constant_builders": ((), lambda p: _targets(p) & {"aten.arange.default", "aten.ones.default",
                                                        "aten.full.default"}),
@@ -140,6 +142,20 @@ EXHIBITS = {
     "repeated_subexpressions": ((), lambda p: len({_key(n) for n in _computing(p)})
                                 < len(list(_computing(p)))),
 }
+
+
+def _state_crosses(p):
+    """A buffer of a preserved module gets a new value outside that module's calls."""
+    preserved = {c.partition("@")[0] for c in p.call_signatures if c}
+    fqn_of = {s.name: s.target for s in p.signature.inputs}
+    traffic = state_traffic(p)
+    for value, dest in {**traffic.chains, **traffic.aliases}.items():
+        owner = (fqn_of.get(dest) or "").rpartition(".")[0]
+        if owner in preserved:
+            stack = p.root_module.graph.node(value).meta.get("nn_module_stack", {})
+            if owner not in {path for path, _ in stack.values()}:
+                return True
+    return False
 
 
 def _computing(p):
