@@ -36,7 +36,10 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
     or a preserved parent returns; the call reads every argument and the caller every output
-    as well, so no signature name looks stale. State that crosses a preserved call's boundary
+    as well, so no signature name looks stale, unless ``stale_signatures``: then the call may
+    leave an argument unread, and its caller an output, next to the value that crosses
+    unsigned, as a signature looks whose names ``run_decompositions`` left stale (what
+    ``repair_call_signatures`` renames). State that crosses a preserved call's boundary
     (``crossing_state``, with a buffer update style): the caller updates a buffer of the called
     module before the call, which reads it first, or the call updates it last and the caller
     updates it again after the call (export's functional values of one buffer, made on both
@@ -140,13 +143,15 @@ FEATURES = (
     "kwargs_ops",
     "divergent_calls",
     "crossing_reads",
-    "crossing_state",
     "activations",
     "constant_builders",
     "random_ops",
     "inplace_copies",
     "large_linears",
     "repeated_subexpressions",
+    # last, so that the bytes that draw the features before them are as they were
+    "crossing_state",
+    "stale_signatures",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -229,12 +234,13 @@ def programs(
     _check_int("max_modules", max_modules, 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, False)
+    return _programs(allowed, max_modules, max_ops, max_nodes, None)
 
 
 def crossing_programs(
     *,
     features: Collection[str] | None = None,
+    always: Collection[str] = CROSSING_FEATURES,
     max_modules: int = 4,
     max_ops: int = 6,
     max_nodes: int = 60,
@@ -243,24 +249,30 @@ def crossing_programs(
     call boundaries in most draws: the input the preserved-call stages (``rematerialize``,
     ``insert_ivals``) have work on.
 
-    Parameters are :func:`programs`'s. The features of :data:`CROSSING_FEATURES` are always on
-    (the swarm draws the rest from ``features``); the root has at least one module below it;
+    Parameters are :func:`programs`'s, and ``always``: the features always on (default
+    :data:`CROSSING_FEATURES`; the swarm draws the rest from ``features``, and e.g.
+    ``CROSSING_FEATURES | {"stale_signatures"}`` gives ``repair_call_signatures`` work in every
+    draw with a value crossing out of a call). The root has at least one module below it;
     every module object at one path is preserved (``preserved_calls``); and every preserved call
     has a value crossing its boundary unsigned (``crossing_reads``: into it, out of it or both,
     as its record says, both when it says neither) and, when its module has a buffer, state
-    crossing it (``crossing_state``: its caller updates the buffer before it and the call reads
-    it, or the call updates it and its caller updates it again after, or both). About nine in
-    ten draws give ``rematerialize`` and ``insert_ivals`` something to rewrite (measured in
-    ``tests/laws/test_remat_laws.py``), against a few in a hundred of :func:`programs`.
+    crossing it (``crossing_state``: the call updates the buffer and its caller updates it again
+    after, and, as its record says, its caller updated it before the call, which reads it
+    first). About nine in ten draws give ``rematerialize`` and ``insert_ivals`` something to
+    rewrite (measured in ``tests/laws/test_remat_laws.py``), against one or two in a hundred of
+    :func:`programs`.
 
     Shrinks as :func:`programs` does, towards one preserved module called once with values
-    and state crossing both ways; never to a program without a preserved call.
+    and state crossing both ways (a module below the root is kept; a module registered twice,
+    ``shared_modules``, is not preserved, and a graph that fills up, ``max_nodes``, before the
+    first call has none).
     """
     allowed = check_features("features", features)
+    forced = check_features("always", always)
     _check_int("max_modules", max_modules, 1, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, True)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced)
 
 
 @st.composite
@@ -270,15 +282,16 @@ def _programs(
     max_modules: int,
     max_ops: int,
     max_nodes: int,
-    dense: bool,
+    always: frozenset[str] | None,
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
     # 0, which decodes to the simplest choice (feature off, no state, root parent, relu, ...).
     flags = draw(_FEATURE_BYTES)
     on = frozenset(f for f, b in zip(FEATURES, flags) if f in allowed and b >= 128)
+    dense = always is not None  # ``crossing_programs``
     if dense:
-        on |= CROSSING_FEATURES
+        on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
@@ -379,8 +392,9 @@ class _Builder:
            return one made inside a preserved call they make;
         3. parent: ``byte % (index + 1) - 1`` (-1 is the root), so the tree is acyclic;
         4. second registration: bit 0 on, parent ``(byte >> 1) % (index + 1) - 1``;
-           bits 6-7 both set: children are called only by steps (else each is called once,
-           in order, after the steps that did not call it);
+           bits 6-7 both set: children are called only by steps (else, and always under
+           ``crossing_programs``, each is called once, in order, after the steps that did not
+           call it);
         5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``; bit 7:
            the value crossing out of a preserved call is a no-op ``clone`` (else an op);
         6. bit 0: a ``large_linears`` pair of parameters ``wl0`` ``(HIDDEN, WIDTH)`` and ``wl1``
@@ -430,11 +444,12 @@ class _Builder:
 
     def _state_crossing(self, rec: bytes) -> int:
         """``crossing_state`` bits of a preserved call (1 into it, 2 out of it); under
-        ``crossing_programs`` never 0. Needs a buffer update style to write the state with."""
+        ``crossing_programs`` always out of it (a value on each side of the boundary). Needs a
+        buffer update style to write the state with."""
         if "crossing_state" not in self.on or not self._styles_on():
             return 0
         bits = rec[6] >> 2 & 3
-        return bits or (3 if self.dense else 0)
+        return bits | 2 if self.dense else bits
 
     def _paths(self) -> list[tuple[str, int]]:
         """Every (path, object index) from the root, depth first in registration order."""
@@ -590,7 +605,7 @@ class _Builder:
                 self._call(child, f"{path}.{name}" if path else name, scope, x, y, z)
             else:
                 self._step(obj, path, scope, kind, x, y, z)
-        if obj.record[4] >> 6 == 3:
+        if obj.record[4] >> 6 == 3 and not self.dense:
             return
         for name, child in kids[pending:]:
             if self._full():
@@ -653,7 +668,7 @@ class _Builder:
             inner.vals.append(shared)
             self.frames.append(frame)
         start = len(inner.vals)
-        if shared is not None:
+        if shared is not None and "stale_signatures" not in self.on:
             # the call reads it and every argument: the signature names what the call uses, so
             # ``repair_call_signatures`` takes no name of it for stale
             inner.vals.append(self._sum(shared, inner.vals[:start - 1]))
@@ -692,10 +707,11 @@ class _Builder:
             crossed = self._op(target, (outs[0],), shape=self._act())
             self.crossing_only.add(crossed)
             scope.vals.append(crossed)
-            # the caller reads it and every output (none is unused, so none looks stale)
-            frame = self.frames.pop()
-            scope.vals.append(self._sum(crossed, list(dict.fromkeys(outs))))
-            self.frames.append(frame)
+            if "stale_signatures" not in self.on:
+                # the caller reads it and every output (none is unused, so none looks stale)
+                frame = self.frames.pop()
+                scope.vals.append(self._sum(crossed, list(dict.fromkeys(outs))))
+                self.frames.append(frame)
         if buffer is not None and state & 2:
             frame = self.frames.pop()
             self._update(path, buffer, outs[0], z >> 1)

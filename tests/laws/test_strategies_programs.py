@@ -17,9 +17,10 @@ import ir
 from ir import ops
 from ir import signature as sg
 from ir.errors import InputError
-from ir.strategies import FEATURES, program_inputs, programs
+from ir.strategies import FEATURES, crossing_programs, program_inputs, programs
 from lowering import lower
 from transforms.preserved.remat import rematerialize
+from transforms.preserved.signatures import repair_call_signatures
 from transforms.preserved.state_traffic import state_traffic
 
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None,
@@ -34,6 +35,15 @@ def test_every_program_verifies_lowers_and_runs(p):
     module = lower(p)
     for _ in range(2):
         module(*args, **kwargs)
+
+
+@settings(max_examples=examples(40))
+@given(crossing_programs())
+def test_every_crossing_program_verifies_lowers_and_runs(p):
+    """(How often the stages change them: ``tests/laws/test_remat_laws.py``.)"""
+    ir.verify(p)
+    args, kwargs = program_inputs(p)
+    lower(p)(*args, **kwargs)
 
 
 @settings(max_examples=examples(100))
@@ -131,6 +141,8 @@ EXHIBITS = {
     "divergent_calls": (("repeated_calls",), _divergent),
     "crossing_reads": (("preserved_calls",), lambda p: rematerialize(p) is not p),
     "crossing_state": (("preserved_calls", "functional_mutation"), lambda p: _state_crosses(p)),
+    "stale_signatures": (("preserved_calls", "crossing_reads"),
+                         lambda p: repair_call_signatures(p) is not p),
     "activations": ((), lambda p: _targets(p) & {"aten.gelu.default", "aten.silu.default"}),
     "constant_builders": ((), lambda p: _targets(p) & {"aten.arange.default", "aten.ones.default",
                                                        "aten.full.default"}),
@@ -234,6 +246,15 @@ def test_shrinks_to_a_minimal_shared_module():
 def test_bad_arguments_name_the_argument(kwargs, named):
     with pytest.raises(InvalidArgument, match=named):
         programs(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [({"always": ["no_such_feature"]}, "always"), ({"max_modules": 0}, "max_modules")],
+)
+def test_bad_crossing_arguments_name_the_argument(kwargs, named):
+    with pytest.raises(InvalidArgument, match=named):
+        crossing_programs(**kwargs)
 
 
 def test_program_inputs_needs_placeholder_values():
