@@ -100,8 +100,9 @@ from ir.args import EMPTY_DICT, IDict, IList, Ref, ref
 from ir.errors import InputError
 from ir.graph import Graph
 from ir.import_ep import holder_tree
-from ir.module import PLAIN, Module
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.module import PLAIN, SUBGRAPH, Module
+from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.ops import is_mutating
 from ir.program import Program
 from ir.state import Opaque, Slot
 from ir.torch_seam import op_schema, pytree
@@ -152,6 +153,7 @@ FEATURES = (
     # last, so that the bytes that draw the features before them are as they were
     "crossing_state",
     "stale_signatures",
+    "grad_regions",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -209,6 +211,7 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
 def programs(
     *,
     features: Collection[str] | None = None,
+    always: Collection[str] = (),
     max_modules: int = 4,
     max_ops: int = 6,
     max_nodes: int = 60,
@@ -219,6 +222,8 @@ def programs(
         features: the features that may be switched on (default: all of :data:`FEATURES`).
             Each example draws its own subset (swarm testing), so one run mixes sparse and dense
             programs and shrinking switches features off.
+        always: features switched on in every example (e.g. ``{"grad_regions"}`` for a pass
+            that rewrites what only that feature makes).
         max_modules: most module objects below the root (each may sit under several paths).
         max_ops: most steps (ops or child calls) in one module body.
         max_nodes: the graph stops growing past about this many nodes (calls left are skipped).
@@ -231,10 +236,11 @@ def programs(
     and a zeroed step is no step at all.
     """
     allowed = check_features("features", features)
+    forced = check_features("always", always)
     _check_int("max_modules", max_modules, 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, None)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, False)
 
 
 def crossing_programs(
@@ -272,7 +278,7 @@ def crossing_programs(
     _check_int("max_modules", max_modules, 1, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, forced)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, True)
 
 
 @st.composite
@@ -282,16 +288,15 @@ def _programs(
     max_modules: int,
     max_ops: int,
     max_nodes: int,
-    always: frozenset[str] | None,
+    always: frozenset[str],
+    dense: bool,
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
     # 0, which decodes to the simplest choice (feature off, no state, root parent, relu, ...).
     flags = draw(_FEATURE_BYTES)
     on = frozenset(f for f, b in zip(FEATURES, flags) if f in allowed and b >= 128)
-    dense = always is not None  # ``crossing_programs``
-    if dense:
-        on |= always
+    on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
@@ -302,6 +307,8 @@ def _programs(
 _FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
 _HEADER_BYTES = st.binary(min_size=6, max_size=6)
 _OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
+_REGION_BYTES = st.binary(min_size=2, max_size=2)
+_SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _STEP = 3  # bytes per body step: see ``_decode_step``
 _RECORD = 7  # bytes per module object: see ``_Builder._objects``
 
@@ -377,6 +384,9 @@ class _Builder:
         self.input_styles: dict[str, str] = {}
         self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
         self.large_read: set[str] = set()  # paths whose large linears a step has read
+        # new values of state and inputs (update chains), values read into preserved calls
+        # unsigned: kept out of ``grad_regions`` bodies
+        self.state_values: set[str] = set()
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -665,6 +675,7 @@ class _Builder:
             # outside -> inside: the caller computes a value of an argument, the call reads it
             frame = self.frames.pop()
             shared = self._op(_UNARY[z % len(_UNARY)], (args[0],), shape=self._act())
+            self.state_values.add(shared.name)  # (not in a grad region: read across unsigned)
             inner.vals.append(shared)
             self.frames.append(frame)
         start = len(inner.vals)
@@ -890,6 +901,7 @@ class _Builder:
         delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
         ops = _INPLACE if style == "inplace_mutation" else _FUNCTIONAL
         new = self._op(ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
+        self.state_values.add(new.name)
         self.current[tid] = new
         self.mutated.setdefault(tid, (style, fqn))
 
@@ -899,6 +911,7 @@ class _Builder:
         old = self.input_current.get(name, ref(name))
         target = aten.add_.Tensor if style == "inplace_mutation" else aten.add.Tensor
         new = self._op(target, (old, a), shape=self._act())
+        self.state_values.add(new.name)
         # as export writes them, later reads take the new value: the in-place result (the same
         # tensor) or, in a functionalized program, the functional one
         scope.vals[:] = [new if v == old else v for v in scope.vals]
@@ -933,12 +946,15 @@ class _Builder:
         self.signatures[""] = root_sig
         values = outputs.mutations + outputs.user
         self.nodes.append(Node(OUTPUT, self._name("output"), "output", (tuple(values),)))
-        call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
         modules: dict[str, Module] = {}
+        if "grad_regions" in on:
+            self._grad_region(self.draw(_REGION_BYTES), modules)
+        call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
         # class names by path, as import_ep reads them: from the module stacks of the nodes
         types = {path: t for n in self.nodes for path, t in n.meta.get("nn_module_stack", {}).values()}
+        bodies = tuple((mid, mid) for mid, m in modules.items() if m.kind == SUBGRAPH)
         children = holder_tree(call_order, self.state_order, types, modules)
-        modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children,
+        modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children + bodies,
                              graphs=(Graph(tuple(self.nodes)),))
         return Program(
             root="",
@@ -950,6 +966,79 @@ class _Builder:
             call_signatures=pmap(self.signatures),
             call_order=call_order,
         )
+
+    def _grad_region(self, data: bytes, modules: dict[str, Module]) -> None:
+        """``grad_regions``: a run of up to nine root-graph nodes, from the node ``data`` picks
+        (mostly one just before the module stack changes, or the next that may join a run),
+        becomes the body of a ``wrap_with_set_grad_enabled(False, body, *inputs)`` call,
+        as export writes ``with torch.no_grad():`` (the ``get_attr`` of the body, the call and
+        its ``getitem`` results carry the stack the run's nodes share; the body's nodes keep their own stacks, so one body may
+        span module calls). The run stops before a node that mutates, updates state or an
+        input, runs in a preserved call or is read inside one unsigned, or leaves a result that
+        is not a tensor. Each result
+        read after the run is a ``getitem`` under its own name (the body's nodes keep theirs)."""
+        nodes = self.nodes
+        first = next(i for i, n in enumerate(nodes) if n.op == CALL_FUNCTION) if any(
+            n.op == CALL_FUNCTION for n in nodes) else None
+        if first is None:
+            return
+        # mostly a run that crosses from one module call into another (what the split cuts)
+        edges = [i for i in range(first, len(nodes) - 2)
+                 if nodes[i].meta.get("nn_module_stack") != nodes[i + 1].meta.get("nn_module_stack")]
+        if edges and data[1] & 3:
+            start = max(first, edges[data[0] % len(edges)] - (data[1] >> 2) % 3)
+        else:
+            start = first + data[0] % (len(nodes) - 1 - first)
+        while start < len(nodes) - 1 and not self._may_run_without_grad(nodes[start]):
+            start += 1
+        run: list[Node] = []
+        for node in nodes[start:start + 2 + (data[1] >> 4) % 8]:
+            if not self._may_run_without_grad(node):
+                break
+            run.append(node)
+        # a result read after the run must be a tensor (``sort``'s pair is read by its getitem)
+        inside = {n.name for n in run}
+        after = nodes[start + len(run):]
+        named = {a.name for sig in self.signatures.values() for a in sig.inputs + sig.outputs}
+        read_after = {r.name for n in after for r in n.inputs()} | named
+        while run and any(n.name in read_after and not isinstance(n.meta.get("val"), torch.Tensor)
+                          for n in run):
+            inside.discard(run.pop().name)
+            after = nodes[start + len(run):]
+            read_after = {r.name for n in after for r in n.inputs()} | named
+        if not run:
+            return
+        inputs = list(dict.fromkeys(r.name for n in run for r in n.inputs() if r.name not in inside))
+        results = [n for n in run if n.name in read_after]
+        if not results:
+            return
+        defined = {n.name: n for n in nodes}
+        body = [Node(PLACEHOLDER, name, name, meta=MappingProxyType(
+            {"val": defined[name].meta.get("val")})) for name in inputs]
+        body += run
+        body.append(Node(OUTPUT, "output", "output", (tuple(n.ref for n in results),)))
+        mid = "submod_1"
+        modules[mid] = Module(type_name=None, kind=SUBGRAPH, graphs=(Graph(tuple(body)),))
+        stack = _common_stack([n.meta["nn_module_stack"] for n in run])
+        attr = Node(GET_ATTR, self._name("body"), mid,
+                    meta=MappingProxyType({"nn_module_stack": stack}))
+        hop_meta = {"nn_module_stack": stack, "val": tuple(n.meta["val"] for n in results)}
+        hop = Node(CALL_FUNCTION, self._name("wrap_with_set_grad_enabled"), _SET_GRAD,
+                   (False, attr.ref, *(ref(name) for name in inputs)), EMPTY_DICT,
+                   MappingProxyType(hop_meta))
+        items = [
+            Node(CALL_FUNCTION, n.name, operator.getitem, (hop.ref, k), EMPTY_DICT,
+                 MappingProxyType({"nn_module_stack": stack, "val": n.meta["val"]}))
+            for k, n in enumerate(results)
+        ]
+        self.nodes = nodes[:start] + [attr, hop, *items] + nodes[start + len(run):]
+
+    def _may_run_without_grad(self, node: Node) -> bool:
+        if node.op != CALL_FUNCTION or is_mutating(node.target) or node.name in self.state_values:
+            return False
+        stack = node.meta.get("nn_module_stack", {})
+        calls = (key[len("L__self__"):] for key in stack)
+        return not any(call and call in self.signatures for call in calls)
 
     def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
         """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
@@ -1036,6 +1125,18 @@ def _spec(shape: tuple) -> pytree.TreeSpec:
 
 
 _LEAF = object()
+
+
+def _common_stack(stacks: list[Any]) -> dict:
+    """The longest stack every one of ``stacks`` begins with (the root frame at least)."""
+    common = list(stacks[0].items())
+    for stack in stacks[1:]:
+        items = list(stack.items())
+        k = 0
+        while k < min(len(common), len(items)) and common[k] == items[k]:
+            k += 1
+        common = common[:k]
+    return dict(common)
 
 
 def _back(vals: list[Ref], offset: int) -> Ref:

@@ -59,7 +59,9 @@ def test_programs_are_shaped_like_import_ep_output(p):
             stack = node.meta["nn_module_stack"]
             assert next(iter(stack.values()))[0] == ""  # the root frame comes first
             assert "val" in node.meta
-    assert all(mid == "" or not mod.graphs for mid, mod in p.modules.items())
+    # only the root and the bodies of grad regions (``grad_regions``) have graphs
+    assert all(mid == "" or mod.kind == "subgraph" or not mod.graphs
+               for mid, mod in p.modules.items())
     assert p.call_signatures[""].in_spec.num_leaves == len(p.signature.user_inputs())
 
 
@@ -143,6 +145,7 @@ EXHIBITS = {
     "crossing_state": (("preserved_calls", "functional_mutation"), lambda p: _state_crosses(p)),
     "stale_signatures": (("preserved_calls", "crossing_reads"),
                          lambda p: repair_call_signatures(p) is not p),
+    "grad_regions": ((), lambda p: any(m.kind == "subgraph" for m in p.modules.values())),
     "activations": ((), lambda p: _targets(p) & {"aten.gelu.default", "aten.silu.default"}),
     "constant_builders": ((), lambda p: _targets(p) & {"aten.arange.default", "aten.ones.default",
                                                        "aten.full.default"}),
