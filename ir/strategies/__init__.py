@@ -28,6 +28,7 @@ from ir.strategies.programs import (
     CROSSING_FEATURES,
     DETERMINISTIC_FEATURES,
     FEATURES,
+    OPT_IN_FEATURES,
     ROOT_TYPE,
     WIDTH,
     check_features,
@@ -37,7 +38,7 @@ from ir.strategies.programs import (
 )
 
 __all__ = [
-    "ALL_FEATURES", "CROSSING_FEATURES", "DETERMINISTIC_FEATURES", "FEATURES", "MODULE_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
+    "ALL_FEATURES", "CROSSING_FEATURES", "DETERMINISTIC_FEATURES", "FEATURES", "MODULE_FEATURES", "OPT_IN_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
     "ModuleSpec", "ProgramSpec", "check_features", "crossing_programs", "example_inputs", "export_spec",
     "exported_programs", "fresh_export", "module_specs", "program_inputs", "program_specs",
     "programs", "realize",

@@ -35,10 +35,11 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``crossing_reads``): one the caller computes from an argument and the call reads, one the
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
-    or a preserved parent returns; the call reads every argument and the caller every output
-    as well, so no signature name looks stale, unless ``stale_signatures``: then the call may
-    leave an argument unread, and its caller an output, next to the value that crosses
-    unsigned, as a signature looks whose names ``run_decompositions`` left stale (what
+    or a preserved parent returns; under :func:`crossing_programs` the call reads every
+    argument and the caller every output as well, so no signature name looks stale, unless
+    ``stale_signatures``: then (and now and then in :func:`programs`) the call may leave an
+    argument unread, and its caller an output, next to the value that crosses unsigned, as a
+    signature looks whose names ``run_decompositions`` left stale (what
     ``repair_call_signatures`` renames). State that crosses a preserved call's boundary
     (``crossing_state``, with a buffer update style): the caller updates a buffer of the called
     module before the call, which reads it first, or the call updates it last and the caller
@@ -111,6 +112,7 @@ __all__ = [
     "CROSSING_FEATURES",
     "DETERMINISTIC_FEATURES",
     "FEATURES",
+    "OPT_IN_FEATURES",
     "ROOT_TYPE",
     "WIDTH",
     "check_features",
@@ -164,10 +166,17 @@ CROSSING_FEATURES = frozenset(
 the state that cross their boundaries outside their signatures, and the functional buffer
 updates whose intermediate values ``insert_ivals`` writes back."""
 
-DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"}
-"""Every feature but ``random_ops``: programs that compute the same on every call. For a test
-that compares two runs without seeding them alike (``lowering.laws`` seeds both sides of its
-semantics law, and uses every feature)."""
+OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions"})
+"""Features drawn only when named in ``features`` (or ``always``): the last ones added, so that
+``programs()`` draws what it drew before them (the examples the suite's derandomized tests
+meet stay the same); and ``grad_regions`` puts nodes in a higher-order-op body, where a pass
+written on the root graph does not look. Their flags are drawn after the others', and only
+when one of them may be on."""
+
+DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"} - OPT_IN_FEATURES
+"""Every feature but ``random_ops`` (and the :data:`OPT_IN_FEATURES`): programs that compute the
+same on every call. For a test that compares two runs without seeding them alike
+(``lowering.laws`` seeds both sides of its semantics law, and uses every feature)."""
 
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
@@ -219,7 +228,8 @@ def programs(
     """Flat Programs shaped like ``import_ep`` output, valid by construction.
 
     Parameters:
-        features: the features that may be switched on (default: all of :data:`FEATURES`).
+        features: the features that may be switched on (default: all of :data:`FEATURES` but
+            the :data:`OPT_IN_FEATURES`).
             Each example draws its own subset (swarm testing), so one run mixes sparse and dense
             programs and shrinking switches features off.
         always: features switched on in every example (e.g. ``{"grad_regions"}`` for a pass
@@ -236,6 +246,8 @@ def programs(
     and a zeroed step is no step at all.
     """
     allowed = check_features("features", features)
+    if features is None:
+        allowed -= OPT_IN_FEATURES
     forced = check_features("always", always)
     _check_int("max_modules", max_modules, 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
@@ -274,6 +286,8 @@ def crossing_programs(
     first call has none).
     """
     allowed = check_features("features", features)
+    if features is None:
+        allowed -= OPT_IN_FEATURES
     forced = check_features("always", always)
     _check_int("max_modules", max_modules, 1, 16)
     _check_int("max_ops", max_ops, 0, 32)
@@ -295,7 +309,10 @@ def _programs(
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
     # 0, which decodes to the simplest choice (feature off, no state, root parent, relu, ...).
     flags = draw(_FEATURE_BYTES)
-    on = frozenset(f for f, b in zip(FEATURES, flags) if f in allowed and b >= 128)
+    on = frozenset(f for f, b in zip(_BASE_FEATURES, flags) if f in allowed and b >= 128)
+    if allowed & OPT_IN_FEATURES:
+        flags = draw(_OPT_IN_BYTES)
+        on |= {f for f, b in zip(_OPT_IN, flags) if f in allowed and b >= 128}
     on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
@@ -304,7 +321,10 @@ def _programs(
     return _Builder(draw, on, header, records, max_ops, max_nodes, dense).build()
 
 
-_FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
+_OPT_IN = tuple(f for f in FEATURES if f in OPT_IN_FEATURES)
+_BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES)
+_FEATURE_BYTES = st.binary(min_size=len(_BASE_FEATURES), max_size=len(_BASE_FEATURES))
+_OPT_IN_BYTES = st.binary(min_size=len(_OPT_IN), max_size=len(_OPT_IN))
 _HEADER_BYTES = st.binary(min_size=6, max_size=6)
 _OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
 _REGION_BYTES = st.binary(min_size=2, max_size=2)
@@ -679,7 +699,7 @@ class _Builder:
             inner.vals.append(shared)
             self.frames.append(frame)
         start = len(inner.vals)
-        if shared is not None and "stale_signatures" not in self.on:
+        if shared is not None and self.dense and "stale_signatures" not in self.on:
             # the call reads it and every argument: the signature names what the call uses, so
             # ``repair_call_signatures`` takes no name of it for stale
             inner.vals.append(self._sum(shared, inner.vals[:start - 1]))
@@ -718,7 +738,7 @@ class _Builder:
             crossed = self._op(target, (outs[0],), shape=self._act())
             self.crossing_only.add(crossed)
             scope.vals.append(crossed)
-            if "stale_signatures" not in self.on:
+            if self.dense and "stale_signatures" not in self.on:
                 # the caller reads it and every output (none is unused, so none looks stale)
                 frame = self.frames.pop()
                 scope.vals.append(self._sum(crossed, list(dict.fromkeys(outs))))

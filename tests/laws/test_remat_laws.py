@@ -94,12 +94,6 @@ def test_generated_signatures_are_never_repaired(p):
     assert repair_call_signatures(p) is p
 
 
-@settings(max_examples=examples(30), deadline=None)
-@given(before(repair_call_signatures, CROSSING))
-def test_generated_signatures_are_never_repaired_by_default(p):
-    assert repair_call_signatures(p) is p
-
-
 def test_outline_obeys_its_laws_with_crossing_reads():
     check_laws(
         outline, programs=stage_programs(outline), idempotent=True, max_examples=examples(80)

@@ -203,8 +203,10 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
     others = set(FEATURES) - {feature} - set(needs)
     # state aliases come from sharing or ties, buffers also from mutations, in-place ops also
     # from input mutations: those features are not alone in showing what they show
+    # (and ``programs()`` leaves a crossing call's output unread now and then: a signature that
+    # looks stale without ``stale_signatures``)
     if feature not in ("shared_modules", "tied_parameters", "input_mutation", "buffers",
-                       "inplace_mutation", "repeated_subexpressions"):
+                       "inplace_mutation", "repeated_subexpressions", "stale_signatures"):
         with pytest.raises(NoSuchExample):
             find(programs(features=others), shows, settings=settings(FIND, max_examples=150))
 
