@@ -276,9 +276,9 @@ def crossing_programs(
     as its record says, both when it says neither) and, when its module has a buffer, state
     crossing it (``crossing_state``: the call updates the buffer and its caller updates it again
     after, and, as its record says, its caller updated it before the call, which reads it
-    first). About nine in ten draws give ``rematerialize`` and ``insert_ivals`` something to
-    rewrite (measured in ``tests/laws/test_remat_laws.py``), against one or two in a hundred of
-    :func:`programs`.
+    first). Nine in ten draws or more give ``rematerialize``, seven in ten ``insert_ivals``,
+    something to rewrite (measured in ``tests/laws/test_remat_laws.py``), against one or two
+    in a hundred of :func:`programs`.
 
     Shrinks as :func:`programs` does, towards one preserved module called once with values
     and state crossing both ways (a module below the root is kept; a module registered twice,
