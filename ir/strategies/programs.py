@@ -44,7 +44,10 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``crossing_state``, with a buffer update style): the caller updates a buffer of the called
     module before the call, which reads it first, or the call updates it last and the caller
     updates it again after the call (export's functional values of one buffer, made on both
-    sides of the boundary: what ``insert_ivals`` writes back).
+    sides of the boundary: what ``insert_ivals`` writes back). A ``torch.no_grad()`` region, a
+    run of nodes as the body of a ``wrap_with_set_grad_enabled`` call that mostly spans module
+    calls (``grad_regions``: what ``split_hop_bodies`` splits). The last three are opt-in
+    (:data:`OPT_IN_FEATURES`).
     What users' passes target: activations ``gelu`` / ``silu``, and an activation of its own
     result (``activations``); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
@@ -63,7 +66,7 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
 
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
-    higher-order ops and their subgraphs; symbolic shapes and range constraints; custom objects;
+    higher-order ops but the set-grad one of ``grad_regions``; symbolic shapes and range constraints; custom objects;
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
     stacks; keyword arguments of preserved calls (export passes module arguments positionally
