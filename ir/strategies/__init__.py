@@ -4,6 +4,8 @@ Two tiers:
 
 - fast (``ir.strategies.programs``): Programs generated directly as IR, shaped like
   ``import_ep`` output and valid by construction; hundreds per second. Start here.
+  ``crossing_programs`` draws the same programs with values and state crossing preserved call
+  boundaries in most draws (what the preserved-call stages rewrite).
 - export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
 """
@@ -23,18 +25,21 @@ from ir.strategies.export import (
     realize,
 )
 from ir.strategies.programs import (
+    CROSSING_FEATURES,
     DETERMINISTIC_FEATURES,
     FEATURES,
+    OPT_IN_FEATURES,
     ROOT_TYPE,
     WIDTH,
     check_features,
+    crossing_programs,
     program_inputs,
     programs,
 )
 
 __all__ = [
-    "ALL_FEATURES", "DETERMINISTIC_FEATURES", "FEATURES", "MODULE_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
-    "ModuleSpec", "ProgramSpec", "check_features", "example_inputs", "export_spec",
+    "ALL_FEATURES", "CROSSING_FEATURES", "DETERMINISTIC_FEATURES", "FEATURES", "MODULE_FEATURES", "OPT_IN_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
+    "ModuleSpec", "ProgramSpec", "check_features", "crossing_programs", "example_inputs", "export_spec",
     "exported_programs", "fresh_export", "module_specs", "program_inputs", "program_specs",
     "programs", "realize",
 ]

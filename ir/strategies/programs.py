@@ -35,7 +35,19 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``crossing_reads``): one the caller computes from an argument and the call reads, one the
     call computes from its output (a no-op ``clone`` or an op) and the caller reads or passes
     on as an argument of a later preserved call (call -> call: a sibling, or a repeated call),
-    or a preserved parent returns.
+    or a preserved parent returns; under :func:`crossing_programs` the call reads every
+    argument and the caller every output as well, so no signature name looks stale, unless
+    ``stale_signatures``: then (and now and then in :func:`programs`) the call may leave an
+    argument unread, and its caller an output, next to the value that crosses unsigned, as a
+    signature looks whose names ``run_decompositions`` left stale (what
+    ``repair_call_signatures`` renames). State that crosses a preserved call's boundary
+    (``crossing_state``, with a buffer update style): the caller updates a buffer of the called
+    module before the call, which reads it first, or the call updates it last and the caller
+    updates it again after the call (export's functional values of one buffer, made on both
+    sides of the boundary: what ``insert_ivals`` writes back). A ``torch.no_grad()`` region, a
+    run of nodes as the body of a ``wrap_with_set_grad_enabled`` call that mostly spans module
+    calls (``grad_regions``: what ``split_hop_bodies`` splits). The last three are opt-in
+    (:data:`OPT_IN_FEATURES`).
     What users' passes target: activations ``gelu`` / ``silu``, and an activation of its own
     result (``activations``); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
@@ -54,7 +66,7 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
 
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
-    higher-order ops and their subgraphs; symbolic shapes and range constraints; custom objects;
+    higher-order ops but the set-grad one of ``grad_regions``; symbolic shapes and range constraints; custom objects;
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
     stacks; keyword arguments of preserved calls (export passes module arguments positionally
@@ -62,6 +74,11 @@ Not covered, and why
     arguments, their own state and what they compute, and export only what they compute, as a
     module under ``preserve_module_call_signature`` does; as torch.export requires, only a module at one
     path is preserved, and all its calls have one signature shape.
+
+:func:`crossing_programs` draws the same programs with the crossing features always on and
+every module that can be preserved preserved with something crossing its boundary, so that the
+preserved-call stages change most draws (the law tests of ``rematerialize`` and
+``insert_ivals`` run on it).
 
 Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
 ``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
@@ -87,18 +104,22 @@ from ir.args import EMPTY_DICT, IDict, IList, Ref, ref
 from ir.errors import InputError
 from ir.graph import Graph
 from ir.import_ep import holder_tree
-from ir.module import PLAIN, Module
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.module import PLAIN, SUBGRAPH, Module
+from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.ops import is_mutating
 from ir.program import Program
 from ir.state import Opaque, Slot
 from ir.torch_seam import op_schema, pytree
 
 __all__ = [
+    "CROSSING_FEATURES",
     "DETERMINISTIC_FEATURES",
     "FEATURES",
+    "OPT_IN_FEATURES",
     "ROOT_TYPE",
     "WIDTH",
     "check_features",
+    "crossing_programs",
     "program_inputs",
     "programs",
 ]
@@ -134,13 +155,31 @@ FEATURES = (
     "inplace_copies",
     "large_linears",
     "repeated_subexpressions",
+    # last, so that the bytes that draw the features before them are as they were
+    "crossing_state",
+    "stale_signatures",
+    "grad_regions",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
-DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"}
-"""Every feature but ``random_ops``: programs that compute the same on every call. For a test
-that compares two runs without seeding them alike (``lowering.laws`` seeds both sides of its
-semantics law, and uses every feature)."""
+CROSSING_FEATURES = frozenset(
+    {"preserved_calls", "crossing_reads", "crossing_state", "functional_mutation"}
+)
+"""The features :func:`crossing_programs` always switches on: preserved calls, the values and
+the state that cross their boundaries outside their signatures, and the functional buffer
+updates whose intermediate values ``insert_ivals`` writes back."""
+
+OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions"})
+"""Features drawn only when named in ``features`` (or ``always``): the last ones added, so that
+``programs()`` draws what it drew before them (the examples the suite's derandomized tests
+meet stay the same); and ``grad_regions`` puts nodes in a higher-order-op body, where a pass
+written on the root graph does not look. Their flags are drawn after the others', and only
+when one of them may be on."""
+
+DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"} - OPT_IN_FEATURES
+"""Every feature but ``random_ops`` (and the :data:`OPT_IN_FEATURES`): programs that compute the
+same on every call. For a test that compares two runs without seeding them alike
+(``lowering.laws`` seeds both sides of its semantics law, and uses every feature)."""
 
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
@@ -184,6 +223,7 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
 def programs(
     *,
     features: Collection[str] | None = None,
+    always: Collection[str] = (),
     max_modules: int = 4,
     max_ops: int = 6,
     max_nodes: int = 60,
@@ -191,9 +231,12 @@ def programs(
     """Flat Programs shaped like ``import_ep`` output, valid by construction.
 
     Parameters:
-        features: the features that may be switched on (default: all of :data:`FEATURES`).
+        features: the features that may be switched on (default: all of :data:`FEATURES` but
+            the :data:`OPT_IN_FEATURES`).
             Each example draws its own subset (swarm testing), so one run mixes sparse and dense
             programs and shrinking switches features off.
+        always: features switched on in every example (e.g. ``{"grad_regions"}`` for a pass
+            that rewrites what only that feature makes).
         max_modules: most module objects below the root (each may sit under several paths).
         max_ops: most steps (ops or child calls) in one module body.
         max_nodes: the graph stops growing past about this many nodes (calls left are skipped).
@@ -206,38 +249,96 @@ def programs(
     and a zeroed step is no step at all.
     """
     allowed = check_features("features", features)
+    if features is None:
+        allowed -= OPT_IN_FEATURES
+    forced = check_features("always", always)
     _check_int("max_modules", max_modules, 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, False)
+
+
+def crossing_programs(
+    *,
+    features: Collection[str] | None = None,
+    always: Collection[str] = CROSSING_FEATURES,
+    max_modules: int = 4,
+    max_ops: int = 6,
+    max_nodes: int = 60,
+) -> st.SearchStrategy[Program]:
+    """Flat Programs, as :func:`programs` draws them, whose values and state cross preserved
+    call boundaries in most draws: the input the preserved-call stages (``rematerialize``,
+    ``insert_ivals``) have work on.
+
+    Parameters are :func:`programs`'s, and ``always``: the features always on (default
+    :data:`CROSSING_FEATURES`; the swarm draws the rest from ``features``, and e.g.
+    ``CROSSING_FEATURES | {"stale_signatures"}`` gives ``repair_call_signatures`` work in every
+    draw with a value crossing out of a call). The root has at least one module below it;
+    every module object at one path is preserved (``preserved_calls``); and every preserved call
+    has a value crossing its boundary unsigned (``crossing_reads``: into it, out of it or both,
+    as its record says, both when it says neither) and, when its module has a buffer, state
+    crossing it (``crossing_state``: the call updates the buffer and its caller updates it again
+    after, and, as its record says, its caller updated it before the call, which reads it
+    first). Nine in ten draws or more give ``rematerialize``, seven in ten ``insert_ivals``,
+    something to rewrite (measured in ``tests/laws/test_remat_laws.py``), against one or two
+    in a hundred of :func:`programs`.
+
+    Shrinks as :func:`programs` does, towards one preserved module called once with values
+    and state crossing both ways (a module below the root is kept; a module registered twice,
+    ``shared_modules``, is not preserved, and a graph that fills up, ``max_nodes``, before the
+    first call has none).
+    """
+    allowed = check_features("features", features)
+    if features is None:
+        allowed -= OPT_IN_FEATURES
+    forced = check_features("always", always)
+    _check_int("max_modules", max_modules, 1, 16)
+    _check_int("max_ops", max_ops, 0, 32)
+    _check_int("max_nodes", max_nodes, 1, 10_000)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, True)
 
 
 @st.composite
 def _programs(
-    draw: st.DrawFn, allowed: frozenset[str], max_modules: int, max_ops: int, max_nodes: int
+    draw: st.DrawFn,
+    allowed: frozenset[str],
+    max_modules: int,
+    max_ops: int,
+    max_nodes: int,
+    always: frozenset[str],
+    dense: bool,
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
     # 0, which decodes to the simplest choice (feature off, no state, root parent, relu, ...).
     flags = draw(_FEATURE_BYTES)
-    on = frozenset(f for f, b in zip(FEATURES, flags) if f in allowed and b >= 128)
+    on = frozenset(f for f, b in zip(_BASE_FEATURES, flags) if f in allowed and b >= 128)
+    if allowed & OPT_IN_FEATURES:
+        flags = draw(_OPT_IN_BYTES)
+        on |= {f for f, b in zip(_OPT_IN, flags) if f in allowed and b >= 128}
+    on |= always
     header = draw(_HEADER_BYTES)
-    n_objects = draw(_count(max_modules))
+    n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
     records = draw(st.binary(min_size=size, max_size=size))
-    return _Builder(draw, on, header, records, max_ops, max_nodes).build()
+    return _Builder(draw, on, header, records, max_ops, max_nodes, dense).build()
 
 
-_FEATURE_BYTES = st.binary(min_size=len(FEATURES), max_size=len(FEATURES))
+_OPT_IN = tuple(f for f in FEATURES if f in OPT_IN_FEATURES)
+_BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES)
+_FEATURE_BYTES = st.binary(min_size=len(_BASE_FEATURES), max_size=len(_BASE_FEATURES))
+_OPT_IN_BYTES = st.binary(min_size=len(_OPT_IN), max_size=len(_OPT_IN))
 _HEADER_BYTES = st.binary(min_size=6, max_size=6)
 _OUTPUT_BYTES = st.binary(min_size=4, max_size=4)
+_REGION_BYTES = st.binary(min_size=2, max_size=2)
+_SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _STEP = 3  # bytes per body step: see ``_decode_step``
 _RECORD = 7  # bytes per module object: see ``_Builder._objects``
 
 
 @functools.cache
-def _count(most: int) -> st.SearchStrategy[int]:
-    return st.integers(0, most)
+def _count(most: int, least: int = 0) -> st.SearchStrategy[int]:
+    return st.integers(least, most)
 
 
 @functools.cache
@@ -279,9 +380,11 @@ class _Builder:
         records: bytes,
         max_ops: int,
         max_nodes: int,
+        dense: bool = False,
     ) -> None:
         self.draw = draw
         self.on = on
+        self.dense = dense  # ``crossing_programs``: every call that can be preserved is
         self.max_ops = max_ops
         self.max_nodes = max_nodes
         self.header = header
@@ -304,6 +407,9 @@ class _Builder:
         self.input_styles: dict[str, str] = {}
         self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
         self.large_read: set[str] = set()  # paths whose large linears a step has read
+        # new values of state and inputs (update chains), values read into preserved calls
+        # unsigned: kept out of ``grad_regions`` bodies
+        self.state_values: set[str] = set()
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -319,13 +425,16 @@ class _Builder:
            return one made inside a preserved call they make;
         3. parent: ``byte % (index + 1) - 1`` (-1 is the root), so the tree is acyclic;
         4. second registration: bit 0 on, parent ``(byte >> 1) % (index + 1) - 1``;
-           bits 6-7 both set: children are called only by steps (else each is called once,
-           in order, after the steps that did not call it);
+           bits 6-7 both set: children are called only by steps (else, and always under
+           ``crossing_programs``, each is called once, in order, after the steps that did not
+           call it);
         5. ties: bits 0-1 tie parameter 0 / 1 to an earlier one, chosen by ``byte >> 2``; bit 7:
            the value crossing out of a preserved call is a no-op ``clone`` (else an op);
         6. bit 0: a ``large_linears`` pair of parameters ``wl0`` ``(HIDDEN, WIDTH)`` and ``wl1``
            ``(WIDTH, HIDDEN)`` (the root always has one with the feature); bit 1: with ``repeated_calls``, each child is called once more
-           at the end of the body.
+           at the end of the body; bits 2-3: with ``crossing_state``, a buffer of a preserved
+           call of it crosses the boundary (bit 2 into it, bit 3 out of it; the object has at
+           least one buffer).
         """
         on = self.on
         chunks = [records[i:i + _RECORD] for i in range(0, len(records), _RECORD)]
@@ -341,7 +450,10 @@ class _Builder:
                 obj.state.append(("wl0", stt.PARAMETER, (HIDDEN, WIDTH)))
                 obj.state.append(("wl1", stt.PARAMETER, (WIDTH, HIDDEN)))
             if "buffers" in on or "inplace_mutation" in on or "functional_mutation" in on:
-                for j in range(rec[2] % 3):
+                n_buffers = rec[2] % 3
+                if index >= 0 and self._state_crossing(rec):
+                    n_buffers = max(n_buffers, 1)
+                for j in range(n_buffers):
                     obj.state.append((f"b{j}", stt.BUFFER, (WIDTH,)))
             if "constants" in on and rec[2] >> 4 & 1:
                 obj.state.append(("c0", stt.CONSTANT, (WIDTH,)))
@@ -354,6 +466,23 @@ class _Builder:
                 again = (rec[4] >> 1) % (index + 1) - 1 if "nesting" in on else -1
                 objects[again + 1].children.append((f"s{index}", index))
         return objects
+
+    def _value_crossing(self, rec: bytes) -> int:
+        """``crossing_reads`` bits of a preserved call (1 into it, 2 out of it, 4 call -> call);
+        under ``crossing_programs`` never without one of 1 and 2."""
+        if "crossing_reads" not in self.on:
+            return 0
+        bits = rec[2] >> 5 & 7
+        return bits | 3 if self.dense and not bits & 3 else bits
+
+    def _state_crossing(self, rec: bytes) -> int:
+        """``crossing_state`` bits of a preserved call (1 into it, 2 out of it); under
+        ``crossing_programs`` always out of it (a value on each side of the boundary). Needs a
+        buffer update style to write the state with."""
+        if "crossing_state" not in self.on or not self._styles_on():
+            return 0
+        bits = rec[6] >> 2 & 3
+        return bits | 2 if self.dense else bits
 
     def _paths(self) -> list[tuple[str, int]]:
         """Every (path, object index) from the root, depth first in registration order."""
@@ -509,7 +638,7 @@ class _Builder:
                 self._call(child, f"{path}.{name}" if path else name, scope, x, y, z)
             else:
                 self._step(obj, path, scope, kind, x, y, z)
-        if obj.record[4] >> 6 == 3:
+        if obj.record[4] >> 6 == 3 and not self.dense:
             return
         for name, child in kids[pending:]:
             if self._full():
@@ -530,7 +659,8 @@ class _Builder:
         key = "L__self__" + path + (f"@{n}" if n else "")
         call_name = path if n == 0 else f"{path}@{n}"
         self.frames.append((key, (path, obj.type_name)))
-        if "preserved_calls" in self.on and obj.record[1] >> 6 & 1 and self.sites[index] == 1:
+        preserve = self.dense or obj.record[1] >> 6 & 1
+        if "preserved_calls" in self.on and preserve and self.sites[index] == 1:
             self._run_preserved(index, path, call_name, scope, x, y, z)
             if n:
                 self.repeated_preserved.append(call_name)
@@ -553,20 +683,40 @@ class _Builder:
         # record says so (call -> call: the caller, which cannot read it, recomputes it from
         # the other call's output)
         obj = self.objects[index + 1]
-        crossing = (obj.record[2] >> 5 & 7) if "crossing_reads" in self.on else 0
+        crossing = self._value_crossing(obj.record)
+        state = self._state_crossing(obj.record)
+        buffers = [s[0] for s in obj.state if s[1] == stt.BUFFER]
+        buffer = buffers[z % len(buffers)] if state and buffers else None
         passable = [v for v in scope.vals if v not in self.crossing_only] or scope.vals[:1]
         args = [_back(passable, o) for o in (x, y)[:n_args]]
         crossed = [v for v in scope.vals if v in self.crossing_only] if crossing & 4 else []
         if crossed:
             args[0] = crossed[-1]
         inner = _Scope(list(dict.fromkeys(args)), preserved=True)
+        shared = None
         if crossing & 1:
             # outside -> inside: the caller computes a value of an argument, the call reads it
             frame = self.frames.pop()
-            inner.vals.append(self._op(_UNARY[z % len(_UNARY)], (args[0],), shape=self._act()))
+            shared = self._op(_UNARY[z % len(_UNARY)], (args[0],), shape=self._act())
+            self.state_values.add(shared.name)  # (not in a grad region: read across unsigned)
+            inner.vals.append(shared)
             self.frames.append(frame)
         start = len(inner.vals)
+        if shared is not None and self.dense and "stale_signatures" not in self.on:
+            # the call reads it and every argument: the signature names what the call uses, so
+            # ``repair_call_signatures`` takes no name of it for stale
+            inner.vals.append(self._sum(shared, inner.vals[:start - 1]))
+        if buffer is not None and state & 1:
+            # state into it: the caller updates the call's buffer, and the call reads it first
+            frame = self.frames.pop()
+            self._update(path, buffer, args[0], z)
+            self.frames.append(frame)
+            value = self._read_state(path, buffer)
+            inner.vals.append(self._op(aten.mul.Tensor, (args[0], value), shape=self._act()))
         self._run(index, path, inner)
+        if buffer is not None and state & 2:
+            # state out of it: the call updates its buffer last (its caller updates it again)
+            self._update(path, buffer, inner.vals[-1], z)
         while sum(v not in self.crossing_only for v in inner.vals[start:]) < n_outs:
             inner.vals.append(self._op(aten.relu.default, (inner.vals[-1],), shape=self._act()))
         local = [v for v in inner.vals[start:] if v not in self.crossing_only]
@@ -591,9 +741,24 @@ class _Builder:
             crossed = self._op(target, (outs[0],), shape=self._act())
             self.crossing_only.add(crossed)
             scope.vals.append(crossed)
+            if self.dense and "stale_signatures" not in self.on:
+                # the caller reads it and every output (none is unused, so none looks stale)
+                frame = self.frames.pop()
+                scope.vals.append(self._sum(crossed, list(dict.fromkeys(outs))))
+                self.frames.append(frame)
+        if buffer is not None and state & 2:
+            frame = self.frames.pop()
+            self._update(path, buffer, outs[0], z >> 1)
+            self.frames.append(frame)
 
     def _act(self) -> tuple[int, int]:
         return (self.batch, WIDTH)
+
+    def _sum(self, first: Ref, rest: list[Ref]) -> Ref:
+        """``first + rest[0] + ...``, one ``add`` per term, in the current frame."""
+        for value in rest:
+            first = self._op(aten.add.Tensor, (first, value), shape=self._act())
+        return first
 
     def _step(self, obj: _Object, path: str, scope: _Scope, kind: int, x: int, y: int, z: int
               ) -> None:
@@ -759,6 +924,7 @@ class _Builder:
         delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
         ops = _INPLACE if style == "inplace_mutation" else _FUNCTIONAL
         new = self._op(ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
+        self.state_values.add(new.name)
         self.current[tid] = new
         self.mutated.setdefault(tid, (style, fqn))
 
@@ -768,6 +934,7 @@ class _Builder:
         old = self.input_current.get(name, ref(name))
         target = aten.add_.Tensor if style == "inplace_mutation" else aten.add.Tensor
         new = self._op(target, (old, a), shape=self._act())
+        self.state_values.add(new.name)
         # as export writes them, later reads take the new value: the in-place result (the same
         # tensor) or, in a functionalized program, the functional one
         scope.vals[:] = [new if v == old else v for v in scope.vals]
@@ -802,12 +969,15 @@ class _Builder:
         self.signatures[""] = root_sig
         values = outputs.mutations + outputs.user
         self.nodes.append(Node(OUTPUT, self._name("output"), "output", (tuple(values),)))
-        call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
         modules: dict[str, Module] = {}
+        if "grad_regions" in on:
+            self._grad_region(self.draw(_REGION_BYTES), modules)
+        call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
         # class names by path, as import_ep reads them: from the module stacks of the nodes
         types = {path: t for n in self.nodes for path, t in n.meta.get("nn_module_stack", {}).values()}
+        bodies = tuple((mid, mid) for mid, m in modules.items() if m.kind == SUBGRAPH)
         children = holder_tree(call_order, self.state_order, types, modules)
-        modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children,
+        modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children + bodies,
                              graphs=(Graph(tuple(self.nodes)),))
         return Program(
             root="",
@@ -819,6 +989,79 @@ class _Builder:
             call_signatures=pmap(self.signatures),
             call_order=call_order,
         )
+
+    def _grad_region(self, data: bytes, modules: dict[str, Module]) -> None:
+        """``grad_regions``: a run of up to nine root-graph nodes, from the node ``data`` picks
+        (mostly one just before the module stack changes, or the next that may join a run),
+        becomes the body of a ``wrap_with_set_grad_enabled(False, body, *inputs)`` call,
+        as export writes ``with torch.no_grad():`` (the ``get_attr`` of the body, the call and
+        its ``getitem`` results carry the stack the run's nodes share; the body's nodes keep their own stacks, so one body may
+        span module calls). The run stops before a node that mutates, updates state or an
+        input, runs in a preserved call or is read inside one unsigned, or leaves a result that
+        is not a tensor. Each result
+        read after the run is a ``getitem`` under its own name (the body's nodes keep theirs)."""
+        nodes = self.nodes
+        first = next(i for i, n in enumerate(nodes) if n.op == CALL_FUNCTION) if any(
+            n.op == CALL_FUNCTION for n in nodes) else None
+        if first is None:
+            return
+        # mostly a run that crosses from one module call into another (what the split cuts)
+        edges = [i for i in range(first, len(nodes) - 2)
+                 if nodes[i].meta.get("nn_module_stack") != nodes[i + 1].meta.get("nn_module_stack")]
+        if edges and data[1] & 3:
+            start = max(first, edges[data[0] % len(edges)] - (data[1] >> 2) % 3)
+        else:
+            start = first + data[0] % (len(nodes) - 1 - first)
+        while start < len(nodes) - 1 and not self._may_run_without_grad(nodes[start]):
+            start += 1
+        run: list[Node] = []
+        for node in nodes[start:start + 2 + (data[1] >> 4) % 8]:
+            if not self._may_run_without_grad(node):
+                break
+            run.append(node)
+        # a result read after the run must be a tensor (``sort``'s pair is read by its getitem)
+        inside = {n.name for n in run}
+        after = nodes[start + len(run):]
+        named = {a.name for sig in self.signatures.values() for a in sig.inputs + sig.outputs}
+        read_after = {r.name for n in after for r in n.inputs()} | named
+        while run and any(n.name in read_after and not isinstance(n.meta.get("val"), torch.Tensor)
+                          for n in run):
+            inside.discard(run.pop().name)
+            after = nodes[start + len(run):]
+            read_after = {r.name for n in after for r in n.inputs()} | named
+        if not run:
+            return
+        inputs = list(dict.fromkeys(r.name for n in run for r in n.inputs() if r.name not in inside))
+        results = [n for n in run if n.name in read_after]
+        if not results:
+            return
+        defined = {n.name: n for n in nodes}
+        body = [Node(PLACEHOLDER, name, name, meta=MappingProxyType(
+            {"val": defined[name].meta.get("val")})) for name in inputs]
+        body += run
+        body.append(Node(OUTPUT, "output", "output", (tuple(n.ref for n in results),)))
+        mid = "submod_1"
+        modules[mid] = Module(type_name=None, kind=SUBGRAPH, graphs=(Graph(tuple(body)),))
+        stack = _common_stack([n.meta["nn_module_stack"] for n in run])
+        attr = Node(GET_ATTR, self._name("body"), mid,
+                    meta=MappingProxyType({"nn_module_stack": stack}))
+        hop_meta = {"nn_module_stack": stack, "val": tuple(n.meta["val"] for n in results)}
+        hop = Node(CALL_FUNCTION, self._name("wrap_with_set_grad_enabled"), _SET_GRAD,
+                   (False, attr.ref, *(ref(name) for name in inputs)), EMPTY_DICT,
+                   MappingProxyType(hop_meta))
+        items = [
+            Node(CALL_FUNCTION, n.name, operator.getitem, (hop.ref, k), EMPTY_DICT,
+                 MappingProxyType({"nn_module_stack": stack, "val": n.meta["val"]}))
+            for k, n in enumerate(results)
+        ]
+        self.nodes = nodes[:start] + [attr, hop, *items] + nodes[start + len(run):]
+
+    def _may_run_without_grad(self, node: Node) -> bool:
+        if node.op != CALL_FUNCTION or is_mutating(node.target) or node.name in self.state_values:
+            return False
+        stack = node.meta.get("nn_module_stack", {})
+        calls = (key[len("L__self__"):] for key in stack)
+        return not any(call and call in self.signatures for call in calls)
 
     def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
         """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
@@ -905,6 +1148,18 @@ def _spec(shape: tuple) -> pytree.TreeSpec:
 
 
 _LEAF = object()
+
+
+def _common_stack(stacks: list[Any]) -> dict:
+    """The longest stack every one of ``stacks`` begins with (the root frame at least)."""
+    common = list(stacks[0].items())
+    for stack in stacks[1:]:
+        items = list(stack.items())
+        k = 0
+        while k < min(len(common), len(items)) and common[k] == items[k]:
+            k += 1
+        common = common[:k]
+    return dict(common)
 
 
 def _back(vals: list[Ref], offset: int) -> Ref:

@@ -258,3 +258,48 @@ def test_a_preserved_call_builds_a_nested_argument_from_its_leaves():
       %a = call_module[a](%arg, scale=%kwarg)
 """,
     )
+
+
+SELF_COPY = """\
+program:
+  inputs:
+    %b_n: buffer a.n persistent=True
+    %x: user_input
+  outputs:
+    %mul: user_output
+  state:
+    a.n: buffer <Tensor (2,) torch.float32>
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%mul,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%mul,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %copy_ = call_function[aten.copy_.default](%b_n, %b_n)
+      %mul = call_function[aten.mul.Tensor](%x, %b_n)  # stack: a
+      return (%mul,)
+  module a: A"""
+
+
+def test_a_buffer_copied_onto_itself_is_still_the_buffer_in_a_preserved_call():
+    """``copy_(n, n)`` writes nothing: the preserved call ``a`` reads ``n`` as state. (Outlining
+    took ``n`` for the value a ``copy_`` writes into ``n`` and recursed without end; found by
+    ``tests/laws/test_stage_teeth.py``'s plant that writes back the previous value.)"""
+    import torch
+
+    from lowering.laws import check_program
+    from transforms import transform
+
+    p = program(SELF_COPY)
+    verify(outline(p))
+    check_program(transform, p, inputs=lambda _: ((torch.randn(2),), {}), idempotent=True)

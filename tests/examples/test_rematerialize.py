@@ -8,11 +8,13 @@ repeated calls, and a value that cannot be recomputed (a named ``PassError``).""
 from __future__ import annotations
 
 import pytest
+import torch
 from beforeafter import program
 
 from ir import format_program, verify
 from ir.errors import PassError
-from transforms import outline
+from lowering.laws import check_program
+from transforms import outline, transform
 from transforms.preserved.remat import rematerialize
 
 IN1 = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
@@ -233,3 +235,78 @@ def test_argument_that_cannot_be_recomputed_is_a_named_error():
     assert "passed as an argument to the preserved call 'b' in '<root>'" in message
     assert "is random" in message
     assert "Return it from 'a'" in message
+
+
+STATE_SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
+
+
+def nested_with_state(body: str, p_out: str) -> str:
+    """A preserved parent ``p`` and its preserved child ``p.c``, which updates its buffer ``n``
+    twice (``%add``, then ``%add_1``, written back in place)."""
+    return f"""\
+program:
+  inputs:
+    %b_n: buffer p.c.n persistent=True
+    %x: user_input
+  outputs:
+    %t: user_output
+  state:
+    p.c.n: buffer <Tensor (2,) torch.float32>
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%t,)
+      in_spec: {STATE_SPEC}
+      out_spec: tree(tuple, [leaf])
+    'p':
+      inputs: (%x,)
+      outputs: ({p_out},)
+      in_spec: {STATE_SPEC}
+      out_spec: leaf
+    'p.c':
+      inputs: (%x,)
+      outputs: (%o,)
+      in_spec: {STATE_SPEC}
+      out_spec: leaf
+  call order: ('', 'p', 'p.c')
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %add = call_function[aten.add.Tensor](%b_n, %x)  # stack: p, p.c
+      %o = call_function[aten.mul.Tensor](%x, %add)  # stack: p, p.c
+      %add_1 = call_function[aten.add.Tensor](%add, %o)  # stack: p, p.c
+      %copy_ = call_function[aten.copy_.default](%b_n, %add_1)  # stack: p, p.c
+      %r = call_function[aten.relu.default](%o)  # stack: p, p.c
+{body}
+      return (%t,)
+  module p: P
+  module p.c: C"""
+
+
+def test_a_slice_reads_what_a_parent_now_returns_not_its_childs_stale_state():
+    """``p`` returns ``%r``, made inside its child ``p.c``, and computes ``%s`` from it, which
+    the root reads (``%u`` reads ``p.c``'s output, so its signature is not stale). ``p`` now returns its own copy ``%r_1``, and the root's copy of ``%s`` reads
+    that: recomputing ``%r`` from ``p.c``'s insides instead would read ``%add``, a value of
+    ``p.c.n`` that ``%add_1`` has replaced, which no stage after can carry (found by
+    ``crossing_programs``: the pipeline raised a ``PassError`` from ``insert_ivals``)."""
+    before = nested_with_state(
+        """\
+      %u = call_function[aten.sigmoid.default](%o)  # stack: p
+      %s = call_function[aten.neg.default](%r)  # stack: p
+      %t = call_function[aten.add.Tensor](%s, %r)""",
+        "%r",
+    )
+    expected = nested_with_state(
+        """\
+      %u = call_function[aten.sigmoid.default](%o)  # stack: p
+      %r_1 = call_function[aten.relu.default](%o)  # stack: p
+      %s = call_function[aten.neg.default](%r_1)  # stack: p
+      %s_1 = call_function[aten.neg.default](%r_1)
+      %t = call_function[aten.add.Tensor](%s_1, %r_1)""",
+        "%r_1",
+    )
+    check(before, expected)
+    p = program(before)
+    x = (torch.randn(2),)
+    check_program(transform, p, inputs=lambda _: (x, {}), idempotent=True)

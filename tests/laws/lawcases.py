@@ -41,21 +41,24 @@ def through(passes: Sequence[Pass]) -> Pass:
     return run
 
 
-def before(pass_fn: Pass, features=None):
+def before(pass_fn: Pass, features=None, source=programs):
     """Generated programs as ``pass_fn`` meets them in the default pipeline.
 
-    A program on which an earlier pass raises is skipped here (that pass's own law test
-    reports it), so each test checks its own pass only.
+    ``source`` is the strategy the programs come from (``programs``, or ``crossing_programs``
+    for the preserved-call stages), called with ``features``. A program on which an earlier
+    pass raises is skipped here (that pass's own law test reports it), so each test checks its
+    own pass only.
     """
     prefix = PIPELINE[: PIPELINE.index(pass_fn)]
     if not prefix:
-        return programs(features=features)
-    return valid(through(prefix), features)
+        return source(features=features)
+    return valid(through(prefix), features, source)
 
 
-def valid(pass_fn: Pass, features=None):
-    """``pass_fn`` of generated programs, where it returns a Program that verifies and whose
-    lowered module runs (so that a later pass's semantics law has a reference to compare to).
+def valid(pass_fn: Pass, features=None, source=programs):
+    """``pass_fn`` of generated programs (from ``source``), where it returns a Program that
+    verifies and whose lowered module runs (so that a later pass's semantics law has a reference
+    to compare to).
     """
 
     def prepared(p: Program) -> Program | None:
@@ -67,7 +70,7 @@ def valid(pass_fn: Pass, features=None):
         except Exception:  # noqa: BLE001 - reported by the earlier pass's own law test
             return None
 
-    return programs(features=features).map(prepared).filter(lambda p: p is not None)
+    return source(features=features).map(prepared).filter(lambda p: p is not None)
 
 
 def without(*names: str) -> frozenset[str]:

@@ -591,6 +591,9 @@ class _Resolver:
                 leaf = r.name
                 if (leaf, chain) in self.memo or self.passed_in(leaf, chain) is not None:
                     continue
+                if self.returned_out(leaf, chain) is not None:
+                    # a call now returns a copy of it: read that, not the call's insides
+                    continue
                 if readable(leaf, chain):
                     _check_unchanged(self.reach, leaf, value, at)
                     continue
@@ -640,7 +643,11 @@ class _Resolver:
         name = fresh_name(node.name, self.taken)
 
         def read(r: Ref) -> Ref:
-            found = self.memo.get((r.name, chain)) or self.passed_in(r.name, chain)
+            found = (
+                self.memo.get((r.name, chain))
+                or self.passed_in(r.name, chain)
+                or self.returned_out(r.name, chain)
+            )
             if found is not None:
                 return ref(found)
             if self.readable(r.name, chain):

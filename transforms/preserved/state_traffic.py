@@ -161,7 +161,8 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
             continue
         aliases[node.name] = dest
         sources[node.name] = dest
-        if node.target is COPY and isinstance(node.args[1], Ref):
+        if node.target is COPY and isinstance(node.args[1], Ref) and node.args[1].name != dest:
+            # (``copy_(dest, dest)`` writes nothing: ``dest`` is the input, not a value of it)
             sources.setdefault(node.args[1].name, dest)
     return aliases, sources
 
