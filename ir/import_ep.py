@@ -7,6 +7,7 @@ copies them.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -505,16 +506,28 @@ def _declared_state(signature: ExportSignature) -> dict[str, InputSpec]:
 def _registration_order(
     order: list[str], signature: ExportSignature, state: dict[str, Slot]
 ) -> tuple[str, ...]:
-    """Put each non-persistent buffer back among the buffers, where eager registered it.
-
-    The state dict lists persistent state in eager order and leaves non-persistent buffers out;
-    the signature lists the buffers a program reads in eager order, non-persistent ones
-    included. Each non-persistent buffer goes right after the buffer before it in the signature;
-    the first buffer, when non-persistent, goes before the first persistent one (or at the end).
-    O(n) in the number of state fqns.
-    """
+    """``registration_order`` of ``order`` with the buffers ``signature`` reads, in its
+    order, and the non-persistent ones among them as ``state`` has them. O(n)."""
     buffers = [s.target for s in signature.inputs if s.kind == BUFFER and s.target in state]
-    loose = {f for f in buffers if not state[f].persistent}
+    return registration_order(order, buffers, {f for f in buffers if not state[f].persistent})
+
+
+def registration_order(
+    order: Sequence[str], buffers: Sequence[str], loose: Collection[str]
+) -> tuple[str, ...]:
+    """Put each non-persistent buffer (``loose``) back among the ``buffers``, where eager
+    registered it: the state order ``import_ep`` gives.
+
+    ``order`` is the state dict followed by the constants, as an ``ExportedProgram`` holds them
+    (persistent state in eager order; non-persistent buffers among the constants); ``buffers``
+    lists the buffers the program reads in eager order, non-persistent ones included (its
+    signature's order). Each non-persistent buffer goes right after the buffer before it in
+    ``buffers``; the first buffer, when non-persistent, goes before the first persistent one,
+    or, with no persistent buffer, at the very end (after the constants).
+
+    **Laws:** ``order`` itself (as a tuple) when ``loose`` is empty; a permutation of ``order``
+    that moves only ``loose`` entries. O(n) in the number of state fqns.
+    """
     if not loose:
         return tuple(order)
     follower: dict[str, str] = {}  # buffer -> the non-persistent buffer placed right after it

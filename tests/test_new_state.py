@@ -256,3 +256,63 @@ def _guards(p) -> int:
         if p.root_module.graph is not None else None
     env = getattr(getattr(val, "fake_mode", None), "shape_env", None)
     return len(env.guards) if env is not None else 0
+
+
+class _Buffers(torch.nn.Module):
+    """A parameter, a lifted constant and the buffers ``kinds`` names (``"p"``: persistent,
+    ``"n"``: non-persistent), in that registration order."""
+
+    def __init__(self, kinds: str) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+        for i, kind in enumerate(kinds):
+            self.register_buffer(f"b{i}", torch.rand(4) + 0.5, persistent=kind == "p")
+        self.table = torch.randn(4)
+        self.kinds = kinds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * self.w + self.table
+        for i in range(len(self.kinds)):
+            y = y * getattr(self, f"b{i}")
+        return y
+
+
+def _with_buffer(persistent: bool):
+    """A visit that multiplies the first ``mul`` by a new buffer (ones)."""
+    done: list[bool] = []
+
+    def visit(node, e):
+        if done or node.op != "call_function" or node.target is not aten.mul.Tensor:
+            return None
+        done.append(True)
+        one = e.add_buffer("one", torch.ones(4), persistent=persistent)
+        return e.call(aten.mul.Tensor, e.call(aten.mul.Tensor, *e.args), one)
+
+    return visit
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["new_persistent", "new_loose"])
+@pytest.mark.parametrize("kinds", ["", "pp", "nn", "np", "pn"],
+                         ids=["no_buffers", "persistent", "loose", "loose_first", "both"])
+def test_a_new_buffer_keeps_the_state_order_through_a_round_trip(kinds, persistent):
+    """Wherever the other buffers are (none, persistent, non-persistent, both), a new buffer
+    (persistent or not) is in ``state_order`` where ``import_ep`` reads it back from
+    ``export_ep``; a non-persistent one with no other buffers goes after the constants, and a
+    persistent one after the non-persistent ones when those were the only buffers (and last)."""
+    model = _Buffers(kinds).eval()
+    args = (torch.randn(3, 4),)
+    p = import_ep(torch.export.export(model, args))
+    q = rewrite_nodes(p, _with_buffer(persistent))
+    assert set(q.state) - set(p.state) == {"one"}
+    verify(q)
+    old = [f for f in q.state_order if f != "one"]
+    if kinds == "nn" and persistent:  # torch puts loose buffers before the first persistent one
+        assert q.state_order == ("w", "b0", "b1", "one", "table")
+    else:
+        assert old == list(p.state_order)  # old order kept
+    out = export_ep(q)
+    torch.testing.assert_close(out.module()(*args), model(*args))
+    back = import_ep(out)
+    assert back.state_order == q.state_order
+    if not kinds and not persistent:
+        assert q.state_order == ("w", "table", "one")

@@ -14,8 +14,11 @@ before the first user input): a new buffer after the tokens, parameters and buff
 constant after every state input (tokens, parameters, buffers, constants, custom objects);
 both before the user inputs, several of a kind in the order they were added. In
 ``state_order`` a new buffer goes after the last parameter or buffer and a new constant last,
-where ``import_ep`` puts them when it reads the program ``export_ep`` makes (the state dict
-first, then the constants), so a round trip keeps the order.
+then all of it is put where ``import_ep`` puts it when it reads the program ``export_ep`` makes
+(the state dict first, then the constants, with each non-persistent buffer after the buffer
+before it, and a first buffer that is non-persistent, when no buffer is persistent, last), so
+a round trip keeps the order. (A hand-built program whose order ``import_ep`` would not give
+keeps its order and gets the new state as above.)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pyrsistent import pmap
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT
+from ir.import_ep import registration_order
 from ir.module import ModuleId
 from ir.names import Names, fresh_name
 from ir.node import GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
@@ -208,9 +212,37 @@ class NewState:
         buffers = [f for f in self.order if self.slots[f].kind == st.BUFFER]
         constants = [f for f in self.order if self.slots[f].kind != st.BUFFER]
         inputs = self.input_specs(q.signature.inputs)
+        state = {**state, **self.slots}
+        order = _as_imported(old, (*old[:at], *buffers, *old[at:], *constants), state)
         return q.replace(
             state=q.state.update(pmap(self.slots)),
             tensors=q.tensors.update(pmap(self.tensors)),
-            state_order=(*old[:at], *buffers, *old[at:], *constants),
+            state_order=order,
             signature=attrs.evolve(q.signature, inputs=inputs) if self.inputs else q.signature,
         )
+
+
+def _as_imported(
+    old: Sequence[str], order: Sequence[str], state: dict[str, st.Slot]
+) -> tuple[str, ...]:
+    """``order`` (``old`` with the new state put in) as ``import_ep`` reads it back from the
+    program ``export_ep`` makes: the state dict (parameters, persistent buffers) then the rest,
+    each in ``order``, with the non-persistent buffers put back by ``registration_order``.
+
+    That moves old entries only where a round trip would move them too: non-persistent
+    buffers, last when no buffer was persistent, go before a new persistent one. ``order``
+    itself when ``old`` is no order ``import_ep`` gives (a hand-built program): a pass never
+    reorders such state. O(state)."""
+
+    def imported(fqns: Sequence[str]) -> tuple[str, ...]:
+        held = [f for f in fqns if registered(f)] + [f for f in fqns if not registered(f)]
+        buffers = [f for f in fqns if state[f].kind == st.BUFFER]
+        return registration_order(held, buffers, {f for f in buffers if not state[f].persistent})
+
+    def registered(fqn: str) -> bool:
+        slot = state[fqn]
+        return slot.kind == st.PARAMETER or (slot.kind == st.BUFFER and slot.persistent)
+
+    if imported(old) != tuple(old):
+        return tuple(order)
+    return imported(order)
