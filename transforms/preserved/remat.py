@@ -246,13 +246,10 @@ class _StateWrites:
         traffic = state_traffic(program)
         aliases, chains = traffic.aliases, traffic.chains
         # a state changes where it is written in place and where a functional update makes
-        # its next value (which ``outline`` writes back when a preserved call reads it): a step
-        # of its update chain, or a value the signature writes back whatever its first
-        # argument (``x + b`` is the next value of ``b`` as much as ``b + x`` is)
+        # its next value (which ``outline`` writes back when a preserved call reads it)
         writes: dict[str, list[int]] = {}
-        for name, dest in {**aliases, **chains, **traffic.written_back}.items():
-            if name in position:
-                writes.setdefault(dest, []).append(position[name])
+        for name, dest in [*aliases.items(), *chains.items()]:
+            writes.setdefault(dest, []).append(position[name])
         for positions in writes.values():
             positions.sort()
         return cls(traffic.read_from_state, dict(aliases), writes)
@@ -695,20 +692,13 @@ def _symbols(
 
 def _check_unchanged(reach: _Reach, leaf: str, user: str, at: int) -> None:
     """A leaf that is (a value of) a mutated root input must still be the input's current
-    value where the copy runs (before node ``at``): no write between the leaf and there, in
-    place or functional (a value the signature writes back, or a step of an update chain).
-    ``user``'s own write is no such write: the copy replaces it (a written-back value copied
-    to where it is written back computes the next value from the current one). O(log w)."""
+    value where the copy runs (before node ``at``): no write between the leaf and there."""
     state = reach.writes
     writes = state.writes.get(state.dest.get(leaf, leaf))
     if not writes:
         return
     start = reach.position[leaf]  # the value the slice reads is current from here on
-    between = bisect_right(writes, at - 1) - bisect_right(writes, start)
-    own = reach.position.get(user, -1)
-    if start < own < at and bisect_right(writes, own) - bisect_right(writes, own - 1):
-        between -= 1
-    if between > 0:
+    if bisect_right(writes, at - 1) > bisect_right(writes, start):
         raise _NotRecomputable(
             f"its slice (%{user}) reads %{leaf}, which is updated before the reader runs"
         )
