@@ -15,6 +15,7 @@ from ir import format_program, verify
 from ir.errors import PassError
 from lowering.laws import check_program
 from transforms import outline, transform
+from transforms.pipeline import pipeline
 from transforms.preserved.remat import rematerialize
 
 IN1 = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
@@ -306,6 +307,85 @@ def test_a_slice_reads_what_a_parent_now_returns_not_its_childs_stale_state():
       %t = call_function[aten.add.Tensor](%s_1, %r_1)""",
         "%r_1",
     )
+    check(before, expected)
+    p = program(before)
+    x = (torch.randn(2),)
+    check_program(transform, p, inputs=lambda _: (x, {}), idempotent=True)
+
+
+def functional_update(body: str, out: str) -> str:
+    """A preserved ``c`` that reads its buffer ``n`` (``%m``) and makes its next value
+    functionally, ``%upd = x + n`` (a ``buffer_mutation`` output: no first-argument update
+    chain, no in-place write), before the root reads ``body``."""
+    return f"""\
+program:
+  inputs:
+    %b_n: buffer c.n persistent=True
+    %x: user_input
+  outputs:
+    %{out}: buffer_mutation c.n
+    %t: user_output
+  state:
+    c.n: buffer <Tensor (2,) torch.float32>
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%t,)
+      in_spec: {STATE_SPEC}
+      out_spec: tree(tuple, [leaf])
+    'c':
+      inputs: (%x,)
+      outputs: (%o,)
+      in_spec: {STATE_SPEC}
+      out_spec: leaf
+  call order: ('', 'c')
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %m = call_function[aten.mul.Tensor](%b_n, 2)  # stack: c
+      %o = call_function[aten.add.Tensor](%x, %m)  # stack: c
+      %upd = call_function[aten.add.Tensor](%x, %b_n)  # stack: c
+{body}
+      return (%{out}, %t)
+  module c: C"""
+
+
+
+def test_a_buffer_updated_functionally_is_read_as_it_was_before_the_update():
+    """The root reads ``%m``, made inside ``c`` from ``n`` before ``c`` makes ``n``'s next
+    value functionally (``x + n``: no first-argument update chain). With the update kept
+    functional (written back after the program), ``n`` is its old value everywhere in the
+    graph, so ``%m`` is recomputed from it, and the update, which the root writes back, is
+    copied there too; the result computes what the flat program does. In the default pipeline
+    (``functional_to_inplace`` first) the same read is declined, by ``rematerialize``, naming
+    the buffer and the reason, not later by ``insert_ivals``."""
+    before = functional_update("      %t = call_function[aten.sub.Tensor](%o, %m)", "upd")
+    expected = functional_update(
+        """      %m_1 = call_function[aten.mul.Tensor](%b_n, 2)
+      %t = call_function[aten.sub.Tensor](%o, %m_1)
+      %upd_1 = call_function[aten.add.Tensor](%x, %b_n)""",
+        "upd_1",
+    )
+    check(before, expected)
+    p = program(before)
+    x = (torch.randn(2),)
+    check_program(lambda q: transform(q, pipeline(keep_functional=True)), p,
+                  inputs=lambda _: (x, {}), idempotent=True)
+    with pytest.raises(PassError) as caught:
+        transform(p)
+    message = str(caught.value)
+    assert "its slice (%m) reads %b_n, which is updated before the reader runs" in message
+    assert "re-export" not in message
+
+
+def test_a_written_back_value_is_copied_to_where_it_is_written_back():
+    """The same update read only by the root's ``buffer_mutation`` output: it is copied there
+    and computes what the flat program does."""
+    body = "      %t = call_function[aten.sub.Tensor](%o, %x)"
+    before = functional_update(body, "upd")
+    expected = functional_update(
+        body + "\n      %upd_1 = call_function[aten.add.Tensor](%x, %b_n)", "upd_1")
     check(before, expected)
     p = program(before)
     x = (torch.randn(2),)
