@@ -150,6 +150,7 @@ def test_the_counterexamples_are_the_edges_named():
     msg = refused_truly(BY_NAME["mul_floordiv_cancel"])
     i, j = counterexample(msg)
     assert i.dtype in (torch.int32, torch.int64)
+    assert max(int(i.long().abs().max()), int(j.long().abs().max())) >= 2**15  # it wraps
     msg = refused_truly(BY_NAME["mean_as_sum_div"])
     (x,) = counterexample(msg)
     assert x.dtype == torch.float16 and "got inf" in msg

@@ -120,7 +120,7 @@ WHOLE = 64
 seeded fill with up to ``OVERRIDES`` positions drawn by ``elements``."""
 OVERRIDES = 8
 PALETTE = 3
-"""A tensor drawn whole is, half the time, made of at most this many values drawn by
+"""A tensor drawn whole is, a quarter of the time, made of at most this many values drawn by
 ``elements``, each repeated at positions drawn (so edges meet edges along a reduction)."""
 
 
@@ -136,7 +136,7 @@ def tensors(
     """A tensor of ``shape`` and ``dtype`` whose elements come from ``elements(dtype,
     assumes=assumes)``, laid out per ``layout`` (one of ``LAYOUTS``; ``None``: drawn).
 
-    Up to ``WHOLE`` elements each is drawn, or (half the time) a palette of up to ``PALETTE``
+    Up to ``WHOLE`` elements each is drawn, or (a quarter of the time) a palette of up to ``PALETTE``
     values is drawn and each element picks one of them; a larger tensor is a seeded fill (normal values,
     or one element everywhere) with up to ``OVERRIDES`` positions drawn. An ``"expanded"``
     tensor's values are drawn for the shape with its first dimension above 1 made 1, then
@@ -169,7 +169,7 @@ def _values(draw: st.DrawFn, shape: tuple[int, ...], dtype: torch.dtype,
     if dtype == torch.bool:
         wide = torch.bool
     if n <= WHOLE:
-        if draw(st.booleans()):
+        if draw(st.integers(0, 3)) == 3:
             # a few values repeated: several edges along one reduction (two largest finite
             # values summed in a row overflow), one value everywhere among them
             palette = draw(st.lists(one, min_size=1, max_size=PALETTE))
