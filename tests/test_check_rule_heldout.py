@@ -17,7 +17,7 @@ import attrs
 import pytest
 import torch
 
-from ir import import_ep
+from ir import PassError, import_ep
 from ir.harness import value_difference
 from lowering import lower
 from tests.heldout_rules import RIGHT, WRONG
@@ -143,6 +143,22 @@ def test_every_right_rule_is_accepted(rule):
     "does nothing; rule compilation should say 'the pattern is its replacement'"))
 def test_a_rule_that_drops_a_contiguous_is_not_called_wrong():
     check_rule(attrs.evolve(BY_NAME["drop_contiguous"], max_examples=5))
+
+
+class _ViewOfContiguous(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(0, 1).contiguous().view(-1) * 1
+
+
+@pytest.mark.xfail(strict=True, raises=PassError, reason=(
+    "the same rule trusted: its pattern's normal form (the transpose) matches its own "
+    "replacement, so the engine rewrites it 89 times and raises 'they form a cycle' instead "
+    "of leaving the program as it is (the view(-1) reader needs the contiguous copy)"))
+def test_a_trusted_rule_dropping_a_contiguous_leaves_a_view_reader_alone():
+    rule = attrs.evolve(BY_NAME["drop_contiguous"], trusted=True)
+    x = torch.randn(4, 6)
+    q, _ = rewrite_report(import_ep(torch.export.export(_ViewOfContiguous(), (x,))), [rule])
+    torch.testing.assert_close(lower(q)(x), _ViewOfContiguous()(x))
 
 
 def test_the_counterexamples_are_the_edges_named():
