@@ -76,19 +76,29 @@ def edges(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset()) -> tuple
     return tuple(out)
 
 
+def int_edges(dtype: torch.dtype) -> tuple[int, ...]:
+    """The edge values of integer ``dtype``: its largest and smallest, and ± the smallest
+    magnitude whose square overflows it (``2 ** (bits // 2)``: ``(i * j) // j`` is not ``i``
+    there, the product wraps). O(1)."""
+    info = torch.iinfo(dtype)
+    half = 2 ** (info.bits // 2)
+    return (info.max, info.min, half, -half) if info.min < 0 else (info.max, info.min, half)
+
+
 def elements(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset()) -> st.SearchStrategy:
     """One element of a tensor of ``dtype``: for a floating dtype an ordinary value
     (``ORDINARY`` or a float in [-4, 4]) or an edge value (``edges``: ±0.0, ±inf, NaN,
     subnormals, the largest finite, magnitudes past ``exp``'s / ``square``'s / cubing's overflow
-    in ``dtype``), only those ``assumes`` admits; for an int dtype a small int (or a bound of
-    int8 range); for bool a bool.
+    in ``dtype``), only those ``assumes`` admits; for an int dtype a small int, one up to
+    ±100, or an edge (``int_edges``: its bounds, ± where a square overflows); for bool a bool.
 
     Shrinks toward ordinary values, ``0.0`` first (edges shrink to ordinary values)."""
     assumes = _check_assumes(assumes)
     if dtype == torch.bool:
         return st.booleans()
     if not (dtype.is_floating_point or dtype.is_complex):
-        return st.one_of(st.sampled_from(SMALL_INTS), st.integers(-100, 100))
+        return st.one_of(st.sampled_from(SMALL_INTS), st.integers(-100, 100),
+                         st.sampled_from(int_edges(dtype)))
     real = dtype if dtype.is_floating_point else _real(dtype)
     ordinary = st.one_of(
         st.sampled_from(ORDINARY),
@@ -109,6 +119,9 @@ WHOLE = 64
 """Tensors of at most this many elements are drawn element by element; larger ones are a
 seeded fill with up to ``OVERRIDES`` positions drawn by ``elements``."""
 OVERRIDES = 8
+PALETTE = 3
+"""A tensor drawn whole is, a quarter of the time, made of at most this many values drawn by
+``elements``, each repeated at positions drawn (so edges meet edges along a reduction)."""
 
 
 @st.composite
@@ -123,13 +136,14 @@ def tensors(
     """A tensor of ``shape`` and ``dtype`` whose elements come from ``elements(dtype,
     assumes=assumes)``, laid out per ``layout`` (one of ``LAYOUTS``; ``None``: drawn).
 
-    Up to ``WHOLE`` elements each is drawn; a larger tensor is a seeded fill (normal values,
+    Up to ``WHOLE`` elements each is drawn, or (a quarter of the time) a palette of up to ``PALETTE``
+    values is drawn and each element picks one of them; a larger tensor is a seeded fill (normal values,
     or one element everywhere) with up to ``OVERRIDES`` positions drawn. An ``"expanded"``
     tensor's values are drawn for the shape with its first dimension above 1 made 1, then
     expanded (stride 0 there).
 
-    Shrinks toward zeros (then ordinary values), the normal fill with seed 0, and the
-    contiguous layout (``LAYOUTS`` in order)."""
+    Shrinks toward zeros (then ordinary values), elements drawn each on its own, the normal
+    fill with seed 0, and the contiguous layout (``LAYOUTS`` in order)."""
     assumes = _check_assumes(assumes)
     shape = tuple(int(s) for s in shape)
     if layout is None:
@@ -155,8 +169,15 @@ def _values(draw: st.DrawFn, shape: tuple[int, ...], dtype: torch.dtype,
     if dtype == torch.bool:
         wide = torch.bool
     if n <= WHOLE:
-        flat = torch.tensor(draw(st.lists(one, min_size=n, max_size=n)), dtype=wide)
-        return flat.reshape(shape).to(dtype)
+        if draw(st.integers(0, 3)) == 3:
+            # a few values repeated: several edges along one reduction (two largest finite
+            # values summed in a row overflow), one value everywhere among them
+            palette = draw(st.lists(one, min_size=1, max_size=PALETTE))
+            picks = st.integers(0, len(palette) - 1)
+            drawn = [palette[k] for k in draw(st.lists(picks, min_size=n, max_size=n))]
+        else:
+            drawn = draw(st.lists(one, min_size=n, max_size=n))
+        return torch.tensor(drawn, dtype=wide).reshape(shape).to(dtype)
     fill = draw(st.sampled_from(("normal", "constant")))
     seed = draw(st.integers(0, 2**16 - 1))
     gen = torch.Generator().manual_seed(seed)
@@ -296,6 +317,7 @@ __all__ = [
     "SMALL_INTS",
     "edges",
     "elements",
+    "int_edges",
     "laid_out",
     "overflow_points",
     "scalar_values",

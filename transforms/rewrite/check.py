@@ -27,6 +27,7 @@ would pass having checked nothing).
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ from ir.strategies.values import (
     FLOAT_DTYPES,
     LAYOUTS,
     ORDINARY,
+    WHOLE,
     edges,
     laid_out,
     scalar_values,
@@ -261,7 +263,7 @@ def _search(state: _State, n: int) -> None:
     for i, k in zip(range(len(state.sigs)), budgets(state, n)):
         sig = state.sigs[i]
         try:
-            for seed in (0, 1):
+            for seed in (0, 1, *row_seeds(sig, state.draw_assumes)):
                 state.check(i, probe(sig, state.draw_assumes, seed))
         except LawViolation:
             if not nested:
@@ -319,11 +321,30 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
     state.budget.guard(law)
 
 
+ROWS = -1
+"""``probe``'s first seed for edge rows: each row (last dimension) one edge value everywhere;
+seed ``ROWS - k`` starts ``k`` rows further along the edges (``row_seeds``)."""
+
+
+def row_seeds(sig: Signature, assumes: frozenset[str]) -> tuple[int, ...]:
+    """The ``probe`` seeds whose edge rows give every edge value a row of its own in each
+    floating tensor of ``sig`` (at most ``len(edges)`` seeds). O(arguments)."""
+    need = 0
+    for a in sig.args:
+        if isinstance(a, tuple) and a[1].is_floating_point:
+            shape = a[0]
+            rows = max(1, math.prod(shape[:-1])) if shape and shape[-1] else 1
+            need = max(need, -(-len(edges(a[1], assumes=assumes)) // rows))
+    return tuple(ROWS - k for k in range(need))
+
+
 def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
     """Deterministic arguments of signature ``sig`` (contiguous): with ``seed`` 0 ordinary
-    values in turn (``ORDINARY``); otherwise the edge values ``assumes`` admits in turn among
-    normal values seeded by ``seed``. Used where the pattern is only tried (does it run, do
-    the two functions disagree), and for the first draw inside a hypothesis test."""
+    values in turn (``ORDINARY``); with a ``seed`` of ``row_seeds`` each row (the last
+    dimension) one edge value everywhere, the largest finite first (a row sum overflows where a mean does
+    not); otherwise the edge values ``assumes`` admits in turn among normal values seeded by
+    ``seed``. Used where the pattern is only tried (does it run, do the two functions
+    disagree), and for the first draw inside a hypothesis test."""
     gen = torch.Generator().manual_seed(seed)
     args = []
     for a in sig.args:
@@ -340,6 +361,15 @@ def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
             flat = torch.tensor([(1, -2, 3, 0, 2, -1)[k % 6] for k in range(n)], dtype=dtype)
         elif seed == 0:
             flat = torch.tensor([ORDINARY[(k + 1) % len(ORDINARY)] for k in range(n)],
+                                dtype=torch.float64)
+        elif seed <= ROWS:
+            pool = edges(dtype, assumes=assumes)
+            top = torch.finfo(dtype).max
+            start = pool.index(top) if top in pool else 0
+            pool = pool[start:] + pool[:start]
+            row = shape[-1] if shape and shape[-1] else 1
+            skip = (ROWS - seed) * max(1, n // row)
+            flat = torch.tensor([pool[(k // row + skip) % len(pool)] for k in range(n)],
                                 dtype=torch.float64)
         else:
             flat = torch.randn(n, generator=gen, dtype=torch.float64)
@@ -432,7 +462,7 @@ class _State:
 
 
 def describe(args: Sequence) -> str:
-    """Arguments in words: a tensor's shape, dtype, layout and (up to 12 elements) values."""
+    """Arguments in words: a tensor's shape, dtype, layout and values (``_values_in_words``)."""
     parts = []
     for a in args:
         if not isinstance(a, torch.Tensor):
@@ -442,10 +472,27 @@ def describe(args: Sequence) -> str:
         layout = _layout_name(a)
         if layout != "contiguous":
             text += f" {layout} (strides {tuple(a.stride())})"
-        if a.numel() <= 12:
-            text += f" {a.detach().reshape(-1).tolist()}"
+        text += _values_in_words(a)
         parts.append(text)
     return "(" + ", ".join(parts) + ")"
+
+
+def _values_in_words(t: torch.Tensor) -> str:
+    """A tensor's values, shortly: all of them up to 12 elements; else ``all v`` for one value
+    everywhere, or the flat positions not zero (``-0.0`` counts) when at most 12, as a
+    counterexample shrunk toward zeros mostly is; else all of them up to ``WHOLE`` (64)
+    elements (the most drawn one by one); else nothing."""
+    flat = t.detach().reshape(-1).tolist()
+    if len(flat) <= 12:
+        return f" {flat}"
+    if all(repr(v) == repr(flat[0]) for v in flat):
+        return f" all {flat[0]}"
+    others = {k: v for k, v in enumerate(flat) if repr(v) not in ("0", "0.0", "False")}
+    if len(others) <= 12:
+        return " zeros but {" + ", ".join(f"{k}: {v}" for k, v in others.items()) + "}"
+    if len(flat) <= WHOLE:
+        return f" {flat}"
+    return ""
 
 
 def _layout_name(t: torch.Tensor) -> str:
