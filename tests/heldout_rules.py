@@ -171,7 +171,8 @@ RIGHT = (
     # exp overflow or 0 / 0 underflow is inf/NaN in the pattern (poison); elsewhere rounding
     Rule(_exp_ratio, lambda x: torch.softmax(x, -1), X, name="softmax_by_hand_fast",
          where=_floating(0), assumes=NNI),
-    # the layout differs (a fresh contiguous copy against a view); the values never do
+    # right in values (a fresh contiguous copy against a view), but the matcher looks through
+    # contiguous(): the rule is refused when compiled as matching its own replacement
     Rule(lambda x: x.transpose(0, 1).contiguous(), lambda x: x.transpose(0, 1), X,
          name="drop_contiguous"),
 )

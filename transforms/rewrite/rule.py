@@ -19,7 +19,7 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER, Node
-from transforms.rewrite.match import Pattern, prepare
+from transforms.rewrite.match import Pattern, match_at, prepare
 from transforms.rewrite.trace import TRAINING, Traced, trace
 
 # --- rules --------------------------------------------------------------------------------------
@@ -243,6 +243,7 @@ def _compile(rule: Rule, level: str) -> Compiled:
                 "pattern does not; a replacement can only use what the pattern matched"
             )
     _refuse_ignored_tensors(rule, pat, rep)
+    _refuse_self_replacing(rule, pattern, rep)
     benefit = pattern.size - len(rep.compute_nodes())
     concrete = _differs(rule, rep, [_other_shapes(x) for x in rule.example_inputs], salt=1)
     by_dtype = not concrete and _differs(
@@ -263,6 +264,35 @@ def _refuse_inplace(rule: Rule, pat: Traced) -> None:
                 f"matches functional programs: write the functional form (e.g. {functional} "
                 f"instead of {name.split('.')[0]})"
             )
+
+
+def _refuse_self_replacing(rule: Rule, pattern: Pattern, rep: Traced) -> None:
+    """A replacement the pattern matches whole is rewritten again, without end: refused.
+
+    The pattern matches the replacement's traced graph (exactly: no size wildcards) and the
+    match covers every operator the replacement calls (looked-through copies included). Such a
+    rule either regroups a pattern into another instance of itself (``(a + b) + c`` into
+    ``a + (b + c)``, commutative arguments being matched either way) or drops only nodes the
+    matcher looks through anyway (``contiguous``, a same-dtype ``clone`` or ``.to``, ``alias``,
+    eval-mode dropout): the pattern drops them itself, so the rule changes nothing it can see.
+    O(replacement nodes x bindings tried)."""
+    graph = rep.graph
+    table = {n.name: n for n in graph.nodes}
+    by_target: dict[int, list[Node]] = {}
+    for n in rep.compute_nodes():
+        by_target.setdefault(id(n.target), []).append(n)
+    calls = {n.name for n in rep.compute_nodes() if not ops.is_metadata_check(n.target)}
+    for n in by_target.get(id(pattern.anchor.target), ()):
+        for b in match_at(pattern, n, table.get, lambda t: by_target.get(id(t), []), strict=True):
+            if calls <= {*b.names.values(), *b.absorbed}:
+                raise PassError(
+                    f"rule {rule.name!r}: the pattern matches the whole of its own replacement "
+                    "(nodes that compute nothing, such as contiguous(), a clone or a .to of the "
+                    "same dtype, are looked through on both sides), so rewrite would rewrite "
+                    "its result again without end; a rule must replace its pattern by something "
+                    "the pattern does not match (to drop a copy, write the computation around "
+                    "it: rewrite drops the copies a match looks through)"
+                )
 
 
 def _refuse_ignored_tensors(rule: Rule, pat: Traced, rep: Traced) -> None:
