@@ -43,7 +43,12 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``random_ops``); copies written in place, ``clone`` then ``add_`` / ``copy_``
     (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
     (``large_linears``); one pure op computed twice, sometimes with ``2`` for ``2.0``
-    (``repeated_subexpressions``).
+    (``repeated_subexpressions``); a ``copy_`` of a new value into a buffer or a user input, the
+    write's result often read by no one (``overwrites``); two ops of the same operands that
+    differ only in a literal, a keyword or a dtype: ``add`` with and without ``alpha``, casts to
+    ``float16`` and ``bfloat16``, ``mean`` over another dim, exact and tanh ``gelu``
+    (``near_duplicates``); ops an algebraic simplifier rewrites: ``x * 1``, ``x + 0``,
+    ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2`` (``identities``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
@@ -134,6 +139,9 @@ FEATURES = (
     "inplace_copies",
     "large_linears",
     "repeated_subexpressions",
+    "overwrites",
+    "near_duplicates",
+    "identities",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -156,6 +164,8 @@ _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
 _SCALARS = (0.5, -1.0, 2.0, 0.25)
+_IDENTITIES = ((aten.mul.Tensor, 1.0), (aten.add.Tensor, 0), (aten.sub.Tensor, 0.0),
+               (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2))
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -742,6 +752,76 @@ class _Builder:
             second = self._op(target, (a, again), shape=self._act())
         return self._op(_BINARY[z >> 2 & 1], (first, second), shape=self._act())
 
+    def _overwrite(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``overwrites``: ``copy_`` of a new value into a buffer (``mean(a, [0])``, as
+        ``self.buf.copy_(...)`` exports) or, outside a preserved call, into a user input
+        (``a``); later reads of it see the write. Returns ``a``: the write's own result is
+        read only through later reads of what it wrote (often by no one)."""
+        buffers = [v[0] for v in vectors if v[1] == stt.BUFFER
+                   and self.styles.get(self.tensor_of[self.fqns[(path, v[0])]],
+                                       "inplace_mutation") == "inplace_mutation"]
+        inputs = [n for n in self.user_inputs if not scope.preserved
+                  and self.input_styles.get(n, "inplace_mutation") == "inplace_mutation"]
+        if buffers and (z & 1 or not inputs):
+            name = buffers[y % len(buffers)]
+            fqn = self.fqns[(path, name)]
+            tid = self.tensor_of[fqn]
+            old = self._read_state(path, name)
+            value = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
+            self.styles[tid] = "inplace_mutation"
+            self.current[tid] = self._op(aten.copy_.default, (old, value), shape=(WIDTH,))
+            self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+        elif inputs:
+            name = inputs[y % len(inputs)]
+            self.input_styles[name] = "inplace_mutation"
+            old = self.input_current.get(name, ref(name))
+            new = self._op(aten.copy_.default, (old, a), shape=self._act())
+            scope.vals[:] = [new if v == old else v for v in scope.vals]
+            self.input_current[name] = new
+        else:
+            return self._op(self.unary[y % len(self.unary)], (a,), shape=self._act())
+        return a
+
+    def _near(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``near_duplicates``: two ops of ``a`` that differ only in a keyword, a literal or a
+        dtype, their difference the result (zero where a pass merges them): ``add(a, b)`` and
+        ``add(a, b, alpha=)``; ``a`` cast to ``float16`` and to ``bfloat16`` (each cast back);
+        ``mean(a, [1], True)`` and ``mean(a, [0], True)``; with ``activations``, ``gelu(a)``
+        and ``gelu(a, approximate='tanh')``."""
+        act = self._act()
+        variant = z % 4
+        if variant == 3 and "activations" not in self.on:  # gelu is the activations' op
+            variant = 0
+        if variant == 0:
+            b = _back(scope.vals, y)
+            first = self._op(aten.add.Tensor, (a, b), shape=act)
+            alpha = IDict((("alpha", _SCALARS[(y >> 2) % len(_SCALARS)]),))
+            second = self._op(aten.add.Tensor, (a, b), alpha, shape=act)
+        elif variant == 1:
+            pair = []
+            for dtype in (torch.float16, torch.bfloat16):
+                low = self._op(aten._to_copy.default, (a,), IDict((("dtype", dtype),)),
+                               shape=("dtype", act, dtype))
+                pair.append(self._op(aten._to_copy.default, (low,),
+                                     IDict((("dtype", torch.float32),)), shape=act))
+            first, second = pair
+        elif variant == 2:
+            first = self._op(aten.mean.dim, (a, IList((1,)), True), shape=(act[0], 1))
+            second = self._op(aten.mean.dim, (a, IList((0,)), True), shape=(1, WIDTH))
+            return self._op(aten.add.Tensor, (first, second), shape=act)
+        else:
+            first = self._op(aten.gelu.default, (a,), shape=act)
+            second = self._op(aten.gelu.default, (a,), IDict((("approximate", "tanh"),)),
+                              shape=act)
+        return self._op(aten.sub.Tensor, (first, second), shape=act)
+
+    def _identity(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                  ) -> Ref:
+        """``identities``: one op an algebraic simplifier rewrites: ``mul(a, 1.0)``,
+        ``add(a, 0)``, ``sub(a, 0.0)``, ``div(a, 1.0)``, ``pow(a, 2)``, ``mul(a, 2)``."""
+        target, literal = _IDENTITIES[z % len(_IDENTITIES)]
+        return self._op(target, (a, literal), shape=self._act())
+
     def _styles_on(self) -> tuple[str, ...]:
         return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
 
@@ -848,6 +928,9 @@ _STEP_FEATURES = (
     ("random_ops", "random"),
     ("inplace_copies", "copy"),
     ("repeated_subexpressions", "twice"),
+    ("overwrites", "overwrite"),
+    ("near_duplicates", "near"),
+    ("identities", "identity"),
 )
 _NEW_STEPS = {
     "build": _Builder._build,
@@ -855,6 +938,9 @@ _NEW_STEPS = {
     "copy": _Builder._copy,
     "mlp": _Builder._mlp,
     "twice": _Builder._twice,
+    "overwrite": _Builder._overwrite,
+    "near": _Builder._near,
+    "identity": _Builder._identity,
 }
 
 
@@ -941,12 +1027,15 @@ def _meta_val(shape: Any) -> Any:
         return None
     if shape[0] == "sort":
         return (_meta_tensor(shape[1]), _meta_tensor(shape[1], torch.int64))
+    if shape[0] == "dtype":
+        return _meta_tensor(shape[1], shape[2])
     return _meta_tensor(shape)
 
 
 for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
     aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
     aten.mean.dim, aten.sort.default, aten.clone.default, aten.copy_.default,
+    aten._to_copy.default, aten.div.Tensor, aten.pow.Tensor_Scalar,
 ):
     _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
 

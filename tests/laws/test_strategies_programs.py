@@ -133,12 +133,22 @@ EXHIBITS = {
     "constant_builders": ((), lambda p: _targets(p) & {"aten.arange.default", "aten.ones.default",
                                                        "aten.full.default"}),
     "random_ops": ((), lambda p: any(ops.is_random(n.target) for n in _computing(p))),
-    "inplace_copies": ((), lambda p: "aten.copy_.default" in _targets(p) or any(
-        str(n.target) == "aten.add_.Tensor" and _producer(p, n.args[0]) == "aten.clone.default"
-        for n in _computing(p))),
+    "inplace_copies": ((), lambda p: any(
+        str(n.target) in ("aten.add_.Tensor", "aten.copy_.default")
+        and _producer(p, n.args[0]) == "aten.clone.default" for n in _computing(p))),
     "large_linears": ((), lambda p: any(p.tensor(f).numel() >= 1024 for f in p.state_order)),
     "repeated_subexpressions": ((), lambda p: len({_key(n) for n in _computing(p)})
                                 < len(list(_computing(p)))),
+    "overwrites": ((), lambda p: any(str(n.target) == "aten.copy_.default"
+                                     and _producer(p, n.args[0]) != "aten.clone.default"
+                                     for n in _computing(p))),
+    "near_duplicates": ((), lambda p: "aten._to_copy.default" in _targets(p) or any(
+        dict(n.kwargs.items).get("approximate") == "tanh" or len(n.args) > 2 and n.args[2] is True
+        for n in _computing(p))),
+    "identities": ((), lambda p: _targets(p) & {"aten.pow.Tensor_Scalar", "aten.div.Tensor"}
+                   or any(n.args[1:2] in ((1.0,), (0,), (0.0,)) for n in _computing(p)
+                          if str(n.target) in ("aten.mul.Tensor", "aten.add.Tensor",
+                                               "aten.sub.Tensor"))),
 }
 
 
@@ -171,9 +181,10 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
     ir.verify(found)
     others = set(FEATURES) - {feature} - set(needs)
     # state aliases come from sharing or ties, buffers also from mutations, in-place ops also
-    # from input mutations: those features are not alone in showing what they show
+    # from input mutations, keyword arguments also from near duplicates: those features are not
+    # alone in showing what they show
     if feature not in ("shared_modules", "tied_parameters", "input_mutation", "buffers",
-                       "inplace_mutation", "repeated_subexpressions"):
+                       "inplace_mutation", "repeated_subexpressions", "kwargs_ops"):
         with pytest.raises(NoSuchExample):
             find(programs(features=others), shows, settings=settings(FIND, max_examples=150))
 
