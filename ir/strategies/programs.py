@@ -48,7 +48,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     differ only in a literal, a keyword or a dtype: ``add`` with and without ``alpha``, casts to
     ``float16`` and ``bfloat16``, ``mean`` over another dim, exact and tanh ``gelu``
     (``near_duplicates``); ops an algebraic simplifier rewrites: ``x * 1``, ``x + 0``,
-    ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2`` (``identities``).
+    ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2`` (``identities``); in-place ops on a value the
+    module computed earlier, which other ops may have read before the write (``x += y``,
+    ``ReLU(inplace=True)``; ``inplace_ops``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
@@ -142,6 +144,7 @@ FEATURES = (
     "overwrites",
     "near_duplicates",
     "identities",
+    "inplace_ops",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -314,6 +317,7 @@ class _Builder:
         self.input_styles: dict[str, str] = {}
         self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
         self.large_read: set[str] = set()  # paths whose large linears a step has read
+        self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -474,6 +478,7 @@ class _Builder:
         base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
         name = self._name(base)
         meta = {"nn_module_stack": dict(self.frames), "val": _meta_val(shape)}
+        self.made_in[name] = len(self.frames), self.frames[-1][0]
         self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
         return ref(name)
 
@@ -822,6 +827,27 @@ class _Builder:
         target, literal = _IDENTITIES[z % len(_IDENTITIES)]
         return self._op(target, (a, literal), shape=self._act())
 
+    def _inplace(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``inplace_ops``: ``add_`` of ``a`` (or ``mul_`` of a scalar, or ``relu_``) on a value
+        this call computed earlier (not an input, state, or a value a signature names: outside
+        preserved calls only), which earlier ops may have read; later reads see the write.
+        Where there is none, ``relu(a)``."""
+        here = (len(self.frames), self.frames[-1][0])
+        inputs = set(self.input_current.values())
+        mine = [v for v in scope.vals if self.made_in.get(v.name) == here
+                and v not in inputs and v not in self.crossing_only] if not scope.preserved else []
+        if not mine:
+            return self._op(aten.relu.default, (a,), shape=self._act())
+        v = mine[-1 - y % len(mine)]
+        if z % 3 == 0:
+            new = self._op(aten.add_.Tensor, (v, a), shape=self._act())
+        elif z % 3 == 1:
+            new = self._op(aten.mul_.Tensor, (v, _SCALARS[y % len(_SCALARS)]), shape=self._act())
+        else:
+            new = self._op(aten.relu_.default, (v,), shape=self._act())
+        scope.vals[:] = [new if u == v else u for u in scope.vals]
+        return new
+
     def _styles_on(self) -> tuple[str, ...]:
         return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
 
@@ -931,6 +957,7 @@ _STEP_FEATURES = (
     ("overwrites", "overwrite"),
     ("near_duplicates", "near"),
     ("identities", "identity"),
+    ("inplace_ops", "inplace"),
 )
 _NEW_STEPS = {
     "build": _Builder._build,
@@ -941,6 +968,7 @@ _NEW_STEPS = {
     "overwrite": _Builder._overwrite,
     "near": _Builder._near,
     "identity": _Builder._identity,
+    "inplace": _Builder._inplace,
 }
 
 
@@ -1008,6 +1036,8 @@ _BASE_NAMES = {
     operator.getitem: "getitem",
     aten.add_.Tensor: "add_",
     aten.sub_.Tensor: "sub_",
+    aten.mul_.Tensor: "mul_",
+    aten.relu_.default: "relu_",
 }
 
 _META: dict[Any, torch.Tensor] = {}

@@ -213,7 +213,8 @@ def hoists_writes(p: Program) -> Program:
 def outputs_in_double(p: Program) -> Program:
     """Bug: upcasts the user outputs to float64 "for accuracy" (callers get another dtype)."""
     g = p.root_module.graph
-    user = {s.name for s in p.signature.outputs if s.kind == "user_output"}
+    user = ({s.name for s in p.signature.outputs if s.kind == "user_output"}
+            - {s.name for s in p.signature.outputs if s.kind != "user_output"})
     out = g.nodes[-1]
     new, alias = [], {}
     for n in g.nodes[:-1]:
@@ -349,9 +350,22 @@ def rename_values(p: Program) -> Program:
     return q.replace(signature=signature, call_signatures=calls)
 
 
-def simplify_identities(p: Program) -> Program:
-    """Algebraic simplification: ``x * 1.0`` and ``x / 1.0`` are ``x`` (``x + 0`` is not:
-    ``-0.0 + 0`` is ``+0.0``), ``x ** 2`` is ``x * x``."""
+def _written(graph: Graph) -> set[str]:
+    """Names whose tensor some node writes in place, at any point (an in-place result is
+    its input's tensor)."""
+    root: dict[str, str] = {}
+    written = set()
+    for n in graph.nodes:
+        if n.op == CALL_FUNCTION and ops.is_mutating(n.target):
+            for i in ops.written_args(n.target):
+                if i < len(n.args) and isinstance(n.args[i], Ref):
+                    written.add(root.setdefault(n.args[i].name, n.args[i].name))
+                    root[n.name] = root[n.args[i].name]
+    return {n.name for n in graph.nodes if root.get(n.name, n.name) in written}
+
+
+def _simplify(p: Program, *, mind_writes: bool) -> Program:
+    writes: dict[int, set[str]] = {}
 
     def visit(node, e):
         if node.op != CALL_FUNCTION or len(e.args) != 2 or not isinstance(e.args[0], Ref):
@@ -359,12 +373,30 @@ def simplify_identities(p: Program) -> Program:
         x, k = e.args
         if (node.target in (aten.mul.Tensor, aten.div.Tensor) and type(k) is float and k == 1.0
                 and not e.kwargs):
+            if mind_writes:  # x * 1.0 is a new tensor: x itself may be written later
+                if id(e.graph) not in writes:
+                    writes[id(e.graph)] = _written(e.graph)
+                if x.name in writes[id(e.graph)]:
+                    return None
             return x
         if node.target is aten.pow.Tensor_Scalar and k == 2 and type(k) is int:
             return e.call(aten.mul.Tensor, x, x)
         return None
 
     return rewrite_nodes(p, visit)
+
+
+def simplify_identities(p: Program) -> Program:
+    """Algebraic simplification: ``x * 1.0`` and ``x / 1.0`` are ``x`` unless ``x`` is
+    written in place (before or after: the product is a copy), ``x ** 2`` is ``x * x``
+    (``x + 0`` is not ``x``: ``-0.0 + 0`` is ``+0.0``)."""
+    return _simplify(p, mind_writes=True)
+
+
+def identity_forwards_a_written_value(p: Program) -> Program:
+    """Bug: ``x * 1.0`` becomes ``x`` even where ``x`` is written in place afterwards (the
+    product was a copy; ``x`` is not)."""
+    return _simplify(p, mind_writes=False)
 
 
 def cse_then_dce(p: Program) -> Program:
@@ -392,6 +424,7 @@ PLANTED = [
     (outputs_in_double, {}, "semantics"),
     (relu_spelling_by_counter, {}, "determinism"),
     (quantizes_through_data, {}, "purity"),
+    (identity_forwards_a_written_value, {}, "semantics"),
 ]
 
 CORRECT = [

@@ -149,7 +149,15 @@ EXHIBITS = {
                    or any(n.args[1:2] in ((1.0,), (0,), (0.0,)) for n in _computing(p)
                           if str(n.target) in ("aten.mul.Tensor", "aten.add.Tensor",
                                                "aten.sub.Tensor"))),
+    "inplace_ops": ((), lambda p: _targets(p) & {"aten.mul_.Tensor", "aten.relu_.default"} or any(
+        str(n.target) == "aten.add_.Tensor" and _producer(p, n.args[0]) not in _STATE_CHAIN
+        for n in _computing(p))),
 }
+
+# what an in-place write of state, an input or a fresh copy writes: the value itself, a copy,
+# or an earlier write of it
+_STATE_CHAIN = (None, "aten.clone.default", "aten.add_.Tensor", "aten.sub_.Tensor",
+                "aten.copy_.default")
 
 
 def _computing(p):
@@ -212,7 +220,10 @@ def test_shrinks_to_a_minimal_shared_module():
     paths = [path for path, _ in p.walk()]
     # one shared object (m0, also registered as s0), maybe with one child under both names
     assert paths in (["", "m0", "s0"], ["", "m0", "m0.m1", "s0", "s0.m1"]), paths
-    assert len(p.state) == 2  # one tensor and its alias
+    # each tensor and its alias (one, or the module's large-linear pair; as above, the shrinker
+    # may leave the root's unread pair on)
+    shared = [s.tensor for f, s in p.state.items() if f not in ("wl0", "wl1")]
+    assert len(shared) == 2 * len(set(shared)) <= 4, sorted(p.state)
     assert p.root_module.graph.compute_count() <= 2
 
 
