@@ -48,7 +48,7 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     differ only in a literal, a keyword or a dtype: ``add`` with and without ``alpha``, casts to
     ``float16`` and ``bfloat16``, ``mean`` over another dim, exact and tanh ``gelu``
     (``near_duplicates``); ops an algebraic simplifier rewrites: ``x * 1``, ``x + 0``,
-    ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2`` (``identities``); in-place ops on a value the
+    ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2``, ``clone(x)`` (``identities``); in-place ops on a value the
     module computed earlier, which other ops may have read before the write (``x += y``,
     ``ReLU(inplace=True)``; ``inplace_ops``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
@@ -168,7 +168,9 @@ _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
 _SCALARS = (0.5, -1.0, 2.0, 0.25)
 _IDENTITIES = ((aten.mul.Tensor, 1.0), (aten.add.Tensor, 0), (aten.sub.Tensor, 0.0),
-               (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2))
+               (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2),
+               (aten.clone.default, None))
+_READERS = ((aten.clone.default, None), (aten.mul.Tensor, 1.0), (aten.relu.default, None))
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -318,6 +320,7 @@ class _Builder:
         self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
         self.large_read: set[str] = set()  # paths whose large linears a step has read
         self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
+        self.last_read: Ref | None = None  # the first operand of the latest op
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -479,6 +482,7 @@ class _Builder:
         name = self._name(base)
         meta = {"nn_module_stack": dict(self.frames), "val": _meta_val(shape)}
         self.made_in[name] = len(self.frames), self.frames[-1][0]
+        self.last_read = next((r for r in args if isinstance(r, Ref)), self.last_read)
         self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
         return ref(name)
 
@@ -783,6 +787,8 @@ class _Builder:
             new = self._op(aten.copy_.default, (old, a), shape=self._act())
             scope.vals[:] = [new if v == old else v for v in scope.vals]
             self.input_current[name] = new
+            if a == old:  # the input's old value is read no more
+                return new
         else:
             return self._op(self.unary[y % len(self.unary)], (a,), shape=self._act())
         return a
@@ -823,14 +829,18 @@ class _Builder:
     def _identity(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
                   ) -> Ref:
         """``identities``: one op an algebraic simplifier rewrites: ``mul(a, 1.0)``,
-        ``add(a, 0)``, ``sub(a, 0.0)``, ``div(a, 1.0)``, ``pow(a, 2)``, ``mul(a, 2)``."""
+        ``add(a, 0)``, ``sub(a, 0.0)``, ``div(a, 1.0)``, ``pow(a, 2)``, ``mul(a, 2)``,
+        ``clone(a)``."""
         target, literal = _IDENTITIES[z % len(_IDENTITIES)]
-        return self._op(target, (a, literal), shape=self._act())
+        args = (a,) if literal is None else (a, literal)
+        return self._op(target, args, shape=self._act())
 
     def _inplace(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_ops``: ``add_`` of ``a`` (or ``mul_`` of a scalar, or ``relu_``) on a value
         this call computed earlier (not an input, state, or a value a signature names: outside
-        preserved calls only), which earlier ops may have read; later reads see the write.
+        preserved calls only), which earlier ops may have read (half the time, what the latest
+        op read); later reads see the write. Half the time a copy of it is taken just before
+        the write (``clone``, ``mul`` by ``1.0``, ``relu``) and is the step's result.
         Where there is none, ``relu(a)``."""
         here = (len(self.frames), self.frames[-1][0])
         inputs = set(self.input_current.values())
@@ -839,6 +849,13 @@ class _Builder:
         if not mine:
             return self._op(aten.relu.default, (a,), shape=self._act())
         v = mine[-1 - y % len(mine)]
+        if z >> 2 & 1 and self.last_read in mine:  # what the op just before read
+            v = self.last_read
+        reader = None
+        if z >> 3 & 1:  # a copy taken just before the write: ``y = x.clone(); x += a``
+            target, literal = _READERS[(z >> 4) % len(_READERS)]
+            reader = self._op(target, (v,) if literal is None else (v, literal),
+                              shape=self._act())
         if z % 3 == 0:
             new = self._op(aten.add_.Tensor, (v, a), shape=self._act())
         elif z % 3 == 1:
@@ -846,6 +863,9 @@ class _Builder:
         else:
             new = self._op(aten.relu_.default, (v,), shape=self._act())
         scope.vals[:] = [new if u == v else u for u in scope.vals]
+        if reader is not None:
+            scope.vals.append(new)
+            return reader
         return new
 
     def _styles_on(self) -> tuple[str, ...]:

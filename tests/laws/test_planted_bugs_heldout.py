@@ -399,6 +399,18 @@ def identity_forwards_a_written_value(p: Program) -> Program:
     return _simplify(p, mind_writes=False)
 
 
+def forwards_clones(p: Program) -> Program:
+    """Bug: ``clone(x)`` is ``x``, it thinks (copy propagation that forgets that ``x`` may be
+    written afterwards, or the clone itself)."""
+
+    def visit(node, e):
+        if node.target is aten.clone.default and isinstance(e.args[0], Ref):
+            return e.args[0]
+        return None
+
+    return rewrite_nodes(p, visit)
+
+
 def cse_then_dce(p: Program) -> Program:
     """purefx's own cleanup passes, composed."""
     return eliminate_dead_code(cse(p))
@@ -425,6 +437,7 @@ PLANTED = [
     (relu_spelling_by_counter, {}, "determinism"),
     (quantizes_through_data, {}, "purity"),
     (identity_forwards_a_written_value, {}, "semantics"),
+    (forwards_clones, {}, "semantics"),
 ]
 
 CORRECT = [
