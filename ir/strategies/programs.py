@@ -40,8 +40,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     result (``activations``); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
     (``constant_builders``); random ops ``rand_like`` / ``randn_like`` / ``rand``
-    (``random_ops``); copies written in place, ``clone`` then ``add_`` / ``copy_``
-    (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
+    (``random_ops``, some drawn and never read); copies written in place, ``clone`` then
+    ``add_`` / ``copy_`` (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
     (``large_linears``); one pure op computed twice, sometimes with ``2`` for ``2.0``
     (``repeated_subexpressions``); a ``copy_`` of a new value into a buffer or a user input, the
     write's result often read by no one (``overwrites``); two ops of the same operands that
@@ -170,7 +170,7 @@ _SCALARS = (0.5, -1.0, 2.0, 0.25)
 _IDENTITIES = ((aten.mul.Tensor, 1.0), (aten.add.Tensor, 0), (aten.sub.Tensor, 0.0),
                (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2),
                (aten.clone.default, None))
-_READERS = ((aten.clone.default, None), (aten.mul.Tensor, 1.0), (aten.relu.default, None))
+_READERS = ((aten.clone.default, None), (aten.mul.Tensor, 1.0))
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -715,8 +715,13 @@ class _Builder:
 
     def _random(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``random_ops``: ``rand_like`` / ``randn_like`` of ``a`` or ``rand`` of its shape,
-        combined with ``a`` (two of them on one operand are equal calls, not equal values)."""
+        combined with ``a`` (two of them on one operand are equal calls, not equal values);
+        when ``z`` says so, after a ``rand_like(a)`` that nothing reads (a draw is never dead:
+        it moves the generator on)."""
         target = _RANDOM[z % len(_RANDOM)]
+        if z >> 3 & 1:
+            self._op(aten.rand_like.default, (a,), IDict((("pin_memory", False),)),
+                     shape=self._act())
         if target is aten.rand.default:
             r = self._op(target, (IList(self._act()),),
                          IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
@@ -840,7 +845,7 @@ class _Builder:
         this call computed earlier (not an input, state, or a value a signature names: outside
         preserved calls only), which earlier ops may have read (half the time, what the latest
         op read); later reads see the write. Half the time a copy of it is taken just before
-        the write (``clone``, ``mul`` by ``1.0``, ``relu``) and is the step's result.
+        the write (``clone``, or ``mul`` by ``1.0``) and is the step's result.
         Where there is none, ``relu(a)``."""
         here = (len(self.frames), self.frames[-1][0])
         inputs = set(self.input_current.values())
