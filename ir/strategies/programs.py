@@ -686,7 +686,7 @@ class _Builder:
 
     def _build(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``constant_builders``: ``arange`` / ``ones`` / ``full`` of ``(WIDTH,)``, maybe an op on
-        it (a scalar, a state vector, an activation: something a constant folder can compute),
+        it (a scalar, a state vector (a buffer the program then updates), an activation),
         combined with ``a``, and then maybe the built value itself added too."""
         which = y % len(_BUILDERS)
         on_cpu = (("device", _CPU), ("pin_memory", False))
@@ -704,8 +704,11 @@ class _Builder:
         elif chain == 2 and vectors:
             # a buffer when there is one: a value a folder must not take for a constant
             pick = [v for v in vectors if v[1] == stt.BUFFER] or vectors
-            state = self._read_state(path, pick[(y >> 2) % len(pick)][0])
+            name = pick[(y >> 2) % len(pick)][0]
+            state = self._read_state(path, name)
             k = self._op(aten.add.Tensor, (k, state), shape=(WIDTH,))
+            if pick[0][1] == stt.BUFFER and self._styles_on():
+                self._update(path, name, a, z)  # and the program updates it
         elif chain:
             k = self._op(self.unary[(y >> 2) % len(self.unary)], (k,), shape=(WIDTH,))
         out = self._op(_BINARY[(y + z) % len(_BINARY)], (a, k), shape=self._act())
@@ -731,7 +734,10 @@ class _Builder:
 
     def _copy(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_copies``: ``clone(a)`` written in place (``add_`` of a value or a scalar, or
-        ``copy_`` of a value); later steps read the write's result, as in export's graphs."""
+        ``copy_`` of a value), sometimes after a copy that is kept as it is; later steps read
+        the write's result, as in export's graphs."""
+        if z >> 2 & 1:  # a copy kept beside the one written: equal calls, not equal values
+            scope.vals.append(self._op(aten.clone.default, (a,), shape=self._act()))
         c = self._op(aten.clone.default, (a,), shape=self._act())
         if z % 3 == 2:
             return self._op(aten.copy_.default, (c, _back(scope.vals, y)), shape=self._act())
