@@ -371,10 +371,12 @@ def _simplify(p: Program, *, mind_writes: bool) -> Program:
         x, k = e.args
         if (node.target in (aten.mul.Tensor, aten.div.Tensor) and type(k) is float and k == 1.0
                 and not e.kwargs):
-            if mind_writes:  # x * 1.0 is a new tensor: x itself may be written later
+            if mind_writes:  # x * 1.0 is a new tensor: x, or it, may be written in place
                 if id(e.graph) not in writes:
                     writes[id(e.graph)] = _written(e.graph)
-                if x.name in writes[id(e.graph)]:
+                if ({x.name, node.name} & writes[id(e.graph)]
+                        or getattr(e.graph.by_name().get(x.name), "op", None)
+                        == "placeholder"):  # an input: a mutation writes it back at the end
                     return None
             return x
         if node.target is aten.pow.Tensor_Scalar and k == 2 and type(k) is int:
@@ -385,15 +387,16 @@ def _simplify(p: Program, *, mind_writes: bool) -> Program:
 
 
 def simplify_identities(p: Program) -> Program:
-    """Algebraic simplification: ``x * 1.0`` and ``x / 1.0`` are ``x`` unless ``x`` is
-    written in place (before or after: the product is a copy), ``x ** 2`` is ``x * x``
+    """Algebraic simplification: ``x * 1.0`` and ``x / 1.0`` are ``x`` unless ``x`` or the
+    product is written in place (the product is a copy) or ``x`` is an input (a functional
+    input or buffer mutation writes it back at the end), ``x ** 2`` is ``x * x``
     (``x + 0`` is not ``x``: ``-0.0 + 0`` is ``+0.0``)."""
     return _simplify(p, mind_writes=True)
 
 
 def identity_forwards_a_written_value(p: Program) -> Program:
-    """Bug: ``x * 1.0`` becomes ``x`` even where ``x`` is written in place afterwards (the
-    product was a copy; ``x`` is not)."""
+    """Bug: ``x * 1.0`` becomes ``x`` even where ``x`` or the product is written in place
+    (the product was a copy; ``x`` is not)."""
     return _simplify(p, mind_writes=False)
 
 
