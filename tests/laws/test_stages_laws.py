@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ir import PassError, format_program, verify
 from ir.module_stack import NO_STACK
-from ir.strategies import programs
+from ir.strategies import DETERMINISTIC_FEATURES, programs
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering import lower, stage_module
@@ -50,7 +50,9 @@ def _split_of(p, data):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(p=programs(max_modules=4, max_ops=5, max_nodes=40), data=st.data())
+# deterministic programs: the stages and lower(p) run unseeded, so random ops would differ
+@given(p=programs(features=DETERMINISTIC_FEATURES, max_modules=4, max_ops=5, max_nodes=40),
+       data=st.data())
 def test_stages_in_sequence_compute_the_program(p, data):
     paths = _paths_in_order(p)
     assume(len(paths) >= 2)
