@@ -120,6 +120,7 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
     before = _copy_program(program)
     meta = _meta_fingerprint(program)
     versions = program_tensor_versions(program)
+    bits = _tensor_snapshot(program)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         result = _call(pass_fn, program)
@@ -132,6 +133,11 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
     if after != versions:
         written = sorted(k for k, a, b in _version_diff(program, versions, after) if a != b)
         problems.append(f"tensors of the input were written: {written}")
+    else:
+        written = _written_behind_versions(program, bits)
+        if written:
+            problems.append(f"tensors of the input were written behind autograd's version "
+                            f"counter (through .data, say): {written}")
     if printed.getvalue():
         problems.append(f"it printed {printed.getvalue()[:200]!r}")
     if problems:
@@ -630,6 +636,31 @@ def _program_difference(a: Any, b: Any) -> str:
                         return f"the programs print {line_a.strip()!r} and {line_b.strip()!r}"
             return f"their {field.name} differ"
     return "they are not =="
+
+
+SNAPSHOT_BYTES = 1 << 28
+"""The purity law copies the input's tensors (up to this many bytes in all) to see writes that
+bump no version counter (``w.data.copy_(...)``); past it, only versions are compared."""
+
+
+def _tensor_snapshot(program: Program) -> dict[str, torch.Tensor]:
+    """A copy of each (non-meta) tensor ``program`` holds, by table key; ``{}`` past
+    ``SNAPSHOT_BYTES``. O(bytes of the tensors)."""
+    snapshot, total = {}, 0
+    for key, held in program.tensors.items():
+        x = held.value
+        if isinstance(x, torch.Tensor) and x.device.type != "meta" and x.layout == torch.strided:
+            total += x.nbytes
+            if total > SNAPSHOT_BYTES:
+                return {}
+            snapshot[key] = x.detach().clone()
+    return snapshot
+
+
+def _written_behind_versions(program: Program, snapshot: dict[str, torch.Tensor]) -> list[str]:
+    """Table keys whose tensor no longer has the bits ``snapshot`` holds."""
+    return sorted(key for key, copy in snapshot.items()
+                  if not same_bits(program.tensors[key].value.detach(), copy))
 
 
 def _version_diff(program: Program, before: tuple, after: tuple) -> list:

@@ -125,7 +125,8 @@ def test_a_where_that_raises_is_a_pass_error():
         raise ValueError("no")
 
     with pytest.raises(PassError, match="where\\(\\) raised ValueError"):
-        check_rule(Rule(torch.relu, torch.relu, X, name="boom", where=boom, max_examples=3))
+        check_rule(Rule(torch.relu, lambda x: x.clamp(min=0), X, name="boom", where=boom,
+                        max_examples=3))
 
 
 def test_a_malformed_rule_is_a_pass_error():

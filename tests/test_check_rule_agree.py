@@ -99,8 +99,9 @@ def test_the_reference_is_consulted_only_under_reassociate():
 
 def test_a_rule_that_changes_strides_is_accepted_and_says_so():
     ab = (torch.randn(3, 4), torch.randn(4, 5))
+    # specials=False: at the overflow edges the two products sum in other orders (inf and -inf)
     mm_t = Rule(lambda a, b: b.t() @ a.t(), lambda a, b: (a @ b).t(), ab, name="mm_t",
-                max_examples=8)
+                specials=False, max_examples=8)
     checked = check_rule(mm_t)
     assert checked.changes_layout
     assert "(tensor(3, 4) float32, tensor(4, 5) float32)" in checked.restrided

@@ -167,7 +167,7 @@ def test_a_where_that_raises_is_told_by_its_type():
         raise Oops("no words about where here")
 
     with pytest.raises(PassError, match="its where\\(\\) raised Oops: no words"):
-        check_rule(Rule(torch.relu, torch.relu, X, name="raises", where=where))
+        check_rule(Rule(torch.relu, lambda x: x.clamp(min=0), X, name="raises", where=where))
 
 
 def test_a_where_that_admits_no_draw_says_so():

@@ -52,10 +52,17 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     result (``activations``); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
     (``constant_builders``); random ops ``rand_like`` / ``randn_like`` / ``rand``
-    (``random_ops``); copies written in place, ``clone`` then ``add_`` / ``copy_``
-    (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
+    (``random_ops``, some drawn and never read); copies written in place, ``clone`` then
+    ``add_`` / ``copy_`` (``inplace_copies``); a pair of linears through ``HIDDEN`` features, 1024 weights each
     (``large_linears``); one pure op computed twice, sometimes with ``2`` for ``2.0``
-    (``repeated_subexpressions``).
+    (``repeated_subexpressions``); a ``copy_`` of a new value into a buffer or a user input, the
+    write's result often read by no one (``overwrites``); two ops of the same operands that
+    differ only in a literal, a keyword or a dtype: ``add`` with and without ``alpha``, casts to
+    ``float16`` and ``bfloat16``, ``mean`` over another dim, exact and tanh ``gelu``
+    (``near_duplicates``); ops an algebraic simplifier rewrites: ``x * 1``, ``x + 0``,
+    ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2``, ``clone(x)`` (``identities``); in-place ops on a value the
+    module computed earlier, which other ops may have read before the write (``x += y``,
+    ``ReLU(inplace=True)``; ``inplace_ops``).
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
@@ -155,7 +162,11 @@ FEATURES = (
     "inplace_copies",
     "large_linears",
     "repeated_subexpressions",
-    # last, so that the bytes that draw the features before them are as they were
+    "overwrites",
+    "near_duplicates",
+    "identities",
+    "inplace_ops",
+    # opt-in (drawn from their own bytes, so the default features' draws are as they were)
     "crossing_state",
     "stale_signatures",
     "grad_regions",
@@ -195,6 +206,10 @@ _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
 _SCALARS = (0.5, -1.0, 2.0, 0.25)
+_IDENTITIES = ((aten.mul.Tensor, 1.0), (aten.add.Tensor, 0), (aten.sub.Tensor, 0.0),
+               (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2),
+               (aten.clone.default, None))
+_READERS = ((aten.clone.default, None), (aten.mul.Tensor, 1.0))
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -410,6 +425,8 @@ class _Builder:
         # new values of state and inputs (update chains), values read into preserved calls
         # unsigned: kept out of ``grad_regions`` bodies
         self.state_values: set[str] = set()
+        self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
+        self.last_read: Ref | None = None  # the first operand of the latest op
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -593,6 +610,8 @@ class _Builder:
         base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
         name = self._name(base)
         meta = {"nn_module_stack": dict(self.frames), "val": _meta_val(shape)}
+        self.made_in[name] = len(self.frames), self.frames[-1][0]
+        self.last_read = next((r for r in args if isinstance(r, Ref)), self.last_read)
         self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
         return ref(name)
 
@@ -832,7 +851,7 @@ class _Builder:
 
     def _build(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``constant_builders``: ``arange`` / ``ones`` / ``full`` of ``(WIDTH,)``, maybe an op on
-        it (a scalar, a state vector, an activation: something a constant folder can compute),
+        it (a scalar, a state vector (a buffer the program then updates), an activation),
         combined with ``a``, and then maybe the built value itself added too."""
         which = y % len(_BUILDERS)
         on_cpu = (("device", _CPU), ("pin_memory", False))
@@ -850,8 +869,11 @@ class _Builder:
         elif chain == 2 and vectors:
             # a buffer when there is one: a value a folder must not take for a constant
             pick = [v for v in vectors if v[1] == stt.BUFFER] or vectors
-            state = self._read_state(path, pick[(y >> 2) % len(pick)][0])
+            name = pick[(y >> 2) % len(pick)][0]
+            state = self._read_state(path, name)
             k = self._op(aten.add.Tensor, (k, state), shape=(WIDTH,))
+            if pick[0][1] == stt.BUFFER and self._styles_on():
+                self._update(path, name, a, z)  # and the program updates it
         elif chain:
             k = self._op(self.unary[(y >> 2) % len(self.unary)], (k,), shape=(WIDTH,))
         out = self._op(_BINARY[(y + z) % len(_BINARY)], (a, k), shape=self._act())
@@ -861,8 +883,13 @@ class _Builder:
 
     def _random(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``random_ops``: ``rand_like`` / ``randn_like`` of ``a`` or ``rand`` of its shape,
-        combined with ``a`` (two of them on one operand are equal calls, not equal values)."""
+        combined with ``a`` (two of them on one operand are equal calls, not equal values);
+        when ``z`` says so, after a ``rand_like(a)`` that nothing reads (a draw is never dead:
+        it moves the generator on)."""
         target = _RANDOM[z % len(_RANDOM)]
+        if z >> 3 & 1:
+            self._op(aten.rand_like.default, (a,), IDict((("pin_memory", False),)),
+                     shape=self._act())
         if target is aten.rand.default:
             r = self._op(target, (IList(self._act()),),
                          IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
@@ -872,7 +899,10 @@ class _Builder:
 
     def _copy(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_copies``: ``clone(a)`` written in place (``add_`` of a value or a scalar, or
-        ``copy_`` of a value); later steps read the write's result, as in export's graphs."""
+        ``copy_`` of a value), sometimes after a copy that is kept as it is; later steps read
+        the write's result, as in export's graphs."""
+        if z >> 2 & 1:  # a copy kept beside the one written: equal calls, not equal values
+            scope.vals.append(self._op(aten.clone.default, (a,), shape=self._act()))
         c = self._op(aten.clone.default, (a,), shape=self._act())
         if z % 3 == 2:
             return self._op(aten.copy_.default, (c, _back(scope.vals, y)), shape=self._act())
@@ -906,6 +936,117 @@ class _Builder:
             first = self._op(target, (a, scalar), shape=self._act())
             second = self._op(target, (a, again), shape=self._act())
         return self._op(_BINARY[z >> 2 & 1], (first, second), shape=self._act())
+
+    def _overwrite(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``overwrites``: ``copy_`` of a new value into a buffer (``mean(a, [0])``, as
+        ``self.buf.copy_(...)`` exports) or, in a program without preserved calls, into a user
+        input (``a``); later reads of it see the write. Returns ``a``: the write's own result is
+        read only through later reads of what it wrote (often by no one)."""
+        buffers = [v[0] for v in vectors if v[1] == stt.BUFFER
+                   and self.styles.get(self.tensor_of[self.fqns[(path, v[0])]],
+                                       "inplace_mutation") == "inplace_mutation"]
+        # not with preserved calls: transform(p, pipeline(keep_functional=True)) raises a
+        # PassError on an input overwritten by copy_ after a preserved call (a purefx gap,
+        # docs/known-gaps.md), and every law test of the pipeline would meet it
+        inputs = [n for n in self.user_inputs if not scope.preserved
+                  and "preserved_calls" not in self.on
+                  and self.input_styles.get(n, "inplace_mutation") == "inplace_mutation"]
+        if buffers and (z & 1 or not inputs):
+            name = buffers[y % len(buffers)]
+            fqn = self.fqns[(path, name)]
+            tid = self.tensor_of[fqn]
+            old = self._read_state(path, name)
+            value = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
+            self.styles[tid] = "inplace_mutation"
+            self.current[tid] = self._op(aten.copy_.default, (old, value), shape=(WIDTH,))
+            self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+        elif inputs:
+            name = inputs[y % len(inputs)]
+            self.input_styles[name] = "inplace_mutation"
+            old = self.input_current.get(name, ref(name))
+            new = self._op(aten.copy_.default, (old, a), shape=self._act())
+            scope.vals[:] = [new if v == old else v for v in scope.vals]
+            self.input_current[name] = new
+            if a == old:  # the input's old value is read no more
+                return new
+        else:
+            return self._op(self.unary[y % len(self.unary)], (a,), shape=self._act())
+        return a
+
+    def _near(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``near_duplicates``: two ops of ``a`` that differ only in a keyword, a literal or a
+        dtype, their difference the result (zero where a pass merges them): ``add(a, b)`` and
+        ``add(a, b, alpha=)``; ``a`` cast to ``float16`` and to ``bfloat16`` (each cast back);
+        ``mean(a, [1], True)`` and ``mean(a, [0], True)``; with ``activations``, ``gelu(a)``
+        and ``gelu(a, approximate='tanh')``."""
+        act = self._act()
+        variant = z % 4
+        if variant == 3 and "activations" not in self.on:  # gelu is the activations' op
+            variant = 0
+        if variant == 0:
+            b = _back(scope.vals, y)
+            first = self._op(aten.add.Tensor, (a, b), shape=act)
+            alpha = IDict((("alpha", _SCALARS[(y >> 2) % len(_SCALARS)]),))
+            second = self._op(aten.add.Tensor, (a, b), alpha, shape=act)
+        elif variant == 1:
+            pair = []
+            for dtype in (torch.float16, torch.bfloat16):
+                low = self._op(aten._to_copy.default, (a,), IDict((("dtype", dtype),)),
+                               shape=("dtype", act, dtype))
+                pair.append(self._op(aten._to_copy.default, (low,),
+                                     IDict((("dtype", torch.float32),)), shape=act))
+            first, second = pair
+        elif variant == 2:
+            first = self._op(aten.mean.dim, (a, IList((1,)), True), shape=(act[0], 1))
+            second = self._op(aten.mean.dim, (a, IList((0,)), True), shape=(1, WIDTH))
+            return self._op(aten.add.Tensor, (first, second), shape=act)
+        else:
+            first = self._op(aten.gelu.default, (a,), shape=act)
+            second = self._op(aten.gelu.default, (a,), IDict((("approximate", "tanh"),)),
+                              shape=act)
+        return self._op(aten.sub.Tensor, (first, second), shape=act)
+
+    def _identity(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                  ) -> Ref:
+        """``identities``: one op an algebraic simplifier rewrites: ``mul(a, 1.0)``,
+        ``add(a, 0)``, ``sub(a, 0.0)``, ``div(a, 1.0)``, ``pow(a, 2)``, ``mul(a, 2)``,
+        ``clone(a)``."""
+        target, literal = _IDENTITIES[z % len(_IDENTITIES)]
+        args = (a,) if literal is None else (a, literal)
+        return self._op(target, args, shape=self._act())
+
+    def _inplace(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``inplace_ops``: ``add_`` of ``a`` (or ``mul_`` of a scalar, or ``relu_``) on a value
+        this call computed earlier (not an input, state, or a value a signature names: outside
+        preserved calls only), which earlier ops may have read (half the time, what the latest
+        op read); later reads see the write. Half the time a copy of it is taken just before
+        the write (``clone``, or ``mul`` by ``1.0``) and is the step's result.
+        Where there is none, ``relu(a)``."""
+        here = (len(self.frames), self.frames[-1][0])
+        inputs = set(self.input_current.values())
+        mine = [v for v in scope.vals if self.made_in.get(v.name) == here
+                and v not in inputs and v not in self.crossing_only] if not scope.preserved else []
+        if not mine:
+            return self._op(aten.relu.default, (a,), shape=self._act())
+        v = mine[-1 - y % len(mine)]
+        if z >> 2 & 1 and self.last_read in mine:  # what the op just before read
+            v = self.last_read
+        reader = None
+        if z >> 3 & 1:  # a copy taken just before the write: ``y = x.clone(); x += a``
+            target, literal = _READERS[(z >> 4) % len(_READERS)]
+            reader = self._op(target, (v,) if literal is None else (v, literal),
+                              shape=self._act())
+        if z % 3 == 0:
+            new = self._op(aten.add_.Tensor, (v, a), shape=self._act())
+        elif z % 3 == 1:
+            new = self._op(aten.mul_.Tensor, (v, _SCALARS[y % len(_SCALARS)]), shape=self._act())
+        else:
+            new = self._op(aten.relu_.default, (v,), shape=self._act())
+        scope.vals[:] = [new if u == v else u for u in scope.vals]
+        if reader is not None:
+            scope.vals.append(new)
+            return reader
+        return new
 
     def _styles_on(self) -> tuple[str, ...]:
         return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
@@ -1091,6 +1232,10 @@ _STEP_FEATURES = (
     ("random_ops", "random"),
     ("inplace_copies", "copy"),
     ("repeated_subexpressions", "twice"),
+    ("overwrites", "overwrite"),
+    ("near_duplicates", "near"),
+    ("identities", "identity"),
+    ("inplace_ops", "inplace"),
 )
 _NEW_STEPS = {
     "build": _Builder._build,
@@ -1098,6 +1243,10 @@ _NEW_STEPS = {
     "copy": _Builder._copy,
     "mlp": _Builder._mlp,
     "twice": _Builder._twice,
+    "overwrite": _Builder._overwrite,
+    "near": _Builder._near,
+    "identity": _Builder._identity,
+    "inplace": _Builder._inplace,
 }
 
 
@@ -1177,6 +1326,8 @@ _BASE_NAMES = {
     operator.getitem: "getitem",
     aten.add_.Tensor: "add_",
     aten.sub_.Tensor: "sub_",
+    aten.mul_.Tensor: "mul_",
+    aten.relu_.default: "relu_",
 }
 
 _META: dict[Any, torch.Tensor] = {}
@@ -1196,12 +1347,15 @@ def _meta_val(shape: Any) -> Any:
         return None
     if shape[0] == "sort":
         return (_meta_tensor(shape[1]), _meta_tensor(shape[1], torch.int64))
+    if shape[0] == "dtype":
+        return _meta_tensor(shape[1], shape[2])
     return _meta_tensor(shape)
 
 
 for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
     aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
     aten.mean.dim, aten.sort.default, aten.clone.default, aten.copy_.default,
+    aten._to_copy.default, aten.div.Tensor, aten.pow.Tensor_Scalar,
 ):
     _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
 

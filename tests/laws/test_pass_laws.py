@@ -33,7 +33,7 @@ PASSES = [
     (fix_module_stacks, True, 60),
     (outline, True, 120),
     (sink_state, True, 100),
-    (deduplicate, True, 100),
+    (deduplicate, True, 200),  # few generated programs have two equal bodies to merge
 ]
 
 

@@ -299,7 +299,7 @@ QUANT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
 # (planted bug, check_laws options, law, how the message's first line goes on after
 # "law LAW broken by NAME: " (a regular expression))
 # outputs, inputs a program writes, or state by fqn: whichever the found program shows first
-DIFFER = r"(outputs|inputs after the call|state '[\w.]+')( \[\d+\])*: values differ at "
+DIFFER = r"(outputs|inputs after the call|state '[\w.]+')( \[[^\]]+\])*: values differ at "
 PLANTED = [
     (cse_merges_written_copy, {}, "semantics", r"call 1: " + DIFFER),
     (cse_merges_random, {}, "semantics", r"call 1: " + DIFFER),
@@ -314,8 +314,8 @@ PLANTED = [
     (quant_writes_weights_in_place, QUANT_TOLERANCE, "purity",
      r"tensors of the input were written: \['([\w.]+\.)?wl0', '([\w.]+\.)?wl1'"),
     (fold_names_by_counter, {}, "determinism",
-     (r"two calls gave results that differ: tensor keys \['folded_\d+', 'folded_\d+'\] are in "
-     r"one result only")),
+     (r"two calls gave results that differ: tensor keys \['folded_\d+'(, 'folded_\d+')+\] are "
+     r"in one result only")),
     (quant_forgets_dequantize, QUANT_TOLERANCE, "semantics",
      r"call 1: " + DIFFER),
 ]
@@ -325,12 +325,17 @@ PLANTED = [
                          ids=[p[0].__name__ for p in PLANTED])
 def test_a_planted_bug_is_caught_on_generated_programs(planted, options, law, first):
     with pytest.raises(LawViolation) as caught:
-        check_laws(planted, max_examples=EXAMPLES, settings=NO_SHRINK, **options)
+        check_laws(planted, max_examples=RARE.get(planted, EXAMPLES), settings=NO_SHRINK,
+                   **options)
     violation = caught.value
     line = str(violation).splitlines()[0]
     assert violation.law == law, line
     assert re.match(f"law {law!r} broken by {planted.__name__}: {first}", line), line
 
+
+# plants that only a rare program shows (a copy merged and then written, a buffer read
+# before its update reaching an output): caught in about half the random runs of 100 programs
+RARE = {cse_merges_written_copy: 300, fold_reads_written_buffer: 300}
 
 CORRECT = [
     (correct_cse, {}),

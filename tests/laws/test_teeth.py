@@ -205,7 +205,8 @@ def test_the_identity_obeys_every_law():
 
 
 def test_the_real_dedup_obeys_the_laws_where_the_planted_one_does_not():
-    check_laws(deduplicate, programs=REPEATED, idempotent=True, max_examples=100)
+    # few generated programs repeat a call with an equal body (about 1 in 60)
+    check_laws(deduplicate, programs=REPEATED, idempotent=True, max_examples=300)
 
 
 def test_the_pipeline_obeys_the_laws_on_programs_without_known_bugs():
