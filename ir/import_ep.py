@@ -116,7 +116,7 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     root_graph = import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
     state, order, tensors = _import_state(ep, signature, root_graph)
-    types = _module_types(ep.graph)
+    types = _module_types(ep.graph_module)
     call_order = tuple(e.fqn for e in ep.module_call_graph)
     root_children = holder_tree(call_order, order, types, modules)
     subgraph_children = tuple((n, n) for n in subgraph_names(root_graph, modules))
@@ -597,16 +597,22 @@ def alias_key(value: Any) -> Any:
 # --- module tree --------------------------------------------------------------------------------
 
 
-def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
-    """Original class names by module path, as ``nn_module_stack`` records them."""
+def _module_types(root: torch.fx.GraphModule) -> dict[str, str]:
+    """Original class names by module path, as ``nn_module_stack`` records them: on the nodes of
+    the root graph, then of the higher-order-op bodies (a module called only inside a
+    ``no_grad`` region that spans several calls is named on the body's nodes alone). O(nodes)."""
     types: dict[str, str] = {}
-    for node in graph.nodes:
-        stack = node.meta.get("nn_module_stack")
-        if not stack:
-            continue
-        for path, type_name in stack.values():
-            if path not in types and isinstance(type_name, str):
-                types[path] = type_name
+    graphs = [root.graph] + [
+        m.graph for m in root.modules() if m is not root and isinstance(m, torch.fx.GraphModule)
+    ]
+    for graph in graphs:
+        for node in graph.nodes:
+            stack = node.meta.get("nn_module_stack")
+            if not stack:
+                continue
+            for path, type_name in stack.values():
+                if path not in types and isinstance(type_name, str):
+                    types[path] = type_name
     return types
 
 

@@ -114,6 +114,33 @@ def test_hop_subgraphs_are_modules():
                 assert program.modules[mid].graph is not None
 
 
+class _Inner(torch.nn.Module):
+    def forward(self, x):
+        return x.relu() + 1
+
+
+class _TwoCallsWithoutGrad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = _Inner()
+        self.b = _Inner()
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = self.b(self.a(x))
+        return y * 2
+
+
+def test_a_module_called_only_inside_a_region_keeps_its_class_name():
+    """The region's ``wrap_with_set_grad_enabled`` node carries one module stack (here ``b``'s);
+    ``a``'s class is named on the body's nodes alone."""
+    ep = torch.export.export(_TwoCallsWithoutGrad(), (torch.randn(3),))
+    program = import_ep(ep)
+    inner = f"{__name__}._Inner"
+    assert program.modules["a"].type_name == inner
+    assert program.modules["b"].type_name == inner
+
+
 def test_dynamic_shapes_keep_range_constraints():
     case = zoo.cases_with("dynamic_shapes")[0]
     ep = zoo.export_case(case)

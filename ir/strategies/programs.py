@@ -1114,8 +1114,13 @@ class _Builder:
         if "grad_regions" in on:
             self._grad_region(self.draw(_REGION_BYTES), modules)
         call_order = tuple(p for p, _ in self.paths) + tuple(self.repeated_preserved)
-        # class names by path, as import_ep reads them: from the module stacks of the nodes
-        types = {path: t for n in self.nodes for path, t in n.meta.get("nn_module_stack", {}).values()}
+        # class names by path, as import_ep reads them: from the module stacks of the nodes, the
+        # root graph's and then the bodies' (a module called only inside a region)
+        body_nodes = [n for m in modules.values() for g in m.graphs for n in g.nodes]
+        types: dict[str, str] = {}
+        for n in (*self.nodes, *body_nodes):
+            for path, t in n.meta.get("nn_module_stack", {}).values():
+                types.setdefault(path, t)
         bodies = tuple((mid, mid) for mid, m in modules.items() if m.kind == SUBGRAPH)
         children = holder_tree(call_order, self.state_order, types, modules)
         modules[""] = Module(type_name=ROOT_TYPE, kind=PLAIN, children=children + bodies,

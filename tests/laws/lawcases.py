@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from hypothesis import settings
 
 from ir.program import Program
-from ir.strategies import FEATURES, program_inputs, programs
+from ir.strategies import FEATURES, OPT_IN_FEATURES, program_inputs, programs
 from ir.verify import verify
 from lowering import lower
 from transforms.pipeline import pipeline
@@ -74,5 +74,6 @@ def valid(pass_fn: Pass, features=None, source=programs):
 
 
 def without(*names: str) -> frozenset[str]:
-    """Every feature but ``names``."""
-    return frozenset(FEATURES) - set(names)
+    """Every default feature but ``names``: what ``programs()`` draws with no ``features``, less
+    ``names`` (the opt-in features stay off, as they are by default)."""
+    return frozenset(FEATURES) - OPT_IN_FEATURES - set(names)
