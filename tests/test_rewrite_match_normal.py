@@ -137,7 +137,7 @@ class _Scale(torch.nn.Module):
 
 @pytest.mark.parametrize(("scalar", "found"), [(3.0, [3.0]), (3, [])])
 def test_a_float_sentinel_binds_float_literals_only(scalar, found):
-    rule = Rule(lambda x, s: torch.relu(x) * s, lambda x, s: torch.relu(x) * s,
+    rule = Rule(lambda x, s: torch.relu(x) * s, lambda x, s: torch.clamp(x, min=0) * s,
                 (torch.randn(4), 2.0), name="scaled", trusted=True)
     p = _program(_Scale(scalar), (torch.randn(4),), "training")
     got = [b.scalars[1] for b, _ in bindings(rule, p, "training")]
@@ -459,6 +459,12 @@ def _upcast_softmax(x):
     return torch.relu(torch.softmax(torch.relu(x).float(), -1).to(x.dtype))
 
 
+def _upcast_softmax_clamped(x):
+    """``_upcast_softmax`` spelled otherwise (a rule whose replacement is its pattern is
+    refused): these tests are about matching."""
+    return torch.clamp(torch.softmax(torch.relu(x).float(), -1).to(x.dtype), min=0)
+
+
 @pytest.mark.parametrize(("dtype", "upcast", "found"), [
     (torch.float32, False, 1),  # at the example's dtype the casts compute nothing
     (torch.float64, True, 1),  # they compute something at float64, and the program has them
@@ -468,7 +474,7 @@ def _upcast_softmax(x):
 def test_what_computes_nothing_at_the_example_dtype_is_rechecked_at_the_match_dtype(
     dtype, upcast, found
 ):
-    rule = Rule(_upcast_softmax, _upcast_softmax, (torch.randn(3, 4),), name="upcast",
+    rule = Rule(_upcast_softmax, _upcast_softmax_clamped, (torch.randn(3, 4),), name="upcast",
                 trusted=True)
     p = _program(_Softmax(upcast), (torch.randn(3, 4, dtype=dtype),), "training")
     assert len(bindings(rule, p, "training")) == found
@@ -479,7 +485,7 @@ def test_without_the_dtype_recheck_a_float64_program_would_match_a_float32_cast_
 ):
     # the teeth: the pattern's casts are nothing at float32; at float64 they are what the
     # pattern computes, and a program without them computes something else (in float64)
-    rule = Rule(_upcast_softmax, _upcast_softmax, (torch.randn(3, 4),), name="upcast2",
+    rule = Rule(_upcast_softmax, _upcast_softmax_clamped, (torch.randn(3, 4),), name="upcast2",
                 trusted=True)
     p = _program(_Softmax(False), (torch.randn(3, 4, dtype=torch.float64),), "training")
     monkeypatch.setattr(sizes, "_other_dtypes", lambda *a: False)
@@ -531,7 +537,7 @@ class _Slice(torch.nn.Module):
 
 @pytest.mark.parametrize(("stop", "loose", "kept"), [(3, False, True), (4, True, False)])
 def test_an_int_size_equal_to_the_patterns_is_no_wildcard_another_is(stop, loose, kept):
-    rule = Rule(lambda x: torch.relu(x[:, 1:3]), lambda x: torch.relu(x[:, 1:3]),
+    rule = Rule(lambda x: torch.relu(x[:, 1:3]), lambda x: torch.clamp(x[:, 1:3], min=0),
                 (torch.randn(4, 6),), name="slice13", trusted=True)
     p = _program(_Slice(stop), (torch.randn(4, 6),), "core")
     (b, _), = bindings(rule, p, "core", checked=False)
@@ -557,7 +563,8 @@ def _relu_sigmoid(x):
 
 
 def test_a_second_result_reached_from_the_anchor_is_matched_once():
-    rule = Rule(_relu_sigmoid, _relu_sigmoid, (torch.randn(4),), name="two", trusted=True)
+    rule = Rule(_relu_sigmoid, lambda x: (torch.clamp(torch.sigmoid(x), min=0), torch.sigmoid(x)),
+                (torch.randn(4),), name="two", trusted=True)
     p = _program(_TwoResults(), (torch.randn(4),), "training")
     (b, table), = bindings(rule, p, "training")
     pattern = rule.compiled("training").pattern
