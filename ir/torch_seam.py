@@ -11,6 +11,10 @@ anywhere else.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -34,6 +38,7 @@ __all__ = [
     "OpOverload",
     "OpOverloadPacket",
     "TreeSpec",
+    "fake_failures_unlogged",
     "graph_codegen",
     "has_effects",
     "module_buffers",
@@ -136,3 +141,37 @@ def storage_identity(tensor: torch.Tensor) -> int:
     made apart, also where storages have no data pointer (``meta``: every meta storage's
     ``data_ptr()`` is 0). Valid while the tensor is alive. Same in 2.13-2.15."""
     return tensor.untyped_storage()._cdata
+
+
+# The logger torch's fake tensor mode reports a failed meta kernel on (``log.exception`` before
+# the error is raised again): the module's own name, ``torch._subclasses.fake_tensor``, in
+# 2.13-2.15.
+_FAKE_TENSOR_LOGGER = "torch._subclasses.fake_tensor"
+
+
+class _OtherThreadsOnly(logging.Filter):
+    """Passes the records of every thread but the one that made it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread
+
+
+@contextlib.contextmanager
+def fake_failures_unlogged() -> Iterator[None]:
+    """Within the block, torch's fake tensor mode does not log the operators that fail in this
+    thread: for purefx's own trial runs on fake values (a replacement tried at a match's dtypes,
+    a reader at new strides, a node of a user's pass), where a failure is an answer that purefx
+    catches, reports or raises itself. Without it torch prints a traceback of ~30 lines per
+    trial to stderr. Records of other threads pass as before; the filter is removed on exit.
+    Same logger and ``log.exception`` call in 2.13-2.15. O(1)."""
+    logger = logging.getLogger(_FAKE_TENSOR_LOGGER)
+    quiet = _OtherThreadsOnly()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)

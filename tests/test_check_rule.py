@@ -5,6 +5,8 @@ or ``PassError`` out."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -83,6 +85,25 @@ def test_bool_tensors_are_drawn_for_an_int_example():
     for x, taken in ((torch.rand(3, 4) > 0.5, False), (torch.randint(-3, 4, (3, 4)), True)):
         p = import_ep(torch.export.export(Not(), (x,)))
         assert (rewrite(p, [rule]) is not p) == taken
+
+
+def test_a_replacement_declined_on_fake_values_logs_nothing(caplog):
+    """rewrite tries the replacement on the match's fake values; torch logs each failing meta
+    kernel with a traceback, which purefx keeps off the log (it declines the match itself)."""
+    from ir import import_ep
+    from transforms.rewrite import rewrite
+
+    rule = Rule(torch.bitwise_not, lambda i: -i - 1, (torch.randint(-3, 4, (3, 4)),),
+                name="not_as_neg_quiet", trusted=True)
+
+    class Not(torch.nn.Module):
+        def forward(self, i: torch.Tensor) -> torch.Tensor:
+            return torch.bitwise_not(i)
+
+    p = import_ep(torch.export.export(Not(), (torch.rand(3, 4) > 0.5,)))
+    with caplog.at_level(logging.DEBUG):
+        assert rewrite(p, [rule]) is p
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_int_tensors_are_drawn_for_a_bool_example():

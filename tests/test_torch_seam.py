@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import logging
 import operator
 import pathlib
 import re
+import threading
 
 import pytest
 import torch
@@ -130,6 +132,31 @@ def test_tensor_version_counts_writes():
     before = ir_seam.tensor_version(t)
     t.add_(1)
     assert ir_seam.tensor_version(t) == before + 1
+
+
+def _failing_fake_mm() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    a, b = mode.from_tensor(torch.ones(2, 3)), mode.from_tensor(torch.ones(4, 5))
+    with pytest.raises(RuntimeError), mode:
+        torch.mm(a, b)
+
+
+def test_fake_failures_unlogged_keeps_torchs_traceback_off_the_log(caplog):
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    with caplog.at_level(logging.ERROR):
+        _failing_fake_mm()  # torch logs the failed meta kernel: the logger the seam names
+        assert [r.name for r in caplog.records] == [logger.name]
+        caplog.clear()
+        with ir_seam.fake_failures_unlogged():
+            _failing_fake_mm()
+            assert not caplog.records
+            other = threading.Thread(target=_failing_fake_mm)  # another thread: logged
+            other.start()
+            other.join(timeout=60)
+            assert [r.name for r in caplog.records] == [logger.name]
+    assert not logger.filters  # the filter is gone after the block
 
 
 # --- lowering/torch_seam.py ---------------------------------------------------------------------

@@ -36,6 +36,7 @@ from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program, require_program
+from ir.torch_seam import fake_failures_unlogged
 from transforms.new_state import NewState
 from transforms.rewrite import trace as tr
 
@@ -515,7 +516,7 @@ class _Editor:
         if missing or mode is None:
             return None
         try:
-            with contextlib.nullcontext() if mode is _META else mode:
+            with fake_failures_unlogged(), contextlib.nullcontext() if mode is _META else mode:
                 return target(*a, **k)
         except Exception as exc:
             raise PassError(

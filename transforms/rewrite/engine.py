@@ -29,6 +29,7 @@ from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from ir.torch_seam import fake_failures_unlogged
 from transforms.law_violation import LawViolation
 from transforms.rewrite import guards, sizes
 from transforms.rewrite.fold import fold_into_state
@@ -827,7 +828,7 @@ def _fake_val(target, args, kwargs, lookup) -> Any:
     if missing or not modes:
         return None
     try:
-        with modes[0]:
+        with fake_failures_unlogged(), modes[0]:
             return target(*a, **k)
     except Exception:  # noqa: BLE001 - torch's errors share no base class
         return RAISED  # every input's val is known: the replacement fails on this match

@@ -46,6 +46,7 @@ from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
+from ir.torch_seam import fake_failures_unlogged
 from transforms.rewrite.rule import Match
 from transforms.rewrite.trace import Traced
 
@@ -420,7 +421,7 @@ def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
         return None
     target = node.target
     try:
-        with modes[0]:
+        with fake_failures_unlogged(), modes[0]:
             if node.op == CALL_METHOD:
                 return getattr(args[0], target)(*args[1:], **kwargs)
             return target(*args, **kwargs)

@@ -22,6 +22,7 @@ from ir.errors import PassError, PurefxError, first_line
 from ir.graph import Graph
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.torch_seam import fake_failures_unlogged
 
 TRAINING = "training"  #: the training IR that ``torch.export.export`` gives
 CORE = "core"  #: core aten, after ``ExportedProgram.run_decompositions()``
@@ -124,9 +125,10 @@ def _trace(
 
     # distinct tensors: export would read one tensor passed twice as one input
     tensors = tuple(example_inputs[i].detach().clone() for i in tensor_args)
-    ep = torch.export.export(RuleFunction(), tensors)
-    if level == CORE:
-        ep = ep.run_decompositions()
+    with fake_failures_unlogged():  # a failure is the caller's answer (declined or refused)
+        ep = torch.export.export(RuleFunction(), tensors)
+        if level == CORE:
+            ep = ep.run_decompositions()
     program = import_ep(ep)
     if program.state:
         raise PassError(
