@@ -34,7 +34,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
-from ir.torch_seam import pytree
+from ir.torch_seam import fake_failures_unlogged, pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
 from lowering.lower import copy_state, torch_signature
 from lowering.torch_seam import (
@@ -510,7 +510,7 @@ def _fill_vals(
             )
     fakes = [_fake(n.meta["val"], mode) for n in placeholders]
     try:
-        with mode:
+        with fake_failures_unlogged(), mode:  # a failure is an ExportError below
             _ValuesWhereMissing(gm).run(*fakes)
     except Exception as err:
         raise ExportError(
