@@ -174,14 +174,20 @@ class Program:
     def first_path(self, mid: ModuleId) -> str | None:
         """The first path (in ``walk`` order) that reaches module ``mid``, or ``None`` when no
         path does (O(modules) once, then O(1))."""
-        return self._first_paths.get(mid)
+        paths = self._module_paths.get(mid)
+        return paths[0] if paths else None
+
+    def module_paths(self, mid: ModuleId) -> tuple[str, ...]:
+        """Every path that reaches module ``mid``, in ``walk`` order (a shared module has
+        several); ``()`` when none does. O(paths) once, then O(1)."""
+        return self._module_paths.get(mid, ())
 
     @memoized
-    def _first_paths(self) -> dict[ModuleId, str]:
-        found: dict[ModuleId, str] = {}
+    def _module_paths(self) -> dict[ModuleId, tuple[str, ...]]:
+        found: dict[ModuleId, list[str]] = {}
         for path, m in self.walk():
-            found.setdefault(m, path)
-        return found
+            found.setdefault(m, []).append(path)
+        return {m: tuple(paths) for m, paths in found.items()}
 
     def attr_fqn(self, mid: ModuleId, path: str, target: str) -> str:
         """The root-relative name that a ``get_attr`` of ``target`` in module ``mid`` (reached

@@ -91,19 +91,18 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         raise PassError(f"fold_constants: max_bytes must be an int >= 0, got {max_bytes!r}")
     memo: dict = {}
     new = NewState(p)
-    paths = new.paths()
     fixed = _constant_keys(p, memo)
     named = signature_names(p)
     specs = {s.name: s for s in p.signature.inputs}
 
     def fold(mid: ModuleId, graph: Graph) -> Graph:
-        if mid != p.root and (not paths.get(mid) or p.module(mid).kind == SUBGRAPH):
+        if mid != p.root and (not p.module_paths(mid) or p.module(mid).kind == SUBGRAPH):
             # a module no path reaches holds no state to read; a higher-order op's body is
             # held by whichever module runs it (the pipeline moves it): no state of its own
             return graph
         writes = graph_writes(p, mid, graph, memo)
         values, sources, kept, held = _evaluate(
-            p, mid, graph, paths, fixed, writes, max_bytes, specs
+            p, mid, graph, fixed, writes, max_bytes, specs
         )
         if not held:
             return graph
@@ -116,9 +115,9 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     return p if out is p else new.apply(out)
 
 
-def _read_fqns(p: Program, mid: ModuleId, node: Node, paths: dict) -> list[str]:
+def _read_fqns(p: Program, mid: ModuleId, node: Node) -> list[str]:
     """The state fqns a ``get_attr`` reads, one per path that reaches its module."""
-    return [p.attr_fqn(mid, path, node.target) for path in paths.get(mid, ())]
+    return [p.attr_fqn(mid, path, node.target) for path in p.module_paths(mid)]
 
 
 def _constant_keys(p: Program, memo: dict) -> frozenset[str]:
@@ -131,7 +130,7 @@ def _constant_keys(p: Program, memo: dict) -> frozenset[str]:
 
 
 def _source(
-    p: Program, mid: ModuleId, n: Node, paths: dict, fixed: frozenset[str], specs: dict
+    p: Program, mid: ModuleId, n: Node, fixed: frozenset[str], specs: dict
 ) -> Any:
     """The tensor a placeholder or ``get_attr`` reads when it is a constant nothing writes."""
     state = p.state_table()
@@ -141,7 +140,7 @@ def _source(
         spec = specs.get(n.name)
         fqns = [spec.target] if spec is not None and spec.kind == sg.CONSTANT_TENSOR else []
     else:
-        fqns = _read_fqns(p, mid, n, paths)
+        fqns = _read_fqns(p, mid, n)
     keys = {state[f].tensor if f in state else None for f in fqns}
     if len(keys) != 1 or None in keys or next(iter(keys)) not in fixed:
         return None
@@ -157,7 +156,7 @@ def _foldable(target: Any) -> bool:
 
 
 def _evaluate(
-    p: Program, mid: ModuleId, graph: Graph, paths: dict, fixed: frozenset[str], writes: Any,
+    p: Program, mid: ModuleId, graph: Graph, fixed: frozenset[str], writes: Any,
     max_bytes: int, specs: dict,
 ) -> tuple[dict[str, Any], set[str], set[str], set[str]]:
     """Run the graph's constant part. Returns ``(values, sources, kept, held)``: the value of
@@ -174,7 +173,7 @@ def _evaluate(
             if writes.is_written(n.name):
                 continue
             if n.op in (PLACEHOLDER, GET_ATTR):
-                value = _source(p, mid, n, paths, fixed, specs)
+                value = _source(p, mid, n, fixed, specs)
                 if value is not None:
                     values[n.name] = value
                     sources.add(n.name)

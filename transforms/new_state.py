@@ -61,7 +61,7 @@ class NewState:
     once), ``drop`` (O(new state)), ``place`` and ``apply`` (O(inputs + nodes + state)).
     """
 
-    __slots__ = ("_below", "_names", "_paths", "inputs", "order", "p", "slots", "tensors")
+    __slots__ = ("_below", "_names", "inputs", "order", "p", "slots", "tensors")
 
     def __init__(self, p: Program) -> None:
         self.p = p
@@ -69,17 +69,8 @@ class NewState:
         self.tensors: dict[str, st.Opaque] = {}  # new tensor key -> the tensor
         self.order: list[str] = []  # new fqns, in the order added
         self.inputs: dict[str, sg.InputSpec] = {}  # new root placeholder name -> its spec
-        self._paths: dict[ModuleId, list[str]] | None = None
         self._below: dict[str, set[str]] | None = None
         self._names: dict[ModuleId, set[str]] = {}
-
-    def paths(self) -> dict[ModuleId, list[str]]:
-        """Every module's paths from the root, in ``walk`` order (built once)."""
-        if self._paths is None:
-            self._paths = {}
-            for path, mid in self.p.walk():
-                self._paths.setdefault(mid, []).append(path)
-        return self._paths
 
     def owner(self, node: Node) -> tuple[str, ModuleId]:
         """The path and id of the module a flat root graph's ``node`` runs in: the innermost
@@ -103,7 +94,7 @@ class NewState:
                     for i in range(len(parts)):
                         self._below.setdefault(".".join(parts[:i]), set()).add(parts[i])
             taken = {name for name, _ in self.p.module_table()[mid].children}
-            for path in self.paths().get(mid, ()):
+            for path in self.p.module_paths(mid):
                 taken |= self._below.get(path, set())
             self._names[mid] = taken
         local, i = base, 1
@@ -162,7 +153,7 @@ class NewState:
         reaches it, and the ``get_attr`` (named after the attribute, fresh in ``names``) that
         reads it. Returns the node and the fqn under the module's first path."""
         local = self.name(mid, base)
-        fqns = [f"{path}.{local}" if path else local for path in self.paths()[mid]]
+        fqns = [f"{path}.{local}" if path else local for path in self.p.module_paths(mid)]
         self.add(kind, fqns, tensor, persistent)
         meta = frozen_meta({"val": val} if val is not None else None)
         return new_node(GET_ATTR, fresh_name(local, names), local, (), EMPTY_DICT, meta), fqns[0]

@@ -124,9 +124,6 @@ def written_state(p: Program, memo: dict | None = None) -> frozenset[str]:
     state = p.state_table()
     fqns: list[str] = [s.target for s in p.signature.outputs if s.kind in sg.MUTATION_KINDS]
     specs = {s.name: s.target for s in p.signature.inputs}
-    paths: dict[ModuleId, list[str]] = {}
-    for path, mid in p.walk():
-        paths.setdefault(mid, []).append(path)
     for mid, mod in p.module_table().items():
         for graph in mod.graphs:
             writes = graph_writes(p, mid, graph, memo)
@@ -138,7 +135,7 @@ def written_state(p: Program, memo: dict | None = None) -> frozenset[str]:
                 if n.op == PLACEHOLDER and mid == p.root and n.name in specs:
                     fqns.append(specs[n.name])
                 elif n.op == GET_ATTR:
-                    fqns.extend(p.attr_fqn(mid, path, n.target) for path in paths.get(mid, ()))
+                    fqns.extend(p.attr_fqn(mid, path, n.target) for path in p.module_paths(mid))
     return frozenset(state[f].tensor for f in fqns if f in state)
 
 

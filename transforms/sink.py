@@ -131,7 +131,6 @@ def input_reads(
 class _Sinker:
     def __init__(self, program: Program) -> None:
         self.p = program
-        self.paths = _first_paths(program)
         self.owners = StateOwners(program)
         # (module, variant) -> per placeholder: the state fqn it carries, or None
         self.carried: dict[tuple[ModuleId, int], list[str | None]] = {}
@@ -196,7 +195,7 @@ class _Sinker:
         return order
 
     def _decide(self, mid: ModuleId, variant: int) -> None:
-        path = self.paths.get(mid, "")
+        path = self.p.first_path(mid) or ""
         decisions: dict[int, str] = {}
         for i, fqn in enumerate(self.carried[(mid, variant)]):
             if fqn is None:
@@ -233,13 +232,6 @@ class _Sinker:
             )
         args = tuple(a for i, a in enumerate(node.args) if i not in dropped)
         return node.replace(args=args)
-
-
-def _first_paths(program: Program) -> dict[ModuleId, str]:
-    paths: dict[ModuleId, str] = {}
-    for path, mid in program.walk():
-        paths.setdefault(mid, path)
-    return paths
 
 
 # --- sinking while outlining (``outline_and_sink``) -------------------------------------------
