@@ -9,7 +9,7 @@ live in ``transforms.stacks``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -83,3 +83,17 @@ def _frames(entries: tuple) -> tuple[Frame, ...]:
         base, _, n = key.partition("@")
         frames.append(Frame(base, path, type_name, int(n) if n.isdigit() else 0))
     return tuple(frames)
+
+
+def common_stack(stacks: Sequence[Mapping[str, tuple]]) -> dict[str, tuple]:
+    """The longest module stack that every one of ``stacks`` (at least one) begins with: the
+    calls a group of nodes all run in (the root's entry at least, for export's stacks).
+    O(total entries)."""
+    common = list(stacks[0].items())
+    for stack in stacks[1:]:
+        items = list(stack.items())
+        k = 0
+        while k < min(len(common), len(items)) and common[k] == items[k]:
+            k += 1
+        common = common[:k]
+    return dict(common)

@@ -112,6 +112,7 @@ from ir.errors import InputError
 from ir.graph import Graph
 from ir.import_ep import holder_tree
 from ir.module import PLAIN, SUBGRAPH, Module
+from ir.module_stack import common_stack
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.ops import is_mutating
 from ir.program import Program
@@ -263,14 +264,7 @@ def programs(
     program, because operands are back-offsets and choices are taken modulo what is available,
     and a zeroed step is no step at all.
     """
-    allowed = check_features("features", features)
-    if features is None:
-        allowed -= OPT_IN_FEATURES
-    forced = check_features("always", always)
-    _check_int("max_modules", max_modules, 0, 16)
-    _check_int("max_ops", max_ops, 0, 32)
-    _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, forced, False)
+    return _checked(features, always, max_modules, max_ops, max_nodes, crossing=False)
 
 
 def crossing_programs(
@@ -303,14 +297,24 @@ def crossing_programs(
     ``shared_modules``, is not preserved, and a graph that fills up, ``max_nodes``, before the
     first call has none).
     """
+    return _checked(features, always, max_modules, max_ops, max_nodes, crossing=True)
+
+
+def _checked(
+    features: Collection[str] | None, always: Collection[str], max_modules: int, max_ops: int,
+    max_nodes: int, *, crossing: bool,
+) -> st.SearchStrategy[Program]:
+    """``_programs`` for :func:`programs` and :func:`crossing_programs`, their arguments
+    checked (a crossing program has a module below the root); with no ``features``, every
+    default feature (the opt-in ones off)."""
     allowed = check_features("features", features)
     if features is None:
         allowed -= OPT_IN_FEATURES
     forced = check_features("always", always)
-    _check_int("max_modules", max_modules, 1, 16)
+    _check_int("max_modules", max_modules, 1 if crossing else 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, forced, True)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing)
 
 
 @st.composite
@@ -1188,7 +1192,7 @@ class _Builder:
         body.append(Node(OUTPUT, "output", "output", (tuple(n.ref for n in results),)))
         mid = "submod_1"
         modules[mid] = Module(type_name=None, kind=SUBGRAPH, graphs=(Graph(tuple(body)),))
-        stack = _common_stack([n.meta["nn_module_stack"] for n in run])
+        stack = common_stack([n.meta["nn_module_stack"] for n in run])
         attr = Node(GET_ATTR, self._name("body"), mid,
                     meta=MappingProxyType({"nn_module_stack": stack}))
         hop_meta = {"nn_module_stack": stack, "val": tuple(n.meta["val"] for n in results)}
@@ -1302,18 +1306,6 @@ def _spec(shape: tuple) -> pytree.TreeSpec:
 
 
 _LEAF = object()
-
-
-def _common_stack(stacks: list[Any]) -> dict:
-    """The longest stack every one of ``stacks`` begins with (the root frame at least)."""
-    common = list(stacks[0].items())
-    for stack in stacks[1:]:
-        items = list(stack.items())
-        k = 0
-        while k < min(len(common), len(items)) and common[k] == items[k]:
-            k += 1
-        common = common[:k]
-    return dict(common)
 
 
 def _back(vals: list[Ref], offset: int) -> Ref:

@@ -26,6 +26,7 @@ from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
+from ir.module_stack import common_stack
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
@@ -781,17 +782,11 @@ def _bind(tree: Any, env: Mapping[str, Any], sentinels: Mapping, scalars: Mappin
 
 
 def _common_stack(nodes: list[Node]) -> Any:
+    """The module stack every one of ``nodes`` runs in; ``None`` when one has none."""
     stacks = [n.meta.get("nn_module_stack") for n in nodes]
     if not stacks or any(s is None for s in stacks):
         return None
-    common = list(stacks[0].items())
-    for s in stacks[1:]:
-        items = list(s.items())
-        k = 0
-        while k < min(len(common), len(items)) and common[k] == items[k]:
-            k += 1
-        common = common[:k]
-    return dict(common)
+    return common_stack(stacks)
 
 
 def _new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[str, Any]:
