@@ -19,7 +19,14 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
   assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
-- ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``).
+- ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``);
+- ``egraph``: the e-graph of one IR graph (hash-consed e-nodes, union-find, rebuilding, class
+  data) and ``value_roles``, what is a leaf;
+- ``ematch``: a rule's pattern matched over an e-graph;
+- ``cost``: cost models (``roofline``, ``measured_cost``, ``program_cost``);
+- ``extract``: one e-node per class (greedy tree cost; exact ILP where scipy is installed);
+- ``saturate``: ``saturate`` / ``saturate_report``: equality saturation, extraction, the
+  program rebuilt, never worse than the input or greedy ``rewrite`` (``docs/search.md``).
 """
 
 from transforms.rewrite.api import rewrite, rewrite_report
@@ -27,6 +34,12 @@ from transforms.rewrite.check import check_rule
 from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_rules
 from transforms.rewrite.rule import ASSUMPTIONS, Compiled, Match, Rule
+from transforms.rewrite.saturate import (
+    SaturationLimits,
+    SaturationReport,
+    saturate,
+    saturate_report,
+)
 from transforms.rewrite.trace import LEVELS
 
 __all__ = [
@@ -37,9 +50,13 @@ __all__ = [
     "Rewrite",
     "RewriteReport",
     "Rule",
+    "SaturationLimits",
+    "SaturationReport",
     "apply_rules",
     "check_rule",
     "check_rule_in_context",
     "rewrite",
     "rewrite_report",
+    "saturate",
+    "saturate_report",
 ]

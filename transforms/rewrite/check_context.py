@@ -215,6 +215,28 @@ def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: s
     return q
 
 
+def check_extracted(p: Program, q: Program, inputs: tuple,
+                    assumes: frozenset[str] = frozenset(), where: str = "") -> None:
+    """The in-context law's comparison for a program ``q`` that a search (``saturate``)
+    derived from the flat program ``p``: both run on ``inputs`` (user inputs) and their state,
+    outputs and what they write compared as ``check_site`` compares them (tolerances relaxed
+    by ``assumes``; under ``reassociate`` against ``p`` run in float64), aliasing included.
+    Raises ``LawViolation`` naming ``where`` when they differ. Cost: three interpreted runs."""
+    if q is p:
+        return
+    want = _run(p, inputs)
+    try:
+        got = _run(q, inputs)
+    except Exception as exc:  # the derived program must run where the original does
+        raise LawViolation("saturate in context", rewrite,
+                           f"{where}: the derived program raised {type(exc).__name__}: {exc}",
+                           p) from exc
+    problem = regrouped_difference(lambda ref: _compare(got, want, assumes, ref),
+                                   lambda: _reference(p, inputs), assumes)
+    if problem:
+        raise LawViolation("saturate in context", rewrite, f"{where}: {problem}", p)
+
+
 def _boundaries(p: Program, q: Program) -> str:
     """What the rewrite did to a preserved call's boundary in a flat program: a value the call
     reads or returns (its signature names it) gone, or one it returns now computed outside the
@@ -331,4 +353,4 @@ def _original(problem: str) -> str:
     return problem.replace(", want ", ", the original gives ")
 
 
-__all__ = ["check_rule", "check_rule_in_context", "check_site"]
+__all__ = ["check_extracted", "check_rule", "check_rule_in_context", "check_site"]

@@ -454,7 +454,9 @@ def _drain(
                 raise PassError(
                     f"rewrite: rules {names} keep rewriting each other's results in graph "
                     f"{w.gi} of module {w.path or '<root>'!r} ({steps[0]} rewrites of a {size}"
-                    "-node graph): they form a cycle; drop or narrow one of them (a `where`)"
+                    "-node graph): they form a cycle; drop or narrow one of them (a `where`), or "
+                    "search with transforms.rewrite.saturate, where a rule and its reverse "
+                    "(Rule(..., both_ways=True)) never cycle"
                 )
             for m in pushed:
                 if m not in queued and m in w.node:

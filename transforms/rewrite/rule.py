@@ -113,6 +113,9 @@ class Rule:
             semantics). ``check_rule`` draws only what they admit; ``rewrite`` applies the rule
             only where the caller grants all of them. An unknown flag: ``ValueError`` naming the
             known ones.
+        both_ways: the replacement may be rewritten back into the pattern too (``saturate``
+            applies the rule in both directions; equality makes that no cycle). ``rewrite``
+            (greedy) applies it forwards only.
 
     A Rule is a frozen attrs value: assigning an attribute raises, ``attrs.evolve(rule, ...)``
     makes a changed copy (its caches start empty), and two Rules are equal only when they are
@@ -136,6 +139,7 @@ class Rule:
     specials: bool = attrs.field(default=True, kw_only=True, converter=bool)
     fold_state: bool = attrs.field(default=False, kw_only=True, converter=bool)
     assumes: frozenset[str] = attrs.field(default=frozenset(), kw_only=True, converter=_assumes)
+    both_ways: bool = attrs.field(default=False, kw_only=True, converter=bool)
 
     def __attrs_post_init__(self) -> None:
         if self.name is None:

@@ -1,0 +1,250 @@
+"""``transforms.rewrite.saturate``: equality saturation over the IR, then extraction.
+
+Matrix chains reach their cheapest association with associativity both ways; distributivity
+in both directions does not cycle; an enabling step of benefit 0 lets a fusion match; ``p`` is
+returned itself when nothing is cheaper; limits stop the search and the report says which;
+the extracted program computes what the original does (the in-context law's comparison)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from ir import PassError, import_ep
+from ir.printer import format_graph, format_program
+from transforms.rewrite import (
+    Rule,
+    SaturationLimits,
+    rewrite,
+    saturate,
+    saturate_report,
+)
+from transforms.rewrite.check_context import check_extracted
+from transforms.rewrite.cost import program_cost, roofline
+
+M3 = (torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 6))
+REASSOC = frozenset({"reassociate"})
+
+
+def _rule(pattern, replacement, example, name, **kw):
+    # trusted: these tests are about the search; test_assoc_rule_is_checked checks one rule
+    return Rule(pattern, replacement, example, name=name, trusted=True, specials=False,
+                assumes=REASSOC, **kw)
+
+
+ASSOC = _rule(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), M3, "assoc",
+              both_ways=True)
+ASSOC_RIGHT = _rule(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), M3, "right")
+ASSOC_LEFT = _rule(lambda a, b, c: a @ (b @ c), lambda a, b, c: (a @ b) @ c, M3, "left")
+E3 = (torch.randn(4, 5), torch.randn(4, 5), torch.randn(4, 5))
+FACTOR = _rule(lambda a, b, c: a * b + a * c, lambda a, b, c: a * (b + c), E3, "factor",
+               both_ways=True)
+
+
+class _Three(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, a, b, c):
+        return self.fn(a, b, c)
+
+
+class _Four(_Three):
+    def forward(self, a, b, c, d):
+        return self.fn(a, b, c, d)
+
+
+class _Five(_Three):
+    def forward(self, a, b, c, d, e):
+        return self.fn(a, b, c, d, e)
+
+
+def _export(fn, *args):
+    module = {3: _Three, 4: _Four, 5: _Five}[len(args)](fn)
+    return import_ep(torch.export.export(module, args))
+
+
+def _body(p) -> str:
+    """The root graph's compute lines, names dropped to their operator and arguments."""
+    return format_graph(p.root_module.graph).strip()
+
+
+def _chain3(a, b, c):
+    return (a @ b) @ c
+
+
+def _chain4(a, b, c, d):
+    return ((a @ b) @ c) @ d
+
+
+@pytest.mark.parametrize(
+    ("shapes", "expected"),
+    [
+        # (a@b)@c is cheapest: kept, the program itself
+        ([(1024, 1024), (1024, 8), (8, 1024)], None),
+        # a@(b@c) is cheapest: b@c first
+        ([(1024, 1024), (1024, 1024), (1024, 8)], """\
+%a = placeholder
+%b = placeholder
+%c = placeholder
+%matmul_2 = call_function[aten.matmul.default](%b, %c)
+%matmul_3 = call_function[aten.matmul.default](%a, %matmul_2)
+return (%matmul_3,)"""),
+        ([(8, 1024), (1024, 1024), (1024, 1024)], None),
+    ],
+)
+def test_matrix_chain_of_three_reaches_the_cheapest_association(shapes, expected):
+    p = _export(_chain3, *(torch.randn(*s) for s in shapes))
+    q, report = saturate_report(p, [ASSOC], assume=REASSOC)
+    if expected is None:
+        assert q is p
+        assert report.chosen == "original"
+    else:
+        assert _body(q) == expected
+        assert report.chosen == "saturate"
+        assert report.cost_after < report.cost_before
+        assert report.rewrites == {"assoc": 1}
+    assert report.stopped == ("saturated",)
+
+
+def test_matrix_chain_of_four_reaches_a_middle_association():
+    # (a @ (b @ c)) @ d: b@c is small (8x8); neither all-left nor all-right
+    shapes = [(512, 8), (8, 2048), (2048, 8), (8, 512)]
+    p = _export(_chain4, *(torch.randn(*s) for s in shapes))
+    q, report = saturate_report(p, [ASSOC], assume=REASSOC)
+    lines = [ln.split("= ")[1] for ln in _body(q).splitlines() if "matmul" in ln
+             and "return" not in ln]
+    assert lines[0] == "call_function[aten.matmul.default](%b, %c)"
+    assert report.cost_after < report.cost_before
+    # the best of all five associations, costed by the same model
+    best = min(
+        program_cost(_export(f, *(torch.randn(*s) for s in shapes)))
+        for f in (
+            lambda a, b, c, d: ((a @ b) @ c) @ d, lambda a, b, c, d: (a @ (b @ c)) @ d,
+            lambda a, b, c, d: a @ ((b @ c) @ d), lambda a, b, c, d: a @ (b @ (c @ d)),
+            lambda a, b, c, d: (a @ b) @ (c @ d),
+        )
+    )
+    assert report.cost_after == pytest.approx(best)
+
+
+def test_a_rule_and_its_reverse_passed_together_do_not_cycle():
+    shapes = [(1024, 1024), (1024, 1024), (1024, 8)]
+    p = _export(_chain3, *(torch.randn(*s) for s in shapes))
+    with pytest.raises(PassError, match="saturate"):
+        rewrite(p, [ASSOC_RIGHT, ASSOC_LEFT], assume=REASSOC)  # greedy cycles, and says so
+    q, report = saturate_report(p, [ASSOC_RIGHT, ASSOC_LEFT], assume=REASSOC)
+    assert report.greedy_cost is None  # greedy raised: nothing to compare
+    assert report.chosen == "saturate"
+    assert "%matmul_2 = call_function[aten.matmul.default](%b, %c)" in _body(q)
+
+
+def test_distributivity_both_ways_factors_without_cycling():
+    p = _export(lambda a, b, c: a * b + a * c, *E3)
+    q, report = saturate_report(p, [FACTOR], assume=REASSOC)
+    assert _body(q) == """\
+%a = placeholder
+%b = placeholder
+%c = placeholder
+%add_1 = call_function[aten.add.Tensor](%b, %c)
+%mul_2 = call_function[aten.mul.Tensor](%a, %add_1)
+return (%mul_2,)"""
+    assert report.stopped == ("saturated",)
+    assert report.rewrites == {"factor": 1}
+    # the factored program is a fixpoint: nothing cheaper from there
+    assert saturate(q, [FACTOR], assume=REASSOC) is q
+
+
+def test_an_enabling_step_of_benefit_zero_lets_a_fusion_match():
+    # (a @ b) * s + c: moving the scale onto a (benefit 0) lets a@b + c fuse into addmm
+    move = _rule(lambda a, b, s: (a @ b) * s, lambda a, b, s: (a * s) @ b,
+                 (torch.randn(3, 4), torch.randn(4, 5), 0.5), "move_scale")
+    fuse = _rule(lambda a, b, c: a @ b + c, lambda a, b, c: torch.addmm(c, a, b),
+                 (torch.randn(3, 4), torch.randn(4, 5), torch.randn(3, 5)), "fuse")
+    args = (torch.randn(256, 16), torch.randn(16, 256), torch.randn(256, 256))
+    p = _export(lambda a, b, c: (a @ b) * 0.125 + c, *args)
+    assert saturate(p, [fuse], assume=REASSOC) is p  # the fusion alone cannot match
+    q, report = saturate_report(p, [move, fuse], assume=REASSOC)
+    body = _body(q)
+    assert "aten.addmm.default" in body and "aten.mul.Tensor](%a, 0.125)" in body
+    assert report.rewrites == {"fuse": 1}  # move_scale's result is not kept, only its a * s
+    check_extracted(p, q, args, REASSOC)
+
+
+def test_purity_the_input_is_untouched_and_returned_when_nothing_is_cheaper():
+    p = _export(_chain3, *(torch.randn(*s) for s in [(1024, 1024), (1024, 1024), (1024, 8)]))
+    text = format_program(p)
+    snapshot = copy.copy(p.root_module.graph.nodes)
+    q = saturate(p, [ASSOC], assume=REASSOC)
+    assert q is not p
+    assert format_program(p) == text and p.root_module.graph.nodes == snapshot
+    assert saturate(p, []) is p
+    assert saturate(q, [ASSOC], assume=REASSOC) is q
+    # not granted: neither checked nor applied, and the report says so
+    q2, report = saturate_report(p, [ASSOC])
+    assert q2 is p and "not granted" in report.skipped_rules["assoc"]
+
+
+@pytest.mark.parametrize(
+    ("limits", "why"),
+    [
+        (SaturationLimits(iterations=1), "iterations"),
+        (SaturationLimits(nodes=8), "nodes"),
+        (SaturationLimits(seconds=0.0), "seconds"),
+    ],
+)
+def test_limits_stop_the_search_and_the_report_says_which(limits, why):
+    shapes = [(64, 64)] * 5
+    p = _export(lambda a, b, c, d, e: (((a @ b) @ c) @ d) @ e,
+                *(torch.randn(*s) for s in shapes))
+    _, report = saturate_report(p, [ASSOC], assume=REASSOC, limits=limits)
+    assert report.stopped == (why,)
+    assert report.sizes[0][-1] <= max(limits.nodes + 16, report.sizes[0][0])
+    assert report.cost_after <= report.cost_before
+    if why == "iterations":
+        assert len(report.sizes[0]) == 2  # built, then one round
+
+
+def test_a_custom_cost_model_decides():
+    # a cost that only counts launches: every association costs the same, nothing changes
+    p = _export(_chain3, *(torch.randn(*s) for s in [(1024, 1024), (1024, 1024), (1024, 8)]))
+    assert saturate(p, [ASSOC], assume=REASSOC, cost=lambda t, a, k, v: 1.0) is p
+    # a cost that penalises matmuls whose left operand is an input named by its first dim
+    q = saturate(p, [ASSOC], assume=REASSOC, cost=roofline)
+    assert q is not p
+
+
+def test_assoc_rule_is_checked_once_before_saturation():
+    wrong = Rule(lambda a, b, c: (a @ b) @ c, lambda a, b, c: (a @ b) @ c + 1, M3,
+                 name="wrong")
+    p = _export(_chain3, *M3)
+    with pytest.raises(PassError, match="wrong"):
+        saturate(p, [wrong])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sound_extracted_chains_compute_what_the_original_does(seed):
+    g = torch.Generator().manual_seed(seed)
+    dims = [int(x) for x in torch.randint(2, 40, (5,), generator=g)]
+    args = tuple(torch.randn(dims[i], dims[i + 1], generator=g) for i in range(4))
+    p = _export(_chain4, *args)
+    q = saturate(p, [ASSOC, FACTOR], assume=REASSOC,
+                 cost=lambda t, a, k, v: 1.0 + sum(x.numel() for x in a
+                                                   if isinstance(x, torch.Tensor)))
+    check_extracted(p, q, args, REASSOC)
+
+
+def test_a_written_value_is_a_leaf_never_merged():
+    def fn(a, b, c):
+        m = a @ b
+        m.add_(1.0)
+        return m @ c
+
+    args = tuple(torch.randn(*s) for s in [(1024, 1024), (1024, 1024), (1024, 8)])
+    p = _export(fn, *args)
+    q = saturate(p, [ASSOC], assume=REASSOC)
+    check_extracted(p, q, args, REASSOC)
+    assert "aten.add" in _body(q)

@@ -1,0 +1,213 @@
+"""Cost models for ``saturate``: what one operator call costs, in microseconds.
+
+A cost model is any ``cost(target, args, kwargs, val) -> float``: ``args`` / ``kwargs`` with
+each tensor replaced by its fake value, ``val`` the result's fake value. Two are given:
+
+- ``roofline`` (the default): an analytic roofline, ``LAUNCH_US`` per launched operator plus
+  the larger of FLOPs / ``PEAK_FLOPS`` (matrix products, convolutions, attention) and bytes
+  moved / ``PEAK_BYTES`` (everything else); views and ``getitem`` are free. Formula and
+  constants in ``docs/search.md``.
+- ``measured_cost(p)``: each distinct operator of ``p`` timed once at its shapes on the
+  program's device; the value returned holds the timings (no process-wide cache).
+
+``program_cost(p, cost)`` sums a model over a program's operator calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ir import ops
+from ir.args import Ref, thaw
+from ir.node import CALL_FUNCTION
+from ir.program import Program
+
+__all__ = [
+    "LAUNCH_US", "PEAK_BYTES", "PEAK_FLOPS", "Cost", "MeasuredCost", "measured_cost", "node_cost",
+    "program_cost", "roofline",
+]
+
+Cost = Callable[[Any, tuple, dict, Any], float]
+
+PEAK_FLOPS = 50e12  #: FLOP/s of matrix products (a data-centre GPU's dense fp16/bf16 order)
+PEAK_BYTES = 1.5e12  #: bytes/s of memory traffic
+LAUNCH_US = 5.0  #: µs per launched operator
+
+_aten = torch.ops.aten
+_MATMUL = frozenset({
+    _aten.mm.default, _aten.bmm.default, _aten.matmul.default, _aten.addmm.default,
+    _aten.baddbmm.default, _aten.linear.default, _aten.addbmm.default,
+})
+_CONV = frozenset({_aten.convolution.default, _aten.conv2d.default, _aten.conv1d.default,
+                   _aten.conv3d.default})
+_ATTENTION = frozenset({
+    _aten.scaled_dot_product_attention.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+})
+_FREE = frozenset({"getitem"})
+
+
+def _numel(v: Any) -> int:
+    if not isinstance(v, torch.Tensor):
+        return 0
+    return math.prod(d if isinstance(d, int) else _hint(d) for d in v.shape)
+
+
+def _hint(d: Any) -> int:
+    """A symbolic size's hint (1 when it has none)."""
+    try:
+        return int(d.node.hint)
+    except Exception:  # noqa: BLE001 - no hint: count it as 1
+        return 1
+
+
+def _bytes(v: Any) -> int:
+    if isinstance(v, torch.Tensor):
+        return _numel(v) * v.element_size()
+    if isinstance(v, (tuple, list)):
+        return sum(_bytes(x) for x in v)
+    return 0
+
+
+def _flops(target: Any, args: tuple, val: Any) -> float:
+    """FLOPs of a matrix product, convolution or attention call; 0 for anything else."""
+    if target in _MATMUL:
+        first = args[1] if target in (_aten.addmm.default, _aten.baddbmm.default,
+                                      _aten.addbmm.default) else args[0]
+        k = first.shape[-1] if isinstance(first, torch.Tensor) and first.dim() else 1
+        return 2.0 * _numel(val) * int(k)
+    if target in _CONV and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        w = args[1]
+        return 2.0 * _numel(val) * _numel(w) / max(int(w.shape[0]), 1)
+    if target in _ATTENTION and len(args) > 2:
+        q, k = args[0], args[1]
+        if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor):
+            return 4.0 * _numel(q) * int(k.shape[-2])
+    return 0.0
+
+
+def _free(target: Any) -> bool:
+    name = getattr(target, "__name__", "")
+    return name in _FREE or (
+        callable(target) and (ops.is_view(target) or ops.is_alias_like(target))
+        and not ops.copy_of(target)
+    )
+
+
+def roofline(target: Any, args: tuple, kwargs: dict, val: Any) -> float:
+    """The default cost of one call, in µs: 0 for a view or ``getitem``; else ``LAUNCH_US`` +
+    1e6 x max(FLOPs / ``PEAK_FLOPS``, bytes / ``PEAK_BYTES``), FLOPs counted for matrix
+    products (2·m·n·k), convolutions (2 · output elements · weight elements / output
+    channels) and attention (4 · q elements · keys), bytes as the tensor arguments read plus
+    the result written.
+
+    **Laws:** non-negative; a pure function of the targets and the fake values' shapes and
+    dtypes. O(arguments)."""
+    if _free(target):
+        return 0.0
+    flops = _flops(target, args, val)
+    moved = sum(_bytes(a) for a in args) + sum(_bytes(v) for v in kwargs.values()) + _bytes(val)
+    return LAUNCH_US + 1e6 * max(flops / PEAK_FLOPS, moved / PEAK_BYTES)
+
+
+def node_cost(cost: Cost, target: Any, args: Any, kwargs: Any, val_of: Callable[[str], Any],
+              val: Any) -> float:
+    """``cost`` of one call whose ``Ref`` arguments are looked up with ``val_of`` (name ->
+    fake value). O(arguments)."""
+    a = thaw(args, lambda r: val_of(r.name))
+    k = thaw(kwargs, lambda r: val_of(r.name))
+    return float(cost(target, tuple(a), dict(k), val))
+
+
+def program_cost(p: Program, cost: Cost | None = None) -> float:
+    """The sum of ``cost`` (default ``roofline``) over the ``call_function`` nodes of every
+    distinct graph of ``p`` (a graph shared by several calls counted once).
+
+    **Laws:** a pure function of ``p``. O(n)."""
+    cost = roofline if cost is None else cost
+    total = 0.0
+    for mod in p.module_table().values():
+        for graph in mod.graphs:
+            vals = {n.name: n.meta.get("val") for n in graph.nodes}
+            for n in graph.nodes:
+                if n.op == CALL_FUNCTION:
+                    total += node_cost(cost, n.target, n.args, n.kwargs, vals.get,
+                                       vals.get(n.name))
+    return total
+
+
+class MeasuredCost:
+    """A cost model of timings: ``(target, shapes and dtypes)`` -> µs, measured once each.
+
+    Call it as any cost model; a call it has not timed is timed then (on the device of its
+    inputs' fake values, with random tensors of their shapes) and remembered in this value
+    only. Keep the value to reuse the timings (``saturate(p, rules, cost=m)`` twice).
+    Falls back to ``roofline`` for a call that cannot run on random inputs."""
+
+    def __init__(self, repeats: int = 5) -> None:
+        self.repeats = repeats
+        self.table: dict[tuple, float] = {}
+
+    def __call__(self, target: Any, args: tuple, kwargs: dict, val: Any) -> float:
+        if _free(target):
+            return 0.0
+        key = (target, _shape_key(args), _shape_key(tuple(kwargs.items())))
+        found = self.table.get(key)
+        if found is None:
+            found = self.table[key] = self._time(target, args, kwargs, val)
+        return found
+
+    def _time(self, target: Any, args: tuple, kwargs: dict, val: Any) -> float:
+        def real(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                shape = [d if isinstance(d, int) else 1 for d in x.shape]
+                device = torch.device("cpu") if x.device.type == "meta" else x.device
+                if x.dtype.is_floating_point:
+                    return torch.rand(shape, dtype=x.dtype, device=device)
+                if x.dtype == torch.bool:
+                    return torch.ones(shape, dtype=x.dtype, device=device)
+                return torch.zeros(shape, dtype=x.dtype, device=device)
+            if isinstance(x, (list, tuple)):
+                return type(x)(real(y) for y in x)
+            return x
+
+        try:
+            a = real(args)
+            k = {n: real(v) for n, v in kwargs.items()}
+            target(*a, **k)  # warm up
+            best = math.inf
+            for _ in range(self.repeats):
+                t0 = time.perf_counter()
+                target(*a, **k)
+                best = min(best, time.perf_counter() - t0)
+            return best * 1e6
+        except Exception:  # noqa: BLE001 - an operator that needs real data: the estimate
+            return roofline(target, args, kwargs, val)
+
+
+def measured_cost(repeats: int = 5) -> MeasuredCost:
+    """A new ``MeasuredCost``: each distinct operator at its argument shapes and dtypes timed
+    once (best of ``repeats`` runs, after one warm-up) the first time a cost is asked of it,
+    on the device its fake inputs name; the timings live in the returned value, which the
+    caller holds and passes again. O(1); each first call costs its runs."""
+    return MeasuredCost(repeats)
+
+
+def _shape_key(tree: Any) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return ("T", tuple(int(d) if isinstance(d, int) else str(d) for d in tree.shape),
+                str(tree.dtype), str(tree.device))
+    if isinstance(tree, (tuple, list)):
+        return tuple(_shape_key(x) for x in tree)
+    if isinstance(tree, Ref):
+        return ("R", tree.name)
+    try:
+        hash(tree)
+    except TypeError:
+        return repr(tree)
+    return (type(tree).__name__, tree)

@@ -1,0 +1,376 @@
+"""An e-graph of one IR graph: hash-consed e-nodes, union-find with rebuilding, class data.
+
+An *e-node* is an operator call whose tensor arguments are *e-classes* (sets of values known
+equal): ``(target, canonical arguments with each child spelled by its position, child
+classes)``. Two e-nodes with the same operator, literals and (canonical) child classes are one
+e-node (hash-consing). ``union(a, b)`` records that two classes hold equal values;
+``rebuild()`` restores the invariants after unions, as egg does: a worklist of merged classes,
+each parent e-node re-canonicalised, and parents that became equal merged in turn (congruence
+closure, upward merging).
+
+Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides) every member
+computes, whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original
+node it stands for. Members of one class agree on shape, dtype and strides (``saturate``
+refuses a union that would not).
+
+What is a leaf is decided in one place, ``value_roles``: today from
+``transforms.node_effects`` (``graph_writes``, ``has_effect``); when the shared effect/alias
+analysis lands (``ir/effects.py``) only that function changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from ir import ops
+from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref
+from ir.graph import Graph
+from ir.module import ModuleId
+from ir.node import CALL_FUNCTION, OUTPUT
+from ir.program import Program
+from transforms.node_effects import graph_writes, has_effect
+
+LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
+
+__all__ = ["LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "from_graph", "value_roles"]
+
+
+@attrs.frozen
+class ENode:
+    """One e-node: ``op`` (an operator, or ``LEAF``), ``canon`` (the canonical arguments,
+    ``ir.ops.canonical_args`` form, each child spelled ``Ref("#i")``), ``args``/``kwargs`` (the
+    arguments to emit it with, children spelled the same way), ``children`` (class ids).
+    ``rule``: the rule whose replacement made it first (``None`` for the program's own).
+    ``key``: what hash-consing compares (operator, literals spelled with their types, children
+    as they are). Two e-nodes are equal when their keys are."""
+
+    op: Any
+    canon: tuple
+    args: tuple
+    kwargs: Any
+    children: tuple[int, ...]
+    spelled: Any = attrs.field(eq=False, repr=False)
+    rule: str | None = attrs.field(default=None, eq=False)  #: the rule that made it first
+
+    @property
+    def key(self) -> tuple:
+        """The hash-consing key with the children as stored (canonicalise them first)."""
+        return (self.op, self.spelled, self.children)
+
+    def with_children(self, children: tuple[int, ...]) -> ENode:
+        """The same e-node over other child classes (``self`` when they are the same)."""
+        if children == self.children:
+            return self
+        return attrs.evolve(self, children=children)
+
+
+@attrs.define
+class ClassData:
+    """What one e-class knows of its value: ``val`` (fake tensor or ``None``), ``leaf``
+    (opaque: a placeholder, state read, random, effectful, written or read-after-write value),
+    ``origin`` (the original node's name, ``None`` for a class made by a rule)."""
+
+    val: Any
+    leaf: bool
+    origin: str | None
+
+
+def spell(tree: Any) -> Any:
+    """``tree`` as a hashable key: floats by their hex (``0.0`` is not ``-0.0``), bools and
+    complex numbers with their type, containers by kind, anything unhashable by its repr.
+    O(size of the tree)."""
+    kind = type(tree)
+    if kind is Ref:
+        return ("#", tree.name)
+    if kind is float:
+        return ("f", tree.hex())
+    if kind is bool:
+        return ("b", tree)
+    if kind is complex:
+        return ("c", repr(tree))
+    if kind in (tuple, list):
+        return ("t", tuple(spell(x) for x in tree))
+    if kind is IList:
+        return ("l", tuple(spell(x) for x in tree.items))
+    if kind is IDict:
+        return ("d", tuple((k, spell(v)) for k, v in tree.items))
+    if kind is ISlice:
+        return ("s", spell((tree.start, tree.stop, tree.step)))
+    try:
+        hash(tree)
+    except TypeError:
+        return ("r", repr(tree))
+    return (kind.__name__, tree)
+
+
+class EGraph:
+    """A mutable e-graph (private to one ``saturate`` call; never shared).
+
+    ``add(enode, data)`` returns the class of a (hash-consed) e-node; ``union(a, b)`` merges two
+    classes; ``rebuild()`` restores congruence; ``find(c)`` is the canonical id. ``classes``
+    maps each canonical id to its e-nodes; ``data`` to its ``ClassData``; ``parents`` to the
+    ``(e-node, class)`` pairs reading it.
+
+    Complexity: ``add`` O(arguments); ``union`` O(1) amortised; ``rebuild`` O(parents of the
+    merged classes) times α(n); the e-graph holds at most ``limits.nodes`` e-nodes.
+    """
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.classes: dict[int, list[ENode]] = {}
+        self.data: dict[int, ClassData] = {}
+        self.parents: dict[int, list[tuple[ENode, int]]] = {}
+        self.memo: dict[tuple, int] = {}
+        self.pending: list[int] = []
+        self.size = 0  #: e-nodes added
+
+    def find(self, c: int) -> int:
+        """The canonical id of class ``c`` (with path halving)."""
+        parent = self.parent
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    def canonical(self, enode: ENode) -> ENode:
+        """``enode`` with its children canonical."""
+        return enode.with_children(tuple(self.find(c) for c in enode.children))
+
+    def lookup(self, enode: ENode) -> int | None:
+        """The class holding ``enode`` (canonicalised), or ``None``."""
+        found = self.memo.get(self.canonical(enode).key)
+        return None if found is None else self.find(found)
+
+    def add(self, enode: ENode, data: ClassData) -> int:
+        """The class of ``enode``: the existing one, or a new class with ``data``."""
+        enode = self.canonical(enode)
+        found = self.memo.get(enode.key)
+        if found is not None:
+            return self.find(found)
+        c = len(self.parent)
+        self.parent.append(c)
+        self.classes[c] = [enode]
+        self.data[c] = data
+        self.parents[c] = []
+        self.memo[enode.key] = c
+        for child in set(enode.children):
+            self.parents[child].append((enode, c))
+        self.size += 1
+        return c
+
+    def union(self, a: int, b: int) -> bool:
+        """Record that classes ``a`` and ``b`` are equal; ``False`` when they already were.
+        The merged class keeps the data of the one with an original node (a leaf stays a
+        leaf), else of the larger."""
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return False
+        da, db = self.data[a], self.data[b]
+        if len(self.classes[a]) < len(self.classes[b]):
+            a, b, da, db = b, a, db, da
+        self.parent[b] = a
+        self.classes[a].extend(self.classes.pop(b))
+        self.parents[a].extend(self.parents.pop(b))
+        kept = self.data.pop(b)
+        if da.origin is None and db.origin is not None:
+            da.origin = db.origin
+        da.leaf = da.leaf or db.leaf
+        if da.val is None:
+            da.val = kept.val
+        self.pending.append(a)
+        return True
+
+    def rebuild(self) -> int:
+        """Restore congruence after unions (egg's rebuild): each merged class's parents are
+        re-canonicalised; two parents that became one e-node merge their classes, which goes
+        on up the graph. Returns the number of classes merged by congruence."""
+        merged = 0
+        while self.pending:
+            todo = {self.find(c) for c in self.pending}
+            self.pending = []
+            for c in todo:
+                merged += self._repair(self.find(c))
+        for c, nodes in self.classes.items():
+            seen: dict[tuple, ENode] = {}
+            for n in nodes:
+                n = self.canonical(n)
+                seen.setdefault(n.key, n)
+            self.classes[c] = list(seen.values())
+        return merged
+
+    def _repair(self, c: int) -> int:
+        merged = 0
+        fresh: dict[tuple, tuple[ENode, int]] = {}
+        snapshot, self.parents[c] = self.parents[c], []
+        for enode, owner in snapshot:
+            self.memo.pop(enode.key, None)
+            enode = self.canonical(enode)
+            owner = self.find(owner)
+            found = fresh.get(enode.key)
+            if found is not None and self.find(found[1]) != owner:
+                if self.union(found[1], owner):
+                    merged += 1
+                owner = self.find(owner)
+            other = self.memo.get(enode.key)
+            if other is not None and self.find(other) != owner:
+                if self.union(other, owner):
+                    merged += 1
+                owner = self.find(owner)
+            self.memo[enode.key] = owner
+            fresh[enode.key] = (enode, owner)
+        self.parents[self.find(c)].extend((n, self.find(o)) for n, o in fresh.values())
+        return merged
+
+    def nodes_count(self) -> int:
+        """The e-nodes held now (after hash-consing). O(classes)."""
+        return sum(len(v) for v in self.classes.values())
+
+
+# --- the graph's values: leaves and e-nodes -------------------------------------------------------
+
+
+def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
+    """The names of ``graph``'s nodes that are *leaves* of its e-graph: their value is taken as
+    it is, never rewritten nor merged with another.
+
+    A node is a leaf unless it is a pure ``call_function`` (no effect, not random, not writing:
+    ``transforms.node_effects.has_effect``) whose result is one tensor, that neither is written
+    in place (directly or through an alias: ``graph_writes``) nor reads a value that is
+    (a read after a write). Placeholders (inputs, state reads), ``get_attr``, module calls,
+    metadata checks and symbolic sizes are leaves.
+
+    The one adapter between the e-graph and the program's effect facts: when the shared
+    effect/alias analysis (``ir/effects.py``) lands, only this function changes.
+
+    **Laws:** a pure function of ``p`` and the graph. Complexity: O(n α(n)).
+    """
+    writes = graph_writes(p, mid, graph)
+    memo: dict = {}
+    leaves = []
+    for n in graph.nodes:
+        if n.op == OUTPUT:
+            continue
+        if (
+            n.op != CALL_FUNCTION
+            or not isinstance(n.meta.get("val"), torch.Tensor)
+            or ops.is_metadata_check(n.target)
+            or has_effect(p, mid, n, memo)
+            or writes.is_written(n.name)
+            or any(writes.is_written(r.name) for r in n.inputs())
+        ):
+            leaves.append(n.name)
+    return frozenset(leaves)
+
+
+def enode_of(target: Any, args: tuple, kwargs: Any, child_of: Mapping[str, int],
+             val_of: Mapping[str, Any], out_val: Any) -> ENode:
+    """The e-node of ``target(*args, **kwargs)`` whose ``Ref`` s name values of ``child_of``
+    (name -> class) with fake values ``val_of`` (name -> val) and result ``out_val``.
+
+    The canonical arguments follow the matcher's normal form (``ir.ops.normalized_args`` then
+    ``ir.ops.canonical_args`` at the first tensor argument's rank and dtype and the result's
+    shape), so that ``softmax(x, -1)`` and ``softmax(x, dim=1)`` on a 2-D ``x`` are one
+    e-node. O(arguments)."""
+    order: dict[str, int] = {}
+
+    def place(tree: Any) -> Any:
+        kind = type(tree)
+        if kind is Ref:
+            i = order.setdefault(tree.name, len(order))
+            return Ref(f"#{i}")
+        if kind is tuple:
+            return tuple(place(x) for x in tree)
+        if kind is IList:
+            return IList(tuple(place(x) for x in tree.items))
+        if kind is IDict:
+            return IDict(tuple((k, place(v)) for k, v in tree.items))
+        return tree
+
+    norm = ops.normalized_args(target, args, kwargs)
+    raw = norm if norm is not None else tuple(args) + tuple(
+        v for _, v in (kwargs.items if isinstance(kwargs, IDict) else kwargs.items())
+    )
+    first = _first_val(raw, val_of)
+    rank, dtype = (first.dim(), first.dtype) if isinstance(first, torch.Tensor) else (None, None)
+    shape = (tuple(out_val.shape) if isinstance(out_val, torch.Tensor)
+             and all(type(d) is int for d in out_val.shape) else None)
+    canon = place(ops.canonical_args(target, raw, rank, dtype, shape))
+    emit_args = place(tuple(args))
+    emit_kwargs = place(kwargs)
+    children = tuple(child_of[name] for name in order)
+    return ENode(target, canon, emit_args, emit_kwargs, children, spell(canon))
+
+
+def _first_val(args: tuple, val_of: Mapping[str, Any]) -> Any:
+    for a in args:
+        if type(a) is Ref:
+            return val_of.get(a.name)
+        if type(a) in (tuple, IList) and a and type(a[0]) is Ref:
+            return val_of.get(a[0].name)
+    return None
+
+
+def leaf(name: str) -> ENode:
+    """The leaf e-node of the node named ``name``."""
+    return ENode(LEAF, (name,), (), EMPTY_DICT, (), (LEAF, name))
+
+
+@attrs.define
+class GraphEGraph:
+    """The e-graph of one IR graph: ``eg``; ``class_of`` (node name -> class id as built);
+    ``enode_of`` (node name -> its own e-node, for pure nodes); ``position`` (node name ->
+    index in the graph); ``roots`` (the classes read by leaves and the output: what must be
+    computed); ``leaves`` (leaf node names)."""
+
+    eg: EGraph
+    class_of: dict[str, int]
+    own: dict[str, ENode]
+    position: dict[str, int]
+    roots: tuple[int, ...]
+    leaves: frozenset[str]
+
+
+def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
+    """The e-graph of ``graph`` (of module ``mid`` of ``p``): a leaf class per leaf node
+    (``value_roles``), an e-node per pure node, in graph order (equal pure computations become
+    one class by hash-consing).
+
+    **Laws:** a pure function of its arguments; every class holds one original value.
+    Complexity: O(n) e-nodes, O(n α(n)) in all."""
+    eg = EGraph()
+    leaves = value_roles(p, mid, graph)
+    class_of: dict[str, int] = {}
+    own: dict[str, ENode] = {}
+    val_of: dict[str, Any] = {}
+    position: dict[str, int] = {}
+    roots: list[int] = []
+    for i, n in enumerate(graph.nodes):
+        position[n.name] = i
+        val_of[n.name] = n.meta.get("val")
+        if n.op == OUTPUT or n.name in leaves:
+            roots.extend(class_of[r.name] for r in n.inputs() if r.name in class_of)
+            if n.op != OUTPUT:
+                class_of[n.name] = eg.add(leaf(n.name), ClassData(val_of[n.name], True, n.name))
+            continue
+        e = enode_of(n.target, n.args, n.kwargs, class_of, val_of, val_of[n.name])
+        own[n.name] = e
+        class_of[n.name] = eg.add(e, ClassData(val_of[n.name], False, n.name))
+    return GraphEGraph(eg, class_of, own, position, tuple(dict.fromkeys(roots)), leaves)
+
+
+def reachable(eg: EGraph, roots: Iterable[int]) -> set[int]:
+    """The classes reachable from ``roots`` through any e-node. O(e-nodes)."""
+    seen: set[int] = set()
+    todo = [eg.find(r) for r in roots]
+    while todo:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        for n in eg.classes[c]:
+            todo.extend(eg.find(x) for x in n.children)
+    return seen

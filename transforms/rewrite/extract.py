@@ -1,0 +1,145 @@
+"""Extraction: one e-node per needed e-class, the chosen program costed as a DAG.
+
+``greedy`` chooses, bottom up, the e-node of least *tree* cost in each class (egg's
+extractor): its own cost plus its children's best, iterated to a fixpoint. Every e-node costs
+at least ``EPSILON``, so the choice is acyclic: a cycle would cost more than the way out of it.
+``dag_cost`` costs a choice as the program it builds: each chosen class once, however many
+readers share it. ``exact`` solves the extraction as an integer program (DAG cost, acyclicity
+by class order variables) where ``scipy`` (``scipy.optimize.milp``) is installed, the optional
+extra ``search``; without it it returns ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
+
+__all__ = ["EPSILON", "dag_cost", "exact", "greedy"]
+
+EPSILON = 1e-6  #: the least cost of an e-node (keeps the greedy choice acyclic)
+
+Choice = dict[int, ENode]
+
+
+def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
+           prefer: Mapping[int, ENode] | None = None) -> Choice:
+    """The e-node of least tree cost in each class reachable from ``roots``.
+
+    ``cost(enode)``: its own cost (a leaf's is 0). ``prefer``: class -> e-node kept on a tie
+    (the original program's node, so that nothing changes where nothing is cheaper).
+
+    **Laws:** the choice is acyclic and defined on every class reachable from ``roots`` through
+    chosen e-nodes. Complexity: O(passes x e-nodes), passes small where class ids follow the
+    graph's order (the original graph first, rules' nodes after their inputs)."""
+    live = sorted(reachable(eg, roots))
+    best: dict[int, float] = {}
+    choice: Choice = {}
+    own: dict[tuple, float] = {}
+    prefer = prefer or {}
+
+    def of(n: ENode) -> float:
+        found = own.get(n.key)
+        if found is None:
+            found = own[n.key] = max(cost(n), 0.0) + EPSILON
+        return found
+
+    changed = True
+    while changed:
+        changed = False
+        for c in live:
+            nodes = eg.classes[c]
+            kept = prefer.get(c)
+            if kept is not None:
+                kept = eg.canonical(kept)
+                nodes = [kept, *[n for n in nodes if n.key != kept.key]]
+            for n in nodes:
+                total = of(n)
+                for ch in n.children:
+                    b = best.get(eg.find(ch))
+                    if b is None:
+                        break
+                    total += b
+                else:
+                    if total < best.get(c, float("inf")) * (1 - 1e-12):
+                        best[c] = total
+                        choice[c] = n
+                        changed = True
+    return choice
+
+
+def dag_cost(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode],
+             cost: Callable[[ENode], float]) -> float:
+    """The cost of the program ``choice`` builds: each class reachable from ``roots`` through
+    chosen e-nodes counted once. O(classes reached)."""
+    total = 0.0
+    seen: set[int] = set()
+    todo = [eg.find(r) for r in roots]
+    while todo:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        n = choice[c]
+        if n.op != LEAF:
+            total += cost(n)
+        todo.extend(eg.find(x) for x in n.children)
+    return total
+
+
+def exact(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
+          seconds: float = 10.0) -> Choice | None:
+    """The choice of least DAG cost, by an integer program, or ``None`` when ``scipy`` is not
+    installed (``pip install purefx[search]``) or the solver finds no answer in ``seconds``.
+
+    Variables: ``x_n`` (e-node ``n`` chosen), ``t_c`` (class ``c``'s place in a topological
+    order). Each root class chooses a node; a chosen node's child classes choose one; a chosen
+    node's class comes after its children (``t_c - t_d >= 1 - N (1 - x_n)``), so the answer is
+    acyclic. Minimises the sum of the chosen nodes' costs (a shared class once)."""
+    try:
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import lil_matrix
+    except ImportError:
+        return None
+    live = sorted(reachable(eg, roots))
+    index = {c: i for i, c in enumerate(live)}
+    nodes = [(c, n) for c in live for n in eg.classes[c]]
+    nx, nc = len(nodes), len(live)
+    big = nc + 1
+    rows: list[tuple[dict[int, float], float, float]] = []
+    by_class: dict[int, list[int]] = {}
+    for j, (c, _) in enumerate(nodes):
+        by_class.setdefault(c, []).append(j)
+    for r in {eg.find(r) for r in roots}:
+        rows.append(({j: 1.0 for j in by_class[r]}, 1.0, float("inf")))
+    for j, (c, n) in enumerate(nodes):
+        for ch in {eg.find(x) for x in n.children}:
+            row = {k: 1.0 for k in by_class[ch]}
+            row[j] = row.get(j, 0.0) - 1.0
+            rows.append((row, 0.0, float("inf")))
+            if ch == c:
+                rows.append(({j: 1.0}, 0.0, 0.0))  # a node reading its own class: never
+                continue
+            # t_c - t_ch - big * x_j >= 1 - big
+            rows.append(({nx + index[c]: 1.0, nx + index[ch]: -1.0, j: -float(big)},
+                         1.0 - big, float("inf")))
+    a = lil_matrix((len(rows), nx + nc))
+    lo, hi = np.empty(len(rows)), np.empty(len(rows))
+    for i, (row, low, high) in enumerate(rows):
+        for k, v in row.items():
+            a[i, k] = v
+        lo[i], hi[i] = low, high
+    obj = np.array([0.0 if n.op == LEAF else max(cost(n), 0.0) + EPSILON for _, n in nodes]
+                   + [0.0] * nc)
+    integrality = np.array([1] * nx + [0] * nc)
+    bounds = Bounds(np.zeros(nx + nc), np.array([1.0] * nx + [float(big)] * nc))
+    res = milp(obj, constraints=[LinearConstraint(a.tocsr(), lo, hi)], integrality=integrality,
+               bounds=bounds, options={"time_limit": seconds})
+    if res.x is None:
+        return None
+    choice: Choice = {}
+    for j, (c, n) in enumerate(nodes):
+        if res.x[j] > 0.5 and c not in choice:
+            choice[c] = n
+    return choice

@@ -1,0 +1,619 @@
+"""``saturate``: rules applied by equality saturation, then the cheapest program extracted.
+
+Where ``rewrite`` applies rules greedily (each match taken, the first rule by benefit), here
+every match *adds* its replacement to an e-graph (``egraph``) beside what it matched, as an
+equal value, until nothing new is found or a limit is reached; then ``extract`` chooses, per
+value, the cheapest way to compute it under a cost model (``cost``). A rule and its reverse
+never cycle: the second only finds the first's result already in the class. The program is
+rebuilt through ``transforms.edit.rewrite_nodes`` (names, module stacks, fake values,
+signatures), and kept only if it is cheaper than the program and than greedy ``rewrite``'s.
+Design, walk-through and limits: ``docs/search.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import torch
+
+from ir.args import EMPTY_DICT, IDict, IList, Ref, thaw
+from ir.errors import PassError
+from ir.gcpause import gc_paused
+from ir.graph import Graph
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.program import Program, require_program
+from ir.torch_seam import fake_failures_unlogged
+from transforms.rewrite import extract
+from transforms.rewrite.api import ensure_checked
+from transforms.rewrite.cost import Cost, program_cost, roofline
+from transforms.rewrite.egraph import (
+    LEAF,
+    ClassData,
+    EGraph,
+    ENode,
+    GraphEGraph,
+    enode_of,
+    from_graph,
+)
+from transforms.rewrite.ematch import EMatch, ematch, single_result
+from transforms.rewrite.engine import apply_rules, rule_list
+from transforms.rewrite.rule import Compiled, Match, Rule, check_assumptions, replacement_for
+from transforms.rewrite.trace import level_of
+
+__all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
+
+
+@attrs.frozen
+class SaturationLimits:
+    """When saturation stops: ``nodes`` (e-nodes held per graph), ``iterations`` (rounds of
+    matching per graph), ``seconds`` (wall time for the whole search), and the backoff
+    scheduler's ``match_limit`` (matches a rule may make in one round before it is banned)
+    and ``ban_length`` (rounds it is banned for; both doubled each time it is banned again)."""
+
+    nodes: int = 20_000
+    iterations: int = 30
+    seconds: float = 20.0
+    match_limit: int = 1_000
+    ban_length: int = 2
+
+
+@attrs.frozen
+class SaturationReport:
+    """What ``saturate_report`` did.
+
+    - ``sizes``: per graph (in module-walk order), the e-graph's e-nodes after building and
+      after each round;
+    - ``stopped``: per graph, why saturation stopped: ``"saturated"`` (nothing new),
+      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached);
+    - ``cost_before``, ``cost_after``: the cost model summed over the program and the result;
+    - ``chosen``: which program was kept: ``"saturate"`` (the extracted one), ``"greedy"``
+      (``rewrite``'s was cheaper) or ``"original"`` (nothing cheaper: ``p`` itself);
+    - ``extractor``: ``"greedy"`` (tree-cost choice) or ``"ilp"`` (the exact integer program,
+      where ``scipy`` is installed and it found a cheaper DAG);
+    - ``greedy_cost``: the cost of greedy ``rewrite``'s program on the same rules (``None``
+      when it raised, e.g. a rule and its reverse cycling there);
+    - ``rewrites``: ``{rule name: values of the kept program computed by that rule's
+      replacement}`` (the replacement's result e-node, chosen by extraction; empty
+      unless ``chosen`` is ``"saturate"``);
+    - ``skipped_rules``: ``{rule name: why saturate does not apply it}`` (several results,
+      assumptions not granted, a reverse that computes nothing).
+    """
+
+    sizes: tuple[tuple[int, ...], ...]
+    stopped: tuple[str, ...]
+    cost_before: float
+    cost_after: float
+    chosen: str
+    extractor: str
+    greedy_cost: float | None
+    rewrites: Mapping[str, int]
+    skipped_rules: Mapping[str, str]
+
+    def __str__(self) -> str:
+        lines = [
+            (f"cost: {self.cost_before:.1f} -> {self.cost_after:.1f} ({self.chosen}; "
+             f"extraction {self.extractor}; greedy rewrite "
+             f"{'raised' if self.greedy_cost is None else f'{self.greedy_cost:.1f}'})"),
+            "rewrites: " + (", ".join(f"{k} {v}" for k, v in self.rewrites.items()) or "none"),
+        ]
+        for i, (sizes, why) in enumerate(zip(self.sizes, self.stopped)):
+            lines.append(f"graph {i}: e-nodes {' '.join(map(str, sizes))}; stopped: {why}")
+        for name, why in self.skipped_rules.items():
+            lines.append(f"not applied: {name!r}: {why}")
+        return "\n".join(lines)
+
+
+def saturate(
+    p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
+    limits: SaturationLimits | None = None, assume: Any = frozenset(),
+) -> Program:
+    """The cheapest program equal to ``p`` that ``rules`` reach, found by equality saturation.
+
+    Parameters:
+        p: a Program, flat (``import_ep``) or outlined (``transform``); each distinct graph is
+            searched once (a graph shared by several calls once).
+        rules: ``Rule`` values, checked once (``check_rule``, unless ``trusted``) as
+            ``rewrite`` checks them; a rule with ``both_ways=True`` is applied in both
+            directions, and so is any rule passed together with its reverse, without cycling.
+            Rules with several results are not applied (``report.skipped_rules``).
+        cost: ``(target, args, kwargs, val) -> float`` (tensors replaced by their fake values;
+            ``val`` the result's), default ``transforms.rewrite.cost.roofline``;
+            ``transforms.rewrite.cost.measured_cost()`` times operators instead.
+        limits: a ``SaturationLimits`` (default one).
+        assume: the assumptions granted, as in ``rewrite(..., assume=)``: a rule whose
+            ``assumes`` are not all granted is neither checked nor applied.
+
+    Returns:
+        ``p`` itself (``is p``) when nothing cheaper was found; else the cheaper of the
+        extracted program and greedy ``rewrite``'s on the same rules (ties: the extracted).
+
+    Raises:
+        ValueError: ``assume`` holds an unknown flag. PassError: naming the rule, when a rule
+        is malformed or ``check_rule`` finds it wrong; ``limits`` not a ``SaturationLimits``.
+
+    **Laws:**
+
+    - semantics: the result computes what ``p`` computes, up to each rule's tolerance, on the
+      inputs the granted assumptions admit (``rewrite``'s in-context law);
+    - purity: ``p`` is never written; ``saturate(p, []) is p``;
+    - never worse: ``cost(result) <= cost(p)`` and ``<= cost(rewrite(p, rules))``.
+
+    Complexity: O(e-nodes x rules x pattern size) per round, at most ``limits.iterations``
+    rounds and ``limits.nodes`` e-nodes per graph, bounded by ``limits.seconds``; extraction
+    O(passes x e-nodes); one greedy ``rewrite`` to compare against.
+    """
+    return saturate_report(p, rules, cost=cost, limits=limits, assume=assume)[0]
+
+
+@gc_paused
+def saturate_report(
+    p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
+    limits: SaturationLimits | None = None, assume: Any = frozenset(),
+) -> tuple[Program, SaturationReport]:
+    """``saturate(p, rules, ...)`` and its ``SaturationReport``. Same contract, laws and
+    complexity as ``saturate``."""
+    require_program(p, "saturate")
+    granted = check_assumptions(assume, "saturate: assume")
+    limits = SaturationLimits() if limits is None else limits
+    if not isinstance(limits, SaturationLimits):
+        raise PassError(f"saturate: limits must be a SaturationLimits, got {limits!r}")
+    cost = roofline if cost is None else cost
+    rules = rule_list(rules)
+    skipped: dict[str, str] = {}
+    applied = []
+    for r in rules:
+        if not r.assumes <= granted:
+            skipped[r.name] = f"assumes {sorted(r.assumes - granted)}, not granted"
+        else:
+            applied.append(r)
+    graphs = _graphs(p)
+    level = level_of([g for _, g in graphs])
+    for r in applied:
+        r.compiled(level)
+        ensure_checked(r)
+    compiled = _compiled(applied, level, skipped)
+    deadline = time.monotonic() + limits.seconds
+    sizes: list[tuple[int, ...]] = []
+    stopped: list[str] = []
+    plans: dict[int, _Plan] = {}
+    for mid, graph in graphs:
+        geg = from_graph(p, mid, graph)
+        grown, why = _saturate(geg.eg, compiled, limits, deadline)
+        sizes.append(grown)
+        stopped.append(why)
+        plans[id(graph)] = _extract(geg, graph, cost, deadline)
+    before = program_cost(p, cost)
+    q = p
+    if any(plan.changes for plan in plans.values()):
+        from transforms.edit import rewrite_nodes  # transforms.edit imports this package
+
+        q = rewrite_nodes(p, _Builder(plans))
+    after = program_cost(q, cost)
+    greedy_q, greedy_cost = _greedy(p, applied, cost)
+    chosen = "saturate"
+    if greedy_q is not None and greedy_cost < after * (1 - 1e-9):
+        q, after, chosen = greedy_q, greedy_cost, "greedy"
+    if q is not p and not after < before * (1 - 1e-9):
+        q, after = p, before
+    if q is p:
+        chosen, after = "original", before
+    rewrites: dict[str, int] = {}
+    if chosen == "saturate":
+        for plan in plans.values():
+            for name in plan.rules_used:
+                rewrites[name] = rewrites.get(name, 0) + 1
+    extractor = "ilp" if any(pl.extractor == "ilp" for pl in plans.values()) else "greedy"
+    report = SaturationReport(
+        tuple(sizes), tuple(stopped), before, after, chosen, extractor, greedy_cost,
+        MappingProxyType(rewrites), MappingProxyType(skipped),
+    )
+    return q, report
+
+
+def _graphs(p: Program) -> list[tuple[Any, Graph]]:
+    table = p.module_table()
+    order = dict.fromkeys(mid for _, mid in p.walk())
+    return [(mid, g) for mid in order for g in table[mid].graphs]
+
+
+# --- rules: each direction compiled once ---------------------------------------------------------
+
+
+@attrs.frozen
+class _Directed:
+    """A rule in one direction: the ``Rule`` whose pattern is matched (the reverse of a
+    ``both_ways`` rule is a trusted rule of swapped functions: the forward's check covers it,
+    equality being symmetric) and its compiled form."""
+
+    rule: Rule
+    compiled: Compiled
+    name: str
+
+
+def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_Directed]:
+    out: list[_Directed] = []
+    for r in rules:
+        c = r.compiled(level)
+        if single_result(c.pattern):
+            out.append(_Directed(r, c, r.name))
+        else:
+            skipped[r.name] = "its pattern has several results (saturate matches one)"
+        if r.both_ways:
+            back = Rule(r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
+                        where=r.where, trusted=True, specials=r.specials, assumes=r.assumes)
+            try:
+                bc = back.compiled(level)
+            except PassError as exc:
+                skipped[back.name] = f"cannot be matched: {exc}"
+                continue
+            if single_result(bc.pattern):
+                out.append(_Directed(back, bc, r.name))
+            else:
+                skipped[back.name] = "its pattern has several results (saturate matches one)"
+    return out
+
+
+# --- saturation ------------------------------------------------------------------------------------
+
+
+def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
+              deadline: float) -> tuple[tuple[int, ...], str]:
+    """Rounds of matching and adding, with egg's backoff scheduler: a rule that matches more
+    than its limit in a round is banned (its matches dropped) for a number of rounds; both
+    double at each ban. Returns the e-node counts per round and why it stopped."""
+    sizes = [eg.size]
+    banned_until = [0] * len(rules)
+    times_banned = [0] * len(rules)
+    for it in range(limits.iterations):
+        if time.monotonic() > deadline:
+            return tuple(sizes), "seconds"
+        by_op: dict[Any, list[tuple[ENode, int]]] = {}
+        for c, nodes in eg.classes.items():
+            for n in nodes:
+                if n.op != LEAF:
+                    by_op.setdefault(n.op, []).append((n, c))
+        todo: list[tuple[_Directed, EMatch]] = []
+        banned_now = False
+        for i, d in enumerate(rules):
+            if banned_until[i] > it:
+                banned_now = True
+                continue
+            cap = limits.match_limit << times_banned[i]
+            found = ematch(eg, d.compiled.pattern, by_op, cap)
+            if len(found) > cap:
+                banned_until[i] = it + (limits.ban_length << times_banned[i])
+                times_banned[i] += 1
+                banned_now = True
+                continue
+            todo.extend((d, m) for m in found)
+        changed = False
+        for d, m in todo:
+            changed |= _apply(eg, d, m)
+            if eg.size > limits.nodes:
+                break
+        eg.rebuild()
+        sizes.append(eg.size)
+        if eg.size > limits.nodes:
+            return tuple(sizes), "nodes"
+        if time.monotonic() > deadline:
+            return tuple(sizes), "seconds"
+        if not changed:
+            if not banned_now:
+                return tuple(sizes), "saturated"
+            banned_until = [0] * len(rules)  # nothing else to do: the banned rules run again
+    return tuple(sizes), "iterations"
+
+
+def _apply(eg: EGraph, d: _Directed, m: EMatch) -> bool:
+    """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
+    ``False`` when the match is declined (``where`` false, the replacement not traceable or
+    not runnable there, another shape, dtype or strides, a result aliasing an input) or adds
+    nothing new."""
+    rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
+    vals: dict[int, Any] = {}
+    for name, pos in zip(pattern.input_order, pattern.tensor_args):
+        cls = m.inputs.get(name)
+        vals[pos] = eg.data[eg.find(cls)].val if cls is not None else None
+    if rule.where is not None and not _where(rule, m, vals, eg):
+        return False
+    try:
+        rep = replacement_for(rule, c, m.scalars, vals)
+    except PassError:
+        return False
+    if rep is None:
+        return False
+    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
+    child_of: dict[str, int] = {}
+    val_of: dict[str, Any] = {}
+    for pp, rp in zip(pattern.input_order, rep_ph):
+        if pp in m.inputs:
+            child_of[rp] = eg.find(m.inputs[pp])
+            val_of[rp] = eg.data[child_of[rp]].val
+    sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
+    out = rep.outputs[0]
+    for rn in rep.graph.nodes:
+        if rn.op in (PLACEHOLDER, OUTPUT):
+            continue
+        if rn.op != CALL_FUNCTION:
+            return False
+        args = _bind(rn.args, sentinels, m.scalars)
+        kwargs = _bind(rn.kwargs, sentinels, m.scalars)
+        if any(r.name not in child_of for r in _refs((args, kwargs))):
+            if _is_check(rn):
+                continue  # a metadata check on a value the e-graph does not hold
+            return False
+        val = _fake_run(rn.target, args, kwargs, val_of)
+        if val is _RAISED:
+            return False
+        if _is_check(rn):
+            continue
+        e = enode_of(rn.target, args, kwargs, child_of, val_of, val)
+        if type(out) is Ref and rn.name == out.name:
+            e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
+        cls = eg.add(e, ClassData(val, False, None))
+        child_of[rn.name] = cls
+        val_of[rn.name] = eg.data[cls].val if eg.data[cls].val is not None else val
+    if type(out) is not Ref or out.name not in child_of or out.name in rep_ph:
+        return False  # a literal, or an input returned: never merged (aliasing)
+    if _aliases_input(rep, out.name):
+        return False
+    new = child_of[out.name]
+    if not _compatible(eg.data[eg.find(m.root)].val, val_of.get(out.name)):
+        return False
+    return eg.union(m.root, new)
+
+
+def _is_check(n: Node) -> bool:
+    from ir import ops
+
+    return ops.is_metadata_check(n.target)
+
+
+def _aliases_input(rep: Any, name: str) -> bool:
+    """Whether the replacement's result ``name`` is an input seen through views only."""
+    from ir import ops
+
+    table = {n.name: n for n in rep.graph.nodes}
+    n = table.get(name)
+    while n is not None and n.op == CALL_FUNCTION and (
+        ops.is_view(n.target) or ops.is_alias_like(n.target)
+    ):
+        first = next(iter(n.inputs()), None)
+        if first is None:
+            return False
+        n = table.get(first.name)
+    return n is not None and n.op == PLACEHOLDER and n.name != name
+
+
+def _compatible(old: Any, new: Any) -> bool:
+    """The values may be one class: the same shape, dtype, device and strides."""
+    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
+        return False
+    return (old.shape == new.shape and old.dtype == new.dtype and old.device == new.device
+            and (old.numel() <= 1 or old.stride() == new.stride()))
+
+
+def _where(rule: Rule, m: EMatch, vals: Mapping[int, Any], eg: EGraph) -> bool:
+    inputs = []
+    for i, x in enumerate(rule.example_inputs):
+        if isinstance(x, torch.Tensor):
+            inputs.append(Node(PLACEHOLDER, f"arg{i}", f"arg{i}", (), EMPTY_DICT,
+                               MappingProxyType({"val": vals.get(i)})))
+        else:
+            inputs.append(m.scalars.get(i, x))
+    nodes = {
+        k: Node(CALL_FUNCTION, k, n.op, (), EMPTY_DICT, MappingProxyType({}))
+        for k, n in m.nodes.items()
+    }
+    try:
+        return bool(rule.where(Match(rule.name, nodes, tuple(inputs))))
+    except Exception as exc:
+        raise PassError(
+            f"rule {rule.name!r}: its where raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _bind(tree: Any, sentinels: Mapping, scalars: Mapping) -> Any:
+    kind = type(tree)
+    if kind is tuple:
+        return tuple(_bind(x, sentinels, scalars) for x in tree)
+    if kind is IList:
+        return IList(tuple(_bind(x, sentinels, scalars) for x in tree.items))
+    if kind is IDict:
+        return IDict(tuple((k, _bind(v, sentinels, scalars)) for k, v in tree.items))
+    if kind in (int, float):
+        pos = sentinels.get((kind, tree))
+        if pos is not None and pos in scalars:
+            return scalars[pos]
+    return tree
+
+
+def _refs(tree: Any) -> list[Ref]:
+    found: list[Ref] = []
+    thaw(tree, found.append)
+    return found
+
+
+class _Raised:
+    __slots__ = ()
+
+
+_RAISED: Any = _Raised()
+
+
+def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> Any:
+    """``target`` run on the fake values of its arguments; ``_RAISED`` when it raises or an
+    argument has no fake value."""
+    modes = []
+
+    def on_ref(r: Ref) -> Any:
+        v = val_of.get(r.name)
+        for t in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode"):
+                modes.append(t.fake_mode)
+        return v
+
+    a = thaw(args, on_ref)
+    k = thaw(kwargs, on_ref)
+    if not modes:
+        return _RAISED
+    try:
+        with fake_failures_unlogged(), modes[0]:
+            return target(*a, **k)
+    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        return _RAISED
+
+
+# --- extraction and the program ----------------------------------------------------------------------
+
+
+@attrs.define
+class _Plan:
+    """What to build for one graph: ``geg`` and ``choice`` (class -> e-node); ``changes``:
+    whether the choice differs from the graph; ``rules_used``: the rule of each chosen e-node
+    that a rule made; ``extractor``: ``"greedy"`` or ``"ilp"``."""
+
+    geg: GraphEGraph
+    choice: dict[int, ENode]
+    changes: bool
+    rules_used: list[str]
+    extractor: str
+
+
+def _extract(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> _Plan:
+    eg = geg.eg
+    memo: dict[tuple, float] = {}
+
+    def of(n: ENode) -> float:
+        if n.op == LEAF:
+            return 0.0
+        n = eg.canonical(n)
+        found = memo.get(n.key)
+        if found is None:
+            c = eg.lookup(n)
+            vals = {f"#{i}": eg.data[eg.find(ch)].val for i, ch in enumerate(n.children)}
+            a = thaw(n.args, lambda r: vals.get(r.name))
+            k = thaw(n.kwargs, lambda r: vals.get(r.name))
+            out = eg.data[c].val if c is not None else None
+            found = memo[n.key] = float(cost(n.op, tuple(a), dict(k), out))
+        return found
+
+    prefer: dict[int, ENode] = {}
+    for name, e in geg.own.items():
+        prefer.setdefault(eg.find(geg.class_of[name]), e)
+    choice = extract.greedy(eg, geg.roots, of, prefer)
+    extractor = "greedy"
+    remaining = deadline - time.monotonic()
+    if remaining > 0 and any(len(eg.classes[c]) > 1 for c in choice):
+        better = extract.exact(eg, geg.roots, of, seconds=remaining)
+        if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
+                                   < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
+            choice, extractor = better, "ilp"
+    changes = False
+    for name, e in geg.own.items():
+        c = eg.find(geg.class_of[name])
+        if c in choice and eg.canonical(choice[c]).key != eg.canonical(e).key:
+            changes = True
+            break
+    used: list[str] = []
+    seen: set[int] = set()
+    todo = [eg.find(r) for r in geg.roots]
+    while todo:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        n = choice[c]
+        if n.rule is not None:
+            used.append(n.rule)
+        todo.extend(eg.find(x) for x in n.children)
+    return _Plan(geg, choice, changes, used, extractor)
+
+
+class _Builder:
+    """The ``visit`` of ``rewrite_nodes`` that builds the chosen program: a pure node whose
+    class's chosen e-node is its own is kept; else its class's value is emitted (its chosen
+    e-node, children first) and takes its place; a class already emitted is reused. A choice
+    that would read a leaf defined later keeps the node as it is."""
+
+    def __init__(self, plans: Mapping[int, _Plan]) -> None:
+        self.plans = plans
+        self.made: dict[int, dict[int, Ref]] = {}
+
+    def __call__(self, node: Node, e: Any) -> Ref | None:
+        plan = self.plans.get(id(e.graph))
+        if plan is None or not plan.changes:
+            return None
+        geg, eg = plan.geg, plan.geg.eg
+        if node.name not in geg.own:
+            return None
+        made = self.made.setdefault(id(e.graph), {})
+        c = eg.find(geg.class_of[node.name])
+        if c in made:
+            return None if made[c].name == node.name else made[c]
+        chosen = plan.choice.get(c)
+        if chosen is None or eg.canonical(chosen).key == eg.canonical(geg.own[node.name]).key:
+            made[c] = node.ref
+            return None
+        here = geg.position[node.name]
+        if not self._feasible(plan, c, here, made):
+            made[c] = node.ref
+            return None
+        return self._emit(plan, c, e, made)
+
+    def _feasible(self, plan: _Plan, c: int, here: int, made: Mapping[int, Ref]) -> bool:
+        eg, geg = plan.geg.eg, plan.geg
+        seen: set[int] = set()
+        todo = [c]
+        while todo:
+            x = eg.find(todo.pop())
+            if x in seen or x in made:
+                continue
+            seen.add(x)
+            n = plan.choice.get(x)
+            if n is None:
+                return False
+            if n.op == LEAF:
+                if geg.position[n.canon[0]] >= here:
+                    return False
+                continue
+            todo.extend(n.children)
+        return True
+
+    def _emit(self, plan: _Plan, c: int, e: Any, made: dict[int, Ref]) -> Ref:
+        eg = plan.geg.eg
+        stack = [(eg.find(c), False)]
+        while stack:
+            x, ready = stack.pop()
+            if x in made:
+                continue
+            n = plan.choice[x]
+            if n.op == LEAF:
+                made[x] = Ref(n.canon[0])
+                continue
+            kids = [eg.find(k) for k in n.children]
+            if not ready:
+                stack.append((x, True))
+                stack.extend((k, False) for k in kids if k not in made)
+                continue
+            env = {f"#{i}": made[k] for i, k in enumerate(kids)}
+            args = thaw(n.args, lambda r, env=env: env[r.name])
+            kwargs = thaw(n.kwargs, lambda r, env=env: env[r.name])
+            made[x] = e.call(n.op, *args, **kwargs)
+        return made[eg.find(c)]
+
+
+def _greedy(p: Program, rules: list[Rule], cost: Cost) -> tuple[Program | None, float | None]:
+    """Greedy ``rewrite``'s program on the same rules (taken as checked) and its cost;
+    ``(None, None)`` where it raises (a rule and its reverse cycle there)."""
+    if not rules:
+        return None, None
+    try:
+        q, _ = apply_rules(p, rules)
+    except PassError:
+        return None, None
+    return q, program_cost(q, cost)
