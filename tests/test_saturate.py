@@ -8,6 +8,7 @@ the extracted program computes what the original does (the in-context law's comp
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -248,3 +249,42 @@ def test_a_written_value_is_a_leaf_never_merged():
     q = saturate(p, [ASSOC], assume=REASSOC)
     check_extracted(p, q, args, REASSOC)
     assert "aten.add" in _body(q)
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(64, 64))
+        self.w2 = torch.nn.Parameter(torch.randn(64, 2))
+
+    def forward(self, x):
+        return (x @ self.w1) @ self.w2
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = _Inner()
+        self.b = _Inner()
+
+    def forward(self, x):
+        return self.a(x).sum() + self.b(x).sum()
+
+
+def test_outlined_program_each_module_graph_searched_once():
+    from lowering import lower
+    from transforms import transform
+
+    torch.manual_seed(0)
+    model = _Outer().eval()
+    x = torch.rand(4096, 64)
+    p = transform(import_ep(torch.export.export(model, (x,))))
+    q, report = saturate_report(p, [ASSOC], assume=REASSOC)
+    assert report.chosen == "saturate" and report.cost_after < report.cost_before
+    texts = [format_graph(g) for mod in q.module_table().values() for g in mod.graphs]
+    # w1 @ w2 (64x2) first in each module's graph: one e-graph per module graph
+    assert sum(bool(re.search(r"matmul\.default\]\(%p_\w_w1, %p_\w_w2\)", t))
+               for t in texts) == 2
+    assert report.rewrites == {"assoc": 2} and len(report.sizes) == 3
+    got = lower(q)(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-2)

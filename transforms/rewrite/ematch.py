@@ -78,6 +78,7 @@ class _EMatcher:
     def __init__(self, eg: EGraph, pattern: Pattern) -> None:
         self.eg = eg
         self.p = pattern
+        self.swaps = {n.name: ops.is_commutative(n.target) for n in pattern.nodes.values()}
 
     def node(self, pnode: Any, enode: ENode, s: _State) -> Iterator[_State]:
         if enode.op is not pnode.target:
@@ -88,7 +89,7 @@ class _EMatcher:
             return
         s = (s[0], s[1], {**s[2], pnode.name: enode})
         yield from self.seq(pargs, targs, 0, s, enode)
-        if ops.is_commutative(enode.op) and len(targs) >= 2:
+        if self.swaps[pnode.name] and len(targs) >= 2:
             yield from self.seq(pargs, (targs[1], targs[0], *targs[2:]), 0, s, enode)
 
     def seq(self, pargs: tuple, targs: tuple, i: int, s: _State, en: ENode) -> Iterator[_State]:

@@ -38,10 +38,18 @@ from transforms.rewrite.egraph import (
     GraphEGraph,
     enode_of,
     from_graph,
+    spell,
 )
 from transforms.rewrite.ematch import EMatch, ematch, single_result
 from transforms.rewrite.engine import apply_rules, rule_list
-from transforms.rewrite.rule import Compiled, Match, Rule, check_assumptions, replacement_for
+from transforms.rewrite.rule import (
+    Compiled,
+    Match,
+    Rule,
+    check_assumptions,
+    replacement_for,
+    rule_cache,
+)
 from transforms.rewrite.trace import level_of
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
@@ -51,13 +59,13 @@ __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"
 class SaturationLimits:
     """When saturation stops: ``nodes`` (e-nodes held per graph), ``iterations`` (rounds of
     matching per graph), ``seconds`` (wall time for the whole search), and the backoff
-    scheduler's ``match_limit`` (matches a rule may make in one round before it is banned)
-    and ``ban_length`` (rounds it is banned for; both doubled each time it is banned again)."""
+    scheduler's ``match_limit`` (matches a rule may make in one round before it is banned;
+    default the larger of 1000 and the graph's node count) and ``ban_length`` (rounds it is banned for; both doubled each time it is banned again)."""
 
     nodes: int = 20_000
     iterations: int = 30
     seconds: float = 20.0
-    match_limit: int = 1_000
+    match_limit: int | None = None
     ban_length: int = 2
 
 
@@ -243,8 +251,7 @@ def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_D
         else:
             skipped[r.name] = "its pattern has several results (saturate matches one)"
         if r.both_ways:
-            back = Rule(r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
-                        where=r.where, trusted=True, specials=r.specials, assumes=r.assumes)
+            back = _reverse(r)
             try:
                 bc = back.compiled(level)
             except PassError as exc:
@@ -257,6 +264,19 @@ def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_D
     return out
 
 
+def _reverse(r: Rule) -> Rule:
+    """The reverse of a ``both_ways`` rule, made once and kept beside it (``rule_cache``), so
+    that its traces are made once too."""
+    traced = rule_cache(r).traced
+    back = traced.get("reversed")
+    if back is None:
+        back = traced["reversed"] = Rule(
+            r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
+            where=r.where, trusted=True, specials=r.specials, assumes=r.assumes,
+        )
+    return back
+
+
 # --- saturation ------------------------------------------------------------------------------------
 
 
@@ -266,6 +286,9 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     than its limit in a round is banned (its matches dropped) for a number of rounds; both
     double at each ban. Returns the e-node counts per round and why it stopped."""
     sizes = [eg.size]
+    base_limit = limits.match_limit or max(1000, eg.size)
+    applied: set[tuple] = set()  # matches applied (as their classes were then)
+    memo: dict = {}  # fake runs by operator and argument metadata
     banned_until = [0] * len(rules)
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
@@ -279,10 +302,12 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
         todo: list[tuple[_Directed, EMatch]] = []
         banned_now = False
         for i, d in enumerate(rules):
+            if time.monotonic() > deadline:
+                break
             if banned_until[i] > it:
                 banned_now = True
                 continue
-            cap = limits.match_limit << times_banned[i]
+            cap = base_limit << times_banned[i]
             found = ematch(eg, d.compiled.pattern, by_op, cap)
             if len(found) > cap:
                 banned_until[i] = it + (limits.ban_length << times_banned[i])
@@ -292,8 +317,15 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
             todo.extend((d, m) for m in found)
         changed = False
         for d, m in todo:
-            changed |= _apply(eg, d, m)
-            if eg.size > limits.nodes:
+            key = (id(d), eg.find(m.root), tuple(sorted(
+                (k, eg.find(v)) for k, v in m.inputs.items())), spell(tuple(sorted(
+                    m.scalars.items()))))
+            if key in applied:
+                continue
+            applied.add(key)
+            changed |= _apply(eg, d, m, memo)
+            if eg.size > limits.nodes or (len(applied) % 256 == 0
+                                          and time.monotonic() > deadline):
                 break
         eg.rebuild()
         sizes.append(eg.size)
@@ -308,7 +340,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     return tuple(sizes), "iterations"
 
 
-def _apply(eg: EGraph, d: _Directed, m: EMatch) -> bool:
+def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
     not runnable there, another shape, dtype or strides, a result aliasing an input) or adds
@@ -346,7 +378,7 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch) -> bool:
             if _is_check(rn):
                 continue  # a metadata check on a value the e-graph does not hold
             return False
-        val = _fake_run(rn.target, args, kwargs, val_of)
+        val = _fake_run(rn.target, args, kwargs, val_of, memo)
         if val is _RAISED:
             return False
         if _is_check(rn):
@@ -445,9 +477,40 @@ class _Raised:
 _RAISED: Any = _Raised()
 
 
-def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> Any:
+def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> tuple | None:
+    """What a fake run depends on: the operator, the literals, and each tensor argument's
+    shape, dtype, strides and device (``None`` when one is not a plain tensor)."""
+    parts: list[Any] = []
+
+    def on_ref(r: Ref) -> Any:
+        v = val_of.get(r.name)
+        if not isinstance(v, torch.Tensor):
+            parts.append(None)
+            return None
+        parts.append((tuple(v.shape), v.dtype, v.stride(), v.device))
+        return None
+
+    thaw((args, kwargs), on_ref)
+    if any(x is None for x in parts):
+        return None
+    return (target, spell((args, kwargs)), tuple(parts))
+
+
+def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
+              memo: dict | None = None) -> Any:
     """``target`` run on the fake values of its arguments; ``_RAISED`` when it raises or an
-    argument has no fake value."""
+    argument has no fake value. ``memo``: results kept by ``_fake_key`` (one per search: the
+    same operator at the same shapes runs once)."""
+    key = _fake_key(target, args, kwargs, val_of) if memo is not None else None
+    if key is not None and key in memo:
+        return memo[key]
+    out = _fake_run_once(target, args, kwargs, val_of)
+    if key is not None:
+        memo[key] = out
+    return out
+
+
+def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> Any:
     modes = []
 
     def on_ref(r: Ref) -> Any:

@@ -1,0 +1,342 @@
+"""Bench: ``saturate`` (equality saturation + extraction) against greedy ``rewrite`` and an
+exhaustive search, on small programs where the order or the choice of rewrites matters.
+
+Suite (22 programs): matrix chains of 3, 4 and 5 at several shapes, chains of transposed
+operands, two matmuls sharing an input, distributivity, an enabling step (a scale moved so a
+fusion matches) and attention whose scale must move onto the scores before it fuses. Rules
+are trusted (the tests check them and the extracted programs); two-way rules are
+``both_ways=True``. Costs: ``transforms.rewrite.cost.roofline`` (µs).
+
+- ``greedy``: ``apply_rules(p, forward rules)`` (what a user ships without the reverse);
+- ``saturate``: ``saturate_report`` (default limits);
+- ``exhaustive``: breadth-first over every single-site application of every rule in either
+  direction (the greedy engine pinned to one anchor node at a time), programs deduplicated by
+  alpha key, until nothing new (capped at ``--states`` programs): the cheapest reached.
+
+Each extracted program is checked against the original on random inputs
+(``check_extracted``). Then a scaling run: programs of N nodes (blocks of
+``relu((h @ a) @ b) * 0.5 + h``), time of ``saturate`` against N and the log-log slope; and two
+sizes of blocks ``(h @ a) @ b * h + (h @ a) @ b * x``, where ``assoc`` and ``factor`` both ways
+never saturate and the limits stop the search.
+
+    python -m bench.search                    # the suite and N = 100 .. 10k
+    python -m bench.search --cases 2 --sizes 100 --states 50   # the smoke size
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+from ir import import_ep
+from ir.alpha import graph_key
+from ir.errors import PassError
+from ir.node import CALL_FUNCTION
+from transforms.rewrite import Rule, SaturationLimits, saturate_report
+from transforms.rewrite.check_context import check_extracted
+from transforms.rewrite.cost import program_cost
+from transforms.rewrite.engine import apply_rules
+from transforms.rewrite.saturate import _reverse
+
+R = frozenset({"reassociate"})
+M3 = (torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 6))
+E3 = (torch.randn(4, 5), torch.randn(4, 5), torch.randn(4, 5))
+S3 = (torch.randn(3, 4), torch.randn(4, 5), 0.5)
+
+
+def _rule(pattern, replacement, example, name, **kw) -> Rule:
+    return Rule(pattern, replacement, example, name=name, trusted=True, specials=False,
+                assumes=R, **kw)
+
+
+def rules() -> dict[str, Rule]:
+    """The rules of the suite, by name."""
+    return {
+        "assoc": _rule(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), M3, "assoc",
+                       both_ways=True),
+        "factor": _rule(lambda a, b, c: a * b + a * c, lambda a, b, c: a * (b + c), E3,
+                        "factor", both_ways=True),
+        "mm_left": _rule(lambda a, b, c: a @ b + a @ c, lambda a, b, c: a @ (b + c),
+                         (torch.randn(3, 4), torch.randn(4, 5), torch.randn(4, 5)), "mm_left",
+                         both_ways=True),
+        "move_scale": _rule(lambda a, b, s: (a @ b) * s, lambda a, b, s: (a * s) @ b, S3,
+                            "move_scale", both_ways=True),
+        "fuse": _rule(lambda a, b, c: a @ b + c, lambda a, b, c: torch.addmm(c, a, b),
+                      (torch.randn(3, 4), torch.randn(4, 5), torch.randn(3, 5)), "fuse"),
+        "sdpa": _rule(
+            lambda q, k, v, s: torch.softmax(q @ k.transpose(-2, -1) * s, dim=-1) @ v,
+            lambda q, k, v, s: F.scaled_dot_product_attention(q, k, v, scale=s),
+            (torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8), 0.35),
+            "sdpa"),
+    }
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _chain(n: int) -> Callable:
+    def fn(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out @ x
+        return out
+    return fn
+
+
+def suite() -> list[tuple[str, Callable, tuple, tuple[str, ...]]]:
+    """``(name, function, argument shapes, rule names)`` of each program."""
+    def tr(a, b, c):
+        return (a.t() @ b.t()) @ c.t()
+
+    def shared(x, w1, w2):
+        return x @ w1 + x @ w2
+
+    def dist(a, b, c):
+        return a * b + a * c
+
+    def enabling(a, b, c):
+        return (a @ b) * 0.125 + c
+
+    def attention(q, k, v):
+        return torch.softmax((q * 0.125) @ k.transpose(-2, -1), dim=-1) @ v
+
+    c3 = [
+        [(1024, 1024), (1024, 8), (8, 1024)], [(1024, 1024), (1024, 1024), (1024, 8)],
+        [(8, 1024), (1024, 1024), (1024, 1024)], [(2048, 16), (16, 2048), (2048, 16)],
+        [(16, 2048), (2048, 16), (16, 2048)], [(512, 512), (512, 64), (64, 4096)],
+    ]
+    c4 = [
+        [(512, 8), (8, 2048), (2048, 8), (8, 512)],
+        [(1024, 1024), (1024, 1024), (1024, 1024), (1024, 4)],
+        [(4, 1024), (1024, 1024), (1024, 1024), (1024, 1024)],
+        [(256, 2048), (2048, 8), (8, 2048), (2048, 256)],
+    ]
+    c5 = [
+        [(1024, 16), (16, 1024), (1024, 16), (16, 1024), (1024, 16)],
+        [(64, 1024), (1024, 1024), (1024, 16), (16, 1024), (1024, 64)],
+    ]
+    cases: list[tuple[str, Callable, tuple, tuple[str, ...]]] = []
+    for i, s in enumerate(c3):
+        cases.append((f"chain3_{i}", _chain(3), tuple(s), ("assoc",)))
+    for i, s in enumerate(c4):
+        cases.append((f"chain4_{i}", _chain(4), tuple(s), ("assoc",)))
+    for i, s in enumerate(c5):
+        cases.append((f"chain5_{i}", _chain(5), tuple(s), ("assoc",)))
+    cases += [
+        ("transposed_0", tr, ((1024, 1024), (8, 1024), (1024, 8)), ("assoc",)),
+        ("transposed_1", tr, ((1024, 1024), (1024, 1024), (8, 1024)), ("assoc",)),
+        ("shared_input_0", shared, ((1024, 1024), (1024, 1024), (1024, 1024)), ("mm_left",)),
+        ("shared_input_1", shared, ((4096, 512), (512, 512), (512, 512)), ("mm_left",)),
+        ("distributive_0", dist, ((1024, 1024),) * 3, ("factor",)),
+        ("distributive_1", dist, ((64, 4096),) * 3, ("factor",)),
+        ("enabling_0", enabling, ((256, 16), (16, 256), (256, 256)), ("move_scale", "fuse")),
+        ("enabling_1", enabling, ((1024, 64), (64, 1024), (1024, 1024)),
+         ("move_scale", "fuse")),
+        ("attention_0", attention, ((2, 4, 64, 32),) * 3, ("move_scale", "sdpa")),
+        ("attention_1", attention, ((1, 12, 128, 64),) * 3, ("move_scale", "sdpa")),
+    ]
+    return cases
+
+
+# --- the exhaustive search ---------------------------------------------------------------------
+
+
+@attrs.define
+class _Pin:
+    anchor: str | None = None
+    left: int = 0
+
+
+def _pinned(rule: Rule, pin: _Pin, anchor: str) -> Rule:
+    """``rule`` taken at the node ``pin.anchor`` only, once."""
+    where = rule.where
+
+    def at(m: Any) -> bool:
+        node = m.nodes.get(anchor)
+        if node is None or node.name != pin.anchor or pin.left <= 0:
+            return False
+        if where is not None and not where(m):
+            return False
+        pin.left -= 1
+        return True
+
+    return attrs.evolve(rule, where=at, trusted=True, both_ways=False)
+
+
+def exhaustive(p: Any, chosen: list[Rule], max_states: int, seconds: float) -> tuple[float, int]:
+    """The least cost over programs reached by single-site rule applications (either
+    direction of a ``both_ways`` rule), breadth first; and the number of programs seen."""
+    directed = []
+    for r in chosen:
+        directed.append(r)
+        if r.both_ways:
+            directed.append(_reverse(r))
+    level_rules = []
+    for r in directed:
+        pin = _Pin()
+        anchor = r.compiled("training").pattern.anchor
+        level_rules.append((_pinned(r, pin, anchor.name), pin, anchor.target))
+    seen = {graph_key(p.root_module.graph)}
+    frontier = [p]
+    best = program_cost(p)
+    deadline = time.monotonic() + seconds
+    while frontier and len(seen) < max_states and time.monotonic() < deadline:
+        nxt = []
+        for state in frontier:
+            for rule, pin, target in level_rules:
+                for n in state.root_module.graph.nodes:
+                    if n.op != CALL_FUNCTION or n.target is not target:
+                        continue
+                    pin.anchor, pin.left = n.name, 1
+                    try:
+                        q, _ = apply_rules(state, [rule], fixpoint=False)
+                    except PassError:
+                        continue
+                    if q is state:
+                        continue
+                    key = graph_key(q.root_module.graph)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    best = min(best, program_cost(q))
+                    nxt.append(q)
+        frontier = nxt
+    return best, len(seen)
+
+
+# --- the suite -----------------------------------------------------------------------------------
+
+
+def run_suite(n_cases: int | None, max_states: int, out: Any = sys.stdout) -> list[dict]:
+    """Run the suite (its first ``n_cases``); print a table; return the rows."""
+    table = rules()
+    rows = []
+    print("| program | nodes | original | greedy | saturate | exhaustive | sat s | exh s "
+          "| states | chosen |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for name, fn, shapes, names in suite()[:n_cases]:
+        args = tuple(torch.rand(*s) for s in shapes)  # positive: no cancellation to amplify
+        p = import_ep(torch.export.export(_Fn(fn), args))
+        chosen = [table[k] for k in names]
+        t0 = time.perf_counter()
+        q, report = saturate_report(p, chosen, assume=R)
+        t_sat = time.perf_counter() - t0
+        check_extracted(p, q, args, R, where=name)
+        try:
+            g, _ = apply_rules(p, chosen)
+            greedy: float | str = program_cost(g)
+        except PassError:
+            greedy = "cycle"
+        t0 = time.perf_counter()
+        best, states = exhaustive(p, chosen, max_states, seconds=120.0)
+        t_exh = time.perf_counter() - t0
+        row = {"name": name, "nodes": len(p.root_module.graph.nodes),
+               "before": report.cost_before, "greedy": greedy, "sat": report.cost_after,
+               "exh": best, "t_sat": t_sat, "t_exh": t_exh, "states": states,
+               "chosen": report.chosen}
+        rows.append(row)
+        shown = greedy if isinstance(greedy, str) else f"{greedy:.1f}"
+        print(f"| {name} | {row['nodes']} | {row['before']:.1f} | {shown} | {row['sat']:.1f} "
+              f"| {best:.1f} | {t_sat:.2f} | {t_exh:.2f} | {states} | {report.chosen} |",
+              file=out, flush=True)
+    equal = sum(1 for r in rows if r["sat"] <= r["exh"] * (1 + 1e-9))
+    within = sum(1 for r in rows if r["sat"] <= r["exh"] * 1.05)
+    better = sum(1 for r in rows if r["greedy"] == "cycle"
+                 or r["sat"] < r["greedy"] * (1 - 1e-9))
+    worse = sum(1 for r in rows if r["greedy"] != "cycle"
+                and r["sat"] > r["greedy"] * (1 + 1e-9))
+    print(f"\nsaturate = exhaustive on {equal}/{len(rows)}, within 5 % on {within}/{len(rows)}; "
+          f"better than greedy (or greedy cycles) on {better}/{len(rows)}, worse on {worse}",
+          file=out)
+    return rows
+
+
+# --- scaling ---------------------------------------------------------------------------------------
+
+
+class _Big(torch.nn.Module):
+    def __init__(self, blocks: int) -> None:
+        super().__init__()
+        self.w1 = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(32, 4)) for _ in range(blocks)])
+        self.w2 = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(4, 32)) for _ in range(blocks)])
+
+    def forward(self, x):
+        h = x
+        for a, b in zip(self.w1, self.w2):
+            h = torch.relu((h @ a) @ b) * 0.5 + h
+        return h
+
+
+class _Explosive(_Big):
+    """Blocks on which ``assoc`` and ``factor`` both ways never saturate: the limits decide."""
+
+    def forward(self, x):
+        h = x
+        for a, b in zip(self.w1, self.w2):
+            h = (h @ a) @ b * h + (h @ a) @ b * x
+        return h
+
+
+def run_scaling(sizes: list[int], out: Any = sys.stdout,
+                module: type = _Big) -> list[tuple[int, float]]:
+    """``saturate`` time against program size (nodes) on blocks of ``module``; prints the
+    log-log slope."""
+    table = rules()
+    chosen = [table["assoc"], table["factor"]]
+    points = []
+    print("\n| nodes | e-nodes | rounds | stopped | seconds | cost before | after |", file=out)
+    print("|---|---|---|---|---|---|---|", file=out)
+    for n in sizes:
+        blocks = max(1, n // 6)
+        p = import_ep(torch.export.export(module(blocks), (torch.randn(32, 32),)))
+        nodes = len(p.root_module.graph.nodes)
+        saturate_report(p, chosen[:0], assume=R)  # warm: imports, nothing else
+        t0 = time.perf_counter()
+        _, report = saturate_report(p, chosen, assume=R, limits=SaturationLimits())
+        dt = time.perf_counter() - t0
+        points.append((nodes, dt))
+        print(f"| {nodes} | {report.sizes[0][-1]} | {len(report.sizes[0]) - 1} | "
+              f"{report.stopped[0]} | {dt:.2f} | {report.cost_before:.0f} | "
+              f"{report.cost_after:.0f} |", file=out, flush=True)
+    if len(points) > 1:
+        xs = [math.log(a) for a, _ in points]
+        ys = [math.log(b) for _, b in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        print(f"\nlog-log slope of seconds against nodes: {slope:.2f}", file=out)
+    return points
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=None, help="run the first N programs")
+    ap.add_argument("--states", type=int, default=2000, help="exhaustive search cap")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100, 300, 1000, 3000, 10000])
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", FutureWarning)  # torch's pytree deprecation, per deepcopy
+    run_suite(args.cases, args.states)
+    if args.sizes:
+        run_scaling(args.sizes)
+        print("\nexplosive rules (never saturate):", file=sys.stdout)
+        run_scaling(args.sizes[:2], module=_Explosive)
+
+
+if __name__ == "__main__":
+    main()
