@@ -301,8 +301,9 @@ def run_scaling(sizes: list[int], out: Any = sys.stdout,
     table = rules()
     chosen = [table["assoc"], table["factor"]]
     points = []
-    print("\n| nodes | e-nodes | rounds | stopped | seconds | cost before | after |", file=out)
-    print("|---|---|---|---|---|---|---|", file=out)
+    print("\n| nodes | e-nodes | rounds | stopped | seconds | saturate+extract s | build s "
+          "| greedy s | cost before | after |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
     for n in sizes:
         blocks = max(1, n // 6)
         p = import_ep(torch.export.export(module(blocks), (torch.randn(32, 32),)))
@@ -312,8 +313,10 @@ def run_scaling(sizes: list[int], out: Any = sys.stdout,
         _, report = saturate_report(p, chosen, assume=R, limits=SaturationLimits())
         dt = time.perf_counter() - t0
         points.append((nodes, dt))
+        t = report.seconds
         print(f"| {nodes} | {report.sizes[0][-1]} | {len(report.sizes[0]) - 1} | "
-              f"{report.stopped[0]} | {dt:.2f} | {report.cost_before:.0f} | "
+              f"{report.stopped[0]} | {dt:.2f} | {t['saturate'] + t['extract']:.2f} | "
+              f"{t['build']:.2f} | {t['greedy']:.2f} | {report.cost_before:.0f} | "
               f"{report.cost_after:.0f} |", file=out, flush=True)
     if len(points) > 1:
         xs = [math.log(a) for a, _ in points]

@@ -3,6 +3,10 @@
 ``greedy`` chooses, bottom up, the e-node of least *tree* cost in each class (egg's
 extractor): its own cost plus its children's best, iterated to a fixpoint. Every e-node costs
 at least ``EPSILON``, so the choice is acyclic: a cycle would cost more than the way out of it.
+Tree costs count a shared value once per reader, so they double with each block of a program
+that reads a value twice; they are capped at ``CAP`` (a class at the cap keeps its first
+choice), and past about 50 such levels the choice keeps the original nodes. ``complete``
+checks a choice (every class reached has one, no cycle) before it is built.
 ``dag_cost`` costs a choice as the program it builds: each chosen class once, however many
 readers share it. ``exact`` solves the extraction as an integer program (DAG cost, acyclicity
 by class order variables) where ``scipy`` (``scipy.optimize.milp``) is installed, the optional
@@ -15,9 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
 
-__all__ = ["EPSILON", "dag_cost", "exact", "greedy"]
+__all__ = ["CAP", "EPSILON", "complete", "dag_cost", "exact", "greedy"]
 
 EPSILON = 1e-6  #: the least cost of an e-node (keeps the greedy choice acyclic)
+CAP = 1e300  #: tree costs stop growing here (a value read twice per block doubles them)
+_INF = float("inf")
 
 Choice = dict[int, ENode]
 
@@ -61,11 +67,41 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
                         break
                     total += b
                 else:
-                    if total < best.get(c, float("inf")) * (1 - 1e-12):
+                    total = min(total, CAP)
+                    if total < best.get(c, _INF) * (1 - 1e-12):
                         best[c] = total
                         choice[c] = n
                         changed = True
     return choice
+
+
+def complete(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode]) -> bool:
+    """Whether ``choice`` gives an e-node to every class reached from ``roots`` through chosen
+    e-nodes, without a cycle. O(classes reached)."""
+    state: dict[int, int] = {}  # 1: on the path, 2: done
+    for r in roots:
+        stack = [(eg.find(r), False)]
+        while stack:
+            c, leaving = stack.pop()
+            if leaving:
+                state[c] = 2
+                continue
+            if state.get(c) == 2:
+                continue
+            if state.get(c) == 1:
+                return False
+            n = choice.get(c)
+            if n is None:
+                return False
+            state[c] = 1
+            stack.append((c, True))
+            for ch in n.children:
+                ch = eg.find(ch)
+                if state.get(ch) == 1:
+                    return False
+                if state.get(ch) != 2:
+                    stack.append((ch, False))
+    return True
 
 
 def dag_cost(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode],
