@@ -288,3 +288,53 @@ def test_outlined_program_each_module_graph_searched_once():
     assert report.rewrites == {"assoc": 2} and len(report.sizes) == 3
     got = lower(q)(x)
     torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-2)
+
+
+def test_roofline_formula():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from transforms.rewrite import cost as c
+
+    with FakeTensorMode() as mode:
+        a, b = torch.empty(1024, 512), torch.empty(512, 256)
+        out = a @ b
+        v = torch.empty(1024, 512).t()
+    mm = c.roofline(torch.ops.aten.matmul.default, (a, b), {}, out)
+    flops = 2 * 1024 * 256 * 512
+    moved = 4 * (1024 * 512 + 512 * 256 + 1024 * 256)
+    assert mm == pytest.approx(c.LAUNCH_US + 1e6 * max(flops / c.PEAK_FLOPS,
+                                                       moved / c.PEAK_BYTES))
+    add = c.roofline(torch.ops.aten.add.Tensor, (a, a), {}, a)
+    assert add == pytest.approx(c.LAUNCH_US + 1e6 * 3 * 4 * 1024 * 512 / c.PEAK_BYTES)
+    assert c.roofline(torch.ops.aten.t.default, (a,), {}, v) == 0.0  # a view is free
+    del mode
+
+
+def test_measured_cost_is_a_value_the_caller_holds():
+    from transforms.rewrite.cost import measured_cost
+
+    p = _export(_chain3, *(torch.randn(*s) for s in [(64, 64), (64, 64), (64, 2)]))
+    m = measured_cost(repeats=1)
+    q = saturate(p, [ASSOC], assume=REASSOC, cost=m)
+    timed = dict(m.table)
+    assert timed and all(v >= 0 for v in timed.values())
+    assert saturate(p, [ASSOC], assume=REASSOC, cost=m) is not None
+    assert m.table == timed  # the same operators at the same shapes: not timed again
+    assert measured_cost().table == {}  # nothing shared between values
+    assert q is p or "matmul" in _body(q)
+
+
+def test_where_is_checked_on_the_class_data():
+    only_f64 = _rule(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), M3, "f64",
+                     where=lambda m: m.val(0).dtype == torch.float64)
+    p = _export(_chain3, *(torch.randn(*s) for s in [(1024, 1024), (1024, 1024), (1024, 8)]))
+    assert saturate(p, [only_f64], assume=REASSOC) is p  # float32: the where says no
+    q = saturate(p, [attrs_evolve(only_f64, where=lambda m: m.val(0).dtype == torch.float32)],
+                 assume=REASSOC)
+    assert q is not p
+
+
+def attrs_evolve(rule, **kw):
+    import attrs
+
+    return attrs.evolve(rule, **kw)
