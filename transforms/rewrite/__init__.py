@@ -25,6 +25,7 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``ematch``: a rule's pattern matched over an e-graph;
 - ``cost``: cost models (``roofline``, ``measured_cost``, ``program_cost``);
 - ``extract``: one e-node per class (greedy tree cost; exact ILP where scipy is installed);
+- ``extracted``: extraction per graph and the chosen program built through ``rewrite_nodes``;
 - ``saturate``: ``saturate`` / ``saturate_report``: equality saturation, extraction, the
   program rebuilt, never worse than the input or greedy ``rewrite`` (``docs/search.md``).
 """

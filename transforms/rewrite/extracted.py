@@ -1,0 +1,166 @@
+"""The program a search chose: extraction per graph (``plan``) and the program built from it.
+
+``plan`` costs each e-node of one graph's saturated e-graph with the cost model, chooses with
+``extract.greedy`` (and ``extract.exact`` where scipy is installed and it is cheaper), checks
+the choice (``extract.complete``) and says whether it changes the graph. ``Builder`` is the
+``visit`` of ``transforms.edit.rewrite_nodes`` that builds the choice: the one place that
+edits the program, to be switched to the shared rewriting kernel (issue 41) when it lands.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ir.args import Ref, thaw
+from ir.graph import Graph
+from ir.node import Node
+from transforms.rewrite import extract
+from transforms.rewrite.cost import Cost
+from transforms.rewrite.egraph import LEAF, ENode, GraphEGraph
+
+__all__ = ["Builder", "Plan", "plan"]
+
+
+@attrs.define
+class Plan:
+    """What to build for one graph: ``geg`` and ``choice`` (class -> e-node); ``changes``:
+    whether the choice differs from the graph; ``rules_used``: the rule of each chosen e-node
+    that a rule made; ``extractor``: ``"greedy"`` or ``"ilp"``."""
+
+    geg: GraphEGraph
+    choice: dict[int, ENode]
+    changes: bool
+    rules_used: list[str]
+    extractor: str
+
+
+def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
+    """The extraction of ``geg`` (of ``graph``) under ``cost``: greedy, then exact where scipy
+    is installed, time is left (``deadline``, a ``time.monotonic`` value) and some class has a
+    choice; the exact choice kept where its DAG cost is lower. O(passes x e-nodes) greedy."""
+    eg = geg.eg
+    memo: dict[tuple, float] = {}
+
+    def of(n: ENode) -> float:
+        if n.op == LEAF:
+            return 0.0
+        n = eg.canonical(n)
+        found = memo.get(n.key)
+        if found is None:
+            c = eg.lookup(n)
+            vals = {f"#{i}": eg.data[eg.find(ch)].val for i, ch in enumerate(n.children)}
+            a = thaw(n.args, lambda r: vals.get(r.name))
+            k = thaw(n.kwargs, lambda r: vals.get(r.name))
+            out = eg.data[c].val if c is not None else None
+            found = memo[n.key] = float(cost(n.op, tuple(a), dict(k), out))
+        return found
+
+    prefer: dict[int, ENode] = {}
+    for name, e in geg.own.items():
+        prefer.setdefault(eg.find(geg.class_of[name]), e)
+    choice = extract.greedy(eg, geg.roots, of, prefer)
+    extractor = "greedy"
+    remaining = deadline - time.monotonic()
+    if remaining > 0 and any(len(eg.classes[c]) > 1 for c in choice):
+        better = extract.exact(eg, geg.roots, of, seconds=remaining)
+        if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
+                                   < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
+            choice, extractor = better, "ilp"
+    if not extract.complete(eg, geg.roots, choice):
+        return Plan(geg, choice, False, [], extractor)  # never expected: keep the graph
+    changes = False
+    for name, e in geg.own.items():
+        c = eg.find(geg.class_of[name])
+        if c in choice and eg.canonical(choice[c]).key != eg.canonical(e).key:
+            changes = True
+            break
+    used: list[str] = []
+    seen: set[int] = set()
+    todo = [eg.find(r) for r in geg.roots]
+    while todo:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        n = choice[c]
+        if n.rule is not None:
+            used.append(n.rule)
+        todo.extend(eg.find(x) for x in n.children)
+    return Plan(geg, choice, changes, used, extractor)
+
+
+class Builder:
+    """The ``visit`` of ``rewrite_nodes`` that builds the chosen program: a pure node whose
+    class's chosen e-node is its own is kept; else its class's value is emitted (its chosen
+    e-node, children first) and takes its place; a class already emitted is reused. A choice
+    that would read a leaf defined later keeps the node as it is."""
+
+    def __init__(self, plans: Mapping[int, Plan]) -> None:
+        self.plans = plans
+        self.made: dict[int, dict[int, Ref]] = {}
+
+    def __call__(self, node: Node, e: Any) -> Ref | None:
+        plan = self.plans.get(id(e.graph))
+        if plan is None or not plan.changes:
+            return None
+        geg, eg = plan.geg, plan.geg.eg
+        if node.name not in geg.own:
+            return None
+        made = self.made.setdefault(id(e.graph), {})
+        c = eg.find(geg.class_of[node.name])
+        if c in made:
+            return None if made[c].name == node.name else made[c]
+        chosen = plan.choice.get(c)
+        if chosen is None or eg.canonical(chosen).key == eg.canonical(geg.own[node.name]).key:
+            made[c] = node.ref
+            return None
+        here = geg.position[node.name]
+        if not self._feasible(plan, c, here, made):
+            made[c] = node.ref
+            return None
+        return self._emit(plan, c, e, made)
+
+    def _feasible(self, plan: Plan, c: int, here: int, made: Mapping[int, Ref]) -> bool:
+        eg, geg = plan.geg.eg, plan.geg
+        seen: set[int] = set()
+        todo = [c]
+        while todo:
+            x = eg.find(todo.pop())
+            if x in seen or x in made:
+                continue
+            seen.add(x)
+            n = plan.choice.get(x)
+            if n is None:
+                return False
+            if n.op == LEAF:
+                if geg.position[n.canon[0]] >= here:
+                    return False
+                continue
+            todo.extend(n.children)
+        return True
+
+    def _emit(self, plan: Plan, c: int, e: Any, made: dict[int, Ref]) -> Ref:
+        eg = plan.geg.eg
+        stack = [(eg.find(c), False)]
+        while stack:
+            x, ready = stack.pop()
+            if x in made:
+                continue
+            n = plan.choice[x]
+            if n.op == LEAF:
+                made[x] = Ref(n.canon[0])
+                continue
+            kids = [eg.find(k) for k in n.children]
+            if not ready:
+                stack.append((x, True))
+                stack.extend((k, False) for k in kids if k not in made)
+                continue
+            env = {f"#{i}": made[k] for i, k in enumerate(kids)}
+            args = thaw(n.args, lambda r, env=env: env[r.name])
+            kwargs = thaw(n.kwargs, lambda r, env=env: env[r.name])
+            made[x] = e.call(n.op, *args, **kwargs)
+        return made[eg.find(c)]
