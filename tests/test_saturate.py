@@ -338,3 +338,14 @@ def attrs_evolve(rule, **kw):
     import attrs
 
     return attrs.evolve(rule, **kw)
+
+
+def test_two_equal_returned_values_stay_two_tensors():
+    # hash-consing makes the two chains one class; the outputs must not become one tensor
+    args = tuple(torch.rand(*s) for s in [(256, 256), (256, 256), (256, 4)])
+    p = _export(lambda a, b, c: ((a @ b) @ c, (a @ b) @ c), *args)
+    q = saturate(p, [ASSOC], assume=REASSOC)
+    assert q is not p
+    check_extracted(p, q, args, REASSOC)  # values and aliasing of the outputs
+    outs = [r.name for r in q.root_module.graph.nodes[-1].inputs()]
+    assert len(set(outs)) == 2

@@ -17,12 +17,14 @@ import attrs
 
 from ir.args import Ref, thaw
 from ir.graph import Graph
-from ir.node import Node
+from ir.node import OUTPUT, Node
 from transforms.rewrite import extract
 from transforms.rewrite.cost import Cost
 from transforms.rewrite.egraph import LEAF, ENode, GraphEGraph
 
-__all__ = ["Builder", "Plan", "plan"]
+__all__ = ["EXACT_MAX", "Builder", "Plan", "plan"]
+
+EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
 
 
 @attrs.define
@@ -65,7 +67,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     choice = extract.greedy(eg, geg.roots, of, prefer)
     extractor = "greedy"
     remaining = deadline - time.monotonic()
-    if remaining > 0 and any(len(eg.classes[c]) > 1 for c in choice):
+    if (remaining > 0 and eg.size <= EXACT_MAX
+            and any(len(eg.classes[c]) > 1 for c in choice)):
         better = extract.exact(eg, geg.roots, of, seconds=remaining)
         if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
                                    < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
@@ -102,6 +105,7 @@ class Builder:
     def __init__(self, plans: Mapping[int, Plan]) -> None:
         self.plans = plans
         self.made: dict[int, dict[int, Ref]] = {}
+        self.returned: dict[int, frozenset[str]] = {}
 
     def __call__(self, node: Node, e: Any) -> Ref | None:
         plan = self.plans.get(id(e.graph))
@@ -113,7 +117,11 @@ class Builder:
         made = self.made.setdefault(id(e.graph), {})
         c = eg.find(geg.class_of[node.name])
         if c in made:
-            return None if made[c].name == node.name else made[c]
+            if made[c].name == node.name or node.name in self._returned(e.graph):
+                # a returned value keeps its own tensor: sharing another's would make two
+                # outputs (or an output and a later write) alias where they did not
+                return None
+            return made[c]
         chosen = plan.choice.get(c)
         if chosen is None or eg.canonical(chosen).key == eg.canonical(geg.own[node.name]).key:
             made[c] = node.ref
@@ -123,6 +131,14 @@ class Builder:
             made[c] = node.ref
             return None
         return self._emit(plan, c, e, made)
+
+    def _returned(self, graph: Graph) -> frozenset[str]:
+        found = self.returned.get(id(graph))
+        if found is None:
+            found = self.returned[id(graph)] = frozenset(
+                r.name for n in graph.nodes if n.op == OUTPUT for r in n.inputs()
+            )
+        return found
 
     def _feasible(self, plan: Plan, c: int, here: int, made: Mapping[int, Ref]) -> bool:
         eg, geg = plan.geg.eg, plan.geg
