@@ -12,6 +12,8 @@ program's exact shapes; no re-trace is needed).
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -44,12 +46,14 @@ def single_result(pattern: Pattern) -> bool:
 
 
 def ematch(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[ENode, int]]],
-           limit: int) -> list[EMatch]:
+           limit: int, deadline: float = math.inf) -> list[EMatch]:
     """The matches of ``pattern`` (one computed result) in ``eg``, at most ``limit`` (the
     caller takes more than ``limit`` as "too many": the scheduler bans the rule a while).
 
     ``by_op``: the e-nodes by operator, each with its canonical class (built once per
-    iteration). Deterministic: classes in the order of ``by_op``.
+    iteration). ``deadline`` (a ``time.monotonic`` value): the matches found by then, looked
+    at every 256 candidates. Deterministic up to the deadline: classes in the order of
+    ``by_op``.
 
     **Laws:** each match maps every pattern node to an e-node of the same operator whose
     arguments match, placeholders bound consistently. Complexity: O(candidates x pattern
@@ -57,7 +61,9 @@ def ematch(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[ENode, i
     found: list[EMatch] = []
     m = _EMatcher(eg, pattern)
     seen: set[tuple] = set()
-    for enode, c in by_op.get(pattern.anchor.target, ()):
+    for i, (enode, c) in enumerate(by_op.get(pattern.anchor.target, ())):
+        if i % 256 == 255 and time.monotonic() > deadline:
+            return found
         for s in m.node(pattern.anchor, enode, ({}, {}, {})):
             names, scalars, nodes = s
             key = (eg.find(c), tuple(sorted((k, eg.find(v)) for k, v in names.items())),

@@ -326,7 +326,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
                 banned_now = True
                 continue
             cap = base_limit << times_banned[i]
-            found = ematch(eg, d.compiled.pattern, by_op, cap)
+            found = ematch(eg, d.compiled.pattern, by_op, cap, deadline)
             if len(found) > cap:
                 banned_until[i] = it + (limits.ban_length << times_banned[i])
                 times_banned[i] += 1
