@@ -32,8 +32,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_was_taken(outputs: list[str]) -> bool:
+    """Rank 0 could not listen on the port: another process (another xdist worker's group)
+    bound it between ``_free_port`` and the store's start."""
+    return any("Address already in use" in out or "EADDRINUSE" in out for out in outputs)
+
+
 def _run_group(world: int, runs: list[str], timeout: float = 240.0) -> None:
-    """Run ``runs`` on ``world`` spawned ranks; fail with the first failing rank's output."""
+    """Run ``runs`` on ``world`` spawned ranks; fail with the first failing rank's output.
+
+    A port taken between choosing it and listening on it (tests run in parallel) is retried
+    with a fresh port, twice at most; every rank is killed before the next try or return."""
+    for attempt in range(3):
+        procs, outputs = _spawn_group(world, runs, timeout)
+        failed = [r for r, proc in enumerate(procs) if proc.returncode != 0]
+        if not (failed and _port_was_taken(outputs) and attempt < 2):
+            break
+    if failed:
+        # the rank that failed first says why; the others lost their peer
+        failed.sort(key=lambda r: "closed by peer" in outputs[r])
+        pytest.fail(
+            "\n".join(f"rank {r} exited with {procs[r].returncode}:\n{outputs[r][-3000:]}"
+                      for r in failed)
+        )
+
+
+def _spawn_group(world: int, runs: list[str], timeout: float
+                 ) -> tuple[list[subprocess.Popen], list[str]]:
+    """Start ``world`` ranks on a free port and wait for all (``timeout`` in all): the ended
+    processes and their outputs; a rank past the deadline fails the test, all killed first."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("MASTER_ADDR", None)
@@ -59,14 +86,7 @@ def _run_group(world: int, runs: list[str], timeout: float = 240.0) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
-    failed = [r for r, proc in enumerate(procs) if proc.returncode != 0]
-    if failed:
-        # the rank that failed first says why; the others lost their peer
-        failed.sort(key=lambda r: "closed by peer" in outputs[r])
-        pytest.fail(
-            "\n".join(f"rank {r} exited with {procs[r].returncode}:\n{outputs[r][-3000:]}"
-                      for r in failed)
-        )
+    return procs, outputs
 
 
 def test_two_stages_gpipe_and_1f1b():
