@@ -7,7 +7,10 @@ dict (and every copy of a shared weight) after one SGD step equals eager's, stag
 original fqns. Runs cover one stage per rank (GPipe, 1F1B), several (interleaved 1F1B, looped
 BFS), pipeline x data parallel (DDP, FSDP2), a meta export loaded from a
 torch.distributed.checkpoint, frozen and unfrozen weights, dynamic batches and bad arguments.
-CI runs a sample (three groups); the matrix is behind ``@pytest.mark.slow``. Every process
+CI runs a sample (three groups); the matrix is behind ``@pytest.mark.slow`` and
+``@pytest.mark.nightly`` (deselected by default: ``python -m pytest -m nightly``), the torchrun
+example is ``slow`` only. Groups run in parallel with other tests: each takes a free port (a
+port taken before rank 0 listens is retried with another). Every process
 ends, pass or fail: 60 s group timeout, joined with a deadline, killed in ``finally``.
 """
 
@@ -97,6 +100,7 @@ def test_two_stages_gpipe_and_1f1b():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_two_stages_all():
     _run_group(2, [
         f"{case}:{sched}"
@@ -175,6 +179,7 @@ def test_several_stages_per_rank_meta_frozen_dynamic_and_bad_arguments(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_interleaved_and_looped_all():
     _run_group(2, [f"case={case} sched={sched} stages=4"
                    for case in ("tied3", "tied_lm", "mlp", "fan_out")
@@ -182,6 +187,7 @@ def test_interleaved_and_looped_all():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_pipeline_times_data_parallel_all():
     _run_group(4, [f"case={case} sched={sched} stages=2 dp=2 wrap={wrap}"
                    for case in ("mlp", "tied_lm", "tied_plain") for sched in ("gpipe", "1f1b")
@@ -189,6 +195,7 @@ def test_pipeline_times_data_parallel_all():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_frozen_copies_dynamic_and_bad_arguments_all():
     _run_group(2, [
         "case=tied_plain sched=1f1b freeze=emb.weight@0",
@@ -217,6 +224,7 @@ def _save_checkpoint(case: str, n_stages: int, n_mb: int, path: str, drop: str =
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_meta_export_interleaved_and_dp_from_a_checkpoint(tmp_path):
     good = str(tmp_path / "good")
     _save_checkpoint("tied3", 4, 4, good)
