@@ -47,5 +47,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         return
     if config.option.numprocesses is None and not config.option.usepdb:
         config.option.numprocesses = "auto"
+        # at most 8: "auto" counts the CPUs a container may see but not use (a CPU quota), and
+        # each worker holds its own torch and cached exports
+        if config.option.maxprocesses is None:
+            config.option.maxprocesses = 8
         if config.option.dist == "no":
             config.option.dist = "worksteal"
