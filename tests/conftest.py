@@ -1,7 +1,12 @@
-"""Test configuration: hypothesis profiles and shared helpers.
+"""Test configuration: parallel by default, hypothesis profiles and shared helpers.
 
-Profiles (pick with HYPOTHESIS_PROFILE): ``ci`` (derandomized, no database, no deadline; the
-default), ``dev`` (random, small) and ``nightly`` (many more examples).
+``python -m pytest`` runs on every core with pytest-xdist (``-n auto --dist worksteal``, set in
+:func:`pytest_cmdline_main` rather than ``addopts`` so that ``-p no:xdist`` still gives a serial
+run); ``-n 0``, ``-n 2`` or ``--dist loadfile`` on the command line win. See docs/testing.md.
+
+Profiles (pick with HYPOTHESIS_PROFILE): ``ci`` (derandomized, no deadline; the default), ``dev``
+(random, small) and ``nightly`` (many more examples). None keeps an example database: workers
+run at once, and a failure prints its blob (``@reproduce_failure``) instead.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,9 +24,32 @@ if str(ROOT) not in sys.path:
 
 _COMMON = {
     "deadline": None,
+    "database": None,
+    "print_blob": True,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
 }
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_COMMON)
+settings.register_profile("ci", derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=20, **_COMMON)
-settings.register_profile("nightly", max_examples=1000, database=None, **_COMMON)
+settings.register_profile("nightly", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Default to ``-n auto --dist worksteal`` where pytest-xdist is loaded and no ``-n`` was
+    given (not in a worker, nor under ``--pdb``, which xdist cannot distribute).
+
+    ``worksteal`` hands each worker a contiguous half of the collected tests (so a file's cached
+    exports are mostly made once) and lets an idle worker take tests from the other's tail:
+    test durations here range from milliseconds to minutes, which a fixed split cannot balance.
+    """
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if config.option.numprocesses is None and not config.option.usepdb:
+        config.option.numprocesses = "auto"
+        # at most 8: "auto" counts the CPUs a container may see but not use (a CPU quota), and
+        # each worker holds its own torch and cached exports
+        if config.option.maxprocesses is None:
+            config.option.maxprocesses = 8
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"

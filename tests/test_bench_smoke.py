@@ -83,7 +83,10 @@ def test_instruction_counts_are_read_per_stage_in_dump_order() -> None:
         stage_counts(dumps[:2] + ["events: Ir\n"] + dumps[3:])
 
 
+# nightly: the benchmark itself under callgrind, ~50 s of CPU (8 min on a busy 2-core machine);
+# the dump parsing is checked above without valgrind
 @pytest.mark.slow
+@pytest.mark.nightly
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
 def test_instruction_counts_under_callgrind(tmp_path: Path) -> None:
     out = tmp_path / "counts.json"

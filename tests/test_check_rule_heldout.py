@@ -246,6 +246,7 @@ def test_a_right_rule_applies_like_eager_around_copies_writes_and_views(kind):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # rules x kinds; one right rule in every kind runs by default
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("rule", [r for r in RIGHT if r.name != "drop_contiguous"],
                          ids=lambda r: r.name)

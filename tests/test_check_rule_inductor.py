@@ -58,6 +58,7 @@ def test_a_sample_of_inductors_rules(k):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # every rule; the sample above runs by default
 @pytest.mark.parametrize("k", NO_DROPOUT)
 def test_every_inductor_rule_gets_its_verdict(k):
     verdict = _verdict(k)  # a raw error would fail the test here

@@ -471,6 +471,7 @@ def test_state_named_like_a_module_attribute_fails_at_import(name, where):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # every name of dir(nn.Module()); NAME_SAMPLE runs by default
 @pytest.mark.parametrize("name", MODULE_NAMES)
 def test_every_module_attribute_name_fails_at_import(name):
     for where in ("state", "module step"):

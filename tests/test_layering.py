@@ -35,8 +35,9 @@ ALLOWED = {
 ON_TOP: dict[str, str] = {}
 
 
-def layer_imports(path: Path) -> set[str]:
-    """The purefx packages (``ir``, ``transforms``, ``lowering``) that ``path`` imports."""
+def layer_imports(path: Path, root: Path = ROOT) -> set[str]:
+    """The purefx packages (``ir``, ``transforms``, ``lowering``) that ``path`` (a file under
+    ``root``) imports."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found = set()
     for node in ast.walk(tree):
@@ -45,7 +46,7 @@ def layer_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         elif isinstance(node, ast.ImportFrom):
-            names = [path.relative_to(ROOT).parts[0]]  # a relative import stays in its package
+            names = [path.relative_to(root).parts[0]]  # a relative import stays in its package
         else:
             continue
         found.update(n.split(".")[0] for n in names if n.split(".")[0] in LAYERS)
@@ -107,21 +108,21 @@ def test_each_named_exception_is_still_needed(name):
     )
 
 
-def test_the_checker_sees_imports_inside_functions() -> None:
-    probe = ROOT / "transforms" / "_probe_lazy_import.py"
+def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:
+    # the probe lives outside the tree: a file in transforms/ would be seen by the scans that
+    # other tests (other xdist workers) run at the same time
+    probe = tmp_path / "transforms" / "_probe_lazy_import.py"
+    probe.parent.mkdir()
     probe.write_text("def f():\n    from lowering import lower\n    return lower\n")
-    try:
-        assert layer_imports(probe) == {"lowering"}
-    finally:
-        probe.unlink()
+    assert layer_imports(probe, root=tmp_path) == {"lowering"}
 
 
 # --- no module reads another module's private names -------------------------------------------
 
 
-def module_name(path: Path) -> str:
+def module_name(path: Path, root: Path = ROOT) -> str:
     """``ir/import_ep.py`` -> ``ir.import_ep`` (a package's ``__init__`` is the package)."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -131,10 +132,11 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def private_uses(path: Path) -> list[str]:
-    """The private names (``_x``, not dunders) of *other* purefx modules that ``path`` reads:
-    ``from pkg.mod import _x``, and ``mod._x`` where ``mod`` names an imported purefx module."""
-    own = module_name(path)
+def private_uses(path: Path, root: Path = ROOT) -> list[str]:
+    """The private names (``_x``, not dunders) of *other* purefx modules that ``path`` (a file
+    under ``root``) reads: ``from pkg.mod import _x``, and ``mod._x`` where ``mod`` names an
+    imported purefx module."""
+    own = module_name(path, root)
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
     modules: dict[str, str] = {}  # local name -> purefx module it names
@@ -163,13 +165,13 @@ def private_uses(path: Path) -> list[str]:
 
 
 def test_private_use_finder_has_teeth(tmp_path: Path) -> None:
-    probe = ROOT / "transforms" / "_probe_private_use.py"
+    probe = tmp_path / "transforms" / "_probe_private_use.py"  # outside the tree, as above
+    probe.parent.mkdir()
     source = "from ir.import_ep import _x\nimport ir.ops as o\nfrom ir import ops\nops._y\no._z\n"
     probe.write_text(source)
-    try:
-        assert private_uses(probe) == ["from ir.import_ep import _x", "ir.ops._y", "ir.ops._z"]
-    finally:
-        probe.unlink()
+    assert private_uses(probe, root=tmp_path) == [
+        "from ir.import_ep import _x", "ir.ops._y", "ir.ops._z"
+    ]
 
 
 @pytest.mark.parametrize("path", layer_files(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -4,7 +4,7 @@
   attention, eval; ``tests/attention_models.py``) becomes one ``scaled_dot_product_attention``
   at the flat, decomposed and outlined levels: the count of rewrites equals the number of
   attention calls, no ``softmax`` is left, and the lowered module's outputs equal eager's.
-  One model per level runs in CI; the whole matrix is marked ``slow``.
+  One model per level runs in CI; the rest of the matrix is marked ``slow`` and ``nightly``.
 - Each rule of the set passes ``check_rule`` and is not trusted; each variant (additive mask,
   position bias + mask, no scaling, division by ``d``, bool mask via ``where`` / ``masked_fill``,
   eval dropout) is fused in a model that spells it, at other shapes than the rule's examples.
@@ -198,7 +198,8 @@ def test_each_rule_passes_check_rule(rule):
 def _cases():
     for name in am.ATTENTION_MODELS:
         for level in am.LEVELS:
-            marks = () if (name, level) in CI else (pytest.mark.slow,)
+            # the rest of the matrix: slow and nightly (deselected by default)
+            marks = () if (name, level) in CI else (pytest.mark.slow, pytest.mark.nightly)
             yield pytest.param(name, level, marks=marks, id=f"{name}-{level}")
 
 

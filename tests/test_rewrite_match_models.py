@@ -130,7 +130,8 @@ def _softmaxes(p) -> int:
 
 
 @pytest.mark.parametrize("name", [
-    n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in MODELS
+    n if n in FAST else pytest.param(n, marks=(pytest.mark.slow, pytest.mark.nightly))
+    for n in MODELS
 ])
 def test_one_attention_rule_fuses_every_attention_call_at_every_level(name):
     make, calls = MODELS[name]

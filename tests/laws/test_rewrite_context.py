@@ -42,6 +42,7 @@ def test_a_sample_of_the_library_passes_in_context(name):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # ~10 s of CPU per rule; the sample above runs by default
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_the_whole_library_passes_in_context(name):
     check_rule_in_context(BY_NAME[name], max_examples=15)
