@@ -167,6 +167,9 @@ class _Writer:
             raise Unsupported
         emit = self.lines.append
         emit("d = self.__dict__")
+        # ``args`` and ``kwargs`` are proxies while fx traces ``forward(*args, **kwargs)``
+        emit("if type(args) is not tuple or type(kwargs) is not dict:")
+        emit("    return MISS")
         emit(f"if len(args) != {args_spec.num_children} or len(kwargs) != "
              f"{kwargs_spec.num_children}:")
         emit("    return MISS")
