@@ -27,7 +27,13 @@ from lowering.modules import (
     usable_name,
 )
 from lowering.portable import decode_graph, encode_graph
-from lowering.torch_seam import eval_frame_callback, run_frame_eagerly, set_eval_frame
+from lowering.torch_seam import (
+    eval_frame_callback,
+    global_module_hook_tables,
+    run_frame_eagerly,
+    set_eval_frame,
+    tracing_state,
+)
 from lowering.tree_watch import plain_call
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
@@ -116,6 +122,37 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         if is_tracing():
             return traced_leaves(args, kwargs, self._in_spec)
         return flatten_inputs(self, args, kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module.__call__``, which runs ``forward`` between hooks; when there is nothing
+        around ``forward`` to run (no hook on the root, no global hook, no ``m.compile()``, no
+        ``torch.compile`` or ``torch.jit.trace`` running, no ``forward`` set on the instance),
+        the call path runs at once."""
+        if not torch.compiler.is_compiling():  # dynamo traces ``nn.Module.__call__`` as ever
+            state = self.__dict__
+            fast = state.get("_call_path")
+            if (
+                fast is not None
+                and not (
+                    state["_forward_pre_hooks"]
+                    or state["_forward_hooks"]
+                    or state["_backward_pre_hooks"]
+                    or state["_backward_hooks"]
+                    or _GLOBAL_HOOKS[0]
+                    or _GLOBAL_HOOKS[1]
+                    or _GLOBAL_HOOKS[2]
+                    or _GLOBAL_HOOKS[3]
+                )
+                and state.get("_compiled_call_impl") is None
+                and "forward" not in state  # a forward patched on the instance runs as ever
+                and eval_frame_callback() is None
+                and tracing_state() is None
+            ):
+                out = fast(self, args, kwargs)
+                # nothing runs around ``forward`` here, and ``forward`` would try the call path
+                # first: the general path is what it would run next
+                return self._general_forward(args, kwargs) if out is MISS else out
+        return _MODULE_CALL(self, *args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.compiler.is_compiling():
@@ -229,10 +266,18 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
 
 # Dynamo runs ``LoweredRoot.forward`` and ``_forward_for_dynamo`` (and so every signature class's copy, which shares its code)
 # eagerly and compiles the frames it calls: see ``LoweredRoot._forward_for_dynamo``.
-for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__code__):
+# ``__call__`` too: run eagerly, it finds dynamo's callback set and calls ``nn.Module.__call__``, as
+# a root without it would be called.
+for _code in (
+    LoweredRoot.__call__.__code__,
+    LoweredRoot.forward.__code__,
+    LoweredRoot._forward_for_dynamo.__code__,
+):
     run_frame_eagerly(_code)
 
 
+_MODULE_CALL = torch.nn.Module.__call__
+_GLOBAL_HOOKS = global_module_hook_tables()  # the tables themselves: hooks are added in place
 _CALL_PATH_ATTRIBUTES = ("_call_path", "_build_outputs", "_out_spec_built")
 # The root's attributes its call path is specialised to: assigning one makes it again.
 _CALL_PATH_INPUTS = frozenset(

@@ -188,12 +188,18 @@ def test_hooks_and_swaps_still_run(built) -> None:
     m({"x": x, "y": y}, scale=s)
     handle.remove()
     assert seen == ["fc"]
+    pre = m.register_forward_pre_hook(lambda mod, a: seen.append("root pre"))
+    post = m.register_forward_hook(lambda mod, a, out: seen.append("root"))
+    m({"x": x, "y": y}, scale=s)
+    pre.remove()
+    post.remove()
+    assert seen == ["fc", "root pre", "root"]
     glob = torch.nn.modules.module.register_module_forward_hook(lambda mod, a, out: seen.append(type(mod).__name__))
     try:
         m({"x": x, "y": y}, scale=s)
     finally:
         glob.remove()
-    assert len(seen) > 1
+    assert seen[3:] == ["LoweredModule", "LoweredRoot"]  # global hooks: every module, the root last
     m.fc = nn.Identity()
     got = m({"x": x, "y": y}, scale=s)["out"]
     torch.testing.assert_close(got, x * s + y)
