@@ -286,3 +286,14 @@ def test_preserved_call_plumbing_is_spelled_inline() -> None:
 
     m.inner = Swapped()
     torch.testing.assert_close(m(x), x * 3)
+
+
+def test_interpreter_roots_take_the_call_path_too(built) -> None:
+    model, _, ep = built
+    m = lower(transform(import_ep(ep)), interpreter=True)
+    x, y, s = _inputs(6)
+    got = m._call_path(m, ({"x": x, "y": y},), {"scale": s})
+    assert got is not MISS
+    torch.testing.assert_close(got["out"], model({"x": x, "y": y}, scale=s)["out"])
+    with pytest.raises(InputConstraintError, match=r"\['y'\]\.shape\[0\] to be equal to 6"):
+        m({"x": x, "y": torch.randn(5, 8)}, scale=s)
