@@ -44,6 +44,8 @@ from ir.node import (
     Node,
 )
 from ir.ops import COPY, MAKE_DEP_TOKEN
+from ir.torch_seam import TreeSpec, pytree
+from ir.tree_calls import flatten_by_spec, unflatten_tree
 from lowering.identifiers import check_graph
 from lowering.source import compile_function
 from lowering.torch_seam import BUFFER_TABLE, MODULE_TABLE, PARAMETER_TABLE
@@ -146,6 +148,8 @@ class _Emitter:
         self.names: dict[str, str] = {}
         # module path -> the local holding that module's ``_modules`` table
         self.tables: dict[tuple[str, ...], str] = {}
+        # a flat list made from a literal spec (``tree_call``) -> its items' expressions
+        self.flat_lists: dict[str, list[str]] = {}
 
     def compile(self) -> DirectFn:
         params = ["self"]
@@ -164,7 +168,18 @@ class _Emitter:
             elif node.op == CALL_FUNCTION:
                 if _is_subscript(node):  # ``base[index]``: the same operation, spelled shorter
                     base, index = node.args
+                    known = self.flat_lists.get(base.name)
+                    if (
+                        known is not None
+                        and type(index) is int
+                        and 0 <= index < len(known)
+                        and known[index].isidentifier()  # an item that is a name: that name
+                    ):
+                        self.names[node.name] = known[index]
+                        continue
                     self.emit(f"{self.local(node.name)} = {self.value(base)}[{self.value(index)}]")
+                    continue
+                if self.tree_call(node):
                     continue
                 call = self.call(self.constant(node.target), node.args, node.kwargs)
                 self.emit(f"{self.local(node.name)} = {call}")
@@ -179,6 +194,90 @@ class _Emitter:
         body = "\n".join("    " + line for line in self.lines) or "    pass"
         source = f"def direct({', '.join(params)}):\n{body}\n"
         return compile_function(source, self.globals, "direct")
+
+    # --- pytree plumbing of preserved calls ----------------------------------------------------
+
+    def tree_call(self, node: Node) -> bool:
+        """Emit ``flatten_by_spec(tree, spec)`` or ``unflatten_tree(leaves, spec)`` (a preserved
+        call's plumbing, ``ir.tree_calls``) as the list or tree display it computes, where the
+        spec is a literal: the value at each of the spec's leaves is read by the same subscripts
+        ``tree_flatten_spec`` makes, and a subscript of the flat list becomes the item's name.
+        ``False`` (emit the call) where some part is not spelled statically."""
+        if node.kwargs.items or len(node.args) != 2 or not isinstance(node.args[1], TreeSpec):
+            return False
+        tree, spec = node.args
+        try:
+            if node.target is flatten_by_spec:
+                items = self.spec_leaves(tree, spec)
+                self.emit(f"{self.local(node.name)} = [{', '.join(items)}]")
+                self.flat_lists[node.name] = items
+                return True
+            if node.target is unflatten_tree:
+                leaves = tree.items if type(tree) is IList else tree
+                if type(leaves) is not tuple and type(tree) is not IList:
+                    return False
+                if len(leaves) != spec.num_leaves:
+                    return False
+                display = self.spec_tree(spec, iter([self.value(x) for x in leaves]))
+                self.emit(f"{self.local(node.name)} = {display}")
+                return True
+        except _NotStatic:
+            return False
+        return False
+
+    def spec_leaves(self, tree: Any, spec: Any) -> list[str]:
+        """The expressions of ``tree_flatten_spec(tree, spec)``'s items: a literal's parts are
+        taken as they are, a value's by subscript (``v[0]``, ``v['key']``), as torch reads them."""
+        if spec.is_leaf():
+            return [self.value(tree)]
+        kind = spec.type
+        runtime = type(tree) in (Ref, _Raw)
+        if kind in (tuple, list):
+            if runtime:
+                base = self.value(tree)
+                parts = [_Raw(f"{base}[{i}]") for i in range(spec.num_children)]
+            elif type(tree) in (tuple, IList):
+                items = tree if type(tree) is tuple else tree.items
+                if len(items) < spec.num_children:
+                    raise _NotStatic
+                parts = list(items[: spec.num_children])
+            else:
+                raise _NotStatic
+        elif kind is dict:
+            if runtime:
+                base = self.value(tree)
+                parts = [_Raw(f"{base}[{self.value(k)}]") for k in spec.context]
+            elif type(tree) is IDict:
+                by_key = dict(tree.items)
+                if any(k not in by_key for k in spec.context):
+                    raise _NotStatic
+                parts = [by_key[k] for k in spec.context]
+            else:
+                raise _NotStatic
+        else:
+            raise _NotStatic
+        out: list[str] = []
+        for part, child in zip(parts, spec.children()):
+            out += self.spec_leaves(part, child)
+        return out
+
+    def spec_tree(self, spec: Any, leaves: Any) -> str:
+        """The display of ``tree_unflatten(leaves, spec)``: tuples, lists and dicts spelled as
+        such, any other registered node through its own unflatten function."""
+        if spec.is_leaf():
+            return next(leaves)
+        parts = [self.spec_tree(c, leaves) for c in spec.children()]
+        kind = spec.type
+        if kind is tuple:
+            return f"({''.join(p + ', ' for p in parts)})"
+        if kind is list:
+            return f"[{', '.join(parts)}]"
+        if kind is dict:
+            return "{" + ", ".join(f"{self.value(k)}: {p}" for k, p in zip(spec.context, parts)) + "}"
+        node = pytree.SUPPORTED_NODES.get(kind)
+        if node is None:
+            raise _NotStatic
+        return f"{self.constant(node.unflatten_fn)}([{', '.join(parts)}], {self.constant(spec.context)})"
 
     # --- pieces -------------------------------------------------------------------------------
 
@@ -300,6 +399,10 @@ def _step(part: str) -> str:
     if part.startswith(HELD):
         return f".__dict__[{part.removeprefix(HELD)!r}]"
     return f".{MODULE_TABLE}[{part!r}]"
+
+
+class _NotStatic(Exception):
+    """A pytree call whose result ``_Emitter.tree_call`` cannot spell statically."""
 
 
 class _Raw:

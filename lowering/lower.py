@@ -37,7 +37,7 @@ from lowering.modules import (
     SharedSignatures,
     build_lowered,
 )
-from lowering.root import LoweredRoot, RootPlan, root_class
+from lowering.root import LoweredRoot, RootPlan, attach_call_path, root_class
 from lowering.torch_seam import (
     BUFFER_TABLE,
     MODULE_TABLE,
@@ -118,6 +118,7 @@ def lower(
     _complete_built_meta(with_fx)
     if not interpreter:
         _attach_direct_code(program, objects, group_of)
+    attach_call_path(root)
     _check_unshadowed(program, objects)
     watch_loading(root, made_empty)
     return root

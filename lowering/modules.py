@@ -551,6 +551,10 @@ def _readable(mod: torch.nn.Module, name: str, options: dict, seen: set[int]) ->
             lines.append(f"    # call variant {i}")
         src = graph.python_code(root_module="self", **options).src.strip("\n")
         lines += ["    " + line if line else line for line in src.split("\n")]
+    path = mod.__dict__.get("_call_path")
+    if path is not None:  # the root's call path (``lowering/call_path.py``), run on every call
+        lines.append("    # call path: inputs flattened and checked, outputs built (else the general path)")
+        lines += ["    " + line if line else line for line in path.source.strip("\n").split("\n")]
     for child_name, child in [*mod.named_children(), *held_bodies(mod)]:
         if id(child) in seen:
             lines.append(f"    # {child_name}: shared, printed above")

@@ -15,6 +15,7 @@ from ir.node import Node
 from ir.ops import COPY, MAKE_DEP_TOKEN
 from ir.torch_seam import pytree
 from lowering import tree_watch
+from lowering.call_path import MISS, call_path, output_builder, probe_location
 from lowering.codegen import NodeRule, compile_graph, fx_name, interpret, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
@@ -26,7 +27,13 @@ from lowering.modules import (
     usable_name,
 )
 from lowering.portable import decode_graph, encode_graph
-from lowering.torch_seam import eval_frame_callback, run_frame_eagerly, set_eval_frame
+from lowering.torch_seam import (
+    eval_frame_callback,
+    global_module_hook_tables,
+    run_frame_eagerly,
+    set_eval_frame,
+    tracing_state,
+)
 from lowering.tree_watch import plain_call
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct
@@ -76,6 +83,11 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         self._input_checks = input_checks(user_placeholders(ir_graph, plan))
         self._ranges = ranges_of(range_constraints)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _CALL_PATH_INPUTS and "_ranges" in self.__dict__:
+            attach_call_path(self)  # the call path is specialised to these: made again
+
     @property
     def graph(self) -> torch.fx.Graph:
         """The root's fx graph (built from the IR on first use)."""
@@ -111,15 +123,69 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
             return traced_leaves(args, kwargs, self._in_spec)
         return flatten_inputs(self, args, kwargs)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module.__call__``, which runs ``forward`` between hooks; when there is nothing
+        around ``forward`` to run (no hook on the root, no global hook, no ``m.compile()``, no
+        ``torch.compile`` or ``torch.jit.trace`` running, no ``forward`` set on the instance),
+        the call path runs at once."""
+        if not torch.compiler.is_compiling():  # dynamo traces ``nn.Module.__call__`` as ever
+            state = self.__dict__
+            fast = state.get("_call_path")
+            if (
+                fast is not None
+                and not (
+                    state["_forward_pre_hooks"]
+                    or state["_forward_hooks"]
+                    or state["_backward_pre_hooks"]
+                    or state["_backward_hooks"]
+                    or _GLOBAL_HOOKS[0]
+                    or _GLOBAL_HOOKS[1]
+                    or _GLOBAL_HOOKS[2]
+                    or _GLOBAL_HOOKS[3]
+                )
+                and state.get("_compiled_call_impl") is None
+                and "forward" not in state  # a forward patched on the instance runs as ever
+                and eval_frame_callback() is None
+                and tracing_state() is None
+            ):
+                out = fast(self, args, kwargs)
+                # nothing runs around ``forward`` here, and ``forward`` would try the call path
+                # first: the general path is what it would run next
+                return self._general_forward(args, kwargs) if out is MISS else out
+        return _MODULE_CALL(self, *args, **kwargs)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not torch.compiler.is_compiling() and eval_frame_callback():
-            return self._forward_for_dynamo(args, kwargs)
+        if not torch.compiler.is_compiling():
+            if eval_frame_callback():
+                return self._forward_for_dynamo(args, kwargs)
+            fast = self.__dict__.get("_call_path")
+            if fast is not None:  # the call path of this signature (``lowering/call_path.py``)
+                out = fast(self, args, kwargs)
+                if out is not MISS:
+                    return out
+        return self._general_forward(args, kwargs)
+
+    def _general_forward(self, args: tuple, kwargs: dict) -> Any:
+        """A call the call path did not accept (or made while tracing or compiling): inputs
+        flattened and checked by ``lowering.inputs`` (which words every error), the code chosen
+        by ``code_to_run``, outputs unflattened by ``pytree``."""
         flat = self._flat_inputs(args, kwargs)
         out = self.code_to_run(flat)(self, *flat)
         if self._out_spec is None:
             return out
         if is_tracing():
             out = [out[i] for i in range(self._out_spec.num_leaves)]
+            return pytree.tree_unflatten(out, self._out_spec)
+        build = self.__dict__.get("_build_outputs")
+        if build is not None and self._out_spec is self.__dict__["_out_spec_built"]:
+            return build(out)
+        return pytree.tree_unflatten(list(out), self._out_spec)
+
+    def unflatten_outputs(self, out: Sequence[Any]) -> Any:
+        """The output tree of the root's flat outputs ``out`` (its ``out_spec``'s structure)."""
+        build = self.__dict__.get("_build_outputs")
+        if build is not None and self._out_spec is self.__dict__["_out_spec_built"]:
+            return build(out)
         return pytree.tree_unflatten(list(out), self._out_spec)
 
     def code_to_run(self, flat: list[Any]) -> Callable[..., Any]:
@@ -187,18 +253,56 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         state.update(_fx_graph=encode_graph(self.graph), _ir_graph=None, _plan=None, _code=None)
         state.pop("_direct", None)  # generated code does not pickle; the copy runs module by module
         state.pop("_direct_checked", None)
+        for name in _CALL_PATH_ATTRIBUTES:  # generated too: made again when unpickled
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.__dict__["_fx_graph"] = decode_graph(state["_fx_graph"])
         self.graph.owning_module = self
+        attach_call_path(self)
 
 
 # Dynamo runs ``LoweredRoot.forward`` and ``_forward_for_dynamo`` (and so every signature class's copy, which shares its code)
 # eagerly and compiles the frames it calls: see ``LoweredRoot._forward_for_dynamo``.
-for _code in (LoweredRoot.forward.__code__, LoweredRoot._forward_for_dynamo.__code__):
+# ``__call__`` too: run eagerly, it finds dynamo's callback set and calls ``nn.Module.__call__``, as
+# a root without it would be called.
+for _code in (
+    LoweredRoot.__call__.__code__,
+    LoweredRoot.forward.__code__,
+    LoweredRoot._forward_for_dynamo.__code__,
+):
     run_frame_eagerly(_code)
+
+
+_MODULE_CALL = torch.nn.Module.__call__
+_GLOBAL_HOOKS = global_module_hook_tables()  # the tables themselves: hooks are added in place
+_CALL_PATH_ATTRIBUTES = ("_call_path", "_build_outputs", "_out_spec_built")
+# The root's attributes its call path is specialised to: assigning one makes it again.
+_CALL_PATH_INPUTS = frozenset(
+    {"_in_spec", "_out_spec", "check_input_constraints", "_input_checks", "_ranges"}
+)
+
+
+def attach_call_path(root: LoweredRoot) -> None:
+    """Give ``root`` the call path of its signature (``lowering.call_path``) and the builder of
+    its output tree, generated from its specs, input checks and state as they are now; a root
+    whose signature cannot be spelled keeps its general path. O(leaves + dims)."""
+    for name in _CALL_PATH_ATTRIBUTES:
+        root.__dict__.pop(name, None)
+    state = root.__dict__
+    in_spec, out_spec = state.get("_in_spec"), state.get("_out_spec")
+    if in_spec is None or out_spec is None:
+        return
+    build = output_builder(out_spec)
+    if build is not None:
+        state.update(_build_outputs=build, _out_spec_built=out_spec)
+    if state.get("check_input_constraints") is not True:
+        return  # unchecked calls take the general path
+    fast = call_path(in_spec, out_spec, state["_input_checks"], state["_ranges"], probe_location(root))
+    if fast is not None:
+        state["_call_path"] = fast
 
 
 def _interpreted(root: torch.nn.Module, *flat: Any) -> Any:

@@ -45,6 +45,7 @@ __all__ = [
     "eval_frame_callback",
     "extract_tensor_metadata",
     "get_keystr",
+    "global_module_hook_tables",
     "global_module_hooks_set",
     "global_registration_hooks_set",
     "init_module_state",
@@ -55,6 +56,7 @@ __all__ = [
     "script_object_type_name",
     "set_eval_frame",
     "sync_parameter_list",
+    "tracing_state",
 ]
 
 # Documentation of the re-exported names (each keeps its own docstring):
@@ -110,6 +112,18 @@ def global_module_hooks_set() -> bool:
     )
 
 
+def global_module_hook_tables() -> tuple[dict, ...]:
+    """The four tables ``global_module_hooks_set`` reads (forward, forward pre, backward,
+    backward pre), themselves: registering a global hook adds to one in place, so code that
+    holds them sees every hook. Same in 2.13-2.15."""
+    return (
+        _nn_module._global_forward_hooks,
+        _nn_module._global_forward_pre_hooks,
+        _nn_module._global_backward_hooks,
+        _nn_module._global_backward_pre_hooks,
+    )
+
+
 def global_registration_hooks_set() -> bool:
     """Whether a global parameter or buffer registration hook is registered: then lowering
     registers state through ``register_parameter``/``register_buffer`` instead of writing the
@@ -159,6 +173,11 @@ def init_module_state(module: torch.nn.Module) -> None:
 #   such data, without its Python frame (lowering makes a parameter per weight). Same in
 #   2.13-2.15.
 new_parameter = functools.partial(torch.Tensor._make_subclass, torch.nn.Parameter)
+
+
+# - tracing_state (torch._C._get_tracing_state): ``None`` unless ``torch.jit.trace`` is tracing;
+#   the C function itself, for generated code that asks on every call. Same in 2.13-2.15.
+tracing_state = torch._C._get_tracing_state
 
 
 def jit_tracing() -> bool:

@@ -49,6 +49,12 @@ def changed() -> None:
     _EPOCH[0] += 1
 
 
+def epoch_cell() -> list[int]:
+    """The one-element list whose item is the current epoch: generated code reads
+    ``cell[0]`` instead of calling ``epoch()``."""
+    return _EPOCH
+
+
 def epoch() -> int:
     """The current epoch; a root whose last check saw this epoch need not check again."""
     return _EPOCH[0]

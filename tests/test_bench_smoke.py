@@ -99,3 +99,31 @@ def test_instruction_counts_under_callgrind(tmp_path: Path) -> None:
     counts = json.loads(out.read_text())["instructions"]["deep"]
     assert set(counts) == {"import", "transform", "lower", "call"}
     assert all(v > 100_000 for v in counts.values())
+
+
+def test_call_overhead_runs_every_caller_on_small_models(tmp_path: Path) -> None:
+    """``bench/call_overhead.py`` at its smallest: one round of one call, every caller checked
+    against eager, the breakdown's pieces present (no timing is asserted)."""
+    from bench import call_overhead
+
+    out = tmp_path / "calls.json"
+    assert call_overhead.main(
+        ["--models", "linear,dict_kwarg,preserved", "--rounds", "1", "--calls", "1",
+         "--json", str(out)]
+    ) == 0
+    result = json.loads(out.read_text())
+    assert set(result) == {"linear", "dict_kwarg", "preserved"}
+    for record in result.values():
+        assert set(record["us"]) == {"eager", "floor", "ep.module()", "purefx"}
+        assert all(v > 0 for v in record["us"].values())
+        assert {"flatten", "checks", "body", "submodules", "unflatten", "entry", "call"} <= set(
+            record["breakdown"]
+        )
+
+
+@pytest.mark.slow
+def test_call_overhead_builds_the_gpt2_and_transformer_cases() -> None:
+    from bench import call_overhead
+
+    result = call_overhead.run(["transformer2", "gpt2"], rounds=1, calls=1, with_breakdown=False)
+    assert set(result) == {"transformer2", "gpt2"}
