@@ -118,8 +118,8 @@ def apply_rules(
     Returns ``(program, RewriteReport)``; ``p`` itself when no rule matched. Same contract,
     laws and complexity as ``transforms.rewrite.api.rewrite``, for rules taken as right.
     """
-    rules = rule_list(rules)
-    counts = {r.name: 0 for r in rules}
+    counts = {r.name: 0 for r in rule_list(rules)}
+    rules = variants(rules)
     done: list[Rewrite] = []
     skipped: dict[str, int] = {}
     q = p
@@ -278,6 +278,12 @@ def rule_list(rules: Iterable[Rule]) -> list[Rule]:
     if dupes:
         raise PassError(f"rewrite: rule names {dupes} are given twice; give each rule a name")
     return out
+
+
+def variants(rules: Iterable[Rule]) -> list[Rule]:
+    """``rule_list(rules)`` with each rule expanded into its ``Rule.variants()`` (one per
+    combination of its optional tensor arguments being ``None``; same name). O(variants)."""
+    return [v for r in rule_list(rules) for v in r.variants()]
 
 
 def _renamed_signature(q: Program, renames: Mapping[str, str]):
@@ -454,7 +460,9 @@ def _drain(
                 raise PassError(
                     f"rewrite: rules {names} keep rewriting each other's results in graph "
                     f"{w.gi} of module {w.path or '<root>'!r} ({steps[0]} rewrites of a {size}"
-                    "-node graph): they form a cycle; drop or narrow one of them (a `where`)"
+                    "-node graph): they form a cycle; drop or narrow one of them (a `where`), or "
+                    "run two-way rules with transforms.rewrite.saturate, which searches both "
+                    "directions without cycling"
                 )
             for m in pushed:
                 if m not in queued and m in w.node:
