@@ -270,12 +270,22 @@ class Hole:
 _NO = object()  #: what ``Hole.admits`` gives for a literal of another kind
 
 
-def with_holes(pattern: Pattern, hypers: Mapping[int, Any], what: str = "rule") -> Pattern:
+def with_holes(
+    pattern: Pattern, hypers: Mapping[int, Any], what: str = "rule",
+    others: Mapping[int, Pattern | None] | None = None,
+) -> Pattern:
     """``pattern`` with each literal of ``args`` that equals a hyperparameter's example value
     (``hypers``: ``{argument position: example}``; typed as ``literal_equal`` compares: ``1``
     is not ``True``) replaced by a ``Hole``; a tuple example is looked for as a whole list
     first, an int one also inside lists (``stride=2`` traces as ``[2, 2]``). ``pattern`` itself
     when ``hypers`` is empty.
+
+    ``others``: ``{position: the pattern traced with that hyperparameter alone given another
+    value}`` (``None`` where it could not be traced so, as ``groups`` with the example weight).
+    Where one is given, only the literals that differ there become that hyperparameter's
+    holes: a default ``dilation=[1, 1]`` stays a literal beside a ``stride`` whose example is
+    ``(1, 1)``. Where none is, every literal of the example's value does, and the re-check at
+    the bound values (``sizes.recheck``) keeps only what matches.
 
     Raises ``PassError`` naming ``what`` when a hyperparameter's example appears nowhere in the
     pattern (a match could not bind it), or where two hyperparameters' examples are equal and
@@ -288,12 +298,14 @@ def with_holes(pattern: Pattern, hypers: Mapping[int, Any], what: str = "rule") 
     from ir.errors import PassError
 
     found: dict[int, int] = dict.fromkeys(hypers, 0)
+    moved = {i: _moved(pattern, o) for i, o in (others or {}).items() if o is not None}
 
-    def owner(lit: Any) -> Hole | None:
+    def owner(lit: Any, path: tuple) -> Hole | None:
         owners = [i for i, e in hypers.items()
-                  if (type(e) is tuple and isinstance(lit, (tuple, list, IList))
-                      and tuple(lit) == e and all(type(x) is int for x in lit))
-                  or (type(e) is not tuple and literal_equal(e, lit))]
+                  if ((type(e) is tuple and isinstance(lit, (tuple, list, IList))
+                       and tuple(lit) == e and all(type(x) is int for x in lit))
+                      or (type(e) is not tuple and literal_equal(e, lit)))
+                  and (i not in moved or path in moved[i])]
         if len(owners) > 1:
             raise PassError(
                 f"{what}: hyperparameters {owners} have the same example value {lit!r}, which "
@@ -304,20 +316,20 @@ def with_holes(pattern: Pattern, hypers: Mapping[int, Any], what: str = "rule") 
         found[owners[0]] += 1
         return Hole(owners[0], hypers[owners[0]])
 
-    def walk(tree: Any) -> Any:
+    def walk(tree: Any, path: tuple) -> Any:
         if type(tree) is Ref:
             return tree
         if isinstance(tree, (tuple, list, IList)):
             if tree and all(type(x) is int for x in tree):
-                hole = owner(tree)
+                hole = owner(tree, path)
                 if hole is not None:
                     return hole
-            items = tuple(walk(x) for x in tree)
+            items = tuple(walk(x, (*path, j)) for j, x in enumerate(tree))
             return IList(items) if type(tree) is IList else type(tree)(items)
-        hole = owner(tree) if type(tree) in (int, bool, str) else None
+        hole = owner(tree, path) if type(tree) in (int, bool, str) else None
         return tree if hole is None else hole
 
-    args = {k: walk(v) for k, v in pattern.args.items()}
+    args = {k: walk(v, (k,)) for k, v in pattern.args.items()}
     missing = sorted(i for i, k in found.items() if not k)
     if missing:
         raise PassError(
@@ -327,6 +339,38 @@ def with_holes(pattern: Pattern, hypers: Mapping[int, Any], what: str = "rule") 
             "it an example value that no other argument of the pattern has)"
         )
     return attrs.evolve(pattern, args=args, holes=dict(hypers))
+
+
+def _moved(pattern: Pattern, other: Pattern) -> set[tuple] | None:
+    """The paths ``(node, index, ...)`` of the literals of ``pattern.args`` that differ in
+    ``other`` (the same pattern traced with one hyperparameter changed); ``None`` (no
+    evidence) when the two are not the same nodes with the same argument shapes."""
+    if list(pattern.args) != list(other.args):
+        return None
+    out: set[tuple] = set()
+
+    def diff(a: Any, b: Any, path: tuple) -> bool:
+        if type(a) is Ref or type(b) is Ref:
+            return type(a) is type(b)
+        if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
+            if len(a) != len(b):
+                out.add(path)
+                return True
+            same = True
+            for j, (x, y) in enumerate(zip(a, b)):
+                same = diff(x, y, (*path, j)) and same
+            if any(p[:len(path)] == path and len(p) > len(path) for p in out):
+                out.add(path)
+            return same
+        if not literal_equal(a, b):
+            out.add(path)
+        return True
+
+    for k, a in pattern.args.items():
+        b = other.args[k]
+        if len(a) != len(b) or not diff(tuple(a), tuple(b), (k,)):
+            return None
+    return out
 
 
 @attrs.frozen

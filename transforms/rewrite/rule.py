@@ -400,7 +400,8 @@ def _compile(rule: Rule, level: str) -> Compiled:
                 "pattern does not; a replacement can only use what the pattern matched"
             )
     pattern = with_holes(pattern, {i: h.example for i, h in rule.hypers.items()},
-                         f"rule {rule.name!r} (at the {level} level)")
+                         f"rule {rule.name!r} (at the {level} level)",
+                         {i: _moved_pattern(rule, level, i) for i in rule.hypers})
     _refuse_ignored_tensors(rule, pat, rep)
     _refuse_self_replacing(rule, pattern, rep)
     benefit = pattern.size - len(rep.compute_nodes())
@@ -411,6 +412,26 @@ def _compile(rule: Rule, level: str) -> Compiled:
         rule, rep, [_other_dtype(x) for x in rule.example_inputs], salt=0
     )
     return Compiled(pattern, rep, benefit, pat, concrete, by_dtype, level)
+
+
+_MOVES = 2  #: other values tried per hyperparameter to see where it lands in the trace
+
+
+def _moved_pattern(rule: Rule, level: str, i: int) -> Pattern | None:
+    """The pattern traced with hyperparameter ``i`` alone set to another of its values (the
+    first of ``Hyper.values[1:]`` that traces, ``_MOVES`` tried), for ``with_holes``;
+    ``None`` when none traces (``groups`` changes the weight's shape)."""
+    lit = frozenset(rule.hypers)
+    for v in rule.hypers[i].values[1:1 + _MOVES]:
+        args = list(rule.example_inputs)
+        args[i] = v
+        try:
+            found = prepare(trace(rule.pattern, args, level, rule.name, "pattern", literal=lit))
+        except PassError:
+            continue
+        if found is not None:
+            return found
+    return None
 
 
 def _refuse_inplace(rule: Rule, pat: Traced) -> None:
