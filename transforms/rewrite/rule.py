@@ -669,17 +669,37 @@ def _holds_literal(graph: Graph, value: Any) -> bool:
 
 @attrs.frozen
 class Match:
-    """What ``where`` sees of a match.
+    """A match of a rule: what ``where`` sees, and what ``transforms.rewrite.matches`` lists
+    and ``apply_match`` takes.
 
     - ``rule``: the rule's name;
     - ``nodes``: ``{pattern node name: matched node}`` for the pattern's compute nodes;
     - ``inputs``: one entry per rule argument: the matched ``Node`` for a tensor argument, the
-      matched value for a scalar one (the example value where the pattern did not use it).
+      matched value for a scalar or hyperparameter one (the example value where the pattern
+      did not use it; ``None`` for an ``optional`` argument matched as ``None``).
+
+    Set by ``matches`` (defaults elsewhere, as in the ``Match`` a ``where`` sees):
+
+    - ``module``: the path of the module whose graph holds the match (``""``: the root);
+      ``graph``: the graph's index in that module; ``source``: that ``Graph`` itself (what
+      ``apply_match`` finds the match by: a match of another program is refused);
+    - ``anchor``: the name of the node the pattern ends in; ``binding``: the matcher's
+      ``transforms.rewrite.match.Binding`` (pattern names -> graph names, ``scalars``: argument
+      position -> bound scalar or hyperparameter value, ``absorbed``);
+    - ``definition``: the ``Rule`` (the variant of its ``optional`` arguments that matched);
+      ``level``: the level its pattern was traced at.
     """
 
     rule: str
     nodes: Mapping[str, Node]
     inputs: tuple
+    module: str = ""
+    graph: int = 0
+    anchor: str = ""
+    binding: Any = None
+    definition: Any = attrs.field(default=None, eq=False, repr=False)
+    level: str = TRAINING
+    source: Any = attrs.field(default=None, eq=False, repr=False)
 
     def val(self, i: int) -> Any:
         """The fake tensor (``meta['val']``) of argument ``i``'s matched node, or its scalar
