@@ -32,7 +32,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.torch_seam import fake_failures_unlogged
 from transforms.law_violation import LawViolation
-from transforms.rewrite import guards, sizes
+from transforms.rewrite import guards, sharing, sizes
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
 from transforms.rewrite.rule import Compiled, Rule, replacement_for
@@ -572,6 +572,7 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     site.replacement = rep
     site.renamed = tuple(o for o in site.outs if o is not None and o not in kept)
     site.aliases = _new_aliases(site, rep, w)
+    site.shared = sharing.new_sharing(site, rep, w)
     return site
 
 

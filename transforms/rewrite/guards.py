@@ -158,6 +158,9 @@ def _reach(view: GraphView, name: str) -> tuple[bool, bool]:
     return returned, True
 
 
+reach = _reach  #: ``(returned, unwritten)`` of a value and its views (``sharing`` reads it)
+
+
 def _base(view: GraphView, name: str) -> str:
     """The value ``name`` is a view of, through views up to a value that is not one."""
     seen = set()
@@ -472,7 +475,9 @@ class Site:
       scalars, shapes or dtypes raised; ``None`` when it traced), ``replacement`` (``None``:
       unknown at this match), ``renamed`` (results read
       under another name afterwards), ``aliases`` (``{result: outside value}`` made aliases by
-      the replacement, ``None`` when it returns an input the match does not bind);
+      the replacement, ``None`` when it returns an input the match does not bind),
+      ``shared`` (pairs of results the replacement makes views of one buffer it computes,
+      fresh in the pattern: ``transforms.rewrite.sharing``);
     - INSTANCE: ``raised`` (a new node raised on the match's fake values), ``results`` (the
       graph name taking each result's place), ``old`` / ``new`` (their ``meta['val']``).
     """
@@ -492,6 +497,7 @@ class Site:
     replacement: Traced | None = None
     renamed: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
+    shared: tuple[tuple[str, str], ...] = ()
     raised: bool = False
     results: tuple[str | None, ...] = ()
     old: tuple = ()
@@ -588,6 +594,12 @@ def _alias(s: Site) -> bool:
     return not s.aliases or alias_guard(s.view, s.aliases)
 
 
+def _shared(s: Site) -> bool:
+    from transforms.rewrite.sharing import sharing_guard
+
+    return sharing_guard(s.view, s.shared)
+
+
 def _runs(s: Site) -> bool:
     return not s.raised
 
@@ -632,6 +644,9 @@ GUARDS: tuple[Guard, ...] = (
     Guard("alias", REPLACEMENT, _alias,
           "a fresh result made an alias of an input or state value that a write or the caller "
           "can reach"),
+    Guard("shared", REPLACEMENT, _shared,
+          "results the replacement makes views of one buffer (fresh in the pattern) are "
+          "written in place, or both returned"),
     Guard("runs", INSTANCE, _runs,
           "a replacement node raises on the match's fake values (a shape it does not allow)"),
     Guard("dtype", INSTANCE, _dtype,
