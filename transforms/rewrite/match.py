@@ -45,6 +45,7 @@ import torch
 
 from ir import ops
 from ir.args import IList, Ref
+from ir.errors import PassError
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.rewrite.trace import Traced
 
@@ -295,8 +296,6 @@ def with_holes(
     hole to its example. Complexity: O(size of the pattern's arguments · len(hypers))."""
     if not hypers:
         return pattern
-    from ir.errors import PassError
-
     found: dict[int, int] = dict.fromkeys(hypers, 0)
     moved = {i: _moved(pattern, o) for i, o in (others or {}).items() if o is not None}
 

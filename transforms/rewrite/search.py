@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ir.errors import PassError
+from ir.node import CALL_FUNCTION
 from ir.program import Program
 from transforms.rewrite import engine, guards, sizes
 from transforms.rewrite.match import match_at
@@ -40,7 +41,7 @@ def matches(p: Program, rule: Rule) -> tuple[Match, ...]:
             c = variant.compiled(level)
             w = _work(graph, path, gi, per_match, barriers, c)
             for n in graph.nodes:
-                if n.op != "call_function" or n.target is not c.pattern.anchor.target:
+                if n.op != CALL_FUNCTION or n.target is not c.pattern.anchor.target:
                     continue
                 for b in match_at(c.pattern, n, w.node.get, w.candidates):
                     found = _taken(variant, c, b, w)
