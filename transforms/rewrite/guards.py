@@ -158,7 +158,30 @@ def _reach(view: GraphView, name: str) -> tuple[bool, bool]:
     return returned, True
 
 
-reach = _reach  #: ``(returned, unwritten)`` of a value and its views (``sharing`` reads it)
+def written_or_returned(view: GraphView, name: str) -> tuple[bool, bool]:
+    """``(returned, written)`` for graph value ``name``: whether it or a view of it is returned
+    by the graph, and whether a write in place (or a reader that may write) reaches it or a
+    view of it. The one question the ``shared`` guard asks of the effect facts (today the
+    view's operator facts, ``_reach``). O(views of ``name`` and their readers)."""
+    returned, unwritten = _reach(view, name)
+    return returned, not unwritten
+
+
+def sharing_guard(view: GraphView, shared: Sequence[tuple[str, str]]) -> bool:
+    """Whether the result pairs in ``shared`` (``transforms.rewrite.sharing.new_sharing``:
+    made views of one buffer by the replacement, fresh in the pattern) may share memory: for
+    each pair no write reaches either (or a view of either), and the graph does not return
+    both.
+
+    **Laws:** pure; ``True`` for no pairs; ``False`` whenever a write through one result could
+    show in the other, or the caller would get two outputs sharing memory where eager's did
+    not. O(views of the results and their readers)."""
+    for a, b in shared:
+        ra, wa = written_or_returned(view, a)
+        rb, wb = written_or_returned(view, b)
+        if wa or wb or (ra and rb):
+            return False
+    return True
 
 
 def _base(view: GraphView, name: str) -> str:
@@ -595,8 +618,6 @@ def _alias(s: Site) -> bool:
 
 
 def _shared(s: Site) -> bool:
-    from transforms.rewrite.sharing import sharing_guard
-
     return sharing_guard(s.view, s.shared)
 
 
@@ -715,5 +736,7 @@ __all__ = [
     "match_value",
     "result_aliases",
     "shares_storage",
+    "sharing_guard",
     "without",
+    "written_or_returned",
 ]

@@ -3,13 +3,11 @@
 ``x @ w1, x @ w2 -> split(x @ cat(w1, w2))`` returns two views of one buffer where the pattern
 returned two fresh tensors. That is the same program as long as nothing writes either result
 (or a view of it) and the caller does not get both: a write through one would show in the other.
-``new_sharing`` finds such pairs for one match, ``sharing_guard`` is the guard that takes the
-match only where that holds (``transforms.rewrite.guards.GUARDS`` row ``shared``).
-
-What may write a value is asked of one function, ``written_or_returned``, which today reads the
-guards' graph view (``guards.reach``: operators that write an argument, higher-order ops and
-module calls reached through any chain of views); moving it onto ``ir.effects`` is a change of
-that one function.
+``new_sharing`` finds such pairs for one match (the engine puts them in ``Site.shared``);
+``guards.sharing_guard`` is the guard that takes the match only where that holds
+(``transforms.rewrite.guards.GUARDS`` row ``shared``). What may write a value is asked of one
+function, ``guards.written_or_returned``; moving it onto ``ir.effects`` is a change of that
+one function.
 """
 
 from __future__ import annotations
@@ -20,14 +18,6 @@ from ir.args import Ref
 from ir.node import PLACEHOLDER
 from transforms.rewrite import guards
 from transforms.rewrite.trace import Traced
-
-
-def written_or_returned(view: Any, name: str) -> tuple[bool, bool]:
-    """``(returned, written)`` for graph value ``name`` in ``view``: whether it or a view of
-    it is returned by the graph, and whether a write in place (or a reader that may write)
-    reaches it or a view of it. O(views of ``name`` and their readers)."""
-    returned, unwritten = guards.reach(view, name)
-    return returned, not unwritten
 
 
 def output_bases(traced: Traced) -> tuple[str | None, ...]:
@@ -81,19 +71,4 @@ def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...
     return tuple(pairs)
 
 
-def sharing_guard(view: Any, shared: tuple[tuple[str, str], ...]) -> bool:
-    """Whether the results in ``shared`` may become views of one buffer: for each pair, no write
-    reaches either (or a view of either), and the graph does not return both.
-
-    **Laws:** pure; ``True`` for no pairs; ``False`` whenever a write through one result could
-    show in the other, or the caller would get two outputs sharing memory where eager's did not.
-    O(views of the results and their readers)."""
-    for a, b in shared:
-        ra, wa = written_or_returned(view, a)
-        rb, wb = written_or_returned(view, b)
-        if wa or wb or (ra and rb):
-            return False
-    return True
-
-
-__all__ = ["new_sharing", "output_bases", "sharing_guard", "written_or_returned"]
+__all__ = ["new_sharing", "output_bases"]
