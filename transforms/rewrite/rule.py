@@ -8,11 +8,11 @@ rule's ``where`` sees.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 import attrs
 import torch
+from pyrsistent import pmap
 
 from ir import ops
 from ir.args import IDict, IList, Ref
@@ -170,7 +170,7 @@ def _example_tuple(value: Any) -> tuple:
 
 
 def _hypers(value: Any) -> Mapping[int, Hyper]:
-    return MappingProxyType(dict(value))
+    return pmap(dict(value))  # immutable, and copied with the rule (copy.deepcopy)
 
 
 def _check_max_examples(_self: Any, _attr: Any, value: Any) -> None:
@@ -254,7 +254,7 @@ class Rule:
             plain = tuple(x.example if i in marked else x
                           for i, x in enumerate(self.example_inputs))
             object.__setattr__(self, "example_inputs", plain)
-            object.__setattr__(self, "hypers", MappingProxyType(hypers))
+            object.__setattr__(self, "hypers", pmap(hypers))
             object.__setattr__(self, "optional", frozenset(opt))
         for i, x in enumerate(self.example_inputs):
             if i not in self.hypers and _hyper_kind(x) in ("bool", "str", "tuple"):
