@@ -182,10 +182,47 @@ def _shape(graph: Graph) -> GraphShape:
 _SHAPES: WeakMemo[Graph, GraphShape] = WeakMemo(_shape)
 
 
+def tensor_content(value: Any) -> Any:
+    """A state value as ``program_key`` keys it: for a tensor with storage, its content
+    ``(dtype, shape, strides, device, digest of its bits)`` (``-0.0`` apart from ``0.0``, NaN
+    payloads apart); anything else (a script object, a meta or fake tensor) by identity, as
+    ``Opaque`` compares it (a tensor subclass too). The digest is kept per tensor while its ``_version`` holds (program
+    tensors are never written). O(bytes) the first time, O(1) after."""
+    import hashlib
+
+    import torch
+
+    if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.is_meta:
+        return ("object", id(value))
+    version = value._version
+    held = _DIGESTS.get(id(value))
+    if held is not None and held[0]() is value and held[1] == version:
+        return held[2]
+    t = value.detach()
+    if t.layout != torch.strided:
+        return ("object", id(value))
+    flat = t.contiguous().reshape(-1).cpu()
+    try:
+        data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    except (RuntimeError, TypeError):  # a dtype without a byte view: by identity
+        return ("object", id(value))
+    key = (str(t.dtype), tuple(t.shape), tuple(t.stride()), str(t.device),
+           hashlib.blake2b(data, digest_size=16).hexdigest())
+    ident = id(value)
+    _DIGESTS[ident] = (weakref.ref(value, lambda _r: _DIGESTS.pop(ident, None)), version, key)
+    return key
+
+
+_DIGESTS: dict[int, tuple] = {}  # id -> (weak ref, _version, key); by identity, not tensor ==
+
+
 def program_key(program: Program) -> tuple:
     """The alpha key of a whole Program: module tree, graphs, state and signatures.
 
-    Module ids and node names do not count; paths, targets, state fqns and tensor identities do.
+    Module ids and node names do not count; paths, targets, state fqns and state tensors'
+    contents (``tensor_content``: dtype, shape, strides, device, bits) do, and which fqns
+    share one tensor. So two runs of the same pass that each make new constant tensors (a
+    ``fold_state`` rewrite) give equal keys.
     """
     root_graph = program.root_module.graph
     position = {n.name: i for i, n in enumerate(root_graph.nodes)} if root_graph else {}
@@ -216,7 +253,7 @@ def program_key(program: Program) -> tuple:
             fqn,
             program.state[fqn].kind,
             tensor_groups.setdefault(program.state[fqn].tensor, len(tensor_groups)),
-            program.tensors[program.state[fqn].tensor],
+            tensor_content(program.tensors[program.state[fqn].tensor].value),
             program.state[fqn].persistent,
             program.state[fqn].requires_grad,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import attrs
 import pytest
 import torch
 import torch.nn.functional as F
@@ -263,8 +264,7 @@ def _calls(p, name):
             if n.op == "call_function" and name in str(n.target)]
 
 
-_CONV_BN_FOLD = Rule(CONV_BN.pattern, CONV_BN.replacement, CONV_BN.example_inputs,
-                     name="conv_bn_fold", specials=False, fold_state=True, max_examples=10)
+_CONV_BN_FOLD = attrs.evolve(CONV_BN, name="conv_bn_fold", fold_state=True, max_examples=10)
 
 
 @pytest.mark.parametrize("level", ["training", "core"])

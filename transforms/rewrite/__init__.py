@@ -19,6 +19,8 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
   assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
+- ``search``: ``matches`` / ``apply_match``, the search hooks (every match a rule has now; one
+  match applied as ``rewrite`` applies it);
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``);
 - ``egraph``: the e-graph of one IR graph (hash-consed e-nodes, union-find, rebuilding, class
   data) and ``value_roles``, what is a leaf;
@@ -34,28 +36,44 @@ from transforms.rewrite.api import rewrite, rewrite_report
 from transforms.rewrite.check import check_rule
 from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_rules
-from transforms.rewrite.rule import ASSUMPTIONS, Compiled, Match, Rule
+from transforms.rewrite.rule import (
+    ASSUMPTIONS,
+    Compiled,
+    Hyper,
+    Match,
+    OptionalTensor,
+    Rule,
+    hyper,
+    optional,
+)
 from transforms.rewrite.saturate import (
     SaturationLimits,
     SaturationReport,
     saturate,
     saturate_report,
 )
+from transforms.rewrite.search import apply_match, matches
 from transforms.rewrite.trace import LEVELS
 
 __all__ = [
     "ASSUMPTIONS",
     "LEVELS",
     "Compiled",
+    "Hyper",
     "Match",
+    "OptionalTensor",
     "Rewrite",
     "RewriteReport",
     "Rule",
     "SaturationLimits",
     "SaturationReport",
+    "apply_match",
     "apply_rules",
     "check_rule",
     "check_rule_in_context",
+    "hyper",
+    "matches",
+    "optional",
     "rewrite",
     "rewrite_report",
     "saturate",

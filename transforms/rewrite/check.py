@@ -85,26 +85,32 @@ FINITE = frozenset({"no_nans", "no_infs", "no_signed_zeros"})
 """What a rule with ``specials=False`` is checked under: finite values, one zero."""
 
 
+def is_spec(a: Any) -> bool:
+    """Whether signature entry ``a`` is a tensor's ``(shape, dtype)`` (not a scalar, ``None`` or
+    a hyperparameter's tuple of ints). O(1)."""
+    return type(a) is tuple and len(a) == 2 and isinstance(a[1], torch.dtype)
+
+
 @attrs.frozen
 class Signature:
     """What one trace of a rule's pattern is specialized to: ``args`` gives, per rule argument,
     ``(shape, dtype)`` for a tensor and the value for a scalar."""
 
-    args: tuple
+    args: tuple  #: a tensor's ``(shape, dtype)`` (``is_spec``), a scalar, ``None``, a hyper value
 
     def tensors(self) -> tuple[int, ...]:
         """The positions of the tensor arguments."""
-        return tuple(i for i, a in enumerate(self.args) if isinstance(a, tuple))
+        return tuple(i for i, a in enumerate(self.args) if is_spec(a))
 
     def key(self) -> tuple:
         """A hashable key telling signatures apart (``0.0`` from ``-0.0``, ``1`` from ``1.0``)."""
-        return tuple(a if isinstance(a, tuple) else (type(a).__name__, repr(a)) for a in self.args)
+        return tuple(a if is_spec(a) else (type(a).__name__, repr(a)) for a in self.args)
 
     def describe(self) -> str:
         """The signature in words: ``(tensor(3, 4) float32, 2.0)``."""
         parts = []
         for a in self.args:
-            if isinstance(a, tuple):
+            if is_spec(a):
                 parts.append(f"tensor{a[0]} {str(a[1]).replace('torch.', '')}")
             else:
                 parts.append(repr(a))
@@ -173,9 +179,22 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
             raises. Nothing else escapes: an error while rewriting or running is reported as a
             ``LawViolation`` naming the draw.
 
+    A rule with hyperparameters (``hyper``) is checked over drawn values of them too (each on
+    its own, ``Hyper.values``, as a free scalar is), so a rule right only at its example's
+    stride is refused; a rule with ``optional`` tensor arguments is checked once per
+    variant (``Rule.variants``: each combination of them ``None`` or a tensor), and what was
+    checked is summed.
+
     Cost: at most ``SIGNATURES`` exports of the pattern and rewrites, plus ``max_examples``
-    (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph.
+    (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph, per
+    variant.
     """
+    found = [_check_variant(v, max_examples) for v in rule.variants()]
+    return Checked(sum(c.ran for c in found), sum(c.rewritten for c in found),
+                   tuple(r for c in found for r in c.restrided))
+
+
+def _check_variant(rule: Rule, max_examples: int | None) -> Checked:
     compiled = rule.compiled(TRAINING)
     _check_matches_itself(rule, compiled)
     sigs, scores = _signatures(rule)
@@ -305,7 +324,7 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
 
     sig = state.sigs[i]
     args = st.tuples(*(
-        tensors(a[0], a[1], assumes=state.draw_assumes) if isinstance(a, tuple) else st.just(a)
+        tensors(a[0], a[1], assumes=state.draw_assumes) if is_spec(a) else st.just(a)
         for a in sig.args
     ))
 
@@ -331,7 +350,7 @@ def row_seeds(sig: Signature, assumes: frozenset[str]) -> tuple[int, ...]:
     floating tensor of ``sig`` (at most ``len(edges)`` seeds). O(arguments)."""
     need = 0
     for a in sig.args:
-        if isinstance(a, tuple) and a[1].is_floating_point:
+        if is_spec(a) and a[1].is_floating_point:
             shape = a[0]
             rows = max(1, math.prod(shape[:-1])) if shape and shape[-1] else 1
             need = max(need, -(-len(edges(a[1], assumes=assumes)) // rows))
@@ -348,7 +367,7 @@ def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
     gen = torch.Generator().manual_seed(seed)
     args = []
     for a in sig.args:
-        if not isinstance(a, tuple):
+        if not is_spec(a):
             args.append(a)
             continue
         shape, dtype = a
@@ -644,7 +663,9 @@ def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, .
                        and all(s.args[i][1].is_floating_point for i in tensors_at)]
     for pos in _drawn_scalars(rule):
         kind = "float" if isinstance(base.args[pos], float) else "int"
-        for value in scalar_values(kind, assumes=assumes, example=base.args[pos]):
+        pool = (rule.hypers[pos].values if pos in rule.hypers
+                else scalar_values(kind, assumes=assumes, example=base.args[pos]))
+        for value in pool:
             for d in floats:
                 add(_with(d, {pos: value}), scalar_ok)
     # two size changes at once (k and v with fewer heads while the mask broadcasts), where
@@ -709,7 +730,7 @@ def example_signature(rule: Rule) -> Signature:
 def _drawn_scalars(rule: Rule) -> list[int]:
     c = rule.compiled(TRAINING)
     used = {pos for pos, _ in c.replacement.sentinels}
-    return sorted(set(c.pattern.sentinels.values()) | used)
+    return sorted(set(c.pattern.sentinels.values()) | used | set(c.pattern.holes))
 
 
 def _with(sig: Signature, changes: dict) -> Signature:
@@ -790,8 +811,9 @@ def _aliasing(k: int, got: Sequence, want: Sequence, got_args: Sequence,
         was, now = aliases(w, b), aliases(g, a)
         if was and not now:
             return f"the pattern's result is a view of {what}, the replacement's is not"
-        if now and not was:
-            return f"the pattern's result is fresh, the replacement's is an alias of {what}"
+        # fresh in the pattern, an alias in the replacement: rewrite takes such a match only
+        # where nothing writes either and the caller cannot see both (guards ``alias`` and
+        # ``shared``), so the values are the law here
     return ""
 
 
@@ -852,6 +874,7 @@ __all__ = [
     "describe",
     "differences",
     "example_signature",
+    "is_spec",
     "pattern_program",
     "probe",
     "run_replacement",

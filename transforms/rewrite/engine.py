@@ -32,7 +32,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.torch_seam import fake_failures_unlogged
 from transforms.law_violation import LawViolation
-from transforms.rewrite import guards, sizes
+from transforms.rewrite import guards, sharing, sizes
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
 from transforms.rewrite.rule import Compiled, Rule, replacement_for
@@ -118,8 +118,8 @@ def apply_rules(
     Returns ``(program, RewriteReport)``; ``p`` itself when no rule matched. Same contract,
     laws and complexity as ``transforms.rewrite.api.rewrite``, for rules taken as right.
     """
-    rules = rule_list(rules)
-    counts = {r.name: 0 for r in rules}
+    counts = {r.name: 0 for r in rule_list(rules)}
+    rules = variants(rules)
     done: list[Rewrite] = []
     skipped: dict[str, int] = {}
     q = p
@@ -278,6 +278,12 @@ def rule_list(rules: Iterable[Rule]) -> list[Rule]:
     if dupes:
         raise PassError(f"rewrite: rule names {dupes} are given twice; give each rule a name")
     return out
+
+
+def variants(rules: Iterable[Rule]) -> list[Rule]:
+    """``rule_list(rules)`` with each rule expanded into its ``Rule.variants()`` (one per
+    combination of its optional tensor arguments being ``None``; same name). O(variants)."""
+    return [v for r in rule_list(rules) for v in r.variants()]
 
 
 def _renamed_signature(q: Program, renames: Mapping[str, str]):
@@ -566,6 +572,7 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     site.replacement = rep
     site.renamed = tuple(o for o in site.outs if o is not None and o not in kept)
     site.aliases = _new_aliases(site, rep, w)
+    site.shared = sharing.new_sharing(site, rep, w)
     return site
 
 

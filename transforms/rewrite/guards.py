@@ -158,6 +158,32 @@ def _reach(view: GraphView, name: str) -> tuple[bool, bool]:
     return returned, True
 
 
+def written_or_returned(view: GraphView, name: str) -> tuple[bool, bool]:
+    """``(returned, written)`` for graph value ``name``: whether it or a view of it is returned
+    by the graph, and whether a write in place (or a reader that may write) reaches it or a
+    view of it. The one question the ``shared`` guard asks of the effect facts (today the
+    view's operator facts, ``_reach``). O(views of ``name`` and their readers)."""
+    returned, unwritten = _reach(view, name)
+    return returned, not unwritten
+
+
+def sharing_guard(view: GraphView, shared: Sequence[tuple[str, str]]) -> bool:
+    """Whether the result pairs in ``shared`` (``transforms.rewrite.sharing.new_sharing``:
+    made views of one buffer by the replacement, fresh in the pattern) may share memory: for
+    each pair no write reaches either (or a view of either), and the graph does not return
+    both.
+
+    **Laws:** pure; ``True`` for no pairs; ``False`` whenever a write through one result could
+    show in the other, or the caller would get two outputs sharing memory where eager's did
+    not. O(views of the results and their readers)."""
+    for a, b in shared:
+        ra, wa = written_or_returned(view, a)
+        rb, wb = written_or_returned(view, b)
+        if wa or wb or (ra and rb):
+            return False
+    return True
+
+
 def _base(view: GraphView, name: str) -> str:
     """The value ``name`` is a view of, through views up to a value that is not one."""
     seen = set()
@@ -472,7 +498,9 @@ class Site:
       scalars, shapes or dtypes raised; ``None`` when it traced), ``replacement`` (``None``:
       unknown at this match), ``renamed`` (results read
       under another name afterwards), ``aliases`` (``{result: outside value}`` made aliases by
-      the replacement, ``None`` when it returns an input the match does not bind);
+      the replacement, ``None`` when it returns an input the match does not bind),
+      ``shared`` (pairs of results the replacement makes views of one buffer it computes,
+      fresh in the pattern: ``transforms.rewrite.sharing``);
     - INSTANCE: ``raised`` (a new node raised on the match's fake values), ``results`` (the
       graph name taking each result's place), ``old`` / ``new`` (their ``meta['val']``).
     """
@@ -492,6 +520,7 @@ class Site:
     replacement: Traced | None = None
     renamed: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
+    shared: tuple[tuple[str, str], ...] = ()
     raised: bool = False
     results: tuple[str | None, ...] = ()
     old: tuple = ()
@@ -588,6 +617,10 @@ def _alias(s: Site) -> bool:
     return not s.aliases or alias_guard(s.view, s.aliases)
 
 
+def _shared(s: Site) -> bool:
+    return sharing_guard(s.view, s.shared)
+
+
 def _runs(s: Site) -> bool:
     return not s.raised
 
@@ -632,6 +665,9 @@ GUARDS: tuple[Guard, ...] = (
     Guard("alias", REPLACEMENT, _alias,
           "a fresh result made an alias of an input or state value that a write or the caller "
           "can reach"),
+    Guard("shared", REPLACEMENT, _shared,
+          "results the replacement makes views of one buffer (fresh in the pattern) are "
+          "written in place, or both returned"),
     Guard("runs", INSTANCE, _runs,
           "a replacement node raises on the match's fake values (a shape it does not allow)"),
     Guard("dtype", INSTANCE, _dtype,
@@ -700,5 +736,7 @@ __all__ = [
     "match_value",
     "result_aliases",
     "shares_storage",
+    "sharing_guard",
     "without",
+    "written_or_returned",
 ]

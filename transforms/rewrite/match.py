@@ -45,6 +45,7 @@ import torch
 
 from ir import ops
 from ir.args import IList, Ref
+from ir.errors import PassError
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.rewrite.trace import Traced
 
@@ -74,6 +75,9 @@ class Pattern:
     ranks: Mapping[str, int | None] = attrs.field(factory=dict)
     typed_sentinels: Mapping[tuple, int] = attrs.field(factory=dict)
     """``{(type, sentinel value): argument position}``: what ``sentinels`` says, typed."""
+    holes: Mapping[int, Any] = attrs.field(factory=dict)
+    """``{argument position: example value}`` of the rule's hyperparameters (``Rule(...,
+    hyper(...))``) whose literals ``with_holes`` turned into ``Hole`` wildcards in ``args``."""
 
     @property
     def size(self) -> int:
@@ -238,6 +242,134 @@ def same_number(p: Any, t: Any) -> bool:
     if not math.isfinite(f) or f != int(f) or int(f) != i:
         return False
     return math.copysign(1.0, f) == math.copysign(1.0, float(i)) or f != 0
+
+
+@attrs.frozen
+class Hole:
+    """A literal of a pattern that is a wildcard: the uses of hyperparameter ``position`` (a
+    rule argument declared with ``transforms.rewrite.hyper``) whose ``example`` value the
+    pattern's trace holds there. It matches a graph literal of the example's kind (an int an
+    ``int``, a bool a ``bool``, a string a ``str``, a tuple a list of ints of any length) and
+    binds it, the same value at each use; ``Binding.scalars[position]`` holds it (a list as a
+    tuple). A value other than the example makes the binding ``loose``: the pattern traced
+    again with the bound values (``transforms.rewrite.sizes.recheck``) decides."""
+
+    position: int
+    example: Any
+
+    def admits(self, t: Any) -> Any:
+        """``t`` as the value this hole binds (a list as a tuple), or ``_NO`` when ``t`` is of
+        another kind. O(len(t))."""
+        e = self.example
+        if type(e) is tuple:
+            if isinstance(t, (tuple, list, IList)) and all(type(x) is int for x in t):
+                return tuple(t)
+            return _NO
+        return t if type(t) is type(e) else _NO
+
+
+_NO = object()  #: what ``Hole.admits`` gives for a literal of another kind
+
+
+def with_holes(
+    pattern: Pattern, hypers: Mapping[int, Any], what: str = "rule",
+    others: Mapping[int, Pattern | None] | None = None,
+) -> Pattern:
+    """``pattern`` with each literal of ``args`` that equals a hyperparameter's example value
+    (``hypers``: ``{argument position: example}``; typed as ``literal_equal`` compares: ``1``
+    is not ``True``) replaced by a ``Hole``; a tuple example is looked for as a whole list
+    first, an int one also inside lists (``stride=2`` traces as ``[2, 2]``). ``pattern`` itself
+    when ``hypers`` is empty.
+
+    ``others``: ``{position: the pattern traced with that hyperparameter alone given another
+    value}`` (``None`` where it could not be traced so, as ``groups`` with the example weight).
+    Where one is given, only the literals that differ there become that hyperparameter's
+    holes: a default ``dilation=[1, 1]`` stays a literal beside a ``stride`` whose example is
+    ``(1, 1)``. Where none is, every literal of the example's value does, and the re-check at
+    the bound values (``sizes.recheck``) keeps only what matches.
+
+    Raises ``PassError`` naming ``what`` when a hyperparameter's example appears nowhere in the
+    pattern (a match could not bind it), or where two hyperparameters' examples are equal and
+    both appear (which one a literal stands for is unknown: give them distinct examples).
+
+    **Laws:** a pure function; ``match_at`` of the result on the pattern's own graph binds each
+    hole to its example. Complexity: O(size of the pattern's arguments · len(hypers))."""
+    if not hypers:
+        return pattern
+    found: dict[int, int] = dict.fromkeys(hypers, 0)
+    moved = {i: _moved(pattern, o) for i, o in (others or {}).items() if o is not None}
+
+    def owner(lit: Any, path: tuple) -> Hole | None:
+        owners = [i for i, e in hypers.items()
+                  if ((type(e) is tuple and isinstance(lit, (tuple, list, IList))
+                       and tuple(lit) == e and all(type(x) is int for x in lit))
+                      or (type(e) is not tuple and literal_equal(e, lit)))
+                  and (i not in moved or path in moved[i])]
+        if len(owners) > 1:
+            raise PassError(
+                f"{what}: hyperparameters {owners} have the same example value {lit!r}, which "
+                "the pattern holds; give each hyperparameter a distinct example value"
+            )
+        if not owners:
+            return None
+        found[owners[0]] += 1
+        return Hole(owners[0], hypers[owners[0]])
+
+    def walk(tree: Any, path: tuple) -> Any:
+        if type(tree) is Ref:
+            return tree
+        if isinstance(tree, (tuple, list, IList)):
+            if tree and all(type(x) is int for x in tree):
+                hole = owner(tree, path)
+                if hole is not None:
+                    return hole
+            items = tuple(walk(x, (*path, j)) for j, x in enumerate(tree))
+            return IList(items) if type(tree) is IList else type(tree)(items)
+        hole = owner(tree, path) if type(tree) in (int, bool, str) else None
+        return tree if hole is None else hole
+
+    args = {k: walk(v, (k,)) for k, v in pattern.args.items()}
+    missing = sorted(i for i, k in found.items() if not k)
+    if missing:
+        raise PassError(
+            f"{what}: hyperparameter(s) {missing} (examples "
+            f"{[hypers[i] for i in missing]}) appear nowhere in the pattern's trace; a "
+            "hyperparameter must be a literal argument of an operator the pattern calls (give "
+            "it an example value that no other argument of the pattern has)"
+        )
+    return attrs.evolve(pattern, args=args, holes=dict(hypers))
+
+
+def _moved(pattern: Pattern, other: Pattern) -> set[tuple] | None:
+    """The paths ``(node, index, ...)`` of the literals of ``pattern.args`` that differ in
+    ``other`` (the same pattern traced with one hyperparameter changed); ``None`` (no
+    evidence) when the two are not the same nodes with the same argument shapes."""
+    if list(pattern.args) != list(other.args):
+        return None
+    out: set[tuple] = set()
+
+    def diff(a: Any, b: Any, path: tuple) -> bool:
+        if type(a) is Ref or type(b) is Ref:
+            return type(a) is type(b)
+        if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
+            if len(a) != len(b):
+                out.add(path)
+                return True
+            same = True
+            for j, (x, y) in enumerate(zip(a, b)):
+                same = diff(x, y, (*path, j)) and same
+            if any(p[:len(path)] == path and len(p) > len(path) for p in out):
+                out.add(path)
+            return same
+        if not literal_equal(a, b):
+            out.add(path)
+        return True
+
+    for k, a in pattern.args.items():
+        b = other.args[k]
+        if len(a) != len(b) or not diff(tuple(a), tuple(b), (k,)):
+            return None
+    return out
 
 
 @attrs.frozen
@@ -441,6 +573,17 @@ class _Matcher:
             if step is not None:
                 yield from self.arg(p, *step)
             return
+        if type(p) is Hole:
+            value = p.admits(t)
+            if value is _NO:
+                return
+            if p.position in s.scalars:
+                if _same_value(s.scalars[p.position], value):
+                    yield s
+                return
+            s = s.with_(scalars={**s.scalars, p.position: value})
+            yield s if _same_value(value, p.example) else s.with_(loose=True)
+            return
         pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
         if pos is not None:
             if type(t) is not type(p):  # a float sentinel binds floats, an int one ints
@@ -497,6 +640,12 @@ class _Matcher:
         return any((type(x), x) in self.p.typed_sentinels for x in items)
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    if type(a) is tuple or type(b) is tuple:
+        return type(a) is type(b) and a == b
+    return literal_equal(a, b)
+
+
 def _only_casts(target: Any, val_in: Any, val_out: Any) -> bool:
     """A conversion (``ir.ops.SAME_METADATA``) that changes its input's dtype and nothing else
     (device, layout, shape kept): it computes something, but a pattern traced at other dtypes
@@ -530,6 +679,6 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 
 __all__ = [
-    "Binding", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
-    "same_number",
+    "Binding", "Hole", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
+    "same_number", "with_holes",
 ]

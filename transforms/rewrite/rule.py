@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import torch
+from pyrsistent import pmap
 
 from ir import ops
 from ir.args import IDict, IList, Ref
@@ -19,7 +20,7 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER, Node
-from transforms.rewrite.match import Pattern, match_at, prepare
+from transforms.rewrite.match import Pattern, match_at, prepare, with_holes
 from transforms.rewrite.trace import TRAINING, Traced, trace
 
 # --- rules --------------------------------------------------------------------------------------
@@ -60,6 +61,95 @@ def _check_where(_self: Any, _attr: Any, value: Any) -> None:
         raise PassError(f"Rule: where must be a function of a Match, got {value!r}")
 
 
+# --- hyperparameters and optional tensors -------------------------------------------------------
+
+_INT_DRAWS = (1, 2, 3, 0, -1, 7)
+_MAX_OPTIONAL = 3  #: optional tensor arguments per rule, at most (2**3 variants)
+
+
+@attrs.frozen
+class Hyper:
+    """A rule argument that is a hyperparameter: a literal wildcard bound from each match (made
+    by ``hyper``). ``example``: the value both functions are traced with (an int, a bool, a
+    string or a tuple of ints); ``values``: what ``check_rule`` draws for it (the example
+    first)."""
+
+    example: Any
+    values: tuple
+
+
+def _hyper_kind(value: Any) -> str | None:
+    if type(value) in (int, bool, str):
+        return type(value).__name__
+    if isinstance(value, (tuple, list)) and value and all(type(x) is int for x in value):
+        return "tuple"
+    return None
+
+
+def hyper(example: Any, *, values: Any = None) -> Hyper:
+    """Mark a rule argument as a hyperparameter: ``Rule(pattern, replacement, (x, w,
+    hyper((2, 2)), hyper(True)))``. Its ``example`` (an int, a bool, a string or a tuple of
+    ints; a list is taken as a tuple) is where the pattern's trace holds that literal; a match
+    binds the program's literal there (``stride=[1, 1]``, ``keepdim=False``,
+    ``approximate='tanh'``, another value at each match) and the replacement is traced with the
+    bound values (a tuple for a list). Give each hyperparameter an example value that no other
+    literal of the pattern has (``PassError`` when two hyperparameters share one).
+
+    ``values``: what ``check_rule`` draws for it besides the example (default: for an int
+    ``1, 2, 3, 0, -1, 7``; for a bool both; for a tuple each of those repeated and the example
+    with its first entry changed; for a string only the example: give the others).
+
+    Raises ``PassError`` naming the value when ``example`` or a value is of another kind.
+    O(len(values))."""
+    kind = _hyper_kind(example)
+    if kind is None:
+        raise PassError(
+            f"hyper: the example must be an int, a bool, a string or a non-empty tuple of ints, "
+            f"got {example!r}"
+        )
+    if kind == "tuple":
+        example = tuple(example)
+    if values is None:
+        if kind == "int":
+            pool: list[Any] = list(_INT_DRAWS)
+        elif kind == "bool":
+            pool = [not example]
+        elif kind == "tuple":
+            pool = [(v,) * len(example) for v in _INT_DRAWS[:4]]
+            pool += [(v, *example[1:]) for v in _INT_DRAWS[:2]]
+        else:
+            pool = []
+    else:
+        pool = [tuple(v) if kind == "tuple" and isinstance(v, list) else v for v in values]
+    for v in pool:
+        if _hyper_kind(v) != kind:
+            raise PassError(f"hyper: value {v!r} is not of the example {example!r}'s kind")
+    drawn = [example]
+    for v in pool:
+        if not any(type(v) is type(d) and v == d for d in drawn):
+            drawn.append(v)
+    return Hyper(example, tuple(drawn))
+
+
+@attrs.frozen
+class OptionalTensor:
+    """A tensor argument that may be ``None`` (made by ``optional``)."""
+
+    example: torch.Tensor
+
+
+def optional(example: torch.Tensor) -> OptionalTensor:
+    """Mark a tensor argument of a rule as optional: ``Rule(conv_bn, folded, (x, w,
+    optional(torch.randn(4)), ...))``. The rule then also stands for itself with ``None`` there
+    (``F.conv2d(x, w, None)``: a convolution without bias): both functions must accept
+    ``None``; the rule is traced, matched and checked once per combination of its optional
+    arguments being ``None`` or a tensor (at most 3 optional arguments). ``PassError`` when
+    ``example`` is not a tensor. O(1)."""
+    if not isinstance(example, torch.Tensor):
+        raise PassError(f"optional: the example must be a tensor, got {type(example).__name__}")
+    return OptionalTensor(example)
+
+
 def _example_tuple(value: Any) -> tuple:
     if not isinstance(value, (tuple, list)):
         raise PassError(
@@ -67,12 +157,20 @@ def _example_tuple(value: Any) -> tuple:
             f"{type(value).__name__}"
         )
     for i, x in enumerate(value):
+        if isinstance(x, (Hyper, OptionalTensor)) or x is None or _hyper_kind(x) is not None:
+            continue  # a bool, string or tuple: the plain example of a hyperparameter (checked
+            # once the Rule is made)
         if not isinstance(x, (torch.Tensor, int, float)) or isinstance(x, bool):
             raise PassError(
                 f"Rule: example_inputs[{i}] is a {type(x).__name__}; a rule's arguments are "
-                "tensors and Python ints or floats"
+                "tensors, Python ints or floats, None, hyper(...) for a hyperparameter and "
+                "optional(...) for a tensor that may be None"
             )
     return tuple(value)
+
+
+def _hypers(value: Any) -> Mapping[int, Hyper]:
+    return pmap(dict(value))  # immutable, and copied with the rule (copy.deepcopy)
 
 
 def _check_max_examples(_self: Any, _attr: Any, value: Any) -> None:
@@ -96,6 +194,11 @@ class Rule:
             argument matches any scalar in the program (the same one at each use); an int
             argument does too unless it is used as a size or dimension (then it is the literal
             given). Matches do not depend on the example tensors' shapes or dtypes.
+            ``hyper(example)`` marks a hyperparameter (an int, bool, string or tuple of ints:
+            stride, padding, ``keepdim``, ``approximate``) bound from each match, and
+            ``optional(tensor)`` a tensor argument that may be ``None`` (a bias); once
+            the Rule is made, ``example_inputs`` holds the plain examples and ``hypers`` /
+            ``optional`` what was marked.
         name: the rule's name in reports and errors (default: ``pattern -> replacement``).
         where: ``where(match) -> bool``, an extra condition on a ``Match`` (e.g. on the matched
             inputs' dtypes, ``match.val(0).dtype``); a match where it is false is skipped.
@@ -140,8 +243,40 @@ class Rule:
     fold_state: bool = attrs.field(default=False, kw_only=True, converter=bool)
     assumes: frozenset[str] = attrs.field(default=frozenset(), kw_only=True, converter=_assumes)
     both_ways: bool = attrs.field(default=False, kw_only=True, converter=bool)
+    hypers: Mapping[int, Hyper] = attrs.field(factory=dict, kw_only=True, converter=_hypers)
+    """``{argument position: Hyper}``: the hyperparameters (from ``hyper`` markers)."""
+    optional: frozenset[int] = attrs.field(default=frozenset(), kw_only=True, converter=frozenset)
+    """The positions of the tensor arguments that may be ``None`` (``optional`` markers)."""
 
     def __attrs_post_init__(self) -> None:
+        marked = {i: x for i, x in enumerate(self.example_inputs)
+                  if isinstance(x, (Hyper, OptionalTensor))}
+        if marked:
+            hypers = dict(self.hypers)
+            hypers.update({i: x for i, x in marked.items() if isinstance(x, Hyper)})
+            opt = self.optional | {i for i, x in marked.items() if isinstance(x, OptionalTensor)}
+            plain = tuple(x.example if i in marked else x
+                          for i, x in enumerate(self.example_inputs))
+            object.__setattr__(self, "example_inputs", plain)
+            object.__setattr__(self, "hypers", pmap(hypers))
+            object.__setattr__(self, "optional", frozenset(opt))
+        for i, x in enumerate(self.example_inputs):
+            if i not in self.hypers and _hyper_kind(x) in ("bool", "str", "tuple"):
+                raise PassError(
+                    f"Rule: example_inputs[{i}] is a {type(x).__name__}; a rule's arguments "
+                    "are tensors, Python ints or floats, None, hyper(...) for a "
+                    "hyperparameter and optional(...) for a tensor that may be None"
+                )
+        for i in self.optional:
+            if i >= len(self.example_inputs) or not isinstance(
+                self.example_inputs[i], torch.Tensor
+            ):
+                raise PassError(f"Rule: optional argument {i} must have a tensor example")
+        if len(self.optional) > _MAX_OPTIONAL:
+            raise PassError(
+                f"Rule: {len(self.optional)} optional tensor arguments; at most "
+                f"{_MAX_OPTIONAL} (each doubles the variants traced and checked)"
+            )
         if self.name is None:
             object.__setattr__(
                 self, "name", f"{_fn_name(self.pattern)} -> {_fn_name(self.replacement)}"
@@ -155,6 +290,25 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r})"
+
+    def variants(self) -> tuple[Rule, ...]:
+        """The rule once per combination of its ``optional`` arguments being a tensor or
+        ``None`` (the example with ``None`` there; same name, functions, ``where`` and
+        hyperparameters), all tensors first; ``(self,)`` when it has none. Kept in
+        ``rule_cache`` (made once). O(2 ** len(optional))."""
+        if not self.optional:
+            return (self,)
+        cache = rule_cache(self)
+        if cache.variants is None:
+            order = sorted(self.optional)
+            out = []
+            for mask in range(2 ** len(order)):
+                nones = {p for k, p in enumerate(order) if mask >> k & 1}
+                ex = tuple(None if i in nones else x for i, x in enumerate(self.example_inputs))
+                out.append(self if not nones else attrs.evolve(
+                    self, example_inputs=ex, optional=frozenset()))
+            cache.variants = tuple(out)
+        return cache.variants
 
     def compiled(self, level: str) -> Compiled:
         """The rule traced at ``level`` (``"training"`` or ``"core"``), traced once per level.
@@ -178,11 +332,12 @@ class RuleCache:
     traceback dropped so that it holds no frame of the rule). Each entry is a pure function of
     the rule: dropping the cache changes no result, only time."""
 
-    __slots__ = ("traced", "verdict")
+    __slots__ = ("traced", "variants", "verdict")
 
     def __init__(self) -> None:
         self.traced: dict[Any, Any] = {}
         self.verdict: BaseException | bool | None = None
+        self.variants: tuple[Rule, ...] | None = None
 
 
 def _new_cache(rule: Rule) -> RuleCache:
@@ -222,12 +377,14 @@ class Compiled:
 
 
 def _compile(rule: Rule, level: str) -> Compiled:
-    pat = trace(rule.pattern, rule.example_inputs, level, rule.name, "pattern")
+    lit = frozenset(rule.hypers)
+    pat = trace(rule.pattern, rule.example_inputs, level, rule.name, "pattern", literal=lit)
     as_written = pat if level == TRAINING else trace(
-        rule.pattern, rule.example_inputs, TRAINING, rule.name, "pattern"
+        rule.pattern, rule.example_inputs, TRAINING, rule.name, "pattern", literal=lit
     )
     _refuse_inplace(rule, as_written)
-    rep = trace(rule.replacement, rule.example_inputs, TRAINING, rule.name, "replacement")
+    rep = trace(rule.replacement, rule.example_inputs, TRAINING, rule.name, "replacement",
+                literal=lit)
     if len(pat.outputs) != len(rep.outputs):
         raise PassError(
             f"rule {rule.name!r}: the pattern returns {len(pat.outputs)} values, the replacement "
@@ -246,14 +403,39 @@ def _compile(rule: Rule, level: str) -> Compiled:
                 f"rule {rule.name!r}: the replacement uses scalar argument {pos}, which the "
                 "pattern does not; a replacement can only use what the pattern matched"
             )
+    pattern = with_holes(pattern, {i: h.example for i, h in rule.hypers.items()},
+                         f"rule {rule.name!r} (at the {level} level)",
+                         {i: _moved_pattern(rule, level, i) for i in rule.hypers})
     _refuse_ignored_tensors(rule, pat, rep)
     _refuse_self_replacing(rule, pattern, rep)
     benefit = pattern.size - len(rep.compute_nodes())
-    concrete = _differs(rule, rep, [_other_shapes(x) for x in rule.example_inputs], salt=1)
+    # a replacement of hyperparameters is traced with each match's values
+    concrete = bool(rule.hypers) or _differs(
+        rule, rep, [_other_shapes(x) for x in rule.example_inputs], salt=1)
     by_dtype = not concrete and _differs(
         rule, rep, [_other_dtype(x) for x in rule.example_inputs], salt=0
     )
     return Compiled(pattern, rep, benefit, pat, concrete, by_dtype, level)
+
+
+_MOVES = 2  #: other values tried per hyperparameter to see where it lands in the trace
+
+
+def _moved_pattern(rule: Rule, level: str, i: int) -> Pattern | None:
+    """The pattern traced with hyperparameter ``i`` alone set to another of its values (the
+    first of ``Hyper.values[1:]`` that traces, ``_MOVES`` tried), for ``with_holes``;
+    ``None`` when none traces (``groups`` changes the weight's shape)."""
+    lit = frozenset(rule.hypers)
+    for v in rule.hypers[i].values[1:1 + _MOVES]:
+        args = list(rule.example_inputs)
+        args[i] = v
+        try:
+            found = prepare(trace(rule.pattern, args, level, rule.name, "pattern", literal=lit))
+        except PassError:
+            continue
+        if found is not None:
+            return found
+    return None
 
 
 def _refuse_inplace(rule: Rule, pat: Traced) -> None:
@@ -491,17 +673,37 @@ def _holds_literal(graph: Graph, value: Any) -> bool:
 
 @attrs.frozen
 class Match:
-    """What ``where`` sees of a match.
+    """A match of a rule: what ``where`` sees, and what ``transforms.rewrite.matches`` lists
+    and ``apply_match`` takes.
 
     - ``rule``: the rule's name;
     - ``nodes``: ``{pattern node name: matched node}`` for the pattern's compute nodes;
     - ``inputs``: one entry per rule argument: the matched ``Node`` for a tensor argument, the
-      matched value for a scalar one (the example value where the pattern did not use it).
+      matched value for a scalar or hyperparameter one (the example value where the pattern
+      did not use it; ``None`` for an ``optional`` argument matched as ``None``).
+
+    Set by ``matches`` (defaults elsewhere, as in the ``Match`` a ``where`` sees):
+
+    - ``module``: the path of the module whose graph holds the match (``""``: the root);
+      ``graph``: the graph's index in that module; ``source``: that ``Graph`` itself (what
+      ``apply_match`` finds the match by: a match of another program is refused);
+    - ``anchor``: the name of the node the pattern ends in; ``binding``: the matcher's
+      ``transforms.rewrite.match.Binding`` (pattern names -> graph names, ``scalars``: argument
+      position -> bound scalar or hyperparameter value, ``absorbed``);
+    - ``definition``: the ``Rule`` (the variant of its ``optional`` arguments that matched);
+      ``level``: the level its pattern was traced at.
     """
 
     rule: str
     nodes: Mapping[str, Node]
     inputs: tuple
+    module: str = ""
+    graph: int = 0
+    anchor: str = ""
+    binding: Any = None
+    definition: Any = attrs.field(default=None, eq=False, repr=False)
+    level: str = TRAINING
+    source: Any = attrs.field(default=None, eq=False, repr=False)
 
     def val(self, i: int) -> Any:
         """The fake tensor (``meta['val']``) of argument ``i``'s matched node, or its scalar
@@ -511,4 +713,7 @@ class Match:
 
 
 
-__all__ = ["Compiled", "Match", "Rule", "RuleCache", "replacement_for", "rule_cache"]
+__all__ = [
+    "Compiled", "Hyper", "Match", "OptionalTensor", "Rule", "RuleCache", "hyper", "optional",
+    "replacement_for", "rule_cache",
+]

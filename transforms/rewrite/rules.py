@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from transforms.rewrite.rule import Match, Rule
+from transforms.rewrite.rule import Match, Rule, hyper, optional
 
 _X = (torch.randn(4, 8),)
 
@@ -40,19 +40,26 @@ def _sigmoid_times(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x) * x  # matches x * sigmoid(x) too: mul is commutative
 
 
-def _conv_bn(x, w, b, mean, var, gamma, beta, eps: float) -> torch.Tensor:
-    return F.batch_norm(F.conv2d(x, w, b), mean, var, gamma, beta, False, 0.1, eps)
+def _conv_bn(x, w, b, mean, var, gamma, beta, momentum: float, eps: float,
+             stride, padding, dilation, groups) -> torch.Tensor:
+    y = F.conv2d(x, w, b, stride, padding, dilation, groups)
+    return F.batch_norm(y, mean, var, gamma, beta, False, momentum, eps)
 
 
-def _conv_folded(x, w, b, mean, var, gamma, beta, eps: float) -> torch.Tensor:
+def _conv_folded(x, w, b, mean, var, gamma, beta, momentum: float, eps: float,
+                 stride, padding, dilation, groups) -> torch.Tensor:
     s = gamma * torch.rsqrt(var + eps)
-    return F.conv2d(x, w * s.reshape(-1, 1, 1, 1), (b - mean) * s + beta)
+    shift = beta - mean * s if b is None else (b - mean) * s + beta
+    return F.conv2d(x, w * s.reshape(-1, 1, 1, 1), shift, stride, padding, dilation, groups)
 
 
 _C = 4
+# hyperparameters: one example value each, told apart in the trace (stride (2, 2), padding
+# (1, 1), dilation (3, 3), groups 2); the bias may be None
 _CONV_BN = (
-    torch.randn(1, 3, 6, 6), torch.randn(_C, 3, 3, 3), torch.randn(_C), torch.randn(_C),
-    torch.rand(_C) + 0.5, torch.randn(_C), torch.randn(_C), 1e-5,
+    torch.randn(1, _C, 10, 10), torch.randn(_C, _C // 2, 3, 3), optional(torch.randn(_C)),
+    torch.randn(_C), torch.rand(_C) + 0.5, torch.randn(_C), torch.randn(_C), 0.1, 1e-5,
+    hyper((2, 2)), hyper((1, 1)), hyper((3, 3)), hyper(2),
 )
 
 RELU_RELU = Rule(_relu_relu, torch.relu, _X, name="relu_relu")
@@ -76,8 +83,11 @@ SILU = Rule(_sigmoid_times, F.silu, _X, name="silu", where=_floating)
 """``sigmoid(x) * x -> silu(x)``, either operand order, on floating tensors (``sigmoid`` of an
 int tensor is float, ``silu`` refuses ints)."""
 CONV_BN = Rule(_conv_bn, _conv_folded, _CONV_BN, name="conv_bn", specials=False)
-"""Eval-mode ``batch_norm(conv2d(x, w, b))`` -> one ``conv2d`` with folded weight and bias
-(computed in the graph from the same parameters; the state dict is unchanged)."""
+"""Eval-mode ``batch_norm(conv2d(x, w, b, stride, padding, dilation, groups))`` -> one
+``conv2d`` with folded weight and bias (computed in the graph from the same parameters; the
+state dict is unchanged). One rule for every convolution: stride, padding, dilation and groups
+are hyperparameters (``hyper``) bound from each match, the bias is ``optional`` (``None``: the
+folded bias is ``beta - mean * scale``), momentum and eps are scalar wildcards."""
 
 # --- attention ----------------------------------------------------------------------------------
 #

@@ -107,7 +107,9 @@ def _exact(
     shapes = _input_shapes(rule, pattern, b, lookup)
     if shapes is None:
         return None
-    exact = _pattern_at(rule, level, shapes)
+    hypers = getattr(rule, "hypers", None) or {}
+    bound = tuple((i, b.scalars[i]) for i in sorted(hypers) if i in b.scalars)
+    exact = _pattern_at(rule, level, shapes, bound)
     if exact is None:
         return None
     anchor = lookup(b.names.get(pattern.anchor.name, ""))
@@ -123,7 +125,8 @@ def _exact(
     for e in match_at(exact, anchor, lookup, lambda t: by_target.get(id(t), ()), strict=True):
         got = {e.names[k] for k in exact.nodes if k in e.names} | set(e.absorbed)
         if (got == matched and {k: e.names[k] for k in exact.inputs if k in e.names} == inputs
-                and dict(e.scalars) == dict(b.scalars) and dtypes_agree(exact, e, lookup)):
+                and dict(e.scalars) == {k: v for k, v in b.scalars.items() if k not in hypers}
+                and dtypes_agree(exact, e, lookup)):
             return attrs.evolve(b, loose=False)
     return None
 
@@ -170,23 +173,27 @@ def _input_shapes(
     return tuple(out)
 
 
-def _pattern_at(rule: Any, level: str, shapes: tuple) -> Pattern | None:
-    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` and prepared (``None``
-    when it cannot be traced there), from the bounded memo."""
-    key = (id(rule), level, shapes)
+def _pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pattern | None:
+    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` with the hyperparameter
+    values ``hypers`` (``((position, value), ...)``; the example's for the others) and prepared
+    (``None`` when it cannot be traced there), from the bounded memo. Its hyperparameters'
+    literals stay literals: the re-check matches them exactly."""
+    key = (id(rule), level, shapes, tuple((i, type(v).__name__, repr(v)) for i, v in hypers))
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is rule:
         return hit[1]
     args = []
     it = iter(shapes)
-    for x in rule.example_inputs:
+    values = dict(hypers)
+    for i, x in enumerate(rule.example_inputs):
         if isinstance(x, torch.Tensor):
             shape, dtype = next(it)
             args.append(torch.zeros(shape, dtype=dtype))
         else:
-            args.append(x)
+            args.append(values.get(i, x))
+    literal = frozenset(getattr(rule, "hypers", None) or ())
     try:
-        found = prepare(trace(rule.pattern, args, level, rule.name, "pattern"))
+        found = prepare(trace(rule.pattern, args, level, rule.name, "pattern", literal=literal))
     except PassError:
         found = None
     if len(_MEMO) >= _MEMO_SIZE:

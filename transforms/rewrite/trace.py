@@ -69,7 +69,7 @@ def is_scalar(value: Any) -> bool:
 
 def trace(
     fn: Callable, example_inputs: Sequence[Any], level: str, rule: str, role: str,
-    *, sentinels: bool = True, salt: int = 0,
+    *, sentinels: bool = True, salt: int = 0, literal: frozenset[int] = frozenset(),
 ) -> Traced:
     """Trace ``fn(*example_inputs)`` at ``level`` (``TRAINING`` or ``CORE``).
 
@@ -77,6 +77,8 @@ def trace(
     function cannot be exported, reads state, or returns something other than tensors.
     Scalars: each float argument is traced as a sentinel; each int argument too when tracing
     with a sentinel succeeds (an int used as a size or dimension is kept as its example value).
+    ``literal``: argument positions traced with their example value, never a sentinel (a
+    rule's hyperparameters, located in the trace by that value).
 
     **Laws:** deterministic (same function, inputs and level: equal graphs); ``example_inputs``
     are not written (tensors are cloned before export). Cost: one or two ``torch.export``
@@ -84,7 +86,7 @@ def trace(
     """
     if level not in LEVELS:
         raise PassError(f"rule {rule!r}: unknown level {level!r}; expected one of {LEVELS}")
-    scalars = [i for i, v in enumerate(example_inputs) if is_scalar(v)]
+    scalars = [i for i, v in enumerate(example_inputs) if is_scalar(v) and i not in literal]
     floats = [i for i in scalars if isinstance(example_inputs[i], float)]
     ints = [i for i in scalars if i not in floats]
     attempts = [floats + ints, floats] if ints else [floats]

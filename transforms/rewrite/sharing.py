@@ -1,0 +1,74 @@
+"""Results that a replacement makes share memory where the pattern's were fresh.
+
+``x @ w1, x @ w2 -> split(x @ cat(w1, w2))`` returns two views of one buffer where the pattern
+returned two fresh tensors. That is the same program as long as nothing writes either result
+(or a view of it) and the caller does not get both: a write through one would show in the other.
+``new_sharing`` finds such pairs for one match (the engine puts them in ``Site.shared``);
+``guards.sharing_guard`` is the guard that takes the match only where that holds
+(``transforms.rewrite.guards.GUARDS`` row ``shared``). What may write a value is asked of one
+function, ``guards.written_or_returned``; moving it onto ``ir.effects`` is a change of that
+one function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ir.args import Ref
+from ir.node import PLACEHOLDER
+from transforms.rewrite import guards
+from transforms.rewrite.trace import Traced
+
+
+def output_bases(traced: Traced) -> tuple[str | None, ...]:
+    """For each result of a traced function: the node it is, or is a view of through a chain
+    of views (``guards.is_view``); ``None`` for a literal result. O(nodes)."""
+    table = {n.name: n for n in traced.graph.nodes}
+    out: list[str | None] = []
+    for r in traced.outputs:
+        if type(r) is not Ref:
+            out.append(None)
+            continue
+        name, seen = r.name, set()
+        while name not in seen:
+            seen.add(name)
+            node = table.get(name)
+            if (node is None or not guards.is_view(node) or not node.args
+                    or type(node.args[0]) is not Ref):
+                break
+            name = node.args[0].name
+        out.append(name)
+    return tuple(out)
+
+
+def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...]:
+    """The pairs of the match's results (graph names) that the replacement ``rep`` makes views
+    of one value it computes, where the matched results did not share memory (read from their
+    fake values, ``guards.shares_storage``; without values, from the pattern's own trace).
+    Results made aliases of an *input* are the ``alias`` guard's. O(results²)."""
+    rep_bases = output_bases(rep)
+    rep_nodes = {n.name: n for n in rep.graph.nodes}
+    pat_bases = output_bases(site.compiled.traced)
+    pairs = []
+    outs = site.outs
+    for i in range(len(outs)):
+        for j in range(i + 1, len(outs)):
+            a, b = outs[i], outs[j]
+            if a is None or b is None or a == b or rep_bases[i] is None:
+                continue
+            if rep_bases[i] != rep_bases[j]:
+                continue
+            base = rep_nodes.get(rep_bases[i])
+            if base is None or base.op == PLACEHOLDER:
+                continue  # an input returned twice: the alias guard's case
+            shared = guards.shares_storage(view.node[a].meta.get("val"),
+                                           view.node[b].meta.get("val"))
+            if shared is None:
+                shared = (i < len(pat_bases) and j < len(pat_bases)
+                          and pat_bases[i] is not None and pat_bases[i] == pat_bases[j])
+            if not shared:
+                pairs.append((a, b))
+    return tuple(pairs)
+
+
+__all__ = ["new_sharing", "output_bases"]
