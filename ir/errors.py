@@ -72,14 +72,42 @@ def first_line(exc: BaseException | None, limit: int = 300) -> str:
     Returns
     -------
     The first line of ``str(exc)`` once blank lines and spaces around the message are stripped,
-    cut to ``limit`` characters; ``""`` when the message is blank.
+    shortened to about ``limit`` characters between words (:func:`shorten`); ``""`` when the
+    message is blank.
 
-    Laws: the result has no newline and at most ``limit`` characters; a one-line message of at
-    most ``limit`` characters comes back stripped and otherwise as it is.
+    Laws: the result has no newline; a one-line message of at most ``limit`` characters comes
+    back stripped and otherwise as it is; a longer one is cut between words, never inside one.
 
     Complexity: O(len(str(exc))).
     """
     if exc is None:
         return ""
     lines = str(exc).strip().splitlines()
-    return lines[0][:limit] if lines else ""
+    return shorten(lines[0], limit) if lines else ""
+
+
+ELLIPSIS = " ..."
+"""What :func:`shorten` puts where it cut a text."""
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, for quoting it.
+
+    A text of at most ``limit`` characters comes back as it is. A longer one keeps its words up
+    to the last space that leaves room for :data:`ELLIPSIS`, then ``" ..."``; a first word
+    longer than that is kept whole (a word is never cut, so a name or path quoted stays one
+    that can be searched for).
+
+    Laws: ``shorten(t, n) == t`` when ``len(t) <= n``; otherwise the result ends in ``" ..."``
+    and what comes before it is a prefix of ``t`` that ends where a word of ``t`` ends.
+    Complexity: O(len(text)).
+    """
+    if len(text) <= limit:
+        return text
+    room = max(limit - len(ELLIPSIS), 0)
+    cut = text.rfind(" ", 0, room + 1)
+    if cut <= 0:
+        cut = text.find(" ", room)
+        if cut < 0:
+            return text
+    return text[:cut].rstrip() + ELLIPSIS

@@ -45,7 +45,7 @@ from pyrsistent import pmap
 
 from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
-from ir.errors import VerifyError
+from ir.errors import VerifyError, shorten
 from ir.graph import Graph
 from ir.harness import fresh, outcome, same_bits, value_difference
 from ir.module import Module
@@ -139,7 +139,7 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
             problems.append(f"tensors of the input were written behind autograd's version "
                             f"counter (through .data, say): {written}")
     if printed.getvalue():
-        problems.append(f"it printed {printed.getvalue()[:200]!r}")
+        problems.append(f"it printed {shorten(printed.getvalue(), 200)!r}")
     if problems:
         raise LawViolation("purity", pass_fn, "; ".join(problems), program)
     return result
