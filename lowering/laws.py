@@ -491,7 +491,9 @@ def _storage_outside_the_tree(outside: bool) -> Any:
 
 
 class _Shown:
-    """A drawn program that hypothesis prints as text, not as a nested attrs repr."""
+    """A drawn program that hypothesis prints as text, not as a nested attrs repr: with its
+    vals (``format_program(p, vals=True)``), so the falsifying example parses back into a
+    program that runs."""
 
     __slots__ = ("program",)
 
@@ -499,7 +501,7 @@ class _Shown:
         self.program = program
 
     def __repr__(self) -> str:
-        return "\n" + describe(self.program) + "\n"
+        return "\n" + describe(self.program, vals=True) + "\n"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))  # hypothesis prints this for the falsifying example

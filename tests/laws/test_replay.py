@@ -93,3 +93,9 @@ def test_values_are_shortened_between_words():
     assert shown.endswith(" ...") and len(shown) <= 120
     assert shown.removesuffix(" ...").endswith(",")
     assert format_value(torch.empty(2, device="meta")) == "float32[2] on meta"
+
+
+def test_much_state_and_no_differing_output_prints_a_count():
+    p = _program(extra=5)
+    text = str(LawViolation("purity", drop_mul, "a detail", p))
+    assert "state: 6 tensors (e.example.state)" in text and "\n  scale = " not in text
