@@ -17,7 +17,7 @@ import torch
 from pyrsistent import pmap
 
 from ir.args import IDict, IList
-from ir.errors import PassError
+from ir.errors import PassError, shorten
 from ir.graph import Graph
 from ir.program import Program
 
@@ -35,7 +35,7 @@ def device_target(location: DeviceMap, where: str) -> Any:
     except (TypeError, RuntimeError, ValueError) as err:
         raise PassError(
             f"{where}: device {location!r} is not a torch device or a mapping of devices "
-            f"({' '.join(str(err).split())[:120]}); pass e.g. 'cuda:0' or {{'cpu': 'cuda:0'}}"
+            f"({shorten(' '.join(str(err).split()), 120)}); pass e.g. 'cuda:0' or {{'cpu': 'cuda:0'}}"
         ) from None
 
 

@@ -72,14 +72,42 @@ def first_line(exc: BaseException | None, limit: int = 300) -> str:
     Returns
     -------
     The first line of ``str(exc)`` once blank lines and spaces around the message are stripped,
-    cut to ``limit`` characters; ``""`` when the message is blank.
+    shortened to about ``limit`` characters between words (:func:`shorten`); ``""`` when the
+    message is blank.
 
     Laws: the result has no newline and at most ``limit`` characters; a one-line message of at
-    most ``limit`` characters comes back stripped and otherwise as it is.
+    most ``limit`` characters comes back stripped and otherwise as it is; a longer one is cut
+    between words (inside one only where its first word alone is longer than ``limit``).
 
     Complexity: O(len(str(exc))).
     """
     if exc is None:
         return ""
     lines = str(exc).strip().splitlines()
-    return lines[0][:limit] if lines else ""
+    return shorten(lines[0], limit) if lines else ""
+
+
+ELLIPSIS = " ..."
+"""What :func:`shorten` puts where it cut a text."""
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, for quoting it.
+
+    A text of at most ``limit`` characters comes back as it is. A longer one keeps its words up
+    to the last space that leaves room for :data:`ELLIPSIS`, then ``" ..."``. Only a first word
+    longer than the whole room (a hash, a blob: no word to keep) is cut inside, and marked by
+    the same ``" ..."``; a limit too small for the marker keeps ``text[:limit]``.
+
+    Laws: ``len(shorten(t, n)) <= n``; ``shorten(t, n) == t`` when ``len(t) <= n``; otherwise,
+    where ``t`` has a space within the first ``n - 4`` characters, the result is a prefix of
+    ``t`` that ends where a word of ``t`` ends, then ``" ..."``. Complexity: O(len(text)).
+    """
+    if len(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return text[:limit]
+    room = limit - len(ELLIPSIS)
+    cut = text.rfind(" ", 0, room + 1)
+    kept = text[:cut].rstrip() if cut > 0 else ""
+    return (kept or text[:room]) + ELLIPSIS

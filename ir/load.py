@@ -33,7 +33,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.errors import LoadError, UntrustedProgramError
+from ir.errors import LoadError, UntrustedProgramError, shorten
 
 MiB = 2**20
 GiB = 2**30
@@ -147,7 +147,7 @@ def _damaged(where: str, member: str, err: BaseException | str) -> LoadError:
     what = err if isinstance(err, str) else f"{type(err).__name__}: {' '.join(str(err).split())}"
     name = f"member {member!r}" if member else "the archive"
     return LoadError(
-        f"{where}: {name} is damaged ({what[:200]}); the file is corrupt: save or copy it again"
+        f"{where}: {name} is damaged ({shorten(what, 200)}); the file is corrupt: save or copy it again"
     )
 
 
@@ -252,7 +252,7 @@ def _torch_load(data: bytes, where: str) -> torch.export.ExportedProgram:
         text = " ".join(str(cause).split()).split(". ")[0]
         raise LoadError(
             f"{where}: not a program saved with torch.export.save ({type(cause).__name__}: "
-            f"{text[:200]})"
+            f"{shorten(text, 200)})"
         ) from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate

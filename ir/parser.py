@@ -13,6 +13,12 @@ printed as descriptions, so the parser cannot spell them:
 - **script objects** (custom objects): only with ``like``;
 - **range constraints**: taken from ``like``, else none.
 
+A node line may end in ``  # VAL``, its ``meta["val"]`` as ``format_program(p, vals=True)``
+prints it (``ir.printer.format_val``): the node gets that val back, tensors as ``FakeTensor``s of
+the printed dtype, sizes, strides and device made under one fake mode per text, so the parsed
+program runs (``lower``, the laws) as the printed one did. Without the comment a node has no
+meta.
+
 Hand-written texts may leave out what the printer always writes: any section, a module's
 ``[kind]`` (``module``) and ``id=`` (its path, ``<root>`` for the root).
 
@@ -35,6 +41,7 @@ import tokenize
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import torch
 from pyrsistent import pmap
 
@@ -43,11 +50,12 @@ from ir.errors import PurefxError
 from ir.graph import Graph
 from ir.module import PLAIN, Module
 from ir.names import target_name
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node, frozen_meta
+from ir.printer import contiguous_strides
 from ir.program import NO_CONSTRAINTS, Program
 from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.state import Opaque, Slot
-from ir.torch_seam import pytree
+from ir.torch_seam import new_fake_mode, pytree
 
 __all__ = ["ParseError", "parse_program"]
 
@@ -65,7 +73,8 @@ def parse_program(text: str, *, like: Program | None = None) -> Program:
             without it, tensors are zero placeholders of the printed shape and dtype.
 
     Returns:
-        The Program. Node meta is empty; modules not reachable from the root are not in the
+        The Program. Node meta is empty except ``val`` where the node line prints one
+        (``format_program(p, vals=True)``); modules not reachable from the root are not in the
         text, hence not in the result.
 
     Raises:
@@ -73,7 +82,8 @@ def parse_program(text: str, *, like: Program | None = None) -> Program:
 
     **Laws:** ``parse_program(format_program(p), like=p) == p``;
     ``format_program(parse_program(t)) == t`` for a printed ``t`` without script objects or
-    range constraints.
+    range constraints; ``parse_program(format_program(p, vals=True))`` gives every node whose
+    val prints a val of the same structure, dtypes, sizes (hints), strides and devices.
 
     Complexity: O(size of the text).
     """
@@ -114,6 +124,7 @@ class _Reader:
         self.like = like
         self.tensors: dict[str, Opaque] = {}
         self.targets: dict[str, Any] = {}  # printed name -> resolved object, for this text
+        self.fake_mode: Any = None  # made on the first printed tensor val
 
     # --- the sections ------------------------------------------------------------------------
 
@@ -346,7 +357,54 @@ class _Reader:
         return name, peer
 
     def _node(self, line: _Line) -> Node:
-        text = line.text.strip()
+        text, val_text = _split_comment(line.text.strip())
+        node = self._bare_node(line, text)
+        if val_text is None:
+            return node
+        return attrs.evolve(node, meta=frozen_meta({"val": self._val(line, self._ast(line, val_text))}))
+
+    def _val(self, line: _Line, node: ast.expr) -> Any:
+        """A ``meta["val"]`` as ``ir.printer.format_val`` writes it."""
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = self._val(line, node.operand)
+            if type(inner) not in (int, float):
+                raise line.error("a sign applies to a number")
+            return -inner
+        if isinstance(node, ast.Name) and node.id in _NAMED_FLOATS:
+            return _NAMED_FLOATS[node.id]
+        if isinstance(node, ast.Tuple):
+            return tuple(self._val(line, e) for e in node.elts)
+        if isinstance(node, ast.List):
+            return [self._val(line, e) for e in node.elts]
+        keywords: dict[str, Any] = {}
+        if isinstance(node, ast.Call) and not node.args:
+            keywords = {k.arg: self._literal(line, ast.unparse(k.value)) for k in node.keywords}
+            node = node.func
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+            raise line.error(f"{ast.unparse(node)!r} is not a val ('float32[2, 3]', ...)")
+        if set(keywords) - {"stride", "device"}:
+            raise line.error("a tensor val takes only stride= and device=")
+        dtype = getattr(torch, node.value.id, None)
+        sizes = self._literal(line, ast.unparse(node.slice))
+        sizes = sizes if type(sizes) is tuple else (sizes,)
+        if not isinstance(dtype, torch.dtype) or not all(type(d) is int for d in sizes):
+            raise line.error(f"{ast.unparse(node)!r} is not 'DTYPE[SIZES]'")
+        strides = keywords.get("stride", contiguous_strides(sizes))
+        if type(strides) is not tuple or len(strides) != len(sizes):
+            raise line.error(f"stride={strides!r} does not match sizes {sizes}")
+        if self.fake_mode is None:
+            self.fake_mode = new_fake_mode()
+        try:
+            with self.fake_mode:
+                return torch.empty_strided(
+                    sizes, strides, dtype=dtype, device=keywords.get("device", "cpu")
+                )
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise line.error(f"cannot make the val ({e})") from None
+
+    def _bare_node(self, line: _Line, text: str) -> Node:
         if text.startswith("return"):
             name, body = "output", text.removeprefix("return")
             if body.startswith("["):
@@ -576,6 +634,22 @@ def _attribute_path(obj: Any, parts: list[str]) -> Any:
         except (AttributeError, RuntimeError):
             return None
     return obj
+
+
+def _split_comment(text: str) -> tuple[str, str | None]:
+    """A node line without its trailing ``# VAL`` comment, and the comment's text (``None``
+    without one); a ``#`` inside a string is text."""
+    if "#" not in text:
+        return text, None
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text, None
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            col = tok.start[1]
+            return text[:col].rstrip(), tok.string[1:].strip()
+    return text, None
 
 
 def _mark_refs(text: str) -> str:

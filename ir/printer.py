@@ -5,11 +5,18 @@ in any process. The text is complete: ``ir.parse_program`` reads it back into an
 (``ir/parser.py``), except for what only exists as an object (tensors, script objects and range
 constraints are printed as descriptions; the parser takes them from a reference program or
 makes placeholder tensors of the printed shape and dtype).
+
+With ``vals=True`` each node line also ends in its ``meta["val"]`` (:func:`format_val`), e.g.
+``%y = call_function[aten.relu.default](%x)  # float32[2, 3]``, and the parser gives each node
+that val back, so a printed program is one that runs (``lower``, the laws) once parsed. Without
+it (the default) the text is what Before/Expected tests compare, which meta never enters.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from ir.args import IDict, IList, ISlice, Ref
 from ir.graph import Graph
@@ -79,8 +86,78 @@ def format_arg_spec(arg: Any) -> str:
     return f"{arg.kind}({', '.join(parts)})"
 
 
-def format_node(node: Node) -> str:
-    """One line for one node, e.g. ``%y = call_function[aten.relu.default](%x)``."""
+def format_val(val: Any) -> str | None:
+    """A node's ``meta["val"]`` as text the parser reads back, or ``None`` where it cannot be
+    written (an opaque object, a sparse tensor).
+
+    A tensor prints as ``DTYPE[SIZES]`` (``float32[2, 3]``, ``int64[()]`` for a scalar),
+    followed by ``(stride=(...), device='...')`` where its strides are not the contiguous ones
+    or its device is not the CPU; a symbolic size prints as its hint (the parse is static).
+    ``int``/``float``/``bool``/``str``/``None`` print as Python literals (a symbolic one as its
+    hint), tuples and lists as tuples and lists of vals.
+
+    Laws: ``parser.parse_val(format_val(v))`` has ``v``'s structure and, for each tensor, its
+    dtype, sizes (hints), strides and device. Complexity: O(size of the val).
+    """
+    if isinstance(val, torch.Tensor):
+        if val.layout != torch.strided:
+            return None
+        sizes = tuple(_hint(d) for d in val.shape)
+        strides = tuple(_hint(d) for d in val.stride())
+        if None in sizes or None in strides:
+            return None
+        text = f"{str(val.dtype).removeprefix('torch.')}[{', '.join(map(str, sizes)) or '()'}]"
+        extra = []
+        if strides != contiguous_strides(sizes):
+            extra.append(f"stride={strides!r}")
+        if val.device.type != "cpu":
+            extra.append(f"device={str(val.device)!r}")
+        return text + (f"({', '.join(extra)})" if extra else "")
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = _hint(val)
+        return None if hint is None else repr(hint)
+    if val is None or type(val) in (int, float, bool, str):
+        return repr(val)
+    if type(val) in (tuple, list):
+        inner = [format_val(v) for v in val]
+        if any(x is None for x in inner):
+            return None
+        if type(val) is list:
+            return "[" + ", ".join(inner) + "]"  # type: ignore[arg-type]
+        return f"({inner[0]},)" if len(inner) == 1 else "(" + ", ".join(inner) + ")"  # type: ignore[arg-type]
+    return None
+
+
+def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``sizes`` (as ``torch.empty(sizes).stride()``)."""
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _hint(d: Any) -> Any:
+    """A symbolic size or scalar's hint (its value in the example export traced; ``None`` when
+    it has none), else ``d``."""
+    if isinstance(d, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return d.node.hint
+    return d
+
+
+def format_node(node: Node, *, vals: bool = False) -> str:
+    """One line for one node, e.g. ``%y = call_function[aten.relu.default](%x)``; with
+    ``vals``, followed by ``  # VAL`` (:func:`format_val`) where the node has a printable
+    ``meta["val"]``."""
+    line = _node_line(node)
+    if vals and "val" in node.meta:
+        text = format_val(node.meta["val"])
+        if text is not None:
+            line += f"  # {text}"
+    return line
+
+
+def _node_line(node: Node) -> str:
     plain = len(node.args) == 1 and not node.kwargs.items
     if node.op == OUTPUT and node.target == "output" and plain:
         shown = "" if node.name == "output" else f"[{node.name}]"
@@ -93,13 +170,18 @@ def format_node(node: Node) -> str:
     return f"%{node.name} = {node.op}[{target_name(node.target)}]({', '.join(parts)})"
 
 
-def format_graph(graph: Graph, indent: str = "") -> str:
-    """Every node of ``graph``, one line each."""
-    return "\n".join(indent + format_node(n) for n in graph.nodes)
+def format_graph(graph: Graph, indent: str = "", *, vals: bool = False) -> str:
+    """Every node of ``graph``, one line each (with its val when ``vals``: :func:`format_node`)."""
+    return "\n".join(indent + format_node(n, vals=vals) for n in graph.nodes)
 
 
-def format_program(program: Program) -> str:
-    """The whole Program: signature, state, then each module once, in tree order."""
+def format_program(program: Program, *, vals: bool = False) -> str:
+    """The whole Program: signature, state, then each module once, in tree order.
+
+    With ``vals``, every node line ends in its ``meta["val"]`` (:func:`format_node`), so that
+    ``parse_program`` gives a program whose nodes carry vals again: one that ``lower`` and the
+    laws (``lowering.laws.check_program``) run. A counterexample prints this way.
+    """
     lines = ["program:"]
     lines.append("  inputs:")
     for s in program.signature.inputs:
@@ -144,7 +226,7 @@ def format_program(program: Program) -> str:
             lines.append(f"    peer {name}: id={peer!r}")
         for i, graph in enumerate(mod.graphs):
             lines.append(f"    graph {i}:")
-            lines.append(format_graph(graph, "      "))
+            lines.append(format_graph(graph, "      ", vals=vals))
     return "\n".join(lines)
 
 

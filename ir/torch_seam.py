@@ -44,6 +44,7 @@ __all__ = [
     "module_buffers",
     "module_children",
     "module_parameters",
+    "new_fake_mode",
     "non_persistent_buffers",
     "op_schema",
     "packet_name",
@@ -64,6 +65,17 @@ __all__ = [
 # - torch_tree_flatten_spec (torch.fx._pytree.tree_flatten_spec): torch's own flatten-against-a-
 #   spec; IR graphs call ``ir.tree_calls.flatten_by_spec`` instead, which runs this. Same in
 #   2.13-2.15.
+
+
+def new_fake_mode() -> Any:
+    """A fresh fake tensor mode (``torch._subclasses.fake_tensor.FakeTensorMode()``, no shape
+    environment): factory calls made under it (``torch.empty_strided(..., device=d)``) give
+    ``FakeTensor`` values on device ``d`` holding no data, the kind of ``meta["val"]``
+    ``torch.export`` writes. The parser makes the vals of one program text under one mode.
+    Same in 2.13-2.15."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
 
 
 def op_schema(target: Any) -> torch.FunctionSchema | None:

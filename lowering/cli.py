@@ -28,6 +28,7 @@ from typing import IO, Any
 import torch
 
 from ir import PurefxError, import_ep
+from ir.errors import shorten
 from ir.load import DEFAULT_LIMITS, Limits, load_program
 from ir.program import Program
 from ir.torch_seam import pytree
@@ -270,11 +271,11 @@ def _load(args: argparse.Namespace) -> tuple[torch.export.ExportedProgram, str]:
 
 def _one_line(err: BaseException, sentences: int = 0) -> str:
     """``err``'s message on one line: its first ``sentences`` sentences (0: all), cut at 300
-    characters."""
+    characters between words (``ir.errors.shorten``)."""
     text = " ".join(str(err).split())
     if sentences:
         text = ". ".join(text.split(". ")[:sentences]).rstrip(".") + "."
-    return text if len(text) <= 300 else text[:297] + "..."
+    return shorten(text, 300)
 
 
 def _write(path: str, text: str) -> None:

@@ -45,9 +45,19 @@ from pyrsistent import pmap
 
 from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
-from ir.errors import VerifyError
+from ir.errors import VerifyError, shorten
 from ir.graph import Graph
-from ir.harness import fresh, outcome, same_bits, value_difference
+from ir.harness import (
+    MISSING,
+    Difference,
+    Law,
+    Observed,
+    fresh,
+    observe,
+    observed_difference,
+    outcome,
+    same_bits,
+)
 from ir.module import Module
 from ir.node import Node
 from ir.printer import format_program
@@ -56,11 +66,12 @@ from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
 from ir.verify import verify
 from lowering.lower import lower
-from transforms.law_violation import LawViolation, describe, pass_name
+from transforms.law_violation import Example, LawViolation, describe, pass_name
 
 __all__ = [
     "LAWS",
     "SEED",
+    "Example",
     "LawReport",
     "LawViolation",
     "check_determinism",
@@ -139,7 +150,7 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
             problems.append(f"tensors of the input were written behind autograd's version "
                             f"counter (through .data, say): {written}")
     if printed.getvalue():
-        problems.append(f"it printed {printed.getvalue()[:200]!r}")
+        problems.append(f"it printed {shorten(printed.getvalue(), 200)!r}")
     if problems:
         raise LawViolation("purity", pass_fn, "; ".join(problems), program)
     return result
@@ -272,19 +283,23 @@ def check_semantics(
             "semantics", pass_fn, f"lowering the result raised {type(e).__name__}: {e}", program
         ) from e
     args, kwargs = inputs(program)
+    example = Example.of(program, args, kwargs)
     fqns = program.state_order
     for i in range(calls):
         want = _run(original, args, kwargs, fqns, SEED + i, "the input program")
         if reference is not None:
-            want = (_run(reference, args, kwargs, (), SEED + i, "the reference")[0],) + want[1:]
+            eager = _run(reference, args, kwargs, (), SEED + i, "the reference")
+            want = attrs.evolve(want, outputs=eager.outputs, aliasing=eager.aliasing)
         got = _run(lowered, args, kwargs, fqns, SEED + i, None)
         if isinstance(got, str):
             raise LawViolation(
-                "semantics", pass_fn, f"call {i + 1} of the lowered result raised {got}", program
+                "semantics", pass_fn, f"call {i + 1} of the lowered result raised {got}", program,
+                example=example,
             )
         problem = _call_difference(got, want, atol, rtol, reference is not None)
         if problem:
-            raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program)
+            raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program,
+                               example=example, output=_output_index(problem))
     return result
 
 
@@ -476,7 +491,9 @@ def _storage_outside_the_tree(outside: bool) -> Any:
 
 
 class _Shown:
-    """A drawn program that hypothesis prints as text, not as a nested attrs repr."""
+    """A drawn program that hypothesis prints as text, not as a nested attrs repr: with its
+    vals (``format_program(p, vals=True)``), so the falsifying example parses back into a
+    program that runs."""
 
     __slots__ = ("program",)
 
@@ -484,7 +501,7 @@ class _Shown:
         self.program = program
 
     def __repr__(self) -> str:
-        return "\n" + describe(self.program) + "\n"
+        return "\n" + describe(self.program, vals=True) + "\n"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))  # hypothesis prints this for the falsifying example
@@ -513,10 +530,11 @@ def _call(pass_fn: Pass, program: Program) -> Program:
 
 
 def _run(module: Callable[..., Any], args: tuple, kwargs: dict, fqns: tuple[str, ...],
-         seed: int, whose: str | None) -> Any:
+         seed: int, whose: str | None) -> Observed | str:
     """One call through the law harness (``ir.harness.outcome``: copies of the inputs, the
-    random state seeded with ``seed``): ``(outputs, (args, kwargs) after, state by fqn)``, all
-    copies. When the call raises: an error naming ``whose`` run it was, or (``whose`` is
+    random state seeded with ``seed``), observed (``ir.harness.observe``: outputs, inputs after
+    the call, state by fqn, the outputs' aliasing read before anything is copied), all values
+    copied. When the call raises: an error naming ``whose`` run it was, or (``whose`` is
     ``None``: the pass's result) the error's ``"Type: first line"`` as a string."""
     ran = outcome(module, *args, seed=seed, **kwargs)
     if not ran.ok:
@@ -524,11 +542,14 @@ def _run(module: Callable[..., Any], args: tuple, kwargs: dict, fqns: tuple[str,
         if whose is None:
             return f"{name}: {line}"
         raise RuntimeError(f"running {whose} raised {name}: {line} (not the pass's fault)")
-    state = {fqn: fresh(_state_value(module, fqn)) for fqn in fqns}
-    return fresh(ran.results), (ran.args, ran.kwargs), state
+    results = ran.results if isinstance(ran.results, tuple) else (ran.results,)
+    state = {fqn: _state_value(module, fqn) for fqn in fqns}
+    seen = observe(results, (*ran.args, *ran.kwargs.values()), state)
+    return attrs.evolve(seen, outputs=fresh(seen.outputs), inputs=fresh(seen.inputs),
+                        state={f: fresh(v) for f, v in state.items()})
 
 
-_MISSING = object()
+_MISSING = MISSING
 
 
 def _state_value(module: Any, fqn: str) -> Any:
@@ -540,23 +561,24 @@ def _state_value(module: Any, fqn: str) -> Any:
     return obj
 
 
-def _call_difference(got: tuple, want: tuple, atol: float | None, rtol: float | None,
-                     by_reference: bool) -> str | None:
-    """What differs between two ``_run`` results (``ir.harness.value_difference``: outputs,
-    inputs after the call, then each state fqn), or ``None``."""
-    tol = {"atol": atol, "rtol": rtol}
+SEMANTICS = Law("semantics", frozenset({"outputs", "inputs", "state"}))
+"""The semantics law as a value (``ir.harness.Law``): outputs, inputs after the call and state
+compared; aliasing is not (a lowered module's outputs are compared by value: whether a pass
+may change which outputs alias an input is the business of the passes that move copies)."""
+
+
+def _call_difference(got: Observed, want: Observed, atol: float | None, rtol: float | None,
+                     by_reference: bool) -> Difference | None:
+    """What differs between two observed runs (``ir.harness.observed_difference`` under
+    :data:`SEMANTICS`), or ``None``."""
     outputs = "outputs (against the reference's)" if by_reference else "outputs"
-    problem = (value_difference(got[0], want[0], what=outputs, **tol)
-               or value_difference(got[1], want[1], what="inputs after the call", **tol))
-    if problem:
-        return problem
-    for fqn, value in want[2].items():
-        if (got[2][fqn] is _MISSING) != (value is _MISSING):
-            return f"state {fqn!r}: " + ("missing" if value is not _MISSING else "unexpected")
-        if value is not _MISSING:
-            problem = value_difference(got[2][fqn], value, what=f"state {fqn!r}", **tol)
-            if problem:
-                return problem
+    return observed_difference(got, want, SEMANTICS, atol=atol, rtol=rtol, outputs=outputs)
+
+
+def _output_index(found: Difference) -> int | None:
+    """The root output a difference is in (its first index under ``outputs``), else ``None``."""
+    if found.what.startswith("outputs") and found.path and type(found.path[0]) is int:
+        return found.path[0]
     return None
 
 

@@ -14,7 +14,7 @@ from torch.export.unflatten import FlatArgsAdapter
 from ir import signature as sg
 from ir import state as st
 from ir.devices import move_device_literals
-from ir.errors import LoweringError
+from ir.errors import LoweringError, shorten
 from ir.gcpause import gc_paused
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId, split_call_target
 from ir.node import CALL_MODULE, GET_ATTR
@@ -149,7 +149,7 @@ def _usable_device(device: torch.device | str | None) -> torch.device | None:
     except Exception as err:  # noqa: BLE001 - torch raises Runtime/Assertion/TypeError here
         raise LoweringError(
             f"device {device!r} cannot be used by this torch build ({type(err).__name__}: "
-            f"{' '.join(str(err).split())[:200]}); pass a device it has, e.g. 'cpu'"
+            f"{shorten(' '.join(str(err).split()), 200)}); pass a device it has, e.g. 'cpu'"
         ) from None
     return found
 

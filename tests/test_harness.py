@@ -139,7 +139,8 @@ def test_first_line_is_one_line_within_the_limit(message, limit):
 def test_first_line_examples():
     assert first_line(ValueError("\n  bad input\n  detail\n")) == "bad input"
     assert first_line(ValueError("")) == "" and first_line(None) == ""
-    assert first_line(ValueError("x" * 500)) == "x" * 300
+    assert first_line(ValueError("x" * 500)) == "x" * 296 + " ..."  # one word: no boundary
+    assert first_line(ValueError("ab " * 200)) == "ab " * 98 + "ab ..."  # between words
 
 def test_fresh_keeps_layouts():
     for layout in LAYOUTS:

@@ -197,3 +197,77 @@ def test_meta_is_not_part_of_the_text():
     p = parse_program(SMALL)
     node = p.modules["l"].graph.nodes[2]
     assert isinstance(node, Node) and not node.meta
+
+
+# --- vals: a printed program that runs again ---------------------------------------------------
+
+
+@settings(max_examples=25)
+@given(programs())
+def test_printed_vals_parse_back_into_a_program_the_laws_run(p):
+    from lowering.laws import check_program
+
+    text = format_program(p, vals=True)
+    back = parse_program(text)
+    assert format_program(back, vals=True) == text
+    for (_, mid), (_, back_mid) in zip(p.walk(), back.walk()):
+        for g, h in zip(p.module_table()[mid].graphs, back.module_table()[back_mid].graphs):
+            for n, m in zip(g.nodes, h.nodes):
+                assert _val_key(n.meta.get("val")) == _val_key(m.meta.get("val")), n.name
+    check_program(lambda q: q, back)  # was: "placeholder 'x0' has meta['val'] None"
+
+
+def _val_key(val):
+    if isinstance(val, torch.Tensor):
+        return (val.dtype, tuple(val.shape), tuple(val.stride()), val.device.type)
+    if isinstance(val, (tuple, list)):
+        return type(val), tuple(_val_key(v) for v in val)
+    return val
+
+
+def test_vals_keep_strides_devices_tuples_and_scalars():
+    text = SMALL_VALS
+    p = parse_program(text)
+    nodes = p.root_module.graph.by_name()
+    x, t, s = nodes["x"].meta["val"], nodes["t"].meta["val"], nodes["s"].meta["val"]
+    assert (x.shape, x.dtype, x.device.type) == ((2, 3), torch.float32, "cpu")
+    assert t.stride() == (1, 3) and t.shape == (3, 2)
+    assert s[0].dtype == torch.float32 and s[1].dtype == torch.int64 and s[1].stride() == (1, 3)
+    assert nodes["n"].meta["val"] == 2 and nodes["m"].meta["val"].device.type == "meta"
+    assert nodes["m"].meta["val"].shape == ()
+    assert "val" not in nodes["u"].meta  # no comment, no val
+    assert format_program(p, vals=True) == text
+    assert format_program(p) == "\n".join(line.split("  #")[0] for line in text.splitlines())
+
+
+SMALL_VALS = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %s: user_output
+  state:
+  module <root>: ? [module] id='r'
+    graph 0:
+      %x = placeholder  # float32[2, 3]
+      %t = call_function[aten.t.default](%x)  # float32[3, 2](stride=(1, 3))
+      %s = call_function[aten.sort.default](%t, 0, True)  # (float32[3, 2](stride=(1, 3)), int64[3, 2](stride=(1, 3)))
+      %n = call_function[aten.sym_size.int](%x, 0)  # 2
+      %m = call_function[aten.sum.default](%x)  # float32[()](device='meta')
+      %u = call_function[aten.add.Tensor](%x, '# not a val')
+      return %s"""
+
+
+@pytest.mark.parametrize(
+    "val, error",
+    [
+        ("float32[2](stride=(1, 1))", "does not match"),
+        ("floaty[2]", "not 'DTYPE"),
+        ("float32[2](layout=1)", "only stride= and device="),
+        ("foo(1)", "not a val"),
+    ],
+)
+def test_a_bad_val_is_a_parse_error_naming_the_line(val, error):
+    text = f"program:\n  module <root>: ?\n    graph 0:\n      %x = placeholder  # {val}"
+    with pytest.raises(ParseError, match=f"line 4: .*{error}"):
+        parse_program(text)

@@ -36,7 +36,7 @@ from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program, require_program
-from ir.torch_seam import fake_failures_unlogged
+from ir.torch_seam import fake_failures_unlogged, pytree
 from transforms.new_state import NewState
 from transforms.rewrite import trace as tr
 
@@ -518,6 +518,18 @@ class _Editor:
         try:
             with fake_failures_unlogged(), contextlib.nullcontext() if mode is _META else mode:
                 return target(*a, **k)
+        except NotImplementedError as exc:  # no kernel for these vals: not the arguments' fault
+            on_meta = mode is _META or any(
+                isinstance(x, torch.Tensor) and x.device.type == "meta"
+                for x in pytree.tree_leaves((a, k))
+            )
+            kind = "meta tensors" if on_meta else "fake tensors"
+            raise PassError(
+                f"{target_name(target)} at node {self.here()!r} has no kernel for the program's "
+                f"vals, which are {kind} ({first_line(exc)}); the arguments are not at fault: "
+                "give the program FakeTensor vals, as torch.export does, or register a fake "
+                "impl for the operator"
+            ) from exc
         except Exception as exc:
             raise PassError(
                 f"{target_name(target)} at node {self.here()!r} raises on its "

@@ -4,24 +4,53 @@
 - ``ir.harness.tolerance``: the tolerance table, keyed by the dtype a result is computed in;
 - ``ir.harness.compare``: ``value_difference`` (every difference, position by position),
   ``regrouped_difference`` (a law's verdict under ``reassociate``: against a float64
-  reference) and ``same_bits``;
+  reference, with the magnitude of the terms summed: ``with_terms``) and ``same_bits``;
+- ``ir.harness.observe``: what a law observes of a run (``Observed``: outputs, inputs, state,
+  aliasing), the law as a value (``Law``) and the one comparison of two runs
+  (``observed_difference``, a structured ``Difference``), shared by the three laws;
 - ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random
   state; ``widen``, floating tensors made float64 (what a reference runs on).
 
 What the laws draw lives beside the other strategies, in ``ir.strategies.values``.
 """
 
-from ir.harness.compare import regrouped_difference, same_bits, same_layout, value_difference
+from ir.harness.compare import (
+    Difference,
+    Regrouped,
+    find_difference,
+    regrouped_difference,
+    same_bits,
+    same_layout,
+    value_difference,
+    with_terms,
+)
+from ir.harness.observe import (
+    MISSING,
+    OBSERVABLES,
+    Law,
+    Observed,
+    observe,
+    observed_difference,
+)
 from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, widen
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
+    "MISSING",
+    "OBSERVABLES",
     "REASSOCIATE",
     "TOLERANCE",
+    "Difference",
+    "Law",
+    "Observed",
     "OutOfTime",
     "Outcome",
+    "Regrouped",
     "ShrinkBudget",
+    "find_difference",
     "fresh",
+    "observe",
+    "observed_difference",
     "outcome",
     "regrouped_difference",
     "same_bits",
@@ -29,4 +58,5 @@ __all__ = [
     "tolerance",
     "value_difference",
     "widen",
+    "with_terms",
 ]

@@ -13,9 +13,41 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import torch
 
 from ir.harness.tolerance import tolerance
+
+
+@attrs.frozen
+class Regrouped:
+    """A reference position set for a regrouped computation: ``exact``, the wanted result
+    computed in float64, and ``terms``, the same computation on the absolute values of its
+    floating inputs (float64, same shape), which bounds ``sum(|terms|)`` at each position of a
+    sum of products. ``None`` for ``terms`` where that run was not possible."""
+
+    exact: torch.Tensor
+    terms: torch.Tensor | None = None
+
+
+def with_terms(exact: Any, terms: Any) -> Any:
+    """``exact`` (a reference: the wanted side in float64) with each tensor leaf that has a
+    tensor of its shape at the same place in ``terms`` (the run on absolute inputs) made a
+    :class:`Regrouped` of the two; other leaves as they are. ``terms`` may be ``None`` or of
+    another structure (then the leaves stay plain). O(elements of the structure)."""
+    if isinstance(exact, torch.Tensor):
+        if (isinstance(terms, torch.Tensor) and terms.shape == exact.shape
+                and not exact.is_complex() and not terms.is_complex()):
+            return Regrouped(exact, terms)
+        return exact
+    if isinstance(exact, (tuple, list)):
+        fit = isinstance(terms, (tuple, list)) and len(terms) == len(exact)
+        items = [with_terms(x, terms[i] if fit else None) for i, x in enumerate(exact)]
+        return tuple(items) if isinstance(exact, tuple) else items
+    if isinstance(exact, Mapping):
+        fit = isinstance(terms, Mapping)
+        return {k: with_terms(v, terms.get(k) if fit else None) for k, v in exact.items()}
+    return exact
 
 
 def value_difference(
@@ -55,10 +87,50 @@ def value_difference(
     Laws: ``value_difference(x, x) is None`` for every ``x`` (NaNs included); not symmetric in
     general (the tolerance scales with ``|want|``). Complexity: O(elements).
     """
+    found = find_difference(got, want, rtol=rtol, atol=atol, strides=strides, assumes=assumes,
+                            what=what, reference=reference)
+    return None if found is None else str(found)
+
+
+@attrs.frozen
+class Difference:
+    """A difference between two runs, as a value: ``what`` was compared (``"outputs"``,
+    ``"state 'w'"``), ``path`` the indices and keys into it down to the position that differs
+    (``(1, 'k')``), ``got`` and ``want`` each side's account (``"shape (2,)"`` and ``"(3,)"``;
+    ``"values differ at ...: got 1.0"`` and ``"2.0"``), ``wanted`` how the wanted side is named
+    (``"want"``; a law says ``"the pattern gives"``, ``"the original gives"``). ``str`` gives
+    the sentence: ``"outputs [1] ['k']: shape (2,), want (3,)"``."""
+
+    what: str
+    path: tuple = ()
+    got: str = ""
+    want: str = ""
+    wanted: str = "want"
+
+    def __str__(self) -> str:
+        where = self.what + "".join(f" [{k!r}]" for k in self.path)
+        return f"{where}: {self.got}, {self.wanted} {self.want}"
+
+
+def find_difference(
+    got: Any,
+    want: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    strides: bool = False,
+    assumes: frozenset[str] = frozenset(),
+    what: str = "result",
+    reference: Any = None,
+) -> Difference | None:
+    """:func:`value_difference` as a structured :class:`Difference` (``None`` when equal):
+    the same comparison, with the path to the first difference kept as indices and keys, so a
+    law can tell which output, input or state differs without reading its message.
+    Complexity: O(elements)."""
     assumes = frozenset(assumes)
-    if reference is not None and "reassociate" in assumes:
-        return _difference(got, want, what, rtol, atol, strides, assumes, reference)
-    return _difference(got, want, what, rtol, atol, strides, assumes)
+    ref = reference if reference is not None and "reassociate" in assumes else None
+    found = _difference(got, want, (), rtol, atol, strides, assumes, ref)
+    return None if found is None else Difference(what, *found)
 
 
 def regrouped_difference(
@@ -88,45 +160,51 @@ def regrouped_difference(
     return difference(ref)
 
 
-def _difference(got: Any, want: Any, path: str, rtol: float | None, atol: float | None,
-                strides: bool, assumes: frozenset[str], ref: Any = None) -> str | None:
+Found = tuple[tuple, str, str] | None
+"""What the recursive comparison returns: ``(path, got, want)`` of the first difference (each
+side's account), or ``None``."""
+
+
+def _difference(got: Any, want: Any, path: tuple, rtol: float | None, atol: float | None,
+                strides: bool, assumes: frozenset[str], ref: Any = None) -> Found:
     if isinstance(want, torch.Tensor):
         return _tensor_difference(got, want, path, rtol, atol, strides, assumes, ref)
     if isinstance(want, (tuple, list)):
         if type(got) is not type(want):
-            return f"{path}: a {type(got).__name__}, want a {type(want).__name__}"
+            return path, f"a {type(got).__name__}", f"a {type(want).__name__}"
         if len(got) != len(want):
-            return f"{path}: {len(got)} items, want {len(want)}"
+            return path, f"{len(got)} items", f"{len(want)}"
         refs = ref if isinstance(ref, (tuple, list)) and len(ref) == len(want) else None
         for k, (g, w) in enumerate(zip(got, want)):
-            found = _difference(g, w, f"{path} [{k}]", rtol, atol, strides, assumes,
+            found = _difference(g, w, (*path, k), rtol, atol, strides, assumes,
                                 refs[k] if refs is not None else None)
             if found:
                 return found
         return None
     if isinstance(want, Mapping):
         if not isinstance(got, Mapping):
-            return f"{path}: a {type(got).__name__}, want a {type(want).__name__}"
+            return path, f"a {type(got).__name__}", f"a {type(want).__name__}"
         if set(got) != set(want):
-            return f"{path}: keys {sorted(map(repr, got))}, want {sorted(map(repr, want))}"
+            return path, f"keys {sorted(map(repr, got))}", f"{sorted(map(repr, want))}"
+        refs = ref if isinstance(ref, Mapping) else {}
         for k in want:
-            found = _difference(got[k], want[k], f"{path} [{k!r}]", rtol, atol, strides,
-                                assumes)
+            found = _difference(got[k], want[k], (*path, k), rtol, atol, strides,
+                                assumes, refs.get(k))
             if found:
                 return found
         return None
     if isinstance(want, float) and not isinstance(want, bool):
         if not isinstance(got, float):
-            return f"{path}: {got!r} ({type(got).__name__}), want {want!r} (float)"
+            return path, f"{got!r} ({type(got).__name__})", f"{want!r} (float)"
         r, a = _float_tol(assumes)
         if _float_equal(got, want, r if rtol is None else rtol, a if atol is None else atol,
                         assumes):
             return None
-        return f"{path}: {got!r}, want {want!r}"
+        return path, f"{got!r}", f"{want!r}"
     if isinstance(got, torch.Tensor):
-        return f"{path}: a tensor, want a {type(want).__name__} {want!r}"
+        return path, "a tensor", f"a {type(want).__name__} {want!r}"
     if type(got) is not type(want) or got != want:
-        return f"{path}: {got!r}, want {want!r}"
+        return path, f"{got!r}", f"{want!r}"
     return None
 
 
@@ -147,19 +225,19 @@ def _float_equal(got: float, want: float, rtol: float, atol: float,
     return abs(got - want) <= atol + rtol * abs(want)
 
 
-def _tensor_difference(got: Any, want: torch.Tensor, path: str, rtol: float | None,
+def _tensor_difference(got: Any, want: torch.Tensor, path: tuple, rtol: float | None,
                        atol: float | None, strides: bool, assumes: frozenset[str],
-                       ref: Any = None) -> str | None:
+                       ref: Any = None) -> Found:
     if not isinstance(got, torch.Tensor):
-        return f"{path}: a {type(got).__name__}, want a tensor"
+        return path, f"a {type(got).__name__}", "a tensor"
     if got.shape != want.shape:
-        return f"{path}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
+        return path, f"shape {tuple(got.shape)}", f"{tuple(want.shape)}"
     if got.dtype != want.dtype:
-        return f"{path}: dtype {got.dtype}, want {want.dtype}"
+        return path, f"dtype {got.dtype}", f"{want.dtype}"
     if got.device != want.device:
-        return f"{path}: device {got.device}, want {want.device}"
+        return path, f"device {got.device}", f"{want.device}"
     if strides and _layout(got) != _layout(want):
-        return f"{path}: strides {tuple(got.stride())}, want {tuple(want.stride())}"
+        return path, f"strides {tuple(got.stride())}", f"{tuple(want.stride())}"
     g, w = got.detach().cpu(), want.detach().cpu()
     if w.is_complex():
         g, w = torch.view_as_real(g.resolve_conj()), torch.view_as_real(w.resolve_conj())
@@ -173,11 +251,20 @@ def _tensor_difference(got: Any, want: torch.Tensor, path: str, rtol: float | No
     nan_g, nan_w = torch.isnan(g64), torch.isnan(w64)
     inf_g, inf_w = torch.isinf(g64), torch.isinf(w64)
     close = (g64 - w64).abs() <= a + r * w64.abs()
+    terms = None
+    if isinstance(ref, Regrouped):
+        ref, terms = ref.exact, ref.terms
     if isinstance(ref, torch.Tensor) and ref.shape == want.shape and not w.is_complex():
         r64 = ref.detach().cpu().to(torch.float64)
         own = (w64 - r64).abs()
         close |= (g64 - r64).abs() <= 2 * torch.nan_to_num(own, nan=0.0, posinf=0.0) + a + \
             r * r64.abs()
+        if isinstance(terms, torch.Tensor) and terms.shape == want.shape:
+            # the bound of any regrouping: n * eps * sum(|terms|), at the dtype's own tolerance
+            own_r, own_a = tolerance(want.dtype)
+            scale = torch.nan_to_num(terms.detach().cpu().to(torch.float64).abs(), nan=0.0,
+                                     posinf=0.0)
+            close |= (g64 - r64).abs() <= own_a + own_r * torch.maximum(scale, r64.abs())
     if "no_signed_zeros" not in assumes:
         zeros = (g64 == 0) & (w64 == 0)
         close &= ~(zeros & (torch.signbit(g64) != torch.signbit(w64)))
@@ -206,14 +293,14 @@ def _layout(t: torch.Tensor) -> tuple:
     return tuple((i, s) for i, (n, s) in enumerate(zip(t.shape, t.stride())) if n != 1)
 
 
-def _report(path: str, bad: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> str | None:
+def _report(path: tuple, bad: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> Found:
     if not bool(bad.any()):
         return None
     flat = bad.reshape(-1)
     j = int(flat.nonzero()[0])
     gv, wv = g.reshape(-1)[j].item(), w.reshape(-1)[j].item()
-    return (f"{path}: values differ at {int(flat.sum())} of {flat.numel()} positions; first at "
-            f"flat index {j}: got {gv!r}, want {wv!r}")
+    return path, (f"values differ at {int(flat.sum())} of {flat.numel()} positions; first at "
+                  f"flat index {j}: got {gv!r}"), repr(wv)
 
 
 def same_bits(a: Any, b: Any) -> bool:
@@ -246,4 +333,13 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8)
 
 
-__all__ = ["regrouped_difference", "same_bits", "same_layout", "value_difference"]
+__all__ = [
+    "Difference",
+    "Regrouped",
+    "find_difference",
+    "regrouped_difference",
+    "same_bits",
+    "same_layout",
+    "value_difference",
+    "with_terms",
+]

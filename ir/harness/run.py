@@ -56,11 +56,14 @@ def _copy(x: Any) -> Any:
     return out
 
 
-def widen(tree: Any) -> Any:
+def widen(tree: Any, *, absolute: bool = False) -> Any:
     """``tree`` with every floating tensor made float64 (complex ones complex128), strides
     kept; other leaves as they are. Tensors that are one object in ``tree`` stay one object
     (a state tensor named twice is widened once). What a law's float64 reference runs on
-    (``ir.harness.regrouped_difference``). ``tree`` is not written. O(elements)."""
+    (``ir.harness.regrouped_difference``). With ``absolute``, each floating (not complex)
+    tensor is also made its absolute value: run on those, a sum of products gives the sum of
+    its terms' magnitudes, the scale of a regrouped sum's rounding (``ir.harness.with_terms``).
+    ``tree`` is not written. O(elements)."""
     done: dict[int, Any] = {}
 
     def wide(x: Any) -> Any:
@@ -68,7 +71,8 @@ def widen(tree: Any) -> Any:
             return x
         if id(x) not in done:
             to = torch.complex128 if x.is_complex() else torch.float64
-            done[id(x)] = x.detach().to(to, memory_format=torch.preserve_format)
+            made = x.detach().to(to, memory_format=torch.preserve_format)
+            done[id(x)] = made.abs() if absolute and not made.is_complex() else made
         return done[id(x)]
 
     return pytree.tree_map(wide, tree)

@@ -85,20 +85,85 @@ def int_edges(dtype: torch.dtype) -> tuple[int, ...]:
     return (info.max, info.min, half, -half) if info.min < 0 else (info.max, info.min, half)
 
 
-def elements(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset()) -> st.SearchStrategy:
+def conversion_edges(src: torch.dtype, dst: torch.dtype) -> tuple[float | int, ...]:
+    """Values of ``src`` at the edges of a conversion of ``src`` to ``dst``, in both directions
+    (``.to(dst)``, ``_to_copy(dtype=dst)``, ``type_as``, an integer cast): where ``dst`` is an
+    integer type, its smallest and largest and one past each (``-129, -128, 127, 128`` for
+    int8), and for a floating ``src`` also half past each (``127.5``: rounds or truncates) and
+    ``±2 ** bits`` (a float far outside the range, which a cast wraps or saturates); where
+    ``dst`` is a narrower float, its largest finite and just past it (``65504``, ``65536`` for
+    float16: rounds to inf) and half its smallest normal (underflows to a subnormal); where an
+    integer ``src`` goes to a float, the first integer that float cannot hold
+    (``2 ** 24 + 1`` for float32). Only values ``src`` holds (an int in its range, a finite
+    float within its largest) are kept; ``()`` for bool and complex either side, or
+    ``src == dst``. O(1).
+
+    Laws: every value is exactly representable in ``src`` when ``src`` is an integer type and
+    finite in ``src`` when it is a float."""
+    if src == dst or torch.bool in (src, dst) or src.is_complex or dst.is_complex:
+        return ()
+    out: list[float | int] = []
+    if not dst.is_floating_point:
+        info = torch.iinfo(dst)
+        out += [info.min, info.max, info.min - 1, info.max + 1]
+        if src.is_floating_point:
+            out += [info.min - 0.5, info.max + 0.5, -(2.0 ** info.bits), 2.0 ** info.bits]
+    elif src.is_floating_point:
+        narrow, wide = torch.finfo(dst), torch.finfo(src)
+        if narrow.max < wide.max or narrow.eps > wide.eps:
+            out += [narrow.max, -narrow.max, narrow.max * (1 + 2 * narrow.eps),
+                    -narrow.max * (1 + 2 * narrow.eps), narrow.smallest_normal / 2]
+    else:
+        info = torch.finfo(dst)
+        mantissa = round(-math.log2(info.eps))  # 23 for float32
+        first = 2 ** (mantissa + 1) + 1
+        out += [first, -first]
+        if info.max < torch.iinfo(src).max:
+            past = int(info.max) + 2 ** (round(math.log2(info.max)) - mantissa)
+            out += [past, -past]
+    return tuple(dict.fromkeys(v for v in out if _holds(src, v)))
+
+
+def _holds(dtype: torch.dtype, v: float) -> bool:
+    if dtype.is_floating_point:
+        return math.isfinite(v) and abs(v) <= torch.finfo(dtype).max
+    info = torch.iinfo(dtype)
+    return float(v).is_integer() and info.min <= v <= info.max
+
+
+def conversions_edges(dtype: torch.dtype,
+                      conversions: Sequence[tuple[torch.dtype, torch.dtype]]) -> tuple:
+    """The values of ``dtype`` at the edges of every conversion in ``conversions`` (``(src,
+    dst)`` pairs, as a pattern performs them), whatever its source: a value reaches a
+    conversion through the ops before it, so each edge ``dtype`` holds is offered to every
+    argument (``conversion_edges(dtype, dst)`` and ``conversion_edges(src, dst)`` kept where
+    ``dtype`` holds it). O(len(conversions))."""
+    out: list[float | int] = []
+    for src, dst in conversions:
+        out += conversion_edges(dtype, dst) + conversion_edges(src, dst)
+    if dtype == torch.bool or dtype.is_complex:
+        return ()
+    return tuple(dict.fromkeys(v for v in out if _holds(dtype, v)))
+
+
+def elements(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset(),
+             extra: Sequence[float | int] = ()) -> st.SearchStrategy:
     """One element of a tensor of ``dtype``: for a floating dtype an ordinary value
     (``ORDINARY`` or a float in [-4, 4]) or an edge value (``edges``: ±0.0, ±inf, NaN,
     subnormals, the largest finite, magnitudes past ``exp``'s / ``square``'s / cubing's overflow
     in ``dtype``), only those ``assumes`` admits; for an int dtype a small int, one up to
     ±100, or an edge (``int_edges``: its bounds, ± where a square overflows); for bool a bool.
+    ``extra``: more edge values drawn as often as the dtype's own (the edges of the
+    conversions a pattern performs: ``conversions_edges``).
 
     Shrinks toward ordinary values, ``0.0`` first (edges shrink to ordinary values)."""
     assumes = _check_assumes(assumes)
     if dtype == torch.bool:
         return st.booleans()
+    more = (st.sampled_from(tuple(extra)),) if extra else ()
     if not (dtype.is_floating_point or dtype.is_complex):
         return st.one_of(st.sampled_from(SMALL_INTS), st.integers(-100, 100),
-                         st.sampled_from(int_edges(dtype)))
+                         st.sampled_from(int_edges(dtype)), *more)
     real = dtype if dtype.is_floating_point else _real(dtype)
     ordinary = st.one_of(
         st.sampled_from(ORDINARY),
@@ -107,7 +172,7 @@ def elements(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset()) -> st
     )
     if "no_signed_zeros" in assumes:
         ordinary = ordinary.map(lambda v: 0.0 if v == 0 else v)
-    return st.one_of(ordinary, st.sampled_from(edges(real, assumes=assumes)))
+    return st.one_of(ordinary, st.sampled_from(edges(real, assumes=assumes)), *more)
 
 
 def _real(dtype: torch.dtype) -> torch.dtype:
@@ -132,9 +197,10 @@ def tensors(
     *,
     assumes: frozenset[str] = frozenset(),
     layout: str | None = None,
+    extra: Sequence[float | int] = (),
 ) -> torch.Tensor:
     """A tensor of ``shape`` and ``dtype`` whose elements come from ``elements(dtype,
-    assumes=assumes)``, laid out per ``layout`` (one of ``LAYOUTS``; ``None``: drawn).
+    assumes=assumes, extra=extra)``, laid out per ``layout`` (one of ``LAYOUTS``; ``None``: drawn).
 
     Up to ``WHOLE`` elements each is drawn, or (a quarter of the time) a palette of up to ``PALETTE``
     values is drawn and each element picks one of them; a larger tensor is a seeded fill (normal values,
@@ -155,16 +221,16 @@ def tensors(
         big = [d for d, n in enumerate(shape) if n > 1]
         if big:
             values_shape = tuple(1 if d == big[0] else n for d, n in enumerate(shape))
-    t = _values(draw, values_shape, dtype, assumes)
+    t = _values(draw, values_shape, dtype, assumes, tuple(extra))
     if values_shape != shape:
         return t.expand(shape)
     return laid_out(t, layout)
 
 
 def _values(draw: st.DrawFn, shape: tuple[int, ...], dtype: torch.dtype,
-            assumes: frozenset[str]) -> torch.Tensor:
+            assumes: frozenset[str], extra: tuple = ()) -> torch.Tensor:
     n = math.prod(shape)
-    one = elements(dtype, assumes=assumes)
+    one = elements(dtype, assumes=assumes, extra=extra)
     wide = torch.float64 if (dtype.is_floating_point or dtype.is_complex) else torch.int64
     if dtype == torch.bool:
         wide = torch.bool

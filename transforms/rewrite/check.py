@@ -36,15 +36,22 @@ from typing import Any
 import attrs
 import torch
 
+from ir.args import iter_refs
 from ir.errors import PassError, PurefxError, first_line
 from ir.harness import (
+    Difference,
+    Law,
+    Observed,
     ShrinkBudget,
     fresh,
+    observe,
+    observed_difference,
     outcome,
     regrouped_difference,
     same_layout,
     value_difference,
     widen,
+    with_terms,
 )
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
@@ -54,6 +61,7 @@ from ir.strategies.values import (
     LAYOUTS,
     ORDINARY,
     WHOLE,
+    conversions_edges,
     edges,
     laid_out,
     scalar_values,
@@ -284,6 +292,9 @@ def _search(state: _State, n: int) -> None:
         try:
             for seed in (0, 1, *row_seeds(sig, state.draw_assumes)):
                 state.check(i, probe(sig, state.draw_assumes, seed))
+            found = state.conversions(i)  # known once a probe has run the pattern
+            for start in conversion_starts(sig, found):
+                state.check(i, conversion_probe(sig, found, start))
         except LawViolation:
             if not nested:
                 _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
@@ -323,8 +334,10 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
     from hypothesis import strategies as st
 
     sig = state.sigs[i]
+    found = state.conversions(i)
     args = st.tuples(*(
-        tensors(a[0], a[1], assumes=state.draw_assumes) if is_spec(a) else st.just(a)
+        tensors(a[0], a[1], assumes=state.draw_assumes, extra=conversions_edges(a[1], found))
+        if is_spec(a) else st.just(a)
         for a in sig.args
     ))
 
@@ -440,6 +453,12 @@ class _State:
         if isinstance(found, LawViolation):
             raise found
         return found
+
+    def conversions(self, i: int) -> tuple:
+        """The dtype conversions of the pattern's program at signature ``i`` (``()`` before
+        it was built or where rewrite declines it)."""
+        site = self.sites.get(i)
+        return site.conversions if isinstance(site, _Site) else ()
 
     def check(self, i: int, args: tuple) -> None:
         self.budget.run(i, lambda: self._check(i, args))
@@ -563,7 +582,7 @@ def _rewritten_site(rule: Rule, sig: Signature, named: Rule | None = None) -> _S
                 f"raised {type(exc).__name__}: {first_line(exc)}", None,
             ) from exc
         if any(report.counts.values()):
-            return _Site(q, copies)
+            return _Site(q, copies, conversions(p))
     return None
 
 
@@ -574,6 +593,73 @@ class _Site:
 
     program: Program
     copies: bool
+    conversions: tuple = ()  # (src, dst) dtype pairs the pattern converts: ``conversions``
+
+
+def conversions(p: Program) -> tuple[tuple[torch.dtype, torch.dtype], ...]:
+    """The dtype conversions ``p``'s root graph performs, as ``(src, dst)`` pairs in graph
+    order, each once: a node that converts (``.to``, ``_to_copy``, ``type_as``,
+    ``convert_element_type``, or an op given a ``dtype``) whose result's dtype differs from a
+    tensor argument's. Bool and complex dtypes are left out (no range to reach the edges of).
+    What ``check_rule`` draws edge values for (``ir.strategies.values.conversions_edges``).
+    O(nodes)."""
+    found: dict[tuple, None] = {}
+    graph = p.root_module.graph
+    by_name = graph.by_name()
+    for node in graph.nodes:
+        out = node.meta.get("val")
+        if node.op != CALL_FUNCTION or not isinstance(out, torch.Tensor) or not _converts(node):
+            continue
+        for r in iter_refs((node.args, node.kwargs)):
+            val = by_name[r.name].meta.get("val") if r.name in by_name else None
+            if (isinstance(val, torch.Tensor) and val.dtype != out.dtype
+                    and torch.bool not in (val.dtype, out.dtype)
+                    and not (val.dtype.is_complex or out.dtype.is_complex)):
+                found[(val.dtype, out.dtype)] = None
+    return tuple(found)
+
+
+_CONVERTING = frozenset({"to", "_to_copy", "type_as", "convert_element_type", "_to_dtype"})
+
+
+def _converts(node: Any) -> bool:
+    name = getattr(node.target, "__name__", "").split(".")[0]
+    packet = getattr(getattr(node.target, "overloadpacket", None), "__name__", name)
+    if packet in _CONVERTING or name in _CONVERTING:
+        return True
+    return node.kwargs.get("dtype") is not None or any(
+        isinstance(a, torch.dtype) for a in node.args)
+
+
+def conversion_probe(sig: Signature, found: Sequence[tuple], start: int) -> tuple:
+    """Deterministic arguments of ``sig`` (contiguous) whose tensors hold the edge values of
+    the conversions ``found`` (``conversions_edges`` of each tensor's dtype) in turn, from the
+    ``start``-th on; other tensors as ``probe`` seed 0 gives them. O(elements)."""
+    args = list(probe(sig, frozenset(), 0))
+    for j, a in enumerate(sig.args):
+        if not isinstance(a, tuple):
+            continue
+        pool = conversions_edges(a[1], found)
+        if not pool:
+            continue
+        n = math.prod(a[0])
+        wide = torch.float64 if a[1].is_floating_point else torch.int64
+        flat = torch.tensor([pool[(k + start) % len(pool)] for k in range(n)], dtype=wide)
+        args[j] = flat.reshape(a[0]).to(a[1])
+    return tuple(args)
+
+
+def conversion_starts(sig: Signature, found: Sequence[tuple]) -> tuple[int, ...]:
+    """The ``conversion_probe`` starts that put every edge value into each tensor of ``sig``
+    at least once (``()`` without conversions): steps of the smallest tensor's size up to the
+    longest pool. O(arguments)."""
+    sized = [(max(1, math.prod(a[0])), len(conversions_edges(a[1], found)))
+             for a in sig.args if isinstance(a, tuple)]
+    sized = [(n, k) for n, k in sized if k]
+    if not sized:
+        return ()
+    step = min(n for n, _ in sized)
+    return tuple(range(0, max(k for _, k in sized), step))
 
 
 def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Program | None:
@@ -770,51 +856,38 @@ def _runs(rule: Rule, sig: Signature) -> bool:
 
 def _reference(rule: Rule, args: tuple) -> tuple | None:
     """The pattern's results on ``args`` with floating tensors made float64 (``None`` where it
-    does not run so)."""
+    does not run so), each tensor paired (``ir.harness.with_terms``) with the pattern's result
+    on the absolute values of ``args``: for a sum of products, the sum of its terms'
+    magnitudes, which bounds any regrouping's rounding."""
     out = outcome(rule.pattern, *widen(args))
     if not out.ok:
         return None
-    return out.results if isinstance(out.results, tuple) else (out.results,)
+    exact = out.results if isinstance(out.results, tuple) else (out.results,)
+    terms = outcome(rule.pattern, *widen(args, absolute=True))  # sum(|terms|), for the bound
+    if not terms.ok:
+        return exact
+    return with_terms(exact, terms.results if isinstance(terms.results, tuple)
+                      else (terms.results,))
+
+
+RULE = Law("rule", frozenset({"outputs", "aliasing"}), wanted="the pattern gives",
+           side="the pattern's result is", fresh_may_alias=True)
+"""The law of ``check_rule`` as a value (``ir.harness.Law``): the results and their aliasing
+(of the arguments and of earlier results) compared; the wanted side is the pattern."""
 
 
 def differences(got: Sequence, want: Sequence, got_args: Sequence, want_args: Sequence, *,
-                assumes: frozenset[str] = frozenset(), reference: Sequence | None = None) -> str:
+                assumes: frozenset[str] = frozenset(), reference: Sequence | None = None
+                ) -> Difference | None:
     """What differs between results ``got`` (run on ``got_args``) and ``want`` (run on
-    ``want_args``, equal values): count, then per result ``ir.harness.value_difference`` (type,
-    shape, dtype, values position by position at the result's dtype's tolerance, as
-    ``assumes`` relaxes it) and aliasing both ways (of the arguments and of earlier results);
-    ``""`` when nothing does. ``reference``: the pattern's results in float64, used under
-    ``reassociate`` (see ``value_difference``). O(elements)."""
-    if len(got) != len(want):
-        return f"{len(got)} results, the pattern gives {len(want)}"
-    for k, (g, w) in enumerate(zip(got, want)):
-        ref = reference[k] if reference is not None and k < len(reference) else None
-        problem = value_difference(g, w, assumes=assumes, what=f"result {k}", reference=ref)
-        if problem:
-            return problem.replace(", want ", ", the pattern gives ")
-        problem = _aliasing(k, got, want, got_args, want_args)
-        if problem:
-            return f"result {k}: {problem}"
-    return ""
-
-
-def _aliasing(k: int, got: Sequence, want: Sequence, got_args: Sequence,
-              want_args: Sequence) -> str:
-    g, w = got[k], want[k]
-    if not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
-        return ""
-    named = [(f"argument {i}", a, b) for i, (a, b) in enumerate(zip(got_args, want_args))]
-    named += [(f"result {j}", got[j], want[j]) for j in range(k)]
-    for what, a, b in named:
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            continue
-        was, now = aliases(w, b), aliases(g, a)
-        if was and not now:
-            return f"the pattern's result is a view of {what}, the replacement's is not"
-        # fresh in the pattern, an alias in the replacement: rewrite takes such a match only
-        # where nothing writes either and the caller cannot see both (guards ``alias`` and
-        # ``shared``), so the values are the law here
-    return ""
+    ``want_args``, equal values): ``ir.harness.observed_difference`` under :data:`RULE`
+    (count, then per result type, shape, dtype, values position by position at the result's
+    dtype's tolerance, as ``assumes`` relaxes it, then aliasing both ways, of the arguments
+    and of earlier results); ``None`` when nothing does. ``reference``: the pattern's results
+    in float64, used under ``reassociate`` (see ``value_difference``). O(elements)."""
+    ref = None if reference is None else Observed(tuple(reference))
+    return observed_difference(observe(got, got_args), observe(want, want_args), RULE,
+                               assumes=assumes, reference=ref)
 
 
 def aliases(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -21,16 +21,25 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from ir.errors import PassError, PurefxError
-from ir.harness import ShrinkBudget, fresh, regrouped_difference, value_difference, widen
+from ir.harness import (
+    Difference,
+    Law,
+    Observed,
+    ShrinkBudget,
+    fresh,
+    observe,
+    observed_difference,
+    regrouped_difference,
+    widen,
+    with_terms,
+)
 from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
 from transforms.rewrite.api import ensure_checked, rewrite
-from transforms.rewrite.check import aliases, assumed, check_rule, signatures
+from transforms.rewrite.check import assumed, check_rule, signatures
 from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.trace import TRAINING, trace
@@ -185,7 +194,7 @@ def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: s
     problem = regrouped_difference(lambda ref: _compare(got, want, assumes, ref),
                                    lambda: _reference(p, inputs), assumes)
     if problem:
-        raise broken(problem)
+        raise broken(str(problem))
     if set(q.call_signatures.keys()) != set(p.call_signatures.keys()):
         raise broken(
             f"preserved calls {sorted(p.call_signatures.keys())} became "
@@ -274,14 +283,14 @@ def _outlines(transform: Any, p: Program) -> bool:
     return True
 
 
-def _run(p: Program, inputs: tuple, *, wide: bool = False) -> tuple:
+def _run(p: Program, inputs: tuple, *, wide: bool = False, absolute: bool = False) -> tuple:
     """``(outputs, inputs after, state after)`` of ``p`` interpreted on copies of ``inputs``
     and of its state; ``wide``: with floating inputs and state made float64
-    (``ir.harness.widen``)."""
+    (``ir.harness.widen``), their absolute values with ``absolute``."""
     args = fresh(tuple(inputs))
     state = program_state(p)
     if wide:
-        args, state = widen((args, state))
+        args, state = widen((args, state), absolute=absolute)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outs = run_program(p, args, state)
@@ -290,67 +299,34 @@ def _run(p: Program, inputs: tuple, *, wide: bool = False) -> tuple:
 
 def _reference(p: Program, inputs: tuple) -> tuple | None:
     """The original program's run in float64 (``_run(..., wide=True)``), ``None`` where it does
-    not run so (a dtype fixed in the graph that float64 values break)."""
+    not run so (a dtype fixed in the graph that float64 values break), its tensors paired with
+    the run on absolute inputs and state (``ir.harness.with_terms``)."""
     try:
-        return _run(p, inputs, wide=True)
+        exact = _run(p, inputs, wide=True)
     except Exception:  # noqa: BLE001 - no reference here: the verdict without one stands
         return None
+    try:  # on absolute values: the magnitude of the terms summed (ir.harness.with_terms)
+        return with_terms(exact, _run(p, inputs, wide=True, absolute=True))
+    except Exception:  # noqa: BLE001 - the float64 reference alone
+        return exact
+
+
+IN_CONTEXT = Law("rewrite in context", wanted="the original gives",
+                 side="the original's result is")
+"""The law of ``check_rule_in_context`` as a value (``ir.harness.Law``): outputs, inputs after
+the call, state and aliasing compared; the wanted side is the original program."""
 
 
 def _compare(got: tuple, want: tuple, assumes: frozenset[str] = frozenset(),
-             reference: tuple | None = None) -> str:
-    """What differs between two runs ``(outputs, inputs after, state after)``: outputs, then
-    what was written into the inputs and the state (``ir.harness.value_difference``, as
-    ``check_rule`` compares: position by position at each result's dtype's tolerance, relaxed
-    by ``assumes``; ``reference``: the original's run in float64, used under ``reassociate``),
-    then aliasing; ``""`` when nothing does."""
-    g_out, g_args, g_state = got
-    w_out, w_args, w_state = want
-    r_out, r_args, r_state = reference if reference is not None else ((), (), {})
-    if len(g_out) != len(w_out):
-        return f"{len(g_out)} outputs, the original returns {len(w_out)}"
-
-    def ref(items: Any, key: Any) -> Any:
-        try:
-            return items[key]
-        except (IndexError, KeyError, TypeError):
-            return None
-
-    for k, (a, b) in enumerate(zip(g_out, w_out)):
-        problem = value_difference(a, b, assumes=assumes, what=f"output {k}",
-                                   reference=ref(r_out, k))
-        if problem:
-            return _original(problem)
-    for i, (a, b) in enumerate(zip(g_args, w_args)):
-        problem = value_difference(a, b, assumes=assumes, what=f"input {i} after the call",
-                                   reference=ref(r_args, i))
-        if problem:
-            return _original(problem)
-    for fqn in sorted(w_state):
-        problem = value_difference(g_state.get(fqn), w_state[fqn], assumes=assumes,
-                                   what=f"state {fqn!r} after the call",
-                                   reference=ref(r_state, fqn))
-        if problem:
-            return _original(problem)
-    for k, (a, b) in enumerate(zip(g_out, w_out)):
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            continue
-        named = [(f"input {i}", x, y) for i, (x, y) in enumerate(zip(g_args, w_args))]
-        named += [(f"state {f!r}", g_state[f], w_state[f]) for f in sorted(w_state)
-                  if f in g_state]
-        named += [(f"output {j}", g_out[j], w_out[j]) for j in range(k)]
-        for what, x, y in named:
-            if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-                continue
-            was, now = aliases(b, y), aliases(a, x)
-            if was != now:
-                return (f"output {k} {'is' if now else 'is not'} an alias of {what}; in the "
-                        f"original it {'is' if was else 'is not'}")
-    return ""
-
-
-def _original(problem: str) -> str:
-    return problem.replace(", want ", ", the original gives ")
+             reference: tuple | None = None) -> Difference | None:
+    """What differs between two runs ``(outputs, inputs after, state after)``
+    (``ir.harness.observed_difference`` under :data:`IN_CONTEXT`, as ``check_rule`` and
+    ``check_laws`` compare: outputs, what was written into the inputs and the state, position
+    by position at each result's dtype's tolerance, relaxed by ``assumes``; ``reference``: the
+    original's run in float64, used under ``reassociate``; then aliasing), or ``None``."""
+    ref = None if reference is None else Observed(*reference)
+    return observed_difference(observe(*got), observe(*want), IN_CONTEXT, assumes=assumes,
+                               reference=ref)
 
 
 __all__ = ["check_extracted", "check_rule", "check_rule_in_context", "check_site"]

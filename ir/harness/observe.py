@@ -1,0 +1,162 @@
+"""What a law observes of one run, and the one comparison of two runs: the law runner's core.
+
+Every law that runs two sides (``lowering.laws.check_semantics``: the input program and the
+pass's result; ``check_rule``: the pattern and the rewritten pattern; ``check_rule_in_context``:
+a program and its rewrite) describes each run as an :class:`Observed` (outputs, inputs after
+the call, state after the call, and which outputs alias which inputs, state or earlier outputs,
+seen before anything is copied) and judges the pair with :func:`observed_difference`, under a
+:class:`Law`: a value saying what that law observes and how its messages name the wanted side.
+The difference is a structured ``ir.harness.Difference`` (which output, input or state, the path
+into it, each side's account), never a patched string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from ir.harness.compare import Difference, find_difference
+
+OBSERVABLES = frozenset({"outputs", "inputs", "state", "aliasing"})
+"""What a law may observe of a run."""
+
+MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
+"""A state fqn a run does not have."""
+
+
+@attrs.frozen
+class Law:
+    """A law as a value: ``name``; ``observes``, the part of :data:`OBSERVABLES` it compares;
+    ``wanted``, how a value sentence names the wanted side (``"want"``, ``"the pattern gives"``,
+    ``"the original gives"``); ``side``, the wanted side's name in an aliasing sentence
+    (``"the pattern's result is"``)."""
+
+    name: str
+    observes: frozenset[str] = OBSERVABLES
+    wanted: str = "want"
+    side: str = "the wanted side's result is"
+    fresh_may_alias: bool = False
+    """Whether an output fresh on the wanted side may alias on the other (``check_rule``: the
+    engine's ``alias`` and ``shared`` guards take such a replacement only where nothing writes
+    either value and no caller sees both); an alias lost is a difference either way."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.observes <= OBSERVABLES:
+            raise ValueError(f"a law observes a part of {sorted(OBSERVABLES)}, got "
+                             f"{sorted(self.observes)}")
+
+
+@attrs.frozen
+class Observed:
+    """One run of one side: ``outputs`` (one item per output), ``inputs`` (the arguments after
+    the call, one item per input), ``state`` (fqn -> value after the call, :data:`MISSING` for
+    one the run lacks), ``aliasing`` (per output, the names of the inputs, state and earlier
+    outputs it shares storage with: ``"input 0"``, ``"state 'w'"``, ``"output 1"``).
+    Built by :func:`observe`, which reads aliasing before a caller copies anything."""
+
+    outputs: tuple
+    inputs: tuple = ()
+    state: Mapping[str, Any] = attrs.field(factory=dict)
+    aliasing: tuple = ()
+
+
+def observe(outputs: Sequence, inputs: Sequence = (), state: Mapping[str, Any] | None = None,
+            ) -> Observed:
+    """The :class:`Observed` of one run, its aliasing read from the objects given (call it on
+    the run's own results, before copying them). O(outputs * (inputs + state + outputs))."""
+    outputs, inputs, state = tuple(outputs), tuple(inputs), dict(state or {})
+    named = [(f"input {i}", x) for i, x in enumerate(inputs)]
+    named += [(f"state {f!r}", x) for f, x in sorted(state.items())]
+    aliasing = []
+    for k, out in enumerate(outputs):
+        others = named + [(f"output {j}", outputs[j]) for j in range(k)]
+        aliasing.append(frozenset(n for n, x in others if _shares(out, x)))
+    return Observed(outputs, inputs, state, tuple(aliasing))
+
+
+def _shares(a: Any, b: Any) -> bool:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    if a.numel() == 0 or b.numel() == 0 or a.device.type == "meta":
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def observed_difference(
+    got: Observed,
+    want: Observed,
+    law: Law,
+    *,
+    assumes: frozenset[str] = frozenset(),
+    reference: Observed | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    outputs: str = "outputs",
+) -> Difference | None:
+    """The first difference between two runs as ``law`` observes them, or ``None``.
+
+    In order: the number of outputs, each output's value (``find_difference``: position by
+    position at the result dtype's tolerance, or ``atol``/``rtol``, as ``assumes`` relaxes it;
+    ``reference``, the wanted side run in float64, under ``reassociate``), each input after the
+    call, each state fqn (missing on one side only is a difference), then aliasing: an output
+    that aliases an input, state or earlier output on one side and not on the other.
+    ``outputs`` names the outputs in the sentence (``"outputs (against the reference's)"``).
+
+    Laws: ``observed_difference(o, o, law) is None`` for every ``o`` (NaN equals NaN); only
+    what ``law.observes`` is compared. Complexity: O(elements).
+    """
+    tol = {"assumes": assumes, "atol": atol, "rtol": rtol}
+    ref = reference or Observed(())
+    seen = law.observes
+    if "outputs" in seen:
+        if len(got.outputs) != len(want.outputs):
+            return Difference(outputs, (), f"{len(got.outputs)}", f"{len(want.outputs)}",
+                              law.wanted)
+        for k, (g, w) in enumerate(zip(got.outputs, want.outputs)):
+            found = find_difference(g, w, what=outputs, reference=_at(ref.outputs, k), **tol)
+            if found:
+                return _under(found, (k,), law)
+    if "inputs" in seen:
+        for i, (g, w) in enumerate(zip(got.inputs, want.inputs)):
+            found = find_difference(g, w, what="inputs after the call",
+                                    reference=_at(ref.inputs, i), **tol)
+            if found:
+                return _under(found, (i,), law)
+    if "state" in seen:
+        for fqn in sorted(want.state):
+            g, w = got.state.get(fqn, MISSING), want.state[fqn]
+            if (g is MISSING) != (w is MISSING):
+                return Difference(f"state {fqn!r}", (), "missing" if g is MISSING else "present",
+                                  "missing" if w is MISSING else "present", law.wanted)
+            if w is not MISSING:
+                found = find_difference(g, w, what=f"state {fqn!r}",
+                                        reference=_at(ref.state, fqn), **tol)
+                if found:
+                    return attrs.evolve(found, wanted=law.wanted)
+    if "aliasing" in seen:
+        for k, (g, w) in enumerate(zip(got.aliasing, want.aliasing)):
+            if w - g or (g - w and not law.fresh_may_alias):
+                return Difference(outputs, (k,), _alias_words(g - w, "an alias of"),
+                                  _alias_words(w - g, "an alias of"), law.side)
+    return None
+
+
+def _alias_words(names: frozenset[str], lead: str) -> str:
+    return f"{lead} {', '.join(sorted(names))}" if names else "fresh"
+
+
+def _under(found: Difference, prefix: tuple, law: Law) -> Difference:
+    return attrs.evolve(found, path=prefix + found.path, wanted=law.wanted)
+
+
+def _at(items: Any, key: Any) -> Any:
+    try:
+        return items[key]
+    except (IndexError, KeyError, TypeError):
+        return None
+
+
+__all__ = ["MISSING", "OBSERVABLES", "Law", "Observed", "observe", "observed_difference"]

@@ -1,0 +1,62 @@
+"""The one comparison of the three laws (``ir.harness.observe``): a run observed as a value
+(outputs, inputs after the call, state, aliasing read before copying), a law as a value (what
+it observes, how it names the wanted side), differences as structured values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ir.harness import MISSING, Difference, Law, Observed, observe, observed_difference
+
+ALL = Law("all", wanted="the original gives", side="the original's result is")
+
+
+def test_aliasing_is_read_from_the_run_itself():
+    x, w = torch.ones(3), torch.zeros(2)
+    seen = observe((x[:2], torch.ones(1), w), (x,), {"w": w})
+    assert seen.aliasing == (frozenset({"input 0"}), frozenset(), frozenset({"state 'w'"}))
+    again = observe((x, x), (torch.ones(3),))
+    assert again.aliasing == (frozenset(), frozenset({"output 0"}))
+
+
+def test_a_difference_is_a_value_naming_where_it_is():
+    a = observe((torch.ones(2), {"k": torch.ones(3)}))
+    b = observe((torch.ones(2), {"k": torch.zeros(3)}))
+    found = observed_difference(a, b, ALL)
+    assert isinstance(found, Difference)
+    assert (found.what, found.path) == ("outputs", (1, "k"))
+    assert found.wanted == "the original gives" and found.want == "0.0"
+    assert str(found).startswith("outputs [1] ['k']: values differ at 3 of 3 positions")
+    assert observed_difference(a, a, ALL) is None
+
+
+def test_each_part_is_compared_in_order_and_only_what_the_law_observes():
+    x = torch.ones(2)
+    same_out = (torch.ones(1),)
+    got = Observed(same_out, (torch.zeros(2),), {"w": torch.ones(1)}, (frozenset(),))
+    want = Observed(same_out, (x,), {"w": torch.zeros(1)}, (frozenset(),))
+    assert observed_difference(got, want, ALL).what == "inputs after the call"
+    only_state = Law("s", frozenset({"state"}))
+    assert observed_difference(got, want, only_state).what == "state 'w'"
+    assert observed_difference(got, want, Law("o", frozenset({"outputs"}))) is None
+    missing = Observed(same_out, (x,), {"w": MISSING}, (frozenset(),))
+    assert str(observed_difference(missing, want, only_state)) == (
+        "state 'w': missing, want present")
+    fewer = Observed((), (), {}, ())
+    assert str(observed_difference(fewer, want, ALL)) == "outputs: 0, the original gives 1"
+
+
+def test_aliasing_both_ways():
+    x = torch.ones(3)
+    view, copy = observe((x[:1],), (x,)), observe((x[:1].clone(),), (x,))
+    assert str(observed_difference(copy, view, ALL)) == (
+        "outputs [0]: fresh, the original's result is an alias of input 0")
+    assert str(observed_difference(view, copy, ALL)) == (
+        "outputs [0]: an alias of input 0, the original's result is fresh")
+    assert observed_difference(copy, view, Law("v", frozenset({"outputs"}))) is None
+
+
+def test_a_law_observes_only_what_there_is():
+    with pytest.raises(ValueError, match="a law observes a part of"):
+        Law("bad", frozenset({"outputs", "timing"}))
