@@ -637,7 +637,7 @@ def conversion_probe(sig: Signature, found: Sequence[tuple], start: int) -> tupl
     ``start``-th on; other tensors as ``probe`` seed 0 gives them. O(elements)."""
     args = list(probe(sig, frozenset(), 0))
     for j, a in enumerate(sig.args):
-        if not isinstance(a, tuple):
+        if not is_spec(a):
             continue
         pool = conversions_edges(a[1], found)
         if not pool:
@@ -654,7 +654,7 @@ def conversion_starts(sig: Signature, found: Sequence[tuple]) -> tuple[int, ...]
     at least once (``()`` without conversions): steps of the smallest tensor's size up to the
     longest pool. O(arguments)."""
     sized = [(max(1, math.prod(a[0])), len(conversions_edges(a[1], found)))
-             for a in sig.args if isinstance(a, tuple)]
+             for a in sig.args if is_spec(a)]
     sized = [(n, k) for n, k in sized if k]
     if not sized:
         return ()
