@@ -141,7 +141,7 @@ def renamed_outputs(sig: sg.ExportSignature, renames: Mapping[str, str]) -> sg.E
     )
     if all(a is b for a, b in zip(outs, sig.outputs)):
         return sig
-    return sg.ExportSignature(sig.inputs, outs)
+    return attrs.evolve(sig, outputs=outs)
 
 
 def renamed_calls(p: Program, renames: Mapping[str, Mapping[str, str]]) -> Any:
