@@ -76,8 +76,10 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             node, or a ``Ref`` (from ``e``, or one of the node's inputs) whose value replaces
             the node's result: every later use reads it instead, outputs, output specs and
             preserved call signatures included; when the replacement has another dtype or
-            shape, the ``val`` of each later node it reaches is propagated again (a node that
-            no longer runs is a ``PassError`` naming it). Nodes emitted while visiting a node go before
+            shape, the ``val`` of each later node it reaches is propagated again, across
+            graphs: a module graph that then returns another dtype or shape has each of its
+            calls, and what follows them, derived again (``transforms.kernel``); a node that
+            no longer runs is a ``PassError`` naming it. Nodes emitted while visiting a node go before
             it, except those that read the node's own result (``node.ref``), directly or
             through another such node: they go right after it and keep reading the node
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
@@ -89,7 +91,9 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
         impurity facts; placeholders, calls of modules and writes are kept), and new constants
         nothing reads with their state; nodes that were unused before are left as they are
-        unless ``visit`` calls ``e.drop()`` on them. New state: buffers and constants at
+        unless ``visit`` calls ``e.drop()`` on them; a metadata assert (``_assert_tensor_metadata``)
+        the visit emitted goes with the value it checks, so a visit whose emitted values all go
+        unused gives ``p`` itself. New state: buffers and constants at
         ``<module path>.<name>``, with the slot, tensor, ``state_order`` entry and, on a flat
         program, the placeholder and ``InputSpec`` (buffers after the parameters and buffers,
         constants after all state, before the user inputs); a buffer write on a flat program
@@ -100,11 +104,13 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
     Raises:
         PassError: naming the node, when ``visit`` returns something other than ``None`` or a
         ``Ref``; when a new node or the replacement reads a value defined later (a cycle) or
-        not at all; when the replacement of a value that a signature names (a root output, an
-        argument of a preserved call, a module graph's output) has another dtype or shape;
-        when ``write_buffer`` writes anything but a buffer (a user input, a parameter, a
-        computed value), or a value of another dtype or shape; when a new node cannot run on
-        the fake values of its arguments.
+        not at all; when a change of dtype or shape reaches a value that a signature names (a
+        root output, a name of a preserved call) or an argument of a module call; when
+        ``write_buffer`` writes anything but a buffer (a user input, a parameter, a computed
+        value), or a value of another dtype or shape; when an emitted node writes in place
+        (``sigmoid_``, ``copy_``, ``out=``) anything but a value the visit emitted (a user
+        input, a value the program computes, state); when a new node cannot run on the fake
+        values of its arguments.
 
     **Laws:**
 
@@ -164,7 +170,10 @@ class Edit:
         The new node is named after the operator (a fresh name), runs in the visited node's
         module (its ``nn_module_stack`` and ``stack_trace``), and its ``val`` is computed by
         fake propagation from its arguments' ``val``. It goes before the visited node, or right
-        after it when it reads the node's result. O(1) plus one fake run."""
+        after it when it reads the node's result. An operator that writes an argument in
+        place (``sigmoid_``, ``copy_``, ``out=``) may write only a value the visit emitted;
+        anything else is a ``PassError`` (use the functional operator, or ``write_buffer``).
+        O(1) plus one fake run."""
         return self._ed.emit(CALL_FUNCTION, target, args, kwargs)
 
     def apply(self, fn: Callable, *args: Any) -> Ref | tuple:
