@@ -346,3 +346,27 @@ def test_kernel_written_refs_reads_positions_and_out_keywords():
     assert kn.written_refs(aten.add.Tensor, (x, y), {}) == []
     assert kn.base_name(aten.add.Tensor) == "add"
     assert kn.base_name(torch.relu) == "relu"
+
+
+class Twice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = Inner()
+
+    def forward(self, x, y):
+        return self.a(x).sum() + self.a(y).sum()
+
+
+def test_a_graph_shared_by_calls_at_two_shapes_is_not_re_derived_for_either():
+    x, y = torch.randn(3, 4), torch.randn(2, 4)
+    p = transform(import_ep(torch.export.export(Twice(), (x, y))))
+    text = format_program(p)
+    assert "%mul = call_module[a](%x)" in text and "%mul_1 = call_module[a](%y)" in text
+    verify(p, vals=True)  # the call at (2, 4) is not compared with the graph traced at (3, 4)
+    with pytest.raises(PassError, match="what module 'a' returns, and its call 'mul_1' runs it "
+                       "at other shapes"):
+        rewrite_nodes(p, first_row)
+    q = rewrite_nodes(p, lambda n, e: e.call(aten.neg.default, n.ref)
+                      if n.target is aten.relu.default else None)  # same shape: fine
+    verify(q, vals=True)
+    torch.testing.assert_close(lower(q)(x, y), (-torch.relu(x) * 2).sum() + (-torch.relu(y) * 2).sum())
