@@ -344,6 +344,11 @@ def test_kernel_written_refs_reads_positions_and_out_keywords():
     assert kn.written_refs(aten.sigmoid_.default, (x,), {}) == [x]
     assert kn.written_refs(aten.add.out, (x, x), {"out": y}) == [y]
     assert kn.written_refs(aten.add.Tensor, (x, y), {}) == []
+    assert kn.written_refs(aten.copy_.default, (), {"self": x, "src": y}) == [x]  # by keyword
+    import operator
+
+    assert kn.written_refs(operator.setitem, (x, 0, y), {}) == [x]  # no schema: by position
+    assert kn.written_refs(operator.setitem, (), {}) == []
     assert kn.base_name(aten.add.Tensor) == "add"
     assert kn.base_name(torch.relu) == "relu"
 
