@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import weakref
 
+import torch
+
+from ir import ops
 from ir import signature as sg
 from ir.alpha import AlphaKey, graph_shape
 from ir.args import Ref
 from ir.errors import VerifyError
+from ir.fake_run import FakeRunFailed, describe, fake_value, same_val
 from ir.graph import Graph
 from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
 from ir.module_names import (
@@ -35,12 +39,13 @@ from ir.signature import (
     USER_INPUT_MUTATION,
 )
 from ir.state import STATE_KINDS
+from ir.values import output_value
 
 INPUT_KINDS = (sg.USER_INPUT, *STATE_INPUT_KINDS, sg.TOKEN)
 OUTPUT_KINDS = (sg.USER_OUTPUT, sg.LOSS_OUTPUT, sg.OUTPUT_TOKEN, *sg.MUTATION_KINDS)
 
 
-def verify(program: Program) -> Program:
+def verify(program: Program, *, vals: bool = False) -> Program:
     """Check ``program`` and return it unchanged; raise ``VerifyError`` naming the first fault.
 
     Checks: the module table is closed and acyclic; every graph defines names once and before use,
@@ -48,6 +53,14 @@ def verify(program: Program) -> Program:
     whose graph takes that many arguments; ``get_attr`` targets reach state (below the module or
     through a peer it holds) or a subgraph module; peers are modules of the tree;
     the root graph matches the export signature; state slots name held tensors, in order.
+
+    ``vals=True`` also checks the metadata: the ``val`` of every compute node is derived again
+    from its inputs' ``val`` s (its operator run on them, ``ir.fake_run``; for a ``call_module``
+    whose arguments have the shapes its graph was traced at, the value that graph returns) and
+    must have the recorded dtype, shape and device; a node whose operator raises on its
+    inputs' values is a fault too. Skipped: nodes without a ``val`` or with an input without
+    one, higher-order ops and their bodies, writes, nodes that bind unbacked symbols.
+    O(nodes) fake runs: a check for tests and laws, not for every pass.
     """
     paths = _check_module_tree(program)
     _check_state(program)
@@ -64,7 +77,89 @@ def verify(program: Program) -> Program:
             else:
                 _check_graph(program, graph, mid, path)
     _check_root_signature(program)
+    if vals:
+        _check_vals(program)
     return program
+
+
+def _check_vals(program: Program) -> None:
+    """Every compute node's ``val`` is what its inputs' ``val`` s give (``verify(vals=True)``)."""
+    table = program.module_table()
+    seen: set[ModuleId] = set()
+    order = []
+    for path, mid in program.walk():
+        if mid not in seen:
+            seen.add(mid)
+            order.append((path, mid))
+    for path, mid in reversed(order):  # callees first: the fault named is where it starts
+        if table[mid].kind == SUBGRAPH:
+            continue  # a higher-order op's body runs under its op's context (autocast, grad)
+        for graph in table[mid].graphs:
+            _check_graph_vals(program, graph, mid, path or "<root>")
+
+
+def _check_graph_vals(program: Program, graph: Graph, mid: ModuleId, where: str) -> None:
+    by_name = graph.by_name()
+
+    def val_of(r: Ref) -> object:
+        n = by_name.get(r.name)
+        v = n.meta.get("val") if n is not None else None
+        return v if _runnable(v) else None  # a script object's stand-in: not re-derived
+
+    for node in graph.nodes:
+        old = node.meta.get("val")
+        if old is None or node.meta.get("unbacked_bindings"):
+            continue
+        if node.op in (CALL_FUNCTION, CALL_METHOD):
+            target = node.target
+            if node.op == CALL_FUNCTION and (
+                not callable(target) or ops.facts(target).kind == ops.HOP or ops.is_mutating(target)
+            ):
+                continue  # a write is not run on the program's own fake values
+            try:
+                new = fake_value(target, node.args, node.kwargs, val_of,
+                                 method=node.op == CALL_METHOD)
+            except FakeRunFailed as exc:
+                raise VerifyError(
+                    f"node {node.name!r} in module {where!r} ({exc}) raises on its inputs' "
+                    "vals: its arguments' metadata and its operator disagree"
+                ) from exc
+        elif node.op == CALL_MODULE:
+            new = _call_val(program, node, mid, val_of)
+        else:
+            continue
+        if new is not None and not same_val(old, new):
+            raise VerifyError(
+                f"node {node.name!r} in module {where!r} has val {describe(old)}, but its "
+                f"inputs' vals give {describe(new)}: a pass left its metadata stale; derive "
+                "the val again after changing what the node reads"
+            )
+
+
+def _runnable(v: object) -> bool:
+    if isinstance(v, (tuple, list)):
+        return all(_runnable(x) for x in v)
+    return v is None or isinstance(v, (torch.Tensor, int, float, bool, torch.SymInt,
+                                       torch.SymFloat, torch.SymBool))
+
+
+def _call_val(program: Program, node: Node, mid: ModuleId, val_of) -> object:
+    """What the called graph returns, when the call's arguments have the shapes its
+    placeholders were traced at (a graph shared by calls at other shapes is not compared)."""
+    if type(node.target) is not str or node.kwargs:
+        return None
+    target, variant = split_call_target(node.target)
+    child = program.resolve(target, mid)
+    graphs = program.module_table()[child].graphs if child is not None else ()
+    if variant >= len(graphs):
+        return None
+    called = graphs[variant]
+    phs = called.placeholders
+    for arg, ph in zip(node.args, phs):
+        got = val_of(arg) if type(arg) is Ref else arg
+        if not same_val(got, ph.meta.get("val")):
+            return None
+    return output_value(program, child, called)
 
 
 def _check_peers(

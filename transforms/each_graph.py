@@ -7,6 +7,7 @@ from collections.abc import Callable
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.program import Program
+from transforms.kernel import protected_names
 
 __all__ = ["map_graphs", "signature_names"]
 
@@ -41,10 +42,6 @@ def map_graphs(p: Program, fn: GraphFn) -> Program:
 
 def signature_names(p: Program) -> frozenset[str]:
     """The node names that preserved call signatures name (their inputs and outputs): a pass
-    that drops or merges nodes keeps these, so the signatures stay true. O(signatures)."""
-    return frozenset(
-        a.name
-        for sig in p.call_signatures.values()
-        for a in (*sig.inputs, *sig.outputs)
-        if a.name is not None
-    )
+    that drops or merges nodes keeps these, so the signatures stay true. O(signatures).
+    (``transforms.kernel.protected_names`` gives them by module path.)"""
+    return frozenset().union(*protected_names(p).values())

@@ -18,7 +18,6 @@ dropping what is left unused and pure, and new state (buffers, constants) at eit
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -28,15 +27,24 @@ import torch
 from ir import ops
 from ir import signature as sg
 from ir import state as st
-from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in, thaw
-from ir.errors import PassError, PurefxError, first_line
+from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
+from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
-from ir.module import ModuleId, split_call_target
+from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    GET_ATTR,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+    new_node,
+)
 from ir.program import Program, require_program
-from ir.torch_seam import fake_failures_unlogged, pytree
+from transforms import kernel as kn
 from transforms.new_state import NewState
 from transforms.rewrite import trace as tr
 
@@ -45,10 +53,11 @@ __all__ = ["Edit", "rewrite_nodes"]
 Visit = Callable[[Node, "Edit"], "Ref | None"]
 
 _COPY = torch.ops.aten.copy_.default
+_GETITEM = __import__("operator").getitem
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
 _BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
 _NO_MODE = object()
-_META = object()  # the program's vals are meta tensors: run new nodes on them as they are
+_META = kn.META  # the program's vals are meta tensors: run new nodes on them as they are
 
 
 @gc_paused
@@ -67,8 +76,10 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             node, or a ``Ref`` (from ``e``, or one of the node's inputs) whose value replaces
             the node's result: every later use reads it instead, outputs, output specs and
             preserved call signatures included; when the replacement has another dtype or
-            shape, the ``val`` of each later node it reaches is propagated again (a node that
-            no longer runs is a ``PassError`` naming it). Nodes emitted while visiting a node go before
+            shape, the ``val`` of each later node it reaches is propagated again, across
+            graphs: a module graph that then returns another dtype or shape has each of its
+            calls, and what follows them, derived again (``transforms.kernel``); a node that
+            no longer runs is a ``PassError`` naming it. Nodes emitted while visiting a node go before
             it, except those that read the node's own result (``node.ref``), directly or
             through another such node: they go right after it and keep reading the node
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
@@ -80,7 +91,9 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
         impurity facts; placeholders, calls of modules and writes are kept), and new constants
         nothing reads with their state; nodes that were unused before are left as they are
-        unless ``visit`` calls ``e.drop()`` on them. New state: buffers and constants at
+        unless ``visit`` calls ``e.drop()`` on them; a metadata assert (``_assert_tensor_metadata``)
+        the visit emitted goes with the value it checks, so a visit whose emitted values all go
+        unused gives ``p`` itself. New state: buffers and constants at
         ``<module path>.<name>``, with the slot, tensor, ``state_order`` entry and, on a flat
         program, the placeholder and ``InputSpec`` (buffers after the parameters and buffers,
         constants after all state, before the user inputs); a buffer write on a flat program
@@ -91,11 +104,13 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
     Raises:
         PassError: naming the node, when ``visit`` returns something other than ``None`` or a
         ``Ref``; when a new node or the replacement reads a value defined later (a cycle) or
-        not at all; when the replacement of a value that a signature names (a root output, an
-        argument of a preserved call, a module graph's output) has another dtype or shape;
-        when ``write_buffer`` writes anything but a buffer (a user input, a parameter, a
-        computed value), or a value of another dtype or shape; when a new node cannot run on
-        the fake values of its arguments.
+        not at all; when a change of dtype or shape reaches a value that a signature names (a
+        root output, a name of a preserved call) or an argument of a module call; when
+        ``write_buffer`` writes anything but a buffer (a user input, a parameter, a computed
+        value), or a value of another dtype or shape; when an emitted node writes in place
+        (``sigmoid_``, ``copy_``, ``out=``) anything but a value the visit emitted (a user
+        input, a value the program computes, state); when a new node cannot run on the fake
+        values of its arguments.
 
     **Laws:**
 
@@ -155,7 +170,10 @@ class Edit:
         The new node is named after the operator (a fresh name), runs in the visited node's
         module (its ``nn_module_stack`` and ``stack_trace``), and its ``val`` is computed by
         fake propagation from its arguments' ``val``. It goes before the visited node, or right
-        after it when it reads the node's result. O(1) plus one fake run."""
+        after it when it reads the node's result. An operator that writes an argument in
+        place (``sigmoid_``, ``copy_``, ``out=``) may write only a value the visit emitted;
+        anything else is a ``PassError`` (use the functional operator, or ``write_buffer``).
+        O(1) plus one fake run."""
         return self._ed.emit(CALL_FUNCTION, target, args, kwargs)
 
     def apply(self, fn: Callable, *args: Any) -> Ref | tuple:
@@ -229,6 +247,7 @@ class _Editor:
         self.retyped: set[str] = set()
         self.holder_of: dict[str, str] = {}  # written buffer fqn -> its placeholder (flat)
         self.buffer_values: dict[str, str] = {}  # value written into a buffer -> its fqn (flat)
+        self.old_outputs: dict[tuple[ModuleId, int], Any] = {}  # retyped graph -> old result
 
     # --- the walk -----------------------------------------------------------------------------
 
@@ -247,6 +266,16 @@ class _Editor:
                 updates[mid] = mod.replace(graphs=graphs)
         if not self.changed:
             return p
+        if self.old_outputs:  # module graphs that return another dtype or shape: their callers
+            graphs = {mid: m.graphs for mid, m in updates.items()}
+            graphs = kn.rederive_callers(
+                p, graphs, self.old_outputs, self.old_outputs, mode=self.fake_mode(),
+                where="rewrite_nodes",
+            )
+            updates = {
+                mid: (updates.get(mid) or table[mid]).replace(graphs=gs)
+                for mid, gs in graphs.items()
+            }
         return self.freeze(updates)
 
     def graph(self, mid: ModuleId, path: str, graph: Graph, gi: int) -> Graph:
@@ -267,6 +296,7 @@ class _Editor:
         self.graph_obj = graph
         self.e.graph = graph
         self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
+        self.fresh: set[str] = set()  # nodes this call emitted in this graph
         alias, e, visit, defined, nodes = self.alias, self.e, self.visit, self.defined, self.nodes
         retyped = self.retyped = set()  # values whose dtype or shape the edit changed
         pending: list[Node] = []  # what placeholders' visits emitted: after the placeholders
@@ -286,8 +316,12 @@ class _Editor:
             else:
                 args, kwargs = node.args, node.kwargs
             current = self.current = e.node = node
-            if retyped and op == CALL_FUNCTION and any(r.name in retyped for r in node.inputs()):
-                current = self.repropagated(node, args, kwargs)
+            if retyped and op in (CALL_FUNCTION, CALL_MODULE):
+                read = next((r.name for r in node.inputs() if r.name in retyped), None)
+                if read is not None:
+                    if op == CALL_MODULE:
+                        kn.refuse_call(node, read, f"the edit of module {path or '<root>'!r}")
+                    current = self.repropagated(node, args, kwargs)
             self.current = current
             e.node, e.args, e._kwargs = node, args, kwargs
             self.before: list[Node] = []
@@ -321,9 +355,16 @@ class _Editor:
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
-            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants)
-        if not self.graph_changed and _same_nodes(nodes, graph.nodes):
-            return graph
+            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.fresh)
+        if _same_nodes(nodes, graph.nodes) and (
+            not self.graph_changed or not (self.alias or self.placeholders or self.mutations)
+        ):
+            return graph  # what the visit emitted was all dropped: nothing changed
+        if not self.is_root and any(r.name in retyped for r in graph.output_node.inputs()):
+            by_name = graph.by_name()
+            self.old_outputs[(mid, gi)] = kn.output_vals(
+                graph, lambda name: by_name[name].meta.get("val")
+            )
         for n in nodes:
             fqn = self.fresh_constants.get(n.name)
             if fqn is not None:
@@ -353,13 +394,13 @@ class _Editor:
             )
         if node.name in self.signature_names():
             old, new = node.meta.get("val"), self.defined[result.name].meta.get("val")
-            if not _same_type(old, new):
+            if not kn.same_val(old, new):
                 raise PassError(
                     f"visit replaces node {node.name!r}, which a signature names, with "
-                    f"%{result.name} of another dtype or shape ({_describe(old)} -> "
-                    f"{_describe(new)}); keep the value's dtype and shape there"
+                    f"%{result.name} of another dtype or shape ({kn.describe(old)} -> "
+                    f"{kn.describe(new)}); keep the value's dtype and shape there"
                 )
-        if not _same_type(node.meta.get("val"), self.defined[result.name].meta.get("val")):
+        if not kn.same_val(node.meta.get("val"), self.defined[result.name].meta.get("val")):
             self.retyped.add(node.name)  # its readers' vals are propagated again
         self.alias[node.name] = result
         self.candidates.add(node.name)
@@ -367,28 +408,17 @@ class _Editor:
 
     def signature_names(self) -> set[str]:
         """Names of this graph's values that a signature names (root outputs, preserved call
-        arguments, a module graph's outputs): their replacement keeps dtype and shape."""
+        arguments): they keep dtype and shape. (A module graph's outputs may change: the
+        calls of the module are derived again, ``kernel.rederive_callers``.)"""
         if self.named is None:
             named: set[str] = set()
-            graph = self.graph_obj
             if self.is_root:
                 named.update(s.name for s in self.p.signature.outputs if s.name)
-            else:
-                named.update(r.name for r in graph.output_node.inputs())
-            named.update(self.call_names().get("" if self.flat else self.path, ()))
+            if self._call_names is None:
+                self._call_names = kn.protected_names(self.p)
+            named.update(self._call_names.get("" if self.flat else self.path, ()))
             self.named = named
         return self.named
-
-    def call_names(self) -> dict[str, set[str]]:
-        """The names preserved call signatures give, by the path of the module whose graphs
-        hold them (all under ``""`` for a flat program). Built once. O(signatures)."""
-        if self._call_names is None:
-            self._call_names = {}
-            for call, sig in self.p.call_signatures.items():
-                path = "" if self.flat else split_call_target(call)[0]
-                names = self._call_names.setdefault(path, set())
-                names.update(a.name for a in sig.inputs + sig.outputs if a.name)
-        return self._call_names
 
     def output(self, node: Node) -> Node:
         alias = self.alias
@@ -431,7 +461,14 @@ class _Editor:
         val = self.fake(node.target, args, kwargs) if node.op == CALL_FUNCTION else None
         if val is None:
             return node.replace(args=args, kwargs=kwargs)
-        if not _same_type(self.e.node.meta.get("val"), val):
+        old = self.e.node.meta.get("val")
+        if not kn.same_val(old, val):
+            if node.name in self.signature_names():
+                raise PassError(
+                    f"the edit at node {self.here()!r} changes node {node.name!r} from "
+                    f"{kn.describe(old)} to {kn.describe(val)}, and a signature names it (an "
+                    "output spec or a preserved call); keep the value's dtype and shape there"
+                )
             self.retyped.add(node.name)
         meta = MappingProxyType({**node.meta, "val": val})
         return node.replace(args=args, kwargs=kwargs, meta=meta)
@@ -458,7 +495,9 @@ class _Editor:
     def undefined(self, name: str) -> str:
         return "defined later (a cycle)" if name in self.graph_obj.by_name() else "not defined"
 
-    def emit(self, op: str, target: Any, args: tuple, kwargs: Mapping[str, Any]) -> Ref:
+    def emit(
+        self, op: str, target: Any, args: tuple, kwargs: Mapping[str, Any], checked: bool = True
+    ) -> Ref:
         args = freeze(tuple(args), _leaf)
         kwargs = freeze(dict(kwargs), _leaf)
         args = map_refs(args, self.read)
@@ -466,8 +505,10 @@ class _Editor:
         here = self.e.node
         late = self.after_names | {here.name}
         after = any(r.name in late for r in _refs(args, kwargs))
+        if checked:
+            self.check_writes(target, args, kwargs)
         val = self.fake(target, args, kwargs)
-        name = fresh_name(_base(target), self.taken)
+        name = fresh_name(kn.base_name(target), self.taken)
         node = new_node(op, name, target, args, kwargs, self.meta(val))
         if after:
             self.after.append(node)
@@ -476,8 +517,53 @@ class _Editor:
             self.before.append(node)
             self.defined[name] = node
         self.candidates.add(name)
+        self.fresh.add(name)
         self.graph_changed = True
         return node.ref
+
+    def check_writes(self, target: Any, args: Any, kwargs: Any) -> None:
+        """Refuse an emitted node that writes in place anything but a value this call
+        emitted (and that is no view of another value)."""
+        for r in kn.written_refs(target, args, kwargs):
+            base = self.base_of(r.name)
+            if base is None:
+                continue
+            what = self.describe_value(base)
+            raise PassError(
+                f"{target_name(target)} emitted at node {self.here()!r} writes %{r.name} in "
+                f"place, which is {what}; an edit writes only values it created: use the "
+                "functional operator (without the trailing '_' or out=), or e.write_buffer "
+                "to write a buffer"
+            )
+
+    def base_of(self, name: str) -> str | None:
+        """``None`` when value ``name`` is one this call emitted and that shares memory
+        with nothing else; else the value whose memory it is (through views and in-place
+        results of emitted nodes)."""
+        while name in self.fresh:
+            node = self.lookup(name)
+            if node is None or node.op != CALL_FUNCTION:
+                return None
+            target = node.target
+            if not (ops.is_view(target) or ops.is_inplace(target) or target is _GETITEM):
+                return None
+            first = node.args[0] if node.args else None
+            if type(first) is not Ref:
+                return None
+            name = first.name
+        return name
+
+    def describe_value(self, name: str) -> str:
+        node = self.lookup(name)
+        if node is not None and node.op == PLACEHOLDER:
+            spec = self.spec_of.get(name) or self.new.inputs.get(name)
+            if spec is None or spec.kind == sg.USER_INPUT:
+                return "a user input" if self.is_root else "an input of the module's graph"
+        fqn = self.fqn_of(Ref(name)) if node is not None else None
+        if fqn is not None:
+            slot = self.slot(fqn)
+            return f"{slot.kind} {fqn!r}" if slot is not None else f"state {fqn!r}"
+        return "a value the program computes (read elsewhere)"
 
     def meta(self, val: Any) -> Mapping[str, Any]:
         src = self.e.node.meta
@@ -503,37 +589,20 @@ class _Editor:
         return node.meta.get("val") if node is not None else None
 
     def fake(self, target: Any, args: Any, kwargs: Any) -> Any:
-        missing: list[str] = []
-
-        def on_ref(r: Ref) -> Any:
-            v = self.val(r)
-            if v is None:
-                missing.append(r.name)
-            return v
-
-        a, k = thaw(args, on_ref), thaw(kwargs, on_ref)
-        mode = self.fake_mode()
-        if missing or mode is None:
-            return None
         try:
-            with fake_failures_unlogged(), contextlib.nullcontext() if mode is _META else mode:
-                return target(*a, **k)
-        except NotImplementedError as exc:  # no kernel for these vals: not the arguments' fault
-            on_meta = mode is _META or any(
-                isinstance(x, torch.Tensor) and x.device.type == "meta"
-                for x in pytree.tree_leaves((a, k))
-            )
-            kind = "meta tensors" if on_meta else "fake tensors"
-            raise PassError(
-                f"{target_name(target)} at node {self.here()!r} has no kernel for the program's "
-                f"vals, which are {kind} ({first_line(exc)}); the arguments are not at fault: "
-                "give the program FakeTensor vals, as torch.export does, or register a fake "
-                "impl for the operator"
-            ) from exc
-        except Exception as exc:
+            return kn.fake_value(target, args, kwargs, self.val, mode=self.fake_mode())
+        except kn.FakeRunFailed as exc:
+            if exc.no_kernel:  # no kernel for these vals: not the arguments' fault
+                kind = "meta tensors" if exc.on_meta else "fake tensors"
+                raise PassError(
+                    f"{target_name(target)} at node {self.here()!r} has no kernel for the "
+                    f"program's vals, which are {kind} ({exc.cause_line}); the arguments are not "
+                    "at fault: give the program FakeTensor vals, as torch.export does, or "
+                    "register a fake impl for the operator"
+                ) from exc
             raise PassError(
                 f"{target_name(target)} at node {self.here()!r} raises on its "
-                f"arguments' values ({type(exc).__name__}: {first_line(exc)}); check the "
+                f"arguments' values ({type(exc.cause).__name__}: {exc.cause_line}); check the "
                 "arguments' shapes and dtypes (e.val)"
             ) from exc
 
@@ -686,10 +755,10 @@ class _Editor:
                 "only buffers (e.state(x) names one, or e.add_buffer) may be written"
             )
         old, new = self.val(buffer), self.val(value)
-        if not _same_type(old, new):
+        if not kn.same_val(old, new):
             raise PassError(
                 f"write_buffer at node {self.here()!r} writes %{value.name} "
-                f"({_describe(new)}) into buffer {fqn!r} ({_describe(old)}); write a value of "
+                f"({kn.describe(new)}) into buffer {fqn!r} ({kn.describe(old)}); write a value of "
                 "the buffer's dtype and shape"
             )
         if self.is_root and self.flat and buffer.name not in self.written_in_place():
@@ -704,7 +773,7 @@ class _Editor:
             self.buffer_values[value.name] = fqn  # and e.state of it still names the buffer
             self.graph_changed = True
             return
-        self.emit(CALL_FUNCTION, _COPY, (buffer, value), {})
+        self.emit(CALL_FUNCTION, _COPY, (buffer, value), {}, checked=False)
 
     def written_in_place(self) -> set[str]:
         """Names of this graph's values that a node writes in place (once per graph)."""
@@ -724,28 +793,19 @@ class _Editor:
         p = self.p
         self.new.drop(self.constants - self.live_constants)  # new constants nothing reads
         changes: dict[str, Any] = {"modules": p.modules.update(updates) if updates else p.modules}
-        root_graph = self.root_aliases
         sig = p.signature
-        outputs = tuple(
-            s if s.name not in root_graph else sg.OutputSpec(s.kind, root_graph[s.name].name, s.target)
-            for s in sig.outputs
-        )
+        renamed = kn.renamed_outputs(sig, {k: v.name for k, v in self.root_aliases.items()})
+        outputs = renamed.outputs
         if self.mutations:
             at = self.mutation_index()
             new = tuple(sg.OutputSpec(sg.BUFFER_MUTATION, v.name, fqn) for fqn, v in self.mutations.items())
             outputs = outputs[:at] + new + outputs[at:]
         if outputs != sig.outputs:
             changes["signature"] = sg.ExportSignature(sig.inputs, outputs)
-        calls = p.call_signatures
-        for call, csig in p.call_signatures.items():
-            renames = self.call_aliases.get(split_call_target(call)[0] if not self.flat else "")
-            if not renames:
-                continue
-            names = {k: v.name for k, v in renames.items()}
-            renamed = csig.renamed(inputs=names, outputs=names)
-            if renamed != csig:
-                calls = calls.set(call, renamed)
-        changes["call_signatures"] = calls
+        changes["call_signatures"] = kn.renamed_calls(p, {
+            path: {k: v.name for k, v in renames.items()}
+            for path, renames in self.call_aliases.items()
+        })
         return self.new.apply(p.replace(**changes))
 
 
@@ -764,27 +824,6 @@ def _refs(args: Any, kwargs: Any) -> list[Ref]:
     return found
 
 
-def _base(target: Any) -> str:
-    name = target_name(target).split(".")
-    # aten.add.Tensor -> add; a function torch.relu -> relu
-    if len(name) >= 3 and name[0] == "aten":
-        return name[1]
-    return name[-1] or "_"
-
-
-def _same_type(a: Any, b: Any) -> bool:
-    """Same dtype and shape, when both are tensors (a value without ``val`` is not checked)."""
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
-    return True
-
-
-def _describe(v: Any) -> str:
-    if isinstance(v, torch.Tensor):
-        return f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}"
-    return type(v).__name__
-
-
 def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
@@ -798,23 +837,36 @@ def _is_pure(node: Node) -> bool:
 
 
 def _drop_unused(
-    nodes: list[Node], candidates: set[str], constants: Mapping[str, str]
+    nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str]
 ) -> list[Node]:
     """``nodes`` without the candidates (and, transitively, their inputs) that nothing reads
-    and that are pure. O(n)."""
+    and that are pure; a metadata check the edit emitted (``_assert_tensor_metadata`` after a
+    traced ``.to``) is no reader: it goes with the value it checks. O(n)."""
+    checks = {
+        n.name for n in nodes
+        if n.name in fresh and n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)
+    }
     uses: dict[str, int] = {}
     for n in nodes:
+        if n.name in checks:
+            continue
         for r in n.inputs():
             uses[r.name] = uses.get(r.name, 0) + 1
     keep = [True] * len(nodes)
+    dropped: set[str] = set()
     for i in range(len(nodes) - 1, -1, -1):
         n = nodes[i]
-        if n.name not in candidates or uses.get(n.name, 0):
+        if n.name not in candidates or uses.get(n.name, 0) or n.name in checks:
             continue
         if not _is_pure(n) and n.name not in constants:
             continue
         keep[i] = False
+        dropped.add(n.name)
         for r in n.inputs():
             uses[r.name] -= 1
             candidates.add(r.name)
+    if checks and dropped:
+        for i, n in enumerate(nodes):
+            if n.name in checks and any(r.name in dropped for r in n.inputs()):
+                keep[i] = False
     return [n for n, k in zip(nodes, keep) if k]

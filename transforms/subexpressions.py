@@ -5,10 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import attrs
-
 from ir import ops
-from ir import signature as sg
 from ir.args import IDict, IList, ISlice, Ref, map_refs
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -17,6 +14,7 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, Node
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
+from transforms.kernel import renamed_outputs
 from transforms.node_effects import binds_symbols, graph_writes, has_effect
 
 __all__ = ["cse", "literal_key"]
@@ -104,11 +102,7 @@ def cse(p: Program) -> Program:
     out = map_graphs(p, merge)
     if out is p or not merged:
         return out
-    outputs = tuple(
-        attrs.evolve(s, name=merged[s.name]) if s.name in merged else s
-        for s in p.signature.outputs
-    )
-    return out.replace(signature=sg.ExportSignature(p.signature.inputs, outputs))
+    return out.replace(signature=renamed_outputs(p.signature, merged))
 
 
 def _mergeable(p: Program, mid: ModuleId, node: Node, memo: dict) -> bool:

@@ -18,10 +18,9 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
-import torch
 
 from ir import ops
-from ir.args import IDict, IList, Ref, map_refs, ref, thaw
+from ir.args import IDict, IList, Ref, map_refs, ref
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -30,7 +29,7 @@ from ir.module_stack import common_stack
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
-from ir.torch_seam import fake_failures_unlogged
+from transforms import kernel as kn
 from transforms.law_violation import LawViolation
 from transforms.rewrite import guards, sharing, sizes
 from transforms.rewrite.fold import fold_into_state
@@ -217,7 +216,7 @@ def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
         return p
     q = p.replace(modules=p.modules.update(changed))
     if renamed_root:
-        q = q.replace(signature=_renamed_signature(q, renamed_root))
+        q = q.replace(signature=_renamed_signature(q.signature, renamed_root))
     folding = {r.name for r in rules if r.fold_state}
     if folding:
         root_path = p.first_path(p.root) or ""
@@ -286,13 +285,7 @@ def variants(rules: Iterable[Rule]) -> list[Rule]:
     return [v for r in rule_list(rules) for v in r.variants()]
 
 
-def _renamed_signature(q: Program, renames: Mapping[str, str]):
-    sig = q.signature
-    outs = tuple(
-        attrs.evolve(s, name=renames.get(s.name, s.name)) if s.name in renames else s
-        for s in sig.outputs
-    )
-    return attrs.evolve(sig, outputs=outs)
+_renamed_signature = kn.renamed_outputs
 
 
 # --- one graph ----------------------------------------------------------------------------------
@@ -798,43 +791,20 @@ def _common_stack(nodes: list[Node]) -> Any:
     return common_stack(stacks)
 
 
-def _new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A new node's meta: the common module ``stack``, the anchor's ``stack_trace`` and ``val``
-    (its fake value, else the replaced node's: a result has the same shape and dtype)."""
-    meta: dict[str, Any] = {}
-    if stack is not None:
-        meta["nn_module_stack"] = stack
-    if "stack_trace" in anchor_meta:
-        meta["stack_trace"] = anchor_meta["stack_trace"]
-    if val is not None:
-        meta["val"] = val
-    return MappingProxyType(meta)
+_new_meta = kn.new_meta
 
 
 def _fake_val(target, args, kwargs, lookup) -> Any:
-    missing = []
-    modes = []
+    """The kernel's fake propagation on the match's values (meta vals are not run: the
+    replaced node's val stands); ``RAISED`` when the replacement raises on them."""
 
-    def on_ref(r: Ref) -> Any:
+    def val_of(r: Ref) -> Any:
         n = lookup(r.name)
-        v = n.meta.get("val") if n is not None else None
-        if v is None:
-            missing.append(r.name)
-        else:
-            modes.extend(
-                t.fake_mode for t in (v if isinstance(v, (tuple, list)) else (v,))
-                if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode")
-            )
-        return v
+        return n.meta.get("val") if n is not None else None
 
-    a = thaw(args, on_ref)
-    k = thaw(kwargs, on_ref)
-    if missing or not modes:
-        return None
     try:
-        with fake_failures_unlogged(), modes[0]:
-            return target(*a, **k)
-    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        return kn.fake_value(target, args, kwargs, val_of, meta=False)
+    except kn.FakeRunFailed:
         return RAISED  # every input's val is known: the replacement fails on this match
 
 

@@ -41,12 +41,12 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import Ref, thaw
+from ir.args import Ref
 from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
-from ir.torch_seam import fake_failures_unlogged
+from transforms import kernel as kn
 from transforms.rewrite.rule import Match
 from transforms.rewrite.trace import Traced
 
@@ -425,33 +425,20 @@ def _same_sharing(view: GraphView, node: Node, vals: Mapping[str, Any], before: 
 
 def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
     """``node``'s operator run on the fake values of its arguments, ``vals`` in place of
-    theirs; ``None`` when an argument's value is unknown, no fake mode is found, or it raises."""
-    missing = []
-    modes = []
+    theirs (the kernel's fake propagation); ``None`` when an argument's value is unknown, no
+    fake mode is found, or it raises."""
 
     def read(r: Ref) -> Any:
         v = vals.get(r.name)
         if v is None:
             n = view.node.get(r.name)
             v = n.meta.get("val") if n is not None else None
-        if v is None:
-            missing.append(r.name)
-        for t in (v if isinstance(v, (tuple, list)) else (v,)):
-            if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode"):
-                modes.append(t.fake_mode)
         return v
 
-    args = thaw(node.args, read)
-    kwargs = thaw(node.kwargs, read)
-    if missing or not modes:
-        return None
-    target = node.target
     try:
-        with fake_failures_unlogged(), modes[0]:
-            if node.op == CALL_METHOD:
-                return getattr(args[0], target)(*args[1:], **kwargs)
-            return target(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        return kn.fake_value(node.target, node.args, node.kwargs, read,
+                             method=node.op == CALL_METHOD, meta=False)
+    except kn.FakeRunFailed:
         return None
 
 
