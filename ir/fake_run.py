@@ -17,7 +17,7 @@ import torch
 from ir.args import Ref, thaw
 from ir.errors import first_line
 from ir.names import target_name
-from ir.torch_seam import fake_failures_unlogged
+from ir.torch_seam import fake_failures_unlogged, pytree
 
 __all__ = ["META", "FakeRunFailed", "describe", "fake_value", "same_val"]
 
@@ -93,7 +93,11 @@ def fake_value(
                 return getattr(a[0], target)(*a[1:], **dict(k))
             return target(*a, **dict(k))
     except Exception as exc:  # torch's errors share no base class
-        raise FakeRunFailed(target, exc, on_meta=run_in is META) from exc
+        on_meta = run_in is META or any(
+            isinstance(x, torch.Tensor) and x.device.type == "meta"
+            for x in pytree.tree_leaves((a, k))
+        )
+        raise FakeRunFailed(target, exc, on_meta=on_meta) from exc
 
 
 def same_val(a: Any, b: Any) -> bool:
