@@ -39,7 +39,7 @@ from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.module import ModuleId, split_call_target
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, PLACEHOLDER, Node
-from ir.program import Program
+from ir.program import Program, require_program
 
 __all__ = [
     "Effects",
@@ -386,10 +386,14 @@ class _Analysis:
 
 def _may_alias(facts: ops.OpFacts) -> bool:
     """Whether the result may share memory with an argument (conservative)."""
-    if facts.view or facts.alias_like or facts.getitem or facts.inplace or facts.mutating:
+    if facts.view or facts.getitem or facts.inplace or facts.mutating:
         return True
-    if facts.kind in (ops.OVERLOAD, ops.PACKET):
-        return False  # the schema says so: a functional, non-view operator returns new memory
+    if facts.kind == ops.OVERLOAD:
+        return False  # its schema says so: ``clone``, ``_to_copy`` return new memory
+    if facts.alias_like:
+        return True  # a packet or method that may return its input (``to``, ``reshape``)
+    if facts.kind == ops.PACKET:
+        return False  # the default overload's schema: a functional, non-view operator
     return not facts.size_arithmetic  # a higher-order op, a method, a Python function
 
 
@@ -456,14 +460,13 @@ def state_written(p: Program, fqn: str) -> bool:
     caching a value computed from it, or dropping a multiplication by it).
 
     Raises:
-        PassError: ``p`` is not a Program, or ``fqn`` names no state of ``p`` (the message
-            lists a few that exist).
+        NotAProgramError: ``p`` is not a Program.
+        PassError: ``fqn`` names no state of ``p`` (the message lists a few that exist).
 
     **Laws:** ``False`` only when every call of ``p`` leaves the state's tensor as it was;
     conservative (``True`` where unsure). Complexity: O(n) once per Program, then O(1).
     """
-    if not isinstance(p, Program):
-        raise PassError(f"state_written: expected a Program, got {type(p).__name__}")
+    require_program(p, "state_written")
     slot = p.state_table().get(fqn)
     if slot is None:
         known = sorted(p.state_table())

@@ -14,15 +14,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from beforeafter import program  # noqa: E402
+from beforeafter import program
 
-from ir import effects, ops  # noqa: E402
-from ir import signature as sg  # noqa: E402
-from ir.errors import PassError  # noqa: E402
-from ir.strategies import programs  # noqa: E402
-from ir.strategies.programs import program_inputs  # noqa: E402
-from lowering import lower  # noqa: E402
-from transforms import transform  # noqa: E402
+from ir import effects, ops
+from ir import signature as sg
+from ir.errors import PassError
+from ir.strategies import programs
+from ir.strategies.programs import program_inputs
+from lowering import lower
+from lowering.laws import check_program
+from transforms import cse, transform
 
 
 def facts(p, path: str = "", graph: int = 0) -> dict:
@@ -230,7 +231,6 @@ program:
 def test_asserts_are_effects_that_write_nothing():
     p = program(ASSERTS)
     assert facts(p) == expect(
-        groups=[["x", "to"]],
         effect=["check", "scalar", "range", "async"],
         asserts=["check", "scalar", "range", "async"],
     )
@@ -287,7 +287,7 @@ def test_a_mutation_output_writes_its_state():
     ).replace("    %mul: user_output\n", "    %mul: buffer_mutation acc\n    %y: user_output\n")
     text = text.replace("return (%mul,)", "return (%mul, %y)")
     p = program(text)
-    assert [s.kind for s in p.signature.outputs][0] == sg.BUFFER_MUTATION
+    assert p.signature.outputs[0].kind == sg.BUFFER_MUTATION
     assert facts(p) == expect()
     assert effects.state_written(p, "acc") and not effects.state_written(p, "buf")
 
@@ -396,7 +396,7 @@ def test_state_written_names_bad_input():
     p = program(TIED)
     with pytest.raises(PassError, match=r"'nope' is no state of the program; its state is 'u'"):
         effects.state_written(p, "nope")
-    with pytest.raises(PassError, match="expected a Program, got str"):
+    with pytest.raises(PassError, match="state_written takes a purefx Program, got builtins.str"):
         effects.state_written("p", "u")
 
 
@@ -470,3 +470,59 @@ def test_law_the_written_set_holds_what_running_writes_outlined(p):
     _, moved = _check_written(q)
     for fqn in moved:
         assert effects.state_written(p, fqn)  # the flat program says so too
+
+
+# --- where the old copies disagreed --------------------------------------------------------------
+
+CLONE_WRITTEN = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %out: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %m = call_function[aten.mul.Tensor](%x, 2)
+      %c = call_function[aten.clone.default](%x)
+      %add_ = call_function[aten.add_.Tensor](%c, 1)
+      %m_1 = call_function[aten.mul.Tensor](%x, 2)
+      %out = call_function[aten.stack.default]([%m, %m_1, %c])
+      return (%out,)"""
+
+
+def test_a_clone_is_new_memory_so_writing_it_leaves_its_input_unwritten():
+    """``clone`` returns new memory (its schema says so), so ``add_`` on the clone does not
+    write ``x``; ``cse`` merges the two ``x * 2`` around the write. (The old ``graph_writes``
+    put every alias-like operator's result, ``clone`` included, in its input's group, and kept
+    the two apart.)"""
+    p = program(CLONE_WRITTEN)
+    assert facts(p) == expect(
+        written=["c", "add_"], writes={"add_": ("c",)}, groups=[["c", "add_"]], effect=["add_"]
+    )
+    q = cse(p)
+    assert q == program(
+        CLONE_WRITTEN.replace("      %m_1 = call_function[aten.mul.Tensor](%x, 2)\n", "")
+        .replace("[%m, %m_1, %c]", "[%m, %m, %c]"), like=p,
+    )
+    check_program(cse, p, inputs=lambda _: ((torch.randn(2),), {}))
+
+
+HOP_CSE = HOP_BODY.replace(
+    "      %body = get_attr[submod_1]()\n",
+    "      %m = call_function[aten.mul.Tensor](%x, 2)\n      %body = get_attr[submod_1]()\n",
+).replace(
+    "      %out = call_function[aten.mul.Tensor](%getitem, 2)\n",
+    "      %m_1 = call_function[aten.mul.Tensor](%x, 2)\n"
+    "      %out = call_function[aten.stack.default]([%getitem, %m, %m_1])\n",
+)
+
+
+def test_a_value_a_higher_order_body_writes_is_not_merged_across_the_call():
+    """The body of the set-grad call writes its input in place: ``x * 2`` after the call
+    reads another value than before it, so ``cse`` keeps both. (The old ``graph_writes`` saw
+    no write in a higher-order op but ``triton_kernel_wrapper_mutation``, and merged them.)"""
+    p = program(HOP_CSE)
+    assert cse(p) is p
+    check_program(cse, p, inputs=lambda _: ((torch.randn(4),), {}))
+    assert effects.graph_effects(p, p.root, p.root_module.graph).writes("hop") == ("x",)
