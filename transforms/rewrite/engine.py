@@ -324,11 +324,12 @@ class _Work:
     what the rewrites of that graph need to know: where it is (``path``, ``gi``), whether a
     replacement may be traced per match (``per_match``), the preserved calls it must keep
     whole, the deepest pattern, the run it belongs to (``run``: the rewrites done, the skips
-    counted, the guard rows, ``fixpoint``) and the renames of results."""
+    counted, the guard rows, ``fixpoint``) and the renames of results. ``effects``: the graph's
+    ``ir.effects.Effects``, what its nodes write (without it, each node's ``written_args``)."""
 
     def __init__(
         self, graph: Graph, path: str, gi: int, per_match: bool, barriers: _Barriers,
-        depth: int, run: _Run, effects: Effects,
+        depth: int, run: _Run, effects: Effects | None = None,
     ) -> None:
         self.node: dict[str, Node] = {}
         self.key: dict[str, tuple] = {}
@@ -337,7 +338,7 @@ class _Work:
         self.written: set[str] = set()  #: the values a node writes in place (not their aliases)
         self.mutations: list[tuple] = []  #: sorted keys of the nodes that write in place
         for i, n in enumerate(graph.nodes):
-            self.add(n, (i,), effects.writes(n.name))
+            self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
         self.taken = Names(self.node)
         self.path, self.gi, self.per_match = path, gi, per_match
         self.barriers, self.depth, self.done = barriers, depth, run.done
@@ -403,8 +404,8 @@ class _Work:
 
 def _rewrite_graph(
     graph: Graph, index: Mapping[int, list], run: _Run, path: str, gi: int,
-    per_match: bool = True, barriers: _Barriers = _NO_BARRIERS, depth: int = 1, *,
-    effects: Effects,
+    per_match: bool = True, barriers: _Barriers = _NO_BARRIERS, depth: int = 1,
+    effects: Effects | None = None,
 ) -> tuple[Graph, dict[str, str]]:
     if not any(n.op == CALL_FUNCTION and id(n.target) in index for n in graph.nodes):
         return graph, {}
