@@ -526,3 +526,109 @@ def test_a_value_a_higher_order_body_writes_is_not_merged_across_the_call():
     assert cse(p) is p
     check_program(cse, p, inputs=lambda _: ((torch.randn(4),), {}))
     assert effects.graph_effects(p, p.root, p.root_module.graph).writes("hop") == ("x",)
+
+
+# --- the remaining facts, one by one -------------------------------------------------------------
+
+MODULE_STATE = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %out: user_output
+  state:
+    a.w: buffer <Tensor (4,) torch.float32>
+    a.k: buffer <Tensor (4,) torch.float32>
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %a = call_module[a](%x)
+      %out = call_function[aten.relu.default](%a)
+      return (%out,)
+  module a: A
+    graph 0:
+      %p = placeholder
+      %w = get_attr[w]()
+      %k = get_attr[k]()
+      %body = get_attr[submod_1]()
+      %hop = call_function[torch.ops.higher_order.wrap_with_set_grad_enabled](False, %body, %w)
+      %r = call_method[reshape](%k, [4])
+      %s = call_function[torch.nn.functional.relu](%p)
+      %m = call_function[aten.mul](%p, %r)
+      return %m
+  module a.submod_1: ? [subgraph]
+    graph 0:
+      %q = placeholder
+      %add_ = call_function[aten.add_.Tensor](%q, 1)
+      return (%add_,)"""
+
+
+def test_state_a_module_writes_through_a_higher_order_body():
+    """``a`` hands its buffer ``w`` to a set-grad call whose body writes its input: ``a.w`` is
+    written state, ``a.k`` (only reshaped) is not. A method that may return its input
+    (``reshape``) and a Python function (``F.relu``) alias their arguments; a packet
+    (``aten.mul``) returns new memory."""
+    p = program(MODULE_STATE)
+    e = effects.graph_effects(p, p.resolve("a"), p.module(p.resolve("a")).graphs[0])
+    assert e.writes("hop") == ("w",)
+    assert e.is_written("w") and not e.is_written("k") and not e.is_written("p")
+    assert e.aliases("r", "k") and e.aliases("s", "p") and not e.aliases("m", "p")
+    assert e.aliases("q", "q") and not e.aliases("w", "k")
+    assert effects.state_written(p, "a.w") and not effects.state_written(p, "a.k")
+    assert effects.written_state(p) == frozenset({p.state["a.w"].tensor})
+    root = facts(p)
+    assert root["written"] == [] and root["effect"] == ["a"]  # a call of a higher-order op
+
+
+def test_a_random_body_makes_its_higher_order_op_random():
+    p = program(HOP_BODY.replace("call_function[aten.add_.Tensor](%p, 1)",
+                                 "call_function[aten.rand_like.default](%p)"))
+    assert facts(p)["random"] == ["hop"] and facts(p)["written"] == []
+
+
+def test_a_call_of_a_graph_variant_that_does_not_exist_is_unresolvable():
+    p = program(CALLEE_WRITES.replace("call_module[a](%x, %y)", "call_module[a@3](%x, %y)"))
+    e = effects.graph_effects(p, p.root, p.root_module.graph)
+    assert e.writes("a") == ("x", "y") and e.has_effect("a") and e.is_random("a")
+
+
+def test_an_outlined_module_writing_its_buffer_is_written_state():
+    text = CALLEE_WRITES.replace(
+        "  module <root>: Top", "  state:\n    a.b: buffer <Tensor (2,) torch.float32>\n"
+        "  module <root>: Top",
+    ).replace(
+        "      %add_ = call_function[aten.add_.Tensor](%p, 1)\n",
+        "      %b = get_attr[b]()\n      %copy_ = call_function[aten.copy_.default](%b, %q)\n",
+    )
+    p = program(text)
+    assert effects.state_written(p, "a.b")
+    a = facts(p, "a")
+    assert a["writes"] == {"copy_": ("b",)} and a["inputs"] == [0, 1]  # conservatively: p, q
+
+
+def test_arguments_a_schema_does_not_take_make_every_argument_written():
+    p = program(VIEW_THEN_WRITE.replace("aten.add_.Tensor](%v, 1)", "aten.add_.Tensor](%v, %x, 1, 2)"))
+    node = p.root_module.graph.node("add_")
+    assert effects.written_args(node) == ("v", "x")
+
+
+def test_a_method_that_may_return_its_input_is_a_view_and_others_are_not():
+    text = VIEW_THEN_WRITE.replace("call_function[aten.view.default](%x, [4])",
+                                   "call_method[view](%x, [4])")
+    g = program(text).root_module.graph
+    assert effects.is_view(g.node("v"))
+    relu = g.node("v").replace(target="relu")
+    assert not effects.is_view(relu)
+    assert not effects.is_assert(g.node("x")) and not effects.is_pure(g.node("output"))
+
+
+def test_the_message_lists_five_state_fqns_at_most():
+    text = TIED.replace("  state:\n", "  state:\n" + "".join(
+        f"    s{i}: buffer <Tensor (2,) torch.float32>\n" for i in range(4)
+    ))
+    with pytest.raises(PassError, match=r"its state is 's0', 's1', 's2', 's3', 'u', \.\.\.: pass"):
+        effects.state_written(program(text), "nope")
+    with pytest.raises(PassError, match="its state is 'u', 'v', 'w': pass one of those fqns"):
+        effects.state_written(program(TIED), "nope")
+    with pytest.raises(PassError, match="its state is empty"):
+        effects.state_written(program(VIEW_THEN_WRITE), "nope")
