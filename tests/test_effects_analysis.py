@@ -632,3 +632,51 @@ def test_the_message_lists_five_state_fqns_at_most():
         effects.state_written(program(TIED), "nope")
     with pytest.raises(PassError, match="its state is empty"):
         effects.state_written(program(VIEW_THEN_WRITE), "nope")
+
+
+FOLDABLE = """\
+program:
+  inputs:
+    %p_w: parameter w
+    %x: user_input
+  outputs:
+    %out: user_output
+  state:
+    w: parameter <Parameter (2,) torch.float32>
+  module <root>: Top
+    graph 0:
+      %p_w = placeholder
+      %x = placeholder
+      %c = call_function[aten.neg.default](%p_w)
+      %out = call_function[aten.add.Tensor](%x, %c)
+      return (%out,)"""
+
+
+@pytest.fixture
+def stamp():
+    """A custom operator ``purefx_effects_test::stamp`` registered as effectful."""
+    from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+
+    lib = torch.library.Library("purefx_effects_test", "FRAGMENT")
+    lib.define("stamp(Tensor x) -> Tensor")
+    lib.impl("stamp", lambda x: -x, "CompositeExplicitAutograd")
+    handle = _register_effectful_op(torch.ops.purefx_effects_test.stamp.default,
+                                    _EffectType.ORDERED)
+    yield torch.ops.purefx_effects_test.stamp.default
+    handle.destroy()
+    lib._destroy()
+
+
+def test_fold_into_state_keeps_an_operator_registered_as_effectful(stamp):
+    """``fold_into_state`` asked ``OpFacts.recomputable``, which does not read torch's effect
+    registry, and folded such a call away with its effect; it now asks ``is_pure``, as every
+    other pass does. The same program with ``neg`` folds."""
+    from transforms.rewrite.fold import fold_into_state
+
+    p = program(FOLDABLE)
+    assert fold_into_state(p, {"c"}) is not p
+    graph = p.root_module.graph
+    nodes = [n.replace(target=stamp) if n.name == "c" else n for n in graph.nodes]
+    q = p.replace(modules=p.modules.set(p.root, p.root_module.replace(graphs=(graph.of(nodes),))))
+    assert ops.facts(stamp).recomputable and not effects.is_pure(q.root_module.graph.node("c"))
+    assert fold_into_state(q, {"c"}) is q
