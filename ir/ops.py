@@ -119,6 +119,9 @@ class OpFacts:
     """When the result is argument 0's value unchanged (``ALWAYS``, ``EVAL_DROPOUT``,
     ``SAME_METADATA``; ``""``: never); ``computes_nothing`` decides it for one node."""
     metadata_check: bool = False  #: returns nothing and only checks its input's metadata
+    assertion: bool = False
+    """A runtime check: raises on bad input and otherwise does nothing (``_assert_scalar``,
+    ``_assert_tensor_metadata``, ``_assert_async``, ``sym_constrain_range``, ``torch._check``)."""
 
     @property
     def recomputable(self) -> bool:
@@ -215,6 +218,7 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         **_argument_kinds(op, params),
         identity=_IDENTITY.get(packet, ""),
         metadata_check=op in _METADATA_CHECKS,
+        assertion=op in _ASSERT_OPS or packet in _ASSERT_PACKETS,
         core=op.namespace != "aten" or (
             torch.Tag.core in op.tags and op not in _decomposed_by_default()
         ) or _kept_by_decompositions(op),
@@ -311,6 +315,7 @@ def _function_facts(fn: Any) -> OpFacts:
         written=(0,) if mutating else (),
         inplace=mutating and fn not in _SETTERS,
         effectful=_in(fn, _EFFECTFUL_FUNCTIONS),
+        assertion=_in(fn, _ASSERT_FUNCTIONS),
         random=_in(fn, _RANDOM_FUNCTIONS),
         size_arithmetic=known or (module == "math" and callable(fn)),
         getitem=fn is operator.getitem,
@@ -414,6 +419,16 @@ def impurity(target: Any) -> str:
     if is_effectful(target):
         return f"has a side effect ({found.name})"
     return ""
+
+
+def is_assert(target: Any) -> bool:
+    """A runtime check that raises on bad input and otherwise computes nothing and writes
+    nothing: the asserts export leaves (``_assert_scalar``, ``_assert_tensor_metadata``,
+    ``_assert_async``, their functional forms), the size constraints
+    (``sym_constrain_range``, ``sym_constrain_range_for_size``) and Python's ``torch._assert``,
+    ``torch._assert_async``, ``torch._check``. Every assert is effectful (``is_effectful``):
+    it is kept where its check still matters, and goes with the value it checks. O(1)."""
+    return facts(target).assertion
 
 
 def is_commutative(target: Any) -> bool:
@@ -646,6 +661,16 @@ _EFFECTFUL_PACKETS = _ops(
     "profiler._record_function_exit",
 )
 
+# The runtime checks among those (``is_assert``).
+_ASSERT_OPS = _ops(
+    "aten._assert_scalar.default", "aten._assert_tensor_metadata.default",
+    "aten.sym_constrain_range.default", "aten.sym_constrain_range_for_size.default",
+)
+_ASSERT_PACKETS = _ops(
+    "aten._assert_async", "aten._functional_assert_async",
+    "aten._functional_sym_constrain_range", "aten._functional_sym_constrain_range_for_size",
+)
+
 # Higher-order ops by name: those whose call is an effect, draws random numbers or writes.
 _EFFECTFUL_HOPS = frozenset(
     {"with_effects", "print", "invoke_leaf_function", "call_torchbind", "_export_tracepoint"}
@@ -730,6 +755,9 @@ _EFFECTFUL_FUNCTIONS = _functions(
         "_jvp_decrement_nesting",
     )),
 )
+
+# The runtime checks among those.
+_ASSERT_FUNCTIONS = _functions("torch._assert", "torch._assert_async", "torch._check")
 
 # Python functions that draw random numbers.
 _RANDOM_FUNCTIONS = _functions(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ir import PassError, import_ep, verify
+from ir import PassError, effects, import_ep, verify
 from lowering import lower
 from tests.examples.beforeafter import program
 from transforms import transform
@@ -175,7 +175,7 @@ def test_alias_guard_reads_views_from_schemas():
       %t = call_function[aten.t.default](%x)
       %relu = call_function[aten.relu.default](%t)""", "relu"))
     nodes = {n.name: n for n in view.root_module.graph.nodes}
-    assert guards.is_view(nodes["t"]) and not guards.is_view(nodes["relu"])
+    assert effects.is_view(nodes["t"]) and not effects.is_view(nodes["relu"])
 
 
 # --- dtypes -------------------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from ir.effects import binds_symbols, graph_effects
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
-from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER
+from ir.node import OUTPUT, PLACEHOLDER
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
-from transforms.node_effects import binds_symbols, has_effect
 
 __all__ = ["eliminate_dead_code"]
 
@@ -25,7 +25,7 @@ def eliminate_dead_code(p: Program) -> Program:
     Returns:
         ``p`` itself when no node is dead; else a Program without the dead nodes. A node is
         dead when no kept node, output, output spec or preserved call signature reads or names
-        it, and it has no effect (``transforms.node_effects.has_effect``): placeholders (the
+        it, and it has no effect (``ir.effects.Effects.has_effect``): placeholders (the
         graph's signature) and the output node are always kept, and so are operators that
         mutate, draw random numbers, have a side effect or are higher-order ops, and
         ``call_module`` nodes whose callee has such a node. Random operators are kept even
@@ -51,9 +51,9 @@ def eliminate_dead_code(p: Program) -> Program:
     """
     require_program(p, "eliminate_dead_code")
     named = signature_names(p)
-    memo: dict = {}
 
     def clean(mid: ModuleId, graph: Graph) -> Graph:
+        effects = graph_effects(p, mid, graph)
         live: set[str] = set()
         kept = []
         for n in reversed(graph.nodes):
@@ -62,7 +62,7 @@ def eliminate_dead_code(p: Program) -> Program:
                 or n.name in live
                 or n.name in named
                 or binds_symbols(n)
-                or (n.op != GET_ATTR and has_effect(p, mid, n, memo))
+                or effects.has_effect(n.name)
             ):
                 kept.append(n)
                 live.update(r.name for r in n.inputs())

@@ -28,6 +28,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
+from ir.effects import graph_effects, is_pure
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -35,7 +36,6 @@ from ir.module import ModuleId
 from ir.names import Names, fresh_name, target_name
 from ir.node import (
     CALL_FUNCTION,
-    CALL_METHOD,
     CALL_MODULE,
     GET_ATTR,
     OUTPUT,
@@ -291,7 +291,6 @@ class _Editor:
         self.placeholders: list[Node] = []  # new placeholders (flat root)
         self.candidates: set[str] = set()  # nodes the edit may have left unused
         self.named = None
-        self.written: set[str] | None = None
         self.graph_changed = False
         self.graph_obj = graph
         self.e.graph = graph
@@ -761,7 +760,8 @@ class _Editor:
                 f"({kn.describe(new)}) into buffer {fqn!r} ({kn.describe(old)}); write a value of "
                 "the buffer's dtype and shape"
             )
-        if self.is_root and self.flat and buffer.name not in self.written_in_place():
+        written = graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
+        if self.is_root and self.flat and not written:
             if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
                 raise PassError(
                     f"write_buffer at node {self.here()!r}: buffer {fqn!r} already has a "
@@ -774,18 +774,6 @@ class _Editor:
             self.graph_changed = True
             return
         self.emit(CALL_FUNCTION, _COPY, (buffer, value), {}, checked=False)
-
-    def written_in_place(self) -> set[str]:
-        """Names of this graph's values that a node writes in place (once per graph)."""
-        if self.written is None:
-            self.written = {
-                r.name
-                for n in self.graph_obj.nodes
-                if n.op == CALL_FUNCTION and ops.is_mutating(n.target)
-                for i in ops.written_args(n.target)
-                if i < len(n.args) and type(r := n.args[i]) is Ref
-            }
-        return self.written
 
     # --- the end ------------------------------------------------------------------------------
 
@@ -828,14 +816,6 @@ def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
-def _is_pure(node: Node) -> bool:
-    if node.op == GET_ATTR:
-        return True
-    if node.op in (CALL_FUNCTION, CALL_METHOD):
-        return ops.is_recomputable(node.target)
-    return False
-
-
 def _drop_unused(
     nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str]
 ) -> list[Node]:
@@ -858,7 +838,7 @@ def _drop_unused(
         n = nodes[i]
         if n.name not in candidates or uses.get(n.name, 0) or n.name in checks:
             continue
-        if not _is_pure(n) and n.name not in constants:
+        if not is_pure(n) and n.name not in constants:
             continue
         keep[i] = False
         dropped.add(n.name)

@@ -11,6 +11,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, map_refs, thaw
+from ir.effects import Effects, binds_symbols, graph_effects, is_pure, written_state
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -21,7 +22,6 @@ from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
 from transforms.new_state import NewState
-from transforms.node_effects import binds_symbols, graph_writes, written_state
 
 __all__ = ["DEFAULT_MAX_BYTES", "fold_constants"]
 
@@ -89,9 +89,8 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     require_program(p, "fold_constants")
     if type(max_bytes) is not int or max_bytes < 0:
         raise PassError(f"fold_constants: max_bytes must be an int >= 0, got {max_bytes!r}")
-    memo: dict = {}
     new = NewState(p)
-    fixed = _constant_keys(p, memo)
+    fixed = _constant_keys(p)
     named = signature_names(p)
     specs = {s.name: s for s in p.signature.inputs}
 
@@ -100,9 +99,8 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
             # a module no path reaches holds no state to read; a higher-order op's body is
             # held by whichever module runs it (the pipeline moves it): no state of its own
             return graph
-        writes = graph_writes(p, mid, graph, memo)
         values, sources, kept, held = _evaluate(
-            p, mid, graph, fixed, writes, max_bytes, specs
+            p, mid, graph, fixed, graph_effects(p, mid, graph), max_bytes, specs
         )
         if not held:
             return graph
@@ -120,9 +118,9 @@ def _read_fqns(p: Program, mid: ModuleId, node: Node) -> list[str]:
     return [p.attr_fqn(mid, path, node.target) for path in p.module_paths(mid)]
 
 
-def _constant_keys(p: Program, memo: dict) -> frozenset[str]:
+def _constant_keys(p: Program) -> frozenset[str]:
     """The tensor keys of ``constant`` state that no graph writes and no output mutates."""
-    written = written_state(p, memo)
+    written = written_state(p)
     return frozenset(
         slot.tensor for slot in p.state_table().values()
         if slot.kind == st.CONSTANT and slot.tensor not in written
@@ -148,15 +146,12 @@ def _source(
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _foldable(target: Any) -> bool:
-    facts = ops.facts(target)
-    if not facts.recomputable or ops.impurity(target):
-        return False
-    return "empty" not in facts.name
+def _foldable(node: Node) -> bool:
+    return is_pure(node) and "empty" not in ops.facts(node.target).name
 
 
 def _evaluate(
-    p: Program, mid: ModuleId, graph: Graph, fixed: frozenset[str], writes: Any,
+    p: Program, mid: ModuleId, graph: Graph, fixed: frozenset[str], effects: Effects,
     max_bytes: int, specs: dict,
 ) -> tuple[dict[str, Any], set[str], set[str], set[str]]:
     """Run the graph's constant part. Returns ``(values, sources, kept, held)``: the value of
@@ -170,7 +165,7 @@ def _evaluate(
     held: set[str] = set()
     with torch.no_grad():
         for n in graph.nodes:
-            if writes.is_written(n.name):
+            if effects.is_written(n.name):
                 continue
             if n.op in (PLACEHOLDER, GET_ATTR):
                 value = _source(p, mid, n, fixed, specs)
@@ -180,7 +175,7 @@ def _evaluate(
                 continue
             if n.op != CALL_FUNCTION or not all(r.name in values for r in n.inputs()):
                 continue
-            if not _foldable(n.target) or binds_symbols(n):
+            if not _foldable(n) or binds_symbols(n):
                 continue
             try:
                 result = n.target(*thaw(n.args, _read(values)), **thaw(n.kwargs, _read(values)))

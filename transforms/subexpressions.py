@@ -7,6 +7,7 @@ from typing import Any
 
 from ir import ops
 from ir.args import IDict, IList, ISlice, Ref, map_refs
+from ir.effects import Effects, binds_symbols, graph_effects
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
@@ -15,7 +16,6 @@ from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
 from transforms.kernel import renamed_outputs
-from transforms.node_effects import binds_symbols, graph_writes, has_effect
 
 __all__ = ["cse", "literal_key"]
 
@@ -40,7 +40,7 @@ def cse(p: Program) -> Program:
         and operators that are pure (``ops.impurity`` empty: not mutating, random, effectful
         or higher-order) merge; ``call_module`` nodes never do. A value that is written in
         place anywhere in its graph, directly or through a view, alias or module call
-        (``transforms.node_effects.graph_writes``), never merges (so a copy later written in
+        (``ir.effects.graph_effects``), never merges (so a copy later written in
         place stays a copy); a node that reads a written value merges only with one that read
         it between the same writes. A node that a preserved call signature names, or that
         defines unbacked symbols (``binds_symbols``), is kept.
@@ -62,11 +62,10 @@ def cse(p: Program) -> Program:
     """
     require_program(p, "cse")
     named = signature_names(p)
-    memo: dict = {}
     merged: dict[str, str] = {}  # in the root graph: merged name -> representative
 
     def merge(mid: ModuleId, graph: Graph) -> Graph:
-        writes = graph_writes(p, mid, graph, memo)
+        effects = graph_effects(p, mid, graph)
         version: dict[str, int] = {}  # alias group -> writes seen so far
         alias: dict[str, Ref] = {}
         seen: dict[Any, Ref] = {}
@@ -79,18 +78,18 @@ def cse(p: Program) -> Program:
             args, kwargs = map_refs(n.args, read), map_refs(n.kwargs, read)
             node = n.replace(args=args, kwargs=kwargs)
             if (
-                _mergeable(p, mid, node, memo)
+                _mergeable(node, effects)
                 and n.name not in named
-                and not writes.is_written(n.name)
+                and not effects.is_written(n.name)
                 and not binds_symbols(n)
             ):
-                key = _key(node, writes, version)
+                key = _key(node, effects, version)
                 found = seen.get(key)
                 if found is not None:
                     alias[n.name] = found
                     continue
                 seen[key] = node.ref
-            for group in writes.writes.get(n.name, ()):
+            for group in dict.fromkeys(effects.group(v) for v in effects.writes(n.name)):
                 version[group] = version.get(group, 0) + 1
             nodes.append(node)
         if not alias:
@@ -105,15 +104,13 @@ def cse(p: Program) -> Program:
     return out.replace(signature=renamed_outputs(p.signature, merged))
 
 
-def _mergeable(p: Program, mid: ModuleId, node: Node, memo: dict) -> bool:
+def _mergeable(node: Node, effects: Effects) -> bool:
     if node.op == GET_ATTR:
         return True
-    if node.op not in (CALL_FUNCTION, CALL_METHOD):
-        return False
-    return not has_effect(p, mid, node, memo)
+    return node.op in (CALL_FUNCTION, CALL_METHOD) and not effects.has_effect(node.name)
 
 
-def _key(node: Node, writes: Any, version: dict[str, int]) -> tuple:
+def _key(node: Node, effects: Effects, version: dict[str, int]) -> tuple:
     args: Any = node.args
     kwargs: Any = node.kwargs
     if node.op == CALL_FUNCTION and ops.facts(node.target).params:
@@ -121,9 +118,9 @@ def _key(node: Node, writes: Any, version: dict[str, int]) -> tuple:
         if normal is not None:
             args, kwargs = normal, ()
     versions = tuple(
-        version.get(writes.group.get(r.name, r.name), 0)
+        version.get(effects.group(r.name), 0)
         for r in node.inputs()
-        if writes.is_written(r.name)
+        if effects.is_written(r.name)
     )
     frames = node.module_frames
     return (

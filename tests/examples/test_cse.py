@@ -247,12 +247,10 @@ def test_laws_on_hand_built_programs():
 def test_the_laws_catch_a_cse_that_merges_written_copies(monkeypatch):
     """The law checkers have teeth here: a cse that ignores writes breaks semantics."""
     import transforms.subexpressions as module
-    from transforms.node_effects import GraphWrites
+    from ir.effects import Effects
 
-    monkeypatch.setattr(
-        module, "graph_writes",
-        lambda p, mid, graph, memo=None: GraphWrites({}, frozenset(), {}, frozenset()),
-    )
+    nothing = Effects({}, frozenset(), {}, frozenset(), frozenset(), frozenset(), frozenset())
+    monkeypatch.setattr(module, "graph_effects", lambda p, mid, graph: nothing)
     before = program("""\
 program:
   inputs:
@@ -277,7 +275,7 @@ def test_laws_on_generated_programs():
 
 def test_a_copy_a_called_module_writes_is_not_merged():
     """The callee writes its argument in place (``copy_`` into its placeholder): the caller's
-    value is written, so the two clones stay apart (``node_effects.graph_writes`` follows
+    value is written, so the two clones stay apart (``ir.effects.graph_effects`` follows
     the call)."""
     before = program("""\
 program:

@@ -21,6 +21,7 @@ import attrs
 
 from ir import ops
 from ir.args import IDict, IList, Ref, map_refs, ref
+from ir.effects import Effects, graph_effects, written_args
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -206,6 +207,7 @@ def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
             out, renames = _rewrite_graph(
                 graph, index, run, path, gi, per_match,
                 barriers if mid == p.root else _NO_BARRIERS, depth,
+                effects=graph_effects(p, mid, graph),
             )
             new_graphs.append(out)
             if mid == p.root and gi == 0:
@@ -321,27 +323,30 @@ class _Work:
     what the rewrites of that graph need to know: where it is (``path``, ``gi``), whether a
     replacement may be traced per match (``per_match``), the preserved calls it must keep
     whole, the deepest pattern, the run it belongs to (``run``: the rewrites done, the skips
-    counted, the guard rows, ``fixpoint``) and the renames of results."""
+    counted, the guard rows, ``fixpoint``) and the renames of results. ``effects``: the graph's
+    ``ir.effects.Effects``, what its nodes write (without it, each node's ``written_args``)."""
 
     def __init__(
         self, graph: Graph, path: str, gi: int, per_match: bool, barriers: _Barriers,
-        depth: int, run: _Run,
+        depth: int, run: _Run, effects: Effects | None = None,
     ) -> None:
         self.node: dict[str, Node] = {}
         self.key: dict[str, tuple] = {}
         self.users: dict[str, dict[str, None]] = {}
         self.by_target: dict[int, dict[str, None]] = {}
-        self.written: set[str] = set()
+        self.written: set[str] = set()  #: the values a node writes in place (not their aliases)
         self.mutations: list[tuple] = []  #: sorted keys of the nodes that write in place
         for i, n in enumerate(graph.nodes):
-            self.add(n, (i,))
+            self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
         self.taken = Names(self.node)
         self.path, self.gi, self.per_match = path, gi, per_match
         self.barriers, self.depth, self.done = barriers, depth, run.done
         self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
         self.renames: dict[str, str] = {}
 
-    def add(self, n: Node, key: tuple) -> None:
+    def add(self, n: Node, key: tuple, writes: tuple[str, ...] | None = None) -> None:
+        """Take node ``n`` in at ``key``; ``writes``: what it writes in place (default: what
+        ``ir.effects.written_args`` says of a new node)."""
         self.node[n.name] = n
         self.key[n.name] = key
         self.users.setdefault(n.name, {})
@@ -349,13 +354,11 @@ class _Work:
             self.users.setdefault(r.name, {})[n.name] = None
         if n.op == CALL_FUNCTION:
             self.by_target.setdefault(id(n.target), {})[n.name] = None
-            written = ops.facts(n.target).written
-            if written or ops.is_mutating(n.target):
-                bisect.insort(self.mutations, key)
-            if written:
-                for pos in written:
-                    if pos < len(n.args) and type(n.args[pos]) is Ref:
-                        self.written.add(n.args[pos].name)
+        if writes is None:
+            writes = written_args(n)
+        if writes:
+            bisect.insort(self.mutations, key)
+            self.written.update(writes)
 
     def remove(self, name: str) -> None:
         n = self.node.pop(name)
@@ -366,9 +369,9 @@ class _Work:
                 readers.pop(name, None)
         if n.op == CALL_FUNCTION:
             self.by_target[id(n.target)].pop(name, None)
-            at = bisect.bisect_left(self.mutations, key)
-            if at < len(self.mutations) and self.mutations[at] == key:
-                del self.mutations[at]
+        at = bisect.bisect_left(self.mutations, key)
+        if at < len(self.mutations) and self.mutations[at] == key:
+            del self.mutations[at]
 
     def mutates_between(self, lo: tuple, hi: tuple) -> bool:
         """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""
@@ -401,10 +404,11 @@ class _Work:
 def _rewrite_graph(
     graph: Graph, index: Mapping[int, list], run: _Run, path: str, gi: int,
     per_match: bool = True, barriers: _Barriers = _NO_BARRIERS, depth: int = 1,
+    effects: Effects | None = None,
 ) -> tuple[Graph, dict[str, str]]:
     if not any(n.op == CALL_FUNCTION and id(n.target) in index for n in graph.nodes):
         return graph, {}
-    w = _Work(graph, path, gi, per_match, barriers, depth, run)
+    w = _Work(graph, path, gi, per_match, barriers, depth, run, effects)
     queue = collections.deque(n.name for n in graph.nodes if n.op == CALL_FUNCTION)
     steps = [0, 4 * len(graph.nodes) + 64]
     recent: collections.deque[str] = collections.deque(maxlen=16)

@@ -13,16 +13,15 @@ from typing import Any
 
 import torch
 
-from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import Ref, map_refs, thaw
+from ir.effects import is_pure, written_state
 from ir.graph import Graph
 from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, PLACEHOLDER
 from ir.program import Program
 from transforms.new_state import NewState
-from transforms.node_effects import written_state
 
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
 
@@ -66,7 +65,7 @@ def fold_into_state(p: Program, created: Collection[str]) -> Program:
         for n in graph.nodes:
             if n.name not in created or n.op != CALL_FUNCTION:
                 continue
-            if not ops.facts(n.target).recomputable:
+            if not is_pure(n):
                 continue
             if not all(r.name in values for r in n.inputs()):
                 continue

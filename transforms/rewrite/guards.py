@@ -42,6 +42,7 @@ import torch
 
 from ir import ops
 from ir.args import Ref
+from ir.effects import is_pure, is_view, written_args
 from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
@@ -99,29 +100,10 @@ def alias_guard(view: GraphView, aliases: Mapping[str, str]) -> bool:
     return True
 
 
-def is_view(node: Node) -> bool:
-    """Whether ``node``'s result may share memory with its first argument: a view operator
-    (schema result ``Tensor(a)``, not written), an alias-like one (``ir.ops.is_alias_like``), or
-    a ``getitem`` of such a node's results. O(1) after the first call per operator."""
-    if node.op == CALL_METHOD:
-        return ops.is_alias_like(node.target)
-    if node.op != CALL_FUNCTION:
-        return False
-    return _view_op(node.target)
-
-
-def _view_op(target: Any) -> bool:
-    return ops.is_alias_like(target) or ops.is_getitem(target) or ops.is_view(target)
-
-
 def _writes(node: Node) -> bool:
-    """Whether ``node`` may write one of the values it reads: an operator that writes an
-    argument, a higher-order op, a ``call_module`` (its graph may write what it is given)."""
-    if node.op == OUTPUT:
-        return False
-    if node.op in (CALL_FUNCTION, CALL_METHOD):
-        return ops.is_mutating(node.target) or bool(ops.hop_kind(node.target))
-    return True
+    """Whether ``node`` may write one of the values it reads (``ir.effects.written_args``: an
+    operator that writes an argument, a higher-order op, a ``call_module``)."""
+    return bool(written_args(node))
 
 
 def _views_of(view: GraphView, name: str):
@@ -539,11 +521,7 @@ def _absorbed_here(s: Site) -> bool:
 
 
 def _pure(s: Site) -> bool:
-    for m in s.matched:
-        t = s.view.node[m].target
-        if ops.is_mutating(t) or ops.is_effectful(t) or ops.is_random(t):
-            return False
-    return True
+    return all(is_pure(s.view.node[m]) for m in s.matched)
 
 
 def _interior_unread(s: Site) -> bool:
@@ -682,15 +660,6 @@ def without(*names: str) -> tuple[Guard, ...]:
     return tuple(g for g in _SHIPPED if g.name not in names)
 
 
-def first_failing(site: Site, stage: int, table: Sequence[Guard]) -> Guard | None:
-    """The first row of ``table`` at ``stage`` that does not hold at ``site``, else ``None``.
-    O(rows · each guard's cost)."""
-    for g in table:
-        if g.stage == stage and not g.holds(site):
-            return g
-    return None
-
-
 def match_value(rule: Any, pattern: Any, b: Any, view: GraphView) -> Any:
     """The ``Match`` a rule's ``where`` sees for binding ``b`` in ``view``. O(pattern)."""
     nodes = {k: view.node[b.names[k]] for k in pattern.nodes if k in b.names}
@@ -717,8 +686,6 @@ __all__ = [
     "alias_guard",
     "barrier_guard",
     "dtype_guard",
-    "first_failing",
-    "is_view",
     "layout_guard",
     "match_value",
     "result_aliases",
