@@ -29,6 +29,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._higher_order_ops.effects import has_effects as _has_effects
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
 from torch.fx._pytree import tree_flatten_spec as torch_tree_flatten_spec
 from torch.fx.node import _side_effectful_functions
 from torch.utils._pytree import TreeSpec
@@ -44,6 +45,7 @@ __all__ = [
     "module_buffers",
     "module_children",
     "module_parameters",
+    "new_fake_mode",
     "non_persistent_buffers",
     "op_schema",
     "packet_name",
@@ -141,6 +143,16 @@ def storage_identity(tensor: torch.Tensor) -> int:
     made apart, also where storages have no data pointer (``meta``: every meta storage's
     ``data_ptr()`` is 0). Valid while the tensor is alive. Same in 2.13-2.15."""
     return tensor.untyped_storage()._cdata
+
+
+def new_fake_mode() -> Any:
+    """A new ``FakeTensorMode`` (``torch._subclasses.fake_tensor``) without a shape env: the
+    mode whose tensors ``torch.export`` puts in ``meta["val"]``. Tensors made under it are
+    ``FakeTensor``s of a real device (``cpu``) that run every operator, those without a Meta
+    kernel too (fake quantization, say), through its fallback on zero-filled real tensors.
+    The generated programs of ``ir.strategies`` make one per program, so no state is shared
+    between programs. ``FakeTensorMode()`` takes the same arguments in 2.13-2.15. O(1)."""
+    return _FakeTensorMode()
 
 
 # The logger torch's fake tensor mode reports a failed meta kernel on (``log.exception`` before
