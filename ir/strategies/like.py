@@ -31,6 +31,7 @@ variant keeps the source's preserved signatures as they are.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
@@ -351,32 +352,34 @@ def _fresh(p: Program, base: str) -> str:
 # --- inputs -------------------------------------------------------------------------------------
 
 
-def _symbols(p: Program) -> list[Any]:
-    """The free symbols of the user inputs' sizes, in the order they first appear."""
-    found: list[Any] = []
+def _symbols(p: Program) -> dict[Any, int]:
+    """The free symbols of the user inputs' sizes, in the order they first appear, each with
+    its example size (the hint of a dimension that is the symbol itself)."""
+    found: dict[Any, int] = {}
     graph = p.root_module.graph
     for spec in p.signature.user_inputs():
         val = graph.node(spec.name).meta.get("val")
         dims = val.shape if isinstance(val, torch.Tensor) else (val,)
         for d in dims:
             if isinstance(d, torch.SymInt):
-                for s in sorted(d.node.expr.free_symbols, key=str):
-                    if s not in found:
-                        found.append(s)
+                expr = d.node.expr
+                for s in sorted(expr.free_symbols, key=str):
+                    if expr == s or s not in found:
+                        found[s] = int(d.node.hint) if expr == s else found.get(s, 1)
     return found
 
 
 def _draw_sizes(draw: st.DrawFn, p: Program, said: list[str]) -> dict[Any, int]:
     """A size per dynamic dimension's symbol: its example size first, then the bounds of its
-    range (an unbounded top read as twice the example, at least 8) and their neighbours."""
+    range (at least 1; an unbounded top read as twice the example, at least 8) and their
+    neighbours."""
     ranges = p.range_constraints.value or {}
     sizes = {}
-    for s in _symbols(p):
-        hint = _hint_of(p, s)
+    for s, hint in _symbols(p).items():
         vr = ranges.get(s)
-        low = max(int(vr.lower), 0) if vr is not None else hint
-        top = vr.upper if vr is not None else hint
-        high = int(top) if top.is_finite else max(2 * hint, 8)
+        low = max(_finite(vr.lower) or 1, 1) if vr is not None else hint
+        high = _finite(vr.upper) if vr is not None else hint
+        high = max(2 * hint, 8) if high is None else high
         picks = [hint] + [v for v in (low, high, low + 1, high - 1, hint + 1, hint - 1)
                           if low <= v <= high]
         sizes[s] = draw(st.sampled_from(list(dict.fromkeys(picks))))
@@ -385,15 +388,13 @@ def _draw_sizes(draw: st.DrawFn, p: Program, said: list[str]) -> dict[Any, int]:
     return sizes
 
 
-def _hint_of(p: Program, symbol: Any) -> int:
-    graph = p.root_module.graph
-    for spec in p.signature.user_inputs():
-        val = graph.node(spec.name).meta.get("val")
-        dims = val.shape if isinstance(val, torch.Tensor) else (val,)
-        for d in dims:
-            if isinstance(d, torch.SymInt) and d.node.expr == symbol:
-                return int(d.node.hint)
-    return int(symbol.subs({}))  # pragma: no cover - every symbol comes from a plain size
+def _finite(bound: Any) -> int | None:
+    """A range bound as an int; ``None`` for an infinite one (sympy's or torch's ``int_oo``)."""
+    try:
+        value = float(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return int(value) if math.isfinite(value) else None
 
 
 def _size(d: Any, sizes: dict[Any, int]) -> int:

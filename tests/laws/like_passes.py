@@ -161,10 +161,10 @@ def _fold_by_hand(p: Program) -> Program:
     nodes, renamed = [], {}
     for n in graph.nodes:
         if n.op == CALL_FUNCTION and n.target == aten.mul.Tensor and isinstance(n.args[0], Ref) \
-                and isinstance(n.args[1], float):
+                and isinstance(n.args[1], (int, float)):
             first = by_name[n.args[0].name]
             if first.op == CALL_FUNCTION and first.target == aten.mul.Tensor \
-                    and isinstance(first.args[1], float):
+                    and isinstance(first.args[1], (int, float)):
                 folded = n.replace(name=n.name + "_folded", args=(first.args[0],
                                                                  first.args[1] * n.args[1]))
                 nodes.append(folded)  # the replaced node is deleted
@@ -189,11 +189,11 @@ def _written(graph) -> set[str]:
     return found
 
 
-COPIES = {aten.clone.default, aten._to_copy.default}
+COPIES = {aten.clone.default, aten._to_copy.default, aten.to.dtype}
 
 
 def drop_copies(p: Program, bug: str | None = None) -> Program:
-    """A ``clone`` / ``_to_copy`` that keeps the dtype, of a value that neither it nor its
+    """A ``clone`` / ``_to_copy`` / ``to`` that keeps the dtype, of a value that neither it nor its
     source is written in place later, reads the source. ``ignores_writes_to_copy``: the copy
     may be written; ``ignores_writes_to_source``: the source may be; ``ignores_dtype``: a
     ``_to_copy`` to another dtype goes too."""
@@ -312,13 +312,17 @@ class MaskedMLP(torch.nn.Module):
 
     def forward(self, x):
         h = torch.relu(self.up(x)) * self.mask
-        return self.down(h * 0.5 * 2.0 + h.clone()), self.steps * 2 * 0.5
+        h = h * 0.5 * 2.0 + h.clone().to(torch.float16).to(torch.float32)
+        return self.down(h), self.steps * 2 * 0.5
 
 
-def masked_mlp() -> tuple[torch.nn.Module, torch.export.ExportedProgram]:
-    """The model and its export with a dynamic batch (1..16, exported at 3)."""
+def masked_mlp(dynamic: bool = True) -> tuple[torch.nn.Module, torch.export.ExportedProgram]:
+    """The model and its export with a dynamic batch (1..16, exported at 3), or a static one
+    (an operator without a Meta kernel, such as fake quantization, runs on fake values only at
+    static sizes: torch's fallback runs it on real zeros)."""
     torch.manual_seed(0)
     model = MaskedMLP().eval()
     batch = torch.export.Dim("batch", min=1, max=16)
-    ep = torch.export.export(model, (torch.randn(3, 8),), dynamic_shapes=({0: batch},))
+    ep = torch.export.export(model, (torch.randn(3, 8),),
+                             dynamic_shapes=({0: batch},) if dynamic else None)
     return model, ep
