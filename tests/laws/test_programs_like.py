@@ -158,3 +158,14 @@ def test_an_unused_call_is_vacuous_too():
 
     with pytest.raises(LawViolation, match="VACUOUS"):
         check_laws(unused_neg, max_examples=15)
+
+
+def test_a_program_source_is_drawn_first_and_decomposed_through_export_ep(mlp):
+    _model, ep = mlp
+    p = import_ep(ep)
+    like = programs_like(p, forms=("decomposed",), edge_values=False, sizes=False,
+                         extra_outputs=False, state_writes=False)
+    ex = find(like, lambda ex: True, settings=FIND)
+    assert ex.variant == "decomposed"  # not "(unavailable, flat form: ...)"
+    assert ex.program != p and ex.program.is_flat
+    torch.testing.assert_close(lower(ex.program)(*ex.args), lower(p)(*ex.args))
