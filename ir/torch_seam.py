@@ -29,6 +29,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._higher_order_ops.effects import has_effects as _has_effects
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
 from torch.fx._pytree import tree_flatten_spec as torch_tree_flatten_spec
 from torch.fx.node import _side_effectful_functions
 from torch.utils._pytree import TreeSpec
@@ -65,17 +66,6 @@ __all__ = [
 # - torch_tree_flatten_spec (torch.fx._pytree.tree_flatten_spec): torch's own flatten-against-a-
 #   spec; IR graphs call ``ir.tree_calls.flatten_by_spec`` instead, which runs this. Same in
 #   2.13-2.15.
-
-
-def new_fake_mode() -> Any:
-    """A fresh fake tensor mode (``torch._subclasses.fake_tensor.FakeTensorMode()``, no shape
-    environment): factory calls made under it (``torch.empty_strided(..., device=d)``) give
-    ``FakeTensor`` values on device ``d`` holding no data, the kind of ``meta["val"]``
-    ``torch.export`` writes. The parser makes the vals of one program text under one mode.
-    Same in 2.13-2.15."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    return FakeTensorMode()
 
 
 def op_schema(target: Any) -> torch.FunctionSchema | None:
@@ -153,6 +143,17 @@ def storage_identity(tensor: torch.Tensor) -> int:
     made apart, also where storages have no data pointer (``meta``: every meta storage's
     ``data_ptr()`` is 0). Valid while the tensor is alive. Same in 2.13-2.15."""
     return tensor.untyped_storage()._cdata
+
+
+def new_fake_mode() -> Any:
+    """A new ``FakeTensorMode`` (``torch._subclasses.fake_tensor``) without a shape env: the
+    mode whose tensors ``torch.export`` puts in ``meta["val"]``. Tensors made under it are
+    ``FakeTensor``s of a real device (``cpu``) that run every operator, those without a Meta
+    kernel too (fake quantization, say), through its fallback on zero-filled real tensors.
+    The generated programs of ``ir.strategies`` make one per program, and the parser one per
+    program text, so no state is shared between programs. ``FakeTensorMode()`` takes the same
+    arguments in 2.13-2.15. O(1)."""
+    return _FakeTensorMode()
 
 
 # The logger torch's fake tensor mode reports a failed meta kernel on (``log.exception`` before

@@ -371,11 +371,13 @@ def check_laws(
         programs: a hypothesis strategy of Programs (default: ``ir.strategies.programs()``, flat
             programs as ``import_ep`` gives them, with the ops users' passes target). Map it
             through earlier passes to check a pass that expects their output, e.g.
-            ``programs().map(outline)``.
+            ``programs().map(outline)``. ``ir.strategies.programs_like(ep)`` draws your own
+            model's program and variants of it (``LikeExample`` s, each with its inputs).
         max_examples: how many programs (default: the settings' own).
         idempotent: also check ``pass_fn(pass_fn(p)) == pass_fn(p)``.
         laws: a subset of :data:`LAWS` to check instead of the default.
-        inputs: ``program -> (args, kwargs)`` for the semantics law.
+        inputs: ``program -> (args, kwargs)`` for the semantics law (default: a
+            ``LikeExample``'s own inputs, else ``ir.strategies.program_inputs``).
         allowed_errors: exception types with which the pass may decline a program.
         settings: hypothesis settings to start from. Default: the active profile (under
             purefx's pytest, ``ci``); outside a test suite, where one of hypothesis's own profiles
@@ -386,14 +388,17 @@ def check_laws(
             (fake quantization); default: the result dtype's (``ir.harness.tolerance``).
         reference: an eager function of the model, ``reference(*args, **kwargs)``; the semantics
             law compares the result's outputs with it instead of with the input program (a pass
-            that changes numerics by design). Use it with ``programs=st.just(program)``.
+            that changes numerics by design). It is called on each draw's inputs, so it fits
+            ``programs=programs_like(ep)`` (on the draws that keep the source's signature; on
+            a draw with an extra output or reader, which the reference does not return, every
+            law but semantics is checked) or ``st.just(program)``.
         allow_vacuous: accept a pass that changed none of the programs tried.
 
     Returns a :class:`LawReport` when every law holds on every program tried. Raises
     ``LawViolation`` for the shrunk program that breaks one (its message names the law and
     prints the program), and ``LawViolation("vacuous")`` when the pass changed none of the
-    programs it ran on (its result was :func:`same_program` as its input, or it declined
-    them), unless ``allow_vacuous``: a pass checked on programs it never touches is not checked.
+    programs it ran on (its result was :func:`same_program` as its input once dead code is
+    removed from both, metadata checks included, or it declined them), unless ``allow_vacuous``: a pass checked on programs it never touches is not checked.
     """
     from hypothesis import HealthCheck, given
     from hypothesis import settings as hsettings
@@ -419,14 +424,21 @@ def check_laws(
     counts = {"tried": 0, "changed": 0, "declined": 0}
 
     def laws_hold(example: _Shown) -> None:
+        drawn = example.drawn  # a Program, or a LikeExample carrying its inputs
+        here_inputs, here_laws = inputs, laws
+        if drawn is not example.program:
+            here_inputs = inputs or drawn.inputs
+            if reference is not None and not drawn.keeps_signature:
+                # an extra output the reference does not return: every law but semantics
+                here_laws = _check_laws_arg(laws, idempotent) - {"semantics"}
         result = check_program(
-            pass_fn, example.program, idempotent=idempotent, laws=laws, inputs=inputs,
+            pass_fn, example.program, idempotent=idempotent, laws=here_laws, inputs=here_inputs,
             allowed_errors=allowed_errors, atol=atol, rtol=rtol, reference=reference,
         )
         counts["tried"] += 1
         if result is None:
             counts["declined"] += 1
-        elif not same_program(result, example.program):
+        elif _changed_live(result, example.program):
             counts["changed"] += 1
 
     # one example-database key (and derandomized seed) per pass and set of laws, rather than
@@ -441,7 +453,7 @@ def check_laws(
         raise LawViolation(
             "vacuous", pass_fn,
             f"VACUOUS: the pass changed none of the {report.tried} programs it ran on "
-            f"({report}), so no law was put to the test; give programs it changes, or pass "
+            f"({report}; dead code removed from both sides), so no law was put to the test; give programs it changes, or pass "
             "allow_vacuous=True if changing nothing is right",
             None,
         )
@@ -490,17 +502,48 @@ def _storage_outside_the_tree(outside: bool) -> Any:
             set_hypothesis_home_dir(before)
 
 
+def _changed_live(result: Any, program: Program) -> bool:
+    """Whether ``result`` differs from ``program`` once dead code is removed from both
+    (``transforms.eliminate_dead_code``, metadata checks such as ``_assert_tensor_metadata``
+    dropped first: they compute nothing): what ``check_laws`` counts as a change, so a pass
+    whose only edit is a value nothing reads is vacuous. O(size of the programs)."""
+    if same_program(result, program):
+        return False
+    if not isinstance(result, Program):
+        return True
+    return not same_program(_live(result), _live(program))
+
+
+def _live(p: Program) -> Program:
+    from ir import ops
+    from transforms.dce import eliminate_dead_code
+
+    modules = p.modules
+    for mid, mod in p.modules.items():
+        graphs = tuple(
+            Graph(tuple(n for n in g.nodes
+                        if not (n.op == "call_function" and ops.is_metadata_check(n.target))))
+            for g in mod.graphs)
+        if any(len(a.nodes) != len(b.nodes) for a, b in zip(graphs, mod.graphs)):
+            modules = modules.set(mid, mod.replace(graphs=graphs))
+    return eliminate_dead_code(p.replace(modules=modules) if modules is not p.modules else p)
+
+
 class _Shown:
-    """A drawn program that hypothesis prints as text, not as a nested attrs repr: with its
-    vals (``format_program(p, vals=True)``), so the falsifying example parses back into a
-    program that runs."""
+    """A drawn program (or ``LikeExample``) that hypothesis prints as text, not as a nested
+    attrs repr: with its vals (``format_program(p, vals=True)``), so the falsifying example
+    parses back into a program that runs."""
 
-    __slots__ = ("program",)
+    __slots__ = ("drawn", "program")
 
-    def __init__(self, program: Program) -> None:
-        self.program = program
+    def __init__(self, drawn: Any) -> None:
+        self.drawn = drawn
+        self.program = drawn if isinstance(drawn, Program) else drawn.program
 
     def __repr__(self) -> str:
+        if self.drawn is not self.program:
+            return (f"\n{self.drawn.variant}\n" + describe(self.program, vals=True)
+                    + f"\ninputs: {self.drawn.args!r} {self.drawn.kwargs!r}\n")
         return "\n" + describe(self.program, vals=True) + "\n"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:

@@ -143,6 +143,18 @@ def _failing_fake_mm() -> None:
         torch.mm(a, b)
 
 
+def test_new_fake_mode_makes_fake_tensors_that_run_ops_without_a_meta_kernel():
+    mode, other = ir_seam.new_fake_mode(), ir_seam.new_fake_mode()
+    assert mode is not other
+    with mode:
+        x = torch.empty(2, 3)
+        y = torch.ops.aten.fake_quantize_per_tensor_affine.default(x, 0.1, 0, -128, 127)
+    assert x.fake_mode is mode and x.device.type == "cpu" and y.shape == (2, 3)
+    with pytest.raises(NotImplementedError):  # what a meta val did instead
+        torch.ops.aten.fake_quantize_per_tensor_affine.default(
+            torch.empty(2, 3, device="meta"), 0.1, 0, -128, 127)
+
+
 def test_fake_failures_unlogged_keeps_torchs_traceback_off_the_log(caplog):
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     with caplog.at_level(logging.ERROR):

@@ -6,6 +6,8 @@ Two tiers:
   ``import_ep`` output and valid by construction; hundreds per second. Start here.
   ``crossing_programs`` draws the same programs with values and state crossing preserved call
   boundaries in most draws (what the preserved-call stages rewrite).
+- like (``ir.strategies.programs_like``): the user's own program (an ``ExportedProgram`` or a
+  Program) and variants of it, with inputs, for ``check_laws(pass_fn, programs=...)``.
 - export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
 """
@@ -24,6 +26,7 @@ from ir.strategies.export import (
     program_specs,
     realize,
 )
+from ir.strategies.like import FORMS, LikeExample, programs_like
 from ir.strategies.programs import (
     CROSSING_FEATURES,
     DETERMINISTIC_FEATURES,
@@ -38,8 +41,29 @@ from ir.strategies.programs import (
 )
 
 __all__ = [
-    "ALL_FEATURES", "CROSSING_FEATURES", "DETERMINISTIC_FEATURES", "FEATURES", "MODULE_FEATURES", "OPT_IN_FEATURES", "PROGRAM_FEATURES", "ROOT_TYPE", "WIDTH",
-    "ModuleSpec", "ProgramSpec", "check_features", "crossing_programs", "example_inputs", "export_spec",
-    "exported_programs", "fresh_export", "module_specs", "program_inputs", "program_specs",
-    "programs", "realize",
+    "ALL_FEATURES",
+    "CROSSING_FEATURES",
+    "DETERMINISTIC_FEATURES",
+    "FEATURES",
+    "FORMS",
+    "MODULE_FEATURES",
+    "OPT_IN_FEATURES",
+    "PROGRAM_FEATURES",
+    "ROOT_TYPE",
+    "WIDTH",
+    "LikeExample",
+    "ModuleSpec",
+    "ProgramSpec",
+    "check_features",
+    "crossing_programs",
+    "example_inputs",
+    "export_spec",
+    "exported_programs",
+    "fresh_export",
+    "module_specs",
+    "program_inputs",
+    "program_specs",
+    "programs",
+    "programs_like",
+    "realize",
 ]

@@ -4,8 +4,9 @@
 module with one graph whose placeholders are the state inputs (parameters, then buffers, then
 constants: one per state fqn, aliases included, as non-strict export lists them) and then the
 user inputs; ``call_function`` nodes on ``torch.ops.aten`` overloads that carry
-``meta["nn_module_stack"]`` (so ``outline`` can rebuild the module tree) and ``meta["val"]``;
-holder modules at every module path; state slots over a table of real small tensors; the root
+``meta["nn_module_stack"]`` (so ``outline`` can rebuild the module tree) and ``meta["val"]``
+(``FakeTensor`` s of one fake mode per program, as export makes them, so every operator with a
+fake implementation runs on them); holder modules at every module path; state slots over a table of real small tensors; the root
 call signature ``""`` with its pytree ``in_spec`` / ``out_spec``. No tracing, no export: about
 900 programs per second on one core, hypothesis included (a dozen draws per program; see
 ``tests/laws/test_strategies_programs.py``), against about 150 per second through every law of
@@ -117,7 +118,7 @@ from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.ops import is_mutating
 from ir.program import Program
 from ir.state import Opaque, Slot
-from ir.torch_seam import op_schema, pytree
+from ir.torch_seam import new_fake_mode, op_schema, pytree
 
 __all__ = [
     "CROSSING_FEATURES",
@@ -431,6 +432,8 @@ class _Builder:
         self.state_values: set[str] = set()
         self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
         self.last_read: Ref | None = None  # the first operand of the latest op
+        self.mode: Any = None  # the program's fake mode, made at its first val
+        self.vals: dict[tuple, torch.Tensor] = {}  # (shape, dtype) -> its FakeTensor
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -583,7 +586,7 @@ class _Builder:
             self.input_of[fqn] = name
             self.inputs.append(sg.InputSpec(
                 input_kind, name, fqn, persistent if kind == stt.BUFFER else None))
-            self._placeholder(name, _meta_tensor(shape))
+            self._placeholder(name, self._fake(shape))
         self.state_order = tuple(fqn for fqn, *_ in rows)
 
     def _tensor(self, kind: str, shape: tuple[int, ...], requires_grad: bool) -> torch.Tensor:
@@ -606,6 +609,28 @@ class _Builder:
         self.taken.add(name)
         return name
 
+    def _fake(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The program's ``FakeTensor`` standing for a value of ``shape`` and ``dtype``, made
+        under the program's own fake mode as ``torch.export`` makes its ``val`` s (one per
+        shape and dtype, shared by the nodes of this program; never written)."""
+        key = (shape, dtype)
+        found = self.vals.get(key)
+        if found is None:
+            if self.mode is None:
+                self.mode = new_fake_mode()
+            with self.mode:
+                found = self.vals[key] = torch.empty(shape, dtype=dtype)
+        return found
+
+    def _val(self, shape: Any) -> Any:
+        if shape is None:
+            return None
+        if shape[0] == "sort":
+            return (self._fake(shape[1]), self._fake(shape[1], torch.int64))
+        if shape[0] == "dtype":
+            return self._fake(shape[1], shape[2])
+        return self._fake(shape)
+
     def _placeholder(self, name: str, val: Any) -> Ref:
         self.nodes.append(Node(PLACEHOLDER, name, name, meta=MappingProxyType({"val": val})))
         return ref(name)
@@ -613,7 +638,7 @@ class _Builder:
     def _op(self, target: Any, args: tuple, kwargs: IDict = EMPTY_DICT, shape: Any = None) -> Ref:
         base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
         name = self._name(base)
-        meta = {"nn_module_stack": dict(self.frames), "val": _meta_val(shape)}
+        meta = {"nn_module_stack": dict(self.frames), "val": self._val(shape)}
         self.made_in[name] = len(self.frames), self.frames[-1][0]
         self.last_read = next((r for r in args if isinstance(r, Ref)), self.last_read)
         self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
@@ -1097,7 +1122,7 @@ class _Builder:
         names += [self._name(f"z{i}") for i in range(n_keywords)]
         self.user_inputs = names
         for name in names:
-            self._placeholder(name, _meta_tensor(self._act()))
+            self._placeholder(name, self._fake(self._act()))
             self.inputs.append(sg.InputSpec(sg.USER_INPUT, name))
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
@@ -1326,28 +1351,6 @@ _BASE_NAMES = {
     aten.mul_.Tensor: "mul_",
     aten.relu_.default: "relu_",
 }
-
-_META: dict[Any, torch.Tensor] = {}
-
-
-def _meta_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A shared meta-device tensor standing for a value of ``shape`` (never written)."""
-    key = (shape, dtype)
-    found = _META.get(key)
-    if found is None:
-        found = _META[key] = torch.empty(shape, dtype=dtype, device="meta")
-    return found
-
-
-def _meta_val(shape: Any) -> Any:
-    if shape is None:
-        return None
-    if shape[0] == "sort":
-        return (_meta_tensor(shape[1]), _meta_tensor(shape[1], torch.int64))
-    if shape[0] == "dtype":
-        return _meta_tensor(shape[1], shape[2])
-    return _meta_tensor(shape)
-
 
 for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
     aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,

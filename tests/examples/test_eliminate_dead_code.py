@@ -155,7 +155,11 @@ def test_laws_on_hand_built_programs():
 
 
 def test_laws_on_generated_programs():
-    check_laws(eliminate_dead_code, idempotent=True, max_examples=60)
+    # check_laws judges vacuity after removing dead code from both sides, so dead-code
+    # elimination itself changes nothing there: the laws are checked all the same
+    report = check_laws(eliminate_dead_code, idempotent=True, max_examples=60,
+                        allow_vacuous=True)
+    assert report.tried == 60 and report.changed == 0
 
 
 def test_a_node_that_defines_unbacked_symbols_is_kept():

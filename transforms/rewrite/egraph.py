@@ -13,9 +13,8 @@ computes, whether the class is a *leaf* (an opaque value: see ``value_roles``) a
 node it stands for. Members of one class agree on shape, dtype and strides (``saturate``
 refuses a union that would not).
 
-What is a leaf is decided in one place, ``value_roles``: today from
-``transforms.node_effects`` (``graph_writes``, ``has_effect``); when the shared effect/alias
-analysis lands (``ir/effects.py``) only that function changes.
+What is a leaf is decided in one place, ``value_roles``, which reads the shared effect/alias
+analysis (``ir.effects.graph_effects``).
 """
 
 from __future__ import annotations
@@ -28,11 +27,11 @@ import torch
 
 from ir import ops
 from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref
+from ir.effects import graph_effects
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT
 from ir.program import Program
-from transforms.node_effects import graph_writes, has_effect
 
 LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
 
@@ -238,18 +237,17 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
     it is, never rewritten nor merged with another.
 
     A node is a leaf unless it is a pure ``call_function`` (no effect, not random, not writing:
-    ``transforms.node_effects.has_effect``) whose result is one tensor, that neither is written
-    in place (directly or through an alias: ``graph_writes``) nor reads a value that is
+    ``ir.effects``) whose result is one tensor, that neither is written in place (directly or
+    through an alias) nor reads a value that is
     (a read after a write). Placeholders (inputs, state reads), ``get_attr``, module calls,
     metadata checks and symbolic sizes are leaves.
 
-    The one adapter between the e-graph and the program's effect facts: when the shared
-    effect/alias analysis (``ir/effects.py``) lands, only this function changes.
+    The one adapter between the e-graph and the program's effect facts: it reads the shared
+    effect/alias analysis, ``ir.effects.graph_effects``.
 
     **Laws:** a pure function of ``p`` and the graph. Complexity: O(n α(n)).
     """
-    writes = graph_writes(p, mid, graph)
-    memo: dict = {}
+    effects = graph_effects(p, mid, graph)
     leaves = []
     for n in graph.nodes:
         if n.op == OUTPUT:
@@ -258,9 +256,9 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
             n.op != CALL_FUNCTION
             or not isinstance(n.meta.get("val"), torch.Tensor)
             or ops.is_metadata_check(n.target)
-            or has_effect(p, mid, n, memo)
-            or writes.is_written(n.name)
-            or any(writes.is_written(r.name) for r in n.inputs())
+            or effects.has_effect(n.name)
+            or effects.is_written(n.name)
+            or any(effects.is_written(r.name) for r in n.inputs())
         ):
             leaves.append(n.name)
     return frozenset(leaves)
