@@ -337,18 +337,30 @@ def test_kernel_finalisation_renames_output_specs_and_keeps_the_rest():
     assert kn.renamed_calls(p, {}) is p.call_signatures
 
 
-def test_kernel_written_refs_reads_positions_and_out_keywords():
-    from ir.args import Ref
-
-    x, y = Ref("x"), Ref("y")
-    assert kn.written_refs(aten.sigmoid_.default, (x,), {}) == [x]
-    assert kn.written_refs(aten.add.out, (x, x), {"out": y}) == [y]
-    assert kn.written_refs(aten.add.Tensor, (x, y), {}) == []
-    assert kn.written_refs(aten.copy_.default, (), {"self": x, "src": y}) == [x]  # by keyword
+def test_the_editor_asks_the_effect_analysis_what_an_emitted_node_writes():
+    # the editor's write check reads ir.effects.written_args (positions, out= and keywords)
     import operator
 
-    assert kn.written_refs(operator.setitem, (x, 0, y), {}) == [x]  # no schema: by position
-    assert kn.written_refs(operator.setitem, (), {}) == []
+    from ir.args import EMPTY_DICT, Ref, freeze
+    from ir.effects import written_args
+    from ir.node import CALL_FUNCTION, new_node
+
+    x, y = Ref("x"), Ref("y")
+
+    def same(v):
+        return v
+
+    def writes(target, args, kwargs=None):
+        node = new_node(CALL_FUNCTION, "n", target, freeze(args, same), freeze(kwargs or {}, same),
+                        EMPTY_DICT)
+        return written_args(node)
+
+    assert writes(aten.sigmoid_.default, (x,)) == ("x",)
+    assert writes(aten.add.out, (x, x), {"out": y}) == ("y",)
+    assert writes(aten.add.Tensor, (x, y)) == ()
+    assert writes(aten.copy_.default, (), {"self": x, "src": y}) == ("x",)  # by keyword
+    assert writes(operator.setitem, (x, 0, y)) == ("x",)  # no schema: by position
+    assert writes(operator.setitem, ()) == ()
     assert kn.base_name(aten.add.Tensor) == "add"
     assert kn.base_name(torch.relu) == "relu"
 

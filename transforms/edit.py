@@ -28,7 +28,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
-from ir.effects import graph_effects, is_pure
+from ir.effects import graph_effects, is_pure, written_args
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -505,7 +505,7 @@ class _Editor:
         late = self.after_names | {here.name}
         after = any(r.name in late for r in _refs(args, kwargs))
         if checked:
-            self.check_writes(target, args, kwargs)
+            self.check_writes(op, target, args, kwargs)
         val = self.fake(target, args, kwargs)
         name = fresh_name(kn.base_name(target), self.taken)
         node = new_node(op, name, target, args, kwargs, self.meta(val))
@@ -520,16 +520,17 @@ class _Editor:
         self.graph_changed = True
         return node.ref
 
-    def check_writes(self, target: Any, args: Any, kwargs: Any) -> None:
+    def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
         """Refuse an emitted node that writes in place anything but a value this call
-        emitted (and that is no view of another value)."""
-        for r in kn.written_refs(target, args, kwargs):
-            base = self.base_of(r.name)
+        emitted (and that is no view of another value); what it writes is
+        ``ir.effects.written_args``'s answer."""
+        for name in written_args(new_node(op, "emitted", target, args, kwargs, EMPTY_DICT)):
+            base = self.base_of(name)
             if base is None:
                 continue
             what = self.describe_value(base)
             raise PassError(
-                f"{target_name(target)} emitted at node {self.here()!r} writes %{r.name} in "
+                f"{target_name(target)} emitted at node {self.here()!r} writes %{name} in "
                 f"place, which is {what}; an edit writes only values it created: use the "
                 "functional operator (without the trailing '_' or out=), or e.write_buffer "
                 "to write a buffer"

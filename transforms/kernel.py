@@ -10,8 +10,8 @@ a new Program. What such an edit must get right is the same for every pass, and 
   for it: a ``PassError``, a rule not taken);
 - **naming and ``meta``** of a new node (``base_name``, ``new_meta``): named after its
   operator, in the module stack it runs in, with the anchor's ``stack_trace`` and its ``val``;
-- **writes** a new node makes (``written_refs``), read from the operator's schema facts
-  (``ir.ops``): a driver checks them before it lets a node in;
+- **writes** a new node makes: ``ir.effects.written_args`` of the node (the one effect
+  analysis), which a driver checks before it lets a node in;
 - **metadata across graphs** (``rederive_callers``): when the value a module graph returns
   changes dtype or shape, the ``val`` of each call of it and of everything downstream of those
   calls is derived again, up to the root, or the edit is refused where the change reaches a
@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 import attrs
 
-from ir import ops
 from ir import signature as sg
 from ir.args import Ref, thaw
 from ir.errors import PassError
@@ -57,7 +56,6 @@ __all__ = [
     "renamed_calls",
     "renamed_outputs",
     "same_val",
-    "written_refs",
 ]
 
 
@@ -87,32 +85,6 @@ def new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[st
 
 
 # --- writes --------------------------------------------------------------------------------------
-
-
-def written_refs(target: Any, args: tuple, kwargs: Any) -> list[Ref]:
-    """The values a call of ``target`` with ``args`` / ``kwargs`` writes in place: its
-    schema-mutable arguments (``Tensor(a!)``: ``sigmoid_``'s self, ``copy_``'s destination,
-    ``out=``), by position or keyword. ``[]`` for a functional operator. O(arguments)."""
-    written = ops.written_args(target)
-    if not written:
-        return []
-    params = ops.facts(target).params
-    named = dict(kwargs.items) if hasattr(kwargs, "items") and not callable(kwargs.items) else (
-        dict(kwargs) if kwargs else {}
-    )
-    found: list[Ref] = []
-    for i in written:
-        param = params[i] if i < len(params) else None
-        if param is not None and not param.kwarg_only and i < len(args):
-            value = args[i]
-        elif param is not None:
-            value = named.get(param.name)
-        else:
-            value = args[i] if i < len(args) else None
-        for x in value if isinstance(value, (tuple, list)) else (value,):
-            if type(x) is Ref:
-                found.append(x)
-    return found
 
 
 # --- listener ------------------------------------------------------------------------------------
