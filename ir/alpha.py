@@ -20,6 +20,7 @@ from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
 from ir.program import Program
+from ir.torch_seam import tensor_version
 
 
 class _Marker:
@@ -194,7 +195,7 @@ def tensor_content(value: Any) -> Any:
 
     if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.is_meta:
         return ("object", id(value))
-    version = value._version
+    version = tensor_version(value)
     held = _DIGESTS.get(id(value))
     if held is not None and held[0]() is value and held[1] == version:
         return held[2]

@@ -9,9 +9,10 @@ layers below it:
   passes (``export_ep`` inlines, the command line runs the pipeline and lowers its result, the
   laws, ``lowering/laws.py``, lower programs to compare them with torch).
 
-A module that had to sit on top of all three layers would be named in ``ON_TOP`` with the
-reason: it may import any layer, and nothing inside the three layers may import it (an import
-of an on-top module is an upward import like any other). None does today: ``ON_TOP`` is empty.
+A module that has to sit on top of all three layers is named in ``ON_TOP`` with the reason:
+it may import any layer, and nothing inside the three layers may import it (an import of an
+on-top module is an upward import like any other), except the one package that re-exports it
+under the name its issue fixed (``RE_EXPORTED``).
 
 ``bench/`` and ``tests/`` are outside the layers (they use all three); ``tests/`` may import
 ``bench/``, never the other way. Imports anywhere in a module count, also those inside
@@ -32,7 +33,14 @@ ALLOWED = {
     "transforms": {"ir", "transforms"},
     "lowering": {"ir", "transforms", "lowering"},
 }
-ON_TOP: dict[str, str] = {}
+ON_TOP: dict[str, str] = {
+    "ir/strategies/like.py": (
+        "programs_like(source) draws the user's own program in its outlined and decomposed "
+        "forms too, which are transforms.transform's and lowering.export_ep's; the strategy "
+        "is test support that the laws (lowering) consume, not IR"
+    ),
+}
+RE_EXPORTED: dict[str, str] = {"ir/strategies/like.py": "ir/strategies/__init__.py"}
 
 
 def layer_imports(path: Path, root: Path = ROOT) -> set[str]:
@@ -93,6 +101,8 @@ def test_no_module_inside_the_layers_imports_an_on_top_module():
         if rel(path) in ON_TOP:
             continue
         reached = imported_modules(path) & on_top
+        reached -= {name.removesuffix(".py").replace("/", ".")
+                    for name, by in RE_EXPORTED.items() if by == rel(path)}
         assert not reached, f"{rel(path)} imports {sorted(reached)}, which sit on top of the layers"
 
 

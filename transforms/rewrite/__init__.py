@@ -13,14 +13,13 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``interpret``: running a flat program's graph on tensors, as the laws see programs;
 - ``fold``: replacement values computed from state alone, folded into constants;
 - ``engine``: ``apply_rules``, the worklist that applies rules (taken as right) to a fixpoint,
+  the search hooks ``matches`` / ``apply_match``,
   and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
 - ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
   ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
 - ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
   assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
-- ``search``: ``matches`` / ``apply_match``, the search hooks (every match a rule has now; one
-  match applied as ``rewrite`` applies it);
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``);
 - ``egraph``: the e-graph of one IR graph (hash-consed e-nodes, union-find, rebuilding, class
   data) and ``value_roles``, what is a leaf;
@@ -35,7 +34,7 @@ One package, one idea a module, no import cycle (each imports only those above i
 from transforms.rewrite.api import rewrite, rewrite_report
 from transforms.rewrite.check import check_rule
 from transforms.rewrite.check_context import check_rule_in_context
-from transforms.rewrite.engine import Rewrite, RewriteReport, apply_rules
+from transforms.rewrite.engine import Rewrite, RewriteReport, apply_match, apply_rules, matches
 from transforms.rewrite.rule import (
     ASSUMPTIONS,
     Compiled,
@@ -52,7 +51,6 @@ from transforms.rewrite.saturate import (
     saturate,
     saturate_report,
 )
-from transforms.rewrite.search import apply_match, matches
 from transforms.rewrite.trace import LEVELS
 
 __all__ = [
