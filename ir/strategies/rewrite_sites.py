@@ -53,6 +53,12 @@ COPIES = ("clone", "contiguous", "to_copy")
 LEVELS = ("training", "core")
 
 
+def is_spec(a: Any) -> bool:
+    """Whether signature entry ``a`` is a tensor's ``(shape, dtype)`` (not a scalar, ``None`` or
+    a hyperparameter's tuple of ints). O(1)."""
+    return type(a) is tuple and len(a) == 2 and isinstance(a[1], torch.dtype)
+
+
 @attrs.frozen
 class SiteSpec:
     """One planted pattern (see the module docstring): ``args`` one signature (per argument
@@ -75,7 +81,7 @@ class SiteSpec:
         """One line that names every choice."""
         parts = []
         for a, s in zip(self.args, self.sources):
-            if isinstance(a, tuple):
+            if is_spec(a):
                 parts.append(f"{s} tensor{a[0]} {str(a[1]).replace('torch.', '')}")
             else:
                 parts.append(repr(a))
@@ -137,7 +143,7 @@ def rewrite_sites(
         args = tuple(signatures[i])
         sources = []
         for j, a in enumerate(args):
-            if not isinstance(a, tuple):
+            if not is_spec(a):
                 sources.append(None)
                 continue
             s = d(st.sampled_from(SOURCES))
@@ -165,7 +171,7 @@ def rewrite_sites(
 
 
 def _shapes(sig: Sequence) -> tuple:
-    return tuple(a[0] if isinstance(a, tuple) else None for a in sig)
+    return tuple(a[0] if is_spec(a) else None for a in sig)
 
 
 def literal_slots(graph: Any) -> list[tuple[str, int]]:
@@ -200,7 +206,7 @@ def _values(spec: SiteSpec) -> list:
     gen = torch.Generator().manual_seed(spec.seed)
     out = []
     for a in spec.args:
-        if not isinstance(a, tuple):
+        if not is_spec(a):
             out.append(a)
             continue
         shape, dtype = a
@@ -251,7 +257,7 @@ class SiteRoot(torch.nn.Module):
 
     def _args(self, tensors: Sequence[torch.Tensor]) -> list:
         it = iter(tensors)
-        return [next(it) if isinstance(a, tuple) else a for a in self.spec.args]
+        return [next(it) if is_spec(a) else a for a in self.spec.args]
 
     def _rest(self, *xs: Any) -> Any:
         env = dict(zip(self._live, xs))
@@ -270,7 +276,7 @@ class SiteRoot(torch.nn.Module):
                 v = getattr(self, f"arg{j}")
             elif s == "shared":
                 k = next(k for k in range(j) if spec.args[k] == a)
-                v = vals[sum(1 for x in spec.args[:k] if isinstance(x, tuple))]
+                v = vals[sum(1 for x in spec.args[:k] if is_spec(x))]
             else:
                 u = next(it)
                 if s == "computed":

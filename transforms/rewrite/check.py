@@ -56,6 +56,7 @@ from ir.harness import (
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
 from ir.program import Program
+from ir.strategies.rewrite_sites import is_spec
 from ir.strategies.values import (
     FLOAT_DTYPES,
     LAYOUTS,
@@ -91,12 +92,6 @@ _INTERLEAVED = (torch.float64, torch.int64, torch.float16, torch.bool, torch.bfl
                 torch.int32, torch.float32)
 FINITE = frozenset({"no_nans", "no_infs", "no_signed_zeros"})
 """What a rule with ``specials=False`` is checked under: finite values, one zero."""
-
-
-def is_spec(a: Any) -> bool:
-    """Whether signature entry ``a`` is a tensor's ``(shape, dtype)`` (not a scalar, ``None`` or
-    a hyperparameter's tuple of ints). O(1)."""
-    return type(a) is tuple and len(a) == 2 and isinstance(a[1], torch.dtype)
 
 
 @attrs.frozen
