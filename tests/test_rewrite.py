@@ -243,8 +243,13 @@ def test_rewrite_obeys_the_pass_laws():
         applied.append(sum(report.counts.values()))
         return q
 
-    check_laws(rewrite_rules, max_examples=25, idempotent=True)
-    assert len(applied) >= 25  # (sites are rare in generated programs: the next test has some)
+    from ir.strategies import programs
+
+    # programs with activations hold relu∘relu and silu sites; vacuity is judged after dead
+    # code is removed, so a run that rewrites nothing would fail here
+    report = check_laws(rewrite_rules, programs=programs(always={"activations"}),
+                        max_examples=25, idempotent=True)
+    assert len(applied) >= 25 and report.changed > 0
 
 
 @pytest.mark.parametrize("level", ["training", "core", "outlined"])

@@ -326,7 +326,10 @@ class _Editor:
             self.before: list[Node] = []
             self.after: list[Node] = []
             self.after_names: set[str] = set()
+            self.private_writes: list[tuple[Any, str]] = []
             result = visit(node, e)
+            if self.private_writes and (result is None or not is_pure(node)):
+                self.refuse_write(*self.private_writes[0])  # the node still reads the value
             if e.args is not args or e._kwargs is not kwargs:
                 node_now = self.reargued(current, e.args, e._kwargs)
             elif current is not node:
@@ -522,19 +525,40 @@ class _Editor:
 
     def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
         """Refuse an emitted node that writes in place anything but a value this call
-        emitted (and that is no view of another value); what it writes is
-        ``ir.effects.written_args``'s answer."""
+        emitted (and that is no view of another value) or an intermediate only the visited node
+        reads (``read_only_here``); what it writes is ``ir.effects.written_args``'s answer."""
         for name in written_args(new_node(op, "emitted", target, args, kwargs, EMPTY_DICT)):
             base = self.base_of(name)
             if base is None:
                 continue
-            what = self.describe_value(base)
-            raise PassError(
-                f"{target_name(target)} emitted at node {self.here()!r} writes %{name} in "
-                f"place, which is {what}; an edit writes only values it created: use the "
-                "functional operator (without the trailing '_' or out=), or e.write_buffer "
-                "to write a buffer"
-            )
+            if self.read_only_here(base):
+                self.private_writes.append((target, name))  # fine once the node is replaced
+                continue
+            self.refuse_write(target, name)
+
+    def refuse_write(self, target: Any, name: str) -> None:
+        """The ``PassError`` for an emitted node of ``target`` writing value ``name``."""
+        base = self.base_of(name) or name
+        what = self.describe_value(base)
+        raise PassError(
+            f"{target_name(target)} emitted at node {self.here()!r} writes %{name} in "
+            f"place, which is {what}; an edit writes only values it created (or an "
+            "intermediate only the node it replaces reads): use the functional operator "
+            "(without the trailing '_' or out=), or e.write_buffer to write a buffer"
+        )
+
+    def read_only_here(self, name: str) -> bool:
+        """Whether value ``name`` is an intermediate of the program that only the visited node
+        reads and that shares memory with none of its own inputs, so that writing it in place
+        changes no value anyone else sees (``relu(x)`` -> ``relu_(x)`` where nothing else
+        reads ``x``); never an input, state, an output or a view. O(arguments)."""
+        node = self.graph_obj.by_name().get(name)
+        if node is None or node.op != CALL_FUNCTION or self.fqn_of(Ref(name)) is not None:
+            return False
+        if self.graph_obj.users().get(name, ()) != (self.e.node.name,):
+            return False
+        effects = graph_effects(self.p, self.mid, self.graph_obj)
+        return not any(effects.aliases(name, r.name) for r in node.inputs())
 
     def base_of(self, name: str) -> str | None:
         """``None`` when value ``name`` is one this call emitted and that shares memory
@@ -563,7 +587,7 @@ class _Editor:
         if fqn is not None:
             slot = self.slot(fqn)
             return f"{slot.kind} {fqn!r}" if slot is not None else f"state {fqn!r}"
-        return "a value the program computes (read elsewhere)"
+        return "a value the program computes that another node reads or that aliases another"
 
     def meta(self, val: Any) -> Mapping[str, Any]:
         src = self.e.node.meta

@@ -428,7 +428,9 @@ PLANTED = [
     (dce_drops_unread_copy, {}, "semantics", EXAMPLES),
     (dce_drops_dead_draws, {}, "semantics", EXAMPLES),
     (dce_drops_unread_module_calls, {"programs": OUTLINED}, "semantics", 200),
-    (cse_ignores_literals, {}, "semantics", EXAMPLES),
+    # merging values of other shapes: the editor refuses the shape change at an output spec
+    # (raises) or the numbers differ (semantics), whichever the drawn program meets first
+    (cse_ignores_literals, {}, ("raises", "semantics"), EXAMPLES),
     (cse_ignores_kwargs, {}, "semantics", EXAMPLES),
     (swap_sub_operands, {}, "semantics", EXAMPLES),
     (gelu_to_tanh_approximation, {}, "semantics", EXAMPLES),
@@ -472,8 +474,8 @@ def test_a_heldout_bug_is_caught(planted, options, law, examples):
     with pytest.raises(LawViolation) as caught:
         check_laws(planted, max_examples=examples, settings=NO_SHRINK, **options)
     line = str(caught.value).splitlines()[0]
-    assert caught.value.law == law, line
-    assert re.match(f"law {law!r} broken by {planted.__name__}: ", line), line
+    assert caught.value.law in (law if isinstance(law, tuple) else (law,)), line
+    assert re.match(f"law {caught.value.law!r} broken by {planted.__name__}: ", line), line
 
 
 @pytest.mark.parametrize("correct, options", _cases(

@@ -44,8 +44,8 @@ PLANTED = [
     (lp.commute_adds, "forgets_alpha", "defaults", "semantics", 100),
     (lp.commute_adds, "sub_too", "defaults", "semantics", 40),
     (lp.freeze_buffers, "ignores_writes", "like", "semantics", 20),
-    (lp.relu_in_place, "on_inputs", "defaults", "semantics", 40),
-    (lp.relu_in_place, "read_later", "defaults", "semantics", 40),
+    (lp.relu_in_place, "on_inputs", "defaults", "raises", 40),  # the editor refuses it
+    (lp.relu_in_place, "read_later", "defaults", "raises", 40),  # the editor refuses it
     (lp.quantize_weights_unused, None, "like", "vacuous", 5),
 ]
 
