@@ -526,11 +526,19 @@ def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
 def _holds(site: guards.Site, stage: int, w: _Work) -> bool:
     """Whether every guard of ``stage`` holds at ``site``; else counts the first that does not
     (``RewriteReport.skipped``)."""
+    failing = _first_failing(site, stage, w)
+    if failing is not None:
+        w.skipped[failing.name] = w.skipped.get(failing.name, 0) + 1
+    return failing is None
+
+
+def _first_failing(site: guards.Site, stage: int, w: _Work) -> guards.Guard | None:
+    """The first guard of ``stage`` that does not hold at ``site``, else ``None``. O(guards of
+    the stage · each guard's cost)."""
     for g in w.table[stage]:
         if not g.holds(site):
-            w.skipped[g.name] = w.skipped.get(g.name, 0) + 1
-            return False
-    return True
+            return g
+    return None
 
 
 def _planned(site: guards.Site, w: _Work) -> guards.Site:
@@ -948,14 +956,14 @@ def _taken(rule: Rule, c, b, w: _Work):
     for stage, fill in steps:
         if fill is not None:
             site = fill(site, w)
-        failing = guards.first_failing(site, stage, w.table[stage])
+        failing = _first_failing(site, stage, w)
         if failing is not None:
             return failing
     inst = _instantiate(site, w)
     if not inst.raised:
         _refuse_literal_results(rule, site, inst, w)
     site = _with_instance(site, inst, w)
-    failing = guards.first_failing(site, guards.INSTANCE, w.table[guards.INSTANCE])
+    failing = _first_failing(site, guards.INSTANCE, w)
     if failing is not None:
         _give_back(inst, site, w)
         return failing

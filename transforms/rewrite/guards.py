@@ -660,16 +660,6 @@ def without(*names: str) -> tuple[Guard, ...]:
     return tuple(g for g in _SHIPPED if g.name not in names)
 
 
-def first_failing(site: Site, stage: int, table: Sequence[Guard]) -> Guard | None:
-    """The first row of ``table`` at ``stage`` that does not hold at ``site``, else ``None``
-    (what ``search.apply_match`` checks a match against, stage by stage). O(rows · each
-    guard's cost)."""
-    for g in table:
-        if g.stage == stage and not g.holds(site):
-            return g
-    return None
-
-
 def match_value(rule: Any, pattern: Any, b: Any, view: GraphView) -> Any:
     """The ``Match`` a rule's ``where`` sees for binding ``b`` in ``view``. O(pattern)."""
     nodes = {k: view.node[b.names[k]] for k in pattern.nodes if k in b.names}
