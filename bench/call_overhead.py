@@ -260,6 +260,14 @@ def time_rounds(
     """Median microseconds per call of each caller: ``rounds`` rounds, each timing ``calls``
     calls of every caller in turn, starting one caller later each round. ``clock`` is
     ``time.perf_counter`` (wall) or ``time.thread_time`` (this thread's CPU time)."""
+    return {n: statistics.median(s) for n, s in round_samples(callers, rounds, calls, clock).items()}
+
+
+def round_samples(
+    callers: dict[str, Callable[[], Any]], rounds: int, calls: int, clock: Callable = time.perf_counter
+) -> dict[str, list[float]]:
+    """Microseconds per call of each caller in each round (``time_rounds``' samples, in round
+    order, so that the callers' samples of one round can be paired)."""
     names = list(callers)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
@@ -270,7 +278,15 @@ def time_rounds(
             for _ in range(calls):
                 f()
             samples[name].append((clock() - start) / calls * 1e6)
-    return {n: statistics.median(s) for n, s in samples.items()}
+    return samples
+
+
+def paired_ratio(samples: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over rounds of ``a``'s time over ``b``'s in the same round: the two were
+    timed one right after the other, so what the machine did meanwhile (another process, a
+    slower clock) weighs on both, and this ratio moves less between runs than the ratio of
+    the medians."""
+    return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
 
 
 def breakdown(prepared: dict[str, Any], rounds: int, calls: int, clock: Callable) -> dict[str, float]:
@@ -365,8 +381,14 @@ def run(
         with torch.no_grad():
             _check_agree(name, prepared)
             gc.collect()
-            times = time_rounds(prepared["callers"], rounds, calls, CLOCKS[clock])
-            record: dict[str, Any] = {"us": times}
+            samples = round_samples(prepared["callers"], rounds, calls, CLOCKS[clock])
+            record: dict[str, Any] = {
+                "us": {n: statistics.median(s) for n, s in samples.items()},
+                "paired": {
+                    "purefx / floor": paired_ratio(samples, "purefx", "floor"),
+                    "purefx / eager": paired_ratio(samples, "purefx", "eager"),
+                },
+            }
             if with_breakdown:
                 record["breakdown"] = breakdown(prepared, rounds, calls, CLOCKS[clock])
         results[name] = record
@@ -388,17 +410,26 @@ def _check_agree(name: str, prepared: dict[str, Any]) -> None:
 def table(results: dict[str, Any]) -> list[str]:
     """The markdown table of the four callers and purefx's ratios."""
     lines = [
-        "| model | eager | floor | ep.module() | purefx | purefx / floor | purefx / eager |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        (
+            "| model | eager | floor | ep.module() | purefx | purefx / floor | purefx / eager "
+            "| paired / floor | paired / eager |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, record in results.items():
         us = record["us"]
+        paired = record.get("paired") or {}
         lines.append(
             f"| {name} | {us['eager']:.1f} us | {us['floor']:.1f} us | {us['ep.module()']:.1f} us "
             f"| {us['purefx']:.1f} us | {us['purefx'] / us['floor']:.2f}x "
-            f"| {us['purefx'] / us['eager']:.2f}x |"
+            f"| {us['purefx'] / us['eager']:.2f}x "
+            f"| {_ratio(paired.get('purefx / floor'))} | {_ratio(paired.get('purefx / eager'))} |"
         )
     return lines
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
 
 
 def breakdown_table(results: dict[str, Any]) -> list[str]:

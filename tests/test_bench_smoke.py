@@ -116,6 +116,10 @@ def test_call_overhead_runs_every_caller_on_small_models(tmp_path: Path) -> None
     for record in result.values():
         assert set(record["us"]) == {"eager", "floor", "ep.module()", "purefx"}
         assert all(v > 0 for v in record["us"].values())
+        # one round: the paired ratio is that round's ratio, the ratio of the medians
+        assert record["paired"]["purefx / floor"] == pytest.approx(
+            record["us"]["purefx"] / record["us"]["floor"]
+        )
         assert {"flatten", "checks", "body", "submodules", "unflatten", "entry", "call"} <= set(
             record["breakdown"]
         )
@@ -127,3 +131,13 @@ def test_call_overhead_builds_the_gpt2_and_transformer_cases() -> None:
 
     result = call_overhead.run(["transformer2", "gpt2"], rounds=1, calls=1, with_breakdown=False)
     assert set(result) == {"transformer2", "gpt2"}
+
+
+def test_paired_ratio_is_the_median_of_ratios_taken_in_the_same_round() -> None:
+    """Round by round: 2/1, 3/2, 40/10 -> median 2.0, where the ratio of the medians is
+    3/2 = 1.5 (the slow third round weighs on both callers)."""
+    from bench import call_overhead
+
+    samples = {"purefx": [2.0, 3.0, 40.0], "floor": [1.0, 2.0, 10.0]}
+    assert call_overhead.paired_ratio(samples, "purefx", "floor") == 2.0
+    assert call_overhead.paired_ratio(samples, "floor", "purefx") == 0.5
