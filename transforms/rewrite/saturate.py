@@ -90,7 +90,9 @@ class SaturationReport:
       assumptions not granted, a reverse that computes nothing);
     - ``seconds``: wall time of each phase (``check`` the rules, ``saturate``, ``extract``,
       ``build``, ``greedy`` rewrite and costing): a measurement, the one field that is not
-      a function of the arguments.
+      a function of the arguments;
+    - ``classes``: per graph, the e-graph's e-classes after building and after each round
+      (``sizes``' twin: their gap is what the rounds proved equal).
     """
 
     sizes: tuple[tuple[int, ...], ...]
@@ -103,6 +105,7 @@ class SaturationReport:
     rewrites: Mapping[str, int]
     skipped_rules: Mapping[str, str]
     seconds: Mapping[str, float] = MappingProxyType({})
+    classes: tuple[tuple[int, ...], ...] = ()
 
     def __str__(self) -> str:
         lines = [
@@ -112,7 +115,9 @@ class SaturationReport:
             "rewrites: " + (", ".join(f"{k} {v}" for k, v in self.rewrites.items()) or "none"),
         ]
         for i, (sizes, why) in enumerate(zip(self.sizes, self.stopped)):
-            lines.append(f"graph {i}: e-nodes {' '.join(map(str, sizes))}; stopped: {why}")
+            counted = self.classes[i] if i < len(self.classes) else ()
+            tail = f"; e-classes {' '.join(map(str, counted))}" if counted else ""
+            lines.append(f"graph {i}: e-nodes {' '.join(map(str, sizes))}{tail}; stopped: {why}")
         for name, why in self.skipped_rules.items():
             lines.append(f"not applied: {name!r}: {why}")
         return "\n".join(lines)
@@ -200,12 +205,14 @@ def saturate_report(
 
     deadline = time.monotonic() + limits.seconds
     sizes: list[tuple[int, ...]] = []
+    classes: list[tuple[int, ...]] = []
     stopped: list[str] = []
     plans: dict[int, Plan] = {}
     for mid, graph in graphs:
         geg = from_graph(p, mid, graph)
-        grown, why = _saturate(geg.eg, compiled, limits, deadline)
+        grown, counted, why = _saturate(geg.eg, compiled, limits, deadline)
         sizes.append(grown)
+        classes.append(counted)
         stopped.append(why)
         lap("saturate")
         plans[id(graph)] = plan(geg, graph, cost, deadline)
@@ -236,6 +243,7 @@ def saturate_report(
     report = SaturationReport(
         tuple(sizes), tuple(stopped), before, after, chosen, extractor, greedy_cost,
         MappingProxyType(rewrites), MappingProxyType(skipped), MappingProxyType(seconds),
+        tuple(classes),
     )
     return q, report
 
@@ -299,11 +307,12 @@ def _reverse(r: Rule) -> Rule:
 
 
 def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
-              deadline: float) -> tuple[tuple[int, ...], str]:
+              deadline: float) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """Rounds of matching and adding, with egg's backoff scheduler: a rule that matches more
     than its limit in a round is banned (its matches dropped) for a number of rounds; both
-    double at each ban. Returns the e-node counts per round and why it stopped."""
+    double at each ban. Returns the e-node and e-class counts per round and why it stopped."""
     sizes = [eg.size]
+    classes = [len(eg.classes)]
     base_limit = limits.match_limit or max(1000, eg.size)
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
@@ -311,7 +320,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
         if time.monotonic() > deadline:
-            return tuple(sizes), "seconds"
+            return tuple(sizes), tuple(classes), "seconds"
         by_op: dict[Any, list[tuple[ENode, int]]] = {}
         for c, nodes in eg.classes.items():
             for n in nodes:
@@ -347,15 +356,16 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
                 break
         eg.rebuild()
         sizes.append(eg.size)
+        classes.append(len(eg.classes))
         if eg.size > limits.nodes:
-            return tuple(sizes), "nodes"
+            return tuple(sizes), tuple(classes), "nodes"
         if time.monotonic() > deadline:
-            return tuple(sizes), "seconds"
+            return tuple(sizes), tuple(classes), "seconds"
         if not changed:
             if not banned_now:
-                return tuple(sizes), "saturated"
+                return tuple(sizes), tuple(classes), "saturated"
             banned_until = [0] * len(rules)  # nothing else to do: the banned rules run again
-    return tuple(sizes), "iterations"
+    return tuple(sizes), tuple(classes), "iterations"
 
 
 def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict) -> bool:
