@@ -348,6 +348,34 @@ def run_models(n_cases: int | None, max_states: int, out: Any = sys.stdout,
     return rows
 
 
+def growth_pictures(folder: str) -> list[str]:
+    """Write the e-graph growth charts of docs/search.md's two walk-throughs (the matrix chain
+    ``chain3_1`` and ``gpt2_1layer``) as ``.svg`` files in ``folder``; returns their paths."""
+    import os
+
+    from lowering.plot import line_chart
+    from transforms.rewrite.rules import ATTENTION_ASSUMES
+
+    shapes = ((1024, 1024), (1024, 1024), (1024, 8))
+    chain = import_ep(torch.export.export(_Fn(_chain(3)), tuple(torch.rand(*s) for s in shapes)))
+    _, chain_report = saturate_report(chain, [rules()["assoc"]], assume=R)
+    model, args = _transformers_model("gpt2", 1)
+    gpt2 = import_ep(torch.export.export(model, args))
+    _, gpt2_report = saturate_report(gpt2, model_rules(), assume=R | ATTENTION_ASSUMES)
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for name, report in (("chain", chain_report), ("gpt2", gpt2_report)):
+        svg = line_chart({"e-nodes": list(report.sizes[0]), "e-classes": list(report.classes[0])},
+                         x_label="round (0: the e-graph as built)", y_label="count",
+                         title=f"{name}: the e-graph's growth per round", standalone=True,
+                         zero=False)
+        path = os.path.join(folder, f"search-{name}-growth.svg")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(svg + "\n")
+        paths.append(path)
+    return paths
+
+
 # --- scaling ---------------------------------------------------------------------------------------
 
 
@@ -417,8 +445,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 300, 1000, 3000, 10000])
     ap.add_argument("--models", type=int, default=None,
                     help="run the first N transformers programs (0: none)")
+    ap.add_argument("--pictures", metavar="DIR",
+                    help="only write the walk-throughs' growth charts (docs/images) there")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)  # torch's pytree deprecation, per deepcopy
+    if args.pictures:
+        print("\n".join(growth_pictures(args.pictures)))
+        return
     run_suite(args.cases, args.states)
     if args.models != 0:
         run_models(args.models, args.states)

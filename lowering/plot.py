@@ -43,6 +43,8 @@ def line_chart(
     title: str = "",
     width: int = 520,
     height: int = 260,
+    standalone: bool = False,
+    zero: bool = True,
 ) -> str:
     """One ``<svg>`` element charting each of ``series`` (name -> values) against the values'
     index, ``0 .. len - 1``, on shared axes from zero.
@@ -52,6 +54,10 @@ def line_chart(
         x_label, y_label: the axis labels (escaped).
         title: the chart's accessible title (``<title>``), default the y label.
         width, height: the drawing's size in pixels.
+        zero: the y axis starts at 0; else at a round number at or below the least value
+            (growth from a large start is then visible).
+        standalone: for an ``.svg`` file of its own: with the SVG namespace (which inline
+            SVG in HTML does without).
 
     Returns:
         The SVG text: ``<polyline class="series-I" points="x,y ...">`` for the I-th series
@@ -79,24 +85,25 @@ def line_chart(
     plot_w, plot_h = width - left - right, height - top - bottom
     last = max(len(v) for v in series.values()) - 1
     x_top = max(1, last)
-    y_top = nice_ceiling(max(max(v) for v in series.values()))
+    y_lo, step, y_top = _y_axis(series, zero)
 
     def x_of(i: float) -> float:
         return left + plot_w * i / x_top
 
     def y_of(v: float) -> float:
-        return top + plot_h * (1 - v / y_top)
+        return top + plot_h * (1 - (v - y_lo) / (y_top - y_lo))
 
+    space = ' xmlns="http://www.w3.org/2000/svg"' if standalone else ""
     out = [
-        (f'<svg class="chart" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" role="img">'),
+        (f'<svg{space} class="chart" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" font-family="sans-serif">'),
         f"<title>{_e(title or y_label)}</title>",
         (f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fff" '
         'stroke="#d8dee6"/>'),
     ]
-    parts = _divisions(y_top)
-    for k in range(parts + 1):  # y ticks: round numbers from 0 to the top
-        v = y_top * k / parts
+    parts = round((y_top - y_lo) / step)
+    for k in range(parts + 1):  # y ticks: round numbers from the bottom to the top
+        v = y_lo + step * k
         y = y_of(v)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" '
                    'stroke="#eaeef2"/>')
@@ -130,10 +137,18 @@ def line_chart(
     return "".join(out)
 
 
-def _divisions(top: float) -> int:
-    """How many equal steps split ``top`` (a ``nice_ceiling``) into round numbers."""
-    mantissa = top / 10.0 ** math.floor(math.log10(top))
-    return 4 if abs(mantissa - 2.0) < 1e-9 else 5
+def _y_axis(series: Mapping[str, Sequence[float]], zero: bool) -> tuple[float, float, float]:
+    """The y axis: ``(bottom, tick step, top)``, round numbers around the values, about four
+    steps; steps of at least 1 where every value is an int."""
+    values = [v for vs in series.values() for v in vs]
+    high = max(values)
+    low = 0.0 if zero else min(values)
+    step = nice_ceiling((high - low) / 4) if high > low else nice_ceiling(high or 1) / 5
+    if all(float(v).is_integer() for v in values):
+        step = max(step, 1.0)
+    bottom = 0.0 if zero else math.floor(low / step) * step
+    top = max(bottom + step, math.ceil(high / step - 1e-9) * step)
+    return bottom, step, top
 
 
 def _number(v: float) -> str:

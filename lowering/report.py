@@ -266,7 +266,7 @@ def _search_section(report: Any) -> str:
             charts.append(
                 f'<figure id="growth-{i}">' + line_chart(
                     series, x_label="round (0: the e-graph as built)", y_label="count",
-                    title=f"graph {i}: the e-graph's growth per round",
+                    title=f"graph {i}: the e-graph's growth per round", zero=False,
                 ) + f"<figcaption>graph {i}: e-nodes and e-classes per round "
                 f"(stopped: {_e(why)})</figcaption></figure>"
             )
