@@ -132,4 +132,7 @@ def test_gpt2_attention_fuses_where_greedy_moves_the_scale_first():
     assert _targets(q).count(SDPA) == 2 and SOFTMAX not in _targets(q)
     assert report.cost_after < greedy_cost < report.cost_before
     assert report.rewrites.get("attention_mask") == 2
+    check = torch.ops.aten._assert_tensor_metadata.default
+    # the checks of the two softmaxes go with them (drop_dead); those of values still read stay
+    assert _targets(q).count(check) == _targets(p).count(check) - 2 > 0
     check_extracted(p, q, args, GRANTED, where="gpt2")
