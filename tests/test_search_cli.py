@@ -23,12 +23,10 @@ ASSOC = [
          both_ways=True, specials=False, assumes={"reassociate"}, max_examples=10),
 ]
 ASSOC_AND_REVERSE = [
-    ASSOC[0].__class__(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), M3,
-                       name="assoc_forward", specials=False, assumes={"reassociate"},
-                       max_examples=10),
-    ASSOC[0].__class__(lambda a, b, c: a @ (b @ c), lambda a, b, c: (a @ b) @ c, M3,
-                       name="assoc_back", specials=False, assumes={"reassociate"},
-                       max_examples=10),
+    Rule(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), M3, name="assoc_forward",
+         specials=False, assumes={"reassociate"}, max_examples=10),
+    Rule(lambda a, b, c: a @ (b @ c), lambda a, b, c: (a @ b) @ c, M3, name="assoc_back",
+         specials=False, assumes={"reassociate"}, max_examples=10),
 ]
 NONE = []
 '''
