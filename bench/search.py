@@ -13,6 +13,9 @@ are trusted (the tests check them and the extracted programs); two-way rules are
   direction (the greedy engine pinned to one anchor node at a time), programs deduplicated by
   alpha key, until nothing new (capped at ``--states`` programs): the cheapest reached.
 
+Then attention in transformers models (``model_suite``: tiny GPT-2 and BERT, eager attention,
+``move_scale`` both ways and the shipped ``ATTENTION`` set), the same three searches.
+
 Each extracted program is checked against the original on random inputs
 (``check_extracted``). Then a scaling run: programs of N nodes (blocks of
 ``relu((h @ a) @ b) * 0.5 + h``), time of ``saturate`` against N and the log-log slope; and two
@@ -266,6 +269,113 @@ def run_suite(n_cases: int | None, max_states: int, out: Any = sys.stdout) -> li
     return rows
 
 
+# --- attention in transformers models --------------------------------------------------------------
+
+
+def _transformers_model(kind: str, layers: int) -> tuple[torch.nn.Module, tuple]:
+    import transformers
+
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=layers,
+                                      n_head=2, use_cache=False, attn_implementation="eager")
+        model = transformers.GPT2Model(cfg)
+    else:
+        cfg = transformers.BertConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                      num_hidden_layers=layers, num_attention_heads=2,
+                                      max_position_embeddings=32, attn_implementation="eager")
+        model = transformers.BertModel(cfg)
+    ids = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    return model.eval(), (ids,)
+
+
+def model_suite() -> list[tuple[str, str, int]]:
+    """``(name, model kind, layers)`` of the transformers programs: eager attention whose scale
+    multiplies ``q @ kᵀ`` (GPT-2, BERT), searched with ``move_scale`` both ways and the shipped
+    ``ATTENTION`` set. Greedy moves the scale onto ``q`` first (graph order), so only the
+    unscaled rule fuses, leaving the ``q * s`` multiply over."""
+    return [("gpt2_1layer", "gpt2", 1), ("gpt2_2layers", "gpt2", 2),
+            ("bert_2layers", "bert", 2)]
+
+
+def model_rules() -> list[Rule]:
+    """``move_scale`` (both ways) and the ``ATTENTION`` set, trusted here (its own tests check
+    it) so that the bench times the search, not ``check_rule``."""
+    from transforms.rewrite.rules import ATTENTION
+
+    return [rules()["move_scale"], *(attrs.evolve(r, trusted=True) for r in ATTENTION)]
+
+
+def run_models(n_cases: int | None, max_states: int, out: Any = sys.stdout,
+               seconds: float = 120.0) -> list[dict]:
+    """Run the transformers programs (the first ``n_cases``) as ``run_suite`` runs its own:
+    saturate, greedy (forward rules) and the exhaustive search (capped at ``seconds``); each
+    extracted program checked against the original. Prints a table; returns the rows."""
+    from transforms.rewrite.rules import ATTENTION_ASSUMES
+
+    granted = R | ATTENTION_ASSUMES
+    chosen = model_rules()
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default
+    rows = []
+    print("\n| program | nodes | original | greedy | saturate | exhaustive | sat s | exh s "
+          "| states | chosen | fused (greedy / saturate) |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for name, kind, layers in model_suite()[:n_cases]:
+        model, args = _transformers_model(kind, layers)
+        p = import_ep(torch.export.export(model, args))
+        t0 = time.perf_counter()
+        q, report = saturate_report(p, chosen, assume=granted)
+        t_sat = time.perf_counter() - t0
+        check_extracted(p, q, args, granted, where=name)
+        g, _ = apply_rules(p, chosen)
+        greedy = program_cost(g)
+        t0 = time.perf_counter()
+        best, states = exhaustive(p, chosen, max_states, seconds=seconds)
+        t_exh = time.perf_counter() - t0
+
+        def fused(prog: Any) -> int:
+            return sum(1 for n in prog.root_module.graph.nodes if n.target == sdpa)
+
+        row = {"name": name, "nodes": len(p.root_module.graph.nodes),
+               "before": report.cost_before, "greedy": greedy, "sat": report.cost_after,
+               "exh": best, "t_sat": t_sat, "t_exh": t_exh, "states": states,
+               "chosen": report.chosen, "fused": (fused(g), fused(q)), "layers": layers,
+               "sizes": report.sizes[0], "classes": report.classes[0]}
+        rows.append(row)
+        print(f"| {name} | {row['nodes']} | {row['before']:.1f} | {greedy:.1f} | "
+              f"{row['sat']:.1f} | {best:.1f} | {t_sat:.2f} | {t_exh:.2f} | {states} | "
+              f"{report.chosen} | {fused(g)} / {fused(q)} of {layers} |", file=out, flush=True)
+    return rows
+
+
+def growth_pictures(folder: str) -> list[str]:
+    """Write the e-graph growth charts of docs/search.md's two walk-throughs (the matrix chain
+    ``chain3_1`` and ``gpt2_1layer``) as ``.svg`` files in ``folder``; returns their paths."""
+    import os
+
+    from lowering.plot import line_chart
+    from transforms.rewrite.rules import ATTENTION_ASSUMES
+
+    shapes = ((1024, 1024), (1024, 1024), (1024, 8))
+    chain = import_ep(torch.export.export(_Fn(_chain(3)), tuple(torch.rand(*s) for s in shapes)))
+    _, chain_report = saturate_report(chain, [rules()["assoc"]], assume=R)
+    model, args = _transformers_model("gpt2", 1)
+    gpt2 = import_ep(torch.export.export(model, args))
+    _, gpt2_report = saturate_report(gpt2, model_rules(), assume=R | ATTENTION_ASSUMES)
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for name, report in (("chain", chain_report), ("gpt2", gpt2_report)):
+        svg = line_chart({"e-nodes": list(report.sizes[0]), "e-classes": list(report.classes[0])},
+                         x_label="round (0: the e-graph as built)", y_label="count",
+                         title=f"{name}: the e-graph's growth per round", standalone=True,
+                         zero=False)
+        path = os.path.join(folder, f"search-{name}-growth.svg")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(svg + "\n")
+        paths.append(path)
+    return paths
+
+
 # --- scaling ---------------------------------------------------------------------------------------
 
 
@@ -333,9 +443,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cases", type=int, default=None, help="run the first N programs")
     ap.add_argument("--states", type=int, default=2000, help="exhaustive search cap")
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 300, 1000, 3000, 10000])
+    ap.add_argument("--models", type=int, default=None,
+                    help="run the first N transformers programs (0: none)")
+    ap.add_argument("--pictures", metavar="DIR",
+                    help="only write the walk-throughs' growth charts (docs/images) there")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)  # torch's pytree deprecation, per deepcopy
+    if args.pictures:
+        print("\n".join(growth_pictures(args.pictures)))
+        return
     run_suite(args.cases, args.states)
+    if args.models != 0:
+        run_models(args.models, args.states)
     if args.sizes:
         run_scaling(args.sizes)
         print("\nexplosive rules (never saturate):", file=sys.stdout)

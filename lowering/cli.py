@@ -37,7 +37,14 @@ from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
 from lowering.stages import format_stage_plan
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
-from transforms.rewrite import ASSUMPTIONS, RewriteReport, Rule, rewrite_report
+from transforms.rewrite import (
+    ASSUMPTIONS,
+    RewriteReport,
+    Rule,
+    SaturationReport,
+    rewrite_report,
+    saturate_report,
+)
 from transforms.rewrite_rules import ATTENTION_ASSUMES
 from transforms.stages import split_stages
 
@@ -61,19 +68,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         passes = _passes(args.passes)
         rules = load_rules(args.rules)
         assume = _assume(args.assume)
+        _check_search(args, rules)
         ep, source = _load(args)
         if args.stages is not None:
             plan = stage_plan(ep, args.stages)
             sys.stdout.write(f"purefx: {source}\n{plan}\n")
             return 0
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
-        result = run(ep, passes=passes, progress=progress, rules=rules, assume=assume)
+        result = run(ep, passes=passes, progress=progress, rules=rules, assume=assume,
+                     search=args.search)
         if args.out:
             save_ep(result.program, args.out)
         if args.html:
             _write(args.html, html_report(
                 source=source, stages=result.stages, verdict=result.verdict, passed=result.passed,
-                rewrites=result.rewrites,
+                rewrites=result.rewrites, search=result.search,
             ))
     except (PurefxError, UsageError) as err:
         sys.stderr.write(f"purefx: error: {_one_line(err)}\n")
@@ -117,13 +126,14 @@ class RunResult:
 
     def __init__(
         self, stages: list[Stage], module: torch.nn.Module, passed: bool | None, verdict: str,
-        rewrites: RewriteReport | None = None,
+        rewrites: RewriteReport | None = None, search: SaturationReport | None = None,
     ) -> None:
         self.stages = stages
         self.module = module
         self.passed = passed
         self.verdict = verdict
-        self.rewrites = rewrites  #: what ``--rules`` rewrote (``None``: no rules given)
+        self.rewrites = rewrites  #: what ``--rules`` rewrote (``None``: no rules, or ``--search``)
+        self.search = search  #: what ``--rules ... --search`` found (``None``: no search)
 
     @property
     def program(self) -> Program:
@@ -147,6 +157,9 @@ class RunResult:
             for name, flags in self.rewrites.not_granted.items():
                 lines.append(f"  not applied: {name} assumes {', '.join(sorted(flags))} "
                              "(grant with --assume)")
+        if self.search is not None:
+            lines.append("search:")
+            lines.extend("  " + line for line in str(self.search).splitlines())
         return "\n".join(
             [
                 *lines,
@@ -163,24 +176,34 @@ def run(
     progress: _Progress | None = None,
     rules: Sequence[Rule] = (),
     assume: frozenset[str] = frozenset(),
+    search: bool = False,
 ) -> RunResult:
     """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), then the
     rewrite ``rules`` if any (``transforms.rewrite``, one stage ``rewrite``, granting the
-    assumptions ``assume``), lower, check.
+    assumptions ``assume``; with ``search``, ``saturate_report`` instead, one stage
+    ``saturate``: equality saturation and the cheapest program extracted), lower, check.
 
     Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
+    Raises ``UsageError`` for ``search`` without rules.
     """
+    if search and not rules:
+        raise UsageError(_NO_RULES)
     chosen = list(DEFAULT_PIPELINE if passes is None else passes)
     progress = progress or _Progress(0, None)
     progress.total = len(chosen) + 2 + bool(rules)
     stages: list[Stage] = []
     report: list[RewriteReport] = []
+    searched: list[SaturationReport] = []
 
     def rewritten(program: Program) -> Program:
         out, done = rewrite_report(program, rules, assume)
         report.append(done)
         return out
 
+    def saturated(program: Program) -> Program:
+        out, done = saturate_report(program, rules, assume=assume)
+        searched.append(done)
+        return out
 
     def timed(name: str, work: Callable[[], Any]) -> Any:
         progress.start(name)
@@ -195,13 +218,16 @@ def run(
         program = timed("import_ep", lambda: import_ep(ep))
         for p in chosen:
             program = timed(_name(p), lambda p=p, program=program: p(program))
-        if rules:
+        if rules and search:
+            program = timed("saturate", lambda program=program: saturated(program))
+        elif rules:
             program = timed("rewrite", lambda program=program: rewritten(program))
         module = timed("lower", lambda: lower(program))
     finally:
         progress.close()
     passed, verdict = check(ep, module)
-    return RunResult(stages, module, passed, verdict, report[0] if report else None)
+    return RunResult(stages, module, passed, verdict, report[0] if report else None,
+                     searched[0] if searched else None)
 
 
 def check(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> tuple[bool | None, str]:
@@ -309,6 +335,25 @@ def _passes(spec: str | None) -> list[Pass] | None:
             raise UsageError(f"unknown pass {name!r}; known passes: {', '.join(known)}")
         chosen.append(known[name])
     return chosen
+
+
+_NO_RULES = (
+    "--search searches with the rewrite rules, and none were given: name them with --rules "
+    "MODULE:NAME (e.g. --rules transforms.rewrite_rules:RULES --search)"
+)
+
+
+def _check_search(args: argparse.Namespace, rules: Sequence[Rule]) -> None:
+    """``--search`` needs ``--rules`` (naming at least one rule) and is not for ``--stages``
+    (which prints the stage plan only); a ``UsageError`` saying so."""
+    if not args.search:
+        return
+    if args.stages is not None:
+        raise UsageError(
+            "--search rewrites the program, --stages only prints its stage plan: give one of them"
+        )
+    if not rules:
+        raise UsageError(_NO_RULES)
 
 
 def _assume(spec: str | None) -> frozenset[str]:
@@ -449,6 +494,15 @@ def _parser() -> argparse.ArgumentParser:
         f"shipped attention rules need {_ATTENTION_FLAGS} "
         "(transforms.rewrite_rules.ATTENTION_ASSUMES): fused attention equals eager up to "
         "rounding for finite inputs, as inductor assumes",
+    )
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="with --rules: search instead of rewriting greedily (transforms.rewrite."
+        "saturate_report: equality saturation, then the cheapest program under the roofline "
+        "cost model; a rule with both_ways=True, or passed with its reverse, never cycles); "
+        "prints the cost before and after, why the search stopped and the rewrites kept, and "
+        "--html charts the e-graph's growth per round (docs/search.md)",
     )
     parser.add_argument(
         "--stages",

@@ -18,8 +18,10 @@ import attrs
 from ir.printer import format_graph, format_program
 from ir.program import Program
 from lowering.lower import dispatch_orders
+from lowering.plot import line_chart
 
 MAX_DIFF_LINES = 4000  # per pass; a longer diff is cut, with a note saying how much is left out
+MAX_CHARTS = 8  # growth charts in the search section; the table still lists every graph
 
 
 @attrs.frozen
@@ -150,6 +152,9 @@ pre.diff .add { background: var(--add); } pre.diff .del { background: var(--del)
 pre.diff .hunk { background: var(--hunk); color: var(--dim); }
 .stat-add { color: var(--pass); } .stat-del { color: var(--fail); }
 .note { color: var(--dim); font-style: italic; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+figure { margin: 12px 0; } figcaption { color: var(--dim); font-size: 13px; }
+svg.chart text { font-family: inherit; }
 """
 
 
@@ -160,11 +165,15 @@ def html_report(
     verdict: str,
     passed: bool | None,
     rewrites: Any = None,
+    search: Any = None,
 ) -> str:
     """The whole page for one run: ``stages`` from ``import_ep`` to ``lower``; ``passed`` is
     ``None`` when the check was skipped; ``rewrites`` (a ``transforms.rewrite.RewriteReport``,
     optional) adds a section listing each rewrite: the rule, the module and graph, and the nodes
-    it replaced."""
+    it replaced; ``search`` (a ``transforms.rewrite.SaturationReport``, optional) adds one on
+    the search: cost before and after (and greedy ``rewrite``'s), which program was kept, why
+    each graph's saturation stopped, the rewrites in the extracted program, and the e-graph's
+    growth per round (e-nodes and e-classes) as an inline SVG chart per graph that grew."""
     final = next(s.program for s in reversed(stages) if s.program is not None)
     kind = "skip" if passed is None else ("pass" if passed else "fail")
     texts = _stage_texts(stages)
@@ -179,6 +188,7 @@ def html_report(
         f'<p><span class="verdict {kind}" id="verdict">{_e(verdict)}</span></p></header>',
         _stage_table(stages, texts),
         _rewrites_section(rewrites),
+        _search_section(search),
         _tree_section(final),
         _graphs_section(final),
         _diff_section(stages, texts),
@@ -203,6 +213,89 @@ def _rewrites_section(report: Any) -> str:
         "<table><thead><tr><th>rule</th><th>module</th><th>graph</th><th>replaced nodes</th>"
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
     )
+
+
+def _search_section(report: Any) -> str:
+    if report is None:
+        return ""
+    greedy = "raised" if report.greedy_cost is None else f"{report.greedy_cost:.1f}"
+    saved = (1 - report.cost_after / report.cost_before) if report.cost_before else 0.0
+    out = [
+        '<section id="search"><h2>Search (equality saturation)</h2>',
+        ('<table class="costs"><thead><tr><th>cost (roofline µs)</th><th class="num">value</th>'
+        "</tr></thead><tbody>"),
+        f'<tr><td>before</td><td class="num" id="cost-before">{report.cost_before:.1f}</td></tr>',
+        f'<tr><td>after</td><td class="num" id="cost-after">{report.cost_after:.1f}</td></tr>',
+        (f'<tr><td>greedy <code>rewrite</code>, same rules</td><td class="num" '
+        f'id="cost-greedy">{greedy}</td></tr></tbody></table>'),
+        (f"<p>kept: <b>{_e(report.chosen)}</b> ({_CHOSEN.get(report.chosen, '')}); "
+        f"{100 * saved:.1f} % cheaper; extraction: {_e(report.extractor)}</p>"),
+    ]
+    rewrites = "".join(
+        f'<tr><td class="mono">{_e(k)}</td><td class="num">{v}</td></tr>'
+        for k, v in report.rewrites.items()
+    )
+    out.append(
+        "<h3>Rewrites in the extracted program</h3>"
+        + (
+            "<table><thead><tr><th>rule</th><th class=\"num\">values computed by its "
+            f"replacement</th></tr></thead><tbody>{rewrites}</tbody></table>"
+            if rewrites else '<p class="note">none</p>'
+        )
+    )
+    if report.skipped_rules:
+        items = "".join(
+            f'<li><span class="mono">{_e(k)}</span>: {_e(v)}</li>'
+            for k, v in report.skipped_rules.items()
+        )
+        out.append(f"<p>not applied:</p><ul>{items}</ul>")
+    classes = report.classes or tuple(() for _ in report.sizes)
+    rows = []
+    charts = []
+    for i, (sizes, counted, why) in enumerate(zip(report.sizes, classes, report.stopped)):
+        rows.append(
+            f'<tr><td class="num">{i}</td><td class="num">{len(sizes) - 1}</td>'
+            f'<td class="num">{sizes[0]}</td><td class="num">{sizes[-1]}</td>'
+            f'<td class="num">{counted[-1] if counted else ""}</td>'
+            f"<td>{_e(why)} <span class=\"note\">{_e(_STOPPED.get(why, ''))}</span></td></tr>"
+        )
+        if len(charts) < MAX_CHARTS and sizes[-1] != sizes[0]:
+            series = {"e-nodes": list(sizes)}
+            if counted:
+                series["e-classes"] = list(counted)
+            charts.append(
+                f'<figure id="growth-{i}">' + line_chart(
+                    series, x_label="round (0: the e-graph as built)", y_label="count",
+                    title=f"graph {i}: the e-graph's growth per round", zero=False,
+                ) + f"<figcaption>graph {i}: e-nodes and e-classes per round "
+                f"(stopped: {_e(why)})</figcaption></figure>"
+            )
+    grew = sum(1 for sizes in report.sizes if sizes[-1] != sizes[0])
+    out.append(
+        "<h3>The e-graphs</h3><table><thead><tr><th class=\"num\">graph</th>"
+        '<th class="num">rounds</th><th class="num">e-nodes built</th>'
+        '<th class="num">e-nodes at the end</th><th class="num">e-classes at the end</th>'
+        f"<th>stopped</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    out.extend(charts)
+    if grew > len(charts):
+        out.append(f'<p class="note">&nbsp;{grew - len(charts)} more graphs grew; '
+                   f"charts for the first {len(charts)}</p>")
+    out.append("</section>")
+    return "".join(out)
+
+
+_CHOSEN = {
+    "saturate": "the program extracted from the e-graph",
+    "greedy": "greedy rewrite's program was cheaper",
+    "original": "nothing cheaper was found: the program as it was",
+}
+_STOPPED = {
+    "saturated": "(a round added nothing)",
+    "nodes": "(the e-node limit)",
+    "iterations": "(the round limit)",
+    "seconds": "(the time limit)",
+}
 
 
 def _e(text: object) -> str:

@@ -14,7 +14,10 @@ node it stands for. Members of one class agree on shape, dtype and strides (``sa
 refuses a union that would not).
 
 What is a leaf is decided in one place, ``value_roles``, which reads the shared effect/alias
-analysis (``ir.effects.graph_effects``).
+analysis (``ir.effects.graph_effects``). A node that computes nothing (``ir.ops.computes_nothing``:
+eval-mode dropout, a ``.to`` that keeps the dtype, ``alias``) is no e-node: its value is its
+input's class (``passes_on``), as the matcher looks through such nodes and the patterns drop
+them (``match.prepare``).
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref
 from ir.effects import graph_effects
 from ir.graph import Graph
 from ir.module import ModuleId
-from ir.node import CALL_FUNCTION, OUTPUT
+from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
 
 LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
 
-__all__ = ["LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "from_graph", "value_roles"]
+__all__ = [
+    "LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "from_graph", "passes_on",
+    "value_roles",
+]
 
 
 @attrs.frozen
@@ -237,9 +243,9 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
     it is, never rewritten nor merged with another.
 
     A node is a leaf unless it is a pure ``call_function`` (no effect, not random, not writing:
-    ``ir.effects``) whose result is one tensor, that neither is written in place (directly or
-    through an alias) nor reads a value that is
-    (a read after a write). Placeholders (inputs, state reads), ``get_attr``, module calls,
+    ``ir.effects``; or one that computes nothing, ``passes_on``: eval-mode dropout draws no
+    random numbers) whose result is one tensor, that neither is written in place (directly or
+    through an alias) nor reads a value that is (a read after a write). Placeholders (inputs, state reads), ``get_attr``, module calls,
     metadata checks and symbolic sizes are leaves.
 
     The one adapter between the e-graph and the program's effect facts: it reads the shared
@@ -248,6 +254,7 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
     **Laws:** a pure function of ``p`` and the graph. Complexity: O(n α(n)).
     """
     effects = graph_effects(p, mid, graph)
+    vals = {n.name: n.meta.get("val") for n in graph.nodes}
     leaves = []
     for n in graph.nodes:
         if n.op == OUTPUT:
@@ -256,12 +263,30 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
             n.op != CALL_FUNCTION
             or not isinstance(n.meta.get("val"), torch.Tensor)
             or ops.is_metadata_check(n.target)
-            or effects.has_effect(n.name)
+            or (effects.has_effect(n.name) and passes_on(n, vals) is None)
             or effects.is_written(n.name)
             or any(effects.is_written(r.name) for r in n.inputs())
         ):
             leaves.append(n.name)
     return frozenset(leaves)
+
+
+def passes_on(n: Node, val_of: Mapping[str, Any]) -> str | None:
+    """The name of the value that node ``n`` gives unchanged (``ir.ops.computes_nothing``:
+    ``alias``, eval-mode dropout, a ``.to``/``clone`` keeping dtype, device, layout and shape),
+    or ``None``. ``val_of``: node name -> fake value. O(arguments)."""
+    if n.op != CALL_FUNCTION or not ops.facts(n.target).identity:
+        return None
+    norm = ops.normalized_args(n.target, n.args, n.kwargs)
+    if not norm or type(norm[0]) is not Ref:
+        return None
+    first = val_of.get(norm[0].name)
+    rank, dtype = (first.dim(), first.dtype) if isinstance(first, torch.Tensor) else (None, None)
+    out = n.meta.get("val")
+    shape = (tuple(out.shape) if isinstance(out, torch.Tensor)
+             and all(type(d) is int for d in out.shape) else None)
+    canon = ops.canonical_args(n.target, norm, rank, dtype, shape)
+    return norm[0].name if ops.computes_nothing(n.target, canon, first, out) else None
 
 
 def enode_of(target: Any, args: tuple, kwargs: Any, child_of: Mapping[str, int],
@@ -335,7 +360,8 @@ class GraphEGraph:
 def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
     """The e-graph of ``graph`` (of module ``mid`` of ``p``): a leaf class per leaf node
     (``value_roles``), an e-node per pure node, in graph order (equal pure computations become
-    one class by hash-consing).
+    one class by hash-consing); a node that computes nothing (``passes_on``) takes its input's
+    class and has no e-node of its own (the program keeps it where it is still read).
 
     **Laws:** a pure function of its arguments; every class holds one original value.
     Complexity: O(n) e-nodes, O(n α(n)) in all."""
@@ -353,6 +379,10 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
             roots.extend(class_of[r.name] for r in n.inputs() if r.name in class_of)
             if n.op != OUTPUT:
                 class_of[n.name] = eg.add(leaf(n.name), ClassData(val_of[n.name], True, n.name))
+            continue
+        source = passes_on(n, val_of)
+        if source is not None and source in class_of:
+            class_of[n.name] = eg.find(class_of[source])
             continue
         e = enode_of(n.target, n.args, n.kwargs, class_of, val_of, val_of[n.name])
         own[n.name] = e

@@ -15,14 +15,18 @@ from typing import Any
 
 import attrs
 
+from ir import ops
 from ir.args import Ref, thaw
+from ir.effects import binds_symbols, graph_effects
 from ir.graph import Graph
-from ir.node import OUTPUT, Node
+from ir.module import ModuleId
+from ir.node import OUTPUT, PLACEHOLDER, Node
+from ir.program import Program
 from transforms.rewrite import extract
 from transforms.rewrite.cost import Cost
-from transforms.rewrite.egraph import LEAF, ENode, GraphEGraph
+from transforms.rewrite.egraph import LEAF, ENode, GraphEGraph, passes_on
 
-__all__ = ["EXACT_MAX", "Builder", "Plan", "plan"]
+__all__ = ["EXACT_MAX", "Builder", "Plan", "drop_dead", "plan"]
 
 EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
 
@@ -180,3 +184,51 @@ class Builder:
             kwargs = thaw(n.kwargs, lambda r, env=env: env[r.name])
             made[x] = e.call(n.op, *args, **kwargs)
         return made[eg.find(c)]
+
+
+def drop_dead(before: Program, after: Program) -> Program:
+    """``after`` (the built program) without what the extracted choice left unread in the graphs
+    it changed (those that are not ``before``'s own objects): nodes that nothing kept reads
+    and that have no effect, where a node that computes nothing (``egraph.passes_on``: an
+    eval-mode dropout, which draws no random numbers; a ``.to`` that keeps the dtype) counts
+    as effect-free, and a metadata check (``_assert_tensor_metadata``) goes with the value it
+    checks. ``rewrite_nodes`` keeps both (a dropout is impure by its operator's facts; a check
+    it did not emit reads its value): the greedy engine drops them with a match, and so must
+    the search, or a fused attention keeps its eager softmax alive.
+
+    **Laws:** ``drop_dead(p, p) is p``; the outputs, state and effects of ``after`` unchanged.
+    O(n) in the changed graphs' nodes."""
+    if after is before:
+        return after
+    from transforms.each_graph import map_graphs, signature_names
+
+    old = {id(g) for mod in before.module_table().values() for g in mod.graphs}
+    named = signature_names(after)
+
+    def clean(mid: ModuleId, graph: Graph) -> Graph:
+        if id(graph) in old:
+            return graph
+        effects = graph_effects(after, mid, graph)
+        vals = {n.name: n.meta.get("val") for n in graph.nodes}
+        live: set[str] = set()
+        keep: set[str] = set()
+        checks: list[Node] = []
+        for n in reversed(graph.nodes):
+            if n.op not in (PLACEHOLDER, OUTPUT) and ops.is_metadata_check(n.target):
+                checks.append(n)
+                continue
+            if (
+                n.op in (PLACEHOLDER, OUTPUT)
+                or n.name in live
+                or n.name in named
+                or binds_symbols(n)
+                or (effects.has_effect(n.name) and passes_on(n, vals) is None)
+            ):
+                keep.add(n.name)
+                live.update(r.name for r in n.inputs())
+        keep.update(c.name for c in checks if all(r.name in live for r in c.inputs()))
+        if len(keep) == len(graph.nodes):
+            return graph
+        return Graph.of(n for n in graph.nodes if n.name in keep)
+
+    return map_graphs(after, clean)

@@ -40,7 +40,7 @@ from transforms.rewrite.egraph import (
 )
 from transforms.rewrite.ematch import EMatch, ematch, single_result
 from transforms.rewrite.engine import apply_rules, rule_list
-from transforms.rewrite.extracted import Builder, Plan, plan
+from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
 from transforms.rewrite.rule import (
     Compiled,
     Match,
@@ -90,7 +90,9 @@ class SaturationReport:
       assumptions not granted, a reverse that computes nothing);
     - ``seconds``: wall time of each phase (``check`` the rules, ``saturate``, ``extract``,
       ``build``, ``greedy`` rewrite and costing): a measurement, the one field that is not
-      a function of the arguments.
+      a function of the arguments;
+    - ``classes``: per graph, the e-graph's e-classes after building and after each round
+      (``sizes``' twin: their gap is what the rounds proved equal).
     """
 
     sizes: tuple[tuple[int, ...], ...]
@@ -103,6 +105,7 @@ class SaturationReport:
     rewrites: Mapping[str, int]
     skipped_rules: Mapping[str, str]
     seconds: Mapping[str, float] = MappingProxyType({})
+    classes: tuple[tuple[int, ...], ...] = ()
 
     def __str__(self) -> str:
         lines = [
@@ -112,7 +115,9 @@ class SaturationReport:
             "rewrites: " + (", ".join(f"{k} {v}" for k, v in self.rewrites.items()) or "none"),
         ]
         for i, (sizes, why) in enumerate(zip(self.sizes, self.stopped)):
-            lines.append(f"graph {i}: e-nodes {' '.join(map(str, sizes))}; stopped: {why}")
+            counted = self.classes[i] if i < len(self.classes) else ()
+            tail = f"; e-classes {' '.join(map(str, counted))}" if counted else ""
+            lines.append(f"graph {i}: e-nodes {' '.join(map(str, sizes))}{tail}; stopped: {why}")
         for name, why in self.skipped_rules.items():
             lines.append(f"not applied: {name!r}: {why}")
         return "\n".join(lines)
@@ -200,12 +205,14 @@ def saturate_report(
 
     deadline = time.monotonic() + limits.seconds
     sizes: list[tuple[int, ...]] = []
+    classes: list[tuple[int, ...]] = []
     stopped: list[str] = []
     plans: dict[int, Plan] = {}
     for mid, graph in graphs:
         geg = from_graph(p, mid, graph)
-        grown, why = _saturate(geg.eg, compiled, limits, deadline)
+        grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots)
         sizes.append(grown)
+        classes.append(counted)
         stopped.append(why)
         lap("saturate")
         plans[id(graph)] = plan(geg, graph, cost, deadline)
@@ -215,7 +222,7 @@ def saturate_report(
     if any(pl.changes for pl in plans.values()):
         from transforms.edit import rewrite_nodes  # transforms.edit imports this package
 
-        q = rewrite_nodes(p, Builder(plans))
+        q = drop_dead(p, rewrite_nodes(p, Builder(plans)))
     after = program_cost(q, cost)
     lap("build")
     greedy_q, greedy_cost = _greedy(p, applied, cost)
@@ -236,6 +243,7 @@ def saturate_report(
     report = SaturationReport(
         tuple(sizes), tuple(stopped), before, after, chosen, extractor, greedy_cost,
         MappingProxyType(rewrites), MappingProxyType(skipped), MappingProxyType(seconds),
+        tuple(classes),
     )
     return q, report
 
@@ -299,19 +307,22 @@ def _reverse(r: Rule) -> Rule:
 
 
 def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
-              deadline: float) -> tuple[tuple[int, ...], str]:
+              deadline: float, roots: Iterable[int] = ()
+              ) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """Rounds of matching and adding, with egg's backoff scheduler: a rule that matches more
     than its limit in a round is banned (its matches dropped) for a number of rounds; both
-    double at each ban. Returns the e-node counts per round and why it stopped."""
+    double at each ban. Returns the e-node and e-class counts per round and why it stopped."""
     sizes = [eg.size]
+    classes = [len(eg.classes)]
     base_limit = limits.match_limit or max(1000, eg.size)
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
+    layouts = _Layouts(eg, frozenset(roots))
     banned_until = [0] * len(rules)
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
         if time.monotonic() > deadline:
-            return tuple(sizes), "seconds"
+            return tuple(sizes), tuple(classes), "seconds"
         by_op: dict[Any, list[tuple[ENode, int]]] = {}
         for c, nodes in eg.classes.items():
             for n in nodes:
@@ -341,28 +352,31 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
             if key in applied:
                 continue
             applied.add(key)
-            changed |= _apply(eg, d, m, memo)
+            changed |= _apply(eg, d, m, memo, layouts)
             if eg.size > limits.nodes or (len(applied) % 256 == 0
                                           and time.monotonic() > deadline):
                 break
         eg.rebuild()
         sizes.append(eg.size)
+        classes.append(len(eg.classes))
         if eg.size > limits.nodes:
-            return tuple(sizes), "nodes"
+            return tuple(sizes), tuple(classes), "nodes"
         if time.monotonic() > deadline:
-            return tuple(sizes), "seconds"
+            return tuple(sizes), tuple(classes), "seconds"
         if not changed:
             if not banned_now:
-                return tuple(sizes), "saturated"
+                return tuple(sizes), tuple(classes), "saturated"
             banned_until = [0] * len(rules)  # nothing else to do: the banned rules run again
-    return tuple(sizes), "iterations"
+    return tuple(sizes), tuple(classes), "iterations"
 
 
-def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict) -> bool:
+def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
+           layouts: _Layouts | None = None) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
-    not runnable there, another shape, dtype or strides, a result aliasing an input) or adds
-    nothing new."""
+    not runnable there, another shape, dtype or device, other strides that a reader of the
+    matched value would see (``_Layouts``), a result aliasing an input) or adds nothing new."""
+    layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
     vals: dict[int, Any] = {}
     for name, pos in zip(pattern.input_order, pattern.tensor_args):
@@ -402,9 +416,12 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict) -> bool:
         if _is_check(rn):
             continue
         e = enode_of(rn.target, args, kwargs, child_of, val_of, val)
+        if not layouts.may_read(e):
+            return False
         if type(out) is Ref and rn.name == out.name:
             e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
         cls = eg.add(e, ClassData(val, False, None))
+        layouts.inherit(e, cls)
         child_of[rn.name] = cls
         val_of[rn.name] = eg.data[cls].val if eg.data[cls].val is not None else val
     if type(out) is not Ref or out.name not in child_of or out.name in rep_ph:
@@ -412,7 +429,9 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict) -> bool:
     if _aliases_input(rep, out.name):
         return False
     new = child_of[out.name]
-    if not _compatible(eg.data[eg.find(m.root)].val, val_of.get(out.name)):
+    old_val, new_val = eg.data[eg.find(m.root)].val, val_of.get(out.name)
+    if not _compatible(old_val, new_val) and not (_same_metadata(old_val, new_val)
+            and layouts.restride(m.root, new_val, memo)):
         return False
     return eg.union(m.root, new)
 
@@ -441,10 +460,95 @@ def _aliases_input(rep: Any, name: str) -> bool:
 
 def _compatible(old: Any, new: Any) -> bool:
     """The values may be one class: the same shape, dtype, device and strides."""
+    return _same_metadata(old, new) and (old.numel() <= 1 or old.stride() == new.stride())
+
+
+def _same_metadata(old: Any, new: Any) -> bool:
+    """Both tensors, of one shape, dtype and device (strides aside)."""
     if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
         return False
-    return (old.shape == new.shape and old.dtype == new.dtype and old.device == new.device
-            and (old.numel() <= 1 or old.stride() == new.stride()))
+    return old.shape == new.shape and old.dtype == new.dtype and old.device == new.device
+
+
+_LAYOUT_CAP = 64  #: readers followed from one value with other strides, at most
+
+
+class _Layouts:
+    """The classes whose members may differ in strides (*mixed*), and the check that lets a
+    value of other strides join a class (a fused kernel's result laid out otherwise: an
+    attention's ``(B, L, H, E)`` memory order for a ``(B, H, L, E)`` result).
+
+    As ``rewrite``'s layout guard does, the new layout is followed up the class's readers
+    (its parent e-nodes): each is run again on the fake values with the new strides in;
+    where its result has its old strides the difference stops there; where not, its readers
+    are followed. Refused where a reader raises at the new strides (a ``view`` they admit
+    not), reads strides (``ir.ops.reads_strides``), where a class followed is read by a leaf
+    or returned (``pinned``: the program's own readers, effects and outputs, see it), or past
+    ``_LAYOUT_CAP`` readers. The classes whose strides may now differ are marked mixed; an
+    e-node added later that reads a mixed class is refused where it is a view or reads strides
+    (it was run on one layout only), and its own class is marked mixed. Sound, not complete.
+    """
+
+    def __init__(self, eg: EGraph, pinned: frozenset[int]) -> None:
+        self.eg = eg
+        self.pinned = pinned
+        self.mixed: set[int] = set()
+
+    def is_mixed(self, c: int) -> bool:
+        c = self.eg.find(c)
+        return any(self.eg.find(x) == c for x in self.mixed)
+
+    def may_read(self, e: ENode) -> bool:
+        """Whether the new e-node ``e`` may read its children as they are: no view or stride
+        reader of a mixed class."""
+        if not self.mixed or not any(self.is_mixed(c) for c in e.children):
+            return True
+        from ir import ops
+
+        return not (ops.is_view(e.op) or ops.reads_strides(e.op))
+
+    def inherit(self, e: ENode, c: int) -> None:
+        """Mark ``c`` (the class of the new e-node ``e``) mixed where ``e`` reads one."""
+        if self.mixed and any(self.is_mixed(x) for x in e.children):
+            self.mixed.add(self.eg.find(c))
+
+    def restride(self, c: int, new: Any, memo: dict) -> bool:
+        """Whether a value of strides ``new`` may join class ``c`` (see the class); marks the
+        classes whose strides may then differ."""
+        from ir import ops
+
+        eg = self.eg
+        pinned = {eg.find(x) for x in self.pinned}
+        vals = {eg.find(c): new}
+        todo = [eg.find(c)]
+        followed = 0
+        while todo:
+            x = todo.pop()
+            if x in pinned or eg.data[x].leaf:
+                return False
+            for enode, owner in list(eg.parents.get(x, ())):
+                owner = eg.find(owner)
+                if ops.reads_strides(enode.op) or eg.data[owner].leaf:
+                    return False
+                followed += 1
+                if followed > _LAYOUT_CAP:
+                    return False
+                env = {}
+                for i, ch in enumerate(enode.children):
+                    ch = eg.find(ch)
+                    env[f"#{i}"] = vals.get(ch, eg.data[ch].val)
+                after = _fake_run(enode.op, enode.args, enode.kwargs, env, memo)
+                before = eg.data[owner].val
+                if after is _RAISED or not isinstance(before, torch.Tensor):
+                    return False
+                if not _same_metadata(before, after):
+                    return False
+                if before.numel() <= 1 or before.stride() == after.stride() or owner in vals:
+                    continue
+                vals[owner] = after
+                todo.append(owner)
+        self.mixed.update(vals)
+        return True
 
 
 def _where(rule: Rule, m: EMatch, vals: Mapping[int, Any], eg: EGraph) -> bool:
