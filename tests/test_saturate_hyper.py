@@ -204,3 +204,26 @@ def test_the_search_bench_runs_its_conv_bn_programs():
     assert [r["name"] for r in rows] == ["conv_bn_stride2_nobias"]
     assert rows[0]["sat"] == rows[0]["exh"] == rows[0]["greedy"] < rows[0]["before"]
     assert "conv_bn: saturate = exhaustive on 1/1" in out.getvalue()
+
+
+class _Counted(nn.Module):
+    """A buffer written at each call (``scale``) beside one only read (``shift``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.ones(4))
+        self.register_buffer("shift", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.scale.mul_(2.0)
+        return x * (self.scale + 1.0) + (self.shift * 3.0)
+
+
+def test_state_the_program_writes_is_not_invariant():
+    p = import_ep(torch.export.export(_Counted(), (torch.randn(4),)))
+    once = invariant_values(p, p.root, p.root_module.graph)
+    reads = {n.name: [r.name for r in n.inputs()] for n in p.root_module.graph.nodes}
+    shift_ops = {k for k, v in reads.items() if "b_shift" in v}
+    scale_ops = {k for k, v in reads.items() if "b_scale" in v}
+    assert "b_shift" in once and shift_ops <= once and shift_ops
+    assert "b_scale" not in once and not (scale_ops & once) and scale_ops
