@@ -376,6 +376,77 @@ def growth_pictures(folder: str) -> list[str]:
     return paths
 
 
+# --- conv + batch norm: one rule with hyperparameter holes --------------------------------------
+
+
+def conv_bn_suite() -> list[tuple[str, Callable[[], torch.nn.Module], tuple[int, ...], bool]]:
+    """``(name, model factory, input shape, exhaustive?)`` of the conv + batch-norm programs:
+    single pairs at other strides, paddings, dilations, groups and without bias, the small CNN
+    (4 pairs) and transformers' ``ResNetModel`` (16 pairs, residual adds in place; too many
+    subsets for the exhaustive search, which is skipped there). One rule, ``CONV_BN``."""
+    from bench.conv_models import CNN, conv_bn, randomize_bn, resnet_model
+
+    def cnn() -> torch.nn.Module:
+        m = CNN().eval()
+        randomize_bn(m)
+        return m
+
+    cases: list[tuple[str, Callable[[], torch.nn.Module], tuple[int, ...], bool]] = [
+        ("conv_bn_stride2_nobias",
+         lambda: conv_bn(stride=2, padding=1, bias=False), (2, 4, 9, 9), True),
+        ("conv_bn_dilated_grouped",
+         lambda: conv_bn(padding=2, dilation=2, groups=2), (2, 4, 9, 9), True),
+        ("conv_bn_nonsquare", lambda: conv_bn(stride=(1, 2), padding=(0, 1)), (2, 4, 9, 9), True),
+        ("cnn_4_pairs", cnn, (2, 3, 16, 16), True),
+    ]
+    try:
+        import transformers  # noqa: F401 - optional
+    except ImportError:
+        return cases
+    return [*cases, ("resnet_16_pairs", resnet_model, (2, 3, 32, 32), False)]
+
+
+def run_conv_bn(max_states: int, out: Any = sys.stdout, n_cases: int | None = None) -> list[dict]:
+    """``saturate`` with the one ``CONV_BN`` rule on ``conv_bn_suite()`` (its first
+    ``n_cases``), against greedy
+    ``rewrite`` and the exhaustive search; each result checked against the original
+    (``check_extracted``); prints a table like ``run_suite``'s and returns the rows."""
+    from bench.conv_models import batch_norms, program
+    from transforms.rewrite_rules import CONV_BN
+
+    rule = attrs.evolve(CONV_BN, trusted=True)
+    rows = []
+    print("\n| program | nodes | pairs | original | greedy | saturate | exhaustive | sat s "
+          "| saturate rewrites | chosen |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for name, make, shape, exh in conv_bn_suite()[:n_cases]:
+        x = torch.randn(*shape)
+        p = program(make(), x)
+        t0 = time.perf_counter()
+        q, report = saturate_report(p, [rule])
+        t_sat = time.perf_counter() - t0
+        check_extracted(p, q, (x,), where=name)
+        g, _ = apply_rules(p, [rule])
+        greedy = program_cost(g)
+        best: float | None = exhaustive(p, [rule], max_states, seconds=120.0)[0] if exh else None
+        row = {"name": name, "nodes": len(p.root_module.graph.nodes), "before": report.cost_before,
+               "greedy": greedy, "sat": report.cost_after, "exh": best, "t_sat": t_sat,
+               "chosen": report.chosen, "pairs": batch_norms(p),
+               "left": batch_norms(q), "egraph": report.rewrites.get(rule.name, 0)}
+        rows.append(row)
+        shown = "-" if best is None else f"{best:.1f}"
+        print(f"| {name} | {row['nodes']} | {row['pairs']} | {row['before']:.1f} | {greedy:.1f} "
+              f"| {row['sat']:.1f} | {shown} | {t_sat:.2f} | {row['egraph']} | {report.chosen} |",
+              file=out, flush=True)
+    ran = [r for r in rows if r["exh"] is not None]
+    equal = sum(1 for r in ran if r["sat"] <= r["exh"] * (1 + 1e-9))
+    same = sum(1 for r in rows if abs(r["sat"] - r["greedy"]) <= 1e-9 * r["greedy"])
+    print(f"\nconv_bn: saturate = exhaustive on {equal}/{len(ran)} (where it ran); = greedy on "
+          f"{same}/{len(rows)}; pairs folded {sum(r['pairs'] - r['left'] for r in rows)}/"
+          f"{sum(r['pairs'] for r in rows)}", file=out)
+    return rows
+
+
 # --- scaling ---------------------------------------------------------------------------------------
 
 
@@ -455,6 +526,7 @@ def main(argv: list[str] | None = None) -> None:
     run_suite(args.cases, args.states)
     if args.models != 0:
         run_models(args.models, args.states)
+    run_conv_bn(args.states)
     if args.sizes:
         run_scaling(args.sizes)
         print("\nexplosive rules (never saturate):", file=sys.stdout)

@@ -17,6 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.conv_models import CNN as _CNN
+from bench.conv_models import batch_norms as _batch_norms
+from bench.conv_models import conv_bn as _conv_bn
+from bench.conv_models import program as _program
+from bench.conv_models import randomize_bn as _randomize_bn
+from bench.conv_models import resnet_model
 from ir import PassError, format_graph, import_ep, program_key
 from lowering import lower
 from transforms.law_violation import LawViolation
@@ -32,22 +38,9 @@ from transforms.rewrite import (
 from transforms.rewrite_rules import CONV_BN
 
 
-def _program(model: nn.Module, x: torch.Tensor):
-    return import_ep(torch.export.export(model.eval(), (x,)))
-
-
 def _compute(graph) -> str:
     return "\n".join(line for line in format_graph(graph).splitlines()
                      if "placeholder" not in line)
-
-
-def _conv_bn(**conv) -> nn.Module:
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(4, 6, 3, **conv), nn.BatchNorm2d(6))
-    bn = m[1]
-    bn.running_mean.normal_()
-    bn.running_var.uniform_(0.5, 1.5)
-    return m.eval()
 
 
 _FOLD = """\
@@ -119,40 +112,6 @@ def test_one_conv_bn_rule_folds_every_hyperparameter_combination(case):
         torch.testing.assert_close(lower(q)(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-class _CNN(nn.Module):
-    """Four conv + bn pairs: padding 1 with bias; stride 2 without; dilation 2 and groups 4;
-    a 1x1 without bias."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
-        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
-        self.b2 = nn.BatchNorm2d(8)
-        self.c3 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=4)
-        self.b3 = nn.BatchNorm2d(8)
-        self.c4, self.b4 = nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.b1(self.c1(x)))
-        x = torch.relu(self.b2(self.c2(x)))
-        x = torch.relu(self.b3(self.c3(x)))
-        return self.b4(self.c4(x))
-
-
-def _randomize_bn(model: nn.Module) -> None:
-    torch.manual_seed(1)
-    for mod in model.modules():
-        if isinstance(mod, nn.BatchNorm2d):
-            mod.running_mean.normal_()
-            mod.running_var.uniform_(0.5, 1.5)
-            mod.weight.data.normal_()
-            mod.bias.data.normal_()
-
-
-def _batch_norms(p) -> int:
-    return sum(1 for n in p.root_module.graph.nodes if "batch_norm" in str(n.target))
-
-
 def test_a_small_cnn_has_every_pair_folded():
     """Before (main at 57cf58c): 0 of 4."""
     model = _CNN().eval()
@@ -169,12 +128,8 @@ def test_a_small_cnn_has_every_pair_folded():
 def test_resnet_model_has_every_pair_folded():
     """transformers' ResNetModel from a small config (no download): 16 conv + bn pairs, 16
     folded (before, main at 57cf58c: 0)."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, 32],
-                                    depths=[1, 1, 1, 1], layer_type="bottleneck")
-    torch.manual_seed(0)
-    model = transformers.ResNetModel(cfg).eval()
-    _randomize_bn(model)
+    pytest.importorskip("transformers")
+    model = resnet_model()
     x = torch.randn(2, 3, 32, 32)
     p = _program(model, x)
     pairs = _batch_norms(p)

@@ -10,7 +10,11 @@ each tensor replaced by its fake value, ``val`` the result's fake value. Two are
 - ``measured_cost(p)``: each distinct operator of ``p`` timed once at its shapes on the
   program's device; the value returned holds the timings (no process-wide cache).
 
-``program_cost(p, cost)`` sums a model over a program's operator calls.
+``program_cost(p, cost)`` sums a model over a program's operator calls *per call of the
+program*: a value computed from state alone (parameters, buffers and constants the program never
+writes: ``invariant_values``) is the same at every call, computed once where the program is
+loaded (a compiler's constant folding or freezing, ``Rule(fold_state=True)`` here), so it costs
+nothing per call. That is what makes folding a batch norm into a convolution's weight cheaper.
 """
 
 from __future__ import annotations
@@ -23,13 +27,16 @@ from typing import Any
 import torch
 
 from ir import ops
+from ir import signature as sg
 from ir.args import Ref, thaw
-from ir.node import CALL_FUNCTION
+from ir.effects import graph_effects, is_pure, written_state
+from ir.graph import Graph
+from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.program import Program
 
 __all__ = [
-    "LAUNCH_US", "PEAK_BYTES", "PEAK_FLOPS", "Cost", "MeasuredCost", "measured_cost", "node_cost",
-    "program_cost", "roofline",
+    "LAUNCH_US", "PEAK_BYTES", "PEAK_FLOPS", "Cost", "MeasuredCost", "invariant_values",
+    "measured_cost", "node_cost", "program_cost", "roofline",
 ]
 
 Cost = Callable[[Any, tuple, dict, Any], float]
@@ -124,18 +131,53 @@ def node_cost(cost: Cost, target: Any, args: Any, kwargs: Any, val_of: Callable[
     return float(cost(target, tuple(a), dict(k), val))
 
 
+_STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
+
+
+def invariant_values(p: Program, mid: Any, graph: Graph) -> frozenset[str]:
+    """The names of ``graph``'s nodes (of module ``mid`` of ``p``) whose value is the same at
+    every call of ``p``: the root graph's placeholders of state that ``p`` never writes
+    (parameters, buffers, constants: ``ir.effects.written_state``) and the pure
+    ``call_function`` nodes that read such values and nothing else (none written in place:
+    ``ir.effects.graph_effects``). Empty for any other graph (a module graph's placeholders are
+    its call's arguments).
+
+    **Laws:** a pure function of ``p`` and the graph; a node in the answer reads only nodes in
+    the answer. Complexity: O(n α(n))."""
+    if mid != p.root or not p.root_module.graphs or graph is not p.root_module.graphs[0]:
+        return frozenset()
+    specs = {s.name: s for s in p.signature.inputs}
+    written = written_state(p)
+    effects = graph_effects(p, mid, graph)
+    found: set[str] = set()
+    for n in graph.nodes:
+        if n.op == PLACEHOLDER:
+            spec = specs.get(n.name)
+            slot = p.state.get(spec.target) if spec is not None and spec.kind in _STATE_INPUTS \
+                else None
+            if slot is not None and slot.tensor not in written and not effects.is_written(n.name):
+                found.add(n.name)
+        elif (n.op == CALL_FUNCTION and is_pure(n) and not effects.is_written(n.name)
+              and n.inputs() and all(r.name in found for r in n.inputs())):
+            found.add(n.name)
+    return frozenset(found)
+
+
 def program_cost(p: Program, cost: Cost | None = None) -> float:
     """The sum of ``cost`` (default ``roofline``) over the ``call_function`` nodes of every
-    distinct graph of ``p`` (a graph shared by several calls counted once).
+    distinct graph of ``p`` (a graph shared by several calls counted once), per call: the
+    nodes whose value is the same at every call (``invariant_values``: computed from unwritten
+    state alone) count nothing.
 
-    **Laws:** a pure function of ``p``. O(n)."""
+    **Laws:** a pure function of ``p``. O(n α(n))."""
     cost = roofline if cost is None else cost
     total = 0.0
-    for mod in p.module_table().values():
+    for mid, mod in p.module_table().items():
         for graph in mod.graphs:
             vals = {n.name: n.meta.get("val") for n in graph.nodes}
+            once = invariant_values(p, mid, graph)
             for n in graph.nodes:
-                if n.op == CALL_FUNCTION:
+                if n.op == CALL_FUNCTION and n.name not in once:
                     total += node_cost(cost, n.target, n.args, n.kwargs, vals.get,
                                        vals.get(n.name))
     return total

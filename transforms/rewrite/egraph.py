@@ -77,11 +77,14 @@ class ENode:
 class ClassData:
     """What one e-class knows of its value: ``val`` (fake tensor or ``None``), ``leaf``
     (opaque: a placeholder, state read, random, effectful, written or read-after-write value),
-    ``origin`` (the original node's name, ``None`` for a class made by a rule)."""
+    ``origin`` (the original node's name, ``None`` for a class made by a rule), ``invariant``
+    (the same at every call: computed from unwritten state alone, ``cost.invariant_values``;
+    an e-node whose children are all invariant costs nothing per call)."""
 
     val: Any
     leaf: bool
     origin: str | None
+    invariant: bool = False
 
 
 def spell(tree: Any) -> Any:
@@ -184,6 +187,7 @@ class EGraph:
         if da.origin is None and db.origin is not None:
             da.origin = db.origin
         da.leaf = da.leaf or db.leaf
+        da.invariant = da.invariant or db.invariant
         if da.val is None:
             da.val = kept.val
         self.pending.append(a)
@@ -365,8 +369,11 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
 
     **Laws:** a pure function of its arguments; every class holds one original value.
     Complexity: O(n) e-nodes, O(n α(n)) in all."""
+    from transforms.rewrite.cost import invariant_values  # cost reads the program only
+
     eg = EGraph()
     leaves = value_roles(p, mid, graph)
+    once = invariant_values(p, mid, graph)
     class_of: dict[str, int] = {}
     own: dict[str, ENode] = {}
     val_of: dict[str, Any] = {}
@@ -378,7 +385,8 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
         if n.op == OUTPUT or n.name in leaves:
             roots.extend(class_of[r.name] for r in n.inputs() if r.name in class_of)
             if n.op != OUTPUT:
-                class_of[n.name] = eg.add(leaf(n.name), ClassData(val_of[n.name], True, n.name))
+                class_of[n.name] = eg.add(leaf(n.name), ClassData(
+                    val_of[n.name], True, n.name, n.name in once))
             continue
         source = passes_on(n, val_of)
         if source is not None and source in class_of:
@@ -386,7 +394,7 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
             continue
         e = enode_of(n.target, n.args, n.kwargs, class_of, val_of, val_of[n.name])
         own[n.name] = e
-        class_of[n.name] = eg.add(e, ClassData(val_of[n.name], False, n.name))
+        class_of[n.name] = eg.add(e, ClassData(val_of[n.name], False, n.name, n.name in once))
     return GraphEGraph(eg, class_of, own, position, tuple(dict.fromkeys(roots)), leaves)
 
 

@@ -7,7 +7,18 @@ by position), a pattern placeholder binds an *e-class* (the same class at each u
 node reached through an argument is matched against every e-node of the child class. Literals
 match as ``match.literal_equal`` says (by type and value); commutative operators in either
 order. Matching is strict: sizes and dimensions are compared as they are (the e-graph holds the
-program's exact shapes; no re-trace is needed).
+program's exact shapes).
+
+Hyperparameters (``Rule(..., hyper(...))``): a pattern literal that ``match.with_holes`` made a
+``Hole`` matches an e-node's literal of the example's kind (an int, a bool, a string, a list of
+ints) and binds it, the same value at each use; ``EMatch.scalars`` holds it at the
+hyperparameter's position, and the replacement is traced with it (``rule.replacement_for``). A
+match that bound another value than an example, or whose inputs have other dtypes than the
+rule's examples, is ``loose``: ``exact`` keeps it only where the pattern traced at the bound
+values and the matched shapes matches the same e-nodes with the same inputs (what
+``sizes.recheck`` does for ``rewrite``). Optional tensor arguments (``optional(...)``) are
+matched through the rule's variants (``Rule.variants``): the variant traced with ``None`` there
+matches an e-node whose argument is the literal ``None``, the others a class.
 """
 
 from __future__ import annotations
@@ -18,25 +29,28 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
+import torch
 
 from ir import ops
 from ir.args import IList, Ref
 from transforms.rewrite.egraph import EGraph, ENode
-from transforms.rewrite.match import Pattern, literal_equal
+from transforms.rewrite.match import Hole, Pattern, literal_equal
 
-__all__ = ["EMatch", "ematch"]
+__all__ = ["EMatch", "ematch", "exact"]
 
 
 @attrs.frozen
 class EMatch:
     """One match: ``root`` (the class the pattern's result is in), ``inputs`` (pattern
     placeholder name -> class), ``scalars`` (rule argument position -> literal), ``nodes``
-    (pattern node name -> the e-node it matched)."""
+    (pattern node name -> the e-node it matched). ``loose``: a hole bound another value than
+    its example (``exact`` decides)."""
 
     root: int
     inputs: Mapping[str, int]
     scalars: Mapping[int, Any]
     nodes: Mapping[str, ENode]
+    loose: bool = False
 
 
 def single_result(pattern: Pattern) -> bool:
@@ -71,10 +85,33 @@ def ematch(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[ENode, i
             if key in seen:
                 continue
             seen.add(key)
-            found.append(EMatch(eg.find(c), dict(names), dict(scalars), dict(nodes)))
+            loose = any(not _same(scalars[i], e) for i, e in pattern.holes.items()
+                        if i in scalars)
+            found.append(EMatch(eg.find(c), dict(names), dict(scalars), dict(nodes), loose))
             if len(found) > limit:
                 return found
     return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two bound hyperparameter values are one value: the same type and value (a list as a
+    tuple)."""
+    if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
+        return tuple(a) == tuple(b)
+    return type(a) is type(b) and a == b
+
+
+_MISS = object()
+
+
+def _hole_value(h: Hole, t: Any) -> Any:
+    """What hole ``h`` binds for literal ``t`` (a list of ints as a tuple), ``_MISS`` where
+    ``t`` is of another kind than its example."""
+    e = h.example
+    if type(e) is tuple:
+        ok = isinstance(t, (tuple, list, IList)) and all(type(x) is int for x in t)
+        return tuple(t) if ok else _MISS
+    return t if type(t) is type(e) else _MISS
 
 
 _State = tuple  # (names: pattern input -> class, scalars: position -> literal, nodes)
@@ -123,6 +160,16 @@ class _EMatcher:
             for child in list(self.eg.classes.get(c, ())):
                 yield from self.node(pnode, child, s)
             return
+        if type(p) is Hole:
+            value = _hole_value(p, t)
+            if value is _MISS:
+                return
+            if p.position in s[1]:
+                if _same(s[1][p.position], value):
+                    yield s
+                return
+            yield (s[0], {**s[1], p.position: value}, s[2])
+            return
         pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
         if pos is not None:
             if type(t) is not type(p):
@@ -133,10 +180,59 @@ class _EMatcher:
                 return
             yield (s[0], {**s[1], pos: t}, s[2])
             return
-        if isinstance(p, (tuple, IList)):
-            if not isinstance(t, (tuple, IList)) or len(p) != len(t):
+        if isinstance(p, (tuple, list, IList)):  # a given list and a default one alike
+            if not isinstance(t, (tuple, list, IList)) or len(p) != len(t):
                 return
             yield from self.seq(tuple(p), tuple(t), 0, s, en)
             return
         if literal_equal(p, t):
             yield s
+
+
+def exact(eg: EGraph, rule: Any, compiled: Any, m: EMatch) -> bool:
+    """Whether match ``m`` of ``compiled.pattern`` (``rule`` at ``compiled.level``) stands: a
+    match that is not ``loose`` and whose inputs have the examples' dtypes does; else the
+    pattern traced again at the matched classes' shapes and dtypes with the bound
+    hyperparameters (``sizes.pattern_at``) must match, strictly, the same anchor e-node with the
+    same inputs and the same scalars. ``False`` where it cannot be traced there or an input's
+    shape is unknown or symbolic.
+
+    **Laws:** what is kept is a match of the pattern's own trace at the bound values (a
+    default ``dilation=[1, 1]`` is not taken for a ``stride`` hole). Complexity: one trace per
+    new (rule, shapes, dtypes, hyperparameters), memoised by ``sizes``; O(pattern size x
+    alternatives) to match."""
+    from transforms.rewrite.sizes import pattern_at  # sizes imports the matcher too
+
+    pattern: Pattern = compiled.pattern
+    position = dict(zip(pattern.input_order, pattern.tensor_args))
+    vals = {position[k]: eg.data[eg.find(c)].val for k, c in m.inputs.items()}
+    shapes = []
+    other_dtype = False
+    for i, x in enumerate(rule.example_inputs):
+        if not isinstance(x, torch.Tensor):
+            continue
+        v = vals.get(i)
+        if v is None:
+            shapes.append((tuple(x.shape), x.dtype))
+            continue
+        if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
+            return False
+        other_dtype |= v.dtype != x.dtype
+        shapes.append((tuple(v.shape), v.dtype))
+    if not m.loose and not other_dtype:
+        return True
+    bound = tuple((i, m.scalars[i]) for i in sorted(pattern.holes) if i in m.scalars)
+    found = pattern_at(rule, compiled.level, tuple(shapes), bound)
+    anchor = m.nodes.get(pattern.anchor.name)
+    if found is None or anchor is None:
+        return False
+    want_inputs = {position[k]: eg.find(c) for k, c in m.inputs.items()}
+    want_scalars = {k: v for k, v in m.scalars.items() if k not in pattern.holes}
+    where = dict(zip(found.input_order, found.tensor_args))
+    for names, scalars, _ in _EMatcher(eg, found).node(found.anchor, anchor, ({}, {}, {})):
+        got = {where[k]: eg.find(c) for k, c in names.items()}
+        if got == want_inputs and set(scalars) == set(want_scalars) and all(
+            literal_equal(scalars[k], v) for k, v in want_scalars.items()
+        ):
+            return True
+    return False

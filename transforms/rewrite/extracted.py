@@ -55,6 +55,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if n.op == LEAF:
             return 0.0
         n = eg.canonical(n)
+        if n.children and all(eg.data[ch].invariant for ch in n.children):
+            return 0.0  # the same at every call: computed once (cost.invariant_values)
         found = memo.get(n.key)
         if found is None:
             c = eg.lookup(n)

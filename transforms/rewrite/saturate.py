@@ -38,7 +38,7 @@ from transforms.rewrite.egraph import (
     from_graph,
     spell,
 )
-from transforms.rewrite.ematch import EMatch, ematch, single_result
+from transforms.rewrite.ematch import EMatch, ematch, exact, single_result
 from transforms.rewrite.engine import apply_rules, rule_list
 from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
 from transforms.rewrite.rule import (
@@ -270,7 +270,7 @@ class _Directed:
 
 def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_Directed]:
     out: list[_Directed] = []
-    for r in rules:
+    for r in (v for rule in rules for v in rule.variants()):
         c = r.compiled(level)
         if single_result(c.pattern):
             out.append(_Directed(r, c, r.name))
@@ -299,6 +299,7 @@ def _reverse(r: Rule) -> Rule:
         back = traced["reversed"] = Rule(
             r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
             where=r.where, trusted=True, specials=r.specials, assumes=r.assumes,
+            hypers=r.hypers,
         )
     return back
 
@@ -382,6 +383,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     for name, pos in zip(pattern.input_order, pattern.tensor_args):
         cls = m.inputs.get(name)
         vals[pos] = eg.data[eg.find(cls)].val if cls is not None else None
+    if not exact(eg, rule, c, m):
+        return False  # a hole bound another value: the pattern traced there does not match
     if rule.where is not None and not _where(rule, m, vals, eg):
         return False
     try:
@@ -420,7 +423,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
             return False
         if type(out) is Ref and rn.name == out.name:
             e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
-        cls = eg.add(e, ClassData(val, False, None))
+        once = bool(e.children) and all(eg.data[eg.find(ch)].invariant for ch in e.children)
+        cls = eg.add(e, ClassData(val, False, None, once))
         layouts.inherit(e, cls)
         child_of[rn.name] = cls
         val_of[rn.name] = eg.data[cls].val if eg.data[cls].val is not None else val

@@ -202,4 +202,13 @@ def _pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pat
     return found
 
 
-__all__ = ["dtypes_agree", "recheck"]
+def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pattern | None:
+    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` (``((shape, dtype),
+    ...)`` per tensor argument) with the hyperparameter values ``hypers`` (``((position,
+    value), ...)``), prepared, its hyperparameters' literals kept as literals; ``None`` where
+    it cannot be traced there. What ``recheck`` matches a loose binding against, for the
+    e-matcher's own re-check (``ematch.exact``). Memoised (bounded). O(one trace) per miss."""
+    return _pattern_at(rule, level, shapes, hypers)
+
+
+__all__ = ["dtypes_agree", "pattern_at", "recheck"]
