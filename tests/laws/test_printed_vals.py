@@ -2,8 +2,8 @@
 either side) gives each node whose val prints a val of the same structure, dtype, sizes,
 strides and device, and ``lowering.laws.check_program`` accepts the parsed program, so a printed
 counterexample is a test case of its own. Checked on generated programs (``programs()``), on
-the variants ``programs_like`` draws from a user's MLP (flat, outlined, decomposed, with extra
-outputs and state writes), and on the exports of an MLP and a tiny GPT-2."""
+the draws of ``programs_like`` from a user's MLP (its forms and variants: outlined,
+decomposed, extra outputs, state writes), and on the exports of an MLP and a tiny GPT-2."""
 
 from __future__ import annotations
 
