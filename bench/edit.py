@@ -11,8 +11,9 @@ blocks of ``bench.rewrite``, two ``relu`` each), every node with a fake ``val``.
   would need first is not timed), and, as a second column, the same loop without the ``val``.
 
 Both in this process; both results are checked to hold the same operators. Prints the times,
-the ratios and each side's log-log slope, then the lines of the four passes of
-``docs/passes.md`` written with ``transforms.edit`` and with plain torch.fx.
+the ratios and each side's log-log slope, then the lines of the seven passes of
+``docs/passes.md`` (``docs/examples/passes``) written with ``transforms.edit`` and with plain
+torch.fx (``docs/examples/passes_fx``).
 
     python -m bench.edit                  # N = 1k, 10k
     python -m bench.edit --sizes 1000     # the smoke size
@@ -45,6 +46,9 @@ PASSES = {
     "observe": "an abs-max observer buffer after every activation",
     "fold": "constant folding",
     "cse": "CSE + dead code elimination",
+    "identities": "fold x * 1, x / 1, x + 0, x - 0",
+    "powers": "pow(x, n) for whole n <= 4 as multiplications",
+    "lora": "a zero-initialized LoRA adapter on every linear",
 }
 
 

@@ -478,7 +478,8 @@ _BUILTINS = frozenset(dir(builtins))
 
 def _check_expression(text: str, member: str, where: str) -> None:
     """A shape expression (``sympy.sympify`` evaluates it) must be arithmetic on symbols."""
-    bad = _refuse(where, member, f"holds shape expression {text[:80]!r}, which is not arithmetic")
+    shown = shorten(text, 80)
+    bad = _refuse(where, member, f"holds shape expression {shown!r}, which is not arithmetic")
     if len(text) > 10_000:
         raise bad
     try:

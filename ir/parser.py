@@ -1,8 +1,8 @@
 """``parse_program``: the inverse of ``ir.format_program``, so a test can state a Program as text.
 
 The text is the printer's (``ir/printer.py``). Law: ``parse_program(format_program(p), like=p) ==
-p`` (``==`` ignores node meta; the parser makes none). Three things exist only as objects and are
-printed as descriptions, so the parser cannot spell them:
+p`` (``==`` ignores node meta; the parser makes none but ``val``). Three things exist only as
+objects and are printed as descriptions, so the parser cannot spell them:
 
 - **tensors**: with ``like`` given, each tensor key is looked up in ``like.tensors`` (the printed
   description must match); without it, every key gets a placeholder: ``torch.zeros`` of the
@@ -13,8 +13,8 @@ printed as descriptions, so the parser cannot spell them:
 - **script objects** (custom objects): only with ``like``;
 - **range constraints**: taken from ``like``, else none.
 
-A node line may end in ``  # VAL``, its ``meta["val"]`` as ``format_program(p, vals=True)``
-prints it (``ir.printer.format_val``): the node gets that val back, tensors as ``FakeTensor``s of
+A node line may end in ``  # VAL``, its ``meta["val"]`` as ``format_program(p)`` prints it
+by default (``ir.printer.format_val``): the node gets that val back, tensors as ``FakeTensor``s of
 the printed dtype, sizes, strides and device made under one fake mode per text, so the parsed
 program runs (``lower``, the laws) as the printed one did. Without the comment a node has no
 meta.
@@ -74,15 +74,15 @@ def parse_program(text: str, *, like: Program | None = None) -> Program:
 
     Returns:
         The Program. Node meta is empty except ``val`` where the node line prints one
-        (``format_program(p, vals=True)``); modules not reachable from the root are not in the
-        text, hence not in the result.
+        (``format_program(p)`` prints them; ``vals=False`` does not); modules not reachable
+        from the root are not in the text, hence not in the result.
 
     Raises:
         ParseError: naming the line (number and text) and what was expected there.
 
     **Laws:** ``parse_program(format_program(p), like=p) == p``;
     ``format_program(parse_program(t)) == t`` for a printed ``t`` without script objects or
-    range constraints; ``parse_program(format_program(p, vals=True))`` gives every node whose
+    range constraints; ``parse_program(format_program(p))`` gives every node whose
     val prints a val of the same structure, dtypes, sizes (hints), strides and devices.
 
     Complexity: O(size of the text).

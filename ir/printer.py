@@ -6,10 +6,13 @@ in any process. The text is complete: ``ir.parse_program`` reads it back into an
 constraints are printed as descriptions; the parser takes them from a reference program or
 makes placeholder tensors of the printed shape and dtype).
 
-With ``vals=True`` each node line also ends in its ``meta["val"]`` (:func:`format_val`), e.g.
+``format_program(p)`` ends each node line in its ``meta["val"]`` (:func:`format_val`), e.g.
 ``%y = call_function[aten.relu.default](%x)  # float32[2, 3]``, and the parser gives each node
-that val back, so a printed program is one that runs (``lower``, the laws) once parsed. Without
-it (the default) the text is what Before/Expected tests compare, which meta never enters.
+that val back, so a printed program is one that runs (``lower``, the laws) once parsed: a
+counterexample printed by a law replays. ``format_program(p, vals=False)`` leaves the vals out:
+the structure alone, which is what Before/Expected tests compare (``==`` on Programs ignores
+meta too). ``format_graph`` and ``format_node`` print fragments, which no parser reads back, and
+leave vals out unless asked (``vals=True``).
 """
 
 from __future__ import annotations
@@ -175,12 +178,26 @@ def format_graph(graph: Graph, indent: str = "", *, vals: bool = False) -> str:
     return "\n".join(indent + format_node(n, vals=vals) for n in graph.nodes)
 
 
-def format_program(program: Program, *, vals: bool = False) -> str:
+def format_program(program: Program, *, vals: bool = True) -> str:
     """The whole Program: signature, state, then each module once, in tree order.
 
-    With ``vals``, every node line ends in its ``meta["val"]`` (:func:`format_node`), so that
-    ``parse_program`` gives a program whose nodes carry vals again: one that ``lower`` and the
-    laws (``lowering.laws.check_program``) run. A counterexample prints this way.
+    Parameters:
+        program: the Program to print.
+        vals: end every node line that has a printable ``meta["val"]`` in it
+            (:func:`format_node`), the default, so that ``parse_program`` gives a program whose
+            nodes carry vals again: one that ``lower`` and the laws
+            (``lowering.laws.check_program``) run; a counterexample prints this way. ``False``
+            prints the structure alone (what Before/Expected tests compare).
+
+    Returns:
+        The text, one line per input, output, state slot, module and node.
+
+    **Laws:** ``parse_program(format_program(p))`` has, at every node whose val prints, a val of
+    the same structure, dtype, sizes (hints), strides and device, and ``check_program`` accepts
+    it; ``parse_program(format_program(p), like=p) == p``; ``format_program(p, vals=False)`` is
+    ``format_program(p)`` with each ``  # VAL`` comment removed.
+
+    Complexity: O(size of the program and of its vals).
     """
     lines = ["program:"]
     lines.append("  inputs:")

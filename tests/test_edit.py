@@ -49,7 +49,8 @@ def test_a_replaced_node_is_dropped_and_its_uses_rewired():
     ).replace("(%relu, %p_a_w)", "(%gelu, %p_a_w)")
     verify(after)
     assert alpha_equivalent(after, program(expected, like=after))
-    assert format_program(after) == format_program(program(expected, like=after))
+    want = program(expected, like=after)
+    assert format_program(after, vals=False) == format_program(want, vals=False)
 
 
 def test_a_buffer_added_and_written_on_a_flat_program():
@@ -82,14 +83,15 @@ program:
       return (%maximum, %add)
   module a: A
   module a.b: B"""
-    assert format_program(after) == format_program(program(expected, like=after))
+    want = program(expected, like=after)
+    assert format_program(after, vals=False) == format_program(want, vals=False)
     assert after.state_order == ("a.w", "a.b.amax")
 
 
 def test_a_buffer_added_and_written_on_an_outlined_program():
     after = rewrite_nodes(outline(program(NESTED)), observe_relu)
     verify(after)
-    text = format_program(after)
+    text = format_program(after, vals=False)
     assert """\
   module a.b: B [module] id='a.b'
     graph 0:
@@ -370,7 +372,7 @@ def test_a_placeholder_visit_emits_after_the_placeholders():
     verify(after)
     ops_ = [n.op for n in after.root_module.graph.nodes]
     assert ops_[:3] == ["placeholder", "placeholder", "call_function"]
-    text = format_program(after)
+    text = format_program(after, vals=False)
     assert "%relu = call_function[aten.relu.default](%neg_1)" in text
     assert "%add = call_function[aten.add.Tensor](%neg, %neg_1)" in text
 
@@ -397,7 +399,7 @@ def test_a_constant_on_an_outlined_program_is_a_get_attr_of_the_module():
     after = rewrite_nodes(outline(program(NESTED)), scale)
     verify(after)
     assert after.state["a.b._constant"].kind == "constant"
-    assert "%_constant = get_attr[_constant]()" in format_program(after)
+    assert "%_constant = get_attr[_constant]()" in format_program(after, vals=False)
 
 
 class Preserved(torch.nn.Module):

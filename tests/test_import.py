@@ -44,7 +44,7 @@ def test_import_is_deterministic(name):
     ep = zoo.export_case(zoo.CASES[name])
     a, b = import_ep(ep), import_ep(ep)
     assert a == b and hash(a) == hash(b)
-    assert format_program(a) == format_program(b)
+    assert format_program(a, vals=False) == format_program(b, vals=False)
 
 
 def _state(program: Program, fqn: str) -> st.Slot:

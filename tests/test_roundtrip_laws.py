@@ -63,4 +63,4 @@ def test_import_and_pipeline_are_deterministic(drawn):
     _, ep = drawn
     a, b = import_ep(ep), import_ep(ep)
     assert a == b
-    assert format_program(transform(a)) == format_program(transform(b))
+    assert format_program(transform(a), vals=False) == format_program(transform(b), vals=False)

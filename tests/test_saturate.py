@@ -179,11 +179,11 @@ def test_an_enabling_step_of_benefit_zero_lets_a_fusion_match():
 
 def test_purity_the_input_is_untouched_and_returned_when_nothing_is_cheaper():
     p = _export(_chain3, *(torch.randn(*s) for s in [(1024, 1024), (1024, 1024), (1024, 8)]))
-    text = format_program(p)
+    text = format_program(p, vals=False)
     snapshot = copy.copy(p.root_module.graph.nodes)
     q = saturate(p, [ASSOC], assume=REASSOC)
     assert q is not p
-    assert format_program(p) == text and p.root_module.graph.nodes == snapshot
+    assert format_program(p, vals=False) == text and p.root_module.graph.nodes == snapshot
     assert saturate(p, []) is p
     assert saturate(q, [ASSOC], assume=REASSOC) is q
     # not granted: neither checked nor applied, and the report says so

@@ -370,7 +370,7 @@ return[output_2] %view"""
     b.layers.2.bias: parameter <Parameter (4,) torch.float32> = layers.2.bias requires_grad
     b.scale: parameter <Parameter (4,) torch.float32> = scale requires_grad""" in format_program(
         split
-    )
+    , vals=False)
     assert mapping == {
         "layers.0": "a.layers.0", "layers.1": "b.layers.1", "scale": "b.scale",
         "layers.2": "b.layers.2",

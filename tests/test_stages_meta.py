@@ -193,11 +193,11 @@ def test_export_records_cpu_and_lower_moves_it_to_meta():
 
 def test_move_to_device_is_pure_and_moves_literals_and_state():
     _model, x, p = _literal_program()
-    text = format_program(p)
+    text = format_program(p, vals=False)
     versions = {k: tensor_version(v.value) for k, v in p.tensors.items()}
     q = move_to_device(p, "meta")
     verify(q)
-    assert format_program(p) == text
+    assert format_program(p, vals=False) == text
     assert {k: tensor_version(v.value) for k, v in p.tensors.items()} == versions
     assert {d for _, d in _device_literals(q)} == {"meta"}
     assert [n for n, _ in _device_literals(q)] == [n for n, _ in _device_literals(p)]
@@ -286,11 +286,11 @@ def test_hf_llama_on_meta_with_non_persistent_buffers(tmp_path):
 def test_move_to_device_laws(p):
     """On generated programs: pure, idempotent, ``verify`` holds, every tensor and literal on the
     target, and the moved program computes the same shapes (run on meta) as the original."""
-    text = format_program(p)
+    text = format_program(p, vals=False)
     versions = {k: tensor_version(v.value) for k, v in p.tensors.items()
                 if isinstance(v.value, torch.Tensor)}
     q = move_to_device(p, "meta")
-    assert format_program(p) == text
+    assert format_program(p, vals=False) == text
     assert {k: tensor_version(v.value) for k, v in p.tensors.items()
             if isinstance(v.value, torch.Tensor)} == versions
     verify(q)

@@ -28,9 +28,9 @@ the failing output reads (all of them where that is not known)."""
 class Example:
     """A counterexample to replay: ``lower(program)(*args, **kwargs)`` with the state
     ``state`` (fqn -> tensor, the values the program holds, which ``lower`` loads) shows the
-    violation again. ``program`` is the pass's input; printed with
-    ``format_program(program, vals=True)`` it parses back (``ir.parse_program``) into a program
-    that runs, whose state tensors are zeros until ``state`` is loaded into the lowered module
+    violation again. ``program`` is the pass's input; printed (``format_program(program)``, vals
+    included) it parses back (``ir.parse_program``) into a program that runs, whose state
+    tensors are zeros until ``state`` is loaded into the lowered module
     (``load_state_dict(example.state, strict=False)``)."""
 
     program: Program
@@ -53,7 +53,7 @@ class LawViolation(AssertionError):
     what to run to see it again, ``output`` the index of the root output found to differ when
     the law knows it (``None`` otherwise).
 
-    The message prints the input program with its vals (``format_program(p, vals=True)``, which
+    The message prints the input program with its vals (``format_program(p)``, which
     ``ir.parse_program`` reads back into a program that runs) and the values of the state that
     matter: all of it when the program holds at most :data:`SMALL_STATE` tensors, else those
     the differing output reads (only their count where the law does not know which output
@@ -146,7 +146,7 @@ def format_value(value: Any, limit: int = 120) -> str:
     return shorten(repr(value), limit)
 
 
-def describe(program: Program, *, vals: bool = False) -> str:
+def describe(program: Program, *, vals: bool = True) -> str:
     """``format_program(program, vals=vals)`` and, for nodes that carry one, their module
     stack."""
     lines = [format_program(program, vals=vals)]

@@ -132,7 +132,7 @@ def test_constants_fold_and_the_traps_stay():
     after = fold_constants(before)
     verify(after)
     expected = program(EXPECTED).replace(call_signatures=before.call_signatures)
-    assert format_program(after) == format_program(expected)
+    assert format_program(after, vals=False) == format_program(expected, vals=False)
     assert {k: v.value._version for k, v in before.tensors.items()} == versions
     assert torch.equal(after.tensor("_folded_add"), torch.tensor([2.0, 3.0]))
     assert torch.equal(after.tensor("_folded_sum"), torch.tensor(64.0))
@@ -146,7 +146,7 @@ def test_a_result_over_max_bytes_stays_computed():
     before = before_program()
     after = fold_constants(before, max_bytes=7)
     verify(after)
-    text = format_program(after)
+    text = format_program(after, vals=False)
     assert "%add = call_function[aten.add.Tensor](%mul, 1)" in text
     assert "%full = call_function[aten.full.default]([2], 3.0)" in text
     assert "%big =" not in text
@@ -232,7 +232,7 @@ program:
       %add = call_function[aten.add.Tensor](%x, %_folded_mul)
       return %add
   module b: same object as a"""
-    assert format_program(after) == format_program(program(expected))
+    assert format_program(after, vals=False) == format_program(program(expected), vals=False)
     assert torch.equal(after.tensor("b._folded_mul"), torch.tensor([0.0, 2.0]))
     same_outputs(before, after, torch.randn(2))
     check_program(fold_constants, before, laws=LAWS, inputs=lambda p: ((torch.randn(2),), {}))

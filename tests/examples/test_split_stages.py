@@ -113,12 +113,12 @@ program:
 
 def test_residual_input_is_a_keyword_of_every_stage():
     before = program(BEFORE_RESIDUAL)
-    text = format_program(before)
+    text = format_program(before, vals=False)
     stages = split_stages(before, ["b"])
-    assert format_program(before) == text  # pure
+    assert format_program(before, vals=False) == text  # pure
     for got, want in zip(stages.programs, EXPECTED_RESIDUAL, strict=True):
         verify(got)
-        assert alpha_equivalent(got, program(want, like=before)), format_program(got)
+        assert alpha_equivalent(got, program(want, like=before)), format_program(got, vals=False)
     assert stages.inputs == ((), ("relu",))
     assert stages.root_inputs == ("x",)
     assert [(e.name, e.src, e.origin, e.index) for e in stages.edges] == [("relu", 0, 0, 0)]
@@ -245,7 +245,7 @@ def test_relay_through_the_middle_stage_and_a_tied_weight():
     stages = split_stages(before, ["b", "c"])
     for got, want in zip(stages.programs, EXPECTED_RELAY_TIED, strict=True):
         verify(got)
-        assert alpha_equivalent(got, program(want, like=before)), format_program(got)
+        assert alpha_equivalent(got, program(want, like=before)), format_program(got, vals=False)
     assert [(e.name, e.src, e.origin) for e in stages.edges] == [
         ("mul", 0, 0), ("mul", 1, 0), ("sin", 1, 1)
     ]
@@ -339,7 +339,7 @@ def test_an_input_written_in_place_is_sent_as_its_written_value():
     stages = split_stages(before, ["b"])
     for got, want in zip(stages.programs, EXPECTED_INPUT_WRITTEN, strict=True):
         verify(got)
-        assert alpha_equivalent(got, program(want, like=before)), format_program(got)
+        assert alpha_equivalent(got, program(want, like=before)), format_program(got, vals=False)
     assert stages.inputs == (("x",), ("add_", "mul")) and stages.root_inputs == ()
 
 

@@ -72,8 +72,9 @@ def test_the_printed_counterexample_replays():
     with pytest.raises(LawViolation) as caught:
         check_program(drop_mul, p)
     example = caught.value.example
-    text = format_program(example.program, vals=True)
+    text = format_program(example.program)  # vals included by default
     assert text in str(caught.value)  # the message prints the program with its vals
+    assert "%x = placeholder  # float32[3]" in text
     back = parse_program(text)
     assert check_program(lambda q: q, back) is back  # was: "placeholder 'x' has meta['val'] None"
     replay = lower(back)

@@ -57,16 +57,16 @@ def test_stages_in_sequence_compute_the_program(p, data):
     paths = _paths_in_order(p)
     assume(len(paths) >= 2)
     source, split = _split_of(p, data)
-    text = format_program(source)
+    text = format_program(source, vals=False)
     try:
         stages = split()
     except PassError:
         event("declined")
         return  # declined with a purefx error (nothing crosses, a shared buffer, ...)
-    assert format_program(source) == text
+    assert format_program(source, vals=False) == text
     again = split()
-    assert [format_program(q) for q in again.programs] == [
-        format_program(q) for q in stages.programs
+    assert [format_program(q, vals=False) for q in again.programs] == [
+        format_program(q, vals=False) for q in stages.programs
     ]
     for e in stages.edges:  # every edge goes to the next stage, at its place in both
         assert stages.inputs[e.dst][e.index] == e.name

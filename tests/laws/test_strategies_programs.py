@@ -86,7 +86,7 @@ def test_generation_rate():
 def test_generation_is_deterministic():
     first = find(programs(), lambda p: p.root_module.graph.compute_count() >= 5, settings=FIND)
     again = find(programs(), lambda p: p.root_module.graph.compute_count() >= 5, settings=FIND)
-    assert ir.format_program(first) == ir.format_program(again)
+    assert ir.format_program(first, vals=False) == ir.format_program(again, vals=False)
     assert ir.program_key(first) == ir.program_key(again)
 
 
