@@ -288,8 +288,8 @@ class _Analysis:
             if n.op in _CALLS:
                 facts = ops.facts(n.target)
                 if _may_alias(facts):
-                    for r in n.inputs():
-                        self.union(n.name, r.name)
+                    for r in _aliased_inputs(n, facts):
+                        self.union(n.name, r)
                 if facts.kind == ops.HOP:
                     bodies = self.bodies(n, getattrs)
                     writes = facts.mutating or any(b is None or b.written_inputs for b in bodies)
@@ -382,6 +382,21 @@ class _Analysis:
             graphs = self.p.module_table()[child].graphs
             out.extend(self.resolved(child, i) for i in range(len(graphs)))
         return out
+
+
+def _aliased_inputs(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
+    """The arguments the result of ``node`` (whose operator may alias, ``_may_alias``) may
+    share memory with: for an operator with a schema that writes in place, the arguments it
+    writes (``add_(a, b)`` returns ``a``; ``b`` is only read), except ``set_``, which makes its
+    first argument a view of the others; else every argument."""
+    if (
+        facts.kind == ops.OVERLOAD
+        and facts.mutating
+        and facts.written
+        and not facts.qualname.startswith("aten::set_")
+    ):
+        return _schema_written(node, facts)
+    return _names(node.inputs())
 
 
 def _may_alias(facts: ops.OpFacts) -> bool:

@@ -155,14 +155,14 @@ program:
 
 
 def test_tied_state_is_written_under_both_names():
-    """``u`` and ``v`` are one tensor: writing ``u`` writes ``v``; ``w`` is not written. (``x``
-    joins the group conservatively: an in-place op's result joins every argument's group.)"""
+    """``u`` and ``v`` are one tensor: writing ``u`` writes ``v``; ``w`` is not written, nor
+    ``x``, which ``add_`` only reads."""
     p = program(TIED)
     assert facts(p) == expect(
-        written=["b_u", "b_v", "x", "add_"],
+        written=["b_u", "b_v", "add_"],
         writes={"add_": ("b_u",)},
-        groups=[["b_u", "b_v", "x", "add_"]],
-        inputs=[0, 1, 3],
+        groups=[["b_u", "b_v", "add_"]],
+        inputs=[0, 1],
         effect=["add_"],
     )
     assert effects.state_written(p, "u") and effects.state_written(p, "v")
@@ -603,7 +603,8 @@ def test_an_outlined_module_writing_its_buffer_is_written_state():
     p = program(text)
     assert effects.state_written(p, "a.b")
     a = facts(p, "a")
-    assert a["writes"] == {"copy_": ("b",)} and a["inputs"] == [0, 1]  # conservatively: p, q
+    # ``copy_`` reads ``q`` and writes the module's own buffer: no input of ``a`` is written
+    assert a["writes"] == {"copy_": ("b",)} and a["inputs"] == []
 
 
 def test_arguments_a_schema_does_not_take_make_every_argument_written():
@@ -680,3 +681,45 @@ def test_fold_into_state_keeps_an_operator_registered_as_effectful(stamp):
     q = p.replace(modules=p.modules.set(p.root, p.root_module.replace(graphs=(graph.of(nodes),))))
     assert ops.facts(stamp).recomputable and not effects.is_pure(q.root_module.graph.node("c"))
     assert fold_into_state(q, {"c"}) is q
+
+
+ADD_INTO = """\
+program:
+  inputs:
+    %x: user_input
+    %y: user_input
+  outputs:
+    %out: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %y = placeholder
+      %c = call_function[aten.clone.default](%x)
+      %r = call_function[aten.relu.default](%y)
+      %add_ = call_function[aten.add_.Tensor](%c, %r)
+      %out = call_function[aten.mul.Tensor](%r, 2)
+      return (%out,)"""
+
+
+def test_an_in_place_result_aliases_what_it_writes_not_what_it_reads():
+    """``add_(c, r)`` returns ``c``: ``r`` is only read, so it stays out of the written group
+    (before, every argument of an in-place operator joined its result's group, and a value
+    merely added into another counted as written)."""
+    p = program(ADD_INTO)
+    assert facts(p) == expect(
+        written=["c", "add_"], writes={"add_": ("c",)}, groups=[["c", "add_"]], effect=["add_"]
+    )
+
+
+def test_set_makes_its_first_argument_a_view_of_its_source():
+    """``set_(c, r)`` makes ``c`` share ``r``'s storage: a later write of the result writes
+    ``r``, so ``set_``'s result is grouped with every argument."""
+    p = program(
+        ADD_INTO.replace("aten.add_.Tensor](%c, %r)", "aten.set_.source_Tensor](%c, %r)")
+        .replace("      %out = call_function[aten.mul.Tensor](%r, 2)\n",
+                 "      %w = call_function[aten.mul_.Tensor](%add_, 2)\n"
+                 "      %out = call_function[aten.mul.Tensor](%r, 2)\n")
+    )
+    found = facts(p)
+    assert "r" in found["written"]
+    assert ["add_", "c", "r", "w"] in [sorted(g) for g in found["groups"]]
