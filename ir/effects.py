@@ -45,6 +45,7 @@ __all__ = [
     "Effects",
     "binds_symbols",
     "graph_effects",
+    "inert_dropout",
     "is_assert",
     "is_pure",
     "is_view",
@@ -60,7 +61,8 @@ _CALLS = (CALL_FUNCTION, CALL_METHOD)
 
 
 def is_pure(node: Node) -> bool:
-    """Whether ``node`` only computes its result: a ``get_attr`` read, or a ``call_function`` /
+    """Whether ``node`` only computes its result: a ``get_attr`` read, a dropout that keeps its
+    input (``inert_dropout``), or a ``call_function`` /
     ``call_method`` whose target is pure (``ops.impurity`` empty: not mutating, random,
     effectful, nor a higher-order op). Placeholders, outputs and module calls are not (a module
     call may do anything: ``Effects.has_effect`` resolves its callee).
@@ -70,7 +72,23 @@ def is_pure(node: Node) -> bool:
     """
     if node.op == GET_ATTR:
         return True
-    return node.op in _CALLS and not ops.impurity(node.target)
+    return node.op in _CALLS and (not ops.impurity(node.target) or inert_dropout(node))
+
+
+def inert_dropout(node: Node) -> bool:
+    """Whether ``node`` is a dropout that keeps its input (``train`` false or ``p`` 0, as
+    ``ops.computes_nothing`` says): it draws nothing and does nothing else, so it is pure and
+    not random, whatever its operator's name says (an eval-mode export keeps
+    ``aten.dropout(x, 0.1, False)``). Arguments that cannot be read (a keyword a
+    schema-less target takes) say no. O(arguments)."""
+    if node.op not in _CALLS or ops.facts(node.target).identity != ops.EVAL_DROPOUT:
+        return False
+    args = ops.normalized_args(node.target, node.args, node.kwargs)
+    if args is None:
+        if node.kwargs or len(node.args) < 3:
+            return False
+        args = node.args
+    return ops.computes_nothing(node.target, args, None, None)
 
 
 def written_args(node: Node) -> tuple[str, ...]:
@@ -303,11 +321,11 @@ class _Analysis:
                 else:
                     if facts.mutating:
                         direct[n.name] = _schema_written(n, facts)
-                    if facts.random:
+                    if facts.random and not inert_dropout(n):
                         random.append(n.name)
                     if facts.assertion:
                         asserts.append(n.name)
-                if self.is_impure(n.target):
+                if self.is_impure(n.target) and not inert_dropout(n):
                     effect.append(n.name)
             elif n.op == CALL_MODULE:
                 for r in n.inputs():

@@ -723,3 +723,32 @@ def test_set_makes_its_first_argument_a_view_of_its_source():
     found = facts(p)
     assert "r" in found["written"]
     assert ["add_", "c", "r", "w"] in [sorted(g) for g in found["groups"]]
+
+
+EVAL_DROPOUT = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %out: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %d = call_function[aten.dropout.default](%x, 0.1, False)
+      %t = call_function[aten.dropout.default](%x, 0.1, True)
+      %z = call_function[aten.dropout.default](%x, 0.0, True)
+      %out = call_function[aten.add.Tensor](%x, 1)
+      return (%out,)"""
+
+
+def test_a_dropout_that_keeps_its_input_is_pure_and_not_random():
+    """An eval-mode dropout (``train`` false) and one of ``p`` 0 draw nothing: pure, no effect,
+    not random, so dead-code elimination drops them; a training dropout stays random."""
+    p = program(EVAL_DROPOUT)
+    g = p.root_module.graph
+    assert [effects.is_pure(g.node(k)) for k in ("d", "t", "z")] == [True, False, True]
+    assert facts(p) == expect(effect=["t"], random=["t"])
+    from transforms import eliminate_dead_code
+
+    kept = [n.name for n in eliminate_dead_code(p).root_module.graph.nodes]
+    assert "t" in kept and "d" not in kept and "z" not in kept
