@@ -623,10 +623,11 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
         found = scratch.get(name)
         return found if found is not None else w.node.get(name)
 
+    kept = set(sources.values())
+
     def drawn() -> tuple[str, ...]:
         return tuple(n for n in made.names if n not in kept)
 
-    kept = set(sources.values())
     w.listener = made
     try:
         for rn in rep.graph.nodes:
