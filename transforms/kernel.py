@@ -69,6 +69,7 @@ __all__ = [
     "rederive_callers",
     "renamed_calls",
     "renamed_outputs",
+    "resolved",
     "same_val",
 ]
 
