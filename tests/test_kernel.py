@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from ir import PassError, VerifyError, format_program, import_ep, verify
+from ir.args import EMPTY_DICT as EMPTY
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION
 from ir.strategies.programs import programs
@@ -387,3 +388,129 @@ def test_a_graph_shared_by_calls_at_two_shapes_is_not_re_derived_for_either():
                       if n.target is aten.relu.default else None)  # same shape: fine
     verify(q, vals=True)
     torch.testing.assert_close(lower(q)(x, y), (-torch.relu(x) * 2).sum() + (-torch.relu(y) * 2).sum())
+
+
+# --- the working graph (kernel.WorkingGraph) -----------------------------------------------------
+
+
+class ReluMul(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+def _work(listener=None):
+    p = import_ep(torch.export.export(ReluMul(), (torch.randn(3, 4),)))
+    return p, kn.WorkingGraph(p.root_module.graph, listener=listener)
+
+
+def _named(graph):
+    return [(n.name, n.op, n.target) for n in graph.nodes]
+
+
+class _Heard:
+    def __init__(self):
+        self.events = []
+
+    def emitted(self, node):
+        self.events.append(("emitted", node.name))
+
+    def erased(self, name):
+        self.events.append(("erased", name))
+
+
+def test_working_graph_indexes_readers_and_operators_and_finishes_unchanged():
+    p, w = _work()
+    graph = p.root_module.graph
+    assert list(w.users["relu"]) == ["mul"]
+    assert [n.name for n in w.candidates(aten.relu.default)] == ["relu"]
+    assert w.candidates(aten.neg.default) == []
+    assert w.val("relu") is graph.node("relu").meta["val"]
+    assert not w.written and not w.mutations
+    out, renames = w.finish()
+    assert out == graph and renames == {}
+
+
+def test_working_graph_make_names_after_the_policy_and_gives_meta_and_val():
+    heard = _Heard()
+    _, w = _work(heard)
+    relu = w.node["relu"]
+    val = relu.meta["val"]
+    a = w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), EMPTY, val=val,
+               stack=relu.meta.get("nn_module_stack"), anchor_meta=relu.meta)
+    b = w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), EMPTY)
+    named = w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), EMPTY, name="mine")
+    assert (a.name, b.name, named.name) == ("neg", "neg_1", "mine")
+    assert a.meta["val"] is val and "val" not in b.meta
+    assert a.meta.get("stack_trace") == relu.meta.get("stack_trace")
+    assert heard.events == [("emitted", "neg"), ("emitted", "neg_1"), ("emitted", "mine")]
+    assert "neg" not in w.node  # made, not placed
+    w.add(a, (w.key["relu"][0], 0))  # right after relu
+    assert list(w.users["relu"]) == ["mul", "neg"]
+    assert [n.name for n in w.candidates(aten.neg.default)] == ["neg"]
+    out, _ = w.finish()
+    names = [n.name for n in out.nodes]
+    assert names.index("relu") < names.index("neg") < names.index("mul")
+
+
+def test_working_graph_replace_uses_rewires_readers_and_records_the_rename():
+    _, w = _work()
+    relu = w.node["relu"]
+    neg = w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), EMPTY, val=relu.meta["val"])
+    w.add(neg, (w.key["relu"][0], 0))
+    rewired = w.replace_uses("relu", "neg", readers=["mul", "gone"])
+    assert rewired == ["mul"]  # a reader no longer in the graph is passed over
+    assert w.node["mul"].args[0].name == "neg"
+    assert list(w.users["neg"]) == ["mul"] and list(w.users["relu"]) == ["neg"]
+    w.replace_uses("neg", "abs", readers=[])  # a chain: relu -> neg -> abs
+    _, renames = w.finish()
+    assert renames == {"relu": "abs", "neg": "abs"}
+    assert kn.resolved({"a": "b", "b": "c"}) == {"a": "c", "b": "c"}
+
+
+def test_working_graph_erase_drops_the_node_from_every_index_and_is_heard():
+    heard = _Heard()
+    p, w = _work(heard)
+    x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
+    copy = w.make(CALL_FUNCTION, aten.copy_.default, (x.ref, w.node["relu"].ref), EMPTY)
+    w.add(copy, (w.key["relu"][0], 0))
+    assert x.name in w.written
+    assert w.mutates_between(w.key["relu"], w.key["mul"])
+    assert not w.mutates_between(w.key["mul"], (99,))
+    erased = w.erase(copy.name)
+    assert erased is copy and copy.name not in w.node
+    assert not w.mutates_between(w.key["relu"], w.key["mul"])
+    assert copy.name not in w.users["relu"]
+    assert heard.events[-1] == ("erased", copy.name)
+    w.erase("mul")
+    assert "mul" not in w.users["relu"] and w.candidates(aten.mul.Tensor) == []
+    assert "mul" in w.taken  # an erased node's name stays taken until given back
+
+
+def test_working_graph_rolls_back_the_names_a_listener_heard():
+    drawn = kn.Drawn()
+    _, w = _work(drawn)
+    relu = w.node["relu"]
+    for _ in range(2):
+        w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), EMPTY)
+    assert drawn.names == ["neg", "neg_1"]
+    w.release(drawn.names)  # the edit is not taken: its names are given back
+    assert "neg" not in w.taken and "neg_1" not in w.taken
+    assert w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), EMPTY).name == "neg"
+    w.reserve(["abs"])
+    assert w.fresh("abs") == "abs_1"
+
+
+def test_unindexed_working_graph_takes_the_names_and_places_as_told():
+    p, _ = _work()
+    graph = p.root_module.graph
+    w = kn.WorkingGraph(graph, indexed=False)
+    assert w.node == {} and w.users == {}
+    assert w.fresh("relu") == "relu_1"  # the graph's names are taken
+    w.add(graph.node("relu"))
+    assert w.node["relu"] is graph.node("relu") and w.users == {}
+
+
+def test_the_engine_working_copy_is_the_kernel_working_graph():
+    from transforms.rewrite import engine
+
+    assert issubclass(engine._Work, kn.WorkingGraph)

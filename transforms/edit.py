@@ -33,7 +33,7 @@ from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
-from ir.names import Names, fresh_name, target_name
+from ir.names import target_name
 from ir.node import (
     CALL_FUNCTION,
     CALL_MODULE,
@@ -284,9 +284,11 @@ class _Editor:
         self.spec_of = (
             {s.name: s for s in self.p.signature.inputs} if self.is_root else {}
         )
-        self.taken = Names(n.name for n in graph.nodes)
+        # the kernel's working graph: the names taken, the nodes defined so far (placed as the
+        # walk reaches them), new nodes made after the one naming and meta policy; the editor
+        # hears of each node made (``emitted``)
+        self.work = kn.WorkingGraph(graph, indexed=False, listener=self)
         self.alias: dict[str, Ref] = {}
-        self.defined: dict[str, Node] = {}
         self.nodes: list[Node] = []
         self.placeholders: list[Node] = []  # new placeholders (flat root)
         self.candidates: set[str] = set()  # nodes the edit may have left unused
@@ -296,7 +298,8 @@ class _Editor:
         self.e.graph = graph
         self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
         self.fresh: set[str] = set()  # nodes this call emitted in this graph
-        alias, e, visit, defined, nodes = self.alias, self.e, self.visit, self.defined, self.nodes
+        alias, e, visit, nodes = self.alias, self.e, self.visit, self.nodes
+        place = self.work.add
         retyped = self.retyped = set()  # values whose dtype or shape the edit changed
         pending: list[Node] = []  # what placeholders' visits emitted: after the placeholders
         keep = _same
@@ -339,9 +342,9 @@ class _Editor:
                 self.graph_changed = True
             else:
                 node_now = node
-            defined[node.name] = node_now
+            place(node_now)
             for n in self.after:
-                defined[n.name] = n
+                place(n)
             if op == PLACEHOLDER:
                 nodes.append(node_now)
                 pending.extend(self.before)
@@ -388,21 +391,22 @@ class _Editor:
         result = self.alias.get(result.name, result)
         if result.name == node.name:
             return
-        if result.name not in self.defined:
+        defined = self.work.node
+        if result.name not in defined:
             raise PassError(
                 f"visit replaces node {node.name!r} with %{result.name}, which is "
                 f"{self.undefined(result.name)}; replace a node with a value computed before it "
                 "or from it"
             )
         if node.name in self.signature_names():
-            old, new = node.meta.get("val"), self.defined[result.name].meta.get("val")
+            old, new = node.meta.get("val"), defined[result.name].meta.get("val")
             if not kn.same_val(old, new):
                 raise PassError(
                     f"visit replaces node {node.name!r}, which a signature names, with "
                     f"%{result.name} of another dtype or shape ({kn.describe(old)} -> "
                     f"{kn.describe(new)}); keep the value's dtype and shape there"
                 )
-        if not kn.same_val(node.meta.get("val"), self.defined[result.name].meta.get("val")):
+        if not kn.same_val(node.meta.get("val"), defined[result.name].meta.get("val")):
             self.retyped.add(node.name)  # its readers' vals are propagated again
         self.alias[node.name] = result
         self.candidates.add(node.name)
@@ -486,7 +490,7 @@ class _Editor:
         defined yet (a cycle) or at all."""
         r = self.alias.get(r.name, r)
         name = r.name
-        if name in self.defined or name in self.after_names or name == self.e.node.name:
+        if name in self.work.node or name in self.after_names or name == self.e.node.name:
             return r
         raise PassError(
             f"a node emitted at node {self.here()!r} reads %{name}, which is "
@@ -510,18 +514,26 @@ class _Editor:
         if checked:
             self.check_writes(op, target, args, kwargs)
         val = self.fake(target, args, kwargs)
-        name = fresh_name(kn.base_name(target), self.taken)
-        node = new_node(op, name, target, args, kwargs, self.meta(val))
+        src = here.meta
+        node = self.work.make(op, target, args, kwargs, val=val,
+                              stack=src.get("nn_module_stack"), anchor_meta=src)
         if after:
             self.after.append(node)
-            self.after_names.add(name)
+            self.after_names.add(node.name)
         else:
             self.before.append(node)
-            self.defined[name] = node
-        self.candidates.add(name)
-        self.fresh.add(name)
-        self.graph_changed = True
+            self.work.add(node)
         return node.ref
+
+    def emitted(self, node: Node) -> None:
+        """The kernel made ``node`` for this graph (``kernel.Listener``): it may be dropped
+        at the end if nothing reads it."""
+        self.candidates.add(node.name)
+        self.fresh.add(node.name)
+        self.graph_changed = True
+
+    def erased(self, name: str) -> None:
+        """(``kernel.Listener``) the editor erases nothing through the kernel."""
 
     def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
         """Refuse an emitted node that writes in place anything but a value this call
@@ -589,15 +601,8 @@ class _Editor:
             return f"{slot.kind} {fqn!r}" if slot is not None else f"state {fqn!r}"
         return "a value the program computes that another node reads or that aliases another"
 
-    def meta(self, val: Any) -> Mapping[str, Any]:
-        src = self.e.node.meta
-        meta = {k: src[k] for k in ("nn_module_stack", "stack_trace") if k in src}
-        if val is not None:
-            meta["val"] = val
-        return MappingProxyType(meta)
-
     def lookup(self, name: str) -> Node | None:
-        found = self.defined.get(name)
+        found = self.work.node.get(name)
         if found is None:
             here = self.current
             if here is not None and name == here.name:
@@ -745,14 +750,14 @@ class _Editor:
         val = self.fake_of(tensor)
         self.graph_changed = True
         if self.is_root and self.flat:
-            node, fqn = self.new.root_input(kind, name, tensor, self.e.node, self.taken, val,
+            node, fqn = self.new.root_input(kind, name, tensor, self.e.node, self.work.taken, val,
                                             persistent)
             self.placeholders.append(node)
         else:
-            node, fqn = self.new.attribute(kind, self.mid, name, tensor, self.taken, val,
+            node, fqn = self.new.attribute(kind, self.mid, name, tensor, self.work.taken, val,
                                            persistent)
             self.before.append(node)
-        self.defined[node.name] = node
+        self.work.add(node)
         return self.new_read(node, kind, fqn)
 
     def new_read(self, node: Node, kind: str, fqn: str) -> Ref:

@@ -19,15 +19,26 @@ a new Program. What such an edit must get right is the same for every pass, and 
   shapes;
 - **finalisation** (``renamed_outputs``, ``renamed_calls``): output specs and preserved call
   signatures follow the values that replaced the ones they named;
-- the **listener hook** (``Listener``): a driver that may roll an edit back (the rule engine
-  gives names back when a rule is not taken) hears of each node emitted and erased.
+- the **working graph** (``WorkingGraph``): the one mutable working copy of a graph a driver
+  edits (local to one call, never shared): its nodes by name with a sort key each, their
+  readers, the call_function nodes of each operator, the values written in place and the sorted
+  keys of the nodes that write (from ``ir.effects``), the names taken (``fresh`` draws one after
+  the naming policy, ``release`` / ``reserve`` give back and take), the results renamed; it
+  makes a node (``make``: name, ``new_meta``, listener told), places it (``add``), rewires the
+  readers of a value (``replace_uses``), erases a node (``erase``) and finishes into a new
+  ``Graph`` and its renames (``finish``);
+- the **listener hook** (``Listener``): a driver that may roll an edit back hears of each node
+  the working graph makes and erases; ``Drawn`` records the names made so that the rule engine
+  gives them back when a rule is not taken (``WorkingGraph.release``).
 
 ``rewrite_nodes`` (``transforms.edit``) and the rule engine (``transforms.rewrite.engine``) are
-drivers on it.
+drivers on it: the engine's working copy is a ``WorkingGraph`` (with the rewrite's context), the
+editor names, makes and keeps the nodes it has defined through one.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -35,19 +46,22 @@ from typing import Any, Protocol
 import attrs
 
 from ir import signature as sg
-from ir.args import Ref, thaw
+from ir.args import Ref, map_refs, thaw
+from ir.effects import Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import META, FakeRunFailed, describe, fake_value, same_val
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.names import target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node
+from ir.names import Names, fresh_name, target_name
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node, new_node
 from ir.program import Program
 
 __all__ = [
     "META",
+    "Drawn",
     "FakeRunFailed",
     "Listener",
+    "WorkingGraph",
     "base_name",
     "describe",
     "fake_value",
@@ -55,6 +69,7 @@ __all__ = [
     "rederive_callers",
     "renamed_calls",
     "renamed_outputs",
+    "resolved",
     "same_val",
 ]
 
@@ -84,20 +99,230 @@ def new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[st
     return MappingProxyType(meta)
 
 
-# --- writes --------------------------------------------------------------------------------------
-
-
 # --- listener ------------------------------------------------------------------------------------
 
 
 class Listener(Protocol):
-    """What a driver that may roll an edit back hears from the kernel."""
+    """What a driver that may roll an edit back hears from a ``WorkingGraph``."""
 
     def emitted(self, node: Node) -> None:
-        """``node`` was put in the graph being built."""
+        """``node`` was made (named, ``meta`` and ``val`` given) for the graph being built."""
 
     def erased(self, name: str) -> None:
         """The node named ``name`` left the graph being built."""
+
+
+class Drawn:
+    """A ``Listener`` that records the names of the nodes made while it listens (``names``,
+    in order) and of those erased (``erased``): what a driver gives back when it does not
+    take an edit (``WorkingGraph.release(drawn.names)``)."""
+
+    __slots__ = ("erased_names", "names")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.erased_names: list[str] = []
+
+    def emitted(self, node: Node) -> None:
+        self.names.append(node.name)
+
+    def erased(self, name: str) -> None:
+        self.erased_names.append(name)
+
+
+# --- the working graph ---------------------------------------------------------------------------
+
+
+class WorkingGraph:
+    """The mutable working copy of one graph that a driver edits (local to one call).
+
+    - ``node``: name -> the node as it is now; ``key``: name -> its sort key (a tuple: the
+      ``i``-th node of the input at ``(i,)``, nodes placed between at longer keys);
+    - ``users``: name -> its readers (a dict used as an ordered set);
+    - ``by_target``: ``id(target)`` -> the call_function nodes of that operator;
+    - ``written``: the values some node writes in place (not their aliases); ``mutations``: the
+      sorted keys of the nodes that write in place (``ir.effects``);
+    - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
+    - ``renames``: old -> new name of each result whose readers were moved to another value;
+    - ``listener``: told of each node made (``make``) and erased (``erase``); ``None``: nobody.
+
+    ``indexed=False`` places none of ``graph``'s nodes (the driver places them with ``add`` as
+    it walks) and keeps no ``users`` / ``by_target`` / ``written`` index: a driver that
+    streams the graph in order (``rewrite_nodes``) pays for the names and the node map only.
+    ``effects``: ``graph``'s ``ir.effects.Effects`` (what its nodes write); without it, each
+    node's ``written_args``.
+
+    Complexity: O(n) to build (``indexed``), O(readers) per ``add`` / ``erase``, O(log m)
+    per write-ordered query over ``m`` writing nodes, O(n log n) to ``finish``.
+    """
+
+    __slots__ = ("by_target", "graph", "indexed", "key", "listener", "mutations", "node",
+                 "renames", "taken", "users", "written")
+
+    def __init__(
+        self, graph: Graph, *, effects: Effects | None = None, listener: Listener | None = None,
+        indexed: bool = True,
+    ) -> None:
+        self.graph = graph
+        self.indexed = indexed
+        self.listener = listener
+        self.node: dict[str, Node] = {}
+        self.key: dict[str, tuple] = {}
+        self.users: dict[str, dict[str, None]] = {}
+        self.by_target: dict[int, dict[str, None]] = {}
+        self.written: set[str] = set()
+        self.mutations: list[tuple] = []
+        self.renames: dict[str, str] = {}
+        if indexed:
+            for i, n in enumerate(graph.nodes):
+                self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
+            self.taken = Names(self.node)
+        else:
+            self.taken = Names(n.name for n in graph.nodes)
+
+    # --- names -----------------------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        """A name after ``base`` (``base``, ``base_1``, ...) that no node has or had; taken."""
+        return fresh_name(base, self.taken)
+
+    def release(self, names: Iterable[str]) -> None:
+        """Give ``names`` back: a later ``fresh`` may draw them again (a rolled-back edit)."""
+        for name in names:
+            self.taken.discard(name)
+
+    def reserve(self, names: Iterable[str]) -> None:
+        """Take ``names``: no ``fresh`` draws them."""
+        self.taken.update(names)
+
+    # --- nodes -----------------------------------------------------------------------------------
+
+    def make(
+        self, op: str, target: Any, args: Any, kwargs: Any, *, val: Any = None,
+        stack: Any = None, anchor_meta: Mapping[str, Any] = MappingProxyType({}),
+        name: str | None = None, base: str | None = None,
+    ) -> Node:
+        """A new node, not yet placed: named ``name`` (taken as given) or a fresh name after
+        ``base`` (default ``base_name(target)``), its meta ``new_meta(val, stack,
+        anchor_meta)``. The listener hears of it. O(1)."""
+        if name is None:
+            name = self.fresh(base if base is not None else base_name(target))
+        node = new_node(op, name, target, args, kwargs, new_meta(val, stack, anchor_meta))
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
+
+    def add(self, n: Node, key: tuple = (), writes: tuple[str, ...] | None = None) -> None:
+        """Place node ``n`` at ``key``; ``writes``: what it writes in place (default: what
+        ``ir.effects.written_args`` says of it). Unindexed: the node map only."""
+        self.node[n.name] = n
+        if not self.indexed:
+            return
+        self.key[n.name] = key
+        self.users.setdefault(n.name, {})
+        for r in n.inputs():
+            self.users.setdefault(r.name, {})[n.name] = None
+        if n.op == CALL_FUNCTION:
+            self.by_target.setdefault(id(n.target), {})[n.name] = None
+        if writes is None:
+            writes = written_args(n)
+        if writes:
+            bisect.insort(self.mutations, key)
+            self.written.update(writes)
+
+    def erase(self, name: str) -> Node:
+        """Take node ``name`` out of the graph (its name stays taken); the listener hears of it.
+        Returns the node. O(its inputs + log writing nodes)."""
+        n = self.node.pop(name)
+        if self.indexed:
+            key = self.key.pop(name)
+            for r in n.inputs():
+                readers = self.users.get(r.name)
+                if readers is not None:
+                    readers.pop(name, None)
+            if n.op == CALL_FUNCTION:
+                self.by_target[id(n.target)].pop(name, None)
+            at = bisect.bisect_left(self.mutations, key)
+            if at < len(self.mutations) and self.mutations[at] == key:
+                del self.mutations[at]
+        if self.listener is not None:
+            self.listener.erased(name)
+        return n
+
+    def replace_uses(self, old: str, new: str, readers: Iterable[str] | None = None) -> list[str]:
+        """Every reader of ``old`` (those of ``readers`` still in the graph, when given) made to
+        read ``new`` instead, each at its own key; ``renames[old] = new``. Returns the readers
+        rewired. O(readers · their arguments)."""
+        self.renames[old] = new
+        to = Ref(new)
+        names = list(self.users.get(old, ())) if readers is None else list(readers)
+        done: list[str] = []
+        for u in names:
+            if u not in self.node:
+                continue
+            n, key = self.node[u], self.key[u]
+            self.erase(u)
+
+            def swap(r: Ref) -> Ref:
+                return to if r.name == old else r
+
+            self.add(n.replace(args=map_refs(n.args, swap), kwargs=map_refs(n.kwargs, swap)),
+                     key)
+            done.append(u)
+        return done
+
+    def val(self, name: str) -> Any:
+        """The ``val`` of node ``name`` as it is now; ``None`` when it has none or is gone."""
+        n = self.node.get(name)
+        return n.meta.get("val") if n is not None else None
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def mutates_between(self, lo: tuple, hi: tuple) -> bool:
+        """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""
+        at = bisect.bisect_right(self.mutations, lo)
+        return at < len(self.mutations) and self.mutations[at] < hi
+
+    def candidates(self, target: Any) -> list[Node]:
+        """The call_function nodes of operator ``target``, in the order placed."""
+        return [self.node[k] for k in list(self.by_target.get(id(target), ()))]
+
+    def downstream(self, names: Iterable[str], depth: int, cap: int) -> list[str]:
+        """The readers of ``names`` and their readers, ``depth`` levels deep (at most ``cap``
+        of them), in the order found."""
+        seen = dict.fromkeys(names)
+        level = list(seen)
+        found: list[str] = []
+        for _ in range(depth):
+            nxt = []
+            for v in level:
+                for u in self.users.get(v, ()):
+                    if u not in seen:
+                        seen[u] = None
+                        nxt.append(u)
+                        found.append(u)
+                        if len(found) >= cap:
+                            return found
+            level = nxt
+        return found
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def finish(self) -> tuple[Graph, dict[str, str]]:
+        """The new ``Graph`` (the nodes in key order) and the renames, each followed to its last
+        value (``a -> b -> c`` gives ``a -> c``). O(n log n)."""
+        nodes = sorted(self.node.values(), key=lambda x: self.key[x.name])
+        return type(self.graph).of(nodes), resolved(self.renames)
+
+
+def resolved(renames: Mapping[str, str]) -> dict[str, str]:
+    """``renames`` (old -> new) with each chain followed to its end. O(renames · chain)."""
+    out = {}
+    for old, new in renames.items():
+        while new in renames:
+            new = renames[new]
+        out[old] = new
+    return out
 
 
 # --- finalisation --------------------------------------------------------------------------------

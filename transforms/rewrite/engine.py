@@ -16,7 +16,6 @@ naming the module graph, the matched nodes and the bindings), ``apply_match(p, m
 
 from __future__ import annotations
 
-import bisect
 import collections
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -25,14 +24,14 @@ from typing import Any
 import attrs
 
 from ir import ops
-from ir.args import IDict, IList, Ref, map_refs, ref
-from ir.effects import Effects, graph_effects, written_args
+from ir.args import IDict, IList, Ref, ref
+from ir.effects import Effects, graph_effects
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.module_stack import common_stack
-from ir.names import Names, fresh_name, target_name
+from ir.names import target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
@@ -323,87 +322,23 @@ def _barriers(p: Program) -> _Barriers:
     return _Barriers(calls, names)
 
 
-class _Work:
-    """The mutable working copy of one graph that the driver rewrites (local to one call), and
-    what the rewrites of that graph need to know: where it is (``path``, ``gi``), whether a
-    replacement may be traced per match (``per_match``), the preserved calls it must keep
-    whole, the deepest pattern, the run it belongs to (``run``: the rewrites done, the skips
-    counted, the guard rows, ``fixpoint``) and the renames of results. ``effects``: the graph's
-    ``ir.effects.Effects``, what its nodes write (without it, each node's ``written_args``)."""
+class _Work(kn.WorkingGraph):
+    """The kernel's working copy of one graph (``transforms.kernel.WorkingGraph``: nodes, keys,
+    readers, operator index, writes, names, renames), with what the rewrites of that graph need
+    to know: where it is (``path``, ``gi``), whether a replacement may be traced per match
+    (``per_match``), the preserved calls it must keep whole, the deepest pattern and the run it
+    belongs to (``run``: the rewrites done, the skips counted, the guard rows, ``fixpoint``).
+    ``effects``: the graph's ``ir.effects.Effects``, what its nodes write (without it, each
+    node's ``written_args``)."""
 
     def __init__(
         self, graph: Graph, path: str, gi: int, per_match: bool, barriers: _Barriers,
         depth: int, run: _Run, effects: Effects | None = None,
     ) -> None:
-        self.node: dict[str, Node] = {}
-        self.key: dict[str, tuple] = {}
-        self.users: dict[str, dict[str, None]] = {}
-        self.by_target: dict[int, dict[str, None]] = {}
-        self.written: set[str] = set()  #: the values a node writes in place (not their aliases)
-        self.mutations: list[tuple] = []  #: sorted keys of the nodes that write in place
-        for i, n in enumerate(graph.nodes):
-            self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
-        self.taken = Names(self.node)
+        super().__init__(graph, effects=effects)
         self.path, self.gi, self.per_match = path, gi, per_match
         self.barriers, self.depth, self.done = barriers, depth, run.done
         self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
-        self.renames: dict[str, str] = {}
-
-    def add(self, n: Node, key: tuple, writes: tuple[str, ...] | None = None) -> None:
-        """Take node ``n`` in at ``key``; ``writes``: what it writes in place (default: what
-        ``ir.effects.written_args`` says of a new node)."""
-        self.node[n.name] = n
-        self.key[n.name] = key
-        self.users.setdefault(n.name, {})
-        for r in n.inputs():
-            self.users.setdefault(r.name, {})[n.name] = None
-        if n.op == CALL_FUNCTION:
-            self.by_target.setdefault(id(n.target), {})[n.name] = None
-        if writes is None:
-            writes = written_args(n)
-        if writes:
-            bisect.insort(self.mutations, key)
-            self.written.update(writes)
-
-    def remove(self, name: str) -> None:
-        n = self.node.pop(name)
-        key = self.key.pop(name)
-        for r in n.inputs():
-            readers = self.users.get(r.name)
-            if readers is not None:
-                readers.pop(name, None)
-        if n.op == CALL_FUNCTION:
-            self.by_target[id(n.target)].pop(name, None)
-        at = bisect.bisect_left(self.mutations, key)
-        if at < len(self.mutations) and self.mutations[at] == key:
-            del self.mutations[at]
-
-    def mutates_between(self, lo: tuple, hi: tuple) -> bool:
-        """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""
-        at = bisect.bisect_right(self.mutations, lo)
-        return at < len(self.mutations) and self.mutations[at] < hi
-
-    def candidates(self, target: Any):
-        return [self.node[k] for k in list(self.by_target.get(id(target), ()))]
-
-    def downstream(self, names: Iterable[str], depth: int) -> list[str]:
-        """The readers of ``names`` and their readers, ``depth`` levels deep (at most
-        ``_DOWNSTREAM_CAP`` of them), in the order found."""
-        seen = dict.fromkeys(names)
-        level = list(seen)
-        found: list[str] = []
-        for _ in range(depth):
-            nxt = []
-            for v in level:
-                for u in self.users.get(v, ()):
-                    if u not in seen:
-                        seen[u] = None
-                        nxt.append(u)
-                        found.append(u)
-                        if len(found) >= _DOWNSTREAM_CAP:
-                            return found
-            level = nxt
-        return found
 
 
 def _rewrite_graph(
@@ -426,8 +361,7 @@ def _rewrite_graph(
         queue = _sweep(w, index)  # a sweep that applies nothing ends the rewrite: a fixpoint
     if not applied_any:
         return graph, {}
-    nodes = sorted(w.node.values(), key=lambda x: w.key[x.name])
-    return Graph.of(nodes), _resolve(w.renames)
+    return w.finish()
 
 
 def _sweep(w: _Work, index: Mapping[int, list]) -> collections.deque:
@@ -472,15 +406,6 @@ def _drain(
                     queued.add(m)
             break
     return applied
-
-
-def _resolve(renames: dict[str, str]) -> dict[str, str]:
-    out = {}
-    for old, new in renames.items():
-        while new in renames:
-            new = renames[new]
-        out[old] = new
-    return out
 
 
 def _try_safely(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
@@ -689,39 +614,46 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
     frames = _common_stack([w.node[m] for m in site.matched])
     anchor_meta = w.node[b.names[pattern.anchor.name]].meta
     old_vals = {o: w.node[o].meta.get("val") for o in site.outs if o is not None}
-    for m in site.removed:
-        w.taken.discard(m)  # the removed nodes' names may be reused
-    w.taken.update(sources.values())  # before fresh names: an inner node must not take one
+    w.release(site.removed)  # the removed nodes' names may be reused
+    w.reserve(sources.values())  # before fresh names: an inner node must not take one
     scratch: dict[str, Node] = {}
-    drawn: list[str] = []
+    made = kn.Drawn()  # the nodes made: their fresh names are given back if not committed
 
     def lookup(name: str) -> Node | None:
         found = scratch.get(name)
         return found if found is not None else w.node.get(name)
 
-    for rn in rep.graph.nodes:
-        if rn.op in (PLACEHOLDER, OUTPUT):
-            continue
-        if rn.name in sources:
-            name = sources[rn.name]
-        else:
-            name = _fresh(w, rn)
-            drawn.append(name)
-        args = _bind(rn.args, env, sentinels, b.scalars)
-        kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
-        val = _fake_val(rn.target, args, kwargs, lookup)
-        if val is RAISED:
-            # the replacement raises on this match's values (shapes the pattern allows and
-            # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
-            return _Instance(tuple(scratch.values()), (), tuple(drawn), old_vals, raised=True)
-        meta = _new_meta(val if val is not None else old_vals.get(name), frames, anchor_meta)
-        scratch[name] = Node(rn.op, name, rn.target, args, kwargs, meta)
-        env[rn.name] = ref(name)
+    kept = set(sources.values())
+
+    def drawn() -> tuple[str, ...]:
+        return tuple(n for n in made.names if n not in kept)
+
+    w.listener = made
+    try:
+        for rn in rep.graph.nodes:
+            if rn.op in (PLACEHOLDER, OUTPUT):
+                continue
+            name = sources.get(rn.name) or w.fresh(_base(rn))
+            args = _bind(rn.args, env, sentinels, b.scalars)
+            kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
+            val = _fake_val(rn.target, args, kwargs, lookup)
+            if val is RAISED:
+                # the replacement raises on this match's values (shapes the pattern allows and
+                # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
+                w.make(rn.op, rn.target, args, kwargs, name=name)
+                return _Instance(tuple(scratch.values()), (), drawn(), old_vals, raised=True)
+            scratch[name] = w.make(
+                rn.op, rn.target, args, kwargs, name=name, stack=frames, anchor_meta=anchor_meta,
+                val=val if val is not None else old_vals.get(name),
+            )
+            env[rn.name] = ref(name)
+    finally:
+        w.listener = None
     results = tuple(
         None if o is None else (env[r.name].name if type(r) is Ref and r.name in env else "")
         for o, r in zip(site.outs, rep.outputs)
     )
-    return _Instance(tuple(scratch.values()), results, tuple(drawn), MappingProxyType(old_vals))
+    return _Instance(tuple(scratch.values()), results, drawn(), MappingProxyType(old_vals))
 
 
 def _refuse_literal_results(rule: Rule, site: guards.Site, inst: _Instance, w: _Work) -> None:
@@ -735,9 +667,10 @@ def _refuse_literal_results(rule: Rule, site: guards.Site, inst: _Instance, w: _
 
 
 def _give_back(inst: _Instance, site: guards.Site, w: _Work) -> None:
-    for name in inst.drawn:
-        w.taken.discard(name)
-    w.taken.update(site.removed)
+    """Roll an instance back: the fresh names its nodes drew (what the kernel's listener
+    heard, ``kernel.Drawn``) given back, the removed nodes' names taken again."""
+    w.release(inst.drawn)
+    w.reserve(site.removed)
 
 
 def _commit(rule: Rule, site: guards.Site, inst: _Instance, w: _Work) -> list[str]:
@@ -746,7 +679,7 @@ def _commit(rule: Rule, site: guards.Site, inst: _Instance, w: _Work) -> list[st
     outside = {o: tuple(u for u in w.users[o] if u not in rset)
                for o in site.outs if o is not None}
     for m in site.removed:
-        w.remove(m)
+        w.erase(m)
     for j, node in enumerate(inst.nodes):
         w.add(node, (*site.pos, j))
     new_names = [n.name for n in inst.nodes]
@@ -757,31 +690,20 @@ def _commit(rule: Rule, site: guards.Site, inst: _Instance, w: _Work) -> list[st
         if new == o:
             pushed.extend(u for u in w.users.get(o, ()) if u in w.node)
             continue
-        w.renames[o] = new
-        for u in outside.get(o, ()):
-            if u not in w.node:
-                continue
-            old, key = w.node[u], w.key[u]
-            w.remove(u)
-            w.add(old.replace(args=_swap(old.args, o, ref(new)),
-                              kwargs=_swap(old.kwargs, o, ref(new))), key)
-            pushed.append(u)
+        pushed.extend(w.replace_uses(o, new, outside.get(o, ())))
     for name in new_names:
         pushed.extend(w.users.get(name, ()))
     if w.fixpoint:
         starts = new_names + [new for new in inst.results if new]
-        pushed.extend(w.downstream(starts, w.depth))
+        pushed.extend(w.downstream(starts, w.depth, _DOWNSTREAM_CAP))
     w.done.append(Rewrite(rule.name, w.path, w.gi, site.matched, tuple(new_names)))
     return pushed
 
 
-def _swap(tree: Any, old: str, new: Ref) -> Any:
-    return map_refs(tree, lambda r: new if r.name == old else r)
-
-
-def _fresh(w: _Work, rn: Node) -> str:
-    base = rn.name.rstrip("0123456789").rstrip("_") or target_name(rn.target).split(".")[-1]
-    return fresh_name(base, w.taken)
+def _base(rn: Node) -> str:
+    """The base of the name of a replacement node's instance: the replacement's own name
+    without its suffix (``mul_2`` -> ``mul``), else the operator's last name part."""
+    return rn.name.rstrip("0123456789").rstrip("_") or target_name(rn.target).split(".")[-1]
 
 
 def _bind(tree: Any, env: Mapping[str, Any], sentinels: Mapping, scalars: Mapping) -> Any:
@@ -807,8 +729,6 @@ def _common_stack(nodes: list[Node]) -> Any:
         return None
     return common_stack(stacks)
 
-
-_new_meta = kn.new_meta
 
 
 def _fake_val(target, args, kwargs, lookup) -> Any:
@@ -911,12 +831,10 @@ def apply_match(p: Program, m: Match) -> Program:
         )
     site, inst = taken
     _commit(rule, site, inst, w)
-    nodes = sorted(w.node.values(), key=lambda x: w.key[x.name])
-    new_graph = type(graph).of(nodes)
+    new_graph, renames = w.finish()
     mod = p.module_table()[mid]
     graphs = tuple(new_graph if i == m.graph else g for i, g in enumerate(mod.graphs))
     q = p.replace(modules=p.modules.set(mid, mod.replace(graphs=graphs)))
-    renames = _resolve(w.renames)
     if mid == p.root and m.graph == 0 and renames:
         q = q.replace(signature=_renamed_signature(q, renames))
     if rule.fold_state and mid == p.root and m.graph == 0:
