@@ -110,3 +110,21 @@ def test_an_alias_made_on_generated_programs_is_caught():
     with pytest.raises(LawViolation) as caught:
         check_laws(clone_becomes_alias, max_examples=100, settings=NO_SHRINK)
     assert caught.value.law == "semantics", str(caught.value).splitlines()[0]
+
+
+def test_a_real_tensor_val_is_not_re_derived():
+    """A pass that records a real tensor as a node's val (a constant it made) is not blamed:
+    ``verify(vals=True)`` skips the nodes reading it, as those reading a node without a val."""
+    from types import MappingProxyType
+
+    from ir import verify
+    from ir.errors import VerifyError
+
+    p = import_ep(torch.export.export(_Mean(), (torch.randn(2, 3),)))
+    nodes = [n.replace(meta=MappingProxyType({**n.meta, "val": torch.zeros(2, 3)}))
+             if n.op == "placeholder" else n for n in p.root_module.graph.nodes]
+    real = _root_nodes(p, nodes)
+    assert verify(real, vals=True) is real
+    stale = mean_flips_keepdim(p)  # the fake vals are still checked
+    with pytest.raises(VerifyError, match=r"node 'mean\w*' in module '<root>' has val"):
+        verify(stale, vals=True)
