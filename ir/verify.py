@@ -59,7 +59,8 @@ def verify(program: Program, *, vals: bool = False) -> Program:
     whose arguments have the shapes its graph was traced at, the value that graph returns) and
     must have the recorded dtype, shape and device; a node whose operator raises on its
     inputs' values is a fault too. Skipped: nodes without a ``val`` or with an input without
-    one, higher-order ops and their bodies, writes, nodes that bind unbacked symbols.
+    one (or whose ``val`` is a real tensor, not a fake or meta one), higher-order ops and
+    their bodies, writes, nodes that bind unbacked symbols.
     O(nodes) fake runs: a check for tests and laws, not for every pass.
     """
     paths = _check_module_tree(program)
@@ -137,10 +138,15 @@ def _check_graph_vals(program: Program, graph: Graph, mid: ModuleId, where: str)
 
 
 def _runnable(v: object) -> bool:
+    """Whether ``v`` is a val a fake run takes: fake or meta tensors, numbers, symbols. A real
+    tensor (a constant a pass recorded as its own val) is not: the nodes reading it are
+    skipped, as those reading a node without a val are."""
     if isinstance(v, (tuple, list)):
         return all(_runnable(x) for x in v)
-    return v is None or isinstance(v, (torch.Tensor, int, float, bool, torch.SymInt,
-                                       torch.SymFloat, torch.SymBool))
+    if isinstance(v, torch.Tensor):
+        return getattr(v, "fake_mode", None) is not None or v.device.type == "meta"
+    return v is None or isinstance(v, (int, float, bool, torch.SymInt, torch.SymFloat,
+                                       torch.SymBool))
 
 
 def _call_val(program: Program, node: Node, mid: ModuleId, val_of) -> object:

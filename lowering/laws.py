@@ -5,14 +5,17 @@ The laws (``DESIGN.md``), each a public function usable without hypothesis:
 - **purity** (:func:`check_purity`): the input Program is ``==`` to a snapshot taken before the
   call, its node meta is as it was, no tensor it holds was written (``_version``), and nothing
   was printed;
-- **verify** (:func:`check_verify`): the result is a Program and ``ir.verify`` accepts it;
+- **verify** (:func:`check_verify`): the result is a Program and ``ir.verify(result,
+  vals=True)`` accepts it: well formed, and every compute node's ``val`` is what its inputs'
+  ``val`` s give (a pass that changed a node's shape and left its ``val`` stale breaks it);
 - **determinism** (:func:`check_determinism`): two calls on the same input give equal results
   that print the same (``==``, except that tensors compare by value: dtype, shape, device, bits,
   so a pass may make new constants);
 - **semantics** (:func:`check_semantics`): ``lower(result)`` returns what ``lower(input)``
   returns (or, given ``reference=``, what that eager function returns), within ``atol`` /
   ``rtol`` when given, and leaves the same state and the same (mutated) inputs, over several
-  calls; both sides run under one seed per call, so random ops draw alike;
+  calls, no output a view of an input, of state or of another output where the input's was
+  fresh; both sides run under one seed per call, so random ops draw alike;
 - **idempotence** (:func:`check_idempotence`), for normalizing passes: ``T(T(p)) == T(p)``;
 - **inverse** (:func:`check_inverse`): ``inverse(forward(p))`` is alpha-equivalent to ``p``;
 - **metric** (:func:`check_metric`): a measure of the result relates to that of the input
@@ -52,10 +55,8 @@ from ir.harness import (
     Difference,
     Law,
     Observed,
-    fresh,
-    observe,
-    observed_difference,
-    outcome,
+    judge,
+    run_side,
     same_bits,
 )
 from ir.module import Module
@@ -157,7 +158,14 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
 
 
 def check_verify(pass_fn: Pass, program: Program, result: Program | None = None) -> Program:
-    """Check that ``pass_fn(program)`` (or the given ``result``) is a Program that verifies."""
+    """Check that ``pass_fn(program)`` (or the given ``result``) is a Program that verifies.
+
+    Verifies is ``ir.verify(result, vals=True)``: well formed, and the ``val`` of every compute
+    node re-derived from its inputs' ``val`` s has the recorded shape, dtype and device. A
+    stale ``val`` the input already had is not the pass's fault and is let pass. Raises
+    ``LawViolation("verify")`` with ``ir.verify``'s message (naming the node) otherwise.
+    Complexity: O(nodes) fake runs.
+    """
     if result is None:
         result = _call(pass_fn, program)
     if not isinstance(result, Program):
@@ -165,10 +173,27 @@ def check_verify(pass_fn: Pass, program: Program, result: Program | None = None)
             "verify", pass_fn, f"returned a {type(result).__name__}, not a Program", program
         )
     try:
-        verify(result)
+        verify(result, vals=True)
     except VerifyError as e:
+        if _stale_before(program, result):
+            return result  # the input's own metadata was stale: not the pass's fault
         raise LawViolation("verify", pass_fn, f"the result does not verify: {e}", program) from e
     return result
+
+
+def _stale_before(program: Program, result: Program) -> bool:
+    """Whether ``result`` fails ``verify(vals=True)`` only by a stale ``val`` that ``program``
+    already had: it verifies without the metadata check, and ``program`` fails that check
+    too. Run only when the result fails, so a law that holds costs one check."""
+    try:
+        verify(result)
+    except VerifyError:
+        return False
+    try:
+        verify(program, vals=True)
+    except VerifyError:
+        return True
+    return False
 
 
 def check_determinism(pass_fn: Pass, program: Program, result: Program | None = None) -> Program:
@@ -263,7 +288,13 @@ def check_semantics(
     ``program`` must be equal by ``ir.harness.value_difference`` (NaN equal to NaN only, -0.0
     not +0.0, within the result dtype's tolerance ``ir.harness.tolerance``, or ``atol`` /
     ``rtol`` when given, for a pass that changes numerics on purpose, such as fake
-    quantization); the message names the first difference (a state one by its fqn). With
+    quantization); then aliasing: an output that is fresh in ``lower(program)``'s run must
+    not share storage with an input, a state tensor or an earlier output in the result's
+    (``"outputs [0]: an alias of input 0, the input program's output is fresh"``); an alias the
+    input program had may be lost, and two outputs may become one tensor returned twice (a
+    merge the result's signature shows, as ``cse`` makes). Both runs go through the law runner
+    (``ir.harness.run_side``, ``ir.harness.judge``). The message names the first difference (a
+    state one by its fqn). With
     ``reference``, an eager function of the model (``reference(*args, **kwargs)``, run under
     the same seed), the
     outputs are compared with what it returns instead of with ``lower(program)``'s (a pass that
@@ -289,7 +320,7 @@ def check_semantics(
         want = _run(original, args, kwargs, fqns, SEED + i, "the input program")
         if reference is not None:
             eager = _run(reference, args, kwargs, (), SEED + i, "the reference")
-            want = attrs.evolve(want, outputs=eager.outputs, aliasing=eager.aliasing)
+            want = attrs.evolve(want, outputs=eager.outputs)  # aliasing: the program's
         got = _run(lowered, args, kwargs, fqns, SEED + i, None)
         if isinstance(got, str):
             raise LawViolation(
@@ -504,8 +535,8 @@ def _storage_outside_the_tree(outside: bool) -> Any:
 
 def _changed_live(result: Any, program: Program) -> bool:
     """Whether ``result`` differs from ``program`` once dead code is removed from both
-    (``transforms.eliminate_dead_code``, metadata checks such as ``_assert_tensor_metadata``
-    dropped first: they compute nothing): what ``check_laws`` counts as a change, so a pass
+    (``transforms.eliminate_dead_code(p, metadata_checks=False)``: metadata checks such as
+    ``_assert_tensor_metadata`` dropped first, they compute nothing): what ``check_laws`` counts as a change, so a pass
     whose only edit is a value nothing reads is vacuous. O(size of the programs)."""
     if same_program(result, program):
         return False
@@ -515,18 +546,11 @@ def _changed_live(result: Any, program: Program) -> bool:
 
 
 def _live(p: Program) -> Program:
-    from ir import ops
+    """``p`` without dead code, metadata checks included (``eliminate_dead_code(p,
+    metadata_checks=False)``)."""
     from transforms.dce import eliminate_dead_code
 
-    modules = p.modules
-    for mid, mod in p.modules.items():
-        graphs = tuple(
-            Graph(tuple(n for n in g.nodes
-                        if not (n.op == "call_function" and ops.is_metadata_check(n.target))))
-            for g in mod.graphs)
-        if any(len(a.nodes) != len(b.nodes) for a, b in zip(graphs, mod.graphs)):
-            modules = modules.set(mid, mod.replace(graphs=graphs))
-    return eliminate_dead_code(p.replace(modules=modules) if modules is not p.modules else p)
+    return eliminate_dead_code(p, metadata_checks=False)
 
 
 class _Shown:
@@ -574,22 +598,19 @@ def _call(pass_fn: Pass, program: Program) -> Program:
 
 def _run(module: Callable[..., Any], args: tuple, kwargs: dict, fqns: tuple[str, ...],
          seed: int, whose: str | None) -> Observed | str:
-    """One call through the law harness (``ir.harness.outcome``: copies of the inputs, the
-    random state seeded with ``seed``), observed (``ir.harness.observe``: outputs, inputs after
-    the call, state by fqn, the outputs' aliasing read before anything is copied), all values
-    copied. When the call raises: an error naming ``whose`` run it was, or (``whose`` is
-    ``None``: the pass's result) the error's ``"Type: first line"`` as a string."""
-    ran = outcome(module, *args, seed=seed, **kwargs)
+    """One side of the semantics law through the law runner (``ir.harness.run_side``: copies
+    of the inputs, the random state seeded with ``seed``; outputs, inputs after the call, state
+    by fqn read from the module, the outputs' aliasing read before anything is copied). When
+    the call raises: an error naming ``whose`` run it was, or (``whose`` is ``None``: the
+    pass's result) the error's ``"Type: first line"`` as a string."""
+    ran = run_side(module, args, kwargs, seed=seed,
+                   state=lambda: {fqn: _state_value(module, fqn) for fqn in fqns})
     if not ran.ok:
         name, line = ran.error
         if whose is None:
             return f"{name}: {line}"
         raise RuntimeError(f"running {whose} raised {name}: {line} (not the pass's fault)")
-    results = ran.results if isinstance(ran.results, tuple) else (ran.results,)
-    state = {fqn: _state_value(module, fqn) for fqn in fqns}
-    seen = observe(results, (*ran.args, *ran.kwargs.values()), state)
-    return attrs.evolve(seen, outputs=fresh(seen.outputs), inputs=fresh(seen.inputs),
-                        state={f: fresh(v) for f, v in state.items()})
+    return ran.observed
 
 
 _MISSING = MISSING
@@ -604,18 +625,22 @@ def _state_value(module: Any, fqn: str) -> Any:
     return obj
 
 
-SEMANTICS = Law("semantics", frozenset({"outputs", "inputs", "state"}))
-"""The semantics law as a value (``ir.harness.Law``): outputs, inputs after the call and state
-compared; aliasing is not (a lowered module's outputs are compared by value: whether a pass
-may change which outputs alias an input is the business of the passes that move copies)."""
+SEMANTICS = Law("semantics", side="the input program's output is", alias_may_be_fresh=True,
+                repeated_outputs=True)
+"""The semantics law as a value (``ir.harness.Law``): outputs, inputs after the call, state and
+aliasing compared. An output fresh in the input program's run must stay fresh: a result whose
+output is a view of an input, of state or of another output (a caller writing it then writes
+that too) breaks the law. An alias the input program had may be lost (a pass may copy a view
+it returns), and two outputs that computed one value may become one tensor returned twice
+(``cse``'s contract; the result's signature names one value at both output specs)."""
 
 
 def _call_difference(got: Observed, want: Observed, atol: float | None, rtol: float | None,
                      by_reference: bool) -> Difference | None:
-    """What differs between two observed runs (``ir.harness.observed_difference`` under
-    :data:`SEMANTICS`), or ``None``."""
+    """What differs between two observed runs (``ir.harness.judge`` under :data:`SEMANTICS`),
+    or ``None``."""
     outputs = "outputs (against the reference's)" if by_reference else "outputs"
-    return observed_difference(got, want, SEMANTICS, atol=atol, rtol=rtol, outputs=outputs)
+    return judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs)
 
 
 def _output_index(found: Difference) -> int | None:

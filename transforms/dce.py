@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from ir import ops
 from ir.effects import binds_symbols, graph_effects
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
-from ir.node import OUTPUT, PLACEHOLDER
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
@@ -15,12 +16,20 @@ __all__ = ["eliminate_dead_code"]
 
 
 @gc_paused
-def eliminate_dead_code(p: Program) -> Program:
+def eliminate_dead_code(p: Program, *, metadata_checks: bool = True) -> Program:
     """Remove every node whose result is unused and that has no effect, in every graph.
 
     Parameters:
         p: a Program, flat or outlined (each graph of the module table is cleaned once,
             however many calls run it).
+        metadata_checks: keep the metadata checks (``ir.ops.is_metadata_check``:
+            ``_assert_tensor_metadata``, which ``torch.export`` traces before a dtype cast).
+            They are effects (each raises when its input's metadata differs), so by default
+            they are kept, and so is what they read. With ``False`` every one of them is
+            dropped first, in every graph, and then the dead code: what is left computes what
+            ``p`` computes on every input where no check fails. ``check_laws`` judges vacuity
+            on programs cleaned so (a value a pass made and never used, its checks included,
+            is no change).
 
     Returns:
         ``p`` itself when no node is dead; else a Program without the dead nodes. A node is
@@ -40,8 +49,8 @@ def eliminate_dead_code(p: Program) -> Program:
 
     **Laws:**
 
-    - identity: a program without dead nodes is returned as is; hence idempotent:
-      ``f(f(p)) is f(p)``;
+    - identity: a program without dead nodes (and, under ``metadata_checks=False``, without
+      metadata checks) is returned as is; hence idempotent: ``f(f(p)) is f(p)``;
     - semantics: ``lower(f(p))`` returns the same outputs, leaves the same state and runs the
       same side effects (in the same order) as ``lower(p)``;
     - monotone: ``f(p).node_count() <= p.node_count()``; signatures unchanged;
@@ -50,6 +59,8 @@ def eliminate_dead_code(p: Program) -> Program:
     Complexity: O(n) in the nodes of all graphs (each callee graph's effects found once).
     """
     require_program(p, "eliminate_dead_code")
+    if not metadata_checks:
+        p = map_graphs(p, _without_checks)
     named = signature_names(p)
 
     def clean(mid: ModuleId, graph: Graph) -> Graph:
@@ -71,3 +82,10 @@ def eliminate_dead_code(p: Program) -> Program:
         return Graph.of(reversed(kept))
 
     return map_graphs(p, clean)
+
+
+def _without_checks(mid: ModuleId, graph: Graph) -> Graph:
+    """``graph`` without its metadata checks (``graph`` itself when it has none). O(nodes)."""
+    kept = [n for n in graph.nodes
+            if not (n.op == CALL_FUNCTION and ops.is_metadata_check(n.target))]
+    return graph if len(kept) == len(graph.nodes) else Graph.of(kept)

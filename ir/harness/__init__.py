@@ -8,6 +8,9 @@
 - ``ir.harness.observe``: what a law observes of a run (``Observed``: outputs, inputs, state,
   aliasing), the law as a value (``Law``) and the one comparison of two runs
   (``observed_difference``, a structured ``Difference``), shared by the three laws;
+- ``ir.harness.runner``: the law runner every law loop goes through: ``run_side`` (one side
+  run and observed, its values copied) and ``judge`` (two runs compared under a ``Law``,
+  regrouped under ``reassociate``);
 - ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random
   state; ``widen``, floating tensors made float64 (what a reference runs on).
 
@@ -33,6 +36,7 @@ from ir.harness.observe import (
     observed_difference,
 )
 from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, widen
+from ir.harness.runner import Ran, judge, regrouped, run_side
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
@@ -45,14 +49,18 @@ __all__ = [
     "Observed",
     "OutOfTime",
     "Outcome",
+    "Ran",
     "Regrouped",
     "ShrinkBudget",
     "find_difference",
     "fresh",
+    "judge",
     "observe",
     "observed_difference",
     "outcome",
+    "regrouped",
     "regrouped_difference",
+    "run_side",
     "same_bits",
     "same_layout",
     "tolerance",

@@ -41,7 +41,17 @@ class Law:
     fresh_may_alias: bool = False
     """Whether an output fresh on the wanted side may alias on the other (``check_rule``: the
     engine's ``alias`` and ``shared`` guards take such a replacement only where nothing writes
-    either value and no caller sees both); an alias lost is a difference either way."""
+    either value and no caller sees both); an alias lost is a difference unless
+    ``alias_may_be_fresh``."""
+    alias_may_be_fresh: bool = False
+    """Whether an output that aliases on the wanted side may be fresh on the other
+    (``check_laws``' semantics law: a pass may copy a view it returns, a caller writing the
+    output then no longer writes the input; a new alias is a difference either way)."""
+    repeated_outputs: bool = False
+    """Whether an output fresh on the wanted side may be the very same tensor as an earlier
+    output on the other (``check_laws``' semantics law: ``cse`` merges two outputs that compute
+    one value, and the result's signature shows it, two output specs naming one value); a view
+    of another output, or of an input or state, is still a difference."""
 
     def __attrs_post_init__(self) -> None:
         if not self.observes <= OBSERVABLES:
@@ -61,6 +71,9 @@ class Observed:
     inputs: tuple = ()
     state: Mapping[str, Any] = attrs.field(factory=dict)
     aliasing: tuple = ()
+    repeats: tuple = ()
+    """Per output, the names (``"output 0"``) of the earlier outputs that are the very same
+    object (a program returning one value twice); a part of its ``aliasing``."""
 
 
 def observe(outputs: Sequence, inputs: Sequence = (), state: Mapping[str, Any] | None = None,
@@ -70,11 +83,13 @@ def observe(outputs: Sequence, inputs: Sequence = (), state: Mapping[str, Any] |
     outputs, inputs, state = tuple(outputs), tuple(inputs), dict(state or {})
     named = [(f"input {i}", x) for i, x in enumerate(inputs)]
     named += [(f"state {f!r}", x) for f, x in sorted(state.items())]
-    aliasing = []
+    aliasing, repeats = [], []
     for k, out in enumerate(outputs):
         others = named + [(f"output {j}", outputs[j]) for j in range(k)]
         aliasing.append(frozenset(n for n, x in others if _shares(out, x)))
-    return Observed(outputs, inputs, state, tuple(aliasing))
+        repeats.append(frozenset(f"output {j}" for j in range(k)
+                                 if isinstance(out, torch.Tensor) and outputs[j] is out))
+    return Observed(outputs, inputs, state, tuple(aliasing), tuple(repeats))
 
 
 def _shares(a: Any, b: Any) -> bool:
@@ -102,7 +117,8 @@ def observed_difference(
     position at the result dtype's tolerance, or ``atol``/``rtol``, as ``assumes`` relaxes it;
     ``reference``, the wanted side run in float64, under ``reassociate``), each input after the
     call, each state fqn (missing on one side only is a difference), then aliasing: an output
-    that aliases an input, state or earlier output on one side and not on the other.
+    that aliases an input, state or earlier output on one side and not on the other (as the
+    law's ``fresh_may_alias``, ``alias_may_be_fresh`` and ``repeated_outputs`` allow).
     ``outputs`` names the outputs in the sentence (``"outputs (against the reference's)"``).
 
     Laws: ``observed_difference(o, o, law) is None`` for every ``o`` (NaN equals NaN); only
@@ -138,7 +154,10 @@ def observed_difference(
                     return attrs.evolve(found, wanted=law.wanted)
     if "aliasing" in seen:
         for k, (g, w) in enumerate(zip(got.aliasing, want.aliasing)):
-            if w - g or (g - w and not law.fresh_may_alias):
+            new = g - w
+            if law.repeated_outputs and k < len(got.repeats):
+                new -= got.repeats[k]
+            if (w - g and not law.alias_may_be_fresh) or (new and not law.fresh_may_alias):
                 return Difference(outputs, (k,), _alias_words(g - w, "an alias of"),
                                   _alias_words(w - g, "an alias of"), law.side)
     return None

@@ -170,3 +170,61 @@ def test_a_node_that_defines_unbacked_symbols_is_kept():
     before = before.replace(modules=before.modules.set(
         before.root, before.root_module.replace(graphs=(graph.of(nodes),))))
     assert "%sin = " in format_program(eliminate_dead_code(before), vals=False)
+
+
+CHECKS = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %neg: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %to = call_function[aten._to_copy.default](%x, dtype=torch.int8)
+      %chk = call_function[aten._assert_tensor_metadata.default](%to, dtype=torch.int8)
+      %q = call_module[q](%x)
+      %neg = call_function[aten.neg.default](%x)
+      return (%neg,)
+  module q: Q
+    graph 0:
+      %x = placeholder
+      %t = call_function[aten._to_copy.default](%x, dtype=torch.float16)
+      %c = call_function[aten._assert_tensor_metadata.default](%t, dtype=torch.float16)
+      return %t"""
+
+CHECKS_EXPECTED = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %neg: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %neg = call_function[aten.neg.default](%x)
+      return (%neg,)
+  module q: Q
+    graph 0:
+      %x = placeholder
+      %t = call_function[aten._to_copy.default](%x, dtype=torch.float16)
+      return %t"""
+
+
+def test_metadata_checks_are_kept_by_default():
+    """A check is an effect (it raises on other metadata): it stays, and so does the cast it
+    reads and the call of the module that holds one."""
+    before = program(CHECKS)
+    assert eliminate_dead_code(before) is before
+
+
+def test_without_metadata_checks_what_they_read_goes_too():
+    """``metadata_checks=False``: every check goes first, in every graph; then the cast only
+    the check read and the call of a module whose only effect was its check are dead."""
+    before = program(CHECKS)
+    after = eliminate_dead_code(before, metadata_checks=False)
+    verify(after)
+    assert after == program(CHECKS_EXPECTED, like=before)
+    assert eliminate_dead_code(after, metadata_checks=False) is after
+    x = torch.randn(2)
+    assert torch.equal(lower(after)(x)[0], lower(before)(x)[0])

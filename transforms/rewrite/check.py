@@ -43,11 +43,11 @@ from ir.harness import (
     Law,
     Observed,
     ShrinkBudget,
-    fresh,
+    judge,
     observe,
     observed_difference,
     outcome,
-    regrouped_difference,
+    run_side,
     same_layout,
     value_difference,
     widen,
@@ -460,7 +460,7 @@ class _State:
 
     def _check(self, i: int, args: tuple) -> None:
         rule, sig = self.rule, self.sigs[i]
-        want = outcome(rule.pattern, *args)
+        want = run_side(rule.pattern, args)  # the law runner: copies, seed 0, observed
         if not want.ok:
             return  # the law speaks only of inputs the pattern runs on
         self.ran += 1
@@ -469,28 +469,25 @@ class _State:
             return
         self.rewritten += 1
         where = sig.tensors()
-        got = outcome(run_graph, q.program.root_module.graph, [args[j] for j in where])
+        graph = q.program.root_module.graph
+        got = run_side(lambda *xs: run_graph(graph, [xs[j] for j in where]), args)
         if not got.ok:
             kind, text = got.error
             raise LawViolation(
                 "rule", rule, f"the rewritten program raised {kind}: {text} on inputs "
                 f"{describe(args)} where the pattern ran", None,
             )
-        results = want.results if isinstance(want.results, tuple) else (want.results,)
-        if q.copies:
-            results = tuple(fresh(r) for r in results)
-        got_args = list(want.args)
-        for k, j in enumerate(where):
-            got_args[j] = got.args[1][k]
+        wanted = want.observed
+        if q.copies:  # the pattern's program returns copies: every result fresh
+            wanted = attrs.evolve(wanted, aliasing=tuple(frozenset() for _ in wanted.aliasing))
         # regrouped (``reassociate``): judged against the pattern run in float64, the
         # replacement may err as much as the pattern itself does, twice over
-        problem = regrouped_difference(
-            lambda ref: differences(got.results, results, got_args, want.args,
-                                    assumes=self.assumes, reference=ref),
-            lambda: _reference(rule, args), self.assumes)
+        problem = judge(RULE, got.observed, wanted, assumes=self.assumes,
+                        reference=lambda: _observed_reference(rule, args))
         if problem:
             raise LawViolation("rule", rule, f"{problem} on inputs {describe(args)}", None)
-        if not q.copies and not all(same_layout(g, w) for g, w in zip(got.results, results)):
+        if not q.copies and not all(same_layout(g, w) for g, w in
+                                    zip(got.observed.outputs, wanted.outputs)):
             self.restrided.add(i)  # right in value, other strides (``Checked.restrided``)
 
 
@@ -863,6 +860,12 @@ def _reference(rule: Rule, args: tuple) -> tuple | None:
         return exact
     return with_terms(exact, terms.results if isinstance(terms.results, tuple)
                       else (terms.results,))
+
+
+def _observed_reference(rule: Rule, args: tuple) -> Observed | None:
+    """``_reference`` as the ``Observed`` ``ir.harness.judge`` takes (``None`` as it is)."""
+    exact = _reference(rule, args)
+    return None if exact is None else Observed(tuple(exact))
 
 
 RULE = Law("rule", frozenset({"outputs", "aliasing"}), wanted="the pattern gives",

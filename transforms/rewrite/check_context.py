@@ -17,22 +17,19 @@ aten call as the lowered module makes it, so views, writes in place and aliasing
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from ir.errors import PassError, PurefxError
 from ir.harness import (
-    Difference,
     Law,
     Observed,
+    Ran,
     ShrinkBudget,
-    fresh,
-    observe,
-    observed_difference,
-    regrouped_difference,
+    judge,
+    regrouped,
+    run_side,
     widen,
-    with_terms,
 )
 from ir.import_ep import import_ep
 from ir.program import Program
@@ -177,22 +174,22 @@ def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: s
         raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
     if q is p:
         return q
-    try:
-        want = _run(p, inputs)
-    except Exception as exc:  # not the rewrite's fault: the law cannot run this program
+    want = _run(p, inputs)
+    if not want.ok:  # not the rewrite's fault: the law cannot run this program
+        name, line = want.error
         raise PassError(
             f"check_site: the original program does not run on the inputs given "
-            f"({type(exc).__name__}: {exc}); give a flat program and its user inputs"
-        ) from exc
-    try:
-        got = _run(q, inputs)
-    except Exception as exc:  # the rewritten program must run where the original does
-        raise broken(f"the rewritten program raised {type(exc).__name__}: {exc}", exc) from exc
+            f"({name}: {line}); give a flat program and its user inputs"
+        )
+    got = _run(q, inputs)
+    if not got.ok:  # the rewritten program must run where the original does
+        name, line = got.error
+        raise broken(f"the rewritten program raised {name}: {line}")
     assumes = frozenset().union(*(assumed(r) for r in rules))
     # regrouped (``reassociate``): judged against the original run in float64, as
-    # ``check_rule`` judges a rule (one harness: ``ir.harness.regrouped_difference``)
-    problem = regrouped_difference(lambda ref: _compare(got, want, assumes, ref),
-                                   lambda: _reference(p, inputs), assumes)
+    # ``check_rule`` judges a rule (one runner: ``ir.harness.judge``)
+    problem = judge(IN_CONTEXT, got.observed, want.observed, assumes=assumes,
+                    reference=lambda: _reference(p, inputs))
     if problem:
         raise broken(str(problem))
     if set(q.call_signatures.keys()) != set(p.call_signatures.keys()):
@@ -230,18 +227,22 @@ def check_extracted(p: Program, q: Program, inputs: tuple,
     derived from the flat program ``p``: both run on ``inputs`` (user inputs) and their state,
     outputs and what they write compared as ``check_site`` compares them (tolerances relaxed
     by ``assumes``; under ``reassociate`` against ``p`` run in float64), aliasing included.
-    Raises ``LawViolation`` naming ``where`` when they differ. Cost: three interpreted runs."""
+    Raises ``LawViolation`` naming ``where`` when they differ, ``PassError`` when ``p`` does not
+    run on ``inputs``. Cost: three interpreted runs."""
     if q is p:
         return
     want = _run(p, inputs)
-    try:
-        got = _run(q, inputs)
-    except Exception as exc:  # the derived program must run where the original does
+    if not want.ok:
+        name, line = want.error
+        raise PassError(f"check_extracted: the original program does not run on the inputs "
+                        f"given ({name}: {line}); give a flat program and its user inputs")
+    got = _run(q, inputs)
+    if not got.ok:  # the derived program must run where the original does
+        name, line = got.error
         raise LawViolation("saturate in context", rewrite,
-                           f"{where}: the derived program raised {type(exc).__name__}: {exc}",
-                           p) from exc
-    problem = regrouped_difference(lambda ref: _compare(got, want, assumes, ref),
-                                   lambda: _reference(p, inputs), assumes)
+                           f"{where}: the derived program raised {name}: {line}", p)
+    problem = judge(IN_CONTEXT, got.observed, want.observed, assumes=assumes,
+                    reference=lambda: _reference(p, inputs))
     if problem:
         raise LawViolation("saturate in context", rewrite, f"{where}: {problem}", p)
 
@@ -283,50 +284,33 @@ def _outlines(transform: Any, p: Program) -> bool:
     return True
 
 
-def _run(p: Program, inputs: tuple, *, wide: bool = False, absolute: bool = False) -> tuple:
-    """``(outputs, inputs after, state after)`` of ``p`` interpreted on copies of ``inputs``
-    and of its state; ``wide``: with floating inputs and state made float64
-    (``ir.harness.widen``), their absolute values with ``absolute``."""
-    args = fresh(tuple(inputs))
+def _run(p: Program, inputs: tuple, *, wide: bool = False, absolute: bool = False) -> Ran:
+    """``p`` interpreted on copies of ``inputs`` and of its state, through the law runner
+    (``ir.harness.run_side``: outputs, inputs after, state after, aliasing); ``wide``: with
+    floating inputs and state made float64 (``ir.harness.widen``), their absolute values with
+    ``absolute``."""
+    args = tuple(inputs)
     state = program_state(p)
     if wide:
         args, state = widen((args, state), absolute=absolute)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        outs = run_program(p, args, state)
-    return outs, args, state
+    return run_side(lambda *xs: run_program(p, xs, state), args, state=lambda: state)
 
 
-def _reference(p: Program, inputs: tuple) -> tuple | None:
+def _reference(p: Program, inputs: tuple) -> Observed | None:
     """The original program's run in float64 (``_run(..., wide=True)``), ``None`` where it does
     not run so (a dtype fixed in the graph that float64 values break), its tensors paired with
-    the run on absolute inputs and state (``ir.harness.with_terms``)."""
-    try:
-        exact = _run(p, inputs, wide=True)
-    except Exception:  # noqa: BLE001 - no reference here: the verdict without one stands
-        return None
-    try:  # on absolute values: the magnitude of the terms summed (ir.harness.with_terms)
-        return with_terms(exact, _run(p, inputs, wide=True, absolute=True))
-    except Exception:  # noqa: BLE001 - the float64 reference alone
-        return exact
+    the run on absolute inputs and state (``ir.harness.regrouped``)."""
+    exact = _run(p, inputs, wide=True)
+    if not exact.ok:
+        return None  # no reference here: the verdict without one stands
+    terms = _run(p, inputs, wide=True, absolute=True)  # the magnitude of the terms summed
+    return regrouped(exact.observed, terms.observed if terms.ok else None)
 
 
 IN_CONTEXT = Law("rewrite in context", wanted="the original gives",
                  side="the original's result is")
 """The law of ``check_rule_in_context`` as a value (``ir.harness.Law``): outputs, inputs after
 the call, state and aliasing compared; the wanted side is the original program."""
-
-
-def _compare(got: tuple, want: tuple, assumes: frozenset[str] = frozenset(),
-             reference: tuple | None = None) -> Difference | None:
-    """What differs between two runs ``(outputs, inputs after, state after)``
-    (``ir.harness.observed_difference`` under :data:`IN_CONTEXT`, as ``check_rule`` and
-    ``check_laws`` compare: outputs, what was written into the inputs and the state, position
-    by position at each result's dtype's tolerance, relaxed by ``assumes``; ``reference``: the
-    original's run in float64, used under ``reassociate``; then aliasing), or ``None``."""
-    ref = None if reference is None else Observed(*reference)
-    return observed_difference(observe(*got), observe(*want), IN_CONTEXT, assumes=assumes,
-                               reference=ref)
 
 
 __all__ = ["check_extracted", "check_rule", "check_rule_in_context", "check_site"]
