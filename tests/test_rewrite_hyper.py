@@ -291,8 +291,7 @@ def test_apply_match_refuses_a_match_of_another_program():
 
 
 def test_program_key_is_equal_for_the_same_fold_run_twice():
-    # trusted: the check would repeat CONV_BN's (check_rule does not read fold_state)
-    folding = attrs.evolve(CONV_BN, name="conv_bn_fold", fold_state=True, trusted=True)
+    folding = attrs.evolve(CONV_BN, name="conv_bn_fold", fold_state=True)
     p = _program(_conv_bn(stride=2), torch.randn(2, 4, 9, 9))
     q1, _ = apply_rules(p, [folding])
     q2, _ = apply_rules(p, [folding])
