@@ -575,8 +575,10 @@ def test_split_of_traced_hierarchies_fails_where_torch_fails(case):
         assert differences(gm, tags, inputs) == []
 
 
+# a stress run of the parity test above on larger hierarchies: the ci profile's 100 examples by
+# default (500 before issue 44; about 5 s instead of 24 s of CPU), the nightly profile's 1000
 @pytest.mark.slow
-@settings(max_examples=500)
+@settings(max_examples=max(1, settings.default.max_examples))
 @given(traced_hierarchies(max_ops=12), st.booleans())
 def test_split_of_larger_traced_hierarchies_agrees_with_torch(case, return_tuple):
     gm, tags, inputs = case

@@ -216,7 +216,10 @@ def test_every_feature_is_listed():
 @pytest.mark.parametrize("feature", FEATURES)
 def test_each_feature_is_reachable_and_off_without_it(feature):
     needs, shows = EXHIBITS[feature]
-    found = find(programs(features={feature, *needs}), shows, settings=FIND)
+    # found, not shrunk: the shrink was up to 90 % of the time (30 s for divergent_calls) and
+    # checks nothing here; the test_shrinks_* tests check shrinking
+    found = find(programs(features={feature, *needs}), shows,
+                 settings=settings(FIND, phases=[Phase.generate]))
     ir.verify(found)
     others = set(FEATURES) - {feature} - set(needs)
     if feature not in OPT_IN_FEATURES:  # the opt-in crossing features write state in place too
