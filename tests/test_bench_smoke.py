@@ -141,3 +141,12 @@ def test_paired_ratio_is_the_median_of_ratios_taken_in_the_same_round() -> None:
     samples = {"purefx": [2.0, 3.0, 40.0], "floor": [1.0, 2.0, 10.0]}
     assert call_overhead.paired_ratio(samples, "purefx", "floor") == 2.0
     assert call_overhead.paired_ratio(samples, "floor", "purefx") == 0.5
+
+
+def test_strategies_bench_draws_both_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench/strategies.py`` at its smallest: a row per strategy (no timing asserted)."""
+    from bench import strategies
+
+    assert strategies.main(["--draws", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| programs() |" in out and "| programs_like(MLP) |" in out

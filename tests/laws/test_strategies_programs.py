@@ -4,8 +4,6 @@ reachable, shrinking to small programs, argument errors that name the argument.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
@@ -65,8 +63,10 @@ def test_programs_are_shaped_like_import_ep_output(p):
     assert p.call_signatures[""].in_spec.num_leaves == len(p.signature.user_inputs())
 
 
-def test_generation_rate():
-    """Hundreds of programs per second (measured on one core, hypothesis overhead included)."""
+def test_three_hundred_draws_give_varied_programs():
+    """300 draws in the generate phase all succeed and are not one program over and over:
+    several sizes, several operators, most of them distinct. (How fast they come is
+    ``python -m bench.strategies``'s to say, never a test's.)"""
     drawn = []
 
     @settings(max_examples=300, database=None, derandomize=True, phases=[Phase.generate],
@@ -75,12 +75,13 @@ def test_generation_rate():
     def draw(p):
         drawn.append(p)
 
-    start = time.perf_counter()
     draw()
-    rate = len(drawn) / (time.perf_counter() - start)
-    print(f"\nprograms(): {rate:.0f} programs/s, "
-          f"{sum(len(p.root_module.graph) for p in drawn) / len(drawn):.1f} nodes each")
-    assert rate > 50  # a floor for loaded CI machines; about 200/s on an idle core
+    assert len(drawn) == 300
+    sizes = {len(p.root_module.graph) for p in drawn}
+    targets = {str(n.target) for p in drawn for n in p.root_module.graph.nodes
+               if n.op == "call_function"}
+    assert len(sizes) >= 5 and len(targets) >= 10
+    assert len({ir.program_key(p) for p in drawn}) >= 150
 
 
 def test_generation_is_deterministic():
