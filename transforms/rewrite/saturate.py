@@ -20,13 +20,14 @@ from typing import Any
 import attrs
 import torch
 
+from ir import ops
 from ir.args import EMPTY_DICT, IDict, IList, Ref, thaw
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program, require_program
-from ir.torch_seam import fake_failures_unlogged
+from transforms import kernel as kn
 from transforms.rewrite.api import ensure_checked
 from transforms.rewrite.cost import Cost, program_cost, roofline
 from transforms.rewrite.egraph import (
@@ -637,24 +638,16 @@ def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
 
 
 def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> Any:
-    modes = []
-
-    def on_ref(r: Ref) -> Any:
-        v = val_of.get(r.name)
-        for t in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(t, torch.Tensor) and hasattr(t, "fake_mode"):
-                modes.append(t.fake_mode)
-        return v
-
-    a = thaw(args, on_ref)
-    k = thaw(kwargs, on_ref)
-    if not modes:
-        return _RAISED
+    """The kernel's fake propagation (``kernel.fake_value``, fake modes only, no ``meta``
+    runs); ``_RAISED`` when it raises or gives nothing where the operator returns something
+    (an argument without a fake value, no fake mode)."""
     try:
-        with fake_failures_unlogged(), modes[0]:
-            return target(*a, **k)
-    except Exception:  # noqa: BLE001 - torch's errors share no base class
+        out = kn.fake_value(target, args, kwargs, lambda r: val_of.get(r.name), meta=False)
+    except kn.FakeRunFailed:
         return _RAISED
+    if out is None and ops.facts(target).results != 0:
+        return _RAISED
+    return out
 
 
 def _greedy(p: Program, rules: list[Rule], cost: Cost) -> tuple[Program | None, float | None]:
