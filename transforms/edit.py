@@ -192,6 +192,13 @@ class Edit:
         ``None`` for a node without one."""
         return self._ed.val(x)
 
+    def is_input(self, x: Any) -> bool:
+        """Whether ``Ref`` ``x`` is an input of the graph being edited (a placeholder: a user
+        input, state of a flat program, an argument of an outlined module's graph). A pass that
+        would return such a value where a fresh one was returned makes the result an alias of
+        what the caller passed (the semantics law refuses it): this is how it asks first."""
+        return self._ed.is_input(x)
+
     def constant(self, tensor: torch.Tensor) -> Ref:
         """A new lifted constant holding ``tensor`` (held as it is, never written), owned by
         the visited node's module: a ``constant_tensor`` input of a flat program, a
@@ -609,6 +616,13 @@ class _Editor:
                 return here
             found = next((n for n in self.after if n.name == name), None)
         return found
+
+    def is_input(self, x: Any) -> bool:
+        if type(x) is not Ref:
+            return False
+        x = self.alias.get(x.name, x)
+        node = self.lookup(x.name)
+        return node is not None and node.op == PLACEHOLDER
 
     def val(self, x: Any) -> Any:
         if type(x) is not Ref:

@@ -1,5 +1,6 @@
 """Fold arithmetic with a neutral scalar: ``x * 1``, ``x / 1``, ``x + 0``, ``x - 0`` are ``x``
-(where the result keeps ``x``'s dtype and shape: ``int * 1.0`` is a float)."""
+(where the result keeps ``x``'s dtype and shape: ``int * 1.0`` is a float, and ``x`` is no
+input of the graph: the result would become an alias of what the caller passed)."""
 
 import torch
 
@@ -13,7 +14,7 @@ def fold_identities(p):
     def visit(node, e):
         if node.target in NEUTRAL and len(e.args) == 2 and e.args[1] == NEUTRAL[node.target]:
             x, out = e.val(e.args[0]), node.meta["val"]
-            if x.dtype == out.dtype and x.shape == out.shape:
+            if x.dtype == out.dtype and x.shape == out.shape and not e.is_input(e.args[0]):
                 return e.args[0]
 
     return rewrite_nodes(p, visit)

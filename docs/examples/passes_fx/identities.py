@@ -10,7 +10,7 @@ def fold_identities(gm):
     for node in list(gm.graph.nodes):
         if node.target in NEUTRAL and len(node.args) == 2 and node.args[1] == NEUTRAL[node.target]:
             x, out = node.args[0].meta["val"], node.meta["val"]
-            if x.dtype == out.dtype and x.shape == out.shape:
+            if x.dtype == out.dtype and x.shape == out.shape and node.args[0].op != "placeholder":
                 node.replace_all_uses_with(node.args[0])
                 gm.graph.erase_node(node)
     gm.recompile()
