@@ -46,6 +46,7 @@ import attrs
 import torch
 from pyrsistent import pmap
 
+from ir import signature as sg
 from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
 from ir.errors import VerifyError, shorten
@@ -327,7 +328,8 @@ def check_semantics(
                 "semantics", pass_fn, f"call {i + 1} of the lowered result raised {got}", program,
                 example=example,
             )
-        problem = _call_difference(got, want, atol, rtol, reference is not None)
+        problem = _call_difference(got, want, atol, rtol, reference is not None,
+                                   _written(program, (*args, *kwargs.values()), want))
         if problem:
             raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program,
                                example=example, output=_output_index(problem))
@@ -636,11 +638,24 @@ it returns), and two outputs that computed one value may become one tensor retur
 
 
 def _call_difference(got: Observed, want: Observed, atol: float | None, rtol: float | None,
-                     by_reference: bool) -> Difference | None:
+                     by_reference: bool, written: frozenset[str] = frozenset(),
+                     ) -> Difference | None:
     """What differs between two observed runs (``ir.harness.judge`` under :data:`SEMANTICS`),
-    or ``None``."""
+    or ``None``; ``written``: what the input program wrote in place, which an output may alias
+    (``_written``)."""
     outputs = "outputs (against the reference's)" if by_reference else "outputs"
-    return judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs)
+    return judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs, written=written)
+
+
+def _written(program: Program, before: tuple, want: Observed) -> frozenset[str]:
+    """The inputs (``"input i"``: changed by the input program's call) and state (its
+    signature's buffer and parameter mutations) the input program writes in place."""
+    inputs = {f"input {i}" for i, (b, a) in enumerate(zip(before, want.inputs))
+              if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor)
+              and not _same_bits(b, a)}
+    state = {f"state {s.target!r}" for s in program.signature.outputs
+             if s.kind in (sg.BUFFER_MUTATION, sg.PARAMETER_MUTATION)}
+    return frozenset(inputs | state)
 
 
 def _output_index(found: Difference) -> int | None:

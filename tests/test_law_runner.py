@@ -89,3 +89,19 @@ def test_one_tensor_returned_twice_passes_only_a_law_that_allows_merged_outputs(
         "outputs [1]: an alias of output 0, the input program's output is fresh")
     assert str(judge(LOSES, twice, two)) == (
         "outputs [1]: an alias of output 0, the input program's output is fresh")
+
+
+def test_an_output_may_alias_what_the_wanted_side_wrote():
+    """After ``x.add_(1); return x`` eager returns ``x`` itself: an output aliasing an input
+    that the wanted side wrote is no new alias; aliasing any other input still is."""
+    from ir.harness import Observed
+    from ir.harness.observe import observed_difference
+    from lowering.laws import SEMANTICS
+
+    x = torch.ones(2)
+    got = Observed((x,), (x,), aliasing=(frozenset({"input 0"}),), repeats=(frozenset(),))
+    want = Observed((x.clone(),), (x.clone(),), aliasing=(frozenset(),), repeats=(frozenset(),))
+    assert observed_difference(got, want, SEMANTICS, written=frozenset({"input 0"})) is None
+    found = observed_difference(got, want, SEMANTICS)
+    assert found is not None and "an alias of input 0" in str(found)
+    assert observed_difference(got, want, SEMANTICS, written=frozenset({"input 1"})) is not None

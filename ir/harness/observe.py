@@ -110,8 +110,13 @@ def observed_difference(
     atol: float | None = None,
     rtol: float | None = None,
     outputs: str = "outputs",
+    written: frozenset[str] = frozenset(),
 ) -> Difference | None:
     """The first difference between two runs as ``law`` observes them, or ``None``.
+
+    ``written``: the inputs and state (``"input 0"``, ``"state 'w'"``) the wanted side wrote
+    in place; an output may alias one of them where the wanted side's was fresh (after
+    ``x.add_(1); return x`` eager returns ``x`` itself; its values are compared all the same).
 
     In order: the number of outputs, each output's value (``find_difference``: position by
     position at the result dtype's tolerance, or ``atol``/``rtol``, as ``assumes`` relaxes it;
@@ -154,7 +159,7 @@ def observed_difference(
                     return attrs.evolve(found, wanted=law.wanted)
     if "aliasing" in seen:
         for k, (g, w) in enumerate(zip(got.aliasing, want.aliasing)):
-            new = g - w
+            new = g - w - written
             if law.repeated_outputs and k < len(got.repeats):
                 new -= got.repeats[k]
             if (w - g and not law.alias_may_be_fresh) or (new and not law.fresh_may_alias):

@@ -109,8 +109,10 @@ def judge(
     atol: float | None = None,
     rtol: float | None = None,
     outputs: str = "outputs",
+    written: frozenset[str] = frozenset(),
 ) -> Difference | None:
-    """The first difference between two observed runs as ``law`` observes them, or ``None``.
+    """The first difference between two observed runs as ``law`` observes them, or ``None``;
+    ``written`` as ``observed_difference`` takes it.
 
     ``ir.harness.observed_difference`` (outputs, inputs after the call, state, aliasing, as
     ``law.observes`` says; tolerances of the result dtype, ``atol``/``rtol`` when given,
@@ -124,7 +126,7 @@ def judge(
 
     def difference(ref: Observed | None) -> Difference | None:
         return observed_difference(got, want, law, assumes=assumes, reference=ref, atol=atol,
-                                   rtol=rtol, outputs=outputs)
+                                   rtol=rtol, outputs=outputs, written=written)
 
     return regrouped_difference(difference, reference or (lambda: None), assumes)
 
