@@ -74,7 +74,12 @@ def test_a_wrong_regrouping_is_refused_by_both_with_one_counterexample():
         check_rule(_regroup_wrong())
     with pytest.raises(PassError, match="values differ") as in_context:
         check_rule_in_context(_regroup_wrong(), max_examples=6)
-    assert str(alone.value).split(" on inputs ")[0] in str(in_context.value)
+    # the in-context check refuses with check_rule's own verdict (the same law and words); the
+    # counterexample it shows may come from another check of this rule with another budget
+    # (a verdict kept in this process), so its positions are not compared
+    verdict = str(alone.value).split(": values differ")[0]
+    assert verdict == "law 'rule' broken by Rule('regroup_wrong'): outputs [0]"
+    assert f"{verdict}: values differ" in str(in_context.value)
 
 
 def test_the_reference_is_consulted_only_under_reassociate():

@@ -438,7 +438,7 @@ PLANTED = [
     (mean_as_sum_at_batch_one, {}, "semantics", EXAMPLES),
     (add_becomes_inplace, {}, "semantics", EXAMPLES),
     (hoists_writes, {}, "semantics", EXAMPLES),
-    (outputs_in_double, {}, "semantics", EXAMPLES),
+    (outputs_in_double, {}, ("semantics", "verify"), EXAMPLES),  # verify: its casts' vals
     (relu_spelling_by_counter, {}, "determinism", EXAMPLES),
     (quantizes_through_data, {}, "purity", EXAMPLES),
     (forwards_clones, {}, "semantics", EXAMPLES),
