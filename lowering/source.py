@@ -5,6 +5,12 @@ removed keeps every program's source alive forever. ``compile_function`` registe
 under a file name of its own and removes it when the function is garbage collected, so dropping a
 lowered module frees its code and its source.
 
+Compiling is the costly part of lowering a small program, and the same source comes again (a
+program lowered twice, the same graph in many programs): the code object of a source is kept in a
+bounded least-recently-used memo, compiled under a neutral file name, and given the function's own
+file name by ``CodeType.replace`` (nested code objects too). A memo entry is a pure function of the
+source, so it changes no result; its bound keeps the memory flat.
+
 File names are numbered slots that a collected function gives back for the next one: CPython
 keeps every distinct file name that ``compile`` ever saw, so fresh names per function would grow
 without bound; recycled ones are at most as many as functions alive at once.
@@ -12,10 +18,12 @@ without bound; recycled ones are at most as many as functions alive at once.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import linecache
 import weakref
 from collections.abc import Callable, Mapping
+from types import CodeType
 from typing import Any
 
 _FREE_SLOTS: list[int] = []  # slots of collected functions, for reuse
@@ -31,12 +39,28 @@ def compile_function(source: str, scope: Mapping[str, Any], name: str) -> Callab
     slot = _take_slot()
     filename = f"<purefx code #{slot}>"
     namespace = dict(scope)
-    # dont_inherit: this module's ``from __future__`` flags must not reach the generated code
-    exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102
+    exec(_with_filename(_compiled(source), filename), namespace)  # noqa: S102
     function = namespace.pop(name)  # no cycle through its own globals: freed by refcount
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     weakref.finalize(function, _release, filename, slot)
     return function
+
+
+_NEUTRAL = "<purefx code>"
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(source: str) -> CodeType:
+    """``source`` compiled once under the neutral file name; ``dont_inherit``: this module's
+    ``from __future__`` flags must not reach the generated code."""
+    return compile(source, _NEUTRAL, "exec", dont_inherit=True)
+
+
+def _with_filename(code: CodeType, filename: str) -> CodeType:
+    """``code`` and every code object nested in it under ``filename``. O(code objects)."""
+    consts = tuple(_with_filename(c, filename) if isinstance(c, CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _take_slot() -> int:

@@ -18,6 +18,7 @@ from ir.harness import (
     fresh,
     outcome,
     same_bits,
+    seeded,
     tolerance,
     value_difference,
 )
@@ -251,3 +252,29 @@ def test_reassociate_judges_against_the_float64_reference():
     assert value_difference(got, want, assumes={"reassociate"}, reference=ref) is None
     far = torch.tensor([-2.0], dtype=torch.bfloat16)
     assert value_difference(far, want, assumes={"reassociate"}, reference=ref) is not None
+
+
+def test_seeded_draws_alike_and_leaves_the_callers_random_state_as_it_was():
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    with seeded(7):
+        first = torch.rand(4)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    with seeded(7):
+        second = torch.rand(4)
+    with seeded(8):
+        other = torch.rand(4)
+    assert torch.equal(first, second) and not torch.equal(first, other)
+    after = torch.rand(4)  # the caller's stream goes on as if nothing had drawn
+    assert torch.equal(after, torch.rand(4, generator=torch.Generator().manual_seed(123)))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the accelerator-free path")
+def test_seeded_seeds_the_cpu_generator_alone_without_an_accelerator(monkeypatch):
+    def no_global_seed(seed):
+        raise AssertionError("torch.manual_seed records a stack per lazy accelerator")
+
+    monkeypatch.setattr(torch, "manual_seed", no_global_seed)
+    with seeded(3):
+        drawn = torch.rand(2)
+    assert torch.equal(drawn, torch.rand(2, generator=torch.Generator().manual_seed(3)))

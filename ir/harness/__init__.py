@@ -11,7 +11,7 @@
 - ``ir.harness.runner``: the law runner every law loop goes through: ``run_side`` (one side
   run and observed, its values copied) and ``judge`` (two runs compared under a ``Law``,
   regrouped under ``reassociate``);
-- ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random
+- ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random (``seeded``)
   state; ``widen``, floating tensors made float64 (what a reference runs on).
 
 What the laws draw lives beside the other strategies, in ``ir.strategies.values``.
@@ -35,7 +35,7 @@ from ir.harness.observe import (
     observe,
     observed_difference,
 )
-from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, widen
+from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, seeded, widen
 from ir.harness.runner import Ran, judge, regrouped, run_side
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
@@ -63,6 +63,7 @@ __all__ = [
     "run_side",
     "same_bits",
     "same_layout",
+    "seeded",
     "tolerance",
     "value_difference",
     "widen",
