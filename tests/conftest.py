@@ -34,6 +34,20 @@ settings.register_profile("nightly", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker, give torch its share of the cores: ``cores // workers`` intra-op
+    threads (at least one). Each worker would otherwise start a thread per core, and two
+    workers' threads spinning on two cores slow a small op 10 to 40 times (a softmax on a few
+    hundred elements: 2 us alone, about 90 us oversubscribed)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers:
+        import torch
+
+        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // int(workers)))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Default to ``-n auto --dist worksteal`` where pytest-xdist is loaded and no ``-n`` was
