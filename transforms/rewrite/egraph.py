@@ -135,6 +135,9 @@ class EGraph:
         self.memo: dict[tuple, int] = {}
         self.pending: list[int] = []
         self.size = 0  #: e-nodes added
+        #: per rewrite by a rule of several results: ``(matched class, the replacement's
+        #: result e-node)`` for each result (``extracted.plan`` tries them together)
+        self.groups: list[tuple[tuple[int, ENode], ...]] = []
 
     def find(self, c: int) -> int:
         """The canonical id of class ``c`` (with path halving)."""

@@ -79,6 +79,7 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
                                    < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
             choice, extractor = better, "ilp"
+    choice = extract.together(eg, geg.roots, choice, of, eg.groups)
     if not extract.complete(eg, geg.roots, choice):
         return Plan(geg, choice, False, [], extractor)  # never expected: keep the graph
     changes = False
