@@ -10,8 +10,9 @@ closure, upward merging).
 
 Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides) every member
 computes, whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original
-node it stands for. Members of one class agree on shape, dtype and strides (``saturate``
-refuses a union that would not).
+node it stands for. Members of one class agree on shape, dtype and device, and on strides
+except where ``saturate`` proved that no reader sees them (``saturate._Layouts``: a fused
+kernel's layout, the strided halves of a ``split``).
 
 What is a leaf is decided in one place, ``value_roles``, which reads the shared effect/alias
 analysis (``ir.effects.graph_effects``). A node that computes nothing (``ir.ops.computes_nothing``:

@@ -101,8 +101,9 @@ def ematch_counted(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[
     ``by_op``.
 
     **Laws:** each match maps every pattern node to an e-node of the same operator whose
-    arguments match, placeholders bound consistently. Complexity: O(candidates x pattern
-    size x alternatives per class)."""
+    arguments match, placeholders bound consistently; a pattern's results are distinct
+    classes. Complexity: O(candidates x pattern size x alternatives per class), candidates
+    for the other results at most ``limit + 1``."""
     found: list[EMatch] = []
     m = _EMatcher(eg, pattern)
     seen: set[tuple] = set()
@@ -113,7 +114,7 @@ def ematch_counted(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[
             return found, len(found) + tried[0]
         states = m.node(pattern.anchor, enode, ({}, {}, {}))
         if outs is not None:
-            states = m.others(states, eg.find(c), tried)
+            states = m.others(states, eg.find(c), tried, limit)
         for s in states:
             names, scalars, nodes = s
             results: tuple[int, ...] = ()
@@ -173,16 +174,17 @@ class _EMatcher:
         self.p = pattern
         self.swaps = {n.name: ops.is_commutative(n.target) for n in pattern.nodes.values()}
 
-    def others(self, states: Iterator[_State], anchor_class: int,
-               tried: list[int]) -> Iterator[_State]:
+    def others(self, states: Iterator[_State], anchor_class: int, tried: list[int],
+               limit: float) -> Iterator[_State]:
         """Each state of the anchor's tree extended by the pattern's other results, each
         matched among the e-nodes of its operator that read a class already bound (an input
-        or a matched node's class); ``tried[0]`` counts the candidates."""
+        or a matched node's class); ``tried[0]`` counts the candidates, none tried past
+        ``limit``."""
         for s in states:
-            yield from self._other(0, s, anchor_class, tried)
+            yield from self._other(0, s, anchor_class, tried, limit)
 
-    def _other(self, i: int, s: _State, anchor_class: int,
-               tried: list[int]) -> Iterator[_State]:
+    def _other(self, i: int, s: _State, anchor_class: int, tried: list[int],
+               limit: float) -> Iterator[_State]:
         others = self.p.others
         while i < len(others) and others[i].name in s[2]:
             i += 1  # reached by the tree of the anchor or of an earlier result
@@ -203,9 +205,11 @@ class _EMatcher:
                 if enode.key in seen:
                     continue
                 seen.add(enode.key)
+                if tried[0] > limit:
+                    return
                 tried[0] += 1
                 for s2 in self.node(pnode, enode, s):
-                    yield from self._other(i + 1, s2, anchor_class, tried)
+                    yield from self._other(i + 1, s2, anchor_class, tried, limit)
 
     def node(self, pnode: Any, enode: ENode, s: _State) -> Iterator[_State]:
         if enode.op is not pnode.target:
@@ -313,7 +317,11 @@ def exact(eg: EGraph, rule: Any, compiled: Any, m: EMatch) -> bool:
     want_inputs = {position[k]: eg.find(c) for k, c in m.inputs.items()}
     want_scalars = {k: v for k, v in m.scalars.items() if k not in pattern.holes}
     where = dict(zip(found.input_order, found.tensor_args))
-    for names, scalars, _ in _EMatcher(eg, found).node(found.anchor, anchor, ({}, {}, {})):
+    matcher = _EMatcher(eg, found)
+    states = matcher.node(found.anchor, anchor, ({}, {}, {}))
+    if not single_result(found):  # the other results too, among the same candidates
+        states = matcher.others(states, eg.find(m.root), [0], math.inf)
+    for names, scalars, _ in states:
         got = {where[k]: eg.find(c) for k, c in names.items()}
         if got == want_inputs and set(scalars) == set(want_scalars) and all(
             literal_equal(scalars[k], v) for k, v in want_scalars.items()

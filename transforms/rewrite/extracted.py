@@ -4,7 +4,8 @@
 ``extract.greedy`` (and ``extract.exact`` where scipy is installed and it is cheaper), checks
 the choice (``extract.complete``) and says whether it changes the graph. ``Builder`` is the
 ``visit`` of ``transforms.edit.rewrite_nodes`` that builds the choice: the one place that
-edits the program, to be switched to the shared rewriting kernel (issue 41) when it lands.
+edits the program, through ``rewrite_nodes``, a driver on the shared rewriting kernel
+(``transforms.kernel``). A rewrite of several results is tried as one (``extract.together``).
 """
 
 from __future__ import annotations

@@ -87,8 +87,9 @@ class SaturationReport:
     - ``rewrites``: ``{rule name: values of the kept program computed by that rule's
       replacement}`` (the replacement's result e-node, chosen by extraction; empty
       unless ``chosen`` is ``"saturate"``);
-    - ``skipped_rules``: ``{rule name: why saturate does not apply it}`` (several results,
-      assumptions not granted, a reverse that computes nothing);
+    - ``skipped_rules``: ``{rule name: why saturate does not apply it}`` (a result that is an
+      input, a literal or another result again; assumptions not granted; a reverse that
+      computes nothing);
     - ``seconds``: wall time of each phase (``check`` the rules, ``saturate``, ``extract``,
       ``build``, ``greedy`` rewrite and costing): a measurement, the one field that is not
       a function of the arguments;
@@ -136,7 +137,9 @@ def saturate(
         rules: ``Rule`` values, checked once (``check_rule``, unless ``trusted``) as
             ``rewrite`` checks them; a rule with ``both_ways=True`` is applied in both
             directions, and so is any rule passed together with its reverse, without cycling.
-            Rules with several results are not applied (``report.skipped_rules``).
+            A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) is
+            matched result by result and its results merged together; not where two results
+            sharing one buffer would both be returned (``docs/search.md``).
         cost: ``(target, args, kwargs, val) -> float`` (tensors replaced by their fake values;
             ``val`` the result's), default ``transforms.rewrite.cost.roofline``;
             ``transforms.rewrite.cost.measured_cost()`` times operators instead.
@@ -384,6 +387,10 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     matched value would see (``_Layouts``), a result aliasing an input) or adds nothing new."""
     layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
+    if m.results and any(eg.data[eg.find(r)].origin is None for r in m.results):
+        # several results: each must hold a value of the program (a class a rule made, such
+        # as the fused x @ cat(w1, w2), would be fused again with x @ w1, without end)
+        return False
     vals: dict[int, Any] = {}
     for name, pos in zip(pattern.input_order, pattern.tensor_args):
         cls = m.inputs.get(name)
@@ -497,15 +504,14 @@ def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: 
 def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) -> bool:
     """Whether the results of a match (classes ``roots``) may become the replacement ``rep``'s
     results where two of these are views of one value it computes (``split(x @ cat(w1,
-    w2))``): none is a leaf (written in place, or read after a write: ``value_roles``), and at
-    most one of those sharing a value *escapes*, is returned or read by a leaf, itself or
-    through views of it (``_escapes``): two outputs would alias each other where the
-    program's did not, and a caller writing one would change the other. Results that share
-    nothing are not constrained here. O(views followed), at most ``_LAYOUT_CAP`` each."""
+    w2))``): at most one of those sharing a value *escapes*, is returned or read by a leaf,
+    itself or through views of it (``_escapes``): two outputs would alias each other where
+    the program's did not, and a caller writing one would change the other. (A value written
+    in place is a leaf, ``egraph.value_roles``, and no pattern matches a leaf: nothing here
+    is written.) Results that share nothing are not constrained here. O(views followed), at
+    most ``_LAYOUT_CAP`` each."""
     from transforms.rewrite.sharing import output_bases
 
-    if any(eg.data[eg.find(r)].leaf for r in roots):
-        return False
     bases = output_bases(rep)
     pinned = {eg.find(x) for x in layouts.pinned}
     by_base: dict[str, int] = {}
