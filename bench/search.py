@@ -1,9 +1,12 @@
 """Bench: ``saturate`` (equality saturation + extraction) against greedy ``rewrite`` and an
 exhaustive search, on small programs where the order or the choice of rewrites matters.
 
-Suite (22 programs): matrix chains of 3, 4 and 5 at several shapes, chains of transposed
-operands, two matmuls sharing an input, distributivity, an enabling step (a scale moved so a
-fusion matches) and attention whose scale must move onto the scores before it fuses. Rules
+Suite (25 programs): matrix chains of 3, 4 and 5 at several shapes, chains of transposed
+operands, two matmuls sharing an input (factored by ``mm_left``, a rule of one result, and
+fused into one matmul of the concatenated weights by ``shared_mm``, a rule of two results:
+cheaper where ``x`` is read twice, dearer where the weights are large, and once only after an
+association), distributivity, an enabling step (a scale moved so a fusion matches) and
+attention whose scale must move onto the scores before it fuses. Rules
 are trusted (the tests check them and the extracted programs); two-way rules are
 ``both_ways=True``. Costs: ``transforms.rewrite.cost.roofline`` (µs).
 
