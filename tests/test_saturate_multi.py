@@ -22,6 +22,7 @@ from ir.printer import format_graph
 from lowering import lower
 from transforms.rewrite import Rule, SaturationLimits, saturate_report
 from transforms.rewrite import extract as extract_mod
+from transforms.rewrite import extracted as extracted_mod
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.egraph import LEAF, from_graph
 from transforms.rewrite.ematch import ematch_counted
@@ -180,11 +181,23 @@ def test_both_halves_returned_are_declined():
     assert q is p and report.rewrites == {}
 
 
-def test_the_escape_guard_is_needed(monkeypatch):
-    """Without it, the two outputs become views of one buffer: the in-context law's aliasing
-    check fails (a caller writing one would change the other)."""
+def test_the_escape_guard_at_extraction_catches_what_the_matcher_let_through(monkeypatch):
+    """Without the guard where the rule is applied, the choice is checked again
+    (``extracted.shared_escape``: a later merge may make a result escape): the two returned
+    halves are not built; the program is kept."""
     p, args = _rows_program("both")
-    monkeypatch.setattr(saturate_mod, "_escapes", lambda eg, c, pinned: False)
+    monkeypatch.setattr(saturate_mod, "escapes", lambda eg, c, pinned: False)
+    q, report = saturate_report(p, [ROWS])
+    assert q is p and report.rewrites == {}
+    check_extracted(p, q, args)
+
+
+def test_the_escape_guards_are_needed(monkeypatch):
+    """Without either, the two outputs become views of one buffer: the in-context law's
+    aliasing check fails (a caller writing one would change the other)."""
+    p, args = _rows_program("both")
+    monkeypatch.setattr(saturate_mod, "escapes", lambda eg, c, pinned: False)
+    monkeypatch.setattr(extracted_mod, "escapes", lambda eg, c, pinned: False)
     q, report = saturate_report(p, [ROWS])
     assert report.rewrites == {"rows": 2}
     try:

@@ -36,6 +36,7 @@ from transforms.rewrite.egraph import (
     EGraph,
     ENode,
     enode_of,
+    escapes,
     from_graph,
     spell,
 )
@@ -505,11 +506,12 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
     """Whether the results of a match (classes ``roots``) may become the replacement ``rep``'s
     results where two of these are views of one value it computes (``split(x @ cat(w1,
     w2))``): at most one of those sharing a value *escapes*, is returned or read by a leaf,
-    itself or through views of it (``_escapes``): two outputs would alias each other where
+    itself or through views of it (``egraph.escapes``): two outputs would alias each other where
     the program's did not, and a caller writing one would change the other. (A value written
     in place is a leaf, ``egraph.value_roles``, and no pattern matches a leaf: nothing here
-    is written.) Results that share nothing are not constrained here. O(views followed), at
-    most ``_LAYOUT_CAP`` each."""
+    is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
+    checks the extracted choice again (a later merge may make a result escape). O(views
+    followed), at most ``egraph.ESCAPE_CAP`` each."""
     from transforms.rewrite.sharing import output_bases
 
     bases = output_bases(rep)
@@ -518,30 +520,11 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
     for root, base in zip(roots, bases):
         if base is None:
             continue
-        if _escapes(eg, root, pinned):
+        if escapes(eg, root, pinned):
             by_base[base] = by_base.get(base, 0) + 1
             if by_base[base] > 1:
                 return False
     return True
-
-
-def _escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
-    """Whether class ``c``, or a view of it (``ir.ops.is_view`` or alias-like e-nodes,
-    followed up its parents), is returned or read by a leaf (``pinned``); ``True`` past
-    ``_LAYOUT_CAP`` classes followed."""
-    seen: set[int] = set()
-    todo = [eg.find(c)]
-    while todo:
-        x = todo.pop()
-        if x in seen:
-            continue
-        if x in pinned or eg.data[x].leaf or len(seen) >= _LAYOUT_CAP:
-            return True
-        seen.add(x)
-        for enode, owner in eg.parents.get(x, ()):
-            if ops.is_view(enode.op) or ops.is_alias_like(enode.op):
-                todo.append(eg.find(owner))
-    return False
 
 
 def _is_check(n: Node) -> bool:
