@@ -388,9 +388,7 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     matched value would see (``_Layouts``), a result aliasing an input) or adds nothing new."""
     layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
-    if m.results and any(eg.data[eg.find(r)].origin is None for r in m.results):
-        # several results: each must hold a value of the program (a class a rule made, such
-        # as the fused x @ cat(w1, w2), would be fused again with x @ w1, without end)
+    if m.results and not _program_values(eg, m.results):
         return False
     vals: dict[int, Any] = {}
     for name, pos in zip(pattern.input_order, pattern.tensor_args):
@@ -438,6 +436,13 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     if changed and len(roots) > 1:
         eg.groups.append(tuple(zip(roots, (made[o.name] for o in outs))))
     return changed
+
+
+def _program_values(eg: EGraph, results: tuple[int, ...]) -> bool:
+    """Whether each result class of a match of several results holds a value of the program
+    (``ClassData.origin``): a class a rule made, such as the fused ``x @ cat(w1, w2)``, would
+    be fused again with ``x @ w1``, and that result again, without end."""
+    return all(eg.data[eg.find(r)].origin is not None for r in results)
 
 
 def _instantiate(eg: EGraph, d: _Directed, m: EMatch, rep: Any, child_of: dict[str, int],
