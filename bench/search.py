@@ -1,9 +1,12 @@
 """Bench: ``saturate`` (equality saturation + extraction) against greedy ``rewrite`` and an
 exhaustive search, on small programs where the order or the choice of rewrites matters.
 
-Suite (22 programs): matrix chains of 3, 4 and 5 at several shapes, chains of transposed
-operands, two matmuls sharing an input, distributivity, an enabling step (a scale moved so a
-fusion matches) and attention whose scale must move onto the scores before it fuses. Rules
+Suite (25 programs): matrix chains of 3, 4 and 5 at several shapes, chains of transposed
+operands, two matmuls sharing an input (factored by ``mm_left``, a rule of one result, and
+fused into one matmul of the concatenated weights by ``shared_mm``, a rule of two results:
+cheaper where ``x`` is read twice, dearer where the weights are large, and once only after an
+association), distributivity, an enabling step (a scale moved so a fusion matches) and
+attention whose scale must move onto the scores before it fuses. Rules
 are trusted (the tests check them and the extracted programs); two-way rules are
 ``both_ways=True``. Costs: ``transforms.rewrite.cost.roofline`` (µs).
 
@@ -61,6 +64,15 @@ def _rule(pattern, replacement, example, name, **kw) -> Rule:
                 assumes=R, **kw)
 
 
+def _pair(x, w1, w2):
+    return x @ w1, x @ w2
+
+
+def _fused_pair(x, w1, w2):
+    a, b = (x @ torch.cat([w1, w2], dim=-1)).split([w1.shape[-1], w2.shape[-1]], dim=-1)
+    return a, b
+
+
 def rules() -> dict[str, Rule]:
     """The rules of the suite, by name."""
     return {
@@ -75,6 +87,9 @@ def rules() -> dict[str, Rule]:
                             "move_scale", both_ways=True),
         "fuse": _rule(lambda a, b, c: a @ b + c, lambda a, b, c: torch.addmm(c, a, b),
                       (torch.randn(3, 4), torch.randn(4, 5), torch.randn(3, 5)), "fuse"),
+        "shared_mm": _rule(_pair, _fused_pair,
+                           (torch.randn(3, 4), torch.randn(4, 5), torch.randn(4, 6)),
+                           "shared_mm"),
         "sdpa": _rule(
             lambda q, k, v, s: torch.softmax(q @ k.transpose(-2, -1) * s, dim=-1) @ v,
             lambda q, k, v, s: F.scaled_dot_product_attention(q, k, v, scale=s),
@@ -108,6 +123,12 @@ def suite() -> list[tuple[str, Callable, tuple, tuple[str, ...]]]:
 
     def shared(x, w1, w2):
         return x @ w1 + x @ w2
+
+    def heads(x, w1, w2):
+        return torch.relu(x @ w1) + torch.sigmoid(x @ w2)
+
+    def heads_chain(x, w1, w2, v):
+        return torch.relu((x @ w1) @ v) + torch.sigmoid(x @ w2)
 
     def dist(a, b, c):
         return a * b + a * c
@@ -145,6 +166,10 @@ def suite() -> list[tuple[str, Callable, tuple, tuple[str, ...]]]:
         ("transposed_1", tr, ((1024, 1024), (1024, 1024), (8, 1024)), ("assoc",)),
         ("shared_input_0", shared, ((1024, 1024), (1024, 1024), (1024, 1024)), ("mm_left",)),
         ("shared_input_1", shared, ((4096, 512), (512, 512), (512, 512)), ("mm_left",)),
+        ("shared_heads_0", heads, ((4096, 512), (512, 64), (512, 64)), ("shared_mm",)),
+        ("shared_heads_1", heads, ((64, 4096), (4096, 4096), (4096, 4096)), ("shared_mm",)),
+        ("shared_heads_2", heads_chain, ((4096, 512), (512, 512), (512, 64), (512, 64)),
+         ("shared_mm", "assoc")),
         ("distributive_0", dist, ((1024, 1024),) * 3, ("factor",)),
         ("distributive_1", dist, ((64, 4096),) * 3, ("factor",)),
         ("enabling_0", enabling, ((256, 16), (16, 256), (256, 256)), ("move_scale", "fuse")),

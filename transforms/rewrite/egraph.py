@@ -10,8 +10,9 @@ closure, upward merging).
 
 Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides) every member
 computes, whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original
-node it stands for. Members of one class agree on shape, dtype and strides (``saturate``
-refuses a union that would not).
+node it stands for. Members of one class agree on shape, dtype and device, and on strides
+except where ``saturate`` proved that no reader sees them (``saturate._Layouts``: a fused
+kernel's layout, the strided halves of a ``split``).
 
 What is a leaf is decided in one place, ``value_roles``, which reads the shared effect/alias
 analysis (``ir.effects.graph_effects``). A node that computes nothing (``ir.ops.computes_nothing``:
@@ -39,8 +40,8 @@ from ir.program import Program
 LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
 
 __all__ = [
-    "LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "from_graph", "passes_on",
-    "value_roles",
+    "ESCAPE_CAP", "LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "escapes", "from_graph",
+    "passes_on", "value_roles",
 ]
 
 
@@ -135,6 +136,9 @@ class EGraph:
         self.memo: dict[tuple, int] = {}
         self.pending: list[int] = []
         self.size = 0  #: e-nodes added
+        #: per rewrite by a rule of several results: ``(matched class, the replacement's
+        #: result e-node)`` for each result (``extracted.plan`` tries them together)
+        self.groups: list[tuple[tuple[int, ENode], ...]] = []
 
     def find(self, c: int) -> int:
         """The canonical id of class ``c`` (with path halving)."""
@@ -396,6 +400,31 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
         own[n.name] = e
         class_of[n.name] = eg.add(e, ClassData(val_of[n.name], False, n.name, n.name in once))
     return GraphEGraph(eg, class_of, own, position, tuple(dict.fromkeys(roots)), leaves)
+
+
+ESCAPE_CAP = 64  #: classes followed by ``escapes``, at most (past it: escapes)
+
+
+def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
+    """Whether the value of class ``c`` reaches outside the graph's pure part: ``c``, or a
+    view of it (``ir.ops.is_view`` or alias-like e-nodes, followed up the parents), is in
+    ``pinned`` (canonical ids of the classes returned or read by a leaf: ``GraphEGraph.roots``)
+    or is a leaf; ``True`` past ``ESCAPE_CAP`` classes followed. Two results of one rewrite
+    that are views of one buffer may not both escape (``saturate``, ``extracted.plan``).
+    O(classes followed x their parents)."""
+    seen: set[int] = set()
+    todo = [eg.find(c)]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        if x in pinned or eg.data[x].leaf or len(seen) >= ESCAPE_CAP:
+            return True
+        seen.add(x)
+        for enode, owner in eg.parents.get(x, ()):
+            if callable(enode.op) and (ops.is_view(enode.op) or ops.is_alias_like(enode.op)):
+                todo.append(eg.find(owner))
+    return False
 
 
 def reachable(eg: EGraph, roots: Iterable[int]) -> set[int]:

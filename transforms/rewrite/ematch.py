@@ -19,6 +19,16 @@ values and the matched shapes matches the same e-nodes with the same inputs (wha
 ``sizes.recheck`` does for ``rewrite``). Optional tensor arguments (``optional(...)``) are
 matched through the rule's variants (``Rule.variants``): the variant traced with ``None`` there
 matches an e-node whose argument is the literal ``None``, the others a class.
+
+Patterns with several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``): the anchor (the
+first result) is matched as above; each other result the anchor's tree does not reach is then
+matched among the e-nodes of its operator that read a class the match has bound (an input of
+the pattern or a matched node's class: for the shared matmuls, the parents of ``x``'s class),
+never among all e-nodes of the operator. Each such candidate counts toward the rule's match
+limit as a match does (``ematch_counted``), so a pattern with a common shared input (every
+``matmul`` reading ``x``) is banned by the scheduler instead of enumerating all pairs.
+``EMatch.results`` holds the class of each result, in the pattern's order; a match whose
+results are not distinct classes is dropped (one value cannot be two results of a rewrite).
 """
 
 from __future__ import annotations
@@ -36,33 +46,54 @@ from ir.args import IList, Ref
 from transforms.rewrite.egraph import EGraph, ENode
 from transforms.rewrite.match import Hole, Pattern, literal_equal
 
-__all__ = ["EMatch", "ematch", "exact"]
+__all__ = ["EMatch", "ematch", "ematch_counted", "exact", "result_nodes", "single_result"]
 
 
 @attrs.frozen
 class EMatch:
-    """One match: ``root`` (the class the pattern's result is in), ``inputs`` (pattern
-    placeholder name -> class), ``scalars`` (rule argument position -> literal), ``nodes``
-    (pattern node name -> the e-node it matched). ``loose``: a hole bound another value than
-    its example (``exact`` decides)."""
+    """One match: ``root`` (the class the pattern's result is in; its first result's for a
+    pattern with several), ``inputs`` (pattern placeholder name -> class), ``scalars`` (rule
+    argument position -> literal), ``nodes`` (pattern node name -> the e-node it matched).
+    ``loose``: a hole bound another value than its example (``exact`` decides). ``results``:
+    the class of each result of a pattern with several, in order (empty for one result)."""
 
     root: int
     inputs: Mapping[str, int]
     scalars: Mapping[int, Any]
     nodes: Mapping[str, ENode]
     loose: bool = False
+    results: tuple[int, ...] = ()
 
 
 def single_result(pattern: Pattern) -> bool:
-    """Whether the pattern has one computed result (what ``ematch`` handles)."""
+    """Whether the pattern has one computed result."""
     outs = [o for o in pattern.outputs if type(o) is Ref]
     return len(outs) == 1 and len(pattern.outputs) == 1 and not pattern.others
 
 
+def result_nodes(pattern: Pattern) -> tuple[str, ...] | None:
+    """The pattern node of each result, in order, where every result is a distinct computed
+    node of the pattern (what ``ematch`` matches); ``None`` where one is an input, a literal
+    or another result again (such a rewrite would make one value two results, or return an
+    input: ``saturate`` does not apply it). O(results)."""
+    names = tuple(o.name if type(o) is Ref else None for o in pattern.outputs)
+    if any(n is None or n not in pattern.nodes for n in names) or len(set(names)) != len(names):
+        return None
+    return names
+
+
 def ematch(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[ENode, int]]],
            limit: int, deadline: float = math.inf) -> list[EMatch]:
-    """The matches of ``pattern`` (one computed result) in ``eg``, at most ``limit`` (the
-    caller takes more than ``limit`` as "too many": the scheduler bans the rule a while).
+    """The matches of ``pattern`` in ``eg``: ``ematch_counted``'s matches."""
+    return ematch_counted(eg, pattern, by_op, limit, deadline)[0]
+
+
+def ematch_counted(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[ENode, int]]],
+                   limit: int, deadline: float = math.inf) -> tuple[list[EMatch], int]:
+    """The matches of ``pattern`` (its results distinct computed nodes: ``result_nodes``) in
+    ``eg`` and the work counted against ``limit``: the matches plus, for a pattern with
+    several results, the candidates tried for its other results. Stops once the count passes
+    ``limit`` (the caller takes that as "too many": the scheduler bans the rule a while).
 
     ``by_op``: the e-nodes by operator, each with its canonical class (built once per
     iteration). ``deadline`` (a ``time.monotonic`` value): the matches found by then, looked
@@ -70,27 +101,47 @@ def ematch(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[ENode, i
     ``by_op``.
 
     **Laws:** each match maps every pattern node to an e-node of the same operator whose
-    arguments match, placeholders bound consistently. Complexity: O(candidates x pattern
-    size x alternatives per class)."""
+    arguments match, placeholders bound consistently; a pattern's results are distinct
+    classes. Complexity: O(candidates x pattern size x alternatives per class), candidates
+    for the other results at most ``limit + 1``."""
     found: list[EMatch] = []
     m = _EMatcher(eg, pattern)
     seen: set[tuple] = set()
+    outs = result_nodes(pattern) if not single_result(pattern) else None
+    tried = [0]
     for i, (enode, c) in enumerate(by_op.get(pattern.anchor.target, ())):
         if i % 256 == 255 and time.monotonic() > deadline:
-            return found
-        for s in m.node(pattern.anchor, enode, ({}, {}, {})):
+            return found, len(found) + tried[0]
+        states = m.node(pattern.anchor, enode, ({}, {}, {}))
+        if outs is not None:
+            states = m.others(states, eg.find(c), tried, limit)
+        for s in states:
             names, scalars, nodes = s
+            results: tuple[int, ...] = ()
+            if outs is not None:
+                results = tuple(eg.find(c) if n == pattern.anchor.name
+                                else _class_of(eg, nodes[n]) for n in outs)
+                if len(set(results)) != len(results):
+                    continue
             key = (eg.find(c), tuple(sorted((k, eg.find(v)) for k, v in names.items())),
-                   tuple(sorted((k, repr(v)) for k, v in scalars.items())))
+                   tuple(sorted((k, repr(v)) for k, v in scalars.items())), results)
             if key in seen:
                 continue
             seen.add(key)
             loose = any(not _same(scalars[i], e) for i, e in pattern.holes.items()
                         if i in scalars)
-            found.append(EMatch(eg.find(c), dict(names), dict(scalars), dict(nodes), loose))
-            if len(found) > limit:
-                return found
-    return found
+            found.append(EMatch(eg.find(c), dict(names), dict(scalars), dict(nodes), loose,
+                                results))
+            if len(found) + tried[0] > limit:
+                return found, len(found) + tried[0]
+        if tried[0] > limit:
+            return found, len(found) + tried[0]
+    return found, len(found) + tried[0]
+
+
+def _class_of(eg: EGraph, enode: ENode) -> int:
+    found = eg.lookup(enode)
+    return -1 if found is None else found
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -122,6 +173,43 @@ class _EMatcher:
         self.eg = eg
         self.p = pattern
         self.swaps = {n.name: ops.is_commutative(n.target) for n in pattern.nodes.values()}
+
+    def others(self, states: Iterator[_State], anchor_class: int, tried: list[int],
+               limit: float) -> Iterator[_State]:
+        """Each state of the anchor's tree extended by the pattern's other results, each
+        matched among the e-nodes of its operator that read a class already bound (an input
+        or a matched node's class); ``tried[0]`` counts the candidates, none tried past
+        ``limit``."""
+        for s in states:
+            yield from self._other(0, s, anchor_class, tried, limit)
+
+    def _other(self, i: int, s: _State, anchor_class: int, tried: list[int],
+               limit: float) -> Iterator[_State]:
+        others = self.p.others
+        while i < len(others) and others[i].name in s[2]:
+            i += 1  # reached by the tree of the anchor or of an earlier result
+        if i == len(others):
+            yield s
+            return
+        pnode = others[i]
+        eg = self.eg
+        bound = {eg.find(c) for c in s[0].values()}
+        bound.add(anchor_class)
+        bound.update(c for c in (_class_of(eg, n) for n in s[2].values()) if c >= 0)
+        seen: set[tuple] = set()
+        for c in sorted(bound):
+            for enode, _ in eg.parents.get(c, ()):
+                if enode.op is not pnode.target:
+                    continue
+                enode = eg.canonical(enode)
+                if enode.key in seen:
+                    continue
+                seen.add(enode.key)
+                if tried[0] > limit:
+                    return
+                tried[0] += 1
+                for s2 in self.node(pnode, enode, s):
+                    yield from self._other(i + 1, s2, anchor_class, tried, limit)
 
     def node(self, pnode: Any, enode: ENode, s: _State) -> Iterator[_State]:
         if enode.op is not pnode.target:
@@ -229,7 +317,11 @@ def exact(eg: EGraph, rule: Any, compiled: Any, m: EMatch) -> bool:
     want_inputs = {position[k]: eg.find(c) for k, c in m.inputs.items()}
     want_scalars = {k: v for k, v in m.scalars.items() if k not in pattern.holes}
     where = dict(zip(found.input_order, found.tensor_args))
-    for names, scalars, _ in _EMatcher(eg, found).node(found.anchor, anchor, ({}, {}, {})):
+    matcher = _EMatcher(eg, found)
+    states = matcher.node(found.anchor, anchor, ({}, {}, {}))
+    if not single_result(found):  # the other results too, among the same candidates
+        states = matcher.others(states, eg.find(m.root), [0], math.inf)
+    for names, scalars, _ in states:
         got = {where[k]: eg.find(c) for k, c in names.items()}
         if got == want_inputs and set(scalars) == set(want_scalars) and all(
             literal_equal(scalars[k], v) for k, v in want_scalars.items()

@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
 
-__all__ = ["CAP", "EPSILON", "complete", "dag_cost", "exact", "greedy"]
+__all__ = ["CAP", "EPSILON", "GROUPS_MAX", "complete", "dag_cost", "exact", "greedy", "together"]
 
 EPSILON = 1e-6  #: the least cost of an e-node (keeps the greedy choice acyclic)
 CAP = 1e300  #: tree costs stop growing here (a value read twice per block doubles them)
+GROUPS_MAX = 256  #: groups of results tried together by ``together``, at most
 _INF = float("inf")
 
 Choice = dict[int, ENode]
@@ -73,6 +74,50 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
                         choice[c] = n
                         changed = True
     return choice
+
+
+def together(eg: EGraph, roots: Iterable[int], choice: Choice,
+             cost: Callable[[ENode], float],
+             groups: Iterable[tuple[tuple[int, ENode], ...]]) -> Choice:
+    """``choice`` with each group of e-nodes chosen together where that lowers its DAG cost.
+
+    A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) puts one e-node
+    per result (``getitem`` of one shared ``split``) into each matched class: ``groups``, one
+    tuple of ``(class, e-node)`` per rewrite (``EGraph.groups``). The tree cost of ``greedy``
+    counts the shared part once per result, so it never finds such a rewrite cheaper where
+    only sharing makes it so (one fused matmul against two). Here each group (the first
+    ``GROUPS_MAX``) is tried: its classes take its e-nodes at once, and the choice is kept
+    where it is acyclic (``complete``) and of lower ``dag_cost``; the classes below the group
+    keep their own choice. A local improvement, not an optimum (``exact`` is one).
+
+    **Laws:** the result is ``choice`` itself when no group lowers the cost; never of higher
+    DAG cost than ``choice``; acyclic where ``choice`` is. Complexity: O(groups tried x
+    classes reached)."""
+    roots = list(roots)
+    best = choice
+    best_cost: float | None = None
+    for i, group in enumerate(groups):
+        if i >= GROUPS_MAX:
+            break
+        trial = dict(best)
+        changed = False
+        for c, n in group:
+            c = eg.find(c)
+            n = eg.canonical(n)
+            if c not in trial:
+                break
+            if eg.canonical(trial[c]).key != n.key:
+                trial[c] = n
+                changed = True
+        else:
+            if not changed or not complete(eg, roots, trial):
+                continue
+            if best_cost is None:
+                best_cost = dag_cost(eg, roots, best, cost)
+            got = dag_cost(eg, roots, trial, cost)
+            if got < best_cost * (1 - 1e-9):
+                best, best_cost = trial, got
+    return best
 
 
 def complete(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode]) -> bool:

@@ -4,7 +4,8 @@
 ``extract.greedy`` (and ``extract.exact`` where scipy is installed and it is cheaper), checks
 the choice (``extract.complete``) and says whether it changes the graph. ``Builder`` is the
 ``visit`` of ``transforms.edit.rewrite_nodes`` that builds the choice: the one place that
-edits the program, to be switched to the shared rewriting kernel (issue 41) when it lands.
+edits the program, through ``rewrite_nodes``, a driver on the shared rewriting kernel
+(``transforms.kernel``). A rewrite of several results is tried as one (``extract.together``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.rewrite import extract
 from transforms.rewrite.cost import Cost
-from transforms.rewrite.egraph import LEAF, ENode, GraphEGraph, passes_on
+from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
-__all__ = ["EXACT_MAX", "Builder", "Plan", "drop_dead", "plan"]
+__all__ = ["EXACT_MAX", "Builder", "Plan", "drop_dead", "plan", "shared_escape"]
 
 EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
 
@@ -79,6 +80,13 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
                                    < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
             choice, extractor = better, "ilp"
+    if eg.groups:
+        alone = choice
+        choice = extract.together(eg, geg.roots, choice, of, eg.groups)
+        if shared_escape(eg, geg.roots, choice):
+            choice = alone
+            if shared_escape(eg, geg.roots, choice):
+                return Plan(geg, choice, False, [], extractor)  # keep the graph as it is
     if not extract.complete(eg, geg.roots, choice):
         return Plan(geg, choice, False, [], extractor)  # never expected: keep the graph
     changes = False
@@ -100,6 +108,37 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
             used.append(n.rule)
         todo.extend(eg.find(x) for x in n.children)
     return Plan(geg, choice, changes, used, extractor)
+
+
+def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode]) -> bool:
+    """Whether ``choice`` would build two escaping values (``egraph.escapes``: returned or
+    read by a leaf, themselves or through views) as ``getitem`` s of one value a rule made
+    (a ``split`` of a rewrite of several results, not a leaf of the program): they would
+    alias each other where the program's values did not. ``saturate`` declines such a
+    rewrite when it is applied; this checks the choice again, since a later merge may make a
+    result escape. O(classes reached x views followed)."""
+    pinned = {eg.find(r) for r in roots}
+    by_base: dict[int, int] = {}
+    seen: set[int] = set()
+    todo = [eg.find(r) for r in roots]
+    while todo:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        n = choice.get(c)
+        if n is None:
+            continue  # an incomplete choice: ``complete`` refuses it
+        todo.extend(eg.find(x) for x in n.children)
+        if getattr(n.op, "__name__", "") != "getitem" or not n.children:
+            continue
+        base = eg.find(n.children[0])
+        if eg.data[base].leaf or not escapes(eg, c, pinned):
+            continue
+        by_base[base] = by_base.get(base, 0) + 1
+        if by_base[base] > 1:
+            return True
+    return False
 
 
 class Builder:

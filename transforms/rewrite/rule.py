@@ -587,22 +587,34 @@ def replacement_for(
 
 
 def _traced_per_match(rule: Rule, scalars: Mapping[int, Any], vals: Mapping[int, Any]):
-    args: list[Any] = []
+    args: list[Any] = []  # a tensor argument as its (shape, dtype): made on a cache miss only
     key_parts: list[Any] = []
     for i, x in enumerate(rule.example_inputs):
         if isinstance(x, torch.Tensor):
             v = vals.get(i)
             if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
                 return None
-            args.append(torch.zeros(tuple(v.shape), dtype=v.dtype))
+            args.append(_Zeros(tuple(v.shape), v.dtype))
             key_parts.append((tuple(v.shape), str(v.dtype)))
         else:
             value = scalars.get(i, x)
             args.append(value)
             key_parts.append((type(value).__name__, repr(value)))  # -0.0 apart from 0.0
-    return _cached(rule, ("concrete", tuple(key_parts)),
-                   lambda: trace(rule.replacement, args, TRAINING, rule.name, "replacement",
-                                 sentinels=False))
+
+    def make() -> Traced:
+        real = [torch.zeros(a.shape, dtype=a.dtype) if type(a) is _Zeros else a for a in args]
+        return trace(rule.replacement, real, TRAINING, rule.name, "replacement",
+                     sentinels=False)
+
+    return _cached(rule, ("concrete", tuple(key_parts)), make)
+
+
+@attrs.frozen
+class _Zeros:
+    """A tensor argument of a replacement trace, made (zeros) only when the trace runs."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
 
 
 def _traced_per_dtype(rule: Rule, c: Compiled, vals: Mapping[int, Any]):

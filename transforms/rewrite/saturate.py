@@ -36,10 +36,11 @@ from transforms.rewrite.egraph import (
     EGraph,
     ENode,
     enode_of,
+    escapes,
     from_graph,
     spell,
 )
-from transforms.rewrite.ematch import EMatch, ematch, exact, single_result
+from transforms.rewrite.ematch import EMatch, ematch_counted, exact, result_nodes
 from transforms.rewrite.engine import apply_rules, rule_list
 from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
 from transforms.rewrite.rule import (
@@ -87,8 +88,9 @@ class SaturationReport:
     - ``rewrites``: ``{rule name: values of the kept program computed by that rule's
       replacement}`` (the replacement's result e-node, chosen by extraction; empty
       unless ``chosen`` is ``"saturate"``);
-    - ``skipped_rules``: ``{rule name: why saturate does not apply it}`` (several results,
-      assumptions not granted, a reverse that computes nothing);
+    - ``skipped_rules``: ``{rule name: why saturate does not apply it}`` (a result that is an
+      input, a literal or another result again; assumptions not granted; a reverse that
+      computes nothing);
     - ``seconds``: wall time of each phase (``check`` the rules, ``saturate``, ``extract``,
       ``build``, ``greedy`` rewrite and costing): a measurement, the one field that is not
       a function of the arguments;
@@ -136,7 +138,9 @@ def saturate(
         rules: ``Rule`` values, checked once (``check_rule``, unless ``trusted``) as
             ``rewrite`` checks them; a rule with ``both_ways=True`` is applied in both
             directions, and so is any rule passed together with its reverse, without cycling.
-            Rules with several results are not applied (``report.skipped_rules``).
+            A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) is
+            matched result by result and its results merged together; not where two results
+            sharing one buffer would both be returned (``docs/search.md``).
         cost: ``(target, args, kwargs, val) -> float`` (tensors replaced by their fake values;
             ``val`` the result's), default ``transforms.rewrite.cost.roofline``;
             ``transforms.rewrite.cost.measured_cost()`` times operators instead.
@@ -273,10 +277,10 @@ def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_D
     out: list[_Directed] = []
     for r in (v for rule in rules for v in rule.variants()):
         c = r.compiled(level)
-        if single_result(c.pattern):
+        if result_nodes(c.pattern) is not None:
             out.append(_Directed(r, c, r.name))
         else:
-            skipped[r.name] = "its pattern has several results (saturate matches one)"
+            skipped[r.name] = _NOT_MATCHED
         if r.both_ways:
             back = _reverse(r)
             try:
@@ -284,11 +288,15 @@ def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_D
             except PassError as exc:
                 skipped[back.name] = f"cannot be matched: {exc}"
                 continue
-            if single_result(bc.pattern):
+            if result_nodes(bc.pattern) is not None:
                 out.append(_Directed(back, bc, r.name))
             else:
-                skipped[back.name] = "its pattern has several results (saturate matches one)"
+                skipped[back.name] = _NOT_MATCHED
     return out
+
+
+_NOT_MATCHED = ("a result of its pattern is an input, a literal or another result again "
+                "(saturate matches results that are distinct computed values)")
 
 
 def _reverse(r: Rule) -> Rule:
@@ -339,8 +347,8 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
                 banned_now = True
                 continue
             cap = base_limit << times_banned[i]
-            found = ematch(eg, d.compiled.pattern, by_op, cap, deadline)
-            if len(found) > cap:
+            found, counted = ematch_counted(eg, d.compiled.pattern, by_op, cap, deadline)
+            if counted > cap:
                 banned_until[i] = it + (limits.ban_length << times_banned[i])
                 times_banned[i] += 1
                 banned_now = True
@@ -350,7 +358,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
         for d, m in todo:
             key = (id(d), eg.find(m.root), tuple(sorted(
                 (k, eg.find(v)) for k, v in m.inputs.items())), spell(tuple(sorted(
-                    m.scalars.items()))))
+                    m.scalars.items()))), tuple(eg.find(r) for r in m.results))
             if key in applied:
                 continue
             applied.add(key)
@@ -380,6 +388,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     matched value would see (``_Layouts``), a result aliasing an input) or adds nothing new."""
     layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
+    if m.results and not _program_values(eg, m.results):
+        return False
     vals: dict[int, Any] = {}
     for name, pos in zip(pattern.input_order, pattern.tensor_args):
         cls = m.inputs.get(name)
@@ -401,44 +411,125 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
         if pp in m.inputs:
             child_of[rp] = eg.find(m.inputs[pp])
             val_of[rp] = eg.data[child_of[rp]].val
+    roots = m.results or (m.root,)
+    outs = tuple(rep.outputs)
+    if len(outs) != len(roots) or any(type(o) is not Ref for o in outs):
+        return False  # a literal result: never merged
+    if len(roots) > 1:
+        # several results: every check first, so that a declined match adds nothing (each
+        # would otherwise leave its nodes behind for the rules to match again)
+        if not _may_share(eg, roots, rep, layouts):
+            return False
+        dry = _instantiate(eg, d, m, rep, dict(child_of), dict(val_of), memo, layouts, None)
+        if dry is None or _results(eg, roots, outs, rep, rep_ph, *dry, memo, layouts) is None:
+            return False
+    made: dict[str, ENode] = {}
+    done = _instantiate(eg, d, m, rep, child_of, val_of, memo, layouts, made)
+    if done is None:
+        return False
+    news = _results(eg, roots, outs, rep, rep_ph, *done, memo, layouts)
+    if news is None:
+        return False
+    changed = False
+    for root, new in zip(roots, news):
+        changed |= eg.union(root, new)
+    if changed and len(roots) > 1:
+        eg.groups.append(tuple(zip(roots, (made[o.name] for o in outs))))
+    return changed
+
+
+def _program_values(eg: EGraph, results: tuple[int, ...]) -> bool:
+    """Whether each result class of a match of several results holds a value of the program
+    (``ClassData.origin``): a class a rule made, such as the fused ``x @ cat(w1, w2)``, would
+    be fused again with ``x @ w1``, and that result again, without end."""
+    return all(eg.data[eg.find(r)].origin is not None for r in results)
+
+
+def _instantiate(eg: EGraph, d: _Directed, m: EMatch, rep: Any, child_of: dict[str, int],
+                 val_of: dict[str, Any], memo: dict, layouts: _Layouts,
+                 made: dict[str, ENode] | None) -> tuple[dict, dict] | None:
+    """Run the replacement ``rep``'s nodes on fake values and, where ``made`` is a dict, add
+    each as an e-node (``made``: node name -> e-node); ``None`` where a node cannot be run
+    there or may not read a class of mixed strides (``_Layouts.may_read``). With ``made``
+    ``None`` nothing is added (a dry run: new values get class ``-1``). Returns ``(child_of,
+    val_of)`` extended by the replacement's nodes."""
     sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
-    out = rep.outputs[0]
+    results = {o.name for o in rep.outputs if type(o) is Ref}
     for rn in rep.graph.nodes:
         if rn.op in (PLACEHOLDER, OUTPUT):
             continue
         if rn.op != CALL_FUNCTION:
-            return False
+            return None
         args = _bind(rn.args, sentinels, m.scalars)
         kwargs = _bind(rn.kwargs, sentinels, m.scalars)
         if any(r.name not in child_of for r in _refs((args, kwargs))):
             if _is_check(rn):
                 continue  # a metadata check on a value the e-graph does not hold
-            return False
+            return None
         val = _fake_run(rn.target, args, kwargs, val_of, memo)
         if val is _RAISED:
-            return False
+            return None
         if _is_check(rn):
+            continue
+        if made is None:
+            child_of[rn.name] = -1
+            val_of[rn.name] = val
             continue
         e = enode_of(rn.target, args, kwargs, child_of, val_of, val)
         if not layouts.may_read(e):
-            return False
-        if type(out) is Ref and rn.name == out.name:
+            return None
+        if rn.name in results:
             e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
         once = bool(e.children) and all(eg.data[eg.find(ch)].invariant for ch in e.children)
         cls = eg.add(e, ClassData(val, False, None, once))
         layouts.inherit(e, cls)
+        made[rn.name] = e
         child_of[rn.name] = cls
         val_of[rn.name] = eg.data[cls].val if eg.data[cls].val is not None else val
-    if type(out) is not Ref or out.name not in child_of or out.name in rep_ph:
-        return False  # a literal, or an input returned: never merged (aliasing)
-    if _aliases_input(rep, out.name):
-        return False
-    new = child_of[out.name]
-    old_val, new_val = eg.data[eg.find(m.root)].val, val_of.get(out.name)
-    if not _compatible(old_val, new_val) and not (_same_metadata(old_val, new_val)
-            and layouts.restride(m.root, new_val, memo)):
-        return False
-    return eg.union(m.root, new)
+    return child_of, val_of
+
+
+def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: list[str],
+             child_of: dict[str, int], val_of: dict[str, Any], memo: dict,
+             layouts: _Layouts) -> list[int] | None:
+    """The class of each result of the replacement, to be merged with ``roots`` in order;
+    ``None`` where one is an input or a view of one (aliasing), or has another shape, dtype or
+    device, or other strides that a reader of the matched value would see (``_Layouts``)."""
+    news = []
+    for root, out in zip(roots, outs):
+        if out.name not in child_of or out.name in rep_ph or _aliases_input(rep, out.name):
+            return None  # an input returned, or a view of one: never merged (aliasing)
+        old_val, new_val = eg.data[eg.find(root)].val, val_of.get(out.name)
+        if not _compatible(old_val, new_val) and not (_same_metadata(old_val, new_val)
+                and layouts.restride(root, new_val, memo)):
+            return None
+        news.append(child_of[out.name])
+    return news
+
+
+def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) -> bool:
+    """Whether the results of a match (classes ``roots``) may become the replacement ``rep``'s
+    results where two of these are views of one value it computes (``split(x @ cat(w1,
+    w2))``): at most one of those sharing a value *escapes*, is returned or read by a leaf,
+    itself or through views of it (``egraph.escapes``): two outputs would alias each other where
+    the program's did not, and a caller writing one would change the other. (A value written
+    in place is a leaf, ``egraph.value_roles``, and no pattern matches a leaf: nothing here
+    is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
+    checks the extracted choice again (a later merge may make a result escape). O(views
+    followed), at most ``egraph.ESCAPE_CAP`` each."""
+    from transforms.rewrite.sharing import output_bases
+
+    bases = output_bases(rep)
+    pinned = {eg.find(x) for x in layouts.pinned}
+    by_base: dict[str, int] = {}
+    for root, base in zip(roots, bases):
+        if base is None:
+            continue
+        if escapes(eg, root, pinned):
+            by_base[base] = by_base.get(base, 0) + 1
+            if by_base[base] > 1:
+                return False
+    return True
 
 
 def _is_check(n: Node) -> bool:
