@@ -89,6 +89,45 @@ state dict is unchanged). One rule for every convolution: stride, padding, dilat
 are hyperparameters (``hyper``) bound from each match, the bias is ``optional`` (``None``: the
 folded bias is ``beta - mean * scale``), momentum and eps are scalar wildcards."""
 
+# --- shared-input matmuls (a rule of two results) ----------------------------------------------
+
+
+def _shared_input_mm(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor):
+    return x @ w1, x @ w2
+
+
+def _shared_input_mm_fused(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor):
+    a, b = (x @ torch.cat([w1, w2], dim=-1)).split([w1.shape[-1], w2.shape[-1]], dim=-1)
+    return a, b
+
+
+def _weight_matrices(m: Match) -> bool:
+    """Both weights are matrices of one dtype, as ``check_rule`` draws them (it varies sizes
+    and dtypes, not ranks). Then ``cat(w1, w2, -1)`` exists (the pattern ran, so both have
+    ``x``'s last size as rows) and ``x @ cat`` holds ``x @ w1`` then ``x @ w2`` along its last
+    dimension, for ``x`` of any rank: each element is the same dot product. A vector weight
+    contracts that dimension away (nothing to split; the replacement would not trace)."""
+    x, w1, w2 = m.val(0), m.val(1), m.val(2)
+    return (all(isinstance(t, torch.Tensor) for t in (x, w1, w2))
+            and x.dim() >= 1 and w1.dim() == w2.dim() == 2 and w1.dtype == w2.dtype)
+
+
+SHARED_INPUT_MM = Rule(
+    _shared_input_mm, _shared_input_mm_fused,
+    (torch.randn(3, 4), torch.randn(4, 5), torch.randn(4, 6)),
+    name="shared_input_mm", where=_weight_matrices)
+"""``x @ w1, x @ w2 -> split(x @ cat(w1, w2, -1), [n1, n2], -1)``: two matmuls that share their
+left operand become one, on the concatenated weight matrices (``x`` read once, one launch; the
+``cat`` reads only the weights). A rule of two results: the halves are views of one buffer,
+strided (row stride ``n1 + n2``) where ``x @ w1`` was contiguous. ``check_rule`` accepts
+results that alias each other where the pattern's are fresh (the law's ``fresh_may_alias``:
+values, shapes and dtypes must agree, the aliasing that appears is the engine's to guard), and
+the engine takes a match only where nothing writes either result and the caller does not get
+both (``rewrite``: guard ``shared``; ``saturate``: the escape guard), and where every reader
+admits the halves' strides. Exact (no assumption). Not in ``RULES``: whether it pays depends on
+the shapes (large weights make the ``cat`` dearer than the launch and the read of ``x`` it
+saves), which ``saturate``'s cost model decides and greedy ``rewrite`` does not."""
+
 # --- attention ----------------------------------------------------------------------------------
 #
 # The eager attention of transformers models (BERT, GPT-2, DistilBERT, T5, ViT, ...) computes
@@ -348,5 +387,5 @@ __all__ = [
     "ATTENTION", "ATTENTION_ASSUMES", "ATTENTION_BIAS_MASK", "ATTENTION_DIV", "ATTENTION_DIV_MASK", "ATTENTION_MASK",
     "ATTENTION_MASKED_FILL", "ATTENTION_MASK_DROPOUT", "ATTENTION_PLAIN", "ATTENTION_SCALED",
     "ATTENTION_UNSCALED_BIAS_MASK", "ATTENTION_UNSCALED_MASK", "ATTENTION_WHERE", "CONV_BN",
-    "RELU_RELU", "RULES", "SILU", "TIMES_ONE",
+    "RELU_RELU", "RULES", "SHARED_INPUT_MM", "SILU", "TIMES_ONE",
 ]
