@@ -19,7 +19,7 @@ import torch
 from ir import Graph, import_ep
 from ir.printer import format_graph
 from lowering import lower
-from transforms.rewrite import rewrite, rewrite_report, saturate_report
+from transforms.rewrite import Rule, rewrite, rewrite_report, saturate_report
 from transforms.rewrite.api import ensure_checked, rule_verdict
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.rules import RULES, SHARED_INPUT_MM
@@ -191,3 +191,48 @@ def test_saturate_keeps_the_program_where_the_fused_form_is_dearer():
     q, report = saturate_report(p, [SHARED_INPUT_MM])
     assert q is p and report.chosen == "original" and report.rewrites == {}
     assert report.cost_after == report.cost_before
+
+
+# --- both ways: a rule of two results and its reverse in saturate ------------------------------
+
+# the forward is SHARED_INPUT_MM's functions, checked by this file's fixture; the reverse of a
+# both_ways rule is trusted anyway (equality is symmetric)
+BOTH = Rule(SHARED_INPUT_MM.pattern, SHARED_INPUT_MM.replacement, SHARED_INPUT_MM.example_inputs,
+            name="shared_input_mm_both", where=SHARED_INPUT_MM.where, trusted=True,
+            both_ways=True)
+
+
+class _Fused(torch.nn.Module):
+    def forward(self, x, w1, w2):
+        a, b = (x @ torch.cat([w1, w2], dim=-1)).split([w1.shape[-1], w2.shape[-1]], dim=-1)
+        return torch.relu(a).sum(-1) + torch.sigmoid(b).sum(-1)
+
+
+@pytest.mark.parametrize(("shapes", "fused"), [
+    (((4096, 512), (512, 64), (512, 64)), True),  # shared_heads_0: fused is cheaper
+    (((64, 4096), (4096, 4096), (4096, 4096)), False),  # shared_heads_1: fused is dearer
+])
+def test_both_ways_saturates_and_keeps_the_cheaper_form(shapes, fused):
+    """The reverse adds nothing (the e-graph has the one-way rule's size each round: what it
+    would merge is equal already), so saturation ends (no cycle) and extraction takes the
+    cheaper form, as with the rule taken one way."""
+    p, args = _program(_Heads, *shapes)
+    q, report = saturate_report(p, [BOTH])
+    assert report.stopped == ("saturated",) and report.skipped_rules == {}
+    one_way, one_report = saturate_report(p, [SHARED_INPUT_MM])
+    assert report.sizes == one_report.sizes and _body(q) == _body(one_way)
+    assert (report.chosen == "saturate") is fused
+    assert report.cost_after <= report.cost_before
+    if fused:
+        torch.testing.assert_close(lower(q)(*args), _Heads()(*args), **ATOL)
+    else:
+        assert q is p
+
+
+def test_both_ways_does_not_unfuse_a_split_the_program_holds():
+    """A limitation (``docs/search.md``, "What is not done yet"): ``split`` gives a list, not
+    one tensor, so the program's own ``split`` is a leaf of the e-graph and the reverse never
+    matches it, even where the two matmuls would be cheaper (``shared_heads_1``'s shapes)."""
+    p, _ = _program(_Fused, (64, 4096), (4096, 4096), (4096, 4096))
+    q, report = saturate_report(p, [BOTH])
+    assert q is p and report.stopped == ("saturated",) and report.rewrites == {}
