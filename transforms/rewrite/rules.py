@@ -8,6 +8,10 @@ rules and ``ATTENTION``, the attention rule set::
 or on the command line: ``purefx model.pt2 --rules transforms.rewrite_rules:RULES --assume
 no_nans,no_infs,no_signed_zeros,reassociate``. Without the grant the attention rules are not
 applied (exact IEEE semantics; ``RewriteReport.not_granted`` names them).
+
+Also ``SHARED_INPUT_MM``, a rule of two results (two matmuls of one input fused), kept out of
+``RULES``: whether it pays depends on the shapes, so it is meant for ``saturate`` and its cost
+model (``docs/search.md``), or for ``rewrite`` where the caller knows it pays.
 """
 
 from __future__ import annotations
