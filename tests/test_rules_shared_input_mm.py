@@ -5,7 +5,7 @@ Not trusted: ``check_rule`` checks it once per process (``ensure_checked``, the 
 beside the rule, ``rule_verdict``), and accepts results that are views of one buffer where the
 pattern's are fresh. The engine takes a match only where nothing writes either result and the
 caller does not get both (guard ``shared``); ``saturate`` takes the fused form where the
-roofline cost says it is cheaper (``bench.search``'s ``shared_heads_0`` shapes) and keeps the
+roofline cost says it is cheaper (``bench.search``'s program ``shared_heads_0``) and keeps the
 program where it is dearer (``shared_heads_1``).
 """
 
@@ -16,6 +16,7 @@ import functools
 import pytest
 import torch
 
+from bench.search import suite
 from ir import Graph, import_ep
 from ir.printer import format_graph
 from lowering import lower
@@ -39,6 +40,29 @@ def _checked_once():
 class _Heads(torch.nn.Module):
     def forward(self, x, w1, w2):
         return torch.relu(x @ w1).sum(-1) + torch.sigmoid(x @ w2).sum(-1)
+
+
+class _Bench(torch.nn.Module):
+    """A program of ``bench.search``'s suite, by name (``shared_heads_0``, ``shared_heads_1``:
+    ``relu(x @ w1) + sigmoid(x @ w2)`` at two sets of shapes)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.fn = _BENCH[name][0]
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+_BENCH = {name: (fn, shapes) for name, fn, shapes, _ in suite()}
+
+
+@functools.cache
+def _bench(name: str):
+    """The program ``name`` of ``bench.search``'s suite and its inputs, exported once."""
+    fn, shapes = _BENCH[name]
+    args = _args(*shapes)
+    return import_ep(torch.export.export(_Bench(name), args)), args, fn
 
 
 class _BothFirst(torch.nn.Module):
@@ -174,20 +198,20 @@ def test_rewrite_declines_it_where_the_caller_gets_both_results():
 def test_saturate_takes_the_fused_form_where_it_is_cheaper():
     """``bench.search``'s ``shared_heads_0``: ``x`` (4096 x 512) read once instead of twice
     pays for the ``cat`` of two small weights."""
-    p, args = _program(_Heads, (4096, 512), (512, 64), (512, 64))
+    p, args, fn = _bench("shared_heads_0")
     q, report = saturate_report(p, [SHARED_INPUT_MM])
     assert report.chosen == "saturate" and report.rewrites == {"shared_input_mm": 2}
     assert report.cost_after < report.cost_before
     targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
     assert targets.count("aten.matmul.default") == 1
     assert "aten.split_with_sizes.default" in targets
-    torch.testing.assert_close(lower(q)(*args), _Heads()(*args), **ATOL)
+    torch.testing.assert_close(lower(q)(*args), fn(*args), **ATOL)
 
 
 def test_saturate_keeps_the_program_where_the_fused_form_is_dearer():
     """``shared_heads_1``: a short ``x`` (64 rows) and two 4096 x 4096 weights: the ``cat``
     copies 128 MiB per call to save one launch and a read of a small ``x``."""
-    p, _ = _program(_Heads, (64, 4096), (4096, 4096), (4096, 4096))
+    p, _, _ = _bench("shared_heads_1")
     q, report = saturate_report(p, [SHARED_INPUT_MM])
     assert q is p and report.chosen == "original" and report.rewrites == {}
     assert report.cost_after == report.cost_before
@@ -208,15 +232,15 @@ class _Fused(torch.nn.Module):
         return torch.relu(a).sum(-1) + torch.sigmoid(b).sum(-1)
 
 
-@pytest.mark.parametrize(("shapes", "fused"), [
-    (((4096, 512), (512, 64), (512, 64)), True),  # shared_heads_0: fused is cheaper
-    (((64, 4096), (4096, 4096), (4096, 4096)), False),  # shared_heads_1: fused is dearer
+@pytest.mark.parametrize(("name", "fused"), [
+    ("shared_heads_0", True),  # fused is cheaper
+    ("shared_heads_1", False),  # fused is dearer
 ])
-def test_both_ways_saturates_and_keeps_the_cheaper_form(shapes, fused):
+def test_both_ways_saturates_and_keeps_the_cheaper_form(name, fused):
     """The reverse adds nothing (the e-graph has the one-way rule's size each round: what it
     would merge is equal already), so saturation ends (no cycle) and extraction takes the
     cheaper form, as with the rule taken one way."""
-    p, args = _program(_Heads, *shapes)
+    p, args, fn = _bench(name)
     q, report = saturate_report(p, [BOTH])
     assert report.stopped == ("saturated",) and report.skipped_rules == {}
     one_way, one_report = saturate_report(p, [SHARED_INPUT_MM])
@@ -224,7 +248,7 @@ def test_both_ways_saturates_and_keeps_the_cheaper_form(shapes, fused):
     assert (report.chosen == "saturate") is fused
     assert report.cost_after <= report.cost_before
     if fused:
-        torch.testing.assert_close(lower(q)(*args), _Heads()(*args), **ATOL)
+        torch.testing.assert_close(lower(q)(*args), fn(*args), **ATOL)
     else:
         assert q is p
 
