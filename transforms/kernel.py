@@ -17,8 +17,12 @@ a new Program. What such an edit must get right is the same for every pass, and 
   calls is derived again, up to the root, or the edit is refused where the change reaches a
   signature (an output spec, a preserved call) or a call whose graph was traced at the old
   shapes;
-- **finalisation** (``renamed_outputs``, ``renamed_calls``): output specs and preserved call
-  signatures follow the values that replaced the ones they named;
+- **finalisation** (``finalised``, over ``renamed_outputs`` and ``renamed_calls``): output
+  specs and preserved call signatures follow the values that replaced the ones they named, and
+  the state a pass added (``NewState``) is put in the program;
+- **new state reads** (``WorkingGraph.state_read``): the placeholder (flat root) or
+  ``get_attr`` that reads new state, named among the graph's names, placed among the root's
+  inputs at ``finish``;
 - the **working graph** (``WorkingGraph``): the one mutable working copy of a graph a driver
   edits (local to one call, never shared): its nodes by name with a sort key each, their
   readers, the call_function nodes of each operator, the values written in place and the sorted
@@ -26,14 +30,18 @@ a new Program. What such an edit must get right is the same for every pass, and 
   the naming policy, ``release`` / ``reserve`` give back and take), the results renamed; it
   makes a node (``make``: name, ``new_meta``, listener told), places it (``add``), rewires the
   readers of a value (``replace_uses``), erases a node (``erase``) and finishes into a new
-  ``Graph`` and its renames (``finish``);
+  ``Graph`` and its renames (``finish``); streamed (``indexed=False``), it places the nodes in
+  order (``keep``: ``rewired`` to the values that replaced their arguments), replaces a node by
+  a value (``replace``) and leaves one out (``drop``);
 - the **listener hook** (``Listener``): a driver that may roll an edit back hears of each node
-  the working graph makes and erases; ``Drawn`` records the names made so that the rule engine
-  gives them back when a rule is not taken (``WorkingGraph.release``).
+  the working graph makes, erases and replaces; ``Drawn`` records the names made so that the
+  rule engine gives them back when a rule is not taken (``WorkingGraph.release``).
 
-``rewrite_nodes`` (``transforms.edit``) and the rule engine (``transforms.rewrite.engine``) are
-drivers on it: the engine's working copy is a ``WorkingGraph`` (with the rewrite's context), the
-editor names, makes and keeps the nodes it has defined through one.
+Drivers on it: the rule engine (``transforms.rewrite.engine``; its working copy is an indexed
+``WorkingGraph`` with the rewrite's context), ``rewrite_nodes`` (``transforms.edit``: names,
+makes and keeps the nodes it has defined through a streamed one), and ``cse``,
+``fold_constants``, ``eliminate_dead_code`` and ``fold_into_state``, which stream each graph
+they change through one (those that replace values or add state end in ``finalised``).
 """
 
 from __future__ import annotations
