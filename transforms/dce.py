@@ -111,11 +111,7 @@ def _leaving(
         if not names:
             return graph
         w = kn.WorkingGraph(graph, indexed=False, listener=listener)
-        for n in graph.nodes:
-            if n.name in names:
-                w.drop(n.name)
-            else:
-                w.add(n)
+        w.leave_out(names)
         return w.finish()[0]
 
     return one

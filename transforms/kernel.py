@@ -47,7 +47,7 @@ they change through one (those that replace values or add state end in ``finalis
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -293,6 +293,8 @@ class WorkingGraph:
             return n
         args = map_refs_in(n.args, alias, _same)
         kwargs = map_refs_in(n.kwargs, alias, _same) if n.kwargs.items else n.kwargs
+        if args is n.args and kwargs is n.kwargs:
+            return n
         return n.replace(args=args, kwargs=kwargs)
 
     def keep(self, n: Node) -> Node:
@@ -301,6 +303,21 @@ class WorkingGraph:
         n = self.rewired(n)
         self.add(n)
         return n
+
+    def leave_out(self, names: Collection[str]) -> None:
+        """Stream the input graph: every node placed (``keep``) but those ``names`` name, which
+        are left out (``drop``, in graph order). O(nodes)."""
+        if self.alias or self.listener is not None:
+            for n in self.graph.nodes:
+                if n.name in names:
+                    self.drop(n.name)
+                else:
+                    self.keep(n)
+            return
+        node = self.node
+        for n in self.graph.nodes:
+            if n.name not in names:
+                node[n.name] = n
 
     def drop(self, name: str) -> None:
         """Leave the input's node ``name`` out of a streamed graph (it was not placed); the
@@ -313,11 +330,16 @@ class WorkingGraph:
         streamed) reads ``by``, the node leaves the graph (or is never placed) and ``renames``
         records it, so that ``finish`` and ``finalised`` make the signatures name ``by``.
         O(readers · their arguments)."""
-        self.replace_uses(name, by.name)
         if name in self.node:
+            self.replace_uses(name, by.name)
             self.erase(name)
-        else:
-            self.drop(name)
+            return
+        # streamed, not placed: its readers come later and read ``by`` (``rewired``)
+        self.renames[name] = by.name
+        self.alias[name] = by
+        if self.listener is not None:
+            self.listener.replaced(name, by.name)
+            self.listener.erased(name)
 
     def erase(self, name: str) -> Node:
         """Take node ``name`` out of the graph (its name stays taken); the listener hears of it.
