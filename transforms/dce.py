@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ir import ops
 from ir.effects import binds_symbols, graph_effects
 from ir.gcpause import gc_paused
@@ -9,6 +11,7 @@ from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.program import Program
+from transforms import kernel as kn
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
 
@@ -16,8 +19,14 @@ __all__ = ["eliminate_dead_code"]
 
 
 @gc_paused
-def eliminate_dead_code(p: Program, *, metadata_checks: bool = True) -> Program:
+def eliminate_dead_code(
+    p: Program, *, metadata_checks: bool = True, listener: kn.Listener | None = None
+) -> Program:
     """Remove every node whose result is unused and that has no effect, in every graph.
+
+    A driver on the rewriting kernel (``transforms.kernel``): the live nodes are found in one
+    backward sweep, and a graph with dead nodes is streamed through a ``WorkingGraph`` that
+    keeps the live ones and ``drop`` s the dead.
 
     Parameters:
         p: a Program, flat or outlined (each graph of the module table is cleaned once,
@@ -30,6 +39,8 @@ def eliminate_dead_code(p: Program, *, metadata_checks: bool = True) -> Program:
             ``p`` computes on every input where no check fails. ``check_laws`` judges vacuity
             on programs cleaned so (a value a pass made and never used, its checks included,
             is no change).
+        listener: a ``kernel.Listener`` told of each node removed (``erased``), metadata
+            checks included; ``None``: nobody.
 
     Returns:
         ``p`` itself when no node is dead; else a Program without the dead nodes. A node is
@@ -60,13 +71,13 @@ def eliminate_dead_code(p: Program, *, metadata_checks: bool = True) -> Program:
     """
     require_program(p, "eliminate_dead_code")
     if not metadata_checks:
-        p = map_graphs(p, _without_checks)
+        p = map_graphs(p, _leaving(_metadata_checks, listener))
     named = signature_names(p)
 
-    def clean(mid: ModuleId, graph: Graph) -> Graph:
+    def dead(mid: ModuleId, graph: Graph) -> set[str]:
         effects = graph_effects(p, mid, graph)
         live: set[str] = set()
-        kept = []
+        out: set[str] = set()
         for n in reversed(graph.nodes):
             if (
                 n.op in (PLACEHOLDER, OUTPUT)
@@ -75,17 +86,32 @@ def eliminate_dead_code(p: Program, *, metadata_checks: bool = True) -> Program:
                 or binds_symbols(n)
                 or effects.has_effect(n.name)
             ):
-                kept.append(n)
                 live.update(r.name for r in n.inputs())
-        if len(kept) == len(graph.nodes):
+            else:
+                out.add(n.name)
+        return out
+
+    return map_graphs(p, _leaving(dead, listener))
+
+
+def _metadata_checks(mid: ModuleId, graph: Graph) -> set[str]:
+    """The names of ``graph``'s metadata checks. O(nodes)."""
+    return {n.name for n in graph.nodes
+            if n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)}
+
+
+def _leaving(
+    gone: Callable[[ModuleId, Graph], set[str]], listener: kn.Listener | None
+) -> Callable[[ModuleId, Graph], Graph]:
+    """A ``map_graphs`` function: each graph without the nodes ``gone`` names in it, streamed
+    through a ``kernel.WorkingGraph`` (the graph itself when ``gone`` names none). O(nodes)."""
+
+    def one(mid: ModuleId, graph: Graph) -> Graph:
+        names = gone(mid, graph)
+        if not names:
             return graph
-        return Graph.of(reversed(kept))
+        w = kn.WorkingGraph(graph, indexed=False, listener=listener)
+        w.leave_out(names)
+        return w.finish()[0]
 
-    return map_graphs(p, clean)
-
-
-def _without_checks(mid: ModuleId, graph: Graph) -> Graph:
-    """``graph`` without its metadata checks (``graph`` itself when it has none). O(nodes)."""
-    kept = [n for n in graph.nodes
-            if not (n.op == CALL_FUNCTION and ops.is_metadata_check(n.target))]
-    return graph if len(kept) == len(graph.nodes) else Graph.of(kept)
+    return one

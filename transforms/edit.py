@@ -297,7 +297,7 @@ class _Editor:
         self.work = kn.WorkingGraph(graph, indexed=False, listener=self)
         self.alias: dict[str, Ref] = {}
         self.nodes: list[Node] = []
-        self.placeholders: list[Node] = []  # new placeholders (flat root)
+        self.placeholders = self.work.placeholders  # new placeholders (flat root)
         self.candidates: set[str] = set()  # nodes the edit may have left unused
         self.named = None
         self.graph_changed = False
@@ -534,13 +534,18 @@ class _Editor:
 
     def emitted(self, node: Node) -> None:
         """The kernel made ``node`` for this graph (``kernel.Listener``): it may be dropped
-        at the end if nothing reads it."""
+        at the end if nothing reads it (a read of new state: see ``new_read``)."""
+        if node.op in (PLACEHOLDER, GET_ATTR):
+            return
         self.candidates.add(node.name)
         self.fresh.add(node.name)
         self.graph_changed = True
 
     def erased(self, name: str) -> None:
         """(``kernel.Listener``) the editor erases nothing through the kernel."""
+
+    def replaced(self, old: str, new: str) -> None:
+        """(``kernel.Listener``) the editor's replacements are its own ``alias``."""
 
     def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
         """Refuse an emitted node that writes in place anything but a value this call
@@ -763,13 +768,11 @@ class _Editor:
             )
         val = self.fake_of(tensor)
         self.graph_changed = True
-        if self.is_root and self.flat:
-            node, fqn = self.new.root_input(kind, name, tensor, self.e.node, self.work.taken, val,
-                                            persistent)
-            self.placeholders.append(node)
-        else:
-            node, fqn = self.new.attribute(kind, self.mid, name, tensor, self.work.taken, val,
-                                           persistent)
+        root = self.is_root and self.flat
+        node, fqn = self.work.state_read(self.new, kind, name, tensor, mid=self.mid,
+                                         anchor=self.e.node, root=root, val=val,
+                                         persistent=persistent)
+        if not root:
             self.before.append(node)
         self.work.add(node)
         return self.new_read(node, kind, fqn)

@@ -10,15 +10,15 @@ import torch
 from ir import ops
 from ir import signature as sg
 from ir import state as st
-from ir.args import EMPTY_DICT, Ref, map_refs, thaw
+from ir.args import EMPTY_DICT, thaw
 from ir.effects import Effects, binds_symbols, graph_effects, is_pure, written_state
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
-from ir.names import Names
-from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node, new_node
+from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node
 from ir.program import Program
+from transforms import kernel as kn
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
 from transforms.new_state import NewState
@@ -32,9 +32,16 @@ CLONE = torch.ops.aten.clone.default
 
 
 @gc_paused
-def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
+def fold_constants(
+    p: Program, max_bytes: int = DEFAULT_MAX_BYTES, *, listener: kn.Listener | None = None
+) -> Program:
     """Compute once the values that depend on no input and on no state that can change, and
     read them from new lifted constants.
+
+    A driver on the rewriting kernel (``transforms.kernel``): each graph with values to fold
+    is streamed through a ``WorkingGraph``, which names and makes the nodes that read the new
+    constants (``state_read``), ``replace`` s each folded node by one and places the new root
+    inputs; the renames and the new state go through the kernel's ``finalised``.
 
     Parameters:
         p: a Program, flat or outlined (each graph of the module table once).
@@ -42,6 +49,9 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
             default ``DEFAULT_MAX_BYTES`` (1 MiB). A larger result is computed on each call as
             before (what it is computed from may still fold), so folding never makes a small
             program hold a large tensor (``ones(n)`` expanded to ``(n, n)``).
+        listener: a ``kernel.Listener`` told of each node that reads a new constant
+            (``emitted``), each folded node replaced by one (``replaced``, ``erased``) and each
+            node dropped (``erased``); ``None``: nobody.
 
     Returns:
         ``p`` itself when nothing folds. Else a Program in which each folded node that is
@@ -93,6 +103,7 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     fixed = _constant_keys(p)
     named = signature_names(p)
     specs = {s.name: s for s in p.signature.inputs}
+    renames: dict[ModuleId, dict[str, str]] = {}
 
     def fold(mid: ModuleId, graph: Graph) -> Graph:
         if mid != p.root and (not p.module_paths(mid) or p.module(mid).kind == SUBGRAPH):
@@ -107,10 +118,14 @@ def fold_constants(p: Program, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         needed = _needed(graph, kept, held, sources, named)
         exposed = set(named)
         exposed.update(r.name for r in graph.output_node.inputs())
-        return _rebuild(p, mid, graph, values, sources, kept, held, needed, exposed, new)
+        w = kn.WorkingGraph(graph, indexed=False, listener=listener)
+        _rebuild(p, mid, w, values, sources, kept, held, needed, exposed, new)
+        out, replaced = w.finish()
+        if replaced:
+            renames[mid] = replaced
+        return out
 
-    out = map_graphs(p, fold)
-    return p if out is p else new.apply(out)
+    return kn.finalised(p, map_graphs(p, fold), renames, new)
 
 
 def _read_fqns(p: Program, mid: ModuleId, node: Node) -> list[str]:
@@ -220,47 +235,33 @@ def _needed(
 
 
 def _rebuild(
-    p: Program, mid: ModuleId, graph: Graph, values: dict, sources: set[str], kept: set[str],
-    held: set[str], needed: set[str], exposed: set[str], new: NewState,
-) -> Graph:
+    p: Program, mid: ModuleId, w: kn.WorkingGraph, values: dict, sources: set[str],
+    kept: set[str], held: set[str], needed: set[str], exposed: set[str], new: NewState,
+) -> None:
+    """Stream ``w``'s graph: each held node still needed is read from a new constant (at a flat
+    root a placeholder of state ``<module>._folded_<node>`` of the module call the node ran
+    in; elsewhere a ``get_attr`` of attribute ``_folded_<node>``, state under every path that
+    reaches module ``mid``), as ``clone(constant)`` under its own name where exposed; what
+    is no longer needed is dropped."""
     # a flat root reads state through placeholders, which its call signature binds to state
     # (without one, ``lower`` takes every placeholder as an input: read a get_attr then)
     at_root = mid == p.root and p.is_flat and "" in p.call_signatures
-    taken = Names(n.name for n in graph.nodes)
-    alias: dict[str, Ref] = {}
-
-    def read(r: Ref) -> Ref:
-        return alias.get(r.name, r)
-
-    body: list[Node] = []
-    placeholders: list[Node] = []
-    for n in graph.nodes:
+    for n in w.graph.nodes:
         if n.name in held:
             if n.name not in needed:
+                w.drop(n.name)
                 continue
-            constant = _constant_read(mid, n, values[n.name], at_root, taken, new)
-            (placeholders if at_root else body).append(constant)
+            constant, _ = w.state_read(
+                new, st.CONSTANT, f"_folded_{n.name}", values[n.name].detach().clone(),
+                mid=mid, anchor=n, root=at_root, val=n.meta.get("val"),
+            )
+            w.add(constant)
             if n.name in exposed:
-                body.append(new_node(CALL_FUNCTION, n.name, CLONE, (constant.ref,), EMPTY_DICT, n.meta))
+                w.add(n.replace(target=CLONE, args=(constant.ref,), kwargs=EMPTY_DICT))
             else:
-                alias[n.name] = constant.ref
+                w.replace(n.name, constant.ref)
             continue
         if (n.name in kept or (n.name in sources and n.op == GET_ATTR)) and n.name not in needed:
+            w.drop(n.name)
             continue
-        body.append(n.replace(args=map_refs(n.args, read), kwargs=map_refs(n.kwargs, read)))
-    if at_root:
-        body = new.place(body, p.signature.inputs, placeholders)
-    return Graph.of(body)
-
-
-def _constant_read(
-    mid: ModuleId, n: Node, value: torch.Tensor, at_root: bool, taken: Names, new: NewState
-) -> Node:
-    """The node that reads ``n``'s folded value as a new constant, and that constant's state:
-    at a flat root a placeholder of state ``<module>._folded_<node>`` of the module call ``n``
-    ran in; elsewhere a ``get_attr`` of attribute ``_folded_<node>``, state under every path
-    that reaches module ``mid``."""
-    tensor, val = value.detach().clone(), n.meta.get("val")
-    if at_root:
-        return new.root_input(st.CONSTANT, f"_folded_{n.name}", tensor, n, taken, val)[0]
-    return new.attribute(st.CONSTANT, mid, f"_folded_{n.name}", tensor, taken, val)[0]
+        w.keep(n)

@@ -17,8 +17,12 @@ a new Program. What such an edit must get right is the same for every pass, and 
   calls is derived again, up to the root, or the edit is refused where the change reaches a
   signature (an output spec, a preserved call) or a call whose graph was traced at the old
   shapes;
-- **finalisation** (``renamed_outputs``, ``renamed_calls``): output specs and preserved call
-  signatures follow the values that replaced the ones they named;
+- **finalisation** (``finalised``, over ``renamed_outputs`` and ``renamed_calls``): output
+  specs and preserved call signatures follow the values that replaced the ones they named, and
+  the state a pass added (``NewState``) is put in the program;
+- **new state reads** (``WorkingGraph.state_read``): the placeholder (flat root) or
+  ``get_attr`` that reads new state, named among the graph's names, placed among the root's
+  inputs at ``finish``;
 - the **working graph** (``WorkingGraph``): the one mutable working copy of a graph a driver
   edits (local to one call, never shared): its nodes by name with a sort key each, their
   readers, the call_function nodes of each operator, the values written in place and the sorted
@@ -26,27 +30,31 @@ a new Program. What such an edit must get right is the same for every pass, and 
   the naming policy, ``release`` / ``reserve`` give back and take), the results renamed; it
   makes a node (``make``: name, ``new_meta``, listener told), places it (``add``), rewires the
   readers of a value (``replace_uses``), erases a node (``erase``) and finishes into a new
-  ``Graph`` and its renames (``finish``);
+  ``Graph`` and its renames (``finish``); streamed (``indexed=False``), it places the nodes in
+  order (``keep``: ``rewired`` to the values that replaced their arguments), replaces a node by
+  a value (``replace``) and leaves one out (``drop``);
 - the **listener hook** (``Listener``): a driver that may roll an edit back hears of each node
-  the working graph makes and erases; ``Drawn`` records the names made so that the rule engine
-  gives them back when a rule is not taken (``WorkingGraph.release``).
+  the working graph makes, erases and replaces; ``Drawn`` records the names made so that the
+  rule engine gives them back when a rule is not taken (``WorkingGraph.release``).
 
-``rewrite_nodes`` (``transforms.edit``) and the rule engine (``transforms.rewrite.engine``) are
-drivers on it: the engine's working copy is a ``WorkingGraph`` (with the rewrite's context), the
-editor names, makes and keeps the nodes it has defined through one.
+Drivers on it: the rule engine (``transforms.rewrite.engine``; its working copy is an indexed
+``WorkingGraph`` with the rewrite's context), ``rewrite_nodes`` (``transforms.edit``: names,
+makes and keeps the nodes it has defined through a streamed one), and ``cse``,
+``fold_constants``, ``eliminate_dead_code`` and ``fold_into_state``, which stream each graph
+they change through one (those that replace values or add state end in ``finalised``).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import attrs
 
 from ir import signature as sg
-from ir.args import Ref, map_refs, thaw
+from ir.args import Ref, map_refs, map_refs_in, thaw
 from ir.effects import Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import META, FakeRunFailed, describe, fake_value, same_val
@@ -55,6 +63,7 @@ from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node, new_node
 from ir.program import Program
+from transforms.new_state import NewState
 
 __all__ = [
     "META",
@@ -65,6 +74,7 @@ __all__ = [
     "base_name",
     "describe",
     "fake_value",
+    "finalised",
     "new_meta",
     "rederive_callers",
     "renamed_calls",
@@ -111,6 +121,9 @@ class Listener(Protocol):
     def erased(self, name: str) -> None:
         """The node named ``name`` left the graph being built."""
 
+    def replaced(self, old: str, new: str) -> None:
+        """The readers of value ``old`` read value ``new`` from now on."""
+
 
 class Drawn:
     """A ``Listener`` that records the names of the nodes made while it listens (``names``,
@@ -129,6 +142,9 @@ class Drawn:
     def erased(self, name: str) -> None:
         self.erased_names.append(name)
 
+    def replaced(self, old: str, new: str) -> None:
+        """(Nothing to give back: a replacement draws no name.)"""
+
 
 # --- the working graph ---------------------------------------------------------------------------
 
@@ -144,20 +160,27 @@ class WorkingGraph:
       sorted keys of the nodes that write in place (``ir.effects``);
     - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
     - ``renames``: old -> new name of each result whose readers were moved to another value;
-    - ``listener``: told of each node made (``make``) and erased (``erase``); ``None``: nobody.
+      ``alias``: the same as ``Ref`` s, what a node placed later reads instead (``keep``);
+    - ``new`` / ``placeholders``: the ``NewState`` that new state is read from
+      (``state_read``) and the new root placeholders, put among the root's inputs at ``finish``;
+    - ``listener``: told of each node made (``make``, ``state_read``), erased (``erase``,
+      ``drop``) and replaced (``replace_uses``, ``replace``); ``None``: nobody.
 
-    ``indexed=False`` places none of ``graph``'s nodes (the driver places them with ``add`` as
-    it walks) and keeps no ``users`` / ``by_target`` / ``written`` index: a driver that
-    streams the graph in order (``rewrite_nodes``) pays for the names and the node map only.
+    ``indexed=False`` places none of ``graph``'s nodes (the driver places them with ``add`` or
+    ``keep`` as it walks, in order) and keeps no ``users`` / ``by_target`` / ``written``
+    index: a driver that streams the graph in order (``rewrite_nodes``, ``cse``,
+    ``fold_constants``, ``eliminate_dead_code``) pays for the node map only (the names taken
+    are gathered when a name is first drawn); ``finish`` gives the nodes in the order placed.
     ``effects``: ``graph``'s ``ir.effects.Effects`` (what its nodes write); without it, each
     node's ``written_args``.
 
-    Complexity: O(n) to build (``indexed``), O(readers) per ``add`` / ``erase``, O(log m)
-    per write-ordered query over ``m`` writing nodes, O(n log n) to ``finish``.
+    Complexity: O(n) to build (``indexed``; O(1) streamed), O(readers) per ``add`` /
+    ``erase``, O(arguments) per ``keep``, O(log m) per write-ordered query over ``m`` writing
+    nodes, O(n log n) to ``finish`` (O(n) streamed).
     """
 
-    __slots__ = ("by_target", "graph", "indexed", "key", "listener", "mutations", "node",
-                 "renames", "taken", "users", "written")
+    __slots__ = ("_taken", "alias", "by_target", "graph", "indexed", "key", "listener",
+                 "mutations", "new", "node", "placeholders", "renames", "users", "written")
 
     def __init__(
         self, graph: Graph, *, effects: Effects | None = None, listener: Listener | None = None,
@@ -173,14 +196,23 @@ class WorkingGraph:
         self.written: set[str] = set()
         self.mutations: list[tuple] = []
         self.renames: dict[str, str] = {}
+        self.alias: dict[str, Ref] = {}
+        self.new: NewState | None = None
+        self.placeholders: list[Node] = []
+        self._taken: Names | None = None
         if indexed:
             for i, n in enumerate(graph.nodes):
                 self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
-            self.taken = Names(self.node)
-        else:
-            self.taken = Names(n.name for n in graph.nodes)
+            self._taken = Names(self.node)
 
     # --- names -----------------------------------------------------------------------------------
+
+    @property
+    def taken(self) -> Names:
+        """The names taken: the input graph's, and every name drawn or reserved since."""
+        if self._taken is None:
+            self._taken = Names(n.name for n in self.graph.nodes)
+        return self._taken
 
     def fresh(self, base: str) -> str:
         """A name after ``base`` (``base``, ``base_1``, ...) that no node has or had; taken."""
@@ -230,6 +262,85 @@ class WorkingGraph:
             bisect.insort(self.mutations, key)
             self.written.update(writes)
 
+    def state_read(
+        self, new: NewState, kind: str, base: str, tensor: Any, *, mid: ModuleId, anchor: Node,
+        root: bool, val: Any = None, persistent: bool = True,
+    ) -> tuple[Node, str]:
+        """The node that reads ``tensor`` as new state of ``kind`` (``st.BUFFER`` or
+        ``st.CONSTANT``) held by ``new``, and the state's fqn. ``root`` (the root graph of a flat
+        program): a placeholder of state ``<module>.<base>`` (fresh) of the module call
+        ``anchor`` runs in, with its input spec (``NewState.root_input``), put among the root's
+        inputs at ``finish``; else a ``get_attr`` of a new attribute ``base`` (fresh) of module
+        ``mid``, state under each of its paths (``NewState.attribute``). The node is named fresh
+        among ``taken`` with ``val`` as its meta ``val``; the listener hears of it; the driver
+        places it (``add`` / ``keep``). O(1) amortized."""
+        self.new = new
+        if root:
+            node, fqn = new.root_input(kind, base, tensor, anchor, self.taken, val, persistent)
+            self.placeholders.append(node)
+        else:
+            node, fqn = new.attribute(kind, mid, base, tensor, self.taken, val, persistent)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node, fqn
+
+    def rewired(self, n: Node) -> Node:
+        """Node ``n`` reading the values that replaced its arguments (``replace``,
+        ``replace_uses``); ``n`` itself when none of them was replaced. Not placed. O(its
+        arguments)."""
+        alias = self.alias
+        if not alias:
+            return n
+        args = map_refs_in(n.args, alias, _same)
+        kwargs = map_refs_in(n.kwargs, alias, _same) if n.kwargs.items else n.kwargs
+        if args is n.args and kwargs is n.kwargs:
+            return n
+        return n.replace(args=args, kwargs=kwargs)
+
+    def keep(self, n: Node) -> Node:
+        """Place node ``n``, ``rewired``, after the nodes placed so far (a streamed graph,
+        ``indexed=False``); returns it as placed. O(its arguments)."""
+        n = self.rewired(n)
+        self.add(n)
+        return n
+
+    def leave_out(self, names: Collection[str]) -> None:
+        """Stream the input graph: every node placed (``keep``) but those ``names`` name, which
+        are left out (``drop``, in graph order). O(nodes)."""
+        if self.alias or self.listener is not None:
+            for n in self.graph.nodes:
+                if n.name in names:
+                    self.drop(n.name)
+                else:
+                    self.keep(n)
+            return
+        node = self.node
+        for n in self.graph.nodes:
+            if n.name not in names:
+                node[n.name] = n
+
+    def drop(self, name: str) -> None:
+        """Leave the input's node ``name`` out of a streamed graph (it was not placed); the
+        listener hears of it as erased. O(1)."""
+        if self.listener is not None:
+            self.listener.erased(name)
+
+    def replace(self, name: str, by: Ref) -> None:
+        """The input's node ``name`` replaced by value ``by``: every reader (placed later, when
+        streamed) reads ``by``, the node leaves the graph (or is never placed) and ``renames``
+        records it, so that ``finish`` and ``finalised`` make the signatures name ``by``.
+        O(readers · their arguments)."""
+        if name in self.node:
+            self.replace_uses(name, by.name)
+            self.erase(name)
+            return
+        # streamed, not placed: its readers come later and read ``by`` (``rewired``)
+        self.renames[name] = by.name
+        self.alias[name] = by
+        if self.listener is not None:
+            self.listener.replaced(name, by.name)
+            self.listener.erased(name)
+
     def erase(self, name: str) -> Node:
         """Take node ``name`` out of the graph (its name stays taken); the listener hears of it.
         Returns the node. O(its inputs + log writing nodes)."""
@@ -254,7 +365,9 @@ class WorkingGraph:
         read ``new`` instead, each at its own key; ``renames[old] = new``. Returns the readers
         rewired. O(readers · their arguments)."""
         self.renames[old] = new
-        to = Ref(new)
+        to = self.alias[old] = Ref(new)
+        if self.listener is not None:
+            self.listener.replaced(old, new)
         names = list(self.users.get(old, ())) if readers is None else list(readers)
         done: list[str] = []
         for u in names:
@@ -309,10 +422,29 @@ class WorkingGraph:
     # --- the end ---------------------------------------------------------------------------------
 
     def finish(self) -> tuple[Graph, dict[str, str]]:
-        """The new ``Graph`` (the nodes in key order) and the renames, each followed to its last
-        value (``a -> b -> c`` gives ``a -> c``). O(n log n)."""
-        nodes = sorted(self.node.values(), key=lambda x: self.key[x.name])
+        """The new ``Graph`` (the nodes in key order; streamed, in the order placed; the new
+        root placeholders of ``state_read`` among the inputs, ``NewState.place``) and the
+        renames, each followed to its last value (``a -> b -> c`` gives ``a -> c``). A streamed
+        graph whose nodes are the input's gives the input graph itself. O(n log n) (streamed:
+        O(n))."""
+        if self.indexed:
+            nodes = sorted(self.node.values(), key=lambda x: self.key[x.name])
+        else:
+            nodes = list(self.node.values())
+            if not self.renames and _same_nodes(nodes, self.graph.nodes):
+                return self.graph, {}
+        if self.placeholders:
+            new = self.new
+            nodes = new.place(nodes, new.p.signature.inputs, self.placeholders)
         return type(self.graph).of(nodes), resolved(self.renames)
+
+
+def _same(r: Ref) -> Ref:
+    return r
+
+
+def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def resolved(renames: Mapping[str, str]) -> dict[str, str]:
@@ -339,6 +471,37 @@ def renamed_outputs(sig: sg.ExportSignature, renames: Mapping[str, str]) -> sg.E
     if all(a is b for a, b in zip(outs, sig.outputs)):
         return sig
     return attrs.evolve(sig, outputs=outs)
+
+
+def finalised(
+    p: Program, q: Program, renames: Mapping[ModuleId, Mapping[str, str]],
+    new: NewState | None = None,
+) -> Program:
+    """The end of a pass that edited ``p``'s graphs into ``q`` (``q is p``: none changed):
+    the root's output specs (``renamed_outputs``) and the preserved call signatures
+    (``renamed_calls``) name the values that replaced the ones they named (``renames``: the
+    module whose graphs a driver edited -> old -> new names, as ``WorkingGraph.finish`` gives
+    them), and the state the pass added (``new``) is in the program (``NewState.apply``).
+    ``p`` itself when nothing changed. O(specs + signatures + paths + new state)."""
+    if q is p and (new is None or not new.slots):
+        return p
+    changes: dict[str, Any] = {}
+    root = renames.get(p.root)
+    if root:
+        sig = renamed_outputs(q.signature, root)
+        if sig is not q.signature:
+            changes["signature"] = sig
+    if renames and p.call_signatures:
+        if p.is_flat:
+            by_path = {"": root} if root else {}
+        else:
+            by_path = {path: renames[mid] for path, mid in p.walk() if renames.get(mid)}
+        calls = renamed_calls(q, by_path)
+        if calls is not q.call_signatures:
+            changes["call_signatures"] = calls
+    if changes:
+        q = q.replace(**changes)
+    return new.apply(q) if new is not None else q
 
 
 def renamed_calls(p: Program, renames: Mapping[str, Mapping[str, str]]) -> Any:

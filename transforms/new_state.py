@@ -1,7 +1,8 @@
 """New state a pass adds to a Program: buffers and lifted constants.
 
 A pass that adds state (``Edit.constant`` / ``Edit.add_buffer``, ``fold_constants``,
-``fold_into_state``) makes one ``NewState`` for its run and asks it for each new entry: on the
+``fold_into_state``) makes one ``NewState`` for its run and asks it, through the rewriting
+kernel (``transforms.kernel.WorkingGraph.state_read``), for each new entry: on the
 root graph of a flat program ``root_input`` (state of the module the node runs in, read by a
 placeholder with its ``InputSpec``), in any other graph ``attribute`` (an attribute of the
 graph's module, state under each of its paths, read by a ``get_attr``). Both are a fresh name

@@ -6,26 +6,32 @@ import math
 from typing import Any
 
 from ir import ops
-from ir.args import IDict, IList, ISlice, Ref, map_refs
+from ir.args import IDict, IList, ISlice, Ref
 from ir.effects import Effects, binds_symbols, graph_effects
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, CALL_METHOD, GET_ATTR, Node
 from ir.program import Program
+from transforms import kernel as kn
 from transforms.checks import require_program
 from transforms.each_graph import map_graphs, signature_names
-from transforms.kernel import renamed_outputs
 
 __all__ = ["cse", "literal_key"]
 
 
 @gc_paused
-def cse(p: Program) -> Program:
+def cse(p: Program, *, listener: kn.Listener | None = None) -> Program:
     """Merge the nodes of each graph that compute the same value from the same values.
+
+    A driver on the rewriting kernel (``transforms.kernel``): each graph is streamed through a
+    ``WorkingGraph``, a merged node is ``replace`` d by its representative there, and the
+    output specs follow the kernel's finalisation (``finalised``).
 
     Parameters:
         p: a Program, flat or outlined (each graph of the module table once).
+        listener: a ``kernel.Listener`` told of each merge (``replaced(node, representative)``,
+            then ``erased(node)``); ``None``: nobody.
 
     Returns:
         ``p`` itself when no two nodes merge; else a Program in which a node whose key equals
@@ -62,21 +68,15 @@ def cse(p: Program) -> Program:
     """
     require_program(p, "cse")
     named = signature_names(p)
-    merged: dict[str, str] = {}  # in the root graph: merged name -> representative
+    renames: dict[ModuleId, dict[str, str]] = {}  # module -> merged name -> representative
 
     def merge(mid: ModuleId, graph: Graph) -> Graph:
         effects = graph_effects(p, mid, graph)
         version: dict[str, int] = {}  # alias group -> writes seen so far
-        alias: dict[str, Ref] = {}
         seen: dict[Any, Ref] = {}
-
-        def read(r: Ref) -> Ref:
-            return alias.get(r.name, r)
-
-        nodes = []
+        w = kn.WorkingGraph(graph, indexed=False, listener=listener)
         for n in graph.nodes:
-            args, kwargs = map_refs(n.args, read), map_refs(n.kwargs, read)
-            node = n.replace(args=args, kwargs=kwargs)
+            node = w.rewired(n)
             if (
                 _mergeable(node, effects)
                 and n.name not in named
@@ -86,22 +86,18 @@ def cse(p: Program) -> Program:
                 key = _key(node, effects, version)
                 found = seen.get(key)
                 if found is not None:
-                    alias[n.name] = found
+                    w.replace(n.name, found)
                     continue
                 seen[key] = node.ref
+            w.add(node)
             for group in dict.fromkeys(effects.group(v) for v in effects.writes(n.name)):
                 version[group] = version.get(group, 0) + 1
-            nodes.append(node)
-        if not alias:
-            return graph
-        if mid == p.root:
-            merged.update((k, v.name) for k, v in alias.items())
-        return Graph.of(nodes)
-
-    out = map_graphs(p, merge)
-    if out is p or not merged:
+        out, merged = w.finish()
+        if merged:
+            renames.setdefault(mid, {}).update(merged)
         return out
-    return out.replace(signature=renamed_outputs(p.signature, merged))
+
+    return kn.finalised(p, map_graphs(p, merge), renames)
 
 
 def _mergeable(node: Node, effects: Effects) -> bool:

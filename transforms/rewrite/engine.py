@@ -220,9 +220,7 @@ def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
             changed[mid] = mod.replace(graphs=tuple(new_graphs))
     if not changed:
         return p
-    q = p.replace(modules=p.modules.update(changed))
-    if renamed_root:
-        q = q.replace(signature=_renamed_signature(q.signature, renamed_root))
+    q = kn.finalised(p, p.replace(modules=p.modules.update(changed)), {p.root: renamed_root})
     folding = {r.name for r in rules if r.fold_state}
     if folding:
         root_path = p.first_path(p.root) or ""
@@ -289,9 +287,6 @@ def variants(rules: Iterable[Rule]) -> list[Rule]:
     """``rule_list(rules)`` with each rule expanded into its ``Rule.variants()`` (one per
     combination of its optional tensor arguments being ``None``; same name). O(variants)."""
     return [v for r in rule_list(rules) for v in r.variants()]
-
-
-_renamed_signature = kn.renamed_outputs
 
 
 # --- one graph ----------------------------------------------------------------------------------
@@ -834,9 +829,8 @@ def apply_match(p: Program, m: Match) -> Program:
     new_graph, renames = w.finish()
     mod = p.module_table()[mid]
     graphs = tuple(new_graph if i == m.graph else g for i, g in enumerate(mod.graphs))
-    q = p.replace(modules=p.modules.set(mid, mod.replace(graphs=graphs)))
-    if mid == p.root and m.graph == 0 and renames:
-        q = q.replace(signature=_renamed_signature(q, renames))
+    q = kn.finalised(p, p.replace(modules=p.modules.set(mid, mod.replace(graphs=graphs))),
+                     {p.root: renames} if mid == p.root and m.graph == 0 else {})
     if rule.fold_state and mid == p.root and m.graph == 0:
         q = fold_into_state(q, set(w.done[-1].created))
     return q

@@ -15,12 +15,11 @@ import torch
 
 from ir import signature as sg
 from ir import state as st
-from ir.args import Ref, map_refs, thaw
+from ir.args import thaw
 from ir.effects import is_pure, written_state
-from ir.graph import Graph
-from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, PLACEHOLDER
 from ir.program import Program
+from transforms import kernel as kn
 from transforms.new_state import NewState
 
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
@@ -78,27 +77,20 @@ def fold_into_state(p: Program, created: Collection[str]) -> Program:
         return p
     users = graph.users()
     new = NewState(p)
-    names = Names(n.name for n in graph.nodes)
-    placeholders = []
-    replace: dict[str, Ref] = {}
-    for name, value in folded.items():
-        if all(u in folded for u in users[name]):
-            continue  # only folded values read it
-        node = graph.node(name)
-        read, _ = new.root_input(st.CONSTANT, f"_folded_{name}", value, node, names,
-                                 node.meta.get("val"))
-        placeholders.append(read)
-        replace[name] = read.ref
-    nodes = [
-        n.replace(
-            args=map_refs(n.args, lambda r: replace.get(r.name, r)),
-            kwargs=map_refs(n.kwargs, lambda r: replace.get(r.name, r)),
-        )
-        for n in graph.nodes if n.name not in folded
-    ]
-    nodes = new.place(nodes, p.signature.inputs, placeholders)
-    root = p.root_module.replace(graphs=(Graph.of(nodes), *p.root_module.graphs[1:]))
-    return new.apply(p.replace(modules=p.modules.set(p.root, root)))
+    w = kn.WorkingGraph(graph, indexed=False)  # streamed: the kernel names and places
+    for n in graph.nodes:
+        if n.name not in folded:
+            w.keep(n)
+        elif all(u in folded for u in users[n.name]):
+            w.drop(n.name)  # only folded values read it
+        else:
+            read, _ = w.state_read(new, st.CONSTANT, f"_folded_{n.name}", folded[n.name],
+                                   mid=p.root, anchor=n, root=True, val=n.meta.get("val"))
+            w.add(read)
+            w.replace(n.name, read.ref)
+    out, renames = w.finish()
+    root = p.root_module.replace(graphs=(out, *p.root_module.graphs[1:]))
+    return kn.finalised(p, p.replace(modules=p.modules.set(p.root, root)), {p.root: renames}, new)
 
 
 __all__ = ["fold_into_state"]
