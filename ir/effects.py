@@ -6,7 +6,7 @@ values are written through any alias, which inputs of a graph a call of it write
 draw random numbers, have an effect, or are asserts. Two levels:
 
 - **one node, without its program** (``is_pure``, ``written_args``, ``aliased_args``,
-  ``is_view``, ``binds_symbols``, ``is_assert``): what a node's operator says, conservative where the
+  ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's operator says, conservative where the
   operator is a module call or a higher-order op (it may write whatever it is given);
 - **one graph of a program** (``graph_effects`` -> ``Effects``): the node facts joined over the
   graph's alias groups, with each module call resolved to what its callee's graph does (that
@@ -26,7 +26,7 @@ effect before building the programs that call it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -51,6 +51,7 @@ __all__ = [
     "is_pure",
     "is_view",
     "state_written",
+    "view_base",
     "written_args",
     "written_state",
 ]
@@ -149,6 +150,26 @@ def aliased_args(node: Node) -> tuple[str, ...]:
         return ()
     facts = ops.facts(node.target)
     return _aliased_inputs(node, facts) if _may_alias(facts) else ()
+
+
+def view_base(name: str, node_of: Callable[[str], Node | None]) -> str:
+    """The value whose memory value ``name`` is through a chain of views: while the node
+    ``node_of(name)`` is a view (``is_view``) of a first argument that is a value, that
+    argument; ``name`` itself when it is no view (or ``node_of`` knows no such node).
+    ``node_of`` reads whatever graph the caller holds (an IR graph's ``by_name().get``, a
+    working graph's node map, a traced rule's table).
+
+    **Laws:** ``view_base(view_base(v, f), f) == view_base(v, f)``; writing the answer writes
+    ``name``. O(length of the chain) (a cycle, never in a verified graph, stops it).
+    """
+    seen: set[str] = set()
+    while name not in seen:
+        seen.add(name)
+        node = node_of(name)
+        if node is None or not is_view(node) or not node.args or type(node.args[0]) is not Ref:
+            return name
+        name = node.args[0].name
+    return name
 
 
 def is_assert(node: Node) -> bool:

@@ -782,3 +782,20 @@ def test_aliased_args_is_the_step_the_alias_groups_are_joined_by():
 
 def _same(v):
     return v
+
+
+def test_view_base_follows_views_to_the_memory_they_show():
+    """``view_base``: the value whose memory a value is, through a chain of views (the
+    rewrite guards, the sharing check and saturation ask it of the graph each holds)."""
+    p = program(
+        ADD_INTO.replace("      %out = call_function[aten.mul.Tensor](%r, 2)\n",
+                         "      %v = call_function[aten.view.default](%r, [-1])\n"
+                         "      %t = call_function[aten.t.default](%v)\n"
+                         "      %out = call_function[aten.mul.Tensor](%t, 2)\n")
+    )
+    node_of = p.root_module.graph.by_name().get
+    assert effects.view_base("t", node_of) == "r"
+    assert effects.view_base("v", node_of) == "r"
+    assert effects.view_base("out", node_of) == "out"  # a new tensor
+    assert effects.view_base("add_", node_of) == "add_"  # in place: not a view
+    assert effects.view_base("nowhere", node_of) == "nowhere"
