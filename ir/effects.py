@@ -5,8 +5,8 @@ which nodes write which values in place, which values may share memory (alias gr
 values are written through any alias, which inputs of a graph a call of it writes, which nodes
 draw random numbers, have an effect, or are asserts. Two levels:
 
-- **one node, without its program** (``is_pure``, ``written_args``, ``is_view``,
-  ``binds_symbols``, ``is_assert``): what a node's operator says, conservative where the
+- **one node, without its program** (``is_pure``, ``written_args``, ``aliased_args``,
+  ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's operator says, conservative where the
   operator is a module call or a higher-order op (it may write whatever it is given);
 - **one graph of a program** (``graph_effects`` -> ``Effects``): the node facts joined over the
   graph's alias groups, with each module call resolved to what its callee's graph does (that
@@ -26,7 +26,7 @@ effect before building the programs that call it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -43,6 +43,7 @@ from ir.program import Program, require_program
 
 __all__ = [
     "Effects",
+    "aliased_args",
     "binds_symbols",
     "graph_effects",
     "inert_dropout",
@@ -50,6 +51,7 @@ __all__ = [
     "is_pure",
     "is_view",
     "state_written",
+    "view_base",
     "written_args",
     "written_state",
 ]
@@ -125,6 +127,49 @@ def is_view(node: Node) -> bool:
         return False
     facts = ops.facts(node.target)
     return facts.alias_like or facts.getitem or facts.view
+
+
+def aliased_args(node: Node) -> tuple[str, ...]:
+    """The names of the arguments whose memory ``node``'s result may share, without looking at
+    its program: for a view, alias-like or ``getitem`` node its arguments (``view(x)``: ``x``);
+    for an in-place or ``out=`` operator the arguments it writes (``add_(a, b)`` returns ``a``;
+    ``b`` is only read), except ``set_``, which makes its first argument a view of the others;
+    every argument of a module call, a higher-order op or a Python function that is not size
+    arithmetic (conservatively); none for an operator whose schema returns new memory
+    (``clone``, ``_to_copy``) and for placeholders, ``get_attr`` and outputs.
+
+    This is the step ``graph_effects`` joins alias groups by, and the one a pass asks of a node
+    it made and that no ``Effects`` holds yet (the editor's write check).
+
+    **Laws:** a result not in the answer's memory is new memory; ``()`` for every node whose
+    operator's schema says its result is fresh. O(arguments).
+    """
+    if node.op == CALL_MODULE:
+        return _names(node.inputs())
+    if node.op not in _CALLS:
+        return ()
+    facts = ops.facts(node.target)
+    return _aliased_inputs(node, facts) if _may_alias(facts) else ()
+
+
+def view_base(name: str, node_of: Callable[[str], Node | None]) -> str:
+    """The value whose memory value ``name`` is through a chain of views: while the node
+    ``node_of(name)`` is a view (``is_view``) of a first argument that is a value, that
+    argument; ``name`` itself when it is no view (or ``node_of`` knows no such node).
+    ``node_of`` reads whatever graph the caller holds (an IR graph's ``by_name().get``, a
+    working graph's node map, a traced rule's table).
+
+    **Laws:** ``view_base(view_base(v, f), f) == view_base(v, f)``; writing the answer writes
+    ``name``. O(length of the chain) (a cycle, never in a verified graph, stops it).
+    """
+    seen: set[str] = set()
+    while name not in seen:
+        seen.add(name)
+        node = node_of(name)
+        if node is None or not is_view(node) or not node.args or type(node.args[0]) is not Ref:
+            return name
+        name = node.args[0].name
+    return name
 
 
 def is_assert(node: Node) -> bool:
@@ -305,9 +350,8 @@ class _Analysis:
             self.parent.setdefault(n.name, n.name)
             if n.op in _CALLS:
                 facts = ops.facts(n.target)
-                if _may_alias(facts):
-                    for r in _aliased_inputs(n, facts):
-                        self.union(n.name, r)
+                for r in aliased_args(n):
+                    self.union(n.name, r)
                 if facts.kind == ops.HOP:
                     bodies = self.bodies(n, getattrs)
                     writes = facts.mutating or any(b is None or b.written_inputs for b in bodies)

@@ -46,9 +46,9 @@ import attrs
 import torch
 from pyrsistent import pmap
 
-from ir import signature as sg
 from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
+from ir.effects import state_written
 from ir.errors import VerifyError, shorten
 from ir.graph import Graph
 from ir.harness import (
@@ -648,13 +648,13 @@ def _call_difference(got: Observed, want: Observed, atol: float | None, rtol: fl
 
 
 def _written(program: Program, before: tuple, want: Observed) -> frozenset[str]:
-    """The inputs (``"input i"``: changed by the input program's call) and state (its
-    signature's buffer and parameter mutations) the input program writes in place."""
+    """The inputs (``"input i"``: changed by the input program's call) and state (what
+    ``ir.effects.state_written`` says a call may write: mutation outputs, in-place writes at
+    either level, tied state) the input program writes in place."""
     inputs = {f"input {i}" for i, (b, a) in enumerate(zip(before, want.inputs))
               if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor)
               and not _same_bits(b, a)}
-    state = {f"state {s.target!r}" for s in program.signature.outputs
-             if s.kind in (sg.BUFFER_MUTATION, sg.PARAMETER_MUTATION)}
+    state = {f"state {f!r}" for f in program.state_order if state_written(program, f)}
     return frozenset(inputs | state)
 
 

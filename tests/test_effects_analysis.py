@@ -752,3 +752,50 @@ def test_a_dropout_that_keeps_its_input_is_pure_and_not_random():
 
     kept = [n.name for n in eliminate_dead_code(p).root_module.graph.nodes]
     assert "t" in kept and "d" not in kept and "z" not in kept
+
+
+def test_aliased_args_is_the_step_the_alias_groups_are_joined_by():
+    """``aliased_args``: which arguments a node's result may share memory with, without its
+    program (what the editor follows through the nodes it made)."""
+    import operator
+
+    from ir.args import EMPTY_DICT, Ref, freeze
+    from ir.node import CALL_FUNCTION, CALL_MODULE, PLACEHOLDER, new_node
+
+    x, y = Ref("x"), Ref("y")
+    aten = torch.ops.aten
+
+    def node(target, *args, op=CALL_FUNCTION, **kwargs):
+        return new_node(op, "n", target, freeze(args, _same), freeze(kwargs, _same), EMPTY_DICT)
+
+    assert effects.aliased_args(node(aten.view.default, x, [-1])) == ("x",)
+    assert effects.aliased_args(node(aten.reshape.default, x, [-1])) == ("x",)  # may alias
+    assert effects.aliased_args(node(operator.getitem, x, 0)) == ("x",)
+    assert effects.aliased_args(node(aten.add_.Tensor, x, y)) == ("x",)  # y is only read
+    assert effects.aliased_args(node(aten.add.out, x, x, out=y)) == ("y",)
+    assert effects.aliased_args(node(aten.set_.source_Tensor, x, y)) == ("x", "y")
+    assert effects.aliased_args(node(aten.clone.default, x)) == ()  # new memory
+    assert effects.aliased_args(node(aten.add.Tensor, x, y)) == ()
+    assert effects.aliased_args(node("a", x, y, op=CALL_MODULE)) == ("x", "y")
+    assert effects.aliased_args(node(None, op=PLACEHOLDER)) == ()
+
+
+def _same(v):
+    return v
+
+
+def test_view_base_follows_views_to_the_memory_they_show():
+    """``view_base``: the value whose memory a value is, through a chain of views (the
+    rewrite guards, the sharing check and saturation ask it of the graph each holds)."""
+    p = program(
+        ADD_INTO.replace("      %out = call_function[aten.mul.Tensor](%r, 2)\n",
+                         "      %v = call_function[aten.view.default](%r, [-1])\n"
+                         "      %t = call_function[aten.t.default](%v)\n"
+                         "      %out = call_function[aten.mul.Tensor](%t, 2)\n")
+    )
+    node_of = p.root_module.graph.by_name().get
+    assert effects.view_base("t", node_of) == "r"
+    assert effects.view_base("v", node_of) == "r"
+    assert effects.view_base("out", node_of) == "out"  # a new tensor
+    assert effects.view_base("add_", node_of) == "add_"  # in place: not a view
+    assert effects.view_base("nowhere", node_of) == "nowhere"

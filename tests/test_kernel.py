@@ -15,6 +15,7 @@ from hypothesis import strategies as hst
 
 from ir import PassError, VerifyError, format_program, import_ep, verify
 from ir.args import EMPTY_DICT as EMPTY
+from ir.args import Ref
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION
 from ir.strategies.programs import programs
@@ -130,6 +131,107 @@ def test_an_in_place_write_of_a_fresh_value_is_kept_and_computes_what_eager_does
     before = x.clone()
     torch.testing.assert_close(lower(q)(x), Top()(x))
     assert torch.equal(x, before)  # the caller's tensor is not written
+
+
+class ReluCosNeg(torch.nn.Module):
+    def __init__(self, neg_first: bool):
+        super().__init__()
+        self.neg_first = neg_first
+
+    def forward(self, x):
+        a = torch.relu(x)
+        if self.neg_first:
+            d = torch.neg(x)
+            return torch.cos(a), d
+        c = torch.cos(a)
+        return c, torch.neg(x)
+
+
+def _neg_becomes_relu_and_cos_writes_it(node, e):
+    if node.target is aten.neg.default:
+        return Ref("relu")  # the readers of neg (an output) read relu now
+    if node.target is aten.cos.default:
+        return e.call(aten.sigmoid_.default, e.args[0])  # relu: its only reader was cos
+    return None
+
+
+@pytest.mark.parametrize("level", ["flat", "outlined"])
+def test_a_write_through_a_value_that_replaced_another_node_is_refused(level):
+    # neg is replaced by relu first: relu is read by neg's readers too, so cos may not write it
+    p = import_ep(torch.export.export(ReluCosNeg(True), (torch.randn(3, 4),)))
+    p = p if level == "flat" else transform(p)
+    with pytest.raises(PassError, match=(
+        r"aten.sigmoid_.default emitted at node 'cos' writes %relu in place, which is a value "
+        "the program computes that another node reads"
+    )):
+        rewrite_nodes(p, _neg_becomes_relu_and_cos_writes_it)
+
+
+@pytest.mark.parametrize("level", ["flat", "outlined"])
+def test_a_replacement_by_a_value_written_in_place_before_is_refused(level):
+    # cos writes relu in place (its only reader), then neg is replaced by relu: it would read
+    # the written value
+    p = import_ep(torch.export.export(ReluCosNeg(False), (torch.randn(3, 4),)))
+    p = p if level == "flat" else transform(p)
+    with pytest.raises(PassError, match=(
+        r"visit replaces node 'neg' with %relu, which aten.sigmoid_.default emitted at node "
+        r"'cos' wrote in place before; read the result of that write"
+    )):
+        rewrite_nodes(p, _neg_becomes_relu_and_cos_writes_it)
+
+
+def test_a_private_write_read_again_or_kept_by_its_node_is_refused():
+    p = import_ep(torch.export.export(ReluCosNeg(False), (torch.randn(3, 4),)))
+
+    def write_then_read(node, e):
+        if node.target is aten.cos.default:
+            e.call(aten.sigmoid_.default, e.args[0])
+            return e.call(aten.cos.default, e.args[0])  # reads relu after the write
+
+    with pytest.raises(PassError, match=r"a node emitted at node 'cos' reads %relu, which "
+                       r"aten.sigmoid_.default emitted at node 'cos' wrote in place before"):
+        rewrite_nodes(p, write_then_read)
+
+    def write_and_keep(node, e):
+        if node.target is aten.cos.default:
+            e.call(aten.sigmoid_.default, e.args[0])
+            return node.ref  # cos stays and reads the written relu
+
+    with pytest.raises(PassError, match=r"node 'cos' writes %relu in place"):
+        rewrite_nodes(p, write_and_keep)
+
+
+@pytest.mark.parametrize("level", ["flat", "outlined"])
+def test_a_write_through_a_set_alias_of_an_input_is_refused(level):
+    # set_ makes the fresh clone a view of x: the write reaches x (ir.effects.aliased_args)
+    _, p = _top(level)
+    what = "a user input" if level == "flat" else "an input of the module's graph"
+
+    def write_through_set(node, e):
+        if node.target is aten.relu.default:
+            fresh = e.call(aten.clone.default, e.args[0])
+            return e.call(aten.relu_.default, e.call(aten.set_.source_Tensor, fresh, e.args[0]))
+        return None
+
+    with pytest.raises(PassError, match=rf"aten.relu_.default emitted at node 'relu' writes "
+                       rf"%set_ in place, which is {what}"):
+        rewrite_nodes(p, write_through_set)
+
+
+def test_a_private_write_of_an_unshared_intermediate_is_kept():
+    x = torch.randn(3, 4)
+    p = import_ep(torch.export.export(ReluCosNeg(False), (x,)))
+
+    def cos_in_place(node, e):
+        if node.target is aten.cos.default:
+            return e.call(aten.cos_.default, e.args[0])  # relu: read by cos only
+        return None
+
+    q = rewrite_nodes(p, cos_in_place)
+    assert "%cos_ = call_function[aten.cos_.default](%relu)" in format_program(q, vals=False)
+    got = lower(q)(x)
+    torch.testing.assert_close(got[0], torch.cos(torch.relu(x)))
+    torch.testing.assert_close(got[1], -x)
 
 
 # --- item 2: values a visit creates and does not use leave nothing --------------------------------

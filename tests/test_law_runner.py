@@ -105,3 +105,29 @@ def test_an_output_may_alias_what_the_wanted_side_wrote():
     found = observed_difference(got, want, SEMANTICS)
     assert found is not None and "an alias of input 0" in str(found)
     assert observed_difference(got, want, SEMANTICS, written=frozenset({"input 1"})) is not None
+
+
+class _WritesBuf(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(2))
+        self.register_buffer("keep", torch.ones(2))
+
+    def forward(self, x):
+        self.buf.add_(1)
+        return x + self.buf + self.keep
+
+
+def test_the_state_the_input_program_writes_is_the_effect_analysis_answer():
+    """The semantics law's written state is ``ir.effects.state_written``: an in-place write of a
+    buffer counts, flat and outlined, with no mutation output spec naming it; state only read
+    does not."""
+    from ir import import_ep
+    from ir.harness import Observed
+    from lowering.laws import _written
+    from transforms import transform
+
+    p = import_ep(torch.export.export(_WritesBuf(), (torch.ones(2),)))
+    for q in (p, transform(p)):
+        assert not any(s.target == "buf" for s in q.signature.outputs)  # no mutation spec
+        assert _written(q, (), Observed(())) == frozenset({"state 'buf'"})

@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ir.harness import MISSING, Difference, Law, Observed, observe, observed_difference
+from ir.harness import (
+    MISSING,
+    Difference,
+    Law,
+    Observed,
+    observe,
+    observed_difference,
+    shares_storage,
+)
 
 ALL = Law("all", wanted="the original gives", side="the original's result is")
 
@@ -18,6 +26,15 @@ def test_aliasing_is_read_from_the_run_itself():
     assert seen.aliasing == (frozenset({"input 0"}), frozenset(), frozenset({"state 'w'"}))
     again = observe((x, x), (torch.ones(3),))
     assert again.aliasing == (frozenset(), frozenset({"output 0"}))
+
+
+def test_shares_storage_is_the_one_run_time_aliasing_question():
+    x = torch.arange(6.0)
+    assert shares_storage(x, x) and shares_storage(x[1:], x.view(2, 3).t())  # views of one base
+    assert not shares_storage(x, x.clone())
+    assert not shares_storage(x[:0], x)  # an empty view shares nothing
+    assert not shares_storage(torch.empty(2, device="meta"), torch.empty(2, device="meta"))
+    assert not shares_storage(x, 1.0) and not shares_storage([x], x)  # tensors only
 
 
 def test_a_difference_is_a_value_naming_where_it_is():

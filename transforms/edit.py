@@ -28,7 +28,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
-from ir.effects import graph_effects, is_pure, written_args
+from ir.effects import aliased_args, graph_effects, is_pure, written_args
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -53,7 +53,6 @@ __all__ = ["Edit", "rewrite_nodes"]
 Visit = Callable[[Node, "Edit"], "Ref | None"]
 
 _COPY = torch.ops.aten.copy_.default
-_GETITEM = __import__("operator").getitem
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
 _BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
 _NO_MODE = object()
@@ -304,7 +303,8 @@ class _Editor:
         self.graph_obj = graph
         self.e.graph = graph
         self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
-        self.fresh: set[str] = set()  # nodes this call emitted in this graph
+        self.reread: set[str] = set()  # values a replaced node's readers read now
+        self.overwritten: dict[str, str] = {}  # value written in place privately -> where
         alias, e, visit, nodes = self.alias, self.e, self.visit, self.nodes
         place = self.work.add
         retyped = self.retyped = set()  # values whose dtype or shape the edit changed
@@ -336,9 +336,12 @@ class _Editor:
             self.before: list[Node] = []
             self.after: list[Node] = []
             self.after_names: set[str] = set()
-            self.private_writes: list[tuple[Any, str]] = []
+            self.private_writes: list[tuple[Any, str, str]] = []
             result = visit(node, e)
-            if self.private_writes and (result is None or not is_pure(node)):
+            if self.private_writes and (
+                result is None or not is_pure(node)
+                or (type(result) is Ref and self.alias.get(result.name, result) == node.ref)
+            ):
                 self.refuse_write(*self.private_writes[0])  # the node still reads the value
             if e.args is not args or e._kwargs is not kwargs:
                 node_now = self.reargued(current, e.args, e._kwargs)
@@ -367,7 +370,7 @@ class _Editor:
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
-            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.fresh)
+            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made)
         if _same_nodes(nodes, graph.nodes) and (
             not self.graph_changed or not (self.alias or self.placeholders or self.mutations)
         ):
@@ -398,6 +401,7 @@ class _Editor:
         result = self.alias.get(result.name, result)
         if result.name == node.name:
             return
+        self.check_not_overwritten(result.name, f"visit replaces node {node.name!r} with")
         defined = self.work.node
         if result.name not in defined:
             raise PassError(
@@ -416,6 +420,7 @@ class _Editor:
         if not kn.same_val(node.meta.get("val"), defined[result.name].meta.get("val")):
             self.retyped.add(node.name)  # its readers' vals are propagated again
         self.alias[node.name] = result
+        self.reread.add(result.name)
         self.candidates.add(node.name)
         self.graph_changed = True
 
@@ -498,6 +503,8 @@ class _Editor:
         r = self.alias.get(r.name, r)
         name = r.name
         if name in self.work.node or name in self.after_names or name == self.e.node.name:
+            if name in self.overwritten:
+                self.check_not_overwritten(name, f"a node emitted at node {self.here()!r} reads")
             return r
         raise PassError(
             f"a node emitted at node {self.here()!r} reads %{name}, which is "
@@ -538,7 +545,6 @@ class _Editor:
         if node.op in (PLACEHOLDER, GET_ATTR):
             return
         self.candidates.add(node.name)
-        self.fresh.add(node.name)
         self.graph_changed = True
 
     def erased(self, name: str) -> None:
@@ -548,21 +554,27 @@ class _Editor:
         """(``kernel.Listener``) the editor's replacements are its own ``alias``."""
 
     def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
-        """Refuse an emitted node that writes in place anything but a value this call
-        emitted (and that is no view of another value) or an intermediate only the visited node
-        reads (``read_only_here``); what it writes is ``ir.effects.written_args``'s answer."""
-        for name in written_args(new_node(op, "emitted", target, args, kwargs, EMPTY_DICT)):
-            base = self.base_of(name)
-            if base is None:
-                continue
-            if self.read_only_here(base):
-                self.private_writes.append((target, name))  # fine once the node is replaced
-                continue
-            self.refuse_write(target, name)
+        """Refuse an emitted node that writes in place memory this call did not create.
 
-    def refuse_write(self, target: Any, name: str) -> None:
-        """The ``PassError`` for an emitted node of ``target`` writing value ``name``."""
-        base = self.base_of(name) or name
+        What it writes is ``ir.effects.written_args``'s answer; whose memory each written value
+        is (``bases``) is followed through the nodes the kernel made for this call
+        (``WorkingGraph.made``) by ``ir.effects.aliased_args``. Memory a made node created is
+        the edit's to write; any other base must be an intermediate only the visited node
+        reads (``read_only_here``: the program's readers, and the readers of each node
+        replaced by it, count), written then once the visited node is replaced, and read by
+        nothing after the write (``check_not_overwritten``)."""
+        for name in written_args(new_node(op, "emitted", target, args, kwargs, EMPTY_DICT)):
+            for base in self.bases(name):
+                if not self.read_only_here(base) or any(
+                    r.name == base for n in self.after for r in n.inputs()
+                ):
+                    self.refuse_write(target, name, base)
+                self.private_writes.append((target, name, base))  # fine once node is replaced
+                self.overwritten[base] = f"{target_name(target)} emitted at node {self.here()!r}"
+
+    def refuse_write(self, target: Any, name: str, base: str) -> None:
+        """The ``PassError`` for an emitted node of ``target`` writing value ``name`` (the
+        memory of ``base``)."""
         what = self.describe_value(base)
         raise PassError(
             f"{target_name(target)} emitted at node {self.here()!r} writes %{name} in "
@@ -571,35 +583,48 @@ class _Editor:
             "(without the trailing '_' or out=), or e.write_buffer to write a buffer"
         )
 
+    def check_not_overwritten(self, name: str, doing: str) -> None:
+        """Refuse a read of ``name`` after an emitted node wrote it in place (a private write:
+        ``check_writes``): whatever reads it then sees the written value."""
+        where = self.overwritten.get(name)
+        if where is not None:
+            raise PassError(
+                f"{doing} %{name}, which {where} wrote in place before; read the result of "
+                "that write instead, or write a copy (aten.clone) of the value"
+            )
+
     def read_only_here(self, name: str) -> bool:
         """Whether value ``name`` is an intermediate of the program that only the visited node
         reads and that shares memory with none of its own inputs, so that writing it in place
         changes no value anyone else sees (``relu(x)`` -> ``relu_(x)`` where nothing else
-        reads ``x``); never an input, state, an output or a view. O(arguments)."""
+        reads ``x``); never an input, state, an output, a view, nor a value that stands for a
+        node the edit replaced (that node's readers read it now). O(arguments)."""
         node = self.graph_obj.by_name().get(name)
         if node is None or node.op != CALL_FUNCTION or self.fqn_of(Ref(name)) is not None:
             return False
-        if self.graph_obj.users().get(name, ()) != (self.e.node.name,):
+        if self.graph_obj.users().get(name, ()) != (self.e.node.name,) or name in self.reread:
             return False
         effects = graph_effects(self.p, self.mid, self.graph_obj)
         return not any(effects.aliases(name, r.name) for r in node.inputs())
 
-    def base_of(self, name: str) -> str | None:
-        """``None`` when value ``name`` is one this call emitted and that shares memory
-        with nothing else; else the value whose memory it is (through views and in-place
-        results of emitted nodes)."""
-        while name in self.fresh:
-            node = self.lookup(name)
-            if node is None or node.op != CALL_FUNCTION:
-                return None
-            target = node.target
-            if not (ops.is_view(target) or ops.is_inplace(target) or target is _GETITEM):
-                return None
-            first = node.args[0] if node.args else None
-            if type(first) is not Ref:
-                return None
-            name = first.name
-        return name
+    def bases(self, name: str) -> list[str]:
+        """The values not made by this call whose memory value ``name`` may be: ``name``
+        itself, or, for a node the kernel made (``WorkingGraph.made``), the bases of every
+        argument its result may share memory with (``ir.effects.aliased_args``: views,
+        in-place results, ``set_``, Python functions); ``[]`` for a made value in new memory.
+        O(made nodes it passes through)."""
+        made, out, todo, seen = self.work.made, [], [name], set()
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            node = self.lookup(v) if v in made else None
+            if node is None:
+                out.append(v)
+            else:
+                todo.extend(aliased_args(node))
+        return out
 
     def describe_value(self, name: str) -> str:
         node = self.lookup(name)

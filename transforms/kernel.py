@@ -159,6 +159,8 @@ class WorkingGraph:
     - ``written``: the values some node writes in place (not their aliases); ``mutations``: the
       sorted keys of the nodes that write in place (``ir.effects``);
     - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
+    - ``made``: the names of the nodes ``make`` made (the values the edit created, not those of
+      the input graph; names given back by ``release`` leave it);
     - ``renames``: old -> new name of each result whose readers were moved to another value;
       ``alias``: the same as ``Ref`` s, what a node placed later reads instead (``keep``);
     - ``new`` / ``placeholders``: the ``NewState`` that new state is read from
@@ -179,7 +181,7 @@ class WorkingGraph:
     nodes, O(n log n) to ``finish`` (O(n) streamed).
     """
 
-    __slots__ = ("_taken", "alias", "by_target", "graph", "indexed", "key", "listener",
+    __slots__ = ("_taken", "alias", "by_target", "graph", "indexed", "key", "listener", "made",
                  "mutations", "new", "node", "placeholders", "renames", "users", "written")
 
     def __init__(
@@ -200,6 +202,7 @@ class WorkingGraph:
         self.new: NewState | None = None
         self.placeholders: list[Node] = []
         self._taken: Names | None = None
+        self.made: set[str] = set()
         if indexed:
             for i, n in enumerate(graph.nodes):
                 self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
@@ -222,6 +225,7 @@ class WorkingGraph:
         """Give ``names`` back: a later ``fresh`` may draw them again (a rolled-back edit)."""
         for name in names:
             self.taken.discard(name)
+            self.made.discard(name)
 
     def reserve(self, names: Iterable[str]) -> None:
         """Take ``names``: no ``fresh`` draws them."""
@@ -236,10 +240,11 @@ class WorkingGraph:
     ) -> Node:
         """A new node, not yet placed: named ``name`` (taken as given) or a fresh name after
         ``base`` (default ``base_name(target)``), its meta ``new_meta(val, stack,
-        anchor_meta)``. The listener hears of it. O(1)."""
+        anchor_meta)``; its name joins ``made``. The listener hears of it. O(1)."""
         if name is None:
             name = self.fresh(base if base is not None else base_name(target))
         node = new_node(op, name, target, args, kwargs, new_meta(val, stack, anchor_meta))
+        self.made.add(name)
         if self.listener is not None:
             self.listener.emitted(node)
         return node

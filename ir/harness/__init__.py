@@ -7,7 +7,8 @@
   reference, with the magnitude of the terms summed: ``with_terms``) and ``same_bits``;
 - ``ir.harness.observe``: what a law observes of a run (``Observed``: outputs, inputs, state,
   aliasing), the law as a value (``Law``) and the one comparison of two runs
-  (``observed_difference``, a structured ``Difference``), shared by the three laws;
+  (``observed_difference``, a structured ``Difference``), shared by the three laws, and the
+  one run-time aliasing question (``shares_storage``);
 - ``ir.harness.runner``: the law runner every law loop goes through: ``run_side`` (one side
   run and observed, its values copied) and ``judge`` (two runs compared under a ``Law``,
   regrouped under ``reassociate``);
@@ -34,6 +35,7 @@ from ir.harness.observe import (
     Observed,
     observe,
     observed_difference,
+    shares_storage,
 )
 from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, seeded, widen
 from ir.harness.runner import Ran, judge, regrouped, run_side
@@ -64,6 +66,7 @@ __all__ = [
     "same_bits",
     "same_layout",
     "seeded",
+    "shares_storage",
     "tolerance",
     "value_difference",
     "widen",

@@ -86,13 +86,17 @@ def observe(outputs: Sequence, inputs: Sequence = (), state: Mapping[str, Any] |
     aliasing, repeats = [], []
     for k, out in enumerate(outputs):
         others = named + [(f"output {j}", outputs[j]) for j in range(k)]
-        aliasing.append(frozenset(n for n, x in others if _shares(out, x)))
+        aliasing.append(frozenset(n for n, x in others if shares_storage(out, x)))
         repeats.append(frozenset(f"output {j}" for j in range(k)
                                  if isinstance(out, torch.Tensor) and outputs[j] is out))
     return Observed(outputs, inputs, state, tuple(aliasing), tuple(repeats))
 
 
-def _shares(a: Any, b: Any) -> bool:
+def shares_storage(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are tensors on one storage at run time (a view of the other,
+    both views of one base, or one tensor): the one run-time aliasing question, which
+    :func:`observe` asks of every output and every law reads from its ``aliasing``. Never for
+    a non-tensor, an empty tensor or a ``meta`` tensor (no storage to share). O(1)."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
     if a.numel() == 0 or b.numel() == 0 or a.device.type == "meta":
@@ -183,4 +187,7 @@ def _at(items: Any, key: Any) -> Any:
         return None
 
 
-__all__ = ["MISSING", "OBSERVABLES", "Law", "Observed", "observe", "observed_difference"]
+__all__ = [
+    "MISSING", "OBSERVABLES", "Law", "Observed", "observe", "observed_difference",
+    "shares_storage",
+]

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from lawcases import examples
 
-from ir.harness import fresh, outcome, same_bits, value_difference
+from ir.harness import fresh, outcome, same_bits, shares_storage, value_difference
 from ir.program import Program
 from ir.strategies import program_inputs, programs
 from ir.torch_seam import pytree
@@ -68,15 +68,9 @@ def _difference(p: Program) -> str | None:
     theirs_in = pytree.tree_leaves((theirs.args, theirs.kwargs)) + list(their_state.values())
     for k, (a, b) in enumerate(zip(mine.results, outs)):
         for j, (x, y) in enumerate(zip(mine_in, theirs_in)):
-            if _shares(a, x) != _shares(b, y):
+            if shares_storage(a, x) != shares_storage(b, y):
                 return f"output {k} shares memory with input/state {j} on one side only"
     return None
-
-
-def _shares(a, b) -> bool:
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() > 0
-            and b.numel() > 0
-            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
 
 
 @settings(max_examples=examples(100), deadline=None)

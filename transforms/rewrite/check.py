@@ -39,19 +39,16 @@ import torch
 from ir.args import iter_refs
 from ir.errors import PassError, PurefxError, first_line
 from ir.harness import (
-    Difference,
     Law,
     Observed,
     ShrinkBudget,
     judge,
-    observe,
-    observed_difference,
     outcome,
+    regrouped,
     run_side,
     same_layout,
     value_difference,
     widen,
-    with_terms,
 )
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
@@ -846,53 +843,23 @@ def _runs(rule: Rule, sig: Signature) -> bool:
 # --- comparing results ----------------------------------------------------------------------
 
 
-def _reference(rule: Rule, args: tuple) -> tuple | None:
-    """The pattern's results on ``args`` with floating tensors made float64 (``None`` where it
-    does not run so), each tensor paired (``ir.harness.with_terms``) with the pattern's result
-    on the absolute values of ``args``: for a sum of products, the sum of its terms'
-    magnitudes, which bounds any regrouping's rounding."""
-    out = outcome(rule.pattern, *widen(args))
-    if not out.ok:
-        return None
-    exact = out.results if isinstance(out.results, tuple) else (out.results,)
-    terms = outcome(rule.pattern, *widen(args, absolute=True))  # sum(|terms|), for the bound
-    if not terms.ok:
-        return exact
-    return with_terms(exact, terms.results if isinstance(terms.results, tuple)
-                      else (terms.results,))
-
-
 def _observed_reference(rule: Rule, args: tuple) -> Observed | None:
-    """``_reference`` as the ``Observed`` ``ir.harness.judge`` takes (``None`` as it is)."""
-    exact = _reference(rule, args)
-    return None if exact is None else Observed(tuple(exact))
+    """The pattern run on ``args`` with floating tensors made float64, through the law runner
+    (``ir.harness.run_side``), each tensor paired with the pattern's result on the absolute
+    values of ``args`` (``ir.harness.regrouped``: for a sum of products, the sum of its terms'
+    magnitudes, which bounds any regrouping's rounding); ``None`` where it does not run so.
+    What ``ir.harness.judge`` takes as the reference under ``reassociate``."""
+    exact = run_side(rule.pattern, widen(args))
+    if not exact.ok:
+        return None
+    terms = run_side(rule.pattern, widen(args, absolute=True))  # sum(|terms|), for the bound
+    return regrouped(exact.observed, terms.observed if terms.ok else None)
 
 
 RULE = Law("rule", frozenset({"outputs", "aliasing"}), wanted="the pattern gives",
            side="the pattern's result is", fresh_may_alias=True)
 """The law of ``check_rule`` as a value (``ir.harness.Law``): the results and their aliasing
 (of the arguments and of earlier results) compared; the wanted side is the pattern."""
-
-
-def differences(got: Sequence, want: Sequence, got_args: Sequence, want_args: Sequence, *,
-                assumes: frozenset[str] = frozenset(), reference: Sequence | None = None
-                ) -> Difference | None:
-    """What differs between results ``got`` (run on ``got_args``) and ``want`` (run on
-    ``want_args``, equal values): ``ir.harness.observed_difference`` under :data:`RULE`
-    (count, then per result type, shape, dtype, values position by position at the result's
-    dtype's tolerance, as ``assumes`` relaxes it, then aliasing both ways, of the arguments
-    and of earlier results); ``None`` when nothing does. ``reference``: the pattern's results
-    in float64, used under ``reassociate`` (see ``value_difference``). O(elements)."""
-    ref = None if reference is None else Observed(tuple(reference))
-    return observed_difference(observe(got, got_args), observe(want, want_args), RULE,
-                               assumes=assumes, reference=ref)
-
-
-def aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` share storage (never for an empty tensor)."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 # --- the pattern against its own trace --------------------------------------------------------
@@ -939,11 +906,9 @@ __all__ = [
     "SIGNATURES",
     "Checked",
     "Signature",
-    "aliases",
     "assumed",
     "check_rule",
     "describe",
-    "differences",
     "example_signature",
     "is_spec",
     "pattern_program",

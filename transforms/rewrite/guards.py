@@ -42,11 +42,12 @@ import torch
 
 from ir import ops
 from ir.args import Ref
-from ir.effects import is_pure, is_view, written_args
+from ir.effects import is_pure, is_view, view_base, written_args
 from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
+from ir.torch_seam import storage_identity
 from transforms import kernel as kn
 from transforms.rewrite.rule import Match
 from transforms.rewrite.trace import Traced
@@ -167,15 +168,9 @@ def sharing_guard(view: GraphView, shared: Sequence[tuple[str, str]]) -> bool:
 
 
 def _base(view: GraphView, name: str) -> str:
-    """The value ``name`` is a view of, through views up to a value that is not one."""
-    seen = set()
-    while name not in seen:
-        seen.add(name)
-        node = view.node.get(name)
-        if node is None or not is_view(node) or not node.args or type(node.args[0]) is not Ref:
-            return name
-        name = node.args[0].name
-    return name
+    """The value ``name`` is a view of, through views up to a value that is not one
+    (``ir.effects.view_base`` on the working graph)."""
+    return view_base(name, view.node.get)
 
 
 def result_aliases(traced: Traced) -> tuple[int | None, ...]:
@@ -429,12 +424,14 @@ def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
 
 def shares_storage(a: Any, b: Any) -> bool | None:
     """Whether fake values ``a`` and ``b`` (``meta['val']``) share memory, read from their
-    storages (a view's fake value shares its base's storage; a copy's does not); ``None`` when
-    either is unknown or not a tensor. O(1)."""
+    storages (``ir.torch_seam.storage_identity``: a view's fake value shares its base's
+    storage; a copy's does not); ``None`` when either is unknown or not a tensor. The static
+    question, on the values a rewrite sees; what a run shows is ``ir.harness.shares_storage``.
+    O(1)."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return None
     try:
-        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+        return storage_identity(a) == storage_identity(b)
     except Exception:  # noqa: BLE001 - a tensor without a storage (sparse, nested)
         return None
 

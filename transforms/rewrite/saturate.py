@@ -539,19 +539,14 @@ def _is_check(n: Node) -> bool:
 
 
 def _aliases_input(rep: Any, name: str) -> bool:
-    """Whether the replacement's result ``name`` is an input seen through views only."""
-    from ir import ops
+    """Whether the replacement's result ``name`` is an input seen through views only
+    (``ir.effects.view_base``)."""
+    from ir.effects import view_base
 
     table = {n.name: n for n in rep.graph.nodes}
-    n = table.get(name)
-    while n is not None and n.op == CALL_FUNCTION and (
-        ops.is_view(n.target) or ops.is_alias_like(n.target)
-    ):
-        first = next(iter(n.inputs()), None)
-        if first is None:
-            return False
-        n = table.get(first.name)
-    return n is not None and n.op == PLACEHOLDER and n.name != name
+    base = view_base(name, table.get)
+    n = table.get(base)
+    return n is not None and n.op == PLACEHOLDER and base != name
 
 
 def _compatible(old: Any, new: Any) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ir.args import Ref
+from ir.effects import view_base
 from ir.node import PLACEHOLDER
 from transforms.rewrite import guards
 from transforms.rewrite.trace import Traced
@@ -22,22 +23,11 @@ from transforms.rewrite.trace import Traced
 
 def output_bases(traced: Traced) -> tuple[str | None, ...]:
     """For each result of a traced function: the node it is, or is a view of through a chain
-    of views (``guards.is_view``); ``None`` for a literal result. O(nodes)."""
+    of views (``ir.effects.view_base``); ``None`` for a literal result. O(nodes)."""
     table = {n.name: n for n in traced.graph.nodes}
     out: list[str | None] = []
     for r in traced.outputs:
-        if type(r) is not Ref:
-            out.append(None)
-            continue
-        name, seen = r.name, set()
-        while name not in seen:
-            seen.add(name)
-            node = table.get(name)
-            if (node is None or not guards.is_view(node) or not node.args
-                    or type(node.args[0]) is not Ref):
-                break
-            name = node.args[0].name
-        out.append(name)
+        out.append(view_base(r.name, table.get) if type(r) is Ref else None)
     return tuple(out)
 
 
