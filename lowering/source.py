@@ -9,7 +9,8 @@ Compiling is the costly part of lowering a small program, and the same source co
 program lowered twice, the same graph in many programs): the code object of a source is kept in a
 bounded least-recently-used memo, compiled under a neutral file name, and given the function's own
 file name by ``CodeType.replace`` (nested code objects too). A memo entry is a pure function of the
-source, so it changes no result; its bound keeps the memory flat.
+source, so it changes no result; its bound (128 sources: a program and its result, lowered
+again and again by a law, hit it) keeps the memory flat.
 
 File names are numbered slots that a collected function gives back for the next one: CPython
 keeps every distinct file name that ``compile`` ever saw, so fresh names per function would grow
@@ -49,7 +50,7 @@ def compile_function(source: str, scope: Mapping[str, Any], name: str) -> Callab
 _NEUTRAL = "<purefx code>"
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=128)
 def _compiled(source: str) -> CodeType:
     """``source`` compiled once under the neutral file name; ``dont_inherit``: this module's
     ``from __future__`` flags must not reach the generated code."""
