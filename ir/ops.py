@@ -370,6 +370,37 @@ def is_inplace(target: Any) -> bool:
     return facts(target).inplace
 
 
+def functional_twin(target: Any) -> Any:
+    """The operator that computes what the in-place ``target`` writes, into new memory:
+    ``aten.add.Tensor`` for ``aten.add_.Tensor``, ``aten.relu.default`` for
+    ``aten.relu_.default``; ``None`` where ``target`` is no in-place ``OpOverload``
+    (``is_inplace``) or its namespace has no overload of the name without ``_`` taking the
+    same arguments (names, types, defaults) that writes nothing, is no view and returns one
+    value.
+
+    **Laws:** ``twin(*args)`` equals the value ``target(*args)`` leaves in its first argument
+    (and returns), for every argument ``target`` accepts. O(1) after the first call per
+    operator (``facts`` is memoized)."""
+    found = facts(target)
+    if found.kind != OVERLOAD or not found.inplace or found.written != (0,):
+        return None
+    packet = target.overloadpacket.__name__
+    if not packet.endswith("_") or packet.endswith("__"):
+        return None
+    namespace = getattr(torch.ops, target.namespace, None)
+    twin_packet = getattr(namespace, packet[:-1], None)
+    twin = getattr(twin_packet, target._overloadname, None) if twin_packet is not None else None
+    if twin is None:
+        return None
+    mine = facts(twin)
+    same = [(p.name, p.type, p.required, p.default, p.kwarg_only) for p in found.params]
+    if (mine.kind != OVERLOAD or mine.mutating or mine.view or mine.random or mine.results != 1
+            or [(p.name, p.type, p.required, p.default, p.kwarg_only) for p in mine.params]
+            != same):
+        return None
+    return twin
+
+
 def is_view(target: Any) -> bool:
     """Returns a view of an argument (its first, for every aten view operator) without writing
     it: the schema's result is aliased and not written (``slice``, ``view``, ``select``,

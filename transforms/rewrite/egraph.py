@@ -23,6 +23,7 @@ them (``match.prepare``).
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
+from transforms.rewrite.versions import NONE, Versions, versions
 
 LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
 
@@ -246,15 +248,19 @@ class EGraph:
 # --- the graph's values: leaves and e-nodes -------------------------------------------------------
 
 
-def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
+def value_roles(p: Program, mid: ModuleId, graph: Graph,
+                seen: Versions | None = None) -> frozenset[str]:
     """The names of ``graph``'s nodes that are *leaves* of its e-graph: their value is taken as
     it is, never rewritten nor merged with another.
 
     A node is a leaf unless it is a pure ``call_function`` (no effect, not random, not writing:
     ``ir.effects``; or one that computes nothing, ``passes_on``: eval-mode dropout draws no
     random numbers) whose result is one tensor, that neither is written in place (directly or
-    through an alias) nor reads a value that is (a read after a write). Placeholders (inputs, state reads), ``get_attr``, module calls,
-    metadata checks and symbolic sizes are leaves.
+    through an alias) nor reads a value that is (a read after a write). Placeholders (inputs,
+    state reads), ``get_attr``, module calls, metadata checks and symbolic sizes are leaves.
+    Writes that the e-graph sees functionally (``versions``: in-place writes of a fresh
+    intermediate, ``seen``, computed when not given) are no writes here: the writer is the
+    e-node of its functional twin, its base and the readers of either are e-nodes as any.
 
     The one adapter between the e-graph and the program's effect facts: it reads the shared
     effect/alias analysis, ``ir.effects.graph_effects``.
@@ -262,6 +268,12 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
     **Laws:** a pure function of ``p`` and the graph. Complexity: O(n α(n)).
     """
     effects = graph_effects(p, mid, graph)
+    seen = versions(p, mid, graph) if seen is None else seen
+    members, functional = seen.members, seen.functional
+
+    def written(name: str) -> bool:
+        return name not in members and effects.is_written(name)
+
     vals = {n.name: n.meta.get("val") for n in graph.nodes}
     leaves = []
     for n in graph.nodes:
@@ -271,9 +283,10 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph) -> frozenset[str]:
             n.op != CALL_FUNCTION
             or not isinstance(n.meta.get("val"), torch.Tensor)
             or ops.is_metadata_check(n.target)
-            or (effects.has_effect(n.name) and passes_on(n, vals) is None)
-            or effects.is_written(n.name)
-            or any(effects.is_written(r.name) for r in n.inputs())
+            or (effects.has_effect(n.name) and passes_on(n, vals) is None
+                and n.name not in functional)
+            or written(n.name)
+            or any(written(r.name) for r in n.inputs())
         ):
             leaves.append(n.name)
     return frozenset(leaves)
@@ -352,10 +365,12 @@ def leaf(name: str) -> ENode:
 
 @attrs.define
 class GraphEGraph:
-    """The e-graph of one IR graph: ``eg``; ``class_of`` (node name -> class id as built);
-    ``enode_of`` (node name -> its own e-node, for pure nodes); ``position`` (node name ->
-    index in the graph); ``roots`` (the classes read by leaves and the output: what must be
-    computed); ``leaves`` (leaf node names)."""
+    """The e-graph of one IR graph: ``eg``; ``class_of`` (node name -> class id as built: a
+    written value's class is its own version, before the write); ``own`` (node name -> its
+    own e-node, for pure nodes and for writes seen functionally, whose own e-node is their
+    functional twin's); ``position`` (node name -> index in the graph); ``roots`` (the classes
+    read by leaves and the output: what must be computed); ``leaves`` (leaf node names);
+    ``versions`` (the writes seen functionally, ``versions.versions``)."""
 
     eg: EGraph
     class_of: dict[str, int]
@@ -363,20 +378,25 @@ class GraphEGraph:
     position: dict[str, int]
     roots: tuple[int, ...]
     leaves: frozenset[str]
+    versions: Versions = NONE
 
 
 def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
     """The e-graph of ``graph`` (of module ``mid`` of ``p``): a leaf class per leaf node
     (``value_roles``), an e-node per pure node, in graph order (equal pure computations become
     one class by hash-consing); a node that computes nothing (``passes_on``) takes its input's
-    class and has no e-node of its own (the program keeps it where it is still read).
+    class and has no e-node of its own (the program keeps it where it is still read). A write
+    in place of a fresh intermediate (``versions``) is the e-node of its functional twin
+    (``add_(t, r)``: ``add(t, r)``), a new class: the *version* that every later reader of
+    the written memory reads (``Versions.rebind``), while earlier readers read the old one.
 
     **Laws:** a pure function of its arguments; every class holds one original value.
     Complexity: O(n) e-nodes, O(n α(n)) in all."""
     from transforms.rewrite.cost import invariant_values  # cost reads the program only
 
     eg = EGraph()
-    leaves = value_roles(p, mid, graph)
+    seen = versions(p, mid, graph)
+    leaves = value_roles(p, mid, graph, seen)
     once = invariant_values(p, mid, graph)
     class_of: dict[str, int] = {}
     own: dict[str, ENode] = {}
@@ -386,20 +406,24 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
     for i, n in enumerate(graph.nodes):
         position[n.name] = i
         val_of[n.name] = n.meta.get("val")
+        stale = seen.rebind.get(n.name)
+        reads: Mapping[str, int] = class_of if stale is None else ChainMap(
+            {old: class_of[now] for old, now in stale.items()}, class_of)
         if n.op == OUTPUT or n.name in leaves:
-            roots.extend(class_of[r.name] for r in n.inputs() if r.name in class_of)
+            roots.extend(reads[r.name] for r in n.inputs() if r.name in reads)
             if n.op != OUTPUT:
                 class_of[n.name] = eg.add(leaf(n.name), ClassData(
                     val_of[n.name], True, n.name, n.name in once))
             continue
         source = passes_on(n, val_of)
-        if source is not None and source in class_of:
-            class_of[n.name] = eg.find(class_of[source])
+        if source is not None and source in reads:
+            class_of[n.name] = eg.find(reads[source])
             continue
-        e = enode_of(n.target, n.args, n.kwargs, class_of, val_of, val_of[n.name])
+        target = seen.functional.get(n.name, n.target)
+        e = enode_of(target, n.args, n.kwargs, reads, val_of, val_of[n.name])
         own[n.name] = e
         class_of[n.name] = eg.add(e, ClassData(val_of[n.name], False, n.name, n.name in once))
-    return GraphEGraph(eg, class_of, own, position, tuple(dict.fromkeys(roots)), leaves)
+    return GraphEGraph(eg, class_of, own, position, tuple(dict.fromkeys(roots)), leaves, seen)
 
 
 ESCAPE_CAP = 64  #: classes followed by ``escapes``, at most (past it: escapes)

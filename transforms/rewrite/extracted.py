@@ -17,8 +17,9 @@ from typing import Any
 import attrs
 
 from ir import ops
-from ir.args import Ref, thaw
+from ir.args import IDict, IList, Ref, thaw
 from ir.effects import binds_symbols, graph_effects
+from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import OUTPUT, PLACEHOLDER, Node
@@ -145,21 +146,41 @@ class Builder:
     """The ``visit`` of ``rewrite_nodes`` that builds the chosen program: a pure node whose
     class's chosen e-node is its own is kept; else its class's value is emitted (its chosen
     e-node, children first) and takes its place; a class already emitted is reused. A choice
-    that would read a leaf defined later keeps the node as it is."""
+    that would read a leaf defined later keeps the node as it is.
+
+    A write seen functionally (``GraphEGraph.versions``) is always replaced: by its class's
+    value where one was made or chosen, else by its functional twin on the same arguments; the
+    in-place node is then unread and ``drop_dead`` drops it (``writes``: per graph, by
+    ``id``, the writes replaced). A node that reads a written value by an older name after the
+    write (``Versions.rebind``) is given the version's value instead. So no value of the built
+    program is written where the e-graph saw a write functionally, and sharing one value
+    between equal classes stays sound."""
 
     def __init__(self, plans: Mapping[int, Plan]) -> None:
         self.plans = plans
         self.made: dict[int, dict[int, Ref]] = {}
         self.returned: dict[int, frozenset[str]] = {}
+        self.writes: dict[int, set[str]] = {}
 
     def __call__(self, node: Node, e: Any) -> Ref | None:
         plan = self.plans.get(id(e.graph))
         if plan is None or not plan.changes:
             return None
         geg, eg = plan.geg, plan.geg.eg
+        made = self.made.setdefault(id(e.graph), {})
+        twin = geg.versions.functional.get(node.name)
+        args, kwargs = e.args, e._kwargs
+        stale = geg.versions.rebind.get(node.name)
+        if stale:
+            swap = {old: made[eg.find(geg.class_of[now])] for old, now in stale.items()}
+            args = _reread(node.args, args, swap)
+            kwargs = _reread(node.kwargs, kwargs, swap)
+            if twin is None:
+                e.args, e.kwargs = args, dict(kwargs.items)
+        if twin is not None:
+            return self._functional(plan, node, e, made, twin, args, dict(kwargs.items))
         if node.name not in geg.own:
             return None
-        made = self.made.setdefault(id(e.graph), {})
         c = eg.find(geg.class_of[node.name])
         if c in made:
             if made[c].name == node.name or node.name in self._returned(e.graph):
@@ -176,6 +197,25 @@ class Builder:
             made[c] = node.ref
             return None
         return self._emit(plan, c, e, made)
+
+    def _functional(self, plan: Plan, node: Node, e: Any, made: dict[int, Ref], twin: Any,
+                    args: tuple, kwargs: dict) -> Ref:
+        """The value replacing the write ``node``: its class's value where one was made (not
+        for a returned write, which keeps a tensor of its own), the chosen e-node where it
+        is not the write's own and can be built here, else ``twin(*args, **kwargs)``."""
+        geg, eg = plan.geg, plan.geg.eg
+        c = eg.find(geg.class_of[node.name])
+        self.writes.setdefault(id(e.graph), set()).add(node.name)
+        if c in made and node.name not in self._returned(e.graph):
+            return made[c]
+        chosen = plan.choice.get(c)
+        if (c not in made and chosen is not None
+                and eg.canonical(chosen).key != eg.canonical(geg.own[node.name]).key
+                and self._feasible(plan, c, geg.position[node.name], made)):
+            return self._emit(plan, c, e, made)
+        ref = e.call(twin, *args, **kwargs)
+        made.setdefault(c, ref)
+        return ref
 
     def _returned(self, graph: Graph) -> frozenset[str]:
         found = self.returned.get(id(graph))
@@ -227,7 +267,24 @@ class Builder:
         return made[eg.find(c)]
 
 
-def drop_dead(before: Program, after: Program) -> Program:
+def _reread(orig: Any, now: Any, swap: Mapping[str, Ref]) -> Any:
+    """``now`` (arguments with the edit's replacements) with each ``Ref`` that is, in
+    ``orig`` (the same arguments as the program has them), a name in ``swap`` replaced by
+    its value there. ``orig`` and ``now`` have one shape. O(size)."""
+    if type(orig) is Ref:
+        return swap.get(orig.name, now)
+    if type(orig) is tuple:
+        return tuple(_reread(a, b, swap) for a, b in zip(orig, now))
+    if type(orig) is IList:
+        return IList(tuple(_reread(a, b, swap) for a, b in zip(orig.items, now.items)))
+    if type(orig) is IDict:
+        return IDict(tuple((k, _reread(a, b, swap))
+                           for (k, a), (_, b) in zip(orig.items, now.items)))
+    return now
+
+
+def drop_dead(before: Program, after: Program,
+              writes: Mapping[int, Any] | None = None) -> Program:
     """``after`` (the built program) without what the extracted choice left unread in the graphs
     it changed (those that are not ``before``'s own objects): nodes that nothing kept reads
     and that have no effect, where a node that computes nothing (``egraph.passes_on``: an
@@ -235,20 +292,37 @@ def drop_dead(before: Program, after: Program) -> Program:
     as effect-free, and a metadata check (``_assert_tensor_metadata``) goes with the value it
     checks. ``rewrite_nodes`` keeps both (a dropout is impure by its operator's facts; a check
     it did not emit reads its value): the greedy engine drops them with a match, and so must
-    the search, or a fused attention keeps its eager softmax alive.
+    the search, or a fused attention keeps its eager softmax alive. ``writes`` (id of a graph
+    of ``before`` -> names, ``Builder.writes``): the in-place writes the builder replaced by
+    their functional values; each is unread and dropped, its write with it (every later
+    reader of the memory it wrote reads the functional value instead).
 
-    **Laws:** ``drop_dead(p, p) is p``; the outputs, state and effects of ``after`` unchanged.
-    O(n) in the changed graphs' nodes."""
+    Raises:
+        PassError: a replaced write is still read (never expected: the builder's invariant).
+
+    **Laws:** ``drop_dead(p, p) is p``; the outputs, state and effects of ``after`` unchanged
+    (but the replaced writes, which nothing observes). O(n) in the changed graphs' nodes."""
     if after is before:
         return after
     from transforms.each_graph import map_graphs, signature_names
 
     old = {id(g) for mod in before.module_table().values() for g in mod.graphs}
     named = signature_names(after)
+    writes = writes or {}
+
+    def replaced(mid: ModuleId, graph: Graph) -> frozenset[str]:
+        """The replaced writes of ``graph``: those of the graph of ``before`` in its place."""
+        now = after.module_table()[mid].graphs
+        was = before.module_table()[mid].graphs if mid in before.module_table() else ()
+        for i, g in enumerate(now):
+            if g is graph and i < len(was):
+                return frozenset(writes.get(id(was[i]), ()))
+        return frozenset()
 
     def clean(mid: ModuleId, graph: Graph) -> Graph:
         if id(graph) in old:
             return graph
+        dead = replaced(mid, graph) if writes else frozenset()
         effects = graph_effects(after, mid, graph)
         vals = {n.name: n.meta.get("val") for n in graph.nodes}
         live: set[str] = set()
@@ -263,8 +337,13 @@ def drop_dead(before: Program, after: Program) -> Program:
                 or n.name in live
                 or n.name in named
                 or binds_symbols(n)
-                or (effects.has_effect(n.name) and passes_on(n, vals) is None)
+                or (effects.has_effect(n.name) and passes_on(n, vals) is None
+                    and n.name not in dead)
             ):
+                if n.name in dead:
+                    raise PassError(
+                        f"saturate: the write %{n.name}, replaced by its functional value, is "
+                        "still read: please report this program")
                 keep.add(n.name)
                 live.update(r.name for r in n.inputs())
         keep.update(c.name for c in checks if all(r.name in live for r in c.inputs()))

@@ -227,7 +227,8 @@ def saturate_report(
     if any(pl.changes for pl in plans.values()):
         from transforms.edit import rewrite_nodes  # transforms.edit imports this package
 
-        q = drop_dead(p, rewrite_nodes(p, Builder(plans)))
+        builder = Builder(plans)
+        q = drop_dead(p, rewrite_nodes(p, builder), builder.writes)
     after = program_cost(q, cost)
     lap("build")
     greedy_q, greedy_cost = _greedy(p, applied, cost)
