@@ -218,12 +218,21 @@ def _written():
     return p.replace(modules=p.modules.set(p.root, mod)), args
 
 
-def test_a_result_written_in_place_is_a_leaf_and_never_matched():
-    p, _ = _written()
-    q, report = saturate_report(p, [SHARED])
-    assert q is p and report.rewrites == {}
+def test_a_fresh_result_written_in_place_is_seen_functionally_and_fused():
+    """``relu_`` writes the first matmul, a fresh intermediate: the e-graph holds the write
+    as ``relu`` of the matmul's class (``transforms.rewrite.versions``), the pair is fused and
+    the built program is functional (no ``relu_`` writing a half of the split). Greedy
+    ``rewrite`` does not fuse across the write. (A write others can see stays a leaf:
+    ``test_saturate_versions``.)"""
+    p, args = _written()
     geg = from_graph(p, p.root, p.root_module.graph)
-    assert geg.eg.classes[geg.class_of["matmul"]][0].op == LEAF
+    assert geg.eg.classes[geg.class_of["matmul"]][0].op != LEAF
+    q, report = saturate_report(p, [SHARED])
+    assert report.chosen == "saturate" and dict(report.rewrites) == {"shared": 2}
+    assert report.cost_after < report.greedy_cost
+    body = format_graph(q.root_module.graph)
+    assert "aten.relu_" not in body and "aten.relu.default](%getitem)" in body
+    check_extracted(p, q, args)
 
 
 class _Viewed(torch.nn.Module):

@@ -81,27 +81,20 @@ def versions(p: Program, mid: ModuleId, graph: Graph) -> Versions:
     for n in graph.nodes:
         if n.op != OUTPUT and effects.group(n.name) in written:
             groups.setdefault(effects.group(n.name), []).append(n)
+    out = graph.output_node
+    returned = frozenset(r.name for r in out.inputs()) if out is not None else frozenset()
     functional: dict[str, Any] = {}
     barriers: dict[str, str] = {}
     accepted: dict[str, list[Node]] = {}
-    last: dict[str, str] = {}
     for g, nodes in groups.items():
-        why = _refusal(nodes, effects, by_name)
+        why = _refusal(nodes, effects, by_name, returned)
         if why is None:
             accepted[g] = nodes
-            last[g] = nodes[-1].name
-            for w in nodes[1:]:
-                functional[w.name] = ops.functional_twin(w.target)
+            for w in nodes:
+                if effects.writes(w.name):
+                    functional[w.name] = ops.functional_twin(w.target)
         else:
             barriers[nodes[0].name] = why
-    out = graph.output_node
-    for r in out.inputs() if out is not None else ():
-        g = effects.group(r.name)
-        if g in accepted and r.name != last[g]:
-            barriers[accepted[g][0].name] = (
-                f"the output reads %{r.name} after it is written in place")
-            for w in accepted.pop(g)[1:]:
-                functional.pop(w.name)
     members = frozenset(n.name for nodes in accepted.values() for n in nodes)
     rebind: dict[str, dict[str, str]] = {}
     latest: dict[str, str] = {}
@@ -123,8 +116,10 @@ def versions(p: Program, mid: ModuleId, graph: Graph) -> Versions:
     )
 
 
-def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node]) -> str | None:
-    """Why the written alias group of ``nodes`` (graph order) stays a barrier, or ``None``."""
+def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node],
+             returned: frozenset[str]) -> str | None:
+    """Why the written alias group of ``nodes`` (graph order) stays a barrier, or ``None``;
+    ``returned``: the names the graph's output reads."""
     base = nodes[0]
     writers = [n for n in nodes if effects.writes(n.name)]
     others = [n for n in nodes if not effects.writes(n.name)]
@@ -132,7 +127,9 @@ def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node]) -
         shown = ", ".join(f"%{n.name}" for n in others[:4])
         return f"the written memory is shared by {len(others)} values ({shown})"
     if base.op != CALL_FUNCTION:
-        return f"%{base.name} is a {base.op} (an input, state or module call)"
+        what = {"placeholder": "an input or state (a placeholder), written for the caller",
+                "get_attr": "state (get_attr), written for later calls"}
+        return f"%{base.name} is {what.get(base.op, f'a {base.op}')}"
     if (effects.has_effect(base.name) or effects.is_random(base.name)
             or aliased_args(base) or view_base(base.name, by_name.get) != base.name
             or not isinstance(base.meta.get("val"), torch.Tensor)):
@@ -148,4 +145,7 @@ def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node]) -
             return f"%{w.name} writes other values than its first argument"
         if not isinstance(w.meta.get("val"), torch.Tensor):
             return f"%{w.name} has no fake value"
+    for n in nodes[:-1]:
+        if n.name in returned:
+            return f"the output reads %{n.name} after it is written in place"
     return None
