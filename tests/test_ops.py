@@ -93,6 +93,41 @@ def test_not_mutating(target):
     assert not ops.is_inplace(target)
 
 
+@pytest.mark.parametrize(
+    ("target", "twin"),
+    [
+        (aten.add_.Tensor, aten.add.Tensor),
+        (aten.relu_.default, aten.relu.default),
+        (aten.mul_.Scalar, aten.mul.Scalar),
+        (aten.copy_.default, aten.copy.default),
+        (aten.index_put_.default, aten.index_put.default),
+        (aten.hardtanh_.default, aten.hardtanh.default),
+    ],
+)
+def test_functional_twin(target, twin):
+    assert ops.functional_twin(target) is twin
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    if target is aten.add_.Tensor:  # the twin computes what the write leaves
+        want = twin(x, y)
+        target(x, y)
+        torch.testing.assert_close(x, want)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        aten.add.Tensor,  # not in place
+        aten.add.out,  # writes ``out``
+        aten.uniform_.default,  # random: ``uniform`` takes other arguments
+        aten._native_batch_norm_legit.default,  # writes other arguments
+        operator.iadd,  # no schema
+        "add_",  # a method name
+    ],
+)
+def test_no_functional_twin(target):
+    assert ops.functional_twin(target) is None
+
+
 # --- effectful --------------------------------------------------------------------------------
 
 

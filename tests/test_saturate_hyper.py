@@ -80,10 +80,10 @@ def test_a_small_cnn_has_every_pair_folded_by_the_extraction():
 
 
 def test_resnet_model_has_every_pair_folded():
-    """16 conv + bn pairs; the residual adds write in place, and the e-graph never merges
-    across a write, so the pairs at a written value stay leaves there: the extraction folds 8
-    and greedy ``rewrite`` (whose editor may write a fresh result in place) folds all 16;
-    ``saturate`` keeps the cheaper, which folds every pair."""
+    """16 conv + bn pairs; the residual adds write the bn outputs in place, fresh
+    intermediates that the e-graph sees functionally (``transforms.rewrite.versions``), so
+    the extraction itself folds all 16 (before: 8, and greedy's program was kept;
+    ``test_saturate_versions``)."""
     pytest.importorskip("transformers")
     model = resnet_model()
     x = torch.randn(2, 3, 32, 32)
