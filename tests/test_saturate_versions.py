@@ -280,6 +280,23 @@ def test_writes_that_others_can_see_stay_barriers(cls, base, why, leaves):
     check_extracted(p, q, (x.clone(),))
 
 
+class _Promoting(nn.Module):
+    def forward(self, x, y):
+        t = torch.full((4, 4), 1000.0, dtype=torch.float16)
+        t.add_(x)  # keeps float16, where ``add(t, x)`` gives float32
+        return t * y
+
+
+def test_a_write_whose_twin_gives_another_dtype_stays_a_barrier():
+    args = (torch.randn(4, 4), torch.randn(4, 4))
+    p = import_ep(torch.export.export(_Promoting(), args))
+    seen = versions(p, p.root, p.root_module.graph)
+    (base, why), = seen.barriers.items()
+    assert "functional twin gives another shape, dtype or layout" in why
+    assert not seen.functional
+    assert {base, "add_"} <= value_roles(p, p.root, p.root_module.graph)
+
+
 @pytest.mark.parametrize("cls", [_IntoView, _OldNameReturned])
 def test_each_barrier_is_needed(cls, monkeypatch):
     """Accepted as fresh (every refusal off): the write through a view makes the later

@@ -21,6 +21,8 @@ One package, one idea a module, no import cycle (each imports only those above i
   assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``);
+- ``versions``: which writes in place the e-graph sees functionally (a fresh intermediate
+  written in place: a new version of its value);
 - ``egraph``: the e-graph of one IR graph (hash-consed e-nodes, union-find, rebuilding, class
   data) and ``value_roles``, what is a leaf;
 - ``ematch``: a rule's pattern matched over an e-graph;

@@ -15,7 +15,8 @@ except where ``saturate`` proved that no reader sees them (``saturate._Layouts``
 kernel's layout, the strided halves of a ``split``).
 
 What is a leaf is decided in one place, ``value_roles``, which reads the shared effect/alias
-analysis (``ir.effects.graph_effects``). A node that computes nothing (``ir.ops.computes_nothing``:
+analysis (``ir.effects.graph_effects``). A write in place of a fresh intermediate is no leaf:
+it is the e-node of its functional twin, a new version of the written value (``versions``). A node that computes nothing (``ir.ops.computes_nothing``:
 eval-mode dropout, a ``.to`` that keeps the dtype, ``alias``) is no e-node: its value is its
 input's class (``passes_on``), as the matcher looks through such nodes and the patterns drop
 them (``match.prepare``).

@@ -514,8 +514,8 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
     w2))``): at most one of those sharing a value *escapes*, is returned or read by a leaf,
     itself or through views of it (``egraph.escapes``): two outputs would alias each other where
     the program's did not, and a caller writing one would change the other. (A value written
-    in place is a leaf, ``egraph.value_roles``, and no pattern matches a leaf: nothing here
-    is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
+    in place is a leaf, ``egraph.value_roles``, and no pattern matches a leaf; a write seen
+    functionally, ``versions``, is built as its functional twin: nothing here is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
     checks the extracted choice again (a later merge may make a result escape). O(views
     followed), at most ``egraph.ESCAPE_CAP`` each."""
     from transforms.rewrite.sharing import output_bases

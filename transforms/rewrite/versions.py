@@ -23,6 +23,7 @@ import torch
 
 from ir import ops
 from ir.effects import Effects, aliased_args, graph_effects, view_base
+from ir.fake_run import FakeRunFailed, fake_value
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, Node
@@ -63,14 +64,16 @@ def versions(p: Program, mid: ModuleId, graph: Graph) -> Versions:
     operator aliases no argument, ``ir.effects.aliased_args``; it is its own
     ``ir.effects.view_base``; not random, no effect); every other value is an in-place
     ``call_function`` writing one value of the group (``Effects.writes``), with a functional
-    twin (``ir.ops.functional_twin``), neither random nor effectful otherwise; and the
-    graph's output reads no version but the last. A view, a module call or anything else
+    twin (``ir.ops.functional_twin``) that gives the shape, dtype and strides the write
+    leaves (one fake run), neither random nor effectful otherwise; and the graph's output
+    reads no version but the last. A view, a module call or anything else
     that may share the memory joins the group (the analysis' alias groups), and the group
     stays a barrier; so do writes into inputs and state (a placeholder or ``get_attr`` base).
 
     **Laws:** a pure function of ``p`` and the graph; a value not in ``members`` is written
     exactly when ``graph_effects`` says so; every node reading a member after a write of its
-    group reads the latest version by name or has it in ``rebind``. Complexity: O(n α(n)).
+    group reads the latest version by name or has it in ``rebind``. Complexity: O(n α(n))
+    plus one fake run per write.
     """
     effects = graph_effects(p, mid, graph)
     if not effects.writers:
@@ -143,9 +146,27 @@ def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node],
         wrote = effects.writes(w.name)
         if len(wrote) != 1 or wrote[0] not in members or aliased_args(w) != wrote:
             return f"%{w.name} writes other values than its first argument"
-        if not isinstance(w.meta.get("val"), torch.Tensor):
-            return f"%{w.name} has no fake value"
+        if not _twin_keeps(w, by_name):
+            return (f"%{w.name}'s functional twin gives another shape, dtype or layout than "
+                    "the write leaves")
     for n in nodes[:-1]:
         if n.name in returned:
             return f"the output reads %{n.name} after it is written in place"
     return None
+
+
+def _twin_keeps(w: Node, by_name: Mapping[str, Node]) -> bool:
+    """Whether the functional twin of the write ``w``, run on the fake values of its
+    arguments, gives what ``w`` leaves in memory: the same shape, dtype, device and strides
+    (``add_`` keeps its first argument's dtype where ``add`` promotes, and its layout where
+    ``add`` may choose another; a reader of strides would see the difference). One fake run."""
+    val = w.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    try:
+        out = fake_value(ops.functional_twin(w.target), w.args, w.kwargs,
+                         lambda r: by_name[r.name].meta.get("val") if r.name in by_name else None)
+    except FakeRunFailed:
+        return False
+    return (isinstance(out, torch.Tensor) and out.shape == val.shape and out.dtype == val.dtype
+            and out.device == val.device and (val.numel() <= 1 or out.stride() == val.stride()))
