@@ -11,7 +11,10 @@ functionally by the e-graph (``transforms.rewrite.versions``).
 - barriers: a write into an input, into state, into a view that another value reads, and a
   returned old name stay barriers (leaves, nothing folded there), and each guard is needed:
   without it the derived program computes something else;
-- transformers' ``ResNetModel``: all 16 pairs folded by the extraction itself.
+- transformers' ``ResNetModel``: all 16 pairs folded by the extraction itself;
+- the in-context law on generated programs with writes in place (``ir.strategies.programs``,
+  ``inplace_ops``), under a rule and cost model that rewrite every ``relu``, a ``relu_``'s
+  twin too (with every refusal off, it fails: a write into an input is lost).
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 from torch import nn
 
 from bench.conv_models import batch_norms, program, randomize_bn
 from ir import PassError, format_graph, import_ep
 from ir.args import Ref
 from ir.graph import Graph
+from ir.strategies import program_inputs, programs
 from ir.verify import verify
 from lowering import lower
 from transforms.law_violation import LawViolation
-from transforms.rewrite import Rule, saturate_report
+from transforms.rewrite import Rule, saturate, saturate_report
 from transforms.rewrite import versions as versions_module
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.egraph import value_roles
@@ -335,3 +340,32 @@ def test_resnet_model_every_pair_folded_by_the_extraction_itself():
     assert "aten.add_" not in _compute(q)
     verify(q, vals=True)
     check_extracted(p, q, (x,))
+
+
+# --- the law on generated programs with writes in place ----------------------------------------
+
+
+RELU_CLAMP = Rule(lambda a: torch.relu(a), lambda a: torch.clamp_min(a, 0.0),
+                  (torch.randn(3, 4),), name="relu_clamp", trusted=True, specials=False)
+
+
+def _relu_dear(target, args, kwargs, val) -> float:
+    """A cost model under which every ``relu`` (a ``relu_``'s twin too) is worth rewriting."""
+    return 10.0 if target is torch.ops.aten.relu.default else 1.0
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(features={"inplace_ops", "activations", "buffers", "inplace_mutation",
+                          "input_mutation", "overwrites", "inplace_copies",
+                          "repeated_subexpressions", "matrices"},
+                always={"inplace_ops"}))
+def test_law_saturate_in_context_across_generated_writes_in_place(p):
+    """``ir.strategies.programs`` with writes in place (``add_``, ``mul_``, ``relu_`` of
+    computed values, read before and after the write; writes into inputs and buffers;
+    repeated subexpressions that hash-consing makes one class): the derived program passes
+    the in-context law and verifies."""
+    q = saturate(p, [RELU_CLAMP], cost=_relu_dear)
+    args, _ = program_inputs(p)
+    verify(q, vals=True)
+    check_extracted(p, q, tuple(args))
