@@ -420,3 +420,30 @@ def test_law_saturate_in_context_across_generated_writes_in_place(p):
     args, _ = program_inputs(p)
     verify(q, vals=True)
     check_extracted(p, q, tuple(args))
+
+
+class _WriteReadsAWrittenInput(nn.Module):
+    def forward(self, x):
+        t = x + x
+        t.add_(x)  # a fresh intermediate's write, reading an input that is written below
+        r = torch.relu(t)
+        x.add_(r)
+        return r
+
+
+def test_a_write_reading_a_value_a_barrier_writes_is_a_barrier_too(monkeypatch):
+    """The write of ``t`` reads ``x``, which the barrier ``x.add_`` writes: a read after a
+    write, a leaf; its group is made a barrier too (``versions._demote``), or the builder
+    would look for the e-node of a leaf (found by the law test above: a ``KeyError``)."""
+    x = torch.randn(4, 4)
+    p = import_ep(torch.export.export(_WriteReadsAWrittenInput(), (x.clone(),)))
+    seen = versions(p, p.root, p.root_module.graph)
+    assert set(seen.barriers) == {"x", "add"} and "reads %x" in seen.barriers["add"]
+    assert not seen.functional
+    q = saturate(p, [RELU_CLAMP], cost=_relu_dear)
+    verify(q, vals=True)
+    check_extracted(p, q, (x.clone(),))
+    monkeypatch.setattr(versions_module, "_demote", lambda *a: None)
+    with pytest.raises(KeyError, match="add_"):
+        saturate(import_ep(torch.export.export(_WriteReadsAWrittenInput(), (x.clone(),))),
+                 [RELU_CLAMP], cost=_relu_dear)

@@ -98,6 +98,7 @@ def versions(p: Program, mid: ModuleId, graph: Graph) -> Versions:
                     functional[w.name] = ops.functional_twin(w.target)
         else:
             barriers[nodes[0].name] = why
+    _demote(accepted, barriers, functional, effects)
     members = frozenset(n.name for nodes in accepted.values() for n in nodes)
     rebind: dict[str, dict[str, str]] = {}
     latest: dict[str, str] = {}
@@ -153,6 +154,38 @@ def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node],
         if n.name in returned:
             return f"the output reads %{n.name} after it is written in place"
     return None
+
+
+def _demote(accepted: dict[str, list[Node]], barriers: dict[str, str],
+            functional: dict[str, Any], effects: Effects) -> None:
+    """Make a barrier of each accepted group one of whose writes reads a value that stays
+    written (a barrier's, directly or as the demotion spreads): such a write is a leaf of
+    the e-graph (a read after a write), so it cannot be its twin's e-node. A worklist over
+    the groups' writes: O(n)."""
+    readers: dict[str, list[tuple[str, str]]] = {}  # group read -> (group, the write reading)
+    todo: list[tuple[str, str, str]] = []
+    for g, nodes in accepted.items():
+        for w in nodes:
+            if w.name not in functional:
+                continue
+            for r in w.inputs():
+                rg = effects.group(r.name)
+                if rg == g or not effects.is_written(r.name):
+                    continue
+                if rg in accepted:
+                    readers.setdefault(rg, []).append((g, w.name))
+                else:
+                    todo.append((g, w.name, r.name))
+    while todo:
+        g, w, r = todo.pop()
+        nodes = accepted.pop(g, None)
+        if nodes is None:
+            continue
+        barriers[nodes[0].name] = (f"%{w} reads %{r}, which a barrier's write writes (a read "
+                                   "after a write is a leaf)")
+        for n in nodes:
+            functional.pop(n.name, None)
+        todo.extend((h, v, nodes[0].name) for h, v in readers.get(g, ()))
 
 
 def _twin_keeps(w: Node, by_name: Mapping[str, Node]) -> bool:
