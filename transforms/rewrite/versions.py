@@ -65,8 +65,8 @@ def versions(p: Program, mid: ModuleId, graph: Graph) -> Versions:
     ``ir.effects.view_base``; not random, no effect); every other value is an in-place
     ``call_function`` writing one value of the group (``Effects.writes``), with a functional
     twin (``ir.ops.functional_twin``) that gives the shape, dtype and strides the write
-    leaves (one fake run), neither random nor effectful otherwise; and the graph's output
-    reads no version but the last. A view, a module call or anything else
+    leaves (one fake run), neither random nor effectful otherwise, reading no value that
+    stays written (``_demote``); and the graph's output reads no version but the last. A view, a module call or anything else
     that may share the memory joins the group (the analysis' alias groups), and the group
     stays a barrier; so do writes into inputs and state (a placeholder or ``get_attr`` base).
 
