@@ -38,14 +38,18 @@ def pytest_configure(config: pytest.Config) -> None:
     """In an xdist worker, give torch its share of the cores: ``cores // workers`` intra-op
     threads (at least one). Each worker would otherwise start a thread per core, and two
     workers' threads spinning on two cores slow a small op 10 to 40 times (a softmax on a few
-    hundred elements: 2 us alone, about 90 us oversubscribed)."""
+    hundred elements: 2 us alone, about 90 us oversubscribed). The same share goes to the
+    processes a test starts (``OMP_NUM_THREADS``, unless set: a CLI run, a law outside pytest, a
+    hash-seed run), which would otherwise start a thread per core beside both workers."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if os.environ.get("PYTEST_XDIST_WORKER") and workers:
         import torch
 
         cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                  else os.cpu_count() or 1)
-        torch.set_num_threads(max(1, cores // int(workers)))
+        share = max(1, cores // int(workers))
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
 
 
 @pytest.hookimpl(tryfirst=True)

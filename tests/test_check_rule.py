@@ -79,6 +79,31 @@ def test_a_fresh_result_made_an_alias_is_left_to_the_alias_guard():
     assert q is p and set(report.skipped) == {"alias"}
 
 
+def test_the_pattern_is_exported_again_with_copies_only_where_a_reader_guard_declined(
+        monkeypatch):
+    # a decline that reading the results by copies cannot change (here ``where``) costs one
+    # export per signature; an ``alias`` decline is tried again with copies (and rewritten)
+    from transforms.rewrite import check, guards
+
+    assert check.BLIND_TO_READERS < {g.name for g in guards.GUARDS}
+    assert not {"alias", "shared", "layout"} & check.BLIND_TO_READERS
+    exported = []
+    real = check.pattern_program
+
+    def counted(rule, sig, *, copies=False):
+        exported.append(copies)
+        return real(rule, sig, copies=copies)
+
+    monkeypatch.setattr(check, "pattern_program", counted)
+    never = Rule(torch.relu, lambda x: x.clamp(min=0), X, name="never", where=lambda m: False)
+    sig = check.example_signature(never)
+    assert check._rewritten_site(never, sig) is None and exported == [False]
+    exported.clear()
+    alias = Rule(lambda x: x * 1, lambda x: x, X, name="times_one_alias")
+    site = check._rewritten_site(alias, check.example_signature(alias))
+    assert site is not None and site.copies and exported == [False, True]
+
+
 def test_bool_tensors_are_drawn_for_an_int_example():
     # right on ints (two's complement); on bools the replacement raises (no ``neg`` of bool):
     # rewrite declines a replacement that raises on the match's fake values, so the rule is

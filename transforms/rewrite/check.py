@@ -572,7 +572,20 @@ def _rewritten_site(rule: Rule, sig: Signature, named: Rule | None = None) -> _S
             ) from exc
         if any(report.counts.values()):
             return _Site(q, copies, conversions(p))
+        if report.skipped and not set(report.skipped) - BLIND_TO_READERS:
+            return None  # declined for a reason that reading the results by copies keeps
     return None
+
+
+BLIND_TO_READERS = frozenset({
+    "per_match", "retrace", "absorbed", "pure", "input_written", "write_between", "where",
+    "replacement_untraceable", "replacement", "alias_unbound", "runs", "dtype",
+})
+"""The rows of ``guards.GUARDS`` whose verdict on a match does not depend on who reads the
+match's results: a match they decline in the pattern's program is declined again where each
+result is read by a copy, so ``_rewritten_site`` does not export the pattern a second time
+(an ``alias``, ``shared``, ``layout``, ``placement``, ``interior`` or ``barrier`` decline is
+tried again with copies)."""
 
 
 @attrs.frozen
