@@ -416,7 +416,8 @@ def check_laws(
             purefx's pytest, ``ci``); outside a test suite, where one of hypothesis's own profiles
             is active (``default``, or its ``ci`` under a ``CI`` variable), derandomized settings without an example database, so a run is
             repeatable and writes no ``.hypothesis`` directory. Deadline, the too-slow health
-            check and multi-bug reporting are always turned off.
+            check and multi-bug reporting are always turned off (the one law loop's policy:
+            ``ir.harness.hold``, ``ir.harness.law_settings``).
         atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
             (fake quantization); default: the result dtype's (``ir.harness.tolerance``).
         reference: an eager function of the model, ``reference(*args, **kwargs)``; the semantics
