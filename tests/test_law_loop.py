@@ -110,22 +110,33 @@ def test_a_derandomized_run_repeats():
     assert first_failure("k") == first_failure("k")
 
 
-def test_the_database_key_differs_per_key_and_per_law():
-    def keys_saved(law: Law, key: str) -> set[bytes]:
+def test_the_database_key_differs_per_key_and_repeats_for_one_key():
+    def keys_saved(key: str) -> set[bytes]:
         db = InMemoryExampleDatabase()
         check, _ = breaks_from(3)
         with pytest.raises(Broken):
-            hold(Trial(law, st.integers(0, 100), check, key=key),
+            hold(Trial(LAW, st.integers(0, 100), check, key=key),
                  settings=settings(database=db, derandomize=False), max_examples=50)
         assert db.data, "a failure is saved in the database"
         return set(db.data)
 
-    a, b = keys_saved(LAW, "pass a"), keys_saved(LAW, "pass b")
-    other_law = keys_saved(Law("another law"), "pass a")
-    assert a == keys_saved(LAW, "pass a")
-    assert not a & b and not a & other_law
+    a, b = keys_saved("pass a"), keys_saved("pass b")
+    assert a == keys_saved("pass a")
+    assert not a & b
     assert digest(Trial(LAW, st.none(), print, key="pass a")) != digest(
         Trial(LAW, st.none(), print, key="pass b"))
+
+
+def test_the_run_is_keyed_by_the_check_itself_not_by_the_loop():
+    """The wrapper ``hold`` puts around a check reads as the check to hypothesis (its name, its
+    source), so a law's draws are those its own check and key give."""
+
+    def my_check(x: int) -> None:
+        raise Broken(x)
+
+    with pytest.raises(Broken) as caught:
+        hold(Trial(LAW, st.integers(0, 100), my_check), max_examples=5)
+    assert any("my_check(" in note for note in getattr(caught.value, "__notes__", ()))
 
 
 def test_the_shrink_budget_ends_shrinking_with_the_smallest_failure_found():

@@ -14,6 +14,7 @@ run, and where hypothesis keeps its files outside a test suite.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Hashable, Iterator
@@ -29,15 +30,14 @@ from ir.harness.run import ShrinkBudget
 class Trial:
     """A law run over drawn examples, as a value.
 
-    - ``law``: the law (``ir.harness.Law``: what is observed of each side and compared); its
-      name keys the run;
+    - ``law``: the law (``ir.harness.Law``: what is observed of each side and compared);
     - ``draws``: a hypothesis strategy, what is drawn (programs, a signature's arguments,
       rewrite sites);
     - ``check``: ``check(drawn)`` runs the sides on one draw and judges them, returning when
       the law holds and raising the law's failure (a ``LawViolation``) when it breaks;
-    - ``key``: what tells this trial apart from the others of the same law (the pass and its
-      laws, the rule and its signature); :func:`digest` of ``(law.name, key)`` keys the example
-      database and, derandomized, seeds the draws;
+    - ``key``: what tells this trial apart from the others with the same ``check`` (the pass
+      and its laws, the rule and its signature): hypothesis keys the example database and,
+      derandomized, seeds the draws by ``check``'s source and :func:`digest` of ``key``;
     - ``budget``: a limit on shrinking (``ir.harness.ShrinkBudget``), or ``None`` (hypothesis
       shrinks as long as it likes). Each ``check`` runs under it, and once it runs out the
       smallest failure found is raised.
@@ -51,10 +51,12 @@ class Trial:
 
 
 def digest(trial: Trial) -> bytes:
-    """The bytes that key ``trial``'s run: ``repr((trial.law.name, trial.key))`` encoded. Two
-    trials with another law name or key get other example-database entries and, derandomized,
-    other draws; the same trial gets the same ones on every run. O(size of the key's repr)."""
-    return repr((trial.law.name, trial.key)).encode()
+    """The bytes that key ``trial``'s run besides its ``check``: ``repr(trial.key)`` encoded.
+    Hypothesis keys the example database and, derandomized, seeds the draws by the check (its
+    source and signature) and these bytes, so two trials of one check with other keys get
+    other entries and other draws; the same trial gets the same ones on every run.
+    O(size of the key's repr)."""
+    return repr(trial.key).encode()
 
 
 def law_settings(base: Any = None, *, max_examples: int | None = None) -> Any:
@@ -105,7 +107,8 @@ def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None)
 
     The run: ``given(trial.draws)`` over ``trial.check`` (under ``trial.budget`` when there is
     one) with ``law_settings(settings, max_examples=...)``; the example database's key and the
-    derandomized seed are ``digest(trial)``. Outside a test suite, when the settings keep no
+    derandomized seed are hypothesis's digest of ``trial.check`` (its source and signature) and
+    ``digest(trial)``. Outside a test suite, when the settings keep no
     example database, hypothesis's files (its caches, which it writes even then) go to a
     temporary directory for the run unless ``HYPOTHESIS_STORAGE_DIRECTORY`` says where: nothing
     lands in the caller's tree.
@@ -123,11 +126,14 @@ def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None)
     chosen = law_settings(settings, max_examples=max_examples)
     check, budget = trial.check, trial.budget
 
-    def one_draw(drawn: Any) -> None:
+    # hypothesis keys a run by its test function (source and signature, read through
+    # ``__wrapped__``: ``check``'s own) plus this digest; the wrapper leaves ``check`` unwritten
+    @functools.wraps(check)
+    def one_draw(*args: Any, **kwargs: Any) -> None:
         if budget is None:
-            check(drawn)
+            check(*args, **kwargs)
         else:
-            budget.run(trial.key, lambda: check(drawn))
+            budget.run(trial.key, lambda: check(*args, **kwargs))
 
     one_draw._hypothesis_internal_add_digest = digest(trial)  # type: ignore[attr-defined]
     test = chosen(given(trial.draws)(one_draw))
