@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import tempfile
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -56,6 +54,8 @@ from ir.harness import (
     Difference,
     Law,
     Observed,
+    Trial,
+    hold,
     judge,
     run_side,
     same_bits,
@@ -416,7 +416,8 @@ def check_laws(
             purefx's pytest, ``ci``); outside a test suite, where one of hypothesis's own profiles
             is active (``default``, or its ``ci`` under a ``CI`` variable), derandomized settings without an example database, so a run is
             repeatable and writes no ``.hypothesis`` directory. Deadline, the too-slow health
-            check and multi-bug reporting are always turned off.
+            check and multi-bug reporting are always turned off (the one law loop's policy:
+            ``ir.harness.hold``, ``ir.harness.law_settings``).
         atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
             (fake quantization); default: the result dtype's (``ir.harness.tolerance``).
         reference: an eager function of the model, ``reference(*args, **kwargs)``; the semantics
@@ -433,27 +434,12 @@ def check_laws(
     programs it ran on (its result was :func:`same_program` as its input once dead code is
     removed from both, metadata checks included, or it declined them), unless ``allow_vacuous``: a pass checked on programs it never touches is not checked.
     """
-    from hypothesis import HealthCheck, given
-    from hypothesis import settings as hsettings
-
     _check_laws_arg(laws, idempotent)
     _check_tolerance(atol, rtol)
     if programs is None:
         from ir.strategies.programs import programs as default
 
         programs = default()
-    outside = settings is None and _outside_a_suite()
-    base = settings if settings is not None else _default_settings()
-    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
-        raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
-    chosen = hsettings(
-        base,
-        max_examples=max_examples if max_examples is not None else base.max_examples,
-        deadline=None,
-        report_multiple_bugs=False,
-        suppress_health_check=list(base.suppress_health_check)
-        + [HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
     counts = {"tried": 0, "changed": 0, "declined": 0}
 
     def laws_hold(example: _Shown) -> None:
@@ -474,13 +460,11 @@ def check_laws(
         elif _changed_live(result, example.program):
             counts["changed"] += 1
 
-    # one example-database key (and derandomized seed) per pass and set of laws, rather than
-    # one shared by every check_laws call: a failure saved for one pass is not replayed for another
-    laws_hold._hypothesis_internal_add_digest = repr(
-        (pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))
-    ).encode()
-    with _storage_outside_the_tree(outside):
-        chosen(given(programs.map(_Shown))(laws_hold))()
+    # keyed by the pass and its set of laws, rather than one key shared by every check_laws
+    # call: a failure saved for one pass is not replayed for another
+    hold(Trial(SEMANTICS, programs.map(_Shown), laws_hold,
+               key=(pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))),
+         settings=settings, max_examples=max_examples)
     report = LawReport(**counts)
     if not report.changed and not allow_vacuous:
         raise LawViolation(
@@ -491,48 +475,6 @@ def check_laws(
             None,
         )
     return report
-
-
-def _outside_a_suite() -> bool:
-    """Whether one of hypothesis's own profiles is active (no test suite loaded one): its
-    ``default``, or its built-in ``ci`` profile, which it loads by itself where a CI variable
-    (``CI``, ``GITHUB_ACTIONS``, ...) is set."""
-    import hypothesis._settings as own
-    from hypothesis import settings as hsettings
-
-    # ``own.CI`` is the built-in profile object, whatever a suite registers under "ci" later
-    active = hsettings.default
-    return active is hsettings.get_profile("default") or active is getattr(own, "CI", None)
-
-
-def _default_settings() -> Any:
-    """The active hypothesis profile; the ``ci`` settings (derandomized, no example database)
-    where hypothesis's own ``default`` profile is active, as it is outside a test suite."""
-    from hypothesis import settings as hsettings
-
-    base = hsettings.default
-    if _outside_a_suite():
-        base = hsettings(base, derandomize=True, database=None)
-    return base
-
-
-@contextlib.contextmanager
-def _storage_outside_the_tree(outside: bool) -> Any:
-    """Outside a test suite, point hypothesis's storage (its caches, e.g. ``constants``, which
-    it writes even without an example database) at a temporary directory for the run, unless
-    ``HYPOTHESIS_STORAGE_DIRECTORY`` says where it goes: nothing lands in the caller's tree."""
-    if not outside or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
-        yield
-        return
-    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
-
-    before = storage_directory(intent_to_write=False).home_directory
-    with tempfile.TemporaryDirectory(prefix="purefx-laws-") as where:
-        set_hypothesis_home_dir(where)
-        try:
-            yield
-        finally:
-            set_hypothesis_home_dir(before)
 
 
 def _changed_live(result: Any, program: Program) -> bool:

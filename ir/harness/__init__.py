@@ -12,6 +12,9 @@
 - ``ir.harness.runner``: the law runner every law loop goes through: ``run_side`` (one side
   run and observed, its values copied) and ``judge`` (two runs compared under a ``Law``,
   regrouped under ``reassociate``);
+- ``ir.harness.loop``: the law loop every law that draws goes through: a ``Trial`` (the law,
+  what is drawn, what runs on each draw, its key, a shrink budget) run by ``hold`` under
+  ``law_settings`` (the hypothesis settings policy);
 - ``ir.harness.run``: ``outcome``, one run on copies of the arguments with a seeded random (``seeded``)
   state; ``widen``, floating tensors made float64 (what a reference runs on).
 
@@ -28,6 +31,7 @@ from ir.harness.compare import (
     value_difference,
     with_terms,
 )
+from ir.harness.loop import Trial, digest, hold, law_settings
 from ir.harness.observe import (
     MISSING,
     OBSERVABLES,
@@ -54,9 +58,13 @@ __all__ = [
     "Ran",
     "Regrouped",
     "ShrinkBudget",
+    "Trial",
+    "digest",
     "find_difference",
     "fresh",
+    "hold",
     "judge",
+    "law_settings",
     "observe",
     "observed_difference",
     "outcome",

@@ -1,9 +1,9 @@
 """The law runner: one side of a law run and observed, and two runs judged under a law.
 
-The three law loops (``lowering.laws.check_semantics``: a program and the pass's result;
-``transforms.rewrite.check.check_rule``: a rule's pattern and the program ``rewrite`` makes of
-it; ``transforms.rewrite.check_context.check_site``: a program and its rewrite) draw their own
-inputs, then go through the same two steps, here:
+The three laws that run two sides (``lowering.laws.check_semantics``: a program and the pass's
+result; ``transforms.rewrite.check.check_rule``: a rule's pattern and the program ``rewrite``
+makes of it; ``transforms.rewrite.check_context.check_site``: a program and its rewrite), on
+each draw of the one law loop (``ir.harness.hold``), go through the same two steps, here:
 
 - :func:`run_side`: what runs on one side (a function, its arguments, the state it reads and
   writes), run once through ``ir.harness.outcome`` (copies of the arguments, a seeded random
@@ -16,7 +16,8 @@ inputs, then go through the same two steps, here:
   (``ir.harness.regrouped_difference``).
 
 Each law is a value: a ``Law`` (what is observed and compared) plus the sides it gives
-:func:`run_side`; what is drawn stays with each law's strategy.
+:func:`run_side`; what is drawn and the loop over the draws are the law's ``ir.harness.Trial``,
+run by ``ir.harness.hold``.
 """
 
 from __future__ import annotations

@@ -64,8 +64,10 @@ def test_teeth_dtype_guard(monkeypatch):
     monkeypatch.setattr(guards, "dtype_guard", lambda *a, **k: True)
     rule = Rule(lambda x: x * 1, lambda x: torch.where(x == x, x, x), X, name="times_one",  # noqa: PLR0124
                 trusted=True)
+    # a bool input is one signature among many: enough draws to meet one whatever the seed
+    # (the run's seed is hypothesis's digest of the law's check and the rule's name)
     with pytest.raises(LawViolation, match="dtype torch.bool, the original gives torch.int64"):
-        check_rule_in_context(rule, max_examples=25, places=("root",))
+        check_rule_in_context(rule, max_examples=150, places=("root",))
 
 
 class _IntTimesOneFloat(nn.Module):

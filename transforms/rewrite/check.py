@@ -42,6 +42,8 @@ from ir.harness import (
     Law,
     Observed,
     ShrinkBudget,
+    Trial,
+    hold,
     judge,
     outcome,
     regrouped,
@@ -322,7 +324,7 @@ def budgets(state: _State, n: int) -> list[int]:
 
 
 def _hypothesis_search(state: _State, i: int, k: int) -> None:
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, settings
     from hypothesis import strategies as st
 
     sig = state.sigs[i]
@@ -333,16 +335,11 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
         for a in sig.args
     ))
 
-    @settings(
-        max_examples=k, derandomize=True, database=None, deadline=None,
-        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-        phases=(Phase.explicit, Phase.generate, Phase.shrink),
-    )
-    @given(args)
-    def law(drawn: tuple) -> None:
-        state.check(i, drawn)
-
-    state.budget.guard(law)
+    base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck),
+                    phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    hold(Trial(RULE, args, lambda drawn: state._check(i, drawn),
+               key=(state.rule.name, sig.describe()), budget=state.budget),
+         settings=base, max_examples=k)
 
 
 ROWS = -1

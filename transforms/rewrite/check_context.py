@@ -26,6 +26,8 @@ from ir.harness import (
     Observed,
     Ran,
     ShrinkBudget,
+    Trial,
+    hold,
     judge,
     regrouped,
     run_side,
@@ -78,7 +80,7 @@ def check_rule_in_context(
     Cost: per example one ``torch.export`` (plus ``run_decompositions`` at the core level), two
     rewrites and two interpreted runs of the program; hypothesis shrinks a failure.
     """
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, settings
 
     from ir.strategies.rewrite_sites import LEVELS, PLACES, export_site, rewrite_sites
 
@@ -109,17 +111,11 @@ def check_rule_in_context(
             return  # a program purefx does not represent: nothing to rewrite
         _check_site(rule, p, inputs, spec.describe())
 
-    budget = ShrinkBudget(rule_law.SHRINK_SECONDS, LawViolation)
-
-    @settings(
-        max_examples=max_examples, derandomize=True, database=None, deadline=None,
-        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-    )
-    @given(strategy)
-    def law(spec: Any) -> None:
-        budget.run(repr(spec), lambda: one(spec))
-
-    budget.guard(law)
+    # every health check off: a site's export is slow, and many draws make no program
+    base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    hold(Trial(IN_CONTEXT, strategy, one, key=rule.name,
+               budget=ShrinkBudget(rule_law.SHRINK_SECONDS, LawViolation)),
+         settings=base, max_examples=max_examples)
 
 
 def _check_choice(name: str, given: Sequence[str] | None, allowed: Sequence[str]) -> None:
