@@ -42,6 +42,7 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, PLACEHOLD
 from ir.program import Program, require_program
 
 __all__ = [
+    "AliasSets",
     "Effects",
     "aliased_args",
     "binds_symbols",
@@ -274,6 +275,91 @@ class Effects:
         return node in self._asserts
 
 
+class AliasSets:
+    """Alias groups grown one node at a time, and which of them are written: the union-find
+    behind ``graph_effects``, and what a pass that adds nodes to an analysed graph keeps
+    (``transforms.kernel.WorkingGraph``), so that both answer "is this value written?" by one
+    definition.
+
+    ``over``: the ``Effects`` of the graph the nodes are added to (its groups and written groups
+    are the start; nothing of it is copied), or ``None`` to start from single values.
+
+    - ``add(node, writes)``: ``node``'s result joins the group of each argument it may share
+      memory with (``aliased_args``), and the values it writes in place (``writes``; default
+      ``written_args(node)``) are marked written, with every value of their groups;
+    - ``join(a, b)``: one group for ``a`` and ``b`` (a written group stays written);
+    - ``mark(name)``: ``name``'s group is written;
+    - ``group(name)``: the value standing for ``name``'s group;
+    - ``is_written(name)``: whether some value of ``name``'s group is written.
+
+    A group only grows: a node taken out later leaves its joins and writes in place
+    (conservative: an answer may say written where nothing writes any more). Inputs that may be
+    one tensor are joined as ``over`` joined them; a write added later to an input that no node
+    of ``over``'s graph wrote joins no other input (callers that add writes to inputs refuse
+    them first: ``transforms.edit``'s write check).
+
+    **Laws:** after ``add`` of every node of a graph in order (``over=None``, each node's
+    ``graph_effects`` writes), ``is_written`` agrees with that graph's
+    ``Effects.is_written`` on every value not joined through an input class; ``is_written(v)``
+    once true stays true. Complexity: O(α(n)) amortized per operation, O(arguments) per
+    ``add``.
+    """
+
+    __slots__ = ("_over", "_written", "parent")
+
+    def __init__(self, over: Effects | None = None) -> None:
+        self._over = over
+        self.parent: dict[str, str] = {}
+        self._written: set[str] = set()
+
+    def group(self, name: str) -> str:
+        """The value standing for ``name``'s alias group."""
+        parent, over = self.parent, self._over
+        root = name
+        while True:
+            up = parent.get(root)
+            if up is None:
+                up = over.group(root) if over is not None else root
+            if up == root:
+                break
+            root = up
+        while name != root:  # path compression
+            up = parent.get(name)
+            if up is None:
+                up = over.group(name) if over is not None else name
+            parent[name], name = root, up
+        return root
+
+    def join(self, a: str, b: str) -> None:
+        """Put ``a`` and ``b`` in one group; it is written when either was."""
+        ra, rb = self.group(a), self.group(b)
+        if ra == rb:
+            return
+        self.parent[rb] = ra
+        if self._is_marked(rb):
+            self._written.add(ra)
+
+    def mark(self, name: str) -> None:
+        """``name``'s group is written in place."""
+        self._written.add(self.group(name))
+
+    def add(self, node: Node, writes: tuple[str, ...] | None = None) -> None:
+        """Join ``node``'s result with what it may alias (``aliased_args``) and mark what it
+        writes (``writes``, default ``written_args(node)``)."""
+        for r in aliased_args(node):
+            self.join(node.name, r)
+        for v in written_args(node) if writes is None else writes:
+            self.mark(v)
+
+    def is_written(self, name: str) -> bool:
+        """Whether ``name``, or a value of its group, is written in place."""
+        return self._is_marked(self.group(name))
+
+    def _is_marked(self, root: str) -> bool:
+        over = self._over
+        return root in self._written or (over is not None and root in over._written)
+
+
 def graph_effects(p: Program, mid: ModuleId, graph: Graph) -> Effects:
     """The ``Effects`` of ``graph``, a graph of module ``mid`` of ``p``.
 
@@ -323,22 +409,9 @@ class _Analysis:
     def __init__(self, p: Program, mid: ModuleId, graph: Graph, table: dict,
                  visiting: tuple) -> None:
         self.p, self.mid, self.graph, self.table, self.visiting = p, mid, graph, table, visiting
-        self.parent: dict[str, str] = {}
+        self.sets = AliasSets()
+        self.find, self.union = self.sets.group, self.sets.join
         self.impure: dict[int, tuple[Any, bool]] = {}  # id(target) -> (target, impure)
-
-    def find(self, name: str) -> str:
-        parent = self.parent
-        root = name
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(name, name) != root:  # path compression
-            parent[name], name = root, parent[name]
-        return root
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
 
     def run(self) -> Effects:
         direct: dict[str, tuple[str, ...]] = {}  # node -> the values it writes
@@ -347,7 +420,7 @@ class _Analysis:
         asserts: list[str] = []
         getattrs = {n.name: n for n in self.graph.nodes if n.op == GET_ATTR}
         for n in self.graph.nodes:
-            self.parent.setdefault(n.name, n.name)
+            self.sets.parent.setdefault(n.name, n.name)
             if n.op in _CALLS:
                 facts = ops.facts(n.target)
                 for r in aliased_args(n):
@@ -393,7 +466,7 @@ class _Analysis:
             if any(self.find(name) in written for name in together):
                 for name in together[1:]:
                     self.union(together[0], name)
-        group = {name: self.find(name) for name in self.parent}
+        group = {name: self.find(name) for name in self.sets.parent}
         written_groups = frozenset(group.get(v, v) for vs in direct.values() for v in vs)
         inputs = frozenset(
             i for i, ph in enumerate(self.graph.placeholders) if group[ph.name] in written_groups

@@ -530,7 +530,7 @@ def _interior_unread(s: Site) -> bool:
 
 
 def _inputs_unwritten(s: Site) -> bool:
-    return not any(i in s.view.written for i in s.inputs)
+    return not any(s.view.is_written(i) for i in s.inputs)
 
 
 def _no_write_between(s: Site) -> bool:
