@@ -500,6 +500,13 @@ class ReluMul(torch.nn.Module):
         return torch.relu(x) * 2
 
 
+class WriteThroughView(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        y.view(-1)[:2].mul_(2.0)
+        return y * 3
+
+
 def _work(listener=None):
     p = import_ep(torch.export.export(ReluMul(), (torch.randn(3, 4),)))
     return p, kn.WorkingGraph(p.root_module.graph, listener=listener)
@@ -616,3 +623,33 @@ def test_the_engine_working_copy_is_the_kernel_working_graph():
     from transforms.rewrite import engine
 
     assert issubclass(engine._Work, kn.WorkingGraph)
+
+
+def test_working_graph_is_written_counts_writes_through_views_of_placed_nodes():
+    # a view of relu placed after the graph was built, then a write of the view: relu is
+    # written (ir.effects' definition, AliasSets over the graph's Effects), x and mul are not
+    p, w = _work()
+    x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
+    relu = w.node["relu"]
+    v = w.make(CALL_FUNCTION, aten.view.default, (relu.ref, [-1]), EMPTY)
+    w.add(v, (w.key["relu"][0], 0))
+    assert not w.is_written("relu")
+    write = w.make(CALL_FUNCTION, aten.add_.Tensor, (v.ref, 1.0), EMPTY)
+    w.add(write, (w.key["relu"][0], 1))
+    assert w.is_written("relu") and w.is_written(v.name) and w.is_written(write.name)
+    assert not w.is_written(x.name) and not w.is_written("mul")
+
+
+def test_working_graph_over_effects_answers_as_graph_effects():
+    from ir.effects import graph_effects
+
+    p = import_ep(torch.export.export(WriteThroughView(), (torch.randn(3, 4),)))
+    graph = p.root_module.graph
+    e = graph_effects(p, p.root, graph)
+    with_effects = kn.WorkingGraph(graph, effects=e)
+    without = kn.WorkingGraph(graph)
+    names = [n.name for n in graph.nodes]
+    assert any(e.is_written(n) and not e.writes(n) for n in names)  # written through a view
+    assert [with_effects.is_written(n) for n in names] == [e.is_written(n) for n in names]
+    assert [without.is_written(n) for n in names] == [e.is_written(n) for n in names]
+    assert with_effects.mutations == without.mutations
