@@ -26,7 +26,7 @@ effect before building the programs that call it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
@@ -44,6 +44,7 @@ from ir.program import Program, require_program
 __all__ = [
     "AliasSets",
     "Effects",
+    "alias_roots",
     "aliased_args",
     "binds_symbols",
     "graph_effects",
@@ -51,6 +52,7 @@ __all__ = [
     "is_assert",
     "is_pure",
     "is_view",
+    "same_tensor",
     "state_written",
     "view_base",
     "written_args",
@@ -171,6 +173,56 @@ def view_base(name: str, node_of: Callable[[str], Node | None]) -> str:
             return name
         name = node.args[0].name
     return name
+
+
+def same_tensor(node: Node) -> str | None:
+    """The argument whose very tensor ``node``'s result is: the first argument of an operator
+    that writes it in place and returns it (``ir.ops.is_inplace``: ``add_(a, b)`` is ``a``,
+    ``copy_(d, s)`` is ``d``); ``None`` for every other node, views included (a view is another
+    tensor over the same memory: ``view_base``), and for operators that write other arguments
+    (``add.out``, train-mode batch norm).
+
+    This is what a pass asks that makes the reads of a written value read the write's result
+    instead (``transforms.inline``), or that follows a value back to the input it is.
+
+    **Laws:** ``same_tensor(n) in aliased_args(n)`` and ``in written_args(n)`` whenever it is
+    not ``None``. O(1) after the first call per operator.
+    """
+    if node.op not in _CALLS or not node.args or type(node.args[0]) is not Ref:
+        return None
+    return node.args[0].name if ops.is_inplace(node.target) else None
+
+
+def alias_roots(graph: Graph, roots: Collection[str]) -> dict[str, frozenset[str]]:
+    """For each value of ``graph`` whose memory may be that of one of ``roots`` (values of
+    ``graph``: its inputs, the state it reads), the roots it may share memory with. A root has
+    itself; a node's result has the roots of every argument it may share memory with
+    (``aliased_args``: views, ``getitem``, in-place and ``out=`` results, and conservatively
+    every argument of a module call, a higher-order op, a Python function that is not size
+    arithmetic: a higher-order op's results reach every root of its operands). Values with no
+    root are left out.
+
+    Unlike ``Effects.group`` the answer is directed: a value reaches the roots it descends from,
+    and two roots never share an answer because some third value aliases both (nor because
+    they are inputs that may be one tensor: the caller decides how to treat those). A pass
+    that must know which input or state a write reaches asks it of the values a writer writes
+    (``Effects.writes``), as stage planning does.
+
+    **Laws:** ``r in alias_roots(g, R)[r]`` for ``r`` in ``R``; a write of value ``v`` (through
+    any chain of ``aliased_args`` steps) writes no root outside ``alias_roots(g, R).get(v,
+    ())``; the answer depends on ``graph`` and ``roots`` only. Complexity: O(n) when each node
+    aliases the roots of one argument (its answer is that argument's, shared), plus the sizes
+    of the unions for nodes that alias several.
+    """
+    found: dict[str, frozenset[str]] = {r: frozenset((r,)) for r in roots}
+    for n in graph.nodes:
+        if n.name in found:
+            continue
+        reached = [found[r] for r in aliased_args(n) if r in found]
+        if not reached:
+            continue
+        found[n.name] = reached[0] if len(reached) == 1 else frozenset().union(*reached)
+    return found
 
 
 def is_assert(node: Node) -> bool:

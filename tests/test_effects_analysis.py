@@ -826,3 +826,38 @@ def test_alias_sets_grown_node_by_node_agree_with_the_analysis():
     over.add(view.replace(name="w", target=torch.ops.aten.mul_.Tensor, args=(view.ref, 2)))
     assert over.is_written("mul") and over.group("mv") == over.group("mul")
     assert not e.is_written("mul")  # the Effects it grew from is not changed
+
+
+# --- same_tensor and alias_roots ------------------------------------------------------------------
+
+
+def test_same_tensor_is_an_in_place_operator_s_first_argument_and_nothing_else():
+    g = program(VIEW_THEN_WRITE).root_module.graph
+    assert effects.same_tensor(g.node("add_")) == "v"
+    assert effects.same_tensor(g.node("v")) is None  # a view is another tensor
+    assert effects.same_tensor(g.node("mul")) is None
+    assert effects.same_tensor(g.node("x")) is None
+    out = g.node("mul").replace(name="o", target=torch.ops.aten.add.out, args=(g.node("x").ref, 1),
+                                kwargs=None)
+    assert effects.same_tensor(out) is None  # an out= form writes another argument
+
+
+def test_alias_roots_follow_aliased_args_in_one_direction():
+    """``x`` and ``y`` are roots. The view of ``x`` and the write through it reach ``x``; the
+    higher-order op's result reaches both of its operands' roots; ``mul`` is new memory. ``x``
+    and ``y`` keep their own answers (no grouping)."""
+    p = program(HOP_BODY.replace(
+        "%x: user_input\n", "%x: user_input\n    %y: user_input\n", 1,
+    ).replace(
+        "      %x = placeholder\n",
+        "      %x = placeholder\n      %y = placeholder\n"
+        "      %v = call_function[aten.view.default](%x, [4])\n"
+        "      %add_ = call_function[aten.add_.Tensor](%v, 1)\n",
+    ).replace("(False, %body, %x)", "(False, %body, %x, %y)"))
+    g = p.root_module.graph
+    roots = effects.alias_roots(g, ["x", "y"])
+    assert roots == {
+        "x": {"x"}, "y": {"y"}, "v": {"x"}, "add_": {"x"}, "hop": {"x", "y"},
+        "getitem": {"x", "y"},
+    }
+    assert effects.alias_roots(g, []) == {}
