@@ -25,8 +25,9 @@ a new Program. What such an edit must get right is the same for every pass, and 
   inputs at ``finish``;
 - the **working graph** (``WorkingGraph``): the one mutable working copy of a graph a driver
   edits (local to one call, never shared): its nodes by name with a sort key each, their
-  readers, the call_function nodes of each operator, the values written in place and the sorted
-  keys of the nodes that write (from ``ir.effects``), the names taken (``fresh`` draws one after
+  readers, the call_function nodes of each operator, whether a value is written in place
+  (``is_written``: ``ir.effects``' answer, writes through views and aliases counted) and the
+  sorted keys of the nodes that write, the names taken (``fresh`` draws one after
   the naming policy, ``release`` / ``reserve`` give back and take), the results renamed; it
   makes a node (``make``: name, ``new_meta``, listener told), places it (``add``), rewires the
   readers of a value (``replace_uses``), erases a node (``erase``) and finishes into a new
