@@ -6,11 +6,15 @@ values are written through any alias, which inputs of a graph a call of it write
 draw random numbers, have an effect, or are asserts. Two levels:
 
 - **one node, without its program** (``is_pure``, ``written_args``, ``aliased_args``,
-  ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's operator says, conservative where the
-  operator is a module call or a higher-order op (it may write whatever it is given);
+  ``same_tensor``, ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's
+  operator says, conservative where the operator is a module call or a higher-order op (it may
+  write whatever it is given);
 - **one graph of a program** (``graph_effects`` -> ``Effects``): the node facts joined over the
   graph's alias groups, with each module call resolved to what its callee's graph does (that
-  graph analysed first, once) and each higher-order op to what its body graphs do.
+  graph analysed first, once) and each higher-order op to what its body graphs do;
+  ``AliasSets``, the union-find it runs on, grown node by node by a pass that edits the graph
+  (``transforms.kernel.WorkingGraph.is_written``); ``alias_roots``, which inputs or state reads
+  a value's memory may be, in one direction (stage planning's write check).
 
 ``Effects`` are computed once per ``(program, module, graph)`` and memoized per Program (an
 ``ir.memo.WeakMemo``: held as long as the Program lives, never part of it); ``written_state``
