@@ -344,9 +344,13 @@ class AliasSets:
       memory with (``aliased_args``), and the values it writes in place (``writes``; default
       ``written_args(node)``) are marked written, with every value of their groups;
     - ``join(a, b)``: one group for ``a`` and ``b`` (a written group stays written);
-    - ``mark(name)``: ``name``'s group is written;
+    - ``mark(name, at)``: ``name``'s group is written (``at``: where the write is, any
+      ordered key such as a working graph's sort key);
     - ``group(name)``: the value standing for ``name``'s group;
-    - ``is_written(name)``: whether some value of ``name``'s group is written.
+    - ``is_written(name)``: whether some value of ``name``'s group is written;
+    - ``written_after(name, at)``: whether some value of ``name``'s group is written by a
+      write marked at a key greater than ``at`` (a write before a value is made cannot change
+      what it reads later: the memory is written before the value exists).
 
     A group only grows: a node taken out later leaves its joins and writes in place
     (conservative: an answer may say written where nothing writes any more). Inputs that may be
@@ -361,12 +365,13 @@ class AliasSets:
     ``add``.
     """
 
-    __slots__ = ("_over", "_written", "parent")
+    __slots__ = ("_last", "_over", "_written", "parent")
 
     def __init__(self, over: Effects | None = None) -> None:
         self._over = over
         self.parent: dict[str, str] = {}
         self._written: set[str] = set()
+        self._last: dict[str, Any] = {}  # group -> the greatest key a write was marked at
 
     def group(self, name: str) -> str:
         """The value standing for ``name``'s alias group."""
@@ -394,18 +399,30 @@ class AliasSets:
         self.parent[rb] = ra
         if self._is_marked(rb):
             self._written.add(ra)
+        last = self._last.pop(rb, None)
+        if last is not None and (ra not in self._last or self._last[ra] < last):
+            self._last[ra] = last
 
-    def mark(self, name: str) -> None:
-        """``name``'s group is written in place."""
-        self._written.add(self.group(name))
+    def mark(self, name: str, at: Any = None) -> None:
+        """``name``'s group is written in place (at key ``at``, when given)."""
+        root = self.group(name)
+        self._written.add(root)
+        if at is not None and (root not in self._last or self._last[root] < at):
+            self._last[root] = at
 
-    def add(self, node: Node, writes: tuple[str, ...] | None = None) -> None:
+    def add(self, node: Node, writes: tuple[str, ...] | None = None, at: Any = None) -> None:
         """Join ``node``'s result with what it may alias (``aliased_args``) and mark what it
-        writes (``writes``, default ``written_args(node)``)."""
+        writes (``writes``, default ``written_args(node)``) at ``at``."""
         for r in aliased_args(node):
             self.join(node.name, r)
         for v in written_args(node) if writes is None else writes:
-            self.mark(v)
+            self.mark(v, at)
+
+    def written_after(self, name: str, at: Any) -> bool:
+        """Whether a write marked at a key greater than ``at`` writes ``name`` or a value of
+        its group (writes marked without a key are not counted)."""
+        last = self._last.get(self.group(name))
+        return last is not None and last > at
 
     def is_written(self, name: str) -> bool:
         """Whether ``name``, or a value of its group, is written in place."""

@@ -653,3 +653,21 @@ def test_working_graph_over_effects_answers_as_graph_effects():
     assert [with_effects.is_written(n) for n in names] == [e.is_written(n) for n in names]
     assert [without.is_written(n) for n in names] == [e.is_written(n) for n in names]
     assert with_effects.mutations == without.mutations
+
+
+def test_working_graph_written_after_leaves_out_writes_before_the_value():
+    # x is written (copy_) after relu: relu's memory is not written after relu exists only if
+    # the write lands before it; a write of relu through a view placed before mul is after relu
+    p, w = _work()
+    x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
+    relu = w.node["relu"]
+    early = w.make(CALL_FUNCTION, aten.add_.Tensor, (x.ref, 1.0), EMPTY)
+    w.add(early, (w.key[x.name][0], 0))  # before relu
+    assert w.is_written(x.name) and w.written_after(x.name)
+    assert not w.written_after(early.name)  # nothing writes x after this write
+    v = w.make(CALL_FUNCTION, aten.view.default, (relu.ref, [-1]), EMPTY)
+    w.add(v, (w.key["relu"][0], 0))
+    assert not w.written_after("relu")
+    write = w.make(CALL_FUNCTION, aten.mul_.Tensor, (v.ref, 2.0), EMPTY)
+    w.add(write, (w.key["relu"][0], 1))
+    assert w.written_after("relu") and not w.written_after(write.name)

@@ -218,8 +218,11 @@ class WorkingGraph:
                     continue
                 self.node[n.name] = n
                 self._index(n, (i,))  # its joins and writes are ``effects``'
-                if effects.writes(n.name):
+                writes = effects.writes(n.name)
+                if writes:
                     self.mutations.append((i,))
+                    for v in writes:
+                        self.sets.mark(v, (i,))  # where: for ``written_after``
             self._taken = Names(self.node)
 
     # --- names -----------------------------------------------------------------------------------
@@ -275,7 +278,7 @@ class WorkingGraph:
             writes = written_args(n)
         if writes:
             bisect.insort(self.mutations, key)
-        self.sets.add(n, writes)
+        self.sets.add(n, writes, key)
 
     def _index(self, n: Node, key: tuple) -> None:
         self.key[n.name] = key
@@ -420,6 +423,13 @@ class WorkingGraph:
         graph's nodes, ``AliasSets`` for the nodes placed since). Indexed only; conservative: a
         node erased since may still count. O(α(n))."""
         return self.sets.is_written(name)
+
+    def written_after(self, name: str) -> bool:
+        """Whether a node placed after ``name`` writes it in place, directly or through a value
+        that may share its memory (``is_written``'s definition, with the writes before ``name``
+        left out: memory written before a value is made is what that value reads, before and
+        after any edit). Indexed only; conservative as ``is_written``. O(α(n))."""
+        return self.sets.written_after(name, self.key[name])
 
     def mutates_between(self, lo: tuple, hi: tuple) -> bool:
         """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""
