@@ -161,8 +161,9 @@ class WorkingGraph:
       a value that may share its memory (a view, an in-place result, an input that may be the
       same tensor), as ``ir.effects`` defines it: the input graph's ``Effects`` for its nodes,
       and for each node placed since, its ``written_args`` joined over its ``aliased_args``
-      (``ir.effects.AliasSets``); ``mutations``: the sorted keys of the nodes that write in
-      place;
+      (``ir.effects.AliasSets``); ``written_after(name)``: the same, counting only writes
+      placed after ``name`` (what the rewrite guard ``input_written`` asks); ``mutations``: the
+      sorted keys of the nodes that write in place;
     - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
     - ``made``: the names of the nodes ``make`` made (the values the edit created, not those of
       the input graph; names given back by ``release`` leave it);
