@@ -6,11 +6,15 @@ values are written through any alias, which inputs of a graph a call of it write
 draw random numbers, have an effect, or are asserts. Two levels:
 
 - **one node, without its program** (``is_pure``, ``written_args``, ``aliased_args``,
-  ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's operator says, conservative where the
-  operator is a module call or a higher-order op (it may write whatever it is given);
+  ``same_tensor``, ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's
+  operator says, conservative where the operator is a module call or a higher-order op (it may
+  write whatever it is given);
 - **one graph of a program** (``graph_effects`` -> ``Effects``): the node facts joined over the
   graph's alias groups, with each module call resolved to what its callee's graph does (that
-  graph analysed first, once) and each higher-order op to what its body graphs do.
+  graph analysed first, once) and each higher-order op to what its body graphs do;
+  ``AliasSets``, the union-find it runs on, grown node by node by a pass that edits the graph
+  (``transforms.kernel.WorkingGraph.is_written``); ``alias_roots``, which inputs or state reads
+  a value's memory may be, in one direction (stage planning's write check).
 
 ``Effects`` are computed once per ``(program, module, graph)`` and memoized per Program (an
 ``ir.memo.WeakMemo``: held as long as the Program lives, never part of it); ``written_state``
@@ -26,7 +30,7 @@ effect before building the programs that call it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
@@ -42,7 +46,9 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, GET_ATTR, PLACEHOLD
 from ir.program import Program, require_program
 
 __all__ = [
+    "AliasSets",
     "Effects",
+    "alias_roots",
     "aliased_args",
     "binds_symbols",
     "graph_effects",
@@ -50,6 +56,7 @@ __all__ = [
     "is_assert",
     "is_pure",
     "is_view",
+    "same_tensor",
     "state_written",
     "view_base",
     "written_args",
@@ -172,6 +179,56 @@ def view_base(name: str, node_of: Callable[[str], Node | None]) -> str:
     return name
 
 
+def same_tensor(node: Node) -> str | None:
+    """The argument whose very tensor ``node``'s result is: the first argument of an operator
+    that writes it in place and returns it (``ir.ops.is_inplace``: ``add_(a, b)`` is ``a``,
+    ``copy_(d, s)`` is ``d``); ``None`` for every other node, views included (a view is another
+    tensor over the same memory: ``view_base``), and for operators that write other arguments
+    (``add.out``, train-mode batch norm).
+
+    This is what a pass asks that makes the reads of a written value read the write's result
+    instead (``transforms.inline``), or that follows a value back to the input it is.
+
+    **Laws:** ``same_tensor(n) in aliased_args(n)`` and ``in written_args(n)`` whenever it is
+    not ``None``. O(1) after the first call per operator.
+    """
+    if node.op not in _CALLS or not node.args or type(node.args[0]) is not Ref:
+        return None
+    return node.args[0].name if ops.is_inplace(node.target) else None
+
+
+def alias_roots(graph: Graph, roots: Collection[str]) -> dict[str, frozenset[str]]:
+    """For each value of ``graph`` whose memory may be that of one of ``roots`` (values of
+    ``graph``: its inputs, the state it reads), the roots it may share memory with. A root has
+    itself; a node's result has the roots of every argument it may share memory with
+    (``aliased_args``: views, ``getitem``, in-place and ``out=`` results, and conservatively
+    every argument of a module call, a higher-order op, a Python function that is not size
+    arithmetic: a higher-order op's results reach every root of its operands). Values with no
+    root are left out.
+
+    Unlike ``Effects.group`` the answer is directed: a value reaches the roots it descends from,
+    and two roots never share an answer because some third value aliases both (nor because
+    they are inputs that may be one tensor: the caller decides how to treat those). A pass
+    that must know which input or state a write reaches asks it of the values a writer writes
+    (``Effects.writes``), as stage planning does.
+
+    **Laws:** ``r in alias_roots(g, R)[r]`` for ``r`` in ``R``; a write of value ``v`` (through
+    any chain of ``aliased_args`` steps) writes no root outside ``alias_roots(g, R).get(v,
+    ())``; the answer depends on ``graph`` and ``roots`` only. Complexity: O(n) when each node
+    aliases the roots of one argument (its answer is that argument's, shared), plus the sizes
+    of the unions for nodes that alias several.
+    """
+    found: dict[str, frozenset[str]] = {r: frozenset((r,)) for r in roots}
+    for n in graph.nodes:
+        if n.name in found:
+            continue
+        reached = [found[r] for r in aliased_args(n) if r in found]
+        if not reached:
+            continue
+        found[n.name] = reached[0] if len(reached) == 1 else frozenset().union(*reached)
+    return found
+
+
 def is_assert(node: Node) -> bool:
     """Whether ``node`` is a runtime check (``ir.ops.is_assert``: ``_assert_tensor_metadata``,
     ``_assert_scalar``, ``_assert_async``, ``sym_constrain_range``, ``torch._check``): it
@@ -274,6 +331,108 @@ class Effects:
         return node in self._asserts
 
 
+class AliasSets:
+    """Alias groups grown one node at a time, and which of them are written: the union-find
+    behind ``graph_effects``, and what a pass that adds nodes to an analysed graph keeps
+    (``transforms.kernel.WorkingGraph``), so that both answer "is this value written?" by one
+    definition.
+
+    ``over``: the ``Effects`` of the graph the nodes are added to (its groups and written groups
+    are the start; nothing of it is copied), or ``None`` to start from single values.
+
+    - ``add(node, writes)``: ``node``'s result joins the group of each argument it may share
+      memory with (``aliased_args``), and the values it writes in place (``writes``; default
+      ``written_args(node)``) are marked written, with every value of their groups;
+    - ``join(a, b)``: one group for ``a`` and ``b`` (a written group stays written);
+    - ``mark(name, at)``: ``name``'s group is written (``at``: where the write is, any
+      ordered key such as a working graph's sort key);
+    - ``group(name)``: the value standing for ``name``'s group;
+    - ``is_written(name)``: whether some value of ``name``'s group is written;
+    - ``written_after(name, at)``: whether some value of ``name``'s group is written by a
+      write marked at a key greater than ``at`` (a write before a value is made cannot change
+      what it reads later: the memory is written before the value exists).
+
+    A group only grows: a node taken out later leaves its joins and writes in place
+    (conservative: an answer may say written where nothing writes any more). Inputs that may be
+    one tensor are joined as ``over`` joined them; a write added later to an input that no node
+    of ``over``'s graph wrote joins no other input (callers that add writes to inputs refuse
+    them first: ``transforms.edit``'s write check).
+
+    **Laws:** after ``add`` of every node of a graph in order (``over=None``, each node's
+    ``graph_effects`` writes), ``is_written`` agrees with that graph's
+    ``Effects.is_written`` on every value not joined through an input class; ``is_written(v)``
+    once true stays true. Complexity: O(α(n)) amortized per operation, O(arguments) per
+    ``add``.
+    """
+
+    __slots__ = ("_last", "_over", "_written", "parent")
+
+    def __init__(self, over: Effects | None = None) -> None:
+        self._over = over
+        self.parent: dict[str, str] = {}
+        self._written: set[str] = set()
+        self._last: dict[str, Any] = {}  # group -> the greatest key a write was marked at
+
+    def group(self, name: str) -> str:
+        """The value standing for ``name``'s alias group."""
+        parent, over = self.parent, self._over
+        root = name
+        while True:
+            up = parent.get(root)
+            if up is None:
+                up = over.group(root) if over is not None else root
+            if up == root:
+                break
+            root = up
+        while name != root:  # path compression
+            up = parent.get(name)
+            if up is None:
+                up = over.group(name) if over is not None else name
+            parent[name], name = root, up
+        return root
+
+    def join(self, a: str, b: str) -> None:
+        """Put ``a`` and ``b`` in one group; it is written when either was."""
+        ra, rb = self.group(a), self.group(b)
+        if ra == rb:
+            return
+        self.parent[rb] = ra
+        if self._is_marked(rb):
+            self._written.add(ra)
+        last = self._last.pop(rb, None)
+        if last is not None and (ra not in self._last or self._last[ra] < last):
+            self._last[ra] = last
+
+    def mark(self, name: str, at: Any = None) -> None:
+        """``name``'s group is written in place (at key ``at``, when given)."""
+        root = self.group(name)
+        self._written.add(root)
+        if at is not None and (root not in self._last or self._last[root] < at):
+            self._last[root] = at
+
+    def add(self, node: Node, writes: tuple[str, ...] | None = None, at: Any = None) -> None:
+        """Join ``node``'s result with what it may alias (``aliased_args``) and mark what it
+        writes (``writes``, default ``written_args(node)``) at ``at``."""
+        for r in aliased_args(node):
+            self.join(node.name, r)
+        for v in written_args(node) if writes is None else writes:
+            self.mark(v, at)
+
+    def written_after(self, name: str, at: Any) -> bool:
+        """Whether a write marked at a key greater than ``at`` writes ``name`` or a value of
+        its group (writes marked without a key are not counted)."""
+        last = self._last.get(self.group(name))
+        return last is not None and last > at
+
+    def is_written(self, name: str) -> bool:
+        """Whether ``name``, or a value of its group, is written in place."""
+        return self._is_marked(self.group(name))
+
+    def _is_marked(self, root: str) -> bool:
+        over = self._over
+        return root in self._written or (over is not None and root in over._written)
+
+
 def graph_effects(p: Program, mid: ModuleId, graph: Graph) -> Effects:
     """The ``Effects`` of ``graph``, a graph of module ``mid`` of ``p``.
 
@@ -323,22 +482,9 @@ class _Analysis:
     def __init__(self, p: Program, mid: ModuleId, graph: Graph, table: dict,
                  visiting: tuple) -> None:
         self.p, self.mid, self.graph, self.table, self.visiting = p, mid, graph, table, visiting
-        self.parent: dict[str, str] = {}
+        self.sets = AliasSets()
+        self.find, self.union = self.sets.group, self.sets.join
         self.impure: dict[int, tuple[Any, bool]] = {}  # id(target) -> (target, impure)
-
-    def find(self, name: str) -> str:
-        parent = self.parent
-        root = name
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(name, name) != root:  # path compression
-            parent[name], name = root, parent[name]
-        return root
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
 
     def run(self) -> Effects:
         direct: dict[str, tuple[str, ...]] = {}  # node -> the values it writes
@@ -347,7 +493,7 @@ class _Analysis:
         asserts: list[str] = []
         getattrs = {n.name: n for n in self.graph.nodes if n.op == GET_ATTR}
         for n in self.graph.nodes:
-            self.parent.setdefault(n.name, n.name)
+            self.sets.parent.setdefault(n.name, n.name)
             if n.op in _CALLS:
                 facts = ops.facts(n.target)
                 for r in aliased_args(n):
@@ -393,7 +539,7 @@ class _Analysis:
             if any(self.find(name) in written for name in together):
                 for name in together[1:]:
                     self.union(together[0], name)
-        group = {name: self.find(name) for name in self.parent}
+        group = {name: self.find(name) for name in self.sets.parent}
         written_groups = frozenset(group.get(v, v) for vs in direct.values() for v in vs)
         inputs = frozenset(
             i for i, ph in enumerate(self.graph.placeholders) if group[ph.name] in written_groups

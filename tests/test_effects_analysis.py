@@ -799,3 +799,65 @@ def test_view_base_follows_views_to_the_memory_they_show():
     assert effects.view_base("out", node_of) == "out"  # a new tensor
     assert effects.view_base("add_", node_of) == "add_"  # in place: not a view
     assert effects.view_base("nowhere", node_of) == "nowhere"
+
+
+# --- AliasSets: the union-find graph_effects and the kernel share --------------------------------
+
+
+def test_alias_sets_grown_node_by_node_agree_with_the_analysis():
+    """Every node of ``VIEW_THEN_WRITE`` added in order (each with what ``Effects.writes``
+    says) gives the same written values as ``graph_effects``; over the ``Effects`` the answer
+    starts there, and a write added later through a new view reaches the view's base."""
+    p = program(VIEW_THEN_WRITE)
+    g = p.root_module.graph
+    e = effects.graph_effects(p, p.root, g)
+    grown = effects.AliasSets()
+    for n in g.nodes:
+        grown.add(n, e.writes(n.name))
+    names = [n.name for n in g.nodes]
+    assert [n for n in names if grown.is_written(n)] == facts(p)["written"] == [
+        "x", "v", "add_"]
+    over = effects.AliasSets(e)
+    assert [n for n in names if over.is_written(n)] == ["x", "v", "add_"]
+    mul = g.node("mul")
+    view = mul.replace(name="mv", target=torch.ops.aten.view.default, args=(mul.ref, [4]))
+    over.add(view)
+    assert not over.is_written("mul")
+    over.add(view.replace(name="w", target=torch.ops.aten.mul_.Tensor, args=(view.ref, 2)))
+    assert over.is_written("mul") and over.group("mv") == over.group("mul")
+    assert not e.is_written("mul")  # the Effects it grew from is not changed
+
+
+# --- same_tensor and alias_roots ------------------------------------------------------------------
+
+
+def test_same_tensor_is_an_in_place_operator_s_first_argument_and_nothing_else():
+    g = program(VIEW_THEN_WRITE).root_module.graph
+    assert effects.same_tensor(g.node("add_")) == "v"
+    assert effects.same_tensor(g.node("v")) is None  # a view is another tensor
+    assert effects.same_tensor(g.node("mul")) is None
+    assert effects.same_tensor(g.node("x")) is None
+    out = g.node("mul").replace(name="o", target=torch.ops.aten.add.out, args=(g.node("x").ref, 1),
+                                kwargs=None)
+    assert effects.same_tensor(out) is None  # an out= form writes another argument
+
+
+def test_alias_roots_follow_aliased_args_in_one_direction():
+    """``x`` and ``y`` are roots. The view of ``x`` and the write through it reach ``x``; the
+    higher-order op's result reaches both of its operands' roots; ``mul`` is new memory. ``x``
+    and ``y`` keep their own answers (no grouping)."""
+    p = program(HOP_BODY.replace(
+        "%x: user_input\n", "%x: user_input\n    %y: user_input\n", 1,
+    ).replace(
+        "      %x = placeholder\n",
+        "      %x = placeholder\n      %y = placeholder\n"
+        "      %v = call_function[aten.view.default](%x, [4])\n"
+        "      %add_ = call_function[aten.add_.Tensor](%v, 1)\n",
+    ).replace("(False, %body, %x)", "(False, %body, %x, %y)"))
+    g = p.root_module.graph
+    roots = effects.alias_roots(g, ["x", "y"])
+    assert roots == {
+        "x": {"x"}, "y": {"y"}, "v": {"x"}, "add_": {"x"}, "hop": {"x", "y"},
+        "getitem": {"x", "y"},
+    }
+    assert effects.alias_roots(g, []) == {}

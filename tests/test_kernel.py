@@ -500,6 +500,13 @@ class ReluMul(torch.nn.Module):
         return torch.relu(x) * 2
 
 
+class WriteThroughView(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        y.view(-1)[:2].mul_(2.0)
+        return y * 3
+
+
 def _work(listener=None):
     p = import_ep(torch.export.export(ReluMul(), (torch.randn(3, 4),)))
     return p, kn.WorkingGraph(p.root_module.graph, listener=listener)
@@ -527,7 +534,7 @@ def test_working_graph_indexes_readers_and_operators_and_finishes_unchanged():
     assert [n.name for n in w.candidates(aten.relu.default)] == ["relu"]
     assert w.candidates(aten.neg.default) == []
     assert w.val("relu") is graph.node("relu").meta["val"]
-    assert not w.written and not w.mutations
+    assert not any(w.is_written(n) for n in w.node) and not w.mutations
     out, renames = w.finish()
     assert out == graph and renames == {}
 
@@ -575,7 +582,7 @@ def test_working_graph_erase_drops_the_node_from_every_index_and_is_heard():
     x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
     copy = w.make(CALL_FUNCTION, aten.copy_.default, (x.ref, w.node["relu"].ref), EMPTY)
     w.add(copy, (w.key["relu"][0], 0))
-    assert x.name in w.written
+    assert w.is_written(x.name) and not w.is_written("mul")
     assert w.mutates_between(w.key["relu"], w.key["mul"])
     assert not w.mutates_between(w.key["mul"], (99,))
     erased = w.erase(copy.name)
@@ -616,3 +623,51 @@ def test_the_engine_working_copy_is_the_kernel_working_graph():
     from transforms.rewrite import engine
 
     assert issubclass(engine._Work, kn.WorkingGraph)
+
+
+def test_working_graph_is_written_counts_writes_through_views_of_placed_nodes():
+    # a view of relu placed after the graph was built, then a write of the view: relu is
+    # written (ir.effects' definition, AliasSets over the graph's Effects), x and mul are not
+    p, w = _work()
+    x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
+    relu = w.node["relu"]
+    v = w.make(CALL_FUNCTION, aten.view.default, (relu.ref, [-1]), EMPTY)
+    w.add(v, (w.key["relu"][0], 0))
+    assert not w.is_written("relu")
+    write = w.make(CALL_FUNCTION, aten.add_.Tensor, (v.ref, 1.0), EMPTY)
+    w.add(write, (w.key["relu"][0], 1))
+    assert w.is_written("relu") and w.is_written(v.name) and w.is_written(write.name)
+    assert not w.is_written(x.name) and not w.is_written("mul")
+
+
+def test_working_graph_over_effects_answers_as_graph_effects():
+    from ir.effects import graph_effects
+
+    p = import_ep(torch.export.export(WriteThroughView(), (torch.randn(3, 4),)))
+    graph = p.root_module.graph
+    e = graph_effects(p, p.root, graph)
+    with_effects = kn.WorkingGraph(graph, effects=e)
+    without = kn.WorkingGraph(graph)
+    names = [n.name for n in graph.nodes]
+    assert any(e.is_written(n) and not e.writes(n) for n in names)  # written through a view
+    assert [with_effects.is_written(n) for n in names] == [e.is_written(n) for n in names]
+    assert [without.is_written(n) for n in names] == [e.is_written(n) for n in names]
+    assert with_effects.mutations == without.mutations
+
+
+def test_working_graph_written_after_leaves_out_writes_before_the_value():
+    # x is written (copy_) after relu: relu's memory is not written after relu exists only if
+    # the write lands before it; a write of relu through a view placed before mul is after relu
+    p, w = _work()
+    x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
+    relu = w.node["relu"]
+    early = w.make(CALL_FUNCTION, aten.add_.Tensor, (x.ref, 1.0), EMPTY)
+    w.add(early, (w.key[x.name][0], 0))  # before relu
+    assert w.is_written(x.name) and w.written_after(x.name)
+    assert not w.written_after(early.name)  # nothing writes x after this write
+    v = w.make(CALL_FUNCTION, aten.view.default, (relu.ref, [-1]), EMPTY)
+    w.add(v, (w.key["relu"][0], 0))
+    assert not w.written_after("relu")
+    write = w.make(CALL_FUNCTION, aten.mul_.Tensor, (v.ref, 2.0), EMPTY)
+    w.add(write, (w.key["relu"][0], 1))
+    assert w.written_after("relu") and not w.written_after(write.name)

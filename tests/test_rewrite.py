@@ -373,6 +373,38 @@ def test_fold_state_leaves_a_buffer_written_in_place_computed():
     assert fold_into_state(p, {"neg_1"}) is p  # reads only the written buffer
 
 
+class _WrittenThroughAView(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.w * 2
+        y.view(-1)[:2].add_(1.0)  # the value the rule makes is written through a view
+        return x + y
+
+
+_TWICE_FOLD = Rule(lambda t: t * 2, lambda t: t + t, (torch.randn(3, 4),), name="twice",
+                   trusted=True, fold_state=True)
+
+
+def test_fold_state_leaves_a_value_written_through_a_view_computed():
+    """Before: ``y = w * 2; y.view(-1)[:2].add_(1)``. Expected: ``w + w`` computed at every
+    call (``ir.effects``: the new node's value is written through a view), never a constant
+    that each call writes again (the second call's result was off by one there)."""
+    model = _WrittenThroughAView()
+    x = torch.randn(3, 4)
+    p = import_ep(torch.export.export(model, (x,)))
+    q, report = rewrite_report(p, [_TWICE_FOLD])
+    assert report.counts == {"twice": 1}
+    assert [s.kind for s in q.signature.inputs] == [s.kind for s in p.signature.inputs]
+    targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
+    assert targets[0] == "aten.add.Tensor" and "aten.add_.Tensor" in targets
+    f = lower(q)
+    for _ in range(2):
+        torch.testing.assert_close(f(x), model(x))
+
+
 class _Twice(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

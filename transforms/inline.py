@@ -7,6 +7,7 @@ from typing import Any
 
 from ir import ops
 from ir.args import IDict, IList, Ref, map_refs, ref
+from ir.effects import same_tensor
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import MODULE_LIST, PLAIN, SUBGRAPH, Module, ModuleId, split_call_target
@@ -276,9 +277,11 @@ class _Inliner:
         (the same tensor), as export writes them and as ``outline`` had them before it made
         such reads across calls read the input itself."""
         args, kwargs = map_refs(args, self._current), map_refs(kwargs, self._current)
-        made = self._emit(node.replace(args=args, kwargs=kwargs))
-        if ops.is_inplace(node.target) and args and type(args[0]) is Ref:
-            source = self.input_of.get(args[0].name)
+        emitted = node.replace(args=args, kwargs=kwargs)
+        made = self._emit(emitted)
+        written = same_tensor(emitted)  # the input (or its in-place result) it is
+        if written is not None:
+            source = self.input_of.get(written)
             if source is not None:
                 self.input_of[made.name] = source
                 self.latest[source] = made

@@ -25,8 +25,9 @@ a new Program. What such an edit must get right is the same for every pass, and 
   inputs at ``finish``;
 - the **working graph** (``WorkingGraph``): the one mutable working copy of a graph a driver
   edits (local to one call, never shared): its nodes by name with a sort key each, their
-  readers, the call_function nodes of each operator, the values written in place and the sorted
-  keys of the nodes that write (from ``ir.effects``), the names taken (``fresh`` draws one after
+  readers, the call_function nodes of each operator, whether a value is written in place
+  (``is_written``: ``ir.effects``' answer, writes through views and aliases counted) and the
+  sorted keys of the nodes that write, the names taken (``fresh`` draws one after
   the naming policy, ``release`` / ``reserve`` give back and take), the results renamed; it
   makes a node (``make``: name, ``new_meta``, listener told), places it (``add``), rewires the
   readers of a value (``replace_uses``), erases a node (``erase``) and finishes into a new
@@ -55,7 +56,7 @@ import attrs
 
 from ir import signature as sg
 from ir.args import Ref, map_refs, map_refs_in, thaw
-from ir.effects import Effects, written_args
+from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import META, FakeRunFailed, describe, fake_value, same_val
 from ir.graph import Graph
@@ -156,8 +157,13 @@ class WorkingGraph:
       ``i``-th node of the input at ``(i,)``, nodes placed between at longer keys);
     - ``users``: name -> its readers (a dict used as an ordered set);
     - ``by_target``: ``id(target)`` -> the call_function nodes of that operator;
-    - ``written``: the values some node writes in place (not their aliases); ``mutations``: the
-      sorted keys of the nodes that write in place (``ir.effects``);
+    - ``is_written(name)``: whether a node writes value ``name`` in place, directly or through
+      a value that may share its memory (a view, an in-place result, an input that may be the
+      same tensor), as ``ir.effects`` defines it: the input graph's ``Effects`` for its nodes,
+      and for each node placed since, its ``written_args`` joined over its ``aliased_args``
+      (``ir.effects.AliasSets``); ``written_after(name)``: the same, counting only writes
+      placed after ``name`` (what the rewrite guard ``input_written`` asks); ``mutations``: the
+      sorted keys of the nodes that write in place;
     - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
     - ``made``: the names of the nodes ``make`` made (the values the edit created, not those of
       the input graph; names given back by ``release`` leave it);
@@ -169,12 +175,15 @@ class WorkingGraph:
       ``drop``) and replaced (``replace_uses``, ``replace``); ``None``: nobody.
 
     ``indexed=False`` places none of ``graph``'s nodes (the driver places them with ``add`` or
-    ``keep`` as it walks, in order) and keeps no ``users`` / ``by_target`` / ``written``
+    ``keep`` as it walks, in order) and keeps no ``users`` / ``by_target`` / writes
     index: a driver that streams the graph in order (``rewrite_nodes``, ``cse``,
     ``fold_constants``, ``eliminate_dead_code``) pays for the node map only (the names taken
     are gathered when a name is first drawn); ``finish`` gives the nodes in the order placed.
-    ``effects``: ``graph``'s ``ir.effects.Effects`` (what its nodes write); without it, each
-    node's ``written_args``.
+    ``effects``: ``graph``'s ``ir.effects.Effects`` (what its nodes write, module calls and
+    higher-order ops resolved to what their graphs write); without it, each node's
+    ``written_args`` and ``aliased_args`` (conservative: a module call writes its arguments).
+    Indexed graphs of a Program should be given it, so that every driver asks "is it
+    written?" of the one analysis.
 
     Complexity: O(n) to build (``indexed``; O(1) streamed), O(readers) per ``add`` /
     ``erase``, O(arguments) per ``keep``, O(log m) per write-ordered query over ``m`` writing
@@ -182,7 +191,7 @@ class WorkingGraph:
     """
 
     __slots__ = ("_taken", "alias", "by_target", "graph", "indexed", "key", "listener", "made",
-                 "mutations", "new", "node", "placeholders", "renames", "users", "written")
+                 "mutations", "new", "node", "placeholders", "renames", "sets", "users")
 
     def __init__(
         self, graph: Graph, *, effects: Effects | None = None, listener: Listener | None = None,
@@ -195,7 +204,7 @@ class WorkingGraph:
         self.key: dict[str, tuple] = {}
         self.users: dict[str, dict[str, None]] = {}
         self.by_target: dict[int, dict[str, None]] = {}
-        self.written: set[str] = set()
+        self.sets = AliasSets(effects)
         self.mutations: list[tuple] = []
         self.renames: dict[str, str] = {}
         self.alias: dict[str, Ref] = {}
@@ -205,7 +214,16 @@ class WorkingGraph:
         self.made: set[str] = set()
         if indexed:
             for i, n in enumerate(graph.nodes):
-                self.add(n, (i,), effects.writes(n.name) if effects is not None else None)
+                if effects is None:
+                    self.add(n, (i,))
+                    continue
+                self.node[n.name] = n
+                self._index(n, (i,))  # its joins and writes are ``effects``'
+                writes = effects.writes(n.name)
+                if writes:
+                    self.mutations.append((i,))
+                    for v in writes:
+                        self.sets.mark(v, (i,))  # where: for ``written_after``
             self._taken = Names(self.node)
 
     # --- names -----------------------------------------------------------------------------------
@@ -251,21 +269,25 @@ class WorkingGraph:
 
     def add(self, n: Node, key: tuple = (), writes: tuple[str, ...] | None = None) -> None:
         """Place node ``n`` at ``key``; ``writes``: what it writes in place (default: what
-        ``ir.effects.written_args`` says of it). Unindexed: the node map only."""
+        ``ir.effects.written_args`` says of it), joined with what its result may alias
+        (``is_written``). Unindexed: the node map only."""
         self.node[n.name] = n
         if not self.indexed:
             return
+        self._index(n, key)
+        if writes is None:
+            writes = written_args(n)
+        if writes:
+            bisect.insort(self.mutations, key)
+        self.sets.add(n, writes, key)
+
+    def _index(self, n: Node, key: tuple) -> None:
         self.key[n.name] = key
         self.users.setdefault(n.name, {})
         for r in n.inputs():
             self.users.setdefault(r.name, {})[n.name] = None
         if n.op == CALL_FUNCTION:
             self.by_target.setdefault(id(n.target), {})[n.name] = None
-        if writes is None:
-            writes = written_args(n)
-        if writes:
-            bisect.insort(self.mutations, key)
-            self.written.update(writes)
 
     def state_read(
         self, new: NewState, kind: str, base: str, tensor: Any, *, mid: ModuleId, anchor: Node,
@@ -395,6 +417,20 @@ class WorkingGraph:
         return n.meta.get("val") if n is not None else None
 
     # --- queries ---------------------------------------------------------------------------------
+
+    def is_written(self, name: str) -> bool:
+        """Whether some node writes value ``name`` in place, directly or through a value that
+        may share its memory (``ir.effects``' definition: ``Effects.is_written`` for the input
+        graph's nodes, ``AliasSets`` for the nodes placed since). Indexed only; conservative: a
+        node erased since may still count. O(α(n))."""
+        return self.sets.is_written(name)
+
+    def written_after(self, name: str) -> bool:
+        """Whether a node placed after ``name`` writes it in place, directly or through a value
+        that may share its memory (``is_written``'s definition, with the writes before ``name``
+        left out: memory written before a value is made is what that value reads, before and
+        after any edit). Indexed only; conservative as ``is_written``. O(α(n))."""
+        return self.sets.written_after(name, self.key[name])
 
     def mutates_between(self, lo: tuple, hi: tuple) -> bool:
         """Whether a node that writes in place lies strictly between keys ``lo`` and ``hi``."""

@@ -4,10 +4,13 @@ into one holder per path with their state still tied)."""
 
 from __future__ import annotations
 
+import pytest
+import torch
 from beforeafter import program
 from programs_nested import NESTED, SHARED
 
-from ir import alpha_equivalent, verify
+from ir import alpha_equivalent, format_program, verify
+from lowering import lower
 from transforms import inline, outline, outline_and_sink
 
 
@@ -70,3 +73,64 @@ program:
 def test_a_flat_program_is_returned_as_it_is():
     flat = program(NESTED)
     assert inline(flat) is flat
+
+
+WRITES_ITS_INPUT = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %a = call_module[a](%x)
+      %mul = call_function[aten.mul.Tensor](%x, %a)
+      return (%mul,)
+  module a: A
+    graph 0:
+      %y = placeholder
+      %add_ = call_function[aten.add_.Tensor](%y, 1)
+      %neg = call_function[aten.neg.default](%add_)
+      return %neg"""
+
+
+def _flat(body: str) -> str:
+    return f"""\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul: user_output
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+{body}
+      return (%mul,)
+  module a: A"""
+
+
+@pytest.mark.parametrize(("before", "expected"), [
+    # add_ returns the very tensor x (ir.effects.same_tensor): the root's later read of x
+    # reads the write's result, as export writes it
+    (WRITES_ITS_INPUT, _flat("""\
+      %add_ = call_function[aten.add_.Tensor](%x, 1)
+      %neg = call_function[aten.neg.default](%add_)
+      %mul = call_function[aten.mul.Tensor](%add_, %neg)""")),
+    # a view is another tensor over x's memory: written through, x is still read as x
+    (WRITES_ITS_INPUT.replace(
+        "%add_ = call_function[aten.add_.Tensor](%y, 1)",
+        "%v = call_function[aten.view.default](%y, [-1])\n"
+        "      %add_ = call_function[aten.add_.Tensor](%v, 1)"), _flat("""\
+      %v = call_function[aten.view.default](%x, [-1])
+      %add_ = call_function[aten.add_.Tensor](%v, 1)
+      %neg = call_function[aten.neg.default](%add_)
+      %mul = call_function[aten.mul.Tensor](%x, %neg)""")),
+])
+def test_reads_of_an_input_written_in_place_read_the_write(before, expected):
+    p = program(before)
+    after = inline(p)
+    verify(after)
+    assert alpha_equivalent(after, program(expected, like=p)), format_program(after, vals=False)
+    x = torch.randn(4)
+    torch.testing.assert_close(lower(after)(x.clone())[0], lower(p)(x.clone())[0])

@@ -363,3 +363,100 @@ def test_a_non_tensor_value_crossing_a_boundary_is_refused():
                        r"stage 1; a pipeline stage passes tensors only"):
         split_stages(scalar, ["b"])
     split_stages(before, ["b"])  # the same program with a tensor there splits
+
+
+# --- writes as ir.effects sees them: views, alias-like operators, higher-order ops --------------
+
+HOP_WRITES_STATE = """\
+program:
+  inputs:
+    %b_n: buffer n persistent=True
+    %x: user_input
+  outputs:
+    %mul_1: user_output
+  state:
+    n: buffer <Tensor (2,) torch.float32>
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('x',)
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %body = get_attr[submod_1]()
+      %hop = call_function[torch.ops.higher_order.wrap_with_set_grad_enabled](False, %body, %b_n)  # stack: a
+      %getitem = call_function[_operator.getitem](%hop, 0)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%x, %getitem)  # stack: a
+      %mul_1 = call_function[aten.mul.Tensor](%mul, %b_n)  # stack: b
+      return (%mul_1,)
+  module a: A
+  module b: B
+  module submod_1: ? [subgraph]
+    graph 0:
+      %p = placeholder
+      %add_ = call_function[aten.add_.Tensor](%p, 1)
+      return (%add_,)"""
+
+CROSS_STAGE = r"buffer 'n' is written in stage\(s\) \[0\] and read or written in stage\(s\) \[0, 1\]"
+
+
+def test_a_higher_order_op_whose_body_writes_state_is_a_write_of_that_state():
+    """Stage 0 calls a body that writes buffer ``n`` in place; stage 1 reads ``n``. Each stage
+    would hold its own copy of ``n`` and stage 1's would miss the write: refused (the write is
+    ``ir.effects``' ``Effects.writes`` of the higher-order op; a split that looked at schema
+    writes only accepted it)."""
+    with pytest.raises(PassError, match=CROSS_STAGE):
+        split_stages(program(HOP_WRITES_STATE), ["b"])
+
+
+def test_a_higher_order_op_with_a_pure_body_reading_state_splits():
+    before = program(HOP_WRITES_STATE.replace("aten.add_.Tensor", "aten.add.Tensor"))
+    stages = split_stages(before, ["b"])
+    for got in stages.programs:
+        verify(got)
+    assert len(stages.programs) == 2
+
+
+def test_a_write_of_a_higher_order_op_result_writes_its_operands():
+    """The body is pure, but a higher-order op's results may share memory with its operands
+    (``ir.effects.aliased_args``: purefx does not look into what the body returns), so writing
+    one in place is taken as a write of ``n``: refused, conservatively (never a divergent
+    copy)."""
+    text = HOP_WRITES_STATE.replace("aten.add_.Tensor", "aten.add.Tensor").replace(
+        "%mul = call_function[aten.mul.Tensor](%x, %getitem)  # stack: a",
+        "%w = call_function[aten.add_.Tensor](%getitem, 1)  # stack: a\n"
+        "      %mul = call_function[aten.mul.Tensor](%x, %w)  # stack: a",
+    )
+    with pytest.raises(PassError, match=CROSS_STAGE):
+        split_stages(program(text), ["b"])
+
+
+def test_a_write_through_an_alias_like_reshape_of_state_is_a_write():
+    """``reshape`` may return its input (``ir.ops.is_alias_like``): writing its result may
+    write buffer ``n``, which stage 1 reads."""
+    text = HOP_WRITES_STATE.replace(
+        """      %body = get_attr[submod_1]()
+      %hop = call_function[torch.ops.higher_order.wrap_with_set_grad_enabled](False, %body, %b_n)  # stack: a
+      %getitem = call_function[_operator.getitem](%hop, 0)  # stack: a
+""",
+        """      %getitem = call_function[aten.reshape.default](%b_n, [2])  # stack: a
+      %w = call_function[aten.mul_.Tensor](%getitem, 2)  # stack: a
+""",
+    )
+    with pytest.raises(PassError, match=CROSS_STAGE):
+        split_stages(program(text), ["b"])
+
+
+def test_a_write_through_a_view_of_an_input_read_later_is_refused():
+    before = program(BEFORE_INPUT_WRITTEN.replace(
+        "%add_ = call_function[aten.add_.Tensor](%x, 1.0)  # stack: a",
+        "%v = call_function[aten.view.default](%x, [-1])  # stack: a\n"
+        "      %add_ = call_function[aten.add_.Tensor](%v, 1.0)  # stack: a",
+    ).replace("aten.mul.Tensor](%add_, %mul)", "aten.mul.Tensor](%x, %mul)"))
+    with pytest.raises(PassError, match=r"input 'x' is written in place in stage 0 and read "
+                       r"in later stage\(s\) \[1\]"):
+        split_stages(before, ["b"])

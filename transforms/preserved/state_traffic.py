@@ -20,6 +20,7 @@ import attrs
 
 from ir import ops
 from ir.args import Ref, ref
+from ir.effects import same_tensor
 from ir.graph import Graph
 from ir.memo import WeakMemo, memoized
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
@@ -153,9 +154,9 @@ def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], di
     for node in graph.nodes:
         if id(node.target) not in inplace or node.op != CALL_FUNCTION:
             continue
-        if not node.args or not isinstance(node.args[0], Ref):
+        first = same_tensor(node)  # the input (or in-place result of one) it is
+        if first is None:
             continue
-        first = node.args[0].name
         dest = first if first in roots else aliases.get(first)
         if dest is None:
             continue

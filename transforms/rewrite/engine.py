@@ -774,7 +774,7 @@ def matches(p: Program, rule: Rule) -> tuple[Match, ...]:
     for mid, path, gi, graph, per_match, barriers in _graph_sites(p):
         for variant in rule.variants():
             c = variant.compiled(level)
-            w = _work(graph, path, gi, per_match, barriers, c)
+            w = _work(p, mid, graph, path, gi, per_match, barriers, c)
             for n in graph.nodes:
                 if n.op != CALL_FUNCTION or n.target is not c.pattern.anchor.target:
                     continue
@@ -818,7 +818,7 @@ def apply_match(p: Program, m: Match) -> Program:
     mid, graph, per_match, barriers = found
     rule, level = m.definition, m.level
     c = rule.compiled(level)
-    w = _work(graph, m.module, m.graph, per_match, barriers, c)
+    w = _work(p, mid, graph, m.module, m.graph, per_match, barriers, c)
     taken = _taken(rule, c, m.binding, w)
     if isinstance(taken, guards.Guard):
         raise PassError(
@@ -853,9 +853,12 @@ def _graph_sites(p: Program):
                    barriers if mid == p.root else _NO_BARRIERS)
 
 
-def _work(graph, path, gi, per_match, barriers, c) -> _Work:
+def _work(p, mid, graph, path, gi, per_match, barriers, c) -> _Work:
+    """The working graph ``matches`` and ``apply_match`` judge a match on: the one ``rewrite``
+    builds for that graph (its writes from ``graph_effects``, as ``rewrite`` reads them)."""
     run = _Run([], {}, _by_stage(guards.GUARDS), True)
-    return _Work(graph, path, gi, per_match, barriers, c.pattern.size, run)
+    return _Work(graph, path, gi, per_match, barriers, c.pattern.size, run,
+                 graph_effects(p, mid, graph))
 
 
 def _taken(rule: Rule, c, b, w: _Work):

@@ -16,7 +16,7 @@ import torch
 from ir import signature as sg
 from ir import state as st
 from ir.args import thaw
-from ir.effects import is_pure, written_state
+from ir.effects import graph_effects, is_pure, written_state
 from ir.node import CALL_FUNCTION, CALL_MODULE, PLACEHOLDER
 from ir.program import Program
 from transforms import kernel as kn
@@ -43,7 +43,9 @@ def fold_into_state(p: Program, created: Collection[str]) -> Program:
         something else reads. The tensors are computed under ``torch.no_grad`` from the
         program's tensors, never written. State that ``p`` writes (a buffer a ``buffer_mutation``
         output or an in-place op updates: ``written_state``) is not folded: its value changes
-        from call to call.
+        from call to call. Nor is a node whose own value is written in place later, directly or
+        through a view or alias (``ir.effects``' ``Effects.is_written``): a constant would be
+        written by every call.
 
     **Laws:** semantics kept (the constants hold what the nodes computed); ``state_dict`` keys
     kept (constants are not in it); verify holds. Complexity: O(n) plus the folded arithmetic.
@@ -53,6 +55,7 @@ def fold_into_state(p: Program, created: Collection[str]) -> Program:
         return p
     specs = {s.name: s for s in p.signature.inputs}
     written = written_state(p)
+    effects = graph_effects(p, p.root, graph)
     values: dict[str, Any] = {}
     for n in graph.nodes:
         spec = specs.get(n.name) if n.op == PLACEHOLDER else None
@@ -64,8 +67,8 @@ def fold_into_state(p: Program, created: Collection[str]) -> Program:
         for n in graph.nodes:
             if n.name not in created or n.op != CALL_FUNCTION:
                 continue
-            if not is_pure(n):
-                continue
+            if not is_pure(n) or effects.is_written(n.name):
+                continue  # a value written in place (through any alias) changes every call
             if not all(r.name in values for r in n.inputs()):
                 continue
             result = n.target(*thaw(n.args, lambda r: values[r.name]),

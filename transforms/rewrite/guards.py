@@ -530,7 +530,12 @@ def _interior_unread(s: Site) -> bool:
 
 
 def _inputs_unwritten(s: Site) -> bool:
-    return not any(i in s.view.written for i in s.inputs)
+    """No input of the match is written in place after it is made, as ``ir.effects`` defines
+    written (``WorkingGraph.written_after``: through views and aliases, and inputs that may be
+    one tensor; a write before the input exists is what it reads either way). Direct writes
+    alone are not enough: a module graph's inputs may be one tensor, so ``y * 1 -> y`` before
+    a write of ``z`` would read ``y`` after the write (``tests/test_rewrite_guards.py``)."""
+    return not any(s.view.written_after(i) for i in s.inputs)
 
 
 def _no_write_between(s: Site) -> bool:
@@ -608,7 +613,8 @@ GUARDS: tuple[Guard, ...] = (
     Guard("interior", PLAN, _interior_unread,
           "a value inside the match (not a result) is read outside it"),
     Guard("input_written", PLAN, _inputs_unwritten,
-          "an input of the match is written in place somewhere in the graph"),
+          "an input of the match is written in place after it is made (directly, through a "
+          "view or alias, or as an input that may be the same tensor)"),
     Guard("write_between", PLAN, _no_write_between,
           "a write in place lies between the matched nodes"),
     Guard("placement", PLAN, _placed,

@@ -31,10 +31,10 @@ import torch
 from pyrsistent import pmap
 
 from ir import signature as sg
+from ir.effects import alias_roots, graph_effects
 from ir.errors import PassError
 from ir.module_stack import NO_STACK
 from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER, Node
-from ir.ops import is_getitem, is_inplace, is_mutating, is_view, written_args
 from ir.program import Program
 from transforms.preserved.state_traffic import state_traffic
 from transforms.sink import StateOwners
@@ -272,8 +272,14 @@ def _module_paths(
 def _written(p: Program, reads: Mapping[str, str], stage_of: Mapping[str, int]) -> dict[Any, set[int]]:
     """``{what: stages that write it}``, ``what`` a state tensor key or ``("input", name)`` for a
     program input: the values the signature writes back (``state_traffic``'s ``written_back``,
-    state only: an input's write-back goes to the caller's tensor), and in-place writes of a
-    state read, a program input, an in-place result of one, or a view of any of these. O(n)."""
+    state only: an input's write-back goes to the caller's tensor), and every in-place write
+    (``ir.effects``: ``Effects.writes`` of each writer) of a value whose memory may be a state
+    read's or a program input's (``ir.effects.alias_roots``: through views, ``getitem``,
+    in-place results, alias-like operators such as ``reshape``). A higher-order op counts as
+    the analysis counts it: it writes its operands when its body writes an input, and its
+    results may share memory with every operand, so a write of one of them is a write of
+    each state or input the op was given (conservative: the split is refused, never wrong).
+    O(n)."""
     table = p.state_table()
     traffic = state_traffic(p)
     user = {s.name for s in p.signature.user_inputs()}
@@ -289,22 +295,18 @@ def _written(p: Program, reads: Mapping[str, str], stage_of: Mapping[str, int]) 
         fqn = reads.get(dest)
         if fqn is not None:
             found.setdefault(table[fqn].tensor, set()).add(stage_of.get(value, 0))
-    base: dict[str, str] = dict(traffic.aliases)  # value -> the read or input it writes or views
-    for node in p.root_module.graph.nodes:
-        if node.name not in stage_of or not node.args:
+    graph = p.root_module.graph
+    effects = graph_effects(p, p.root, graph)
+    if not effects.writers:
+        return found
+    roots = alias_roots(graph, [*reads, *(u for u in user if u not in reads)])
+    for writer in effects.writers:
+        stage = stage_of.get(writer)
+        if stage is None:
             continue
-        first = getattr(node.args[0], "name", None)
-        root = base.get(first) or (first if what(first) is not None else None)
-        target = node.target
-        if root is not None and (is_inplace(target) or is_view(target) or is_getitem(target)):
-            base.setdefault(node.name, root)
-        if not is_mutating(target):
-            continue
-        for i in written_args(target):
-            arg = getattr(node.args[i], "name", None) if i < len(node.args) else None
-            key = what(base.get(arg, arg)) if arg is not None else None
-            if key is not None:
-                found.setdefault(key, set()).add(stage_of[node.name])
+        for value in effects.writes(writer):
+            for root in roots.get(value, ()):
+                found.setdefault(what(root), set()).add(stage)
     return found
 
 
