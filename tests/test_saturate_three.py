@@ -1,0 +1,156 @@
+"""Three projections of one input (attention's ``x @ wq, x @ wk, x @ wv``) under ``saturate``
+with the pairwise rule ``SHARED_INPUT_MM`` (issue 42): the rule fuses two of them, then the fused
+``x @ cat(wq, wk)`` with the third, so one matmul computes all three where the roofline says
+that is cheaper.
+
+Two mechanisms stood in the way (``docs/search.md``, *Rules of several results*): a result had
+to be a value of the program (the fused value, made by a rule, was never fused again), and the
+layout guard refused a new layout for a value read by a ``split`` (a list, not one tensor).
+Now a result may be a fused value as long as the results compute disjoint sets of program
+values (``saturate._disjoint_values``, ``ClassData.covers``), and a list is compared item by item
+(``saturate._same_layout``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import torch
+
+from ir import import_ep
+from ir.printer import format_graph
+from lowering import lower
+from transforms.rewrite import saturate_report
+from transforms.rewrite.check_context import check_extracted
+from transforms.rewrite.rules import SHARED_INPUT_MM
+
+saturate_mod = importlib.import_module("transforms.rewrite.saturate")
+
+ATOL = {"atol": 1e-3, "rtol": 1e-4}
+CHEAP = ((4096, 512), (512, 64), (512, 64), (512, 64))  # x read once pays for the cats
+DEAR = ((64, 4096), (4096, 4096), (4096, 4096), (4096, 4096))  # the cats copy 64 MiB each
+
+
+class _Three(torch.nn.Module):
+    def forward(self, x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        return torch.relu(q).sum(-1) + torch.sigmoid(k).sum(-1) + torch.tanh(v).sum(-1)
+
+
+@functools.cache
+def _program(shapes):
+    g = torch.Generator().manual_seed(0)
+    args = tuple(torch.randn(*s, generator=g) for s in shapes)
+    return import_ep(torch.export.export(_Three(), args)), args
+
+
+def _body(p) -> str:
+    return format_graph(p.root_module.graph).strip()
+
+
+def _matmuls(p) -> int:
+    return sum(str(n.target) == "aten.matmul.default" for n in p.root_module.graph.nodes)
+
+
+BEFORE = """\
+%x = placeholder
+%wq = placeholder
+%wk = placeholder
+%wv = placeholder
+%matmul = call_function[aten.matmul.default](%x, %wq)
+%matmul_1 = call_function[aten.matmul.default](%x, %wk)
+%matmul_2 = call_function[aten.matmul.default](%x, %wv)
+%relu = call_function[aten.relu.default](%matmul)
+%sum_1 = call_function[aten.sum.dim_IntList](%relu, [-1])
+%sigmoid = call_function[aten.sigmoid.default](%matmul_1)
+%sum_2 = call_function[aten.sum.dim_IntList](%sigmoid, [-1])
+%add = call_function[aten.add.Tensor](%sum_1, %sum_2)
+%tanh = call_function[aten.tanh.default](%matmul_2)
+%sum_3 = call_function[aten.sum.dim_IntList](%tanh, [-1])
+%add_1 = call_function[aten.add.Tensor](%add, %sum_3)
+return (%add_1,)"""
+
+
+EXPECTED = """\
+%x = placeholder
+%wq = placeholder
+%wk = placeholder
+%wv = placeholder
+%cat = call_function[aten.cat.default]([%wq, %wk], -1)
+%cat_1 = call_function[aten.cat.default]([%wv, %cat], -1)
+%matmul_3 = call_function[aten.matmul.default](%x, %cat_1)
+%split_with_sizes = call_function[aten.split_with_sizes.default](%matmul_3, [64, 128], -1)
+%getitem = call_function[_operator.getitem](%split_with_sizes, 1)
+%split_with_sizes_1 = call_function[aten.split_with_sizes.default](%getitem, [64, 64], -1)
+%getitem_1 = call_function[_operator.getitem](%split_with_sizes_1, 0)
+%getitem_2 = call_function[_operator.getitem](%split_with_sizes_1, 1)
+%getitem_3 = call_function[_operator.getitem](%split_with_sizes, 0)
+%relu = call_function[aten.relu.default](%getitem_1)
+%sum_1 = call_function[aten.sum.dim_IntList](%relu, [-1])
+%sigmoid = call_function[aten.sigmoid.default](%getitem_2)
+%sum_2 = call_function[aten.sum.dim_IntList](%sigmoid, [-1])
+%add = call_function[aten.add.Tensor](%sum_1, %sum_2)
+%tanh = call_function[aten.tanh.default](%getitem_3)
+%sum_3 = call_function[aten.sum.dim_IntList](%tanh, [-1])
+%add_1 = call_function[aten.add.Tensor](%add, %sum_3)
+return (%add_1,)"""
+
+
+def _no_greedy(monkeypatch):
+    """``saturate``'s own extraction, without the comparison with greedy ``rewrite`` (which
+    fuses the three pairwise anyway: its fused matmul is a node of the program it rewrites)."""
+    monkeypatch.setattr(saturate_mod, "_greedy", lambda p, rules, cost: (None, float("inf")))
+
+
+def test_saturate_fuses_three_projections_into_one_matmul(monkeypatch):
+    _no_greedy(monkeypatch)
+    p, args = _program(CHEAP)
+    assert _body(p) == BEFORE
+    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    assert _body(q) == EXPECTED
+    assert report.chosen == "saturate" and report.stopped == ("saturated",)
+    # round 1 fuses the pairs (both orders), round 2 each fused pair with the third
+    assert report.sizes == ((15, 45, 105, 105),)
+    assert report.rewrites == {"shared_input_mm": 4}  # two rewrites of two results each
+    assert round(report.cost_before, 1) == 80.5 and round(report.cost_after, 1) == 78.4
+    torch.testing.assert_close(lower(q)(*args), _Three()(*args), **ATOL)
+    check_extracted(p, q, args)
+
+
+def test_with_greedy_compared_saturate_keeps_its_own_fused_program():
+    """Greedy ``rewrite`` reaches the same cost here (it fuses pairwise, shape-blind); the
+    search's own program is kept on the tie."""
+    p, _ = _program(CHEAP)
+    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    assert report.chosen == "saturate" and _body(q) == EXPECTED
+    assert report.greedy_cost == report.cost_after
+
+
+def test_before_the_fix_the_search_stopped_at_one_pair(monkeypatch):
+    """Each mechanism is needed: with results kept to program values (the old guard) or with
+    a ``split``'s list value refusing a new layout (the old layout check), round 2 adds
+    nothing and the extraction keeps two matmuls (cost 78.9)."""
+    _no_greedy(monkeypatch)
+    p, _ = _program(CHEAP)
+    with monkeypatch.context() as m:
+        m.setattr(saturate_mod, "_disjoint_values", lambda eg, results: all(
+            eg.data[eg.find(r)].origin is not None for r in results))
+        q, report = saturate_report(p, [SHARED_INPUT_MM])
+    assert report.sizes == ((15, 45, 45),) and _matmuls(q) == 2
+    assert round(report.cost_after, 1) == 78.9
+    old = saturate_mod._same_layout
+
+    def tensors_only(before, after):
+        return None if isinstance(before, (list, tuple)) else old(before, after)
+
+    monkeypatch.setattr(saturate_mod, "_same_layout", tensors_only)
+    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    assert report.sizes == ((15, 45, 45),) and _matmuls(q) == 2
+
+
+def test_saturate_keeps_three_projections_where_fusing_is_dearer():
+    """A short ``x`` and 4096 x 4096 weights: each ``cat`` copies the weights per call."""
+    p, _ = _program(DEAR)
+    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    assert q is p and report.chosen == "original" and _matmuls(q) == 3
