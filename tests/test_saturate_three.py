@@ -80,14 +80,14 @@ EXPECTED = """\
 %wk = placeholder
 %wv = placeholder
 %cat = call_function[aten.cat.default]([%wq, %wk], -1)
-%cat_1 = call_function[aten.cat.default]([%wv, %cat], -1)
+%cat_1 = call_function[aten.cat.default]([%cat, %wv], -1)
 %matmul_3 = call_function[aten.matmul.default](%x, %cat_1)
-%split_with_sizes = call_function[aten.split_with_sizes.default](%matmul_3, [64, 128], -1)
-%getitem = call_function[_operator.getitem](%split_with_sizes, 1)
+%split_with_sizes = call_function[aten.split_with_sizes.default](%matmul_3, [128, 64], -1)
+%getitem = call_function[_operator.getitem](%split_with_sizes, 0)
 %split_with_sizes_1 = call_function[aten.split_with_sizes.default](%getitem, [64, 64], -1)
 %getitem_1 = call_function[_operator.getitem](%split_with_sizes_1, 0)
 %getitem_2 = call_function[_operator.getitem](%split_with_sizes_1, 1)
-%getitem_3 = call_function[_operator.getitem](%split_with_sizes, 0)
+%getitem_3 = call_function[_operator.getitem](%split_with_sizes, 1)
 %relu = call_function[aten.relu.default](%getitem_1)
 %sum_1 = call_function[aten.sum.dim_IntList](%relu, [-1])
 %sigmoid = call_function[aten.sigmoid.default](%getitem_2)
@@ -112,8 +112,9 @@ def test_saturate_fuses_three_projections_into_one_matmul(monkeypatch):
     q, report = saturate_report(p, [SHARED_INPUT_MM])
     assert _body(q) == EXPECTED
     assert report.chosen == "saturate" and report.stopped == ("saturated",)
-    # round 1 fuses the pairs (both orders), round 2 each fused pair with the third
-    assert report.sizes == ((15, 45, 105, 105),)
+    # round 1 fuses the pairs (both orders), round 2 the pair (wq, wk) with the third, in
+    # that order only (``_disjoint_values``)
+    assert report.sizes == ((15, 45, 55, 55),)
     assert report.rewrites == {"shared_input_mm": 4}  # two rewrites of two results each
     assert round(report.cost_before, 1) == 80.5 and round(report.cost_after, 1) == 78.4
     torch.testing.assert_close(lower(q)(*args), _Three()(*args), **ATOL)
@@ -176,19 +177,25 @@ class _Projections(torch.nn.Module):
         return out
 
 
-def test_four_projections_of_parameters_become_one_matmul_cheaper_than_greedy():
-    """Four readers of ``x``: the search fuses all four (three rewrites, a fused pair fused
-    with a fused pair or with a single one); greedy ``rewrite`` stops at two matmuls, as did
-    the search before (66.1 µs)."""
-    model = _Projections(4).eval()
+@pytest.mark.parametrize(("n", "before", "greedy", "after"), [
+    (4, 76.4, 66.1, 60.9),
+    (6, 117.1, 101.6, 91.4),
+])
+def test_projections_of_parameters_become_one_matmul_cheaper_than_greedy(n, before, greedy,
+                                                                           after):
+    """``n`` readers of ``x``: the search fuses all (``n - 1`` rewrites, left to right:
+    ``((a, b), c), d``); greedy ``rewrite`` stops at ``n / 2`` fused pairs, as did the search
+    before (for 4: 66.1 µs). Extraction tries the last rewrite with those that made its fused
+    operand (``extract.together``); without that, six stop at three matmuls."""
+    model = _Projections(n).eval()
     x = torch.randn(128, 512, generator=torch.Generator().manual_seed(2))
     p = import_ep(torch.export.export(model, (x,)))
-    assert _matmuls(p) == 4
+    assert _matmuls(p) == n
     q, report = saturate_report(p, [SHARED_INPUT_MM])
     assert report.chosen == "saturate" and report.stopped == ("saturated",)
-    assert _matmuls(q) == 1 and report.rewrites == {"shared_input_mm": 6}
-    assert round(report.cost_before, 1) == 76.4 and round(report.greedy_cost, 1) == 66.1
-    assert round(report.cost_after, 1) == 60.9
+    assert _matmuls(q) == 1 and report.rewrites == {"shared_input_mm": 2 * (n - 1)}
+    assert round(report.cost_before, 1) == before and round(report.greedy_cost, 1) == greedy
+    assert round(report.cost_after, 1) == after
     torch.testing.assert_close(lower(q)(x), model(x), **ATOL)
     check_extracted(p, q, (x,))
 
