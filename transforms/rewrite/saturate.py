@@ -477,13 +477,14 @@ def _disjoint_values(eg: EGraph, results: tuple[int, ...]) -> bool:
 def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
                    made: list[int]) -> None:
     """Mark the classes a rewrite of several results made, but for its results' own (the
-    ``getitem`` projections merged with ``roots``), as covering the program values of
+    ``getitem`` projections merged with ``roots``) and classes of the program it met again
+    (hash-consed: those stay the values they are), as covering the program values of
     ``roots`` (``ClassData.covers``): the fused matmul and its ``split`` compute them together.
     O(classes made x covered values)."""
     cov = frozenset().union(*(covered(eg.data[eg.find(r)]) for r in roots))
     own = {eg.find(n) for n in news}
     for cls in map(eg.find, made):
-        if cls not in own:
+        if cls not in own and eg.data[cls].origin is None:
             eg.data[cls].covers = eg.data[cls].covers | cov
 
 
