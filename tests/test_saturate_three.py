@@ -7,8 +7,11 @@ Two mechanisms stood in the way (``docs/search.md``, *Rules of several results*)
 to be a value of the program (the fused value, made by a rule, was never fused again), and the
 layout guard refused a new layout for a value read by a ``split`` (a list, not one tensor).
 Now a result may be a fused value as long as the results compute disjoint sets of program
-values (``saturate._disjoint_values``, ``ClassData.covers``), and a list is compared item by item
-(``saturate._same_layout``).
+values, fused in one order (``saturate._disjoint_values``, ``ClassData.covers``), and a list is
+compared item by item (``saturate._same_layout``). Two more pieces follow from it: extraction
+tries a rewrite with those that made its fused operand (``extract.together``), and
+``egraph.escapes`` follows a ``split``'s ``getitem`` s (else two returned values could become
+views of one buffer).
 """
 
 from __future__ import annotations
