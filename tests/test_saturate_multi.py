@@ -315,13 +315,13 @@ def test_at_another_dtype_the_recheck_matches_every_result():
     torch.testing.assert_close(lower(q)(x), model(x))
 
 
-def test_results_must_be_program_values_or_the_fused_value_is_fused_again(monkeypatch):
+def test_results_must_be_disjoint_or_the_fused_value_is_fused_again(monkeypatch):
     """``cat([x1, x2]) @ w`` (a class the rule made) shares ``w`` with ``x1 @ w``: without the
     guard it is fused again in round 2, and so on (3848 e-nodes in 11 rounds, stopped at
     ``seconds``, before the guard); with it the search saturates after round 1."""
     p, _ = _rows_program("sum")
     _, report = saturate_report(p, [ROWS])
     assert report.stopped == ("saturated",) and report.sizes[0][-1] == report.sizes[0][1]
-    monkeypatch.setattr(saturate_mod, "_program_values", lambda eg, results: True)
+    monkeypatch.setattr(saturate_mod, "_disjoint_values", lambda eg, results: True)
     _, report = saturate_report(p, [ROWS], limits=SaturationLimits(iterations=2))
     assert report.stopped == ("iterations",) and report.sizes[0][2] > report.sizes[0][1]

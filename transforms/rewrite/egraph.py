@@ -43,7 +43,8 @@ from transforms.rewrite.versions import NONE, Versions, versions
 LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
 
 __all__ = [
-    "ESCAPE_CAP", "LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "escapes", "from_graph",
+    "ESCAPE_CAP", "LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "covered", "escapes",
+    "from_graph",
     "passes_on", "value_roles",
 ]
 
@@ -83,12 +84,24 @@ class ClassData:
     (opaque: a placeholder, state read, random, effectful, written or read-after-write value),
     ``origin`` (the original node's name, ``None`` for a class made by a rule), ``invariant``
     (the same at every call: computed from unwritten state alone, ``cost.invariant_values``;
-    an e-node whose children are all invariant costs nothing per call)."""
+    an e-node whose children are all invariant costs nothing per call), ``covers`` (for a
+    class a rule of several results made to compute them together, such as the fused
+    ``x @ cat(w1, w2)``: the original nodes' names of the values it computes; see
+    ``covered``)."""
 
     val: Any
     leaf: bool
     origin: str | None
     invariant: bool = False
+    covers: frozenset[str] = frozenset()
+
+
+def covered(data: ClassData) -> frozenset[str]:
+    """The program values a class computes: its original node's, and those it was made to
+    compute together (``ClassData.covers``). Empty for a class a rule made otherwise. O(1)
+    plus the size of the set."""
+    own = frozenset() if data.origin is None else frozenset((data.origin,))
+    return own | data.covers
 
 
 def spell(tree: Any) -> Any:
@@ -195,6 +208,7 @@ class EGraph:
             da.origin = db.origin
         da.leaf = da.leaf or db.leaf
         da.invariant = da.invariant or db.invariant
+        da.covers = da.covers | db.covers
         if da.val is None:
             da.val = kept.val
         self.pending.append(a)
@@ -432,7 +446,8 @@ ESCAPE_CAP = 64  #: classes followed by ``escapes``, at most (past it: escapes)
 
 def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
     """Whether the value of class ``c`` reaches outside the graph's pure part: ``c``, or a
-    view of it (``ir.ops.is_view`` or alias-like e-nodes, followed up the parents), is in
+    view of it (``ir.ops.is_view`` or alias-like e-nodes, and the ``getitem`` s of a list of
+    views such as a ``split``, followed up the parents), is in
     ``pinned`` (canonical ids of the classes returned or read by a leaf: ``GraphEGraph.roots``)
     or is a leaf; ``True`` past ``ESCAPE_CAP`` classes followed. Two results of one rewrite
     that are views of one buffer may not both escape (``saturate``, ``extracted.plan``).
@@ -447,7 +462,8 @@ def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
             return True
         seen.add(x)
         for enode, owner in eg.parents.get(x, ()):
-            if callable(enode.op) and (ops.is_view(enode.op) or ops.is_alias_like(enode.op)):
+            if callable(enode.op) and (ops.is_view(enode.op) or ops.is_alias_like(enode.op)
+                                       or getattr(enode.op, "__name__", "") == "getitem"):
                 todo.append(eg.find(owner))
     return False
 

@@ -88,20 +88,22 @@ def together(eg: EGraph, roots: Iterable[int], choice: Choice,
     only sharing makes it so (one fused matmul against two). Here each group (the first
     ``GROUPS_MAX``) is tried: its classes take its e-nodes at once, and the choice is kept
     where it is acyclic (``complete``) and of lower ``dag_cost``; the classes below the group
-    keep their own choice. A local improvement, not an optimum (``exact`` is one).
+    keep their own choice. A group whose result is a value another group made (the fused
+    ``x @ cat(w1, w2)`` fused again with ``x @ w3``) is tried with that group, recursively.
+    A local improvement, not an optimum (``exact`` is one).
 
     **Laws:** the result is ``choice`` itself when no group lowers the cost; never of higher
     DAG cost than ``choice``; acyclic where ``choice`` is. Complexity: O(groups tried x
     classes reached)."""
     roots = list(roots)
+    groups = list(groups)[:GROUPS_MAX]
+    made_by = _made_by(eg, groups)
     best = choice
     best_cost: float | None = None
-    for i, group in enumerate(groups):
-        if i >= GROUPS_MAX:
-            break
+    for group in groups:
         trial = dict(best)
         changed = False
-        for c, n in group:
+        for c, n in _with_makers(eg, group, made_by):
             c = eg.find(c)
             n = eg.canonical(n)
             if c not in trial:
@@ -118,6 +120,39 @@ def together(eg: EGraph, roots: Iterable[int], choice: Choice,
             if got < best_cost * (1 - 1e-9):
                 best, best_cost = trial, got
     return best
+
+
+def _made_by(eg: EGraph, groups: list) -> dict[int, tuple]:
+    """For each class a group's results are projections of (the fused ``x @ cat(w1, w2)``
+    under ``getitem(split(.), i)``: the first child of each e-node of the class the
+    ``getitem`` s read), the first group that made it. O(groups x e-nodes of those classes)."""
+    made: dict[int, tuple] = {}
+    for group in groups:
+        if not group or not group[0][1].children:
+            continue
+        for n in eg.classes.get(eg.find(group[0][1].children[0]), ()):
+            if n.children:
+                made.setdefault(eg.find(n.children[0]), group)
+    return made
+
+
+def _with_makers(eg: EGraph, group: tuple, made_by: Mapping[int, tuple]) -> list:
+    """``group`` and, for each of its classes that another group made (a fused value fused
+    again: ``((a, b), c)``), that group too, recursively: the pair's value pays only where
+    ``a`` and ``b`` read it. O(groups followed)."""
+    out: list = []
+    todo, seen = [group], set()
+    while todo:
+        g = todo.pop()
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        out.extend(g)
+        for c, _ in g:
+            maker = made_by.get(eg.find(c))
+            if maker is not None:
+                todo.append(maker)
+    return out
 
 
 def complete(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode]) -> bool:
