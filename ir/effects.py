@@ -85,19 +85,32 @@ def is_pure(node: Node) -> bool:
 
 
 def inert_dropout(node: Node) -> bool:
-    """Whether ``node`` is a dropout that keeps its input (``train`` false or ``p`` 0, as
-    ``ops.computes_nothing`` says): it draws nothing and does nothing else, so it is pure and
-    not random, whatever its operator's name says (an eval-mode export keeps
-    ``aten.dropout(x, 0.1, False)``). Arguments that cannot be read (a keyword a
-    schema-less target takes) say no. O(arguments)."""
-    if node.op not in _CALLS or ops.facts(node.target).identity != ops.EVAL_DROPOUT:
+    """Whether ``node`` draws nothing although its operator may: a dropout that keeps its input
+    (``train`` false or ``p`` 0, as ``ops.computes_nothing`` says; an eval-mode export keeps
+    ``aten.dropout(x, 0.1, False)``), or an operator whose one source of randomness is a
+    ``dropout_p`` argument given as 0 (``scaled_dot_product_attention(q, k, v)``: its default).
+    Such a node is pure and not random, whatever its operator's tags say. Arguments that
+    cannot be read (a keyword a schema-less target takes, a ``dropout_p`` computed in the graph)
+    say no.
+
+    **Laws:** ``inert_dropout(n)`` implies that running ``n`` twice gives equal results and
+    consumes no random numbers. O(arguments)."""
+    if node.op not in _CALLS:
+        return False
+    facts = ops.facts(node.target)
+    if facts.identity == ops.EVAL_DROPOUT:
+        args = ops.normalized_args(node.target, node.args, node.kwargs)
+        if args is None:
+            if node.kwargs or len(node.args) < 3:
+                return False
+            args = node.args
+        return ops.computes_nothing(node.target, args, None, None)
+    names = [p.name for p in facts.params]
+    if not facts.random or facts.mutating or facts.kind != ops.OVERLOAD or "dropout_p" not in names:
         return False
     args = ops.normalized_args(node.target, node.args, node.kwargs)
-    if args is None:
-        if node.kwargs or len(node.args) < 3:
-            return False
-        args = node.args
-    return ops.computes_nothing(node.target, args, None, None)
+    p = args[names.index("dropout_p")] if args is not None else None
+    return isinstance(p, (int, float)) and not isinstance(p, bool) and p == 0
 
 
 def written_args(node: Node) -> tuple[str, ...]:

@@ -861,3 +861,33 @@ def test_alias_roots_follow_aliased_args_in_one_direction():
         "getitem": {"x", "y"},
     }
     assert effects.alias_roots(g, []) == {}
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, dropout_p: float) -> None:
+        super().__init__()
+        self.dropout_p = dropout_p
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        F = torch.nn.functional
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout_p)
+
+
+@pytest.mark.parametrize(("dropout_p", "draws"), [(0.0, False), (0.25, True)])
+def test_attention_draws_only_with_a_dropout_probability(dropout_p, draws):
+    # sdpa is tagged random (its dropout); at dropout_p 0 it draws nothing, so it is pure, not
+    # random and no effect: a search may merge it and an e-graph need not make it a leaf
+    qkv = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
+    from ir import import_ep
+
+    p = import_ep(torch.export.export(_Attention(dropout_p).train(), qkv))
+    (node,) = [n for n in p.root_module.graph.nodes if "attention" in str(n.target)]
+    assert effects.inert_dropout(node) is not draws and effects.is_pure(node) is not draws
+    found = effects.graph_effects(p, p.root, p.root_module.graph)
+    assert found.is_random(node.name) is draws
+    import attrs
+
+    zero = attrs.evolve(node, args=(*node.args[:3], None, 0), kwargs={})
+    assert effects.inert_dropout(zero) and effects.is_pure(zero)  # an int 0 draws nothing too
+    once = attrs.evolve(node, args=(*node.args[:3], None, True), kwargs={})
+    assert not effects.inert_dropout(once)  # a bool is no probability: not read as 0

@@ -9,7 +9,8 @@ or on the command line: ``purefx model.pt2 --rules transforms.rewrite_rules:RULE
 no_nans,no_infs,no_signed_zeros,reassociate``. Without the grant the attention rules are not
 applied (exact IEEE semantics; ``RewriteReport.not_granted`` names them).
 
-Also ``SHARED_INPUT_MM``, a rule of two results (two matmuls of one input fused), kept out of
+Also ``SHARED_INPUT_MM``, a rule of two results (two matmuls of one input fused), and its
+``nn.Linear`` twins ``SHARED_INPUT_LINEAR`` / ``SHARED_INPUT_LINEAR_NO_BIAS``, kept out of
 ``RULES``: whether it pays depends on the shapes, so it is meant for ``saturate`` and its cost
 model (``docs/search.md``), or for ``rewrite`` where the caller knows it pays.
 """
@@ -131,6 +132,45 @@ both (``rewrite``: guard ``shared``; ``saturate``: the escape guard), and where 
 admits the halves' strides. Exact (no assumption). Not in ``RULES``: whether it pays depends on
 the shapes (large weights make the ``cat`` dearer than the launch and the read of ``x`` it
 saves), which ``saturate``'s cost model decides and greedy ``rewrite`` does not."""
+
+
+
+def _shared_input_linear(x, w1, w2, b1, b2):
+    return F.linear(x, w1, b1), F.linear(x, w2, b2)
+
+
+def _shared_input_linear_fused(x, w1, w2, b1, b2):
+    bias = None if b1 is None else torch.cat([b1, b2])
+    a, b = F.linear(x, torch.cat([w1, w2]), bias).split([w1.shape[0], w2.shape[0]], dim=-1)
+    return a, b
+
+
+def _linear_weights(m: Match) -> bool:
+    """Both weights are matrices of one dtype (``linear``'s ``(out, in)`` layout): then
+    ``cat(w1, w2)`` along the output rows exists and ``linear(x, cat)`` holds ``linear(x, w1)``
+    then ``linear(x, w2)`` along its last dimension, each element the same dot product (plus
+    its own bias element)."""
+    x, w1, w2 = m.val(0), m.val(1), m.val(2)
+    return (all(isinstance(t, torch.Tensor) for t in (x, w1, w2))
+            and x.dim() >= 1 and w1.dim() == w2.dim() == 2 and w1.dtype == w2.dtype)
+
+
+SHARED_INPUT_LINEAR = Rule(
+    _shared_input_linear, _shared_input_linear_fused,
+    (torch.randn(3, 4), torch.randn(5, 4), torch.randn(6, 4), torch.randn(5), torch.randn(6)),
+    name="shared_input_linear", where=_linear_weights)
+"""``linear(x, w1, b1), linear(x, w2, b2) -> split(linear(x, cat(w1, w2), cat(b1, b2)), [n1,
+n2], -1)``: ``SHARED_INPUT_MM`` for ``nn.Linear`` projections with biases (BERT's query, key
+and value), as ``torch.export`` keeps them (``aten.linear``). Same results, same aliasing
+contract and guards as ``SHARED_INPUT_MM``; exact; not in ``RULES`` (the cost model decides)."""
+
+SHARED_INPUT_LINEAR_NO_BIAS = Rule(
+    _shared_input_linear, _shared_input_linear_fused,
+    (torch.randn(3, 4), torch.randn(5, 4), torch.randn(6, 4), None, None),
+    name="shared_input_linear_no_bias", where=_linear_weights)
+"""``SHARED_INPUT_LINEAR`` for projections without biases (``nn.Linear(..., bias=False)``:
+Llama's). Two rules, not one with ``optional`` biases: ``optional`` would also stand for one
+bias present and one absent, which a single fused ``linear`` cannot compute exactly."""
 
 # --- attention ----------------------------------------------------------------------------------
 #
@@ -391,5 +431,6 @@ __all__ = [
     "ATTENTION", "ATTENTION_ASSUMES", "ATTENTION_BIAS_MASK", "ATTENTION_DIV", "ATTENTION_DIV_MASK", "ATTENTION_MASK",
     "ATTENTION_MASKED_FILL", "ATTENTION_MASK_DROPOUT", "ATTENTION_PLAIN", "ATTENTION_SCALED",
     "ATTENTION_UNSCALED_BIAS_MASK", "ATTENTION_UNSCALED_MASK", "ATTENTION_WHERE", "CONV_BN",
-    "RELU_RELU", "RULES", "SHARED_INPUT_MM", "SILU", "TIMES_ONE",
+    "RELU_RELU", "RULES", "SHARED_INPUT_LINEAR", "SHARED_INPUT_LINEAR_NO_BIAS",
+    "SHARED_INPUT_MM", "SILU", "TIMES_ONE",
 ]
