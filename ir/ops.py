@@ -393,12 +393,16 @@ def functional_twin(target: Any) -> Any:
     if twin is None:
         return None
     mine = facts(twin)
-    same = [(p.name, p.type, p.required, p.default, p.kwarg_only) for p in found.params]
     if (mine.kind != OVERLOAD or mine.mutating or mine.view or mine.random or mine.results != 1
-            or [(p.name, p.type, p.required, p.default, p.kwarg_only) for p in mine.params]
-            != same):
+            or _parameters(mine) != _parameters(found)):
         return None
     return twin
+
+
+def _parameters(found: Any) -> list[tuple]:
+    """An operator's parameters as ``functional_twin`` compares them: name, type, whether
+    required, default, keyword-only."""
+    return [(p.name, p.type, p.required, p.default, p.kwarg_only) for p in found.params]
 
 
 def is_view(target: Any) -> bool:

@@ -111,7 +111,9 @@ def _weight_matrices(m: Match) -> bool:
     and dtypes, not ranks). Then ``cat(w1, w2, -1)`` exists (the pattern ran, so both have
     ``x``'s last size as rows) and ``x @ cat`` holds ``x @ w1`` then ``x @ w2`` along its last
     dimension, for ``x`` of any rank: each element is the same dot product. A vector weight
-    contracts that dimension away (nothing to split; the replacement would not trace)."""
+    contracts that dimension away (nothing to split; the replacement would not trace). The
+    ``linear`` rules ask the same of their ``(out, in)`` weights: ``cat(w1, w2)`` along the
+    output rows, and ``linear(x, cat)`` holds ``linear(x, w1)`` then ``linear(x, w2)``."""
     x, w1, w2 = m.val(0), m.val(1), m.val(2)
     return (all(isinstance(t, torch.Tensor) for t in (x, w1, w2))
             and x.dim() >= 1 and w1.dim() == w2.dim() == 2 and w1.dtype == w2.dtype)
@@ -134,7 +136,6 @@ the shapes (large weights make the ``cat`` dearer than the launch and the read o
 saves), which ``saturate``'s cost model decides and greedy ``rewrite`` does not."""
 
 
-
 def _shared_input_linear(x, w1, w2, b1, b2):
     return F.linear(x, w1, b1), F.linear(x, w2, b2)
 
@@ -145,20 +146,10 @@ def _shared_input_linear_fused(x, w1, w2, b1, b2):
     return a, b
 
 
-def _linear_weights(m: Match) -> bool:
-    """Both weights are matrices of one dtype (``linear``'s ``(out, in)`` layout): then
-    ``cat(w1, w2)`` along the output rows exists and ``linear(x, cat)`` holds ``linear(x, w1)``
-    then ``linear(x, w2)`` along its last dimension, each element the same dot product (plus
-    its own bias element)."""
-    x, w1, w2 = m.val(0), m.val(1), m.val(2)
-    return (all(isinstance(t, torch.Tensor) for t in (x, w1, w2))
-            and x.dim() >= 1 and w1.dim() == w2.dim() == 2 and w1.dtype == w2.dtype)
-
-
 SHARED_INPUT_LINEAR = Rule(
     _shared_input_linear, _shared_input_linear_fused,
     (torch.randn(3, 4), torch.randn(5, 4), torch.randn(6, 4), torch.randn(5), torch.randn(6)),
-    name="shared_input_linear", where=_linear_weights)
+    name="shared_input_linear", where=_weight_matrices)
 """``linear(x, w1, b1), linear(x, w2, b2) -> split(linear(x, cat(w1, w2), cat(b1, b2)), [n1,
 n2], -1)``: ``SHARED_INPUT_MM`` for ``nn.Linear`` projections with biases (BERT's query, key
 and value), as ``torch.export`` keeps them (``aten.linear``). Same results, same aliasing
@@ -167,7 +158,7 @@ contract and guards as ``SHARED_INPUT_MM``; exact; not in ``RULES`` (the cost mo
 SHARED_INPUT_LINEAR_NO_BIAS = Rule(
     _shared_input_linear, _shared_input_linear_fused,
     (torch.randn(3, 4), torch.randn(5, 4), torch.randn(6, 4), None, None),
-    name="shared_input_linear_no_bias", where=_linear_weights)
+    name="shared_input_linear_no_bias", where=_weight_matrices)
 """``SHARED_INPUT_LINEAR`` for projections without biases (``nn.Linear(..., bias=False)``:
 Llama's). Two rules, not one with ``optional`` biases: ``optional`` would also stand for one
 bias present and one absent, which a single fused ``linear`` cannot compute exactly."""
