@@ -448,7 +448,7 @@ def run_conv_bn(max_states: int, out: Any = sys.stdout, n_cases: int | None = No
         x = torch.randn(*shape)
         p = program(make(), x)
         t0 = time.perf_counter()
-        q, report = saturate_report(p, [rule])
+        q, report = saturate_report(p, [rule], assume=rule.assumes)
         t_sat = time.perf_counter() - t0
         check_extracted(p, q, (x,), where=name)
         g, _ = apply_rules(p, [rule])

@@ -109,7 +109,7 @@ def test_a_bn_output_written_in_place_is_folded_by_the_egraph():
                                      "relu_": torch.ops.aten.relu.default}
     assert seen.members == {"batch_norm", "add_", "relu_"} and not seen.barriers
     assert "batch_norm" not in value_roles(p, p.root, p.root_module.graph)
-    q, report = saturate_report(p, [CONV_BN])
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 1}
     assert report.cost_after < report.cost_before
     assert _compute(q) == EXPECTED
@@ -169,7 +169,7 @@ def test_readers_before_the_write_read_the_old_version_after_it_the_new():
     assert _compute(p) == READ_BEFORE
     seen = versions(p, p.root, p.root_module.graph)
     assert dict(seen.rebind) == {"mul_1": {"batch_norm": "add_"}}
-    q, report = saturate_report(p, [CONV_BN])
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 1}
     # the old version is the folded conv itself (``%mul``), the new one the functional add
     # of it, which ``%mul_1`` (kept, its argument given anew) reads
@@ -278,7 +278,7 @@ def test_writes_that_others_can_see_stay_barriers(cls, base, why, leaves):
     assert list(seen.barriers) == [base] and why in seen.barriers[base]
     assert not seen.functional and not seen.members
     assert leaves <= value_roles(p, p.root, p.root_module.graph)
-    q, report = saturate_report(p, [CONV_BN])
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
     assert "add_.Tensor" in _compute(q)
     if base == "batch_norm":
         # the e-graph matched nothing (greedy ``rewrite``'s program may be kept)
@@ -315,10 +315,10 @@ def test_each_barrier_is_needed(cls, monkeypatch):
     p = program(model, x)
     if cls is _IntoView:
         with pytest.raises(PassError, match="changes node 'relu'"):
-            saturate_report(p, [CONV_BN])
+            saturate_report(p, [CONV_BN], assume={"reassociate"})
         return
     p = _old_name_returned(p)
-    q, report = saturate_report(p, [CONV_BN])
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
     assert report.chosen == "saturate"
     with pytest.raises(LawViolation, match="outputs \\[1\\]: values differ"):
         check_extracted(p, q, (x,))
@@ -335,7 +335,7 @@ def test_resnet_model_every_pair_folded_by_the_extraction_itself():
     p = program(model, x)
     seen = versions(p, p.root, p.root_module.graph)
     assert len(seen.functional) == 4 and not seen.barriers
-    q, report = saturate_report(p, [CONV_BN])
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 16}
     assert batch_norms(p) == 16 and batch_norms(q) == 0
     assert "aten.add_" not in _compute(q)
@@ -386,7 +386,7 @@ def test_in_place_relus_and_residuals_of_a_torchvision_style_resnet():
     p = program(model, x)
     seen = versions(p, p.root, p.root_module.graph)
     assert len(seen.functional) == 7 and not seen.barriers
-    q, report = saturate_report(p, [CONV_BN])
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 6}
     assert batch_norms(p) == 6 and batch_norms(q) == 0
     assert "aten.relu_" not in _compute(q) and "aten.add_" not in _compute(q)

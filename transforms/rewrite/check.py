@@ -80,6 +80,9 @@ DTYPES = FLOAT_DTYPES
 ALL_DTYPES = (*DTYPES, torch.int64, torch.int32, torch.bool)
 """Every dtype tried for a tensor argument; drawn where the pattern runs on it."""
 SIGNATURES = 16
+ALSO_AT_SHARE = 4
+"""An ``also_at`` example set's variants get ``1/ALSO_AT_SHARE`` of the signatures and
+examples the first set's get (``check_rule``)."""
 """At most this many signatures (each one trace of the pattern, made when first drawn) per
 ``check_rule``."""
 PAIRS = 60
@@ -187,20 +190,29 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
     variant (``Rule.variants``: each combination of them ``None`` or a tensor), and what was
     checked is summed.
 
+    A rule traced at more example sets (``Rule.also_at``: other ranks, a string padding) is
+    checked at each set's variants too, with a quarter of the signatures and examples
+    (``ALSO_AT_SHARE``): the functions are the same, what a set adds is its trace (another
+    operator, another rank's reshape), which a wrong rule breaks at most draws.
+
     Cost: at most ``SIGNATURES`` exports of the pattern and rewrites, plus ``max_examples``
     (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph, per
-    variant.
+    variant of the first example set; a quarter of that per variant of each ``also_at`` set.
     """
-    found = [_check_variant(v, max_examples) for v in rule.variants()]
+    every = rule.variants()
+    first = 2 ** len(rule.optional) if rule.also_at else len(every)
+    n = max_examples if max_examples is not None else rule.max_examples
+    found = [_check_variant(v, n) for v in every[:first]]
+    found += [_check_variant(v, max(1, n // ALSO_AT_SHARE),
+                             max(2, SIGNATURES // ALSO_AT_SHARE)) for v in every[first:]]
     return Checked(sum(c.ran for c in found), sum(c.rewritten for c in found),
                    tuple(r for c in found for r in c.restrided))
 
 
-def _check_variant(rule: Rule, max_examples: int | None) -> Checked:
+def _check_variant(rule: Rule, n: int, limit: int = SIGNATURES) -> Checked:
     compiled = rule.compiled(TRAINING)
     _check_matches_itself(rule, compiled)
-    sigs, scores = _signatures(rule)
-    n = max_examples if max_examples is not None else rule.max_examples
+    sigs, scores = _signatures(rule, limit)
     state = _State(rule, sigs, scores)
     try:
         _search(state, n)
@@ -910,6 +922,7 @@ def run_replacement(rule: Rule, args: tuple) -> tuple:
 
 __all__ = [
     "ALL_DTYPES",
+    "ALSO_AT_SHARE",
     "DTYPES",
     "FINITE",
     "SHRINK_SECONDS",

@@ -173,10 +173,12 @@ class _Run:
 def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
     """Whether every rule's pattern traces to the same graph at levels ``a`` and ``b`` (none
     holds an operator that one level decomposes): a fixpoint at one is one at the other."""
-    return all(_pattern_key(r.compiled(a)) == _pattern_key(r.compiled(b)) for r in rules)
+    return all(_pattern_key(r.at_level(a)) == _pattern_key(r.at_level(b)) for r in rules)
 
 
-def _pattern_key(c: Compiled) -> tuple:
+def _pattern_key(c: Compiled | None) -> tuple | None:
+    if c is None:
+        return None  # the variant does not exist at that level
     return tuple((n.op, n.name, n.target, n.args, n.kwargs) for n in c.traced.graph.nodes)
 
 
@@ -189,14 +191,14 @@ def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
     done = run.done
     table = p.module_table()
     order = list(dict.fromkeys(mid for _, mid in p.walk()))
-    compiled = [(r, r.compiled(level)) for r in rules]
+    compiled = [(r, c) for r in rules if (c := r.at_level(level)) is not None]
     compiled.sort(key=lambda rc: -rc[1].benefit)  # stable: ties keep the order given
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
     for r, c in compiled:
         index.setdefault(id(c.pattern.anchor.target), []).append((r, c))
     multi = _called_more_than_once(p, order, table)
     barriers = _barriers(p)
-    depth = max(c.pattern.size for _, c in compiled)
+    depth = max((c.pattern.size for _, c in compiled), default=0)
     start = len(done)
     changed: dict[ModuleId, Any] = {}
     renamed_root: dict[str, str] = {}
@@ -773,7 +775,9 @@ def matches(p: Program, rule: Rule) -> tuple[Match, ...]:
     level = level_of(_graphs(p))
     for mid, path, gi, graph, per_match, barriers in _graph_sites(p):
         for variant in rule.variants():
-            c = variant.compiled(level)
+            c = variant.at_level(level)
+            if c is None:
+                continue  # this variant does not exist at the program's level
             w = _work(p, mid, graph, path, gi, per_match, barriers, c)
             for n in graph.nodes:
                 if n.op != CALL_FUNCTION or n.target is not c.pattern.anchor.target:

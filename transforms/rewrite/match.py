@@ -244,6 +244,10 @@ def same_number(p: Any, t: Any) -> bool:
     return math.copysign(1.0, f) == math.copysign(1.0, float(i)) or f != 0
 
 
+class HyperparameterNotTraced(PassError):
+    """A hyperparameter's example appears nowhere in a pattern's trace (``with_holes``)."""
+
+
 @attrs.frozen
 class Hole:
     """A literal of a pattern that is a wildcard: the uses of hyperparameter ``position`` (a
@@ -331,7 +335,7 @@ def with_holes(
     args = {k: walk(v, (k,)) for k, v in pattern.args.items()}
     missing = sorted(i for i, k in found.items() if not k)
     if missing:
-        raise PassError(
+        raise HyperparameterNotTraced(
             f"{what}: hyperparameter(s) {missing} (examples "
             f"{[hypers[i] for i in missing]}) appear nowhere in the pattern's trace; a "
             "hyperparameter must be a literal argument of an operator the pattern calls (give "
@@ -679,6 +683,6 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 
 __all__ = [
-    "Binding", "Hole", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
+    "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
     "same_number", "with_holes",
 ]

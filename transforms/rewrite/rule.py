@@ -20,7 +20,13 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER, Node
-from transforms.rewrite.match import Pattern, match_at, prepare, with_holes
+from transforms.rewrite.match import (
+    HyperparameterNotTraced,
+    Pattern,
+    match_at,
+    prepare,
+    with_holes,
+)
 from transforms.rewrite.trace import TRAINING, Traced, trace
 
 # --- rules --------------------------------------------------------------------------------------
@@ -169,6 +175,35 @@ def _example_tuple(value: Any) -> tuple:
     return tuple(value)
 
 
+def _also_at(value: Any) -> tuple[tuple, ...]:
+    if not isinstance(value, (tuple, list)):
+        raise PassError(f"Rule: also_at must be a tuple of example tuples, got {value!r}")
+    return tuple(_example_tuple(v) for v in value)
+
+
+def _check_also(rule: Any, k: int, other: tuple) -> None:
+    """``PassError`` where ``also_at[k]`` does not fit the rule's example inputs: another
+    length, a marker where the first set has none, or no tensor at an ``optional``
+    position."""
+    if len(other) != len(rule.example_inputs):
+        raise PassError(
+            f"Rule {rule.name or ''}: also_at[{k}] has {len(other)} arguments; "
+            f"example_inputs has {len(rule.example_inputs)}"
+        )
+    for i, x in enumerate(other):
+        if isinstance(x, Hyper) and i not in rule.hypers:
+            raise PassError(
+                f"Rule: also_at[{k}][{i}] is a hyper(...) where example_inputs[{i}] is not one"
+            )
+        if isinstance(x, OptionalTensor) or (
+            i in rule.optional and not isinstance(x, torch.Tensor)
+        ):
+            raise PassError(
+                f"Rule: also_at[{k}][{i}] must be a plain tensor: the position's optional(...) "
+                "marker is given once, in example_inputs"
+            )
+
+
 def _hypers(value: Any) -> Mapping[int, Hyper]:
     return pmap(dict(value))  # immutable, and copied with the rule (copy.deepcopy)
 
@@ -219,6 +254,14 @@ class Rule:
         both_ways: the replacement may be rewritten back into the pattern too (``saturate``
             applies the rule in both directions; equality makes that no cycle). ``rewrite``
             (greedy) applies it forwards only.
+        also_at: more example inputs, each a tuple as long as ``example_inputs``, to trace the
+            same two functions at: other ranks (``conv1d`` and ``conv3d`` where the example is
+            a ``conv2d``) or another kind of hyperparameter (a string ``padding='same'``, which
+            export records as another operator). The rule stands for each trace (its
+            ``variants``), so functions generic over the ranks are written once. A
+            hyperparameter position takes the other value (``(2,)``) or ``hyper(...)`` with
+            its ``values``; an ``optional`` position a tensor (it may be ``None`` there too).
+            Each set is checked by ``check_rule`` as a variant is.
 
     A Rule is a frozen attrs value: assigning an attribute raises, ``attrs.evolve(rule, ...)``
     makes a changed copy (its caches start empty), and two Rules are equal only when they are
@@ -247,6 +290,7 @@ class Rule:
     """``{argument position: Hyper}``: the hyperparameters (from ``hyper`` markers)."""
     optional: frozenset[int] = attrs.field(default=frozenset(), kw_only=True, converter=frozenset)
     """The positions of the tensor arguments that may be ``None`` (``optional`` markers)."""
+    also_at: tuple[tuple, ...] = attrs.field(default=(), kw_only=True, converter=_also_at)
 
     def __attrs_post_init__(self) -> None:
         marked = {i: x for i, x in enumerate(self.example_inputs)
@@ -277,6 +321,8 @@ class Rule:
                 f"Rule: {len(self.optional)} optional tensor arguments; at most "
                 f"{_MAX_OPTIONAL} (each doubles the variants traced and checked)"
             )
+        for k, other in enumerate(self.also_at):
+            _check_also(self, k, other)
         if self.name is None:
             object.__setattr__(
                 self, "name", f"{_fn_name(self.pattern)} -> {_fn_name(self.replacement)}"
@@ -292,23 +338,37 @@ class Rule:
         return f"Rule({self.name!r})"
 
     def variants(self) -> tuple[Rule, ...]:
-        """The rule once per combination of its ``optional`` arguments being a tensor or
-        ``None`` (the example with ``None`` there; same name, functions, ``where`` and
-        hyperparameters), all tensors first; ``(self,)`` when it has none. Kept in
-        ``rule_cache`` (made once). O(2 ** len(optional))."""
-        if not self.optional:
+        """The rule once per example set (``example_inputs``, then each of ``also_at``) and
+        per combination of its ``optional`` arguments being a tensor or ``None`` (the example
+        with ``None`` there; same name, functions, ``where``; the set's hyperparameters), all
+        tensors first, the first set first (its first variant ``self``); ``(self,)`` when it
+        has neither. Kept in
+        ``rule_cache`` (made once). O((1 + len(also_at)) x 2 ** len(optional))."""
+        if not self.optional and not self.also_at:
             return (self,)
         cache = rule_cache(self)
         if cache.variants is None:
-            order = sorted(self.optional)
-            out = []
-            for mask in range(2 ** len(order)):
-                nones = {p for k, p in enumerate(order) if mask >> k & 1}
-                ex = tuple(None if i in nones else x for i, x in enumerate(self.example_inputs))
-                out.append(self if not nones else attrs.evolve(
-                    self, example_inputs=ex, optional=frozenset()))
+            out = list(self._optional_variants())
+            for other in self.also_at:
+                marked = tuple(
+                    x if i not in self.hypers or isinstance(x, Hyper) else hyper(x)
+                    for i, x in enumerate(other))
+                at = attrs.evolve(self, example_inputs=marked, hypers={}, also_at=())
+                out.extend(at._optional_variants())
             cache.variants = tuple(out)
         return cache.variants
+
+    def _optional_variants(self) -> list[Rule]:
+        order = sorted(self.optional)
+        out = []
+        for mask in range(2 ** len(order)):
+            nones = {p for k, p in enumerate(order) if mask >> k & 1}
+            if not nones:
+                out.append(self)  # the first set's: the rule itself (its also_at unused)
+                continue
+            ex = tuple(None if i in nones else x for i, x in enumerate(self.example_inputs))
+            out.append(attrs.evolve(self, example_inputs=ex, optional=frozenset(), also_at=()))
+        return out
 
     def compiled(self, level: str) -> Compiled:
         """The rule traced at ``level`` (``"training"`` or ``"core"``), traced once per level.
@@ -322,6 +382,24 @@ class Rule:
             found = _compile(self, level)
             traced[level] = found  # at most len(LEVELS) entries
         return found
+
+    def at_level(self, level: str) -> Compiled | None:
+        """``compiled(level)``, or ``None`` where this variant does not exist at ``level``: a
+        hyperparameter that the level's decompositions fold away (``padding='same'`` becomes
+        numbers at ``"core"``, where the numeric variant stands for it). Raises as
+        ``compiled`` does otherwise, and where the hyperparameter is missing from the trace as
+        written (a malformed rule). O(1) after the first call per level."""
+        traced = rule_cache(self).traced
+        if ("absent", level) in traced:
+            return None
+        try:
+            return self.compiled(level)
+        except HyperparameterNotTraced:
+            if level == TRAINING:
+                raise
+            self.compiled(TRAINING)  # as written, the rule must hold each hyperparameter
+            traced["absent", level] = None
+            return None
 
 
 class RuleCache:

@@ -45,9 +45,12 @@ def _sigmoid_times(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x) * x  # matches x * sigmoid(x) too: mul is commutative
 
 
+_CONV = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}  #: by the weight's rank
+
+
 def _conv_bn(x, w, b, mean, var, gamma, beta, momentum: float, eps: float,
              stride, padding, dilation, groups) -> torch.Tensor:
-    y = F.conv2d(x, w, b, stride, padding, dilation, groups)
+    y = _CONV[w.dim()](x, w, b, stride, padding, dilation, groups)
     return F.batch_norm(y, mean, var, gamma, beta, False, momentum, eps)
 
 
@@ -55,16 +58,35 @@ def _conv_folded(x, w, b, mean, var, gamma, beta, momentum: float, eps: float,
                  stride, padding, dilation, groups) -> torch.Tensor:
     s = gamma * torch.rsqrt(var + eps)
     shift = beta - mean * s if b is None else (b - mean) * s + beta
-    return F.conv2d(x, w * s.reshape(-1, 1, 1, 1), shift, stride, padding, dilation, groups)
+    scale = s.reshape(-1, *(1,) * (w.dim() - 1))
+    return _CONV[w.dim()](x, w * scale, shift, stride, padding, dilation, groups)
 
 
 _C = 4
-# hyperparameters: one example value each, told apart in the trace (stride (2, 2), padding
-# (1, 1), dilation (3, 3), groups 2); the bias may be None
-_CONV_BN = (
-    torch.randn(1, _C, 10, 10), torch.randn(_C, _C // 2, 3, 3), optional(torch.randn(_C)),
-    torch.randn(_C), torch.rand(_C) + 0.5, torch.randn(_C), torch.randn(_C), 0.1, 1e-5,
-    hyper((2, 2)), hyper((1, 1)), hyper((3, 3)), hyper(2),
+
+
+def _conv_bn_example(spatial: tuple[int, ...], stride: Any, padding: Any) -> tuple:
+    """Example inputs of ``CONV_BN`` for a convolution of ``len(spatial)`` dimensions. The
+    hyperparameters' examples are told apart in the trace (stride 2s, padding 1s or a
+    string, dilation 3s, groups 2); the bias may be None."""
+    n = len(spatial)
+    return (
+        torch.randn(1, _C, *spatial), torch.randn(_C, _C // 2, *(3,) * n), torch.randn(_C),
+        torch.randn(_C), torch.rand(_C) + 0.5, torch.randn(_C), torch.randn(_C), 0.1, 1e-5,
+        stride, padding, hyper((3,) * n), hyper(2),
+    )
+
+
+_CONV_BN = _conv_bn_example((10, 10), hyper((2, 2)), hyper((1, 1)))
+_CONV_BN = (*_CONV_BN[:2], optional(_CONV_BN[2]), *_CONV_BN[3:])
+_CONV_BN_ALSO = (
+    _conv_bn_example((10,), hyper((2,)), hyper((1,))),  # conv1d
+    _conv_bn_example((8, 8, 8), hyper((2, 2, 2)), hyper((1, 1, 1))),  # conv3d
+    # conv{1,2,3}d(..., padding="same" | "valid"): other operators (aten.conv2d.padding);
+    # "same" admits stride 1 only
+    *(_conv_bn_example(spatial, hyper((1,) * len(spatial), values=[(2,) * len(spatial)]),
+                       hyper("same", values=["valid"]))
+      for spatial in ((10,), (10, 10), (8, 8, 8))),
 )
 
 RELU_RELU = Rule(_relu_relu, torch.relu, _X, name="relu_relu")
@@ -87,12 +109,23 @@ only a literal of its type: ``x * 1.0`` is another rule (it makes an int tensor 
 SILU = Rule(_sigmoid_times, F.silu, _X, name="silu", where=_floating)
 """``sigmoid(x) * x -> silu(x)``, either operand order, on floating tensors (``sigmoid`` of an
 int tensor is float, ``silu`` refuses ints)."""
-CONV_BN = Rule(_conv_bn, _conv_folded, _CONV_BN, name="conv_bn", specials=False)
-"""Eval-mode ``batch_norm(conv2d(x, w, b, stride, padding, dilation, groups))`` -> one
-``conv2d`` with folded weight and bias (computed in the graph from the same parameters; the
-state dict is unchanged). One rule for every convolution: stride, padding, dilation and groups
-are hyperparameters (``hyper``) bound from each match, the bias is ``optional`` (``None``: the
-folded bias is ``beta - mean * scale``), momentum and eps are scalar wildcards."""
+CONV_BN = Rule(_conv_bn, _conv_folded, _CONV_BN, name="conv_bn", specials=False,
+               assumes=frozenset({"reassociate"}), also_at=_CONV_BN_ALSO)
+"""Eval-mode ``batch_norm(conv(x, w, b, stride, padding, dilation, groups))`` -> one
+convolution with folded weight and bias (computed in the graph from the same parameters; the
+state dict is unchanged). One rule for every convolution: ``conv1d``, ``conv2d`` and ``conv3d``
+(the functions pick the operator by the weight's rank, traced at each rank by ``also_at``),
+padding as numbers or as ``"same"`` / ``"valid"``; stride, padding, dilation and groups are
+hyperparameters (``hyper``) bound from each match, the bias is ``optional`` (``None``: the
+folded bias is ``beta - mean * scale``), momentum and eps are scalar wildcards. Not covered: a
+batch norm without affine parameters (``affine=False``: its weight and bias are ``None``).
+
+Assumes ``reassociate``: folding distributes the batch norm's scale over the convolution's sum
+and its bias (``(conv(x, w) + b - mean) * s -> conv(x, w * s) + (b - mean) * s``), which rounds
+elsewhere; where the terms cancel (a channel of variance 0, so ``s = gamma / sqrt(eps)`` is
+large, and a bias near the mean) the two differ past the dtype's tolerance (bfloat16 gives 18.1
+where the pattern gives 9.9; float32 0.00635 for 0.00633), so under exact semantics
+``check_rule`` refuses it. Grant it: ``rewrite(p, [CONV_BN], assume={"reassociate"})``."""
 
 # --- shared-input matmuls (a rule of two results) ----------------------------------------------
 

@@ -279,7 +279,9 @@ class _Directed:
 def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_Directed]:
     out: list[_Directed] = []
     for r in (v for rule in rules for v in rule.variants()):
-        c = r.compiled(level)
+        c = r.at_level(level)
+        if c is None:
+            continue  # this variant does not exist at the program's level
         if result_nodes(c.pattern) is not None:
             out.append(_Directed(r, c, r.name))
         else:
