@@ -15,6 +15,7 @@ extra ``search``; without it it returns ``None``.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
@@ -33,46 +34,91 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
            prefer: Mapping[int, ENode] | None = None) -> Choice:
     """The e-node of least tree cost in each class reachable from ``roots``.
 
-    ``cost(enode)``: its own cost (a leaf's is 0). ``prefer``: class -> e-node kept on a tie
-    (the original program's node, so that nothing changes where nothing is cheaper).
+    ``cost(enode)``: its own cost (a leaf's is 0), called once per distinct e-node.
+    ``prefer``: class -> e-node kept on a tie (the original program's node, so that nothing
+    changes where nothing is cheaper): another e-node replaces it only where it is cheaper by
+    more than a relative 1e-12.
 
-    **Laws:** the choice is acyclic and defined on every class reachable from ``roots`` through
-    chosen e-nodes. Complexity: O(passes x e-nodes), passes small where class ids follow the
-    graph's order (the original graph first, rules' nodes after their inputs)."""
+    A worklist in cost order (Knuth's generalisation of Dijkstra to "superior" functions: a
+    tree cost is never below any child's). An index from each class to the e-nodes that read
+    it is built once; an e-node is costed once, when the last of its child classes is
+    *settled*; a class is settled when it leaves the heap (keyed by cost, then class id) at
+    its least cost, and is never revisited. So the order of class ids (merges leave them out
+    of dependency order) does not matter, and the choice is acyclic: a class only ever takes
+    an e-node whose children were settled before it, even where costs reach ``CAP``.
+
+    **Laws:** the choice is acyclic and defined on every class reachable from ``roots``
+    through chosen e-nodes (a class none of whose e-nodes can be built from leaves has
+    none); each class's choice is of least tree cost up to the relative 1e-12 (ties: the
+    ``prefer`` e-node, else the first settled). Complexity: O(e-nodes log e-nodes) plus one
+    ``cost`` call per distinct e-node."""
     live = sorted(reachable(eg, roots))
+    prefer = prefer or {}
+    find = eg.find
+    own: dict[tuple, float] = {}
+    nodes: list[ENode] = []  # the live e-nodes, each class's kept one first
+    owner: list[int] = []  # the class of each
+    waiting: list[int] = []  # its child classes not settled yet
+    readers: dict[int, list[int]] = {}  # class -> the e-nodes (indices) reading it
+    kept_at: dict[int, int] = {}  # class -> index of its ``prefer`` e-node
+    ready: list[int] = []  # e-nodes of no children
+    for c in live:
+        members = eg.classes[c]
+        kept = prefer.get(c)
+        if kept is not None:
+            kept = eg.canonical(kept)
+            kept_at[c] = len(nodes)
+            members = [kept, *[n for n in members if n.key != kept.key]]
+        for n in members:
+            i = len(nodes)
+            kids = {find(ch) for ch in n.children}
+            nodes.append(n)
+            owner.append(c)
+            waiting.append(len(kids))
+            for k in kids:
+                readers.setdefault(k, []).append(i)
+            if not kids:
+                ready.append(i)
+
     best: dict[int, float] = {}
     choice: Choice = {}
-    own: dict[tuple, float] = {}
-    prefer = prefer or {}
+    settled: set[int] = set()
+    heap: list[tuple[float, int]] = []
 
-    def of(n: ENode) -> float:
-        found = own.get(n.key)
-        if found is None:
-            found = own[n.key] = max(cost(n), 0.0) + EPSILON
-        return found
+    def offer(i: int) -> None:
+        """Cost e-node ``i`` (its children all settled) and keep it where it is better."""
+        c = owner[i]
+        if c in settled:
+            return
+        n = nodes[i]
+        total = own.get(n.key)
+        if total is None:
+            total = own[n.key] = max(cost(n), 0.0) + EPSILON
+        for ch in n.children:
+            total += best[find(ch)]
+        total = min(total, CAP)
+        old = best.get(c)
+        if old is not None:
+            if kept_at.get(c) == i:
+                if old < total * (1 - 1e-12):
+                    return  # another is cheaper than the kept one by more than the margin
+            elif not total < old * (1 - 1e-12):
+                return
+        best[c] = total
+        choice[c] = n
+        heapq.heappush(heap, (total, c))
 
-    changed = True
-    while changed:
-        changed = False
-        for c in live:
-            nodes = eg.classes[c]
-            kept = prefer.get(c)
-            if kept is not None:
-                kept = eg.canonical(kept)
-                nodes = [kept, *[n for n in nodes if n.key != kept.key]]
-            for n in nodes:
-                total = of(n)
-                for ch in n.children:
-                    b = best.get(eg.find(ch))
-                    if b is None:
-                        break
-                    total += b
-                else:
-                    total = min(total, CAP)
-                    if total < best.get(c, _INF) * (1 - 1e-12):
-                        best[c] = total
-                        choice[c] = n
-                        changed = True
+    for i in ready:
+        offer(i)
+    while heap:
+        total, c = heapq.heappop(heap)
+        if c in settled or best[c] != total:
+            continue  # an entry its class has since bettered
+        settled.add(c)
+        for i in readers.get(c, ()):
+            waiting[i] -= 1
+            if not waiting[i]:
+                offer(i)
     return choice
 
 
