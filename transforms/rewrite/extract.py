@@ -1,11 +1,13 @@
 """Extraction: one e-node per needed e-class, the chosen program costed as a DAG.
 
 ``greedy`` chooses, bottom up, the e-node of least *tree* cost in each class (egg's
-extractor): its own cost plus its children's best, iterated to a fixpoint. Every e-node costs
-at least ``EPSILON``, so the choice is acyclic: a cycle would cost more than the way out of it.
-Tree costs count a shared value once per reader, so they double with each block of a program
-that reads a value twice; they are capped at ``CAP`` (a class at the cap keeps its first
-choice), and past about 50 such levels the choice keeps the original nodes. ``complete``
+extractor): its own cost plus its children's best. A worklist in cost order settles each class
+once (O(e-nodes log e-nodes), however merges have ordered the class ids); a class only takes an
+e-node whose children settled before it, so the choice is acyclic. Every e-node costs at least
+``EPSILON``. Tree costs count a shared value once per reader, so they double with each block of
+a program that reads a value twice; they are capped at ``CAP`` (a class at the cap keeps the
+original node where it has one, else the first costed), so past about 50 such levels the choice
+keeps the original nodes. ``complete``
 checks a choice (every class reached has one, no cycle) before it is built.
 ``dag_cost`` costs a choice as the program it builds: each chosen class once, however many
 readers share it. ``exact`` solves the extraction as an integer program (DAG cost, acyclicity
@@ -16,6 +18,7 @@ extra ``search``; without it it returns ``None``.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
@@ -124,7 +127,8 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
 
 def together(eg: EGraph, roots: Iterable[int], choice: Choice,
              cost: Callable[[ENode], float],
-             groups: Iterable[tuple[tuple[int, ENode], ...]]) -> Choice:
+             groups: Iterable[tuple[tuple[int, ENode], ...]],
+             deadline: float | None = None) -> Choice:
     """``choice`` with each group of e-nodes chosen together where that lowers its DAG cost.
 
     A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) puts one e-node
@@ -136,17 +140,22 @@ def together(eg: EGraph, roots: Iterable[int], choice: Choice,
     where it is acyclic (``complete``) and of lower ``dag_cost``; the classes below the group
     keep their own choice. A group whose result is a value another group made (the fused
     ``x @ cat(w1, w2)`` fused again with ``x @ w3``) is tried with that group, recursively.
-    A local improvement, not an optimum (``exact`` is one).
+    A local improvement, not an optimum (``exact`` is one). ``deadline`` (a
+    ``time.monotonic`` value): no group is tried once it has passed (the choice so far is
+    kept; ``extracted.plan`` reports the cut).
 
     **Laws:** the result is ``choice`` itself when no group lowers the cost; never of higher
     DAG cost than ``choice``; acyclic where ``choice`` is. Complexity: O(groups tried x
-    classes reached)."""
+    classes reached), groups at most ``GROUPS_MAX`` (about 65 ms a group at 16k classes:
+    all 256 take longer than the default ``limits.seconds``, hence the deadline)."""
     roots = list(roots)
     groups = list(groups)[:GROUPS_MAX]
     made_by = _made_by(eg, groups)
     best = choice
     best_cost: float | None = None
     for group in groups:
+        if deadline is not None and time.monotonic() > deadline:
+            break
         trial = dict(best)
         changed = False
         for c, n in _with_makers(eg, group, made_by):
