@@ -136,3 +136,16 @@ def test_greedy_at_the_cap_keeps_the_preferred_node_and_stays_acyclic():
     choice = extract.greedy(eg, [top], lambda n: 0.0 if n.op == "leaf" else 2 * extract.CAP,
                             {top: kept})
     assert choice[top].op == "s" and extract.complete(eg, [top], choice)
+
+
+def test_greedy_never_chooses_a_node_of_nan_cost():
+    eg = EGraph()
+    x = eg.add(leaf("x"), ClassData(None, True, "x"))
+    top = eg.add(_op("s", x), _data())
+    eg.union(top, eg.add(_op("p", x), _data()))
+    eg.rebuild()
+    top = eg.find(top)
+    costs = {"s": float("nan"), "p": 5.0}
+    choice = extract.greedy(eg, [top], lambda n: costs.get(n.op, 0.0))
+    assert choice[top].op == "p"
+    assert top not in extract.greedy(eg, [top], lambda n: float("nan") if n.op != "leaf" else 0.0)

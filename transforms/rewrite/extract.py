@@ -18,6 +18,7 @@ extra ``search``; without it it returns ``None``.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -100,6 +101,8 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
         for ch in n.children:
             total += best[find(ch)]
         total = min(total, CAP)
+        if math.isnan(total):
+            return  # a cost of NaN: never chosen (no order to settle it in)
         old = best.get(c)
         if old is not None:
             if kept_at.get(c) == i:
