@@ -108,7 +108,7 @@ def egraphs(draw):
     return eg, roots, cost, prefer
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(150))
 @given(egraphs())
 def test_law_greedy_reaches_the_fixpoint_of_the_passes(case):
     eg, roots, cost, prefer = case

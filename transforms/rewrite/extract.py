@@ -38,7 +38,8 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
            prefer: Mapping[int, ENode] | None = None) -> Choice:
     """The e-node of least tree cost in each class reachable from ``roots``.
 
-    ``cost(enode)``: its own cost (a leaf's is 0), called once per distinct e-node.
+    ``cost(enode)``: its own cost (a leaf's is 0), called at most once per distinct e-node
+    (not for one whose children can never all be built).
     ``prefer``: class -> e-node kept on a tie (the original program's node, so that nothing
     changes where nothing is cheaper): another e-node replaces it only where it is cheaper by
     more than a relative 1e-12.
@@ -54,8 +55,8 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
     **Laws:** the choice is acyclic and defined on every class reachable from ``roots``
     through chosen e-nodes (a class none of whose e-nodes can be built from leaves has
     none); each class's choice is of least tree cost up to the relative 1e-12 (ties: the
-    ``prefer`` e-node, else the first settled). Complexity: O(e-nodes log e-nodes) plus one
-    ``cost`` call per distinct e-node."""
+    ``prefer`` e-node, else the one costed first); an e-node of NaN cost is never chosen.
+    Complexity: O(e-nodes log e-nodes) plus one ``cost`` call per distinct e-node."""
     live = sorted(reachable(eg, roots))
     prefer = prefer or {}
     find = eg.find
@@ -119,7 +120,7 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
     while heap:
         total, c = heapq.heappop(heap)
         if c in settled or best[c] != total:
-            continue  # an entry its class has since bettered
+            continue  # stale: its class has a newer cost since
         settled.add(c)
         for i in readers.get(c, ()):
             waiting[i] -= 1
