@@ -97,3 +97,55 @@ def test_greedy_never_chooses_a_cycle():
     assert choice[root].op == "leaf" and extract.complete(eg, [root], choice)
     cyclic = {root: next(n for n in eg.classes[root] if n.op == "f")}
     assert not extract.complete(eg, [root], cyclic)
+
+
+def test_greedy_keeps_the_preferred_node_on_a_tie_even_when_it_is_costed_last():
+    # the class of a(d(x)) and b(c(x)): both cost 2 (plus two EPSILONs); d settles first
+    # (0.5 < 1), so a(d(x)) is costed first; the preferred b(c(x)), costed later, still wins
+    costs = {"a": 1.5, "d": 0.5, "b": 1.0, "c": 1.0}
+    eg = EGraph()
+    x = eg.add(leaf("x"), ClassData(None, True, "x"))
+    kept = _op("b", eg.add(_op("c", x), _data()))
+    root = eg.add(kept, _data())
+    eg.union(root, eg.add(_op("a", eg.add(_op("d", x), _data())), _data()))
+    eg.rebuild()
+    root = eg.find(root)
+
+    def cost(n):
+        return costs.get(n.op, 0.0)
+
+    assert extract.greedy(eg, [root], cost, {root: kept})[root].op == "b"
+    assert extract.greedy(eg, [root], cost)[root].op == "a"  # unpreferred: the first costed
+    costs["b"] = 1.0 - 1e-3  # cheaper by more than the margin: taken without a preference
+    assert extract.greedy(eg, [root], cost)[root].op == "b"
+    costs["b"], costs["a"] = 1.0, 1.5 - 1e-3  # cheaper than the preferred one: it loses
+    assert extract.greedy(eg, [root], cost, {root: kept})[root].op == "a"
+
+
+def test_greedy_at_the_cap_keeps_the_preferred_node_and_stays_acyclic():
+    # costs past CAP: every total is CAP; the original node is kept, and a class never takes
+    # an e-node reading a class settled after it
+    eg = EGraph()
+    x = eg.add(leaf("x"), ClassData(None, True, "x"))
+    kept = _op("s", x)
+    top = eg.add(kept, _data())
+    eg.union(top, eg.add(_op("r", top), _data()))  # r(top) in top's own class
+    eg.union(top, eg.add(_op("p", eg.add(_op("q", x), _data())), _data()))
+    eg.rebuild()
+    top = eg.find(top)
+    choice = extract.greedy(eg, [top], lambda n: 0.0 if n.op == "leaf" else 2 * extract.CAP,
+                            {top: kept})
+    assert choice[top].op == "s" and extract.complete(eg, [top], choice)
+
+
+def test_greedy_never_chooses_a_node_of_nan_cost():
+    eg = EGraph()
+    x = eg.add(leaf("x"), ClassData(None, True, "x"))
+    top = eg.add(_op("s", x), _data())
+    eg.union(top, eg.add(_op("p", x), _data()))
+    eg.rebuild()
+    top = eg.find(top)
+    costs = {"s": float("nan"), "p": 5.0}
+    choice = extract.greedy(eg, [top], lambda n: costs.get(n.op, 0.0))
+    assert choice[top].op == "p"
+    assert top not in extract.greedy(eg, [top], lambda n: float("nan") if n.op != "leaf" else 0.0)

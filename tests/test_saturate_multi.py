@@ -143,9 +143,28 @@ def test_extraction_needs_the_group_tried_together(monkeypatch):
     """Tree costs count the shared ``x @ cat(w1, w2)`` once per half: each half alone is
     dearer than its own matmul, so greedy extraction never takes the fused form."""
     p, _ = _heads()
-    monkeypatch.setattr(extract_mod, "together", lambda eg, roots, choice, cost, groups: choice)
+    monkeypatch.setattr(extract_mod, "together",
+                        lambda eg, roots, choice, cost, groups, deadline=None: choice)
     _, report = saturate_report(p, [SHARED])
     assert report.chosen != "saturate" and report.rewrites == {}
+
+
+def test_groups_are_not_tried_past_the_deadline_and_the_report_says_so(monkeypatch):
+    """Trying every group costs O(groups x classes); once ``limits.seconds`` has passed,
+    extraction keeps greedy's choice and ``stopped`` says it was cut. The clock of extraction
+    alone is moved past the deadline (saturation runs as it does)."""
+    from types import SimpleNamespace
+
+    p, _ = _heads()
+    late = SimpleNamespace(monotonic=lambda: float("inf"))
+    monkeypatch.setattr(extract_mod, "time", late)
+    monkeypatch.setattr(extracted_mod, "time", late)
+    _, report = saturate_report(p, [SHARED])
+    assert report.stopped == ("saturated; extraction cut by seconds",)
+    assert report.chosen != "saturate" and report.rewrites == {}
+    monkeypatch.undo()
+    _, report = saturate_report(p, [SHARED])
+    assert report.stopped == ("saturated",) and report.chosen == "saturate"
 
 
 class _Rows(torch.nn.Module):

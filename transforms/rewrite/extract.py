@@ -1,11 +1,13 @@
 """Extraction: one e-node per needed e-class, the chosen program costed as a DAG.
 
 ``greedy`` chooses, bottom up, the e-node of least *tree* cost in each class (egg's
-extractor): its own cost plus its children's best, iterated to a fixpoint. Every e-node costs
-at least ``EPSILON``, so the choice is acyclic: a cycle would cost more than the way out of it.
-Tree costs count a shared value once per reader, so they double with each block of a program
-that reads a value twice; they are capped at ``CAP`` (a class at the cap keeps its first
-choice), and past about 50 such levels the choice keeps the original nodes. ``complete``
+extractor): its own cost plus its children's best. A worklist in cost order settles each class
+once (O(e-nodes log e-nodes), however merges have ordered the class ids); a class only takes an
+e-node whose children settled before it, so the choice is acyclic. Every e-node costs at least
+``EPSILON``. Tree costs count a shared value once per reader, so they double with each block of
+a program that reads a value twice; they are capped at ``CAP`` (a class at the cap keeps the
+original node where it has one, else the first costed), so past about 50 such levels the choice
+keeps the original nodes. ``complete``
 checks a choice (every class reached has one, no cycle) before it is built.
 ``dag_cost`` costs a choice as the program it builds: each chosen class once, however many
 readers share it. ``exact`` solves the extraction as an integer program (DAG cost, acyclicity
@@ -15,6 +17,9 @@ extra ``search``; without it it returns ``None``.
 
 from __future__ import annotations
 
+import heapq
+import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
@@ -33,52 +38,101 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
            prefer: Mapping[int, ENode] | None = None) -> Choice:
     """The e-node of least tree cost in each class reachable from ``roots``.
 
-    ``cost(enode)``: its own cost (a leaf's is 0). ``prefer``: class -> e-node kept on a tie
-    (the original program's node, so that nothing changes where nothing is cheaper).
+    ``cost(enode)``: its own cost (a leaf's is 0), called at most once per distinct e-node
+    (not for one whose children can never all be built).
+    ``prefer``: class -> e-node kept on a tie (the original program's node, so that nothing
+    changes where nothing is cheaper): another e-node replaces it only where it is cheaper by
+    more than a relative 1e-12.
 
-    **Laws:** the choice is acyclic and defined on every class reachable from ``roots`` through
-    chosen e-nodes. Complexity: O(passes x e-nodes), passes small where class ids follow the
-    graph's order (the original graph first, rules' nodes after their inputs)."""
+    A worklist in cost order (Knuth's generalisation of Dijkstra to "superior" functions: a
+    tree cost is never below any child's). An index from each class to the e-nodes that read
+    it is built once; an e-node is costed once, when the last of its child classes is
+    *settled*; a class is settled when it leaves the heap (keyed by cost, then class id) at
+    its least cost, and is never revisited. So the order of class ids (merges leave them out
+    of dependency order) does not matter, and the choice is acyclic: a class only ever takes
+    an e-node whose children were settled before it, even where costs reach ``CAP``.
+
+    **Laws:** the choice is acyclic and defined on every class reachable from ``roots``
+    through chosen e-nodes (a class none of whose e-nodes can be built from leaves has
+    none); each class's choice is of least tree cost up to the relative 1e-12 (ties: the
+    ``prefer`` e-node, else the one costed first); an e-node of NaN cost is never chosen.
+    Complexity: O(e-nodes log e-nodes) plus one ``cost`` call per distinct e-node."""
     live = sorted(reachable(eg, roots))
+    prefer = prefer or {}
+    find = eg.find
+    own: dict[tuple, float] = {}
+    nodes: list[ENode] = []  # the live e-nodes, each class's kept one first
+    owner: list[int] = []  # the class of each
+    waiting: list[int] = []  # its child classes not settled yet
+    readers: dict[int, list[int]] = {}  # class -> the e-nodes (indices) reading it
+    kept_at: dict[int, int] = {}  # class -> index of its ``prefer`` e-node
+    ready: list[int] = []  # e-nodes of no children
+    for c in live:
+        members = eg.classes[c]
+        kept = prefer.get(c)
+        if kept is not None:
+            kept = eg.canonical(kept)
+            kept_at[c] = len(nodes)
+            members = [kept, *[n for n in members if n.key != kept.key]]
+        for n in members:
+            i = len(nodes)
+            kids = {find(ch) for ch in n.children}
+            nodes.append(n)
+            owner.append(c)
+            waiting.append(len(kids))
+            for k in kids:
+                readers.setdefault(k, []).append(i)
+            if not kids:
+                ready.append(i)
+
     best: dict[int, float] = {}
     choice: Choice = {}
-    own: dict[tuple, float] = {}
-    prefer = prefer or {}
+    settled: set[int] = set()
+    heap: list[tuple[float, int]] = []
 
-    def of(n: ENode) -> float:
-        found = own.get(n.key)
-        if found is None:
-            found = own[n.key] = max(cost(n), 0.0) + EPSILON
-        return found
+    def offer(i: int) -> None:
+        """Cost e-node ``i`` (its children all settled) and keep it where it is better."""
+        c = owner[i]
+        if c in settled:
+            return
+        n = nodes[i]
+        total = own.get(n.key)
+        if total is None:
+            total = own[n.key] = max(cost(n), 0.0) + EPSILON
+        for ch in n.children:
+            total += best[find(ch)]
+        total = min(total, CAP)
+        if math.isnan(total):
+            return  # a cost of NaN: never chosen (no order to settle it in)
+        old = best.get(c)
+        if old is not None:
+            if kept_at.get(c) == i:
+                if old < total * (1 - 1e-12):
+                    return  # another is cheaper than the kept one by more than the margin
+            elif not total < old * (1 - 1e-12):
+                return
+        best[c] = total
+        choice[c] = n
+        heapq.heappush(heap, (total, c))
 
-    changed = True
-    while changed:
-        changed = False
-        for c in live:
-            nodes = eg.classes[c]
-            kept = prefer.get(c)
-            if kept is not None:
-                kept = eg.canonical(kept)
-                nodes = [kept, *[n for n in nodes if n.key != kept.key]]
-            for n in nodes:
-                total = of(n)
-                for ch in n.children:
-                    b = best.get(eg.find(ch))
-                    if b is None:
-                        break
-                    total += b
-                else:
-                    total = min(total, CAP)
-                    if total < best.get(c, _INF) * (1 - 1e-12):
-                        best[c] = total
-                        choice[c] = n
-                        changed = True
+    for i in ready:
+        offer(i)
+    while heap:
+        total, c = heapq.heappop(heap)
+        if c in settled or best[c] != total:
+            continue  # stale: its class has a newer cost since
+        settled.add(c)
+        for i in readers.get(c, ()):
+            waiting[i] -= 1
+            if not waiting[i]:
+                offer(i)
     return choice
 
 
 def together(eg: EGraph, roots: Iterable[int], choice: Choice,
              cost: Callable[[ENode], float],
-             groups: Iterable[tuple[tuple[int, ENode], ...]]) -> Choice:
+             groups: Iterable[tuple[tuple[int, ENode], ...]],
+             deadline: float | None = None) -> Choice:
     """``choice`` with each group of e-nodes chosen together where that lowers its DAG cost.
 
     A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) puts one e-node
@@ -90,17 +144,22 @@ def together(eg: EGraph, roots: Iterable[int], choice: Choice,
     where it is acyclic (``complete``) and of lower ``dag_cost``; the classes below the group
     keep their own choice. A group whose result is a value another group made (the fused
     ``x @ cat(w1, w2)`` fused again with ``x @ w3``) is tried with that group, recursively.
-    A local improvement, not an optimum (``exact`` is one).
+    A local improvement, not an optimum (``exact`` is one). ``deadline`` (a
+    ``time.monotonic`` value): no group is tried once it has passed (the choice so far is
+    kept; ``extracted.plan`` reports the cut).
 
     **Laws:** the result is ``choice`` itself when no group lowers the cost; never of higher
     DAG cost than ``choice``; acyclic where ``choice`` is. Complexity: O(groups tried x
-    classes reached)."""
+    classes reached), groups at most ``GROUPS_MAX`` (about 65 ms a group at 16k classes:
+    all 256 take longer than the default ``limits.seconds``, hence the deadline)."""
     roots = list(roots)
     groups = list(groups)[:GROUPS_MAX]
     made_by = _made_by(eg, groups)
     best = choice
     best_cost: float | None = None
     for group in groups:
+        if deadline is not None and time.monotonic() > deadline:
+            break
         trial = dict(best)
         changed = False
         for c, n in _with_makers(eg, group, made_by):

@@ -37,19 +37,26 @@ EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
 class Plan:
     """What to build for one graph: ``geg`` and ``choice`` (class -> e-node); ``changes``:
     whether the choice differs from the graph; ``rules_used``: the rule of each chosen e-node
-    that a rule made; ``extractor``: ``"greedy"`` or ``"ilp"``."""
+    that a rule made; ``extractor``: ``"greedy"`` or ``"ilp"``; ``cut``: the deadline had passed
+    when the groups of several results were tried together (``extract.together``): some may
+    not have been."""
 
     geg: GraphEGraph
     choice: dict[int, ENode]
     changes: bool
     rules_used: list[str]
     extractor: str
+    cut: bool = False
 
 
 def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     """The extraction of ``geg`` (of ``graph``) under ``cost``: greedy, then exact where scipy
     is installed, time is left (``deadline``, a ``time.monotonic`` value) and some class has a
-    choice; the exact choice kept where its DAG cost is lower. O(passes x e-nodes) greedy."""
+    choice; the exact choice kept where its DAG cost is lower. Complexity: O(e-nodes log
+    e-nodes) greedy (``extract.greedy``), one cost-model call per e-node; the exact solve only
+    up to ``EXACT_MAX`` e-nodes and within ``deadline``; ``together`` O(``extract.GROUPS_MAX``
+    x classes reached), its groups tried until ``deadline`` (``Plan.cut`` where it passed).
+    Greedy is never cut: bounded by ``limits.nodes``, about a second at 20k e-nodes."""
     eg = geg.eg
     memo: dict[tuple, float] = {}
 
@@ -81,15 +88,17 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
                                    < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
             choice, extractor = better, "ilp"
+    cut = False
     if eg.groups:
         alone = choice
-        choice = extract.together(eg, geg.roots, choice, of, eg.groups)
+        choice = extract.together(eg, geg.roots, choice, of, eg.groups, deadline)
+        cut = time.monotonic() > deadline
         if shared_escape(eg, geg.roots, choice):
             choice = alone
             if shared_escape(eg, geg.roots, choice):
-                return Plan(geg, choice, False, [], extractor)  # keep the graph as it is
+                return Plan(geg, choice, False, [], extractor, cut)  # keep the graph as it is
     if not extract.complete(eg, geg.roots, choice):
-        return Plan(geg, choice, False, [], extractor)  # never expected: keep the graph
+        return Plan(geg, choice, False, [], extractor, cut)  # never expected: keep the graph
     changes = False
     for name, e in geg.own.items():
         c = eg.find(geg.class_of[name])
@@ -108,7 +117,7 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if n.rule is not None:
             used.append(n.rule)
         todo.extend(eg.find(x) for x in n.children)
-    return Plan(geg, choice, changes, used, extractor)
+    return Plan(geg, choice, changes, used, extractor, cut)
 
 
 def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode]) -> bool:

@@ -79,7 +79,9 @@ class SaturationReport:
     - ``sizes``: per graph (in module-walk order), the e-graph's e-nodes after building and
       after each round;
     - ``stopped``: per graph, why saturation stopped: ``"saturated"`` (nothing new),
-      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached);
+      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached), followed by
+      ``"; extraction cut by seconds"`` where ``limits.seconds`` passed before extraction had
+      tried every rewrite of several results together (``extract.together``);
     - ``cost_before``, ``cost_after``: the cost model summed over the program and the result;
     - ``chosen``: which program was kept: ``"saturate"`` (the extracted one), ``"greedy"``
       (``rewrite``'s was cheaper) or ``"original"`` (nothing cheaper: ``p`` itself);
@@ -167,7 +169,7 @@ def saturate(
 
     Complexity: O(e-nodes x rules x pattern size) per round, at most ``limits.iterations``
     rounds and ``limits.nodes`` e-nodes per graph, bounded by ``limits.seconds``; extraction
-    O(passes x e-nodes); one greedy ``rewrite`` to compare against.
+    O(e-nodes log e-nodes) (``extract.greedy``); one greedy ``rewrite`` to compare against.
     """
     return saturate_report(p, rules, cost=cost, limits=limits, assume=assume)[0]
 
@@ -223,6 +225,8 @@ def saturate_report(
         stopped.append(why)
         lap("saturate")
         plans[id(graph)] = plan(geg, graph, cost, deadline)
+        if plans[id(graph)].cut:
+            stopped[-1] += "; extraction cut by seconds"
         lap("extract")
     before = program_cost(p, cost)
     q = p
