@@ -84,9 +84,10 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     if eg.groups:
         alone = choice
         choice = extract.together(eg, geg.roots, choice, of, eg.groups)
-        if shared_escape(eg, geg.roots, choice):
+        held = _held_projections(geg)
+        if shared_escape(eg, geg.roots, choice, held):
             choice = alone
-            if shared_escape(eg, geg.roots, choice):
+            if shared_escape(eg, geg.roots, choice, held):
                 return Plan(geg, choice, False, [], extractor)  # keep the graph as it is
     if not extract.complete(eg, geg.roots, choice):
         return Plan(geg, choice, False, [], extractor)  # never expected: keep the graph
@@ -111,13 +112,35 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     return Plan(geg, choice, changes, used, extractor)
 
 
-def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode]) -> bool:
+def _held_projections(geg: GraphEGraph) -> dict[int, tuple]:
+    """For each class holding exactly one value of the program where that value is a
+    ``getitem`` (a projection of a list the program holds, ``egraph.value_roles``): the key
+    of its own e-node. Choosing it builds the program's own view: no new aliasing. O(n)."""
+    eg = geg.eg
+    count: dict[int, int] = {}
+    for name in geg.own:
+        c = eg.find(geg.class_of[name])
+        count[c] = count.get(c, 0) + 1
+    held: dict[int, tuple] = {}
+    for name, e in geg.own.items():
+        c = eg.find(geg.class_of[name])
+        if count[c] == 1 and getattr(e.op, "__name__", "") == "getitem":
+            held[c] = eg.canonical(e).key
+    return held
+
+
+def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode],
+                  held: Mapping[int, tuple] | None = None) -> bool:
     """Whether ``choice`` would build two escaping values (``egraph.escapes``: returned or
-    read by a leaf, themselves or through views) as ``getitem`` s of one value a rule made
-    (a ``split`` of a rewrite of several results, not a leaf of the program): they would
-    alias each other where the program's values did not. ``saturate`` declines such a
-    rewrite when it is applied; this checks the choice again, since a later merge may make a
-    result escape. O(classes reached x views followed)."""
+    read by a leaf, themselves or through views) as ``getitem`` s of one value that is no
+    leaf of the program (a ``split`` of a rewrite of several results, or one the program
+    holds): they would alias each other where the program's values did not. ``held``: class
+    -> the key of the program's own ``getitem`` that the class alone holds
+    (``_held_projections``); choosing it keeps an aliasing the program has, and is not
+    counted. ``saturate`` declines such a rewrite when it is applied; this checks the choice
+    again, since a later merge may make a result escape. O(classes reached x views
+    followed)."""
+    held = held or {}
     pinned = {eg.find(r) for r in roots}
     by_base: dict[int, int] = {}
     seen: set[int] = set()
@@ -134,7 +157,8 @@ def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode]) -> bool:
         if getattr(n.op, "__name__", "") != "getitem" or not n.children:
             continue
         base = eg.find(n.children[0])
-        if eg.data[base].leaf or not escapes(eg, c, pinned):
+        if (eg.data[base].leaf or held.get(c) == eg.canonical(n).key
+                or not escapes(eg, c, pinned)):
             continue
         by_base[base] = by_base.get(base, 0) + 1
         if by_base[base] > 1:
