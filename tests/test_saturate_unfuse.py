@@ -260,3 +260,24 @@ def test_returned_halves_of_a_held_split_do_not_block_another_fusion(monkeypatch
     monkeypatch.setattr(extracted_mod, "_held_projections", lambda geg: {})
     q, report = saturate_report(p, [BOTH])
     assert report.chosen != "saturate" and report.rewrites == {}
+
+
+def test_the_value_split_is_not_fused_again_with_its_own_half(monkeypatch):
+    """Once the reverse has merged ``x @ w1`` into the first half's class, the forward would
+    fuse the program's ``x @ cat(w1, w2)`` with it (``x @ cat(cat(w1, w2), w1)``), a value it
+    computes already: the split value covers its projections (``from_graph``), so the match
+    is not disjoint (``_disjoint_values``)."""
+    p, _ = _program("", *HEADS_1)
+    _, report = saturate_report(p, [BOTH])
+    assert report.sizes == ((11, 13, 18, 18),) and report.stopped == ("saturated",)
+    built = saturate_mod.from_graph
+
+    def uncovered(*args):
+        geg = built(*args)
+        for data in geg.eg.data.values():
+            data.covers = frozenset()
+        return geg
+
+    monkeypatch.setattr(saturate_mod, "from_graph", uncovered)
+    _, report = saturate_report(p, [BOTH])
+    assert report.sizes == ((11, 13, 38, 43, 43),)

@@ -8,9 +8,10 @@ e-node (hash-consing). ``union(a, b)`` records that two classes hold equal value
 each parent e-node re-canonicalised, and parents that became equal merged in turn (congruence
 closure, upward merging).
 
-Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides) every member
-computes, whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original
-node it stands for. Members of one class agree on shape, dtype and device, and on strides
+Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides; a list of
+fake values for a class of a ``split``, read by ``getitem`` e-nodes) every member computes,
+whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original node it
+stands for. Members of one class agree on shape, dtype and device, and on strides
 except where ``saturate`` proved that no reader sees them (``saturate._Layouts``: a fused
 kernel's layout, the strided halves of a ``split``).
 
@@ -270,8 +271,11 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph,
 
     A node is a leaf unless it is a pure ``call_function`` (no effect, not random, not writing:
     ``ir.effects``; or one that computes nothing, ``passes_on``: eval-mode dropout draws no
-    random numbers) whose result is one tensor, that neither is written in place (directly or
-    through an alias) nor reads a value that is (a read after a write). Placeholders (inputs,
+    random numbers) whose result is one tensor, or one list of tensors read only by
+    ``getitem`` s at int positions (``split``, ``unbind``, ``chunk``: its class holds the list,
+    its ``getitem`` s are e-nodes reading it; a list returned or read whole is a leaf), that
+    neither is written in place (directly or through an alias: a written half of a ``split``
+    writes the list's whole group) nor reads a value that is (a read after a write). Placeholders (inputs,
     state reads), ``get_attr``, module calls, metadata checks and symbolic sizes are leaves.
     Writes that the e-graph sees functionally (``versions``: in-place writes of a fresh
     intermediate, ``seen``, computed when not given) are no writes here: the writer is the

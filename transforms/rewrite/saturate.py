@@ -489,11 +489,16 @@ def _disjoint_values(eg: EGraph, results: tuple[int, ...]) -> bool:
         if not seen.isdisjoint(got):
             return False
         seen |= got
-    if all(len(got) == 1 for got in sets):
+    # the order is kept among fused values a rule made: a value of the program (its class's
+    # ``origin``) is ordered as itself, though it covers its own projections where the
+    # program splits it (``egraph.from_graph``)
+    order = [frozenset((eg.data[eg.find(r)].origin,)) if eg.data[eg.find(r)].origin is not None
+             else got for r, got in zip(results, sets)]
+    if all(len(got) == 1 for got in order):
         return True
-    if any(len(got) > 1 for got in sets[1:]):
+    if any(len(got) > 1 for got in order[1:]):
         return False
-    return all(max(a) < min(b) for a, b in pairwise(sets))
+    return all(max(a) < min(b) for a, b in pairwise(order))
 
 
 def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
