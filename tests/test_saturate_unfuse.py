@@ -160,11 +160,13 @@ def _cost(geg):
     return of
 
 
-def test_the_unfused_program_passes_the_in_context_law_for_x_of_rank_three():
-    """``x`` of shape (2, 8, 1024): the program splits along dimension 2 where the rule's
-    pattern, traced at rank 2, splits along 1; the dimension is a wildcard there too, and the
-    re-check at the matched shapes (``ematch.exact``) keeps the match."""
-    p, args = _program("", (2, 8, 1024), (1024, 1024), (1024, 1024))
+@pytest.mark.parametrize("x", [(16, 1024), (2, 8, 1024)])
+def test_the_unfused_program_passes_the_in_context_law(x):
+    """Two matmuls are cheaper at these shapes (the ``cat`` copies two 1024 x 1024 weights per
+    call). For ``x`` of shape (2, 8, 1024) the program splits along dimension 2 where the
+    rule's pattern, traced at rank 2, splits along 1: the dimension is a wildcard there too,
+    and the re-check at the matched shapes (``ematch.exact``) keeps the match."""
+    p, args = _program("", x, (1024, 1024), (1024, 1024))
     q, report = saturate_report(p, [BOTH])
     assert report.chosen == "saturate" and report.rewrites == {"both": 2}
     targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]

@@ -275,8 +275,9 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph,
     ``getitem`` s at int positions (``split``, ``unbind``, ``chunk``: its class holds the list,
     its ``getitem`` s are e-nodes reading it; a list returned or read whole is a leaf), that
     neither is written in place (directly or through an alias: a written half of a ``split``
-    writes the list's whole group) nor reads a value that is (a read after a write). Placeholders (inputs,
-    state reads), ``get_attr``, module calls, metadata checks and symbolic sizes are leaves.
+    writes the list's whole group) nor reads a value that is (a read after a write).
+    Placeholders (inputs, state reads), ``get_attr``, module calls, metadata checks and
+    symbolic sizes are leaves.
     Writes that the e-graph sees functionally (``versions``: in-place writes of a fresh
     intermediate, ``seen``, computed when not given) are no writes here: the writer is the
     e-node of its functional twin, its base and the readers of either are e-nodes as any.

@@ -7,7 +7,9 @@ by position), a pattern placeholder binds an *e-class* (the same class at each u
 node reached through an argument is matched against every e-node of the child class. Literals
 match as ``match.literal_equal`` says (by type and value); commutative operators in either
 order. Matching is strict: sizes and dimensions are compared as they are (the e-graph holds the
-program's exact shapes).
+program's exact shapes), but for those of an operator returning a list (``split_with_sizes``'
+sizes, its dimension across ranks), which match any ints and make the match ``loose``, so that
+the reverse of ``SHARED_INPUT_MM`` unfuses a ``split`` the program holds (``_EMatcher``).
 
 Hyperparameters (``Rule(..., hyper(...))``): a pattern literal that ``match.with_holes`` made a
 ``Hole`` matches an e-node's literal of the example's kind (an int, a bool, a string, a list of
@@ -54,7 +56,8 @@ class EMatch:
     """One match: ``root`` (the class the pattern's result is in; its first result's for a
     pattern with several), ``inputs`` (pattern placeholder name -> class), ``scalars`` (rule
     argument position -> literal), ``nodes`` (pattern node name -> the e-node it matched).
-    ``loose``: a hole bound another value than its example (``exact`` decides). ``results``:
+    ``loose``: a hole bound another value than its example, or a list-valued operator's
+    size or dimension matched another than the pattern's (``exact`` decides). ``results``:
     the class of each result of a pattern with several, in order (empty for one result)."""
 
     root: int
@@ -175,21 +178,23 @@ class _EMatcher:
     1)`` traced at a rule's examples matches a program's ``split_with_sizes(m, [4096, 4096],
     1)`` (and its dimension where the input's rank differs), and the match is then ``loose``
     (``sized``): ``exact`` keeps it only where the pattern traced at the matched shapes matches
-    strictly. Only there: a list-valued node of the program is an e-node only since the
-    reverse of a rule of several results must match it (``egraph.value_roles``); other
-    operators' sizes match strictly, as before."""
+    strictly. Only there: no pattern matched a list of the program before such lists became
+    e-nodes (``egraph.value_roles``), so no earlier match changes; other operators' sizes
+    match strictly, as before."""
 
     def __init__(self, eg: EGraph, pattern: Pattern, strict: bool = False) -> None:
         self.eg = eg
         self.p = pattern
         self.swaps = {n.name: ops.is_commutative(n.target) for n in pattern.nodes.values()}
         self.strict = strict
+        self.lists = frozenset(n.name for n in pattern.nodes.values()
+                               if _list_valued(n.target))
 
     def _wild(self, pnode: Any, enode: ENode) -> Mapping[int, bool]:
         """The argument positions of ``pnode`` that match any int (list of ints) against
         ``enode``: the sizes of a list-valued operator, and its dimensions where ``enode``'s
         input has another rank than the pattern's."""
-        if self.strict or not _list_valued(pnode.target):
+        if self.strict or pnode.name not in self.lists:
             return _NO_WILD
         facts = ops.facts(pnode.target)
         wild = dict.fromkeys(facts.size_args, True)
@@ -207,6 +212,8 @@ class _EMatcher:
     def sized(self, nodes: Mapping[str, ENode]) -> bool:
         """Whether a match (pattern node -> e-node) bound a wildcard size or dimension to
         another value than the pattern's: the match is loose."""
+        if self.strict or not self.lists:
+            return False
         for name, enode in nodes.items():
             pnode = self.p.nodes[name]
             wild = self._wild(pnode, enode)
