@@ -283,3 +283,33 @@ def test_the_value_split_is_not_fused_again_with_its_own_half(monkeypatch):
     monkeypatch.setattr(saturate_mod, "from_graph", uncovered)
     _, report = saturate_report(p, [BOTH])
     assert report.sizes == ((11, 13, 38, 43, 43),)
+
+
+class _Lists(torch.nn.Module):
+    """Lists of other operators: ``chunk`` and ``unbind``, each half read twice by ``relu``."""
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=-1)
+        c, d = x.unbind(0)
+        halves = torch.relu(torch.relu(a)) + torch.relu(torch.relu(b))
+        return halves.sum() + (torch.relu(torch.relu(c)) * d).sum()
+
+
+def test_lists_of_other_operators_are_e_nodes_and_the_search_rewrites_below_them():
+    from transforms.rewrite.rules import RELU_RELU
+
+    args = (torch.randn(2, 8),)
+    p = import_ep(torch.export.export(_Lists(), args))
+    lists = [n.name for n in p.root_module.graph.nodes
+             if isinstance(n.meta.get("val"), (list, tuple))]
+    assert len(lists) == 2  # export's split/chunk and unbind
+    geg = from_graph(p, p.root, p.root_module.graph)
+    assert not set(lists) & geg.leaves
+    assert all(isinstance(geg.eg.data[geg.eg.find(geg.class_of[n])].val, (list, tuple))
+               for n in lists)
+    q, report = saturate_report(p, [RELU_RELU])
+    relus = [str(n.target) for g in (p, q) for n in g.root_module.graph.nodes
+             if str(n.target) == "aten.relu.default"]
+    assert report.chosen == "saturate" and len(relus) == 6 + 3  # each relu(relu(.)) is one
+    check_extracted(p, q, args)
+    torch.testing.assert_close(lower(q)(*args), _Lists()(*args))
