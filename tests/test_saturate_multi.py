@@ -152,19 +152,33 @@ def test_extraction_needs_the_group_tried_together(monkeypatch):
 def test_groups_are_not_tried_past_the_deadline_and_the_report_says_so(monkeypatch):
     """Trying every group costs O(groups x classes); once ``limits.seconds`` has passed,
     extraction keeps greedy's choice and ``stopped`` says it was cut. The clock of extraction
-    alone is moved past the deadline (saturation runs as it does)."""
+    alone is moved past the deadline and past ``TOGETHER_SECONDS`` (saturation runs as it
+    does)."""
     from types import SimpleNamespace
 
     p, _ = _heads()
-    late = SimpleNamespace(monotonic=lambda: float("inf"))
-    monkeypatch.setattr(extract_mod, "time", late)
-    monkeypatch.setattr(extracted_mod, "time", late)
+    monkeypatch.setattr(extracted_mod, "time", SimpleNamespace(monotonic=lambda: 1e9))
+    monkeypatch.setattr(extracted_mod, "TOGETHER_SECONDS", 0.0)
+    monkeypatch.setattr(extract_mod, "time", SimpleNamespace(monotonic=lambda: 2e9))
     _, report = saturate_report(p, [SHARED])
     assert report.stopped == ("saturated; extraction cut by seconds",)
     assert report.chosen != "saturate" and report.rewrites == {}
     monkeypatch.undo()
     _, report = saturate_report(p, [SHARED])
     assert report.stopped == ("saturated",) and report.chosen == "saturate"
+
+
+def test_a_search_that_used_its_seconds_still_tries_groups_for_together_seconds(monkeypatch):
+    """Saturation that stops at ``seconds`` leaves extraction past the deadline; the groups
+    are tried for ``TOGETHER_SECONDS`` all the same, so the fused pair is still found."""
+    from types import SimpleNamespace
+
+    p, _ = _heads()
+    monkeypatch.setattr(extracted_mod, "time", SimpleNamespace(monotonic=lambda: 1e9))
+    monkeypatch.setattr(extract_mod, "time", SimpleNamespace(monotonic=lambda: 1e9 + 1.0))
+    _, report = saturate_report(p, [SHARED])
+    assert report.stopped == ("saturated",) and report.chosen == "saturate"
+    assert report.rewrites == dict(saturate_report(p, [SHARED])[1].rewrites)  # as on time
 
 
 class _Rows(torch.nn.Module):

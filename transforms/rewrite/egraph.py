@@ -8,9 +8,10 @@ e-node (hash-consing). ``union(a, b)`` records that two classes hold equal value
 each parent e-node re-canonicalised, and parents that became equal merged in turn (congruence
 closure, upward merging).
 
-Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides) every member
-computes, whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original
-node it stands for. Members of one class agree on shape, dtype and device, and on strides
+Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides; a list of
+fake values for a class of a ``split``, read by ``getitem`` e-nodes) every member computes,
+whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original node it
+stands for. Members of one class agree on shape, dtype and device, and on strides
 except where ``saturate`` proved that no reader sees them (``saturate._Layouts``: a fused
 kernel's layout, the strided halves of a ``split``).
 
@@ -270,9 +271,13 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph,
 
     A node is a leaf unless it is a pure ``call_function`` (no effect, not random, not writing:
     ``ir.effects``; or one that computes nothing, ``passes_on``: eval-mode dropout draws no
-    random numbers) whose result is one tensor, that neither is written in place (directly or
-    through an alias) nor reads a value that is (a read after a write). Placeholders (inputs,
-    state reads), ``get_attr``, module calls, metadata checks and symbolic sizes are leaves.
+    random numbers) whose result is one tensor, or one list of tensors read only by
+    ``getitem`` s at int positions (``split``, ``unbind``, ``chunk``: its class holds the list,
+    its ``getitem`` s are e-nodes reading it; a list returned or read whole is a leaf), that
+    neither is written in place (directly or through an alias: a written half of a ``split``
+    writes the list's whole group) nor reads a value that is (a read after a write).
+    Placeholders (inputs, state reads), ``get_attr``, module calls, metadata checks and
+    symbolic sizes are leaves.
     Writes that the e-graph sees functionally (``versions``: in-place writes of a fresh
     intermediate, ``seen``, computed when not given) are no writes here: the writer is the
     e-node of its functional twin, its base and the readers of either are e-nodes as any.
@@ -290,13 +295,14 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph,
         return name not in members and effects.is_written(name)
 
     vals = {n.name: n.meta.get("val") for n in graph.nodes}
+    lists = _projected_lists(graph, vals)
     leaves = []
     for n in graph.nodes:
         if n.op == OUTPUT:
             continue
         if (
             n.op != CALL_FUNCTION
-            or not isinstance(n.meta.get("val"), torch.Tensor)
+            or not (isinstance(n.meta.get("val"), torch.Tensor) or n.name in lists)
             or ops.is_metadata_check(n.target)
             or (effects.has_effect(n.name) and passes_on(n, vals) is None
                 and n.name not in functional)
@@ -305,6 +311,34 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph,
         ):
             leaves.append(n.name)
     return frozenset(leaves)
+
+
+def _projected_lists(graph: Graph, vals: Mapping[str, Any]) -> frozenset[str]:
+    """The ``call_function`` nodes of ``graph`` whose result is one list of tensors (an
+    operator whose schema returns one ``Tensor[]``: ``split``, ``split_with_sizes``,
+    ``unbind``, ``chunk``, ``tensor_split``) read only by ``getitem`` s at int positions
+    within it: the list never reaches anything whole (not returned, not an argument of
+    another operator), so its class may hold the list and each ``getitem`` be an e-node
+    reading it. Effects and writes are ``value_roles``' to judge. O(n)."""
+    candidates: set[str] = set()
+    for n in graph.nodes:
+        val = vals.get(n.name)
+        if (n.op == CALL_FUNCTION and isinstance(val, (list, tuple)) and val
+                and all(isinstance(v, torch.Tensor) for v in val)
+                and ops.facts(n.target).results == 1):
+            candidates.add(n.name)
+    if not candidates:
+        return frozenset()
+    for n in graph.nodes:
+        read = [r.name for r in n.inputs() if r.name in candidates]
+        if not read:
+            continue
+        if not (n.op == CALL_FUNCTION and ops.facts(n.target).getitem and not n.kwargs
+                and len(n.args) == 2 and type(n.args[0]) is Ref
+                and type(n.args[1]) is int
+                and 0 <= n.args[1] < len(vals[n.args[0].name])):
+            candidates.difference_update(read)  # read whole, returned, or an odd index
+    return frozenset(candidates)
 
 
 def passes_on(n: Node, val_of: Mapping[str, Any]) -> str | None:
@@ -438,6 +472,15 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
         e = enode_of(target, n.args, n.kwargs, reads, val_of, val_of[n.name])
         own[n.name] = e
         class_of[n.name] = eg.add(e, ClassData(val_of[n.name], False, n.name, n.name in once))
+        whole = (own.get(n.args[0].name) if ops.facts(n.target).getitem and n.args
+                 and type(n.args[0]) is Ref
+                 and isinstance(val_of.get(n.args[0].name), (list, tuple)) else None)
+        if whole is not None and whole.children:
+            # a projection of a list the program splits (``split(x @ cat(w1, w2))[0]``): the
+            # value split covers it, as the fused value a rule makes covers its results'
+            # (``covered``), so it is never fused again with its own projection
+            data = eg.data[eg.find(whole.children[0])]
+            data.covers = data.covers | {n.name}
     return GraphEGraph(eg, class_of, own, position, tuple(dict.fromkeys(roots)), leaves, seen)
 
 

@@ -7,7 +7,9 @@ by position), a pattern placeholder binds an *e-class* (the same class at each u
 node reached through an argument is matched against every e-node of the child class. Literals
 match as ``match.literal_equal`` says (by type and value); commutative operators in either
 order. Matching is strict: sizes and dimensions are compared as they are (the e-graph holds the
-program's exact shapes).
+program's exact shapes), but for those of an operator returning a list (``split_with_sizes``'
+sizes, its dimension across ranks), which match any ints and make the match ``loose``, so that
+the reverse of ``SHARED_INPUT_MM`` unfuses a ``split`` the program holds (``_EMatcher``).
 
 Hyperparameters (``Rule(..., hyper(...))``): a pattern literal that ``match.with_holes`` made a
 ``Hole`` matches an e-node's literal of the example's kind (an int, a bool, a string, a list of
@@ -54,7 +56,8 @@ class EMatch:
     """One match: ``root`` (the class the pattern's result is in; its first result's for a
     pattern with several), ``inputs`` (pattern placeholder name -> class), ``scalars`` (rule
     argument position -> literal), ``nodes`` (pattern node name -> the e-node it matched).
-    ``loose``: a hole bound another value than its example (``exact`` decides). ``results``:
+    ``loose``: a hole bound another value than its example, or a list-valued operator's
+    size or dimension matched another than the pattern's (``exact`` decides). ``results``:
     the class of each result of a pattern with several, in order (empty for one result)."""
 
     root: int
@@ -129,7 +132,7 @@ def ematch_counted(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[
                 continue
             seen.add(key)
             loose = any(not _same(scalars[i], e) for i, e in pattern.holes.items()
-                        if i in scalars)
+                        if i in scalars) or m.sized(nodes)
             found.append(EMatch(eg.find(c), dict(names), dict(scalars), dict(nodes), loose,
                                 results))
             if len(found) + tried[0] > limit:
@@ -169,10 +172,55 @@ _State = tuple  # (names: pattern input -> class, scalars: position -> literal, 
 
 
 class _EMatcher:
-    def __init__(self, eg: EGraph, pattern: Pattern) -> None:
+    """Matches ``pattern`` over ``eg``. ``strict``: no size wildcards (``exact``'s re-check).
+
+    Sizes of list-valued operators are wildcards (``_wild``): ``split_with_sizes(m, [5, 6],
+    1)`` traced at a rule's examples matches a program's ``split_with_sizes(m, [4096, 4096],
+    1)`` (and its dimension where the input's rank differs), and the match is then ``loose``
+    (``sized``): ``exact`` keeps it only where the pattern traced at the matched shapes matches
+    strictly. Only there: no pattern matched a list of the program before such lists became
+    e-nodes (``egraph.value_roles``), so no earlier match changes; other operators' sizes
+    match strictly, as before."""
+
+    def __init__(self, eg: EGraph, pattern: Pattern, strict: bool = False) -> None:
         self.eg = eg
         self.p = pattern
         self.swaps = {n.name: ops.is_commutative(n.target) for n in pattern.nodes.values()}
+        self.strict = strict
+        self.lists = frozenset(n.name for n in pattern.nodes.values()
+                               if _list_valued(n.target))
+
+    def _wild(self, pnode: Any, enode: ENode) -> Mapping[int, bool]:
+        """The argument positions of ``pnode`` that match any int (list of ints) against
+        ``enode``: the sizes of a list-valued operator, and its dimensions where ``enode``'s
+        input has another rank than the pattern's."""
+        if self.strict or pnode.name not in self.lists:
+            return _NO_WILD
+        facts = ops.facts(pnode.target)
+        wild = dict.fromkeys(facts.size_args, True)
+        if facts.dim_args and enode.children:
+            val = self.eg.data[self.eg.find(enode.children[0])].val
+            prank = self.p.ranks.get(pnode.name)
+            if isinstance(val, torch.Tensor) and prank is not None and val.dim() != prank:
+                wild.update(dict.fromkeys(facts.dim_args, True))
+        return wild
+
+    def _holds_sentinel(self, p: Any) -> bool:
+        items = p if isinstance(p, (tuple, list, IList)) else (p,)
+        return any((type(x), x) in self.p.typed_sentinels for x in items)
+
+    def sized(self, nodes: Mapping[str, ENode]) -> bool:
+        """Whether a match (pattern node -> e-node) bound a wildcard size or dimension to
+        another value than the pattern's: the match is loose."""
+        if self.strict or not self.lists:
+            return False
+        for name, enode in nodes.items():
+            pnode = self.p.nodes[name]
+            wild = self._wild(pnode, enode)
+            pargs = self.p.args[name]
+            if any(not _same(pargs[i], enode.canon[i]) for i in wild if i < len(pargs)):
+                return True
+        return False
 
     def others(self, states: Iterator[_State], anchor_class: int, tried: list[int],
                limit: float) -> Iterator[_State]:
@@ -219,16 +267,22 @@ class _EMatcher:
         if len(pargs) != len(targs):
             return
         s = (s[0], s[1], {**s[2], pnode.name: enode})
-        yield from self.seq(pargs, targs, 0, s, enode)
+        wild = self._wild(pnode, enode)
+        yield from self.seq(pargs, targs, 0, s, enode, wild)
         if self.swaps[pnode.name] and len(targs) >= 2:
             yield from self.seq(pargs, (targs[1], targs[0], *targs[2:]), 0, s, enode)
 
-    def seq(self, pargs: tuple, targs: tuple, i: int, s: _State, en: ENode) -> Iterator[_State]:
+    def seq(self, pargs: tuple, targs: tuple, i: int, s: _State, en: ENode,
+            wild: Mapping[int, bool] | None = None) -> Iterator[_State]:
         if i == len(pargs):
             yield s
             return
+        if (wild and i in wild and _ints(pargs[i]) and _ints(targs[i])
+                and not self._holds_sentinel(pargs[i])):
+            yield from self.seq(pargs, targs, i + 1, s, en, wild)  # ``sized`` says loose
+            return
         for s2 in self.arg(pargs[i], targs[i], s, en):
-            yield from self.seq(pargs, targs, i + 1, s2, en)
+            yield from self.seq(pargs, targs, i + 1, s2, en, wild)
 
     def arg(self, p: Any, t: Any, s: _State, en: ENode) -> Iterator[_State]:
         if type(p) is Ref:
@@ -277,6 +331,24 @@ class _EMatcher:
             yield s
 
 
+_NO_WILD: Mapping[int, bool] = {}
+
+
+def _list_valued(target: Any) -> bool:
+    """Whether ``target``'s schema returns one list of tensors (``split``, ``unbind``)."""
+    if not callable(target) or isinstance(target, str):
+        return False
+    facts = ops.facts(target)
+    return facts.results == 1 and facts.schema.rstrip().endswith("[]")
+
+
+def _ints(x: Any) -> bool:
+    """An int, or a list of ints (a size or dimension argument)."""
+    if type(x) is int:
+        return True
+    return isinstance(x, (tuple, list, IList)) and all(type(d) is int for d in x)
+
+
 def exact(eg: EGraph, rule: Any, compiled: Any, m: EMatch) -> bool:
     """Whether match ``m`` of ``compiled.pattern`` (``rule`` at ``compiled.level``) stands: a
     match that is not ``loose`` and whose inputs have the examples' dtypes does; else the
@@ -317,7 +389,7 @@ def exact(eg: EGraph, rule: Any, compiled: Any, m: EMatch) -> bool:
     want_inputs = {position[k]: eg.find(c) for k, c in m.inputs.items()}
     want_scalars = {k: v for k, v in m.scalars.items() if k not in pattern.holes}
     where = dict(zip(found.input_order, found.tensor_args))
-    matcher = _EMatcher(eg, found)
+    matcher = _EMatcher(eg, found, strict=True)
     states = matcher.node(found.anchor, anchor, ({}, {}, {}))
     if not single_result(found):  # the other results too, among the same candidates
         states = matcher.others(states, eg.find(m.root), [0], math.inf)

@@ -28,9 +28,12 @@ from transforms.rewrite import extract
 from transforms.rewrite.cost import Cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
-__all__ = ["EXACT_MAX", "Builder", "Plan", "drop_dead", "plan", "shared_escape"]
+__all__ = ["EXACT_MAX", "TOGETHER_SECONDS", "Builder", "Plan", "drop_dead", "plan", "shared_escape"]
 
 EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
+TOGETHER_SECONDS = 2.0
+"""Seconds ``together`` may take past the deadline (a search that used its seconds still
+tries its first groups of several results: about 30 at 16k classes)."""
 
 
 @attrs.define
@@ -55,7 +58,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     choice; the exact choice kept where its DAG cost is lower. Complexity: O(e-nodes log
     e-nodes) greedy (``extract.greedy``), one cost-model call per e-node; the exact solve only
     up to ``EXACT_MAX`` e-nodes and within ``deadline``; ``together`` O(``extract.GROUPS_MAX``
-    x classes reached), its groups tried until ``deadline`` (``Plan.cut`` where it passed).
+    x classes reached), its groups tried until ``deadline`` or for ``TOGETHER_SECONDS``,
+    whichever is later (``Plan.cut`` where that passed).
     Greedy is never cut: bounded by ``limits.nodes``, about a second at 20k e-nodes."""
     eg = geg.eg
     memo: dict[tuple, float] = {}
@@ -91,11 +95,13 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     cut = False
     if eg.groups:
         alone = choice
-        choice = extract.together(eg, geg.roots, choice, of, eg.groups, deadline)
-        cut = time.monotonic() > deadline
-        if shared_escape(eg, geg.roots, choice):
+        until = max(deadline, time.monotonic() + TOGETHER_SECONDS)
+        choice = extract.together(eg, geg.roots, choice, of, eg.groups, until)
+        cut = time.monotonic() >= until
+        held = _held_projections(geg)
+        if shared_escape(eg, geg.roots, choice, held):
             choice = alone
-            if shared_escape(eg, geg.roots, choice):
+            if shared_escape(eg, geg.roots, choice, held):
                 return Plan(geg, choice, False, [], extractor, cut)  # keep the graph as it is
     if not extract.complete(eg, geg.roots, choice):
         return Plan(geg, choice, False, [], extractor, cut)  # never expected: keep the graph
@@ -120,13 +126,35 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     return Plan(geg, choice, changes, used, extractor, cut)
 
 
-def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode]) -> bool:
+def _held_projections(geg: GraphEGraph) -> dict[int, tuple]:
+    """For each class holding exactly one value of the program where that value is a
+    ``getitem`` (a projection of a list the program holds, ``egraph.value_roles``): the key
+    of its own e-node. Choosing it builds the program's own view: no new aliasing. O(n)."""
+    eg = geg.eg
+    count: dict[int, int] = {}
+    for name in geg.own:
+        c = eg.find(geg.class_of[name])
+        count[c] = count.get(c, 0) + 1
+    held: dict[int, tuple] = {}
+    for name, e in geg.own.items():
+        c = eg.find(geg.class_of[name])
+        if count[c] == 1 and getattr(e.op, "__name__", "") == "getitem":
+            held[c] = eg.canonical(e).key
+    return held
+
+
+def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode],
+                  held: Mapping[int, tuple] | None = None) -> bool:
     """Whether ``choice`` would build two escaping values (``egraph.escapes``: returned or
-    read by a leaf, themselves or through views) as ``getitem`` s of one value a rule made
-    (a ``split`` of a rewrite of several results, not a leaf of the program): they would
-    alias each other where the program's values did not. ``saturate`` declines such a
-    rewrite when it is applied; this checks the choice again, since a later merge may make a
-    result escape. O(classes reached x views followed)."""
+    read by a leaf, themselves or through views) as ``getitem`` s of one value that is no
+    leaf of the program (a ``split`` of a rewrite of several results, or one the program
+    holds): they would alias each other where the program's values did not. ``held``: class
+    -> the key of the program's own ``getitem`` that the class alone holds
+    (``_held_projections``); choosing it keeps an aliasing the program has, and is not
+    counted. ``saturate`` declines such a rewrite when it is applied; this checks the choice
+    again, since a later merge may make a result escape. O(classes reached x views
+    followed)."""
+    held = held or {}
     pinned = {eg.find(r) for r in roots}
     by_base: dict[int, int] = {}
     seen: set[int] = set()
@@ -143,7 +171,8 @@ def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode]) -> bool:
         if getattr(n.op, "__name__", "") != "getitem" or not n.children:
             continue
         base = eg.find(n.children[0])
-        if eg.data[base].leaf or not escapes(eg, c, pinned):
+        if (eg.data[base].leaf or held.get(c) == eg.canonical(n).key
+                or not escapes(eg, c, pinned)):
             continue
         by_base[base] = by_base.get(base, 0) + 1
         if by_base[base] > 1:

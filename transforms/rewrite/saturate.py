@@ -446,7 +446,29 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
         changed |= eg.union(root, new)
     if changed and len(roots) > 1:
         eg.groups.append(tuple(zip(roots, (made[o.name] for o in outs))))
+        matched = _projections(eg, pattern, m)
+        if matched is not None:
+            eg.groups.append(tuple(zip(roots, matched)))
     return changed
+
+
+def _projections(eg: EGraph, pattern: Any, m: EMatch) -> tuple[ENode, ...] | None:
+    """The matched e-nodes of a match of several results where they are ``getitem`` s of one
+    list (the reverse of ``SHARED_INPUT_MM`` matched on ``split(x @ cat(w1, w2))`` of the
+    program), else ``None``. Such a group is recorded beside the replacement's: the tree cost
+    of ``extract.greedy`` counts the shared list once per projection, so only choosing them
+    together (``extract.together``) keeps the fused form where it is the cheaper.
+    O(results)."""
+    names = result_nodes(pattern)
+    if names is None:
+        return None
+    nodes = tuple(m.nodes.get(n) for n in names)
+    if any(n is None or getattr(n.op, "__name__", "") != "getitem" or not n.children
+           for n in nodes):
+        return None
+    if len({eg.find(n.children[0]) for n in nodes}) != 1:
+        return None
+    return nodes
 
 
 def _disjoint_values(eg: EGraph, results: tuple[int, ...]) -> bool:
@@ -473,11 +495,16 @@ def _disjoint_values(eg: EGraph, results: tuple[int, ...]) -> bool:
         if not seen.isdisjoint(got):
             return False
         seen |= got
-    if all(len(got) == 1 for got in sets):
+    # the order is kept among fused values a rule made: a value of the program (its class's
+    # ``origin``) is ordered as itself, though it covers its own projections where the
+    # program splits it (``egraph.from_graph``)
+    order = [frozenset((eg.data[eg.find(r)].origin,)) if eg.data[eg.find(r)].origin is not None
+             else got for r, got in zip(results, sets)]
+    if all(len(got) == 1 for got in order):
         return True
-    if any(len(got) > 1 for got in sets[1:]):
+    if any(len(got) > 1 for got in order[1:]):
         return False
-    return all(max(a) < min(b) for a, b in pairwise(sets))
+    return all(max(a) < min(b) for a, b in pairwise(order))
 
 
 def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
