@@ -193,11 +193,13 @@ def test_the_escape_guard_at_extraction_catches_what_the_matcher_let_through(mon
 
 
 def test_the_escape_guards_are_needed(monkeypatch):
-    """Without either, the two outputs become views of one buffer: the in-context law's
+    """Without either (nor the check of every output's memory, ``output_alias``, which
+    catches it too), the two outputs become views of one buffer: the in-context law's
     aliasing check fails (a caller writing one would change the other)."""
     p, args = _rows_program("both")
     monkeypatch.setattr(saturate_mod, "escapes", lambda eg, c, pinned: False)
     monkeypatch.setattr(extracted_mod, "escapes", lambda eg, c, pinned: False)
+    monkeypatch.setattr(extracted_mod, "output_alias", lambda geg, graph, choice: False)
     q, report = saturate_report(p, [ROWS])
     assert report.rewrites == {"rows": 2}
     try:
