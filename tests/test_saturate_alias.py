@@ -171,7 +171,7 @@ return (%add_1,)"""
 
 def test_a_result_returned_while_its_input_is_a_program_input_is_declined():
     """The output would be the caller's own input: never merged (``_may_alias``)."""
-    p, x = _program(_returned_of_input)
+    p, _ = _program(_returned_of_input)
     q, report = saturate_report(p, [ONE])
     assert q is p and report.classes == ((2, 2),)
 
@@ -255,7 +255,7 @@ return (%exp,)"""
 
 
 def test_a_returned_view_of_a_program_input_is_declined():
-    p, x = _program(_viewed_returned)
+    p, _ = _program(_viewed_returned)
     q, report = saturate_report(p, [ONE_T])
     assert q is p and report.rewrites == {}
 

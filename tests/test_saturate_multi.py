@@ -395,6 +395,6 @@ def test_a_view_of_a_returned_half_that_its_strides_do_not_admit_declines():
 def test_two_returned_halves_of_one_buffer_stay_declined():
     """The layout admits them now; the escape guard still refuses two outputs that would be
     views of one buffer."""
-    p, _, x = _returned_half("both")
+    p, _, _ = _returned_half("both")
     q, report = saturate_report(p, [SHARED])
     assert q is p and report.rewrites == {}
