@@ -143,7 +143,11 @@ def saturate(
             directions, and so is any rule passed together with its reverse, without cycling.
             A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) is
             matched result by result and its results merged together; not where two results
-            sharing one buffer would both be returned (``docs/search.md``).
+            sharing one buffer would both be returned (``docs/search.md``). A replacement
+            that returns its input (``x * 1.0 -> x``) or a view of one is merged where the
+            result and the input do not both escape (returned, or read by a leaf; an input
+            or state value always does), and the extracted program is checked so that no
+            output aliases an input or another output where ``p``'s did not.
         cost: ``(target, args, kwargs, val) -> float`` (tensors replaced by their fake values;
             ``val`` the result's), default ``transforms.rewrite.cost.roofline``;
             ``transforms.rewrite.cost.measured_cost()`` times operators instead.
@@ -392,7 +396,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
     not runnable there, another shape, dtype or device, other strides that a reader of the
-    matched value would see (``_Layouts``), a result aliasing an input) or adds nothing new."""
+    matched value would see (``_Layouts``), a result that is an input or a view of one where
+    both would escape (``_may_alias``)) or adds nothing new."""
     layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
     if m.results and not _disjoint_values(eg, m.results):
