@@ -22,6 +22,7 @@ import torch
 from ir import Graph, import_ep
 from ir.printer import format_graph
 from lowering import lower
+from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, SaturationLimits, saturate_report
 from transforms.rewrite import extract as extract_mod
 from transforms.rewrite import extracted as extracted_mod
@@ -333,7 +334,8 @@ def test_results_must_be_disjoint_or_the_fused_value_is_fused_again(monkeypatch)
 
 class _ReturnedHalf(torch.nn.Module):
     """``_Heads``' weights; the first head returned as it is, or viewed (``viewed``), or
-    both heads returned (``both``)."""
+    returned with its ``reshape`` (``reshaped``: a view of a contiguous value, a copy of a
+    strided one), or both heads returned (``both``)."""
 
     def __init__(self, how: str = "half") -> None:
         super().__init__()
@@ -347,6 +349,8 @@ class _ReturnedHalf(torch.nn.Module):
             return a, b
         if self.how == "viewed":
             return a.view(-1), torch.relu(b)
+        if self.how == "reshaped":
+            return a, a.reshape(-1), torch.relu(b)
         return a, torch.relu(b)
 
 
@@ -398,3 +402,19 @@ def test_two_returned_halves_of_one_buffer_stay_declined():
     p, _, _ = _returned_half("both")
     q, report = saturate_report(p, [SHARED])
     assert q is p and report.rewrites == {}
+
+
+def test_a_returned_half_whose_returned_reshape_would_stop_sharing_declines(monkeypatch):
+    """``return a, a.reshape(-1), relu(b)``: ``a.reshape(-1)`` is a view of the contiguous
+    ``a`` (the two outputs share memory); of the strided half it is a copy. Two returned
+    values whose sharing flips: declined (``saturate._same_sharing``, as ``rewrite``'s layout
+    guard counts returned values where a reader flips). Without the check the in-context
+    law reports the lost aliasing."""
+    p, _, x = _returned_half("reshaped")
+    q, report = saturate_report(p, [SHARED])
+    assert q is p and report.rewrites == {}
+    monkeypatch.setattr(saturate_mod, "_same_sharing", lambda *vals: True)
+    q, report = saturate_report(p, [SHARED])
+    assert report.rewrites == {"shared": 2}
+    with pytest.raises(LawViolation, match="alias of output 0"):
+        check_extracted(p, q, (x,))

@@ -680,7 +680,10 @@ class _Layouts:
     past ``_LAYOUT_CAP`` readers. A class the graph returns may take other strides, as
     ``rewrite``'s layout guard lets a returned value (the caller gets the same values; the
     in-context law compares values, dtypes, shapes and aliasing, not strides): so
-    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half.
+    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
+    a reader shares memory with what it reads at one layout and not at the other
+    (``reshape``, ``_same_sharing``), refused where two of the classes followed and such
+    readers escape (returned or read by a leaf): outputs that shared memory would not.
     The classes whose strides may now differ are marked mixed; an e-node added later that
     reads a mixed class is refused where it is a view or reads strides (it was run on one
     layout only), and its own class is marked mixed. Sound, not complete.
@@ -722,9 +725,11 @@ class _Layouts:
 
         eg = self.eg
         pinned = {eg.find(x) for x in self.fixed}
+        escaping = {eg.find(x) for x in self.pinned}
         vals = {eg.find(c): new}
         todo = [eg.find(c)]
         followed = 0
+        flipped: set[int] = set()
         while todo:
             x = todo.pop()
             if x in pinned or eg.data[x].leaf:
@@ -747,12 +752,26 @@ class _Layouts:
                 same = _same_layout(before, after)
                 if same is None:
                     return False
+                if not _same_sharing(before, eg.data[x].val, after, vals[x]):
+                    flipped.add(owner)
                 if same or owner in vals:
                     continue
                 vals[owner] = after
                 todo.append(owner)
+        if flipped and len(escaping & (set(vals) | flipped)) > 1:
+            return False  # returned values that shared memory no longer do (or the reverse)
         self.mixed.update(vals)
         return True
+
+
+def _same_sharing(before: Any, before_in: Any, after: Any, after_in: Any) -> bool:
+    """Whether a reader's value shares memory with the class it reads at the new strides as
+    it did at the old (``guards.shares_storage`` on the fake values): a ``reshape`` is a view
+    of a contiguous value and a copy of a strided one. Unknown (not tensors): ``False``."""
+    from transforms.rewrite.guards import shares_storage
+
+    was, now = shares_storage(before, before_in), shares_storage(after, after_in)
+    return was is not None and was == now
 
 
 def _read_by_leaves(geg: GraphEGraph, graph: Graph) -> frozenset[int]:
