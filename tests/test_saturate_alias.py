@@ -278,17 +278,26 @@ def test_output_alias_is_needed_where_hash_consing_merges_a_returned_class_with_
         _law(p, q, x)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
+@settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs(features={"identities", "inplace_ops", "activations", "buffers",
                           "input_mutation", "inplace_mutation", "repeated_subexpressions",
-                          "matrices"},
+                          "matrices", "nesting", "pytree_outputs", "overwrites",
+                          "inplace_copies"},
                 always={"identities"}))
 def test_law_saturate_in_context_with_identities(p):
     """``ir.strategies.programs`` with identities (``mul(a, 1.0)``, copies taken just before a
-    write in place of their input) and writes in place: the derived program verifies and
-    passes the in-context law."""
-    q = saturate(p, [ONE])
+    write in place of their input) and writes in place: the program the e-graph derives
+    verifies and passes the in-context law.
+
+    Greedy ``rewrite``'s program is left out of the comparison here: its alias guard reads
+    whether a result was fresh from the nodes' fake values, and the generated programs share
+    one fake value per shape and dtype (``programs._fake``), so on ``return x0 * 1.0`` it
+    returns the input ``x0`` (the law: "an alias of input 0"). The e-graph's checks read the
+    graph, not storages."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(saturate_mod, "_greedy", lambda p, rules, cost: (None, None))
+        q = saturate(p, [ONE, ONE_T])
     args, _ = program_inputs(p)
     verify(q, vals=True)
     check_extracted(p, q, tuple(args))
