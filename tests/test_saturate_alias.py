@@ -60,8 +60,18 @@ def _neg_neg(x):
     return x.neg().neg()
 
 
+def _times_one_and_exp(x):
+    return x * 1.0, x.exp()
+
+
+def _same_and_exp(x):
+    return x, x.exp()
+
+
 ONE = Rule(_times_one, _same, (torch.randn(3, 4),), name="one", trusted=True)
 ONE_T = Rule(_times_one_t, _t, (torch.randn(3, 4),), name="one_t", trusted=True)
+# a rule of several results, one of them its input
+PAIR = Rule(_times_one_and_exp, _same_and_exp, (torch.randn(3, 4),), name="pair", trusted=True)
 # a fresh replacement that hash-consing puts into a class ONE merged with an input
 BACK = Rule(_neg_neg, _times_one, (torch.randn(3, 4),), name="back", trusted=True)
 
@@ -134,6 +144,17 @@ def _hash_consed(x):
     b = x.neg().neg()
     a = x * 1.0
     return a.exp(), b
+
+
+def _pair(x):
+    t = x + 1
+    a = t * 1.0
+    b = t.exp()
+    return a.sin() + b
+
+
+def _pair_returned(x):
+    return x * 1.0, x.exp()
 
 
 @functools.cache
@@ -276,6 +297,25 @@ def test_output_alias_is_needed_where_hash_consing_merges_a_returned_class_with_
     assert _compute(q).endswith("return (%exp, %x)")
     with pytest.raises(LawViolation, match="alias of input"):
         _law(p, q, x)
+
+
+def test_a_rule_of_several_results_one_its_input_merges_where_safe():
+    """``(x * 1.0, x.exp()) -> (x, x.exp())``: each result is checked as a rule of one result
+    is; the input result has no e-node of its own, so the rewrite's group (tried together
+    by extraction) holds the others only. Returned with ``x`` a program input: declined."""
+    p, x = _program(_pair)
+    q, report = saturate_report(p, [PAIR])
+    assert _compute(q) == """\
+%add = call_function[aten.add.Tensor](%x, 1)
+%exp = call_function[aten.exp.default](%add)
+%sin = call_function[aten.sin.default](%add)
+%add_1 = call_function[aten.add.Tensor](%sin, %exp)
+return (%add_1,)"""
+    assert report.chosen == "saturate"
+    _law(p, q, x)
+    p, _ = _program(_pair_returned)
+    q, report = saturate_report(p, [PAIR])
+    assert q is p and report.classes == ((3, 3),)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True,

@@ -448,7 +448,10 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     for root, new in zip(roots, news):
         changed |= eg.union(root, new)
     if changed and len(roots) > 1:
-        eg.groups.append(tuple(zip(roots, (made[o.name] for o in outs))))
+        # a result that is an input (``_may_alias``) has no e-node of its own to try
+        group = tuple((r, made[o.name]) for r, o in zip(roots, outs) if o.name in made)
+        if len(group) > 1:
+            eg.groups.append(group)
     return changed
 
 
