@@ -7,6 +7,8 @@ extraction tries the two together (``extract.together``), which is what makes on
 matmul cheaper than two under a DAG cost. Declined where both halves of one buffer would be
 returned (they would alias), where a result is written in place (a leaf: never matched), and
 where a reader does not admit the half's strides (``_Layouts``). Each guard is shown needed.
+A returned half may have other strides than the value it replaces (the caller gets the same
+values): ``return x @ w1, relu(x @ w2)`` is fused by columns.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from ir import Graph, import_ep
 from ir.printer import format_graph
 from lowering import lower
+from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, SaturationLimits, saturate_report
 from transforms.rewrite import extract as extract_mod
 from transforms.rewrite import extracted as extracted_mod
@@ -226,11 +229,13 @@ def test_the_escape_guard_at_extraction_catches_what_the_matcher_let_through(mon
 
 
 def test_the_escape_guards_are_needed(monkeypatch):
-    """Without either, the two outputs become views of one buffer: the in-context law's
+    """Without either (nor the check of every output's memory, ``output_alias``, which
+    catches it too), the two outputs become views of one buffer: the in-context law's
     aliasing check fails (a caller writing one would change the other)."""
     p, args = _rows_program("both")
     monkeypatch.setattr(saturate_mod, "escapes", lambda eg, c, pinned: False)
     monkeypatch.setattr(extracted_mod, "escapes", lambda eg, c, pinned: False)
+    monkeypatch.setattr(extracted_mod, "output_alias", lambda geg, graph, choice: False)
     q, report = saturate_report(p, [ROWS])
     assert report.rewrites == {"rows": 2}
     try:
@@ -358,3 +363,91 @@ def test_results_must_be_disjoint_or_the_fused_value_is_fused_again(monkeypatch)
     monkeypatch.setattr(saturate_mod, "_disjoint_values", lambda eg, results: True)
     _, report = saturate_report(p, [ROWS], limits=SaturationLimits(iterations=2))
     assert report.stopped == ("iterations",) and report.sizes[0][2] > report.sizes[0][1]
+
+
+class _ReturnedHalf(torch.nn.Module):
+    """``_Heads``' weights; the first head returned as it is, or viewed (``viewed``), or
+    returned with its ``reshape`` (``reshaped``: a view of a contiguous value, a copy of a
+    strided one), or both heads returned (``both``)."""
+
+    def __init__(self, how: str = "half") -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(64, 8))
+        self.w2 = torch.nn.Parameter(torch.randn(64, 8))
+        self.how = how
+
+    def forward(self, x):
+        a, b = x @ self.w1, x @ self.w2
+        if self.how == "both":
+            return a, b
+        if self.how == "viewed":
+            return a.view(-1), torch.relu(b)
+        if self.how == "reshaped":
+            return a, a.reshape(-1), torch.relu(b)
+        return a, torch.relu(b)
+
+
+@functools.cache
+def _returned_half(how: str):
+    torch.manual_seed(0)
+    model = _ReturnedHalf(how)
+    x = torch.randn(32, 64)
+    return import_ep(torch.export.export(model, (x,))), model, x
+
+
+def test_a_returned_half_of_other_strides_is_fused():
+    """``return x @ w1, relu(x @ w2)``: the returned ``x @ w1`` becomes the first half of
+    ``x @ cat(w1, w2)``, a strided view (row stride 16, not 8). The caller gets the same
+    values (the in-context law compares values, dtypes, shapes and aliasing, not strides),
+    as ``rewrite``'s layout guard admits a returned value of other strides; before, a
+    returned class pinned its layout and the pair was not fused."""
+    p, model, x = _returned_half("half")
+    q, report = saturate_report(p, [SHARED])
+    assert _body(q) == """\
+%p_w1 = placeholder
+%p_w2 = placeholder
+%x = placeholder
+%cat = call_function[aten.cat.default]([%p_w1, %p_w2], -1)
+%matmul_2 = call_function[aten.matmul.default](%x, %cat)
+%split_with_sizes = call_function[aten.split_with_sizes.default](%matmul_2, [8, 8], -1)
+%getitem = call_function[_operator.getitem](%split_with_sizes, 0)
+%getitem_1 = call_function[_operator.getitem](%split_with_sizes, 1)
+%relu = call_function[aten.relu.default](%getitem_1)
+return (%getitem, %relu)"""
+    assert report.chosen == "saturate" and report.rewrites == {"shared": 2}
+    assert report.cost_after < report.cost_before
+    got = lower(q)(x)
+    assert got[0].stride() == (16, 1)
+    torch.testing.assert_close(got, model(x), **ATOL)
+    check_extracted(p, q, (x,))
+
+
+def test_a_view_of_a_returned_half_that_its_strides_do_not_admit_declines():
+    p, _, x = _returned_half("viewed")
+    q, report = saturate_report(p, [SHARED])
+    assert report.rewrites == {}
+    check_extracted(p, q, (x,))
+
+
+def test_two_returned_halves_of_one_buffer_stay_declined():
+    """The layout admits them now; the escape guard still refuses two outputs that would be
+    views of one buffer."""
+    p, _, _ = _returned_half("both")
+    q, report = saturate_report(p, [SHARED])
+    assert q is p and report.rewrites == {}
+
+
+def test_a_returned_half_whose_returned_reshape_would_stop_sharing_declines(monkeypatch):
+    """``return a, a.reshape(-1), relu(b)``: ``a.reshape(-1)`` is a view of the contiguous
+    ``a`` (the two outputs share memory); of the strided half it is a copy. Two returned
+    values whose sharing flips: declined (``saturate._same_sharing``, as ``rewrite``'s layout
+    guard counts returned values where a reader flips). Without the check the in-context
+    law reports the lost aliasing."""
+    p, _, x = _returned_half("reshaped")
+    q, report = saturate_report(p, [SHARED])
+    assert q is p and report.rewrites == {}
+    monkeypatch.setattr(saturate_mod, "_same_sharing", lambda *vals: True)
+    q, report = saturate_report(p, [SHARED])
+    assert report.rewrites == {"shared": 2}
+    with pytest.raises(LawViolation, match="alias of output 0"):
+        check_extracted(p, q, (x,))

@@ -264,8 +264,11 @@ def test_a_fused_value_whose_half_is_returned_escapes(monkeypatch):
     assert outs[0].untyped_storage().data_ptr() != outs[2].untyped_storage().data_ptr()
     check_extracted(p, q, args)
     monkeypatch.setattr(saturate_mod, "escapes", _views_only)
-    monkeypatch.setattr(importlib.import_module("transforms.rewrite.extracted"), "escapes",
-                        _views_only)
+    extracted = importlib.import_module("transforms.rewrite.extracted")
+    monkeypatch.setattr(extracted, "escapes", _views_only)
+    q, report = saturate_report(p, [ROWS])
+    assert _matmuls(q) == 2  # the check of the outputs' memory (output_alias) catches it too
+    monkeypatch.setattr(extracted, "output_alias", lambda geg, graph, choice: False)
     q, report = saturate_report(p, [ROWS])
     assert _matmuls(q) == 1
     with pytest.raises(LawViolation, match="alias"):

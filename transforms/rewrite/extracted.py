@@ -22,13 +22,14 @@ from ir.effects import binds_symbols, graph_effects
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId
-from ir.node import OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.rewrite import extract
 from transforms.rewrite.cost import Cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
-__all__ = ["EXACT_MAX", "TOGETHER_SECONDS", "Builder", "Plan", "drop_dead", "plan", "shared_escape"]
+__all__ = ["EXACT_MAX", "TOGETHER_SECONDS", "Builder", "Plan", "drop_dead", "output_alias",
+           "plan", "shared_escape", "shares_first"]
 
 EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
 TOGETHER_SECONDS = 2.0
@@ -105,6 +106,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
                 return Plan(geg, choice, False, [], extractor, cut)  # keep the graph as it is
     if not extract.complete(eg, geg.roots, choice):
         return Plan(geg, choice, False, [], extractor, cut)  # never expected: keep the graph
+    if output_alias(geg, graph, choice):
+        return Plan(geg, choice, False, [], extractor, cut)  # an output would alias: keep it
     changes = False
     for name, e in geg.own.items():
         c = eg.find(geg.class_of[name])
@@ -178,6 +181,94 @@ def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode],
         if by_base[base] > 1:
             return True
     return False
+
+
+def output_alias(geg: GraphEGraph, graph: Graph, choice: Mapping[int, ENode]) -> bool:
+    """Whether building ``choice`` may give an output of ``graph`` the memory of a leaf (an
+    input, state, a constant, an effect's result) or of another output, where the graph's
+    own outputs did not share it: a class that a rule merged with its input (``x * 1 ->
+    x``, ``saturate._may_alias``) holds that input as a leaf e-node of cost 0, which
+    extraction picks, and a later merge may make such a class returned.
+
+    Memory is followed down views, alias-like operators and ``getitem`` s (their first
+    argument) and, in the graph, nodes that compute nothing (``egraph.passes_on``, as the
+    e-graph does): in the graph to the node a returned value is the memory of; in the choice
+    to a chosen leaf (then that node, followed in the graph) or to a class. Each returned
+    value may be built two ways (``Builder``): the first of its class to be reached takes
+    the class's chosen value unless the class was made before it, every other keeps its own
+    node (over its children's values): both are counted. ``saturate`` declines such merges
+    where it makes them; this checks the choice again, as ``shared_escape`` does for
+    rewrites of several results. O(outputs x views followed)."""
+    eg = geg.eg
+    table = graph.by_name()
+    vals = {n.name: n.meta.get("val") for n in graph.nodes}
+
+    def memory_of(name: str) -> str:
+        seen: set[str] = set()
+        while name not in seen:
+            seen.add(name)
+            n = table.get(name)
+            if n is None or n.op != CALL_FUNCTION:
+                return name
+            source = passes_on(n, vals)
+            first = n.args[0] if n.args else None
+            if source is None and type(first) is Ref and shares_first(n.target):
+                source = first.name
+            if source is None:
+                return name
+            name = source
+        return name
+
+    def built(c: int) -> tuple:
+        seen: set[int] = set()
+        c = eg.find(c)
+        while c not in seen:
+            seen.add(c)
+            n = choice.get(c)
+            if n is None:
+                return ("class", c)
+            if n.op == LEAF:
+                return ("name", memory_of(n.canon[0]))
+            if not (n.children and shares_first(n.op)):
+                return ("class", c)
+            c = eg.find(n.children[0])
+        return ("class", c)
+
+    def kept(name: str) -> tuple:
+        own = geg.own.get(name)
+        if own is None:
+            return ("name", memory_of(name))
+        if own.children and shares_first(own.op):
+            return built(own.children[0])
+        return ("own", name)
+
+    returned: dict[str, None] = {}
+    for n in graph.nodes:
+        if n.op == OUTPUT:
+            returned.update((r.name, None) for r in n.inputs())
+    firsts: set[int] = set()
+    holders: dict[tuple, set[str]] = {}
+    for name in returned:
+        if name not in geg.class_of:
+            continue
+        c = eg.find(geg.class_of[name])
+        ways = {kept(name)}
+        if c not in firsts:
+            firsts.add(c)
+            ways.add(built(c))
+        was = memory_of(name)
+        for way in ways:
+            if way[0] == "name" and way[1] != was:
+                return True
+            holders.setdefault(way, set()).add(was)
+    return any(len(v) > 1 for v in holders.values())
+
+
+def shares_first(op: Any) -> bool:
+    """Whether an e-node or node of operator ``op`` may give memory of its first argument: a view, an alias-like operator
+    (``reshape``, ``contiguous``: they may return their input) or ``getitem``."""
+    return callable(op) and (ops.is_view(op) or ops.is_alias_like(op)
+                             or getattr(op, "__name__", "") == "getitem")
 
 
 class Builder:

@@ -36,6 +36,7 @@ from transforms.rewrite.egraph import (
     ClassData,
     EGraph,
     ENode,
+    GraphEGraph,
     covered,
     enode_of,
     escapes,
@@ -44,7 +45,7 @@ from transforms.rewrite.egraph import (
 )
 from transforms.rewrite.ematch import EMatch, ematch_counted, exact, result_nodes
 from transforms.rewrite.engine import apply_rules, rule_list
-from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
+from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan, shares_first
 from transforms.rewrite.rule import (
     Compiled,
     Match,
@@ -144,7 +145,11 @@ def saturate(
             directions, and so is any rule passed together with its reverse, without cycling.
             A rule of several results (``x @ w1, x @ w2 -> split(x @ cat(w1, w2))``) is
             matched result by result and its results merged together; not where two results
-            sharing one buffer would both be returned (``docs/search.md``).
+            sharing one buffer would both be returned (``docs/search.md``). A replacement
+            that returns its input (``x * 1.0 -> x``) or a view of one is merged where the
+            result and the input do not both escape (returned, or read by a leaf; an input
+            or state value always does), and the extracted program is checked so that no
+            output aliases an input or another output where ``p``'s did not.
         cost: ``(target, args, kwargs, val) -> float`` (tensors replaced by their fake values;
             ``val`` the result's), default ``transforms.rewrite.cost.roofline``;
             ``transforms.rewrite.cost.measured_cost()`` times operators instead.
@@ -219,7 +224,8 @@ def saturate_report(
     plans: dict[int, Plan] = {}
     for mid, graph in graphs:
         geg = from_graph(p, mid, graph)
-        grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots)
+        grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots,
+                                        _read_by_leaves(geg, graph))
         sizes.append(grown)
         classes.append(counted)
         stopped.append(why)
@@ -326,7 +332,8 @@ def _reverse(r: Rule) -> Rule:
 
 
 def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
-              deadline: float, roots: Iterable[int] = ()
+              deadline: float, roots: Iterable[int] = (),
+              read_by_leaves: Iterable[int] | None = None,
               ) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """Rounds of matching and adding, with egg's backoff scheduler: a rule that matches more
     than its limit in a round is banned (its matches dropped) for a number of rounds; both
@@ -336,7 +343,8 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     base_limit = limits.match_limit or max(1000, eg.size)
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
-    layouts = _Layouts(eg, frozenset(roots))
+    roots = frozenset(roots)
+    layouts = _Layouts(eg, roots, roots if read_by_leaves is None else frozenset(read_by_leaves))
     banned_until = [0] * len(rules)
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
@@ -394,7 +402,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
     not runnable there, another shape, dtype or device, other strides that a reader of the
-    matched value would see (``_Layouts``), a result aliasing an input) or adds nothing new."""
+    matched value would see (``_Layouts``), a result that is an input or a view of one where
+    both would escape (``_may_alias``)) or adds nothing new."""
     layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
     if m.results and not _disjoint_values(eg, m.results):
@@ -445,7 +454,10 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     for root, new in zip(roots, news):
         changed |= eg.union(root, new)
     if changed and len(roots) > 1:
-        eg.groups.append(tuple(zip(roots, (made[o.name] for o in outs))))
+        # a result that is an input (``_may_alias``) has no e-node of its own to try
+        group = tuple((r, made[o.name]) for r, o in zip(roots, outs) if o.name in made)
+        if len(group) > 1:
+            eg.groups.append(group)
         matched = _projections(eg, pattern, m)
         if matched is not None:
             eg.groups.append(tuple(zip(roots, matched)))
@@ -569,12 +581,17 @@ def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: 
              child_of: dict[str, int], val_of: dict[str, Any], memo: dict,
              layouts: _Layouts) -> list[int] | None:
     """The class of each result of the replacement, to be merged with ``roots`` in order;
-    ``None`` where one is an input or a view of one (aliasing), or has another shape, dtype or
-    device, or other strides that a reader of the matched value would see (``_Layouts``)."""
+    ``None`` where one is an input or a view of one that may not alias it there
+    (``_may_alias``), or has another shape, dtype or device, or other strides that a reader
+    of the matched value would see (``_Layouts``)."""
     news = []
     for root, out in zip(roots, outs):
-        if out.name not in child_of or out.name in rep_ph or _aliases_input(rep, out.name):
-            return None  # an input returned, or a view of one: never merged (aliasing)
+        if out.name not in child_of:
+            return None
+        source = _input_aliased(rep, out.name)
+        if source is not None and (source not in child_of
+                                   or not _may_alias(eg, root, child_of[source], layouts)):
+            return None
         old_val, new_val = eg.data[eg.find(root)].val, val_of.get(out.name)
         if not _compatible(old_val, new_val) and not (_same_metadata(old_val, new_val)
                 and layouts.restride(root, new_val, memo)):
@@ -614,15 +631,60 @@ def _is_check(n: Node) -> bool:
     return ops.is_metadata_check(n.target)
 
 
-def _aliases_input(rep: Any, name: str) -> bool:
-    """Whether the replacement's result ``name`` is an input seen through views only
-    (``ir.effects.view_base``)."""
+def _input_aliased(rep: Any, name: str) -> str | None:
+    """The input (placeholder name) that the replacement's result ``name`` is, or is a view
+    of through a chain of views (``ir.effects.view_base``); ``None`` for a fresh result."""
     from ir.effects import view_base
 
     table = {n.name: n for n in rep.graph.nodes}
     base = view_base(name, table.get)
     n = table.get(base)
-    return n is not None and n.op == PLACEHOLDER and base != name
+    return base if n is not None and n.op == PLACEHOLDER else None
+
+
+def _may_alias(eg: EGraph, root: int, source: int, layouts: _Layouts) -> bool:
+    """Whether the matched class ``root`` may be merged with a value that is the class
+    ``source`` (an input of the match) or a view of it: the replacement returns its input
+    (``x * 1 -> x``), so after the merge the program may read one tensor where it read two.
+
+    ``rewrite``'s ``alias_guard`` on the e-graph: writes first. A value written in place that
+    the e-graph does not see functionally is a leaf, and so is every node that reads it
+    (``egraph.value_roles``); no pattern matches a leaf, so neither ``root`` nor the
+    matched inputs are written by anything in the program; a write seen functionally
+    (``versions``) is built as its functional twin, so the built program writes neither.
+    What is left is the caller: refused where ``root`` *escapes* (``egraph.escapes``: it or
+    a view of it is returned or read by a leaf, or it is a leaf) while ``source``, or a
+    value it is a view of (down its view e-nodes, ``_alias_sources``), escapes too (an input
+    or state value is a leaf: returning it would make an output alias an input; returned
+    too: two outputs would alias each other). ``extracted.output_alias`` checks the
+    extracted choice again, since a later merge may make a class escape. O(views followed),
+    at most ``egraph.ESCAPE_CAP`` each."""
+    pinned = {eg.find(x) for x in layouts.pinned}
+    if not escapes(eg, root, pinned):
+        return True
+    sources = _alias_sources(eg, source)
+    return sources is not None and not any(escapes(eg, c, pinned) for c in sources)
+
+
+def _alias_sources(eg: EGraph, c: int) -> set[int] | None:
+    """Class ``c`` and the classes whose memory it may be, down its e-nodes that are views
+    or alias-like (``ir.ops.is_view``, ``is_alias_like``) or ``getitem`` s: their first
+    child, transitively; ``None`` past ``egraph.ESCAPE_CAP`` classes. O(classes reached)."""
+    from transforms.rewrite.egraph import ESCAPE_CAP
+
+    seen: set[int] = set()
+    todo = [eg.find(c)]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        if len(seen) >= ESCAPE_CAP:
+            return None
+        seen.add(x)
+        for n in eg.classes.get(x, ()):
+            if n.children and shares_first(n.op):
+                todo.append(eg.find(n.children[0]))
+    return seen
 
 
 def _compatible(old: Any, new: Any) -> bool:
@@ -649,16 +711,29 @@ class _Layouts:
     (its parent e-nodes): each is run again on the fake values with the new strides in;
     where its result has its old strides the difference stops there; where not, its readers
     are followed. Refused where a reader raises at the new strides (a ``view`` they admit
-    not), reads strides (``ir.ops.reads_strides``), where a class followed is read by a leaf
-    or returned (``pinned``: the program's own readers, effects and outputs, see it), or past
-    ``_LAYOUT_CAP`` readers. The classes whose strides may now differ are marked mixed; an
-    e-node added later that reads a mixed class is refused where it is a view or reads strides
-    (it was run on one layout only), and its own class is marked mixed. Sound, not complete.
+    not), reads strides (``ir.ops.reads_strides``), where a class followed is a leaf or is
+    read by one (``fixed``: the program's own effects, module calls and writes see it), or
+    past ``_LAYOUT_CAP`` readers. A class the graph returns may take other strides, as
+    ``rewrite``'s layout guard lets a returned value (the caller gets the same values; the
+    in-context law compares values, dtypes, shapes and aliasing, not strides): so
+    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
+    a reader shares memory with what it reads at one layout and not at the other
+    (``reshape``, ``_same_sharing``), refused where two of the classes followed and such
+    readers escape (returned or read by a leaf): outputs that shared memory would not.
+    The classes whose strides may now differ are marked mixed; an e-node added later that
+    reads a mixed class is refused where it is a view or reads strides (it was run on one
+    layout only), and its own class is marked mixed. Sound, not complete.
+
+    ``pinned``: the classes returned or read by a leaf (``GraphEGraph.roots``: what escapes,
+    for ``_may_share`` and ``_may_alias``); ``fixed``: those read by a leaf
+    (``_read_by_leaves``; default ``pinned``).
     """
 
-    def __init__(self, eg: EGraph, pinned: frozenset[int]) -> None:
+    def __init__(self, eg: EGraph, pinned: frozenset[int],
+                 fixed: frozenset[int] | None = None) -> None:
         self.eg = eg
         self.pinned = pinned
+        self.fixed = pinned if fixed is None else fixed
         self.mixed: set[int] = set()
 
     def is_mixed(self, c: int) -> bool:
@@ -685,10 +760,12 @@ class _Layouts:
         from ir import ops
 
         eg = self.eg
-        pinned = {eg.find(x) for x in self.pinned}
+        pinned = {eg.find(x) for x in self.fixed}
+        escaping = {eg.find(x) for x in self.pinned}
         vals = {eg.find(c): new}
         todo = [eg.find(c)]
         followed = 0
+        flipped: set[int] = set()
         while todo:
             x = todo.pop()
             if x in pinned or eg.data[x].leaf:
@@ -711,12 +788,41 @@ class _Layouts:
                 same = _same_layout(before, after)
                 if same is None:
                     return False
+                if not _same_sharing(before, eg.data[x].val, after, vals[x]):
+                    flipped.add(owner)
                 if same or owner in vals:
                     continue
                 vals[owner] = after
                 todo.append(owner)
+        if flipped and len(escaping & (set(vals) | flipped)) > 1:
+            return False  # returned values that shared memory no longer do (or the reverse)
         self.mixed.update(vals)
         return True
+
+
+def _same_sharing(before: Any, before_in: Any, after: Any, after_in: Any) -> bool:
+    """Whether a reader's value shares memory with the class it reads at the new strides as
+    it did at the old (``guards.shares_storage`` on the fake values): a ``reshape`` is a view
+    of a contiguous value and a copy of a strided one. Unknown (not tensors): ``False``."""
+    from transforms.rewrite.guards import shares_storage
+
+    was, now = shares_storage(before, before_in), shares_storage(after, after_in)
+    return was is not None and was == now
+
+
+def _read_by_leaves(geg: GraphEGraph, graph: Graph) -> frozenset[int]:
+    """The classes (as built) that a leaf node of ``graph`` reads: the part of
+    ``geg.roots`` that is not there only because the output returns it. O(n)."""
+    out: set[int] = set()
+    for n in graph.nodes:
+        if n.op == OUTPUT or n.name not in geg.leaves:
+            continue
+        stale = geg.versions.rebind.get(n.name) or {}
+        for r in n.inputs():
+            name = stale.get(r.name, r.name)
+            if name in geg.class_of:
+                out.add(geg.class_of[name])
+    return frozenset(out)
 
 
 def _same_layout(before: Any, after: Any) -> bool | None:
