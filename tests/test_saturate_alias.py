@@ -327,14 +327,18 @@ return (%add_1,)"""
                 always={"identities"}))
 def test_law_saturate_in_context_with_identities(p):
     """``ir.strategies.programs`` with identities (``mul(a, 1.0)``, copies taken just before a
-    write in place of their input) and writes in place: the program the e-graph derives
-    verifies and passes the in-context law.
+    write in place of their input) and writes in place: the program ``saturate`` returns
+    (the e-graph's, or greedy ``rewrite``'s where that is cheaper) verifies and passes the
+    in-context law; so does the e-graph's own program.
 
-    Greedy ``rewrite``'s program is left out of the comparison here: its alias guard reads
-    whether a result was fresh from the nodes' fake values, and the generated programs share
-    one fake value per shape and dtype (``programs._fake``), so on ``return x0 * 1.0`` it
-    returns the input ``x0`` (the law: "an alias of input 0"). The e-graph's checks read the
-    graph, not storages."""
+    Greedy's program took part only once the generated programs gave each value a fake value
+    of its own (``programs._fake``): with one fake value per shape and dtype, greedy's alias
+    guard saw ``x0 * 1.0`` share ``x0``'s memory and returned the input itself (the law: "an
+    alias of input 0")."""
+    q = saturate(p, [ONE, ONE_T])
+    args, _ = program_inputs(p)
+    verify(q, vals=True)
+    check_extracted(p, q, tuple(args))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(saturate_mod, "_greedy", lambda p, rules, cost: (None, None))
         q = saturate(p, [ONE, ONE_T])

@@ -108,7 +108,8 @@ from pyrsistent import pmap
 
 from ir import signature as sg
 from ir import state as stt
-from ir.args import EMPTY_DICT, IDict, IList, Ref, ref
+from ir.args import EMPTY_DICT, IDict, IList, Ref, ref, thaw
+from ir.effects import aliased_args
 from ir.errors import InputError
 from ir.graph import Graph
 from ir.import_ep import holder_tree
@@ -433,7 +434,7 @@ class _Builder:
         self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
         self.last_read: Ref | None = None  # the first operand of the latest op
         self.mode: Any = None  # the program's fake mode, made at its first val
-        self.vals: dict[tuple, torch.Tensor] = {}  # (shape, dtype) -> its FakeTensor
+        self.val_of: dict[str, Any] = {}  # node name -> its val (a FakeTensor, or a tuple)
 
     # --- objects, paths and state ----------------------------------------------------------
 
@@ -610,17 +611,30 @@ class _Builder:
         return name
 
     def _fake(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The program's ``FakeTensor`` standing for a value of ``shape`` and ``dtype``, made
-        under the program's own fake mode as ``torch.export`` makes its ``val`` s (one per
-        shape and dtype, shared by the nodes of this program; never written)."""
-        key = (shape, dtype)
-        found = self.vals.get(key)
-        if found is None:
-            if self.mode is None:
-                self.mode = new_fake_mode()
+        """A new ``FakeTensor`` of ``shape`` and ``dtype`` in memory of its own, made under the
+        program's own fake mode as ``torch.export`` makes its ``val`` s (never written). One
+        per value: the guards read whether two values share memory from their ``val`` s
+        (``transforms.rewrite.guards.shares_storage``), so values of one shape must not."""
+        if self.mode is None:
+            self.mode = new_fake_mode()
+        with self.mode:
+            return torch.empty(shape, dtype=dtype)
+
+    def _aliasing_val(self, node: Node, shape: Any) -> Any:
+        """The ``val`` of a node whose result may share an argument's memory (a view, an
+        in-place write, a ``getitem``: ``ir.effects.aliased_args``): the operator run on its
+        arguments' ``val`` s under the fake mode, so it shares their storage as export's
+        does; a new value where that cannot run. O(arguments)."""
+        args = thaw(node.args, lambda r: self.val_of.get(r.name))
+        kwargs = thaw(node.kwargs, lambda r: self.val_of.get(r.name))
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        try:
             with self.mode:
-                found = self.vals[key] = torch.empty(shape, dtype=dtype)
-        return found
+                return node.target(*args, **kwargs)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):  # fake mode cannot
+            # run it: a value of its own
+            return self._val(shape)
 
     def _val(self, shape: Any) -> Any:
         if shape is None:
@@ -632,13 +646,18 @@ class _Builder:
         return self._fake(shape)
 
     def _placeholder(self, name: str, val: Any) -> Ref:
+        self.val_of[name] = val
         self.nodes.append(Node(PLACEHOLDER, name, name, meta=MappingProxyType({"val": val})))
         return ref(name)
 
     def _op(self, target: Any, args: tuple, kwargs: IDict = EMPTY_DICT, shape: Any = None) -> Ref:
         base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
         name = self._name(base)
-        meta = {"nn_module_stack": dict(self.frames), "val": self._val(shape)}
+        bare = Node(CALL_FUNCTION, name, target, args, kwargs)
+        val = (self._aliasing_val(bare, shape) if shape is not None and aliased_args(bare)
+               else self._val(shape))
+        self.val_of[name] = val
+        meta = {"nn_module_stack": dict(self.frames), "val": val}
         self.made_in[name] = len(self.frames), self.frames[-1][0]
         self.last_read = next((r for r in args if isinstance(r, Ref)), self.last_read)
         self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
