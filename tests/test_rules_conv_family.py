@@ -182,3 +182,32 @@ def test_malformed_also_at_sets_are_refused_by_position():
              also_at=((*ex[:2], optional(ex[2]), *ex[3:]),))
     with pytest.raises(PassError, match="also_at must be a tuple"):
         Rule(_conv_bn, _conv_bn, ex, also_at=5)
+
+
+def test_efficientnet_has_every_pair_folded():
+    """transformers' ``EfficientNetModel`` (small config, no download) pads its convolutions
+    with ``"same"`` / ``"valid"``: all 22 conv + batch norm pairs are ``aten.conv2d.padding``,
+    so a rule traced with numeric padding folded 0 of them; ``also_at`` folds 22."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.EfficientNetConfig(image_size=32, width_coefficient=0.25,
+                                             depth_coefficient=0.2, hidden_dim=320,
+                                             num_hidden_layers=4)
+    torch.manual_seed(0)
+    model = transformers.EfficientNetModel(config).eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.normal_()
+            m.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(1, 3, 32, 32)
+    p = program(model, x)
+    convs = {n.name: n.target for n in p.root_module.graph.nodes}
+    sources = [convs[n.args[0].name] for n in p.root_module.graph.nodes
+               if "batch_norm" in str(n.target)]
+    assert len(sources) == 22 and set(sources) == {torch.ops.aten.conv2d.padding}
+    q, report = apply_rules(p, [CONV_BN])
+    assert report.counts == {"conv_bn": 22} and _norms(q) == 0
+    with torch.no_grad():
+        got = lower(q)(x)
+        want = model(x).last_hidden_state
+    got = got.last_hidden_state if hasattr(got, "last_hidden_state") else got[0]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
