@@ -89,10 +89,14 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     remaining = deadline - time.monotonic()
     if (remaining > 0 and eg.size <= EXACT_MAX
             and any(len(eg.classes[c]) > 1 for c in choice)):
-        better = extract.exact(eg, geg.roots, of, seconds=remaining)
-        if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
-                                   < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
-            choice, extractor = better, "ilp"
+        needed, reads = _needed(geg, graph)
+        better = extract.exact(eg, needed, of, seconds=remaining, reads=reads)
+        if better is not None and (extract.dag_cost(eg, needed, better, of, reads)
+                                   < extract.dag_cost(eg, needed, choice, of, reads)
+                                   * (1 - 1e-9)):
+            # the classes only a dropped leaf reads keep greedy's e-node: acyclic, as no
+            # class of the exact choice reads one outside it
+            choice, extractor = {**choice, **better}, "ilp"
     cut = False
     if eg.groups:
         alone = choice
@@ -127,6 +131,31 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
             used.append(n.rule)
         todo.extend(eg.find(x) for x in n.children)
     return Plan(geg, choice, changes, used, extractor, cut)
+
+
+def _needed(geg: GraphEGraph, graph: Graph) -> tuple[list[int], dict[int, list[int]]]:
+    """The classes the built program must compute, as ``extract.exact`` and ``dag_cost``
+    take them: those the output and the kept leaves read; and, for each leaf that
+    ``drop_dead`` drops where nothing reads it (a metadata check goes with its value; a node
+    that computes nothing, ``passes_on``), its class -> the classes it reads. ``geg.roots``
+    counts the latter as read always, so a fused attention paid for the eager softmax that
+    its ``.to`` check reads. O(n)."""
+    eg = geg.eg
+    vals = {n.name: n.meta.get("val") for n in graph.nodes}
+    needed: list[int] = []
+    reads: dict[int, list[int]] = {}
+    for n in graph.nodes:
+        if n.op != OUTPUT and n.name not in geg.leaves:
+            continue
+        stale = geg.versions.rebind.get(n.name, {})
+        ins = [eg.find(geg.class_of[stale.get(r.name, r.name)]) for r in n.inputs()
+               if stale.get(r.name, r.name) in geg.class_of]
+        if (n.op == CALL_FUNCTION and n.name in geg.class_of
+                and (ops.is_metadata_check(n.target) or passes_on(n, vals) is not None)):
+            reads.setdefault(eg.find(geg.class_of[n.name]), []).extend(ins)
+        else:
+            needed.extend(ins)
+    return list(dict.fromkeys(needed)), reads
 
 
 def _held_projections(geg: GraphEGraph) -> dict[int, tuple]:
