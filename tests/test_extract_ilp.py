@@ -116,6 +116,17 @@ def test_exact_gives_none_where_its_seconds_are_spent_or_the_solver_fails(monkey
     assert extract.exact(eg, roots, _cost, seconds=0.0) is None
     assert extract.exact(eg, roots, _cost, seconds=-1.0) is None
 
+    seen: list[float] = []
+    real = scipy.optimize.milp
+
+    def timed(*a, options, **k):
+        seen.append(options["time_limit"])
+        return real(*a, options=options, **k)
+
+    monkeypatch.setattr(scipy.optimize, "milp", timed)
+    assert extract.exact(eg, roots, _cost, seconds=3.0) is not None
+    assert 0.0 < seen[0] <= 3.0  # the solver gets what building left of the seconds
+
     class _NoAnswer:
         x = None
         status = 1  # the time limit, no feasible point found

@@ -56,7 +56,8 @@ class Plan:
 def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     """The extraction of ``geg`` (of ``graph``) under ``cost``: greedy, then exact where scipy
     is installed, time is left (``deadline``, a ``time.monotonic`` value) and some class has a
-    choice; the exact choice kept where its DAG cost is lower. Complexity: O(e-nodes log
+    choice; the exact choice kept where its DAG cost over what the built program computes
+    (``_needed``: not what only a dropped leaf reads) is lower. Complexity: O(e-nodes log
     e-nodes) greedy (``extract.greedy``), one cost-model call per e-node; the exact solve only
     up to ``EXACT_MAX`` e-nodes and within ``deadline``; ``together`` O(``extract.GROUPS_MAX``
     x classes reached), its groups tried until ``deadline`` or for ``TOGETHER_SECONDS``,
