@@ -133,6 +133,25 @@ def test_law_greedy_reaches_the_fixpoint_of_the_passes(case):
         assert extract.complete(eg, roots, got)
 
 
+@settings(max_examples=examples(40), deadline=None)
+@given(egraphs())
+def test_law_exact_is_complete_and_never_costlier_than_greedy(case):
+    """``extract.exact`` (where scipy is installed): an answer exactly where greedy builds
+    every root, complete and acyclic, of DAG cost at most greedy's."""
+    pytest.importorskip("scipy.optimize", reason="the optional extra `search` (scipy)")
+    eg, roots, cost, prefer = case
+    greedy = extract.greedy(eg, roots, cost, prefer)
+    got = extract.exact(eg, roots, cost, seconds=5.0)
+    buildable = all(r in greedy for r in roots)  # greedy builds every class that can be
+    assert (got is not None) == buildable
+    if got is not None:
+        assert extract.complete(eg, roots, got)
+        assert all(not n.children or c not in {eg.find(ch) for ch in n.children}
+                   for c, n in got.items())
+        want = extract.dag_cost(eg, roots, greedy, cost)
+        assert extract.dag_cost(eg, roots, got, cost) <= want * (1 + 1e-9) + 1e-6
+
+
 def _own_plus(n, best, eg, cost):
     total = max(cost(n), 0.0) + extract.EPSILON
     for ch in n.children:

@@ -244,9 +244,13 @@ def complete(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode]) -> b
 
 
 def dag_cost(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode],
-             cost: Callable[[ENode], float]) -> float:
+             cost: Callable[[ENode], float],
+             reads: Mapping[int, Iterable[int]] | None = None) -> float:
     """The cost of the program ``choice`` builds: each class reachable from ``roots`` through
-    chosen e-nodes counted once. O(classes reached)."""
+    chosen e-nodes counted once. ``reads`` (a leaf's class -> the classes its node reads, for
+    leaves that are computed only where read: see ``exact``): a leaf reached reaches those
+    too. O(classes reached)."""
+    reads = reads or {}
     total = 0.0
     seen: set[int] = set()
     todo = [eg.find(r) for r in roots]
@@ -258,63 +262,107 @@ def dag_cost(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode],
         n = choice[c]
         if n.op != LEAF:
             total += cost(n)
+        else:
+            todo.extend(eg.find(x) for x in reads.get(c, ()))
         todo.extend(eg.find(x) for x in n.children)
     return total
 
 
 def exact(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
-          seconds: float = 10.0) -> Choice | None:
+          seconds: float = 10.0,
+          reads: Mapping[int, Iterable[int]] | None = None) -> Choice | None:
     """The choice of least DAG cost, by an integer program, or ``None`` when ``scipy`` is not
-    installed (``pip install purefx[search]``) or the solver finds no answer in ``seconds``.
+    installed (``pip install purefx[search]``), the solver finds no answer in ``seconds``
+    (building the program counts), or it fails.
 
     Variables: ``x_n`` (e-node ``n`` chosen), ``t_c`` (class ``c``'s place in a topological
-    order). Each root class chooses a node; a chosen node's child classes choose one; a chosen
-    node's class comes after its children (``t_c - t_d >= 1 - N (1 - x_n)``), so the answer is
-    acyclic. Minimises the sum of the chosen nodes' costs (a shared class once)."""
+    order, in ``[0, classes - 1]``). Each root class chooses a node; a chosen node's child
+    classes choose one; a chosen node's class comes after its children
+    (``t_c - t_d >= 1 - classes (1 - x_n)``), so the answer is acyclic. Minimises the sum of
+    the chosen nodes' costs plus ``EPSILON`` each: a shared class (the ``split`` that the
+    ``getitem`` s of a rewrite of several results read) counts once. ``reads``: a leaf's class
+    -> the classes its node reads, for leaves computed only where read (a metadata check the
+    build drops with its value): such a leaf's class counts as a node with those children.
+    An e-node of NaN cost is never chosen; an infinite (or above ``CAP``) cost gives ``None``
+    (no finite objective).
+
+    **Laws:** where a choice is returned it is ``complete`` (every class reached from
+    ``roots`` through it has an e-node, no cycle) and closed under ``reads``; its
+    ``dag_cost`` is the least over all such choices, up to the solver's gap (``seconds``
+    cut: the best found so far). Complexity: building O(e-nodes + edges); the solve is
+    NP-hard in general, bounded by ``seconds``."""
+    start = time.monotonic()
     try:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import lil_matrix
+        from scipy.sparse import coo_matrix
     except ImportError:
         return None
-    live = sorted(reachable(eg, roots))
+    reads = reads or {}
+    roots = [eg.find(r) for r in roots]
+    live = sorted(reachable(eg, [*roots, *(eg.find(x) for v in reads.values() for x in v)]))
     index = {c: i for i, c in enumerate(live)}
     nodes = [(c, n) for c in live for n in eg.classes[c]]
     nx, nc = len(nodes), len(live)
-    big = nc + 1
-    rows: list[tuple[dict[int, float], float, float]] = []
     by_class: dict[int, list[int]] = {}
     for j, (c, _) in enumerate(nodes):
         by_class.setdefault(c, []).append(j)
-    for r in {eg.find(r) for r in roots}:
-        rows.append(({j: 1.0 for j in by_class[r]}, 1.0, float("inf")))
+    obj = np.zeros(nx + nc)
+    upper = np.ones(nx + nc)
+    upper[nx:] = max(nc - 1, 0)
+    for j, (_, n) in enumerate(nodes):
+        if n.op == LEAF:
+            continue
+        own = cost(n)
+        if math.isnan(own):
+            upper[j] = 0.0  # never chosen, as in greedy
+            continue
+        if not own < CAP:
+            return None
+        obj[j] = max(own, 0.0) + EPSILON
+    ri: list[int] = []  # row, column, value of each nonzero
+    ci: list[int] = []
+    vi: list[float] = []
+    lo: list[float] = []
+
+    def row(entries: Iterable[tuple[int, float]], low: float) -> None:
+        r = len(lo)
+        for k, v in entries:
+            ri.append(r)
+            ci.append(k)
+            vi.append(v)
+        lo.append(low)
+
+    for r in dict.fromkeys(roots):
+        row(((j, 1.0) for j in by_class[r]), 1.0)
+    big = float(nc)
     for j, (c, n) in enumerate(nodes):
-        for ch in {eg.find(x) for x in n.children}:
-            row = {k: 1.0 for k in by_class[ch]}
-            row[j] = row.get(j, 0.0) - 1.0
-            rows.append((row, 0.0, float("inf")))
-            if ch == c:
-                rows.append(({j: 1.0}, 0.0, 0.0))  # a node reading its own class: never
-                continue
+        kids = {eg.find(x) for x in n.children}
+        if n.op == LEAF:
+            kids |= {eg.find(x) for x in reads.get(c, ())}
+        if c in kids:
+            upper[j] = 0.0  # an e-node reading its own class: a cycle
+            continue
+        for ch in kids:
+            row([*((k, 1.0) for k in by_class[ch]), (j, -1.0)], 0.0)  # x_j -> ch chosen
             # t_c - t_ch - big * x_j >= 1 - big
-            rows.append(({nx + index[c]: 1.0, nx + index[ch]: -1.0, j: -float(big)},
-                         1.0 - big, float("inf")))
-    a = lil_matrix((len(rows), nx + nc))
-    lo, hi = np.empty(len(rows)), np.empty(len(rows))
-    for i, (row, low, high) in enumerate(rows):
-        for k, v in row.items():
-            a[i, k] = v
-        lo[i], hi[i] = low, high
-    obj = np.array([0.0 if n.op == LEAF else max(cost(n), 0.0) + EPSILON for _, n in nodes]
-                   + [0.0] * nc)
-    integrality = np.array([1] * nx + [0] * nc)
-    bounds = Bounds(np.zeros(nx + nc), np.array([1.0] * nx + [float(big)] * nc))
-    res = milp(obj, constraints=[LinearConstraint(a.tocsr(), lo, hi)], integrality=integrality,
-               bounds=bounds, options={"time_limit": seconds})
+            row([(nx + index[c], 1.0), (nx + index[ch], -1.0), (j, -big)], 1.0 - big)
+    left = seconds - (time.monotonic() - start)
+    if left <= 0:
+        return None
+    integrality = np.zeros(nx + nc)
+    integrality[:nx] = 1
+    try:
+        a = coo_matrix((vi, (ri, ci)), shape=(len(lo), nx + nc)).tocsr()
+        res = milp(obj, constraints=[LinearConstraint(a, np.array(lo), np.inf)],
+                   integrality=integrality, bounds=Bounds(np.zeros(nx + nc), upper),
+                   options={"time_limit": left})
+    except (ValueError, ArithmeticError):
+        return None
     if res.x is None:
         return None
     choice: Choice = {}
     for j, (c, n) in enumerate(nodes):
         if res.x[j] > 0.5 and c not in choice:
             choice[c] = n
-    return choice
+    return choice if complete(eg, roots, choice) else None

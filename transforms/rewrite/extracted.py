@@ -54,9 +54,12 @@ class Plan:
 
 
 def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
-    """The extraction of ``geg`` (of ``graph``) under ``cost``: greedy, then exact where scipy
-    is installed, time is left (``deadline``, a ``time.monotonic`` value) and some class has a
-    choice; the exact choice kept where its DAG cost is lower. Complexity: O(e-nodes log
+    """The extraction of ``geg`` (of ``graph``) under ``cost``: greedy, the groups of several
+    results tried together, then exact where scipy is installed, time is left (``deadline``, a
+    ``time.monotonic`` value) and some class has a choice; the exact choice kept where its DAG
+    cost over what the built program computes (``_needed``: not what only a dropped leaf
+    reads) is strictly lower and it passes the escape and alias guards (else the choice so far
+    stands: where costs tie, the ILP changes nothing). Complexity: O(e-nodes log
     e-nodes) greedy (``extract.greedy``), one cost-model call per e-node; the exact solve only
     up to ``EXACT_MAX`` e-nodes and within ``deadline``; ``together`` O(``extract.GROUPS_MAX``
     x classes reached), its groups tried until ``deadline`` or for ``TOGETHER_SECONDS``,
@@ -86,14 +89,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         prefer.setdefault(eg.find(geg.class_of[name]), e)
     choice = extract.greedy(eg, geg.roots, of, prefer)
     extractor = "greedy"
-    remaining = deadline - time.monotonic()
-    if (remaining > 0 and eg.size <= EXACT_MAX
-            and any(len(eg.classes[c]) > 1 for c in choice)):
-        better = extract.exact(eg, geg.roots, of, seconds=remaining)
-        if better is not None and (extract.dag_cost(eg, geg.roots, better, of)
-                                   < extract.dag_cost(eg, geg.roots, choice, of) * (1 - 1e-9)):
-            choice, extractor = better, "ilp"
     cut = False
+    held: dict[int, tuple] = {}
     if eg.groups:
         alone = choice
         until = max(deadline, time.monotonic() + TOGETHER_SECONDS)
@@ -104,6 +101,22 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
             choice = alone
             if shared_escape(eg, geg.roots, choice, held):
                 return Plan(geg, choice, False, [], extractor, cut)  # keep the graph as it is
+    remaining = deadline - time.monotonic()
+    if (remaining > 0 and eg.size <= EXACT_MAX
+            and any(len(eg.classes[c]) > 1 for c in choice)):
+        needed, reads = _needed(geg, graph)
+        better = extract.exact(eg, needed, of, seconds=remaining, reads=reads)
+        if better is not None and (extract.dag_cost(eg, needed, better, of, reads)
+                                   < extract.dag_cost(eg, needed, choice, of, reads)
+                                   * (1 - 1e-9)):
+            # the classes only a dropped leaf reads keep their e-node: acyclic, as no class
+            # of the exact choice reads one outside it. Kept only where it passes the guards
+            # the choice so far passes (else that choice stands)
+            trial = {**choice, **better}
+            if (extract.complete(eg, geg.roots, trial)
+                    and not (eg.groups and shared_escape(eg, geg.roots, trial, held))
+                    and not output_alias(geg, graph, trial)):
+                choice, extractor = trial, "ilp"
     if not extract.complete(eg, geg.roots, choice):
         return Plan(geg, choice, False, [], extractor, cut)  # never expected: keep the graph
     if output_alias(geg, graph, choice):
@@ -127,6 +140,31 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
             used.append(n.rule)
         todo.extend(eg.find(x) for x in n.children)
     return Plan(geg, choice, changes, used, extractor, cut)
+
+
+def _needed(geg: GraphEGraph, graph: Graph) -> tuple[list[int], dict[int, list[int]]]:
+    """The classes the built program must compute, as ``extract.exact`` and ``dag_cost``
+    take them: those the output and the kept leaves read; and, for each leaf that
+    ``drop_dead`` drops where nothing reads it (a metadata check goes with its value; a node
+    that computes nothing, ``passes_on``), its class -> the classes it reads. ``geg.roots``
+    counts the latter as read always, so a fused attention paid for the eager softmax that
+    its ``.to`` check reads. O(n)."""
+    eg = geg.eg
+    vals = {n.name: n.meta.get("val") for n in graph.nodes}
+    needed: list[int] = []
+    reads: dict[int, list[int]] = {}
+    for n in graph.nodes:
+        if n.op != OUTPUT and n.name not in geg.leaves:
+            continue
+        stale = geg.versions.rebind.get(n.name, {})
+        ins = [eg.find(geg.class_of[stale.get(r.name, r.name)]) for r in n.inputs()
+               if stale.get(r.name, r.name) in geg.class_of]
+        if (n.op == CALL_FUNCTION and n.name in geg.class_of
+                and (ops.is_metadata_check(n.target) or passes_on(n, vals) is not None)):
+            reads.setdefault(eg.find(geg.class_of[n.name]), []).extend(ins)
+        else:
+            needed.extend(ins)
+    return list(dict.fromkeys(needed)), reads
 
 
 def _held_projections(geg: GraphEGraph) -> dict[int, tuple]:
