@@ -26,6 +26,7 @@ from ir import Graph, import_ep
 from ir.args import Ref, thaw
 from ir.printer import format_graph
 from lowering import lower
+from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate_report
 from transforms.rewrite import extracted as extracted_mod
 from transforms.rewrite.check_context import check_extracted
@@ -229,15 +230,37 @@ def test_a_split_whose_half_is_written_in_place_stays_a_leaf():
     torch.testing.assert_close(lower(q)(*args), _FusedHeads()(*args), **ATOL)
 
 
-def test_a_returned_half_keeps_its_strides():
-    """The caller gets ``a``, a strided half of the fused matmul: ``x @ w1`` is contiguous,
-    and a returned value keeps its layout (``_Layouts``: a pinned class refuses other
-    strides), so only the other half could be unfused, which the rule of two results does
-    not do alone: the program is kept."""
+def test_a_returned_half_is_unfused_where_no_other_output_shares_its_buffer():
+    """The caller gets ``a``, a strided half of the fused matmul. A returned value may take
+    other strides (the in-context law compares values, not layouts, as greedy's layout guard
+    does), and no other output shares ``a``'s buffer, so both halves are unfused: 300.4 ->
+    122.2 us, ``a`` now a contiguous ``x @ w1`` of its own."""
     p, args = _program("half", *HEADS_1)
     q, report = saturate_report(p, [BOTH])
-    assert q is p and report.rewrites == {}
+    assert report.chosen == "saturate" and dict(report.rewrites) == {"both": 2}
+    assert round(report.cost_before, 1) == 300.4 and round(report.cost_after, 1) == 122.2
+    lines = format_graph(q.root_module.graph).splitlines()
+    assert lines[-4:] == [
+        "%relu = call_function[aten.relu.default](%matmul_1)",
+        "%sigmoid = call_function[aten.sigmoid.default](%matmul_2)",
+        "%add = call_function[aten.add.Tensor](%relu, %sigmoid)",
+        "return (%add, %matmul_1)",
+    ]
     check_extracted(p, q, args)
+
+
+def test_two_returned_halves_of_one_buffer_are_not_unfused(monkeypatch):
+    """Both halves returned: the caller's two outputs share one buffer, fresh matmuls in
+    their place would not (``saturate._may_unshare``); without the check the law fails."""
+    args = _args((8, 16), (16, 4), (16, 4), *HEADS_0)
+    p = import_ep(torch.export.export(_HalvesAndHeads(), args))
+    q, _ = saturate_report(p, [BOTH])
+    check_extracted(p, q, args)
+    monkeypatch.setattr(saturate_mod, "_may_unshare", lambda *a: True)
+    q, report = saturate_report(p, [BOTH], limits=None)
+    assert report.rewrites.get("both", 0) > 2  # the halves unfused too
+    with pytest.raises(LawViolation, match="alias"):
+        check_extracted(p, q, args)
 
 
 class _HalvesAndHeads(torch.nn.Module):

@@ -436,7 +436,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
     if len(roots) > 1:
         # several results: every check first, so that a declined match adds nothing (each
         # would otherwise leave its nodes behind for the rules to match again)
-        if not _may_share(eg, roots, rep, layouts):
+        if not _may_share(eg, roots, rep, layouts) or not _may_unshare(
+                eg, roots, c.traced, rep, layouts):
             return False
         dry = _instantiate(eg, d, m, rep, dict(child_of), dict(val_of), memo, layouts, None)
         if dry is None or _results(eg, roots, outs, rep, rep_ph, *dry, memo, layouts) is None:
@@ -622,6 +623,30 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
             by_base[base] = by_base.get(base, 0) + 1
             if by_base[base] > 1:
                 return False
+    return True
+
+
+def _may_unshare(eg: EGraph, roots: tuple[int, ...], pattern: Any, rep: Any,
+                 layouts: _Layouts) -> bool:
+    """The mirror of ``_may_share``: whether the results of a match (classes ``roots``) may
+    become ``rep``'s where the pattern's results are views of one value (the halves of a
+    ``split`` the reverse of ``SHARED_INPUT_MM`` unfuses) and the replacement's are not:
+    at most one of those sharing a value escapes (``egraph.escapes``). Two returned halves
+    of one buffer are the caller's aliasing; fresh values in their place would lose it (the
+    in-context law: "fresh, the original's result is an alias of output 0"). O(views
+    followed), at most ``egraph.ESCAPE_CAP`` each."""
+    from transforms.rewrite.sharing import output_bases
+
+    old_bases, new_bases = output_bases(pattern), output_bases(rep)
+    pinned = {eg.find(x) for x in layouts.pinned}
+    by_base: dict[str, list[int]] = {}
+    for i, (root, base) in enumerate(zip(roots, old_bases)):
+        if base is not None and escapes(eg, root, pinned):
+            by_base.setdefault(base, []).append(i)
+    for shared in by_base.values():
+        if len(shared) > 1 and (None in {new_bases[i] for i in shared}
+                                or len({new_bases[i] for i in shared}) > 1):
+            return False
     return True
 
 
