@@ -265,7 +265,8 @@ def dag_cost(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode],
 def exact(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
           seconds: float = 10.0) -> Choice | None:
     """The choice of least DAG cost, by an integer program, or ``None`` when ``scipy`` is not
-    installed (``pip install purefx[search]``) or the solver finds no answer in ``seconds``.
+    installed (``pip install purefx[search]``), a cost is not finite (infinite or NaN: the
+    greedy choice stands) or the solver finds no answer in ``seconds``.
 
     Variables: ``x_n`` (e-node ``n`` chosen), ``t_c`` (class ``c``'s place in a topological
     order). Each root class chooses a node; a chosen node's child classes choose one; a chosen
@@ -307,6 +308,8 @@ def exact(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
         lo[i], hi[i] = low, high
     obj = np.array([0.0 if n.op == LEAF else max(cost(n), 0.0) + EPSILON for _, n in nodes]
                    + [0.0] * nc)
+    if not np.isfinite(obj).all():
+        return None  # an infinite or NaN cost: the solver takes finite costs only; greedy stands
     integrality = np.array([1] * nx + [0] * nc)
     bounds = Bounds(np.zeros(nx + nc), np.array([1.0] * nx + [float(big)] * nc))
     res = milp(obj, constraints=[LinearConstraint(a.tocsr(), lo, hi)], integrality=integrality,
