@@ -316,7 +316,9 @@ def value_roles(p: Program, mid: ModuleId, graph: Graph,
 def _projected_lists(graph: Graph, vals: Mapping[str, Any]) -> frozenset[str]:
     """The ``call_function`` nodes of ``graph`` whose result is one list of tensors (an
     operator whose schema returns one ``Tensor[]``: ``split``, ``split_with_sizes``,
-    ``unbind``, ``chunk``, ``tensor_split``) read only by ``getitem`` s at int positions
+    ``unbind``, ``chunk``, ``tensor_split``) or several tensors (core aten's
+    ``_native_batch_norm_legit_no_training``, ``native_layer_norm``: without them no
+    pattern holding a batch norm matched at core aten) read only by ``getitem`` s at int positions
     within it: the list never reaches anything whole (not returned, not an argument of
     another operator), so its class may hold the list and each ``getitem`` be an e-node
     reading it. Effects and writes are ``value_roles``' to judge. O(n)."""
@@ -325,7 +327,7 @@ def _projected_lists(graph: Graph, vals: Mapping[str, Any]) -> frozenset[str]:
         val = vals.get(n.name)
         if (n.op == CALL_FUNCTION and isinstance(val, (list, tuple)) and val
                 and all(isinstance(v, torch.Tensor) for v in val)
-                and ops.facts(n.target).results == 1):
+                and ops.facts(n.target).results >= 1):
             candidates.add(n.name)
     if not candidates:
         return frozenset()

@@ -272,8 +272,9 @@ def exact(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
           seconds: float = 10.0,
           reads: Mapping[int, Iterable[int]] | None = None) -> Choice | None:
     """The choice of least DAG cost, by an integer program, or ``None`` when ``scipy`` is not
-    installed (``pip install purefx[search]``), the solver finds no answer in ``seconds``
-    (building the program counts), or it fails.
+    installed (``pip install purefx[search]``), a cost is not finite (infinite or NaN: the
+    greedy choice stands), the solver finds no answer in ``seconds`` (building the program
+    counts), or it fails.
 
     Variables: ``x_n`` (e-node ``n`` chosen), ``t_c`` (class ``c``'s place in a topological
     order, in ``[0, classes - 1]``). Each root class chooses a node; a chosen node's child
