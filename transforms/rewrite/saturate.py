@@ -91,9 +91,11 @@ class SaturationReport:
     """What ``saturate_report`` did.
 
     - ``sizes``: per graph (in module-walk order), the e-graph's e-nodes after building and
-      after each round;
+      after each round; ``(0,)`` for a graph not searched, its search's share of
+      ``limits.seconds`` (``SEARCH_SHARE``) spent before it began (the graph is kept as it is);
     - ``stopped``: per graph, why saturation stopped: ``"saturated"`` (nothing new),
-      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached), followed by
+      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached; for ``seconds``,
+      the search's share of it, ``SEARCH_SHARE``), followed by
       ``"; extraction cut by seconds"`` where ``limits.seconds`` passed before extraction had
       tried every rewrite of several results together (``extract.together``);
     - ``cost_before``, ``cost_after``: the cost model summed over the program and the result;
@@ -253,6 +255,12 @@ def saturate_report(
     stopped: list[str] = []
     plans: dict[int, Plan] = {}
     for mid, graph in graphs:
+        if time.monotonic() > deadline:
+            # not searched: building its e-graph and extracting would only add to the overrun
+            sizes.append((0,))
+            classes.append((0,))
+            stopped.append("seconds")
+            continue
         geg = from_graph(p, mid, graph)
         grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots,
                                         _read_by_leaves(geg, graph))
