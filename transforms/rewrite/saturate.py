@@ -279,7 +279,7 @@ def saturate_report(
 
         builder = Builder(plans)
         q = drop_dead(p, rewrite_nodes(p, builder), builder.writes)
-    after = program_cost(q, cost)
+    after = before if q is p else program_cost(q, cost)  # 1-2 s at 15k nodes: not twice
     lap("build")
     chosen = "saturate"
     if greedy_q is not None and greedy_cost < after * (1 - 1e-9):
