@@ -115,10 +115,10 @@ def test_no_cut_gives_the_same_results(monkeypatch):
 
 
 def test_greedy_time_is_taken_from_the_search(monkeypatch):
-    """The search stops at ``SEARCH_SHARE`` of the seconds counted from the call's start, the
-    greedy ``rewrite`` (run first) included: a greedy rewrite that used that much leaves the
-    graph unsearched (no e-graph built: ``sizes`` ``(0,)``), and the report says
-    ``seconds``."""
+    """The search stops at ``SEARCH_SHARE`` of the seconds counted from the call's start (the
+    rules checked), the greedy ``rewrite`` (run first) included: a greedy rewrite that used
+    that much leaves the graph unsearched (no e-graph built: ``sizes`` ``(0,)``), and the
+    report says ``seconds``."""
     p, _ = _sites()
     now = [100.0]
     clock = SimpleNamespace(monotonic=lambda: now[0])

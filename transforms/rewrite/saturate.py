@@ -59,11 +59,11 @@ from transforms.rewrite.trace import level_of
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
 GREEDY_SHARE = 0.5
-"""Of ``limits.seconds``, counted from the call's start, what the greedy ``rewrite`` compared
+"""Of ``limits.seconds``, counted from the call's start (the rules checked), what the greedy ``rewrite`` compared
 against may take (it runs first; a cut one is compared as far as it got)."""
 
 SEARCH_SHARE = 0.75
-"""Of ``limits.seconds``, counted from the call's start, where saturation stops and
+"""Of ``limits.seconds``, counted from the call's start (the rules checked), where saturation stops and
 extraction's optional work (the exact ILP, ``extract.together``) with it: the greedy
 ``rewrite``'s time is taken from it, and the last quarter is left for extraction's greedy pass
 and building the program, which are not cut."""
@@ -199,7 +199,7 @@ def saturate(
     ``limits.seconds`` or less, up to a slack: the greedy ``rewrite`` stops at
     ``GREEDY_SHARE`` of it, saturation and extraction's optional work at ``SEARCH_SHARE``
     (``extract.together`` may take ``extracted.TOGETHER_SECONDS`` past that); what is not
-    cut is checking the rules, one rule application or 256 match candidates past each
+    cut is checking the rules (before the clock starts; once per rule), one rule application or 256 match candidates past each
     deadline, extraction's greedy pass, building the program and costing it: the call
     overruns by what of those does not fit in the last quarter (``docs/search.md``,
     *Limits, measured*).
@@ -245,11 +245,13 @@ def saturate_report(
         seconds[phase] += now - clock
         clock = now
 
-    # greedy first, so that its time is known and taken from the search's share
+    # the clock starts once the rules are checked (once per rule: ``ensure_checked``).
+    # Greedy first, so that its time is known and taken from the search's share
+    begun = clock
     greedy_q, greedy_cost, greedy_cut = _greedy(
-        p, applied, cost, started + GREEDY_SHARE * limits.seconds)
+        p, applied, cost, begun + GREEDY_SHARE * limits.seconds)
     lap("greedy")
-    deadline = started + SEARCH_SHARE * limits.seconds
+    deadline = begun + SEARCH_SHARE * limits.seconds
     sizes: list[tuple[int, ...]] = []
     classes: list[tuple[int, ...]] = []
     stopped: list[str] = []
