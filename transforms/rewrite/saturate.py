@@ -191,7 +191,9 @@ def saturate(
     - semantics: the result computes what ``p`` computes, up to each rule's tolerance, on the
       inputs the granted assumptions admit (``rewrite``'s in-context law);
     - purity: ``p`` is never written; ``saturate(p, []) is p``;
-    - never worse: ``cost(result) <= cost(p)`` and ``<= cost(rewrite(p, rules))``.
+    - never worse: ``cost(result) <= cost(p)`` and ``<= cost(rewrite(p, rules))`` (where
+      greedy ``rewrite`` is cut by its share of ``limits.seconds``, ``report.greedy_cut``:
+      ``<=`` the cost of what it reached).
 
     Complexity: O(e-nodes x rules x pattern size) per round, at most ``limits.iterations``
     rounds and ``limits.nodes`` e-nodes per graph; extraction O(e-nodes log e-nodes)
