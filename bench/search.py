@@ -27,6 +27,7 @@ never saturate and the limits stop the search.
 
     python -m bench.search                    # the suite and N = 100 .. 10k
     python -m bench.search --cases 2 --sizes 100 --states 50   # the smoke size
+    python -m bench.search --bound 20 8 3    # the whole call's time against limits.seconds
 """
 
 from __future__ import annotations
@@ -540,6 +541,33 @@ def run_scaling(sizes: list[int], out: Any = sys.stdout,
     return points
 
 
+def run_bound(limits: list[float], nodes: int = 10000, out: Any = sys.stdout,
+              module: type = _Explosive) -> list[tuple[float, float]]:
+    """The whole ``saturate_report`` call's wall time against ``limits.seconds`` (each of
+    ``limits``) on one program of about ``nodes`` nodes of ``module`` blocks: the time per
+    phase, whether greedy ``rewrite`` was cut, which program was kept and its cost."""
+    table = rules()
+    chosen = [table["assoc"], table["factor"]]
+    tiny = import_ep(torch.export.export(module(1), (torch.randn(32, 32),)))
+    saturate_report(tiny, chosen, assume=R)  # warm: the rules traced before the clock
+    p = import_ep(torch.export.export(module(max(1, nodes // 6)), (torch.randn(32, 32),)))
+    print(f"\n{len(p.root_module.graph.nodes)} nodes\n\n| seconds | total s | greedy s | "
+          "greedy cut | saturate + extract s | build s | stopped | chosen | cost before "
+          "| after |\n|---|---|---|---|---|---|---|---|---|---|", file=out)
+    points = []
+    for s in limits:
+        t0 = time.perf_counter()
+        _, report = saturate_report(p, chosen, assume=R, limits=SaturationLimits(seconds=s))
+        dt = time.perf_counter() - t0
+        points.append((s, dt))
+        t = report.seconds
+        print(f"| {s:g} | {dt:.2f} | {t['greedy']:.2f} | {report.greedy_cut is not None} | "
+              f"{t['saturate'] + t['extract']:.2f} | {t['build']:.2f} | "
+              f"{'; '.join(report.stopped)} | {report.chosen} | {report.cost_before:.0f} | "
+              f"{report.cost_after:.0f} |", file=out, flush=True)
+    return points
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=None, help="run the first N programs")
@@ -547,12 +575,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 300, 1000, 3000, 10000])
     ap.add_argument("--models", type=int, default=None,
                     help="run the first N transformers programs (0: none)")
+    ap.add_argument("--bound", type=float, nargs="*", metavar="SECONDS",
+                    help="only time the whole call on the explosive 15k-node program at "
+                         "these limits.seconds")
     ap.add_argument("--pictures", metavar="DIR",
                     help="only write the walk-throughs' growth charts (docs/images) there")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)  # torch's pytree deprecation, per deepcopy
     if args.pictures:
         print("\n".join(growth_pictures(args.pictures)))
+        return
+    if args.bound:
+        run_bound(args.bound)
         return
     run_suite(args.cases, args.states)
     if args.models != 0:

@@ -105,7 +105,7 @@ return (%add_1,)"""
 def _no_greedy(monkeypatch):
     """``saturate``'s own extraction, without the comparison with greedy ``rewrite`` (which
     fuses the three pairwise anyway: its fused matmul is a node of the program it rewrites)."""
-    monkeypatch.setattr(saturate_mod, "_greedy", lambda p, rules, cost: (None, float("inf")))
+    monkeypatch.setattr(saturate_mod, "_greedy", lambda p, rules, cost, deadline: (None, float("inf"), None))
 
 
 def test_saturate_fuses_three_projections_into_one_matmul(monkeypatch):

@@ -17,6 +17,7 @@ naming the module graph, the matched nodes and the bindings), ``apply_match(p, m
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -69,15 +70,18 @@ class RewriteReport:
       again after a nearby rewrite counts again), in the table's order; guards that skipped
       nothing are left out;
     - ``not_granted``: ``{rule name: the assumptions it needs that the caller did not grant}``
-      for each rule not applied for that reason (``rewrite(p, rules, assume=...)``).
+      for each rule not applied for that reason (``rewrite(p, rules, assume=...)``);
+    - ``cut``: where ``apply_rules(..., deadline=)`` stopped before its fixpoint (``"graph G
+      of module M"``), ``None`` where it reached it (always, without a deadline).
 
-    ``str(report)`` is a short text of all four.
+    ``str(report)`` is a short text of all of them.
     """
 
     counts: Mapping[str, int]
     rewrites: tuple[Rewrite, ...]
     skipped: Mapping[str, int] = _EMPTY
     not_granted: Mapping[str, frozenset[str]] = _EMPTY
+    cut: str | None = None
 
     def __str__(self) -> str:
         lines = ["rewrites: " + (", ".join(f"{k} {v}" for k, v in self.counts.items()) or "none")]
@@ -88,6 +92,8 @@ class RewriteReport:
                 f"not applied: {name!r} assumes {sorted(flags)}, not granted "
                 "(rewrite(..., assume=...))"
             )
+        if self.cut is not None:
+            lines.append(f"cut by the deadline in {self.cut}: not a fixpoint")
         return "\n".join(lines)
 
 
@@ -102,7 +108,8 @@ def _graphs(p: Program) -> list[Graph]:
 
 @gc_paused
 def apply_rules(
-    p: Program, rules: Iterable[Rule], *, fixpoint: bool = True
+    p: Program, rules: Iterable[Rule], *, fixpoint: bool = True,
+    deadline: float | None = None,
 ) -> tuple[Program, RewriteReport]:
     """Apply ``rules`` to every graph of ``p`` until none matches, taking them as right and
     their assumptions as granted: the one path that instantiates replacements, shared by
@@ -118,6 +125,12 @@ def apply_rules(
             changed. ``False``: one pass of the worklist (only the direct readers of new nodes
             revisited), which misses matches two or more readers downstream of a rewrite; for
             tests that show the sweep is needed.
+        deadline: a ``time.monotonic()`` value, or ``None`` (the default: no deadline, the
+            rewrite runs to its fixpoint). Looked at before each node is tried: once it has
+            passed, no further match is tried and the rewrites taken so far are finalised as
+            usual (each rewrite is whole, so the program is as right as the fixpoint's, just
+            less rewritten); ``RewriteReport.cut`` says where. ``saturate`` gives its
+            comparison ``rewrite`` one.
 
     Returns ``(program, RewriteReport)``; ``p`` itself when no rule matched. Same contract,
     laws and complexity as ``transforms.rewrite.api.rewrite``, for rules taken as right.
@@ -126,13 +139,14 @@ def apply_rules(
     rules = variants(rules)
     done: list[Rewrite] = []
     skipped: dict[str, int] = {}
+    cut: list[str] = []
     q = p
     if rules:
-        run = _Run(done, skipped, _by_stage(guards.GUARDS), bool(fixpoint))
+        run = _Run(done, skipped, _by_stage(guards.GUARDS), bool(fixpoint), deadline, cut)
         level = level_of(_graphs(p))
         for _ in range(_LEVEL_ROUNDS):
             nxt = _round(q, rules, level, run)
-            if nxt is q or not run.fixpoint:
+            if nxt is q or not run.fixpoint or run.cut:
                 q = nxt
                 break
             q = nxt
@@ -151,7 +165,8 @@ def apply_rules(
         counts[rw.rule] += 1
     order = {g.name: i for i, g in enumerate(guards.GUARDS)}
     skips = dict(sorted(skipped.items(), key=lambda kv: order.get(kv[0], len(order))))
-    return q, RewriteReport(MappingProxyType(counts), tuple(done), MappingProxyType(skips))
+    return q, RewriteReport(MappingProxyType(counts), tuple(done), MappingProxyType(skips),
+                            cut=cut[0] if cut else None)
 
 
 def _by_stage(table: Sequence[guards.Guard]) -> dict[int, tuple[guards.Guard, ...]]:
@@ -162,12 +177,15 @@ def _by_stage(table: Sequence[guards.Guard]) -> dict[int, tuple[guards.Guard, ..
 @attrs.frozen
 class _Run:
     """What one ``apply_rules`` call shares across its graphs: the rewrites ``done`` and the
-    ``skipped`` counts (appended to), the guard rows by stage, and ``fixpoint``."""
+    ``skipped`` counts (appended to), the guard rows by stage, ``fixpoint``, the
+    ``deadline`` (``None``: none) and ``cut`` (appended to once it has passed: where)."""
 
     done: list[Rewrite]
     skipped: dict[str, int]
     table: Mapping[int, tuple[guards.Guard, ...]]
     fixpoint: bool = True
+    deadline: float | None = None
+    cut: list[str] = attrs.Factory(list)
 
 
 def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
@@ -206,6 +224,9 @@ def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
         mod = table[mid]
         new_graphs = []
         for gi, graph in enumerate(mod.graphs):
+            if run.cut:
+                new_graphs.append(graph)  # the deadline has passed: left as it is
+                continue
             path = p.first_path(mid) or ""
             # a graph run by several calls may see other shapes than its vals say: a
             # replacement traced per match's shapes is not instantiated there
@@ -336,6 +357,7 @@ class _Work(kn.WorkingGraph):
         self.path, self.gi, self.per_match = path, gi, per_match
         self.barriers, self.depth, self.done = barriers, depth, run.done
         self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
+        self.deadline, self.cut = run.deadline, run.cut
 
 
 def _rewrite_graph(
@@ -353,7 +375,7 @@ def _rewrite_graph(
     while True:
         applied = _drain(queue, index, w, steps, recent, len(graph))
         applied_any = applied_any or applied
-        if not applied or not w.fixpoint:
+        if not applied or not w.fixpoint or w.cut:
             break
         queue = _sweep(w, index)  # a sweep that applies nothing ends the rewrite: a fixpoint
     if not applied_any:
@@ -372,10 +394,14 @@ def _drain(
     queue: collections.deque, index: Mapping[int, list], w: _Work, steps: list,
     recent: collections.deque, size: int,
 ) -> bool:
-    """Try the rules on each queued node until the queue is empty; whether any applied."""
+    """Try the rules on each queued node until the queue is empty or ``w.deadline`` has
+    passed (then ``w.cut`` says where); whether any applied."""
     queued = set(queue)
     applied = False
     while queue:
+        if w.deadline is not None and time.monotonic() > w.deadline:
+            w.cut.append(f"graph {w.gi} of module {w.path or '<root>'!r}")
+            return applied
         name = queue.popleft()
         queued.discard(name)
         n = w.node.get(name)

@@ -58,11 +58,24 @@ from transforms.rewrite.trace import level_of
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
+GREEDY_SHARE = 0.5
+"""Of ``limits.seconds``, counted from the call's start (the rules checked), what the greedy ``rewrite`` compared
+against may take (it runs first; a cut one is compared as far as it got)."""
+
+SEARCH_SHARE = 0.75
+"""Of ``limits.seconds``, counted from the call's start (the rules checked), where saturation stops and
+extraction's optional work (the exact ILP, ``extract.together``) with it: the greedy
+``rewrite``'s time is taken from it, and the last quarter is left for extraction's greedy pass
+and building the program, which are not cut."""
+
 
 @attrs.frozen
 class SaturationLimits:
     """When saturation stops: ``nodes`` (e-nodes held per graph), ``iterations`` (rounds of
-    matching per graph), ``seconds`` (wall time for the whole search), and the backoff
+    matching per graph), ``seconds`` (wall time for the whole ``saturate`` call, split in
+    ``saturate_report``: the greedy ``rewrite`` compared against stops at ``GREEDY_SHARE`` of
+    it, the search (saturation and extraction's optional work) at ``SEARCH_SHARE``, the rest
+    left for extraction's greedy pass and the build), and the backoff
     scheduler's ``match_limit`` (matches a rule may make in one round before it is banned;
     default the larger of 1000 and the graph's node count) and ``ban_length`` (rounds it is banned for; both doubled each time it is banned again)."""
 
@@ -78,9 +91,11 @@ class SaturationReport:
     """What ``saturate_report`` did.
 
     - ``sizes``: per graph (in module-walk order), the e-graph's e-nodes after building and
-      after each round;
+      after each round; ``(0,)`` for a graph not searched, its search's share of
+      ``limits.seconds`` (``SEARCH_SHARE``) spent before it began (the graph is kept as it is);
     - ``stopped``: per graph, why saturation stopped: ``"saturated"`` (nothing new),
-      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached), followed by
+      ``"nodes"``, ``"iterations"`` or ``"seconds"`` (the limit reached; for ``seconds``,
+      the search's share of it, ``SEARCH_SHARE``), followed by
       ``"; extraction cut by seconds"`` where ``limits.seconds`` passed before extraction had
       tried every rewrite of several results together (``extract.together``);
     - ``cost_before``, ``cost_after``: the cost model summed over the program and the result;
@@ -90,6 +105,10 @@ class SaturationReport:
       where ``scipy`` is installed and it found a cheaper DAG);
     - ``greedy_cost``: the cost of greedy ``rewrite``'s program on the same rules (``None``
       when it raised, e.g. a rule and its reverse cycling there);
+    - ``greedy_cut``: ``None`` where that ``rewrite`` reached its fixpoint; else where its
+      share of ``limits.seconds`` (``GREEDY_SHARE``) ran out (``RewriteReport.cut``): its
+      cost, and its program where ``chosen`` is ``"greedy"``, are of the rewrites taken by
+      then, a right program less rewritten;
     - ``rewrites``: ``{rule name: values of the kept program computed by that rule's
       replacement}`` (the replacement's result e-node, chosen by extraction; empty
       unless ``chosen`` is ``"saturate"``);
@@ -114,12 +133,14 @@ class SaturationReport:
     skipped_rules: Mapping[str, str]
     seconds: Mapping[str, float] = MappingProxyType({})
     classes: tuple[tuple[int, ...], ...] = ()
+    greedy_cut: str | None = None
 
     def __str__(self) -> str:
+        cut = "" if self.greedy_cut is None else f", cut by seconds in {self.greedy_cut}"
         lines = [
             (f"cost: {self.cost_before:.1f} -> {self.cost_after:.1f} ({self.chosen}; "
              f"extraction {self.extractor}; greedy rewrite "
-             f"{'raised' if self.greedy_cost is None else f'{self.greedy_cost:.1f}'})"),
+             f"{'raised' if self.greedy_cost is None else f'{self.greedy_cost:.1f}'}{cut})"),
             "rewrites: " + (", ".join(f"{k} {v}" for k, v in self.rewrites.items()) or "none"),
         ]
         for i, (sizes, why) in enumerate(zip(self.sizes, self.stopped)):
@@ -170,11 +191,20 @@ def saturate(
     - semantics: the result computes what ``p`` computes, up to each rule's tolerance, on the
       inputs the granted assumptions admit (``rewrite``'s in-context law);
     - purity: ``p`` is never written; ``saturate(p, []) is p``;
-    - never worse: ``cost(result) <= cost(p)`` and ``<= cost(rewrite(p, rules))``.
+    - never worse: ``cost(result) <= cost(p)`` and ``<= cost(rewrite(p, rules))`` (where
+      greedy ``rewrite`` is cut by its share of ``limits.seconds``, ``report.greedy_cut``:
+      ``<=`` the cost of what it reached).
 
     Complexity: O(e-nodes x rules x pattern size) per round, at most ``limits.iterations``
-    rounds and ``limits.nodes`` e-nodes per graph, bounded by ``limits.seconds``; extraction
-    O(e-nodes log e-nodes) (``extract.greedy``); one greedy ``rewrite`` to compare against.
+    rounds and ``limits.nodes`` e-nodes per graph; extraction O(e-nodes log e-nodes)
+    (``extract.greedy``); one greedy ``rewrite`` to compare against. Time: the call takes
+    ``limits.seconds`` or less, up to a slack: the greedy ``rewrite`` stops at
+    ``GREEDY_SHARE`` of it, saturation and extraction's optional work at ``SEARCH_SHARE``
+    (``extract.together`` may take ``extracted.TOGETHER_SECONDS`` past that); what is not
+    cut is checking the rules (before the clock starts; once per rule), one rule application or 256 match candidates past each
+    deadline, extraction's greedy pass, building the program and costing it: the call
+    overruns by what of those does not fit in the last quarter (``docs/search.md``,
+    *Limits, measured*).
     """
     return saturate_report(p, rules, cost=cost, limits=limits, assume=assume)[0]
 
@@ -217,12 +247,24 @@ def saturate_report(
         seconds[phase] += now - clock
         clock = now
 
-    deadline = time.monotonic() + limits.seconds
+    # the clock starts once the rules are checked (once per rule: ``ensure_checked``).
+    # Greedy first, so that its time is known and taken from the search's share
+    begun = clock
+    greedy_q, greedy_cost, greedy_cut = _greedy(
+        p, applied, cost, begun + GREEDY_SHARE * limits.seconds)
+    lap("greedy")
+    deadline = begun + SEARCH_SHARE * limits.seconds
     sizes: list[tuple[int, ...]] = []
     classes: list[tuple[int, ...]] = []
     stopped: list[str] = []
     plans: dict[int, Plan] = {}
     for mid, graph in graphs:
+        if time.monotonic() > deadline:
+            # not searched: building its e-graph and extracting would only add to the overrun
+            sizes.append((0,))
+            classes.append((0,))
+            stopped.append("seconds")
+            continue
         geg = from_graph(p, mid, graph)
         grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots,
                                         _read_by_leaves(geg, graph))
@@ -241,10 +283,8 @@ def saturate_report(
 
         builder = Builder(plans)
         q = drop_dead(p, rewrite_nodes(p, builder), builder.writes)
-    after = program_cost(q, cost)
+    after = before if q is p else program_cost(q, cost)  # 1-2 s at 15k nodes: not twice
     lap("build")
-    greedy_q, greedy_cost = _greedy(p, applied, cost)
-    lap("greedy")
     chosen = "saturate"
     if greedy_q is not None and greedy_cost < after * (1 - 1e-9):
         q, after, chosen = greedy_q, greedy_cost, "greedy"
@@ -261,7 +301,7 @@ def saturate_report(
     report = SaturationReport(
         tuple(sizes), tuple(stopped), before, after, chosen, extractor, greedy_cost,
         MappingProxyType(rewrites), MappingProxyType(skipped), MappingProxyType(seconds),
-        tuple(classes),
+        tuple(classes), greedy_cut,
     )
     return q, report
 
@@ -960,13 +1000,16 @@ def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any
     return out
 
 
-def _greedy(p: Program, rules: list[Rule], cost: Cost) -> tuple[Program | None, float | None]:
-    """Greedy ``rewrite``'s program on the same rules (taken as checked) and its cost;
-    ``(None, None)`` where it raises (a rule and its reverse cycle there)."""
+def _greedy(p: Program, rules: list[Rule], cost: Cost, deadline: float,
+            ) -> tuple[Program | None, float | None, str | None]:
+    """Greedy ``rewrite``'s program on the same rules (taken as checked), its cost and where
+    ``deadline`` (a ``time.monotonic`` value) cut it (``RewriteReport.cut``; ``None``: at
+    its fixpoint); ``(None, None, None)`` where it raises (a rule and its reverse cycle
+    there)."""
     if not rules:
-        return None, None
+        return None, None, None
     try:
-        q, _ = apply_rules(p, rules)
+        q, report = apply_rules(p, rules, deadline=deadline)
     except PassError:
-        return None, None
-    return q, program_cost(q, cost)
+        return None, None, None
+    return q, program_cost(q, cost), report.cut
