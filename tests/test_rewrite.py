@@ -285,7 +285,7 @@ def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     ep = torch.export.export(model, args)
     p = _program(ep, level)
     folding = _CONV_BN_FOLD
-    q = rewrite(p, [folding])
+    q = rewrite(p, [folding], assume={"reassociate"})
     verify(q)
     new = [fqn for fqn in q.state_order if fqn not in p.state]
     assert len(new) == 2 and all(q.slot(f).kind == "constant" for f in new)
@@ -296,7 +296,8 @@ def test_fold_state_holds_the_folded_weights_as_new_constants(level):
     assert list(lowered.state_dict()) == list(model.state_dict())
     torch.testing.assert_close(export_ep(q).module()(*args), model(*args), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lower(transform(q))(*args), model(*args), rtol=1e-4, atol=1e-5)
-    assert rewrite(p, [CONV_BN], assume={"reassociate"}).state == p.state  # without the option, no state is added
+    # without the option, no state is added
+    assert rewrite(p, [CONV_BN], assume={"reassociate"}).state == p.state
 
 
 class _Drifting(torch.nn.Module):
@@ -325,7 +326,7 @@ def test_fold_state_leaves_a_written_buffer_computed():
     ep = torch.export.export(copy.deepcopy(model), args)
     p = import_ep(ep.run_decompositions())
     folding = _CONV_BN_FOLD
-    q, report = rewrite_report(p, [folding])
+    q, report = rewrite_report(p, [folding], {"reassociate"})
     verify(q)
     assert report.counts == {"conv_bn_fold": 1}
     new = [fqn for fqn in q.state_order if fqn not in p.state]
