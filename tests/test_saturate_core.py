@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ir import import_ep
+from ir import PassError, import_ep
 from ir.alpha import program_key
 from ir.printer import format_graph
 from transforms.rewrite import Rule, extract, saturate_report
@@ -120,3 +120,21 @@ def test_saturate_with_a_cost_model_of_infinities_keeps_a_program():
                                 cost=lambda target, a, k, val: float("inf"))
     assert report.extractor == "greedy"
     check_extracted(p, q, args, REASSOC)
+
+
+def test_a_cost_model_that_raises_is_a_pass_error_naming_the_operator():
+    """A user's ``cost=`` that raises (or returns no number) is named, not let through."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    p = import_ep(torch.export.export(m, (torch.randn(2, 4),)))
+
+    def broken(target, args, kwargs, val):
+        if "relu" in str(target):
+            raise ZeroDivisionError("no rate for relu")
+        return 1.0
+
+    relu_relu = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, (torch.randn(3),),
+                     name="rr", trusted=True)
+    with pytest.raises(PassError, match=r"cost model raised ZeroDivisionError on relu"):
+        saturate_report(p, [relu_relu], cost=broken)
+    with pytest.raises(PassError, match=r"cost model raised TypeError"):
+        saturate_report(p, [relu_relu], cost=lambda t, a, k, v: None)

@@ -30,12 +30,13 @@ from ir import ops
 from ir import signature as sg
 from ir.args import Ref, thaw
 from ir.effects import graph_effects, is_pure, written_state
+from ir.errors import PassError, PurefxError
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.program import Program
 
 __all__ = [
-    "LAUNCH_US", "PEAK_BYTES", "PEAK_FLOPS", "Cost", "MeasuredCost", "invariant_values",
+    "LAUNCH_US", "PEAK_BYTES", "PEAK_FLOPS", "Cost", "MeasuredCost", "call_cost", "invariant_values",
     "measured_cost", "node_cost", "program_cost", "roofline",
 ]
 
@@ -128,7 +129,23 @@ def node_cost(cost: Cost, target: Any, args: Any, kwargs: Any, val_of: Callable[
     fake value). O(arguments)."""
     a = thaw(args, lambda r: val_of(r.name))
     k = thaw(kwargs, lambda r: val_of(r.name))
-    return float(cost(target, tuple(a), dict(k), val))
+    return call_cost(cost, target, tuple(a), dict(k), val)
+
+
+def call_cost(cost: Cost, target: Any, args: tuple, kwargs: dict, val: Any) -> float:
+    """``float(cost(target, args, kwargs, val))``; a cost model that raises or returns what is
+    not a number is a ``PassError`` naming the operator and what it raised. O(1) besides the
+    model."""
+    try:
+        return float(cost(target, args, kwargs, val))
+    except PurefxError:
+        raise
+    except Exception as exc:
+        name = getattr(target, "__name__", None) or str(target)
+        raise PassError(
+            f"the cost model raised {type(exc).__name__} on {name}: {exc}; a cost model must "
+            "return a float for every operator call (cost(target, args, kwargs, val))"
+        ) from exc
 
 
 _STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)

@@ -25,7 +25,7 @@ from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.rewrite import extract
-from transforms.rewrite.cost import Cost
+from transforms.rewrite.cost import Cost, call_cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
 __all__ = ["EXACT_MAX", "TOGETHER_SECONDS", "Builder", "Plan", "drop_dead", "output_alias",
@@ -81,7 +81,7 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
             a = thaw(n.args, lambda r: vals.get(r.name))
             k = thaw(n.kwargs, lambda r: vals.get(r.name))
             out = eg.data[c].val if c is not None else None
-            found = memo[n.key] = float(cost(n.op, tuple(a), dict(k), out))
+            found = memo[n.key] = call_cost(cost, n.op, tuple(a), dict(k), out)
         return found
 
     prefer: dict[int, ENode] = {}
