@@ -136,3 +136,28 @@ def test_gpt2_attention_fuses_where_greedy_moves_the_scale_first():
     # the checks of the two softmaxes go with them (drop_dead); those of values still read stay
     assert _targets(q).count(check) == _targets(p).count(check) - 2 > 0
     check_extracted(p, q, args, GRANTED, where="gpt2")
+
+
+def test_gpt2_under_every_shipped_rule_keeps_the_fused_attention_extracted():
+    # the shipped RULES (but CONV_BN), one sequence of four heads: the e-graph fuses both attentions (two
+    # e-nodes joined to the eager @ v classes) and extraction keeps them. Before the exact
+    # extraction costed what the built program computes (a leaf's reads), the ILP kept the
+    # eager chain (the fused attention seemed to pay for the softmax that softmax's dtype
+    # check reads) and saturate fell back on greedy's dearer program: chosen "greedy"
+    transformers = pytest.importorskip("transformers")
+    from transforms.rewrite_rules import RULES
+
+    cfg = transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=32,
+                                  attn_implementation="eager", use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(cfg).eval()
+    args = (torch.randint(0, 50, (1, 8), generator=torch.Generator().manual_seed(0)),)
+    p = import_ep(torch.export.export(model, args))
+    # no convolution here: CONV_BN's traced variants would only add seconds of tracing
+    rules = _trusted(r for r in RULES if r.name != "conv_bn")
+    q, report = saturate_report(p, rules, assume=GRANTED)
+    assert report.sizes == ((155, 157, 157),) and report.stopped == ("saturated",)
+    assert report.chosen == "saturate" and report.rewrites == {"attention_mask": 2}
+    assert _targets(q).count(SDPA) == 2 and SOFTMAX not in _targets(q)
+    assert report.greedy_cost is not None and report.cost_after < report.greedy_cost
+    check_extracted(p, q, args, GRANTED, where="gpt2, RULES")
