@@ -654,16 +654,7 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
     from transforms.rewrite.sharing import output_bases
 
     bases = output_bases(rep)
-    pinned = {eg.find(x) for x in layouts.pinned}
-    by_base: dict[str, int] = {}
-    for root, base in zip(roots, bases):
-        if base is None:
-            continue
-        if escapes(eg, root, pinned):
-            by_base[base] = by_base.get(base, 0) + 1
-            if by_base[base] > 1:
-                return False
-    return True
+    return all(len(shared) < 2 for shared in _escaping_by_base(eg, roots, bases, layouts))
 
 
 def _may_unshare(eg: EGraph, roots: tuple[int, ...], pattern: Any, rep: Any,
@@ -678,16 +669,24 @@ def _may_unshare(eg: EGraph, roots: tuple[int, ...], pattern: Any, rep: Any,
     from transforms.rewrite.sharing import output_bases
 
     old_bases, new_bases = output_bases(pattern), output_bases(rep)
-    pinned = {eg.find(x) for x in layouts.pinned}
-    by_base: dict[str, list[int]] = {}
-    for i, (root, base) in enumerate(zip(roots, old_bases)):
-        if base is not None and escapes(eg, root, pinned):
-            by_base.setdefault(base, []).append(i)
-    for shared in by_base.values():
+    for shared in _escaping_by_base(eg, roots, old_bases, layouts):
         if len(shared) > 1 and (None in {new_bases[i] for i in shared}
                                 or len({new_bases[i] for i in shared}) > 1):
             return False
     return True
+
+
+def _escaping_by_base(eg: EGraph, roots: tuple[int, ...], bases: tuple[str | None, ...],
+                      layouts: _Layouts) -> list[list[int]]:
+    """The positions of ``roots`` that escape (``egraph.escapes``), grouped by their entry of
+    ``bases`` (the value each result is a view of; ``None``: in no group). What
+    ``_may_share`` and ``_may_unshare`` both ask. O(views followed)."""
+    pinned = {eg.find(x) for x in layouts.pinned}
+    by_base: dict[str, list[int]] = {}
+    for i, (root, base) in enumerate(zip(roots, bases)):
+        if base is not None and escapes(eg, root, pinned):
+            by_base.setdefault(base, []).append(i)
+    return list(by_base.values())
 
 
 def _is_check(n: Node) -> bool:
