@@ -90,8 +90,9 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
     functional, in-place ``copy_`` stays in place, as torch's training IR writes it), the state
     dict and constants (copies; with ``share_state=True`` new tensor objects over ``p``'s
     storage), the module call graph with every preserved signature, the range constraints and
-    example inputs made from the user inputs' fake values (zeros at the size hints). The dialect
-    is ``ATEN`` when every operator is functional, else ``TRAINING``.
+    example inputs made from the user inputs' fake values (zeros at the size and stride hints,
+    on each input's device: ``meta`` stays ``meta``, ``cuda`` is ``cuda``; left out when that
+    device cannot be allocated on in this process). The dialect is ``ATEN`` when every operator is functional, else ``TRAINING``.
 
     Nodes without a ``val`` (made by a rewrite) get one by running the graph under the fake
     mode of the other values (a fresh one when there are none); values already there are kept.
@@ -673,18 +674,20 @@ def _example_inputs(
     inputs: tuple[sg.InputSpec, ...], env: dict[str, torch.fx.Node],
     call_graph: list[ModuleCallEntry],
 ) -> tuple[tuple, dict] | None:
-    """Zeros shaped like each user input's fake value (size hints), in the user's pytree; ``None``
-    when a user input has no value to copy."""
+    """Zeros like each user input's fake value (its size hints, strides, dtype and device: a
+    program on ``cuda`` gets examples on ``cuda``, one on ``meta`` gets ``meta`` examples), in the
+    user's pytree; ``None`` when a user input has no value to copy or lives on a device this
+    process cannot allocate on (a CUDA program exported on a machine without CUDA)."""
     leaves = []
     for spec in inputs:
         if spec.kind != sg.USER_INPUT:
             continue
         val = env[spec.name].meta.get("val", _NO_VAL)
         if isinstance(val, torch.Tensor):
-            shape = [_hint(d) for d in val.shape]
-            if any(d is None for d in shape):
+            example = _zeros_like_fake(val)
+            if example is None:
                 return None
-            leaves.append(torch.zeros(shape, dtype=val.dtype))
+            leaves.append(example)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             hint = _hint(val)
             if hint is None:
@@ -704,6 +707,23 @@ def _example_inputs(
     if not (isinstance(tree, tuple) and len(tree) == 2 and isinstance(tree[1], dict)):
         return None
     return tuple(tree[0]), tree[1]
+
+
+def _zeros_like_fake(val: torch.Tensor) -> torch.Tensor | None:
+    """A real zero tensor with ``val``'s size and stride hints, dtype and device; ``None`` when a
+    size or stride has no hint or the device cannot be allocated on here."""
+    shape = [_hint(d) for d in val.shape]
+    strides = [_hint(d) for d in val.stride()] if val.layout == torch.strided else None
+    if any(d is None for d in shape) or (strides is not None and any(d is None for d in strides)):
+        return None
+    try:
+        if strides is None:  # sparse and other layouts have no strides to keep
+            return torch.zeros(shape, dtype=val.dtype, layout=val.layout, device=val.device)
+        made = torch.empty_strided(shape, strides, dtype=val.dtype, device=val.device)
+    except (RuntimeError, AssertionError):  # "Torch not compiled with CUDA enabled" and kin
+        return None
+    with torch.no_grad():
+        return made.zero_()
 
 
 def _hint(d: Any) -> Any:
