@@ -150,3 +150,42 @@ def test_strategies_bench_draws_both_strategies(capsys: pytest.CaptureFixture[st
     assert strategies.main(["--draws", "3"]) == 0
     out = capsys.readouterr().out
     assert "| programs() |" in out and "| programs_like(MLP) |" in out
+
+
+def test_cuda_bench_runs_on_the_cpu(tmp_path: Path) -> None:
+    """``bench/cuda.py``'s dry run on the CPU (``--device cpu --quick``), two models in two
+    dtypes: the cheap routes give eager's outputs exactly, the report is written."""
+    from bench import cuda
+
+    out = tmp_path / "cuda.md"
+    rc = cuda.main(["--device", "cpu", "--quick", "--models", "mlp,conv_bn_train",
+                    "--dtypes", "float32,bfloat16", "--no-attention", "--calls", "1",
+                    "--out", str(out)])
+    assert rc == 0
+    report = out.read_text()
+    cells = json.loads((tmp_path / "cuda.json").read_text())["cells"]
+    assert len(cells) == 2 * 2 * len(cuda.CHEAP_ROUTES)
+    assert all(c["status"] == "pass" and c["error"] == 0.0 for c in cells), cells
+    assert "| conv_bn_train | bfloat16 | export_ep | 0 | pass (exact) |" in report
+
+
+def test_cuda_bench_skips_what_its_budget_leaves_no_time_for(tmp_path: Path) -> None:
+    from bench import cuda
+
+    out = tmp_path / "cuda.md"
+    assert cuda.main(["--device", "cpu", "--quick", "--models", "mlp", "--dtypes", "float32",
+                      "--budget", "0", "--out", str(out)]) == 0
+    report = out.read_text()
+    assert report.count("skipped: out of time") == len(cuda.CHEAP_ROUTES)
+    assert "attention: out of time" in report
+
+
+def test_cuda_bench_aoti_cases_put_float32_first() -> None:
+    from bench import cuda
+
+    cases = cuda.aoti_cases(["mlp", "gpt2", "bert"], ["bfloat16", "float32"])
+    assert cases == [("mlp", "float32"), ("gpt2", "float32"), ("bert", "float32"),
+                     ("mlp", "bfloat16"), ("gpt2", "bfloat16")]
+    assert cuda.compare({"a": torch.ones(2)}, {"a": torch.ones(2)}, torch.float32)[:2] == (0.0, True)
+    err, ok, why = cuda.compare((torch.ones(2),), (torch.zeros(2),), torch.float16)
+    assert (err, ok) == (1.0, False) and "output 0" in why
