@@ -334,7 +334,8 @@ def prepare(name: str, dtype: torch.dtype, device: str, quick: bool, calls: int)
     from ir import import_ep
 
     model, args, kwargs = build(name, dtype, quick)
-    cpu_program = import_ep(torch.export.export(model, args, kwargs))
+    # a copy: the export holds the model's tensors, and ``model.to(device)`` moves them in place
+    cpu_program = import_ep(torch.export.export(copy.deepcopy(model), args, kwargs))
     model = model.to(device)
     args, kwargs = _to((args, kwargs), device)
     program = import_ep(torch.export.export(model, args, kwargs))
@@ -386,6 +387,7 @@ def route_runner(route: str, s: Subject) -> Callable[[], Any]:
     elif route == "stages":
         return _stages_runner(s)
     elif route == "compile":
+        torch._dynamo.reset()  # each model compiled afresh, far from dynamo's recompile limit
         m = torch.compile(lower(s.program), fullgraph=True)
     else:
         raise ValueError(f"unknown route {route!r}; routes: {', '.join(ROUTES)}")
