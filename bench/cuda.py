@@ -671,8 +671,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help=f"comma-separated, of {', '.join(ROUTES)} (default: all; --quick: "
                          "the cheap ones)")
     ap.add_argument("--no-attention", action="store_true", help="skip the attention speedup")
-    ap.add_argument("--budget", type=float, default=330.0,
-                    help="seconds for everything, from the start (default 330)")
+    ap.add_argument("--budget", type=float, default=300.0,
+                    help="seconds for everything, from the start (default 300)")
     ap.add_argument("--aoti-cap", type=float, default=90.0,
                     help="seconds one AOTInductor build may take (default 90)")
     ap.add_argument("--calls", type=int, default=10, help="timed calls per cell (default 10)")
