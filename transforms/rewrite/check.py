@@ -63,6 +63,7 @@ from ir.strategies.values import (
     WHOLE,
     conversions_edges,
     edges,
+    int_edges,
     laid_out,
     scalar_values,
     size_variants,
@@ -73,6 +74,7 @@ from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Rule, rule_cache
+from transforms.rewrite.rule_key import rule_seed
 from transforms.rewrite.trace import TRAINING
 
 DTYPES = FLOAT_DTYPES
@@ -301,6 +303,9 @@ def _search(state: _State, n: int) -> None:
             found = state.conversions(i)  # known once a probe has run the pattern
             for start in conversion_starts(sig, found):
                 state.check(i, conversion_probe(sig, found, start))
+            if state.wraps(i):  # integer arithmetic: each integer tensor at its dtype's edges
+                for start in int_edge_starts(sig):
+                    state.check(i, int_edge_probe(sig, start))
         except LawViolation:
             if not nested:
                 _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
@@ -350,7 +355,7 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
     base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck),
                     phases=(Phase.explicit, Phase.generate, Phase.shrink))
     hold(Trial(RULE, args, lambda drawn: state._check(i, drawn),
-               key=(state.rule.name, sig.describe()), budget=state.budget),
+               key=(rule_seed(state.rule), sig.describe()), budget=state.budget),
          settings=base, max_examples=k)
 
 
@@ -456,10 +461,16 @@ class _State:
         return found
 
     def conversions(self, i: int) -> tuple:
-        """The dtype conversions of the pattern's program at signature ``i`` (``()`` before
-        it was built or where rewrite declines it)."""
+        """The dtype conversions of the pattern's program at signature ``i`` and of its
+        rewrite (``()`` before it was built or where rewrite declines it)."""
         site = self.sites.get(i)
         return site.conversions if isinstance(site, _Site) else ()
+
+    def wraps(self, i: int) -> bool:
+        """Whether the pattern's program at signature ``i`` or its rewrite computes integer
+        arithmetic that wraps (``wraps``; ``False`` before it was built)."""
+        site = self.sites.get(i)
+        return isinstance(site, _Site) and site.wraps
 
     def check(self, i: int, args: tuple) -> None:
         self.budget.run(i, lambda: self._check(i, args))
@@ -580,7 +591,8 @@ def _rewritten_site(rule: Rule, sig: Signature, named: Rule | None = None) -> _S
                 f"raised {type(exc).__name__}: {first_line(exc)}", None,
             ) from exc
         if any(report.counts.values()):
-            return _Site(q, copies, conversions(p))
+            return _Site(q, copies, tuple(dict.fromkeys(conversions(p) + conversions(q))),
+                         wraps(p) or wraps(q))
         if report.skipped and not set(report.skipped) - BLIND_TO_READERS:
             return None  # declined for a reason that reading the results by copies keeps
     return None
@@ -604,7 +616,75 @@ class _Site:
 
     program: Program
     copies: bool
-    conversions: tuple = ()  # (src, dst) dtype pairs the pattern converts: ``conversions``
+    conversions: tuple = ()  # (src, dst) dtype pairs either side converts: ``conversions``
+    wraps: bool = False  # either side computes integer arithmetic that wraps: ``wraps``
+
+
+WRAPPING = frozenset({"neg", "negative", "sub", "subtract", "rsub", "abs", "absolute", "add",
+                      "mul", "multiply"})
+"""The operators whose integer results wrap at the dtype's edges (``-INT_MIN == INT_MIN``,
+``abs(INT_MIN) < 0``, ``MAX + 1 == MIN``): where a program computes one on an integer tensor,
+``check_rule`` probes each integer argument at its dtype's edges (``int_edge_probe``)."""
+
+
+def wraps(p: Program) -> bool:
+    """Whether ``p``'s root graph computes an operator of ``WRAPPING`` whose result is an
+    integer tensor (bool excluded). O(nodes)."""
+    for node in p.root_module.graph.nodes:
+        out = node.meta.get("val")
+        if (node.op == CALL_FUNCTION and isinstance(out, torch.Tensor)
+                and not (out.dtype.is_floating_point or out.dtype.is_complex
+                         or out.dtype == torch.bool)
+                and _packet(node) in WRAPPING):
+            return True
+    return False
+
+
+def _packet(node: Any) -> str:
+    name = getattr(node.target, "__name__", "").split(".")[0]
+    return getattr(getattr(node.target, "overloadpacket", None), "__name__", name)
+
+
+def int_pool(dtype: torch.dtype) -> tuple[int, ...]:
+    """The values ``int_edge_probe`` puts into an integer tensor of ``dtype``: its edges
+    (``ir.strategies.values.int_edges``: smallest, largest, ± where a square overflows) and
+    0, 1, -1 where it holds them (an edge meets an ordinary value). O(1)."""
+    info = torch.iinfo(dtype)
+    return tuple(dict.fromkeys(v for v in (*int_edges(dtype), 0, 1, -1)
+                               if info.min <= v <= info.max))
+
+
+def _int_tensors(sig: Signature) -> list[int]:
+    return [j for j, a in enumerate(sig.args) if is_spec(a) and not (
+        a[1].is_floating_point or a[1].is_complex or a[1] == torch.bool)]
+
+
+def int_edge_starts(sig: Signature) -> tuple[tuple[int, int], ...]:
+    """The ``int_edge_probe`` starts ``(s, t)`` that put every value of ``int_pool`` at each
+    integer tensor of ``sig`` and, for two of them, every pair of values at one position:
+    ``s`` over the pool's length where ``sig`` has two integer tensors or more, ``t`` in steps
+    of the smallest one's size. ``()`` without integer tensors. O(pool length²)."""
+    ints = _int_tensors(sig)
+    if not ints:
+        return ()
+    n = max(len(int_pool(sig.args[j][1])) for j in ints)
+    step = max(1, min(math.prod(sig.args[j][0]) for j in ints))
+    shifts = range(n) if len(ints) > 1 else range(1)
+    return tuple((s, t) for s in shifts for t in range(0, n, step))
+
+
+def int_edge_probe(sig: Signature, start: tuple[int, int]) -> tuple:
+    """Deterministic arguments of ``sig`` (contiguous): the ``m``-th integer tensor holds
+    ``int_pool`` values in turn, element ``k`` the one at ``(k + t + s·m) mod length`` for
+    ``start == (s, t)``; other arguments as ``probe`` seed 0 gives them. O(elements)."""
+    s, t = start
+    args = list(probe(sig, frozenset(), 0))
+    for m, j in enumerate(_int_tensors(sig)):
+        shape, dtype = sig.args[j]
+        pool = int_pool(dtype)
+        flat = [pool[(k + t + s * m) % len(pool)] for k in range(math.prod(shape))]
+        args[j] = torch.tensor(flat, dtype=dtype).reshape(shape)
+    return tuple(args)
 
 
 def conversions(p: Program) -> tuple[tuple[torch.dtype, torch.dtype], ...]:
@@ -927,15 +1007,20 @@ __all__ = [
     "FINITE",
     "SHRINK_SECONDS",
     "SIGNATURES",
+    "WRAPPING",
     "Checked",
     "Signature",
     "assumed",
     "check_rule",
     "describe",
     "example_signature",
+    "int_edge_probe",
+    "int_edge_starts",
+    "int_pool",
     "is_spec",
     "pattern_program",
     "probe",
     "run_replacement",
     "signatures",
+    "wraps",
 ]
