@@ -172,6 +172,14 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
     per element ordinary and IEEE edge values as ``assumed(rule)`` admits, in a contiguous,
     transposed, strided or expanded layout). A counterexample shrinks toward ordinary values,
     the contiguous layout and the example's signature, for at most ``SHRINK_SECONDS``.
+    Deterministic probes come first at each signature: ordinary values, rows of edge values;
+    where the pattern's program or its rewrite converts dtypes (``conversions``: ``.to``, a
+    cast), each tensor at the edges of those conversions (``conversion_probe``: a float past
+    the integer range, the integer bounds and one past them); where either computes integer
+    arithmetic that wraps (``wraps``: ``neg``, ``sub``, ``abs``, ``add``, ``mul`` on integers),
+    each integer tensor at its dtype's bounds, every pair of values for two of them
+    (``int_edge_probe``: ``-INT_MIN`` is ``INT_MIN``). The draws are seeded by the rule's
+    content (``rule_key.rule_seed``), never its name: a renamed rule gets the same verdict.
 
     What is checked (the module docstring states the law): on each signature the pattern's
     program is rewritten by ``apply_rules`` (so ``where`` sees a real match) and run. Draws

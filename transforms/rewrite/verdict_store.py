@@ -10,7 +10,7 @@ Two sources, read in this order by ``transforms.rewrite.verdicts``:
 - a **store**: a directory of one JSON file per verdict, ``<dir>/<key>.json``. By default
   ``$XDG_CACHE_HOME/purefx/verdicts`` (``~/.cache/purefx/verdicts`` without it); the
   environment variable ``PUREFX_VERDICTS`` moves it (a directory) or turns it off (``off``,
-  ``0``, ``none`` or empty); so does the ``verdicts=`` argument of ``rewrite``,
+  ``0``, ``none`` or empty: ``VERDICTS_OFF``); so does the ``verdicts=`` argument of ``rewrite``,
   ``ensure_checked`` and ``check_rules`` (a directory, or ``False`` for none), which wins
   over the variable.
 
@@ -41,7 +41,7 @@ FORMAT = 1
 """The entries' format; an entry of another format is ignored."""
 ENV = "PUREFX_VERDICTS"
 """The environment variable naming the store's directory, or ``off`` for none."""
-OFF = frozenset({"", "0", "off", "none", "false", "no"})
+VERDICTS_OFF = frozenset({"", "0", "off", "none", "false", "no"})
 """Values of ``PUREFX_VERDICTS`` (any case) that turn the store off."""
 SHIPPED = Path(__file__).with_name("shipped_verdicts.json")
 """The shipped rules' verdicts, with the package."""
@@ -68,11 +68,13 @@ class Stored:
                 "hypothesis": hyp, "verdict": "right" if self.right else "wrong",
                 "detail": self.detail, "ran": self.ran, "rewritten": self.rewritten,
                 "restrided": list(self.restrided), "rule": self.rule}
-        body["sum"] = _checksum(body)
+        body["sum"] = checksum(body)
         return body
 
 
-def _checksum(body: Mapping[str, Any]) -> str:
+def checksum(body: Mapping[str, Any]) -> str:
+    """The sha256 hex digest of ``body`` without its ``"sum"`` (its keys sorted, as JSON):
+    what an entry's ``"sum"`` must be. O(size of body)."""
     rest = {k: v for k, v in body.items() if k != "sum"}
     return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
 
@@ -87,7 +89,7 @@ def parse(body: Any, key: str, versions: tuple[str, str, str]) -> Stored | None:
     if (body.get("key"), body.get("checker"), body.get("torch"), body.get("hypothesis")) != (
             key, checker, torch_version, hyp):
         return None
-    if body.get("sum") != _checksum(body) or body.get("verdict") not in ("right", "wrong"):
+    if body.get("sum") != checksum(body) or body.get("verdict") not in ("right", "wrong"):
         return None
     detail, ran, rewritten = body.get("detail"), body.get("ran"), body.get("rewritten")
     restrided, rule = body.get("restrided"), body.get("rule")
@@ -159,7 +161,7 @@ def default_directory() -> Path:
 def store_for(verdicts: Any = None) -> VerdictStore | None:
     """The store a call uses: ``verdicts`` when given (a directory as ``str`` or
     ``os.PathLike``; ``False`` for none; a ``VerdictStore`` as it is), else ``PUREFX_VERDICTS``
-    (a directory, or one of ``OFF`` for none), else ``default_directory()``. Raises
+    (a directory, or one of ``VERDICTS_OFF`` for none), else ``default_directory()``. Raises
     ``TypeError`` for another kind of ``verdicts``. O(1)."""
     if isinstance(verdicts, VerdictStore):
         return verdicts
@@ -174,7 +176,7 @@ def store_for(verdicts: Any = None) -> VerdictStore | None:
         )
     env = os.environ.get(ENV)
     if env is not None:
-        return None if env.strip().lower() in OFF else VerdictStore(Path(env))
+        return None if env.strip().lower() in VERDICTS_OFF else VerdictStore(Path(env))
     return VerdictStore(default_directory())
 
 
@@ -212,10 +214,11 @@ def write_shipped(entries: Mapping[str, Stored], versions: tuple[str, str, str],
 __all__ = [
     "ENV",
     "FORMAT",
-    "OFF",
     "SHIPPED",
+    "VERDICTS_OFF",
     "Stored",
     "VerdictStore",
+    "checksum",
     "default_directory",
     "parse",
     "shipped",
