@@ -152,15 +152,17 @@ def _weight_matrices(m: Match) -> bool:
             and x.dim() >= 1 and w1.dim() == w2.dim() == 2 and w1.dtype == w2.dtype)
 
 
-SHARED_INPUT_ASSUMES = frozenset({"reassociate", "no_nans", "no_infs"})
+SHARED_INPUT_ASSUMES = frozenset({"reassociate", "no_nans", "no_infs", "no_signed_zeros"})
 """What the shared-input rules assume (``SHARED_INPUT_MM``, ``SHARED_INPUT_LINEAR``,
 ``SHARED_INPUT_LINEAR_NO_BIAS``): the fused product sums each dot product in an order of its
 own. The matmul kernel picks its blocking, and with it the order of each sum, by the operands'
 shapes and strides, so ``(x @ cat(w1, w2))[..., :n1]`` and ``x @ w1`` may round differently
 and, where a partial sum overflows, differ outright: at float64 rows of ``1.8e308`` one order
 gives ``inf`` where the other gives the largest finite, or ``-inf`` where the other gives NaN
-(``check_rule`` finds both). Right up to regrouping where no sum overflows: grant these to
-``rewrite``/``saturate`` (``assume=SHARED_INPUT_ASSUMES``)."""
+(``check_rule`` finds both), and a sum of zeros may come out ``+0.0`` where the other gives
+``-0.0`` (``linear`` of zero weights, rows of ``-1.0``). Right up to regrouping and the sign of
+zero, where no sum overflows: grant these to ``rewrite``/``saturate``
+(``assume=SHARED_INPUT_ASSUMES``: the four fast-math flags, as the attention rules)."""
 
 SHARED_INPUT_MM = Rule(
     _shared_input_mm, _shared_input_mm_fused,
