@@ -238,6 +238,7 @@ def test_right_integer_negations_are_accepted():
 def test_integer_edges_are_probed_where_the_pattern_wraps():
     from transforms.rewrite.check import (
         Signature,
+        divides,
         int_edge_probe,
         int_edge_starts,
         int_pool,
@@ -263,3 +264,10 @@ def test_integer_edges_are_probed_where_the_pattern_wraps():
     assert wraps(pattern_program(neg, at)) and not wraps(pattern_program(relu, at))
     floats = Signature((((2,), torch.float32),))
     assert not wraps(pattern_program(neg, floats))
+    # a program that divides integers gets no -1: INT_MIN // -1 stops the process (SIGFPE)
+    cancel = Rule(lambda i, j: (i * j) // j, lambda i, j: i, (torch.tensor([1, 2]),) * 2)
+    two = Signature((((2,), torch.int32), ((2,), torch.int32)))
+    assert divides(pattern_program(cancel, two)) and not divides(pattern_program(neg, at))
+    assert -1 not in int_pool(torch.int32, divides=True)
+    for start in int_edge_starts(two, divides=True):
+        assert -1 not in int_edge_probe(two, start, divides=True)[1].tolist()
