@@ -39,9 +39,11 @@ from lowering.stages import format_stage_plan
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
 from transforms.rewrite import (
     ASSUMPTIONS,
+    VERDICTS_OFF,
     RewriteReport,
     Rule,
     SaturationReport,
+    check_rules,
     rewrite_report,
     saturate_report,
 )
@@ -76,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
         result = run(ep, passes=passes, progress=progress, rules=rules, assume=assume,
-                     search=args.search)
+                     search=args.search, verdicts=_verdicts(args.verdicts))
         if args.out:
             save_ep(result.program, args.out)
         if args.html:
@@ -177,11 +179,15 @@ def run(
     rules: Sequence[Rule] = (),
     assume: frozenset[str] = frozenset(),
     search: bool = False,
+    verdicts: Any = None,
 ) -> RunResult:
     """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), then the
     rewrite ``rules`` if any (``transforms.rewrite``, one stage ``rewrite``, granting the
     assumptions ``assume``; with ``search``, ``saturate_report`` instead, one stage
     ``saturate``: equality saturation and the cheapest program extracted), lower, check.
+    ``verdicts``: where the rules' verdicts are kept between runs
+    (``transforms.rewrite.check_rules``: ``None`` for the default store, a directory, ``False``
+    for none); the rules granted are checked first, those without a verdict on the cores.
 
     Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
     Raises ``UsageError`` for ``search`` without rules.
@@ -196,11 +202,12 @@ def run(
     searched: list[SaturationReport] = []
 
     def rewritten(program: Program) -> Program:
-        out, done = rewrite_report(program, rules, assume)
+        out, done = rewrite_report(program, rules, assume, verdicts=verdicts)
         report.append(done)
         return out
 
     def saturated(program: Program) -> Program:
+        check_rules([r for r in rules if r.assumes <= assume], verdicts=verdicts)
         out, done = saturate_report(program, rules, assume=assume)
         searched.append(done)
         return out
@@ -369,6 +376,14 @@ def _assume(spec: str | None) -> frozenset[str]:
     return flags
 
 
+def _verdicts(value: str | None) -> Any:
+    """``--verdicts`` as ``check_rules`` takes it: ``None`` (the default store), ``False``
+    (``off``, ``none``, ``0``: no store) or the directory."""
+    if value is None:
+        return None
+    return False if value.strip().lower() in VERDICTS_OFF else value
+
+
 def load_rules(spec: str | None) -> list[Rule]:
     """The rules ``--rules`` names: ``module:NAME`` (several separated by commas), each a ``Rule``
     or a sequence of them, found by importing ``module`` (the user's own code: it runs). Raises
@@ -494,6 +509,14 @@ def _parser() -> argparse.ArgumentParser:
         f"shipped attention rules need {_ATTENTION_FLAGS} "
         "(transforms.rewrite_rules.ATTENTION_ASSUMES): fused attention equals eager up to "
         "rounding for finite inputs, as inductor assumes",
+    )
+    parser.add_argument(
+        "--verdicts",
+        metavar="DIR|off",
+        help="where the rules' verdicts (check_rule's, keyed by each rule's content) are kept "
+        "between runs: a directory, or off to keep none (default: $PUREFX_VERDICTS, else "
+        "~/.cache/purefx/verdicts; the shipped rules' verdicts ship with purefx). Rules without "
+        "a verdict are checked on every core",
     )
     parser.add_argument(
         "--search",

@@ -12,7 +12,9 @@ run at once, and a failure prints its blob (``@reproduce_failure``) instead.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,19 @@ settings.register_profile("ci", derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=20, **_COMMON)
 settings.register_profile("nightly", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# verdicts reached by the suite go to a store of its own, never the user's cache
+# (``transforms.rewrite.verdict_store``); set before xdist starts its workers, which share it
+_OWN_STORE = None
+if "PUREFX_VERDICTS" not in os.environ:
+    _OWN_STORE = tempfile.mkdtemp(prefix="purefx-verdicts-")
+    os.environ["PUREFX_VERDICTS"] = _OWN_STORE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the suite's own verdict store (made at import, in the process that made it)."""
+    if _OWN_STORE is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_STORE, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

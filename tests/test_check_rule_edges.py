@@ -199,3 +199,75 @@ def test_check_site_sees_what_check_rule_sees():
         check_site(rule, p, (torch.tensor([[-0.0, 1.0]]),))
     (want,) = run_graph(p.root_module.graph, [x])
     assert math.copysign(1, float(want[0, 0])) == 1.0
+
+
+# --- integer edges and conversions out of range (issue 54, item 6) ------------------------------
+
+
+def test_wrapping_integer_negation_is_refused_at_int_min():
+    # -x wraps at INT_MIN (-INT_MIN is INT_MIN), so max(-x) is not -min(x) there: [0, INT_MIN]
+    # gives max(0, INT_MIN) = 0 against -INT_MIN = INT_MIN. Accepted before the integer probes:
+    # a 2-element tensor seldom drew INT_MIN beside another value
+    rule = Rule(lambda x: torch.amax(-x), lambda x: -torch.amin(x), (torch.tensor([3, -2]),),
+                name="amax_neg")
+    msg = refused(rule)
+    assert str(torch.iinfo(torch.int64).min) in msg or str(torch.iinfo(torch.int32).min) in msg
+
+
+def test_a_cast_out_of_range_in_the_replacement_is_refused():
+    # trunc(x) is x.to(int64).to(float) only inside int64's range; beyond it the cast gives
+    # INT64_MIN. Finite values only (specials=False), so only the conversion's edges (floats
+    # past the integer range, probed now for the replacement's casts too) tell
+    rule = Rule(torch.trunc, lambda x: x.to(torch.int64).to(x.dtype), (torch.randn(4, 8),),
+                name="trunc_via_int64", specials=False)
+    msg = refused(rule)
+    assert "e+18" in msg or "e+19" in msg
+
+
+def test_right_integer_negations_are_accepted():
+    ints = (torch.tensor([3, -2, 0, 5]),)
+    check_rule(Rule(lambda x: torch.neg(torch.neg(x)), lambda x: x, ints, name="neg_neg_int",
+                    max_examples=8))
+    # of one dtype: -INT_MIN wraps to INT_MIN, and x + INT_MIN wraps as x - INT_MIN does (a
+    # float x with an int y is refused: -y wraps before the promotion)
+    check_rule(Rule(lambda x, y: x - y, lambda x, y: x + (-y), ints + ints,
+                    name="sub_as_add_neg", max_examples=8,
+                    where=lambda m: m.val(0).dtype == m.val(1).dtype))
+
+
+def test_integer_edges_are_probed_where_the_pattern_wraps():
+    from transforms.rewrite.check import (
+        Signature,
+        divides,
+        int_edge_probe,
+        int_edge_starts,
+        int_pool,
+        pattern_program,
+        wraps,
+    )
+
+    lo, hi = torch.iinfo(torch.int8).min, torch.iinfo(torch.int8).max
+    assert {lo, hi, 0, 1, -1} <= set(int_pool(torch.int8))
+    sig = Signature((((2,), torch.int8), ((3,), torch.int8), 0.5))
+    starts = int_edge_starts(sig)
+    seen = set()
+    for start in starts:
+        a, b, scalar = int_edge_probe(sig, start)
+        assert scalar == 0.5 and a.dtype == torch.int8
+        seen |= set(zip(a.tolist(), b.tolist()))
+    pool = int_pool(torch.int8)
+    assert {(x, y) for x in pool for y in pool} <= seen  # every pair of values at one position
+    assert int_edge_starts(Signature((((2,), torch.float32),))) == ()
+    neg = Rule(lambda x: -x, lambda x: x * -1, (torch.tensor([1, 2]),))
+    relu = Rule(torch.relu, torch.relu, (torch.tensor([1, 2]),))
+    at = Signature((((2,), torch.int64),))
+    assert wraps(pattern_program(neg, at)) and not wraps(pattern_program(relu, at))
+    floats = Signature((((2,), torch.float32),))
+    assert not wraps(pattern_program(neg, floats))
+    # a program that divides integers gets no -1: INT_MIN // -1 stops the process (SIGFPE)
+    cancel = Rule(lambda i, j: (i * j) // j, lambda i, j: i, (torch.tensor([1, 2]),) * 2)
+    two = Signature((((2,), torch.int32), ((2,), torch.int32)))
+    assert divides(pattern_program(cancel, two)) and not divides(pattern_program(neg, at))
+    assert -1 not in int_pool(torch.int32, divides=True)
+    for start in int_edge_starts(two, divides=True):
+        assert -1 not in int_edge_probe(two, start, divides=True)[1].tolist()

@@ -18,7 +18,7 @@ from ir.args import EMPTY_DICT, Ref
 from transforms.rewrite import extract, saturate_report
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.egraph import ClassData, EGraph, ENode, leaf
-from transforms.rewrite.rules import SHARED_INPUT_MM
+from transforms.rewrite.rules import SHARED_INPUT_ASSUMES, SHARED_INPUT_MM
 
 COSTS = {"mm": 8.0, "fused": 12.0, "split": 0.0, "get0": 0.0, "get1": 0.0, "relu": 1.0}
 
@@ -167,7 +167,7 @@ def test_saturate_keeps_the_exact_choice_of_a_rewrite_of_two_results(monkeypatch
             torch.rand(512, 64, generator=g))
     p = import_ep(torch.export.export(_TwoHeads(), args))
     rule = attrs.evolve(SHARED_INPUT_MM, trusted=True)  # checked by test_rules_shared_input_mm
-    q, report = saturate_report(p, [rule])
+    q, report = saturate_report(p, [rule], assume=SHARED_INPUT_ASSUMES)
     assert report.extractor == "ilp" and report.chosen == "saturate", report
     assert report.rewrites == {"shared_input_mm": 2}
     assert report.cost_after < report.cost_before

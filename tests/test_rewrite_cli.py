@@ -89,3 +89,23 @@ def test_the_help_says_what_the_attention_set_needs_granted(capsys):
         assert exc.code == 0
     out = capsys.readouterr().out
     assert "--assume " + ",".join(sorted(ATTENTION_ASSUMES)) in " ".join(out.split())
+
+
+def test_verdicts_are_kept_where_verdicts_says(tmp_path, monkeypatch, capsys):
+    """``--verdicts DIR`` files the rules' verdicts there (a second run reads them);
+    ``--verdicts off`` keeps none."""
+    pt2 = _setup(tmp_path, monkeypatch)
+    # rules of their own (a module no other test imported): no verdict in memory yet
+    (tmp_path / "my_rules_for_verdicts.py").write_text(RULES_MODULE)
+    store = tmp_path / "verdicts"
+    args = [str(pt2), "--rules", "my_rules_for_verdicts:RULES", "--verdicts", str(store)]
+    assert cli.main(args) == 0, capsys.readouterr().out
+    entries = list(store.glob("*.json"))
+    assert len(entries) == 1 and '"verdict": "right"' in entries[0].read_text()
+    assert cli.main(args) == 0  # read back (the same key): nothing new filed
+    assert list(store.glob("*.json")) == entries
+    off = tmp_path / "off_cache"
+    monkeypatch.setenv("PUREFX_VERDICTS", str(off))
+    assert cli.main([*args[:3], "--verdicts", "off"]) == 0
+    assert not off.exists()
+    assert cli._verdicts("OFF") is False and cli._verdicts(None) is None

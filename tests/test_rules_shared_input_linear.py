@@ -13,7 +13,11 @@ from ir import import_ep
 from lowering import lower
 from transforms.rewrite import saturate_report
 from transforms.rewrite.check_context import check_extracted
-from transforms.rewrite.rules import SHARED_INPUT_LINEAR, SHARED_INPUT_LINEAR_NO_BIAS
+from transforms.rewrite.rules import (
+    SHARED_INPUT_ASSUMES,
+    SHARED_INPUT_LINEAR,
+    SHARED_INPUT_LINEAR_NO_BIAS,
+)
 
 RULES = [SHARED_INPUT_LINEAR, SHARED_INPUT_LINEAR_NO_BIAS]
 
@@ -41,7 +45,7 @@ def test_three_linear_projections_become_one_linear(bias):
     x = torch.randn(4096, 512)
     p = import_ep(torch.export.export(model, (x,)))
     assert len(_linears(p)) == 3
-    q, report = saturate_report(p, RULES)
+    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES)
     (fused,) = _linears(q)
     assert tuple(fused.meta["val"].shape) == (4096, 192)
     assert (len(fused.args) == 3 and fused.args[2] is not None) == bias
@@ -65,7 +69,7 @@ def test_projections_too_dear_to_fuse_are_left_as_they_are():
     args = (torch.randn(4, 2048), *(torch.randn(2048, 2048) for _ in range(3)),
             *(torch.randn(2048) for _ in range(3)))
     p = import_ep(torch.export.export(_QKVInputs(), args))
-    q, report = saturate_report(p, RULES)
+    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES)
     assert q is p and len(_linears(q)) == 3 and report.cost_after == report.cost_before
 
 
@@ -88,7 +92,7 @@ def test_attention_projections_read_as_heads_fuse_in_the_e_graph():
     model = _SelfAttention().eval()
     x = torch.randn(2, 16, 64)
     p = import_ep(torch.export.export(model, (x,)))
-    q, report = saturate_report(p, RULES)
+    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES)
     assert len(_linears(q)) == 1 and report.chosen == "saturate"
     assert dict(report.rewrites)["shared_input_linear"] >= 2
     torch.testing.assert_close(lower(q)(x), model(x), atol=1e-4, rtol=1e-4)

@@ -26,7 +26,7 @@ from transforms.rewrite import Rule, rewrite, rewrite_report, saturate_report
 from transforms.rewrite.api import ensure_checked, rule_verdict
 from transforms.rewrite.check import RULE
 from transforms.rewrite.check_context import check_extracted
-from transforms.rewrite.rules import RULES, SHARED_INPUT_MM
+from transforms.rewrite.rules import RULES, SHARED_INPUT_ASSUMES, SHARED_INPUT_MM
 from transforms.rewrite.sharing import output_bases
 from transforms.rewrite_rules import SHARED_INPUT_MM as PUBLIC
 
@@ -96,7 +96,7 @@ def _body(p) -> str:
 
 
 def test_check_rule_accepts_the_rule_whose_results_share_one_buffer():
-    assert not SHARED_INPUT_MM.trusted and SHARED_INPUT_MM.assumes == frozenset()
+    assert not SHARED_INPUT_MM.trusted and SHARED_INPUT_MM.assumes == SHARED_INPUT_ASSUMES
     assert rule_verdict(SHARED_INPUT_MM) is True
     # the replacement's two results are views of one value (the fused matmul)
     assert output_bases(SHARED_INPUT_MM.compiled("training").replacement) == (
@@ -152,7 +152,7 @@ return (%add,)"""
 def test_rewrite_fuses_two_matmuls_that_share_their_input():
     p, args = _program(_Heads, (8, 16), (16, 4), (16, 6))
     assert _body(p) == BEFORE
-    q, report = rewrite_report(p, [SHARED_INPUT_MM])
+    q, report = rewrite_report(p, [SHARED_INPUT_MM], SHARED_INPUT_ASSUMES)
     assert _body(q) == EXPECTED
     assert report.counts == {"shared_input_mm": 1}
     torch.testing.assert_close(lower(q)(*args), _Heads()(*args), **ATOL)
@@ -163,7 +163,7 @@ def test_rewrite_fuses_them_for_an_input_of_rank_three():
     """``x`` of shape (batch, tokens, features), as in a transformer: the halves are taken
     along the last dimension whatever ``x``'s rank."""
     p, args = _program(_Heads, (2, 5, 16), (16, 4), (16, 6))
-    q = rewrite(p, [SHARED_INPUT_MM])
+    q = rewrite(p, [SHARED_INPUT_MM], SHARED_INPUT_ASSUMES)
     targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
     assert targets.count("aten.matmul.default") == 1
     torch.testing.assert_close(lower(q)(*args), _Heads()(*args), **ATOL)
@@ -173,7 +173,7 @@ def test_vector_weights_are_left_to_the_where():
     """``x @ v`` with a vector ``v`` contracts the last dimension away: nothing to split.
     ``where`` declines it (it would not trace: ``cat`` of the vectors does not fit ``x``)."""
     p, _ = _program(_Heads, (8, 16), (16,), (16,))
-    q, report = rewrite_report(p, [SHARED_INPUT_MM])
+    q, report = rewrite_report(p, [SHARED_INPUT_MM], SHARED_INPUT_ASSUMES)
     assert q is p and report.counts == {"shared_input_mm": 0}
     assert set(report.skipped) == {"where"}
 
@@ -192,7 +192,7 @@ def test_rewrite_declines_it_where_a_result_is_written_in_place():
     """Both matmuls first, then ``relu_`` on the first: as a view of the fused buffer the
     write could reach the other half; declined (guard ``shared``), the program unchanged."""
     p, args = _written(_BothFirst)
-    q, report = rewrite_report(p, [SHARED_INPUT_MM])
+    q, report = rewrite_report(p, [SHARED_INPUT_MM], SHARED_INPUT_ASSUMES)
     assert q is p and report.counts == {"shared_input_mm": 0}
     assert set(report.skipped) == {"shared"}
     torch.testing.assert_close(lower(q)(*args), _BothFirst()(*args), **ATOL)
@@ -200,7 +200,7 @@ def test_rewrite_declines_it_where_a_result_is_written_in_place():
 
 def test_rewrite_declines_it_where_the_write_lies_between_the_matmuls():
     p, _ = _written(_Heads)  # matmul, relu_, sum, matmul_1: the second matmul comes later
-    q, report = rewrite_report(p, [SHARED_INPUT_MM])
+    q, report = rewrite_report(p, [SHARED_INPUT_MM], SHARED_INPUT_ASSUMES)
     assert q is p and set(report.skipped) == {"write_between"}
 
 
@@ -208,7 +208,7 @@ def test_rewrite_declines_it_where_the_caller_gets_both_results():
     """Two outputs that share a buffer where the program's did not: the caller could see a
     write to one through the other."""
     p, _ = _program(_Both, (8, 16), (16, 4), (16, 6))
-    q, report = rewrite_report(p, [SHARED_INPUT_MM])
+    q, report = rewrite_report(p, [SHARED_INPUT_MM], SHARED_INPUT_ASSUMES)
     assert q is p and set(report.skipped) == {"shared"}
 
 
@@ -216,7 +216,7 @@ def test_saturate_takes_the_fused_form_where_it_is_cheaper():
     """``bench.search``'s ``shared_heads_0``: ``x`` (4096 x 512) read once instead of twice
     pays for the ``cat`` of two small weights."""
     p, args, fn = _bench("shared_heads_0")
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.chosen == "saturate" and report.rewrites == {"shared_input_mm": 2}
     assert report.cost_after < report.cost_before
     targets = [str(n.target) for n in q.root_module.graph.nodes if n.op == "call_function"]
@@ -229,7 +229,7 @@ def test_saturate_keeps_the_program_where_the_fused_form_is_dearer():
     """``shared_heads_1``: a short ``x`` (64 rows) and two 4096 x 4096 weights: the ``cat``
     copies 128 MiB per call to save one launch and a read of a small ``x``."""
     p, _, _ = _bench("shared_heads_1")
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert q is p and report.chosen == "original" and report.rewrites == {}
     assert report.cost_after == report.cost_before
 
@@ -262,7 +262,7 @@ def test_both_ways_saturates_and_keeps_the_cheaper_form(name, fused):
     p, args, fn = _bench(name)
     q, report = saturate_report(p, [BOTH])
     assert report.stopped == ("saturated",) and report.skipped_rules == {}
-    one_way, one_report = saturate_report(p, [SHARED_INPUT_MM])
+    one_way, one_report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.sizes == one_report.sizes and _body(q) == _body(one_way)
     assert (report.chosen == "saturate") is fused
     assert report.cost_after <= report.cost_before

@@ -28,7 +28,7 @@ from lowering import lower
 from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate_report
 from transforms.rewrite.check_context import check_extracted
-from transforms.rewrite.rules import SHARED_INPUT_MM
+from transforms.rewrite.rules import SHARED_INPUT_ASSUMES, SHARED_INPUT_MM
 
 saturate_mod = importlib.import_module("transforms.rewrite.saturate")
 
@@ -112,7 +112,7 @@ def test_saturate_fuses_three_projections_into_one_matmul(monkeypatch):
     _no_greedy(monkeypatch)
     p, args = _program(CHEAP)
     assert _body(p) == BEFORE
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert _body(q) == EXPECTED
     assert report.chosen == "saturate" and report.stopped == ("saturated",)
     # round 1 fuses the pairs (both orders), round 2 the pair (wq, wk) with the third, in
@@ -128,7 +128,7 @@ def test_with_greedy_compared_saturate_keeps_its_own_fused_program():
     """Greedy ``rewrite`` reaches the same cost here (it fuses pairwise, shape-blind); the
     search's own program is kept on the tie."""
     p, _ = _program(CHEAP)
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.chosen == "saturate" and _body(q) == EXPECTED
     assert report.greedy_cost == report.cost_after
 
@@ -142,7 +142,7 @@ def test_before_the_fix_the_search_stopped_at_one_pair(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(saturate_mod, "_disjoint_values", lambda eg, results: all(
             eg.data[eg.find(r)].origin is not None for r in results))
-        q, report = saturate_report(p, [SHARED_INPUT_MM])
+        q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.sizes == ((15, 45, 45),) and _matmuls(q) == 2
     assert round(report.cost_after, 1) == 78.9
     old = saturate_mod._same_layout
@@ -151,14 +151,14 @@ def test_before_the_fix_the_search_stopped_at_one_pair(monkeypatch):
         return None if isinstance(before, (list, tuple)) else old(before, after)
 
     monkeypatch.setattr(saturate_mod, "_same_layout", tensors_only)
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.sizes == ((15, 45, 45),) and _matmuls(q) == 2
 
 
 def test_saturate_keeps_three_projections_where_fusing_is_dearer():
     """A short ``x`` and 4096 x 4096 weights: each ``cat`` copies the weights per call."""
     p, _ = _program(DEAR)
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert q is p and report.chosen == "original" and _matmuls(q) == 3
 
 
@@ -194,7 +194,7 @@ def test_projections_of_parameters_become_one_matmul_cheaper_than_greedy(n, befo
     x = torch.randn(128, 512, generator=torch.Generator().manual_seed(2))
     p = import_ep(torch.export.export(model, (x,)))
     assert _matmuls(p) == n
-    q, report = saturate_report(p, [SHARED_INPUT_MM])
+    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.chosen == "saturate" and report.stopped == ("saturated",)
     assert _matmuls(q) == 1 and report.rewrites == {"shared_input_mm": 2 * (n - 1)}
     assert round(report.cost_before, 1) == before and round(report.greedy_cost, 1) == greedy

@@ -30,7 +30,11 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``extract``: one e-node per class (greedy tree cost; exact ILP where scipy is installed);
 - ``extracted``: extraction per graph and the chosen program built through ``rewrite_nodes``;
 - ``saturate``: ``saturate`` / ``saturate_report``: equality saturation, extraction, the
-  program rebuilt, never worse than the input or greedy ``rewrite`` (``docs/search.md``).
+  program rebuilt, never worse than the input or greedy ``rewrite`` (``docs/search.md``);
+- ``rule_key``: a rule's content key (what its verdict depends on, never its name);
+- ``verdict_store``: verdicts on disk (the user's store, the shipped verdicts);
+- ``verdicts``: ``check_rules``, verdicts reached once: in memory, on disk, else checked on the
+  machine's cores.
 """
 
 from transforms.rewrite.api import rewrite, rewrite_report
@@ -54,10 +58,13 @@ from transforms.rewrite.saturate import (
     saturate_report,
 )
 from transforms.rewrite.trace import LEVELS
+from transforms.rewrite.verdict_store import VERDICTS_OFF, VerdictStore
+from transforms.rewrite.verdicts import check_rules
 
 __all__ = [
     "ASSUMPTIONS",
     "LEVELS",
+    "VERDICTS_OFF",
     "Compiled",
     "Hyper",
     "Match",
@@ -67,10 +74,12 @@ __all__ = [
     "Rule",
     "SaturationLimits",
     "SaturationReport",
+    "VerdictStore",
     "apply_match",
     "apply_rules",
     "check_rule",
     "check_rule_in_context",
+    "check_rules",
     "hyper",
     "matches",
     "optional",

@@ -22,17 +22,17 @@ from typing import Any
 
 import attrs
 
-from ir.errors import PassError, PurefxError
+from ir.errors import PassError
 from ir.graph import Graph
 from ir.program import Program
-from transforms.law_violation import LawViolation
-from transforms.rewrite.check import check_rule
 from transforms.rewrite.engine import RewriteReport, apply_rules, rule_list
 from transforms.rewrite.rule import Rule, check_assumptions, rule_cache
 from transforms.rewrite.trace import level_of
+from transforms.rewrite.verdicts import check_rules
 
 
-def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset()) -> Program:
+def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset(), *,
+            verdicts: Any = None) -> Program:
     """Apply ``rules`` to every graph of ``p`` until none matches.
 
     Parameters:
@@ -45,6 +45,10 @@ def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset()) -> Pro
             ``"no_nans"``, ``"no_infs"``, ``"no_signed_zeros"``, ``"reassociate"``; default
             none: exact IEEE semantics). A rule whose ``assumes`` are not all granted is not
             applied, nor checked (``rewrite_report`` names it in ``not_granted``).
+        verdicts: where ``check_rule``'s verdicts are kept between processes
+            (``transforms.rewrite.verdicts.check_rules``): ``None`` for the default (the
+            directory ``PUREFX_VERDICTS`` names, else ``~/.cache/purefx/verdicts``), a
+            directory, or ``False`` for none. The shipped rules' verdicts ship with the package.
 
     Returns:
         The rewritten Program; ``p`` itself (``is``) when no rule matched. New nodes take the
@@ -85,11 +89,11 @@ def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset()) -> Pro
     receiving a training-level operator) gets one more round at the new level when some
     pattern traces differently there.
     """
-    return rewrite_report(p, rules, assume)[0]
+    return rewrite_report(p, rules, assume, verdicts=verdicts)[0]
 
 
 def rewrite_report(
-    p: Program, rules: Iterable[Rule], assume: Any = frozenset()
+    p: Program, rules: Iterable[Rule], assume: Any = frozenset(), *, verdicts: Any = None
 ) -> tuple[Program, RewriteReport]:
     """``rewrite(p, rules, assume)`` and a ``RewriteReport`` of what it rewrote where, what the
     guards skipped (``skipped``) and which rules it did not apply for want of an assumption
@@ -105,6 +109,8 @@ def rewrite_report(
         level = level_of(_graphs(p))
         for r in applied:
             r.compiled(level)  # a malformed rule is refused before its check runs
+        check_rules(applied, verdicts=verdicts)  # the unchecked ones over the cores
+        for r in applied:
             ensure_checked(r)
     q, report = apply_rules(p, applied)
     counts = {r.name: report.counts.get(r.name, 0) for r in rules}
@@ -126,29 +132,23 @@ def rule_verdict(rule: Rule) -> BaseException | bool | None:
     return rule_cache(rule).verdict
 
 
-def ensure_checked(rule: Rule) -> None:
+def ensure_checked(rule: Rule, *, verdicts: Any = None) -> None:
     """``check_rule``'s verdict on ``rule``, reached once and kept (``rule_verdict``), as
     ``rewrite`` reaches it before applying the rule: nothing for a right or ``trusted`` rule;
     ``PassError`` naming the rule and the counterexample for a wrong one (or a check that
-    broke). ``check_rule_in_context`` calls it before its own search, outside hypothesis, so
+    broke). The verdict is looked for among the shipped verdicts and in the store
+    ``verdicts`` names before ``check_rule`` runs (``transforms.rewrite.verdicts.check_rules``).
+    ``check_rule_in_context`` calls it before its own search, outside hypothesis, so
     the rule is checked as ``check_rule`` alone checks it. Cost: one ``check_rule`` the first
-    time, O(1) after."""
+    time in a process when no verdict is on disk (else a training-level trace of the rule, its
+    key), O(1) after."""
     if rule.trusted:
         return
     cache = rule_cache(rule)
     if cache.verdict is None:
-        try:
-            check_rule(rule)
-            cache.verdict = True
-        except LawViolation as exc:
-            cache.verdict = _without_frames(exc)
-        except PurefxError:
-            raise
-        except Exception as exc:  # a check that broke is no verdict: say so, keep none
-            raise PassError(
-                f"rule {rule.name!r}: check_rule failed with {type(exc).__name__}: {exc}; "
-                "mark the rule Rule(..., trusted=True) to skip the check, or report it"
-            ) from exc
+        check_rules([rule], verdicts=verdicts)
+    if isinstance(cache.verdict, BaseException):
+        cache.verdict = _without_frames(cache.verdict)
     if cache.verdict is not True:
         raise PassError(
             f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "

@@ -63,6 +63,7 @@ from ir.strategies.values import (
     WHOLE,
     conversions_edges,
     edges,
+    int_edges,
     laid_out,
     scalar_values,
     size_variants,
@@ -73,6 +74,7 @@ from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Rule, rule_cache
+from transforms.rewrite.rule_key import rule_seed
 from transforms.rewrite.trace import TRAINING
 
 DTYPES = FLOAT_DTYPES
@@ -170,6 +172,14 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
     per element ordinary and IEEE edge values as ``assumed(rule)`` admits, in a contiguous,
     transposed, strided or expanded layout). A counterexample shrinks toward ordinary values,
     the contiguous layout and the example's signature, for at most ``SHRINK_SECONDS``.
+    Deterministic probes come first at each signature: ordinary values, rows of edge values;
+    where the pattern's program or its rewrite converts dtypes (``conversions``: ``.to``, a
+    cast), each tensor at the edges of those conversions (``conversion_probe``: a float past
+    the integer range, the integer bounds and one past them); where either computes integer
+    arithmetic that wraps (``wraps``: ``neg``, ``sub``, ``abs``, ``add``, ``mul`` on integers),
+    each integer tensor at its dtype's bounds, every pair of values for two of them
+    (``int_edge_probe``: ``-INT_MIN`` is ``INT_MIN``). The draws are seeded by the rule's
+    content (``rule_key.rule_seed``), never its name: a renamed rule gets the same verdict.
 
     What is checked (the module docstring states the law): on each signature the pattern's
     program is rewritten by ``apply_rules`` (so ``where`` sees a real match) and run. Draws
@@ -288,21 +298,29 @@ def _search(state: _State, n: int) -> None:
     """Search each signature in turn (the example's, then the telling ones): its ``probe``
     values first, then ``budgets(…)[i]`` hypothesis examples. A probe that breaks the law is
     followed by a longer hypothesis search at its signature, for a shrunk counterexample (the
-    probe's own is raised when none is found)."""
+    probe's own is raised when none is found), except after an integer-edge probe of a program
+    that divides integers (``divides``): there the probe's own is raised, since a search near
+    ``INT_MIN`` would divide it by -1, which stops the process (SIGFPE), not with an error."""
     from hypothesis import currently_in_test_context
 
     nested = currently_in_test_context()
     rng = random.Random(0)
     for i, k in zip(range(len(state.sigs)), budgets(state, n)):
         sig = state.sigs[i]
+        at_int_edges = False
         try:
             for seed in (0, 1, *row_seeds(sig, state.draw_assumes)):
                 state.check(i, probe(sig, state.draw_assumes, seed))
             found = state.conversions(i)  # known once a probe has run the pattern
             for start in conversion_starts(sig, found):
                 state.check(i, conversion_probe(sig, found, start))
+            if state.wraps(i):  # integer arithmetic: each integer tensor at its dtype's edges
+                at_int_edges = True
+                divides = state.divides(i)
+                for start in int_edge_starts(sig, divides=divides):
+                    state.check(i, int_edge_probe(sig, start, divides=divides))
         except LawViolation:
-            if not nested:
+            if not nested and not (at_int_edges and state.divides(i)):
                 _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
             raise
         if state.sites.get(i, True) is None:
@@ -350,7 +368,7 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
     base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck),
                     phases=(Phase.explicit, Phase.generate, Phase.shrink))
     hold(Trial(RULE, args, lambda drawn: state._check(i, drawn),
-               key=(state.rule.name, sig.describe()), budget=state.budget),
+               key=(rule_seed(state.rule), sig.describe()), budget=state.budget),
          settings=base, max_examples=k)
 
 
@@ -456,10 +474,22 @@ class _State:
         return found
 
     def conversions(self, i: int) -> tuple:
-        """The dtype conversions of the pattern's program at signature ``i`` (``()`` before
-        it was built or where rewrite declines it)."""
+        """The dtype conversions of the pattern's program at signature ``i`` and of its
+        rewrite (``()`` before it was built or where rewrite declines it)."""
         site = self.sites.get(i)
         return site.conversions if isinstance(site, _Site) else ()
+
+    def divides(self, i: int) -> bool:
+        """Whether the pattern's program at signature ``i`` or its rewrite divides integers
+        (``divides``; ``False`` before it was built)."""
+        site = self.sites.get(i)
+        return isinstance(site, _Site) and site.divides
+
+    def wraps(self, i: int) -> bool:
+        """Whether the pattern's program at signature ``i`` or its rewrite computes integer
+        arithmetic that wraps (``wraps``; ``False`` before it was built)."""
+        site = self.sites.get(i)
+        return isinstance(site, _Site) and site.wraps
 
     def check(self, i: int, args: tuple) -> None:
         self.budget.run(i, lambda: self._check(i, args))
@@ -580,7 +610,8 @@ def _rewritten_site(rule: Rule, sig: Signature, named: Rule | None = None) -> _S
                 f"raised {type(exc).__name__}: {first_line(exc)}", None,
             ) from exc
         if any(report.counts.values()):
-            return _Site(q, copies, conversions(p))
+            return _Site(q, copies, tuple(dict.fromkeys(conversions(p) + conversions(q))),
+                         wraps(p) or wraps(q), divides(p) or divides(q))
         if report.skipped and not set(report.skipped) - BLIND_TO_READERS:
             return None  # declined for a reason that reading the results by copies keeps
     return None
@@ -604,7 +635,94 @@ class _Site:
 
     program: Program
     copies: bool
-    conversions: tuple = ()  # (src, dst) dtype pairs the pattern converts: ``conversions``
+    conversions: tuple = ()  # (src, dst) dtype pairs either side converts: ``conversions``
+    wraps: bool = False  # either side computes integer arithmetic that wraps: ``wraps``
+    divides: bool = False  # either side divides integers: ``divides``
+
+
+WRAPPING = frozenset({"neg", "negative", "sub", "subtract", "rsub", "abs", "absolute", "add",
+                      "mul", "multiply"})
+"""The operators whose integer results wrap at the dtype's edges (``-INT_MIN == INT_MIN``,
+``abs(INT_MIN) < 0``, ``MAX + 1 == MIN``): where a program computes one on an integer tensor,
+``check_rule`` probes each integer argument at its dtype's edges (``int_edge_probe``)."""
+
+
+DIVIDING = frozenset({"div", "divide", "floor_divide", "remainder", "fmod", "floordiv"})
+"""The operators that divide integers: ``INT_MIN`` divided by -1 stops the process (the
+processor's division overflows: SIGFPE), so where a program holds one with an integer result
+``int_edge_probe`` leaves -1 out."""
+
+
+def wraps(p: Program) -> bool:
+    """Whether ``p``'s root graph computes an operator of ``WRAPPING`` whose result is an
+    integer tensor (bool excluded). O(nodes)."""
+    return _integer_op(p, WRAPPING)
+
+
+def divides(p: Program) -> bool:
+    """Whether ``p``'s root graph computes an operator of ``DIVIDING`` whose result is an
+    integer tensor. O(nodes)."""
+    return _integer_op(p, DIVIDING)
+
+
+def _integer_op(p: Program, ops: frozenset[str]) -> bool:
+    for node in p.root_module.graph.nodes:
+        out = node.meta.get("val")
+        if (node.op == CALL_FUNCTION and isinstance(out, torch.Tensor)
+                and not (out.dtype.is_floating_point or out.dtype.is_complex
+                         or out.dtype == torch.bool)
+                and _packet(node) in ops):
+            return True
+    return False
+
+
+def _packet(node: Any) -> str:
+    name = getattr(node.target, "__name__", "").split(".")[0]
+    return getattr(getattr(node.target, "overloadpacket", None), "__name__", name)
+
+
+def int_pool(dtype: torch.dtype, *, divides: bool = False) -> tuple[int, ...]:
+    """The values ``int_edge_probe`` puts into an integer tensor of ``dtype``: its edges
+    (``ir.strategies.values.int_edges``: smallest, largest, ± where a square overflows) and
+    0, 1, -1 where it holds them (an edge meets an ordinary value); -1 left out where the
+    program ``divides``. O(1)."""
+    info = torch.iinfo(dtype)
+    ordinary = (0, 1) if divides else (0, 1, -1)
+    return tuple(dict.fromkeys(v for v in (*int_edges(dtype), *ordinary)
+                               if info.min <= v <= info.max))
+
+
+def _int_tensors(sig: Signature) -> list[int]:
+    return [j for j, a in enumerate(sig.args) if is_spec(a) and not (
+        a[1].is_floating_point or a[1].is_complex or a[1] == torch.bool)]
+
+
+def int_edge_starts(sig: Signature, *, divides: bool = False) -> tuple[tuple[int, int], ...]:
+    """The ``int_edge_probe`` starts ``(s, t)`` that put every value of ``int_pool`` at each
+    integer tensor of ``sig`` and, for two of them, every pair of values at one position:
+    ``s`` over the pool's length where ``sig`` has two integer tensors or more, ``t`` in steps
+    of the smallest one's size. ``()`` without integer tensors. O(pool length²)."""
+    ints = _int_tensors(sig)
+    if not ints:
+        return ()
+    n = max(len(int_pool(sig.args[j][1], divides=divides)) for j in ints)
+    step = max(1, min(math.prod(sig.args[j][0]) for j in ints))
+    shifts = range(n) if len(ints) > 1 else range(1)
+    return tuple((s, t) for s in shifts for t in range(0, n, step))
+
+
+def int_edge_probe(sig: Signature, start: tuple[int, int], *, divides: bool = False) -> tuple:
+    """Deterministic arguments of ``sig`` (contiguous): the ``m``-th integer tensor holds
+    ``int_pool`` values in turn, element ``k`` the one at ``(k + t + s·m) mod length`` for
+    ``start == (s, t)``; other arguments as ``probe`` seed 0 gives them. O(elements)."""
+    s, t = start
+    args = list(probe(sig, frozenset(), 0))
+    for m, j in enumerate(_int_tensors(sig)):
+        shape, dtype = sig.args[j]
+        pool = int_pool(dtype, divides=divides)
+        flat = [pool[(k + t + s * m) % len(pool)] for k in range(math.prod(shape))]
+        args[j] = torch.tensor(flat, dtype=dtype).reshape(shape)
+    return tuple(args)
 
 
 def conversions(p: Program) -> tuple[tuple[torch.dtype, torch.dtype], ...]:
@@ -923,19 +1041,26 @@ def run_replacement(rule: Rule, args: tuple) -> tuple:
 __all__ = [
     "ALL_DTYPES",
     "ALSO_AT_SHARE",
+    "DIVIDING",
     "DTYPES",
     "FINITE",
     "SHRINK_SECONDS",
     "SIGNATURES",
+    "WRAPPING",
     "Checked",
     "Signature",
     "assumed",
     "check_rule",
     "describe",
+    "divides",
     "example_signature",
+    "int_edge_probe",
+    "int_edge_starts",
+    "int_pool",
     "is_spec",
     "pattern_program",
     "probe",
     "run_replacement",
     "signatures",
+    "wraps",
 ]

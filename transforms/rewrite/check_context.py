@@ -41,6 +41,7 @@ from transforms.rewrite.api import ensure_checked, rewrite
 from transforms.rewrite.check import assumed, check_rule, signatures
 from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
+from transforms.rewrite.rule_key import rule_seed
 from transforms.rewrite.trace import TRAINING, trace
 
 
@@ -113,7 +114,7 @@ def check_rule_in_context(
 
     # every health check off: a site's export is slow, and many draws make no program
     base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck))
-    hold(Trial(IN_CONTEXT, strategy, one, key=rule.name,
+    hold(Trial(IN_CONTEXT, strategy, one, key=rule_seed(rule),
                budget=ShrinkBudget(rule_law.SHRINK_SECONDS, LawViolation)),
          settings=base, max_examples=max_examples)
 

@@ -405,14 +405,16 @@ class Rule:
 class RuleCache:
     """What is derived from one ``Rule`` and kept beside it (``rule_cache``): ``traced``, its
     ``Compiled`` per level and its replacement traced per match's concrete scalars, shapes or
-    dtypes (keys ``(kind, ...)``, at most ``_CONCRETE_CACHE`` of them); ``verdict``,
+    dtypes (keys ``(kind, ...)``, at most ``_CONCRETE_CACHE`` of them); ``content``, its
+    ``transforms.rewrite.rule_key.rule_content`` (what its verdict depends on); ``verdict``,
     ``check_rule``'s verdict (``None`` until checked; ``True``; or the ``LawViolation``, its
     traceback dropped so that it holds no frame of the rule). Each entry is a pure function of
     the rule: dropping the cache changes no result, only time."""
 
-    __slots__ = ("traced", "variants", "verdict")
+    __slots__ = ("content", "traced", "variants", "verdict")
 
     def __init__(self) -> None:
+        self.content: str | None = None
         self.traced: dict[Any, Any] = {}
         self.verdict: BaseException | bool | None = None
         self.variants: tuple[Rule, ...] | None = None

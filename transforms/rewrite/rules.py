@@ -152,10 +152,22 @@ def _weight_matrices(m: Match) -> bool:
             and x.dim() >= 1 and w1.dim() == w2.dim() == 2 and w1.dtype == w2.dtype)
 
 
+SHARED_INPUT_ASSUMES = frozenset({"reassociate", "no_nans", "no_infs", "no_signed_zeros"})
+"""What the shared-input rules assume (``SHARED_INPUT_MM``, ``SHARED_INPUT_LINEAR``,
+``SHARED_INPUT_LINEAR_NO_BIAS``): the fused product sums each dot product in an order of its
+own. The matmul kernel picks its blocking, and with it the order of each sum, by the operands'
+shapes and strides, so ``(x @ cat(w1, w2))[..., :n1]`` and ``x @ w1`` may round differently
+and, where a partial sum overflows, differ outright: at float64 rows of ``1.8e308`` one order
+gives ``inf`` where the other gives the largest finite, or ``-inf`` where the other gives NaN
+(``check_rule`` finds both), and a sum of zeros may come out ``+0.0`` where the other gives
+``-0.0`` (``linear`` of zero weights, rows of ``-1.0``). Right up to regrouping and the sign of
+zero, where no sum overflows: grant these to ``rewrite``/``saturate``
+(``assume=SHARED_INPUT_ASSUMES``: the four fast-math flags, as the attention rules)."""
+
 SHARED_INPUT_MM = Rule(
     _shared_input_mm, _shared_input_mm_fused,
     (torch.randn(3, 4), torch.randn(4, 5), torch.randn(4, 6)),
-    name="shared_input_mm", where=_weight_matrices)
+    name="shared_input_mm", where=_weight_matrices, assumes=SHARED_INPUT_ASSUMES)
 """``x @ w1, x @ w2 -> split(x @ cat(w1, w2, -1), [n1, n2], -1)``: two matmuls that share their
 left operand become one, on the concatenated weight matrices (``x`` read once, one launch; the
 ``cat`` reads only the weights). A rule of two results: the halves are views of one buffer,
@@ -164,7 +176,8 @@ results that alias each other where the pattern's are fresh (the law's ``fresh_m
 values, shapes and dtypes must agree, the aliasing that appears is the engine's to guard), and
 the engine takes a match only where nothing writes either result and the caller does not get
 both (``rewrite``: guard ``shared``; ``saturate``: the escape guard), and where every reader
-admits the halves' strides. Exact (no assumption). Not in ``RULES``: whether it pays depends on
+admits the halves' strides. Assumes ``SHARED_INPUT_ASSUMES`` (the fused sums run in another
+order; they overflow elsewhere). Not in ``RULES``: whether it pays depends on
 the shapes (large weights make the ``cat`` dearer than the launch and the read of ``x`` it
 saves), which ``saturate``'s cost model decides and greedy ``rewrite`` does not."""
 
@@ -182,16 +195,17 @@ def _shared_input_linear_fused(x, w1, w2, b1, b2):
 SHARED_INPUT_LINEAR = Rule(
     _shared_input_linear, _shared_input_linear_fused,
     (torch.randn(3, 4), torch.randn(5, 4), torch.randn(6, 4), torch.randn(5), torch.randn(6)),
-    name="shared_input_linear", where=_weight_matrices)
+    name="shared_input_linear", where=_weight_matrices, assumes=SHARED_INPUT_ASSUMES)
 """``linear(x, w1, b1), linear(x, w2, b2) -> split(linear(x, cat(w1, w2), cat(b1, b2)), [n1,
 n2], -1)``: ``SHARED_INPUT_MM`` for ``nn.Linear`` projections with biases (BERT's query, key
 and value), as ``torch.export`` keeps them (``aten.linear``). Same results, same aliasing
-contract and guards as ``SHARED_INPUT_MM``; exact; not in ``RULES`` (the cost model decides)."""
+contract, guards and assumptions (``SHARED_INPUT_ASSUMES``) as ``SHARED_INPUT_MM``; not in
+``RULES`` (the cost model decides)."""
 
 SHARED_INPUT_LINEAR_NO_BIAS = Rule(
     _shared_input_linear, _shared_input_linear_fused,
     (torch.randn(3, 4), torch.randn(5, 4), torch.randn(6, 4), None, None),
-    name="shared_input_linear_no_bias", where=_weight_matrices)
+    name="shared_input_linear_no_bias", where=_weight_matrices, assumes=SHARED_INPUT_ASSUMES)
 """``SHARED_INPUT_LINEAR`` for projections without biases (``nn.Linear(..., bias=False)``:
 Llama's). Two rules, not one with ``optional`` biases: ``optional`` would also stand for one
 bias present and one absent, which a single fused ``linear`` cannot compute exactly."""
@@ -452,9 +466,26 @@ RULES = (RELU_RELU, TIMES_ONE, SILU, *ATTENTION, CONV_BN)
 ``ATTENTION`` set (which applies only where ``ATTENTION_ASSUMES`` is granted)."""
 
 __all__ = [
-    "ATTENTION", "ATTENTION_ASSUMES", "ATTENTION_BIAS_MASK", "ATTENTION_DIV", "ATTENTION_DIV_MASK", "ATTENTION_MASK",
-    "ATTENTION_MASKED_FILL", "ATTENTION_MASK_DROPOUT", "ATTENTION_PLAIN", "ATTENTION_SCALED",
-    "ATTENTION_UNSCALED_BIAS_MASK", "ATTENTION_UNSCALED_MASK", "ATTENTION_WHERE", "CONV_BN",
-    "RELU_RELU", "RULES", "SHARED_INPUT_LINEAR", "SHARED_INPUT_LINEAR_NO_BIAS",
-    "SHARED_INPUT_MM", "SILU", "TIMES_ONE",
+    "ATTENTION",
+    "ATTENTION_ASSUMES",
+    "ATTENTION_BIAS_MASK",
+    "ATTENTION_DIV",
+    "ATTENTION_DIV_MASK",
+    "ATTENTION_MASK",
+    "ATTENTION_MASKED_FILL",
+    "ATTENTION_MASK_DROPOUT",
+    "ATTENTION_PLAIN",
+    "ATTENTION_SCALED",
+    "ATTENTION_UNSCALED_BIAS_MASK",
+    "ATTENTION_UNSCALED_MASK",
+    "ATTENTION_WHERE",
+    "CONV_BN",
+    "RELU_RELU",
+    "RULES",
+    "SHARED_INPUT_ASSUMES",
+    "SHARED_INPUT_LINEAR",
+    "SHARED_INPUT_LINEAR_NO_BIAS",
+    "SHARED_INPUT_MM",
+    "SILU",
+    "TIMES_ONE",
 ]

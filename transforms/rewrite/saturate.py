@@ -55,6 +55,7 @@ from transforms.rewrite.rule import (
     rule_cache,
 )
 from transforms.rewrite.trace import level_of
+from transforms.rewrite.verdicts import check_rules
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
@@ -235,6 +236,8 @@ def saturate_report(
     level = level_of([g for _, g in graphs])
     for r in applied:
         r.compiled(level)
+    check_rules(applied)  # those without a verdict (memory, shipped, store) over the cores
+    for r in applied:
         ensure_checked(r)
     compiled = _compiled(applied, level, skipped)
     clock = time.monotonic()

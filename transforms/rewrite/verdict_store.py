@@ -1,0 +1,227 @@
+"""Verdicts on disk: ``check_rule``'s verdicts kept between processes, keyed by
+``rule_key.verdict_key`` (the rule's content, the checker's, torch's and hypothesis's versions;
+never its name).
+
+Two sources, read in this order by ``transforms.rewrite.verdicts``:
+
+- the **shipped** verdicts (``SHIPPED``, ``transforms/rewrite/shipped_verdicts.json``, written
+  by ``python -m transforms.rewrite.verdicts --write``): the shipped rules' verdicts, read
+  without running a check; a test recomputes them and fails when they drift;
+- a **store**: a directory of one JSON file per verdict, ``<dir>/<key>.json``. By default
+  ``$XDG_CACHE_HOME/purefx/verdicts`` (``~/.cache/purefx/verdicts`` without it); the
+  environment variable ``PUREFX_VERDICTS`` moves it (a directory) or turns it off (``off``,
+  ``0``, ``none`` or empty: ``VERDICTS_OFF``); so does the ``verdicts=`` argument of ``rewrite``,
+  ``ensure_checked`` and ``check_rules`` (a directory, or ``False`` for none), which wins
+  over the variable.
+
+A verdict is a claim about soundness, so an entry is trusted only when it is well formed JSON
+of this format, names the key it is filed under and the versions of this process, and carries a
+checksum (sha256 of its body) that matches; anything else (a truncated file, a foreign or
+edited entry, an entry of another checker) is ignored, the rule checked again and the entry
+written anew. Writes are atomic (a temporary file in the directory, then ``os.replace``), so a
+reader sees a whole entry or none. Nothing is pickled: an entry holds the verdict (``right``
+or ``wrong``), the counts ``check_rule`` returned, and for a wrong rule the counterexample's
+text.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+FORMAT = 1
+"""The entries' format; an entry of another format is ignored."""
+ENV = "PUREFX_VERDICTS"
+"""The environment variable naming the store's directory, or ``off`` for none."""
+VERDICTS_OFF = frozenset({"", "0", "off", "none", "false", "no"})
+"""Values of ``PUREFX_VERDICTS`` (any case) that turn the store off."""
+SHIPPED = Path(__file__).with_name("shipped_verdicts.json")
+"""The shipped rules' verdicts, with the package."""
+
+
+@attrs.frozen
+class Stored:
+    """One verdict as the store keeps it: ``right``; ``detail``, for a wrong rule what the
+    ``LawViolation`` said (its counterexample, without the rule's name); ``ran``,
+    ``rewritten``, ``restrided``: what ``check_rule`` returned for a right one; ``rule``: the
+    name it was checked under (for a reader of the file only; never compared)."""
+
+    right: bool
+    detail: str = ""
+    ran: int = 0
+    rewritten: int = 0
+    restrided: tuple[str, ...] = ()
+    rule: str = ""
+
+    def body(self, key: str, versions: tuple[str, str, str]) -> dict[str, Any]:
+        """The JSON object filed under ``key`` (checksum included)."""
+        checker, torch_version, hyp = versions
+        body = {"format": FORMAT, "key": key, "checker": checker, "torch": torch_version,
+                "hypothesis": hyp, "verdict": "right" if self.right else "wrong",
+                "detail": self.detail, "ran": self.ran, "rewritten": self.rewritten,
+                "restrided": list(self.restrided), "rule": self.rule}
+        body["sum"] = checksum(body)
+        return body
+
+
+def checksum(body: Mapping[str, Any]) -> str:
+    """The sha256 hex digest of ``body`` without its ``"sum"`` (its keys sorted, as JSON):
+    what an entry's ``"sum"`` must be. O(size of body)."""
+    rest = {k: v for k, v in body.items() if k != "sum"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
+
+
+def parse(body: Any, key: str, versions: tuple[str, str, str]) -> Stored | None:
+    """The verdict ``body`` (a parsed JSON value) holds for ``key`` under ``versions``, or
+    ``None`` when it is not one to trust: another shape or format, another key or version, a
+    checksum that does not match. Never raises. O(size of body)."""
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        return None
+    checker, torch_version, hyp = versions
+    if (body.get("key"), body.get("checker"), body.get("torch"), body.get("hypothesis")) != (
+            key, checker, torch_version, hyp):
+        return None
+    if body.get("sum") != checksum(body) or body.get("verdict") not in ("right", "wrong"):
+        return None
+    detail, ran, rewritten = body.get("detail"), body.get("ran"), body.get("rewritten")
+    restrided, rule = body.get("restrided"), body.get("rule")
+    if not (isinstance(detail, str) and type(ran) is int and type(rewritten) is int
+            and isinstance(restrided, list) and all(isinstance(r, str) for r in restrided)
+            and isinstance(rule, str)):
+        return None
+    right = body["verdict"] == "right"
+    if right and (rewritten < 1 or ran < rewritten):
+        return None  # a right verdict checked something
+    if not right and not detail:
+        return None
+    return Stored(right, detail, ran, rewritten, tuple(restrided), rule)
+
+
+@attrs.frozen
+class VerdictStore:
+    """A directory of verdicts, one JSON file per key (``<directory>/<key>.json``)."""
+
+    directory: Path = attrs.field(converter=Path)
+
+    def get(self, key: str, versions: tuple[str, str, str]) -> Stored | None:
+        """The verdict filed under ``key``, or ``None`` when there is none to trust (missing,
+        unreadable, corrupt, foreign: ``parse``). Never raises. O(entry size)."""
+        if not _is_key(key):
+            return None
+        try:
+            text = (self.directory / f"{key}.json").read_text(encoding="utf-8")
+            body = json.loads(text)
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        return parse(body, key, versions)
+
+    def put(self, key: str, versions: tuple[str, str, str], verdict: Stored) -> bool:
+        """File ``verdict`` under ``key``, atomically (a temporary file in the directory, then
+        ``os.replace``; the directory made when missing). Returns whether it was written: a
+        store that cannot be written (read-only, full) keeps nothing and raises nothing, as a
+        cache may. O(entry size)."""
+        if not _is_key(key):
+            return False
+        tmp = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(verdict.body(key, versions), f, sort_keys=True, indent=1)
+            os.replace(tmp, self.directory / f"{key}.json")
+            return True
+        except OSError:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            return False
+
+
+def _is_key(key: str) -> bool:
+    return len(key) == 64 and all(c in "0123456789abcdef" for c in key)
+
+
+def default_directory() -> Path:
+    """Where the store is by default: ``$XDG_CACHE_HOME/purefx/verdicts``, else
+    ``~/.cache/purefx/verdicts``. O(1)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "purefx" / "verdicts"
+
+
+def store_for(verdicts: Any = None) -> VerdictStore | None:
+    """The store a call uses: ``verdicts`` when given (a directory as ``str`` or
+    ``os.PathLike``; ``False`` for none; a ``VerdictStore`` as it is), else ``PUREFX_VERDICTS``
+    (a directory, or one of ``VERDICTS_OFF`` for none), else ``default_directory()``. Raises
+    ``TypeError`` for another kind of ``verdicts``. O(1)."""
+    if isinstance(verdicts, VerdictStore):
+        return verdicts
+    if verdicts is False:
+        return None
+    if isinstance(verdicts, (str, os.PathLike)):
+        return VerdictStore(Path(verdicts))
+    if verdicts is not None and verdicts is not True:
+        raise TypeError(
+            f"verdicts must be a directory (str or path), False for no store, or None for the "
+            f"default (${ENV}, else the user's cache directory); got {type(verdicts).__name__}"
+        )
+    env = os.environ.get(ENV)
+    if env is not None:
+        return None if env.strip().lower() in VERDICTS_OFF else VerdictStore(Path(env))
+    return VerdictStore(default_directory())
+
+
+@functools.cache
+def _shipped_bodies() -> Mapping[str, Any]:
+    try:
+        data = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    entries = data.get("entries") if isinstance(data, dict) else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def shipped(key: str, versions: tuple[str, str, str]) -> Stored | None:
+    """The shipped verdict for ``key`` (``SHIPPED``, read once per process), or ``None`` (none,
+    or not one to trust: ``parse``). Never raises."""
+    return parse(_shipped_bodies().get(key), key, versions)
+
+
+def write_shipped(entries: Mapping[str, Stored], versions: tuple[str, str, str],
+                  path: Path = SHIPPED) -> None:
+    """Write ``entries`` (key -> verdict) as the shipped verdicts file at ``path``, keys
+    sorted, atomically. O(entries)."""
+    data = {"format": FORMAT, "checker": versions[0], "torch": versions[1],
+            "hypothesis": versions[2],
+            "entries": {k: entries[k].body(k, versions) for k in sorted(entries)}}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    _shipped_bodies.cache_clear()
+
+
+__all__ = [
+    "ENV",
+    "FORMAT",
+    "SHIPPED",
+    "VERDICTS_OFF",
+    "Stored",
+    "VerdictStore",
+    "checksum",
+    "default_directory",
+    "parse",
+    "shipped",
+    "store_for",
+    "write_shipped",
+]
