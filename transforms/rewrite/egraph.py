@@ -143,7 +143,7 @@ class EGraph:
     ``(e-node, class)`` pairs reading it.
 
     Complexity: ``add`` O(arguments); ``union`` O(1) amortised; ``rebuild`` O(parents of the
-    merged classes) times α(n); the e-graph holds at most ``limits.nodes`` e-nodes.
+    merged classes) times α(n); the e-graph holds at most ``limits.node_limit`` e-nodes.
     """
 
     def __init__(self) -> None:

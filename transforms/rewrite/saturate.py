@@ -283,7 +283,7 @@ def saturate_report(
     # the clock starts once the rules are checked (once per rule: ``ensure_checked``).
     # Greedy first, so that its time is known and taken from the search's share
     begun = clock
-    greedy_q, greedy_cost, greedy_cut = _greedy(
+    greedy_q, greedy_cost, greedy_cut, greedy_folded = _greedy(
         p, applied, cost, begun + GREEDY_SHARE * limits.seconds, frozen_state)
     lap("greedy")
     deadline = begun + SEARCH_SHARE * limits.seconds
@@ -323,7 +323,7 @@ def saturate_report(
     lap("build")
     chosen = "saturate"
     if greedy_q is not None and greedy_cost < after * (1 - 1e-9):
-        q, after, chosen = greedy_q, greedy_cost, "greedy"
+        q, after, chosen, folded = greedy_q, greedy_cost, "greedy", greedy_folded
     if q is not p and not after < before * (1 - 1e-9):
         q, after = p, before
     if q is p:
@@ -1104,17 +1104,20 @@ def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any
 
 
 def _greedy(p: Program, rules: list[Rule], cost: Cost, deadline: float,
-            frozen_state: bool = False) -> tuple[Program | None, float | None, str | None]:
+            frozen_state: bool = False,
+            ) -> tuple[Program | None, float | None, str | None, int]:
     """Greedy ``rewrite``'s program on the same rules (taken as checked; with what it computes
-    from state alone folded where ``frozen_state``), its cost and where ``deadline`` (a
-    ``time.monotonic`` value) cut it (``RewriteReport.cut``; ``None``: at its fixpoint);
-    ``(None, None, None)`` where it raises (a rule and its reverse cycle there)."""
+    from state alone folded where ``frozen_state``), its cost, where ``deadline`` (a
+    ``time.monotonic`` value) cut it (``RewriteReport.cut``; ``None``: at its fixpoint) and
+    how many nodes were folded; ``(None, None, None, 0)`` where it raises (a rule and its
+    reverse cycle there)."""
     if not rules:
-        return None, None, None
+        return None, None, None, 0
     try:
         q, report = apply_rules(p, rules, deadline=deadline)
     except PassError:
-        return None, None, None
+        return None, None, None, 0
+    folded = 0
     if frozen_state:
-        q = _frozen(q)[0]
-    return q, program_cost(q, cost), report.cut
+        q, folded = _frozen(q)
+    return q, program_cost(q, cost), report.cut, folded
