@@ -108,9 +108,9 @@ return (%add,)"""
 EXPECTED = """\
 %p_w1 = placeholder
 %p_w2 = placeholder
+%c__folded_cat = placeholder
 %x = placeholder
-%cat = call_function[aten.cat.default]([%p_w1, %p_w2], -1)
-%matmul_2 = call_function[aten.matmul.default](%x, %cat)
+%matmul_2 = call_function[aten.matmul.default](%x, %c__folded_cat)
 %split_with_sizes = call_function[aten.split_with_sizes.default](%matmul_2, [8, 8], -1)
 %getitem = call_function[_operator.getitem](%split_with_sizes, 0)
 %relu = call_function[aten.relu.default](%getitem)
@@ -409,9 +409,9 @@ def test_a_returned_half_of_other_strides_is_fused():
     assert _body(q) == """\
 %p_w1 = placeholder
 %p_w2 = placeholder
+%c__folded_cat = placeholder
 %x = placeholder
-%cat = call_function[aten.cat.default]([%p_w1, %p_w2], -1)
-%matmul_2 = call_function[aten.matmul.default](%x, %cat)
+%matmul_2 = call_function[aten.matmul.default](%x, %c__folded_cat)
 %split_with_sizes = call_function[aten.split_with_sizes.default](%matmul_2, [8, 8], -1)
 %getitem = call_function[_operator.getitem](%split_with_sizes, 0)
 %getitem_1 = call_function[_operator.getitem](%split_with_sizes, 1)
