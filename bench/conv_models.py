@@ -12,7 +12,18 @@ from torch import nn
 from ir import import_ep
 from ir.program import Program
 
-__all__ = ["CNN", "batch_norms", "conv_bn", "program", "randomize_bn", "resnet_model"]
+__all__ = ["CNN", "batch_norms", "bn_dear", "conv_bn", "program", "randomize_bn", "resnet_model"]
+
+
+def bn_dear(target, args, kwargs, val) -> float:
+    """A cost model for searching conv + batch-norm folds with state charged: the roofline
+    (``transforms.rewrite.cost.roofline``), a batch norm 1000 µs dearer, so that folding it by
+    hand at every call pays and the fold's arithmetic shows in the result (the roofline alone
+    keeps the batch norm unless the state is frozen: ``saturate(frozen_state=True)``)."""
+    from transforms.rewrite.cost import roofline
+
+    dear = 1000.0 if target is torch.ops.aten.batch_norm.default else 0.0
+    return roofline(target, args, kwargs, val) + dear
 
 
 def program(model: nn.Module, x: torch.Tensor) -> Program:

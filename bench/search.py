@@ -28,6 +28,8 @@ never saturate and the limits stop the search.
     python -m bench.search                    # the suite and N = 100 .. 10k
     python -m bench.search --cases 2 --sizes 100 --states 50   # the smoke size
     python -m bench.search --bound 20 8 3    # the whole call's time against limits.seconds
+    python -m bench.search --lowered          # each result lowered and timed against its input
+    python -m bench.search --blocks 1000 5000 10000 15000   # many blocks reach one block's best
 """
 
 from __future__ import annotations
@@ -207,9 +209,12 @@ def _pinned(rule: Rule, pin: _Pin, anchor: str) -> Rule:
     return attrs.evolve(rule, where=at, trusted=True, both_ways=False)
 
 
-def exhaustive(p: Any, chosen: list[Rule], max_states: int, seconds: float) -> tuple[float, int]:
+def exhaustive(p: Any, chosen: list[Rule], max_states: int, seconds: float,
+               frozen_state: bool = False) -> tuple[float, int]:
     """The least cost over programs reached by single-site rule applications (either
-    direction of a ``both_ways`` rule), breadth first; and the number of programs seen."""
+    direction of a ``both_ways`` rule), breadth first; and the number of programs seen.
+    ``frozen_state``: each program costed as once its values computed from state alone are
+    folded (``program_cost(..., frozen_state=True)``), as ``saturate`` costs them then."""
     directed = []
     for r in chosen:
         directed.append(r)
@@ -222,7 +227,7 @@ def exhaustive(p: Any, chosen: list[Rule], max_states: int, seconds: float) -> t
         level_rules.append((_pinned(r, pin, anchor.name), pin, anchor.target))
     seen = {graph_key(p.root_module.graph)}
     frontier = [p]
-    best = program_cost(p)
+    best = program_cost(p, frozen_state=frozen_state)
     deadline = time.monotonic() + seconds
     while frontier and len(seen) < max_states and time.monotonic() < deadline:
         nxt = []
@@ -242,7 +247,7 @@ def exhaustive(p: Any, chosen: list[Rule], max_states: int, seconds: float) -> t
                     if key in seen:
                         continue
                     seen.add(key)
-                    best = min(best, program_cost(q))
+                    best = min(best, program_cost(q, frozen_state=frozen_state))
                     nxt.append(q)
         frontier = nxt
     return best, len(seen)
@@ -442,7 +447,11 @@ def run_conv_bn(max_states: int, out: Any = sys.stdout, n_cases: int | None = No
     """``saturate`` with the one ``CONV_BN`` rule on ``conv_bn_suite()`` (its first
     ``n_cases``), against greedy
     ``rewrite`` and the exhaustive search; each result checked against the original
-    (``check_extracted``); prints a table like ``run_suite``'s and returns the rows."""
+    (``check_extracted``); prints a table like ``run_suite``'s and returns the rows. State is
+    frozen (``frozen_state=True``: the folded weights become constants; greedy's program and
+    the exhaustive search's costed as folded), the setting a conv + batch-norm fold is for;
+    charged, folding by hand at every call costs more and every program is kept
+    (``run_lowered``)."""
     from bench.conv_models import batch_norms, program
     from transforms.rewrite_rules import CONV_BN
 
@@ -455,12 +464,13 @@ def run_conv_bn(max_states: int, out: Any = sys.stdout, n_cases: int | None = No
         x = torch.randn(*shape)
         p = program(make(), x)
         t0 = time.perf_counter()
-        q, report = saturate_report(p, [rule], assume=rule.assumes)
+        q, report = saturate_report(p, [rule], assume=rule.assumes, frozen_state=True)
         t_sat = time.perf_counter() - t0
         check_extracted(p, q, (x,), where=name)
         g, _ = apply_rules(p, [rule])
-        greedy = program_cost(g)
-        best: float | None = exhaustive(p, [rule], max_states, seconds=120.0)[0] if exh else None
+        greedy = program_cost(g, frozen_state=True)
+        best: float | None = exhaustive(
+            p, [rule], max_states, seconds=120.0, frozen_state=True)[0] if exh else None
         row = {"name": name, "nodes": len(p.root_module.graph.nodes), "before": report.cost_before,
                "greedy": greedy, "sat": report.cost_after, "exh": best, "t_sat": t_sat,
                "chosen": report.chosen, "pairs": batch_norms(p),
@@ -568,6 +578,226 @@ def run_bound(limits: list[float], nodes: int = 10000, out: Any = sys.stdout,
     return points
 
 
+# --- costs that come true: each result lowered and timed against its input ------------------------
+
+
+class _Lora(torch.nn.Module):
+    """A merged LoRA, ``x @ (W + A @ B)``: ``W + A @ B`` is computed from state alone."""
+
+    def __init__(self, d: int = 1024, r: int = 16) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.a = torch.nn.Parameter(torch.randn(d, r) / d ** 0.5)
+        self.b = torch.nn.Parameter(torch.randn(r, d) / r ** 0.5)
+
+    def forward(self, x):
+        return x @ (self.w + self.a @ self.b)
+
+
+def lora_rule() -> Rule:
+    """``x @ (w + a @ b) <-> x @ w + (x @ a) @ b`` (both ways)."""
+    return _rule(lambda x, w, a, b: x @ (w + a @ b), lambda x, w, a, b: x @ w + (x @ a) @ b,
+                 (torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 2), torch.randn(2, 8)),
+                 "lora_split", both_ways=True)
+
+
+def _two_conv_cnn() -> torch.nn.Module:
+    from bench.conv_models import randomize_bn
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+    randomize_bn(m)
+    return m.eval()
+
+
+def lowered_suite(n_cases: int | None = None) -> list[tuple[str, Callable, list[Rule]]]:
+    """``(name, make (module, inputs), rules)`` of the programs ``run_lowered`` times: the
+    suite's (its first ``n_cases``), a merged LoRA (4 rows), a two-conv CNN with batch norms
+    (``CONV_BN``) and the small CNN of four pairs."""
+    from bench.conv_models import CNN, randomize_bn
+    from transforms.rewrite_rules import CONV_BN
+
+    table = rules()
+    conv_bn = attrs.evolve(CONV_BN, trusted=True)
+    out: list[tuple[str, Callable, list[Rule]]] = []
+    for name, fn, shapes, names in suite()[:n_cases]:
+        def make(fn=fn, shapes=shapes):
+            torch.manual_seed(0)
+            return _Fn(fn), tuple(torch.rand(*s) for s in shapes)
+        out.append((name, make, [table[k] for k in names]))
+
+    def cnn4():
+        m = CNN().eval()
+        randomize_bn(m)
+        return m, (torch.randn(2, 3, 16, 16),)
+
+    out += [
+        ("lora_4rows", lambda: (_Lora(), (torch.randn(4, 1024),)), [lora_rule()]),
+        ("cnn_2_convs_bn", lambda: (_two_conv_cnn(), (torch.randn(2, 3, 32, 32),)), [conv_bn]),
+        ("cnn_4_pairs", cnn4, [conv_bn]),
+    ]
+    return out
+
+
+def _best_us(fns: list[Callable], args: tuple, rounds: int = 15, calls: int = 5) -> list[float]:
+    """The best time per call (µs) of each of ``fns`` on ``args``, interleaved: round after
+    round each is run ``calls`` times, so that a load on the machine falls on all alike."""
+    best = [math.inf] * len(fns)
+    with torch.no_grad():
+        for f in fns:
+            f(*args)  # warm up
+        for _ in range(rounds):
+            for i, f in enumerate(fns):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    f(*args)
+                best[i] = min(best[i], (time.perf_counter() - t0) / calls * 1e6)
+    return best
+
+
+def run_lowered(n_cases: int | None = None, out: Any = sys.stdout,
+                tolerance: float = 1.10, rounds: int = 15) -> list[dict]:
+    """Each program of ``lowered_suite`` searched with state charged (the default) and frozen
+    (``frozen_state=True``); the input and each result lowered (``lowering.lower``) and timed
+    in this process, one thread, interleaved (``_best_us``, ``rounds`` rounds; timed twice
+    more where the result seems slower by more than ``tolerance``, the best ratio kept; a
+    result that is ``p`` itself is the input, ratio 1). Prints the report's costs (µs,
+    roofline) and the measured µs per call, and whether a result is slower than its input by
+    more than ``tolerance`` (timing noise on a shared machine). Returns the rows."""
+    from lowering import lower
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    print("\n| program | state | chosen | cost before | cost after | input µs | result µs "
+          "| result / input |\n|---|---|---|---|---|---|---|---|", file=out)
+    try:
+        for name, make, chosen in lowered_suite(n_cases):
+            model, args = make()
+            p = import_ep(torch.export.export(model, args))
+            for frozen in (False, True):
+                q, report = saturate_report(p, chosen, assume=R | _assumed(chosen),
+                                            frozen_state=frozen)
+                check_extracted(p, q, args, R | _assumed(chosen), where=name)
+                if q is p:  # nothing cheaper: the input itself, nothing to time against
+                    t_in = t_out = _best_us([lower(p)], args, rounds)[0]
+                else:
+                    t_in, t_out = _best_us([lower(p), lower(q)], args, rounds)
+                    for _ in range(2):  # a load on a shared machine: timed again
+                        if t_out / t_in <= tolerance:
+                            break
+                        again = _best_us([lower(p), lower(q)], args, rounds)
+                        if again[1] / again[0] < t_out / t_in:
+                            t_in, t_out = again
+                row = {"name": name, "frozen": frozen, "chosen": report.chosen,
+                       "before": report.cost_before, "after": report.cost_after,
+                       "input_us": t_in, "result_us": t_out, "ratio": t_out / t_in}
+                rows.append(row)
+                print(f"| {name} | {'frozen' if frozen else 'charged'} | {report.chosen} | "
+                      f"{report.cost_before:.1f} | {report.cost_after:.1f} | {t_in:.1f} | "
+                      f"{t_out:.1f} | {t_out / t_in:.2f} |", file=out, flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    slower = [f"{r['name']} ({'frozen' if r['frozen'] else 'charged'})" for r in rows
+              if r["ratio"] > tolerance]
+    print(f"\nslower than the input by more than {tolerance:.2f}x: "
+          f"{', '.join(slower) or 'none'} of {len(rows)}", file=out)
+    return rows
+
+
+def _assumed(chosen: list[Rule]) -> frozenset[str]:
+    return frozenset().union(*(r.assumes for r in chosen))
+
+
+# --- search that scales: many blocks reach what one block alone reaches -----------------------------
+
+
+class _TrapBlocks(torch.nn.Module):
+    """Blocks of 8 nodes, ``relu(((h @ a) @ b) * 0.5 + h) + x``: the scale moves onto the
+    small ``h @ a`` (``move_scale``) before ``@ b + h`` fuses into an ``addmm`` (``fuse``), while
+    ``assoc`` both ways offers ``h @ (a @ b)`` on the way (greedy takes the first rule that
+    matches in graph order)."""
+
+    def __init__(self, blocks: int) -> None:
+        super().__init__()
+        self.a = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(32, 4)) for _ in range(blocks)])
+        self.b = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(4, 32)) for _ in range(blocks)])
+
+    def forward(self, x):
+        h = x
+        for a, b in zip(self.a, self.b):
+            h = torch.relu(((h @ a) @ b) * 0.5 + h) + x
+        return h
+
+
+class _ChainBlocks(torch.nn.Module):
+    """Blocks of 7 nodes, ``relu(((h @ a) @ b) @ c)`` of a 512 x 512 ``h`` and weights
+    512 x 512, 512 x 8, 8 x 512: the association decides the cost (``assoc`` both ways)."""
+
+    def __init__(self, blocks: int) -> None:
+        super().__init__()
+        self.a = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(512, 512)) for _ in range(blocks)])
+        self.b = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(512, 8)) for _ in range(blocks)])
+        self.c = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(8, 512)) for _ in range(blocks)])
+
+    def forward(self, x):
+        h = x
+        for a, b, c in zip(self.a, self.b, self.c):
+            h = torch.relu(((h @ a) @ b) @ c)
+        return h
+
+
+def block_families() -> dict[str, tuple[type, int, tuple[int, ...], tuple[str, ...]]]:
+    """``{name: (module, nodes per block, input shape, rule names)}`` of ``run_blocks``."""
+    return {
+        "trap": (_TrapBlocks, 8, (32, 32), ("assoc", "move_scale", "fuse")),
+        "chain": (_ChainBlocks, 7, (512, 512), ("assoc",)),
+    }
+
+
+def run_blocks(sizes: list[int], families: tuple[str, ...] = ("trap", "chain"),
+               out: Any = sys.stdout, limits: SaturationLimits | None = None) -> list[dict]:
+    """Programs of about each of ``sizes`` nodes made of repeated blocks (``block_families``),
+    searched with ``limits`` (default ``SaturationLimits()``); each cost against the blocks
+    times the cost one block alone reaches (its own search, the same rules): ``reached`` where
+    the whole program's is within 0.1 %. Prints a table; returns the rows."""
+    table = rules()
+    rows = []
+    print("\n| family | nodes | blocks | e-nodes | rounds | stopped | seconds | chosen "
+          "| cost before | after | blocks x one block | reached |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for fam in families:
+        module, per, shape, names = block_families()[fam]
+        chosen = [table[k] for k in names]
+        one = import_ep(torch.export.export(module(1), (torch.randn(*shape),)))
+        _, alone = saturate_report(one, chosen, assume=R)  # also traces the rules
+        for n in sizes:
+            blocks = max(1, (n - 2) // per)
+            p = import_ep(torch.export.export(module(blocks), (torch.randn(*shape),)))
+            t0 = time.perf_counter()
+            _, report = saturate_report(p, chosen, assume=R, limits=limits)
+            dt = time.perf_counter() - t0
+            want = blocks * alone.cost_after
+            row = {"family": fam, "nodes": len(p.root_module.graph.nodes), "blocks": blocks,
+                   "seconds": dt, "before": report.cost_before, "after": report.cost_after,
+                   "want": want, "reached": report.cost_after <= want * 1.001,
+                   "stopped": report.stopped[0], "chosen": report.chosen,
+                   "sizes": report.sizes[0]}
+            rows.append(row)
+            print(f"| {fam} | {row['nodes']} | {blocks} | {report.sizes[0][-1]} | "
+                  f"{len(report.sizes[0]) - 1} | {report.stopped[0]} | {dt:.1f} | "
+                  f"{report.chosen} | {report.cost_before:.0f} | {report.cost_after:.0f} | "
+                  f"{want:.0f} | {'yes' if row['reached'] else 'no'} |", file=out, flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=None, help="run the first N programs")
@@ -578,6 +808,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bound", type=float, nargs="*", metavar="SECONDS",
                     help="only time the whole call on the explosive 15k-node program at "
                          "these limits.seconds")
+    ap.add_argument("--lowered", action="store_true",
+                    help="only lower each search result and time it against its input")
+    ap.add_argument("--blocks", type=int, nargs="*", metavar="NODES",
+                    help="only the repeated-block programs at these sizes (nodes)")
     ap.add_argument("--pictures", metavar="DIR",
                     help="only write the walk-throughs' growth charts (docs/images) there")
     args = ap.parse_args(argv)
@@ -587,6 +821,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.bound:
         run_bound(args.bound)
+        return
+    if args.lowered:
+        run_lowered(args.cases)
+        return
+    if args.blocks:
+        run_blocks(args.blocks)
         return
     run_suite(args.cases, args.states)
     if args.models != 0:

@@ -149,3 +149,22 @@ def test_greedy_never_chooses_a_node_of_nan_cost():
     choice = extract.greedy(eg, [top], lambda n: costs.get(n.op, 0.0))
     assert choice[top].op == "p"
     assert top not in extract.greedy(eg, [top], lambda n: float("nan") if n.op != "leaf" else 0.0)
+
+
+def test_greedy_tells_apart_two_nodes_under_a_value_read_twice_per_level_for_200_levels():
+    # each level reads the one below twice, so tree costs double per level (2^200 here); the
+    # two e-nodes of the top class share that and differ by 1.0 of their own. In floats the
+    # totals were equal past about 50 levels (and capped at CAP past about 1000), so the
+    # preferred, dearer one was kept: a program of many blocks did not reach one block's best
+    eg = EGraph()
+    below = eg.add(leaf("x"), ClassData(None, True, "x"))
+    for _ in range(200):
+        below = eg.add(_op("d", below, below), _data())
+    dear = _op("a", below)
+    top = eg.add(dear, _data())
+    eg.union(top, eg.add(_op("b", below), _data()))
+    eg.rebuild()
+    top = eg.find(top)
+    costs = {"d": 1.0, "a": 2.0, "b": 1.0}
+    choice = extract.greedy(eg, [top], lambda n: costs.get(n.op, 0.0), {top: dear})
+    assert choice[top].op == "b" and extract.complete(eg, [top], choice)

@@ -1,6 +1,7 @@
 """``SHARED_INPUT_LINEAR`` and ``SHARED_INPUT_LINEAR_NO_BIAS`` (issue 42): ``nn.Linear``
 projections of one input (BERT's query, key and value with biases, Llama's without) fuse
-into one ``linear`` under ``saturate`` where the roofline says it pays, pairwise and then the
+into one ``linear`` under ``saturate`` where the roofline says it pays (parameter weights with
+the state frozen, ``frozen_state=True``: their ``cat`` folded), pairwise and then the
 fused value with the third; checked by ``check_rule`` (through ``saturate``), the in-context law
 on the extracted program, and numerics against eager."""
 
@@ -45,7 +46,8 @@ def test_three_linear_projections_become_one_linear(bias):
     x = torch.randn(4096, 512)
     p = import_ep(torch.export.export(model, (x,)))
     assert len(_linears(p)) == 3
-    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES)
+    # the cats folded: constants
+    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES, frozen_state=True)
     (fused,) = _linears(q)
     assert tuple(fused.meta["val"].shape) == (4096, 192)
     assert (len(fused.args) == 3 and fused.args[2] is not None) == bias
@@ -64,8 +66,8 @@ class _QKVInputs(torch.nn.Module):
 
 def test_projections_too_dear_to_fuse_are_left_as_they_are():
     # weights passed as inputs (a cat per call), few rows against large weights: the cats
-    # copy more than the launches and the reads of x save (parameter weights always pay: their
-    # cat is computed from state)
+    # copy more than the launches and the reads of x save (parameter weights pay once the
+    # state is frozen: their cat is folded into a constant)
     args = (torch.randn(4, 2048), *(torch.randn(2048, 2048) for _ in range(3)),
             *(torch.randn(2048) for _ in range(3)))
     p = import_ep(torch.export.export(_QKVInputs(), args))
@@ -92,7 +94,7 @@ def test_attention_projections_read_as_heads_fuse_in_the_e_graph():
     model = _SelfAttention().eval()
     x = torch.randn(2, 16, 64)
     p = import_ep(torch.export.export(model, (x,)))
-    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES)
+    q, report = saturate_report(p, RULES, assume=SHARED_INPUT_ASSUMES, frozen_state=True)
     assert len(_linears(q)) == 1 and report.chosen == "saturate"
     assert dict(report.rewrites)["shared_input_linear"] >= 2
     torch.testing.assert_close(lower(q)(x), model(x), atol=1e-4, rtol=1e-4)

@@ -191,6 +191,14 @@ def test_purity_the_input_is_untouched_and_returned_when_nothing_is_cheaper():
     assert q2 is p and "not granted" in report.skipped_rules["assoc"]
 
 
+def test_the_default_node_limit_scales_with_the_program():
+    limits = SaturationLimits()
+    assert limits.nodes is None and limits.node_limit(10) == 20_000  # NODES, as before
+    assert limits.node_limit(10_000) == 160_000  # growth x the e-graph as built
+    assert SaturationLimits(nodes=8).node_limit(10_000) == 8  # a number given is kept
+    assert SaturationLimits(growth=2.0).node_limit(50_000) == 100_000
+
+
 @pytest.mark.parametrize(
     ("limits", "why"),
     [
@@ -205,7 +213,8 @@ def test_limits_stop_the_search_and_the_report_says_which(limits, why):
                 *(torch.randn(*s) for s in shapes))
     _, report = saturate_report(p, [ASSOC], assume=REASSOC, limits=limits)
     assert report.stopped == (why,)
-    assert report.sizes[0][-1] <= max(limits.nodes + 16, report.sizes[0][0])
+    assert report.sizes[0][-1] <= max(limits.node_limit(report.sizes[0][0]) + 16,
+                                      report.sizes[0][0])
     assert report.cost_after <= report.cost_before
     if why == "iterations":
         assert len(report.sizes[0]) == 2  # built, then one round

@@ -340,7 +340,8 @@ def test_law_saturate_in_context_with_identities(p):
     verify(q, vals=True)
     check_extracted(p, q, tuple(args))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(saturate_mod, "_greedy", lambda p, rules, cost, deadline: (None, None, None))
+        mp.setattr(saturate_mod, "_greedy",
+                   lambda p, rules, cost, deadline, frozen=False: (None, None, None, 0))
         q = saturate(p, [ONE, ONE_T])
     args, _ = program_inputs(p)
     verify(q, vals=True)

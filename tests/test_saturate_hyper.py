@@ -9,7 +9,11 @@ the e-matcher (``transforms.rewrite.ematch``).
   match); transformers' ``ResNetModel``: every pair folded, sound;
 - the re-check of a loose match (``ematch.exact``) is needed: a pattern whose hole also covers
   a default literal matches a dilated convolution, and ``exact`` refuses it;
-- the cost is per call: what is computed from unwritten state alone costs nothing;
+- the cost is per call: what is computed from unwritten state alone is charged at every call
+  unless the state is frozen (``frozen_state=True``, then folded into constants). The folds
+  here are searched under ``_BN_DEAR`` (a batch norm dearer than the arithmetic that folds it,
+  a model under which folding by hand pays when charged), so the Expected texts show the
+  folded arithmetic; ``tests/test_saturate_state.py`` has the roofline, charged and frozen;
 - the in-context law on generated conv + bn (stride, padding, dilation, groups, bias drawn);
 - ``bench.search.run_conv_bn`` runs (no timing asserted).
 """
@@ -26,7 +30,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from bench.conv_models import CNN, batch_norms, conv_bn, program, randomize_bn, resnet_model
+from bench.conv_models import (
+    CNN,
+    batch_norms,
+    bn_dear,
+    conv_bn,
+    program,
+    randomize_bn,
+    resnet_model,
+)
 from ir import format_graph, import_ep
 from lowering import lower
 from transforms.rewrite import Rule, hyper, saturate, saturate_report
@@ -55,7 +67,7 @@ def test_one_conv_bn_rule_folds_every_hyperparameter_combination_under_saturate(
     x = torch.randn(2, 4, 9, 9)
     p = program(model, x)
     assert _compute(p) == before
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 1}
     assert _compute(q) == expected.replace("%batch_norm =", "%conv2d_1 =").replace(
         "(%batch_norm,)", "(%conv2d_1,)")
@@ -70,7 +82,7 @@ def test_a_small_cnn_has_every_pair_folded_by_the_extraction():
     randomize_bn(model)
     x = torch.randn(2, 3, 16, 16)
     p = program(model, x)
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 4}
     assert batch_norms(p) == 4 and batch_norms(q) == 0
     assert report.cost_after < report.cost_before
@@ -88,7 +100,7 @@ def test_resnet_model_has_every_pair_folded():
     model = resnet_model()
     x = torch.randn(2, 3, 32, 32)
     p = program(model, x)
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert batch_norms(p) == 16 and batch_norms(q) == 0
     assert report.cost_after <= report.greedy_cost
     assert report.sizes[0][-1] > report.sizes[0][0]  # the e-graph folded some itself
@@ -168,13 +180,18 @@ def test_exact_refuses_a_loose_match_the_traced_pattern_does_not_make():
 def test_what_state_alone_computes_costs_nothing_per_call():
     model = conv_bn(stride=2, padding=1, bias=False)
     p = program(model, torch.randn(2, 4, 9, 9))
-    q = saturate(p, [CONV_BN], assume={"reassociate"})
+    q = saturate(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     once = invariant_values(q, q.root, q.root_module.graph)
     assert {"add", "rsqrt", "mul", "reshape", "mul_2", "p_0_weight"} <= once
     assert "conv2d_1" not in once and "input" not in once
     conv = next(n for n in q.root_module.graph.nodes if n.name == "conv2d_1")
-    alone = program_cost(q, cost=lambda t, a, k, v: 1.0)
+    ones = lambda t, a, k, v: 1.0
+    alone = program_cost(q, cost=ones, frozen_state=True)
     assert alone == 1.0 and conv.target is torch.ops.aten.conv2d.default  # the conv only
+    assert program_cost(q, cost=ones) == len(once - {n.name for n in q.root_module.graph.nodes
+                                                     if n.op == "placeholder"}) + 1
+    frozen = saturate(p, [CONV_BN], assume={"reassociate"}, frozen_state=True)
+    assert program_cost(frozen, cost=ones) == 1.0  # the fold's arithmetic became constants
 
 
 # --- the in-context law on generated convolutions ---------------------------------------------------
@@ -191,7 +208,7 @@ def test_law_every_generated_conv_bn_is_folded_and_sound(stride, padding, dilati
                     bias=bias)
     x = torch.randn(2, 4, 11, 11)
     p = program(model, x)
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert dict(report.rewrites) == {"conv_bn": 1} and batch_norms(q) == 0
     check_extracted(p, q, (x,))
 

@@ -105,7 +105,8 @@ return (%add_1,)"""
 def _no_greedy(monkeypatch):
     """``saturate``'s own extraction, without the comparison with greedy ``rewrite`` (which
     fuses the three pairwise anyway: its fused matmul is a node of the program it rewrites)."""
-    monkeypatch.setattr(saturate_mod, "_greedy", lambda p, rules, cost, deadline: (None, float("inf"), None))
+    monkeypatch.setattr(saturate_mod, "_greedy",
+                        lambda p, rules, cost, deadline, frozen=False: (None, float("inf"), None, 0))
 
 
 def test_saturate_fuses_three_projections_into_one_matmul(monkeypatch):
@@ -164,8 +165,9 @@ def test_saturate_keeps_three_projections_where_fusing_is_dearer():
 
 class _Projections(torch.nn.Module):
     """``n`` projections of one input by weight parameters, as a transformer's are: the
-    ``cat``s read unwritten state alone, so they cost nothing per call
-    (``cost.invariant_values``) and every fusion pays."""
+    ``cat``s read unwritten state alone, so with state frozen (``frozen_state=True``) they
+    are folded into constants, cost nothing per call (``cost.invariant_values``) and every
+    fusion pays."""
 
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -194,7 +196,9 @@ def test_projections_of_parameters_become_one_matmul_cheaper_than_greedy(n, befo
     x = torch.randn(128, 512, generator=torch.Generator().manual_seed(2))
     p = import_ep(torch.export.export(model, (x,)))
     assert _matmuls(p) == n
-    q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
+    q, report = saturate_report(
+        p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES, frozen_state=True
+    )
     assert report.chosen == "saturate" and report.stopped == ("saturated",)
     assert _matmuls(q) == 1 and report.rewrites == {"shared_input_mm": 2 * (n - 1)}
     assert round(report.cost_before, 1) == before and round(report.greedy_cost, 1) == greedy

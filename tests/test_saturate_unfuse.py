@@ -298,8 +298,8 @@ def test_the_value_split_is_not_fused_again_with_its_own_half(monkeypatch):
     assert report.sizes == ((11, 13, 18, 18),) and report.stopped == ("saturated",)
     built = saturate_mod.from_graph
 
-    def uncovered(*args):
-        geg = built(*args)
+    def uncovered(*args, **kwargs):
+        geg = built(*args, **kwargs)
         for data in geg.eg.data.values():
             data.covers = frozenset()
         return geg

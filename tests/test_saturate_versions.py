@@ -16,6 +16,10 @@ functionally by the e-graph (``transforms.rewrite.versions``).
 - the in-context law on generated programs with writes in place (``ir.strategies.programs``,
   ``inplace_ops``), under a rule and cost model that rewrite every ``relu``, a ``relu_``'s
   twin too (with every refusal off, it fails: a write into an input is lost).
+
+The folds are searched under ``bench.conv_models.bn_dear`` (the roofline, a batch norm dearer):
+with state charged (the default) the roofline alone keeps every batch norm, since folding by
+hand at every call costs more (``tests/test_saturate_state.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from torch import nn
 
-from bench.conv_models import batch_norms, program, randomize_bn
+from bench.conv_models import batch_norms, bn_dear, program, randomize_bn
 from ir import PassError, format_graph, import_ep
 from ir.args import Ref
 from ir.graph import Graph
@@ -109,7 +113,7 @@ def test_a_bn_output_written_in_place_is_folded_by_the_egraph():
                                      "relu_": torch.ops.aten.relu.default}
     assert seen.members == {"batch_norm", "add_", "relu_"} and not seen.barriers
     assert "batch_norm" not in value_roles(p, p.root, p.root_module.graph)
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 1}
     assert report.cost_after < report.cost_before
     assert _compute(q) == EXPECTED
@@ -169,7 +173,7 @@ def test_readers_before_the_write_read_the_old_version_after_it_the_new():
     assert _compute(p) == READ_BEFORE
     seen = versions(p, p.root, p.root_module.graph)
     assert dict(seen.rebind) == {"mul_1": {"batch_norm": "add_"}}
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 1}
     # the old version is the folded conv itself (``%mul``), the new one the functional add
     # of it, which ``%mul_1`` (kept, its argument given anew) reads
@@ -200,7 +204,7 @@ def test_a_program_mixing_a_written_site_and_a_chain_gets_both():
     args = (torch.randn(2, 4, 5, 5), torch.randn(1024, 1024), torch.randn(1024, 8),
             torch.randn(8, 1024))
     p = import_ep(torch.export.export(model, args))
-    q, report = saturate_report(p, [CONV_BN, ASSOC], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN, ASSOC], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate"
     assert dict(report.rewrites) == {"conv_bn": 1}
     assert report.cost_after < report.greedy_cost and report.cost_after < report.cost_before
@@ -278,7 +282,7 @@ def test_writes_that_others_can_see_stay_barriers(cls, base, why, leaves):
     assert list(seen.barriers) == [base] and why in seen.barriers[base]
     assert not seen.functional and not seen.members
     assert leaves <= value_roles(p, p.root, p.root_module.graph)
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert "add_.Tensor" in _compute(q)
     if base == "batch_norm":
         # the e-graph matched nothing (greedy ``rewrite``'s program may be kept)
@@ -315,10 +319,10 @@ def test_each_barrier_is_needed(cls, monkeypatch):
     p = program(model, x)
     if cls is _IntoView:
         with pytest.raises(PassError, match="changes node 'relu'"):
-            saturate_report(p, [CONV_BN], assume={"reassociate"})
+            saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
         return
     p = _old_name_returned(p)
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate"
     with pytest.raises(LawViolation, match="outputs \\[1\\]: values differ"):
         check_extracted(p, q, (x,))
@@ -335,7 +339,7 @@ def test_resnet_model_every_pair_folded_by_the_extraction_itself():
     p = program(model, x)
     seen = versions(p, p.root, p.root_module.graph)
     assert len(seen.functional) == 4 and not seen.barriers
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 16}
     assert batch_norms(p) == 16 and batch_norms(q) == 0
     assert "aten.add_" not in _compute(q)
@@ -386,7 +390,7 @@ def test_in_place_relus_and_residuals_of_a_torchvision_style_resnet():
     p = program(model, x)
     seen = versions(p, p.root, p.root_module.graph)
     assert len(seen.functional) == 7 and not seen.barriers
-    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"})
+    q, report = saturate_report(p, [CONV_BN], assume={"reassociate"}, cost=bn_dear)
     assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn": 6}
     assert batch_norms(p) == 6 and batch_norms(q) == 0
     assert "aten.relu_" not in _compute(q) and "aten.add_" not in _compute(q)

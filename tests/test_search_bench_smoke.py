@@ -28,3 +28,28 @@ def test_search_bench_scaling_prints_its_table():
 
 def test_the_suite_holds_at_least_twenty_programs():
     assert len(bench.suite()) >= 20
+
+
+def test_search_bench_lowers_each_result_and_times_it_against_its_input():
+    out = io.StringIO()
+    rows = bench.run_lowered(1, out=out, rounds=2)
+    names = {(r["name"], r["frozen"]) for r in rows}
+    assert ("chain3_0", False) in names and ("lora_4rows", True) in names
+    assert ("cnn_2_convs_bn", False) in names
+    for r in rows:  # the report's cost is what one call of each runs; never dearer
+        assert r["after"] <= r["before"] and r["input_us"] > 0 and r["result_us"] > 0
+    lora = {r["frozen"]: r for r in rows if r["name"] == "lora_4rows"}
+    assert lora[False]["chosen"] == lora[True]["chosen"] == "saturate"
+    assert lora[True]["after"] < lora[False]["after"] < lora[False]["before"]
+    cnn = {r["frozen"]: r for r in rows if r["name"] == "cnn_2_convs_bn"}
+    assert cnn[False]["chosen"] == "original" and cnn[True]["chosen"] == "saturate"
+    assert "slower than the input by more than" in out.getvalue()
+
+
+def test_search_bench_blocks_reach_one_blocks_cost():
+    out = io.StringIO()
+    rows = bench.run_blocks([42], out=out)
+    assert [r["family"] for r in rows] == ["trap", "chain"]
+    for r in rows:
+        assert r["reached"] and r["after"] < r["before"], r
+    assert "| family | nodes | blocks |" in out.getvalue()

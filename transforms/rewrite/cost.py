@@ -11,10 +11,12 @@ each tensor replaced by its fake value, ``val`` the result's fake value. Two are
   program's device; the value returned holds the timings (no process-wide cache).
 
 ``program_cost(p, cost)`` sums a model over a program's operator calls *per call of the
-program*: a value computed from state alone (parameters, buffers and constants the program never
-writes: ``invariant_values``) is the same at every call, computed once where the program is
-loaded (a compiler's constant folding or freezing, ``Rule(fold_state=True)`` here), so it costs
-nothing per call. That is what makes folding a batch norm into a convolution's weight cheaper.
+program*, as ``lower(p)`` runs it: every call counts, a value computed from state alone
+(parameters, buffers and constants the program never writes: ``invariant_values``) included,
+since the lowered program computes it again at every call. ``program_cost(p, cost,
+frozen_state=True)`` counts such values as free: what the program costs once they are folded
+into constants (``fold.fold_into_state``; ``saturate(..., frozen_state=True)`` folds them), for
+a caller who will not train or load other weights into the result.
 """
 
 from __future__ import annotations
@@ -180,19 +182,21 @@ def invariant_values(p: Program, mid: Any, graph: Graph) -> frozenset[str]:
     return frozenset(found)
 
 
-def program_cost(p: Program, cost: Cost | None = None) -> float:
+def program_cost(p: Program, cost: Cost | None = None, *, frozen_state: bool = False) -> float:
     """The sum of ``cost`` (default ``roofline``) over the ``call_function`` nodes of every
-    distinct graph of ``p`` (a graph shared by several calls counted once), per call: the
-    nodes whose value is the same at every call (``invariant_values``: computed from unwritten
-    state alone) count nothing.
+    distinct graph of ``p`` (a graph shared by several calls counted once), per call, as the
+    lowered program runs it: every node counts. With ``frozen_state=True`` the nodes whose
+    value is the same at every call (``invariant_values``: computed from unwritten state alone)
+    count nothing: the cost once they are folded into constants (``fold.fold_into_state``).
 
-    **Laws:** a pure function of ``p``. O(n α(n))."""
+    **Laws:** a pure function of ``p``; ``program_cost(p, c, frozen_state=True) <=
+    program_cost(p, c)`` for a non-negative ``c``. O(n α(n))."""
     cost = roofline if cost is None else cost
     total = 0.0
     for mid, mod in p.module_table().items():
         for graph in mod.graphs:
             vals = {n.name: n.meta.get("val") for n in graph.nodes}
-            once = invariant_values(p, mid, graph)
+            once = invariant_values(p, mid, graph) if frozen_state else frozenset()
             for n in graph.nodes:
                 if n.op == CALL_FUNCTION and n.name not in once:
                     total += node_cost(cost, n.target, n.args, n.kwargs, vals.get,

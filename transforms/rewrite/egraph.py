@@ -85,6 +85,7 @@ class ClassData:
     (opaque: a placeholder, state read, random, effectful, written or read-after-write value),
     ``origin`` (the original node's name, ``None`` for a class made by a rule), ``invariant``
     (the same at every call: computed from unwritten state alone, ``cost.invariant_values``;
+    marked only where the caller froze the state, ``from_graph(frozen_state=True)``, and then
     an e-node whose children are all invariant costs nothing per call), ``covers`` (for a
     class a rule of several results made to compute them together, such as the fused
     ``x @ cat(w1, w2)``: the original nodes' names of the values it computes; see
@@ -142,7 +143,7 @@ class EGraph:
     ``(e-node, class)`` pairs reading it.
 
     Complexity: ``add`` O(arguments); ``union`` O(1) amortised; ``rebuild`` O(parents of the
-    merged classes) times α(n); the e-graph holds at most ``limits.nodes`` e-nodes.
+    merged classes) times α(n); the e-graph holds at most ``limits.node_limit`` e-nodes.
     """
 
     def __init__(self) -> None:
@@ -432,7 +433,8 @@ class GraphEGraph:
     versions: Versions = NONE
 
 
-def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
+def from_graph(p: Program, mid: ModuleId, graph: Graph, *,
+               frozen_state: bool = False) -> GraphEGraph:
     """The e-graph of ``graph`` (of module ``mid`` of ``p``): a leaf class per leaf node
     (``value_roles``), an e-node per pure node, in graph order (equal pure computations become
     one class by hash-consing); a node that computes nothing (``passes_on``) takes its input's
@@ -441,6 +443,10 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
     (``add_(t, r)``: ``add(t, r)``), a new class: the *version* that every later reader of
     the written memory reads (``Versions.rebind``), while earlier readers read the old one.
 
+    ``frozen_state``: the classes of values computed from unwritten state alone are marked
+    ``ClassData.invariant`` (extraction counts an e-node reading only such classes as free:
+    the caller folds them into constants); else none is (every e-node is charged).
+
     **Laws:** a pure function of its arguments; every class holds one original value.
     Complexity: O(n) e-nodes, O(n α(n)) in all."""
     from transforms.rewrite.cost import invariant_values  # cost reads the program only
@@ -448,7 +454,7 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph) -> GraphEGraph:
     eg = EGraph()
     seen = versions(p, mid, graph)
     leaves = value_roles(p, mid, graph, seen)
-    once = invariant_values(p, mid, graph)
+    once = invariant_values(p, mid, graph) if frozen_state else frozenset()
     class_of: dict[str, int] = {}
     own: dict[str, ENode] = {}
     val_of: dict[str, Any] = {}

@@ -358,6 +358,7 @@ class _Work(kn.WorkingGraph):
         self.barriers, self.depth, self.done = barriers, depth, run.done
         self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
         self.deadline, self.cut = run.deadline, run.cut
+        self.regrouped: dict[str, set[str]] = {}  # rule -> nodes its regroupings made
 
 
 def _rewrite_graph(
@@ -408,9 +409,14 @@ def _drain(
         if n is None or n.op != CALL_FUNCTION:
             continue
         for rule, c in index.get(id(n.target), ()):
+            made = w.regrouped.get(rule.name) if c.regroups is not None else None
+            if made is not None and name in made:
+                continue  # a regrouping rule never rewrites its own result: no loop
             pushed = _try_safely(rule, c, n, w)
             if pushed is None:
                 continue
+            if c.regroups is not None:
+                w.regrouped.setdefault(rule.name, set()).update(w.done[-1].created)
             applied = True
             steps[0] += 1
             recent.append(rule.name)

@@ -5,9 +5,12 @@ extractor): its own cost plus its children's best. A worklist in cost order sett
 once (O(e-nodes log e-nodes), however merges have ordered the class ids); a class only takes an
 e-node whose children settled before it, so the choice is acyclic. Every e-node costs at least
 ``EPSILON``. Tree costs count a shared value once per reader, so they double with each block of
-a program that reads a value twice; they are capped at ``CAP`` (a class at the cap keeps the
-original node where it has one, else the first costed), so past about 50 such levels the choice
-keeps the original nodes. ``complete``
+a program that reads a value twice: they are summed exactly, as integers (``_exact``: each
+e-node's float cost in units of 2^-80 µs), so that two e-nodes of one class, which share the
+doubled cost of what they read, are still told apart by their own costs 1,250 blocks deep
+(in floats the totals lost the difference past about 50 such blocks, and a cap at ``CAP`` then
+kept the original nodes: a program of many blocks did not reach what one block reaches). An
+e-node's own cost is capped at ``CAP``. ``complete``
 checks a choice (every class reached has one, no cycle) before it is built.
 ``dag_cost`` costs a choice as the program it builds: each chosen class once, however many
 readers share it. ``exact`` solves the extraction as an integer program (DAG cost, acyclicity
@@ -27,7 +30,7 @@ from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
 __all__ = ["CAP", "EPSILON", "GROUPS_MAX", "complete", "dag_cost", "exact", "greedy", "together"]
 
 EPSILON = 1e-6  #: the least cost of an e-node (keeps the greedy choice acyclic)
-CAP = 1e300  #: tree costs stop growing here (a value read twice per block doubles them)
+CAP = 1e300  #: an e-node's own cost stops growing here (an infinite cost is counted as CAP)
 GROUPS_MAX = 256  #: groups of results tried together by ``together``, at most
 _INF = float("inf")
 
@@ -44,6 +47,7 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
     changes where nothing is cheaper): another e-node replaces it only where it is cheaper by
     more than a relative 1e-12.
 
+    Tree costs are summed exactly (integers, ``_exact``), however deep the sharing makes them.
     A worklist in cost order (Knuth's generalisation of Dijkstra to "superior" functions: a
     tree cost is never below any child's). An index from each class to the e-nodes that read
     it is built once; an e-node is costed once, when the last of its child classes is
@@ -85,10 +89,11 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
             if not kids:
                 ready.append(i)
 
-    best: dict[int, float] = {}
+    best: dict[int, int] = {}
     choice: Choice = {}
     settled: set[int] = set()
-    heap: list[tuple[float, int]] = []
+    heap: list[tuple[int, int]] = []
+    nan: set[tuple] = set()
 
     def offer(i: int) -> None:
         """Cost e-node ``i`` (its children all settled) and keep it where it is better."""
@@ -98,18 +103,21 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
         n = nodes[i]
         total = own.get(n.key)
         if total is None:
-            total = own[n.key] = max(cost(n), 0.0) + EPSILON
+            if n.key in nan:
+                return
+            mine = max(cost(n), 0.0)
+            if math.isnan(mine):
+                nan.add(n.key)
+                return  # a cost of NaN: never chosen (no order to settle it in)
+            total = own[n.key] = _exact(min(mine, CAP) + EPSILON)
         for ch in n.children:
             total += best[find(ch)]
-        total = min(total, CAP)
-        if math.isnan(total):
-            return  # a cost of NaN: never chosen (no order to settle it in)
         old = best.get(c)
         if old is not None:
             if kept_at.get(c) == i:
-                if old < total * (1 - 1e-12):
+                if _cheaper(old, total):
                     return  # another is cheaper than the kept one by more than the margin
-            elif not total < old * (1 - 1e-12):
+            elif not _cheaper(total, old):
                 return
         best[c] = total
         choice[c] = n
@@ -127,6 +135,25 @@ def greedy(eg: EGraph, roots: Iterable[int], cost: Callable[[ENode], float],
             if not waiting[i]:
                 offer(i)
     return choice
+
+
+_SCALE_BITS = 80  #: tree costs are integers in units of 2^-80 µs
+_MARGIN = 10**12  #: a tie is closer than 1 / _MARGIN of the dearer cost ...
+_MARGIN_BASE = 10**9 << _SCALE_BITS  #: ... counted up to 1e9 µs (past it, 1e-3 µs)
+
+
+def _cheaper(a: int, b: int) -> bool:
+    """Whether tree cost ``a`` is below ``b`` by more than the margin: a relative 1e-12 of
+    ``b``, but at most 1e-3 µs, so that a total doubled by sharing (``greedy``) does not
+    swallow the difference between two e-nodes of one class. O(size of the integers)."""
+    return (b - a) * _MARGIN > min(b, _MARGIN_BASE)
+
+
+def _exact(x: float) -> int:
+    """``x`` (finite, non-negative) in units of 2^-80, exactly where it is a multiple of
+    them (every float from 2^-28 up), else rounded down. O(1)."""
+    num, den = x.as_integer_ratio()
+    return (num << _SCALE_BITS) // den
 
 
 def together(eg: EGraph, roots: Iterable[int], choice: Choice,

@@ -64,7 +64,7 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     up to ``EXACT_MAX`` e-nodes and within ``deadline``; ``together`` O(``extract.GROUPS_MAX``
     x classes reached), its groups tried until ``deadline`` or for ``TOGETHER_SECONDS``,
     whichever is later (``Plan.cut`` where that passed).
-    Greedy is never cut: bounded by ``limits.nodes``, about a second at 20k e-nodes."""
+    Greedy is never cut: bounded by ``limits.node_limit``, about a second at 20k e-nodes."""
     eg = geg.eg
     memo: dict[tuple, float] = {}
 

@@ -445,7 +445,9 @@ class Compiled:
     (``x.reshape(-1, x.shape[-1])``), so it is traced again for each match's scalars, shapes and
     dtypes (``replacement_for``). ``by_dtype``: the trace depends on the tensors' dtypes only
     (``mask.to(q.dtype)``), so it is traced again for each match's dtypes. ``level``: the level
-    the pattern was traced at."""
+    the pattern was traced at. ``regroups``: where the pattern matches the whole of the
+    replacement, another instance of itself (associativity, commutativity), why (greedy
+    ``rewrite`` then never applies the rule at a node the rule made)."""
 
     pattern: Pattern
     replacement: Traced
@@ -454,6 +456,7 @@ class Compiled:
     concrete: bool = False
     by_dtype: bool = False
     level: str = TRAINING
+    regroups: str | None = None
 
 
 def _compile(rule: Rule, level: str) -> Compiled:
@@ -487,7 +490,7 @@ def _compile(rule: Rule, level: str) -> Compiled:
                          f"rule {rule.name!r} (at the {level} level)",
                          {i: _moved_pattern(rule, level, i) for i in rule.hypers})
     _refuse_ignored_tensors(rule, pat, rep)
-    _refuse_self_replacing(rule, pattern, rep)
+    regroups = _refuse_self_replacing(rule, pattern, rep)
     benefit = pattern.size - len(rep.compute_nodes())
     # a replacement of hyperparameters is traced with each match's values
     concrete = bool(rule.hypers) or _differs(
@@ -495,7 +498,7 @@ def _compile(rule: Rule, level: str) -> Compiled:
     by_dtype = not concrete and _differs(
         rule, rep, [_other_dtype(x) for x in rule.example_inputs], salt=0
     )
-    return Compiled(pattern, rep, benefit, pat, concrete, by_dtype, level)
+    return Compiled(pattern, rep, benefit, pat, concrete, by_dtype, level, regroups)
 
 
 _MOVES = 2  #: other values tried per hyperparameter to see where it lands in the trace
@@ -532,15 +535,21 @@ def _refuse_inplace(rule: Rule, pat: Traced) -> None:
             )
 
 
-def _refuse_self_replacing(rule: Rule, pattern: Pattern, rep: Traced) -> None:
-    """A replacement the pattern matches whole is rewritten again, without end: refused.
+def _refuse_self_replacing(rule: Rule, pattern: Pattern, rep: Traced) -> str | None:
+    """A replacement the pattern matches whole: refused where it is the pattern itself, else
+    the reason greedy ``rewrite`` refuses it (``Compiled.regroups``).
 
     The pattern matches the replacement's traced graph (exactly: no size wildcards) and the
-    match covers every operator the replacement calls (looked-through copies included). Such a
-    rule either regroups a pattern into another instance of itself (``(a + b) + c`` into
-    ``a + (b + c)``, commutative arguments being matched either way) or drops only nodes the
-    matcher looks through anyway (``contiguous``, a same-dtype ``clone`` or ``.to``, ``alias``,
-    eval-mode dropout): the pattern drops them itself, so the rule changes nothing it can see.
+    match covers every operator the replacement calls (looked-through copies included). Where
+    the match reads each argument at its own position in each operator, the replacement is the
+    pattern as the matcher sees it: the rule drops only nodes the matcher looks through anyway
+    (``contiguous``, a same-dtype ``clone`` or ``.to``, ``alias``, eval-mode dropout), so it
+    changes nothing it can see: ``PassError``, for every engine. Otherwise the rule regroups
+    the pattern into another instance of itself (``(a + b) + c`` into ``a + (b + c)``,
+    ``a + b`` into ``b + a``): equality saturation takes it (the second instance is only a new
+    member of the class), greedy ``rewrite`` takes it where it never rewrites its own result
+    again (``engine._drain``: each rewrite consumes a node the rule did not make, so it ends);
+    the message is returned (``Compiled.regroups``).
     O(replacement nodes x bindings tried)."""
     graph = rep.graph
     table = {n.name: n for n in graph.nodes}
@@ -548,17 +557,45 @@ def _refuse_self_replacing(rule: Rule, pattern: Pattern, rep: Traced) -> None:
     for n in rep.compute_nodes():
         by_target.setdefault(id(n.target), []).append(n)
     calls = {n.name for n in rep.compute_nodes() if not ops.is_metadata_check(n.target)}
+    rep_ph = [n.name for n in graph.nodes if n.op == PLACEHOLDER]
+    found: str | None = None
     for n in by_target.get(id(pattern.anchor.target), ()):
         for b in match_at(pattern, n, table.get, lambda t: by_target.get(id(t), []), strict=True):
-            if calls <= {*b.names.values(), *b.absorbed}:
+            if not calls <= {*b.names.values(), *b.absorbed}:
+                continue
+            if _as_written(pattern, b, table, rep_ph):
                 raise PassError(
                     f"rule {rule.name!r}: the pattern matches the whole of its own replacement "
                     "(nodes that compute nothing, such as contiguous(), a clone or a .to of the "
-                    "same dtype, are looked through on both sides), so rewrite would rewrite "
-                    "its result again without end; a rule must replace its pattern by something "
-                    "the pattern does not match (to drop a copy, write the computation around "
-                    "it: rewrite drops the copies a match looks through)"
+                    "same dtype, are looked through on both sides), so the rule changes nothing "
+                    "a rewrite can see, and rewrite would rewrite its result again without "
+                    "end; a rule must replace its pattern by something the pattern does not "
+                    "match (to drop a copy, write the computation around it: rewrite drops "
+                    "the copies a match looks through)"
                 )
+            found = (
+                f"rule {rule.name!r}: the pattern matches the whole of its own replacement "
+                "(it regroups its arguments into another instance of the pattern), so greedy "
+                "rewrite would rewrite its result again without end; saturate takes such a "
+                "rule (both_ways=True, e.g. associativity or commutativity), rewrite does not"
+            )
+    return found
+
+
+def _as_written(pattern: Pattern, b: Any, table: Mapping[str, Node], rep_ph: list[str]) -> bool:
+    """Whether binding ``b`` of ``pattern`` on a replacement maps each placeholder to the
+    replacement's of the same position and reads, in each matched operator, each argument at
+    the position the pattern reads it (no commutative swap, no regrouping). O(pattern)."""
+    for name, rp in zip(pattern.input_order, rep_ph):
+        if b.names.get(name, rp) != rp:
+            return False
+    for name, pn in pattern.nodes.items():
+        rn = table.get(b.names.get(name, ""))
+        if rn is None:
+            return False
+        if [b.names.get(r.name) for r in pn.inputs()] != [r.name for r in rn.inputs()]:
+            return False
+    return True
 
 
 def _refuse_ignored_tensors(rule: Rule, pat: Traced, rep: Traced) -> None:

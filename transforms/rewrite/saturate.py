@@ -72,7 +72,10 @@ and building the program, which are not cut."""
 
 @attrs.frozen
 class SaturationLimits:
-    """When saturation stops: ``nodes`` (e-nodes held per graph), ``iterations`` (rounds of
+    """When saturation stops: ``nodes`` (e-nodes held per graph; by default, ``None``, the
+    larger of ``NODES`` and ``growth`` times the graph's e-nodes as built: ``node_limit``,
+    so that a program of many blocks may grow each block as far as one block alone may; a
+    number is that many whatever the program), ``iterations`` (rounds of
     matching per graph), ``seconds`` (wall time for the whole ``saturate`` call, split in
     ``saturate_report``: the greedy ``rewrite`` compared against stops at ``GREEDY_SHARE`` of
     it, the search (saturation and extraction's optional work) at ``SEARCH_SHARE``, the rest
@@ -80,11 +83,24 @@ class SaturationLimits:
     scheduler's ``match_limit`` (matches a rule may make in one round before it is banned;
     default the larger of 1000 and the graph's node count) and ``ban_length`` (rounds it is banned for; both doubled each time it is banned again)."""
 
-    nodes: int = 20_000
+    nodes: int | None = None
     iterations: int = 30
     seconds: float = 20.0
     match_limit: int | None = None
     ban_length: int = 2
+    growth: float = 16.0
+
+    def node_limit(self, built: int) -> int:
+        """The e-nodes a graph whose e-graph held ``built`` as built may grow to: ``nodes``
+        where given, else the larger of ``NODES`` and ``growth`` x ``built``. O(1)."""
+        if self.nodes is not None:
+            return self.nodes
+        return max(NODES, int(self.growth * built))
+
+
+NODES = 20_000
+"""The least e-node limit per graph where ``SaturationLimits.nodes`` is not given (a small
+program's e-graph may grow to it, as it did before the limit scaled with the program)."""
 
 
 @attrs.frozen
@@ -120,7 +136,11 @@ class SaturationReport:
       ``build``, ``greedy`` rewrite and costing): a measurement, the one field that is not
       a function of the arguments;
     - ``classes``: per graph, the e-graph's e-classes after building and after each round
-      (``sizes``' twin: their gap is what the rounds proved equal).
+      (``sizes``' twin: their gap is what the rounds proved equal);
+    - ``state``: how values computed from state alone were costed: ``"charged: ..."`` (the
+      default: at every call, as the result runs them) or ``"frozen: N values ... folded into
+      constants"`` (``frozen_state=True``: free, and folded in the result). Either way
+      ``cost_before`` and ``cost_after`` are what one call of ``p`` and of the result run.
     """
 
     sizes: tuple[tuple[int, ...], ...]
@@ -135,6 +155,7 @@ class SaturationReport:
     seconds: Mapping[str, float] = MappingProxyType({})
     classes: tuple[tuple[int, ...], ...] = ()
     greedy_cut: str | None = None
+    state: str = "charged"
 
     def __str__(self) -> str:
         cut = "" if self.greedy_cut is None else f", cut by seconds in {self.greedy_cut}"
@@ -143,6 +164,7 @@ class SaturationReport:
              f"extraction {self.extractor}; greedy rewrite "
              f"{'raised' if self.greedy_cost is None else f'{self.greedy_cost:.1f}'}{cut})"),
             "rewrites: " + (", ".join(f"{k} {v}" for k, v in self.rewrites.items()) or "none"),
+            f"state: {self.state}",
         ]
         for i, (sizes, why) in enumerate(zip(self.sizes, self.stopped)):
             counted = self.classes[i] if i < len(self.classes) else ()
@@ -156,6 +178,7 @@ class SaturationReport:
 def saturate(
     p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
     limits: SaturationLimits | None = None, assume: Any = frozenset(),
+    frozen_state: bool = False,
 ) -> Program:
     """The cheapest program equal to ``p`` that ``rules`` reach, found by equality saturation.
 
@@ -178,6 +201,14 @@ def saturate(
         limits: a ``SaturationLimits`` (default one).
         assume: the assumptions granted, as in ``rewrite(..., assume=)``: a rule whose
             ``assumes`` are not all granted is neither checked nor applied.
+        frozen_state: ``False`` (the default): every value is charged at every call, those
+            computed from state alone (parameters, buffers, constants) included, since the
+            result recomputes them at each call. ``True``: the caller will neither train the
+            result nor load other state into it, so such values (``cost.invariant_values``)
+            are free to the search and are folded into new constants
+            (``fold.fold_into_state``: ``<module>._folded_<node>``, outside the state dict)
+            in the returned program, greedy ``rewrite``'s included, so that its per-call cost
+            is what it runs (``report.state``).
 
     Returns:
         ``p`` itself (``is p``) when nothing cheaper was found; else the cheaper of the
@@ -197,7 +228,7 @@ def saturate(
       ``<=`` the cost of what it reached).
 
     Complexity: O(e-nodes x rules x pattern size) per round, at most ``limits.iterations``
-    rounds and ``limits.nodes`` e-nodes per graph; extraction O(e-nodes log e-nodes)
+    rounds and ``limits.node_limit(n)`` e-nodes per graph of ``n`` e-nodes as built; extraction O(e-nodes log e-nodes)
     (``extract.greedy``); one greedy ``rewrite`` to compare against. Time: the call takes
     ``limits.seconds`` or less, up to a slack: the greedy ``rewrite`` stops at
     ``GREEDY_SHARE`` of it, saturation and extraction's optional work at ``SEARCH_SHARE``
@@ -207,13 +238,15 @@ def saturate(
     overruns by what of those does not fit in the last quarter (``docs/search.md``,
     *Limits, measured*).
     """
-    return saturate_report(p, rules, cost=cost, limits=limits, assume=assume)[0]
+    return saturate_report(p, rules, cost=cost, limits=limits, assume=assume,
+                           frozen_state=frozen_state)[0]
 
 
 @gc_paused
 def saturate_report(
     p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
     limits: SaturationLimits | None = None, assume: Any = frozenset(),
+    frozen_state: bool = False,
 ) -> tuple[Program, SaturationReport]:
     """``saturate(p, rules, ...)`` and its ``SaturationReport``. Same contract, laws and
     complexity as ``saturate``."""
@@ -253,8 +286,8 @@ def saturate_report(
     # the clock starts once the rules are checked (once per rule: ``ensure_checked``).
     # Greedy first, so that its time is known and taken from the search's share
     begun = clock
-    greedy_q, greedy_cost, greedy_cut = _greedy(
-        p, applied, cost, begun + GREEDY_SHARE * limits.seconds)
+    greedy_q, greedy_cost, greedy_cut, greedy_folded = _greedy(
+        p, applied, cost, begun + GREEDY_SHARE * limits.seconds, frozen_state)
     lap("greedy")
     deadline = begun + SEARCH_SHARE * limits.seconds
     sizes: list[tuple[int, ...]] = []
@@ -268,7 +301,7 @@ def saturate_report(
             classes.append((0,))
             stopped.append("seconds")
             continue
-        geg = from_graph(p, mid, graph)
+        geg = from_graph(p, mid, graph, frozen_state=frozen_state)
         grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots,
                                         _read_by_leaves(geg, graph))
         sizes.append(grown)
@@ -286,11 +319,14 @@ def saturate_report(
 
         builder = Builder(plans)
         q = drop_dead(p, rewrite_nodes(p, builder), builder.writes)
+    folded = 0
+    if frozen_state:
+        q, folded = _frozen(q)
     after = before if q is p else program_cost(q, cost)  # 1-2 s at 15k nodes: not twice
     lap("build")
     chosen = "saturate"
     if greedy_q is not None and greedy_cost < after * (1 - 1e-9):
-        q, after, chosen = greedy_q, greedy_cost, "greedy"
+        q, after, chosen, folded = greedy_q, greedy_cost, "greedy", greedy_folded
     if q is not p and not after < before * (1 - 1e-9):
         q, after = p, before
     if q is p:
@@ -305,8 +341,31 @@ def saturate_report(
         tuple(sizes), tuple(stopped), before, after, chosen, extractor, greedy_cost,
         MappingProxyType(rewrites), MappingProxyType(skipped), MappingProxyType(seconds),
         tuple(classes), greedy_cut,
+        (f"frozen: {folded} values computed from state alone folded into constants"
+         if frozen_state and chosen != "original" else
+         "frozen: nothing folded" if frozen_state else
+         "charged: values computed from state alone are recomputed and counted at every call"),
     )
     return q, report
+
+
+def _frozen(q: Program) -> tuple[Program, int]:
+    """``q`` with the values its root graph computes from unwritten state alone
+    (``cost.invariant_values``) folded into new constants (``fold.fold_into_state``), and how
+    many nodes went. O(n) plus the folded arithmetic."""
+    from transforms.rewrite.cost import invariant_values
+    from transforms.rewrite.fold import fold_into_state
+
+    graph = q.root_module.graph
+    if graph is None:
+        return q, 0
+    once = invariant_values(q, q.root, graph)
+    made = [n.name for n in graph.nodes if n.op == CALL_FUNCTION and n.name in once]
+    out = fold_into_state(q, made) if made else q
+    if out is q:
+        return q, 0
+    left = {n.name for n in out.root_module.graph.nodes}
+    return out, sum(1 for name in made if name not in left)
 
 
 def _graphs(p: Program) -> list[tuple[Any, Graph]]:
@@ -340,10 +399,16 @@ def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_D
         else:
             skipped[r.name] = _NOT_MATCHED
         if r.both_ways:
+            _refuse_one_way(r, c)
             back = _reverse(r)
             try:
                 bc = back.compiled(level)
             except PassError as exc:
+                if "uses scalar argument" in str(exc):  # one the replacement drops
+                    raise PassError(
+                        f"rule {r.name!r}: both_ways=True, but its reverse cannot be built: "
+                        f"{exc}; drop both_ways (the rule is then applied forwards only)"
+                    ) from exc
                 skipped[back.name] = f"cannot be matched: {exc}"
                 continue
             if result_nodes(bc.pattern) is not None:
@@ -351,6 +416,44 @@ def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_D
             else:
                 skipped[back.name] = _NOT_MATCHED
     return out
+
+
+def _refuse_one_way(r: Rule, c: Compiled) -> None:
+    """``PassError`` where ``r`` says ``both_ways=True`` but its replacement drops a tensor
+    argument its pattern reads (a scalar one: the reverse's own refusal, ``_compiled``): the reverse would have to compute the pattern from
+    a value no match of the replacement binds, so it cannot be built, and the rule would be
+    used one way only, silently. Names the argument. O(pattern + replacement nodes)."""
+    pat, rep = c.traced, c.replacement
+    names = _parameter_names(r.pattern)
+    pat_users, rep_users = pat.graph.users(), rep.graph.users()
+    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
+    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
+
+    def reads(users: Mapping[str, Any], outs: tuple, name: str) -> bool:
+        return bool(users.get(name)) or any(type(o) is Ref and o.name == name for o in outs)
+
+    dropped = [pos for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph)
+               if reads(pat_users, pat.outputs, pp) and not reads(rep_users, rep.outputs, rp)]
+    if dropped:
+        pos = dropped[0]
+        what = names[pos] if pos < len(names) else f"argument {pos}"
+        raise PassError(
+            f"rule {r.name!r}: both_ways=True, but its replacement drops argument {pos} "
+            f"({what!r}), which its pattern reads: the reverse would have to compute the "
+            f"pattern from a value no match of the replacement binds, so it cannot be built; "
+            "drop both_ways (the rule is then applied forwards only) or make the replacement "
+            f"read {what!r}"
+        )
+
+
+def _parameter_names(fn: Any) -> list[str]:
+    """The positional parameter names of ``fn`` (empty where it has no signature). O(1)."""
+    import inspect
+
+    try:
+        return [p.name for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        return []
 
 
 _NOT_MATCHED = ("a result of its pattern is an input, a literal or another result again "
@@ -383,6 +486,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     double at each ban. Returns the e-node and e-class counts per round and why it stopped."""
     sizes = [eg.size]
     classes = [len(eg.classes)]
+    cap_nodes = limits.node_limit(eg.size)
     base_limit = limits.match_limit or max(1000, eg.size)
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
@@ -423,13 +527,13 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
                 continue
             applied.add(key)
             changed |= _apply(eg, d, m, memo, layouts)
-            if eg.size > limits.nodes or (len(applied) % 256 == 0
+            if eg.size > cap_nodes or (len(applied) % 256 == 0
                                           and time.monotonic() > deadline):
                 break
         eg.rebuild()
         sizes.append(eg.size)
         classes.append(len(eg.classes))
-        if eg.size > limits.nodes:
+        if eg.size > cap_nodes:
             return tuple(sizes), tuple(classes), "nodes"
         if time.monotonic() > deadline:
             return tuple(sizes), tuple(classes), "seconds"
@@ -1003,15 +1107,20 @@ def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any
 
 
 def _greedy(p: Program, rules: list[Rule], cost: Cost, deadline: float,
-            ) -> tuple[Program | None, float | None, str | None]:
-    """Greedy ``rewrite``'s program on the same rules (taken as checked), its cost and where
-    ``deadline`` (a ``time.monotonic`` value) cut it (``RewriteReport.cut``; ``None``: at
-    its fixpoint); ``(None, None, None)`` where it raises (a rule and its reverse cycle
-    there)."""
+            frozen_state: bool = False,
+            ) -> tuple[Program | None, float | None, str | None, int]:
+    """Greedy ``rewrite``'s program on the same rules (taken as checked; with what it computes
+    from state alone folded where ``frozen_state``), its cost, where ``deadline`` (a
+    ``time.monotonic`` value) cut it (``RewriteReport.cut``; ``None``: at its fixpoint) and
+    how many nodes were folded; ``(None, None, None, 0)`` where it raises (a rule and its
+    reverse cycle there)."""
     if not rules:
-        return None, None, None
+        return None, None, None, 0
     try:
         q, report = apply_rules(p, rules, deadline=deadline)
     except PassError:
-        return None, None, None
-    return q, program_cost(q, cost), report.cut
+        return None, None, None, 0
+    folded = 0
+    if frozen_state:
+        q, folded = _frozen(q)
+    return q, program_cost(q, cost), report.cut, folded
