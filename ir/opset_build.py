@@ -619,8 +619,12 @@ def _schema_aliases(op: OpOverload) -> set[tuple[int, int]]:
     for r, ret in enumerate(schema.returns):
         if ret.alias_info is None:
             continue
+        sets = ret.alias_info.before_set
         for i, a in enumerate(schema.arguments):
-            if a.alias_info is not None and a.alias_info.before_set & ret.alias_info.before_set:
+            if a.alias_info is None:
+                continue
+            # ``Tensor(a)[]``: the list's items hold the set, the list's own is empty
+            if a.alias_info.before_set & sets or (not sets and not a.alias_info.is_write):
                 found.add((r, i))
     return found
 
@@ -644,7 +648,7 @@ def _write_facts(op: OpOverload, seen: list[_Seen]) -> tuple[tuple[Write, ...], 
         when: tuple = ()
         if yes and no:
             when = _separating_bool(yes, no)
-            if not when:
+            if not when and p not in declared:
                 notes.append(f"argument {p} written by some calls only, with no bool argument "
                              "to tell them apart: counted as always written")
         writes.append(Write(p, when))
@@ -896,6 +900,15 @@ def _src(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} {v!r} into the table")
 
 
+def hidden_markdown(rows: Iterable[OpEntry]) -> str:
+    """The rows whose schema hides a write or an alias, as a Markdown table (for
+    ``docs/passes.md``)."""
+    lines = ["| operator | what its schema does not say |", "|---|---|"]
+    lines += [f"| `{e.name}` | {e.hidden} |" for e in sorted(rows, key=lambda e: e.name)
+              if e.hidden]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     """``collect OUT.pkl [BUDGET_S]``, ``write IN.pkl [TABLE.py]`` or ``all [TABLE.py]``."""
     if not argv:
@@ -917,7 +930,12 @@ def main(argv: list[str]) -> int:
         collect(pkl)
         write([pkl], Path(rest[0]) if rest else ROOT / "ir" / "opset_table.py")
         return 0
-    print(f"unknown command {command!r}: use collect, write or all")
+    if command == "hidden":  # the Markdown list of docs/passes.md
+        from ir.opset import table
+
+        print(hidden_markdown(table().values()))
+        return 0
+    print(f"unknown command {command!r}: use collect, collect-opinfo, write, all or hidden")
     return 2
 
 

@@ -679,7 +679,7 @@ def test_fold_into_state_keeps_an_operator_registered_as_effectful(stamp):
     graph = p.root_module.graph
     nodes = [n.replace(target=stamp) if n.name == "c" else n for n in graph.nodes]
     q = p.replace(modules=p.modules.set(p.root, p.root_module.replace(graphs=(graph.of(nodes),))))
-    assert ops.facts(stamp).recomputable and not effects.is_pure(q.root_module.graph.node("c"))
+    assert ops.is_effectful(stamp) and not effects.is_pure(q.root_module.graph.node("c"))
     assert fold_into_state(q, {"c"}) is q
 
 
