@@ -548,6 +548,11 @@ def own_samples() -> dict[str, list[Sample]]:
         "aten.clamp_min.default": both((x, 1.0)),
         "aten.conv2d.padding": both((x4, TensorSpec((3, 3, 3, 3), f32), None, (1, 1), "same",
                                      (1, 1), 1)),
+        "aten.conv1d.padding": both((x, TensorSpec((3, 3, 3), f32), None, (1,), "same", (1,),
+                                     1)),
+        "aten._convolution.default": both((
+            x4, TensorSpec((3, 3, 3, 3), f32), c, (1, 1), (1, 1), (1, 1), False, (0, 0), 1,
+            False, False, True, True)),
         "aten.conv3d.default": both((TensorSpec((1, 2, 4, 4, 4), f32),
                                      TensorSpec((2, 2, 3, 3, 3), f32))),
         "aten.cos_.default": both((x,)),
