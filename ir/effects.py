@@ -177,14 +177,17 @@ def aliased_args(node: Node) -> tuple[str, ...]:
     for an in-place or ``out=`` operator the arguments it writes (``add_(a, b)`` returns ``a``;
     ``b`` is only read), except ``set_``, which makes its first argument a view of the others;
     every argument of a module call, a higher-order op or a Python function that is not size
-    arithmetic (conservatively); none for an operator whose schema returns new memory
-    (``clone``, ``_to_copy``) and for placeholders, ``get_attr`` and outputs.
+    arithmetic, or of an operator overload the verified table (``ir.opset``) lacks
+    (conservatively); for a verified overload, the arguments its row pairs with a result
+    (``aten.dropout`` may return its input, although its schema says nothing); none for one
+    whose row pairs none (``clone``, ``_to_copy``) and for placeholders, ``get_attr`` and
+    outputs.
 
     This is the step ``graph_effects`` joins alias groups by, and the one a pass asks of a node
     it made and that no ``Effects`` holds yet (the editor's write check).
 
     **Laws:** a result not in the answer's memory is new memory; ``()`` for every node whose
-    operator's schema says its result is fresh. O(arguments).
+    operator's verified row says its result is fresh. O(arguments).
     """
     if node.op == CALL_MODULE:
         return _names(node.inputs())
