@@ -20,6 +20,7 @@ from transforms.rewrite.rule_key import rule_content, rule_seed, verdict_key, ve
 from transforms.rewrite.rules import RELU_RELU, SHARED_INPUT_ASSUMES, SHARED_INPUT_MM, TIMES_ONE
 from transforms.rewrite.verdict_store import (
     ENV,
+    SHIPPED,
     Stored,
     VerdictStore,
     checksum,
@@ -230,9 +231,22 @@ def test_workers_must_be_a_positive_int():
 # --- the shipped verdicts -------------------------------------------------------------------------
 
 
+def _shipped_versions() -> tuple[str, str, str]:
+    data = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    return (data["checker"], data["torch"], data["hypothesis"])
+
+
 def test_every_shipped_rule_has_a_shipped_verdict_for_its_key():
-    """Fails when a shipped rule, the checker or the versions changed without the shipped
-    verdicts being regenerated (``python -m transforms.rewrite.verdicts --write``)."""
+    """Fails when a shipped rule or the checker changed without the shipped verdicts being
+    regenerated (``python -m transforms.rewrite.verdicts --write``). Under another torch or
+    hypothesis release than the file was written with (CI's newest-torch run, a hypothesis
+    released since) the shipped verdicts are rightly not trusted and the rules are checked
+    again at first use: that is no drift, so the test skips naming the versions."""
+    written_with = _shipped_versions()
+    if written_with[1:] != versions()[1:]:
+        pytest.skip(f"shipped verdicts written under torch/hypothesis {written_with[1:]}, "
+                    f"this process runs {versions()[1:]}")
+    assert written_with[0] == versions()[0], "the checker changed: regenerate the verdicts"
     rules = shipped_rules()
     assert {RELU_RELU, SHARED_INPUT_MM} <= set(rules)
     assert drifted(rules, [verdict_key(r) for r in rules], [None] * len(rules)) == []
