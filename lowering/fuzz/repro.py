@@ -58,8 +58,13 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
     attr_of: dict[str, str] = {}
     init: list[str] = []
     seen: dict[int, str] = {}
+    users = graph.users()
+    read = {s.name for s in sig.inputs if users.get(s.name)}
+    read |= {o.target for o in sig.outputs if o.kind == "buffer_mutation"}
     for spec in sig.inputs:
         if spec.kind not in _STATE_KINDS or spec.target in attr_of:
+            continue
+        if spec.name not in read and spec.target not in read:
             continue
         fqn = spec.target
         attr = names.fresh(fqn.replace(".", "_"))
@@ -86,6 +91,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
     user = {s.name for s in sig.user_inputs()}
     for spec in sig.inputs:
         if spec.kind in _STATE_KINDS:
+            if spec.target not in attr_of:
+                continue
             var[spec.name] = names.fresh(spec.name)
             body.append(f"        {var[spec.name]} = self.{attr_of[spec.target]}")
         elif spec.name in user:

@@ -34,6 +34,7 @@ from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.programs import default_programs
+from lowering.fuzz.reduce import reduce
 from lowering.fuzz.repro import ReproError, check_repro, repro_script
 from lowering.fuzz.trial import placed, try_program
 
@@ -285,9 +286,6 @@ class _Search:
                 self.progress(f"fuzz: shrinking {finding.backend} {finding.kind} at "
                               f"{finding.cause} (example {finding.example})")
             small = self.shrink(finding, seconds)
-            cause = localize(small.program, small.compiler, self.setup, small.kind)
-            if cause is not None:
-                small = attrs.evolve(small, cause=cause)
             if small is not finding and self.explained(small) is not None:
                 self.known[self.explained(small) or ""] += finding.count
                 continue
@@ -300,9 +298,12 @@ class _Search:
         return list(merged.values())
 
     def shrink(self, finding: Finding, seconds: float) -> Finding:
-        """``finding`` with the smallest program hypothesis reaches within ``seconds`` that
-        still gives a finding of its kind at its operator (itself when replay fails)."""
-        backend = finding.compiler
+        """``finding`` with the smallest program reached within about ``2 * seconds``: the
+        strategy's draws replayed and shrunk by hypothesis (nothing when the replay does not
+        meet the finding again), the operator at the cause localized
+        (``lowering.fuzz.localize``), the program reduced node by node keeping that operator
+        (``lowering.fuzz.reduce``), and localized again. Every step keeps a finding of its
+        kind."""
         target_key = program_key(finding.program)
         calls = [0]
         best: list[Finding] = []
@@ -310,25 +311,10 @@ class _Search:
         low = _low_precision(finding.program)
 
         def check(drawn: Program) -> None:
-            program = placed(drawn, self.setup)
-            if not _low_precision(program) <= low:
-                return
-            if finding.kind == "mismatch" and finding.cause not in _targets(program) \
-                    and finding.cause != "?":
-                return
-            try:
-                trial = try_program(program, (backend,), self.setup)
-            except Exception:  # noqa: BLE001 - a candidate that cannot be run is no finding
-                return
-            verdict = trial.verdicts[backend.name]
-            if verdict is None or verdict.kind != finding.kind:
-                return
-            if finding.kind == "crash" and verdict.cause != finding.cause:
-                return
-            best.append(attrs.evolve(finding, detail=verdict.detail, program=program,
-                                     args=trial.args, kwargs=trial.kwargs, cause=verdict.cause,
-                                     error=verdict.error))
-            raise _Again
+            again = self.gives(finding, placed(drawn, self.setup), low)
+            if again is not None:
+                best.append(again)
+                raise _Again
 
         @seed(self.setup.seed)
         @self._settings((Phase.generate, Phase.shrink))
@@ -348,7 +334,44 @@ class _Search:
             budget.guard(replay)
         except (Exception, _Lost):  # noqa: BLE001, S110 - _Again, or hypothesis's Flaky
             pass  # the best candidate so far is kept either way
-        return best[-1] if best else finding
+        small = best[-1] if best else finding
+        cause = localize(small.program, small.compiler, self.setup, small.kind)
+        if cause is not None:
+            small = attrs.evolve(small, cause=cause)
+        last: list[Finding] = []
+
+        def still(program: Program) -> bool:
+            again = self.gives(small, program, low)
+            if again is not None:
+                last.append(again)
+            return again is not None
+
+        reduce(small.program, still, seconds=seconds)
+        small = attrs.evolve(last[-1], cause=small.cause) if last else small
+        cause = localize(small.program, small.compiler, self.setup, small.kind)
+        return attrs.evolve(small, cause=cause) if cause is not None else small
+
+    def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
+        """``finding`` again on ``program`` (its backend gives a finding of its kind, at its
+        operator for a crash, in a program holding its operator and no new low-precision
+        dtype), else ``None``."""
+        if not _low_precision(program) <= low:
+            return None
+        if finding.kind == "mismatch" and finding.cause not in _targets(program) \
+                and finding.cause != "?":
+            return None
+        backend = finding.compiler
+        try:
+            trial = try_program(program, (backend,), self.setup)
+        except Exception:  # noqa: BLE001 - a candidate that cannot be run is no finding
+            return None
+        verdict = trial.verdicts[backend.name]
+        if verdict is None or verdict.kind != finding.kind or trial.eager.error is not None:
+            return None
+        if finding.kind == "crash" and verdict.cause != finding.cause:
+            return None
+        return attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
+                            kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error)
 
 
 def with_repro(finding: Finding) -> Finding:
