@@ -4,7 +4,9 @@ Hypothesis shrinks the choices a program was drawn from; what is left often stil
 that do not matter. :func:`reduce` then works on the program itself, keeping each step only while
 the finding still holds (``still(candidate)``):
 
-1. dead code dropped (``transforms.dce.eliminate_dead_code``);
+1. the program cut after one of its outputs (``lowering.fuzz.localize.truncated``: that
+   output alone, the nodes after it dropped), the first output for which the finding holds;
+   else dead code dropped (``transforms.dce.eliminate_dead_code``);
 2. each compute node, last first, *bypassed*: its uses read one of its own operands of the same
    shape and dtype instead (an in-place node is dropped, its uses reading the tensor it wrote),
    then dead code dropped again.
@@ -26,6 +28,7 @@ from ir.node import CALL_FUNCTION
 from ir.ops import is_mutating
 from ir.program import Program
 from ir.signature import ExportSignature
+from lowering.fuzz.localize import truncated
 from transforms.dce import eliminate_dead_code
 
 
@@ -36,9 +39,15 @@ def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float
     no step is kept. O(nodes) calls of ``still``."""
     deadline = time.monotonic() + seconds
     best = program
-    candidate = _dce(best)
-    if candidate is not None and candidate is not best and still(candidate):
-        best = candidate
+    for name in _user_outputs(program):
+        candidate = _dce(truncated(program, name))
+        if candidate is not None and still(candidate):
+            best = candidate
+            break
+    else:
+        candidate = _dce(best)
+        if candidate is not None and candidate is not best and still(candidate):
+            best = candidate
     names = [n.name for n in best.root_module.graph.nodes if n.op == CALL_FUNCTION]
     for name in reversed(names):
         if time.monotonic() > deadline:
@@ -93,6 +102,13 @@ def _renamed_outputs(program: Program, name: str, stand_in: Ref) -> ExportSignat
     outs = tuple(attrs.evolve(o, name=stand_in.name) if o.name == name else o
                  for o in sig.outputs)
     return attrs.evolve(sig, outputs=outs)
+
+
+def _user_outputs(program: Program) -> list[str]:
+    graph = program.root_module.graph
+    names = [o.name for o in program.signature.outputs if o.kind == "user_output"]
+    return [n for n in dict.fromkeys(names)
+            if n in graph.by_name() and graph.node(n).op == CALL_FUNCTION]
 
 
 def _dce(program: Program) -> Program | None:
