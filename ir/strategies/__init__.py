@@ -12,6 +12,7 @@ Two tiers:
   ``torch.export`` programs; end to end, about ten per second.
 """
 
+from ir.strategies.coverage import Coverage, CoverageLog, coverage_of
 from ir.strategies.export import (
     ALL_FEATURES,
     MODULE_FEATURES,
@@ -27,6 +28,7 @@ from ir.strategies.export import (
     realize,
 )
 from ir.strategies.like import FORMS, LikeExample, programs_like
+from ir.strategies.opset_steps import OPSET_FEATURES
 from ir.strategies.programs import (
     CROSSING_FEATURES,
     DETERMINISTIC_FEATURES,
@@ -47,14 +49,18 @@ __all__ = [
     "FEATURES",
     "FORMS",
     "MODULE_FEATURES",
+    "OPSET_FEATURES",
     "OPT_IN_FEATURES",
     "PROGRAM_FEATURES",
     "ROOT_TYPE",
     "WIDTH",
+    "Coverage",
+    "CoverageLog",
     "LikeExample",
     "ModuleSpec",
     "ProgramSpec",
     "check_features",
+    "coverage_of",
     "crossing_programs",
     "example_inputs",
     "export_spec",

@@ -437,6 +437,7 @@ class _Builder:
         self.pool: dict[tuple, list[Ref]] = {}
         self.late_state: list[tuple[str, str, str]] = []  # (kind, fqn, input name)
         self.late_inputs: list[str] = []
+        self.late_count = 0  # state the opset steps made (numbers their fqns)
         self.opset_results: list[Ref] = []
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
@@ -1160,7 +1161,8 @@ class _Builder:
 
         def tensor_arg(spec: Any, real: torch.Tensor, pos: int, k: int) -> Ref:
             def state(kind: str, prefix: str) -> Ref:
-                fqn_name = f"{prefix}{len(self.late_state)}"
+                fqn_name = f"{prefix}{self.late_count}"
+                self.late_count += 1
                 fqn = f"{path}.{fqn_name}" if path else fqn_name
                 name = self._name(_STATE_INPUTS[kind][0] + fqn.replace(".", "_"))
                 value = real.detach().clone(memory_format=torch.contiguous_format)
