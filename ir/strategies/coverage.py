@@ -13,14 +13,16 @@ Features are observed in the program itself, not read from the generator, so the
 works on ``programs_like(ep)`` and on mapped strategies. A feature is shown where:
 
 - ``opset``: an operator of the table outside the fixed vocabulary of ``programs()`` is called;
-- ``strided_inputs`` / ``channels_last``: such an operator reads a value whose strides are not
-  contiguous (channels-last strides of a 4-d value for the second);
-- ``integer_values`` / ``bool_values``: an operator reads an integer / bool tensor that is a user
-  input or computed (an index constant does not count);
+- ``strided_inputs`` / ``channels_last``: an operator reads a strided view of an input (a
+  ``permute`` or ``as_strided`` of a placeholder) that is not contiguous (channels-last strides
+  of a 4-d value for the second);
+- ``integer_values`` / ``bool_values``: an operator reads an integer / bool tensor that is not
+  an index constant of exact values (``opset_c*``);
 - ``low_precision``: an operator other than a cast reads a ``float16`` / ``bfloat16`` tensor;
 - ``train_norms``: a norm of the table writes its running statistics (``ir.opset.written_at``);
-- ``inplace_variants``: another operator of the table writes an argument, outside the fixed
-  vocabulary's in-place ops (``add_``, ``sub_``, ``mul_``, ``relu_``, ``copy_``);
+- ``inplace_variants``: another operator of the table writes an argument: one outside the fixed
+  vocabulary's in-place ops (``add_``, ``sub_``, ``mul_``, ``relu_``, ``copy_``), or any of
+  them writing a buffer the opset steps made (``opset_b*``);
 - ``random_ops``: a random operator of the table is called;
 - ``core_level``: an operator only core aten has (not the training IR) is called;
 - ``symbolic_sizes``: a value has a symbolic size.
@@ -35,6 +37,7 @@ import attrs
 import torch
 from hypothesis import strategies as st
 
+from ir.args import Ref
 from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.opset import entry, table, written_at
 from ir.program import Program
@@ -118,7 +121,9 @@ def _observe(graph: Any, ops: set[str], features: set[str]) -> None:
             features.add("random_ops")
         if row.levels and "training" not in row.levels:
             features.add("core_level")
-        if row.writes and new and written_at(row, tuple(node.args)):
+        written = written_at(row, tuple(node.args)) if row.writes else ()
+        if written and (new or any(_opset_buffer(node.args[i]) for i in written
+                                   if i < len(node.args))):
             features.add("train_norms" if "norm" in name else "inplace_variants")
         for r in node.inputs():
             read = graph.node(r.name).meta.get("val") if r.name in kind else None
@@ -126,23 +131,37 @@ def _observe(graph: Any, ops: set[str], features: set[str]) -> None:
                 continue
             if read.dtype in _LOW and name != "aten._to_copy.default":
                 features.add("low_precision")
-            if kind.get(r.name) in ("computed", PLACEHOLDER) and _is_input_or_computed(
-                    graph, r.name):
+            if not _index_constant(graph, r.name):
                 if read.dtype == torch.bool:
                     features.add("bool_values")
                 elif not (read.dtype.is_floating_point or read.dtype.is_complex):
                     features.add("integer_values")
-            if new and read.dim() > 0 and not read.is_contiguous():
+            if _layout_view(graph, r.name) and not read.is_contiguous():
                 four = read.dim() == 4 and read.is_contiguous(memory_format=torch.channels_last)
                 features.add("channels_last" if four else "strided_inputs")
 
 
-def _is_input_or_computed(graph: Any, name: str) -> bool:
-    """A computed value, or a placeholder that is not state (a user input; in a body, any)."""
+def _layout_view(graph: Any, name: str) -> bool:
+    """``name`` is a ``permute`` / ``as_strided`` of a placeholder: a strided input as the
+    opset steps make one (the fixed vocabulary makes none)."""
     node = graph.node(name)
-    if node.op != PLACEHOLDER:
-        return True
-    return not name.startswith(("p_", "b_", "c_"))
+    if node.op != CALL_FUNCTION or str(node.target) not in _LAYOUT:
+        return False
+    return graph.node(node.args[0].name).op == PLACEHOLDER
+
+
+_LAYOUT = ("aten.permute.default", "aten.as_strided.default")
+
+
+def _opset_buffer(arg: Any) -> bool:
+    """``arg`` reads a buffer the opset steps made (``opset_b``)."""
+    return isinstance(arg, Ref) and "opset_b" in arg.name
+
+
+def _index_constant(graph: Any, name: str) -> bool:
+    """``name`` is a tensor constant of exact values the opset steps made (``opset_c``)."""
+    node = graph.node(name)
+    return node.op == PLACEHOLDER and "opset_c" in name
 
 
 class CoverageLog:

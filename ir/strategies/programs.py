@@ -1179,7 +1179,7 @@ class _Builder:
                 return state(stt.CONSTANT, "opset_c")
             floating = spec.dtype.is_floating_point
             if not floating and not self._fits_inputs(spec):
-                return state(stt.CONSTANT, "opset_c")
+                return state(stt.CONSTANT, "opset_i")  # integer values of the spec's range
             stride = self._layout(spec)
             key = (tuple(spec.shape), spec.dtype, stride)
             found = list(self.pool.get(key, ()))
