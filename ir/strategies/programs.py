@@ -359,7 +359,9 @@ def _programs(
         on |= {f for f, b in zip(_OPT_IN, flags) if f in allowed and b >= 128}
     if allowed & _OPSET_SET:
         flags = draw(_OPSET_FLAG_BYTES)
-        on |= {f for f, b in zip(OPSET_FEATURES, flags) if f in allowed and b >= 128}
+        # ``opset`` in three draws of four (its steps reach the table), the others in half
+        on |= {f for f, b in zip(OPSET_FEATURES, flags)
+               if f in allowed and b >= (64 if f == "opset" else 128)}
     on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
@@ -439,6 +441,7 @@ class _Builder:
         self.late_inputs: list[str] = []
         self.late_count = 0  # state the opset steps made (numbers their fqns)
         self.opset_results: list[Ref] = []
+        self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
         self.max_ops = max_ops
@@ -1147,7 +1150,13 @@ class _Builder:
         if not self.opset_rows or scope.preserved or self.sites[index] != 1:
             return self._op(aten.relu.default, (a,), shape=self._act())
         data = self.draw(_OPSET_STEP_BYTES)
-        row, op, samples = self.opset_rows[(data[0] << 8 | data[1]) % len(self.opset_rows)]
+        at = (data[0] << 8 | data[1]) % len(self.opset_rows)
+        for _ in range(len(self.opset_rows)):  # a row this program has not called yet
+            if at not in self.rows_used:
+                break
+            at = (at + 1) % len(self.opset_rows)
+        self.rows_used.add(at)
+        row, op, samples = self.opset_rows[at]
         sample = samples[data[2] % len(samples)]
         choice = data[3]
         plan = Plan()
@@ -1393,6 +1402,11 @@ class _Builder:
             self.inputs.append(sg.InputSpec(sg.USER_INPUT, name))
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
+        if self.opset_rows:  # and a run of opset steps at the end of the root's body
+            for _ in range(self.draw(_count(self.max_ops))):
+                if self._full():
+                    break
+                scope.vals.append(self._opset("", scope, [], scope.vals[-1], 0, 0))
         names = self._splice_late(names, positional)
         positional += len(self.late_inputs)
         data = self.draw(_OUTPUT_BYTES)
