@@ -3,13 +3,21 @@
 Two tiers:
 
 - fast (``ir.strategies.programs``): Programs generated directly as IR, shaped like
-  ``import_ep`` output and valid by construction; hundreds per second. Start here.
+  ``import_ep`` output and valid by construction; hundreds per second. Start here. Besides a
+  fixed vocabulary, its ``opset`` steps call the operators of the verified table
+  (``ir.opset.table()``) with the arguments of their checked samples (``ops=`` restricts them;
+  :data:`OPSET_FEATURES` widen them: strides, integer / bool / half values, train-mode norms,
+  in-place variants, core aten rows).
   ``crossing_programs`` draws the same programs with values and state crossing preserved call
   boundaries in most draws (what the preserved-call stages rewrite).
 - like (``ir.strategies.programs_like``): the user's own program (an ``ExportedProgram`` or a
   Program) and variants of it, with inputs, for ``check_laws(pass_fn, programs=...)``.
 - export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
+
+What a run reached: ``CoverageLog().track(strategy)`` collects a :class:`Coverage` (the table's
+operators called, the opset features shown) over every program drawn; ``coverage_of(program)``
+for one program (``docs/testing.md``, "The opset generators").
 """
 
 from ir.strategies.coverage import Coverage, CoverageLog, coverage_of
