@@ -72,8 +72,20 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     and the first user output is the latest value, so what the ops compute mostly reaches the
     outputs (a law that compares outputs sees it).
 
+    The verified operator table (``opset``, ``ir.strategies.opset_steps``): steps that call
+    any row of ``ir.opset.table()`` (or those ``ops=`` names) with the arguments of one of its
+    samples: written tensors are new buffers of the calling module, exact-valued tensors
+    (indices) new constants, floating ones earlier values of the same shape, dtype and strides
+    or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
+    each node's ``val`` the operator run on its arguments' vals; with the features of
+    :data:`ir.strategies.opset_steps.OPSET_FEATURES` (strided and channels-last arguments,
+    integer, bool, ``float16`` / ``bfloat16`` samples, train-mode norms, in-place variants, core
+    aten rows; random rows under ``random_ops``). A ``(batch, WIDTH)`` float32 result joins the
+    values the fixed vocabulary reads; up to three results nothing reads are returned.
+
 Not covered, and why
-    Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
+    Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints;
+    the opset steps draw no effectful row);
     higher-order ops but the set-grad one of ``grad_regions``; symbolic shapes and range constraints; custom objects;
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
@@ -88,7 +100,7 @@ every module that can be preserved preserved with something crossing its boundar
 preserved-call stages change most draws (the law tests of ``rematerialize`` and
 ``insert_ivals`` run on it).
 
-Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
+Every activation the fixed vocabulary reads is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
 ``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
 composes with any other.
 """
