@@ -9,6 +9,8 @@ the later node; one that needs nothing after it shows at the node itself.
 
 from __future__ import annotations
 
+import time
+
 import attrs
 import torch
 
@@ -51,12 +53,16 @@ def truncated(program: Program, name: str) -> Program:
     return program.replace(modules=modules, signature=signature, call_signatures=calls)
 
 
-def localize(program: Program, backend: Backend, setup: Setup, kind: str) -> str | None:
+def localize(program: Program, backend: Backend, setup: Setup, kind: str,
+             seconds: float | None = None) -> str | None:
     """The operator of the first node (of the first :data:`MOST_CUTS` tensor-valued compute
-    nodes) whose :func:`truncated` program gives a finding of ``kind`` with ``backend``;
-    ``None`` when none does. O(cuts * (lower + compile + run))."""
+    nodes, tried within ``seconds``) whose :func:`truncated` program gives a finding of
+    ``kind`` with ``backend``; ``None`` when none does. O(cuts * (lower + compile + run))."""
     tried = 0
+    deadline = None if seconds is None else time.monotonic() + seconds
     for node in program.root_module.graph.nodes:
+        if deadline is not None and time.monotonic() > deadline:
+            return None
         if node.op != CALL_FUNCTION or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
         tried += 1

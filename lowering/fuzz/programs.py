@@ -1,7 +1,9 @@
 """The programs the fuzzer draws by default.
 
 One strategy, named here so that switching the fuzzer's vocabulary is a one-line change:
-today ``ir.strategies.programs.programs`` (30-odd operators, every deterministic feature);
+``ir.strategies.programs.programs`` with every deterministic feature: its fixed vocabulary
+(30-odd operators) and its ``opset`` steps, which call the rows of the verified operator table
+(``ir.opset.table()``);
 random operators are left out, since a compiler may draw other numbers than eager
 (``lowering.fuzz.known.RANDOM_NUMBERS`` explains such a difference when a caller's strategy has
 them).
@@ -17,9 +19,11 @@ from ir.strategies.programs import DETERMINISTIC_FEATURES, programs
 
 def default_programs() -> st.SearchStrategy[Program]:
     """The default strategy of :func:`lowering.fuzz.differential`: flat Programs of
-    ``ir.strategies.programs.programs`` over every deterministic feature, up to 8 steps per
-    module body. Shrinks as that strategy does (fewer features, modules and ops). O(1)."""
-    return programs(features=DETERMINISTIC_FEATURES, max_ops=8)
+    ``ir.strategies.programs.programs`` over every deterministic feature (the verified
+    operator table's steps, ``opset``, among them), at most 2 modules below the root, 6 steps
+    per body and about 40 nodes: small programs, since a CPU inductor compile costs seconds per
+    kernel. Shrinks as that strategy does (fewer features, modules and ops). O(1)."""
+    return programs(features=DETERMINISTIC_FEATURES, max_modules=2, max_ops=6, max_nodes=40)
 
 
 __all__ = ["default_programs"]

@@ -335,7 +335,7 @@ class _Search:
         except (Exception, _Lost):  # noqa: BLE001, S110 - _Again, or hypothesis's Flaky
             pass  # the best candidate so far is kept either way
         small = best[-1] if best else finding
-        cause = localize(small.program, small.compiler, self.setup, small.kind)
+        cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
         if cause is not None:
             small = attrs.evolve(small, cause=cause)
         last: list[Finding] = []
@@ -348,7 +348,7 @@ class _Search:
 
         reduce(small.program, still, seconds=seconds)
         small = attrs.evolve(last[-1], cause=small.cause) if last else small
-        cause = localize(small.program, small.compiler, self.setup, small.kind)
+        cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
         return attrs.evolve(small, cause=cause) if cause is not None else small
 
     def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
