@@ -198,3 +198,27 @@ def test_known_predicate_does_not_explain_a_real_bug_in_a_half_program():
     assert PRECISION_CASTS(attrs.evolve(finding, kind="crash")) is False
     agreeing = Finding("eager", "mismatch", "", p, (), compiler=resolve({"e": planted.eager})[0])
     assert PRECISION_CASTS(agreeing) is True  # no difference left under the setting
+
+
+@pytest.mark.slow
+def test_inductor_drops_add_alpha_after_matmul():
+    """torch 2.13 CPU inductor: torch.add(x @ w, b, alpha=2.0) gives x @ w + b (the add fused
+    into the matmul loses its alpha). The judge sees it and localizes it at the add."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 4))
+            self.b = torch.nn.Parameter(torch.randn(4))
+
+        def forward(self, x):
+            return torch.add(x @ self.w, self.b, alpha=2.0)
+
+    p = import_ep(torch.export.export(M(), (torch.randn(3, 4),)))
+    backend = resolve({"inductor": "inductor"})
+    trial = try_program(p, backend, Setup())
+    verdict = trial.verdicts["inductor"]
+    if verdict is None:
+        pytest.skip("this torch's inductor keeps add's alpha after a matmul (fixed upstream)")
+    assert verdict.kind == "mismatch" and verdict.error > 0.1
+    assert verdict.cause == "aten.add.Tensor"
