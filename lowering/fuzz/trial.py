@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import attrs
 import torch
+from pyrsistent import pmap
 
 from ir.program import Program
 from lowering.fuzz.backends import Backend
@@ -40,7 +41,14 @@ class Trial:
 
 
 def placed(program: Program, setup: Setup) -> Program:
-    """``program`` moved to ``setup.device`` (itself on the CPU). O(program)."""
+    """``program`` as the fuzzer runs it: its preserved module call signatures dropped (the
+    root's kept: they say how to unflatten, not what to compute, and a cut or reduced program
+    would leave them naming values it no longer has) and moved to ``setup.device``.
+    O(program)."""
+    calls = program.call_signatures
+    if any(path != "" for path in calls):
+        program = program.replace(call_signatures=pmap({k: v for k, v in calls.items()
+                                                         if k == ""}))
     if torch.device(setup.device).type == "cpu":
         return program
     return move_to_device(program, setup.device)
