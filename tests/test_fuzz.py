@@ -222,3 +222,18 @@ def test_inductor_drops_add_alpha_after_matmul():
         pytest.skip("this torch's inductor keeps add's alpha after a matmul (fixed upstream)")
     assert verdict.kind == "mismatch" and verdict.error > 0.1
     assert verdict.cause == "aten.add.Tensor"
+
+
+@pytest.mark.slow
+def test_purefx_fuzz_command_writes_its_report(tmp_path, capsys):
+    from lowering.cli import main
+
+    out = tmp_path / "out"
+    status = main(["fuzz", "--backend", "decompositions", "--seconds", "0",
+                   "--max-examples", "3", "--out", str(out)])
+    assert status in (0, 1)
+    report = (out / "report.txt").read_text()
+    assert "3 programs in" in report and "operators reached" in report
+    assert capsys.readouterr().out == report
+    assert len([d for d in os.listdir(out) if (out / d).is_dir()]) == (status == 1) * len(
+        [line for line in report.splitlines() if line.startswith("  ")])
