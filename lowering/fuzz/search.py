@@ -230,6 +230,8 @@ class _Search:
             self.operators[name] += 1
         for name in program_features(program):
             self.features[name] += 1
+        if self.setup.dtype is not None:
+            self.features[f"run:{str(self.setup.dtype).removeprefix('torch.')}"] += 1
         if trial.eager.error is not None and not any(trial.verdicts.values()):
             self.refused += 1
         for backend in self.backends:

@@ -7,12 +7,14 @@ under ``torch.no_grad()`` with the random state seeded alike (``lowering.fuzz.ju
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import attrs
 import torch
 from pyrsistent import pmap
 
+from ir.graph import Graph
 from ir.program import Program
 from lowering.fuzz.backends import Backend
 from lowering.fuzz.judge import (
@@ -49,9 +51,35 @@ def placed(program: Program, setup: Setup) -> Program:
     if any(path != "" for path in calls):
         program = program.replace(call_signatures=pmap({k: v for k, v in calls.items()
                                                          if k == ""}))
+    if setup.dtype is not None:
+        program = with_input_dtype(program, setup.dtype)
     if torch.device(setup.device).type == "cpu":
         return program
     return move_to_device(program, setup.device)
+
+
+def with_input_dtype(program: Program, dtype: torch.dtype) -> Program:
+    """``program`` whose floating user inputs are declared ``dtype`` (their placeholders'
+    ``val``), so that the lowered module's input check takes inputs cast to it (the state is
+    cast after lowering). O(placeholders)."""
+    graph = program.root_module.graph
+    users = {s.name for s in program.signature.user_inputs()}
+    nodes, changed = [], False
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if node.name in users and isinstance(val, torch.Tensor) and val.is_floating_point() \
+                and val.dtype != dtype:
+            mode = getattr(val, "fake_mode", None)
+            with mode if mode is not None else contextlib.nullcontext():
+                node = node.with_meta(val=val.to(dtype))
+            changed = True
+        nodes.append(node)
+    if not changed:
+        return program
+    root = program.root_module
+    modules = program.modules.set(program.root,
+                                  root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:]))
+    return program.replace(modules=modules)
 
 
 def try_program(program: Program, backends: Sequence[Backend], setup: Setup) -> Trial:
@@ -109,4 +137,4 @@ def _widened(x):
     return x
 
 
-__all__ = ["Trial", "backend_side", "placed", "try_program"]
+__all__ = ["Trial", "backend_side", "placed", "try_program", "with_input_dtype"]
