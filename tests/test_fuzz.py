@@ -237,3 +237,17 @@ def test_purefx_fuzz_command_writes_its_report(tmp_path, capsys):
     assert capsys.readouterr().out == report
     assert len([d for d in os.listdir(out) if (out / d).is_dir()]) == (status == 1) * len(
         [line for line in report.splitlines() if line.startswith("  ")])
+
+
+def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():
+    asked = []
+
+    def everything_is_known(finding):
+        asked.append(finding.key)
+        return True
+
+    report = differential({"planted": planted.drop_alpha_when_broadcast}, seconds=4,
+                          known=(everything_is_known,))
+    assert report.search_seconds >= 4 and report.examples > 10
+    assert report.findings == ()
+    assert asked and report.known.get("everything_is_known") == len(asked)
