@@ -31,9 +31,9 @@ def _drop_alpha(mode, func, args, kwargs):
 
 
 def _keepdim_mean(mode, func, args, kwargs):
-    # mean(x, dims, keepdim=True) over the last dim computes the sum instead
+    # mean(x, dims, keepdim=True) computes the sum instead
     keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    if func is aten.mean.dim and keep and list(args[1]) in ([1], [-1]):
+    if func is aten.mean.dim and keep:
         return aten.sum.dim_IntList(*args, **kwargs)
     return func(*args, **kwargs)
 

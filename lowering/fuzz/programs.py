@@ -20,10 +20,11 @@ from ir.strategies.programs import DETERMINISTIC_FEATURES, programs
 def default_programs() -> st.SearchStrategy[Program]:
     """The default strategy of :func:`lowering.fuzz.differential`: flat Programs of
     ``ir.strategies.programs.programs`` over every deterministic feature (the verified
-    operator table's steps, ``opset``, among them), at most 2 modules below the root, 6 steps
-    per body and about 40 nodes: small programs, since a CPU inductor compile costs seconds per
-    kernel. Shrinks as that strategy does (fewer features, modules and ops). O(1)."""
-    return programs(features=DETERMINISTIC_FEATURES, max_modules=2, max_ops=6, max_nodes=40)
+    operator table's steps, ``opset``, among them), at most 3 modules below the root, 8 steps
+    per body and about 60 nodes: big enough that the rarer steps (``mean(..., keepdim=True)``
+    of ``near_duplicates``) come about once in five programs, small enough for a CPU inductor
+    compile of seconds. Shrinks as that strategy does (fewer features, modules and ops). O(1)."""
+    return programs(features=DETERMINISTIC_FEATURES, max_modules=3, max_ops=8, max_nodes=60)
 
 
 __all__ = ["default_programs"]
