@@ -246,8 +246,16 @@ def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():
         asked.append(finding.key)
         return True
 
-    report = differential({"planted": planted.drop_alpha_when_broadcast}, seconds=4,
-                          known=(everything_is_known,))
-    assert report.search_seconds >= 4 and report.examples > 10
+    def always_off(module):
+        def run(*args, **kwargs):
+            out = module(*args, **kwargs)
+            return torch.utils._pytree.tree_map(
+                lambda t: t * 1.01 + 0.01 if isinstance(t, torch.Tensor)
+                and t.is_floating_point() else t, out)
+
+        return run
+
+    report = differential({"off": always_off}, seconds=4, known=(everything_is_known,))
+    assert report.search_seconds >= 4 and report.examples > 3
     assert report.findings == ()
     assert asked and report.known.get("everything_is_known") == len(asked)
