@@ -23,7 +23,7 @@ from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
 from ir.node import CALL_FUNCTION, GET_ATTR, frozen_meta, new_node
-from ir.program import Program
+from ir.program import NO_CONSTRAINTS, Program
 from ir.signature import (
     BUFFER,
     BUFFER_MUTATION,
@@ -135,7 +135,9 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
         signature=signature,
         call_signatures=pmap(_import_call_signatures(ep)),
         call_order=call_order,
-        range_constraints=Opaque(ep.range_constraints),
+        # no constraints (a static export): the one shared empty value, so two imports of
+        # equal exports are equal Programs (``Opaque`` compares by identity)
+        range_constraints=Opaque(ep.range_constraints) if ep.range_constraints else NO_CONSTRAINTS,
     ))
 
 

@@ -64,8 +64,14 @@ exit status: 0 check passed (or no example inputs), 1 check failed, 2 bad input 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 on PASS, 1 on FAIL, 2 on bad input)."""
-    args = _parser().parse_args(argv)
+    """Entry point; returns the exit status (0 on PASS, 1 on FAIL, 2 on bad input).
+    ``purefx fuzz ...`` runs the differential fuzzer instead (``lowering.fuzz.cli``)."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["fuzz"]:
+        from lowering.fuzz.cli import main as fuzz_main
+
+        return fuzz_main(given[1:])
+    args = _parser().parse_args(given)
     try:
         passes = _passes(args.passes)
         rules = load_rules(args.rules)

@@ -3,15 +3,24 @@
 Two tiers:
 
 - fast (``ir.strategies.programs``): Programs generated directly as IR, shaped like
-  ``import_ep`` output and valid by construction; hundreds per second. Start here.
+  ``import_ep`` output and valid by construction; hundreds per second. Start here. Besides a
+  fixed vocabulary, its ``opset`` steps call the operators of the verified table
+  (``ir.opset.table()``) with the arguments of their checked samples (``ops=`` restricts them;
+  :data:`OPSET_FEATURES` widen them: strides, integer / bool / half values, train-mode norms,
+  in-place variants, core aten rows).
   ``crossing_programs`` draws the same programs with values and state crossing preserved call
   boundaries in most draws (what the preserved-call stages rewrite).
 - like (``ir.strategies.programs_like``): the user's own program (an ``ExportedProgram`` or a
   Program) and variants of it, with inputs, for ``check_laws(pass_fn, programs=...)``.
 - export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
+
+What a run reached: ``CoverageLog().track(strategy)`` collects a :class:`Coverage` (the table's
+operators called, the opset features shown) over every program drawn; ``coverage_of(program)``
+for one program (``docs/testing.md``, "The opset generators").
 """
 
+from ir.strategies.coverage import Coverage, CoverageLog, coverage_of
 from ir.strategies.export import (
     ALL_FEATURES,
     MODULE_FEATURES,
@@ -27,6 +36,7 @@ from ir.strategies.export import (
     realize,
 )
 from ir.strategies.like import FORMS, LikeExample, programs_like
+from ir.strategies.opset_steps import OPSET_FEATURES
 from ir.strategies.programs import (
     CROSSING_FEATURES,
     DETERMINISTIC_FEATURES,
@@ -47,14 +57,18 @@ __all__ = [
     "FEATURES",
     "FORMS",
     "MODULE_FEATURES",
+    "OPSET_FEATURES",
     "OPT_IN_FEATURES",
     "PROGRAM_FEATURES",
     "ROOT_TYPE",
     "WIDTH",
+    "Coverage",
+    "CoverageLog",
     "LikeExample",
     "ModuleSpec",
     "ProgramSpec",
     "check_features",
+    "coverage_of",
     "crossing_programs",
     "example_inputs",
     "export_spec",

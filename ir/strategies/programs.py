@@ -72,8 +72,20 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     and the first user output is the latest value, so what the ops compute mostly reaches the
     outputs (a law that compares outputs sees it).
 
+    The verified operator table (``opset``, ``ir.strategies.opset_steps``): steps that call
+    any row of ``ir.opset.table()`` (or those ``ops=`` names) with the arguments of one of its
+    samples: written tensors are new buffers of the calling module, exact-valued tensors
+    (indices) new constants, floating ones earlier values of the same shape, dtype and strides
+    or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
+    each node's ``val`` the operator run on its arguments' vals; with the features of
+    :data:`ir.strategies.opset_steps.OPSET_FEATURES` (strided and channels-last arguments,
+    integer, bool, ``float16`` / ``bfloat16`` samples, train-mode norms, in-place variants, core
+    aten rows; random rows under ``random_ops``). A ``(batch, WIDTH)`` float32 result joins the
+    values the fixed vocabulary reads; up to three results nothing reads are returned.
+
 Not covered, and why
-    Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints);
+    Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints;
+    the opset steps draw no effectful row);
     higher-order ops but the set-grad one of ``grad_regions``; symbolic shapes and range constraints; custom objects;
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
@@ -88,7 +100,7 @@ every module that can be preserved preserved with something crossing its boundar
 preserved-call stages change most draws (the law tests of ``rematerialize`` and
 ``insert_ivals`` run on it).
 
-Every activation is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
+Every activation the fixed vocabulary reads is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
 ``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
 composes with any other.
 """
@@ -108,7 +120,7 @@ from pyrsistent import pmap
 
 from ir import signature as sg
 from ir import state as stt
-from ir.args import EMPTY_DICT, IDict, IList, Ref, ref, thaw
+from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref, thaw
 from ir.effects import aliased_args
 from ir.errors import InputError
 from ir.graph import Graph
@@ -117,9 +129,22 @@ from ir.module import PLAIN, SUBGRAPH, Module
 from ir.module_stack import common_stack
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.ops import is_mutating
+from ir.opset import TensorSpec, sample_args, written_at
 from ir.program import Program
 from ir.state import Opaque, Slot
-from ir.torch_seam import new_fake_mode, op_schema, pytree
+from ir.strategies.opset_steps import (
+    OPSET_FEATURES,
+    Plan,
+    contiguous_strides,
+    fake_call,
+    is_channels_last,
+    literal,
+    opset_rows,
+    permutation_for,
+    resolve_ops,
+    result_tensors,
+)
+from ir.torch_seam import new_fake_mode, op_schema, pytree, storage_identity
 
 __all__ = [
     "CROSSING_FEATURES",
@@ -173,6 +198,8 @@ FEATURES = (
     "crossing_state",
     "stale_signatures",
     "grad_regions",
+    # the opset steps (``ir.strategies.opset_steps``), drawn from their own bytes too
+    *OPSET_FEATURES,
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -245,6 +272,7 @@ def programs(
     max_modules: int = 4,
     max_ops: int = 6,
     max_nodes: int = 60,
+    ops: Collection[Any] | None = None,
 ) -> st.SearchStrategy[Program]:
     """Flat Programs shaped like ``import_ep`` output, valid by construction.
 
@@ -258,6 +286,9 @@ def programs(
         max_modules: most module objects below the root (each may sit under several paths).
         max_ops: most steps (ops or child calls) in one module body.
         max_nodes: the graph stops growing past about this many nodes (calls left are skipped).
+        ops: the operators the ``opset`` steps may call (``OpOverload`` s, packets or row names
+            of ``ir.opset.table()``; default: every row). ``InvalidArgument`` for one without a
+            row. The fixed vocabulary's steps are drawn as well.
 
     Generates a ``Program`` that ``ir.verify``-s and that ``lowering.lower`` turns into a module
     whose ``forward(*args, **kwargs)`` accepts :func:`program_inputs`. Shrinks towards fewer
@@ -266,7 +297,7 @@ def programs(
     program, because operands are back-offsets and choices are taken modulo what is available,
     and a zeroed step is no step at all.
     """
-    return _checked(features, always, max_modules, max_ops, max_nodes, crossing=False)
+    return _checked(features, always, max_modules, max_ops, max_nodes, crossing=False, ops=ops)
 
 
 def crossing_programs(
@@ -304,7 +335,7 @@ def crossing_programs(
 
 def _checked(
     features: Collection[str] | None, always: Collection[str], max_modules: int, max_ops: int,
-    max_nodes: int, *, crossing: bool,
+    max_nodes: int, *, crossing: bool, ops: Collection[Any] | None = None,
 ) -> st.SearchStrategy[Program]:
     """``_programs`` for :func:`programs` and :func:`crossing_programs`, their arguments
     checked (a crossing program has a module below the root); with no ``features``, every
@@ -316,7 +347,7 @@ def _checked(
     _check_int("max_modules", max_modules, 1 if crossing else 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing)
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing, resolve_ops(ops))
 
 
 @st.composite
@@ -328,6 +359,7 @@ def _programs(
     max_nodes: int,
     always: frozenset[str],
     dense: bool,
+    ops: frozenset[str] | None = None,
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
@@ -337,16 +369,24 @@ def _programs(
     if allowed & OPT_IN_FEATURES:
         flags = draw(_OPT_IN_BYTES)
         on |= {f for f, b in zip(_OPT_IN, flags) if f in allowed and b >= 128}
+    if allowed & _OPSET_SET:
+        flags = draw(_OPSET_FLAG_BYTES)
+        # ``opset`` in three draws of four (its steps reach the table), the others in half
+        on |= {f for f, b in zip(OPSET_FEATURES, flags)
+               if f in allowed and b >= (64 if f == "opset" else 128)}
     on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
     records = draw(st.binary(min_size=size, max_size=size))
-    return _Builder(draw, on, header, records, max_ops, max_nodes, dense).build()
+    return _Builder(draw, on, header, records, max_ops, max_nodes, dense, ops).build()
 
 
+_OPSET_SET = frozenset(OPSET_FEATURES)
 _OPT_IN = tuple(f for f in FEATURES if f in OPT_IN_FEATURES)
-_BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES)
+_BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES and f not in _OPSET_SET)
+_OPSET_FLAG_BYTES = st.binary(min_size=len(OPSET_FEATURES), max_size=len(OPSET_FEATURES))
+_OPSET_STEP_BYTES = st.binary(min_size=4, max_size=4)
 _FEATURE_BYTES = st.binary(min_size=len(_BASE_FEATURES), max_size=len(_BASE_FEATURES))
 _OPT_IN_BYTES = st.binary(min_size=len(_OPT_IN), max_size=len(_OPT_IN))
 _HEADER_BYTES = st.binary(min_size=6, max_size=6)
@@ -402,8 +442,18 @@ class _Builder:
         max_ops: int,
         max_nodes: int,
         dense: bool = False,
+        ops: frozenset[str] | None = None,
     ) -> None:
         self.draw = draw
+        # the opset steps: rows this program may draw, values by (shape, dtype, strides),
+        # placeholders made during the body (spliced in at the end), results for the outputs
+        self.opset_rows = opset_rows(on, ops) if "opset" in on else ()
+        self.pool: dict[tuple, list[Ref]] = {}
+        self.late_state: list[tuple[str, str, str]] = []  # (kind, fqn, input name)
+        self.late_inputs: list[str] = []
+        self.late_count = 0  # state the opset steps made (numbers their fqns)
+        self.opset_results: list[Ref] = []
+        self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
         self.max_ops = max_ops
@@ -548,6 +598,7 @@ class _Builder:
     def _make_state(self) -> None:
         """State fqns (parameters, buffers, constants; each in path order), tensors, inputs."""
         self.paths = self._paths()
+        self.index_of = dict(self.paths)
         self._count_sites()
         identity = self._identities()
         self.fqns: dict[tuple[str, str], str] = {}
@@ -848,6 +899,8 @@ class _Builder:
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
+        if "opset" in self.on and kind >= 128:  # half the steps call the opset
+            choice = "opset"
         a = _back(scope.vals, x)
         act = self._act()
         if choice == "unary" and large and path not in self.large_read:
@@ -1096,6 +1149,222 @@ class _Builder:
             return reader
         return new
 
+    # --- the opset steps (``ir.strategies.opset_steps``) ------------------------------------
+
+    def _opset(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``opset``: one operator of the verified table called with the arguments of one of
+        its samples (``ir.strategies.opset_steps``). Not in a preserved call (its new inputs
+        would cross the boundary unsigned) nor in a module registered at two paths (its new
+        state would be one path's only). Returns the result when it is a ``(batch, WIDTH)``
+        float32 value of its own memory (later steps of the fixed vocabulary read it), else
+        ``a``."""
+        index = self.index_of[path]
+        if not self.opset_rows or scope.preserved or self.sites[index] != 1:
+            return self._op(aten.relu.default, (a,), shape=self._act())
+        data = self.draw(_OPSET_STEP_BYTES)
+        at = (data[0] << 8 | data[1]) % len(self.opset_rows)
+        for _ in range(len(self.opset_rows)):  # a row this program has not called yet
+            if at not in self.rows_used:
+                break
+            at = (at + 1) % len(self.opset_rows)
+        self.rows_used.add(at)
+        row, op, samples = self.opset_rows[at]
+        sample = samples[data[2] % len(samples)]
+        choice = data[3]
+        plan = Plan()
+        planned: dict[str, Any] = {}
+        written = set(written_at(row, sample.args))
+        reals, real_kwargs = sample_args(sample, seed=data[0] | data[1] << 8)
+        legacy = [v for v in scope.vals if v not in self.crossing_only]
+
+        def lookup(r: Ref) -> Any:
+            return planned[r.name] if r.name in planned else self.val_of[r.name]
+
+        def tensor_arg(spec: Any, real: torch.Tensor, pos: int, k: int) -> Ref:
+            def state(kind: str, prefix: str) -> Ref:
+                fqn_name = f"{prefix}{self.late_count}"
+                self.late_count += 1
+                fqn = f"{path}.{fqn_name}" if path else fqn_name
+                name = self._name(_STATE_INPUTS[kind][0] + fqn.replace(".", "_"))
+                value = real.detach().clone(memory_format=torch.contiguous_format)
+                if kind == stt.PARAMETER:
+                    value = torch.nn.Parameter(value, requires_grad=False)
+                val = self._fake(tuple(spec.shape), spec.dtype)
+                plan.placeholders.append((kind, name, val, (fqn, value)))
+                planned[name] = val
+                return ref(name)
+
+            if pos in written:
+                return state(stt.BUFFER, "opset_b")
+            if spec.values is not None:
+                return state(stt.CONSTANT, "opset_c")
+            floating = spec.dtype.is_floating_point
+            if not floating and not self._fits_inputs(spec):
+                return state(stt.CONSTANT, "opset_i")  # integer values of the spec's range
+            stride = self._layout(spec)
+            key = (tuple(spec.shape), spec.dtype, stride)
+            found = list(self.pool.get(key, ()))
+            if key == ((self.batch, WIDTH), torch.float32, (WIDTH, 1)):
+                found += legacy
+            bits = choice >> (k % 4) * 2
+            if found and not bits & 1:
+                return found[-1 - (bits >> 1) % len(found)]
+            if floating and bits & 3 == 3 and stride is None:
+                return state(stt.PARAMETER, "opset_w")
+            return self._new_input(spec, stride, plan, planned)
+
+        args = []
+        k = 0
+        for pos, a_ in enumerate(sample.args):
+            if isinstance(a_, TensorSpec):
+                args.append(tensor_arg(a_, reals[pos], pos, k))
+                k += 1
+            elif isinstance(a_, (tuple, list)) and a_ and all(isinstance(x, TensorSpec)
+                                                              for x in a_):
+                items = []
+                for j, spec in enumerate(a_):
+                    items.append(tensor_arg(spec, reals[pos][j], pos, k))
+                    k += 1
+                args.append(IList(tuple(items)))
+            else:
+                args.append(literal(a_))
+        kw = []
+        for key_, v in sample.kwargs:
+            if isinstance(v, TensorSpec):
+                kw.append((key_, tensor_arg(v, real_kwargs[key_], -1, k)))
+                k += 1
+            else:
+                kw.append((key_, literal(v)))
+        kwargs = IDict(tuple(kw))
+        try:
+            val = fake_call(self.mode, op, tuple(args), kwargs, lookup)
+        except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel): no step
+            return a
+        results = result_tensors(val)
+        if not results:
+            return a
+        self._commit(plan)
+        base = op_schema(op).name.split("::")[-1]
+        node = self._node(base, op, tuple(args), kwargs, val)
+        if written:  # state written: kept out of ``grad_regions`` bodies
+            self.state_values.add(node.name)
+        arg_storages = {storage_identity(v) for v in (lookup(r) for r in iter_refs((tuple(args), kwargs)))
+                        if isinstance(v, torch.Tensor)}
+        out = a
+        for ix, t in results:
+            r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
+                                                    EMPTY_DICT, t)
+            if storage_identity(t) in arg_storages:
+                continue  # a view or the written argument: read as it is, never an output
+            key = (tuple(t.shape), t.dtype, self._stride_key(t))
+            self.pool.setdefault(key, []).append(r)
+            self.opset_results.append(r)
+            if key == ((self.batch, WIDTH), torch.float32, (WIDTH, 1)):
+                out = r
+        return out
+
+    def _fits_inputs(self, spec: Any) -> bool:
+        """An integer / bool spec whose range :func:`program_inputs`'s values fit."""
+        if spec.dtype == torch.bool:
+            return True
+        return spec.low <= 0 and spec.high >= 10
+
+    def _layout(self, spec: Any) -> tuple[int, ...] | None:
+        """The strides an argument of ``spec`` gets (None: contiguous)."""
+        if spec.stride is None or tuple(spec.stride) == contiguous_strides(spec.shape):
+            return None
+        if is_channels_last(tuple(spec.shape), tuple(spec.stride)):
+            return tuple(spec.stride) if "channels_last" in self.on else None
+        return tuple(spec.stride) if "strided_inputs" in self.on else None
+
+    def _stride_key(self, t: torch.Tensor) -> tuple[int, ...] | None:
+        stride = tuple(int(s) for s in t.stride())
+        return None if stride == contiguous_strides(tuple(int(n) for n in t.shape)) else stride
+
+    def _new_input(self, spec: Any, stride: tuple[int, ...] | None, plan: Plan,
+                   planned: dict) -> Ref:
+        """A new user input of ``spec`` (positional, after the others), of ``stride`` through
+        a ``permute`` of a contiguous input or an ``as_strided`` view of a flat one."""
+        shape = tuple(spec.shape)
+        name = self._name("x")
+        if stride is None:
+            val = self._fake(shape, spec.dtype)
+            plan.placeholders.append((sg.USER_INPUT, name, val, None))
+            planned[name] = val
+            return ref(name)
+        perm = permutation_for(shape, stride)
+        if perm is not None:
+            val = self._fake(tuple(shape[d] for d in perm), spec.dtype)
+            inverse = tuple(perm.index(d) for d in range(len(shape)))
+            target, args = aten.permute.default, (ref(name), IList(inverse))
+        else:
+            size = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+            val = self._fake((size,), spec.dtype)
+            target, args = aten.as_strided.default, (ref(name), IList(shape), IList(stride))
+        plan.placeholders.append((sg.USER_INPUT, name, val, None))
+        planned[name] = val
+        view = self._name(op_schema(target).name.split("::")[-1])
+        with self.mode:
+            view_val = target(val, *(list(x.items) if isinstance(x, IList) else x
+                                     for x in args[1:]))
+        plan.layout.append((view, target, args, view_val))
+        planned[view] = view_val
+        return ref(view)
+
+    def _commit(self, plan: Plan) -> None:
+        """Add a step's placeholders (state, inputs) and layout nodes to the program."""
+        for kind, name, val, extra in plan.placeholders:
+            self.val_of[name] = val
+            self.nodes.append(Node(PLACEHOLDER, name, name, meta=MappingProxyType({"val": val})))
+            if kind == sg.USER_INPUT:
+                self.late_inputs.append(name)
+                continue
+            fqn, tensor = extra
+            persistent = True
+            self.tensors[fqn] = Opaque(tensor)
+            grad = kind == stt.PARAMETER and tensor.requires_grad
+            self.state[fqn] = Slot(kind, fqn, persistent, grad)
+            self.tensor_of[fqn] = ("opset", fqn)
+            self.input_of[fqn] = name
+            self.late_state.append((kind, fqn, name))
+            self.state_values.add(name)
+        for name, target, args, val in plan.layout:
+            self._node(name, target, args, EMPTY_DICT, val, named=True)
+
+    def _node(self, base: str, target: Any, args: tuple, kwargs: IDict, val: Any,
+              named: bool = False) -> Ref:
+        name = base if named else self._name(base)
+        self.val_of[name] = val
+        meta = {"nn_module_stack": dict(self.frames), "val": val}
+        self.made_in[name] = len(self.frames), self.frames[-1][0]
+        self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
+        return ref(name)
+
+    def _splice_late(self, names: list[str], positional: int) -> list[str]:
+        """Move the placeholders the opset steps made to where ``import_ep`` puts them: state
+        after the state of its kind, user inputs after the positional ones. Returns the user
+        input names in order."""
+        if not self.late_state and not self.late_inputs:
+            return names
+        order = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
+        kind_of = {stt.PARAMETER: sg.PARAMETER, stt.BUFFER: sg.BUFFER,
+                   stt.CONSTANT: sg.CONSTANT_TENSOR}
+        specs = [s for s in self.inputs if s.kind != sg.USER_INPUT]
+        for kind, fqn, name in self.late_state:
+            k = kind_of[kind]
+            spec = sg.InputSpec(k, name, fqn, True if k == sg.BUFFER else None)
+            at = max((i + 1 for i, s in enumerate(specs) if order.index(s.kind) <= order.index(k)),
+                     default=0)
+            specs.insert(at, spec)
+        users = names[:positional] + self.late_inputs + names[positional:]
+        specs += [sg.InputSpec(sg.USER_INPUT, n) for n in users]
+        self.inputs = specs
+        self.state_order = tuple(s.target for s in specs if s.kind != sg.USER_INPUT)
+        placeholders = {n.name: n for n in self.nodes if n.op == PLACEHOLDER}
+        rest = [n for n in self.nodes if n.op != PLACEHOLDER]
+        self.nodes = [placeholders[s.name] for s in specs] + rest
+        return users
+
     def _styles_on(self) -> tuple[str, ...]:
         return tuple(s for s in ("inplace_mutation", "functional_mutation") if s in self.on)
 
@@ -1145,6 +1414,13 @@ class _Builder:
             self.inputs.append(sg.InputSpec(sg.USER_INPUT, name))
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
+        if self.opset_rows:  # and a run of opset steps at the end of the root's body
+            for _ in range(self.draw(_count(self.max_ops))):
+                if self._full():
+                    break
+                scope.vals.append(self._opset("", scope, [], scope.vals[-1], 0, 0))
+        names = self._splice_late(names, positional)
+        positional += len(self.late_inputs)
         data = self.draw(_OUTPUT_BYTES)
         outputs = self._outputs(scope, data)
         shape = data[0] >> 2 & 3 if "pytree_outputs" in on else 0
@@ -1275,6 +1551,10 @@ class _Builder:
                 specs.append(sg.OutputSpec(sg.USER_INPUT_MUTATION, value.name, name))
         # the first is the latest value (what the body computed last is what it returns)
         user = [scope.vals[-1]] + [_back(scope.vals, o) for o in data[2:2 + data[0] % 3]]
+        if self.opset_results:  # the opset steps' latest results that nothing reads
+            read = {r.name for n in self.nodes for r in n.inputs()} | {v.name for v in user}
+            unread = [r for r in reversed(self.opset_results) if r.name not in read]
+            user += unread[:3]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
         return _Outputs(tuple(mutations), tuple(user), tuple(specs))
 
@@ -1289,6 +1569,7 @@ _STEP_FEATURES = (
     ("near_duplicates", "near"),
     ("identities", "identity"),
     ("inplace_ops", "inplace"),
+    ("opset", "opset"),
 )
 _NEW_STEPS = {
     "build": _Builder._build,
@@ -1300,6 +1581,7 @@ _NEW_STEPS = {
     "near": _Builder._near,
     "identity": _Builder._identity,
     "inplace": _Builder._inplace,
+    "opset": _Builder._opset,
 }
 
 

@@ -1,0 +1,226 @@
+"""Steps of :func:`ir.strategies.programs` that call operators of the verified table
+(:mod:`ir.opset`), each with the arguments of one of its checked samples, so the call is valid
+by construction.
+
+A step picks a row (an index taken modulo the rows this program may draw) and one of its
+samples (likewise), and makes each argument from the sample:
+
+- a tensor the operator writes (``ir.opset.written_at``: a train-mode norm's running
+  statistics, the first argument of an in-place variant) is a new buffer of the calling
+  module, filled from the sample's spec: state the program writes, as a model's is;
+- a tensor with exact values (an index, a structured input) is a new tensor constant with
+  those values, so every index is in range whatever inputs the program is run on;
+- another floating tensor is an earlier value of the same shape, dtype and strides when one is
+  in scope (so operators chain), else a new user input (now and then a parameter); an integer
+  or bool tensor is a new user input when :func:`ir.strategies.program_inputs`'s values
+  (``0..9``, ``False/True``) fit its spec, else a constant from the spec;
+- a strided spec (``stride=``) is honoured under ``strided_inputs`` (channels-last strides
+  under ``channels_last``) by a ``permute`` of a contiguous input, or an ``as_strided`` view
+  where no permutation has those strides; otherwise the argument is contiguous;
+- every other argument is the sample's literal (lists become ``IList``).
+
+The node's ``meta["val"]`` is the operator run on the arguments' fake values under the
+program's fake mode (results share memory with the arguments exactly where the operator's
+do). A step whose fake run fails (a data-dependent output shape, an operator without a fake
+kernel) adds nothing: nothing is committed before the run succeeds.
+
+Which rows a program draws: those of its level (``core_level``: the rows of core aten, the
+program after ``run_decompositions()``; else those of the training IR, ``torch.export``'s
+default), never an effectful one, a random one only under ``random_ops``; and of a row, the
+samples whose dtypes the program's features allow (``low_precision``: ``float16`` /
+``bfloat16``; ``integer_values``, ``bool_values``: integer and bool tensors that are not exact
+index values) and whose writes they allow (``train_norms``: a norm's running statistics;
+``inplace_variants``: any other write).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import torch
+from hypothesis.errors import InvalidArgument
+
+from ir.args import IDict, IList, Ref, thaw
+from ir.opset import OpEntry, Sample, TensorSpec, table, written_at
+
+__all__ = [
+    "OPSET_FEATURES",
+    "opset_rows",
+    "resolve_ops",
+    "sample_features",
+]
+
+OPSET_FEATURES = (
+    "opset",
+    "strided_inputs",
+    "channels_last",
+    "integer_values",
+    "bool_values",
+    "low_precision",
+    "train_norms",
+    "inplace_variants",
+    "core_level",
+)
+"""The features of the opset steps (part of :data:`ir.strategies.FEATURES`): ``opset`` turns
+the steps on; the others widen what they draw (module docstring). ``random_ops`` (a feature of
+the fixed vocabulary too) lets them draw random rows."""
+
+_LOW = (torch.float16, torch.bfloat16)
+_NORM_WORDS = ("norm",)
+
+
+def resolve_ops(ops: Collection[Any] | None) -> frozenset[str] | None:
+    """The row names ``ops`` names (``OpOverload`` s, ``OpOverloadPacket`` s: all their rows,
+    or names ``"aten.add.Tensor"``); None for every row. ``InvalidArgument`` naming ``ops``
+    for a name with no row, or a value that is not a collection."""
+    if ops is None:
+        return None
+    if isinstance(ops, str) or not isinstance(ops, Collection):
+        raise InvalidArgument(f"ops must be a collection of operators or names, got {ops!r}")
+    rows = table()
+    names: set[str] = set()
+    for op in ops:
+        name = str(op)
+        if name in rows:
+            names.add(name)
+            continue
+        prefix = name + "."
+        found = [n for n in rows if n.startswith(prefix)]
+        if not found:
+            raise InvalidArgument(
+                f"ops names {name!r}, which has no row in ir.opset.table() (an overload such as "
+                f"torch.ops.aten.add.Tensor, a packet such as torch.ops.aten.add, or a row name)")
+        names.update(found)
+    return frozenset(names)
+
+
+def sample_features(e: OpEntry, sample: Sample) -> frozenset[str]:
+    """The features a program needs to draw ``sample`` of row ``e`` (``opset`` always)."""
+    need = {"opset"}
+    for spec in _specs(sample.args) + _specs(tuple(v for _, v in sample.kwargs)):
+        if spec.dtype in _LOW:
+            need.add("low_precision")
+        elif spec.values is None and spec.dtype == torch.bool:
+            need.add("bool_values")
+        elif spec.values is None and not (spec.dtype.is_floating_point or spec.dtype.is_complex):
+            need.add("integer_values")
+    if e.random:
+        need.add("random_ops")
+    if written_at(e, sample.args):
+        need.add("train_norms" if _is_norm(e) else "inplace_variants")
+    return frozenset(need)
+
+
+def _is_norm(e: OpEntry) -> bool:
+    return any(w in e.name for w in _NORM_WORDS)
+
+
+def _specs(args: tuple) -> tuple[TensorSpec, ...]:
+    out: list[TensorSpec] = []
+    for a in args:
+        if isinstance(a, TensorSpec):
+            out.append(a)
+        elif isinstance(a, (tuple, list)):
+            out += [x for x in a if isinstance(x, TensorSpec)]
+    return tuple(out)
+
+
+@functools.cache
+def opset_rows(
+    on: frozenset[str], names: frozenset[str] | None
+) -> tuple[tuple[OpEntry, Any, tuple[Sample, ...]], ...]:
+    """``(row, overload, samples)`` a program with features ``on`` may draw, restricted to
+    ``names`` (None: every row), in table order. Memoized per feature set."""
+    level = "core" if "core_level" in on else "training"
+    out = []
+    for name, e in table().items():
+        if names is not None and name not in names:
+            continue
+        if e.effectful or (e.levels and level not in e.levels) or not e.samples:
+            continue
+        op = _overload(name)
+        if op is None:
+            continue
+        samples = tuple(s for s in e.samples if sample_features(e, s) <= on)
+        if samples:
+            out.append((e, op, samples))
+    return tuple(out)
+
+
+@functools.cache
+def _overload(name: str) -> Any:
+    obj: Any = torch.ops
+    try:
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (AttributeError, RuntimeError):
+        return None
+    return obj if isinstance(obj, torch._ops.OpOverload) else None
+
+
+def is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """``stride`` is the channels-last layout of the 4-d ``shape``."""
+    if len(shape) != 4:
+        return False
+    _, c, h, w = shape
+    return tuple(stride) == (h * w * c, 1, w * c, c)
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def permutation_for(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``perm`` with ``empty(shape[perm]).permute(inverse(perm))`` of strides ``stride``; None
+    when no permutation of a contiguous tensor has them."""
+    perm = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    base = contiguous_strides([shape[d] for d in perm])
+    got = [0] * len(shape)
+    for k, d in enumerate(perm):
+        got[d] = base[k]
+    if all(g == s or shape[d] == 1 for d, (g, s) in enumerate(zip(got, stride))):
+        return tuple(perm)
+    return None
+
+
+class Plan:
+    """What one opset step adds, kept aside until its fake run succeeds: new placeholders
+    (``(kind, name, val, real tensor or None)``) and layout nodes (``(name, target, args,
+    val)``)."""
+
+    def __init__(self) -> None:
+        self.placeholders: list[tuple[str, str, Any, Any]] = []
+        self.layout: list[tuple[str, Any, tuple, Any]] = []
+
+
+def fake_call(mode: Any, op: Any, args: tuple, kwargs: IDict,
+              lookup: Callable[[Ref], Any]) -> Any:
+    """``op`` run on the fake values of ``args`` / ``kwargs`` (``lookup`` of each ``Ref``)
+    under ``mode``; raises what the operator raises."""
+    fa = thaw(args, lookup)
+    fk = thaw(kwargs, lookup)
+    with mode:
+        return op(*fa, **fk)
+
+
+def literal(a: Any) -> Any:
+    """A sample's non-tensor argument as a node argument (lists and tuples as ``IList``)."""
+    if isinstance(a, (list, tuple)):
+        return IList(tuple(literal(x) for x in a))
+    return a
+
+
+def result_tensors(val: Any) -> list[tuple[int | None, Any]]:
+    """``(index, fake tensor)`` of each tensor result (index None: the result itself)."""
+    if isinstance(val, torch.Tensor):
+        return [(None, val)]
+    if isinstance(val, (tuple, list)):
+        return [(i, v) for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
+    return []
+

@@ -1,0 +1,25 @@
+"""purefx's differential fuzzer of torch's compilers (``docs/fuzz.md``).
+
+``differential(backends, ...)`` runs generated programs through eager and each backend and
+returns a ``FuzzReport`` of ``Finding`` s, each shrunk, with a standalone repro script.
+"""
+
+from lowering.fuzz.backends import BUILTINS, Backend, FuzzError
+from lowering.fuzz.known import BUILTIN_KNOWN, PRECISION_CASTS, RANDOM_NUMBERS, Known
+from lowering.fuzz.programs import default_programs
+from lowering.fuzz.search import Finding, FuzzReport, differential, program_text
+
+__all__ = [
+    "BUILTINS",
+    "BUILTIN_KNOWN",
+    "PRECISION_CASTS",
+    "RANDOM_NUMBERS",
+    "Backend",
+    "Finding",
+    "FuzzError",
+    "FuzzReport",
+    "Known",
+    "default_programs",
+    "differential",
+    "program_text",
+]

@@ -1,0 +1,464 @@
+"""The differential fuzzer: generated programs run by eager and by torch's compilers, compared.
+
+:func:`differential` spends its whole budget (no early stop) drawing programs from a hypothesis
+strategy and running each through :func:`lowering.fuzz.trial.try_program`. A difference is a
+*raw* finding; it is asked of the known deviations (the built-ins of ``lowering.fuzz.known``,
+then the caller's) as it is made, and one that is news is kept under its key: backend, kind and
+the operator at the cause (so a second bug of one kind is not hidden behind the first). After
+the search each kept finding is shrunk: the strategy's draws are replayed under the same seed up
+to the failing example, and hypothesis shrinks it while the backend still gives a finding of the
+same kind at the same operator, within ``shrink_seconds``. The shrunk program gets a standalone
+repro script (``lowering.fuzz.repro``), checked in this process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import attrs
+import torch
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import strategies as st
+
+from ir.alpha import program_key
+from ir.harness import ShrinkBudget
+from ir.node import CALL_FUNCTION
+from ir.ops import is_mutating, is_random
+from ir.printer import format_program
+from ir.program import Program
+from lowering.fuzz.backends import Backend, FuzzError, resolve
+from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
+from lowering.fuzz.known import BUILTIN_KNOWN
+from lowering.fuzz.localize import localize
+from lowering.fuzz.programs import default_programs
+from lowering.fuzz.reduce import reduce
+from lowering.fuzz.repro import ReproError, check_repro, repro_script
+from lowering.fuzz.trial import placed, try_program
+
+
+@attrs.frozen
+class Finding:
+    """One difference between a backend and eager.
+
+    ``backend`` (its name in the mapping given), ``kind`` (``"mismatch"`` or ``"crash"``),
+    ``detail`` (one sentence), ``program`` (the shrunk program), ``args`` / ``kwargs`` (its
+    inputs), ``repro`` (a standalone script importing torch only: ``Repro``, ``make_inputs``,
+    ``difference``; ``""`` when the program cannot be written out), ``cause`` (the operator held
+    to be at the cause), ``error`` (largest difference over the output scale), ``reproduced``
+    (whether the repro showed the difference when run here; ``None``: not run yet),
+    ``count`` (how many drawn examples gave a finding with this key), ``example`` (the index of
+    the first), ``setup`` (device, dtype, seed), ``compiler`` (the backend itself)."""
+
+    backend: str
+    kind: str
+    detail: str
+    program: Program = attrs.field(repr=False)
+    args: tuple = attrs.field(repr=False)
+    kwargs: dict = attrs.field(factory=dict, repr=False)
+    repro: str = attrs.field(default="", repr=False)
+    cause: str = ""
+    error: float = 0.0
+    reproduced: bool | None = None
+    count: int = 1
+    example: int = 0
+    setup: Setup = attrs.field(factory=Setup)
+    compiler: Backend | None = attrs.field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What findings are deduplicated by: backend, kind, operator at the cause."""
+        return (self.backend, self.kind, self.cause)
+
+    def summary(self) -> str:
+        """One line: backend, kind, cause, detail, size of the shrunk program."""
+        n = sum(1 for node in self.program.root_module.graph.nodes if node.op == CALL_FUNCTION)
+        return (f"{self.backend}: {self.kind} at {self.cause} ({n} ops, seen {self.count}x): "
+                f"{self.detail}")
+
+
+@attrs.frozen
+class FuzzReport:
+    """What a run of :func:`differential` found and reached.
+
+    ``findings`` (news, deduplicated by backend, kind and operator at the cause, shrunk);
+    ``examples`` (programs run); ``seconds`` (wall time, shrinking included); ``search_seconds``
+    (the search alone); ``operators`` / ``features`` (how many programs reached each);
+    ``known`` (per known deviation, how many raw findings it explained); ``refused`` (programs
+    eager and the backends all refused); ``raw`` (raw findings, before deduplication);
+    ``unrunnable`` (per error, the programs that could not be lowered or judged: a fuzzer bug
+    or a strategy's, never a backend's)."""
+
+    findings: tuple[Finding, ...]
+    examples: int
+    seconds: float
+    search_seconds: float = 0.0
+    operators: Mapping[str, int] = attrs.field(factory=dict)
+    features: Mapping[str, int] = attrs.field(factory=dict)
+    known: Mapping[str, int] = attrs.field(factory=dict)
+    refused: int = 0
+    raw: int = 0
+    unrunnable: Mapping[str, int] = attrs.field(factory=dict)
+
+    @property
+    def per_minute(self) -> float:
+        """Programs run per minute of search."""
+        return 60.0 * self.examples / self.search_seconds if self.search_seconds else 0.0
+
+
+def differential(
+    backends: Mapping[str, Any],
+    *,
+    programs: st.SearchStrategy[Program] | None = None,
+    max_examples: int = 200,
+    seconds: float | None = None,
+    device: str = "cpu",
+    known: Collection[Callable[[Finding], bool]] = (),
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+    shrink_seconds: float = 120.0,
+    progress: Callable[[str], None] | None = None,
+) -> FuzzReport:
+    """Run generated programs through eager and each backend; report the differences.
+
+    Parameters:
+        backends: name -> ``"inductor"``, ``"aot_inductor"``, ``"decompositions"`` or a callable
+            ``compile(module) -> callable`` applied to the freshly lowered module.
+        programs: a hypothesis strategy of flat Programs (default:
+            ``lowering.fuzz.programs.default_programs()``).
+        max_examples: programs to run (with ``seconds``: no count limit, the time is the budget).
+        seconds: the search's time budget; shrinking comes after it (``shrink_seconds`` each).
+        device: where programs run (``"cuda"``); the program is moved there first.
+        known: more predicates ``finding -> bool`` for deviations not to report, asked after
+            ``lowering.fuzz.known.BUILTIN_KNOWN``.
+        seed: hypothesis's seed and the inputs' and random operators' seed.
+        dtype: floating state and inputs cast to it after lowering (``None``: float32 as drawn).
+        shrink_seconds: most seconds spent shrinking one finding.
+        progress: called with a one-line status now and then.
+
+    Returns a :class:`FuzzReport`. Raises ``FuzzError`` naming a bad argument. Deterministic in
+    ``seed`` for a deterministic backend. Complexity: per program, one lowering and eager run
+    plus one lowering, compile and run per backend; per new finding, a shrink within
+    ``shrink_seconds`` and a run of its repro.
+    """
+    resolved = resolve(backends)
+    strategy = default_programs() if programs is None else programs
+    if not isinstance(strategy, st.SearchStrategy):
+        raise FuzzError(f"programs must be a hypothesis strategy of Programs, got {strategy!r}")
+    if not isinstance(max_examples, int) or max_examples < 1:
+        raise FuzzError(f"max_examples must be a positive int, got {max_examples!r}")
+    if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
+        raise FuzzError(f"seconds must be a positive number or None, got {seconds!r}")
+    search = _Search(resolved, strategy, Setup(device, dtype, seed),
+                     (*BUILTIN_KNOWN, *known), progress)
+    start = time.monotonic()
+    search.explore(max_examples, seconds)
+    searched = time.monotonic() - start
+    findings = search.shrink_all(shrink_seconds)
+    return FuzzReport(tuple(findings), search.examples, time.monotonic() - start, searched,
+                      dict(search.operators), dict(search.features), dict(search.known),
+                      search.refused, search.raw, dict(search.unrunnable))
+
+
+class _Stop(BaseException):
+    """Ends hypothesis's loop when the time budget is spent (hypothesis lets it through)."""
+
+
+class _Lost(BaseException):
+    """The replay did not meet the finding again (a flaky backend): shrinking gives up."""
+
+
+class _Again(Exception):
+    """A shrink candidate still gives the finding: hypothesis keeps it and tries smaller."""
+
+
+_UNLIMITED = 10**6
+
+
+class _Search:
+    def __init__(self, backends: tuple[Backend, ...], strategy: st.SearchStrategy,
+                 setup: Setup, known: tuple, progress: Callable[[str], None] | None) -> None:
+        self.backends, self.strategy, self.setup = backends, strategy, setup
+        self.known_predicates, self.progress = known, progress
+        self.examples = self.refused = self.raw = 0
+        self.operators: Counter = Counter()
+        self.features: Counter = Counter()
+        self.known: Counter = Counter()
+        self.unrunnable: Counter = Counter()
+        self.kept: dict[tuple, Finding] = {}
+        self.limit = _UNLIMITED
+        self.last_line = 0.0
+
+    def _settings(self, phases: tuple) -> settings:
+        return settings(max_examples=self.limit, deadline=None, database=None,
+                        phases=phases, suppress_health_check=list(HealthCheck),
+                        verbosity=Verbosity.quiet, report_multiple_bugs=False,
+                        derandomize=False)
+
+    def explore(self, max_examples: int, seconds: float | None) -> None:
+        self.limit = _UNLIMITED if seconds is not None else max_examples
+        deadline = None if seconds is None else time.monotonic() + seconds
+        self.start = time.monotonic()
+        calls = [0]
+
+        @seed(self.setup.seed)
+        @self._settings((Phase.generate,))
+        @given(self.strategy)
+        def each(program: Program) -> None:
+            calls[0] += 1
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Stop
+            try:
+                self.one(program, calls[0])
+            except Exception as exc:  # noqa: BLE001 - a program that cannot be lowered or run
+                self.unrunnable[f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"] += 1
+
+        try:
+            each()
+        except _Stop:
+            pass
+        self.say(final=True)
+
+    def one(self, drawn: Program, index: int) -> None:
+        program = placed(drawn, self.setup)
+        trial = try_program(program, self.backends, self.setup)
+        self.examples += 1
+        for name in {str(n.target) for n in program.root_module.graph.nodes
+                     if n.op == CALL_FUNCTION}:
+            self.operators[name] += 1
+        for name in program_features(program):
+            self.features[name] += 1
+        if self.setup.dtype is not None:
+            self.features[f"run:{str(self.setup.dtype).removeprefix('torch.')}"] += 1
+        if trial.eager.error is not None and not any(trial.verdicts.values()):
+            self.refused += 1
+        for backend in self.backends:
+            verdict = trial.verdicts[backend.name]
+            if verdict is not None:
+                self.found(backend, verdict, trial, index)
+        self.say()
+
+    def found(self, backend: Backend, verdict: Verdict, trial: Any, index: int) -> None:
+        self.raw += 1
+        key = (backend.name, verdict.kind, verdict.cause)
+        if key in self.kept:
+            self.kept[key] = attrs.evolve(self.kept[key], count=self.kept[key].count + 1)
+            return
+        finding = Finding(backend.name, verdict.kind, verdict.detail, trial.program, trial.args,
+                          trial.kwargs, cause=verdict.cause, error=verdict.error, example=index,
+                          setup=self.setup, compiler=backend)
+        name = self.explained(finding)
+        if name is not None:
+            self.known[name] += 1
+            return
+        self.kept[key] = finding
+
+    def explained(self, finding: Finding) -> str | None:
+        """The name of the first known deviation that explains ``finding``, else ``None``."""
+        for predicate in self.known_predicates:
+            try:
+                hit = bool(predicate(finding))
+            except Exception:  # noqa: BLE001 - a broken predicate explains nothing
+                hit = False
+            if hit:
+                return getattr(predicate, "name", getattr(predicate, "__name__", repr(predicate)))
+        return None
+
+    def say(self, final: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if not final and now - self.last_line < 10.0:
+            return
+        self.last_line = now
+        elapsed = now - self.start
+        self.progress(
+            f"fuzz: {self.examples} programs in {elapsed:.0f} s "
+            f"({60.0 * self.examples / max(elapsed, 1e-9):.1f}/min), {len(self.kept)} new, "
+            f"{sum(self.known.values())} known, {len(self.operators)} operators")
+
+    # --- shrinking ------------------------------------------------------------------------------
+
+    def shrink_all(self, seconds: float) -> list[Finding]:
+        merged: dict[tuple, Finding] = {}
+        for finding in sorted(self.kept.values(), key=lambda f: f.example):
+            if self.progress is not None:
+                self.progress(f"fuzz: shrinking {finding.backend} {finding.kind} at "
+                              f"{finding.cause} (example {finding.example})")
+            small = self.shrink(finding, seconds)
+            if small is not finding and self.explained(small) is not None:
+                self.known[self.explained(small) or ""] += finding.count
+                continue
+            small = with_repro(small)
+            if small.key in merged:
+                old = merged[small.key]
+                merged[small.key] = attrs.evolve(old, count=old.count + small.count)
+            else:
+                merged[small.key] = small
+        return list(merged.values())
+
+    def shrink(self, finding: Finding, seconds: float) -> Finding:
+        """``finding`` with the smallest program reached within about ``2 * seconds``: the
+        strategy's draws replayed and shrunk by hypothesis (nothing when the replay does not
+        meet the finding again), the operator at the cause localized
+        (``lowering.fuzz.localize``), the program reduced node by node keeping that operator
+        (``lowering.fuzz.reduce``), and localized again. Every step keeps a finding of its
+        kind."""
+        target_key = program_key(finding.program)
+        calls = [0]
+        best: list[Finding] = []
+        budget = ShrinkBudget(seconds, _Again)
+        low = _low_precision(finding.program)
+
+        def check(drawn: Program) -> None:
+            again = self.gives(finding, placed(drawn, self.setup), low)
+            if again is not None:
+                best.append(again)
+                raise _Again
+
+        @seed(self.setup.seed)
+        @self._settings((Phase.generate, Phase.shrink))
+        @given(self.strategy)
+        def replay(drawn: Program) -> None:
+            calls[0] += 1
+            if calls[0] < finding.example:
+                return
+            if calls[0] == finding.example and program_key(placed(drawn, self.setup)) \
+                    != target_key:
+                raise _Lost
+            if calls[0] > finding.example and not best:
+                raise _Lost
+            budget.run(calls[0], lambda: check(drawn))
+
+        try:
+            budget.guard(replay)
+        except (Exception, _Lost):  # noqa: BLE001, S110 - _Again, or hypothesis's Flaky
+            pass  # the best candidate so far is kept either way
+        small = best[-1] if best else finding
+        cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
+        if cause is not None:
+            small = attrs.evolve(small, cause=cause)
+        last: list[Finding] = []
+
+        def still(program: Program) -> bool:
+            again = self.gives(small, program, low)
+            if again is not None:
+                last.append(again)
+            return again is not None
+
+        reduce(small.program, still, seconds=seconds)
+        small = attrs.evolve(last[-1], cause=small.cause) if last else small
+        cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
+        return attrs.evolve(small, cause=cause) if cause is not None else small
+
+    def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
+        """``finding`` again on ``program`` (its backend gives a finding of its kind, at its
+        operator for a crash, in a program holding its operator and no new low-precision
+        dtype), else ``None``."""
+        if not _low_precision(program) <= low:
+            return None
+        if finding.kind == "mismatch" and finding.cause not in _targets(program) \
+                and finding.cause != "?":
+            return None
+        backend = finding.compiler
+        try:
+            trial = try_program(program, (backend,), self.setup)
+        except Exception:  # noqa: BLE001 - a candidate that cannot be run is no finding
+            return None
+        verdict = trial.verdicts[backend.name]
+        if verdict is None or verdict.kind != finding.kind or trial.eager.error is not None:
+            return None
+        if finding.kind == "crash" and verdict.cause != finding.cause:
+            return None
+        return attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
+                            kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error)
+
+
+def with_repro(finding: Finding) -> Finding:
+    """``finding`` with its repro script written and run here (``reproduced``)."""
+    setup = finding.setup
+    try:
+        module = reference_module(finding.program, setup)
+        state = {fqn: state_value(module, fqn) for fqn in finding.program.state}
+        backend = finding.compiler
+        target = backend.target if backend is not None else "callable"
+        text = repro_script(finding.program, finding.args, finding.kwargs, state,
+                            target=target, summary=finding.summary(),
+                            observe_state=backend is None or backend.observes_state)
+    except ReproError as err:
+        return attrs.evolve(finding, repro="", reproduced=False,
+                            detail=f"{finding.detail} (no repro: {err})")
+    compile_fn = backend.compile if backend is not None and target == "callable" else None
+    try:
+        problems = check_repro(text, compile_fn)
+    except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
+        problems = []
+    return attrs.evolve(finding, repro=text, reproduced=bool(problems))
+
+
+def program_features(program: Program) -> frozenset[str]:
+    """The features a program exercises, as the report counts them: ``inplace_ops``,
+    ``buffer_mutation``, ``input_mutation``, ``keyword_inputs``, ``pytree_outputs``,
+    ``multi_result_ops`` (a ``getitem``), ``random_ops``, ``tied_state``, ``constants``,
+    ``noncontiguous`` (a value whose strides are not contiguous), ``dynamic_shapes`` (a
+    symbolic size) and ``dtype:<name>`` per dtype of a value. O(nodes)."""
+    found: set[str] = set()
+    sig = program.signature
+    kinds = {o.kind for o in sig.outputs}
+    if "buffer_mutation" in kinds:
+        found.add("buffer_mutation")
+    if "user_input_mutation" in kinds:
+        found.add("input_mutation")
+    if any(s.kind == "constant_tensor" for s in sig.inputs):
+        found.add("constants")
+    keys = [slot.tensor for slot in program.state.values()]
+    if len(keys) != len(set(keys)):
+        found.add("tied_state")
+    root_sig = program.call_signatures.get("")
+    if root_sig is not None:
+        text = str(root_sig.in_spec)
+        if "dict" in text:
+            found.add("keyword_inputs")
+        if "list" in str(root_sig.out_spec) or "dict" in str(root_sig.out_spec):
+            found.add("pytree_outputs")
+    for node in program.root_module.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            found.add(f"dtype:{str(val.dtype).removeprefix('torch.')}")
+            if any(isinstance(s, torch.SymInt) for s in val.shape):
+                found.add("dynamic_shapes")
+            elif val.numel() > 1 and not val.is_contiguous():
+                found.add("noncontiguous")
+        if node.op != CALL_FUNCTION:
+            continue
+        if getattr(node.target, "__name__", "") == "getitem":
+            found.add("multi_result_ops")
+        elif is_random(node.target):
+            found.add("random_ops")
+        elif is_mutating(node.target):
+            found.add("inplace_ops")
+    return frozenset(found)
+
+
+def _targets(program: Program) -> set[str]:
+    return {str(n.target) for n in program.root_module.graph.nodes if n.op == CALL_FUNCTION}
+
+
+def _low_precision(program: Program) -> frozenset:
+    found = set()
+    for node in program.root_module.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in (torch.float16, torch.bfloat16):
+            found.add(val.dtype)
+    return frozenset(found)
+
+
+def program_text(finding: Finding) -> str:
+    """The finding's program as purefx text (``ir.format_program``)."""
+    return format_program(finding.program)
+
+
+__all__ = ["Finding", "FuzzReport", "differential", "program_features", "program_text",
+           "with_repro"]
