@@ -45,6 +45,7 @@ __all__ = [
     "fake_value",
     "guards_refused",
     "refused_guard",
+    "same_layout",
     "same_val",
 ]
 
@@ -231,6 +232,22 @@ def same_val(a: Any, b: Any) -> bool:
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(same_val(x, y) for x, y in zip(a, b))
+    return True
+
+
+def same_layout(a: Any, b: Any) -> bool:
+    """Same strides, tensor by tensor through tuples and lists (compared as ``same_val``
+    compares sizes: symbolic ones by expression, never by a guard); a tensor without strides
+    (sparse, nested), a rank or a value that is not a tensor is not compared. What a
+    replacement of the same dtype and shape may still change for its readers: a ``view`` of
+    it may no longer run, another reader's result may take other strides. O(size of the
+    values)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.layout != torch.strided or b.layout != torch.strided or a.dim() != b.dim():
+            return True
+        return all(_same_dim(x, y) for x, y in zip(a.stride(), b.stride()))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) != len(b) or all(same_layout(x, y) for x, y in zip(a, b))
     return True
 
 

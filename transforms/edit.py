@@ -75,8 +75,8 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             state they read (``e.val``, ``e.state``). ``visit`` returns ``None`` to keep the
             node, or a ``Ref`` (from ``e``, or one of the node's inputs) whose value replaces
             the node's result: every later use reads it instead, outputs, output specs and
-            preserved call signatures included; when the replacement has another dtype or
-            shape, the ``val`` of each later node it reaches is propagated again, across
+            preserved call signatures included; when the replacement has another dtype,
+            shape or strides, the ``val`` of each later node it reaches is propagated again, across
             graphs: a module graph that then returns another dtype or shape has each of its
             calls, and what follows them, derived again (``transforms.kernel``); a node that
             no longer runs is a ``PassError`` naming it. Nodes emitted while visiting a node go before
@@ -444,8 +444,8 @@ class _Editor:
                     f"%{result.name} of another dtype or shape ({kn.describe(old)} -> "
                     f"{kn.describe(new)}); keep the value's dtype and shape there"
                 )
-        if not kn.same_val(node.meta.get("val"), defined[result.name].meta.get("val")):
-            self.retyped.add(node.name)  # its readers' vals are propagated again
+        if not kn.same_meta(node.meta.get("val"), defined[result.name].meta.get("val")):
+            self.retyped.add(node.name)  # its readers' vals are propagated again (strides too)
         self.alias[node.name] = result
         self.reread.add(result.name)
         self.candidates.add(node.name)
@@ -501,14 +501,14 @@ class _Editor:
 
     def repropagated(self, node: Node, args: Any, kwargs: Any) -> Node:
         """``node`` with ``args`` / ``kwargs`` and its ``val`` propagated again; its name joins
-        ``retyped`` when the dtype or shape changed."""
+        ``retyped`` when the dtype, shape or strides changed (``kn.same_meta``)."""
         self.graph_changed = True
         val = self.fake(node.target, args, kwargs) if node.op == CALL_FUNCTION else None
         if val is None:
             return node.replace(args=args, kwargs=kwargs)
         old = self.e.node.meta.get("val")
-        if not kn.same_val(old, val):
-            if node.name in self.signature_names():
+        if not kn.same_meta(old, val):
+            if node.name in self.signature_names() and not kn.same_val(old, val):
                 raise PassError(
                     f"the edit at node {self.here()!r} changes node {node.name!r} from "
                     f"{kn.describe(old)} to {kn.describe(val)}, and a signature names it (an "

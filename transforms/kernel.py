@@ -13,8 +13,8 @@ a new Program. What such an edit must get right is the same for every pass, and 
 - **writes** a new node makes: ``ir.effects.written_args`` of the node (the one effect
   analysis), which a driver checks before it lets a node in;
 - **metadata across graphs** (``rederive_callers``): when the value a module graph returns
-  changes dtype or shape, the ``val`` of each call of it and of everything downstream of those
-  calls is derived again, up to the root, or the edit is refused where the change reaches a
+  changes dtype, shape or strides (``same_meta``), the ``val`` of each call of it and of
+  everything downstream of those calls is derived again, up to the root, or the edit is refused where the change reaches a
   signature (an output spec, a preserved call) or a call whose graph was traced at the old
   shapes;
 - **finalisation** (``finalised``, over ``renamed_outputs`` and ``renamed_calls``): output
@@ -62,7 +62,15 @@ from ir import signature as sg
 from ir.args import Ref, map_refs, map_refs_in, thaw
 from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
-from ir.fake_run import META, FakeRunFailed, RefusedGuard, describe, fake_value, same_val
+from ir.fake_run import (
+    META,
+    FakeRunFailed,
+    RefusedGuard,
+    describe,
+    fake_value,
+    same_layout,
+    same_val,
+)
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
@@ -87,6 +95,7 @@ __all__ = [
     "renamed_calls",
     "renamed_outputs",
     "resolved",
+    "same_meta",
     "same_val",
     "size_range",
 ]
@@ -582,6 +591,15 @@ def protected_names(p: Program) -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in out.items()}
 
 
+def same_meta(a: Any, b: Any) -> bool:
+    """``same_val`` and ``same_layout``: same dtype, shape, device and strides. A value that
+    differs from the one it replaces in any of them has its readers' ``val`` s derived again
+    (the editor's ``retyped``, ``rederive_callers``): a stride change reaches them as a shape
+    change does (a ``view`` that no longer runs on the new strides is refused, naming it).
+    O(size of the values)."""
+    return same_val(a, b) and same_layout(a, b)
+
+
 # --- dynamic sizes -------------------------------------------------------------------------------
 
 
@@ -801,10 +819,10 @@ def _rederive_graph(
             nodes.append(node)
             continue
         old = node.meta.get("val")
-        if new is None or same_val(old, new):
+        if new is None or same_meta(old, new):
             nodes.append(node)
             continue
-        if node.name in named:
+        if node.name in named and not same_val(old, new):
             raise PassError(
                 f"{where} changes node {node.name!r} from {describe(old)} to {describe(new)}, "
                 "and a signature names it (an output spec or a preserved call); keep the "
@@ -825,7 +843,7 @@ def _rederive_graph(
 
 def refuse_call(node: Node, read: str, where: str) -> None:
     raise PassError(
-        f"{where} changes the dtype or shape of %{read}, which call {node.name!r} of module "
-        f"{node.target!r} reads (its graph was traced at the old shapes); keep the value's "
-        "dtype and shape"
+        f"{where} changes the dtype, shape or strides of %{read}, which call {node.name!r} of "
+        f"module {node.target!r} reads (its graph was traced at the old ones); keep the "
+        "value's dtype, shape and strides"
     )
