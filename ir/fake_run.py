@@ -74,8 +74,9 @@ class FakeRunFailed(Exception):
 
 
 class RefusedGuard:
-    """A guard a fake run asked for and ``guards_refused`` refused: ``text`` (``s0 == 5``,
-    torch's spelling), ``symbols`` (the names of the shape env's symbols it reads, in order)."""
+    """A guard a fake run asked for and ``guards_refused`` refused: ``text`` (``the guard s0 ==
+    5``, torch's spelling of the guard), ``symbols`` (the names of the shape env's symbols it
+    reads, in order)."""
 
     __slots__ = ("symbols", "text")
 
@@ -100,7 +101,8 @@ def refused_guard(exc: BaseException | None) -> RefusedGuard | None:
         if isinstance(exc, ShapeEnvGuardError):
             found = _GUARD_TEXT.search(str(exc))
             text = (found.group(1) if found else str(exc)).strip()
-            return RefusedGuard(text, tuple(dict.fromkeys(_SYMBOL.findall(text))))
+            symbols = tuple(dict.fromkeys(_SYMBOL.findall(text)))
+            return RefusedGuard(f"the guard {text}", symbols)
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None

@@ -163,8 +163,8 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
             if guard is None or isinstance(e.__cause__, PurefxError):
                 raise  # a PassError of the editor names the node itself: the pass refused
             raise LawViolation(
-                "purity", pass_fn, f"the pass asked the shape env its input shares for the "
-                f"guard {guard.text} ({_symbols_text(program, guard.symbols)}), which would fix "
+                "purity", pass_fn, f"the pass asked the shape env its input shares for "
+                f"{guard.text} ({_symbols_text(program, guard.symbols)}), which would fix "
                 "that size of the input too; keep sizes symbolic (no int() or comparison of a "
                 "size: e.call, docs/passes.md)", program) from e.__cause__
     problems = _changed_at(program, sizes, made, runs)

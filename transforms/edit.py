@@ -135,7 +135,8 @@ class Edit:
     One object serves the whole call (its fields follow the node being visited); keep no
     reference to it past ``visit``. ``args`` / ``kwargs`` are the node's arguments with earlier
     replacements applied; ``node`` is the node being visited; ``graph`` the graph it is in, as
-    it is in the input (names are per graph: key what you remember across nodes by it).
+    it is in the input (names are per graph: key what you remember across nodes by it);
+    ``module_id`` the module that graph belongs to.
     """
 
     __slots__ = ("_ed", "_kwargs", "args", "graph", "node")
@@ -146,6 +147,13 @@ class Edit:
         self.graph: Graph | None = None
         self.args: tuple = ()
         self._kwargs: Any = EMPTY_DICT
+
+    @property
+    def module_id(self) -> ModuleId:
+        """The ``ModuleId`` of the module whose graph is visited (``e.graph``'s): what
+        ``ir.effects.graph_effects(p, e.module_id, e.graph)`` takes to say what that graph
+        writes and what may alias what. O(1)."""
+        return self._ed.mid
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -772,7 +780,7 @@ class _Editor:
                 fixed = tr.fixed_sizes(exc, dims)
                 if fixed is not None:
                     raise kn.guard_error(
-                        self.p, fixed, f"{where}: {name} ({fixed.text})",
+                        self.p, fixed, f"{where}: {name}",
                         "keep fn's sizes symbolic (x.shape[0] as it is, -1 in a view, no int() "
                         "and no branch on a size), or emit the nodes with e.call",
                     ) from exc

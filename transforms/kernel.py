@@ -634,7 +634,7 @@ def guard_error(p: Program, guard: RefusedGuard, where: str, instead: str) -> Pa
     known = dynamic_sizes(p)
     sizes = [f"{s} ({known[s]})" if s in known else s for s in guard.symbols] or ["a size"]
     return PassError(
-        f"{where} would fix the dynamic size {', '.join(sizes)} (a guard {guard.text}): the "
+        f"{where} would fix the dynamic size {', '.join(sizes)} ({guard.text}): the "
         "result would hold at this size only, and the program keeps it dynamic; "
         f"{instead}"
     )

@@ -158,14 +158,17 @@ def fixed_sizes(exc: BaseException, dims: Mapping[str, Any]) -> RefusedGuard | N
     ``RefusedGuard`` (its first reason as ``text``, the names of ``dims`` it mentions as
     ``symbols``); ``None`` for another error. O(length of the message)."""
     cause: BaseException | None = exc
-    while cause is not None and "Constraints violated" not in str(cause):
+    while cause is not None and (
+        isinstance(cause, PurefxError) or "Constraints violated" not in str(cause)
+    ):
         cause = cause.__cause__ or cause.__context__
     if cause is None:
         return None
     lines = [ln.strip() for ln in str(cause).splitlines()]
     reason = next((ln[2:] for ln in lines if ln.startswith("- ")), lines[0] if lines else "")
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(cause)))
-    return RefusedGuard(reason.rstrip("."), tuple(d for d in dims if d in words))
+    reason = reason.split(". If ")[0].rstrip(".")  # torch's advice on mark_dynamic: not ours
+    return RefusedGuard(reason, tuple(d for d in dims if d in words))
 
 
 def level_of(graphs: Sequence[Graph]) -> str:
