@@ -844,6 +844,6 @@ def _rederive_graph(
 def refuse_call(node: Node, read: str, where: str) -> None:
     raise PassError(
         f"{where} changes the dtype, shape or strides of %{read}, which call {node.name!r} of "
-        f"module {node.target!r} reads (its graph was traced at the old ones); keep the "
+        f"module {node.target!r} reads (its graph was traced at the old shapes); keep the "
         "value's dtype, shape and strides"
     )
