@@ -4,12 +4,24 @@ A new or re-argued node's ``val`` is its operator run on its arguments' ``val`` 
 fake mode (``meta`` tensors run as they are), with torch's fake-tensor log quieted. Used by the
 rewriting kernel (``transforms.kernel``: every pass that emits nodes) and by
 ``verify(p, vals=True)`` (every node's ``val`` derived again and compared).
+
+**Nothing a fake run does writes the program.** A program's ``val`` s share one fake mode and
+its shape env with the ``ExportedProgram`` it came from and with every program a pass made from
+it. A guard recorded there (``s0 == 5``, asked by ``int(size)`` or by an operator that must know
+a size) would fix a dynamic size *of the input program too*: its lowering would then reject the
+other sizes. So every fake run happens inside ``guards_refused``: a guard the shape env cannot
+prove from what it already knows (the program's ranges, its replacements) is refused before the
+env changes (``FakeRunFailed.guard`` says which); each caller turns that into its own answer (a
+``PassError`` naming the node and the dimension, a rule not taken). A guard that the program's
+own constraints imply (a symbol whose range is one value) is proved, not recorded, and passes.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import re
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -17,9 +29,25 @@ import torch
 from ir.args import Ref, thaw
 from ir.errors import first_line
 from ir.names import target_name
-from ir.torch_seam import fake_failures_unlogged, pytree
+from ir.torch_seam import (
+    ShapeEnvGuardError,
+    fake_failures_unlogged,
+    guard_failures_unlogged,
+    pytree,
+    refusing_new_guards,
+)
 
-__all__ = ["META", "FakeRunFailed", "describe", "fake_value", "same_val"]
+__all__ = [
+    "META",
+    "FakeRunFailed",
+    "RefusedGuard",
+    "describe",
+    "fake_value",
+    "guards_refused",
+    "refused_guard",
+    "same_layout",
+    "same_val",
+]
 
 
 class FakeRunFailed(Exception):
@@ -37,6 +65,97 @@ class FakeRunFailed(Exception):
     def no_kernel(self) -> bool:
         """Whether the operator has no kernel for these values (not the arguments' fault)."""
         return isinstance(self.cause, NotImplementedError)
+
+    @property
+    def guard(self) -> RefusedGuard | None:
+        """The guard the run would have added to the shape env (``guards_refused``), when that
+        is why it failed; else ``None``."""
+        return refused_guard(self.cause)
+
+
+class RefusedGuard:
+    """A guard a fake run asked for and ``guards_refused`` refused: ``text`` (``the guard s0 ==
+    5``, torch's spelling of the guard), ``symbols`` (the names of the shape env's symbols it
+    reads, in order)."""
+
+    __slots__ = ("symbols", "text")
+
+    def __init__(self, text: str, symbols: tuple[str, ...]) -> None:
+        self.text = text
+        self.symbols = symbols
+
+    def __repr__(self) -> str:
+        return f"RefusedGuard({self.text!r})"
+
+
+_GUARD_TEXT = re.compile(r"frozen:\s*(.*)$", re.DOTALL)
+_SYMBOL = re.compile(r"\b[a-z]{1,3}[0-9]+\b")
+
+
+def refused_guard(exc: BaseException | None) -> RefusedGuard | None:
+    """The guard refused (``guards_refused``) that ``exc`` is, or was raised from (its
+    ``__cause__`` / ``__context__`` chain: torch wraps errors raised inside an operator);
+    ``None`` when it is another error. O(length of the chain)."""
+    seen = 0
+    while exc is not None and seen < 32:
+        if isinstance(exc, ShapeEnvGuardError):
+            found = _GUARD_TEXT.search(str(exc))
+            text = (found.group(1) if found else str(exc)).strip()
+            symbols = tuple(dict.fromkeys(_SYMBOL.findall(text)))
+            return RefusedGuard(f"the guard {text}", symbols)
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+_HELD_LOCK = threading.Lock()
+_HELD: dict[int, list] = {}  # id(shape env) -> [depth, the entered context, the env]
+
+
+@contextlib.contextmanager
+def guards_refused(*modes: Any) -> Iterator[None]:
+    """Within the block, a guard that a run under one of ``modes`` (fake modes; ``META``,
+    ``None`` and modes without a shape env are skipped) would record on its shape env raises
+    ``ShapeEnvGuardError`` (``ir.torch_seam``) instead, before the env changes: the program's
+    dynamic sizes stay as they are. What the env proves from its ranges and replacements is not
+    a guard and passes.
+
+    Re-entrant and shared between threads: the env's flags are set by the first block to enter
+    and restored by the last to leave (a lock and a depth per env). While any block is open on
+    an env, every run on it refuses guards, in any thread.
+
+    **Laws:** the shape env's guards, replacements and ranges are the same after the block as
+    before it; the block's own result is unchanged where no guard was asked. O(1) per mode.
+    """
+    envs = []
+    for mode in modes:
+        env = getattr(mode, "shape_env", None)
+        if env is not None and all(e is not env for e in envs):
+            envs.append(env)
+    if not envs:
+        yield
+        return
+    quiet = guard_failures_unlogged()
+    quiet.__enter__()
+    for env in envs:
+        with _HELD_LOCK:
+            entry = _HELD.get(id(env))
+            if entry is None:
+                ctx = refusing_new_guards(env)
+                ctx.__enter__()
+                entry = _HELD[id(env)] = [0, ctx, env]
+            entry[0] += 1
+    try:
+        yield
+    finally:
+        for env in envs:
+            with _HELD_LOCK:
+                entry = _HELD[id(env)]
+                entry[0] -= 1
+                if entry[0] == 0:
+                    del _HELD[id(env)]
+                    entry[1].__exit__(None, None, None)
+        quiet.__exit__(None, None, None)
 
 
 META: Any = contextlib.nullcontext()  #: the "mode" of programs whose vals are meta tensors
@@ -58,9 +177,12 @@ def fake_value(
 
     Returns the result, or ``None`` when an argument's value is unknown (``val_of`` gives
     ``None``) or no mode is found. ``method``: ``target`` names a Tensor method of the first
-    argument. Raises ``FakeRunFailed`` when the operator raises on the known values.
+    argument. Raises ``FakeRunFailed`` when the operator raises on the known values, or would
+    add a guard to their shape env (``FakeRunFailed.guard``: a result valid at one size of a
+    dynamic dimension only).
 
-    **Laws:** never runs an operator on real data; torch's fake-tensor log stays quiet
+    **Laws:** never runs an operator on real data; never writes the values' shape env
+    (``guards_refused``); torch's fake-tensor log stays quiet
     (``ir.torch_seam.fake_failures_unlogged``). O(arguments) plus one run.
     """
     missing = False
@@ -88,7 +210,7 @@ def fake_value(
     if missing or run_in is None:
         return None
     try:
-        with fake_failures_unlogged(), run_in:
+        with fake_failures_unlogged(), guards_refused(run_in), run_in:
             if method:
                 return getattr(a[0], target)(*a[1:], **dict(k))
             return target(*a, **dict(k))
@@ -112,6 +234,22 @@ def same_val(a: Any, b: Any) -> bool:
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(same_val(x, y) for x, y in zip(a, b))
+    return True
+
+
+def same_layout(a: Any, b: Any) -> bool:
+    """Same strides, tensor by tensor through tuples and lists (compared as ``same_val``
+    compares sizes: symbolic ones by expression, never by a guard); a tensor without strides
+    (sparse, nested), a rank or a value that is not a tensor is not compared. What a
+    replacement of the same dtype and shape may still change for its readers: a ``view`` of
+    it may no longer run, another reader's result may take other strides. O(size of the
+    values)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.layout != torch.strided or b.layout != torch.strided or a.dim() != b.dim():
+            return True
+        return all(_same_dim(x, y) for x, y in zip(a.stride(), b.stride()))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) != len(b) or all(same_layout(x, y) for x, y in zip(a, b))
     return True
 
 

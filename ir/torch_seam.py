@@ -32,15 +32,23 @@ from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
 from torch.fx._pytree import tree_flatten_spec as torch_tree_flatten_spec
 from torch.fx.node import _side_effectful_functions
+
+try:  # 2.13-2.15: raised by ``ShapeEnv.error_on_new_guards``; absent, nothing raises it
+    from torch.fx.experimental.symbolic_shapes import _ShapeEnvGuardError as ShapeEnvGuardError
+except ImportError:  # pragma: no cover - a release without it: guards are not refused
+    class ShapeEnvGuardError(RuntimeError):  # type: ignore[no-redef]
+        """Never raised: this torch cannot refuse a guard."""
 from torch.utils._pytree import TreeSpec
 
 __all__ = [
     "HigherOrderOperator",
     "OpOverload",
     "OpOverloadPacket",
+    "ShapeEnvGuardError",
     "TreeSpec",
     "fake_failures_unlogged",
     "graph_codegen",
+    "guard_failures_unlogged",
     "has_effects",
     "module_buffers",
     "module_children",
@@ -50,6 +58,7 @@ __all__ = [
     "op_schema",
     "packet_name",
     "pytree",
+    "refusing_new_guards",
     "tensor_version",
     "torch_side_effectful",
     "torch_tree_flatten_spec",
@@ -61,6 +70,10 @@ __all__ = [
 # - OpOverloadPacket (torch._ops): ``torch.ops.<ns>.<op>`` without an overload. Same in 2.13-2.15.
 # - HigherOrderOperator (torch._ops): ``cond``, ``while_loop``, ``with_effects``, ... : targets
 #   whose arguments include graphs. Same in 2.13-2.15.
+# - ShapeEnvGuardError (torch.fx.experimental.symbolic_shapes._ShapeEnvGuardError): what a
+#   shape env raises, before it records anything, for a guard asked inside
+#   ``refusing_new_guards``; its message is ``Guard attempted while ShapeEnv guards are frozen:
+#   <expr> == <value>``. A ``RuntimeError`` subclass in 2.13-2.15.
 # - TreeSpec (torch.utils._pytree): the structure of a pytree; the IR holds specs as values
 #   (call signatures, arguments of the tree functions). Same in 2.13-2.15.
 # - torch_tree_flatten_spec (torch.fx._pytree.tree_flatten_spec): torch's own flatten-against-a-
@@ -143,6 +156,57 @@ def storage_identity(tensor: torch.Tensor) -> int:
     made apart, also where storages have no data pointer (``meta``: every meta storage's
     ``data_ptr()`` is 0). Valid while the tensor is alive. Same in 2.13-2.15."""
     return tensor.untyped_storage()._cdata
+
+
+# The logger a shape env warns on when evaluating a size raised (``failed during
+# evaluate_expr(...)``, then the error is raised again): the module's own name in 2.13-2.15.
+_SHAPE_ENV_LOGGER = "torch.fx.experimental.symbolic_shapes"
+
+
+class _RefusedGuardsUnlogged(logging.Filter):
+    """Drops the shape env's ``failed during evaluate_expr`` warnings of the threads inside
+    ``guard_failures_unlogged`` (a refused guard is an answer purefx reports itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            getattr(self.local, "depth", 0) and str(record.msg).startswith("failed during evaluate")
+        )
+
+
+_GUARD_FILTER = _RefusedGuardsUnlogged()
+_GUARD_FILTER_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def guard_failures_unlogged() -> Iterator[None]:
+    """Within the block, the shape env does not log, for this thread, the evaluation that a
+    refused guard (``refusing_new_guards``) made fail; other records and threads pass. The
+    filter is put on the logger once. Same logger and message in 2.13-2.15. O(1)."""
+    with _GUARD_FILTER_LOCK:
+        logger = logging.getLogger(_SHAPE_ENV_LOGGER)
+        if _GUARD_FILTER not in logger.filters:
+            logger.addFilter(_GUARD_FILTER)
+    local = _GUARD_FILTER.local
+    local.depth = getattr(local, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        local.depth -= 1
+
+
+def refusing_new_guards(shape_env: Any) -> contextlib.AbstractContextManager:
+    """Within the block, a guard ``shape_env`` would record (a symbolic size compared, a size
+    made an ``int``) raises ``ShapeEnvGuardError`` instead, before the env changes
+    (``ShapeEnv.error_on_new_guards``: it freezes the env and restores the flags on exit; the
+    raise is not cached). The flags are fields of the env, not of the thread: callers nest and
+    share it through ``ir.fake_run.guards_refused``. 2.13-2.15; a release without it refuses
+    nothing (``nullcontext``). O(1)."""
+    enter = getattr(shape_env, "error_on_new_guards", None)
+    return enter() if enter is not None else contextlib.nullcontext()
 
 
 def new_fake_mode() -> Any:

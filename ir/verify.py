@@ -21,6 +21,7 @@ from ir.module_names import (
     path_fault,
     rename_hint,
 )
+from ir.names import target_name
 from ir.node import (
     CALL_FUNCTION,
     CALL_METHOD,
@@ -121,6 +122,13 @@ def _check_graph_vals(program: Program, graph: Graph, mid: ModuleId, where: str)
                 new = fake_value(target, node.args, node.kwargs, val_of,
                                  method=node.op == CALL_METHOD)
             except FakeRunFailed as exc:
+                if exc.guard is not None:
+                    raise VerifyError(
+                        f"node {node.name!r} in module {where!r} ({target_name(target)}) runs on "
+                        f"its inputs' vals only under the guard {exc.guard.text}, which fixes a "
+                        "size the program keeps dynamic: its arguments hold a size of one "
+                        "example (a pass baked it in); keep the size symbolic"
+                    ) from exc
                 raise VerifyError(
                     f"node {node.name!r} in module {where!r} ({exc}) raises on its inputs' "
                     "vals: its arguments' metadata and its operator disagree"

@@ -28,6 +28,7 @@ from ir import signature as sg
 from ir import state as st
 from ir.args import IDict, Ref, freeze, map_refs, ref, thaw
 from ir.errors import ExportError, PassError
+from ir.fake_run import guards_refused, refused_guard
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
 from ir.names import Names, fresh_name
@@ -511,9 +512,17 @@ def _fill_vals(
             )
     fakes = [_fake(n.meta["val"], mode) for n in placeholders]
     try:
-        with fake_failures_unlogged(), mode:  # a failure is an ExportError below
+        # a guard would fix a dynamic size of the program (and its ExportedProgram): refused
+        with fake_failures_unlogged(), guards_refused(mode), mode:  # an ExportError below
             _ValuesWhereMissing(gm).run(*fakes)
     except Exception as err:
+        guard = refused_guard(err)
+        if guard is not None:
+            raise ExportError(
+                f"computing the missing 'val' of nodes {[n.name for n in missing][:5]} needs "
+                f"{guard.text}, which would fix a dynamic size of the program; give those "
+                "nodes a 'val', or keep their sizes symbolic"
+            ) from err
         raise ExportError(
             f"computing the missing 'val' of nodes {[n.name for n in missing][:5]} failed: "
             f"{type(err).__name__}: {err}"

@@ -3,8 +3,9 @@
 The laws (``DESIGN.md``), each a public function usable without hypothesis:
 
 - **purity** (:func:`check_purity`): the input Program is ``==`` to a snapshot taken before the
-  call, its node meta is as it was, no tensor it holds was written (``_version``), and nothing
-  was printed;
+  call, its node meta is as it was, no tensor it holds was written (``_version``), nothing
+  was printed, and, where it has dynamic dimensions, it runs as before at other sizes of them
+  (no guard added to the shape env it shares with its ``val`` s: :func:`other_sizes`);
 - **verify** (:func:`check_verify`): the result is a Program and ``ir.verify(result,
   vals=True)`` accepts it: well formed, and every compute node's ``val`` is what its inputs'
   ``val`` s give (a pass that changed a node's shape and left its ``val`` stale breaks it);
@@ -15,7 +16,9 @@ The laws (``DESIGN.md``), each a public function usable without hypothesis:
   returns (or, given ``reference=``, what that eager function returns), within ``atol`` /
   ``rtol`` when given, and leaves the same state and the same (mutated) inputs, over several
   calls, no output a view of an input, of state or of another output where the input's was
-  fresh; both sides run under one seed per call, so random ops draw alike;
+  fresh, and also at other sizes of each dynamic dimension (:func:`other_sizes`: a result that
+  baked a size in fails there); both sides run under one seed per call, so random ops draw
+  alike;
 - **idempotence** (:func:`check_idempotence`), for normalizing passes: ``T(T(p)) == T(p)``;
 - **inverse** (:func:`check_inverse`): ``inverse(forward(p))`` is alpha-equivalent to ``p``;
 - **metric** (:func:`check_metric`): a measure of the result relates to that of the input
@@ -47,7 +50,8 @@ from pyrsistent import pmap
 from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
 from ir.effects import state_written
-from ir.errors import VerifyError, shorten
+from ir.errors import PurefxError, VerifyError, shorten
+from ir.fake_run import guards_refused, refused_guard
 from ir.graph import Graph
 from ir.harness import (
     MISSING,
@@ -68,6 +72,7 @@ from ir.purity import program_tensor_versions
 from ir.signature import CallSignature, ExportSignature
 from ir.verify import verify
 from lowering.lower import lower
+from transforms.kernel import dynamic_sizes, size_range
 from transforms.law_violation import Example, LawViolation, describe, pass_name
 
 __all__ = [
@@ -86,6 +91,7 @@ __all__ = [
     "check_semantics",
     "check_verify",
     "describe",
+    "other_sizes",
     "same_program",
 ]
 
@@ -127,17 +133,46 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
 
     Checks that ``program`` is ``==`` to a structural copy taken before the call, that every
     node's meta has the same keys, module stack and values (by identity), that no tensor of its
-    table was written (``_version``), and that nothing was printed to stdout. Raises
-    ``LawViolation("purity")`` otherwise, or ``LawViolation("raises")`` when the pass raises.
+    table was written (``_version``), that nothing was printed to stdout, and, for a program
+    with dynamic dimensions, that the shape env its ``val`` s share gained no guard, replacement
+    or narrower range, and that ``lower(program)`` does at other sizes of those dimensions
+    (:func:`other_sizes`) after the call what it did before (runs to the same values, or raises
+    the same error). Raises ``LawViolation("purity")`` otherwise, or ``LawViolation("raises")``
+    when the pass raises. Cost: with dynamic dimensions, two more lowerings of ``program`` and
+    a run per size set before and after the pass. The pass runs with guards on that shape env
+    refused (``ir.fake_run.guards_refused``): a pass that asks for one (``int()`` of a dynamic
+    size, outside the editor) breaks the law there, its input untouched, so the law fails
+    alike on every run.
     """
     before = _copy_program(program)
     meta = _meta_fingerprint(program)
     versions = program_tensor_versions(program)
     bits = _tensor_snapshot(program)
+    mode = _fake_mode(program)
+    env = getattr(mode, "shape_env", None)
+    guards = _guard_state(env)
+    sizes = other_sizes(program)
+    made = [_inputs_at(program, s) for s in sizes]
+    runs = _runs_at(program, made)
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        result = _call(pass_fn, program)
-    problems = []
+    with contextlib.redirect_stdout(printed), guards_refused(mode):
+        try:
+            result = _call(pass_fn, program)
+        except LawViolation as e:
+            guard = refused_guard(e.__cause__) if e.law == "raises" else None
+            if guard is None or isinstance(e.__cause__, PurefxError):
+                raise  # a PassError of the editor names the node itself: the pass refused
+            raise LawViolation(
+                "purity", pass_fn, f"the pass asked the shape env its input shares for "
+                f"{guard.text} ({_symbols_text(program, guard.symbols)}), which would fix "
+                "that size of the input too; keep sizes symbolic (no int() or comparison of a "
+                "size: e.call, docs/passes.md)", program) from e.__cause__
+    problems = _changed_at(program, sizes, made, runs)
+    added = _guards_added(env, guards)
+    if added:
+        problems.insert(0, f"the shape env the input shares with its vals gained {added}: a "
+                        "guard fixes a dynamic size of the input too (keep sizes symbolic: "
+                        "e.call, no int() of a size; docs/passes.md)")
     if program != before:
         problems.append("the input Program is no longer == to its snapshot")
     if _meta_fingerprint(program) != meta:
@@ -333,7 +368,184 @@ def check_semantics(
         if problem:
             raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program,
                                example=example, output=_output_index(problem))
+    for sizes in other_sizes(program):
+        args, kwargs = _inputs_at(program, sizes)
+        if args is None:
+            continue
+        at = _sizes_text(program, sizes)
+        want = run_side(original, args, kwargs, seed=SEED, state=_state_of(original, fqns))
+        if not want.ok:
+            continue  # the input program does not run there either: not the pass's fault
+        want = want.observed
+        if reference is not None:
+            eager = run_side(reference, args, kwargs, seed=SEED)
+            if not eager.ok:
+                continue
+            want = attrs.evolve(want, outputs=eager.observed.outputs)
+        got = _run(lowered, args, kwargs, fqns, SEED, None)
+        if isinstance(got, str):
+            raise LawViolation(
+                "semantics", pass_fn, f"at {at}, where the input program runs, the lowered "
+                f"result raised {got} (did the pass bake a dynamic size in?)", program,
+                example=Example.of(program, args, kwargs),
+            )
+        problem = _call_difference(got, want, atol, rtol, reference is not None,
+                                   _written(program, (*args, *kwargs.values()), want))
+        if problem:
+            raise LawViolation("semantics", pass_fn, f"at {at}: {problem}", program,
+                               example=Example.of(program, args, kwargs),
+                               output=_output_index(problem))
     return result
+
+
+# --- other sizes of the dynamic dimensions -------------------------------------------------------
+
+
+def other_sizes(program: Program) -> tuple[dict[str, int], ...]:
+    """Size sets, other than the example's, at which the purity and semantics laws also run
+    ``program``: for each symbol of a dynamic size of a root user input (``s0``, with its hint
+    and its range: ``transforms.kernel.size_range``), one set moves every symbol to a near
+    size (hint + 1, else hint - 1) and one to another (the range's low end, hint + 3 or hint -
+    2), each within the range and at least 2 (0 and 1 are sizes torch specializes on); a
+    symbol whose range holds no other size keeps its hint. ``()`` for a program without
+    dynamic sizes. Each set gives every symbol (``{"s0": 6}``), as
+    ``ir.strategies.program_inputs(program, sizes=...)`` takes it. O(root inputs' dims)."""
+    graph = program.root_module.graph
+    if graph is None:
+        return ()
+    users = {s.name for s in program.signature.user_inputs()}
+    found: dict[str, tuple[int, int, int | None]] = {}  # name -> hint, min, max
+    for node in graph.placeholders:
+        if node.name not in users:
+            continue
+        v = node.meta.get("val")
+        dims = v.shape if isinstance(v, torch.Tensor) else (v,)
+        for d in dims:
+            if not isinstance(d, torch.SymInt):
+                continue
+            sym, hint = d.node.expr, d.node.hint
+            if not getattr(sym, "is_Symbol", False) or hint is None or str(sym) in found:
+                continue
+            lo, hi = size_range(program, sym, d.node.shape_env)
+            found[str(sym)] = (int(hint), max(lo, 2), hi)
+    if not found:
+        return ()
+    sets = []
+    for pick in (_near, _far):
+        sizes = {name: pick(*bounds) for name, bounds in found.items()}
+        if any(sizes[n] != found[n][0] for n in sizes) and sizes not in sets:
+            sets.append(sizes)
+    return tuple(sets)
+
+
+def _near(hint: int, lo: int, hi: int | None) -> int:
+    return next((x for x in (hint + 1, hint - 1) if _fits(x, lo, hi)), hint)
+
+
+def _far(hint: int, lo: int, hi: int | None) -> int:
+    near = _near(hint, lo, hi)
+    return next((x for x in (lo, hint + 3, hint - 2)
+                 if x not in (hint, near) and _fits(x, lo, hi)), hint)
+
+
+def _fits(x: int, lo: int, hi: int | None) -> bool:
+    return x >= lo and (hi is None or x <= hi)
+
+
+def _sizes_text(program: Program, sizes: dict[str, int]) -> str:
+    known = dynamic_sizes(program)
+    return "other sizes of its dynamic dimensions (" + ", ".join(
+        f"{k}={v}" + (f": {known[k]}" if k in known else "") for k, v in sizes.items()
+    ) + ")"
+
+
+def _inputs_at(program: Program, sizes: dict[str, int]) -> tuple[Any, Any]:
+    from ir.strategies.programs import program_inputs
+
+    try:
+        return program_inputs(program, sizes=sizes)
+    except Exception:  # noqa: BLE001 - no inputs there: nothing to run
+        return None, None
+
+
+def _state_of(module: Any, fqns: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
+    return lambda: {fqn: _state_value(module, fqn) for fqn in fqns}
+
+
+def _runs_at(program: Program, made: list[tuple[Any, Any]]) -> list[Any]:
+    """What ``lower(program)`` does on each of the inputs ``made`` (``_inputs_at``): the
+    ``Ran`` (values or error), or ``None`` where no inputs or no lowering could be made."""
+    if not made:
+        return []
+    try:
+        module = lower(program)
+    except Exception:  # noqa: BLE001 - not lowerable: the semantics law says so
+        return [None] * len(made)
+    return [None if args is None else run_side(
+        module, args, kwargs, seed=SEED, state=_state_of(module, program.state_order))
+        for args, kwargs in made]
+
+
+def _changed_at(program: Program, sets: tuple[dict[str, int], ...], made: list[Any],
+                before: list[Any]) -> list[str]:
+    """How ``lower(program)`` now differs, on the inputs ``made`` at each size set, from what
+    it did (``before``)."""
+    if not sets:
+        return []
+    after = _runs_at(program, made)
+    problems = []
+    for sizes, was, now in zip(sets, before, after):
+        if was is None or now is None:
+            continue
+        at = _sizes_text(program, sizes)
+        if was.ok != now.ok or (not was.ok and was.error != now.error):
+            did = "ran" if was.ok else "raised " + ": ".join(was.error)
+            does = "runs" if now.ok else "raises " + ": ".join(now.error)
+            problems.append(f"at {at} the input program {did} before the pass and {does} "
+                            "after it")
+        elif was.ok:
+            found = judge(SEMANTICS, now.observed, was.observed)
+            if found is not None:
+                problems.append(f"at {at} the input program computes something else after the "
+                                f"pass: {found}")
+    return problems
+
+
+def _fake_mode(program: Program) -> Any:
+    """The fake mode of ``program``'s ``val`` s (the first fake tensor's), else ``None``."""
+    for _, mid in program.walk():
+        for graph in program.module_table()[mid].graphs:
+            for node in graph.nodes:
+                v = node.meta.get("val")
+                if isinstance(v, torch.Tensor):
+                    return getattr(v, "fake_mode", None)
+    return None
+
+
+def _symbols_text(program: Program, symbols: tuple[str, ...]) -> str:
+    known = dynamic_sizes(program)
+    return ", ".join(f"{s}: {known[s]}" if s in known else s for s in symbols) or "a size"
+
+
+def _guard_state(env: Any) -> Any:
+    """What a guard changes in a shape env: how many guards, its replacements and ranges."""
+    if env is None:
+        return None
+    return (len(env.guards), dict(env.replacements), dict(env.var_to_range))
+
+
+def _guards_added(env: Any, before: Any) -> str:
+    """What ``env`` gained since ``before`` (``_guard_state``): guards, replacements, narrower
+    ranges of the symbols it had; ``""`` when nothing."""
+    if env is None or before is None:
+        return ""
+    count, replacements, ranges = before
+    found = [f"guard {g.expr}" for g in env.guards[count:]]
+    found += [f"replacement {k} -> {v}" for k, v in env.replacements.items()
+              if replacements.get(k) != v]
+    found += [f"range {k}: {ranges[k]} -> {v}" for k, v in env.var_to_range.items()
+              if k in ranges and ranges[k] != v]
+    return ", ".join(found[:4]) + (f" (and {len(found) - 4} more)" if len(found) > 4 else "")
 
 
 # --- all laws on one program --------------------------------------------------------------------
@@ -462,9 +674,17 @@ def check_laws(
 
     # keyed by the pass and its set of laws, rather than one key shared by every check_laws
     # call: a failure saved for one pass is not replayed for another
-    hold(Trial(SEMANTICS, programs.map(_Shown), laws_hold,
-               key=(pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))),
-         settings=settings, max_examples=max_examples)
+    try:
+        hold(Trial(SEMANTICS, programs.map(_Shown), laws_hold,
+                   key=(pass_name(pass_fn), sorted(_check_laws_arg(laws, idempotent)))),
+             settings=settings, max_examples=max_examples)
+    except LawViolation:
+        raise
+    except Exception as flaky:  # hypothesis's FlakyFailure: see _first_violation
+        found = _first_violation(flaky)
+        if found is None:
+            raise
+        raise found from flaky
     report = LawReport(**counts)
     if not report.changed and not allow_vacuous:
         raise LawViolation(
@@ -475,6 +695,20 @@ def check_laws(
             None,
         )
     return report
+
+
+def _first_violation(group: BaseException) -> LawViolation | None:
+    """The first ``LawViolation`` in exception group ``group`` (hypothesis's ``FlakyFailure``):
+    a pass that damaged its input where the purity law saw it (an in-place write to a table
+    the input holds) breaks the law on the first run and not on hypothesis's replay, which
+    then reports the run as flaky; the violation is the answer."""
+    for exc in getattr(group, "exceptions", ()):
+        if isinstance(exc, LawViolation):
+            return exc
+        found = _first_violation(exc)
+        if found is not None:
+            return found
+    return None
 
 
 def _changed_live(result: Any, program: Program) -> bool:

@@ -174,6 +174,24 @@ def test_fake_failures_unlogged_keeps_torchs_traceback_off_the_log(caplog):
 # --- lowering/torch_seam.py ---------------------------------------------------------------------
 
 
+def test_refusing_new_guards_raises_before_the_shape_env_changes(caplog):
+    from torch.export import Dim
+
+    ep = torch.export.export(torch.nn.ReLU(), (torch.randn(5, 4),),
+                             dynamic_shapes=({0: Dim("b", min=2, max=32)},))
+    val = next(n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder")
+    env = val.fake_mode.shape_env
+    guards, replacements, frozen = len(env.guards), dict(env.replacements), env.frozen
+    with ir_seam.guard_failures_unlogged(), ir_seam.refusing_new_guards(env):
+        assert val.shape[0] >= 2  # the range proves it: no guard
+        with pytest.raises(ir_seam.ShapeEnvGuardError, match="frozen: .*== 5"):
+            int(val.shape[0])
+    assert (len(env.guards), dict(env.replacements)) == (guards, replacements)
+    assert "failed during evaluate_expr" not in caplog.text
+    assert env.frozen == frozen  # the flags are put back
+    assert ep.module()(torch.randn(9, 4)).shape == (9, 4)
+
+
 def test_get_keystr():
     path = (pytree.SequenceKey(0), pytree.SequenceKey(1), pytree.MappingKey("x"))
     assert lowering_seam.get_keystr(path) == "*args[1]['x']"

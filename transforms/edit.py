@@ -30,6 +30,7 @@ from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
 from ir.effects import aliased_args, graph_effects, is_pure, written_args
 from ir.errors import PassError, PurefxError
+from ir.fake_run import guards_refused, refused_guard
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
@@ -74,8 +75,8 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             state they read (``e.val``, ``e.state``). ``visit`` returns ``None`` to keep the
             node, or a ``Ref`` (from ``e``, or one of the node's inputs) whose value replaces
             the node's result: every later use reads it instead, outputs, output specs and
-            preserved call signatures included; when the replacement has another dtype or
-            shape, the ``val`` of each later node it reaches is propagated again, across
+            preserved call signatures included; when the replacement has another dtype,
+            shape or strides, the ``val`` of each later node it reaches is propagated again, across
             graphs: a module graph that then returns another dtype or shape has each of its
             calls, and what follows them, derived again (``transforms.kernel``); a node that
             no longer runs is a ``PassError`` naming it. Nodes emitted while visiting a node go before
@@ -134,7 +135,8 @@ class Edit:
     One object serves the whole call (its fields follow the node being visited); keep no
     reference to it past ``visit``. ``args`` / ``kwargs`` are the node's arguments with earlier
     replacements applied; ``node`` is the node being visited; ``graph`` the graph it is in, as
-    it is in the input (names are per graph: key what you remember across nodes by it).
+    it is in the input (names are per graph: key what you remember across nodes by it);
+    ``module_id`` the module that graph belongs to.
     """
 
     __slots__ = ("_ed", "_kwargs", "args", "graph", "node")
@@ -145,6 +147,13 @@ class Edit:
         self.graph: Graph | None = None
         self.args: tuple = ()
         self._kwargs: Any = EMPTY_DICT
+
+    @property
+    def module_id(self) -> ModuleId:
+        """The ``ModuleId`` of the module whose graph is visited (``e.graph``'s): what
+        ``ir.effects.graph_effects(p, e.module_id, e.graph)`` takes to say what that graph
+        writes and what may alias what. O(1)."""
+        return self._ed.mid
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -180,15 +189,26 @@ class Edit:
         program's level, at the shapes and dtypes of the arguments' ``val``, and emit its
         nodes; return its result (a ``Ref``, or a tuple of them for several results).
 
-        Tensor arguments are ``Ref`` s; scalars are traced as literals. Symbolic sizes are
-        traced at their hints, so sizes ``fn`` computes are specialized to them. One
+        Tensor arguments are ``Ref`` s; scalars are traced as literals. A dynamic size of an
+        argument (a symbol of the program, ``s0``) is traced as a dynamic dimension with the
+        program's range for it (``torch.export.Dim``; one ``Dim`` per symbol, so arguments of
+        one size stay of one size), so the emitted nodes hold at every size the program does.
+        ``fn`` that fixes such a size (``int(x.shape[0])``, ``x.view(5, 4)``, a branch on a
+        size) is a ``PassError`` naming the node and the dimension: keep ``fn``'s sizes
+        symbolic (``x.shape[0]`` as it is, ``-1``), or emit with ``e.call``. One
         ``torch.export`` per function and argument shapes (remembered for the rest of the
         call)."""
         return self._ed.apply(fn, args)
 
     def val(self, x: Any) -> Any:
         """The fake tensor (``meta["val"]``) of ``Ref`` ``x``, or ``x`` itself for a literal;
-        ``None`` for a node without one."""
+        ``None`` for a node without one.
+
+        Its sizes are the program's: a dynamic one is a ``torch.SymInt`` of the program's shape
+        env. Read it symbolically (pass it on, compare ``.node.expr``); ``int(size)``, ``if
+        size > 8`` and the like ask the env for a guard, which would fix the size for the input
+        program too: ``rewrite_nodes`` refuses it with a ``PassError`` naming the node and the
+        dimension (a size the program's ranges fix to one value is no guard and passes)."""
         return self._ed.val(x)
 
     def is_input(self, x: Any) -> bool:
@@ -258,6 +278,12 @@ class _Editor:
     # --- the walk -----------------------------------------------------------------------------
 
     def run(self) -> Program:
+        # every fake run of the call, and the visit's own use of sizes (``int(e.val(x).shape[0])``),
+        # refuses a guard on the program's shape env: it is shared with ``p``
+        with guards_refused(self.fake_mode()):
+            return self.walk()
+
+    def walk(self) -> Program:
         p = self.p
         table = p.module_table()
         updates: dict[ModuleId, Any] = {}
@@ -337,7 +363,16 @@ class _Editor:
             self.after: list[Node] = []
             self.after_names: set[str] = set()
             self.private_writes: list[tuple[Any, str, str]] = []
-            result = visit(node, e)
+            try:
+                result = visit(node, e)
+            except PurefxError:
+                raise
+            except Exception as exc:  # a guard the visit asked for, or the visit's own error
+                guard = refused_guard(exc)
+                if guard is None:
+                    raise
+                raise kn.guard_error(self.p, guard, f"visit at node {node.name!r}",
+                                     kn.KEEP_SYMBOLIC) from exc
             if self.private_writes and (
                 result is None or not is_pure(node)
                 or (type(result) is Ref and self.alias.get(result.name, result) == node.ref)
@@ -417,8 +452,8 @@ class _Editor:
                     f"%{result.name} of another dtype or shape ({kn.describe(old)} -> "
                     f"{kn.describe(new)}); keep the value's dtype and shape there"
                 )
-        if not kn.same_val(node.meta.get("val"), defined[result.name].meta.get("val")):
-            self.retyped.add(node.name)  # its readers' vals are propagated again
+        if not kn.same_meta(node.meta.get("val"), defined[result.name].meta.get("val")):
+            self.retyped.add(node.name)  # its readers' vals are propagated again (strides too)
         self.alias[node.name] = result
         self.reread.add(result.name)
         self.candidates.add(node.name)
@@ -474,14 +509,14 @@ class _Editor:
 
     def repropagated(self, node: Node, args: Any, kwargs: Any) -> Node:
         """``node`` with ``args`` / ``kwargs`` and its ``val`` propagated again; its name joins
-        ``retyped`` when the dtype or shape changed."""
+        ``retyped`` when the dtype, shape or strides changed (``kn.same_meta``)."""
         self.graph_changed = True
         val = self.fake(node.target, args, kwargs) if node.op == CALL_FUNCTION else None
         if val is None:
             return node.replace(args=args, kwargs=kwargs)
         old = self.e.node.meta.get("val")
-        if not kn.same_val(old, val):
-            if node.name in self.signature_names():
+        if not kn.same_meta(old, val):
+            if node.name in self.signature_names() and not kn.same_val(old, val):
                 raise PassError(
                     f"the edit at node {self.here()!r} changes node {node.name!r} from "
                     f"{kn.describe(old)} to {kn.describe(val)}, and a signature names it (an "
@@ -665,6 +700,10 @@ class _Editor:
         try:
             return kn.fake_value(target, args, kwargs, self.val, mode=self.fake_mode())
         except kn.FakeRunFailed as exc:
+            if exc.guard is not None:
+                raise kn.guard_error(self.p, exc.guard,
+                                     f"{target_name(target)} at node {self.here()!r}",
+                                     kn.KEEP_SYMBOLIC) from exc
             if exc.no_kernel:  # no kernel for these vals: not the arguments' fault
                 kind = "meta tensors" if exc.on_meta else "fake tensors"
                 raise PassError(
@@ -711,7 +750,8 @@ class _Editor:
         return self._level
 
     def apply(self, fn: Callable, args: tuple) -> Ref | tuple:
-        examples = []
+        examples, dynamic, key = [], [], []
+        dims: dict[str, Any] = {}  # symbol name -> its torch.export.Dim
         for a in args:
             if type(a) is Ref:
                 v = self.val(self.read(a))
@@ -720,22 +760,32 @@ class _Editor:
                         f"e.apply at node {self.here()!r}: argument %{a.name} has no tensor val; "
                         "apply traces at the arguments' fake values"
                     )
-                examples.append(torch.zeros([int(d) for d in v.shape], dtype=v.dtype))
+                sizes, spec = self.traced_sizes(a, v, dims)
+                examples.append(torch.zeros(sizes, dtype=v.dtype))
+                dynamic.append(spec)
+                key.append((tuple(str(d) for d in v.shape), v.dtype))
             else:
                 examples.append(a)
-        key = (fn, self.level(), tuple(
-            (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else (type(x), x)
-            for x in examples
-        ))
-        traced = self.traced.get(key)
+                key.append((type(a), a))
+        cache_key = (fn, self.level(), tuple(key))
+        traced = self.traced.get(cache_key)
         if traced is None:
             name = getattr(fn, "__qualname__", repr(fn))
+            where = f"e.apply at node {self.here()!r}"
             try:
                 traced = tr.trace(fn, examples, self.level(), name, f"edit at node {self.here()!r}",
-                                  sentinels=False)
+                                  sentinels=False,
+                                  dynamic=dynamic if any(dims.values()) else None)
             except PurefxError as exc:
-                raise PassError(f"e.apply at node {self.here()!r}: {exc}") from exc
-            self.traced[key] = traced
+                fixed = tr.fixed_sizes(exc, dims)
+                if fixed is not None:
+                    raise kn.guard_error(
+                        self.p, fixed, f"{where}: {name}",
+                        "keep fn's sizes symbolic (x.shape[0] as it is, -1 in a view, no int() "
+                        "and no branch on a size), or emit the nodes with e.call",
+                    ) from exc
+                raise PassError(f"{where}: {exc}") from exc
+            self.traced[cache_key] = traced
         env: dict[str, Any] = {}
         phs = [n.name for n in traced.graph.nodes if n.op == PLACEHOLDER]
         for ph, pos in zip(phs, traced.tensor_args):
@@ -749,6 +799,39 @@ class _Editor:
             env[n.name] = out
         results = tuple(map_refs(o, bind) for o in traced.outputs)
         return results[0] if len(results) == 1 else results
+
+    def traced_sizes(self, a: Ref, v: torch.Tensor, dims: dict[str, Any]) -> tuple[list, tuple]:
+        """The sizes ``e.apply`` traces argument ``a`` (val ``v``) at (each dynamic one at its
+        hint) and its ``torch.export`` dynamic shape: a size that is a symbol of the program is
+        that symbol's ``Dim`` (made once per symbol, with its range: ``dims``; static, ``None``,
+        where the range holds one size), another symbolic size is ``Dim.DYNAMIC``, an int is
+        static (``None``)."""
+        sizes, spec = [], []
+        for i, d in enumerate(v.shape):
+            if type(d) is int:
+                sizes.append(d)
+                spec.append(None)
+                continue
+            node = d.node
+            hint = node.hint
+            if hint is None:
+                raise PassError(
+                    f"e.apply at node {self.here()!r}: dimension {i} of argument %{a.name} is "
+                    f"a data-dependent size ({node.expr}), which has no example to trace at; "
+                    "emit the nodes with e.call"
+                )
+            sizes.append(int(hint))
+            expr = node.expr
+            if not getattr(expr, "is_Symbol", False):
+                spec.append(torch.export.Dim.DYNAMIC)
+                continue
+            name = str(expr)
+            if name not in dims:
+                lo, hi = kn.size_range(self.p, expr, node.shape_env)
+                # a range of one size: the program fixes it, so may the trace
+                dims[name] = None if lo == hi else torch.export.Dim(name, min=lo, max=hi)
+            spec.append(dims[name])
+        return sizes, tuple(spec)
 
     # --- state --------------------------------------------------------------------------------
 

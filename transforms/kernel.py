@@ -13,8 +13,8 @@ a new Program. What such an edit must get right is the same for every pass, and 
 - **writes** a new node makes: ``ir.effects.written_args`` of the node (the one effect
   analysis), which a driver checks before it lets a node in;
 - **metadata across graphs** (``rederive_callers``): when the value a module graph returns
-  changes dtype or shape, the ``val`` of each call of it and of everything downstream of those
-  calls is derived again, up to the root, or the edit is refused where the change reaches a
+  changes dtype, shape or strides (``same_meta``), the ``val`` of each call of it and of
+  everything downstream of those calls is derived again, up to the root, or the edit is refused where the change reaches a
   signature (an output spec, a preserved call) or a call whose graph was traced at the old
   shapes;
 - **finalisation** (``finalised``, over ``renamed_outputs`` and ``renamed_calls``): output
@@ -34,6 +34,10 @@ a new Program. What such an edit must get right is the same for every pass, and 
   ``Graph`` and its renames (``finish``); streamed (``indexed=False``), it places the nodes in
   order (``keep``: ``rewired`` to the values that replaced their arguments), replaces a node by
   a value (``replace``) and leaves one out (``drop``);
+- **dynamic sizes** (``guard_error``, ``dynamic_sizes``): every fake run of a pass refuses a
+  guard on the program's shape env (``ir.fake_run.guards_refused``: the env is shared with the
+  input program, whose sizes it would fix); the refusal is a ``PassError`` naming the node, the
+  dimension (its input and range) and what to do instead;
 - the **listener hook** (``Listener``): a driver that may roll an edit back hears of each node
   the working graph makes, erases and replaces; ``Drawn`` records the names made so that the
   rule engine gives them back when a rule is not taken (``WorkingGraph.release``).
@@ -58,7 +62,15 @@ from ir import signature as sg
 from ir.args import Ref, map_refs, map_refs_in, thaw
 from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
-from ir.fake_run import META, FakeRunFailed, describe, fake_value, same_val
+from ir.fake_run import (
+    META,
+    FakeRunFailed,
+    RefusedGuard,
+    describe,
+    fake_value,
+    same_layout,
+    same_val,
+)
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
@@ -74,14 +86,18 @@ __all__ = [
     "WorkingGraph",
     "base_name",
     "describe",
+    "dynamic_sizes",
     "fake_value",
     "finalised",
+    "guard_error",
     "new_meta",
     "rederive_callers",
     "renamed_calls",
     "renamed_outputs",
     "resolved",
+    "same_meta",
     "same_val",
+    "size_range",
 ]
 
 
@@ -575,6 +591,84 @@ def protected_names(p: Program) -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in out.items()}
 
 
+def same_meta(a: Any, b: Any) -> bool:
+    """``same_val`` and ``same_layout``: same dtype, shape, device and strides. A value that
+    differs from the one it replaces in any of them has its readers' ``val`` s derived again
+    (the editor's ``retyped``, ``rederive_callers``): a stride change reaches them as a shape
+    change does (a ``view`` that no longer runs on the new strides is refused, naming it).
+    O(size of the values)."""
+    return same_val(a, b) and same_layout(a, b)
+
+
+# --- dynamic sizes -------------------------------------------------------------------------------
+
+
+def dynamic_sizes(p: Program) -> dict[str, str]:
+    """Each symbol of ``p``'s dynamic sizes (by name: ``s0``) -> what it is, for a message:
+    ``dimension 0 of input %x, 2..32`` (the first root input with a dimension of exactly that
+    size, and its range from ``p.range_constraints``). O(root placeholders + constraints)."""
+    ranges: dict[str, str] = {}
+    for sym, vr in (getattr(p.range_constraints, "value", None) or {}).items():
+        lo, hi = getattr(vr, "lower", "?"), getattr(vr, "upper", "?")
+        ranges[str(sym)] = f"{lo}..{'' if str(hi) in ('oo', 'int_oo') else hi}"
+    found: dict[str, str] = {}
+    graph = p.root_module.graph
+    for n in graph.nodes if graph is not None else ():
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        for i, d in enumerate(getattr(v, "shape", ())):
+            name = str(getattr(getattr(d, "node", None), "expr", d))
+            if name in ranges and name not in found:
+                found[name] = f"dimension {i} of input %{n.name}, {ranges[name]}"
+    for name, r in ranges.items():
+        found.setdefault(name, r)
+    return found
+
+
+def guard_error(p: Program, guard: RefusedGuard, where: str, instead: str) -> PassError:
+    """The ``PassError`` for a guard ``guard`` that a fake run at ``where`` (``"e.apply at
+    node 'relu'"``) asked for on ``p``'s shape env (``ir.fake_run.guards_refused`` refused
+    it): it names the dynamic sizes the guard reads (``dynamic_sizes``), says that the result
+    would be right at this size only, and what to do ``instead``. O(``dynamic_sizes``)."""
+    known = dynamic_sizes(p)
+    sizes = [f"{s} ({known[s]})" if s in known else s for s in guard.symbols] or ["a size"]
+    return PassError(
+        f"{where} would fix the dynamic size {', '.join(sizes)} ({guard.text}): the "
+        "result would hold at this size only, and the program keeps it dynamic; "
+        f"{instead}"
+    )
+
+
+def size_range(p: Program, symbol: Any, shape_env: Any = None) -> tuple[int, int | None]:
+    """The sizes ``symbol`` (a sympy symbol of ``p``'s dynamic sizes) may take: ``(min, max)``
+    from ``p.range_constraints`` (by name), else from ``shape_env``'s ranges; ``max`` ``None``
+    when unbounded. ``(0, None)`` when neither knows it. O(constraints)."""
+    name = str(symbol)
+    vr = next((v for k, v in (getattr(p.range_constraints, "value", None) or {}).items()
+               if str(k) == name), None)
+    if vr is None and shape_env is not None:
+        vr = getattr(shape_env, "var_to_range", {}).get(symbol)
+    if vr is None:
+        return 0, None
+    lo, hi = _finite(vr.lower), _finite(vr.upper)
+    return (max(lo, 0) if lo is not None else 0), hi
+
+
+def _finite(bound: Any) -> int | None:
+    try:
+        return int(bound)
+    except (TypeError, ValueError, OverflowError):  # oo, int_oo, a symbol
+        return None
+
+
+KEEP_SYMBOLIC = (
+    "keep sizes symbolic: do not turn a size of e.val(x) into an int or compare it in the "
+    "pass, emit the computation with e.call (read a size as a value with "
+    "e.call(torch.ops.aten.sym_size.int, x, dim))"
+)
+
+
 # --- metadata across graphs ----------------------------------------------------------------------
 
 
@@ -713,6 +807,9 @@ def _rederive_graph(
                 new = fake_value(node.target, node.args, node.kwargs, val_of,
                                  method=node.op == CALL_METHOD, mode=mode)
             except FakeRunFailed as exc:
+                if exc.guard is not None:
+                    raise guard_error(p, exc.guard, f"{where}, at node {node.name!r},",
+                                      KEEP_SYMBOLIC) from exc
                 raise PassError(
                     f"{where} changes the dtype or shape of %{reads[0]}, and node {node.name!r} "
                     f"({target_name(node.target)}) no longer runs on it ({exc}); keep the "
@@ -722,10 +819,10 @@ def _rederive_graph(
             nodes.append(node)
             continue
         old = node.meta.get("val")
-        if new is None or same_val(old, new):
+        if new is None or same_meta(old, new):
             nodes.append(node)
             continue
-        if node.name in named:
+        if node.name in named and not same_val(old, new):
             raise PassError(
                 f"{where} changes node {node.name!r} from {describe(old)} to {describe(new)}, "
                 "and a signature names it (an output spec or a preserved call); keep the "
@@ -746,7 +843,7 @@ def _rederive_graph(
 
 def refuse_call(node: Node, read: str, where: str) -> None:
     raise PassError(
-        f"{where} changes the dtype or shape of %{read}, which call {node.name!r} of module "
-        f"{node.target!r} reads (its graph was traced at the old shapes); keep the value's "
-        "dtype and shape"
+        f"{where} changes the dtype, shape or strides of %{read}, which call {node.name!r} of "
+        f"module {node.target!r} reads (its graph was traced at the old shapes); keep the "
+        "value's dtype, shape and strides"
     )

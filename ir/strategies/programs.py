@@ -109,7 +109,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -1664,12 +1664,16 @@ for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
 # --- inputs -------------------------------------------------------------------------------------
 
 
-def program_inputs(program: Program, seed: int = 0) -> tuple[tuple, dict]:
+def program_inputs(
+    program: Program, seed: int = 0, sizes: Mapping[str, int] | None = None,
+) -> tuple[tuple, dict]:
     """Fresh example ``(args, kwargs)`` for ``lower(program)``, deterministic in ``seed``.
 
     One tensor per user-input placeholder of the root graph, of the shape and dtype its
     ``meta["val"]`` gives (uniform in ``[-1, 1)`` for floating types, ``0..9`` for integer
-    ones; a symbolic size takes its hint), arranged by the root call signature's ``in_spec``
+    ones; a symbolic size takes its hint, or with ``sizes`` (symbol name -> size, ``{"s0": 9}``)
+    its expression at those sizes when they give each of its symbols), arranged by the root
+    call signature's ``in_spec``
     (positional only when the program has none). Works on any Program whose root keeps
     ``import_ep``'s placeholders, so also after passes. Raises ``InputError`` naming the
     placeholder whose ``meta["val"]`` says nothing about its value.
@@ -1681,7 +1685,7 @@ def program_inputs(program: Program, seed: int = 0) -> tuple[tuple, dict]:
     for node in graph.placeholders:
         if node.name not in users:
             continue
-        leaves.append(_example_value(node, gen))
+        leaves.append(_example_value(node, gen, sizes))
     sig = program.call_signatures.get("")
     if sig is None:
         return tuple(leaves), {}
@@ -1694,17 +1698,17 @@ def program_inputs(program: Program, seed: int = 0) -> tuple[tuple, dict]:
     return tuple(args), dict(kwargs)
 
 
-def _example_value(node: Node, gen: torch.Generator) -> Any:
+def _example_value(node: Node, gen: torch.Generator, sizes: Mapping[str, int] | None) -> Any:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        shape = tuple(_hint(d) for d in val.shape)
+        shape = tuple(_size(d, sizes) for d in val.shape)
         if val.dtype.is_floating_point:
             return torch.rand(shape, generator=gen).to(val.dtype) * 2 - 1
         if val.dtype == torch.bool:
             return torch.randint(0, 2, shape, generator=gen).bool()
         return torch.randint(0, 10, shape, generator=gen).to(val.dtype)
     if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
-        return _hint(val)
+        return _size(val, sizes)
     if isinstance(val, (float, bool, str)):
         return val
     raise InputError(
@@ -1716,3 +1720,13 @@ def _hint(d: Any) -> int:
     if isinstance(d, torch.SymInt):
         return int(d.node.hint)
     return int(d)
+
+
+def _size(d: Any, sizes: Mapping[str, int] | None) -> int:
+    """``d`` at ``sizes`` (its expression, when they give each of its symbols), else its hint."""
+    if sizes and isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        free = getattr(expr, "free_symbols", ())
+        if free and all(str(s) in sizes for s in free):
+            return int(expr.xreplace({s: sizes[str(s)] for s in free}))
+    return _hint(d)

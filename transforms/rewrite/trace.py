@@ -11,7 +11,8 @@ scalar wildcard, compared by value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -19,6 +20,7 @@ import torch
 
 from ir import ops
 from ir.errors import PassError, PurefxError, first_line
+from ir.fake_run import RefusedGuard
 from ir.graph import Graph
 from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
@@ -70,6 +72,7 @@ def is_scalar(value: Any) -> bool:
 def trace(
     fn: Callable, example_inputs: Sequence[Any], level: str, rule: str, role: str,
     *, sentinels: bool = True, salt: int = 0, literal: frozenset[int] = frozenset(),
+    dynamic: Sequence[Any] | None = None,
 ) -> Traced:
     """Trace ``fn(*example_inputs)`` at ``level`` (``TRAINING`` or ``CORE``).
 
@@ -78,7 +81,11 @@ def trace(
     Scalars: each float argument is traced as a sentinel; each int argument too when tracing
     with a sentinel succeeds (an int used as a size or dimension is kept as its example value).
     ``literal``: argument positions traced with their example value, never a sentinel (a
-    rule's hyperparameters, located in the trace by that value).
+    rule's hyperparameters, located in the trace by that value). ``dynamic``: for each tensor
+    argument, in order, its ``torch.export`` dynamic shape (a tuple, per dimension a
+    ``torch.export.Dim`` or ``None``); the trace then holds at every size in those ranges, and
+    a function that fixes one raises (``fixed_sizes`` reads which). Each trace runs in the fake
+    mode and shape env of its own export: the programs a rule rewrites are never written.
 
     **Laws:** deterministic (same function, inputs and level: equal graphs); ``example_inputs``
     are not written (tensors are cloned before export). Cost: one or two ``torch.export``
@@ -95,7 +102,7 @@ def trace(
     error: Exception | None = None
     for as_sentinel in attempts:
         try:
-            return _trace(fn, example_inputs, level, as_sentinel, salt)
+            return _trace(fn, example_inputs, level, as_sentinel, salt, dynamic)
         except PurefxError:
             raise
         except Exception as exc:  # noqa: BLE001 - torch's export errors share no base class
@@ -108,7 +115,8 @@ def trace(
 
 
 def _trace(
-    fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel: list[int], salt: int
+    fn: Callable, example_inputs: Sequence[Any], level: str, as_sentinel: list[int], salt: int,
+    dynamic: Sequence[Any] | None = None,
 ):
     tensor_args = tuple(i for i, v in enumerate(example_inputs) if isinstance(v, torch.Tensor))
     sentinels = tuple(
@@ -128,7 +136,8 @@ def _trace(
     # distinct tensors: export would read one tensor passed twice as one input
     tensors = tuple(example_inputs[i].detach().clone() for i in tensor_args)
     with fake_failures_unlogged():  # a failure is the caller's answer (declined or refused)
-        ep = torch.export.export(RuleFunction(), tensors)
+        shapes = None if dynamic is None else (tuple(dynamic),)  # the one ``*tensors``
+        ep = torch.export.export(RuleFunction(), tensors, dynamic_shapes=shapes)
         if level == CORE:
             ep = ep.run_decompositions()
     program = import_ep(ep)
@@ -141,6 +150,25 @@ def _trace(
     outputs = graph.outputs
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     return Traced(graph, tensor_args, sentinels, outputs)
+
+
+def fixed_sizes(exc: BaseException, dims: Mapping[str, Any]) -> RefusedGuard | None:
+    """The sizes a function traced with ``dynamic`` fixed, when that is why ``exc`` (what
+    ``trace`` raised) was raised: torch.export's constraint violation, read as a
+    ``RefusedGuard`` (its first reason as ``text``, the names of ``dims`` it mentions as
+    ``symbols``); ``None`` for another error. O(length of the message)."""
+    cause: BaseException | None = exc
+    while cause is not None and (
+        isinstance(cause, PurefxError) or "Constraints violated" not in str(cause)
+    ):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    lines = [ln.strip() for ln in str(cause).splitlines()]
+    reason = next((ln[2:] for ln in lines if ln.startswith("- ")), lines[0] if lines else "")
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(cause)))
+    reason = reason.split(". If ")[0].rstrip(".")  # torch's advice on mark_dynamic: not ours
+    return RefusedGuard(reason, tuple(d for d in dims if d in words))
 
 
 def level_of(graphs: Sequence[Graph]) -> str:
@@ -160,6 +188,7 @@ __all__ = [
     "LEVELS",
     "TRAINING",
     "Traced",
+    "fixed_sizes",
     "is_scalar",
     "level_of",
     "sentinel_for",
