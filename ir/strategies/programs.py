@@ -143,6 +143,7 @@ from ir.strategies.opset_steps import (
     permutation_for,
     resolve_ops,
     result_tensors,
+    uninitialized,
 )
 from ir.torch_seam import new_fake_mode, op_schema, pytree, storage_identity
 
@@ -1254,8 +1255,10 @@ class _Builder:
         for ix, t in results:
             r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
                                                     EMPTY_DICT, t)
-            if storage_identity(t) in arg_storages:
-                continue  # a view or the written argument: read as it is, never an output
+            if storage_identity(t) in arg_storages or uninitialized(row):
+                # a view or the written argument (read as it is), or memory no one wrote
+                # (``empty``): never read on, never an output
+                continue
             key = (tuple(t.shape), t.dtype, self._stride_key(t))
             self.pool.setdefault(key, []).append(r)
             self.opset_results.append(r)
