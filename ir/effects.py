@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from ir import ops
+from ir import ops, opset
 from ir import signature as sg
 from ir.args import Ref, collect_refs
 from ir.errors import PassError
@@ -73,7 +73,10 @@ def is_pure(node: Node) -> bool:
     """Whether ``node`` only computes its result: a ``get_attr`` read, a dropout that keeps its
     input (``inert_dropout``), or a ``call_function`` /
     ``call_method`` whose target is pure (``ops.impurity`` empty: not mutating, random,
-    effectful, nor a higher-order op). Placeholders, outputs and module calls are not (a module
+    effectful, nor a higher-order op, and in the verified operator table without writes), or
+    a call of a verified operator whose only writes are conditions the node's literal
+    arguments rule out (``aten.batch_norm(..., training=False, ...)``). An ``OpOverload`` the
+    verified table lacks is never pure. Placeholders, outputs and module calls are not (a module
     call may do anything: ``Effects.has_effect`` resolves its callee).
 
     **Laws:** a pure node dropped when unused, or computed once for two equal calls, changes
@@ -81,7 +84,25 @@ def is_pure(node: Node) -> bool:
     """
     if node.op == GET_ATTR:
         return True
-    return node.op in _CALLS and (not ops.impurity(node.target) or inert_dropout(node))
+    if node.op not in _CALLS:
+        return False
+    if not ops.impurity(node.target) or inert_dropout(node):
+        return True
+    return _pure_call(node, ops.facts(node.target))
+
+
+def _pure_call(node: Node, facts: ops.OpFacts) -> bool:
+    """Whether a call whose operator is impure only for a conditional write is pure at this
+    node: a verified overload that draws nothing, has no effect, and whose table writes are
+    ruled out by the node's literal arguments (``aten.batch_norm`` with ``training=False``)."""
+    return (
+        facts.kind == ops.OVERLOAD
+        and facts.verified
+        and not facts.mutating
+        and not facts.random
+        and not ops.is_effectful(node.target)
+        and not _node_writes(node, facts)
+    )
 
 
 def inert_dropout(node: Node) -> bool:
@@ -114,12 +135,14 @@ def inert_dropout(node: Node) -> bool:
 
 
 def written_args(node: Node) -> tuple[str, ...]:
-    """The names of the values ``node`` may write in place, without looking at its program: the
-    arguments a mutating operator's schema marks ``Tensor(a!)`` (``add_``'s first, ``copy_``'s
-    destination, an ``out=`` form's ``out``; the receiver of an in-place method, the first
-    argument of ``operator.setitem`` or ``iadd``; every value argument of a mutating target
-    that says nothing of which), every value argument of a
-    higher-order op or ``call_module`` (conservatively), none for any other node.
+    """The names of the values ``node`` may write in place, without looking at its program: for
+    an operator overload, the arguments its row of the verified operator table (``ir.opset``)
+    writes under the node's literal arguments (``add_``'s first, ``copy_``'s destination, an
+    ``out=`` form's ``out``, ``aten.batch_norm``'s running statistics when ``training`` is not
+    ``False``), every value argument of an overload the table lacks; the receiver of an
+    in-place method, the first argument of ``operator.setitem`` or ``iadd``; every value
+    argument of a mutating target that says nothing of which, of a higher-order op or of a
+    ``call_module`` (conservatively); none for any other node.
 
     **Laws:** a value not in the answer is not written by ``node``; ``()`` for every pure node.
     O(arguments).
@@ -131,9 +154,7 @@ def written_args(node: Node) -> tuple[str, ...]:
     facts = ops.facts(node.target)
     if facts.kind == ops.HOP:
         return _names(node.inputs())
-    if not facts.mutating:
-        return ()
-    return _schema_written(node, facts)
+    return _node_writes(node, facts)
 
 
 def is_view(node: Node) -> bool:
@@ -146,7 +167,8 @@ def is_view(node: Node) -> bool:
     if node.op != CALL_FUNCTION:
         return False
     facts = ops.facts(node.target)
-    return facts.alias_like or facts.getitem or facts.view
+    return facts.alias_like or facts.getitem or facts.view or (
+        facts.kind == ops.OVERLOAD and not facts.writes and any(i == 0 for _, i in facts.aliases))
 
 
 def aliased_args(node: Node) -> tuple[str, ...]:
@@ -258,6 +280,28 @@ def binds_symbols(node: Node) -> bool:
 
 def _names(refs: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.name for r in refs))
+
+
+def _node_writes(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
+    """The values a call node may write: for an operator overload, its verified writes
+    (``OpFacts.writes``) that the node's normalized arguments do not rule out
+    (``opset.positions_written``; every value argument for an overload the table lacks or
+    arguments its schema does not take); for another target, what it declares
+    (``_schema_written``)."""
+    if facts.kind in (ops.OVERLOAD, ops.PACKET) and facts.qualname:
+        if not facts.writes and not facts.mutating:
+            return ()
+        normal = ops.normalized_args(node.target, node.args, node.kwargs)
+        if normal is None or not facts.verified:
+            return _names(node.inputs())
+        found: list[Ref] = []
+        for i in {*opset.positions_written(facts.writes, normal), *facts.written}:
+            if i < len(normal):
+                collect_refs(normal[i], found)
+        return _names(found)
+    if not facts.mutating:
+        return ()
+    return _schema_written(node, facts)
 
 
 def _schema_written(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
@@ -522,13 +566,14 @@ class _Analysis:
                     if facts.random or any(b is None or b._random for b in bodies):
                         random.append(n.name)
                 else:
-                    if facts.mutating:
-                        direct[n.name] = _schema_written(n, facts)
+                    writes = _node_writes(n, facts)
+                    if writes:
+                        direct[n.name] = writes
                     if facts.random and not inert_dropout(n):
                         random.append(n.name)
                     if facts.assertion:
                         asserts.append(n.name)
-                if self.is_impure(n.target) and not inert_dropout(n):
+                if self.is_impure(n.target) and not is_pure(n):
                     effect.append(n.name)
             elif n.op == CALL_MODULE:
                 for r in n.inputs():
@@ -607,16 +652,16 @@ class _Analysis:
 
 def _aliased_inputs(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
     """The arguments the result of ``node`` (whose operator may alias, ``_may_alias``) may
-    share memory with: for an operator with a schema that writes in place, the arguments it
-    writes (``add_(a, b)`` returns ``a``; ``b`` is only read), except ``set_``, which makes its
-    first argument a view of the others; else every argument."""
-    if (
-        facts.kind == ops.OVERLOAD
-        and facts.mutating
-        and facts.written
-        and not facts.qualname.startswith("aten::set_")
-    ):
-        return _schema_written(node, facts)
+    share memory with: for a verified operator overload, those its row pairs with a result
+    (``add_(a, b)`` returns ``a``; ``b`` is only read); else every argument."""
+    if facts.kind == ops.OVERLOAD and facts.verified:
+        normal = ops.normalized_args(node.target, node.args, node.kwargs)
+        if normal is not None:
+            found: list[Ref] = []
+            for i in sorted({i for _, i in facts.aliases}):
+                if i < len(normal):
+                    collect_refs(normal[i], found)
+            return _names(found)
     return _names(node.inputs())
 
 
@@ -625,7 +670,7 @@ def _may_alias(facts: ops.OpFacts) -> bool:
     if facts.view or facts.getitem or facts.inplace or facts.mutating:
         return True
     if facts.kind == ops.OVERLOAD:
-        return False  # its schema says so: ``clone``, ``_to_copy`` return new memory
+        return bool(facts.aliases)  # the verified table's (every argument for an unknown one)
     if facts.alias_like:
         return True  # a packet or method that may return its input (``to``, ``reshape``)
     if facts.kind == ops.PACKET:

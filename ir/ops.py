@@ -5,10 +5,17 @@ one of the small predicates below) whether the target mutates an argument, has a
 draws random numbers, can be computed a second time, copies or aliases a value, is size
 arithmetic, a ``getitem`` or a higher-order op, which of its arguments are sizes, dimensions and
 dtypes, and when a call of it computes nothing (``computes_nothing``, ``is_metadata_check``;
-``canonical_args`` spells one computation one way). The answers come from four sources:
+``canonical_args`` spells one computation one way). The answers come from five sources:
 
-- the operator's schema: ``Tensor(a!)`` arguments are written, the returns are counted, the
-  argument types say which are sizes (``SymInt``), dimensions and dtypes;
+- the verified operator table (``ir.opset``): for an ``OpOverload``, what it writes (under
+  which argument values: ``aten.batch_norm`` writes its running statistics when ``training``
+  is true, which its schema does not declare), which results share storage with which
+  arguments, whether it draws random numbers, all observed on real tensors; an overload the
+  table lacks is assumed to write and alias every tensor argument (``verified`` false), so it
+  is never pure;
+- the operator's schema: ``Tensor(a!)`` arguments are declared written (``mutating``: the
+  in-place and ``out=`` forms), the returns are counted, the argument types say which are
+  sizes (``SymInt``), dimensions and dtypes;
 - torch's tags: ``nondeterministic_seeded`` marks random operators;
 - torch's registries of side effects (``torch.library``'s effect registry, the functions
   torch's dead-code elimination keeps), for ``is_effectful`` only;
@@ -36,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from pyrsistent import PMap, pmap
 
+from ir import opset
 from ir.args import IDict, IList
 from ir.torch_seam import (
     HigherOrderOperator,
@@ -89,8 +97,21 @@ class OpFacts:
     schema: str = ""  #: the schema as torch prints it, for messages (``""`` without one)
     params: tuple[Param, ...] = ()  #: schema arguments (``()`` without a schema)
     results: int | None = None  #: how many values the schema returns (``None``: no schema)
-    mutating: bool = False  #: writes some argument in place (``add_``, ``copy_``, ``add.out``)
-    written: tuple[int, ...] = ()  #: positions of the arguments it writes
+    mutating: bool = False
+    """Its schema declares a write of some argument (``add_``, ``copy_``, ``add.out``): an
+    in-place or ``out=`` form. What a call may write, declared or not, is ``writes``."""
+    written: tuple[int, ...] = ()  #: positions of the arguments its schema declares written
+    writes: tuple[opset.Write, ...] = ()
+    """What an ``OpOverload`` writes in place, and under which argument values
+    (``opset.written_at`` evaluates them for one call): the verified table's row, which
+    includes the writes its schema hides; for an overload the table lacks, every tensor
+    argument, always. ``()`` for other targets (``mutating``/``written`` say theirs)."""
+    aliases: tuple[tuple[int, int], ...] = ()
+    """``(result index, argument position)`` pairs whose storage an ``OpOverload``'s result
+    may share (the verified table's; every tensor argument for an overload it lacks)."""
+    verified: bool = True
+    """``False`` only for an ``OpOverload`` without a row in the verified table: nothing is
+    known of it, so it writes and aliases every tensor argument and is never pure."""
     inplace: bool = False  #: writes its first argument and returns it (``add_``, ``copy_``)
     view: bool = False
     """Returns a view of an argument without writing (a schema result ``Tensor(a)`` of a
@@ -128,7 +149,8 @@ class OpFacts:
         """Pure, deterministic and without effect, and no higher-order op: computing it a
         second time gives the same value and changes nothing (effects registered after this
         value was made are not seen: use ``is_recomputable``)."""
-        return not (self.mutating or self.effectful or self.random or self.kind == HOP)
+        return not (self.mutating or self.writes or not self.verified or self.effectful
+                    or self.random or self.kind == HOP)
 
 
 def facts(target: Any) -> OpFacts:
@@ -195,6 +217,13 @@ def _overload_facts(op: OpOverload) -> OpFacts:
     written = tuple(i for i, p in enumerate(params) if p.written)
     first_result = schema.returns[0].alias_info if schema.returns else None
     packet = op.overloadpacket
+    row = opset.entry(op)
+    if row is None:
+        tensors = tuple(i for i, p in enumerate(params) if "Tensor" in p.type)
+        writes = tuple(opset.Write(i) for i in tensors)
+        aliases = tuple((r, i) for r in range(len(schema.returns)) for i in tensors)
+    else:
+        writes, aliases = row.writes, row.aliases
     return OpFacts(
         name=str(op),
         kind=OVERLOAD,
@@ -208,8 +237,12 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         view=not schema.is_mutable and any(
             r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
         ),
-        effectful=op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS,
-        random=torch.Tag.nondeterministic_seeded in op.tags,
+        writes=writes,
+        aliases=aliases,
+        verified=row is not None,
+        effectful=op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS or (
+            row is not None and row.effectful),
+        random=torch.Tag.nondeterministic_seeded in op.tags or (row is not None and row.random),
         copy_of=_COPY_OF.get(packet),
         alias_like=packet in _ALIAS_LIKE_PACKETS,
         size_arithmetic=packet in _SIZE_QUERIES,
@@ -393,7 +426,8 @@ def functional_twin(target: Any) -> Any:
     if twin is None:
         return None
     mine = facts(twin)
-    if (mine.kind != OVERLOAD or mine.mutating or mine.view or mine.random or mine.results != 1
+    if (mine.kind != OVERLOAD or mine.mutating or mine.writes or mine.view or mine.random
+            or mine.results != 1
             or _parameters(mine) != _parameters(found)):
         return None
     return twin
@@ -443,7 +477,10 @@ def is_recomputable(target: Any) -> bool:
 
 def impurity(target: Any) -> str:
     """Why ``target`` cannot be computed a second time, as a phrase that follows a value's name
-    (``"mutates its input (aten.add_.Tensor)"``), or ``''`` when it can."""
+    (``"mutates its input (aten.add_.Tensor)"``), or ``''`` when it can: a higher-order op, a
+    declared or verified write under some argument values (``aten.batch_norm``: a node whose
+    literal arguments rule the write out is pure by ``ir.effects.is_pure``), an overload the
+    verified table lacks, randomness, a side effect."""
     found = facts(target)
     if found.kind == HOP:
         return f"is a higher-order op ({found.hop})"
@@ -453,6 +490,11 @@ def impurity(target: Any) -> str:
         return f"is random ({found.name})"
     if is_effectful(target):
         return f"has a side effect ({found.name})"
+    if not found.verified:
+        return (f"is not in the verified operator table ({found.name}): it may write and "
+                "alias its inputs")
+    if found.writes:
+        return f"may write its input ({found.name})"
     return ""
 
 

@@ -189,7 +189,9 @@ def test_effect_registered_after_the_first_lookup_is_seen(custom_op):
     from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
 
     assert not ops.is_effectful(custom_op)
-    assert ops.is_recomputable(custom_op)
+    # outside the verified operator table: never recomputable, whatever its effects
+    assert not ops.facts(custom_op).verified and not ops.is_recomputable(custom_op)
+    assert ops.impurity(custom_op).startswith("is not in the verified operator table")
     handle = _register_effectful_op(custom_op, _EffectType.ORDERED)
     try:
         assert ops.is_effectful(custom_op)
