@@ -99,8 +99,9 @@ def test_coverage_of_a_program_without_the_opset_is_its_fixed_vocabulary():
 
 
 def test_a_run_of_programs_reaches_many_rows_of_the_table():
-    """The figure of ``docs/testing.md``: a run reaches many rows (here, a third at least of
-    those it may draw; 200 examples reach about two thirds of a 110-row table)."""
+    """A floor under the figure of ``docs/testing.md``: 100 examples reach a sixth at least of
+    the rows they may draw (measured: 137 of 721 rows of the 729-row table; 200 examples reach
+    324, 44 %)."""
     log = CoverageLog()
 
     @settings(FIND, max_examples=100)
@@ -111,7 +112,7 @@ def test_a_run_of_programs_reaches_many_rows_of_the_table():
     draw()
     drawable = {e.name for e, _, _ in opset_rows(frozenset(EVERY) - {"core_level"}, None)}
     drawable |= {e.name for e, _, _ in opset_rows(frozenset(EVERY), None)}
-    assert len(log.coverage.operators & drawable) >= len(drawable) / 3, log.coverage
+    assert len(log.coverage.operators & drawable) >= len(drawable) / 6, log.coverage
     assert "opset" in log.coverage.features
 
 
@@ -130,3 +131,25 @@ def test_an_uninitialized_result_is_never_returned():
     with pytest.raises(Exception, match="No examples"):
         find(programs(features={"opset"}, always={"opset"}, ops=rows), returns_empty,
              settings=settings(FIND, max_examples=60))
+
+
+def test_dead_code_elimination_keeps_a_train_mode_norm_whose_results_nobody_reads():
+    """Found by the opset matrix (before the table was wired into ``ir.effects``):
+    ``eliminate_dead_code`` dropped a train-mode ``_batch_norm_impl_index`` whose results were
+    unread, and with it the write of the running statistics (the semantics law saw the
+    buffer's value differ)."""
+    from transforms import eliminate_dead_code
+
+    norms = [e.name for e, _, _ in opset_rows(frozenset({"opset", "train_norms"}), None)
+             if "norm" in e.name and e.writes]
+    if not norms:
+        pytest.skip("the table has no train-mode norm sample")
+
+    def writes_state(p):
+        return [n.name for n in _calls(p) if str(n.target) in norms
+                and any("opset_b" in getattr(a, "name", "") for a in n.args)]
+
+    p = find(programs(features={"opset", "train_norms"}, always={"opset", "train_norms"},
+                      ops=norms), writes_state, settings=FIND)
+    kept = {n.name for n in _calls(eliminate_dead_code(p))}
+    assert set(writes_state(p)) <= kept
