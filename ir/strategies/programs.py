@@ -1203,6 +1203,10 @@ class _Builder:
             if spec.values is not None:
                 return state(stt.CONSTANT, "opset_c")
             floating = spec.dtype.is_floating_point
+            if floating and (spec.low > -1.0 or spec.high < 1.0):
+                # a domain narrower than ``program_inputs``' [-1, 1) (``normal``'s std >= 0):
+                # the sample's own values, never an input or an earlier value
+                return state(stt.PARAMETER, "opset_w")
             if not floating and not self._fits_inputs(spec):
                 return state(stt.CONSTANT, "opset_i")  # integer values of the spec's range
             stride = self._layout(spec)
