@@ -1244,10 +1244,14 @@ class _Builder:
             else:
                 kw.append((key_, literal(v)))
         kwargs = IDict(tuple(kw))
+        layouts = {n: (tuple(v.shape), v.stride()) for n, v in planned.items()}
         try:
             val = fake_call(self.mode, op, tuple(args), kwargs, lookup)
         except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel): no step
             return a
+        if any((tuple(v.shape), v.stride()) != layouts[n] for n, v in planned.items()):
+            return a  # it resized a written argument (``resize_``, ``set_``): a placeholder's
+            # val would no longer be its state's shape
         results = result_tensors(val)
         if not results:
             return a
