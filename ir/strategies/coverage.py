@@ -24,7 +24,8 @@ works on ``programs_like(ep)`` and on mapped strategies. A feature is shown wher
   vocabulary's in-place ops (``add_``, ``sub_``, ``mul_``, ``relu_``, ``copy_``), or any of
   them writing a buffer the opset steps made (``opset_b*``);
 - ``random_ops``: a random operator of the table is called;
-- ``core_level``: an operator only core aten has (not the training IR) is called;
+- ``core_level``: an operator outside the fixed vocabulary that only core aten has (not the
+  training IR) is called;
 - ``symbolic_sizes``: a value has a symbolic size.
 """
 
@@ -119,7 +120,7 @@ def _observe(graph: Any, ops: set[str], features: set[str]) -> None:
             features.add("opset")
         if row.random:
             features.add("random_ops")
-        if row.levels and "training" not in row.levels:
+        if new and row.levels and "training" not in row.levels:
             features.add("core_level")
         written = written_at(row, tuple(node.args)) if row.writes else ()
         if written and (new or any(_opset_buffer(node.args[i]) for i in written

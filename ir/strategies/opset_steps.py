@@ -113,6 +113,17 @@ def sample_features(e: OpEntry, sample: Sample) -> frozenset[str]:
     return frozenset(need)
 
 
+_UNINITIALIZED = ("aten.empty.", "aten.empty_like.", "aten.empty_strided.", "aten.new_empty.",
+                  "aten.new_empty_strided.", "aten.empty_permuted.", "aten.resize.",
+                  "aten.resize_.", "aten.resize_as_.", "aten.resize_as.")
+
+
+def uninitialized(e: OpEntry) -> bool:
+    """``e``'s results hold memory no one wrote (``empty``, ``resize_``): a program that reads
+    or returns them computes garbage, so the steps call them and read them no further."""
+    return e.name.startswith(_UNINITIALIZED)
+
+
 def _is_norm(e: OpEntry) -> bool:
     return any(w in e.name for w in _NORM_WORDS)
 

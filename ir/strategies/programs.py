@@ -143,6 +143,7 @@ from ir.strategies.opset_steps import (
     permutation_for,
     resolve_ops,
     result_tensors,
+    uninitialized,
 )
 from ir.torch_seam import new_fake_mode, op_schema, pytree, storage_identity
 
@@ -371,9 +372,9 @@ def _programs(
         on |= {f for f, b in zip(_OPT_IN, flags) if f in allowed and b >= 128}
     if allowed & _OPSET_SET:
         flags = draw(_OPSET_FLAG_BYTES)
-        # ``opset`` in three draws of four (its steps reach the table), the others in half
+        # ``opset`` in seven draws of eight (its steps reach the table), the others in half
         on |= {f for f, b in zip(OPSET_FEATURES, flags)
-               if f in allowed and b >= (64 if f == "opset" else 128)}
+               if f in allowed and b >= (32 if f == "opset" else 128)}
     on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
@@ -899,7 +900,7 @@ class _Builder:
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
-        if "opset" in self.on and kind >= 128:  # half the steps call the opset
+        if "opset" in self.on and kind >= 64:  # three steps of four call the opset
             choice = "opset"
         a = _back(scope.vals, x)
         act = self._act()
@@ -1162,7 +1163,10 @@ class _Builder:
         if not self.opset_rows or scope.preserved or self.sites[index] != 1:
             return self._op(aten.relu.default, (a,), shape=self._act())
         data = self.draw(_OPSET_STEP_BYTES)
-        at = (data[0] << 8 | data[1]) % len(self.opset_rows)
+        # the row: the step's two bytes and the program's seed bytes, scattered (hypothesis's
+        # bytes favour small values and repeats; all zeros still decode to row 0)
+        mixed = (data[0] << 8 | data[1]) * 40503 + (self.header[1] << 8 | self.header[2]) * 9973
+        at = mixed % len(self.opset_rows)
         for _ in range(len(self.opset_rows)):  # a row this program has not called yet
             if at not in self.rows_used:
                 break
@@ -1199,6 +1203,10 @@ class _Builder:
             if spec.values is not None:
                 return state(stt.CONSTANT, "opset_c")
             floating = spec.dtype.is_floating_point
+            if floating and (spec.low > -1.0 or spec.high < 1.0):
+                # a domain narrower than ``program_inputs``' [-1, 1) (``normal``'s std >= 0):
+                # the sample's own values, never an input or an earlier value
+                return state(stt.PARAMETER, "opset_w")
             if not floating and not self._fits_inputs(spec):
                 return state(stt.CONSTANT, "opset_i")  # integer values of the spec's range
             stride = self._layout(spec)
@@ -1236,10 +1244,14 @@ class _Builder:
             else:
                 kw.append((key_, literal(v)))
         kwargs = IDict(tuple(kw))
+        layouts = {n: (tuple(v.shape), v.stride()) for n, v in planned.items()}
         try:
             val = fake_call(self.mode, op, tuple(args), kwargs, lookup)
         except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel): no step
             return a
+        if any((tuple(v.shape), v.stride()) != layouts[n] for n, v in planned.items()):
+            return a  # it resized a written argument (``resize_``, ``set_``): a placeholder's
+            # val would no longer be its state's shape
         results = result_tensors(val)
         if not results:
             return a
@@ -1254,8 +1266,10 @@ class _Builder:
         for ix, t in results:
             r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
                                                     EMPTY_DICT, t)
-            if storage_identity(t) in arg_storages:
-                continue  # a view or the written argument: read as it is, never an output
+            if storage_identity(t) in arg_storages or uninitialized(row):
+                # a view or the written argument (read as it is), or memory no one wrote
+                # (``empty``): never read on, never an output
+                continue
             key = (tuple(t.shape), t.dtype, self._stride_key(t))
             self.pool.setdefault(key, []).append(r)
             self.opset_results.append(r)
@@ -1415,7 +1429,7 @@ class _Builder:
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
         if self.opset_rows:  # and a run of opset steps at the end of the root's body
-            for _ in range(self.draw(_count(self.max_ops))):
+            for _ in range(self.draw(_count(2 * self.max_ops))):
                 if self._full():
                     break
                 scope.vals.append(self._opset("", scope, [], scope.vals[-1], 0, 0))

@@ -31,6 +31,7 @@ from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures
 from transforms.preserved.state_traffic import state_traffic
 
+FIXED = frozenset(FEATURES) - set(OPSET_FEATURES) - OPT_IN_FEATURES
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None,
                 suppress_health_check=list(HealthCheck))
 
@@ -295,7 +296,9 @@ def test_shrinks_to_a_minimal_shared_module():
         paths = {s[k][0] for s in _stacks(p) for k in s}
         return _aliased(p) and {"m0", "s0"} <= paths
 
-    p = find(programs(), shared_and_called, settings=FIND)
+    # the fixed vocabulary's features: the opset steps' extra draws triple the shrink's work,
+    # which then ran past hypothesis's shrink time on a loaded machine
+    p = find(programs(features=FIXED), shared_and_called, settings=FIND)
     paths = [path for path, _ in p.walk()]
     # one shared object (m0, also registered as s0), maybe with one child under both names
     assert paths in (["", "m0", "s0"], ["", "m0", "m0.m1", "s0", "s0.m1"]), paths
