@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 
 import attrs
 import pytest
@@ -221,6 +222,38 @@ def test_a_malformed_rule_raises_its_own_error_from_the_pool():
     with pytest.raises(PassError, match="where_raises.*ZeroDivisionError"):
         check_rules([_user_rule(), bad], verdicts=False, workers=2)
     assert multiprocessing.active_children() == []
+
+
+def test_no_pool_once_cuda_is_initialized(tmp_path, monkeypatch):
+    """A forked child cannot use CUDA again once the parent initialized it (seen on an H100:
+    every check failed with 'Cannot re-initialize CUDA in forked subprocess' and the shipped
+    rules were called wrong): the rules are then checked here, in this process."""
+    seen = tmp_path / "pids"
+
+    def where(m):
+        with open(seen, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return True
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    rules = [Rule(_neg_neg, _same, X, name="here_a", where=where, max_examples=4),
+             Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, where=where,
+                  max_examples=4)]
+    found = check_rules(rules, verdicts=False, workers=2)
+    assert found == (True, True)
+    assert {int(p) for p in seen.read_text().split()} == {os.getpid()}
+
+
+def test_a_workers_wrong_verdict_is_confirmed_here_before_it_is_kept(tmp_path, monkeypatch):
+    """A worker that called a right rule wrong (its process broke, not the rule) is
+    overruled by the check in this process, and the store keeps the right verdict."""
+    rules = [_user_rule(), Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X,
+                                max_examples=4)]
+    monkeypatch.setattr(verdicts_module, "_in_pool", lambda rs, n: [
+        Stored(False, "the worker broke", rule=r.name) for r in rs])
+    found = check_rules(rules, verdicts=tmp_path, workers=2)
+    assert found == (True, True)
+    assert all(json.loads(f.read_text())["verdict"] == "right" for f in tmp_path.glob("*.json"))
 
 
 def test_workers_must_be_a_positive_int():

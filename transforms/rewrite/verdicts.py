@@ -116,8 +116,11 @@ def checked_verdicts(rules: Sequence[Rule], *, workers: int | None = None) -> li
         return [_check_here(r) for r in rules]
     found = _in_pool(rules, n)
     # a rule whose check raised other than a verdict (malformed, broke) is checked again here,
-    # so its error is raised as the serial check raises it, traceback and cause included
-    return [v if isinstance(v, Stored) else _check_here(r) for r, v in zip(rules, found)]
+    # so its error is raised as the serial check raises it, traceback and cause included; a
+    # worker's "wrong" is checked again here too before it is kept, so that a failure of the
+    # worker's process (not of the rule) never becomes a stored wrong verdict
+    return [v if isinstance(v, Stored) and v.right else _check_here(r)
+            for r, v in zip(rules, found)]
 
 
 def _check_here(rule: Rule) -> Stored:
@@ -139,12 +142,12 @@ def _stored(rule: Rule, c: Checked) -> Stored:
 
 
 def _workers(pending: int, asked: int | None) -> int:
-    if asked is not None:
-        if not isinstance(asked, int) or isinstance(asked, bool) or asked < 1:
-            raise PassError(f"check_rules: workers must be a positive int, got {asked!r}")
-        return min(asked, pending, MAX_WORKERS)
+    if asked is not None and (not isinstance(asked, int) or isinstance(asked, bool) or asked < 1):
+        raise PassError(f"check_rules: workers must be a positive int, got {asked!r}")
     if pending < 2 or not _can_fork():
         return 1
+    if asked is not None:
+        return min(asked, pending, MAX_WORKERS)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
     return max(1, min(pending, cores, torch.get_num_threads(), MAX_WORKERS))
@@ -152,10 +155,13 @@ def _workers(pending: int, asked: int | None) -> int:
 
 def _can_fork() -> bool:
     """Forking is what lets a worker see rules that cannot be pickled: on Linux only (fork is
-    unsafe on macOS), and not from a daemonic process (which may start none)."""
+    unsafe on macOS), not from a daemonic process (which may start none), and not once this
+    process has initialized CUDA (a forked child cannot use it again: a check that touches it
+    would fail for the machine's sake, not the rule's; seen on an H100)."""
     return (sys.platform.startswith("linux")
             and "fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon)
+            and not multiprocessing.current_process().daemon
+            and not torch.cuda.is_initialized())
 
 
 _FORKED: Sequence[Rule] = ()  #: the rules a forked pool checks, read by index in the workers
