@@ -183,7 +183,9 @@ def fake_value(
 
     **Laws:** never runs an operator on real data; never writes the values' shape env
     (``guards_refused``); torch's fake-tensor log stays quiet
-    (``ir.torch_seam.fake_failures_unlogged``). O(arguments) plus one run.
+    (``ir.torch_seam.fake_failures_unlogged``); runs under ``torch.no_grad()`` (results carry
+    no ``grad_fn``; autograd's view/in-place refusals are not the operator's). O(arguments)
+    plus one run.
     """
     missing = False
     found: list[Any] = []
@@ -210,7 +212,11 @@ def fake_value(
     if missing or run_in is None:
         return None
     try:
-        with fake_failures_unlogged(), guards_refused(run_in), run_in:
+        # grad off: a val is dtype, shape, device and strides; autograd's own refusals (an
+        # in-place write of one output of a multi-output view such as ``split``, which a
+        # rewrite's intermediate state may hold before its visit makes it functional) are not
+        # the operator's, and would refuse re-derived vals of parameters' readers
+        with fake_failures_unlogged(), guards_refused(run_in), run_in, torch.no_grad():
             if method:
                 return getattr(a[0], target)(*a[1:], **dict(k))
             return target(*a, **dict(k))
