@@ -656,9 +656,12 @@ def size_range(p: Program, symbol: Any, shape_env: Any = None) -> tuple[int, int
 
 
 def _finite(bound: Any) -> int | None:
+    if getattr(bound, "is_finite", None) is False:  # oo, -oo, int_oo
+        return None
     try:
         return int(bound)
-    except (TypeError, ValueError, OverflowError):  # oo, int_oo, a symbol
+    # oo raises AttributeError in some sympy releases, OverflowError in others; a symbol
+    except (TypeError, ValueError, OverflowError, AttributeError):
         return None
 
 
