@@ -496,6 +496,8 @@ class _State:
 
     def _check(self, i: int, args: tuple) -> None:
         rule, sig = self.rule, self.sigs[i]
+        if self.divides(i):  # INT_MIN // -1 stops the process (SIGFPE): no -1 drawn there
+            args = no_minus_one(args)
         want = run_side(rule.pattern, args)  # the law runner: copies, seed 0, observed
         if not want.ok:
             return  # the law speaks only of inputs the pattern runs on
@@ -679,6 +681,23 @@ def _integer_op(p: Program, ops: frozenset[str]) -> bool:
 def _packet(node: Any) -> str:
     name = getattr(node.target, "__name__", "").split(".")[0]
     return getattr(getattr(node.target, "overloadpacket", None), "__name__", name)
+
+
+def no_minus_one(args: Sequence) -> tuple:
+    """``args`` with each -1 of an integer tensor (bool excluded) made 1: what every value
+    run through a program that ``divides`` integers goes through, since ``INT_MIN`` divided by
+    -1 (``div`` with any rounding mode, ``floor_divide``, ``//``, ``remainder``, ``fmod``)
+    stops the process with SIGFPE instead of raising, whichever of pattern and replacement
+    divides and wherever the values come from (probes, hypothesis, the seeded generator).
+    O(elements)."""
+    out = []
+    for a in args:
+        if (isinstance(a, torch.Tensor) and not (a.dtype.is_floating_point or a.dtype.is_complex
+                                                 or a.dtype == torch.bool)
+                and a.dtype.is_signed and bool((a == -1).any())):
+            a = torch.where(a == -1, torch.ones_like(a), a)  # contiguous: only where -1 was
+        out.append(a)
+    return tuple(out)
 
 
 def int_pool(dtype: torch.dtype, *, divides: bool = False) -> tuple[int, ...]:
