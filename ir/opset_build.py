@@ -37,7 +37,6 @@ import attrs
 import torch
 import torch.fx
 import torch.nn.functional as F
-import torch.utils._pytree as pytree
 from torch import nn
 
 from ir import ops as op_facts
@@ -54,7 +53,7 @@ from ir.opset import (
     run_sample,
     same_results,
 )
-from ir.torch_seam import OpOverload, op_schema
+from ir.torch_seam import OpOverload, op_schema, opinfo_db, pytree
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CALLS = 8  #: calls kept per operator (observed); at most two become samples
@@ -243,7 +242,7 @@ def collect_opinfo(calls: Calls, log: Callable[[str], None], deadline: float,
                    start: int = 0, stop: int | None = None) -> dict[str, int]:
     """Record the calls export makes for the OpInfos ``op_db[start:stop]`` (a few samples
     each), until ``deadline`` (a ``time.time()``)."""
-    from torch.testing._internal.common_methods_invocations import op_db
+    op_db = opinfo_db()
 
     reached: dict[str, int] = {}
     for n, info in enumerate(op_db):

@@ -56,6 +56,7 @@ __all__ = [
     "new_fake_mode",
     "non_persistent_buffers",
     "op_schema",
+    "opinfo_db",
     "packet_name",
     "pytree",
     "refusing_new_guards",
@@ -86,6 +87,17 @@ def op_schema(target: Any) -> torch.FunctionSchema | None:
     arguments it writes (``is_mutable``), its return types; ``None`` for a target without one
     (a Python function, a higher-order op). Same in 2.13-2.15."""
     return getattr(target, "_schema", None)
+
+
+def opinfo_db() -> list:
+    """torch's OpInfo table (``torch.testing._internal.common_methods_invocations.op_db``):
+    each operator with sample inputs, what the offline operator-table builder
+    (``ir/opset_build.py``) exports to record the calls it makes. Imported on call (slow, and
+    only the builder needs it). Same in 2.13-2.15 (an internal test module: entries come and
+    go between releases)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
 
 
 def packet_name(packet: OpOverloadPacket) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "FakeTensorMode",
     "TrainingIRVerifier",
     "Verifier",
+    "aoti_compile_and_load",
     "data_parallel_inner",
     "decompositions_drop_eval_dropout",
     "detect_fake_mode",
@@ -48,10 +49,12 @@ __all__ = [
     "global_module_hook_tables",
     "global_module_hooks_set",
     "global_registration_hooks_set",
+    "inductor_config_patched",
     "init_module_state",
     "is_fx_symbolic_tracing",
     "jit_tracing",
     "new_parameter",
+    "reset_dynamo",
     "run_frame_eagerly",
     "script_object_type_name",
     "set_eval_frame",
@@ -263,3 +266,27 @@ def data_parallel_inner(module: torch.nn.Module) -> torch.nn.Module:
     keys gain a ``module.`` prefix); any other module (FSDP2's ``fully_shard`` changes the
     module's class in place and keeps its keys) is returned as it is. Same in 2.13-2.15."""
     return module.module if isinstance(module, DistributedDataParallel) else module
+
+
+def reset_dynamo() -> None:
+    """Forget every compiled frame (``torch._dynamo.reset()``): the next ``torch.compile`` call
+    compiles afresh, with no cache hit and no recompile limit reached. Same in 2.13-2.15."""
+    torch._dynamo.reset()
+
+
+def inductor_config_patched(config: dict) -> Any:
+    """A context manager under which inductor's config holds ``config``
+    (``torch._inductor.config.patch``). Same in 2.13-2.15 (the option names vary)."""
+    import torch._inductor.config
+
+    return torch._inductor.config.patch(config)
+
+
+def aoti_compile_and_load(ep: Any, package_path: str) -> Any:
+    """``ep`` compiled ahead of time by inductor into the package ``package_path`` and loaded
+    back, a callable (``torch._inductor.aoti_compile_and_package`` then
+    ``aoti_load_package``). Same in 2.13-2.15."""
+    import torch._inductor
+
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=package_path)
+    return torch._inductor.aoti_load_package(path)

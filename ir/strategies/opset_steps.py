@@ -44,6 +44,7 @@ from hypothesis.errors import InvalidArgument
 
 from ir.args import IDict, IList, Ref, thaw
 from ir.opset import OpEntry, Sample, TensorSpec, table, written_at
+from ir.torch_seam import OpOverload
 
 __all__ = [
     "OPSET_FEATURES",
@@ -168,7 +169,7 @@ def _overload(name: str) -> Any:
             obj = getattr(obj, part)
     except (AttributeError, RuntimeError):
         return None
-    return obj if isinstance(obj, torch._ops.OpOverload) else None
+    return obj if isinstance(obj, OpOverload) else None
 
 
 def is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:

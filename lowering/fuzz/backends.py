@@ -30,6 +30,7 @@ from ir.errors import PurefxError
 from ir.program import Program
 from lowering.export import export_ep
 from lowering.fuzz.judge import Setup
+from lowering.torch_seam import aoti_compile_and_load, reset_dynamo
 
 BUILTINS = ("inductor", "aot_inductor", "decompositions")
 """The built-in backends, by name."""
@@ -57,7 +58,7 @@ class Backend:
               ) -> tuple[Callable[..., Any], Any]:
         """What runs for ``program`` (``module`` is its fresh lowered module) and what holds
         its state after the call. Compiling may raise: the caller counts that as a crash."""
-        torch._dynamo.reset()  # a fresh compile: no cache hit, no recompile limit reached
+        reset_dynamo()  # a fresh compile: no cache hit, no recompile limit reached
         if self.target == "callable":
             return self.compile(module), module
         if self.target == "inductor":
@@ -72,9 +73,7 @@ class Backend:
             raise FuzzError("backend 'aot_inductor' runs the program's own state; dtype= "
                             "is not supported for it (use 'inductor')")
         with tempfile.TemporaryDirectory() as tmp:
-            path = torch._inductor.aoti_compile_and_package(
-                ep, package_path=os.path.join(tmp, "program.pt2"))
-            loaded = torch._inductor.aoti_load_package(path)
+            loaded = aoti_compile_and_load(ep, os.path.join(tmp, "program.pt2"))
         return loaded, None
 
 

@@ -21,6 +21,7 @@ from ir.node import CALL_FUNCTION
 from ir.ops import is_random
 from ir.program import Program
 from lowering.fuzz.trial import try_program
+from lowering.torch_seam import inductor_config_patched
 
 LOW_PRECISION = frozenset({torch.float16, torch.bfloat16})
 
@@ -64,7 +65,7 @@ class Known:
         if finding.kind != "mismatch" or not self.involves(finding.program, finding.setup.dtype):
             return False
         try:
-            with torch._inductor.config.patch(dict(self.config)):
+            with inductor_config_patched(dict(self.config)):
                 trial = try_program(finding.program, (finding.compiler,), finding.setup)
         except Exception:  # noqa: BLE001 - a predicate that cannot decide says no
             return False

@@ -24,9 +24,10 @@ from ir.args import IDict, IList, Ref
 from ir.errors import PurefxError
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
-from ir.torch_seam import pytree
+from ir.torch_seam import OpOverload, op_schema, pytree
 from lowering.fuzz.backends import REPRO_COMPILE
 from lowering.fuzz.tolerance import error_budget, relative
+from lowering.torch_seam import reset_dynamo
 
 
 class ReproError(PurefxError):
@@ -251,7 +252,7 @@ def check_repro(source: str, compile: Callable[[torch.nn.Module], Any] | None = 
     O(two runs of the program)."""
     namespace: dict[str, Any] = {"__name__": "purefx_repro"}
     exec(compile_source(source), namespace)  # noqa: S102 - our own generated script
-    torch._dynamo.reset()
+    reset_dynamo()
     return list(namespace["difference"](compile))
 
 
@@ -287,8 +288,8 @@ def _call(node: Any, var: Mapping[str, str]) -> str:
     kwargs = [f"{k}={_literal(_plain(v, var))}" for k, v in node.kwargs.items]
     if target is operator.getitem:
         return f"{args[0]}[{args[1]}]"
-    if isinstance(target, torch._ops.OpOverload):
-        space, name = target.namespace, target._schema.name.split("::")[-1]
+    if isinstance(target, OpOverload):
+        space, name = target.namespace, op_schema(target).name.split("::")[-1]
         callee = f"torch.ops.{space}.{name}.{target._overloadname}"
         return f"{callee}({', '.join(args + kwargs)})"
     raise ReproError(f"node {node.name!r} calls {target!r}; the repro writer spells operator "
