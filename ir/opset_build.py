@@ -387,7 +387,7 @@ def collect(out: Path, budget_s: float = 3600.0, first: int = 0, stop: int | Non
     calls = Calls()
 
     def log(msg: str) -> None:
-        print(f"[{time.time() - start:7.1f}s] {msg}", flush=True)
+        _say(f"[{time.time() - start:7.1f}s] {msg}")
 
     models = collect_models(calls, log) if with_models else []
     log(f"models: {len(models)} exported, {len(calls.by_op)} operators")
@@ -838,10 +838,10 @@ def write(pkls: list[Path], out: Path) -> None:
         "opinfo_reached": f"{sum(1 for v in data['opinfo'].values() if v)}/{len(data['opinfo'])}",
         "models": len(data["models"]),
     }))
-    print(f"{len(rows)} rows, core aten {len(covered)}/{len(core)}, {len(refused)} refused, "
-          f"{time.time() - start:.0f} s", flush=True)
+    _say(f"{len(rows)} rows, core aten {len(covered)}/{len(core)}, {len(refused)} refused, "
+         f"{time.time() - start:.0f} s")
     for name, why in sorted(refused.items()):
-        print(f"refused {name}: {why}"[:300])
+        _say(f"refused {name}: {why}"[:300])
 
 
 NAMESPACES = frozenset({"aten", "prims"})  #: the namespaces the table covers
@@ -946,10 +946,16 @@ def hidden_markdown(rows: Iterable[OpEntry]) -> str:
     return "\n".join(lines)
 
 
+def _say(text: str) -> None:
+    """One line of the builder's command-line output (the library itself prints nothing)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
     """``collect OUT.pkl [BUDGET_S]``, ``write IN.pkl [TABLE.py]`` or ``all [TABLE.py]``."""
     if not argv:
-        print(__doc__)
+        _say(__doc__ or "")
         return 2
     command, *rest = argv
     if command == "collect":
@@ -970,9 +976,9 @@ def main(argv: list[str]) -> int:
     if command == "hidden":  # the Markdown list of docs/passes.md
         from ir.opset import table
 
-        print(hidden_markdown(table().values()))
+        _say(hidden_markdown(table().values()))
         return 0
-    print(f"unknown command {command!r}: use collect, collect-opinfo, write, all or hidden")
+    _say(f"unknown command {command!r}: use collect, collect-opinfo, write, all or hidden")
     return 2
 
 

@@ -252,17 +252,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write:
         wrong = [r.name for r, v in zip(rules, found) if not v.right]
         if wrong:
-            print(f"shipped rules found wrong, not written: {wrong}", file=sys.stderr)
+            _say(f"shipped rules found wrong, not written: {wrong}", sys.stderr)
             return 1
         write_shipped(dict(zip(keys, found)), versions())
-        print(f"wrote {len(rules)} verdicts in {took:.1f}s")
+        _say(f"wrote {len(rules)} verdicts in {took:.1f}s")
         return 0
     drift = drifted(rules, keys, found)
     for line in drift:
-        print(line, file=sys.stderr)
-    print(f"checked {len(rules)} shipped rules in {took:.1f}s: "
-          f"{'drift' if drift else 'as shipped'}")
+        _say(line, sys.stderr)
+    _say(f"checked {len(rules)} shipped rules in {took:.1f}s: "
+         f"{'drift' if drift else 'as shipped'}")
     return 1 if drift else 0
+
+
+def _say(text: str, stream: Any = None) -> None:
+    """One line of the command's output, on ``stream`` (standard output by default); the
+    library itself prints nothing."""
+    (stream or sys.stdout).write(text + "\n")
 
 
 def drifted(rules: Sequence[Rule], keys: Sequence[str],
