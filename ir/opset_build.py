@@ -40,19 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ir import ops as op_facts
-from ir.opset import (
-    CORE,
-    TRAINING,
-    OpEntry,
-    Sample,
-    TensorSpec,
-    Write,
-    check_entry,
-    normal_args,
-    resolve,
-    run_sample,
-    same_results,
-)
+from ir.opset import check_entry, normal_args, resolve, run_sample, same_results
+from ir.opset_entry import CORE, TRAINING, OpEntry, Sample, TensorSpec, Write
 from ir.torch_seam import OpOverload, op_schema, opinfo_db, pytree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -876,7 +865,7 @@ def render(rows: list[OpEntry], summary: dict[str, Any]) -> str:
         "",
         "import torch",
         "",
-        "from ir.opset import OpEntry, Sample, TensorSpec, Write",
+        "from ir.opset_entry import OpEntry, Sample, TensorSpec, Write",
         "",
         "inf, nan = float('inf'), float('nan')",
         "",

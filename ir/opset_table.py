@@ -15,7 +15,7 @@ core aten overloads no sample reached:
 
 import torch
 
-from ir.opset import OpEntry, Sample, TensorSpec, Write
+from ir.opset_entry import OpEntry, Sample, TensorSpec, Write
 
 inf, nan = float('inf'), float('nan')
 
