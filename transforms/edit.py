@@ -46,8 +46,8 @@ from ir.node import (
 )
 from ir.program import Program, require_program
 from transforms import kernel as kn
+from transforms import trace as tr
 from transforms.new_state import NewState
-from transforms.rewrite import trace as tr
 
 __all__ = ["Edit", "rewrite_nodes"]
 

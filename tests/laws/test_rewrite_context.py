@@ -26,7 +26,7 @@ from transforms.rewrite.check_context import check_site
 from transforms.rewrite.interpret import run_program
 from transforms.rewrite.rules import RELU_RELU
 from transforms.rewrite.rules import RULES as SHIPPED
-from transforms.rewrite.trace import TRAINING, trace
+from transforms.trace import TRAINING, trace
 
 BY_NAME = {r.name: r for r in RULES}
 

@@ -1,8 +1,9 @@
 """User rewrite rules: patterns and replacements written as PyTorch functions (``docs/rewrite.md``).
 
-One package, one idea a module, no import cycle (each imports only those above it):
+One package, one idea a module, no import cycle (each imports only those above it). A rule's
+functions are traced into IR graphs at a program's level by ``transforms.trace`` (below this
+package: the editor, ``transforms.edit``, traces too).
 
-- ``trace``: a rule's functions traced into IR graphs at a program's level;
 - ``match``: a traced pattern matched against a graph in a normal form;
 - ``sizes``: a loose match re-checked by the pattern traced again at the match's shapes and
   dtypes (size wildcards, literals matched by value);
@@ -57,9 +58,9 @@ from transforms.rewrite.saturate import (
     saturate,
     saturate_report,
 )
-from transforms.rewrite.trace import LEVELS
 from transforms.rewrite.verdict_store import VERDICTS_OFF, VerdictStore
 from transforms.rewrite.verdicts import check_rules
+from transforms.trace import LEVELS
 
 __all__ = [
     "ASSUMPTIONS",

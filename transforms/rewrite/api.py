@@ -8,7 +8,7 @@ scalars with the same results, and example inputs to trace them with::
     q = rewrite(p, [relu_relu])
 
 The pattern is traced at the level of the program it is applied to (training IR, or core aten
-after ``run_decompositions``; ``transforms.rewrite.trace``), the replacement at the training level
+after ``run_decompositions``; ``transforms.trace``), the replacement at the training level
 (what the user wrote: ``silu``, ``scaled_dot_product_attention``). Matching is on the IR in a
 normal form (``transforms.rewrite.match``). Each rule is checked with ``check_rule``
 (``transforms.rewrite.check``) the first time ``rewrite`` meets it, unless it is ``trusted``.
@@ -27,8 +27,8 @@ from ir.graph import Graph
 from ir.program import Program
 from transforms.rewrite.engine import RewriteReport, apply_rules, rule_list
 from transforms.rewrite.rule import Rule, check_assumptions, rule_cache
-from transforms.rewrite.trace import level_of
 from transforms.rewrite.verdicts import check_rules
+from transforms.trace import level_of
 
 
 def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset(), *,

@@ -75,7 +75,7 @@ from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Rule, rule_cache
 from transforms.rewrite.rule_key import rule_seed
-from transforms.rewrite.trace import TRAINING
+from transforms.trace import TRAINING
 
 DTYPES = FLOAT_DTYPES
 """The float dtypes drawn for a floating tensor argument."""

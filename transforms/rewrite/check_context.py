@@ -42,7 +42,7 @@ from transforms.rewrite.check import assumed, check_rule, signatures
 from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.rule_key import rule_seed
-from transforms.rewrite.trace import TRAINING, trace
+from transforms.trace import TRAINING, trace
 
 
 def check_rule_in_context(

@@ -41,7 +41,7 @@ from transforms.rewrite import guards, sharing, sizes
 from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.match import Binding, Pattern, match_at
 from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for
-from transforms.rewrite.trace import Traced, level_of
+from transforms.trace import Traced, level_of
 
 
 @attrs.frozen

@@ -50,7 +50,7 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
 from ir.torch_seam import storage_identity
 from transforms import kernel as kn
 from transforms.rewrite.rule import Match
-from transforms.rewrite.trace import Traced
+from transforms.trace import Traced
 
 
 class GraphView(Protocol):

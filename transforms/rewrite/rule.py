@@ -27,7 +27,7 @@ from transforms.rewrite.match import (
     prepare,
     with_holes,
 )
-from transforms.rewrite.trace import TRAINING, Traced, trace
+from transforms.trace import TRAINING, Traced, trace
 
 # --- rules --------------------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import torch
 
 from ir.printer import format_graph
 from transforms.rewrite.rule import Rule, rule_cache
-from transforms.rewrite.trace import TRAINING, Traced
+from transforms.trace import TRAINING, Traced
 
 CHECKER_VERSION = 2
 """Bump when ``check_rule`` changes what it draws or how it judges in a way the digest of its

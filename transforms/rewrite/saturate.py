@@ -29,6 +29,7 @@ from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program, require_program
 from transforms import kernel as kn
+from transforms.edit import rewrite_nodes
 from transforms.rewrite.api import ensure_checked
 from transforms.rewrite.cost import Cost, program_cost, roofline
 from transforms.rewrite.egraph import (
@@ -54,8 +55,8 @@ from transforms.rewrite.rule import (
     replacement_for,
     rule_cache,
 )
-from transforms.rewrite.trace import level_of
 from transforms.rewrite.verdicts import check_rules
+from transforms.trace import level_of
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
@@ -315,8 +316,6 @@ def saturate_report(
     before = program_cost(p, cost)
     q = p
     if any(pl.changes for pl in plans.values()):
-        from transforms.edit import rewrite_nodes  # transforms.edit imports this package
-
         builder = Builder(plans)
         q = drop_dead(p, rewrite_nodes(p, builder), builder.writes)
     folded = 0

@@ -18,7 +18,7 @@ from ir.args import Ref
 from ir.effects import view_base
 from ir.node import PLACEHOLDER
 from transforms.rewrite import guards
-from transforms.rewrite.trace import Traced
+from transforms.trace import Traced
 
 
 def output_bases(traced: Traced) -> tuple[str | None, ...]:

@@ -1,4 +1,7 @@
-"""Tracing a rewrite rule's functions into IR graphs, at the level of the program they rewrite.
+"""Tracing PyTorch functions into IR graphs, at the level of the program they go into: a rewrite
+rule's pattern and replacement (``transforms.rewrite``), the functions an ``Edit`` calls
+(``transforms.edit``). It sits below both: the editor needs it and the rewrite package, which
+builds on the editor, needs it too.
 
 A rule's pattern and replacement are plain PyTorch functions of tensors and Python scalars. Each is
 exported (``torch.export.export`` of a small wrapper module, ``run_decompositions()`` for programs
