@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=300)
     ns = parser.parse_args(argv)
     torch.set_num_threads(1)
-    from ir.strategies import programs, programs_like
+    from ir.strategies import programs
+    from lowering.like import programs_like
 
     model, args = _mlp()
     ep = torch.export.export(model, args)

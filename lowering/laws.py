@@ -616,7 +616,7 @@ def check_laws(
         programs: a hypothesis strategy of Programs (default: ``ir.strategies.programs()``, flat
             programs as ``import_ep`` gives them, with the ops users' passes target). Map it
             through earlier passes to check a pass that expects their output, e.g.
-            ``programs().map(outline)``. ``ir.strategies.programs_like(ep)`` draws your own
+            ``programs().map(outline)``. ``lowering.like.programs_like(ep)`` draws your own
             model's program and variants of it (``LikeExample`` s, each with its inputs).
         max_examples: how many programs (default: the settings' own).
         idempotent: also check ``pass_fn(pass_fn(p)) == pass_fn(p)``.

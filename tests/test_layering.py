@@ -7,12 +7,12 @@ layers below it:
 - ``transforms`` imports ``ir`` (and itself): a pass is a function of IR values;
 - ``lowering`` imports ``ir`` and ``transforms`` (and itself): building torch objects may run
   passes (``export_ep`` inlines, the command line runs the pipeline and lowers its result, the
-  laws, ``lowering/laws.py``, lower programs to compare them with torch).
+  laws, ``lowering/laws.py``, lower programs to compare them with torch, ``programs_like``,
+  ``lowering/like.py``, draws the pipeline's forms). There is no exception.
 
-A module that has to sit on top of all three layers is named in ``ON_TOP`` with the reason:
-it may import any layer, and nothing inside the three layers may import it (an import of an
-on-top module is an upward import like any other), except the one package that re-exports it
-under the name its issue fixed (``RE_EXPORTED``).
+No import cycle among the modules of the three layers either (``test_no_import_cycle``). Inside
+``ir``, the IR values (``IR_VALUES``) import only each other, and the test support
+(``ir.strategies``, ``ir.harness``) is imported by no other module of ``ir``.
 
 ``bench/`` and ``tests/`` are outside the layers (they use all three); ``tests/`` may import
 ``bench/``, never the other way. Imports anywhere in a module count, also those inside
@@ -22,6 +22,7 @@ functions: a lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -33,16 +34,6 @@ ALLOWED = {
     "transforms": {"ir", "transforms"},
     "lowering": {"ir", "transforms", "lowering"},
 }
-ON_TOP: dict[str, str] = {
-    "ir/strategies/like.py": (
-        "programs_like(source) draws the user's own program in its outlined and decomposed "
-        "forms too, which are transforms.transform's and lowering.export_ep's; the strategy "
-        "is test support that the laws (lowering) consume, not IR"
-    ),
-}
-RE_EXPORTED: dict[str, str] = {"ir/strategies/like.py": "ir/strategies/__init__.py"}
-
-
 def layer_imports(path: Path, root: Path = ROOT) -> set[str]:
     """The purefx packages (``ir``, ``transforms``, ``lowering``) that ``path`` (a file under
     ``root``) imports."""
@@ -85,36 +76,11 @@ def rel(path: Path) -> str:
 
 @pytest.mark.parametrize("path", layer_files(), ids=rel)
 def test_each_module_imports_only_its_layer_and_those_below(path):
-    if rel(path) in ON_TOP:
-        return
     layer = path.relative_to(ROOT).parts[0]
     upward = layer_imports(path) - ALLOWED[layer]
     assert not upward, (
         f"{rel(path)} (layer {layer!r}) imports {sorted(upward)}; the layering is "
-        f"ir <- transforms <- lowering. Move the code, or name the module in ON_TOP with why."
-    )
-
-
-def test_no_module_inside_the_layers_imports_an_on_top_module():
-    on_top = {name.removesuffix(".py").replace("/", ".") for name in ON_TOP}
-    for path in layer_files():
-        if rel(path) in ON_TOP:
-            continue
-        reached = imported_modules(path) & on_top
-        reached -= {name.removesuffix(".py").replace("/", ".")
-                    for name, by in RE_EXPORTED.items() if by == rel(path)}
-        assert not reached, f"{rel(path)} imports {sorted(reached)}, which sit on top of the layers"
-
-
-@pytest.mark.parametrize("name", sorted(ON_TOP))
-def test_each_named_exception_is_still_needed(name):
-    """An ON_TOP entry that no longer imports upward must leave the list (it would hide a
-    future upward import)."""
-    path = ROOT / name
-    assert path.exists(), f"{name} is named in ON_TOP but does not exist; remove it from the list"
-    layer = path.relative_to(ROOT).parts[0]
-    assert layer_imports(path) - ALLOWED[layer], (
-        f"{name} imports only its own layer and those below now; remove it from ON_TOP"
+        f"ir <- transforms <- lowering. Move the code to the layer it needs."
     )
 
 
@@ -189,6 +155,165 @@ def test_no_module_reads_another_modules_private_names(path: Path) -> None:
     """A private name is its module's own: renaming it must never break another module. Share
     it as a public, documented function instead."""
     assert private_uses(path) == [], f"{path.relative_to(ROOT)} reads private names of others"
+
+
+# --- the floors inside ir -------------------------------------------------------------------------
+
+IR_VALUES = frozenset({
+    "ir.args", "ir.errors", "ir.graph", "ir.memo", "ir.module", "ir.module_stack", "ir.node",
+    "ir.program", "ir.signature", "ir.slot_init", "ir.state",
+})
+"""The IR values and what they are made of: the bottom floor of ``ir``."""
+
+IR_TEST_SUPPORT = ("ir.strategies", "ir.harness")
+"""The top floor of ``ir``: hypothesis strategies, the laws' loop and runner."""
+
+
+def test_the_floors_inside_ir() -> None:
+    """The IR values import only each other (no analysis, import, printing or seam); no module
+    of ``ir`` below the test support imports it (``transforms`` and ``lowering`` may: the rule
+    checker and the laws draw with it)."""
+    modules = module_files()
+    for name, path in modules.items():
+        reached = set(import_edges(path, modules))
+        if name in IR_VALUES:
+            beyond = reached - IR_VALUES
+            assert not beyond, f"{name}, an IR value, imports {sorted(beyond)}; move the code"
+        elif name.split(".")[0] == "ir" and not _inside(name, IR_TEST_SUPPORT):
+            support = {m for m in reached if _inside(m, IR_TEST_SUPPORT)}
+            assert not support, f"{name} imports the test support {sorted(support)}"
+
+
+def _inside(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+# --- no import cycle ------------------------------------------------------------------------------
+
+
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the three layers by dotted name (a package's ``__init__`` is the package)."""
+    return {module_name(p, root): p
+            for layer in LAYERS for p in sorted((root / layer).rglob("*.py"))}
+
+
+def _packages(name: str) -> list[str]:
+    """``a.b.c`` -> ``["a", "a.b"]``: the packages Python runs before the module ``a.b.c``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def import_edges(path: Path, modules: Mapping[str, Path], root: Path = ROOT) -> dict[str, int]:
+    """The modules of ``modules`` that ``path`` imports, each with the line of its first import,
+    inside functions too.
+
+    Importing ``a.b.c`` (``import a.b.c``, ``from a.b.c import x``, ``from a.b import c``) runs
+    ``a``'s and ``a.b``'s ``__init__`` and then ``a.b.c``: an edge to each, but for the packages
+    that hold ``path`` (they run before it whatever it imports). ``from a.b import x``, ``x``
+    no module, reads ``a.b``'s ``__init__``: an edge to ``a.b``, also from inside ``a.b``."""
+    own = module_name(path, root)
+    skip = {own, *_packages(own)}
+    found: dict[str, int] = {}
+
+    def load(name: str, line: int) -> None:
+        for m in (*_packages(name), name):
+            if m in modules and m not in skip:
+                found.setdefault(m, line)
+
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                load(a.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package holding ``path``
+                package = own.split(".") if path.name == "__init__.py" else own.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            load(base, node.lineno)
+            for a in node.names:
+                if f"{base}.{a.name}" in modules:
+                    load(f"{base}.{a.name}", node.lineno)
+                elif base in modules and base != own:
+                    found.setdefault(base, node.lineno)
+    return found
+
+
+def import_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` (module -> the modules it imports) with
+    more than one module, each sorted, in order: Tarjan's algorithm, O(modules + imports)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_cycle() -> None:
+    """No two modules of the layers import each other, however indirectly (imports inside
+    functions and the package ``__init__`` files an import runs count): each idea sits on the
+    floor it needs, and any module can be imported first."""
+    modules = module_files()
+    edges = {name: import_edges(path, modules) for name, path in modules.items()}
+    cycles = import_cycles(edges)
+    said = [
+        "an import cycle: " + "; ".join(
+            f"{m} imports " + ", ".join(f"{w} (line {edges[m][w]})"
+                                        for w in sorted(edges[m]) if w in cycle)
+            for m in cycle)
+        for cycle in cycles
+    ]
+    assert not cycles, "\n".join(said) + "\nmove the code that closes each cycle to its floor"
+
+
+def test_the_cycle_checker_has_teeth(tmp_path: Path) -> None:
+    # outside the tree, as the probes above
+    files = {
+        # a cycle through a package's __init__ and an import inside a function
+        "transforms/__init__.py": "from transforms.a import f\n",
+        "transforms/a.py": "def f():\n    from transforms.sub import helper\n    return helper\n",
+        "transforms/sub/__init__.py": "from transforms.sub.b import g\n",
+        "transforms/sub/helper.py": "",
+        "transforms/sub/b.py": "def g():\n    from transforms import a\n    return a\n",
+        # a module of a package importing a sibling through the package: no cycle ...
+        "ir/__init__.py": "from ir.names import name\nfrom ir.graph import Graph\nLIMIT = 3\n",
+        "ir/names.py": "from ir import ops\n\n\ndef name():\n    return ops\n",
+        "ir/ops.py": "",
+        # ... but reading a name its package's __init__ defines is one
+        "ir/graph.py": "class Graph:\n    def f(self):\n        from ir import LIMIT\n",
+        "lowering/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    modules = module_files(tmp_path)
+    edges = {m: import_edges(path, modules, root=tmp_path) for m, path in modules.items()}
+    assert edges["transforms.a"] == {"transforms.sub": 2, "transforms.sub.helper": 2}
+    assert import_cycles(edges) == [
+        ["ir", "ir.graph"], ["transforms.a", "transforms.sub", "transforms.sub.b"]
+    ]
 
 
 # --- bench/ never imports tests/ ------------------------------------------------------------------

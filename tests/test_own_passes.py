@@ -20,9 +20,10 @@ from docs.examples.passes_fx import identities as identities_fx
 from docs.examples.passes_fx import lora as lora_fx
 from docs.examples.passes_fx import powers as powers_fx
 from ir import alpha_equivalent, format_program, import_ep, parse_program, verify
-from ir.strategies import programs, programs_like
+from ir.strategies import programs
 from lowering import lower
 from lowering.laws import check_laws
+from lowering.like import programs_like
 from transforms import transform
 
 OWN = ("identities", "powers", "lora")

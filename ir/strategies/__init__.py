@@ -10,10 +10,11 @@ Two tiers:
   in-place variants, core aten rows).
   ``crossing_programs`` draws the same programs with values and state crossing preserved call
   boundaries in most draws (what the preserved-call stages rewrite).
-- like (``ir.strategies.programs_like``): the user's own program (an ``ExportedProgram`` or a
-  Program) and variants of it, with inputs, for ``check_laws(pass_fn, programs=...)``.
 - export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
+
+The user's own program and variants of it (``programs_like``) draws forms that the pipeline and
+``export_ep`` make, so it lives above them, in ``lowering.like``.
 
 What a run reached: ``CoverageLog().track(strategy)`` collects a :class:`Coverage` (the table's
 operators called, the opset features shown) over every program drawn; ``coverage_of(program)``
@@ -35,7 +36,6 @@ from ir.strategies.export import (
     program_specs,
     realize,
 )
-from ir.strategies.like import FORMS, LikeExample, programs_like
 from ir.strategies.opset_steps import OPSET_FEATURES
 from ir.strategies.programs import (
     CROSSING_FEATURES,
@@ -55,7 +55,6 @@ __all__ = [
     "CROSSING_FEATURES",
     "DETERMINISTIC_FEATURES",
     "FEATURES",
-    "FORMS",
     "MODULE_FEATURES",
     "OPSET_FEATURES",
     "OPT_IN_FEATURES",
@@ -64,7 +63,6 @@ __all__ = [
     "WIDTH",
     "Coverage",
     "CoverageLog",
-    "LikeExample",
     "ModuleSpec",
     "ProgramSpec",
     "check_features",
@@ -78,6 +76,5 @@ __all__ = [
     "program_inputs",
     "program_specs",
     "programs",
-    "programs_like",
     "realize",
 ]

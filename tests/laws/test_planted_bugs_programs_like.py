@@ -11,8 +11,9 @@ import pytest
 import torch
 from hypothesis import Phase, settings
 
-from ir.strategies import programs, programs_like
+from ir.strategies import programs
 from lowering.laws import LawViolation, check_laws
+from lowering.like import programs_like
 
 FOUND = settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 

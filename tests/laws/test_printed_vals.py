@@ -13,8 +13,9 @@ from hypothesis import given, settings
 
 from ir import format_program, import_ep, parse_program
 from ir.node import PLACEHOLDER
-from ir.strategies import programs, programs_like
+from ir.strategies import programs
 from lowering.laws import check_program
+from lowering.like import programs_like
 
 
 def _val_key(val):

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis.errors import InvalidArgument
 
 from ir import import_ep
-from ir.strategies import LikeExample, programs, programs_like
+from ir.strategies import programs
 from lowering import lower
 from lowering.laws import LawViolation, check_laws
+from lowering.like import LikeExample, programs_like
 from transforms.edit import rewrite_nodes
 
 aten = torch.ops.aten

@@ -2,8 +2,8 @@
 
 from hypothesis import settings
 
-from ir.strategies import programs_like
 from lowering.laws import check_laws
+from lowering.like import programs_like
 
 
 def check_on_my_model(my_pass, ep):

@@ -1,5 +1,10 @@
 """``programs_like``: the user's own program and variants of it, for testing a pass on one's model.
 
+It sits in ``lowering``, above the pipeline, because two of its forms are made by the layers
+below: the outlined form by ``transforms.transform``, the decomposed form of a ``Program`` source
+by ``lowering.export_ep`` (then ``run_decompositions()``). ``check_laws`` (``lowering.laws``)
+takes its draws as they are.
+
 :func:`programs_like` draws :class:`LikeExample` s: a Program, the inputs to run it on, and a
 line saying which variant it is. The first draw is the source itself on the inputs
 ``program_inputs`` gives it; every later draw switches variants on, each a draw that shrinks to
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
@@ -45,10 +51,13 @@ from ir import ops
 from ir import signature as sg
 from ir.args import Ref, map_refs
 from ir.graph import Graph
+from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.strategies import values
 from ir.torch_seam import pytree
+from lowering.export import export_ep
+from transforms.pipeline import transform
 
 __all__ = ["FORMS", "LikeExample", "programs_like"]
 
@@ -114,8 +123,6 @@ def programs_like(
     The decomposed forms are made on first use (one ``run_decompositions()``, about a second);
     where torch cannot decompose the source, they are the flat form (the variant line says so).
     """
-    from ir.import_ep import import_ep
-
     if isinstance(source, torch.export.ExportedProgram):
         exported, base = source, import_ep(source)
     elif isinstance(source, Program):
@@ -151,8 +158,6 @@ def _like(draw: st.DrawFn, base: Program, forms: tuple[str, ...],
     if choices["state_writes"]:
         program = _draw_state_writes(draw, program, said)
     if form.endswith("outlined"):
-        from transforms.pipeline import transform
-
         program = transform(program)
         said.append("outlined")
     sizes = _draw_sizes(draw, base, said) if choices["sizes"] else {}
@@ -165,14 +170,8 @@ def _like(draw: st.DrawFn, base: Program, forms: tuple[str, ...],
 
 def _decompose(exported: Any, base: Program) -> tuple[Program, str]:
     """The decomposed flat form, and a note when torch cannot decompose the source."""
-    import warnings
-
-    from ir.import_ep import import_ep
-
     try:
         if exported is None:
-            from lowering.export import export_ep
-
             exported = export_ep(base)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
