@@ -1,10 +1,5 @@
 """``programs_like``: the user's own program and variants of it, for testing a pass on one's model.
 
-It sits in ``lowering``, above the pipeline, because two of its forms are made by the layers
-below: the outlined form by ``transforms.transform``, the decomposed form of a ``Program`` source
-by ``lowering.export_ep`` (then ``run_decompositions()``). ``check_laws`` (``lowering.laws``)
-takes its draws as they are.
-
 :func:`programs_like` draws :class:`LikeExample` s: a Program, the inputs to run it on, and a
 line saying which variant it is. The first draw is the source itself on the inputs
 ``program_inputs`` gives it; every later draw switches variants on, each a draw that shrinks to
@@ -31,6 +26,11 @@ off, so a failure is reported on the variant nearest the source that still fails
 
 Values inside a preserved call are never picked for an extra output or reader, so every
 variant keeps the source's preserved signatures as they are.
+
+It sits in ``lowering``, above the pipeline, because two of its forms are made by the layers
+below: the outlined form by ``transforms.transform``, the decomposed form of a ``Program`` source
+by ``lowering.export_ep`` (then ``run_decompositions()``). ``check_laws`` (``lowering.laws``)
+takes its draws as they are.
 """
 
 from __future__ import annotations
