@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import attrs
 
 from ir import signature as sg
-from ir.args import Ref, map_refs, map_refs_in, thaw
+from ir.args import EMPTY_DICT, Ref, map_refs, map_refs_in, thaw
 from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import (
@@ -74,7 +74,7 @@ from ir.fake_run import (
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node, new_node
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program
 from transforms.new_state import NewState
 
@@ -89,6 +89,7 @@ __all__ = [
     "dynamic_sizes",
     "fake_value",
     "finalised",
+    "fresh_id",
     "guard_error",
     "new_meta",
     "rederive_callers",
@@ -431,6 +432,48 @@ class WorkingGraph:
         """The ``val`` of node ``name`` as it is now; ``None`` when it has none or is gone."""
         n = self.node.get(name)
         return n.meta.get("val") if n is not None else None
+
+    # --- graphs named anew: copies, renames, new inputs (inline, the splits, export) ------------
+
+    def take_only(self, names: Iterable[str] = ()) -> None:
+        """The names taken are ``names`` only, not the input graph's (those drawn since join
+        them): for a driver that places every node under a name it draws (``copy``), so that
+        each keeps its own name where no node placed before took it. O(names)."""
+        self._taken = Names(names)
+
+    def copy(self, n: Node, base: str | None = None, *, name: str | None = None,
+             **changes: Any) -> Node:
+        """Node ``n`` (of this graph or of another: a callee's, a part's) named ``name`` (taken
+        as given) or fresh after ``base`` (default: its own name, which it keeps where no node
+        took it), its meta as it is, with ``changes`` (``args``, ``kwargs``, ``target``, ...)
+        applied; not placed. The listener hears of it. O(its arguments)."""
+        if name is None:
+            name = self.fresh(n.name if base is None else base)
+        node = n.replace(name=name, **changes)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
+
+    def renamed(self, n: Node, name: str) -> Node:
+        """The input's node ``n`` under ``name`` (drawn with ``fresh``; not placed): the nodes
+        placed after it with ``keep`` read it by that name (``rewired``). O(1)."""
+        if name == n.name:
+            return n
+        self.alias[n.name] = Ref(name)
+        return n.replace(name=name)
+
+    def placeholder(self, base: str, meta: Mapping[str, Any] = MappingProxyType({}), *,
+                    name: str | None = None) -> Node:
+        """A new input: a placeholder named ``name`` (taken as given) or fresh after ``base``,
+        its target its name, its meta ``meta`` as given; not placed; its name joins ``made``.
+        The listener hears of it. O(1)."""
+        if name is None:
+            name = self.fresh(base)
+        node = new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, MappingProxyType(dict(meta)))
+        self.made.add(name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -850,3 +893,13 @@ def refuse_call(node: Node, read: str, where: str) -> None:
         f"module {node.target!r} reads (its graph was traced at the old shapes); keep the "
         "value's dtype, shape and strides"
     )
+
+
+# --- names outside a graph: module ids, attributes -----------------------------------------------
+
+
+def fresh_id(base: str, taken: Names) -> str:
+    """A module id or a module's attribute name after ``base`` (``base``, ``base_1``, ...) not
+    in ``taken``, which it joins: the naming policy of ``WorkingGraph.fresh``, for the names a
+    pass gives next to a graph's (the module table, a module's children). Amortized O(1)."""
+    return fresh_name(base, taken)
