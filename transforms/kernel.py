@@ -52,6 +52,9 @@ they change through one (those that replace values or add state end in ``finalis
 from __future__ import annotations
 
 import bisect
+import builtins
+import keyword
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -82,6 +85,8 @@ __all__ = [
     "META",
     "Drawn",
     "FakeRunFailed",
+    "FxNames",
+    "FxWorkingGraph",
     "Listener",
     "WorkingGraph",
     "base_name",
@@ -903,3 +908,61 @@ def fresh_id(base: str, taken: Names) -> str:
     in ``taken``, which it joins: the naming policy of ``WorkingGraph.fresh``, for the names a
     pass gives next to a graph's (the module table, a module's children). Amortized O(1)."""
     return fresh_name(base, taken)
+
+
+# --- torch.fx's naming policy (the names torch's passes give) ------------------------------------
+
+
+class FxNames:
+    """Node names as an fx ``Graph`` gives them when nodes are created one by one: a candidate
+    is made an identifier; a taken one (or a Python keyword, builtin or a name fx's code needs)
+    gets the next ``_<n>`` suffix counted per base name, a trailing ``_<n>`` being read as one.
+    ``create`` is amortized O(1) per name."""
+
+    _ILLEGAL = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
+        ("inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree")
+    )
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.counts: dict[str, int] = {}
+
+    def create(self, candidate: str) -> str:
+        """The name fx gives a node it is asked to call ``candidate``; taken."""
+        candidate = re.sub(r"[^0-9a-zA-Z_]+", "_", candidate) or "_unnamed"
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+        base, number = _FX_NAME.match(candidate).group(1, 2)
+        if number is None or candidate in self.used:
+            count = self.counts.get(base, 0)
+            if candidate in self._ILLEGAL:
+                count += 1
+                candidate = f"{base}_{count}"
+        else:
+            count = int(number)
+        while candidate in self.used:
+            count += 1
+            candidate = f"{base}_{count}"
+        self.used.add(candidate)
+        self.counts[base] = count
+        return candidate
+
+
+_FX_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+
+
+class FxWorkingGraph(WorkingGraph):
+    """A streamed ``WorkingGraph`` (``indexed=False``) whose new names are torch.fx's
+    (``FxNames``), drawn from none taken: the graph a pass builds anew under the names torch
+    gives it (``split_by_tags``' root and children). ``fresh`` draws from ``fx``; ``copy``,
+    ``make`` and ``placeholder`` name through it. O(1) to build."""
+
+    __slots__ = ("fx",)
+
+    def __init__(self, graph: Graph, *, listener: Listener | None = None) -> None:
+        super().__init__(graph, listener=listener, indexed=False)
+        self.fx = FxNames()
+
+    def fresh(self, base: str) -> str:
+        """The name fx gives a node asked to be called ``base`` (``FxNames.create``)."""
+        return self.fx.create(base)
