@@ -317,7 +317,7 @@ def _lift_state(
             persistent = slot.persistent if kind == sg.BUFFER else None
             lifted.append((sg.InputSpec(kind, made.name, node.target, persistent), made))
             name = holder_of[slot.tensor] = made.name
-        w.replace(node.name, ref(name))
+        w.read_as(node.name, ref(name))
     for fqn in p.state_order if w.alias else ():  # sunk state: lift all, as non-strict torch does
         slot = state[fqn]
         if slot.tensor not in holder_of:

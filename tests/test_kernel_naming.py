@@ -112,3 +112,18 @@ def test_restacked_graph_has_one_output_node():
     assert [n.op for n in graph.nodes].count(OUTPUT) == 1
     assert len(graph.nodes) == len(flat.root_module.graph.nodes)
     verify(q)
+
+
+def test_read_as_rewires_later_readers_and_keeps_the_node():
+    g = _graph()
+    w = kn.WorkingGraph(g, indexed=False)
+    x, relu, out = g.nodes
+    y = w.placeholder("y")
+    w.add(x)
+    w.add(y)
+    w.read_as("x", y.ref)
+    w.keep(relu)
+    w.keep(out)
+    new, renames = w.finish()
+    assert [n.name for n in new.nodes] == ["x", "y", "relu", "output"]
+    assert new.nodes[2].args == (Ref("y"),) and renames == {}

@@ -47,6 +47,14 @@ Drivers on it: the rule engine (``transforms.rewrite.engine``; its working copy 
 makes and keeps the nodes it has defined through a streamed one), and ``cse``,
 ``fold_constants``, ``eliminate_dead_code`` and ``fold_into_state``, which stream each graph
 they change through one (those that replace values or add state end in ``finalised``).
+
+Graphs named anew (``WorkingGraph.take_only``, ``copy``, ``renamed``, ``read_as``,
+``placeholder``; ``fresh_id`` for module ids; ``FxWorkingGraph`` for torch.fx's names):
+``inline`` and ``restacked`` stream the flat graph through one, each node copied in keeping
+its name where it is free; ``split_by_tags`` builds its root and children in ``FxWorkingGraph`` s and reorders,
+re-tags and re-returns through ``WorkingGraph`` s; the stage split makes each stage's inputs,
+size reads and body through one; ``export_ep`` names the state it lifts to placeholders
+through one.
 """
 
 from __future__ import annotations
@@ -464,8 +472,14 @@ class WorkingGraph:
         placed after it with ``keep`` read it by that name (``rewired``). O(1)."""
         if name == n.name:
             return n
-        self.alias[n.name] = Ref(name)
+        self.read_as(n.name, Ref(name))
         return n.replace(name=name)
+
+    def read_as(self, old: str, by: Ref) -> None:
+        """The nodes placed from now on with ``keep`` (``rewired``) read ``by`` where they read
+        value ``old``; unlike ``replace``, no node leaves the graph and no rename is recorded
+        (a value read under another name: a state read as a stage's own input). O(1)."""
+        self.alias[old] = by
 
     def placeholder(self, base: str, meta: Mapping[str, Any] = MappingProxyType({}), *,
                     name: str | None = None) -> Node:

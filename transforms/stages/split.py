@@ -266,7 +266,7 @@ def _stage_program(p: Program, plan: StagePlan, s: int, graph: Graph | None) -> 
                      EMPTY_DICT, name=name, val=by_name[name].meta["val"], stack=root_stack))
     for read, fqn in plan.renames[s].items():  # a state get_attr reads this stage's placeholder
         if fqn_ph[fqn] != read:
-            w.replace(read, make_ref(fqn_ph[fqn]))
+            w.read_as(read, make_ref(fqn_ph[fqn]))
     for node in graph.nodes if graph is not None else ():
         if node.op in (PLACEHOLDER, OUTPUT) or node.name in plan.renames[s]:
             continue  # inputs are made above
