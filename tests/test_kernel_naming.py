@@ -127,3 +127,12 @@ def test_read_as_rewires_later_readers_and_keeps_the_node():
     new, renames = w.finish()
     assert [n.name for n in new.nodes] == ["x", "y", "relu", "output"]
     assert new.nodes[2].args == (Ref("y"),) and renames == {}
+
+
+def test_a_copy_that_changes_nothing_is_the_node_itself():
+    g = _graph()
+    w = kn.WorkingGraph(g, indexed=False)
+    w.take_only()
+    for n in g.nodes:
+        w.add(w.copy(n))
+    assert w.finish()[0] is g

@@ -462,6 +462,8 @@ class WorkingGraph:
         applied; not placed. The listener hears of it. O(its arguments)."""
         if name is None:
             name = self.fresh(n.name if base is None else base)
+        if name == n.name:
+            name = n.name  # the same string: ``replace`` then shares ``n`` when nothing changes
         node = n.replace(name=name, **changes)
         if self.listener is not None:
             self.listener.emitted(node)
@@ -969,7 +971,8 @@ class FxWorkingGraph(WorkingGraph):
     """A streamed ``WorkingGraph`` (``indexed=False``) whose new names are torch.fx's
     (``FxNames``), drawn from none taken: the graph a pass builds anew under the names torch
     gives it (``split_by_tags``' root and children). ``fresh`` draws from ``fx``; ``copy``,
-    ``make`` and ``placeholder`` name through it. O(1) to build."""
+    ``make`` and ``placeholder`` name through it (``taken``, ``release`` and ``reserve`` are
+    the base policy's, not ``fx``'s). O(1) to build."""
 
     __slots__ = ("fx",)
 
