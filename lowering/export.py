@@ -31,7 +31,6 @@ from ir.errors import ExportError, PassError
 from ir.fake_run import guards_refused, refused_guard
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
-from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
@@ -46,6 +45,7 @@ from lowering.torch_seam import (
     detect_fake_mode,
     script_object_type_name,
 )
+from transforms import kernel as kn
 from transforms.inline import CallChain, inline_with_calls, restacked
 
 _INPUT_KINDS = {
@@ -295,8 +295,8 @@ def _lift_state(
                     "the Program's state"
                 )
             holder_of.setdefault(slot.tensor, spec.name)
-    taken = Names(n.name for n in nodes if n.op != GET_ATTR or n.target not in state)
-    alias: dict[str, str] = {}
+    w = kn.WorkingGraph(p.root_module.graph, indexed=False)  # names the lifted placeholders
+    w.take_only(n.name for n in nodes if n.op != GET_ATTR or n.target not in state)
     lifted: list[tuple[sg.InputSpec, Node]] = []
     kept: list[Node] = []
     for node in nodes:
@@ -312,28 +312,23 @@ def _lift_state(
         name = holder_of.get(slot.tensor)
         if name is None:
             kind, prefix = _LIFTED[slot.kind]
-            name = fresh_name(prefix + node.target.replace(".", "_"), taken)
-            persistent = slot.persistent if kind == sg.BUFFER else None
-            spec = sg.InputSpec(kind, name, node.target, persistent)
             meta = {k: v for k, v in node.meta.items() if k in _PLACEHOLDER_META}
-            lifted.append((spec, Node(PLACEHOLDER, name, name, meta=meta)))
-            holder_of[slot.tensor] = name
-        alias[node.name] = name
-    for fqn in p.state_order if alias else ():  # sunk state: lift all, as non-strict torch does
+            made = w.placeholder(prefix + node.target.replace(".", "_"), meta)
+            persistent = slot.persistent if kind == sg.BUFFER else None
+            lifted.append((sg.InputSpec(kind, made.name, node.target, persistent), made))
+            name = holder_of[slot.tensor] = made.name
+        w.read_as(node.name, ref(name))
+    for fqn in p.state_order if w.alias else ():  # sunk state: lift all, as non-strict torch does
         slot = state[fqn]
         if slot.tensor not in holder_of:
             kind, prefix = _LIFTED[slot.kind]
-            name = fresh_name(prefix + fqn.replace(".", "_"), taken)
+            made = w.placeholder(prefix + fqn.replace(".", "_"))
             persistent = slot.persistent if kind == sg.BUFFER else None
-            lifted.append((sg.InputSpec(kind, name, fqn, persistent), Node(PLACEHOLDER, name, name)))
-            holder_of[slot.tensor] = name
-    if not lifted and not alias:
+            lifted.append((sg.InputSpec(kind, made.name, fqn, persistent), made))
+            holder_of[slot.tensor] = made.name
+    if not lifted and not w.alias:
         return nodes, inputs
-    renamed = [
-        n.replace(args=map_refs(n.args, lambda r: ref(alias.get(r.name, r.name))),
-                  kwargs=map_refs(n.kwargs, lambda r: ref(alias.get(r.name, r.name))))
-        for n in kept if n.op != PLACEHOLDER
-    ]
+    renamed = [w.rewired(n) for n in kept if n.op != PLACEHOLDER]
     order = {fqn: i for i, fqn in enumerate(p.state_order)}
     lifted.sort(key=lambda item: (_INPUT_RANK[item[0].kind], order.get(item[0].target, 0)))
     merged = _merge(list(zip(inputs, placeholders)), lifted)

@@ -6,15 +6,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ir import ops
-from ir.args import IDict, IList, Ref, map_refs, ref
+from ir.args import IDict, IList, Ref, map_refs
 from ir.effects import same_tensor
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import MODULE_LIST, PLAIN, SUBGRAPH, Module, ModuleId, split_call_target
-from ir.names import Names, fresh_name
+from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import ExportSignature, OutputSpec
+from transforms import kernel as kn
 
 
 def inline(program: Program) -> Program:
@@ -93,12 +94,10 @@ def restacked(flat: Program, chains: Sequence[CallChain], p: Program) -> Program
     if flat is p:
         return flat
     keys = _stack_keys(graph)
-    nodes = [
-        _restacked(node, chain, p, keys) if chain else node
-        for node, chain in zip(graph.nodes, chains)
-    ]
-    nodes.append(graph.output_node)
-    root = flat.root_module.replace(graphs=(Graph(tuple(nodes)),))
+    w = kn.WorkingGraph(graph, indexed=False)
+    for node, chain in zip(graph.nodes, chains):
+        w.add(_restacked(node, chain, p, keys) if chain else node)  # the output: no chain
+    root = flat.root_module.replace(graphs=(w.finish()[0],))
     return flat.replace(modules=flat.modules.set(flat.root, root))
 
 
@@ -150,34 +149,31 @@ def _is_flat(p: Program) -> bool:
 
 
 class _Inliner:
-    """Emits the flat graph with temporary names (``#k``), then names it in one pass."""
+    """Streams the flat graph into a ``kernel.WorkingGraph`` as it inlines: each node copied in
+    is named there after its own name, which it keeps unless a node placed before took it."""
 
     def __init__(self, program: Program) -> None:
         self.p = program
-        self.emitted: list[tuple[str, Node]] = []  # (temporary name, node reading temporaries)
+        graph = program.root_module.graph
+        self.w = kn.WorkingGraph(graph, indexed=False)
+        self.w.take_only((graph.output_node.name,))
         self.subgraphs: dict[str, ModuleId] = {}  # root-level name -> subgraph module
         self.input_of: dict[str, str] = {}  # root input or in-place result -> that root input
         self.latest: dict[str, Ref] = {}  # root input -> its latest in-place result
         self.ran: set[str] = set()  # module paths some inlined computing node ran in
-        # the calls being inlined, and per emitted node the calls it ran in (``CallChain``)
+        # the calls being inlined, and per node placed the calls it ran in (``CallChain``)
         self.frames: list[tuple[str, ModuleId, int]] = []
         self.frames_of: list[CallChain] = []
         self.calls: dict[str, int] = {}  # path -> how many of its calls were inlined
 
     def run(self) -> Program:
         p = self.p
-        graph = p.root_module.graph
-        out = self._inline(p.root, 0, (), graph, {}, root=True)
-        final = self._names()
-        nodes = [
-            node.replace(name=final[temp], args=map_refs(node.args, lambda r: ref(final[r.name])),
-                         kwargs=map_refs(node.kwargs, lambda r: ref(final[r.name])))
-            for temp, node in self.emitted
-        ]
-        out = map_refs(map_refs(out, self._current), lambda r: ref(final[r.name]))
-        nodes.append(graph.output_node.replace(args=(out,) + graph.output_node.args[1:]))
+        output = p.root_module.graph.output_node
+        out = map_refs(self._inline(p.root, 0, (), p.root_module.graph, {}, root=True),
+                       self._current)
+        self.w.add(output.replace(args=(out,) + output.args[1:]))
         return p.replace(
-            modules=self._modules(Graph.of(nodes)),
+            modules=self._modules(self.w.finish()[0]),
             signature=_renamed_outputs(p.signature, out),
         )
 
@@ -217,7 +213,7 @@ class _Inliner:
             elif _folds(node, args, calls):
                 env[node.name] = args[0][args[1]]
             elif node.op == GET_ATTR:
-                env[node.name] = self._emit(node.replace(target=self._attr(mid, path, node)))
+                env[node.name] = self._emit(node, target=self._attr(mid, path, node))
             else:
                 env[node.name] = self._emit_op(node, args, kwargs)
                 self.ran.update(chain)
@@ -267,7 +263,7 @@ class _Inliner:
             name = node.target.rsplit(".", 1)[-1]
             taken = Names(self.subgraphs)
             while self.subgraphs.get(name, found) != found:
-                name = fresh_name(name, taken)
+                name = kn.fresh_id(name, taken)
             self.subgraphs[name] = found
             return name
         return self.p.attr_fqn(mid, path, node.target)
@@ -276,10 +272,9 @@ class _Inliner:
         """Emit a computing node; reads of a mutated root input read its latest in-place result
         (the same tensor), as export writes them and as ``outline`` had them before it made
         such reads across calls read the input itself."""
-        args, kwargs = map_refs(args, self._current), map_refs(kwargs, self._current)
-        emitted = node.replace(args=args, kwargs=kwargs)
-        made = self._emit(emitted)
-        written = same_tensor(emitted)  # the input (or its in-place result) it is
+        made = self._emit(node, args=map_refs(args, self._current),
+                          kwargs=map_refs(kwargs, self._current))
+        written = same_tensor(self.w.node[made.name])  # the input (or its in-place result) it is
         if written is not None:
             source = self.input_of.get(written)
             if source is not None:
@@ -291,16 +286,12 @@ class _Inliner:
         source = self.input_of.get(r.name)
         return r if source is None else self.latest.get(source, r)
 
-    def _emit(self, node: Node) -> Ref:
+    def _emit(self, node: Node, **changes: Any) -> Ref:
+        """Place a copy of ``node`` (named after it by the working graph) with ``changes``."""
         self.frames_of.append(tuple(self.frames))
-        temp = f"#{len(self.emitted)}"
-        self.emitted.append((temp, node))
-        return ref(temp)
-
-    def _names(self) -> dict[str, str]:
-        """Temporary -> final name: each node's own name unless an earlier node took it."""
-        taken = Names((self.p.root_module.graph.output_node.name,))
-        return {temp: fresh_name(node.name, taken) for temp, node in self.emitted}
+        made = self.w.copy(node, **changes)
+        self.w.add(made)
+        return made.ref
 
     # --- the module tree --------------------------------------------------------------------
 
@@ -318,7 +309,7 @@ class _Inliner:
         def holder_id(path: str) -> ModuleId:
             found = ids.get(path)
             if found is None:
-                found = ids[path] = fresh_name(path, taken)
+                found = ids[path] = kn.fresh_id(path, taken)
             return found
 
         paths_of: dict[ModuleId, int] = {}

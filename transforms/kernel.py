@@ -47,11 +47,22 @@ Drivers on it: the rule engine (``transforms.rewrite.engine``; its working copy 
 makes and keeps the nodes it has defined through a streamed one), and ``cse``,
 ``fold_constants``, ``eliminate_dead_code`` and ``fold_into_state``, which stream each graph
 they change through one (those that replace values or add state end in ``finalised``).
+
+Graphs named anew (``WorkingGraph.take_only``, ``copy``, ``renamed``, ``read_as``,
+``placeholder``; ``fresh_id`` for module ids; ``FxWorkingGraph`` for torch.fx's names):
+``inline`` and ``restacked`` stream the flat graph through one, each node copied in keeping
+its name where it is free; ``split_by_tags`` builds its root and children in ``FxWorkingGraph`` s and reorders,
+re-tags and re-returns through ``WorkingGraph`` s; the stage split makes each stage's inputs,
+size reads and body through one; ``export_ep`` names the state it lifts to placeholders
+through one.
 """
 
 from __future__ import annotations
 
 import bisect
+import builtins
+import keyword
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -59,7 +70,7 @@ from typing import Any, Protocol
 import attrs
 
 from ir import signature as sg
-from ir.args import Ref, map_refs, map_refs_in, thaw
+from ir.args import EMPTY_DICT, Ref, map_refs, map_refs_in, thaw
 from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import (
@@ -74,7 +85,7 @@ from ir.fake_run import (
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node, new_node
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, PLACEHOLDER, Node, new_node
 from ir.program import Program
 from transforms.new_state import NewState
 
@@ -82,6 +93,8 @@ __all__ = [
     "META",
     "Drawn",
     "FakeRunFailed",
+    "FxNames",
+    "FxWorkingGraph",
     "Listener",
     "WorkingGraph",
     "base_name",
@@ -89,6 +102,7 @@ __all__ = [
     "dynamic_sizes",
     "fake_value",
     "finalised",
+    "fresh_id",
     "guard_error",
     "new_meta",
     "rederive_callers",
@@ -431,6 +445,56 @@ class WorkingGraph:
         """The ``val`` of node ``name`` as it is now; ``None`` when it has none or is gone."""
         n = self.node.get(name)
         return n.meta.get("val") if n is not None else None
+
+    # --- graphs named anew: copies, renames, new inputs (inline, the splits, export) ------------
+
+    def take_only(self, names: Iterable[str] = ()) -> None:
+        """The names taken are ``names`` only, not the input graph's (those drawn since join
+        them): for a driver that places every node under a name it draws (``copy``), so that
+        each keeps its own name where no node placed before took it. O(names)."""
+        self._taken = Names(names)
+
+    def copy(self, n: Node, base: str | None = None, *, name: str | None = None,
+             **changes: Any) -> Node:
+        """Node ``n`` (of this graph or of another: a callee's, a part's) named ``name`` (taken
+        as given) or fresh after ``base`` (default: its own name, which it keeps where no node
+        took it), its meta as it is, with ``changes`` (``args``, ``kwargs``, ``target``, ...)
+        applied; not placed. The listener hears of it. O(its arguments)."""
+        if name is None:
+            name = self.fresh(n.name if base is None else base)
+        if name == n.name:
+            name = n.name  # the same string: ``replace`` then shares ``n`` when nothing changes
+        node = n.replace(name=name, **changes)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
+
+    def renamed(self, n: Node, name: str) -> Node:
+        """The input's node ``n`` under ``name`` (drawn with ``fresh``; not placed): the nodes
+        placed after it with ``keep`` read it by that name (``rewired``). O(1)."""
+        if name == n.name:
+            return n
+        self.read_as(n.name, Ref(name))
+        return n.replace(name=name)
+
+    def read_as(self, old: str, by: Ref) -> None:
+        """The nodes placed from now on with ``keep`` (``rewired``) read ``by`` where they read
+        value ``old``; unlike ``replace``, no node leaves the graph and no rename is recorded
+        (a value read under another name: a state read as a stage's own input). O(1)."""
+        self.alias[old] = by
+
+    def placeholder(self, base: str, meta: Mapping[str, Any] = MappingProxyType({}), *,
+                    name: str | None = None) -> Node:
+        """A new input: a placeholder named ``name`` (taken as given) or fresh after ``base``,
+        its target its name, its meta ``meta`` as given; not placed; its name joins ``made``.
+        The listener hears of it. O(1)."""
+        if name is None:
+            name = self.fresh(base)
+        node = new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, MappingProxyType(dict(meta)))
+        self.made.add(name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -850,3 +914,72 @@ def refuse_call(node: Node, read: str, where: str) -> None:
         f"module {node.target!r} reads (its graph was traced at the old shapes); keep the "
         "value's dtype, shape and strides"
     )
+
+
+# --- names outside a graph: module ids, attributes -----------------------------------------------
+
+
+def fresh_id(base: str, taken: Names) -> str:
+    """A module id or a module's attribute name after ``base`` (``base``, ``base_1``, ...) not
+    in ``taken``, which it joins: the naming policy of ``WorkingGraph.fresh``, for the names a
+    pass gives next to a graph's (the module table, a module's children). Amortized O(1)."""
+    return fresh_name(base, taken)
+
+
+# --- torch.fx's naming policy (the names torch's passes give) ------------------------------------
+
+
+class FxNames:
+    """Node names as an fx ``Graph`` gives them when nodes are created one by one: a candidate
+    is made an identifier; a taken one (or a Python keyword, builtin or a name fx's code needs)
+    gets the next ``_<n>`` suffix counted per base name, a trailing ``_<n>`` being read as one.
+    ``create`` is amortized O(1) per name."""
+
+    _ILLEGAL = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
+        ("inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree")
+    )
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.counts: dict[str, int] = {}
+
+    def create(self, candidate: str) -> str:
+        """The name fx gives a node it is asked to call ``candidate``; taken."""
+        candidate = re.sub(r"[^0-9a-zA-Z_]+", "_", candidate) or "_unnamed"
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+        base, number = _FX_NAME.match(candidate).group(1, 2)
+        if number is None or candidate in self.used:
+            count = self.counts.get(base, 0)
+            if candidate in self._ILLEGAL:
+                count += 1
+                candidate = f"{base}_{count}"
+        else:
+            count = int(number)
+        while candidate in self.used:
+            count += 1
+            candidate = f"{base}_{count}"
+        self.used.add(candidate)
+        self.counts[base] = count
+        return candidate
+
+
+_FX_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+
+
+class FxWorkingGraph(WorkingGraph):
+    """A streamed ``WorkingGraph`` (``indexed=False``) whose new names are torch.fx's
+    (``FxNames``), drawn from none taken: the graph a pass builds anew under the names torch
+    gives it (``split_by_tags``' root and children). ``fresh`` draws from ``fx``; ``copy``,
+    ``make`` and ``placeholder`` name through it (``taken``, ``release`` and ``reserve`` are
+    the base policy's, not ``fx``'s). O(1) to build."""
+
+    __slots__ = ("fx",)
+
+    def __init__(self, graph: Graph, *, listener: Listener | None = None) -> None:
+        super().__init__(graph, listener=listener, indexed=False)
+        self.fx = FxNames()
+
+    def fresh(self, base: str) -> str:
+        """The name fx gives a node asked to be called ``base`` (``FxNames.create``)."""
+        return self.fx.create(base)

@@ -20,8 +20,6 @@ cross a boundary; run it before ``split_by_tags``.
 
 from __future__ import annotations
 
-import builtins
-import keyword
 import logging
 import operator
 import re
@@ -33,11 +31,11 @@ import attrs
 import torch
 from pyrsistent import pmap
 
-from ir.args import map_refs, ref
+from ir.args import EMPTY_DICT, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId
-from ir.names import Names, fresh_name
+from ir.names import Names
 from ir.node import (
     CALL_FUNCTION,
     CALL_METHOD,
@@ -50,6 +48,7 @@ from ir.node import (
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
+from transforms import kernel as kn
 from transforms.outline import outline_by, reachable_modules
 from transforms.stacks import Frame, FrameOf
 
@@ -220,8 +219,10 @@ def _runs(p: Program, graph: Graph, part: dict[str, int], names: tuple[str, ...]
     rest = [n for n in nodes[:-1] if n.op != PLACEHOLDER]
     # stable: within a tag the original order; get_attr first (it is only ever copied)
     rest.sort(key=lambda n: part.get(n.name, -1))
-    rest = [_stand_in(n) if n.op == CALL_MODULE else n for n in rest]
-    runs = Graph(tuple(placeholders + rest + [nodes[-1]]))
+    w = kn.WorkingGraph(graph, indexed=False)
+    for n in (*placeholders, *rest, nodes[-1]):
+        w.add(_stand_in(n) if n.op == CALL_MODULE else n)
+    runs = w.finish()[0]
     root = p.root_module
     kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
     for name, _ in kept:
@@ -291,8 +292,10 @@ def _order_returns(
     values.sort(key=lambda v: first.get(v, (end, position[v])))
     as_tuple = return_tuple or len(values) != 1
     out = graph.output_node
-    new_out = out.replace(args=(tuple(map(ref, values)) if as_tuple else ref(values[0]),))
-    return Graph(graph.nodes[:-1] + (new_out,))
+    w = kn.WorkingGraph(graph, indexed=False)
+    w.leave_out((out.name,))
+    w.add(out.replace(args=(tuple(map(ref, values)) if as_tuple else ref(values[0]),)))
+    return w.finish()[0]
 
 
 @attrs.frozen
@@ -309,34 +312,35 @@ def _root_graph(graph: Graph, children: dict[str, Graph], names: tuple[str, ...]
     output reads, then one call per tag in order (named after the tag) and a ``getitem``
     per value of a tuple it returns, then the output."""
     nodes = graph.nodes
-    taken = _FxNames()
-    body = [n.replace(name=taken.create(n.name)) for n in nodes if n.op == PLACEHOLDER]
-    renamed: dict[str, str] = {n.name: b.name for n, b in zip(nodes, body)}
+    w = kn.FxWorkingGraph(graph)
+    renamed: dict[str, str] = {}
+    for n in nodes:
+        if n.op == PLACEHOLDER:
+            w.add(made := w.copy(n))
+            renamed[n.name] = made.name
     attributes: dict[str, str] = {}
     by_name = graph.by_name()
     output = nodes[-1]
     for r in output.inputs():
         node = by_name[r.name]
         if node.op == GET_ATTR:
-            made = Node(GET_ATTR, taken.create(_snake(r.name)), node.target, (), meta=node.meta)
+            w.add(made := w.copy(node, _snake(r.name)))
             attributes[made.name] = r.name
             renamed[r.name] = made.name
-            body.append(made)
     for name in names:
         child = children[name]
         args = tuple(ref(renamed[p.name]) for p in child.placeholders)
-        call = Node(CALL_MODULE, taken.create(_snake(name)), name, args)
-        body.append(call)
+        w.add(call := w.make(CALL_MODULE, name, args, EMPTY_DICT, base=_snake(name)))
         returned = child.outputs
         if type(returned) is not tuple:
             renamed[returned.name] = call.name
             continue
         for i, value in enumerate(returned):
-            item = Node(CALL_FUNCTION, taken.create("getitem"), operator.getitem, (call.ref, i))
+            w.add(item := w.make(CALL_FUNCTION, operator.getitem, (call.ref, i), EMPTY_DICT,
+                                 base="getitem"))
             renamed[value.name] = item.name
-            body.append(item)
-    body.append(output.replace(args=_renamed(output.args, renamed)))
-    return _Root(Graph(tuple(body)), attributes, renamed)
+    w.add(output.replace(args=_renamed(output.args, renamed)))
+    return _Root(w.finish()[0], attributes, renamed)
 
 
 # --- 4. state and module table -------------------------------------------------------------------
@@ -352,7 +356,7 @@ def _place(
     layout = _Layout(p, Names(set(p.modules) | set(outlined.modules) | {""}))
     tag_ids: dict[ModuleId, str] = {}
     for name in children:
-        mid = name if name not in p.modules else fresh_name(name, layout.taken)
+        mid = name if name not in p.modules else kn.fresh_id(name, layout.taken)
         layout.kids_of[""][name] = mid
         layout.kids_of[mid] = {}
         tag_ids[mid] = name
@@ -424,7 +428,7 @@ class _Layout:
             if mid is not None and mid not in self.kids_of:
                 return  # a leaf module
             if mid is None:
-                mid = fresh_name(f"{here}.{part}" if here else part, self.taken)
+                mid = kn.fresh_id(f"{here}.{part}" if here else part, self.taken)
                 self.kids_of[here][part] = mid
                 self.kids_of[mid] = {}
             here = mid
@@ -436,7 +440,7 @@ def _place_root(root: _Root, children: dict[str, Graph], layout: _Layout) -> Gra
     """The root graph with each attribute its output reads held by the root under the name of
     the node that read it."""
     p = layout.p
-    nodes = []
+    w = kn.WorkingGraph(root.graph, indexed=False)
     for node in root.graph.nodes:
         if node.op == GET_ATTR and node.target in p.state:
             attribute = root.attributes[node.name]
@@ -449,8 +453,8 @@ def _place_root(root: _Root, children: dict[str, Graph], layout: _Layout) -> Gra
             node = node.replace(target=attribute)
         elif node.op == GET_ATTR:
             layout.kids_of[""][node.target] = _subgraph(p, node.target)
-        nodes.append(node)
-    return Graph(tuple(nodes))
+        w.add(node)
+    return w.finish()[0]
 
 
 def _place_child(
@@ -536,11 +540,10 @@ def _stand_in(node: Node) -> Node:
 
 
 def _restore_leaf_calls(graph: Graph) -> Graph:
-    nodes = tuple(
-        n.replace(op=CALL_MODULE, target=n.target.path) if type(n.target) is _LeafCall else n
-        for n in graph.nodes
-    )
-    return graph if all(a is b for a, b in zip(nodes, graph.nodes)) else Graph(nodes)
+    w = kn.WorkingGraph(graph, indexed=False)
+    for n in graph.nodes:
+        w.add(n.replace(op=CALL_MODULE, target=n.target.path) if type(n.target) is _LeafCall else n)
+    return w.finish()[0]
 
 
 def _below(fqn: str, paths: set[str]) -> bool:
@@ -549,40 +552,7 @@ def _below(fqn: str, paths: set[str]) -> bool:
     return any(".".join(parts[:k]) in paths for k in range(1, len(parts)))
 
 
-class _FxNames:
-    """Node names as an fx ``Graph`` gives them when nodes are created one by one: a candidate
-    is made an identifier; a taken one (or a Python keyword, builtin or a name fx's code needs)
-    gets the next ``_<n>`` suffix counted per base name, a trailing ``_<n>`` being read as one."""
-
-    _ILLEGAL = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
-        ("inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree")
-    )
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-        self.counts: dict[str, int] = {}
-
-    def create(self, candidate: str) -> str:
-        candidate = re.sub(r"[^0-9a-zA-Z_]+", "_", candidate) or "_unnamed"
-        if candidate[0].isdigit():
-            candidate = f"_{candidate}"
-        base, number = _NAME.match(candidate).group(1, 2)
-        if number is None or candidate in self.used:
-            count = self.counts.get(base, 0)
-            if candidate in self._ILLEGAL:
-                count += 1
-                candidate = f"{base}_{count}"
-        else:
-            count = int(number)
-        while candidate in self.used:
-            count += 1
-            candidate = f"{base}_{count}"
-        self.used.add(candidate)
-        self.counts[base] = count
-        return candidate
-
-
-_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+_FxNames = kn.FxNames  # the names fx gives (``test_split_gm`` checks them against fx)
 
 
 def _snake(name: str) -> str:
@@ -595,12 +565,12 @@ def _torch_child_names(graph: Graph) -> Graph:
     original graph, each preceded by the placeholders and ``get_attr`` copies it is the first
     to read; a ``get_attr`` is named after its target, every other node after itself. O(n)."""
     by_name = graph.by_name()
-    taken = _FxNames()
+    w = kn.FxWorkingGraph(graph)
     names: dict[str, str] = {}
 
     def claim(node: Node) -> None:
         if node.name not in names:
-            names[node.name] = taken.create(
+            names[node.name] = w.fresh(
                 _snake(node.target) if node.op == GET_ATTR else node.name
             )
 
@@ -615,11 +585,9 @@ def _torch_child_names(graph: Graph) -> Graph:
         claim(node)
     if all(k == v for k, v in names.items()):
         return graph
-    return Graph(tuple(
-        n.replace(name=names.get(n.name, n.name), args=_renamed(n.args, names),
-                  kwargs=_renamed(n.kwargs, names))
-        for n in graph.nodes
-    ))
+    for n in graph.nodes:
+        w.keep(w.renamed(n, names.get(n.name, n.name)))
+    return w.finish()[0]
 
 
 def _renamed(tree: Any, names: dict[str, str]) -> Any:
@@ -793,16 +761,15 @@ def _retagged(
 ) -> Program:
     """``program`` whose tagged nodes carry ``order[where[name]]`` in meta ``"tag"`` (the input
     itself when none changes)."""
-    nodes = tuple(
-        node.with_meta(tag=order[where[node.name]])
-        if node.name in where and node.meta.get("tag") != order[where[node.name]]
-        else node
-        for node in graph.nodes
-    )
-    if all(a is b for a, b in zip(nodes, graph.nodes)):
+    w = kn.WorkingGraph(graph, indexed=False)
+    for node in graph.nodes:
+        tag = order[where[node.name]] if node.name in where else None
+        w.add(node if tag is None or node.meta.get("tag") == tag else node.with_meta(tag=tag))
+    new = w.finish()[0]
+    if new is graph:
         return program
     root = program.root_module
-    new_root = root.replace(graphs=(Graph(nodes),) + root.graphs[1:])
+    new_root = root.replace(graphs=(new,) + root.graphs[1:])
     return program.replace(modules=program.modules.set(program.root, new_root))
 
 

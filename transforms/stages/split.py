@@ -27,18 +27,18 @@ import torch
 from pyrsistent import pmap
 
 from ir import signature as sg
-from ir.args import map_refs
+from ir.args import EMPTY_DICT
 from ir.args import ref as make_ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import Module, ModuleId
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.stages import Edge, Stages
 from ir.state import Slot
 from ir.torch_seam import pytree
+from transforms import kernel as kn
 from transforms.inline import inline_with_calls, restacked
 from transforms.outline import outline_by
 from transforms.pipeline import transform
@@ -238,52 +238,41 @@ def _stage_program(p: Program, plan: StagePlan, s: int, graph: Graph | None) -> 
     renamed to its own), and its outputs (the values it sends, or the program's outputs)."""
     table = p.state_table()
     by_name = p.root_module.graph.by_name()
-    taken = Names(by_name)
+    w = kn.WorkingGraph(p.root_module.graph, indexed=False)  # new names: none of the flat's
     ph_of_fqn: dict[str, str] = {}
     spec_of_fqn: dict[str, InputSpec] = {}
     for spec in p.signature.inputs:
         if spec.kind in sg.STATE_INPUT_KINDS:
             ph_of_fqn.setdefault(spec.target, spec.name)
             spec_of_fqn.setdefault(spec.target, spec)
-    nodes: list[Node] = []
     in_specs: list[InputSpec] = []
     fqn_ph: dict[str, str] = {}  # held fqn -> this stage's placeholder of it
     for fqn in plan.state[s]:
-        name = ph_of_fqn.get(fqn) or fresh_name("p_" + fqn.replace(".", "_"), taken)
-        taken.add(name)
-        orig = by_name.get(ph_of_fqn.get(fqn, ""))
-        nodes.append(orig if orig is not None else Node(PLACEHOLDER, name, name))
-        in_specs.append(_state_spec(spec_of_fqn.get(fqn), fqn, name, table[fqn]))
-        fqn_ph[fqn] = name
-    rename = {
-        read: fqn_ph[fqn] for read, fqn in plan.renames[s].items() if fqn_ph[fqn] != read
-    }
+        held = ph_of_fqn.get(fqn)
+        node = by_name.get(held) if held else None
+        if node is None:
+            node = w.placeholder("p_" + fqn.replace(".", "_"), name=held)
+        w.add(node)
+        in_specs.append(_state_spec(spec_of_fqn.get(fqn), fqn, node.name, table[fqn]))
+        fqn_ph[fqn] = node.name
     positional, keywords = plan.inputs[s], plan.root_inputs
     for name in (*positional, *keywords):
         orig = by_name[name]
-        nodes.append(orig if orig.op == PLACEHOLDER else Node(PLACEHOLDER, name, name,
-                                                               meta=orig.meta))
+        w.add(orig if orig.op == PLACEHOLDER else w.placeholder(name, orig.meta, name=name))
         in_specs.append(InputSpec(sg.USER_INPUT, name))
     root_stack = {"L__self__": ("", p.root_module.type_name or "")}  # runs in the root
     for name, source, dim in plan.sizes[s]:
-        nodes.append(Node(
-            CALL_FUNCTION, name, torch.ops.aten.sym_size.int, (make_ref(source), dim),
-            meta=frozen_meta({"val": by_name[name].meta["val"], "nn_module_stack": root_stack}),
-        ))
-
-    def read_ref(r):
-        return make_ref(rename[r.name]) if r.name in rename else r
-
+        w.add(w.make(CALL_FUNCTION, torch.ops.aten.sym_size.int, (make_ref(source), dim),
+                     EMPTY_DICT, name=name, val=by_name[name].meta["val"], stack=root_stack))
+    for read, fqn in plan.renames[s].items():  # a state get_attr reads this stage's placeholder
+        if fqn_ph[fqn] != read:
+            w.read_as(read, make_ref(fqn_ph[fqn]))
     for node in graph.nodes if graph is not None else ():
         if node.op in (PLACEHOLDER, OUTPUT) or node.name in plan.renames[s]:
-            continue  # inputs are made above; a state get_attr reads this stage's placeholder
+            continue  # inputs are made above
         if node.op == CALL_FUNCTION and not node.meta.get("nn_module_stack"):
             node = node.with_meta(nn_module_stack=root_stack)  # plumbing of the root's calls
-        if rename and any(r.name in rename for r in node.inputs()):
-            node = node.replace(
-                args=map_refs(node.args, read_ref), kwargs=map_refs(node.kwargs, read_ref)
-            )
-        nodes.append(node)
+        w.keep(node)
     out_node = p.root_module.graph.output_node
     outputs = out_node.args[0] if out_node.args else ()
     out_vals: list[Any] = []
@@ -295,19 +284,19 @@ def _stage_program(p: Program, plan: StagePlan, s: int, graph: Graph | None) -> 
     if s == plan.n - 1:
         for spec, value in zip(p.signature.outputs, outputs, strict=False):
             if spec.kind not in sg.MUTATION_KINDS:
-                out_vals.append(map_refs(value, read_ref))
+                out_vals.append(value)  # read as placed: ``keep`` below
                 out_specs.append(spec)
         out_spec = p.call_signature("").out_spec
     else:
         out_vals.extend(by_name[name].ref for name in plan.sent[s])
         out_specs.extend(OutputSpec(sg.USER_OUTPUT, name) for name in plan.sent[s])
         out_spec = pytree.tree_structure(tuple(range(len(plan.sent[s]))))
-    nodes.append(out_node.replace(args=(tuple(out_vals),)))
+    w.keep(out_node.replace(args=(tuple(out_vals),)))
     in_spec = pytree.tree_structure((tuple(range(len(positional))), {k: 0 for k in keywords}))
     fqns = plan.state[s]
     kept = _kept_paths(plan.modules[s], fqns)
     modules = _pruned_modules(p, kept)
-    modules[p.root] = modules[p.root].replace(graphs=(Graph.of(nodes),))
+    modules[p.root] = modules[p.root].replace(graphs=(w.finish()[0],))
     return Program(
         root=p.root,
         modules=pmap(modules),
