@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import attrs
 
 from ir import signature as sg
-from ir.args import Ref, map_refs, map_refs_in, thaw
+from ir.args import EMPTY_DICT, Ref, map_refs, map_refs_in, thaw
 from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import (
@@ -74,17 +74,20 @@ from ir.fake_run import (
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node, new_node
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, EMPTY_META, OUTPUT, Node, new_node
 from ir.program import Program
 from transforms.new_state import NewState
 
 __all__ = [
+    "KEEP",
     "META",
     "Drawn",
     "FakeRunFailed",
     "Listener",
     "WorkingGraph",
     "base_name",
+    "built",
+    "carried",
     "describe",
     "dynamic_sizes",
     "fake_value",
@@ -124,6 +127,10 @@ def new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[st
     if val is not None:
         meta["val"] = val
     return MappingProxyType(meta)
+
+
+#: ``carried`` / ``WorkingGraph.make_carrying``: leave this entry of the meta as it is.
+KEEP: Any = object()
 
 
 # --- listener ------------------------------------------------------------------------------------
@@ -495,6 +502,27 @@ class WorkingGraph:
             nodes = new.place(nodes, new.p.signature.inputs, self.placeholders)
         return type(self.graph).of(nodes), resolved(self.renames)
 
+    # --- nodes that carry a node's meta ----------------------------------------------------------
+
+    def make_carrying(
+        self, op: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT, *,
+        meta: Mapping[str, Any] = EMPTY_META, val: Any = KEEP, stack: Any = KEEP,
+        name: str | None = None, base: str | None = None,
+    ) -> Node:
+        """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
+        the node it copies, moves to another graph or stands in for (a value read as state, a
+        copy made where it is read, a call's result in its caller), with its ``val`` and its
+        ``nn_module_stack`` replaced when given (``val=None``: none). Named ``name`` (taken as
+        given) or a fresh name after ``base`` (default ``base_name(target)``), as ``make``; its
+        name joins ``made``; the listener hears of it. O(meta)."""
+        if name is None:
+            name = self.fresh(base if base is not None else base_name(target))
+        node = carried(op, name, target, args, kwargs, meta, val=val, stack=stack)
+        self.made.add(name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
+
 
 def _same(r: Ref) -> Ref:
     return r
@@ -850,3 +878,33 @@ def refuse_call(node: Node, read: str, where: str) -> None:
         f"module {node.target!r} reads (its graph was traced at the old shapes); keep the "
         "value's dtype, shape and strides"
     )
+
+
+# --- nodes that carry a node's meta, graphs built from scratch -----------------------------------
+
+def carried(
+    op: str, name: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT,
+    meta: Mapping[str, Any] = EMPTY_META, *, val: Any = KEEP, stack: Any = KEEP,
+) -> Node:
+    """Node ``name`` that carries ``meta`` whole, its ``val`` replaced when given (``None``: no
+    ``val``) and its ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them): where a new node's meta is not
+    ``new_meta``'s (its anchor's trace and module stack) but that of the node it stands for. The
+    name is the caller's (``WorkingGraph.make_carrying`` draws one). O(meta)."""
+    if val is KEEP and stack is KEEP:
+        got = meta if isinstance(meta, MappingProxyType) else MappingProxyType(dict(meta))
+        return new_node(op, name, target, args, kwargs, got)
+    entries = dict(meta)
+    if val is None:
+        entries.pop("val", None)
+    elif val is not KEEP:
+        entries["val"] = val
+    if stack is not KEEP:
+        entries["nn_module_stack"] = stack
+    return new_node(op, name, target, args, kwargs, MappingProxyType(entries))
+
+
+def built(nodes: Iterable[Node]) -> Graph:
+    """The graph of ``nodes``, in order, that a driver building graphs from scratch made
+    (outlining makes one graph per module call from the nodes of the flat graph, each new node
+    ``make_carrying`` s): the one place such a graph is put together. O(nodes)."""
+    return Graph.of(nodes)
