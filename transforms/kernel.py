@@ -512,7 +512,7 @@ class WorkingGraph:
         """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
         the node it copies, moves to another graph or stands in for (a value read as state, a
         copy made where it is read, a call's result in its caller), with its ``val`` and its
-        ``nn_module_stack`` replaced when given (``val=None``: none). Named ``name`` (taken as
+        ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them). Named ``name`` (taken as
         given) or a fresh name after ``base`` (default ``base_name(target)``), as ``make``; its
         name joins ``made``; the listener hears of it. O(meta)."""
         if name is None:
@@ -886,17 +886,15 @@ def carried(
     op: str, name: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT,
     meta: Mapping[str, Any] = EMPTY_META, *, val: Any = KEEP, stack: Any = KEEP,
 ) -> Node:
-    """Node ``name`` that carries ``meta`` whole, its ``val`` replaced when given (``None``: no
-    ``val``) and its ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them): where a new node's meta is not
+    """Node ``name`` that carries ``meta`` whole, its ``val`` and ``nn_module_stack`` set when
+    given (``KEEP``: as ``meta`` has them; a value that is not known is not given): where a new node's meta is not
     ``new_meta``'s (its anchor's trace and module stack) but that of the node it stands for. The
     name is the caller's (``WorkingGraph.make_carrying`` draws one). O(meta)."""
     if val is KEEP and stack is KEEP:
         got = meta if isinstance(meta, MappingProxyType) else MappingProxyType(dict(meta))
         return new_node(op, name, target, args, kwargs, got)
     entries = dict(meta)
-    if val is None:
-        entries.pop("val", None)
-    elif val is not KEEP:
+    if val is not KEEP:
         entries["val"] = val
     if stack is not KEEP:
         entries["nn_module_stack"] = stack

@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 
 from pyrsistent import pmap
 
-from ir.args import EMPTY_DICT, Ref
+from ir.args import Ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, Node, new_node
+from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms import kernel as kn
 from transforms.call_builder import OpenCall
 from transforms.foreign_state import hold_foreign_state
 
@@ -106,23 +107,27 @@ class StateOwners:
 
 
 def sunk_reads(
-    placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
+    w: kn.WorkingGraph, placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
 ) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` placeholders (name -> local fqn) which
-    ``body`` reads, in placeholder order; an unread one is dropped."""
-    return input_reads([n.name for n in placeholders], sunk, body, {n.name: n for n in placeholders})
+    ``body`` reads, in placeholder order, made by ``w``; an unread one is dropped."""
+    return input_reads(
+        w, [n.name for n in placeholders], sunk, body, {n.name: n for n in placeholders}
+    )
 
 
 def input_reads(
-    inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node], nodes: Mapping[str, Node]
+    w: kn.WorkingGraph, inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node],
+    nodes: Mapping[str, Node],
 ) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` values among ``inputs`` (name -> local
-    fqn) which ``body`` reads, in ``inputs`` order, each named as its node in ``nodes`` and with
-    that node's meta; an unread one is dropped. A plain call's placeholders need not be made
-    first (``sunk_reads`` is this for placeholders made already)."""
+    fqn) which ``body`` reads, in ``inputs`` order, each named as its node in ``nodes`` and
+    carrying that node's meta (made by ``w``: ``kernel.WorkingGraph.make_carrying``); an unread
+    one is dropped. A plain call's placeholders need not be made first (``sunk_reads`` is this
+    for placeholders made already)."""
     read = {r.name for node in body for r in node.inputs()}
     return [
-        new_node(GET_ATTR, name, sunk[name], (), EMPTY_DICT, nodes[name].meta)
+        w.make_carrying(GET_ATTR, sunk[name], name=name, meta=nodes[name].meta)
         for name in inputs
         if name in sunk and name in read
     ]
@@ -215,7 +220,10 @@ class _Sinker:
                 node = self._drop_sunk_args(node, mid)
             body.append(node)
         sunk = {placeholders[i].name: local for i, local in decisions.items()}
-        return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
+        w = kn.WorkingGraph(graph, indexed=False)  # the graph itself when nothing changes
+        for node in (*kept, *sunk_reads(w, placeholders, sunk, body), *body):
+            w.add(node)
+        return w.finish()[0]
 
     def _drop_sunk_args(self, node: Node, mid: ModuleId) -> Node:
         path, k = split_call_target(node.target)
@@ -266,9 +274,12 @@ def sunk_inputs(owners: StateOwners | None, call: OpenCall) -> dict[str, str]:
     return owners.local_names(call.inputs, call.path)
 
 
-def sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:
-    """A call's graph with its ``sunk`` placeholders turned into reads of the state."""
+def sunk_graph(
+    w: kn.WorkingGraph, placeholders: list[Node], sunk: dict[str, str], body: list[Node]
+) -> Graph:
+    """A call's graph (``kernel.built``) with its ``sunk`` placeholders turned into reads of
+    the state (made by ``w``, the outlining walk's working graph)."""
     if not sunk:
-        return Graph(tuple(placeholders + body))
+        return kn.built(placeholders + body)
     kept = [n for n in placeholders if n.name not in sunk]
-    return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
+    return kn.built(kept + sunk_reads(w, placeholders, sunk, body) + body)
