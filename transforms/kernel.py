@@ -517,7 +517,10 @@ class WorkingGraph:
         name joins ``made``; the listener hears of it. O(meta)."""
         if name is None:
             name = self.fresh(base if base is not None else base_name(target))
-        node = carried(op, name, target, args, kwargs, meta, val=val, stack=stack)
+        if val is KEEP and stack is KEEP and type(meta) is MappingProxyType:
+            node = new_node(op, name, target, args, kwargs, meta)  # ``carried``'s common case
+        else:
+            node = carried(op, name, target, args, kwargs, meta, val=val, stack=stack)
         self.made.add(name)
         if self.listener is not None:
             self.listener.emitted(node)

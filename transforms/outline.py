@@ -180,7 +180,9 @@ class _Outliner:
     ``transforms.preserved.pytrees`` for a preserved signature), with its inputs sunk to state
     reads when ``owners`` is given (``outline_and_sink``). ``run`` returns the new Program.
 
-    Mutable while walking: the open calls' builders, ``w`` (the flat graph's ``kernel.WorkingGraph``: it names and makes every new node), ``hidden``
+    Mutable while walking: the open calls' builders, ``w`` (the flat graph's
+    ``kernel.WorkingGraph``: it draws every new name, those of all the call graphs, and makes
+    the nodes named so; a node that keeps a flat value's name is ``kernel.carried``), ``hidden``
     (values local to a closed preserved call: with the in-place results, the values ``_read``
     does not thread in as a plain input), ``variants/``types``/``subgraph_owner`` (the
     module table to be), ``root_sunk``. One instance runs once.
@@ -212,7 +214,7 @@ class _Outliner:
         self.state_inputs = {
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
-        # names and makes every new node (of every call's graph: names are unique across them)
+        # draws every new name (of every call's graph: names are unique across them)
         self.w = kn.WorkingGraph(self.graph, indexed=False)
         # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
         self.owners = owners
@@ -248,7 +250,7 @@ class _Outliner:
             else:  # RETURN
                 root.body.append(what.replace(args=self._args(root, what.args)))
         self.root_sunk = sunk_inputs(self.owners, root)
-        return sunk_graph(self.w, root.placeholders, self.root_sunk, root.body)
+        return sunk_graph(root.placeholders, self.root_sunk, root.body)
 
     def _open(self, stack: list[OpenCall], frame: Frame, start: int) -> None:
         sig = self.call_signatures.get(frame.call_name) if frame.path else None
@@ -329,7 +331,7 @@ class _Outliner:
             at = call.n_positional + len(call.extra_inputs)
             call.extra_inputs.append(name)
             call.placeholders.insert(
-                at, self.w.make_carrying(PLACEHOLDER, name, name=name, meta=node.meta)
+                at, kn.carried(PLACEHOLDER, name, name, meta=node.meta)
             )
             call.env[name] = ref(name)
             return call.env[name]
@@ -396,8 +398,8 @@ class _Outliner:
         body.append(w.make_carrying(OUTPUT, "output", (returned,), base="output"))
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
         if len(outputs) == 1:
-            called = w.make_carrying(
-                CALL_MODULE, target, args, name=outputs[0], meta=call.meta,
+            called = kn.carried(
+                CALL_MODULE, outputs[0], target, args, meta=call.meta,
                 val=kn.KEEP if vals[0] is None else vals[0],
             )
         else:
@@ -411,20 +413,20 @@ class _Outliner:
         else:
             for i, (v, val) in enumerate(zip(outputs, vals)):
                 parent.body.append(
-                    w.make_carrying(CALL_FUNCTION, operator.getitem, (called.ref, i), name=v,
-                                    val=kn.KEEP if val is None else val)
+                    kn.carried(CALL_FUNCTION, v, operator.getitem, (called.ref, i),
+                               val=kn.KEEP if val is None else val)
                 )
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
         # the placeholders: one per input not sunk, named as the flat value and with its meta
         placeholders = [
-            w.make_carrying(PLACEHOLDER, v, name=v, meta=by_name[v].meta)
+            kn.carried(PLACEHOLDER, v, v, meta=by_name[v].meta)
             for v in call.inputs
             if v not in sunk
         ]
         if not sunk:
             return kn.built((*placeholders, *body))
-        reads = input_reads(w, call.inputs, sunk, body, by_name)
+        reads = input_reads(call.inputs, sunk, body, by_name)
         return kn.built((*placeholders, *reads, *body))
 
     def _close_preserved(
@@ -442,7 +444,7 @@ class _Outliner:
             call, parent, target, state_args, self.w, self.by_name, self._read
         )
         self.hidden.difference_update(held)
-        return sunk_graph(self.w, call.placeholders, sunk, body)
+        return sunk_graph(call.placeholders, sunk, body)
 
 
 # --- helpers ----------------------------------------------------------------------------------

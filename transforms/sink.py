@@ -107,27 +107,24 @@ class StateOwners:
 
 
 def sunk_reads(
-    w: kn.WorkingGraph, placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
+    placeholders: Sequence[Node], sunk: dict[str, str], body: Sequence[Node]
 ) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` placeholders (name -> local fqn) which
-    ``body`` reads, in placeholder order, made by ``w``; an unread one is dropped."""
-    return input_reads(
-        w, [n.name for n in placeholders], sunk, body, {n.name: n for n in placeholders}
-    )
+    ``body`` reads, in placeholder order; an unread one is dropped."""
+    return input_reads([n.name for n in placeholders], sunk, body, {n.name: n for n in placeholders})
 
 
 def input_reads(
-    w: kn.WorkingGraph, inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node],
-    nodes: Mapping[str, Node],
+    inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node], nodes: Mapping[str, Node]
 ) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` values among ``inputs`` (name -> local
     fqn) which ``body`` reads, in ``inputs`` order, each named as its node in ``nodes`` and
-    carrying that node's meta (made by ``w``: ``kernel.WorkingGraph.make_carrying``); an unread
-    one is dropped. A plain call's placeholders need not be made first (``sunk_reads`` is this
-    for placeholders made already)."""
+    carrying that node's meta (``kernel.carried``: the value keeps its name, none is drawn); an
+    unread one is dropped. A plain call's placeholders need not be made first (``sunk_reads``
+    is this for placeholders made already)."""
     read = {r.name for node in body for r in node.inputs()}
     return [
-        w.make_carrying(GET_ATTR, sunk[name], name=name, meta=nodes[name].meta)
+        kn.carried(GET_ATTR, name, sunk[name], meta=nodes[name].meta)
         for name in inputs
         if name in sunk and name in read
     ]
@@ -220,10 +217,7 @@ class _Sinker:
                 node = self._drop_sunk_args(node, mid)
             body.append(node)
         sunk = {placeholders[i].name: local for i, local in decisions.items()}
-        w = kn.WorkingGraph(graph, indexed=False)  # the graph itself when nothing changes
-        for node in (*kept, *sunk_reads(w, placeholders, sunk, body), *body):
-            w.add(node)
-        return w.finish()[0]
+        return kn.built(kept + sunk_reads(placeholders, sunk, body) + body)
 
     def _drop_sunk_args(self, node: Node, mid: ModuleId) -> Node:
         path, k = split_call_target(node.target)
@@ -274,12 +268,10 @@ def sunk_inputs(owners: StateOwners | None, call: OpenCall) -> dict[str, str]:
     return owners.local_names(call.inputs, call.path)
 
 
-def sunk_graph(
-    w: kn.WorkingGraph, placeholders: list[Node], sunk: dict[str, str], body: list[Node]
-) -> Graph:
+def sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:
     """A call's graph (``kernel.built``) with its ``sunk`` placeholders turned into reads of
-    the state (made by ``w``, the outlining walk's working graph)."""
+    the state."""
     if not sunk:
         return kn.built(placeholders + body)
     kept = [n for n in placeholders if n.name not in sunk]
-    return kn.built(kept + sunk_reads(w, placeholders, sunk, body) + body)
+    return kn.built(kept + sunk_reads(placeholders, sunk, body) + body)
