@@ -512,9 +512,9 @@ class WorkingGraph:
         """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
         the node it copies, moves to another graph or stands in for (a value read as state, a
         copy made where it is read, a call's result in its caller), with its ``val`` and its
-        ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them). Named ``name`` (taken as
-        given) or a fresh name after ``base`` (default ``base_name(target)``), as ``make``; its
-        name joins ``made``; the listener hears of it. O(meta)."""
+        ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them). Named ``name``
+        (taken as given) or a fresh name after ``base`` (default ``base_name(target)``), as
+        ``make``; its name joins ``made``; the listener hears of it. O(meta)."""
         if name is None:
             name = self.fresh(base if base is not None else base_name(target))
         if val is KEEP and stack is KEEP and type(meta) is MappingProxyType:
@@ -885,14 +885,17 @@ def refuse_call(node: Node, read: str, where: str) -> None:
 
 # --- nodes that carry a node's meta, graphs built from scratch -----------------------------------
 
+
 def carried(
     op: str, name: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT,
     meta: Mapping[str, Any] = EMPTY_META, *, val: Any = KEEP, stack: Any = KEEP,
 ) -> Node:
     """Node ``name`` that carries ``meta`` whole, its ``val`` and ``nn_module_stack`` set when
-    given (``KEEP``: as ``meta`` has them; a value that is not known is not given): where a new node's meta is not
-    ``new_meta``'s (its anchor's trace and module stack) but that of the node it stands for. The
-    name is the caller's (``WorkingGraph.make_carrying`` draws one). O(meta)."""
+    given (``KEEP``: as ``meta`` has them; a value that is not known is not given): where a new
+    node's meta is not ``new_meta``'s (its anchor's trace and module stack) but that of the node
+    it stands for (a placeholder or ``get_attr`` that keeps a value's name in another graph, a
+    copy of a node). The name is the caller's: a driver that needs a new one draws it with
+    ``WorkingGraph.make_carrying``. O(meta)."""
     if val is KEEP and stack is KEEP:
         got = meta if isinstance(meta, MappingProxyType) else MappingProxyType(dict(meta))
         return new_node(op, name, target, args, kwargs, got)
@@ -906,6 +909,7 @@ def carried(
 
 def built(nodes: Iterable[Node]) -> Graph:
     """The graph of ``nodes``, in order, that a driver building graphs from scratch made
-    (outlining makes one graph per module call from the nodes of the flat graph, each new node
-    ``make_carrying`` s): the one place such a graph is put together. O(nodes)."""
+    (outlining makes one graph per module call from the nodes of the flat graph, its new nodes
+    ``make_carrying`` s and ``carried`` s; sinking rebuilds a graph with ``get_attr`` reads in
+    place of placeholders): the one place such a graph is put together. O(nodes)."""
     return Graph.of(nodes)
