@@ -54,9 +54,10 @@ def open_preserved(
 ) -> None:
     """Start the graph of preserved ``call``: its argument placeholders and the flat inputs.
 
-    ``w`` (the outlining walk's working graph) names and makes the new nodes; ``by_name`` the flat graph's nodes
-    (a flat input takes its node's meta); ``mutated_input(v)`` the user input that flat value
-    ``v`` is a state of, if any (writes to that input inside the call write to the argument).
+    ``w`` (the outlining walk's working graph) names and makes the new nodes; ``by_name`` the
+    flat graph's nodes (a flat input takes its node's meta); ``mutated_input(v)`` the user input
+    that flat value ``v`` is a state of, if any (writes to that input inside the call write to
+    the argument).
     Raises ``PassError`` naming the call when its input spec is not torch's (args, kwargs).
     """
     args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
