@@ -10,6 +10,7 @@ from ir.module import ModuleId, call_target, split_call_target
 from ir.node import CALL_MODULE
 from ir.program import Program
 from ir.values import output_value
+from transforms import kernel as kn
 
 _GRAPHS = operator.attrgetter("graphs")
 
@@ -72,21 +73,22 @@ def _post_order(program: Program) -> list[ModuleId]:
 
 
 def _retarget(program: Program, mid: ModuleId, graph: Graph, remap: dict) -> Graph:
-    nodes = list(graph.nodes)
-    changed = False
-    for i, node in enumerate(nodes):
-        if node.op != CALL_MODULE:
-            continue
-        path, k = split_call_target(node.target)
-        child = program.resolve(path, mid)
-        mapping = remap.get(child)
-        if mapping is None or mapping[k] == k:
-            continue
-        new = node.replace(target=call_target(path, mapping[k]))
-        if "val" not in node.meta:  # the dropped graph k says what this call returns
-            val = output_value(program, child, program.module_table()[child].graphs[k])
-            if val is not None:
-                new = new.with_meta(val=val)
-        nodes[i] = new
-        changed = True
-    return Graph(tuple(nodes)) if changed else graph
+    """``graph`` streamed through a ``kernel.WorkingGraph``, each call of a merged variant
+    made again (``make_carrying``: its name and meta) calling the variant kept; the graph
+    itself when none does. O(nodes)."""
+    w = kn.WorkingGraph(graph, indexed=False)
+    for node in graph.nodes:
+        if node.op == CALL_MODULE:
+            path, k = split_call_target(node.target)
+            child = program.resolve(path, mid)
+            mapping = remap.get(child)
+            if mapping is not None and mapping[k] != k:
+                val = kn.KEEP
+                if "val" not in node.meta:  # the dropped graph k says what this call returns
+                    val = output_value(program, child, program.module_table()[child].graphs[k])
+                node = w.make_carrying(
+                    CALL_MODULE, call_target(path, mapping[k]), node.args, node.kwargs,
+                    meta=node.meta, name=node.name, val=kn.KEEP if val is None else val,
+                )
+        w.add(node)
+    return w.finish()[0]

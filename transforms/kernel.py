@@ -85,11 +85,21 @@ from ir.fake_run import (
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, PLACEHOLDER, Node, new_node
+from ir.node import (
+    CALL_FUNCTION,
+    CALL_METHOD,
+    CALL_MODULE,
+    EMPTY_META,
+    OUTPUT,
+    PLACEHOLDER,
+    Node,
+    new_node,
+)
 from ir.program import Program
 from transforms.new_state import NewState
 
 __all__ = [
+    "KEEP",
     "META",
     "Drawn",
     "FakeRunFailed",
@@ -98,6 +108,8 @@ __all__ = [
     "Listener",
     "WorkingGraph",
     "base_name",
+    "built",
+    "carried",
     "describe",
     "dynamic_sizes",
     "fake_value",
@@ -138,6 +150,10 @@ def new_meta(val: Any, stack: Any, anchor_meta: Mapping[str, Any]) -> Mapping[st
     if val is not None:
         meta["val"] = val
     return MappingProxyType(meta)
+
+
+#: ``carried`` / ``WorkingGraph.make_carrying``: leave this entry of the meta as it is.
+KEEP: Any = object()
 
 
 # --- listener ------------------------------------------------------------------------------------
@@ -558,6 +574,30 @@ class WorkingGraph:
             new = self.new
             nodes = new.place(nodes, new.p.signature.inputs, self.placeholders)
         return type(self.graph).of(nodes), resolved(self.renames)
+
+    # --- nodes that carry a node's meta ----------------------------------------------------------
+
+    def make_carrying(
+        self, op: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT, *,
+        meta: Mapping[str, Any] = EMPTY_META, val: Any = KEEP, stack: Any = KEEP,
+        name: str | None = None, base: str | None = None,
+    ) -> Node:
+        """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
+        the node it copies, moves to another graph or stands in for (a value read as state, a
+        copy made where it is read, a call's result in its caller), with its ``val`` and its
+        ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them). Named ``name``
+        (taken as given) or a fresh name after ``base`` (default ``base_name(target)``), as
+        ``make``; its name joins ``made``; the listener hears of it. O(meta)."""
+        if name is None:
+            name = self.fresh(base if base is not None else base_name(target))
+        if val is KEEP and stack is KEEP and type(meta) is MappingProxyType:
+            node = new_node(op, name, target, args, kwargs, meta)  # ``carried``'s common case
+        else:
+            node = carried(op, name, target, args, kwargs, meta, val=val, stack=stack)
+        self.made.add(name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
 
 
 def _same(r: Ref) -> Ref:
@@ -983,3 +1023,35 @@ class FxWorkingGraph(WorkingGraph):
     def fresh(self, base: str) -> str:
         """The name fx gives a node asked to be called ``base`` (``FxNames.create``)."""
         return self.fx.create(base)
+
+
+# --- nodes that carry a node's meta, graphs built from scratch -----------------------------------
+
+
+def carried(
+    op: str, name: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT,
+    meta: Mapping[str, Any] = EMPTY_META, *, val: Any = KEEP, stack: Any = KEEP,
+) -> Node:
+    """Node ``name`` that carries ``meta`` whole, its ``val`` and ``nn_module_stack`` set when
+    given (``KEEP``: as ``meta`` has them; a value that is not known is not given): where a new
+    node's meta is not ``new_meta``'s (its anchor's trace and module stack) but that of the node
+    it stands for (a placeholder or ``get_attr`` that keeps a value's name in another graph, a
+    copy of a node). The name is the caller's: a driver that needs a new one draws it with
+    ``WorkingGraph.make_carrying``. O(meta)."""
+    if val is KEEP and stack is KEEP:
+        got = meta if isinstance(meta, MappingProxyType) else MappingProxyType(dict(meta))
+        return new_node(op, name, target, args, kwargs, got)
+    entries = dict(meta)
+    if val is not KEEP:
+        entries["val"] = val
+    if stack is not KEEP:
+        entries["nn_module_stack"] = stack
+    return new_node(op, name, target, args, kwargs, MappingProxyType(entries))
+
+
+def built(nodes: Iterable[Node]) -> Graph:
+    """The graph of ``nodes``, in order, that a driver building graphs from scratch made
+    (outlining makes one graph per module call from the nodes of the flat graph, its new nodes
+    ``make_carrying`` s and ``carried`` s; sinking rebuilds a graph with ``get_attr`` reads in
+    place of placeholders): the one place such a graph is put together. O(nodes)."""
+    return Graph.of(nodes)

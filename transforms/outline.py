@@ -20,15 +20,15 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from ir.args import EMPTY_DICT, map_refs_in, ref
+from ir.args import map_refs_in, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, call_target
 from ir.module_stack import NO_STACK
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node, new_node
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms import kernel as kn
 from transforms.call_builder import OpenCall, call_base
 from transforms.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
 from transforms.module_table import reachable_modules, with_outlined_modules
@@ -180,7 +180,9 @@ class _Outliner:
     ``transforms.preserved.pytrees`` for a preserved signature), with its inputs sunk to state
     reads when ``owners`` is given (``outline_and_sink``). ``run`` returns the new Program.
 
-    Mutable while walking: the open calls' builders, ``taken`` (names in use), ``hidden``
+    Mutable while walking: the open calls' builders, ``w`` (the flat graph's
+    ``kernel.WorkingGraph``: it draws every new name, those of all the call graphs, and makes
+    the nodes named so; a node that keeps a flat value's name is ``kernel.carried``), ``hidden``
     (values local to a closed preserved call: with the in-place results, the values ``_read``
     does not thread in as a plain input), ``variants/``types``/``subgraph_owner`` (the
     module table to be), ``root_sunk``. One instance runs once.
@@ -212,7 +214,8 @@ class _Outliner:
         self.state_inputs = {
             s.name for s in program.signature.inputs if s.kind in STATE_INPUT_KINDS
         }
-        self.taken: set[str] = Names(self.by_name)  # every node's name
+        # draws every new name (of every call's graph: names are unique across them)
+        self.w = kn.WorkingGraph(self.graph, indexed=False)
         # sinking while outlining (``outline_and_sink``): where each state input may be a get_attr
         self.owners = owners
         self.root_sunk: dict[str, str] = {}
@@ -253,7 +256,7 @@ class _Outliner:
         sig = self.call_signatures.get(frame.call_name) if frame.path else None
         call = OpenCall(frame, frame.path, start, sig)
         if sig is not None:
-            open_preserved(call, sig, self.taken, self.by_name, self._mutated_input)
+            open_preserved(call, sig, self.w, self.by_name, self._mutated_input)
         stack.append(call)
 
     # --- copying nodes ----------------------------------------------------------------------
@@ -327,7 +330,9 @@ class _Outliner:
             # before its keyword ones); sinking removes it again
             at = call.n_positional + len(call.extra_inputs)
             call.extra_inputs.append(name)
-            call.placeholders.insert(at, Node(PLACEHOLDER, name, name, meta=node.meta))
+            call.placeholders.insert(
+                at, kn.carried(PLACEHOLDER, name, name, meta=node.meta)
+            )
             call.env[name] = ref(name)
             return call.env[name]
         call.inputs.append(name)
@@ -388,45 +393,46 @@ class _Outliner:
                 local.append(env[v])
                 vals.append(by_name[v].meta.get("val") if v in by_name else None)
         returned = local[0] if len(local) == 1 else tuple(local)
-        out_name = fresh_name("output", self.taken)
+        w = self.w
         body = call.body
-        body.append(new_node(OUTPUT, out_name, "output", (returned,)))
+        body.append(w.make_carrying(OUTPUT, "output", (returned,), base="output"))
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
-        meta = call.meta
         if len(outputs) == 1:
-            name = outputs[0]
-            if vals[0] is not None:
-                meta["val"] = vals[0]
+            called = kn.carried(
+                CALL_MODULE, outputs[0], target, args, meta=call.meta,
+                val=kn.KEEP if vals[0] is None else vals[0],
+            )
         else:
-            name = fresh_name(call_base(target), self.taken)
-            if None not in vals:
-                meta["val"] = tuple(vals)
-        parent.body.append(new_node(CALL_MODULE, name, target, args, EMPTY_DICT, meta))
+            called = w.make_carrying(
+                CALL_MODULE, target, args, base=call_base(target), meta=call.meta,
+                val=kn.KEEP if None in vals else tuple(vals),
+            )
+        parent.body.append(called)
         if len(outputs) == 1:
-            parent.env[name] = ref(name)
+            parent.env[called.name] = called.ref
         else:
             for i, (v, val) in enumerate(zip(outputs, vals)):
-                got = {} if val is None else {"val": val}
                 parent.body.append(
-                    new_node(CALL_FUNCTION, v, operator.getitem, (ref(name), i), EMPTY_DICT, got)
+                    kn.carried(CALL_FUNCTION, v, operator.getitem, (called.ref, i),
+                               val=kn.KEEP if val is None else val)
                 )
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
         # the placeholders: one per input not sunk, named as the flat value and with its meta
         placeholders = [
-            new_node(PLACEHOLDER, v, v, (), EMPTY_DICT, by_name[v].meta)
+            kn.carried(PLACEHOLDER, v, v, meta=by_name[v].meta)
             for v in call.inputs
             if v not in sunk
         ]
         if not sunk:
-            return Graph((*placeholders, *body))
+            return kn.built((*placeholders, *body))
         reads = input_reads(call.inputs, sunk, body, by_name)
-        return Graph((*placeholders, *reads, *body))
+        return kn.built((*placeholders, *reads, *body))
 
     def _close_preserved(
         self, call: OpenCall, parent: OpenCall, target: str, sunk: dict[str, str]
     ) -> Graph:
-        body = close_preserved(call, self.taken, self.by_name, self._read)
+        body = close_preserved(call, self.w, self.by_name, self._read)
         exported = {out.name for out in call.sig.outputs if out.name}
         now_hidden = [v for v in call.defined if v not in exported]
         self.hidden.update(now_hidden)
@@ -435,7 +441,7 @@ class _Outliner:
             return self._pass_inputs(parent, call.extra_inputs, sunk)
 
         held = call_preserved(
-            call, parent, target, state_args, self.taken, self.by_name, self._read
+            call, parent, target, state_args, self.w, self.by_name, self._read
         )
         self.hidden.difference_update(held)
         return sunk_graph(call.placeholders, sunk, body)

@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 
 from pyrsistent import pmap
 
-from ir.args import EMPTY_DICT, Ref
+from ir.args import Ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.node import CALL_MODULE, GET_ATTR, Node, new_node
+from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms import kernel as kn
 from transforms.call_builder import OpenCall
 from transforms.foreign_state import hold_foreign_state
 
@@ -117,12 +118,13 @@ def input_reads(
     inputs: Sequence[str], sunk: dict[str, str], body: Sequence[Node], nodes: Mapping[str, Node]
 ) -> list[Node]:
     """The ``get_attr`` nodes that replace the ``sunk`` values among ``inputs`` (name -> local
-    fqn) which ``body`` reads, in ``inputs`` order, each named as its node in ``nodes`` and with
-    that node's meta; an unread one is dropped. A plain call's placeholders need not be made
-    first (``sunk_reads`` is this for placeholders made already)."""
+    fqn) which ``body`` reads, in ``inputs`` order, each named as its node in ``nodes`` and
+    carrying that node's meta (``kernel.carried``: the value keeps its name, none is drawn); an
+    unread one is dropped. A plain call's placeholders need not be made first (``sunk_reads``
+    is this for placeholders made already)."""
     read = {r.name for node in body for r in node.inputs()}
     return [
-        new_node(GET_ATTR, name, sunk[name], (), EMPTY_DICT, nodes[name].meta)
+        kn.carried(GET_ATTR, name, sunk[name], meta=nodes[name].meta)
         for name in inputs
         if name in sunk and name in read
     ]
@@ -215,7 +217,7 @@ class _Sinker:
                 node = self._drop_sunk_args(node, mid)
             body.append(node)
         sunk = {placeholders[i].name: local for i, local in decisions.items()}
-        return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
+        return kn.built(kept + sunk_reads(placeholders, sunk, body) + body)
 
     def _drop_sunk_args(self, node: Node, mid: ModuleId) -> Node:
         path, k = split_call_target(node.target)
@@ -267,8 +269,9 @@ def sunk_inputs(owners: StateOwners | None, call: OpenCall) -> dict[str, str]:
 
 
 def sunk_graph(placeholders: list[Node], sunk: dict[str, str], body: list[Node]) -> Graph:
-    """A call's graph with its ``sunk`` placeholders turned into reads of the state."""
+    """A call's graph (``kernel.built``) with its ``sunk`` placeholders turned into reads of
+    the state."""
     if not sunk:
-        return Graph(tuple(placeholders + body))
+        return kn.built(placeholders + body)
     kept = [n for n in placeholders if n.name not in sunk]
-    return Graph(tuple(kept + sunk_reads(placeholders, sunk, body) + body))
+    return kn.built(kept + sunk_reads(placeholders, sunk, body) + body)

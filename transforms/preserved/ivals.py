@@ -13,14 +13,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
-from ir.args import EMPTY_DICT, ref
+from ir.args import ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.ops import COPY
 from ir.program import Program
 from ir.signature import ExportSignature
+from transforms import kernel as kn
 from transforms.checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
 from transforms.preserved.state_traffic import state_traffic
@@ -111,7 +111,8 @@ def insert_ival_copies(
 ) -> Graph:
     """``graph`` with ``copy_(dest, v)`` right after each ``v`` of ``ivals`` (``{v: dest}``).
 
-    Each copy carries ``v``'s ``meta``, so outlining puts it in the call that computes ``v``.
+    Each copy carries ``v``'s ``meta`` (``kernel.WorkingGraph.make_carrying``, named after
+    ``copy_`` among the graph's names), so outlining puts it in the call that computes ``v``.
     ``reads`` lists ``(v, i)`` for each read of ``v`` that goes through ``dest`` instead (before
     node ``i`` runs); ``aliases`` maps the nodes that already write a root input in place to it.
 
@@ -159,13 +160,11 @@ def insert_ival_copies(
                     "preserved call that reads it; re-export so that the old value is cloned "
                     "before the update"
                 )
-    taken = Names(position)
-    out: list[Node] = []
+    w = kn.WorkingGraph(graph, indexed=False)
     for node in nodes:
-        out.append(node)
+        w.add(node)
         dest = ivals.get(node.name)
         if dest is not None:
-            name = fresh_name("copy_", taken)
-            args = (ref(dest), node.ref)
-            out.append(Node(CALL_FUNCTION, name, COPY, args, EMPTY_DICT, node.meta))
-    return Graph.of(out)
+            w.add(w.make_carrying(CALL_FUNCTION, COPY, (ref(dest), node.ref), meta=node.meta,
+                                  base="copy_"))
+    return w.finish()[0]

@@ -35,11 +35,11 @@ from typing import Any
 
 from ir.args import IDict, Ref, ref
 from ir.errors import PassError
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, EMPTY_META, OUTPUT, PLACEHOLDER, Node
 from ir.runtime import expect_constant
 from ir.signature import CONSTANT, CallSignature
 from ir.tree_calls import flatten_by_spec, unflatten_tree
+from transforms import kernel as kn
 from transforms.call_builder import OpenCall, call_base
 
 Read = Callable[[OpenCall, str], Any]
@@ -48,15 +48,16 @@ Read = Callable[[OpenCall, str], Any]
 def open_preserved(
     call: OpenCall,
     sig: CallSignature,
-    taken: Names,
+    w: kn.WorkingGraph,
     by_name: dict[str, Node],
     mutated_input: Callable[[str], str | None],
 ) -> None:
     """Start the graph of preserved ``call``: its argument placeholders and the flat inputs.
 
-    ``taken`` holds the names in use (fresh ones are added); ``by_name`` the flat graph's nodes
-    (a flat input takes its node's meta); ``mutated_input(v)`` the user input that flat value
-    ``v`` is a state of, if any (writes to that input inside the call write to the argument).
+    ``w`` (the outlining walk's working graph) names and makes the new nodes; ``by_name`` the
+    flat graph's nodes (a flat input takes its node's meta); ``mutated_input(v)`` the user input
+    that flat value ``v`` is a state of, if any (writes to that input inside the call write to
+    the argument).
     Raises ``PassError`` naming the call when its input spec is not torch's (args, kwargs).
     """
     args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
@@ -65,38 +66,39 @@ def open_preserved(
     )
     arg_refs = []
     for i in range(args_spec.num_children):
-        name = fresh_name(f"_positional_arg_{i}", taken)
-        call.placeholders.append(Node(PLACEHOLDER, name, name, meta=_val_meta(arg_vals[i])))
+        name = w.fresh(f"_positional_arg_{i}")
+        call.placeholders.append(
+            w.make_carrying(PLACEHOLDER, name, name=name, val=_val(arg_vals[i]))
+        )
         arg_refs.append(ref(name))
     call.n_positional = len(arg_refs)
     kwarg_refs = []
     keys = {str(k) for k in kwargs_spec.context}
     for key in kwargs_spec.context:
         # keyword placeholders keep their exact names: callers pass them by keyword
-        meta = _val_meta(kwarg_vals[key])
-        call.placeholders.append(Node(PLACEHOLDER, str(key), str(key), meta=meta))
+        val = _val(kwarg_vals[key])
+        call.placeholders.append(w.make_carrying(PLACEHOLDER, str(key), name=str(key), val=val))
         kwarg_refs.append((key, ref(str(key))))
-    flat = fresh_name("_flat_args", taken)
-    call.body.append(
-        Node(
-            CALL_FUNCTION,
-            flat,
-            flatten_by_spec,
-            ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
-            meta=_val_meta(flat_vals),
-        )
+    flat = w.make_carrying(
+        CALL_FUNCTION, flatten_by_spec, ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
+        base="_flat_args", val=_val(flat_vals),
     )
+    call.body.append(flat)
     for i, arg in enumerate(sig.inputs):
         named = arg.kind != CONSTANT and bool(arg.name)
         if named and arg.name not in keys and arg.name not in call.env:
             name = arg.name
         else:
-            name = fresh_name(f"_constant_{i}" if not named else arg.name, taken)
+            name = w.fresh(f"_constant_{i}" if not named else arg.name)
         if arg.name in by_name:
-            meta = by_name[arg.name].meta
+            meta, val = by_name[arg.name].meta, kn.KEEP
         else:  # a constant: its value is its val
-            meta = {"val": arg.value} if arg.kind == CONSTANT else {}
-        call.body.append(Node(CALL_FUNCTION, name, operator.getitem, (ref(flat), i), meta=meta))
+            meta, val = EMPTY_META, arg.value if arg.kind == CONSTANT else kn.KEEP
+        call.body.append(
+            w.make_carrying(
+                CALL_FUNCTION, operator.getitem, (flat.ref, i), name=name, meta=meta, val=val
+            )
+        )
         if named:
             call.env.setdefault(arg.name, ref(name))
             mutated = mutated_input(arg.name)
@@ -106,30 +108,27 @@ def open_preserved(
                 call.env.setdefault(mutated, ref(name))
         elif arg.kind == CONSTANT:
             where = f"input {i} of preserved call {call.frame.call_name!r}"
-            checked = fresh_name(f"_checked_{i}", taken)
             call.body.append(
-                Node(
-                    CALL_FUNCTION, checked, expect_constant, (ref(name), arg.value, where),
-                    meta={"val": arg.value},
+                w.make_carrying(
+                    CALL_FUNCTION, expect_constant, (ref(name), arg.value, where),
+                    base=f"_checked_{i}", val=arg.value,
                 )
             )
 
 
 def close_preserved(
-    call: OpenCall, taken: Names, by_name: dict[str, Node], read: Read
+    call: OpenCall, w: kn.WorkingGraph, by_name: dict[str, Node], read: Read
 ) -> list[Node]:
-    """The body of preserved ``call``'s graph, ending in the output pytree it returns;
-    ``read(call, v)`` gives flat value ``v`` in the call."""
+    """The body of preserved ``call``'s graph, ending in the output pytree it returns (its
+    nodes made by ``w``); ``read(call, v)`` gives flat value ``v`` in the call."""
     sig = call.sig
     leaves = _flat_values(sig.outputs, by_name, lambda name: read(call, name))
-    tree = fresh_name("_tree_out", taken)
-    out_name = fresh_name("output", taken)
     out_vals = _flat_vals(sig.outputs, by_name)
-    meta = {} if out_vals is None else {"val": unflatten_tree(out_vals, sig.out_spec)}
-    return call.body + [
-        Node(CALL_FUNCTION, tree, unflatten_tree, (tuple(leaves), sig.out_spec), meta=meta),
-        Node(OUTPUT, out_name, "output", (ref(tree),)),
-    ]
+    val = kn.KEEP if out_vals is None else unflatten_tree(out_vals, sig.out_spec)
+    tree = w.make_carrying(
+        CALL_FUNCTION, unflatten_tree, (tuple(leaves), sig.out_spec), base="_tree_out", val=val
+    )
+    return call.body + [tree, w.make_carrying(OUTPUT, "output", (tree.ref,), base="output")]
 
 
 def call_preserved(
@@ -137,25 +136,25 @@ def call_preserved(
     parent: OpenCall,
     target: str,
     state_args: Callable[[], list[Any]],
-    taken: Names,
+    w: kn.WorkingGraph,
     by_name: dict[str, Node],
     read: Read,
 ) -> list[str]:
     """Append to ``parent`` the call of preserved ``call`` (module ``target``), passing its
     inputs as the eager ``(args, kwargs)`` and ``state_args()`` (read once the pytree plumbing is
-    built) after the positional ones, and define each flat output in ``parent``. Returns the
-    flat outputs the caller now holds."""
+    built) after the positional ones, and define each flat output in ``parent``; ``w`` names
+    and makes the new nodes. Returns the flat outputs the caller now holds."""
     sig = call.sig
     args_spec, kwargs_spec = split_in_spec(sig, call.frame.call_name)
 
     def new(
         base: str, op_target: Any, args: tuple, kwargs: IDict | None = None, val: Any = _UNKNOWN
     ) -> Ref:
-        name = fresh_name(base, taken)
-        parent.body.append(
-            Node(CALL_FUNCTION, name, op_target, args, kwargs or IDict(()), meta=_val_meta(val))
+        node = w.make_carrying(
+            CALL_FUNCTION, op_target, args, kwargs or IDict(()), base=base, val=_val(val)
         )
-        return ref(name)
+        parent.body.append(node)
+        return node.ref
 
     values = _flat_values(sig.inputs, by_name, lambda name: read(parent, name))
     n_args = args_spec.num_children
@@ -178,14 +177,15 @@ def call_preserved(
             for k in kwargs_spec.context
         ]
     call_args += state_args()
-    name = fresh_name(call_base(target), taken)
-    meta = call.meta
     out_vals = _flat_vals(sig.outputs, by_name)
-    if out_vals is not None:  # the call returns the eager output tree
-        meta["val"] = unflatten_tree(out_vals, sig.out_spec)
-    parent.body.append(
-        Node(CALL_MODULE, name, target, tuple(call_args), IDict(tuple(call_kwargs)), meta=meta)
+    called = w.make_carrying(
+        CALL_MODULE, target, tuple(call_args), IDict(tuple(call_kwargs)), base=call_base(target),
+        meta=call.meta,
+        # the call returns the eager output tree
+        val=kn.KEEP if out_vals is None else unflatten_tree(out_vals, sig.out_spec),
     )
+    parent.body.append(called)
+    name = called.name
     flat = new(
         "_flat_out", flatten_by_spec, (ref(name), sig.out_spec),
         val=_UNKNOWN if out_vals is None else list(out_vals),
@@ -196,9 +196,11 @@ def call_preserved(
             continue
         # an output the caller already holds (an input handed back, or the same value out of
         # two calls) gets a new local name; readers after the call read the call's result
-        local = fresh_name(out.name, taken) if out.name in parent.env else out.name
+        local = w.fresh(out.name) if out.name in parent.env else out.name
         meta = by_name[out.name].meta
-        parent.body.append(Node(CALL_FUNCTION, local, operator.getitem, (flat, i), meta=meta))
+        parent.body.append(
+            w.make_carrying(CALL_FUNCTION, operator.getitem, (flat, i), name=local, meta=meta)
+        )
         if out.name not in parent.env:
             parent.defined.append(out.name)
         parent.env[out.name] = ref(local)
@@ -256,8 +258,9 @@ def _input_vals(sig: CallSignature, by_name: Mapping[str, Node], n_args: int, ke
     return list(flat), tree, tree[0], tree[1]
 
 
-def _val_meta(val: Any) -> dict[str, Any]:
-    return {} if val is _UNKNOWN else {"val": val}
+def _val(val: Any) -> Any:
+    """A plumbing node's ``val`` for ``kernel.WorkingGraph.make_carrying`` (none: unknown)."""
+    return kn.KEEP if val is _UNKNOWN else val
 
 
 def _flat_values(

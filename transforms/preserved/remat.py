@@ -54,10 +54,10 @@ from ir import ops
 from ir.args import Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from transforms import kernel as kn
 from transforms.call_walk import node_positions
 from transforms.checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
@@ -309,33 +309,26 @@ def _unreadable_outputs(
 
 @attrs.frozen
 class _Plan:
-    """What the rewrite made: the new root nodes, the call signatures it renamed, and the
+    """What the rewrite made: the new root graph, the call signatures it renamed, and the
     root outputs that now read another value."""
 
-    nodes: list[Node]
+    graph: Graph
     signatures: dict[str, Any]
     output_renames: dict[str, str]
 
 
 def _applied(program: Program, plan: _Plan) -> Program:
-    """``program`` with the plan's root graph, signatures and output names."""
+    """``program`` with the plan's root graph, signatures and output names (the root now
+    returns the alias or copy: the export signature names it, ``kernel.renamed_outputs``)."""
     root = program.root_module
-    root = root.replace(graphs=(Graph.of(plan.nodes),) + root.graphs[1:])
+    root = root.replace(graphs=(plan.graph,) + root.graphs[1:])
     program = program.replace(modules=program.modules.set(program.root, root))
     if plan.signatures:
         program = program.replace(
             call_signatures=program.call_signatures.update(plan.signatures)
         )
-    renamed = plan.output_renames
-    if not renamed:
-        return program
-    # the root now returns the alias or copy: the export signature names it
-    signature = program.signature
-    outputs = tuple(
-        attrs.evolve(spec, name=renamed[spec.name]) if spec.name in renamed else spec
-        for spec in signature.outputs
-    )
-    return program.replace(signature=attrs.evolve(signature, outputs=outputs))
+    signature = kn.renamed_outputs(program.signature, plan.output_renames)
+    return program if signature is program.signature else program.replace(signature=signature)
 
 
 def _rewrite(reach: _Reach) -> _Plan | None:
@@ -371,7 +364,10 @@ def _rewrite(reach: _Reach) -> _Plan | None:
                       "nothing that is read", node.name)
     if not rw.memo and not dropped:
         return None
-    return _Plan(_with_copies(kept, rw.inserts), rw.renamed_signatures(), rw.output_renames)
+    w = rw.w
+    for node in _with_copies(kept, rw.inserts):
+        w.add(node)
+    return _Plan(w.finish()[0], rw.renamed_signatures(), rw.output_renames)
 
 
 def _droppable(node: Node, read: set[str]) -> bool:
@@ -418,7 +414,8 @@ class _Resolver:
         # before node i: (order, copy); a call's closing copies first (innermost first), then
         # the caller's, then those of calls that start there (outermost first)
         self.inserts: dict[int, list[tuple[tuple[int, int], Node]]] = {}
-        self.taken = Names(reach.position)
+        # the root graph streamed anew: it names and makes the copies (``copy``)
+        self.w = kn.WorkingGraph(reach.program.root_module.graph, indexed=False)
         self.output_renames: dict[str, str] = {}
         self.symbols: dict[tuple[str, ...], dict[Any, tuple[int, str, int]]] = {}
 
@@ -624,7 +621,7 @@ class _Resolver:
         _, tensor, dim = found
         if node.target is _SYM_SIZE and node.args == (ref(tensor), dim):
             return None  # it is this node: copy it as it is
-        return Node(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
+        return kn.carried(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
 
     def symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[int, str, int]]:
         """Size expression -> (position, tensor, dim) of the first tensor readable in ``chain``
@@ -638,9 +635,10 @@ class _Resolver:
         return found
 
     def copy(self, node: Node, site: _Site) -> Node:
-        """A copy of ``node`` at ``site``, reading the copies made before it."""
+        """A copy of ``node`` at ``site``, reading the copies made before it: named after it,
+        with its meta and the site's module stack (``kernel.WorkingGraph.make_carrying``)."""
         chain = site.chain
-        name = fresh_name(node.name, self.taken)
+        name = self.w.fresh(node.name)
 
         def read(r: Ref) -> Ref:
             found = (
@@ -658,9 +656,8 @@ class _Resolver:
         kwargs = map_refs(node.kwargs, read)
         self.memo[(node.name, chain)] = name
         self.readable.chain_of[name] = chain
-        meta = dict(node.meta)
-        meta["nn_module_stack"] = site.stack
-        return Node(CALL_FUNCTION, name, node.target, args, kwargs, meta=meta)
+        return self.w.make_carrying(CALL_FUNCTION, node.target, args, kwargs, meta=node.meta,
+                                    stack=site.stack, name=name)
 
 
 def _symbols(

@@ -1,0 +1,129 @@
+"""The kernel's nodes that carry a node's meta (``WorkingGraph.make_carrying``, ``carried``,
+``built``) and the passes that make their nodes through it (outlining and its preserved-call
+plumbing, sinking, deduplication, ival insertion, rematerialization): names after the policy,
+meta as given with ``val`` / ``nn_module_stack`` set when asked, the listener told; and none of
+those passes names, makes or assembles a node by itself."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch
+
+from ir import import_ep
+from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER
+from transforms import kernel as kn
+
+aten = torch.ops.aten
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ReluMul(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+def _graph():
+    return import_ep(torch.export.export(ReluMul(), (torch.randn(3, 4),))).root_module.graph
+
+
+class _Heard:
+    def __init__(self):
+        self.events = []
+
+    def emitted(self, node):
+        self.events.append(("emitted", node.name))
+
+    def erased(self, name):
+        self.events.append(("erased", name))
+
+    def replaced(self, old, new):
+        self.events.append(("replaced", old, new))
+
+
+def test_make_carrying_names_after_the_policy_carries_the_meta_and_is_heard():
+    graph = _graph()
+    relu = graph.node("relu")
+    heard = _Heard()
+    w = kn.WorkingGraph(graph, indexed=False, listener=heard)
+    a = w.make_carrying(CALL_FUNCTION, aten.neg.default, (relu.ref,), meta=relu.meta)
+    b = w.make_carrying(CALL_FUNCTION, aten.neg.default, (relu.ref,), base="relu")
+    c = w.make_carrying(PLACEHOLDER, "given", name="given", meta=relu.meta, val=7, stack=None)
+    assert (a.name, b.name, c.name) == ("neg", "relu_1", "given")
+    assert dict(a.meta) == dict(relu.meta)  # the meta whole, not ``new_meta``'s three entries
+    assert dict(b.meta) == {}
+    assert c.meta["val"] == 7 and c.meta["nn_module_stack"] is None
+    assert c.meta.get("stack_trace") == relu.meta.get("stack_trace")
+    assert relu.meta["val"] is not c.meta["val"]  # the anchor's meta is never written
+    assert heard.events == [("emitted", "neg"), ("emitted", "relu_1"), ("emitted", "given")]
+    assert {"neg", "relu_1", "given"} <= w.made
+    assert "neg" not in w.node  # made, not placed
+
+
+def test_carried_keeps_the_meta_object_when_nothing_is_set_and_copies_it_otherwise():
+    relu = _graph().node("relu")
+    same = kn.carried(GET_ATTR, "w", "a.w", meta=relu.meta)
+    assert same.meta is relu.meta
+    dicted = kn.carried(GET_ATTR, "w", "a.w", meta={"val": 1})
+    assert dict(dicted.meta) == {"val": 1}
+    with_val = kn.carried(GET_ATTR, "w", "a.w", meta=relu.meta, val=None)
+    assert "val" in with_val.meta and with_val.meta["val"] is None  # set as given
+    assert relu.meta["val"] is not None
+
+
+def test_built_assembles_the_nodes_in_order():
+    graph = _graph()
+    again = kn.built(n for n in graph.nodes)
+    assert again == graph and again is not graph
+
+
+def test_a_streamed_graph_rebuilt_with_its_own_nodes_is_the_graph_itself():
+    graph = _graph()
+    w = kn.WorkingGraph(graph, indexed=False)
+    for n in graph.nodes:
+        w.add(n)
+    assert w.finish() == (graph, {})
+
+
+#: the passes that make their nodes through the kernel (``issue 52``): none of them names a
+#: node (``fresh_name``), makes one by hand (``new_node``, ``Node(...)``) or assembles a graph
+#: (``Graph(...)``, ``Graph.of``)
+KERNEL_DRIVERS = (
+    "transforms/outline.py",
+    "transforms/sink.py",
+    "transforms/dedup.py",
+    "transforms/preserved/ivals.py",
+    "transforms/preserved/remat.py",
+    "transforms/preserved/pytrees.py",
+    "transforms/preserved/signatures.py",
+    "transforms/preserved/state_traffic.py",
+    "transforms/preserved/nesting.py",
+)
+_FORBIDDEN_CALLS = {"fresh_name", "new_node", "Node", "Graph"}
+
+
+def _forbidden(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in _FORBIDDEN_CALLS:
+            found.append(f"{f.id}() at line {node.lineno}")
+        elif (isinstance(f, ast.Attribute) and f.attr == "of" and isinstance(f.value, ast.Name)
+              and f.value.id == "Graph"):
+            found.append(f"Graph.of() at line {node.lineno}")
+    return found
+
+
+def test_the_kernel_drivers_neither_name_nor_make_nor_assemble_by_themselves():
+    found = {p: _forbidden(ROOT / p) for p in KERNEL_DRIVERS}
+    assert {p: f for p, f in found.items() if f} == {}
+
+
+def test_the_forbidden_call_finder_has_teeth(tmp_path: Path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("g = Graph.of(nodes)\nn = fresh_name('a', taken)\nm = Node('x', 'y', 1)\n")
+    assert _forbidden(probe) == ["Graph.of() at line 1", "fresh_name() at line 2",
+                                 "Node() at line 3"]
