@@ -17,8 +17,10 @@ One package, one idea a module, no import cycle (each imports only those above i
   and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
 - ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
   ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
-- ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
-  assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
+- ``ruleset``: ``prepare``, the drivers' one front-end: the rules whose assumptions the caller
+  grants (``assume=``), compiled at the program's level and checked (``ensure_checked``);
+- ``api``: ``rewrite`` / ``rewrite_report``: the rules prepared (``ruleset``), then
+  ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``);
 - ``versions``: which writes in place the e-graph sees functionally (a fresh intermediate

@@ -29,7 +29,7 @@ from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program, require_program
 from transforms import kernel as kn
-from transforms.rewrite.api import ensure_checked
+from transforms.each_graph import walked_graphs
 from transforms.rewrite.cost import Cost, program_cost, roofline
 from transforms.rewrite.egraph import (
     LEAF,
@@ -44,18 +44,16 @@ from transforms.rewrite.egraph import (
     spell,
 )
 from transforms.rewrite.ematch import EMatch, ematch_counted, exact, result_nodes
-from transforms.rewrite.engine import apply_rules, rule_list
+from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan, shares_first
 from transforms.rewrite.rule import (
     Compiled,
     Match,
     Rule,
-    check_assumptions,
     replacement_for,
     rule_cache,
 )
-from transforms.rewrite.trace import level_of
-from transforms.rewrite.verdicts import check_rules
+from transforms.rewrite.ruleset import prepare
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
@@ -252,27 +250,15 @@ def saturate_report(
     complexity as ``saturate``."""
     started = time.monotonic()
     require_program(p, "saturate")
-    granted = check_assumptions(assume, "saturate: assume")
     limits = SaturationLimits() if limits is None else limits
     if not isinstance(limits, SaturationLimits):
         raise PassError(f"saturate: limits must be a SaturationLimits, got {limits!r}")
     cost = roofline if cost is None else cost
-    rules = rule_list(rules)
-    skipped: dict[str, str] = {}
-    applied = []
-    for r in rules:
-        if not r.assumes <= granted:
-            skipped[r.name] = f"assumes {sorted(r.assumes - granted)}, not granted"
-        else:
-            applied.append(r)
-    graphs = _graphs(p)
-    level = level_of([g for _, g in graphs])
-    for r in applied:
-        r.compiled(level)
-    check_rules(applied)  # those without a verdict (memory, shipped, store) over the cores
-    for r in applied:
-        ensure_checked(r)
-    compiled = _compiled(applied, level, skipped)
+    rs = prepare(p, rules, assume, who="saturate")
+    skipped = {name: f"assumes {sorted(flags)}, not granted" for name, flags in rs.missing.items()}
+    applied = list(rs.applied)
+    graphs = walked_graphs(p)
+    compiled = _compiled(applied, rs.level, skipped)
     clock = time.monotonic()
     seconds = {"check": 0.0, "saturate": 0.0, "extract": 0.0, "build": 0.0, "greedy": 0.0}
     seconds["check"] = clock - started
@@ -366,12 +352,6 @@ def _frozen(q: Program) -> tuple[Program, int]:
         return q, 0
     left = {n.name for n in out.root_module.graph.nodes}
     return out, sum(1 for name in made if name not in left)
-
-
-def _graphs(p: Program) -> list[tuple[Any, Graph]]:
-    table = p.module_table()
-    order = dict.fromkeys(mid for _, mid in p.walk())
-    return [(mid, g) for mid in order for g in table[mid].graphs]
 
 
 # --- rules: each direction compiled once ---------------------------------------------------------
