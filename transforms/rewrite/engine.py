@@ -667,8 +667,9 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
             name = sources.get(rn.name) or w.fresh(_base(rn))
             args = _bind(rn.args, env, sentinels, b.scalars)
             kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
-            val = _fake_val(rn.target, args, kwargs, lookup)
-            if val is RAISED:
+            try:
+                val = _fake_val(rn.target, args, kwargs, lookup)
+            except kn.FakeRunFailed:
                 # the replacement raises on this match's values (shapes the pattern allows and
                 # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
                 w.make(rn.op, rn.target, args, kwargs, name=name)
@@ -763,27 +764,15 @@ def _common_stack(nodes: list[Node]) -> Any:
 
 
 def _fake_val(target, args, kwargs, lookup) -> Any:
-    """The kernel's fake propagation on the match's values (meta vals are not run: the
-    replaced node's val stands); ``RAISED`` when the replacement raises on them."""
+    """The kernel's fake propagation on the match's values (``kernel.fake_value``, its one
+    contract: ``None`` where an input's val is unknown, the replaced node's val then standing;
+    ``FakeRunFailed`` where the replacement raises on them). Meta vals are not run."""
 
     def val_of(r: Ref) -> Any:
         n = lookup(r.name)
         return n.meta.get("val") if n is not None else None
 
-    try:
-        return kn.fake_value(target, args, kwargs, val_of, meta=False)
-    except kn.FakeRunFailed:
-        return RAISED  # every input's val is known: the replacement fails on this match
-
-
-class _Raised:
-    """What ``_fake_val`` gives when the operator raised on fake values of known inputs."""
-
-    __slots__ = ()
-
-
-RAISED: Any = _Raised()
-
+    return kn.fake_value(target, args, kwargs, val_of, meta=False)
 
 
 __all__ = [

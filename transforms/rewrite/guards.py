@@ -350,9 +350,12 @@ def layout_guard(
             if followed > _LAYOUT_CAP:
                 return False
             before = node.meta.get("val")
-            after = _rerun(view, node, vals)
+            try:
+                after = _rerun(view, node, vals)
+            except kn.FakeRunFailed:
+                return False  # raised at the new strides (a view they admit not)
             if after is None or before is None:
-                return False  # raised at the new strides (a view they admit not), or unknown
+                return False  # unknown
             same_sharing = _same_sharing(view, node, vals, before, after)
             flips = flips or not same_sharing
             if _same_layout(before, after) and same_sharing:
@@ -402,8 +405,8 @@ def _same_sharing(view: GraphView, node: Node, vals: Mapping[str, Any], before: 
 
 def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
     """``node``'s operator run on the fake values of its arguments, ``vals`` in place of
-    theirs (the kernel's fake propagation); ``None`` when an argument's value is unknown, no
-    fake mode is found, or it raises."""
+    theirs (the kernel's fake propagation, its contract: ``None`` when an argument's value is
+    unknown or no fake mode is found, ``FakeRunFailed`` when it raises)."""
 
     def read(r: Ref) -> Any:
         v = vals.get(r.name)
@@ -412,11 +415,8 @@ def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
             v = n.meta.get("val") if n is not None else None
         return v
 
-    try:
-        return kn.fake_value(node.target, node.args, node.kwargs, read,
-                             method=node.op == CALL_METHOD, meta=False)
-    except kn.FakeRunFailed:
-        return None
+    return kn.fake_value(node.target, node.args, node.kwargs, read,
+                         method=node.op == CALL_METHOD, meta=False)
 
 
 # --- what a match shares with its inputs ---------------------------------------------------------

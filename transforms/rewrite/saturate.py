@@ -682,9 +682,12 @@ def _instantiate(eg: EGraph, d: _Directed, m: EMatch, rep: Any, child_of: dict[s
             if _is_check(rn):
                 continue  # a metadata check on a value the e-graph does not hold
             return None
-        val = _fake_run(rn.target, args, kwargs, val_of, memo)
-        if val is _RAISED:
+        try:
+            val = _fake_run(rn.target, args, kwargs, val_of, memo)
+        except kn.FakeRunFailed:
             return None
+        if val is None and ops.facts(rn.target).results != 0:
+            return None  # an argument without a fake value, or no fake mode
         if _is_check(rn):
             continue
         if made is None:
@@ -932,10 +935,11 @@ class _Layouts:
                 for i, ch in enumerate(enode.children):
                     ch = eg.find(ch)
                     env[f"#{i}"] = vals.get(ch, eg.data[ch].val)
-                after = _fake_run(enode.op, enode.args, enode.kwargs, env, memo)
-                before = eg.data[owner].val
-                if after is _RAISED:
+                try:
+                    after = _fake_run(enode.op, enode.args, enode.kwargs, env, memo)
+                except kn.FakeRunFailed:
                     return False
+                before = eg.data[owner].val
                 same = _same_layout(before, after)
                 if same is None:
                     return False
@@ -1033,13 +1037,6 @@ def _refs(tree: Any) -> list[Ref]:
     return found
 
 
-class _Raised:
-    __slots__ = ()
-
-
-_RAISED: Any = _Raised()
-
-
 def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> tuple | None:
     """What a fake run depends on: the operator, the literals, and each tensor argument's
     shape, dtype, strides and device (``None`` when one is not a plain tensor)."""
@@ -1061,28 +1058,25 @@ def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) ->
 
 def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
               memo: dict | None = None) -> Any:
-    """``target`` run on the fake values of its arguments; ``_RAISED`` when it raises or an
-    argument has no fake value. ``memo``: results kept by ``_fake_key`` (one per search: the
-    same operator at the same shapes runs once)."""
+    """``target`` run on the fake values of its arguments (``kernel.fake_value``, fake modes
+    only, no ``meta`` runs; its contract: ``None`` where an argument has no fake value or no
+    fake mode is found, ``FakeRunFailed`` where the operator raises). ``memo``: results, and
+    failures, kept by ``_fake_key`` (one per search: the same operator at the same shapes
+    runs once)."""
     key = _fake_key(target, args, kwargs, val_of) if memo is not None else None
     if key is not None and key in memo:
-        return memo[key]
-    out = _fake_run_once(target, args, kwargs, val_of)
-    if key is not None:
-        memo[key] = out
-    return out
-
-
-def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> Any:
-    """The kernel's fake propagation (``kernel.fake_value``, fake modes only, no ``meta``
-    runs); ``_RAISED`` when it raises or gives nothing where the operator returns something
-    (an argument without a fake value, no fake mode)."""
+        out = memo[key]
+        if isinstance(out, kn.FakeRunFailed):
+            raise out
+        return out
     try:
         out = kn.fake_value(target, args, kwargs, lambda r: val_of.get(r.name), meta=False)
-    except kn.FakeRunFailed:
-        return _RAISED
-    if out is None and ops.facts(target).results != 0:
-        return _RAISED
+    except kn.FakeRunFailed as exc:
+        if key is not None:
+            memo[key] = exc.with_traceback(None)
+        raise
+    if key is not None:
+        memo[key] = out
     return out
 
 
