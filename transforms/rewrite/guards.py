@@ -548,18 +548,28 @@ def _placed(s: Site) -> bool:
 
 
 def _where(s: Site) -> bool:
-    where = s.rule.where
-    if where is None:
+    if s.rule.where is None:
         return True
     match = match_value(s.rule, s.compiled.pattern, s.exact, s.view)
+    return where_holds(s.rule, match, f"%{s.view.node[s.matched[-1]].name}")
+
+
+def where_holds(rule: Any, match: Match, at: str) -> bool:
+    """Whether ``rule.where`` holds of ``match`` (``True`` for a rule without one): the
+    ``where`` guard of ``rewrite`` (``match_value``) and of ``saturate``
+    (``ematch.ematch_value``). A ``where`` that raises is the rule's error: ``PassError``
+    naming the rule, the error and ``at`` (where the match is: ``%node``, an e-class); a
+    purefx error passes as it is. O(1) plus the ``where``."""
+    if rule.where is None:
+        return True
     try:
-        return bool(where(match))
+        return bool(rule.where(match))
     except PurefxError:
         raise
     except Exception as exc:
         raise PassError(
-            f"rule {s.rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
-            f"at %{s.view.node[s.matched[-1]].name}; make where() return a bool for every Match"
+            f"rule {rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
+            f"at {at}; make where() return a bool for every Match"
         ) from exc
 
 
@@ -694,6 +704,7 @@ __all__ = [
     "result_aliases",
     "shares_storage",
     "sharing_guard",
+    "where_holds",
     "without",
     "written_or_returned",
 ]

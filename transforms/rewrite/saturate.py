@@ -22,7 +22,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import EMPTY_DICT, IDict, IList, Ref, thaw
+from ir.args import IDict, IList, Ref, thaw
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -43,12 +43,12 @@ from transforms.rewrite.egraph import (
     from_graph,
     spell,
 )
-from transforms.rewrite.ematch import EMatch, ematch_counted, exact, result_nodes
+from transforms.rewrite.ematch import EMatch, ematch_counted, ematch_value, exact, result_nodes
 from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan, shares_first
+from transforms.rewrite.guards import where_holds
 from transforms.rewrite.rule import (
     Compiled,
-    Match,
     Rule,
     replacement_for,
     rule_cache,
@@ -541,7 +541,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
         vals[pos] = eg.data[eg.find(cls)].val if cls is not None else None
     if not exact(eg, rule, c, m):
         return False  # a hole bound another value: the pattern traced there does not match
-    if rule.where is not None and not _where(rule, m, vals, eg):
+    if rule.where is not None and not where_holds(rule, ematch_value(rule, m, vals),
+                                                  f"e-class {m.root}"):
         return False
     try:
         rep = replacement_for(rule, c, m.scalars, vals)
@@ -994,26 +995,6 @@ def _same_layout(before: Any, after: Any) -> bool | None:
     if not isinstance(before, torch.Tensor) or not _same_metadata(before, after):
         return None
     return before.numel() <= 1 or before.stride() == after.stride()
-
-
-def _where(rule: Rule, m: EMatch, vals: Mapping[int, Any], eg: EGraph) -> bool:
-    inputs = []
-    for i, x in enumerate(rule.example_inputs):
-        if isinstance(x, torch.Tensor):
-            inputs.append(Node(PLACEHOLDER, f"arg{i}", f"arg{i}", (), EMPTY_DICT,
-                               MappingProxyType({"val": vals.get(i)})))
-        else:
-            inputs.append(m.scalars.get(i, x))
-    nodes = {
-        k: Node(CALL_FUNCTION, k, n.op, (), EMPTY_DICT, MappingProxyType({}))
-        for k, n in m.nodes.items()
-    }
-    try:
-        return bool(rule.where(Match(rule.name, nodes, tuple(inputs))))
-    except Exception as exc:
-        raise PassError(
-            f"rule {rule.name!r}: its where raised {type(exc).__name__}: {exc}"
-        ) from exc
 
 
 def _bind(tree: Any, sentinels: Mapping, scalars: Mapping) -> Any:
