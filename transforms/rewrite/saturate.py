@@ -23,6 +23,7 @@ import torch
 
 from ir import ops
 from ir.args import IDict, IList, Ref, thaw
+from ir.effects import shares_first, view_base
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -32,6 +33,7 @@ from transforms import kernel as kn
 from transforms.each_graph import walked_graphs
 from transforms.rewrite.cost import Cost, program_cost, roofline
 from transforms.rewrite.egraph import (
+    ESCAPE_CAP,
     LEAF,
     ClassData,
     EGraph,
@@ -45,7 +47,7 @@ from transforms.rewrite.egraph import (
 )
 from transforms.rewrite.ematch import EMatch, ematch_counted, ematch_value, exact, result_nodes
 from transforms.rewrite.engine import apply_rules
-from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan, shares_first
+from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
 from transforms.rewrite.guards import where_holds
 from transforms.rewrite.rule import (
     Compiled,
@@ -789,8 +791,6 @@ def _is_check(n: Node) -> bool:
 def _input_aliased(rep: Any, name: str) -> str | None:
     """The input (placeholder name) that the replacement's result ``name`` is, or is a view
     of through a chain of views (``ir.effects.view_base``); ``None`` for a fresh result."""
-    from ir.effects import view_base
-
     table = {n.name: n for n in rep.graph.nodes}
     base = view_base(name, table.get)
     n = table.get(base)
@@ -822,11 +822,9 @@ def _may_alias(eg: EGraph, root: int, source: int, layouts: _Layouts) -> bool:
 
 
 def _alias_sources(eg: EGraph, c: int) -> set[int] | None:
-    """Class ``c`` and the classes whose memory it may be, down its e-nodes that are views
-    or alias-like (``ir.ops.is_view``, ``is_alias_like``) or ``getitem`` s: their first
-    child, transitively; ``None`` past ``egraph.ESCAPE_CAP`` classes. O(classes reached)."""
-    from transforms.rewrite.egraph import ESCAPE_CAP
-
+    """Class ``c`` and the classes whose memory it may be, down its e-nodes that may give
+    their first argument's memory (``ir.effects.shares_first``): their first child,
+    transitively; ``None`` past ``egraph.ESCAPE_CAP`` classes. O(classes reached)."""
     seen: set[int] = set()
     todo = [eg.find(c)]
     while todo:
