@@ -178,7 +178,7 @@ class SaturationReport:
 def saturate(
     p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
     limits: SaturationLimits | None = None, assume: Any = frozenset(),
-    frozen_state: bool = False,
+    frozen_state: bool = False, verdicts: Any = None,
 ) -> Program:
     """The cheapest program equal to ``p`` that ``rules`` reach, found by equality saturation.
 
@@ -209,6 +209,9 @@ def saturate(
             (``fold.fold_into_state``: ``<module>._folded_<node>``, outside the state dict)
             in the returned program, greedy ``rewrite``'s included, so that its per-call cost
             is what it runs (``report.state``).
+        verdicts: where ``check_rule``'s verdicts are kept between processes, as in
+            ``rewrite(..., verdicts=)``: ``None`` for the default store, a directory, or
+            ``False`` for none.
 
     Returns:
         ``p`` itself (``is p``) when nothing cheaper was found; else the cheaper of the
@@ -239,14 +242,14 @@ def saturate(
     *Limits, measured*).
     """
     return saturate_report(p, rules, cost=cost, limits=limits, assume=assume,
-                           frozen_state=frozen_state)[0]
+                           frozen_state=frozen_state, verdicts=verdicts)[0]
 
 
 @gc_paused
 def saturate_report(
     p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
     limits: SaturationLimits | None = None, assume: Any = frozenset(),
-    frozen_state: bool = False,
+    frozen_state: bool = False, verdicts: Any = None,
 ) -> tuple[Program, SaturationReport]:
     """``saturate(p, rules, ...)`` and its ``SaturationReport``. Same contract, laws and
     complexity as ``saturate``."""
@@ -256,7 +259,7 @@ def saturate_report(
     if not isinstance(limits, SaturationLimits):
         raise PassError(f"saturate: limits must be a SaturationLimits, got {limits!r}")
     cost = roofline if cost is None else cost
-    rs = prepare(p, rules, assume, who="saturate")
+    rs = prepare(p, rules, assume, who="saturate", verdicts=verdicts)
     skipped = {name: f"assumes {sorted(flags)}, not granted" for name, flags in rs.missing.items()}
     applied = list(rs.applied)
     graphs = walked_graphs(p)
