@@ -18,7 +18,8 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
   ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
 - ``ruleset``: ``prepare``, the drivers' one front-end: the rules whose assumptions the caller
-  grants (``assume=``), compiled at the program's level and checked (``ensure_checked``);
+  grants (``assume=``), compiled at the program's level and checked (``ensure_checked``), and
+  ``directions``, each compiled in the directions ``saturate`` matches it in;
 - ``api``: ``rewrite`` / ``rewrite_report``: the rules prepared (``ruleset``), then
   ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
@@ -31,7 +32,8 @@ One package, one idea a module, no import cycle (each imports only those above i
 - ``cost``: cost models (``roofline``, ``measured_cost``, ``program_cost``);
 - ``extract``: one e-node per class (greedy tree cost; exact ILP where scipy is installed);
 - ``extracted``: extraction per graph and the chosen program built through ``rewrite_nodes``;
-- ``saturate``: ``saturate`` / ``saturate_report``: equality saturation, extraction, the
+- ``saturate``: ``saturate`` / ``saturate_report``: the rules prepared (``ruleset``), then
+  equality saturation, extraction, the
   program rebuilt, never worse than the input or greedy ``rewrite`` (``docs/search.md``);
 - ``rule_key``: a rule's content key (what its verdict depends on, never its name);
 - ``verdict_store``: verdicts on disk (the user's store, the shipped verdicts);

@@ -9,24 +9,29 @@ all granted set apart (neither checked nor applied), the program's level read
 compiled at it (a malformed rule is refused before any check runs), the verdicts reached
 (``verdicts.check_rules``: memory, shipped, store, else checked over the cores) and every
 wrong one refused (``ensure_checked``). What is left differs per driver: ``apply_rules`` for
-``rewrite``, the e-graph search for ``saturate``.
+``rewrite``; for ``saturate``, each rule compiled in the directions it is matched in
+(``directions``: a ``both_ways`` rule's reverse too), then the e-graph search.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import attrs
 
+from ir.args import Ref
 from ir.errors import PassError
+from ir.node import PLACEHOLDER
 from ir.program import Program
+from transforms.rewrite.ematch import result_nodes
 from transforms.rewrite.engine import program_level, rule_list
-from transforms.rewrite.rule import Rule, check_assumptions, rule_cache
+from transforms.rewrite.rule import Compiled, Rule, check_assumptions, rule_cache
 from transforms.rewrite.verdicts import check_rules
 
-__all__ = ["RuleSet", "ensure_checked", "prepare", "rule_verdict"]
+__all__ = ["Directed", "RuleSet", "directions", "ensure_checked", "prepare", "rule_verdict"]
 
 
 @attrs.frozen
@@ -125,3 +130,108 @@ def _without_frames(exc: BaseException) -> BaseException:
         e.__traceback__ = None
         e = e.__cause__ or e.__context__
     return exc
+
+
+# --- rules: each direction compiled once ---------------------------------------------------------
+
+
+@attrs.frozen
+class Directed:
+    """A rule in one direction: the ``Rule`` whose pattern is matched (the reverse of a
+    ``both_ways`` rule is a trusted rule of swapped functions: the forward's check covers it,
+    equality being symmetric) and its compiled form."""
+
+    rule: Rule
+    compiled: Compiled
+    name: str
+
+
+def directions(rules: Iterable[Rule], level: str | None,
+               skipped: dict[str, str]) -> list[Directed]:
+    """Each rule of ``rules`` (each variant of its ``optional`` arguments) compiled at
+    ``level`` in the directions ``saturate`` matches it: forwards, and backwards too for a
+    ``both_ways`` rule (``_reverse``). A direction whose pattern's results are not distinct
+    computed values (``ematch.result_nodes``), or whose reverse cannot be matched, is named in
+    ``skipped`` (``{name: why}``, written in place) and left out. ``PassError`` naming the rule
+    where ``both_ways`` cannot hold (``_refuse_one_way``). O(variants x compilation)."""
+    out: list[Directed] = []
+    for r in (v for rule in rules for v in rule.variants()):
+        c = r.at_level(level)
+        if c is None:
+            continue  # this variant does not exist at the program's level
+        if result_nodes(c.pattern) is not None:
+            out.append(Directed(r, c, r.name))
+        else:
+            skipped[r.name] = _NOT_MATCHED
+        if r.both_ways:
+            _refuse_one_way(r, c)
+            back = _reverse(r)
+            try:
+                bc = back.compiled(level)
+            except PassError as exc:
+                if "uses scalar argument" in str(exc):  # one the replacement drops
+                    raise PassError(
+                        f"rule {r.name!r}: both_ways=True, but its reverse cannot be built: "
+                        f"{exc}; drop both_ways (the rule is then applied forwards only)"
+                    ) from exc
+                skipped[back.name] = f"cannot be matched: {exc}"
+                continue
+            if result_nodes(bc.pattern) is not None:
+                out.append(Directed(back, bc, r.name))
+            else:
+                skipped[back.name] = _NOT_MATCHED
+    return out
+
+
+def _refuse_one_way(r: Rule, c: Compiled) -> None:
+    """``PassError`` where ``r`` says ``both_ways=True`` but its replacement drops a tensor
+    argument its pattern reads (a scalar one: the reverse's own refusal, ``directions``): the reverse would have to compute the pattern from
+    a value no match of the replacement binds, so it cannot be built, and the rule would be
+    used one way only, silently. Names the argument. O(pattern + replacement nodes)."""
+    pat, rep = c.traced, c.replacement
+    names = _parameter_names(r.pattern)
+    pat_users, rep_users = pat.graph.users(), rep.graph.users()
+    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
+    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
+
+    def reads(users: Mapping[str, Any], outs: tuple, name: str) -> bool:
+        return bool(users.get(name)) or any(type(o) is Ref and o.name == name for o in outs)
+
+    dropped = [pos for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph)
+               if reads(pat_users, pat.outputs, pp) and not reads(rep_users, rep.outputs, rp)]
+    if dropped:
+        pos = dropped[0]
+        what = names[pos] if pos < len(names) else f"argument {pos}"
+        raise PassError(
+            f"rule {r.name!r}: both_ways=True, but its replacement drops argument {pos} "
+            f"({what!r}), which its pattern reads: the reverse would have to compute the "
+            f"pattern from a value no match of the replacement binds, so it cannot be built; "
+            "drop both_ways (the rule is then applied forwards only) or make the replacement "
+            f"read {what!r}"
+        )
+
+
+def _parameter_names(fn: Any) -> list[str]:
+    """The positional parameter names of ``fn`` (empty where it has no signature). O(1)."""
+    try:
+        return [p.name for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        return []
+
+
+_NOT_MATCHED = ("a result of its pattern is an input, a literal or another result again "
+                "(saturate matches results that are distinct computed values)")
+
+
+def _reverse(r: Rule) -> Rule:
+    """The reverse of a ``both_ways`` rule, made once and kept beside it (``rule_cache``), so
+    that its traces are made once too."""
+    traced = rule_cache(r).traced
+    back = traced.get("reversed")
+    if back is None:
+        back = traced["reversed"] = Rule(
+            r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
+            where=r.where, trusted=True, specials=r.specials, assumes=r.assumes,
+            hypers=r.hypers,
+        )
+    return back

@@ -50,12 +50,10 @@ from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
 from transforms.rewrite.guards import where_holds
 from transforms.rewrite.rule import (
-    Compiled,
     Rule,
     replacement_for,
-    rule_cache,
 )
-from transforms.rewrite.ruleset import prepare
+from transforms.rewrite.ruleset import Directed, directions, prepare
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
@@ -263,7 +261,7 @@ def saturate_report(
     skipped = {name: f"assumes {sorted(flags)}, not granted" for name, flags in rs.missing.items()}
     applied = list(rs.applied)
     graphs = walked_graphs(p)
-    compiled = _compiled(applied, rs.level, skipped)
+    compiled = directions(applied, rs.level, skipped)
     clock = time.monotonic()
     seconds = {"check": 0.0, "saturate": 0.0, "extract": 0.0, "build": 0.0, "greedy": 0.0}
     seconds["check"] = clock - started
@@ -359,110 +357,10 @@ def _frozen(q: Program) -> tuple[Program, int]:
     return out, sum(1 for name in made if name not in left)
 
 
-# --- rules: each direction compiled once ---------------------------------------------------------
-
-
-@attrs.frozen
-class _Directed:
-    """A rule in one direction: the ``Rule`` whose pattern is matched (the reverse of a
-    ``both_ways`` rule is a trusted rule of swapped functions: the forward's check covers it,
-    equality being symmetric) and its compiled form."""
-
-    rule: Rule
-    compiled: Compiled
-    name: str
-
-
-def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_Directed]:
-    out: list[_Directed] = []
-    for r in (v for rule in rules for v in rule.variants()):
-        c = r.at_level(level)
-        if c is None:
-            continue  # this variant does not exist at the program's level
-        if result_nodes(c.pattern) is not None:
-            out.append(_Directed(r, c, r.name))
-        else:
-            skipped[r.name] = _NOT_MATCHED
-        if r.both_ways:
-            _refuse_one_way(r, c)
-            back = _reverse(r)
-            try:
-                bc = back.compiled(level)
-            except PassError as exc:
-                if "uses scalar argument" in str(exc):  # one the replacement drops
-                    raise PassError(
-                        f"rule {r.name!r}: both_ways=True, but its reverse cannot be built: "
-                        f"{exc}; drop both_ways (the rule is then applied forwards only)"
-                    ) from exc
-                skipped[back.name] = f"cannot be matched: {exc}"
-                continue
-            if result_nodes(bc.pattern) is not None:
-                out.append(_Directed(back, bc, r.name))
-            else:
-                skipped[back.name] = _NOT_MATCHED
-    return out
-
-
-def _refuse_one_way(r: Rule, c: Compiled) -> None:
-    """``PassError`` where ``r`` says ``both_ways=True`` but its replacement drops a tensor
-    argument its pattern reads (a scalar one: the reverse's own refusal, ``_compiled``): the reverse would have to compute the pattern from
-    a value no match of the replacement binds, so it cannot be built, and the rule would be
-    used one way only, silently. Names the argument. O(pattern + replacement nodes)."""
-    pat, rep = c.traced, c.replacement
-    names = _parameter_names(r.pattern)
-    pat_users, rep_users = pat.graph.users(), rep.graph.users()
-    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
-    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
-
-    def reads(users: Mapping[str, Any], outs: tuple, name: str) -> bool:
-        return bool(users.get(name)) or any(type(o) is Ref and o.name == name for o in outs)
-
-    dropped = [pos for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph)
-               if reads(pat_users, pat.outputs, pp) and not reads(rep_users, rep.outputs, rp)]
-    if dropped:
-        pos = dropped[0]
-        what = names[pos] if pos < len(names) else f"argument {pos}"
-        raise PassError(
-            f"rule {r.name!r}: both_ways=True, but its replacement drops argument {pos} "
-            f"({what!r}), which its pattern reads: the reverse would have to compute the "
-            f"pattern from a value no match of the replacement binds, so it cannot be built; "
-            "drop both_ways (the rule is then applied forwards only) or make the replacement "
-            f"read {what!r}"
-        )
-
-
-def _parameter_names(fn: Any) -> list[str]:
-    """The positional parameter names of ``fn`` (empty where it has no signature). O(1)."""
-    import inspect
-
-    try:
-        return [p.name for p in inspect.signature(fn).parameters.values()]
-    except (TypeError, ValueError):
-        return []
-
-
-_NOT_MATCHED = ("a result of its pattern is an input, a literal or another result again "
-                "(saturate matches results that are distinct computed values)")
-
-
-def _reverse(r: Rule) -> Rule:
-    """The reverse of a ``both_ways`` rule, made once and kept beside it (``rule_cache``), so
-    that its traces are made once too."""
-    traced = rule_cache(r).traced
-    back = traced.get("reversed")
-    if back is None:
-        back = traced["reversed"] = Rule(
-            r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
-            where=r.where, trusted=True, specials=r.specials, assumes=r.assumes,
-            hypers=r.hypers,
-        )
-    return back
-
-
 # --- saturation ------------------------------------------------------------------------------------
 
 
-def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
+def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
               deadline: float, roots: Iterable[int] = (),
               read_by_leaves: Iterable[int] | None = None,
               ) -> tuple[tuple[int, ...], tuple[int, ...], str]:
@@ -487,7 +385,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
             for n in nodes:
                 if n.op != LEAF:
                     by_op.setdefault(n.op, []).append((n, c))
-        todo: list[tuple[_Directed, EMatch]] = []
+        todo: list[tuple[Directed, EMatch]] = []
         banned_now = False
         for i, d in enumerate(rules):
             if time.monotonic() > deadline:
@@ -529,7 +427,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     return tuple(sizes), tuple(classes), "iterations"
 
 
-def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
+def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
            layouts: _Layouts | None = None) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
@@ -667,7 +565,7 @@ def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
             eg.data[cls].covers = eg.data[cls].covers | cov
 
 
-def _instantiate(eg: EGraph, d: _Directed, m: EMatch, rep: Any, child_of: dict[str, int],
+def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[str, int],
                  val_of: dict[str, Any], memo: dict, layouts: _Layouts,
                  made: dict[str, ENode] | None) -> tuple[dict, dict] | None:
     """Run the replacement ``rep``'s nodes on fake values and, where ``made`` is a dict, add
