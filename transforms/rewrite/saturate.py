@@ -31,7 +31,7 @@ from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program, require_program
 from transforms import kernel as kn
 from transforms.each_graph import walked_graphs
-from transforms.rewrite.cost import Cost, program_cost, roofline
+from transforms.rewrite.cost import Cost, invariant_values, program_cost, roofline
 from transforms.rewrite.egraph import (
     ESCAPE_CAP,
     LEAF,
@@ -48,12 +48,14 @@ from transforms.rewrite.egraph import (
 from transforms.rewrite.ematch import EMatch, ematch_counted, ematch_value, exact, result_nodes
 from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
-from transforms.rewrite.guards import where_holds
+from transforms.rewrite.fold import fold_into_state
+from transforms.rewrite.guards import shares_storage, where_holds
 from transforms.rewrite.rule import (
     Rule,
     replacement_for,
 )
 from transforms.rewrite.ruleset import Directed, directions, prepare
+from transforms.rewrite.sharing import output_bases
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
@@ -342,9 +344,6 @@ def _frozen(q: Program) -> tuple[Program, int]:
     """``q`` with the values its root graph computes from unwritten state alone
     (``cost.invariant_values``) folded into new constants (``fold.fold_into_state``), and how
     many nodes went. O(n) plus the folded arithmetic."""
-    from transforms.rewrite.cost import invariant_values
-    from transforms.rewrite.fold import fold_into_state
-
     graph = q.root_module.graph
     if graph is None:
         return q, 0
@@ -645,8 +644,6 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
     functionally, ``versions``, is built as its functional twin: nothing here is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
     checks the extracted choice again (a later merge may make a result escape). O(views
     followed), at most ``egraph.ESCAPE_CAP`` each."""
-    from transforms.rewrite.sharing import output_bases
-
     bases = output_bases(rep)
     return all(len(shared) < 2 for shared in _escaping_by_base(eg, roots, bases, layouts))
 
@@ -660,8 +657,6 @@ def _may_unshare(eg: EGraph, roots: tuple[int, ...], pattern: Any, rep: Any,
     of one buffer are the caller's aliasing; fresh values in their place would lose it (the
     in-context law: "fresh, the original's result is an alias of output 0"). O(views
     followed), at most ``egraph.ESCAPE_CAP`` each."""
-    from transforms.rewrite.sharing import output_bases
-
     old_bases, new_bases = output_bases(pattern), output_bases(rep)
     for shared in _escaping_by_base(eg, roots, old_bases, layouts):
         if len(shared) > 1 and (None in {new_bases[i] for i in shared}
@@ -684,8 +679,6 @@ def _escaping_by_base(eg: EGraph, roots: tuple[int, ...], bases: tuple[str | Non
 
 
 def _is_check(n: Node) -> bool:
-    from ir import ops
-
     return ops.is_metadata_check(n.target)
 
 
@@ -799,8 +792,6 @@ class _Layouts:
         reader of a mixed class."""
         if not self.mixed or not any(self.is_mixed(c) for c in e.children):
             return True
-        from ir import ops
-
         return not (ops.is_view(e.op) or ops.reads_strides(e.op))
 
     def inherit(self, e: ENode, c: int) -> None:
@@ -811,8 +802,6 @@ class _Layouts:
     def restride(self, c: int, new: Any, memo: dict) -> bool:
         """Whether a value of strides ``new`` may join class ``c`` (see the class); marks the
         classes whose strides may then differ."""
-        from ir import ops
-
         eg = self.eg
         pinned = {eg.find(x) for x in self.fixed}
         escaping = {eg.find(x) for x in self.pinned}
@@ -859,8 +848,6 @@ def _same_sharing(before: Any, before_in: Any, after: Any, after_in: Any) -> boo
     """Whether a reader's value shares memory with the class it reads at the new strides as
     it did at the old (``guards.shares_storage`` on the fake values): a ``reshape`` is a view
     of a contiguous value and a copy of a strided one. Unknown (not tensors): ``False``."""
-    from transforms.rewrite.guards import shares_storage
-
     was, now = shares_storage(before, before_in), shares_storage(after, after_in)
     return was is not None and was == now
 
