@@ -31,7 +31,10 @@ from transforms.rewrite.engine import program_level, rule_list
 from transforms.rewrite.rule import Compiled, Rule, check_assumptions, rule_cache
 from transforms.rewrite.verdicts import check_rules
 
-__all__ = ["Directed", "RuleSet", "directions", "ensure_checked", "prepare", "rule_verdict"]
+__all__ = [
+    "Directed", "RuleSet", "directions", "ensure_checked", "prepare", "reverse_of",
+    "rule_verdict",
+]
 
 
 @attrs.frozen
@@ -150,7 +153,7 @@ def directions(rules: Iterable[Rule], level: str | None,
                skipped: dict[str, str]) -> list[Directed]:
     """Each rule of ``rules`` (each variant of its ``optional`` arguments) compiled at
     ``level`` in the directions ``saturate`` matches it: forwards, and backwards too for a
-    ``both_ways`` rule (``_reverse``). A direction whose pattern's results are not distinct
+    ``both_ways`` rule (``reverse_of``). A direction whose pattern's results are not distinct
     computed values (``ematch.result_nodes``), or whose reverse cannot be matched, is named in
     ``skipped`` (``{name: why}``, written in place) and left out. ``PassError`` naming the rule
     where ``both_ways`` cannot hold (``_refuse_one_way``). O(variants x compilation)."""
@@ -165,7 +168,7 @@ def directions(rules: Iterable[Rule], level: str | None,
             skipped[r.name] = _NOT_MATCHED
         if r.both_ways:
             _refuse_one_way(r, c)
-            back = _reverse(r)
+            back = reverse_of(r)
             try:
                 bc = back.compiled(level)
             except PassError as exc:
@@ -223,9 +226,10 @@ _NOT_MATCHED = ("a result of its pattern is an input, a literal or another resul
                 "(saturate matches results that are distinct computed values)")
 
 
-def _reverse(r: Rule) -> Rule:
+def reverse_of(r: Rule) -> Rule:
     """The reverse of a ``both_ways`` rule, made once and kept beside it (``rule_cache``), so
-    that its traces are made once too."""
+    that its traces are made once too: the pattern and replacement swapped, trusted (the
+    forward's check covers it: equality is symmetric). O(1) after the first call."""
     traced = rule_cache(r).traced
     back = traced.get("reversed")
     if back is None:
