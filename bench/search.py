@@ -54,7 +54,7 @@ from transforms.rewrite import Rule, SaturationLimits, saturate_report
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.cost import program_cost
 from transforms.rewrite.engine import apply_rules
-from transforms.rewrite.saturate import _reverse
+from transforms.rewrite.ruleset import reverse_of
 
 R = frozenset({"reassociate"})
 M3 = (torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 6))
@@ -219,7 +219,7 @@ def exhaustive(p: Any, chosen: list[Rule], max_states: int, seconds: float,
     for r in chosen:
         directed.append(r)
         if r.both_ways:
-            directed.append(_reverse(r))
+            directed.append(reverse_of(r))
     level_rules = []
     for r in directed:
         pin = _Pin()

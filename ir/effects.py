@@ -6,7 +6,7 @@ values are written through any alias, which inputs of a graph a call of it write
 draw random numbers, have an effect, or are asserts. Two levels:
 
 - **one node, without its program** (``is_pure``, ``written_args``, ``aliased_args``,
-  ``same_tensor``, ``is_view``, ``view_base``, ``binds_symbols``, ``is_assert``): what a node's
+  ``same_tensor``, ``is_view`` (``shares_first``, its operator part), ``view_base``, ``binds_symbols``, ``is_assert``): what a node's
   operator says, conservative where the operator is a module call or a higher-order op (it may
   write whatever it is given);
 - **one graph of a program** (``graph_effects`` -> ``Effects``): the node facts joined over the
@@ -57,6 +57,7 @@ __all__ = [
     "is_pure",
     "is_view",
     "same_tensor",
+    "shares_first",
     "state_written",
     "view_base",
     "written_args",
@@ -157,6 +158,19 @@ def written_args(node: Node) -> tuple[str, ...]:
     return _node_writes(node, facts)
 
 
+def shares_first(target: Any) -> bool:
+    """Whether a call of operator ``target`` may give memory of its first argument: a view
+    operator (``ir.ops.is_view``), an alias-like one that may return its input itself
+    (``ir.ops.is_alias_like``: ``reshape``, ``to``, ``contiguous``), or ``getitem``. The
+    operator's part of ``is_view``, for callers that hold operators, not nodes (an e-graph's
+    e-nodes: ``transforms.rewrite.egraph.escapes``, ``extracted.output_alias``). ``False``
+    for what is not an operator. O(1) after the first call per operator."""
+    if not callable(target):
+        return False
+    facts = ops.facts(target)
+    return facts.view or facts.alias_like or facts.getitem
+
+
 def is_view(node: Node) -> bool:
     """Whether ``node``'s result may share memory with its first argument: a view operator
     (schema result ``Tensor(a)``, not written: ``view``, ``slice``, ``t``), an alias-like one
@@ -167,7 +181,7 @@ def is_view(node: Node) -> bool:
     if node.op != CALL_FUNCTION:
         return False
     facts = ops.facts(node.target)
-    return facts.alias_like or facts.getitem or facts.view or (
+    return shares_first(node.target) or (
         facts.kind == ops.OVERLOAD and not facts.writes and any(i == 0 for _, i in facts.aliases))
 
 

@@ -43,7 +43,6 @@ from transforms.rewrite import (
     RewriteReport,
     Rule,
     SaturationReport,
-    check_rules,
     rewrite_report,
     saturate_report,
 )
@@ -84,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         progress = _Progress.for_run(ep, args.progress, sys.stderr)
         result = run(ep, passes=passes, progress=progress, rules=rules, assume=assume,
-                     search=args.search, verdicts=_verdicts(args.verdicts))
+                     search=args.search, verdicts=_verdicts(args.verdicts),
+                     frozen_state=args.frozen_state)
         if args.out:
             save_ep(result.program, args.out)
         if args.html:
@@ -186,6 +186,7 @@ def run(
     assume: frozenset[str] = frozenset(),
     search: bool = False,
     verdicts: Any = None,
+    frozen_state: bool = False,
 ) -> RunResult:
     """Import ``ep``, apply ``passes`` one by one (default: the default pipeline), then the
     rewrite ``rules`` if any (``transforms.rewrite``, one stage ``rewrite``, granting the
@@ -194,12 +195,18 @@ def run(
     ``verdicts``: where the rules' verdicts are kept between runs
     (``transforms.rewrite.check_rules``: ``None`` for the default store, a directory, ``False``
     for none); the rules granted are checked first, those without a verdict on the cores.
+    ``frozen_state`` (with ``search``): ``saturate``'s ``frozen_state=True``: the caller will
+    neither train the result nor load other state into it, so values computed from state alone
+    are free to the search and folded into constants.
 
     Every stage is timed; ``progress`` (optional) is told when each one starts and ends.
-    Raises ``UsageError`` for ``search`` without rules.
+    Raises ``UsageError`` for ``search`` without rules, and for ``frozen_state`` without
+    ``search``.
     """
     if search and not rules:
         raise UsageError(_NO_RULES)
+    if frozen_state and not search:
+        raise UsageError(_FROZEN_ALONE)
     chosen = list(DEFAULT_PIPELINE if passes is None else passes)
     progress = progress or _Progress(0, None)
     progress.total = len(chosen) + 2 + bool(rules)
@@ -213,8 +220,8 @@ def run(
         return out
 
     def saturated(program: Program) -> Program:
-        check_rules([r for r in rules if r.assumes <= assume], verdicts=verdicts)
-        out, done = saturate_report(program, rules, assume=assume)
+        out, done = saturate_report(program, rules, assume=assume, verdicts=verdicts,
+                                    frozen_state=frozen_state)
         searched.append(done)
         return out
 
@@ -356,10 +363,19 @@ _NO_RULES = (
 )
 
 
+_FROZEN_ALONE = (
+    "--frozen-state tells the search that state will not change, and there is no search: "
+    "give it with --rules MODULE:NAME --search"
+)
+
+
 def _check_search(args: argparse.Namespace, rules: Sequence[Rule]) -> None:
     """``--search`` needs ``--rules`` (naming at least one rule) and is not for ``--stages``
-    (which prints the stage plan only); a ``UsageError`` saying so."""
+    (which prints the stage plan only); ``--frozen-state`` needs ``--search``; a
+    ``UsageError`` saying so."""
     if not args.search:
+        if args.frozen_state:
+            raise UsageError(_FROZEN_ALONE)
         return
     if args.stages is not None:
         raise UsageError(
@@ -532,6 +548,14 @@ def _parser() -> argparse.ArgumentParser:
         "cost model; a rule with both_ways=True, or passed with its reverse, never cycles); "
         "prints the cost before and after, why the search stopped and the rewrites kept, and "
         "--html charts the e-graph's growth per round (docs/search.md)",
+    )
+    parser.add_argument(
+        "--frozen-state",
+        action="store_true",
+        help="with --search: the program will be neither trained nor given other state, so "
+        "the search counts values computed from parameters, buffers and constants alone as "
+        "free and folds them into new constants (saturate(..., frozen_state=True)); the report "
+        "says how many were folded",
     )
     parser.add_argument(
         "--stages",

@@ -35,6 +35,7 @@ from transforms.rewrite.egraph import LEAF, from_graph
 from transforms.rewrite.extract import dag_cost
 from transforms.rewrite.extracted import plan
 from transforms.rewrite.rules import SHARED_INPUT_MM
+from transforms.rewrite.ruleset import directions
 from transforms.rewrite.saturate import SaturationLimits
 
 saturate_mod = sys.modules["transforms.rewrite.saturate"]  # the package's name is the function
@@ -118,7 +119,7 @@ UNFUSE = Rule(SHARED_INPUT_MM.replacement, SHARED_INPUT_MM.pattern,
 
 def _saturated(p, rule):
     geg = from_graph(p, p.root, p.root_module.graph)
-    rules = saturate_mod._compiled([rule], "training", {})
+    rules = directions([rule], "training", {})
     saturate_mod._saturate(geg.eg, rules, SaturationLimits(), time.monotonic() + 20, geg.roots)
     return geg
 

@@ -120,6 +120,38 @@ def test_run_with_search_and_no_rules_raises():
         cli.run(example_program(), rules=(), search=True)
 
 
+def test_frozen_state_without_search_is_one_line_and_status_2(tmp_path, monkeypatch, capsys):
+    pt2 = _setup(tmp_path, monkeypatch)
+    argv = [str(pt2), "--rules", "my_search_rules:ASSOC", "--frozen-state"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--frozen-state" in err and "--search" in err and err.count("\n") == 1, err
+    with pytest.raises(cli.UsageError, match="--frozen-state"):
+        cli.run(torch.export.export(Chain(), (_ints(2, 2),) * 3), frozen_state=True)
+
+
+def test_frozen_state_and_verdicts_reach_saturate(tmp_path, monkeypatch, capsys):
+    """``--frozen-state`` searches with ``frozen_state=True`` (the report says state is frozen)
+    and ``--verdicts`` names the store ``saturate`` reads the verdicts from."""
+    from transforms.rewrite import ruleset
+
+    pt2 = _setup(tmp_path, monkeypatch)
+    stores = []
+    real = ruleset.check_rules
+
+    def recorded(rules, *, verdicts=None, **kw):
+        stores.append(verdicts)
+        return real(rules, verdicts=verdicts, **kw)
+
+    monkeypatch.setattr(ruleset, "check_rules", recorded)
+    store = tmp_path / "store"
+    status = cli.main([str(pt2), "--rules", "my_search_rules:ASSOC", "--assume", "reassociate",
+                       "--search", "--frozen-state", "--verdicts", str(store)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "state: frozen" in out and str(store) in map(str, stores)
+
+
 def test_the_help_and_readme_mention_search(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])

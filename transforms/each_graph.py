@@ -9,7 +9,7 @@ from ir.module import ModuleId
 from ir.program import Program
 from transforms.kernel import protected_names
 
-__all__ = ["map_graphs", "signature_names"]
+__all__ = ["map_graphs", "signature_names", "walked_graphs"]
 
 GraphFn = Callable[[ModuleId, Graph], Graph]
 
@@ -38,6 +38,16 @@ def map_graphs(p: Program, fn: GraphFn) -> Program:
     if not changed:
         return p
     return p.replace(modules=p.modules.update(changed))
+
+
+def walked_graphs(p: Program) -> list[tuple[ModuleId, Graph]]:
+    """``(module id, graph)`` for every graph of every module ``p.walk()`` reaches, modules in
+    the order it first reaches them (a module called from several paths once), each module's
+    graphs in order. The order the rewrite drivers (``rewrite``, ``saturate``, ``matches``)
+    visit graphs in and read a program's level from. O(modules + graphs)."""
+    table = p.module_table()
+    order = dict.fromkeys(mid for _, mid in p.walk())
+    return [(mid, g) for mid in order for g in table[mid].graphs]
 
 
 def signature_names(p: Program) -> frozenset[str]:

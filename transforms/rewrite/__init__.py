@@ -18,8 +18,11 @@ package: the editor, ``transforms.edit``, traces too).
   and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
 - ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
   ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
-- ``api``: ``rewrite`` / ``rewrite_report``: check the rules (``check_rule``), keep those whose
-  assumptions the caller grants (``assume=``), then ``engine.apply_rules``;
+- ``ruleset``: ``prepare``, the drivers' one front-end: the rules whose assumptions the caller
+  grants (``assume=``), compiled at the program's level and checked (``ensure_checked``), and
+  ``directions``, each compiled in the directions ``saturate`` matches it in;
+- ``api``: ``rewrite`` / ``rewrite_report``: the rules prepared (``ruleset``), then
+  ``engine.apply_rules``;
 - ``check_context``: ``check_rule_in_context``, rewrite's law on programs holding the pattern;
 - ``rules``: shipped rules (also importable as ``transforms.rewrite_rules``);
 - ``versions``: which writes in place the e-graph sees functionally (a fresh intermediate
@@ -30,7 +33,8 @@ package: the editor, ``transforms.edit``, traces too).
 - ``cost``: cost models (``roofline``, ``measured_cost``, ``program_cost``);
 - ``extract``: one e-node per class (greedy tree cost; exact ILP where scipy is installed);
 - ``extracted``: extraction per graph and the chosen program built through ``rewrite_nodes``;
-- ``saturate``: ``saturate`` / ``saturate_report``: equality saturation, extraction, the
+- ``saturate``: ``saturate`` / ``saturate_report``: the rules prepared (``ruleset``), then
+  equality saturation, extraction, the
   program rebuilt, never worse than the input or greedy ``rewrite`` (``docs/search.md``);
 - ``rule_key``: a rule's content key (what its verdict depends on, never its name);
 - ``verdict_store``: verdicts on disk (the user's store, the shipped verdicts);

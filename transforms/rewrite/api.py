@@ -1,5 +1,5 @@
-"""``rewrite`` and ``rewrite_report``: check the rules, keep those whose assumptions the caller
-grants, then ``engine.apply_rules``.
+"""``rewrite`` and ``rewrite_report``: the rules prepared (``ruleset.prepare``: those whose
+assumptions the caller grants, compiled and checked), then ``engine.apply_rules``.
 
 A ``Rule`` pairs a *pattern* and a *replacement*, two plain functions of tensors and Python
 scalars with the same results, and example inputs to trace them with::
@@ -22,13 +22,10 @@ from typing import Any
 
 import attrs
 
-from ir.errors import PassError
-from ir.graph import Graph
 from ir.program import Program
-from transforms.rewrite.engine import RewriteReport, apply_rules, rule_list
-from transforms.rewrite.rule import Rule, check_assumptions, rule_cache
-from transforms.rewrite.verdicts import check_rules
-from transforms.trace import level_of
+from transforms.rewrite.engine import RewriteReport, apply_rules
+from transforms.rewrite.rule import Rule
+from transforms.rewrite.ruleset import ensure_checked, prepare, rule_verdict
 
 
 def rewrite(p: Program, rules: Iterable[Rule], assume: Any = frozenset(), *,
@@ -101,71 +98,10 @@ def rewrite_report(
 
     Same contract, laws and complexity as ``rewrite``.
     """
-    granted = check_assumptions(assume, "rewrite: assume")
-    rules = rule_list(rules)
-    missing = {r.name: r.assumes - granted for r in rules if not r.assumes <= granted}
-    applied = [r for r in rules if r.name not in missing]
-    if applied:
-        level = level_of(_graphs(p))
-        for r in applied:
-            r.compiled(level)  # a malformed rule is refused before its check runs
-        check_rules(applied, verdicts=verdicts)  # the unchecked ones over the cores
-        for r in applied:
-            ensure_checked(r)
-    q, report = apply_rules(p, applied)
-    counts = {r.name: report.counts.get(r.name, 0) for r in rules}
-    return q, attrs.evolve(
-        report, counts=MappingProxyType(counts), not_granted=MappingProxyType(missing)
-    )
-
-
-def _graphs(p: Program) -> list[Graph]:
-    table = p.module_table()
-    order = dict.fromkeys(mid for _, mid in p.walk())
-    return [g for mid in order for g in table[mid].graphs]
-
-
-def rule_verdict(rule: Rule) -> BaseException | bool | None:
-    """``check_rule``'s verdict on ``rule`` as ``rewrite`` keeps it (in ``rule_cache``, a memo
-    keyed by the rule): ``True`` (right), the ``LawViolation``, or ``None`` before the first
-    ``rewrite`` that met the rule. O(1)."""
-    return rule_cache(rule).verdict
-
-
-def ensure_checked(rule: Rule, *, verdicts: Any = None) -> None:
-    """``check_rule``'s verdict on ``rule``, reached once and kept (``rule_verdict``), as
-    ``rewrite`` reaches it before applying the rule: nothing for a right or ``trusted`` rule;
-    ``PassError`` naming the rule and the counterexample for a wrong one (or a check that
-    broke). The verdict is looked for among the shipped verdicts and in the store
-    ``verdicts`` names before ``check_rule`` runs (``transforms.rewrite.verdicts.check_rules``).
-    ``check_rule_in_context`` calls it before its own search, outside hypothesis, so
-    the rule is checked as ``check_rule`` alone checks it. Cost: one ``check_rule`` the first
-    time in a process when no verdict is on disk (else a training-level trace of the rule, its
-    key), O(1) after."""
-    if rule.trusted:
-        return
-    cache = rule_cache(rule)
-    if cache.verdict is None:
-        check_rules([rule], verdicts=verdicts)
-    if isinstance(cache.verdict, BaseException):
-        cache.verdict = _without_frames(cache.verdict)
-    if cache.verdict is not True:
-        raise PassError(
-            f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
-            f"trusted=True) to skip the check): {cache.verdict}"
-        ) from cache.verdict
-
-
-def _without_frames(exc: BaseException) -> BaseException:
-    """``exc`` with the tracebacks of it and its causes dropped: a verdict kept beside a rule
-    must hold no frame that holds the rule (the memo would never let the rule go)."""
-    seen = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        e.__traceback__ = None
-        e = e.__cause__ or e.__context__
-    return exc
+    rs = prepare(p, rules, assume, who="rewrite", verdicts=verdicts)
+    q, report = apply_rules(p, rs.applied)
+    counts = {r.name: report.counts.get(r.name, 0) for r in rs.rules}
+    return q, attrs.evolve(report, counts=MappingProxyType(counts), not_granted=rs.missing)
 
 
 __all__ = ["ensure_checked", "rewrite", "rewrite_report", "rule_verdict"]

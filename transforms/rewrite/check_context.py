@@ -37,11 +37,12 @@ from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
 from transforms.rewrite import check as rule_law
-from transforms.rewrite.api import ensure_checked, rewrite
+from transforms.rewrite.api import rewrite
 from transforms.rewrite.check import assumed, check_rule, signatures
 from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
 from transforms.rewrite.rule_key import rule_seed
+from transforms.rewrite.ruleset import ensure_checked
 from transforms.trace import TRAINING, trace
 
 

@@ -34,7 +34,7 @@ import torch
 
 from ir import ops
 from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref
-from ir.effects import graph_effects
+from ir.effects import graph_effects, shares_first
 from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, Node
@@ -497,8 +497,9 @@ ESCAPE_CAP = 64  #: classes followed by ``escapes``, at most (past it: escapes)
 
 def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
     """Whether the value of class ``c`` reaches outside the graph's pure part: ``c``, or a
-    view of it (``ir.ops.is_view`` or alias-like e-nodes, and the ``getitem`` s of a list of
-    views such as a ``split``, followed up the parents), is in
+    view of it (e-nodes whose operator may give its first argument's memory,
+    ``ir.effects.shares_first``: views, alias-like operators, and the ``getitem`` s of a list
+    of views such as a ``split``, followed up the parents), is in
     ``pinned`` (canonical ids of the classes returned or read by a leaf: ``GraphEGraph.roots``)
     or is a leaf; ``True`` past ``ESCAPE_CAP`` classes followed. Two results of one rewrite
     that are views of one buffer may not both escape (``saturate``, ``extracted.plan``).
@@ -513,8 +514,7 @@ def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
             return True
         seen.add(x)
         for enode, owner in eg.parents.get(x, ()):
-            if callable(enode.op) and (ops.is_view(enode.op) or ops.is_alias_like(enode.op)
-                                       or getattr(enode.op, "__name__", "") == "getitem"):
+            if shares_first(enode.op):
                 todo.append(eg.find(owner))
     return False
 

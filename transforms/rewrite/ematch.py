@@ -38,17 +38,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 import torch
 
 from ir import ops
-from ir.args import IList, Ref
+from ir.args import EMPTY_DICT, IList, Ref
+from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.rewrite.egraph import EGraph, ENode
 from transforms.rewrite.match import Hole, Pattern, literal_equal
+from transforms.rewrite.rule import Match
 
-__all__ = ["EMatch", "ematch", "ematch_counted", "exact", "result_nodes", "single_result"]
+__all__ = [
+    "EMatch", "ematch", "ematch_counted", "ematch_value", "exact", "result_nodes",
+    "single_result",
+]
 
 
 @attrs.frozen
@@ -66,6 +72,26 @@ class EMatch:
     nodes: Mapping[str, ENode]
     loose: bool = False
     results: tuple[int, ...] = ()
+
+
+def ematch_value(rule: Any, m: EMatch, vals: Mapping[int, Any]) -> Match:
+    """The ``Match`` a rule's ``where`` sees for the e-match ``m`` (``guards.match_value``'s
+    twin on the e-graph): a tensor argument is a placeholder ``Node`` whose ``val`` is
+    ``vals[position]`` (its class's fake value), a scalar one the bound literal (else the
+    example's), each pattern node a ``call_function`` ``Node`` of the matched e-node's
+    operator (no arguments, no meta). O(pattern)."""
+    inputs = []
+    for i, x in enumerate(rule.example_inputs):
+        if isinstance(x, torch.Tensor):
+            inputs.append(Node(PLACEHOLDER, f"arg{i}", f"arg{i}", (), EMPTY_DICT,
+                               MappingProxyType({"val": vals.get(i)})))
+        else:
+            inputs.append(m.scalars.get(i, x))
+    nodes = {
+        k: Node(CALL_FUNCTION, k, n.op, (), EMPTY_DICT, MappingProxyType({}))
+        for k, n in m.nodes.items()
+    }
+    return Match(rule.name, nodes, tuple(inputs))
 
 
 def single_result(pattern: Pattern) -> bool:

@@ -36,6 +36,7 @@ from ir.names import target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
+from transforms.each_graph import walked_graphs
 from transforms.law_violation import LawViolation
 from transforms.rewrite import guards, sharing, sizes
 from transforms.rewrite.fold import fold_into_state
@@ -100,10 +101,11 @@ class RewriteReport:
 # --- the pass -----------------------------------------------------------------------------------
 
 
-def _graphs(p: Program) -> list[Graph]:
-    table = p.module_table()
-    order = dict.fromkeys(mid for _, mid in p.walk())
-    return [g for mid in order for g in table[mid].graphs]
+def program_level(p: Program) -> str:
+    """The level ``p``'s rules are traced at (``trace.level_of`` over its graphs in walk
+    order, ``each_graph.walked_graphs``): what ``rewrite``, ``saturate``, ``matches`` and
+    ``apply_rules`` all read. O(nodes)."""
+    return level_of([g for _, g in walked_graphs(p)])
 
 
 @gc_paused
@@ -143,7 +145,7 @@ def apply_rules(
     q = p
     if rules:
         run = _Run(done, skipped, _by_stage(guards.GUARDS), bool(fixpoint), deadline, cut)
-        level = level_of(_graphs(p))
+        level = program_level(p)
         for _ in range(_LEVEL_ROUNDS):
             nxt = _round(q, rules, level, run)
             if nxt is q or not run.fixpoint or run.cut:
@@ -152,7 +154,7 @@ def apply_rules(
             q = nxt
             # the replacements may have put operators of another level in: the rules are
             # traced again at the program's new level until it holds (a fixpoint there)
-            now = level_of(_graphs(q))
+            now = program_level(q)
             if now == level or _same_at_both_levels(rules, level, now):
                 break
             level = now
@@ -665,8 +667,9 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
             name = sources.get(rn.name) or w.fresh(_base(rn))
             args = _bind(rn.args, env, sentinels, b.scalars)
             kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
-            val = _fake_val(rn.target, args, kwargs, lookup)
-            if val is RAISED:
+            try:
+                val = _fake_val(rn.target, args, kwargs, lookup)
+            except kn.FakeRunFailed:
                 # the replacement raises on this match's values (shapes the pattern allows and
                 # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
                 w.make(rn.op, rn.target, args, kwargs, name=name)
@@ -761,30 +764,21 @@ def _common_stack(nodes: list[Node]) -> Any:
 
 
 def _fake_val(target, args, kwargs, lookup) -> Any:
-    """The kernel's fake propagation on the match's values (meta vals are not run: the
-    replaced node's val stands); ``RAISED`` when the replacement raises on them."""
+    """The kernel's fake propagation on the match's values (``kernel.fake_value``, its one
+    contract: ``None`` where an input's val is unknown, the replaced node's val then standing;
+    ``FakeRunFailed`` where the replacement raises on them). Meta vals are not run."""
 
     def val_of(r: Ref) -> Any:
         n = lookup(r.name)
         return n.meta.get("val") if n is not None else None
 
-    try:
-        return kn.fake_value(target, args, kwargs, val_of, meta=False)
-    except kn.FakeRunFailed:
-        return RAISED  # every input's val is known: the replacement fails on this match
+    return kn.fake_value(target, args, kwargs, val_of, meta=False)
 
 
-class _Raised:
-    """What ``_fake_val`` gives when the operator raised on fake values of known inputs."""
-
-    __slots__ = ()
-
-
-RAISED: Any = _Raised()
-
-
-
-__all__ = ["Rewrite", "RewriteReport", "apply_match", "apply_rules", "matches", "rule_list"]
+__all__ = [
+    "Rewrite", "RewriteReport", "apply_match", "apply_rules", "matches", "program_level",
+    "rule_list",
+]
 
 
 # --- search hooks: the matches of a rule, and one match applied ---------------------------------
@@ -804,7 +798,7 @@ def matches(p: Program, rule: Rule) -> tuple[Match, ...]:
     new match. Complexity: O(nodes + candidates · (pattern size + one instantiation)).
     """
     out: list[Match] = []
-    level = level_of(_graphs(p))
+    level = program_level(p)
     for mid, path, gi, graph, per_match, barriers in _graph_sites(p):
         for variant in rule.variants():
             c = variant.at_level(level)

@@ -18,7 +18,7 @@ import attrs
 
 from ir import ops
 from ir.args import IDict, IList, Ref, thaw
-from ir.effects import binds_symbols, graph_effects
+from ir.effects import binds_symbols, graph_effects, shares_first
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId
@@ -29,7 +29,7 @@ from transforms.rewrite.cost import Cost, call_cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
 __all__ = ["EXACT_MAX", "TOGETHER_SECONDS", "Builder", "Plan", "drop_dead", "output_alias",
-           "plan", "shared_escape", "shares_first"]
+           "plan", "shared_escape"]
 
 EXACT_MAX = 5_000  #: e-nodes past which the exact (ILP) extraction is not tried
 TOGETHER_SECONDS = 2.0
@@ -300,13 +300,6 @@ def output_alias(geg: GraphEGraph, graph: Graph, choice: Mapping[int, ENode]) ->
                 return True
             holders.setdefault(way, set()).add(was)
     return any(len(v) > 1 for v in holders.values())
-
-
-def shares_first(op: Any) -> bool:
-    """Whether an e-node or node of operator ``op`` may give memory of its first argument: a view, an alias-like operator
-    (``reshape``, ``contiguous``: they may return their input) or ``getitem``."""
-    return callable(op) and (ops.is_view(op) or ops.is_alias_like(op)
-                             or getattr(op, "__name__", "") == "getitem")
 
 
 class Builder:

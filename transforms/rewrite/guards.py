@@ -350,9 +350,12 @@ def layout_guard(
             if followed > _LAYOUT_CAP:
                 return False
             before = node.meta.get("val")
-            after = _rerun(view, node, vals)
+            try:
+                after = _rerun(view, node, vals)
+            except kn.FakeRunFailed:
+                return False  # raised at the new strides (a view they admit not)
             if after is None or before is None:
-                return False  # raised at the new strides (a view they admit not), or unknown
+                return False  # unknown
             same_sharing = _same_sharing(view, node, vals, before, after)
             flips = flips or not same_sharing
             if _same_layout(before, after) and same_sharing:
@@ -402,8 +405,8 @@ def _same_sharing(view: GraphView, node: Node, vals: Mapping[str, Any], before: 
 
 def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
     """``node``'s operator run on the fake values of its arguments, ``vals`` in place of
-    theirs (the kernel's fake propagation); ``None`` when an argument's value is unknown, no
-    fake mode is found, or it raises."""
+    theirs (the kernel's fake propagation, its contract: ``None`` when an argument's value is
+    unknown or no fake mode is found, ``FakeRunFailed`` when it raises)."""
 
     def read(r: Ref) -> Any:
         v = vals.get(r.name)
@@ -412,11 +415,8 @@ def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
             v = n.meta.get("val") if n is not None else None
         return v
 
-    try:
-        return kn.fake_value(node.target, node.args, node.kwargs, read,
-                             method=node.op == CALL_METHOD, meta=False)
-    except kn.FakeRunFailed:
-        return None
+    return kn.fake_value(node.target, node.args, node.kwargs, read,
+                         method=node.op == CALL_METHOD, meta=False)
 
 
 # --- what a match shares with its inputs ---------------------------------------------------------
@@ -548,18 +548,28 @@ def _placed(s: Site) -> bool:
 
 
 def _where(s: Site) -> bool:
-    where = s.rule.where
-    if where is None:
+    if s.rule.where is None:
         return True
     match = match_value(s.rule, s.compiled.pattern, s.exact, s.view)
+    return where_holds(s.rule, match, f"%{s.view.node[s.matched[-1]].name}")
+
+
+def where_holds(rule: Any, match: Match, at: str) -> bool:
+    """Whether ``rule.where`` holds of ``match`` (``True`` for a rule without one): the
+    ``where`` guard of ``rewrite`` (``match_value``) and of ``saturate``
+    (``ematch.ematch_value``). A ``where`` that raises is the rule's error: ``PassError``
+    naming the rule, the error and ``at`` (where the match is: ``%node``, an e-class); a
+    purefx error passes as it is. O(1) plus the ``where``."""
+    if rule.where is None:
+        return True
     try:
-        return bool(where(match))
+        return bool(rule.where(match))
     except PurefxError:
         raise
     except Exception as exc:
         raise PassError(
-            f"rule {s.rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
-            f"at %{s.view.node[s.matched[-1]].name}; make where() return a bool for every Match"
+            f"rule {rule.name!r}: its where() raised {type(exc).__name__}: {exc} on a match "
+            f"at {at}; make where() return a bool for every Match"
         ) from exc
 
 
@@ -694,6 +704,7 @@ __all__ = [
     "result_aliases",
     "shares_storage",
     "sharing_guard",
+    "where_holds",
     "without",
     "written_or_returned",
 ]

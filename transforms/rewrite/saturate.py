@@ -22,17 +22,19 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import EMPTY_DICT, IDict, IList, Ref, thaw
+from ir.args import IDict, IList, Ref, thaw
+from ir.effects import shares_first, view_base
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program, require_program
 from transforms import kernel as kn
+from transforms.each_graph import walked_graphs
 from transforms.edit import rewrite_nodes
-from transforms.rewrite.api import ensure_checked
-from transforms.rewrite.cost import Cost, program_cost, roofline
+from transforms.rewrite.cost import Cost, invariant_values, program_cost, roofline
 from transforms.rewrite.egraph import (
+    ESCAPE_CAP,
     LEAF,
     ClassData,
     EGraph,
@@ -44,19 +46,17 @@ from transforms.rewrite.egraph import (
     from_graph,
     spell,
 )
-from transforms.rewrite.ematch import EMatch, ematch_counted, exact, result_nodes
-from transforms.rewrite.engine import apply_rules, rule_list
-from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan, shares_first
+from transforms.rewrite.ematch import EMatch, ematch_counted, ematch_value, exact, result_nodes
+from transforms.rewrite.engine import apply_rules
+from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
+from transforms.rewrite.fold import fold_into_state
+from transforms.rewrite.guards import shares_storage, where_holds
 from transforms.rewrite.rule import (
-    Compiled,
-    Match,
     Rule,
-    check_assumptions,
     replacement_for,
-    rule_cache,
 )
-from transforms.rewrite.verdicts import check_rules
-from transforms.trace import level_of
+from transforms.rewrite.ruleset import Directed, directions, prepare
+from transforms.rewrite.sharing import output_bases
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 
@@ -179,7 +179,7 @@ class SaturationReport:
 def saturate(
     p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
     limits: SaturationLimits | None = None, assume: Any = frozenset(),
-    frozen_state: bool = False,
+    frozen_state: bool = False, verdicts: Any = None,
 ) -> Program:
     """The cheapest program equal to ``p`` that ``rules`` reach, found by equality saturation.
 
@@ -210,6 +210,9 @@ def saturate(
             (``fold.fold_into_state``: ``<module>._folded_<node>``, outside the state dict)
             in the returned program, greedy ``rewrite``'s included, so that its per-call cost
             is what it runs (``report.state``).
+        verdicts: where ``check_rule``'s verdicts are kept between processes, as in
+            ``rewrite(..., verdicts=)``: ``None`` for the default store, a directory, or
+            ``False`` for none.
 
     Returns:
         ``p`` itself (``is p``) when nothing cheaper was found; else the cheaper of the
@@ -240,40 +243,28 @@ def saturate(
     *Limits, measured*).
     """
     return saturate_report(p, rules, cost=cost, limits=limits, assume=assume,
-                           frozen_state=frozen_state)[0]
+                           frozen_state=frozen_state, verdicts=verdicts)[0]
 
 
 @gc_paused
 def saturate_report(
     p: Program, rules: Iterable[Rule], *, cost: Cost | None = None,
     limits: SaturationLimits | None = None, assume: Any = frozenset(),
-    frozen_state: bool = False,
+    frozen_state: bool = False, verdicts: Any = None,
 ) -> tuple[Program, SaturationReport]:
     """``saturate(p, rules, ...)`` and its ``SaturationReport``. Same contract, laws and
     complexity as ``saturate``."""
     started = time.monotonic()
     require_program(p, "saturate")
-    granted = check_assumptions(assume, "saturate: assume")
     limits = SaturationLimits() if limits is None else limits
     if not isinstance(limits, SaturationLimits):
         raise PassError(f"saturate: limits must be a SaturationLimits, got {limits!r}")
     cost = roofline if cost is None else cost
-    rules = rule_list(rules)
-    skipped: dict[str, str] = {}
-    applied = []
-    for r in rules:
-        if not r.assumes <= granted:
-            skipped[r.name] = f"assumes {sorted(r.assumes - granted)}, not granted"
-        else:
-            applied.append(r)
-    graphs = _graphs(p)
-    level = level_of([g for _, g in graphs])
-    for r in applied:
-        r.compiled(level)
-    check_rules(applied)  # those without a verdict (memory, shipped, store) over the cores
-    for r in applied:
-        ensure_checked(r)
-    compiled = _compiled(applied, level, skipped)
+    rs = prepare(p, rules, assume, who="saturate", verdicts=verdicts)
+    skipped = {name: f"assumes {sorted(flags)}, not granted" for name, flags in rs.missing.items()}
+    applied = list(rs.applied)
+    graphs = walked_graphs(p)
+    compiled = directions(applied, rs.level, skipped)
     clock = time.monotonic()
     seconds = {"check": 0.0, "saturate": 0.0, "extract": 0.0, "build": 0.0, "greedy": 0.0}
     seconds["check"] = clock - started
@@ -352,9 +343,6 @@ def _frozen(q: Program) -> tuple[Program, int]:
     """``q`` with the values its root graph computes from unwritten state alone
     (``cost.invariant_values``) folded into new constants (``fold.fold_into_state``), and how
     many nodes went. O(n) plus the folded arithmetic."""
-    from transforms.rewrite.cost import invariant_values
-    from transforms.rewrite.fold import fold_into_state
-
     graph = q.root_module.graph
     if graph is None:
         return q, 0
@@ -367,116 +355,10 @@ def _frozen(q: Program) -> tuple[Program, int]:
     return out, sum(1 for name in made if name not in left)
 
 
-def _graphs(p: Program) -> list[tuple[Any, Graph]]:
-    table = p.module_table()
-    order = dict.fromkeys(mid for _, mid in p.walk())
-    return [(mid, g) for mid in order for g in table[mid].graphs]
-
-
-# --- rules: each direction compiled once ---------------------------------------------------------
-
-
-@attrs.frozen
-class _Directed:
-    """A rule in one direction: the ``Rule`` whose pattern is matched (the reverse of a
-    ``both_ways`` rule is a trusted rule of swapped functions: the forward's check covers it,
-    equality being symmetric) and its compiled form."""
-
-    rule: Rule
-    compiled: Compiled
-    name: str
-
-
-def _compiled(rules: list[Rule], level: str, skipped: dict[str, str]) -> list[_Directed]:
-    out: list[_Directed] = []
-    for r in (v for rule in rules for v in rule.variants()):
-        c = r.at_level(level)
-        if c is None:
-            continue  # this variant does not exist at the program's level
-        if result_nodes(c.pattern) is not None:
-            out.append(_Directed(r, c, r.name))
-        else:
-            skipped[r.name] = _NOT_MATCHED
-        if r.both_ways:
-            _refuse_one_way(r, c)
-            back = _reverse(r)
-            try:
-                bc = back.compiled(level)
-            except PassError as exc:
-                if "uses scalar argument" in str(exc):  # one the replacement drops
-                    raise PassError(
-                        f"rule {r.name!r}: both_ways=True, but its reverse cannot be built: "
-                        f"{exc}; drop both_ways (the rule is then applied forwards only)"
-                    ) from exc
-                skipped[back.name] = f"cannot be matched: {exc}"
-                continue
-            if result_nodes(bc.pattern) is not None:
-                out.append(_Directed(back, bc, r.name))
-            else:
-                skipped[back.name] = _NOT_MATCHED
-    return out
-
-
-def _refuse_one_way(r: Rule, c: Compiled) -> None:
-    """``PassError`` where ``r`` says ``both_ways=True`` but its replacement drops a tensor
-    argument its pattern reads (a scalar one: the reverse's own refusal, ``_compiled``): the reverse would have to compute the pattern from
-    a value no match of the replacement binds, so it cannot be built, and the rule would be
-    used one way only, silently. Names the argument. O(pattern + replacement nodes)."""
-    pat, rep = c.traced, c.replacement
-    names = _parameter_names(r.pattern)
-    pat_users, rep_users = pat.graph.users(), rep.graph.users()
-    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
-    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
-
-    def reads(users: Mapping[str, Any], outs: tuple, name: str) -> bool:
-        return bool(users.get(name)) or any(type(o) is Ref and o.name == name for o in outs)
-
-    dropped = [pos for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph)
-               if reads(pat_users, pat.outputs, pp) and not reads(rep_users, rep.outputs, rp)]
-    if dropped:
-        pos = dropped[0]
-        what = names[pos] if pos < len(names) else f"argument {pos}"
-        raise PassError(
-            f"rule {r.name!r}: both_ways=True, but its replacement drops argument {pos} "
-            f"({what!r}), which its pattern reads: the reverse would have to compute the "
-            f"pattern from a value no match of the replacement binds, so it cannot be built; "
-            "drop both_ways (the rule is then applied forwards only) or make the replacement "
-            f"read {what!r}"
-        )
-
-
-def _parameter_names(fn: Any) -> list[str]:
-    """The positional parameter names of ``fn`` (empty where it has no signature). O(1)."""
-    import inspect
-
-    try:
-        return [p.name for p in inspect.signature(fn).parameters.values()]
-    except (TypeError, ValueError):
-        return []
-
-
-_NOT_MATCHED = ("a result of its pattern is an input, a literal or another result again "
-                "(saturate matches results that are distinct computed values)")
-
-
-def _reverse(r: Rule) -> Rule:
-    """The reverse of a ``both_ways`` rule, made once and kept beside it (``rule_cache``), so
-    that its traces are made once too."""
-    traced = rule_cache(r).traced
-    back = traced.get("reversed")
-    if back is None:
-        back = traced["reversed"] = Rule(
-            r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
-            where=r.where, trusted=True, specials=r.specials, assumes=r.assumes,
-            hypers=r.hypers,
-        )
-    return back
-
-
 # --- saturation ------------------------------------------------------------------------------------
 
 
-def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
+def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
               deadline: float, roots: Iterable[int] = (),
               read_by_leaves: Iterable[int] | None = None,
               ) -> tuple[tuple[int, ...], tuple[int, ...], str]:
@@ -501,7 +383,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
             for n in nodes:
                 if n.op != LEAF:
                     by_op.setdefault(n.op, []).append((n, c))
-        todo: list[tuple[_Directed, EMatch]] = []
+        todo: list[tuple[Directed, EMatch]] = []
         banned_now = False
         for i, d in enumerate(rules):
             if time.monotonic() > deadline:
@@ -543,7 +425,7 @@ def _saturate(eg: EGraph, rules: list[_Directed], limits: SaturationLimits,
     return tuple(sizes), tuple(classes), "iterations"
 
 
-def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
+def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
            layouts: _Layouts | None = None) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
@@ -560,7 +442,8 @@ def _apply(eg: EGraph, d: _Directed, m: EMatch, memo: dict,
         vals[pos] = eg.data[eg.find(cls)].val if cls is not None else None
     if not exact(eg, rule, c, m):
         return False  # a hole bound another value: the pattern traced there does not match
-    if rule.where is not None and not _where(rule, m, vals, eg):
+    if rule.where is not None and not where_holds(rule, ematch_value(rule, m, vals),
+                                                  f"e-class {m.root}"):
         return False
     try:
         rep = replacement_for(rule, c, m.scalars, vals)
@@ -680,7 +563,7 @@ def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
             eg.data[cls].covers = eg.data[cls].covers | cov
 
 
-def _instantiate(eg: EGraph, d: _Directed, m: EMatch, rep: Any, child_of: dict[str, int],
+def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[str, int],
                  val_of: dict[str, Any], memo: dict, layouts: _Layouts,
                  made: dict[str, ENode] | None) -> tuple[dict, dict] | None:
     """Run the replacement ``rep``'s nodes on fake values and, where ``made`` is a dict, add
@@ -701,9 +584,12 @@ def _instantiate(eg: EGraph, d: _Directed, m: EMatch, rep: Any, child_of: dict[s
             if _is_check(rn):
                 continue  # a metadata check on a value the e-graph does not hold
             return None
-        val = _fake_run(rn.target, args, kwargs, val_of, memo)
-        if val is _RAISED:
+        try:
+            val = _fake_run(rn.target, args, kwargs, val_of, memo)
+        except kn.FakeRunFailed:
             return None
+        if val is None and ops.facts(rn.target).results != 0:
+            return None  # an argument without a fake value, or no fake mode
         if _is_check(rn):
             continue
         if made is None:
@@ -757,8 +643,6 @@ def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) 
     functionally, ``versions``, is built as its functional twin: nothing here is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
     checks the extracted choice again (a later merge may make a result escape). O(views
     followed), at most ``egraph.ESCAPE_CAP`` each."""
-    from transforms.rewrite.sharing import output_bases
-
     bases = output_bases(rep)
     return all(len(shared) < 2 for shared in _escaping_by_base(eg, roots, bases, layouts))
 
@@ -772,8 +656,6 @@ def _may_unshare(eg: EGraph, roots: tuple[int, ...], pattern: Any, rep: Any,
     of one buffer are the caller's aliasing; fresh values in their place would lose it (the
     in-context law: "fresh, the original's result is an alias of output 0"). O(views
     followed), at most ``egraph.ESCAPE_CAP`` each."""
-    from transforms.rewrite.sharing import output_bases
-
     old_bases, new_bases = output_bases(pattern), output_bases(rep)
     for shared in _escaping_by_base(eg, roots, old_bases, layouts):
         if len(shared) > 1 and (None in {new_bases[i] for i in shared}
@@ -796,16 +678,12 @@ def _escaping_by_base(eg: EGraph, roots: tuple[int, ...], bases: tuple[str | Non
 
 
 def _is_check(n: Node) -> bool:
-    from ir import ops
-
     return ops.is_metadata_check(n.target)
 
 
 def _input_aliased(rep: Any, name: str) -> str | None:
     """The input (placeholder name) that the replacement's result ``name`` is, or is a view
     of through a chain of views (``ir.effects.view_base``); ``None`` for a fresh result."""
-    from ir.effects import view_base
-
     table = {n.name: n for n in rep.graph.nodes}
     base = view_base(name, table.get)
     n = table.get(base)
@@ -837,11 +715,9 @@ def _may_alias(eg: EGraph, root: int, source: int, layouts: _Layouts) -> bool:
 
 
 def _alias_sources(eg: EGraph, c: int) -> set[int] | None:
-    """Class ``c`` and the classes whose memory it may be, down its e-nodes that are views
-    or alias-like (``ir.ops.is_view``, ``is_alias_like``) or ``getitem`` s: their first
-    child, transitively; ``None`` past ``egraph.ESCAPE_CAP`` classes. O(classes reached)."""
-    from transforms.rewrite.egraph import ESCAPE_CAP
-
+    """Class ``c`` and the classes whose memory it may be, down its e-nodes that may give
+    their first argument's memory (``ir.effects.shares_first``): their first child,
+    transitively; ``None`` past ``egraph.ESCAPE_CAP`` classes. O(classes reached)."""
     seen: set[int] = set()
     todo = [eg.find(c)]
     while todo:
@@ -915,8 +791,6 @@ class _Layouts:
         reader of a mixed class."""
         if not self.mixed or not any(self.is_mixed(c) for c in e.children):
             return True
-        from ir import ops
-
         return not (ops.is_view(e.op) or ops.reads_strides(e.op))
 
     def inherit(self, e: ENode, c: int) -> None:
@@ -927,8 +801,6 @@ class _Layouts:
     def restride(self, c: int, new: Any, memo: dict) -> bool:
         """Whether a value of strides ``new`` may join class ``c`` (see the class); marks the
         classes whose strides may then differ."""
-        from ir import ops
-
         eg = self.eg
         pinned = {eg.find(x) for x in self.fixed}
         escaping = {eg.find(x) for x in self.pinned}
@@ -951,10 +823,11 @@ class _Layouts:
                 for i, ch in enumerate(enode.children):
                     ch = eg.find(ch)
                     env[f"#{i}"] = vals.get(ch, eg.data[ch].val)
-                after = _fake_run(enode.op, enode.args, enode.kwargs, env, memo)
-                before = eg.data[owner].val
-                if after is _RAISED:
+                try:
+                    after = _fake_run(enode.op, enode.args, enode.kwargs, env, memo)
+                except kn.FakeRunFailed:
                     return False
+                before = eg.data[owner].val
                 same = _same_layout(before, after)
                 if same is None:
                     return False
@@ -974,8 +847,6 @@ def _same_sharing(before: Any, before_in: Any, after: Any, after_in: Any) -> boo
     """Whether a reader's value shares memory with the class it reads at the new strides as
     it did at the old (``guards.shares_storage`` on the fake values): a ``reshape`` is a view
     of a contiguous value and a copy of a strided one. Unknown (not tensors): ``False``."""
-    from transforms.rewrite.guards import shares_storage
-
     was, now = shares_storage(before, before_in), shares_storage(after, after_in)
     return was is not None and was == now
 
@@ -1011,26 +882,6 @@ def _same_layout(before: Any, after: Any) -> bool | None:
     return before.numel() <= 1 or before.stride() == after.stride()
 
 
-def _where(rule: Rule, m: EMatch, vals: Mapping[int, Any], eg: EGraph) -> bool:
-    inputs = []
-    for i, x in enumerate(rule.example_inputs):
-        if isinstance(x, torch.Tensor):
-            inputs.append(Node(PLACEHOLDER, f"arg{i}", f"arg{i}", (), EMPTY_DICT,
-                               MappingProxyType({"val": vals.get(i)})))
-        else:
-            inputs.append(m.scalars.get(i, x))
-    nodes = {
-        k: Node(CALL_FUNCTION, k, n.op, (), EMPTY_DICT, MappingProxyType({}))
-        for k, n in m.nodes.items()
-    }
-    try:
-        return bool(rule.where(Match(rule.name, nodes, tuple(inputs))))
-    except Exception as exc:
-        raise PassError(
-            f"rule {rule.name!r}: its where raised {type(exc).__name__}: {exc}"
-        ) from exc
-
-
 def _bind(tree: Any, sentinels: Mapping, scalars: Mapping) -> Any:
     kind = type(tree)
     if kind is tuple:
@@ -1050,13 +901,6 @@ def _refs(tree: Any) -> list[Ref]:
     found: list[Ref] = []
     thaw(tree, found.append)
     return found
-
-
-class _Raised:
-    __slots__ = ()
-
-
-_RAISED: Any = _Raised()
 
 
 def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> tuple | None:
@@ -1080,28 +924,25 @@ def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) ->
 
 def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
               memo: dict | None = None) -> Any:
-    """``target`` run on the fake values of its arguments; ``_RAISED`` when it raises or an
-    argument has no fake value. ``memo``: results kept by ``_fake_key`` (one per search: the
-    same operator at the same shapes runs once)."""
+    """``target`` run on the fake values of its arguments (``kernel.fake_value``, fake modes
+    only, no ``meta`` runs; its contract: ``None`` where an argument has no fake value or no
+    fake mode is found, ``FakeRunFailed`` where the operator raises). ``memo``: results, and
+    failures, kept by ``_fake_key`` (one per search: the same operator at the same shapes
+    runs once)."""
     key = _fake_key(target, args, kwargs, val_of) if memo is not None else None
     if key is not None and key in memo:
-        return memo[key]
-    out = _fake_run_once(target, args, kwargs, val_of)
-    if key is not None:
-        memo[key] = out
-    return out
-
-
-def _fake_run_once(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> Any:
-    """The kernel's fake propagation (``kernel.fake_value``, fake modes only, no ``meta``
-    runs); ``_RAISED`` when it raises or gives nothing where the operator returns something
-    (an argument without a fake value, no fake mode)."""
+        out = memo[key]
+        if isinstance(out, kn.FakeRunFailed):
+            raise out
+        return out
     try:
         out = kn.fake_value(target, args, kwargs, lambda r: val_of.get(r.name), meta=False)
-    except kn.FakeRunFailed:
-        return _RAISED
-    if out is None and ops.facts(target).results != 0:
-        return _RAISED
+    except kn.FakeRunFailed as exc:
+        if key is not None:
+            memo[key] = exc.with_traceback(None)
+        raise
+    if key is not None:
+        memo[key] = out
     return out
 
 
