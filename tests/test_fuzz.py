@@ -259,3 +259,23 @@ def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():
     assert report.search_seconds >= 4 and report.examples > 3
     assert report.findings == ()
     assert asked and report.known.get("everything_is_known") == len(asked)
+
+
+def test_repro_leaves_out_inputs_the_program_no_longer_uses():
+    from lowering.fuzz.repro import check_repro, repro_script
+
+    class M(torch.nn.Module):
+        def forward(self, x, unused, w):
+            w.add_(1.0)
+            return torch.relu(x)
+
+    args = (torch.randn(3), torch.randn(5), torch.randn(2))
+    p = import_ep(torch.export.export(M(), args))
+    text = repro_script(p, args, {}, {}, target="callable", summary="s")
+    scope: dict = {"__name__": "r"}
+    exec(text, scope)  # noqa: S102 - our own generated script
+    made = scope["make_inputs"]()
+    assert [tuple(t.shape) for t in made] == [(3,), (2,)]  # x read, w written; unused dropped
+    assert torch.equal(made[0], args[0]) and torch.equal(made[1], args[1 + 1])
+    assert "def forward(self, x, w):" in text
+    assert check_repro(text, planted.eager) == []
