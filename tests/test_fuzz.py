@@ -367,3 +367,25 @@ def test_low_precision_rounding_is_known_on_any_device_and_a_real_bug_is_not():
     report = differential({"elided": planted.elide_half_round_trip},
                           programs=st.just(p), max_examples=1)
     assert report.findings == () and report.known == {"low_precision.rounding": 1}
+
+
+def test_magnitudes_follow_the_operands():
+    from lowering.fuzz.magnitude import Magnitudes
+
+    aten = torch.ops.aten
+    a = torch.tensor([1000.0, 2.0], dtype=torch.float64)
+    b = torch.tensor([999.5, -2.0], dtype=torch.float64)
+    with Magnitudes() as m:
+        d = aten.sub.Tensor(a, b)                  # [0.5, 4.0]: the first cancels
+        big = aten.mul.Tensor(d, 100.0)            # amplified: 100 * M(d)
+        row = aten.view.default(big, [1, 2])       # a view keeps the elementwise M
+        s = aten.sum.dim_IntList(row, [1])         # not pointwise: its own size
+        inplace = aten.clone.default(a)
+        aten.sub_.Tensor(inplace, b)
+    assert m.of(d).tolist() == [1999.5, 4.0]
+    assert m.of(big).tolist() == [199950.0, 400.0]
+    assert m.of(row).tolist() == [[199950.0, 400.0]]
+    assert m.of(s).tolist() == [450.0]
+    assert m.of(inplace).tolist() == [1999.5, 4.0]
+    assert m.of(a).tolist() == [1000.0, 2.0]      # not made by the run: its own size
+    assert m.of(torch.ones(2, dtype=torch.int64)) is None
