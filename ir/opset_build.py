@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ir import ops as op_facts
+from ir.literals import PRELUDE, scalar_literal
 from ir.opset import check_entry, normal_args, resolve, run_sample, same_results
 from ir.opset_entry import CORE, TRAINING, OpEntry, Sample, TensorSpec, Write
 from ir.torch_seam import OpOverload, op_schema, opinfo_db, pytree
@@ -867,7 +868,7 @@ def render(rows: list[OpEntry], summary: dict[str, Any]) -> str:
         "",
         "from ir.opset_entry import OpEntry, Sample, TensorSpec, Write",
         "",
-        "inf, nan = float('inf'), float('nan')",
+        PRELUDE,
         "",
         "ROWS: tuple[OpEntry, ...] = (",
     ]
@@ -910,19 +911,9 @@ def _src(v: Any) -> str:
     if type(v) is tuple:
         inner = ", ".join(_src(x) for x in v)
         return f"({inner},)" if len(v) == 1 else f"({inner})"
-    if isinstance(v, torch.dtype):
-        return str(v)
-    if isinstance(v, torch.device):
-        return f"torch.device({str(v)!r})"
-    if isinstance(v, (torch.layout, torch.memory_format)):
-        return str(v)
-    if type(v) is float:
-        return "nan" if math.isnan(v) else ("inf" if v == math.inf else
-                                            "-inf" if v == -math.inf else repr(v))
-    if type(v) is complex:
-        return f"complex({_src(v.real)}, {_src(v.imag)})"
-    if isinstance(v, (bool, int, str, type(None))):
-        return repr(v)
+    text = scalar_literal(v)
+    if text is not None:
+        return text
     raise TypeError(f"cannot write {type(v).__name__} {v!r} into the table")
 
 

@@ -17,6 +17,7 @@ class _Planted(TorchDispatchMode):
         super().__init__()
         self.rule = rule
         self.clones = set()
+        self.wide = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.rule(self, func, args, dict(kwargs or {}))
@@ -48,6 +49,25 @@ def _inplace_on_clone(mode, func, args, kwargs):
     return out
 
 
+def _integer_off_by_one(mode, func, args, kwargs):
+    # a pointwise arithmetic operator on integer tensors (integer operands, integer result; not
+    # in place, not a copy) is one too high
+    out = func(*args, **kwargs)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if torch.Tag.pointwise in func.tags and func not in _COPIES \
+            and func._schema.returns[0].alias_info is None and isinstance(out, torch.Tensor) \
+            and tensors and all(_integer(t) for t in (out, *tensors)):
+        return out + 1
+    return out
+
+
+_COPIES = {aten.clone.default, aten._to_copy.default, aten.copy_.default}
+
+
+def _integer(t):
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
 def _compiler(rule):
     def compile(module):
         def run(*args, **kwargs):
@@ -63,8 +83,58 @@ def _compiler(rule):
 drop_alpha_when_broadcast = _compiler(_drop_alpha)
 sum_for_keepdim_mean = _compiler(_keepdim_mean)
 skip_add_on_clone = _compiler(_inplace_on_clone)
+integer_off_by_one = _compiler(_integer_off_by_one)
 
 
 def eager(module):
     """A correct backend: the module itself."""
     return module
+
+
+def _gelu_one_ulp_up(mode, func, args, kwargs):
+    # every exact gelu (not the tanh approximation) one float ulp above eager's: a rounding
+    # difference, no bug
+    out = func(*args, **kwargs)
+    if func is aten.gelu.default and kwargs.get("approximate", "none") == "none" \
+            and out.is_floating_point():
+        return torch.nextafter(out, torch.full_like(out, float("inf")))
+    return out
+
+
+def _nudged(amount):
+    def _sub_nudged(mode, func, args, kwargs):
+        # every sub (and mul) result off by a fixed amount: a miscompile of that size
+        out = func(*args, **kwargs)
+        if func in (aten.sub.Tensor, aten.mul.Tensor) and out.is_floating_point():
+            return out + amount
+        return out
+
+    return _sub_nudged
+
+
+gelu_one_ulp_up = _compiler(_gelu_one_ulp_up)
+
+
+def sub_and_mul_off_by(amount):
+    """A backend whose every ``sub`` and ``mul`` result is ``amount`` off."""
+    return _compiler(_nudged(amount))
+
+
+def _elide_half_round_trip(mode, func, args, kwargs):
+    # a fused chain float32 -> float16 -> mul -> float32 keeps its intermediates in float32 (the
+    # roundings to float16 eager makes are elided), as inductor does without
+    # emulate_precision_casts
+    out = func(*args, **kwargs)
+    low = (torch.float16, torch.bfloat16)
+    if func is aten._to_copy.default and isinstance(out, torch.Tensor):
+        if out.dtype in low and args[0].dtype == torch.float32:
+            mode.wide[id(out)] = (out, args[0])
+        elif out.dtype == torch.float32 and id(args[0]) in mode.wide:
+            return mode.wide[id(args[0])][1].clone()
+    elif func in (aten.mul.Tensor, aten.mul.Scalar) and id(args[0]) in mode.wide \
+            and not isinstance(args[1], torch.Tensor):
+        mode.wide[id(out)] = (out, mode.wide[id(args[0])][1] * args[1])
+    return out
+
+
+elide_half_round_trip = _compiler(_elide_half_round_trip)

@@ -5,13 +5,20 @@ returns a ``FuzzReport`` of ``Finding`` s, each shrunk, with a standalone repro 
 """
 
 from lowering.fuzz.backends import BUILTINS, Backend, FuzzError
-from lowering.fuzz.known import BUILTIN_KNOWN, PRECISION_CASTS, RANDOM_NUMBERS, Known
+from lowering.fuzz.known import (
+    BUILTIN_KNOWN,
+    LOW_PRECISION_ROUNDING,
+    PRECISION_CASTS,
+    RANDOM_NUMBERS,
+    Known,
+)
 from lowering.fuzz.programs import default_programs
 from lowering.fuzz.search import Finding, FuzzReport, differential, program_text
 
 __all__ = [
     "BUILTINS",
     "BUILTIN_KNOWN",
+    "LOW_PRECISION_ROUNDING",
     "PRECISION_CASTS",
     "RANDOM_NUMBERS",
     "Backend",

@@ -6,11 +6,14 @@ in place), run under ``torch.no_grad()`` with the random state seeded alike
 result's pytree leaves), the inputs after the call (what the call wrote in place), the state
 after the call (every fqn of the program's state, read where the backend keeps it). A floating
 leaf is compared within ``lowering.fuzz.tolerance.bounds``; where that finds a difference,
-again with eager's own error against a float64 run allowed twice over.
+again against a float64 run, with eager's own error against it allowed twice over and ``rtol``
+of the magnitude of the operands the value was computed from (``lowering.fuzz.magnitude``: a
+cancelling subtraction is judged on its operands' scale).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +28,7 @@ from ir.node import CALL_FUNCTION, OUTPUT
 from ir.program import Program
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
+from lowering.fuzz.magnitude import Magnitudes
 from lowering.fuzz.tolerance import bounds, error_budget
 from lowering.lower import lower
 
@@ -36,12 +40,16 @@ accepts), or a backend that raises where eager runs."""
 @attrs.frozen
 class Side:
     """One run: ``outputs``, ``inputs`` (after the call) and the state's values, as flat tuples
-    of detached copies, or ``error`` (the exception's type name and first line)."""
+    of detached copies, or ``error`` (the exception's type name and first line);
+    ``magnitudes``: where the run was watched (``run(..., watch=True)``), a ``Side`` of the
+    same leaves holding each floating leaf's magnitude (``lowering.fuzz.magnitude``), ``None``
+    for the others."""
 
     outputs: tuple = ()
     inputs: tuple = ()
     state: Mapping[str, Any] = attrs.field(factory=dict)
     error: tuple[str, str] | None = None
+    magnitudes: Side | None = None
 
 
 @attrs.frozen
@@ -86,21 +94,29 @@ def reference_module(program: Program, setup: Setup) -> torch.nn.Module:
 
 
 def run(fn: Callable[..., Any], args: tuple, kwargs: dict, holder: Any,
-        fqns: Sequence[str] | None, seed: int) -> Side:
+        fqns: Sequence[str] | None, seed: int, watch: bool = False) -> Side:
     """``fn(*args, **kwargs)`` on copies, under ``torch.no_grad()`` and ``seed``; the state
-    ``fqns`` read from ``holder`` after the call (``None``: not observed). O(call + copies)."""
+    ``fqns`` read from ``holder`` after the call (``None``: not observed). ``watch``: the run
+    is watched by ``lowering.fuzz.magnitude.Magnitudes`` and the side carries its leaves'
+    magnitudes. O(call + copies), watched: O(elements of every operator call) more."""
+    watcher = Magnitudes() if watch else None
 
     def call(*a: Any, **k: Any) -> Any:
-        with torch.no_grad():
+        with torch.no_grad(), watcher if watcher is not None else contextlib.nullcontext():
             return fn(*a, **k)
 
     ran = outcome(call, *args, seed=seed, **kwargs)
     if not ran.ok:
         return Side(error=ran.error)
-    outs = tuple(fresh(pytree.tree_flatten(ran.results)[0]))
-    ins = tuple(fresh(pytree.tree_flatten((ran.args, ran.kwargs))[0]))
-    state = {f: fresh(state_value(holder, f)) for f in fqns} if fqns is not None else {}
-    return Side(outs, ins, state)
+    outs = pytree.tree_flatten(ran.results)[0]
+    ins = pytree.tree_flatten((ran.args, ran.kwargs))[0]
+    state = {f: state_value(holder, f) for f in fqns} if fqns is not None else {}
+    magnitudes = None
+    if watcher is not None:
+        magnitudes = Side(tuple(watcher.of(x) for x in outs), tuple(watcher.of(x) for x in ins),
+                          {f: watcher.of(v) for f, v in state.items()})
+    return Side(tuple(fresh(outs)), tuple(fresh(ins)), {f: fresh(v) for f, v in state.items()},
+                magnitudes=magnitudes)
 
 
 def state_value(holder: Any, fqn: str) -> Any:
@@ -114,9 +130,12 @@ def state_value(holder: Any, fqn: str) -> Any:
 
 
 def compare(program: Program, got: Side, want: Side,
-            exact: Callable[[], Side | None] | None = None) -> Verdict | None:
+            exact: Callable[[], Side | None] | None = None,
+            precision: torch.dtype | None = None) -> Verdict | None:
     """The verdict on ``got`` (a backend's run) against ``want`` (eager's), or ``None`` when
     they agree. ``exact()``: eager in float64, asked only where a floating leaf differs.
+    ``precision``: a coarser floating dtype every floating leaf is judged at (as if computed in
+    it; ``lowering.fuzz.tolerance.bounds``), ``None``: each at its own.
 
     A crash is ``got.error`` where ``want`` ran; a backend that returns where eager raised is a
     mismatch; both raising is no finding. Laws: ``compare(p, s, s) is None``.
@@ -146,32 +165,40 @@ def compare(program: Program, got: Side, want: Side,
             return Verdict("mismatch", f"{len(g_items)} {where}s, eager gives {len(w_items)}",
                            (where, 0), 1.0, _cause(program, (where, 0)))
         for i, (g, w) in enumerate(zip(g_items, w_items)):
-            found = _leaf(g, w, budget, lambda f=field, i=i: _at(reference(), f, i))
+            found = _leaf(g, w, budget, lambda f=field, i=i: _at(reference(), f, i),
+                          precision)
             if found is not None:
                 return _verdict(program, (where, i), found)
     for fqn in sorted(want.state):
         if fqn not in got.state:
             continue
         found = _leaf(got.state[fqn], want.state[fqn], budget,
-                      lambda f=fqn: _state_at(reference(), f))
+                      lambda f=fqn: _state_at(reference(), f), precision)
         if found is not None:
             return _verdict(program, ("state", fqn), found)
     return None
 
 
-def _at(side: Side | None, field: str, i: int) -> Any:
+def _at(side: Side | None, field: str, i: int) -> tuple[Any, Any]:
+    """The exact run's leaf ``i`` of ``field`` and its magnitude (``None`` where absent)."""
     if side is None:
-        return None
+        return None, None
     items = getattr(side, field)
-    return items[i] if i < len(items) else None
+    mags = getattr(side.magnitudes, field) if side.magnitudes is not None else ()
+    return (items[i] if i < len(items) else None), (mags[i] if i < len(mags) else None)
 
 
-def _state_at(side: Side | None, fqn: str) -> Any:
-    return None if side is None else side.state.get(fqn)
+def _state_at(side: Side | None, fqn: str) -> tuple[Any, Any]:
+    if side is None:
+        return None, None
+    mags = side.magnitudes.state if side.magnitudes is not None else {}
+    return side.state.get(fqn), mags.get(fqn)
 
 
-def _leaf(g: Any, w: Any, budget: int, exact: Callable[[], Any]) -> tuple[str, float] | None:
-    """``(sentence, relative error)`` where leaf ``g`` differs from eager's ``w``, else None."""
+def _leaf(g: Any, w: Any, budget: int, exact: Callable[[], tuple[Any, Any]],
+          precision: torch.dtype | None = None) -> tuple[str, float] | None:
+    """``(sentence, relative error)`` where leaf ``g`` differs from eager's ``w``, else None.
+    ``exact()``: the float64 run's leaf and its magnitude (``lowering.fuzz.magnitude``)."""
     if not isinstance(w, torch.Tensor):
         return None if _same_plain(g, w) else (f"got {g!r}, eager gives {w!r}", 1.0)
     if not isinstance(g, torch.Tensor):
@@ -188,17 +215,20 @@ def _leaf(g: Any, w: Any, budget: int, exact: Callable[[], Any]) -> tuple[str, f
         return _sentence(bad, gc, wc, 1.0)
     if w.is_complex():
         gc, wc = torch.view_as_real(gc.resolve_conj()), torch.view_as_real(wc.resolve_conj())
-    rtol, atol = bounds(wc, budget)
+    rtol, atol = bounds(wc, budget, precision)
     g64, w64 = gc.to(torch.float64), wc.to(torch.float64)
     allowed = atol + rtol * w64.abs()
     bad = _outside(g64, w64, allowed)
     if not bool(bad.any()):
         return None
-    ref = exact()
+    ref, size = exact()
     if isinstance(ref, torch.Tensor) and ref.shape == w.shape and not w.is_complex():
         r64 = ref.detach().cpu().to(torch.float64)
         own = torch.nan_to_num((w64 - r64).abs(), nan=0.0, posinf=0.0)
-        bad &= _outside(g64, r64, allowed + 2 * own)
+        wide = allowed + 2 * own
+        if isinstance(size, torch.Tensor) and size.shape == w.shape:
+            wide = wide + rtol * torch.nan_to_num(size.cpu(), nan=0.0, posinf=0.0)
+        bad &= _outside(g64, r64, wide)
         if not bool(bad.any()):
             return None
     scale = atol / rtol if rtol else 1.0

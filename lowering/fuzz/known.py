@@ -1,7 +1,9 @@
 """Documented deviations of torch's compilers from eager, as data: what the fuzzer does not report.
 
-A known deviation is a predicate ``(finding) -> bool``. The built-in ones are :class:`Known`
-values: a deviation that a documented ``torch._inductor.config`` setting turns off. The
+A known deviation is a predicate ``(finding) -> bool``. Most built-in ones are :class:`Known`
+values: a deviation that a documented ``torch._inductor.config`` setting turns off; one is a
+:class:`WithinPrecision`: a difference within the tolerance of the low precision the program
+computes in. The
 predicate holds for a mismatch when the program involves what the deviation is about (a
 float16 / bfloat16 value, a random operator) and the finding's backend, compiled again with
 that setting, agrees with eager: then the difference was the documented one, and nothing else.
@@ -96,9 +98,59 @@ RANDOM_NUMBERS = Known(
 )
 """Inductor draws random numbers with its own generator: other numbers than eager's."""
 
-BUILTIN_KNOWN: tuple[Known, ...] = (PRECISION_CASTS, RANDOM_NUMBERS)
+def lowest_precision(program: Program, dtype: torch.dtype | None = None) -> torch.dtype | None:
+    """The coarsest of float16 and bfloat16 that the run's ``dtype`` or a value or cast of
+    ``program``'s root graph has (bfloat16 before float16), ``None`` for neither. O(nodes)."""
+    found = {dtype} & LOW_PRECISION
+    for node in program.root_module.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in LOW_PRECISION:
+            found.add(val.dtype)
+        found |= {v for v in node.kwargs.values() if isinstance(v, torch.dtype)} & LOW_PRECISION
+    return max(found, key=lambda d: torch.finfo(d).eps) if found else None
+
+
+@attrs.frozen
+class WithinPrecision:
+    """A deviation of size: a mismatch in a program that computes in float16 or bfloat16 that
+    is within the tolerance of that dtype (``lowering.fuzz.tolerance``: ``eps(d)`` times the
+    program's error budget, at most ``1e-2`` for float16, ``5e-2`` for bfloat16), every result
+    judged as if computed in it. Device-independent: it asks no compiler setting, so it also
+    holds where a setting that should remove the deviation does not (CUDA inductor kept fused
+    float16 intermediates in float32 under ``emulate_precision_casts=True`` in our GPU run).
+    A real bug in such a program stays a finding when it is larger than that tolerance.
+    Called on a finding: whether it is this deviation; costs one compile and run."""
+
+    name: str
+    documented: str
+
+    def __call__(self, finding: Any) -> bool:
+        """Whether ``finding`` is a mismatch of a low-precision program that a run judged at
+        that precision does not show. Never raises (an error is ``False``)."""
+        coarse = lowest_precision(finding.program, finding.setup.dtype)
+        if finding.kind != "mismatch" or coarse is None or finding.compiler is None:
+            return False
+        try:
+            trial = try_program(finding.program, (finding.compiler,), finding.setup, coarse)
+        except Exception:  # noqa: BLE001 - a predicate that cannot decide says no
+            return False
+        return trial.eager.error is None and trial.verdicts[finding.compiler.name] is None
+
+
+LOW_PRECISION_ROUNDING = WithinPrecision(
+    "low_precision.rounding",
+    "torch._inductor.config.emulate_precision_casts (torch/_inductor/config.py), as "
+    "PRECISION_CASTS: a compiler that keeps a float16 / bfloat16 intermediate in float32 "
+    "differs from eager by the rounding of that intermediate, within the low-precision dtype's "
+    "tolerance, whether or not a setting turns it off on the device at hand.",
+)
+"""A difference in a float16 / bfloat16 program within that dtype's tolerance: the rounding of
+a low-precision intermediate a compiler kept wider (asked after the setting-based ones)."""
+
+BUILTIN_KNOWN: tuple[Any, ...] = (PRECISION_CASTS, RANDOM_NUMBERS, LOW_PRECISION_ROUNDING)
 """The known deviations ``lowering.fuzz.differential`` always asks, before the caller's."""
 
 
-__all__ = ["BUILTIN_KNOWN", "LOW_PRECISION", "PRECISION_CASTS", "RANDOM_NUMBERS", "Known",
-           "involves_low_precision", "involves_random"]
+__all__ = ["BUILTIN_KNOWN", "LOW_PRECISION", "LOW_PRECISION_ROUNDING", "PRECISION_CASTS",
+           "RANDOM_NUMBERS", "Known", "WithinPrecision", "involves_low_precision",
+           "involves_random", "lowest_precision"]

@@ -4,7 +4,8 @@
 (the program's root graph as one ``forward`` of ``torch.ops.aten`` calls, its state registered
 with the exact values the fuzzer ran, tied state as one tensor under both names, buffer and input
 updates written back in place as the lowered program does), ``make_inputs()`` (the positional
-inputs, exact values; keyword inputs made positional), ``compile_backend(module)`` (the backend
+inputs the program reads or writes, exact values, keyword inputs made positional; an input it
+no longer uses is left out), ``compile_backend(module)`` (the backend
 as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output, input written
 and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences).
 Run as a script it prints them and exits 1 when there are any.
@@ -13,7 +14,6 @@ Run as a script it prints them and exits 1 when there are any.
 from __future__ import annotations
 
 import keyword
-import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,6 +22,7 @@ import torch
 
 from ir.args import IDict, IList, Ref
 from ir.errors import PurefxError
+from ir.literals import PRELUDE, scalar_literal
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
@@ -45,7 +46,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
 
     Parameters:
         program: the (shrunk) program; its root graph is written out, so it must be flat.
-        args, kwargs: the inputs the fuzzer ran (exact values are written; kwargs in order).
+        args, kwargs: the inputs the fuzzer ran (exact values are written; kwargs in order;
+            those the graph neither reads nor writes are left out).
         state: fqn -> the tensor each state fqn held before the call (tied fqns: one object).
         target: the backend's target (``lowering.fuzz.backends.REPRO_COMPILE`` key).
         summary: one line, the script's first docstring line.
@@ -90,6 +92,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
     params: list[str] = []
     body: list[str] = []
     user = {s.name for s in sig.user_inputs()}
+    written = {o.target for o in sig.outputs if o.kind == "user_input_mutation"}
+    kept = [s.name in read or s.name in written for s in sig.user_inputs()]
     for spec in sig.inputs:
         if spec.kind in _STATE_KINDS:
             if spec.target not in attr_of:
@@ -97,6 +101,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             var[spec.name] = names.fresh(spec.name)
             body.append(f"        {var[spec.name]} = self.{attr_of[spec.target]}")
         elif spec.name in user:
+            if spec.name not in read and spec.name not in written:
+                continue
             var[spec.name] = names.fresh(spec.name)
             params.append(var[spec.name])
         else:
@@ -118,7 +124,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             continue
         var[node.name] = names.fresh(node.name)
         body.append(f"        {var[node.name]} = {_call(node, var)}")
-    inputs = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
+    flat = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
+    inputs = [x for x, keep in zip(flat, kept) if keep] if len(flat) == len(kept) else flat
     rtol = {str(d): relative(d, error_budget(program))
             for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
     lines = [
@@ -133,7 +140,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         "import torch",
         "from torch import nn",
         "",
-        "inf, nan = float('inf'), float('nan')",
+        PRELUDE,
         "",
         "",
         "class Repro(nn.Module):",
@@ -328,17 +335,9 @@ def _literal(x: Any) -> str:
         return f"({inner},)" if len(x) == 1 else f"({inner})"
     if isinstance(x, dict):
         return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in x.items()) + "}"
-    if isinstance(x, float):
-        return repr(x) if math.isfinite(x) else ("nan" if math.isnan(x) else
-                                                 ("inf" if x > 0 else "-inf"))
-    if isinstance(x, (bool, int, str)) or x is None:
-        return repr(x)
-    if isinstance(x, torch.dtype):
-        return str(x)
-    if isinstance(x, torch.device):
-        return f"torch.device({str(x)!r})"
-    if isinstance(x, (torch.layout, torch.memory_format)):
-        return str(x)
+    text = scalar_literal(x)
+    if text is not None:
+        return text
     raise ReproError(f"the repro writer cannot spell the literal {x!r} ({type(x).__name__})")
 
 

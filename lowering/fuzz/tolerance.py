@@ -89,11 +89,16 @@ def relative(dtype: torch.dtype, budget: int) -> float:
     return min(eps * budget, MOST_RELATIVE.get(dtype, eps * MOST_ULPS))
 
 
-def bounds(want: torch.Tensor, budget: int) -> tuple[float, float]:
+def bounds(want: torch.Tensor, budget: int,
+           precision: torch.dtype | None = None) -> tuple[float, float]:
     """``(rtol, atol)`` for comparing a result against eager's ``want``: ``rtol`` from
-    :func:`relative`, ``atol = rtol * scale`` with ``scale`` the largest finite magnitude of
-    ``want`` (1 where it has none). O(elements)."""
+    :func:`relative` (of ``want``'s dtype, or of ``precision`` where that is a coarser floating
+    dtype and ``want`` is floating: the result judged as if computed in ``precision``),
+    ``atol = rtol * scale`` with ``scale`` the largest finite magnitude of ``want`` (1 where it
+    has none). O(elements)."""
     rtol = relative(want.dtype, budget)
+    if rtol and precision is not None:
+        rtol = max(rtol, relative(precision, budget))
     if rtol == 0.0:
         return 0.0, 0.0
     w = want.detach().to("cpu", torch.float64)

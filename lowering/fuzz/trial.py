@@ -82,9 +82,11 @@ def with_input_dtype(program: Program, dtype: torch.dtype) -> Program:
     return program.replace(modules=modules)
 
 
-def try_program(program: Program, backends: Sequence[Backend], setup: Setup) -> Trial:
+def try_program(program: Program, backends: Sequence[Backend], setup: Setup,
+                precision: torch.dtype | None = None) -> Trial:
     """Run ``program`` (already :func:`placed`) by eager and by each of ``backends``; judge
-    each against eager (``lowering.fuzz.judge.compare``). O(backends * (lower + compile + run)).
+    each against eager (``lowering.fuzz.judge.compare``, every floating leaf at least at
+    ``precision``'s tolerance where given). O(backends * (lower + compile + run)).
     """
     fqns = tuple(program.state)
     args, kwargs = example_inputs(program, setup)
@@ -100,7 +102,7 @@ def try_program(program: Program, backends: Sequence[Backend], setup: Setup) -> 
     verdicts: dict[str, Verdict | None] = {}
     for backend in backends:
         got = backend_side(backend, program, setup, fqns)
-        verdicts[backend.name] = compare(program, got, eager, exact)
+        verdicts[backend.name] = compare(program, got, eager, exact, precision)
     return Trial(program, args, kwargs, eager, verdicts)
 
 
@@ -120,12 +122,12 @@ def backend_side(backend: Backend, program: Program, setup: Setup, fqns: tuple) 
 def _exact(program: Program, setup: Setup, fqns: tuple) -> Side | None:
     wide = attrs.evolve(setup, dtype=torch.float64)
     try:
-        module = reference_module(program, wide)
+        module = reference_module(with_input_dtype(program, torch.float64), wide)
     except Exception:  # noqa: BLE001 - no exact run: judged without it
         return None
     args, kwargs = example_inputs(program, setup)
     args, kwargs = _widened(args), {k: _widened(v) for k, v in kwargs.items()}
-    side = run(module, args, kwargs, module, fqns, setup.seed)
+    side = run(module, args, kwargs, module, fqns, setup.seed, watch=True)
     return None if side.error is not None else side
 
 
