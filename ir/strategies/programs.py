@@ -143,6 +143,7 @@ from ir.strategies.opset_steps import (
     permutation_for,
     resolve_ops,
     result_tensors,
+    scatter,
     uninitialized,
 )
 from ir.torch_seam import new_fake_mode, op_schema, pytree, storage_identity
@@ -476,6 +477,7 @@ class _Builder:
         self.batch = 1 + header[0] % 3
         self.rng = torch.Generator().manual_seed(header[1] | header[2] << 8)
         self.objects = self._objects(records)
+        self.opset_seed = scatter(*header, *records)  # the opset steps' rows: see ``_opset``
         self.nodes: list[Node] = []
         self.counts: dict[str, int] = {}
         self.taken: set[str] = set()
@@ -913,7 +915,7 @@ class _Builder:
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
-        if "opset" in self.on and kind >= 64:  # three steps of four call the opset
+        if "opset" in self.on and kind >= 192:  # one step of four calls the opset
             choice = "opset"
         a = _back(scope.vals, x)
         act = self._act()
@@ -1176,10 +1178,12 @@ class _Builder:
         if not self.opset_rows or scope.preserved or self.sites[index] != 1:
             return self._op(aten.relu.default, (a,), shape=self._act())
         data = self.draw(_OPSET_STEP_BYTES)
-        # the row: the step's two bytes and the program's seed bytes, scattered (hypothesis's
-        # bytes favour small values and repeats; all zeros still decode to row 0)
-        mixed = (data[0] << 8 | data[1]) * 40503 + (self.header[1] << 8 | self.header[2]) * 9973
-        at = mixed % len(self.opset_rows)
+        # the row: the step's two bytes, the program's seed bytes and the step's number,
+        # scattered (hypothesis's bytes favour small values and repeats, so a plain product
+        # of them met a few hundred rows in a thousand draws); zero bytes decode to row 0
+        at = 0 if not any(data) else scatter(
+            int.from_bytes(data), self.opset_seed, len(self.rows_used)
+        ) % len(self.opset_rows)
         for _ in range(len(self.opset_rows)):  # a row this program has not called yet
             if at not in self.rows_used:
                 break
@@ -1442,7 +1446,7 @@ class _Builder:
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
         if self.opset_rows:  # and a run of opset steps at the end of the root's body
-            for _ in range(self.draw(_count(2 * self.max_ops))):
+            for _ in range(self.max_ops + self.draw(_count(self.max_ops))):
                 if self._full():
                     break
                 scope.vals.append(self._opset("", scope, [], scope.vals[-1], 0, 0))
