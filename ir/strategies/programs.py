@@ -364,13 +364,15 @@ def _checked(
     forced = check_features("always", always)
     if features is None:
         allowed -= OPT_IN_FEATURES | OFF_BY_DEFAULT
-    if ops is not None or "opset" in forced:  # naming operators asks for the opset steps
+    asked = ops is not None or "opset" in forced
+    if asked:  # naming operators asks for the opset steps
         allowed |= OFF_BY_DEFAULT
         forced |= {"opset"}
     _check_int("max_modules", max_modules, 1 if crossing else 0, 16)
     _check_int("max_ops", max_ops, 0, 32)
     _check_int("max_nodes", max_nodes, 1, 10_000)
-    return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing, resolve_ops(ops))
+    return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing, resolve_ops(ops),
+                     asked)
 
 
 @st.composite
@@ -383,6 +385,7 @@ def _programs(
     always: frozenset[str],
     dense: bool,
     ops: frozenset[str] | None = None,
+    asked: bool = False,
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
@@ -402,7 +405,7 @@ def _programs(
     n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
     records = draw(st.binary(min_size=size, max_size=size))
-    return _Builder(draw, on, header, records, max_ops, max_nodes, dense, ops).build()
+    return _Builder(draw, on, header, records, max_ops, max_nodes, dense, ops, asked).build()
 
 
 _OPSET_SET = frozenset(OPSET_FEATURES)
@@ -466,6 +469,7 @@ class _Builder:
         max_nodes: int,
         dense: bool = False,
         ops: frozenset[str] | None = None,
+        asked: bool = False,
     ) -> None:
         self.draw = draw
         # the opset steps: rows this program may draw, values by (shape, dtype, strides),
@@ -479,6 +483,10 @@ class _Builder:
         self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
+        # the opset asked for (``always``, ``ops=``): rows scattered, one body step in four, a
+        # closing run of max_ops to 2 max_ops steps; else (``features=`` naming it, as
+        # ``DETERMINISTIC_FEATURES`` does) the draws of before, which the suites' budgets fit
+        self.asked = asked
         self.max_ops = max_ops
         self.max_nodes = max_nodes
         self.header = header
@@ -923,8 +931,9 @@ class _Builder:
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
-        if "opset" in self.on and kind >= 192:  # one step of four calls the opset (and the
-            # closing run at the root calls it max_ops to 2 max_ops times: ``build``)
+        if "opset" in self.on and kind >= (192 if self.asked else 64):  # one step of four
+            # calls the opset (three of four where not asked for), and the closing run at the
+            # root some more: ``build``
             choice = "opset"
         a = _back(scope.vals, x)
         act = self._act()
@@ -1190,9 +1199,13 @@ class _Builder:
         # the row: the step's two bytes, the program's seed bytes and the step's number,
         # scattered (hypothesis's bytes favour small values and repeats, so a plain product
         # of them met a few hundred rows in a thousand draws); zero bytes decode to row 0
-        at = 0 if not any(data) else scatter(
-            int.from_bytes(data), self.opset_seed, len(self.rows_used)
-        ) % len(self.opset_rows)
+        if self.asked:
+            at = 0 if not any(data) else scatter(
+                int.from_bytes(data), self.opset_seed, len(self.rows_used)
+            ) % len(self.opset_rows)
+        else:  # as before the scatter
+            at = ((data[0] << 8 | data[1]) * 40503 + (self.header[1] << 8 | self.header[2]) * 9973
+                  ) % len(self.opset_rows)
         for _ in range(len(self.opset_rows)):  # a row this program has not called yet
             if at not in self.rows_used:
                 break
@@ -1455,7 +1468,9 @@ class _Builder:
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
         if self.opset_rows:  # and a closing run of opset steps at the end of the root's body
-            for _ in range(self.max_ops + self.draw(_count(self.max_ops))):
+            closing = (self.max_ops + self.draw(_count(self.max_ops)) if self.asked
+                       else self.draw(_count(2 * self.max_ops)))
+            for _ in range(closing):
                 if self._full():
                     break
                 scope.vals.append(self._opset("", scope, [], scope.vals[-1], 0, 0))
