@@ -51,6 +51,7 @@ __all__ = [
     "opset_rows",
     "resolve_ops",
     "sample_features",
+    "scatter",
 ]
 
 OPSET_FEATURES = (
@@ -236,3 +237,21 @@ def result_tensors(val: Any) -> list[tuple[int | None, Any]]:
         return [(i, v) for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
     return []
 
+
+
+_MASK = (1 << 64) - 1
+
+
+def scatter(*parts: int) -> int:
+    """A 64-bit number that each of ``parts`` (non-negative ints) changes everywhere (a
+    splitmix64 finalizer over their running sum): draws that differ in one small byte pick
+    far-apart rows. Deterministic; O(len(parts))."""
+    h = 0x9E3779B97F4A7C15
+    for p in parts:
+        h = (h + p * 0xBF58476D1CE4E5B9 + 0x9E3779B97F4A7C15) & _MASK
+        h ^= h >> 30
+        h = (h * 0xBF58476D1CE4E5B9) & _MASK
+        h ^= h >> 27
+        h = (h * 0x94D049BB133111EB) & _MASK
+        h ^= h >> 31
+    return h

@@ -21,7 +21,7 @@ from ir.strategies import (
     programs,
 )
 from ir.strategies.coverage import FIXED_VOCABULARY
-from ir.strategies.opset_steps import opset_rows, resolve_ops
+from ir.strategies.opset_steps import opset_rows, resolve_ops, scatter
 from lowering import lower
 
 FIND = settings(database=None, derandomize=True, max_examples=300, deadline=None,
@@ -99,9 +99,9 @@ def test_coverage_of_a_program_without_the_opset_is_its_fixed_vocabulary():
 
 
 def test_a_run_of_programs_reaches_many_rows_of_the_table():
-    """A floor under the figure of ``docs/testing.md``: 100 examples reach a sixth at least of
-    the rows they may draw (measured: 137 of 721 rows of the 729-row table; 200 examples reach
-    324, 44 %)."""
+    """A floor under the figure of ``docs/testing.md``: 100 examples reach a third at least of
+    the rows they may draw (measured here: 283 of the 721 drawable rows, against 137 before
+    the rows were scattered; 200 examples of another run reach 449 of the 729 rows, 62 %)."""
     log = CoverageLog()
 
     @settings(FIND, max_examples=100)
@@ -112,8 +112,20 @@ def test_a_run_of_programs_reaches_many_rows_of_the_table():
     draw()
     drawable = {e.name for e, _, _ in opset_rows(frozenset(EVERY) - {"core_level"}, None)}
     drawable |= {e.name for e, _, _ in opset_rows(frozenset(EVERY), None)}
-    assert len(log.coverage.operators & drawable) >= len(drawable) / 6, log.coverage
+    assert len(log.coverage.operators & drawable) >= len(drawable) / 3, log.coverage
     assert "opset" in log.coverage.features
+
+
+def test_the_opset_rows_are_scattered_over_the_step_bytes():
+    """The row of an opset step is ``scatter`` of its bytes, the program's seed and the step's
+    number: bytes one apart pick far-apart rows (hypothesis's bytes favour small values and
+    repeats; a product of them reached half as many rows), every part changes the number."""
+    rows = 645
+    picks = [scatter(b, 0, 0) % rows for b in range(1, 65)]
+    assert len(set(picks)) >= 40
+    assert max(picks) - min(picks) > rows // 2
+    assert scatter(1, 2, 3) != scatter(1, 2, 4) != scatter(1, 3, 3)
+    assert scatter(7, 7, 7) == scatter(7, 7, 7)
 
 
 def test_an_uninitialized_result_is_never_returned():
