@@ -216,14 +216,14 @@ class WorkingGraph:
       placed after ``name`` (what the rewrite guard ``input_written`` asks); ``mutations``: the
       sorted keys of the nodes that write in place;
     - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
-    - ``made``: the names of the nodes ``make`` made (the values the edit created, not those of
-      the input graph; names given back by ``release`` leave it);
+    - ``made``: the names of the nodes ``make_carrying`` made (the values the edit created,
+      not those of the input graph; names given back by ``release`` leave it);
     - ``renames``: old -> new name of each result whose readers were moved to another value;
       ``alias``: the same as ``Ref`` s, what a node placed later reads instead (``keep``);
     - ``new`` / ``placeholders``: the ``NewState`` that new state is read from
       (``state_read``) and the new root placeholders, put among the root's inputs at ``finish``;
-    - ``listener``: told of each node made (``make``, ``state_read``), erased (``erase``,
-      ``drop``) and replaced (``replace_uses``, ``replace``); ``None``: nobody.
+    - ``listener``: told of each node made (``make_carrying``, ``state_read``), erased
+      (``erase``, ``drop``) and replaced (``replace_uses``, ``replace``); ``None``: nobody.
 
     ``indexed=False`` places none of ``graph``'s nodes (the driver places them with ``add`` or
     ``keep`` as it walks, in order) and keeps no ``users`` / ``by_target`` / writes
@@ -301,6 +301,31 @@ class WorkingGraph:
         self.taken.update(names)
 
     # --- nodes -----------------------------------------------------------------------------------
+
+    def make_carrying(
+        self, op: str, target: Any = None, args: Any = (), kwargs: Any = EMPTY_DICT, *,
+        meta: Mapping[str, Any] = EMPTY_META, val: Any = KEEP, stack: Any = KEEP,
+        name: str | None = None, base: str | None = None,
+    ) -> Node:
+        """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
+        the node it copies, moves to another graph or stands in for (a value read as state, a
+        copy made where it is read, a call's result in its caller, a new input), with its
+        ``val`` and its ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them).
+        Named ``name`` (taken as given) or a fresh name after ``base`` (default
+        ``base_name(target)``); a placeholder's ``target`` defaults to its name. Its name joins
+        ``made`` and the listener hears of it, as of every node ``make`` and ``copy`` make.
+        O(meta)."""
+        if name is None:
+            name = self.fresh(base if base is not None else base_name(target))
+        if target is None and op == PLACEHOLDER:
+            target = name
+        return self._heard(carried(op, name, target, args, kwargs, meta, val=val, stack=stack))
+
+    def _heard(self, node: Node) -> Node:
+        self.made.add(node.name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
 
     def make(
         self, op: str, target: Any, args: Any, kwargs: Any, *, val: Any = None,
@@ -557,33 +582,6 @@ class WorkingGraph:
             new = self.new
             nodes = new.place(nodes, new.p.signature.inputs, self.placeholders)
         return type(self.graph).of(nodes), resolved(self.renames)
-
-    # --- the one door: a node named after the policy, with the meta given ----------------------
-
-    def make_carrying(
-        self, op: str, target: Any = None, args: Any = (), kwargs: Any = EMPTY_DICT, *,
-        meta: Mapping[str, Any] = EMPTY_META, val: Any = KEEP, stack: Any = KEEP,
-        name: str | None = None, base: str | None = None,
-    ) -> Node:
-        """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
-        the node it copies, moves to another graph or stands in for (a value read as state, a
-        copy made where it is read, a call's result in its caller, a new input), with its
-        ``val`` and its ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them).
-        Named ``name`` (taken as given) or a fresh name after ``base`` (default
-        ``base_name(target)``); a placeholder's ``target`` defaults to its name. Every node the
-        working graph makes (``make``, ``copy``) is named here: its name joins ``made``; the
-        listener hears of it. O(meta)."""
-        if name is None:
-            name = self.fresh(base if base is not None else base_name(target))
-        if target is None and op == PLACEHOLDER:
-            target = name
-        return self._heard(carried(op, name, target, args, kwargs, meta, val=val, stack=stack))
-
-    def _heard(self, node: Node) -> Node:
-        self.made.add(node.name)
-        if self.listener is not None:
-            self.listener.emitted(node)
-        return node
 
 
 def _same(r: Ref) -> Ref:
