@@ -313,7 +313,8 @@ def _lift_state(
         if name is None:
             kind, prefix = _LIFTED[slot.kind]
             meta = {k: v for k, v in node.meta.items() if k in _PLACEHOLDER_META}
-            made = w.placeholder(prefix + node.target.replace(".", "_"), meta)
+            made = w.make_carrying(PLACEHOLDER, base=prefix + node.target.replace(".", "_"),
+                                   meta=meta)
             persistent = slot.persistent if kind == sg.BUFFER else None
             lifted.append((sg.InputSpec(kind, made.name, node.target, persistent), made))
             name = holder_of[slot.tensor] = made.name
@@ -322,7 +323,7 @@ def _lift_state(
         slot = state[fqn]
         if slot.tensor not in holder_of:
             kind, prefix = _LIFTED[slot.kind]
-            made = w.placeholder(prefix + fqn.replace(".", "_"))
+            made = w.make_carrying(PLACEHOLDER, base=prefix + fqn.replace(".", "_"))
             persistent = slot.persistent if kind == sg.BUFFER else None
             lifted.append((sg.InputSpec(kind, made.name, fqn, persistent), made))
             holder_of[slot.tensor] = made.name

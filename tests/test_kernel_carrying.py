@@ -1,5 +1,5 @@
 """The kernel's nodes that carry a node's meta (``WorkingGraph.make_carrying``, ``carried``,
-``built``) and the passes that make their nodes through it (outlining and its preserved-call
+``built``; ``make`` and ``copy`` name through it) and the passes that make their nodes through it (outlining and its preserved-call
 plumbing, sinking, deduplication, ival insertion, rematerialization): names after the policy,
 meta as given with ``val`` / ``nn_module_stack`` set when asked, the listener told; and none of
 those passes names, makes or assembles a node by itself."""
@@ -59,6 +59,19 @@ def test_make_carrying_names_after_the_policy_carries_the_meta_and_is_heard():
     assert heard.events == [("emitted", "neg"), ("emitted", "relu_1"), ("emitted", "given")]
     assert {"neg", "relu_1", "given"} <= w.made
     assert "neg" not in w.node  # made, not placed
+
+
+def test_make_and_copy_name_through_make_carrying():
+    graph = _graph()
+    relu = graph.node("relu")
+    heard = _Heard()
+    w = kn.WorkingGraph(graph, indexed=False, listener=heard)
+    made = w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), {}, val=3, anchor_meta=relu.meta)
+    assert dict(made.meta) == dict(kn.new_meta(3, None, relu.meta))
+    copied = w.copy(relu)
+    assert (made.name, copied.name, copied.meta is relu.meta) == ("neg", "relu_1", True)
+    assert heard.events == [("emitted", "neg"), ("emitted", "relu_1")]
+    assert {"neg", "relu_1"} <= w.made
 
 
 def test_carried_keeps_the_meta_object_when_nothing_is_set_and_copies_it_otherwise():

@@ -1,5 +1,5 @@
 """The kernel's door for graphs named anew (``transforms.kernel``): ``WorkingGraph.take_only``,
-``copy``, ``renamed`` and ``placeholder``, ``fresh_id`` and the fx naming policy
+``copy``, ``renamed`` and new inputs (``make_carrying(PLACEHOLDER, ...)``), ``fresh_id`` and the fx naming policy
 (``FxWorkingGraph``), which ``inline``, ``split_by_tags``, the stage split and ``export_ep``'s
 lifted state name through; and ``restacked``'s graph, which has one output node."""
 
@@ -60,11 +60,12 @@ def test_a_renamed_node_is_read_by_its_new_name_by_the_nodes_kept_after_it():
 def test_a_placeholder_is_named_fresh_its_target_its_name_its_meta_as_given():
     g = _graph()
     w = kn.WorkingGraph(g, indexed=False)
-    made = w.placeholder("x", {"val": 2})
+    made = w.make_carrying(PLACEHOLDER, base="x", meta={"val": 2})
     assert (made.op, made.name, made.target) == (PLACEHOLDER, "x_1", "x_1")
     assert dict(made.meta) == {"val": 2} and "x_1" in w.made
-    assert w.placeholder("p_w").name == "p_w"
-    assert w.placeholder("ignored", name="given").name == "given"
+    assert w.make_carrying(PLACEHOLDER, base="p_w").name == "p_w"
+    given = w.make_carrying(PLACEHOLDER, base="ignored", name="given")
+    assert (given.name, given.target) == ("given", "given")
 
 
 def test_fresh_id_draws_after_the_base():
@@ -118,7 +119,7 @@ def test_read_as_rewires_later_readers_and_keeps_the_node():
     g = _graph()
     w = kn.WorkingGraph(g, indexed=False)
     x, relu, out = g.nodes
-    y = w.placeholder("y")
+    y = w.make_carrying(PLACEHOLDER, base="y")
     w.add(x)
     w.add(y)
     w.read_as("x", y.ref)

@@ -29,7 +29,10 @@ a new Program. What such an edit must get right is the same for every pass, and 
   (``is_written``: ``ir.effects``' answer, writes through views and aliases counted) and the
   sorted keys of the nodes that write, the names taken (``fresh`` draws one after
   the naming policy, ``release`` / ``reserve`` give back and take), the results renamed; it
-  makes a node (``make``: name, ``new_meta``, listener told), places it (``add``), rewires the
+  makes every node through one door (``make_carrying``: named ``name`` or fresh after a base,
+  the meta given, ``made`` and the listener told; ``make`` gives it ``new_meta``, ``copy`` a
+  node's own meta; ``carried`` is the node under a name a driver without a working graph
+  gives), places it (``add``), rewires the
   readers of a value (``replace_uses``), erases a node (``erase``) and finishes into a new
   ``Graph`` and its renames (``finish``); streamed (``indexed=False``), it places the nodes in
   order (``keep``: ``rewired`` to the values that replaced their arguments), replaces a node by
@@ -48,13 +51,15 @@ makes and keeps the nodes it has defined through a streamed one), and ``cse``,
 ``fold_constants``, ``eliminate_dead_code`` and ``fold_into_state``, which stream each graph
 they change through one (those that replace values or add state end in ``finalised``).
 
-Graphs named anew (``WorkingGraph.take_only``, ``copy``, ``renamed``, ``read_as``,
-``placeholder``; ``fresh_id`` for module ids; ``FxWorkingGraph`` for torch.fx's names):
-``inline`` and ``restacked`` stream the flat graph through one, each node copied in keeping
-its name where it is free; ``split_by_tags`` builds its root and children in ``FxWorkingGraph`` s and reorders,
-re-tags and re-returns through ``WorkingGraph`` s; the stage split makes each stage's inputs,
-size reads and body through one; ``export_ep`` names the state it lifts to placeholders
-through one.
+Graphs named anew (``WorkingGraph.take_only``, ``copy``, ``renamed``, ``read_as``; new
+inputs are ``make_carrying(PLACEHOLDER, ...)``; ``fresh_id`` for module ids;
+``FxWorkingGraph`` for torch.fx's names): ``inline`` and ``restacked`` stream the flat graph
+through one, each node copied in keeping its name where it is free; ``split_by_tags`` builds
+its root and children in ``FxWorkingGraph`` s and reorders, re-tags and re-returns through
+``WorkingGraph`` s; the stage split makes each stage's inputs, size reads and body through
+one; ``export_ep`` names the state it lifts to placeholders through one. Graphs built from
+scratch (outlining, sinking, deduplication, the preserved-call plumbing) make their nodes with
+``make_carrying`` and put them together with ``built``.
 """
 
 from __future__ import annotations
@@ -211,14 +216,14 @@ class WorkingGraph:
       placed after ``name`` (what the rewrite guard ``input_written`` asks); ``mutations``: the
       sorted keys of the nodes that write in place;
     - ``taken``: the names taken (a ``Names`` set: ``fresh`` draws a new one);
-    - ``made``: the names of the nodes ``make`` made (the values the edit created, not those of
-      the input graph; names given back by ``release`` leave it);
+    - ``made``: the names of the nodes ``make_carrying`` made (the values the edit created,
+      not those of the input graph; names given back by ``release`` leave it);
     - ``renames``: old -> new name of each result whose readers were moved to another value;
       ``alias``: the same as ``Ref`` s, what a node placed later reads instead (``keep``);
     - ``new`` / ``placeholders``: the ``NewState`` that new state is read from
       (``state_read``) and the new root placeholders, put among the root's inputs at ``finish``;
-    - ``listener``: told of each node made (``make``, ``state_read``), erased (``erase``,
-      ``drop``) and replaced (``replace_uses``, ``replace``); ``None``: nobody.
+    - ``listener``: told of each node made (``make_carrying``, ``state_read``), erased
+      (``erase``, ``drop``) and replaced (``replace_uses``, ``replace``); ``None``: nobody.
 
     ``indexed=False`` places none of ``graph``'s nodes (the driver places them with ``add`` or
     ``keep`` as it walks, in order) and keeps no ``users`` / ``by_target`` / writes
@@ -297,21 +302,40 @@ class WorkingGraph:
 
     # --- nodes -----------------------------------------------------------------------------------
 
+    def make_carrying(
+        self, op: str, target: Any = None, args: Any = (), kwargs: Any = EMPTY_DICT, *,
+        meta: Mapping[str, Any] = EMPTY_META, val: Any = KEEP, stack: Any = KEEP,
+        name: str | None = None, base: str | None = None,
+    ) -> Node:
+        """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
+        the node it copies, moves to another graph or stands in for (a value read as state, a
+        copy made where it is read, a call's result in its caller, a new input), with its
+        ``val`` and its ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them).
+        Named ``name`` (taken as given) or a fresh name after ``base`` (default
+        ``base_name(target)``); a placeholder's ``target`` defaults to its name. Its name joins
+        ``made`` and the listener hears of it, as of every node ``make`` and ``copy`` make.
+        O(meta)."""
+        if name is None:
+            name = self.fresh(base if base is not None else base_name(target))
+        if target is None and op == PLACEHOLDER:
+            target = name
+        return self._heard(carried(op, name, target, args, kwargs, meta, val=val, stack=stack))
+
+    def _heard(self, node: Node) -> Node:
+        self.made.add(node.name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
+
     def make(
         self, op: str, target: Any, args: Any, kwargs: Any, *, val: Any = None,
         stack: Any = None, anchor_meta: Mapping[str, Any] = MappingProxyType({}),
         name: str | None = None, base: str | None = None,
     ) -> Node:
-        """A new node, not yet placed: named ``name`` (taken as given) or a fresh name after
-        ``base`` (default ``base_name(target)``), its meta ``new_meta(val, stack,
-        anchor_meta)``; its name joins ``made``. The listener hears of it. O(1)."""
-        if name is None:
-            name = self.fresh(base if base is not None else base_name(target))
-        node = new_node(op, name, target, args, kwargs, new_meta(val, stack, anchor_meta))
-        self.made.add(name)
-        if self.listener is not None:
-            self.listener.emitted(node)
-        return node
+        """``make_carrying`` with the meta of a node new to the program: ``new_meta(val,
+        stack, anchor_meta)``. O(1)."""
+        return self.make_carrying(op, target, args, kwargs, meta=new_meta(val, stack, anchor_meta),
+                                  name=name, base=base)
 
     def add(self, n: Node, key: tuple = (), writes: tuple[str, ...] | None = None) -> None:
         """Place node ``n`` at ``key``; ``writes``: what it writes in place (default: what
@@ -462,7 +486,7 @@ class WorkingGraph:
         n = self.node.get(name)
         return n.meta.get("val") if n is not None else None
 
-    # --- graphs named anew: copies, renames, new inputs (inline, the splits, export) ------------
+    # --- graphs named anew: copies, renames (inline, the splits, export) ------------------------
 
     def take_only(self, names: Iterable[str] = ()) -> None:
         """The names taken are ``names`` only, not the input graph's (those drawn since join
@@ -472,18 +496,15 @@ class WorkingGraph:
 
     def copy(self, n: Node, base: str | None = None, *, name: str | None = None,
              **changes: Any) -> Node:
-        """Node ``n`` (of this graph or of another: a callee's, a part's) named ``name`` (taken
-        as given) or fresh after ``base`` (default: its own name, which it keeps where no node
-        took it), its meta as it is, with ``changes`` (``args``, ``kwargs``, ``target``, ...)
-        applied; not placed. The listener hears of it. O(its arguments)."""
+        """Node ``n`` (of this graph or of another: a callee's, a part's) with ``changes``
+        (``args``, ``kwargs``, ``target``, ...) applied, its meta as it is, named as
+        ``make_carrying`` names (``base`` defaults to its own name, which it keeps where no
+        node took it); ``n`` itself when nothing changes. O(its arguments)."""
         if name is None:
             name = self.fresh(n.name if base is None else base)
         if name == n.name:
             name = n.name  # the same string: ``replace`` then shares ``n`` when nothing changes
-        node = n.replace(name=name, **changes)
-        if self.listener is not None:
-            self.listener.emitted(node)
-        return node
+        return self._heard(n.replace(name=name, **changes))
 
     def renamed(self, n: Node, name: str) -> Node:
         """The input's node ``n`` under ``name`` (drawn with ``fresh``; not placed): the nodes
@@ -498,19 +519,6 @@ class WorkingGraph:
         value ``old``; unlike ``replace``, no node leaves the graph and no rename is recorded
         (a value read under another name: a state read as a stage's own input). O(1)."""
         self.alias[old] = by
-
-    def placeholder(self, base: str, meta: Mapping[str, Any] = MappingProxyType({}), *,
-                    name: str | None = None) -> Node:
-        """A new input: a placeholder named ``name`` (taken as given) or fresh after ``base``,
-        its target its name, its meta ``meta`` as given; not placed; its name joins ``made``.
-        The listener hears of it. O(1)."""
-        if name is None:
-            name = self.fresh(base)
-        node = new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, MappingProxyType(dict(meta)))
-        self.made.add(name)
-        if self.listener is not None:
-            self.listener.emitted(node)
-        return node
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -574,30 +582,6 @@ class WorkingGraph:
             new = self.new
             nodes = new.place(nodes, new.p.signature.inputs, self.placeholders)
         return type(self.graph).of(nodes), resolved(self.renames)
-
-    # --- nodes that carry a node's meta ----------------------------------------------------------
-
-    def make_carrying(
-        self, op: str, target: Any, args: Any = (), kwargs: Any = EMPTY_DICT, *,
-        meta: Mapping[str, Any] = EMPTY_META, val: Any = KEEP, stack: Any = KEEP,
-        name: str | None = None, base: str | None = None,
-    ) -> Node:
-        """A new node, not yet placed, that carries ``meta`` whole (``carried``): the meta of
-        the node it copies, moves to another graph or stands in for (a value read as state, a
-        copy made where it is read, a call's result in its caller), with its ``val`` and its
-        ``nn_module_stack`` set when given (``KEEP``: as ``meta`` has them). Named ``name``
-        (taken as given) or a fresh name after ``base`` (default ``base_name(target)``), as
-        ``make``; its name joins ``made``; the listener hears of it. O(meta)."""
-        if name is None:
-            name = self.fresh(base if base is not None else base_name(target))
-        if val is KEEP and stack is KEEP and type(meta) is MappingProxyType:
-            node = new_node(op, name, target, args, kwargs, meta)  # ``carried``'s common case
-        else:
-            node = carried(op, name, target, args, kwargs, meta, val=val, stack=stack)
-        self.made.add(name)
-        if self.listener is not None:
-            self.listener.emitted(node)
-        return node
 
 
 def _same(r: Ref) -> Ref:
@@ -1011,7 +995,7 @@ class FxWorkingGraph(WorkingGraph):
     """A streamed ``WorkingGraph`` (``indexed=False``) whose new names are torch.fx's
     (``FxNames``), drawn from none taken: the graph a pass builds anew under the names torch
     gives it (``split_by_tags``' root and children). ``fresh`` draws from ``fx``; ``copy``,
-    ``make`` and ``placeholder`` name through it (``taken``, ``release`` and ``reserve`` are
+    ``make`` and ``make_carrying`` name through it (``taken``, ``release`` and ``reserve`` are
     the base policy's, not ``fx``'s). O(1) to build."""
 
     __slots__ = ("fx",)
@@ -1036,8 +1020,8 @@ def carried(
     given (``KEEP``: as ``meta`` has them; a value that is not known is not given): where a new
     node's meta is not ``new_meta``'s (its anchor's trace and module stack) but that of the node
     it stands for (a placeholder or ``get_attr`` that keeps a value's name in another graph, a
-    copy of a node). The name is the caller's: a driver that needs a new one draws it with
-    ``WorkingGraph.make_carrying``. O(meta)."""
+    copy of a node). The name is the caller's (a driver with no working graph: sinking); a
+    working graph names and makes its nodes through ``WorkingGraph.make_carrying``. O(meta)."""
     if val is KEEP and stack is KEEP:
         got = meta if isinstance(meta, MappingProxyType) else MappingProxyType(dict(meta))
         return new_node(op, name, target, args, kwargs, got)
@@ -1052,6 +1036,6 @@ def carried(
 def built(nodes: Iterable[Node]) -> Graph:
     """The graph of ``nodes``, in order, that a driver building graphs from scratch made
     (outlining makes one graph per module call from the nodes of the flat graph, its new nodes
-    ``make_carrying`` s and ``carried`` s; sinking rebuilds a graph with ``get_attr`` reads in
+    ``make_carrying`` s; sinking rebuilds a graph with ``get_attr`` reads in
     place of placeholders): the one place such a graph is put together. O(nodes)."""
     return Graph.of(nodes)

@@ -182,7 +182,7 @@ class _Outliner:
 
     Mutable while walking: the open calls' builders, ``w`` (the flat graph's
     ``kernel.WorkingGraph``: it draws every new name, those of all the call graphs, and makes
-    the nodes named so; a node that keeps a flat value's name is ``kernel.carried``), ``hidden``
+    the nodes named so; a node that keeps a flat value's name is made under that name), ``hidden``
     (values local to a closed preserved call: with the in-place results, the values ``_read``
     does not thread in as a plain input), ``variants/``types``/``subgraph_owner`` (the
     module table to be), ``root_sunk``. One instance runs once.
@@ -330,9 +330,8 @@ class _Outliner:
             # before its keyword ones); sinking removes it again
             at = call.n_positional + len(call.extra_inputs)
             call.extra_inputs.append(name)
-            call.placeholders.insert(
-                at, kn.carried(PLACEHOLDER, name, name, meta=node.meta)
-            )
+            placeholder = self.w.make_carrying(PLACEHOLDER, name=name, meta=node.meta)
+            call.placeholders.insert(at, placeholder)
             call.env[name] = ref(name)
             return call.env[name]
         call.inputs.append(name)
@@ -398,29 +397,25 @@ class _Outliner:
         body.append(w.make_carrying(OUTPUT, "output", (returned,), base="output"))
         args = tuple(self._pass_inputs(parent, call.inputs, sunk))
         if len(outputs) == 1:
-            called = kn.carried(
-                CALL_MODULE, outputs[0], target, args, meta=call.meta,
-                val=kn.KEEP if vals[0] is None else vals[0],
-            )
+            called = w.make_carrying(CALL_MODULE, target, args, meta=call.meta, name=outputs[0],
+                                     val=kn.KEEP if vals[0] is None else vals[0])
         else:
-            called = w.make_carrying(
-                CALL_MODULE, target, args, base=call_base(target), meta=call.meta,
-                val=kn.KEEP if None in vals else tuple(vals),
-            )
+            called = w.make_carrying(CALL_MODULE, target, args, base=call_base(target),
+                                     meta=call.meta, val=kn.KEEP if None in vals else tuple(vals))
         parent.body.append(called)
         if len(outputs) == 1:
             parent.env[called.name] = called.ref
         else:
             for i, (v, val) in enumerate(zip(outputs, vals)):
                 parent.body.append(
-                    kn.carried(CALL_FUNCTION, v, operator.getitem, (called.ref, i),
-                               val=kn.KEEP if val is None else val)
+                    w.make_carrying(CALL_FUNCTION, operator.getitem, (called.ref, i), name=v,
+                                    val=kn.KEEP if val is None else val)
                 )
                 parent.env[v] = ref(v)
         parent.defined.extend(outputs)
         # the placeholders: one per input not sunk, named as the flat value and with its meta
         placeholders = [
-            kn.carried(PLACEHOLDER, v, v, meta=by_name[v].meta)
+            w.make_carrying(PLACEHOLDER, name=v, meta=by_name[v].meta)
             for v in call.inputs
             if v not in sunk
         ]

@@ -66,18 +66,16 @@ def open_preserved(
     )
     arg_refs = []
     for i in range(args_spec.num_children):
-        name = w.fresh(f"_positional_arg_{i}")
-        call.placeholders.append(
-            w.make_carrying(PLACEHOLDER, name, name=name, val=_val(arg_vals[i]))
-        )
-        arg_refs.append(ref(name))
+        made = w.make_carrying(PLACEHOLDER, base=f"_positional_arg_{i}", val=_val(arg_vals[i]))
+        call.placeholders.append(made)
+        arg_refs.append(made.ref)
     call.n_positional = len(arg_refs)
     kwarg_refs = []
     keys = {str(k) for k in kwargs_spec.context}
     for key in kwargs_spec.context:
         # keyword placeholders keep their exact names: callers pass them by keyword
         val = _val(kwarg_vals[key])
-        call.placeholders.append(w.make_carrying(PLACEHOLDER, str(key), name=str(key), val=val))
+        call.placeholders.append(w.make_carrying(PLACEHOLDER, name=str(key), val=val))
         kwarg_refs.append((key, ref(str(key))))
     flat = w.make_carrying(
         CALL_FUNCTION, flatten_by_spec, ((tuple(arg_refs), IDict(tuple(kwarg_refs))), sig.in_spec),
@@ -94,11 +92,8 @@ def open_preserved(
             meta, val = by_name[arg.name].meta, kn.KEEP
         else:  # a constant: its value is its val
             meta, val = EMPTY_META, arg.value if arg.kind == CONSTANT else kn.KEEP
-        call.body.append(
-            w.make_carrying(
-                CALL_FUNCTION, operator.getitem, (flat.ref, i), name=name, meta=meta, val=val
-            )
-        )
+        call.body.append(w.make_carrying(CALL_FUNCTION, operator.getitem, (flat.ref, i), name=name,
+                                         meta=meta, val=val))
         if named:
             call.env.setdefault(arg.name, ref(name))
             mutated = mutated_input(arg.name)

@@ -621,7 +621,8 @@ class _Resolver:
         _, tensor, dim = found
         if node.target is _SYM_SIZE and node.args == (ref(tensor), dim):
             return None  # it is this node: copy it as it is
-        return kn.carried(CALL_FUNCTION, node.name, _SYM_SIZE, (ref(tensor), dim), meta=node.meta)
+        return self.w.make_carrying(CALL_FUNCTION, _SYM_SIZE, (ref(tensor), dim), meta=node.meta,
+                                    name=node.name)
 
     def symbols_of(self, chain: tuple[str, ...]) -> dict[Any, tuple[int, str, int]]:
         """Size expression -> (position, tensor, dim) of the first tensor readable in ``chain``

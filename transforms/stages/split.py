@@ -251,14 +251,15 @@ def _stage_program(p: Program, plan: StagePlan, s: int, graph: Graph | None) -> 
         held = ph_of_fqn.get(fqn)
         node = by_name.get(held) if held else None
         if node is None:
-            node = w.placeholder("p_" + fqn.replace(".", "_"), name=held)
+            node = w.make_carrying(PLACEHOLDER, base="p_" + fqn.replace(".", "_"), name=held)
         w.add(node)
         in_specs.append(_state_spec(spec_of_fqn.get(fqn), fqn, node.name, table[fqn]))
         fqn_ph[fqn] = node.name
     positional, keywords = plan.inputs[s], plan.root_inputs
     for name in (*positional, *keywords):
         orig = by_name[name]
-        w.add(orig if orig.op == PLACEHOLDER else w.placeholder(name, orig.meta, name=name))
+        w.add(orig if orig.op == PLACEHOLDER else
+              w.make_carrying(PLACEHOLDER, meta=orig.meta, name=name))
         in_specs.append(InputSpec(sg.USER_INPUT, name))
     root_stack = {"L__self__": ("", p.root_module.type_name or "")}  # runs in the root
     for name, source, dim in plan.sizes[s]:
