@@ -21,7 +21,7 @@ import time
 import torch
 
 from lowering.fuzz import differential
-from lowering.fuzz.cli import DTYPES, report_text, write_report
+from lowering.fuzz.command import DTYPES, report_text, write_report
 
 
 def main(argv: list[str] | None = None) -> int:

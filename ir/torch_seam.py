@@ -3,7 +3,7 @@
 torch makes no promise about a ``_``-prefixed module or attribute; any release may move or
 change one. So no other module of ``ir`` or ``transforms`` imports or reads a private torch
 symbol: each is named here once, with what purefx uses it for and how the supported releases
-(torch 2.13, 2.14 and 2.15) differ in it. ``lowering/torch_seam.py`` does the same for what only
+(torch 2.13, 2.14 and 2.15) differ in it. ``lowering/lowering_seam.py`` does the same for what only
 lowering needs. ``tests/test_torch_seam.py`` checks every symbol against the installed torch
 (it exists and behaves as purefx expects) and scans the sources for private torch symbols used
 anywhere else.

@@ -33,6 +33,7 @@ from ir.node import (
     Node,
 )
 from ir.program import Program
+from ir.returned_values import output_value
 from ir.signature import (
     BUFFER_MUTATION,
     PARAMETER_MUTATION,
@@ -40,7 +41,6 @@ from ir.signature import (
     USER_INPUT_MUTATION,
 )
 from ir.state import STATE_KINDS
-from ir.values import output_value
 
 INPUT_KINDS = (sg.USER_INPUT, *STATE_INPUT_KINDS, sg.TOKEN)
 OUTPUT_KINDS = (sg.USER_OUTPUT, sg.LOSS_OUTPUT, sg.OUTPUT_TOKEN, *sg.MUTATION_KINDS)

@@ -12,7 +12,7 @@ with warnings.catch_warnings():
     from lowering.lower import lower
     from lowering.modules import Holder, LoweredDispatcher, LoweredModule
     from lowering.root import LoweredRoot
-    from lowering.stages import (
+    from lowering.stage_modules import (
         broadcast_shared_state,
         format_stage_plan,
         load_stage_state,

@@ -35,8 +35,7 @@ import torch
 
 from ir.torch_seam import pytree
 from lowering.constraints import InputCheck
-from lowering.source import compile_function
-from lowering.torch_seam import (
+from lowering.lowering_seam import (
     BUFFER_TABLE,
     MODULE_TABLE,
     PARAMETER_TABLE,
@@ -44,6 +43,7 @@ from lowering.torch_seam import (
     is_fx_symbolic_tracing,
     tracing_state,
 )
+from lowering.source import compile_function
 from lowering.tree_watch import epoch_cell
 
 

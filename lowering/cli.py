@@ -35,7 +35,7 @@ from ir.torch_seam import pytree
 from lowering.export import save_ep
 from lowering.lower import lower
 from lowering.report import Stage, format_module_tree, html_report
-from lowering.stages import format_stage_plan
+from lowering.stage_modules import format_stage_plan
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes
 from transforms.rewrite import (
     ASSUMPTIONS,
@@ -64,10 +64,10 @@ exit status: 0 check passed (or no example inputs), 1 check failed, 2 bad input 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 on PASS, 1 on FAIL, 2 on bad input).
-    ``purefx fuzz ...`` runs the differential fuzzer instead (``lowering.fuzz.cli``)."""
+    ``purefx fuzz ...`` runs the differential fuzzer instead (``lowering.fuzz.command``)."""
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["fuzz"]:
-        from lowering.fuzz.cli import main as fuzz_main
+        from lowering.fuzz.command import main as fuzz_main
 
         return fuzz_main(given[1:])
     args = _parser().parse_args(given)
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def stage_plan(ep: torch.export.ExportedProgram, at: str) -> str:
-    """The pipeline stage plan of ``ep`` (``lowering.stages.format_stage_plan`` of
+    """The pipeline stage plan of ``ep`` (``lowering.stage_modules.format_stage_plan`` of
     ``transforms.split_stages``): cut at the comma-separated module paths ``at``, or, for
     ``auto:K`` / ``auto:K:flops``, in ``K`` stages balanced by parameter bytes (the default) or
     FLOPs. A ``PassError`` names an unknown path, a bad ``K`` or measure; a malformed ``auto``

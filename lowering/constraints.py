@@ -21,7 +21,7 @@ import sympy
 import torch
 
 from ir.errors import InputConstraintError
-from lowering.torch_seam import get_keystr
+from lowering.lowering_seam import get_keystr
 
 
 @attrs.frozen

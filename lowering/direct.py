@@ -47,8 +47,8 @@ from ir.ops import COPY, MAKE_DEP_TOKEN
 from ir.torch_seam import TreeSpec, pytree
 from ir.tree_calls import flatten_by_spec, unflatten_tree
 from lowering.identifiers import check_graph
+from lowering.lowering_seam import BUFFER_TABLE, MODULE_TABLE, PARAMETER_TABLE
 from lowering.source import compile_function
-from lowering.torch_seam import BUFFER_TABLE, MODULE_TABLE, PARAMETER_TABLE
 
 # How the last step of a state path is reached, by where nn.Module keeps it.
 PLAIN_ATTRIBUTE = "__dict__"

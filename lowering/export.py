@@ -37,7 +37,7 @@ from ir.runtime import expect_constant
 from ir.torch_seam import fake_failures_unlogged, pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
 from lowering.lower import copy_state, torch_signature
-from lowering.torch_seam import (
+from lowering.lowering_seam import (
     FakeTensor,
     FakeTensorMode,
     TrainingIRVerifier,

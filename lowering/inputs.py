@@ -14,7 +14,7 @@ import torch
 from ir.errors import InputError
 from ir.torch_seam import module_buffers, module_children, module_parameters, pytree
 from lowering.constraints import check_inputs
-from lowering.torch_seam import get_keystr
+from lowering.lowering_seam import get_keystr
 
 
 def flatten_inputs(root: Any, args: tuple, kwargs: dict) -> list[Any]:

@@ -23,7 +23,7 @@ import copy
 import torch
 
 from ir.torch_seam import module_buffers, module_children, module_parameters
-from lowering.torch_seam import (
+from lowering.lowering_seam import (
     BUFFER_TABLE,
     MODULE_TABLE,
     NON_PERSISTENT_BUFFERS,

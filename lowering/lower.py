@@ -27,6 +27,15 @@ from lowering.direct import direct_function, locate
 from lowering.hop_bodies import hold_body
 from lowering.identifiers import check_graph
 from lowering.leaf import finish_leaf, leaf_shell
+from lowering.lowering_seam import (
+    BUFFER_TABLE,
+    MODULE_TABLE,
+    NON_PERSISTENT_BUFFERS,
+    PARAMETER_TABLE,
+    global_registration_hooks_set,
+    new_parameter,
+    sync_parameter_list,
+)
 from lowering.meta import complete_meta
 from lowering.modules import (
     HOLDER_CLASSES,
@@ -38,15 +47,6 @@ from lowering.modules import (
     build_lowered,
 )
 from lowering.root import LoweredRoot, RootPlan, attach_call_path, root_class
-from lowering.torch_seam import (
-    BUFFER_TABLE,
-    MODULE_TABLE,
-    NON_PERSISTENT_BUFFERS,
-    PARAMETER_TABLE,
-    global_registration_hooks_set,
-    new_parameter,
-    sync_parameter_list,
-)
 from lowering.unloaded import empty_like_on, is_meta, watch_loading
 
 

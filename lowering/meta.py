@@ -24,7 +24,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE
 from ir.runtime import expect_constant
 from ir.torch_seam import pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
-from lowering.torch_seam import extract_tensor_metadata
+from lowering.lowering_seam import extract_tensor_metadata
 
 _NO_VALUE = object()
 

@@ -28,9 +28,9 @@ from ir.torch_seam import module_buffers, module_children, module_parameters
 from ir.tree_calls import flattened_arguments
 from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
+from lowering.lowering_seam import init_module_state, is_fx_symbolic_tracing
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
-from lowering.torch_seam import init_module_state, is_fx_symbolic_tracing
 from lowering.tree_watch import Watched
 
 if TYPE_CHECKING:

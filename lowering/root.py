@@ -19,6 +19,13 @@ from lowering.call_path import MISS, call_path, output_builder, probe_location
 from lowering.codegen import NodeRule, compile_graph, fx_name, interpret, to_fx_graph
 from lowering.constraints import input_checks, ranges_of
 from lowering.inputs import flatten_inputs
+from lowering.lowering_seam import (
+    eval_frame_callback,
+    global_module_hook_tables,
+    run_frame_eagerly,
+    set_eval_frame,
+    tracing_state,
+)
 from lowering.meta import complete_meta
 from lowering.modules import (
     GraphRunner,
@@ -27,13 +34,6 @@ from lowering.modules import (
     usable_name,
 )
 from lowering.portable import decode_graph, encode_graph
-from lowering.torch_seam import (
-    eval_frame_callback,
-    global_module_hook_tables,
-    run_frame_eagerly,
-    set_eval_frame,
-    tracing_state,
-)
 from lowering.tree_watch import plain_call
 
 # How the root binds its export signature (made by ``lowering.lower``; its fx graph and its direct

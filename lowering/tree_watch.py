@@ -20,7 +20,7 @@ import torch
 
 from ir.torch_seam import module_children
 from lowering.direct import locate
-from lowering.torch_seam import (
+from lowering.lowering_seam import (
     MODULE_TABLE,
     global_module_hooks_set,
     is_fx_symbolic_tracing,

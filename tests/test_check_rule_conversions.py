@@ -12,7 +12,7 @@ import torch
 from ir.strategies.values import conversion_edges, conversions_edges
 from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule
-from transforms.rewrite import check as rule_law
+from transforms.rewrite import rule_check as rule_law
 
 
 def test_the_edges_of_a_conversion_both_ways():

@@ -18,9 +18,9 @@ from ir.harness import value_difference
 from ir.import_ep import import_ep
 from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule
-from transforms.rewrite.check import FINITE, SHRINK_SECONDS, signatures
 from transforms.rewrite.check_context import check_site
 from transforms.rewrite.interpret import run_graph
+from transforms.rewrite.rule_check import FINITE, SHRINK_SECONDS, signatures
 
 X = (torch.randn(3, 4),)
 SMALL = {"max_examples": 30}
@@ -236,7 +236,7 @@ def test_right_integer_negations_are_accepted():
 
 
 def test_integer_edges_are_probed_where_the_pattern_wraps():
-    from transforms.rewrite.check import (
+    from transforms.rewrite.rule_check import (
         Signature,
         divides,
         int_edge_probe,

@@ -32,7 +32,7 @@ from ir.signature import (
     OutputSpec,
 )
 from lowering.lower import lower
-from transforms.effects import remove_effect_tokens
+from transforms.effect_tokens import remove_effect_tokens
 from transforms.mutations import functional_to_inplace
 from transforms.pipeline import transform
 

@@ -672,7 +672,7 @@ def test_fold_into_state_keeps_an_operator_registered_as_effectful(stamp):
     """``fold_into_state`` asked ``OpFacts.recomputable``, which does not read torch's effect
     registry, and folded such a call away with its effect; it now asks ``is_pure``, as every
     other pass does. The same program with ``neg`` folds."""
-    from transforms.rewrite.fold import fold_into_state
+    from transforms.rewrite.state_fold import fold_into_state
 
     p = program(FOLDABLE)
     assert fold_into_state(p, {"c"}) is not p

@@ -18,7 +18,7 @@ from torch import nn
 
 from ir import Graph, Program, import_ep
 from lowering import export_ep, lower
-from lowering.torch_seam import detect_fake_mode
+from lowering.lowering_seam import detect_fake_mode
 
 
 class ConvPlusColumn(nn.Module):

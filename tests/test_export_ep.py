@@ -37,7 +37,7 @@ from ir.errors import ExportError, PurefxError
 from ir.purity import program_tensor_versions
 from ir.signature import ExportSignature, InputSpec, OutputSpec
 from ir.state import Opaque
-from ir.strategies.export import example_inputs, exported_programs
+from ir.strategies.module_trees import example_inputs, exported_programs
 from ir.strategies.programs import DETERMINISTIC_FEATURES, program_inputs, programs
 from lowering import export_ep, lower
 from transforms import transform
@@ -182,7 +182,7 @@ def _same_after_decompositions(
 ) -> None:
     """``out.run_decompositions()`` runs like ``ep``. Where torch cannot decompose its own
     program (it drops an op that a call signature names: eval-mode dropout from torch 2.14 on,
-    see ``lowering.torch_seam.decompositions_drop_eval_dropout``; the no-op ``to`` of Llama's
+    see ``lowering.lowering_seam.decompositions_drop_eval_dropout``; the no-op ``to`` of Llama's
     preserved layer, ``Input to_4 does not exist``), ours fails the same way."""
     try:
         decomposed = out.run_decompositions()

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from ir import import_ep
 from lowering.fuzz import LOW_PRECISION_ROUNDING, PRECISION_CASTS, Finding, FuzzError, differential
 from lowering.fuzz.backends import resolve
-from lowering.fuzz.cli import main as fuzz_main
-from lowering.fuzz.cli import write_report
+from lowering.fuzz.command import main as fuzz_main
+from lowering.fuzz.command import write_report
 from lowering.fuzz.judge import Setup, Side, compare
 from lowering.fuzz.localize import truncated
 from lowering.fuzz.search import program_features

@@ -93,7 +93,7 @@ def test_call_module_val_is_the_callee_output() -> None:
 def test_a_shared_graph_called_with_other_shapes_gets_the_val_of_its_call() -> None:
     """The second call of a deduplicated module at another shape runs a graph traced at the
     first call's shapes; its ``val`` is still the output of *its* call (``deduplicate`` reads it
-    from the dropped graph, ``ir.values.output_value``)."""
+    from the dropped graph, ``ir.returned_values.output_value``)."""
     program = transform(import_ep(export_case(CASES["repeated_diff_shapes"])))
     m = lower(program)
     calls = {n.name: n.meta.get("val") for n in m.graph.nodes if n.op == "call_module"}

@@ -163,7 +163,7 @@ def test_no_module_reads_another_modules_private_names(path: Path) -> None:
 
 IR_VALUES = frozenset({
     "ir.args", "ir.errors", "ir.graph", "ir.memo", "ir.module", "ir.module_stack", "ir.node",
-    "ir.program", "ir.signature", "ir.slot_init", "ir.stages", "ir.state",
+    "ir.program", "ir.signature", "ir.slot_init", "ir.staged", "ir.state",
 })
 """The IR values and what they are made of: the bottom floor of ``ir``."""
 

@@ -15,7 +15,7 @@ from ir.signature import (
     ExportSignature,
     OutputSpec,
 )
-from ir.strategies.export import (
+from ir.strategies.module_trees import (
     AssignBuffer,
     ModuleSpec,
     SequentialSpec,

@@ -23,7 +23,7 @@ from torch import nn
 from ir import effects, import_ep, ops, opset
 from lowering import lower
 from transforms.rewrite import Rule, rewrite_report
-from transforms.rewrite.fold import fold_into_state
+from transforms.rewrite.state_fold import fold_into_state
 
 ROWS = tuple(opset.table().values())
 NORMS = (

@@ -17,7 +17,7 @@ from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 from transforms.rewrite.api import ensure_checked, rule_verdict
-from transforms.rewrite.fold import fold_into_state
+from transforms.rewrite.state_fold import fold_into_state
 from transforms.rewrite_rules import (
     ATTENTION,
     ATTENTION_ASSUMES,

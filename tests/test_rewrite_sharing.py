@@ -3,7 +3,7 @@
 ``x @ w1, x @ w2 -> split(x @ cat(w1, w2))`` returns two views of one buffer. ``check_rule``
 accepts it (the values are the law; aliasing that appears is the engine's to guard), and
 ``rewrite`` takes a match only where nothing writes either result and the caller does not get
-both (guard ``shared``, ``transforms.rewrite.sharing``).
+both (guard ``shared``, ``transforms.rewrite.result_sharing``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ir import Graph, import_ep
 from lowering import lower
 from transforms.rewrite import Rule, apply_rules, check_rule
 from transforms.rewrite import guards as guard_table
-from transforms.rewrite.sharing import output_bases
+from transforms.rewrite.result_sharing import output_bases
 
 
 def _pattern(x, w1, w2):

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 
 from ir import format_program, import_ep, verify
 from ir.purity import ep_fingerprint
-from ir.strategies.export import example_inputs, exported_programs
+from ir.strategies.module_trees import example_inputs, exported_programs
 from lowering import lower
 from transforms import transform
 

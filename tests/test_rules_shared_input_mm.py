@@ -24,10 +24,10 @@ from ir.printer import format_graph
 from lowering import lower
 from transforms.rewrite import Rule, rewrite, rewrite_report, saturate_report
 from transforms.rewrite.api import ensure_checked, rule_verdict
-from transforms.rewrite.check import RULE
 from transforms.rewrite.check_context import check_extracted
+from transforms.rewrite.result_sharing import output_bases
+from transforms.rewrite.rule_check import RULE
 from transforms.rewrite.rules import RULES, SHARED_INPUT_ASSUMES, SHARED_INPUT_MM
-from transforms.rewrite.sharing import output_bases
 from transforms.rewrite_rules import SHARED_INPUT_MM as PUBLIC
 
 ATOL = {"atol": 1e-4, "rtol": 1e-4}

@@ -33,7 +33,7 @@ from ir.verify import verify
 from lowering import lower
 from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate, saturate_report
-from transforms.rewrite import extracted as extracted_mod
+from transforms.rewrite import search_result as extracted_mod
 from transforms.rewrite.check_context import check_extracted
 
 saturate_mod = sys.modules["transforms.rewrite.saturate"]  # the package's name is the function

@@ -18,8 +18,8 @@ from transforms.rewrite import Rule, saturate_report
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.cost import program_cost
 from transforms.rewrite.engine import apply_rules
-from transforms.rewrite.extracted import drop_dead
 from transforms.rewrite.rules import ATTENTION, ATTENTION_ASSUMES, ATTENTION_MASK
+from transforms.rewrite.search_result import drop_dead
 
 SDPA = torch.ops.aten.scaled_dot_product_attention.default
 SOFTMAX = torch.ops.aten.softmax.int

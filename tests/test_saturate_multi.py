@@ -26,7 +26,7 @@ from lowering import lower
 from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, SaturationLimits, saturate_report
 from transforms.rewrite import extract as extract_mod
-from transforms.rewrite import extracted as extracted_mod
+from transforms.rewrite import search_result as extracted_mod
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.egraph import LEAF, from_graph
 from transforms.rewrite.ematch import ematch_counted

@@ -268,7 +268,7 @@ def test_a_fused_value_whose_half_is_returned_escapes(monkeypatch):
     assert outs[0].untyped_storage().data_ptr() != outs[2].untyped_storage().data_ptr()
     check_extracted(p, q, args)
     monkeypatch.setattr(saturate_mod, "escapes", _views_only)
-    extracted = importlib.import_module("transforms.rewrite.extracted")
+    extracted = importlib.import_module("transforms.rewrite.search_result")
     monkeypatch.setattr(extracted, "escapes", _views_only)
     q, report = saturate_report(p, [ROWS])
     assert _matmuls(q) == 2  # the check of the outputs' memory (output_alias) catches it too

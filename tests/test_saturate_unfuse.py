@@ -28,15 +28,15 @@ from ir.printer import format_graph
 from lowering import lower
 from transforms.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate_report
-from transforms.rewrite import extracted as extracted_mod
+from transforms.rewrite import search_result as extracted_mod
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.cost import roofline
 from transforms.rewrite.egraph import LEAF, from_graph
 from transforms.rewrite.extract import dag_cost
-from transforms.rewrite.extracted import plan
 from transforms.rewrite.rules import SHARED_INPUT_MM
 from transforms.rewrite.ruleset import directions
 from transforms.rewrite.saturate import SaturationLimits
+from transforms.rewrite.search_result import plan
 
 saturate_mod = sys.modules["transforms.rewrite.saturate"]  # the package's name is the function
 ATOL = {"atol": 1e-3, "rtol": 1e-3}

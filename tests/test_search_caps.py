@@ -22,7 +22,7 @@ import torch
 from ir import import_ep
 from ir.node import CALL_FUNCTION
 from transforms.rewrite import extract, rewrite, saturate_report
-from transforms.rewrite import extracted as extracted_mod
+from transforms.rewrite import search_result as extracted_mod
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.egraph import ClassData, EGraph, ENode, leaf
 from transforms.rewrite.rules import (

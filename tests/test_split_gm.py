@@ -485,7 +485,7 @@ return[output_2] %mul"""
 def test_node_names_follow_fx(candidates):
     from torch.fx.graph import _Namespace
 
-    from transforms.split import _FxNames
+    from transforms.tag_split import _FxNames
 
     theirs, mine = _Namespace(), _FxNames()
     assert [mine.create(c) for c in candidates] == [theirs.create_name(c, None) for c in candidates]

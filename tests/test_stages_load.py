@@ -23,7 +23,7 @@ from lowering import (
     stage_module,
     sync_shared_grads,
 )
-from lowering.stages import stage_ranks
+from lowering.stage_modules import stage_ranks
 from transforms import split_stages
 
 

@@ -1,4 +1,4 @@
-"""Properties of the export-tier strategies in ``ir/strategies/export.py``.
+"""Properties of the export-tier strategies in ``ir/strategies/module_trees.py``.
 
 Every drawn spec exports, the exported program computes what the eager module computes
 (outputs and buffers after the call), specs are hashable and deterministic, exports are
@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis.errors import InvalidArgument
 
-from ir.strategies.export import (
+from ir.strategies.module_trees import (
     ALL_FEATURES,
     MODULE_FEATURES,
     Alias,

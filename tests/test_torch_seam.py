@@ -1,5 +1,5 @@
 """The torch seams: every private torch symbol purefx uses behaves as purefx expects, and no
-module outside ``ir/torch_seam.py`` and ``lowering/torch_seam.py`` reaches a private torch symbol.
+module outside ``ir/torch_seam.py`` and ``lowering/lowering_seam.py`` reaches a private torch symbol.
 
 One test per symbol (run on whichever torch is installed: 2.13, 2.14 or 2.15), then the source
 scan, then the IR's own pytree functions standing in for torch's as node targets.
@@ -21,17 +21,16 @@ from torch import nn
 from zoo import CASES, export_case
 
 import ir.torch_seam as ir_seam
-import lowering.torch_seam as lowering_seam
 from ir import import_ep
 from ir.node import CALL_FUNCTION
 from ir.tree_calls import flatten_by_spec, own_equivalent, torch_equivalent, unflatten_tree
-from lowering import lower
+from lowering import lower, lowering_seam
 from lowering.export import export_ep
 from transforms import transform
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("ir", "transforms", "lowering")
-SEAMS = {pathlib.Path("ir/torch_seam.py"), pathlib.Path("lowering/torch_seam.py")}
+SEAMS = {pathlib.Path("ir/torch_seam.py"), pathlib.Path("lowering/lowering_seam.py")}
 aten = torch.ops.aten
 pytree = ir_seam.pytree
 
@@ -171,7 +170,7 @@ def test_fake_failures_unlogged_keeps_torchs_traceback_off_the_log(caplog):
     assert not logger.filters  # the filter is gone after the block
 
 
-# --- lowering/torch_seam.py ---------------------------------------------------------------------
+# --- lowering/lowering_seam.py ---------------------------------------------------------------------
 
 
 def test_refusing_new_guards_raises_before_the_shape_env_changes(caplog):
@@ -533,7 +532,7 @@ def test_no_module_outside_the_seams_uses_a_private_torch_symbol():
         if rel in SEAMS:
             continue
         offenders += [f"{rel}:{line}: {what}" for line, what in private_torch_uses(path.read_text())]
-    assert offenders == [], "use ir/torch_seam.py or lowering/torch_seam.py:\n" + "\n".join(
+    assert offenders == [], "use ir/torch_seam.py or lowering/lowering_seam.py:\n" + "\n".join(
         offenders
     )
 

@@ -1,4 +1,4 @@
-"""The pipeline-stage seam (``lowering.torch_seam.CheckedPipelineStage``) against the installed
+"""The pipeline-stage seam (``lowering.lowering_seam.CheckedPipelineStage``) against the installed
 torch: the method it overrides and the cache it rewrites are still there, with the shape it
 relies on."""
 
@@ -9,7 +9,7 @@ import inspect
 import torch
 from torch.distributed.pipelining import PipelineStage
 
-from lowering.torch_seam import CheckedPipelineStage, data_parallel_inner
+from lowering.lowering_seam import CheckedPipelineStage, data_parallel_inner
 
 
 def test_forward_one_chunk_has_the_signature_the_seam_overrides():

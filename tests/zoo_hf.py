@@ -16,7 +16,7 @@ Variants torch 2.13 cannot produce and that are therefore not registered:
 * from torch 2.14 also ``hf_bert_preserve_layer[decomp]`` and
   ``hf_gpt2_preserve_block[decomp]`` (``SpecViolationError: Input dropout does not exist
   in the graph``, raised by ``run_decompositions``; 2.13 exports them; seen on 2.14.1 and 2.15.0):
-  see ``TORCH_CANNOT_EXPORT`` and ``lowering.torch_seam.decompositions_drop_eval_dropout``.
+  see ``TORCH_CANNOT_EXPORT`` and ``lowering.lowering_seam.decompositions_drop_eval_dropout``.
 
 Other combinations are left out only to keep the test-suite fast.
 
@@ -30,7 +30,7 @@ import attrs
 import torch
 from torch import nn
 
-from lowering.torch_seam import decompositions_drop_eval_dropout
+from lowering.lowering_seam import decompositions_drop_eval_dropout
 
 try:
     from .zoo import Case, randint, seeded, variants
@@ -192,7 +192,7 @@ SPECS: list[tuple] = [
 
 
 # Variants that torch's ``run_decompositions`` rejects where it decomposes eval-mode dropout to
-# nothing (torch 2.14 on: ``lowering.torch_seam.decompositions_drop_eval_dropout``).
+# nothing (torch 2.14 on: ``lowering.lowering_seam.decompositions_drop_eval_dropout``).
 TORCH_CANNOT_EXPORT = frozenset({"hf_bert_preserve_layer[decomp]", "hf_gpt2_preserve_block[decomp]"})
 
 

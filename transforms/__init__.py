@@ -12,11 +12,11 @@ but not in the default pipeline: ``eliminate_dead_code``, ``cse``, ``fold_consta
 nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
 """
 
+from transforms.constant_folding import fold_constants
 from transforms.dce import eliminate_dead_code
 from transforms.dedup import deduplicate
 from transforms.edit import Edit, rewrite_nodes
-from transforms.effects import remove_effect_tokens
-from transforms.folding import fold_constants
+from transforms.effect_tokens import remove_effect_tokens
 from transforms.foreign_state import hold_foreign_state
 from transforms.hop_split import split_hop_bodies
 from transforms.inline import inline
@@ -26,10 +26,10 @@ from transforms.outline import outline, outline_and_sink, outline_by
 from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
 from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
 from transforms.sink import sink_state
-from transforms.split import move_non_tensor_nodes_on_boundary, split_by_tags
 from transforms.stacks import fill_call_gaps, fix_module_stacks
 from transforms.stages import Edge, Stages, split_stages
 from transforms.subexpressions import cse
+from transforms.tag_split import move_non_tensor_nodes_on_boundary, split_by_tags
 
 __all__ = [
     "DEFAULT_PIPELINE",

@@ -9,7 +9,7 @@ from ir.graph import Graph
 from ir.module import ModuleId, call_target, split_call_target
 from ir.node import CALL_MODULE
 from ir.program import Program
-from ir.values import output_value
+from ir.returned_values import output_value
 from transforms import kernel as kn
 
 _GRAPHS = operator.attrgetter("graphs")
@@ -22,7 +22,7 @@ def deduplicate(program: Program) -> Program:
     merged variant are redirected (``foo@2`` becomes ``foo`` when variant 2 equals variant 0).
     Different modules are never merged: they are different objects with different state. A
     redirected call keeps the ``val`` of its own call (the output value of the graph it was
-    traced with, ``ir.values.output_value``), since the kept graph may hold other shapes.
+    traced with, ``ir.returned_values.output_value``), since the kept graph may hold other shapes.
 
     **Laws:** idempotent; never adds modules or graphs; the lowered module computes the same.
     Complexity: O(n): one alpha key per graph (hashed once, no pairwise comparison); O(modules)

@@ -26,7 +26,7 @@ from ir.node import CALL_MODULE, GET_ATTR, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.tree_calls import flattened_arguments
-from transforms.checks import require_program
+from transforms.pass_checks import require_program
 
 log = logging.getLogger("purefx")
 

@@ -37,7 +37,7 @@ from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
 from transforms.call_targets import call_targets
-from transforms.checks import require_flat
+from transforms.pass_checks import require_flat
 from transforms.stacks import Frame, stack_frames
 
 log = logging.getLogger("purefx")

@@ -31,11 +31,11 @@ from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.call_builder import OpenCall, call_base
 from transforms.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
+from transforms.module_sharing import canonical_paths
 from transforms.module_table import reachable_modules, with_outlined_modules
 from transforms.preserved import prepare_outline
 from transforms.preserved.pytrees import call_preserved, close_preserved, open_preserved
 from transforms.preserved.state_traffic import state_traffic
-from transforms.sharing import canonical_paths
 from transforms.sink import (
     StateOwners,
     finish_sinking,

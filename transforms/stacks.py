@@ -17,7 +17,7 @@ from ir.module import ModuleId
 from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
 from ir.program import Program
-from transforms.checks import require_flat
+from transforms.pass_checks import require_flat
 
 __all__ = [
     "EMPTY_STACK_KEY",

@@ -10,7 +10,7 @@ Two tiers:
   in-place variants, core aten rows).
   ``crossing_programs`` draws the same programs with values and state crossing preserved call
   boundaries in most draws (what the preserved-call stages rewrite).
-- export (``ir.strategies.export``): exportable ``nn.Module`` hierarchies and their
+- export (``ir.strategies.module_trees``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
 
 The user's own program and variants of it (``programs_like``) draws forms that the pipeline and
@@ -22,7 +22,7 @@ for one program (``docs/testing.md``, "The opset generators").
 """
 
 from ir.strategies.coverage import Coverage, CoverageLog, coverage_of
-from ir.strategies.export import (
+from ir.strategies.module_trees import (
     ALL_FEATURES,
     MODULE_FEATURES,
     PROGRAM_FEATURES,

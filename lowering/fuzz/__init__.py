@@ -5,6 +5,7 @@ returns a ``FuzzReport`` of ``Finding`` s, each shrunk, with a standalone repro 
 """
 
 from lowering.fuzz.backends import BUILTINS, Backend, FuzzError
+from lowering.fuzz.fuzz_programs import default_programs
 from lowering.fuzz.known import (
     BUILTIN_KNOWN,
     LOW_PRECISION_ROUNDING,
@@ -12,7 +13,6 @@ from lowering.fuzz.known import (
     RANDOM_NUMBERS,
     Known,
 )
-from lowering.fuzz.programs import default_programs
 from lowering.fuzz.search import Finding, FuzzReport, differential, program_text
 
 __all__ = [

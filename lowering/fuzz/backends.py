@@ -30,7 +30,7 @@ from ir.errors import PurefxError
 from ir.program import Program
 from lowering.export import export_ep
 from lowering.fuzz.judge import Setup
-from lowering.torch_seam import aoti_compile_and_load, reset_dynamo
+from lowering.lowering_seam import aoti_compile_and_load, reset_dynamo
 
 BUILTINS = ("inductor", "aot_inductor", "decompositions")
 """The built-in backends, by name."""

@@ -5,7 +5,7 @@ in place), run under ``torch.no_grad()`` with the random state seeded alike
 (``ir.harness.outcome``). What is compared, leaf by leaf, in this order: the outputs (the
 result's pytree leaves), the inputs after the call (what the call wrote in place), the state
 after the call (every fqn of the program's state, read where the backend keeps it). A floating
-leaf is compared within ``lowering.fuzz.tolerance.bounds``; where that finds a difference,
+leaf is compared within ``lowering.fuzz.error_bounds.bounds``; where that finds a difference,
 again against a float64 run, with eager's own error against it allowed twice over and ``rtol``
 of the magnitude of the operands the value was computed from (``lowering.fuzz.magnitude``: a
 cancelling subtraction is judged on its operands' scale).
@@ -28,8 +28,8 @@ from ir.node import CALL_FUNCTION, OUTPUT
 from ir.program import Program
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
+from lowering.fuzz.error_bounds import bounds, error_budget
 from lowering.fuzz.magnitude import Magnitudes
-from lowering.fuzz.tolerance import bounds, error_budget
 from lowering.lower import lower
 
 KINDS = ("mismatch", "crash")
@@ -135,7 +135,7 @@ def compare(program: Program, got: Side, want: Side,
     """The verdict on ``got`` (a backend's run) against ``want`` (eager's), or ``None`` when
     they agree. ``exact()``: eager in float64, asked only where a floating leaf differs.
     ``precision``: a coarser floating dtype every floating leaf is judged at (as if computed in
-    it; ``lowering.fuzz.tolerance.bounds``), ``None``: each at its own.
+    it; ``lowering.fuzz.error_bounds.bounds``), ``None``: each at its own.
 
     A crash is ``got.error`` where ``want`` ran; a backend that returns where eager raised is a
     mismatch; both raising is no finding. Laws: ``compare(p, s, s) is None``.

@@ -23,7 +23,7 @@ from ir.node import CALL_FUNCTION
 from ir.ops import is_random
 from ir.program import Program
 from lowering.fuzz.trial import try_program
-from lowering.torch_seam import inductor_config_patched
+from lowering.lowering_seam import inductor_config_patched
 
 LOW_PRECISION = frozenset({torch.float16, torch.bfloat16})
 
@@ -113,7 +113,7 @@ def lowest_precision(program: Program, dtype: torch.dtype | None = None) -> torc
 @attrs.frozen
 class WithinPrecision:
     """A deviation of size: a mismatch in a program that computes in float16 or bfloat16 that
-    is within the tolerance of that dtype (``lowering.fuzz.tolerance``: ``eps(d)`` times the
+    is within the tolerance of that dtype (``lowering.fuzz.error_bounds``: ``eps(d)`` times the
     program's error budget, at most ``1e-2`` for float16, ``5e-2`` for bfloat16), every result
     judged as if computed in it. Device-independent: it asks no compiler setting, so it also
     holds where a setting that should remove the deviation does not (CUDA inductor kept fused

@@ -16,7 +16,7 @@ operator call the lowered module makes) and gives each floating tensor it makes 
   the same view of the operand's M; ``copy_``, ``clone``, ``_to_copy``: the source's M.
 
 ``lowering.fuzz.judge`` allows ``rtol * M`` more where a first comparison found a difference
-(``lowering.fuzz.tolerance``'s ``rtol``): a cancelling subtraction is judged on its operands'
+(``lowering.fuzz.error_bounds``'s ``rtol``): a cancelling subtraction is judged on its operands'
 scale, while a value not computed by cancellation keeps ``M = |value|`` and its tolerance.
 """
 

@@ -27,8 +27,8 @@ from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
 from lowering.fuzz.backends import REPRO_COMPILE
-from lowering.fuzz.tolerance import error_budget, relative
-from lowering.torch_seam import reset_dynamo
+from lowering.fuzz.error_bounds import error_budget, relative
+from lowering.lowering_seam import reset_dynamo
 
 
 class ReproError(PurefxError):

@@ -30,10 +30,10 @@ from ir.ops import is_mutating, is_random
 from ir.printer import format_program
 from ir.program import Program
 from lowering.fuzz.backends import Backend, FuzzError, resolve
+from lowering.fuzz.fuzz_programs import default_programs
 from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
-from lowering.fuzz.programs import default_programs
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.repro import ReproError, check_repro, repro_script
 from lowering.fuzz.trial import placed, try_program
@@ -127,7 +127,7 @@ def differential(
         backends: name -> ``"inductor"``, ``"aot_inductor"``, ``"decompositions"`` or a callable
             ``compile(module) -> callable`` applied to the freshly lowered module.
         programs: a hypothesis strategy of flat Programs (default:
-            ``lowering.fuzz.programs.default_programs()``).
+            ``lowering.fuzz.fuzz_programs.default_programs()``).
         max_examples: programs to run (with ``seconds``: no count limit, the time is the budget).
         seconds: the search's time budget; shrinking comes after it (``shrink_seconds`` each).
         device: where programs run (``"cuda"``); the program is moved there first.

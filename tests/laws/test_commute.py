@@ -18,7 +18,7 @@ from ir import alpha_equivalent
 from ir.strategies import programs
 from transforms import inline
 from transforms.dedup import deduplicate
-from transforms.effects import remove_effect_tokens
+from transforms.effect_tokens import remove_effect_tokens
 from transforms.mutations import functional_to_inplace
 from transforms.sink import sink_state
 from transforms.stacks import fix_module_stacks

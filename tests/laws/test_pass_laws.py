@@ -18,7 +18,7 @@ from ir.strategies import programs
 from lowering.laws import LawViolation, check_laws
 from transforms import inline, transform
 from transforms.dedup import deduplicate
-from transforms.effects import remove_effect_tokens
+from transforms.effect_tokens import remove_effect_tokens
 from transforms.hop_split import split_hop_bodies
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline

@@ -59,7 +59,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.call_walk import node_positions
-from transforms.checks import require_flat
+from transforms.pass_checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
 from transforms.preserved.state_traffic import state_traffic
 from transforms.stacks import FrameOf, node_frames

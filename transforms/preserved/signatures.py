@@ -40,7 +40,7 @@ from ir.node import PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature
 from transforms.call_walk import call_spans, node_positions
-from transforms.checks import require_flat
+from transforms.pass_checks import require_flat
 from transforms.preserved.state_traffic import state_traffic
 from transforms.stacks import FrameOf, node_frames
 

@@ -43,7 +43,6 @@ package: the editor, ``transforms.edit``, traces too).
 """
 
 from transforms.rewrite.api import rewrite, rewrite_report
-from transforms.rewrite.check import check_rule
 from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_match, apply_rules, matches
 from transforms.rewrite.rule import (
@@ -56,6 +55,7 @@ from transforms.rewrite.rule import (
     hyper,
     optional,
 )
+from transforms.rewrite.rule_check import check_rule
 from transforms.rewrite.saturate import (
     SaturationLimits,
     SaturationReport,

@@ -11,7 +11,7 @@ The pattern is traced at the level of the program it is applied to (training IR,
 after ``run_decompositions``; ``transforms.trace``), the replacement at the training level
 (what the user wrote: ``silu``, ``scaled_dot_product_attention``). Matching is on the IR in a
 normal form (``transforms.rewrite.match``). Each rule is checked with ``check_rule``
-(``transforms.rewrite.check``) the first time ``rewrite`` meets it, unless it is ``trusted``.
+(``transforms.rewrite.rule_check``) the first time ``rewrite`` meets it, unless it is ``trusted``.
 """
 
 from __future__ import annotations

@@ -36,11 +36,11 @@ from ir.harness import (
 from ir.import_ep import import_ep
 from ir.program import Program
 from transforms.law_violation import LawViolation
-from transforms.rewrite import check as rule_law
+from transforms.rewrite import rule_check as rule_law
 from transforms.rewrite.api import rewrite
-from transforms.rewrite.check import assumed, check_rule, signatures
 from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
+from transforms.rewrite.rule_check import assumed, check_rule, signatures
 from transforms.rewrite.rule_key import rule_seed
 from transforms.rewrite.ruleset import ensure_checked
 from transforms.trace import TRAINING, trace
@@ -56,7 +56,7 @@ def check_rule_in_context(
     """Check ``rewrite(·, [rule])`` on ``max_examples`` programs with the rule's pattern planted.
 
     What is drawn (``ir.strategies.rewrite_sites``): the pattern's arguments at signatures where
-    it runs (``transforms.rewrite.check.signatures``: dtypes including ints and bools, sizes
+    it runs (``transforms.rewrite.rule_check.signatures``: dtypes including ints and bools, sizes
     varied per argument), each taken from a user input, a value computed from one, a view of
     one, a buffer, or an earlier argument's value; each result returned, read by a view,
     written in place (directly or through a view), copied into a buffer; the pattern in the

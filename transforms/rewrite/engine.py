@@ -38,10 +38,10 @@ from ir.program import Program
 from transforms import kernel as kn
 from transforms.each_graph import walked_graphs
 from transforms.law_violation import LawViolation
-from transforms.rewrite import guards, sharing, sizes
-from transforms.rewrite.fold import fold_into_state
+from transforms.rewrite import guards, result_sharing, sizes
 from transforms.rewrite.match import Binding, Pattern, match_at
 from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for
+from transforms.rewrite.state_fold import fold_into_state
 from transforms.trace import Traced, level_of
 
 
@@ -538,7 +538,7 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     site.replacement = rep
     site.renamed = tuple(o for o in site.outs if o is not None and o not in kept)
     site.aliases = _new_aliases(site, rep, w)
-    site.shared = sharing.new_sharing(site, rep, w)
+    site.shared = result_sharing.new_sharing(site, rep, w)
     return site
 
 

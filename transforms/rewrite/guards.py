@@ -151,7 +151,7 @@ def written_or_returned(view: GraphView, name: str) -> tuple[bool, bool]:
 
 
 def sharing_guard(view: GraphView, shared: Sequence[tuple[str, str]]) -> bool:
-    """Whether the result pairs in ``shared`` (``transforms.rewrite.sharing.new_sharing``:
+    """Whether the result pairs in ``shared`` (``transforms.rewrite.result_sharing.new_sharing``:
     made views of one buffer by the replacement, fresh in the pattern) may share memory: for
     each pair no write reaches either (or a view of either), and the graph does not return
     both.
@@ -466,7 +466,7 @@ class Site:
       under another name afterwards), ``aliases`` (``{result: outside value}`` made aliases by
       the replacement, ``None`` when it returns an input the match does not bind),
       ``shared`` (pairs of results the replacement makes views of one buffer it computes,
-      fresh in the pattern: ``transforms.rewrite.sharing``);
+      fresh in the pattern: ``transforms.rewrite.result_sharing``);
     - INSTANCE: ``raised`` (a new node raised on the match's fake values), ``results`` (the
       graph name taking each result's place), ``old`` / ``new`` (their ``meta['val']``).
     """

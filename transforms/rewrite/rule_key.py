@@ -13,7 +13,7 @@ so a change in a helper reaches the key). Then the flags the check reads: ``spec
 ``assumes``, ``max_examples``, ``both_ways``, ``fold_state``.
 
 - ``rule_seed(rule)``: the digest of that content. ``check_rule`` seeds its draws by it
-  (``transforms.rewrite.check``), so two rules that differ only in name draw alike and get one
+  (``transforms.rewrite.rule_check``), so two rules that differ only in name draw alike and get one
   verdict.
 - ``verdict_key(rule)``: the digest of the content plus what else decides a verdict: the
   checker's version (``CHECKER_VERSION`` and a digest of the sources that draw and judge), the
@@ -42,7 +42,7 @@ CHECKER_VERSION = 2
 sources (``_CHECKER_SOURCES``) does not show (a change in a module it calls)."""
 
 _CHECKER_SOURCES = (
-    "transforms/rewrite/check.py",
+    "transforms/rewrite/rule_check.py",
     "transforms/rewrite/rule_key.py",
     "ir/strategies/values.py",
     "ir/harness/compare.py",

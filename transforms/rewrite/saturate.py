@@ -48,15 +48,15 @@ from transforms.rewrite.egraph import (
 )
 from transforms.rewrite.ematch import EMatch, ematch_counted, ematch_value, exact, result_nodes
 from transforms.rewrite.engine import apply_rules
-from transforms.rewrite.extracted import Builder, Plan, drop_dead, plan
-from transforms.rewrite.fold import fold_into_state
 from transforms.rewrite.guards import shares_storage, where_holds
+from transforms.rewrite.result_sharing import output_bases
 from transforms.rewrite.rule import (
     Rule,
     replacement_for,
 )
 from transforms.rewrite.ruleset import Directed, directions, prepare
-from transforms.rewrite.sharing import output_bases
+from transforms.rewrite.search_result import Builder, Plan, drop_dead, plan
+from transforms.rewrite.state_fold import fold_into_state
 
 __all__ = ["SaturationLimits", "SaturationReport", "saturate", "saturate_report"]
 

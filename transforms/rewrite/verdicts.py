@@ -30,8 +30,8 @@ import torch
 
 from ir.errors import PassError, PurefxError
 from transforms.law_violation import LawViolation
-from transforms.rewrite.check import Checked, check_rule
 from transforms.rewrite.rule import Rule, rule_cache
+from transforms.rewrite.rule_check import Checked, check_rule
 from transforms.rewrite.rule_key import verdict_key, versions
 from transforms.rewrite.verdict_store import (
     Stored,

@@ -225,7 +225,7 @@ def sync_parameter_list(plist: torch.nn.ParameterList) -> None:
 
 # --- pipeline stages ----------------------------------------------------------------------------
 # - CheckedPipelineStage (a subclass of torch.distributed.pipelining.PipelineStage): what
-#   ``lowering/stages.py`` needs from torch's stage beyond its public API. (1) A hook before
+#   ``lowering/stage_modules.py`` needs from torch's stage beyond its public API. (1) A hook before
 #   each micro-batch's forward: it overrides ``forward_one_chunk(fwd_chunk_id, args, kwargs,
 #   save_forward_output)``, which every schedule calls once per micro-batch (the first stage's
 #   ``args`` are the micro-batch's positional inputs, ``kwargs`` every stage's keyword inputs).

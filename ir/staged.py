@@ -1,5 +1,5 @@
 """``Stages``: a Program cut into pipeline stages, as a value (``transforms.split_stages``
-builds it; ``lowering.stages`` builds torch objects from it)."""
+builds it; ``lowering.stage_modules`` builds torch objects from it)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from ir.module import Module, ModuleId
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
-from ir.stages import Edge, Stages
+from ir.staged import Edge, Stages
 from ir.state import Slot
 from ir.torch_seam import pytree
 from transforms import kernel as kn

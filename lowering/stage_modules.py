@@ -37,10 +37,10 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.tensor import DTensor
 
 from ir.errors import InputConstraintError, LoweringError
-from ir.stages import Stages
+from ir.staged import Stages
 from ir.state import BUFFER, PARAMETER
 from lowering.lower import lower
-from lowering.torch_seam import CheckedPipelineStage, data_parallel_inner
+from lowering.lowering_seam import CheckedPipelineStage, data_parallel_inner
 
 
 def _check_stage(stages: Any, i: Any) -> None:
@@ -122,7 +122,7 @@ class _CheckedStage(CheckedPipelineStage):
     """A ``PipelineStage`` that checks each micro-batch's own inputs (stage 0's positional
     inputs, every stage's keyword inputs) against the exported shapes before it runs it, so a
     wrong batch is a purefx error on that rank before it sends anything for the micro-batch.
-    (The hook into torch's stage is ``lowering.torch_seam.CheckedPipelineStage``.)"""
+    (The hook into torch's stage is ``lowering.lowering_seam.CheckedPipelineStage``.)"""
 
     def __init__(self, *args: Any, expected: Mapping[str, tuple], first: tuple[str, ...],
                  **kwargs: Any) -> None:
