@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import attrs
 
 from ir import signature as sg
-from ir.args import Ref, map_refs, map_refs_in, thaw
+from ir.args import EMPTY_DICT, Ref, map_refs, map_refs_in, thaw
 from ir.effects import AliasSets, Effects, written_args
 from ir.errors import PassError
 from ir.fake_run import (
@@ -74,7 +74,7 @@ from ir.fake_run import (
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
 from ir.names import Names, fresh_name, target_name
-from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, OUTPUT, Node, new_node
+from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE, EMPTY_META, OUTPUT, Node, new_node
 from ir.program import Program
 from transforms.new_state import NewState
 
@@ -496,6 +496,57 @@ class WorkingGraph:
         return type(self.graph).of(nodes), resolved(self.renames)
 
 
+    # --- nodes that stand for others (the default pipeline's drivers) ---------------------------
+
+    def derive(
+        self, anchor: Node, *, name: str | None = None, base: str | None = None,
+        meta: Mapping[str, Any] | None = None, **fields: Any,
+    ) -> Node:
+        """A new node that stands for ``anchor`` (takes its place, or is emitted for it), not
+        yet placed: ``anchor`` with ``fields`` (``op``, ``target``, ``args``, ``kwargs``)
+        replaced, its meta ``anchor.meta`` with ``meta``'s entries put over it (``val``,
+        ``nn_module_stack``: the anchor's own ``val`` when the driver knows it still holds, or
+        the one it derived), so that every other entry (``stack_trace``, ...) is kept. Named
+        ``name`` (taken as given: a name the driver frees, the anchor's or a reader's) or a
+        fresh name after ``base`` (default ``base_name`` of its target); its name joins
+        ``made``; the listener hears of it. O(size of ``meta``)."""
+        target = fields.get("target", anchor.target)
+        if name is None:
+            name = self.fresh(base if base is not None else base_name(target))
+        else:
+            self.reserve((name,))
+        node_meta = anchor.meta if not meta else MappingProxyType({**anchor.meta, **meta})
+        node = new_node(
+            fields.get("op", anchor.op), name, target, fields.get("args", anchor.args),
+            fields.get("kwargs", anchor.kwargs), node_meta,
+        )
+        self.made.add(name)
+        if self.listener is not None:
+            self.listener.emitted(node)
+        return node
+
+    def read_instead(self, old: str, new: Ref) -> None:
+        """Streamed: the nodes placed from now on (``keep``) read value ``new`` where they read
+        ``old``, which stays where it is (an in-place write stands for the value it wrote,
+        for the readers after it); ``renames`` records it, so that ``finish`` and
+        ``finalised`` make the signatures name ``new``; the listener hears of it as replaced.
+        O(1)."""
+        self.renames[old] = new.name
+        self.alias[old] = new
+        if self.listener is not None:
+            self.listener.replaced(old, new.name)
+
+    def returning(self, result: Any) -> Graph:
+        """The graph of the nodes placed (streamed, in the order placed: picked from the input
+        graph, derived or made), ending in a new output node that returns ``result`` (an
+        argument tree of ``Ref`` s), named ``output`` fresh among the names placed (the graph
+        is a new one, a piece of the input, not the input edited). O(n)."""
+        taken = Names(self.node)
+        out = new_node(OUTPUT, fresh_name("output", taken), "output", (result,), EMPTY_DICT,
+                       EMPTY_META)
+        return type(self.graph).of([*self.node.values(), out])
+
+
 def _same(r: Ref) -> Ref:
     return r
 
@@ -850,3 +901,17 @@ def refuse_call(node: Node, read: str, where: str) -> None:
         f"module {node.target!r} reads (its graph was traced at the old shapes); keep the "
         "value's dtype, shape and strides"
     )
+
+
+# --- names beside a graph's (the default pipeline's drivers) ------------------------------------
+
+
+def fresh_module_name(base: str, taken: Names) -> str:
+    """A name for a new module attribute (a child, a peer) or module id, after ``base``
+    (``base``, ``base_1``, ...) and not in ``taken`` (the names beside it: the module's
+    children, peers and state; the module table's ids), which it joins: the naming policy of
+    the graph's nodes (``WorkingGraph.fresh``) for the names around a graph. Amortized O(1)."""
+    return fresh_name(base, taken)
+
+
+__all__ += ["fresh_module_name"]
