@@ -65,6 +65,10 @@ def hold_foreign_state(program: Program) -> Program:
     the number of compute nodes (a dropped state read is a ``get_attr``); a program without
     preserved calls is returned as it is.
 
+    A driver on the rewriting kernel (``transforms.kernel``): each graph it changes is streamed
+    through a ``WorkingGraph`` (a peer read is ``derive`` d from the placeholder it replaces);
+    peer names come from ``kernel.fresh_module_name``.
+
     **Complexity:** O(n + m) for n nodes and m modules.
     """
     require_program(program, "hold_foreign_state")
