@@ -512,7 +512,7 @@ class WorkingGraph:
         ``made``; the listener hears of it. O(size of ``meta``)."""
         target = fields.get("target", anchor.target)
         if name is None:
-            name = self.fresh(base if base is not None else base_name(target))
+            name = self.fresh(base if base is not None else _base_of(target))
         else:
             self.reserve((name,))
         node_meta = anchor.meta if not meta else MappingProxyType({**anchor.meta, **meta})
@@ -904,6 +904,21 @@ def refuse_call(node: Node, read: str, where: str) -> None:
 
 
 # --- names beside a graph's (the default pipeline's drivers) ------------------------------------
+
+_BASES: dict[Any, str] = {}  # operator -> base_name: naming an operator costs microseconds
+
+
+def _base_of(target: Any) -> str:
+    """``base_name(target)``, remembered per hashable target (operators live as long as the
+    process). O(1) after the first."""
+    try:
+        found = _BASES.get(target)
+    except TypeError:  # an unhashable target
+        return base_name(target)
+    if found is None:
+        found = _BASES[target] = base_name(target)
+    return found
+
 
 
 def fresh_module_name(base: str, taken: Names) -> str:

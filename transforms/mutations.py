@@ -94,7 +94,10 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
             kept = tuple(v for v, s in zip(values, specs) if s.kind not in INPLACE_KINDS)
             w.keep(node.replace(args=(kept,) + node.args[1:]))
             continue
-        w.keep(node)
+        if w.alias and any(r.name in w.alias for r in node.inputs()):
+            w.keep(node)  # rewired: reads the copy_ that stands for a value it reads
+        else:
+            w.add(node)
         for value in after.get(i, ()):
             anchor = graph.node(value)
             stack = _copy_stack(anchor.meta, root_stack)
