@@ -11,18 +11,19 @@ tokens carry nothing there; this pass calls the operators directly again, as
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from ir import ops
 from ir import signature as sg
-from ir.args import Ref, map_refs, ref
+from ir.args import ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.names import target_name
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
+from transforms import kernel as kn
 from transforms.call_targets import call_targets
+from transforms.each_graph import map_graphs
 
 
 def remove_effect_tokens(p: Program) -> Program:
@@ -59,6 +60,10 @@ def remove_effect_tokens(p: Program) -> Program:
       its name, args' structure and meta;
     - ``verify`` holds of the result whenever it holds of ``p``.
 
+    A driver on the rewriting kernel (``transforms.kernel``): the root graph is streamed through
+    a ``WorkingGraph``, which derives and names each op node, replaces the absorbed ``getitem``
+    nodes, and whose renames the signatures follow (``finalised``).
+
     Complexity: O(n) in the number of root-graph nodes.
     """
     graph = p.root_module.graph
@@ -82,8 +87,10 @@ def _is_with_effects(node: Node) -> bool:
 def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
     tokens = {s.name for s in p.signature.inputs if s.kind == sg.TOKEN}
     dropped: set[str] = set(tokens)  # nodes not emitted at their own place
-    alias: dict[str, str] = {}  # repeated getitem(w, 1) of a one-result op -> the op node
     emit: dict[str, Node] = {}  # node name -> what stands at its place instead
+    # the op nodes are derived and named by the kernel's working graph; a repeated
+    # getitem(w, 1) of a one-result op is replaced by the op node (its readers read that)
+    work = kn.WorkingGraph(graph, indexed=False)
 
     for w in graph.nodes:
         if not _is_with_effects(w):
@@ -104,48 +111,39 @@ def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
                 if name == w.name:
                     name = g.name
                 else:
-                    alias[g.name] = name
+                    work.replace(g.name, ref(name))
                 dropped.add(g.name)
             else:
                 emit[g.name] = g.replace(args=(ref(name), i - 1))
-        meta = _result_meta(w.meta, count)
-        emit[w.name] = Node(CALL_FUNCTION, name, op, tuple(args), w.kwargs, meta)
+        emit[w.name] = work.derive(
+            w, name=name, target=op, args=tuple(args), meta=_result_meta(w.meta, count)
+        )
 
-    def read(r: Ref) -> Ref:
-        if r.name in tokens:
-            raise PassError(
-                f"node {here.name!r} reads effect token %{r.name}; remove_effect_tokens only "
-                "handles tokens threaded through with_effects calls of the root graph (run it "
-                "before outlining)"
-            )
-        found = alias.get(r.name)
-        return r if found is None else ref(found)
-
-    nodes: list[Node] = []
     for here in graph.nodes:
         if here.op == OUTPUT:
-            nodes.append(_output(here, p.signature.outputs, read))
+            node = _output(here, p.signature.outputs)
+        elif here.name in dropped:
+            if here.name not in work.alias:
+                work.drop(here.name)
             continue
-        if here.name in dropped:
-            continue
-        node = emit.get(here.name, here)
-        args, kwargs = map_refs(node.args, read), map_refs(node.kwargs, read)
-        nodes.append(node.replace(args=args, kwargs=kwargs))
+        else:
+            node = emit.get(here.name, here)
+        for r in node.inputs():
+            if r.name in tokens:
+                raise PassError(
+                    f"node {here.name!r} reads effect token %{r.name}; remove_effect_tokens "
+                    "only handles tokens threaded through with_effects calls of the root graph "
+                    "(run it before outlining)"
+                )
+        work.keep(node)
 
-    root = p.root_module.replace(graphs=(Graph.of(nodes),) + p.root_module.graphs[1:])
-    signature = sg.ExportSignature(
+    new_graph, renames = work.finish()
+    q = map_graphs(p, lambda mid, g: new_graph if g is graph and mid == p.root else g)
+    q = q.replace(signature=sg.ExportSignature(
         inputs=tuple(s for s in p.signature.inputs if s.kind != sg.TOKEN),
-        outputs=tuple(
-            s if s.name not in alias else sg.OutputSpec(s.kind, alias[s.name], s.target)
-            for s in p.signature.outputs
-            if s.kind != sg.OUTPUT_TOKEN
-        ),
-    )
-    return p.replace(
-        modules=p.modules.set(p.root, root),
-        signature=signature,
-        call_signatures=_renamed_calls(p.call_signatures, alias),
-    )
+        outputs=tuple(s for s in p.signature.outputs if s.kind != sg.OUTPUT_TOKEN),
+    ))
+    return kn.finalised(p, q, {p.root: renames})
 
 
 def _result_reads(graph: Graph, w: Node) -> list[tuple[int, Node]]:
@@ -191,8 +189,9 @@ def _result_count(w: Node, op: Any, reads: list[tuple[int, Node]]) -> int:
     return count
 
 
-def _result_meta(meta: Mapping[str, Any], count: int) -> Mapping[str, Any]:
-    """``meta`` of a ``with_effects`` node, describing the op's own result (no leading token)."""
+def _result_meta(meta: Mapping[str, Any], count: int) -> dict[str, Any]:
+    """What changes in the ``meta`` of a ``with_effects`` node for the op's own result (no
+    leading token): ``val`` and ``unbacked_bindings`` moved past the token."""
     changes: dict[str, Any] = {}
     val = meta.get("val")
     if isinstance(val, tuple):
@@ -202,33 +201,12 @@ def _result_meta(meta: Mapping[str, Any], count: int) -> Mapping[str, Any]:
         changes["unbacked_bindings"] = {
             k: path[1:] if path else path for k, path in bindings.items()
         }
-    if not changes:
-        return meta
-    return MappingProxyType({**meta, **changes})
+    return changes
 
 
-def _output(node: Node, specs: tuple[sg.OutputSpec, ...], read: Any) -> Node:
+def _output(node: Node, specs: tuple[sg.OutputSpec, ...]) -> Node:
     """The output node without its token outputs (positions follow ``specs`` when given)."""
     values = node.args[0] if node.args else None
     if specs and isinstance(values, tuple) and len(values) == len(specs):
         values = tuple(v for v, s in zip(values, specs) if s.kind != sg.OUTPUT_TOKEN)
-    return node.replace(args=(map_refs(values, read),) + node.args[1:])
-
-
-def _renamed_calls(calls: Any, alias: dict[str, str]) -> Any:
-    """Preserved call signatures with the names in ``alias`` replaced (same map when none are)."""
-    if not alias:
-        return calls
-    for call_name, sig in calls.items():
-        inputs = tuple(_renamed_arg(a, alias) for a in sig.inputs)
-        outputs = tuple(_renamed_arg(a, alias) for a in sig.outputs)
-        if inputs != sig.inputs or outputs != sig.outputs:
-            renamed = sg.CallSignature(
-                inputs, outputs, sig.in_spec, sig.out_spec, sig.forward_arg_names
-            )
-            calls = calls.set(call_name, renamed)
-    return calls
-
-
-def _renamed_arg(arg: sg.ArgSpec, alias: dict[str, str]) -> sg.ArgSpec:
-    return arg if arg.name not in alias else sg.ArgSpec(arg.kind, alias[arg.name], arg.value)
+    return node.replace(args=(values,) + node.args[1:])

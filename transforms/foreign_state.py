@@ -18,14 +18,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ir.args import IDict, Ref
+from ir.args import EMPTY_DICT, IDict, Ref
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.names import Names, fresh_name
-from ir.node import CALL_MODULE, GET_ATTR, Node
+from ir.names import Names
+from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.tree_calls import flattened_arguments
+from transforms import kernel as kn
 from transforms.pass_checks import require_program
 
 log = logging.getLogger("purefx")
@@ -63,6 +64,10 @@ def hold_foreign_state(program: Program) -> Program:
     for a result ``q``); ``sink_state(p) == hold_foreign_state(sink_state(p))``; never changes
     the number of compute nodes (a dropped state read is a ``get_attr``); a program without
     preserved calls is returned as it is.
+
+    A driver on the rewriting kernel (``transforms.kernel``): each graph it changes is streamed
+    through a ``WorkingGraph`` (a peer read is ``derive`` d from the placeholder it replaces);
+    peer names come from ``kernel.fresh_id``.
 
     **Complexity:** O(n + m) for n nodes and m modules.
     """
@@ -217,7 +222,9 @@ def _rewrite(
             graph = table[caller[0]].graphs[caller[1]]
             unused = _unused_state_inputs(after, graph, carried[caller])
             if unused:
-                graphs[caller] = Graph(tuple(n for n in after.nodes if n.name not in unused))
+                w = kn.WorkingGraph(after, indexed=False)
+                w.leave_out(unused)
+                graphs[caller] = w.finish()[0]
                 dropped[caller] = (after, unused)
     modules = program.modules
     for mid in sorted({key[0] for key in graphs}):
@@ -258,7 +265,7 @@ def _peer_read(
     mod = program.module_table()[mid]
     taken = Names([n for n, _ in mod.children] + [n for n, _ in peers] + list(own_state))
     base = "_peer_" + (owner_path.replace(".", "_") or "root")
-    name = base if base not in taken else fresh_name(base, taken)
+    name = kn.fresh_id(base, taken)
     peers.append((name, owner))
     return f"{name}.{attr}"
 
@@ -270,21 +277,26 @@ def _owner_path(fqn: str) -> str:
 
 def _read_through_peers(graph: Graph, reads: dict[int, str]) -> Graph:
     """``graph`` with placeholder ``i`` of ``reads`` replaced by ``get_attr`` ``reads[i]`` (same
-    name), placed after the placeholders that stay."""
+    name and meta, derived by a ``kernel.WorkingGraph``), placed after the placeholders that
+    stay. O(nodes)."""
     placeholders = graph.placeholders
-    kept = [n for i, n in enumerate(placeholders) if i not in reads]
-    made = [
-        Node(GET_ATTR, placeholders[i].name, target, meta=placeholders[i].meta)
-        for i, target in sorted(reads.items())
-    ]
-    return Graph(tuple(kept + made) + graph.nodes[len(placeholders) :])
+    w = kn.WorkingGraph(graph, indexed=False)
+    for i, n in enumerate(placeholders):
+        if i not in reads:
+            w.keep(n)
+    for i, target in sorted(reads.items()):
+        ph = placeholders[i]
+        w.add(w.derive(ph, name=ph.name, op=GET_ATTR, target=target, args=(), kwargs=EMPTY_DICT))
+    for n in graph.nodes[len(placeholders) :]:
+        w.keep(n)
+    return w.finish()[0]
 
 
 def _drop_arguments(graph: Graph, calls: dict[str, tuple[Graph, frozenset[str]]]) -> Graph:
     """``graph`` with, for each call node named in ``calls``, the arguments it binds to the
     callee's placeholders that are dropped left out (positionally, or by keyword past the
     positional ones; the callee's graph before the drop says which); a ``get_attr`` that only
-    those arguments read is dropped too. O(nodes)."""
+    those arguments read is dropped too. Streamed through a ``kernel.WorkingGraph``. O(nodes)."""
     nodes = []
     released: set[str] = set()
     for node in graph.nodes:
@@ -307,4 +319,10 @@ def _drop_arguments(graph: Graph, calls: dict[str, tuple[Graph, frozenset[str]]]
         nodes.append(node.replace(args=args, kwargs=kwargs))
     used = {r.name for n in nodes for r in n.inputs()}
     stale = {n.name for n in nodes if n.op == GET_ATTR and n.name in released - used}
-    return Graph(tuple(n for n in nodes if n.name not in stale))
+    w = kn.WorkingGraph(graph, indexed=False)
+    for n in nodes:
+        if n.name in stale:
+            w.drop(n.name)
+        else:
+            w.keep(n)
+    return w.finish()[0]

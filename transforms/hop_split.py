@@ -28,14 +28,15 @@ from typing import Any
 import attrs
 
 from ir import ops
-from ir.args import Ref, map_refs, ref
+from ir.args import EMPTY_DICT, Ref, ref
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
-from ir.names import Names, fresh_name, target_name
+from ir.names import Names, target_name
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
+from transforms import kernel as kn
 from transforms.call_targets import call_targets
 from transforms.pass_checks import require_flat
 from transforms.stacks import Frame, stack_frames
@@ -98,6 +99,12 @@ def split_hop_bodies(p: Program) -> Program:
       name (a ``getitem`` changes meta and arguments; one that reads an operand handed back is
       gone, and its readers read the operand), and every other node keeps its meta;
     - ``verify`` holds of the result whenever it holds of ``p``.
+
+    A driver on the rewriting kernel (``transforms.kernel``): each graph it changes (the root, a
+    body with nested calls, a body without tracepoints, each run's new body) is streamed
+    through a ``WorkingGraph``, which names and derives the new nodes (``derive``: the anchor's
+    meta with the run's stack) and rewires the readers of a handed-back operand (``replace``);
+    new attribute and module names come from ``kernel.fresh_id``.
 
     Complexity: O(n) in the nodes of the root graph and of the bodies, each body read once.
     """
@@ -180,28 +187,21 @@ class _Splitter:
         out: list[Node] = []
         moved: set[str] = set()  # getitems re-emitted with their call
         split_reads: set[str] = set()  # get_attr nodes of bodies that were replaced
-        taken = Names(by_name)
+        # the kernel's working graph names and derives the new nodes; a getitem of an operand
+        # the body hands back is replaced there by the operand (its readers are rewired)
+        w = kn.WorkingGraph(graph, indexed=False)
         kids = Names(name for name, _ in self.table[owner].children)
         if owner == self.p.root:  # a root attribute name must not shadow state either
             kids.update(fqn.partition(".")[0] for fqn in self.p.state_order)
         new_children: list[tuple[str, ModuleId]] = []
-        alias: dict[str, Ref] = {}  # a getitem of an operand the body hands back -> the operand
-
-        def renamed(node: Node) -> Node:
-            if not alias:
-                return node
-            return node.replace(
-                args=map_refs(node.args, lambda r: alias.get(r.name, r)),
-                kwargs=map_refs(node.kwargs, lambda r: alias.get(r.name, r)),
-            )
 
         for node in graph.nodes:
             if node.name in moved:
                 continue
-            node = renamed(node)
+            node = w.rewired(node)
             at = _body_position(node)
             made = None if at is None else self._split_call(
-                owner, node, at, by_name, users, taken, kids, new_children, alias
+                owner, node, at, by_name, users, w, kids, new_children
             )
             if made is None:
                 out.append(node)
@@ -212,8 +212,13 @@ class _Splitter:
         if not split_reads:
             return graph
         read = {r.name for n in out for r in n.inputs()}
-        out = [n for n in out if n.name not in split_reads or n.name in read]
-        targets = {n.target for n in out if n.op == GET_ATTR}
+        for n in out:
+            if n.name in split_reads and n.name not in read:
+                w.drop(n.name)
+            else:
+                w.add(n)
+        new_graph = w.finish()[0]
+        targets = {n.target for n in new_graph.nodes if n.op == GET_ATTR}
         mod = self.table[owner]
         children = []
         for name, mid in mod.children:
@@ -221,7 +226,6 @@ class _Splitter:
                 children.append((name, mid))
             else:
                 self.dropped.add(mid)
-        new_graph = Graph(tuple(out))
         graphs = (new_graph,) + mod.graphs[1:]
         self.table[owner] = mod.replace(children=tuple(children + new_children), graphs=graphs)
         return new_graph
@@ -245,10 +249,9 @@ class _Splitter:
         at: int,
         by_name: Mapping[str, Node],
         users: Mapping[str, tuple[str, ...]],
-        taken: Names,
+        w: kn.WorkingGraph,
         kids: Names,
         new_children: list[tuple[str, ModuleId]],
-        alias: dict[str, Ref],
     ) -> list[Node] | None:
         """The nodes that replace ``call`` and the ``getitem`` nodes reading it, or ``None`` to
         keep them as they are."""
@@ -279,7 +282,7 @@ class _Splitter:
             log.debug("split_hop_bodies: the body of %s returns a constant; kept", call.name)
             return None
         if len(runs) == 1 and not traced:
-            return self._restack(call, at, read, runs[0].stack, getitems, taken)
+            return self._restack(call, at, read, runs[0].stack, getitems, w)
         operands = call.args[at + 1 :]
         if len(operands) != len(body.placeholders):
             return None
@@ -289,7 +292,8 @@ class _Splitter:
             readers.setdefault(g.args[1], []).append(g)
         handed_back = self._handed_back(returned, readers, outer, by_name, users)
         for i in handed_back:
-            alias.update((g.name, outer[returned[i].name]) for g in readers.get(i, ()))
+            for g in readers.get(i, ()):
+                w.replace(g.name, outer[returned[i].name])
         returned = [v for i, v in enumerate(returned) if i not in handed_back]
         # ordered (a dict, not a set): it decides the order of a run's outputs
         crossing = dict.fromkeys(r.name for ins, outs in traced.values() for r in ins + outs)
@@ -301,17 +305,22 @@ class _Splitter:
         body_nodes = body.by_name()
         made: list[Node] = []
         for k, run in enumerate(runs):
-            name = fresh_name(f"{read.target}_{k}", kids)
-            mid = fresh_name(name if owner == self.p.root else f"{owner}.{name}", self.ids)
-            self.table[mid] = _piece(run, body_nodes, self.table[body_id])
+            name = kn.fresh_id(f"{read.target}_{k}", kids)
+            mid = kn.fresh_id(
+                name if owner == self.p.root else f"{owner}.{name}", self.ids
+            )
+            self.table[mid] = _piece(run, body, body_nodes, self.table[body_id])
             new_children.append((name, mid))
             stack = run.stack
-            attr = Node(GET_ATTR, fresh_name(read.name, taken), name, meta=_restacked(read, stack))
+            attr = w.derive(read, base=read.name, op=GET_ATTR, target=name, args=(),
+                            kwargs=EMPTY_DICT, meta=_stacked(stack))
             args = call.args[:at] + (attr.ref,) + tuple(outer[v] for v in run.inputs)
+            # the body's own vals of what the run returns (no fake run: the nodes are the body's)
             vals = tuple(body_nodes[v].meta.get("val") for v in run.outputs)
-            hop_name = call.name if k == 0 else fresh_name(call.name, taken)
-            meta = _restacked(call, stack, val=vals)
-            made += [attr, call.replace(name=hop_name, args=args, meta=meta)]
+            hop = w.derive(call, name=call.name if k == 0 else None, base=call.name, args=args,
+                           meta={**_stacked(stack), "val": vals})
+            hop_name = hop.name
+            made += [attr, hop]
             for i, v in enumerate(run.outputs):
                 named = by_value.get(v, [])
                 for g in named:
@@ -319,10 +328,8 @@ class _Splitter:
                 if named:
                     outer.setdefault(v, named[0].ref)  # a returned operand keeps its root name
                 elif v in crossing or any(v in later.inputs for later in runs[k + 1 :]):
-                    g = Node(
-                        CALL_FUNCTION, fresh_name(v, taken), operator.getitem,
-                        (ref(hop_name), i), meta=_restacked(body_nodes[v], stack),
-                    )
+                    g = w.derive(body_nodes[v], base=v, op=CALL_FUNCTION, target=operator.getitem,
+                                 args=(ref(hop_name), i), kwargs=EMPTY_DICT, meta=_stacked(stack))
                     made.append(g)
                     outer[v] = g.ref
         for fqn, (ins, outs) in traced.items():
@@ -398,11 +405,11 @@ class _Splitter:
 
     def _restack(
         self, call: Node, at: int, read: Node, stack: dict | None, getitems: list[Node],
-        taken: Names,
+        w: kn.WorkingGraph,
     ) -> list[Node]:
         """A call whose body has one stack, moved there: same body, new stack on its nodes."""
-        name = fresh_name(read.name, taken)
-        attr = Node(GET_ATTR, name, read.target, meta=_restacked(read, stack))
+        attr = w.derive(read, base=read.name, op=GET_ATTR, target=read.target, args=(),
+                        kwargs=EMPTY_DICT, meta=_stacked(stack))
         args = call.args[:at] + (attr.ref,) + call.args[at + 1 :]
         made = [attr, call.replace(args=args, meta=_restacked(call, stack))]
         return made + [g.replace(meta=_restacked(g, stack)) for g in getitems]
@@ -497,29 +504,25 @@ def _untraced(body: Graph, traced: Mapping) -> tuple[Graph, dict]:
     is read as the value the tracepoint passed on: tracepoints are identities), and ``traced``
     with its values read the same way."""
     marked = {str(p): None for p in traced}
-    alias: dict[str, Any] = {}
+    w = kn.WorkingGraph(body, indexed=False)  # a read getitem is replaced by what it reads
     gone: set[str] = set()
     for node in body.nodes:
         if _is_tracepoint(node) and str(node.kwargs.get("path", "")).removeprefix(
             "_export_root."
         ) in marked:
             gone.add(node.name)
+            w.drop(node.name)
         elif _is_index(node, None) and node.args[0].name in gone:
             value = body.node(node.args[0].name).args[node.args[1]]
-            alias[node.name] = alias.get(value.name, value)
-    nodes = []
-    for node in body.nodes:
-        if node.name in gone or node.name in alias:
-            continue
-        nodes.append(node.replace(
-            args=map_refs(node.args, lambda r: alias.get(r.name, r)),
-            kwargs=map_refs(node.kwargs, lambda r: alias.get(r.name, r)),
-        ))
+            w.replace(node.name, w.alias.get(value.name, value))
+        else:
+            w.keep(node)
+    alias = w.alias
     renamed = {
         fqn: tuple(tuple(alias.get(r.name, r) for r in refs) for refs in marks)
         for fqn, marks in traced.items()
     }
-    return Graph(tuple(nodes)), renamed
+    return w.finish()[0], renamed
 
 
 def _filled(sig: CallSignature, ins: tuple, outs: tuple, outer: Mapping[str, Any]) -> CallSignature:
@@ -532,27 +535,34 @@ def _filled(sig: CallSignature, ins: tuple, outs: tuple, outer: Mapping[str, Any
     return attrs.evolve(sig, inputs=specs[: len(ins)], outputs=specs[len(ins) :])
 
 
-def _piece(run: _Run, body_nodes: Mapping[str, Node], body: Module) -> Module:
+def _piece(run: _Run, graph: Graph, body_nodes: Mapping[str, Node], body: Module) -> Module:
     """The body module of one run: its inputs, the nested bodies it reads, its nodes, its
-    outputs."""
-    nodes = [
-        Node(PLACEHOLDER, v, v, meta=body_nodes[v].meta) if body_nodes[v].op != PLACEHOLDER
-        else body_nodes[v]
-        for v in run.inputs
-    ]
+    outputs (picked from the body ``graph`` through a ``kernel.WorkingGraph``; a value of an
+    earlier run enters as a placeholder derived from its node)."""
+    w = kn.WorkingGraph(graph, indexed=False)
+    for v in run.inputs:
+        n = body_nodes[v]
+        w.add(n if n.op == PLACEHOLDER else w.derive(
+            n, name=v, op=PLACEHOLDER, target=v, args=(), kwargs=EMPTY_DICT
+        ))
     attrs: dict[str, None] = {}
     for node in run.nodes:
         for r in node.inputs():
             if body_nodes[r.name].op == GET_ATTR:
                 attrs[r.name] = None
-    nodes += [body_nodes[a] for a in attrs]
-    nodes += run.nodes
-    names = Names(n.name for n in nodes)
-    result = tuple(ref(v) for v in run.outputs)
-    nodes.append(Node(OUTPUT, fresh_name("output", names), "output", (result,)))
+    for a in attrs:
+        w.add(body_nodes[a])
+    for node in run.nodes:
+        w.add(node)
+    new_graph = w.returning(tuple(ref(v) for v in run.outputs))
     read = {body_nodes[a].target for a in attrs}
     children = tuple((n, c) for n, c in body.children if n in read)
-    return Module(type_name=None, kind=SUBGRAPH, children=children, graphs=(Graph(tuple(nodes)),))
+    return Module(type_name=None, kind=SUBGRAPH, children=children, graphs=(new_graph,))
+
+
+def _stacked(stack: dict | None) -> dict[str, Any]:
+    """The meta a node moved to module stack ``stack`` (``None``: kept where it is) changes."""
+    return {} if stack is None else {"nn_module_stack": stack}
 
 
 def _restacked(node: Node, stack: dict | None, **more: Any) -> Mapping[str, Any]:

@@ -59,13 +59,18 @@ its root and children in ``FxWorkingGraph`` s and reorders, re-tags and re-retur
 ``WorkingGraph`` s; the stage split makes each stage's inputs, size reads and body through
 one; ``export_ep`` names the state it lifts to placeholders through one. Graphs built from
 scratch (outlining, sinking, deduplication, the preserved-call plumbing) make their nodes with
-``make_carrying`` and put them together with ``built``.
+``make_carrying`` and put them together with ``built``. The default pipeline's other passes
+(``remove_effect_tokens``, ``functional_to_inplace``, ``hold_foreign_state``,
+``split_hop_bodies``, ``fix_module_stacks``, ``fill_call_gaps``) stream their graphs through one,
+making the node that stands for another with ``derive`` (through ``make_carrying``), moving
+later readers with ``read_instead`` and closing a body with ``returning``.
 """
 
 from __future__ import annotations
 
 import bisect
 import builtins
+import functools
 import keyword
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -316,7 +321,7 @@ class WorkingGraph:
         ``made`` and the listener hears of it, as of every node ``make`` and ``copy`` make.
         O(meta)."""
         if name is None:
-            name = self.fresh(base if base is not None else base_name(target))
+            name = self.fresh(base if base is not None else _base_of(target))
         if target is None and op == PLACEHOLDER:
             target = name
         return self._heard(carried(op, name, target, args, kwargs, meta, val=val, stack=stack))
@@ -582,6 +587,51 @@ class WorkingGraph:
             new = self.new
             nodes = new.place(nodes, new.p.signature.inputs, self.placeholders)
         return type(self.graph).of(nodes), resolved(self.renames)
+
+
+    # --- nodes that stand for others (the default pipeline's drivers) ---------------------------
+
+    def derive(
+        self, anchor: Node, *, name: str | None = None, base: str | None = None,
+        meta: Mapping[str, Any] | None = None, **fields: Any,
+    ) -> Node:
+        """A new node that stands for ``anchor`` (takes its place, or is emitted for it), not
+        yet placed: ``anchor`` with ``fields`` (``op``, ``target``, ``args``, ``kwargs``)
+        replaced, its meta ``anchor.meta`` with ``meta``'s entries put over it (``val``,
+        ``nn_module_stack``: the anchor's own ``val`` when the driver knows it still holds, or
+        the one it derived), so that every other entry (``stack_trace``, ...) is kept. Named
+        ``name`` (taken as given: a name the driver frees, the anchor's or a reader's) or a
+        fresh name after ``base`` (default ``base_name`` of its target); its name joins
+        ``made``; the listener hears of it. O(size of ``meta``)."""
+        target = fields.get("target", anchor.target)
+        if name is not None:
+            self.reserve((name,))
+        return self.make_carrying(
+            fields.get("op", anchor.op), target, fields.get("args", anchor.args),
+            fields.get("kwargs", anchor.kwargs),
+            meta=anchor.meta if not meta else {**anchor.meta, **meta}, name=name, base=base,
+        )
+
+    def read_instead(self, old: str, new: Ref) -> None:
+        """Streamed: the nodes placed from now on (``keep``) read value ``new`` where they read
+        ``old``, which stays where it is (an in-place write stands for the value it wrote,
+        for the readers after it); ``renames`` records it, so that ``finish`` and
+        ``finalised`` make the signatures name ``new``; the listener hears of it as replaced.
+        O(1)."""
+        self.renames[old] = new.name
+        self.alias[old] = new
+        if self.listener is not None:
+            self.listener.replaced(old, new.name)
+
+    def returning(self, result: Any) -> Graph:
+        """The graph of the nodes placed (streamed, in the order placed: picked from the input
+        graph, derived or made), ending in a new output node that returns ``result`` (an
+        argument tree of ``Ref`` s), named ``output`` fresh among the names placed (the graph
+        is a new one, a piece of the input, not the input edited). O(n)."""
+        taken = Names(self.node)
+        out = new_node(OUTPUT, fresh_name("output", taken), "output", (result,), EMPTY_DICT,
+                       EMPTY_META)
+        return type(self.graph).of([*self.node.values(), out])
 
 
 def _same(r: Ref) -> Ref:
@@ -1039,3 +1089,22 @@ def built(nodes: Iterable[Node]) -> Graph:
     ``make_carrying`` s; sinking rebuilds a graph with ``get_attr`` reads in
     place of placeholders): the one place such a graph is put together. O(nodes)."""
     return Graph.of(nodes)
+
+
+# --- operator base names -----------------------------------------------------------------------
+
+
+def _base_of(target: Any) -> str:
+    """``base_name(target)``, remembered for the last 4096 hashable targets (naming an operator
+    costs microseconds; the cache is bounded and changes no answer). O(1) after the first."""
+    try:
+        return _cached_base(target)
+    except TypeError:  # an unhashable target
+        return base_name(target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_base(target: Any) -> str:
+    return base_name(target)
+
+

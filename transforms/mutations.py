@@ -10,19 +10,19 @@ outlining puts the write in the module that made it (``torch.export.unflatten`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 import attrs
 
 from ir import signature as sg
-from ir.args import EMPTY_DICT, Ref, iter_refs, map_refs, ref
+from ir.args import EMPTY_DICT, Ref, iter_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.ops import COPY
 from ir.program import Program
+from transforms import kernel as kn
+from transforms.each_graph import map_graphs
 
 INPLACE_KINDS = (sg.BUFFER_MUTATION, sg.USER_INPUT_MUTATION)
 
@@ -62,6 +62,10 @@ def functional_to_inplace(p: Program) -> Program:
     - counting: exactly one ``copy_`` node is added per mutation output and no node is removed;
     - ``verify`` holds of the result whenever it holds of ``p``.
 
+    A driver on the rewriting kernel (``transforms.kernel``): the root graph is streamed through
+    a ``WorkingGraph``, which names and makes each ``copy_`` (``derive``: the value's meta) and
+    has the readers after it read it (``read_instead``).
+
     Complexity: O(n + m) for n root-graph nodes and m outputs.
     """
     graph = p.root_module.graph
@@ -79,53 +83,51 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
     after: dict[int, list[str]] = {}  # node index -> the groups whose copies follow it
     for value in order:
         after.setdefault(at[value], []).append(value)
-    taken = Names(graph.by_name())
     root_stack = (
         _root_stack(graph) if any(graph.node(v).op == PLACEHOLDER for v in groups) else None
     )
-    env: dict[str, Ref] = {}  # value name -> the copy_ that later readers read instead
-
-    def read(r: Ref) -> Ref:
-        return env.get(r.name, r)
-
-    nodes: list[Node] = []
+    # each copy_ is made, named and placed by the kernel's working graph; the readers after it
+    # read it instead of the value it wrote (``read_instead``)
+    w = kn.WorkingGraph(graph, indexed=False)
     for i, node in enumerate(graph.nodes):
         if node.op == OUTPUT:
             kept = tuple(v for v, s in zip(values, specs) if s.kind not in INPLACE_KINDS)
-            nodes.append(node.replace(args=(map_refs(kept, read),) + node.args[1:]))
+            w.keep(node.replace(args=(kept,) + node.args[1:]))
             continue
-        if env and any(r.name in env for r in node.inputs()):
-            node = node.replace(args=map_refs(node.args, read), kwargs=map_refs(node.kwargs, read))
-        nodes.append(node)
+        if w.alias and any(r.name in w.alias for r in node.inputs()):
+            w.keep(node)  # rewired: reads the copy_ that stands for a value it reads
+        else:
+            w.add(node)
         for value in after.get(i, ()):
-            meta = _copy_meta(graph.node(value).meta, root_stack)
+            anchor = graph.node(value)
+            stack = _copy_stack(anchor.meta, root_stack)
             for dest in groups[value]:
-                name = fresh_name("copy_", taken)
-                nodes.append(
-                    Node(CALL_FUNCTION, name, COPY, (ref(dest), ref(value)), EMPTY_DICT, meta)
-                )
-                env.setdefault(value, ref(name))
+                copy = w.derive(anchor, op=CALL_FUNCTION, target=COPY,
+                                args=(ref(dest), ref(value)), kwargs=EMPTY_DICT, meta=stack)
+                w.add(copy)
+                if value not in w.alias:
+                    w.read_instead(value, copy.ref)
 
+    new_graph, env = w.finish()
     _check_outputs_keep_old_values(graph, specs, values, groups, env)
-    root = p.root_module.replace(graphs=(Graph.of(nodes),) + p.root_module.graphs[1:])
-    outputs = tuple(
-        s if s.name not in env else sg.OutputSpec(s.kind, env[s.name].name, s.target)
-        for s in specs
-        if s.kind not in INPLACE_KINDS
+    signature = sg.ExportSignature(
+        p.signature.inputs,
+        tuple(s for s in specs if s.kind not in INPLACE_KINDS),
     )
-    signature = sg.ExportSignature(p.signature.inputs, outputs)
-    calls = _renamed_call_inputs(p, env)
-    modules = p.modules.set(p.root, root)
-    return p.replace(modules=modules, signature=signature, call_signatures=calls)
+    q = map_graphs(p, lambda mid, g: new_graph if g is graph and mid == p.root else g)
+    return q.replace(
+        signature=kn.renamed_outputs(signature, env),
+        call_signatures=_renamed_call_inputs(p, env),
+    )
 
 
-def _renamed_call_inputs(p: Program, env: dict[str, Ref]) -> Any:
+def _renamed_call_inputs(p: Program, env: Mapping[str, str]) -> Any:
     """Preserved calls that took a mutated value now take the ``copy_`` that stands for it, as
     every other reader does."""
     changed = {}
     for name, sig in p.call_signatures.items():
         inputs = tuple(
-            attrs.evolve(a, name=env[a.name].name) if a.name in env else a for a in sig.inputs
+            attrs.evolve(a, name=env[a.name]) if a.name in env else a for a in sig.inputs
         )
         if any(a is not b for a, b in zip(inputs, sig.inputs)):
             changed[name] = attrs.evolve(sig, inputs=inputs)
@@ -144,12 +146,14 @@ def _root_stack(graph: Graph) -> dict[str, Any] | None:
     return None
 
 
-def _copy_meta(meta: Mapping[str, Any], root_stack: dict[str, Any] | None) -> Mapping[str, Any]:
-    """The value's meta for its ``copy_``; a value outside every module (a placeholder) puts
-    its copy in the root, as ``torch.export.unflatten`` does."""
+def _copy_stack(
+    meta: Mapping[str, Any], root_stack: dict[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """What a value's ``copy_`` changes in the value's meta: a value outside every module (a
+    placeholder) puts its copy in the root, as ``torch.export.unflatten`` does."""
     if root_stack is None or meta.get("nn_module_stack"):
-        return meta
-    return MappingProxyType({**meta, "nn_module_stack": root_stack})
+        return None
+    return {"nn_module_stack": root_stack}
 
 
 def _output_values(graph: Graph, specs: tuple[sg.OutputSpec, ...]) -> tuple:
@@ -252,7 +256,7 @@ def _check_outputs_keep_old_values(
     specs: tuple[sg.OutputSpec, ...],
     values: tuple,
     groups: dict[str, list[str]],
-    env: dict[str, Ref],
+    env: Mapping[str, str],
 ) -> None:
     """A kept output reading a mutated placeholder would see the new value after the copies."""
     written = {d for dests in groups.values() for d in dests}

@@ -8,7 +8,7 @@ call of it this is).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ir.errors import PassError
 from ir.graph import Graph
@@ -17,6 +17,8 @@ from ir.module import ModuleId
 from ir.module_stack import EMPTY_STACK_KEY, NO_STACK, Frame, stack_frames
 from ir.node import Node
 from ir.program import Program
+from transforms import kernel as kn
+from transforms.each_graph import map_graphs
 from transforms.pass_checks import require_flat
 
 __all__ = [
@@ -139,13 +141,11 @@ def fix_module_stacks(program: Program) -> Program:
     **Laws:** idempotent; returns ``program`` itself when every stack nests; changes meta only, so
     the result is ``==`` to the input. Complexity: O(n · stack depth).
     """
-    root = program.root_module
-    graph = root.graph
-    nodes = list(graph.nodes)
-    changed = False
+    graph = program.root_module.graph
+    stacks: dict[int, dict] = {}  # node index -> its cut stack
     nesting: dict[tuple, int] = {}  # stack entries -> how many entries nest (stacks repeat)
     resolve = _path_resolver(program)
-    for i, node in enumerate(nodes):
+    for i, node in enumerate(graph.nodes):
         stack = node.meta.get("nn_module_stack")
         if not stack:
             continue
@@ -163,9 +163,8 @@ def fix_module_stacks(program: Program) -> Program:
                 node.name,
                 len(items) - keep,
             )
-            nodes[i] = node.with_meta(nn_module_stack=dict(items[:keep]))
-            changed = True
-    return _with_root_nodes(program, nodes) if changed else program
+            stacks[i] = dict(items[:keep])
+    return _restacked(program, stacks) if stacks else program
 
 
 def fill_call_gaps(program: Program) -> Program:
@@ -212,17 +211,27 @@ def fill_call_gaps(program: Program) -> Program:
     adoptions = list(_gap_adoptions(chains, spans))
     if not adoptions:
         return program
-    nodes = list(graph.nodes)
-    for i, call in adoptions:
-        nodes[i] = nodes[i].with_meta(nn_module_stack=_truncated_stack(stacks[call], len(call)))
-    return _with_root_nodes(program, nodes)
+    return _restacked(
+        program, {i: _truncated_stack(stacks[call], len(call)) for i, call in adoptions}
+    )
 
 
-def _with_root_nodes(program: Program, nodes: list[Node]) -> Program:
-    """``program`` with its root's first graph made of ``nodes`` (meta changes only here)."""
-    root = program.root_module
-    new_root = root.replace(graphs=(Graph(tuple(nodes)),) + root.graphs[1:])
-    return program.replace(modules=program.modules.set(program.root, new_root))
+def _restacked(program: Program, stacks: Mapping[int, dict]) -> Program:
+    """``program`` with node ``i`` of its root's first graph given module stack ``stacks[i]``
+    (meta changes only here): the graph streamed through a ``kernel.WorkingGraph``, put in
+    the program through ``map_graphs``. O(n)."""
+    graph = program.root_module.graph
+
+    def one(mid: ModuleId, g: Graph) -> Graph:
+        if mid != program.root or g is not graph:
+            return g
+        w = kn.WorkingGraph(g, indexed=False)
+        for i, node in enumerate(g.nodes):
+            stack = stacks.get(i)
+            w.keep(node if stack is None else node.with_meta(nn_module_stack=stack))
+        return w.finish()[0]
+
+    return map_graphs(program, one)
 
 
 def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[Frame, ...]]]:
