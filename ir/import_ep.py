@@ -525,7 +525,9 @@ def registration_order(
     lists the buffers the program reads in eager order, non-persistent ones included (its
     signature's order). Each non-persistent buffer goes right after the buffer before it in
     ``buffers``; the first buffer, when non-persistent, goes before the first persistent one,
-    or, with no persistent buffer, at the very end (after the constants).
+    or, with no persistent buffer, where ``order`` has it among the constants (an
+    ``ExportedProgram`` does not record where eager registered it relative to them;
+    ``export_ep`` lists them in the program's state order, so the round trip keeps it).
 
     **Laws:** ``order`` itself (as a tuple) when ``loose`` is empty; a permutation of ``order``
     that moves only ``loose`` entries. O(n) in the number of state fqns.
@@ -555,11 +557,11 @@ def registration_order(
 
     for fqn in order:
         if fqn in loose:
+            if fqn in trailing:  # no persistent buffer: where the constants list it
+                place(fqn)
             continue
         if fqn in leader:
             place(leader[fqn])
-        place(fqn)
-    for fqn in trailing:
         place(fqn)
     return tuple(placed)
 

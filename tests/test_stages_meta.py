@@ -306,17 +306,54 @@ def test_move_to_device_laws(p):
     if not any(isinstance(v.value, torch.Tensor) for v in p.tensors.values()):
         event("no tensor state: a lowered module refuses meta inputs")
         return
-    args, kwargs = program_inputs(p, seed=0)
-    want = pytree.tree_leaves(lower(p)(*args, **kwargs))
-    args, kwargs = pytree.tree_map(
-        lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t,
-        program_inputs(p, seed=0),
-    )
     try:
-        got = pytree.tree_leaves(lower(q)(*args, **kwargs))
+        _assert_meta_shapes_agree(p, q)
     except NotImplementedError:
         event("an op without a meta kernel")
-        return
-    assert [tuple(t.shape) for t in got if isinstance(t, torch.Tensor)] == [
-        tuple(t.shape) for t in want if isinstance(t, torch.Tensor)
+
+
+def _assert_meta_shapes_agree(p, q):
+    """``lower(q)`` (``q = move_to_device(p, "meta")``) computes, on meta inputs, the shapes
+    that ``lower(p, device="meta")`` computes: the reference runs on the same device, since an
+    operator's output shape may depend on the device (eval-mode ``native_batch_norm`` gives its
+    saved statistics shape ``(0,)`` on CPU, ``(C,)`` elsewhere)."""
+    def on_meta():
+        return pytree.tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t,
+                               program_inputs(p, seed=0))
+
+    args, kwargs = on_meta()
+    want = pytree.tree_leaves(lower(p, device="meta")(*args, **kwargs))
+    args, kwargs = on_meta()
+    got = pytree.tree_leaves(lower(q)(*args, **kwargs))
+    assert [(tuple(t.shape), t.dtype) for t in got if isinstance(t, torch.Tensor)] == [
+        (tuple(t.shape), t.dtype) for t in want if isinstance(t, torch.Tensor)
     ]
+
+
+class _EvalStats(nn.Module):
+    """Eval-mode ``native_batch_norm`` returning its saved statistics: their shape is
+    ``(0,)`` on CPU and ``(2,)`` on meta."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2))
+        self.b = nn.Parameter(torch.zeros(2))
+        self.register_buffer("rm", torch.zeros(2))
+        self.register_buffer("rv", torch.ones(2))
+
+    def forward(self, x):
+        return torch.ops.aten.native_batch_norm(x, self.w, self.b, self.rm, self.rv, False, 0.1,
+                                                1e-5)
+
+
+def test_move_to_device_law_compares_shapes_on_the_same_device():
+    """Regression (found by the opset draws): the law compared the meta run's shapes with a CPU
+    run's, and an operator whose output shape depends on the device failed it though
+    ``move_to_device`` was right; the reference is now ``lower(p, device="meta")``."""
+    x = torch.randn(3, 2, 4)
+    p = import_ep(torch.export.export(_EvalStats(), (x,)))
+    on_cpu = [tuple(t.shape) for t in lower(p)(x)]
+    assert on_cpu == [(3, 2, 4), (0,), (0,)]  # the device-dependent shapes the law must allow
+    q = move_to_device(p, "meta")
+    _assert_meta_shapes_agree(p, q)
+    assert [tuple(t.shape) for t in lower(q)(x.to("meta"))] == [(3, 2, 4), (2,), (2,)]
