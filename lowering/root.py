@@ -181,13 +181,6 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
             return build(out)
         return pytree.tree_unflatten(list(out), self._out_spec)
 
-    def unflatten_outputs(self, out: Sequence[Any]) -> Any:
-        """The output tree of the root's flat outputs ``out`` (its ``out_spec``'s structure)."""
-        build = self.__dict__.get("_build_outputs")
-        if build is not None and self._out_spec is self.__dict__["_out_spec_built"]:
-            return build(out)
-        return pytree.tree_unflatten(list(out), self._out_spec)
-
     def code_to_run(self, flat: list[Any]) -> Callable[..., Any]:
         """The code this call of the root runs on inputs ``flat``, chosen here and only here:
 
