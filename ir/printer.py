@@ -17,6 +17,7 @@ leave vals out unless asked (``vals=True``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -131,7 +132,7 @@ def format_val(val: Any) -> str | None:
     return None
 
 
-def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     """The strides of a contiguous tensor of ``sizes`` (as ``torch.empty(sizes).stride()``)."""
     strides, step = [], 1
     for n in reversed(sizes):

@@ -52,7 +52,6 @@ from lowering.source import compile_function
 
 # How the last step of a state path is reached, by where nn.Module keeps it.
 PLAIN_ATTRIBUTE = "__dict__"
-TABLES = (PARAMETER_TABLE, BUFFER_TABLE, MODULE_TABLE, PLAIN_ATTRIBUTE)
 
 # A read: the module path's parts, then the table that holds the last name (or None: getattr).
 # A part that starts with HELD is a module held in a plain attribute (a peer), not a child.

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from ir.errors import InputError
-from ir.torch_seam import module_buffers, module_children, module_parameters, pytree
+from ir.torch_seam import module_children, pytree
+from lowering.call_path import probe_location
 from lowering.constraints import check_inputs
 from lowering.lowering_seam import get_keystr
 
@@ -74,19 +75,14 @@ def state_probe(root: Any) -> torch.Tensor | None:
     """One tensor of the root's state as it is now (read through the fqn ``lower`` recorded, so
     it follows ``.to(device)``, ``.double()`` and module swaps): its device and dtype are the
     state's. ``None`` for a module without tensor state."""
-    fqn = root.__dict__.get("_device_probe")
-    if not fqn:
+    where = probe_location(root)
+    if where is None:
         return None
-    *path, name = fqn.split(".")
+    path, table, name = where
     owner = root
     for part in path:
-        owner = module_children(owner).get(part)
-        if owner is None:
-            return None
-    found = module_parameters(owner).get(name)
-    if found is None:
-        found = module_buffers(owner).get(name)
-    return found if isinstance(found, torch.Tensor) else None
+        owner = module_children(owner)[part]
+    return owner.__dict__[table][name]
 
 
 def check_devices(

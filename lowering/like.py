@@ -87,10 +87,6 @@ class LikeExample:
         """``(args, kwargs)``: the drawn inputs (for any program: they fit every form)."""
         return self.args, self.kwargs
 
-    def with_program(self, fn: Callable[[Program], Program]) -> LikeExample:
-        """This draw with ``fn(program)`` in place of its program (e.g. earlier passes)."""
-        return attrs.evolve(self, program=fn(self.program))
-
 
 def programs_like(
     source: Any,

@@ -364,7 +364,7 @@ def _module_call_graph(program: Program) -> list[ModuleCallEntry]:
     signatures = dict(program.call_signatures)  # a plain dict: one lookup per call below
     for fqn in program.call_order:
         sig = signatures.get(fqn)
-        entries.append(ModuleCallEntry(fqn=fqn, signature=_torch_signature(sig) if sig else None))
+        entries.append(ModuleCallEntry(fqn=fqn, signature=torch_signature(sig) if sig else None))
     return entries
 
 
@@ -385,7 +385,9 @@ def _torch_argument(arg: sg.ArgSpec) -> Any:
     return _ARG_CLASSES[arg.kind](name=arg.name)
 
 
-def _torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
+def torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
+    """A preserved call signature as torch's ``ModuleCallSignature`` (for an
+    ``ExportedProgram``'s module call graph). O(inputs + outputs)."""
     return ModuleCallSignature(
         inputs=[_torch_argument(a) for a in sig.inputs],
         outputs=[_torch_argument(a) for a in sig.outputs],
@@ -521,7 +523,7 @@ def _register_state(
             value = made.get(key)
             if value is None:
                 held = tensors[slot.tensor].value
-                value = made[key] = _copy_state(held, slot, device, share)
+                value = made[key] = copy_state(held, slot, device, share)
                 if is_meta(held) and isinstance(value, torch.Tensor) and not is_meta(value):
                     empty.append((fqn, slot.kind, value, tensor_version(value)))
             _register(owner, name, fqn, value, slot, direct, on_class)
@@ -605,9 +607,10 @@ def _class_has(kind: type, name: str, on_class: dict[tuple[type, str], bool]) ->
     return found
 
 
-def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
-    """A copy of a held tensor (called under ``no_grad``), or with ``share`` a new tensor object
-    over its storage (still a copy when ``device`` differs); other values are shared as they are."""
+def copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
+    """A copy of a held state tensor (call under ``no_grad``) for ``slot`` on ``device``, or
+    with ``share`` a new tensor object over its storage (still a copy when ``device`` differs);
+    other values are shared as they are. O(size of the tensor) for a copy, O(1) shared."""
     if not isinstance(value, torch.Tensor):
         return value
     if device is not None and device.type != "meta" and is_meta(value):
@@ -631,19 +634,3 @@ def _copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> 
 
 # Classes whose ``clone()`` under ``no_grad`` is a plain tensor like ``detach().clone()``'s.
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
-
-
-# --- shared with ``lowering.export`` (public names of the helpers above) ----------------------
-
-
-def copy_state(value: Any, slot: st.Slot, device: Any, share: bool = False) -> Any:
-    """A copy of a held state tensor (call under ``no_grad``) for ``slot`` on ``device``, or
-    with ``share`` a new tensor object over its storage (still a copy when ``device`` differs);
-    other values are shared as they are. O(size of the tensor) for a copy, O(1) shared."""
-    return _copy_state(value, slot, device, share)
-
-
-def torch_signature(sig: sg.CallSignature) -> ModuleCallSignature:
-    """A preserved call signature as torch's ``ModuleCallSignature`` (for an
-    ``ExportedProgram``'s module call graph). O(inputs + outputs)."""
-    return _torch_signature(sig)

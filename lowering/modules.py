@@ -28,7 +28,7 @@ from ir.torch_seam import module_buffers, module_children, module_parameters
 from ir.tree_calls import flattened_arguments
 from lowering.codegen import GRAPH_KEYWORD, compile_graph, interpret
 from lowering.hop_bodies import held_bodies
-from lowering.lowering_seam import init_module_state, is_fx_symbolic_tracing
+from lowering.lowering_seam import init_module_state
 from lowering.portable import decode_graph, encode_graph
 from lowering.source import compile_function
 from lowering.tree_watch import Watched
@@ -626,8 +626,3 @@ HOLDER_CLASSES = {
     PARAMETER_DICT: HolderParameterDict,
 }
 LOWERED_CLASSES = {SEQUENTIAL: LoweredSequential}
-
-
-def is_tracing() -> bool:
-    """Whether an fx symbolic trace is running (input checks are skipped then, as torch does)."""
-    return is_fx_symbolic_tracing()

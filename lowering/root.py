@@ -22,6 +22,7 @@ from lowering.inputs import flatten_inputs
 from lowering.lowering_seam import (
     eval_frame_callback,
     global_module_hook_tables,
+    is_fx_symbolic_tracing,
     run_frame_eagerly,
     set_eval_frame,
     tracing_state,
@@ -29,7 +30,6 @@ from lowering.lowering_seam import (
 from lowering.meta import complete_meta
 from lowering.modules import (
     GraphRunner,
-    is_tracing,
     signature_class,
     usable_name,
 )
@@ -119,7 +119,7 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         # ``args``/``kwargs`` are proxies themselves when fx traces ``forward(*args, **kwargs)``
         if self._in_spec is None:
             return list(args)
-        if is_tracing():
+        if is_fx_symbolic_tracing():
             return traced_leaves(args, kwargs, self._in_spec)
         return flatten_inputs(self, args, kwargs)
 
@@ -173,16 +173,9 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         out = self.code_to_run(flat)(self, *flat)
         if self._out_spec is None:
             return out
-        if is_tracing():
+        if is_fx_symbolic_tracing():
             out = [out[i] for i in range(self._out_spec.num_leaves)]
             return pytree.tree_unflatten(out, self._out_spec)
-        build = self.__dict__.get("_build_outputs")
-        if build is not None and self._out_spec is self.__dict__["_out_spec_built"]:
-            return build(out)
-        return pytree.tree_unflatten(list(out), self._out_spec)
-
-    def unflatten_outputs(self, out: Sequence[Any]) -> Any:
-        """The output tree of the root's flat outputs ``out`` (its ``out_spec``'s structure)."""
         build = self.__dict__.get("_build_outputs")
         if build is not None and self._out_spec is self.__dict__["_out_spec_built"]:
             return build(out)

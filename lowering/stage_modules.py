@@ -41,6 +41,7 @@ from ir.staged import Stages
 from ir.state import BUFFER, PARAMETER
 from lowering.lower import lower
 from lowering.lowering_seam import CheckedPipelineStage, data_parallel_inner
+from lowering.unloaded import is_meta
 
 
 def _check_stage(stages: Any, i: Any) -> None:
@@ -300,10 +301,6 @@ def _tuple_output(stages: Stages) -> bool:
     spec = stages.out_spec
     return spec is None or spec.type in (None, tuple, list) and all(
         c.type is None for c in spec.children())
-
-
-def _is_meta(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.device.type == "meta"
 
 
 def _from_meta(stages: Stages) -> bool:
@@ -728,7 +725,7 @@ def load_stage_state(stages: Stages, i: int | Sequence[int],
                     f"{k}); save the whole model's state_dict (its keys: {len(available)} "
                     "entries), or pass a mapping that holds every stage's fqns"
                 )
-            if _is_meta(stages.source.tensor(fqn)):
+            if is_meta(stages.source.tensor(fqn)):
                 raise LoweringError(
                     f"load_stage_state: the checkpoint has no entry {fqn!r}, a non-persistent "
                     f"buffer of stage {k} that state_dict() leaves out and a meta export holds "

@@ -164,7 +164,7 @@ class Edit:
 
     @kwargs.setter
     def kwargs(self, value: Mapping[str, Any]) -> None:
-        self._kwargs = freeze(dict(value), _leaf)
+        self._kwargs = freeze(dict(value), _as_is)
 
     def drop(self) -> None:
         """Drop the visited node if, at the end, nothing reads it and it is pure (a node
@@ -335,7 +335,7 @@ class _Editor:
         place = self.work.add
         retyped = self.retyped = set()  # values whose dtype or shape the edit changed
         pending: list[Node] = []  # what placeholders' visits emitted: after the placeholders
-        keep = _same
+        keep = _as_is
         for node in graph.nodes:
             op = node.op
             if op == OUTPUT:
@@ -406,7 +406,7 @@ class _Editor:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
             nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made)
-        if _same_nodes(nodes, graph.nodes) and (
+        if kn.same_nodes(nodes, graph.nodes) and (
             not self.graph_changed or not (self.alias or self.placeholders or self.mutations)
         ):
             return graph  # what the visit emitted was all dropped: nothing changed
@@ -475,7 +475,7 @@ class _Editor:
 
     def output(self, node: Node) -> Node:
         alias = self.alias
-        args = map_refs_in(node.args, alias, _same) if alias else node.args
+        args = map_refs_in(node.args, alias, _as_is) if alias else node.args
         if self.is_root and self.flat and self.mutations:
             values = args[0] if args else ()
             values = values if isinstance(values, tuple) else (values,)
@@ -496,8 +496,8 @@ class _Editor:
 
     def reargued(self, node: Node, args: Any, kwargs: Any) -> Node:
         """``node`` with the arguments ``visit`` assigned, checked and with its ``val`` again."""
-        args = map_refs(freeze(tuple(args), _leaf), self.read)
-        kwargs = map_refs(freeze(kwargs, _leaf), self.read)
+        args = map_refs(freeze(tuple(args), _as_is), self.read)
+        kwargs = map_refs(freeze(kwargs, _as_is), self.read)
         late = self.after_names | {node.name}
         cycle = next((r.name for r in _refs(args, kwargs) if r.name in late), None)
         if cycle is not None:
@@ -553,8 +553,8 @@ class _Editor:
     def emit(
         self, op: str, target: Any, args: tuple, kwargs: Mapping[str, Any], checked: bool = True
     ) -> Ref:
-        args = freeze(tuple(args), _leaf)
-        kwargs = freeze(dict(kwargs), _leaf)
+        args = freeze(tuple(args), _as_is)
+        kwargs = freeze(dict(kwargs), _as_is)
         args = map_refs(args, self.read)
         kwargs = map_refs(kwargs, self.read)
         here = self.e.node
@@ -952,11 +952,7 @@ class _Editor:
         return self.new.apply(p.replace(**changes))
 
 
-def _same(r: Ref) -> Ref:
-    return r
-
-
-def _leaf(x: Any) -> Any:
+def _as_is(x: Any) -> Any:
     return x
 
 
@@ -965,10 +961,6 @@ def _refs(args: Any, kwargs: Any) -> list[Ref]:
     collect_refs(args, found)
     collect_refs(kwargs, found)
     return found
-
-
-def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _drop_unused(

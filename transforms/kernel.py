@@ -132,6 +132,7 @@ __all__ = [
     "renamed_outputs",
     "resolved",
     "same_meta",
+    "same_nodes",
     "same_val",
     "size_range",
 ]
@@ -581,7 +582,7 @@ class WorkingGraph:
             nodes = sorted(self.node.values(), key=lambda x: self.key[x.name])
         else:
             nodes = list(self.node.values())
-            if not self.renames and _same_nodes(nodes, self.graph.nodes):
+            if not self.renames and same_nodes(nodes, self.graph.nodes):
                 return self.graph, {}
         if self.placeholders:
             new = self.new
@@ -638,7 +639,8 @@ def _same(r: Ref) -> Ref:
     return r
 
 
-def _same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
+def same_nodes(a: list[Node], b: tuple[Node, ...]) -> bool:
+    """Whether ``a`` holds the very nodes of ``b`` in order (nothing to rebuild). O(n)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 

@@ -355,11 +355,6 @@ class ProgramSpec:
     def __attrs_post_init__(self) -> None:
         _check_program_spec(self)
 
-    @property
-    def input_shapes(self) -> tuple[tuple[int, int], ...]:
-        """Shapes of the positional then keyword inputs, in call order."""
-        return ((self.batch, WIDTH),) * (self.n_args + self.n_kwargs)
-
 
 # --------------------------------------------------------------------------------------------
 # Argument checks

@@ -36,7 +36,7 @@ index values) and whose writes they allow (``train_norms``: a norm's running sta
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -44,6 +44,7 @@ from hypothesis.errors import InvalidArgument
 
 from ir.args import IDict, IList, Ref, thaw
 from ir.opset import OpEntry, Sample, TensorSpec, table, written_at
+from ir.printer import contiguous_strides
 from ir.torch_seam import OpOverload
 
 __all__ = [
@@ -179,14 +180,6 @@ def is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
         return False
     _, c, h, w = shape
     return tuple(stride) == (h * w * c, 1, w * c, c)
-
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
 
 
 def permutation_for(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -130,12 +130,12 @@ from ir.module_stack import common_stack
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.ops import is_mutating
 from ir.opset import TensorSpec, sample_args, written_at
+from ir.printer import contiguous_strides
 from ir.program import Program
 from ir.state import Opaque, Slot
 from ir.strategies.opset_steps import (
     OPSET_FEATURES,
     Plan,
-    contiguous_strides,
     fake_call,
     is_channels_last,
     literal,

@@ -111,7 +111,7 @@ def check_rule_in_context(
             p = import_ep(ep)
         except PurefxError:
             return  # a program purefx does not represent: nothing to rewrite
-        _check_site(rule, p, inputs, spec.describe())
+        check_site(rule, p, inputs, spec.describe())
 
     # every health check off: a site's export is slow, and many draws make no program
     base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck))
@@ -148,11 +148,7 @@ def check_site(
 
     Use it for a program of your own (a model with the pattern, a cascade of rules). Cost: two
     rewrites and two interpreted runs of ``p``."""
-    return _check_site(rules, p, inputs, where)
-
-
-def _check_site(rule: Rule | Sequence[Rule], p: Program, inputs: tuple, where: str) -> Program:
-    rules = [rule] if isinstance(rule, Rule) else list(rule)
+    rules = [rules] if isinstance(rules, Rule) else list(rules)
     names = ", ".join(repr(r.name) for r in rules)
 
     def broken(detail: str, cause: BaseException | None = None) -> LawViolation:

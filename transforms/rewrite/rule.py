@@ -328,12 +328,6 @@ class Rule:
                 self, "name", f"{_fn_name(self.pattern)} -> {_fn_name(self.replacement)}"
             )
 
-    @property
-    def _verdict(self) -> BaseException | bool | None:
-        """``check_rule``'s verdict kept for this rule: ``True``, the ``LawViolation``, or
-        ``None`` before the first check (read from ``rule_cache``)."""
-        return rule_cache(self).verdict
-
     def __repr__(self) -> str:
         return f"Rule({self.name!r})"
 

@@ -109,7 +109,7 @@ def _exact(
         return None
     hypers = getattr(rule, "hypers", None) or {}
     bound = tuple((i, b.scalars[i]) for i in sorted(hypers) if i in b.scalars)
-    exact = _pattern_at(rule, level, shapes, bound)
+    exact = pattern_at(rule, level, shapes, bound)
     if exact is None:
         return None
     anchor = lookup(b.names.get(pattern.anchor.name, ""))
@@ -173,11 +173,12 @@ def _input_shapes(
     return tuple(out)
 
 
-def _pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pattern | None:
-    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` with the hyperparameter
-    values ``hypers`` (``((position, value), ...)``; the example's for the others) and prepared
-    (``None`` when it cannot be traced there), from the bounded memo. Its hyperparameters'
-    literals stay literals: the re-check matches them exactly."""
+def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pattern | None:
+    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` (``((shape, dtype),
+    ...)`` per tensor argument) with the hyperparameter values ``hypers`` (``((position,
+    value), ...)``), prepared, its hyperparameters' literals kept as literals; ``None`` where
+    it cannot be traced there. What ``recheck`` matches a loose binding against, for the
+    e-matcher's own re-check (``ematch.exact``). Memoised (bounded). O(one trace) per miss."""
     key = (id(rule), level, shapes, tuple((i, type(v).__name__, repr(v)) for i, v in hypers))
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is rule:
@@ -200,15 +201,6 @@ def _pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pat
         _MEMO.clear()
     _MEMO[key] = (rule, found)
     return found
-
-
-def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Pattern | None:
-    """``rule``'s pattern traced at ``level`` on tensors of ``shapes`` (``((shape, dtype),
-    ...)`` per tensor argument) with the hyperparameter values ``hypers`` (``((position,
-    value), ...)``), prepared, its hyperparameters' literals kept as literals; ``None`` where
-    it cannot be traced there. What ``recheck`` matches a loose binding against, for the
-    e-matcher's own re-check (``ematch.exact``). Memoised (bounded). O(one trace) per miss."""
-    return _pattern_at(rule, level, shapes, hypers)
 
 
 __all__ = ["dtypes_agree", "pattern_at", "recheck"]
