@@ -17,6 +17,7 @@ from lowering.laws import LawViolation, check_laws, check_program
 from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 from transforms.rewrite.api import ensure_checked, rule_verdict
+from transforms.rewrite.rule import rule_cache
 from transforms.rewrite.state_fold import fold_into_state
 from transforms.rewrite_rules import (
     ATTENTION,
@@ -182,7 +183,7 @@ def test_rewrite_refuses_a_wrong_rule_and_keeps_the_verdict():
     for _ in range(2):
         with pytest.raises(PassError, match="relu_is_identity.*wrong"):
             rewrite(p, [wrong])
-    assert isinstance(wrong._verdict, LawViolation)
+    assert isinstance(rule_cache(wrong).verdict, LawViolation)
 
 
 def test_a_scalar_argument_is_a_wildcard():

@@ -439,7 +439,7 @@ def test_a_rule_is_immutable_and_its_caches_live_beside_it():
     assert rule_verdict(rule) is None
     p = import_ep(torch.export.export(_Cascade(), (torch.randn(6),)))
     rewrite(p, [rule])
-    assert rule_verdict(rule) is True and rule._verdict is True
+    assert rule_verdict(rule) is True and rule_cache(rule).verdict is True
     assert "training" in rule_cache(rule).traced
 
 
