@@ -10,8 +10,8 @@ import ast
 from pathlib import Path
 
 import torch
+from kernel_support import Heard, relu_mul_graph
 
-from ir import import_ep
 from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER
 from transforms import kernel as kn
 
@@ -19,33 +19,13 @@ aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class ReluMul(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2
 
-
-def _graph():
-    return import_ep(torch.export.export(ReluMul(), (torch.randn(3, 4),))).root_module.graph
-
-
-class _Heard:
-    def __init__(self):
-        self.events = []
-
-    def emitted(self, node):
-        self.events.append(("emitted", node.name))
-
-    def erased(self, name):
-        self.events.append(("erased", name))
-
-    def replaced(self, old, new):
-        self.events.append(("replaced", old, new))
 
 
 def test_make_carrying_names_after_the_policy_carries_the_meta_and_is_heard():
-    graph = _graph()
+    graph = relu_mul_graph()
     relu = graph.node("relu")
-    heard = _Heard()
+    heard = Heard()
     w = kn.WorkingGraph(graph, indexed=False, listener=heard)
     a = w.make_carrying(CALL_FUNCTION, aten.neg.default, (relu.ref,), meta=relu.meta)
     b = w.make_carrying(CALL_FUNCTION, aten.neg.default, (relu.ref,), base="relu")
@@ -62,9 +42,9 @@ def test_make_carrying_names_after_the_policy_carries_the_meta_and_is_heard():
 
 
 def test_make_and_copy_name_through_make_carrying():
-    graph = _graph()
+    graph = relu_mul_graph()
     relu = graph.node("relu")
-    heard = _Heard()
+    heard = Heard()
     w = kn.WorkingGraph(graph, indexed=False, listener=heard)
     made = w.make(CALL_FUNCTION, aten.neg.default, (relu.ref,), {}, val=3, anchor_meta=relu.meta)
     assert dict(made.meta) == dict(kn.new_meta(3, None, relu.meta))
@@ -75,7 +55,7 @@ def test_make_and_copy_name_through_make_carrying():
 
 
 def test_carried_keeps_the_meta_object_when_nothing_is_set_and_copies_it_otherwise():
-    relu = _graph().node("relu")
+    relu = relu_mul_graph().node("relu")
     same = kn.carried(GET_ATTR, "w", "a.w", meta=relu.meta)
     assert same.meta is relu.meta
     dicted = kn.carried(GET_ATTR, "w", "a.w", meta={"val": 1})
@@ -86,13 +66,13 @@ def test_carried_keeps_the_meta_object_when_nothing_is_set_and_copies_it_otherwi
 
 
 def test_built_assembles_the_nodes_in_order():
-    graph = _graph()
+    graph = relu_mul_graph()
     again = kn.built(n for n in graph.nodes)
     assert again == graph and again is not graph
 
 
 def test_a_streamed_graph_rebuilt_with_its_own_nodes_is_the_graph_itself():
-    graph = _graph()
+    graph = relu_mul_graph()
     w = kn.WorkingGraph(graph, indexed=False)
     for n in graph.nodes:
         w.add(n)

@@ -5,8 +5,8 @@ stands for another, its meta kept), ``read_instead`` (later readers read a new v
 from __future__ import annotations
 
 import torch
+from kernel_support import Heard, relu_mul_graph
 
-from ir import import_ep
 from ir.args import EMPTY_DICT as EMPTY
 from ir.args import ref
 from ir.names import Names
@@ -16,32 +16,12 @@ from transforms import kernel as kn
 aten = torch.ops.aten
 
 
-class ReluMul(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2
 
-
-class _Heard:
-    def __init__(self):
-        self.events = []
-
-    def emitted(self, node):
-        self.events.append(("emitted", node.name))
-
-    def erased(self, name):
-        self.events.append(("erased", name))
-
-    def replaced(self, old, new):
-        self.events.append(("replaced", old, new))
-
-
-def _graph():
-    return import_ep(torch.export.export(ReluMul(), (torch.randn(3, 4),))).root_module.graph
 
 
 def test_derive_keeps_the_anchors_meta_puts_the_changes_over_it_and_names_by_the_policy():
-    graph = _graph()
-    heard = _Heard()
+    graph = relu_mul_graph()
+    heard = Heard()
     w = kn.WorkingGraph(graph, indexed=False, listener=heard)
     relu = graph.node("relu")
     a = w.derive(relu, target=aten.neg.default)
@@ -58,8 +38,8 @@ def test_derive_keeps_the_anchors_meta_puts_the_changes_over_it_and_names_by_the
 
 
 def test_read_instead_rewires_only_the_readers_placed_after_and_records_the_rename():
-    graph = _graph()
-    heard = _Heard()
+    graph = relu_mul_graph()
+    heard = Heard()
     w = kn.WorkingGraph(graph, indexed=False, listener=heard)
     relu = graph.node("relu")
     for n in graph.nodes:
@@ -77,7 +57,7 @@ def test_read_instead_rewires_only_the_readers_placed_after_and_records_the_rena
 
 
 def test_returning_picks_a_new_graph_with_a_fresh_output_among_the_names_placed():
-    graph = _graph()
+    graph = relu_mul_graph()
     w = kn.WorkingGraph(graph, indexed=False)
     relu = graph.node("relu")
     w.add(w.derive(relu, name="relu", op=PLACEHOLDER, target="relu", args=(), kwargs=EMPTY))
