@@ -610,7 +610,8 @@ class WorkingGraph:
         return self.make_carrying(
             fields.get("op", anchor.op), target, fields.get("args", anchor.args),
             fields.get("kwargs", anchor.kwargs),
-            meta=anchor.meta if not meta else {**anchor.meta, **meta}, name=name, base=base,
+            meta=anchor.meta if not meta else MappingProxyType({**anchor.meta, **meta}), name=name,
+            base=base,
         )
 
     def read_instead(self, old: str, new: Ref) -> None:
