@@ -68,10 +68,20 @@ class Known:
             return False
         try:
             with inductor_config_patched(dict(self.config)):
-                trial = try_program(finding.program, (finding.compiler,), finding.setup)
-        except Exception:  # noqa: BLE001 - a predicate that cannot decide says no
+                return _gone_when_tried_again(finding)
+        except Exception:  # noqa: BLE001 - a setting that cannot be patched: cannot decide
             return False
-        return trial.eager.error is None and trial.verdicts[finding.compiler.name] is None
+
+
+def _gone_when_tried_again(finding: Any, precision: torch.dtype | None = None) -> bool:
+    """Whether ``finding``'s program, tried again by its compiler (under the settings the caller
+    holds, judged at ``precision`` where given), runs in eager and gives no verdict. Never raises:
+    a predicate that cannot decide says no. One compile and run."""
+    try:
+        trial = try_program(finding.program, (finding.compiler,), finding.setup, precision)
+    except Exception:  # noqa: BLE001 - a predicate that cannot decide says no
+        return False
+    return trial.eager.error is None and trial.verdicts[finding.compiler.name] is None
 
 
 PRECISION_CASTS = Known(
@@ -130,11 +140,7 @@ class WithinPrecision:
         coarse = lowest_precision(finding.program, finding.setup.dtype)
         if finding.kind != "mismatch" or coarse is None or finding.compiler is None:
             return False
-        try:
-            trial = try_program(finding.program, (finding.compiler,), finding.setup, coarse)
-        except Exception:  # noqa: BLE001 - a predicate that cannot decide says no
-            return False
-        return trial.eager.error is None and trial.verdicts[finding.compiler.name] is None
+        return _gone_when_tried_again(finding, coarse)
 
 
 LOW_PRECISION_ROUNDING = WithinPrecision(
