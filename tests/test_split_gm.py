@@ -485,9 +485,9 @@ return[output_2] %mul"""
 def test_node_names_follow_fx(candidates):
     from torch.fx.graph import _Namespace
 
-    from transforms.tag_split import _FxNames
+    from transforms.kernel import FxNames
 
-    theirs, mine = _Namespace(), _FxNames()
+    theirs, mine = _Namespace(), FxNames()
     assert [mine.create(c) for c in candidates] == [theirs.create_name(c, None) for c in candidates]
 
 

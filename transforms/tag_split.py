@@ -552,9 +552,6 @@ def _below(fqn: str, paths: set[str]) -> bool:
     return any(".".join(parts[:k]) in paths for k in range(1, len(parts)))
 
 
-_FxNames = kn.FxNames  # the names fx gives (``test_split_gm`` checks them against fx)
-
-
 def _snake(name: str) -> str:
     """fx's name for a target: ``pascalCase`` -> ``pascal_case``, lower case."""
     return re.sub(r"(?<=[a-z])([A-Z])", r"_\1", name).lower()
