@@ -517,24 +517,49 @@ def start_aoti_worker(cases: list[tuple[str, str]], args: argparse.Namespace,
     return subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True)
 
 
-def collect_aoti(worker: subprocess.Popen | None, cases: list[tuple[str, str]],
-                 until: float) -> list[Cell]:
-    """The worker's cells; what it did not report by ``until`` (plus a grace) is skipped, and a
-    worker still running then is stopped."""
-    if worker is None:
-        return []
-    try:
-        out, _ = worker.communicate(timeout=max(1.0, until - time.time() + 15))
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        out, _ = worker.communicate()
-    done = {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            cell = Cell(**json.loads(line))
-            done[(cell.model, cell.dtype)] = cell
+def collect_aoti(worker: subprocess.Popen | None, cases: list[tuple[str, str]], until: float,
+                 restart: Callable[[list[tuple[str, str]]], Any] | None = None) -> list[Cell]:
+    """The worker's cells, one per case. A worker that dies (a crash in the build or the load
+    of a package, as torch 2.11's ``aoti_load_package`` did on an H100) costs the case it was
+    on: that cell is an error naming the signal, and ``restart(rest)`` starts a new worker for
+    the cases after it while time is left. What no worker reported by ``until`` (plus a grace)
+    is skipped, and a worker still running then is stopped."""
+    done: dict[tuple[str, str], Cell] = {}
+    rest = list(cases)
+    while worker is not None and rest:
+        try:
+            out, _ = worker.communicate(timeout=max(1.0, until - time.time() + 15))
+            status = worker.returncode
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, _ = worker.communicate()
+            status = 0  # stopped here: what it did not report is out of time, not a crash
+        for line in out.splitlines():
+            if line.startswith("{"):
+                cell = Cell(**json.loads(line))
+                done[(cell.model, cell.dtype)] = cell
+        rest = [case for case in rest if case not in done]
+        worker = _after_death(status, rest, done, until, restart)
+        rest = [case for case in rest if case not in done]
     return [done.get((m, d), Cell(m, d, "aoti", note="out of time (worker stopped)"))
             for m, d in cases]
+
+
+def _after_death(returncode: int | None, rest: list[tuple[str, str]],
+                 done: dict[tuple[str, str], Cell], until: float,
+                 restart: Callable[[list[tuple[str, str]]], Any] | None) -> Any:
+    """When a worker died with cases left, the first of them is the one it died on: its cell
+    says how; the next worker (if time and ``restart`` allow) takes the others."""
+    if not returncode or not rest:
+        return None
+    model, dtype = rest[0]
+    how = (f"signal {signal.Signals(-returncode).name}" if returncode < 0
+           else f"exit status {returncode}")
+    done[rest[0]] = Cell(model, dtype, "aoti", status="error",
+                         note=f"the AOTI worker died on this case ({how})")
+    if restart is None or len(rest) == 1 or until - time.time() < 20:
+        return None
+    return restart(rest[1:])
 
 
 # --- the attention speedup ----------------------------------------------------------------------
@@ -759,7 +784,8 @@ def main(argv: list[str] | None = None) -> int:
                     note(run_cell("compile", s, args.calls))
                 else:
                     note(Cell(m, d, "compile", note="out of time"))
-    for cell in collect_aoti(worker, aoti, until):
+    for cell in collect_aoti(worker, aoti, until,
+                             restart=lambda rest: start_aoti_worker(rest, args, until)):
         note(cell)
     for (m, d, r), cell in cells.items():
         if r == "aoti" and (m, d) not in aoti:

@@ -189,3 +189,47 @@ def test_cuda_bench_aoti_cases_put_float32_first() -> None:
     assert cuda.compare({"a": torch.ones(2)}, {"a": torch.ones(2)}, torch.float32)[:2] == (0.0, True)
     err, ok, why = cuda.compare((torch.ones(2),), (torch.zeros(2),), torch.float16)
     assert (err, ok) == (1.0, False) and "output 0" in why
+
+
+class _Worker:
+    """A finished AOTI worker as ``collect_aoti`` sees it: what it printed, how it ended."""
+
+    def __init__(self, cells: list[tuple[str, str]], returncode: int) -> None:
+        self.out = "\n".join(json.dumps({"model": m, "dtype": d, "route": "aoti",
+                                         "status": "pass"}) for m, d in cells)
+        self.returncode = returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        return self.out, None
+
+
+def test_cuda_bench_aoti_worker_crash_costs_one_cell_and_restarts() -> None:
+    """A worker that dies on a case (a segfault in the load, as on torch 2.11) leaves that cell
+    an error naming the signal; a new worker takes the cases after it."""
+    import time
+
+    from bench import cuda
+
+    cases = [("mlp", "float32"), ("gpt2", "float32"), ("bert", "float32")]
+    started: list[list[tuple[str, str]]] = []
+
+    def restart(rest: list[tuple[str, str]]) -> _Worker:
+        started.append(rest)
+        return _Worker(rest, 0)
+
+    cells = cuda.collect_aoti(_Worker(cases[:1], -11), cases, time.time() + 60, restart=restart)
+    assert [(c.model, c.status) for c in cells] == [
+        ("mlp", "pass"), ("gpt2", "error"), ("bert", "pass")]
+    assert "SIGSEGV" in cells[1].note
+    assert started == [cases[2:]]
+
+
+def test_cuda_bench_aoti_worker_crash_without_restart_leaves_the_rest_unrun() -> None:
+    import time
+
+    from bench import cuda
+
+    cases = [("mlp", "float32"), ("gpt2", "float32")]
+    cells = cuda.collect_aoti(_Worker([], 1), cases, time.time() + 60)
+    assert cells[0].status == "error" and "exit status 1" in cells[0].note
+    assert cells[1].status == "skipped" and "out of time" in cells[1].note
