@@ -18,7 +18,8 @@ from beforeafter import program
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from ir import state as st
-from ir.names import Names
+from ir.args import EMPTY_DICT
+from ir.node import frozen_meta, new_node
 from ir.state import Opaque
 from lowering import export_ep, lower
 from transforms import fold_constants, rewrite_nodes, transform
@@ -100,9 +101,8 @@ def test_a_tensor_key_and_a_placeholder_name_are_fresh():
     new = NewState(p)
     key = new.add(st.CONSTANT, ["a.y"], torch.ones(2))
     assert key == "a.y_1" and new.slots["a.y"] == st.Slot(st.CONSTANT, "a.y_1", True, False)
-    names = Names({"x", "c_a_y"})
-    node = new.placeholder(st.CONSTANT, "a.y", names)
-    assert node.name == "c_a_y_1" and node.op == "placeholder" and "c_a_y_1" in names
+    assert new.placeholder_base(st.CONSTANT, "a.y") == "c_a_y"
+    new.read_by(st.CONSTANT, "a.y", "c_a_y_1")
     assert new.inputs == {"c_a_y_1": sg.InputSpec(sg.CONSTANT_TENSOR, "c_a_y_1", "a.y")}
 
 
@@ -111,11 +111,10 @@ def test_new_inputs_go_where_export_puts_them():
     objects too); several of a kind in the order added; both before the user inputs."""
     p = program(BEFORE)
     new = NewState(p)
-    names = Names()
     for kind, fqn in [(st.CONSTANT, "c1"), (st.BUFFER, "b1"), (st.CONSTANT, "c2"),
                       (st.BUFFER, "b2")]:
         new.add(kind, [fqn], torch.zeros(()), persistent=False)
-        new.placeholder(kind, fqn, names)
+        new.read_by(kind, fqn, new.placeholder_base(kind, fqn))
     specs = tuple(sg.InputSpec(kind, name) for kind, name in [
         (sg.TOKEN, "t"), (sg.PARAMETER, "p"), (sg.BUFFER, "b"), (sg.CONSTANT_TENSOR, "c"),
         (sg.CUSTOM_OBJ, "o"), (sg.USER_INPUT, "x"),
@@ -135,12 +134,14 @@ def test_apply_places_state_inputs_and_placeholders_and_leaves_p_as_it_is():
     mul = p.root_module.graph.node("mul")
     path, mid = new.owner(mul)
     assert (path, mid) == ("a.b", p.resolve("a.b"))
-    names = Names(n.name for n in p.root_module.graph.nodes)
     made = []
     for kind, base in [(st.CONSTANT, "_folded_mul"), (st.BUFFER, "seen")]:
-        node, fqn = new.root_input(kind, base, torch.ones(2), mul, names, mul.meta.get("val"))
-        assert fqn == f"a.b.{base}" and new.inputs[node.name].target == fqn
-        made.append(node)
+        fqn = new.root_input(kind, base, torch.ones(2), mul)
+        name = new.placeholder_base(kind, fqn)
+        new.read_by(kind, fqn, name)
+        assert fqn == f"a.b.{base}" and new.inputs[name].target == fqn
+        made.append(new_node("placeholder", name, name, (), EMPTY_DICT,
+                             frozen_meta({"val": mul.meta.get("val")})))
     graph = p.root_module.graph
     nodes = new.place(list(graph.nodes), p.signature.inputs, made)
     q = new.apply(p.replace(modules=p.modules.set(
@@ -165,11 +166,10 @@ def test_state_under_every_path_is_one_tensor_and_drop_takes_all_of_it():
     p = program(SHARED)
     new = NewState(p)
     a = p.resolve("a")
-    node, fqn = new.attribute(st.BUFFER, a, "w", torch.ones(2), Names({"w_1"}))
-    assert (node.op, node.target, node.name, fqn) == ("get_attr", "w_1", "w_1_1", "a.w_1")
+    assert new.attribute(st.BUFFER, a, "w", torch.ones(2)) == ("w_1", "a.w_1")
     assert new.order == ["a.w_1", "b.w_1"]
     kept = new.add(st.CONSTANT, ["k"], torch.ones(2))
-    new.placeholder(st.CONSTANT, "k", Names())
+    new.read_by(st.CONSTANT, "k", "c_k")
     assert new.slots["a.w_1"] is new.slots["b.w_1"] and new.slots["a.w_1"].tensor == "a.w_1"
     new.drop(["b.w_1"])
     assert set(new.slots) == {"k"} and set(new.tensors) == {kept} and new.order == ["k"]

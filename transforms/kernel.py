@@ -100,9 +100,11 @@ from ir.node import (
     CALL_METHOD,
     CALL_MODULE,
     EMPTY_META,
+    GET_ATTR,
     OUTPUT,
     PLACEHOLDER,
     Node,
+    frozen_meta,
     new_node,
 )
 from ir.program import Program
@@ -378,12 +380,17 @@ class WorkingGraph:
         among ``taken`` with ``val`` as its meta ``val``; the listener hears of it; the driver
         places it (``add`` / ``keep``). O(1) amortized."""
         self.new = new
+        meta = frozen_meta({"val": val} if val is not None else None)
         if root:
-            node, fqn = new.root_input(kind, base, tensor, anchor, self.taken, val, persistent)
+            fqn = new.root_input(kind, base, tensor, anchor, persistent)
+            name = self.fresh(new.placeholder_base(kind, fqn))
+            new.read_by(kind, fqn, name)
+            node = carried(PLACEHOLDER, name, name, meta=meta)
             self.placeholders.append(node)
         else:
-            node, fqn = new.attribute(kind, mid, base, tensor, self.taken, val, persistent)
-        if self.listener is not None:
+            local, fqn = new.attribute(kind, mid, base, tensor, persistent)
+            node = carried(GET_ATTR, self.fresh(local), local, meta=meta)
+        if self.listener is not None:  # state, not memory this run made: not in ``made``
             self.listener.emitted(node)
         return node, fqn
 

@@ -5,8 +5,9 @@ A pass that adds state (``Edit.constant`` / ``Edit.add_buffer``, ``fold_constant
 kernel (``transforms.kernel.WorkingGraph.state_read``), for each new entry: on the
 root graph of a flat program ``root_input`` (state of the module the node runs in, read by a
 placeholder with its ``InputSpec``), in any other graph ``attribute`` (an attribute of the
-graph's module, state under each of its paths, read by a ``get_attr``). Both are a fresh name
-(``name``), the slot and tensor (``add``) and the node that reads them.
+graph's module, state under each of its paths, read by a ``get_attr``). Both are a fresh
+attribute name (``name``), the slot and the tensor (``add``); the kernel names and makes the
+node that reads them (a root placeholder's spec is ``read_by``).
 ``place`` puts the new placeholders among the root graph's nodes and ``apply`` puts the state
 and the input specs in the Program, once, at the end.
 
@@ -25,7 +26,6 @@ keeps its order and gets the new state as above.)
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 import attrs
 import torch
@@ -33,11 +33,9 @@ from pyrsistent import pmap
 
 from ir import signature as sg
 from ir import state as st
-from ir.args import EMPTY_DICT
 from ir.import_ep import registration_order
 from ir.module import ModuleId
-from ir.names import Names, fresh_name
-from ir.node import GET_ATTR, PLACEHOLDER, Node, frozen_meta, new_node
+from ir.node import PLACEHOLDER, Node
 from ir.program import Program
 
 __all__ = ["NewState"]
@@ -57,7 +55,7 @@ class NewState:
 
     Names are fresh against ``p`` and everything added before: an attribute name is no child
     of its module and no state under any path that reaches it; a tensor key is no key of
-    ``p``'s tensor table; a placeholder name is fresh in the ``Names`` of its graph. ``p`` is
+    ``p``'s tensor table (the kernel names the nodes that read them). ``p`` is
     never written. Each method is O(1) amortized but the first ``name`` (O(state + modules),
     once), ``drop`` (O(new state)), ``place`` and ``apply`` (O(inputs + nodes + state)).
     """
@@ -121,43 +119,41 @@ class NewState:
             self.order.append(fqn)
         return key
 
-    def placeholder(self, kind: str, fqn: str, names: Names, val: Any = None) -> Node:
-        """The root placeholder that reads new state ``fqn`` (added by ``add``), named
-        ``b_<fqn>`` / ``c_<fqn>`` (dots as ``_``, fresh in ``names``), with ``val`` as its
-        meta ``val`` when given; its ``InputSpec`` goes in the signature at ``apply``."""
+    def placeholder_base(self, kind: str, fqn: str) -> str:
+        """What the root placeholder reading new state ``fqn`` is named after: ``b_<fqn>`` or
+        ``c_<fqn>``, dots as ``_`` (the kernel makes it fresh in its graph)."""
+        return _PREFIX[kind] + fqn.replace(".", "_")
+
+    def read_by(self, kind: str, fqn: str, name: str) -> None:
+        """Root placeholder ``name`` reads new state ``fqn`` (added by ``add``): its
+        ``InputSpec`` goes in the signature at ``apply``."""
         slot = self.slots[fqn]
-        name = fresh_name(_PREFIX[kind] + fqn.replace(".", "_"), names)
         persistent = slot.persistent if kind == st.BUFFER else None
         self.inputs[name] = sg.InputSpec(_INPUT_KIND[kind], name, fqn, persistent)
-        meta = frozen_meta({"val": val} if val is not None else None)
-        return new_node(PLACEHOLDER, name, name, (), EMPTY_DICT, meta)
 
     def root_input(
-        self, kind: str, base: str, tensor: torch.Tensor, node: Node, names: Names,
-        val: Any = None, persistent: bool = True,
-    ) -> tuple[Node, str]:
-        """New state read on the root graph of a flat program: ``tensor`` at
-        ``<owner>.<name>`` (``owner(node)``; ``name`` fresh from ``base``), and the placeholder
-        that reads it (``placeholder``). Returns the placeholder and the fqn."""
+        self, kind: str, base: str, tensor: torch.Tensor, node: Node, persistent: bool = True,
+    ) -> str:
+        """New state on the root graph of a flat program: ``tensor`` at ``<owner>.<name>``
+        (``owner(node)``; ``name`` fresh from ``base``); returns that fqn, which a placeholder
+        then reads (``read_by``)."""
         path, mid = self.owner(node)
         local = self.name(mid, base)
         fqn = f"{path}.{local}" if path else local
         self.add(kind, (fqn,), tensor, persistent)
-        return self.placeholder(kind, fqn, names, val), fqn
+        return fqn
 
     def attribute(
-        self, kind: str, mid: ModuleId, base: str, tensor: torch.Tensor, names: Names,
-        val: Any = None, persistent: bool = True,
-    ) -> tuple[Node, str]:
-        """New state read in a graph of module ``mid`` (not a flat root): ``tensor`` as
+        self, kind: str, mid: ModuleId, base: str, tensor: torch.Tensor, persistent: bool = True,
+    ) -> tuple[str, str]:
+        """New state of module ``mid`` (a graph that is not a flat root): ``tensor`` as
         attribute ``name`` (fresh from ``base``) of the module, state under every path that
-        reaches it, and the ``get_attr`` (named after the attribute, fresh in ``names``) that
-        reads it. Returns the node and the fqn under the module's first path."""
+        reaches it. Returns the attribute name (the ``get_attr``'s target) and the fqn under
+        the module's first path."""
         local = self.name(mid, base)
         fqns = [f"{path}.{local}" if path else local for path in self.p.module_paths(mid)]
         self.add(kind, fqns, tensor, persistent)
-        meta = frozen_meta({"val": val} if val is not None else None)
-        return new_node(GET_ATTR, fresh_name(local, names), local, (), EMPTY_DICT, meta), fqns[0]
+        return local, fqns[0]
 
     def drop(self, fqns: Collection[str]) -> None:
         """Forget the new state at ``fqns``: their tensors, every fqn holding one of them and
