@@ -1,5 +1,5 @@
 """The kernel's door for the default pipeline's drivers: ``WorkingGraph.derive`` (a node that
-stands for another, its meta kept), ``read_instead`` (later readers read a new value),
+stands for another, its meta kept), ``read_as(rename=True)`` (later readers read a new value),
 ``returning`` (a new graph picked from the input) and ``fresh_id``."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_derive_keeps_the_anchors_meta_puts_the_changes_over_it_and_names_by_the
     assert heard.events == [("emitted", "neg"), ("emitted", "relu_1"), ("emitted", "mine")]
 
 
-def test_read_instead_rewires_only_the_readers_placed_after_and_records_the_rename():
+def test_read_as_renaming_rewires_only_the_readers_placed_after_and_records_the_rename():
     graph = relu_mul_graph()
     heard = Heard()
     w = kn.WorkingGraph(graph, indexed=False, listener=heard)
@@ -47,7 +47,7 @@ def test_read_instead_rewires_only_the_readers_placed_after_and_records_the_rena
         if n.name == "relu":
             neg = w.derive(relu, target=aten.neg.default, args=(relu.ref,))
             w.add(neg)
-            w.read_instead("relu", neg.ref)
+            w.read_as("relu", neg.ref, rename=True)
     out, renames = w.finish()
     assert renames == {"relu": "neg"}
     assert [n.name for n in out.nodes].index("relu") < [n.name for n in out.nodes].index("neg")

@@ -63,7 +63,7 @@ scratch (outlining, sinking, deduplication, the preserved-call plumbing) make th
 (``remove_effect_tokens``, ``functional_to_inplace``, ``hold_foreign_state``,
 ``split_hop_bodies``, ``fix_module_stacks``, ``fill_call_gaps``) stream their graphs through one,
 making the node that stands for another with ``derive`` (through ``make_carrying``), moving
-later readers with ``read_instead`` and closing a body with ``returning``.
+later readers with ``read_as`` and closing a body with ``returning``.
 """
 
 from __future__ import annotations
@@ -527,11 +527,19 @@ class WorkingGraph:
         self.read_as(n.name, Ref(name))
         return n.replace(name=name)
 
-    def read_as(self, old: str, by: Ref) -> None:
+    def read_as(self, old: str, by: Ref, *, rename: bool = False) -> None:
         """The nodes placed from now on with ``keep`` (``rewired``) read ``by`` where they read
-        value ``old``; unlike ``replace``, no node leaves the graph and no rename is recorded
-        (a value read under another name: a state read as a stage's own input). O(1)."""
+        value ``old``, which stays where it is; unlike ``replace``, no node leaves the graph.
+        ``rename=False``: a value read under another name (a state read as a stage's own
+        input). ``rename=True``: ``by`` stands for ``old`` from here on (an in-place write for
+        the value it wrote, for the readers after it); ``renames`` records it, so that
+        ``finish`` and ``finalised`` make the signatures name ``by``, and the listener hears
+        of it as replaced. O(1)."""
         self.alias[old] = by
+        if rename:
+            self.renames[old] = by.name
+            if self.listener is not None:
+                self.listener.replaced(old, by.name)
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -620,17 +628,6 @@ class WorkingGraph:
             meta=anchor.meta if not meta else MappingProxyType({**anchor.meta, **meta}), name=name,
             base=base,
         )
-
-    def read_instead(self, old: str, new: Ref) -> None:
-        """Streamed: the nodes placed from now on (``keep``) read value ``new`` where they read
-        ``old``, which stays where it is (an in-place write stands for the value it wrote,
-        for the readers after it); ``renames`` records it, so that ``finish`` and
-        ``finalised`` make the signatures name ``new``; the listener hears of it as replaced.
-        O(1)."""
-        self.renames[old] = new.name
-        self.alias[old] = new
-        if self.listener is not None:
-            self.listener.replaced(old, new.name)
 
     def returning(self, result: Any) -> Graph:
         """The graph of the nodes placed (streamed, in the order placed: picked from the input

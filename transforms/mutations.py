@@ -64,7 +64,7 @@ def functional_to_inplace(p: Program) -> Program:
 
     A driver on the rewriting kernel (``transforms.kernel``): the root graph is streamed through
     a ``WorkingGraph``, which names and makes each ``copy_`` (``derive``: the value's meta) and
-    has the readers after it read it (``read_instead``).
+    has the readers after it read it (``read_as(..., rename=True)``).
 
     Complexity: O(n + m) for n root-graph nodes and m outputs.
     """
@@ -87,7 +87,7 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
         _root_stack(graph) if any(graph.node(v).op == PLACEHOLDER for v in groups) else None
     )
     # each copy_ is made, named and placed by the kernel's working graph; the readers after it
-    # read it instead of the value it wrote (``read_instead``)
+    # read it instead of the value it wrote (``read_as(..., rename=True)``)
     w = kn.WorkingGraph(graph, indexed=False)
     for i, node in enumerate(graph.nodes):
         if node.op == OUTPUT:
@@ -106,7 +106,7 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
                                 args=(ref(dest), ref(value)), kwargs=EMPTY_DICT, meta=stack)
                 w.add(copy)
                 if value not in w.alias:
-                    w.read_instead(value, copy.ref)
+                    w.read_as(value, copy.ref, rename=True)
 
     new_graph, env = w.finish()
     _check_outputs_keep_old_values(graph, specs, values, groups, env)
