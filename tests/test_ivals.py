@@ -35,7 +35,7 @@ from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
 from ir.purity import ep_fingerprint
 from lowering import lower
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import transform
 from transforms.outline import outline
 from transforms.pipeline import DEFAULT_PIPELINE

@@ -28,7 +28,7 @@ from ir.args import EMPTY_DICT, ref
 from ir.errors import PassError
 from ir.verify import verify
 from lowering import lower
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import pipeline, transform
 from transforms.pipeline import DEFAULT_PIPELINE
 from transforms.preserved.remat import rematerialize

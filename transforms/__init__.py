@@ -7,6 +7,7 @@ stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``
 ``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state`` (whose last
 step is the listed pass ``hold_foreign_state``), ``deduplicate``. The cleanup passes, listed
 but not in the default pipeline: ``eliminate_dead_code``, ``cse``, ``fold_constants``.
+``named_passes()`` gives every listed pass by its name.
 
 ``rewrite_nodes`` (``transforms.edit``) is not a pass but how a user writes one: a function over
 nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
@@ -23,7 +24,7 @@ from transforms.inline import inline
 from transforms.move_device import move_to_device
 from transforms.mutations import functional_to_inplace
 from transforms.outline import outline, outline_and_sink, outline_by
-from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
+from transforms.pipeline import DEFAULT_PIPELINE, named_passes, pipeline, transform
 from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
 from transforms.sink import sink_state
 from transforms.stacks import fill_call_gaps, fix_module_stacks
@@ -48,6 +49,7 @@ __all__ = [
     "insert_ivals",
     "move_non_tensor_nodes_on_boundary",
     "move_to_device",
+    "named_passes",
     "outline",
     "outline_and_sink",
     "outline_by",

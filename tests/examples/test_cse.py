@@ -13,7 +13,7 @@ import transforms
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from lowering import lower
-from lowering.laws import LawViolation, check_laws, check_program, check_semantics
+from lowering.pass_laws import LawViolation, check_laws, check_program, check_semantics
 from transforms import cse, transform
 
 BEFORE = """\

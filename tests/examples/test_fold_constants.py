@@ -15,7 +15,7 @@ from ir import signature as sg
 from ir.errors import PassError
 from ir.state import Opaque
 from lowering import lower
-from lowering.laws import LawViolation, check_laws, check_program
+from lowering.pass_laws import LawViolation, check_laws, check_program
 from transforms import constant_folding as folding
 from transforms import fold_constants, transform
 

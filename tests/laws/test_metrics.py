@@ -9,7 +9,7 @@ from lawcases import before, examples, valid, without
 
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE
 from ir.program import Program
-from lowering.laws import check_metric
+from lowering.pass_laws import check_metric
 from transforms.dedup import deduplicate
 from transforms.mutations import INPLACE_KINDS, functional_to_inplace
 from transforms.outline import outline

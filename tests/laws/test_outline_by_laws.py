@@ -21,7 +21,7 @@ from lawcases import before, examples, without
 
 from ir import Program, verify
 from ir.node import CALL_FUNCTION, Node
-from lowering.laws import check_inverse, check_laws
+from lowering.pass_laws import check_inverse, check_laws
 from transforms import inline
 from transforms.outline import outline, outline_by
 from transforms.stacks import Frame, node_frames

@@ -1,6 +1,6 @@
 """The laws of DESIGN.md for every built-in pass and for the whole default pipeline.
 
-Each pass is checked by ``lowering.laws.check_laws`` (purity, verify, determinism, semantics,
+Each pass is checked by ``lowering.pass_laws.check_laws`` (purity, verify, determinism, semantics,
 and idempotence where its docstring claims it) on the programs it meets in the pipeline.
 """
 
@@ -15,7 +15,7 @@ from lawcases import before, examples, valid
 
 from ir.graph import Graph
 from ir.strategies import programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import inline, transform
 from transforms.dedup import deduplicate
 from transforms.effect_tokens import remove_effect_tokens

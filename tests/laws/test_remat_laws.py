@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from lawcases import before, examples
 
 from ir.strategies import CROSSING_FEATURES, crossing_programs, programs
-from lowering.laws import LawReport, check_laws
+from lowering.pass_laws import LawReport, check_laws
 from transforms import transform
 from transforms.outline import outline
 from transforms.preserved.ivals import insert_ivals

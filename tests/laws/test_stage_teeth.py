@@ -23,7 +23,7 @@ from ir.args import Ref, map_refs
 from ir.graph import Graph
 from ir.program import Program
 from ir.strategies import crossing_programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import transform
 from transforms.preserved.ivals import insert_ivals
 from transforms.preserved.nesting import preserved_chains

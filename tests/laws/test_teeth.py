@@ -16,7 +16,7 @@ from ir.module import call_target, split_call_target
 from ir.node import CALL_MODULE
 from ir.program import Program
 from ir.strategies import programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import transform
 from transforms.dedup import deduplicate
 from transforms.outline import outline

@@ -30,7 +30,7 @@ runs it under hypothesis over generated programs and raises :class:`LawViolation
 *vacuous* when the pass changed none of the programs it ran on, and returns a
 :class:`LawReport` (how many programs were tried, changed, declined)::
 
-    from lowering.laws import check_laws
+    from transforms.laws import check_laws
     check_laws(my_pass)                      # purity, verify, determinism, semantics
     check_laws(my_pass, idempotent=True)     # ... and T(T(p)) == T(p)
     check_laws(fake_quant, atol=1e-2, rtol=1e-2)   # changes numerics on purpose
