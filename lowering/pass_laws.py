@@ -73,7 +73,7 @@ from ir.signature import CallSignature, ExportSignature
 from ir.verify import verify
 from lowering.lower import lower
 from transforms.kernel import dynamic_sizes, size_range
-from transforms.law_violation import Example, LawViolation, describe, pass_name
+from transforms.machinery.law_violation import Example, LawViolation, describe, pass_name
 
 __all__ = [
     "LAWS",
@@ -726,7 +726,7 @@ def _changed_live(result: Any, program: Program) -> bool:
 def _live(p: Program) -> Program:
     """``p`` without dead code, metadata checks included (``eliminate_dead_code(p,
     metadata_checks=False)``)."""
-    from transforms.dce import eliminate_dead_code
+    from transforms.passes.dce import eliminate_dead_code
 
     return eliminate_dead_code(p, metadata_checks=False)
 

@@ -70,3 +70,27 @@ def test_the_law_door_is_the_implementation() -> None:
     home = importlib.import_module("lowering.pass_laws")
     assert sorted(door.__all__) == sorted(home.__all__)
     assert [n for n in home.__all__ if getattr(door, n) is not getattr(home, n)] == []
+
+
+def test_the_inline_door_leaves_the_pass_in_the_package() -> None:
+    """``transforms.inline`` is a pass and a door module of the same name: importing the door
+    (Python binds a submodule on its package at its first import) must leave
+    ``from transforms import inline`` the pass."""
+    importlib.import_module("transforms.inline")
+    transforms = importlib.import_module("transforms")
+    home = importlib.import_module("transforms.passes.inlining")
+    assert transforms.inline is home.inline
+
+
+@pytest.mark.parametrize(("door", "home"), [
+    ("transforms.sink", "transforms.passes.state_sinking"),
+    ("transforms.inline", "transforms.passes.inlining"),
+    ("transforms.stacks", "transforms.passes.module_stacks"),
+])
+def test_each_door_reexports_the_public_names_of_its_home(door: str, home: str) -> None:
+    """A door re-exports what users import from the path, the same objects as its home."""
+    door_module, home_module = importlib.import_module(door), importlib.import_module(home)
+    public = {n for n, v in vars(home_module).items() if not n.startswith("_")
+              and getattr(v, "__module__", None) == home}
+    assert public <= set(door_module.__all__), f"{door} misses {sorted(public - set(door_module.__all__))}"
+    assert [n for n in door_module.__all__ if getattr(door_module, n, None) is None] == []

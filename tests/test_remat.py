@@ -28,7 +28,7 @@ from ir.verify import verify
 from lowering import lower
 from lowering.pass_laws import check_program
 from transforms import transform
-from transforms.outline import outline
+from transforms.passes.outline import outline
 from transforms.preserved.remat import rematerialize
 
 D = 4

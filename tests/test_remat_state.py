@@ -30,10 +30,10 @@ from ir.verify import verify
 from lowering import lower
 from lowering.pass_laws import check_program
 from transforms import pipeline, transform
+from transforms.passes.module_stacks import fill_call_gaps
 from transforms.pipeline import DEFAULT_PIPELINE
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures
-from transforms.stacks import fill_call_gaps
 
 D = 4
 # the passes before the preserved-call stages (``transforms.preserved``) and ``outline``

@@ -13,24 +13,28 @@ but not in the default pipeline: ``eliminate_dead_code``, ``cse``, ``fold_consta
 nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
 """
 
-from transforms.constant_folding import fold_constants
-from transforms.dce import eliminate_dead_code
-from transforms.dedup import deduplicate
+# ``transforms.inline`` is the pass, and also the door module of that path: Python binds a
+# submodule on its package when first imported, so the door is imported before the pass is bound
+# here, else a later ``import transforms.inline`` would turn ``transforms.inline`` into the module
+from transforms import inline as _inline_door
 from transforms.edit import Edit, rewrite_nodes
-from transforms.effect_tokens import remove_effect_tokens
-from transforms.foreign_state import hold_foreign_state
-from transforms.hop_split import split_hop_bodies
-from transforms.inline import inline
-from transforms.move_device import move_to_device
-from transforms.mutations import functional_to_inplace
-from transforms.outline import outline, outline_and_sink, outline_by
+from transforms.passes.constant_folding import fold_constants
+from transforms.passes.dce import eliminate_dead_code
+from transforms.passes.dedup import deduplicate
+from transforms.passes.effect_tokens import remove_effect_tokens
+from transforms.passes.foreign_state import hold_foreign_state
+from transforms.passes.hop_split import split_hop_bodies
+from transforms.passes.inlining import inline
+from transforms.passes.module_stacks import fill_call_gaps, fix_module_stacks
+from transforms.passes.move_device import move_to_device
+from transforms.passes.mutations import functional_to_inplace
+from transforms.passes.outline import outline, outline_and_sink, outline_by
+from transforms.passes.state_sinking import sink_state
+from transforms.passes.subexpressions import cse
+from transforms.passes.tag_split import move_non_tensor_nodes_on_boundary, split_by_tags
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes, pipeline, transform
 from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
-from transforms.sink import sink_state
-from transforms.stacks import fill_call_gaps, fix_module_stacks
 from transforms.stages import Edge, Stages, split_stages
-from transforms.subexpressions import cse
-from transforms.tag_split import move_non_tensor_nodes_on_boundary, split_by_tags
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -64,3 +68,5 @@ __all__ = [
     "split_stages",
     "transform",
 ]
+
+del _inline_door

@@ -5,7 +5,7 @@ This module is the public path fixed for the law checker (``check_laws``, ``LawV
 lives in ``lowering.pass_laws`` because the semantics law lowers programs to run them against
 torch; this module only re-exports it. It is the one upward import of ``transforms``, a door that
 ``tests/test_layering.py`` names; no library module imports it (library code imports
-``lowering.pass_laws``, or ``transforms.law_violation`` for the error alone), so it closes no
+``lowering.pass_laws``, or ``transforms.machinery.law_violation`` for the error alone), so it closes no
 import cycle.
 """
 

@@ -246,7 +246,7 @@ def test_laws_on_hand_built_programs():
 
 def test_the_laws_catch_a_cse_that_merges_written_copies(monkeypatch):
     """The law checkers have teeth here: a cse that ignores writes breaks semantics."""
-    import transforms.subexpressions as module
+    import transforms.passes.subexpressions as module
     from ir.effects import Effects
 
     nothing = Effects({}, frozenset(), {}, frozenset(), frozenset(), frozenset(), frozenset())

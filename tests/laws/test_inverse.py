@@ -12,7 +12,7 @@ from lawcases import before, examples, without
 
 from lowering.pass_laws import check_inverse, check_laws
 from transforms import inline
-from transforms.outline import outline
+from transforms.passes.outline import outline
 
 
 def inline_outline(p):

@@ -18,8 +18,8 @@ from ir.program import Program
 from ir.strategies import programs
 from lowering.pass_laws import LawViolation, check_laws
 from transforms import transform
-from transforms.dedup import deduplicate
-from transforms.outline import outline
+from transforms.passes.dedup import deduplicate
+from transforms.passes.outline import outline
 
 aten = torch.ops.aten
 
