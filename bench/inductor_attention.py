@@ -43,7 +43,7 @@ from ir import import_ep
 from ir.errors import PassError
 from lowering import lower
 from transforms import transform
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule
 from transforms.rewrite.engine import apply_rules
 

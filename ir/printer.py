@@ -187,7 +187,7 @@ def format_program(program: Program, *, vals: bool = True) -> str:
         vals: end every node line that has a printable ``meta["val"]`` in it
             (:func:`format_node`), the default, so that ``parse_program`` gives a program whose
             nodes carry vals again: one that ``lower`` and the laws
-            (``lowering.laws.check_program``) run; a counterexample prints this way. ``False``
+            (``lowering.pass_laws.check_program``) run; a counterexample prints this way. ``False``
             prints the structure alone (what Before/Expected tests compare).
 
     Returns:

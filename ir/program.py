@@ -62,7 +62,7 @@ class Program:
     devices) and module stacks; a program traced at batch 1 and the same program traced at
     batch 3 are ``==``. Tensors and ``range_constraints`` compare by identity (``Opaque``): two
     tensors with the same bits that are different objects make programs that are not ``==``
-    (``lowering.laws.same_program`` compares them by value). Memos are never part of it. So
+    (``lowering.pass_laws.same_program`` compares them by value). Memos are never part of it. So
     ``==`` is no key for memoizing anything that depends on shapes.
     """
 

@@ -46,7 +46,7 @@ from lowering.lowering_seam import (
     script_object_type_name,
 )
 from transforms import kernel as kn
-from transforms.inline import CallChain, inline_with_calls, restacked
+from transforms.passes.inlining import CallChain, inline_with_calls, restacked
 
 _INPUT_KINDS = {
     sg.USER_INPUT: gs.InputKind.USER_INPUT,

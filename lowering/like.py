@@ -29,7 +29,7 @@ variant keeps the source's preserved signatures as they are.
 
 It sits in ``lowering``, above the pipeline, because two of its forms are made by the layers
 below: the outlined form by ``transforms.transform``, the decomposed form of a ``Program`` source
-by ``lowering.export_ep`` (then ``run_decompositions()``). ``check_laws`` (``lowering.laws``)
+by ``lowering.export_ep`` (then ``run_decompositions()``). ``check_laws`` (``lowering.pass_laws``)
 takes its draws as they are.
 """
 

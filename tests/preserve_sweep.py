@@ -597,7 +597,7 @@ def _write_json(path: str, results: list[Result]) -> None:
 # From the full sweep on the merged code (1084 exportable cases, 2026-11-24): none. The last class (item 4,
 # ``ancestor_sibling``: a preserved module reads state owned by a sibling of its ancestor, which
 # the parent passed as extra arguments, so a swapped-in eager module got too many) is fixed by
-# ``transforms.foreign_state.hold_foreign_state``.
+# ``transforms.passes.foreign_state.hold_foreign_state``.
 # Cases the sweep has not reached in a run are not listed; `-m sweep` reports them as new.
 
 KNOWN_FAILURES: frozenset[str] = frozenset()

@@ -1,4 +1,4 @@
-"""``transforms.call_walk``: call spans and last uses read off a flat graph's module stacks."""
+"""``transforms.machinery.call_walk``: call spans and last uses read off a flat graph's module stacks."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from beforeafter import program
 from programs_nested import NESTED
 
-from transforms.call_walk import call_spans, last_uses
-from transforms.stacks import node_frames
+from transforms.machinery.call_walk import call_spans, last_uses
+from transforms.machinery.frames import node_frames
 
 # ``a`` runs, leaves for a node of the root, and runs again (``a.b`` only in its second run)
 REENTERED = """\

@@ -14,7 +14,7 @@ from torch import nn
 
 from ir import PassError, import_ep
 from ir.harness import regrouped_difference, value_difference
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_context, check_rule, check_rule_in_context
 from transforms.rewrite.api import rule_verdict
 from transforms.rewrite.check_context import check_site

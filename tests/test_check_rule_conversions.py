@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ir.strategies.values import conversion_edges, conversions_edges
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule
 from transforms.rewrite import rule_check as rule_law
 

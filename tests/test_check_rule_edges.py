@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ir import PassError
 from ir.harness import value_difference
 from ir.import_ep import import_ep
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule
 from transforms.rewrite.check_context import check_site
 from transforms.rewrite.interpret import run_graph

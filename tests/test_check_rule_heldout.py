@@ -21,7 +21,7 @@ from ir import PassError, import_ep
 from ir.harness import value_difference
 from lowering import lower
 from tests.heldout_rules import RIGHT, WRONG
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule, rewrite_report
 
 BY_NAME = {r.name: r for r in (*WRONG, *RIGHT)}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.inductor_rules import NO_DROPOUT, inductor_rule
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import check_rule
 
 RIGHT = (1, 2, 8, 10, 11, 23, 30)

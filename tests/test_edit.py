@@ -17,7 +17,7 @@ from programs_nested import NESTED
 
 from ir import PassError, alpha_equivalent, format_program, import_ep, verify
 from lowering import lower
-from lowering.laws import check_laws, check_purity
+from lowering.pass_laws import check_laws, check_purity
 from tests.outlined_programs import outlined_programs
 from transforms import outline, rewrite_nodes, transform
 from transforms.edit import Edit

@@ -32,8 +32,8 @@ from ir.signature import (
     OutputSpec,
 )
 from lowering.lower import lower
-from transforms.effect_tokens import remove_effect_tokens
-from transforms.mutations import functional_to_inplace
+from transforms.passes.effect_tokens import remove_effect_tokens
+from transforms.passes.mutations import functional_to_inplace
 from transforms.pipeline import transform
 
 try:

@@ -22,7 +22,7 @@ from ir.errors import PassError
 from ir.strategies import programs
 from ir.strategies.programs import program_inputs
 from lowering import lower
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import cse, transform
 
 

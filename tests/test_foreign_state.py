@@ -3,7 +3,7 @@
 Eager modules reach another module's state through a plain attribute (``self._owner = (m,)``):
 a block reads the parameter of its parent's sibling, or of the root. After ``lower``, the
 preserved module takes exactly the eager ``forward``'s arguments and reads that state through a
-peer (``transforms.foreign_state.hold_foreign_state``), so replacing it by a copy of the eager
+peer (``transforms.passes.foreign_state.hold_foreign_state``), so replacing it by a copy of the eager
 module (``setattr`` on its parent) gives eager's outputs; the tree, the state dict and the
 numbers over two calls are eager's, with generated code and with the interpreter.
 """

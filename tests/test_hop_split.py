@@ -25,7 +25,7 @@ from zoo import Case, export_case, randn, register, seeded
 from ir import import_ep
 from lowering import export_ep, lower
 from lowering.hop_bodies import held_bodies
-from lowering.laws import check_laws
+from lowering.pass_laws import check_laws
 from transforms import split_hop_bodies, transform
 
 D = 4

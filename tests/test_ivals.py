@@ -35,11 +35,11 @@ from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
 from ir.purity import ep_fingerprint
 from lowering import lower
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import transform
-from transforms.outline import outline
+from transforms.passes.module_stacks import fill_call_gaps
+from transforms.passes.outline import outline
 from transforms.pipeline import DEFAULT_PIPELINE
-from transforms.stacks import fill_call_gaps
 
 COPY = torch.ops.aten.copy_.default
 # the passes before the preserved-call stages (``transforms.preserved``) and ``outline``

@@ -83,9 +83,9 @@ def test_a_streamed_graph_rebuilt_with_its_own_nodes_is_the_graph_itself():
 #: node (``fresh_name``), makes one by hand (``new_node``, ``Node(...)``) or assembles a graph
 #: (``Graph(...)``, ``Graph.of``)
 KERNEL_DRIVERS = (
-    "transforms/outline.py",
-    "transforms/sink.py",
-    "transforms/dedup.py",
+    "transforms/passes/outline.py",
+    "transforms/passes/state_sinking.py",
+    "transforms/passes/dedup.py",
     "transforms/preserved/ivals.py",
     "transforms/preserved/remat.py",
     "transforms/preserved/pytrees.py",

@@ -17,7 +17,7 @@ from ir.names import Names
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from transforms import kernel as kn
 from transforms import transform
-from transforms.inline import inline_with_calls, restacked
+from transforms.passes.inlining import inline_with_calls, restacked
 
 aten = torch.ops.aten
 

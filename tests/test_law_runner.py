@@ -96,7 +96,7 @@ def test_an_output_may_alias_what_the_wanted_side_wrote():
     that the wanted side wrote is no new alias; aliasing any other input still is."""
     from ir.harness import Observed
     from ir.harness.observe import observed_difference
-    from lowering.laws import SEMANTICS
+    from lowering.pass_laws import SEMANTICS
 
     x = torch.ones(2)
     got = Observed((x,), (x,), aliasing=(frozenset({"input 0"}),), repeats=(frozenset(),))
@@ -124,7 +124,7 @@ def test_the_state_the_input_program_writes_is_the_effect_analysis_answer():
     does not."""
     from ir import import_ep
     from ir.harness import Observed
-    from lowering.laws import _written
+    from lowering.pass_laws import _written
     from transforms import transform
 
     p = import_ep(torch.export.export(_WritesBuf(), (torch.ones(2),)))

@@ -7,8 +7,13 @@ layers below it:
 - ``transforms`` imports ``ir`` (and itself): a pass is a function of IR values;
 - ``lowering`` imports ``ir`` and ``transforms`` (and itself): building torch objects may run
   passes (``export_ep`` inlines, the command line runs the pipeline and lowers its result, the
-  laws, ``lowering/laws.py``, lower programs to compare them with torch, ``programs_like``,
-  ``lowering/like.py``, draws the pipeline's forms). There is no exception.
+  laws, ``lowering/pass_laws.py``, lower programs to compare them with torch, ``programs_like``,
+  ``lowering/like.py``, draws the pipeline's forms).
+
+One named door goes up (``DOORS``): ``transforms/laws.py``, the public path fixed for the law
+checker, re-exports ``lowering.pass_laws`` (the semantics law lowers programs); it imports that
+module alone from above, and no module of the three layers imports the door, so it closes no
+cycle.
 
 No import cycle among the modules of the three layers either (``test_no_import_cycle``). Inside
 ``ir``, the IR values (``IR_VALUES``) import only each other, and the test support
@@ -34,6 +39,12 @@ ALLOWED = {
     "transforms": {"ir", "transforms"},
     "lowering": {"ir", "transforms", "lowering"},
 }
+
+
+DOORS = {"transforms/laws.py": frozenset({"lowering.pass_laws"})}
+"""The doors: a module at a public path an earlier issue fixed whose implementation lives a layer
+up, with the modules above its layer it may import (exactly these). No module of the layers
+imports a door (``test_no_module_imports_a_door``)."""
 
 
 def layer_imports(path: Path, root: Path = ROOT) -> set[str]:
@@ -76,14 +87,78 @@ def rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+def upward_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """The modules above its layer that ``path`` (a file under ``root``) imports, as its import
+    statements name them (``from lowering.pass_laws import x`` gives ``lowering.pass_laws``)."""
+    allowed = ALLOWED[path.relative_to(root).parts[0]]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return {m for m in found if m.split(".")[0] in LAYERS and m.split(".")[0] not in allowed}
+
+
 @pytest.mark.parametrize("path", layer_files(), ids=rel)
 def test_each_module_imports_only_its_layer_and_those_below(path):
     layer = path.relative_to(ROOT).parts[0]
+    if rel(path) in DOORS:
+        assert upward_modules(path) == DOORS[rel(path)], (
+            f"{rel(path)} is a door: it imports exactly {sorted(DOORS[rel(path)])} from above"
+        )
+        return
     upward = layer_imports(path) - ALLOWED[layer]
     assert not upward, (
         f"{rel(path)} (layer {layer!r}) imports {sorted(upward)}; the layering is "
         f"ir <- transforms <- lowering. Move the code to the layer it needs."
     )
+
+
+def test_each_door_is_there() -> None:
+    for door in DOORS:
+        assert (ROOT / door).is_file(), f"the door {door} is gone; update DOORS"
+
+
+def test_no_module_imports_a_door() -> None:
+    """A door is for users: the library imports the implementation, so a door's upward import
+    never closes a cycle."""
+    modules = module_files()
+    doors = {module_name(ROOT / d) for d in DOORS}
+    faults = sorted(f"{name} imports {door}" for name, path in modules.items()
+                    for door in doors & set(import_edges(path, modules)))
+    assert faults == [], "import the implementation, not the door"
+
+
+def test_the_door_checker_has_teeth(tmp_path: Path) -> None:
+    probe = tmp_path / "transforms" / "door.py"  # outside the tree, as the probes below
+    probe.parent.mkdir()
+    probe.write_text("from lowering.pass_laws import *\nimport lowering.cli\nimport ir.graph\n")
+    assert upward_modules(probe, root=tmp_path) == {"lowering.pass_laws", "lowering.cli"}
+
+
+# --- no two modules share a base name -------------------------------------------------------------
+
+
+def shared_base_names(paths: Iterable[Path], root: Path = ROOT) -> dict[str, list[str]]:
+    """Base name -> the modules (``__init__`` aside) that have it, for names more than one has."""
+    by_name: dict[str, list[str]] = {}
+    for p in paths:
+        if p.name != "__init__.py":
+            by_name.setdefault(p.stem, []).append(p.relative_to(root).as_posix())
+    return {name: sorted(found) for name, found in sorted(by_name.items()) if len(found) > 1}
+
+
+def test_no_two_modules_share_a_base_name() -> None:
+    """A module's base name says which module is meant (``docs/architecture.md``)."""
+    assert shared_base_names(layer_files()) == {}, "rename one of each pair"
+
+
+def test_the_base_name_checker_has_teeth(tmp_path: Path) -> None:
+    paths = [tmp_path / "ir" / "laws.py", tmp_path / "lowering" / "laws.py",
+             tmp_path / "ir" / "__init__.py", tmp_path / "lowering" / "__init__.py"]
+    assert shared_base_names(paths, root=tmp_path) == {"laws": ["ir/laws.py", "lowering/laws.py"]}
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from ir.strategies.module_trees import (
     realize,
 )
 from lowering.lower import lower
-from transforms.mutations import COPY, functional_to_inplace
+from transforms.passes.mutations import COPY, functional_to_inplace
 from transforms.pipeline import transform
 
 try:

@@ -22,8 +22,8 @@ from docs.examples.passes_fx import powers as powers_fx
 from ir import alpha_equivalent, format_program, import_ep, parse_program, verify
 from ir.strategies import programs
 from lowering import lower
-from lowering.laws import check_laws
 from lowering.like import programs_like
+from lowering.pass_laws import check_laws
 from transforms import transform
 
 OWN = ("identities", "powers", "lora")

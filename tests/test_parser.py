@@ -205,7 +205,7 @@ def test_meta_is_not_part_of_the_text():
 @settings(max_examples=25)
 @given(programs())
 def test_printed_vals_parse_back_into_a_program_the_laws_run(p):
-    from lowering.laws import check_program
+    from lowering.pass_laws import check_program
 
     text = format_program(p, vals=True)
     back = parse_program(text, like=p)  # tensors (an opset constant: lu pivots) from p

@@ -22,7 +22,7 @@ from docs.examples.passes_fx import fold as fold_fx
 from docs.examples.passes_fx import observe as observe_fx
 from ir import import_ep, verify
 from lowering import lower
-from lowering.laws import LawViolation, check_laws, check_program
+from lowering.pass_laws import LawViolation, check_laws, check_program
 from tests.outlined_programs import outlined_programs
 from transforms import transform
 

@@ -15,8 +15,8 @@ from ir import import_ep
 from ir.errors import PassError
 from ir.program import Program
 from lowering import cli
-from transforms.inline import inline, inline_with_calls
-from transforms.outline import outline
+from transforms.passes.inlining import inline, inline_with_calls
+from transforms.passes.outline import outline
 from transforms.pipeline import DEFAULT_PIPELINE, named_passes, transform
 from transforms.preserved import PRESERVED_STAGES, prepare_outline
 from transforms.preserved.state_traffic import (

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ir.harness import Regrouped, value_difference, widen, with_terms
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule
 
 REGROUP = frozenset({"reassociate"})

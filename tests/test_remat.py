@@ -26,9 +26,9 @@ from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
 from ir.verify import verify
 from lowering import lower
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import transform
-from transforms.outline import outline
+from transforms.passes.outline import outline
 from transforms.preserved.remat import rematerialize
 
 D = 4

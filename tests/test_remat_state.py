@@ -28,12 +28,12 @@ from ir.args import EMPTY_DICT, ref
 from ir.errors import PassError
 from ir.verify import verify
 from lowering import lower
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import pipeline, transform
+from transforms.passes.module_stacks import fill_call_gaps
 from transforms.pipeline import DEFAULT_PIPELINE
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures
-from transforms.stacks import fill_call_gaps
 
 D = 4
 # the passes before the preserved-call stages (``transforms.preserved``) and ``outline``

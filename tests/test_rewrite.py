@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ir import PassError, import_ep, parse_program, verify
 from lowering import export_ep, lower
-from lowering.laws import LawViolation, check_laws, check_program
+from lowering.pass_laws import LawViolation, check_laws, check_program
 from transforms import transform
 from transforms.rewrite import Rule, check_rule, rewrite, rewrite_report
 from transforms.rewrite.api import ensure_checked, rule_verdict

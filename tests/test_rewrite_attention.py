@@ -27,7 +27,7 @@ pytest.importorskip("transformers")
 
 from ir import import_ep
 from lowering import lower
-from lowering.laws import LawViolation
+from lowering.pass_laws import LawViolation
 from transforms.rewrite import Match, Rule, check_rule, rewrite_report
 from transforms.rewrite.api import rule_verdict
 from transforms.rewrite_rules import (

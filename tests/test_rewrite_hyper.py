@@ -25,7 +25,7 @@ from bench.conv_models import randomize_bn as _randomize_bn
 from bench.conv_models import resnet_model
 from ir import PassError, format_graph, import_ep, program_key
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import (
     Rule,
     apply_match,

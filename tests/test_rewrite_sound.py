@@ -612,7 +612,7 @@ def test_alias_guard_refuses_returning_an_alias_of_a_placeholder():
 
 
 def test_result_aliases_follow_views_to_an_input():
-    from transforms.trace import TRAINING, trace
+    from transforms.machinery.trace import TRAINING, trace
 
     ex = (torch.randn(3, 4), torch.randn(3, 4))
     assert guards.result_aliases(trace(lambda x, y: x.t(), ex, TRAINING, "r", "pattern")) == (0,)

@@ -20,7 +20,7 @@ from torch import nn
 from bench.conv_models import bn_dear, program
 from ir import PassError, format_graph
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, apply_rules, check_rule, hyper, optional, saturate_report
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite_rules import CONV_BN

@@ -12,11 +12,11 @@ import torch
 from ir import PassError, import_ep
 from ir.args import Ref
 from transforms import kernel as kn
-from transforms.each_graph import walked_graphs
+from transforms.machinery.each_graph import walked_graphs
+from transforms.machinery.trace import level_of
 from transforms.rewrite import Rule, rewrite_report, saturate_report
 from transforms.rewrite.engine import program_level
 from transforms.rewrite.ruleset import RuleSet, prepare
-from transforms.trace import level_of
 
 saturate_mod = sys.modules["transforms.rewrite.saturate"]  # the package's name is the function
 X = (torch.randn(4),)

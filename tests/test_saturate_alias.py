@@ -31,7 +31,7 @@ from ir import format_graph, import_ep
 from ir.strategies import program_inputs, programs
 from ir.verify import verify
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate, saturate_report
 from transforms.rewrite import search_result as extracted_mod
 from transforms.rewrite.check_context import check_extracted

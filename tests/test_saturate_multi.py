@@ -23,7 +23,7 @@ from ir import Graph, import_ep
 from ir.errors import PassError
 from ir.printer import format_graph
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, SaturationLimits, saturate_report
 from transforms.rewrite import extract as extract_mod
 from transforms.rewrite import search_result as extracted_mod

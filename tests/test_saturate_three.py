@@ -25,7 +25,7 @@ import torch
 from ir import import_ep
 from ir.printer import format_graph
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate_report
 from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.rules import SHARED_INPUT_ASSUMES, SHARED_INPUT_MM

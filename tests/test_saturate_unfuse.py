@@ -26,7 +26,7 @@ from ir import Graph, import_ep
 from ir.args import Ref, thaw
 from ir.printer import format_graph
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate_report
 from transforms.rewrite import search_result as extracted_mod
 from transforms.rewrite.check_context import check_extracted

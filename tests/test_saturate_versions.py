@@ -37,7 +37,7 @@ from ir.graph import Graph
 from ir.strategies import program_inputs, programs
 from ir.verify import verify
 from lowering import lower
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, saturate, saturate_report
 from transforms.rewrite import versions as versions_module
 from transforms.rewrite.check_context import check_extracted

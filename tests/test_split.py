@@ -25,7 +25,7 @@ from ir import PassError, format_graph, format_program, import_ep, import_graph_
 from lowering import lower
 from lowering.hop_bodies import held_bodies
 from transforms import move_non_tensor_nodes_on_boundary, split_by_tags
-from transforms.tag_split import node_tag
+from transforms.passes.tag_split import node_tag
 
 SHAPE = (3, 4)
 

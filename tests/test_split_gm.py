@@ -35,7 +35,7 @@ from ir import (
 )
 from ir.module import LEAF
 from lowering import lower
-from lowering.laws import check_laws
+from lowering.pass_laws import check_laws
 from transforms import move_non_tensor_nodes_on_boundary, split_by_tags
 
 SHAPE = (2, 4, 4)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ir import PassError
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import Rule, check_rule, rewrite
 from transforms.rewrite import verdicts as verdicts_module
 from transforms.rewrite.api import ensure_checked, rule_verdict

@@ -7,29 +7,34 @@ stages (``transforms.preserved``) ``fill_call_gaps``, ``repair_call_signatures``
 ``rematerialize``, ``insert_ivals``; then ``outline`` (the walk), ``sink_state`` (whose last
 step is the listed pass ``hold_foreign_state``), ``deduplicate``. The cleanup passes, listed
 but not in the default pipeline: ``eliminate_dead_code``, ``cse``, ``fold_constants``.
+``named_passes()`` gives every listed pass by its name.
 
 ``rewrite_nodes`` (``transforms.edit``) is not a pass but how a user writes one: a function over
 nodes with an edit context (``Edit``) that does the bookkeeping; ``docs/passes.md``.
 """
 
-from transforms.constant_folding import fold_constants
-from transforms.dce import eliminate_dead_code
-from transforms.dedup import deduplicate
+# ``transforms.inline`` is the pass, and also the door module of that path: Python binds a
+# submodule on its package when first imported, so the door is imported before the pass is bound
+# here, else a later ``import transforms.inline`` would turn ``transforms.inline`` into the module
+from transforms import inline as _inline_door
 from transforms.edit import Edit, rewrite_nodes
-from transforms.effect_tokens import remove_effect_tokens
-from transforms.foreign_state import hold_foreign_state
-from transforms.hop_split import split_hop_bodies
-from transforms.inline import inline
-from transforms.move_device import move_to_device
-from transforms.mutations import functional_to_inplace
-from transforms.outline import outline, outline_and_sink, outline_by
-from transforms.pipeline import DEFAULT_PIPELINE, pipeline, transform
+from transforms.passes.constant_folding import fold_constants
+from transforms.passes.dce import eliminate_dead_code
+from transforms.passes.dedup import deduplicate
+from transforms.passes.effect_tokens import remove_effect_tokens
+from transforms.passes.foreign_state import hold_foreign_state
+from transforms.passes.hop_split import split_hop_bodies
+from transforms.passes.inlining import inline
+from transforms.passes.module_stacks import fill_call_gaps, fix_module_stacks
+from transforms.passes.move_device import move_to_device
+from transforms.passes.mutations import functional_to_inplace
+from transforms.passes.outline import outline, outline_and_sink, outline_by
+from transforms.passes.state_sinking import sink_state
+from transforms.passes.subexpressions import cse
+from transforms.passes.tag_split import move_non_tensor_nodes_on_boundary, split_by_tags
+from transforms.pipeline import DEFAULT_PIPELINE, named_passes, pipeline, transform
 from transforms.preserved import insert_ivals, rematerialize, repair_call_signatures
-from transforms.sink import sink_state
-from transforms.stacks import fill_call_gaps, fix_module_stacks
 from transforms.stages import Edge, Stages, split_stages
-from transforms.subexpressions import cse
-from transforms.tag_split import move_non_tensor_nodes_on_boundary, split_by_tags
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -48,6 +53,7 @@ __all__ = [
     "insert_ivals",
     "move_non_tensor_nodes_on_boundary",
     "move_to_device",
+    "named_passes",
     "outline",
     "outline_and_sink",
     "outline_by",
@@ -62,3 +68,5 @@ __all__ = [
     "split_stages",
     "transform",
 ]
+
+del _inline_door

@@ -46,7 +46,7 @@ from ir.node import (
 )
 from ir.program import Program, require_program
 from transforms import kernel as kn
-from transforms import trace as tr
+from transforms.machinery import trace as tr
 from transforms.new_state import NewState
 
 __all__ = ["Edit", "rewrite_nodes"]

@@ -8,21 +8,21 @@ from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.program import Program
 from ir.verify import verify
-from transforms.dedup import deduplicate
-from transforms.effect_tokens import remove_effect_tokens
-from transforms.foreign_state import hold_foreign_state
-from transforms.hop_split import split_hop_bodies
-from transforms.mutations import functional_to_inplace
-from transforms.outline import outline, outline_and_sink, prepare_outline_and_sink
-from transforms.pass_checks import require_program
+from transforms.machinery.pass_checks import require_program
+from transforms.passes.dedup import deduplicate
+from transforms.passes.effect_tokens import remove_effect_tokens
+from transforms.passes.foreign_state import hold_foreign_state
+from transforms.passes.hop_split import split_hop_bodies
+from transforms.passes.module_stacks import fill_call_gaps, fix_module_stacks
+from transforms.passes.mutations import functional_to_inplace
+from transforms.passes.outline import outline, outline_and_sink, prepare_outline_and_sink
+from transforms.passes.state_sinking import sink_state
 from transforms.preserved import (
     PRESERVED_STAGES,
     insert_ivals,
     rematerialize,
     repair_call_signatures,
 )
-from transforms.sink import sink_state
-from transforms.stacks import fill_call_gaps, fix_module_stacks
 
 Pass = Callable[[Program], Program]
 
@@ -88,11 +88,11 @@ def named_passes() -> dict[str, Pass]:
     default ``max_bytes``) that take a Program alone. One table for the API and the command
     line.
     """
-    from transforms.constant_folding import fold_constants
-    from transforms.dce import eliminate_dead_code
-    from transforms.inline import inline
-    from transforms.subexpressions import cse
-    from transforms.tag_split import move_non_tensor_nodes_on_boundary
+    from transforms.passes.constant_folding import fold_constants
+    from transforms.passes.dce import eliminate_dead_code
+    from transforms.passes.inlining import inline
+    from transforms.passes.subexpressions import cse
+    from transforms.passes.tag_split import move_non_tensor_nodes_on_boundary
 
     table: dict[str, Pass] = {}
     extra = (inline, move_non_tensor_nodes_on_boundary, eliminate_dead_code, cse, fold_constants)

@@ -1,4 +1,4 @@
-"""The law harness: how the laws (``lowering.laws.check_laws``, ``check_rule``,
+"""The law harness: how the laws (``lowering.pass_laws.check_laws``, ``check_rule``,
 ``check_rule_in_context``) run two sides and compare what they give.
 
 - ``ir.harness.tolerance``: the tolerance table, keyed by the dtype a result is computed in;

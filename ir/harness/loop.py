@@ -1,6 +1,6 @@
 """The law loop: a law's examples drawn and each one checked, under hypothesis, in one place.
 
-Every law that draws (``lowering.laws.check_laws``: generated programs and the pass's laws on
+Every law that draws (``lowering.pass_laws.check_laws``: generated programs and the pass's laws on
 each; ``transforms.rewrite.rule_check.check_rule``: a rule's arguments at one signature, the pattern
 against the rewritten pattern; ``transforms.rewrite.check_context.check_rule_in_context``: a
 rule's pattern planted in a program, the program against its rewrite) is a :class:`Trial`: the

@@ -1,6 +1,6 @@
 """What a law observes of one run, and the one comparison of two runs: the law runner's core.
 
-Every law that runs two sides (``lowering.laws.check_semantics``: the input program and the
+Every law that runs two sides (``lowering.pass_laws.check_semantics``: the input program and the
 pass's result; ``check_rule``: the pattern and the rewritten pattern; ``check_rule_in_context``:
 a program and its rewrite) describes each run as an :class:`Observed` (outputs, inputs after
 the call, state after the call, and which outputs alias which inputs, state or earlier outputs,

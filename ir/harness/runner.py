@@ -1,6 +1,6 @@
 """The law runner: one side of a law run and observed, and two runs judged under a law.
 
-The three laws that run two sides (``lowering.laws.check_semantics``: a program and the pass's
+The three laws that run two sides (``lowering.pass_laws.check_semantics``: a program and the pass's
 result; ``transforms.rewrite.rule_check.check_rule``: a rule's pattern and the program ``rewrite``
 makes of it; ``transforms.rewrite.check_context.check_site``: a program and its rewrite), on
 each draw of the one law loop (``ir.harness.hold``), go through the same two steps, here:

@@ -10,7 +10,7 @@ fake implementation runs on them); holder modules at every module path; state sl
 call signature ``""`` with its pytree ``in_spec`` / ``out_spec``. No tracing, no export: about
 900 programs per second on one core, hypothesis included (a dozen draws per program; see
 ``tests/laws/test_strategies_programs.py``), against about 150 per second through every law of
-``lowering.laws`` (which lowers and runs each program twice).
+``lowering.pass_laws`` (which lowers and runs each program twice).
 
 Every program is valid by construction: each operand is a *back-offset* into the values defined
 so far in its scope (taken modulo their number) and each choice among alternatives is an index
@@ -240,7 +240,7 @@ stream, and two planted bugs whose budgets are tuned to it were no longer caught
 DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"} - OPT_IN_FEATURES
 """Every feature but ``random_ops`` (and the :data:`OPT_IN_FEATURES`): programs that compute the
 same on every call. For a test that compares two runs without seeding them alike
-(``lowering.laws`` seeds both sides of its semantics law, and uses every feature)."""
+(``lowering.pass_laws`` seeds both sides of its semantics law, and uses every feature)."""
 
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``

@@ -6,7 +6,7 @@ the finding still holds (``still(candidate)``):
 
 1. the program cut after one of its outputs (``lowering.fuzz.localize.truncated``: that
    output alone, the nodes after it dropped), the first output for which the finding holds;
-   else dead code dropped (``transforms.dce.eliminate_dead_code``);
+   else dead code dropped (``transforms.passes.dce.eliminate_dead_code``);
 2. each compute node, last first, *bypassed*: its uses read one of its own operands of the same
    shape and dtype instead (an in-place node is dropped, its uses reading the tensor it wrote),
    then dead code dropped again.
@@ -29,7 +29,7 @@ from ir.ops import is_mutating
 from ir.program import Program
 from ir.signature import ExportSignature
 from lowering.fuzz.localize import truncated
-from transforms.dce import eliminate_dead_code
+from transforms.passes.dce import eliminate_dead_code
 
 
 def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float = 60.0

@@ -26,7 +26,7 @@ from lowering.fuzz.judge import (
     reference_module,
     run,
 )
-from transforms.move_device import move_to_device
+from transforms.passes.move_device import move_to_device
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ import transforms
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from lowering import lower
-from lowering.laws import LawViolation, check_laws, check_program, check_semantics
+from lowering.pass_laws import LawViolation, check_laws, check_program, check_semantics
 from transforms import cse, transform
 
 BEFORE = """\
@@ -246,7 +246,7 @@ def test_laws_on_hand_built_programs():
 
 def test_the_laws_catch_a_cse_that_merges_written_copies(monkeypatch):
     """The law checkers have teeth here: a cse that ignores writes breaks semantics."""
-    import transforms.subexpressions as module
+    import transforms.passes.subexpressions as module
     from ir.effects import Effects
 
     nothing = Effects({}, frozenset(), {}, frozenset(), frozenset(), frozenset(), frozenset())

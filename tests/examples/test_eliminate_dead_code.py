@@ -11,7 +11,7 @@ from beforeafter import program
 from ir import format_program, import_ep, verify
 from ir import signature as sg
 from lowering import lower
-from lowering.laws import check_laws, check_program
+from lowering.pass_laws import check_laws, check_program
 from transforms import eliminate_dead_code, transform
 
 BEFORE = """\

@@ -12,7 +12,7 @@ from test_fix_module_stacks import stacks
 from ir import alpha_equivalent, verify
 from ir.node import CALL_MODULE
 from transforms import outline
-from transforms.stacks import fill_call_gaps
+from transforms.passes.module_stacks import fill_call_gaps
 
 BEFORE = """\
 program:

@@ -15,9 +15,9 @@ from ir import signature as sg
 from ir.errors import PassError
 from ir.state import Opaque
 from lowering import lower
-from lowering.laws import LawViolation, check_laws, check_program
-from transforms import constant_folding as folding
+from lowering.pass_laws import LawViolation, check_laws, check_program
 from transforms import fold_constants, transform
+from transforms.passes import constant_folding as folding
 
 # the laws but determinism: a new constant is a new tensor, and ``Opaque`` compares by identity
 LAWS = ("purity", "verify", "determinism", "semantics", "idempotence")

@@ -13,7 +13,7 @@ import transforms
 from ir import VerifyError, alpha_equivalent, format_program, parse_program, verify
 from ir.node import GET_ATTR
 from transforms import inline, outline, outline_and_sink, sink_state, transform
-from transforms.foreign_state import hold_foreign_state
+from transforms.passes.foreign_state import hold_foreign_state
 from transforms.pipeline import named_passes
 
 # ``a.b`` is preserved and reads ``n.w``, owned by ``n``, a sibling of its parent ``a``

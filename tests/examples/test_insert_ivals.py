@@ -9,8 +9,8 @@ from __future__ import annotations
 from beforeafter import program
 
 from ir import Program
+from transforms.machinery.frames import node_frames
 from transforms.preserved.ivals import insert_ivals
-from transforms.stacks import node_frames
 
 SPEC = "tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])"
 HEAD = """\

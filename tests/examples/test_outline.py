@@ -297,7 +297,7 @@ def test_a_buffer_copied_onto_itself_is_still_the_buffer_in_a_preserved_call():
     ``tests/laws/test_stage_teeth.py``'s plant that writes back the previous value.)"""
     import torch
 
-    from lowering.laws import check_program
+    from lowering.pass_laws import check_program
     from transforms import transform
 
     p = program(SELF_COPY)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from beforeafter import program
 
 from ir import alpha_equivalent, verify
+from ir.module_stack import Frame
 from ir.node import GET_ATTR, Node
-from transforms.outline import outline_by
-from transforms.stacks import Frame
+from transforms.passes.outline import outline_by
 
 BEFORE = """\
 program:

@@ -13,7 +13,7 @@ from beforeafter import program
 
 from ir import format_program, verify
 from ir.errors import PassError
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import outline, transform
 from transforms.pipeline import pipeline
 from transforms.preserved.remat import rematerialize

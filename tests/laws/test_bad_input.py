@@ -13,7 +13,7 @@ from ir.program import Program
 from ir.strategies import programs
 from lowering import lower
 from transforms import inline, transform
-from transforms.outline import outline
+from transforms.passes.outline import outline
 
 
 def _root(p: Program, nodes) -> Program:

@@ -20,7 +20,7 @@ from ir.graph import Graph
 from ir.program import Program
 from ir.state import Opaque
 from ir.strategies import programs
-from lowering.laws import (
+from lowering.pass_laws import (
     LAWS,
     LawViolation,
     check_determinism,
@@ -45,7 +45,7 @@ def a_program(condition=lambda p: True):
 
 
 def test_three_lines_check_a_new_rewrite():
-    from lowering.laws import check_laws
+    from lowering.pass_laws import check_laws
 
     def my_rewrite(p):
         return p.replace()  # a rewrite that changes nothing
@@ -233,7 +233,7 @@ def _environment(ci_variable):
 @pytest.mark.parametrize("ci_variable", [None, "true"])
 def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path, ci_variable):
     script = (
-        "from lowering.laws import check_laws, LawViolation\n"
+        "from lowering.pass_laws import check_laws, LawViolation\n"
         "import torch\n"
         "def planted(p):\n"
         "    return p.replace(state_order=p.state_order + ('nowhere',))\n"

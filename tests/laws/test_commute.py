@@ -17,11 +17,11 @@ from lawcases import before, examples
 from ir import alpha_equivalent
 from ir.strategies import programs
 from transforms import inline
-from transforms.dedup import deduplicate
-from transforms.effect_tokens import remove_effect_tokens
-from transforms.mutations import functional_to_inplace
-from transforms.sink import sink_state
-from transforms.stacks import fix_module_stacks
+from transforms.passes.dedup import deduplicate
+from transforms.passes.effect_tokens import remove_effect_tokens
+from transforms.passes.module_stacks import fix_module_stacks
+from transforms.passes.mutations import functional_to_inplace
+from transforms.passes.state_sinking import sink_state
 
 
 def stacks(p):

@@ -19,7 +19,7 @@ from torch.export import Dim
 
 from ir import import_ep
 from lowering import lower
-from lowering.laws import LawViolation, check_laws, other_sizes
+from lowering.pass_laws import LawViolation, check_laws, other_sizes
 from transforms.edit import rewrite_nodes
 
 ONE = settings(settings.default, max_examples=1, phases=[Phase.explicit, Phase.generate],

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from lawcases import before, examples
 
 from ir import alpha_equivalent
-from transforms.outline import outline
-from transforms.stacks import _truncated_stack, fill_call_gaps, node_frames
+from transforms.machinery.frames import node_frames
+from transforms.passes.module_stacks import _truncated_stack, fill_call_gaps
+from transforms.passes.outline import outline
 
 
 def _frames(node):

@@ -21,13 +21,13 @@ from zoo import CASES, export_case
 from ir import import_ep
 from ir.errors import PurefxError
 from ir.program import Program
-from transforms.outline import outline, outline_and_sink
+from transforms.passes.module_stacks import fill_call_gaps
+from transforms.passes.outline import outline, outline_and_sink
+from transforms.passes.state_sinking import sink_state
 from transforms.pipeline import DEFAULT_PIPELINE, _fuse, pipeline
-from transforms.sink import sink_state
-from transforms.stacks import fill_call_gaps
 
-# the module, not the function ``transforms.outline`` that the package exports under its name
-outline_module = importlib.import_module("transforms.outline")
+# the module of the pass ``outline`` (``transforms.outline`` is the function)
+outline_module = importlib.import_module("transforms.passes.outline")
 
 
 def graph_metas(p: Program) -> list[tuple[str, dict]]:
@@ -106,7 +106,7 @@ def test_zoo_covers_both_fused_paths(name, one_pass, monkeypatch):
 
 @pytest.mark.parametrize("keep_functional", [False, True])
 def test_transform_fuses_the_longest_run_and_nothing_else(keep_functional):
-    from transforms.outline import prepare_outline_and_sink
+    from transforms.passes.outline import prepare_outline_and_sink
     from transforms.preserved import PRESERVED_STAGES
 
     passes = pipeline(keep_functional=keep_functional)
@@ -156,7 +156,7 @@ def test_fused_law_when_a_parent_reads_its_childs_state():
 def assert_prepared_fusion_law(p: Program) -> None:
     """``transform``'s longest fused run (the preserved-call stages, ``outline``,
     ``sink_state``) equals the six passes run one by one, errors included."""
-    from transforms.outline import prepare_outline_and_sink
+    from transforms.passes.outline import prepare_outline_and_sink
     from transforms.preserved import PRESERVED_STAGES
 
     assert_runs_alike(prepare_outline_and_sink, (*PRESERVED_STAGES, outline, sink_state), p)
@@ -183,6 +183,6 @@ def test_prepared_fusion_is_the_six_passes_on_zoo(name):
 
 
 def test_the_default_pipeline_runs_the_prepared_fusion():
-    from transforms.outline import prepare_outline_and_sink
+    from transforms.passes.outline import prepare_outline_and_sink
 
     assert prepare_outline_and_sink in _fuse(DEFAULT_PIPELINE)

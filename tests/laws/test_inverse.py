@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from lawcases import before, examples, without
 
-from lowering.laws import check_inverse, check_laws
+from lowering.pass_laws import check_inverse, check_laws
 from transforms import inline
-from transforms.outline import outline
+from transforms.passes.outline import outline
 
 
 def inline_outline(p):

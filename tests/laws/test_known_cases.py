@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ir import import_ep
-from lowering.laws import check_program
+from lowering.pass_laws import check_program
 from transforms import transform
 
 

@@ -9,11 +9,11 @@ from lawcases import before, examples, valid, without
 
 from ir.node import CALL_FUNCTION, CALL_METHOD, CALL_MODULE
 from ir.program import Program
-from lowering.laws import check_metric
-from transforms.dedup import deduplicate
-from transforms.mutations import INPLACE_KINDS, functional_to_inplace
-from transforms.outline import outline
-from transforms.sink import sink_state
+from lowering.pass_laws import check_metric
+from transforms.passes.dedup import deduplicate
+from transforms.passes.mutations import INPLACE_KINDS, functional_to_inplace
+from transforms.passes.outline import outline
+from transforms.passes.state_sinking import sink_state
 
 
 def graphs(p: Program) -> list:

@@ -19,7 +19,7 @@ from ir.strategies import DETERMINISTIC_FEATURES, OPSET_FEATURES, program_inputs
 from ir.torch_seam import pytree
 from lowering import lower, stage_module
 from lowering.export import export_ep
-from lowering.laws import check_laws
+from lowering.pass_laws import check_laws
 from transforms import cse, eliminate_dead_code, fold_constants, split_stages, transform
 from transforms.rewrite import rewrite, saturate
 from transforms.rewrite.rules import RULES
@@ -141,7 +141,7 @@ def test_split_stages_on_the_opset_matrix(p, n):
 def test_two_imports_of_a_static_export_are_equal_programs():
     """Found by the export round trip's determinism law: every import made range constraints
     of its own, so two round trips of one program differed (``Opaque`` compares by identity)."""
-    from lowering.laws import same_program
+    from lowering.pass_laws import same_program
 
     ep = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
     first, second = import_ep(ep), import_ep(ep)

@@ -1,4 +1,4 @@
-"""Laws of ``outline_by`` (``transforms.outline.outline_by``) on generated programs, each key a
+"""Laws of ``outline_by`` (``transforms.passes.outline.outline_by``) on generated programs, each key a
 partition of the flat root graph into nested calls:
 
 - ``node_frames`` (the module stack, ``outline``'s own key): ``outline_by(p, node_frames) ==
@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from lawcases import before, examples, without
 
 from ir import Program, verify
+from ir.module_stack import Frame
 from ir.node import CALL_FUNCTION, Node
-from lowering.laws import check_inverse, check_laws
+from lowering.pass_laws import check_inverse, check_laws
 from transforms import inline
-from transforms.outline import outline, outline_by
-from transforms.stacks import Frame, node_frames
+from transforms.machinery.frames import node_frames
+from transforms.passes.outline import outline, outline_by
 
 NO_PRESERVED = without("preserved_calls")
 

@@ -1,6 +1,6 @@
 """The laws of DESIGN.md for every built-in pass and for the whole default pipeline.
 
-Each pass is checked by ``lowering.laws.check_laws`` (purity, verify, determinism, semantics,
+Each pass is checked by ``lowering.pass_laws.check_laws`` (purity, verify, determinism, semantics,
 and idempotence where its docstring claims it) on the programs it meets in the pipeline.
 """
 
@@ -15,16 +15,16 @@ from lawcases import before, examples, valid
 
 from ir.graph import Graph
 from ir.strategies import programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import inline, transform
-from transforms.dedup import deduplicate
-from transforms.effect_tokens import remove_effect_tokens
-from transforms.hop_split import split_hop_bodies
-from transforms.mutations import functional_to_inplace
-from transforms.outline import outline
+from transforms.passes.dedup import deduplicate
+from transforms.passes.effect_tokens import remove_effect_tokens
+from transforms.passes.hop_split import split_hop_bodies
+from transforms.passes.module_stacks import fix_module_stacks
+from transforms.passes.mutations import functional_to_inplace
+from transforms.passes.outline import outline
+from transforms.passes.state_sinking import sink_state
 from transforms.pipeline import pipeline
-from transforms.sink import sink_state
-from transforms.stacks import fix_module_stacks
 
 # (pass, claims idempotence, examples under the ci profile)
 PASSES = [

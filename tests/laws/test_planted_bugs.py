@@ -32,7 +32,7 @@ from ir.args import IDict, IList, Ref, map_refs, ref, thaw
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.program import Program
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 
 EXAMPLES = 100  # every plant below is found within this many generated programs
 

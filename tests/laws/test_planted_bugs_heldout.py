@@ -31,7 +31,7 @@ from ir.graph import Graph
 from ir.node import CALL_FUNCTION, CALL_MODULE, Node
 from ir.program import Program
 from ir.strategies.programs import programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import cse, eliminate_dead_code, outline, rewrite_nodes
 
 aten = torch.ops.aten

@@ -12,8 +12,8 @@ import torch
 from hypothesis import Phase, settings
 
 from ir.strategies import programs
-from lowering.laws import LawViolation, check_laws
 from lowering.like import programs_like
+from lowering.pass_laws import LawViolation, check_laws
 
 FOUND = settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ir import import_ep
 from ir.graph import Graph
 from ir.program import Program
-from lowering.laws import LawViolation, check_laws, check_verify
+from lowering.pass_laws import LawViolation, check_laws, check_verify
 
 aten = torch.ops.aten
 

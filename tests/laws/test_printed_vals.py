@@ -1,6 +1,6 @@
 """The plain round trip keeps every ``val``: ``parse_program(format_program(p))`` (no option on
 either side) gives each node whose val prints a val of the same structure, dtype, sizes,
-strides and device, and ``lowering.laws.check_program`` accepts the parsed program, so a printed
+strides and device, and ``lowering.pass_laws.check_program`` accepts the parsed program, so a printed
 counterexample is a test case of its own. Checked on generated programs (``programs()``), on
 the draws of ``programs_like`` from a user's MLP (its forms and variants: outlined,
 decomposed, extra outputs, state writes), and on the exports of an MLP and a tiny GPT-2."""
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from ir import format_program, import_ep, parse_program
 from ir.node import PLACEHOLDER
 from ir.strategies import programs
-from lowering.laws import check_program
 from lowering.like import programs_like
+from lowering.pass_laws import check_program
 
 
 def _val_key(val):

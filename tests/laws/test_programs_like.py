@@ -14,8 +14,8 @@ from hypothesis.errors import InvalidArgument
 from ir import import_ep
 from ir.strategies import programs
 from lowering import lower
-from lowering.laws import LawViolation, check_laws
 from lowering.like import LikeExample, programs_like
+from lowering.pass_laws import LawViolation, check_laws
 from transforms.edit import rewrite_nodes
 
 aten = torch.ops.aten

@@ -23,9 +23,9 @@ from ir.import_ep import import_ep
 from ir.node import CALL_MODULE, GET_ATTR
 from ir.program import Program
 from transforms import inline
-from transforms.dedup import deduplicate
-from transforms.outline import outline
-from transforms.stacks import node_frames
+from transforms.machinery.frames import node_frames
+from transforms.passes.dedup import deduplicate
+from transforms.passes.outline import outline
 
 try:
     from tests.zoo import CASES, export_case

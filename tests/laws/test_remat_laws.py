@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from lawcases import before, examples
 
 from ir.strategies import CROSSING_FEATURES, crossing_programs, programs
-from lowering.laws import LawReport, check_laws
+from lowering.pass_laws import LawReport, check_laws
 from transforms import transform
-from transforms.outline import outline
+from transforms.passes.outline import outline
 from transforms.preserved.ivals import insert_ivals
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures

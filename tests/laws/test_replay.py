@@ -11,9 +11,9 @@ import torch
 from ir import format_program, import_ep, parse_program
 from ir.harness import same_bits
 from lowering import lower
-from lowering.laws import LawViolation, check_program, check_semantics
+from lowering.pass_laws import LawViolation, check_program, check_semantics
 from transforms.edit import rewrite_nodes
-from transforms.law_violation import Example, format_value, state_read_by
+from transforms.machinery.law_violation import Example, format_value, state_read_by
 
 MUL = torch.ops.aten.mul.Tensor
 

@@ -20,13 +20,13 @@ from ir.strategies.rewrite_sites import (
     rewrite_sites,
 )
 from tests.rule_library import RULES, SAMPLE
+from transforms.machinery.trace import TRAINING, trace
 from transforms.rewrite import check_rule_in_context
 from transforms.rewrite.check_context import check_site
 from transforms.rewrite.interpret import run_program
 from transforms.rewrite.rule_check import signatures
 from transforms.rewrite.rules import RELU_RELU
 from transforms.rewrite.rules import RULES as SHIPPED
-from transforms.trace import TRAINING, trace
 
 BY_NAME = {r.name: r for r in RULES}
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ir import import_ep
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import (
     Rule,
     check_context,

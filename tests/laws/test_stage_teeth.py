@@ -23,12 +23,12 @@ from ir.args import Ref, map_refs
 from ir.graph import Graph
 from ir.program import Program
 from ir.strategies import crossing_programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import transform
+from transforms.machinery.frames import node_frames
 from transforms.preserved.ivals import insert_ivals
 from transforms.preserved.nesting import preserved_chains
 from transforms.preserved.remat import rematerialize
-from transforms.stacks import node_frames
 
 EXAMPLES = 60  # every plant below is found within this many programs
 FOUND = settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate])

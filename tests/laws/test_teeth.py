@@ -16,10 +16,10 @@ from ir.module import call_target, split_call_target
 from ir.node import CALL_MODULE
 from ir.program import Program
 from ir.strategies import programs
-from lowering.laws import LawViolation, check_laws
+from lowering.pass_laws import LawViolation, check_laws
 from transforms import transform
-from transforms.dedup import deduplicate
-from transforms.outline import outline
+from transforms.passes.dedup import deduplicate
+from transforms.passes.outline import outline
 
 aten = torch.ops.aten
 

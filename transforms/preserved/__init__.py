@@ -23,10 +23,11 @@ and raises ``PassError`` for an outlined one.
 from __future__ import annotations
 
 from ir.program import Program
+from transforms.machinery.frames import FrameOf, node_frames
+from transforms.passes.module_stacks import fill_call_gaps
 from transforms.preserved.ivals import insert_ivals
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures
-from transforms.stacks import FrameOf, fill_call_gaps, node_frames
 
 __all__ = [
     "PRESERVED_STAGES",

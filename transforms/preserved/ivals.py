@@ -21,10 +21,10 @@ from ir.ops import COPY
 from ir.program import Program
 from ir.signature import ExportSignature
 from transforms import kernel as kn
-from transforms.pass_checks import require_flat
+from transforms.machinery.frames import FrameOf, node_frames
+from transforms.machinery.pass_checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
 from transforms.preserved.state_traffic import state_traffic
-from transforms.stacks import FrameOf, node_frames
 
 __all__ = ["insert_ival_copies", "insert_ivals"]
 

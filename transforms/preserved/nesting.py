@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ir.graph import Graph
-from ir.module_stack import NO_STACK
+from ir.module_stack import NO_STACK, Frame
 from ir.node import OUTPUT, PLACEHOLDER, Node
-from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
+from transforms.machinery.frames import FrameOf, graph_frames, node_frames
 
 __all__ = ["common_prefix", "preserved_chains"]
 

@@ -40,7 +40,7 @@ from ir.runtime import expect_constant
 from ir.signature import CONSTANT, CallSignature
 from ir.tree_calls import flatten_by_spec, unflatten_tree
 from transforms import kernel as kn
-from transforms.call_builder import OpenCall, call_base
+from transforms.machinery.call_builder import OpenCall, call_base
 
 Read = Callable[[OpenCall, str], Any]
 

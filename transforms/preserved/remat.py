@@ -58,11 +58,11 @@ from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
-from transforms.call_walk import node_positions
-from transforms.pass_checks import require_flat
+from transforms.machinery.call_walk import node_positions
+from transforms.machinery.frames import FrameOf, node_frames
+from transforms.machinery.pass_checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
 from transforms.preserved.state_traffic import state_traffic
-from transforms.stacks import FrameOf, node_frames
 
 log = logging.getLogger("purefx")
 

@@ -39,10 +39,10 @@ from ir.graph import Graph
 from ir.node import PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import CallSignature
-from transforms.call_walk import call_spans, node_positions
-from transforms.pass_checks import require_flat
+from transforms.machinery.call_walk import call_spans, node_positions
+from transforms.machinery.frames import FrameOf, node_frames
+from transforms.machinery.pass_checks import require_flat
 from transforms.preserved.state_traffic import state_traffic
-from transforms.stacks import FrameOf, node_frames
 
 __all__ = ["repair_call_signatures"]
 

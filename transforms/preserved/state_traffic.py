@@ -27,7 +27,7 @@ from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.ops import COPY
 from ir.program import Program
 from ir.signature import MUTATION_KINDS, ExportSignature
-from transforms.call_targets import call_targets
+from transforms.machinery.call_targets import call_targets
 
 
 def update_chains(

@@ -1,7 +1,7 @@
 """User rewrite rules: patterns and replacements written as PyTorch functions (``docs/rewrite.md``).
 
 One package, one idea a module, no import cycle (each imports only those above it). A rule's
-functions are traced into IR graphs at a program's level by ``transforms.trace`` (below this
+functions are traced into IR graphs at a program's level by ``transforms.machinery.trace`` (below this
 package: the editor, ``transforms.edit``, traces too).
 
 - ``match``: a traced pattern matched against a graph in a normal form;
@@ -42,6 +42,7 @@ package: the editor, ``transforms.edit``, traces too).
   machine's cores.
 """
 
+from transforms.machinery.trace import LEVELS
 from transforms.rewrite.api import rewrite, rewrite_report
 from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_match, apply_rules, matches
@@ -64,7 +65,6 @@ from transforms.rewrite.saturate import (
 )
 from transforms.rewrite.verdict_store import VERDICTS_OFF, VerdictStore
 from transforms.rewrite.verdicts import check_rules
-from transforms.trace import LEVELS
 
 __all__ = [
     "ASSUMPTIONS",

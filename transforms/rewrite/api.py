@@ -8,7 +8,7 @@ scalars with the same results, and example inputs to trace them with::
     q = rewrite(p, [relu_relu])
 
 The pattern is traced at the level of the program it is applied to (training IR, or core aten
-after ``run_decompositions``; ``transforms.trace``), the replacement at the training level
+after ``run_decompositions``; ``transforms.machinery.trace``), the replacement at the training level
 (what the user wrote: ``silu``, ``scaled_dot_product_attention``). Matching is on the IR in a
 normal form (``transforms.rewrite.match``). Each rule is checked with ``check_rule``
 (``transforms.rewrite.rule_check``) the first time ``rewrite`` meets it, unless it is ``trusted``.

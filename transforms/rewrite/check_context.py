@@ -35,7 +35,8 @@ from ir.harness import (
 )
 from ir.import_ep import import_ep
 from ir.program import Program
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
+from transforms.machinery.trace import TRAINING, trace
 from transforms.rewrite import rule_check as rule_law
 from transforms.rewrite.api import rewrite
 from transforms.rewrite.interpret import program_state, run_program
@@ -43,7 +44,6 @@ from transforms.rewrite.rule import Rule
 from transforms.rewrite.rule_check import assumed, check_rule, signatures
 from transforms.rewrite.rule_key import rule_seed
 from transforms.rewrite.ruleset import ensure_checked
-from transforms.trace import TRAINING, trace
 
 
 def check_rule_in_context(

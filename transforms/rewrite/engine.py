@@ -36,13 +36,13 @@ from ir.names import target_name
 from ir.node import CALL_FUNCTION, CALL_MODULE, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.each_graph import walked_graphs
-from transforms.law_violation import LawViolation
+from transforms.machinery.each_graph import walked_graphs
+from transforms.machinery.law_violation import LawViolation
+from transforms.machinery.trace import Traced, level_of
 from transforms.rewrite import guards, result_sharing, sizes
 from transforms.rewrite.match import Binding, Pattern, match_at
 from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for
 from transforms.rewrite.state_fold import fold_into_state
-from transforms.trace import Traced, level_of
 
 
 @attrs.frozen

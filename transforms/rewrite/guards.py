@@ -49,8 +49,8 @@ from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
 from ir.torch_seam import storage_identity
 from transforms import kernel as kn
+from transforms.machinery.trace import Traced
 from transforms.rewrite.rule import Match
-from transforms.trace import Traced
 
 
 class GraphView(Protocol):

@@ -47,7 +47,7 @@ from ir import ops
 from ir.args import IList, Ref
 from ir.errors import PassError
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
-from transforms.trace import Traced
+from transforms.machinery.trace import Traced
 
 
 @attrs.frozen

@@ -17,8 +17,8 @@ from typing import Any
 from ir.args import Ref
 from ir.effects import view_base
 from ir.node import PLACEHOLDER
+from transforms.machinery.trace import Traced
 from transforms.rewrite import guards
-from transforms.trace import Traced
 
 
 def output_bases(traced: Traced) -> tuple[str | None, ...]:

@@ -20,6 +20,7 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER, Node
+from transforms.machinery.trace import TRAINING, Traced, trace
 from transforms.rewrite.match import (
     HyperparameterNotTraced,
     Pattern,
@@ -27,7 +28,6 @@ from transforms.rewrite.match import (
     prepare,
     with_holes,
 )
-from transforms.trace import TRAINING, Traced, trace
 
 # --- rules --------------------------------------------------------------------------------------
 

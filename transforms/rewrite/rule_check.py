@@ -69,13 +69,13 @@ from ir.strategies.values import (
     size_variants,
     tensors,
 )
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
+from transforms.machinery.trace import TRAINING
 from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Rule, rule_cache
 from transforms.rewrite.rule_key import rule_seed
-from transforms.trace import TRAINING
 
 DTYPES = FLOAT_DTYPES
 """The float dtypes drawn for a floating tensor argument."""

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from ir.printer import format_graph
+from transforms.machinery.trace import TRAINING, Traced
 from transforms.rewrite.rule import Rule, rule_cache
-from transforms.trace import TRAINING, Traced
 
 CHECKER_VERSION = 2
 """Bump when ``check_rule`` changes what it draws or how it judges in a way the digest of its

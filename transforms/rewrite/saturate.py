@@ -30,8 +30,8 @@ from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program, require_program
 from transforms import kernel as kn
-from transforms.each_graph import walked_graphs
 from transforms.edit import rewrite_nodes
+from transforms.machinery.each_graph import walked_graphs
 from transforms.rewrite.cost import Cost, invariant_values, program_cost, roofline
 from transforms.rewrite.egraph import (
     ESCAPE_CAP,

@@ -464,7 +464,7 @@ def drop_dead(before: Program, after: Program,
     (but the replaced writes, which nothing observes). O(n) in the changed graphs' nodes."""
     if after is before:
         return after
-    from transforms.each_graph import map_graphs, signature_names
+    from transforms.machinery.each_graph import map_graphs, signature_names
 
     old = {id(g) for mod in before.module_table().values() for g in mod.graphs}
     named = signature_names(after)

@@ -23,8 +23,8 @@ import torch
 
 from ir.errors import PassError
 from ir.node import Node
+from transforms.machinery.trace import LEVELS, trace
 from transforms.rewrite.match import Binding, Pattern, absorb_checks, match_at, prepare
-from transforms.trace import LEVELS, trace
 
 _MEMO_SIZE = 256
 _MEMO: dict[tuple, tuple[Any, Pattern | None]] = {}

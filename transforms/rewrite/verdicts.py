@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ir.errors import PassError, PurefxError
-from transforms.law_violation import LawViolation
+from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite.rule import Rule, rule_cache
 from transforms.rewrite.rule_check import Checked, check_rule
 from transforms.rewrite.rule_key import verdict_key, versions

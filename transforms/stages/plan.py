@@ -33,12 +33,12 @@ from pyrsistent import pmap
 from ir import signature as sg
 from ir.effects import alias_roots, graph_effects
 from ir.errors import PassError
-from ir.module_stack import NO_STACK
+from ir.module_stack import NO_STACK, Frame
 from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from transforms.machinery.frames import FrameOf
+from transforms.passes.state_sinking import StateOwners
 from transforms.preserved.state_traffic import state_traffic
-from transforms.sink import StateOwners
-from transforms.stacks import Frame, FrameOf
 
 __all__ = ["StagePlan", "plan_stages", "stage_frames", "stage_key", "state_reads"]
 

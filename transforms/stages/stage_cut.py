@@ -39,8 +39,8 @@ from ir.staged import Edge, Stages
 from ir.state import Slot
 from ir.torch_seam import pytree
 from transforms import kernel as kn
-from transforms.inline import inline_with_calls, restacked
-from transforms.outline import outline_by
+from transforms.passes.inlining import inline_with_calls, restacked
+from transforms.passes.outline import outline_by
 from transforms.pipeline import transform
 from transforms.stages.balance import Plan, balanced_at, stage_costs
 from transforms.stages.plan import StagePlan, plan_stages, stage_frames, stage_key, state_reads

@@ -2,8 +2,8 @@
 
 from hypothesis import settings
 
-from lowering.laws import check_laws
 from lowering.like import programs_like
+from transforms.laws import check_laws
 
 
 def check_on_my_model(my_pass, ep):

@@ -1,7 +1,7 @@
 """``LawViolation``, the error every purefx law check raises, its ``Example`` (what to run to see
 the violation again), and ``describe``, how it prints the program at fault. Its own module,
 inside the ``transforms`` layer, so that a pass's own law (``transforms.rewrite.rule_check``) raises
-the same error as ``lowering.laws`` without importing a module that lowers programs."""
+the same error as ``lowering.pass_laws`` without importing a module that lowers programs."""
 
 from __future__ import annotations
 

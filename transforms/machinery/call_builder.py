@@ -3,7 +3,7 @@
 An ``OpenCall`` collects the nodes of one call of one module (a new graph variant) from the
 moment its first node is met until the walk leaves it; then the call is frozen into a
 ``Graph`` and its caller gets a ``call_module`` node. It is the only mutable value outlining
-shares between its parts (``transforms.outline`` walks and reads values,
+shares between its parts (``transforms.passes.outline`` walks and reads values,
 ``transforms.preserved.pytrees`` builds the plumbing of preserved signatures).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ir.module_stack import Frame
 from ir.node import Node
 from ir.signature import CallSignature
-from transforms.stacks import Frame
 
 
 class OpenCall:

@@ -22,7 +22,7 @@ from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.ops import COPY
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.each_graph import map_graphs
+from transforms.machinery.each_graph import map_graphs
 
 INPLACE_KINDS = (sg.BUFFER_MUTATION, sg.USER_INPUT_MUTATION)
 

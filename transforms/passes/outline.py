@@ -10,7 +10,7 @@ stages (``transforms.preserved``: listed passes that run before this walk) make 
 
 The partition key is pluggable (``outline_by``): the module stack is one key, tags another.
 This module walks the flat graph and threads values between calls; the builder of one call is
-``transforms.call_builder.OpenCall``, and the pytree plumbing of preserved signatures is
+``transforms.machinery.call_builder.OpenCall``, and the pytree plumbing of preserved signatures is
 ``transforms.preserved.pytrees``.
 """
 
@@ -24,19 +24,17 @@ from ir.args import map_refs_in, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, call_target
-from ir.module_stack import NO_STACK
+from ir.module_stack import NO_STACK, Frame
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
-from transforms.call_builder import OpenCall, call_base
-from transforms.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
-from transforms.module_sharing import canonical_paths
-from transforms.module_table import reachable_modules, with_outlined_modules
-from transforms.preserved import prepare_outline
-from transforms.preserved.pytrees import call_preserved, close_preserved, open_preserved
-from transforms.preserved.state_traffic import state_traffic
-from transforms.sink import (
+from transforms.machinery.call_builder import OpenCall, call_base
+from transforms.machinery.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
+from transforms.machinery.frames import FrameOf, graph_frames, node_frames
+from transforms.machinery.module_sharing import canonical_paths
+from transforms.machinery.module_table import reachable_modules, with_outlined_modules
+from transforms.passes.state_sinking import (
     StateOwners,
     finish_sinking,
     input_reads,
@@ -45,7 +43,9 @@ from transforms.sink import (
     sunk_graph,
     sunk_inputs,
 )
-from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
+from transforms.preserved import prepare_outline
+from transforms.preserved.pytrees import call_preserved, close_preserved, open_preserved
+from transforms.preserved.state_traffic import state_traffic
 
 __all__ = [
     "outline",

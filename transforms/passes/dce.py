@@ -12,8 +12,8 @@ from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.each_graph import map_graphs, signature_names
-from transforms.pass_checks import require_program
+from transforms.machinery.each_graph import map_graphs, signature_names
+from transforms.machinery.pass_checks import require_program
 
 __all__ = ["eliminate_dead_code"]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from ir.graph import Graph
 from ir.memo import WeakMemo
-from ir.module_stack import NO_STACK
+from ir.module_stack import NO_STACK, Frame
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.signature import CallSignature
-from transforms.stacks import Frame, FrameOf, graph_frames, node_frames
+from transforms.machinery.frames import FrameOf, graph_frames, node_frames
 
 # the kinds of step ``call_steps`` yields
 INPUT = "input"  # a placeholder of the root

@@ -35,6 +35,7 @@ from ir.args import EMPTY_DICT, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId
+from ir.module_stack import Frame
 from ir.names import Names
 from ir.node import (
     CALL_FUNCTION,
@@ -49,8 +50,8 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
 from transforms import kernel as kn
-from transforms.outline import outline_by, reachable_modules
-from transforms.stacks import Frame, FrameOf
+from transforms.machinery.frames import FrameOf
+from transforms.passes.outline import outline_by, reachable_modules
 
 log = logging.getLogger("purefx")
 

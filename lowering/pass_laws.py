@@ -30,7 +30,7 @@ runs it under hypothesis over generated programs and raises :class:`LawViolation
 *vacuous* when the pass changed none of the programs it ran on, and returns a
 :class:`LawReport` (how many programs were tried, changed, declined)::
 
-    from lowering.laws import check_laws
+    from transforms.laws import check_laws
     check_laws(my_pass)                      # purity, verify, determinism, semantics
     check_laws(my_pass, idempotent=True)     # ... and T(T(p)) == T(p)
     check_laws(fake_quant, atol=1e-2, rtol=1e-2)   # changes numerics on purpose
@@ -73,7 +73,7 @@ from ir.signature import CallSignature, ExportSignature
 from ir.verify import verify
 from lowering.lower import lower
 from transforms.kernel import dynamic_sizes, size_range
-from transforms.law_violation import Example, LawViolation, describe, pass_name
+from transforms.machinery.law_violation import Example, LawViolation, describe, pass_name
 
 __all__ = [
     "LAWS",
@@ -726,7 +726,7 @@ def _changed_live(result: Any, program: Program) -> bool:
 def _live(p: Program) -> Program:
     """``p`` without dead code, metadata checks included (``eliminate_dead_code(p,
     metadata_checks=False)``)."""
-    from transforms.dce import eliminate_dead_code
+    from transforms.passes.dce import eliminate_dead_code
 
     return eliminate_dead_code(p, metadata_checks=False)
 

@@ -31,15 +31,15 @@ from ir import ops
 from ir.args import EMPTY_DICT, Ref, ref
 from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
+from ir.module_stack import Frame, stack_frames
 from ir.names import Names, target_name
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
 from transforms import kernel as kn
-from transforms.call_targets import call_targets
-from transforms.pass_checks import require_flat
-from transforms.stacks import Frame, stack_frames
+from transforms.machinery.call_targets import call_targets
+from transforms.machinery.pass_checks import require_flat
 
 log = logging.getLogger("purefx")
 

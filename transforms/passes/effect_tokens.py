@@ -22,8 +22,8 @@ from ir.names import target_name
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.call_targets import call_targets
-from transforms.each_graph import map_graphs
+from transforms.machinery.call_targets import call_targets
+from transforms.machinery.each_graph import map_graphs
 
 
 def remove_effect_tokens(p: Program) -> Program:

@@ -19,9 +19,9 @@ from ir.module import SUBGRAPH, ModuleId
 from ir.node import CALL_FUNCTION, GET_ATTR, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.each_graph import map_graphs, signature_names
+from transforms.machinery.each_graph import map_graphs, signature_names
+from transforms.machinery.pass_checks import require_program
 from transforms.new_state import NewState
-from transforms.pass_checks import require_program
 
 __all__ = ["DEFAULT_MAX_BYTES", "fold_constants"]
 

@@ -27,7 +27,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.tree_calls import flattened_arguments
 from transforms import kernel as kn
-from transforms.pass_checks import require_program
+from transforms.machinery.pass_checks import require_program
 
 log = logging.getLogger("purefx")
 
