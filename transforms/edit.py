@@ -42,7 +42,6 @@ from ir.node import (
     OUTPUT,
     PLACEHOLDER,
     Node,
-    new_node,
 )
 from ir.program import Program, require_program
 from transforms import kernel as kn
@@ -424,7 +423,7 @@ class _Editor:
             if self.is_root:
                 self.root_aliases = self.alias
             self.call_aliases.setdefault("" if self.flat else path, {}).update(self.alias)
-        return Graph.of(nodes)
+        return kn.built(nodes)
 
     def replace(self, node: Node, result: Any) -> None:
         if type(result) is not Ref:
@@ -598,7 +597,7 @@ class _Editor:
         reads (``read_only_here``: the program's readers, and the readers of each node
         replaced by it, count), written then once the visited node is replaced, and read by
         nothing after the write (``check_not_overwritten``)."""
-        for name in written_args(new_node(op, "emitted", target, args, kwargs, EMPTY_DICT)):
+        for name in written_args(kn.carried(op, "emitted", target, args, kwargs)):
             for base in self.bases(name):
                 if not self.read_only_here(base) or any(
                     r.name == base for n in self.after for r in n.inputs()

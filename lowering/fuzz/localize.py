@@ -15,7 +15,6 @@ import attrs
 import torch
 
 from ir.args import Ref
-from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT
 from ir.program import Program
 from ir.signature import OutputSpec
@@ -23,6 +22,7 @@ from ir.torch_seam import pytree
 from lowering.fuzz.backends import Backend
 from lowering.fuzz.judge import Setup, operator_of
 from lowering.fuzz.trial import try_program
+from transforms import kernel as kn
 
 MOST_CUTS = 16
 """The most cut programs :func:`localize` runs (the first nodes of the program)."""
@@ -42,7 +42,7 @@ def truncated(program: Program, name: str) -> Program:
             break
     out = graph.output_node.replace(args=((Ref(name),),))
     root = program.root_module
-    graphs = (Graph.of((*kept, out)),) + root.graphs[1:]
+    graphs = (kn.built((*kept, out)),) + root.graphs[1:]
     modules = program.modules.set(program.root, root.replace(graphs=graphs))
     signature = attrs.evolve(program.signature,
                              outputs=(OutputSpec(kind="user_output", name=name, target=None),))

@@ -23,12 +23,12 @@ import attrs
 import torch
 
 from ir.args import Ref, map_refs
-from ir.graph import Graph
 from ir.node import CALL_FUNCTION
 from ir.ops import is_mutating
 from ir.program import Program
 from ir.signature import ExportSignature
 from lowering.fuzz.localize import truncated
+from transforms import kernel as kn
 from transforms.passes.dce import eliminate_dead_code
 
 
@@ -90,7 +90,7 @@ def bypassed(program: Program, name: str) -> Program | None:
         nodes.append(n.replace(args=map_refs(n.args, swap), kwargs=map_refs(n.kwargs, swap)))
     root = program.root_module
     modules = program.modules.set(program.root,
-                                  root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:]))
+                                  root.replace(graphs=(kn.built(nodes),) + root.graphs[1:]))
     outputs = _renamed_outputs(program, name, stand_in)
     return program.replace(modules=modules, signature=outputs)
 

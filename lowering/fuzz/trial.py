@@ -14,7 +14,6 @@ import attrs
 import torch
 from pyrsistent import pmap
 
-from ir.graph import Graph
 from ir.program import Program
 from lowering.fuzz.backends import Backend
 from lowering.fuzz.judge import (
@@ -26,6 +25,7 @@ from lowering.fuzz.judge import (
     reference_module,
     run,
 )
+from transforms import kernel as kn
 from transforms.passes.move_device import move_to_device
 
 
@@ -78,7 +78,7 @@ def with_input_dtype(program: Program, dtype: torch.dtype) -> Program:
         return program
     root = program.root_module
     modules = program.modules.set(program.root,
-                                  root.replace(graphs=(Graph.of(nodes),) + root.graphs[1:]))
+                                  root.replace(graphs=(kn.built(nodes),) + root.graphs[1:]))
     return program.replace(modules=modules)
 
 

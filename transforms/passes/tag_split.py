@@ -276,7 +276,7 @@ def _child_graphs(
         if module is not None and module.graphs:
             graph = _restore_leaf_calls(module.graphs[0])
         else:
-            graph = Graph((Node(OUTPUT, "output", "output", ((),)),))
+            graph = kn.built((kn.carried(OUTPUT, "output", "output", ((),)),))
         graphs[name] = _order_returns(graph, first, end, return_tuple)
     return graphs
 

@@ -24,6 +24,7 @@ from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from transforms import kernel as kn
 from transforms.rewrite import extract
 from transforms.rewrite.cost import Cost, call_cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
@@ -509,6 +510,6 @@ def drop_dead(before: Program, after: Program,
         keep.update(c.name for c in checks if all(r.name in live for r in c.inputs()))
         if len(keep) == len(graph.nodes):
             return graph
-        return Graph.of(n for n in graph.nodes if n.name in keep)
+        return kn.built(n for n in graph.nodes if n.name in keep)
 
     return map_graphs(after, clean)
