@@ -5,9 +5,9 @@ returned two fresh tensors. That is the same program as long as nothing writes e
 (or a view of it) and the caller does not get both: a write through one would show in the other.
 ``new_sharing`` finds such pairs for one match (the engine puts them in ``Site.shared``);
 ``guards.sharing_guard`` is the guard that takes the match only where that holds
-(``transforms.rewrite.guards.GUARDS`` row ``shared``). What may write a value is asked of one
-function, ``guards.written_or_returned``; moving it onto ``ir.effects`` is a change of that
-one function.
+(``transforms.rewrite.guards.GUARDS`` row ``shared``). What may write or return a value is
+asked of one question, ``guards.MemoryView.reach``, which the working graph and the e-graph
+both answer; ``base_pairs`` gives ``saturate`` the pairs to ask it of.
 """
 
 from __future__ import annotations
@@ -29,6 +29,18 @@ def output_bases(traced: Traced) -> tuple[str | None, ...]:
     for r in traced.outputs:
         out.append(view_base(r.name, table.get) if type(r) is Ref else None)
     return tuple(out)
+
+
+def base_pairs(traced: Traced) -> frozenset[tuple[int, int]]:
+    """The pairs ``(i, j)``, ``i < j``, of results of a traced function that are views of one
+    value (the same ``output_bases`` entry, not a literal): ``split(x @ cat(w1, w2))``'s two
+    halves. ``saturate`` asks it of the pattern and of the replacement: a pair in either may
+    not both escape (``guards.sharing_guard`` on the e-graph), or the caller would see two
+    outputs share memory where they did not, or stop sharing where they did.
+    O(results²)."""
+    bases = output_bases(traced)
+    return frozenset((i, j) for i in range(len(bases)) for j in range(i + 1, len(bases))
+                     if bases[i] is not None and bases[i] == bases[j])
 
 
 def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...]:
@@ -61,4 +73,4 @@ def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...
     return tuple(pairs)
 
 
-__all__ = ["new_sharing", "output_bases"]
+__all__ = ["base_pairs", "new_sharing", "output_bases"]
