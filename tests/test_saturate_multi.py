@@ -6,7 +6,7 @@ the match bound; each matched class is merged with a ``getitem`` of one shared `
 extraction tries the two together (``extract.together``), which is what makes one fused
 matmul cheaper than two under a DAG cost. Declined where both halves of one buffer would be
 returned (they would alias), where a result is written in place (a leaf: never matched), and
-where a reader does not admit the half's strides (``eclass_view.Layouts``). Each guard is shown needed.
+where a reader does not admit the half's strides (``eclass_view.EClassView``). Each guard is shown needed.
 A returned half may have other strides than the value it replaces (the caller gets the same
 values): ``return x @ w1, relu(x @ w2)`` is fused by columns.
 """
@@ -290,7 +290,7 @@ def _viewed():
 
 def test_a_view_that_the_strided_half_does_not_admit_declines():
     """The halves of ``x @ cat(w1, w2)`` split by columns have row stride 16, not 8:
-    ``view(-1)`` of the first would raise; declined (``Layouts.restride``)."""
+    ``view(-1)`` of the first would raise; declined (``EClassView.restride``)."""
     p, args = _viewed()
     q, report = saturate_report(p, [SHARED])
     assert report.rewrites == {}
@@ -298,13 +298,13 @@ def test_a_view_that_the_strided_half_does_not_admit_declines():
 
 
 def test_the_layout_guard_is_needed_for_the_halves(monkeypatch):
-    """Without ``Layouts.restride`` the fused halves (row stride 16) reach ``view(-1)``.
+    """Without ``EClassView.restride`` the fused halves (row stride 16) reach ``view(-1)``.
     The editor derives a reader's ``val`` again when a replacement changes the strides it
     reads (``kernel.same_meta``) and refuses a reader that no longer runs, naming it: the
     build is a PassError at the ``view`` (before, the program was built and the semantics
     law caught the raise at run time)."""
     p, _ = _viewed()
-    monkeypatch.setattr(eclass_view_mod.Layouts, "restride", lambda self, c, new, memo: True)
+    monkeypatch.setattr(eclass_view_mod.EClassView, "restride", lambda self, c, new, memo: True)
     with pytest.raises(PassError, match=r"aten\.view\.default at node 'view'.*Cannot view"):
         saturate_report(p, [SHARED])
 

@@ -8,7 +8,7 @@ matches it, its split sizes matched as wildcards and re-checked at the matched s
 (``ematch.exact``). Where the two matmuls are cheaper (``shared_heads_1``'s shapes) they are
 extracted; where the fused form is cheaper it is kept, the matched ``getitem`` s tried together
 (``saturate._projections``). A split whose list is read whole, or whose half is written in
-place, stays a leaf; a half that is returned keeps its strides (``eclass_view.Layouts``). Each derived
+place, stays a leaf; a half that is returned keeps its strides (``eclass_view.EClassView``). Each derived
 program is checked against the original by the in-context law (``check_extracted``).
 """
 

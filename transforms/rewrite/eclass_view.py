@@ -1,6 +1,6 @@
-"""What ``saturate``'s guards read of an e-graph: its answers to ``guards.MemoryView``
-(``EClassView``) and the layout guard's record of the classes whose members may differ in
-strides (``Layouts``).
+"""What ``saturate``'s guards read of an e-graph (``EClassView``): its answers to
+``guards.MemoryView``, and the layout walk with its record of the classes whose members may
+differ in strides.
 
 The guards themselves are ``transforms.rewrite.guards``' (``alias_guard``, ``sharing_guard``,
 ``same_strides``, ``same_sharing``, ``fake_run``), written once for both drivers; here is
@@ -9,15 +9,12 @@ a class's value may be missing, and what reads it may still be added. So the ans
 conservative where ``rewrite``'s working graph would know: a class escapes past
 ``egraph.ESCAPE_CAP`` classes followed, its sources are unknown past it, and a value of
 other strides that a class reader might see is refused rather than followed past
-``LAYOUT_CAP`` readers.
+``guards.LAYOUT_CAP`` readers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
-
-import attrs
 
 from ir import ops
 from ir.effects import shares_first
@@ -28,34 +25,55 @@ from transforms.rewrite.egraph import ESCAPE_CAP, EGraph, ENode, GraphEGraph, es
 from transforms.rewrite.guards import LAYOUT_CAP, fake_run, same_sharing, same_strides
 
 
-@attrs.frozen
 class EClassView:
-    """An e-graph's answers to ``guards.MemoryView``, for classes (ids).
+    """What the guards read of one e-graph: its answers to ``guards.MemoryView`` (for the
+    alias and sharing guards), and the layout walk with its record of the classes whose
+    members may differ in strides (*mixed*).
+
+    ``pinned``: the classes returned or read by a leaf (``GraphEGraph.roots``: what
+    escapes); ``fixed``: those read by a leaf (``read_by_leaves``; default ``pinned``); both
+    as built, taken to their canonical ids at each question (merges go on).
 
     - ``reach(c)``: ``(escapes, False)``: whether ``c`` escapes (``egraph.escapes``: it, or a
-      view of it up its parents, is in ``pinned`` or is a leaf; ``True`` past
-      ``ESCAPE_CAP``); never written: a value written in place that the e-graph does not see
-      functionally is a leaf, and so is every node that reads it (``egraph.value_roles``), no
-      pattern matches a leaf, and a write seen functionally (``versions``) is built as its
-      functional twin;
+      view of it up its parents, is pinned or is a leaf; ``True`` past ``ESCAPE_CAP``); never
+      written: a value written in place that the e-graph does not see functionally is a
+      leaf, and so is every node that reads it (``egraph.value_roles``), no pattern matches a
+      leaf, and a write seen functionally (``versions``) is built as its functional twin;
     - ``sources(c)``: ``c`` and the classes whose memory it may be, down its e-nodes that may
       give their first argument's memory (``ir.effects.shares_first``); ``None`` past
-      ``ESCAPE_CAP`` classes.
+      ``ESCAPE_CAP`` classes. O(classes followed x their parents) per question;
+    - ``restride(c, new, memo)``: whether a value of other strides may join class ``c`` (a
+      fused kernel's result laid out otherwise: an attention's ``(B, L, H, E)`` memory order
+      for a ``(B, H, L, E)`` result).
 
-    ``pinned``: the classes returned or read by a leaf (``GraphEGraph.roots``), canonical at
-    construction; the view is for one question (a later merge may change the answers).
-    O(classes followed x their parents) per question."""
+    The layout walk: as ``rewrite``'s layout guard does, the new layout is followed up the
+    class's readers (its parent e-nodes): each is run again on the fake values with the new
+    strides in (``guards.fake_run``); where its result has its old strides
+    (``guards.same_strides``) the difference stops there; where not, its readers are
+    followed. Refused where a reader raises at the new strides (a ``view`` they admit not),
+    reads strides (``ir.ops.reads_strides``), where a class followed is a leaf or is read by
+    one (``fixed``: the program's own effects, module calls and writes see it), or past
+    ``guards.LAYOUT_CAP`` readers. A class the graph returns may take other strides, as
+    ``rewrite``'s layout guard lets a returned value (the caller gets the same values; the
+    in-context law compares values, dtypes, shapes and aliasing, not strides): so
+    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
+    a reader shares memory with what it reads at one layout and not at the other
+    (``reshape``, ``guards.same_sharing``), refused where two of the classes followed and
+    such readers escape (returned or read by a leaf): outputs that shared memory would not.
+    The classes whose strides may now differ are marked mixed; an e-node added later that
+    reads a mixed class is refused where it is a view or reads strides (it was run on one
+    layout only), and its own class is marked mixed. Sound, not complete.
+    """
 
-    eg: EGraph
-    pinned: frozenset[int]
-
-    @classmethod
-    def of(cls, eg: EGraph, pinned: Iterable[int]) -> EClassView:
-        """The view of ``eg`` with ``pinned`` taken to their canonical ids. O(len(pinned))."""
-        return cls(eg, frozenset(eg.find(x) for x in pinned))
+    def __init__(self, eg: EGraph, pinned: frozenset[int],
+                 fixed: frozenset[int] | None = None) -> None:
+        self.eg = eg
+        self.pinned = pinned
+        self.fixed = pinned if fixed is None else fixed
+        self.mixed: set[int] = set()
 
     def reach(self, c: int) -> tuple[bool, bool]:
-        return escapes(self.eg, c, self.pinned), False
+        return escapes(self.eg, c, {self.eg.find(x) for x in self.pinned}), False
 
     def sources(self, c: int) -> set[int] | None:
         eg, seen = self.eg, set()
@@ -71,42 +89,6 @@ class EClassView:
                 if n.children and shares_first(n.op):
                     todo.append(eg.find(n.children[0]))
         return seen
-
-
-class Layouts:
-    """The classes whose members may differ in strides (*mixed*), and the check that lets a
-    value of other strides join a class (a fused kernel's result laid out otherwise: an
-    attention's ``(B, L, H, E)`` memory order for a ``(B, H, L, E)`` result).
-
-    As ``rewrite``'s layout guard does, the new layout is followed up the class's readers
-    (its parent e-nodes): each is run again on the fake values with the new strides in
-    (``guards.fake_run``); where its result has its old strides (``guards.same_strides``)
-    the difference stops there; where not, its readers are followed. Refused where a reader
-    raises at the new strides (a ``view`` they admit not), reads strides
-    (``ir.ops.reads_strides``), where a class followed is a leaf or is read by one
-    (``fixed``: the program's own effects, module calls and writes see it), or past
-    ``LAYOUT_CAP`` readers. A class the graph returns may take other strides, as
-    ``rewrite``'s layout guard lets a returned value (the caller gets the same values; the
-    in-context law compares values, dtypes, shapes and aliasing, not strides): so
-    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
-    a reader shares memory with what it reads at one layout and not at the other
-    (``reshape``, ``guards.same_sharing``), refused where two of the classes followed and
-    such readers escape (returned or read by a leaf): outputs that shared memory would not.
-    The classes whose strides may now differ are marked mixed; an e-node added later that
-    reads a mixed class is refused where it is a view or reads strides (it was run on one
-    layout only), and its own class is marked mixed. Sound, not complete.
-
-    ``pinned``: the classes returned or read by a leaf (``GraphEGraph.roots``: what escapes,
-    for the alias and sharing guards); ``fixed``: those read by a leaf (``read_by_leaves``;
-    default ``pinned``).
-    """
-
-    def __init__(self, eg: EGraph, pinned: frozenset[int],
-                 fixed: frozenset[int] | None = None) -> None:
-        self.eg = eg
-        self.pinned = pinned
-        self.fixed = pinned if fixed is None else fixed
-        self.mixed: set[int] = set()
 
     def is_mixed(self, c: int) -> bool:
         c = self.eg.find(c)
@@ -184,4 +166,4 @@ def read_by_leaves(geg: GraphEGraph, graph: Graph) -> frozenset[int]:
     return frozenset(out)
 
 
-__all__ = ["EClassView", "Layouts", "read_by_leaves"]
+__all__ = ["EClassView", "read_by_leaves"]

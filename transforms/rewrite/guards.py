@@ -28,9 +28,9 @@ The predicates that need more than a line:
 The predicates are written once for both drivers: ``saturate`` asks ``where_holds``,
 ``alias_guard`` and ``sharing_guard`` of an e-graph (``transforms.rewrite.eclass_view``
 answers ``MemoryView`` there, conservatively where a class is not one value), and its layout
-walk (``eclass_view.Layouts``) compares with ``same_strides`` and ``same_sharing`` and runs
-readers through ``fake_run``, as ``layout_guard`` does; where the drivers differ on unknowns,
-that is a parameter (``unknown=``), not a second copy.
+walk (``eclass_view.EClassView.restride``) compares with ``same_strides`` and
+``same_sharing`` and runs readers through ``fake_run``, as ``layout_guard`` does; where the
+drivers differ on unknowns, that is a parameter (``unknown=``), not a second copy.
 
 Views are read from the operators' schemas (a result annotated ``Tensor(a)`` that is not written)
 and from ``ir.ops.is_alias_like`` (``reshape``, ``to``, ``contiguous``: they may return their
@@ -457,24 +457,26 @@ def same_sharing(before: Any, before_in: Any, after: Any, after_in: Any, *,
     return was is not None and was == now
 
 
-def fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
-             memo: dict | None = None, *, method: bool = False) -> Any:
-    """``target`` run on the fake values of its arguments, ``val_of[name]`` for each ``Ref``:
-    the one fake run of the guards of both drivers (``kernel.fake_value``, fake modes only,
-    no ``meta`` runs; its contract: ``None`` where an argument has no fake value or no fake
-    mode is found, ``FakeRunFailed``, the one failure type, where the operator raises).
-    ``method``: ``target`` is a method name. ``memo``: results, and failures, kept by the
-    operator, the literals and each tensor argument's shape, dtype, strides and device (one
-    per search: the same operator at the same shapes runs once; a failure is raised again).
-    O(arguments) plus the operator's fake run."""
-    key = _fake_key(target, args, kwargs, val_of) if memo is not None else None
+def fake_run(target: Any, args: Any, kwargs: Any,
+             val_of: Mapping[str, Any] | Callable[[str], Any], memo: dict | None = None, *,
+             method: bool = False) -> Any:
+    """``target`` run on the fake values of its arguments, ``val_of`` (a mapping, or a function
+    of the name) for each ``Ref``: the one fake run of both drivers' guards and instances
+    (``kernel.fake_value``, fake modes only, no ``meta`` runs; its contract: ``None`` where an
+    argument has no fake value or no fake mode is found, ``FakeRunFailed``, the one failure
+    type, where the operator raises). ``method``: ``target`` is a method name. ``memo``:
+    results, and failures, kept by the operator, the literals and each tensor argument's
+    shape, dtype, strides and device (one per search: the same operator at the same shapes
+    runs once; a failure is raised again). O(arguments) plus the operator's fake run."""
+    read = val_of.get if isinstance(val_of, Mapping) else val_of
+    key = _fake_key(target, args, kwargs, read) if memo is not None else None
     if key is not None and key in memo:
         out = memo[key]
         if isinstance(out, kn.FakeRunFailed):
             raise out
         return out
     try:
-        out = kn.fake_value(target, args, kwargs, lambda r: val_of.get(r.name), method=method,
+        out = kn.fake_value(target, args, kwargs, lambda r: read(r.name), method=method,
                             meta=False)
     except kn.FakeRunFailed as exc:
         if key is not None:
@@ -485,12 +487,12 @@ def fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
     return out
 
 
-def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> tuple | None:
+def _fake_key(target: Any, args: Any, kwargs: Any, read: Callable[[str], Any]) -> tuple | None:
     """What a fake run depends on (``None`` when an argument is not a plain tensor)."""
     parts: list[Any] = []
 
     def on_ref(r: Ref) -> None:
-        v = val_of.get(r.name)
+        v = read(r.name)
         parts.append((tuple(v.shape), v.dtype, v.stride(), v.device)
                      if isinstance(v, torch.Tensor) else None)
 
@@ -502,14 +504,9 @@ def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) ->
 
 def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
     """``node`` run again (``fake_run``) with ``vals`` in place of its arguments' values."""
-    val_of: dict[str, Any] = {}
-
-    def read(r: Ref) -> None:
-        v = vals.get(r.name)
-        val_of[r.name] = _val(view, r.name) if v is None else v
-
-    thaw((node.args, node.kwargs), read)
-    return fake_run(node.target, node.args, node.kwargs, val_of, method=node.op == CALL_METHOD)
+    return fake_run(node.target, node.args, node.kwargs,
+                    lambda name: vals[name] if name in vals else _val(view, name),
+                    method=node.op == CALL_METHOD)
 
 
 def _val(view: GraphView, name: str) -> Any:

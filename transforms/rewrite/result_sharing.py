@@ -50,26 +50,20 @@ def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...
     Results made aliases of an *input* are the ``alias`` guard's. O(results²)."""
     rep_bases = output_bases(rep)
     rep_nodes = {n.name: n for n in rep.graph.nodes}
-    pat_bases = output_bases(site.compiled.traced)
+    in_pattern = base_pairs(site.compiled.traced)
     pairs = []
     outs = site.outs
-    for i in range(len(outs)):
-        for j in range(i + 1, len(outs)):
-            a, b = outs[i], outs[j]
-            if a is None or b is None or a == b or rep_bases[i] is None:
-                continue
-            if rep_bases[i] != rep_bases[j]:
-                continue
-            base = rep_nodes.get(rep_bases[i])
-            if base is None or base.op == PLACEHOLDER:
-                continue  # an input returned twice: the alias guard's case
-            shared = guards.shares_storage(view.node[a].meta.get("val"),
-                                           view.node[b].meta.get("val"))
-            if shared is None:
-                shared = (i < len(pat_bases) and j < len(pat_bases)
-                          and pat_bases[i] is not None and pat_bases[i] == pat_bases[j])
-            if not shared:
-                pairs.append((a, b))
+    for i, j in sorted(base_pairs(rep)):
+        a, b = (outs[i], outs[j]) if j < len(outs) else (None, None)
+        if a is None or b is None or a == b:
+            continue
+        base = rep_nodes.get(rep_bases[i])
+        if base is None or base.op == PLACEHOLDER:
+            continue  # an input returned twice: the alias guard's case
+        shared = guards.shares_storage(view.node[a].meta.get("val"),
+                                       view.node[b].meta.get("val"))
+        if not (shared if shared is not None else (i, j) in in_pattern):
+            pairs.append((a, b))
     return tuple(pairs)
 
 

@@ -22,7 +22,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import IDict, IList, Ref, thaw
+from ir.args import Ref, thaw
 from ir.errors import PassError
 from ir.gcpause import gc_paused
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
@@ -31,7 +31,7 @@ from transforms import kernel as kn
 from transforms.each_graph import walked_graphs
 from transforms.edit import rewrite_nodes
 from transforms.rewrite.cost import Cost, invariant_values, program_cost, roofline
-from transforms.rewrite.eclass_view import EClassView, Layouts, read_by_leaves
+from transforms.rewrite.eclass_view import EClassView, read_by_leaves
 from transforms.rewrite.egraph import (
     LEAF,
     ClassData,
@@ -52,10 +52,7 @@ from transforms.rewrite.guards import (
     where_holds,
 )
 from transforms.rewrite.result_sharing import base_pairs, output_bases
-from transforms.rewrite.rule import (
-    Rule,
-    replacement_for,
-)
+from transforms.rewrite.rule import Rule, bind_scalars, replacement_for
 from transforms.rewrite.ruleset import Directed, directions, prepare
 from transforms.rewrite.search_result import Builder, Plan, drop_dead, plan
 from transforms.rewrite.state_fold import fold_into_state
@@ -374,7 +371,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
     roots = frozenset(roots)
-    layouts = Layouts(eg, roots, roots if read_by_leaves is None else frozenset(read_by_leaves))
+    view = EClassView(eg, roots, roots if read_by_leaves is None else frozenset(read_by_leaves))
     banned_until = [0] * len(rules)
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
@@ -409,7 +406,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
             if key in applied:
                 continue
             applied.add(key)
-            changed |= _apply(eg, d, m, memo, layouts)
+            changed |= _apply(eg, d, m, memo, view)
             if eg.size > cap_nodes or (len(applied) % 256 == 0
                                           and time.monotonic() > deadline):
                 break
@@ -428,15 +425,15 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
 
 
 def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
-           layouts: Layouts | None = None) -> bool:
+           view: EClassView | None = None) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
     not runnable there, another shape, dtype or device, other strides that a reader of the
-    matched value would see (``eclass_view.Layouts``), a result that is an input or a view of
+    matched value would see (``EClassView.restride``), a result that is an input or a view of
     one where both would escape (``guards.alias_guard``), results that are views of one value
     in the pattern or the replacement where two escape (``guards.sharing_guard``)) or adds
     nothing new."""
-    layouts = Layouts(eg, frozenset()) if layouts is None else layouts
+    view = EClassView(eg, frozenset()) if view is None else view
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
     if m.results and not _disjoint_values(eg, m.results):
         return False
@@ -470,17 +467,16 @@ def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
         # several results: every check first, so that a declined match adds nothing (each
         # would otherwise leave its nodes behind for the rules to match again)
         pairs = sorted(base_pairs(rep) | base_pairs(c.traced))
-        if not sharing_guard(EClassView.of(eg, layouts.pinned),
-                             [(roots[i], roots[j]) for i, j in pairs if j < len(roots)]):
+        if not sharing_guard(view, [(roots[i], roots[j]) for i, j in pairs if j < len(roots)]):
             return False
-        dry = _instantiate(eg, d, m, rep, dict(child_of), dict(val_of), memo, layouts, None)
-        if dry is None or _results(eg, roots, outs, rep, rep_ph, *dry, memo, layouts) is None:
+        dry = _instantiate(eg, d, m, rep, dict(child_of), dict(val_of), memo, view, None)
+        if dry is None or _results(eg, roots, outs, rep, rep_ph, *dry, memo, view) is None:
             return False
     made: dict[str, ENode] = {}
-    done = _instantiate(eg, d, m, rep, child_of, val_of, memo, layouts, made)
+    done = _instantiate(eg, d, m, rep, child_of, val_of, memo, view, made)
     if done is None:
         return False
-    news = _results(eg, roots, outs, rep, rep_ph, *done, memo, layouts)
+    news = _results(eg, roots, outs, rep, rep_ph, *done, memo, view)
     if news is None:
         return False
     if len(roots) > 1:
@@ -569,11 +565,11 @@ def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
 
 
 def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[str, int],
-                 val_of: dict[str, Any], memo: dict, layouts: Layouts,
+                 val_of: dict[str, Any], memo: dict, view: EClassView,
                  made: dict[str, ENode] | None) -> tuple[dict, dict] | None:
     """Run the replacement ``rep``'s nodes on fake values and, where ``made`` is a dict, add
     each as an e-node (``made``: node name -> e-node); ``None`` where a node cannot be run
-    there or may not read a class of mixed strides (``Layouts.may_read``). With ``made``
+    there or may not read a class of mixed strides (``EClassView.may_read``). With ``made``
     ``None`` nothing is added (a dry run: new values get class ``-1``). Returns ``(child_of,
     val_of)`` extended by the replacement's nodes."""
     sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
@@ -583,8 +579,8 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
             continue
         if rn.op != CALL_FUNCTION:
             return None
-        args = _bind(rn.args, sentinels, m.scalars)
-        kwargs = _bind(rn.kwargs, sentinels, m.scalars)
+        args = bind_scalars(rn.args, sentinels, m.scalars)
+        kwargs = bind_scalars(rn.kwargs, sentinels, m.scalars)
         check = ops.is_metadata_check(rn.target)
         if any(r.name not in child_of for r in _refs((args, kwargs))):
             if check:
@@ -603,13 +599,13 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
             val_of[rn.name] = val
             continue
         e = enode_of(rn.target, args, kwargs, child_of, val_of, val)
-        if not layouts.may_read(e):
+        if not view.may_read(e):
             return None
         if rn.name in results:
             e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
         once = bool(e.children) and all(eg.data[eg.find(ch)].invariant for ch in e.children)
         cls = eg.add(e, ClassData(val, False, None, once))
-        layouts.inherit(e, cls)
+        view.inherit(e, cls)
         made[rn.name] = e
         child_of[rn.name] = cls
         val_of[rn.name] = eg.data[cls].val if eg.data[cls].val is not None else val
@@ -618,42 +614,27 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
 
 def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: list[str],
              child_of: dict[str, int], val_of: dict[str, Any], memo: dict,
-             layouts: Layouts) -> list[int] | None:
+             view: EClassView) -> list[int] | None:
     """The class of each result of the replacement, to be merged with ``roots`` in order;
     ``None`` where one is an input or a view of one (``result_sharing.output_bases``) that
     may not alias it there (``guards.alias_guard`` on the e-graph: both would escape), or has
     another shape, dtype or device, or other strides that a reader of the matched value
-    would see (``guards.same_strides``, then ``Layouts.restride``)."""
+    would see (``guards.same_strides``, then ``EClassView.restride``)."""
     news = []
     inputs = set(rep_ph)
     for root, out, base in zip(roots, outs, output_bases(rep)):
         if out.name not in child_of:
             return None
-        if base in inputs and (base not in child_of or not alias_guard(
-                EClassView.of(eg, layouts.pinned), {root: child_of[base]})):
+        if base in inputs and (base not in child_of
+                               or not alias_guard(view, {root: child_of[base]})):
             return None
         old_val, new_val = eg.data[eg.find(root)].val, val_of.get(out.name)
         alike = (same_strides(old_val, new_val, single=True)
                  if isinstance(old_val, torch.Tensor) else None)
-        if not alike and (alike is None or not layouts.restride(root, new_val, memo)):
+        if not alike and (alike is None or not view.restride(root, new_val, memo)):
             return None
         news.append(child_of[out.name])
     return news
-
-
-def _bind(tree: Any, sentinels: Mapping, scalars: Mapping) -> Any:
-    kind = type(tree)
-    if kind is tuple:
-        return tuple(_bind(x, sentinels, scalars) for x in tree)
-    if kind is IList:
-        return IList(tuple(_bind(x, sentinels, scalars) for x in tree.items))
-    if kind is IDict:
-        return IDict(tuple((k, _bind(v, sentinels, scalars)) for k, v in tree.items))
-    if kind in (int, float):
-        pos = sentinels.get((kind, tree))
-        if pos is not None and pos in scalars:
-            return scalars[pos]
-    return tree
 
 
 def _refs(tree: Any) -> list[Ref]:
