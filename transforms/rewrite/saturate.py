@@ -359,11 +359,13 @@ def _frozen(q: Program) -> tuple[Program, int]:
 
 def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
               deadline: float, roots: Iterable[int] = (),
-              read_by_leaves: Iterable[int] | None = None,
+              fixed: Iterable[int] | None = None,
               ) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """Rounds of matching and adding, with egg's backoff scheduler: a rule that matches more
     than its limit in a round is banned (its matches dropped) for a number of rounds; both
-    double at each ban. Returns the e-node and e-class counts per round and why it stopped."""
+    double at each ban. ``roots`` / ``fixed``: the classes that escape / are read by a leaf
+    (``EClassView``'s ``pinned`` / ``fixed``). Returns the e-node and e-class counts per
+    round and why it stopped."""
     sizes = [eg.size]
     classes = [len(eg.classes)]
     cap_nodes = limits.node_limit(eg.size)
@@ -371,7 +373,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
     roots = frozenset(roots)
-    view = EClassView(eg, roots, roots if read_by_leaves is None else frozenset(read_by_leaves))
+    view = EClassView(eg, roots, roots if fixed is None else frozenset(fixed))
     banned_until = [0] * len(rules)
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
