@@ -716,15 +716,15 @@ def test_a_replacement_that_raises_on_the_matchs_fake_values_is_not_taken(monkey
     relu_relu = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", trusted=True)
     p = import_ep(torch.export.export(Chain(), (torch.randn(3, 4),)))
     assert rewrite(p, [relu_relu]) is not p
-    real = engine._fake_val
+    real = guards.fake_run
 
-    def raising(target, args, kwargs, lookup):
-        found = real(target, args, kwargs, lookup)
+    def raising(target, args, kwargs, val_of, *rest, **how):
+        found = real(target, args, kwargs, val_of, *rest, **how)
         if found is not None:  # the kernel's one failure: FakeRunFailed, no sentinel value
             raise FakeRunFailed(target, RuntimeError("a shape the replacement refuses"))
         return found
 
-    monkeypatch.setattr(engine, "_fake_val", raising)
+    monkeypatch.setattr(guards, "fake_run", raising)
     assert rewrite(p, [relu_relu]) is p
 
 

@@ -4,8 +4,6 @@ prepared once: assumptions, rule list, level, compilation, verdicts), the one gr
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
@@ -14,11 +12,10 @@ from ir.args import Ref
 from transforms import kernel as kn
 from transforms.machinery.each_graph import walked_graphs
 from transforms.machinery.trace import level_of
-from transforms.rewrite import Rule, rewrite_report, saturate_report
+from transforms.rewrite import Rule, guards, rewrite_report, saturate_report
 from transforms.rewrite.engine import program_level
 from transforms.rewrite.ruleset import RuleSet, prepare
 
-saturate_mod = sys.modules["transforms.rewrite.saturate"]  # the package's name is the function
 X = (torch.randn(4),)
 NEG_NEG = Rule(lambda x: torch.neg(torch.neg(x)), lambda x: x, X, name="neg_neg",
                trusted=True)
@@ -96,7 +93,8 @@ class _Pair(torch.nn.Module):
 
 
 def test_saturate_keeps_a_fake_run_failure_and_raises_it_again():
-    """One contract (``kernel.fake_value``): ``FakeRunFailed`` when the operator raises, kept
+    """One contract (``kernel.fake_value`` through ``guards.fake_run``, the guards' one fake
+    run): ``FakeRunFailed`` when the operator raises, kept
     in the search's memo and raised again, never a sentinel value; ``None`` when unknown."""
     p = import_ep(torch.export.export(_Pair(), (torch.randn(2, 3), torch.randn(4, 5))))
     val_of = {n.name: n.meta["val"] for n in p.root_module.graph.nodes if n.op == "placeholder"}
@@ -105,8 +103,8 @@ def test_saturate_keeps_a_fake_run_failure_and_raises_it_again():
     memo: dict = {}
     for _ in range(2):
         with pytest.raises(kn.FakeRunFailed):
-            saturate_mod._fake_run(mm, (x, y), {}, val_of, memo)
+            guards.fake_run(mm, (x, y), {}, val_of, memo)
     assert len(memo) == 1 and isinstance(next(iter(memo.values())), kn.FakeRunFailed)
-    assert saturate_mod._fake_run(mm, (x, Ref("unknown")), {}, val_of, memo) is None
+    assert guards.fake_run(mm, (x, Ref("unknown")), {}, val_of, memo) is None
     fits = {"a": val_of[y.name], "b": val_of[y.name].t()}
-    assert tuple(saturate_mod._fake_run(mm, (Ref("a"), Ref("b")), {}, fits).shape) == (4, 4)
+    assert tuple(guards.fake_run(mm, (Ref("a"), Ref("b")), {}, fits).shape) == (4, 4)

@@ -3,7 +3,7 @@ x``, ``(x * 1.0).t() -> x.t()``.
 
 Merging the matched class with its input makes one tensor of two. That keeps the program's
 meaning while nothing writes either and the caller cannot see the new aliasing, as
-``rewrite``'s ``alias_guard`` decides on the program. Here (``saturate._may_alias``): a value
+``rewrite``'s ``alias_guard`` decides on the program. Here (``guards.alias_guard`` on the e-graph's ``EClassView``): a value
 written in place that the e-graph does not see functionally is a leaf, with every reader of
 it, and never matched; a write seen functionally is built as its functional twin; so what is
 left is the caller: declined where the result escapes (returned, read by a leaf) while its
@@ -191,19 +191,19 @@ return (%add_1,)"""
 
 
 def test_a_result_returned_while_its_input_is_a_program_input_is_declined():
-    """The output would be the caller's own input: never merged (``_may_alias``)."""
+    """The output would be the caller's own input: never merged (``alias_guard``)."""
     p, _ = _program(_returned_of_input)
     q, report = saturate_report(p, [ONE])
     assert q is p and report.classes == ((2, 2),)
 
 
 def test_the_alias_guard_is_needed_and_output_alias_catches_what_it_lets_through(monkeypatch):
-    """Without ``_may_alias`` the class of the returned ``mul`` holds the input ``x``, a leaf
+    """Without ``alias_guard`` the class of the returned ``mul`` holds the input ``x``, a leaf
     of cost 0, which extraction picks: ``output_alias`` keeps the graph. Without both, the
     derived program returns ``x`` itself (it lowers and runs) and the in-context law's
     aliasing check fails."""
     p, x = _program(_returned_of_input)
-    monkeypatch.setattr(saturate_mod, "_may_alias", lambda eg, root, source, layouts: True)
+    monkeypatch.setattr(saturate_mod, "alias_guard", lambda view, aliases: True)
     q, report = saturate_report(p, [ONE])
     assert report.classes == ((2, 1, 1),) and q is p
     monkeypatch.setattr(extracted_mod, "output_alias", lambda geg, graph, choice: False)

@@ -1,7 +1,7 @@
 """``saturate`` on attention as transformers writes it: the scale must move before the fusion
 in greedy's order, an eval dropout and a ``.to`` sit between softmax and ``@ v`` (the patterns
 drop them: the e-graph looks through them, ``egraph.passes_on``), and the fused kernel's result
-has other strides than the eager ``@`` (followed up the readers, ``_Layouts``). Each guard has
+has other strides than the eager ``@`` (followed up the readers, ``eclass_view.EClassView``). Each guard has
 a test that shows it is needed: a ``view`` that the fused result's strides do not admit keeps
 the eager code."""
 

@@ -6,7 +6,7 @@ the match bound; each matched class is merged with a ``getitem`` of one shared `
 extraction tries the two together (``extract.together``), which is what makes one fused
 matmul cheaper than two under a DAG cost. Declined where both halves of one buffer would be
 returned (they would alias), where a result is written in place (a leaf: never matched), and
-where a reader does not admit the half's strides (``_Layouts``). Each guard is shown needed.
+where a reader does not admit the half's strides (``eclass_view.EClassView``). Each guard is shown needed.
 A returned half may have other strides than the value it replaces (the caller gets the same
 values): ``return x @ w1, relu(x @ w2)`` is fused by columns.
 """
@@ -33,6 +33,7 @@ from transforms.rewrite.ematch import ematch_counted
 
 ATOL = {"atol": 1e-4, "rtol": 1e-4}
 saturate_mod = sys.modules["transforms.rewrite.saturate"]  # the package's name is the function
+eclass_view_mod = sys.modules["transforms.rewrite.eclass_view"]
 
 
 def _pair(x, w1, w2):
@@ -226,7 +227,7 @@ def test_the_escape_guard_at_extraction_catches_what_the_matcher_let_through(mon
     (``extracted.shared_escape``: a later merge may make a result escape): the two returned
     halves are not built; the program is kept."""
     p, args = _rows_program("both")
-    monkeypatch.setattr(saturate_mod, "escapes", lambda eg, c, pinned: False)
+    monkeypatch.setattr(eclass_view_mod, "escapes", lambda eg, c, pinned: False)
     q, report = saturate_report(p, [ROWS])
     assert q is p and report.rewrites == {}
     check_extracted(p, q, args)
@@ -237,7 +238,7 @@ def test_the_escape_guards_are_needed(monkeypatch):
     catches it too), the two outputs become views of one buffer: the in-context law's
     aliasing check fails (a caller writing one would change the other)."""
     p, args = _rows_program("both")
-    monkeypatch.setattr(saturate_mod, "escapes", lambda eg, c, pinned: False)
+    monkeypatch.setattr(eclass_view_mod, "escapes", lambda eg, c, pinned: False)
     monkeypatch.setattr(extracted_mod, "escapes", lambda eg, c, pinned: False)
     monkeypatch.setattr(extracted_mod, "output_alias", lambda geg, graph, choice: False)
     q, report = saturate_report(p, [ROWS])
@@ -289,7 +290,7 @@ def _viewed():
 
 def test_a_view_that_the_strided_half_does_not_admit_declines():
     """The halves of ``x @ cat(w1, w2)`` split by columns have row stride 16, not 8:
-    ``view(-1)`` of the first would raise; declined (``_Layouts.restride``)."""
+    ``view(-1)`` of the first would raise; declined (``EClassView.restride``)."""
     p, args = _viewed()
     q, report = saturate_report(p, [SHARED])
     assert report.rewrites == {}
@@ -297,13 +298,13 @@ def test_a_view_that_the_strided_half_does_not_admit_declines():
 
 
 def test_the_layout_guard_is_needed_for_the_halves(monkeypatch):
-    """Without ``_Layouts.restride`` the fused halves (row stride 16) reach ``view(-1)``.
+    """Without ``EClassView.restride`` the fused halves (row stride 16) reach ``view(-1)``.
     The editor derives a reader's ``val`` again when a replacement changes the strides it
     reads (``kernel.same_meta``) and refuses a reader that no longer runs, naming it: the
     build is a PassError at the ``view`` (before, the program was built and the semantics
     law caught the raise at run time)."""
     p, _ = _viewed()
-    monkeypatch.setattr(saturate_mod._Layouts, "restride", lambda self, c, new, memo: True)
+    monkeypatch.setattr(eclass_view_mod.EClassView, "restride", lambda self, c, new, memo: True)
     with pytest.raises(PassError, match=r"aten\.view\.default at node 'view'.*Cannot view"):
         saturate_report(p, [SHARED])
 
@@ -443,13 +444,13 @@ def test_two_returned_halves_of_one_buffer_stay_declined():
 def test_a_returned_half_whose_returned_reshape_would_stop_sharing_declines(monkeypatch):
     """``return a, a.reshape(-1), relu(b)``: ``a.reshape(-1)`` is a view of the contiguous
     ``a`` (the two outputs share memory); of the strided half it is a copy. Two returned
-    values whose sharing flips: declined (``saturate._same_sharing``, as ``rewrite``'s layout
+    values whose sharing flips: declined (``guards.same_sharing``, as ``rewrite``'s layout
     guard counts returned values where a reader flips). Without the check the in-context
     law reports the lost aliasing."""
     p, _, x = _returned_half("reshaped")
     q, report = saturate_report(p, [SHARED], frozen_state=True)
     assert q is p and report.rewrites == {}
-    monkeypatch.setattr(saturate_mod, "_same_sharing", lambda *vals: True)
+    monkeypatch.setattr(eclass_view_mod, "same_sharing", lambda *vals, **unknown: True)
     q, report = saturate_report(p, [SHARED], frozen_state=True)
     assert report.rewrites == {"shared": 2}
     with pytest.raises(LawViolation, match="alias of output 0"):

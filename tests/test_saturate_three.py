@@ -8,7 +8,7 @@ to be a value of the program (the fused value, made by a rule, was never fused a
 layout guard refused a new layout for a value read by a ``split`` (a list, not one tensor).
 Now a result may be a fused value as long as the results compute disjoint sets of program
 values, fused in one order (``saturate._disjoint_values``, ``ClassData.covers``), and a list is
-compared item by item (``saturate._same_layout``). Two more pieces follow from it: extraction
+compared item by item (``guards.same_strides``). Two more pieces follow from it: extraction
 tries a rewrite with those that made its fused operand (``extract.together``), and
 ``egraph.escapes`` follows a ``split``'s ``getitem`` s (else two returned values could become
 views of one buffer).
@@ -31,6 +31,7 @@ from transforms.rewrite.check_context import check_extracted
 from transforms.rewrite.rules import SHARED_INPUT_ASSUMES, SHARED_INPUT_MM
 
 saturate_mod = importlib.import_module("transforms.rewrite.saturate")
+eclass_view_mod = importlib.import_module("transforms.rewrite.eclass_view")
 
 ATOL = {"atol": 1e-3, "rtol": 1e-4}
 CHEAP = ((4096, 512), (512, 64), (512, 64), (512, 64))  # x read once pays for the cats
@@ -146,12 +147,12 @@ def test_before_the_fix_the_search_stopped_at_one_pair(monkeypatch):
         q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.sizes == ((15, 45, 45),) and _matmuls(q) == 2
     assert round(report.cost_after, 1) == 78.9
-    old = saturate_mod._same_layout
+    old = eclass_view_mod.same_strides
 
-    def tensors_only(before, after):
-        return None if isinstance(before, (list, tuple)) else old(before, after)
+    def tensors_only(before, after, **how):
+        return None if isinstance(before, (list, tuple)) else old(before, after, **how)
 
-    monkeypatch.setattr(saturate_mod, "_same_layout", tensors_only)
+    monkeypatch.setattr(eclass_view_mod, "same_strides", tensors_only)
     q, report = saturate_report(p, [SHARED_INPUT_MM], assume=SHARED_INPUT_ASSUMES)
     assert report.sizes == ((15, 45, 45),) and _matmuls(q) == 2
 
@@ -267,7 +268,7 @@ def test_a_fused_value_whose_half_is_returned_escapes(monkeypatch):
     outs = lower(q)(*args)
     assert outs[0].untyped_storage().data_ptr() != outs[2].untyped_storage().data_ptr()
     check_extracted(p, q, args)
-    monkeypatch.setattr(saturate_mod, "escapes", _views_only)
+    monkeypatch.setattr(eclass_view_mod, "escapes", _views_only)
     extracted = importlib.import_module("transforms.rewrite.search_result")
     monkeypatch.setattr(extracted, "escapes", _views_only)
     q, report = saturate_report(p, [ROWS])

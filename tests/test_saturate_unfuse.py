@@ -8,7 +8,7 @@ matches it, its split sizes matched as wildcards and re-checked at the matched s
 (``ematch.exact``). Where the two matmuls are cheaper (``shared_heads_1``'s shapes) they are
 extracted; where the fused form is cheaper it is kept, the matched ``getitem`` s tried together
 (``saturate._projections``). A split whose list is read whole, or whose half is written in
-place, stays a leaf; a half that is returned keeps its strides (``_Layouts``). Each derived
+place, stays a leaf; a half that is returned keeps its strides (``eclass_view.EClassView``). Each derived
 program is checked against the original by the in-context law (``check_extracted``).
 """
 
@@ -252,12 +252,13 @@ def test_a_returned_half_is_unfused_where_no_other_output_shares_its_buffer():
 
 def test_two_returned_halves_of_one_buffer_are_not_unfused(monkeypatch):
     """Both halves returned: the caller's two outputs share one buffer, fresh matmuls in
-    their place would not (``saturate._may_unshare``); without the check the law fails."""
+    their place would not (``guards.sharing_guard`` on the pattern's pairs, ``result_sharing.base_pairs``); without
+    the check the law fails."""
     args = _args((8, 16), (16, 4), (16, 4), *HEADS_0)
     p = import_ep(torch.export.export(_HalvesAndHeads(), args))
     q, _ = saturate_report(p, [BOTH])
     check_extracted(p, q, args)
-    monkeypatch.setattr(saturate_mod, "_may_unshare", lambda *a: True)
+    monkeypatch.setattr(saturate_mod, "sharing_guard", lambda *a: True)
     q, report = saturate_report(p, [BOTH], limits=None)
     assert report.rewrites.get("both", 0) > 2  # the halves unfused too
     with pytest.raises(LawViolation, match="alias"):

@@ -1,6 +1,6 @@
 """The search's caps and deadlines, each reached by a test (issue 54, item 7).
 
-- The layout walk's work cap (``_LAYOUT_CAP`` readers followed, in ``saturate``'s ``_Layouts``
+- The layout walk's work cap (``guards.LAYOUT_CAP`` readers followed, in ``eclass_view.EClassView``
   and in ``rewrite``'s ``layout_guard``): a fused attention whose result has other strides is
   taken where its readers are few, and refused where more than the cap would have to be
   followed (a long chain of elementwise readers, each keeping the new layout).

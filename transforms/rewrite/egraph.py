@@ -12,7 +12,7 @@ Per-class data (``ClassData``): the fake value (``val``: shape, dtype, strides; 
 fake values for a class of a ``split``, read by ``getitem`` e-nodes) every member computes,
 whether the class is a *leaf* (an opaque value: see ``value_roles``) and the original node it
 stands for. Members of one class agree on shape, dtype and device, and on strides
-except where ``saturate`` proved that no reader sees them (``saturate._Layouts``: a fused
+except where ``saturate`` proved that no reader sees them (``eclass_view.EClassView``: a fused
 kernel's layout, the strided halves of a ``split``).
 
 What is a leaf is decided in one place, ``value_roles``, which reads the shared effect/alias

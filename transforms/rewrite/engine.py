@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from ir import ops
-from ir.args import IDict, IList, Ref, ref
+from ir.args import Ref, ref
 from ir.effects import Effects, graph_effects
 from ir.errors import PassError, PurefxError
 from ir.gcpause import gc_paused
@@ -41,7 +41,7 @@ from transforms.machinery.law_violation import LawViolation
 from transforms.machinery.trace import Traced, level_of
 from transforms.rewrite import guards, result_sharing, sizes
 from transforms.rewrite.match import Binding, Pattern, match_at
-from transforms.rewrite.rule import Compiled, Match, Rule, replacement_for
+from transforms.rewrite.rule import Compiled, Match, Rule, bind_scalars, replacement_for
 from transforms.rewrite.state_fold import fold_into_state
 
 
@@ -650,9 +650,10 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
     scratch: dict[str, Node] = {}
     made = kn.Drawn()  # the nodes made: their fresh names are given back if not committed
 
-    def lookup(name: str) -> Node | None:
+    def val_of(name: str) -> Any:
         found = scratch.get(name)
-        return found if found is not None else w.node.get(name)
+        found = found if found is not None else w.node.get(name)
+        return found.meta.get("val") if found is not None else None
 
     kept = set(sources.values())
 
@@ -665,10 +666,10 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
             if rn.op in (PLACEHOLDER, OUTPUT):
                 continue
             name = sources.get(rn.name) or w.fresh(_base(rn))
-            args = _bind(rn.args, env, sentinels, b.scalars)
-            kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
+            args = bind_scalars(rn.args, sentinels, b.scalars, env)
+            kwargs = bind_scalars(rn.kwargs, sentinels, b.scalars, env)
             try:
-                val = _fake_val(rn.target, args, kwargs, lookup)
+                val = guards.fake_run(rn.target, args, kwargs, val_of)
             except kn.FakeRunFailed:
                 # the replacement raises on this match's values (shapes the pattern allows and
                 # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
@@ -738,22 +739,6 @@ def _base(rn: Node) -> str:
     return rn.name.rstrip("0123456789").rstrip("_") or target_name(rn.target).split(".")[-1]
 
 
-def _bind(tree: Any, env: Mapping[str, Any], sentinels: Mapping, scalars: Mapping) -> Any:
-    if type(tree) is Ref:
-        return env.get(tree.name, tree)
-    if type(tree) is tuple:
-        return tuple(_bind(x, env, sentinels, scalars) for x in tree)
-    if type(tree) is IList:
-        return IList(tuple(_bind(x, env, sentinels, scalars) for x in tree.items))
-    if type(tree) is IDict:
-        return IDict(tuple((k, _bind(v, env, sentinels, scalars)) for k, v in tree.items))
-    if type(tree) in (int, float):
-        pos = sentinels.get((type(tree), tree))  # typed: an int literal is no float sentinel
-        if pos is not None and pos in scalars:
-            return scalars[pos]
-    return tree
-
-
 def _common_stack(nodes: list[Node]) -> Any:
     """The module stack every one of ``nodes`` runs in; ``None`` when one has none."""
     stacks = [n.meta.get("nn_module_stack") for n in nodes]
@@ -761,18 +746,6 @@ def _common_stack(nodes: list[Node]) -> Any:
         return None
     return common_stack(stacks)
 
-
-
-def _fake_val(target, args, kwargs, lookup) -> Any:
-    """The kernel's fake propagation on the match's values (``kernel.fake_value``, its one
-    contract: ``None`` where an input's val is unknown, the replaced node's val then standing;
-    ``FakeRunFailed`` where the replacement raises on them). Meta vals are not run."""
-
-    def val_of(r: Ref) -> Any:
-        n = lookup(r.name)
-        return n.meta.get("val") if n is not None else None
-
-    return kn.fake_value(target, args, kwargs, val_of, meta=False)
 
 
 __all__ = [

@@ -25,6 +25,13 @@ The predicates that need more than a line:
 - ``layout_guard``: a value with other strides than the result it replaces is taken only where
   no reader depends on them (the new layout followed down the readers on fake values).
 
+The predicates are written once for both drivers: ``saturate`` asks ``where_holds``,
+``alias_guard`` and ``sharing_guard`` of an e-graph (``transforms.rewrite.eclass_view``
+answers ``MemoryView`` there, conservatively where a class is not one value), and its layout
+walk (``eclass_view.EClassView.restride``) compares with ``same_strides`` and
+``same_sharing`` and runs readers through ``fake_run``, as ``layout_guard`` does; where the
+drivers differ on unknowns, that is a parameter (``unknown=``), not a second copy.
+
 Views are read from the operators' schemas (a result annotated ``Tensor(a)`` that is not written)
 and from ``ir.ops.is_alias_like`` (``reshape``, ``to``, ``contiguous``: they may return their
 input itself); a reader that is a ``call_module``, a higher-order op or an operator that writes
@@ -33,15 +40,15 @@ any argument counts as a write (it may write what it is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import torch
 
 from ir import ops
-from ir.args import Ref
+from ir.args import Ref, thaw
 from ir.effects import is_pure, is_view, view_base, written_args
 from ir.errors import PassError, PurefxError
 from ir.memo import WeakMemo
@@ -50,6 +57,7 @@ from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
 from ir.torch_seam import storage_identity
 from transforms import kernel as kn
 from transforms.machinery.trace import Traced
+from transforms.rewrite.egraph import spell
 from transforms.rewrite.rule import Match
 
 
@@ -61,44 +69,117 @@ class GraphView(Protocol):
     users: Mapping[str, Mapping[str, None]]
 
 
+@runtime_checkable
+class MemoryView(Protocol):
+    """What the alias and sharing guards ask of the graph a match is in, keyed by its values
+    (a working graph's node names, an e-graph's class ids). Both drivers answer it: ``rewrite``
+    through ``OnGraph`` (a ``GraphView`` read as ``ir.effects`` defines views and writes),
+    ``saturate`` through ``eclass_view.EClassView``, whose answers are conservative where an
+    e-class is not one value (``True`` past its cap, ``None`` for sources past it).
+
+    - ``reach(v) -> (escapes, written)``: whether ``v`` or a view of it reaches the caller
+      (returned; an input or state value always does; on the e-graph also read by a leaf),
+      and whether a write in place (or a reader that may write) reaches it or a view of it;
+    - ``sources(v)``: the values whose memory ``v`` may be (itself included), down its views;
+      ``None`` when unknown."""
+
+    def reach(self, value: Hashable) -> tuple[bool, bool]: ...
+
+    def sources(self, value: Hashable) -> Collection[Hashable] | None: ...
+
+
 # --- aliasing -----------------------------------------------------------------------------------
 
 
-def alias_guard(view: GraphView, aliases: Mapping[str, str]) -> bool:
-    """Whether results may become aliases of outside values without changing the program.
+def alias_guard(view: GraphView | MemoryView, aliases: Mapping[Hashable, Hashable]) -> bool:
+    """Whether results may become aliases of outside values without changing the program: the
+    ``alias`` guard of ``rewrite`` and of ``saturate`` (one predicate over ``MemoryView``).
 
     Parameters:
-        view: the graph as it is before the match is taken.
+        view: the graph as it is before the match is taken: a ``GraphView`` (read through
+            ``OnGraph``) or any ``MemoryView`` (an e-graph's ``EClassView``).
         aliases: ``{replaced result: outside value}``: each result of the match (a graph node
             name) that the replacement makes an alias of a value outside the match (the graph
             name of the value bound to the replacement input it returns, or a view of which it
             returns), and that the pattern did not already make an alias of that input.
 
     Returns ``False`` when, for some pair: a write in place (or a reader that may write:
-    ``call_module``, a higher-order op) reaches the result or a view of it; or reaches the
-    outside value's base (the value it is a view of, through any chain of views) or any view of
-    that base; or the result (or a view of it) is returned while the outside value's base is a
-    placeholder (an input or state the caller holds) or is returned too. Else ``True``; always
-    ``True`` for an empty mapping.
+    ``call_module``, a higher-order op) reaches the result or a view of it; or reaches one of
+    the outside value's sources (on a graph its base: the value it is a view of, through any
+    chain of views) or any view of it; or the result escapes (returned, or a view of it is)
+    while a source escapes too (a placeholder, an input or state the caller holds, or a value
+    returned too), or while its sources are unknown. Else ``True``; always ``True`` for an
+    empty mapping.
 
     **Laws:** pure; ``False`` whenever taking the match would let a write through the result
     reach the caller's input (or a write to the input reach the result), or give the caller
     two outputs, or an output and an input, that share memory where eager's did not.
     Complexity: O(views of the values involved and their readers).
     """
+    memory = view if isinstance(view, MemoryView) else OnGraph(view)
     for result, outside in aliases.items():
-        returned, ok = _reach(view, result)
-        if not ok:
+        escapes, written = memory.reach(result)
+        if written:
             return False
-        base = _base(view, outside)
-        base_returned, ok = _reach(view, base)
-        if not ok:
-            return False
-        if returned:
-            node = view.node.get(base)
-            if node is None or node.op == PLACEHOLDER or base_returned:
+        sources = memory.sources(outside)
+        if sources is None:
+            if escapes:
+                return False
+            continue
+        for source in sources:
+            source_escapes, written = memory.reach(source)
+            if written or (escapes and source_escapes):
                 return False
     return True
+
+
+def sharing_guard(view: GraphView | MemoryView, shared: Sequence[tuple[Hashable, Hashable]],
+                  ) -> bool:
+    """Whether the result pairs in ``shared`` may share memory: for each pair no write reaches
+    either (or a view of either), and not both escape (``MemoryView.reach``). ``rewrite``'s
+    pairs are ``transforms.rewrite.result_sharing.new_sharing`` (made views of one buffer by
+    the replacement, fresh in the pattern); ``saturate``'s are the results that are views of
+    one value in the pattern or in the replacement (``result_sharing.base_pairs``: one of
+    them, and an e-graph value that escapes, would lose or gain the caller's aliasing).
+
+    **Laws:** pure; ``True`` for no pairs; ``False`` whenever a write through one result could
+    show in the other, or the caller would get two outputs sharing memory where eager's did
+    not. O(views of the results and their readers)."""
+    memory = view if isinstance(view, MemoryView) else OnGraph(view)
+    for a, b in shared:
+        ra, wa = memory.reach(a)
+        rb, wb = memory.reach(b)
+        if wa or wb or (ra and rb):
+            return False
+    return True
+
+
+@attrs.frozen
+class OnGraph:
+    """A ``GraphView``'s answers to ``MemoryView``: views are ``ir.effects.is_view`` nodes
+    reading their first argument, a write is a reader with ``ir.effects.written_args``; a value
+    escapes when it or a view of it is returned, or when it is a placeholder (or not in the
+    graph); its one source is its base (``ir.effects.view_base``). O(views of the value and
+    their readers) per question."""
+
+    view: GraphView
+
+    def reach(self, name: str) -> tuple[bool, bool]:
+        view, returned = self.view, False
+        for v in _views_of(view, name):
+            for u in view.users.get(v, ()):
+                node = view.node.get(u)
+                if node is None:
+                    continue
+                if node.op == OUTPUT:
+                    returned = True
+                elif not is_view(node) and _writes(node):
+                    return True, True
+        node = view.node.get(name)
+        return returned or node is None or node.op == PLACEHOLDER, False
+
+    def sources(self, name: str) -> tuple[str]:
+        return (view_base(name, self.view.node.get),)
 
 
 def _writes(node: Node) -> bool:
@@ -124,53 +205,6 @@ def _views_of(view: GraphView, name: str):
                 seen[u] = None
                 todo.append(u)
     return seen
-
-
-def _reach(view: GraphView, name: str) -> tuple[bool, bool]:
-    """(whether ``name`` or a view of it is returned, whether no write reaches them)."""
-    returned = False
-    for v in _views_of(view, name):
-        for u in view.users.get(v, ()):
-            node = view.node.get(u)
-            if node is None:
-                continue
-            if node.op == OUTPUT:
-                returned = True
-            elif not is_view(node) and _writes(node):
-                return returned, False
-    return returned, True
-
-
-def written_or_returned(view: GraphView, name: str) -> tuple[bool, bool]:
-    """``(returned, written)`` for graph value ``name``: whether it or a view of it is returned
-    by the graph, and whether a write in place (or a reader that may write) reaches it or a
-    view of it. The one question the ``shared`` guard asks of the effect facts (today the
-    view's operator facts, ``_reach``). O(views of ``name`` and their readers)."""
-    returned, unwritten = _reach(view, name)
-    return returned, not unwritten
-
-
-def sharing_guard(view: GraphView, shared: Sequence[tuple[str, str]]) -> bool:
-    """Whether the result pairs in ``shared`` (``transforms.rewrite.result_sharing.new_sharing``:
-    made views of one buffer by the replacement, fresh in the pattern) may share memory: for
-    each pair no write reaches either (or a view of either), and the graph does not return
-    both.
-
-    **Laws:** pure; ``True`` for no pairs; ``False`` whenever a write through one result could
-    show in the other, or the caller would get two outputs sharing memory where eager's did
-    not. O(views of the results and their readers)."""
-    for a, b in shared:
-        ra, wa = written_or_returned(view, a)
-        rb, wb = written_or_returned(view, b)
-        if wa or wb or (ra and rb):
-            return False
-    return True
-
-
-def _base(view: GraphView, name: str) -> str:
-    """The value ``name`` is a view of, through views up to a value that is not one
-    (``ir.effects.view_base`` on the working graph)."""
-    return view_base(name, view.node.get)
 
 
 def result_aliases(traced: Traced) -> tuple[int | None, ...]:
@@ -310,7 +344,7 @@ def layout_guard(
     ``r.view(-1)`` does). ``False`` when a reader followed reads strides
     (``ir.ops.reads_strides``: ``as_strided``, stride queries), writes in place, is a
     ``call_module`` or a higher-order op, raises at the new layout, or has no value to
-    compare; or when more than ``_LAYOUT_CAP`` readers would be followed. A reader followed
+    compare; or when more than ``LAYOUT_CAP`` readers would be followed. A reader followed
     that is a view at one layout and a copy at the other (``reshape``) changes which values
     share memory: then ``False`` too where more than one value of the group is returned, or
     where one is written (or given to a ``call_module``) while a value of the group has a
@@ -320,9 +354,9 @@ def layout_guard(
 
     **Laws:** pure (fake values only); ``layout_guard(view, r, v, v)`` holds; ``False``
     whenever a reader of the result could raise, or alias its input differently, at the new
-    strides. Complexity: O(readers followed), at most ``_LAYOUT_CAP`` fake operator runs.
+    strides. Complexity: O(readers followed), at most ``LAYOUT_CAP`` fake operator runs.
     """
-    if _same_layout(old, new):
+    if same_strides(old, new, unknown=True):
         return True
     vals = {result: new}
     todo = [(result, True)]  # (value, whether its strides differ from before)
@@ -347,7 +381,7 @@ def layout_guard(
             if not calls or _writes(node) or ops.reads_strides(node.target):
                 return False
             followed += 1
-            if followed > _LAYOUT_CAP:
+            if followed > LAYOUT_CAP:
                 return False
             before = node.meta.get("val")
             try:
@@ -356,12 +390,15 @@ def layout_guard(
                 return False  # raised at the new strides (a view they admit not)
             if after is None or before is None:
                 return False  # unknown
-            same_sharing = _same_sharing(view, node, vals, before, after)
-            flips = flips or not same_sharing
-            if _same_layout(before, after) and same_sharing:
+            first = node.args[0] if node.args else None
+            shared = type(first) is not Ref or first.name not in vals or same_sharing(
+                before, _val(view, first.name), after, vals[first.name], unknown=True)
+            flips = flips or not shared
+            alike = same_strides(before, after, unknown=True)
+            if alike and shared:
                 continue
             vals[u] = after
-            todo.append((u, not _same_layout(before, after)))
+            todo.append((u, not alike))
     if not flips:
         return True
     # a reader that was a copy is now a view (or the reverse): which values share memory
@@ -372,51 +409,110 @@ def layout_guard(
     return returned <= 1 and not (writes and fan_out)
 
 
-_LAYOUT_CAP = 64  #: readers followed from one result with other strides, at most
+LAYOUT_CAP = 64  #: readers followed from one value with other strides, at most (both drivers)
 
 
-def _same_layout(a: Any, b: Any) -> bool:
-    """Whether fake values ``a`` and ``b`` have the same strides (tuples element by element);
-    unknown or symbolic strides count as the same (nothing to compare)."""
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same_layout(x, y) for x, y in zip(a, b))
+def same_strides(a: Any, b: Any, *, unknown: bool | None = None,
+                 single: bool = False) -> bool | None:
+    """Whether fake values ``a`` and ``b`` are laid out alike: ``True`` where their strides
+    are equal, ``False`` where they differ, ``unknown`` where there is nothing to compare (not
+    both tensors; another shape, dtype or device; strides unreadable or symbolic; sequences of
+    other lengths). Lists and tuples are compared item by item (``split``'s value, read by
+    ``getitem``): ``None`` where an item is, else whether all are alike. The one layout
+    comparison of both drivers' layout guards: ``rewrite``'s passes ``unknown=True`` (nothing
+    to compare is no difference), ``saturate``'s keeps ``None`` (such a value may not join a
+    class) and ``single=True`` (a tensor of at most one element is laid out like any other
+    of its shape). **Laws:** ``same_strides(v, v)`` is ``True`` for a tensor of plain
+    strides; symmetric. O(items · rank)."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        if not (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))) or len(a) != len(b):
+            return unknown
+        got = [same_strides(x, y, unknown=unknown, single=single) for x, y in zip(a, b)]
+        return None if None in got else all(got)
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return unknown
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return unknown
+    if single and a.numel() <= 1:
         return True
     try:
         sa, sb = tuple(a.stride()), tuple(b.stride())
     except Exception:  # noqa: BLE001 - a layout without strides
-        return True
+        return unknown
     if not all(type(d) is int for d in (*sa, *sb)):
-        return True
-    return sa == sb or a.shape != b.shape
+        return unknown
+    return sa == sb
 
 
-def _same_sharing(view: GraphView, node: Node, vals: Mapping[str, Any], before: Any,
-                  after: Any) -> bool:
-    """Whether ``node``'s result shares memory with its first argument at the new layout as it
-    did at the old (``reshape`` is a view at one and a copy at another)."""
-    first = node.args[0] if node.args else None
-    if type(first) is not Ref or first.name not in vals:
-        return True
-    src = view.node.get(first.name)
-    old_in = src.meta.get("val") if src is not None else None
-    return shares_storage(before, old_in) == shares_storage(after, vals[first.name])
+def same_sharing(before: Any, before_in: Any, after: Any, after_in: Any, *,
+                 unknown: bool = False) -> bool:
+    """Whether a reader's value shares memory with what it reads (``shares_storage``) at the
+    new layout (``after`` of ``after_in``) as it did at the old (``before`` of
+    ``before_in``): ``reshape`` is a view of a contiguous value and a copy of a strided one.
+    ``False`` where one side is known and the other not; ``unknown`` where neither is
+    (``rewrite``'s layout guard: ``True``; ``saturate``'s: ``False``). O(1)."""
+    was, now = shares_storage(before, before_in), shares_storage(after, after_in)
+    if was is None and now is None:
+        return unknown
+    return was is not None and was == now
+
+
+def fake_run(target: Any, args: Any, kwargs: Any,
+             val_of: Mapping[str, Any] | Callable[[str], Any], memo: dict | None = None, *,
+             method: bool = False) -> Any:
+    """``target`` run on the fake values of its arguments, ``val_of`` (a mapping, or a function
+    of the name) for each ``Ref``: the one fake run of both drivers' guards and instances
+    (``kernel.fake_value``, fake modes only, no ``meta`` runs; its contract: ``None`` where an
+    argument has no fake value or no fake mode is found, ``FakeRunFailed``, the one failure
+    type, where the operator raises). ``method``: ``target`` is a method name. ``memo``:
+    results, and failures, kept by the operator, the literals and each tensor argument's
+    shape, dtype, strides and device (one per search: the same operator at the same shapes
+    runs once; a failure is raised again). O(arguments) plus the operator's fake run."""
+    read = val_of.get if isinstance(val_of, Mapping) else val_of
+    key = _fake_key(target, args, kwargs, read) if memo is not None else None
+    if key is not None and key in memo:
+        out = memo[key]
+        if isinstance(out, kn.FakeRunFailed):
+            raise out
+        return out
+    try:
+        out = kn.fake_value(target, args, kwargs, lambda r: read(r.name), method=method,
+                            meta=False)
+    except kn.FakeRunFailed as exc:
+        if key is not None:
+            memo[key] = exc.with_traceback(None)
+        raise
+    if key is not None:
+        memo[key] = out
+    return out
+
+
+def _fake_key(target: Any, args: Any, kwargs: Any, read: Callable[[str], Any]) -> tuple | None:
+    """What a fake run depends on (``None`` when an argument is not a plain tensor)."""
+    parts: list[Any] = []
+
+    def on_ref(r: Ref) -> None:
+        v = read(r.name)
+        parts.append((tuple(v.shape), v.dtype, v.stride(), v.device)
+                     if isinstance(v, torch.Tensor) else None)
+
+    thaw((args, kwargs), on_ref)
+    if any(x is None for x in parts):
+        return None
+    return (target, spell((args, kwargs)), tuple(parts))
 
 
 def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
-    """``node``'s operator run on the fake values of its arguments, ``vals`` in place of
-    theirs (the kernel's fake propagation, its contract: ``None`` when an argument's value is
-    unknown or no fake mode is found, ``FakeRunFailed`` when it raises)."""
+    """``node`` run again (``fake_run``) with ``vals`` in place of its arguments' values."""
+    return fake_run(node.target, node.args, node.kwargs,
+                    lambda name: vals[name] if name in vals else _val(view, name),
+                    method=node.op == CALL_METHOD)
 
-    def read(r: Ref) -> Any:
-        v = vals.get(r.name)
-        if v is None:
-            n = view.node.get(r.name)
-            v = n.meta.get("val") if n is not None else None
-        return v
 
-    return kn.fake_value(node.target, node.args, node.kwargs, read,
-                         method=node.op == CALL_METHOD, meta=False)
+def _val(view: GraphView, name: str) -> Any:
+    """The fake value of graph value ``name`` (``None``: unknown)."""
+    node = view.node.get(name)
+    return node.meta.get("val") if node is not None else None
 
 
 # --- what a match shares with its inputs ---------------------------------------------------------
@@ -690,21 +786,26 @@ def match_value(rule: Any, pattern: Any, b: Any, view: GraphView) -> Any:
 __all__ = [
     "GUARDS",
     "INSTANCE",
+    "LAYOUT_CAP",
     "MATCH",
     "PLAN",
     "REPLACEMENT",
     "GraphView",
     "Guard",
+    "MemoryView",
+    "OnGraph",
     "Site",
     "alias_guard",
     "barrier_guard",
     "dtype_guard",
+    "fake_run",
     "layout_guard",
     "match_value",
     "result_aliases",
+    "same_sharing",
+    "same_strides",
     "shares_storage",
     "sharing_guard",
     "where_holds",
     "without",
-    "written_or_returned",
 ]

@@ -5,9 +5,9 @@ returned two fresh tensors. That is the same program as long as nothing writes e
 (or a view of it) and the caller does not get both: a write through one would show in the other.
 ``new_sharing`` finds such pairs for one match (the engine puts them in ``Site.shared``);
 ``guards.sharing_guard`` is the guard that takes the match only where that holds
-(``transforms.rewrite.guards.GUARDS`` row ``shared``). What may write a value is asked of one
-function, ``guards.written_or_returned``; moving it onto ``ir.effects`` is a change of that
-one function.
+(``transforms.rewrite.guards.GUARDS`` row ``shared``). What may write or return a value is
+asked of one question, ``guards.MemoryView.reach``, which the working graph and the e-graph
+both answer; ``base_pairs`` gives ``saturate`` the pairs to ask it of.
 """
 
 from __future__ import annotations
@@ -31,6 +31,18 @@ def output_bases(traced: Traced) -> tuple[str | None, ...]:
     return tuple(out)
 
 
+def base_pairs(traced: Traced) -> frozenset[tuple[int, int]]:
+    """The pairs ``(i, j)``, ``i < j``, of results of a traced function that are views of one
+    value (the same ``output_bases`` entry, not a literal): ``split(x @ cat(w1, w2))``'s two
+    halves. ``saturate`` asks it of the pattern and of the replacement: a pair in either may
+    not both escape (``guards.sharing_guard`` on the e-graph), or the caller would see two
+    outputs share memory where they did not, or stop sharing where they did.
+    O(results²)."""
+    bases = output_bases(traced)
+    return frozenset((i, j) for i in range(len(bases)) for j in range(i + 1, len(bases))
+                     if bases[i] is not None and bases[i] == bases[j])
+
+
 def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...]:
     """The pairs of the match's results (graph names) that the replacement ``rep`` makes views
     of one value it computes, where the matched results did not share memory (read from their
@@ -38,27 +50,21 @@ def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...
     Results made aliases of an *input* are the ``alias`` guard's. O(results²)."""
     rep_bases = output_bases(rep)
     rep_nodes = {n.name: n for n in rep.graph.nodes}
-    pat_bases = output_bases(site.compiled.traced)
+    in_pattern = base_pairs(site.compiled.traced)
     pairs = []
     outs = site.outs
-    for i in range(len(outs)):
-        for j in range(i + 1, len(outs)):
-            a, b = outs[i], outs[j]
-            if a is None or b is None or a == b or rep_bases[i] is None:
-                continue
-            if rep_bases[i] != rep_bases[j]:
-                continue
-            base = rep_nodes.get(rep_bases[i])
-            if base is None or base.op == PLACEHOLDER:
-                continue  # an input returned twice: the alias guard's case
-            shared = guards.shares_storage(view.node[a].meta.get("val"),
-                                           view.node[b].meta.get("val"))
-            if shared is None:
-                shared = (i < len(pat_bases) and j < len(pat_bases)
-                          and pat_bases[i] is not None and pat_bases[i] == pat_bases[j])
-            if not shared:
-                pairs.append((a, b))
+    for i, j in sorted(base_pairs(rep)):
+        a, b = (outs[i], outs[j]) if j < len(outs) else (None, None)
+        if a is None or b is None or a == b:
+            continue
+        base = rep_nodes.get(rep_bases[i])
+        if base is None or base.op == PLACEHOLDER:
+            continue  # an input returned twice: the alias guard's case
+        shared = guards.shares_storage(view.node[a].meta.get("val"),
+                                       view.node[b].meta.get("val"))
+        if not (shared if shared is not None else (i, j) in in_pattern):
+            pairs.append((a, b))
     return tuple(pairs)
 
 
-__all__ = ["new_sharing", "output_bases"]
+__all__ = ["base_pairs", "new_sharing", "output_bases"]

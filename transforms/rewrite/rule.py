@@ -697,6 +697,29 @@ def replacement_for(
     return c.replacement
 
 
+def bind_scalars(tree: Any, sentinels: Mapping, scalars: Mapping[int, Any],
+                 env: Mapping[str, Any] = pmap()) -> Any:
+    """A replacement node's arguments ``tree`` at one match, for both drivers: each ``Ref``
+    renamed by ``env`` (kept where absent), each ``int`` / ``float`` literal that is a
+    sentinel (``sentinels``: ``(type, value) -> position``, typed so that an int literal is no
+    float sentinel) replaced by the match's scalar at that position (``scalars``; kept where
+    the match bound none). O(size of the tree)."""
+    kind = type(tree)
+    if kind is Ref:
+        return env.get(tree.name, tree)
+    if kind is tuple:
+        return tuple(bind_scalars(x, sentinels, scalars, env) for x in tree)
+    if kind is IList:
+        return IList(tuple(bind_scalars(x, sentinels, scalars, env) for x in tree.items))
+    if kind is IDict:
+        return IDict(tuple((k, bind_scalars(v, sentinels, scalars, env)) for k, v in tree.items))
+    if kind in (int, float):
+        pos = sentinels.get((kind, tree))
+        if pos is not None and pos in scalars:
+            return scalars[pos]
+    return tree
+
+
 def _traced_per_match(rule: Rule, scalars: Mapping[int, Any], vals: Mapping[int, Any]):
     args: list[Any] = []  # a tensor argument as its (shape, dtype): made on a cache miss only
     key_parts: list[Any] = []
@@ -837,6 +860,6 @@ class Match:
 
 
 __all__ = [
-    "Compiled", "Hyper", "Match", "OptionalTensor", "Rule", "RuleCache", "hyper", "optional",
-    "replacement_for", "rule_cache",
+    "Compiled", "Hyper", "Match", "OptionalTensor", "Rule", "RuleCache", "bind_scalars", "hyper",
+    "optional", "replacement_for", "rule_cache",
 ]

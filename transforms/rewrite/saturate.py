@@ -22,38 +22,37 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import IDict, IList, Ref, thaw
-from ir.effects import shares_first, view_base
+from ir.args import Ref, thaw
 from ir.errors import PassError
 from ir.gcpause import gc_paused
-from ir.graph import Graph
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.program import Program, require_program
 from transforms import kernel as kn
 from transforms.edit import rewrite_nodes
 from transforms.machinery.each_graph import walked_graphs
 from transforms.rewrite.cost import Cost, invariant_values, program_cost, roofline
+from transforms.rewrite.eclass_view import EClassView, read_by_leaves
 from transforms.rewrite.egraph import (
-    ESCAPE_CAP,
     LEAF,
     ClassData,
     EGraph,
     ENode,
-    GraphEGraph,
     covered,
     enode_of,
-    escapes,
     from_graph,
     spell,
 )
 from transforms.rewrite.ematch import EMatch, ematch_counted, ematch_value, exact, result_nodes
 from transforms.rewrite.engine import apply_rules
-from transforms.rewrite.guards import shares_storage, where_holds
-from transforms.rewrite.result_sharing import output_bases
-from transforms.rewrite.rule import (
-    Rule,
-    replacement_for,
+from transforms.rewrite.guards import (
+    alias_guard,
+    fake_run,
+    same_strides,
+    sharing_guard,
+    where_holds,
 )
+from transforms.rewrite.result_sharing import base_pairs, output_bases
+from transforms.rewrite.rule import Rule, bind_scalars, replacement_for
 from transforms.rewrite.ruleset import Directed, directions, prepare
 from transforms.rewrite.search_result import Builder, Plan, drop_dead, plan
 from transforms.rewrite.state_fold import fold_into_state
@@ -295,7 +294,7 @@ def saturate_report(
             continue
         geg = from_graph(p, mid, graph, frozen_state=frozen_state)
         grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots,
-                                        _read_by_leaves(geg, graph))
+                                        read_by_leaves(geg, graph))
         sizes.append(grown)
         classes.append(counted)
         stopped.append(why)
@@ -360,11 +359,13 @@ def _frozen(q: Program) -> tuple[Program, int]:
 
 def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
               deadline: float, roots: Iterable[int] = (),
-              read_by_leaves: Iterable[int] | None = None,
+              fixed: Iterable[int] | None = None,
               ) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """Rounds of matching and adding, with egg's backoff scheduler: a rule that matches more
     than its limit in a round is banned (its matches dropped) for a number of rounds; both
-    double at each ban. Returns the e-node and e-class counts per round and why it stopped."""
+    double at each ban. ``roots`` / ``fixed``: the classes that escape / are read by a leaf
+    (``EClassView``'s ``pinned`` / ``fixed``). Returns the e-node and e-class counts per
+    round and why it stopped."""
     sizes = [eg.size]
     classes = [len(eg.classes)]
     cap_nodes = limits.node_limit(eg.size)
@@ -372,7 +373,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
     applied: set[tuple] = set()  # matches applied (as their classes were then)
     memo: dict = {}  # fake runs by operator and argument metadata
     roots = frozenset(roots)
-    layouts = _Layouts(eg, roots, roots if read_by_leaves is None else frozenset(read_by_leaves))
+    view = EClassView(eg, roots, roots if fixed is None else frozenset(fixed))
     banned_until = [0] * len(rules)
     times_banned = [0] * len(rules)
     for it in range(limits.iterations):
@@ -407,7 +408,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
             if key in applied:
                 continue
             applied.add(key)
-            changed |= _apply(eg, d, m, memo, layouts)
+            changed |= _apply(eg, d, m, memo, view)
             if eg.size > cap_nodes or (len(applied) % 256 == 0
                                           and time.monotonic() > deadline):
                 break
@@ -426,13 +427,15 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
 
 
 def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
-           layouts: _Layouts | None = None) -> bool:
+           view: EClassView | None = None) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
     not runnable there, another shape, dtype or device, other strides that a reader of the
-    matched value would see (``_Layouts``), a result that is an input or a view of one where
-    both would escape (``_may_alias``)) or adds nothing new."""
-    layouts = _Layouts(eg, frozenset()) if layouts is None else layouts
+    matched value would see (``EClassView.restride``), a result that is an input or a view of
+    one where both would escape (``guards.alias_guard``), results that are views of one value
+    in the pattern or the replacement where two escape (``guards.sharing_guard``)) or adds
+    nothing new."""
+    view = EClassView(eg, frozenset()) if view is None else view
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
     if m.results and not _disjoint_values(eg, m.results):
         return False
@@ -465,17 +468,17 @@ def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
     if len(roots) > 1:
         # several results: every check first, so that a declined match adds nothing (each
         # would otherwise leave its nodes behind for the rules to match again)
-        if not _may_share(eg, roots, rep, layouts) or not _may_unshare(
-                eg, roots, c.traced, rep, layouts):
+        pairs = sorted(base_pairs(rep) | base_pairs(c.traced))
+        if not sharing_guard(view, [(roots[i], roots[j]) for i, j in pairs if j < len(roots)]):
             return False
-        dry = _instantiate(eg, d, m, rep, dict(child_of), dict(val_of), memo, layouts, None)
-        if dry is None or _results(eg, roots, outs, rep, rep_ph, *dry, memo, layouts) is None:
+        dry = _instantiate(eg, d, m, rep, dict(child_of), dict(val_of), memo, view, None)
+        if dry is None or _results(eg, roots, outs, rep, rep_ph, *dry, memo, view) is None:
             return False
     made: dict[str, ENode] = {}
-    done = _instantiate(eg, d, m, rep, child_of, val_of, memo, layouts, made)
+    done = _instantiate(eg, d, m, rep, child_of, val_of, memo, view, made)
     if done is None:
         return False
-    news = _results(eg, roots, outs, rep, rep_ph, *done, memo, layouts)
+    news = _results(eg, roots, outs, rep, rep_ph, *done, memo, view)
     if news is None:
         return False
     if len(roots) > 1:
@@ -484,7 +487,7 @@ def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
     for root, new in zip(roots, news):
         changed |= eg.union(root, new)
     if changed and len(roots) > 1:
-        # a result that is an input (``_may_alias``) has no e-node of its own to try
+        # a result that is an input (``guards.alias_guard``) has no e-node of its own to try
         group = tuple((r, made[o.name]) for r, o in zip(roots, outs) if o.name in made)
         if len(group) > 1:
             eg.groups.append(group)
@@ -564,11 +567,11 @@ def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
 
 
 def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[str, int],
-                 val_of: dict[str, Any], memo: dict, layouts: _Layouts,
+                 val_of: dict[str, Any], memo: dict, view: EClassView,
                  made: dict[str, ENode] | None) -> tuple[dict, dict] | None:
     """Run the replacement ``rep``'s nodes on fake values and, where ``made`` is a dict, add
     each as an e-node (``made``: node name -> e-node); ``None`` where a node cannot be run
-    there or may not read a class of mixed strides (``_Layouts.may_read``). With ``made``
+    there or may not read a class of mixed strides (``EClassView.may_read``). With ``made``
     ``None`` nothing is added (a dry run: new values get class ``-1``). Returns ``(child_of,
     val_of)`` extended by the replacement's nodes."""
     sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
@@ -578,32 +581,33 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
             continue
         if rn.op != CALL_FUNCTION:
             return None
-        args = _bind(rn.args, sentinels, m.scalars)
-        kwargs = _bind(rn.kwargs, sentinels, m.scalars)
+        args = bind_scalars(rn.args, sentinels, m.scalars)
+        kwargs = bind_scalars(rn.kwargs, sentinels, m.scalars)
+        check = ops.is_metadata_check(rn.target)
         if any(r.name not in child_of for r in _refs((args, kwargs))):
-            if _is_check(rn):
+            if check:
                 continue  # a metadata check on a value the e-graph does not hold
             return None
         try:
-            val = _fake_run(rn.target, args, kwargs, val_of, memo)
+            val = fake_run(rn.target, args, kwargs, val_of, memo)
         except kn.FakeRunFailed:
             return None
         if val is None and ops.facts(rn.target).results != 0:
             return None  # an argument without a fake value, or no fake mode
-        if _is_check(rn):
+        if check:
             continue
         if made is None:
             child_of[rn.name] = -1
             val_of[rn.name] = val
             continue
         e = enode_of(rn.target, args, kwargs, child_of, val_of, val)
-        if not layouts.may_read(e):
+        if not view.may_read(e):
             return None
         if rn.name in results:
             e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
         once = bool(e.children) and all(eg.data[eg.find(ch)].invariant for ch in e.children)
         cls = eg.add(e, ClassData(val, False, None, once))
-        layouts.inherit(e, cls)
+        view.inherit(e, cls)
         made[rn.name] = e
         child_of[rn.name] = cls
         val_of[rn.name] = eg.data[cls].val if eg.data[cls].val is not None else val
@@ -612,338 +616,33 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
 
 def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: list[str],
              child_of: dict[str, int], val_of: dict[str, Any], memo: dict,
-             layouts: _Layouts) -> list[int] | None:
+             view: EClassView) -> list[int] | None:
     """The class of each result of the replacement, to be merged with ``roots`` in order;
-    ``None`` where one is an input or a view of one that may not alias it there
-    (``_may_alias``), or has another shape, dtype or device, or other strides that a reader
-    of the matched value would see (``_Layouts``)."""
+    ``None`` where one is an input or a view of one (``result_sharing.output_bases``) that
+    may not alias it there (``guards.alias_guard`` on the e-graph: both would escape), or has
+    another shape, dtype or device, or other strides that a reader of the matched value
+    would see (``guards.same_strides``, then ``EClassView.restride``)."""
     news = []
-    for root, out in zip(roots, outs):
+    inputs = set(rep_ph)
+    for root, out, base in zip(roots, outs, output_bases(rep)):
         if out.name not in child_of:
             return None
-        source = _input_aliased(rep, out.name)
-        if source is not None and (source not in child_of
-                                   or not _may_alias(eg, root, child_of[source], layouts)):
+        if base in inputs and (base not in child_of
+                               or not alias_guard(view, {root: child_of[base]})):
             return None
         old_val, new_val = eg.data[eg.find(root)].val, val_of.get(out.name)
-        if not _compatible(old_val, new_val) and not (_same_metadata(old_val, new_val)
-                and layouts.restride(root, new_val, memo)):
+        alike = (same_strides(old_val, new_val, single=True)
+                 if isinstance(old_val, torch.Tensor) else None)
+        if not alike and (alike is None or not view.restride(root, new_val, memo)):
             return None
         news.append(child_of[out.name])
     return news
-
-
-def _may_share(eg: EGraph, roots: tuple[int, ...], rep: Any, layouts: _Layouts) -> bool:
-    """Whether the results of a match (classes ``roots``) may become the replacement ``rep``'s
-    results where two of these are views of one value it computes (``split(x @ cat(w1,
-    w2))``): at most one of those sharing a value *escapes*, is returned or read by a leaf,
-    itself or through views of it (``egraph.escapes``): two outputs would alias each other where
-    the program's did not, and a caller writing one would change the other. (A value written
-    in place is a leaf, ``egraph.value_roles``, and no pattern matches a leaf; a write seen
-    functionally, ``versions``, is built as its functional twin: nothing here is written.) Results that share nothing are not constrained here. ``extracted.shared_escape``
-    checks the extracted choice again (a later merge may make a result escape). O(views
-    followed), at most ``egraph.ESCAPE_CAP`` each."""
-    bases = output_bases(rep)
-    return all(len(shared) < 2 for shared in _escaping_by_base(eg, roots, bases, layouts))
-
-
-def _may_unshare(eg: EGraph, roots: tuple[int, ...], pattern: Any, rep: Any,
-                 layouts: _Layouts) -> bool:
-    """The mirror of ``_may_share``: whether the results of a match (classes ``roots``) may
-    become ``rep``'s where the pattern's results are views of one value (the halves of a
-    ``split`` the reverse of ``SHARED_INPUT_MM`` unfuses) and the replacement's are not:
-    at most one of those sharing a value escapes (``egraph.escapes``). Two returned halves
-    of one buffer are the caller's aliasing; fresh values in their place would lose it (the
-    in-context law: "fresh, the original's result is an alias of output 0"). O(views
-    followed), at most ``egraph.ESCAPE_CAP`` each."""
-    old_bases, new_bases = output_bases(pattern), output_bases(rep)
-    for shared in _escaping_by_base(eg, roots, old_bases, layouts):
-        if len(shared) > 1 and (None in {new_bases[i] for i in shared}
-                                or len({new_bases[i] for i in shared}) > 1):
-            return False
-    return True
-
-
-def _escaping_by_base(eg: EGraph, roots: tuple[int, ...], bases: tuple[str | None, ...],
-                      layouts: _Layouts) -> list[list[int]]:
-    """The positions of ``roots`` that escape (``egraph.escapes``), grouped by their entry of
-    ``bases`` (the value each result is a view of; ``None``: in no group). What
-    ``_may_share`` and ``_may_unshare`` both ask. O(views followed)."""
-    pinned = {eg.find(x) for x in layouts.pinned}
-    by_base: dict[str, list[int]] = {}
-    for i, (root, base) in enumerate(zip(roots, bases)):
-        if base is not None and escapes(eg, root, pinned):
-            by_base.setdefault(base, []).append(i)
-    return list(by_base.values())
-
-
-def _is_check(n: Node) -> bool:
-    return ops.is_metadata_check(n.target)
-
-
-def _input_aliased(rep: Any, name: str) -> str | None:
-    """The input (placeholder name) that the replacement's result ``name`` is, or is a view
-    of through a chain of views (``ir.effects.view_base``); ``None`` for a fresh result."""
-    table = {n.name: n for n in rep.graph.nodes}
-    base = view_base(name, table.get)
-    n = table.get(base)
-    return base if n is not None and n.op == PLACEHOLDER else None
-
-
-def _may_alias(eg: EGraph, root: int, source: int, layouts: _Layouts) -> bool:
-    """Whether the matched class ``root`` may be merged with a value that is the class
-    ``source`` (an input of the match) or a view of it: the replacement returns its input
-    (``x * 1 -> x``), so after the merge the program may read one tensor where it read two.
-
-    ``rewrite``'s ``alias_guard`` on the e-graph: writes first. A value written in place that
-    the e-graph does not see functionally is a leaf, and so is every node that reads it
-    (``egraph.value_roles``); no pattern matches a leaf, so neither ``root`` nor the
-    matched inputs are written by anything in the program; a write seen functionally
-    (``versions``) is built as its functional twin, so the built program writes neither.
-    What is left is the caller: refused where ``root`` *escapes* (``egraph.escapes``: it or
-    a view of it is returned or read by a leaf, or it is a leaf) while ``source``, or a
-    value it is a view of (down its view e-nodes, ``_alias_sources``), escapes too (an input
-    or state value is a leaf: returning it would make an output alias an input; returned
-    too: two outputs would alias each other). ``extracted.output_alias`` checks the
-    extracted choice again, since a later merge may make a class escape. O(views followed),
-    at most ``egraph.ESCAPE_CAP`` each."""
-    pinned = {eg.find(x) for x in layouts.pinned}
-    if not escapes(eg, root, pinned):
-        return True
-    sources = _alias_sources(eg, source)
-    return sources is not None and not any(escapes(eg, c, pinned) for c in sources)
-
-
-def _alias_sources(eg: EGraph, c: int) -> set[int] | None:
-    """Class ``c`` and the classes whose memory it may be, down its e-nodes that may give
-    their first argument's memory (``ir.effects.shares_first``): their first child,
-    transitively; ``None`` past ``egraph.ESCAPE_CAP`` classes. O(classes reached)."""
-    seen: set[int] = set()
-    todo = [eg.find(c)]
-    while todo:
-        x = todo.pop()
-        if x in seen:
-            continue
-        if len(seen) >= ESCAPE_CAP:
-            return None
-        seen.add(x)
-        for n in eg.classes.get(x, ()):
-            if n.children and shares_first(n.op):
-                todo.append(eg.find(n.children[0]))
-    return seen
-
-
-def _compatible(old: Any, new: Any) -> bool:
-    """The values may be one class: the same shape, dtype, device and strides."""
-    return _same_metadata(old, new) and (old.numel() <= 1 or old.stride() == new.stride())
-
-
-def _same_metadata(old: Any, new: Any) -> bool:
-    """Both tensors, of one shape, dtype and device (strides aside)."""
-    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
-        return False
-    return old.shape == new.shape and old.dtype == new.dtype and old.device == new.device
-
-
-_LAYOUT_CAP = 64  #: readers followed from one value with other strides, at most
-
-
-class _Layouts:
-    """The classes whose members may differ in strides (*mixed*), and the check that lets a
-    value of other strides join a class (a fused kernel's result laid out otherwise: an
-    attention's ``(B, L, H, E)`` memory order for a ``(B, H, L, E)`` result).
-
-    As ``rewrite``'s layout guard does, the new layout is followed up the class's readers
-    (its parent e-nodes): each is run again on the fake values with the new strides in;
-    where its result has its old strides the difference stops there; where not, its readers
-    are followed. Refused where a reader raises at the new strides (a ``view`` they admit
-    not), reads strides (``ir.ops.reads_strides``), where a class followed is a leaf or is
-    read by one (``fixed``: the program's own effects, module calls and writes see it), or
-    past ``_LAYOUT_CAP`` readers. A class the graph returns may take other strides, as
-    ``rewrite``'s layout guard lets a returned value (the caller gets the same values; the
-    in-context law compares values, dtypes, shapes and aliasing, not strides): so
-    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
-    a reader shares memory with what it reads at one layout and not at the other
-    (``reshape``, ``_same_sharing``), refused where two of the classes followed and such
-    readers escape (returned or read by a leaf): outputs that shared memory would not.
-    The classes whose strides may now differ are marked mixed; an e-node added later that
-    reads a mixed class is refused where it is a view or reads strides (it was run on one
-    layout only), and its own class is marked mixed. Sound, not complete.
-
-    ``pinned``: the classes returned or read by a leaf (``GraphEGraph.roots``: what escapes,
-    for ``_may_share`` and ``_may_alias``); ``fixed``: those read by a leaf
-    (``_read_by_leaves``; default ``pinned``).
-    """
-
-    def __init__(self, eg: EGraph, pinned: frozenset[int],
-                 fixed: frozenset[int] | None = None) -> None:
-        self.eg = eg
-        self.pinned = pinned
-        self.fixed = pinned if fixed is None else fixed
-        self.mixed: set[int] = set()
-
-    def is_mixed(self, c: int) -> bool:
-        c = self.eg.find(c)
-        return any(self.eg.find(x) == c for x in self.mixed)
-
-    def may_read(self, e: ENode) -> bool:
-        """Whether the new e-node ``e`` may read its children as they are: no view or stride
-        reader of a mixed class."""
-        if not self.mixed or not any(self.is_mixed(c) for c in e.children):
-            return True
-        return not (ops.is_view(e.op) or ops.reads_strides(e.op))
-
-    def inherit(self, e: ENode, c: int) -> None:
-        """Mark ``c`` (the class of the new e-node ``e``) mixed where ``e`` reads one."""
-        if self.mixed and any(self.is_mixed(x) for x in e.children):
-            self.mixed.add(self.eg.find(c))
-
-    def restride(self, c: int, new: Any, memo: dict) -> bool:
-        """Whether a value of strides ``new`` may join class ``c`` (see the class); marks the
-        classes whose strides may then differ."""
-        eg = self.eg
-        pinned = {eg.find(x) for x in self.fixed}
-        escaping = {eg.find(x) for x in self.pinned}
-        vals = {eg.find(c): new}
-        todo = [eg.find(c)]
-        followed = 0
-        flipped: set[int] = set()
-        while todo:
-            x = todo.pop()
-            if x in pinned or eg.data[x].leaf:
-                return False
-            for enode, owner in list(eg.parents.get(x, ())):
-                owner = eg.find(owner)
-                if ops.reads_strides(enode.op) or eg.data[owner].leaf:
-                    return False
-                followed += 1
-                if followed > _LAYOUT_CAP:
-                    return False
-                env = {}
-                for i, ch in enumerate(enode.children):
-                    ch = eg.find(ch)
-                    env[f"#{i}"] = vals.get(ch, eg.data[ch].val)
-                try:
-                    after = _fake_run(enode.op, enode.args, enode.kwargs, env, memo)
-                except kn.FakeRunFailed:
-                    return False
-                before = eg.data[owner].val
-                same = _same_layout(before, after)
-                if same is None:
-                    return False
-                if not _same_sharing(before, eg.data[x].val, after, vals[x]):
-                    flipped.add(owner)
-                if same or owner in vals:
-                    continue
-                vals[owner] = after
-                todo.append(owner)
-        if flipped and len(escaping & (set(vals) | flipped)) > 1:
-            return False  # returned values that shared memory no longer do (or the reverse)
-        self.mixed.update(vals)
-        return True
-
-
-def _same_sharing(before: Any, before_in: Any, after: Any, after_in: Any) -> bool:
-    """Whether a reader's value shares memory with the class it reads at the new strides as
-    it did at the old (``guards.shares_storage`` on the fake values): a ``reshape`` is a view
-    of a contiguous value and a copy of a strided one. Unknown (not tensors): ``False``."""
-    was, now = shares_storage(before, before_in), shares_storage(after, after_in)
-    return was is not None and was == now
-
-
-def _read_by_leaves(geg: GraphEGraph, graph: Graph) -> frozenset[int]:
-    """The classes (as built) that a leaf node of ``graph`` reads: the part of
-    ``geg.roots`` that is not there only because the output returns it. O(n)."""
-    out: set[int] = set()
-    for n in graph.nodes:
-        if n.op == OUTPUT or n.name not in geg.leaves:
-            continue
-        stale = geg.versions.rebind.get(n.name) or {}
-        for r in n.inputs():
-            name = stale.get(r.name, r.name)
-            if name in geg.class_of:
-                out.add(geg.class_of[name])
-    return frozenset(out)
-
-
-def _same_layout(before: Any, after: Any) -> bool | None:
-    """Whether ``after`` (a reader's value run again on other strides) keeps ``before``'s
-    strides: ``None`` where they differ in anything else (or are not tensors), so the new
-    layout may not join. A list or tuple of tensors (``split``'s value, read by ``getitem``)
-    is compared item by item: a fused value that was itself split (``x @ cat(w1, w2)``, fused
-    again with ``x @ w3``) passes its new strides on to its halves through it. O(items)."""
-    if isinstance(before, (list, tuple)):
-        if not isinstance(after, (list, tuple)) or len(before) != len(after):
-            return None
-        got = [_same_layout(b, a) for b, a in zip(before, after)]
-        return None if None in got else all(got)
-    if not isinstance(before, torch.Tensor) or not _same_metadata(before, after):
-        return None
-    return before.numel() <= 1 or before.stride() == after.stride()
-
-
-def _bind(tree: Any, sentinels: Mapping, scalars: Mapping) -> Any:
-    kind = type(tree)
-    if kind is tuple:
-        return tuple(_bind(x, sentinels, scalars) for x in tree)
-    if kind is IList:
-        return IList(tuple(_bind(x, sentinels, scalars) for x in tree.items))
-    if kind is IDict:
-        return IDict(tuple((k, _bind(v, sentinels, scalars)) for k, v in tree.items))
-    if kind in (int, float):
-        pos = sentinels.get((kind, tree))
-        if pos is not None and pos in scalars:
-            return scalars[pos]
-    return tree
 
 
 def _refs(tree: Any) -> list[Ref]:
     found: list[Ref] = []
     thaw(tree, found.append)
     return found
-
-
-def _fake_key(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any]) -> tuple | None:
-    """What a fake run depends on: the operator, the literals, and each tensor argument's
-    shape, dtype, strides and device (``None`` when one is not a plain tensor)."""
-    parts: list[Any] = []
-
-    def on_ref(r: Ref) -> Any:
-        v = val_of.get(r.name)
-        if not isinstance(v, torch.Tensor):
-            parts.append(None)
-            return None
-        parts.append((tuple(v.shape), v.dtype, v.stride(), v.device))
-        return None
-
-    thaw((args, kwargs), on_ref)
-    if any(x is None for x in parts):
-        return None
-    return (target, spell((args, kwargs)), tuple(parts))
-
-
-def _fake_run(target: Any, args: Any, kwargs: Any, val_of: Mapping[str, Any],
-              memo: dict | None = None) -> Any:
-    """``target`` run on the fake values of its arguments (``kernel.fake_value``, fake modes
-    only, no ``meta`` runs; its contract: ``None`` where an argument has no fake value or no
-    fake mode is found, ``FakeRunFailed`` where the operator raises). ``memo``: results, and
-    failures, kept by ``_fake_key`` (one per search: the same operator at the same shapes
-    runs once)."""
-    key = _fake_key(target, args, kwargs, val_of) if memo is not None else None
-    if key is not None and key in memo:
-        out = memo[key]
-        if isinstance(out, kn.FakeRunFailed):
-            raise out
-        return out
-    try:
-        out = kn.fake_value(target, args, kwargs, lambda r: val_of.get(r.name), meta=False)
-    except kn.FakeRunFailed as exc:
-        if key is not None:
-            memo[key] = exc.with_traceback(None)
-        raise
-    if key is not None:
-        memo[key] = out
-    return out
 
 
 def _greedy(p: Program, rules: list[Rule], cost: Cost, deadline: float,

@@ -226,7 +226,7 @@ def output_alias(geg: GraphEGraph, graph: Graph, choice: Mapping[int, ENode]) ->
     """Whether building ``choice`` may give an output of ``graph`` the memory of a leaf (an
     input, state, a constant, an effect's result) or of another output, where the graph's
     own outputs did not share it: a class that a rule merged with its input (``x * 1 ->
-    x``, ``saturate._may_alias``) holds that input as a leaf e-node of cost 0, which
+    x``, ``guards.alias_guard``) holds that input as a leaf e-node of cost 0, which
     extraction picks, and a later merge may make such a class returned.
 
     Memory is followed down views, alias-like operators and ``getitem`` s (their first
