@@ -28,6 +28,7 @@ from ir import ops
 from ir.args import IDict, IList, Ref, ref
 from ir.effects import Effects, graph_effects
 from ir.errors import PassError, PurefxError
+from ir.fake_memo import FakeMemo
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
@@ -188,6 +189,7 @@ class _Run:
     fixpoint: bool = True
     deadline: float | None = None
     cut: list[str] = attrs.Factory(list)
+    fakes: FakeMemo = attrs.field(factory=FakeMemo, eq=False)  # fake runs kept by metadata
 
 
 def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
@@ -359,7 +361,7 @@ class _Work(kn.WorkingGraph):
         self.path, self.gi, self.per_match = path, gi, per_match
         self.barriers, self.depth, self.done = barriers, depth, run.done
         self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
-        self.deadline, self.cut = run.deadline, run.cut
+        self.deadline, self.cut, self.fakes = run.deadline, run.cut, run.fakes
         self.regrouped: dict[str, set[str]] = {}  # rule -> nodes its regroupings made
 
 
@@ -668,7 +670,7 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
             args = _bind(rn.args, env, sentinels, b.scalars)
             kwargs = _bind(rn.kwargs, env, sentinels, b.scalars)
             try:
-                val = _fake_val(rn.target, args, kwargs, lookup)
+                val = _fake_val(rn.target, args, kwargs, lookup, w.fakes)
             except kn.FakeRunFailed:
                 # the replacement raises on this match's values (shapes the pattern allows and
                 # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken
@@ -763,16 +765,17 @@ def _common_stack(nodes: list[Node]) -> Any:
 
 
 
-def _fake_val(target, args, kwargs, lookup) -> Any:
+def _fake_val(target, args, kwargs, lookup, fakes: FakeMemo) -> Any:
     """The kernel's fake propagation on the match's values (``kernel.fake_value``, its one
     contract: ``None`` where an input's val is unknown, the replaced node's val then standing;
-    ``FakeRunFailed`` where the replacement raises on them). Meta vals are not run."""
+    ``FakeRunFailed`` where the replacement raises on them), through the run's ``fakes``
+    (``ir.fake_memo``: one run per operator and metadata). Meta vals are not run."""
 
     def val_of(r: Ref) -> Any:
         n = lookup(r.name)
         return n.meta.get("val") if n is not None else None
 
-    return kn.fake_value(target, args, kwargs, val_of, meta=False)
+    return fakes.value(target, args, kwargs, val_of, meta=False)
 
 
 __all__ = [
