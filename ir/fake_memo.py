@@ -124,7 +124,10 @@ class FakeMemo:
                 parts = ("list", *(part(y) for y in (x.items if kind is IList else x)))
             elif kind is IDict or kind is dict:
                 items = x.items if kind is IDict else tuple(x.items())
-                parts = ("dict", *((k, part(v)) for k, v in items))
+                values = tuple(part(v) for _, v in items)
+                if any(v is _UNKEPT for v in values):
+                    return _UNKEPT
+                parts = ("dict", *zip((k for k, _ in items), values))
             elif kind is ISlice:
                 parts = ("slice", part(x.start), part(x.stop), part(x.step))
             else:

@@ -12,7 +12,7 @@ import torch
 import ir.fake_memo as fake_memo_mod
 import transforms.kernel as kernel_mod
 from ir import import_ep
-from ir.args import Ref
+from ir.args import IDict, Ref
 from ir.fake_memo import FakeMemo
 from ir.fake_run import FakeRunFailed, fake_value
 from ir.printer import format_program
@@ -159,3 +159,13 @@ def test_saturate_on_many_blocks_runs_as_many_fake_runs_as_on_one(monkeypatch):
     assert r1.chosen == r8.chosen == "saturate"
     assert r8.cost_after == pytest.approx(8 * r1.cost_after)
     assert many == one
+
+
+def test_a_keyword_argument_that_cannot_be_kept_keeps_nothing():
+    """A keyword tensor of no fake mode (a meta tensor) gives the call no key, so two such
+    calls never share one."""
+    vals = _vals(a=(3, 4))
+    vals["m"] = torch.empty(3, 4, device="meta")
+    kwargs = IDict((("other", Ref("m")),))
+    assert FakeMemo()._key(torch.ops.aten.add.Tensor, (Ref("a"),), kwargs,
+                           lambda r: vals[r.name], None) is None
