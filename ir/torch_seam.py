@@ -29,6 +29,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._higher_order_ops.effects import has_effects as _has_effects
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
 from torch.fx._pytree import tree_flatten_spec as torch_tree_flatten_spec
 from torch.fx.node import _side_effectful_functions
@@ -47,6 +48,7 @@ __all__ = [
     "ShapeEnvGuardError",
     "TreeSpec",
     "fake_failures_unlogged",
+    "fresh_fake",
     "graph_codegen",
     "guard_failures_unlogged",
     "has_effects",
@@ -219,6 +221,17 @@ def refusing_new_guards(shape_env: Any) -> contextlib.AbstractContextManager:
     nothing (``nullcontext``). O(1)."""
     enter = getattr(shape_env, "error_on_new_guards", None)
     return enter() if enter is not None else contextlib.nullcontext()
+
+
+def fresh_fake(like: torch.Tensor) -> torch.Tensor:
+    """A new fake tensor of ``like``'s fake mode (``like.fake_mode``), shape, strides, dtype and
+    device, on a storage of its own (offset 0): what an operator whose result is fresh would
+    return at those metadata, made without running it. ``FakeTensor(mode, meta tensor,
+    device)`` (``torch._subclasses.fake_tensor``), the constructor the fake mode itself uses
+    for an operator's result, in 2.13-2.15. O(rank)."""
+    meta = torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype,
+                               device="meta")
+    return _FakeTensor(like.fake_mode, meta, like.device)
 
 
 def new_fake_mode() -> Any:

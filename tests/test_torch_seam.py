@@ -584,3 +584,15 @@ def test_ir_holds_purefx_pytree_functions_and_lowering_torchs():
     assert flatten_by_spec not in fx_targets and unflatten_tree not in fx_targets
     out = export_ep(p)
     assert not {flatten_by_spec, unflatten_tree} & {n.target for n in out.graph.nodes}
+
+
+def test_fresh_fake_has_the_metadata_and_a_storage_of_its_own():
+    mode = ir_seam.new_fake_mode()
+    like = mode.from_tensor(torch.ones(4, 6)).t()
+    made = ir_seam.fresh_fake(like)
+    assert made.fake_mode is like.fake_mode and made.device == like.device
+    assert made.shape == like.shape and made.stride() == like.stride() == (1, 6)
+    assert made.dtype == like.dtype and made.storage_offset() == 0
+    assert ir_seam.storage_identity(made) != ir_seam.storage_identity(like)
+    with mode:
+        assert (made @ torch.ones(4, 2)).shape == (6, 2)  # it runs in the mode as any other

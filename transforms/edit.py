@@ -30,6 +30,7 @@ from ir import state as st
 from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
 from ir.effects import aliased_args, graph_effects, is_pure, written_args
 from ir.errors import PassError, PurefxError
+from ir.fake_memo import FakeMemo
 from ir.fake_run import guards_refused, refused_guard
 from ir.gcpause import gc_paused
 from ir.graph import Graph
@@ -264,6 +265,7 @@ class _Editor:
         self.traced: dict[Any, tr.Traced] = {}
         self._level: str | None = None
         self._mode: Any = _NO_MODE
+        self.fakes = FakeMemo()  # the emitted nodes' fake runs, one per operator and metadata
         self.root_aliases: dict[str, Ref] = {}
         self.live_constants: set[str] = set()  # new constants some node still reads
         self.constants: set[str] = set()  # every new constant
@@ -697,7 +699,7 @@ class _Editor:
 
     def fake(self, target: Any, args: Any, kwargs: Any) -> Any:
         try:
-            return kn.fake_value(target, args, kwargs, self.val, mode=self.fake_mode())
+            return self.fakes.value(target, args, kwargs, self.val, mode=self.fake_mode())
         except kn.FakeRunFailed as exc:
             if exc.guard is not None:
                 raise kn.guard_error(self.p, exc.guard,

@@ -18,6 +18,7 @@ from typing import Any
 
 from ir import ops
 from ir.effects import shares_first
+from ir.fake_memo import FakeMemo
 from ir.graph import Graph
 from ir.node import OUTPUT
 from transforms import kernel as kn
@@ -106,7 +107,7 @@ class EClassView:
         if self.mixed and any(self.is_mixed(x) for x in e.children):
             self.mixed.add(self.eg.find(c))
 
-    def restride(self, c: int, new: Any, memo: dict) -> bool:
+    def restride(self, c: int, new: Any, memo: FakeMemo) -> bool:
         """Whether a value of strides ``new`` may join class ``c`` (see the class); marks the
         classes whose strides may then differ. ``memo``: the search's fake runs."""
         eg = self.eg

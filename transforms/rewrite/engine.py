@@ -28,6 +28,7 @@ from ir import ops
 from ir.args import Ref, ref
 from ir.effects import Effects, graph_effects
 from ir.errors import PassError, PurefxError
+from ir.fake_memo import FakeMemo
 from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import ModuleId
@@ -188,6 +189,7 @@ class _Run:
     fixpoint: bool = True
     deadline: float | None = None
     cut: list[str] = attrs.Factory(list)
+    fakes: FakeMemo = attrs.field(factory=FakeMemo, eq=False)  # fake runs kept by metadata
 
 
 def _same_at_both_levels(rules: list[Rule], a: str, b: str) -> bool:
@@ -359,7 +361,7 @@ class _Work(kn.WorkingGraph):
         self.path, self.gi, self.per_match = path, gi, per_match
         self.barriers, self.depth, self.done = barriers, depth, run.done
         self.skipped, self.table, self.fixpoint = run.skipped, run.table, run.fixpoint
-        self.deadline, self.cut = run.deadline, run.cut
+        self.deadline, self.cut, self.fakes = run.deadline, run.cut, run.fakes
         self.regrouped: dict[str, set[str]] = {}  # rule -> nodes its regroupings made
 
 
@@ -669,7 +671,7 @@ def _instantiate(site: guards.Site, w: _Work) -> _Instance:
             args = bind_scalars(rn.args, sentinels, b.scalars, env)
             kwargs = bind_scalars(rn.kwargs, sentinels, b.scalars, env)
             try:
-                val = guards.fake_run(rn.target, args, kwargs, val_of)
+                val = guards.fake_run(rn.target, args, kwargs, val_of, w.fakes)
             except kn.FakeRunFailed:
                 # the replacement raises on this match's values (shapes the pattern allows and
                 # the replacement does not, inductor's rule 24 with fewer k/v heads): not taken

@@ -48,16 +48,16 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import Ref, thaw
+from ir.args import Ref
 from ir.effects import is_pure, is_view, view_base, written_args
 from ir.errors import PassError, PurefxError
+from ir.fake_memo import FakeMemo
 from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK
 from ir.node import CALL_FUNCTION, CALL_METHOD, OUTPUT, PLACEHOLDER, Node
 from ir.torch_seam import storage_identity
 from transforms import kernel as kn
 from transforms.machinery.trace import Traced
-from transforms.rewrite.egraph import spell
 from transforms.rewrite.rule import Match
 
 
@@ -458,48 +458,19 @@ def same_sharing(before: Any, before_in: Any, after: Any, after_in: Any, *,
 
 
 def fake_run(target: Any, args: Any, kwargs: Any,
-             val_of: Mapping[str, Any] | Callable[[str], Any], memo: dict | None = None, *,
+             val_of: Mapping[str, Any] | Callable[[str], Any], memo: FakeMemo | None = None, *,
              method: bool = False) -> Any:
     """``target`` run on the fake values of its arguments, ``val_of`` (a mapping, or a function
     of the name) for each ``Ref``: the one fake run of both drivers' guards and instances
-    (``kernel.fake_value``, fake modes only, no ``meta`` runs; its contract: ``None`` where an
-    argument has no fake value or no fake mode is found, ``FakeRunFailed``, the one failure
-    type, where the operator raises). ``method``: ``target`` is a method name. ``memo``:
-    results, and failures, kept by the operator, the literals and each tensor argument's
-    shape, dtype, strides and device (one per search: the same operator at the same shapes
-    runs once; a failure is raised again). O(arguments) plus the operator's fake run."""
+    (``ir.fake_run.fake_value``, fake modes only, no ``meta`` runs; its contract: ``None`` where
+    an argument has no fake value or no fake mode is found, ``FakeRunFailed``, the one failure
+    type, where the operator raises). ``method``: ``target`` is a method name. ``memo``: the
+    driver's ``ir.fake_memo.FakeMemo`` (one greedy run, one search): a fresh operator at
+    metadata seen before is not run again, and a failure there is raised again. O(arguments)
+    plus, unless kept, the operator's fake run."""
     read = val_of.get if isinstance(val_of, Mapping) else val_of
-    key = _fake_key(target, args, kwargs, read) if memo is not None else None
-    if key is not None and key in memo:
-        out = memo[key]
-        if isinstance(out, kn.FakeRunFailed):
-            raise out
-        return out
-    try:
-        out = kn.fake_value(target, args, kwargs, lambda r: read(r.name), method=method,
-                            meta=False)
-    except kn.FakeRunFailed as exc:
-        if key is not None:
-            memo[key] = exc.with_traceback(None)
-        raise
-    if key is not None:
-        memo[key] = out
-    return out
-
-
-def _fake_key(target: Any, args: Any, kwargs: Any, read: Callable[[str], Any]) -> tuple | None:
-    """What a fake run depends on (``None`` when an argument is not a plain tensor)."""
-    parts: list[Any] = []
-
-    def on_ref(r: Ref) -> None:
-        v = read(r.name)
-        parts.append((tuple(v.shape), v.dtype, v.stride(), v.device)
-                     if isinstance(v, torch.Tensor) else None)
-
-    thaw((args, kwargs), on_ref)
-    if any(x is None for x in parts):
-        return None
-    return (target, spell((args, kwargs)), tuple(parts))
+    run = kn.fake_value if memo is None else memo.value
+    return run(target, args, kwargs, lambda r: read(r.name), method=method, meta=False)
 
 
 def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:

@@ -24,6 +24,7 @@ import torch
 from ir import ops
 from ir.args import Ref, thaw
 from ir.errors import PassError
+from ir.fake_memo import FakeMemo
 from ir.gcpause import gc_paused
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.program import Program, require_program
@@ -371,7 +372,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
     cap_nodes = limits.node_limit(eg.size)
     base_limit = limits.match_limit or max(1000, eg.size)
     applied: set[tuple] = set()  # matches applied (as their classes were then)
-    memo: dict = {}  # fake runs by operator and argument metadata
+    memo = FakeMemo()  # the search's fake runs: one per operator and argument metadata
     roots = frozenset(roots)
     view = EClassView(eg, roots, roots if fixed is None else frozenset(fixed))
     banned_until = [0] * len(rules)
@@ -426,7 +427,7 @@ def _saturate(eg: EGraph, rules: list[Directed], limits: SaturationLimits,
     return tuple(sizes), tuple(classes), "iterations"
 
 
-def _apply(eg: EGraph, d: Directed, m: EMatch, memo: dict,
+def _apply(eg: EGraph, d: Directed, m: EMatch, memo: FakeMemo,
            view: EClassView | None = None) -> bool:
     """Add the replacement for match ``m`` to the e-graph and merge it with the matched value;
     ``False`` when the match is declined (``where`` false, the replacement not traceable or
@@ -567,7 +568,7 @@ def _record_covers(eg: EGraph, roots: tuple[int, ...], news: list[int],
 
 
 def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[str, int],
-                 val_of: dict[str, Any], memo: dict, view: EClassView,
+                 val_of: dict[str, Any], memo: FakeMemo, view: EClassView,
                  made: dict[str, ENode] | None) -> tuple[dict, dict] | None:
     """Run the replacement ``rep``'s nodes on fake values and, where ``made`` is a dict, add
     each as an e-node (``made``: node name -> e-node); ``None`` where a node cannot be run
@@ -615,7 +616,7 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
 
 
 def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: list[str],
-             child_of: dict[str, int], val_of: dict[str, Any], memo: dict,
+             child_of: dict[str, int], val_of: dict[str, Any], memo: FakeMemo,
              view: EClassView) -> list[int] | None:
     """The class of each result of the replacement, to be merged with ``roots`` in order;
     ``None`` where one is an input or a view of one (``result_sharing.output_bases``) that
