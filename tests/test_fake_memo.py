@@ -63,13 +63,16 @@ def test_a_view_is_never_made_from_a_kept_one():
     assert all(storage_identity(o) == storage_identity(vals["a"]) for o in outs)
 
 
-def test_a_failure_is_raised_every_time_and_not_kept():
+def test_a_failure_is_kept_and_raised_again_without_a_run():
     vals = _vals(a=(3, 4), b=(5, 5))
     memo = FakeMemo()
     for _ in range(2):
         with pytest.raises(FakeRunFailed):
             memo.value(MM, (Ref("a"), Ref("b")), {}, lambda r: vals[r.name])
-    assert (memo.runs, memo.made) == (2, 0)
+    assert (memo.runs, memo.made) == (1, 0)
+    fits = _vals(a=(3, 4), b=(4, 5))  # other metadata: run, and kept apart from the failure
+    assert tuple(memo.value(MM, (Ref("a"), Ref("b")), {}, lambda r: fits[r.name]).shape) == (3, 5)
+    assert memo.runs == 2
 
 
 # --- greedy ``rewrite`` on repeated blocks --------------------------------------------------------
@@ -126,8 +129,8 @@ def test_greedy_rewrite_of_many_blocks_runs_each_replacement_operator_once(monke
     assert r1.counts["move_scale"] >= 1 and r8.counts["move_scale"] == 8 * r1.counts["move_scale"]
     assert one == many > 0  # each (mul, mm) of a replacement once per metadata
 
-    def plain(self, target, args, kwargs, val_of, *, mode=None, meta=True):
-        return fake_value(target, args, kwargs, val_of, mode=mode, meta=meta)
+    def plain(self, target, args, kwargs, val_of, *, method=False, mode=None, meta=True):
+        return fake_value(target, args, kwargs, val_of, method=method, mode=mode, meta=meta)
 
     monkeypatch.setattr(FakeMemo, "value", plain)
     q_plain, _ = apply_rules(p, [MOVE_SCALE])

@@ -12,6 +12,7 @@ import torch
 
 from ir import import_ep
 from ir.args import IList, Ref
+from ir.fake_memo import FakeMemo
 from transforms import kernel as kn
 from transforms.machinery.trace import TRAINING, trace
 from transforms.rewrite import guards, result_sharing
@@ -95,11 +96,11 @@ def test_fake_run_takes_a_mapping_or_a_function_and_memoizes_failures():
     fits = {"a": val, "b": val.t()}
     assert tuple(guards.fake_run(mm, args, {}, fits).shape) == (3, 3)
     assert tuple(guards.fake_run(mm, args, {}, fits.get).shape) == (3, 3)
-    memo: dict = {}
+    memo = FakeMemo()
     for _ in range(2):
         with pytest.raises(kn.FakeRunFailed):
             guards.fake_run(mm, args, {}, {"a": val, "b": val}.get, memo)
-    assert len(memo) == 1
+    assert memo.runs == 1
 
 
 def test_bind_scalars_binds_typed_sentinels_and_renames():

@@ -9,6 +9,7 @@ import torch
 
 from ir import PassError, import_ep
 from ir.args import Ref
+from ir.fake_memo import FakeMemo
 from transforms import kernel as kn
 from transforms.machinery.each_graph import walked_graphs
 from transforms.machinery.trace import level_of
@@ -100,11 +101,11 @@ def test_saturate_keeps_a_fake_run_failure_and_raises_it_again():
     val_of = {n.name: n.meta["val"] for n in p.root_module.graph.nodes if n.op == "placeholder"}
     x, y = (Ref(name) for name in val_of)
     mm = torch.ops.aten.mm.default
-    memo: dict = {}
+    memo = FakeMemo()
     for _ in range(2):
         with pytest.raises(kn.FakeRunFailed):
             guards.fake_run(mm, (x, y), {}, val_of, memo)
-    assert len(memo) == 1 and isinstance(next(iter(memo.values())), kn.FakeRunFailed)
+    assert memo.runs == 1
     assert guards.fake_run(mm, (x, Ref("unknown")), {}, val_of, memo) is None
     fits = {"a": val_of[y.name], "b": val_of[y.name].t()}
     assert tuple(guards.fake_run(mm, (Ref("a"), Ref("b")), {}, fits).shape) == (4, 4)
