@@ -80,20 +80,15 @@ def verify(program: Program, *, vals: bool = False) -> Program:
                 _check_graph(program, graph, mid, path)
     _check_root_signature(program)
     if vals:
-        _check_vals(program)
+        _check_vals(program, paths)
     return program
 
 
-def _check_vals(program: Program) -> None:
-    """Every compute node's ``val`` is what its inputs' ``val`` s give (``verify(vals=True)``)."""
+def _check_vals(program: Program, paths: dict[ModuleId, str]) -> None:
+    """Every compute node's ``val`` is what its inputs' ``val`` s give (``verify(vals=True)``);
+    ``paths``: each module's first path, in walk order (``_check_module_tree``)."""
     table = program.module_table()
-    seen: set[ModuleId] = set()
-    order = []
-    for path, mid in program.walk():
-        if mid not in seen:
-            seen.add(mid)
-            order.append((path, mid))
-    for path, mid in reversed(order):  # callees first: the fault named is where it starts
+    for mid, path in reversed(paths.items()):  # callees first: the fault named is where it starts
         if table[mid].kind == SUBGRAPH:
             continue  # a higher-order op's body runs under its op's context (autocast, grad)
         for graph in table[mid].graphs:
