@@ -31,10 +31,10 @@ import torch
 
 from ir import signature as sg
 from ir.errors import PassError
-from ir.module_stack import NO_STACK
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms.rewrite.cost import nbytes, numel, size_hint
+from transforms.stages.plan import frame_paths
 
 BALANCES = ("params", "flops")
 INF = float("inf")
@@ -127,8 +127,8 @@ class Plan:
         self.flops = [0] * self.n
         for i, nd in enumerate(self.nodes):
             self.flops[i] = node_flops(nd, vals)
-            frames = nd.module_frames
-            where = frames[-1].path if frames and frames is not NO_STACK else ""
+            paths = frame_paths(nd)
+            where = paths[-1] if paths else ""
             for r in nd.inputs():
                 fqn = state_reads.get(r.name)
                 if fqn is None or (table[fqn].tensor, where) in seen:
@@ -139,14 +139,11 @@ class Plan:
         first: dict[int, str] = {}
         begun: set[str] = set()
         for i, nd in enumerate(self.nodes):
-            frames = nd.module_frames
-            if frames is None or frames is NO_STACK:
-                continue
-            for f in frames:
-                if f.path and f.path not in begun:
-                    begun.add(f.path)
-                    if p.resolve(f.path) is not None:
-                        first.setdefault(i, f.path)
+            for path in frame_paths(nd):
+                if path and path not in begun:
+                    begun.add(path)
+                    if p.resolve(path) is not None:
+                        first.setdefault(i, path)
         # activation bytes crossing each position; a non-tensor crossing makes it no cut
         last = {}
         for nd in graph.nodes:
