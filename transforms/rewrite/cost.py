@@ -75,7 +75,7 @@ def numel(v: Any) -> int:
     """The elements of a fake value: a tensor's (symbolic sizes at ``size_hint``), the sum
     over a tuple or list, 0 for anything else. O(size of the structure)."""
     if isinstance(v, torch.Tensor):
-        return math.prod(size_hint(d) for d in v.shape)
+        return math.prod(d if isinstance(d, int) else size_hint(d) for d in v.shape)
     if isinstance(v, (tuple, list)):
         return sum(numel(x) for x in v)
     return 0
