@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ir.args import IDict, IList, ISlice, Ref
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.names import target_name
 from ir.node import OUTPUT, PLACEHOLDER, Node
@@ -106,8 +107,8 @@ def format_val(val: Any) -> str | None:
     if isinstance(val, torch.Tensor):
         if val.layout != torch.strided:
             return None
-        sizes = tuple(_hint(d) for d in val.shape)
-        strides = tuple(_hint(d) for d in val.stride())
+        sizes = tuple(hint(d) for d in val.shape)
+        strides = tuple(hint(d) for d in val.stride())
         if None in sizes or None in strides:
             return None
         text = f"{str(val.dtype).removeprefix('torch.')}[{', '.join(map(str, sizes)) or '()'}]"
@@ -118,8 +119,8 @@ def format_val(val: Any) -> str | None:
             extra.append(f"device={str(val.device)!r}")
         return text + (f"({', '.join(extra)})" if extra else "")
     if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        hint = _hint(val)
-        return None if hint is None else repr(hint)
+        found = hint(val)
+        return None if found is None else repr(found)
     if val is None or type(val) in (int, float, bool, str):
         return repr(val)
     if type(val) in (tuple, list):
@@ -139,14 +140,6 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
-
-
-def _hint(d: Any) -> Any:
-    """A symbolic size or scalar's hint (its value in the example export traced; ``None`` when
-    it has none), else ``d``."""
-    if isinstance(d, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return d.node.hint
-    return d
 
 
 def format_node(node: Node, *, vals: bool = False) -> str:

@@ -33,6 +33,7 @@ from ir import signature as sg
 from ir.args import Ref, thaw
 from ir.effects import graph_effects, is_pure, written_state
 from ir.errors import PassError, PurefxError
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.program import Program
@@ -65,10 +66,8 @@ _FREE = frozenset({"getitem"})
 def size_hint(d: Any) -> int:
     """A size as a plain int: a symbolic size's hint (its value in the example export traced;
     1 when it has none), else ``int(d)``. O(1)."""
-    if isinstance(d, torch.SymInt):
-        hint = d.node.hint
-        return int(hint) if hint is not None else 1
-    return int(d)
+    found = hint(d)
+    return 1 if found is None else int(found)
 
 
 def numel(v: Any) -> int:
