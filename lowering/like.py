@@ -56,6 +56,7 @@ from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.strategies import values
+from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering.export import export_ep
 from transforms.pipeline import transform
@@ -384,13 +385,6 @@ def _finite(bound: Any) -> int | None:
     return int(value) if math.isfinite(value) else None
 
 
-def _size(d: Any, sizes: dict[Any, int]) -> int:
-    if isinstance(d, torch.SymInt):
-        expr = d.node.expr
-        return int(expr.subs(sizes)) if expr.free_symbols <= set(sizes) else int(d.node.hint)
-    return int(d)
-
-
 def _inputs(draw: st.DrawFn, p: Program, sizes: dict[Any, int], edges: bool,
             said: list[str]) -> tuple[tuple, dict]:
     """``program_inputs``' inputs at ``sizes``; the floating ones drawn at the edges when
@@ -398,27 +392,9 @@ def _inputs(draw: st.DrawFn, p: Program, sizes: dict[Any, int], edges: bool,
     at_edges = edges and draw(st.booleans())
     if at_edges:
         said.append("inputs at the edges")
-    gen = torch.Generator().manual_seed(0)
-    graph = p.root_module.graph
-    leaves = []
-    for spec in p.signature.user_inputs():
-        val = graph.node(spec.name).meta.get("val")
-        if isinstance(val, torch.Tensor):
-            shape = tuple(_size(d, sizes) for d in val.shape)
-            if at_edges and val.dtype.is_floating_point:
-                leaves.append(draw(values.tensors(shape, val.dtype, layout="contiguous")))
-            elif val.dtype.is_floating_point:
-                leaves.append(torch.rand(shape, generator=gen).to(val.dtype) * 2 - 1)
-            elif val.dtype == torch.bool:
-                leaves.append(torch.randint(0, 2, shape, generator=gen).bool())
-            else:
-                leaves.append(torch.randint(0, 10, shape, generator=gen).to(val.dtype))
-        elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
-            leaves.append(_size(val, sizes))
-        else:
-            leaves.append(val)
-    sig = p.call_signatures.get("")
-    if sig is None:
-        return tuple(leaves), {}
-    args, kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
-    return tuple(args), dict(kwargs)
+
+    def edge(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return draw(values.tensors(shape, dtype, layout="contiguous"))
+
+    named = {str(s): n for s, n in sizes.items()}
+    return program_inputs(p, 0, named, floating=edge if at_edges else None)
