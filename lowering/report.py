@@ -367,7 +367,7 @@ def _anchor(index: int) -> str:
 
 def _tree_section(program: Program) -> str:
     rows = module_rows(program)
-    anchors = _anchors(program)
+    anchors = _anchors(rows)
     out = ['<section id="tree"><h2>Module tree</h2><ul class="tree">']
     depth = 0
     for i, row in enumerate(rows):
@@ -401,21 +401,14 @@ def _tree_section(program: Program) -> str:
     return "".join(out)
 
 
-def _anchors(program: Program) -> dict[str, str]:
+def _anchors(rows: list[TreeRow]) -> dict[str, str]:
     """The anchor of each module (by first path) that has graphs."""
-    anchors: dict[str, str] = {}
-    seen: set[str] = set()
-    for path, mid in program.walk():
-        if mid in seen:
-            continue
-        seen.add(mid)
-        if program.modules[mid].graphs:
-            anchors[path] = _anchor(len(anchors))
-    return anchors
+    firsts = [row.path for row in rows if row.same_as is None and row.graphs]
+    return {path: _anchor(i) for i, path in enumerate(firsts)}
 
 
 def _graphs_section(program: Program) -> str:
-    anchors = _anchors(program)
+    anchors = _anchors(module_rows(program))
     out = ['<section id="graphs"><h2>Module graphs</h2>']
     for path, mid in program.walk():
         anchor = anchors.get(path)
