@@ -335,13 +335,7 @@ def _stage_table(stages: Sequence[Stage], texts: list[str | None]) -> str:
         elif text == previous:
             change = "no change"
         else:
-            diff = _diff(previous, text)
-            added = sum(1 for line in diff if line.startswith("+"))
-            removed = sum(1 for line in diff if line.startswith("-"))
-            change = (
-                f'<span class="stat-add">+{added}</span> '
-                f'<span class="stat-del">&minus;{removed}</span> lines'
-            )
+            change = _diff_counts(_diff(previous, text))
         if text is not None:
             previous = text
         width = max(1, round(160 * stage.seconds / longest))
@@ -452,17 +446,19 @@ def _diff_section(stages: Sequence[Stage], texts: list[str | None]) -> str:
             )
         else:
             diff = _diff(previous, text)
-            added = sum(1 for line in diff if line.startswith("+"))
-            removed = sum(1 for line in diff if line.startswith("-"))
-            out.append(
-                f'<details open><summary>{_e(stage.name)}: '
-                f'<span class="stat-add">+{added}</span> '
-                f'<span class="stat-del">&minus;{removed}</span> lines</summary>'
-                f"{_pre_diff(diff)}</details>"
-            )
+            out.append(f"<details open><summary>{_e(stage.name)}: {_diff_counts(diff)}</summary>"
+                       f"{_pre_diff(diff)}</details>")
         previous = text
     out.append("</section>")
     return "".join(out)
+
+
+def _diff_counts(diff: list[str]) -> str:
+    """The lines ``diff`` (a unified diff) adds and removes, as the page shows them."""
+    added = sum(1 for line in diff if line.startswith("+"))
+    removed = sum(1 for line in diff if line.startswith("-"))
+    return (f'<span class="stat-add">+{added}</span> '
+            f'<span class="stat-del">&minus;{removed}</span> lines')
 
 
 def _pre_lines(lines: list[str]) -> str:
