@@ -123,6 +123,7 @@ from ir import state as stt
 from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref, thaw
 from ir.effects import aliased_args
 from ir.errors import InputError
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.import_ep import holder_tree
 from ir.module import PLAIN, SUBGRAPH, Module
@@ -1778,12 +1779,6 @@ def _example_value(node: Node, gen: torch.Generator, sizes: Mapping[str, int] | 
     )
 
 
-def _hint(d: Any) -> int:
-    if isinstance(d, torch.SymInt):
-        return int(d.node.hint)
-    return int(d)
-
-
 def _size(d: Any, sizes: Mapping[str, int] | None) -> int:
     """``d`` at ``sizes`` (its expression, when they give each of its symbols), else its hint."""
     if sizes and isinstance(d, torch.SymInt):
@@ -1791,4 +1786,4 @@ def _size(d: Any, sizes: Mapping[str, int] | None) -> int:
         free = getattr(expr, "free_symbols", ())
         if free and all(str(s) in sizes for s in free):
             return int(expr.xreplace({s: sizes[str(s)] for s in free}))
-    return _hint(d)
+    return int(hint(d))
