@@ -13,6 +13,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from ir import ops
 from ir.args import Ref, thaw
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
@@ -59,7 +60,7 @@ def graph_value(graph: Graph, call: Callable[[Node, Callable[[Ref], Any]], Any])
             found = node.meta["val"]
         elif node.op == CALL_MODULE:
             found = call(node, value)
-        elif node.op == CALL_FUNCTION and _is_container(node.target):
+        elif node.op == CALL_FUNCTION and ops.is_in(node.target, _CONTAINERS):
             try:
                 found = node.target(*thaw(node.args, value), **dict(thaw(node.kwargs, value)))
             except Exception:  # noqa: BLE001 - an unknown value (None) where a tree was expected
@@ -69,13 +70,6 @@ def graph_value(graph: Graph, call: Callable[[Node, Callable[[Ref], Any]], Any])
 
     output = graph.output_node
     return thaw(output.args[0], value) if output.args else None
-
-
-def _is_container(target: Any) -> bool:
-    try:
-        return target in _CONTAINERS
-    except TypeError:  # unhashable
-        return False
 
 
 def _call(program: Program, mid: ModuleId, target: Any, memo: dict) -> Any:
