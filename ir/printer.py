@@ -224,13 +224,11 @@ def format_program(program: Program, *, vals: bool = True) -> str:
     constraints = program.range_constraints.value
     if constraints:
         lines.append(f"  range constraints: {len(constraints)} (opaque)")
-    seen: dict[str, str] = {}
     for path, mid in program.walk():
-        shown = path or "<root>"
-        if mid in seen:
-            lines.append(f"  module {shown}: same object as {seen[mid] or '<root>'}")
+        shown, first = path or "<root>", program.first_path(mid)
+        if first != path:
+            lines.append(f"  module {shown}: same object as {first or '<root>'}")
             continue
-        seen[mid] = path
         mod = program.module_table()[mid]
         lines.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
         for name, peer in mod.peers:
@@ -271,16 +269,15 @@ def _arg_specs(args: tuple) -> str:
 def format_tree(program: Program) -> str:
     """The module tree, one line per path: type, node count, and which paths are one object."""
     lines = []
-    first: dict[str, str] = {}
     for path, mid in program.walk():
         depth = path.count(".") + 1 if path else 0
         name = path.rsplit(".", 1)[-1] if path else "<root>"
         mod = program.module_table()[mid]
         short = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
-        if mid in first:
-            lines.append(f"{'  ' * depth}{name}: {short} (same object as {first[mid] or '<root>'})")
+        first = program.first_path(mid)
+        if first != path:
+            lines.append(f"{'  ' * depth}{name}: {short} (same object as {first or '<root>'})")
             continue
-        first[mid] = path
         nodes = sum(len(g) for g in mod.graphs)
         graphs = f", {len(mod.graphs)} call graphs" if len(mod.graphs) > 1 else ""
         body = f"{nodes} nodes{graphs}" if mod.graphs else "no graph"

@@ -77,13 +77,12 @@ def module_rows(program: Program) -> list[TreeRow]:
     """The module tree of ``program``, one row per path, depth first in registration order."""
     calls = {mid: len(order) for mid, order in dispatch_orders(program).items()}
     rows = []
-    first: dict[str, str] = {}
     for path, mid in program.walk():
         mod = program.modules[mid]
         short = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
         depth = path.count(".") + 1 if path else 0
-        same_as = first.get(mid)
-        first.setdefault(mid, path)
+        first = program.first_path(mid)
+        same_as = None if first == path else first
         rows.append(
             TreeRow(
                 path=path,
