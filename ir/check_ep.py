@@ -21,7 +21,7 @@ from torch.export import graph_signature as gs
 
 from ir import ops
 from ir.errors import UnsupportedProgramError
-from ir.module_names import all_attribute_names, first_path_fault, path_fault, rename_hint
+from ir.module_names import all_attribute_names, check_path, first_path_fault
 from ir.node import (
     CALL_FUNCTION,
     CALL_METHOD,
@@ -256,7 +256,8 @@ def _check_call_graph_entries(
             raise UnsupportedProgramError(f"{where} appears twice")
         seen.add(fqn)
         path = fqn.partition("@")[0]
-        _check_path_names(path, f"{where}: module path")
+        if path:
+            check_path(path, f"{where}: module path", UnsupportedProgramError)
         owner = _outermost_in(path, state, clear)
         if owner is not None:
             raise UnsupportedProgramError(
@@ -270,17 +271,6 @@ def _check_call_graph_entries(
 def _entry(i: int, fqn: Any) -> str:
     """How an error names call graph entry ``i``."""
     return f"module call graph entry {i} ({fqn!r})"
-
-
-def _check_path_names(path: str, what: str) -> None:
-    """Every step of ``path`` can be an ``nn.Module`` attribute name (``ir.module_names``)."""
-    found = path_fault(path) if path else None
-    if found is not None:
-        step, fault = found
-        raise UnsupportedProgramError(
-            f"{what} {path!r}: the name {step!r} {fault}, so torch cannot register it on a "
-            f"module; {rename_hint(step)}"
-        )
 
 
 def _outermost_in(path: str, owners: set[str], clear: set[str]) -> str | None:
@@ -373,7 +363,7 @@ def check_state_fqns(fqns: list[str]) -> None:
     known = set(fqns)
     clear: set[str] = set()
     if bad is not None and type(bad[0]) is str and bad[0] and "" not in bad[0].split("."):
-        _check_path_names(bad[0], "state")
+        check_path(bad[0], "state", UnsupportedProgramError)
     for fqn in fqns:
         if not isinstance(fqn, str) or not fqn or "" in fqn.split("."):
             raise UnsupportedProgramError(f"state fqn {fqn!r} is not a dotted attribute path")

@@ -243,6 +243,14 @@ def same_val(a: Any, b: Any) -> bool:
     return True
 
 
+def hint(d: Any) -> Any:
+    """A symbolic size or scalar's hint (its value in the example export traced; ``None`` when
+    it has none), else ``d``. O(1)."""
+    if isinstance(d, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return d.node.hint
+    return d
+
+
 def same_layout(a: Any, b: Any) -> bool:
     """Same strides, tensor by tensor through tuples and lists (compared as ``same_val``
     compares sizes: symbolic ones by expression, never by a guard); a tensor without strides

@@ -451,11 +451,7 @@ def _check_target(target: str, member: str, where: str) -> None:
         if any(p.name in _FILE_ARGUMENTS and p.type == "str" for p in found.params):
             raise _refuse(where, member, f"calls {target!r}, an operator that opens files")
         return
-    try:
-        known = obj in _SAFE_FUNCTIONS
-    except TypeError:  # unhashable
-        known = False
-    if not known:
+    if not ops.is_in(obj, _SAFE_FUNCTIONS):
         raise _refuse(where, member, f"calls {target!r}, which is not an operator")
 
 

@@ -54,6 +54,22 @@ def rename_hint(name: object) -> str:
     return "rename it in the eager model and export again"
 
 
+def check_path(path: object, what: str, error: type[Exception]) -> None:
+    """Raise ``error`` unless every step of the dotted ``path`` can be an attribute name of an
+    ``nn.Module`` (``path_fault``): ``a.forward`` or ``training`` cannot. The message names
+    ``what`` (``"state"``, a call graph entry's module path), the step and how to rename it.
+    O(len(path))."""
+    if type(path) is not str:
+        raise error(f"{what} fqn {path!r} is a {type(path).__name__}, not a dotted path")
+    found = path_fault(path)
+    if found is not None:
+        step, fault = found
+        raise error(
+            f"{what} {path!r}: the name {step!r} {fault}, so torch cannot register it on a "
+            f"module; {rename_hint(step)}"
+        )
+
+
 def path_fault(path: str) -> tuple[str, str] | None:
     """The first step of the dotted ``path`` that cannot be an attribute name, with the reason;
     ``None`` when every step can. O(len(path))."""

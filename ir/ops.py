@@ -339,23 +339,25 @@ def _method_facts(name: str) -> OpFacts:
 def _function_facts(fn: Any) -> OpFacts:
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    known = _in(fn, _SIZE_FUNCTIONS)
-    mutating = _in(fn, _MUTATING_FUNCTIONS)
+    known = is_in(fn, _SIZE_FUNCTIONS)
+    mutating = is_in(fn, _MUTATING_FUNCTIONS)
     return OpFacts(
         name=f"{module}.{qualname}" if module else qualname,
         kind=FUNCTION,
         mutating=mutating,
         written=(0,) if mutating else (),
         inplace=mutating and fn not in _SETTERS,
-        effectful=_in(fn, _EFFECTFUL_FUNCTIONS),
-        assertion=_in(fn, _ASSERT_FUNCTIONS),
-        random=_in(fn, _RANDOM_FUNCTIONS),
+        effectful=is_in(fn, _EFFECTFUL_FUNCTIONS),
+        assertion=is_in(fn, _ASSERT_FUNCTIONS),
+        random=is_in(fn, _RANDOM_FUNCTIONS),
         size_arithmetic=known or (module == "math" and callable(fn)),
         getitem=fn is operator.getitem,
     )
 
 
-def _in(value: Any, table: frozenset[Any]) -> bool:
+def is_in(value: Any, table: frozenset[Any]) -> bool:
+    """``value in table``, ``False`` for an unhashable ``value`` (a target may be any object).
+    O(1)."""
     try:
         return value in table
     except TypeError:  # unhashable
@@ -574,7 +576,7 @@ def reads_strides(target: Any) -> bool:
     if isinstance(target, str):
         return target in _STRIDE_READING_METHODS
     packet = getattr(target, "overloadpacket", target)
-    return _in(packet, _STRIDE_READERS)
+    return is_in(packet, _STRIDE_READERS)
 
 
 def is_size_arithmetic(target: Any) -> bool:

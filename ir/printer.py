@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ir.args import IDict, IList, ISlice, Ref
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.names import target_name
 from ir.node import OUTPUT, PLACEHOLDER, Node
@@ -106,8 +107,8 @@ def format_val(val: Any) -> str | None:
     if isinstance(val, torch.Tensor):
         if val.layout != torch.strided:
             return None
-        sizes = tuple(_hint(d) for d in val.shape)
-        strides = tuple(_hint(d) for d in val.stride())
+        sizes = tuple(hint(d) for d in val.shape)
+        strides = tuple(hint(d) for d in val.stride())
         if None in sizes or None in strides:
             return None
         text = f"{str(val.dtype).removeprefix('torch.')}[{', '.join(map(str, sizes)) or '()'}]"
@@ -118,8 +119,8 @@ def format_val(val: Any) -> str | None:
             extra.append(f"device={str(val.device)!r}")
         return text + (f"({', '.join(extra)})" if extra else "")
     if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        hint = _hint(val)
-        return None if hint is None else repr(hint)
+        found = hint(val)
+        return None if found is None else repr(found)
     if val is None or type(val) in (int, float, bool, str):
         return repr(val)
     if type(val) in (tuple, list):
@@ -139,14 +140,6 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
-
-
-def _hint(d: Any) -> Any:
-    """A symbolic size or scalar's hint (its value in the example export traced; ``None`` when
-    it has none), else ``d``."""
-    if isinstance(d, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return d.node.hint
-    return d
 
 
 def format_node(node: Node, *, vals: bool = False) -> str:
@@ -231,13 +224,11 @@ def format_program(program: Program, *, vals: bool = True) -> str:
     constraints = program.range_constraints.value
     if constraints:
         lines.append(f"  range constraints: {len(constraints)} (opaque)")
-    seen: dict[str, str] = {}
     for path, mid in program.walk():
-        shown = path or "<root>"
-        if mid in seen:
-            lines.append(f"  module {shown}: same object as {seen[mid] or '<root>'}")
+        shown, first = path or "<root>", program.first_path(mid)
+        if first != path:
+            lines.append(f"  module {shown}: same object as {first or '<root>'}")
             continue
-        seen[mid] = path
         mod = program.module_table()[mid]
         lines.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
         for name, peer in mod.peers:
@@ -278,16 +269,15 @@ def _arg_specs(args: tuple) -> str:
 def format_tree(program: Program) -> str:
     """The module tree, one line per path: type, node count, and which paths are one object."""
     lines = []
-    first: dict[str, str] = {}
     for path, mid in program.walk():
         depth = path.count(".") + 1 if path else 0
         name = path.rsplit(".", 1)[-1] if path else "<root>"
         mod = program.module_table()[mid]
         short = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
-        if mid in first:
-            lines.append(f"{'  ' * depth}{name}: {short} (same object as {first[mid] or '<root>'})")
+        first = program.first_path(mid)
+        if first != path:
+            lines.append(f"{'  ' * depth}{name}: {short} (same object as {first or '<root>'})")
             continue
-        first[mid] = path
         nodes = sum(len(g) for g in mod.graphs)
         graphs = f", {len(mod.graphs)} call graphs" if len(mod.graphs) > 1 else ""
         body = f"{nodes} nodes{graphs}" if mod.graphs else "no graph"

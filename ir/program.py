@@ -232,14 +232,8 @@ class Program:
 
     def node_count(self) -> int:
         """Total nodes over every distinct module graph (each ModuleId counted once)."""
-        seen: set[ModuleId] = set()
-        total = 0
-        for _, mid in self.walk():
-            if mid not in seen:
-                seen.add(mid)
-                total += sum(len(g) for g in self.modules[mid].graphs)
-        return total
+        return sum(len(g) for mid in self._module_paths for g in self.modules[mid].graphs)
 
     def module_count(self) -> int:
         """Number of distinct module objects reachable from the root."""
-        return len({mid for _, mid in self.walk()})
+        return len(self._module_paths)

@@ -10,12 +10,14 @@ and through nested ``call_module`` nodes.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
+from ir import ops
 from ir.args import Ref, thaw
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
-from ir.node import CALL_FUNCTION, CALL_MODULE
+from ir.node import CALL_FUNCTION, CALL_MODULE, Node
 from ir.program import Program
 from ir.tree_calls import flatten_by_spec, unflatten_tree
 
@@ -34,6 +36,16 @@ def output_value(program: Program, mid: ModuleId, graph: Graph) -> Any:
 
 
 def _output(program: Program, mid: ModuleId, graph: Graph, memo: dict) -> Any:
+    return graph_value(graph, lambda node, value: _call(program, mid, node.target, memo))
+
+
+def graph_value(graph: Graph, call: Callable[[Node, Callable[[Ref], Any]], Any]) -> Any:
+    """The tree ``graph`` returns, each value read from its node's ``meta["val"]``, computed
+    where a node has none: a container function (``getitem``, ``unflatten_tree``,
+    ``flatten_by_spec``) run on its arguments' values, a ``call_module`` node's value
+    ``call(node, value)`` (``value``: a ``Ref``'s value, for the call's arguments); an unknown
+    value is ``None``. The step ``output_value`` takes on a program and ``lowering.meta`` on a
+    lowered module tree. O(nodes), besides ``call``."""
     by_name = graph.by_name()
     known: dict[str, Any] = {}
 
@@ -47,8 +59,8 @@ def _output(program: Program, mid: ModuleId, graph: Graph, memo: dict) -> Any:
         elif "val" in node.meta:
             found = node.meta["val"]
         elif node.op == CALL_MODULE:
-            found = _call(program, mid, node.target, memo)
-        elif node.op == CALL_FUNCTION and _is_container(node.target):
+            found = call(node, value)
+        elif node.op == CALL_FUNCTION and ops.is_in(node.target, _CONTAINERS):
             try:
                 found = node.target(*thaw(node.args, value), **dict(thaw(node.kwargs, value)))
             except Exception:  # noqa: BLE001 - an unknown value (None) where a tree was expected
@@ -58,13 +70,6 @@ def _output(program: Program, mid: ModuleId, graph: Graph, memo: dict) -> Any:
 
     output = graph.output_node
     return thaw(output.args[0], value) if output.args else None
-
-
-def _is_container(target: Any) -> bool:
-    try:
-        return target in _CONTAINERS
-    except TypeError:  # unhashable
-        return False
 
 
 def _call(program: Program, mid: ModuleId, target: Any, memo: dict) -> Any:

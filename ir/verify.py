@@ -17,8 +17,8 @@ from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
 from ir.module_names import (
     RESERVED_NAMES,
     attribute_name_fault,
+    check_path,
     first_path_fault,
-    path_fault,
     rename_hint,
 )
 from ir.names import target_name
@@ -80,20 +80,15 @@ def verify(program: Program, *, vals: bool = False) -> Program:
                 _check_graph(program, graph, mid, path)
     _check_root_signature(program)
     if vals:
-        _check_vals(program)
+        _check_vals(program, paths)
     return program
 
 
-def _check_vals(program: Program) -> None:
-    """Every compute node's ``val`` is what its inputs' ``val`` s give (``verify(vals=True)``)."""
+def _check_vals(program: Program, paths: dict[ModuleId, str]) -> None:
+    """Every compute node's ``val`` is what its inputs' ``val`` s give (``verify(vals=True)``);
+    ``paths``: each module's first path, in walk order (``_check_module_tree``)."""
     table = program.module_table()
-    seen: set[ModuleId] = set()
-    order = []
-    for path, mid in program.walk():
-        if mid not in seen:
-            seen.add(mid)
-            order.append((path, mid))
-    for path, mid in reversed(order):  # callees first: the fault named is where it starts
+    for mid, path in reversed(paths.items()):  # callees first: the fault named is where it starts
         if table[mid].kind == SUBGRAPH:
             continue  # a higher-order op's body runs under its op's context (autocast, grad)
         for graph in table[mid].graphs:
@@ -258,21 +253,7 @@ def _check_state(program: Program) -> None:
                 )
     found = first_path_fault(program.state_order)
     if found is not None:
-        check_state_name(found[0], VerifyError)
-
-
-def check_state_name(fqn: object, error: type[Exception]) -> None:
-    """Raise ``error`` unless every step of the state path ``fqn`` can be an attribute name of an
-    ``nn.Module`` (``ir.module_names``): ``a.forward`` or ``training`` cannot. O(len(fqn))."""
-    if type(fqn) is not str:
-        raise error(f"state fqn {fqn!r} is a {type(fqn).__name__}, not a dotted path")
-    found = path_fault(fqn)
-    if found is not None:
-        step, fault = found
-        raise error(
-            f"state {fqn!r}: the name {step!r} {fault}, so torch cannot register it on a module; "
-            f"{rename_hint(step)}"
-        )
+        check_path(found[0], "state", VerifyError)
 
 
 def _check_graph(program: Program, graph: Graph, mid: ModuleId, path: str) -> None:

@@ -35,6 +35,7 @@ import torch
 
 from ir.torch_seam import pytree
 from lowering.constraints import InputCheck
+from lowering.direct import unflatten_source
 from lowering.lowering_seam import (
     BUFFER_TABLE,
     MODULE_TABLE,
@@ -324,27 +325,8 @@ class _Writer:
 
     def output_tree(self, flat: str) -> str:
         counter = iter(range(self.out_spec.num_leaves))
-        return self.tree(self.out_spec, flat, counter)
-
-    def tree(self, spec: Any, flat: str, counter: Any) -> str:
-        if spec.is_leaf():
-            return f"{flat}[{next(counter)}]"
-        kind = spec.type
-        parts = [self.tree(c, flat, counter) for c in spec.children()]
-        if kind is tuple:
-            return f"({''.join(p + ', ' for p in parts)})"
-        if kind is list:
-            return f"[{', '.join(parts)}]"
-        if kind is dict:
-            pairs = (f"{self.constant(k)}: {p}" for k, p in zip(spec.context, parts))
-            return "{" + ", ".join(pairs) + "}"
-        if kind is type(None):
-            return "None"
-        node = pytree.SUPPORTED_NODES.get(kind)
-        if node is None:
-            raise Unsupported
-        fn, context = self.constant(node.unflatten_fn), self.constant(spec.context)
-        return f"{fn}([{', '.join(parts)}], {context})"
+        return unflatten_source(self.out_spec, lambda: f"{flat}[{next(counter)}]",
+                                self.constant, self.constant, Unsupported)
 
     # --- names ---------------------------------------------------------------------------------
 

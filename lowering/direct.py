@@ -127,6 +127,30 @@ def call_direct(child: torch.nn.Module, variant: int, args: tuple, kwargs: dict)
     return child._direct[variant](child, *child._bind(variant, args, kwargs))
 
 
+def unflatten_source(spec: Any, leaf: Callable[[], str], constant: Callable[[Any], str],
+                     key: Callable[[Any], str], unsupported: type[Exception]) -> str:
+    """Source that builds ``tree_unflatten(leaves, spec)``: each leaf spelled by ``leaf()`` in
+    order, tuples, lists and dicts as displays (their keys spelled by ``key``), ``None`` as
+    itself, any other registered node through its own unflatten function (``constant`` spells
+    a Python object); raises ``unsupported`` at a node type pytree does not know. O(spec)."""
+    if spec.is_leaf():
+        return leaf()
+    parts = [unflatten_source(c, leaf, constant, key, unsupported) for c in spec.children()]
+    kind = spec.type
+    if kind is tuple:
+        return f"({''.join(p + ', ' for p in parts)})"
+    if kind is list:
+        return f"[{', '.join(parts)}]"
+    if kind is dict:
+        return "{" + ", ".join(f"{key(k)}: {p}" for k, p in zip(spec.context, parts)) + "}"
+    if kind is type(None):
+        return "None"
+    node = pytree.SUPPORTED_NODES.get(kind)
+    if node is None:
+        raise unsupported
+    return f"{constant(node.unflatten_fn)}([{', '.join(parts)}], {constant(spec.context)})"
+
+
 class _Emitter:
     """Writes one function's source, line by line, then compiles it."""
 
@@ -217,7 +241,8 @@ class _Emitter:
                     return False
                 if len(leaves) != spec.num_leaves:
                     return False
-                display = self.spec_tree(spec, iter([self.value(x) for x in leaves]))
+                display = unflatten_source(spec, iter([self.value(x) for x in leaves]).__next__,
+                                           self.constant, self.value, _NotStatic)
                 self.emit(f"{self.local(node.name)} = {display}")
                 return True
         except _NotStatic:
@@ -259,24 +284,6 @@ class _Emitter:
         for part, child in zip(parts, spec.children()):
             out += self.spec_leaves(part, child)
         return out
-
-    def spec_tree(self, spec: Any, leaves: Any) -> str:
-        """The display of ``tree_unflatten(leaves, spec)``: tuples, lists and dicts spelled as
-        such, any other registered node through its own unflatten function."""
-        if spec.is_leaf():
-            return next(leaves)
-        parts = [self.spec_tree(c, leaves) for c in spec.children()]
-        kind = spec.type
-        if kind is tuple:
-            return f"({''.join(p + ', ' for p in parts)})"
-        if kind is list:
-            return f"[{', '.join(parts)}]"
-        if kind is dict:
-            return "{" + ", ".join(f"{self.value(k)}: {p}" for k, p in zip(spec.context, parts)) + "}"
-        node = pytree.SUPPORTED_NODES.get(kind)
-        if node is None:
-            raise _NotStatic
-        return f"{self.constant(node.unflatten_fn)}([{', '.join(parts)}], {self.constant(spec.context)})"
 
     # --- pieces -------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from ir import signature as sg
 from ir import state as st
 from ir.args import IDict, Ref, freeze, map_refs, ref, thaw
 from ir.errors import ExportError, PassError
-from ir.fake_run import guards_refused, refused_guard
+from ir.fake_run import guards_refused, hint, refused_guard
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
@@ -694,10 +694,10 @@ def _example_inputs(
                 return None
             leaves.append(example)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            hint = _hint(val)
-            if hint is None:
+            found = hint(val)
+            if found is None:
                 return None
-            leaves.append(hint)
+            leaves.append(found)
         elif val is _NO_VAL:
             return None
         else:
@@ -717,8 +717,8 @@ def _example_inputs(
 def _zeros_like_fake(val: torch.Tensor) -> torch.Tensor | None:
     """A real zero tensor with ``val``'s size and stride hints, dtype and device; ``None`` when a
     size or stride has no hint or the device cannot be allocated on here."""
-    shape = [_hint(d) for d in val.shape]
-    strides = [_hint(d) for d in val.stride()] if val.layout == torch.strided else None
+    shape = [hint(d) for d in val.shape]
+    strides = [hint(d) for d in val.stride()] if val.layout == torch.strided else None
     if any(d is None for d in shape) or (strides is not None and any(d is None for d in strides)):
         return None
     try:
@@ -729,14 +729,6 @@ def _zeros_like_fake(val: torch.Tensor) -> torch.Tensor | None:
         return None
     with torch.no_grad():
         return made.zero_()
-
-
-def _hint(d: Any) -> Any:
-    if isinstance(d, (int, float, bool)):
-        return d
-    node = getattr(d, "node", None)
-    hint = getattr(node, "hint", None)
-    return hint
 
 
 def _verifier(graph: torch.fx.Graph, holder: torch.nn.Module) -> type:

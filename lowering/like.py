@@ -52,9 +52,11 @@ from ir import signature as sg
 from ir.args import Ref, map_refs
 from ir.graph import Graph
 from ir.import_ep import import_ep
+from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.strategies import values
+from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering.export import export_ep
 from transforms.pipeline import transform
@@ -209,13 +211,10 @@ def _draw_extra_values(draw: st.DrawFn, p: Program, said: list[str]) -> tuple[Pr
     if kind == "output":
         said.append(f"extra output %{node.name}")
         return _add_output(p, node.name, None), False
-    name = _fresh(p, f"{node.name}_reader")
-    meta = {"nn_module_stack": {"L__self__": ("", p.root_module.type_name)},
-            "val": aten.neg.default(node.meta["val"])}
-    reader = Node(CALL_FUNCTION, name, aten.neg.default, (Ref(node.name),),
-                  meta=MappingProxyType(meta))
-    said.append(f"extra reader %{name} of %{node.name}")
-    return _add_output(p, name, reader), False
+    reader = _call(p, f"{node.name}_reader", aten.neg.default, node.name,
+                   stack={"L__self__": ("", p.root_module.type_name)})
+    said.append(f"extra reader %{reader.name} of %{node.name}")
+    return _add_output(p, reader.name, reader), False
 
 
 def _add_output(p: Program, name: str, reader: Node | None) -> Program:
@@ -275,20 +274,16 @@ def _draw_state_writes(draw: st.DrawFn, p: Program, said: list[str]) -> Program:
 def _write_before(p: Program, spec: sg.InputSpec, amount: float) -> Program:
     """An in-place ``add_`` of ``amount`` into the buffer right after the placeholders; every
     read of the buffer reads its result (as export writes in place)."""
-    graph = p.root_module.graph
-    name = _fresh(p, f"{spec.name}_written")
-    val = graph.node(spec.name).meta["val"]
-    meta = {"nn_module_stack": _reader_stack(p, spec.name, first=True),
-            "val": aten.add.Tensor(val, amount)}
-    write = Node(CALL_FUNCTION, name, aten.add_.Tensor, (Ref(spec.name), amount),
-                 meta=MappingProxyType(meta))
+    write = _call(p, f"{spec.name}_written", aten.add_.Tensor, spec.name, amount,
+                  stack=_reader_stack(p, spec.name, first=True), val_of=aten.add.Tensor)
+    name = write.name
     nodes = []
 
     def rename(r: Ref) -> Ref:
         return Ref(name) if r.name == spec.name else r
 
     placed = False
-    for n in graph.nodes:
+    for n in p.root_module.graph.nodes:
         if n.op != PLACEHOLDER and not placed:
             nodes.append(write)
             placed = True
@@ -301,21 +296,16 @@ def _write_before(p: Program, spec: sg.InputSpec, amount: float) -> Program:
 def _write_after(p: Program, spec: sg.InputSpec, amount: float) -> Program:
     """An ``add`` of ``amount`` to the buffer before the output, returned as its
     ``buffer_mutation`` (as export writes functionally): the next call reads the new value."""
-    graph = p.root_module.graph
-    name = _fresh(p, f"{spec.name}_next")
-    val = graph.node(spec.name).meta["val"]
-    meta = {"nn_module_stack": _reader_stack(p, spec.name, first=False),
-            "val": aten.add.Tensor(val, amount)}
-    new = Node(CALL_FUNCTION, name, aten.add.Tensor, (Ref(spec.name), amount),
-               meta=MappingProxyType(meta))
+    new = _call(p, f"{spec.name}_next", aten.add.Tensor, spec.name, amount,
+                stack=_reader_stack(p, spec.name, first=False))
     nodes = []
-    for n in graph.nodes:
+    for n in p.root_module.graph.nodes:
         if n.op == OUTPUT:
             nodes.append(new)
-            n = n.replace(args=((Ref(name),) + tuple(n.args[0]),))
+            n = n.replace(args=((Ref(new.name),) + tuple(n.args[0]),))
         nodes.append(n)
     signature = attrs.evolve(p.signature, outputs=(
-        sg.OutputSpec(sg.BUFFER_MUTATION, name, spec.target),) + p.signature.outputs)
+        sg.OutputSpec(sg.BUFFER_MUTATION, new.name, spec.target),) + p.signature.outputs)
     return _with_graph(p, nodes).replace(signature=signature)
 
 
@@ -335,13 +325,16 @@ def _with_graph(p: Program, nodes: list[Node]) -> Program:
     return p.replace(modules=p.modules.set(p.root, root.replace(graphs=(Graph(tuple(nodes)),))))
 
 
-def _fresh(p: Program, base: str) -> str:
-    taken = {n.name for n in p.root_module.graph.nodes}
-    name, i = base, 0
-    while name in taken:
-        i += 1
-        name = f"{base}_{i}"
-    return name
+def _call(p: Program, base: str, target: Any, arg: str, *rest: Any, stack: dict,
+          val_of: Callable[..., Any] | None = None) -> Node:
+    """A new ``call_function`` node ``target(%arg, *rest)`` of the root graph, named after
+    ``base`` (``ir.names.fresh_name`` there), module stack ``stack``; its ``val`` is ``val_of``
+    (default ``target``) run on ``arg``'s ``val`` and ``rest``."""
+    graph = p.root_module.graph
+    val = (val_of or target)(graph.node(arg).meta["val"], *rest)
+    name = fresh_name(base, Names(n.name for n in graph.nodes))
+    meta = MappingProxyType({"nn_module_stack": stack, "val": val})
+    return Node(CALL_FUNCTION, name, target, (Ref(arg), *rest), meta=meta)
 
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -392,13 +385,6 @@ def _finite(bound: Any) -> int | None:
     return int(value) if math.isfinite(value) else None
 
 
-def _size(d: Any, sizes: dict[Any, int]) -> int:
-    if isinstance(d, torch.SymInt):
-        expr = d.node.expr
-        return int(expr.subs(sizes)) if expr.free_symbols <= set(sizes) else int(d.node.hint)
-    return int(d)
-
-
 def _inputs(draw: st.DrawFn, p: Program, sizes: dict[Any, int], edges: bool,
             said: list[str]) -> tuple[tuple, dict]:
     """``program_inputs``' inputs at ``sizes``; the floating ones drawn at the edges when
@@ -406,27 +392,9 @@ def _inputs(draw: st.DrawFn, p: Program, sizes: dict[Any, int], edges: bool,
     at_edges = edges and draw(st.booleans())
     if at_edges:
         said.append("inputs at the edges")
-    gen = torch.Generator().manual_seed(0)
-    graph = p.root_module.graph
-    leaves = []
-    for spec in p.signature.user_inputs():
-        val = graph.node(spec.name).meta.get("val")
-        if isinstance(val, torch.Tensor):
-            shape = tuple(_size(d, sizes) for d in val.shape)
-            if at_edges and val.dtype.is_floating_point:
-                leaves.append(draw(values.tensors(shape, val.dtype, layout="contiguous")))
-            elif val.dtype.is_floating_point:
-                leaves.append(torch.rand(shape, generator=gen).to(val.dtype) * 2 - 1)
-            elif val.dtype == torch.bool:
-                leaves.append(torch.randint(0, 2, shape, generator=gen).bool())
-            else:
-                leaves.append(torch.randint(0, 10, shape, generator=gen).to(val.dtype))
-        elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
-            leaves.append(_size(val, sizes))
-        else:
-            leaves.append(val)
-    sig = p.call_signatures.get("")
-    if sig is None:
-        return tuple(leaves), {}
-    args, kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
-    return tuple(args), dict(kwargs)
+
+    def edge(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return draw(values.tensors(shape, dtype, layout="contiguous"))
+
+    named = {str(s): n for s, n in sizes.items()}
+    return program_inputs(p, 0, named, floating=edge if at_edges else None)

@@ -11,6 +11,7 @@ So ``ShapeProp``, ``FakeTensorProp``, partitioners and pipeline splitters run on
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +21,8 @@ from ir import ops
 from ir.args import Ref, thaw
 from ir.graph import Graph
 from ir.module import split_call_target
-from ir.node import CALL_FUNCTION, CALL_MODULE
+from ir.node import CALL_FUNCTION, Node
+from ir.returned_values import graph_value
 from ir.runtime import expect_constant
 from ir.torch_seam import pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
@@ -127,23 +129,11 @@ def _call_value(owner: torch.nn.Module, target: str, args: Any, memo: dict) -> A
 
 
 def _output_value(graph: Graph, owner: torch.nn.Module, memo: dict) -> Any:
-    output = graph.output_node
-    by_name = graph.by_name()
+    def call(node: Node, value: Callable[[Ref], Any]) -> Any:
+        found = _call_value(owner, node.target, thaw(node.args, value), memo)
+        return None if found is _NO_VALUE else found
 
-    def value(r: Ref) -> Any:
-        node = by_name[r.name]
-        if "val" in node.meta:
-            return node.meta["val"]
-        if node.op == CALL_MODULE:
-            found = _call_value(owner, node.target, thaw(node.args, value), memo)
-            return None if found is _NO_VALUE else found
-        if node.op == CALL_FUNCTION and node.target in _CONTAINER_FUNCTIONS:
-            args, kwargs = thaw(node.args, value), thaw(node.kwargs, value)
-            found = _apply(node.target, args, kwargs, lambda v: v)
-            return None if found is _NO_VALUE else found
-        return None
-
-    return thaw(output.args[0], value) if output.args else None
+    return graph_value(graph, call)
 
 
 def _same_values(given: Any, traced: list[Any]) -> bool:

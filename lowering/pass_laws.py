@@ -63,6 +63,7 @@ from ir.harness import (
     judge,
     run_side,
     same_bits,
+    state_value,
 )
 from ir.module import Module
 from ir.node import Node
@@ -469,7 +470,7 @@ def _inputs_at(program: Program, sizes: dict[str, int]) -> tuple[Any, Any]:
 
 
 def _state_of(module: Any, fqns: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
-    return lambda: {fqn: _state_value(module, fqn) for fqn in fqns}
+    return lambda: {fqn: state_value(module, fqn, MISSING) for fqn in fqns}
 
 
 def _runs_at(program: Program, made: list[tuple[Any, Any]]) -> list[Any]:
@@ -781,26 +782,13 @@ def _run(module: Callable[..., Any], args: tuple, kwargs: dict, fqns: tuple[str,
     by fqn read from the module, the outputs' aliasing read before anything is copied). When
     the call raises: an error naming ``whose`` run it was, or (``whose`` is ``None``: the
     pass's result) the error's ``"Type: first line"`` as a string."""
-    ran = run_side(module, args, kwargs, seed=seed,
-                   state=lambda: {fqn: _state_value(module, fqn) for fqn in fqns})
+    ran = run_side(module, args, kwargs, seed=seed, state=_state_of(module, fqns))
     if not ran.ok:
         name, line = ran.error
         if whose is None:
             return f"{name}: {line}"
         raise RuntimeError(f"running {whose} raised {name}: {line} (not the pass's fault)")
     return ran.observed
-
-
-_MISSING = MISSING
-
-
-def _state_value(module: Any, fqn: str) -> Any:
-    obj: Any = module
-    for part in fqn.split("."):
-        obj = getattr(obj, part, _MISSING)
-        if obj is _MISSING:
-            return _MISSING
-    return obj
 
 
 SEMANTICS = Law("semantics", side="the input program's output is", alias_may_be_fresh=True,

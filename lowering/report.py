@@ -77,13 +77,12 @@ def module_rows(program: Program) -> list[TreeRow]:
     """The module tree of ``program``, one row per path, depth first in registration order."""
     calls = {mid: len(order) for mid, order in dispatch_orders(program).items()}
     rows = []
-    first: dict[str, str] = {}
     for path, mid in program.walk():
         mod = program.modules[mid]
         short = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
         depth = path.count(".") + 1 if path else 0
-        same_as = first.get(mid)
-        first.setdefault(mid, path)
+        first = program.first_path(mid)
+        same_as = None if first == path else first
         rows.append(
             TreeRow(
                 path=path,
@@ -335,13 +334,7 @@ def _stage_table(stages: Sequence[Stage], texts: list[str | None]) -> str:
         elif text == previous:
             change = "no change"
         else:
-            diff = _diff(previous, text)
-            added = sum(1 for line in diff if line.startswith("+"))
-            removed = sum(1 for line in diff if line.startswith("-"))
-            change = (
-                f'<span class="stat-add">+{added}</span> '
-                f'<span class="stat-del">&minus;{removed}</span> lines'
-            )
+            change = _diff_counts(_diff(previous, text))
         if text is not None:
             previous = text
         width = max(1, round(160 * stage.seconds / longest))
@@ -367,7 +360,7 @@ def _anchor(index: int) -> str:
 
 def _tree_section(program: Program) -> str:
     rows = module_rows(program)
-    anchors = _anchors(program)
+    anchors = _anchors(rows)
     out = ['<section id="tree"><h2>Module tree</h2><ul class="tree">']
     depth = 0
     for i, row in enumerate(rows):
@@ -401,21 +394,14 @@ def _tree_section(program: Program) -> str:
     return "".join(out)
 
 
-def _anchors(program: Program) -> dict[str, str]:
+def _anchors(rows: list[TreeRow]) -> dict[str, str]:
     """The anchor of each module (by first path) that has graphs."""
-    anchors: dict[str, str] = {}
-    seen: set[str] = set()
-    for path, mid in program.walk():
-        if mid in seen:
-            continue
-        seen.add(mid)
-        if program.modules[mid].graphs:
-            anchors[path] = _anchor(len(anchors))
-    return anchors
+    firsts = [row.path for row in rows if row.same_as is None and row.graphs]
+    return {path: _anchor(i) for i, path in enumerate(firsts)}
 
 
 def _graphs_section(program: Program) -> str:
-    anchors = _anchors(program)
+    anchors = _anchors(module_rows(program))
     out = ['<section id="graphs"><h2>Module graphs</h2>']
     for path, mid in program.walk():
         anchor = anchors.get(path)
@@ -459,17 +445,19 @@ def _diff_section(stages: Sequence[Stage], texts: list[str | None]) -> str:
             )
         else:
             diff = _diff(previous, text)
-            added = sum(1 for line in diff if line.startswith("+"))
-            removed = sum(1 for line in diff if line.startswith("-"))
-            out.append(
-                f'<details open><summary>{_e(stage.name)}: '
-                f'<span class="stat-add">+{added}</span> '
-                f'<span class="stat-del">&minus;{removed}</span> lines</summary>'
-                f"{_pre_diff(diff)}</details>"
-            )
+            out.append(f"<details open><summary>{_e(stage.name)}: {_diff_counts(diff)}</summary>"
+                       f"{_pre_diff(diff)}</details>")
         previous = text
     out.append("</section>")
     return "".join(out)
+
+
+def _diff_counts(diff: list[str]) -> str:
+    """The lines ``diff`` (a unified diff) adds and removes, as the page shows them."""
+    added = sum(1 for line in diff if line.startswith("+"))
+    removed = sum(1 for line in diff if line.startswith("-"))
+    return (f'<span class="stat-add">+{added}</span> '
+            f'<span class="stat-del">&minus;{removed}</span> lines')
 
 
 def _pre_lines(lines: list[str]) -> str:

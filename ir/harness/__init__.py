@@ -42,7 +42,7 @@ from ir.harness.observe import (
     shares_storage,
 )
 from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, seeded, widen
-from ir.harness.runner import Ran, judge, regrouped, run_side
+from ir.harness.runner import Ran, judge, regrouped, run_side, state_value
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "same_layout",
     "seeded",
     "shares_storage",
+    "state_value",
     "tolerance",
     "value_difference",
     "widen",

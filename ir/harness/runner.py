@@ -132,4 +132,15 @@ def judge(
     return regrouped_difference(difference, reference or (lambda: None), assumes)
 
 
-__all__ = ["Ran", "judge", "regrouped", "run_side"]
+def state_value(holder: Any, fqn: str, missing: Any = None) -> Any:
+    """The attribute at dotted ``fqn`` of ``holder`` (a module the side ran), what a law reads
+    as the state after the call; ``missing`` where there is none. O(depth)."""
+    obj = holder
+    for part in fqn.split("."):
+        obj = getattr(obj, part, missing)
+        if obj is missing:
+            return missing
+    return obj
+
+
+__all__ = ["Ran", "judge", "regrouped", "run_side", "state_value"]

@@ -109,7 +109,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -123,6 +123,7 @@ from ir import state as stt
 from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref, thaw
 from ir.effects import aliased_args
 from ir.errors import InputError
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.import_ep import holder_tree
 from ir.module import PLAIN, SUBGRAPH, Module
@@ -1721,6 +1722,7 @@ for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
 
 def program_inputs(
     program: Program, seed: int = 0, sizes: Mapping[str, int] | None = None,
+    *, floating: Callable[[tuple[int, ...], torch.dtype], torch.Tensor] | None = None,
 ) -> tuple[tuple, dict]:
     """Fresh example ``(args, kwargs)`` for ``lower(program)``, deterministic in ``seed``.
 
@@ -1729,8 +1731,10 @@ def program_inputs(
     ones; a symbolic size takes its hint, or with ``sizes`` (symbol name -> size, ``{"s0": 9}``)
     its expression at those sizes when they give each of its symbols), arranged by the root
     call signature's ``in_spec``
-    (positional only when the program has none). Works on any Program whose root keeps
-    ``import_ep``'s placeholders, so also after passes. Raises ``InputError`` naming the
+    (positional only when the program has none). ``floating(shape, dtype)``, when given, makes
+    each floating tensor in place of a draw from ``seed``. An input
+    export recorded as ``None`` (its ``val``) is ``None``. Works on any Program whose root
+    keeps ``import_ep``'s placeholders, so also after passes. Raises ``InputError`` naming the
     placeholder whose ``meta["val"]`` says nothing about its value.
     """
     graph = program.root_module.graph
@@ -1740,7 +1744,7 @@ def program_inputs(
     for node in graph.placeholders:
         if node.name not in users:
             continue
-        leaves.append(_example_value(node, gen, sizes))
+        leaves.append(_example_value(node, gen, sizes, floating))
     sig = program.call_signatures.get("")
     if sig is None:
         return tuple(leaves), {}
@@ -1753,10 +1757,14 @@ def program_inputs(
     return tuple(args), dict(kwargs)
 
 
-def _example_value(node: Node, gen: torch.Generator, sizes: Mapping[str, int] | None) -> Any:
+def _example_value(node: Node, gen: torch.Generator, sizes: Mapping[str, int] | None,
+                   floating: Callable[[tuple[int, ...], torch.dtype], torch.Tensor] | None,
+                   ) -> Any:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
         shape = tuple(_size(d, sizes) for d in val.shape)
+        if val.dtype.is_floating_point and floating is not None:
+            return floating(shape, val.dtype)
         if val.dtype.is_floating_point:
             return torch.rand(shape, generator=gen).to(val.dtype) * 2 - 1
         if val.dtype == torch.bool:
@@ -1764,17 +1772,11 @@ def _example_value(node: Node, gen: torch.Generator, sizes: Mapping[str, int] | 
         return torch.randint(0, 10, shape, generator=gen).to(val.dtype)
     if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
         return _size(val, sizes)
-    if isinstance(val, (float, bool, str)):
+    if isinstance(val, (float, bool, str)) or (val is None and "val" in node.meta):
         return val
     raise InputError(
         f"placeholder {node.name!r} has meta['val'] {val!r}; cannot make an example input for it"
     )
-
-
-def _hint(d: Any) -> int:
-    if isinstance(d, torch.SymInt):
-        return int(d.node.hint)
-    return int(d)
 
 
 def _size(d: Any, sizes: Mapping[str, int] | None) -> int:
@@ -1784,4 +1786,4 @@ def _size(d: Any, sizes: Mapping[str, int] | None) -> int:
         free = getattr(expr, "free_symbols", ())
         if free and all(str(s) in sizes for s in free):
             return int(expr.xreplace({s: sizes[str(s)] for s in free}))
-    return _hint(d)
+    return int(hint(d))

@@ -23,7 +23,7 @@ import attrs
 import torch
 
 from ir.effects import written_args
-from ir.harness import fresh, outcome
+from ir.harness import fresh, outcome, state_value
 from ir.node import CALL_FUNCTION, OUTPUT
 from ir.program import Program
 from ir.strategies.programs import program_inputs
@@ -117,16 +117,6 @@ def run(fn: Callable[..., Any], args: tuple, kwargs: dict, holder: Any,
                           {f: watcher.of(v) for f, v in state.items()})
     return Side(tuple(fresh(outs)), tuple(fresh(ins)), {f: fresh(v) for f, v in state.items()},
                 magnitudes=magnitudes)
-
-
-def state_value(holder: Any, fqn: str) -> Any:
-    """The attribute at dotted ``fqn`` of ``holder`` (``None`` where there is none). O(depth)."""
-    obj = holder
-    for part in fqn.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
 
 
 def compare(program: Program, got: Side, want: Side,

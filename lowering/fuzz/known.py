@@ -30,17 +30,8 @@ LOW_PRECISION = frozenset({torch.float16, torch.bfloat16})
 
 def involves_low_precision(program: Program, dtype: torch.dtype | None = None) -> bool:
     """Whether the run's ``dtype`` is float16 or bfloat16, or a value of ``program``'s root
-    graph is, or an operator casts to one of them. O(nodes)."""
-    if dtype in LOW_PRECISION:
-        return True
-    for node in program.root_module.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.dtype in LOW_PRECISION:
-            return True
-        if any(v in LOW_PRECISION for v in node.kwargs.values()
-               if isinstance(v, torch.dtype)):
-            return True
-    return False
+    graph is, or an operator casts to one of them (``lowest_precision`` finds one). O(nodes)."""
+    return lowest_precision(program, dtype) is not None
 
 
 def involves_random(program: Program, dtype: torch.dtype | None = None) -> bool:

@@ -23,6 +23,7 @@ import torch
 from ir.args import IDict, IList, Ref
 from ir.errors import PurefxError
 from ir.literals import PRELUDE, scalar_literal
+from ir.names import Names, fresh_name
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
@@ -270,17 +271,13 @@ def compile_source(source: str) -> Any:
 
 class _Names:
     def __init__(self) -> None:
-        self.used = {"self", "torch", "nn", "sys", "inf", "nan"}
+        self.used = Names({"self", "torch", "nn", "sys", "inf", "nan"})
 
     def fresh(self, base: str) -> str:
         name = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
         if name[0].isdigit() or keyword.iskeyword(name):
             name = "v_" + name
-        out, n = name, 1
-        while out in self.used:
-            out, n = f"{name}_{n}", n + 1
-        self.used.add(out)
-        return out
+        return fresh_name(name, self.used)
 
 
 def _call(node: Any, var: Mapping[str, str]) -> str:

@@ -343,6 +343,20 @@ def test_program_inputs_needs_placeholder_values():
         program_inputs(bare)
 
 
+def test_program_inputs_keeps_none_inputs_and_takes_a_floating_maker():
+    class M(torch.nn.Module):
+        def forward(self, x, n, y=None):
+            return x * n if y is None else x * y
+
+    ep = torch.export.export(M(), (torch.ones(2), torch.tensor([3, 4])), {"y": None})
+    p = ir.import_ep(ep)
+    args, kwargs = program_inputs(p)
+    assert kwargs == {"y": None} and args[0].dtype == torch.float32
+    made = program_inputs(p, floating=lambda shape, dtype: torch.full(shape, 7.0, dtype=dtype))
+    assert made[0][0].tolist() == [7.0, 7.0]
+    assert made[0][1].dtype == torch.int64 and made[1] == {"y": None}
+
+
 @settings(max_examples=examples(30))
 @given(programs(), st.integers(0, 3))
 def test_program_inputs_are_deterministic_in_the_seed(p, seed):

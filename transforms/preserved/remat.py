@@ -783,25 +783,12 @@ def _same_value(node: Node, source: Node) -> bool:
 
 
 def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
-    """Union-find over no-op edges: ``getitem(t, i)`` nodes with the same ``(t, i)``, and the ops
-    that ``ir.ops`` calls alias-like whose result keeps the input's shape, dtype and device. Each
-    member of a class of two or more maps to the class's members in graph order. O(n α(n))."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        root = x
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while x != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent.setdefault(ra, ra)
-            parent[rb] = ra
-
+    """The classes of values equal up to no-op edges: ``getitem(t, i)`` nodes with the same
+    ``(t, i)``, and the ops that ``ir.ops`` calls alias-like whose result keeps the input's
+    shape, dtype and device. A no-op edge runs from an earlier value to a new one, so each
+    value's class is named by its first member, looked up once. Each member of a class of two
+    or more maps to the class's members in graph order. O(n)."""
+    first_of: dict[str, str] = {}
     by_name = {n.name: n for n in nodes}
     items: dict[tuple[str, Any], str] = {}
     for node in nodes:
@@ -809,17 +796,16 @@ def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
             continue
         first = node.args[0].name
         if ops.is_getitem(node.target) and len(node.args) == 2:
-            key = (first, node.args[1])
             try:
-                seen = items.setdefault(key, node.name)
+                seen = items.setdefault((first, node.args[1]), node.name)
             except TypeError:
                 continue
             if seen != node.name:
-                union(seen, node.name)
+                first_of[node.name] = first_of.setdefault(seen, seen)
         elif ops.is_alias_like(node.target) and _same_value(node, by_name[first]):
-            union(first, node.name)
+            first_of[node.name] = first_of.setdefault(first, first)
     classes: dict[str, list[str]] = {}
     for node in nodes:
-        if node.name in parent:
-            classes.setdefault(find(node.name), []).append(node.name)
+        if node.name in first_of:
+            classes.setdefault(first_of[node.name], []).append(node.name)
     return {m: members for members in classes.values() if len(members) > 1 for m in members}

@@ -17,7 +17,7 @@ aten call as the lowered module makes it, so views, writes in place and aliasing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ir.errors import PassError, PurefxError
@@ -168,24 +168,8 @@ def check_site(
         raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
     if q is p:
         return q
-    want = _run(p, inputs)
-    if not want.ok:  # not the rewrite's fault: the law cannot run this program
-        name, line = want.error
-        raise PassError(
-            f"check_site: the original program does not run on the inputs given "
-            f"({name}: {line}); give a flat program and its user inputs"
-        )
-    got = _run(q, inputs)
-    if not got.ok:  # the rewritten program must run where the original does
-        name, line = got.error
-        raise broken(f"the rewritten program raised {name}: {line}")
-    assumes = frozenset().union(*(assumed(r) for r in rules))
-    # regrouped (``reassociate``): judged against the original run in float64, as
-    # ``check_rule`` judges a rule (one runner: ``ir.harness.judge``)
-    problem = judge(IN_CONTEXT, got.observed, want.observed, assumes=assumes,
-                    reference=lambda: _reference(p, inputs))
-    if problem:
-        raise broken(str(problem))
+    _compare(p, q, inputs, frozenset().union(*(assumed(r) for r in rules)), "check_site",
+             "rewritten", broken)
     if set(q.call_signatures.keys()) != set(p.call_signatures.keys()):
         raise broken(
             f"preserved calls {sorted(p.call_signatures.keys())} became "
@@ -223,22 +207,32 @@ def check_extracted(p: Program, q: Program, inputs: tuple,
     by ``assumes``; under ``reassociate`` against ``p`` run in float64), aliasing included.
     Raises ``LawViolation`` naming ``where`` when they differ, ``PassError`` when ``p`` does not
     run on ``inputs``. Cost: three interpreted runs."""
-    if q is p:
-        return
+    if q is not p:
+        _compare(p, q, inputs, assumes, "check_extracted", "derived",
+                 lambda detail: LawViolation("saturate in context", rewrite, f"{where}: {detail}", p))
+
+
+def _compare(p: Program, q: Program, inputs: tuple, assumes: frozenset[str], caller: str,
+             made: str, broken: Callable[[str], LawViolation]) -> None:
+    """Run ``p`` and ``q`` (the program ``made`` from it) on ``inputs`` and judge them under
+    ``IN_CONTEXT``; ``broken(detail)`` is raised when ``q`` fails or differs, a ``PassError``
+    naming ``caller`` when ``p`` itself does not run (not the rewrite's fault: the law cannot
+    run this program)."""
     want = _run(p, inputs)
     if not want.ok:
         name, line = want.error
-        raise PassError(f"check_extracted: the original program does not run on the inputs "
-                        f"given ({name}: {line}); give a flat program and its user inputs")
+        raise PassError(f"{caller}: the original program does not run on the inputs given "
+                        f"({name}: {line}); give a flat program and its user inputs")
     got = _run(q, inputs)
-    if not got.ok:  # the derived program must run where the original does
+    if not got.ok:  # the program made must run where the original does
         name, line = got.error
-        raise LawViolation("saturate in context", rewrite,
-                           f"{where}: the derived program raised {name}: {line}", p)
+        raise broken(f"the {made} program raised {name}: {line}")
+    # regrouped (``reassociate``): judged against the original run in float64, as
+    # ``check_rule`` judges a rule (one runner: ``ir.harness.judge``)
     problem = judge(IN_CONTEXT, got.observed, want.observed, assumes=assumes,
                     reference=lambda: _reference(p, inputs))
     if problem:
-        raise LawViolation("saturate in context", rewrite, f"{where}: {problem}", p)
+        raise broken(str(problem))
 
 
 def _boundaries(p: Program, q: Program) -> str:

@@ -33,13 +33,14 @@ from ir import signature as sg
 from ir.args import Ref, thaw
 from ir.effects import graph_effects, is_pure, written_state
 from ir.errors import PassError, PurefxError
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.program import Program
 
 __all__ = [
     "LAUNCH_US", "PEAK_BYTES", "PEAK_FLOPS", "Cost", "MeasuredCost", "call_cost", "invariant_values",
-    "measured_cost", "node_cost", "program_cost", "roofline",
+    "measured_cost", "nbytes", "node_cost", "numel", "program_cost", "roofline", "size_hint",
 ]
 
 Cost = Callable[[Any, tuple, dict, Any], float]
@@ -62,25 +63,29 @@ _ATTENTION = frozenset({
 _FREE = frozenset({"getitem"})
 
 
-def _numel(v: Any) -> int:
-    if not isinstance(v, torch.Tensor):
-        return 0
-    return math.prod(d if isinstance(d, int) else _hint(d) for d in v.shape)
+def size_hint(d: Any) -> int:
+    """A size as a plain int: a symbolic size's hint (its value in the example export traced;
+    1 when it has none), else ``int(d)``. O(1)."""
+    found = hint(d)
+    return 1 if found is None else int(found)
 
 
-def _hint(d: Any) -> int:
-    """A symbolic size's hint (1 when it has none)."""
-    try:
-        return int(d.node.hint)
-    except Exception:  # noqa: BLE001 - no hint: count it as 1
-        return 1
-
-
-def _bytes(v: Any) -> int:
+def numel(v: Any) -> int:
+    """The elements of a fake value: a tensor's (symbolic sizes at ``size_hint``), the sum
+    over a tuple or list, 0 for anything else. O(size of the structure)."""
     if isinstance(v, torch.Tensor):
-        return _numel(v) * v.element_size()
+        return math.prod(d if isinstance(d, int) else size_hint(d) for d in v.shape)
     if isinstance(v, (tuple, list)):
-        return sum(_bytes(x) for x in v)
+        return sum(numel(x) for x in v)
+    return 0
+
+
+def nbytes(v: Any) -> int:
+    """The bytes of a fake value, as ``numel`` counts its elements. O(size of the structure)."""
+    if isinstance(v, torch.Tensor):
+        return numel(v) * v.element_size()
+    if isinstance(v, (tuple, list)):
+        return sum(nbytes(x) for x in v)
     return 0
 
 
@@ -90,14 +95,14 @@ def _flops(target: Any, args: tuple, val: Any) -> float:
         first = args[1] if target in (_aten.addmm.default, _aten.baddbmm.default,
                                       _aten.addbmm.default) else args[0]
         k = first.shape[-1] if isinstance(first, torch.Tensor) and first.dim() else 1
-        return 2.0 * _numel(val) * int(k)
+        return 2.0 * numel(val) * int(k)
     if target in _CONV and len(args) > 1 and isinstance(args[1], torch.Tensor):
         w = args[1]
-        return 2.0 * _numel(val) * _numel(w) / max(int(w.shape[0]), 1)
+        return 2.0 * numel(val) * numel(w) / max(int(w.shape[0]), 1)
     if target in _ATTENTION and len(args) > 2:
         q, k = args[0], args[1]
         if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor):
-            return 4.0 * _numel(q) * int(k.shape[-2])
+            return 4.0 * numel(q) * int(k.shape[-2])
     return 0.0
 
 
@@ -121,7 +126,7 @@ def roofline(target: Any, args: tuple, kwargs: dict, val: Any) -> float:
     if _free(target):
         return 0.0
     flops = _flops(target, args, val)
-    moved = sum(_bytes(a) for a in args) + sum(_bytes(v) for v in kwargs.values()) + _bytes(val)
+    moved = sum(nbytes(a) for a in args) + sum(nbytes(v) for v in kwargs.values()) + nbytes(val)
     return LAUNCH_US + 1e6 * max(flops / PEAK_FLOPS, moved / PEAK_BYTES)
 
 

@@ -31,38 +31,13 @@ import torch
 
 from ir import signature as sg
 from ir.errors import PassError
-from ir.module_stack import NO_STACK
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from transforms.rewrite.cost import nbytes, numel, size_hint
+from transforms.stages.plan import frame_paths
 
 BALANCES = ("params", "flops")
 INF = float("inf")
-
-
-def _hint(d: Any) -> int:
-    if isinstance(d, torch.SymInt):
-        hint = d.node.hint
-        return int(hint) if hint is not None else 1
-    return int(d)
-
-
-def _numel(val: Any) -> int:
-    if isinstance(val, torch.Tensor):
-        total = 1
-        for d in val.shape:
-            total *= _hint(d)
-        return total
-    if isinstance(val, (tuple, list)):
-        return sum(_numel(v) for v in val)
-    return 0
-
-
-def _nbytes(val: Any) -> int:
-    if isinstance(val, torch.Tensor):
-        return _numel(val) * val.element_size()
-    if isinstance(val, (tuple, list)):
-        return sum(_nbytes(v) for v in val)
-    return 0
 
 
 def _arg_val(node: Node, i: int, vals: dict[str, Any]) -> Any:
@@ -73,7 +48,7 @@ def _arg_val(node: Node, i: int, vals: dict[str, Any]) -> Any:
 
 def _last_dim(val: Any) -> int:
     if isinstance(val, torch.Tensor) and val.dim() > 0:
-        return _hint(val.shape[-1])
+        return size_hint(val.shape[-1])
     return 1
 
 
@@ -81,7 +56,7 @@ def _contracting(i: int) -> Callable[[Node, Any, dict[str, Any]], int]:
     """2 * out elements * the contracted size (the last dim of argument ``i``)."""
 
     def rule(node: Node, out: Any, vals: dict[str, Any]) -> int:
-        return 2 * _numel(out) * _last_dim(_arg_val(node, i, vals))
+        return 2 * numel(out) * _last_dim(_arg_val(node, i, vals))
 
     return rule
 
@@ -91,15 +66,15 @@ def _conv(node: Node, out: Any, vals: dict[str, Any]) -> int:
     per = 1
     if isinstance(weight, torch.Tensor):
         for d in weight.shape[1:]:
-            per *= _hint(d)
-    return 2 * _numel(out) * per
+            per *= size_hint(d)
+    return 2 * numel(out) * per
 
 
 def _attention(node: Node, out: Any, vals: dict[str, Any]) -> int:
     key = _arg_val(node, 1, vals)
-    length = _hint(key.shape[-2]) if isinstance(key, torch.Tensor) and key.dim() > 1 else 1
+    length = size_hint(key.shape[-2]) if isinstance(key, torch.Tensor) and key.dim() > 1 else 1
     first = out[0] if isinstance(out, (tuple, list)) and out else out
-    return 4 * _numel(first) * length  # q @ k^T and p @ v
+    return 4 * numel(first) * length  # q @ k^T and p @ v
 
 
 _aten = torch.ops.aten
@@ -111,7 +86,7 @@ FLOP_RULES: dict[Any, Callable[[Node, Any, dict[str, Any]], int]] = {
     _aten.baddbmm.default: _contracting(1),
     _aten.matmul.default: _contracting(0),
     _aten.linear.default: _contracting(0),
-    _aten.einsum.default: lambda node, out, vals: _numel(out),
+    _aten.einsum.default: lambda node, out, vals: numel(out),
     _aten.convolution.default: _conv,
     _aten.conv1d.default: _conv,
     _aten.conv2d.default: _conv,
@@ -128,7 +103,7 @@ def node_flops(node: Node, vals: dict[str, Any]) -> int:
     ``vals``: value name -> ``meta['val']``. O(1)."""
     out = node.meta.get("val")
     rule = FLOP_RULES.get(node.target)
-    return rule(node, out, vals) if rule is not None else _numel(out)
+    return rule(node, out, vals) if rule is not None else numel(out)
 
 
 class Plan:
@@ -152,26 +127,23 @@ class Plan:
         self.flops = [0] * self.n
         for i, nd in enumerate(self.nodes):
             self.flops[i] = node_flops(nd, vals)
-            frames = nd.module_frames
-            where = frames[-1].path if frames and frames is not NO_STACK else ""
+            paths = frame_paths(nd)
+            where = paths[-1] if paths else ""
             for r in nd.inputs():
                 fqn = state_reads.get(r.name)
                 if fqn is None or (table[fqn].tensor, where) in seen:
                     continue
                 seen.add((table[fqn].tensor, where))
-                self.params[i] += _nbytes(tensors[table[fqn].tensor].value)
+                self.params[i] += nbytes(tensors[table[fqn].tensor].value)
         # candidates: the first node of each module path, outermost path first on a tie
         first: dict[int, str] = {}
         begun: set[str] = set()
         for i, nd in enumerate(self.nodes):
-            frames = nd.module_frames
-            if frames is None or frames is NO_STACK:
-                continue
-            for f in frames:
-                if f.path and f.path not in begun:
-                    begun.add(f.path)
-                    if p.resolve(f.path) is not None:
-                        first.setdefault(i, f.path)
+            for path in frame_paths(nd):
+                if path and path not in begun:
+                    begun.add(path)
+                    if p.resolve(path) is not None:
+                        first.setdefault(i, path)
         # activation bytes crossing each position; a non-tensor crossing makes it no cut
         last = {}
         for nd in graph.nodes:
@@ -197,9 +169,9 @@ class Plan:
                 bad[start] += 1
                 bad[end + 1] -= 1
             else:
-                nbytes = _nbytes(val)
-                delta[start] += nbytes
-                delta[end + 1] -= nbytes
+                moved = nbytes(val)
+                delta[start] += moved
+                delta[end + 1] -= moved
                 count[start] += 1
                 count[end + 1] -= 1
         crossing, crossing_bad, crossing_count = [], [], []

@@ -42,6 +42,7 @@ from transforms import kernel as kn
 from transforms.passes.inlining import inline_with_calls, restacked
 from transforms.passes.outline import outline_by
 from transforms.pipeline import transform
+from transforms.rewrite.cost import nbytes
 from transforms.stages.balance import Plan, balanced_at, stage_costs
 from transforms.stages.plan import StagePlan, plan_stages, stage_frames, stage_key, state_reads
 
@@ -316,14 +317,8 @@ def _stage_program(p: Program, plan: StagePlan, s: int, graph: Graph | None) -> 
 def _held_bytes(p: Program, state_of: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
     """Bytes of the distinct state tensors each stage holds (tied fqns once). O(state)."""
     table, tensors = p.state_table(), p.tensor_table()
-    found = []
-    for fqns in state_of:
-        keys = dict.fromkeys(table[f].tensor for f in fqns)
-        found.append(sum(
-            v.numel() * v.element_size()
-            for v in (tensors[k].value for k in keys) if isinstance(v, torch.Tensor)
-        ))
-    return tuple(found)
+    return tuple(sum(nbytes(tensors[k].value) for k in dict.fromkeys(table[f].tensor for f in fqns))
+                 for fqns in state_of)
 
 
 def _state_spec(spec: InputSpec | None, fqn: str, name: str, slot: Slot) -> InputSpec:
