@@ -1,7 +1,7 @@
 """The kernel's nodes that carry a node's meta (``WorkingGraph.make_carrying``, ``carried``,
 ``built``; ``make`` and ``copy`` name through it) and the modules that make their nodes through it (every pass, split and lowering step):
 names after the policy, meta as given with ``val`` / ``nn_module_stack`` set when asked, the
-listener told; and no module of ``transforms/`` or ``lowering/`` but the kernel and four named
+listener told; and no module of ``transforms/`` or ``lowering/`` but the kernel and five named
 exceptions names, makes or assembles a node by itself."""
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ NOT_KERNEL_DRIVERS = {
                              "checks, so that a kernel bug cannot hide in both",
     "lowering/like.py": "programs_like's variants: a state write and an extra reader spliced "
                         "into a user's program (names through ir.names, as a parser would)",
+    "lowering/fuzz/repro.py": "the repro script's Python variable names, no IR node",
 }
 KERNEL_DRIVERS = tuple(
     path for folder in ("transforms", "lowering")
