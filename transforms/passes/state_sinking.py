@@ -72,36 +72,22 @@ class StateOwners:
     def local_name(self, fqn: str, path: str) -> str | None:
         """``fqn``'s name relative to module ``path`` (through the first tied alias below it),
         or ``None`` when the tensor lives elsewhere."""
+        prefix = path + "." if path else ""
         for alias in self.aliases.get(fqn, (fqn,)):
-            if not path:
-                return alias
-            if alias.startswith(path + "."):
-                return alias[len(path) + 1 :]
+            if alias.startswith(prefix):
+                return alias[len(prefix) :]
         return None
 
     def local_names(self, names: Sequence[str], path: str) -> dict[str, str]:
         """``{name: local_name(fqn, path)}`` for each of ``names`` (root placeholder names) that
-        carries a state fqn with a local name below module ``path``, in ``names`` order. One
-        loop with the path's prefix made once: a call's inputs are read together when it
-        closes."""
-        fqn_of, aliases = self.fqn_of, self.aliases
+        carries a state fqn with a local name below module ``path``, in ``names`` order: a
+        call's inputs are read together when it closes."""
         found = {}
-        if not path:
-            for name in names:
-                fqn = fqn_of.get(name)
-                if fqn is not None:
-                    found[name] = aliases[fqn][0] if fqn in aliases else fqn
-            return found
-        prefix = path + "."
-        cut = len(prefix)
         for name in names:
-            fqn = fqn_of.get(name)
-            if fqn is None:
-                continue
-            for alias in aliases.get(fqn) or (fqn,):
-                if alias.startswith(prefix):
-                    found[name] = alias[cut:]
-                    break
+            fqn = self.fqn_of.get(name)
+            local = None if fqn is None else self.local_name(fqn, path)
+            if local is not None:
+                found[name] = local
         return found
 
 
