@@ -359,11 +359,9 @@ class _Splitter:
 
     def _named(self) -> set[str]:
         """Every value name that a signature of the program names (built once)."""
-        if self.names is None:
-            p = self.p
-            self.names = {s.name for s in p.signature.outputs if s.name}
-            for sig in p.call_signatures.values():
-                self.names.update(a.name for a in sig.inputs + sig.outputs if a.name)
+        if self.names is None:  # a flat program: its preserved calls' names are all at ""
+            named = kn.protected_names(self.p).get("", frozenset())
+            self.names = {s.name for s in self.p.signature.outputs if s.name} | named
         return self.names
 
     def _traced_calls(self, body: Graph) -> dict[str, tuple[tuple[Ref, ...], tuple[Ref, ...]]]:
