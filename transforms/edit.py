@@ -288,11 +288,10 @@ class _Editor:
         p = self.p
         table = p.module_table()
         updates: dict[ModuleId, Any] = {}
-        seen: set[ModuleId] = set()
+        first: dict[ModuleId, str] = {}  # each module at the first path that reaches it
         for path, mid in p.walk():
-            if mid in seen:
-                continue
-            seen.add(mid)
+            first.setdefault(mid, path)
+        for mid, path in first.items():
             mod = table[mid]
             graphs = tuple(self.graph(mid, path, g, gi) for gi, g in enumerate(mod.graphs))
             if any(a is not b for a, b in zip(graphs, mod.graphs)):
