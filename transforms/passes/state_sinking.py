@@ -80,14 +80,19 @@ class StateOwners:
 
     def local_names(self, names: Sequence[str], path: str) -> dict[str, str]:
         """``{name: local_name(fqn, path)}`` for each of ``names`` (root placeholder names) that
-        carries a state fqn with a local name below module ``path``, in ``names`` order: a
-        call's inputs are read together when it closes."""
+        carries a state fqn with a local name below module ``path``, in ``names`` order. One
+        loop with the path's prefix made once: a call's inputs are read together when it
+        closes."""
+        fqn_of, aliases = self.fqn_of, self.aliases
+        prefix = path + "." if path else ""
         found = {}
         for name in names:
-            fqn = self.fqn_of.get(name)
-            local = None if fqn is None else self.local_name(fqn, path)
-            if local is not None:
-                found[name] = local
+            fqn = fqn_of.get(name)
+            if fqn is not None:
+                for alias in aliases.get(fqn) or (fqn,):
+                    if alias.startswith(prefix):
+                        found[name] = alias[len(prefix) :]
+                        break
         return found
 
 
