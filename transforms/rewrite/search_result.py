@@ -370,22 +370,15 @@ class Builder:
         return found
 
     def _feasible(self, plan: Plan, c: int, here: int, made: Mapping[int, Ref]) -> bool:
-        eg, geg = plan.geg.eg, plan.geg
-        seen: set[int] = set()
-        todo = [c]
-        while todo:
-            x = eg.find(todo.pop())
-            if x in seen or x in made:
-                continue
-            seen.add(x)
-            n = plan.choice.get(x)
-            if n is None:
+        geg, choice = plan.geg, plan.choice
+
+        def step(x: int) -> tuple[int, ...]:
+            return () if x in made or choice[x].op == LEAF else choice[x].children
+
+        for x in egraph.walk_classes(geg.eg, (c,), step):
+            n = choice.get(x)
+            if x not in made and (n is None or (n.op == LEAF and geg.position[n.canon[0]] >= here)):
                 return False
-            if n.op == LEAF:
-                if geg.position[n.canon[0]] >= here:
-                    return False
-                continue
-            todo.extend(n.children)
         return True
 
     def _emit(self, plan: Plan, c: int, e: Any, made: dict[int, Ref]) -> Ref:
