@@ -35,7 +35,6 @@ from ir import signature as sg
 from ir import state as st
 from ir.import_ep import registration_order
 from ir.module import ModuleId
-from ir.names import Names, fresh_name
 from ir.node import PLACEHOLDER, Node
 from ir.program import Program
 
@@ -70,7 +69,7 @@ class NewState:
         self.order: list[str] = []  # new fqns, in the order added
         self.inputs: dict[str, sg.InputSpec] = {}  # new root placeholder name -> its spec
         self._below: dict[str, set[str]] | None = None
-        self._names: dict[ModuleId, Names] = {}
+        self._names: dict[ModuleId, set[str]] = {}
 
     def owner(self, node: Node) -> tuple[str, ModuleId]:
         """The path and id of the module a flat root graph's ``node`` runs in: the innermost
@@ -93,11 +92,15 @@ class NewState:
                     parts = fqn.split(".")
                     for i in range(len(parts)):
                         self._below.setdefault(".".join(parts[:i]), set()).add(parts[i])
-            taken = Names(name for name, _ in self.p.module_table()[mid].children)
+            taken = {name for name, _ in self.p.module_table()[mid].children}
             for path in self.p.module_paths(mid):
                 taken |= self._below.get(path, set())
             self._names[mid] = taken
-        return fresh_name(base, taken)
+        local, i = base, 1
+        while local in taken:
+            local, i = f"{base}_{i}", i + 1
+        taken.add(local)
+        return local
 
     def add(
         self, kind: str, fqns: Sequence[str], tensor: torch.Tensor, persistent: bool = True
