@@ -27,7 +27,7 @@ import torch
 from ir import ops
 from ir import signature as sg
 from ir import state as st
-from ir.args import EMPTY_DICT, Ref, collect_refs, freeze, map_refs, map_refs_in
+from ir.args import EMPTY_DICT, Ref, freeze, iter_refs, map_refs, map_refs_in
 from ir.effects import aliased_args, graph_effects, is_pure, written_args
 from ir.errors import PassError, PurefxError
 from ir.fake_memo import FakeMemo
@@ -288,11 +288,10 @@ class _Editor:
         p = self.p
         table = p.module_table()
         updates: dict[ModuleId, Any] = {}
-        seen: set[ModuleId] = set()
+        first: dict[ModuleId, str] = {}  # each module at the first path that reaches it
         for path, mid in p.walk():
-            if mid in seen:
-                continue
-            seen.add(mid)
+            first.setdefault(mid, path)
+        for mid, path in first.items():
             mod = table[mid]
             graphs = tuple(self.graph(mid, path, g, gi) for gi, g in enumerate(mod.graphs))
             if any(a is not b for a, b in zip(graphs, mod.graphs)):
@@ -500,7 +499,7 @@ class _Editor:
         args = map_refs(freeze(tuple(args), _as_is), self.read)
         kwargs = map_refs(freeze(kwargs, _as_is), self.read)
         late = self.after_names | {node.name}
-        cycle = next((r.name for r in _refs(args, kwargs) if r.name in late), None)
+        cycle = next((r.name for r in iter_refs((args, kwargs)) if r.name in late), None)
         if cycle is not None:
             raise PassError(
                 f"visit gives node {node.name!r} an argument %{cycle} computed from its own "
@@ -560,7 +559,7 @@ class _Editor:
         kwargs = map_refs(kwargs, self.read)
         here = self.e.node
         late = self.after_names | {here.name}
-        after = any(r.name in late for r in _refs(args, kwargs))
+        after = any(r.name in late for r in iter_refs((args, kwargs)))
         if checked:
             self.check_writes(op, target, args, kwargs)
         val = self.fake(target, args, kwargs)
@@ -955,13 +954,6 @@ class _Editor:
 
 def _as_is(x: Any) -> Any:
     return x
-
-
-def _refs(args: Any, kwargs: Any) -> list[Ref]:
-    found: list[Ref] = []
-    collect_refs(args, found)
-    collect_refs(kwargs, found)
-    return found
 
 
 def _drop_unused(

@@ -858,13 +858,10 @@ def rederive_callers(
     table = p.module_table()
     protected = protected_names(p)
     outputs_named = frozenset(s.name for s in p.signature.outputs if s.name)
-    order: list[tuple[str, ModuleId]] = []
-    seen: set[ModuleId] = set()
+    first: dict[ModuleId, str] = {}  # each module at the first path that reaches it
     for path, mid in p.walk():
-        if mid not in seen:
-            seen.add(mid)
-            order.append((path, mid))
-    for path, mid in reversed(order):  # children before their callers
+        first.setdefault(mid, path)
+    for mid, path in reversed(first.items()):  # children before their callers
         mod_graphs = list(out.get(mid, table[mid].graphs))
         touched = False
         for gi, graph in enumerate(mod_graphs):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ir.program import Program
 
 
-def canonical_paths(program: Program, same_object: dict[str, str] | None = None) -> dict[str, str]:
+def canonical_paths(program: Program, same_object: dict[str, str]) -> dict[str, str]:
     """``{path: canonical path}`` for every module path that is an alias of an earlier one.
 
     The canonical path is the first in registration order. Two paths are one module when the state
@@ -25,7 +25,6 @@ def canonical_paths(program: Program, same_object: dict[str, str] | None = None)
     classes do not differ, or when ``same_object`` (path -> identity key) gives them one key.
     Complexity: O(S · d log S) for S state fqns of depth at most d.
     """
-    same_object = same_object or {}
     state = program.state_table()
     if not same_object and len({slot.tensor for slot in state.values()}) == len(state):
         return {}  # no tensor under two fqns and no identity key: no evidence of sharing

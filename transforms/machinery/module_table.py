@@ -51,7 +51,7 @@ def with_outlined_modules(
         )
     root = modules[p.root].replace(graphs=(root_graph,))
     modules[p.root] = root
-    signature = _renamed_outputs(p.signature, root_graph)
+    signature = named_outputs(p.signature, root_graph.outputs)
     if dropped_inputs:
         inputs = tuple(s for s in signature.inputs if s.name not in dropped_inputs)
         signature = attrs.evolve(signature, inputs=inputs)
@@ -70,10 +70,12 @@ def with_outlined_modules(
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _renamed_outputs(signature: Any, graph: Graph) -> Any:
-    """Output specs naming what the root now returns (a read of an in-place result becomes a
-    read of the state or input it mutated)."""
-    values = graph.outputs if isinstance(graph.outputs, tuple) else (graph.outputs,)
+def named_outputs(signature: Any, out: Any) -> Any:
+    """Output specs naming the values the root now returns (``out``: its graph's returned
+    tree) at their positions: a read of an in-place result becomes a read of the state or
+    input it mutated, an inlined value is read under its new name. ``signature`` itself when
+    no name changes. O(outputs)."""
+    values = out if isinstance(out, tuple) else (out,)
     if len(values) != len(signature.outputs):
         return signature
     specs = tuple(

@@ -76,7 +76,7 @@ def hold_foreign_state(program: Program) -> Program:
         return program
     if not _any_extra_arguments(program):
         return program  # no preserved graph takes more than its signature: nothing to move
-    carried, callers = _carried_state(program)
+    _, carried, callers = carried_state(program)
     moves: dict[Variant, dict[int, str]] = {}
     for key, fqns in carried.items():
         mid, variant = key
@@ -120,11 +120,17 @@ def _any_extra_arguments(program: Program) -> bool:
     return False
 
 
-def _carried_state(
-    program: Program,
-) -> tuple[dict[Variant, list[str | None]], dict[Variant, list[tuple[Variant, str]]]]:
-    """Per called (module, variant): the state fqn each placeholder carries (``None``: not state,
-    or not the same state at every call site); and its call sites as (caller, node name)."""
+def carried_state(program: Program, *, through_attrs: bool = True) -> tuple[
+    list[Variant], dict[Variant, list[str | None]], dict[Variant, list[tuple[Variant, str]]]
+]:
+    """Every (module, variant) that calls from the root reach, callers first (breadth first);
+    per one, the state fqn each placeholder carries (``None``: not state, or not the same state
+    at every call site); and its call sites as (caller, node name).
+
+    With ``through_attrs`` (``hold_foreign_state``), a ``get_attr`` of state carries its fqn
+    and a keyword argument binds the callee's placeholder of its name; without
+    (``sink_state``, which leaves out positional arguments only), a placeholder fed by either
+    carries ``None``. O(n) for n nodes."""
     table = program.module_table()
     state = program.state_table()
     root_inputs = {
@@ -146,7 +152,7 @@ def _carried_state(
         graph = table[mid].graphs[variant]
         local = dict(zip((n.name for n in graph.placeholders), carried[key]))
         for node in graph.nodes:
-            if node.op == GET_ATTR and program.resolve(node.target, mid) is None:
+            if through_attrs and node.op == GET_ATTR and program.resolve(node.target, mid) is None:
                 fqn = program.attr_fqn(mid, path, node.target)
                 local[node.name] = fqn if fqn in state else None
             if node.op != CALL_MODULE:
@@ -156,7 +162,7 @@ def _carried_state(
             if child is None or not table[child].graphs:
                 continue
             holders = table[child].graphs[k].placeholders
-            by_key = dict(node.kwargs.items)
+            by_key = dict(node.kwargs.items) if through_attrs else {}
             passed = []
             for j, h in enumerate(holders):
                 arg = node.args[j] if j < len(node.args) else by_key.get(h.name)
@@ -169,7 +175,7 @@ def _carried_state(
                 carried[callee] = passed
                 paths[callee] = f"{path}.{target}" if path else target
                 order.append(callee)
-    return carried, callers
+    return order, carried, callers
 
 
 def _rewrite(

@@ -359,11 +359,9 @@ class _Splitter:
 
     def _named(self) -> set[str]:
         """Every value name that a signature of the program names (built once)."""
-        if self.names is None:
-            p = self.p
-            self.names = {s.name for s in p.signature.outputs if s.name}
-            for sig in p.call_signatures.values():
-                self.names.update(a.name for a in sig.inputs + sig.outputs if a.name)
+        if self.names is None:  # a flat program: its preserved calls' names are all at ""
+            named = kn.protected_names(self.p).get("", frozenset())
+            self.names = {s.name for s in self.p.signature.outputs if s.name} | named
         return self.names
 
     def _traced_calls(self, body: Graph) -> dict[str, tuple[tuple[Ref, ...], tuple[Ref, ...]]]:
@@ -372,8 +370,8 @@ class _Splitter:
         one tracepoint of each kind, tensor arguments and one call of the module count."""
         marks: dict[str, dict[str, list[Node]]] = {}
         for node in body.nodes:
-            if _is_tracepoint(node):
-                path = str(node.kwargs.get("path", "")).removeprefix("_export_root.")
+            path = _tracepoint_path(node)
+            if path is not None:
                 marks.setdefault(path, {}).setdefault(str(node.kwargs.get("kind")), []).append(node)
         found = {}
         signatures = self.p.call_signatures
@@ -491,12 +489,13 @@ def _wire(
             source.outputs[v] = None
 
 
-def _is_tracepoint(node: Node) -> bool:
-    return (
-        node.op == CALL_FUNCTION
-        and isinstance(node.target, HigherOrderOperator)
-        and target_name(node.target) == TRACEPOINT
-    )
+def _tracepoint_path(node: Node) -> str | None:
+    """The path of the preserved call an ``_export_tracepoint`` node marks; ``None`` for
+    another node."""
+    if not (node.op == CALL_FUNCTION and isinstance(node.target, HigherOrderOperator)
+            and target_name(node.target) == TRACEPOINT):
+        return None
+    return str(node.kwargs.get("path", "")).removeprefix("_export_root.")
 
 
 def _untraced(body: Graph, traced: Mapping) -> tuple[Graph, dict]:
@@ -507,9 +506,7 @@ def _untraced(body: Graph, traced: Mapping) -> tuple[Graph, dict]:
     w = kn.WorkingGraph(body, indexed=False)  # a read getitem is replaced by what it reads
     gone: set[str] = set()
     for node in body.nodes:
-        if _is_tracepoint(node) and str(node.kwargs.get("path", "")).removeprefix(
-            "_export_root."
-        ) in marked:
+        if _tracepoint_path(node) in marked:
             gone.add(node.name)
             w.drop(node.name)
         elif _is_index(node, None) and node.args[0].name in gone:

@@ -14,8 +14,8 @@ from ir.module import MODULE_LIST, PLAIN, SUBGRAPH, Module, ModuleId, split_call
 from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
-from ir.signature import ExportSignature, OutputSpec
 from transforms import kernel as kn
+from transforms.machinery.module_table import named_outputs, reachable_modules
 
 
 def inline(program: Program) -> Program:
@@ -174,7 +174,7 @@ class _Inliner:
         self.w.add(output.replace(args=(out,) + output.args[1:]))
         return p.replace(
             modules=self._modules(self.w.finish()[0]),
-            signature=_renamed_outputs(p.signature, out),
+            signature=named_outputs(p.signature, out),
         )
 
     # --- graphs -----------------------------------------------------------------------------
@@ -301,7 +301,7 @@ class _Inliner:
         modules: dict[ModuleId, Module] = {}
         subgraph_ids: set[ModuleId] = set()
         for mid in self.subgraphs.values():
-            _collect_subgraphs(p, mid, subgraph_ids)
+            subgraph_ids.update(reachable_modules(p.modules.__getitem__, mid))
         ids: dict[str, ModuleId] = {"": p.root}
         taken = Names(subgraph_ids)
         taken.add(p.root)
@@ -368,23 +368,3 @@ def _untyped_kind(kids: tuple) -> str:
     are ``0 .. n-1`` (a ModuleList is never called, so no stack names its class)."""
     names = [name for name, _ in kids]
     return MODULE_LIST if names and names == [str(i) for i in range(len(names))] else PLAIN
-
-
-def _collect_subgraphs(p: Program, mid: ModuleId, found: set[ModuleId]) -> None:
-    if mid in found:
-        return
-    found.add(mid)
-    for _, child in p.modules[mid].children:
-        _collect_subgraphs(p, child, found)
-
-
-def _renamed_outputs(signature: ExportSignature, out: Any) -> ExportSignature:
-    """Output specs naming the values the new root returns at their positions."""
-    values = out if isinstance(out, tuple) else (out,)
-    if not signature.outputs or len(values) != len(signature.outputs):
-        return signature
-    specs = tuple(
-        OutputSpec(s.kind, v.name, s.target) if s.name is not None and isinstance(v, Ref) else s
-        for s, v in zip(signature.outputs, values)
-    )
-    return signature if specs == signature.outputs else ExportSignature(signature.inputs, specs)

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 
 from pyrsistent import pmap
 
-from ir.args import Ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import ModuleId, split_call_target
@@ -20,7 +19,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.machinery.call_builder import OpenCall
-from transforms.passes.foreign_state import hold_foreign_state
+from transforms.passes.foreign_state import carried_state, hold_foreign_state
 
 
 def sink_state(program: Program) -> Program:
@@ -73,11 +72,10 @@ class StateOwners:
     def local_name(self, fqn: str, path: str) -> str | None:
         """``fqn``'s name relative to module ``path`` (through the first tied alias below it),
         or ``None`` when the tensor lives elsewhere."""
+        prefix = path + "." if path else ""
         for alias in self.aliases.get(fqn, (fqn,)):
-            if not path:
-                return alias
-            if alias.startswith(path + "."):
-                return alias[len(path) + 1 :]
+            if alias.startswith(prefix):
+                return alias[len(prefix) :]
         return None
 
     def local_names(self, names: Sequence[str], path: str) -> dict[str, str]:
@@ -86,23 +84,15 @@ class StateOwners:
         loop with the path's prefix made once: a call's inputs are read together when it
         closes."""
         fqn_of, aliases = self.fqn_of, self.aliases
+        prefix = path + "." if path else ""
         found = {}
-        if not path:
-            for name in names:
-                fqn = fqn_of.get(name)
-                if fqn is not None:
-                    found[name] = aliases[fqn][0] if fqn in aliases else fqn
-            return found
-        prefix = path + "."
-        cut = len(prefix)
         for name in names:
             fqn = fqn_of.get(name)
-            if fqn is None:
-                continue
-            for alias in aliases.get(fqn) or (fqn,):
-                if alias.startswith(prefix):
-                    found[name] = alias[cut:]
-                    break
+            if fqn is not None:
+                for alias in aliases.get(fqn) or (fqn,):
+                    if alias.startswith(prefix):
+                        found[name] = alias[len(prefix) :]
+                        break
         return found
 
 
@@ -141,11 +131,9 @@ class _Sinker:
     def run(self) -> Program:
         p = self.p
         root_graph = p.root_module.graph
-        root_state = self.owners.fqn_of
-        if not root_state:
+        if not self.owners.fqn_of:
             return p  # state reaches modules only from the root's inputs
-        self.carried[(p.root, 0)] = [root_state.get(n.name) for n in root_graph.placeholders]
-        order = self._call_order()
+        order, self.carried, _ = carried_state(p, through_attrs=False)
         for mid, variant in order:
             self._decide(mid, variant)
         modules = dict(p.module_table())
@@ -162,39 +150,6 @@ class _Sinker:
                 tuple(s for s in signature.inputs if s.name not in names), signature.outputs
             )
         return p.replace(modules=pmap(modules), signature=signature)
-
-    def _call_order(self) -> list[tuple[ModuleId, int]]:
-        """Every (module, variant) reached by calls from the root, callers before callees, and
-        the carried state of each callee placeholder, merged over its call sites."""
-        p = self.p
-        order: list[tuple[ModuleId, int]] = [(p.root, 0)]
-        seen = {(p.root, 0)}
-        i = 0
-        while i < len(order):
-            mid, variant = order[i]
-            i += 1
-            graph = p.module_table()[mid].graphs[variant]
-            local = dict(zip((n.name for n in graph.placeholders), self.carried[(mid, variant)]))
-            for node in graph.nodes:
-                if node.op != CALL_MODULE:
-                    continue
-                path, k = split_call_target(node.target)
-                child = p.resolve(path, mid)
-                if child is None or not p.module_table()[child].graphs:
-                    continue
-                passed = [local.get(a.name) if isinstance(a, Ref) else None for a in node.args]
-                passed += [None] * len(node.kwargs)
-                key = (child, k)
-                if key in self.carried:
-                    self.carried[key] = [
-                        a if a == b else None for a, b in zip(self.carried[key], passed)
-                    ]
-                else:
-                    self.carried[key] = passed
-                if key not in seen:
-                    seen.add(key)
-                    order.append(key)
-        return order
 
     def _decide(self, mid: ModuleId, variant: int) -> None:
         path = self.p.first_path(mid) or ""

@@ -230,12 +230,9 @@ def _runs(p: Program, graph: Graph, part: dict[str, int], names: tuple[str, ...]
         if name in names:
             raise PassError(f"tag {name!r} is also the name of the subgraph module {name!r}")
     modules = {p.root: root.replace(children=kept, graphs=(runs,))}
-    stack = [c for _, c in kept]
-    while stack:
-        mid = stack.pop()
-        if mid not in modules:
-            modules[mid] = p.modules[mid]
-            stack.extend(c for _, c in p.modules[mid].children)
+    for _, c in kept:
+        for mid in reachable_modules(p.modules.__getitem__, c):
+            modules.setdefault(mid, p.modules[mid])
     signatures = {k: v for k, v in p.call_signatures.items() if k == ""}
     return p.replace(
         modules=pmap(modules),

@@ -26,7 +26,7 @@ them (``match.prepare``).
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -46,7 +46,7 @@ LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
 __all__ = [
     "ESCAPE_CAP", "LEAF", "ClassData", "EGraph", "ENode", "GraphEGraph", "covered", "escapes",
     "from_graph",
-    "passes_on", "value_roles",
+    "passes_on", "value_roles", "walk_classes",
 ]
 
 
@@ -521,6 +521,15 @@ def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
 
 def reachable(eg: EGraph, roots: Iterable[int]) -> set[int]:
     """The classes reachable from ``roots`` through any e-node. O(e-nodes)."""
+    return set(walk_classes(eg, roots, lambda c: (x for n in eg.classes[c] for x in n.children)))
+
+
+def walk_classes(
+    eg: EGraph, roots: Iterable[int], step: Callable[[int], Iterable[int]]
+) -> Iterator[int]:
+    """Each class reached from ``roots`` once (canonical ids), depth first: a class, then
+    those ``step(class)`` names, asked once the caller is done with it (a caller that stops
+    early asks no more). O(classes reached + the ids ``step`` gives)."""
     seen: set[int] = set()
     todo = [eg.find(r) for r in roots]
     while todo:
@@ -528,6 +537,5 @@ def reachable(eg: EGraph, roots: Iterable[int]) -> set[int]:
         if c in seen:
             continue
         seen.add(c)
-        for n in eg.classes[c]:
-            todo.extend(eg.find(x) for x in n.children)
-    return seen
+        yield c
+        todo.extend(eg.find(x) for x in step(c))

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable
+from transforms.rewrite.egraph import LEAF, EGraph, ENode, reachable, walk_classes
 
 __all__ = ["CAP", "EPSILON", "GROUPS_MAX", "complete", "dag_cost", "exact", "greedy", "together"]
 
@@ -278,20 +278,15 @@ def dag_cost(eg: EGraph, roots: Iterable[int], choice: Mapping[int, ENode],
     leaves that are computed only where read: see ``exact``): a leaf reached reaches those
     too. O(classes reached)."""
     reads = reads or {}
-    total = 0.0
-    seen: set[int] = set()
-    todo = [eg.find(r) for r in roots]
-    while todo:
-        c = todo.pop()
-        if c in seen:
-            continue
-        seen.add(c)
+
+    def step(c: int) -> Iterable[int]:
         n = choice[c]
-        if n.op != LEAF:
-            total += cost(n)
-        else:
-            todo.extend(eg.find(x) for x in reads.get(c, ()))
-        todo.extend(eg.find(x) for x in n.children)
+        return n.children if n.op != LEAF else (*reads.get(c, ()), *n.children)
+
+    total = 0.0
+    for c in walk_classes(eg, roots, step):
+        if choice[c].op != LEAF:
+            total += cost(choice[c])
     return total
 
 

@@ -22,7 +22,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import Ref, thaw
+from ir.args import Ref, iter_refs
 from ir.errors import PassError
 from ir.fake_memo import FakeMemo
 from ir.gcpause import gc_paused
@@ -585,7 +585,7 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
         args = bind_scalars(rn.args, sentinels, m.scalars)
         kwargs = bind_scalars(rn.kwargs, sentinels, m.scalars)
         check = ops.is_metadata_check(rn.target)
-        if any(r.name not in child_of for r in _refs((args, kwargs))):
+        if any(r.name not in child_of for r in iter_refs((args, kwargs))):
             if check:
                 continue  # a metadata check on a value the e-graph does not hold
             return None
@@ -638,12 +638,6 @@ def _results(eg: EGraph, roots: tuple[int, ...], outs: tuple, rep: Any, rep_ph: 
             return None
         news.append(child_of[out.name])
     return news
-
-
-def _refs(tree: Any) -> list[Ref]:
-    found: list[Ref] = []
-    thaw(tree, found.append)
-    return found
 
 
 def _greedy(p: Program, rules: list[Rule], cost: Cost, deadline: float,

@@ -25,7 +25,7 @@ from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.rewrite import extract
+from transforms.rewrite import egraph, extract
 from transforms.rewrite.cost import Cost, call_cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
@@ -128,18 +128,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if c in choice and eg.canonical(choice[c]).key != eg.canonical(e).key:
             changes = True
             break
-    used: list[str] = []
-    seen: set[int] = set()
-    todo = [eg.find(r) for r in geg.roots]
-    while todo:
-        c = todo.pop()
-        if c in seen:
-            continue
-        seen.add(c)
-        n = choice[c]
-        if n.rule is not None:
-            used.append(n.rule)
-        todo.extend(eg.find(x) for x in n.children)
+    reached = egraph.walk_classes(eg, geg.roots, lambda c: choice[c].children)
+    used = [choice[c].rule for c in reached if choice[c].rule is not None]
     return Plan(geg, choice, changes, used, extractor, cut)
 
 
@@ -199,17 +189,10 @@ def shared_escape(eg: EGraph, roots: Any, choice: Mapping[int, ENode],
     held = held or {}
     pinned = {eg.find(r) for r in roots}
     by_base: dict[int, int] = {}
-    seen: set[int] = set()
-    todo = [eg.find(r) for r in roots]
-    while todo:
-        c = todo.pop()
-        if c in seen:
-            continue
-        seen.add(c)
+    for c in egraph.walk_classes(eg, roots, lambda c: choice[c].children if c in choice else ()):
         n = choice.get(c)
         if n is None:
             continue  # an incomplete choice: ``complete`` refuses it
-        todo.extend(eg.find(x) for x in n.children)
         if getattr(n.op, "__name__", "") != "getitem" or not n.children:
             continue
         base = eg.find(n.children[0])
@@ -387,22 +370,15 @@ class Builder:
         return found
 
     def _feasible(self, plan: Plan, c: int, here: int, made: Mapping[int, Ref]) -> bool:
-        eg, geg = plan.geg.eg, plan.geg
-        seen: set[int] = set()
-        todo = [c]
-        while todo:
-            x = eg.find(todo.pop())
-            if x in seen or x in made:
-                continue
-            seen.add(x)
-            n = plan.choice.get(x)
-            if n is None:
+        geg, choice = plan.geg, plan.choice
+
+        def step(x: int) -> tuple[int, ...]:
+            return () if x in made or choice[x].op == LEAF else choice[x].children
+
+        for x in egraph.walk_classes(geg.eg, (c,), step):
+            n = choice.get(x)
+            if x not in made and (n is None or (n.op == LEAF and geg.position[n.canon[0]] >= here)):
                 return False
-            if n.op == LEAF:
-                if geg.position[n.canon[0]] >= here:
-                    return False
-                continue
-            todo.extend(n.children)
         return True
 
     def _emit(self, plan: Plan, c: int, e: Any, made: dict[int, Ref]) -> Ref:
