@@ -116,7 +116,7 @@ def alias_guard(view: GraphView | MemoryView, aliases: Mapping[Hashable, Hashabl
     two outputs, or an output and an input, that share memory where eager's did not.
     Complexity: O(views of the values involved and their readers).
     """
-    memory = view if isinstance(view, MemoryView) else OnGraph(view)
+    memory = _memory(view)
     for result, outside in aliases.items():
         escapes, written = memory.reach(result)
         if written:
@@ -145,13 +145,20 @@ def sharing_guard(view: GraphView | MemoryView, shared: Sequence[tuple[Hashable,
     **Laws:** pure; ``True`` for no pairs; ``False`` whenever a write through one result could
     show in the other, or the caller would get two outputs sharing memory where eager's did
     not. O(views of the results and their readers)."""
-    memory = view if isinstance(view, MemoryView) else OnGraph(view)
+    memory = _memory(view)
     for a, b in shared:
         ra, wa = memory.reach(a)
         rb, wb = memory.reach(b)
         if wa or wb or (ra and rb):
             return False
     return True
+
+
+def _memory(view: GraphView | MemoryView) -> MemoryView:
+    """``view`` as a ``MemoryView``: itself when it answers ``sources`` (an ``EClassView``), else
+    read through ``OnGraph``. By attribute, not ``isinstance`` against the protocol: that walks
+    the protocol's members at every call (a third of greedy ``rewrite``'s guard time). O(1)."""
+    return view if hasattr(view, "sources") else OnGraph(view)
 
 
 @attrs.frozen

@@ -16,6 +16,7 @@ from typing import Any
 
 from ir.args import Ref
 from ir.effects import view_base
+from ir.memo import WeakMemo
 from ir.node import PLACEHOLDER
 from transforms.machinery.trace import Traced
 from transforms.rewrite import guards
@@ -37,23 +38,35 @@ def base_pairs(traced: Traced) -> frozenset[tuple[int, int]]:
     halves. ``saturate`` asks it of the pattern and of the replacement: a pair in either may
     not both escape (``guards.sharing_guard`` on the e-graph), or the caller would see two
     outputs share memory where they did not, or stop sharing where they did.
-    O(results²)."""
+    O(results²), once per traced function (a rule's pattern and replacement are asked at every
+    match)."""
+    return _BASE_PAIRS(traced)
+
+
+def _pairs(traced: Traced) -> frozenset[tuple[int, int]]:
     bases = output_bases(traced)
     return frozenset((i, j) for i in range(len(bases)) for j in range(i + 1, len(bases))
                      if bases[i] is not None and bases[i] == bases[j])
+
+
+_BASE_PAIRS: WeakMemo[Traced, frozenset[tuple[int, int]]] = WeakMemo(_pairs)
 
 
 def new_sharing(site: Any, rep: Traced, view: Any) -> tuple[tuple[str, str], ...]:
     """The pairs of the match's results (graph names) that the replacement ``rep`` makes views
     of one value it computes, where the matched results did not share memory (read from their
     fake values, ``guards.shares_storage``; without values, from the pattern's own trace).
-    Results made aliases of an *input* are the ``alias`` guard's. O(results²)."""
+    Results made aliases of an *input* are the ``alias`` guard's. O(results²); O(1) for a
+    replacement whose results share nothing."""
+    made_shared = base_pairs(rep)
+    if not made_shared:
+        return ()
     rep_bases = output_bases(rep)
     rep_nodes = {n.name: n for n in rep.graph.nodes}
     in_pattern = base_pairs(site.compiled.traced)
     pairs = []
     outs = site.outs
-    for i, j in sorted(base_pairs(rep)):
+    for i, j in sorted(made_shared):
         a, b = (outs[i], outs[j]) if j < len(outs) else (None, None)
         if a is None or b is None or a == b:
             continue
