@@ -539,27 +539,26 @@ def collect_aoti(worker: subprocess.Popen | None, cases: list[tuple[str, str]], 
                 cell = Cell(**json.loads(line))
                 done[(cell.model, cell.dtype)] = cell
         rest = [case for case in rest if case not in done]
-        worker = _after_death(status, rest, done, until, restart)
-        rest = [case for case in rest if case not in done]
+        if not status or not rest:
+            break
+        (model, dtype), rest = rest[0], rest[1:]  # the case it died on, and the others
+        done[(model, dtype)] = Cell(model, dtype, "aoti", status="error",
+                                    note=f"the AOTI worker died on this case ({_death(status)})")
+        room = restart is not None and rest and until - time.time() >= 20
+        worker = restart(rest) if room else None
     return [done.get((m, d), Cell(m, d, "aoti", note="out of time (worker stopped)"))
             for m, d in cases]
 
 
-def _after_death(returncode: int | None, rest: list[tuple[str, str]],
-                 done: dict[tuple[str, str], Cell], until: float,
-                 restart: Callable[[list[tuple[str, str]]], Any] | None) -> Any:
-    """When a worker died with cases left, the first of them is the one it died on: its cell
-    says how; the next worker (if time and ``restart`` allow) takes the others."""
-    if not returncode or not rest:
-        return None
-    model, dtype = rest[0]
-    how = (f"signal {signal.Signals(-returncode).name}" if returncode < 0
-           else f"exit status {returncode}")
-    done[rest[0]] = Cell(model, dtype, "aoti", status="error",
-                         note=f"the AOTI worker died on this case ({how})")
-    if restart is None or len(rest) == 1 or until - time.time() < 20:
-        return None
-    return restart(rest[1:])
+def _death(status: int) -> str:
+    """How a process with return code ``status`` (not 0) ended: the signal by name, or the
+    exit status."""
+    if status > 0:
+        return f"exit status {status}"
+    try:
+        return f"signal {signal.Signals(-status).name}"
+    except ValueError:
+        return f"signal {-status}"
 
 
 # --- the attention speedup ----------------------------------------------------------------------
