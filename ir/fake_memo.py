@@ -96,7 +96,7 @@ class FakeMemo:
         if key is not None:
             kept = self._kept.get(key)
             if type(kept) is FakeRunFailed:
-                raise kept
+                raise kept.with_traceback(None)  # this raise's frames only, not every earlier one
             if kept is not None:
                 self.made += 1
                 return fresh_fake(kept)

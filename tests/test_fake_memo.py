@@ -70,6 +70,12 @@ def test_a_failure_is_kept_and_raised_again_without_a_run():
         with pytest.raises(FakeRunFailed):
             memo.value(MM, (Ref("a"), Ref("b")), {}, lambda r: vals[r.name])
     assert (memo.runs, memo.made) == (1, 0)
+    depths = []
+    for _ in range(3):  # a kept failure raised again carries only that raise's frames
+        with pytest.raises(FakeRunFailed) as info:
+            memo.value(MM, (Ref("a"), Ref("b")), {}, lambda r: vals[r.name])
+        depths.append(len(info.traceback))
+    assert depths[0] == depths[1] == depths[2]
     fits = _vals(a=(3, 4), b=(4, 5))  # other metadata: run, and kept apart from the failure
     assert tuple(memo.value(MM, (Ref("a"), Ref("b")), {}, lambda r: fits[r.name]).shape) == (3, 5)
     assert memo.runs == 2
