@@ -5,6 +5,8 @@ greedy ``rewrite`` on repeated blocks runs each replacement operator once per me
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -110,9 +112,9 @@ def _program(blocks: int):
         return import_ep(torch.export.export(_Blocks(blocks), (torch.randn(4, 8),)))
 
 
-def _counted_runs(monkeypatch, p) -> tuple[int, object]:
-    """The fake runs greedy ``rewrite`` makes on ``p`` (through the memo or not) and its
-    program."""
+def _counted(monkeypatch, run: Callable[[], Any]) -> tuple[int, Any]:
+    """How many operators ``run()`` runs on fake values (through the memo or not), and what it
+    returns."""
     runs = [0]
 
     def counting(*a, **k):
@@ -121,17 +123,17 @@ def _counted_runs(monkeypatch, p) -> tuple[int, object]:
 
     monkeypatch.setattr(fake_memo_mod, "fake_value", counting)
     monkeypatch.setattr(kernel_mod, "fake_value", counting)
-    q, report = apply_rules(p, [MOVE_SCALE])
+    result = run()
     monkeypatch.undo()
-    return runs[0], q, report
+    return runs[0], result
 
 
 def test_greedy_rewrite_of_many_blocks_runs_each_replacement_operator_once(monkeypatch):
-    """Eight blocks at one shape: as many fake runs as one block (on ``main``, eight times as
-    many), and the program, ``val`` s included, that runs without the memo give."""
-    one, _, r1 = _counted_runs(monkeypatch, _program(1))
-    p = _program(8)
-    many, q, r8 = _counted_runs(monkeypatch, p)
+    """Eight blocks at one shape: as many fake runs as one block (without the memo, eight
+    times as many), and the program, ``val`` s included, that runs without the memo give."""
+    p1, p = _program(1), _program(8)
+    one, (_, r1) = _counted(monkeypatch, lambda: apply_rules(p1, [MOVE_SCALE]))
+    many, (q, r8) = _counted(monkeypatch, lambda: apply_rules(p, [MOVE_SCALE]))
     assert r1.counts["move_scale"] >= 1 and r8.counts["move_scale"] == 8 * r1.counts["move_scale"]
     assert one == many > 0  # each (mul, mm) of a replacement once per metadata
 
@@ -150,21 +152,9 @@ def test_saturate_on_many_blocks_runs_as_many_fake_runs_as_on_one(monkeypatch):
     cost."""
     from transforms.rewrite import saturate_report
 
-    def counted(p):
-        runs = [0]
-
-        def counting(*a, **k):
-            runs[0] += 1
-            return fake_value(*a, **k)
-
-        monkeypatch.setattr(fake_memo_mod, "fake_value", counting)
-        monkeypatch.setattr(kernel_mod, "fake_value", counting)
-        _, report = saturate_report(p, [MOVE_SCALE])
-        monkeypatch.undo()
-        return runs[0], report
-
-    one, r1 = counted(_program(1))
-    many, r8 = counted(_program(8))
+    p1, p8 = _program(1), _program(8)
+    one, (_, r1) = _counted(monkeypatch, lambda: saturate_report(p1, [MOVE_SCALE]))
+    many, (_, r8) = _counted(monkeypatch, lambda: saturate_report(p8, [MOVE_SCALE]))
     assert r1.chosen == r8.chosen == "saturate"
     assert r8.cost_after == pytest.approx(8 * r1.cost_after)
     assert many == one
