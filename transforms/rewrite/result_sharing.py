@@ -24,7 +24,12 @@ from transforms.rewrite import guards
 
 def output_bases(traced: Traced) -> tuple[str | None, ...]:
     """For each result of a traced function: the node it is, or is a view of through a chain
-    of views (``ir.effects.view_base``); ``None`` for a literal result. O(nodes)."""
+    of views (``ir.effects.view_base``); ``None`` for a literal result. O(nodes), once per
+    traced function (``saturate`` asks it of a replacement at every match)."""
+    return _OUTPUT_BASES(traced)
+
+
+def _bases(traced: Traced) -> tuple[str | None, ...]:
     table = {n.name: n for n in traced.graph.nodes}
     out: list[str | None] = []
     for r in traced.outputs:
@@ -49,6 +54,7 @@ def _pairs(traced: Traced) -> frozenset[tuple[int, int]]:
                      if bases[i] is not None and bases[i] == bases[j])
 
 
+_OUTPUT_BASES: WeakMemo[Traced, tuple[str | None, ...]] = WeakMemo(_bases)
 _BASE_PAIRS: WeakMemo[Traced, frozenset[tuple[int, int]]] = WeakMemo(_pairs)
 
 
