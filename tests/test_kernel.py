@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
+from kernel_support import Heard
 
 from ir import PassError, VerifyError, format_program, import_ep, verify
 from ir.args import EMPTY_DICT as EMPTY
@@ -516,17 +517,6 @@ def _named(graph):
     return [(n.name, n.op, n.target) for n in graph.nodes]
 
 
-class _Heard:
-    def __init__(self):
-        self.events = []
-
-    def emitted(self, node):
-        self.events.append(("emitted", node.name))
-
-    def erased(self, name):
-        self.events.append(("erased", name))
-
-
 def test_working_graph_indexes_readers_and_operators_and_finishes_unchanged():
     p, w = _work()
     graph = p.root_module.graph
@@ -540,7 +530,7 @@ def test_working_graph_indexes_readers_and_operators_and_finishes_unchanged():
 
 
 def test_working_graph_make_names_after_the_policy_and_gives_meta_and_val():
-    heard = _Heard()
+    heard = Heard()
     _, w = _work(heard)
     relu = w.node["relu"]
     val = relu.meta["val"]
@@ -577,7 +567,7 @@ def test_working_graph_replace_uses_rewires_readers_and_records_the_rename():
 
 
 def test_working_graph_erase_drops_the_node_from_every_index_and_is_heard():
-    heard = _Heard()
+    heard = Heard()
     p, w = _work(heard)
     x = next(n for n in p.root_module.graph.nodes if n.op == "placeholder")
     copy = w.make(CALL_FUNCTION, aten.copy_.default, (x.ref, w.node["relu"].ref), EMPTY)
