@@ -65,17 +65,26 @@ def layer_imports(path: Path, root: Path = ROOT) -> set[str]:
     return found
 
 
+def absolute_imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """Each absolute import statement of ``path``, anywhere in it: the module it names and, for
+    ``from m import a, b``, the names it takes (``()`` for ``import m``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((a.name, ()) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, tuple(a.name for a in node.names)))
+    return found
+
+
 def imported_modules(path: Path) -> set[str]:
     """Every dotted module name ``path`` imports (``from a.b import c`` gives ``a.b`` and
     ``a.b.c``: ``c`` may be a module)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)
+    for module, names in absolute_imports(path):
+        found.add(module)
+        found.update(f"{module}.{name}" for name in names)
     return found
 
 
@@ -91,13 +100,7 @@ def upward_modules(path: Path, root: Path = ROOT) -> set[str]:
     """The modules above its layer that ``path`` (a file under ``root``) imports, as its import
     statements name them (``from lowering.pass_laws import x`` gives ``lowering.pass_laws``)."""
     allowed = ALLOWED[path.relative_to(root).parts[0]]
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
+    found = {module for module, _ in absolute_imports(path)}
     return {m for m in found if m.split(".")[0] in LAYERS and m.split(".")[0] not in allowed}
 
 
