@@ -394,6 +394,41 @@ def test_an_elementwise_reader_passes_the_strides_on():
     torch.testing.assert_close(lower(q)(*AB), MmAddThenView()(*AB))
 
 
+class MmReshapeWritten(nn.Module):
+    def forward(self, a, b):
+        m = b.t() @ a.t()
+        return m.reshape(-1).mul_(2.0)
+
+
+class MmReshapeWrittenReadTwice(nn.Module):
+    def forward(self, a, b):
+        m = b.t() @ a.t()
+        r = m.reshape(-1)
+        r.mul_(2.0)
+        return r, m.sum()
+
+
+def test_a_reshape_that_turns_copy_is_allowed_where_nothing_else_reads_what_it_shared():
+    """Before: ``(b.t() @ a.t()).reshape(-1).mul_(2)``. Expected: ``mm_t`` applied: at the
+    new strides the ``reshape`` copies, and the write lands in the copy, but nothing else
+    reads ``m``, so the caller sees the same values."""
+    p = _program(MmReshapeWritten(), *AB)
+    q, report = rewrite_report(p, [MM_T])
+    assert q is not p and report.skipped == {}
+    torch.testing.assert_close(lower(q)(*AB), MmReshapeWritten()(*AB))
+
+
+def test_a_reshape_that_turns_copy_is_refused_where_a_second_reader_saw_the_write():
+    """Before: ``r = m.reshape(-1); r.mul_(2); return r, m.sum()`` with ``m = b.t() @ a.t()``.
+    Expected: unchanged: eagerly ``m.sum()`` sees the write through the view; at ``mm_t``'s
+    strides the ``reshape`` copies and ``m.sum()`` would not (the fan-out of one value of
+    the group: two readers outside the match)."""
+    p = _program(MmReshapeWrittenReadTwice(), *AB)
+    q, report = rewrite_report(p, [MM_T])
+    assert q is p and report.skipped == {"layout": 1}
+    torch.testing.assert_close(lower(q)(*AB), MmReshapeWrittenReadTwice()(*AB))
+
+
 def test_the_engine_does_not_run_the_checker():
     """``rewrite`` = check the rules (``api``), then ``apply_rules`` (``engine``): the engine
     imports no checker and holds no test switch."""
