@@ -134,13 +134,9 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
     if kind == ops.HOP:
         return
     if kind == ops.OVERLOAD:
-        names, required = _schema_names(target)
-        given = len(node.args)
-        if given > len(names) or any(k not in names for k in node.kwargs) or any(
-            i >= given and names[i] not in node.kwargs for i in required
-        ):
+        if ops.normalized_args(target, node.args, node.kwargs) is None:
             raise UnsupportedProgramError(
-                f"node {node.name!r} passes {given} positional arguments and keywords "
+                f"node {node.name!r} passes {len(node.args)} positional arguments and keywords "
                 f"{sorted(node.kwargs)} to {target}, whose schema is {ops.facts(target).schema}"
             )
         return
@@ -157,13 +153,6 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
             f"node {node.name!r} calls {getattr(target, '__name__', target)} with arguments it "
             f"does not take ({err})"
         ) from None
-
-
-@functools.lru_cache(maxsize=4096)  # bounded: one entry per operator seen, shared by its nodes
-def _schema_names(op: Any) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """An operator's argument names, and the positions of those without a default."""
-    params = ops.facts(op).params
-    return tuple(p.name for p in params), tuple(i for i, p in enumerate(params) if p.required)
 
 
 @functools.lru_cache(maxsize=4096)
