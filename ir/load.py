@@ -411,21 +411,6 @@ def _walk(tree: Any) -> Iterator[Any]:
             stack.extend(value)
 
 
-def _safe_functions() -> frozenset[Any]:
-    names = (
-        "add sub mul truediv floordiv mod pow neg pos abs eq ne lt le gt ge and_ or_ xor not_ "
-        "invert lshift rshift getitem truth index matmul"
-    )
-    found = {getattr(operator, n) for n in names.split()}
-    found |= {v for n, v in vars(math).items() if not n.startswith("_") and callable(v)}
-    for n in ("sym_not", "sym_int", "sym_float", "sym_ite", "sym_max", "sym_min", "sym_sqrt",
-              "sym_sum"):
-        if hasattr(torch, n):
-            found.add(getattr(torch, n))
-    return frozenset(found)
-
-
-_SAFE_FUNCTIONS = _safe_functions()
 _FILE_ARGUMENTS = {"filename", "path", "file", "f"}
 
 
@@ -451,7 +436,8 @@ def _check_target(target: str, member: str, where: str) -> None:
         if any(p.name in _FILE_ARGUMENTS and p.type == "str" for p in found.params):
             raise _refuse(where, member, f"calls {target!r}, an operator that opens files")
         return
-    if not ops.is_in(obj, _SAFE_FUNCTIONS):
+    scalar = found.kind == ops.FUNCTION and (found.size_arithmetic or found.getitem)
+    if not (scalar or obj is operator.matmul):  # Python's arithmetic, torch's sym_* functions
         raise _refuse(where, member, f"calls {target!r}, which is not an operator")
 
 
