@@ -16,7 +16,7 @@ from pyrsistent import pmap
 from torch.export import graph_signature as gs
 
 from ir import state as st
-from ir.args import EMPTY_DICT, IList, Ref, freeze, ref
+from ir.args import EMPTY_DICT, IList, freeze, ref
 from ir.check_ep import check_call_graph, check_node, check_state_fqns, check_state_value
 from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
@@ -51,7 +51,7 @@ from ir.slot_init import slot_constructor
 from ir.state import Opaque, Slot
 from ir.torch_seam import OpOverload, storage_identity
 from ir.tree_calls import own_equivalent
-from ir.verify import verify
+from ir.verify import signature_fault, verify
 
 _INPUT_KINDS = {
     gs.InputKind.USER_INPUT: USER_INPUT,
@@ -349,26 +349,9 @@ def _input(i: int, spec: gs.InputSpec, kind: str) -> str:
 
 
 def _check_signature_matches_graph(signature: ExportSignature, graph: Graph) -> None:
-    names = [n.name for n in graph.placeholders]
-    spec_names = [s.name for s in signature.inputs]
-    if names != spec_names:
-        raise UnsupportedProgramError(
-            f"corrupt signature: the graph's placeholders {names} do not match the input specs "
-            f"{spec_names}; re-export the program"
-        )
-    outputs = graph.outputs
-    flat = outputs if isinstance(outputs, tuple) else (outputs,)
-    if len(flat) != len(signature.outputs):
-        raise UnsupportedProgramError(
-            f"corrupt signature: the output node returns {len(flat)} values but the signature "
-            f"has {len(signature.outputs)} output specs; re-export the program"
-        )
-    for value, spec in zip(flat, signature.outputs):
-        if spec.name is not None and isinstance(value, Ref) and value.name != spec.name:
-            raise UnsupportedProgramError(
-                f"corrupt signature: output spec {spec.kind} names {spec.name!r} but the output "
-                f"node returns {value.name!r} at that position; re-export the program"
-            )
+    fault = signature_fault(signature, graph)
+    if fault is not None:
+        raise UnsupportedProgramError(f"corrupt signature: the {fault}; re-export the program")
 
 
 def _import_call_signatures(ep: torch.export.ExportedProgram) -> dict[str, CallSignature]:
