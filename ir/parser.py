@@ -45,6 +45,7 @@ import attrs
 import torch
 from pyrsistent import pmap
 
+from ir import ops
 from ir.args import IDict, IList, ISlice, ref
 from ir.errors import PurefxError
 from ir.graph import Graph
@@ -619,21 +620,12 @@ def _resolve(name: str) -> Any:
             except ImportError:
                 module = None
         if module is not None:
-            found = _attribute_path(module, parts[cut:])
+            found = ops.attribute_path(module, parts[cut:])
             if found is not None:
                 return found
     if parts[0] not in _KNOWN_ROOTS and len(parts) >= 2:
-        return _attribute_path(torch.ops, parts)
+        return ops.attribute_path(torch.ops, parts)
     return None
-
-
-def _attribute_path(obj: Any, parts: list[str]) -> Any:
-    for part in parts:
-        try:
-            obj = getattr(obj, part)
-        except (AttributeError, RuntimeError):
-            return None
-    return obj
 
 
 def _split_comment(text: str) -> tuple[str, str | None]:
