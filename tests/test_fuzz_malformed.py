@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from torch.export import graph_signature as gs
-from zoo import CASES, fresh_export  # tests/ is on sys.path (conftest)
+from zoo import CASES, ep_fingerprint, fresh_export  # tests/ is on sys.path (conftest)
 
 import ir
 from ir import (
@@ -35,7 +35,6 @@ from ir import (
     load_program,
 )
 from ir.module_names import module_attribute_names
-from ir.purity import ep_fingerprint
 from lowering import cli, export_ep, lower
 from lowering.example_model import example_program
 from transforms import transform
