@@ -635,11 +635,6 @@ def _observe(op: OpOverload, samples: list[Sample]) -> _Seen | None:
     return None
 
 
-def _schema_writes(op: OpOverload) -> set[int]:
-    return {i for i, a in enumerate(op_schema(op).arguments)
-            if a.alias_info is not None and a.alias_info.is_write}
-
-
 def _schema_aliases(op: OpOverload) -> set[tuple[int, int]]:
     schema = op_schema(op)
     found = set()
@@ -664,7 +659,7 @@ def _is_tensor(value: Any) -> bool:
 def _write_facts(op: OpOverload, seen: list[_Seen]) -> tuple[tuple[Write, ...], list[str]]:
     """The writes seen, each conditioned on the bool argument that separates the calls that
     write it from those that do not (unconditional where none does), plus the schema's."""
-    declared = _schema_writes(op)
+    declared = set(op_facts.facts(op).written)
     positions = sorted(declared | {i for s in seen for i in s.written})
     writes: list[Write] = []
     notes: list[str] = []
@@ -696,7 +691,7 @@ def _separating_bool(yes: list[_Seen], no: list[_Seen]) -> tuple:
 def _hidden(op: OpOverload, writes: tuple[Write, ...], aliases: set, notes: list[str]) -> str:
     schema = op_schema(op)
     names = [a.name for a in schema.arguments]
-    declared_w, declared_a = _schema_writes(op), _schema_aliases(op)
+    declared_w, declared_a = set(op_facts.facts(op).written), _schema_aliases(op)
     parts = []
     for w in writes:
         if w.arg in declared_w:
