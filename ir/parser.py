@@ -514,7 +514,7 @@ class _Reader:
             raise line.error("a spec reads 'tree(TYPE, [CHILDREN], CONTEXT)' or 'leaf'")
         kind = self._type(line, node.args[0])
         children = [self._value(line, c) for c in node.args[1].elts]
-        if not all(_is_spec(c) for c in children):
+        if not all(isinstance(c, pytree.TreeSpec) for c in children):
             raise line.error("the children of a spec are specs")
         context = None
         if len(node.args) == 3:
@@ -593,10 +593,6 @@ class _Reader:
 
 
 _BUILTIN_TYPES = {"tuple": tuple, "list": list, "dict": dict}
-
-
-def _is_spec(value: Any) -> bool:
-    return isinstance(value, pytree.TreeSpec)
 
 
 def _dotted(line: _Line, node: ast.expr) -> str:
