@@ -306,17 +306,15 @@ def _scan(
     if "archive_version" not in local:
         raise _refuse(where, root, "has no archive_version (an older or foreign format)")
     raw: set[str] = set()  # raw tensor payloads named by the configs
+    configs = set()
     for name, full in local.items():
-        if name.startswith(_WEIGHTS) and name.endswith(_WEIGHTS_CONFIG):
-            raw |= _check_payload_config(archive, full, where, _WEIGHTS, constants=False)
-        elif name.startswith(_CONSTANTS) and name.endswith(_CONSTANTS_CONFIG):
-            raw |= _check_payload_config(archive, full, where, _CONSTANTS, constants=True)
+        for folder, config in ((_WEIGHTS, _WEIGHTS_CONFIG), (_CONSTANTS, _CONSTANTS_CONFIG)):
+            if name.startswith(folder) and name.endswith(config):
+                constants = folder == _CONSTANTS
+                raw |= _check_payload_config(archive, full, where, folder, constants=constants)
+                configs.add(name)
     for name, full in local.items():
-        if name in _FIXED or name in raw or name.startswith(_EXTRA):
-            continue
-        if name.startswith(_WEIGHTS) and name.endswith(_WEIGHTS_CONFIG):
-            continue
-        if name.startswith(_CONSTANTS) and name.endswith(_CONSTANTS_CONFIG):
+        if name in _FIXED or name in raw or name in configs or name.startswith(_EXTRA):
             continue
         if name.startswith(_MODELS) and name.endswith(".json"):
             _check_model(_read_json(archive, full, where), full, where)
