@@ -371,21 +371,17 @@ def _import_call_signatures(ep: torch.export.ExportedProgram) -> dict[str, CallS
 
 
 def _arg_spec(arg: Any, fqn: str) -> ArgSpec:
-    for cls, kind in _ARG_KINDS:
-        if isinstance(arg, cls):
-            if kind == CONSTANT:
-                value = arg.value
-                try:
-                    hash(value)
-                except TypeError:
-                    raise UnsupportedProgramError(
-                        f"preserved call {fqn!r} has an unhashable constant argument {value!r}"
-                    ) from None
-                return ArgSpec(kind, getattr(arg, "name", None), value)
-            return ArgSpec(kind, arg.name)
-    raise UnsupportedProgramError(
-        f"preserved call {fqn!r} has an argument {arg!r} of unsupported type {type(arg).__name__}"
-    )
+    """``arg`` as an ``ArgSpec``; its type is one of ``_ARG_KINDS`` (``check_call_graph``)."""
+    kind = next(kind for cls, kind in _ARG_KINDS if isinstance(arg, cls))
+    if kind != CONSTANT:
+        return ArgSpec(kind, arg.name)
+    try:
+        hash(arg.value)
+    except TypeError:
+        raise UnsupportedProgramError(
+            f"preserved call {fqn!r} has an unhashable constant argument {arg.value!r}"
+        ) from None
+    return ArgSpec(kind, getattr(arg, "name", None), arg.value)
 
 
 # --- state --------------------------------------------------------------------------------------
