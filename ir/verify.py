@@ -411,10 +411,7 @@ def _check_call(program: Program, node: Node, mid: ModuleId, where: str) -> None
 def _check_read(program: Program, node: Node, mid: ModuleId, path: str) -> None:
     """A ``get_attr`` reaches state (below the module or through a peer) or a submodule."""
     target = node.target
-    if "." in target:  # maybe through a peer: ``Program.attr_fqn`` says which fqn it reads
-        fqn = program.attr_fqn(mid, path, target)
-    else:
-        fqn = f"{path}.{target}" if path else target
+    fqn = program.attr_fqn(mid, path, target)  # below ``path``, or through a peer
     if fqn in program.state_table():  # the common case: checked before the module tree
         return
     if program.resolve(target, mid) is not None:
