@@ -194,10 +194,13 @@ def _check_module_stack(node: torch.fx.Node) -> None:
             )
 
 
-def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
+def check_call_graph(
+    ep: torch.export.ExportedProgram, state: set[str], root_counts: tuple[int, int]
+) -> None:
     """The module call graph starts with the root entry ``""`` (with a signature), names each
     call once, by a module path (``a.b`` or ``a.b@n``) that is not state or inside state, and
-    each signature lists arguments whose count matches its pytree specs. O(entries + state).
+    each signature lists arguments whose count matches its pytree specs (the root's: the
+    program's user inputs and outputs, ``root_counts``). O(entries + state).
 
     The names of the common graph (no ``@n`` variant, no fault) are checked in one walk over its
     module paths; any other graph is checked entry by entry, which names the first entry at
@@ -209,12 +212,12 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             "cannot be called with checked inputs: re-export it with torch.export.export"
         )
     if not _plain_call_names([entry.fqn for entry in entries], state):
-        _check_call_graph_entries(ep, entries, state)
+        _check_call_graph_entries(entries, state, root_counts)
         return
     for i, entry in enumerate(entries):
         if entry.signature is not None:
-            root_counts = _counts(ep) if entry.fqn == "" else None
-            _check_call_signature(entry.signature, i, entry.fqn, root_counts)
+            counts = root_counts if entry.fqn == "" else None
+            _check_call_signature(entry.signature, i, entry.fqn, counts)
 
 
 def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
@@ -231,7 +234,7 @@ def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
 
 
 def _check_call_graph_entries(
-    ep: torch.export.ExportedProgram, entries: list[Any], state: set[str]
+    entries: list[Any], state: set[str], root_counts: tuple[int, int]
 ) -> None:
     """``check_call_graph``'s checks, entry by entry, in order. O(entries + state)."""
     seen: set[str] = set()
@@ -254,7 +257,7 @@ def _check_call_graph_entries(
                 "not a module"
             )
         if entry.signature is not None:
-            _check_call_signature(entry.signature, i, fqn, _counts(ep) if fqn == "" else None)
+            _check_call_signature(entry.signature, i, fqn, root_counts if fqn == "" else None)
 
 
 def _entry(i: int, fqn: Any) -> str:
@@ -301,15 +304,6 @@ _ARGUMENTS = (
     gs.TensorArgument, gs.SymIntArgument, gs.SymFloatArgument, gs.SymBoolArgument,
     gs.CustomObjArgument, gs.TokenArgument, gs.ConstantArgument,
 )
-
-
-def _counts(ep: torch.export.ExportedProgram) -> tuple[int, int]:
-    """The root's user inputs and user outputs (its call graph entry lists neither)."""
-    sig = ep.graph_signature
-    ins = sum(s.kind == gs.InputKind.USER_INPUT for s in sig.input_specs)
-    outs = sum(s.kind in (gs.OutputKind.USER_OUTPUT, gs.OutputKind.LOSS_OUTPUT)
-               for s in sig.output_specs)
-    return ins, outs
 
 
 def _check_call_signature(

@@ -111,7 +111,8 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     fqns = [*ep.state_dict, *(c for c in ep.constants if c not in ep.state_dict)]
     check_state_fqns(fqns)
     signature = _import_signature(ep)
-    check_call_graph(ep, set(fqns))
+    counts = (len(signature.user_inputs()), len(signature.user_outputs()))
+    check_call_graph(ep, set(fqns), counts)
     modules: dict[str, Module] = {}
     root_graph = import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
