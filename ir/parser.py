@@ -366,15 +366,10 @@ class _Reader:
 
     def _val(self, line: _Line, node: ast.expr) -> Any:
         """A ``meta["val"]`` as ``ir.printer.format_val`` writes it."""
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = self._val(line, node.operand)
-            if type(inner) not in (int, float):
-                raise line.error("a sign applies to a number")
-            return -inner
-        if isinstance(node, ast.Name) and node.id in _NAMED_FLOATS:
-            return _NAMED_FLOATS[node.id]
+        if isinstance(node, (ast.Constant, ast.UnaryOp)) or (
+            isinstance(node, ast.Name) and node.id in _NAMED_FLOATS
+        ):  # a number, ``None`` or a string, read as an argument is
+            return self._value(line, node)
         if isinstance(node, ast.Tuple):
             return tuple(self._val(line, e) for e in node.elts)
         if isinstance(node, ast.List):
