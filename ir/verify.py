@@ -15,7 +15,6 @@ from ir.fake_run import FakeRunFailed, describe, fake_value, same_val
 from ir.graph import Graph
 from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
 from ir.module_names import (
-    RESERVED_NAMES,
     attribute_name_fault,
     check_path,
     first_path_fault,
@@ -212,9 +211,7 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
         for name, child in table[mid].children:
             if name in names:
                 raise VerifyError(f"module {path or '<root>'!r} has a repeated child {name!r}")
-            fault = attribute_name_fault(name) if (
-                name in RESERVED_NAMES or type(name) is not str or not name or "." in name
-            ) else None
+            fault = attribute_name_fault(name)
             if fault is not None:
                 full = f"{path}.{name}" if path else name
                 raise VerifyError(
