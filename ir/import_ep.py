@@ -203,11 +203,8 @@ def subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -
 
 
 def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
-    if not tree and isinstance(tree, dict):
-        return EMPTY_DICT
-    frozen = _freeze_plain(tree)
-    if frozen is not None:
-        return frozen
+    """``freeze`` of an argument tree ``_freeze_plain`` did not take (``import_graph`` tries it
+    first), naming the node when a leaf cannot be held immutably."""
     try:
         return freeze(tree, _frozen_leaf)
     except _Unhashable as bad:
