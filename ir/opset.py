@@ -295,9 +295,15 @@ def check_entry(e: OpEntry) -> tuple[str, ...]:
 
 def normal_args(op: OpOverload, sample: Sample) -> tuple:
     """``sample``'s arguments in schema order with defaults filled, keywords by name (tensors
-    as their ``TensorSpec``s): the form ``written_at`` reads (``ir.ops.normalized_args``; the
-    positional arguments alone for a sample the schema does not take). O(schema arguments)."""
-    from ir import ops  # ops reads this table: imported on call
-
-    found = ops.normalized_args(op, sample.args, dict(sample.kwargs))
-    return found if found is not None else tuple(sample.args)
+    as their ``TensorSpec``s): the form ``written_at`` reads. O(schema arguments)."""
+    schema = op_schema(op)
+    given = dict(sample.kwargs)
+    out = list(sample.args)
+    for a in schema.arguments[len(out):]:
+        if a.name in given:
+            out.append(given[a.name])
+        elif a.has_default_value():
+            out.append(a.default_value)
+        else:
+            break
+    return tuple(out)
