@@ -134,13 +134,9 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
     if kind == ops.HOP:
         return
     if kind == ops.OVERLOAD:
-        names, required = _schema_names(target)
-        given = len(node.args)
-        if given > len(names) or any(k not in names for k in node.kwargs) or any(
-            i >= given and names[i] not in node.kwargs for i in required
-        ):
+        if ops.normalized_args(target, node.args, node.kwargs) is None:
             raise UnsupportedProgramError(
-                f"node {node.name!r} passes {given} positional arguments and keywords "
+                f"node {node.name!r} passes {len(node.args)} positional arguments and keywords "
                 f"{sorted(node.kwargs)} to {target}, whose schema is {ops.facts(target).schema}"
             )
         return
@@ -157,13 +153,6 @@ def _check_call_arguments(node: torch.fx.Node) -> None:
             f"node {node.name!r} calls {getattr(target, '__name__', target)} with arguments it "
             f"does not take ({err})"
         ) from None
-
-
-@functools.lru_cache(maxsize=4096)  # bounded: one entry per operator seen, shared by its nodes
-def _schema_names(op: Any) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """An operator's argument names, and the positions of those without a default."""
-    params = ops.facts(op).params
-    return tuple(p.name for p in params), tuple(i for i, p in enumerate(params) if p.required)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -205,10 +194,13 @@ def _check_module_stack(node: torch.fx.Node) -> None:
             )
 
 
-def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
+def check_call_graph(
+    ep: torch.export.ExportedProgram, state: set[str], root_counts: tuple[int, int]
+) -> None:
     """The module call graph starts with the root entry ``""`` (with a signature), names each
     call once, by a module path (``a.b`` or ``a.b@n``) that is not state or inside state, and
-    each signature lists arguments whose count matches its pytree specs. O(entries + state).
+    each signature lists arguments whose count matches its pytree specs (the root's: the
+    program's user inputs and outputs, ``root_counts``). O(entries + state).
 
     The names of the common graph (no ``@n`` variant, no fault) are checked in one walk over its
     module paths; any other graph is checked entry by entry, which names the first entry at
@@ -220,12 +212,12 @@ def check_call_graph(ep: torch.export.ExportedProgram, state: set[str]) -> None:
             "cannot be called with checked inputs: re-export it with torch.export.export"
         )
     if not _plain_call_names([entry.fqn for entry in entries], state):
-        _check_call_graph_entries(ep, entries, state)
+        _check_call_graph_entries(entries, state, root_counts)
         return
     for i, entry in enumerate(entries):
         if entry.signature is not None:
-            root_counts = _counts(ep) if entry.fqn == "" else None
-            _check_call_signature(entry.signature, i, entry.fqn, root_counts)
+            counts = root_counts if entry.fqn == "" else None
+            _check_call_signature(entry.signature, i, entry.fqn, counts)
 
 
 def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
@@ -242,7 +234,7 @@ def _plain_call_names(fqns: list[str], state: set[str]) -> bool:
 
 
 def _check_call_graph_entries(
-    ep: torch.export.ExportedProgram, entries: list[Any], state: set[str]
+    entries: list[Any], state: set[str], root_counts: tuple[int, int]
 ) -> None:
     """``check_call_graph``'s checks, entry by entry, in order. O(entries + state)."""
     seen: set[str] = set()
@@ -265,7 +257,7 @@ def _check_call_graph_entries(
                 "not a module"
             )
         if entry.signature is not None:
-            _check_call_signature(entry.signature, i, fqn, _counts(ep) if fqn == "" else None)
+            _check_call_signature(entry.signature, i, fqn, root_counts if fqn == "" else None)
 
 
 def _entry(i: int, fqn: Any) -> str:
@@ -312,15 +304,6 @@ _ARGUMENTS = (
     gs.TensorArgument, gs.SymIntArgument, gs.SymFloatArgument, gs.SymBoolArgument,
     gs.CustomObjArgument, gs.TokenArgument, gs.ConstantArgument,
 )
-
-
-def _counts(ep: torch.export.ExportedProgram) -> tuple[int, int]:
-    """The root's user inputs and user outputs (its call graph entry lists neither)."""
-    sig = ep.graph_signature
-    ins = sum(s.kind == gs.InputKind.USER_INPUT for s in sig.input_specs)
-    outs = sum(s.kind in (gs.OutputKind.USER_OUTPUT, gs.OutputKind.LOSS_OUTPUT)
-               for s in sig.output_specs)
-    return ins, outs
 
 
 def _check_call_signature(

@@ -30,7 +30,7 @@ effect before building the programs that call it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -311,11 +311,7 @@ def _node_writes(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
         normal = ops.normalized_args(node.target, node.args, node.kwargs)
         if normal is None or not facts.verified:
             return _names(node.inputs())
-        found: list[Ref] = []
-        for i in {*opset.positions_written(facts.writes, normal), *facts.written}:
-            if i < len(normal):
-                collect_refs(normal[i], found)
-        return _names(found)
+        return _names_at(normal, {*opset.positions_written(facts.writes, normal), *facts.written})
     if not facts.mutating:
         return ()
     return _schema_written(node, facts)
@@ -330,10 +326,15 @@ def _schema_written(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
         if facts.params:
             return _names(node.inputs())  # arguments its schema does not take
         normal = node.args  # ``x.add_(y)``, ``setitem(x, i, v)``: positions without a schema
+    return _names_at(normal, facts.written)
+
+
+def _names_at(args: tuple, positions: Iterable[int]) -> tuple[str, ...]:
+    """The values read by ``args`` at ``positions`` (those past its end skipped), once each."""
     found: list[Ref] = []
-    for i in facts.written:
-        if i < len(normal):
-            collect_refs(normal[i], found)
+    for i in positions:
+        if i < len(args):
+            collect_refs(args[i], found)
     return _names(found)
 
 
@@ -674,11 +675,7 @@ def _aliased_inputs(node: Node, facts: ops.OpFacts) -> tuple[str, ...]:
     if facts.kind == ops.OVERLOAD and facts.verified:
         normal = ops.normalized_args(node.target, node.args, node.kwargs)
         if normal is not None:
-            found: list[Ref] = []
-            for i in sorted({i for _, i in facts.aliases}):
-                if i < len(normal):
-                    collect_refs(normal[i], found)
-            return _names(found)
+            return _names_at(normal, sorted({i for _, i in facts.aliases}))
     return _names(node.inputs())
 
 

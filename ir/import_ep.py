@@ -16,7 +16,7 @@ from pyrsistent import pmap
 from torch.export import graph_signature as gs
 
 from ir import state as st
-from ir.args import EMPTY_DICT, IList, Ref, freeze, ref
+from ir.args import EMPTY_DICT, IList, freeze, ref
 from ir.check_ep import check_call_graph, check_node, check_state_fqns, check_state_value
 from ir.errors import UnsupportedProgramError
 from ir.gcpause import gc_paused
@@ -51,7 +51,7 @@ from ir.slot_init import slot_constructor
 from ir.state import Opaque, Slot
 from ir.torch_seam import OpOverload, storage_identity
 from ir.tree_calls import own_equivalent
-from ir.verify import verify
+from ir.verify import signature_fault, verify
 
 _INPUT_KINDS = {
     gs.InputKind.USER_INPUT: USER_INPUT,
@@ -111,7 +111,8 @@ def import_ep(ep: torch.export.ExportedProgram) -> Program:
     fqns = [*ep.state_dict, *(c for c in ep.constants if c not in ep.state_dict)]
     check_state_fqns(fqns)
     signature = _import_signature(ep)
-    check_call_graph(ep, set(fqns))
+    counts = (len(signature.user_inputs()), len(signature.user_outputs()))
+    check_call_graph(ep, set(fqns), counts)
     modules: dict[str, Module] = {}
     root_graph = import_graph(ep.graph, ep.graph_module, "", modules)
     _check_signature_matches_graph(signature, root_graph)
@@ -202,11 +203,8 @@ def subgraph_names(graph: Graph, modules: dict[str, Module], prefix: str = "") -
 
 
 def _freeze_args(fx_node: torch.fx.Node, tree: Any) -> Any:
-    if not tree and isinstance(tree, dict):
-        return EMPTY_DICT
-    frozen = _freeze_plain(tree)
-    if frozen is not None:
-        return frozen
+    """``freeze`` of an argument tree ``_freeze_plain`` did not take (``import_graph`` tries it
+    first), naming the node when a leaf cannot be held immutably."""
     try:
         return freeze(tree, _frozen_leaf)
     except _Unhashable as bad:
@@ -349,26 +347,9 @@ def _input(i: int, spec: gs.InputSpec, kind: str) -> str:
 
 
 def _check_signature_matches_graph(signature: ExportSignature, graph: Graph) -> None:
-    names = [n.name for n in graph.placeholders]
-    spec_names = [s.name for s in signature.inputs]
-    if names != spec_names:
-        raise UnsupportedProgramError(
-            f"corrupt signature: the graph's placeholders {names} do not match the input specs "
-            f"{spec_names}; re-export the program"
-        )
-    outputs = graph.outputs
-    flat = outputs if isinstance(outputs, tuple) else (outputs,)
-    if len(flat) != len(signature.outputs):
-        raise UnsupportedProgramError(
-            f"corrupt signature: the output node returns {len(flat)} values but the signature "
-            f"has {len(signature.outputs)} output specs; re-export the program"
-        )
-    for value, spec in zip(flat, signature.outputs):
-        if spec.name is not None and isinstance(value, Ref) and value.name != spec.name:
-            raise UnsupportedProgramError(
-                f"corrupt signature: output spec {spec.kind} names {spec.name!r} but the output "
-                f"node returns {value.name!r} at that position; re-export the program"
-            )
+    fault = signature_fault(signature, graph)
+    if fault is not None:
+        raise UnsupportedProgramError(f"corrupt signature: the {fault}; re-export the program")
 
 
 def _import_call_signatures(ep: torch.export.ExportedProgram) -> dict[str, CallSignature]:
@@ -388,21 +369,17 @@ def _import_call_signatures(ep: torch.export.ExportedProgram) -> dict[str, CallS
 
 
 def _arg_spec(arg: Any, fqn: str) -> ArgSpec:
-    for cls, kind in _ARG_KINDS:
-        if isinstance(arg, cls):
-            if kind == CONSTANT:
-                value = arg.value
-                try:
-                    hash(value)
-                except TypeError:
-                    raise UnsupportedProgramError(
-                        f"preserved call {fqn!r} has an unhashable constant argument {value!r}"
-                    ) from None
-                return ArgSpec(kind, getattr(arg, "name", None), value)
-            return ArgSpec(kind, arg.name)
-    raise UnsupportedProgramError(
-        f"preserved call {fqn!r} has an argument {arg!r} of unsupported type {type(arg).__name__}"
-    )
+    """``arg`` as an ``ArgSpec``; its type is one of ``_ARG_KINDS`` (``check_call_graph``)."""
+    kind = next(kind for cls, kind in _ARG_KINDS if isinstance(arg, cls))
+    if kind != CONSTANT:
+        return ArgSpec(kind, arg.name)
+    try:
+        hash(arg.value)
+    except TypeError:
+        raise UnsupportedProgramError(
+            f"preserved call {fqn!r} has an unhashable constant argument {arg.value!r}"
+        ) from None
+    return ArgSpec(kind, getattr(arg, "name", None), arg.value)
 
 
 # --- state --------------------------------------------------------------------------------------

@@ -306,17 +306,15 @@ def _scan(
     if "archive_version" not in local:
         raise _refuse(where, root, "has no archive_version (an older or foreign format)")
     raw: set[str] = set()  # raw tensor payloads named by the configs
+    configs = set()
     for name, full in local.items():
-        if name.startswith(_WEIGHTS) and name.endswith(_WEIGHTS_CONFIG):
-            raw |= _check_payload_config(archive, full, where, _WEIGHTS, constants=False)
-        elif name.startswith(_CONSTANTS) and name.endswith(_CONSTANTS_CONFIG):
-            raw |= _check_payload_config(archive, full, where, _CONSTANTS, constants=True)
+        for folder, config in ((_WEIGHTS, _WEIGHTS_CONFIG), (_CONSTANTS, _CONSTANTS_CONFIG)):
+            if name.startswith(folder) and name.endswith(config):
+                constants = folder == _CONSTANTS
+                raw |= _check_payload_config(archive, full, where, folder, constants=constants)
+                configs.add(name)
     for name, full in local.items():
-        if name in _FIXED or name in raw or name.startswith(_EXTRA):
-            continue
-        if name.startswith(_WEIGHTS) and name.endswith(_WEIGHTS_CONFIG):
-            continue
-        if name.startswith(_CONSTANTS) and name.endswith(_CONSTANTS_CONFIG):
+        if name in _FIXED or name in raw or name in configs or name.startswith(_EXTRA):
             continue
         if name.startswith(_MODELS) and name.endswith(".json"):
             _check_model(_read_json(archive, full, where), full, where)
@@ -411,21 +409,6 @@ def _walk(tree: Any) -> Iterator[Any]:
             stack.extend(value)
 
 
-def _safe_functions() -> frozenset[Any]:
-    names = (
-        "add sub mul truediv floordiv mod pow neg pos abs eq ne lt le gt ge and_ or_ xor not_ "
-        "invert lshift rshift getitem truth index matmul"
-    )
-    found = {getattr(operator, n) for n in names.split()}
-    found |= {v for n, v in vars(math).items() if not n.startswith("_") and callable(v)}
-    for n in ("sym_not", "sym_int", "sym_float", "sym_ite", "sym_max", "sym_min", "sym_sqrt",
-              "sym_sum"):
-        if hasattr(torch, n):
-            found.add(getattr(torch, n))
-    return frozenset(found)
-
-
-_SAFE_FUNCTIONS = _safe_functions()
 _FILE_ARGUMENTS = {"filename", "path", "file", "f"}
 
 
@@ -451,7 +434,8 @@ def _check_target(target: str, member: str, where: str) -> None:
         if any(p.name in _FILE_ARGUMENTS and p.type == "str" for p in found.params):
             raise _refuse(where, member, f"calls {target!r}, an operator that opens files")
         return
-    if not ops.is_in(obj, _SAFE_FUNCTIONS):
+    scalar = found.kind == ops.FUNCTION and (found.size_arithmetic or found.getitem)
+    if not (scalar or obj is operator.matmul):  # Python's arithmetic, torch's sym_* functions
         raise _refuse(where, member, f"calls {target!r}, which is not an operator")
 
 

@@ -17,11 +17,6 @@ import torch
 RESERVED_NAMES: frozenset[str] = frozenset(dir(torch.nn.Module())) | frozenset(dir(torch.nn.Module))
 
 
-def module_attribute_names() -> frozenset[str]:
-    """Every attribute name of a plain ``torch.nn.Module()`` (``RESERVED_NAMES``). O(1)."""
-    return RESERVED_NAMES
-
-
 def attribute_name_fault(name: object) -> str | None:
     """Why ``name`` cannot name a submodule or state attribute of an ``nn.Module``, or ``None``.
 

@@ -103,9 +103,7 @@ class Node:
 
     def with_meta(self, **entries: Any) -> Node:
         """A copy whose meta has ``entries`` added or replaced (meta is never written in place)."""
-        merged = dict(self.meta)
-        merged.update(entries)
-        return attrs.evolve(self, meta=MappingProxyType(merged))
+        return self.replace(meta=MappingProxyType({**self.meta, **entries}))
 
 
 _FIELDS = frozenset(("op", "name", "target", "args", "kwargs", "meta"))

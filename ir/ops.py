@@ -698,22 +698,24 @@ def is_metadata_check(target: Any) -> bool:
 def _ops(*names: str) -> frozenset[Any]:
     """The overloads (``"aten._print.default"``) or packets (``"aten.to"``) named that exist in
     this torch; a name it lacks is skipped."""
-    found = (_attribute_path(torch.ops, name.split(".")) for name in names)
+    found = (attribute_path(torch.ops, name.split(".")) for name in names)
     return frozenset(obj for obj in found if obj is not None)
 
 
 def _functions(*names: str) -> frozenset[Any]:
     """The functions named (``"torch.rand"``, ``"torch.nn.functional.dropout"``) that exist."""
     roots = {"torch": torch, "F": F, "operator": operator, "builtins": builtins, "math": math}
-    found = (_attribute_path(roots[root], parts) for root, *parts in (n.split(".") for n in names))
+    found = (attribute_path(roots[root], parts) for root, *parts in (n.split(".") for n in names))
     return frozenset(obj for obj in found if obj is not None)
 
 
-def _attribute_path(obj: Any, parts: list[str]) -> Any:
-    """``obj.parts[0].parts[1]...``, or ``None`` where a step is missing."""
+def attribute_path(obj: Any, parts: list[str]) -> Any:
+    """``obj.parts[0].parts[1]...``, or ``None`` where a step is missing or raises while it is
+    looked up (a ``torch.ops`` namespace loads lazily). O(len(parts))."""
     for part in parts:
-        obj = getattr(obj, part, None)
-        if obj is None:
+        try:
+            obj = getattr(obj, part)
+        except (AttributeError, RuntimeError):
             return None
     return obj
 

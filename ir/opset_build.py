@@ -576,23 +576,17 @@ def own_samples() -> dict[str, list[Sample]]:
 # --- phase 2: observing and writing the table -----------------------------------------------------
 
 
-def _drawn(value: Any) -> Any:
-    """A recorded argument with float tensors drawn (in their recorded range)."""
+def _replayed(value: Any, exact: bool) -> Any:
+    """A recorded argument with float tensors drawn in their recorded range, or (``exact``) at
+    their recorded values (``_BAD``: unknown)."""
     if isinstance(value, _Recorded):
-        return TensorSpec(value.shape, value.dtype, value.stride, value.low, value.high)
-    if type(value) is tuple:
-        return tuple(_drawn(v) for v in value)
-    return value
-
-
-def _exact(value: Any) -> Any:
-    """A recorded argument with float tensors at their recorded values (``_BAD``: unknown)."""
-    if isinstance(value, _Recorded):
+        if not exact:
+            return TensorSpec(value.shape, value.dtype, value.stride, value.low, value.high)
         if value.exact is None:
             return _BAD
         return TensorSpec(value.shape, value.dtype, value.stride, values=value.exact)
     if type(value) is tuple:
-        items = tuple(_exact(v) for v in value)
+        items = tuple(_replayed(v, exact) for v in value)
         return _BAD if any(i is _BAD for i in items) else items
     return value
 
@@ -600,9 +594,9 @@ def _exact(value: Any) -> Any:
 def _samples_of(call: tuple) -> list[Sample]:
     """The samples to try for one recorded call: drawn values first, exact values second."""
     args, kwargs = call[0], call[1]
-    out = [Sample(_drawn(args), tuple((k, _drawn(v)) for k, v in kwargs))]
-    exact_args = _exact(args)
-    exact_kwargs = tuple((k, _exact(v)) for k, v in kwargs)
+    out = [Sample(_replayed(args, False), tuple((k, _replayed(v, False)) for k, v in kwargs))]
+    exact_args = _replayed(args, True)
+    exact_kwargs = tuple((k, _replayed(v, True)) for k, v in kwargs)
     if exact_args is not _BAD and all(v is not _BAD for _, v in exact_kwargs):
         exact = Sample(exact_args, exact_kwargs)
         if exact != out[0]:
@@ -635,11 +629,6 @@ def _observe(op: OpOverload, samples: list[Sample]) -> _Seen | None:
     return None
 
 
-def _schema_writes(op: OpOverload) -> set[int]:
-    return {i for i, a in enumerate(op_schema(op).arguments)
-            if a.alias_info is not None and a.alias_info.is_write}
-
-
 def _schema_aliases(op: OpOverload) -> set[tuple[int, int]]:
     schema = op_schema(op)
     found = set()
@@ -664,7 +653,7 @@ def _is_tensor(value: Any) -> bool:
 def _write_facts(op: OpOverload, seen: list[_Seen]) -> tuple[tuple[Write, ...], list[str]]:
     """The writes seen, each conditioned on the bool argument that separates the calls that
     write it from those that do not (unconditional where none does), plus the schema's."""
-    declared = _schema_writes(op)
+    declared = set(op_facts.facts(op).written)
     positions = sorted(declared | {i for s in seen for i in s.written})
     writes: list[Write] = []
     notes: list[str] = []
@@ -696,7 +685,7 @@ def _separating_bool(yes: list[_Seen], no: list[_Seen]) -> tuple:
 def _hidden(op: OpOverload, writes: tuple[Write, ...], aliases: set, notes: list[str]) -> str:
     schema = op_schema(op)
     names = [a.name for a in schema.arguments]
-    declared_w, declared_a = _schema_writes(op), _schema_aliases(op)
+    declared_w, declared_a = set(op_facts.facts(op).written), _schema_aliases(op)
     parts = []
     for w in writes:
         if w.arg in declared_w:

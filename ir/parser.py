@@ -45,6 +45,7 @@ import attrs
 import torch
 from pyrsistent import pmap
 
+from ir import ops
 from ir.args import IDict, IList, ISlice, ref
 from ir.errors import PurefxError
 from ir.graph import Graph
@@ -365,15 +366,10 @@ class _Reader:
 
     def _val(self, line: _Line, node: ast.expr) -> Any:
         """A ``meta["val"]`` as ``ir.printer.format_val`` writes it."""
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = self._val(line, node.operand)
-            if type(inner) not in (int, float):
-                raise line.error("a sign applies to a number")
-            return -inner
-        if isinstance(node, ast.Name) and node.id in _NAMED_FLOATS:
-            return _NAMED_FLOATS[node.id]
+        if isinstance(node, (ast.Constant, ast.UnaryOp)) or (
+            isinstance(node, ast.Name) and node.id in _NAMED_FLOATS
+        ):  # a number, ``None`` or a string, read as an argument is
+            return self._value(line, node)
         if isinstance(node, ast.Tuple):
             return tuple(self._val(line, e) for e in node.elts)
         if isinstance(node, ast.List):
@@ -513,7 +509,7 @@ class _Reader:
             raise line.error("a spec reads 'tree(TYPE, [CHILDREN], CONTEXT)' or 'leaf'")
         kind = self._type(line, node.args[0])
         children = [self._value(line, c) for c in node.args[1].elts]
-        if not all(_is_spec(c) for c in children):
+        if not all(isinstance(c, pytree.TreeSpec) for c in children):
             raise line.error("the children of a spec are specs")
         context = None
         if len(node.args) == 3:
@@ -594,10 +590,6 @@ class _Reader:
 _BUILTIN_TYPES = {"tuple": tuple, "list": list, "dict": dict}
 
 
-def _is_spec(value: Any) -> bool:
-    return isinstance(value, pytree.TreeSpec)
-
-
 def _dotted(line: _Line, node: ast.expr) -> str:
     if isinstance(node, ast.Name):
         return node.id
@@ -619,21 +611,12 @@ def _resolve(name: str) -> Any:
             except ImportError:
                 module = None
         if module is not None:
-            found = _attribute_path(module, parts[cut:])
+            found = ops.attribute_path(module, parts[cut:])
             if found is not None:
                 return found
     if parts[0] not in _KNOWN_ROOTS and len(parts) >= 2:
-        return _attribute_path(torch.ops, parts)
+        return ops.attribute_path(torch.ops, parts)
     return None
-
-
-def _attribute_path(obj: Any, parts: list[str]) -> Any:
-    for part in parts:
-        try:
-            obj = getattr(obj, part)
-        except (AttributeError, RuntimeError):
-            return None
-    return obj
 
 
 def _split_comment(text: str) -> tuple[str, str | None]:

@@ -15,7 +15,6 @@ from ir.fake_run import FakeRunFailed, describe, fake_value, same_val
 from ir.graph import Graph
 from ir.module import KINDS, LEAF, SUBGRAPH, ModuleId, split_call_target
 from ir.module_names import (
-    RESERVED_NAMES,
     attribute_name_fault,
     check_path,
     first_path_fault,
@@ -212,9 +211,7 @@ def _check_module_tree(program: Program) -> dict[ModuleId, str]:
         for name, child in table[mid].children:
             if name in names:
                 raise VerifyError(f"module {path or '<root>'!r} has a repeated child {name!r}")
-            fault = attribute_name_fault(name) if (
-                name in RESERVED_NAMES or type(name) is not str or not name or "." in name
-            ) else None
+            fault = attribute_name_fault(name)
             if fault is not None:
                 full = f"{path}.{name}" if path else name
                 raise VerifyError(
@@ -411,10 +408,7 @@ def _check_call(program: Program, node: Node, mid: ModuleId, where: str) -> None
 def _check_read(program: Program, node: Node, mid: ModuleId, path: str) -> None:
     """A ``get_attr`` reaches state (below the module or through a peer) or a submodule."""
     target = node.target
-    if "." in target:  # maybe through a peer: ``Program.attr_fqn`` says which fqn it reads
-        fqn = program.attr_fqn(mid, path, target)
-    else:
-        fqn = f"{path}.{target}" if path else target
+    fqn = program.attr_fqn(mid, path, target)  # below ``path``, or through a peer
     if fqn in program.state_table():  # the common case: checked before the module tree
         return
     if program.resolve(target, mid) is not None:
@@ -426,14 +420,35 @@ def _check_read(program: Program, node: Node, mid: ModuleId, path: str) -> None:
         )
 
 
+def signature_fault(
+    signature: sg.ExportSignature, graph: Graph, *, outputs: bool = True
+) -> str | None:
+    """Why root ``graph`` does not fit ``signature``, or ``None``: its placeholders are not the
+    input specs' names in order, it returns another number of values than the signature lists
+    outputs (checked when ``outputs`` is true or the signature lists some), or an output spec
+    names a value other than the one returned there. O(inputs + outputs)."""
+    names = [n.name for n in graph.placeholders]
+    specs = [s.name for s in signature.inputs]
+    if names != specs:
+        return f"root placeholders {names} do not match the input specs {specs}"
+    values = graph.outputs if isinstance(graph.outputs, tuple) else (graph.outputs,)
+    if (outputs or signature.outputs) and len(values) != len(signature.outputs):
+        return (f"root graph returns {len(values)} values, the signature lists "
+                f"{len(signature.outputs)} outputs")
+    for value, spec in zip(values, signature.outputs):
+        if spec.name is not None and isinstance(value, Ref) and value.name != spec.name:
+            return (f"output spec {spec.kind} names %{spec.name} but the root returns "
+                    f"%{value.name} there")
+    return None
+
+
 def _check_root_signature(program: Program) -> None:
     graph = program.root_module.graph
     if graph is None:
         raise VerifyError("the root module has no graph")
-    names = [n.name for n in graph.placeholders]
-    specs = [s.name for s in program.signature.inputs]
-    if names != specs:
-        raise VerifyError(f"root placeholders {names} do not match the input specs {specs}")
+    fault = signature_fault(program.signature, graph, outputs=False)
+    if fault is not None:
+        raise VerifyError(fault)
     for spec in program.signature.inputs:
         if spec.kind not in INPUT_KINDS:
             raise VerifyError(f"input spec %{spec.name} has unknown kind {spec.kind!r}")
@@ -445,28 +460,15 @@ def _check_root_signature(program: Program) -> None:
             raise VerifyError(
                 f"input spec %{spec.name} ({spec.kind}) has target {spec.target!r}; it takes none"
             )
+    placeholders = {n.name for n in graph.placeholders}
     for spec in program.signature.outputs:
         if spec.kind not in OUTPUT_KINDS:
             raise VerifyError(f"output spec %{spec.name} has unknown kind {spec.kind!r}")
-    if program.signature.outputs:
-        outputs = graph.outputs
-        values = outputs if isinstance(outputs, tuple) else (outputs,)
-        if len(values) != len(program.signature.outputs):
+        if spec.kind in (BUFFER_MUTATION, PARAMETER_MUTATION) and (
+            spec.target not in program.state_table()
+        ):
+            raise VerifyError(f"output %{spec.name} mutates {spec.target!r}, which is not state")
+        if spec.kind == USER_INPUT_MUTATION and spec.target not in placeholders:
             raise VerifyError(
-                f"root graph returns {len(values)} values, the signature lists "
-                f"{len(program.signature.outputs)} outputs"
+                f"output %{spec.name} mutates input {spec.target!r}, which is not a placeholder"
             )
-        for value, spec in zip(values, program.signature.outputs):
-            if spec.name is not None and isinstance(value, Ref) and value.name != spec.name:
-                raise VerifyError(
-                    f"output spec {spec.kind} names %{spec.name} but the root returns "
-                    f"%{value.name} there"
-                )
-            if spec.kind in (BUFFER_MUTATION, PARAMETER_MUTATION) and (
-                spec.target not in program.state_table()
-            ):
-                raise VerifyError(f"output %{spec.name} mutates {spec.target!r}, which is not state")
-            if spec.kind == USER_INPUT_MUTATION and spec.target not in names:
-                raise VerifyError(
-                    f"output %{spec.name} mutates input {spec.target!r}, which is not a placeholder"
-                )

@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from torch.export import graph_signature as gs
-from zoo import CASES, fresh_export  # tests/ is on sys.path (conftest)
+from zoo import CASES, ep_fingerprint, fresh_export  # tests/ is on sys.path (conftest)
 
 import ir
 from ir import (
@@ -34,8 +34,7 @@ from ir import (
     import_ep,
     load_program,
 )
-from ir.module_names import module_attribute_names
-from ir.purity import ep_fingerprint
+from ir.module_names import RESERVED_NAMES
 from lowering import cli, export_ep, lower
 from lowering.example_model import example_program
 from transforms import transform
@@ -432,7 +431,7 @@ def test_corrupted_programs_raise_a_purefx_error_or_match(data):
 # as a state name, a step of a state path, or a step of a module path, is refused at import (and
 # by ``verify`` for a Program built directly), naming the fqn and how to rename it.
 
-MODULE_NAMES = sorted(module_attribute_names())
+MODULE_NAMES = sorted(RESERVED_NAMES)
 # a sample that always runs in CI: a method, a flag, dunders, the tables, a class attribute
 NAME_SAMPLE = ("forward", "training", "__class__", "_modules", "_parameters", "state_dict",
                "T_destination", "__dict__")

@@ -9,6 +9,7 @@ import io
 import pytest
 import torch
 import zoo
+from zoo import ep_fingerprint
 
 from ir import (
     Program,
@@ -20,7 +21,6 @@ from ir import (
 )
 from ir import signature as sg
 from ir import state as st
-from ir.purity import ep_fingerprint
 from lowering import lower
 
 ALL = sorted(zoo.CASES)

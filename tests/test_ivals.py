@@ -19,6 +19,7 @@ from zoo import (
     Case,
     D,
     eager_model,
+    ep_fingerprint,
     export_case,
     fresh_export,
     randn,
@@ -33,7 +34,6 @@ from ir.errors import PassError
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
-from ir.purity import ep_fingerprint
 from lowering import lower
 from lowering.pass_laws import check_program
 from transforms import transform

@@ -14,9 +14,9 @@ import io
 
 import torch
 from hypothesis import given, settings
+from zoo import ep_fingerprint
 
 from ir import format_program, import_ep, verify
-from ir.purity import ep_fingerprint
 from ir.strategies.module_trees import example_inputs, exported_programs
 from lowering import lower
 from transforms import transform

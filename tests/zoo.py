@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from ir.torch_seam import tensor_version
+
 D = 4  # default feature size: keep every tensor tiny
 
 
@@ -88,6 +90,40 @@ def export_case(case: Case) -> torch.export.ExportedProgram:
     base = case.name.partition("[")[0]
     raw = attrs.evolve(case, name=variant_name(base, case.strict, False), decompose=False)
     return export_case(raw).run_decompositions()
+
+
+def ep_fingerprint(ep: torch.export.ExportedProgram) -> tuple:
+    """Everything about ``ep`` that a pure reader must leave as it was.
+
+    The graph's code and node meta keys, the signature, the module call graph, the graph
+    module's meta keys, the state dict and constants (names, tensor identity and ``_version``)
+    and the identity of the graph module and its submodules.
+    """
+    graph = ep.graph_module.graph
+    nodes = tuple(
+        (n.op, n.name, str(n.target), str(n.args), str(n.kwargs), tuple(sorted(n.meta)))
+        for n in graph.nodes
+    )
+    stacks = tuple(str(n.meta.get("nn_module_stack")) for n in graph.nodes)
+    state = tuple((k, id(v), _version_of(v)) for k, v in ep.state_dict.items())
+    constants = tuple((k, id(v), _version_of(v)) for k, v in ep.constants.items())
+    children = tuple((n, id(m)) for n, m in ep.graph_module.named_children())
+    return (
+        nodes,
+        stacks,
+        str(ep.graph_signature),
+        str(ep.module_call_graph),
+        tuple(sorted(ep.graph_module.meta)),
+        state,
+        constants,
+        children,
+        id(ep.graph_module),
+        id(graph),
+    )
+
+
+def _version_of(value: Any) -> int | None:
+    return tensor_version(value) if isinstance(value, torch.Tensor) else None
 
 
 def seeded(build: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Module]:
