@@ -504,19 +504,9 @@ def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
     or is a leaf; ``True`` past ``ESCAPE_CAP`` classes followed. Two results of one rewrite
     that are views of one buffer may not both escape (``saturate``, ``extracted.plan``).
     O(classes followed x their parents)."""
-    seen: set[int] = set()
-    todo = [eg.find(c)]
-    while todo:
-        x = todo.pop()
-        if x in seen:
-            continue
-        if x in pinned or eg.data[x].leaf or len(seen) >= ESCAPE_CAP:
-            return True
-        seen.add(x)
-        for enode, owner in eg.parents.get(x, ()):
-            if shares_first(enode.op):
-                todo.append(eg.find(owner))
-    return False
+    views = walk_classes(
+        eg, (c,), lambda x: (o for n, o in eg.parents.get(x, ()) if shares_first(n.op)))
+    return any(i >= ESCAPE_CAP or x in pinned or eg.data[x].leaf for i, x in enumerate(views))
 
 
 def reachable(eg: EGraph, roots: Iterable[int]) -> set[int]:

@@ -180,19 +180,13 @@ class OnGraph:
                     continue
                 if node.op == OUTPUT:
                     returned = True
-                elif not is_view(node) and _writes(node):
+                elif not is_view(node) and written_args(node):
                     return True, True
         node = view.node.get(name)
         return returned or node is None or node.op == PLACEHOLDER, False
 
     def sources(self, name: str) -> tuple[str]:
         return (view_base(name, self.view.node.get),)
-
-
-def _writes(node: Node) -> bool:
-    """Whether ``node`` may write one of the values it reads (``ir.effects.written_args``: an
-    operator that writes an argument, a higher-order op, a ``call_module``)."""
-    return bool(written_args(node))
 
 
 def _views_of(view: GraphView, name: str):
@@ -224,21 +218,13 @@ def result_aliases(traced: Traced) -> tuple[int | None, ...]:
 def _result_aliases(traced: Traced) -> tuple[int | None, ...]:
     nodes = {n.name: n for n in traced.graph.nodes}
     order = {n.name: i for i, n in enumerate(n for n in traced.graph.nodes if n.op == PLACEHOLDER)}
-    out: list[int | None] = []
-    for r in traced.outputs:
-        found = None
-        seen: set[str] = set()
-        while type(r) is Ref and r.name not in seen:
-            seen.add(r.name)
-            if r.name in order:
-                found = order[r.name]
-                break
-            node = nodes.get(r.name)
-            if node is None or not is_view(node) or not node.args or _converts(node, nodes):
-                break
-            r = node.args[0]
-        out.append(found)
-    return tuple(out)
+
+    def node_of(name: str) -> Node | None:  # a conversion that copies ends the chain of views
+        node = nodes.get(name)
+        return None if node is not None and node.args and _converts(node, nodes) else node
+
+    return tuple(order.get(view_base(r.name, node_of)) if type(r) is Ref else None
+                 for r in traced.outputs)
 
 
 def _converts(node: Node, nodes: Mapping[str, Node]) -> bool:
@@ -382,10 +368,10 @@ def layout_guard(
                 returned += 1
                 continue
             calls = node.op in (CALL_FUNCTION, CALL_METHOD)
-            if not restrided and (not calls or _writes(node)):
+            if not restrided and (not calls or written_args(node)):
                 writes = True  # sees its old strides: only what it writes where matters
                 continue
-            if not calls or _writes(node) or ops.reads_strides(node.target):
+            if not calls or written_args(node) or ops.reads_strides(node.target):
                 return False
             followed += 1
             if followed > LAYOUT_CAP:
