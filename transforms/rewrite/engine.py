@@ -41,7 +41,7 @@ from transforms.machinery.each_graph import walked_graphs
 from transforms.machinery.law_violation import LawViolation
 from transforms.machinery.trace import Traced, level_of
 from transforms.rewrite import guards, result_sharing, sizes
-from transforms.rewrite.match import Binding, Pattern, match_at
+from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Compiled, Match, Rule, bind_scalars, replacement_for
 from transforms.rewrite.state_fold import fold_into_state
 
@@ -494,7 +494,7 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     """``site`` with its REPLACEMENT facts: the replacement for this match, the results it
     renames (returns a value already named) and the results it makes aliases of inputs."""
     c, b = site.compiled, site.exact
-    vals = _input_vals(c.pattern, b, w) if c.concrete or c.by_dtype else {}
+    vals = sizes.bound_vals(c.pattern, b, w.node.get) if c.concrete or c.by_dtype else {}
     try:
         rep = replacement_for(site.rule, c, b.scalars, vals)
     except PassError as exc:  # not at this match's values (a scale of 0.0 divided by)
@@ -529,15 +529,6 @@ def _val(inst: _Instance, name: str, w: _Work) -> Any:
             return node.meta.get("val")
     found = w.node.get(name)
     return found.meta.get("val") if found is not None else None
-
-
-def _input_vals(pattern: Pattern, b: Binding, w: _Work) -> dict[int, Any]:
-    """Rule argument position -> the matched input's ``meta['val']`` (or ``None``)."""
-    vals = {}
-    for i, ph in zip(pattern.tensor_args, pattern.input_order):
-        bound = b.names.get(ph)
-        vals[i] = w.node[bound].meta.get("val") if bound is not None else None
-    return vals
 
 
 def _result_sources(outs: tuple, rep: Traced) -> dict[str, str]:
