@@ -48,7 +48,7 @@ from ir import ops
 from ir.args import EMPTY_DICT, IList, Ref
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.rewrite.egraph import EGraph, ENode
-from transforms.rewrite.match import Hole, Pattern, literal_equal
+from transforms.rewrite.match import NOT_ADMITTED, Hole, Pattern, literal_equal
 from transforms.rewrite.rule import Match
 
 __all__ = [
@@ -179,19 +179,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
         return tuple(a) == tuple(b)
     return type(a) is type(b) and a == b
-
-
-_MISS = object()
-
-
-def _hole_value(h: Hole, t: Any) -> Any:
-    """What hole ``h`` binds for literal ``t`` (a list of ints as a tuple), ``_MISS`` where
-    ``t`` is of another kind than its example."""
-    e = h.example
-    if type(e) is tuple:
-        ok = isinstance(t, (tuple, list, IList)) and all(type(x) is int for x in t)
-        return tuple(t) if ok else _MISS
-    return t if type(t) is type(e) else _MISS
 
 
 _State = tuple  # (names: pattern input -> class, scalars: position -> literal, nodes)
@@ -329,8 +316,8 @@ class _EMatcher:
                 yield from self.node(pnode, child, s)
             return
         if type(p) is Hole:
-            value = _hole_value(p, t)
-            if value is _MISS:
+            value = p.admits(t)
+            if value is NOT_ADMITTED:
                 return
             if p.position in s[1]:
                 if _same(s[1][p.position], value):

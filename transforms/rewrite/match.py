@@ -264,17 +264,17 @@ class Hole:
     example: Any
 
     def admits(self, t: Any) -> Any:
-        """``t`` as the value this hole binds (a list as a tuple), or ``_NO`` when ``t`` is of
-        another kind. O(len(t))."""
+        """``t`` as the value this hole binds (a list as a tuple), or ``NOT_ADMITTED`` when
+        ``t`` is of another kind. O(len(t))."""
         e = self.example
         if type(e) is tuple:
             if isinstance(t, (tuple, list, IList)) and all(type(x) is int for x in t):
                 return tuple(t)
-            return _NO
-        return t if type(t) is type(e) else _NO
+            return NOT_ADMITTED
+        return t if type(t) is type(e) else NOT_ADMITTED
 
 
-_NO = object()  #: what ``Hole.admits`` gives for a literal of another kind
+NOT_ADMITTED = object()  #: what ``Hole.admits`` gives for a literal of another kind
 
 
 def with_holes(
@@ -582,7 +582,7 @@ class _Matcher:
             return
         if type(p) is Hole:
             value = p.admits(t)
-            if value is _NO:
+            if value is NOT_ADMITTED:
                 return
             if p.position in s.scalars:
                 if _same_value(s.scalars[p.position], value):
@@ -686,6 +686,7 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 
 __all__ = [
-    "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks", "canonical_form",
-    "literal_equal", "match_at", "normal_args", "prepare", "same_number", "with_holes",
+    "NOT_ADMITTED", "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks",
+    "canonical_form", "literal_equal", "match_at", "normal_args", "prepare", "same_number",
+    "with_holes",
 ]
