@@ -162,9 +162,7 @@ def check_site(
         q = rewrite(p, rules, assume=granted)
     except PassError:
         raise
-    except PurefxError as exc:
-        raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
-    except Exception as exc:  # a raw error out of rewrite breaks the law
+    except Exception as exc:  # another purefx error or a raw one out of rewrite breaks the law
         raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
     if q is p:
         return q
