@@ -469,7 +469,7 @@ def _compile(rule: Rule, level: str) -> Compiled:
             f"rule {rule.name!r}: the pattern computes nothing that can be matched (traced: "
             f"{[n.target for n in pat.compute_nodes()]}); a pattern must call some operator"
         )
-    used = _sentinels_used(pat)
+    used = {pos for pos, value in pat.sentinels if _holds_literal(pat.graph, value)}
     for pos, value in rep.sentinels:
         if pos not in used and _holds_literal(rep.graph, value):
             raise PassError(
@@ -791,10 +791,6 @@ class _Untraceable:
     """A replacement trace that failed, kept in the rule's cache: the error's message."""
 
     message: str
-
-
-def _sentinels_used(traced: Traced) -> set[int]:
-    return {pos for pos, value in traced.sentinels if _holds_literal(traced.graph, value)}
 
 
 def _holds_literal(graph: Graph, value: Any) -> bool:
