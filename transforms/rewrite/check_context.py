@@ -29,7 +29,6 @@ from ir.harness import (
     Trial,
     hold,
     judge,
-    regrouped,
     run_side,
     widen,
 )
@@ -41,7 +40,7 @@ from transforms.rewrite import rule_check as rule_law
 from transforms.rewrite.api import rewrite
 from transforms.rewrite.interpret import program_state, run_program
 from transforms.rewrite.rule import Rule
-from transforms.rewrite.rule_check import assumed, check_rule, signatures
+from transforms.rewrite.rule_check import assumed, check_rule, signatures, wide_reference
 from transforms.rewrite.rule_key import rule_seed
 from transforms.rewrite.ruleset import ensure_checked
 
@@ -162,9 +161,7 @@ def check_site(
         q = rewrite(p, rules, assume=granted)
     except PassError:
         raise
-    except PurefxError as exc:
-        raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
-    except Exception as exc:  # a raw error out of rewrite breaks the law
+    except Exception as exc:  # another purefx error or a raw one out of rewrite breaks the law
         raise broken(f"rewrite raised {type(exc).__name__}: {exc}", exc) from exc
     if q is p:
         return q
@@ -285,14 +282,10 @@ def _run(p: Program, inputs: tuple, *, wide: bool = False, absolute: bool = Fals
 
 
 def _reference(p: Program, inputs: tuple) -> Observed | None:
-    """The original program's run in float64 (``_run(..., wide=True)``), ``None`` where it does
-    not run so (a dtype fixed in the graph that float64 values break), its tensors paired with
-    the run on absolute inputs and state (``ir.harness.regrouped``)."""
-    exact = _run(p, inputs, wide=True)
-    if not exact.ok:
-        return None  # no reference here: the verdict without one stands
-    terms = _run(p, inputs, wide=True, absolute=True)  # the magnitude of the terms summed
-    return regrouped(exact.observed, terms.observed if terms.ok else None)
+    """The original program's run in float64 (``_run(..., wide=True)``, ``rule_check.
+    wide_reference``), ``None`` where it does not run so (a dtype fixed in the graph that
+    float64 values break)."""
+    return wide_reference(lambda absolute: _run(p, inputs, wide=True, absolute=absolute))
 
 
 IN_CONTEXT = Law("rewrite in context", wanted="the original gives",

@@ -22,7 +22,7 @@ from ir.fake_memo import FakeMemo
 from ir.graph import Graph
 from ir.node import OUTPUT
 from transforms import kernel as kn
-from transforms.rewrite.egraph import ESCAPE_CAP, EGraph, ENode, GraphEGraph, escapes
+from transforms.rewrite.egraph import ESCAPE_CAP, EGraph, ENode, GraphEGraph, escapes, walk_classes
 from transforms.rewrite.guards import LAYOUT_CAP, fake_run, same_sharing, same_strides
 
 
@@ -78,17 +78,11 @@ class EClassView:
 
     def sources(self, c: int) -> set[int] | None:
         eg, seen = self.eg, set()
-        todo = [eg.find(c)]
-        while todo:
-            x = todo.pop()
-            if x in seen:
-                continue
+        for x in walk_classes(eg, (c,), lambda x: (
+                n.children[0] for n in eg.classes.get(x, ()) if n.children and shares_first(n.op))):
             if len(seen) >= ESCAPE_CAP:
                 return None
             seen.add(x)
-            for n in eg.classes.get(x, ()):
-                if n.children and shares_first(n.op):
-                    todo.append(eg.find(n.children[0]))
         return seen
 
     def is_mixed(self, c: int) -> bool:

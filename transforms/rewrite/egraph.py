@@ -39,6 +39,7 @@ from ir.graph import Graph
 from ir.module import ModuleId
 from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
+from transforms.rewrite.match import canonical_form
 from transforms.rewrite.versions import NONE, Versions, versions
 
 LEAF = "leaf"  #: the operator of a leaf e-node (its literal is the node's name)
@@ -350,16 +351,11 @@ def passes_on(n: Node, val_of: Mapping[str, Any]) -> str | None:
     or ``None``. ``val_of``: node name -> fake value. O(arguments)."""
     if n.op != CALL_FUNCTION or not ops.facts(n.target).identity:
         return None
-    norm = ops.normalized_args(n.target, n.args, n.kwargs)
-    if not norm or type(norm[0]) is not Ref:
-        return None
-    first = val_of.get(norm[0].name)
-    rank, dtype = (first.dim(), first.dtype) if isinstance(first, torch.Tensor) else (None, None)
     out = n.meta.get("val")
-    shape = (tuple(out.shape) if isinstance(out, torch.Tensor)
-             and all(type(d) is int for d in out.shape) else None)
-    canon = ops.canonical_args(n.target, norm, rank, dtype, shape)
-    return norm[0].name if ops.computes_nothing(n.target, canon, first, out) else None
+    canon, _, first = canonical_form(n.target, n.args, n.kwargs, val_of.get, out)
+    if not canon or type(canon[0]) is not Ref:
+        return None
+    return canon[0].name if ops.computes_nothing(n.target, canon, first, out) else None
 
 
 def enode_of(target: Any, args: tuple, kwargs: Any, child_of: Mapping[str, int],
@@ -386,28 +382,11 @@ def enode_of(target: Any, args: tuple, kwargs: Any, child_of: Mapping[str, int],
             return IDict(tuple((k, place(v)) for k, v in tree.items))
         return tree
 
-    norm = ops.normalized_args(target, args, kwargs)
-    raw = norm if norm is not None else tuple(args) + tuple(
-        v for _, v in (kwargs.items if isinstance(kwargs, IDict) else kwargs.items())
-    )
-    first = _first_val(raw, val_of)
-    rank, dtype = (first.dim(), first.dtype) if isinstance(first, torch.Tensor) else (None, None)
-    shape = (tuple(out_val.shape) if isinstance(out_val, torch.Tensor)
-             and all(type(d) is int for d in out_val.shape) else None)
-    canon = place(ops.canonical_args(target, raw, rank, dtype, shape))
+    canon = place(canonical_form(target, args, kwargs, val_of.get, out_val)[0])
     emit_args = place(tuple(args))
     emit_kwargs = place(kwargs)
     children = tuple(child_of[name] for name in order)
     return ENode(target, canon, emit_args, emit_kwargs, children, spell(canon))
-
-
-def _first_val(args: tuple, val_of: Mapping[str, Any]) -> Any:
-    for a in args:
-        if type(a) is Ref:
-            return val_of.get(a.name)
-        if type(a) in (tuple, IList) and a and type(a[0]) is Ref:
-            return val_of.get(a[0].name)
-    return None
 
 
 def leaf(name: str) -> ENode:
@@ -504,19 +483,9 @@ def escapes(eg: EGraph, c: int, pinned: set[int]) -> bool:
     or is a leaf; ``True`` past ``ESCAPE_CAP`` classes followed. Two results of one rewrite
     that are views of one buffer may not both escape (``saturate``, ``extracted.plan``).
     O(classes followed x their parents)."""
-    seen: set[int] = set()
-    todo = [eg.find(c)]
-    while todo:
-        x = todo.pop()
-        if x in seen:
-            continue
-        if x in pinned or eg.data[x].leaf or len(seen) >= ESCAPE_CAP:
-            return True
-        seen.add(x)
-        for enode, owner in eg.parents.get(x, ()):
-            if shares_first(enode.op):
-                todo.append(eg.find(owner))
-    return False
+    views = walk_classes(
+        eg, (c,), lambda x: (o for n, o in eg.parents.get(x, ()) if shares_first(n.op)))
+    return any(i >= ESCAPE_CAP or x in pinned or eg.data[x].leaf for i, x in enumerate(views))
 
 
 def reachable(eg: EGraph, roots: Iterable[int]) -> set[int]:

@@ -48,7 +48,7 @@ from ir import ops
 from ir.args import EMPTY_DICT, IList, Ref
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.rewrite.egraph import EGraph, ENode
-from transforms.rewrite.match import Hole, Pattern, literal_equal
+from transforms.rewrite.match import NOT_ADMITTED, Hole, Pattern, literal_equal
 from transforms.rewrite.rule import Match
 
 __all__ = [
@@ -179,19 +179,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
         return tuple(a) == tuple(b)
     return type(a) is type(b) and a == b
-
-
-_MISS = object()
-
-
-def _hole_value(h: Hole, t: Any) -> Any:
-    """What hole ``h`` binds for literal ``t`` (a list of ints as a tuple), ``_MISS`` where
-    ``t`` is of another kind than its example."""
-    e = h.example
-    if type(e) is tuple:
-        ok = isinstance(t, (tuple, list, IList)) and all(type(x) is int for x in t)
-        return tuple(t) if ok else _MISS
-    return t if type(t) is type(e) else _MISS
 
 
 _State = tuple  # (names: pattern input -> class, scalars: position -> literal, nodes)
@@ -329,8 +316,8 @@ class _EMatcher:
                 yield from self.node(pnode, child, s)
             return
         if type(p) is Hole:
-            value = _hole_value(p, t)
-            if value is _MISS:
+            value = p.admits(t)
+            if value is NOT_ADMITTED:
                 return
             if p.position in s[1]:
                 if _same(s[1][p.position], value):
@@ -387,25 +374,17 @@ def exact(eg: EGraph, rule: Any, compiled: Any, m: EMatch) -> bool:
     default ``dilation=[1, 1]`` is not taken for a ``stride`` hole). Complexity: one trace per
     new (rule, shapes, dtypes, hyperparameters), memoised by ``sizes``; O(pattern size x
     alternatives) to match."""
-    from transforms.rewrite.sizes import pattern_at  # sizes imports the matcher too
+    from transforms.rewrite.sizes import input_shapes, pattern_at  # they import the matcher
 
     pattern: Pattern = compiled.pattern
     position = dict(zip(pattern.input_order, pattern.tensor_args))
-    vals = {position[k]: eg.data[eg.find(c)].val for k, c in m.inputs.items()}
-    shapes = []
-    other_dtype = False
-    for i, x in enumerate(rule.example_inputs):
-        if not isinstance(x, torch.Tensor):
-            continue
-        v = vals.get(i)
-        if v is None:
-            shapes.append((tuple(x.shape), x.dtype))
-            continue
-        if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
-            return False
-        other_dtype |= v.dtype != x.dtype
-        shapes.append((tuple(v.shape), v.dtype))
-    if not m.loose and not other_dtype:
+    vals = {position[k]: v for k, c in m.inputs.items()
+            if (v := eg.data[eg.find(c)].val) is not None}  # a class without one: the example's
+    shapes = input_shapes(rule, vals)
+    if shapes is None:
+        return False
+    examples = rule.example_inputs  # every value in vals is a tensor of static sizes now
+    if not m.loose and all(v.dtype == examples[i].dtype for i, v in vals.items()):
         return True
     bound = tuple((i, m.scalars[i]) for i in sorted(pattern.holes) if i in m.scalars)
     found = pattern_at(rule, compiled.level, tuple(shapes), bound)

@@ -41,7 +41,7 @@ from transforms.machinery.each_graph import walked_graphs
 from transforms.machinery.law_violation import LawViolation
 from transforms.machinery.trace import Traced, level_of
 from transforms.rewrite import guards, result_sharing, sizes
-from transforms.rewrite.match import Binding, Pattern, match_at
+from transforms.rewrite.match import match_at
 from transforms.rewrite.rule import Compiled, Match, Rule, bind_scalars, replacement_for
 from transforms.rewrite.state_fold import fold_into_state
 
@@ -211,40 +211,26 @@ def _round(p: Program, rules: list[Rule], level: str, run: _Run) -> Program:
     """Every graph of ``p`` rewritten to a fixpoint with the rules traced at ``level``;
     appends the rewrites to ``run.done``; ``p`` itself when none applied."""
     done = run.done
-    table = p.module_table()
-    order = list(dict.fromkeys(mid for _, mid in p.walk()))
     compiled = [(r, c) for r in rules if (c := r.at_level(level)) is not None]
     compiled.sort(key=lambda rc: -rc[1].benefit)  # stable: ties keep the order given
     index: dict[int, list[tuple[Rule, Compiled]]] = {}
     for r, c in compiled:
         index.setdefault(id(c.pattern.anchor.target), []).append((r, c))
-    multi = _called_more_than_once(p, order, table)
-    barriers = _barriers(p)
     depth = max((c.pattern.size for _, c in compiled), default=0)
     start = len(done)
-    changed: dict[ModuleId, Any] = {}
+    new_graphs: dict[ModuleId, list[Graph]] = {}
     renamed_root: dict[str, str] = {}
-    for mid in order:
-        mod = table[mid]
-        new_graphs = []
-        for gi, graph in enumerate(mod.graphs):
-            if run.cut:
-                new_graphs.append(graph)  # the deadline has passed: left as it is
-                continue
-            path = p.first_path(mid) or ""
-            # a graph run by several calls may see other shapes than its vals say: a
-            # replacement traced per match's shapes is not instantiated there
-            per_match = mid not in multi
-            out, renames = _rewrite_graph(
-                graph, index, run, path, gi, per_match,
-                barriers if mid == p.root else _NO_BARRIERS, depth,
-                effects=graph_effects(p, mid, graph),
-            )
-            new_graphs.append(out)
-            if mid == p.root and gi == 0:
-                renamed_root = renames
-        if any(a is not b for a, b in zip(new_graphs, mod.graphs)):
-            changed[mid] = mod.replace(graphs=tuple(new_graphs))
+    for mid, path, gi, graph, per_match, barriers in _graph_sites(p):
+        out, renames = graph, {}  # once the deadline has passed: left as it is
+        if not run.cut:
+            out, renames = _rewrite_graph(graph, index, run, path, gi, per_match, barriers,
+                                          depth, effects=graph_effects(p, mid, graph))
+        new_graphs.setdefault(mid, []).append(out)
+        if mid == p.root and gi == 0:
+            renamed_root = renames
+    table = p.module_table()
+    changed = {mid: table[mid].replace(graphs=tuple(gs)) for mid, gs in new_graphs.items()
+               if any(a is not b for a, b in zip(gs, table[mid].graphs))}
     if not changed:
         return p
     q = kn.finalised(p, p.replace(modules=p.modules.update(changed)), {p.root: renamed_root})
@@ -458,36 +444,16 @@ def _try_safely(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
 
 def _try(rule: Rule, c: Compiled, n: Node, w: _Work) -> list[str] | None:
     """Take the first match of ``rule`` anchored at ``n`` that every guard lets through
-    (``guards.GUARDS``, stage by stage; each skip counted under the first guard that fails);
-    the names of the nodes to revisit, or ``None`` when no match was taken."""
+    (``_taken``; each skip counted under the first guard that fails,
+    ``RewriteReport.skipped``); the names of the nodes to revisit, or ``None`` when no match
+    was taken."""
     for b in match_at(c.pattern, n, w.node.get, w.candidates):
-        exact = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
-        site = guards.Site(w, rule, c, b, exact)
-        if not _holds(site, guards.MATCH, w):
+        taken = _taken(rule, c, b, w)
+        if isinstance(taken, guards.Guard):
+            w.skipped[taken.name] = w.skipped.get(taken.name, 0) + 1
             continue
-        site = _planned(site, w)
-        if not _holds(site, guards.PLAN, w):
-            continue
-        site = _with_replacement(site, w)
-        if not _holds(site, guards.REPLACEMENT, w):
-            continue
-        inst = _instantiate(site, w)
-        if not inst.raised:
-            _refuse_literal_results(rule, site, inst, w)
-        if not _holds(_with_instance(site, inst, w), guards.INSTANCE, w):
-            _give_back(inst, site, w)
-            continue
-        return _commit(rule, site, inst, w)
+        return _commit(rule, *taken, w)
     return None
-
-
-def _holds(site: guards.Site, stage: int, w: _Work) -> bool:
-    """Whether every guard of ``stage`` holds at ``site``; else counts the first that does not
-    (``RewriteReport.skipped``)."""
-    failing = _first_failing(site, stage, w)
-    if failing is not None:
-        w.skipped[failing.name] = w.skipped.get(failing.name, 0) + 1
-    return failing is None
 
 
 def _first_failing(site: guards.Site, stage: int, w: _Work) -> guards.Guard | None:
@@ -528,7 +494,7 @@ def _with_replacement(site: guards.Site, w: _Work) -> guards.Site:
     """``site`` with its REPLACEMENT facts: the replacement for this match, the results it
     renames (returns a value already named) and the results it makes aliases of inputs."""
     c, b = site.compiled, site.exact
-    vals = _input_vals(c.pattern, b, w) if c.concrete or c.by_dtype else {}
+    vals = sizes.bound_vals(c.pattern, b, w.node.get) if c.concrete or c.by_dtype else {}
     try:
         rep = replacement_for(site.rule, c, b.scalars, vals)
     except PassError as exc:  # not at this match's values (a scale of 0.0 divided by)
@@ -563,15 +529,6 @@ def _val(inst: _Instance, name: str, w: _Work) -> Any:
             return node.meta.get("val")
     found = w.node.get(name)
     return found.meta.get("val") if found is not None else None
-
-
-def _input_vals(pattern: Pattern, b: Binding, w: _Work) -> dict[int, Any]:
-    """Rule argument position -> the matched input's ``meta['val']`` (or ``None``)."""
-    vals = {}
-    for i, ph in zip(pattern.tensor_args, pattern.input_order):
-        bound = b.names.get(ph)
-        vals[i] = w.node[bound].meta.get("val") if bound is not None else None
-    return vals
 
 
 def _result_sources(outs: tuple, rep: Traced) -> dict[str, str]:
@@ -846,7 +803,9 @@ def apply_match(p: Program, m: Match) -> Program:
 
 def _graph_sites(p: Program):
     """``(module id, path, graph index, graph, per_match, barriers)`` for each distinct module
-    graph of ``p``, as the engine visits them."""
+    graph of ``p``, as the engine visits them. ``per_match``: a graph run by several calls may
+    see other shapes than its vals say, so a replacement traced per match's shapes is not
+    instantiated there."""
     table = p.module_table()
     order = list(dict.fromkeys(mid for _, mid in p.walk()))
     multi = _called_more_than_once(p, order, table)
@@ -868,22 +827,22 @@ def _work(p, mid, graph, path, gi, per_match, barriers, c) -> _Work:
 
 def _taken(rule: Rule, c, b, w: _Work):
     """``(site, instance)`` for binding ``b`` when every guard holds, else the first guard
-    that does not (the engine's ``_try`` for one binding, nothing committed)."""
+    that does not (``guards.GUARDS``, stage by stage; nothing committed)."""
     exact = sizes.recheck(rule, c, b, w.node.get, c.level, w.users.get)
     site = guards.Site(w, rule, c, b, exact)
-    steps = ((guards.MATCH, None), (guards.PLAN, _planned),
-             (guards.REPLACEMENT, _with_replacement))
-    for stage, fill in steps:
-        if fill is not None:
-            site = fill(site, w)
-        failing = _first_failing(site, stage, w)
-        if failing is not None:
-            return failing
+    failing = _first_failing(site, guards.MATCH, w)
+    if failing is None:
+        site = _planned(site, w)
+        failing = _first_failing(site, guards.PLAN, w)
+    if failing is None:
+        site = _with_replacement(site, w)
+        failing = _first_failing(site, guards.REPLACEMENT, w)
+    if failing is not None:
+        return failing
     inst = _instantiate(site, w)
     if not inst.raised:
         _refuse_literal_results(rule, site, inst, w)
-    site = _with_instance(site, inst, w)
-    failing = _first_failing(site, guards.INSTANCE, w)
+    failing = _first_failing(_with_instance(site, inst, w), guards.INSTANCE, w)
     if failing is not None:
         _give_back(inst, site, w)
         return failing

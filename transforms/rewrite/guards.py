@@ -180,19 +180,13 @@ class OnGraph:
                     continue
                 if node.op == OUTPUT:
                     returned = True
-                elif not is_view(node) and _writes(node):
+                elif not is_view(node) and written_args(node):
                     return True, True
         node = view.node.get(name)
         return returned or node is None or node.op == PLACEHOLDER, False
 
     def sources(self, name: str) -> tuple[str]:
         return (view_base(name, self.view.node.get),)
-
-
-def _writes(node: Node) -> bool:
-    """Whether ``node`` may write one of the values it reads (``ir.effects.written_args``: an
-    operator that writes an argument, a higher-order op, a ``call_module``)."""
-    return bool(written_args(node))
 
 
 def _views_of(view: GraphView, name: str):
@@ -224,21 +218,13 @@ def result_aliases(traced: Traced) -> tuple[int | None, ...]:
 def _result_aliases(traced: Traced) -> tuple[int | None, ...]:
     nodes = {n.name: n for n in traced.graph.nodes}
     order = {n.name: i for i, n in enumerate(n for n in traced.graph.nodes if n.op == PLACEHOLDER)}
-    out: list[int | None] = []
-    for r in traced.outputs:
-        found = None
-        seen: set[str] = set()
-        while type(r) is Ref and r.name not in seen:
-            seen.add(r.name)
-            if r.name in order:
-                found = order[r.name]
-                break
-            node = nodes.get(r.name)
-            if node is None or not is_view(node) or not node.args or _converts(node, nodes):
-                break
-            r = node.args[0]
-        out.append(found)
-    return tuple(out)
+
+    def node_of(name: str) -> Node | None:  # a conversion that copies ends the chain of views
+        node = nodes.get(name)
+        return None if node is not None and node.args and _converts(node, nodes) else node
+
+    return tuple(order.get(view_base(r.name, node_of)) if type(r) is Ref else None
+                 for r in traced.outputs)
 
 
 def _converts(node: Node, nodes: Mapping[str, Node]) -> bool:
@@ -382,10 +368,10 @@ def layout_guard(
                 returned += 1
                 continue
             calls = node.op in (CALL_FUNCTION, CALL_METHOD)
-            if not restrided and (not calls or _writes(node)):
+            if not restrided and (not calls or written_args(node)):
                 writes = True  # sees its old strides: only what it writes where matters
                 continue
-            if not calls or _writes(node) or ops.reads_strides(node.target):
+            if not calls or written_args(node) or ops.reads_strides(node.target):
                 return False
             followed += 1
             if followed > LAYOUT_CAP:
@@ -579,22 +565,6 @@ class Guard:
     reason: str
 
 
-def _per_match(s: Site) -> bool:
-    return not s.compiled.concrete or s.view.per_match
-
-
-def _sizes(s: Site) -> bool:
-    return s.exact is not None
-
-
-def _absorbed_here(s: Site) -> bool:
-    return all(a in s.view.node for a in s.absorbed)
-
-
-def _pure(s: Site) -> bool:
-    return all(is_pure(s.view.node[m]) for m in s.matched)
-
-
 def _interior_unread(s: Site) -> bool:
     rset = set(s.removed)
     out_set = {o for o in s.outs if o is not None}
@@ -615,10 +585,6 @@ def _inputs_unwritten(s: Site) -> bool:
 def _no_write_between(s: Site) -> bool:
     keys = [s.view.key[m] for m in s.removed]
     return not s.view.mutates_between(min(keys), max(keys))
-
-
-def _placed(s: Site) -> bool:
-    return s.pos is not None
 
 
 def _where(s: Site) -> bool:
@@ -647,37 +613,9 @@ def where_holds(rule: Any, match: Match, at: str) -> bool:
         ) from exc
 
 
-def _traceable(s: Site) -> bool:
-    return s.untraceable is None
-
-
-def _replacement_known(s: Site) -> bool:
-    return s.replacement is not None
-
-
 def _barrier(s: Site) -> bool:
     b = s.view.barriers
     return barrier_guard(s.view, s.removed, b.calls, s.renamed, b.names)
-
-
-def _aliases_bound(s: Site) -> bool:
-    return s.aliases is not None
-
-
-def _alias(s: Site) -> bool:
-    return not s.aliases or alias_guard(s.view, s.aliases)
-
-
-def _shared(s: Site) -> bool:
-    return sharing_guard(s.view, s.shared)
-
-
-def _runs(s: Site) -> bool:
-    return not s.raised
-
-
-def _dtype(s: Site) -> bool:
-    return dtype_guard(s.old, s.new)
 
 
 def _layout(s: Site) -> bool:
@@ -687,13 +625,15 @@ def _layout(s: Site) -> bool:
 
 
 GUARDS: tuple[Guard, ...] = (
-    Guard("per_match", MATCH, _per_match,
+    Guard("per_match", MATCH, lambda s: not s.compiled.concrete or s.view.per_match,
           "the replacement is traced per match's shapes, and several calls run this graph"),
-    Guard("retrace", MATCH, _sizes,
+    Guard("retrace", MATCH, lambda s: s.exact is not None,
           "the pattern re-traced at the match's shapes and dtypes does not match there, or "
           "computes other dtypes (a literal matched by value: x * 1 for x * 1.0 on ints)"),
-    Guard("absorbed", PLAN, _absorbed_here, "a node the match looks through is gone"),
-    Guard("pure", PLAN, _pure, "a matched node writes in place, has an effect or is random"),
+    Guard("absorbed", PLAN, lambda s: all(a in s.view.node for a in s.absorbed),
+          "a node the match looks through is gone"),
+    Guard("pure", PLAN, lambda s: all(is_pure(s.view.node[m]) for m in s.matched),
+          "a matched node writes in place, has an effect or is random"),
     Guard("interior", PLAN, _interior_unread,
           "a value inside the match (not a result) is read outside it"),
     Guard("input_written", PLAN, _inputs_unwritten,
@@ -701,28 +641,28 @@ GUARDS: tuple[Guard, ...] = (
           "view or alias, or as an input that may be the same tensor)"),
     Guard("write_between", PLAN, _no_write_between,
           "a write in place lies between the matched nodes"),
-    Guard("placement", PLAN, _placed,
+    Guard("placement", PLAN, lambda s: s.pos is not None,
           "no position has every input before it and every outside reader after it"),
     Guard("where", PLAN, _where, "the rule's where() is false at this match"),
-    Guard("replacement_untraceable", REPLACEMENT, _traceable,
+    Guard("replacement_untraceable", REPLACEMENT, lambda s: s.untraceable is None,
           "the replacement cannot be traced at this match's scalars, shapes or dtypes (it "
           "raises there: a division by a matched scale of 0.0)"),
-    Guard("replacement", REPLACEMENT, _replacement_known,
+    Guard("replacement", REPLACEMENT, lambda s: s.replacement is not None,
           "the replacement cannot be traced here (a shape or dtype unknown or symbolic)"),
     Guard("barrier", REPLACEMENT, _barrier,
           "the match crosses a preserved call's boundary, or renames a value its signature "
           "names"),
-    Guard("alias_unbound", REPLACEMENT, _aliases_bound,
+    Guard("alias_unbound", REPLACEMENT, lambda s: s.aliases is not None,
           "the replacement returns an input the match binds to no value"),
-    Guard("alias", REPLACEMENT, _alias,
+    Guard("alias", REPLACEMENT, lambda s: not s.aliases or alias_guard(s.view, s.aliases),
           "a fresh result made an alias of an input or state value that a write or the caller "
           "can reach"),
-    Guard("shared", REPLACEMENT, _shared,
+    Guard("shared", REPLACEMENT, lambda s: sharing_guard(s.view, s.shared),
           "results the replacement makes views of one buffer (fresh in the pattern) are "
           "written in place, or both returned"),
-    Guard("runs", INSTANCE, _runs,
+    Guard("runs", INSTANCE, lambda s: not s.raised,
           "a replacement node raises on the match's fake values (a shape it does not allow)"),
-    Guard("dtype", INSTANCE, _dtype,
+    Guard("dtype", INSTANCE, lambda s: dtype_guard(s.old, s.new),
           "a value taking a result's place has another dtype or shape"),
     Guard("layout", INSTANCE, _layout,
           "a value taking a result's place has other strides, and a reader depends on them"),

@@ -44,7 +44,7 @@ import attrs
 import torch
 
 from ir import ops
-from ir.args import IList, Ref
+from ir.args import IDict, IList, Ref
 from ir.errors import PassError
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.machinery.trace import Traced
@@ -95,7 +95,7 @@ def prepare(traced: Traced) -> Pattern | None:
     are dropped.
 
     **Laws:** a pure function of ``traced``. Complexity: O(pattern nodes)."""
-    table = {n.name: n for n in traced.graph.nodes}
+    vals = {n.name: n.meta.get("val") for n in traced.graph.nodes}
     subst: dict[str, Any] = {}
     nodes: dict[str, Node] = {}
     args: dict[str, tuple] = {}
@@ -105,12 +105,9 @@ def prepare(traced: Traced) -> Pattern | None:
             return None
         if ops.is_metadata_check(n.target):
             continue
-        norm = ops.normalized_args(n.target, n.args, n.kwargs)
-        raw = norm if norm is not None else _plain_args(n)
-        raw = _substitute(raw, subst)
-        first = _first_val(raw, lambda name: table.get(name))
-        rank, dtype = _rank_dtype(first)
-        canon = ops.canonical_args(n.target, raw, rank, dtype, _shape(n))
+        canon, rank, first = canonical_form(
+            n.target, _substitute(n.args, subst), _substitute(n.kwargs, subst), vals.get,
+            n.meta.get("val"))
         if ops.computes_nothing(n.target, canon, first, n.meta.get("val")) and type(
             canon[0]
         ) is Ref:
@@ -145,29 +142,19 @@ def _substitute(tree: Any, subst: Mapping[str, Any]) -> Any:
         return tuple(_substitute(x, subst) for x in tree)
     if type(tree) is IList:
         return IList(tuple(_substitute(x, subst) for x in tree.items))
+    if type(tree) is IDict:
+        return IDict(tuple((k, _substitute(v, subst)) for k, v in tree.items))
     return tree
 
 
-def _plain_args(node: Node) -> tuple:
-    return tuple(node.args) + tuple(v for _, v in node.kwargs.items)
-
-
-def _first_val(args: tuple, lookup: Callable[[str], Node | None]) -> Any:
-    """The ``meta['val']`` of the first tensor argument (or first element of a first list)."""
+def _first_val(args: tuple, val_of: Callable[[str], Any]) -> Any:
+    """The ``val_of`` of the first tensor argument (or first element of a first list)."""
     for a in args:
         if type(a) is Ref:
-            n = lookup(a.name)
-            return n.meta.get("val") if n is not None else None
+            return val_of(a.name)
         if type(a) in (tuple, IList) and a and type(a[0]) is Ref:
-            n = lookup(a[0].name)
-            return n.meta.get("val") if n is not None else None
+            return val_of(a[0].name)
     return None
-
-
-def _rank_dtype(val: Any) -> tuple[int | None, Any]:
-    if isinstance(val, torch.Tensor):
-        return val.dim(), val.dtype
-    return None, None
 
 
 def normal_args(node: Node, lookup: Callable[[str], Node | None] | None = None) -> tuple:
@@ -180,28 +167,43 @@ def normal_args(node: Node, lookup: Callable[[str], Node | None] | None = None) 
     keyword, defaults given or left out (with ``lookup``: negative or positive dimensions,
     transpose's dimensions in either order, a dtype equal to the input's given or not), have
     equal normal forms. Complexity: O(arguments)."""
-    return _canonical(node, lookup)[0] if lookup is not None else _normalized(node)
+    if lookup is None:
+        return _normalized(node.target, node.args, node.kwargs)
+    return _canonical(node, lambda name: _val(lookup(name)))[0]
 
 
-def _normalized(node: Node) -> tuple:
-    norm = ops.normalized_args(node.target, node.args, node.kwargs)
-    return norm if norm is not None else _plain_args(node)
+def _val(node: Node | None) -> Any:
+    return node.meta.get("val") if node is not None else None
 
 
-def _canonical(node: Node, lookup: Callable[[str], Node | None]) -> tuple[tuple, int | None, Any]:
-    """``(canonical args, input rank, first tensor argument's val)`` of ``node``."""
-    raw = _normalized(node)
-    first = _first_val(raw, lookup)
-    rank, dtype = _rank_dtype(first)
-    return ops.canonical_args(node.target, raw, rank, dtype, _shape(node)), rank, first
+def _normalized(target: Any, args: tuple, kwargs: Any) -> tuple:
+    """``ir.ops.normalized_args`` for an operator with a schema, else the args followed by the
+    kwargs' values (an ``IDict`` or a dict)."""
+    norm = ops.normalized_args(target, args, kwargs)
+    if norm is not None:
+        return norm
+    return (*args, *(v for _, v in (kwargs.items if type(kwargs) is IDict else kwargs.items())))
 
 
-def _shape(node: Node) -> tuple | None:
-    """``node``'s result shape when it is one tensor of static sizes."""
-    v = node.meta.get("val")
-    if isinstance(v, torch.Tensor) and all(type(d) is int for d in v.shape):
-        return tuple(v.shape)
-    return None
+def canonical_form(target: Any, args: tuple, kwargs: Any, val_of: Callable[[str], Any],
+                   out: Any) -> tuple[tuple, int | None, Any]:
+    """``(canonical args, input rank, first tensor argument's val)`` of a call
+    ``target(*args, **kwargs)``: ``normal_args`` without a node, ``ir.ops.canonical_args`` at
+    the rank and dtype of the first tensor argument's value (``val_of``: name -> fake value)
+    and at the static shape of the result's value ``out``. The one normal form of the matcher
+    (``prepare``, ``match_at``) and of the e-graph (``egraph.enode_of``, ``egraph.passes_on``).
+    O(arguments)."""
+    raw = _normalized(target, args, kwargs)
+    first = _first_val(raw, val_of)
+    rank, dtype = (first.dim(), first.dtype) if isinstance(first, torch.Tensor) else (None, None)
+    shape = (tuple(out.shape) if isinstance(out, torch.Tensor)
+             and all(type(d) is int for d in out.shape) else None)
+    return ops.canonical_args(target, raw, rank, dtype, shape), rank, first
+
+
+def _canonical(node: Node, val_of: Callable[[str], Any]) -> tuple[tuple, int | None, Any]:
+    """``canonical_form`` of ``node``."""
+    return canonical_form(node.target, node.args, node.kwargs, val_of, node.meta.get("val"))
 
 
 def literal_equal(p: Any, t: Any) -> bool:
@@ -262,17 +264,17 @@ class Hole:
     example: Any
 
     def admits(self, t: Any) -> Any:
-        """``t`` as the value this hole binds (a list as a tuple), or ``_NO`` when ``t`` is of
-        another kind. O(len(t))."""
+        """``t`` as the value this hole binds (a list as a tuple), or ``NOT_ADMITTED`` when
+        ``t`` is of another kind. O(len(t))."""
         e = self.example
         if type(e) is tuple:
             if isinstance(t, (tuple, list, IList)) and all(type(x) is int for x in t):
                 return tuple(t)
-            return _NO
-        return t if type(t) is type(e) else _NO
+            return NOT_ADMITTED
+        return t if type(t) is type(e) else NOT_ADMITTED
 
 
-_NO = object()  #: what ``Hole.admits`` gives for a literal of another kind
+NOT_ADMITTED = object()  #: what ``Hole.admits`` gives for a literal of another kind
 
 
 def with_holes(
@@ -484,6 +486,7 @@ class _Matcher:
     def __init__(self, pattern: Pattern, lookup, candidates, strict: bool) -> None:
         self.p = pattern
         self.lookup = lookup
+        self.val_of = lambda name: _val(lookup(name))
         self.candidates = candidates
         self.strict = strict
 
@@ -512,7 +515,7 @@ class _Matcher:
         if tnode.name in s.used:
             return
         pargs = self.p.args[pnode.name]
-        targs, rank, _ = _canonical(tnode, self.lookup)
+        targs, rank, _ = _canonical(tnode, self.val_of)
         if len(pargs) != len(targs):
             return
         s = s.with_(names={**s.names, pnode.name: tnode.name}, used=s.used | {tnode.name})
@@ -579,7 +582,7 @@ class _Matcher:
             return
         if type(p) is Hole:
             value = p.admits(t)
-            if value is _NO:
+            if value is NOT_ADMITTED:
                 return
             if p.position in s.scalars:
                 if _same_value(s.scalars[p.position], value):
@@ -623,13 +626,13 @@ class _Matcher:
         matched node), the value it passes on and the state with the node absorbed."""
         if t.name in s.absorbed:
             tnode = self.lookup(t.name)
-            args = _normalized(tnode) if tnode is not None else ()
+            args = _normalized(tnode.target, tnode.args, tnode.kwargs) if tnode is not None else ()
             return (args[0], s) if args and type(args[0]) is Ref else None
         tnode = self.lookup(t.name)
         if (tnode is None or tnode.op != CALL_FUNCTION or tnode.name in s.used
                 or not ops.facts(tnode.target).identity):
             return None
-        targs, _, first = _canonical(tnode, self.lookup)
+        targs, _, first = _canonical(tnode, self.val_of)
         if not targs or type(targs[0]) is not Ref:
             return None
         out = tnode.meta.get("val")
@@ -683,6 +686,7 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 
 __all__ = [
-    "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks", "literal_equal", "match_at", "normal_args", "prepare",
-    "same_number", "with_holes",
+    "NOT_ADMITTED", "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks",
+    "canonical_form", "literal_equal", "match_at", "normal_args", "prepare", "same_number",
+    "with_holes",
 ]

@@ -414,11 +414,7 @@ class RuleCache:
         self.variants: tuple[Rule, ...] | None = None
 
 
-def _new_cache(rule: Rule) -> RuleCache:
-    return RuleCache()
-
-
-_CACHES: WeakMemo[Rule, RuleCache] = WeakMemo(_new_cache)
+_CACHES: WeakMemo[Rule, RuleCache] = WeakMemo(lambda rule: RuleCache())
 
 
 def rule_cache(rule: Rule) -> RuleCache:
@@ -473,7 +469,7 @@ def _compile(rule: Rule, level: str) -> Compiled:
             f"rule {rule.name!r}: the pattern computes nothing that can be matched (traced: "
             f"{[n.target for n in pat.compute_nodes()]}); a pattern must call some operator"
         )
-    used = _sentinels_used(pat)
+    used = {pos for pos, value in pat.sentinels if _holds_literal(pat.graph, value)}
     for pos, value in rep.sentinels:
         if pos not in used and _holds_literal(rep.graph, value):
             raise PassError(
@@ -595,22 +591,22 @@ def _as_written(pattern: Pattern, b: Any, table: Mapping[str, Node], rep_ph: lis
 def _refuse_ignored_tensors(rule: Rule, pat: Traced, rep: Traced) -> None:
     """A replacement may read only the tensor arguments its pattern reads: a match binds no
     value to one the pattern ignores."""
-    pat_users = pat.graph.users()
-    rep_users = rep.graph.users()
-    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
-    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
-    read_out = {r.name for r in pat.outputs if type(r) is Ref}
-    for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph):
-        ignored = not pat_users.get(pp) and pp not in read_out
-        rep_reads = bool(rep_users.get(rp)) or any(
-            type(r) is Ref and r.name == rp for r in rep.outputs
-        )
-        if ignored and rep_reads:
+    for pos, pat_reads, rep_reads in zip(pat.tensor_args, reads_inputs(pat), reads_inputs(rep)):
+        if rep_reads and not pat_reads:
             raise PassError(
                 f"rule {rule.name!r}: the replacement reads tensor argument {pos}, which the "
                 "pattern ignores; a match binds no value to it, so the replacement may read "
                 "only the arguments its pattern reads"
             )
+
+
+def reads_inputs(traced: Traced) -> tuple[bool, ...]:
+    """For each input of a traced rule function (placeholder order): whether a node reads it
+    or it is returned. O(nodes)."""
+    users = traced.graph.users()
+    out = {r.name for r in traced.outputs if type(r) is Ref}
+    return tuple(bool(users.get(n.name)) or n.name in out
+                 for n in traced.graph.nodes if n.op == PLACEHOLDER)
 
 
 def _other_shapes(x: Any) -> Any:
@@ -797,24 +793,13 @@ class _Untraceable:
     message: str
 
 
-def _sentinels_used(traced: Traced) -> set[int]:
-    return {pos for pos, value in traced.sentinels if _holds_literal(traced.graph, value)}
-
-
 def _holds_literal(graph: Graph, value: Any) -> bool:
-    found = []
-
-    def walk(tree: Any) -> None:
+    def holds(tree: Any) -> bool:
         if isinstance(tree, (tuple, IList)):
-            for x in tree:
-                walk(x)
-        elif type(tree) is not Ref and type(tree) is type(value) and tree == value:
-            found.append(tree)
+            return any(holds(x) for x in tree)
+        return type(tree) is not Ref and type(tree) is type(value) and tree == value
 
-    for n in graph.nodes:
-        walk(n.args)
-        walk(tuple(v for _, v in n.kwargs.items))
-    return bool(found)
+    return any(holds(n.args) or holds(tuple(v for _, v in n.kwargs.items)) for n in graph.nodes)
 
 
 @attrs.frozen
@@ -861,5 +846,5 @@ class Match:
 
 __all__ = [
     "Compiled", "Hyper", "Match", "OptionalTensor", "Rule", "RuleCache", "bind_scalars", "hyper",
-    "optional", "replacement_for", "rule_cache",
+    "optional", "reads_inputs", "replacement_for", "rule_cache",
 ]

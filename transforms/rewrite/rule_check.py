@@ -41,6 +41,7 @@ from ir.errors import PassError, PurefxError, first_line
 from ir.harness import (
     Law,
     Observed,
+    Ran,
     ShrinkBudget,
     Trial,
     hold,
@@ -311,16 +312,16 @@ def _search(state: _State, n: int) -> None:
         try:
             for seed in (0, 1, *row_seeds(sig, state.draw_assumes)):
                 state.check(i, probe(sig, state.draw_assumes, seed))
-            found = state.conversions(i)  # known once a probe has run the pattern
+            found = state.built(i).conversions  # known once a probe has run the pattern
             for start in conversion_starts(sig, found):
                 state.check(i, conversion_probe(sig, found, start))
-            if state.wraps(i):  # integer arithmetic: each integer tensor at its dtype's edges
+            if state.built(i).wraps:  # integer arithmetic: each integer tensor at its edges
                 at_int_edges = True
-                divides = state.divides(i)
+                divides = state.built(i).divides
                 for start in int_edge_starts(sig, divides=divides):
                     state.check(i, int_edge_probe(sig, start, divides=divides))
         except LawViolation:
-            if not nested and not (at_int_edges and state.divides(i)):
+            if not nested and not (at_int_edges and state.built(i).divides):
                 _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
             raise
         if state.sites.get(i, True) is None:
@@ -358,7 +359,7 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
     from hypothesis import strategies as st
 
     sig = state.sigs[i]
-    found = state.conversions(i)
+    found = state.built(i).conversions
     args = st.tuples(*(
         tensors(a[0], a[1], assumes=state.draw_assumes, extra=conversions_edges(a[1], found))
         if is_spec(a) else st.just(a)
@@ -473,30 +474,19 @@ class _State:
             raise found
         return found
 
-    def conversions(self, i: int) -> tuple:
-        """The dtype conversions of the pattern's program at signature ``i`` and of its
-        rewrite (``()`` before it was built or where rewrite declines it)."""
+    def built(self, i: int) -> _Site:
+        """The rewritten site at signature ``i`` as far as it is known: its ``conversions``,
+        ``wraps`` and ``divides``; none of them (``_UNBUILT``) before it was built or where
+        rewrite declines it."""
         site = self.sites.get(i)
-        return site.conversions if isinstance(site, _Site) else ()
-
-    def divides(self, i: int) -> bool:
-        """Whether the pattern's program at signature ``i`` or its rewrite divides integers
-        (``divides``; ``False`` before it was built)."""
-        site = self.sites.get(i)
-        return isinstance(site, _Site) and site.divides
-
-    def wraps(self, i: int) -> bool:
-        """Whether the pattern's program at signature ``i`` or its rewrite computes integer
-        arithmetic that wraps (``wraps``; ``False`` before it was built)."""
-        site = self.sites.get(i)
-        return isinstance(site, _Site) and site.wraps
+        return site if isinstance(site, _Site) else _UNBUILT
 
     def check(self, i: int, args: tuple) -> None:
         self.budget.run(i, lambda: self._check(i, args))
 
     def _check(self, i: int, args: tuple) -> None:
         rule, sig = self.rule, self.sigs[i]
-        if self.divides(i):  # INT_MIN // -1 stops the process (SIGFPE): no -1 drawn there
+        if self.built(i).divides:  # INT_MIN // -1 stops the process (SIGFPE): no -1 drawn there
             args = no_minus_one(args)
         want = run_side(rule.pattern, args)  # the law runner: copies, seed 0, observed
         if not want.ok:
@@ -520,8 +510,8 @@ class _State:
             wanted = attrs.evolve(wanted, aliasing=tuple(frozenset() for _ in wanted.aliasing))
         # regrouped (``reassociate``): judged against the pattern run in float64, the
         # replacement may err as much as the pattern itself does, twice over
-        problem = judge(RULE, got.observed, wanted, assumes=self.assumes,
-                        reference=lambda: _observed_reference(rule, args))
+        problem = judge(RULE, got.observed, wanted, assumes=self.assumes, reference=lambda: (
+            wide_reference(lambda wide: run_side(rule.pattern, widen(args, absolute=wide)))))
         if problem:
             raise LawViolation("rule", rule, f"{problem} on inputs {describe(args)}", None)
         if not q.copies and not all(same_layout(g, w) for g, w in
@@ -642,6 +632,9 @@ class _Site:
     divides: bool = False  # either side divides integers: ``divides``
 
 
+_UNBUILT = _Site(None, False)  # a site not built (yet): no conversions, wraps nor divides
+
+
 WRAPPING = frozenset({"neg", "negative", "sub", "subtract", "rsub", "abs", "absolute", "add",
                       "mul", "multiply"})
 """The operators whose integer results wrap at the dtype's edges (``-INT_MIN == INT_MIN``,
@@ -671,9 +664,7 @@ def _integer_op(p: Program, ops: frozenset[str]) -> bool:
     for node in p.root_module.graph.nodes:
         out = node.meta.get("val")
         if (node.op == CALL_FUNCTION and isinstance(out, torch.Tensor)
-                and not (out.dtype.is_floating_point or out.dtype.is_complex
-                         or out.dtype == torch.bool)
-                and _packet(node) in ops):
+                and _integral(out.dtype) and _packet(node) in ops):
             return True
     return False
 
@@ -681,6 +672,11 @@ def _integer_op(p: Program, ops: frozenset[str]) -> bool:
 def _packet(node: Any) -> str:
     name = getattr(node.target, "__name__", "").split(".")[0]
     return getattr(getattr(node.target, "overloadpacket", None), "__name__", name)
+
+
+def _integral(dtype: torch.dtype) -> bool:
+    """An integer dtype, bool excluded."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
 def no_minus_one(args: Sequence) -> tuple:
@@ -692,9 +688,8 @@ def no_minus_one(args: Sequence) -> tuple:
     O(elements)."""
     out = []
     for a in args:
-        if (isinstance(a, torch.Tensor) and not (a.dtype.is_floating_point or a.dtype.is_complex
-                                                 or a.dtype == torch.bool)
-                and a.dtype.is_signed and bool((a == -1).any())):
+        if (isinstance(a, torch.Tensor) and _integral(a.dtype) and a.dtype.is_signed
+                and bool((a == -1).any())):
             a = torch.where(a == -1, torch.ones_like(a), a)  # contiguous: only where -1 was
         out.append(a)
     return tuple(out)
@@ -712,8 +707,7 @@ def int_pool(dtype: torch.dtype, *, divides: bool = False) -> tuple[int, ...]:
 
 
 def _int_tensors(sig: Signature) -> list[int]:
-    return [j for j, a in enumerate(sig.args) if is_spec(a) and not (
-        a[1].is_floating_point or a[1].is_complex or a[1] == torch.bool)]
+    return [j for j, a in enumerate(sig.args) if is_spec(a) and _integral(a[1])]
 
 
 def int_edge_starts(sig: Signature, *, divides: bool = False) -> tuple[tuple[int, int], ...]:
@@ -772,8 +766,7 @@ _CONVERTING = frozenset({"to", "_to_copy", "type_as", "convert_element_type", "_
 
 def _converts(node: Any) -> bool:
     name = getattr(node.target, "__name__", "").split(".")[0]
-    packet = getattr(getattr(node.target, "overloadpacket", None), "__name__", name)
-    if packet in _CONVERTING or name in _CONVERTING:
+    if _packet(node) in _CONVERTING or name in _CONVERTING:
         return True
     return node.kwargs.get("dtype") is not None or any(
         isinstance(a, torch.dtype) for a in node.args)
@@ -955,10 +948,12 @@ def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, .
 
 def example_signature(rule: Rule) -> Signature:
     """The signature of ``rule.example_inputs``."""
-    return Signature(tuple(
-        (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
-        for x in rule.example_inputs
-    ))
+    return _signature_of(rule.example_inputs)
+
+
+def _signature_of(args: Sequence) -> Signature:
+    return Signature(tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
+                           for x in args))
 
 
 def _drawn_scalars(rule: Rule) -> list[int]:
@@ -1002,16 +997,17 @@ def _runs(rule: Rule, sig: Signature) -> bool:
 # --- comparing results ----------------------------------------------------------------------
 
 
-def _observed_reference(rule: Rule, args: tuple) -> Observed | None:
-    """The pattern run on ``args`` with floating tensors made float64, through the law runner
-    (``ir.harness.run_side``), each tensor paired with the pattern's result on the absolute
-    values of ``args`` (``ir.harness.regrouped``: for a sum of products, the sum of its terms'
-    magnitudes, which bounds any regrouping's rounding); ``None`` where it does not run so.
-    What ``ir.harness.judge`` takes as the reference under ``reassociate``."""
-    exact = run_side(rule.pattern, widen(args))
+def wide_reference(run: Callable[[bool], Ran]) -> Observed | None:
+    """What ``ir.harness.judge`` takes as the reference under ``reassociate``: ``run(False)``
+    (a side run with floating values made float64), each tensor paired with ``run(True)`` (the
+    same on their absolute values; ``ir.harness.regrouped``: for a sum of products, the sum of
+    its terms' magnitudes, which bounds any regrouping's rounding); ``None`` where the first
+    does not run (no reference: the verdict without one stands). ``check_rule``'s and the
+    in-context law's. Two runs."""
+    exact = run(False)
     if not exact.ok:
         return None
-    terms = run_side(rule.pattern, widen(args, absolute=True))  # sum(|terms|), for the bound
+    terms = run(True)  # sum(|terms|), for the bound
     return regrouped(exact.observed, terms.observed if terms.ok else None)
 
 
@@ -1048,9 +1044,7 @@ def run_replacement(rule: Rule, args: tuple) -> tuple:
     """Run the replacement as ``rewrite`` instantiates it for arguments ``args``: the pattern
     traced at their signature, rewritten by ``engine.apply_rules``, run. Raises
     ``LawViolation`` when rewrite declines the match there."""
-    sig = Signature(tuple(
-        (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in args
-    ))
+    sig = _signature_of(args)
     site = _rewritten_site(rule, sig)
     if site is None:
         raise LawViolation("rule", rule, f"rewrite declines the match at {sig.describe()}", None)

@@ -22,13 +22,11 @@ from typing import Any
 
 import attrs
 
-from ir.args import Ref
 from ir.errors import PassError
-from ir.node import PLACEHOLDER
 from ir.program import Program
 from transforms.rewrite.ematch import result_nodes
 from transforms.rewrite.engine import program_level, rule_list
-from transforms.rewrite.rule import Compiled, Rule, check_assumptions, rule_cache
+from transforms.rewrite.rule import Compiled, Rule, check_assumptions, reads_inputs, rule_cache
 from transforms.rewrite.verdicts import check_rules
 
 __all__ = [
@@ -191,17 +189,10 @@ def _refuse_one_way(r: Rule, c: Compiled) -> None:
     argument its pattern reads (a scalar one: the reverse's own refusal, ``directions``): the reverse would have to compute the pattern from
     a value no match of the replacement binds, so it cannot be built, and the rule would be
     used one way only, silently. Names the argument. O(pattern + replacement nodes)."""
-    pat, rep = c.traced, c.replacement
     names = _parameter_names(r.pattern)
-    pat_users, rep_users = pat.graph.users(), rep.graph.users()
-    pat_ph = [n.name for n in pat.graph.nodes if n.op == PLACEHOLDER]
-    rep_ph = [n.name for n in rep.graph.nodes if n.op == PLACEHOLDER]
-
-    def reads(users: Mapping[str, Any], outs: tuple, name: str) -> bool:
-        return bool(users.get(name)) or any(type(o) is Ref and o.name == name for o in outs)
-
-    dropped = [pos for pos, pp, rp in zip(pat.tensor_args, pat_ph, rep_ph)
-               if reads(pat_users, pat.outputs, pp) and not reads(rep_users, rep.outputs, rp)]
+    dropped = [pos for pos, pat_reads, rep_reads in zip(
+        c.traced.tensor_args, reads_inputs(c.traced), reads_inputs(c.replacement))
+        if pat_reads and not rep_reads]
     if dropped:
         pos = dropped[0]
         what = names[pos] if pos < len(names) else f"argument {pos}"

@@ -440,10 +440,8 @@ def _apply(eg: EGraph, d: Directed, m: EMatch, memo: FakeMemo,
     rule, c, pattern = d.rule, d.compiled, d.compiled.pattern
     if m.results and not _disjoint_values(eg, m.results):
         return False
-    vals: dict[int, Any] = {}
-    for name, pos in zip(pattern.input_order, pattern.tensor_args):
-        cls = m.inputs.get(name)
-        vals[pos] = eg.data[eg.find(cls)].val if cls is not None else None
+    vals = {pos: eg.data[eg.find(m.inputs[name])].val if name in m.inputs else None
+            for name, pos in zip(pattern.input_order, pattern.tensor_args)}
     if not exact(eg, rule, c, m):
         return False  # a hole bound another value: the pattern traced there does not match
     if rule.where is not None and not where_holds(rule, ematch_value(rule, m, vals),

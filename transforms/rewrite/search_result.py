@@ -26,7 +26,7 @@ from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
 from transforms.rewrite import egraph, extract
-from transforms.rewrite.cost import Cost, call_cost
+from transforms.rewrite.cost import Cost, node_cost
 from transforms.rewrite.egraph import LEAF, EGraph, ENode, GraphEGraph, escapes, passes_on
 
 __all__ = ["EXACT_MAX", "TOGETHER_SECONDS", "Builder", "Plan", "drop_dead", "output_alias",
@@ -79,10 +79,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if found is None:
             c = eg.lookup(n)
             vals = {f"#{i}": eg.data[eg.find(ch)].val for i, ch in enumerate(n.children)}
-            a = thaw(n.args, lambda r: vals.get(r.name))
-            k = thaw(n.kwargs, lambda r: vals.get(r.name))
             out = eg.data[c].val if c is not None else None
-            found = memo[n.key] = call_cost(cost, n.op, tuple(a), dict(k), out)
+            found = memo[n.key] = node_cost(cost, n.op, n.args, n.kwargs, vals.get, out)
         return found
 
     prefer: dict[int, ENode] = {}
@@ -122,12 +120,9 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         return Plan(geg, choice, False, [], extractor, cut)  # never expected: keep the graph
     if output_alias(geg, graph, choice):
         return Plan(geg, choice, False, [], extractor, cut)  # an output would alias: keep it
-    changes = False
-    for name, e in geg.own.items():
-        c = eg.find(geg.class_of[name])
-        if c in choice and eg.canonical(choice[c]).key != eg.canonical(e).key:
-            changes = True
-            break
+    changes = any((c := eg.find(geg.class_of[name])) in choice
+                  and eg.canonical(choice[c]).key != eg.canonical(e).key
+                  for name, e in geg.own.items())
     reached = egraph.walk_classes(eg, geg.roots, lambda c: choice[c].children)
     used = [choice[c].rule for c in reached if choice[c].rule is not None]
     return Plan(geg, choice, changes, used, extractor, cut)

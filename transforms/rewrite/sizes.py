@@ -62,8 +62,9 @@ def recheck(
     (rule, level, shapes, dtypes).
     """
     pattern: Pattern = compiled.pattern
-    if binding.loose or _other_dtypes(rule, pattern, binding, lookup):
-        exact = _exact(rule, compiled, binding, lookup, _level(compiled, level))
+    vals = bound_vals(pattern, binding, lookup)
+    if binding.loose or _other_dtypes(rule, vals):
+        exact = _exact(rule, compiled, binding, lookup, _level(compiled, level), vals)
         if exact is None:
             return None
         binding = exact
@@ -72,22 +73,26 @@ def recheck(
     return binding
 
 
-def _other_dtypes(
-    rule: Any, pattern: Pattern, b: Binding, lookup: Callable[[str], Node | None]
-) -> bool:
-    """Whether a matched input has another dtype than the rule's example: what computes
-    nothing in the pattern's trace (a ``.float()`` of a float32 example) may compute something
-    at the match's dtypes, so the binding is re-checked there."""
-    bound = dict(zip(pattern.tensor_args, pattern.input_order))
-    for i, x in enumerate(rule.example_inputs):
-        name = b.names.get(bound.get(i, ""))
-        if name is None or not isinstance(x, torch.Tensor):
-            continue
-        n = lookup(name)
-        v = n.meta.get("val") if n is not None else None
-        if isinstance(v, torch.Tensor) and v.dtype != x.dtype:
-            return True
-    return False
+def bound_vals(pattern: Pattern, b: Binding,
+               lookup: Callable[[str], Node | None]) -> dict[int, Any]:
+    """Rule argument position -> the ``meta['val']`` (or ``None``) of the input ``b`` binds
+    there, for each tensor argument the binding binds. O(inputs)."""
+    out = {}
+    for i, name in zip(pattern.tensor_args, pattern.input_order):
+        if name in b.names:
+            n = lookup(b.names[name])
+            out[i] = n.meta.get("val") if n is not None else None
+    return out
+
+
+def _other_dtypes(rule: Any, vals: dict[int, Any]) -> bool:
+    """Whether a matched input (``vals``: ``bound_vals``) has another dtype than the rule's
+    example: what computes nothing in the pattern's trace (a ``.float()`` of a float32
+    example) may compute something at the match's dtypes, so the binding is re-checked there.
+    O(inputs)."""
+    examples = rule.example_inputs
+    return any(isinstance(v, torch.Tensor) and isinstance(examples[i], torch.Tensor)
+               and v.dtype != examples[i].dtype for i, v in vals.items())
 
 
 def _level(compiled: Any, level: str | None) -> str | None:
@@ -99,12 +104,12 @@ def _level(compiled: Any, level: str | None) -> str | None:
 
 def _exact(
     rule: Any, compiled: Any, b: Binding, lookup: Callable[[str], Node | None],
-    level: str | None,
+    level: str | None, vals: dict[int, Any],
 ) -> Binding | None:
     pattern: Pattern = compiled.pattern
     if level is None:
         return None
-    shapes = _input_shapes(rule, pattern, b, lookup)
+    shapes = input_shapes(rule, vals)
     if shapes is None:
         return None
     hypers = getattr(rule, "hypers", None) or {}
@@ -150,23 +155,20 @@ def dtypes_agree(
     return True
 
 
-def _input_shapes(
-    rule: Any, pattern: Pattern, b: Binding, lookup: Callable[[str], Node | None]
-) -> tuple | None:
-    """``((shape, dtype), ...)`` per tensor argument of the rule: the matched input's
-    ``meta['val']``, the example's where the pattern does not read the argument; ``None`` when
-    a matched input has no ``val`` or a symbolic size."""
-    bound = dict(zip(pattern.tensor_args, pattern.input_order))
+def input_shapes(rule: Any, vals: dict[int, Any]) -> tuple | None:
+    """``((shape, dtype), ...)`` per tensor argument of the rule: the matched input's value
+    (``vals``: argument position -> fake value, ``bound_vals``), the example's where ``vals``
+    has none (the pattern does not read the argument); ``None`` when a matched input's value
+    is no tensor or has a symbolic size. What ``recheck`` and ``ematch.exact`` trace the
+    pattern at. O(arguments x rank)."""
     out = []
     for i, x in enumerate(rule.example_inputs):
         if not isinstance(x, torch.Tensor):
             continue
-        name = b.names.get(bound.get(i, ""))
-        if name is None:
+        if i not in vals:
             out.append((tuple(x.shape), x.dtype))
             continue
-        n = lookup(name)
-        v = n.meta.get("val") if n is not None else None
+        v = vals[i]
         if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
             return None
         out.append((tuple(v.shape), v.dtype))
@@ -203,4 +205,4 @@ def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Patt
     return found
 
 
-__all__ = ["dtypes_agree", "pattern_at", "recheck"]
+__all__ = ["bound_vals", "dtypes_agree", "input_shapes", "pattern_at", "recheck"]

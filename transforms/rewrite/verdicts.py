@@ -185,7 +185,7 @@ def _in_pool(rules: Sequence[Rule], n: int) -> list[Stored | None]:
                 futures = {i: pool.submit(_worker_check, i) for i in order}
                 for i, f in futures.items():
                     try:
-                        out[i] = _from_wire(f.result(), rules[i])
+                        out[i] = f.result()
                     except BrokenProcessPool:
                         break
     finally:
@@ -197,23 +197,11 @@ def _worker_start() -> None:
     torch.set_num_threads(1)  # one thread per process: the pool is the parallelism
 
 
-def _worker_check(i: int) -> tuple:
-    rule = _FORKED[i]
+def _worker_check(i: int) -> Stored | None:
     try:
-        c = check_rule(rule)
-    except LawViolation as exc:
-        return ("wrong", exc.detail)
+        return _check_here(_FORKED[i])
     except BaseException:  # noqa: BLE001 - re-raised by the parent's own check of the rule
-        return ("error",)
-    return ("right", c.ran, c.rewritten, tuple(c.restrided))
-
-
-def _from_wire(msg: Any, rule: Rule) -> Stored | None:
-    if msg[0] == "right":
-        return Stored(True, "", msg[1], msg[2], tuple(msg[3]), rule.name)
-    if msg[0] == "wrong":
-        return Stored(False, msg[1], rule=rule.name)
-    return None
+        return None
 
 
 # --- the shipped verdicts -----------------------------------------------------------------------
