@@ -17,7 +17,7 @@ This module walks the flat graph and threads values between calls; the builder o
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ir.args import map_refs_in, ref
@@ -31,7 +31,7 @@ from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.machinery.call_builder import OpenCall, call_base
 from transforms.machinery.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
-from transforms.machinery.frames import FrameOf, graph_frames, node_frames
+from transforms.machinery.frames import FrameOf, graph_frames, node_frames, part_frames
 from transforms.machinery.module_sharing import canonical_paths
 from transforms.machinery.module_table import reachable_modules, with_outlined_modules
 from transforms.passes.state_sinking import (
@@ -51,6 +51,7 @@ __all__ = [
     "outline",
     "outline_and_sink",
     "outline_by",
+    "outline_parts",
     "prepare_outline_and_sink",
     "reachable_modules",
 ]
@@ -144,7 +145,7 @@ def outline_by(
     Parameters:
         program: a flat Program (an outlined one is returned as it is).
         frames_of: the partition key, node -> its calls (``transforms.stacks.node_frames`` is
-            ``outline``'s; ``transforms.stages.plan.stage_frames`` is ``split_stages``').
+            ``outline``'s; ``machinery.frames.part_frames`` is ``outline_parts``').
         copied: nodes copied into each call that reads them (default: none).
 
     Returns:
@@ -166,6 +167,26 @@ def outline_by(
         return program
     program = prepare_outline(program, frames_of, fill_gaps=False)
     return _Outliner(program, frames_of, copied).run()
+
+
+def outline_parts(
+    program: Program, part: Mapping[str, int], paths: Sequence[str]
+) -> tuple[Program, list[Graph | None]]:
+    """``outline_by`` keyed by a partition (``machinery.frames.part_frames``): node ``n`` of the
+    flat root graph runs in the one call of the root's child ``paths[part[n]]`` (a node without
+    a part stays in the current call), and ``get_attr`` nodes are copied into each part that
+    reads them. Returns the outlined Program and each part's graph, ``None`` for a part no node
+    runs in: the cut ``split_by_tags`` and ``split_stages`` share. O(n)."""
+    outlined = outline_by(program, part_frames(part, paths), copied=_is_get_attr)
+    graphs: list[Graph | None] = []
+    for path in paths:
+        mid = outlined.resolve(path)
+        graphs.append(outlined.module(mid).graphs[0] if mid is not None else None)
+    return outlined, graphs
+
+
+def _is_get_attr(node: Node) -> bool:
+    return node.op == GET_ATTR
 
 
 def _never(node: Node) -> bool:

@@ -35,7 +35,6 @@ from ir.args import EMPTY_DICT, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId
-from ir.module_stack import Frame
 from ir.names import Names
 from ir.node import (
     CALL_FUNCTION,
@@ -50,8 +49,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
 from transforms import kernel as kn
-from transforms.machinery.frames import FrameOf
-from transforms.passes.outline import outline_by, reachable_modules
+from transforms.passes.outline import outline_parts, reachable_modules
 
 log = logging.getLogger("purefx")
 
@@ -122,12 +120,8 @@ def split_by_tags(
     graph = _flat_root_graph(program)
     part = _partition(graph, tags, tag_of or node_tag)
     names = tuple(str(t) for t in tags)
-    outlined = outline_by(
-        _runs(program, graph, part, names), _frames_of(part, names),
-        copied=lambda n: n.op == GET_ATTR,
-    )
-    children = _child_graphs(outlined, names, _first_reads(graph, part), len(graph),
-                             return_tuple)
+    outlined, graphs = outline_parts(_runs(program, graph, part, names), part, names)
+    children = _child_graphs(graphs, names, _first_reads(graph, part), len(graph), return_tuple)
     root = _root_graph(graph, children, names)  # reads the children by the original names
     children = {name: _torch_child_names(g) for name, g in children.items()}
     result, mapping = _place(program, outlined, root, children)
@@ -198,17 +192,6 @@ def _partition(graph: Graph, tags: tuple[Hashable, ...], tag_of: TagOf) -> dict[
     return part
 
 
-def _frames_of(part: dict[str, int], names: tuple[str, ...]) -> FrameOf:
-    """The outliner's partition key: a tagged node runs in the call of its tag's child."""
-    frames = [Frame(name, name, None, 0) for name in names]
-
-    def frames_of(node: Node) -> tuple[Frame, ...] | None:
-        i = part.get(node.name)
-        return None if i is None else (frames[i],)
-
-    return frames_of
-
-
 # --- 2. a flat program whose tags form runs, without holder modules -----------------------------
 
 
@@ -259,7 +242,7 @@ def _first_reads(graph: Graph, part: dict[str, int]) -> dict[str, tuple[int, int
 
 
 def _child_graphs(
-    outlined: Program,
+    outlined: list[Graph | None],
     names: tuple[str, ...],
     first: dict[str, tuple[int, int]],
     end: int,
@@ -268,10 +251,9 @@ def _child_graphs(
     """Each tag's child graph (leaf calls restored; ``return ()`` for a tag with no node),
     returning in torch's order."""
     graphs: dict[str, Graph] = {}
-    for name in names:
-        module = outlined.modules.get(name)
-        if module is not None and module.graphs:
-            graph = _restore_leaf_calls(module.graphs[0])
+    for name, graph in zip(names, outlined):
+        if graph is not None:
+            graph = _restore_leaf_calls(graph)
         else:
             graph = kn.built((kn.carried(OUTPUT, "output", "output", ((),)),))
         graphs[name] = _order_returns(graph, first, end, return_tuple)

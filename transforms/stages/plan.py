@@ -33,10 +33,10 @@ from pyrsistent import pmap
 from ir import signature as sg
 from ir.effects import alias_roots, graph_effects
 from ir.errors import PassError
-from ir.module_stack import NO_STACK, Frame
+from ir.module_stack import NO_STACK
 from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
-from transforms.machinery.frames import FrameOf
+from transforms.machinery.frames import part_frames as stage_frames
 from transforms.passes.state_sinking import StateOwners
 from transforms.preserved.state_traffic import state_traffic
 
@@ -99,18 +99,6 @@ def stage_key(p: Program, at: tuple[str, ...]) -> dict[str, int]:
                 "cut at a module that runs"
             )
     return stage_of
-
-
-def stage_frames(stage_of: Mapping[str, int], paths: Sequence[str]) -> FrameOf:
-    """The partition key for ``outline_by``: a node of stage ``k`` runs in one call of the
-    module at ``paths[k]``; a node without a stage stays where it is."""
-    frames = [(Frame(path, path, None, 0),) for path in paths]
-
-    def frames_of(node: Node) -> tuple[Frame, ...] | None:
-        k = stage_of.get(node.name)
-        return None if k is None else frames[k]
-
-    return frames_of
 
 
 @attrs.frozen
