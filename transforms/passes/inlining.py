@@ -15,6 +15,7 @@ from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
+from transforms.machinery.each_graph import with_root_graph
 from transforms.machinery.module_table import named_outputs, reachable_modules
 
 
@@ -97,8 +98,7 @@ def restacked(flat: Program, chains: Sequence[CallChain], p: Program) -> Program
     w = kn.WorkingGraph(graph, indexed=False)
     for node, chain in zip(graph.nodes, chains):
         w.add(_restacked(node, chain, p, keys) if chain else node)  # the output: no chain
-    root = flat.root_module.replace(graphs=(w.finish()[0],))
-    return flat.replace(modules=flat.modules.set(flat.root, root))
+    return with_root_graph(flat, w.finish()[0])
 
 
 def _stack_keys(graph: Graph) -> dict[str, str]:

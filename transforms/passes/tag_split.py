@@ -49,6 +49,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
 from transforms import kernel as kn
+from transforms.machinery.each_graph import with_root_graph
 from transforms.passes.outline import outline_parts, reachable_modules
 
 log = logging.getLogger("purefx")
@@ -742,12 +743,7 @@ def _retagged(
     for node in graph.nodes:
         tag = order[where[node.name]] if node.name in where else None
         w.add(node if tag is None or node.meta.get("tag") == tag else node.with_meta(tag=tag))
-    new = w.finish()[0]
-    if new is graph:
-        return program
-    root = program.root_module
-    new_root = root.replace(graphs=(new,) + root.graphs[1:])
-    return program.replace(modules=program.modules.set(program.root, new_root))
+    return with_root_graph(program, w.finish()[0])
 
 
 def _is_tensor(node: Node) -> bool:

@@ -59,6 +59,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.machinery.call_walk import node_positions
+from transforms.machinery.each_graph import with_root_graph
 from transforms.machinery.frames import FrameOf, node_frames
 from transforms.machinery.pass_checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
@@ -320,9 +321,7 @@ class _Plan:
 def _applied(program: Program, plan: _Plan) -> Program:
     """``program`` with the plan's root graph, signatures and output names (the root now
     returns the alias or copy: the export signature names it, ``kernel.renamed_outputs``)."""
-    root = program.root_module
-    root = root.replace(graphs=(plan.graph,) + root.graphs[1:])
-    program = program.replace(modules=program.modules.set(program.root, root))
+    program = with_root_graph(program, plan.graph)
     if plan.signatures:
         program = program.replace(
             call_signatures=program.call_signatures.update(plan.signatures)
