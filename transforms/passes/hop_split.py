@@ -39,6 +39,7 @@ from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
 from transforms import kernel as kn
 from transforms.machinery.call_targets import call_targets
+from transforms.machinery.module_table import table_as
 from transforms.machinery.pass_checks import require_flat
 
 log = logging.getLogger("purefx")
@@ -167,15 +168,8 @@ class _Splitter:
         held = {c for mod in self.table.values() for _, c in mod.children}
         for mid in self.dropped - held:
             del self.table[mid]
-        evolver = p.modules.evolver()
-        for mid in p.modules:
-            if mid not in self.table:
-                del evolver[mid]
-        for mid, mod in self.table.items():
-            if p.modules.get(mid) is not mod:
-                evolver[mid] = mod
         signatures = p.call_signatures.update(self.signatures)
-        return p.replace(modules=evolver.persistent(), call_signatures=signatures)
+        return p.replace(modules=table_as(p, self.table), call_signatures=signatures)
 
     # --- one graph ---------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, N
 from ir.program import Program
 from transforms import kernel as kn
 from transforms.machinery.each_graph import with_root_graph
-from transforms.machinery.module_table import named_outputs, reachable_modules
+from transforms.machinery.module_table import named_outputs, reachable_modules, table_as
 
 
 def inline(program: Program) -> Program:
@@ -336,14 +336,7 @@ class _Inliner:
                 modules[p.root] = mod.replace(children=kids, graphs=(graph,))
         for mid in subgraph_ids:
             modules[mid] = p.modules[mid]
-        table = p.modules.evolver()
-        for mid in list(p.modules.keys()):
-            if mid not in modules:
-                del table[mid]
-        for mid, mod in modules.items():
-            if p.modules.get(mid) != mod:
-                table[mid] = mod
-        return table.persistent()
+        return table_as(p, modules)
 
 
 _UNDEFINED = object()
