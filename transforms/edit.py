@@ -682,18 +682,18 @@ class _Editor:
             found = next((n for n in self.after if n.name == name), None)
         return found
 
+    def node_of(self, x: Any) -> Node | None:
+        """The node that value ``x`` (a ``Ref``, replacements applied) is now, if any."""
+        return self.lookup(self.alias.get(x.name, x).name) if type(x) is Ref else None
+
     def is_input(self, x: Any) -> bool:
-        if type(x) is not Ref:
-            return False
-        x = self.alias.get(x.name, x)
-        node = self.lookup(x.name)
+        node = self.node_of(x)
         return node is not None and node.op == PLACEHOLDER
 
     def val(self, x: Any) -> Any:
         if type(x) is not Ref:
             return x
-        x = self.alias.get(x.name, x)
-        node = self.lookup(x.name)
+        node = self.node_of(x)
         return node.meta.get("val") if node is not None else None
 
     def fake(self, target: Any, args: Any, kwargs: Any) -> Any:
