@@ -369,12 +369,8 @@ def _place(
     table = {mid: module(mid) for mid in reachable_modules(module, p.root)}
     state = layout.state
     keys = dict.fromkeys(s.tensor for s in state.values())
-    outputs = tuple(
-        attrs.evolve(spec, name=root.renamed.get(spec.name, spec.name))
-        for spec in p.signature.outputs
-    )
     return p.replace(
-        signature=attrs.evolve(p.signature, outputs=outputs),
+        signature=kn.renamed_outputs(p.signature, root.renamed),
         modules=pmap(table),
         state=pmap(state),
         state_order=tuple(state),
