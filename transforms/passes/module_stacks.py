@@ -17,7 +17,7 @@ from ir.module_stack import NO_STACK, Frame
 from ir.program import Program
 from transforms import kernel as kn
 from transforms.machinery.each_graph import with_root_graph
-from transforms.machinery.frames import graph_frames, node_frames
+from transforms.machinery.frames import common_prefix, graph_frames, node_frames
 from transforms.machinery.pass_checks import require_flat
 
 __all__ = ["fill_call_gaps", "fix_module_stacks"]
@@ -190,10 +190,7 @@ def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[
         chains.append(frames)
         if frames is None or frames is prev:
             continue
-        k = 0
-        while k < len(prev) and k < len(frames) and prev[k] == frames[k]:
-            k += 1
-        for depth in range(k + 1, len(frames) + 1):
+        for depth in range(common_prefix(prev, frames) + 1, len(frames) + 1):
             call = frames[:depth]
             seen = len(opened)
             opened.add(call)
