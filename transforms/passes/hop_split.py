@@ -33,7 +33,7 @@ from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
 from ir.module_stack import Frame, stack_frames
 from ir.names import Names, target_name
-from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
+from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
@@ -318,7 +318,7 @@ class _Splitter:
             for i, v in enumerate(run.outputs):
                 named = by_value.get(v, [])
                 for g in named:
-                    made.append(g.replace(args=(ref(hop_name), i), meta=_restacked(g, stack)))
+                    made.append(g.replace(args=(ref(hop_name), i)).with_meta(**_stacked(stack)))
                 if named:
                     outer.setdefault(v, named[0].ref)  # a returned operand keeps its root name
                 elif v in crossing or any(v in later.inputs for later in runs[k + 1 :]):
@@ -403,8 +403,8 @@ class _Splitter:
         attr = w.derive(read, base=read.name, op=GET_ATTR, target=read.target, args=(),
                         kwargs=EMPTY_DICT, meta=_stacked(stack))
         args = call.args[:at] + (attr.ref,) + call.args[at + 1 :]
-        made = [attr, call.replace(args=args, meta=_restacked(call, stack))]
-        return made + [g.replace(meta=_restacked(g, stack)) for g in getitems]
+        made = [attr, call.replace(args=args).with_meta(**_stacked(stack))]
+        return made + [g.with_meta(**_stacked(stack)) for g in getitems]
 
 
 def _frames(stack: dict | None) -> tuple[Frame, ...]:
@@ -554,11 +554,3 @@ def _piece(run: _Run, graph: Graph, body_nodes: Mapping[str, Node], body: Module
 def _stacked(stack: dict | None) -> dict[str, Any]:
     """The meta a node moved to module stack ``stack`` (``None``: kept where it is) changes."""
     return {} if stack is None else {"nn_module_stack": stack}
-
-
-def _restacked(node: Node, stack: dict | None, **more: Any) -> Mapping[str, Any]:
-    meta = dict(node.meta)
-    if stack is not None:
-        meta["nn_module_stack"] = stack
-    meta.update(more)
-    return frozen_meta(meta)
