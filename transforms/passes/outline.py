@@ -301,7 +301,9 @@ class _Outliner:
         return map_refs_in(tree, call.env, lambda r: self._read(call, r.name))
 
     def _read(self, call: OpenCall, name: str) -> Any:
-        """The local value of flat value ``name`` in ``call``, threading it in if needed."""
+        """The local value of flat value ``name`` in ``call``, threading it in if needed: a
+        value hidden in a closed preserved call, or the result of an in-place op, is read as
+        the state it is; a preserved call takes state only, after its positional arguments."""
         found = call.env.get(name)
         if found is not None:
             return found
@@ -309,34 +311,20 @@ class _Outliner:
         if shared is not None and self.copied is not _never and self.copied(shared):
             self._copy(call, shared, define=False)  # a copy per call: never returned from it
             return call.env[name]
-        if (
-            call.frame is None
-            or call.sig is not None
-            or shared is None
-            or name in self.hidden
-            or name in self.aliased_state
-        ):
-            return self._read_special(call, name)
-        # the common case: a plain call takes the value as an input (its placeholder is made
-        # when the call closes, and only if the input is not sunk)
-        call.inputs.append(name)
-        found = call.env[name] = ref(name)
-        return found
-
-    def _read_special(self, call: OpenCall, name: str) -> Any:
-        """``_read`` of a value that is hidden in a closed preserved call, the result of an
-        in-place op, or read in a preserved call or the root."""
         if name in self.hidden:
             return self._read(call, self._ival_source(name, call))
         if name in self.aliased_state:
             # an in-place result is its mutated state: read the state itself (sinkable)
             return self._read(call, self.aliased_state[name])
-        if name not in self.by_name:
+        if shared is None:
             raise PassError(f"a node reads %{name}, which no node of the root graph defines")
         if call.frame is None:
             raise PassError(f"value %{name} is read before it is defined in the root graph")
-        node = self.by_name[name]
-        if call.sig is not None:
+        if call.sig is None:
+            # the common case: a plain call takes the value as an input (its placeholder is
+            # made when the call closes, and only if the input is not sunk)
+            call.inputs.append(name)
+        else:
             source = self.mutated_state.get(name)
             if source is not None:
                 return self._read(call, source)
@@ -351,13 +339,10 @@ class _Outliner:
             # before its keyword ones); sinking removes it again
             at = call.n_positional + len(call.extra_inputs)
             call.extra_inputs.append(name)
-            placeholder = self.w.make_carrying(PLACEHOLDER, name=name, meta=node.meta)
+            placeholder = self.w.make_carrying(PLACEHOLDER, name=name, meta=shared.meta)
             call.placeholders.insert(at, placeholder)
-            call.env[name] = ref(name)
-            return call.env[name]
-        call.inputs.append(name)
-        call.env[name] = ref(name)
-        return call.env[name]
+        found = call.env[name] = ref(name)
+        return found
 
     def _ival_source(self, name: str, call: OpenCall) -> str:
         source = self.mutated_state.get(name)
