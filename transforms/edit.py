@@ -19,7 +19,6 @@ dropping what is left unused and pure, and new state (buffers, constants) at eit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -54,7 +53,6 @@ __all__ = ["Edit", "rewrite_nodes"]
 Visit = Callable[[Node, "Edit"], "Ref | None"]
 
 _COPY = torch.ops.aten.copy_.default
-_STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
 _BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
 _NO_MODE = object()
 _META = kn.META  # the program's vals are meta tensors: run new nodes on them as they are
@@ -523,8 +521,7 @@ class _Editor:
                     "output spec or a preserved call); keep the value's dtype and shape there"
                 )
             self.retyped.add(node.name)
-        meta = MappingProxyType({**node.meta, "val": val})
-        return node.replace(args=args, kwargs=kwargs, meta=meta)
+        return node.replace(args=args, kwargs=kwargs).with_meta(val=val)
 
     # --- emitting -----------------------------------------------------------------------------
 
@@ -860,7 +857,7 @@ class _Editor:
             return None
         if node.op == PLACEHOLDER:
             spec = self.spec_of.get(node.name) or self.new.inputs.get(node.name)
-            if spec is not None and spec.kind in _STATE_INPUTS:
+            if spec is not None and spec.kind in sg.STATE_INPUT_KINDS:
                 return spec.target
             return None
         if node.op == GET_ATTR and type(node.target) is str:
