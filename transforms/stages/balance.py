@@ -152,8 +152,7 @@ class Plan:
                 for r in nd.inputs():
                     if r.name in index:
                         last[r.name] = index[nd.name]
-        out_node = graph.output_node
-        outputs = out_node.args[0] if out_node.args else ()
+        outputs = graph.outputs or ()
         kinds = [s.kind for s in p.signature.outputs]
         for value, kind in zip(outputs, kinds):
             name = getattr(value, "name", None)

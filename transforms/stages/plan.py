@@ -172,8 +172,7 @@ def plan_stages(
     for k in range(n):
         for name in (*outside[k], *attrs_read[k]):
             readers.setdefault(name, set()).add(k)
-    out_node = graph.output_node
-    outputs = out_node.args[0] if out_node.args else ()
+    outputs = graph.outputs or ()
     for spec, value in zip(p.signature.outputs, outputs, strict=False):
         name = getattr(value, "name", None)
         if name is not None and spec.kind not in sg.MUTATION_KINDS and stage_of.get(name) != n - 1:
