@@ -80,10 +80,6 @@ def _has_tokens(p: Program, graph: Graph) -> bool:
     )
 
 
-def _is_with_effects(node: Node) -> bool:
-    return node.op == CALL_FUNCTION and ops.hop_kind(node.target) == ops.WITH_EFFECTS
-
-
 def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
     tokens = {s.name for s in p.signature.inputs if s.kind == sg.TOKEN}
     dropped: set[str] = set(tokens)  # nodes not emitted at their own place
@@ -93,7 +89,7 @@ def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
     work = kn.WorkingGraph(graph, indexed=False)
 
     for w in graph.nodes:
-        if not _is_with_effects(w):
+        if w.op != CALL_FUNCTION or ops.hop_kind(w.target) != ops.WITH_EFFECTS:
             continue
         if len(w.args) < 2:
             raise PassError(

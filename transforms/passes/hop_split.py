@@ -118,10 +118,6 @@ def split_hop_bodies(p: Program) -> Program:
     return _Splitter(p).run()
 
 
-def _body_position(node: Node) -> int | None:
-    return _target_body_position(node.target) if node.op == CALL_FUNCTION else None
-
-
 def _target_body_position(target: Any) -> int | None:
     if not isinstance(target, HigherOrderOperator):
         return None  # checked first: naming an operator costs microseconds
@@ -193,7 +189,7 @@ class _Splitter:
             if node.name in moved:
                 continue
             node = w.rewired(node)
-            at = _body_position(node)
+            at = _target_body_position(node.target) if node.op == CALL_FUNCTION else None
             made = None if at is None else self._split_call(
                 owner, node, at, by_name, users, w, kids, new_children
             )

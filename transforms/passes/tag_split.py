@@ -206,7 +206,7 @@ def _runs(p: Program, graph: Graph, part: dict[str, int], names: tuple[str, ...]
     rest.sort(key=lambda n: part.get(n.name, -1))
     w = kn.WorkingGraph(graph, indexed=False)
     for n in (*placeholders, *rest, nodes[-1]):
-        w.add(_stand_in(n) if n.op == CALL_MODULE else n)
+        w.add(n.replace(op=CALL_FUNCTION, target=_LeafCall(n.target)) if n.op == CALL_MODULE else n)
     runs = w.finish()[0]
     root = p.root_module
     kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
@@ -320,7 +320,7 @@ def _root_graph(graph: Graph, children: dict[str, Graph], names: tuple[str, ...]
             w.add(item := w.make(CALL_FUNCTION, operator.getitem, (call.ref, i), EMPTY_DICT,
                                  base="getitem"))
             renamed[value.name] = item.name
-    w.add(output.replace(args=_renamed(output.args, renamed)))
+    w.add(output.replace(args=map_refs(output.args, lambda r: ref(renamed.get(r.name, r.name)))))
     return _Root(w.finish()[0], attributes, renamed)
 
 
@@ -512,10 +512,6 @@ class _LeafCall:
         raise PassError(f"the stand-in for the call of leaf module {self.path!r} was run")
 
 
-def _stand_in(node: Node) -> Node:
-    return node.replace(op=CALL_FUNCTION, target=_LeafCall(node.target))
-
-
 def _restore_leaf_calls(graph: Graph) -> Graph:
     w = kn.WorkingGraph(graph, indexed=False)
     for n in graph.nodes:
@@ -563,9 +559,6 @@ def _torch_child_names(graph: Graph) -> Graph:
         w.keep(w.renamed(n, names.get(n.name, n.name)))
     return w.finish()[0]
 
-
-def _renamed(tree: Any, names: dict[str, str]) -> Any:
-    return map_refs(tree, lambda r: ref(names.get(r.name, r.name)))
 
 
 # --- moving non-tensor values off the boundaries -----------------------------------------------

@@ -62,10 +62,6 @@ def frame_paths(node: Node) -> tuple[str, ...]:
     return tuple(f.path for f in frames)
 
 
-def _within(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix + ".")
-
-
 def stage_key(p: Program, at: tuple[str, ...]) -> dict[str, int]:
     """The stage of every node of ``p``'s flat root graph that runs (not a placeholder, the
     output or a ``get_attr``, which is copied where read): stage ``j + 1`` begins with the first
@@ -83,14 +79,15 @@ def stage_key(p: Program, at: tuple[str, ...]) -> dict[str, int]:
             continue
         paths = frame_paths(node)
         for j, path in enumerate(at):
-            if path not in begun and any(_within(q, path) for q in paths):
-                if j + 1 < current:
-                    raise PassError(
-                        f"split_stages: {path!r} begins (at node %{node.name}) after "
-                        f"{at[current - 1]!r}; give the paths of 'at' in module order"
-                    )
-                begun[path] = j + 1
-                current = max(current, j + 1)
+            if path in begun or not any(q == path or q.startswith(path + ".") for q in paths):
+                continue
+            if j + 1 < current:
+                raise PassError(
+                    f"split_stages: {path!r} begins (at node %{node.name}) after "
+                    f"{at[current - 1]!r}; give the paths of 'at' in module order"
+                )
+            begun[path] = j + 1
+            current = max(current, j + 1)
         stage_of[node.name] = current
     for path in at:
         if path not in begun:
