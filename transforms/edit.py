@@ -286,10 +286,8 @@ class _Editor:
         p = self.p
         table = p.module_table()
         updates: dict[ModuleId, Any] = {}
-        first: dict[ModuleId, str] = {}  # each module at the first path that reaches it
-        for path, mid in p.walk():
-            first.setdefault(mid, path)
-        for mid, path in first.items():
+        for mid in dict.fromkeys(mid for _, mid in p.walk()):  # each module once, walk order
+            path = p.first_path(mid)
             mod = table[mid]
             graphs = tuple(self.graph(mid, path, g, gi) for gi, g in enumerate(mod.graphs))
             if any(a is not b for a, b in zip(graphs, mod.graphs)):
