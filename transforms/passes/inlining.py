@@ -312,9 +312,6 @@ class _Inliner:
                 found = ids[path] = kn.fresh_id(path, taken)
             return found
 
-        paths_of: dict[ModuleId, int] = {}
-        for _, mid in p.walk():
-            paths_of[mid] = paths_of.get(mid, 0) + 1
         for path, mid in p.walk():
             mod = p.modules[mid]
             if mod.kind == SUBGRAPH:
@@ -326,7 +323,7 @@ class _Inliner:
             )
             if path:
                 type_name, kind = mod.type_name, mod.kind
-                if path not in self.ran and paths_of[mid] > 1:
+                if path not in self.ran and len(p.module_paths(mid)) > 1:
                     # an object at several paths: import_ep knows the class of a path only
                     # from the module stacks of the nodes that ran in it
                     type_name, kind = None, _untyped_kind(kids)
