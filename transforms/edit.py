@@ -46,6 +46,7 @@ from ir.node import (
 from ir.program import Program, require_program
 from transforms import kernel as kn
 from transforms.machinery import trace as tr
+from transforms.machinery.each_graph import walked_graphs
 from transforms.new_state import NewState
 
 __all__ = ["Edit", "rewrite_nodes"]
@@ -718,16 +719,15 @@ class _Editor:
         when they are meta tensors (hand-built and generated programs), else ``None``."""
         if self._mode is _NO_MODE:
             self._mode = None
-            for _, mid in self.p.walk():
-                for g in self.p.module_table()[mid].graphs:
-                    for n in g.nodes:
-                        v = n.meta.get("val")
-                        if isinstance(v, torch.Tensor):
-                            mode = getattr(v, "fake_mode", None)
-                            self._mode = mode if mode is not None else (
-                                _META if v.device.type == "meta" else None
-                            )
-                            return self._mode
+            for _, g in walked_graphs(self.p):
+                for n in g.nodes:
+                    v = n.meta.get("val")
+                    if isinstance(v, torch.Tensor):
+                        mode = getattr(v, "fake_mode", None)
+                        self._mode = mode if mode is not None else (
+                            _META if v.device.type == "meta" else None
+                        )
+                        return self._mode
         return self._mode
 
     def fake_of(self, tensor: torch.Tensor) -> Any:
