@@ -49,6 +49,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
 from transforms import kernel as kn
+from transforms.machinery.call_walk import node_positions
 from transforms.machinery.each_graph import with_root_graph
 from transforms.passes.outline import outline_parts, reachable_modules
 
@@ -600,8 +601,7 @@ def move_non_tensor_nodes_on_boundary(
     if graph is None:
         raise PassError("move_non_tensor_nodes_on_boundary: the root module has no graph")
     order, where = _tag_indices(graph, tags, tag_of or node_tag)
-    position = {n.name: k for k, n in enumerate(graph.nodes)}
-    moved = _moved(_Tagged(graph, order, where, position), movable)
+    moved = _moved(_Tagged(graph, order, where), movable)
     return _retagged(program, graph, order, moved)
 
 
@@ -635,7 +635,6 @@ class _Tagged:
     graph: Graph
     order: tuple[Hashable, ...]
     where: dict[str, int]
-    position: dict[str, int]
 
 
 def _moved(tagged: _Tagged, movable: Callable[[Hashable], bool] | None) -> dict[str, int]:
@@ -658,7 +657,7 @@ def _move_out_of(i: int, members: list[str], tagged: _Tagged, where: dict[str, i
     starting from ``members`` that cross and going on to their non-tensor parents; the nodes
     moved, in the order moved."""
     graph, order = tagged.graph, tagged.order
-    nodes, users, position = graph.by_name(), graph.users(), tagged.position
+    nodes, users, position = graph.by_name(), graph.users(), node_positions(graph)
 
     def children(name: str) -> list[str]:
         return [u for u in users[name] if u in where]
