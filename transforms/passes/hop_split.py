@@ -20,6 +20,7 @@ still runs under the same mode.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
 from transforms import kernel as kn
 from transforms.machinery.call_targets import call_targets
+from transforms.machinery.each_graph import signature_names
 from transforms.machinery.module_table import table_as
 from transforms.machinery.pass_checks import require_flat
 
@@ -152,7 +154,6 @@ class _Splitter:
         self.done: dict[ModuleId, Graph] = {}
         self.dropped: set[ModuleId] = set()
         self.signatures: dict[str, CallSignature] = {}  # preserved calls made inside a body
-        self.names: set[str] | None = None  # value names that signatures name (``_named``)
 
     def run(self) -> Program:
         p = self.p
@@ -335,7 +336,7 @@ class _Splitter:
         does for a value a preserved call inside it passes on): the readers of that position
         read the operand itself, unless the position's ``getitem`` is named by a signature or
         returned by the graph."""
-        named = self._named()
+        named = self.named
         found = set()
         for i, v in enumerate(returned):
             if not isinstance(outer.get(v.name), Ref):
@@ -347,12 +348,10 @@ class _Splitter:
                 found.add(i)
         return found
 
-    def _named(self) -> set[str]:
+    @functools.cached_property
+    def named(self) -> set[str]:
         """Every value name that a signature of the program names (built once)."""
-        if self.names is None:  # a flat program: its preserved calls' names are all at ""
-            named = kn.protected_names(self.p).get("", frozenset())
-            self.names = {s.name for s in self.p.signature.outputs if s.name} | named
-        return self.names
+        return {s.name for s in self.p.signature.outputs if s.name} | signature_names(self.p)
 
     def _traced_calls(self, body: Graph) -> dict[str, tuple[tuple[Ref, ...], tuple[Ref, ...]]]:
         """Preserved calls made inside ``body`` whose signature export left empty: fqn -> the
