@@ -601,8 +601,7 @@ def move_non_tensor_nodes_on_boundary(
     if graph is None:
         raise PassError("move_non_tensor_nodes_on_boundary: the root module has no graph")
     order, where = _tag_indices(graph, tags, tag_of or node_tag)
-    moved = _moved(_Tagged(graph, order, where), movable)
-    return _retagged(program, graph, order, moved)
+    return _retagged(program, graph, order, _moved(graph, order, where, movable))
 
 
 def _tag_indices(
@@ -628,35 +627,30 @@ def _tag_indices(
     return tuple(order), where
 
 
-@attrs.frozen
-class _Tagged:
-    """The root graph with the tag index of each tagged node (the start of the moves)."""
-
-    graph: Graph
-    order: tuple[Hashable, ...]
-    where: dict[str, int]
-
-
-def _moved(tagged: _Tagged, movable: Callable[[Hashable], bool] | None) -> dict[str, int]:
-    """Each tagged node's tag index after the moves: the tags give nodes up in order, each
-    once (a node moved to a later tag can move again when that tag's turn comes)."""
-    where = dict(tagged.where)
-    members: list[list[str]] = [[] for _ in tagged.order]
-    for node in tagged.graph.nodes:
+def _moved(
+    graph: Graph, order: tuple[Hashable, ...], where: dict[str, int],
+    movable: Callable[[Hashable], bool] | None,
+) -> dict[str, int]:
+    """``where`` (each tagged node's tag index, ``_tag_indices``'), updated by the moves: the
+    tags give nodes up in order, each once (a node moved to a later tag can move again when
+    that tag's turn comes)."""
+    members: list[list[str]] = [[] for _ in order]
+    for node in graph.nodes:
         if node.name in where:
             members[where[node.name]].append(node.name)
-    for i, tag in enumerate(tagged.order):
+    for i, tag in enumerate(order):
         if movable is None or movable(tag):
-            for name in _move_out_of(i, members[i], tagged, where):
+            for name in _move_out_of(i, members[i], graph, order, where):
                 members[where[name]].append(name)
     return where
 
 
-def _move_out_of(i: int, members: list[str], tagged: _Tagged, where: dict[str, int]) -> list[str]:
+def _move_out_of(
+    i: int, members: list[str], graph: Graph, order: tuple[Hashable, ...], where: dict[str, int]
+) -> list[str]:
     """Move non-tensor nodes of tag ``i`` read by one other tag to it (updating ``where``),
     starting from ``members`` that cross and going on to their non-tensor parents; the nodes
     moved, in the order moved."""
-    graph, order = tagged.graph, tagged.order
     nodes, users, position = graph.by_name(), graph.users(), node_positions(graph)
 
     def children(name: str) -> list[str]:
