@@ -19,7 +19,6 @@ dropping what is left unused and pure, and new state (buffers, constants) at eit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -47,6 +46,7 @@ from ir.node import (
 from ir.program import Program, require_program
 from transforms import kernel as kn
 from transforms.machinery import trace as tr
+from transforms.machinery.each_graph import walked_graphs
 from transforms.new_state import NewState
 
 __all__ = ["Edit", "rewrite_nodes"]
@@ -54,7 +54,6 @@ __all__ = ["Edit", "rewrite_nodes"]
 Visit = Callable[[Node, "Edit"], "Ref | None"]
 
 _COPY = torch.ops.aten.copy_.default
-_STATE_INPUTS = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR, sg.CUSTOM_OBJ)
 _BEFORE_USER_OUTPUTS = (*sg.MUTATION_KINDS, sg.OUTPUT_TOKEN)
 _NO_MODE = object()
 _META = kn.META  # the program's vals are meta tensors: run new nodes on them as they are
@@ -288,10 +287,8 @@ class _Editor:
         p = self.p
         table = p.module_table()
         updates: dict[ModuleId, Any] = {}
-        first: dict[ModuleId, str] = {}  # each module at the first path that reaches it
-        for path, mid in p.walk():
-            first.setdefault(mid, path)
-        for mid, path in first.items():
+        for mid in dict.fromkeys(mid for _, mid in p.walk()):  # each module once, walk order
+            path = p.first_path(mid)
             mod = table[mid]
             graphs = tuple(self.graph(mid, path, g, gi) for gi, g in enumerate(mod.graphs))
             if any(a is not b for a, b in zip(graphs, mod.graphs)):
@@ -523,8 +520,7 @@ class _Editor:
                     "output spec or a preserved call); keep the value's dtype and shape there"
                 )
             self.retyped.add(node.name)
-        meta = MappingProxyType({**node.meta, "val": val})
-        return node.replace(args=args, kwargs=kwargs, meta=meta)
+        return node.replace(args=args, kwargs=kwargs).with_meta(val=val)
 
     # --- emitting -----------------------------------------------------------------------------
 
@@ -682,18 +678,18 @@ class _Editor:
             found = next((n for n in self.after if n.name == name), None)
         return found
 
+    def node_of(self, x: Any) -> Node | None:
+        """The node that value ``x`` (a ``Ref``, replacements applied) is now, if any."""
+        return self.lookup(self.alias.get(x.name, x).name) if type(x) is Ref else None
+
     def is_input(self, x: Any) -> bool:
-        if type(x) is not Ref:
-            return False
-        x = self.alias.get(x.name, x)
-        node = self.lookup(x.name)
+        node = self.node_of(x)
         return node is not None and node.op == PLACEHOLDER
 
     def val(self, x: Any) -> Any:
         if type(x) is not Ref:
             return x
-        x = self.alias.get(x.name, x)
-        node = self.lookup(x.name)
+        node = self.node_of(x)
         return node.meta.get("val") if node is not None else None
 
     def fake(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -723,16 +719,15 @@ class _Editor:
         when they are meta tensors (hand-built and generated programs), else ``None``."""
         if self._mode is _NO_MODE:
             self._mode = None
-            for _, mid in self.p.walk():
-                for g in self.p.module_table()[mid].graphs:
-                    for n in g.nodes:
-                        v = n.meta.get("val")
-                        if isinstance(v, torch.Tensor):
-                            mode = getattr(v, "fake_mode", None)
-                            self._mode = mode if mode is not None else (
-                                _META if v.device.type == "meta" else None
-                            )
-                            return self._mode
+            for _, g in walked_graphs(self.p):
+                for n in g.nodes:
+                    v = n.meta.get("val")
+                    if isinstance(v, torch.Tensor):
+                        mode = getattr(v, "fake_mode", None)
+                        self._mode = mode if mode is not None else (
+                            _META if v.device.type == "meta" else None
+                        )
+                        return self._mode
         return self._mode
 
     def fake_of(self, tensor: torch.Tensor) -> Any:
@@ -860,7 +855,7 @@ class _Editor:
             return None
         if node.op == PLACEHOLDER:
             spec = self.spec_of.get(node.name) or self.new.inputs.get(node.name)
-            if spec is not None and spec.kind in _STATE_INPUTS:
+            if spec is not None and spec.kind in sg.STATE_INPUT_KINDS:
                 return spec.target
             return None
         if node.op == GET_ATTR and type(node.target) is str:

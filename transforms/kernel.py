@@ -858,10 +858,8 @@ def rederive_callers(
     table = p.module_table()
     protected = protected_names(p)
     outputs_named = frozenset(s.name for s in p.signature.outputs if s.name)
-    first: dict[ModuleId, str] = {}  # each module at the first path that reaches it
-    for path, mid in p.walk():
-        first.setdefault(mid, path)
-    for mid, path in reversed(first.items()):  # children before their callers
+    for mid in reversed(dict.fromkeys(mid for _, mid in p.walk())):  # children before callers
+        path = p.first_path(mid)
         mod_graphs = list(out.get(mid, table[mid].graphs))
         touched = False
         for gi, graph in enumerate(mod_graphs):

@@ -13,16 +13,11 @@ from transforms.passes.dedup import deduplicate
 from transforms.passes.effect_tokens import remove_effect_tokens
 from transforms.passes.foreign_state import hold_foreign_state
 from transforms.passes.hop_split import split_hop_bodies
-from transforms.passes.module_stacks import fill_call_gaps, fix_module_stacks
+from transforms.passes.module_stacks import fix_module_stacks
 from transforms.passes.mutations import functional_to_inplace
 from transforms.passes.outline import outline, outline_and_sink, prepare_outline_and_sink
 from transforms.passes.state_sinking import sink_state
-from transforms.preserved import (
-    PRESERVED_STAGES,
-    insert_ivals,
-    rematerialize,
-    repair_call_signatures,
-)
+from transforms.preserved import PRESERVED_STAGES
 
 Pass = Callable[[Program], Program]
 
@@ -40,10 +35,7 @@ def pipeline(*, keep_functional: bool = False) -> tuple[Pass, ...]:
         split_hop_bodies,
         fix_module_stacks,
         # the preserved-call stages (``transforms.preserved``), on the flat root graph
-        fill_call_gaps,
-        repair_call_signatures,
-        rematerialize,
-        insert_ivals,
+        *PRESERVED_STAGES,
         outline,  # the outlining walk
         sink_state,
         deduplicate,

@@ -17,7 +17,7 @@ from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK, Frame
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.signature import CallSignature
-from transforms.machinery.frames import FrameOf, graph_frames, node_frames
+from transforms.machinery.frames import FrameOf, common_prefix, graph_frames, node_frames
 
 # the kinds of step ``call_steps`` yields
 INPUT = "input"  # a placeholder of the root
@@ -64,13 +64,7 @@ def call_steps(graph: Graph, frames_of: FrameOf, copied: Callable[[Node], bool])
                 frames = node_frames(node)  # ``None`` for a state read, else its error
             if frames is not None and frames is not entered:
                 entered = frames
-                depth = 0
-                while (
-                    depth < len(frames)
-                    and depth < len(open_frames)
-                    and open_frames[depth] == frames[depth]
-                ):
-                    depth += 1
+                depth = common_prefix(open_frames, frames)
                 while len(open_frames) > depth:
                     open_frames.pop()
                     yield CLOSE, at, None

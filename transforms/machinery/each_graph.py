@@ -9,7 +9,7 @@ from ir.module import ModuleId
 from ir.program import Program
 from transforms.kernel import protected_names
 
-__all__ = ["map_graphs", "signature_names", "walked_graphs"]
+__all__ = ["map_graphs", "signature_names", "walked_graphs", "with_root_graph"]
 
 GraphFn = Callable[[ModuleId, Graph], Graph]
 
@@ -38,6 +38,15 @@ def map_graphs(p: Program, fn: GraphFn) -> Program:
     if not changed:
         return p
     return p.replace(modules=p.modules.update(changed))
+
+
+def with_root_graph(p: Program, graph: Graph) -> Program:
+    """``p`` with ``graph`` as its root's first graph (``p`` itself when it is that graph
+    already): how a pass over the flat root graph puts its result back. O(1)."""
+    root = p.root_module
+    if graph is root.graph:
+        return p
+    return p.replace(modules=p.modules.set(p.root, root.replace(graphs=(graph, *root.graphs[1:]))))
 
 
 def walked_graphs(p: Program) -> list[tuple[ModuleId, Graph]]:

@@ -8,7 +8,8 @@ preserved-call stages, ``split_by_tags``) read it here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ir.errors import PassError
 from ir.graph import Graph
@@ -16,7 +17,7 @@ from ir.memo import WeakMemo
 from ir.module_stack import NO_STACK, Frame
 from ir.node import Node
 
-__all__ = ["FrameOf", "graph_frames", "node_frames"]
+__all__ = ["FrameOf", "common_prefix", "graph_frames", "node_frames", "part_frames"]
 
 #: A partition key: the nested calls a node runs in (outermost first), or ``None`` to keep it in
 #: the current call (``node_frames`` reads ``nn_module_stack``; ``split_by_tags`` reads tags).
@@ -36,6 +37,28 @@ def node_frames(node: Node) -> tuple[Frame, ...] | None:
         f"node {node.name!r} ({node.op} {node.target}) has no nn_module_stack, so it cannot be "
         "placed in a module; export the program with torch.export.export"
     )
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading calls the chains ``a`` and ``b`` share (frames, or call names).
+    O(min(len(a), len(b)))."""
+    k = 0
+    while k < len(a) and k < len(b) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def part_frames(part: Mapping[str, int], paths: Sequence[str]) -> FrameOf:
+    """The partition key of a cut into parts (``outline_parts``: tags, pipeline stages): a node
+    of part ``k`` (``part[node.name]``) runs in one call of the module at ``paths[k]``; a node
+    without a part stays where it is. O(1) per node."""
+    frames = [(Frame(path, path, None, 0),) for path in paths]
+
+    def frames_of(node: Node) -> tuple[Frame, ...] | None:
+        k = part.get(node.name)
+        return None if k is None else frames[k]
+
+    return frames_of
 
 
 def graph_frames(graph: Graph) -> tuple[tuple[Frame, ...] | None | object, ...]:

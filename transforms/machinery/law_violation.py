@@ -105,7 +105,7 @@ def state_read_by(program: Program, output: int | None) -> set[str] | None:
     graph it depends on (a call of a module counts as reading all the state below it); ``None``
     when ``output`` is ``None`` or out of range. O(root graph + state)."""
     graph = program.root_module.graph
-    outs = graph.output_node.args[0] if graph.output_node.args else ()
+    outs = graph.outputs
     if output is None or not isinstance(outs, tuple) or not 0 <= output < len(outs):
         return None
     by_name = graph.by_name()

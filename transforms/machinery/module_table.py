@@ -9,7 +9,7 @@ modules no path reaches any more are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -113,6 +113,20 @@ def _move_subgraphs(
         kids = tuple((n, c) for n, c in modules[root].children if n != name)
         modules[root] = modules[root].replace(children=kids)
         modules[new_owner] = modules[new_owner].with_child(name, sub)
+
+
+def table_as(p: Program, modules: Mapping[ModuleId, Module]) -> Any:
+    """``p.modules`` made to hold exactly ``modules``: the ids not in it dropped, the modules
+    that are not already there set, every other entry shared (``p.modules`` itself when none
+    changes). O(modules)."""
+    table = p.modules.evolver()
+    for mid in p.modules:
+        if mid not in modules:
+            del table[mid]
+    for mid, mod in modules.items():
+        if p.modules.get(mid) is not mod:
+            table[mid] = mod
+    return table.persistent()
 
 
 def reachable_modules(module_of: Callable[[ModuleId], Module], root: ModuleId) -> list[ModuleId]:

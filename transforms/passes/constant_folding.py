@@ -128,11 +128,6 @@ def fold_constants(
     return kn.finalised(p, map_graphs(p, fold), renames, new)
 
 
-def _read_fqns(p: Program, mid: ModuleId, node: Node) -> list[str]:
-    """The state fqns a ``get_attr`` reads, one per path that reaches its module."""
-    return [p.attr_fqn(mid, path, node.target) for path in p.module_paths(mid)]
-
-
 def _constant_keys(p: Program) -> frozenset[str]:
     """The tensor keys of ``constant`` state that no graph writes and no output mutates."""
     written = written_state(p)
@@ -153,7 +148,7 @@ def _source(
         spec = specs.get(n.name)
         fqns = [spec.target] if spec is not None and spec.kind == sg.CONSTANT_TENSOR else []
     else:
-        fqns = _read_fqns(p, mid, n)
+        fqns = [p.attr_fqn(mid, path, n.target) for path in p.module_paths(mid)]  # one a path
     keys = {state[f].tensor if f in state else None for f in fqns}
     if len(keys) != 1 or None in keys or next(iter(keys)) not in fixed:
         return None

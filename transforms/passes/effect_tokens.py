@@ -23,7 +23,7 @@ from ir.node import CALL_FUNCTION, OUTPUT, Node
 from ir.program import Program
 from transforms import kernel as kn
 from transforms.machinery.call_targets import call_targets
-from transforms.machinery.each_graph import map_graphs
+from transforms.machinery.each_graph import with_root_graph
 
 
 def remove_effect_tokens(p: Program) -> Program:
@@ -80,10 +80,6 @@ def _has_tokens(p: Program, graph: Graph) -> bool:
     )
 
 
-def _is_with_effects(node: Node) -> bool:
-    return node.op == CALL_FUNCTION and ops.hop_kind(node.target) == ops.WITH_EFFECTS
-
-
 def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
     tokens = {s.name for s in p.signature.inputs if s.kind == sg.TOKEN}
     dropped: set[str] = set(tokens)  # nodes not emitted at their own place
@@ -93,7 +89,7 @@ def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
     work = kn.WorkingGraph(graph, indexed=False)
 
     for w in graph.nodes:
-        if not _is_with_effects(w):
+        if w.op != CALL_FUNCTION or ops.hop_kind(w.target) != ops.WITH_EFFECTS:
             continue
         if len(w.args) < 2:
             raise PassError(
@@ -138,7 +134,7 @@ def _remove_effect_tokens(p: Program, graph: Graph) -> Program:
         work.keep(node)
 
     new_graph, renames = work.finish()
-    q = map_graphs(p, lambda mid, g: new_graph if g is graph and mid == p.root else g)
+    q = with_root_graph(p, new_graph)
     q = q.replace(signature=sg.ExportSignature(
         inputs=tuple(s for s in p.signature.inputs if s.kind != sg.TOKEN),
         outputs=tuple(s for s in p.signature.outputs if s.kind != sg.OUTPUT_TOKEN),

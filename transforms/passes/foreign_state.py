@@ -87,7 +87,7 @@ def hold_foreign_state(program: Program) -> Program:
         foreign = {
             i: f
             for i, f in enumerate(fqns)
-            if i >= arity and f is not None and program.resolve(_owner_path(f)) is not None
+            if i >= arity and f is not None and program.resolve(f.rpartition(".")[0]) is not None
         }
         if foreign:
             moves[key] = foreign
@@ -263,7 +263,7 @@ def _peer_read(
     """The ``get_attr`` target that reads ``fqn`` in module ``mid`` through a peer holding its
     owner (added to ``peers`` when new, named unlike ``mid``'s children, peers and
     ``own_state``, the names of the state it registers)."""
-    owner_path, attr = _owner_path(fqn), fqn.rpartition(".")[2]
+    owner_path, _, attr = fqn.rpartition(".")  # the module that registers it ("": the root)
     owner = program.resolve(owner_path)
     for name, held in peers:
         if held == owner:
@@ -274,11 +274,6 @@ def _peer_read(
     name = kn.fresh_id(base, taken)
     peers.append((name, owner))
     return f"{name}.{attr}"
-
-
-def _owner_path(fqn: str) -> str:
-    """The path of the module that registers state ``fqn`` (``""``: the root)."""
-    return fqn.rpartition(".")[0]
 
 
 def _read_through_peers(graph: Graph, reads: dict[int, str]) -> Graph:

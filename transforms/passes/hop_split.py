@@ -20,6 +20,7 @@ still runs under the same mode.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections.abc import Mapping
@@ -33,12 +34,14 @@ from ir.graph import Graph
 from ir.module import SUBGRAPH, Module, ModuleId
 from ir.module_stack import Frame, stack_frames
 from ir.names import Names, target_name
-from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node, frozen_meta
+from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import TENSOR, ArgSpec, CallSignature
 from ir.torch_seam import HigherOrderOperator
 from transforms import kernel as kn
 from transforms.machinery.call_targets import call_targets
+from transforms.machinery.each_graph import signature_names
+from transforms.machinery.module_table import table_as
 from transforms.machinery.pass_checks import require_flat
 
 log = logging.getLogger("purefx")
@@ -117,10 +120,6 @@ def split_hop_bodies(p: Program) -> Program:
     return _Splitter(p).run()
 
 
-def _body_position(node: Node) -> int | None:
-    return _target_body_position(node.target) if node.op == CALL_FUNCTION else None
-
-
 def _target_body_position(target: Any) -> int | None:
     if not isinstance(target, HigherOrderOperator):
         return None  # checked first: naming an operator costs microseconds
@@ -155,7 +154,6 @@ class _Splitter:
         self.done: dict[ModuleId, Graph] = {}
         self.dropped: set[ModuleId] = set()
         self.signatures: dict[str, CallSignature] = {}  # preserved calls made inside a body
-        self.names: set[str] | None = None  # value names that signatures name (``_named``)
 
     def run(self) -> Program:
         p = self.p
@@ -167,15 +165,8 @@ class _Splitter:
         held = {c for mod in self.table.values() for _, c in mod.children}
         for mid in self.dropped - held:
             del self.table[mid]
-        evolver = p.modules.evolver()
-        for mid in p.modules:
-            if mid not in self.table:
-                del evolver[mid]
-        for mid, mod in self.table.items():
-            if p.modules.get(mid) is not mod:
-                evolver[mid] = mod
         signatures = p.call_signatures.update(self.signatures)
-        return p.replace(modules=evolver.persistent(), call_signatures=signatures)
+        return p.replace(modules=table_as(p, self.table), call_signatures=signatures)
 
     # --- one graph ---------------------------------------------------------------------------
 
@@ -199,7 +190,7 @@ class _Splitter:
             if node.name in moved:
                 continue
             node = w.rewired(node)
-            at = _body_position(node)
+            at = _target_body_position(node.target) if node.op == CALL_FUNCTION else None
             made = None if at is None else self._split_call(
                 owner, node, at, by_name, users, w, kids, new_children
             )
@@ -324,7 +315,7 @@ class _Splitter:
             for i, v in enumerate(run.outputs):
                 named = by_value.get(v, [])
                 for g in named:
-                    made.append(g.replace(args=(ref(hop_name), i), meta=_restacked(g, stack)))
+                    made.append(g.replace(args=(ref(hop_name), i)).with_meta(**_stacked(stack)))
                 if named:
                     outer.setdefault(v, named[0].ref)  # a returned operand keeps its root name
                 elif v in crossing or any(v in later.inputs for later in runs[k + 1 :]):
@@ -345,7 +336,7 @@ class _Splitter:
         does for a value a preserved call inside it passes on): the readers of that position
         read the operand itself, unless the position's ``getitem`` is named by a signature or
         returned by the graph."""
-        named = self._named()
+        named = self.named
         found = set()
         for i, v in enumerate(returned):
             if not isinstance(outer.get(v.name), Ref):
@@ -357,12 +348,10 @@ class _Splitter:
                 found.add(i)
         return found
 
-    def _named(self) -> set[str]:
+    @functools.cached_property
+    def named(self) -> set[str]:
         """Every value name that a signature of the program names (built once)."""
-        if self.names is None:  # a flat program: its preserved calls' names are all at ""
-            named = kn.protected_names(self.p).get("", frozenset())
-            self.names = {s.name for s in self.p.signature.outputs if s.name} | named
-        return self.names
+        return {s.name for s in self.p.signature.outputs if s.name} | signature_names(self.p)
 
     def _traced_calls(self, body: Graph) -> dict[str, tuple[tuple[Ref, ...], tuple[Ref, ...]]]:
         """Preserved calls made inside ``body`` whose signature export left empty: fqn -> the
@@ -409,8 +398,8 @@ class _Splitter:
         attr = w.derive(read, base=read.name, op=GET_ATTR, target=read.target, args=(),
                         kwargs=EMPTY_DICT, meta=_stacked(stack))
         args = call.args[:at] + (attr.ref,) + call.args[at + 1 :]
-        made = [attr, call.replace(args=args, meta=_restacked(call, stack))]
-        return made + [g.replace(meta=_restacked(g, stack)) for g in getitems]
+        made = [attr, call.replace(args=args).with_meta(**_stacked(stack))]
+        return made + [g.with_meta(**_stacked(stack)) for g in getitems]
 
 
 def _frames(stack: dict | None) -> tuple[Frame, ...]:
@@ -560,11 +549,3 @@ def _piece(run: _Run, graph: Graph, body_nodes: Mapping[str, Node], body: Module
 def _stacked(stack: dict | None) -> dict[str, Any]:
     """The meta a node moved to module stack ``stack`` (``None``: kept where it is) changes."""
     return {} if stack is None else {"nn_module_stack": stack}
-
-
-def _restacked(node: Node, stack: dict | None, **more: Any) -> Mapping[str, Any]:
-    meta = dict(node.meta)
-    if stack is not None:
-        meta["nn_module_stack"] = stack
-    meta.update(more)
-    return frozen_meta(meta)

@@ -15,7 +15,8 @@ from ir.names import Names
 from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.machinery.module_table import named_outputs, reachable_modules
+from transforms.machinery.each_graph import with_root_graph
+from transforms.machinery.module_table import named_outputs, reachable_modules, table_as
 
 
 def inline(program: Program) -> Program:
@@ -97,8 +98,7 @@ def restacked(flat: Program, chains: Sequence[CallChain], p: Program) -> Program
     w = kn.WorkingGraph(graph, indexed=False)
     for node, chain in zip(graph.nodes, chains):
         w.add(_restacked(node, chain, p, keys) if chain else node)  # the output: no chain
-    root = flat.root_module.replace(graphs=(w.finish()[0],))
-    return flat.replace(modules=flat.modules.set(flat.root, root))
+    return with_root_graph(flat, w.finish()[0])
 
 
 def _stack_keys(graph: Graph) -> dict[str, str]:
@@ -312,9 +312,6 @@ class _Inliner:
                 found = ids[path] = kn.fresh_id(path, taken)
             return found
 
-        paths_of: dict[ModuleId, int] = {}
-        for _, mid in p.walk():
-            paths_of[mid] = paths_of.get(mid, 0) + 1
         for path, mid in p.walk():
             mod = p.modules[mid]
             if mod.kind == SUBGRAPH:
@@ -326,7 +323,7 @@ class _Inliner:
             )
             if path:
                 type_name, kind = mod.type_name, mod.kind
-                if path not in self.ran and paths_of[mid] > 1:
+                if path not in self.ran and len(p.module_paths(mid)) > 1:
                     # an object at several paths: import_ep knows the class of a path only
                     # from the module stacks of the nodes that ran in it
                     type_name, kind = None, _untyped_kind(kids)
@@ -336,14 +333,7 @@ class _Inliner:
                 modules[p.root] = mod.replace(children=kids, graphs=(graph,))
         for mid in subgraph_ids:
             modules[mid] = p.modules[mid]
-        table = p.modules.evolver()
-        for mid in list(p.modules.keys()):
-            if mid not in modules:
-                del table[mid]
-        for mid, mod in modules.items():
-            if p.modules.get(mid) != mod:
-                table[mid] = mod
-        return table.persistent()
+        return table_as(p, modules)
 
 
 _UNDEFINED = object()

@@ -16,8 +16,8 @@ from ir.module import ModuleId
 from ir.module_stack import NO_STACK, Frame
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.machinery.each_graph import map_graphs
-from transforms.machinery.frames import graph_frames, node_frames
+from transforms.machinery.each_graph import with_root_graph
+from transforms.machinery.frames import common_prefix, graph_frames, node_frames
 from transforms.machinery.pass_checks import require_flat
 
 __all__ = ["fill_call_gaps", "fix_module_stacks"]
@@ -164,20 +164,14 @@ def fill_call_gaps(program: Program) -> Program:
 
 def _restacked(program: Program, stacks: Mapping[int, dict]) -> Program:
     """``program`` with node ``i`` of its root's first graph given module stack ``stacks[i]``
-    (meta changes only here): the graph streamed through a ``kernel.WorkingGraph``, put in
-    the program through ``map_graphs``. O(n)."""
+    (meta changes only here): the graph streamed through a ``kernel.WorkingGraph``, put back
+    by ``with_root_graph``. O(n)."""
     graph = program.root_module.graph
-
-    def one(mid: ModuleId, g: Graph) -> Graph:
-        if mid != program.root or g is not graph:
-            return g
-        w = kn.WorkingGraph(g, indexed=False)
-        for i, node in enumerate(g.nodes):
-            stack = stacks.get(i)
-            w.keep(node if stack is None else node.with_meta(nn_module_stack=stack))
-        return w.finish()[0]
-
-    return map_graphs(program, one)
+    w = kn.WorkingGraph(graph, indexed=False)
+    for i, node in enumerate(graph.nodes):
+        stack = stacks.get(i)
+        w.keep(node if stack is None else node.with_meta(nn_module_stack=stack))
+    return with_root_graph(program, w.finish()[0])
 
 
 def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[Frame, ...]]]:
@@ -196,10 +190,7 @@ def _cut_calls(graph: Graph) -> tuple[list[tuple[Frame, ...] | None], set[tuple[
         chains.append(frames)
         if frames is None or frames is prev:
             continue
-        k = 0
-        while k < len(prev) and k < len(frames) and prev[k] == frames[k]:
-            k += 1
-        for depth in range(k + 1, len(frames) + 1):
+        for depth in range(common_prefix(prev, frames) + 1, len(frames) + 1):
             call = frames[:depth]
             seen = len(opened)
             opened.add(call)

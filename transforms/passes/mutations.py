@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from ir import signature as sg
 from ir.args import EMPTY_DICT, Ref, iter_refs, ref
 from ir.errors import PassError
@@ -22,7 +20,7 @@ from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER
 from ir.ops import COPY
 from ir.program import Program
 from transforms import kernel as kn
-from transforms.machinery.each_graph import map_graphs
+from transforms.machinery.each_graph import with_root_graph
 
 INPLACE_KINDS = (sg.BUFFER_MUTATION, sg.USER_INPUT_MUTATION)
 
@@ -114,8 +112,7 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
         p.signature.inputs,
         tuple(s for s in specs if s.kind not in INPLACE_KINDS),
     )
-    q = map_graphs(p, lambda mid, g: new_graph if g is graph and mid == p.root else g)
-    return q.replace(
+    return with_root_graph(p, new_graph).replace(
         signature=kn.renamed_outputs(signature, env),
         call_signatures=_renamed_call_inputs(p, env),
     )
@@ -124,16 +121,9 @@ def _functional_to_inplace(p: Program, graph: Graph) -> Program:
 def _renamed_call_inputs(p: Program, env: Mapping[str, str]) -> Any:
     """Preserved calls that took a mutated value now take the ``copy_`` that stands for it, as
     every other reader does."""
-    changed = {}
-    for name, sig in p.call_signatures.items():
-        inputs = tuple(
-            attrs.evolve(a, name=env[a.name]) if a.name in env else a for a in sig.inputs
-        )
-        if any(a is not b for a, b in zip(inputs, sig.inputs)):
-            changed[name] = attrs.evolve(sig, inputs=inputs)
-    if not changed:
-        return p.call_signatures
-    return p.call_signatures.update(changed)
+    renamed = {name: sig.renamed(inputs=env) for name, sig in p.call_signatures.items()}
+    changed = {name: sig for name, sig in renamed.items() if sig != p.call_signatures[name]}
+    return p.call_signatures.update(changed) if changed else p.call_signatures
 
 
 def _root_stack(graph: Graph) -> dict[str, Any] | None:

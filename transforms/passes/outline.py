@@ -17,7 +17,7 @@ This module walks the flat graph and threads values between calls; the builder o
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ir.args import map_refs_in, ref
@@ -31,7 +31,7 @@ from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.machinery.call_builder import OpenCall, call_base
 from transforms.machinery.call_walk import CLOSE, INPUT, NODE, OPEN, call_steps, last_uses
-from transforms.machinery.frames import FrameOf, graph_frames, node_frames
+from transforms.machinery.frames import FrameOf, graph_frames, node_frames, part_frames
 from transforms.machinery.module_sharing import canonical_paths
 from transforms.machinery.module_table import reachable_modules, with_outlined_modules
 from transforms.passes.state_sinking import (
@@ -51,6 +51,7 @@ __all__ = [
     "outline",
     "outline_and_sink",
     "outline_by",
+    "outline_parts",
     "prepare_outline_and_sink",
     "reachable_modules",
 ]
@@ -144,7 +145,7 @@ def outline_by(
     Parameters:
         program: a flat Program (an outlined one is returned as it is).
         frames_of: the partition key, node -> its calls (``transforms.stacks.node_frames`` is
-            ``outline``'s; ``transforms.stages.plan.stage_frames`` is ``split_stages``').
+            ``outline``'s; ``machinery.frames.part_frames`` is ``outline_parts``').
         copied: nodes copied into each call that reads them (default: none).
 
     Returns:
@@ -166,6 +167,26 @@ def outline_by(
         return program
     program = prepare_outline(program, frames_of, fill_gaps=False)
     return _Outliner(program, frames_of, copied).run()
+
+
+def outline_parts(
+    program: Program, part: Mapping[str, int], paths: Sequence[str]
+) -> tuple[Program, list[Graph | None]]:
+    """``outline_by`` keyed by a partition (``machinery.frames.part_frames``): node ``n`` of the
+    flat root graph runs in the one call of the root's child ``paths[part[n]]`` (a node without
+    a part stays in the current call), and ``get_attr`` nodes are copied into each part that
+    reads them. Returns the outlined Program and each part's graph, ``None`` for a part no node
+    runs in: the cut ``split_by_tags`` and ``split_stages`` share. O(n)."""
+    outlined = outline_by(program, part_frames(part, paths), copied=_is_get_attr)
+    graphs: list[Graph | None] = []
+    for path in paths:
+        mid = outlined.resolve(path)
+        graphs.append(outlined.module(mid).graphs[0] if mid is not None else None)
+    return outlined, graphs
+
+
+def _is_get_attr(node: Node) -> bool:
+    return node.op == GET_ATTR
 
 
 def _never(node: Node) -> bool:
@@ -280,7 +301,9 @@ class _Outliner:
         return map_refs_in(tree, call.env, lambda r: self._read(call, r.name))
 
     def _read(self, call: OpenCall, name: str) -> Any:
-        """The local value of flat value ``name`` in ``call``, threading it in if needed."""
+        """The local value of flat value ``name`` in ``call``, threading it in if needed: a
+        value hidden in a closed preserved call, or the result of an in-place op, is read as
+        the state it is; a preserved call takes state only, after its positional arguments."""
         found = call.env.get(name)
         if found is not None:
             return found
@@ -288,34 +311,20 @@ class _Outliner:
         if shared is not None and self.copied is not _never and self.copied(shared):
             self._copy(call, shared, define=False)  # a copy per call: never returned from it
             return call.env[name]
-        if (
-            call.frame is None
-            or call.sig is not None
-            or shared is None
-            or name in self.hidden
-            or name in self.aliased_state
-        ):
-            return self._read_special(call, name)
-        # the common case: a plain call takes the value as an input (its placeholder is made
-        # when the call closes, and only if the input is not sunk)
-        call.inputs.append(name)
-        found = call.env[name] = ref(name)
-        return found
-
-    def _read_special(self, call: OpenCall, name: str) -> Any:
-        """``_read`` of a value that is hidden in a closed preserved call, the result of an
-        in-place op, or read in a preserved call or the root."""
         if name in self.hidden:
             return self._read(call, self._ival_source(name, call))
         if name in self.aliased_state:
             # an in-place result is its mutated state: read the state itself (sinkable)
             return self._read(call, self.aliased_state[name])
-        if name not in self.by_name:
+        if shared is None:
             raise PassError(f"a node reads %{name}, which no node of the root graph defines")
         if call.frame is None:
             raise PassError(f"value %{name} is read before it is defined in the root graph")
-        node = self.by_name[name]
-        if call.sig is not None:
+        if call.sig is None:
+            # the common case: a plain call takes the value as an input (its placeholder is
+            # made when the call closes, and only if the input is not sunk)
+            call.inputs.append(name)
+        else:
             source = self.mutated_state.get(name)
             if source is not None:
                 return self._read(call, source)
@@ -330,13 +339,10 @@ class _Outliner:
             # before its keyword ones); sinking removes it again
             at = call.n_positional + len(call.extra_inputs)
             call.extra_inputs.append(name)
-            placeholder = self.w.make_carrying(PLACEHOLDER, name=name, meta=node.meta)
+            placeholder = self.w.make_carrying(PLACEHOLDER, name=name, meta=shared.meta)
             call.placeholders.insert(at, placeholder)
-            call.env[name] = ref(name)
-            return call.env[name]
-        call.inputs.append(name)
-        call.env[name] = ref(name)
-        return call.env[name]
+        found = call.env[name] = ref(name)
+        return found
 
     def _ival_source(self, name: str, call: OpenCall) -> str:
         source = self.mutated_state.get(name)

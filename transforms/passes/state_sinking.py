@@ -165,14 +165,13 @@ class _Sinker:
     def _rewrite(self, mid: ModuleId, variant: int, graph: Graph) -> Graph:
         decisions = self.sunk[(mid, variant)]
         placeholders = graph.placeholders
-        kept = [n for i, n in enumerate(placeholders) if i not in decisions]
         body = []
         for node in graph.nodes[len(placeholders):]:
             if node.op == CALL_MODULE:
                 node = self._drop_sunk_args(node, mid)
             body.append(node)
         sunk = {placeholders[i].name: local for i, local in decisions.items()}
-        return kn.built(kept + sunk_reads(placeholders, sunk, body) + body)
+        return sunk_graph(list(placeholders), sunk, body)
 
     def _drop_sunk_args(self, node: Node, mid: ModuleId) -> Node:
         path, k = split_call_target(node.target)

@@ -35,7 +35,6 @@ from ir.args import EMPTY_DICT, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import LEAF, SUBGRAPH, Module, ModuleId
-from ir.module_stack import Frame
 from ir.names import Names
 from ir.node import (
     CALL_FUNCTION,
@@ -50,8 +49,9 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from ir.state import BUFFER, CONSTANT, PARAMETER, Slot
 from transforms import kernel as kn
-from transforms.machinery.frames import FrameOf
-from transforms.passes.outline import outline_by, reachable_modules
+from transforms.machinery.call_walk import node_positions
+from transforms.machinery.each_graph import with_root_graph
+from transforms.passes.outline import outline_parts, reachable_modules
 
 log = logging.getLogger("purefx")
 
@@ -122,12 +122,8 @@ def split_by_tags(
     graph = _flat_root_graph(program)
     part = _partition(graph, tags, tag_of or node_tag)
     names = tuple(str(t) for t in tags)
-    outlined = outline_by(
-        _runs(program, graph, part, names), _frames_of(part, names),
-        copied=lambda n: n.op == GET_ATTR,
-    )
-    children = _child_graphs(outlined, names, _first_reads(graph, part), len(graph),
-                             return_tuple)
+    outlined, graphs = outline_parts(_runs(program, graph, part, names), part, names)
+    children = _child_graphs(graphs, names, _first_reads(graph, part), len(graph), return_tuple)
     root = _root_graph(graph, children, names)  # reads the children by the original names
     children = {name: _torch_child_names(g) for name, g in children.items()}
     result, mapping = _place(program, outlined, root, children)
@@ -198,17 +194,6 @@ def _partition(graph: Graph, tags: tuple[Hashable, ...], tag_of: TagOf) -> dict[
     return part
 
 
-def _frames_of(part: dict[str, int], names: tuple[str, ...]) -> FrameOf:
-    """The outliner's partition key: a tagged node runs in the call of its tag's child."""
-    frames = [Frame(name, name, None, 0) for name in names]
-
-    def frames_of(node: Node) -> tuple[Frame, ...] | None:
-        i = part.get(node.name)
-        return None if i is None else (frames[i],)
-
-    return frames_of
-
-
 # --- 2. a flat program whose tags form runs, without holder modules -----------------------------
 
 
@@ -222,7 +207,7 @@ def _runs(p: Program, graph: Graph, part: dict[str, int], names: tuple[str, ...]
     rest.sort(key=lambda n: part.get(n.name, -1))
     w = kn.WorkingGraph(graph, indexed=False)
     for n in (*placeholders, *rest, nodes[-1]):
-        w.add(_stand_in(n) if n.op == CALL_MODULE else n)
+        w.add(n.replace(op=CALL_FUNCTION, target=_LeafCall(n.target)) if n.op == CALL_MODULE else n)
     runs = w.finish()[0]
     root = p.root_module
     kept = tuple((n, c) for n, c in root.children if p.modules[c].kind == SUBGRAPH)
@@ -259,7 +244,7 @@ def _first_reads(graph: Graph, part: dict[str, int]) -> dict[str, tuple[int, int
 
 
 def _child_graphs(
-    outlined: Program,
+    outlined: list[Graph | None],
     names: tuple[str, ...],
     first: dict[str, tuple[int, int]],
     end: int,
@@ -268,10 +253,9 @@ def _child_graphs(
     """Each tag's child graph (leaf calls restored; ``return ()`` for a tag with no node),
     returning in torch's order."""
     graphs: dict[str, Graph] = {}
-    for name in names:
-        module = outlined.modules.get(name)
-        if module is not None and module.graphs:
-            graph = _restore_leaf_calls(module.graphs[0])
+    for name, graph in zip(names, outlined):
+        if graph is not None:
+            graph = _restore_leaf_calls(graph)
         else:
             graph = kn.built((kn.carried(OUTPUT, "output", "output", ((),)),))
         graphs[name] = _order_returns(graph, first, end, return_tuple)
@@ -337,7 +321,7 @@ def _root_graph(graph: Graph, children: dict[str, Graph], names: tuple[str, ...]
             w.add(item := w.make(CALL_FUNCTION, operator.getitem, (call.ref, i), EMPTY_DICT,
                                  base="getitem"))
             renamed[value.name] = item.name
-    w.add(output.replace(args=_renamed(output.args, renamed)))
+    w.add(output.replace(args=map_refs(output.args, lambda r: ref(renamed.get(r.name, r.name)))))
     return _Root(w.finish()[0], attributes, renamed)
 
 
@@ -386,12 +370,8 @@ def _place(
     table = {mid: module(mid) for mid in reachable_modules(module, p.root)}
     state = layout.state
     keys = dict.fromkeys(s.tensor for s in state.values())
-    outputs = tuple(
-        attrs.evolve(spec, name=root.renamed.get(spec.name, spec.name))
-        for spec in p.signature.outputs
-    )
     return p.replace(
-        signature=attrs.evolve(p.signature, outputs=outputs),
+        signature=kn.renamed_outputs(p.signature, root.renamed),
         modules=pmap(table),
         state=pmap(state),
         state_order=tuple(state),
@@ -533,10 +513,6 @@ class _LeafCall:
         raise PassError(f"the stand-in for the call of leaf module {self.path!r} was run")
 
 
-def _stand_in(node: Node) -> Node:
-    return node.replace(op=CALL_FUNCTION, target=_LeafCall(node.target))
-
-
 def _restore_leaf_calls(graph: Graph) -> Graph:
     w = kn.WorkingGraph(graph, indexed=False)
     for n in graph.nodes:
@@ -585,9 +561,6 @@ def _torch_child_names(graph: Graph) -> Graph:
     return w.finish()[0]
 
 
-def _renamed(tree: Any, names: dict[str, str]) -> Any:
-    return map_refs(tree, lambda r: ref(names.get(r.name, r.name)))
-
 
 # --- moving non-tensor values off the boundaries -----------------------------------------------
 
@@ -628,9 +601,7 @@ def move_non_tensor_nodes_on_boundary(
     if graph is None:
         raise PassError("move_non_tensor_nodes_on_boundary: the root module has no graph")
     order, where = _tag_indices(graph, tags, tag_of or node_tag)
-    position = {n.name: k for k, n in enumerate(graph.nodes)}
-    moved = _moved(_Tagged(graph, order, where, position), movable)
-    return _retagged(program, graph, order, moved)
+    return _retagged(program, graph, order, _moved(graph, order, where, movable))
 
 
 def _tag_indices(
@@ -656,37 +627,31 @@ def _tag_indices(
     return tuple(order), where
 
 
-@attrs.frozen
-class _Tagged:
-    """The root graph with the tag index of each tagged node (the start of the moves)."""
-
-    graph: Graph
-    order: tuple[Hashable, ...]
-    where: dict[str, int]
-    position: dict[str, int]
-
-
-def _moved(tagged: _Tagged, movable: Callable[[Hashable], bool] | None) -> dict[str, int]:
-    """Each tagged node's tag index after the moves: the tags give nodes up in order, each
-    once (a node moved to a later tag can move again when that tag's turn comes)."""
-    where = dict(tagged.where)
-    members: list[list[str]] = [[] for _ in tagged.order]
-    for node in tagged.graph.nodes:
+def _moved(
+    graph: Graph, order: tuple[Hashable, ...], where: dict[str, int],
+    movable: Callable[[Hashable], bool] | None,
+) -> dict[str, int]:
+    """``where`` (each tagged node's tag index, ``_tag_indices``'), updated by the moves: the
+    tags give nodes up in order, each once (a node moved to a later tag can move again when
+    that tag's turn comes)."""
+    members: list[list[str]] = [[] for _ in order]
+    for node in graph.nodes:
         if node.name in where:
             members[where[node.name]].append(node.name)
-    for i, tag in enumerate(tagged.order):
+    for i, tag in enumerate(order):
         if movable is None or movable(tag):
-            for name in _move_out_of(i, members[i], tagged, where):
+            for name in _move_out_of(i, members[i], graph, order, where):
                 members[where[name]].append(name)
     return where
 
 
-def _move_out_of(i: int, members: list[str], tagged: _Tagged, where: dict[str, int]) -> list[str]:
+def _move_out_of(
+    i: int, members: list[str], graph: Graph, order: tuple[Hashable, ...], where: dict[str, int]
+) -> list[str]:
     """Move non-tensor nodes of tag ``i`` read by one other tag to it (updating ``where``),
     starting from ``members`` that cross and going on to their non-tensor parents; the nodes
     moved, in the order moved."""
-    graph, order = tagged.graph, tagged.order
-    nodes, users, position = graph.by_name(), graph.users(), tagged.position
+    nodes, users, position = graph.by_name(), graph.users(), node_positions(graph)
 
     def children(name: str) -> list[str]:
         return [u for u in users[name] if u in where]
@@ -760,12 +725,7 @@ def _retagged(
     for node in graph.nodes:
         tag = order[where[node.name]] if node.name in where else None
         w.add(node if tag is None or node.meta.get("tag") == tag else node.with_meta(tag=tag))
-    new = w.finish()[0]
-    if new is graph:
-        return program
-    root = program.root_module
-    new_root = root.replace(graphs=(new,) + root.graphs[1:])
-    return program.replace(modules=program.modules.set(program.root, new_root))
+    return with_root_graph(program, w.finish()[0])
 
 
 def _is_tensor(node: Node) -> bool:

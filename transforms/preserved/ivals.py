@@ -21,6 +21,7 @@ from ir.ops import COPY
 from ir.program import Program
 from ir.signature import ExportSignature
 from transforms import kernel as kn
+from transforms.machinery.each_graph import with_root_graph
 from transforms.machinery.frames import FrameOf, node_frames
 from transforms.machinery.pass_checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
@@ -98,8 +99,7 @@ def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
             if name in ivals:
                 reads.extend((name, position[u]) for u in users[name] if position[u] >= start)
     new_graph: Graph = insert_ival_copies(graph, program.signature, ivals, reads, aliases)
-    root = program.root_module.replace(graphs=(new_graph,) + program.root_module.graphs[1:])
-    return program.replace(modules=program.modules.set(program.root, root))
+    return with_root_graph(program, new_graph)
 
 
 def insert_ival_copies(

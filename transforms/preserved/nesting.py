@@ -12,7 +12,7 @@ from typing import Any
 from ir.graph import Graph
 from ir.module_stack import NO_STACK, Frame
 from ir.node import OUTPUT, PLACEHOLDER, Node
-from transforms.machinery.frames import FrameOf, graph_frames, node_frames
+from transforms.machinery.frames import FrameOf, common_prefix, graph_frames, node_frames
 
 __all__ = ["common_prefix", "preserved_chains"]
 
@@ -68,11 +68,3 @@ def preserved_chains(graph: Graph, frames_of: FrameOf, sigs: Any) -> tuple[
         return reader.meta.get("nn_module_stack")
 
     return chain, frames_at, root_stack, stack_of
-
-
-def common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    """How many leading calls the chains ``a`` and ``b`` share. O(min(len(a), len(b)))."""
-    k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
-        k += 1
-    return k

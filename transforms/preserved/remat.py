@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import logging
 from bisect import bisect_right
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -59,6 +60,7 @@ from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
 from transforms import kernel as kn
 from transforms.machinery.call_walk import node_positions
+from transforms.machinery.each_graph import with_root_graph
 from transforms.machinery.frames import FrameOf, node_frames
 from transforms.machinery.pass_checks import require_flat
 from transforms.preserved.nesting import common_prefix, preserved_chains
@@ -283,27 +285,6 @@ class _Readable:
         return name in self.reach.writes.read_from_state
 
 
-def _unreadable_inputs(
-    reach: _Reach, call: str, caller: tuple[str, ...], at: int, readable: _Readable
-) -> list[str]:
-    """The arguments ``call`` (starting at node ``at``) takes that its caller cannot read
-    (values undefined or made inside the call are left to ``outline``, which reports them)."""
-    return [
-        name for name in reach.inputs_of.get(call, ())
-        if name in reach.position and reach.position[name] < at and not readable(name, caller)
-    ]
-
-
-def _unreadable_outputs(
-    reach: _Reach, call: str, inside: tuple[str, ...], at: int, readable: _Readable
-) -> list[str]:
-    """The outputs ``call`` (ending before node ``at``) returns that it cannot read itself."""
-    return [
-        name for name in reach.outputs_of.get(call, ())
-        if name in reach.position and reach.position[name] < at and not readable(name, inside)
-    ]
-
-
 # --- pass 2: the rewrite ------------------------------------------------------------------------
 
 
@@ -320,9 +301,7 @@ class _Plan:
 def _applied(program: Program, plan: _Plan) -> Program:
     """``program`` with the plan's root graph, signatures and output names (the root now
     returns the alias or copy: the export signature names it, ``kernel.renamed_outputs``)."""
-    root = program.root_module
-    root = root.replace(graphs=(plan.graph,) + root.graphs[1:])
-    program = program.replace(modules=program.modules.set(program.root, root))
+    program = with_root_graph(program, plan.graph)
     if plan.signatures:
         program = program.replace(
             call_signatures=program.call_signatures.update(plan.signatures)
@@ -450,7 +429,7 @@ class _Resolver:
         """Preserved ``call`` starts at node ``at``: each argument its signature names that its
         caller cannot read is resolved in the caller, and the signature names what is passed."""
         inputs = self.readable.inputs_of.get(call, {})
-        for name in _unreadable_inputs(self.reach, call, caller, at, self.readable):
+        for name in self.unreadable(self.reach.inputs_of.get(call, ()), caller, at):
             site = _Site(
                 at, caller,
                 _caller_stack(call, self.reach.stack_of(first)) or dict(self.reach.root_stack),
@@ -470,7 +449,7 @@ class _Resolver:
         if last is None:
             return
         outputs = self.readable.outputs_of.get(call, {})
-        for name in _unreadable_outputs(self.reach, call, inside, at, self.readable):
+        for name in self.unreadable(self.reach.outputs_of.get(call, ()), inside, at):
             site = _Site(
                 at, inside, _caller_stack(call, self.reach.stack_of(last), inside=True),
                 f"returned by the preserved call {call!r}", repr(call.partition("@")[0]),
@@ -479,6 +458,15 @@ class _Resolver:
             self.returned.setdefault(call, {})[name] = found
             outputs.pop(name, None)
             outputs[found] = None
+
+    def unreadable(self, names: Iterable[str], chain: tuple[str, ...], at: int) -> list[str]:
+        """Of the values a signature names (a call's arguments, which its caller ``chain``
+        passes where the call starts at node ``at``; or its outputs, which the call ``chain``
+        ends in returns before node ``at``), those made before ``at`` that ``chain`` cannot
+        read (values undefined or made inside the call are left to ``outline``, which reports
+        them)."""
+        position, readable = self.reach.position, self.readable
+        return [n for n in names if n in position and position[n] < at and not readable(n, chain)]
 
     def renamed_signatures(self) -> dict[str, Any]:
         """The call signatures whose arguments (``passed``) or outputs (``returned``) are now

@@ -29,7 +29,7 @@ stale name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import attrs
@@ -137,11 +137,8 @@ def _repair(
     def read_inside(name: str) -> bool:
         return any(inside(u) for u in users.get(name, ()))
 
-    def read_after(name: str) -> bool:
-        return any(position[u] > inside.end and u not in writes for u in users.get(name, ()))
-
-    def read_after_at_all(name: str) -> bool:  # state writes included
-        return any(position[u] > inside.end for u in users.get(name, ()))
+    def read_after(name: str, besides: Collection[str] = writes) -> bool:  # (): writes count
+        return any(position[u] > inside.end and u not in besides for u in users.get(name, ()))
 
     # a user input keeps its name through run_decompositions: naming one is never stale. Each
     # suspect -> whether it is certain (True) or only doubtful (False: unused where it is)
@@ -154,7 +151,7 @@ def _repair(
         and (a.name not in position or position[a.name] >= inside.start or not read_inside(a.name))
     }
     suspect_out = {
-        a.name: not inside(a.name) or a.name in writes or read_after_at_all(a.name)
+        a.name: not inside(a.name) or a.name in writes or read_after(a.name, ())
         for a in sig.outputs
         if a.name
         and a.name not in names_in

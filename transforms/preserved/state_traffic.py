@@ -107,7 +107,9 @@ def _previous_value(node: Node, nodes: Mapping[str, Node]) -> str | None:
             return arg.name if type(arg) is Ref else None
     if _state_outputs(node):
         return None  # the op's tuple itself is no state
-    return node.args[0].name if _functional_step(node) else None
+    if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
+        return None
+    return None if ops.is_mutating(node.target) else node.args[0].name
 
 
 def _state_outputs(node: Node) -> Mapping[int, int]:
@@ -127,12 +129,6 @@ def written_back_values(signature: ExportSignature) -> dict[str, str]:
         if spec.kind in MUTATION_KINDS and spec.name and spec.target in placeholder:
             found[spec.name] = placeholder[spec.target]
     return found
-
-
-def _functional_step(node: Node) -> bool:
-    if node.op != CALL_FUNCTION or not node.args or type(node.args[0]) is not Ref:
-        return False
-    return not ops.is_mutating(node.target)
 
 
 def mutation_sources(graph: Graph, program: Program) -> tuple[dict[str, str], dict[str, str]]:

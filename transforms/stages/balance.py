@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -151,8 +152,7 @@ class Plan:
                 for r in nd.inputs():
                     if r.name in index:
                         last[r.name] = index[nd.name]
-        out_node = graph.output_node
-        outputs = out_node.args[0] if out_node.args else ()
+        outputs = graph.outputs or ()
         kinds = [s.kind for s in p.signature.outputs]
         for value, kind in zip(outputs, kinds):
             name = getattr(value, "name", None)
@@ -174,15 +174,9 @@ class Plan:
                 delta[end + 1] -= moved
                 count[start] += 1
                 count[end + 1] -= 1
-        crossing, crossing_bad, crossing_count = [], [], []
-        run = run_bad = run_count = 0
-        for i in range(self.n + 1):
-            run += delta[i]
-            run_bad += bad[i]
-            run_count += count[i]
-            crossing.append(run)
-            crossing_bad.append(run_bad)
-            crossing_count.append(run_count)
+        crossing, crossing_bad, crossing_count = (
+            list(accumulate(d[: self.n + 1])) for d in (delta, bad, count)
+        )
         self.candidates = [
             (i, path) for i, path in sorted(first.items())
             if 0 < i and crossing_count[i] > 0 and crossing_bad[i] == 0
@@ -326,9 +320,7 @@ def balanced_at(p: Program, state_reads: dict[str, str], n: Any, balance: Any) -
         raise PassError(f"split_stages: n={n!r} must be an int >= 1 (the number of stages)")
     plan = Plan(p, state_reads)
     costs = plan.costs(balance)
-    prefix = [0]
-    for x in costs:
-        prefix.append(prefix[-1] + x)
+    prefix = [0, *accumulate(costs)]
     cuts = [i for i, _ in plan.candidates]
     found = best_cuts(prefix, cuts, [plan.crossing[i] for i in cuts], n)
     if found is None:

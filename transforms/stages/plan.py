@@ -33,10 +33,10 @@ from pyrsistent import pmap
 from ir import signature as sg
 from ir.effects import alias_roots, graph_effects
 from ir.errors import PassError
-from ir.module_stack import NO_STACK, Frame
+from ir.module_stack import NO_STACK
 from ir.node import GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
-from transforms.machinery.frames import FrameOf
+from transforms.machinery.frames import part_frames as stage_frames
 from transforms.passes.state_sinking import StateOwners
 from transforms.preserved.state_traffic import state_traffic
 
@@ -62,10 +62,6 @@ def frame_paths(node: Node) -> tuple[str, ...]:
     return tuple(f.path for f in frames)
 
 
-def _within(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix + ".")
-
-
 def stage_key(p: Program, at: tuple[str, ...]) -> dict[str, int]:
     """The stage of every node of ``p``'s flat root graph that runs (not a placeholder, the
     output or a ``get_attr``, which is copied where read): stage ``j + 1`` begins with the first
@@ -83,14 +79,15 @@ def stage_key(p: Program, at: tuple[str, ...]) -> dict[str, int]:
             continue
         paths = frame_paths(node)
         for j, path in enumerate(at):
-            if path not in begun and any(_within(q, path) for q in paths):
-                if j + 1 < current:
-                    raise PassError(
-                        f"split_stages: {path!r} begins (at node %{node.name}) after "
-                        f"{at[current - 1]!r}; give the paths of 'at' in module order"
-                    )
-                begun[path] = j + 1
-                current = max(current, j + 1)
+            if path in begun or not any(q == path or q.startswith(path + ".") for q in paths):
+                continue
+            if j + 1 < current:
+                raise PassError(
+                    f"split_stages: {path!r} begins (at node %{node.name}) after "
+                    f"{at[current - 1]!r}; give the paths of 'at' in module order"
+                )
+            begun[path] = j + 1
+            current = max(current, j + 1)
         stage_of[node.name] = current
     for path in at:
         if path not in begun:
@@ -99,18 +96,6 @@ def stage_key(p: Program, at: tuple[str, ...]) -> dict[str, int]:
                 "cut at a module that runs"
             )
     return stage_of
-
-
-def stage_frames(stage_of: Mapping[str, int], paths: Sequence[str]) -> FrameOf:
-    """The partition key for ``outline_by``: a node of stage ``k`` runs in one call of the
-    module at ``paths[k]``; a node without a stage stays where it is."""
-    frames = [(Frame(path, path, None, 0),) for path in paths]
-
-    def frames_of(node: Node) -> tuple[Frame, ...] | None:
-        k = stage_of.get(node.name)
-        return None if k is None else frames[k]
-
-    return frames_of
 
 
 @attrs.frozen
@@ -184,8 +169,7 @@ def plan_stages(
     for k in range(n):
         for name in (*outside[k], *attrs_read[k]):
             readers.setdefault(name, set()).add(k)
-    out_node = graph.output_node
-    outputs = out_node.args[0] if out_node.args else ()
+    outputs = graph.outputs or ()
     for spec, value in zip(p.signature.outputs, outputs, strict=False):
         name = getattr(value, "name", None)
         if name is not None and spec.kind not in sg.MUTATION_KINDS and stage_of.get(name) != n - 1:

@@ -32,7 +32,7 @@ from ir.args import ref as make_ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.module import Module, ModuleId
-from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, CALL_MODULE, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.signature import CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.staged import Edge, Stages
@@ -40,11 +40,11 @@ from ir.state import Slot
 from ir.torch_seam import pytree
 from transforms import kernel as kn
 from transforms.passes.inlining import inline_with_calls, restacked
-from transforms.passes.outline import outline_by
+from transforms.passes.outline import outline_parts
 from transforms.pipeline import transform
 from transforms.rewrite.cost import nbytes
 from transforms.stages.balance import Plan, balanced_at, stage_costs
-from transforms.stages.plan import StagePlan, plan_stages, stage_frames, stage_key, state_reads
+from transforms.stages.plan import StagePlan, plan_stages, stage_key, state_reads
 
 
 def split_stages(
@@ -161,11 +161,7 @@ def _split(flat: Program, at: tuple[str, ...], balance: str) -> Stages:
     n = len(at) + 1
     stage_of = stage_key(flat, at)
     paths = tuple(f"stage_{k}" for k in range(n))
-    outlined = outline_by(_bare(flat), stage_frames(stage_of, paths), copied=_is_get_attr)
-    graphs = []
-    for path in paths:
-        mid = outlined.resolve(path)
-        graphs.append(outlined.module(mid).graphs[0] if mid is not None else None)
+    _, graphs = outline_parts(_bare(flat), stage_of, paths)
     outside = [tuple(nd.name for nd in g.placeholders) if g else () for g in graphs]
     attrs_read = [
         tuple(nd.name for nd in g.nodes if nd.op == GET_ATTR) if g else () for g in graphs
@@ -195,10 +191,6 @@ def _split(flat: Program, at: tuple[str, ...], balance: str) -> Stages:
         params=_held_bytes(flat, plan.state),
         flops=stage_costs(Plan(flat, reads), stage_of, n),
     )
-
-
-def _is_get_attr(node: Node) -> bool:
-    return node.op == GET_ATTR
 
 
 def _bare(p: Program) -> Program:
