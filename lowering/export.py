@@ -15,6 +15,7 @@ The way back mirrors ``ir.import_ep`` piece by piece:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -31,7 +32,7 @@ from ir.errors import ExportError, PassError
 from ir.fake_run import guards_refused, hint, refused_guard
 from ir.graph import Graph
 from ir.module import SUBGRAPH, ModuleId
-from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, EMPTY_META, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.torch_seam import fake_failures_unlogged, pytree
@@ -111,7 +112,7 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
     nodes, inputs = _lift_state(flat, nodes, signature.inputs)
     copies = _copied_state(flat, share_state)
     holder = _subgraph_holder(flat)
-    fx_graph, env = _fx_graph(nodes, outputs, holder)
+    fx_graph, env = _fx_graph(nodes, outputs if isinstance(outputs, tuple) else (outputs,), holder)
     _fill_vals(holder, fx_graph, inputs, copies)
     ep_signature = gs.ExportGraphSignature(
         input_specs=[_input_spec(s, env, flat, copies) for s in inputs],
@@ -299,6 +300,15 @@ def _lift_state(
     w.take_only(n.name for n in nodes if n.op != GET_ATTR or n.target not in state)
     lifted: list[tuple[sg.InputSpec, Node]] = []
     kept: list[Node] = []
+
+    def lift(fqn: str, slot: st.Slot, meta: Mapping[str, Any] = EMPTY_META) -> str:
+        kind, prefix = _LIFTED[slot.kind]
+        made = w.make_carrying(PLACEHOLDER, base=prefix + fqn.replace(".", "_"), meta=meta)
+        persistent = slot.persistent if kind == sg.BUFFER else None
+        lifted.append((sg.InputSpec(kind, made.name, fqn, persistent), made))
+        holder_of[slot.tensor] = made.name
+        return made.name
+
     for node in nodes:
         if node.op != GET_ATTR or node.target not in state:
             if node.op == GET_ATTR and not _is_subgraph(p, node.target):
@@ -311,22 +321,13 @@ def _lift_state(
         slot = state[node.target]
         name = holder_of.get(slot.tensor)
         if name is None:
-            kind, prefix = _LIFTED[slot.kind]
             meta = {k: v for k, v in node.meta.items() if k in _PLACEHOLDER_META}
-            made = w.make_carrying(PLACEHOLDER, base=prefix + node.target.replace(".", "_"),
-                                   meta=meta)
-            persistent = slot.persistent if kind == sg.BUFFER else None
-            lifted.append((sg.InputSpec(kind, made.name, node.target, persistent), made))
-            name = holder_of[slot.tensor] = made.name
+            name = lift(node.target, slot, meta)
         w.read_as(node.name, ref(name))
     for fqn in p.state_order if w.alias else ():  # sunk state: lift all, as non-strict torch does
         slot = state[fqn]
         if slot.tensor not in holder_of:
-            kind, prefix = _LIFTED[slot.kind]
-            made = w.make_carrying(PLACEHOLDER, base=prefix + fqn.replace(".", "_"))
-            persistent = slot.persistent if kind == sg.BUFFER else None
-            lifted.append((sg.InputSpec(kind, made.name, fqn, persistent), made))
-            holder_of[slot.tensor] = made.name
+            lift(fqn, slot)
     if not lifted and not w.alias:
         return nodes, inputs
     renamed = [w.rewired(n) for n in kept if n.op != PLACEHOLDER]
@@ -421,27 +422,21 @@ def _subgraph_module(
     owner = torch.nn.Module()
     for name, child in mod.children:
         setattr(owner, name, _subgraph_module(p, child, made))
-    graph = torch.fx.Graph()
-    env: dict[str, torch.fx.Node] = {}
-    for node in mod.graph.nodes:
-        if node.op == OUTPUT:
-            graph.output(thaw(node.args[0] if node.args else None, lambda r: env[r.name]))
-        else:
-            env[node.name] = _fx_node(graph, node, env)
-    made[mid] = torch.fx.GraphModule(owner, graph)
+    nodes = [n for n in mod.graph.nodes if n.op != OUTPUT]
+    made[mid] = torch.fx.GraphModule(owner, _fx_graph(nodes, mod.graph.outputs)[0])
     return made[mid]
 
 
 def _fx_graph(
-    nodes: list[Node], outputs: Any, holder: torch.nn.Module
+    nodes: list[Node], outputs: Any, holder: torch.nn.Module | None = None
 ) -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
-    """The flat fx graph: one fx node per IR node (same names, meta copied), then the output."""
+    """An fx graph owned by ``holder``: one fx node per IR node of ``nodes`` (same names, meta
+    copied), then the output tree ``outputs``."""
     graph = torch.fx.Graph(owning_module=holder)
     env: dict[str, torch.fx.Node] = {}
     for node in nodes:
         env[node.name] = _fx_node(graph, node, env)
-    tree = outputs if isinstance(outputs, tuple) else (outputs,)
-    graph.output(thaw(tree, lambda r: env[r.name]))
+    graph.output(thaw(outputs, lambda r: env[r.name]))
     return graph, env
 
 
