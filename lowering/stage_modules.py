@@ -44,11 +44,16 @@ from lowering.lowering_seam import CheckedPipelineStage, data_parallel_inner
 from lowering.unloaded import is_meta
 
 
-def _check_stage(stages: Any, i: Any) -> None:
+def _check_stages(stages: Any, what: str) -> None:
     if not isinstance(stages, Stages):
         raise LoweringError(
-            f"expected the Stages that transforms.split_stages returns, got {type(stages).__name__}"
+            f"{what}: expected the Stages that transforms.split_stages returns, got "
+            f"{type(stages).__name__}"
         )
+
+
+def _check_stage(stages: Any, i: Any) -> None:
+    _check_stages(stages, "stages")
     if not isinstance(i, int) or not 0 <= i < len(stages):
         raise LoweringError(f"stage index {i!r} is not in range(0, {len(stages)})")
 
@@ -177,10 +182,6 @@ def _check_group(what: str) -> None:
         )
 
 
-def _group_size(group: Any) -> int:
-    return dist.get_world_size(group)
-
-
 def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
                    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None, *,
                    placement: Any = None) -> PipelineStage:
@@ -221,7 +222,7 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     stage plus O(|shared|) point-to-point messages.
     """
     _check_group("pipeline_stage")
-    size = _group_size(group)
+    size = dist.get_world_size(group)
     ranks = None
     if isinstance(stages, Stages):
         try:
@@ -321,7 +322,7 @@ def _agree(problem: str | None, group: Any) -> None:
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     if not flag.item():
         return
-    found: list[Any] = [None] * _group_size(group)
+    found: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(found, problem, group=group)
     bad = [f"rank {r}: {p}" for r, p in enumerate(found) if p is not None]
     raise LoweringError("; ".join(bad))
@@ -336,7 +337,7 @@ def _collective_device(group: Any) -> torch.device:
 
 def _placement(stages: Stages, group: Any, placement: Any) -> tuple[int, ...]:
     """The group rank of each stage of ``stages`` on ``group`` (``stage_ranks``)."""
-    return stage_ranks(len(stages), _group_size(group), placement)
+    return stage_ranks(len(stages), dist.get_world_size(group), placement)
 
 
 def stage_ranks(n: int, size: int, placement: Any = None) -> tuple[int, ...]:
@@ -402,11 +403,7 @@ def _prepare(stages: Stages, i: Any, m: Any, group: Any, placement: Any, what: s
              kinds: tuple[str, ...]) -> tuple[list, tuple[int, ...], list] | None:
     """Check one rank's call and agree on it with every rank of ``group``; ``None`` when the
     program has no shared tensor of ``kinds`` (then no rank communicates)."""
-    if not isinstance(stages, Stages):
-        raise LoweringError(
-            f"{what}: expected the Stages that transforms.split_stages returns, got "
-            f"{type(stages).__name__}"
-        )
+    _check_stages(stages, what)
     keys = _shared_keys(stages, kinds)  # from Stages alone: the same on every rank
     if keys:
         _check_group(what)
@@ -643,8 +640,7 @@ def merge_stage_state_dicts(
     **Laws:** ``merge_stage_state_dicts(stages, [stage_module(stages, k).state_dict() ...])``
     equals the program's state dict (``ep.module().state_dict()``). Complexity: O(state * k).
     """
-    if not isinstance(stages, Stages):
-        raise LoweringError("merge_stage_state_dicts: expected the Stages of split_stages")
+    _check_stages(stages, "merge_stage_state_dicts")
     if len(state_dicts) != len(stages):
         raise LoweringError(
             f"merge_stage_state_dicts: {len(stages)} stages but {len(state_dicts)} state dicts"
