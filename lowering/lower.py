@@ -508,7 +508,9 @@ def _register_state(
     empty: list[tuple[str, str, torch.Tensor, int]] = []
     by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
-    direct = _direct_registration_is_safe()
+    # without global registration hooks, writing nn.Module's tables directly does exactly what
+    # ``register_parameter``/``register_buffer`` would (minus their per-call checks)
+    direct = not global_registration_hooks_set()
     with torch.no_grad():
         for fqn in program.state_order:
             slot = state[fqn]
@@ -531,12 +533,6 @@ def _register_state(
         if isinstance(obj, torch.nn.ParameterList):
             sync_parameter_list(obj)
     return empty
-
-
-def _direct_registration_is_safe() -> bool:
-    """True when no global registration hooks exist, so writing nn.Module's tables directly does
-    exactly what ``register_parameter``/``register_buffer`` would (minus their per-call checks)."""
-    return not global_registration_hooks_set()
 
 
 def _register(
