@@ -49,22 +49,10 @@ from lowering.lowering_seam import (
 from transforms import kernel as kn
 from transforms.passes.inlining import CallChain, inline_with_calls, restacked
 
-_INPUT_KINDS = {
-    sg.USER_INPUT: gs.InputKind.USER_INPUT,
-    sg.PARAMETER: gs.InputKind.PARAMETER,
-    sg.BUFFER: gs.InputKind.BUFFER,
-    sg.CONSTANT_TENSOR: gs.InputKind.CONSTANT_TENSOR,
-    sg.CUSTOM_OBJ: gs.InputKind.CUSTOM_OBJ,
-    sg.TOKEN: gs.InputKind.TOKEN,
-}
-_OUTPUT_KINDS = {
-    sg.USER_OUTPUT: gs.OutputKind.USER_OUTPUT,
-    sg.LOSS_OUTPUT: gs.OutputKind.LOSS_OUTPUT,
-    sg.BUFFER_MUTATION: gs.OutputKind.BUFFER_MUTATION,
-    sg.USER_INPUT_MUTATION: gs.OutputKind.USER_INPUT_MUTATION,
-    sg.PARAMETER_MUTATION: gs.OutputKind.PARAMETER_MUTATION,
-    sg.OUTPUT_TOKEN: gs.OutputKind.TOKEN,
-}
+# purefx's input and output kinds are the names of torch's kinds, lowercased (as import_ep reads
+# them); gradient outputs are not exported.
+_INPUT_KINDS = {kind.name.lower(): kind for kind in gs.InputKind}
+_OUTPUT_KINDS = {kind.name.lower(): kind for kind in gs.OutputKind if "GRADIENT" not in kind.name}
 # State slot kind -> the input kind torch lifts it as, and the placeholder prefix it uses.
 _LIFTED = {
     st.PARAMETER: (sg.PARAMETER, "p_"),
