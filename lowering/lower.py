@@ -424,7 +424,7 @@ def _attach_direct_code(
         if group is not None:
             reads = _locate_all(obj, group.reads)
         elif mid == root_id:
-            reads = _root_reads(program, obj)
+            reads, root_direct = _root_direct_code(program, obj)
         else:
             reads = {}
         if reads is None:
@@ -441,7 +441,7 @@ def _attach_direct_code(
                 ]
             obj.__dict__["_direct"] = list(direct)  # each module its own list
         elif mid == root_id:
-            obj.__dict__["_direct"] = _root_direct_code(program, obj, reads)
+            obj.__dict__["_direct"] = root_direct
         else:
             obj.__dict__["_direct"] = None
         tree_watch.snapshot(obj, reads)
@@ -469,23 +469,19 @@ def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, A
     return reads
 
 
-def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | None:
-    """Where the root graph's state reads live: its ``get_attr`` targets, then the state its
-    plan binds to placeholders and copies outputs into; ``None`` if one is nowhere."""
-    plan = root.__dict__["_plan"]
-    bound, outputs = ({}, None) if plan is None else plan
-    targets = [*_read_targets((program.root_module.graph,))]
+def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[dict | None, Any]:
+    """Where the root graph's state reads live (its ``get_attr`` targets, then the state its
+    plan binds to placeholders and copies outputs into), and its direct function reading them
+    there; ``(None, None)`` if one is nowhere."""
+    bound, outputs = root.__dict__["_plan"] or ({}, None)
+    graph = program.root_module.graph
+    targets = [*_read_targets((graph,))]
     targets += [b[1] for b in bound.values() if b[0] == "state"]
     targets += [t for kind, t in outputs or () if kind == "copy_state"]
-    return _locate_all(root, tuple(targets))
-
-
-def _root_direct_code(program: Program, root: torch.nn.Module, reads: dict[str, Any]) -> Any:
-    """The root graph's direct function, its state reads located at ``reads``."""
-    plan = root.__dict__["_plan"]
-    bound, outputs = ({}, None) if plan is None else plan
-    graph = program.root_module.graph
-    return direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
+    reads = _locate_all(root, tuple(targets))
+    if reads is None:
+        return None, None
+    return reads, direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
 
 
 # --- state --------------------------------------------------------------------------------------
