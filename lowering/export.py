@@ -239,19 +239,15 @@ def _frozen(value: Any) -> Any:
 def _output_specs(signature: sg.ExportSignature, outputs: Any) -> sg.ExportSignature:
     """Output specs naming what the folded output tree returns (all user outputs if none)."""
     values = outputs if isinstance(outputs, tuple) else (outputs,)
-    if not signature.outputs:
-        specs = tuple(
-            sg.OutputSpec(sg.USER_OUTPUT, v.name if isinstance(v, Ref) else None) for v in values
-        )
-        return sg.ExportSignature(signature.inputs, specs)
-    if len(values) != len(signature.outputs):
+    given = signature.outputs or tuple(sg.OutputSpec(sg.USER_OUTPUT, None) for _ in values)
+    if len(values) != len(given):
         raise ExportError(
             f"the root graph returns {len(values)} values but the signature has "
-            f"{len(signature.outputs)} output specs"
+            f"{len(given)} output specs"
         )
     specs = tuple(
         sg.OutputSpec(s.kind, v.name if isinstance(v, Ref) else None, s.target)
-        for s, v in zip(signature.outputs, values)
+        for s, v in zip(given, values)
     )
     return sg.ExportSignature(signature.inputs, specs)
 
@@ -597,10 +593,8 @@ def _module_call_graph(
         sig = p.call_signatures.get(fqn)
         if fqn == "" and sig is None:
             sig = _root_signature(inputs, outputs)
-        if sig is not None and fqn in call_io:
-            sig = _renamed(sig, *call_io[fqn])
         if sig is not None:
-            sig = _fx_named(sig, env)
+            sig = _fx_named(sig, env, *call_io.get(fqn, ((), ())))
         entries.append(ModuleCallEntry(fqn=fqn, signature=torch_signature(sig) if sig else None))
     return entries
 
@@ -618,32 +612,25 @@ def _root_signature(
     )
 
 
-def _renamed(sig: sg.CallSignature, entered: tuple, left: tuple) -> sg.CallSignature:
-    def rename(args: tuple[sg.ArgSpec, ...], values: tuple) -> tuple[sg.ArgSpec, ...]:
-        if len(args) != len(values):
-            return args
-        return tuple(
-            sg.ArgSpec(a.kind, v.name, a.value)
-            if a.kind != sg.CONSTANT and isinstance(v, Ref) else a
-            for a, v in zip(args, values)
-        )
+def _fx_named(
+    sig: sg.CallSignature, env: dict[str, torch.fx.Node], entered: tuple, left: tuple
+) -> sg.CallSignature:
+    """``sig`` naming the values that cross the call now (``entered`` and ``left``, where there
+    are as many as its inputs, outputs; a constant argument keeps its spec), each as fx named
+    its node (fx renames a few names, such as Python keywords)."""
 
-    return sg.CallSignature(
-        rename(sig.inputs, entered), rename(sig.outputs, left), sig.in_spec, sig.out_spec,
-        sig.forward_arg_names,
-    )
-
-
-def _fx_named(sig: sg.CallSignature, env: dict[str, torch.fx.Node]) -> sg.CallSignature:
-    """``sig`` with each argument named as fx named its node (fx renames a few names, such as
-    Python keywords)."""
-
-    def named(args: tuple[sg.ArgSpec, ...]) -> tuple[sg.ArgSpec, ...]:
+    def named(args: tuple[sg.ArgSpec, ...], values: tuple) -> tuple[sg.ArgSpec, ...]:
+        if len(args) == len(values):
+            args = tuple(
+                sg.ArgSpec(a.kind, v.name, a.value)
+                if a.kind != sg.CONSTANT and isinstance(v, Ref) else a
+                for a, v in zip(args, values)
+            )
         return tuple(
             sg.ArgSpec(a.kind, env[a.name].name, a.value) if a.name in env else a for a in args
         )
 
-    return attrs.evolve(sig, inputs=named(sig.inputs), outputs=named(sig.outputs))
+    return attrs.evolve(sig, inputs=named(sig.inputs, entered), outputs=named(sig.outputs, left))
 
 
 def _range_constraints(p: Program) -> dict:
