@@ -28,7 +28,7 @@ argument on one rank is the same ``LoweringError`` everywhere instead of a hang.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -436,9 +436,14 @@ def _prepare(stages: Stages, i: Any, m: Any, group: Any, placement: Any, what: s
     return held, ranks, keys
 
 
-def _copies(stages: Stages, held: list, fqn: str, owners: tuple[int, ...]
-            ) -> list[tuple[int, torch.Tensor]]:
-    return [(k, _local(stages, k, mod, fqn)) for k, mod in held if k in owners]
+def _my_copies(stages: Stages, held: list, ranks: tuple[int, ...], keys: list, me: int
+               ) -> Iterator[tuple[int, list[int], list[torch.Tensor]]]:
+    """``(first owner's rank, other owners' ranks, this rank's copies)`` per shared tensor of
+    ``keys`` (``_shared_keys``) that rank ``me`` holds a copy of, in state order."""
+    for fqn, owners in keys:
+        lead, others = _owner_ranks(ranks, owners)
+        if me == lead or me in others:
+            yield lead, others, [_local(stages, k, mod, fqn) for k, mod in held if k in owners]
 
 
 def _shard(t: torch.Tensor) -> torch.Tensor:
@@ -537,11 +542,9 @@ def broadcast_shared_state(stages: Stages, i: int | Sequence[int],
 def _broadcast(stages: Stages, held: list[tuple[int, torch.nn.Module]],
                ranks: tuple[int, ...], group: Any) -> None:
     me = dist.get_rank(group)
-    for fqn, owners in _shared_keys(stages, (PARAMETER, BUFFER)):
-        lead, others = _owner_ranks(ranks, owners)
-        if me != lead and me not in others:
-            continue
-        copies = [_shard(t) for _k, t in _copies(stages, held, fqn, owners)]
+    keys = _shared_keys(stages, (PARAMETER, BUFFER))
+    for lead, others, copies in _my_copies(stages, held, ranks, keys, me):
+        copies = [_shard(t) for t in copies]
         if me == lead:
             value = copies[0].detach()  # the first owner's copy (the lead holds it)
             for r in others:
@@ -590,11 +593,7 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
         return
     held, ranks, keys = ready
     me = dist.get_rank(group)
-    for fqn, owners in keys:
-        lead, others = _owner_ranks(ranks, owners)
-        if me != lead and me not in others:
-            continue
-        copies = [t for _k, t in _copies(stages, held, fqn, owners)]
+    for lead, others, copies in _my_copies(stages, held, ranks, keys, me):
         # the local sum, and in its last element how many copies take part (frozen: none);
         # a sharded copy (FSDP2) adds its own shard: the copies' shards are laid out alike
         ref = _shard(copies[0])
