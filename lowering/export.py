@@ -31,7 +31,7 @@ from ir.args import IDict, Ref, freeze, map_refs, ref, thaw
 from ir.errors import ExportError, PassError
 from ir.fake_run import guards_refused, hint, refused_guard
 from ir.graph import Graph
-from ir.module import SUBGRAPH, ModuleId
+from ir.module import SUBGRAPH, ModuleId, call_target
 from ir.node import CALL_FUNCTION, EMPTY_META, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
@@ -225,7 +225,7 @@ def _call_name(frames: Frames) -> str | None:
     if not frames:
         return None
     path, _, number = frames[-1]
-    return path if number == 0 else f"{path}@{number}"
+    return call_target(path, number)
 
 
 def _reads_folded(node: Node, folded: dict[str, Any]) -> bool:
