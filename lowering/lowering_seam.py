@@ -108,7 +108,7 @@ def global_module_hooks_set() -> bool:
     (``register_module_forward_hook`` and friends): direct code must not skip them. Reads
     ``torch.nn.modules.module._global_*_hooks`` (``global_module_hook_tables``). Same in
     2.13-2.15."""
-    return any(global_module_hook_tables())
+    return any(_HOOK_TABLES)
 
 
 def global_module_hook_tables() -> tuple[dict, ...]:
@@ -121,6 +121,9 @@ def global_module_hook_tables() -> tuple[dict, ...]:
         _nn_module._global_backward_hooks,
         _nn_module._global_backward_pre_hooks,
     )
+
+
+_HOOK_TABLES = global_module_hook_tables()  # filled in place: registering adds to a table
 
 
 def global_registration_hooks_set() -> bool:
