@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -87,13 +86,12 @@ def lower(
     walked = list(program.walk())
     root = _build_root(program, interpreter, flat_args_adapter)
     objects: dict[ModuleId, torch.nn.Module] = {program.root: root}
-    code_of: dict[Any, tuple[Callable[..., Any], dict]] = {}
     with_fx: list[LoweredModule] = []  # the modules built with fx graphs, in build order
     shared: dict[tuple, _Shared] = {}  # by the share keys of a module's graphs
     group_of: dict[ModuleId, _Shared] = {}
     for _, mid in walked:
         if mid not in objects:
-            objects[mid], group = _build_module(table[mid], interpreter, code_of, with_fx, shared)
+            objects[mid], group = _build_module(table[mid], interpreter, with_fx, shared)
             if group is not None:
                 group_of[mid] = group
     on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
@@ -182,14 +180,12 @@ class _Shared:
 def _build_module(
     mod: Module,
     interpreter: bool,
-    code_of: dict[Any, tuple[Callable[..., Any], dict]],
     with_fx: list[LoweredModule],
     shared: dict[tuple, _Shared],
 ) -> tuple[torch.nn.Module, _Shared | None]:
     """The torch module for ``mod``, unwired, and what it shares with the modules of equal
-    share keys (``None`` for a module without graphs). ``code_of`` maps the share key of each
-    graph compiled so far in this ``lower`` call to its code and ``spec_constants`` (later
-    graphs with that key reuse both); ``shared`` maps the share keys of a module's graphs to
+    share keys (``None`` for a module without graphs). A graph whose share key was compiled
+    before (``codegen.compiled``) reuses that code; ``shared`` maps the share keys of a module's graphs to
     their ``_Shared`` (only without ``interpreter``, where every module builds its fx graphs);
     a module built with fx graphs is appended to ``with_fx``."""
     if mod.kind == LEAF:
@@ -199,7 +195,7 @@ def _build_module(
         return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name), None
     keys = tuple(map(share_key, graphs))
     group = None if interpreter else shared.get(keys)
-    if group is not None:  # the codes and constants of every graph are known (``code_of``)
+    if group is not None:  # the codes and constants of every graph are known
         signatures = group.classes.get(mod.kind)
         if signatures is None:
             signatures = group.classes[mod.kind] = SharedSignatures(_base_class(mod), graphs)
@@ -214,21 +210,15 @@ def _build_module(
     fx_graphs: list[torch.fx.Graph | None] = []
     constants: list[dict[str, Any]] = []
     for graph, key in zip(graphs, keys):
-        known = None if interpreter else code_of.get(key)
+        check_graph(graph, f"module {mod.type_name or '(unnamed)'}")  # O(1) for a key seen before
+        code = compiled(key)
         fx_graph = None
-        if known is not None:  # checked already: equal keys hold equal strings
-            code, specs = known
-            constants.append(specs)
+        if code is None or interpreter:
+            fx_graph, made = to_fx_graph(graph)
+            code = code or compile_graph(fx_graph, key)
+            constants.append(made)
         else:
-            check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
-            code = compiled(key)
-            if code is None or interpreter:
-                fx_graph, made = to_fx_graph(graph)
-                code = code or compile_graph(fx_graph, key)
-                constants.append(made)
-            else:
-                constants.append(spec_constants(graph))
-            code_of[key] = (code, spec_constants(graph))
+            constants.append(spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
     made_module = _base_class(mod)(graphs, codes, mod.type_name, interpreter, fx_graphs)
@@ -240,9 +230,7 @@ def _build_module(
     if any(constants):  # most graphs read no spec
         _hold_constants(made_module, constants)
     if not interpreter:
-        group = shared[keys] = _Shared(
-            graphs, [code_of[k][0] for k in keys], [code_of[k][1] for k in keys]
-        )
+        group = shared[keys] = _Shared(graphs, list(codes), constants)
     return made_module, group
 
 
