@@ -223,9 +223,6 @@ def _build_module(
         fx_graphs.append(fx_graph)
     made_module = _base_class(mod)(graphs, codes, mod.type_name, interpreter, fx_graphs)
     if fx_graphs.count(None) < len(fx_graphs):
-        for g in fx_graphs:
-            if g is not None:
-                g.owning_module = made_module
         with_fx.append(made_module)
     if any(constants):  # most graphs read no spec
         _hold_constants(made_module, constants)
@@ -256,11 +253,12 @@ def _device_probe(program: Program) -> str | None:
 
 
 def _complete_built_meta(modules: list[LoweredModule]) -> None:
-    """Complete the meta of the fx graphs built while the tree was not yet wired (the others
-    complete theirs when built; see ``lowering/meta.py``)."""
+    """Give the fx graphs built while the tree was not yet wired their owner and complete their
+    meta (the others do both when built; see ``lowering/meta.py``)."""
     for obj in modules:
         for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
             if fx_graph is not None:
+                fx_graph.owning_module = obj
                 complete_meta(fx_graph, ir_graph, obj)
 
 
