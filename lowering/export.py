@@ -100,7 +100,7 @@ def export_ep(p: Program, *, share_state: bool = False) -> torch.export.Exported
     nodes, inputs = _lift_state(flat, nodes, signature.inputs)
     copies = _copied_state(flat, share_state)
     holder = _subgraph_holder(flat)
-    fx_graph, env = _fx_graph(nodes, outputs if isinstance(outputs, tuple) else (outputs,), holder)
+    fx_graph, env = _fx_graph(nodes, outputs, holder)
     _fill_vals(holder, fx_graph, inputs, copies)
     ep_signature = gs.ExportGraphSignature(
         input_specs=[_input_spec(s, env, flat, copies) for s in inputs],
@@ -160,11 +160,11 @@ def _flatten(p: Program) -> tuple[Program, list[Frames]]:
 
 def _fold_plumbing(
     graph: Graph, frames: list[Frames]
-) -> tuple[list[Node], Any, dict[str, tuple[tuple, tuple]]]:
+) -> tuple[list[Node], tuple, dict[str, tuple[tuple, tuple]]]:
     """Evaluate the ``tree_unflatten`` / ``tree_flatten_spec`` / ``getitem`` plumbing around
     preserved calls (and satisfied ``expect_constant`` checks) at export time.
 
-    Returns the remaining non-output nodes, the output tree, and per preserved call name the
+    Returns the remaining non-output nodes, the outputs (a tuple), and per preserved call name the
     values that enter and leave it (its first ``tree_flatten_spec``, its last
     ``tree_unflatten``). O(n).
     """
@@ -217,6 +217,7 @@ def _fold_plumbing(
                 )
             )
     outputs = rewritten(graph.outputs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     io = {c: (entered[c], left[c]) for c in entered.keys() & left.keys()}
     return kept, outputs, io
 
@@ -236,9 +237,8 @@ def _frozen(value: Any) -> Any:
     return freeze(value, lambda leaf: leaf)
 
 
-def _output_specs(signature: sg.ExportSignature, outputs: Any) -> sg.ExportSignature:
-    """Output specs naming what the folded output tree returns (all user outputs if none)."""
-    values = outputs if isinstance(outputs, tuple) else (outputs,)
+def _output_specs(signature: sg.ExportSignature, values: tuple) -> sg.ExportSignature:
+    """Output specs naming the folded outputs ``values`` (all user outputs if none)."""
     given = signature.outputs or tuple(sg.OutputSpec(sg.USER_OUTPUT, None) for _ in values)
     if len(values) != len(given):
         raise ExportError(
@@ -555,9 +555,8 @@ def _class_fqn(obj: Any) -> str:
 
 
 def _torch_outputs(
-    specs: tuple[sg.OutputSpec, ...], outputs: Any, env: dict[str, torch.fx.Node]
+    specs: tuple[sg.OutputSpec, ...], values: tuple, env: dict[str, torch.fx.Node]
 ) -> list[gs.OutputSpec]:
-    values = outputs if isinstance(outputs, tuple) else (outputs,)
     found = []
     for spec, value in zip(specs, values):
         kind = _OUTPUT_KINDS.get(spec.kind)
