@@ -173,16 +173,16 @@ def _fold_plumbing(
     entered: dict[str, tuple] = {}
     left: dict[str, tuple] = {}
 
+    def look(r: Ref) -> Any:  # what ``r`` stands for: a folded value, or itself
+        return alias.get(r.name, folded.get(r.name, r))
+
     def value(tree: Any) -> Any:
-        return thaw(tree, lambda r: alias.get(r.name, folded.get(r.name, r)))
+        return thaw(tree, look)
 
     def rewritten(tree: Any) -> Any:
         def one(r: Ref) -> Any:
-            if r.name in alias:
-                return _frozen(alias[r.name])
-            if r.name in folded:
-                return _frozen(folded[r.name])
-            return r
+            found = look(r)
+            return r if found is r else freeze(found, lambda leaf: leaf)
         return map_refs(tree, one)
 
     kept: list[Node] = []
@@ -231,10 +231,6 @@ def _call_name(frames: Frames) -> str | None:
 
 def _reads_folded(node: Node, folded: dict[str, Any]) -> bool:
     return len(node.args) == 2 and type(node.args[0]) is Ref and node.args[0].name in folded
-
-
-def _frozen(value: Any) -> Any:
-    return freeze(value, lambda leaf: leaf)
 
 
 def _output_specs(signature: sg.ExportSignature, values: tuple) -> sg.ExportSignature:
