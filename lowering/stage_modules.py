@@ -252,10 +252,9 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
             )
         program = stages.programs[i]
         first = stages.inputs[0]
-        expected = {}
         names = (*(first if i == 0 else ()), *stages.root_inputs)
-        for name, val in zip(names, _values(program, names, "input"), strict=True):
-            expected[name] = (_dims(val), val.dtype)
+        expected = {name: (_dims(val), val.dtype)
+                    for name, val in zip(names, _values(program, names, "input"), strict=True)}
         inputs = _examples(program, stages.inputs[i], device, "stage input")
         outs = tuple(s.name for s in program.signature.user_outputs() if s.name is not None)
         outputs = _examples(program, outs, device, "stage output")
