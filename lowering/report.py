@@ -355,10 +355,6 @@ def _stage_table(stages: Sequence[Stage], texts: list[str | None]) -> str:
     )
 
 
-def _anchor(index: int) -> str:
-    return f"module-{index}"
-
-
 def _tree_section(rows: list[TreeRow]) -> str:
     anchors = _anchors(rows)
     out = ['<section id="tree"><h2>Module tree</h2><ul class="tree">']
@@ -397,7 +393,7 @@ def _tree_section(rows: list[TreeRow]) -> str:
 def _anchors(rows: list[TreeRow]) -> dict[str, str]:
     """The anchor of each module (by first path) that has graphs."""
     firsts = [row.path for row in rows if row.same_as is None and row.graphs]
-    return {path: _anchor(i) for i, path in enumerate(firsts)}
+    return {path: f"module-{i}" for i, path in enumerate(firsts)}
 
 
 def _graphs_section(program: Program, rows: list[TreeRow]) -> str:
