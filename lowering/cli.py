@@ -173,14 +173,10 @@ class RunResult:
         if self.search is not None:
             lines.append("search:")
             lines.extend("  " + line for line in str(self.search).splitlines())
-        return "\n".join(
-            [
-                *lines,
-                "module tree:",
-                _indent(format_module_tree(self.program)),
-                f"check against ep.module(): {self.verdict}",
-            ]
-        )
+        lines.append("module tree:")
+        lines.extend("  " + line for line in format_module_tree(self.program).splitlines())
+        lines.append(f"check against ep.module(): {self.verdict}")
+        return "\n".join(lines)
 
 
 def run(
@@ -471,10 +467,6 @@ class _Progress:
         bar = "#" * filled + "-" * (self.WIDTH - filled)
         self.stream.write(f"\r\x1b[2K[{bar}] {self.finished}/{self.total} {name}")
         self.stream.flush()
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
 
 
 _ATTENTION_FLAGS = ",".join(sorted(ATTENTION_ASSUMES))
