@@ -64,6 +64,10 @@ MISS = _Miss()
 _SIMPLE_LEAVES = frozenset({int, float, bool, str, complex, torch.dtype, torch.device})
 
 
+# Where one tensor of the root's state lives: module path, table, name; and the tensor itself.
+Probe = tuple[tuple[str, ...], str, str, torch.Tensor]
+
+
 class Unsupported(Exception):
     """The signature has a part the generator does not spell (a namedtuple, a custom pytree
     node, a non-linear size expression): the root keeps its general path only."""
@@ -74,7 +78,7 @@ def call_path(
     out_spec: Any,
     checks: Sequence[InputCheck],
     ranges: dict,
-    probe: tuple[tuple[str, ...], str, str] | None,
+    probe: Probe | None,
     *,
     check_inputs: bool = True,
 ) -> Callable[..., Any] | None:
@@ -82,8 +86,8 @@ def call_path(
     accepts (see the module docstring); ``None`` when the signature cannot be spelled.
 
     ``checks`` are the root's ``InputCheck``s (one per leaf of ``in_spec``), ``ranges`` its
-    ``ranges_of`` table, ``probe`` where one tensor of the root's state lives (module path,
-    table, name) for the device check, ``None`` for a stateless root. ``check_inputs=False``
+    ``ranges_of`` table, ``probe`` where one tensor of the root's state lives
+    (``probe_location``) for the device check, ``None`` for a stateless root. ``check_inputs=False``
     leaves out the dtype, rank and size tests (for ``bench/call_overhead.py``'s breakdown only;
     the root never runs such code). The source is ``fn.source``.
 
@@ -130,7 +134,7 @@ class _Writer:
         out_spec: Any,
         checks: Sequence[InputCheck],
         ranges: dict,
-        probe: tuple[tuple[str, ...], str, str] | None,
+        probe: Probe | None,
         check_inputs: bool,
     ) -> None:
         self.in_spec = in_spec
@@ -237,7 +241,7 @@ class _Writer:
     def device_line(self) -> None:
         if self.probe is None:
             return
-        path, table, name = self.probe
+        path, table, name, _ = self.probe
         owner = "d"  # the root's ``__dict__``, then each module's on the path
         for part in path:
             owner = f"{owner}[{MODULE_TABLE!r}][{part!r}].__dict__"
@@ -354,9 +358,9 @@ def _linear(expr: Any, symbol: Any) -> tuple[int, int]:
     return int(a), int(b)
 
 
-def probe_location(root: torch.nn.Module) -> tuple[tuple[str, ...], str, str] | None:
-    """Where the root's device probe (``lowering.inputs.state_probe``) lives now: ``(module
-    path, table, name)``; ``None`` without one."""
+def probe_location(root: torch.nn.Module) -> Probe | None:
+    """Where the root's device probe lives now, and the tensor there: ``(module path, table,
+    name, tensor)``; ``None`` without one. O(path)."""
     fqn = root.__dict__.get("_device_probe")
     if not fqn:
         return None
@@ -367,6 +371,7 @@ def probe_location(root: torch.nn.Module) -> tuple[tuple[str, ...], str, str] | 
         if owner is None:
             return None
     for table in (PARAMETER_TABLE, BUFFER_TABLE):
-        if isinstance(owner.__dict__[table].get(name), torch.Tensor):
-            return tuple(path), table, name
+        found = owner.__dict__[table].get(name)
+        if isinstance(found, torch.Tensor):
+            return tuple(path), table, name, found
     return None

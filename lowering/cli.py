@@ -75,7 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         passes = _passes(args.passes)
         rules = load_rules(args.rules)
         assume = _assume(args.assume)
-        _check_search(args, rules)
+        if args.search and args.stages is not None:
+            raise UsageError(
+                "--search rewrites the program, --stages only prints its stage plan: give one "
+                "of them"
+            )
+        _check_search(args.search, args.frozen_state, rules)
         ep, source = _load(args)
         if args.stages is not None:
             plan = stage_plan(ep, args.stages)
@@ -168,14 +173,10 @@ class RunResult:
         if self.search is not None:
             lines.append("search:")
             lines.extend("  " + line for line in str(self.search).splitlines())
-        return "\n".join(
-            [
-                *lines,
-                "module tree:",
-                _indent(format_module_tree(self.program)),
-                f"check against ep.module(): {self.verdict}",
-            ]
-        )
+        lines.append("module tree:")
+        lines.extend("  " + line for line in format_module_tree(self.program).splitlines())
+        lines.append(f"check against ep.module(): {self.verdict}")
+        return "\n".join(lines)
 
 
 def run(
@@ -203,10 +204,7 @@ def run(
     Raises ``UsageError`` for ``search`` without rules, and for ``frozen_state`` without
     ``search``.
     """
-    if search and not rules:
-        raise UsageError(_NO_RULES)
-    if frozen_state and not search:
-        raise UsageError(_FROZEN_ALONE)
+    _check_search(search, frozen_state, rules)
     chosen = list(DEFAULT_PIPELINE if passes is None else passes)
     progress = progress or _Progress(0, None)
     progress.total = len(chosen) + 2 + bool(rules)
@@ -315,13 +313,10 @@ def _load(args: argparse.Namespace) -> tuple[torch.export.ExportedProgram, str]:
     return load_program(args.program, trust=args.trust, limits=limits), args.program
 
 
-def _one_line(err: BaseException, sentences: int = 0) -> str:
-    """``err``'s message on one line: its first ``sentences`` sentences (0: all), cut at 300
-    characters between words (``ir.errors.shorten``)."""
-    text = " ".join(str(err).split())
-    if sentences:
-        text = ". ".join(text.split(". ")[:sentences]).rstrip(".") + "."
-    return shorten(text, 300)
+def _one_line(err: BaseException) -> str:
+    """``err``'s message on one line, cut at 300 characters between words
+    (``ir.errors.shorten``)."""
+    return shorten(" ".join(str(err).split()), 300)
 
 
 def _write(path: str, text: str) -> None:
@@ -369,20 +364,13 @@ _FROZEN_ALONE = (
 )
 
 
-def _check_search(args: argparse.Namespace, rules: Sequence[Rule]) -> None:
-    """``--search`` needs ``--rules`` (naming at least one rule) and is not for ``--stages``
-    (which prints the stage plan only); ``--frozen-state`` needs ``--search``; a
-    ``UsageError`` saying so."""
-    if not args.search:
-        if args.frozen_state:
-            raise UsageError(_FROZEN_ALONE)
-        return
-    if args.stages is not None:
-        raise UsageError(
-            "--search rewrites the program, --stages only prints its stage plan: give one of them"
-        )
-    if not rules:
+def _check_search(search: bool, frozen_state: bool, rules: Sequence[Rule]) -> None:
+    """``--search`` needs ``--rules`` (naming at least one rule); ``--frozen-state`` needs
+    ``--search``; a ``UsageError`` saying so."""
+    if search and not rules:
         raise UsageError(_NO_RULES)
+    if frozen_state and not search:
+        raise UsageError(_FROZEN_ALONE)
 
 
 def _assume(spec: str | None) -> frozenset[str]:
@@ -479,10 +467,6 @@ class _Progress:
         bar = "#" * filled + "-" * (self.WIDTH - filled)
         self.stream.write(f"\r\x1b[2K[{bar}] {self.finished}/{self.total} {name}")
         self.stream.flush()
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
 
 
 _ATTENTION_FLAGS = ",".join(sorted(ATTENTION_ASSUMES))

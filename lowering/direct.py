@@ -344,9 +344,9 @@ class _Emitter:
 
     def call(self, fn: str, args: tuple, kwargs: IDict) -> str:
         rendered = [self.value(a) for a in args]
-        if not kwargs.items:
-            return f"{fn}({', '.join(rendered)})"
-        if all(isinstance(k, str) and k.isidentifier() and not iskeyword(k) for k, _ in kwargs.items):
+        if kwargs.items and all(
+            isinstance(k, str) and k.isidentifier() and not iskeyword(k) for k, _ in kwargs.items
+        ):
             rendered += [f"{k}={self.value(v)}" for k, v in kwargs.items]
         elif kwargs.items:
             rendered.append(f"**{self.value(kwargs)}")

@@ -15,6 +15,7 @@ The way back mirrors ``ir.import_ep`` piece by piece:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -30,8 +31,8 @@ from ir.args import IDict, Ref, freeze, map_refs, ref, thaw
 from ir.errors import ExportError, PassError
 from ir.fake_run import guards_refused, hint, refused_guard
 from ir.graph import Graph
-from ir.module import SUBGRAPH, ModuleId
-from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
+from ir.module import SUBGRAPH, ModuleId, call_target
+from ir.node import CALL_FUNCTION, EMPTY_META, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
 from ir.torch_seam import fake_failures_unlogged, pytree
@@ -48,22 +49,10 @@ from lowering.lowering_seam import (
 from transforms import kernel as kn
 from transforms.passes.inlining import CallChain, inline_with_calls, restacked
 
-_INPUT_KINDS = {
-    sg.USER_INPUT: gs.InputKind.USER_INPUT,
-    sg.PARAMETER: gs.InputKind.PARAMETER,
-    sg.BUFFER: gs.InputKind.BUFFER,
-    sg.CONSTANT_TENSOR: gs.InputKind.CONSTANT_TENSOR,
-    sg.CUSTOM_OBJ: gs.InputKind.CUSTOM_OBJ,
-    sg.TOKEN: gs.InputKind.TOKEN,
-}
-_OUTPUT_KINDS = {
-    sg.USER_OUTPUT: gs.OutputKind.USER_OUTPUT,
-    sg.LOSS_OUTPUT: gs.OutputKind.LOSS_OUTPUT,
-    sg.BUFFER_MUTATION: gs.OutputKind.BUFFER_MUTATION,
-    sg.USER_INPUT_MUTATION: gs.OutputKind.USER_INPUT_MUTATION,
-    sg.PARAMETER_MUTATION: gs.OutputKind.PARAMETER_MUTATION,
-    sg.OUTPUT_TOKEN: gs.OutputKind.TOKEN,
-}
+# purefx's input and output kinds are the names of torch's kinds, lowercased (as import_ep reads
+# them); gradient outputs are not exported.
+_INPUT_KINDS = {kind.name.lower(): kind for kind in gs.InputKind}
+_OUTPUT_KINDS = {kind.name.lower(): kind for kind in gs.OutputKind if "GRADIENT" not in kind.name}
 # State slot kind -> the input kind torch lifts it as, and the placeholder prefix it uses.
 _LIFTED = {
     st.PARAMETER: (sg.PARAMETER, "p_"),
@@ -171,11 +160,11 @@ def _flatten(p: Program) -> tuple[Program, list[Frames]]:
 
 def _fold_plumbing(
     graph: Graph, frames: list[Frames]
-) -> tuple[list[Node], Any, dict[str, tuple[tuple, tuple]]]:
+) -> tuple[list[Node], tuple, dict[str, tuple[tuple, tuple]]]:
     """Evaluate the ``tree_unflatten`` / ``tree_flatten_spec`` / ``getitem`` plumbing around
     preserved calls (and satisfied ``expect_constant`` checks) at export time.
 
-    Returns the remaining non-output nodes, the output tree, and per preserved call name the
+    Returns the remaining non-output nodes, the outputs (a tuple), and per preserved call name the
     values that enter and leave it (its first ``tree_flatten_spec``, its last
     ``tree_unflatten``). O(n).
     """
@@ -184,16 +173,16 @@ def _fold_plumbing(
     entered: dict[str, tuple] = {}
     left: dict[str, tuple] = {}
 
+    def look(r: Ref) -> Any:  # what ``r`` stands for: a folded value, or itself
+        return alias.get(r.name, folded.get(r.name, r))
+
     def value(tree: Any) -> Any:
-        return thaw(tree, lambda r: alias.get(r.name, folded.get(r.name, r)))
+        return thaw(tree, look)
 
     def rewritten(tree: Any) -> Any:
         def one(r: Ref) -> Any:
-            if r.name in alias:
-                return _frozen(alias[r.name])
-            if r.name in folded:
-                return _frozen(folded[r.name])
-            return r
+            found = look(r)
+            return r if found is r else freeze(found, lambda leaf: leaf)
         return map_refs(tree, one)
 
     kept: list[Node] = []
@@ -228,6 +217,7 @@ def _fold_plumbing(
                 )
             )
     outputs = rewritten(graph.outputs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     io = {c: (entered[c], left[c]) for c in entered.keys() & left.keys()}
     return kept, outputs, io
 
@@ -236,33 +226,24 @@ def _call_name(frames: Frames) -> str | None:
     if not frames:
         return None
     path, _, number = frames[-1]
-    return path if number == 0 else f"{path}@{number}"
+    return call_target(path, number)
 
 
 def _reads_folded(node: Node, folded: dict[str, Any]) -> bool:
     return len(node.args) == 2 and type(node.args[0]) is Ref and node.args[0].name in folded
 
 
-def _frozen(value: Any) -> Any:
-    return freeze(value, lambda leaf: leaf)
-
-
-def _output_specs(signature: sg.ExportSignature, outputs: Any) -> sg.ExportSignature:
-    """Output specs naming what the folded output tree returns (all user outputs if none)."""
-    values = outputs if isinstance(outputs, tuple) else (outputs,)
-    if not signature.outputs:
-        specs = tuple(
-            sg.OutputSpec(sg.USER_OUTPUT, v.name if isinstance(v, Ref) else None) for v in values
-        )
-        return sg.ExportSignature(signature.inputs, specs)
-    if len(values) != len(signature.outputs):
+def _output_specs(signature: sg.ExportSignature, values: tuple) -> sg.ExportSignature:
+    """Output specs naming the folded outputs ``values`` (all user outputs if none)."""
+    given = signature.outputs or tuple(sg.OutputSpec(sg.USER_OUTPUT, None) for _ in values)
+    if len(values) != len(given):
         raise ExportError(
             f"the root graph returns {len(values)} values but the signature has "
-            f"{len(signature.outputs)} output specs"
+            f"{len(given)} output specs"
         )
     specs = tuple(
         sg.OutputSpec(s.kind, v.name if isinstance(v, Ref) else None, s.target)
-        for s, v in zip(signature.outputs, values)
+        for s, v in zip(given, values)
     )
     return sg.ExportSignature(signature.inputs, specs)
 
@@ -299,6 +280,15 @@ def _lift_state(
     w.take_only(n.name for n in nodes if n.op != GET_ATTR or n.target not in state)
     lifted: list[tuple[sg.InputSpec, Node]] = []
     kept: list[Node] = []
+
+    def lift(fqn: str, slot: st.Slot, meta: Mapping[str, Any] = EMPTY_META) -> str:
+        kind, prefix = _LIFTED[slot.kind]
+        made = w.make_carrying(PLACEHOLDER, base=prefix + fqn.replace(".", "_"), meta=meta)
+        persistent = slot.persistent if kind == sg.BUFFER else None
+        lifted.append((sg.InputSpec(kind, made.name, fqn, persistent), made))
+        holder_of[slot.tensor] = made.name
+        return made.name
+
     for node in nodes:
         if node.op != GET_ATTR or node.target not in state:
             if node.op == GET_ATTR and not _is_subgraph(p, node.target):
@@ -311,22 +301,13 @@ def _lift_state(
         slot = state[node.target]
         name = holder_of.get(slot.tensor)
         if name is None:
-            kind, prefix = _LIFTED[slot.kind]
             meta = {k: v for k, v in node.meta.items() if k in _PLACEHOLDER_META}
-            made = w.make_carrying(PLACEHOLDER, base=prefix + node.target.replace(".", "_"),
-                                   meta=meta)
-            persistent = slot.persistent if kind == sg.BUFFER else None
-            lifted.append((sg.InputSpec(kind, made.name, node.target, persistent), made))
-            name = holder_of[slot.tensor] = made.name
+            name = lift(node.target, slot, meta)
         w.read_as(node.name, ref(name))
     for fqn in p.state_order if w.alias else ():  # sunk state: lift all, as non-strict torch does
         slot = state[fqn]
         if slot.tensor not in holder_of:
-            kind, prefix = _LIFTED[slot.kind]
-            made = w.make_carrying(PLACEHOLDER, base=prefix + fqn.replace(".", "_"))
-            persistent = slot.persistent if kind == sg.BUFFER else None
-            lifted.append((sg.InputSpec(kind, made.name, fqn, persistent), made))
-            holder_of[slot.tensor] = made.name
+            lift(fqn, slot)
     if not lifted and not w.alias:
         return nodes, inputs
     renamed = [w.rewired(n) for n in kept if n.op != PLACEHOLDER]
@@ -421,27 +402,21 @@ def _subgraph_module(
     owner = torch.nn.Module()
     for name, child in mod.children:
         setattr(owner, name, _subgraph_module(p, child, made))
-    graph = torch.fx.Graph()
-    env: dict[str, torch.fx.Node] = {}
-    for node in mod.graph.nodes:
-        if node.op == OUTPUT:
-            graph.output(thaw(node.args[0] if node.args else None, lambda r: env[r.name]))
-        else:
-            env[node.name] = _fx_node(graph, node, env)
-    made[mid] = torch.fx.GraphModule(owner, graph)
+    nodes = [n for n in mod.graph.nodes if n.op != OUTPUT]
+    made[mid] = torch.fx.GraphModule(owner, _fx_graph(nodes, mod.graph.outputs)[0])
     return made[mid]
 
 
 def _fx_graph(
-    nodes: list[Node], outputs: Any, holder: torch.nn.Module
+    nodes: list[Node], outputs: Any, holder: torch.nn.Module | None = None
 ) -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
-    """The flat fx graph: one fx node per IR node (same names, meta copied), then the output."""
+    """An fx graph owned by ``holder``: one fx node per IR node of ``nodes`` (same names, meta
+    copied), then the output tree ``outputs``."""
     graph = torch.fx.Graph(owning_module=holder)
     env: dict[str, torch.fx.Node] = {}
     for node in nodes:
         env[node.name] = _fx_node(graph, node, env)
-    tree = outputs if isinstance(outputs, tuple) else (outputs,)
-    graph.output(thaw(tree, lambda r: env[r.name]))
+    graph.output(thaw(outputs, lambda r: env[r.name]))
     return graph, env
 
 
@@ -576,9 +551,8 @@ def _class_fqn(obj: Any) -> str:
 
 
 def _torch_outputs(
-    specs: tuple[sg.OutputSpec, ...], outputs: Any, env: dict[str, torch.fx.Node]
+    specs: tuple[sg.OutputSpec, ...], values: tuple, env: dict[str, torch.fx.Node]
 ) -> list[gs.OutputSpec]:
-    values = outputs if isinstance(outputs, tuple) else (outputs,)
     found = []
     for spec, value in zip(specs, values):
         kind = _OUTPUT_KINDS.get(spec.kind)
@@ -614,10 +588,8 @@ def _module_call_graph(
         sig = p.call_signatures.get(fqn)
         if fqn == "" and sig is None:
             sig = _root_signature(inputs, outputs)
-        if sig is not None and fqn in call_io:
-            sig = _renamed(sig, *call_io[fqn])
         if sig is not None:
-            sig = _fx_named(sig, env)
+            sig = _fx_named(sig, env, *call_io.get(fqn, ((), ())))
         entries.append(ModuleCallEntry(fqn=fqn, signature=torch_signature(sig) if sig else None))
     return entries
 
@@ -635,32 +607,25 @@ def _root_signature(
     )
 
 
-def _renamed(sig: sg.CallSignature, entered: tuple, left: tuple) -> sg.CallSignature:
-    def rename(args: tuple[sg.ArgSpec, ...], values: tuple) -> tuple[sg.ArgSpec, ...]:
-        if len(args) != len(values):
-            return args
-        return tuple(
-            sg.ArgSpec(a.kind, v.name, a.value)
-            if a.kind != sg.CONSTANT and isinstance(v, Ref) else a
-            for a, v in zip(args, values)
-        )
+def _fx_named(
+    sig: sg.CallSignature, env: dict[str, torch.fx.Node], entered: tuple, left: tuple
+) -> sg.CallSignature:
+    """``sig`` naming the values that cross the call now (``entered`` and ``left``, where there
+    are as many as its inputs, outputs; a constant argument keeps its spec), each as fx named
+    its node (fx renames a few names, such as Python keywords)."""
 
-    return sg.CallSignature(
-        rename(sig.inputs, entered), rename(sig.outputs, left), sig.in_spec, sig.out_spec,
-        sig.forward_arg_names,
-    )
-
-
-def _fx_named(sig: sg.CallSignature, env: dict[str, torch.fx.Node]) -> sg.CallSignature:
-    """``sig`` with each argument named as fx named its node (fx renames a few names, such as
-    Python keywords)."""
-
-    def named(args: tuple[sg.ArgSpec, ...]) -> tuple[sg.ArgSpec, ...]:
+    def named(args: tuple[sg.ArgSpec, ...], values: tuple) -> tuple[sg.ArgSpec, ...]:
+        if len(args) == len(values):
+            args = tuple(
+                sg.ArgSpec(a.kind, v.name, a.value)
+                if a.kind != sg.CONSTANT and isinstance(v, Ref) else a
+                for a, v in zip(args, values)
+            )
         return tuple(
             sg.ArgSpec(a.kind, env[a.name].name, a.value) if a.name in env else a for a in args
         )
 
-    return attrs.evolve(sig, inputs=named(sig.inputs), outputs=named(sig.outputs))
+    return attrs.evolve(sig, inputs=named(sig.inputs, entered), outputs=named(sig.outputs, left))
 
 
 def _range_constraints(p: Program) -> dict:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ir.errors import InputError
-from ir.torch_seam import module_children, pytree
+from ir.torch_seam import pytree
 from lowering.call_path import probe_location
 from lowering.constraints import check_inputs
 from lowering.lowering_seam import get_keystr
@@ -76,13 +76,7 @@ def state_probe(root: Any) -> torch.Tensor | None:
     it follows ``.to(device)``, ``.double()`` and module swaps): its device and dtype are the
     state's. ``None`` for a module without tensor state."""
     where = probe_location(root)
-    if where is None:
-        return None
-    path, table, name = where
-    owner = root
-    for part in path:
-        owner = module_children(owner)[part]
-    return owner.__dict__[table][name]
+    return None if where is None else where[3]
 
 
 def check_devices(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -87,13 +86,12 @@ def lower(
     walked = list(program.walk())
     root = _build_root(program, interpreter, flat_args_adapter)
     objects: dict[ModuleId, torch.nn.Module] = {program.root: root}
-    code_of: dict[Any, tuple[Callable[..., Any], dict]] = {}
     with_fx: list[LoweredModule] = []  # the modules built with fx graphs, in build order
     shared: dict[tuple, _Shared] = {}  # by the share keys of a module's graphs
     group_of: dict[ModuleId, _Shared] = {}
     for _, mid in walked:
         if mid not in objects:
-            objects[mid], group = _build_module(table[mid], interpreter, code_of, with_fx, shared)
+            objects[mid], group = _build_module(table[mid], interpreter, with_fx, shared)
             if group is not None:
                 group_of[mid] = group
     on_class: dict[tuple[type, str], bool] = {}  # hasattr(class, name), asked once per pair
@@ -182,14 +180,12 @@ class _Shared:
 def _build_module(
     mod: Module,
     interpreter: bool,
-    code_of: dict[Any, tuple[Callable[..., Any], dict]],
     with_fx: list[LoweredModule],
     shared: dict[tuple, _Shared],
 ) -> tuple[torch.nn.Module, _Shared | None]:
     """The torch module for ``mod``, unwired, and what it shares with the modules of equal
-    share keys (``None`` for a module without graphs). ``code_of`` maps the share key of each
-    graph compiled so far in this ``lower`` call to its code and ``spec_constants`` (later
-    graphs with that key reuse both); ``shared`` maps the share keys of a module's graphs to
+    share keys (``None`` for a module without graphs). A graph whose share key was compiled
+    before (``codegen.compiled``) reuses that code; ``shared`` maps the share keys of a module's graphs to
     their ``_Shared`` (only without ``interpreter``, where every module builds its fx graphs);
     a module built with fx graphs is appended to ``with_fx``."""
     if mod.kind == LEAF:
@@ -199,7 +195,7 @@ def _build_module(
         return HOLDER_CLASSES.get(mod.kind, PlainHolder)(mod.type_name), None
     keys = tuple(map(share_key, graphs))
     group = None if interpreter else shared.get(keys)
-    if group is not None:  # the codes and constants of every graph are known (``code_of``)
+    if group is not None:  # the codes and constants of every graph are known
         signatures = group.classes.get(mod.kind)
         if signatures is None:
             signatures = group.classes[mod.kind] = SharedSignatures(_base_class(mod), graphs)
@@ -214,35 +210,24 @@ def _build_module(
     fx_graphs: list[torch.fx.Graph | None] = []
     constants: list[dict[str, Any]] = []
     for graph, key in zip(graphs, keys):
-        known = None if interpreter else code_of.get(key)
+        check_graph(graph, f"module {mod.type_name or '(unnamed)'}")  # O(1) for a key seen before
+        code = compiled(key)
         fx_graph = None
-        if known is not None:  # checked already: equal keys hold equal strings
-            code, specs = known
-            constants.append(specs)
+        if code is None or interpreter:
+            fx_graph, made = to_fx_graph(graph)
+            code = code or compile_graph(fx_graph, key)
+            constants.append(made)
         else:
-            check_graph(graph, f"module {mod.type_name or '(unnamed)'}")
-            code = compiled(key)
-            if code is None or interpreter:
-                fx_graph, made = to_fx_graph(graph)
-                code = code or compile_graph(fx_graph, key)
-                constants.append(made)
-            else:
-                constants.append(spec_constants(graph))
-            code_of[key] = (code, spec_constants(graph))
+            constants.append(spec_constants(graph))
         codes.append(code)
         fx_graphs.append(fx_graph)
     made_module = _base_class(mod)(graphs, codes, mod.type_name, interpreter, fx_graphs)
     if fx_graphs.count(None) < len(fx_graphs):
-        for g in fx_graphs:
-            if g is not None:
-                g.owning_module = made_module
         with_fx.append(made_module)
     if any(constants):  # most graphs read no spec
         _hold_constants(made_module, constants)
     if not interpreter:
-        group = shared[keys] = _Shared(
-            graphs, [code_of[k][0] for k in keys], [code_of[k][1] for k in keys]
-        )
+        group = shared[keys] = _Shared(graphs, list(codes), constants)
     return made_module, group
 
 
@@ -268,11 +253,12 @@ def _device_probe(program: Program) -> str | None:
 
 
 def _complete_built_meta(modules: list[LoweredModule]) -> None:
-    """Complete the meta of the fx graphs built while the tree was not yet wired (the others
-    complete theirs when built; see ``lowering/meta.py``)."""
+    """Give the fx graphs built while the tree was not yet wired their owner and complete their
+    meta (the others do both when built; see ``lowering/meta.py``)."""
     for obj in modules:
         for fx_graph, ir_graph in zip(obj.__dict__["_fx_graphs"], obj.__dict__["_ir_graphs"]):
             if fx_graph is not None:
+                fx_graph.owning_module = obj
                 complete_meta(fx_graph, ir_graph, obj)
 
 
@@ -424,7 +410,7 @@ def _attach_direct_code(
         if group is not None:
             reads = _locate_all(obj, group.reads)
         elif mid == root_id:
-            reads = _root_reads(program, obj)
+            reads, root_direct = _root_direct_code(program, obj)
         else:
             reads = {}
         if reads is None:
@@ -441,7 +427,7 @@ def _attach_direct_code(
                 ]
             obj.__dict__["_direct"] = list(direct)  # each module its own list
         elif mid == root_id:
-            obj.__dict__["_direct"] = _root_direct_code(program, obj, reads)
+            obj.__dict__["_direct"] = root_direct
         else:
             obj.__dict__["_direct"] = None
         tree_watch.snapshot(obj, reads)
@@ -469,23 +455,19 @@ def _locate_all(owner: torch.nn.Module, targets: tuple[str, ...]) -> dict[str, A
     return reads
 
 
-def _root_reads(program: Program, root: torch.nn.Module) -> dict[str, Any] | None:
-    """Where the root graph's state reads live: its ``get_attr`` targets, then the state its
-    plan binds to placeholders and copies outputs into; ``None`` if one is nowhere."""
-    plan = root.__dict__["_plan"]
-    bound, outputs = ({}, None) if plan is None else plan
-    targets = [*_read_targets((program.root_module.graph,))]
+def _root_direct_code(program: Program, root: torch.nn.Module) -> tuple[dict | None, Any]:
+    """Where the root graph's state reads live (its ``get_attr`` targets, then the state its
+    plan binds to placeholders and copies outputs into), and its direct function reading them
+    there; ``(None, None)`` if one is nowhere."""
+    bound, outputs = root.__dict__["_plan"] or ({}, None)
+    graph = program.root_module.graph
+    targets = [*_read_targets((graph,))]
     targets += [b[1] for b in bound.values() if b[0] == "state"]
     targets += [t for kind, t in outputs or () if kind == "copy_state"]
-    return _locate_all(root, tuple(targets))
-
-
-def _root_direct_code(program: Program, root: torch.nn.Module, reads: dict[str, Any]) -> Any:
-    """The root graph's direct function, its state reads located at ``reads``."""
-    plan = root.__dict__["_plan"]
-    bound, outputs = ({}, None) if plan is None else plan
-    graph = program.root_module.graph
-    return direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
+    reads = _locate_all(root, tuple(targets))
+    if reads is None:
+        return None, None
+    return reads, direct_function(graph, reads, bound=bound, outputs=outputs, label="root")
 
 
 # --- state --------------------------------------------------------------------------------------
@@ -508,7 +490,9 @@ def _register_state(
     empty: list[tuple[str, str, torch.Tensor, int]] = []
     by_path = {path: objects[mid] for path, mid in walked}
     state, tensors = program.state_table(), program.tensor_table()
-    direct = _direct_registration_is_safe()
+    # without global registration hooks, writing nn.Module's tables directly does exactly what
+    # ``register_parameter``/``register_buffer`` would (minus their per-call checks)
+    direct = not global_registration_hooks_set()
     with torch.no_grad():
         for fqn in program.state_order:
             slot = state[fqn]
@@ -531,12 +515,6 @@ def _register_state(
         if isinstance(obj, torch.nn.ParameterList):
             sync_parameter_list(obj)
     return empty
-
-
-def _direct_registration_is_safe() -> bool:
-    """True when no global registration hooks exist, so writing nn.Module's tables directly does
-    exactly what ``register_parameter``/``register_buffer`` would (minus their per-call checks)."""
-    return not global_registration_hooks_set()
 
 
 def _register(

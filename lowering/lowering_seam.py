@@ -106,13 +106,9 @@ def extract_tensor_metadata(tensor: torch.Tensor) -> Any:
 def global_module_hooks_set() -> bool:
     """Whether a global forward or backward (pre-)hook is registered for all modules
     (``register_module_forward_hook`` and friends): direct code must not skip them. Reads
-    ``torch.nn.modules.module._global_*_hooks``. Same in 2.13-2.15."""
-    return bool(
-        _nn_module._global_forward_hooks
-        or _nn_module._global_forward_pre_hooks
-        or _nn_module._global_backward_hooks
-        or _nn_module._global_backward_pre_hooks
-    )
+    ``torch.nn.modules.module._global_*_hooks`` (``global_module_hook_tables``). Same in
+    2.13-2.15."""
+    return any(_HOOK_TABLES)
 
 
 def global_module_hook_tables() -> tuple[dict, ...]:
@@ -125,6 +121,9 @@ def global_module_hook_tables() -> tuple[dict, ...]:
         _nn_module._global_backward_hooks,
         _nn_module._global_backward_pre_hooks,
     )
+
+
+_HOOK_TABLES = global_module_hook_tables()  # filled in place: registering adds to a table
 
 
 def global_registration_hooks_set() -> bool:

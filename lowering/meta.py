@@ -42,8 +42,7 @@ _CONTAINER_FUNCTIONS = frozenset(
 def _apply(fn: Any, args: Any, kwargs: Any, value_of: Any) -> Any:
     """``fn`` on the values of ``args``; ``_NO_VALUE`` when some value is unknown or ``fn``
     refuses them."""
-    args = torch.fx.node.map_aggregate(args, lambda a: value_of(a) if isinstance(a, torch.fx.Node) else a)
-    kwargs = torch.fx.node.map_aggregate(kwargs, lambda a: value_of(a) if isinstance(a, torch.fx.Node) else a)
+    args, kwargs = torch.fx.node.map_arg((args, kwargs), value_of)
     try:
         return fn(*args, **kwargs)
     except Exception:  # noqa: BLE001 -- an unknown value (None) where a container was expected

@@ -194,7 +194,7 @@ class LoweredModule(GraphRunner, InterpreterModule):
         else:
             index = 0
         if self._run_with_interpreter and not torch.compiler.is_dynamo_compiling():
-            return self._interpret(self.graphs[index], args)
+            return interpret(self, self.graphs[index], args)
         return self._codes[index](self, *args)
 
     def _select(self, args: tuple, kwargs: dict) -> tuple[int, tuple]:
@@ -265,9 +265,6 @@ class LoweredModule(GraphRunner, InterpreterModule):
         if ir_graphs is not None:
             return [n.name for n in ir_graphs[index].placeholders]
         return [n.target for n in self.graphs[index].nodes if n.op == "placeholder"]
-
-    def _interpret(self, graph: torch.fx.Graph, args: tuple) -> Any:
-        return interpret(self, graph, args)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -176,6 +176,7 @@ def html_report(
     final = next(s.program for s in reversed(stages) if s.program is not None)
     kind = "skip" if passed is None else ("pass" if passed else "fail")
     texts = _stage_texts(stages)
+    rows = module_rows(final)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -188,8 +189,8 @@ def html_report(
         _stage_table(stages, texts),
         _rewrites_section(rewrites),
         _search_section(search),
-        _tree_section(final),
-        _graphs_section(final),
+        _tree_section(rows),
+        _graphs_section(final, rows),
         _diff_section(stages, texts),
         "</body></html>",
     ]
@@ -354,12 +355,7 @@ def _stage_table(stages: Sequence[Stage], texts: list[str | None]) -> str:
     )
 
 
-def _anchor(index: int) -> str:
-    return f"module-{index}"
-
-
-def _tree_section(program: Program) -> str:
-    rows = module_rows(program)
+def _tree_section(rows: list[TreeRow]) -> str:
     anchors = _anchors(rows)
     out = ['<section id="tree"><h2>Module tree</h2><ul class="tree">']
     depth = 0
@@ -397,24 +393,23 @@ def _tree_section(program: Program) -> str:
 def _anchors(rows: list[TreeRow]) -> dict[str, str]:
     """The anchor of each module (by first path) that has graphs."""
     firsts = [row.path for row in rows if row.same_as is None and row.graphs]
-    return {path: _anchor(i) for i, path in enumerate(firsts)}
+    return {path: f"module-{i}" for i, path in enumerate(firsts)}
 
 
-def _graphs_section(program: Program) -> str:
-    anchors = _anchors(module_rows(program))
+def _graphs_section(program: Program, rows: list[TreeRow]) -> str:
+    # ``rows`` is ``module_rows(program)``: one row per path of ``program.walk()``, in order
+    anchors = _anchors(rows)
     out = ['<section id="graphs"><h2>Module graphs</h2>']
-    for path, mid in program.walk():
+    for row, (path, mid) in zip(rows, program.walk()):
         anchor = anchors.get(path)
         if anchor is None:
             continue
         mod = program.modules[mid]
-        kind = (mod.type_name or mod.kind).rsplit(".", 1)[-1]
-        nodes = sum(len(g) for g in mod.graphs)
         out.append(
             f'<details id="{anchor}"{" open" if not path else ""}><summary>'
             f'<span class="mname mono">{_e(path or "<root>")}</span> '
-            f'<span class="type">{_e(kind)} &middot; {nodes} nodes'
-            f'{f" &middot; {len(mod.graphs)} graphs" if len(mod.graphs) > 1 else ""}</span>'
+            f'<span class="type">{_e(row.type_name)} &middot; {row.nodes} nodes'
+            f'{f" &middot; {row.graphs} graphs" if row.graphs > 1 else ""}</span>'
             "</summary>"
         )
         for i, graph in enumerate(mod.graphs):

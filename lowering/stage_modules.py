@@ -28,7 +28,7 @@ argument on one rank is the same ``LoweringError`` everywhere instead of a hang.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -44,11 +44,16 @@ from lowering.lowering_seam import CheckedPipelineStage, data_parallel_inner
 from lowering.unloaded import is_meta
 
 
-def _check_stage(stages: Any, i: Any) -> None:
+def _check_stages(stages: Any, what: str) -> None:
     if not isinstance(stages, Stages):
         raise LoweringError(
-            f"expected the Stages that transforms.split_stages returns, got {type(stages).__name__}"
+            f"{what}: expected the Stages that transforms.split_stages returns, got "
+            f"{type(stages).__name__}"
         )
+
+
+def _check_stage(stages: Any, i: Any) -> None:
+    _check_stages(stages, "stages")
     if not isinstance(i, int) or not 0 <= i < len(stages):
         raise LoweringError(f"stage index {i!r} is not in range(0, {len(stages)})")
 
@@ -177,10 +182,6 @@ def _check_group(what: str) -> None:
         )
 
 
-def _group_size(group: Any) -> int:
-    return dist.get_world_size(group)
-
-
 def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
                    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None, *,
                    placement: Any = None) -> PipelineStage:
@@ -221,7 +222,7 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
     stage plus O(|shared|) point-to-point messages.
     """
     _check_group("pipeline_stage")
-    size = _group_size(group)
+    size = dist.get_world_size(group)
     ranks = None
     if isinstance(stages, Stages):
         try:
@@ -251,10 +252,9 @@ def pipeline_stage(stages: Stages, i: int, device: Any, group: Any = None,
             )
         program = stages.programs[i]
         first = stages.inputs[0]
-        expected = {}
         names = (*(first if i == 0 else ()), *stages.root_inputs)
-        for name, val in zip(names, _values(program, names, "input"), strict=True):
-            expected[name] = (_dims(val), val.dtype)
+        expected = {name: (_dims(val), val.dtype)
+                    for name, val in zip(names, _values(program, names, "input"), strict=True)}
         inputs = _examples(program, stages.inputs[i], device, "stage input")
         outs = tuple(s.name for s in program.signature.user_outputs() if s.name is not None)
         outputs = _examples(program, outs, device, "stage output")
@@ -321,7 +321,7 @@ def _agree(problem: str | None, group: Any) -> None:
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     if not flag.item():
         return
-    found: list[Any] = [None] * _group_size(group)
+    found: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(found, problem, group=group)
     bad = [f"rank {r}: {p}" for r, p in enumerate(found) if p is not None]
     raise LoweringError("; ".join(bad))
@@ -336,7 +336,7 @@ def _collective_device(group: Any) -> torch.device:
 
 def _placement(stages: Stages, group: Any, placement: Any) -> tuple[int, ...]:
     """The group rank of each stage of ``stages`` on ``group`` (``stage_ranks``)."""
-    return stage_ranks(len(stages), _group_size(group), placement)
+    return stage_ranks(len(stages), dist.get_world_size(group), placement)
 
 
 def stage_ranks(n: int, size: int, placement: Any = None) -> tuple[int, ...]:
@@ -402,11 +402,7 @@ def _prepare(stages: Stages, i: Any, m: Any, group: Any, placement: Any, what: s
              kinds: tuple[str, ...]) -> tuple[list, tuple[int, ...], list] | None:
     """Check one rank's call and agree on it with every rank of ``group``; ``None`` when the
     program has no shared tensor of ``kinds`` (then no rank communicates)."""
-    if not isinstance(stages, Stages):
-        raise LoweringError(
-            f"{what}: expected the Stages that transforms.split_stages returns, got "
-            f"{type(stages).__name__}"
-        )
+    _check_stages(stages, what)
     keys = _shared_keys(stages, kinds)  # from Stages alone: the same on every rank
     if keys:
         _check_group(what)
@@ -439,9 +435,14 @@ def _prepare(stages: Stages, i: Any, m: Any, group: Any, placement: Any, what: s
     return held, ranks, keys
 
 
-def _copies(stages: Stages, held: list, fqn: str, owners: tuple[int, ...]
-            ) -> list[tuple[int, torch.Tensor]]:
-    return [(k, _local(stages, k, mod, fqn)) for k, mod in held if k in owners]
+def _my_copies(stages: Stages, held: list, ranks: tuple[int, ...], keys: list, me: int
+               ) -> Iterator[tuple[int, list[int], list[torch.Tensor]]]:
+    """``(first owner's rank, other owners' ranks, this rank's copies)`` per shared tensor of
+    ``keys`` (``_shared_keys``) that rank ``me`` holds a copy of, in state order."""
+    for fqn, owners in keys:
+        lead, others = _owner_ranks(ranks, owners)
+        if me == lead or me in others:
+            yield lead, others, [_local(stages, k, mod, fqn) for k, mod in held if k in owners]
 
 
 def _shard(t: torch.Tensor) -> torch.Tensor:
@@ -540,11 +541,9 @@ def broadcast_shared_state(stages: Stages, i: int | Sequence[int],
 def _broadcast(stages: Stages, held: list[tuple[int, torch.nn.Module]],
                ranks: tuple[int, ...], group: Any) -> None:
     me = dist.get_rank(group)
-    for fqn, owners in _shared_keys(stages, (PARAMETER, BUFFER)):
-        lead, others = _owner_ranks(ranks, owners)
-        if me != lead and me not in others:
-            continue
-        copies = [_shard(t) for _k, t in _copies(stages, held, fqn, owners)]
+    keys = _shared_keys(stages, (PARAMETER, BUFFER))
+    for lead, others, copies in _my_copies(stages, held, ranks, keys, me):
+        copies = [_shard(t) for t in copies]
         if me == lead:
             value = copies[0].detach()  # the first owner's copy (the lead holds it)
             for r in others:
@@ -593,11 +592,7 @@ def sync_shared_grads(stages: Stages, i: int | Sequence[int],
         return
     held, ranks, keys = ready
     me = dist.get_rank(group)
-    for fqn, owners in keys:
-        lead, others = _owner_ranks(ranks, owners)
-        if me != lead and me not in others:
-            continue
-        copies = [t for _k, t in _copies(stages, held, fqn, owners)]
+    for lead, others, copies in _my_copies(stages, held, ranks, keys, me):
         # the local sum, and in its last element how many copies take part (frozen: none);
         # a sharded copy (FSDP2) adds its own shard: the copies' shards are laid out alike
         ref = _shard(copies[0])
@@ -643,8 +638,7 @@ def merge_stage_state_dicts(
     **Laws:** ``merge_stage_state_dicts(stages, [stage_module(stages, k).state_dict() ...])``
     equals the program's state dict (``ep.module().state_dict()``). Complexity: O(state * k).
     """
-    if not isinstance(stages, Stages):
-        raise LoweringError("merge_stage_state_dicts: expected the Stages of split_stages")
+    _check_stages(stages, "merge_stage_state_dicts")
     if len(state_dicts) != len(stages):
         raise LoweringError(
             f"merge_stage_state_dicts: {len(stages)} stages but {len(state_dicts)} state dicts"

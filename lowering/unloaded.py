@@ -50,19 +50,12 @@ class LoadCheck:
 
     def unloaded(self, root: torch.nn.Module) -> str | None:
         """The first fqn not loaded yet, or ``None``. O(state)."""
-        for fqn, kind, tensor, version in self.made:
-            now = _registered(root, fqn, kind)
-            if now is tensor and tensor_version(tensor) == version:
-                return fqn
-        return None
+        return next((entry[0] for entry in self.made if _still_empty(root, *entry)), None)
 
     def __call__(self, root: torch.nn.Module, args: Any) -> None:
         fqn = self.unloaded(root)
         if fqn is not None:
-            count = sum(
-                1 for f, k, t, v in self.made
-                if _registered(root, f, k) is t and tensor_version(t) == v
-            )
+            count = sum(1 for entry in self.made if _still_empty(root, *entry))
             raise UnloadedStateError(
                 f"{fqn!r} was never loaded ({count} of {len(self.made)} state tensors are still "
                 "uninitialized): the program was exported on 'meta', so its state was made "
@@ -74,6 +67,13 @@ class LoadCheck:
         if self.handle is not None:
             self.handle.remove()
             self.handle = None
+
+
+def _still_empty(root: torch.nn.Module, fqn: str, kind: str, tensor: torch.Tensor,
+                 version: int) -> bool:
+    """Whether ``tensor`` is still registered at ``fqn`` at ``version``: nothing wrote or
+    replaced it."""
+    return _registered(root, fqn, kind) is tensor and tensor_version(tensor) == version
 
 
 def _registered(root: torch.nn.Module, fqn: str, kind: str) -> Any:
