@@ -13,7 +13,6 @@ compared refuse a value of other strides.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -48,15 +47,14 @@ class EClassView:
       for a ``(B, H, L, E)`` result).
 
     The layout walk is ``guards.follow_layout`` up the class's parent e-nodes (run again
-    through ``guards.fake_run`` with the search's memo; no value or strides to compare refuses; a
-    reader whose sharing flipped is not followed). Its hooks here: refused where a class
-    followed is a leaf or is read by one (``fixed``: the program's own effects, module calls
-    and writes see it), or a reader's class is a leaf. A class the graph returns may take
-    other strides, as ``rewrite``'s layout guard lets a returned value (the caller gets the
-    same values; the in-context law compares values, dtypes, shapes and aliasing, not
-    strides): so ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided
-    half. Where a reader's sharing flipped (``reshape``), refused where two of the classes
-    followed and such readers escape (``pinned``): outputs that shared memory would not.
+    with the search's memo; nothing to compare refuses; a sharing flip is not followed),
+    refused where a class followed is a leaf or is read by one (``fixed``: the program's own
+    effects, module calls and writes see it), or a reader's class is a leaf. A class the
+    graph returns may take other strides, as in ``rewrite`` (the caller gets the same values;
+    the in-context law compares values, dtypes, shapes and aliasing, not strides): so
+    ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
+    a reader's sharing flipped (``reshape``), refused where two of the classes followed and
+    such readers escape (``pinned``): outputs that shared memory would not.
     The classes whose strides may now differ are marked mixed; an e-node added later that
     reads a mixed class is refused where it is a view or reads strides (it was run on one
     layout only), and its own class is marked mixed. Sound, not complete.
@@ -103,13 +101,11 @@ class EClassView:
         eg = self.eg
         fixed = {eg.find(x) for x in self.fixed}
 
-        def readers(x: int, _restrided: bool, _vals: object) -> Iterator[tuple | None]:
+        def readers(x: int, _restrided: bool, _vals: object) -> list[tuple | None]:
             if x in fixed or eg.data[x].leaf:
-                yield None  # refused, never resumed
-                return
-            for enode, owner in list(eg.parents.get(x, ())):
-                owner = eg.find(owner)
-                yield None if eg.data[owner].leaf else (enode, enode.op, owner, x)
+                return [None]
+            owners = ((e, eg.find(o)) for e, o in eg.parents.get(x, ()))
+            return [None if eg.data[o].leaf else (e, e.op, o, x) for e, o in owners]
 
         def rerun(enode: ENode, vals: dict[int, Any]) -> Any:
             env = {f"#{i}": vals.get(ch, eg.data[ch].val)

@@ -28,10 +28,8 @@ The predicates that need more than a line:
 The predicates are written once for both drivers: ``saturate`` asks ``where_holds``,
 ``alias_guard`` and ``sharing_guard`` of an e-graph (``transforms.rewrite.eclass_view``
 answers ``MemoryView`` there, conservatively where a class is not one value), and both layout
-guards (``layout_guard``; ``eclass_view.EClassView.restride`` over a class's parent e-nodes)
-are the one walk ``follow_layout``, each driver's rules on readers and its final decision
-given as hooks; where the drivers differ on unknowns, that is a parameter (``unknown=``),
-not a second copy.
+guards (``layout_guard``, ``eclass_view.EClassView.restride``) are one walk, ``follow_layout``:
+each driver gives its reader rules and comparisons (how it reads unknowns) as hooks.
 
 Views are read from the operators' schemas (a result annotated ``Tensor(a)`` that is not written)
 and from ``ir.ops.is_alias_like`` (``reshape``, ``to``, ``contiguous``: they may return their
@@ -329,20 +327,27 @@ def layout_guard(
 ) -> bool:
     """Whether the value ``new`` may take the place of result ``result`` (whose value was
     ``old``; both ``meta['val']``) though its strides may differ: ``follow_layout`` down the
-    graph's readers (``inside``: the match's nodes, not readers), run again by ``_rerun``,
-    unknowns no difference, a reader whose sharing flipped followed too. ``False`` also where
-    a reader of a value of other strides writes in place, is a ``call_module`` or a
-    higher-order op; or, where a sharing flipped, where two values of the group are returned,
-    or one is written (or given to a ``call_module``) while one has a second reader. Returning
-    other strides is allowed (the caller sees the same values). Equal strides: ``True``.
-
-    **Laws:** pure (fake values only); ``layout_guard(view, r, v, v)`` holds; ``False``
-    whenever a reader of the result could raise, or alias its input differently, at the new
-    strides. Complexity: O(readers followed), at most ``LAYOUT_CAP`` fake operator runs.
+    graph's readers (``inside``: the match's nodes, not readers), unknowns no difference, a
+    reader whose sharing flipped followed too. Also ``False`` where a reader of a value of
+    other strides writes in place, is a ``call_module`` or a higher-order op; or, a sharing
+    flipped, where two values of the group are returned, or one is written (or given to a
+    ``call_module``) while one has a second reader. Returning other strides is allowed (the
+    caller sees the same values). **Laws:** pure (fake values only); ``True`` where the
+    strides are equal or unknown (``layout_guard(view, r, v, v)``); ``False`` whenever a
+    reader of the result could raise, or alias its input differently, at the new strides.
+    Complexity: O(readers followed), at most ``LAYOUT_CAP`` fake operator runs.
     """
     if same_strides(old, new, unknown=True):
         return True
     returned, writes = 0, False
+
+    def val(name: str) -> Any:
+        node = view.node.get(name)
+        return node.meta.get("val") if node is not None else None
+
+    def rerun(node: Node, vals: Mapping[str, Any]) -> Any:
+        return fake_run(node.target, node.args, node.kwargs,
+                        lambda n: vals[n] if n in vals else val(n), method=node.op == CALL_METHOD)
 
     def readers(v: str, restrided: bool, vals: Mapping[str, Any]) -> Iterator[tuple | None]:
         nonlocal returned, writes
@@ -360,51 +365,46 @@ def layout_guard(
                 first = node.args[0] if node.args else None
                 yield node, node.target, u, first.name if type(first) is Ref else None
 
-    walked = follow_layout(result, new, readers, partial(_rerun, view), partial(_val, view),
+    walked = follow_layout(result, new, readers, rerun, val,
                            strides=partial(same_strides, unknown=True),
                            sharing=partial(same_sharing, unknown=True))
     if walked is None:
         return False
     vals, flipped = walked
-    if not flipped:
-        return True
     # a reader that was a copy is now a view (or the reverse): which values share memory
     # changed, seen only where the group is returned twice, or written while read elsewhere
-    fan_out = any(sum(u not in inside for u in view.users.get(v, ())) > 1 for v in vals)
-    return returned <= 1 and not (writes and fan_out)
+    return not flipped or (returned <= 1 and not (writes and any(
+        sum(u not in inside for u in view.users.get(v, ())) > 1 for v in vals)))
 
 
 LAYOUT_CAP = 64  #: readers followed from one value with other strides, at most (both drivers)
 
 
-def follow_layout(
-    start: Hashable, new: Any,
-    readers: Callable[[Any, bool, Mapping[Any, Any]], Iterable[tuple | None]],
-    rerun: Callable[[Any, Mapping[Any, Any]], Any], val: Callable[[Any], Any], *,
-    strides: Callable[..., bool | None], sharing: Callable[..., bool], follow_flips: bool = True,
-) -> tuple[dict[Any, Any], set[Any]] | None:
+def follow_layout(start: Hashable, new: Any, readers: Callable[..., Iterable[tuple | None]],
+                  rerun: Callable[..., Any], val: Callable[[Any], Any], *,
+                  strides: Callable[..., bool | None], sharing: Callable[..., bool],
+                  follow_flips: bool = True) -> tuple[dict, set] | None:
     """The one layout walk of both drivers (``layout_guard``, ``EClassView.restride``): value
     ``start`` takes the value ``new`` of other strides. Each reader is run again with the new
-    values in; where its result has its old strides (``same_strides``) the difference stops
-    there (``mm``, a reduction); where not, its readers are followed (``(r + 1).view(-1)``
-    fails as ``r.view(-1)`` does; a ``view`` refuses only where it raises).
+    values in; where its result has its old strides the difference stops there (``mm``, a
+    reduction); where not, its readers are followed (``(r + 1).view(-1)`` fails as
+    ``r.view(-1)`` does; a ``view`` refuses only where it raises).
 
-    Parameters: ``readers(v, restrided, vals)`` yields the readers of ``v`` as ``(reader,
-    target, owner, source)`` (what ``rerun`` runs, its operator, the value it makes, the value
-    whose memory it may share: compared where in ``vals``), ``None`` to refuse; the driver's
-    own rules (outputs, writes, leaves) live there. ``restrided``: whether ``v``'s strides
-    differ (not where followed for a sharing flip); ``vals``: the new values so far.
-    ``rerun(reader, vals)``: its new fake value (``fake_run``); ``val(v)``: the old one.
-    ``strides``, ``sharing``: the driver's ``same_strides`` and ``same_sharing`` (how each
-    reads unknowns); ``follow_flips``: also follow a reader of alike strides whose sharing
-    flipped.
+    Hooks: ``readers(v, restrided, vals)`` yields ``v``'s readers as ``(reader, target, owner,
+    source)`` (what ``rerun`` runs, its operator, the value it makes, the value whose memory
+    it may share, compared where in ``vals``), ``None`` to refuse: the driver's own rules
+    (outputs, writes, leaves); ``restrided``: whether ``v``'s strides differ (not where
+    followed for a sharing flip); ``vals``: the new values so far. ``rerun(reader, vals)``:
+    its new fake value (``fake_run``); ``val(v)``: the old one. ``strides``, ``sharing``: the
+    driver's ``same_strides``, ``same_sharing`` (how it reads unknowns); ``follow_flips``:
+    follow a reader of alike strides whose sharing flipped too.
 
-    Returns ``(vals, flipped)``: the new value of each value followed, ``start`` included,
-    and the owners whose sharing with ``source`` flipped (``same_sharing``: ``reshape``);
-    ``None`` where ``readers`` refuses, a reader reads strides (``ir.ops.reads_strides``),
-    raises (``FakeRunFailed``), has no old or new value or strides beyond compare, or past
-    ``LAYOUT_CAP`` readers run. **Laws:** pure where the hooks are. Complexity: O(readers
-    followed), at most ``LAYOUT_CAP`` fake operator runs.
+    Returns ``(vals, flipped)``: the new value of each value followed (``start`` too) and the
+    owners whose sharing with ``source`` flipped (``reshape``); ``None`` where ``readers``
+    refuses, a reader reads strides (``ir.ops.reads_strides``), raises (``FakeRunFailed``),
+    has no old or new value or strides beyond compare, or past ``LAYOUT_CAP`` readers run.
+    **Laws:** pure where the hooks are. Complexity: O(readers followed), at most
+    ``LAYOUT_CAP`` fake operator runs.
     """
     vals, flipped = {start: new}, set()
     todo = [(start, True)]  # (value, whether its strides differ from before)
@@ -495,19 +495,6 @@ def fake_run(target: Any, args: Any, kwargs: Any,
     read = val_of.get if isinstance(val_of, Mapping) else val_of
     run = kn.fake_value if memo is None else memo.value
     return run(target, args, kwargs, lambda r: read(r.name), method=method, meta=False)
-
-
-def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
-    """``node`` run again (``fake_run``) with ``vals`` in place of its arguments' values."""
-    return fake_run(node.target, node.args, node.kwargs,
-                    lambda name: vals[name] if name in vals else _val(view, name),
-                    method=node.op == CALL_METHOD)
-
-
-def _val(view: GraphView, name: str) -> Any:
-    """The fake value of graph value ``name`` (``None``: unknown)."""
-    node = view.node.get(name)
-    return node.meta.get("val") if node is not None else None
 
 
 # --- what a match shares with its inputs ---------------------------------------------------------
