@@ -117,3 +117,65 @@ def test_base_pairs_are_the_results_that_are_views_of_one_value():
     fresh = trace(lambda x: (x + 1, x * 2), x, TRAINING, "fresh", "pattern")
     assert result_sharing.base_pairs(split) == {(0, 1)}
     assert result_sharing.base_pairs(fresh) == frozenset()
+
+
+_RELU, _AS_STRIDED = torch.ops.aten.relu.default, torch.ops.aten.as_strided.default
+_FLAT, _STRIDED = torch.empty(2, 3), torch.empty(3, 2).t()  # one shape, two layouts
+
+
+def _follow(users, after, *, old=None, reads=(), raising=(), flips=(), refuse=(), **how):
+    """``guards.follow_layout`` from ``a`` (new value ``_STRIDED``) over a toy graph:
+    ``users[v]``, the readers of ``v``; ``after[u]``, what running ``u`` again gives;
+    ``reads``: readers that read strides; ``raising``: readers whose run raises; ``flips``:
+    readers whose sharing with what they read flips; ``refuse``: values whose readers the
+    driver refuses. Returns the walk's answer and the ``(value, restrided)`` pairs asked."""
+    old = old if old is not None else {v: torch.empty(2, 3) for v in ("a", *after)}
+    asked = []
+
+    def readers(v, restrided, vals):
+        asked.append((v, restrided))
+        return [None] if v in refuse else [
+            (u, _AS_STRIDED if u in reads else _RELU, u, v) for u in users.get(v, ())]
+
+    def rerun(u, vals):
+        if u in raising:
+            raise kn.FakeRunFailed(_RELU, RuntimeError("no view of that shape"))
+        return after[u]
+
+    def sharing(before, before_in, new, new_in):
+        return not any(before is old[u] for u in flips)
+
+    found = guards.follow_layout("a", _STRIDED, readers, rerun, old.get,
+                                 strides=guards.same_strides, sharing=sharing, **how)
+    return found, asked
+
+
+def test_follow_layout_follows_readers_while_strides_differ():
+    users = {"a": ["b", "d"], "b": ["c"]}
+    after = {"b": _STRIDED, "c": _FLAT, "d": _FLAT}  # b keeps the new layout; c and d do not
+    found, asked = _follow(users, after)
+    assert found == ({"a": _STRIDED, "b": _STRIDED}, set())
+    assert asked == [("a", True), ("b", True)]  # c's and d's readers see no difference
+    assert _follow(users, {**after, "c": _STRIDED}, reads={"c"})[0] is None
+    assert _follow(users, after, raising={"c"})[0] is None
+    assert _follow(users, after, refuse={"b"})[0] is None
+    assert _follow(users, after, old={"a": _FLAT, "b": _FLAT, "d": _FLAT})[0] is None  # no c
+    assert _follow(users, after, reads={"d"})[0] is None  # even one of old strides out
+
+
+def test_follow_layout_stops_past_its_cap(monkeypatch):
+    users = {"a": ["b", "d"], "b": ["c"]}
+    after = {"b": _STRIDED, "c": _FLAT, "d": _FLAT}
+    monkeypatch.setattr(guards, "LAYOUT_CAP", 3)
+    assert _follow(users, after)[0] is not None  # three readers run: b, c, d
+    monkeypatch.setattr(guards, "LAYOUT_CAP", 2)
+    assert _follow(users, after)[0] is None
+
+
+def test_follow_layout_notes_sharing_flips_and_follows_them_where_asked():
+    users, after = {"a": ["b"], "b": ["c"]}, {"b": _FLAT, "c": _FLAT}
+    found, asked = _follow(users, after, flips={"b"})
+    assert found == ({"a": _STRIDED, "b": _FLAT}, {"b"})
+    assert asked == [("a", True), ("b", False)]  # b followed for its sharing: strides alike
+    found, asked = _follow(users, after, flips={"b"}, follow_flips=False)
+    assert found == ({"a": _STRIDED}, {"b"}) and asked == [("a", True)]

@@ -3,17 +3,17 @@
 differ in strides.
 
 The guards themselves are ``transforms.rewrite.guards``' (``alias_guard``, ``sharing_guard``,
-``same_strides``, ``same_sharing``, ``fake_run``), written once for both drivers; here is
-only how an e-graph answers them. An e-class is not one value: it may hold several e-nodes,
-a class's value may be missing, and what reads it may still be added. So the answers are
-conservative where ``rewrite``'s working graph would know: a class escapes past
-``egraph.ESCAPE_CAP`` classes followed, its sources are unknown past it, and a value of
-other strides that a class reader might see is refused rather than followed past
-``guards.LAYOUT_CAP`` readers.
+and the layout walk ``follow_layout``), written once for both drivers; here is only how an
+e-graph answers them. An e-class is not one value: it may hold several e-nodes, a class's
+value may be missing, and what reads it may still be added. So the answers are conservative
+where ``rewrite``'s working graph would know: a class escapes past ``egraph.ESCAPE_CAP``
+classes followed, its sources are unknown past it, and strides or sharing that cannot be
+compared refuse a value of other strides.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ir import ops
@@ -21,9 +21,8 @@ from ir.effects import shares_first
 from ir.fake_memo import FakeMemo
 from ir.graph import Graph
 from ir.node import OUTPUT
-from transforms import kernel as kn
 from transforms.rewrite.egraph import ESCAPE_CAP, EGraph, ENode, GraphEGraph, escapes, walk_classes
-from transforms.rewrite.guards import LAYOUT_CAP, fake_run, same_sharing, same_strides
+from transforms.rewrite.guards import fake_run, follow_layout, same_sharing, same_strides
 
 
 class EClassView:
@@ -47,20 +46,15 @@ class EClassView:
       fused kernel's result laid out otherwise: an attention's ``(B, L, H, E)`` memory order
       for a ``(B, H, L, E)`` result).
 
-    The layout walk: as ``rewrite``'s layout guard does, the new layout is followed up the
-    class's readers (its parent e-nodes): each is run again on the fake values with the new
-    strides in (``guards.fake_run``); where its result has its old strides
-    (``guards.same_strides``) the difference stops there; where not, its readers are
-    followed. Refused where a reader raises at the new strides (a ``view`` they admit not),
-    reads strides (``ir.ops.reads_strides``), where a class followed is a leaf or is read by
-    one (``fixed``: the program's own effects, module calls and writes see it), or past
-    ``guards.LAYOUT_CAP`` readers. A class the graph returns may take other strides, as
-    ``rewrite``'s layout guard lets a returned value (the caller gets the same values; the
-    in-context law compares values, dtypes, shapes and aliasing, not strides): so
+    The layout walk is ``guards.follow_layout`` up the class's parent e-nodes (run again
+    with the search's memo; nothing to compare refuses; a sharing flip is not followed),
+    refused where a class followed is a leaf or is read by one (``fixed``: the program's own
+    effects, module calls and writes see it), or a reader's class is a leaf. A class the
+    graph returns may take other strides, as in ``rewrite`` (the caller gets the same values;
+    the in-context law compares values, dtypes, shapes and aliasing, not strides): so
     ``return x @ w1, relu(x @ w2)`` fuses by columns, its first output a strided half. Where
-    a reader shares memory with what it reads at one layout and not at the other
-    (``reshape``, ``guards.same_sharing``), refused where two of the classes followed and
-    such readers escape (returned or read by a leaf): outputs that shared memory would not.
+    a reader's sharing flipped (``reshape``), refused where two of the classes followed and
+    such readers escape (``pinned``): outputs that shared memory would not.
     The classes whose strides may now differ are marked mixed; an e-node added later that
     reads a mixed class is refused where it is a view or reads strides (it was run on one
     layout only), and its own class is marked mixed. Sound, not complete.
@@ -105,42 +99,26 @@ class EClassView:
         """Whether a value of strides ``new`` may join class ``c`` (see the class); marks the
         classes whose strides may then differ. ``memo``: the search's fake runs."""
         eg = self.eg
-        pinned = {eg.find(x) for x in self.fixed}
-        escaping = {eg.find(x) for x in self.pinned}
-        vals = {eg.find(c): new}
-        todo = [eg.find(c)]
-        followed = 0
-        flipped: set[int] = set()
-        while todo:
-            x = todo.pop()
-            if x in pinned or eg.data[x].leaf:
-                return False
-            for enode, owner in list(eg.parents.get(x, ())):
-                owner = eg.find(owner)
-                if ops.reads_strides(enode.op) or eg.data[owner].leaf:
-                    return False
-                followed += 1
-                if followed > LAYOUT_CAP:
-                    return False
-                env = {}
-                for i, ch in enumerate(enode.children):
-                    ch = eg.find(ch)
-                    env[f"#{i}"] = vals.get(ch, eg.data[ch].val)
-                try:
-                    after = fake_run(enode.op, enode.args, enode.kwargs, env, memo)
-                except kn.FakeRunFailed:
-                    return False
-                before = eg.data[owner].val
-                same = same_strides(before, after, single=True)
-                if same is None:
-                    return False
-                if not same_sharing(before, eg.data[x].val, after, vals[x]):
-                    flipped.add(owner)
-                if same or owner in vals:
-                    continue
-                vals[owner] = after
-                todo.append(owner)
-        if flipped and len(escaping & (set(vals) | flipped)) > 1:
+        fixed = {eg.find(x) for x in self.fixed}
+
+        def readers(x: int, _restrided: bool, _vals: object) -> list[tuple | None]:
+            if x in fixed or eg.data[x].leaf:
+                return [None]
+            owners = ((e, eg.find(o)) for e, o in eg.parents.get(x, ()))
+            return [None if eg.data[o].leaf else (e, e.op, o, x) for e, o in owners]
+
+        def rerun(enode: ENode, vals: dict[int, Any]) -> Any:
+            env = {f"#{i}": vals.get(ch, eg.data[ch].val)
+                   for i, ch in enumerate(map(eg.find, enode.children))}
+            return fake_run(enode.op, enode.args, enode.kwargs, env, memo)
+
+        walked = follow_layout(eg.find(c), new, readers, rerun, lambda x: eg.data[x].val,
+                               strides=partial(same_strides, single=True),
+                               sharing=same_sharing, follow_flips=False)
+        if walked is None:
+            return False
+        vals, flipped = walked
+        if flipped and len({eg.find(x) for x in self.pinned} & (set(vals) | flipped)) > 1:
             return False  # returned values that shared memory no longer do (or the reverse)
         self.mixed.update(vals)
         return True

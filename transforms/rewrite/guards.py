@@ -27,10 +27,9 @@ The predicates that need more than a line:
 
 The predicates are written once for both drivers: ``saturate`` asks ``where_holds``,
 ``alias_guard`` and ``sharing_guard`` of an e-graph (``transforms.rewrite.eclass_view``
-answers ``MemoryView`` there, conservatively where a class is not one value), and its layout
-walk (``eclass_view.EClassView.restride``) compares with ``same_strides`` and
-``same_sharing`` and runs readers through ``fake_run``, as ``layout_guard`` does; where the
-drivers differ on unknowns, that is a parameter (``unknown=``), not a second copy.
+answers ``MemoryView`` there, conservatively where a class is not one value), and both layout
+guards (``layout_guard``, ``eclass_view.EClassView.restride``) are one walk, ``follow_layout``:
+each driver gives its reader rules and comparisons (how it reads unknowns) as hooks.
 
 Views are read from the operators' schemas (a result annotated ``Tensor(a)`` that is not written)
 and from ``ir.ops.is_alias_like`` (``reshape``, ``to``, ``contiguous``: they may return their
@@ -40,7 +39,8 @@ any argument counts as a write (it may write what it is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
@@ -326,83 +326,114 @@ def layout_guard(
     view: GraphView, result: str, old: Any, new: Any, inside: Collection[str] = ()
 ) -> bool:
     """Whether the value ``new`` may take the place of result ``result`` (whose value was
-    ``old``) though its strides may differ.
-
-    ``old``/``new``: the two values' ``meta['val']`` (fake tensors); ``inside``: the nodes of
-    the match (not readers). Where the strides differ, the new layout is followed down the
-    readers: each reader is run again on the fake values with the new layout in
-    (``_rerun``); where its result has its old strides, and shares memory with its input as
-    before, the difference stops there (``mm``, a reduction); where not, its own readers are
-    followed (an elementwise op keeps its input's layout: ``(r + 1).view(-1)`` fails as
-    ``r.view(-1)`` does). ``False`` when a reader followed reads strides
-    (``ir.ops.reads_strides``: ``as_strided``, stride queries), writes in place, is a
-    ``call_module`` or a higher-order op, raises at the new layout, or has no value to
-    compare; or when more than ``LAYOUT_CAP`` readers would be followed. A reader followed
-    that is a view at one layout and a copy at the other (``reshape``) changes which values
-    share memory: then ``False`` too where more than one value of the group is returned, or
-    where one is written (or given to a ``call_module``) while a value of the group has a
-    second reader. Readers of a value whose strides are as before see no difference. A ``view`` is run again like any reader: it refuses the match only where
-    it raises (the new strides admit no view of that shape). Returning a value with other strides is allowed
-    (the caller sees the same values). Unknown strides, equal ones: ``True``.
-
-    **Laws:** pure (fake values only); ``layout_guard(view, r, v, v)`` holds; ``False``
-    whenever a reader of the result could raise, or alias its input differently, at the new
-    strides. Complexity: O(readers followed), at most ``LAYOUT_CAP`` fake operator runs.
+    ``old``; both ``meta['val']``) though its strides may differ: ``follow_layout`` down the
+    graph's readers (``inside``: the match's nodes, not readers), unknowns no difference, a
+    reader whose sharing flipped followed too. Also ``False`` where a reader of a value of
+    other strides writes in place, is a ``call_module`` or a higher-order op; or, a sharing
+    flipped, where two values of the group are returned, or one is written (or given to a
+    ``call_module``) while one has a second reader. Returning other strides is allowed (the
+    caller sees the same values). **Laws:** pure (fake values only); ``True`` where the
+    strides are equal or unknown (``layout_guard(view, r, v, v)``); ``False`` whenever a
+    reader of the result could raise, or alias its input differently, at the new strides.
+    Complexity: O(readers followed), at most ``LAYOUT_CAP`` fake operator runs.
     """
     if same_strides(old, new, unknown=True):
         return True
-    vals = {result: new}
-    todo = [(result, True)]  # (value, whether its strides differ from before)
-    returned = 0
-    flips = writes = False
-    followed = 0
-    while todo:
-        v, restrided = todo.pop()
+    returned, writes = 0, False
+
+    def val(name: str) -> Any:
+        node = view.node.get(name)
+        return node.meta.get("val") if node is not None else None
+
+    def rerun(node: Node, vals: Mapping[str, Any]) -> Any:
+        return fake_run(node.target, node.args, node.kwargs,
+                        lambda n: vals[n] if n in vals else val(n), method=node.op == CALL_METHOD)
+
+    def readers(v: str, restrided: bool, vals: Mapping[str, Any]) -> Iterator[tuple | None]:
+        nonlocal returned, writes
         for u in view.users.get(v, ()):
-            if u in inside or u in vals:
-                continue
-            node = view.node.get(u)
+            node = None if u in inside or u in vals else view.node.get(u)
             if node is None:
                 continue
             if node.op == OUTPUT:
                 returned += 1
-                continue
-            calls = node.op in (CALL_FUNCTION, CALL_METHOD)
-            if not restrided and (not calls or written_args(node)):
+            elif node.op not in (CALL_FUNCTION, CALL_METHOD) or written_args(node):
+                if restrided:
+                    yield None  # it may depend on the new strides: refused, never resumed
                 writes = True  # sees its old strides: only what it writes where matters
-                continue
-            if not calls or written_args(node) or ops.reads_strides(node.target):
-                return False
-            followed += 1
-            if followed > LAYOUT_CAP:
-                return False
-            before = node.meta.get("val")
-            try:
-                after = _rerun(view, node, vals)
-            except kn.FakeRunFailed:
-                return False  # raised at the new strides (a view they admit not)
-            if after is None or before is None:
-                return False  # unknown
-            first = node.args[0] if node.args else None
-            shared = type(first) is not Ref or first.name not in vals or same_sharing(
-                before, _val(view, first.name), after, vals[first.name], unknown=True)
-            flips = flips or not shared
-            alike = same_strides(before, after, unknown=True)
-            if alike and shared:
-                continue
-            vals[u] = after
-            todo.append((u, not alike))
-    if not flips:
-        return True
+            else:
+                first = node.args[0] if node.args else None
+                yield node, node.target, u, first.name if type(first) is Ref else None
+
+    walked = follow_layout(result, new, readers, rerun, val,
+                           strides=partial(same_strides, unknown=True),
+                           sharing=partial(same_sharing, unknown=True))
+    if walked is None:
+        return False
+    vals, flipped = walked
     # a reader that was a copy is now a view (or the reverse): which values share memory
     # changed, seen only where the group is returned twice, or written while read elsewhere
-    fan_out = any(
-        sum(1 for u in view.users.get(v, ()) if u not in inside) > 1 for v in vals
-    )
-    return returned <= 1 and not (writes and fan_out)
+    return not flipped or (returned <= 1 and not (writes and any(
+        sum(u not in inside for u in view.users.get(v, ())) > 1 for v in vals)))
 
 
 LAYOUT_CAP = 64  #: readers followed from one value with other strides, at most (both drivers)
+
+
+def follow_layout(start: Hashable, new: Any, readers: Callable[..., Iterable[tuple | None]],
+                  rerun: Callable[..., Any], val: Callable[[Any], Any], *,
+                  strides: Callable[..., bool | None], sharing: Callable[..., bool],
+                  follow_flips: bool = True) -> tuple[dict, set] | None:
+    """The one layout walk of both drivers (``layout_guard``, ``EClassView.restride``): value
+    ``start`` takes the value ``new`` of other strides. Each reader is run again with the new
+    values in; where its result has its old strides the difference stops there (``mm``, a
+    reduction); where not, its readers are followed (``(r + 1).view(-1)`` fails as
+    ``r.view(-1)`` does; a ``view`` refuses only where it raises).
+
+    Hooks: ``readers(v, restrided, vals)`` yields ``v``'s readers as ``(reader, target, owner,
+    source)`` (what ``rerun`` runs, its operator, the value it makes, the value whose memory
+    it may share, compared where in ``vals``), ``None`` to refuse: the driver's own rules
+    (outputs, writes, leaves); ``restrided``: whether ``v``'s strides differ (not where
+    followed for a sharing flip); ``vals``: the new values so far. ``rerun(reader, vals)``:
+    its new fake value (``fake_run``); ``val(v)``: the old one. ``strides``, ``sharing``: the
+    driver's ``same_strides``, ``same_sharing`` (how it reads unknowns); ``follow_flips``:
+    follow a reader of alike strides whose sharing flipped too.
+
+    Returns ``(vals, flipped)``: the new value of each value followed (``start`` too) and the
+    owners whose sharing with ``source`` flipped (``reshape``); ``None`` where ``readers``
+    refuses, a reader reads strides (``ir.ops.reads_strides``), raises (``FakeRunFailed``),
+    has no old or new value or strides beyond compare, or past ``LAYOUT_CAP`` readers run.
+    **Laws:** pure where the hooks are. Complexity: O(readers followed), at most
+    ``LAYOUT_CAP`` fake operator runs.
+    """
+    vals, flipped = {start: new}, set()
+    todo = [(start, True)]  # (value, whether its strides differ from before)
+    followed = 0
+    while todo:
+        v, restrided = todo.pop()
+        for step in readers(v, restrided, vals):
+            if step is None:
+                return None
+            reader, target, owner, source = step
+            followed += 1
+            if ops.reads_strides(target) or followed > LAYOUT_CAP:
+                return None
+            try:
+                after = rerun(reader, vals)
+            except kn.FakeRunFailed:
+                return None  # raised at the new strides (a view they admit not)
+            before = val(owner)
+            alike = None if before is None or after is None else strides(before, after)
+            if alike is None:
+                return None
+            shared = source not in vals or sharing(before, val(source), after, vals[source])
+            if not shared:
+                flipped.add(owner)
+            if (alike and (shared or not follow_flips)) or owner in vals:
+                continue
+            vals[owner] = after
+            todo.append((owner, not alike))
+    return vals, flipped
 
 
 def same_strides(a: Any, b: Any, *, unknown: bool | None = None,
@@ -464,19 +495,6 @@ def fake_run(target: Any, args: Any, kwargs: Any,
     read = val_of.get if isinstance(val_of, Mapping) else val_of
     run = kn.fake_value if memo is None else memo.value
     return run(target, args, kwargs, lambda r: read(r.name), method=method, meta=False)
-
-
-def _rerun(view: GraphView, node: Node, vals: Mapping[str, Any]) -> Any:
-    """``node`` run again (``fake_run``) with ``vals`` in place of its arguments' values."""
-    return fake_run(node.target, node.args, node.kwargs,
-                    lambda name: vals[name] if name in vals else _val(view, name),
-                    method=node.op == CALL_METHOD)
-
-
-def _val(view: GraphView, name: str) -> Any:
-    """The fake value of graph value ``name`` (``None``: unknown)."""
-    node = view.node.get(name)
-    return node.meta.get("val") if node is not None else None
 
 
 # --- what a match shares with its inputs ---------------------------------------------------------
@@ -717,6 +735,7 @@ __all__ = [
     "barrier_guard",
     "dtype_guard",
     "fake_run",
+    "follow_layout",
     "layout_guard",
     "match_value",
     "result_aliases",
