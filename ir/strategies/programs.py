@@ -108,6 +108,7 @@ composes with any other.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
@@ -257,10 +258,10 @@ _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
 _SCALARS = (0.5, -1.0, 2.0, 0.25)
-_IDENTITIES = ((aten.mul.Tensor, 1.0), (aten.add.Tensor, 0), (aten.sub.Tensor, 0.0),
-               (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2),
-               (aten.clone.default, None))
-_READERS = ((aten.clone.default, None), (aten.mul.Tensor, 1.0))
+_IDENTITIES = ((aten.mul.Tensor, (1.0,)), (aten.add.Tensor, (0,)), (aten.sub.Tensor, (0.0,)),
+               (aten.div.Tensor, (1.0,)), (aten.pow.Tensor_Scalar, (2,)), (aten.mul.Tensor, (2,)),
+               (aten.clone.default, ()))
+_READERS = ((aten.clone.default, ()), (aten.mul.Tensor, (1.0,)))  # (target, literals after x)
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -740,12 +741,8 @@ class _Builder:
         bare = Node(CALL_FUNCTION, name, target, args, kwargs)
         val = (self._aliasing_val(bare, shape) if shape is not None and aliased_args(bare)
                else self._val(shape))
-        self.val_of[name] = val
-        meta = {"nn_module_stack": dict(self.frames), "val": val}
-        self.made_in[name] = len(self.frames), self.frames[-1][0]
         self.last_read = next((r for r in args if isinstance(r, Ref)), self.last_read)
-        self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
-        return ref(name)
+        return self._node(name, target, args, kwargs, val, named=True)
 
     def _full(self) -> bool:
         return len(self.nodes) >= self.max_nodes
@@ -791,15 +788,12 @@ class _Builder:
                 self._step(obj, path, scope, kind, x, y, z)
         if obj.record[4] >> 6 == 3 and not self.dense:
             return
-        for name, child in kids[pending:]:
+        # then, with the record's bit, each child called once more, on the latest value
+        again = kids if "repeated_calls" in self.on and obj.record[6] >> 1 & 1 else []
+        for name, child in kids[pending:] + again:
             if self._full():
                 return
             self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
-        if "repeated_calls" in self.on and obj.record[6] >> 1 & 1:
-            for name, child in kids:  # each child called once more, on the latest value
-                if self._full():
-                    return
-                self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
 
     def _call(self, index: int, path: str, scope: _Scope, x: int, y: int, z: int) -> None:
         n = self.calls.get(path, 0)
@@ -1147,9 +1141,8 @@ class _Builder:
         """``identities``: one op an algebraic simplifier rewrites: ``mul(a, 1.0)``,
         ``add(a, 0)``, ``sub(a, 0.0)``, ``div(a, 1.0)``, ``pow(a, 2)``, ``mul(a, 2)``,
         ``clone(a)``."""
-        target, literal = _IDENTITIES[z % len(_IDENTITIES)]
-        args = (a,) if literal is None else (a, literal)
-        return self._op(target, args, shape=self._act())
+        target, literals = _IDENTITIES[z % len(_IDENTITIES)]
+        return self._op(target, (a, *literals), shape=self._act())
 
     def _inplace(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_ops``: ``add_`` of ``a`` (or ``mul_`` of a scalar, or ``relu_``) on a value
@@ -1169,9 +1162,8 @@ class _Builder:
             v = self.last_read
         reader = None
         if z >> 3 & 1:  # a copy taken just before the write: ``y = x.clone(); x += a``
-            target, literal = _READERS[(z >> 4) % len(_READERS)]
-            reader = self._op(target, (v,) if literal is None else (v, literal),
-                              shape=self._act())
+            target, literals = _READERS[(z >> 4) % len(_READERS)]
+            reader = self._op(target, (v, *literals), shape=self._act())
         if z % 3 == 0:
             new = self._op(aten.add_.Tensor, (v, a), shape=self._act())
         elif z % 3 == 1:
@@ -1261,29 +1253,20 @@ class _Builder:
                 return state(stt.PARAMETER, "opset_w")
             return self._new_input(spec, stride, plan, planned)
 
-        args = []
-        k = 0
-        for pos, a_ in enumerate(sample.args):
+        tensors = itertools.count()  # the tensor arguments' running number (``tensor_arg``'s k)
+
+        def argument(a_: Any, real: Any, pos: int) -> Any:
             if isinstance(a_, TensorSpec):
-                args.append(tensor_arg(a_, reals[pos], pos, k))
-                k += 1
-            elif isinstance(a_, (tuple, list)) and a_ and all(isinstance(x, TensorSpec)
-                                                              for x in a_):
-                items = []
-                for j, spec in enumerate(a_):
-                    items.append(tensor_arg(spec, reals[pos][j], pos, k))
-                    k += 1
-                args.append(IList(tuple(items)))
-            else:
-                args.append(literal(a_))
-        kw = []
-        for key_, v in sample.kwargs:
-            if isinstance(v, TensorSpec):
-                kw.append((key_, tensor_arg(v, real_kwargs[key_], -1, k)))
-                k += 1
-            else:
-                kw.append((key_, literal(v)))
-        kwargs = IDict(tuple(kw))
+                return tensor_arg(a_, real, pos, next(tensors))
+            if (pos >= 0 and isinstance(a_, (tuple, list)) and a_
+                    and all(isinstance(x, TensorSpec) for x in a_)):
+                return IList(tuple(tensor_arg(spec, real[j], pos, next(tensors))
+                                   for j, spec in enumerate(a_)))
+            return literal(a_)
+
+        args = [argument(a_, reals[pos], pos) for pos, a_ in enumerate(sample.args)]
+        kwargs = IDict(tuple((key_, argument(v, real_kwargs[key_], -1))
+                             for key_, v in sample.kwargs))
         layouts = {n: (tuple(v.shape), v.stride()) for n, v in planned.items()}
         try:
             val = fake_call(self.mode, op, tuple(args), kwargs, lookup)
@@ -1341,13 +1324,10 @@ class _Builder:
         a ``permute`` of a contiguous input or an ``as_strided`` view of a flat one."""
         shape = tuple(spec.shape)
         name = self._name("x")
+        perm = None if stride is None else permutation_for(shape, stride)
         if stride is None:
             val = self._fake(shape, spec.dtype)
-            plan.placeholders.append((sg.USER_INPUT, name, val, None))
-            planned[name] = val
-            return ref(name)
-        perm = permutation_for(shape, stride)
-        if perm is not None:
+        elif perm is not None:
             val = self._fake(tuple(shape[d] for d in perm), spec.dtype)
             inverse = tuple(perm.index(d) for d in range(len(shape)))
             target, args = aten.permute.default, (ref(name), IList(inverse))
@@ -1357,6 +1337,8 @@ class _Builder:
             target, args = aten.as_strided.default, (ref(name), IList(shape), IList(stride))
         plan.placeholders.append((sg.USER_INPUT, name, val, None))
         planned[name] = val
+        if stride is None:
+            return ref(name)
         view = self._name(op_schema(target).name.split("::")[-1])
         with self.mode:
             view_val = target(val, *(list(x.items) if isinstance(x, IList) else x
@@ -1368,8 +1350,7 @@ class _Builder:
     def _commit(self, plan: Plan) -> None:
         """Add a step's placeholders (state, inputs) and layout nodes to the program."""
         for kind, name, val, extra in plan.placeholders:
-            self.val_of[name] = val
-            self.nodes.append(Node(PLACEHOLDER, name, name, meta=MappingProxyType({"val": val})))
+            self._placeholder(name, val)
             if kind == sg.USER_INPUT:
                 self.late_inputs.append(name)
                 continue
@@ -1527,8 +1508,7 @@ class _Builder:
         is not a tensor. Each result
         read after the run is a ``getitem`` under its own name (the body's nodes keep theirs)."""
         nodes = self.nodes
-        first = next(i for i, n in enumerate(nodes) if n.op == CALL_FUNCTION) if any(
-            n.op == CALL_FUNCTION for n in nodes) else None
+        first = next((i for i, n in enumerate(nodes) if n.op == CALL_FUNCTION), None)
         if first is None:
             return
         # mostly a run that crosses from one module call into another (what the split cuts)
