@@ -666,31 +666,6 @@ def _signal(h: torch.Tensor) -> torch.Tensor:
     return torch.tanh(h).mean(0).detach()
 
 
-def _apply_unary(m: nn.Module, op: Unary, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _UNARY_IMPLS[op.fn](h)
-
-
-def _apply_binary(m: nn.Module, op: Binary, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _BINARY_IMPLS[op.fn](h, getattr(m, op.operand))
-
-
-def _apply_matmul(m: nn.Module, op: MatMul, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(h, getattr(m, op.weight))
-
-
-def _apply_linear(m: nn.Module, op: Linear, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    bias = None if op.bias is None else getattr(m, op.bias)
-    return F.linear(h, getattr(m, op.weight), bias)
-
-
-def _apply_call(m: nn.Module, op: Call, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return getattr(m, op.child)(h)
-
-
-def _add_toward(buffer: torch.Tensor, signal: torch.Tensor) -> torch.Tensor:
-    return buffer.add_((signal - buffer) * 0.5)
-
-
 def _apply_update(m: nn.Module, op: UpdateBuffer, h: torch.Tensor, x: torch.Tensor
                   ) -> torch.Tensor:
     _BUFFER_UPDATE_IMPLS[op.fn](getattr(m, op.buffer), _signal(h))
@@ -703,9 +678,8 @@ def _apply_assign(m: nn.Module, op: AssignBuffer, h: torch.Tensor, x: torch.Tens
     return h
 
 
-def _apply_residual(m: nn.Module, op: Residual, h: torch.Tensor, x: torch.Tensor
-                    ) -> torch.Tensor:
-    return (h + x) * 0.5
+def _add_toward(buffer: torch.Tensor, signal: torch.Tensor) -> torch.Tensor:
+    return buffer.add_((signal - buffer) * 0.5)
 
 
 _UNARY_IMPLS = {"neg": torch.neg, "relu": torch.relu, "tanh": torch.tanh}
@@ -714,14 +688,15 @@ _BUFFER_UPDATE_IMPLS = {"add_": _add_toward, "mul_": torch.Tensor.mul_}
 
 # op type -> rule(module, op, h, x) -> new h
 _RULES = {
-    Unary: _apply_unary,
-    Binary: _apply_binary,
-    MatMul: _apply_matmul,
-    Linear: _apply_linear,
-    Call: _apply_call,
+    Unary: lambda m, op, h, x: _UNARY_IMPLS[op.fn](h),
+    Binary: lambda m, op, h, x: _BINARY_IMPLS[op.fn](h, getattr(m, op.operand)),
+    MatMul: lambda m, op, h, x: torch.matmul(h, getattr(m, op.weight)),
+    Linear: lambda m, op, h, x: F.linear(h, getattr(m, op.weight),
+                                         None if op.bias is None else getattr(m, op.bias)),
+    Call: lambda m, op, h, x: getattr(m, op.child)(h),
     UpdateBuffer: _apply_update,
     AssignBuffer: _apply_assign,
-    Residual: _apply_residual,
+    Residual: lambda m, op, h, x: (h + x) * 0.5,
 }
 
 

@@ -116,7 +116,6 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 from pyrsistent import pmap
 
 from ir import signature as sg
@@ -135,6 +134,7 @@ from ir.opset import TensorSpec, sample_args, written_at
 from ir.printer import contiguous_strides
 from ir.program import Program
 from ir.state import Opaque, Slot
+from ir.strategies import module_trees
 from ir.strategies.opset_steps import (
     OPSET_FEATURES,
     Plan,
@@ -268,20 +268,10 @@ _READERS = ((aten.clone.default, ()), (aten.mul.Tensor, (1.0,)))  # (target, lit
 
 
 def check_features(name: str, value: object) -> frozenset[str]:
-    """``value`` as a frozenset of feature names; ``InvalidArgument`` naming ``name`` otherwise."""
-    if value is None:
-        return frozenset(FEATURES)
-    if isinstance(value, str) or not isinstance(value, Collection):
-        raise InvalidArgument(f"{name} must be a collection of feature names, got {value!r}")
-    unknown = sorted(str(v) for v in value if v not in FEATURES)
-    if unknown:
-        raise InvalidArgument(f"{name} has unknown features {unknown}; known: {list(FEATURES)}")
-    return frozenset(value)
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidArgument(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    """``value`` as a frozenset of feature names (every one of :data:`FEATURES` for ``None``);
+    ``InvalidArgument`` naming ``name`` otherwise."""
+    found = module_trees.check_features(name, value, FEATURES)
+    return frozenset(FEATURES) if found is None else found
 
 
 # --- the strategy -------------------------------------------------------------------------------
@@ -370,9 +360,9 @@ def _checked(
     if asked:  # naming operators asks for the opset steps
         allowed |= OFF_BY_DEFAULT
         forced |= {"opset"}
-    _check_int("max_modules", max_modules, 1 if crossing else 0, 16)
-    _check_int("max_ops", max_ops, 0, 32)
-    _check_int("max_nodes", max_nodes, 1, 10_000)
+    module_trees.check_int_range("max_modules", max_modules, 1 if crossing else 0, 16)
+    module_trees.check_int_range("max_ops", max_ops, 0, 32)
+    module_trees.check_int_range("max_nodes", max_nodes, 1, 10_000)
     return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing, resolve_ops(ops),
                      asked)
 
