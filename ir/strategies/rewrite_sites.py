@@ -288,26 +288,23 @@ class SiteRoot(torch.nn.Module):
                 else:
                     v = u
             vals.append(v)
+        if spec.place in ("perturbed", "copied", "across"):  # the traced ops, run here
+            nodes = [n for n in self.split.nodes if n.op == "call_function"]
+            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
         if spec.place == "inside":
             outs = self.child(*vals)
         elif spec.place == "perturbed":
             slots = literal_slots(self.split)
             chosen = {slots[b] for b in range(len(slots)) if spec.perturb >> b & 1}
-            nodes = [_retype(n, chosen) for n in self.split.nodes if n.op == "call_function"]
-            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
-            _run_nodes(nodes, env)
+            _run_nodes([_retype(n, chosen) for n in nodes], env)
             outs = _results(self.split, env)
         elif spec.place == "copied":
-            nodes = [n for n in self.split.nodes if n.op == "call_function"]
-            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
             _run_nodes(nodes[:spec.cut], env)
             copied = nodes[spec.cut - 1].name
             env[copied] = _copied(env[copied], spec.copy)
             _run_nodes(nodes[spec.cut:], env)
             outs = _results(self.split, env)
         elif spec.place == "across":
-            nodes = [n for n in self.split.nodes if n.op == "call_function"]
-            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
             _run_nodes(nodes[:spec.cut], env)
             later = {r.name for n in nodes[spec.cut:] for r in n.inputs()}
             later |= {r.name for r in _output_refs(self.split)}
