@@ -107,6 +107,7 @@ composes with any other.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import operator
@@ -596,12 +597,6 @@ class _Builder:
         visit("", -1)
         return found
 
-    def _count_sites(self) -> None:
-        """How many paths reach each object (export cannot preserve a module at two paths)."""
-        self.sites: dict[int, int] = {}
-        for _, index in self.paths:
-            self.sites[index] = self.sites.get(index, 0) + 1
-
     def _identities(self) -> dict[tuple[int, str], tuple[int, str]]:
         """``(object, state name) -> the (object, name) whose tensor it is``: tied parameters."""
         identity: dict[tuple[int, str], tuple[int, str]] = {}
@@ -623,7 +618,8 @@ class _Builder:
         """State fqns (parameters, buffers, constants; each in path order), tensors, inputs."""
         self.paths = self._paths()
         self.index_of = dict(self.paths)
-        self._count_sites()
+        # how many paths reach each object (export cannot preserve a module at two paths)
+        self.sites = collections.Counter(index for _, index in self.paths)
         identity = self._identities()
         self.fqns: dict[tuple[str, str], str] = {}
         rows = []
@@ -726,8 +722,7 @@ class _Builder:
         return ref(name)
 
     def _op(self, target: Any, args: tuple, kwargs: IDict = EMPTY_DICT, shape: Any = None) -> Ref:
-        base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
-        name = self._name(base)
+        name = self._name(_base_name(target))
         bare = Node(CALL_FUNCTION, name, target, args, kwargs)
         val = (self._aliasing_val(bare, shape) if shape is not None and aliased_args(bare)
                else self._val(shape))
@@ -912,7 +907,7 @@ class _Builder:
             kinds.append("sort")
         if "kwargs_ops" in self.on:
             kinds.append("alpha")
-        kinds += [k for f, k in _STEP_FEATURES if f in self.on]
+        kinds += [k for f, k, _ in _STEP_FEATURES if f in self.on]
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
@@ -959,7 +954,7 @@ class _Builder:
             self._update(path, buffers[y % len(buffers)][0], a, z)
             return
         elif choice == "input_update":
-            self._update_input(scope, y, a, z)
+            self._update_input(scope, self.user_inputs[y % len(self.user_inputs)], a, z)
             return
         else:  # sort: a multi-result op read through getitem
             pair = self._op(aten.sort.default, (a,), shape=("sort", act))
@@ -1072,21 +1067,10 @@ class _Builder:
                   and "preserved_calls" not in self.on
                   and self.input_styles.get(n, "inplace_mutation") == "inplace_mutation"]
         if buffers and (z & 1 or not inputs):
-            name = buffers[y % len(buffers)]
-            fqn = self.fqns[(path, name)]
-            tid = self.tensor_of[fqn]
-            old = self._read_state(path, name)
-            value = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
-            self.styles[tid] = "inplace_mutation"
-            self.current[tid] = self._op(aten.copy_.default, (old, value), shape=(WIDTH,))
-            self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+            self._update(path, buffers[y % len(buffers)], a, z, aten.copy_.default)
         elif inputs:
-            name = inputs[y % len(inputs)]
-            self.input_styles[name] = "inplace_mutation"
-            old = self.input_current.get(name, ref(name))
-            new = self._op(aten.copy_.default, (old, a), shape=self._act())
-            scope.vals[:] = [new if v == old else v for v in scope.vals]
-            self.input_current[name] = new
+            old, new = self._update_input(scope, inputs[y % len(inputs)], a, z,
+                                          aten.copy_.default)
             if a == old:  # the input's old value is read no more
                 return new
         else:
@@ -1269,8 +1253,7 @@ class _Builder:
         if not results:
             return a
         self._commit(plan)
-        base = op_schema(op).name.split("::")[-1]
-        node = self._node(base, op, tuple(args), kwargs, val)
+        node = self._node(_base_name(op), op, tuple(args), kwargs, val)
         if written:  # state written: kept out of ``grad_regions`` bodies
             self.state_values.add(node.name)
         arg_storages = {storage_identity(v) for v in (lookup(r) for r in iter_refs((tuple(args), kwargs)))
@@ -1329,7 +1312,7 @@ class _Builder:
         planned[name] = val
         if stride is None:
             return ref(name)
-        view = self._name(op_schema(target).name.split("::")[-1])
+        view = self._name(_base_name(target))
         with self.mode:
             view_val = target(val, *(list(x.items) if isinstance(x, IList) else x
                                      for x in args[1:]))
@@ -1345,10 +1328,8 @@ class _Builder:
                 self.late_inputs.append(name)
                 continue
             fqn, tensor = extra
-            persistent = True
             self.tensors[fqn] = Opaque(tensor)
-            grad = kind == stt.PARAMETER and tensor.requires_grad
-            self.state[fqn] = Slot(kind, fqn, persistent, grad)
+            self.state[fqn] = Slot(kind, fqn, True, kind == stt.PARAMETER and tensor.requires_grad)
             self.tensor_of[fqn] = ("opset", fqn)
             self.input_of[fqn] = name
             self.late_state.append((kind, fqn, name))
@@ -1372,11 +1353,9 @@ class _Builder:
         if not self.late_state and not self.late_inputs:
             return names
         order = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
-        kind_of = {stt.PARAMETER: sg.PARAMETER, stt.BUFFER: sg.BUFFER,
-                   stt.CONSTANT: sg.CONSTANT_TENSOR}
         specs = [s for s in self.inputs if s.kind != sg.USER_INPUT]
         for kind, fqn, name in self.late_state:
-            k = kind_of[kind]
+            k = _STATE_INPUTS[kind][1]
             spec = sg.InputSpec(k, name, fqn, True if k == sg.BUFFER else None)
             at = max((i + 1 for i, s in enumerate(specs) if order.index(s.kind) <= order.index(k)),
                      default=0)
@@ -1398,30 +1377,36 @@ class _Builder:
         found = self.current.get(self.tensor_of[fqn])
         return found if found is not None else ref(self.input_of[fqn])
 
-    def _update(self, path: str, name: str, a: Ref, z: int) -> None:
+    def _update(self, path: str, name: str, a: Ref, z: int, overwrite: Any = None) -> None:
+        """An update of state ``name`` by ``mean(a, [0])`` in the style its tensor has (drawn
+        by ``z`` at its first update), or ``overwrite`` (``copy_``) of it in place."""
         fqn = self.fqns[(path, name)]
         tid = self.tensor_of[fqn]
-        styles = self._styles_on()
+        styles = ("inplace_mutation",) if overwrite is not None else self._styles_on()
         style = self.styles.setdefault(tid, styles[z % len(styles)])
         old = self._read_state(path, name)
         delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
         ops = _INPLACE if style == "inplace_mutation" else _FUNCTIONAL
-        new = self._op(ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
+        new = self._op(overwrite or ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
         self.state_values.add(new.name)
         self.current[tid] = new
         self.mutated.setdefault(tid, (style, fqn))
 
-    def _update_input(self, scope: _Scope, y: int, a: Ref, z: int) -> None:
-        name = self.user_inputs[y % len(self.user_inputs)]
-        style = self.input_styles.setdefault(name, ("inplace_mutation", "functional_mutation")[z % 2])
+    def _update_input(self, scope: _Scope, name: str, a: Ref, z: int, overwrite: Any = None
+                      ) -> tuple[Ref, Ref]:
+        """User input ``name`` plus ``a`` in the style the input has (drawn by ``z`` at its
+        first update), or ``overwrite`` (``copy_``) of ``a`` into it; its old and new value."""
+        styles = ("inplace_mutation", "functional_mutation")[:1 if overwrite else 2]
+        style = self.input_styles.setdefault(name, styles[z % len(styles)])
         old = self.input_current.get(name, ref(name))
         target = aten.add_.Tensor if style == "inplace_mutation" else aten.add.Tensor
-        new = self._op(target, (old, a), shape=self._act())
+        new = self._op(overwrite or target, (old, a), shape=self._act())
         self.state_values.add(new.name)
         # as export writes them, later reads take the new value: the in-place result (the same
         # tensor) or, in a functionalized program, the functional one
         scope.vals[:] = [new if v == old else v for v in scope.vals]
         self.input_current[name] = new
+        return old, new
 
     # --- the whole program ------------------------------------------------------------------
 
@@ -1449,17 +1434,17 @@ class _Builder:
         names = self._splice_late(names, positional)
         positional += len(self.late_inputs)
         data = self.draw(_OUTPUT_BYTES)
-        outputs = self._outputs(scope, data)
+        mutations, user, out_specs = self._outputs(scope, data)
         shape = data[0] >> 2 & 3 if "pytree_outputs" in on else 0
         root_sig = sg.CallSignature(
             inputs=(),
             outputs=(),
             in_spec=_spec(("args", positional, tuple(names[positional:]))),
-            out_spec=_spec(_output_tree(shape, len(outputs.user))),
+            out_spec=_spec(_output_tree(shape, len(user))),
             forward_arg_names=tuple(names),
         )
         self.signatures[""] = root_sig
-        values = outputs.mutations + outputs.user
+        values = mutations + user
         self.nodes.append(Node(OUTPUT, self._name("output"), "output", (tuple(values),)))
         modules: dict[str, Module] = {}
         if "grad_regions" in on:
@@ -1482,7 +1467,7 @@ class _Builder:
             state=pmap(self.state),
             state_order=self.state_order,
             tensors=pmap(self.tensors),
-            signature=sg.ExportSignature(tuple(self.inputs), outputs.specs),
+            signature=sg.ExportSignature(tuple(self.inputs), out_specs),
             call_signatures=pmap(self.signatures),
             call_order=call_order,
         )
@@ -1510,23 +1495,19 @@ class _Builder:
             start = first + data[0] % (len(nodes) - 1 - first)
         while start < len(nodes) - 1 and not self._may_run_without_grad(nodes[start]):
             start += 1
-        run: list[Node] = []
-        for node in nodes[start:start + 2 + (data[1] >> 4) % 8]:
-            if not self._may_run_without_grad(node):
-                break
-            run.append(node)
+        run = list(itertools.takewhile(self._may_run_without_grad,
+                                       nodes[start:start + 2 + (data[1] >> 4) % 8]))
         # a result read after the run must be a tensor (``sort``'s pair is read by its getitem)
-        inside = {n.name for n in run}
-        after = nodes[start + len(run):]
         named = {a.name for sig in self.signatures.values() for a in sig.inputs + sig.outputs}
-        read_after = {r.name for n in after for r in n.inputs()} | named
-        while run and any(n.name in read_after and not isinstance(n.meta.get("val"), torch.Tensor)
-                          for n in run):
-            inside.discard(run.pop().name)
-            after = nodes[start + len(run):]
-            read_after = {r.name for n in after for r in n.inputs()} | named
+        while True:
+            read_after = {r.name for n in nodes[start + len(run):] for r in n.inputs()} | named
+            if all(n.name not in read_after or isinstance(n.meta.get("val"), torch.Tensor)
+                   for n in run):
+                break
+            run.pop()
         if not run:
             return
+        inside = {n.name for n in run}
         inputs = list(dict.fromkeys(r.name for n in run for r in n.inputs() if r.name not in inside))
         results = [n for n in run if n.name in read_after]
         if not results:
@@ -1559,9 +1540,10 @@ class _Builder:
         calls = (key[len("L__self__"):] for key in stack)
         return not any(call and call in self.signatures for call in calls)
 
-    def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
+    def _outputs(self, scope: _Scope, data: bytes) -> tuple[tuple, tuple, tuple]:
         """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
-        outputs: the latest value, then values picked by back-offsets from ``data``."""
+        outputs: the latest value, then values picked by back-offsets from ``data``; as
+        ``(mutation values, user values, every output's spec)``."""
         specs: list[sg.OutputSpec] = []
         mutations: list[Ref] = []
         for fqn in self.state_order:
@@ -1582,40 +1564,23 @@ class _Builder:
             unread = [r for r in reversed(self.opset_results) if r.name not in read]
             user += unread[:3]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
-        return _Outputs(tuple(mutations), tuple(user), tuple(specs))
+        return tuple(mutations), tuple(user), tuple(specs)
 
 
-# the step kinds of the features users' passes target, in the order they join the step kinds
+# the step kinds of the features users' passes target, in the order they join the step kinds:
+# (feature, step kind, the step's method)
 _STEP_FEATURES = (
-    ("constant_builders", "build"),
-    ("random_ops", "random"),
-    ("inplace_copies", "copy"),
-    ("repeated_subexpressions", "twice"),
-    ("overwrites", "overwrite"),
-    ("near_duplicates", "near"),
-    ("identities", "identity"),
-    ("inplace_ops", "inplace"),
-    ("opset", "opset"),
+    ("constant_builders", "build", _Builder._build),
+    ("random_ops", "random", _Builder._random),
+    ("inplace_copies", "copy", _Builder._copy),
+    ("repeated_subexpressions", "twice", _Builder._twice),
+    ("overwrites", "overwrite", _Builder._overwrite),
+    ("near_duplicates", "near", _Builder._near),
+    ("identities", "identity", _Builder._identity),
+    ("inplace_ops", "inplace", _Builder._inplace),
+    ("opset", "opset", _Builder._opset),
 )
-_NEW_STEPS = {
-    "build": _Builder._build,
-    "random": _Builder._random,
-    "copy": _Builder._copy,
-    "mlp": _Builder._mlp,
-    "twice": _Builder._twice,
-    "overwrite": _Builder._overwrite,
-    "near": _Builder._near,
-    "identity": _Builder._identity,
-    "inplace": _Builder._inplace,
-    "opset": _Builder._opset,
-}
-
-
-class _Outputs:
-    def __init__(self, mutations: tuple, user: tuple, specs: tuple) -> None:
-        self.mutations = mutations
-        self.user = user
-        self.specs = specs
+_NEW_STEPS = {kind: step for _, kind, step in _STEP_FEATURES} | {"mlp": _Builder._mlp}
 
 
 def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
@@ -1671,20 +1636,12 @@ _STATE_INPUTS = {
     stt.CONSTANT: ("c_", sg.CONSTANT_TENSOR),
 }
 
-_BASE_NAMES = {
-    operator.getitem: "getitem",
-    aten.add_.Tensor: "add_",
-    aten.sub_.Tensor: "sub_",
-    aten.mul_.Tensor: "mul_",
-    aten.relu_.default: "relu_",
-}
 
-for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
-    aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
-    aten.mean.dim, aten.sort.default, aten.clone.default, aten.copy_.default,
-    aten._to_copy.default, aten.div.Tensor, aten.pow.Tensor_Scalar,
-):
-    _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
+@functools.cache
+def _base_name(target: Any) -> str:
+    """What a node of ``target`` is named after: ``getitem``, or the operator's schema name
+    (``add_`` for ``aten.add_.Tensor``). Memoized per target."""
+    return "getitem" if target is operator.getitem else op_schema(target).name.split("::")[-1]
 
 
 # --- inputs -------------------------------------------------------------------------------------
