@@ -353,6 +353,7 @@ def check_semantics(
             "semantics", pass_fn, f"lowering the result raised {type(e).__name__}: {e}", program
         ) from e
     fqns = program.state_order
+    outputs = "outputs (against the reference's)" if reference is not None else "outputs"
     for at, args, kwargs, seed, sized in _semantics_runs(program, inputs, calls):
         example = Example.of(program, args, kwargs)
         # at the example's sizes, the input program and the reference must run; at other
@@ -370,8 +371,9 @@ def check_semantics(
                 f"{at}, where the input program runs, the lowered result raised {got} (did the "
                 "pass bake a dynamic size in?)" if sized
                 else f"{at} of the lowered result raised {got}", program, example=example)
-        problem = _call_difference(got, want, atol, rtol, reference is not None,
-                                   _written(program, (*args, *kwargs.values()), want))
+        # an output may alias what the input program wrote in place (``_written``)
+        problem = judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs,
+                        written=_written(program, (*args, *kwargs.values()), want))
         if problem:
             raise LawViolation("semantics", pass_fn, f"{at}: {problem}", program,
                                example=example, output=_output_index(problem))
@@ -792,16 +794,6 @@ output is a view of an input, of state or of another output (a caller writing it
 that too) breaks the law. An alias the input program had may be lost (a pass may copy a view
 it returns), and two outputs that computed one value may become one tensor returned twice
 (``cse``'s contract; the result's signature names one value at both output specs)."""
-
-
-def _call_difference(got: Observed, want: Observed, atol: float | None, rtol: float | None,
-                     by_reference: bool, written: frozenset[str] = frozenset(),
-                     ) -> Difference | None:
-    """What differs between two observed runs (``ir.harness.judge`` under :data:`SEMANTICS`),
-    or ``None``; ``written``: what the input program wrote in place, which an output may alias
-    (``_written``)."""
-    outputs = "outputs (against the reference's)" if by_reference else "outputs"
-    return judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs, written=written)
 
 
 def _written(program: Program, before: tuple, want: Observed) -> frozenset[str]:
