@@ -121,7 +121,7 @@ from pyrsistent import pmap
 
 from ir import signature as sg
 from ir import state as stt
-from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref, thaw
+from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref
 from ir.effects import aliased_args
 from ir.errors import InputError
 from ir.fake_run import hint
@@ -696,13 +696,11 @@ class _Builder:
         in-place write, a ``getitem``: ``ir.effects.aliased_args``): the operator run on its
         arguments' ``val`` s under the fake mode, so it shares their storage as export's
         does; a new value where that cannot run. O(arguments)."""
-        args = thaw(node.args, lambda r: self.val_of.get(r.name))
-        kwargs = thaw(node.kwargs, lambda r: self.val_of.get(r.name))
         if node.target is operator.getitem:
-            return args[0][args[1]]
+            return self.val_of[node.args[0].name][node.args[1]]
         try:
-            with self.mode:
-                return node.target(*args, **kwargs)
+            return fake_call(self.mode, node.target, node.args, node.kwargs,
+                             lambda r: self.val_of.get(r.name))
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # fake mode cannot
             # run it: a value of its own
             return self._val(shape)
@@ -1313,9 +1311,7 @@ class _Builder:
         if stride is None:
             return ref(name)
         view = self._name(_base_name(target))
-        with self.mode:
-            view_val = target(val, *(list(x.items) if isinstance(x, IList) else x
-                                     for x in args[1:]))
+        view_val = fake_call(self.mode, target, args, EMPTY_DICT, lambda r: val)
         plan.layout.append((view, target, args, view_val))
         planned[view] = view_val
         return ref(view)

@@ -35,12 +35,15 @@ pattern in the root, nothing preserved, the training level.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import torch
 from hypothesis import strategies as st
+
+from ir.args import thaw
 
 SOURCES = ("input", "computed", "view", "transposed", "buffer", "shared")
 """Where a tensor argument of the pattern comes from."""
@@ -347,8 +350,6 @@ def _retype(node: Any, chosen: set) -> Any:
 
 
 def _results(graph: Any, env: dict) -> Any:
-    from ir.args import thaw
-
     out = next(n for n in graph.nodes if n.op == "output")
     res = thaw(out.args[0], lambda r: env[r.name])
     if isinstance(res, (tuple, list)):
@@ -362,8 +363,6 @@ def _output_refs(graph: Any) -> list:
 
 
 def _run_nodes(nodes: Sequence[Any], env: dict) -> None:
-    from ir.args import thaw
-
     def read(r: Any) -> Any:
         return env[r.name]
 
@@ -396,8 +395,6 @@ def export_site(spec: SiteSpec, pattern: Callable, split: Any = None
     """``torch.export`` of ``realize_site(spec, ...)`` (the child preserved when
     ``spec.preserve``; ``run_decompositions()`` at the core level) and its inputs; ``None``
     when export refuses the module (say, a preserved call returning an alias of its input)."""
-    import warnings
-
     model, inputs = realize_site(spec, pattern, split)
     try:
         with warnings.catch_warnings():
