@@ -52,7 +52,7 @@ from ir.args import Ref, map_refs
 from ir.graph import Graph
 from ir.import_ep import import_ep
 from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
 from ir.strategies import values
 from ir.strategies.programs import program_inputs
@@ -266,21 +266,16 @@ def _write_before(p: Program, spec: sg.InputSpec, amount: float) -> Program:
     read of the buffer reads its result (as export writes in place)."""
     write = _call(p, f"{spec.name}_written", aten.add_.Tensor, spec.name, amount,
                   stack=_reader_stack(p, spec.name, first=True), val_of=aten.add.Tensor)
-    name = write.name
-    nodes = []
+    written = Ref(write.name)
 
     def rename(r: Ref) -> Ref:
-        return Ref(name) if r.name == spec.name else r
+        return written if r.name == spec.name else r
 
-    placed = False
-    for n in p.root_module.graph.nodes:
-        if n.op != PLACEHOLDER and not placed:
-            nodes.append(write)
-            placed = True
-        if n.op != PLACEHOLDER:
-            n = n.replace(args=map_refs(n.args, rename), kwargs=map_refs(n.kwargs, rename))
-        nodes.append(n)
-    return _with_graph(p, nodes)
+    graph = p.root_module.graph
+    placeholders = graph.placeholders  # first, as in every graph
+    rest = [n.replace(args=map_refs(n.args, rename), kwargs=map_refs(n.kwargs, rename))
+            for n in graph.nodes[len(placeholders):]]
+    return _with_graph(p, [*placeholders, write, *rest])
 
 
 def _write_after(p: Program, spec: sg.InputSpec, amount: float) -> Program:
