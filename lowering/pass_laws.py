@@ -569,10 +569,7 @@ def check_program(
     """
     chosen = _check_laws_arg(laws, idempotent)
     try:
-        if "purity" in chosen:
-            result = check_purity(pass_fn, program)
-        else:
-            result = _call(pass_fn, program)
+        result = (check_purity if "purity" in chosen else _call)(pass_fn, program)
     except LawViolation as e:
         cause = e.__cause__
         if e.law == "raises" and allowed_errors and isinstance(cause, allowed_errors):
