@@ -401,7 +401,7 @@ def _check_module_spec(spec: ModuleSpec) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"ModuleSpec names must be unique, got duplicates {duplicates}")
-    owned = _canonical_paths(spec)
+    owned = module_paths(spec)
     for alias in spec.aliases:
         if alias.target not in owned:
             raise ValueError(f"Alias.target must be the path of a module owned below this one "
@@ -508,13 +508,9 @@ def _canonical_walk(spec: ChildSpec, prefix: str = "") -> Iterator[tuple[str, Ch
             yield from _canonical_walk(child, f"{prefix}.{name}" if prefix else name)
 
 
-def _canonical_paths(spec: ChildSpec) -> tuple[str, ...]:
-    return tuple(path for path, _ in _canonical_walk(spec) if path)
-
-
 def module_paths(root: ModuleSpec) -> tuple[str, ...]:
     """Canonical fqns of all non-root modules, in ``named_modules()`` order."""
-    return _canonical_paths(root)
+    return tuple(path for path, _ in _canonical_walk(root) if path)
 
 
 def parameter_fqns(root: ModuleSpec) -> tuple[tuple[str, str], ...]:
@@ -992,7 +988,7 @@ def _op_kinds(draft: _ModuleDraft, limits: _Limits, depth_left: int) -> list[str
         ("call_new", can_nest and bool(nestable)),
         ("call_again", limits.has("repeat_calls") and bool(draft.called)),
         ("call_alias", limits.has("sharing") and len(draft.aliases) < limits.max_children
-         and bool(_canonical_paths(draft.spec(with_ops=False)))),
+         and bool(module_paths(draft.spec(with_ops=False)))),
         ("update_buffer", limits.has("buffer_updates") and bool(names["buffer"])),
         ("assign_buffer", draft.assign_ok and bool(names["buffer"])),
     ]
@@ -1051,7 +1047,7 @@ def _draw_call(draw: st.DrawFn, draft: _ModuleDraft, limits: _Limits, depth_left
         name = f"c{len(draft.children)}"
         draft.children.append(Child(name, _draw_child(draw, limits, depth_left)))
     elif kind == "call_alias":
-        target = draw(st.sampled_from(_canonical_paths(draft.spec(with_ops=False))))
+        target = draw(st.sampled_from(module_paths(draft.spec(with_ops=False))))
         name = f"a{len(draft.aliases)}"
         draft.aliases.append(Alias(name, target))
     else:
