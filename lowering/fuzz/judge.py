@@ -14,6 +14,7 @@ cancelling subtraction is judged on its operands' scale).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -141,13 +142,7 @@ def compare(program: Program, got: Side, want: Side,
         return Verdict("crash", f"{name}: {line}", ("call", ""),
                        cause=_named_operator(line) or name)
     budget = error_budget(program)
-    wide: list = []
-
-    def reference() -> Side | None:
-        if not wide:
-            wide.append(exact() if exact is not None else None)
-        return wide[0]
-
+    reference = functools.cache(exact) if exact is not None else (lambda: None)
     groups = (("output", got.outputs, want.outputs, "outputs"),
               ("input", got.inputs, want.inputs, "inputs"))
     for where, g_items, w_items, field in groups:
