@@ -187,19 +187,11 @@ def _candidates(p: Program) -> list[Node]:
     graph = p.root_module.graph
     returned = {s.name for s in p.signature.outputs}
     preserved = {name for name in p.call_signatures if name}
-    found = []
-    for n in graph.nodes:
-        if n.op != CALL_FUNCTION or n.name in returned:
-            continue
-        if not isinstance(n.meta.get("val"), torch.Tensor):
-            continue
-        if not ops.is_recomputable(n.target) or ops.is_view(n.target):
-            continue
-        paths = {path for path, _ in (n.meta.get("nn_module_stack") or {}).values()}
-        if paths & preserved:
-            continue
-        found.append(n)
-    return found
+    return [n for n in graph.nodes
+            if n.op == CALL_FUNCTION and n.name not in returned
+            and isinstance(n.meta.get("val"), torch.Tensor)
+            and ops.is_recomputable(n.target) and not ops.is_view(n.target)
+            and not preserved & {path for path, _ in (n.meta.get("nn_module_stack") or {}).values()}]
 
 
 def _draw_extra_values(draw: st.DrawFn, p: Program, said: list[str]) -> tuple[Program, bool]:
