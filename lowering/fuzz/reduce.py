@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from ir.args import map_refs
+from ir.args import Ref, map_refs
 from ir.node import CALL_FUNCTION
 from ir.ops import is_mutating
 from ir.program import Program
@@ -80,12 +80,12 @@ def bypassed(program: Program, name: str) -> Program | None:
         return None
     if not is_mutating(node.target) and stand_in.name == name:
         return None
-    nodes = []
-    for n in graph.nodes:
-        if n.name == name:
-            continue
-        swap = (lambda r, s=stand_in: s if r.name == name else r)
-        nodes.append(n.replace(args=map_refs(n.args, swap), kwargs=map_refs(n.kwargs, swap)))
+
+    def swap(r: Ref) -> Ref:
+        return stand_in if r.name == name else r
+
+    nodes = [n.replace(args=map_refs(n.args, swap), kwargs=map_refs(n.kwargs, swap))
+             for n in graph.nodes if n.name != name]
     root = program.root_module
     modules = program.modules.set(program.root,
                                   root.replace(graphs=(kn.built(nodes),) + root.graphs[1:]))
