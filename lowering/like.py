@@ -36,7 +36,6 @@ takes its draws as they are.
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from collections.abc import Callable
 from types import MappingProxyType
@@ -53,12 +52,13 @@ from ir.args import Ref, map_refs
 from ir.graph import Graph
 from ir.import_ep import import_ep
 from ir.names import Names, fresh_name
-from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
 from ir.strategies import values
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
 from lowering.export import export_ep
+from transforms import kernel as kn
 from transforms.pipeline import transform
 
 __all__ = ["FORMS", "LikeExample", "programs_like"]
@@ -187,19 +187,11 @@ def _candidates(p: Program) -> list[Node]:
     graph = p.root_module.graph
     returned = {s.name for s in p.signature.outputs}
     preserved = {name for name in p.call_signatures if name}
-    found = []
-    for n in graph.nodes:
-        if n.op != CALL_FUNCTION or n.name in returned:
-            continue
-        if not isinstance(n.meta.get("val"), torch.Tensor):
-            continue
-        if not ops.is_recomputable(n.target) or ops.is_view(n.target):
-            continue
-        paths = {path for path, _ in (n.meta.get("nn_module_stack") or {}).values()}
-        if paths & preserved:
-            continue
-        found.append(n)
-    return found
+    return [n for n in graph.nodes
+            if n.op == CALL_FUNCTION and n.name not in returned
+            and isinstance(n.meta.get("val"), torch.Tensor)
+            and ops.is_recomputable(n.target) and not ops.is_view(n.target)
+            and not preserved & {path for path, _ in (n.meta.get("nn_module_stack") or {}).values()}]
 
 
 def _draw_extra_values(draw: st.DrawFn, p: Program, said: list[str]) -> tuple[Program, bool]:
@@ -221,19 +213,9 @@ def _add_output(p: Program, name: str, reader: Node | None) -> Program:
     """``p`` returning ``name`` too: the user outputs become ``(outputs, name)``; ``reader``,
     a new node, goes last, before the output (it reads the value after every other node,
     in-place writes included)."""
-    nodes = []
-    for n in p.root_module.graph.nodes:
-        if n.op == OUTPUT:
-            if reader is not None:
-                nodes.append(reader)
-            n = n.replace(args=(tuple(n.args[0]) + (Ref(name),),))
-        nodes.append(n)
     root_sig = p.call_signatures[""]
     out_spec = pytree.TreeSpec(tuple, None, [root_sig.out_spec, pytree.treespec_leaf()])
-    signature = attrs.evolve(
-        p.signature, outputs=p.signature.outputs + (sg.OutputSpec(sg.USER_OUTPUT, name),))
-    return _with_graph(p, nodes).replace(
-        signature=signature,
+    return _returning(p, reader, sg.OutputSpec(sg.USER_OUTPUT, name), first=False).replace(
         call_signatures=p.call_signatures.set("", attrs.evolve(root_sig, out_spec=out_spec)))
 
 
@@ -276,21 +258,16 @@ def _write_before(p: Program, spec: sg.InputSpec, amount: float) -> Program:
     read of the buffer reads its result (as export writes in place)."""
     write = _call(p, f"{spec.name}_written", aten.add_.Tensor, spec.name, amount,
                   stack=_reader_stack(p, spec.name, first=True), val_of=aten.add.Tensor)
-    name = write.name
-    nodes = []
+    written = Ref(write.name)
 
     def rename(r: Ref) -> Ref:
-        return Ref(name) if r.name == spec.name else r
+        return written if r.name == spec.name else r
 
-    placed = False
-    for n in p.root_module.graph.nodes:
-        if n.op != PLACEHOLDER and not placed:
-            nodes.append(write)
-            placed = True
-        if n.op != PLACEHOLDER:
-            n = n.replace(args=map_refs(n.args, rename), kwargs=map_refs(n.kwargs, rename))
-        nodes.append(n)
-    return _with_graph(p, nodes)
+    graph = p.root_module.graph
+    placeholders = graph.placeholders  # first, as in every graph
+    rest = [n.replace(args=map_refs(n.args, rename), kwargs=map_refs(n.kwargs, rename))
+            for n in graph.nodes[len(placeholders):]]
+    return _with_graph(p, [*placeholders, write, *rest])
 
 
 def _write_after(p: Program, spec: sg.InputSpec, amount: float) -> Program:
@@ -298,14 +275,20 @@ def _write_after(p: Program, spec: sg.InputSpec, amount: float) -> Program:
     ``buffer_mutation`` (as export writes functionally): the next call reads the new value."""
     new = _call(p, f"{spec.name}_next", aten.add.Tensor, spec.name, amount,
                 stack=_reader_stack(p, spec.name, first=False))
-    nodes = []
-    for n in p.root_module.graph.nodes:
-        if n.op == OUTPUT:
-            nodes.append(new)
-            n = n.replace(args=((Ref(new.name),) + tuple(n.args[0]),))
-        nodes.append(n)
-    signature = attrs.evolve(p.signature, outputs=(
-        sg.OutputSpec(sg.BUFFER_MUTATION, new.name, spec.target),) + p.signature.outputs)
+    return _returning(p, new, sg.OutputSpec(sg.BUFFER_MUTATION, new.name, spec.target),
+                      first=True)
+
+
+def _returning(p: Program, node: Node | None, out: sg.OutputSpec, *, first: bool) -> Program:
+    """``p`` also returning the value ``out`` names, first or last among the outputs (its
+    spec likewise); ``node``, a new node, goes last, just before the output."""
+    nodes = list(p.root_module.graph.nodes)
+    output = nodes.pop()
+    old, value = tuple(output.args[0]), (Ref(out.name),)
+    nodes += [node] if node is not None else []
+    nodes.append(output.replace(args=(value + old if first else old + value,)))
+    outs = p.signature.outputs
+    signature = attrs.evolve(p.signature, outputs=(out,) + outs if first else outs + (out,))
     return _with_graph(p, nodes).replace(signature=signature)
 
 
@@ -364,9 +347,8 @@ def _draw_sizes(draw: st.DrawFn, p: Program, said: list[str]) -> dict[Any, int]:
     ranges = p.range_constraints.value or {}
     sizes = {}
     for s, hint in _symbols(p).items():
-        vr = ranges.get(s)
-        low = max(_finite(vr.lower) or 1, 1) if vr is not None else hint
-        high = _finite(vr.upper) if vr is not None else hint
+        low, high = kn.size_range(p, s) if s in ranges else (hint, hint)
+        low = max(low, 1)
         high = max(2 * hint, 8) if high is None else high
         picks = [hint] + [v for v in (low, high, low + 1, high - 1, hint + 1, hint - 1)
                           if low <= v <= high]
@@ -374,15 +356,6 @@ def _draw_sizes(draw: st.DrawFn, p: Program, said: list[str]) -> dict[Any, int]:
         if sizes[s] != hint:
             said.append(f"{s} = {sizes[s]} (exported at {hint})")
     return sizes
-
-
-def _finite(bound: Any) -> int | None:
-    """A range bound as an int; ``None`` for an infinite one (sympy's or torch's ``int_oo``)."""
-    try:
-        value = float(bound)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return int(value) if math.isfinite(value) else None
 
 
 def _inputs(draw: st.DrawFn, p: Program, sizes: dict[Any, int], edges: bool,

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import attrs
@@ -180,7 +180,9 @@ def check_purity(pass_fn: Pass, program: Program) -> Program:
         problems.append("the input's node meta changed")
     after = program_tensor_versions(program)
     if after != versions:
-        written = sorted(k for k, a, b in _version_diff(program, versions, after) if a != b)
+        keys = [k for k in sorted(program.tensors.keys())
+                if isinstance(program.tensors[k].value, torch.Tensor)]  # versions' order
+        written = sorted(k for k, a, b in zip(keys, versions, after) if a != b)
         problems.append(f"tensors of the input were written: {written}")
     else:
         written = _written_behind_versions(program, bits)
@@ -350,53 +352,46 @@ def check_semantics(
         raise LawViolation(
             "semantics", pass_fn, f"lowering the result raised {type(e).__name__}: {e}", program
         ) from e
-    args, kwargs = inputs(program)
-    example = Example.of(program, args, kwargs)
     fqns = program.state_order
-    for i in range(calls):
-        want = _run(original, args, kwargs, fqns, SEED + i, "the input program")
-        if reference is not None:
-            eager = _run(reference, args, kwargs, (), SEED + i, "the reference")
-            want = attrs.evolve(want, outputs=eager.outputs)  # aliasing: the program's
-        got = _run(lowered, args, kwargs, fqns, SEED + i, None)
+    outputs = "outputs (against the reference's)" if reference is not None else "outputs"
+    for at, args, kwargs, seed, sized in _semantics_runs(program, inputs, calls):
+        example = Example.of(program, args, kwargs)
+        # at the example's sizes, the input program and the reference must run; at other
+        # sizes, where either does not, nothing is compared (not the pass's fault)
+        want = _run(original, args, kwargs, fqns, seed, None if sized else "the input program")
+        if reference is not None and not isinstance(want, str):
+            eager = _run(reference, args, kwargs, (), seed, None if sized else "the reference")
+            want = eager if isinstance(eager, str) else attrs.evolve(want, outputs=eager.outputs)
+        if isinstance(want, str):
+            continue
+        got = _run(lowered, args, kwargs, fqns, seed, None)
         if isinstance(got, str):
             raise LawViolation(
-                "semantics", pass_fn, f"call {i + 1} of the lowered result raised {got}", program,
-                example=example,
-            )
-        problem = _call_difference(got, want, atol, rtol, reference is not None,
-                                   _written(program, (*args, *kwargs.values()), want))
+                "semantics", pass_fn,
+                f"{at}, where the input program runs, the lowered result raised {got} (did the "
+                "pass bake a dynamic size in?)" if sized
+                else f"{at} of the lowered result raised {got}", program, example=example)
+        # an output may alias what the input program wrote in place (``_written``)
+        problem = judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs,
+                        written=_written(program, (*args, *kwargs.values()), want))
         if problem:
-            raise LawViolation("semantics", pass_fn, f"call {i + 1}: {problem}", program,
+            raise LawViolation("semantics", pass_fn, f"{at}: {problem}", program,
                                example=example, output=_output_index(problem))
+    return result
+
+
+def _semantics_runs(program: Program, inputs: Inputs, calls: int) -> Iterator[tuple]:
+    """The runs of the semantics law, as ``(at, args, kwargs, seed, sized)``: ``calls`` calls
+    on ``inputs(program)`` (seeds ``SEED + i``), then one at each of :func:`other_sizes`
+    where inputs can be made (``sized``). Lazy: the other sizes are asked for only once the
+    example's calls agree."""
+    args, kwargs = inputs(program)
+    for i in range(calls):
+        yield f"call {i + 1}", args, kwargs, SEED + i, False
     for sizes in other_sizes(program):
         args, kwargs = _inputs_at(program, sizes)
-        if args is None:
-            continue
-        at = _sizes_text(program, sizes)
-        want = run_side(original, args, kwargs, seed=SEED, state=_state_of(original, fqns))
-        if not want.ok:
-            continue  # the input program does not run there either: not the pass's fault
-        want = want.observed
-        if reference is not None:
-            eager = run_side(reference, args, kwargs, seed=SEED)
-            if not eager.ok:
-                continue
-            want = attrs.evolve(want, outputs=eager.observed.outputs)
-        got = _run(lowered, args, kwargs, fqns, SEED, None)
-        if isinstance(got, str):
-            raise LawViolation(
-                "semantics", pass_fn, f"at {at}, where the input program runs, the lowered "
-                f"result raised {got} (did the pass bake a dynamic size in?)", program,
-                example=Example.of(program, args, kwargs),
-            )
-        problem = _call_difference(got, want, atol, rtol, reference is not None,
-                                   _written(program, (*args, *kwargs.values()), want))
-        if problem:
-            raise LawViolation("semantics", pass_fn, f"at {at}: {problem}", program,
-                               example=Example.of(program, args, kwargs),
-                               output=_output_index(problem))
-    return result
+        if args is not None:
+            yield f"at {_sizes_text(program, sizes)}", args, kwargs, SEED, True
 
 
 # --- other sizes of the dynamic dimensions -------------------------------------------------------
@@ -574,10 +569,7 @@ def check_program(
     """
     chosen = _check_laws_arg(laws, idempotent)
     try:
-        if "purity" in chosen:
-            result = check_purity(pass_fn, program)
-        else:
-            result = _call(pass_fn, program)
+        result = (check_purity if "purity" in chosen else _call)(pass_fn, program)
     except LawViolation as e:
         cause = e.__cause__
         if e.law == "raises" and allowed_errors and isinstance(cause, allowed_errors):
@@ -801,16 +793,6 @@ it returns), and two outputs that computed one value may become one tensor retur
 (``cse``'s contract; the result's signature names one value at both output specs)."""
 
 
-def _call_difference(got: Observed, want: Observed, atol: float | None, rtol: float | None,
-                     by_reference: bool, written: frozenset[str] = frozenset(),
-                     ) -> Difference | None:
-    """What differs between two observed runs (``ir.harness.judge`` under :data:`SEMANTICS`),
-    or ``None``; ``written``: what the input program wrote in place, which an output may alias
-    (``_written``)."""
-    outputs = "outputs (against the reference's)" if by_reference else "outputs"
-    return judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs, written=written)
-
-
 def _written(program: Program, before: tuple, want: Observed) -> frozenset[str]:
     """The inputs (``"input i"``: changed by the input program's call) and state (what
     ``ir.effects.state_written`` says a call may write: mutation outputs, in-place writes at
@@ -930,12 +912,6 @@ def _written_behind_versions(program: Program, snapshot: dict[str, torch.Tensor]
     """Table keys whose tensor no longer has the bits ``snapshot`` holds."""
     return sorted(key for key, copy in snapshot.items()
                   if not same_bits(program.tensors[key].value.detach(), copy))
-
-
-def _version_diff(program: Program, before: tuple, after: tuple) -> list:
-    keys = sorted(program.tensors.keys())
-    tensor_keys = [k for k in keys if isinstance(program.tensors[k].value, torch.Tensor)]
-    return [(k, a, b) for k, a, b in zip(tensor_keys, before, after)]
 
 
 def _meta_fingerprint(program: Program) -> tuple:

@@ -401,7 +401,7 @@ def _check_module_spec(spec: ModuleSpec) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"ModuleSpec names must be unique, got duplicates {duplicates}")
-    owned = _canonical_paths(spec)
+    owned = module_paths(spec)
     for alias in spec.aliases:
         if alias.target not in owned:
             raise ValueError(f"Alias.target must be the path of a module owned below this one "
@@ -508,13 +508,9 @@ def _canonical_walk(spec: ChildSpec, prefix: str = "") -> Iterator[tuple[str, Ch
             yield from _canonical_walk(child, f"{prefix}.{name}" if prefix else name)
 
 
-def _canonical_paths(spec: ChildSpec) -> tuple[str, ...]:
-    return tuple(path for path, _ in _canonical_walk(spec) if path)
-
-
 def module_paths(root: ModuleSpec) -> tuple[str, ...]:
     """Canonical fqns of all non-root modules, in ``named_modules()`` order."""
-    return _canonical_paths(root)
+    return tuple(path for path, _ in _canonical_walk(root) if path)
 
 
 def parameter_fqns(root: ModuleSpec) -> tuple[tuple[str, str], ...]:
@@ -666,31 +662,6 @@ def _signal(h: torch.Tensor) -> torch.Tensor:
     return torch.tanh(h).mean(0).detach()
 
 
-def _apply_unary(m: nn.Module, op: Unary, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _UNARY_IMPLS[op.fn](h)
-
-
-def _apply_binary(m: nn.Module, op: Binary, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _BINARY_IMPLS[op.fn](h, getattr(m, op.operand))
-
-
-def _apply_matmul(m: nn.Module, op: MatMul, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(h, getattr(m, op.weight))
-
-
-def _apply_linear(m: nn.Module, op: Linear, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    bias = None if op.bias is None else getattr(m, op.bias)
-    return F.linear(h, getattr(m, op.weight), bias)
-
-
-def _apply_call(m: nn.Module, op: Call, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return getattr(m, op.child)(h)
-
-
-def _add_toward(buffer: torch.Tensor, signal: torch.Tensor) -> torch.Tensor:
-    return buffer.add_((signal - buffer) * 0.5)
-
-
 def _apply_update(m: nn.Module, op: UpdateBuffer, h: torch.Tensor, x: torch.Tensor
                   ) -> torch.Tensor:
     _BUFFER_UPDATE_IMPLS[op.fn](getattr(m, op.buffer), _signal(h))
@@ -703,9 +674,8 @@ def _apply_assign(m: nn.Module, op: AssignBuffer, h: torch.Tensor, x: torch.Tens
     return h
 
 
-def _apply_residual(m: nn.Module, op: Residual, h: torch.Tensor, x: torch.Tensor
-                    ) -> torch.Tensor:
-    return (h + x) * 0.5
+def _add_toward(buffer: torch.Tensor, signal: torch.Tensor) -> torch.Tensor:
+    return buffer.add_((signal - buffer) * 0.5)
 
 
 _UNARY_IMPLS = {"neg": torch.neg, "relu": torch.relu, "tanh": torch.tanh}
@@ -714,14 +684,15 @@ _BUFFER_UPDATE_IMPLS = {"add_": _add_toward, "mul_": torch.Tensor.mul_}
 
 # op type -> rule(module, op, h, x) -> new h
 _RULES = {
-    Unary: _apply_unary,
-    Binary: _apply_binary,
-    MatMul: _apply_matmul,
-    Linear: _apply_linear,
-    Call: _apply_call,
+    Unary: lambda m, op, h, x: _UNARY_IMPLS[op.fn](h),
+    Binary: lambda m, op, h, x: _BINARY_IMPLS[op.fn](h, getattr(m, op.operand)),
+    MatMul: lambda m, op, h, x: torch.matmul(h, getattr(m, op.weight)),
+    Linear: lambda m, op, h, x: F.linear(h, getattr(m, op.weight),
+                                         None if op.bias is None else getattr(m, op.bias)),
+    Call: lambda m, op, h, x: getattr(m, op.child)(h),
     UpdateBuffer: _apply_update,
     AssignBuffer: _apply_assign,
-    Residual: _apply_residual,
+    Residual: lambda m, op, h, x: (h + x) * 0.5,
 }
 
 
@@ -1017,7 +988,7 @@ def _op_kinds(draft: _ModuleDraft, limits: _Limits, depth_left: int) -> list[str
         ("call_new", can_nest and bool(nestable)),
         ("call_again", limits.has("repeat_calls") and bool(draft.called)),
         ("call_alias", limits.has("sharing") and len(draft.aliases) < limits.max_children
-         and bool(_canonical_paths(draft.spec(with_ops=False)))),
+         and bool(module_paths(draft.spec(with_ops=False)))),
         ("update_buffer", limits.has("buffer_updates") and bool(names["buffer"])),
         ("assign_buffer", draft.assign_ok and bool(names["buffer"])),
     ]
@@ -1076,7 +1047,7 @@ def _draw_call(draw: st.DrawFn, draft: _ModuleDraft, limits: _Limits, depth_left
         name = f"c{len(draft.children)}"
         draft.children.append(Child(name, _draw_child(draw, limits, depth_left)))
     elif kind == "call_alias":
-        target = draw(st.sampled_from(_canonical_paths(draft.spec(with_ops=False))))
+        target = draw(st.sampled_from(module_paths(draft.spec(with_ops=False))))
         name = f"a{len(draft.aliases)}"
         draft.aliases.append(Alias(name, target))
     else:

@@ -107,7 +107,9 @@ composes with any other.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
@@ -115,12 +117,11 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 from pyrsistent import pmap
 
 from ir import signature as sg
 from ir import state as stt
-from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref, thaw
+from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref
 from ir.effects import aliased_args
 from ir.errors import InputError
 from ir.fake_run import hint
@@ -134,6 +135,7 @@ from ir.opset import TensorSpec, sample_args, written_at
 from ir.printer import contiguous_strides
 from ir.program import Program
 from ir.state import Opaque, Slot
+from ir.strategies import module_trees
 from ir.strategies.opset_steps import (
     OPSET_FEATURES,
     Plan,
@@ -257,30 +259,20 @@ _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 _INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 _FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
 _SCALARS = (0.5, -1.0, 2.0, 0.25)
-_IDENTITIES = ((aten.mul.Tensor, 1.0), (aten.add.Tensor, 0), (aten.sub.Tensor, 0.0),
-               (aten.div.Tensor, 1.0), (aten.pow.Tensor_Scalar, 2), (aten.mul.Tensor, 2),
-               (aten.clone.default, None))
-_READERS = ((aten.clone.default, None), (aten.mul.Tensor, 1.0))
+_IDENTITIES = ((aten.mul.Tensor, (1.0,)), (aten.add.Tensor, (0,)), (aten.sub.Tensor, (0.0,)),
+               (aten.div.Tensor, (1.0,)), (aten.pow.Tensor_Scalar, (2,)), (aten.mul.Tensor, (2,)),
+               (aten.clone.default, ()))
+_READERS = ((aten.clone.default, ()), (aten.mul.Tensor, (1.0,)))  # (target, literals after x)
 
 
 # --- argument checks ----------------------------------------------------------------------------
 
 
 def check_features(name: str, value: object) -> frozenset[str]:
-    """``value`` as a frozenset of feature names; ``InvalidArgument`` naming ``name`` otherwise."""
-    if value is None:
-        return frozenset(FEATURES)
-    if isinstance(value, str) or not isinstance(value, Collection):
-        raise InvalidArgument(f"{name} must be a collection of feature names, got {value!r}")
-    unknown = sorted(str(v) for v in value if v not in FEATURES)
-    if unknown:
-        raise InvalidArgument(f"{name} has unknown features {unknown}; known: {list(FEATURES)}")
-    return frozenset(value)
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidArgument(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    """``value`` as a frozenset of feature names (every one of :data:`FEATURES` for ``None``);
+    ``InvalidArgument`` naming ``name`` otherwise."""
+    found = module_trees.check_features(name, value, FEATURES)
+    return frozenset(FEATURES) if found is None else found
 
 
 # --- the strategy -------------------------------------------------------------------------------
@@ -369,9 +361,9 @@ def _checked(
     if asked:  # naming operators asks for the opset steps
         allowed |= OFF_BY_DEFAULT
         forced |= {"opset"}
-    _check_int("max_modules", max_modules, 1 if crossing else 0, 16)
-    _check_int("max_ops", max_ops, 0, 32)
-    _check_int("max_nodes", max_nodes, 1, 10_000)
+    module_trees.check_int_range("max_modules", max_modules, 1 if crossing else 0, 16)
+    module_trees.check_int_range("max_ops", max_ops, 0, 32)
+    module_trees.check_int_range("max_nodes", max_nodes, 1, 10_000)
     return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing, resolve_ops(ops),
                      asked)
 
@@ -605,12 +597,6 @@ class _Builder:
         visit("", -1)
         return found
 
-    def _count_sites(self) -> None:
-        """How many paths reach each object (export cannot preserve a module at two paths)."""
-        self.sites: dict[int, int] = {}
-        for _, index in self.paths:
-            self.sites[index] = self.sites.get(index, 0) + 1
-
     def _identities(self) -> dict[tuple[int, str], tuple[int, str]]:
         """``(object, state name) -> the (object, name) whose tensor it is``: tied parameters."""
         identity: dict[tuple[int, str], tuple[int, str]] = {}
@@ -632,7 +618,8 @@ class _Builder:
         """State fqns (parameters, buffers, constants; each in path order), tensors, inputs."""
         self.paths = self._paths()
         self.index_of = dict(self.paths)
-        self._count_sites()
+        # how many paths reach each object (export cannot preserve a module at two paths)
+        self.sites = collections.Counter(index for _, index in self.paths)
         identity = self._identities()
         self.fqns: dict[tuple[str, str], str] = {}
         rows = []
@@ -709,13 +696,11 @@ class _Builder:
         in-place write, a ``getitem``: ``ir.effects.aliased_args``): the operator run on its
         arguments' ``val`` s under the fake mode, so it shares their storage as export's
         does; a new value where that cannot run. O(arguments)."""
-        args = thaw(node.args, lambda r: self.val_of.get(r.name))
-        kwargs = thaw(node.kwargs, lambda r: self.val_of.get(r.name))
         if node.target is operator.getitem:
-            return args[0][args[1]]
+            return self.val_of[node.args[0].name][node.args[1]]
         try:
-            with self.mode:
-                return node.target(*args, **kwargs)
+            return fake_call(self.mode, node.target, node.args, node.kwargs,
+                             lambda r: self.val_of.get(r.name))
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # fake mode cannot
             # run it: a value of its own
             return self._val(shape)
@@ -735,17 +720,12 @@ class _Builder:
         return ref(name)
 
     def _op(self, target: Any, args: tuple, kwargs: IDict = EMPTY_DICT, shape: Any = None) -> Ref:
-        base = _BASE_NAMES.get(target) or target.__name__.split(".")[0]
-        name = self._name(base)
+        name = self._name(_base_name(target))
         bare = Node(CALL_FUNCTION, name, target, args, kwargs)
         val = (self._aliasing_val(bare, shape) if shape is not None and aliased_args(bare)
                else self._val(shape))
-        self.val_of[name] = val
-        meta = {"nn_module_stack": dict(self.frames), "val": val}
-        self.made_in[name] = len(self.frames), self.frames[-1][0]
         self.last_read = next((r for r in args if isinstance(r, Ref)), self.last_read)
-        self.nodes.append(Node(CALL_FUNCTION, name, target, args, kwargs, MappingProxyType(meta)))
-        return ref(name)
+        return self._node(name, target, args, kwargs, val, named=True)
 
     def _full(self) -> bool:
         return len(self.nodes) >= self.max_nodes
@@ -791,15 +771,12 @@ class _Builder:
                 self._step(obj, path, scope, kind, x, y, z)
         if obj.record[4] >> 6 == 3 and not self.dense:
             return
-        for name, child in kids[pending:]:
+        # then, with the record's bit, each child called once more, on the latest value
+        again = kids if "repeated_calls" in self.on and obj.record[6] >> 1 & 1 else []
+        for name, child in kids[pending:] + again:
             if self._full():
                 return
             self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
-        if "repeated_calls" in self.on and obj.record[6] >> 1 & 1:
-            for name, child in kids:  # each child called once more, on the latest value
-                if self._full():
-                    return
-                self._call(child, f"{path}.{name}" if path else name, scope, 0, 0, 0)
 
     def _call(self, index: int, path: str, scope: _Scope, x: int, y: int, z: int) -> None:
         n = self.calls.get(path, 0)
@@ -928,7 +905,7 @@ class _Builder:
             kinds.append("sort")
         if "kwargs_ops" in self.on:
             kinds.append("alpha")
-        kinds += [k for f, k in _STEP_FEATURES if f in self.on]
+        kinds += [k for f, k, _ in _STEP_FEATURES if f in self.on]
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
@@ -975,7 +952,7 @@ class _Builder:
             self._update(path, buffers[y % len(buffers)][0], a, z)
             return
         elif choice == "input_update":
-            self._update_input(scope, y, a, z)
+            self._update_input(scope, self.user_inputs[y % len(self.user_inputs)], a, z)
             return
         else:  # sort: a multi-result op read through getitem
             pair = self._op(aten.sort.default, (a,), shape=("sort", act))
@@ -1088,21 +1065,10 @@ class _Builder:
                   and "preserved_calls" not in self.on
                   and self.input_styles.get(n, "inplace_mutation") == "inplace_mutation"]
         if buffers and (z & 1 or not inputs):
-            name = buffers[y % len(buffers)]
-            fqn = self.fqns[(path, name)]
-            tid = self.tensor_of[fqn]
-            old = self._read_state(path, name)
-            value = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
-            self.styles[tid] = "inplace_mutation"
-            self.current[tid] = self._op(aten.copy_.default, (old, value), shape=(WIDTH,))
-            self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+            self._update(path, buffers[y % len(buffers)], a, z, aten.copy_.default)
         elif inputs:
-            name = inputs[y % len(inputs)]
-            self.input_styles[name] = "inplace_mutation"
-            old = self.input_current.get(name, ref(name))
-            new = self._op(aten.copy_.default, (old, a), shape=self._act())
-            scope.vals[:] = [new if v == old else v for v in scope.vals]
-            self.input_current[name] = new
+            old, new = self._update_input(scope, inputs[y % len(inputs)], a, z,
+                                          aten.copy_.default)
             if a == old:  # the input's old value is read no more
                 return new
         else:
@@ -1147,9 +1113,8 @@ class _Builder:
         """``identities``: one op an algebraic simplifier rewrites: ``mul(a, 1.0)``,
         ``add(a, 0)``, ``sub(a, 0.0)``, ``div(a, 1.0)``, ``pow(a, 2)``, ``mul(a, 2)``,
         ``clone(a)``."""
-        target, literal = _IDENTITIES[z % len(_IDENTITIES)]
-        args = (a,) if literal is None else (a, literal)
-        return self._op(target, args, shape=self._act())
+        target, literals = _IDENTITIES[z % len(_IDENTITIES)]
+        return self._op(target, (a, *literals), shape=self._act())
 
     def _inplace(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_ops``: ``add_`` of ``a`` (or ``mul_`` of a scalar, or ``relu_``) on a value
@@ -1169,9 +1134,8 @@ class _Builder:
             v = self.last_read
         reader = None
         if z >> 3 & 1:  # a copy taken just before the write: ``y = x.clone(); x += a``
-            target, literal = _READERS[(z >> 4) % len(_READERS)]
-            reader = self._op(target, (v,) if literal is None else (v, literal),
-                              shape=self._act())
+            target, literals = _READERS[(z >> 4) % len(_READERS)]
+            reader = self._op(target, (v, *literals), shape=self._act())
         if z % 3 == 0:
             new = self._op(aten.add_.Tensor, (v, a), shape=self._act())
         elif z % 3 == 1:
@@ -1261,29 +1225,20 @@ class _Builder:
                 return state(stt.PARAMETER, "opset_w")
             return self._new_input(spec, stride, plan, planned)
 
-        args = []
-        k = 0
-        for pos, a_ in enumerate(sample.args):
+        tensors = itertools.count()  # the tensor arguments' running number (``tensor_arg``'s k)
+
+        def argument(a_: Any, real: Any, pos: int) -> Any:
             if isinstance(a_, TensorSpec):
-                args.append(tensor_arg(a_, reals[pos], pos, k))
-                k += 1
-            elif isinstance(a_, (tuple, list)) and a_ and all(isinstance(x, TensorSpec)
-                                                              for x in a_):
-                items = []
-                for j, spec in enumerate(a_):
-                    items.append(tensor_arg(spec, reals[pos][j], pos, k))
-                    k += 1
-                args.append(IList(tuple(items)))
-            else:
-                args.append(literal(a_))
-        kw = []
-        for key_, v in sample.kwargs:
-            if isinstance(v, TensorSpec):
-                kw.append((key_, tensor_arg(v, real_kwargs[key_], -1, k)))
-                k += 1
-            else:
-                kw.append((key_, literal(v)))
-        kwargs = IDict(tuple(kw))
+                return tensor_arg(a_, real, pos, next(tensors))
+            if (pos >= 0 and isinstance(a_, (tuple, list)) and a_
+                    and all(isinstance(x, TensorSpec) for x in a_)):
+                return IList(tuple(tensor_arg(spec, real[j], pos, next(tensors))
+                                   for j, spec in enumerate(a_)))
+            return literal(a_)
+
+        args = [argument(a_, reals[pos], pos) for pos, a_ in enumerate(sample.args)]
+        kwargs = IDict(tuple((key_, argument(v, real_kwargs[key_], -1))
+                             for key_, v in sample.kwargs))
         layouts = {n: (tuple(v.shape), v.stride()) for n, v in planned.items()}
         try:
             val = fake_call(self.mode, op, tuple(args), kwargs, lookup)
@@ -1296,8 +1251,7 @@ class _Builder:
         if not results:
             return a
         self._commit(plan)
-        base = op_schema(op).name.split("::")[-1]
-        node = self._node(base, op, tuple(args), kwargs, val)
+        node = self._node(_base_name(op), op, tuple(args), kwargs, val)
         if written:  # state written: kept out of ``grad_regions`` bodies
             self.state_values.add(node.name)
         arg_storages = {storage_identity(v) for v in (lookup(r) for r in iter_refs((tuple(args), kwargs)))
@@ -1341,13 +1295,10 @@ class _Builder:
         a ``permute`` of a contiguous input or an ``as_strided`` view of a flat one."""
         shape = tuple(spec.shape)
         name = self._name("x")
+        perm = None if stride is None else permutation_for(shape, stride)
         if stride is None:
             val = self._fake(shape, spec.dtype)
-            plan.placeholders.append((sg.USER_INPUT, name, val, None))
-            planned[name] = val
-            return ref(name)
-        perm = permutation_for(shape, stride)
-        if perm is not None:
+        elif perm is not None:
             val = self._fake(tuple(shape[d] for d in perm), spec.dtype)
             inverse = tuple(perm.index(d) for d in range(len(shape)))
             target, args = aten.permute.default, (ref(name), IList(inverse))
@@ -1357,10 +1308,10 @@ class _Builder:
             target, args = aten.as_strided.default, (ref(name), IList(shape), IList(stride))
         plan.placeholders.append((sg.USER_INPUT, name, val, None))
         planned[name] = val
-        view = self._name(op_schema(target).name.split("::")[-1])
-        with self.mode:
-            view_val = target(val, *(list(x.items) if isinstance(x, IList) else x
-                                     for x in args[1:]))
+        if stride is None:
+            return ref(name)
+        view = self._name(_base_name(target))
+        view_val = fake_call(self.mode, target, args, EMPTY_DICT, lambda r: val)
         plan.layout.append((view, target, args, view_val))
         planned[view] = view_val
         return ref(view)
@@ -1368,16 +1319,13 @@ class _Builder:
     def _commit(self, plan: Plan) -> None:
         """Add a step's placeholders (state, inputs) and layout nodes to the program."""
         for kind, name, val, extra in plan.placeholders:
-            self.val_of[name] = val
-            self.nodes.append(Node(PLACEHOLDER, name, name, meta=MappingProxyType({"val": val})))
+            self._placeholder(name, val)
             if kind == sg.USER_INPUT:
                 self.late_inputs.append(name)
                 continue
             fqn, tensor = extra
-            persistent = True
             self.tensors[fqn] = Opaque(tensor)
-            grad = kind == stt.PARAMETER and tensor.requires_grad
-            self.state[fqn] = Slot(kind, fqn, persistent, grad)
+            self.state[fqn] = Slot(kind, fqn, True, kind == stt.PARAMETER and tensor.requires_grad)
             self.tensor_of[fqn] = ("opset", fqn)
             self.input_of[fqn] = name
             self.late_state.append((kind, fqn, name))
@@ -1401,11 +1349,9 @@ class _Builder:
         if not self.late_state and not self.late_inputs:
             return names
         order = (sg.PARAMETER, sg.BUFFER, sg.CONSTANT_TENSOR)
-        kind_of = {stt.PARAMETER: sg.PARAMETER, stt.BUFFER: sg.BUFFER,
-                   stt.CONSTANT: sg.CONSTANT_TENSOR}
         specs = [s for s in self.inputs if s.kind != sg.USER_INPUT]
         for kind, fqn, name in self.late_state:
-            k = kind_of[kind]
+            k = _STATE_INPUTS[kind][1]
             spec = sg.InputSpec(k, name, fqn, True if k == sg.BUFFER else None)
             at = max((i + 1 for i, s in enumerate(specs) if order.index(s.kind) <= order.index(k)),
                      default=0)
@@ -1427,30 +1373,36 @@ class _Builder:
         found = self.current.get(self.tensor_of[fqn])
         return found if found is not None else ref(self.input_of[fqn])
 
-    def _update(self, path: str, name: str, a: Ref, z: int) -> None:
+    def _update(self, path: str, name: str, a: Ref, z: int, overwrite: Any = None) -> None:
+        """An update of state ``name`` by ``mean(a, [0])`` in the style its tensor has (drawn
+        by ``z`` at its first update), or ``overwrite`` (``copy_``) of it in place."""
         fqn = self.fqns[(path, name)]
         tid = self.tensor_of[fqn]
-        styles = self._styles_on()
+        styles = ("inplace_mutation",) if overwrite is not None else self._styles_on()
         style = self.styles.setdefault(tid, styles[z % len(styles)])
         old = self._read_state(path, name)
         delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
         ops = _INPLACE if style == "inplace_mutation" else _FUNCTIONAL
-        new = self._op(ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
+        new = self._op(overwrite or ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
         self.state_values.add(new.name)
         self.current[tid] = new
         self.mutated.setdefault(tid, (style, fqn))
 
-    def _update_input(self, scope: _Scope, y: int, a: Ref, z: int) -> None:
-        name = self.user_inputs[y % len(self.user_inputs)]
-        style = self.input_styles.setdefault(name, ("inplace_mutation", "functional_mutation")[z % 2])
+    def _update_input(self, scope: _Scope, name: str, a: Ref, z: int, overwrite: Any = None
+                      ) -> tuple[Ref, Ref]:
+        """User input ``name`` plus ``a`` in the style the input has (drawn by ``z`` at its
+        first update), or ``overwrite`` (``copy_``) of ``a`` into it; its old and new value."""
+        styles = ("inplace_mutation", "functional_mutation")[:1 if overwrite else 2]
+        style = self.input_styles.setdefault(name, styles[z % len(styles)])
         old = self.input_current.get(name, ref(name))
         target = aten.add_.Tensor if style == "inplace_mutation" else aten.add.Tensor
-        new = self._op(target, (old, a), shape=self._act())
+        new = self._op(overwrite or target, (old, a), shape=self._act())
         self.state_values.add(new.name)
         # as export writes them, later reads take the new value: the in-place result (the same
         # tensor) or, in a functionalized program, the functional one
         scope.vals[:] = [new if v == old else v for v in scope.vals]
         self.input_current[name] = new
+        return old, new
 
     # --- the whole program ------------------------------------------------------------------
 
@@ -1478,17 +1430,17 @@ class _Builder:
         names = self._splice_late(names, positional)
         positional += len(self.late_inputs)
         data = self.draw(_OUTPUT_BYTES)
-        outputs = self._outputs(scope, data)
+        mutations, user, out_specs = self._outputs(scope, data)
         shape = data[0] >> 2 & 3 if "pytree_outputs" in on else 0
         root_sig = sg.CallSignature(
             inputs=(),
             outputs=(),
             in_spec=_spec(("args", positional, tuple(names[positional:]))),
-            out_spec=_spec(_output_tree(shape, len(outputs.user))),
+            out_spec=_spec(_output_tree(shape, len(user))),
             forward_arg_names=tuple(names),
         )
         self.signatures[""] = root_sig
-        values = outputs.mutations + outputs.user
+        values = mutations + user
         self.nodes.append(Node(OUTPUT, self._name("output"), "output", (tuple(values),)))
         modules: dict[str, Module] = {}
         if "grad_regions" in on:
@@ -1511,7 +1463,7 @@ class _Builder:
             state=pmap(self.state),
             state_order=self.state_order,
             tensors=pmap(self.tensors),
-            signature=sg.ExportSignature(tuple(self.inputs), outputs.specs),
+            signature=sg.ExportSignature(tuple(self.inputs), out_specs),
             call_signatures=pmap(self.signatures),
             call_order=call_order,
         )
@@ -1527,8 +1479,7 @@ class _Builder:
         is not a tensor. Each result
         read after the run is a ``getitem`` under its own name (the body's nodes keep theirs)."""
         nodes = self.nodes
-        first = next(i for i, n in enumerate(nodes) if n.op == CALL_FUNCTION) if any(
-            n.op == CALL_FUNCTION for n in nodes) else None
+        first = next((i for i, n in enumerate(nodes) if n.op == CALL_FUNCTION), None)
         if first is None:
             return
         # mostly a run that crosses from one module call into another (what the split cuts)
@@ -1540,23 +1491,19 @@ class _Builder:
             start = first + data[0] % (len(nodes) - 1 - first)
         while start < len(nodes) - 1 and not self._may_run_without_grad(nodes[start]):
             start += 1
-        run: list[Node] = []
-        for node in nodes[start:start + 2 + (data[1] >> 4) % 8]:
-            if not self._may_run_without_grad(node):
-                break
-            run.append(node)
+        run = list(itertools.takewhile(self._may_run_without_grad,
+                                       nodes[start:start + 2 + (data[1] >> 4) % 8]))
         # a result read after the run must be a tensor (``sort``'s pair is read by its getitem)
-        inside = {n.name for n in run}
-        after = nodes[start + len(run):]
         named = {a.name for sig in self.signatures.values() for a in sig.inputs + sig.outputs}
-        read_after = {r.name for n in after for r in n.inputs()} | named
-        while run and any(n.name in read_after and not isinstance(n.meta.get("val"), torch.Tensor)
-                          for n in run):
-            inside.discard(run.pop().name)
-            after = nodes[start + len(run):]
-            read_after = {r.name for n in after for r in n.inputs()} | named
+        while True:
+            read_after = {r.name for n in nodes[start + len(run):] for r in n.inputs()} | named
+            if all(n.name not in read_after or isinstance(n.meta.get("val"), torch.Tensor)
+                   for n in run):
+                break
+            run.pop()
         if not run:
             return
+        inside = {n.name for n in run}
         inputs = list(dict.fromkeys(r.name for n in run for r in n.inputs() if r.name not in inside))
         results = [n for n in run if n.name in read_after]
         if not results:
@@ -1589,9 +1536,10 @@ class _Builder:
         calls = (key[len("L__self__"):] for key in stack)
         return not any(call and call in self.signatures for call in calls)
 
-    def _outputs(self, scope: _Scope, data: bytes) -> _Outputs:
+    def _outputs(self, scope: _Scope, data: bytes) -> tuple[tuple, tuple, tuple]:
         """Buffer mutations (state order), input mutations (input order), then 1 to 3 user
-        outputs: the latest value, then values picked by back-offsets from ``data``."""
+        outputs: the latest value, then values picked by back-offsets from ``data``; as
+        ``(mutation values, user values, every output's spec)``."""
         specs: list[sg.OutputSpec] = []
         mutations: list[Ref] = []
         for fqn in self.state_order:
@@ -1612,40 +1560,23 @@ class _Builder:
             unread = [r for r in reversed(self.opset_results) if r.name not in read]
             user += unread[:3]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
-        return _Outputs(tuple(mutations), tuple(user), tuple(specs))
+        return tuple(mutations), tuple(user), tuple(specs)
 
 
-# the step kinds of the features users' passes target, in the order they join the step kinds
+# the step kinds of the features users' passes target, in the order they join the step kinds:
+# (feature, step kind, the step's method)
 _STEP_FEATURES = (
-    ("constant_builders", "build"),
-    ("random_ops", "random"),
-    ("inplace_copies", "copy"),
-    ("repeated_subexpressions", "twice"),
-    ("overwrites", "overwrite"),
-    ("near_duplicates", "near"),
-    ("identities", "identity"),
-    ("inplace_ops", "inplace"),
-    ("opset", "opset"),
+    ("constant_builders", "build", _Builder._build),
+    ("random_ops", "random", _Builder._random),
+    ("inplace_copies", "copy", _Builder._copy),
+    ("repeated_subexpressions", "twice", _Builder._twice),
+    ("overwrites", "overwrite", _Builder._overwrite),
+    ("near_duplicates", "near", _Builder._near),
+    ("identities", "identity", _Builder._identity),
+    ("inplace_ops", "inplace", _Builder._inplace),
+    ("opset", "opset", _Builder._opset),
 )
-_NEW_STEPS = {
-    "build": _Builder._build,
-    "random": _Builder._random,
-    "copy": _Builder._copy,
-    "mlp": _Builder._mlp,
-    "twice": _Builder._twice,
-    "overwrite": _Builder._overwrite,
-    "near": _Builder._near,
-    "identity": _Builder._identity,
-    "inplace": _Builder._inplace,
-    "opset": _Builder._opset,
-}
-
-
-class _Outputs:
-    def __init__(self, mutations: tuple, user: tuple, specs: tuple) -> None:
-        self.mutations = mutations
-        self.user = user
-        self.specs = specs
+_NEW_STEPS = {kind: step for _, kind, step in _STEP_FEATURES} | {"mlp": _Builder._mlp}
 
 
 def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
@@ -1701,20 +1632,12 @@ _STATE_INPUTS = {
     stt.CONSTANT: ("c_", sg.CONSTANT_TENSOR),
 }
 
-_BASE_NAMES = {
-    operator.getitem: "getitem",
-    aten.add_.Tensor: "add_",
-    aten.sub_.Tensor: "sub_",
-    aten.mul_.Tensor: "mul_",
-    aten.relu_.default: "relu_",
-}
 
-for _target in _UNARY + _ACTIVATIONS + _RANDOM + _BUILDERS + _BINARY + (
-    aten.matmul.default, aten.mm.default, aten.t.default, aten.linear.default,
-    aten.mean.dim, aten.sort.default, aten.clone.default, aten.copy_.default,
-    aten._to_copy.default, aten.div.Tensor, aten.pow.Tensor_Scalar,
-):
-    _BASE_NAMES.setdefault(_target, op_schema(_target).name.split("::")[-1])
+@functools.cache
+def _base_name(target: Any) -> str:
+    """What a node of ``target`` is named after: ``getitem``, or the operator's schema name
+    (``add_`` for ``aten.add_.Tensor``). Memoized per target."""
+    return "getitem" if target is operator.getitem else op_schema(target).name.split("::")[-1]
 
 
 # --- inputs -------------------------------------------------------------------------------------

@@ -35,12 +35,15 @@ pattern in the root, nothing preserved, the training level.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import torch
 from hypothesis import strategies as st
+
+from ir.args import thaw
 
 SOURCES = ("input", "computed", "view", "transposed", "buffer", "shared")
 """Where a tensor argument of the pattern comes from."""
@@ -288,26 +291,23 @@ class SiteRoot(torch.nn.Module):
                 else:
                     v = u
             vals.append(v)
+        if spec.place in ("perturbed", "copied", "across"):  # the traced ops, run here
+            nodes = [n for n in self.split.nodes if n.op == "call_function"]
+            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
         if spec.place == "inside":
             outs = self.child(*vals)
         elif spec.place == "perturbed":
             slots = literal_slots(self.split)
             chosen = {slots[b] for b in range(len(slots)) if spec.perturb >> b & 1}
-            nodes = [_retype(n, chosen) for n in self.split.nodes if n.op == "call_function"]
-            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
-            _run_nodes(nodes, env)
+            _run_nodes([_retype(n, chosen) for n in nodes], env)
             outs = _results(self.split, env)
         elif spec.place == "copied":
-            nodes = [n for n in self.split.nodes if n.op == "call_function"]
-            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
             _run_nodes(nodes[:spec.cut], env)
             copied = nodes[spec.cut - 1].name
             env[copied] = _copied(env[copied], spec.copy)
             _run_nodes(nodes[spec.cut:], env)
             outs = _results(self.split, env)
         elif spec.place == "across":
-            nodes = [n for n in self.split.nodes if n.op == "call_function"]
-            env = dict(zip([n.name for n in self.split.nodes if n.op == "placeholder"], vals))
             _run_nodes(nodes[:spec.cut], env)
             later = {r.name for n in nodes[spec.cut:] for r in n.inputs()}
             later |= {r.name for r in _output_refs(self.split)}
@@ -350,8 +350,6 @@ def _retype(node: Any, chosen: set) -> Any:
 
 
 def _results(graph: Any, env: dict) -> Any:
-    from ir.args import thaw
-
     out = next(n for n in graph.nodes if n.op == "output")
     res = thaw(out.args[0], lambda r: env[r.name])
     if isinstance(res, (tuple, list)):
@@ -365,8 +363,6 @@ def _output_refs(graph: Any) -> list:
 
 
 def _run_nodes(nodes: Sequence[Any], env: dict) -> None:
-    from ir.args import thaw
-
     def read(r: Any) -> Any:
         return env[r.name]
 
@@ -399,8 +395,6 @@ def export_site(spec: SiteSpec, pattern: Callable, split: Any = None
     """``torch.export`` of ``realize_site(spec, ...)`` (the child preserved when
     ``spec.preserve``; ``run_decompositions()`` at the core level) and its inputs; ``None``
     when export refuses the module (say, a preserved call returning an alias of its input)."""
-    import warnings
-
     model, inputs = realize_site(spec, pattern, split)
     try:
         with warnings.catch_warnings():

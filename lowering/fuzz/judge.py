@@ -14,6 +14,7 @@ cancelling subtraction is judged on its operands' scale).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -141,13 +142,7 @@ def compare(program: Program, got: Side, want: Side,
         return Verdict("crash", f"{name}: {line}", ("call", ""),
                        cause=_named_operator(line) or name)
     budget = error_budget(program)
-    wide: list = []
-
-    def reference() -> Side | None:
-        if not wide:
-            wide.append(exact() if exact is not None else None)
-        return wide[0]
-
+    reference = functools.cache(exact) if exact is not None else (lambda: None)
     groups = (("output", got.outputs, want.outputs, "outputs"),
               ("input", got.inputs, want.inputs, "inputs"))
     for where, g_items, w_items, field in groups:
@@ -163,26 +158,26 @@ def compare(program: Program, got: Side, want: Side,
         if fqn not in got.state:
             continue
         found = _leaf(got.state[fqn], want.state[fqn], budget,
-                      lambda f=fqn: _state_at(reference(), f), precision)
+                      lambda f=fqn: _at(reference(), "state", f), precision)
         if found is not None:
             return _verdict(program, ("state", fqn), found)
     return None
 
 
-def _at(side: Side | None, field: str, i: int) -> tuple[Any, Any]:
-    """The exact run's leaf ``i`` of ``field`` and its magnitude (``None`` where absent)."""
+def _at(side: Side | None, field: str, key: Any) -> tuple[Any, Any]:
+    """The exact run's leaf at ``key`` of ``field`` (an index, or a state fqn) and its
+    magnitude (``None`` where absent)."""
     if side is None:
         return None, None
-    items = getattr(side, field)
     mags = getattr(side.magnitudes, field) if side.magnitudes is not None else ()
-    return (items[i] if i < len(items) else None), (mags[i] if i < len(mags) else None)
+    return _item(getattr(side, field), key), _item(mags, key)
 
 
-def _state_at(side: Side | None, fqn: str) -> tuple[Any, Any]:
-    if side is None:
-        return None, None
-    mags = side.magnitudes.state if side.magnitudes is not None else {}
-    return side.state.get(fqn), mags.get(fqn)
+def _item(items: Any, key: Any) -> Any:
+    try:
+        return items[key]
+    except (IndexError, KeyError, TypeError):
+        return None
 
 
 def _leaf(g: Any, w: Any, budget: int, exact: Callable[[], tuple[Any, Any]],

@@ -19,14 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import attrs
 import torch
 
 from ir.args import Ref, map_refs
 from ir.node import CALL_FUNCTION
 from ir.ops import is_mutating
 from ir.program import Program
-from ir.signature import ExportSignature
 from lowering.fuzz.localize import truncated
 from transforms import kernel as kn
 from transforms.passes.dce import eliminate_dead_code
@@ -82,26 +80,17 @@ def bypassed(program: Program, name: str) -> Program | None:
         return None
     if not is_mutating(node.target) and stand_in.name == name:
         return None
-    nodes = []
-    for n in graph.nodes:
-        if n.name == name:
-            continue
-        swap = (lambda r, s=stand_in: s if r.name == name else r)
-        nodes.append(n.replace(args=map_refs(n.args, swap), kwargs=map_refs(n.kwargs, swap)))
+
+    def swap(r: Ref) -> Ref:
+        return stand_in if r.name == name else r
+
+    nodes = [n.replace(args=map_refs(n.args, swap), kwargs=map_refs(n.kwargs, swap))
+             for n in graph.nodes if n.name != name]
     root = program.root_module
     modules = program.modules.set(program.root,
                                   root.replace(graphs=(kn.built(nodes),) + root.graphs[1:]))
-    outputs = _renamed_outputs(program, name, stand_in)
+    outputs = kn.renamed_outputs(program.signature, {name: stand_in.name})
     return program.replace(modules=modules, signature=outputs)
-
-
-def _renamed_outputs(program: Program, name: str, stand_in: Ref) -> ExportSignature:
-    sig = program.signature
-    if not any(o.name == name for o in sig.outputs):
-        return sig
-    outs = tuple(attrs.evolve(o, name=stand_in.name) if o.name == name else o
-                 for o in sig.outputs)
-    return attrs.evolve(sig, outputs=outs)
 
 
 def _user_outputs(program: Program) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ir.args import IDict, IList, Ref
+from ir.args import thaw
 from ir.errors import PurefxError
 from ir.literals import PRELUDE, scalar_literal
 from ir.names import Names, fresh_name
@@ -311,15 +311,8 @@ class _Var:
 
 
 def _plain(x: Any, var: Mapping[str, str]) -> Any:
-    if isinstance(x, Ref):
-        return _Var(var[x.name])
-    if isinstance(x, IList):
-        return [_plain(a, var) for a in x]
-    if isinstance(x, tuple):
-        return tuple(_plain(a, var) for a in x)
-    if isinstance(x, IDict):
-        return {k: _plain(v, var) for k, v in x.items}
-    return x
+    """``x`` with each ``Ref`` a :class:`_Var` of its variable, lists and dicts thawed."""
+    return thaw(x, lambda r: _Var(var[r.name]))
 
 
 def _literal(x: Any) -> str:

@@ -225,11 +225,8 @@ class _Search:
         program = placed(drawn, self.setup)
         trial = try_program(program, self.backends, self.setup)
         self.examples += 1
-        for name in {str(n.target) for n in program.root_module.graph.nodes
-                     if n.op == CALL_FUNCTION}:
-            self.operators[name] += 1
-        for name in program_features(program):
-            self.features[name] += 1
+        self.operators.update(_targets(program))
+        self.features.update(program_features(program))
         if self.setup.dtype is not None:
             self.features[f"run:{str(self.setup.dtype).removeprefix('torch.')}"] += 1
         if trial.eager.error is not None and not any(trial.verdicts.values()):

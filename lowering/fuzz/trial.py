@@ -8,6 +8,7 @@ under ``torch.no_grad()`` with the random state seeded alike (``lowering.fuzz.ju
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -92,13 +93,7 @@ def try_program(program: Program, backends: Sequence[Backend], setup: Setup,
     args, kwargs = example_inputs(program, setup)
     module = reference_module(program, setup)
     eager = run(module, args, kwargs, module, fqns, setup.seed)
-    exact_cache: list = []
-
-    def exact() -> Side | None:
-        if not exact_cache:
-            exact_cache.append(_exact(program, setup, fqns))
-        return exact_cache[0]
-
+    exact = functools.cache(lambda: _exact(program, setup, fqns))  # run once, where asked
     verdicts: dict[str, Verdict | None] = {}
     for backend in backends:
         got = backend_side(backend, program, setup, fqns)
