@@ -84,6 +84,35 @@ class Pattern:
         """The number of compute nodes."""
         return len(self.nodes)
 
+    def bind(self, p: Any, t: Any, scalars: Mapping[int, Any]) -> Any:
+        """Pattern argument ``p`` (a ``Hole`` or a sentinel) matched to literal ``t``, for the
+        matcher and the e-matcher: ``scalars`` (argument position -> bound value) with ``t``
+        bound at ``p``'s position (``scalars`` itself when it holds that value there already,
+        ``same_literal``); ``NOT_ADMITTED`` when ``t`` is of another kind (a float sentinel
+        binds floats, an int one ints; ``Hole.admits``) or another value is bound there;
+        ``None`` when ``p`` is neither. O(len(t))."""
+        if type(p) is Hole:
+            pos, value = p.position, p.admits(t)
+        elif type(p) in (int, float) and (type(p), p) in self.typed_sentinels:
+            pos = self.typed_sentinels[(type(p), p)]
+            value = t if type(t) is type(p) else NOT_ADMITTED
+        else:
+            return None
+        if value is NOT_ADMITTED or pos not in scalars:
+            return value if value is NOT_ADMITTED else {**scalars, pos: value}
+        return scalars if same_literal(scalars[pos], value) else NOT_ADMITTED
+
+    def holes_moved(self, scalars: Mapping[int, Any]) -> bool:
+        """Whether a hyperparameter bound in ``scalars`` holds another value than its example
+        (the match is then ``loose``). O(holes)."""
+        return any(not same_literal(scalars[i], e) for i, e in self.holes.items()
+                   if i in scalars)
+
+    def holds_sentinel(self, p: Any) -> bool:
+        """Whether literal ``p`` (or an item of list ``p``) is one of the sentinels."""
+        items = p if isinstance(p, (tuple, list, IList)) else (p,)
+        return any((type(x), x) in self.typed_sentinels for x in items)
+
 
 def prepare(traced: Traced) -> Pattern | None:
     """The pattern of a traced function, or ``None`` when it computes nothing (once the nodes
@@ -225,6 +254,15 @@ def literal_equal(p: Any, t: Any) -> bool:
         return bool(p == t)
     except Exception:  # noqa: BLE001 - a literal whose == does not give a bool
         return p is t
+
+
+def same_literal(a: Any, b: Any) -> bool:
+    """``literal_equal``, but two lists (a tuple, a list or an ``IList``) are one value when
+    their items are equal: how bound hyperparameters, sizes and dimensions are compared.
+    O(size of the literals)."""
+    if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
+        return tuple(a) == tuple(b)
+    return literal_equal(a, b)
 
 
 def same_number(p: Any, t: Any) -> bool:
@@ -497,7 +535,8 @@ class _Matcher:
 
     def rest(self, i: int, s: _State) -> Iterator[Binding]:
         if i == len(self.p.others):
-            yield Binding(s.names, s.scalars, s.absorbed, s.loose)
+            yield Binding(s.names, s.scalars, s.absorbed,
+                          s.loose or self.p.holes_moved(s.scalars))
             return
         other = self.p.others[i]
         if other.name in s.names:
@@ -549,8 +588,8 @@ class _Matcher:
             return
         kind = kinds.get(i) if kinds else None
         if (kind is not None and _ints(pargs[i]) and _ints(targs[i])
-                and not self.holds_sentinel(pargs[i])):
-            differ = not _same_ints(pargs[i], targs[i])
+                and not self.p.holds_sentinel(pargs[i])):
+            differ = not same_literal(pargs[i], targs[i])
             nxt = s.with_(loose=True) if differ else s
             yield from self.seq(pargs, targs, i + 1, nxt, kinds)
             return
@@ -580,26 +619,10 @@ class _Matcher:
             if step is not None:
                 yield from self.arg(p, *step)
             return
-        if type(p) is Hole:
-            value = p.admits(t)
-            if value is NOT_ADMITTED:
-                return
-            if p.position in s.scalars:
-                if _same_value(s.scalars[p.position], value):
-                    yield s
-                return
-            s = s.with_(scalars={**s.scalars, p.position: value})
-            yield s if _same_value(value, p.example) else s.with_(loose=True)
-            return
-        pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
-        if pos is not None:
-            if type(t) is not type(p):  # a float sentinel binds floats, an int one ints
-                return
-            if pos in s.scalars:
-                if literal_equal(s.scalars[pos], t):
-                    yield s
-                return
-            yield s.with_(scalars={**s.scalars, pos: t})
+        bound = self.p.bind(p, t, s.scalars)
+        if bound is not None:
+            if bound is not NOT_ADMITTED:
+                yield s if bound is s.scalars else s.with_(scalars=bound)
             return
         if isinstance(p, (tuple, IList)):
             if not isinstance(t, (tuple, IList)) or len(p) != len(t):
@@ -642,16 +665,6 @@ class _Matcher:
             s = s.with_(loose=True)  # a cast the pattern's trace may hold at these dtypes
         return targs[0], s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
 
-    def holds_sentinel(self, p: Any) -> bool:
-        items = p if isinstance(p, (tuple, IList)) else (p,)
-        return any((type(x), x) in self.p.typed_sentinels for x in items)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    if type(a) is tuple or type(b) is tuple:
-        return type(a) is type(b) and a == b
-    return literal_equal(a, b)
-
 
 def _only_casts(target: Any, val_in: Any, val_out: Any) -> bool:
     """A conversion (``ir.ops.SAME_METADATA``) that changes its input's dtype and nothing else
@@ -672,12 +685,6 @@ def _ints(x: Any) -> bool:
     return isinstance(x, (tuple, IList)) and all(type(d) is int for d in x)
 
 
-def _same_ints(a: Any, b: Any) -> bool:
-    if type(a) is int or type(b) is int:
-        return type(a) is type(b) and a == b
-    return tuple(a) == tuple(b)
-
-
 def _defaults_hold(target: Any, args: tuple) -> bool:
     params = ops.facts(target).params
     return all(
@@ -687,6 +694,6 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 __all__ = [
     "NOT_ADMITTED", "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks",
-    "canonical_form", "literal_equal", "match_at", "normal_args", "prepare", "same_number",
-    "with_holes",
+    "canonical_form", "literal_equal", "match_at", "normal_args", "prepare", "same_literal",
+    "same_number", "with_holes",
 ]
