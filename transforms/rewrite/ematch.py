@@ -194,20 +194,13 @@ class _EMatcher:
         self.lists = frozenset(n.name for n in pattern.nodes.values()
                                if _list_valued(n.target))
 
-    def _wild(self, pnode: Any, enode: ENode) -> Mapping[int, bool]:
+    def _wild(self, pnode: Any, enode: ENode) -> frozenset[int]:
         """The argument positions of ``pnode`` that match any int (list of ints) against
-        ``enode``: the sizes of a list-valued operator, and its dimensions where ``enode``'s
-        input has another rank than the pattern's."""
+        ``enode`` (``Pattern.wildcards`` at its input's rank), for a list-valued operator."""
         if self.strict or pnode.name not in self.lists:
-            return _NO_WILD
-        facts = ops.facts(pnode.target)
-        wild = dict.fromkeys(facts.size_args, True)
-        if facts.dim_args and enode.children:
-            val = self.eg.data[self.eg.find(enode.children[0])].val
-            prank = self.p.ranks.get(pnode.name)
-            if isinstance(val, torch.Tensor) and prank is not None and val.dim() != prank:
-                wild.update(dict.fromkeys(facts.dim_args, True))
-        return wild
+            return frozenset()
+        val = self.eg.data[self.eg.find(enode.children[0])].val if enode.children else None
+        return self.p.wildcards(pnode, val.dim() if isinstance(val, torch.Tensor) else None)
 
     def sized(self, nodes: Mapping[str, ENode]) -> bool:
         """Whether a match (pattern node -> e-node) bound a wildcard size or dimension to
@@ -273,11 +266,11 @@ class _EMatcher:
             yield from self.seq(pargs, (targs[1], targs[0], *targs[2:]), 0, s, enode)
 
     def seq(self, pargs: tuple, targs: tuple, i: int, s: _State, en: ENode,
-            wild: Mapping[int, bool] | None = None) -> Iterator[_State]:
+            wild: frozenset[int] = frozenset()) -> Iterator[_State]:
         if i == len(pargs):
             yield s
             return
-        if (wild and i in wild and _ints(pargs[i]) and _ints(targs[i])
+        if (i in wild and _ints(pargs[i]) and _ints(targs[i])
                 and not self.p.holds_sentinel(pargs[i])):
             yield from self.seq(pargs, targs, i + 1, s, en, wild)  # ``sized`` says loose
             return
@@ -314,9 +307,6 @@ class _EMatcher:
             return
         if literal_equal(p, t):
             yield s
-
-
-_NO_WILD: Mapping[int, bool] = {}
 
 
 def _list_valued(target: Any) -> bool:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -101,6 +100,16 @@ class Pattern:
         if value is NOT_ADMITTED or pos not in scalars:
             return value if value is NOT_ADMITTED else {**scalars, pos: value}
         return scalars if same_literal(scalars[pos], value) else NOT_ADMITTED
+
+    def wildcards(self, pnode: Node, rank: int | None) -> frozenset[int]:
+        """The argument positions of compute node ``pnode`` that match any int (list of ints)
+        against a call whose first input has rank ``rank`` (``None``: unknown): its operator's
+        sizes (``ir.ops.facts(t).size_args``), and its dimensions where ``rank`` is not the
+        pattern's. O(arguments)."""
+        found = ops.facts(pnode.target)
+        prank = self.ranks.get(pnode.name)
+        across = rank is not None and prank is not None and rank != prank
+        return frozenset((*found.size_args, *(found.dim_args if across else ())))
 
     def holes_moved(self, scalars: Mapping[int, Any]) -> bool:
         """Whether a hyperparameter bound in ``scalars`` holds another value than its example
@@ -515,11 +524,6 @@ class _State:
         )
 
 
-_SIZE = "size"  # argument kinds for the wildcards
-_NO_KINDS: Mapping[int, str] = MappingProxyType({})
-_DIM = "dim"
-
-
 class _Matcher:
     def __init__(self, pattern: Pattern, lookup, candidates, strict: bool) -> None:
         self.p = pattern
@@ -561,40 +565,28 @@ class _Matcher:
         prank = self.p.ranks.get(pnode.name)
         if not self.strict and rank is not None and prank is not None and rank != prank:
             s = s.with_(loose=True)  # another rank: only a re-check at these shapes can say
-        kinds = self.kinds(pnode, rank)
-        yield from self.seq(pargs, targs, 0, s, kinds)
+        wild = frozenset() if self.strict else self.p.wildcards(pnode, rank)
+        yield from self.seq(pargs, targs, 0, s, wild)
         if (
             ops.is_commutative(tnode.target)
             and len(targs) >= 2
             and _defaults_hold(tnode.target, targs)
         ):
             swapped = (targs[1], targs[0], *targs[2:])
-            yield from self.seq(pargs, swapped, 0, s, kinds)
+            yield from self.seq(pargs, swapped, 0, s, wild)
 
-    def kinds(self, pnode: Node, rank: int | None) -> Mapping[int, str]:
-        """Which argument positions are wildcards here: sizes, and dimensions across ranks."""
-        found = ops.facts(pnode.target)
-        if self.strict or not (found.size_args or found.dim_args):
-            return _NO_KINDS
-        kinds = dict.fromkeys(found.size_args, _SIZE)
-        prank = self.p.ranks.get(pnode.name)
-        if found.dim_args and rank is not None and prank is not None and rank != prank:
-            kinds.update(dict.fromkeys(found.dim_args, _DIM))
-        return kinds
-
-    def seq(self, pargs, targs, i, s: _State, kinds: Mapping[int, str] | None = None):
+    def seq(self, pargs, targs, i, s: _State, wild: frozenset[int] = frozenset()):
         if i == len(pargs):
             yield s
             return
-        kind = kinds.get(i) if kinds else None
-        if (kind is not None and _ints(pargs[i]) and _ints(targs[i])
+        if (i in wild and _ints(pargs[i]) and _ints(targs[i])
                 and not self.p.holds_sentinel(pargs[i])):
             differ = not same_literal(pargs[i], targs[i])
             nxt = s.with_(loose=True) if differ else s
-            yield from self.seq(pargs, targs, i + 1, nxt, kinds)
+            yield from self.seq(pargs, targs, i + 1, nxt, wild)
             return
         for s2 in self.arg(pargs[i], targs[i], s):
-            yield from self.seq(pargs, targs, i + 1, s2, kinds)
+            yield from self.seq(pargs, targs, i + 1, s2, wild)
 
     def arg(self, p: Any, t: Any, s: _State) -> Iterator[_State]:
         if type(p) is Ref:
