@@ -48,7 +48,7 @@ from ir import ops
 from ir.args import EMPTY_DICT, IList, Ref
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from transforms.rewrite.egraph import EGraph, ENode
-from transforms.rewrite.match import NOT_ADMITTED, Hole, Pattern, literal_equal
+from transforms.rewrite.match import NOT_ADMITTED, Pattern, literal_equal, same_literal
 from transforms.rewrite.rule import Match
 
 __all__ = [
@@ -157,8 +157,7 @@ def ematch_counted(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[
             if key in seen:
                 continue
             seen.add(key)
-            loose = any(not _same(scalars[i], e) for i, e in pattern.holes.items()
-                        if i in scalars) or m.sized(nodes)
+            loose = pattern.holes_moved(scalars) or m.sized(nodes)
             found.append(EMatch(eg.find(c), dict(names), dict(scalars), dict(nodes), loose,
                                 results))
             if len(found) + tried[0] > limit:
@@ -171,14 +170,6 @@ def ematch_counted(eg: EGraph, pattern: Pattern, by_op: Mapping[Any, list[tuple[
 def _class_of(eg: EGraph, enode: ENode) -> int:
     found = eg.lookup(enode)
     return -1 if found is None else found
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Two bound hyperparameter values are one value: the same type and value (a list as a
-    tuple)."""
-    if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
-        return tuple(a) == tuple(b)
-    return type(a) is type(b) and a == b
 
 
 _State = tuple  # (names: pattern input -> class, scalars: position -> literal, nodes)
@@ -203,24 +194,13 @@ class _EMatcher:
         self.lists = frozenset(n.name for n in pattern.nodes.values()
                                if _list_valued(n.target))
 
-    def _wild(self, pnode: Any, enode: ENode) -> Mapping[int, bool]:
+    def _wild(self, pnode: Any, enode: ENode) -> frozenset[int]:
         """The argument positions of ``pnode`` that match any int (list of ints) against
-        ``enode``: the sizes of a list-valued operator, and its dimensions where ``enode``'s
-        input has another rank than the pattern's."""
+        ``enode`` (``Pattern.wildcards`` at its input's rank), for a list-valued operator."""
         if self.strict or pnode.name not in self.lists:
-            return _NO_WILD
-        facts = ops.facts(pnode.target)
-        wild = dict.fromkeys(facts.size_args, True)
-        if facts.dim_args and enode.children:
-            val = self.eg.data[self.eg.find(enode.children[0])].val
-            prank = self.p.ranks.get(pnode.name)
-            if isinstance(val, torch.Tensor) and prank is not None and val.dim() != prank:
-                wild.update(dict.fromkeys(facts.dim_args, True))
-        return wild
-
-    def _holds_sentinel(self, p: Any) -> bool:
-        items = p if isinstance(p, (tuple, list, IList)) else (p,)
-        return any((type(x), x) in self.p.typed_sentinels for x in items)
+            return frozenset()
+        val = self.eg.data[self.eg.find(enode.children[0])].val if enode.children else None
+        return self.p.wildcards(pnode, val.dim() if isinstance(val, torch.Tensor) else None)
 
     def sized(self, nodes: Mapping[str, ENode]) -> bool:
         """Whether a match (pattern node -> e-node) bound a wildcard size or dimension to
@@ -231,7 +211,7 @@ class _EMatcher:
             pnode = self.p.nodes[name]
             wild = self._wild(pnode, enode)
             pargs = self.p.args[name]
-            if any(not _same(pargs[i], enode.canon[i]) for i in wild if i < len(pargs)):
+            if any(not same_literal(pargs[i], enode.canon[i]) for i in wild if i < len(pargs)):
                 return True
         return False
 
@@ -286,12 +266,12 @@ class _EMatcher:
             yield from self.seq(pargs, (targs[1], targs[0], *targs[2:]), 0, s, enode)
 
     def seq(self, pargs: tuple, targs: tuple, i: int, s: _State, en: ENode,
-            wild: Mapping[int, bool] | None = None) -> Iterator[_State]:
+            wild: frozenset[int] = frozenset()) -> Iterator[_State]:
         if i == len(pargs):
             yield s
             return
-        if (wild and i in wild and _ints(pargs[i]) and _ints(targs[i])
-                and not self._holds_sentinel(pargs[i])):
+        if (i in wild and _ints(pargs[i]) and _ints(targs[i])
+                and not self.p.holds_sentinel(pargs[i])):
             yield from self.seq(pargs, targs, i + 1, s, en, wild)  # ``sized`` says loose
             return
         for s2 in self.arg(pargs[i], targs[i], s, en):
@@ -315,25 +295,10 @@ class _EMatcher:
             for child in list(self.eg.classes.get(c, ())):
                 yield from self.node(pnode, child, s)
             return
-        if type(p) is Hole:
-            value = p.admits(t)
-            if value is NOT_ADMITTED:
-                return
-            if p.position in s[1]:
-                if _same(s[1][p.position], value):
-                    yield s
-                return
-            yield (s[0], {**s[1], p.position: value}, s[2])
-            return
-        pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
-        if pos is not None:
-            if type(t) is not type(p):
-                return
-            if pos in s[1]:
-                if literal_equal(s[1][pos], t):
-                    yield s
-                return
-            yield (s[0], {**s[1], pos: t}, s[2])
+        bound = self.p.bind(p, t, s[1])
+        if bound is not None:
+            if bound is not NOT_ADMITTED:
+                yield (s[0], bound, s[2])
             return
         if isinstance(p, (tuple, list, IList)):  # a given list and a default one alike
             if not isinstance(t, (tuple, list, IList)) or len(p) != len(t):
@@ -342,9 +307,6 @@ class _EMatcher:
             return
         if literal_equal(p, t):
             yield s
-
-
-_NO_WILD: Mapping[int, bool] = {}
 
 
 def _list_valued(target: Any) -> bool:

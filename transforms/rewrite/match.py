@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -83,6 +82,45 @@ class Pattern:
     def size(self) -> int:
         """The number of compute nodes."""
         return len(self.nodes)
+
+    def bind(self, p: Any, t: Any, scalars: Mapping[int, Any]) -> Any:
+        """Pattern argument ``p`` (a ``Hole`` or a sentinel) matched to literal ``t``, for the
+        matcher and the e-matcher: ``scalars`` (argument position -> bound value) with ``t``
+        bound at ``p``'s position (``scalars`` itself when it holds that value there already,
+        ``same_literal``); ``NOT_ADMITTED`` when ``t`` is of another kind (a float sentinel
+        binds floats, an int one ints; ``Hole.admits``) or another value is bound there;
+        ``None`` when ``p`` is neither. O(len(t))."""
+        if type(p) is Hole:
+            pos, value = p.position, p.admits(t)
+        elif type(p) in (int, float) and (type(p), p) in self.typed_sentinels:
+            pos = self.typed_sentinels[(type(p), p)]
+            value = t if type(t) is type(p) else NOT_ADMITTED
+        else:
+            return None
+        if value is NOT_ADMITTED or pos not in scalars:
+            return value if value is NOT_ADMITTED else {**scalars, pos: value}
+        return scalars if same_literal(scalars[pos], value) else NOT_ADMITTED
+
+    def wildcards(self, pnode: Node, rank: int | None) -> frozenset[int]:
+        """The argument positions of compute node ``pnode`` that match any int (list of ints)
+        against a call whose first input has rank ``rank`` (``None``: unknown): its operator's
+        sizes (``ir.ops.facts(t).size_args``), and its dimensions where ``rank`` is not the
+        pattern's. O(arguments)."""
+        found = ops.facts(pnode.target)
+        prank = self.ranks.get(pnode.name)
+        across = rank is not None and prank is not None and rank != prank
+        return frozenset((*found.size_args, *(found.dim_args if across else ())))
+
+    def holes_moved(self, scalars: Mapping[int, Any]) -> bool:
+        """Whether a hyperparameter bound in ``scalars`` holds another value than its example
+        (the match is then ``loose``). O(holes)."""
+        return any(not same_literal(scalars[i], e) for i, e in self.holes.items()
+                   if i in scalars)
+
+    def holds_sentinel(self, p: Any) -> bool:
+        """Whether literal ``p`` (or an item of list ``p``) is one of the sentinels."""
+        items = p if isinstance(p, (tuple, list, IList)) else (p,)
+        return any((type(x), x) in self.typed_sentinels for x in items)
 
 
 def prepare(traced: Traced) -> Pattern | None:
@@ -225,6 +263,15 @@ def literal_equal(p: Any, t: Any) -> bool:
         return bool(p == t)
     except Exception:  # noqa: BLE001 - a literal whose == does not give a bool
         return p is t
+
+
+def same_literal(a: Any, b: Any) -> bool:
+    """``literal_equal``, but two lists (a tuple, a list or an ``IList``) are one value when
+    their items are equal: how bound hyperparameters, sizes and dimensions are compared.
+    O(size of the literals)."""
+    if isinstance(a, (tuple, list, IList)) and isinstance(b, (tuple, list, IList)):
+        return tuple(a) == tuple(b)
+    return literal_equal(a, b)
 
 
 def same_number(p: Any, t: Any) -> bool:
@@ -477,11 +524,6 @@ class _State:
         )
 
 
-_SIZE = "size"  # argument kinds for the wildcards
-_NO_KINDS: Mapping[int, str] = MappingProxyType({})
-_DIM = "dim"
-
-
 class _Matcher:
     def __init__(self, pattern: Pattern, lookup, candidates, strict: bool) -> None:
         self.p = pattern
@@ -497,7 +539,8 @@ class _Matcher:
 
     def rest(self, i: int, s: _State) -> Iterator[Binding]:
         if i == len(self.p.others):
-            yield Binding(s.names, s.scalars, s.absorbed, s.loose)
+            yield Binding(s.names, s.scalars, s.absorbed,
+                          s.loose or self.p.holes_moved(s.scalars))
             return
         other = self.p.others[i]
         if other.name in s.names:
@@ -522,40 +565,28 @@ class _Matcher:
         prank = self.p.ranks.get(pnode.name)
         if not self.strict and rank is not None and prank is not None and rank != prank:
             s = s.with_(loose=True)  # another rank: only a re-check at these shapes can say
-        kinds = self.kinds(pnode, rank)
-        yield from self.seq(pargs, targs, 0, s, kinds)
+        wild = frozenset() if self.strict else self.p.wildcards(pnode, rank)
+        yield from self.seq(pargs, targs, 0, s, wild)
         if (
             ops.is_commutative(tnode.target)
             and len(targs) >= 2
             and _defaults_hold(tnode.target, targs)
         ):
             swapped = (targs[1], targs[0], *targs[2:])
-            yield from self.seq(pargs, swapped, 0, s, kinds)
+            yield from self.seq(pargs, swapped, 0, s, wild)
 
-    def kinds(self, pnode: Node, rank: int | None) -> Mapping[int, str]:
-        """Which argument positions are wildcards here: sizes, and dimensions across ranks."""
-        found = ops.facts(pnode.target)
-        if self.strict or not (found.size_args or found.dim_args):
-            return _NO_KINDS
-        kinds = dict.fromkeys(found.size_args, _SIZE)
-        prank = self.p.ranks.get(pnode.name)
-        if found.dim_args and rank is not None and prank is not None and rank != prank:
-            kinds.update(dict.fromkeys(found.dim_args, _DIM))
-        return kinds
-
-    def seq(self, pargs, targs, i, s: _State, kinds: Mapping[int, str] | None = None):
+    def seq(self, pargs, targs, i, s: _State, wild: frozenset[int] = frozenset()):
         if i == len(pargs):
             yield s
             return
-        kind = kinds.get(i) if kinds else None
-        if (kind is not None and _ints(pargs[i]) and _ints(targs[i])
-                and not self.holds_sentinel(pargs[i])):
-            differ = not _same_ints(pargs[i], targs[i])
+        if (i in wild and _ints(pargs[i]) and _ints(targs[i])
+                and not self.p.holds_sentinel(pargs[i])):
+            differ = not same_literal(pargs[i], targs[i])
             nxt = s.with_(loose=True) if differ else s
-            yield from self.seq(pargs, targs, i + 1, nxt, kinds)
+            yield from self.seq(pargs, targs, i + 1, nxt, wild)
             return
         for s2 in self.arg(pargs[i], targs[i], s):
-            yield from self.seq(pargs, targs, i + 1, s2, kinds)
+            yield from self.seq(pargs, targs, i + 1, s2, wild)
 
     def arg(self, p: Any, t: Any, s: _State) -> Iterator[_State]:
         if type(p) is Ref:
@@ -580,26 +611,10 @@ class _Matcher:
             if step is not None:
                 yield from self.arg(p, *step)
             return
-        if type(p) is Hole:
-            value = p.admits(t)
-            if value is NOT_ADMITTED:
-                return
-            if p.position in s.scalars:
-                if _same_value(s.scalars[p.position], value):
-                    yield s
-                return
-            s = s.with_(scalars={**s.scalars, p.position: value})
-            yield s if _same_value(value, p.example) else s.with_(loose=True)
-            return
-        pos = self.p.typed_sentinels.get((type(p), p)) if type(p) in (int, float) else None
-        if pos is not None:
-            if type(t) is not type(p):  # a float sentinel binds floats, an int one ints
-                return
-            if pos in s.scalars:
-                if literal_equal(s.scalars[pos], t):
-                    yield s
-                return
-            yield s.with_(scalars={**s.scalars, pos: t})
+        bound = self.p.bind(p, t, s.scalars)
+        if bound is not None:
+            if bound is not NOT_ADMITTED:
+                yield s if bound is s.scalars else s.with_(scalars=bound)
             return
         if isinstance(p, (tuple, IList)):
             if not isinstance(t, (tuple, IList)) or len(p) != len(t):
@@ -642,16 +657,6 @@ class _Matcher:
             s = s.with_(loose=True)  # a cast the pattern's trace may hold at these dtypes
         return targs[0], s.with_(used=s.used | {tnode.name}, absorbed=(*s.absorbed, tnode.name))
 
-    def holds_sentinel(self, p: Any) -> bool:
-        items = p if isinstance(p, (tuple, IList)) else (p,)
-        return any((type(x), x) in self.p.typed_sentinels for x in items)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    if type(a) is tuple or type(b) is tuple:
-        return type(a) is type(b) and a == b
-    return literal_equal(a, b)
-
 
 def _only_casts(target: Any, val_in: Any, val_out: Any) -> bool:
     """A conversion (``ir.ops.SAME_METADATA``) that changes its input's dtype and nothing else
@@ -672,12 +677,6 @@ def _ints(x: Any) -> bool:
     return isinstance(x, (tuple, IList)) and all(type(d) is int for d in x)
 
 
-def _same_ints(a: Any, b: Any) -> bool:
-    if type(a) is int or type(b) is int:
-        return type(a) is type(b) and a == b
-    return tuple(a) == tuple(b)
-
-
 def _defaults_hold(target: Any, args: tuple) -> bool:
     params = ops.facts(target).params
     return all(
@@ -687,6 +686,6 @@ def _defaults_hold(target: Any, args: tuple) -> bool:
 
 __all__ = [
     "NOT_ADMITTED", "Binding", "Hole", "HyperparameterNotTraced", "Pattern", "absorb_checks",
-    "canonical_form", "literal_equal", "match_at", "normal_args", "prepare", "same_number",
-    "with_holes",
+    "canonical_form", "literal_equal", "match_at", "normal_args", "prepare", "same_literal",
+    "same_number", "with_holes",
 ]
