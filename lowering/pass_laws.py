@@ -54,8 +54,10 @@ from ir.errors import PurefxError, VerifyError, shorten
 from ir.fake_run import guards_refused, refused_guard
 from ir.graph import Graph
 from ir.harness import (
+    FINITE_TOLERANCE,
     MISSING,
     Difference,
+    Judged,
     Law,
     Observed,
     Trial,
@@ -114,15 +116,22 @@ drawing other numbers than the program does at run time)."""
 class LawReport:
     """What :func:`check_laws` saw: programs ``tried``, how many the pass ``changed`` (its
     result is not :func:`same_program` as its input) and how many it ``declined`` (raised one
-    of ``allowed_errors``)."""
+    of ``allowed_errors``); with ``atol``/``rtol``, ``unjudged``: the changed programs whose
+    outputs the semantics law judged at no position, every one it compared excused because
+    the reference was NaN or ±inf there (``ir.harness.FINITE_TOLERANCE``), and ``excused``:
+    the output positions so excused over all programs and calls."""
 
     tried: int
     changed: int
     declined: int
+    unjudged: int = 0
+    excused: int = 0
 
     def __str__(self) -> str:
         return (f"{self.changed} of {self.tried} programs changed"
-                + (f", {self.declined} declined" if self.declined else ""))
+                + (f", {self.declined} declined" if self.declined else "")
+                + (f", {self.unjudged} judged nowhere (the reference not finite)"
+                   if self.unjudged else ""))
 
 
 # --- single laws --------------------------------------------------------------------------------
@@ -316,6 +325,7 @@ def check_semantics(
     atol: float | None = None,
     rtol: float | None = None,
     reference: Callable[..., Any] | None = None,
+    judged: Judged | None = None,
 ) -> Program:
     """Check that ``lower(result)`` behaves as ``lower(program)`` over ``calls`` calls.
 
@@ -340,6 +350,15 @@ def check_semantics(
     changes numerics by design); inputs and state are still compared with ``lower(program)``.
     Lowering or running ``program`` itself must work: an error there is not the pass's and
     propagates (running it: a ``RuntimeError`` naming it).
+
+    A tolerance speaks of finite values (``ir.harness.FINITE_TOLERANCE``): with ``atol`` or
+    ``rtol`` given, a position where the wanted side (``lower(program)``, or ``reference``)
+    is NaN or ±inf is not judged, whatever the result holds there (an approximation gives a
+    finite value where the exact function overflowed: exact ``gelu`` of ``inf`` is NaN, its
+    tanh form ``inf``); where the wanted side is finite, a result that is not finite or not
+    within the tolerance breaks the law. Without a tolerance the comparison is exact at the
+    specials (NaN equals NaN only, ±inf itself). ``judged`` (a ``ir.harness.Judged``), when
+    given, counts the output positions judged and those excused so, over the calls.
     """
     _check_tolerance(atol, rtol)
     if inputs is None:
@@ -373,11 +392,20 @@ def check_semantics(
                 else f"{at} of the lowered result raised {got}", program, example=example)
         # an output may alias what the input program wrote in place (``_written``)
         problem = judge(SEMANTICS, got, want, atol=atol, rtol=rtol, outputs=outputs,
+                        assumes=_tolerated(atol, rtol),
                         written=_written(program, (*args, *kwargs.values()), want))
         if problem:
             raise LawViolation("semantics", pass_fn, f"{at}: {problem}", program,
                                example=example, output=_output_index(problem))
+        if judged is not None:
+            judged.add(got.outputs, want.outputs)
     return result
+
+
+def _tolerated(atol: float | None, rtol: float | None) -> frozenset[str]:
+    """The comparison's relaxation under a user's tolerance: ``FINITE_TOLERANCE`` when
+    ``atol`` or ``rtol`` is given, else none (exact at the specials)."""
+    return FINITE_TOLERANCE if atol is not None or rtol is not None else frozenset()
 
 
 def _semantics_runs(program: Program, inputs: Inputs, calls: int) -> Iterator[tuple]:
@@ -558,14 +586,15 @@ def check_program(
     atol: float | None = None,
     rtol: float | None = None,
     reference: Callable[..., Any] | None = None,
+    judged: Judged | None = None,
 ) -> Program | None:
     """Check every law in ``laws`` (default: purity, verify, determinism, semantics, and
     idempotence when ``idempotent``) for ``pass_fn`` on ``program``; return the result.
 
     The pass runs twice (three times with idempotence) and each law reuses those results.
     An error of a type in ``allowed_errors`` means the pass declines this program: nothing more
-    is checked and ``None`` is returned. ``atol``, ``rtol`` and ``reference`` go to
-    :func:`check_semantics`. Raises ``LawViolation`` naming the first law broken.
+    is checked and ``None`` is returned. ``atol``, ``rtol``, ``reference`` and ``judged`` go
+    to :func:`check_semantics`. Raises ``LawViolation`` naming the first law broken.
     """
     chosen = _check_laws_arg(laws, idempotent)
     try:
@@ -581,7 +610,7 @@ def check_program(
         check_determinism(pass_fn, program, result)
     if "semantics" in chosen:
         check_semantics(pass_fn, program, result, inputs=inputs, atol=atol, rtol=rtol,
-                        reference=reference)
+                        reference=reference, judged=judged)
     if "idempotence" in chosen:
         check_idempotence(pass_fn, program, result)
     return result
@@ -624,7 +653,11 @@ def check_laws(
             check and multi-bug reporting are always turned off (the one law loop's policy:
             ``ir.harness.hold``, ``ir.harness.law_settings``).
         atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
-            (fake quantization); default: the result dtype's (``ir.harness.tolerance``).
+            (fake quantization); default: the result dtype's (``ir.harness.tolerance``). A
+            tolerance speaks of finite values: where the reference (the input program, or
+            ``reference``) is NaN or ±inf a position is not judged; where it is finite the
+            result must be finite and within the tolerance (``check_semantics``). The report
+            counts the positions excused (``LawReport.excused``).
         reference: an eager function of the model, ``reference(*args, **kwargs)``; the semantics
             law compares the result's outputs with it instead of with the input program (a pass
             that changes numerics by design). It is called on each draw's inputs, so it fits
@@ -638,6 +671,9 @@ def check_laws(
     prints the program), and ``LawViolation("vacuous")`` when the pass changed none of the
     programs it ran on (its result was :func:`same_program` as its input once dead code is
     removed from both, metadata checks included, or it declined them), unless ``allow_vacuous``: a pass checked on programs it never touches is not checked.
+    Likewise, with ``atol``/``rtol``, when on every program it changed the semantics law
+    judged no output position (each compared one excused: the reference NaN or ±inf there;
+    ``LawReport.unjudged``).
     """
     _check_laws_arg(laws, idempotent)
     _check_tolerance(atol, rtol)
@@ -645,7 +681,7 @@ def check_laws(
         from ir.strategies.programs import programs as default
 
         programs = default()
-    counts = {"tried": 0, "changed": 0, "declined": 0}
+    counts = {"tried": 0, "changed": 0, "declined": 0, "unjudged": 0, "excused": 0}
 
     def laws_hold(example: _Shown) -> None:
         drawn = example.drawn  # a Program, or a LikeExample carrying its inputs
@@ -655,15 +691,19 @@ def check_laws(
             if reference is not None and not drawn.keeps_signature:
                 # an extra output the reference does not return: every law but semantics
                 here_laws = _check_laws_arg(laws, idempotent) - {"semantics"}
+        seen = Judged()
         result = check_program(
             pass_fn, example.program, idempotent=idempotent, laws=here_laws, inputs=here_inputs,
             allowed_errors=allowed_errors, atol=atol, rtol=rtol, reference=reference,
+            judged=seen,
         )
         counts["tried"] += 1
+        counts["excused"] += seen.excused
         if result is None:
             counts["declined"] += 1
         elif _changed_live(result, example.program):
             counts["changed"] += 1
+            counts["unjudged"] += seen.excused > 0 and seen.judged == 0
 
     # keyed by the pass and its set of laws, rather than one key shared by every check_laws
     # call: a failure saved for one pass is not replayed for another
@@ -685,6 +725,15 @@ def check_laws(
             f"VACUOUS: the pass changed none of the {report.tried} programs it ran on "
             f"({report}; dead code removed from both sides), so no law was put to the test; give programs it changes, or pass "
             "allow_vacuous=True if changing nothing is right",
+            None,
+        )
+    if report.changed and report.unjudged == report.changed and not allow_vacuous:
+        raise LawViolation(
+            "vacuous", pass_fn,
+            f"VACUOUS: on each of the {report.changed} programs the pass changed, the reference's "
+            "outputs were NaN or inf wherever they were compared, and a tolerance (atol/rtol) "
+            f"judges finite values only ({report}), so the semantics law judged no value; give "
+            "programs whose outputs are finite (programs_like(ep, edge_values=False))",
             None,
         )
     return report

@@ -2,7 +2,9 @@
 ``check_rule_in_context``) run two sides and compare what they give.
 
 - ``ir.harness.tolerance``: the tolerance table, keyed by the dtype a result is computed in;
-- ``ir.harness.compare``: ``value_difference`` (every difference, position by position),
+- ``ir.harness.compare``: ``value_difference`` (every difference, position by position;
+  ``SIGNLESS_ZEROS``: the assumptions that make -0.0 equal +0.0; ``FINITE_TOLERANCE`` and
+  ``judged_positions``: a user's tolerance speaks of finite values, and what it leaves unjudged),
   ``regrouped_difference`` (a law's verdict under ``reassociate``: against a float64
   reference, with the magnitude of the terms summed: ``with_terms``) and ``same_bits``;
 - ``ir.harness.observe``: what a law observes of a run (``Observed``: outputs, inputs, state,
@@ -22,12 +24,17 @@ What the laws draw lives beside the other strategies, in ``ir.strategies.values`
 """
 
 from ir.harness.compare import (
+    FINITE_TOLERANCE,
+    SIGNLESS_ZEROS,
     Difference,
+    Judged,
     Regrouped,
     find_difference,
+    judged_positions,
     regrouped_difference,
     same_bits,
     same_layout,
+    signless_zeros,
     value_difference,
     with_terms,
 )
@@ -46,11 +53,14 @@ from ir.harness.runner import Ran, judge, regrouped, run_side, state_value
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
 __all__ = [
+    "FINITE_TOLERANCE",
     "MISSING",
     "OBSERVABLES",
     "REASSOCIATE",
+    "SIGNLESS_ZEROS",
     "TOLERANCE",
     "Difference",
+    "Judged",
     "Law",
     "Observed",
     "OutOfTime",
@@ -64,6 +74,7 @@ __all__ = [
     "fresh",
     "hold",
     "judge",
+    "judged_positions",
     "law_settings",
     "observe",
     "observed_difference",
@@ -75,6 +86,7 @@ __all__ = [
     "same_layout",
     "seeded",
     "shares_storage",
+    "signless_zeros",
     "state_value",
     "tolerance",
     "value_difference",

@@ -1,9 +1,10 @@
 """Comparing what two runs computed: position by position, every difference seen.
 
 ``value_difference`` is the one comparison of the laws (``check_laws``, ``check_rule``,
-``check_rule_in_context``): a NaN equals only a NaN, ±inf only itself, -0.0 differs from +0.0,
-finite values are close within the tolerance of the dtype the result is computed in
-(``ir.harness.tolerance``). ``same_bits`` is the stricter equality of the determinism law.
+``check_rule_in_context``): a NaN equals only a NaN, ±inf only itself, -0.0 differs from +0.0
+(unless an assumption of ``SIGNLESS_ZEROS`` is declared), finite values are close within the
+tolerance of the dtype the result is computed in (``ir.harness.tolerance``). ``same_bits`` is
+the stricter equality of the determinism law.
 """
 
 from __future__ import annotations
@@ -17,6 +18,85 @@ import attrs
 import torch
 
 from ir.harness.tolerance import tolerance
+
+SIGNLESS_ZEROS = frozenset({"no_signed_zeros", "reassociate"})
+"""The assumptions under which a zero result's sign is not judged (-0.0 equals +0.0):
+``no_signed_zeros`` says so; ``reassociate`` implies it, since regrouping flips the sign of an
+exact zero by nature (``a*b - a*c`` is +0.0 where ``a*(b - c)`` is -0.0 at ``a = -1, b = c``),
+as every compiler's reassociation assumes (LLVM's ``reassoc`` is used with ``nsz``). ``no_nans``
+and ``no_infs`` do not: they speak of other values (``0.0 * x -> 0.0`` stays wrong under them
+at negative ``x``). Inputs keep their drawn sign: only the comparison of results changes."""
+
+
+def signless_zeros(assumes: frozenset[str]) -> bool:
+    """Whether ``assumes`` makes -0.0 equal +0.0 in a comparison (one of ``SIGNLESS_ZEROS``).
+    O(1)."""
+    return not SIGNLESS_ZEROS.isdisjoint(assumes)
+
+
+FINITE_TOLERANCE = frozenset({"no_nans", "no_infs"})
+"""What a user's tolerance (``atol``/``rtol`` given to ``check_laws``' semantics law) means at
+the IEEE specials: a tolerance speaks of finite values. Where the wanted side (the input
+program, or ``reference=``) is NaN or ±inf the position is not judged (a pass that
+approximates gives a finite value where the reference overflowed, NaN where it gave inf, ...);
+where the wanted side is finite the result must be finite and within the tolerance. As a
+comparison's ``assumes`` this is the relaxation of ``no_nans`` and ``no_infs``; nothing about
+drawing. Without a tolerance the comparison stays exact (NaN equals NaN, ±inf itself).
+``judged_positions`` counts what it leaves unjudged."""
+
+
+@attrs.define
+class Judged:
+    """How many output positions a law judged by value (``judged``: the wanted side finite,
+    or an integer or bool) and how many a tolerance left unjudged (``excused``: the wanted
+    side NaN or ±inf and the result other than it), summed over the calls it is given to
+    (``judged_positions``). A pass judged on no position while some were excused was not put
+    to the test by value."""
+
+    judged: int = 0
+    excused: int = 0
+
+    def add(self, got: Any, want: Any) -> None:
+        """Count the positions of ``got`` against ``want`` (``judged_positions``)."""
+        j, e = judged_positions(got, want)
+        self.judged += j
+        self.excused += e
+
+
+def judged_positions(got: Any, want: Any) -> tuple[int, int]:
+    """``(judged, excused)`` over the tensors of ``want`` (recursive over tuples, lists and
+    dicts, as ``value_difference``): judged, the positions of an integer or bool tensor and
+    those where a floating ``want`` is finite; excused, those where it is NaN or ±inf and
+    ``got`` (same shape) is not the same special (``FINITE_TOLERANCE`` leaves them unjudged).
+    Leaves of other kinds, or of other shapes, count nothing. O(elements)."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return 0, 0
+        w = want.detach().cpu()
+        if w.is_complex():
+            w = torch.view_as_real(w.resolve_conj())
+        if not w.is_floating_point():
+            return w.numel(), 0
+        g = got.detach().cpu()
+        if g.is_complex():
+            g = torch.view_as_real(g.resolve_conj())
+        if g.shape != w.shape:
+            return 0, 0
+        w64, g64 = w.to(torch.float64), g.to(torch.float64)
+        finite = torch.isfinite(w64)
+        same = (torch.isnan(w64) & torch.isnan(g64)) | (w64 == g64)
+        return int(finite.sum()), int((~finite & ~same).sum())
+    items: list[tuple[Any, Any]] = []
+    if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)):
+        items = list(zip(got, want))
+    elif isinstance(want, Mapping) and isinstance(got, Mapping):
+        items = [(got[k], want[k]) for k in want if k in got]
+    judged = excused = 0
+    for g, w in items:
+        j, e = judged_positions(g, w)
+        judged += j
+        excused += e
+    return judged, excused
 
 
 @attrs.frozen
@@ -77,7 +157,7 @@ def value_difference(
     ``assumes`` (``transforms.rewrite.rule.ASSUMPTIONS``) relaxes the comparison as LLVM's
     fast-math flags relax semantics: ``no_nans``, a position where ``want`` is NaN may hold
     anything; ``no_infs``, likewise where ``want`` is ±inf; ``no_signed_zeros``, -0.0 equals
-    +0.0; ``reassociate``, the tolerance is ``ir.harness.tolerance.REASSOCIATE`` times wider,
+    +0.0; ``reassociate``, -0.0 equals +0.0 too (``SIGNLESS_ZEROS``) and the tolerance is ``ir.harness.tolerance.REASSOCIATE`` times wider,
     and, given ``reference`` (``want`` computed in float64, same structure), a finite position
     is also equal when ``got`` errs from the reference at most twice as much as ``want`` does
     (plus the tolerance): regrouped sums round elsewhere, no worse than the original.
@@ -220,7 +300,7 @@ def _float_equal(got: float, want: float, rtol: float, atol: float,
         return True
     if math.isnan(got) or math.isinf(got) or math.isinf(want):
         return got == want
-    if got == 0.0 and want == 0.0 and "no_signed_zeros" not in assumes:
+    if got == 0.0 and want == 0.0 and not signless_zeros(assumes):
         return math.copysign(1.0, got) == math.copysign(1.0, want)
     return abs(got - want) <= atol + rtol * abs(want)
 
@@ -265,7 +345,7 @@ def _tensor_difference(got: Any, want: torch.Tensor, path: tuple, rtol: float | 
             scale = torch.nan_to_num(terms.detach().cpu().to(torch.float64).abs(), nan=0.0,
                                      posinf=0.0)
             close |= (g64 - r64).abs() <= own_a + own_r * torch.maximum(scale, r64.abs())
-    if "no_signed_zeros" not in assumes:
+    if not signless_zeros(assumes):
         zeros = (g64 == 0) & (w64 == 0)
         close &= ~(zeros & (torch.signbit(g64) != torch.signbit(w64)))
     special = nan_g | nan_w | inf_g | inf_w
@@ -334,12 +414,17 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = [
+    "FINITE_TOLERANCE",
+    "SIGNLESS_ZEROS",
     "Difference",
+    "Judged",
     "Regrouped",
     "find_difference",
+    "judged_positions",
     "regrouped_difference",
     "same_bits",
     "same_layout",
+    "signless_zeros",
     "value_difference",
     "with_terms",
 ]

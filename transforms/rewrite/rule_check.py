@@ -155,7 +155,7 @@ class Checked:
         return bool(self.restrided)
 
 
-def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
+def check_rule(rule: Rule, *, max_examples: int | None = None, seed: int | None = None) -> Checked:
     """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong;
     else return what was checked (``Checked``: draws run and rewritten, the signatures where
     the rewrite changed a result's strides).
@@ -182,12 +182,22 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
     (``int_edge_probe``: ``-INT_MIN`` is ``INT_MIN``). The draws are seeded by the rule's
     content (``rule_key.rule_seed``), never its name: a renamed rule gets the same verdict.
 
+    ``seed``: ``None`` (the default) draws as described, seeded by the rule's content alone, so
+    a verdict is reproducible and can be stored (``transforms.rewrite.verdicts``). An int draws
+    another stream of the same kinds (``Draws``): the hypothesis examples (their key holds
+    it), the ordinary-and-edge probe, which edge value each row of the edge rows gets, and the
+    sample of size pairs and combinations among the signatures. Every edge value is still
+    probed in each floating tensor on every seed. A right rule is accepted and a wrong one
+    refused whatever the seed: that is what ``tests/test_check_rule_seeds.py`` checks on the
+    suites' rules (``tests/rule_suites.py``), and how ``bench.power`` measures the checker.
+
     What is checked (the module docstring states the law): on each signature the pattern's
     program is rewritten by ``apply_rules`` (so ``where`` sees a real match) and run. Draws
     where the pattern raises, or where rewrite declines the match, check nothing; when that is
     every draw, the rule is refused.
 
     Raises:
+        ValueError: naming ``seed`` when it is not ``None`` or an int.
         LawViolation: a counterexample (the values and what differs), a pattern holding an
             in-place operator, the pattern not matching its own trace exactly once, or no draw
             rewritten (saying whether ``where`` held on none).
@@ -210,21 +220,61 @@ def check_rule(rule: Rule, *, max_examples: int | None = None) -> Checked:
     (default ``rule.max_examples``) eager runs of the pattern and of the rewritten graph, per
     variant of the first example set; a quarter of that per variant of each ``also_at`` set.
     """
+    draws = Draws.of(seed)
     every = rule.variants()
     first = 2 ** len(rule.optional) if rule.also_at else len(every)
     n = max_examples if max_examples is not None else rule.max_examples
-    found = [_check_variant(v, n) for v in every[:first]]
+    found = [_check_variant(v, n, draws=draws) for v in every[:first]]
     found += [_check_variant(v, max(1, n // ALSO_AT_SHARE),
-                             max(2, SIGNATURES // ALSO_AT_SHARE)) for v in every[first:]]
+                             max(2, SIGNATURES // ALSO_AT_SHARE), draws=draws)
+              for v in every[first:]]
     return Checked(sum(c.ran for c in found), sum(c.rewritten for c in found),
                    tuple(r for c in found for r in c.restrided))
 
 
-def _check_variant(rule: Rule, n: int, limit: int = SIGNATURES) -> Checked:
+@attrs.frozen
+class Draws:
+    """Which stream of draws one ``check_rule`` call takes: ``seed`` ``None``, the default one
+    (seeded by the rule's content only); an int, another one of the same kinds. Made by
+    ``Draws.of``."""
+
+    seed: int | None = None
+
+    @staticmethod
+    def of(seed: Any) -> Draws:
+        """``Draws(seed)``; ``ValueError`` naming ``seed`` when it is not ``None`` or an int
+        (a bool is refused). O(1)."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"check_rule: seed must be None or an int, got {seed!r}")
+        return Draws(seed)
+
+    def rng(self) -> random.Random:
+        """A fresh generator for the signatures' sample and the nested draws: ``Random(0)`` by
+        default, else seeded by ``seed``."""
+        return random.Random(0 if self.seed is None else f"check_rule {self.seed}")
+
+    def probes(self, sig: Signature, assumes: frozenset[str]) -> tuple[int, ...]:
+        """The ``probe`` seeds tried first at ``sig``: ordinary values (0), ordinary values
+        with edge values among them (1 by default, another positive seed else), then
+        ``row_seeds`` (shifted by the seed: which row holds which edge value). O(arguments)."""
+        if self.seed is None:
+            return (0, 1, *row_seeds(sig, assumes))
+        mixed = 2 + self.seed % (2**31 - 2)
+        return (0, mixed, *row_seeds(sig, assumes, shift=self.seed % 2**16))
+
+    def key(self, rule: Rule, sig: Signature) -> tuple:
+        """The hypothesis key of the search at ``sig``: the rule's content and the signature,
+        and the seed when there is one."""
+        base = (rule_seed(rule), sig.describe())
+        return base if self.seed is None else (*base, self.seed)
+
+
+def _check_variant(rule: Rule, n: int, limit: int = SIGNATURES, *,
+                   draws: Draws = Draws()) -> Checked:
     compiled = rule.compiled(TRAINING)
     _check_matches_itself(rule, compiled)
-    sigs, scores = _signatures(rule, limit)
-    state = _State(rule, sigs, scores)
+    sigs, scores = _signatures(rule, limit, draws=draws)
+    state = _State(rule, sigs, scores, draws)
     try:
         _search(state, n)
     except _WhereRaised as exc:
@@ -305,12 +355,12 @@ def _search(state: _State, n: int) -> None:
     from hypothesis import currently_in_test_context
 
     nested = currently_in_test_context()
-    rng = random.Random(0)
+    rng = state.draws.rng()
     for i, k in zip(range(len(state.sigs)), budgets(state, n)):
         sig = state.sigs[i]
         at_int_edges = False
         try:
-            for seed in (0, 1, *row_seeds(sig, state.draw_assumes)):
+            for seed in state.draws.probes(sig, state.draw_assumes):
                 state.check(i, probe(sig, state.draw_assumes, seed))
             found = state.built(i).conversions  # known once a probe has run the pattern
             for start in conversion_starts(sig, found):
@@ -369,7 +419,7 @@ def _hypothesis_search(state: _State, i: int, k: int) -> None:
     base = settings(derandomize=True, database=None, suppress_health_check=list(HealthCheck),
                     phases=(Phase.explicit, Phase.generate, Phase.shrink))
     hold(Trial(RULE, args, lambda drawn: state._check(i, drawn),
-               key=(rule_seed(state.rule), sig.describe()), budget=state.budget),
+               key=state.draws.key(state.rule, sig), budget=state.budget),
          settings=base, max_examples=k)
 
 
@@ -378,16 +428,19 @@ ROWS = -1
 seed ``ROWS - k`` starts ``k`` rows further along the edges (``row_seeds``)."""
 
 
-def row_seeds(sig: Signature, assumes: frozenset[str]) -> tuple[int, ...]:
+def row_seeds(sig: Signature, assumes: frozenset[str], *, shift: int = 0) -> tuple[int, ...]:
     """The ``probe`` seeds whose edge rows give every edge value a row of its own in each
-    floating tensor of ``sig`` (at most ``len(edges)`` seeds). O(arguments)."""
+    floating tensor of ``sig`` (at most ``len(edges)`` seeds). ``shift`` starts them ``shift``
+    row blocks further along the edges (any shift keeps every edge value in a row: the seeds
+    cover a window of consecutive edges at least as long as the pool; what changes is which
+    row, and which value of another tensor, each one meets). O(arguments)."""
     need = 0
     for a in sig.args:
         if is_spec(a) and a[1].is_floating_point:
             shape = a[0]
             rows = max(1, math.prod(shape[:-1])) if shape and shape[-1] else 1
             need = max(need, -(-len(edges(a[1], assumes=assumes)) // rows))
-    return tuple(ROWS - k for k in range(need))
+    return tuple(ROWS - k - shift for k in range(need))
 
 
 def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
@@ -450,8 +503,10 @@ class _State:
     each, on first use), counts of the draws that ran and that were rewritten, and the
     counterexamples seen (for the shrink budget)."""
 
-    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], scores: dict) -> None:
+    def __init__(self, rule: Rule, sigs: tuple[Signature, ...], scores: dict,
+                 draws: Draws = Draws()) -> None:
         self.rule = rule
+        self.draws = draws
         self.checked = _evolved(rule, where=_GuardedWhere(rule.where)) if rule.where else rule
         self.sigs = sigs
         self.assumes = assumed(rule)
@@ -838,13 +893,15 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
 # --- signatures ------------------------------------------------------------------------------
 
 
-def signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[Signature, ...]:
+def signatures(rule: Rule, limit: int = SIGNATURES, *,
+               seed: int | None = None) -> tuple[Signature, ...]:
     """Up to ``limit`` signatures where ``rule.pattern`` runs, the example's first (see
-    ``_signatures``). Deterministic."""
-    return _signatures(rule, limit)[0]
+    ``_signatures``); ``seed`` as ``check_rule`` takes it. Deterministic."""
+    return _signatures(rule, limit, draws=Draws.of(seed))[0]
 
 
-def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, ...], dict]:
+def _signatures(rule: Rule, limit: int = SIGNATURES, *,
+                draws: Draws = Draws()) -> tuple[tuple[Signature, ...], dict]:
     """Up to ``limit`` signatures where ``rule.pattern`` runs (tried eagerly on ``probe``
     values), the example's first, then those where the replacement run eagerly disagrees with
     the pattern (a hint of where to look; the verdict is the rewritten program's), then one of
@@ -855,7 +912,7 @@ def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, .
     (``_disagree``) found per signature key."""
     base = example_signature(rule)
     assumes = assumed(rule)
-    rng = random.Random(0)
+    rng = draws.rng()
     tensors_at = base.tensors()
     seen = {base.key()}
     dtype_ok: list[Signature] = []
@@ -905,7 +962,7 @@ def _signatures(rule: Rule, limit: int = SIGNATURES) -> tuple[tuple[Signature, .
     kinds = [dtype_ok, shape_ok, scalar_ok, both]
     # the telling ones first: wrong values before a replacement that raises, one of each kind
     # in turn
-    scores = {s.key(): _disagree(rule, s, assumes) for kind in kinds[:3] for s in kind}
+    scores = {s.key(): _disagree(rule, s, assumes, draws) for kind in kinds[:3] for s in kind}
     scored = [[(score, k, s) for k, s in enumerate(kind)
                if (score := scores.get(s.key(), 0))] for kind in kinds]
     ranked = [sorted(kind, key=lambda t: (-t[0], t[1])) for kind in scored]
@@ -969,12 +1026,13 @@ def _with(sig: Signature, changes: dict) -> Signature:
     return Signature(tuple(args))
 
 
-def _disagree(rule: Rule, sig: Signature, assumes: frozenset[str]) -> int:
+def _disagree(rule: Rule, sig: Signature, assumes: frozenset[str],
+              draws: Draws = Draws()) -> int:
     """How the replacement, run eagerly at ``sig`` on ``probe`` values (ordinary ones, then
     edge values), disagrees with the pattern: 2, other results; 1, it raises; 0, not at all (a
     hint for which signatures to trace first)."""
     raised = 0
-    for seed in (0, 1):
+    for seed in draws.probes(sig, assumes)[:2]:
         args = probe(sig, assumes, seed)
         want = outcome(rule.pattern, *args)
         if not want.ok:
@@ -1061,6 +1119,7 @@ __all__ = [
     "SIGNATURES",
     "WRAPPING",
     "Checked",
+    "Draws",
     "Signature",
     "assumed",
     "check_rule",
