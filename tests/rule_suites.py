@@ -140,7 +140,9 @@ EDGES_WRONG = (
 """Wrong rules of ``tests/test_check_rule*.py`` (each refused there on the default stream)."""
 
 
-def _inductor() -> tuple[Planted, ...]:
+def inductor_suite() -> tuple[Planted, ...]:
+    """Torch inductor's 14 no-dropout attention rules with their verdicts (loads inductor's
+    module on first use: seconds)."""
     from tests.inductor_rules import inductor_rule
     from tests.test_check_rule_inductor import RIGHT, WRONG
 
@@ -160,7 +162,7 @@ def suites(*, inductor: bool = True) -> tuple[Planted, ...]:
              *(Planted("edges", r, True) for r in EDGES_RIGHT),
              *(Planted("edges", r, False) for r in EDGES_WRONG)]
     if inductor:
-        found += _inductor()
+        found += inductor_suite()
     return tuple(found)
 
 
@@ -174,5 +176,5 @@ def verdict(planted: Planted, seed: int | None) -> str | None:
     return None if planted.right else "accepted"
 
 
-__all__ = ["EDGES_RIGHT", "EDGES_WRONG", "Planted", "layer_norm", "layer_norm_regrouped",
-           "suites", "verdict"]
+__all__ = ["EDGES_RIGHT", "EDGES_WRONG", "Planted", "inductor_suite", "layer_norm",
+           "layer_norm_regrouped", "suites", "verdict"]
