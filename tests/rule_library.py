@@ -100,12 +100,16 @@ RULES = (
     # promotion: x + INT_MIN where x - y is x + 2**31), found on check_rule's seed 1
     Rule(lambda x, y: x - y, lambda x, y: x + torch.neg(y), XY, name="sub_as_add_neg",
          where=_one_dtype, **_SMALL),
+    # on floats: -INT_MIN wraps to INT_MIN (minimum(INT_MIN, 0) is INT_MIN, -maximum(INT_MIN, 0)
+    # is 0), refused on every stream since the integer edge probes
     Rule(lambda x, y: torch.minimum(x, y), lambda x, y: -torch.maximum(-x, -y), XY,
-         name="minimum_as_maximum", where=_no_bool(0, 1), assumes={"no_signed_zeros"},
+         name="minimum_as_maximum", where=_floating(0, 1), assumes={"no_signed_zeros"},
          **_SMALL),
-    # -(0 * y) is -0.0 where (-0) * y is +0.0 for an int 0 and a float y > 0
+    # -(0 * y) is -0.0 where (-0) * y is +0.0 for an int 0 and a float y > 0; of one dtype:
+    # an int64 x at INT_MIN with a float y is refused (-x wraps before the promotion)
     Rule(lambda x, y: torch.neg(x * y), lambda x, y: torch.neg(x) * y, XY, name="neg_mul",
-         where=_not_bool, assumes={"no_signed_zeros"}, **_SMALL),
+         where=lambda m: _not_bool(m) and _one_dtype(m), assumes={"no_signed_zeros"},
+         **_SMALL),
     Rule(lambda x, y: x * y + x * y, lambda x, y: (x * y) * 2, XY, name="twice_product",
          where=_not_bool, **_SMALL),
     # scalars: wildcards, a replacement computing on them, literals

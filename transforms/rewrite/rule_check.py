@@ -15,7 +15,8 @@ of the dtype each result is computed in.
 Assumptions (``Rule.assumes``, after LLVM's fast-math flags) hold for inputs, intermediates and
 results alike: only inputs they admit are drawn, and a position where the pattern's result
 breaks one (NaN under ``no_nans``, ±inf under ``no_infs``) may hold anything, as LLVM makes such
-a result poison; ``no_signed_zeros`` makes -0.0 equal +0.0; ``reassociate`` widens the tolerance
+a result poison; ``no_signed_zeros`` makes -0.0 equal +0.0; ``reassociate`` does too (regrouping
+flips the sign of an exact zero: ``ir.harness.SIGNLESS_ZEROS``) and widens the tolerance
 (``ir.harness.tolerance.REASSOCIATE``). A rule with ``specials=False`` is checked as if it
 assumed ``no_nans``, ``no_infs`` and ``no_signed_zeros``.
 
@@ -155,7 +156,8 @@ class Checked:
         return bool(self.restrided)
 
 
-def check_rule(rule: Rule, *, max_examples: int | None = None, seed: int | None = None) -> Checked:
+def check_rule(rule: Rule, *, max_examples: int | None = None,
+               seed: int | None = None) -> Checked:
     """Raise ``LawViolation`` (law ``"rule"``) with a counterexample when ``rule`` is wrong;
     else return what was checked (``Checked``: draws run and rewritten, the signatures where
     the rewrite changed a result's strides).
