@@ -258,11 +258,13 @@ class Draws:
     def probes(self, sig: Signature, assumes: frozenset[str]) -> tuple[int, ...]:
         """The ``probe`` seeds tried first at ``sig``: ordinary values (0), ordinary values
         with edge values among them (1 by default, another positive seed else), then
-        ``row_seeds`` (shifted by the seed: which row holds which edge value). O(arguments)."""
+        ``row_seeds`` and ``column_seeds`` (shifted by the seed: which row or column holds
+        which edge value). O(arguments)."""
         if self.seed is None:
-            return (0, 1, *row_seeds(sig, assumes))
-        mixed = 2 + self.seed % (2**31 - 2)
-        return (0, mixed, *row_seeds(sig, assumes, shift=self.seed % 2**16))
+            return (0, 1, *row_seeds(sig, assumes), *column_seeds(sig, assumes))
+        mixed, shift = 2 + self.seed % (2**31 - 2), self.seed % 2**16
+        return (0, mixed, *row_seeds(sig, assumes, shift=shift),
+                *column_seeds(sig, assumes, shift=shift))
 
     def key(self, rule: Rule, sig: Signature) -> tuple:
         """The hypothesis key of the search at ``sig``: the rule's content and the signature,
@@ -445,11 +447,51 @@ def row_seeds(sig: Signature, assumes: frozenset[str], *, shift: int = 0) -> tup
     return tuple(ROWS - k - shift for k in range(need))
 
 
+COLUMNS = -(2**20)
+"""``probe``'s first seed for edge columns: each column (a position along the last dimension)
+one finite edge value down every row, beside its negation (``column_edges``); seed ``COLUMNS -
+k`` starts ``k`` pairs of columns further along (``column_seeds``). A reduction along a leading
+dimension meets one edge value repeated, as one along the last dimension does in an edge row,
+and the pairs cancel in a sum over everything: a float16 column of 65504s sums to inf beside a
+column of -65504s, so ``x.sum(0).sum(0)`` is NaN where ``x.sum()`` is 0. No NaN or inf among
+them (one would make every full reduction NaN on both sides, hiding the difference)."""
+
+
+def column_edges(dtype: torch.dtype, assumes: frozenset[str]) -> tuple[float, ...]:
+    """The values of ``probe``'s edge columns for ``dtype``, in pairs: each finite positive
+    edge value ``assumes`` admits (``ir.strategies.values.edges``), the largest first, followed
+    by its negation; then -0.0 and +0.0 where -0.0 is admitted. O(1)."""
+    pool = edges(dtype, assumes=assumes)
+    big = sorted({v for v in pool if math.isfinite(v) and v > 0}, reverse=True)
+    zeros = (-0.0, 0.0) if any(v == 0 for v in pool) else ()
+    return tuple(w for v in big for w in (v, -v)) + zeros
+
+
+def _column_step(row: int) -> int:
+    """How many values of ``column_edges`` one edge-column probe moves on: the row's length
+    rounded down to even (a pair stays in two neighbouring columns), 1 for a row of one."""
+    return row - row % 2 if row >= 2 else 1
+
+
+def column_seeds(sig: Signature, assumes: frozenset[str], *,
+                 shift: int = 0) -> tuple[int, ...]:
+    """The ``probe`` seeds whose edge columns give every value of ``column_edges`` a column
+    of its own in each floating tensor of ``sig`` with two rows or more (``()`` where there is
+    none), each pair in two neighbouring columns where the last dimension has two or more;
+    ``shift`` starts them ``shift`` steps further along (any shift keeps both). O(arguments)."""
+    need = 0
+    for a in sig.args:
+        if is_spec(a) and a[1].is_floating_point and len(a[0]) >= 2 and math.prod(a[0][:-1]) >= 2:
+            step = _column_step(a[0][-1])
+            need = max(need, -(-len(column_edges(a[1], assumes)) // step))
+    return tuple(COLUMNS - k - shift for k in range(need))
+
+
 def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
     """Deterministic arguments of signature ``sig`` (contiguous): with ``seed`` 0 ordinary
     values in turn (``ORDINARY``); with a ``seed`` of ``row_seeds`` each row (the last
     dimension) one edge value everywhere, the largest finite first (a row sum overflows where a mean does
-    not); otherwise the edge values ``assumes`` admits in turn among normal values seeded by
+    not); with one of ``column_seeds`` each column one edge value down the rows; otherwise the edge values ``assumes`` admits in turn among normal values seeded by
     ``seed``. Used where the pattern is only tried (does it run, do the two functions
     disagree), and for the first draw inside a hypothesis test."""
     gen = torch.Generator().manual_seed(seed)
@@ -475,9 +517,14 @@ def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
             start = pool.index(top) if top in pool else 0
             pool = pool[start:] + pool[:start]
             row = shape[-1] if shape and shape[-1] else 1
-            skip = (ROWS - seed) * max(1, n // row)
-            flat = torch.tensor([pool[(k // row + skip) % len(pool)] for k in range(n)],
-                                dtype=torch.float64)
+            if seed <= COLUMNS:  # edge columns: the value follows the last index
+                pool = column_edges(dtype, assumes) or pool
+                skip = (COLUMNS - seed) * _column_step(row)  # even: pairs stay together
+                at = [(k % row + skip) % len(pool) for k in range(n)]
+            else:
+                skip = (ROWS - seed) * max(1, n // row)
+                at = [(k // row + skip) % len(pool) for k in range(n)]
+            flat = torch.tensor([pool[j] for j in at], dtype=torch.float64)
         else:
             flat = torch.randn(n, generator=gen, dtype=torch.float64)
             pool = edges(dtype, assumes=assumes)
@@ -1114,6 +1161,7 @@ def run_replacement(rule: Rule, args: tuple) -> tuple:
 __all__ = [
     "ALL_DTYPES",
     "ALSO_AT_SHARE",
+    "COLUMNS",
     "DIVIDING",
     "DTYPES",
     "FINITE",
@@ -1125,6 +1173,8 @@ __all__ = [
     "Signature",
     "assumed",
     "check_rule",
+    "column_edges",
+    "column_seeds",
     "describe",
     "divides",
     "example_signature",
