@@ -175,7 +175,8 @@ def check_rule(rule: Rule, *, max_examples: int | None = None,
     per element ordinary and IEEE edge values as ``assumed(rule)`` admits, in a contiguous,
     transposed, strided or expanded layout). A counterexample shrinks toward ordinary values,
     the contiguous layout and the example's signature, for at most ``SHRINK_SECONDS``.
-    Deterministic probes come first at each signature: ordinary values, rows of edge values;
+    Deterministic probes come first at each signature: ordinary values, rows of edge values,
+    columns of finite edge values beside their negations (``column_seeds``);
     where the pattern's program or its rewrite converts dtypes (``conversions``: ``.to``, a
     cast), each tensor at the edges of those conversions (``conversion_probe``: a float past
     the integer range, the integer bounds and one past them); where either computes integer
