@@ -125,10 +125,11 @@ def test_the_default_stream_is_the_content_seeded_one():
 
 # --- the matrix ---------------------------------------------------------------------------------
 
-SAMPLE = (("library:sub_as_add_neg", 1), ("heldout:log1p_spelled", 2), ("edges:amax_neg", 3),
-          ("edges:clamp_dropped", 4), ("heldout:sum_sum_all", 9))
-"""Rules of the matrix that run by default, each on one seed (``sum_sum_all`` on the seed where
-it escaped before the edge columns)."""
+SAMPLE = (("library:sub_as_add_neg", 1), ("heldout:log1p_spelled", 2), ("edges:clamp_dropped", 3),
+          ("heldout:trunc_as_floordiv", 4), ("heldout:sum_sum_all", 9))
+"""Rules of the matrix that run by default, each on one seed: ``sum_sum_all`` where it escaped
+before the edge columns; ``trunc_as_floordiv`` where a draw of ``INT_MIN`` and -1 reached the
+integer division before its signature's site was built (SIGFPE: the process stopped)."""
 
 
 @pytest.mark.parametrize(("key", "seed"), SAMPLE)

@@ -589,9 +589,23 @@ class _State:
     def check(self, i: int, args: tuple) -> None:
         self.budget.run(i, lambda: self._check(i, args))
 
+    def _divides(self, i: int, args: tuple) -> bool:
+        """Whether signature ``i``'s programs divide integers (``_Site.divides``), asked
+        before any value with an integer tensor runs: the site is built first if need be
+        (where the pattern raised on every draw so far, no site was built, and a later draw of
+        ``INT_MIN`` and -1 would stop the process). ``False`` where rewrite declines or fails
+        there (a failure is reported by the draw that meets it)."""
+        if not any(isinstance(a, torch.Tensor) and _integral(a.dtype) for a in args):
+            return False
+        try:
+            site = self.site(i)
+        except LawViolation:
+            return False
+        return bool(site is not None and site.divides)
+
     def _check(self, i: int, args: tuple) -> None:
         rule, sig = self.rule, self.sigs[i]
-        if self.built(i).divides:  # INT_MIN // -1 stops the process (SIGFPE): no -1 drawn there
+        if self._divides(i, args):  # INT_MIN // -1 stops the process (SIGFPE): no -1 there
             args = no_minus_one(args)
         want = run_side(rule.pattern, args)  # the law runner: copies, seed 0, observed
         if not want.ok:
