@@ -125,11 +125,13 @@ def test_the_default_stream_is_the_content_seeded_one():
 
 # --- the matrix ---------------------------------------------------------------------------------
 
-SAMPLE = (("library:sub_as_add_neg", 1), ("heldout:log1p_spelled", 2), ("edges:clamp_dropped", 3),
-          ("heldout:trunc_as_floordiv", 4), ("heldout:sum_sum_all", 9))
+SAMPLE = (("library:sub_as_add_neg", 1), ("heldout:log1p_spelled", 2),
+          ("heldout:trunc_as_floordiv", 4), ("heldout:div_div_scalars", 5),
+          ("heldout:sum_sum_all", 9))
 """Rules of the matrix that run by default, each on one seed: ``sum_sum_all`` where it escaped
-before the edge columns; ``trunc_as_floordiv`` where a draw of ``INT_MIN`` and -1 reached the
-integer division before its signature's site was built (SIGFPE: the process stopped)."""
+before the edge columns, ``div_div_scalars`` before two scalars were drawn at once;
+``trunc_as_floordiv`` where a draw of ``INT_MIN`` and -1 reached the integer division before
+its signature's site was built (SIGFPE: the process stopped)."""
 
 
 @pytest.mark.parametrize(("key", "seed"), SAMPLE)

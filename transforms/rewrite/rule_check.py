@@ -91,6 +91,9 @@ examples the first set's get (``check_rule``)."""
 ``check_rule``."""
 PAIRS = 60
 """At most this many pairs of size changes tried (eagerly) when drawing signatures."""
+SCALAR_PAIRS = 100
+"""At most this many pairs of values of two scalar arguments tried (eagerly) when drawing
+signatures (two float scalars' pools: 81)."""
 SHRINK_SECONDS = 6.0
 """Once a counterexample is found, shrinking it stops after this many seconds (the smallest
 counterexample found by then is reported): a refused rule reports within seconds."""
@@ -1009,13 +1012,24 @@ def _signatures(rule: Rule, limit: int = SIGNATURES, *,
     floats = [base] + [s for s in dtype_ok
                        if len({s.args[i][1] for i in tensors_at}) <= 1
                        and all(s.args[i][1].is_floating_point for i in tensors_at)]
-    for pos in _drawn_scalars(rule):
+    drawn = _drawn_scalars(rule)
+    pools = {}
+    for pos in drawn:
         kind = "float" if isinstance(base.args[pos], float) else "int"
         pool = (rule.hypers[pos].values if pos in rule.hypers
                 else scalar_values(kind, assumes=assumes, example=base.args[pos]))
+        pools[pos] = pool
         for value in pool:
             for d in floats:
                 add(_with(d, {pos: value}), scalar_ok)
+    # two scalars at once, at the example's dtypes: one overflows or cancels against the
+    # other (x / a / b overflows at x / a where x / (a * b) does not: a = 0.5, b = 2.0)
+    duos = [(p, u, q, v) for k, p in enumerate(drawn) for q in drawn[k + 1:]
+            for u in pools[p] for v in pools[q]]
+    if len(duos) > SCALAR_PAIRS:
+        duos = rng.sample(duos, SCALAR_PAIRS)
+    for p, u, q, v in duos:
+        add(_with(base, {p: u, q: v}), scalar_ok)
     # two size changes at once (k and v with fewer heads while the mask broadcasts), where
     # the pattern runs: a bounded, seeded sample of the pairs
     pairs = [(a, b) for a in shape_ok for b in shape_ok if a is not b]
@@ -1092,11 +1106,12 @@ def _with(sig: Signature, changes: dict) -> Signature:
 
 def _disagree(rule: Rule, sig: Signature, assumes: frozenset[str],
               draws: Draws = Draws()) -> int:
-    """How the replacement, run eagerly at ``sig`` on ``probe`` values (ordinary ones, then
-    edge values), disagrees with the pattern: 2, other results; 1, it raises; 0, not at all (a
+    """How the replacement, run eagerly at ``sig`` on ``probe`` values (ordinary ones, edge
+    values among them, then the edge rows of the default stream: every edge value, whatever
+    the seed), disagrees with the pattern: 2, other results; 1, it raises; 0, not at all (a
     hint for which signatures to trace first)."""
     raised = 0
-    for seed in draws.probes(sig, assumes)[:2]:
+    for seed in (*draws.probes(sig, assumes)[:2], *row_seeds(sig, assumes)):
         args = probe(sig, assumes, seed)
         want = outcome(rule.pattern, *args)
         if not want.ok:
