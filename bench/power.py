@@ -282,7 +282,7 @@ def _one(key: str, seed: int, examples: int, fuzz_examples: int) -> tuple[str, i
     start = time.perf_counter()
     try:
         outcome = case.run(seed, examples)
-    except Exception as exc:  # a checker's crash is reported, not a verdict
+    except Exception as exc:  # noqa: BLE001 - a checker's crash is reported, not a verdict
         first = (str(exc).splitlines() or [""])[0][:120]
         outcome = Outcome(False, "", error=f"{type(exc).__name__}: {first}")
     return key, seed, attrs.evolve(outcome, seconds=time.perf_counter() - start)
