@@ -20,7 +20,7 @@ is every correct twin written beside them:
   200 programs; ``eager`` is the twin.
 
 Nothing here asserts: it prints a table (``--markdown``: one the docs can take as it is).
-Flags: ``--seeds N`` (default 20), ``--examples E`` (default 100, ``check_laws``'s budget),
+Flags: ``--seeds N`` (default 20: seeds 0..N-1; ``--seed-list 2,9,16``: those), ``--examples E`` (default 100, ``check_laws``'s budget),
 ``--fuzz-examples F`` (default 200), ``--only REGEX`` (on ``family:source:name``), ``--quick``
 (3 seeds, 30 examples, the main suite only), ``--jobs J`` (processes; default 1), ``--json``.
 """
@@ -120,13 +120,13 @@ def _pass_cases() -> Iterator[Case]:
         return law if isinstance(law, str) else "|".join(law)
 
     main = importlib.import_module("tests.laws.test_planted_bugs")
-    for bug, options, law, _ in main.PLANTED:
+    for bug, options, law, *_ in main.PLANTED:
         yield Case("pass", "planted_bugs", bug.__name__, True, law, _laws_run(bug, options))
     for twin, options in main.CORRECT:
         yield Case("pass", "planted_bugs", twin.__name__, False, "", _laws_run(twin, options))
 
     held = importlib.import_module("tests.laws.test_planted_bugs_heldout")
-    for bug, options, law, _ in held.PLANTED:
+    for bug, options, law, *_ in held.PLANTED:
         yield Case("pass", "heldout", bug.__name__ + _suffix(options), True, law_of(law),
                    _laws_run(bug, options))
     for twin, options in held.CORRECT:
@@ -135,7 +135,7 @@ def _pass_cases() -> Iterator[Case]:
 
     like = importlib.import_module("tests.laws.test_planted_bugs_programs_like")
     strategy = _LazyLike(like)
-    for fn, bug, where, law, _ in like.PLANTED:
+    for fn, bug, where, law, *_ in like.PLANTED:
         yield Case("pass", "programs_like", f"{fn.__name__}[{bug}]@{where}", True, law_of(law),
                    _laws_run(like._named(fn, bug), {},
                              strategy if where == "like" else None))
@@ -145,7 +145,7 @@ def _pass_cases() -> Iterator[Case]:
                        _laws_run(fn, options, strategy if at == "like" else None))
 
     teeth = importlib.import_module("tests.laws.test_teeth")
-    for bug, options, law in teeth.PLANTED:
+    for bug, options, law, *_ in teeth.PLANTED:
         yield Case("pass", "teeth", bug.__name__, True, law, _laws_run(bug, options))
     yield Case("pass", "teeth", "deduplicate", False, "",
                _laws_run(teeth.deduplicate, {"programs": teeth.REPEATED, "idempotent": True}))
@@ -354,6 +354,8 @@ def table(rows: list[dict], markdown: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds per case (0..N-1)")
+    parser.add_argument("--seed-list", default=None,
+                        help="these seeds instead (comma-separated), e.g. the tests' sample")
     parser.add_argument("--examples", type=int, default=100, help="check_laws' max_examples")
     parser.add_argument("--fuzz-examples", type=int, default=200, help="the fuzzer's budget")
     parser.add_argument("--only", default=None, help="regex on family:source:name")
@@ -371,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [c for c in cases(tuple(args.families.split(",")))
               if args.only is None or re.search(args.only, c.key)]
     _BY_KEY.update((c.key, c) for c in chosen)
-    work = [(c.key, s) for c in chosen for s in range(args.seeds if c.seeded else 1)]
-    print(f"bench.power: {len(chosen)} cases, {args.seeds} seeds, {args.examples} examples "
+    seeds = ([int(s) for s in args.seed_list.split(",")] if args.seed_list
+             else list(range(args.seeds)))
+    work = [(c.key, s) for c in chosen for s in (seeds if c.seeded else seeds[:1])]
+    print(f"bench.power: {len(chosen)} cases, seeds {seeds}, {args.examples} examples "
           f"(fuzzer: {args.fuzz_examples}), {len(work)} runs, {args.jobs} job(s)",
           file=sys.stderr)
     results: dict[str, list[Outcome]] = {c.key: [] for c in chosen}
@@ -397,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(work)} runs in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"seeds": args.seeds, "examples": args.examples, "fuzz_examples": args.fuzz_examples,
+            {"seeds": seeds, "examples": args.examples, "fuzz_examples": args.fuzz_examples,
              "rows": rows, "outcomes": {k: [attrs.asdict(o) for o in v]
                                         for k, v in results.items()}}, indent=1))
     return 0
