@@ -80,6 +80,14 @@ class Outcome:
     seconds: float = 0.0
 
 
+def _on_path(*folders: Path) -> None:
+    """The repository root and the tests' folders importable (their modules import siblings by
+    bare name, as pytest lets them), each once."""
+    for folder in folders:
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+
+
 # --- pass bugs (check_laws) ---------------------------------------------------------------------
 
 
@@ -114,7 +122,7 @@ def _laws_run(fn: Callable, options: dict, programs: Any = None) -> Callable[[in
 
 
 def _pass_cases() -> Iterator[Case]:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "laws")]
+    _on_path(ROOT, ROOT / "tests", ROOT / "tests" / "laws")
 
     def law_of(law: Any) -> str:
         return law if isinstance(law, str) else "|".join(law)
@@ -211,7 +219,7 @@ def _rule_run(rule: Any) -> Callable[[int, int], Outcome]:
 
 
 def _rule_cases() -> Iterator[Case]:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    _on_path(ROOT, ROOT / "tests")
     seeded = _rule_seeded()
     held = importlib.import_module("tests.heldout_rules")
     for rule in held.WRONG:
@@ -247,7 +255,7 @@ def _fuzz_run(name: str, attribute: str, budget: list[int]) -> Callable[[int, in
 
 
 def _fuzz_cases(budget: list[int]) -> Iterator[Case]:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    _on_path(ROOT, ROOT / "tests")
     for name, attribute in _FUZZ.items():
         yield Case("fuzz", "fuzz_planted", name, name != "eager",
                    "mismatch" if name != "eager" else "", _fuzz_run(name, attribute, budget))
@@ -394,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             _, _, outcome = _one(key, seed, args.examples, args.fuzz_examples)
             results[key].append(outcome)
             print(f"  {key} seed {seed}: {'caught ' + outcome.law if outcome.caught else 'held'}"
-                  f"{' ' + outcome.error if outcome.error else ''} ({outcome.seconds:.1f} s)",
+                  f"{' ' + outcome.error if outcome.error else ''} (examples {outcome.examples}, "
+                  f"changed {outcome.changed}, {outcome.seconds:.1f} s)",
                   file=sys.stderr, flush=True)
     rows = [row(c, results[c.key]) for c in chosen]
     print(table(rows, args.markdown))
