@@ -30,11 +30,12 @@ def seeded(rows: Sequence[tuple], name: Callable[[tuple], str],
            missed: Mapping[Any, Collection[int]] = (), *,
            marks: Callable[[tuple], Sequence[Any]] = lambda row: (),
            default: Collection[int] = SEEDS,
-           key: Callable[[tuple], Any] = lambda row: row[0]) -> list[Any]:
+           key: Callable[[tuple], Any] = lambda row: row[0],
+           reason: str = GENERATOR_REACH) -> list[Any]:
     """``pytest.param(*row, seed)`` for each row and each of the 20 seeds: those in
     ``default`` (``SEEDS``) run by default, the others are ``nightly``; each with
     ``marks(row)``, and ``xfail(strict=True)`` where ``missed`` lists the seed for the row's
-    ``key(row)`` (its pass, ``row[0]``). Ids: ``name(row)-seedN``."""
+    ``key(row)`` (its pass, ``row[0]``), with ``reason``. Ids: ``name(row)-seedN``."""
     missed = dict(missed)
     params = []
     for seed in (*default, *(s for s in range(20) if s not in default)):
@@ -43,7 +44,7 @@ def seeded(rows: Sequence[tuple], name: Callable[[tuple], str],
             if seed not in default:
                 extra.append(pytest.mark.nightly)
             if seed in missed.get(key(row), ()):
-                extra.append(pytest.mark.xfail(strict=True, reason=GENERATOR_REACH))
+                extra.append(pytest.mark.xfail(strict=True, reason=reason))
             params.append(pytest.param(*row, seed, id=f"{name(row)}-seed{seed}", marks=extra))
     return params
 

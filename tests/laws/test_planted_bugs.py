@@ -323,9 +323,15 @@ PLANTED = [
 ]
 
 
-# (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples): each an
-# xfail(strict=True) until a generator reaches it
-MISSED: dict = {}
+# (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples, seeds
+# 0..19): each an xfail(strict=True) until a generator reaches it
+MISSED = {
+    cse_merges_written_copy: {3, 4, 5, 9, 15, 16},
+    cse_merges_random: {12, 14, 15},
+    fold_folds_rand: {9, 13, 16},
+    fold_drops_used_node: {15, 18, 19},
+    fold_reads_written_buffer: {1, 4, 6, 7, 8, 9, 11, 12, 15, 16, 17, 18, 19},
+}
 
 
 @pytest.mark.parametrize("planted, options, law, first, seed",

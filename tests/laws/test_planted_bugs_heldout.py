@@ -463,9 +463,13 @@ SAMPLE = {dce_drops_unread_copy, cse_ignores_kwargs, hoists_writes, quantizes_th
           forwards_clones, mean_as_sum_at_batch_one, simplify_identities, rename_values}
 
 
-# (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples): each an
-# xfail(strict=True) until a generator reaches it
-MISSED: dict = {}
+# (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples, measured
+# under SEEDS only): each an xfail(strict=True) until a generator reaches it
+MISSED = {gelu_to_tanh_approximation: {2, 16}, identity_forwards_a_written_value: {9}}
+
+# (correct pass, on outlined programs) -> seeds where ``outline`` refuses a drawn program
+# (``PassError``: a value made inside a preserved call and read after it), found by bench.power
+OUTLINE_REFUSES = {(count_activation_calls, True): {9}, (cse_then_dce, True): {9}}
 
 
 def _slow(row: tuple) -> list:
@@ -488,7 +492,9 @@ def test_a_heldout_bug_is_caught(planted, options, law, seed):
 
 
 @pytest.mark.parametrize("correct, options, seed",
-                         seeded(CORRECT, _name, marks=_slow, default=SEEDS[:1]))
+                         seeded(CORRECT, _name, OUTLINE_REFUSES, marks=_slow,
+                                default=SEEDS[:1], key=lambda row: (row[0], bool(row[1])),
+                                reason="issue 60: outline refuses a drawn program"))
 def test_a_heldout_correct_pass_obeys_the_laws(correct, options, seed):
     report = check_laws(correct, max_examples=EXAMPLES, seed=seed, **options)
     assert report.changed >= 3, report
