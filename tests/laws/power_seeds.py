@@ -35,7 +35,8 @@ def seeded(rows: Sequence[tuple], name: Callable[[tuple], str],
     """``pytest.param(*row, seed)`` for each row and each of the 20 seeds: those in
     ``default`` (``SEEDS``) run by default, the others are ``nightly``; each with
     ``marks(row)``, and ``xfail(strict=True)`` where ``missed`` lists the seed for the row's
-    ``key(row)`` (its pass, ``row[0]``), with ``reason``. Ids: ``name(row)-seedN``."""
+    ``key(row)`` (its pass, ``row[0]``): a collection of seeds (each with ``reason``) or a
+    mapping of seed to its own reason. Ids: ``name(row)-seedN``."""
     missed = dict(missed)
     params = []
     for seed in (*default, *(s for s in range(20) if s not in default)):
@@ -43,8 +44,10 @@ def seeded(rows: Sequence[tuple], name: Callable[[tuple], str],
             extra = list(marks(row))
             if seed not in default:
                 extra.append(pytest.mark.nightly)
-            if seed in missed.get(key(row), ()):
-                extra.append(pytest.mark.xfail(strict=True, reason=reason))
+            listed = missed.get(key(row), ())
+            if seed in listed:
+                why = listed[seed] if isinstance(listed, Mapping) else reason
+                extra.append(pytest.mark.xfail(strict=True, reason=why))
             params.append(pytest.param(*row, seed, id=f"{name(row)}-seed{seed}", marks=extra))
     return params
 
