@@ -639,11 +639,13 @@ def check_laws(
             run a pass under several seeds to check it on more than one stream of programs.
 
     Which programs are drawn never depends on ``pass_fn``: not its name, its source or its
-    identity. Derandomized, the stream is keyed by the laws checked (and the ``programs``
-    strategy itself), so the same bug under another name, or in a function spaced otherwise,
-    is checked on the same programs and gets the same verdict. Hypothesis's example database
-    (where the settings keep one) is keyed alike: a failure saved for one pass is replayed for
-    the next pass checked with the same laws, one more example for it and harmless.
+    identity. Derandomized, the stream is keyed by the laws checked alone (``programs``
+    decides what the stream builds), so the same bug under another name, or in a function
+    spaced otherwise, is checked on the same programs and gets the same verdict. Hypothesis's
+    example database (where the settings keep one) is keyed alike: a failure saved for one pass
+    is replayed for the next pass checked with the same laws, one more example for it and
+    harmless.
+
     Returns a :class:`LawReport` when every law holds on every program tried. Raises
     ``LawViolation`` for the shrunk program that breaks one (its message names the law and
     prints the program), and ``LawViolation("vacuous")`` when the pass changed none of the
