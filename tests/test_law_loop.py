@@ -127,6 +127,33 @@ def test_the_database_key_differs_per_key_and_repeats_for_one_key():
         Trial(LAW, st.none(), print, key="pass b"))
 
 
+def test_a_seed_makes_the_draws_random_repeatable_and_keeps_no_database():
+    """``seed=``: random draws seeded by it, whatever ``derandomize`` says; the same seed draws
+    the same examples, others draw others; no failure is saved (or replayed) even where the
+    settings keep a database."""
+
+    def drawn(seed: int) -> list[int]:
+        check, seen = breaks_from(10**9)
+        hold(Trial(LAW, st.integers(0, 10**6), check, key="k"),
+             settings=settings(derandomize=True), max_examples=20, seed=seed)
+        return seen
+
+    assert drawn(1) == drawn(1)
+    assert drawn(1) != drawn(2)
+    check, _ = breaks_from(3)
+    db = InMemoryExampleDatabase()
+    with pytest.raises(Broken):
+        hold(Trial(LAW, st.integers(0, 100), check, key="k"),
+             settings=settings(derandomize=False, database=db), max_examples=50, seed=5)
+    assert not db.data, "a seeded run saves no failure"
+
+
+@pytest.mark.parametrize("seed", ["1", 1.5, True])
+def test_a_seed_that_is_not_an_int_is_refused(seed):
+    with pytest.raises(ValueError, match="seed must be an int"):
+        hold(Trial(LAW, st.none(), print), seed=seed)
+
+
 def test_the_run_is_keyed_by_the_check_itself_not_by_the_loop():
     """The wrapper ``hold`` puts around a check reads as the check to hypothesis (its name, its
     source), so a law's draws are those its own check and key give."""

@@ -35,9 +35,12 @@ class Trial:
       rewrite sites);
     - ``check``: ``check(drawn)`` runs the sides on one draw and judges them, returning when
       the law holds and raising the law's failure (a ``LawViolation``) when it breaks;
-    - ``key``: what tells this trial apart from the others with the same ``check`` (the pass
-      and its laws, the rule and its signature): hypothesis keys the example database and,
-      derandomized, seeds the draws by ``check``'s source and :func:`digest` of ``key``;
+    - ``key``: what tells this trial apart from the others with the same ``check`` (the laws
+      checked, a rule's content): hypothesis keys the example database and, derandomized,
+      seeds the draws by ``check``'s source and :func:`digest` of ``key``. It holds no name
+      (a pass's, a rule's, a function's) and nothing else that a renaming or a respacing of
+      the code under test changes: whether a bug is caught must not depend on what it is
+      called;
     - ``budget``: a limit on shrinking (``ir.harness.ShrinkBudget``), or ``None`` (hypothesis
       shrinks as long as it likes). Each ``check`` runs under it, and once it runs out the
       smallest failure found is raised.
@@ -95,7 +98,8 @@ def law_settings(base: Any = None, *, max_examples: int | None = None) -> Any:
     )
 
 
-def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None) -> None:
+def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None,
+         seed: int | None = None) -> None:
     """Check ``trial.law`` on examples drawn from ``trial.draws``: return when ``trial.check``
     returned on every one, else raise its failure for the shrunk example.
 
@@ -104,6 +108,12 @@ def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None)
         settings: hypothesis settings to start from (``law_settings``' ``base``; default: the
             active profile, derandomized without a database outside a test suite).
         max_examples: how many examples (default: the settings' own).
+        seed: ``None``: the settings decide the draws (derandomized: by the check and the key;
+            else hypothesis's own random seed). An int: the draws are random ones seeded by it
+            (hypothesis's ``seed``, which overrides ``derandomize``) and no example database is
+            read or written, so a run under one seed is repeatable and independent of earlier
+            runs, and runs under other seeds draw other examples: how a law's power is measured
+            (``bench.power``).
 
     The run: ``given(trial.draws)`` over ``trial.check`` (under ``trial.budget`` when there is
     one) with ``law_settings(settings, max_examples=...)``; the example database's key and the
@@ -115,15 +125,25 @@ def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None)
 
     Raises what ``trial.check`` raises for the shrunk (or, once ``trial.budget`` ran out, the
     smallest found) example, hypothesis's report of it added as a note; ``ValueError`` for a
-    bad ``max_examples``. Must not be called inside a hypothesis test (hypothesis does not nest).
+    bad ``max_examples`` or a ``seed`` that is not an int. Must not be called inside a
+    hypothesis test (hypothesis does not nest).
 
     Laws: with derandomized settings (the default outside a suite, purefx's ``ci`` profile) two
-    calls with equal trials draw the same examples and fail alike. Complexity: the examples'
-    checks, plus hypothesis's shrinking of a failure.
+    calls with equal trials draw the same examples and fail alike; two calls with one ``seed``
+    and equal ``draws`` and ``check`` draw the same examples, whatever the settings' database
+    and ``derandomize``. Complexity: the examples' checks, plus hypothesis's shrinking of a
+    failure.
     """
     from hypothesis import given
+    from hypothesis import seed as hseed
+    from hypothesis import settings as hsettings
 
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
     chosen = law_settings(settings, max_examples=max_examples)
+    if seed is not None:
+        # a seeded run reads no saved failure and saves none: its draws are the seed's alone
+        chosen = hsettings(chosen, database=None, derandomize=False)
     check, budget = trial.check, trial.budget
 
     # hypothesis keys a run by its test function (source and signature, read through
@@ -137,6 +157,8 @@ def hold(trial: Trial, *, settings: Any = None, max_examples: int | None = None)
 
     one_draw._hypothesis_internal_add_digest = digest(trial)  # type: ignore[attr-defined]
     test = chosen(given(trial.draws)(one_draw))
+    if seed is not None:
+        test = hseed(seed)(test)
     with _storage_outside_the_tree(chosen.database is None and _outside_a_suite()):
         if budget is None:
             test()

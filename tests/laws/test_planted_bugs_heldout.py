@@ -11,7 +11,9 @@ autograd's back (``.data``). Each must be caught on the default generated progra
 (``ir.strategies.programs()``), flat or outlined; the correct passes (``CORRECT``) must pass,
 changing generated programs (no ``allow_vacuous``).
 
-CI runs a sample (``SAMPLE``); the rest are ``slow`` (``-m "not slow"`` skips them).
+Each under the seeds of ``power_seeds`` (a sample by default, all 20 of ``bench.power``'s
+nightly) at 100 examples. CI runs a sample of the passes (``SAMPLE``); the rest are ``slow``
+(``-m "not slow"`` skips them).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ir.node import CALL_FUNCTION, CALL_MODULE, Node
 from ir.program import Program
 from ir.strategies.programs import programs
 from lowering.pass_laws import LawViolation, check_laws
+from tests.laws.power_seeds import SEEDS, seeded
 from transforms import cse, eliminate_dead_code, outline, rewrite_nodes
 
 aten = torch.ops.aten
@@ -421,28 +424,27 @@ def cse_then_dce(p: Program) -> Program:
 
 OUTLINED = programs().map(outline)
 
-# (planted bug, check_laws options, law, examples): each caught within this many programs under
-# the ci profile; with random seeds (three runs of 100 each) all but the two given more examples
-# were caught in every run
+# (planted bug, check_laws options, law): each caught within EXAMPLES programs under each seed
+# (``power_seeds``), but where MISSED says the generators do not reach it yet
 PLANTED = [
-    (dce_drops_unread_copy, {}, "semantics", EXAMPLES),
-    (dce_drops_dead_draws, {}, "semantics", EXAMPLES),
-    (dce_drops_unread_module_calls, {"programs": OUTLINED}, "semantics", 200),
+    (dce_drops_unread_copy, {}, "semantics"),
+    (dce_drops_dead_draws, {}, "semantics"),
+    (dce_drops_unread_module_calls, {"programs": OUTLINED}, "semantics"),
     # merging values of other shapes: the editor refuses the shape change at an output spec
     # (raises) or the numbers differ (semantics), whichever the drawn program meets first
-    (cse_ignores_literals, {}, ("raises", "semantics"), EXAMPLES),
-    (cse_ignores_kwargs, {}, "semantics", EXAMPLES),
-    (swap_sub_operands, {}, "semantics", EXAMPLES),
-    (gelu_to_tanh_approximation, {}, "semantics", EXAMPLES),
-    (activations_in_half, {}, "semantics", EXAMPLES),
-    (mean_as_sum_at_batch_one, {}, "semantics", EXAMPLES),
-    (add_becomes_inplace, {}, "semantics", EXAMPLES),
-    (hoists_writes, {}, "semantics", EXAMPLES),
-    (outputs_in_double, {}, ("semantics", "verify"), EXAMPLES),  # verify: its casts' vals
-    (relu_spelling_by_counter, {}, "determinism", EXAMPLES),
-    (quantizes_through_data, {}, "purity", EXAMPLES),
-    (forwards_clones, {}, "semantics", EXAMPLES),
-    (identity_forwards_a_written_value, {}, "semantics", 400),
+    (cse_ignores_literals, {}, ("raises", "semantics")),
+    (cse_ignores_kwargs, {}, "semantics"),
+    (swap_sub_operands, {}, "semantics"),
+    (gelu_to_tanh_approximation, {}, "semantics"),
+    (activations_in_half, {}, "semantics"),
+    (mean_as_sum_at_batch_one, {}, "semantics"),
+    (add_becomes_inplace, {}, "semantics"),
+    (hoists_writes, {}, "semantics"),
+    (outputs_in_double, {}, ("semantics", "verify")),  # verify: its casts' vals
+    (relu_spelling_by_counter, {}, "determinism"),
+    (quantizes_through_data, {}, "purity"),
+    (forwards_clones, {}, "semantics"),
+    (identity_forwards_a_written_value, {}, "semantics"),
 ]
 
 CORRECT = [
@@ -461,25 +463,44 @@ SAMPLE = {dce_drops_unread_copy, cse_ignores_kwargs, hoists_writes, quantizes_th
           forwards_clones, mean_as_sum_at_batch_one, simplify_identities, rename_values}
 
 
-def _cases(rows: list, name) -> list:
-    """``pytest.param`` s, ``slow`` but for the flat-program rows of passes in ``SAMPLE``."""
-    return [pytest.param(*row, id=name(row), marks=() if row[0] in SAMPLE
-                         and "programs" not in row[1] else pytest.mark.slow)
-            for row in rows]
+# (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples, measured
+# under SEEDS only): each an xfail(strict=True) until a generator reaches it
+MISSED = {gelu_to_tanh_approximation: {2, 16}, identity_forwards_a_written_value: {9}}
+
+# (correct pass, on outlined programs) -> {seed: why it fails}, found by bench.power (measured
+# under SEEDS only): ``outline`` refuses a drawn program (``PassError``: a value made inside a
+# preserved call and read after it), or the pass changes fewer than 3 programs (no mul by 2)
+_OUTLINE = "issue 60: outline refuses a drawn program (a value made inside a preserved call)"
+TWINS_FAIL = {
+    (count_activation_calls, True): {9: _OUTLINE},
+    (cse_then_dce, True): {9: _OUTLINE},
+    (mul_two_to_add, False): {2: "issue 60: generator reach (h/motifs): 2 of 100 changed",
+                              9: "issue 60: generator reach (h/motifs): vacuous, no mul by 2"},
+}
 
 
-@pytest.mark.parametrize("planted, options, law, examples",
-                         _cases(PLANTED, lambda row: row[0].__name__))
-def test_a_heldout_bug_is_caught(planted, options, law, examples):
+def _slow(row: tuple) -> list:
+    """``slow`` but for the flat-program rows of passes in ``SAMPLE``."""
+    return [] if row[0] in SAMPLE and "programs" not in row[1] else [pytest.mark.slow]
+
+
+def _name(row: tuple) -> str:
+    return row[0].__name__ + ("_outlined" if row[1] else "")
+
+
+@pytest.mark.parametrize("planted, options, law, seed",
+                         seeded(PLANTED, _name, MISSED, marks=_slow))
+def test_a_heldout_bug_is_caught(planted, options, law, seed):
     with pytest.raises(LawViolation) as caught:
-        check_laws(planted, max_examples=examples, settings=NO_SHRINK, **options)
+        check_laws(planted, max_examples=EXAMPLES, settings=NO_SHRINK, seed=seed, **options)
     line = str(caught.value).splitlines()[0]
     assert caught.value.law in (law if isinstance(law, tuple) else (law,)), line
     assert re.match(f"law {caught.value.law!r} broken by {planted.__name__}: ", line), line
 
 
-@pytest.mark.parametrize("correct, options", _cases(
-    CORRECT, lambda row: row[0].__name__ + ("_outlined" if row[1] else "")))
-def test_a_heldout_correct_pass_obeys_the_laws(correct, options):
-    report = check_laws(correct, max_examples=EXAMPLES, **options)
+@pytest.mark.parametrize("correct, options, seed",
+                         seeded(CORRECT, _name, TWINS_FAIL, marks=_slow, default=SEEDS[:1],
+                                key=lambda row: (row[0], bool(row[1]))))
+def test_a_heldout_correct_pass_obeys_the_laws(correct, options, seed):
+    report = check_laws(correct, max_examples=EXAMPLES, seed=seed, **options)
     assert report.changed >= 3, report

@@ -2,7 +2,7 @@
 generated programs and/or on ``programs_like(model)`` for a small MLP with a ones-mask buffer
 and a tiny GPT-2; each correct pass passes, not vacuously. The table of what is caught where
 (and after how many programs) is in ``docs/testing.md``; each test here runs the mode that
-catches the bug, found, not shrunk, with few examples."""
+catches the bug, found, not shrunk, at 100 examples under each seed of ``power_seeds``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from hypothesis import Phase, settings
 from ir.strategies import programs
 from lowering.like import programs_like
 from lowering.pass_laws import LawViolation, check_laws
+from tests.laws.power_seeds import SEEDS, seeded
 
 FOUND = settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+EXAMPLES = 100  # the budget a user gets
 
 
 @pytest.fixture(scope="module")
@@ -32,31 +34,46 @@ def _named(fn, bug):
     return run
 
 
-# (pass, bug, where it is caught: "defaults" or "like", the law(s), examples)
+# (pass, bug, where it is caught: "defaults" or "like", the law(s)): each caught within EXAMPLES
+# programs under each seed (``power_seeds``), but where MISSED says the generators do not reach it
 PLANTED = [
-    (lp.drop_ones_masks, "ignores_writes", "like", "semantics", 20),
-    (lp.split_linears, "off_by_one", "defaults", "raises", 20),
-    (lp.split_linears, "bias_whole", "like", "raises", 10),
-    (lp.fold_scalar_muls, "by_hand", "like", "verify", 5),
-    (lp.fold_scalar_muls, "to_identity", "like", "raises", 10),
-    (lp.drop_copies, "ignores_writes_to_copy", "defaults", "semantics", 60),
-    (lp.drop_copies, "ignores_writes_to_source", "defaults", "semantics", 60),
-    (lp.drop_copies, "ignores_dtype", "like", ("raises", "semantics"), 10),
-    (lp.commute_adds, "forgets_alpha", "defaults", "semantics", 100),
-    (lp.commute_adds, "sub_too", "defaults", "semantics", 40),
-    (lp.freeze_buffers, "ignores_writes", "like", "semantics", 20),
-    (lp.relu_in_place, "on_inputs", "defaults", "raises", 40),  # the editor refuses it
-    (lp.relu_in_place, "read_later", "defaults", "raises", 40),  # the editor refuses it
-    (lp.quantize_weights_unused, None, "like", "vacuous", 5),
+    (lp.drop_ones_masks, "ignores_writes", "like", "semantics"),
+    (lp.split_linears, "off_by_one", "defaults", "raises"),
+    (lp.split_linears, "bias_whole", "like", "raises"),
+    (lp.fold_scalar_muls, "by_hand", "like", "verify"),
+    (lp.fold_scalar_muls, "to_identity", "like", "raises"),
+    (lp.drop_copies, "ignores_writes_to_copy", "defaults", "semantics"),
+    (lp.drop_copies, "ignores_writes_to_source", "defaults", "semantics"),
+    (lp.drop_copies, "ignores_dtype", "like", ("raises", "semantics")),
+    (lp.commute_adds, "forgets_alpha", "defaults", "semantics"),
+    (lp.commute_adds, "sub_too", "defaults", "semantics"),
+    (lp.freeze_buffers, "ignores_writes", "like", "semantics"),
+    (lp.relu_in_place, "on_inputs", "defaults", "raises"),  # the editor refuses it
+    (lp.relu_in_place, "read_later", "defaults", "raises"),  # the editor refuses it
+    (lp.quantize_weights_unused, None, "like", "vacuous"),
 ]
 
 
-@pytest.mark.parametrize(("fn", "bug", "where", "law", "examples"), PLANTED,
-                         ids=[f"{f.__name__}-{b}" for f, b, *_ in PLANTED])
-def test_a_planted_bug_is_caught(like, fn, bug, where, law, examples):
+def _id(row: tuple) -> str:
+    return f"{row[0].__name__}-{row[1]}"
+
+
+# (pass, bug) -> seeds where the generators do not reach it yet (bench.power, 100 examples): each
+# an xfail(strict=True) until a generator reaches it
+MISSED: dict = {}
+
+
+@pytest.mark.parametrize(("fn", "bug", "where", "law", "seed"),
+                         [*seeded([r for r in PLANTED if r[3] != "vacuous"], _id, MISSED,
+                                  key=lambda row: row[:2]),
+                          # vacuous runs every example whatever the seed: one seed by default
+                          *seeded([r for r in PLANTED if r[3] == "vacuous"], _id,
+                                  default=SEEDS[:1])])
+def test_a_planted_bug_is_caught(like, fn, bug, where, law, seed):
     chosen = programs() if where == "defaults" else like
     with pytest.raises(LawViolation) as caught:
-        check_laws(_named(fn, bug), programs=chosen, max_examples=examples, settings=FOUND)
+        check_laws(_named(fn, bug), programs=chosen, max_examples=EXAMPLES, settings=FOUND,
+                   seed=seed)
     # a dropped cast is refused by the metadata check reading it (raises), or seen in the
     # numerics where none reads it (semantics)
     assert caught.value.law in ((law,) if isinstance(law, str) else law), str(caught.value)[:500]
