@@ -27,7 +27,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, freeze, iter_refs, map_refs, map_refs_in
-from ir.effects import aliased_args, graph_effects, is_pure, written_args
+from ir.effects import aliased_args, graph_effects, inert_dropout, is_pure, written_args
 from ir.errors import PassError, PurefxError
 from ir.fake_memo import FakeMemo
 from ir.fake_run import guards_refused, refused_guard
@@ -37,6 +37,7 @@ from ir.module import ModuleId
 from ir.names import target_name
 from ir.node import (
     CALL_FUNCTION,
+    CALL_METHOD,
     CALL_MODULE,
     GET_ATTR,
     OUTPUT,
@@ -167,9 +168,13 @@ class Edit:
 
     def drop(self) -> None:
         """Drop the visited node if, at the end, nothing reads it and it is pure (a node
-        nobody read before the pass: ``not e.graph.users()[node.name]``); else keep it.
-        What it alone read is dropped too, on the same terms. O(1)."""
-        self._ed.candidates.add(self._ed.here())
+        nobody read before the pass: ``not e.graph.users()[node.name]``), or if it writes state
+        or values in place and this visit re-does every one of those writes (``write_buffer``,
+        an emitted in-place operator on the same tensor); else keep it. A visit that re-does
+        some of its writes only, or all of them while the node is still read at the end, is a
+        ``PassError`` (see ``rewrite_nodes``: "A node that writes"). What it alone read is
+        dropped too, on the same terms. O(1)."""
+        self._ed.drop_here()
 
     def call(self, target: Any, *args: Any, **kwargs: Any) -> Ref:
         """Emit ``target(*args, **kwargs)`` (an ``aten`` operator, usually) and return its value.
@@ -328,6 +333,7 @@ class _Editor:
         self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
         self.reread: set[str] = set()  # values a replaced node's readers read now
         self.overwritten: dict[str, str] = {}  # value written in place privately -> where
+        self.rewritten: dict[str, str] = {}  # writing node whose writes a visit re-did -> them
         alias, e, visit, nodes = self.alias, self.e, self.visit, self.nodes
         place = self.work.add
         retyped = self.retyped = set()  # values whose dtype or shape the edit changed
@@ -360,6 +366,10 @@ class _Editor:
             self.after: list[Node] = []
             self.after_names: set[str] = set()
             self.private_writes: list[tuple[Any, str, str]] = []
+            self.redo_writes: list[tuple[Any, str, str]] = []  # emitted writes of node's tensors
+            self.redone: set[tuple[str, str]] = set()  # the tensors the visit wrote (write_key)
+            self.here_writes: dict[tuple[str, str], str] | None = None  # node's, by write_key
+            self.drop_asked = False
             try:
                 result = visit(node, e)
             except PurefxError:
@@ -370,10 +380,11 @@ class _Editor:
                     raise
                 raise kn.guard_error(self.p, guard, f"visit at node {node.name!r}",
                                      kn.KEEP_SYMBOLIC) from exc
-            if self.private_writes and (
-                result is None or not is_pure(node)
-                or (type(result) is Ref and self.alias.get(result.name, result) == node.ref)
-            ):
+            replaced = type(result) is Ref and self.alias.get(result.name, result) != node.ref
+            goes = (replaced or self.drop_asked) and (is_pure(node) or self.settle_writes(node))
+            if self.redo_writes and not goes:
+                self.refuse_write(*self.redo_writes[0])  # the node stays and writes it again
+            if self.private_writes and (not replaced or not goes):
                 self.refuse_write(*self.private_writes[0])  # the node still reads the value
             if e.args is not args or e._kwargs is not kwargs:
                 node_now = self.reargued(current, e.args, e._kwargs)
@@ -402,7 +413,10 @@ class _Editor:
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
-            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made)
+            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made,
+                                 self.rewritten)
+        if self.rewritten:
+            self.check_rewritten_gone(nodes)
         if kn.same_nodes(nodes, graph.nodes) and (
             not self.graph_changed or not (self.alias or self.placeholders or self.mutations)
         ):
@@ -557,7 +571,7 @@ class _Editor:
         late = self.after_names | {here.name}
         after = any(r.name in late for r in iter_refs((args, kwargs)))
         if checked:
-            self.check_writes(op, target, args, kwargs)
+            self.check_writes(op, target, args, kwargs, after)
         val = self.fake(target, args, kwargs)
         src = here.meta
         node = self.work.make(op, target, args, kwargs, val=val,
@@ -584,24 +598,134 @@ class _Editor:
     def replaced(self, old: str, new: str) -> None:
         """(``kernel.Listener``) the editor's replacements are its own ``alias``."""
 
-    def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
+    def check_writes(self, op: str, target: Any, args: Any, kwargs: Any, after: bool) -> None:
         """Refuse an emitted node that writes in place memory this call did not create.
 
         What it writes is ``ir.effects.written_args``'s answer; whose memory each written value
         is (``bases``) is followed through the nodes the kernel made for this call
         (``WorkingGraph.made``) by ``ir.effects.aliased_args``. Memory a made node created is
-        the edit's to write; any other base must be an intermediate only the visited node
-        reads (``read_only_here``: the program's readers, and the readers of each node
-        replaced by it, count), written then once the visited node is replaced, and read by
-        nothing after the write (``check_not_overwritten``)."""
+        the edit's to write. A base that is a tensor the visited node writes itself
+        (``write_key``), written before it (``after`` false: the new node does not read the
+        visited node's result), re-does that write: it stands once the node goes, and is
+        refused when the node stays (``graph``). Any other base must be an intermediate only
+        the visited node reads (``read_only_here``: the program's readers, and the readers of
+        each node replaced by it, count), written then once the visited node is replaced, and
+        read by nothing after the write (``check_not_overwritten``)."""
         for name in written_args(kn.carried(op, "emitted", target, args, kwargs)):
             for base in self.bases(name):
+                if not after and self.redoes(self.write_key(base)):
+                    self.redo_writes.append((target, name, base))
+                    continue
                 if not self.read_only_here(base) or any(
                     r.name == base for n in self.after for r in n.inputs()
                 ):
                     self.refuse_write(target, name, base)
                 self.private_writes.append((target, name, base))  # fine once node is replaced
                 self.overwritten[base] = f"{target_name(target)} emitted at node {self.here()!r}"
+
+    # --- a node that writes ----------------------------------------------------------------------
+
+    def drop_here(self) -> None:
+        """``e.drop()``: the visited node is a candidate, and its writes are settled."""
+        self.drop_asked = True
+        self.candidates.add(self.here())
+
+    def write_key(self, name: str) -> dict[tuple[str, str], str]:
+        """The tensors a write of value ``name`` writes, each as a key with its description:
+        the state (``("state", fqn)``) or graph input (``("input", name)``) whose memory
+        ``name`` may be, followed back through every alias (``ir.effects.aliased_args``:
+        views, in-place results, getitems, conservatively module calls); a value that is none
+        of these and aliases nothing is its own tensor (``("value", name)``). Writes are
+        matched by these keys, never by operator or value names. O(nodes the aliases pass
+        through)."""
+        out: dict[tuple[str, str], str] = {}
+        todo, seen = [name], set()
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            fqn = self.fqn_of(Ref(v))
+            if fqn is not None:
+                slot = self.slot(fqn)
+                out[("state", fqn)] = f"{slot.kind if slot is not None else 'state'} {fqn!r}"
+                continue
+            node = self.lookup(v)
+            if node is not None and node.op == PLACEHOLDER:
+                out[("input", v)] = (
+                    f"user input %{v}" if self.is_root else f"input %{v} of the module's graph"
+                )
+                continue
+            up = aliased_args(node) if node is not None else ()
+            if not up:
+                out[("value", v)] = f"value %{v}"
+            todo.extend(up)
+        return out
+
+    def node_writes(self) -> dict[tuple[str, str], str]:
+        """The tensors the visited node writes in place (``ir.effects.written_args`` of its
+        arguments as they are now), by ``write_key``; computed once per visit."""
+        if self.here_writes is None:
+            found: dict[tuple[str, str], str] = {}
+            for name in written_args(self.e.node):
+                found.update(self.write_key(self.alias.get(name, Ref(name)).name))
+            self.here_writes = found
+        return self.here_writes
+
+    def redoes(self, keys: Mapping[tuple[str, str], str]) -> bool:
+        """Whether a write of the tensors ``keys`` writes only tensors the visited node writes
+        (a re-do of its writes); recorded in ``redone`` when so."""
+        mine = self.node_writes() if keys else {}
+        if not mine or not keys.keys() <= mine.keys():
+            return False
+        self.redone.update(keys)
+        return True
+
+    def settle_writes(self, node: Node) -> bool:
+        """Whether the visited ``node``, replaced or dropped and not pure, may go: the visit
+        re-did every write it makes (``redone``). ``False`` when it re-did none (the node stays
+        for its writes) or when the node writes nothing (it is impure for another reason).
+        ``PassError`` when it re-did some of them only, or all of them of a node that does more
+        than write (draws random numbers, has an effect, is a module call or an operator the
+        table lacks). O(the node's written arguments)."""
+        writes = self.node_writes()
+        if not writes or not self.redone & writes.keys():
+            return False
+        left = [what for key, what in writes.items() if key not in self.redone]
+        how = "replaces" if not self.drop_asked else "drops"
+        if left:
+            done = [what for key, what in writes.items() if key in self.redone]
+            raise PassError(
+                f"visit {how} node {node.name!r}, which writes {_listed(list(writes.values()))} "
+                f"in place, and re-does the write of {_listed(done)} only: the write of "
+                f"{_listed(left)} would be lost. Re-do it too (e.write_buffer(buffer, new "
+                "value) for a buffer, an in-place operator on that tensor otherwise), or re-do "
+                "none of them: the node then stays for its writes"
+            )
+        more = _more_than_writes(node)
+        if more:
+            raise PassError(
+                f"visit {how} node {node.name!r} and re-does its writes of "
+                f"{_listed(list(writes.values()))}, but the node {more} besides writing: it "
+                "cannot go. Keep it (return None) and re-do none of its writes"
+            )
+        self.rewritten[node.name] = _listed(list(writes.values()))
+        return True
+
+    def check_rewritten_gone(self, nodes: list[Node]) -> None:
+        """Refuse a node whose writes a visit re-did that is still in the graph (something
+        still reads it): it would write a second time."""
+        names = self.rewritten
+        for n in nodes:
+            if n.name in names:
+                readers = [m.name for m in nodes if any(r.name == n.name for r in m.inputs())]
+                raise PassError(
+                    f"the visit of node {n.name!r} re-does its writes of {names[n.name]}, so "
+                    f"the node must go, but {_listed([repr(r) for r in readers])} still "
+                    f"read{'s' if len(readers) == 1 else ''} its result: it would write a "
+                    "second time. Replace every value read of it (return a Ref from the visit "
+                    "of each of its readers, or of the node itself), or re-do none of its writes"
+                )
 
     def refuse_write(self, target: Any, name: str, base: str) -> None:
         """The ``PassError`` for an emitted node of ``target`` writing value ``name`` (the
@@ -910,6 +1034,7 @@ class _Editor:
                 f"({kn.describe(new)}) into buffer {fqn!r} ({kn.describe(old)}); write a value of "
                 "the buffer's dtype and shape"
             )
+        self.redoes({("state", fqn): ""})  # a write of a buffer the visited node writes
         written = graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
         if self.is_root and self.flat and not written:
             if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
@@ -951,12 +1076,40 @@ def _as_is(x: Any) -> Any:
     return x
 
 
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _more_than_writes(node: Node) -> str:
+    """What ``node`` does besides writing what ``written_args`` says, as a phrase (``''`` when
+    nothing: a call of a verified operator that draws nothing, or is an inert dropout, and has
+    no other effect)."""
+    if node.op == CALL_MODULE:
+        return "is a module call (it may do anything)"
+    if node.op not in (CALL_FUNCTION, CALL_METHOD):
+        return f"is a {node.op}"
+    facts = ops.facts(node.target)
+    name = target_name(node.target)
+    if facts.kind == ops.HOP:
+        return f"is a higher-order op ({name})"
+    if not facts.verified:
+        return f"calls {name}, whose facts are unknown (not in the verified operator table)"
+    if facts.random and not inert_dropout(node):
+        return f"draws random numbers ({name})"
+    if ops.is_effectful(node.target):
+        return f"has a side effect ({name})"
+    return ""
+
+
 def _drop_unused(
-    nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str]
+    nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str],
+    rewritten: Mapping[str, str],
 ) -> list[Node]:
     """``nodes`` without the candidates (and, transitively, their inputs) that nothing reads
-    and that are pure; a metadata check the edit emitted (``_assert_tensor_metadata`` after a
-    traced ``.to``) is no reader: it goes with the value it checks. O(n)."""
+    and that are pure or ``rewritten`` (writing nodes whose writes the visit re-did); a
+    metadata check the edit emitted (``_assert_tensor_metadata`` after a traced ``.to``) is no
+    reader: it goes with the value it checks. O(n)."""
     checks = {
         n.name for n in nodes
         if n.name in fresh and n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)
@@ -973,7 +1126,7 @@ def _drop_unused(
         n = nodes[i]
         if n.name not in candidates or uses.get(n.name, 0) or n.name in checks:
             continue
-        if not is_pure(n) and n.name not in constants:
+        if not is_pure(n) and n.name not in constants and n.name not in rewritten:
             continue
         keep[i] = False
         dropped.add(n.name)
