@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.export import Dim
 
+from docs.examples.edit.batch_norm import explicit_batch_norm
 from ir import PassError, format_program, import_ep, verify
 from lowering import lower
 from lowering.like import programs_like
@@ -52,11 +53,11 @@ def _normalized(e: Edit, x, mean, var, weight, bias, eps: float, shape):
     return y
 
 
-def explicit_batch_norm(baked_batch: int | None = None, write: tuple[int, ...] = (3, 4)):
-    """The pass: a train-mode ``aten.batch_norm`` by explicit ops, its running statistics
-    written with ``e.write_buffer`` (the arguments at ``write``: 3 running_mean, 4 running_var).
-    ``baked_batch``: the planted bug, the unbiased variance's ``n / (n - 1)`` computed for
-    that batch instead of the one the program runs at."""
+def batch_norm_variant(baked_batch: int | None = None, write: tuple[int, ...] = (3, 4)):
+    """``docs/examples/edit/batch_norm.py``'s pass with a bug: only the running statistics at
+    ``write`` are written (argument 3 running_mean, 4 running_var), or (``baked_batch``, a
+    planted bug) the unbiased variance is the biased one times ``n / (n - 1)`` for that batch,
+    a constant, instead of at the batch the program runs at."""
 
     def visit(node, e: Edit):
         if node.target is not aten.batch_norm.default:
@@ -196,7 +197,7 @@ def test_a_batch_norm_whose_writes_are_redone_goes():
       %batch_norm = call_function[aten.batch_norm.default](%input, %p_weight, %p_bias, \
 %b_running_mean, %b_running_var, True, 0.1, 1e-05, False)
       return (%batch_norm,)"""
-    after = explicit_batch_norm()(before)
+    after = explicit_batch_norm(before)
     verify(after, vals=True)
     assert _graph_text(after) == """\
     graph 0:
@@ -219,11 +220,11 @@ def test_a_batch_norm_whose_writes_are_redone_goes():
       %add_1 = call_function[aten.add.Tensor](%mul_2, %mul_3)
       %copy__1 = call_function[aten.copy_.default](%b_running_var, %add_1)
       %view = call_function[aten.view.default](%mean, [1, -1, 1, 1])
-      %view_1 = call_function[aten.view.default](%var, [1, -1, 1, 1])
       %sub = call_function[aten.sub.Tensor](%input, %view)
-      %add_2 = call_function[aten.add.Tensor](%view_1, 1e-05)
+      %add_2 = call_function[aten.add.Tensor](%var, 1e-05)
       %rsqrt = call_function[aten.rsqrt.default](%add_2)
-      %mul_4 = call_function[aten.mul.Tensor](%sub, %rsqrt)
+      %view_1 = call_function[aten.view.default](%rsqrt, [1, -1, 1, 1])
+      %mul_4 = call_function[aten.mul.Tensor](%sub, %view_1)
       %view_2 = call_function[aten.view.default](%p_weight, [1, -1, 1, 1])
       %mul_5 = call_function[aten.mul.Tensor](%mul_4, %view_2)
       %view_3 = call_function[aten.view.default](%p_bias, [1, -1, 1, 1])
@@ -268,7 +269,7 @@ def test_explicit_batch_norm_matches_eager_at_every_batch(name):
     ep = _export(model, torch.randn(*shape))
     kept = _snapshot(ep)
     p = import_ep(ep)
-    q = explicit_batch_norm()(p)
+    q = explicit_batch_norm(p)
     assert "aten.batch_norm" not in format_program(q, vals=False)
     _against_eager(model, q, shape)
     _assert_untouched(ep, kept)
@@ -278,7 +279,7 @@ def test_explicit_batch_norm_on_an_outlined_program():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3), nn.ReLU())
     ep = _export(model, torch.randn(4, 3, 5, 5))
-    q = explicit_batch_norm()(transform(import_ep(ep)))
+    q = explicit_batch_norm(transform(import_ep(ep)))
     verify(q, vals=True)
     assert "aten.batch_norm" not in format_program(q, vals=False)
     _against_eager(model, q, (4, 3, 5, 5))
@@ -318,7 +319,7 @@ def test_explicit_instance_norm_matches_eager_at_every_batch():
 def test_redoing_some_writes_names_the_node_and_the_writes_left():
     ep = _export(nn.BatchNorm2d(3), torch.randn(4, 3, 5, 5))
     with pytest.raises(PassError) as info:
-        explicit_batch_norm(write=(3,))(import_ep(ep))
+        batch_norm_variant(write=(3,))(import_ep(ep))
     message = str(info.value)
     assert "'batch_norm'" in message
     assert "buffer 'running_var' would be lost" in message
@@ -529,7 +530,7 @@ _LAW_SETTINGS = settings(max_examples=6, database=None, derandomize=True,
 
 
 def test_the_pass_holds_by_the_laws_on_programs_like_the_model():
-    report = check_laws(explicit_batch_norm(), programs=programs_like(_bn_model_ep()),
+    report = check_laws(explicit_batch_norm, programs=programs_like(_bn_model_ep()),
                         settings=_LAW_SETTINGS)
     assert report.changed >= 1
 
@@ -538,7 +539,7 @@ def test_a_baked_in_batch_is_caught_by_the_laws():
     ep = _bn_model_ep()
     for programs in (st.just(import_ep(ep)), programs_like(ep)):
         with pytest.raises(LawViolation) as info:
-            check_laws(explicit_batch_norm(baked_batch=4), programs=programs,
+            check_laws(batch_norm_variant(baked_batch=4), programs=programs,
                        settings=_LAW_SETTINGS)
         assert info.value.law == "semantics", str(info.value)
         assert "running_var" in str(info.value)

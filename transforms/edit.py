@@ -14,6 +14,13 @@ A user's pass that is not a pattern (quantize the large linears, observe every a
 nodes, rewiring every use (later nodes, outputs, output specs, preserved call signatures),
 dropping what is left unused and pure, and new state (buffers, constants) at either level, flat
 (``import_ep``) or outlined (``transform``), with the signature edits each level needs.
+
+A node that writes in place (``add_``, ``copy_``, a train-mode ``aten.batch_norm``'s running
+statistics: ``ir.effects.written_args``) is replaced or dropped by what the visit re-does of
+its writes, matched by the tensor written (a state fqn, a graph input, else the value), never by
+name: every write re-done (``e.write_buffer`` of the buffer, or an emitted in-place write of the
+same tensor before the node), the node goes; some, a ``PassError`` naming the writes left; none,
+the node stays where it was for its writes, and only its result's readers read the replacement.
 """
 
 from __future__ import annotations
@@ -85,11 +92,13 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
             Assigning ``e.args`` / ``e.kwargs`` changes the visited node's arguments in place
             (same name, ``val`` propagated again); ``e.drop()`` drops it if nothing reads it.
+            A node that writes in place, replaced or dropped: see "A node that writes" below.
 
     Returns:
         ``p`` itself (``is p``) when ``visit`` changed nothing; else a new Program. Replaced
         nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
-        impurity facts; placeholders, calls of modules and writes are kept), and new constants
+        impurity facts; placeholders, calls of modules and writes are kept) or when they write
+        and the visit re-did every write (below), and new constants
         nothing reads with their state; nodes that were unused before are left as they are
         unless ``visit`` calls ``e.drop()`` on them; a metadata assert (``_assert_tensor_metadata``)
         the visit emitted goes with the value it checks, so a visit whose emitted values all go
@@ -109,8 +118,25 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         ``write_buffer`` writes anything but a buffer (a user input, a parameter, a computed
         value), or a value of another dtype or shape; when an emitted node writes in place
         (``sigmoid_``, ``copy_``, ``out=``) anything but a value the visit emitted (a user
-        input, a value the program computes, state); when a new node cannot run on the fake
-        values of its arguments.
+        input, a value the program computes, state) or, before the node, a tensor the visited
+        node writes and that node goes; when a new node cannot run on the fake values of its
+        arguments; for a node that writes, replaced or dropped: when the visit re-did some of
+        its writes only (naming the node and each write left, by buffer fqn or input name),
+        all of them while something still reads the node at the end, or all of them of a node
+        that does more than write (random, an effect, a module call, an unknown operator).
+
+    **A node that writes.** What a node writes is ``ir.effects.written_args`` of it (the
+    operator table's row under its literal arguments), each value followed through its aliases
+    (``ir.effects.aliased_args``: views, in-place results) to the tensor it is: a buffer or
+    parameter (by fqn), an input of the graph, else the value. While visiting it, the visit
+    re-does the write of a tensor by ``e.write_buffer`` of that buffer, or by an emitted
+    operator that writes that tensor in place before the node. When the visit replaces the
+    node or calls ``e.drop()``: every write re-done, the node goes (with ``e.drop()``, when
+    nothing reads it at the end) and the re-done writes stand for its own; some re-done, a
+    ``PassError``; none re-done, the node stays where it was for its writes (its result's
+    readers read the replacement; ``e.drop()`` keeps it), so that no write is lost or done
+    twice. A visit that keeps the node (returns ``None``) and writes one of its buffers adds a
+    write before it.
 
     **Laws:**
 
@@ -249,7 +275,10 @@ class Edit:
     def write_buffer(self, buffer: Ref, value: Ref) -> None:
         """Write ``value`` into ``buffer`` (a value ``e.state`` says reads a buffer). Later
         reads of the buffer in this graph see ``value``. Flat: a ``buffer_mutation`` output and
-        ``OutputSpec``, placed before the user outputs; outlined: an ``aten.copy_`` node."""
+        ``OutputSpec``, placed before the user outputs; outlined, or where the graph already
+        writes the buffer in place (the visited node may): an in-place ``aten.copy_`` node.
+        A write of a buffer the visited node writes re-does that node's write: replaced or
+        dropped, the node goes once every one of its writes is re-done (``rewrite_nodes``)."""
         self._ed.write_buffer(buffer, value)
 
 
