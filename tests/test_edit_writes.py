@@ -471,6 +471,26 @@ def test_an_in_place_write_of_another_tensor_is_still_refused():
         rewrite_nodes(p, writes_elsewhere)
 
 
+def test_an_in_place_write_of_the_node_s_tensor_is_refused_where_the_node_stays():
+    def write_first(node, e: Edit):  # x.mul_(2) written before the node, which stays
+        if node.target is aten.mul_.Tensor:
+            e.call(aten.mul_.Tensor, *e.args)
+
+    def write_after(node, e: Edit):  # ... or after it, reading its result: twice either way
+        if node.target is aten.mul_.Tensor:
+            return e.call(aten.mul_.Tensor, node.ref, 2)
+        return None
+
+    _, p = _counter()
+    with pytest.raises(PassError, match=r"mul_.Tensor emitted at node 'mul_' writes %x in place, "
+                                        r"which the node writes too \(user input %x\), and the "
+                                        r"node stays: it would be written twice"):
+        rewrite_nodes(p, write_first)
+    with pytest.raises(PassError, match=r"mul_.Tensor emitted at node 'mul_' writes %mul_ in "
+                                        r"place, which is a value"):
+        rewrite_nodes(p, write_after)
+
+
 def test_a_dropped_in_place_write_goes_when_redone_and_stays_when_not():
     ep = _export(nn.BatchNorm1d(3), torch.randn(4, 3))
     p = import_ep(ep)

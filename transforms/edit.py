@@ -412,7 +412,7 @@ class _Editor:
             replaced = type(result) is Ref and self.alias.get(result.name, result) != node.ref
             goes = (replaced or self.drop_asked) and (is_pure(node) or self.settle_writes(node))
             if self.redo_writes and not goes:
-                self.refuse_write(*self.redo_writes[0])  # the node stays and writes it again
+                self.refuse_rewrite(node, *self.redo_writes[0])
             if self.private_writes and (not replaced or not goes):
                 self.refuse_write(*self.private_writes[0])  # the node still reads the value
             if e.args is not args or e._kwargs is not kwargs:
@@ -755,6 +755,17 @@ class _Editor:
                     "second time. Replace every value read of it (return a Ref from the visit "
                     "of each of its readers, or of the node itself), or re-do none of its writes"
                 )
+
+    def refuse_rewrite(self, node: Node, target: Any, name: str, base: str) -> None:
+        """The ``PassError`` for an emitted in-place write of a tensor the visited ``node``
+        writes too, where the node stays: the tensor would be written twice."""
+        raise PassError(
+            f"{target_name(target)} emitted at node {node.name!r} writes %{name} in place, "
+            f"which the node writes too ({_listed(list(self.write_key(base).values()))}), and "
+            "the node stays: it would be written twice. Replace the node (return a Ref) or "
+            "drop it (e.drop()) so that the emitted write re-does its own, or use the "
+            "functional operator"
+        )
 
     def refuse_write(self, target: Any, name: str, base: str) -> None:
         """The ``PassError`` for an emitted node of ``target`` writing value ``name`` (the
