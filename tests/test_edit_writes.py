@@ -8,6 +8,7 @@ laws on ``programs_like`` with a planted bug that bakes a batch size in."""
 from __future__ import annotations
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -110,7 +111,7 @@ def explicit_decomposed_batch_norm(node, e: Edit):
     """The same at core aten (``run_decompositions()``): ``_native_batch_norm_legit_functional``
     returns the new statistics as results 3 and 4, so the visit replaces the ``getitem`` s
     (values only: the node writes nothing, and goes once nothing reads it)."""
-    if node.target is not __import__("operator").getitem:
+    if node.target is not operator.getitem:
         return None
     source = e.graph.by_name()[node.args[0].name]
     if source.target is not aten._native_batch_norm_legit_functional.default:
