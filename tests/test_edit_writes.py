@@ -276,6 +276,34 @@ def test_explicit_batch_norm_matches_eager_at_every_batch(name):
     _assert_untouched(ep, kept)
 
 
+class _Nudged(nn.Module):
+    """A BatchNorm1d whose running_var is written in place before the batch norm reads it:
+    the batch norm reads (and writes) the in-place write's result, the same tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        self.bn.running_var.add_(0.5)
+        return self.bn(x)
+
+
+def test_explicit_batch_norm_where_a_statistic_was_written_in_place_before():
+    torch.manual_seed(0)
+    model = _Nudged()
+    ep = _export(model, torch.randn(4, 3))
+    p = import_ep(ep)
+    assert ("%batch_norm = call_function[aten.batch_norm.default](%x, %p_bn_weight, %p_bn_bias, "
+            "%b_bn_running_mean, %add_, True, 0.1, 1e-05, False)") in _graph_text(p)
+    q = explicit_batch_norm(p)  # write_buffer(%add_, ...): add_ is running_var's own tensor
+    verify(q, vals=True)
+    text = _graph_text(q)
+    assert "aten.batch_norm" not in text
+    assert "copy_.default](%add_, " in text
+    _against_eager(model, q, (4, 3))
+
+
 def test_explicit_batch_norm_on_an_outlined_program():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3), nn.ReLU())

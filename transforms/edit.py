@@ -34,7 +34,14 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, freeze, iter_refs, map_refs, map_refs_in
-from ir.effects import aliased_args, graph_effects, inert_dropout, is_pure, written_args
+from ir.effects import (
+    aliased_args,
+    graph_effects,
+    inert_dropout,
+    is_pure,
+    same_tensor,
+    written_args,
+)
 from ir.errors import PassError, PurefxError
 from ir.fake_memo import FakeMemo
 from ir.fake_run import guards_refused, refused_guard
@@ -273,7 +280,8 @@ class Edit:
         return self._ed.new_state(st.BUFFER, name, tensor, persistent)
 
     def write_buffer(self, buffer: Ref, value: Ref) -> None:
-        """Write ``value`` into ``buffer`` (a value ``e.state`` says reads a buffer). Later
+        """Write ``value`` into ``buffer`` (a value ``e.state`` says reads a buffer, or the
+        result of an in-place write of one, the same tensor: ``add_(b_count, 1)``). Later
         reads of the buffer in this graph see ``value``. Flat: a ``buffer_mutation`` output and
         ``OutputSpec``, placed before the user outputs; outlined, or where the graph already
         writes the buffer in place (the visited node may): an in-place ``aten.copy_`` node.
@@ -1027,6 +1035,23 @@ class _Editor:
             return fqn if self.slot(fqn) is not None else None
         return None
 
+    def buffer_fqn(self, x: Ref) -> tuple[str | None, bool]:
+        """The fqn of the state whose very tensor value ``x`` is (``fqn_of``), followed back
+        through in-place writes (``ir.effects.same_tensor``: ``add_(b, 1)`` is ``b``), and
+        whether it took such a step (the graph then writes that state in place). O(the
+        chain)."""
+        seen: set[str] = set()
+        fqn = self.fqn_of(x)
+        while fqn is None and x.name not in seen:
+            seen.add(x.name)
+            node = self.lookup(x.name)
+            first = same_tensor(node) if node is not None else None
+            if first is None:
+                return None, False
+            x = self.alias.get(first, Ref(first))
+            fqn = self.fqn_of(x)
+        return fqn, bool(seen)
+
     def new_state(self, kind: str, name: str, tensor: Any, persistent: bool) -> Ref:
         if not isinstance(tensor, torch.Tensor):
             raise PassError(
@@ -1059,13 +1084,14 @@ class _Editor:
                 f"got {buffer!r}, {value!r}"
             )
         buffer, value = self.read(buffer), self.read(value)
-        fqn = self.fqn_of(buffer)
+        fqn, in_place = self.buffer_fqn(buffer)
         slot = None if fqn is None else self.slot(fqn)
         if slot is None or slot.kind != st.BUFFER:
             what = "a user input or a computed value" if slot is None else f"a {slot.kind}"
             raise PassError(
                 f"write_buffer at node {self.here()!r} writes %{buffer.name}, which is {what}; "
-                "only buffers (e.state(x) names one, or e.add_buffer) may be written"
+                "only buffers (e.state(x) names one, an in-place write of one, or e.add_buffer) "
+                "may be written"
             )
         old, new = self.val(buffer), self.val(value)
         if not kn.same_val(old, new):
@@ -1075,7 +1101,7 @@ class _Editor:
                 "the buffer's dtype and shape"
             )
         self.redoes({("state", fqn): ""})  # a write of a buffer the visited node writes
-        written = graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
+        written = in_place or graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
         if self.is_root and self.flat and not written:
             if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
                 raise PassError(
