@@ -579,8 +579,15 @@ _LAW_SETTINGS = settings(max_examples=6, database=None, derandomize=True,
                          suppress_health_check=list(HealthCheck))
 
 
+def _like(ep):
+    """``programs_like(ep)`` without inputs at the edges: explicit ops round otherwise than the
+    fused kernel, and where a channel's batch variance is 0 (a constant input, which edge values
+    draw) both outputs are the mean's rounding error times ``1 / sqrt(eps)``, unequal noise."""
+    return programs_like(ep, edge_values=False)
+
+
 def test_the_pass_holds_by_the_laws_on_programs_like_the_model():
-    report = check_laws(explicit_batch_norm, programs=programs_like(_bn_model_ep()),
+    report = check_laws(explicit_batch_norm, programs=_like(_bn_model_ep()),
                         settings=settings(_LAW_SETTINGS, max_examples=4))
     assert report.changed >= 2  # the flat and outlined forms; the decomposed ones have no batch_norm
 
@@ -588,7 +595,7 @@ def test_the_pass_holds_by_the_laws_on_programs_like_the_model():
 @pytest.mark.parametrize("draws", ["just", "like"])
 def test_a_baked_in_batch_is_caught_by_the_laws(draws):
     ep = _bn_model_ep()
-    programs = st.just(import_ep(ep)) if draws == "just" else programs_like(ep)
+    programs = st.just(import_ep(ep)) if draws == "just" else _like(ep)
     with pytest.raises(LawViolation) as info:  # not vacuous: caught, at another batch
         check_laws(batch_norm_variant(baked_batch=4), programs=programs,
                    settings=settings(_LAW_SETTINGS, phases=_NO_SHRINK))
