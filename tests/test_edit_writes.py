@@ -371,6 +371,66 @@ def test_dropping_a_node_whose_writes_are_redone_but_that_is_still_read_is_refus
         rewrite_nodes(import_ep(ep), redo_and_drop)
 
 
+class _LegitBatchNorm(nn.Module):
+    """A BatchNorm1d computed by ``aten._native_batch_norm_legit`` called directly: a node with
+    three results (normalized, saved mean, saved inverse std) that writes the statistics."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        bn = self.bn
+        out, mean, _ = aten._native_batch_norm_legit.default(
+            x, bn.weight, bn.bias, bn.running_mean, bn.running_var, True, 0.1, 1e-5)
+        return out, mean
+
+
+def explicit_legit_batch_norm(replace=(0, 1, 2)):
+    """At the writing node: its statistics re-done with ``e.write_buffer`` and ``e.drop()``;
+    at each ``getitem`` of it whose index is in ``replace``: the value computed there."""
+    made: dict = {}
+
+    def visit(node, e: Edit):
+        if node.target is aten._native_batch_norm_legit.default:
+            x, weight, bias, rmean, rvar, _, momentum, eps = e.args
+            mean = e.call(aten.mean.dim, x, [0])
+            var = e.call(aten.var.correction, x, [0], correction=0)
+            unbiased = e.call(aten.var.correction, x, [0], correction=1)
+            e.write_buffer(rmean, _running(e, rmean, mean, momentum))
+            e.write_buffer(rvar, _running(e, rvar, unbiased, momentum))
+            invstd = e.call(aten.rsqrt.default, e.call(aten.add.Tensor, var, eps))
+            y = _normalized(e, x, mean, var, weight, bias, eps, [1, -1])
+            made[(id(e.graph), node.name)] = (y, mean, invstd)
+            e.drop()  # goes once its getitems are replaced
+        elif node.target is operator.getitem and node.args[1] in replace:
+            values = made.get((id(e.graph), node.args[0].name))
+            return values[node.args[1]] if values is not None else None
+        return None
+
+    return lambda p: rewrite_nodes(p, visit)
+
+
+def test_a_writing_node_with_several_results_dropped_and_its_results_replaced_goes():
+    torch.manual_seed(0)
+    model = _LegitBatchNorm()
+    p = import_ep(torch.export.export(model.train(), (torch.randn(4, 3),)))
+    q = explicit_legit_batch_norm()(p)
+    verify(q, vals=True)
+    text = _graph_text(q)
+    assert "_native_batch_norm_legit" not in text and "getitem" not in text
+    assert "%copy_ = call_function[aten.copy_.default](%b_bn_running_mean, " in text
+    eager, lowered = copy.deepcopy(model), lower(q)
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(lowered(x), eager(x))
+        for name, want in eager.named_buffers():
+            torch.testing.assert_close(lowered.get_buffer(name), want)
+    with pytest.raises(PassError, match=r"node '_native_batch_norm_legit' re-does its writes .* "
+                                        r"but 'getitem_2' still reads its result"):
+        explicit_legit_batch_norm(replace=(0, 1))(p)  # the unread getitem_2 still reads it
+
+
 # --- in-place ops on buffers and inputs -------------------------------------------------------------
 
 
