@@ -17,7 +17,7 @@ from transforms import transform
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN = {"dynamic": "passes", "buffers": "passes", "effects_here": "passes",
-         "laws_report": "testing"}
+         "batch_norm": "passes", "laws_report": "testing"}
 
 
 @pytest.mark.parametrize(("name", "doc"), SHOWN.items())

@@ -14,6 +14,13 @@ A user's pass that is not a pattern (quantize the large linears, observe every a
 nodes, rewiring every use (later nodes, outputs, output specs, preserved call signatures),
 dropping what is left unused and pure, and new state (buffers, constants) at either level, flat
 (``import_ep``) or outlined (``transform``), with the signature edits each level needs.
+
+A node that writes in place (``add_``, ``copy_``, a train-mode ``aten.batch_norm``'s running
+statistics: ``ir.effects.written_args``) is replaced or dropped by what the visit re-does of
+its writes, matched by the tensor written (a state fqn, a graph input, else the value), never by
+name: every write re-done (``e.write_buffer`` of the buffer, or an emitted in-place write of the
+same tensor before the node), the node goes; some, a ``PassError`` naming the writes left; none,
+the node stays where it was for its writes, and only its result's readers read the replacement.
 """
 
 from __future__ import annotations
@@ -27,7 +34,14 @@ from ir import ops
 from ir import signature as sg
 from ir import state as st
 from ir.args import EMPTY_DICT, Ref, freeze, iter_refs, map_refs, map_refs_in
-from ir.effects import aliased_args, graph_effects, is_pure, written_args
+from ir.effects import (
+    aliased_args,
+    graph_effects,
+    inert_dropout,
+    is_pure,
+    same_tensor,
+    written_args,
+)
 from ir.errors import PassError, PurefxError
 from ir.fake_memo import FakeMemo
 from ir.fake_run import guards_refused, refused_guard
@@ -37,6 +51,7 @@ from ir.module import ModuleId
 from ir.names import target_name
 from ir.node import (
     CALL_FUNCTION,
+    CALL_METHOD,
     CALL_MODULE,
     GET_ATTR,
     OUTPUT,
@@ -84,11 +99,13 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
             Assigning ``e.args`` / ``e.kwargs`` changes the visited node's arguments in place
             (same name, ``val`` propagated again); ``e.drop()`` drops it if nothing reads it.
+            A node that writes in place, replaced or dropped: see "A node that writes" below.
 
     Returns:
         ``p`` itself (``is p``) when ``visit`` changed nothing; else a new Program. Replaced
         nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
-        impurity facts; placeholders, calls of modules and writes are kept), and new constants
+        impurity facts; placeholders, calls of modules and writes are kept) or when they write
+        and the visit re-did every write (below), and new constants
         nothing reads with their state; nodes that were unused before are left as they are
         unless ``visit`` calls ``e.drop()`` on them; a metadata assert (``_assert_tensor_metadata``)
         the visit emitted goes with the value it checks, so a visit whose emitted values all go
@@ -108,8 +125,25 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         ``write_buffer`` writes anything but a buffer (a user input, a parameter, a computed
         value), or a value of another dtype or shape; when an emitted node writes in place
         (``sigmoid_``, ``copy_``, ``out=``) anything but a value the visit emitted (a user
-        input, a value the program computes, state); when a new node cannot run on the fake
-        values of its arguments.
+        input, a value the program computes, state) or, before the node, a tensor the visited
+        node writes and that node goes; when a new node cannot run on the fake values of its
+        arguments; for a node that writes, replaced or dropped: when the visit re-did some of
+        its writes only (naming the node and each write left, by buffer fqn or input name),
+        all of them while something still reads the node at the end, or all of them of a node
+        that does more than write (random, an effect, a module call, an unknown operator).
+
+    **A node that writes.** What a node writes is ``ir.effects.written_args`` of it (the
+    operator table's row under its literal arguments), each value followed through its aliases
+    (``ir.effects.aliased_args``: views, in-place results) to the tensor it is: a buffer or
+    parameter (by fqn), an input of the graph, else the value. While visiting it, the visit
+    re-does the write of a tensor by ``e.write_buffer`` of that buffer, or by an emitted
+    operator that writes that tensor in place before the node. When the visit replaces the
+    node or calls ``e.drop()``: every write re-done, the node goes (with ``e.drop()``, when
+    nothing reads it at the end) and the re-done writes stand for its own; some re-done, a
+    ``PassError``; none re-done, the node stays where it was for its writes (its result's
+    readers read the replacement; ``e.drop()`` keeps it), so that no write is lost or done
+    twice. A visit that keeps the node (returns ``None``) and writes one of its buffers adds a
+    write before it.
 
     **Laws:**
 
@@ -167,9 +201,13 @@ class Edit:
 
     def drop(self) -> None:
         """Drop the visited node if, at the end, nothing reads it and it is pure (a node
-        nobody read before the pass: ``not e.graph.users()[node.name]``); else keep it.
-        What it alone read is dropped too, on the same terms. O(1)."""
-        self._ed.candidates.add(self._ed.here())
+        nobody read before the pass: ``not e.graph.users()[node.name]``), or if it writes state
+        or values in place and this visit re-does every one of those writes (``write_buffer``,
+        an emitted in-place operator on the same tensor); else keep it. A visit that re-does
+        some of its writes only, or all of them while the node is still read at the end, is a
+        ``PassError`` (see ``rewrite_nodes``: "A node that writes"). What it alone read is
+        dropped too, on the same terms. O(1)."""
+        self._ed.drop_here()
 
     def call(self, target: Any, *args: Any, **kwargs: Any) -> Ref:
         """Emit ``target(*args, **kwargs)`` (an ``aten`` operator, usually) and return its value.
@@ -242,9 +280,13 @@ class Edit:
         return self._ed.new_state(st.BUFFER, name, tensor, persistent)
 
     def write_buffer(self, buffer: Ref, value: Ref) -> None:
-        """Write ``value`` into ``buffer`` (a value ``e.state`` says reads a buffer). Later
+        """Write ``value`` into ``buffer`` (a value ``e.state`` says reads a buffer, or the
+        result of an in-place write of one, the same tensor: ``add_(b_count, 1)``). Later
         reads of the buffer in this graph see ``value``. Flat: a ``buffer_mutation`` output and
-        ``OutputSpec``, placed before the user outputs; outlined: an ``aten.copy_`` node."""
+        ``OutputSpec``, placed before the user outputs; outlined, or where the graph already
+        writes the buffer in place (the visited node may): an in-place ``aten.copy_`` node.
+        A write of a buffer the visited node writes re-does that node's write: replaced or
+        dropped, the node goes once every one of its writes is re-done (``rewrite_nodes``)."""
         self._ed.write_buffer(buffer, value)
 
 
@@ -328,6 +370,7 @@ class _Editor:
         self.fresh_constants: dict[str, str] = {}  # new constant node -> its fqn
         self.reread: set[str] = set()  # values a replaced node's readers read now
         self.overwritten: dict[str, str] = {}  # value written in place privately -> where
+        self.rewritten: dict[str, str] = {}  # writing node whose writes a visit re-did -> them
         alias, e, visit, nodes = self.alias, self.e, self.visit, self.nodes
         place = self.work.add
         retyped = self.retyped = set()  # values whose dtype or shape the edit changed
@@ -360,6 +403,10 @@ class _Editor:
             self.after: list[Node] = []
             self.after_names: set[str] = set()
             self.private_writes: list[tuple[Any, str, str]] = []
+            self.redo_writes: list[tuple[Any, str, str]] = []  # emitted writes of node's tensors
+            self.redone: set[tuple[str, str]] = set()  # the tensors the visit wrote (write_key)
+            self.here_writes: dict[tuple[str, str], str] | None = None  # node's, by write_key
+            self.drop_asked = False
             try:
                 result = visit(node, e)
             except PurefxError:
@@ -370,10 +417,11 @@ class _Editor:
                     raise
                 raise kn.guard_error(self.p, guard, f"visit at node {node.name!r}",
                                      kn.KEEP_SYMBOLIC) from exc
-            if self.private_writes and (
-                result is None or not is_pure(node)
-                or (type(result) is Ref and self.alias.get(result.name, result) == node.ref)
-            ):
+            replaced = type(result) is Ref and self.alias.get(result.name, result) != node.ref
+            goes = (replaced or self.drop_asked) and (is_pure(node) or self.settle_writes(node))
+            if self.redo_writes and not goes:
+                self.refuse_rewrite(node, *self.redo_writes[0])
+            if self.private_writes and (not replaced or not goes):
                 self.refuse_write(*self.private_writes[0])  # the node still reads the value
             if e.args is not args or e._kwargs is not kwargs:
                 node_now = self.reargued(current, e.args, e._kwargs)
@@ -402,7 +450,10 @@ class _Editor:
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
-            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made)
+            nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made,
+                                 self.rewritten)
+        if self.rewritten:
+            self.check_rewritten_gone(nodes)
         if kn.same_nodes(nodes, graph.nodes) and (
             not self.graph_changed or not (self.alias or self.placeholders or self.mutations)
         ):
@@ -557,7 +608,7 @@ class _Editor:
         late = self.after_names | {here.name}
         after = any(r.name in late for r in iter_refs((args, kwargs)))
         if checked:
-            self.check_writes(op, target, args, kwargs)
+            self.check_writes(op, target, args, kwargs, after)
         val = self.fake(target, args, kwargs)
         src = here.meta
         node = self.work.make(op, target, args, kwargs, val=val,
@@ -584,24 +635,145 @@ class _Editor:
     def replaced(self, old: str, new: str) -> None:
         """(``kernel.Listener``) the editor's replacements are its own ``alias``."""
 
-    def check_writes(self, op: str, target: Any, args: Any, kwargs: Any) -> None:
+    def check_writes(self, op: str, target: Any, args: Any, kwargs: Any, after: bool) -> None:
         """Refuse an emitted node that writes in place memory this call did not create.
 
         What it writes is ``ir.effects.written_args``'s answer; whose memory each written value
         is (``bases``) is followed through the nodes the kernel made for this call
         (``WorkingGraph.made``) by ``ir.effects.aliased_args``. Memory a made node created is
-        the edit's to write; any other base must be an intermediate only the visited node
-        reads (``read_only_here``: the program's readers, and the readers of each node
-        replaced by it, count), written then once the visited node is replaced, and read by
-        nothing after the write (``check_not_overwritten``)."""
+        the edit's to write. A base that is a tensor the visited node writes itself
+        (``write_key``), written before it (``after`` false: the new node does not read the
+        visited node's result), re-does that write: it stands once the node goes, and is
+        refused when the node stays (``graph``). Any other base must be an intermediate only
+        the visited node reads (``read_only_here``: the program's readers, and the readers of
+        each node replaced by it, count), written then once the visited node is replaced, and
+        read by nothing after the write (``check_not_overwritten``)."""
         for name in written_args(kn.carried(op, "emitted", target, args, kwargs)):
             for base in self.bases(name):
+                if not after and self.redoes(self.write_key(base)):
+                    self.redo_writes.append((target, name, base))
+                    continue
                 if not self.read_only_here(base) or any(
                     r.name == base for n in self.after for r in n.inputs()
                 ):
                     self.refuse_write(target, name, base)
                 self.private_writes.append((target, name, base))  # fine once node is replaced
                 self.overwritten[base] = f"{target_name(target)} emitted at node {self.here()!r}"
+
+    # --- a node that writes ----------------------------------------------------------------------
+
+    def drop_here(self) -> None:
+        """``e.drop()``: the visited node is a candidate, and its writes are settled."""
+        self.drop_asked = True
+        self.candidates.add(self.here())
+
+    def write_key(self, name: str) -> dict[tuple[str, str], str]:
+        """The tensors a write of value ``name`` writes, each as a key with its description:
+        the state (``("state", fqn)``) or graph input (``("input", name)``) whose memory
+        ``name`` may be, followed back through every alias (``ir.effects.aliased_args``:
+        views, in-place results, getitems, conservatively module calls); a value that is none
+        of these and aliases nothing is its own tensor (``("value", name)``). Writes are
+        matched by these keys, never by operator or value names. O(nodes the aliases pass
+        through)."""
+        out: dict[tuple[str, str], str] = {}
+        todo, seen = [name], set()
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            fqn = self.fqn_of(Ref(v))
+            if fqn is not None:
+                slot = self.slot(fqn)
+                out[("state", fqn)] = f"{slot.kind if slot is not None else 'state'} {fqn!r}"
+                continue
+            node = self.lookup(v)
+            if node is not None and node.op == PLACEHOLDER:
+                out[("input", v)] = (
+                    f"user input %{v}" if self.is_root else f"input %{v} of the module's graph"
+                )
+                continue
+            up = aliased_args(node) if node is not None else ()
+            if not up:
+                out[("value", v)] = f"value %{v}"
+            todo.extend(up)
+        return out
+
+    def node_writes(self) -> dict[tuple[str, str], str]:
+        """The tensors the visited node writes in place (``ir.effects.written_args`` of its
+        arguments as they are now), by ``write_key``; computed once per visit."""
+        if self.here_writes is None:
+            found: dict[tuple[str, str], str] = {}
+            for name in written_args(self.e.node):
+                found.update(self.write_key(self.alias.get(name, Ref(name)).name))
+            self.here_writes = found
+        return self.here_writes
+
+    def redoes(self, keys: Mapping[tuple[str, str], str]) -> bool:
+        """Whether a write of the tensors ``keys`` writes only tensors the visited node writes
+        (a re-do of its writes); recorded in ``redone`` when so."""
+        mine = self.node_writes() if keys else {}
+        if not mine or not keys.keys() <= mine.keys():
+            return False
+        self.redone.update(keys)
+        return True
+
+    def settle_writes(self, node: Node) -> bool:
+        """Whether the visited ``node``, replaced or dropped and not pure, may go: the visit
+        re-did every write it makes (``redone``). ``False`` when it re-did none (the node stays
+        for its writes) or when the node writes nothing (it is impure for another reason).
+        ``PassError`` when it re-did some of them only, or all of them of a node that does more
+        than write (draws random numbers, has an effect, is a module call or an operator the
+        table lacks). O(the node's written arguments)."""
+        writes = self.node_writes()
+        if not writes or not self.redone & writes.keys():
+            return False
+        left = [what for key, what in writes.items() if key not in self.redone]
+        how = "replaces" if not self.drop_asked else "drops"
+        if left:
+            done = [what for key, what in writes.items() if key in self.redone]
+            raise PassError(
+                f"visit {how} node {node.name!r}, which writes {_listed(list(writes.values()))} "
+                f"in place, and re-does the write of {_listed(done)} only: the write of "
+                f"{_listed(left)} would be lost. Re-do it too (e.write_buffer(buffer, new "
+                "value) for a buffer, an in-place operator on that tensor otherwise), or re-do "
+                "none of them: the node then stays for its writes"
+            )
+        more = _more_than_writes(node)
+        if more:
+            raise PassError(
+                f"visit {how} node {node.name!r} and re-does its writes of "
+                f"{_listed(list(writes.values()))}, but the node {more} besides writing: it "
+                "cannot go. Keep it (return None) and re-do none of its writes"
+            )
+        self.rewritten[node.name] = _listed(list(writes.values()))
+        return True
+
+    def check_rewritten_gone(self, nodes: list[Node]) -> None:
+        """Refuse a node whose writes a visit re-did that is still in the graph (something
+        still reads it): it would write a second time."""
+        names = self.rewritten
+        for n in nodes:
+            if n.name in names:
+                readers = [m.name for m in nodes if any(r.name == n.name for r in m.inputs())]
+                raise PassError(
+                    f"the visit of node {n.name!r} re-does its writes of {names[n.name]}, so "
+                    f"the node must go, but {_listed([repr(r) for r in readers])} still "
+                    f"read{'s' if len(readers) == 1 else ''} its result: it would write a "
+                    "second time. Replace every value read of it (return a Ref from the visit "
+                    "of each of its readers, or of the node itself), or re-do none of its writes"
+                )
+
+    def refuse_rewrite(self, node: Node, target: Any, name: str, base: str) -> None:
+        """The ``PassError`` for an emitted in-place write of a tensor the visited ``node``
+        writes too, where the node stays: the tensor would be written twice."""
+        raise PassError(
+            f"{target_name(target)} emitted at node {node.name!r} writes %{name} in place, "
+            f"which the node writes too ({_listed(list(self.write_key(base).values()))}), and "
+            "the node stays: it would be written twice. Replace the node (return a Ref) or "
+            "drop it (e.drop()) so that the emitted write re-does its own, or use the "
+            "functional operator"
+        )
 
     def refuse_write(self, target: Any, name: str, base: str) -> None:
         """The ``PassError`` for an emitted node of ``target`` writing value ``name`` (the
@@ -863,6 +1035,23 @@ class _Editor:
             return fqn if self.slot(fqn) is not None else None
         return None
 
+    def buffer_fqn(self, x: Ref) -> tuple[str | None, bool]:
+        """The fqn of the state whose very tensor value ``x`` is (``fqn_of``), followed back
+        through in-place writes (``ir.effects.same_tensor``: ``add_(b, 1)`` is ``b``), and
+        whether it took such a step (the graph then writes that state in place). O(the
+        chain)."""
+        seen: set[str] = set()
+        fqn = self.fqn_of(x)
+        while fqn is None and x.name not in seen:
+            seen.add(x.name)
+            node = self.lookup(x.name)
+            first = same_tensor(node) if node is not None else None
+            if first is None:
+                return None, False
+            x = self.alias.get(first, Ref(first))
+            fqn = self.fqn_of(x)
+        return fqn, bool(seen)
+
     def new_state(self, kind: str, name: str, tensor: Any, persistent: bool) -> Ref:
         if not isinstance(tensor, torch.Tensor):
             raise PassError(
@@ -895,13 +1084,14 @@ class _Editor:
                 f"got {buffer!r}, {value!r}"
             )
         buffer, value = self.read(buffer), self.read(value)
-        fqn = self.fqn_of(buffer)
+        fqn, in_place = self.buffer_fqn(buffer)
         slot = None if fqn is None else self.slot(fqn)
         if slot is None or slot.kind != st.BUFFER:
             what = "a user input or a computed value" if slot is None else f"a {slot.kind}"
             raise PassError(
                 f"write_buffer at node {self.here()!r} writes %{buffer.name}, which is {what}; "
-                "only buffers (e.state(x) names one, or e.add_buffer) may be written"
+                "only buffers (e.state(x) names one, an in-place write of one, or e.add_buffer) "
+                "may be written"
             )
         old, new = self.val(buffer), self.val(value)
         if not kn.same_val(old, new):
@@ -910,7 +1100,8 @@ class _Editor:
                 f"({kn.describe(new)}) into buffer {fqn!r} ({kn.describe(old)}); write a value of "
                 "the buffer's dtype and shape"
             )
-        written = graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
+        self.redoes({("state", fqn): ""})  # a write of a buffer the visited node writes
+        written = in_place or graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
         if self.is_root and self.flat and not written:
             if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
                 raise PassError(
@@ -951,12 +1142,40 @@ def _as_is(x: Any) -> Any:
     return x
 
 
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _more_than_writes(node: Node) -> str:
+    """What ``node`` does besides writing what ``written_args`` says, as a phrase (``''`` when
+    nothing: a call of a verified operator that draws nothing, or is an inert dropout, and has
+    no other effect)."""
+    if node.op == CALL_MODULE:
+        return "is a module call (it may do anything)"
+    if node.op not in (CALL_FUNCTION, CALL_METHOD):
+        return f"is a {node.op}"
+    facts = ops.facts(node.target)
+    name = target_name(node.target)
+    if facts.kind == ops.HOP:
+        return f"is a higher-order op ({name})"
+    if not facts.verified:
+        return f"calls {name}, whose facts are unknown (not in the verified operator table)"
+    if facts.random and not inert_dropout(node):
+        return f"draws random numbers ({name})"
+    if ops.is_effectful(node.target):
+        return f"has a side effect ({name})"
+    return ""
+
+
 def _drop_unused(
-    nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str]
+    nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str],
+    rewritten: Mapping[str, str],
 ) -> list[Node]:
     """``nodes`` without the candidates (and, transitively, their inputs) that nothing reads
-    and that are pure; a metadata check the edit emitted (``_assert_tensor_metadata`` after a
-    traced ``.to``) is no reader: it goes with the value it checks. O(n)."""
+    and that are pure or ``rewritten`` (writing nodes whose writes the visit re-did); a
+    metadata check the edit emitted (``_assert_tensor_metadata`` after a traced ``.to``) is no
+    reader: it goes with the value it checks. O(n)."""
     checks = {
         n.name for n in nodes
         if n.name in fresh and n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)
@@ -973,7 +1192,7 @@ def _drop_unused(
         n = nodes[i]
         if n.name not in candidates or uses.get(n.name, 0) or n.name in checks:
             continue
-        if not is_pure(n) and n.name not in constants:
+        if not is_pure(n) and n.name not in constants and n.name not in rewritten:
             continue
         keep[i] = False
         dropped.add(n.name)
