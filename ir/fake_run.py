@@ -29,6 +29,7 @@ import torch
 from ir.args import Ref, thaw
 from ir.errors import first_line
 from ir.names import target_name
+from ir.op_known import meet
 from ir.torch_seam import (
     ShapeEnvGuardError,
     fake_failures_unlogged,
@@ -211,6 +212,8 @@ def fake_value(
     run_in = found[0] if found else mode
     if missing or run_in is None:
         return None
+    if not method:
+        meet(target, a, k)  # an operator the verified table lacks: observed on these values
     try:
         # grad off: a val is dtype, shape, device and strides; autograd's own refusals (an
         # in-place write of one output of a multi-output view such as ``split``, which a
