@@ -10,7 +10,8 @@ the table lacks it asks ``known(op)`` here:
 2. **observed** facts: the first time purefx meets a call of the operator with values (a node
    imported by ``import_ep``, a node a pass emits, a replacement a rule builds: each one's
    fake run, ``meet``), it makes real tensors of the call's shapes, dtypes and strides, runs
-   the operator three times (``ir.op_observe.observe``: the builder's own observation) and keeps
+   the operator twice, under two seeds (``ir.op_observe.observe``: the builder's own
+   observation) and keeps
    what the calls did; a call with other literal arguments or tensor kinds is observed too
    (up to ``MAX_CALLS`` per operator), and the facts are derived from all the calls seen
    (``ir.op_observe.entry_of``: a write seen under one value of a bool argument only is
@@ -77,6 +78,7 @@ __all__ = [
     "meet_refs",
     "observe_now",
     "store_path",
+    "stored",
     "why_unknown",
 ]
 
@@ -98,6 +100,7 @@ class _Record:
 _LOCK = threading.RLock()
 _OBSERVED: dict[tuple[str, str, str], _Record] = {}
 _FAILED: dict[tuple[str, str, str], str] = {}
+_TRIED: set[tuple[tuple[str, str, str], str]] = set()  # calls whose observation raised
 _DECLARED: dict[str, tuple[Any, OpEntry]] = {}
 _GENERATION = [0]
 
@@ -166,7 +169,7 @@ def meet(op: Any, args: Any, kwargs: Any) -> None:
     arguments and tensor kinds: ``call_key``), and ``MAX_CALLS`` are not reached. The call's
     tensors are made anew (never the values given, which are not touched). A call that cannot
     be observed is noted (``why_unknown``) when nothing else is known of ``op``. Never raises
-    for the operator's sake. O(1) for an operator already covered; else three runs of it on
+    for the operator's sake. O(1) for an operator already covered; else two runs of it on
     small tensors plus a file write."""
     if not isinstance(op, OpOverload) or entry(op) is not None:
         return
@@ -234,11 +237,16 @@ def _observe_call(op: OpOverload, args: tuple, kwargs: dict) -> OpEntry | None:
     call = call_key(sample)
     if record is not None and (call in record.keys or len(record.keys) >= MAX_CALLS):
         return record.facts
+    if (key, call) in _TRIED:
+        return None if record is None else record.facts
     with real_tensors():
-        seen, why = observe(op, value_ranges(sample), device)
+        seen, why = observe(op, value_ranges(sample), device, again=False)
     if seen is None:
-        if record is None:
-            with _LOCK:
+        with _LOCK:
+            if len(_TRIED) >= MEMO_SIZE:
+                _TRIED.clear()
+            _TRIED.add((key, call))  # not run again at this key: it raises there
+            if record is None:
                 if len(_FAILED) >= MEMO_SIZE:
                     _FAILED.clear()
                 _FAILED[key] = f"{why}, on tensors made of its call's shapes and dtypes"
@@ -274,7 +282,7 @@ def observe_now(op: OpOverload, args: Iterable[Any] = (), kwargs: dict | None = 
     tensors, literals; only their shapes, dtypes, strides and devices are used) now, keep the
     facts (memo and store) and return them. Raises ``OperatorFactsError`` naming ``op`` and why when
     ``op`` is no ``OpOverload``, is in the verified table, has declared facts, or cannot be
-    observed on these arguments. O(three runs of ``op``)."""
+    observed on these arguments. O(two runs of ``op``)."""
     if not isinstance(op, OpOverload):
         raise OperatorFactsError(
             f"observe_facts: {op!r} is not an operator overload "
@@ -302,11 +310,14 @@ def forget(op: OpOverload | None = None) -> None:
         if op is None:
             _OBSERVED.clear()
             _FAILED.clear()
+            _TRIED.clear()
         else:
             for k in [k for k in _OBSERVED if k[0] == str(op)]:
                 del _OBSERVED[k]
             for k in [k for k in _FAILED if k[0] == str(op)]:
                 del _FAILED[k]
+            for k in [k for k in _TRIED if k[0][0] == str(op)]:
+                _TRIED.discard(k)
         _GENERATION[0] += 1
 
 
@@ -399,6 +410,17 @@ def store_path(op: OpOverload, version: str | None = None) -> Path | None:
         return None
     digest = hashlib.sha256("\n".join(_key(op, version)).encode()).hexdigest()
     return base / f"{digest}.json"
+
+
+def stored(op: OpOverload, version: str | None = None) -> OpEntry | None:
+    """The observed facts the store on disk holds for ``op`` under torch version ``version``
+    (this torch's by default), derived again from the calls kept; ``None`` when there are none
+    to trust (missing, corrupt, of another operator, schema or version). Reads no memo, runs
+    nothing. O(file size)."""
+    if not isinstance(op, OpOverload):
+        return None
+    record = _read(op, _key(op, version))
+    return None if record is None else record.facts
 
 
 def _read(op: OpOverload, key: tuple[str, str, str]) -> _Record | None:

@@ -4,8 +4,8 @@ The one observation of purefx, shared by the verified table's builder (``ir.opse
 the calls it recorded) and by the analysis for an operator the table lacks (``ir.op_known``,
 over the values of the node that met it):
 
-- ``observe`` runs one call (a ``Sample``) three times on fresh real tensors (``opset.run_call``:
-  twice under one seed of torch's generators, once under another) and keeps what it did
+- ``observe`` runs one call (a ``Sample``) on fresh real tensors (``opset.run_call``: under two
+  seeds of torch's generators, and for the builder once more under the first) and keeps what it did
   (``Seen``): the arguments it wrote (``_version`` moved or values changed), the results that
   share storage with arguments, whether its results depend on the seed or differ under one;
 - ``entry_of`` turns the calls seen into an ``OpEntry``: every write seen (conditioned on the
@@ -35,6 +35,7 @@ from ir.opset_entry import OpEntry, Sample, TensorSpec, Write
 from ir.torch_seam import OpOverload, op_schema
 
 __all__ = [
+    "MAX_ELEMENTS",
     "Seen",
     "Unobservable",
     "declared_writes",
@@ -63,25 +64,29 @@ class Seen:
     unstable: bool  #: results differ under one seed
 
 
-def observe(op: OpOverload, samples: list[Sample], device: Any = "cpu",
-            ) -> tuple[Seen | None, str]:
-    """Run the first of ``samples`` that ``op`` accepts, on ``device``: three times on fresh
-    tensors (twice under seed 0 of torch's generators, once under seed 1; the caller's
-    generator state is restored). Returns ``(Seen, "")``, or ``(None, why)`` when every
-    sample raises (``why``: the last error, one line). O(3 x samples x the call)."""
+def observe(op: OpOverload, samples: list[Sample], device: Any = "cpu", *,
+            again: bool = True) -> tuple[Seen | None, str]:
+    """Run the first of ``samples`` that ``op`` accepts, on ``device``, on fresh tensors: under
+    seed 0 of torch's generators, under seed 1 (results that differ: ``seeded``) and, when
+    ``again``, under seed 0 once more (results that differ: ``unstable``); the caller's
+    generator state is restored. Without ``again`` an operator that differs under one seed is
+    still seen random where its two runs differ. Returns ``(Seen, "")``, or ``(None, why)``
+    when every sample raises (``why``: the last error, one line). O(runs x samples x the
+    call)."""
     why = "no sample to run"
     for sample in samples:
         try:
             first = run_sample(op, sample, seed=0, device=device)
-            again = run_sample(op, sample, seed=0, device=device)
             other = run_sample(op, sample, seed=1, device=device)
+            same = run_sample(op, sample, seed=0, device=device) if again else first
         except Exception as err:  # noqa: BLE001 - values it refuses: try the next sample
-            why = f"it raised {type(err).__name__}: {str(err).strip().splitlines()[0][:160]}" \
-                if str(err).strip() else f"it raised {type(err).__name__}"
+            text = str(err).strip()
+            why = f"it raised {type(err).__name__}" + (
+                f": {text.splitlines()[0][:160]}" if text else "")
             continue
         return Seen(sample, normal_args(op, sample), first.written, first.aliases,
                     not same_results(first.results, other.results),
-                    not same_results(first.results, again.results)), ""
+                    not same_results(first.results, same.results)), ""
     return None, why
 
 
@@ -218,6 +223,10 @@ def _specs(sample: Sample) -> list[TensorSpec]:
 
 # --- a call's values as a sample --------------------------------------------------------------
 
+MAX_ELEMENTS = 1 << 22
+"""The most tensor elements (all arguments together) a call is observed at: larger calls are
+not run (their sizes do not change which facts a call shows: ``ir.ops.observe_facts`` on
+smaller examples of the same dtypes and ranks covers them)."""
 _LITERALS = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, torch.layout,
              torch.memory_format)
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -230,7 +239,7 @@ def sample_of(args: tuple, kwargs: dict) -> tuple[Sample, Any]:
     its first tensor (``cpu`` for meta tensors, or none). Raises ``Unobservable`` (why) for a
     value that cannot be made: a size without a hint, a sparse or quantized tensor, a device
     this machine lacks, an argument that is no tensor, list or literal (a generator, a script
-    object). O(arguments)."""
+    object), tensors of more than ``MAX_ELEMENTS`` elements in all. O(arguments)."""
     devices: list[Any] = []
 
     def spec(v: Any, where: str) -> Any:
@@ -253,6 +262,12 @@ def sample_of(args: tuple, kwargs: dict) -> tuple[Sample, Any]:
 
     sample = Sample(tuple(spec(a, f"argument {i}") for i, a in enumerate(args)),
                     tuple((k, spec(v, f"argument {k!r}")) for k, v in kwargs.items()))
+    elements = sum(math.prod(t.shape) for t in _specs(sample))
+    if elements > MAX_ELEMENTS:
+        raise Unobservable(
+            f"its tensors hold {elements} elements, more than the {MAX_ELEMENTS} purefx runs an "
+            "operator on to observe it: observe it on smaller examples with "
+            "ir.ops.observe_facts")
     device = next((d for d in devices if d.type != "meta"), torch.device("cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise Unobservable(f"its values are on {device}, which this machine lacks")

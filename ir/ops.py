@@ -561,11 +561,11 @@ def register_facts(target: Any, *, written: Any = (), aliases: Any = (), random:
 def observe_facts(target: Any, args: Any = (), kwargs: Any = None) -> opset.OpEntry:
     """Observe ``target``, an operator overload the verified table lacks, on a call with
     example ``args`` and ``kwargs`` (real or fake tensors and literals; only the tensors'
-    shapes, dtypes, strides and devices are used: the operator runs three times on new
+    shapes, dtypes, strides and devices are used: the operator runs twice, under two seeds, on new
     tensors) and keep its facts (in memory and in the verdict store's ``operators/``), as
     purefx does by itself when it first meets a call with values. Returns the facts
     (``ir.opset.OpEntry``). Raises ``ir.errors.OperatorFactsError`` when it cannot be
-    observed (the operator raises on such tensors, a value cannot be made). O(three calls)."""
+    observed (the operator raises on such tensors, a value cannot be made). O(two calls)."""
     return op_known.observe_now(target, tuple(args), dict(kwargs or {}))
 
 
