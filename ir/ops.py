@@ -10,9 +10,11 @@ dtypes, and when a call of it computes nothing (``computes_nothing``, ``is_metad
 - the verified operator table (``ir.opset``): for an ``OpOverload``, what it writes (under
   which argument values: ``aten.batch_norm`` writes its running statistics when ``training``
   is true, which its schema does not declare), which results share storage with which
-  arguments, whether it draws random numbers, all observed on real tensors; an overload the
-  table lacks is assumed to write and alias every tensor argument (``verified`` false), so it
-  is never pure;
+  arguments, whether it draws random numbers, all observed on real tensors; for an overload
+  the table lacks, the same facts declared by the user (``register_facts``) or observed on
+  the first call purefx met with values (``ir.op_known``); an overload of none of these is
+  assumed to write and alias every tensor argument (``verified`` false, ``origin`` ``UNKNOWN``),
+  so it is never pure, and a refusal it causes says so (``unknown_facts``);
 - the operator's schema: ``Tensor(a!)`` arguments are declared written (``mutating``: the
   in-place and ``out=`` forms), the returns are counted, the argument types say which are
   sizes (``SymInt``), dimensions and dtypes;
@@ -178,7 +180,12 @@ def facts(target: Any) -> OpFacts:
     id is never reused while its entry lives): ``OpOverload.__hash__`` is Python code that
     costs more than reading the schema, so a hash-keyed cache would slow every pass down.
     The targets held are operators and functions that torch or the user's module keeps alive
-    anyway. O(schema arguments) on a miss, O(1) on a hit.
+    anyway. An overload outside the verified table is answered again once ``ir.op_known``'s
+    generation moves (its facts observed, declared or withdrawn): from unknown (conservative)
+    to what torch showed or the user declared; back to unknown only by an explicit
+    ``unregister`` or ``ir.op_known.forget``, or when ``ir.op_known``'s bounded memo is emptied
+    with the store off (then the next call met observes again).
+    O(schema arguments) on a miss, O(1) on a hit.
     """
     hit = _MEMO.get(id(target))
     if hit is not None and hit[0] is target and (

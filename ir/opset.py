@@ -12,8 +12,9 @@ arguments, whether it draws random numbers, and which results are new values of 
 recorded from exported programs, that ``sample_args`` turns into fresh tensors.
 
 An operator the table lacks has no facts here: ``entry`` answers ``None``, and the analysis
-(``ir.ops.facts``, ``ir.effects``) treats it as writing and aliasing every tensor argument,
-impure and never foldable.
+(``ir.ops.facts``) asks ``ir.op_known`` (declared, or observed on a call purefx met, with this
+module's ``run_call``); where that knows nothing either, ``ir.effects`` treats it as writing and
+aliasing every tensor argument, impure and never foldable.
 
 ``table()`` is built once, on first use, from ``ir.opset_table.ROWS``; everything here is a
 pure function of the table and its arguments.
