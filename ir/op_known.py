@@ -101,6 +101,7 @@ _LOCK = threading.RLock()
 _OBSERVED: dict[tuple[str, str, str], _Record] = {}
 _FAILED: dict[tuple[str, str, str], str] = {}
 _TRIED: set[tuple[tuple[str, str, str], str]] = set()  # calls whose observation raised
+_ABSENT: set[tuple[str, str, str]] = set()  # operators the store had no entry for
 _DECLARED: dict[str, tuple[Any, OpEntry]] = {}
 _GENERATION = [0]
 
@@ -133,9 +134,16 @@ def _record(op: OpOverload, version: str | None = None) -> _Record | None:
     hit = _OBSERVED.get(key)
     if hit is not None:
         return hit
+    if key in _ABSENT:
+        return None
     record = _read(op, key)
     if record is not None:
         _keep(key, record)
+    else:
+        with _LOCK:
+            if len(_ABSENT) >= MEMO_SIZE:
+                _ABSENT.clear()
+            _ABSENT.add(key)  # not read again in this process until observed here
     return record
 
 
@@ -145,6 +153,7 @@ def _keep(key: tuple[str, str, str], record: _Record) -> None:
             _OBSERVED.clear()
         _OBSERVED[key] = record
         _FAILED.pop(key, None)
+        _ABSENT.discard(key)
         _GENERATION[0] += 1
 
 
@@ -307,6 +316,7 @@ def forget(op: OpOverload | None = None) -> None:
     under the same name and schema (remove its store entry too: ``store_path``), and for
     tests. O(memo size)."""
     with _LOCK:
+        _ABSENT.clear()
         if op is None:
             _OBSERVED.clear()
             _FAILED.clear()

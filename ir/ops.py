@@ -189,7 +189,7 @@ def facts(target: Any) -> OpFacts:
     """
     hit = _MEMO.get(id(target))
     if hit is not None and hit[0] is target and (
-            hit[2] == op_known.generation() or hit[1].origin in _SETTLED):
+            hit[1].origin in _SETTLED or hit[2] == op_known.generation()):
         return hit[1]
     found = _facts_of(target)
     if len(_MEMO) >= _MEMO_SIZE:

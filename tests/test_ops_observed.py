@@ -212,6 +212,24 @@ def test_a_write_the_schema_hides_is_observed_under_the_bool_that_makes_it():
     assert ops.facts(op).writes == (Write(0, ((1, True),)),)
 
 
+def _emit_sneaky(train: bool):
+    def visit(node, e):
+        if node.target is aten.add.Tensor:
+            return e.call(torch.ops.purefx_observed.sneaky.default, e.args[0], train)
+        return None
+    return visit
+
+
+def test_an_emitted_call_is_judged_by_what_its_own_arguments_make_it_do():
+    p = import_ep(torch.export.export(_Picky(), (torch.randn(3),)))
+    q = rewrite_nodes(p, _emit_sneaky(False))  # writes nothing when train is False
+    assert "purefx_observed.sneaky.default](%x, False)" in format_graph(q.root_module.graph)
+    x = torch.randn(3)
+    torch.testing.assert_close(lower(q)(x.clone()), x * 2)
+    with pytest.raises(PassError, match="writes %x in place, which is a user input"):
+        rewrite_nodes(p, _emit_sneaky(True))  # observed writing its argument
+
+
 def test_a_random_custom_operator_is_observed_random():
     op = torch.ops.purefx_observed.noise.default
     assert ops.observe_facts(op, (torch.randn(4),)).random
