@@ -157,6 +157,13 @@ def _keep(key: tuple[str, str, str], record: _Record) -> None:
         _GENERATION[0] += 1
 
 
+def _fail(key: tuple[str, str, str], why: str) -> None:
+    with _LOCK:
+        if len(_FAILED) >= MEMO_SIZE:
+            _FAILED.clear()
+        _FAILED[key] = why
+
+
 def why_unknown(op: Any) -> str:
     """Why ``op`` has no facts, in words that follow "purefx could not observe it": what the
     last observation met (``"it raised RuntimeError: ..."``), or that purefx has not met a
@@ -204,7 +211,7 @@ def meet_refs(op: Any, args: Any, kwargs: Any, val_of: Callable[[Ref], Any]) -> 
     values, keywords = thaw(args, read), thaw(kwargs, read)
     if missing:
         if _record(op) is None:
-            _FAILED[_key(op)] = f"the value of %{missing[0]} is unknown"
+            _fail(_key(op), f"the value of %{missing[0]} is unknown")
         return
     meet(op, values, keywords)
 
@@ -226,7 +233,7 @@ def meet_node(op: Any, args: Any, kwargs: Any) -> None:
     values, keywords = torch.fx.node.map_arg((args, dict(kwargs)), read)
     if missing:
         if _record(op) is None:
-            _FAILED[_key(op)] = f"the value of %{missing[0]} is unknown"
+            _fail(_key(op), f"the value of %{missing[0]} is unknown")
         return
     meet(op, values, keywords)
 
@@ -241,7 +248,7 @@ def _observe_call(op: OpOverload, args: tuple, kwargs: dict) -> OpEntry | None:
         sample, device = sample_of(args, kwargs)
     except Unobservable as why:
         if record is None:
-            _FAILED[key] = str(why)
+            _fail(key, str(why))
         return None
     call = call_key(sample)
     if record is not None and (call in record.keys or len(record.keys) >= MAX_CALLS):
@@ -255,10 +262,8 @@ def _observe_call(op: OpOverload, args: tuple, kwargs: dict) -> OpEntry | None:
             if len(_TRIED) >= MEMO_SIZE:
                 _TRIED.clear()
             _TRIED.add((key, call))  # not run again at this key: it raises there
-            if record is None:
-                if len(_FAILED) >= MEMO_SIZE:
-                    _FAILED.clear()
-                _FAILED[key] = f"{why}, on tensors made of its call's shapes and dtypes"
+        if record is None:
+            _fail(key, f"{why}, on tensors made of its call's shapes and dtypes")
         return None if record is None else record.facts
     seen_all = (*(record.seen if record is not None else ()), seen)
     made = _made(op, seen_all)
