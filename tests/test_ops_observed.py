@@ -18,9 +18,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ir import OperatorFactsError, PassError, import_ep, op_known, ops
+from ir.fact_store import decode_sample, encode_sample, read_json, write_json
+from ir.op_observe import Unobservable, entry_of, observe, sample_of, value_ranges
 from ir.opset import entry
-from ir.opset_entry import Write
+from ir.opset_entry import Sample, TensorSpec, Write
 from ir.printer import format_graph
+from ir.torch_seam import new_fake_mode
 from lowering import lower
 from transforms import rewrite_nodes
 from transforms.rewrite import Rule, check_rule, saturate_report
@@ -364,3 +367,67 @@ def test_a_new_process_reads_observed_facts_from_the_store_without_running_the_o
     out = subprocess.run([sys.executable, "-c", _SECOND_PROCESS], capture_output=True,
                          text=True, env=env, cwd=ROOT, timeout=300, check=True)
     assert out.stdout.split() == ["observed", "()", "0"]
+
+
+# --- the pieces: a call's values as a sample, samples as JSON ------------------------------------
+
+
+def test_a_calls_values_become_a_sample_of_their_shapes_dtypes_and_strides():
+    with new_fake_mode():
+        x = torch.empty(2, 3).t()
+    assert type(x) is not torch.Tensor  # a fake tensor: no data to read
+    sample, device = sample_of((x, [x, x], 2, None), {"alpha": 1.5})
+    spec = sample.args[0]
+    assert (spec.shape, spec.dtype, spec.stride) == ((3, 2), torch.float32, (1, 3))
+    assert sample.args[1] == (spec, spec) and sample.args[2:] == (2, None)
+    assert sample.kwargs == (("alpha", 1.5),) and device == torch.device("cpu")
+    assert sample_of((torch.ones(4),), {})[0].args[0].stride is None
+    with pytest.raises(Unobservable, match="argument 1 is a Generator"):
+        sample_of((x, torch.Generator()), {})
+    with pytest.raises(Unobservable, match="sparse"):
+        sample_of((torch.eye(2).to_sparse(),), {})
+    narrow = value_ranges(sample)[1]
+    assert (narrow.args[0].low, narrow.args[0].high) == (0.0, 1.0)
+    assert narrow.args[1][0].high == 1.0 and narrow.kwargs == sample.kwargs
+
+
+def test_samples_round_trip_through_json_and_nothing_else_is_read():
+    spec = TensorSpec((2, 3), torch.int64, (1, 2), -1.0, 4.0)
+    sample = Sample((spec, (spec, 1.5), True, None, 3j, torch.float16, torch.device("cpu"),
+                     torch.channels_last, torch.strided, "mean"), (("out", spec),))
+    body = json.loads(json.dumps(encode_sample(sample)))
+    assert decode_sample(body) == sample
+    for bad in ({"args": [{"dtype": "os"}], "kwargs": []},
+                {"args": [{"tensor": [2], "dtype": "path", "stride": None, "low": 0, "high": 1}],
+                 "kwargs": []},
+                {"args": [{"tensor": [-1], "dtype": "float32", "stride": None, "low": 0,
+                           "high": 1}], "kwargs": []},
+                {"args": [], "kwargs": [["x"]]}, [], {"args": []}):
+        with pytest.raises(ValueError):
+            decode_sample(bad)
+    with pytest.raises(ValueError):
+        encode_sample(Sample((TensorSpec((1,), torch.float32, values=(1.0,)),)))
+
+
+def test_a_sealed_json_file_is_read_back_and_an_edited_one_is_not(tmp_path):
+    path = tmp_path / "deep" / "entry.json"
+    assert write_json(path, {"a": [1, 2]})
+    assert read_json(path)["a"] == [1, 2]
+    body = json.loads(path.read_text())
+    body["a"] = [1, 3]
+    path.write_text(json.dumps(body))
+    assert read_json(path) is None
+    path.write_text("{not json")
+    assert read_json(path) is None and read_json(tmp_path / "missing.json") is None
+
+
+def test_the_facts_of_several_calls_condition_a_write_on_the_bool_that_separates_them():
+    op = torch.ops.purefx_observed.sneaky.default
+    x = TensorSpec((3,), torch.float32)
+    seen = [observe(op, [Sample((x, flag))])[0] for flag in (False, True)]
+    assert [s.written for s in seen] == [frozenset(), frozenset({0})]
+    row = entry_of(op, seen, source="test")
+    assert row.writes == (Write(0, ((1, True),)),) and not row.random
+    assert entry_of(op, seen[1:], source="test").writes == (Write(0),)
+    assert observe(torch.ops.purefx_observed.picky.default, [Sample((x,))]) == (
+        None, "it raised RuntimeError: picky runs on no made-up tensor")
