@@ -182,7 +182,9 @@ def fake_value(
     add a guard to their shape env (``FakeRunFailed.guard``: a result valid at one size of a
     dynamic dimension only).
 
-    **Laws:** never runs an operator on real data; never writes the values' shape env
+    **Laws:** never runs an operator on the program's data (an operator the verified table
+    lacks is first observed, once per kind of call, on new small real tensors of the
+    values' metadata: ``ir.op_known.meet``); never writes the values' shape env
     (``guards_refused``); torch's fake-tensor log stays quiet
     (``ir.torch_seam.fake_failures_unlogged``); runs under ``torch.no_grad()`` (results carry
     no ``grad_fn``; autograd's view/in-place refusals are not the operator's). O(arguments)
