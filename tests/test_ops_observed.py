@@ -294,12 +294,28 @@ def test_register_facts_refuses_what_it_cannot_take_and_keeps_the_schema_writes(
         ops.register_facts(torch.ops.purefx_observed.scale.default, written=("y",))
     with pytest.raises(OperatorFactsError, match="not an operator overload"):
         ops.register_facts(torch.relu)
+    with pytest.raises(OperatorFactsError, match="verified operator table"):
+        ops.observe_facts(aten.add.Tensor, (torch.ones(2), torch.ones(2)))
+    with pytest.raises(OperatorFactsError, match="not an operator overload"):
+        ops.observe_facts(torch.relu, (torch.ones(2),))
     handle = ops.register_facts(torch.ops.purefx_observed.bump.default)  # declares no write
     try:
         assert ops.facts(torch.ops.purefx_observed.bump.default).writes == (Write(0),)
+        with pytest.raises(OperatorFactsError, match="has declared facts"):
+            ops.observe_facts(torch.ops.purefx_observed.bump.default, (torch.ones(2),))
     finally:
         handle.unregister()
     handle.unregister()  # twice: a no-op
+    assert op_known.declared(torch.ops.purefx_observed.bump.default) is None
+    random = ops.register_facts(torch.ops.purefx_observed.scale.default, random=True,
+                                aliases=[(0, "x")])
+    try:
+        assert ops.is_random(torch.ops.purefx_observed.scale.default)
+        assert ops.facts(torch.ops.purefx_observed.scale.default).aliases == ((0, 0),)
+    finally:
+        random.unregister()
+    with pytest.raises(OperatorFactsError, match="has no result 1"):
+        ops.register_facts(torch.ops.purefx_observed.scale.default, aliases=[(1, 0)])
 
 
 # --- kept: memo and store ------------------------------------------------------------------------
