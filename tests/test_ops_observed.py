@@ -447,3 +447,19 @@ def test_the_facts_of_several_calls_condition_a_write_on_the_bool_that_separates
     assert entry_of(op, seen[1:], source="test").writes == (Write(0),)
     assert observe(torch.ops.purefx_observed.picky.default, [Sample((x,))]) == (
         None, "it raised RuntimeError: picky runs on no made-up tensor")
+
+
+@pytest.mark.parametrize("name", ["aten.batch_norm.default", "aten.dropout.default",
+                                  "aten.add_.Tensor", "aten.rand_like.default",
+                                  "aten.index_put.default"])
+def test_the_builder_observes_with_the_same_code_and_finds_the_tables_facts(name):
+    from ir.opset import resolve, table
+    from ir.opset_build import build_entry, own_samples
+    from ir.opset_entry import CORE
+
+    calls = [(s.args, s.kwargs, "own", CORE) for s in own_samples()[name]]
+    row, why = build_entry(resolve(name), calls, set(), "own")
+    assert why == ""
+    shipped = table()[name]
+    assert (row.writes, row.aliases, row.random) == (
+        shipped.writes, shipped.aliases, shipped.random)
