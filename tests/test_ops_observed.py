@@ -270,6 +270,10 @@ def test_an_operator_that_cannot_be_observed_is_refused_as_unknown_not_as_a_writ
     with pytest.raises(PassError, match="facts unknown"):
         rewrite_nodes(p, _emit_picky)
     assert CALLS["picky"] == tried  # a call that raised is not run again at its key
+    other = torch.ops.purefx_observed.big.default  # another failure keeps picky's reason
+    with pytest.raises(OperatorFactsError):
+        ops.observe_facts(other, (torch.empty(1 << 12, 1 << 11),))
+    assert "picky runs on no made-up tensor" in ops.unknown_facts(op)
 
 
 @torch.library.custom_op("purefx_observed::big", mutates_args=())
