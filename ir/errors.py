@@ -111,3 +111,9 @@ def shorten(text: str, limit: int) -> str:
     cut = text.rfind(" ", 0, room + 1)
     kept = text[:cut].rstrip() if cut > 0 else ""
     return (kept or text[:room]) + ELLIPSIS
+
+
+class OperatorFactsError(PurefxError, ValueError):
+    """``ir.ops.register_facts`` / ``ir.ops.observe_facts`` cannot take these facts: the target
+    is no operator overload, is in the verified table, names an argument its schema lacks, or
+    cannot be observed on the arguments given."""

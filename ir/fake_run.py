@@ -29,6 +29,7 @@ import torch
 from ir.args import Ref, thaw
 from ir.errors import first_line
 from ir.names import target_name
+from ir.op_known import meet
 from ir.torch_seam import (
     ShapeEnvGuardError,
     fake_failures_unlogged,
@@ -181,7 +182,9 @@ def fake_value(
     add a guard to their shape env (``FakeRunFailed.guard``: a result valid at one size of a
     dynamic dimension only).
 
-    **Laws:** never runs an operator on real data; never writes the values' shape env
+    **Laws:** never runs an operator on the program's data (an operator the verified table
+    lacks is first observed, once per kind of call, on new small real tensors of the
+    values' metadata: ``ir.op_known.meet``); never writes the values' shape env
     (``guards_refused``); torch's fake-tensor log stays quiet
     (``ir.torch_seam.fake_failures_unlogged``); runs under ``torch.no_grad()`` (results carry
     no ``grad_fn``; autograd's view/in-place refusals are not the operator's). O(arguments)
@@ -211,6 +214,8 @@ def fake_value(
     run_in = found[0] if found else mode
     if missing or run_in is None:
         return None
+    if not method:
+        meet(target, a, k)  # an operator the verified table lacks: observed on these values
     try:
         # grad off: a val is dtype, shape, device and strides; autograd's own refusals (an
         # in-place write of one output of a multi-output view such as ``split``, which a

@@ -23,6 +23,7 @@ from ir.gcpause import gc_paused
 from ir.graph import Graph
 from ir.module import PLAIN, SUBGRAPH, Module, kind_of_type
 from ir.node import CALL_FUNCTION, GET_ATTR, frozen_meta, new_node
+from ir.op_known import meet_node
 from ir.program import NO_CONSTRAINTS, Program
 from ir.signature import (
     BUFFER,
@@ -178,6 +179,8 @@ def import_graph(
                 _import_subgraph(value, f"{prefix}{target}", modules)
         elif op == CALL_FUNCTION and type(target) is not OpOverload:  # an operator stays itself
             target = own_equivalent(target)
+        elif op == CALL_FUNCTION:  # an operator the verified table lacks is observed here
+            meet_node(target, fx_node.args, fx_node.kwargs)
         nodes.append(new_node(op, fx_node.name, target, args, kwargs, frozen_meta(meta)))
     return Graph(tuple(nodes))
 

@@ -10,9 +10,11 @@ dtypes, and when a call of it computes nothing (``computes_nothing``, ``is_metad
 - the verified operator table (``ir.opset``): for an ``OpOverload``, what it writes (under
   which argument values: ``aten.batch_norm`` writes its running statistics when ``training``
   is true, which its schema does not declare), which results share storage with which
-  arguments, whether it draws random numbers, all observed on real tensors; an overload the
-  table lacks is assumed to write and alias every tensor argument (``verified`` false), so it
-  is never pure;
+  arguments, whether it draws random numbers, all observed on real tensors; for an overload
+  the table lacks, the same facts declared by the user (``register_facts``) or observed on
+  the first call purefx met with values (``ir.op_known``); an overload of none of these is
+  assumed to write and alias every tensor argument (``verified`` false, ``origin`` ``UNKNOWN``),
+  so it is never pure, and a refusal it causes says so (``unknown_facts``);
 - the operator's schema: ``Tensor(a!)`` arguments are declared written (``mutating``: the
   in-place and ``out=`` forms), the returns are counted, the argument types say which are
   sizes (``SymInt``), dimensions and dtypes;
@@ -43,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from pyrsistent import PMap, pmap
 
-from ir import opset
+from ir import op_known, opset
 from ir.args import IDict, IList
 from ir.torch_seam import (
     HigherOrderOperator,
@@ -72,6 +74,12 @@ MAKE_DEP_TOKEN = torch.ops.aten._make_dep_token.default
 WITH_EFFECTS = "with_effects"
 
 _MEMO_SIZE = 4096
+
+TABLE = "table"  #: ``OpFacts.origin``: a row of the verified operator table (``ir.opset``)
+OBSERVED = op_known.OBSERVED  #: ``OpFacts.origin``: observed on a call purefx met
+DECLARED = op_known.DECLARED  #: ``OpFacts.origin``: declared with ``register_facts``
+UNKNOWN = "unknown"  #: ``OpFacts.origin``: no facts; writes and aliases every tensor argument
+_SETTLED = frozenset({"", TABLE})  # origins whose facts no observation or declaration changes
 _NO_STATE_OUTPUTS: PMap = pmap()
 
 
@@ -112,6 +120,11 @@ class OpFacts:
     verified: bool = True
     """``False`` only for an ``OpOverload`` without a row in the verified table: nothing is
     known of it, so it writes and aliases every tensor argument and is never pure."""
+    origin: str = ""
+    """Where an ``OpOverload``'s ``writes``, ``aliases`` and randomness come from: ``TABLE``
+    (the verified table), ``OBSERVED`` (observed on a call purefx met: ``ir.op_known``),
+    ``DECLARED`` (``register_facts``) or ``UNKNOWN`` (none: conservative); ``""`` for other
+    targets."""
     inplace: bool = False  #: writes its first argument and returns it (``add_``, ``copy_``)
     view: bool = False
     """Returns a view of an argument without writing (a schema result ``Tensor(a)`` of a
@@ -167,19 +180,25 @@ def facts(target: Any) -> OpFacts:
     id is never reused while its entry lives): ``OpOverload.__hash__`` is Python code that
     costs more than reading the schema, so a hash-keyed cache would slow every pass down.
     The targets held are operators and functions that torch or the user's module keeps alive
-    anyway. O(schema arguments) on a miss, O(1) on a hit.
+    anyway. An overload outside the verified table is answered again once ``ir.op_known``'s
+    generation moves (its facts observed, declared or withdrawn): from unknown (conservative)
+    to what torch showed or the user declared; back to unknown only by an explicit
+    ``unregister`` or ``ir.op_known.forget``, or when ``ir.op_known``'s bounded memo is emptied
+    with the store off (then the next call met observes again).
+    O(schema arguments) on a miss, O(1) on a hit.
     """
     hit = _MEMO.get(id(target))
-    if hit is not None and hit[0] is target:
+    if hit is not None and hit[0] is target and (
+            hit[1].origin in _SETTLED or hit[2] == op_known.generation()):
         return hit[1]
     found = _facts_of(target)
     if len(_MEMO) >= _MEMO_SIZE:
         _MEMO.clear()
-    _MEMO[id(target)] = (target, found)
+    _MEMO[id(target)] = (target, found, op_known.generation())
     return found
 
 
-_MEMO: dict[int, tuple[Any, OpFacts]] = {}
+_MEMO: dict[int, tuple[Any, OpFacts, int]] = {}
 
 
 def _facts_of(target: Any) -> OpFacts:
@@ -218,6 +237,10 @@ def _overload_facts(op: OpOverload) -> OpFacts:
     first_result = schema.returns[0].alias_info if schema.returns else None
     packet = op.overloadpacket
     row = opset.entry(op)
+    origin = TABLE
+    if row is None:
+        row = op_known.known(op)
+        origin = UNKNOWN if row is None else row.source
     if row is None:
         tensors = tuple(i for i, p in enumerate(params) if "Tensor" in p.type)
         writes = tuple(opset.Write(i) for i in tensors)
@@ -240,6 +263,7 @@ def _overload_facts(op: OpOverload) -> OpFacts:
         writes=writes,
         aliases=aliases,
         verified=row is not None,
+        origin=origin,
         effectful=op in _EFFECTFUL_OPS or packet in _EFFECTFUL_PACKETS or (
             row is not None and row.effectful),
         random=torch.Tag.nondeterministic_seeded in op.tags or (row is not None and row.random),
@@ -493,11 +517,63 @@ def impurity(target: Any) -> str:
     if is_effectful(target):
         return f"has a side effect ({found.name})"
     if not found.verified:
-        return (f"is not in the verified operator table ({found.name}): it may write and "
-                "alias its inputs")
+        return f"may write and alias its inputs: {unknown_facts(target)}"
     if found.writes:
         return f"may write its input ({found.name})"
     return ""
+
+
+def unknown_facts(target: Any) -> str:
+    """The one message for an operator whose facts are unknown (an ``OpOverload`` the verified
+    table lacks, with no declared facts, that purefx could not observe: ``OpFacts.origin`` is
+    ``UNKNOWN``): ``"facts unknown for OP: purefx could not observe it (WHY); declare them
+    with ir.ops.register_facts(OP, written=..., random=...)"``; ``""`` for any target whose
+    facts are known. Every refusal that comes from the conservative default (writes and
+    aliases every tensor argument) says this instead of claiming a write. O(1)."""
+    found = facts(target)
+    if found.kind != OVERLOAD or found.origin != UNKNOWN:
+        return ""
+    return (f"facts unknown for {found.name}: purefx could not observe it "
+            f"({op_known.why_unknown(target)}); declare them with "
+            f"ir.ops.register_facts({found.name}, written=..., random=...), or observe them "
+            "with ir.ops.observe_facts(op, example_args)")
+
+
+def meet(target: Any, args: Any, kwargs: Any, val_of: Any) -> None:
+    """A call of ``target`` whose arguments hold ``Ref`` s, each value read by ``val_of``, is
+    about to be analysed: when ``target`` is an operator overload whose facts do not cover
+    such a call yet (not in the verified table, not declared), observe it on real tensors of
+    those values' shapes and dtypes first (``ir.op_known``), so that ``facts`` answers what it
+    does rather than the conservative default. O(1) for an operator of the table."""
+    op_known.meet_refs(target, args, kwargs, val_of)
+
+
+def register_facts(target: Any, *, written: Any = (), aliases: Any = (), random: bool = False,
+                   effectful: bool = False) -> op_known.Declared:
+    """Declare the facts of ``target``, an operator overload the verified table lacks (a
+    ``torch.library`` custom operator): ``written``, the arguments it writes in place
+    (positions or names); ``aliases``, ``(result index, argument)`` pairs that may share
+    storage; ``random``, whether it draws random numbers; ``effectful``, whether it has a side
+    effect. The schema's own writes and aliases are always added.
+
+    An explicit, scoped action: the facts hold from this call until the returned handle's
+    ``unregister()`` (or the end of ``with register_facts(...):``); while they hold, ``facts``
+    answers them (``origin == DECLARED``) and purefx never runs the operator to observe it.
+    Raises ``ir.errors.OperatorFactsError`` for a target that is no overload, one of the
+    table, or an argument its schema lacks. O(arguments)."""
+    return op_known.declare(target, written=written, aliases=aliases, random=random,
+                            effectful=effectful)
+
+
+def observe_facts(target: Any, args: Any = (), kwargs: Any = None) -> opset.OpEntry:
+    """Observe ``target``, an operator overload the verified table lacks, on a call with
+    example ``args`` and ``kwargs`` (real or fake tensors and literals; only the tensors'
+    shapes, dtypes, strides and devices are used: the operator runs twice, under two seeds, on new
+    tensors) and keep its facts (in memory and in the verdict store's ``operators/``), as
+    purefx does by itself when it first meets a call with values. Returns the facts
+    (``ir.opset.OpEntry``). Raises ``ir.errors.OperatorFactsError`` when it cannot be
+    observed (the operator raises on such tensors, a value cannot be made). O(two calls)."""
+    return op_known.observe_now(target, tuple(args), dict(kwargs or {}))
 
 
 def is_assert(target: Any) -> bool:

@@ -12,8 +12,9 @@ arguments, whether it draws random numbers, and which results are new values of 
 recorded from exported programs, that ``sample_args`` turns into fresh tensors.
 
 An operator the table lacks has no facts here: ``entry`` answers ``None``, and the analysis
-(``ir.ops.facts``, ``ir.effects``) treats it as writing and aliasing every tensor argument,
-impure and never foldable.
+(``ir.ops.facts``) asks ``ir.op_known`` (declared, or observed on a call purefx met, with this
+module's ``run_call``); where that knows nothing either, ``ir.effects`` treats it as writing and
+aliasing every tensor argument, impure and never foldable.
 
 ``table()`` is built once, on first use, from ``ir.opset_table.ROWS``; everything here is a
 pure function of the table and its arguments.
@@ -41,6 +42,7 @@ __all__ = [
     "normal_args",
     "positions_written",
     "resolve",
+    "run_call",
     "run_sample",
     "same_results",
     "sample_args",
@@ -184,18 +186,30 @@ class Observed:
     results: tuple
 
 
-def run_sample(op: OpOverload, sample: Sample, *, seed: int = 0, data_seed: int = 0) -> Observed:
-    """Call ``op`` on fresh tensors made from ``sample`` (``sample_args`` with ``data_seed``),
-    torch's generator seeded with ``seed``, and observe it: which tensor arguments (by schema
-    position, keywords too) it wrote (their ``_version`` counter moved, or their values
-    changed: ``native_batch_norm`` updates its running statistics without bumping the
-    counter) and which results share a storage with which arguments. Raises whatever the
-    operator raises. O(the call)."""
-    args, kwargs = sample_args(sample, seed=data_seed)
+def run_sample(op: OpOverload, sample: Sample, *, seed: int = 0, data_seed: int = 0,
+               device: Any = "cpu") -> Observed:
+    """Call ``op`` on fresh tensors made from ``sample`` (``sample_args`` with ``data_seed``,
+    on ``device``) and observe it (``run_call``). Raises whatever the operator raises.
+    O(the call)."""
+    args, kwargs = sample_args(sample, seed=data_seed, device=device)
+    return run_call(op, args, kwargs, seed=seed)
+
+
+def run_call(op: OpOverload, args: tuple, kwargs: dict, *, seed: int = 0) -> Observed:
+    """Call ``op(*args, **kwargs)`` on real tensors, torch's generators (CPU and the devices
+    of the arguments) seeded with ``seed`` and restored after, and observe it: which tensor
+    arguments (by schema position, keywords too) it wrote (their ``_version`` counter moved,
+    or their values changed: ``native_batch_norm`` updates its running statistics without
+    bumping the counter) and which results share a storage with which arguments. The one
+    observation of one call, for the table's builder (``run_sample``) and for operators the
+    table lacks (``ir.op_observe``). Writes the arguments as the operator does; raises
+    whatever it raises. O(the call)."""
     position = {a.name: i for i, a in enumerate(op_schema(op).arguments)}
     given = [*enumerate(args), *((position.get(k, -1), v) for k, v in kwargs.items())]
     before = [(i, [(t, tensor_version(t), t.clone()) for t in _tensors(a)]) for i, a in given]
-    with torch.random.fork_rng(devices=[]):
+    devices = sorted({t.device.index or 0 for _, ts in before for t, _, _ in ts
+                      if t.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         out = op(*args, **kwargs)
     written = frozenset(

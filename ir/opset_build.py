@@ -25,7 +25,6 @@ nothing in ``ir``, ``transforms`` or ``lowering`` imports it.
 
 from __future__ import annotations
 
-import math
 import pickle
 import sys
 import time
@@ -33,7 +32,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import torch
 import torch.fx
 import torch.nn.functional as F
@@ -41,7 +39,8 @@ from torch import nn
 
 from ir import ops as op_facts
 from ir.literals import PRELUDE, scalar_literal
-from ir.opset import check_entry, normal_args, resolve, run_sample, same_results
+from ir.op_observe import entry_of, observe
+from ir.opset import check_entry, resolve
 from ir.opset_entry import CORE, TRAINING, OpEntry, Sample, TensorSpec, Write
 from ir.torch_seam import OpOverload, op_schema, opinfo_db, pytree
 
@@ -604,154 +603,18 @@ def _samples_of(call: tuple) -> list[Sample]:
     return out
 
 
-@attrs.frozen
-class _Seen:
-    sample: Sample
-    args: tuple  # normalized (schema order, defaults)
-    written: frozenset[int]
-    aliases: frozenset[tuple[int, int]]
-    seeded: bool  # results differ between seeds
-    unstable: bool  # results differ under one seed
-
-
-def _observe(op: OpOverload, samples: list[Sample]) -> _Seen | None:
-    """Run the first of ``samples`` that ``op`` accepts (twice under seed 0, once under 1)."""
-    for sample in samples:
-        try:
-            first = run_sample(op, sample, seed=0)
-            again = run_sample(op, sample, seed=0)
-            other = run_sample(op, sample, seed=1)
-        except Exception:  # noqa: BLE001, S112 - drawn values it refuses: try exact ones
-            continue
-        return _Seen(sample, normal_args(op, sample), first.written, first.aliases,
-                     not same_results(first.results, other.results),
-                     not same_results(first.results, again.results))
-    return None
-
-
-def _schema_aliases(op: OpOverload) -> set[tuple[int, int]]:
-    schema = op_schema(op)
-    found = set()
-    for r, ret in enumerate(schema.returns):
-        if ret.alias_info is None:
-            continue
-        sets = ret.alias_info.before_set
-        for i, a in enumerate(schema.arguments):
-            if a.alias_info is None:
-                continue
-            # ``Tensor(a)[]``: the list's items hold the set, the list's own is empty
-            if a.alias_info.before_set & sets or (not sets and not a.alias_info.is_write):
-                found.add((r, i))
-    return found
-
-
-def _is_tensor(value: Any) -> bool:
-    return isinstance(value, TensorSpec) or (
-        type(value) is tuple and any(isinstance(v, TensorSpec) for v in value))
-
-
-def _write_facts(op: OpOverload, seen: list[_Seen]) -> tuple[tuple[Write, ...], list[str]]:
-    """The writes seen, each conditioned on the bool argument that separates the calls that
-    write it from those that do not (unconditional where none does), plus the schema's."""
-    declared = set(op_facts.facts(op).written)
-    positions = sorted(declared | {i for s in seen for i in s.written})
-    writes: list[Write] = []
-    notes: list[str] = []
-    for p in positions:
-        with_arg = [s for s in seen if p < len(s.args) and _is_tensor(s.args[p])]
-        yes = [s for s in with_arg if p in s.written]
-        no = [s for s in with_arg if p not in s.written]
-        when: tuple = ()
-        if yes and no:
-            when = _separating_bool(yes, no)
-            if not when and p not in declared:
-                notes.append(f"argument {p} written by some calls only, with no bool argument "
-                             "to tell them apart: counted as always written")
-        writes.append(Write(p, when))
-    return tuple(writes), notes
-
-
-def _separating_bool(yes: list[_Seen], no: list[_Seen]) -> tuple:
-    for q in range(min(len(s.args) for s in [*yes, *no])):
-        values = {s.args[q] for s in yes if type(s.args[q]) is bool}
-        if len(values) != 1 or not all(type(s.args[q]) is bool for s in [*yes, *no]):
-            continue
-        (v,) = values
-        if all(s.args[q] is not v for s in no):
-            return ((q, v),)
-    return ()
-
-
-def _hidden(op: OpOverload, writes: tuple[Write, ...], aliases: set, notes: list[str]) -> str:
-    schema = op_schema(op)
-    names = [a.name for a in schema.arguments]
-    declared_w, declared_a = set(op_facts.facts(op).written), _schema_aliases(op)
-    parts = []
-    for w in writes:
-        if w.arg in declared_w:
-            continue
-        cond = " and ".join(f"{names[q]} ({q}) is {v}" for q, v in w.when)
-        parts.append(f"writes {names[w.arg]} ({w.arg})" + (f" when {cond}" if cond else ""))
-    for r, i in sorted(aliases - declared_a):
-        parts.append(f"result {r} may share storage with {names[i]} ({i})")
-    return "; ".join(parts + notes)
-
-
-def _pick(seen: list[_Seen], writes: tuple[Write, ...]) -> tuple[Sample, ...]:
-    """At most two samples: one per distinct set of written arguments first, then by order;
-    samples with drawn values and small tensors preferred."""
-    def size(s: _Seen) -> int:
-        return sum(math.prod(t.shape) for t in _specs(s.sample))
-    ordered = sorted(seen, key=lambda s: (any(
-        t.values is not None and t.dtype.is_floating_point for t in _specs(s.sample)), size(s)))
-    chosen: list[_Seen] = []
-    for s in ordered:
-        if all(c.written != s.written for c in chosen):
-            chosen.append(s)
-    for s in ordered:
-        if len(chosen) >= 2:
-            break
-        if s not in chosen and all(c.sample != s.sample for c in chosen):
-            chosen.append(s)
-    return tuple(c.sample for c in chosen[:2])
-
-
-def _specs(sample: Sample) -> list[TensorSpec]:
-    out: list[TensorSpec] = []
-    for v in [*sample.args, *(v for _, v in sample.kwargs)]:
-        if isinstance(v, TensorSpec):
-            out.append(v)
-        elif type(v) is tuple:
-            out.extend(x for x in v if isinstance(x, TensorSpec))
-    return out
-
-
 def build_entry(op: OpOverload, calls: list[tuple], levels: set[str], source: str,
                 ) -> tuple[OpEntry | None, str]:
-    """The row of ``op`` observed on ``calls``, or ``None`` and why."""
-    seen = [s for s in (_observe(op, _samples_of(c)) for c in calls) if s is not None]
+    """The row of ``op`` observed on ``calls`` (``ir.op_observe``), or ``None`` and why."""
+    seen = [s for s in (observe(op, _samples_of(c))[0] for c in calls) if s is not None]
     if not seen:
         return None, "no recorded call runs on real tensors"
-    writes, notes = _write_facts(op, seen)
-    aliases = _schema_aliases(op) | {a for s in seen for a in s.aliases}
-    uninitialized = "empty" in op.__name__
-    random = torch.Tag.nondeterministic_seeded in op.tags or (not uninitialized and any(
-        s.seeded or s.unstable for s in seen))
     level = set(levels)
     if torch.Tag.core in op.tags:
         level.add(CORE)
-    row = OpEntry(
-        str(op),
-        writes=writes,
-        aliases=tuple(sorted(aliases)),
-        random=random,
-        effectful=op_facts.is_effectful(op),
-        state_outputs=tuple(sorted(op_facts.facts(op).state_outputs.items())),
-        hidden=_hidden(op, writes, aliases, notes),
-        levels=frozenset(level),
-        samples=_pick(seen, writes),
-        source=source,
-    )
+    row = entry_of(op, seen, source=source, levels=frozenset(level),
+                   effectful=op_facts.is_effectful(op),
+                   state_outputs=tuple(sorted(op_facts.facts(op).state_outputs.items())))
     wrong = check_entry(row)
     if wrong:
         return None, "; ".join(wrong)

@@ -31,6 +31,7 @@ from torch._higher_order_ops.effects import has_effects as _has_effects
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
+from torch._subclasses.fake_tensor import unset_fake_temporarily as _unset_fake_temporarily
 from torch.fx._pytree import tree_flatten_spec as torch_tree_flatten_spec
 from torch.fx.node import _side_effectful_functions
 
@@ -61,6 +62,7 @@ __all__ = [
     "opinfo_db",
     "packet_name",
     "pytree",
+    "real_tensors",
     "refusing_new_guards",
     "tensor_version",
     "torch_side_effectful",
@@ -232,6 +234,13 @@ def fresh_fake(like: torch.Tensor) -> torch.Tensor:
     meta = torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype,
                                device="meta")
     return _FakeTensor(like.fake_mode, meta, like.device)
+
+
+def real_tensors() -> contextlib.AbstractContextManager:
+    """A block in which tensors made are real, even where a fake mode is active around it
+    (``torch._subclasses.fake_tensor.unset_fake_temporarily``, same in 2.13-2.15): for
+    observing an operator on real tensors from inside a fake run (``ir.op_known``). O(1)."""
+    return _unset_fake_temporarily()
 
 
 def new_fake_mode() -> Any:

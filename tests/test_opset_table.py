@@ -187,27 +187,44 @@ def test_batch_norm_nodes_write_by_their_training_argument():
     assert ops.impurity(bn)  # the operator alone may write: the node decides
 
 
-_LIB = torch.library.Library("purefx_opset_test", "DEF")  # an operator outside the table
+_LIB = torch.library.Library("purefx_opset_test", "DEF")  # operators outside the table
 _LIB.define("twice(Tensor x) -> Tensor")
 _LIB.impl("twice", lambda x: x * 2, "CompositeExplicitAutograd")
 _LIB.impl("twice", lambda x: torch.empty_like(x), "Meta")
+_LIB.define("picky(Tensor x) -> Tensor")  # runs on fake values only: it cannot be observed
+_LIB.impl("picky", lambda x: (_ for _ in ()).throw(RuntimeError("no real kernel")),
+          "CompositeExplicitAutograd")
+_LIB.impl("picky", lambda x: torch.empty_like(x), "Meta")
 
 
 class _Unknown(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, op: object) -> None:
         super().__init__()
         self.register_buffer("b", torch.ones(3))
+        self.op = op
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.purefx_opset_test.twice(self.b) + x
+        return self.op(self.b) + x
 
 
-def test_an_overload_outside_the_table_writes_and_aliases_everything():
+def test_an_overload_outside_the_table_is_observed_where_import_meets_it():
     op = torch.ops.purefx_opset_test.twice.default
     assert opset.entry(op) is None
+    p = import_ep(torch.export.export(_Unknown(op), (torch.randn(3),)))
     found = ops.facts(op)
-    assert not found.verified and found.writes and ops.impurity(op)
-    p = import_ep(torch.export.export(_Unknown(), (torch.randn(3),)))
+    assert found.verified and found.origin == ops.OBSERVED and not found.writes
+    n = _node(p, op)
+    assert effects.written_args(n) == () and effects.aliased_args(n) == ()
+    assert effects.is_pure(n) and not effects.state_written(p, "b")
+
+
+def test_an_overload_that_cannot_be_observed_writes_and_aliases_everything():
+    op = torch.ops.purefx_opset_test.picky.default
+    p = import_ep(torch.export.export(_Unknown(op), (torch.randn(3),)))
+    found = ops.facts(op)
+    assert not found.verified and found.origin == ops.UNKNOWN and found.writes
+    assert "facts unknown for purefx_opset_test.picky.default" in ops.impurity(op)
+    assert "no real kernel" in ops.unknown_facts(op)
     n = _node(p, op)
     assert effects.written_args(n) == (n.args[0].name,)
     assert effects.aliased_args(n) == (n.args[0].name,)

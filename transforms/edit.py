@@ -648,6 +648,7 @@ class _Editor:
         the visited node reads (``read_only_here``: the program's readers, and the readers of
         each node replaced by it, count), written then once the visited node is replaced, and
         read by nothing after the write (``check_not_overwritten``)."""
+        ops.meet(target, args, kwargs, self.val)  # an operator outside the table: observed
         for name in written_args(kn.carried(op, "emitted", target, args, kwargs)):
             for base in self.bases(name):
                 if not after and self.redoes(self.write_key(base)):
@@ -777,7 +778,11 @@ class _Editor:
 
     def refuse_write(self, target: Any, name: str, base: str) -> None:
         """The ``PassError`` for an emitted node of ``target`` writing value ``name`` (the
-        memory of ``base``)."""
+        memory of ``base``); ``ir.ops.unknown_facts``' message where the write is the
+        conservative default of an operator whose facts are unknown."""
+        unknown = ops.unknown_facts(target)
+        if unknown:
+            raise PassError(f"{target_name(target)} emitted at node {self.here()!r}: {unknown}")
         what = self.describe_value(base)
         raise PassError(
             f"{target_name(target)} emitted at node {self.here()!r} writes %{name} in "

@@ -651,7 +651,8 @@ GUARDS: tuple[Guard, ...] = (
     Guard("absorbed", PLAN, lambda s: all(a in s.view.node for a in s.absorbed),
           "a node the match looks through is gone"),
     Guard("pure", PLAN, lambda s: all(is_pure(s.view.node[m]) for m in s.matched),
-          "a matched node writes in place, has an effect or is random"),
+          "a matched node writes in place, has an effect or is random, or calls an operator "
+          "whose facts are unknown (ir.ops.unknown_facts says why; ir.ops.register_facts)"),
     Guard("interior", PLAN, _interior_unread,
           "a value inside the match (not a result) is read outside it"),
     Guard("input_written", PLAN, _inputs_unwritten,

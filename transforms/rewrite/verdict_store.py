@@ -12,7 +12,9 @@ Two sources, read in this order by ``transforms.rewrite.verdicts``:
   environment variable ``PUREFX_VERDICTS`` moves it (a directory) or turns it off (``off``,
   ``0``, ``none`` or empty: ``VERDICTS_OFF``); so does the ``verdicts=`` argument of ``rewrite``,
   ``ensure_checked`` and ``check_rules`` (a directory, or ``False`` for none), which wins
-  over the variable.
+  over the variable. The directory, its variable and the checksum are ``ir.fact_store``'s
+  (re-exported here), which keeps the observed facts of operators outside the verified table
+  in the same store's ``operators/`` subdirectory.
 
 A verdict is a claim about soundness, so an entry is trusted only when it is well formed JSON
 of this format, names the key it is filed under and the versions of this process, and carries a
@@ -27,7 +29,6 @@ text.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import tempfile
@@ -37,12 +38,10 @@ from typing import Any
 
 import attrs
 
+from ir.fact_store import ENV, VERDICTS_OFF, checksum, default_directory, env_directory
+
 FORMAT = 1
 """The entries' format; an entry of another format is ignored."""
-ENV = "PUREFX_VERDICTS"
-"""The environment variable naming the store's directory, or ``off`` for none."""
-VERDICTS_OFF = frozenset({"", "0", "off", "none", "false", "no"})
-"""Values of ``PUREFX_VERDICTS`` (any case) that turn the store off."""
 SHIPPED = Path(__file__).with_name("shipped_verdicts.json")
 """The shipped rules' verdicts, with the package."""
 
@@ -70,13 +69,6 @@ class Stored:
                 "restrided": list(self.restrided), "rule": self.rule}
         body["sum"] = checksum(body)
         return body
-
-
-def checksum(body: Mapping[str, Any]) -> str:
-    """The sha256 hex digest of ``body`` without its ``"sum"`` (its keys sorted, as JSON):
-    what an entry's ``"sum"`` must be. O(size of body)."""
-    rest = {k: v for k, v in body.items() if k != "sum"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
 
 
 def parse(body: Any, key: str, versions: tuple[str, str, str]) -> Stored | None:
@@ -151,13 +143,6 @@ def _is_key(key: str) -> bool:
     return len(key) == 64 and all(c in "0123456789abcdef" for c in key)
 
 
-def default_directory() -> Path:
-    """Where the store is by default: ``$XDG_CACHE_HOME/purefx/verdicts``, else
-    ``~/.cache/purefx/verdicts``. O(1)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "purefx" / "verdicts"
-
-
 def store_for(verdicts: Any = None) -> VerdictStore | None:
     """The store a call uses: ``verdicts`` when given (a directory as ``str`` or
     ``os.PathLike``; ``False`` for none; a ``VerdictStore`` as it is), else ``PUREFX_VERDICTS``
@@ -174,10 +159,8 @@ def store_for(verdicts: Any = None) -> VerdictStore | None:
             f"verdicts must be a directory (str or path), False for no store, or None for the "
             f"default (${ENV}, else the user's cache directory); got {type(verdicts).__name__}"
         )
-    env = os.environ.get(ENV)
-    if env is not None:
-        return None if env.strip().lower() in VERDICTS_OFF else VerdictStore(Path(env))
-    return VerdictStore(default_directory())
+    found = env_directory()
+    return None if found is None else VerdictStore(found)
 
 
 @functools.cache

@@ -140,6 +140,8 @@ def _refusal(nodes: list[Node], effects: Effects, by_name: Mapping[str, Node],
         return f"%{base.name} is not a fresh tensor computed by a pure operator"
     members = {n.name for n in nodes}
     for w in writers:
+        if w.op == CALL_FUNCTION and ops.unknown_facts(w.target):
+            return f"%{w.name}: {ops.unknown_facts(w.target)}"
         if w.op != CALL_FUNCTION or ops.functional_twin(w.target) is None:
             return f"%{w.name} writes in place with no functional twin"
         if effects.is_random(w.name) or ops.is_effectful(w.target):
