@@ -15,7 +15,7 @@ turned into an ``int`` (that would fix the symbol to the example's size, and exp
 the dimension "specialized to a constant"): each check is the same comparison written on the
 ``SymInt``, which the tracer reads as a guard. A guard the export's ranges already imply costs
 nothing; one they do not (a wider ``Dim`` than the program allows, two sizes the program ties
-given two ``Dim``\ s) becomes the tracer's own constraint error, naming the dimension and the fix.
+given two ``Dim`` objects) becomes the tracer's own constraint error, naming the dimension and the fix.
 """
 
 from __future__ import annotations
