@@ -359,3 +359,17 @@ def test_out_of_range_sizes_are_still_refused_eagerly(kind: str) -> None:
     again = torch.export.export(m, (torch.randn(5, 4),), dynamic_shapes=({0: BATCH},)).module()
     with pytest.raises(Exception, match="64"):  # torch's own check of the exported range
         again(torch.randn(65, 4))
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * n + x.shape[0]
+
+
+def test_a_dynamic_int_input_stays_symbolic() -> None:
+    shapes = ({0: BATCH}, Dim.DYNAMIC)
+    ep = torch.export.export(_Scaled(), (torch.randn(5, 4), 3), dynamic_shapes=shapes)
+    again = torch.export.export(lower(import_ep(ep)), (torch.randn(5, 4), 3), dynamic_shapes=shapes)
+    assert _ranges(again.range_constraints) == _ranges(ep.range_constraints)
+    x = torch.randn(7, 4)
+    assert torch.equal(again.module()(x, 9), x * 9 + 7)
