@@ -20,6 +20,7 @@ given two ``Dim`` objects) becomes the tracer's own constraint error, naming the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -185,7 +186,7 @@ def _check_dim(want: Any, got: Any, where: Any, ranges: dict, bound: dict) -> No
     if len(symbols) != 1:
         return  # a guard deferred to run time, as torch lets it pass
     symbol = next(iter(symbols))
-    line = _linear(want, symbol)
+    line = linear_form(want, symbol)
     if symbol in bound:
         expected = _at(want, line, symbol, bound[symbol])
         if expected is not None and got != expected:
@@ -213,9 +214,19 @@ def _check_dim(want: Any, got: Any, where: Any, ranges: dict, bound: dict) -> No
             raise InputConstraintError(f"Expected input at {where} to be <= {hi}, but got {got}")
 
 
-def _linear(expr: Any, symbol: Any) -> tuple[int, int] | None:
+def linear_form(expr: Any, symbol: Any) -> tuple[int, int] | None:
     """``(a, b)`` with ``expr == a * symbol + b`` over the integers (``a`` nonzero), else
-    ``None``: the form export's derived dims take (``2 * b``, ``b + 1``)."""
+    ``None``: the form export's derived dims take (``2 * b``, ``b + 1``).
+
+    Laws: ``a * symbol + b - expr`` simplifies to 0. Complexity: O(1) for a symbol; a sympy
+    ``Poly`` otherwise, memoized (a fact of the expression: the cache changes no answer)."""
+    if getattr(expr, "is_Symbol", False):
+        return 1, 0
+    return _linear_form(expr, symbol)
+
+
+@functools.lru_cache(maxsize=256)
+def _linear_form(expr: Any, symbol: Any) -> tuple[int, int] | None:
     try:
         poly = sympy.Poly(expr, symbol)
     except sympy.PolynomialError:
