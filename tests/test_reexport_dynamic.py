@@ -15,6 +15,7 @@ sizes in range. The zoo's dynamic exports: a sample by default, every case behin
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from zoo import CASES, Case, cases_with, fresh_export
 from ir import Program, import_ep
 from ir.errors import InputConstraintError
 from lowering import lower, stage_module
+from lowering.constraints import InputCheck, check_inputs, linear_form
 from transforms import split_stages, transform
 
 BATCH = Dim("b", min=2, max=64)
@@ -54,8 +56,6 @@ def _dims_of(p: Program) -> dict[Any, tuple[int, int]]:
 def _dynamic_shapes(p: Program, m: torch.nn.Module) -> dict[str, Any]:
     """The dynamic shapes ``p`` was exported with, keyed by ``m.forward``'s parameters (the
     flat user inputs, in order): a symbol is one ``Dim`` (its range), ``a * s + b`` derived."""
-    import inspect
-
     made: dict[Any, Any] = {}
     bounds = _dims_of(p)
 
@@ -64,8 +64,8 @@ def _dynamic_shapes(p: Program, m: torch.nn.Module) -> dict[str, Any]:
         if symbol not in made:
             lo, hi = bounds[symbol]
             made[symbol] = Dim(str(symbol), min=lo, max=hi)
-        a, b = sympy.Poly(expr, symbol).all_coeffs()[-2:] if expr != symbol else (1, 0)
-        return made[symbol] if (a, b) == (1, 0) else int(a) * made[symbol] + int(b)
+        a, b = linear_form(expr, symbol)
+        return made[symbol] if (a, b) == (1, 0) else a * made[symbol] + b
 
     names = list(inspect.signature(m.forward).parameters)
     vals = _user_vals(p)
@@ -373,3 +373,36 @@ def test_a_dynamic_int_input_stays_symbolic() -> None:
     assert _ranges(again.range_constraints) == _ranges(ep.range_constraints)
     x = torch.randn(7, 4)
     assert torch.equal(again.module()(x, 9), x * 9 + 7)
+
+
+class _Sums(torch.nn.Module):
+    """Two inputs whose sizes the graph leaves untied: only the export's derived dim ties them."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.sum() + y.sum()
+
+
+def test_a_derived_dim_the_graph_does_not_tie_is_still_checked() -> None:
+    b = Dim("b", min=2, max=32)
+    shapes = ({0: 2 * b}, {0: b})
+    ep = torch.export.export(_Sums(), (torch.randn(6, 4), torch.randn(3, 4)), dynamic_shapes=shapes)
+    m = lower(import_ep(ep))
+    again = torch.export.export(m, (torch.randn(6, 4), torch.randn(3, 4)), dynamic_shapes=shapes)
+    assert _ranges(again.range_constraints) == _ranges(ep.range_constraints)
+    with pytest.raises(InputConstraintError, match=r"args\[0\]\.shape\[0\] = 7 to be of the form 2\*"):
+        m(torch.randn(7, 4), torch.randn(3, 4))
+    with pytest.raises(InputConstraintError, match=r"args\[1\]\.shape\[0\] to be equal to 4, but got 3"):
+        m(torch.randn(8, 4), torch.randn(3, 4))
+    untied = ({0: Dim("c", min=4, max=64)}, {0: Dim("d", min=2, max=32)})
+    with pytest.raises(Exception, match=r"(?s)c.*d|d.*c"):  # the checks tie them as eager calls do
+        torch.export.export(m, (torch.randn(6, 4), torch.randn(3, 4)), dynamic_shapes=untied)
+
+
+def test_a_non_linear_size_form_is_solved_and_tied_eagerly() -> None:
+    s = sympy.Symbol("s", integer=True, positive=True)
+    checks = [InputCheck(True, (s**2,), dtype=torch.float32), InputCheck(True, (s**2,), dtype=torch.float32)]
+    check_inputs(checks, [((), torch.zeros(9)), ((), torch.zeros(9))], {})
+    with pytest.raises(InputConstraintError, match="to be equal to 9, but got 16"):
+        check_inputs(checks, [((), torch.zeros(9)), ((), torch.zeros(16))], {})
+    with pytest.raises(InputConstraintError, match="= 8 to be of the form s\\*\\*2"):
+        check_inputs(checks, [((), torch.zeros(8)), ((), torch.zeros(8))], {})
