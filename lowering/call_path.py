@@ -34,7 +34,7 @@ import sympy
 import torch
 
 from ir.torch_seam import pytree
-from lowering.constraints import InputCheck
+from lowering.constraints import InputCheck, linear_form
 from lowering.direct import unflatten_source
 from lowering.lowering_seam import (
     BUFFER_TABLE,
@@ -345,17 +345,11 @@ class _Writer:
 
 
 def _linear(expr: Any, symbol: Any) -> tuple[int, int]:
-    """``(a, b)`` with ``expr == a * symbol + b``, integers, ``a`` nonzero; else ``Unsupported``."""
-    try:
-        poly = sympy.Poly(expr, symbol)
-    except sympy.PolynomialError as e:
-        raise Unsupported from e
-    if poly.degree() != 1:
+    """``constraints.linear_form``, or ``Unsupported`` where ``expr`` is not linear."""
+    line = linear_form(expr, symbol)
+    if line is None:
         raise Unsupported
-    a, b = (poly.all_coeffs() + [0])[:2]
-    if not (getattr(a, "is_integer", False) and getattr(b, "is_integer", False)) or a == 0:
-        raise Unsupported
-    return int(a), int(b)
+    return line
 
 
 def probe_location(root: torch.nn.Module) -> Probe | None:

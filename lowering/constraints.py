@@ -8,10 +8,19 @@ the input, instead of failing deep inside an operator; a floating input may also
 floating dtype the module's state has now, so inputs follow a module converted with
 ``.double()``, ``.half()`` or ``.to(dtype)``. Valid inputs cost no text: key paths are spelled
 only for an error.
+
+A size may be symbolic (a ``torch.SymInt``): ``torch.export.export`` of a lowered module, or of a
+model holding one, calls it on fake tensors whose dynamic sizes are symbols. Such a size is never
+turned into an ``int`` (that would fix the symbol to the example's size, and export would report
+the dimension "specialized to a constant"): each check is the same comparison written on the
+``SymInt``, which the tracer reads as a guard. A guard the export's ranges already imply costs
+nothing; one they do not (a wider ``Dim`` than the program allows, two sizes the program ties
+given two ``Dim`` objects) becomes the tracer's own constraint error, naming the dimension and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -94,7 +103,7 @@ def check_inputs(
             if _tensor_fits(arg, check, state_dtype):
                 for i, (want, got) in enumerate(zip(check.dims, arg.shape)):
                     if not (isinstance(want, int) and want == got):
-                        _check_dim(want, int(got), _Where(path, f".shape[{i}]"), ranges, bound)
+                        _check_dim(want, _size(got), _Where(path, f".shape[{i}]"), ranges, bound)
                 continue
             where = _where(path)
             if not isinstance(arg, torch.Tensor):
@@ -113,7 +122,7 @@ def check_inputs(
                 f"(exported as {check.dtype}), but got {arg.dtype}"
             )
         elif check.symbolic is not None:
-            _check_dim(check.symbolic, int(arg), _Where(path, ""), ranges, bound)
+            _check_dim(check.symbolic, _size(arg), _Where(path, ""), ranges, bound)
         elif check.value is not None and (type(arg) is not type(check.value) or arg != check.value):
             raise InputConstraintError(
                 f"Expected input at {_where(path)} to be equal to {check.value}, but got {arg}"
@@ -155,7 +164,16 @@ class _Where:
         return _where(self.path) + self.suffix
 
 
-def _check_dim(want: Any, got: int, where: Any, ranges: dict, bound: dict) -> None:
+def _size(value: Any) -> Any:
+    """A size as checks compare it: a ``SymInt`` kept symbolic (``int()`` would specialize it),
+    anything else as an ``int``."""
+    return value if isinstance(value, torch.SymInt) else int(value)
+
+
+def _check_dim(want: Any, got: Any, where: Any, ranges: dict, bound: dict) -> None:
+    """Check the size ``got`` (an ``int`` or a ``SymInt``) against the exported dim ``want``,
+    binding ``want``'s symbol in ``bound`` at its first use. Only comparisons touch ``got``, so a
+    symbolic size is guarded, never specialized."""
     if isinstance(want, int):
         if want != got:
             raise InputConstraintError(
@@ -168,13 +186,19 @@ def _check_dim(want: Any, got: int, where: Any, ranges: dict, bound: dict) -> No
     if len(symbols) != 1:
         return  # a guard deferred to run time, as torch lets it pass
     symbol = next(iter(symbols))
+    line = linear_form(want, symbol)
     if symbol in bound:
-        expected = want.subs(bound)
-        if got != expected:
+        expected = _at(want, line, symbol, bound[symbol])
+        if expected is not None and got != expected:
             raise InputConstraintError(f"Expected input at {where} to be equal to {expected}, but got {got}")
-    elif isinstance(want, sympy.Symbol):
-        bound[symbol] = got
-    else:
+    elif line is not None:
+        scale, offset = line
+        if scale != 1 and (got - offset) % scale != 0:
+            raise InputConstraintError(
+                f"Expected input {where} = {got} to be of the form {want}, where {symbol} is an integer"
+            )
+        bound[symbol] = got if (scale, offset) == (1, 0) else (got - offset) // scale
+    elif not isinstance(got, torch.SymInt):
         solution = sympy.solve(sympy.Eq(want, got), symbol)
         integral = [s for s in solution if getattr(s, "is_integer", False)]
         if not integral:
@@ -188,3 +212,39 @@ def _check_dim(want: Any, got: int, where: Any, ranges: dict, bound: dict) -> No
             raise InputConstraintError(f"Expected input at {where} to be >= {lo}, but got {got}")
         if hi < math.inf and got > hi:
             raise InputConstraintError(f"Expected input at {where} to be <= {hi}, but got {got}")
+
+
+def linear_form(expr: Any, symbol: Any) -> tuple[int, int] | None:
+    """``(a, b)`` with ``expr == a * symbol + b`` over the integers (``a`` nonzero), else
+    ``None``: the form export's derived dims take (``2 * b``, ``b + 1``).
+
+    Laws: ``a * symbol + b - expr`` simplifies to 0. Complexity: O(1) for a symbol; a sympy
+    ``Poly`` otherwise, memoized (a fact of the expression: the cache changes no answer)."""
+    if getattr(expr, "is_Symbol", False):
+        return 1, 0
+    return _linear_form(expr, symbol)
+
+
+@functools.lru_cache(maxsize=256)
+def _linear_form(expr: Any, symbol: Any) -> tuple[int, int] | None:
+    try:
+        poly = sympy.Poly(expr, symbol)
+    except sympy.PolynomialError:
+        return None
+    if poly.degree() != 1:
+        return None
+    a, b = (poly.all_coeffs() + [0])[:2]
+    if not (getattr(a, "is_integer", False) and getattr(b, "is_integer", False)) or a == 0:
+        return None
+    return int(a), int(b)
+
+
+def _at(want: Any, line: tuple[int, int] | None, symbol: Any, value: Any) -> Any:
+    """``want`` with ``symbol`` at ``value`` (an ``int`` or a ``SymInt``); ``None`` where a
+    symbolic value meets a non-linear form (left to the graph's own guards, as torch does)."""
+    if line is not None:
+        scale, offset = line
+        return value if (scale, offset) == (1, 0) else scale * value + offset
+    if isinstance(value, torch.SymInt):
+        return None
+    return want.subs(symbol, value)
