@@ -72,9 +72,15 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     and the first user output is the latest value, so what the ops compute mostly reaches the
     outputs (a law that compares outputs sees it).
 
-    The verified operator table (``opset``, ``ir.strategies.opset_steps``): steps that call
+    The verified operator table (``opset``, ``ir.strategies.opset_steps``), on by default in
+    fifteen draws of sixteen as a bounded share of the steps (one body step in four, and a
+    closing run of ``max_ops`` to ``2 max_ops`` steps at the end of the root's body, cut at
+    ``max_nodes``: the fixed vocabulary still makes most of each program): steps that call
     any row of ``ir.opset.table()`` (or those ``ops=`` names) with the arguments of one of its
-    samples: written tensors are new buffers of the calling module, exact-valued tensors
+    samples. By default a row is drawn by how many of the test zoo's models use its operator
+    (``opset_steps.pick_row``: 20 % in proportion to use, 30 % evenly among the used
+    operators, 50 % uniform over every row, so each stays reachable); asked for
+    (``always={"opset"}``, ``ops=``) uniformly. The arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
     each node's ``val`` the operator run on its arguments' vals; with the features of
@@ -83,10 +89,19 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     aten rows; random rows under ``random_ops``). A ``(batch, WIDTH)`` float32 result joins the
     values the fixed vocabulary reads; up to three results nothing reads are returned.
 
+    A symbolic batch (``symbolic_sizes``, one draw in four): the batch is a ``SymInt`` of the
+    program's one shape env with hint ``h`` (2 to 4) and range ``[h, h + SYMBOLIC_SPAN]``
+    (``Dim("batch", min=h, max=h + 6)``; ``Program.range_constraints`` holds it), so the laws
+    also run the program at other batch sizes (``lowering.pass_laws.other_sizes``). An opset
+    step first tries its sample with the batch symbolic wherever a contiguous argument's first
+    size is ``h``, its fake run refusing new guards; an operator that cannot take it is called
+    at the sample's sizes (decided per call by that fake run, not by a list).
+
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints;
     the opset steps draw no effectful row);
-    higher-order ops but the set-grad one of ``grad_regions``; symbolic shapes and range constraints; custom objects;
+    higher-order ops but the set-grad one of ``grad_regions``; dynamic sizes other than the
+    batch, and sizes read as values (``sym_size``); custom objects;
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
     stacks; keyword arguments of preserved calls (export passes module arguments positionally
@@ -151,6 +166,7 @@ from ir.strategies.opset_steps import (
     uninitialized,
 )
 from ir.torch_seam import (
+    fake_failures_unlogged,
     new_fake_mode,
     new_symbolic_size,
     op_schema,
@@ -232,10 +248,10 @@ written on the root graph does not look. Their flags are drawn after the others'
 when one of them may be on."""
 
 OPSET_SHARE = 4
-"""The default opset share: one body step in ``OPSET_SHARE`` calls the opset (and, as any step
-kind, it is one of the kinds the others draw among), and a closing run of up to ``max_ops``
-steps ends the root's body; about a quarter of a program's steps (``always={"opset"}`` or
-``ops=``: one body step in four and a closing run of ``max_ops`` to ``2 max_ops``)."""
+"""The opset's share of the body steps: one in ``OPSET_SHARE`` calls the opset (and it is one
+of the kinds the others draw among); a closing run of ``max_ops`` to ``2 max_ops`` opset steps
+ends the root's body, cut where the program reaches ``max_nodes``. About a third of a default
+program's operator calls are the opset's (``tests/laws/test_opset_default.py``)."""
 
 DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"} - OPT_IN_FEATURES
 """Every feature but ``random_ops`` (and the :data:`OPT_IN_FEATURES`): programs that compute the
@@ -480,9 +496,8 @@ class _Builder:
         self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
-        # the opset asked for (``always``, ``ops=``): rows scattered, one body step in four, a
-        # closing run of max_ops to 2 max_ops steps; else (``features=`` naming it, as
-        # ``DETERMINISTIC_FEATURES`` does) the draws of before, which the suites' budgets fit
+        # the opset asked for (``always``, ``ops=``): rows uniform over the table; else drawn
+        # by the models' use of them (``_opset``)
         self.asked = asked
         self.max_ops = max_ops
         self.max_nodes = max_nodes
@@ -493,6 +508,7 @@ class _Builder:
         self.batch: Any = 1 + header[0] % 3
         self.symbolic = "symbolic_sizes" in on
         self.ranges: dict = {}
+        self.mode: Any = None  # the program's fake mode, made at its first val
         if self.symbolic:
             hint = 2 + header[0] % 3
             self.mode, self.batch, self.ranges = new_symbolic_size(
@@ -525,7 +541,6 @@ class _Builder:
         self.state_values: set[str] = set()
         self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
         self.last_read: Ref | None = None  # the first operand of the latest op
-        self.mode: Any = None  # the program's fake mode, made at its first val
         self.val_of: dict[str, Any] = {}  # node name -> its val (a FakeTensor, or a tuple)
 
     # --- objects, paths and state ----------------------------------------------------------
@@ -927,10 +942,9 @@ class _Builder:
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
-        if "opset" in self.on and kind >= (192 if self.asked else 256 - 256 // OPSET_SHARE):
-            # one step of four calls the opset where asked for, one of ``OPSET_SHARE`` else
-            # (besides being one of the kinds drawn among), and the closing run at the root
-            # some more: ``build``
+        if "opset" in self.on and kind >= 256 - 256 // OPSET_SHARE:
+            # one step of ``OPSET_SHARE`` calls the opset (besides its being one of the kinds
+            # drawn among), and the closing run at the root some more: ``build``
             choice = "opset"
         a = _back(scope.vals, x)
         act = self._act()
@@ -1313,7 +1327,7 @@ class _Builder:
                              for key_, v in sample.kwargs))
         layouts = {n: _layout_key(v) for n, v in planned.items()}
         try:
-            with guards_refused(self.mode):
+            with guards_refused(self.mode), fake_failures_unlogged():
                 val = fake_call(self.mode, op, args, kwargs, lookup)
         except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel, a
             # guard on the batch): no step
