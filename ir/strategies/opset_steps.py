@@ -56,6 +56,7 @@ __all__ = [
     "opset_rows",
     "pick_row",
     "resolve_ops",
+    "row_weights",
     "sample_features",
     "scatter",
 ]
@@ -206,10 +207,12 @@ def model_use() -> dict[str, int]:
 
 
 @functools.cache
-def _cumulative(rows: tuple) -> tuple[float, ...]:
-    """Running sums of the rows' weights (:data:`USE_SHARE`, :data:`USED_SHARE`; all uniform
-    when no row's operator is used). Memoized per row tuple (one per feature set)."""
+def row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
+    """Running sums of the weights of :func:`opset_rows` ``(on, names)`` (:data:`USE_SHARE`,
+    :data:`USED_SHARE`; all uniform when no row's operator is used), what :func:`pick_row`
+    reads. Memoized per feature set, as the rows are; O(rows)."""
     use = model_use()
+    rows = opset_rows(on, names)
     weights = [use.get(e.name, 0) for e, _, _ in rows]
     total, used = sum(weights), sum(1 for w in weights if w)
     floor = 1 - USE_SHARE - USED_SHARE if total else 1.0
@@ -222,14 +225,14 @@ def _cumulative(rows: tuple) -> tuple[float, ...]:
     return tuple(out)
 
 
-def pick_row(rows: tuple, h: int) -> int:
-    """The index of the row of ``rows`` (:func:`opset_rows`) that the 64-bit number ``h``
+def pick_row(cumulative: tuple[float, ...], h: int) -> int:
+    """The index of the row (of weights ``cumulative``: :func:`row_weights`) that the 64-bit
+    number ``h``
     (:func:`scatter`'s) picks: :data:`USE_SHARE` of the mass in proportion to how many models
     use each row's operator (:func:`model_use`), :data:`USED_SHARE` evenly among the operators
     they use, the rest uniform. Deterministic; O(log rows)."""
-    cum = _cumulative(rows)
-    u = (h & _MASK) / (1 << 64) * cum[-1]
-    return min(bisect.bisect_right(cum, u), len(rows) - 1)
+    u = (h & _MASK) / (1 << 64) * cumulative[-1]
+    return min(bisect.bisect_right(cumulative, u), len(cumulative) - 1)
 
 
 def is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:

@@ -162,6 +162,7 @@ from ir.strategies.opset_steps import (
     pick_row,
     resolve_ops,
     result_tensors,
+    row_weights,
     scatter,
     uninitialized,
 )
@@ -488,6 +489,7 @@ class _Builder:
         # the opset steps: rows this program may draw, values by (shape, dtype, strides),
         # placeholders made during the body (spliced in at the end), results for the outputs
         self.opset_rows = opset_rows(on, ops) if "opset" in on else ()
+        self.row_weights = row_weights(on, ops) if self.opset_rows else ()
         self.pool: dict[tuple, list[Ref]] = {}
         self.late_state: list[tuple[str, str, str]] = []  # (kind, fqn, input name)
         self.late_inputs: list[str] = []
@@ -1210,7 +1212,7 @@ class _Builder:
         elif self.asked:
             at = h % len(self.opset_rows)
         else:
-            at = pick_row(self.opset_rows, h)
+            at = pick_row(self.row_weights, h)
         for _ in range(len(self.opset_rows)):  # a row this program has not called yet
             if at not in self.rows_used:
                 break

@@ -25,6 +25,7 @@ from ir.strategies.opset_steps import (
     model_use,
     opset_rows,
     pick_row,
+    row_weights,
     scatter,
 )
 from lowering import lower
@@ -46,8 +47,9 @@ def test_the_model_counts_name_rows_of_the_table():
 
 def test_rows_are_drawn_by_model_use_above_a_uniform_floor():
     rows = opset_rows(frozenset({"opset"}), None)
+    weights = row_weights(frozenset({"opset"}), None)
     use = model_use()
-    picks = [rows[pick_row(rows, scatter(i))][0].name for i in range(20_000)]
+    picks = [rows[pick_row(weights, scatter(i))][0].name for i in range(20_000)]
     share = sum(1 for name in picks if name in use) / len(picks)
     used = sum(1 for e, _, _ in rows if e.name in use)
     floor = 1 - USE_SHARE - USED_SHARE
