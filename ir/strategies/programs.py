@@ -263,6 +263,14 @@ SYMBOLIC_SPAN = 6
 """Under ``symbolic_sizes``, how far above its hint the batch's range reaches
 (``Dim("batch", min=hint, max=hint + SYMBOLIC_SPAN)``)."""
 
+SYMBOLIC_OPSET = False
+"""Whether the opset steps of a program with a symbolic batch try their samples at the symbolic
+batch (else they call every row at its sample's sizes, and only the fixed vocabulary's values
+are symbolic). Off: the laws ran a program whose opset steps took the symbolic batch at another
+batch size and the process aborted in a later allocation (heap corruption from a kernel that
+does not check what its fake run let pass, not yet found), so no row takes it until each row's
+kernel is checked at other sizes on real tensors."""
+
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
 weights, 1024 elements each (what a pass that targets "large" linears looks for)."""
@@ -1225,9 +1233,9 @@ class _Builder:
         reals, real_kwargs = sample_args(sample, seed=data[0] | data[1] << 8)
         legacy = [v for v in scope.vals if v not in self.crossing_only]
         # under ``symbolic_sizes``, first with the batch symbolic in every argument that can
-        # take it, then (an operator that cannot: its fake run asks for a guard on the batch,
-        # or fails) with the sample's own sizes
-        for symbolic in (True, False) if self.symbolic else (False,):
+        # take it (where ``SYMBOLIC_OPSET`` says so), then (an operator that cannot: its fake
+        # run asks for a guard on the batch, or fails) with the sample's own sizes
+        for symbolic in (True, False) if self.symbolic and SYMBOLIC_OPSET else (False,):
             found = self._opset_call(path, row, op, sample, written, reals, real_kwargs, legacy,
                                      choice, symbolic)
             if found is not None:
