@@ -92,10 +92,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     A symbolic batch (``symbolic_sizes``, one draw in four): the batch is a ``SymInt`` of the
     program's one shape env with hint ``h`` (2 to 4) and range ``[h, h + SYMBOLIC_SPAN]``
     (``Dim("batch", min=h, max=h + 6)``; ``Program.range_constraints`` holds it), so the laws
-    also run the program at other batch sizes (``lowering.pass_laws.other_sizes``). An opset
-    step first tries its sample with the batch symbolic wherever a contiguous argument's first
-    size is ``h``, its fake run refusing new guards; an operator that cannot take it is called
-    at the sample's sizes (decided per call by that fake run, not by a list).
+    also run the program at other batch sizes (``lowering.pass_laws.other_sizes``). The opset
+    steps call their rows at the samples' sizes (see :data:`SYMBOLIC_OPSET`).
 
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints;
