@@ -188,7 +188,7 @@ USE_SHARE = 0.2
 """The share of the default opset steps' draws given to the operators the models use in
 proportion to how many models use each (:func:`model_use`)."""
 
-USED_SHARE = 0.3
+USED_SHARE = 0.35
 """The share given evenly to the operators the models use, however many use each (so an
 operator one model uses is drawn about as often as it would be at ``USE_SHARE`` were it used
 by many). The rest, ``1 - USE_SHARE - USED_SHARE``, is uniform over every row: each row keeps
