@@ -57,6 +57,7 @@ __all__ = [
     "module_children",
     "module_parameters",
     "new_fake_mode",
+    "new_symbolic_size",
     "non_persistent_buffers",
     "op_schema",
     "opinfo_db",
@@ -252,6 +253,30 @@ def new_fake_mode() -> Any:
     program text, so no state is shared between programs. ``FakeTensorMode()`` takes the same
     arguments in 2.13-2.15. O(1)."""
     return _FakeTensorMode()
+
+
+def new_symbolic_size(name: str, hint: int, low: int, high: int) -> tuple[Any, Any, dict]:
+    """A new fake mode with a shape env and one symbolic size of it, as ``torch.export`` makes
+    for ``Dim(name, min=low, max=high)`` traced at ``hint``: ``(mode, size, ranges)``, the size
+    a ``SymInt`` whose symbol ranges over ``[low, high]`` (``var_to_range``), ``ranges`` the
+    ``{symbol: ValueRanges(low, high)}`` an ``ExportedProgram``'s ``range_constraints`` holds.
+    ``ShapeEnv.create_symbol`` / ``create_symintnode`` with a ``ConstantSource``
+    (``torch._dynamo.source``), ``constrain_symbol_range`` and ``ValueRanges``
+    (``torch.utils._sympy.value_ranges``) in 2.13-2.15. ``ValueError`` unless ``2 <= low <=
+    hint <= high`` (torch specializes sizes 0 and 1). O(1)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    if not 2 <= low <= hint <= high:
+        raise ValueError(f"a symbolic size needs 2 <= low <= hint <= high, got {low}, {hint}, "
+                         f"{high}")
+    env = ShapeEnv()
+    source = ConstantSource(name)
+    symbol = env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC)
+    env.constrain_symbol_range(symbol, compiler_min=low, compiler_max=high)
+    size = env.create_symintnode(symbol, hint=hint, source=source)
+    return _FakeTensorMode(shape_env=env), size, {symbol: ValueRanges(low, high)}
 
 
 # The logger torch's fake tensor mode reports a failed meta kernel on (``log.exception`` before

@@ -896,7 +896,8 @@ def _check_tolerance(atol: object, rtol: object) -> None:
 def same_program(a: Any, b: Any) -> bool:
     """``a == b`` for Programs, except that their tensor tables compare by value.
 
-    Two Programs are the same when they are ``==`` once their tensor tables are set aside, and
+    Two Programs are the same when they are ``==`` once their tensor tables and range
+    constraints are set aside, their range constraints bound the same symbols alike, and
     their tensor tables have the same keys with, under each key, the same object or two tensors
     of the same dtype, shape, device and bits (NaNs included). So a pass that makes a new
     constant on each call gives the same result twice. Like ``==``, it ignores node ``meta``.
@@ -907,7 +908,15 @@ def same_program(a: Any, b: Any) -> bool:
         return True
     if not isinstance(a, Program) or not isinstance(b, Program):
         return bool(a == b)
-    return _tensor_difference(a, b) is None and a.replace(tensors=b.tensors) == b
+    return (_tensor_difference(a, b) is None and _ranges(a) == _ranges(b)
+            and a.replace(tensors=b.tensors, range_constraints=b.range_constraints) == b)
+
+
+def _ranges(p: Program) -> tuple:
+    """``p``'s range constraints by value: each symbol's name and bounds, sorted (two exports
+    of one program make equal constraints in objects of their own)."""
+    found = p.range_constraints.value or {}
+    return tuple(sorted((str(k), str(v.lower), str(v.upper)) for k, v in found.items()))
 
 
 def _tensor_difference(a: Program, b: Program) -> str | None:

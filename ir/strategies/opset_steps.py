@@ -35,8 +35,11 @@ index values) and whose writes they allow (``train_norms``: a norm's running sta
 
 from __future__ import annotations
 
+import bisect
 import functools
+import json
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,8 +52,11 @@ from ir.torch_seam import OpOverload
 
 __all__ = [
     "OPSET_FEATURES",
+    "model_use",
     "opset_rows",
+    "pick_row",
     "resolve_ops",
+    "row_weights",
     "sample_features",
     "scatter",
 ]
@@ -172,6 +178,61 @@ def _overload(name: str) -> Any:
     except (AttributeError, RuntimeError):
         return None
     return obj if isinstance(obj, OpOverload) else None
+
+
+MODEL_OPS = Path(__file__).resolve().parent / "model_ops.json"
+"""How many of the test zoo's models use each operator in their training IR, and in how many
+nodes (written by ``python -m bench.model_ops --write``; ``{name: {"models": m, "nodes": n}}``)."""
+
+USE_SHARE = 0.2
+"""The share of the default opset steps' draws given to the operators the models use in
+proportion to how many models use each (:func:`model_use`)."""
+
+USED_SHARE = 0.35
+"""The share given evenly to the operators the models use, however many use each (so an
+operator one model uses is drawn about as often as it would be at ``USE_SHARE`` were it used
+by many). The rest, ``1 - USE_SHARE - USED_SHARE``, is uniform over every row: each row keeps
+at least that share over the rows of each draw."""
+
+
+@functools.cache
+def model_use() -> dict[str, int]:
+    """Operator name -> how many models of the test zoo use it (:data:`MODEL_OPS`; empty when
+    the file is missing). Read once; O(operators)."""
+    try:
+        counts = json.loads(MODEL_OPS.read_text())
+    except FileNotFoundError:
+        return {}
+    return {name: int(c["models"]) for name, c in counts.items()}
+
+
+@functools.cache
+def row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
+    """Running sums of the weights of :func:`opset_rows` ``(on, names)`` (:data:`USE_SHARE`,
+    :data:`USED_SHARE`; all uniform when no row's operator is used), what :func:`pick_row`
+    reads. Memoized per feature set, as the rows are; O(rows)."""
+    use = model_use()
+    rows = opset_rows(on, names)
+    weights = [use.get(e.name, 0) for e, _, _ in rows]
+    total, used = sum(weights), sum(1 for w in weights if w)
+    floor = 1 - USE_SHARE - USED_SHARE if total else 1.0
+    out, running = [], 0.0
+    for w in weights:
+        running += floor / len(rows)
+        if w:
+            running += USE_SHARE * w / total + USED_SHARE / used
+        out.append(running)
+    return tuple(out)
+
+
+def pick_row(cumulative: tuple[float, ...], h: int) -> int:
+    """The index of the row (of weights ``cumulative``: :func:`row_weights`) that the 64-bit
+    number ``h``
+    (:func:`scatter`'s) picks: :data:`USE_SHARE` of the mass in proportion to how many models
+    use each row's operator (:func:`model_use`), :data:`USED_SHARE` evenly among the operators
+    they use, the rest uniform. Deterministic; O(log rows)."""
+    u = (h & _MASK) / (1 << 64) * cumulative[-1]
+    return min(bisect.bisect_right(cumulative, u), len(cumulative) - 1)
 
 
 def is_channels_last(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:

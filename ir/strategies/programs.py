@@ -72,9 +72,15 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     and the first user output is the latest value, so what the ops compute mostly reaches the
     outputs (a law that compares outputs sees it).
 
-    The verified operator table (``opset``, ``ir.strategies.opset_steps``): steps that call
+    The verified operator table (``opset``, ``ir.strategies.opset_steps``), on by default in
+    fifteen draws of sixteen as a bounded share of the steps (one body step in eight, and a
+    closing run of ``max_ops`` to ``2 max_ops`` steps at the end of the root's body, cut at
+    ``max_nodes``: the fixed vocabulary still makes most of each program): steps that call
     any row of ``ir.opset.table()`` (or those ``ops=`` names) with the arguments of one of its
-    samples: written tensors are new buffers of the calling module, exact-valued tensors
+    samples. By default a row is drawn by how many of the test zoo's models use its operator
+    (``opset_steps.pick_row``: 20 % in proportion to use, 35 % evenly among the used
+    operators, 45 % uniform over every row, so each stays reachable); asked for
+    (``always={"opset"}``, ``ops=``) uniformly. The arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
     each node's ``val`` the operator run on its arguments' vals; with the features of
@@ -83,10 +89,17 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     aten rows; random rows under ``random_ops``). A ``(batch, WIDTH)`` float32 result joins the
     values the fixed vocabulary reads; up to three results nothing reads are returned.
 
+    A symbolic batch (``symbolic_sizes``, one draw in four): the batch is a ``SymInt`` of the
+    program's one shape env with hint ``h`` (2 to 4) and range ``[h, h + SYMBOLIC_SPAN]``
+    (``Dim("batch", min=h, max=h + 6)``; ``Program.range_constraints`` holds it), so the laws
+    also run the program at other batch sizes (``lowering.pass_laws.other_sizes``). The opset
+    steps call their rows at the samples' sizes (see :data:`SYMBOLIC_OPSET`).
+
 Not covered, and why
     Effect tokens and ``with_effects`` (the only effectful aten op, ``aten._print``, prints;
     the opset steps draw no effectful row);
-    higher-order ops but the set-grad one of ``grad_regions``; symbolic shapes and range constraints; custom objects;
+    higher-order ops but the set-grad one of ``grad_regions``; dynamic sizes other than the
+    batch, and sizes read as values (``sym_size``); custom objects;
     strict-export identity keys for shared modules (a call through the second name then looks
     like a repeated call of the first, which ``repeated_calls`` covers); non-nesting module
     stacks; keyword arguments of preserved calls (export passes module arguments positionally
@@ -124,7 +137,7 @@ from ir import state as stt
 from ir.args import EMPTY_DICT, IDict, IList, Ref, iter_refs, ref
 from ir.effects import aliased_args
 from ir.errors import InputError
-from ir.fake_run import hint
+from ir.fake_run import guards_refused, hint
 from ir.graph import Graph
 from ir.import_ep import holder_tree
 from ir.module import PLAIN, SUBGRAPH, Module
@@ -133,7 +146,7 @@ from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.ops import is_mutating
 from ir.opset import TensorSpec, sample_args, written_at
 from ir.printer import contiguous_strides
-from ir.program import Program
+from ir.program import NO_CONSTRAINTS, Program
 from ir.state import Opaque, Slot
 from ir.strategies import module_trees
 from ir.strategies.opset_steps import (
@@ -144,18 +157,26 @@ from ir.strategies.opset_steps import (
     literal,
     opset_rows,
     permutation_for,
+    pick_row,
     resolve_ops,
     result_tensors,
+    row_weights,
     scatter,
     uninitialized,
 )
-from ir.torch_seam import new_fake_mode, op_schema, pytree, storage_identity
+from ir.torch_seam import (
+    fake_failures_unlogged,
+    new_fake_mode,
+    new_symbolic_size,
+    op_schema,
+    pytree,
+    storage_identity,
+)
 
 __all__ = [
     "CROSSING_FEATURES",
     "DETERMINISTIC_FEATURES",
     "FEATURES",
-    "OFF_BY_DEFAULT",
     "OPT_IN_FEATURES",
     "ROOT_TYPE",
     "WIDTH",
@@ -206,6 +227,8 @@ FEATURES = (
     "grad_regions",
     # the opset steps (``ir.strategies.opset_steps``), drawn from their own bytes too
     *OPSET_FEATURES,
+    # a symbolic batch (with the opset's flags)
+    "symbolic_sizes",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -223,27 +246,29 @@ meet stay the same); and ``grad_regions`` puts nodes in a higher-order-op body, 
 written on the root graph does not look. Their flags are drawn after the others', and only
 when one of them may be on."""
 
-OFF_BY_DEFAULT = frozenset(OPSET_FEATURES)
-"""Features that ``programs()`` without ``features`` leaves off, though they are no
-:data:`OPT_IN_FEATURES` (``DETERMINISTIC_FEATURES`` and an explicit ``features`` include them):
-the ``opset`` steps and their features, so that the default draws decode as they did before
-the opset steps, byte for byte. Ask for them with ``always={"opset"}``, ``features=...``
-naming ``"opset"``, or ``ops=``.
-
-Why not on by default: first, they took three of four steps, and three correct passes of the
-law suites (``simplify_identities``, ``drop_copies``, an unused ``e.call``) changed no program
-(vacuous). Tried again as a bounded share (on in half the draws; one body step in four and a
-closing run of up to ``max_ops / 2`` steps: 7 % of the ops), every correct pass of the
-planted-bug suites changed programs, but any extra draw shifts hypothesis's derandomized
-stream, and two planted bugs whose budgets are tuned to it were no longer caught within them
-(``drop_copies``'s ``ignores_writes_to_source`` in 60 programs, ``fold_drops_used_node`` in
-100; with no body step and the closing run's values kept out of the outputs' choices,
-``drop_copies`` again and ``fold_reads_written_buffer`` in 300). Turning it on means re-tuning those budgets."""
+OPSET_SHARE = 8
+"""The opset's share of the body steps: one in ``OPSET_SHARE`` calls the opset (and it is one
+of the kinds the others draw among); a closing run of ``max_ops`` to ``2 max_ops`` opset steps
+ends the root's body, cut where the program reaches ``max_nodes``. One in four made a
+correct pass of the held-out suite (``simplify_identities``) change 2 programs of 100: the
+fixed vocabulary's identities were too rare."""
 
 DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"} - OPT_IN_FEATURES
 """Every feature but ``random_ops`` (and the :data:`OPT_IN_FEATURES`): programs that compute the
 same on every call. For a test that compares two runs without seeding them alike
 (``lowering.pass_laws`` seeds both sides of its semantics law, and uses every feature)."""
+
+SYMBOLIC_SPAN = 6
+"""Under ``symbolic_sizes``, how far above its hint the batch's range reaches
+(``Dim("batch", min=hint, max=hint + SYMBOLIC_SPAN)``)."""
+
+SYMBOLIC_OPSET = False
+"""Whether the opset steps of a program with a symbolic batch try their samples at the symbolic
+batch (else they call every row at its sample's sizes, and only the fixed vocabulary's values
+are symbolic). Off: the laws ran a program whose opset steps took the symbolic batch at another
+batch size and the process aborted in a later allocation (heap corruption from a kernel that
+does not check what its fake run let pass, not yet found), so no row takes it until each row's
+kernel is checked at other sizes on real tensors."""
 
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
@@ -356,10 +381,10 @@ def _checked(
     allowed = check_features("features", features)
     forced = check_features("always", always)
     if features is None:
-        allowed -= OPT_IN_FEATURES | OFF_BY_DEFAULT
+        allowed -= OPT_IN_FEATURES
     asked = ops is not None or "opset" in forced
     if asked:  # naming operators asks for the opset steps
-        allowed |= OFF_BY_DEFAULT
+        allowed |= _OPSET_SET
         forced |= {"opset"}
     module_trees.check_int_range("max_modules", max_modules, 1 if crossing else 0, 16)
     module_trees.check_int_range("max_ops", max_ops, 0, 32)
@@ -388,11 +413,11 @@ def _programs(
     if allowed & OPT_IN_FEATURES:
         flags = draw(_OPT_IN_BYTES)
         on |= {f for f, b in zip(_OPT_IN, flags) if f in allowed and b >= 128}
-    if allowed & _OPSET_SET:
+    if allowed & _FLAGGED_SET:
         flags = draw(_OPSET_FLAG_BYTES)
-        # ``opset`` in seven draws of eight (its steps reach the table), the others in half
-        on |= {f for f, b in zip(OPSET_FEATURES, flags)
-               if f in allowed and b >= (32 if f == "opset" else 128)}
+        # ``opset`` in seven draws of eight (its steps reach the table), ``symbolic_sizes`` in
+        # one of four, the others in half
+        on |= {f for f, b in zip(_FLAGGED, flags) if f in allowed and b >= _FLAG_AT.get(f, 128)}
     on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
@@ -402,9 +427,12 @@ def _programs(
 
 
 _OPSET_SET = frozenset(OPSET_FEATURES)
+_FLAGGED = (*OPSET_FEATURES, "symbolic_sizes")  # the features of the opset's flag bytes
+_FLAGGED_SET = frozenset(_FLAGGED)
+_FLAG_AT = {"opset": 16, "symbolic_sizes": 192}  # a flag byte this high switches it on
 _OPT_IN = tuple(f for f in FEATURES if f in OPT_IN_FEATURES)
-_BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES and f not in _OPSET_SET)
-_OPSET_FLAG_BYTES = st.binary(min_size=len(OPSET_FEATURES), max_size=len(OPSET_FEATURES))
+_BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES and f not in _FLAGGED_SET)
+_OPSET_FLAG_BYTES = st.binary(min_size=len(_FLAGGED), max_size=len(_FLAGGED))
 _OPSET_STEP_BYTES = st.binary(min_size=4, max_size=4)
 _FEATURE_BYTES = st.binary(min_size=len(_BASE_FEATURES), max_size=len(_BASE_FEATURES))
 _OPT_IN_BYTES = st.binary(min_size=len(_OPT_IN), max_size=len(_OPT_IN))
@@ -468,6 +496,7 @@ class _Builder:
         # the opset steps: rows this program may draw, values by (shape, dtype, strides),
         # placeholders made during the body (spliced in at the end), results for the outputs
         self.opset_rows = opset_rows(on, ops) if "opset" in on else ()
+        self.row_weights = row_weights(on, ops) if self.opset_rows else ()
         self.pool: dict[tuple, list[Ref]] = {}
         self.late_state: list[tuple[str, str, str]] = []  # (kind, fqn, input name)
         self.late_inputs: list[str] = []
@@ -476,17 +505,30 @@ class _Builder:
         self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
-        # the opset asked for (``always``, ``ops=``): rows scattered, one body step in four, a
-        # closing run of max_ops to 2 max_ops steps; else (``features=`` naming it, as
-        # ``DETERMINISTIC_FEATURES`` does) the draws of before, which the suites' budgets fit
+        # the opset asked for (``always``, ``ops=``): rows uniform over the table; else drawn
+        # by the models' use of them (``_opset``)
         self.asked = asked
         self.max_ops = max_ops
         self.max_nodes = max_nodes
         self.header = header
-        self.batch = 1 + header[0] % 3
+        # the batch: 1 to 3; under ``symbolic_sizes`` a symbolic size of hint 2 to 4 ranging
+        # from its hint to ``SYMBOLIC_SPAN`` above (never below: an index constant the opset
+        # steps made from a sample indexes the batch dim in range at every size of the range)
+        self.batch: Any = 1 + header[0] % 3
+        self.symbolic = "symbolic_sizes" in on
+        self.ranges: dict = {}
+        self.mode: Any = None  # the program's fake mode, made at its first val
+        if self.symbolic:
+            hint = 2 + header[0] % 3
+            self.mode, self.batch, self.ranges = new_symbolic_size(
+                "batch", hint, hint, hint + SYMBOLIC_SPAN)
+        self.act_key = _size_key(self._act())
         self.rng = torch.Generator().manual_seed(header[1] | header[2] << 8)
         self.objects = self._objects(records)
         self.opset_seed = scatter(*header, *records)  # the opset steps' rows: see ``_opset``
+        # and by default every byte drawn before the step, the features too: hypothesis's
+        # draws repeat byte strings across examples, which picked one row in three again
+        self.mix = scatter(self.opset_seed, *(i for i, f in enumerate(FEATURES) if f in on))
         self.nodes: list[Node] = []
         self.counts: dict[str, int] = {}
         self.taken: set[str] = set()
@@ -508,7 +550,6 @@ class _Builder:
         self.state_values: set[str] = set()
         self.made_in: dict[str, tuple[int, str]] = {}  # value -> the call frame computing it
         self.last_read: Ref | None = None  # the first operand of the latest op
-        self.mode: Any = None  # the program's fake mode, made at its first val
         self.val_of: dict[str, Any] = {}  # node name -> its val (a FakeTensor, or a tuple)
 
     # --- objects, paths and state ----------------------------------------------------------
@@ -739,6 +780,7 @@ class _Builder:
         """
         most = 2 * self.max_ops if root else self.max_ops
         data = self.draw(_body_bytes(most))
+        self.mix = scatter(self.mix, int.from_bytes(data))
         n = data[0] % (most + 1)
         return [
             _decode_step(data[i], data[i + 1], data[i + 2])
@@ -909,9 +951,9 @@ class _Builder:
         if large:
             kinds.append("mlp")
         choice = kinds[kind % len(kinds)]
-        if "opset" in self.on and kind >= (192 if self.asked else 64):  # one step of four
-            # calls the opset (three of four where not asked for), and the closing run at the
-            # root some more: ``build``
+        if "opset" in self.on and kind >= 256 - 256 // OPSET_SHARE:
+            # one step of ``OPSET_SHARE`` calls the opset (besides its being one of the kinds
+            # drawn among), and the closing run at the root some more: ``build``
             choice = "opset"
         a = _back(scope.vals, x)
         act = self._act()
@@ -1003,6 +1045,8 @@ class _Builder:
         if z >> 3 & 1:
             self._op(aten.rand_like.default, (a,), IDict((("pin_memory", False),)),
                      shape=self._act())
+        if target is aten.rand.default and self.symbolic:  # a symbolic size is no literal
+            target = aten.rand_like.default
         if target is aten.rand.default:
             r = self._op(target, (IList(self._act()),),
                          IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
@@ -1163,14 +1207,19 @@ class _Builder:
         data = self.draw(_OPSET_STEP_BYTES)
         # the row: the step's two bytes, the program's seed bytes and the step's number,
         # scattered (hypothesis's bytes favour small values and repeats, so a plain product
-        # of them met a few hundred rows in a thousand draws); zero bytes decode to row 0
+        # of them met a few hundred rows in a thousand draws); zero bytes decode to row 0.
+        # Asked for (``always``, ``ops=``): uniform over the rows; by default half by how many
+        # models use the row's operator, half uniform (``opset_steps.pick_row``)
         if self.asked:
-            at = 0 if not any(data) else scatter(
-                int.from_bytes(data), self.opset_seed, len(self.rows_used)
-            ) % len(self.opset_rows)
-        else:  # as before the scatter
-            at = ((data[0] << 8 | data[1]) * 40503 + (self.header[1] << 8 | self.header[2]) * 9973
-                  ) % len(self.opset_rows)
+            h = scatter(int.from_bytes(data), self.opset_seed, len(self.rows_used))
+        else:
+            h = self.mix = scatter(self.mix, int.from_bytes(data), len(self.rows_used))
+        if self.asked and not any(data):
+            at = 0
+        elif self.asked:
+            at = h % len(self.opset_rows)
+        else:
+            at = pick_row(self.row_weights, h)
         for _ in range(len(self.opset_rows)):  # a row this program has not called yet
             if at not in self.rows_used:
                 break
@@ -1179,11 +1228,54 @@ class _Builder:
         row, op, samples = self.opset_rows[at]
         sample = samples[data[2] % len(samples)]
         choice = data[3]
-        plan = Plan()
-        planned: dict[str, Any] = {}
         written = set(written_at(row, sample.args))
         reals, real_kwargs = sample_args(sample, seed=data[0] | data[1] << 8)
         legacy = [v for v in scope.vals if v not in self.crossing_only]
+        # under ``symbolic_sizes``, first with the batch symbolic in every argument that can
+        # take it (where ``SYMBOLIC_OPSET`` says so), then (an operator that cannot: its fake
+        # run asks for a guard on the batch, or fails) with the sample's own sizes
+        for symbolic in (True, False) if self.symbolic and SYMBOLIC_OPSET else (False,):
+            found = self._opset_call(path, row, op, sample, written, reals, real_kwargs, legacy,
+                                     choice, symbolic)
+            if found is not None:
+                break
+        else:
+            return a
+        plan, args, kwargs, val, lookup = found
+        results = result_tensors(val)
+        if not results:
+            return a
+        self._commit(plan)
+        node = self._node(_base_name(op), op, tuple(args), kwargs, val)
+        if written:  # state written: kept out of ``grad_regions`` bodies
+            self.state_values.add(node.name)
+        arg_storages = {storage_identity(v) for v in (lookup(r) for r in iter_refs((tuple(args), kwargs)))
+                        if isinstance(v, torch.Tensor)}
+        out = a
+        for ix, t in results:
+            r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
+                                                    EMPTY_DICT, t)
+            if storage_identity(t) in arg_storages or uninitialized(row):
+                # a view or the written argument (read as it is), or memory no one wrote
+                # (``empty``): never read on, never an output
+                continue
+            key = (_size_key(t.shape), t.dtype, self._stride_key(t))
+            self.pool.setdefault(key, []).append(r)
+            self.opset_results.append(r)
+            if key == (self.act_key, torch.float32, None):
+                out = r
+        return out
+
+    def _opset_call(self, path: str, row: Any, op: Any, sample: Any, written: set,
+                    reals: list, real_kwargs: dict, legacy: list[Ref], choice: int,
+                    symbolic: bool) -> tuple | None:
+        """One try at an opset step's call (``_opset``): its plan of new placeholders, its
+        arguments and its fake run, committed to nothing; None when the fake run fails or
+        resizes a written argument. With ``symbolic``, a new contiguous user input or an earlier
+        value whose first size is the batch's hint takes the symbolic batch instead, and the
+        fake run refuses every new guard (a guard would pin the batch to its hint)."""
+        plan = Plan()
+        planned: dict[str, Any] = {}
 
         def lookup(r: Ref) -> Any:
             return planned[r.name] if r.name in planned else self.val_of[r.name]
@@ -1214,16 +1306,19 @@ class _Builder:
             if not floating and not self._fits_inputs(spec):
                 return state(stt.CONSTANT, "opset_i")  # integer values of the spec's range
             stride = self._layout(spec)
-            key = (tuple(spec.shape), spec.dtype, stride)
+            shape = tuple(spec.shape)
+            if symbolic and stride is None and shape and shape[0] == hint(self.batch):
+                shape = (self.batch, *shape[1:])
+            key = (_size_key(shape), spec.dtype, stride)
             found = list(self.pool.get(key, ()))
-            if key == ((self.batch, WIDTH), torch.float32, (WIDTH, 1)):
+            if key == (self.act_key, torch.float32, None):
                 found += legacy
             bits = choice >> (k % 4) * 2
             if found and not bits & 1:
                 return found[-1 - (bits >> 1) % len(found)]
             if floating and bits & 3 == 3 and stride is None:
                 return state(stt.PARAMETER, "opset_w")
-            return self._new_input(spec, stride, plan, planned)
+            return self._new_input(spec, shape, stride, plan, planned)
 
         tensors = itertools.count()  # the tensor arguments' running number (``tensor_arg``'s k)
 
@@ -1236,40 +1331,20 @@ class _Builder:
                                    for j, spec in enumerate(a_)))
             return literal(a_)
 
-        args = [argument(a_, reals[pos], pos) for pos, a_ in enumerate(sample.args)]
+        args = tuple(argument(a_, reals[pos], pos) for pos, a_ in enumerate(sample.args))
         kwargs = IDict(tuple((key_, argument(v, real_kwargs[key_], -1))
                              for key_, v in sample.kwargs))
-        layouts = {n: (tuple(v.shape), v.stride()) for n, v in planned.items()}
+        layouts = {n: _layout_key(v) for n, v in planned.items()}
         try:
-            val = fake_call(self.mode, op, tuple(args), kwargs, lookup)
-        except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel): no step
-            return a
-        if any((tuple(v.shape), v.stride()) != layouts[n] for n, v in planned.items()):
-            return a  # it resized a written argument (``resize_``, ``set_``): a placeholder's
-            # val would no longer be its state's shape
-        results = result_tensors(val)
-        if not results:
-            return a
-        self._commit(plan)
-        node = self._node(_base_name(op), op, tuple(args), kwargs, val)
-        if written:  # state written: kept out of ``grad_regions`` bodies
-            self.state_values.add(node.name)
-        arg_storages = {storage_identity(v) for v in (lookup(r) for r in iter_refs((tuple(args), kwargs)))
-                        if isinstance(v, torch.Tensor)}
-        out = a
-        for ix, t in results:
-            r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
-                                                    EMPTY_DICT, t)
-            if storage_identity(t) in arg_storages or uninitialized(row):
-                # a view or the written argument (read as it is), or memory no one wrote
-                # (``empty``): never read on, never an output
-                continue
-            key = (tuple(t.shape), t.dtype, self._stride_key(t))
-            self.pool.setdefault(key, []).append(r)
-            self.opset_results.append(r)
-            if key == ((self.batch, WIDTH), torch.float32, (WIDTH, 1)):
-                out = r
-        return out
+            with guards_refused(self.mode), fake_failures_unlogged():
+                val = fake_call(self.mode, op, args, kwargs, lookup)
+        except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel, a
+            # guard on the batch): no step
+            return None
+        if any(_layout_key(v) != layouts[n] for n, v in planned.items()):
+            return None  # it resized a written argument (``resize_``, ``set_``): a
+            # placeholder's val would no longer be its state's shape
+        return plan, args, kwargs, val, lookup
 
     def _fits_inputs(self, spec: Any) -> bool:
         """An integer / bool spec whose range :func:`program_inputs`'s values fit."""
@@ -1285,15 +1360,21 @@ class _Builder:
             return tuple(spec.stride) if "channels_last" in self.on else None
         return tuple(spec.stride) if "strided_inputs" in self.on else None
 
-    def _stride_key(self, t: torch.Tensor) -> tuple[int, ...] | None:
-        stride = tuple(int(s) for s in t.stride())
-        return None if stride == contiguous_strides(tuple(int(n) for n in t.shape)) else stride
+    def _stride_key(self, t: torch.Tensor) -> tuple | None:
+        """``t``'s strides as a pool key (None: contiguous), read without a guard."""
+        stride = _size_key(t.stride())
+        step: Any = 1
+        contiguous = []
+        for n in reversed(tuple(t.shape)):
+            contiguous.append(step)
+            step = step * (n if isinstance(n, torch.SymInt) else max(n, 1))
+        return None if stride == _size_key(reversed(contiguous)) else stride
 
-    def _new_input(self, spec: Any, stride: tuple[int, ...] | None, plan: Plan,
+    def _new_input(self, spec: Any, shape: tuple, stride: tuple[int, ...] | None, plan: Plan,
                    planned: dict) -> Ref:
-        """A new user input of ``spec`` (positional, after the others), of ``stride`` through
-        a ``permute`` of a contiguous input or an ``as_strided`` view of a flat one."""
-        shape = tuple(spec.shape)
+        """A new user input of ``spec``'s dtype and ``shape`` (``spec``'s, or with the symbolic
+        batch first: then contiguous), positional after the others, of ``stride`` through a
+        ``permute`` of a contiguous input or an ``as_strided`` view of a flat one."""
         name = self._name("x")
         perm = None if stride is None else permutation_for(shape, stride)
         if stride is None:
@@ -1421,8 +1502,7 @@ class _Builder:
         scope = _Scope([ref(n) for n in names], preserved=False)
         self._run(-1, "", scope)
         if self.opset_rows:  # and a closing run of opset steps at the end of the root's body
-            closing = (self.max_ops + self.draw(_count(self.max_ops)) if self.asked
-                       else self.draw(_count(2 * self.max_ops)))
+            closing = self.max_ops + self.draw(_count(self.max_ops))
             for _ in range(closing):
                 if self._full():
                     break
@@ -1466,6 +1546,7 @@ class _Builder:
             signature=sg.ExportSignature(tuple(self.inputs), out_specs),
             call_signatures=pmap(self.signatures),
             call_order=call_order,
+            range_constraints=Opaque(self.ranges) if self.ranges else NO_CONSTRAINTS,
         )
 
     def _grad_region(self, data: bytes, modules: dict[str, Module]) -> None:
@@ -1589,6 +1670,16 @@ def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
     compute, reach the outputs more often than uniform offsets would let them.
     """
     return (a & 1, c, a >> 1 if a & 128 else a >> 1 & 1, b & 15, b >> 4)
+
+
+def _size_key(sizes: Any) -> tuple:
+    """``sizes`` as a hashable key that compares without a guard: a symbolic size as its
+    expression's text, an int as itself. O(len(sizes))."""
+    return tuple(str(n.node.expr) if isinstance(n, torch.SymInt) else int(n) for n in sizes)
+
+
+def _layout_key(t: torch.Tensor) -> tuple:
+    return _size_key(t.shape), _size_key(t.stride())
 
 
 def _output_tree(shape: int, n: int) -> tuple:

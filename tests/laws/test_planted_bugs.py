@@ -174,7 +174,10 @@ def _fold(p: Program, *, fold_random: bool = False, read_state: bool = False,
     folded = {}
     with torch.no_grad():
         for n in nodes:
+            # (an ``empty*`` builder's memory is no value: folded, it differs call to call,
+            # so the folds keep it as ``fold_constants`` does)
             if (n.op == CALL_FUNCTION and n.name not in named and _pure(n.target, fold_random)
+                    and "empty" not in ops.facts(n.target).name
                     and all(r.name in values for r in n.inputs())):
                 result = n.target(*thaw(n.args, lambda r: values[r.name]),
                                   **thaw(n.kwargs, lambda r: values[r.name]))
@@ -313,8 +316,10 @@ PLANTED = [
      r"VACUOUS: the pass changed none of the 100 programs it ran on"),
     (dce_drops_inplace_write, {}, "semantics", r"call 1: " + DIFFER),
     (fold_reads_written_buffer, {}, "semantics", r"call 2: " + DIFFER),
+    # (on a program with a symbolic batch, purity runs the input at another batch first)
     (quant_writes_weights_in_place, QUANT_TOLERANCE, "purity",
-     r"tensors of the input were written: \['([\w.]+\.)?wl0', '([\w.]+\.)?wl1'"),
+     (r"(tensors of the input were written: \['([\w.]+\.)?wl0', '([\w.]+\.)?wl1'"
+      r"|at other sizes of its dynamic dimensions .* the input program computes something else)")),
     (fold_names_by_counter, {}, "determinism",
      (r"two calls gave results that differ: tensor keys \['folded_\d+'(, 'folded_\d+')+\] are "
      r"in one result only")),

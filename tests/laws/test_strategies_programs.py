@@ -27,6 +27,7 @@ from ir.strategies import (
 )
 from ir.strategies.opset_steps import is_channels_last, opset_rows, sample_features
 from lowering import lower
+from lowering.pass_laws import other_sizes
 from transforms.preserved.remat import rematerialize
 from transforms.preserved.signatures import repair_call_signatures
 from transforms.preserved.state_traffic import state_traffic
@@ -190,6 +191,9 @@ EXHIBITS = {
     # the opset steps' features, as ``ir.strategies.coverage_of`` observes them
     **{f: (() if f == "opset" else ("opset",) + _OPSET_NEEDS.get(f, ()),
            lambda p, f=f: f in coverage_of(p).features) for f in OPSET_FEATURES},
+    # a symbolic batch: a value of a symbolic size, and the laws' other sizes for the program
+    "symbolic_sizes": ((), lambda p: "symbolic_sizes" in coverage_of(p).features
+                       and bool(other_sizes(p))),
 }
 
 # what an in-place write of state, an input or a fresh copy writes: the value itself, a copy,
