@@ -64,9 +64,37 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2``, ``clone(x)`` (``identities``); in-place ops on a value the
     module computed earlier, which other ops may have read before the write (``x += y``,
     ``ReLU(inplace=True)``; ``inplace_ops``).
+
+    What bugs need (the *motifs*; a program with one of their features on has one step of it
+    at a drawn place of the root's body, more are drawn among the body's steps, and the
+    latest results nothing reads are returned, so what they compute reaches an output):
+    state traffic, a buffer read (by an op of the buffer alone) before its update, after it,
+    or before and after it by equal calls; the semantics law's second call sees the first's
+    writes (``state_traffic``); a write through a view (``slice``, ``select``, ``diagonal``,
+    ``view`` written by ``add_`` / ``mul_`` / ``fill_``) of a fresh copy or of a buffer, and
+    the base read after it, mostly by a call equal to one before it (``view_writes``); a copy
+    (``clone``, ``x * 1.0``) of a computed value or a buffer, then the source written in
+    place and the copy read after, sometimes beside a second copy that is written itself
+    (``clone_writes``); ``where`` with a bool mask from a comparison: a guarded op
+    ``where(d > 0, log(d), a)`` whose other branch holds nan or inf, a masked fill with
+    ``-inf`` / ``inf`` / nan, two values (``masks``); ``softmax`` / ``log_softmax`` (and their
+    ``_``-prefixed core forms) over a dim, on logits as they are, times ``1e3``, or shifted by
+    ``1e3`` (``exp`` overflows unless the max is subtracted), sometimes after a ``-inf``
+    mask (``softmax``); int64 ``mul`` / ``add`` / ``sub`` of an int64 constant and of
+    ``int64(a * 1000)``, past ``2**53`` half the time (a route through ``float64`` is wrong),
+    their low digits (``remainder``) read back into the activations (``int_math``). Values
+    at the edges (``edge_values``): half the buffers and constants hold one of inf, -inf, nan,
+    ``-0.0``, ``1e30``, ``7e4`` (past ``float16``), ``1e-40`` (a denormal), ``-3e38``, and
+    the int64 constants are past ``2**53``; user inputs stay ordinary (``program_inputs``
+    makes them from the program alone, uniform in ``[-1, 1)``), so an edge value reaches some
+    columns of the outputs, not all. Outputs that alias (``output_aliasing``): one value
+    returned twice, a fresh copy of it, or a ``view`` of it beside it.
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
-    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
+    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, ``where``, ``masked_fill``,
+    ``gt`` / ``lt`` / ``ge`` / ``le``, ``log``, ``sqrt``, ``reciprocal``, ``rsqrt``,
+    ``softmax``, ``log_softmax``, ``remainder``, ``slice``, ``select``, ``diagonal``,
+    ``view``, ``fill_``, ``mul_``, and those above. As in export's
     graphs, a value read after an in-place update is the update's result (the same tensor), and
     after a functional update the new value. Half the steps read one of the two latest values,
     and the first user output is the latest value, so what the ops compute mostly reaches the

@@ -29,6 +29,7 @@ from ir import ops
 from ir import signature as sg
 from ir import state as stt
 from ir.args import IDict, IList, Ref, map_refs, ref, thaw
+from ir.effects import aliased_args
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.program import Program
@@ -87,10 +88,14 @@ def _add_constants(p: Program, values: dict[str, torch.Tensor], fqn_of: Callable
 
 
 def _written(nodes) -> set[str]:
-    """Names whose tensor some node writes in place (an in-place result is its input's tensor)."""
+    """Names whose tensor some node writes in place (an in-place result is its input's tensor,
+    a view is memory of its base: writing ``c[:, :2]`` writes ``c``)."""
     root: dict[str, str] = {}
     written = set()
     for n in nodes:
+        if (n.op == CALL_FUNCTION and n.args and isinstance(n.args[0], Ref)
+                and not ops.is_mutating(n.target) and n.args[0].name in aliased_args(n)):
+            root[n.name] = root.get(n.args[0].name, n.args[0].name)
         if n.op == CALL_FUNCTION and ops.is_mutating(n.target):
             for i in ops.written_args(n.target):
                 if i < len(n.args) and isinstance(n.args[i], Ref):

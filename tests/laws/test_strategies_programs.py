@@ -191,7 +191,7 @@ EXHIBITS = {
     # the motif steps and values at the edges
     "state_traffic": (("buffers", "inplace_mutation"), lambda p: any(
         str(n.target) in _STATE_READ_TARGETS and _is_buffer_value(p, n.args[0])
-        for n in _computing(p))),
+        and not any(isinstance(a, Ref) for a in n.args[1:]) for n in _computing(p))),
     "view_writes": ((), lambda p: any(
         str(n.target) in ("aten.add_.Tensor", "aten.mul_.Tensor", "aten.fill_.Scalar")
         and _producer(p, n.args[0]) in _VIEW_TARGETS for n in _computing(p))),
@@ -203,7 +203,7 @@ EXHIBITS = {
     "int_math": ((), lambda p: any(
         str(n.target) in ("aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor")
         and n.meta["val"].dtype == torch.int64 for n in _computing(p))),
-    "edge_values": ((), lambda p: any(_at_an_edge(p.tensor(f)) for f in p.state_order)),
+    "edge_values": (("buffers",), lambda p: any(_at_an_edge(p.tensor(f)) for f in p.state_order)),
     "output_aliasing": ((), lambda p: _output_views_an_output(p)),
     # the opset steps' features, as ``ir.strategies.coverage_of`` observes them
     **{f: (() if f == "opset" else ("opset",) + _OPSET_NEEDS.get(f, ()),
