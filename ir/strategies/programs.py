@@ -83,7 +83,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     mask (``softmax``); int64 ``mul`` / ``add`` / ``sub`` of an int64 constant and of
     ``int64(a * 1000)``, past ``2**53`` half the time (a route through ``float64`` is wrong),
     their low digits (``remainder``) read back into the activations (``int_math``). Values
-    at the edges (``edge_values``): half the buffers and constants hold one of inf, -inf, nan,
+    at the edges (``edge_values``, opt-in: ``always={"edge_values"}``; a correct pass checked
+    with a tolerance differs where the input's output is not finite): half the buffers and
+    constants hold one of inf, -inf, nan,
     ``-0.0``, ``1e30``, ``7e4`` (past ``float16``), ``1e-40`` (a denormal), ``-3e38``, and
     the int64 constants are past ``2**53``; user inputs stay ordinary (``program_inputs``
     makes them from the program alone, uniform in ``[-1, 1)``), so an edge value reaches some
@@ -235,12 +237,12 @@ FEATURES = (
     "masks",
     "softmax",
     "int_math",
-    "edge_values",
     "output_aliasing",
     # opt-in (drawn from their own bytes, so the default features' draws are as they were)
     "crossing_state",
     "stale_signatures",
     "grad_regions",
+    "edge_values",
     # the opset steps (``ir.strategies.opset_steps``), drawn from their own bytes too
     *OPSET_FEATURES,
 )
@@ -253,11 +255,13 @@ CROSSING_FEATURES = frozenset(
 the state that cross their boundaries outside their signatures, and the functional buffer
 updates whose intermediate values ``insert_ivals`` writes back."""
 
-OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions"})
+OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions", "edge_values"})
 """Features drawn only when named in ``features`` (or ``always``): the last ones added, so that
 ``programs()`` draws what it drew before them (the examples the suite's derandomized tests
 meet stay the same); and ``grad_regions`` puts nodes in a higher-order-op body, where a pass
-written on the root graph does not look. Their flags are drawn after the others', and only
+written on the root graph does not look; ``edge_values`` puts inf and nan in state, where a
+correct pass checked with a tolerance (fake quantization) differs from its input, until the
+semantics law says what a tolerance means where the input's own output is not finite. Their flags are drawn after the others', and only
 when one of them may be on."""
 
 OFF_BY_DEFAULT = frozenset(OPSET_FEATURES)
@@ -1091,19 +1095,20 @@ class _Builder:
 
     def _random(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``random_ops``: ``rand_like`` / ``randn_like`` of ``a`` or ``rand`` of its shape,
-        combined with ``a`` (two of them on one operand are equal calls, not equal values);
-        three times in four after a ``rand_like(a)`` that nothing reads (a draw is never dead:
-        it moves the generator on)."""
+        combined with ``a``; three times in four after an equal call that nothing reads (two
+        equal calls, not equal values; a draw is never dead: it moves the generator on)."""
         target = _RANDOM[z % len(_RANDOM)]
+
+        def draw() -> Ref:
+            if target is aten.rand.default:
+                return self._op(target, (IList(self._act()),),
+                                IDict((("device", _CPU), ("pin_memory", False))),
+                                shape=self._act())
+            return self._op(target, (a,), IDict((("pin_memory", False),)), shape=self._act())
+
         if z & 12:
-            self._op(aten.rand_like.default, (a,), IDict((("pin_memory", False),)),
-                     shape=self._act())
-        if target is aten.rand.default:
-            r = self._op(target, (IList(self._act()),),
-                         IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
-        else:
-            r = self._op(target, (a,), IDict((("pin_memory", False),)), shape=self._act())
-        return self._op(_BINARY[y % len(_BINARY)], (a, r), shape=self._act())
+            draw()
+        return self._op(_BINARY[y % len(_BINARY)], (a, draw()), shape=self._act())
 
     def _copy(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_copies``: ``clone(a)`` written in place (``add_`` of a value or a scalar, or
