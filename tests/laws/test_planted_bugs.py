@@ -315,9 +315,10 @@ PLANTED = [
     (quant_never_wired, QUANT_TOLERANCE, "vacuous",
      r"VACUOUS: the pass changed none of the 100 programs it ran on"),
     (dce_drops_inplace_write, {}, "semantics", r"call 1: " + DIFFER),
-    (fold_reads_written_buffer, {}, "semantics", r"call 2: " + DIFFER),
+    # call 1 where the program reads the buffer after writing it, else call 2
+    (fold_reads_written_buffer, {}, "semantics", r"call [12]: " + DIFFER),
     (quant_writes_weights_in_place, QUANT_TOLERANCE, "purity",
-     r"tensors of the input were written: \['([\w.]+\.)?wl0', '([\w.]+\.)?wl1'"),
+     r"tensors of the input were written: \['([\w.]+\.)?wl[01]'(, '([\w.]+\.)?wl[01]')+\]"),
     (fold_names_by_counter, {}, "determinism",
      (r"two calls gave results that differ: tensor keys \['folded_\d+'(, 'folded_\d+')+\] are "
      r"in one result only")),
@@ -338,9 +339,11 @@ def test_a_planted_bug_is_caught_on_generated_programs(planted, options, law, fi
     assert re.match(f"law {law!r} broken by {planted.__name__}: {first}", line), line
 
 
-# plants that only a rare program shows (a copy merged and then written, a buffer read
-# before its update reaching an output): caught in about half the random runs of 100 programs
-RARE = {cse_merges_written_copy: 300, fold_reads_written_buffer: 300}
+# plants given more programs than EXAMPLES: none since the motif features (``clone_writes``,
+# ``state_traffic``) draw a copy merged and then written, and a buffer read around its update,
+# in most programs (both were caught in about half the random runs of 100 programs before;
+# 20 of 20 seeds at 100 since, ``bench/_power_probe.py``)
+RARE: dict = {}
 
 CORRECT = [
     (correct_cse, {}),
