@@ -64,9 +64,39 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     ``x - 0``, ``x / 1``, ``x ** 2``, ``x * 2``, ``clone(x)`` (``identities``); in-place ops on a value the
     module computed earlier, which other ops may have read before the write (``x += y``,
     ``ReLU(inplace=True)``; ``inplace_ops``).
+
+    What bugs need (the *motifs*; a program with one of their features on has one step of it
+    at a drawn place of the root's body, more are drawn among the body's steps, and the
+    latest results nothing reads are returned, so what they compute reaches an output):
+    state traffic, a buffer read (by an op of the buffer alone) before its update, after it,
+    or before and after it by equal calls; the semantics law's second call sees the first's
+    writes (``state_traffic``); a write through a view (``slice``, ``select``, ``diagonal``,
+    ``view`` written by ``add_`` / ``mul_`` / ``fill_``) of a fresh copy or of a buffer, and
+    the base read after it, mostly by a call equal to one before it (``view_writes``); a copy
+    (``clone``, ``x * 1.0``) of a computed value or a buffer, then the source written in
+    place and the copy read after, sometimes beside a second copy that is written itself
+    (``clone_writes``); ``where`` with a bool mask from a comparison: a guarded op
+    ``where(d > 0, log(d), a)`` whose other branch holds nan or inf, a masked fill with
+    ``-inf`` / ``inf`` / nan, two values (``masks``); ``softmax`` / ``log_softmax`` (and their
+    ``_``-prefixed core forms) over a dim, on logits as they are, times ``1e3``, or shifted by
+    ``1e3`` (``exp`` overflows unless the max is subtracted), sometimes after a ``-inf``
+    mask (``softmax``); int64 ``mul`` / ``add`` / ``sub`` of an int64 constant and of
+    ``int64(a * 1000)``, past ``2**53`` half the time (a route through ``float64`` is wrong),
+    their low digits (``remainder``) read back into the activations (``int_math``). Values
+    at the edges (``edge_values``, opt-in: ``always={"edge_values"}``; a correct pass checked
+    with a tolerance differs where the input's output is not finite): half the buffers and
+    constants hold one of inf, -inf, nan,
+    ``-0.0``, ``1e30``, ``7e4`` (past ``float16``), ``1e-40`` (a denormal), ``-3e38``, and
+    the int64 constants are past ``2**53``; user inputs stay ordinary (``program_inputs``
+    makes them from the program alone, uniform in ``[-1, 1)``), so an edge value reaches some
+    columns of the outputs, not all. Outputs that alias (``output_aliasing``): one value
+    returned twice, a fresh copy of it, or a ``view`` of it beside it.
     Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
-    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, and those above. As in export's
+    ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, ``where``, ``masked_fill``,
+    ``gt`` / ``lt`` / ``ge`` / ``le``, ``log``, ``sqrt``, ``reciprocal``, ``rsqrt``,
+    ``softmax``, ``log_softmax``, ``remainder``, ``slice``, ``select``, ``diagonal``,
+    ``view``, ``fill_``, ``mul_``, and those above. As in export's
     graphs, a value read after an in-place update is the update's result (the same tensor), and
     after a functional update the new value. Half the steps read one of the two latest values,
     and the first user output is the latest value, so what the ops compute mostly reaches the
@@ -221,10 +251,19 @@ FEATURES = (
     "near_duplicates",
     "identities",
     "inplace_ops",
+    # the motifs bugs need (state and alias traffic, everyday ops) and values at the edges
+    "state_traffic",
+    "view_writes",
+    "clone_writes",
+    "masks",
+    "softmax",
+    "int_math",
+    "output_aliasing",
     # opt-in (drawn from their own bytes, so the default features' draws are as they were)
     "crossing_state",
     "stale_signatures",
     "grad_regions",
+    "edge_values",
     # the opset steps (``ir.strategies.opset_steps``), drawn from their own bytes too
     *OPSET_FEATURES,
     # a symbolic batch (with the opset's flags)
@@ -239,11 +278,13 @@ CROSSING_FEATURES = frozenset(
 the state that cross their boundaries outside their signatures, and the functional buffer
 updates whose intermediate values ``insert_ivals`` writes back."""
 
-OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions"})
+OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions", "edge_values"})
 """Features drawn only when named in ``features`` (or ``always``): the last ones added, so that
 ``programs()`` draws what it drew before them (the examples the suite's derandomized tests
 meet stay the same); and ``grad_regions`` puts nodes in a higher-order-op body, where a pass
-written on the root graph does not look. Their flags are drawn after the others', and only
+written on the root graph does not look; ``edge_values`` puts inf and nan in state, where a
+correct pass checked with a tolerance (fake quantization) differs from its input, until the
+semantics law says what a tolerance means where the input's own output is not finite. Their flags are drawn after the others', and only
 when one of them may be on."""
 
 OPSET_SHARE = 8
@@ -288,6 +329,30 @@ _IDENTITIES = ((aten.mul.Tensor, (1.0,)), (aten.add.Tensor, (0,)), (aten.sub.Ten
                (aten.div.Tensor, (1.0,)), (aten.pow.Tensor_Scalar, (2,)), (aten.mul.Tensor, (2,)),
                (aten.clone.default, ()))
 _READERS = ((aten.clone.default, ()), (aten.mul.Tensor, (1.0,)))  # (target, literals after x)
+# the motif steps' tables: reads of a state vector (target, literals after it); views of a
+# ``(batch, WIDTH)`` value and of a ``(WIDTH,)`` one (target, literals after it); in-place
+# writes of a view (target, literals after it); comparisons that make a mask; guarded ops
+# (nan, inf where the mask is off); fills of a masked position; logits ``a * scale + shift``
+# (large ones overflow ``exp`` without the max subtracted, whatever the sign of ``a``; a
+# softmax does not change with the shift); softmax targets; int64 ops
+_STATE_READS = ((aten.mul.Tensor, (2.0,)), (aten.neg.default, ()), (aten.add.Tensor, (0.5,)),
+                (aten.tanh.default, ()))
+_VIEWS_2D = ((aten.slice.Tensor, (1, 0, 2)), (aten.select.int, (0, 0)),
+             (aten.diagonal.default, ()), (aten.view.default, ("flat",)))
+_VIEWS_1D = ((aten.slice.Tensor, (0, 0, 2)), (aten.select.int, (0, 1)),
+             (aten.slice.Tensor, (0, 1, WIDTH, 2)), (aten.view.default, (IList((2, 2)),)))
+_VIEW_WRITES = ((aten.add_.Tensor, (1.0,)), (aten.mul_.Tensor, (-2.0,)), (aten.fill_.Scalar, (0.5,)))
+_MASKS = (aten.gt.Scalar, aten.lt.Scalar, aten.ge.Scalar, aten.le.Scalar)
+_GUARDED = (aten.log.default, aten.sqrt.default, aten.reciprocal.default, aten.rsqrt.default)
+_FILLS = (float("-inf"), float("inf"), -1e9, float("nan"))
+_LOGITS = ((1.0, 0.0), (1e3, 0.0), (16.0, 1e3), (0.125, 1e3))  # (scale, shift)
+_SOFTMAX = ((aten.softmax.int, ()), (aten._softmax.default, (False,)),
+            (aten.log_softmax.int, ()), (aten._log_softmax.default, (False,)))
+_INT_OPS = (aten.mul.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.sub.Tensor)
+_EDGES = (float("inf"), float("-inf"), float("nan"), -0.0, 1e30, 7e4, 1e-40, -3e38)
+"""Values at the edges a state tensor holds under ``edge_values``: infinities, nan, a negative
+zero, a value past ``float16``'s range (``7e4``) and past ``float32``'s square root, a
+denormal, a value near ``float32``'s largest."""
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -442,6 +507,7 @@ _REGION_BYTES = st.binary(min_size=2, max_size=2)
 _SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _STEP = 3  # bytes per body step: see ``_decode_step``
 _RECORD = 7  # bytes per module object: see ``_Builder._objects``
+_MOTIF_BYTES = st.binary(min_size=4 * 6, max_size=4 * 6)  # place and step bytes per motif
 
 
 @functools.cache
@@ -502,6 +568,7 @@ class _Builder:
         self.late_inputs: list[str] = []
         self.late_count = 0  # state the opset steps made (numbers their fqns)
         self.opset_results: list[Ref] = []
+        self.motif_results: list[Ref] = []  # the motif steps' results (outside preserved calls)
         self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
@@ -708,7 +775,19 @@ class _Builder:
         value = torch.empty(shape).uniform_(-bound, bound, generator=self.rng)
         if kind == stt.PARAMETER:
             return torch.nn.Parameter(value, requires_grad=requires_grad)
+        if "edge_values" in self.on:
+            self._edge(value)
         return value
+
+    def _edge(self, value: torch.Tensor) -> None:
+        """``edge_values``: one entry of half the buffers and constants (floating ones) set to
+        a value of :data:`_EDGES`, or (integer ones) past ``2**53``; the rest stay ordinary, so
+        an inf or a nan reaches some columns of the outputs, not all."""
+        pick = int(torch.randint(0, 2 * len(_EDGES), (), generator=self.rng))
+        at = int(torch.randint(0, value.numel(), (), generator=self.rng))
+        if pick < len(_EDGES):
+            flat = value.view(-1)
+            flat[at] = _EDGES[pick] if value.is_floating_point() else 2**53 + 2 * pick + 1
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -782,11 +861,20 @@ class _Builder:
         data = self.draw(_body_bytes(most))
         self.mix = scatter(self.mix, int.from_bytes(data))
         n = data[0] % (most + 1)
-        return [
+        steps = [
             _decode_step(data[i], data[i + 1], data[i + 2])
             for i in range(1, 1 + _STEP * n, _STEP)
             if data[i] or data[i + 1] or data[i + 2]  # a zeroed step is no step: shrinking drops ops
         ]
+        motifs = [k for f, k, _ in _STEP_FEATURES if f in _MOTIFS and f in self.on]
+        if root and motifs:
+            # one step of each motif switched on, at a drawn place of the root's body: a motif
+            # is in every program whose feature is on, not only where the body's bytes pick it
+            data = self.draw(_MOTIF_BYTES)
+            for j, kind in enumerate(motifs):
+                at, a, b, c = data[4 * j:4 * j + 4]
+                steps.insert(at % (len(steps) + 1), (0, kind, *_decode_step(a, b, c)[2:]))
+        return steps
 
     def _run(self, index: int, path: str, scope: _Scope) -> None:
         """Run one call's body: its steps, and a call of every child not called by a step
@@ -947,11 +1035,19 @@ class _Builder:
             kinds.append("sort")
         if "kwargs_ops" in self.on:
             kinds.append("alpha")
-        kinds += [k for f, k, _ in _STEP_FEATURES if f in self.on]
+        kinds += [k for f, k, _ in _STEP_FEATURES if f in self.on and f not in _MOTIFS]
+        motifs = [k for f, k, _ in _STEP_FEATURES if f in self.on and f in _MOTIFS]
+        if motifs:  # the motifs switched on share one kind (one more forced in ``_draw_body``)
+            kinds.append("motif")
         if large:
             kinds.append("mlp")
-        choice = kinds[kind % len(kinds)]
-        if "opset" in self.on and kind >= 256 - 256 // OPSET_SHARE:
+        if isinstance(kind, str):  # a motif step of the root's body (``_draw_body``)
+            choice = kind
+        else:
+            choice = kinds[kind % len(kinds)]
+            if choice == "motif":
+                choice = motifs[kind // len(kinds) % len(motifs)]
+        if "opset" in self.on and not isinstance(kind, str) and kind >= 256 - 256 // OPSET_SHARE:
             # one step of ``OPSET_SHARE`` calls the opset (besides its being one of the kinds
             # drawn among), and the closing run at the root some more: ``build``
             choice = "opset"
@@ -960,7 +1056,10 @@ class _Builder:
         if choice == "unary" and large and path not in self.large_read:
             choice = "mlp"  # a module's large linears are read by its first unary step
         if choice in _NEW_STEPS:
-            scope.vals.append(_NEW_STEPS[choice](self, path, scope, vectors, a, y, z))
+            out = _NEW_STEPS[choice](self, path, scope, vectors, a, y, z)
+            scope.vals.append(out)
+            if choice in _MOTIF_KINDS and not scope.preserved:
+                self.motif_results.append(out)
             return
         if choice == "unary":
             out = self._op(self.unary[y % len(self.unary)], (a,), shape=act)
@@ -1038,21 +1137,22 @@ class _Builder:
 
     def _random(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``random_ops``: ``rand_like`` / ``randn_like`` of ``a`` or ``rand`` of its shape,
-        combined with ``a`` (two of them on one operand are equal calls, not equal values);
-        when ``z`` says so, after a ``rand_like(a)`` that nothing reads (a draw is never dead:
-        it moves the generator on)."""
+        combined with ``a``; three times in four after an equal call that nothing reads (two
+        equal calls, not equal values; a draw is never dead: it moves the generator on)."""
         target = _RANDOM[z % len(_RANDOM)]
-        if z >> 3 & 1:
-            self._op(aten.rand_like.default, (a,), IDict((("pin_memory", False),)),
-                     shape=self._act())
         if target is aten.rand.default and self.symbolic:  # a symbolic size is no literal
             target = aten.rand_like.default
-        if target is aten.rand.default:
-            r = self._op(target, (IList(self._act()),),
-                         IDict((("device", _CPU), ("pin_memory", False))), shape=self._act())
-        else:
-            r = self._op(target, (a,), IDict((("pin_memory", False),)), shape=self._act())
-        return self._op(_BINARY[y % len(_BINARY)], (a, r), shape=self._act())
+
+        def draw() -> Ref:
+            if target is aten.rand.default:
+                return self._op(target, (IList(self._act()),),
+                                IDict((("device", _CPU), ("pin_memory", False))),
+                                shape=self._act())
+            return self._op(target, (a,), IDict((("pin_memory", False),)), shape=self._act())
+
+        if z & 12:
+            draw()
+        return self._op(_BINARY[y % len(_BINARY)], (a, draw()), shape=self._act())
 
     def _copy(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
         """``inplace_copies``: ``clone(a)`` written in place (``add_`` of a value or a scalar, or
@@ -1191,6 +1291,232 @@ class _Builder:
             scope.vals.append(new)
             return reader
         return new
+
+    # --- the motif steps: state and alias traffic, everyday ops, values at the edges ---------
+
+    def _mine(self, scope: _Scope) -> list[Ref]:
+        """Values this call computed that may be written in place: not an input, state, or a
+        value a signature names (none in a preserved call)."""
+        if scope.preserved:
+            return []
+        here = (len(self.frames), self.frames[-1][0])
+        inputs = set(self.input_current.values())
+        return [v for v in scope.vals if self.made_in.get(v.name) == here
+                and v not in inputs and v not in self.crossing_only]
+
+    def _inplace_buffers(self, path: str, vectors: list) -> list[str]:
+        """This module's buffers that may be written in place (their style is, or will be,
+        ``inplace_mutation``)."""
+        if "inplace_mutation" not in self.on:
+            return []
+        return [v[0] for v in vectors if v[1] == stt.BUFFER
+                and self.styles.get(self.tensor_of[self.fqns[(path, v[0])]],
+                                    "inplace_mutation") == "inplace_mutation"]
+
+    def _wrote_buffer(self, path: str, name: str, *written: Ref) -> None:
+        """Bookkeeping of a buffer written in place through ``written`` (a view of it): later
+        reads read the buffer as they did (the same tensor), and no functional output."""
+        fqn = self.fqns[(path, name)]
+        tid = self.tensor_of[fqn]
+        self.styles.setdefault(tid, "inplace_mutation")
+        self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+        self.state_values.update(r.name for r in written)
+
+    def _state_traffic(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                       ) -> Ref:
+        """``state_traffic``: a buffer of this module read (an op of the buffer alone, which
+        a folder may take for a constant) around its own update by ``a``: read then written
+        (the next call reads what this one wrote), written then read, or read, written and read
+        again by an equal call (the same op of the same value where the update is in place and
+        the read is of the buffer's value); the reads combined with ``a``. Without a buffer that
+        can be updated, a read of a state vector (or ``relu(a)``)."""
+        act = self._act()
+        buffers = [v[0] for v in vectors if v[1] == stt.BUFFER]
+        target, literals = _STATE_READS[(y >> 2) % len(_STATE_READS)]
+
+        def read(name: str) -> Ref:
+            return self._op(target, (self._read_state(path, name), *literals), shape=(WIDTH,))
+
+        if not buffers or not self._styles_on():
+            if not vectors:
+                return self._op(aten.relu.default, (a,), shape=act)
+            r = read(vectors[y % len(vectors)][0])
+            return self._op(_BINARY[z % len(_BINARY)], (a, r), shape=act)
+        name = buffers[y % len(buffers)]
+        variant = z % 3
+        if variant == 1:
+            self._update(path, name, a, z >> 2)
+        r = read(name)
+        if variant != 1:
+            self._update(path, name, a, z >> 2)
+        if variant == 2:
+            r = self._op(aten.add.Tensor, (r, read(name)), shape=(WIDTH,))
+        return self._op(_BINARY[(z >> 2) % len(_BINARY)], (a, r), shape=act)
+
+    def _view_write(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                    ) -> Ref:
+        """``view_writes``: a write through a view and a read of its base after it. The base is
+        a copy of ``a`` (``clone``) or, half the time, a buffer of this module written in
+        place; the view a ``slice``, ``select``, ``diagonal`` or ``view`` of it, written by
+        ``add_`` / ``mul_`` / ``fill_``; the base then read by an op (three times in four an
+        equal call before the write as well: what a CSE blind to writes through views merges),
+        combined with ``a``."""
+        act = self._act()
+        buffers = self._inplace_buffers(path, vectors)
+        name = buffers[y % len(buffers)] if buffers and z & 1 else None
+        if name is not None:
+            base, shape = self._read_state(path, name), (WIDTH,)
+        else:
+            base, shape = self._op(aten.clone.default, (a,), shape=act), act
+        target, literals = _STATE_READS[(y >> 2) % len(_STATE_READS)]
+        before = self._op(target, (base, *literals), shape=shape) if z & 6 else None
+        views = _VIEWS_1D if len(shape) == 1 else _VIEWS_2D
+        view, view_literals = views[y % len(views)]
+        if view_literals == ("flat",):
+            view_literals = (IList((-1,)),)  # a symbolic batch is no literal
+        v = self._op(view, (base, *view_literals), shape=shape)
+        write, write_literals = _VIEW_WRITES[(z >> 2) % len(_VIEW_WRITES)]
+        w = self._op(write, (v, *write_literals), shape=shape)
+        if name is not None:
+            self._wrote_buffer(path, name, v, w)
+        after = self._op(target, (base, *literals), shape=shape)
+        out = self._op(_BINARY[z >> 3 & 1], (a, after), shape=act)
+        if before is not None:
+            out = self._op(aten.sub.Tensor, (out, before), shape=act)
+        return out
+
+    def _clone_write(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                     ) -> Ref:
+        """``clone_writes``: ``c = x.clone()`` (or ``x * 1.0``), then ``x`` written in place (``add_`` of ``a``,
+        ``mul_`` of a scalar, ``copy_`` of ``a``), and ``c`` read after the write (it keeps
+        the old value) next to the new ``x``. ``x`` is a value this call computed (later reads
+        see the write) or, half the time where there is one, a buffer of this module (its
+        update). Half the time a second ``clone(x)`` is taken and written itself: equal calls,
+        one written, which a CSE must not merge."""
+        act = self._act()
+        buffers = self._inplace_buffers(path, vectors)
+        if buffers and z >> 3 & 1:
+            name = buffers[y % len(buffers)]
+            c = self._op(aten.clone.default, (self._read_state(path, name),), shape=(WIDTH,))
+            twin = None
+            if z >> 2 & 1:
+                twin = self._op(aten.clone.default, (self._read_state(path, name),),
+                                shape=(WIDTH,))
+                twin = self._op(aten.mul_.Tensor, (twin, -1.0), shape=(WIDTH,))
+            self._update(path, name, a, z % 2 * 2)
+            out = self._op(aten.sub.Tensor, (a, c), shape=act)
+            out = self._op(aten.add.Tensor, (out, self._read_state(path, name)), shape=act)
+            return out if twin is None else self._op(aten.add.Tensor, (out, twin), shape=act)
+        mine = self._mine(scope)
+        x = mine[-1 - y % len(mine)] if mine else self._op(aten.relu.default, (a,), shape=act)
+        reader, literals = _READERS[(y >> 2) % len(_READERS)]
+        c = self._op(reader, (x, *literals), shape=act)
+        twin = None
+        if z >> 2 & 1:
+            twin = self._op(aten.clone.default, (x,), shape=act)
+            twin = self._op(aten.add_.Tensor, (twin, a), shape=act)
+        if z % 3 == 0:
+            new = self._op(aten.add_.Tensor, (x, a), shape=act)
+        elif z % 3 == 1:
+            new = self._op(aten.mul_.Tensor, (x, _SCALARS[y % len(_SCALARS)]), shape=act)
+        else:
+            new = self._op(aten.copy_.default, (x, a), shape=act)
+        scope.vals[:] = [new if u == x else u for u in scope.vals]
+        out = self._op(_BINARY[(z >> 3) % 2], (c, new), shape=act)
+        return out if twin is None else self._op(aten.add.Tensor, (out, twin), shape=act)
+
+    def _where(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``masks``: ``where`` of a bool mask from a comparison with ``0``: a guarded op of
+        ``d = a - b`` (``b`` an earlier value, or ``a``), ``where(d > 0, log(d), a)`` (``sqrt``,
+        ``reciprocal``, ``rsqrt``: the branch holds nan or inf where the mask is off); a
+        masked fill of ``a`` (``masked_fill`` or ``where`` with a
+        scalar: ``-inf``, ``inf``, ``-1e9``, nan); or ``where(mask, a, b)`` of two values
+        (``b`` an earlier value)."""
+        act = self._act()
+        b = _back(scope.vals, y)
+        variant = z % 4
+        if variant <= 1:  # a guarded op of ``a - b`` (of both signs): the mask says where
+            d = self._op(aten.sub.Tensor, (a, b), shape=act)
+            mask = self._op(aten.gt.Scalar, (d, 0.0), shape=("dtype", act, torch.bool))
+            guarded = self._op(_GUARDED[(y >> 2) % len(_GUARDED)], (d,), shape=act)
+            return self._op(aten.where.self, (mask, guarded, a), shape=act)
+        mask = self._op(_MASKS[(y >> 2) % len(_MASKS)], (a, 0.0),
+                        shape=("dtype", act, torch.bool))
+        if variant == 2:
+            fill = _FILLS[(z >> 2) % len(_FILLS)]
+            if z >> 2 & 1:
+                return self._op(aten.masked_fill.Scalar, (a, mask, fill), shape=act)
+            return self._op(aten.where.ScalarOther, (mask, a, fill), shape=act)
+        return self._op(aten.where.self, (mask, a, b), shape=act)
+
+    def _softmax(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int) -> Ref:
+        """``softmax``: ``softmax`` / ``_softmax`` / ``log_softmax`` / ``_log_softmax`` of ``a``
+        over its last or first dim, of logits ``a``, ``a * 1e3``, ``a * 16 + 1e3`` or ``a *
+        0.125 + 1e3`` (large logits: ``exp`` overflows unless the max is subtracted), half the time
+        after a masked fill with ``-inf`` where ``a > 0.5`` (attention's mask)."""
+        act = self._act()
+        scale, shift = _LOGITS[y % len(_LOGITS)]
+        x = a if scale == 1.0 else self._op(aten.mul.Tensor, (a, scale), shape=act)
+        if shift:
+            x = self._op(aten.add.Tensor, (x, shift), shape=act)
+        if z >> 2 & 1:
+            mask = self._op(aten.gt.Scalar, (a, 0.5), shape=("dtype", act, torch.bool))
+            x = self._op(aten.masked_fill.Scalar, (x, mask, float("-inf")), shape=act)
+        target, literals = _SOFTMAX[z % len(_SOFTMAX)]
+        dim = -1 if z >> 3 & 1 else (1, 0)[y >> 2 & 1]
+        return self._op(target, (x, dim, *literals), shape=act)
+
+    def _int_math(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                  ) -> Ref:
+        """``int_math``: int64 arithmetic. ``k = int64(a * 1000)`` (integers of ``(-1000,
+        1000)``) and ``big``, an int64 constant of this module (``arange`` arithmetic where
+        it can have none), combined by ``mul`` / ``add`` / ``sub``. Half the time (always
+        with ``edge_values``) the constant is past ``2**53`` for ``add`` / ``sub`` and between
+        ``2**46`` and ``2**52`` for ``mul`` (products past ``2**53``: a route through
+        ``float64`` is wrong), else past ``2**31`` or below ``2**20``. The result's low digits (``remainder`` by 997) are cast back,
+        scaled by ``2**-10`` and added to ``a``, so a wrong low bit reaches the output."""
+        act = self._act()
+        i64 = ("dtype", act, torch.int64)
+        k = self._op(aten.mul.Tensor, (a, 1000.0), shape=act)
+        k = self._op(aten._to_copy.default, (k,), IDict((("dtype", torch.int64),)), shape=i64)
+        op = _INT_OPS[y % len(_INT_OPS)]
+        magnitude = max(y >> 2 & 3, 2 if "edge_values" in self.on else 0)
+        if magnitude >= 2:  # past 2**53: the operand (add, sub) or the product (mul)
+            low, high = (2**53, 2**62) if op is not aten.mul.Tensor else (2**46, 2**52)
+        else:  # past 2**31, or ordinary
+            low, high = (2**31, 2**40) if magnitude else (2**10, 2**20)
+        values = torch.randint(low, high, (WIDTH,), generator=self.rng, dtype=torch.int64)
+        big = self._new_constant(path, scope, values)
+        if big is None:
+            step = int(values[0]) // WIDTH
+            on_cpu = (("device", _CPU), ("pin_memory", False))
+            ramp = self._op(aten.arange.default, (WIDTH,),
+                            IDict((("dtype", torch.int64), *on_cpu)), shape=("dtype", (WIDTH,),
+                                                                            torch.int64))
+            ramp = self._op(aten.mul.Tensor, (ramp, step), shape=("dtype", (WIDTH,), torch.int64))
+            big = self._op(aten.add.Tensor, (ramp, int(values[1]) | 1),
+                           shape=("dtype", (WIDTH,), torch.int64))
+        r = self._op(op, (big, k) if z & 1 else (k, big), shape=i64)
+        r = self._op(aten.remainder.Scalar, (r, 997), shape=i64)
+        f = self._op(aten._to_copy.default, (r,), IDict((("dtype", torch.float32),)), shape=act)
+        f = self._op(aten.mul.Tensor, (f, 2.0**-10), shape=act)
+        return self._op(aten.add.Tensor, (a, f), shape=act)
+
+    def _new_constant(self, path: str, scope: _Scope, value: torch.Tensor) -> Ref | None:
+        """A new constant of the module at ``path`` holding ``value`` (its placeholder), as the
+        opset steps add state; ``None`` in a preserved call or a module at two paths (its new
+        state would cross the boundary unsigned, or be one path's only)."""
+        if scope.preserved or self.sites[self.index_of[path]] != 1:
+            return None
+        fqn_name = f"int{self.late_count}"
+        self.late_count += 1
+        fqn = f"{path}.{fqn_name}" if path else fqn_name
+        name = self._name(_STATE_INPUTS[stt.CONSTANT][0] + fqn.replace(".", "_"))
+        plan = Plan()
+        plan.placeholders.append((stt.CONSTANT, name, self._fake(tuple(value.shape),
+                                                                 value.dtype), (fqn, value)))
+        self._commit(plan)
+        return ref(name)
 
     # --- the opset steps (``ir.strategies.opset_steps``) ------------------------------------
 
@@ -1636,10 +1962,22 @@ class _Builder:
                 specs.append(sg.OutputSpec(sg.USER_INPUT_MUTATION, value.name, name))
         # the first is the latest value (what the body computed last is what it returns)
         user = [scope.vals[-1]] + [_back(scope.vals, o) for o in data[2:2 + data[0] % 3]]
+        extra = data[1] % 4 if "output_aliasing" in self.on else 0
+        if extra == 1:  # one value returned twice
+            user.append(user[0])
+        elif extra == 2:  # a fresh copy of a value returned beside it
+            user.append(self._op(aten.clone.default, (user[0],), shape=self._act()))
+        elif extra == 3:  # a view of a value returned beside it
+            flat = IList((-1,))  # a symbolic batch is no literal
+            user.append(self._op(aten.view.default, (user[0], flat), shape=(self.batch * WIDTH,)))
         if self.opset_results:  # the opset steps' latest results that nothing reads
             read = {r.name for n in self.nodes for r in n.inputs()} | {v.name for v in user}
             unread = [r for r in reversed(self.opset_results) if r.name not in read]
             user += unread[:3]
+        if self.motif_results:  # and the motif steps' (what they compute reaches an output)
+            read = {r.name for n in self.nodes for r in n.inputs()} | {v.name for v in user}
+            unread = [r for r in reversed(self.motif_results) if r.name not in read]
+            user += list(dict.fromkeys(unread))[:3]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
         return tuple(mutations), tuple(user), tuple(specs)
 
@@ -1655,8 +1993,19 @@ _STEP_FEATURES = (
     ("near_duplicates", "near", _Builder._near),
     ("identities", "identity", _Builder._identity),
     ("inplace_ops", "inplace", _Builder._inplace),
+    ("state_traffic", "state", _Builder._state_traffic),
+    ("view_writes", "view_write", _Builder._view_write),
+    ("clone_writes", "clone_write", _Builder._clone_write),
+    ("masks", "where", _Builder._where),
+    ("softmax", "softmax", _Builder._softmax),
+    ("int_math", "int_math", _Builder._int_math),
     ("opset", "opset", _Builder._opset),
 )
+_MOTIFS = frozenset({"state_traffic", "view_writes", "clone_writes", "masks", "softmax",
+                     "int_math"})
+"""Step features whose kinds are drawn twice as often as the others' (the state and alias
+traffic and the everyday ops that bugs need)."""
+_MOTIF_KINDS = frozenset(k for f, k, _ in _STEP_FEATURES if f in _MOTIFS)
 _NEW_STEPS = {kind: step for _, kind, step in _STEP_FEATURES} | {"mlp": _Builder._mlp}
 
 

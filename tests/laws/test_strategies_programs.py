@@ -14,6 +14,7 @@ from lawcases import examples
 import ir
 from ir import ops
 from ir import signature as sg
+from ir.args import Ref
 from ir.errors import InputError
 from ir.opset import TensorSpec
 from ir.strategies import (
@@ -188,6 +189,23 @@ EXHIBITS = {
     "inplace_ops": ((), lambda p: _targets(p) & {"aten.mul_.Tensor", "aten.relu_.default"} or any(
         str(n.target) == "aten.add_.Tensor" and _producer(p, n.args[0]) not in _STATE_CHAIN
         for n in _computing(p))),
+    # the motif steps and values at the edges
+    "state_traffic": (("buffers", "inplace_mutation"), lambda p: any(
+        str(n.target) in _STATE_READ_TARGETS and _is_buffer_value(p, n.args[0])
+        and not any(isinstance(a, Ref) for a in n.args[1:]) for n in _computing(p))),
+    "view_writes": ((), lambda p: any(
+        str(n.target) in ("aten.add_.Tensor", "aten.mul_.Tensor", "aten.fill_.Scalar")
+        and _producer(p, n.args[0]) in _VIEW_TARGETS for n in _computing(p))),
+    "clone_writes": ((), lambda p: _clone_then_source_written(p)),
+    "masks": ((), lambda p: _targets(p) & {"aten.where.self", "aten.where.ScalarOther"}),
+    "softmax": ((), lambda p: _targets(p) & {"aten.softmax.int", "aten._softmax.default",
+                                             "aten.log_softmax.int",
+                                             "aten._log_softmax.default"}),
+    "int_math": ((), lambda p: any(
+        str(n.target) in ("aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor")
+        and n.meta["val"].dtype == torch.int64 for n in _computing(p))),
+    "edge_values": (("buffers",), lambda p: any(_at_an_edge(p.tensor(f)) for f in p.state_order)),
+    "output_aliasing": ((), lambda p: _output_views_an_output(p)),
     # the opset steps' features, as ``ir.strategies.coverage_of`` observes them
     **{f: (() if f == "opset" else ("opset",) + _OPSET_NEEDS.get(f, ()),
            lambda p, f=f: f in coverage_of(p).features) for f in OPSET_FEATURES},
@@ -195,6 +213,79 @@ EXHIBITS = {
     "symbolic_sizes": ((), lambda p: "symbolic_sizes" in coverage_of(p).features
                        and bool(other_sizes(p))),
 }
+
+# features whose steps show what another feature shows as well (kept on in its off test)
+ALSO_SHOWN_BY = {
+    "inplace_copies": {"clone_writes"},  # a second copy taken and written
+    "inplace_ops": {"view_writes", "clone_writes"},  # ``mul_``; ``add_`` of a computed value
+    "identities": {"clone_writes"},  # the copy taken as ``x * 1.0``
+    "near_duplicates": {"int_math"},  # its casts (``_to_copy``)
+    "constant_builders": {"int_math"},  # ``arange`` where it can add no constant
+    "constants": {"int_math"},  # its int64 constants
+    "overwrites": {"clone_writes"},  # ``copy_`` into a computed value
+    "state_traffic": {"view_writes"},  # reads of a buffer around its write through a view
+    "clone_writes": {"inplace_ops"},  # ``y = x.clone(); x += a``
+}
+
+_STATE_READ_TARGETS = {"aten.mul.Tensor", "aten.neg.default", "aten.add.Tensor",
+                       "aten.tanh.default"}
+_VIEW_TARGETS = {"aten.slice.Tensor", "aten.select.int", "aten.diagonal.default",
+                 "aten.view.default"}
+
+
+def _is_buffer_value(p, value):
+    """A buffer's placeholder, or an update of one (what a read of the buffer reads)."""
+    if not isinstance(value, Ref):
+        return False
+    buffers = {s.name for s in p.signature.inputs if s.kind == sg.BUFFER}
+    while True:
+        node = p.root_module.graph.node(value.name)
+        if node.op == "placeholder":
+            return node.name in buffers
+        if str(node.target) not in _STATE_CHAIN + ("aten.add.Tensor", "aten.sub.Tensor") or \
+                not isinstance(node.args[0], Ref) or node.meta["val"].shape != (4,):
+            return False
+        value = node.args[0]
+
+
+def _clone_then_source_written(p):
+    """A copy (``clone``, ``x * 1.0``) of a value the program computed, whose source is then
+    written in place and the copy read after the write."""
+    nodes = list(_computing(p))
+    users = p.root_module.graph.users()
+    for i, n in enumerate(nodes):
+        if str(n.target) not in ("aten.clone.default", "aten.mul.Tensor") or \
+                str(n.target) == "aten.mul.Tensor" and n.args[1:] != (1.0,):
+            continue
+        source = n.args[0]
+        if not isinstance(source, Ref) or _producer(p, source) is None:
+            continue
+        later = {m.name: j for j, m in enumerate(nodes)}
+        writes = [m for m in nodes[i + 1:] if str(m.target) in
+                  ("aten.add_.Tensor", "aten.mul_.Tensor", "aten.copy_.default")
+                  and m.args[0] == source]
+        if writes and any(later.get(u, -1) > later[writes[0].name] for u in users[n.name]):
+            return True
+    return False
+
+
+def _at_an_edge(t):
+    """A floating tensor holding an infinity, a nan, a negative zero, a denormal or a value
+    past ``1e4``."""
+    if not t.is_floating_point():
+        return False
+    t = t.detach()
+    tiny = (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
+    return bool((~torch.isfinite(t)).any() or (t.abs() > 1e4).any() or tiny.any()
+                or ((t == 0) & torch.signbit(t)).any())
+
+
+def _output_views_an_output(p):
+    """A user output that is a ``view`` of another user output."""
+    names = [s.name for s in p.signature.outputs if s.kind == sg.USER_OUTPUT]
+    return any(_producer(p, Ref(name)) == "aten.view.default"
+               and p.root_module.graph.node(name).args[0].name in names for name in names)
+
 
 # what an in-place write of state, an input or a fresh copy writes: the value itself, a copy,
 # or an earlier write of it
@@ -270,6 +361,7 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
         others -= OPT_IN_FEATURES
     if feature not in OPSET_FEATURES:  # the opset calls the fixed vocabulary's operators too
         others -= set(OPSET_FEATURES)
+    others -= ALSO_SHOWN_BY.get(feature, set())
     # state aliases come from sharing or ties, buffers also from mutations, in-place ops also
     # from input mutations, keyword arguments also from near duplicates: those features are not
     # alone in showing what they show (and ``programs()`` leaves a crossing call's output unread
