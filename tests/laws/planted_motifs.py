@@ -115,10 +115,13 @@ def cse_blind_to_view_writes(p: Program) -> Program:
 def _drop_clones(p: Program, mind_source: bool) -> Program:
     root = _root_of(p, through_views=True)
     written = _written_roots(p, root)
+    # a clone the program returns (or a view of it) stays: forwarded, the output would share
+    # the memory of its source (a parameter, an input) where the program returned a new tensor
+    returned = {root(s.name) for s in p.signature.outputs if s.name}
 
     def visit(node: Node, e: Any) -> Ref | None:
         if (node.target is not aten.clone.default or not isinstance(node.args[0], Ref)
-                or node.kwargs or root(node.name) in written):
+                or node.kwargs or root(node.name) in written | returned):
             return None
         if mind_source and root(node.args[0].name) in written:
             return None
