@@ -4,7 +4,7 @@ Every planted bug the project has is checked under N seeds at the budget a user 
 is every correct twin written beside them:
 
 - pass bugs (``check_laws``): ``tests/laws/test_planted_bugs.py``, ``..._heldout.py``,
-  ``..._programs_like.py``, ``test_teeth.py`` and ``planted_motifs.py`` (where present), each
+  ``..._programs_like.py``, ``test_teeth.py`` and ``test_planted_motif_bugs.py`` (bugs in ``planted_motifs.py``), each
   bug with its own options (programs, tolerances), ``check_laws(..., seed=s)`` for s in
   0..N-1, found, not shrunk (a run stops at its first violation). Per bug: the catch rate
   (seeds where a ``LawViolation`` was raised), the median number of programs drawn up to and
@@ -159,9 +159,9 @@ def _pass_cases() -> Iterator[Case]:
                _laws_run(teeth.deduplicate, {"programs": teeth.REPEATED, "idempotent": True}))
 
     try:
-        motifs = importlib.import_module("tests.laws.planted_motifs")
+        motifs = importlib.import_module("tests.laws.test_planted_motif_bugs")
     except ImportError as missing:
-        print(f"note: tests/laws/planted_motifs.py not importable ({missing}); its bugs are "
+        print(f"note: tests/laws/test_planted_motif_bugs.py not importable ({missing}); its bugs are "
               f"not measured", file=sys.stderr)
         return
     for bug, options, law, *_ in motifs.PLANTED:
