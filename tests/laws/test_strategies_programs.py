@@ -232,7 +232,7 @@ ALSO_SHOWN_BY = {
     "clone_writes": {"inplace_ops"},  # ``y = x.clone(); x += a``
     # the motif steps call table operators beyond the fixed vocabulary (``where``, ``softmax``,
     # views, int64 casts), some of them core-level ones: what ``coverage_of`` counts as opset
-    "opset": MOTIFS,
+    "opset": MOTIFS | {"output_aliasing"},  # and the ``view`` of an aliasing output
     "core_level": MOTIFS,
 }
 
@@ -383,7 +383,8 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
 
 
 def test_shrinks_to_a_minimal_buffer_update():
-    p = find(programs(features=NO_MOTIFS), _outputs_of(sg.BUFFER_MUTATION), settings=FIND)
+    # (the fixed vocabulary's features: the opset's closing run may not shrink away in time)
+    p = find(programs(features=FIXED - MOTIFS), _outputs_of(sg.BUFFER_MUTATION), settings=FIND)
     # (the shrinker may leave the root's unread large-linear pair on: state it does not read)
     assert [s.kind for s in p.state.values()].count("buffer") == 1
     assert p.root_module.graph.compute_count() == 2  # mean, add
