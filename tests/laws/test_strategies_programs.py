@@ -34,6 +34,11 @@ from transforms.preserved.signatures import repair_call_signatures
 from transforms.preserved.state_traffic import state_traffic
 
 FIXED = frozenset(FEATURES) - set(OPSET_FEATURES) - OPT_IN_FEATURES
+MOTIFS = frozenset({"state_traffic", "view_writes", "clone_writes", "masks", "softmax",
+                    "int_math"})
+# a motif switched on has one step forced in every program's root body (it does not shrink
+# away): the shrink tests switch the motifs off to see the minimal program of what they find
+NO_MOTIFS = frozenset(FEATURES) - OPT_IN_FEATURES - MOTIFS
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None,
                 suppress_health_check=list(HealthCheck))
 
@@ -225,6 +230,10 @@ ALSO_SHOWN_BY = {
     "overwrites": {"clone_writes"},  # ``copy_`` into a computed value
     "state_traffic": {"view_writes"},  # reads of a buffer around its write through a view
     "clone_writes": {"inplace_ops"},  # ``y = x.clone(); x += a``
+    # the motif steps call table operators beyond the fixed vocabulary (``where``, ``softmax``,
+    # views, int64 casts), some of them core-level ones: what ``coverage_of`` counts as opset
+    "opset": MOTIFS | {"output_aliasing"},  # and the ``view`` of an aliasing output
+    "core_level": MOTIFS,
 }
 
 _STATE_READ_TARGETS = {"aten.mul.Tensor", "aten.neg.default", "aten.add.Tensor",
@@ -374,7 +383,8 @@ def test_each_feature_is_reachable_and_off_without_it(feature):
 
 
 def test_shrinks_to_a_minimal_buffer_update():
-    p = find(programs(), _outputs_of(sg.BUFFER_MUTATION), settings=FIND)
+    # (the fixed vocabulary's features: the opset's closing run may not shrink away in time)
+    p = find(programs(features=FIXED - MOTIFS), _outputs_of(sg.BUFFER_MUTATION), settings=FIND)
     # (the shrinker may leave the root's unread large-linear pair on: state it does not read)
     assert [s.kind for s in p.state.values()].count("buffer") == 1
     assert p.root_module.graph.compute_count() == 2  # mean, add
@@ -382,7 +392,8 @@ def test_shrinks_to_a_minimal_buffer_update():
 
 
 def test_shrinks_to_a_minimal_module_call():
-    p = find(programs(), lambda p: any(len(s) > 1 for s in _stacks(p)), settings=FIND)
+    p = find(programs(features=NO_MOTIFS), lambda p: any(len(s) > 1 for s in _stacks(p)),
+             settings=FIND)
     assert p.root_module.graph.compute_count() == 1 and len(p.state) == 0
     assert [path for path, _ in p.walk()] == ["", "m0"]
 
@@ -394,7 +405,7 @@ def test_shrinks_to_a_minimal_shared_module():
 
     # the fixed vocabulary's features: the opset steps' extra draws triple the shrink's work,
     # which then ran past hypothesis's shrink time on a loaded machine
-    p = find(programs(features=FIXED), shared_and_called, settings=FIND)
+    p = find(programs(features=FIXED - MOTIFS), shared_and_called, settings=FIND)
     paths = [path for path, _ in p.walk()]
     # one shared object (m0, also registered as s0), maybe with one child under both names
     assert paths in (["", "m0", "s0"], ["", "m0", "m0.m1", "s0", "s0.m1"]), paths
