@@ -75,7 +75,9 @@ _WRITE_AMOUNTS = (0.5, -1.0, 2.0)
 class LikeExample:
     """One draw of :func:`programs_like`: ``program``, the ``args`` / ``kwargs`` to call
     ``lower(program)`` with, which ``variant`` of the source it is (``"source"`` for the source
-    itself), and whether it ``keeps_signature``: it takes and returns what the source does, so
+    itself), whether it ``keeps_signature``: it takes and returns what the source does, and
+    whether it ``matches_reference``: it keeps the signature and computes what the source does
+    (no state write drawn: ``steps += 1 before its reads`` changes what the outputs read), so
     an eager reference of the source model (``check_laws(reference=...)``) applies to it.
     ``check_laws`` takes these as they are drawn."""
 
@@ -84,6 +86,7 @@ class LikeExample:
     kwargs: dict
     variant: str = "source"
     keeps_signature: bool = True
+    matches_reference: bool = True
 
     def inputs(self, program: Program | None = None) -> tuple[tuple, dict]:
         """``(args, kwargs)``: the drawn inputs (for any program: they fit every form)."""
@@ -114,8 +117,9 @@ def programs_like(
     takes the source's inputs; all but the extra output and extra reader return what the
     source returns (``keeps_signature``). ``check_laws(pass_fn, programs=programs_like(ep))``
     checks a pass on them; with ``reference=`` the reference is called on each draw's inputs
-    and compared where ``keeps_signature``; on the other draws (an extra output or reader,
-    which the reference does not return) every law but semantics is checked.
+    and compared where ``matches_reference``; on the other draws (an extra output or reader,
+    which the reference does not return, or a state write, which it does not do) every law but
+    semantics is checked.
 
     Shrinks towards the source: the flat form, no variant, the source's sizes and values.
     The decomposed forms are made on first use (one ``run_decompositions()``, about a second);
@@ -153,14 +157,16 @@ def _like(draw: st.DrawFn, base: Program, forms: tuple[str, ...],
     keeps = True
     if choices["extra_outputs"]:
         program, keeps = _draw_extra_values(draw, program, said)
+    writes = 0
     if choices["state_writes"]:
-        program = _draw_state_writes(draw, program, said)
+        program, writes = _draw_state_writes(draw, program, said)
     if form.endswith("outlined"):
         program = transform(program)
         said.append("outlined")
     sizes = _draw_sizes(draw, base, said) if choices["sizes"] else {}
     args, kwargs = _inputs(draw, base, sizes, choices["edge_values"], said)
-    return LikeExample(program, args, kwargs, ", ".join(said) or "source", keeps)
+    return LikeExample(program, args, kwargs, ", ".join(said) or "source", keeps,
+                       keeps and not writes)
 
 
 # --- forms --------------------------------------------------------------------------------------
@@ -239,7 +245,9 @@ def _writable(p: Program) -> list[sg.InputSpec]:
     return found
 
 
-def _draw_state_writes(draw: st.DrawFn, p: Program, said: list[str]) -> Program:
+def _draw_state_writes(draw: st.DrawFn, p: Program, said: list[str]) -> tuple[Program, int]:
+    """``p`` with the drawn state writes, and how many were drawn."""
+    writes = 0
     for spec in _writable(p):
         when = draw(st.sampled_from(("none", "before", "after")))
         if when == "none":
@@ -250,7 +258,8 @@ def _draw_state_writes(draw: st.DrawFn, p: Program, said: list[str]) -> Program:
             amount = int(amount) or 1
         said.append(f"{spec.target} += {amount} {when} its reads")
         p = (_write_before if when == "before" else _write_after)(p, spec, amount)
-    return p
+        writes += 1
+    return p, writes
 
 
 def _write_before(p: Program, spec: sg.InputSpec, amount: float) -> Program:

@@ -1,6 +1,6 @@
 """Common subexpression elimination and dead code elimination."""
 
-from ir import ops
+from ir import effects, ops
 from ir.args import IList, Ref
 from transforms.edit import rewrite_nodes
 
@@ -11,27 +11,18 @@ def typed(tree):  # 1, 1.0 and True are different literals
     return tree if isinstance(tree, Ref) else (type(tree), tree)
 
 
-def written(graph):  # values some node writes in place, through views too
-    found = set()
-    for n in reversed(graph.nodes):
-        if n.op == "call_function" and ops.is_mutating(n.target):
-            found.update(r.name for r in n.inputs())
-        if n.name in found and n.op == "call_function" and ops.is_view(n.target):
-            found.update(r.name for r in n.inputs()[:1])
-    return found
-
-
 def cse(p):
-    seen, writes = {}, {}
+    seen = {}
 
     def visit(node, e):
         if node.op != "call_function" or not ops.is_recomputable(node.target):
             return None
         if not e.graph.users()[node.name]:
             return e.drop()
-        if id(e.graph) not in writes:
-            writes[id(e.graph)] = written(e.graph)
-        if node.name in writes[id(e.graph)]:
+        # a value written in place (directly or through a view or other alias) may differ
+        # between two reads: neither it nor a node reading it is merged
+        written = effects.graph_effects(p, e.module_id, e.graph).is_written
+        if written(node.name) or any(written(r.name) for r in node.inputs()):
             return None
         key = (id(e.graph), node.target, typed(e.args), typed(tuple(e.kwargs.items())))
         return seen.setdefault(key, node.ref)
