@@ -125,12 +125,19 @@ CORRECT = [
     (lp.commute_adds, "both", {}),
     (lp.freeze_buffers, "like", {}),
     (lp.relu_in_place, "defaults", {}),
-    (lp.fake_quant_matmuls, "defaults", {"atol": 0.1, "rtol": 0.1, "programs": _NO_INT_MATH}),
+    pytest.param(lp.fake_quant_matmuls, "defaults",
+                 {"atol": 0.1, "rtol": 0.1, "programs": _NO_INT_MATH},
+                 marks=pytest.mark.xfail(strict=True, reason=(
+                     "issue 60: fake_quantize_per_tensor_affine has no fake impl; on a drawn "
+                     "program with an opaque range constraint FakeTensor's fallback refuses it "
+                     "(UnsupportedOperatorException: ..._cachemask at node 'linear'), so the "
+                     "pass raises PassError"))),
 ]
 
 
 @pytest.mark.parametrize(("fn", "where", "options"), CORRECT,
-                         ids=[f.__name__ for f, *_ in CORRECT])
+                         ids=[(r.values if hasattr(r, "values") else r)[0].__name__
+                              for r in CORRECT])
 def test_a_correct_pass_passes_and_changes_programs(like, fn, where, options):
     if where in ("defaults", "both"):
         assert check_laws(fn, max_examples=30, **options).changed > 0
