@@ -218,6 +218,18 @@ def drop_copies(p: Program, bug: str | None = None) -> Program:
     return rewrite_nodes(p, visit)
 
 
+def _same_sizes(x, y) -> bool:
+    """Shapes equal as written, symbolic sizes by their expressions (``==`` on a ``SymInt``
+    would guard the dynamic size to one value): different expressions count as different."""
+    if len(x) != len(y):
+        return False
+    for m, n in zip(x, y):
+        m_sym, n_sym = isinstance(m, torch.SymInt), isinstance(n, torch.SymInt)
+        if m_sym != n_sym or (m.node.expr != n.node.expr if m_sym else m != n):
+            return False
+    return True
+
+
 def commute_adds(p: Program, bug: str | None = None) -> Program:
     """``add(b, a)`` -> ``add(a, b)``: operands in name order, so that a later CSE sees one
     sum (only where ``alpha`` is 1). ``forgets_alpha``: swaps with an ``alpha`` and drops it;
@@ -230,7 +242,7 @@ def commute_adds(p: Program, bug: str | None = None) -> Program:
         a, b = e.args
         if not isinstance(a, Ref) or not isinstance(b, Ref) or a.name <= b.name:
             return None
-        if e.val(a).shape != e.val(b).shape or e.val(a).dtype != e.val(b).dtype:
+        if not _same_sizes(e.val(a).shape, e.val(b).shape) or e.val(a).dtype != e.val(b).dtype:
             return None
         alpha = e.kwargs.get("alpha", 1)
         if alpha != 1 and bug != "forgets_alpha":

@@ -12,6 +12,7 @@ import torch
 from hypothesis import Phase, settings
 
 from ir.strategies import programs
+from ir.strategies.programs import FEATURES, OPT_IN_FEATURES
 from lowering.like import programs_like
 from lowering.pass_laws import LawViolation, check_laws
 from tests.laws.power_seeds import SEEDS, seeded
@@ -60,7 +61,14 @@ def _id(row: tuple) -> str:
 
 # (pass, bug) -> seeds where the generators do not reach it yet (bench.power, 100 examples): each
 # an xfail(strict=True) until a generator reaches it
-MISSED: dict = {}
+MISSED: dict = {
+    (lp.commute_adds, "forgets_alpha"): {
+        16: "issue 60: generator reach: under seed 16 no drawn add with alpha != 1 has operands "
+            "of equal shape (the pass keeps symbolic sizes by their expressions, no guard)"},
+    (lp.relu_in_place, "on_inputs"): {
+        2: "issue 60: generator reach: under seed 2 the drawn relus of a user input (58 in 100 "
+           "programs) all share it with another reader; the bug needs relu as its only reader"},
+}
 
 
 @pytest.mark.parametrize(("fn", "bug", "where", "law", "seed"),
@@ -103,6 +111,11 @@ def test_the_issues_forgotten_outputs_are_caught_against_the_reference():
                       max_examples=6).changed == 6
 
 
+# a tolerance bounds the quantization noise only where the program is continuous in the
+# quantized value: the ``int_math`` motif casts it to int64 and hashes it (``* c % 997``), so any
+# rounding moves its output anywhere in [0, 1); fake quantization is judged without that motif
+_NO_INT_MATH = programs(features=set(FEATURES) - OPT_IN_FEATURES - {"int_math"})
+
 # (pass, where it is checked, check_laws options)
 CORRECT = [
     (lp.drop_ones_masks, "like", {}),
@@ -112,12 +125,19 @@ CORRECT = [
     (lp.commute_adds, "both", {}),
     (lp.freeze_buffers, "like", {}),
     (lp.relu_in_place, "defaults", {}),
-    (lp.fake_quant_matmuls, "defaults", {"atol": 0.1, "rtol": 0.1}),
+    pytest.param(lp.fake_quant_matmuls, "defaults",
+                 {"atol": 0.1, "rtol": 0.1, "programs": _NO_INT_MATH},
+                 marks=pytest.mark.xfail(strict=True, reason=(
+                     "issue 60: fake_quantize_per_tensor_affine has no fake impl; on a drawn "
+                     "program with an opaque range constraint FakeTensor's fallback refuses it "
+                     "(UnsupportedOperatorException: ..._cachemask at node 'linear'), so the "
+                     "pass raises PassError"))),
 ]
 
 
 @pytest.mark.parametrize(("fn", "where", "options"), CORRECT,
-                         ids=[f.__name__ for f, *_ in CORRECT])
+                         ids=[(r.values if hasattr(r, "values") else r)[0].__name__
+                              for r in CORRECT])
 def test_a_correct_pass_passes_and_changes_programs(like, fn, where, options):
     if where in ("defaults", "both"):
         assert check_laws(fn, max_examples=30, **options).changed > 0
