@@ -147,7 +147,8 @@ def _pass_cases() -> Iterator[Case]:
         yield Case("pass", "programs_like", f"{fn.__name__}[{bug}]@{where}", True, law_of(law),
                    _laws_run(like._named(fn, bug), {},
                              strategy if where == "like" else None))
-    for fn, where, options in like.CORRECT:
+    for row in like.CORRECT:  # a row, or a ``pytest.param`` of one (its marks aside)
+        fn, where, options = getattr(row, "values", row)
         for at in (("defaults", "like") if where == "both" else (where,)):
             yield Case("pass", "programs_like", f"{fn.__name__}@{at}", False, "",
                        _laws_run(fn, options, strategy if at == "like" else None))
