@@ -58,15 +58,14 @@ from ir.import_ep import import_ep
 from ir.node import CALL_FUNCTION
 from ir.program import Program
 from ir.strategies.rewrite_sites import is_spec
+from ir.strategies.seeded_values import seeded_tensor
 from ir.strategies.values import (
     FLOAT_DTYPES,
-    LAYOUTS,
     ORDINARY,
     WHOLE,
     conversions_edges,
     edges,
     int_edges,
-    laid_out,
     scalar_values,
     size_variants,
     tensors,
@@ -174,10 +173,13 @@ def check_rule(rule: Rule, *, max_examples: int | None = None,
     broadcasting along any dimension); each free scalar argument on its own over zero, -0.0,
     negative, fractional, above one and large, crossed with every float dtype; combinations.
     Signatures where the replacement, run eagerly, disagrees with the pattern come first. Per
-    example hypothesis draws a signature and the values (``ir.strategies.values.tensors``:
-    per element ordinary and IEEE edge values as ``assumed(rule)`` admits, in a contiguous,
-    transposed, strided or expanded layout). A counterexample shrinks toward ordinary values,
-    the contiguous layout and the example's signature, for at most ``SHRINK_SECONDS``.
+    example purefx's own seeded generator draws the values at a signature (``drawn``: the
+    kinds of ``ir.strategies.values.tensors``, per element ordinary and IEEE edge values as
+    ``assumed(rule)`` admits, in a contiguous, transposed, strided or expanded layout), never
+    hypothesis, so the verdict is the same on every hypothesis version. Once a draw breaks the
+    law, a hypothesis search at its signature looks for a counterexample shrunk toward
+    ordinary values and the contiguous layout, for at most ``SHRINK_SECONDS``: it changes the
+    counterexample reported, never the verdict.
     Deterministic probes come first at each signature: ordinary values, rows of edge values,
     columns of finite edge values beside their negations (``column_seeds``);
     where the pattern's program or its rewrite converts dtypes (``conversions``: ``.to``, a
@@ -190,7 +192,7 @@ def check_rule(rule: Rule, *, max_examples: int | None = None,
 
     ``seed``: ``None`` (the default) draws as described, seeded by the rule's content alone, so
     a verdict is reproducible and can be stored (``transforms.rewrite.verdicts``). An int draws
-    another stream of the same kinds (``Draws``): the hypothesis examples (their key holds
+    another stream of the same kinds (``Draws``): the examples (their generator's seed holds
     it), the ordinary-and-edge probe, which edge value each row of the edge rows gets, and the
     sample of size pairs and combinations among the signatures. Every edge value is still
     probed in each floating tensor on every seed. A right rule is accepted and a wrong one
@@ -255,8 +257,8 @@ class Draws:
         return Draws(seed)
 
     def rng(self) -> random.Random:
-        """A fresh generator for the signatures' sample and the nested draws: ``Random(0)`` by
-        default, else seeded by ``seed``."""
+        """A fresh generator for the signatures' sample: ``Random(0)`` by default, else seeded
+        by ``seed``."""
         return random.Random(0 if self.seed is None else f"check_rule {self.seed}")
 
     def probes(self, sig: Signature, assumes: frozenset[str]) -> tuple[int, ...]:
@@ -271,10 +273,16 @@ class Draws:
                 *column_seeds(sig, assumes, shift=shift))
 
     def key(self, rule: Rule, sig: Signature) -> tuple:
-        """The hypothesis key of the search at ``sig``: the rule's content and the signature,
-        and the seed when there is one."""
+        """What tells the draws at ``sig`` apart: the rule's content and the signature, and the
+        seed when there is one (the examples' seed, and the key of the shrinking search)."""
         base = (rule_seed(rule), sig.describe())
         return base if self.seed is None else (*base, self.seed)
+
+    def examples(self, rule: Rule, sig: Signature) -> random.Random:
+        """A fresh generator of the examples drawn at ``sig`` (``drawn``), seeded by ``key``:
+        the rule's content, the signature and the seed; one stream per signature, whatever was
+        drawn at the others. O(1)."""
+        return random.Random("check_rule examples " + repr(self.key(rule, sig)))
 
 
 def _check_variant(rule: Rule, n: int, limit: int = SIGNATURES, *,
@@ -355,15 +363,17 @@ def _why_never(rule: Rule, sig: Signature) -> str:
 
 def _search(state: _State, n: int) -> None:
     """Search each signature in turn (the example's, then the telling ones): its ``probe``
-    values first, then ``budgets(…)[i]`` hypothesis examples. A probe that breaks the law is
-    followed by a longer hypothesis search at its signature, for a shrunk counterexample (the
-    probe's own is raised when none is found), except after an integer-edge probe of a program
-    that divides integers (``divides``): there the probe's own is raised, since a search near
-    ``INT_MIN`` would divide it by -1, which stops the process (SIGFPE), not with an error."""
+    values first, then ``budgets(…)[i]`` examples drawn by purefx's own seeded generator
+    (``drawn``). A probe or example that breaks the law is followed by a hypothesis search at
+    its signature, for a shrunk counterexample (the draw's own is raised when none is found):
+    hypothesis only explains a verdict, it never decides one. Except after an integer-edge
+    probe of a program that divides integers (``divides``): there the probe's own is raised,
+    since a search near ``INT_MIN`` would divide it by -1, which stops the process (SIGFPE),
+    not with an error; and inside a hypothesis test (a property suite that calls rewrite),
+    where hypothesis cannot nest: there the draw's own is raised."""
     from hypothesis import currently_in_test_context
 
     nested = currently_in_test_context()
-    rng = state.draws.rng()
     for i, k in zip(range(len(state.sigs)), budgets(state, n)):
         sig = state.sigs[i]
         at_int_edges = False
@@ -378,19 +388,16 @@ def _search(state: _State, n: int) -> None:
                 divides = state.built(i).divides
                 for start in int_edge_starts(sig, divides=divides):
                     state.check(i, int_edge_probe(sig, start, divides=divides))
+            at_int_edges = False
+            if state.sites.get(i, True) is None:
+                continue  # rewrite declines the match at this signature: nothing to check here
+            rng = state.draws.examples(state.rule, sig)
+            for _ in range(k):
+                state.check(i, drawn(sig, state.draw_assumes, state.built(i).conversions, rng))
         except LawViolation:
             if not nested and not (at_int_edges and state.built(i).divides):
                 _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
             raise
-        if state.sites.get(i, True) is None:
-            continue  # rewrite declines the match at this signature: nothing to check here
-        if nested:
-            # inside a hypothesis test (a property suite that calls rewrite): hypothesis
-            # cannot nest @given, so values of the same kinds come from a seeded generator
-            for _ in range(k):
-                state.check(i, seeded(sig, state.draw_assumes, rng))
-        elif k:
-            _hypothesis_search(state, i, k)
 
 
 SHRINK_EXAMPLES = 20
@@ -538,17 +545,18 @@ def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
     return tuple(args)
 
 
-def seeded(sig: Signature, assumes: frozenset[str], rng: random.Random) -> tuple:
-    """Arguments of ``sig`` from ``rng`` (for use inside a hypothesis test, where ``tensors``
-    cannot be drawn): ``probe`` values of a random seed in a random layout."""
-    args = probe(sig, assumes, rng.randrange(1, 2**16) if rng.random() < 0.7 else 0)
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            layout = rng.choice(LAYOUTS[:3])
-            a = laid_out(a, layout)
-        out.append(a)
-    return tuple(out)
+def drawn(sig: Signature, assumes: frozenset[str], conversions: Any,
+          rng: random.Random) -> tuple:
+    """Arguments of ``sig`` drawn from ``rng`` (``ir.strategies.seeded_values.seeded_tensor``:
+    the kinds of values and layouts ``ir.strategies.values.tensors`` draws, with the edges of
+    the pattern's ``conversions`` among them); scalars as ``sig`` gives them. Depends on
+    ``rng``'s state only, never on hypothesis. O(elements)."""
+    return tuple(
+        seeded_tensor(rng, a[0], a[1], assumes=assumes,
+                      extra=conversions_edges(a[1], conversions))
+        if is_spec(a) else a
+        for a in sig.args
+    )
 
 
 class _State:

@@ -45,6 +45,7 @@ _CHECKER_SOURCES = (
     "transforms/rewrite/rule_check.py",
     "transforms/rewrite/rule_key.py",
     "ir/strategies/values.py",
+    "ir/strategies/seeded_values.py",
     "ir/harness/compare.py",
     "ir/harness/tolerance.py",
     "ir/harness/observe.py",
