@@ -396,8 +396,20 @@ def _search(state: _State, n: int) -> None:
                 state.check(i, drawn(sig, state.draw_assumes, state.built(i).conversions, rng))
         except LawViolation:
             if not nested and not (at_int_edges and state.built(i).divides):
-                _hypothesis_search(state, i, max(SHRINK_EXAMPLES, k))
+                _shrunk(state, i, max(SHRINK_EXAMPLES, k))
             raise
+
+
+def _shrunk(state: _State, i: int, k: int) -> None:
+    """Raise the smaller counterexample a hypothesis search of ``k`` examples at signature
+    ``i`` finds; return when it finds none, or when the search itself fails otherwise (its
+    draws are hypothesis's, so nothing it does but a counterexample may reach the verdict)."""
+    try:
+        _hypothesis_search(state, i, k)
+    except LawViolation:
+        raise
+    except Exception:  # noqa: BLE001 - the draw's own counterexample is raised instead
+        return
 
 
 SHRINK_EXAMPLES = 20
@@ -405,7 +417,7 @@ SHRINK_EXAMPLES = 20
 
 
 def budgets(state: _State, n: int) -> list[int]:
-    """How many hypothesis examples each signature gets out of ``n``: the example's and those
+    """How many examples each signature gets out of ``n``: the example's and those
     where the functions disagree eagerly three per round, the others one, round after round
     until ``n`` are given. O(n + signatures)."""
     weights = [3 if i == 0 or i <= state.wrong else 1 for i in range(len(state.sigs))]
@@ -504,7 +516,7 @@ def probe(sig: Signature, assumes: frozenset[str], seed: int) -> tuple:
     dimension) one edge value everywhere, the largest finite first (a row sum overflows where a mean does
     not); with one of ``column_seeds`` each column one edge value down the rows; otherwise the edge values ``assumes`` admits in turn among normal values seeded by
     ``seed``. Used where the pattern is only tried (does it run, do the two functions
-    disagree), and for the first draw inside a hypothesis test."""
+    disagree)."""
     gen = torch.Generator().manual_seed(seed)
     args = []
     for a in sig.args:

@@ -16,17 +16,37 @@ so a change in a helper reaches the key). Then the flags the check reads: ``spec
   (``transforms.rewrite.rule_check``), so two rules that differ only in name draw alike and get one
   verdict.
 - ``verdict_key(rule)``: the digest of the content plus what else decides a verdict: the
-  checker's version (``CHECKER_VERSION`` and a digest of the sources that draw and judge), the
-  torch version (its kernels round and overflow; its export traces) and hypothesis's (its draws).
-  The key of ``transforms.rewrite.verdict_store``.
+  checker's version (``CHECKER_VERSION`` and a digest of the sources that draw and judge) and
+  torch's release line (``torch_line``: its kernels round and overflow). The key of
+  ``transforms.rewrite.verdict_store``.
+
+Not in the key, because no verdict depends on them:
+
+- **hypothesis's version.** ``check_rule`` draws every value that decides a verdict itself:
+  deterministic probes and examples from a ``random.Random`` seeded by the rule's content
+  (``ir.strategies.seeded_values``). Hypothesis runs only once a draw has broken the law, to
+  look for a smaller counterexample; the verdict is then "wrong" whatever it finds, and only
+  the counterexample's text (kept with the verdict) depends on it.
+- **torch's patch release.** Within one release line (``2.14.0``, ``2.14.1``, a ``+cpu`` or
+  ``+cu128`` build) what could move a verdict is either in the key already or shared: the
+  pattern's and the replacement's traces are part of the content (an export fix in a patch
+  changes their text, hence the key), and the checker runs both sides on the CPU kernels of the
+  same process. What is left is a patch that changes a CPU kernel's values, which torch's patch
+  releases take only to fix a regression or a silent wrong result; the shipped verdicts are
+  computed on the newest patch of each line, and ``python -m transforms.rewrite.verdicts
+  --check`` recomputes them on whichever patch is installed (exit 1 on drift). A pre-release or
+  source build (``2.15.0a0+git…``, ``2.15.0.dev…``) is keyed by its whole version instead.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
+import inspect
+import linecache
 import math
+import re
+import textwrap
 import types
 from pathlib import Path
 from typing import Any
@@ -96,17 +116,26 @@ def rule_seed(rule: Rule) -> str:
 
 def verdict_key(rule: Rule) -> str:
     """The sha256 hex digest of everything that decides ``check_rule``'s verdict on ``rule``:
-    ``rule_content``, ``checker_version()`` and the torch and hypothesis versions. Same cost as
-    ``rule_content``."""
+    ``rule_content`` and ``versions()`` (the checker's and torch's release line; never
+    hypothesis's version, never the rule's name). Same cost as ``rule_content``."""
     return _sha("\n".join((rule_seed(rule), *versions())))
 
 
-def versions() -> tuple[str, str, str]:
-    """``(checker version, torch version, hypothesis version)`` as keys record them: the checker
-    as ``CHECKER_VERSION`` and a digest of its sources, torch without its local build tag
-    (``2.13.0+cpu`` and ``2.13.0+cu128`` check alike: the checker runs on the CPU). O(1) after
-    the first call."""
-    return (checker_version(), torch.__version__.split("+")[0], _hypothesis_version())
+def versions() -> tuple[str, str]:
+    """``(checker version, torch line)`` as keys record them: the checker as ``CHECKER_VERSION``
+    and a digest of its sources, torch as ``torch_line()``. O(1) after the first call."""
+    return (checker_version(), torch_line())
+
+
+def torch_line(version: str | None = None) -> str:
+    """The torch release line a verdict holds for (module docstring): ``major.minor`` of a
+    release, whatever its patch and build tag (``"2.14.1+cu128"`` -> ``"2.14"``); the whole
+    version of anything else (a pre-release, a nightly or a source build: ``"2.15.0a0+gitabc"``
+    stays as it is, since two of them share no kernels for sure). ``version``: that string
+    instead of the running torch's. O(len(version))."""
+    text = torch.__version__ if version is None else version
+    m = re.fullmatch(r"(\d+)\.(\d+)\.\d+(\+[0-9A-Za-z.]+)?", text)
+    return f"{m[1]}.{m[2]}" if m else text
 
 
 @functools.cache
@@ -119,16 +148,6 @@ def checker_version() -> str:
         path = root / rel
         h.update(rel.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
     return f"{CHECKER_VERSION}-{h.hexdigest()[:16]}"
-
-
-@functools.cache
-def _hypothesis_version() -> str:
-    try:
-        return importlib.metadata.version("hypothesis")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a vendored copy
-        import hypothesis
-
-        return str(getattr(hypothesis, "__version__", "unknown"))
 
 
 def code_digest(fn: Any) -> str:
@@ -165,7 +184,7 @@ def _code_text(fn: Any, depth: int, seen: set[int]) -> str:
     seen.add(id(fn))
     code = fn.__code__
     h = hashlib.sha256()
-    h.update(_code_bytes(code))
+    h.update(_code_identity(code))
     cells = [_value_text(c.cell_contents, depth, seen) if _filled(c) else "<empty>"
              for c in (fn.__closure__ or ())]
     h.update(repr(cells).encode())
@@ -185,6 +204,58 @@ def _filled(cell: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _code_identity(code: types.CodeType) -> bytes:
+    """What a function's code is, the same on every Python release where it can be: the
+    source text of a ``def`` (dedented) when its file, compiled on this interpreter, holds the
+    very code the function runs (so a file edited since the import, or a function built
+    elsewhere, never passes for its source); else the bytecode (``_code_bytes``), which a
+    Python release changes. A lambda is keyed by its bytecode: its source is the whole
+    statement it sits in."""
+    text = _source(code)
+    if text is not None:
+        return b"source\0" + text.encode()
+    return b"bytecode\0" + _code_bytes(code)
+
+
+@functools.lru_cache(maxsize=4096)
+def _source(code: types.CodeType) -> str | None:
+    if code.co_name == "<lambda>" or code.co_firstlineno < 1:
+        return None
+    linecache.checkcache(code.co_filename)
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        return None
+    compiled = _compiled("".join(lines), code.co_filename)
+    if compiled.get((_qualname(code), code.co_firstlineno)) != _code_bytes(code):
+        return None
+    try:
+        return textwrap.dedent("".join(inspect.getblock(lines[code.co_firstlineno - 1:])))
+    except (SyntaxError, IndentationError, ValueError):  # pragma: no cover - it compiled
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(text: str, filename: str) -> dict[tuple[str, int], bytes]:
+    """``_code_bytes`` of every function compiled from a file's ``text``, by qualified name and
+    first line; empty when it does not compile."""
+    try:
+        module = compile(text, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return {}
+    out: dict[tuple[str, int], bytes] = {}
+    todo = [module]
+    while todo:
+        for c in todo.pop().co_consts:
+            if isinstance(c, types.CodeType):
+                out[(_qualname(c), c.co_firstlineno)] = _code_bytes(c)
+                todo.append(c)
+    return out
+
+
+def _qualname(code: types.CodeType) -> str:
+    return getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11 on
 
 
 def _code_bytes(code: types.CodeType) -> bytes:
@@ -270,6 +341,7 @@ __all__ = [
     "code_digest",
     "rule_content",
     "rule_seed",
+    "torch_line",
     "verdict_key",
     "versions",
 ]

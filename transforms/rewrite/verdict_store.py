@@ -1,12 +1,14 @@
 """Verdicts on disk: ``check_rule``'s verdicts kept between processes, keyed by
-``rule_key.verdict_key`` (the rule's content, the checker's, torch's and hypothesis's versions;
-never its name).
+``rule_key.verdict_key`` (the rule's content, the checker's version and torch's release line;
+never its name, never hypothesis's version).
 
 Two sources, read in this order by ``transforms.rewrite.verdicts``:
 
-- the **shipped** verdicts (``SHIPPED``, ``transforms/rewrite/shipped_verdicts.json``, written
-  by ``python -m transforms.rewrite.verdicts --write``): the shipped rules' verdicts, read
-  without running a check; a test recomputes them and fails when they drift;
+- the **shipped** verdicts (``SHIPPED``, ``transforms/rewrite/shipped_verdicts.json``): the
+  shipped rules' verdicts, one section per torch release line they were computed on (each
+  written by ``python -m transforms.rewrite.verdicts --write`` under that torch, which keeps
+  the other lines' sections of the same checker), read without running a check; a test
+  recomputes a sample and fails when they drift;
 - a **store**: a directory of one JSON file per verdict, ``<dir>/<key>.json``. By default
   ``$XDG_CACHE_HOME/purefx/verdicts`` (``~/.cache/purefx/verdicts`` without it); the
   environment variable ``PUREFX_VERDICTS`` moves it (a directory) or turns it off (``off``,
@@ -40,8 +42,9 @@ import attrs
 
 from ir.fact_store import ENV, VERDICTS_OFF, checksum, default_directory, env_directory
 
-FORMAT = 1
-"""The entries' format; an entry of another format is ignored."""
+FORMAT = 2
+"""The entries' format; an entry of another format is ignored (format 1 also recorded
+hypothesis's version)."""
 SHIPPED = Path(__file__).with_name("shipped_verdicts.json")
 """The shipped rules' verdicts, with the package."""
 
@@ -60,26 +63,26 @@ class Stored:
     restrided: tuple[str, ...] = ()
     rule: str = ""
 
-    def body(self, key: str, versions: tuple[str, str, str]) -> dict[str, Any]:
-        """The JSON object filed under ``key`` (checksum included)."""
-        checker, torch_version, hyp = versions
+    def body(self, key: str, versions: tuple[str, str]) -> dict[str, Any]:
+        """The JSON object filed under ``key`` (checksum included); ``versions`` as
+        ``rule_key.versions()`` gives them."""
+        checker, torch_version = versions
         body = {"format": FORMAT, "key": key, "checker": checker, "torch": torch_version,
-                "hypothesis": hyp, "verdict": "right" if self.right else "wrong",
+                "verdict": "right" if self.right else "wrong",
                 "detail": self.detail, "ran": self.ran, "rewritten": self.rewritten,
                 "restrided": list(self.restrided), "rule": self.rule}
         body["sum"] = checksum(body)
         return body
 
 
-def parse(body: Any, key: str, versions: tuple[str, str, str]) -> Stored | None:
+def parse(body: Any, key: str, versions: tuple[str, str]) -> Stored | None:
     """The verdict ``body`` (a parsed JSON value) holds for ``key`` under ``versions``, or
     ``None`` when it is not one to trust: another shape or format, another key or version, a
     checksum that does not match. Never raises. O(size of body)."""
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         return None
-    checker, torch_version, hyp = versions
-    if (body.get("key"), body.get("checker"), body.get("torch"), body.get("hypothesis")) != (
-            key, checker, torch_version, hyp):
+    checker, torch_version = versions
+    if (body.get("key"), body.get("checker"), body.get("torch")) != (key, checker, torch_version):
         return None
     if body.get("sum") != checksum(body) or body.get("verdict") not in ("right", "wrong"):
         return None
@@ -103,7 +106,7 @@ class VerdictStore:
 
     directory: Path = attrs.field(converter=Path)
 
-    def get(self, key: str, versions: tuple[str, str, str]) -> Stored | None:
+    def get(self, key: str, versions: tuple[str, str]) -> Stored | None:
         """The verdict filed under ``key``, or ``None`` when there is none to trust (missing,
         unreadable, corrupt, foreign: ``parse``). Never raises. O(entry size)."""
         if not _is_key(key):
@@ -115,7 +118,7 @@ class VerdictStore:
             return None
         return parse(body, key, versions)
 
-    def put(self, key: str, versions: tuple[str, str, str], verdict: Stored) -> bool:
+    def put(self, key: str, versions: tuple[str, str], verdict: Stored) -> bool:
         """File ``verdict`` under ``key``, atomically (a temporary file in the directory, then
         ``os.replace``; the directory made when missing). Returns whether it was written: a
         store that cannot be written (read-only, full) keeps nothing and raises nothing, as a
@@ -164,34 +167,64 @@ def store_for(verdicts: Any = None) -> VerdictStore | None:
 
 
 @functools.cache
-def _shipped_bodies() -> Mapping[str, Any]:
+def shipped_sections(path: Path = SHIPPED) -> Mapping[str, Mapping[str, Any]]:
+    """The sections of the shipped verdicts file at ``path`` (read once per process and path):
+    torch line -> ``{"checker", "computed_on", "entries"}``; empty when the file is missing,
+    not JSON or of another format. Never raises. Do not change what it returns."""
     try:
-        data = json.loads(SHIPPED.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return {}
-    entries = data.get("entries") if isinstance(data, dict) else None
-    return entries if isinstance(entries, dict) else {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return {}
+    torches = data.get("torch")
+    if not isinstance(torches, dict):
+        return {}
+    return {line: section for line, section in torches.items()
+            if isinstance(section, dict) and isinstance(section.get("entries"), dict)}
 
 
-def shipped(key: str, versions: tuple[str, str, str]) -> Stored | None:
-    """The shipped verdict for ``key`` (``SHIPPED``, read once per process), or ``None`` (none,
-    or not one to trust: ``parse``). Never raises."""
-    return parse(_shipped_bodies().get(key), key, versions)
+def shipped_lines(checker: str, path: Path = SHIPPED) -> tuple[str, ...]:
+    """The torch lines whose verdicts ship (a section at ``path``) for checker version
+    ``checker``, sorted. O(sections)."""
+    return tuple(sorted(line for line, section in shipped_sections(path).items()
+                        if section.get("checker") == checker))
 
 
-def write_shipped(entries: Mapping[str, Stored], versions: tuple[str, str, str],
-                  path: Path = SHIPPED) -> None:
-    """Write ``entries`` (key -> verdict) as the shipped verdicts file at ``path``, keys
-    sorted, atomically. O(entries)."""
-    data = {"format": FORMAT, "checker": versions[0], "torch": versions[1],
-            "hypothesis": versions[2],
-            "entries": {k: entries[k].body(k, versions) for k in sorted(entries)}}
+def shipped(key: str, versions: tuple[str, str]) -> Stored | None:
+    """The shipped verdict for ``key`` under ``versions`` (its torch line's section of
+    ``SHIPPED``), or ``None`` (none, or not one to trust: ``parse``). Never raises."""
+    section = shipped_sections().get(versions[1], {})
+    return parse(section.get("entries", {}).get(key), key, versions)
+
+
+def write_shipped(entries: Mapping[str, Stored], versions: tuple[str, str],
+                  computed_on: Mapping[str, str], path: Path = SHIPPED) -> tuple[str, ...]:
+    """Make ``entries`` (key -> verdict) the section of torch line ``versions[1]`` of the
+    shipped verdicts file at ``path``, keys sorted, atomically; ``computed_on`` (the exact
+    versions they were checked under: torch, hypothesis, python) is recorded beside them. The
+    other lines' sections of the same checker are kept; those of another checker (which no key
+    of this one can reach) are dropped, and their lines returned, so the caller can say which
+    torches to regenerate on. O(entries in the file)."""
+    checker, line = versions
+    kept, dropped = {}, []
+    for other, section in shipped_sections(path).items():
+        if other == line:
+            continue
+        if section.get("checker") == checker:
+            kept[other] = section
+        else:
+            dropped.append(other)
+    kept[line] = {"checker": checker, "computed_on": dict(computed_on),
+                  "entries": {k: entries[k].body(k, versions) for k in sorted(entries)}}
+    data = {"format": FORMAT, "torch": {k: kept[k] for k in sorted(kept)}}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, sort_keys=True, indent=1)
         f.write("\n")
     os.replace(tmp, path)
-    _shipped_bodies.cache_clear()
+    shipped_sections.cache_clear()
+    return tuple(sorted(dropped))
 
 
 __all__ = [
@@ -205,6 +238,8 @@ __all__ = [
     "default_directory",
     "parse",
     "shipped",
+    "shipped_lines",
+    "shipped_sections",
     "store_for",
     "write_shipped",
 ]

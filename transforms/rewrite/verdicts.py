@@ -10,9 +10,14 @@ processes (forked, so a rule's functions need not be importable or picklable; at
 verdict is written to the store. A verdict reached inside a hypothesis test (where
 ``check_rule`` draws from a seeded generator instead) is kept in memory only.
 
-Run as ``python -m transforms.rewrite.verdicts --write`` to regenerate the shipped verdicts
-(``verdict_store.SHIPPED``) from the shipped rules (``shipped_rules``), ``--check`` to
-recompute them and exit 1 where they drift.
+Verdicts ship for each torch release line they were computed on. Under a torch outside those
+lines, the first check of a process says so once, in one line (``NoShippedVerdicts``, a
+``UserWarning``): how many rules it checks now, about how long the shipped set takes, and where
+the verdicts are kept for the next process.
+
+Run as ``python -m transforms.rewrite.verdicts --write`` to regenerate the running torch line's
+shipped verdicts (``verdict_store.SHIPPED``; the other lines' are kept) from the shipped rules
+(``shipped_rules``), ``--check`` to recompute them and exit 1 where they drift.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import platform
 import sys
 import time
 import warnings
@@ -37,12 +43,27 @@ from transforms.rewrite.verdict_store import (
     Stored,
     VerdictStore,
     shipped,
+    shipped_lines,
     store_for,
     write_shipped,
 )
 
 MAX_WORKERS = 8
 """At most this many processes check rules at once."""
+
+SHIPPED_CHECK_SECONDS = 45
+"""About how long the shipped rules' first check takes on two cores (``python -m
+bench.verdicts`` on torch 2.14.1 before its verdicts shipped: 43-44 s): what
+``NoShippedVerdicts`` announces."""
+
+
+class NoShippedVerdicts(UserWarning):
+    """This torch is outside the release lines whose rule verdicts ship with purefx, so rules
+    are checked at first use (once per store). Raised as a warning, once per process;
+    ``warnings.filterwarnings("ignore", category=NoShippedVerdicts)`` silences it."""
+
+
+_WARNED: list[bool] = []  #: whether this process has said ``NoShippedVerdicts`` (says nothing else)
 
 
 def check_rules(rules: Iterable[Rule], *, verdicts: Any = None,
@@ -96,11 +117,29 @@ def _settle(rules: list[Rule], store: VerdictStore | None, workers: int | None) 
             unknown.append(r)
         else:
             rule_cache(r).verdict = _verdict(r, found)
+    if unknown:
+        _say_unshipped(len(unknown), store, now)
     reached = checked_verdicts(unknown, workers=1 if nested else workers)
     for r, v in zip(unknown, reached):
         rule_cache(r).verdict = _verdict(r, v)
         if store is not None and not nested:
             store.put(keys[id(r)], now, v)
+
+
+def _say_unshipped(n: int, store: VerdictStore | None, now: tuple[str, str]) -> None:
+    """Warn once per process (``NoShippedVerdicts``, one line) when rules are about to be
+    checked under a torch line no shipped verdicts were computed on."""
+    lines = shipped_lines(now[0])
+    if _WARNED or now[1] in lines:
+        return
+    _WARNED.append(True)
+    kept = (f"kept in {store.directory} for later processes" if store is not None
+            else "checked again in every process (no verdict store)")
+    warnings.warn(
+        f"purefx: no rule verdicts ship for torch {torch.__version__} (they ship for torch "
+        f"{', '.join(lines) or 'none'}), so {n} rule(s) are checked now (the shipped rules: "
+        f"about {SHIPPED_CHECK_SECONDS} s on two cores), {kept}",
+        NoShippedVerdicts, stacklevel=4)
 
 
 def _verdict(rule: Rule, v: Stored) -> BaseException | bool:
@@ -242,8 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if wrong:
             _say(f"shipped rules found wrong, not written: {wrong}", sys.stderr)
             return 1
-        write_shipped(dict(zip(keys, found)), versions())
-        _say(f"wrote {len(rules)} verdicts in {took:.1f}s")
+        import hypothesis
+
+        computed_on = {"torch": torch.__version__, "hypothesis": hypothesis.__version__,
+                       "python": platform.python_version()}
+        dropped = write_shipped(dict(zip(keys, found)), versions(), computed_on)
+        _say(f"wrote {len(rules)} verdicts for torch {versions()[1]} in {took:.1f}s")
+        if dropped:
+            _say(f"dropped the verdicts of torch {', '.join(dropped)} (another checker): "
+                 "run this command under each of them", sys.stderr)
         return 0
     drift = drifted(rules, keys, found)
     for line in drift:
@@ -276,7 +322,16 @@ def drifted(rules: Sequence[Rule], keys: Sequence[str],
     return out
 
 
-__all__ = ["MAX_WORKERS", "check_rules", "checked_verdicts", "drifted", "main", "shipped_rules"]
+__all__ = [
+    "MAX_WORKERS",
+    "SHIPPED_CHECK_SECONDS",
+    "NoShippedVerdicts",
+    "check_rules",
+    "checked_verdicts",
+    "drifted",
+    "main",
+    "shipped_rules",
+]
 
 if __name__ == "__main__":
     raise SystemExit(main())
