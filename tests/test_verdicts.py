@@ -14,10 +14,17 @@ import torch
 
 from ir import PassError
 from transforms.machinery.law_violation import LawViolation
-from transforms.rewrite import Rule, check_rule, rewrite
+from transforms.rewrite import Rule, check_rule, rewrite, rule_check, rule_key
 from transforms.rewrite import verdicts as verdicts_module
 from transforms.rewrite.api import ensure_checked, rule_verdict
-from transforms.rewrite.rule_key import rule_content, rule_seed, verdict_key, versions
+from transforms.rewrite.rule_key import (
+    code_digest,
+    rule_content,
+    rule_seed,
+    torch_line,
+    verdict_key,
+    versions,
+)
 from transforms.rewrite.rules import RELU_RELU, SHARED_INPUT_ASSUMES, SHARED_INPUT_MM, TIMES_ONE
 from transforms.rewrite.verdict_store import (
     ENV,
@@ -26,10 +33,14 @@ from transforms.rewrite.verdict_store import (
     VerdictStore,
     checksum,
     default_directory,
+    parse,
     shipped,
+    shipped_lines,
+    shipped_sections,
     store_for,
+    write_shipped,
 )
-from transforms.rewrite.verdicts import check_rules, drifted, shipped_rules
+from transforms.rewrite.verdicts import NoShippedVerdicts, check_rules, drifted, shipped_rules
 
 X = (torch.randn(3, 4),)
 
@@ -123,7 +134,7 @@ def test_the_store_keeps_a_verdict_and_ignores_every_entry_not_to_trust(tmp_path
     bad(json.dumps({**body, "verdict": "wrong", "detail": "x"}))  # edited: checksum differs
     forged = {**body, "key": "cd" * 32}
     bad(json.dumps(forged))  # filed under another key
-    for field in ("checker", "torch", "hypothesis"):  # another version
+    for field in ("checker", "torch"):  # another version
         other = {**body, field: "0"}
         other["sum"] = checksum(other)
         bad(json.dumps(other))
@@ -264,26 +275,148 @@ def test_workers_must_be_a_positive_int():
 # --- the shipped verdicts -------------------------------------------------------------------------
 
 
-def _shipped_versions() -> tuple[str, str, str]:
+SHIPPED_LINES = ("2.13", "2.14")
+"""The torch lines whose verdicts ship: each release line of ``pyproject.toml``'s range this
+project could install (2.15 could not be installed where they were computed: docs/rewrite.md)."""
+
+
+def test_the_shipped_verdicts_are_well_formed_for_each_torch_line():
+    """Each section: the current checker, computed on a torch of its line (hypothesis and
+    Python recorded), one right verdict per shipped rule, each entry one ``parse`` trusts
+    under its own key and versions, and nothing else in the file."""
     data = json.loads(SHIPPED.read_text(encoding="utf-8"))
-    return (data["checker"], data["torch"], data["hypothesis"])
+    assert set(data) == {"format", "torch"} and set(data["torch"]) == set(SHIPPED_LINES)
+    checker = versions()[0]
+    assert shipped_lines(checker) == SHIPPED_LINES, "the checker changed: regenerate"
+    n = len(shipped_rules())
+    for line, section in shipped_sections().items():
+        assert set(section) == {"checker", "computed_on", "entries"}, line
+        made = section["computed_on"]
+        assert set(made) == {"torch", "hypothesis", "python"} and torch_line(made["torch"]) == line
+        entries = section["entries"]
+        assert len(entries) == n, (line, len(entries), n)
+        for key, body in entries.items():
+            found = parse(body, key, (checker, line))
+            assert found is not None and found.right and found.rewritten > 0, (line, key)
 
 
 def test_every_shipped_rule_has_a_shipped_verdict_for_its_key():
     """Fails when a shipped rule or the checker changed without the shipped verdicts being
-    regenerated (``python -m transforms.rewrite.verdicts --write``). Under another torch or
-    hypothesis release than the file was written with (CI's newest-torch run, a hypothesis
-    released since) the shipped verdicts are rightly not trusted and the rules are checked
-    again at first use: that is no drift, so the test skips naming the versions."""
-    written_with = _shipped_versions()
-    if written_with[1:] != versions()[1:]:
-        pytest.skip(f"shipped verdicts written under torch/hypothesis {written_with[1:]}, "
-                    f"this process runs {versions()[1:]}")
-    assert written_with[0] == versions()[0], "the checker changed: regenerate the verdicts"
+    regenerated (``python -m transforms.rewrite.verdicts --write`` under each shipped torch
+    line). Under a torch line outside them (a torch released since) the rules are checked at
+    first use, which is no drift: the test then skips, naming the line."""
+    if versions()[1] not in shipped_lines(versions()[0]):
+        pytest.skip(f"no verdicts ship for torch {versions()[1]} "
+                    f"(they ship for {shipped_lines(versions()[0])})")
     rules = shipped_rules()
     assert {RELU_RELU, SHARED_INPUT_MM} <= set(rules)
     assert drifted(rules, [verdict_key(r) for r in rules], [None] * len(rules)) == []
     assert all(shipped(verdict_key(r), versions()).right for r in rules)
+
+
+def test_write_shipped_keeps_the_other_lines_and_drops_another_checkers(tmp_path):
+    path = tmp_path / "shipped.json"
+    right = Stored(True, "", 3, 2, (), "r")
+    made = {"torch": "x", "hypothesis": "y", "python": "z"}
+    assert write_shipped({"ab" * 32: right}, ("c1", "2.13"), made, path) == ()
+    assert write_shipped({"cd" * 32: right}, ("c1", "2.14"), made, path) == ()
+    assert shipped_lines("c1", path) == ("2.13", "2.14")
+    assert write_shipped({"ef" * 32: right}, ("c2", "2.14"), made, path) == ("2.13",)
+    assert shipped_lines("c2", path) == ("2.14",) and shipped_lines("c1", path) == ()
+
+
+# --- what the key holds: no hypothesis version, no torch patch, no Python bytecode ---------------
+
+
+def test_the_key_holds_no_hypothesis_version(monkeypatch):
+    """A simulated other hypothesis release (its version everywhere it can be read) keys every
+    rule alike, and the shipped verdicts still hit."""
+    import importlib.metadata
+
+    import hypothesis
+
+    before = {r.name: verdict_key(r) for r in (RELU_RELU, TIMES_ONE)}
+    real = importlib.metadata.version
+    monkeypatch.setattr(hypothesis, "__version__", "6.100.0")
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "6.100.0" if name == "hypothesis" else real(name))
+    assert len(versions()) == 2 and "6.100.0" not in versions()
+    fresh = [attrs.evolve(r, name=r.name) for r in (RELU_RELU, TIMES_ONE)]  # no kept key
+    assert {r.name: verdict_key(r) for r in fresh} == before
+    if versions()[1] in shipped_lines(versions()[0]):
+        assert all(shipped(verdict_key(r), versions()).right for r in fresh)
+
+
+def test_no_verdict_depends_on_hypothesis(monkeypatch):
+    """Hypothesis never decides a verdict: a right rule is checked without it (the same
+    counts), and a wrong rule is refused with hypothesis's search doing nothing at all."""
+    want = check_rule(_user_rule())
+    monkeypatch.setattr(rule_check, "_hypothesis_search",
+                        lambda *a: pytest.fail("hypothesis ran on a right rule"))
+    assert check_rule(_user_rule("again")) == want
+    monkeypatch.setattr(rule_check, "_hypothesis_search", lambda *a: None)
+    with pytest.raises(LawViolation, match="-0.0"):
+        check_rule(_wrong_rule())
+    monkeypatch.setattr(rule_check, "_hypothesis_search", lambda *a: 1 // 0)
+    with pytest.raises(LawViolation, match="-0.0"):  # a search that breaks changes nothing
+        check_rule(_wrong_rule())
+
+
+def test_the_torch_line_is_major_minor_of_a_release_and_whole_otherwise():
+    assert torch_line("2.14.1+cu128") == torch_line("2.14.0") == torch_line("2.14.1+cpu") == "2.14"
+    assert torch_line("2.15.0a0+git1234abc") == "2.15.0a0+git1234abc"
+    assert torch_line("2.15.0.dev20260101+cpu") == "2.15.0.dev20260101+cpu"
+    assert torch_line("2.13.0rc1") == "2.13.0rc1"
+    assert torch_line() == versions()[1]
+
+
+def test_a_def_is_keyed_by_its_source_and_a_lambda_by_its_bytecode(tmp_path, monkeypatch):
+    """A ``def`` is its source text (the same on every Python release), checked against the
+    code it runs: the file edited since the import no longer passes for its source."""
+    path = tmp_path / "rule_src_mod.py"
+    path.write_text("def f(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rule_src_mod
+
+    assert rule_key._code_identity(rule_src_mod.f.__code__).startswith(b"source\0def f(x):")
+    assert rule_key._code_identity((lambda x: x).__code__).startswith(b"bytecode\0")
+    before = code_digest(rule_src_mod.f)
+    path.write_text("def f(x):\n    return x + 2\n")  # edited after the import
+    rule_key._source.cache_clear()
+    assert rule_key._code_identity(rule_src_mod.f.__code__).startswith(b"bytecode\0")
+    assert code_digest(rule_src_mod.f) != before
+
+
+# --- a torch outside the shipped lines says so, once --------------------------------------------
+
+
+def test_a_torch_outside_the_shipped_lines_says_so_once_in_one_line(tmp_path, monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(verdicts_module, "_WARNED", [])
+    monkeypatch.setattr(rule_key, "torch_line", lambda version=None: "2.99")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert check_rules([_user_rule()], verdicts=tmp_path, workers=1) == (True,)
+        assert check_rules([_user_rule("other"), _wrong_rule()], verdicts=False,
+                           workers=1)[0] is True
+    said = [w for w in seen if issubclass(w.category, NoShippedVerdicts)]
+    assert len(said) == 1, [str(w.message) for w in seen]
+    text = str(said[0].message)
+    assert "\n" not in text and "2.13" in text and "1 rule(s)" in text and str(tmp_path) in text
+    assert "s on two cores" in text
+
+
+def test_a_shipped_torch_line_says_nothing(tmp_path, monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(verdicts_module, "_WARNED", [])
+    if versions()[1] not in shipped_lines(versions()[0]):
+        pytest.skip(f"no verdicts ship for torch {versions()[1]}")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert check_rules([_user_rule()], verdicts=tmp_path, workers=1) == (True,)
+    assert not [w for w in seen if issubclass(w.category, NoShippedVerdicts)]
 
 
 def test_a_sample_of_the_shipped_verdicts_recomputed():

@@ -7,9 +7,10 @@ and dtype, each scalar's type and value; never the example tensors' values, whic
 afresh each process and the checker never reads), the hyperparameters and the values drawn for
 them, the pattern and the replacement traced at the training level (``format_graph`` with vals:
 operators, literals, sentinels, shapes), and the identity of the pattern, the replacement and
-``where``: each function's module, qualified name and a digest of its code (bytecode,
-constants, names, closure values, and the code of the module's own functions it calls by name,
-so a change in a helper reaches the key). Then the flags the check reads: ``specials``,
+``where``: each function's module, qualified name and a digest of its code (a ``def``'s
+source text where it can be read and is what runs, so a Python release does not change it,
+else its bytecode; closure values, defaults, and the code of the module's own functions it
+calls by name, so a change in a helper reaches the key). Then the flags the check reads: ``specials``,
 ``assumes``, ``max_examples``, ``both_ways``, ``fold_state``.
 
 - ``rule_seed(rule)``: the digest of that content. ``check_rule`` seeds its draws by it
