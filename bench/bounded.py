@@ -12,6 +12,8 @@ pipe: the output is a temporary file, read after the group is gone.
     worker = Bounded.start([sys.executable, "-m", "bench.cuda", ...], cwd=root)
     text, status, stopped = worker.finish(until)   # by ``until`` (time.time()) at the latest
 
+``process_started()``: when this process started, so that a budget counts its imports too.
+
 ``Watchdog``: a daemon timer that runs an action at a deadline (``bench.cuda`` writes what is
 done and exits), unless cancelled first; cancelling while the action runs waits for it.
 """
@@ -26,6 +28,23 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import IO
+
+
+def process_started() -> float:
+    """The ``time.time()`` at which this process started (Linux: ``/proc/self/stat``'s start
+    time after boot plus ``/proc/stat``'s boot time), so that a budget given on the command
+    line also counts the seconds spent importing torch; the present moment where that cannot
+    be read, or reads later than now. O(1)."""
+    now = time.time()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(") ", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return now
+    return min(started, now)
 
 
 class Bounded:

@@ -20,13 +20,13 @@ eager attention) lowered as exported and after ``rewrite(p, RULES, assume=ATTENT
 (the shipped attention rules fuse each attention into ``scaled_dot_product_attention``), timed
 with CUDA events against the eager model, rounds interleaved.
 
-Everything runs under one time budget (``--budget``, seconds from the start): a step that would
-not fit in what is left is skipped and the table says so, the AOTInductor worker (and whatever
-it started) is killed a few seconds before the budget ends (``bench.bounded``), and a watchdog
-writes the table and exits at the budget whatever is still running. The order is what matters most
-first: the cheap routes of every model and dtype, the attention speedup, then inductor
-(``compile`` in float32, the AOTInductor worker started beside it, then ``compile`` in float16
-and bfloat16).
+Everything runs under one time budget (``--budget``, seconds from the process's start): a step
+that would not fit in what is left is skipped and the table says so, the AOTInductor worker
+(and whatever it started) is killed a few seconds before the budget ends (``bench.bounded``),
+and a watchdog writes the table and exits at the budget whatever still runs. The order is what
+matters most first: the cheap routes of every model and dtype, the attention speedup, then
+inductor (``compile`` in float32, the AOTInductor worker started beside it, then ``compile`` in
+float16 and bfloat16).
 
 float32 and TF32 (``--tf32``): on CUDA torch runs float32 convolutions in TF32 by default
 (cuDNN), and may run matmuls so (``torch.backends.cuda.matmul.allow_tf32``). TF32 keeps 10
@@ -74,7 +74,7 @@ import torch
 from torch import nn
 
 from bench import tf32
-from bench.bounded import Bounded, Watchdog
+from bench.bounded import Bounded, Watchdog, process_started
 from bench.torch_range import outside, torch_spec
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -724,7 +724,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                          "the cheap ones)")
     ap.add_argument("--no-attention", action="store_true", help="skip the attention speedup")
     ap.add_argument("--budget", type=float, default=300.0,
-                    help="seconds for everything, from the start (default 300)")
+                    help="seconds for everything, from the process's start (imports "
+                         "included); the run ends by then (default 300)")
     ap.add_argument("--aoti-cap", type=float, default=90.0,
                     help="seconds one AOTInductor build may take (default 90)")
     ap.add_argument("--calls", type=int, default=10, help="timed calls per cell (default 10)")
@@ -768,17 +769,20 @@ def _finish(ordered: list[Cell], attention: Attention | None, eager_ms: dict, he
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None, *, watchdog: bool = True) -> int:
+def main(argv: list[str] | None = None, *, watchdog: bool = True,
+         started: float | None = None) -> int:
     """Run the bench (see the module docstring); the exit status. ``watchdog``: at the budget's
     end, write what is done and leave the process (``os._exit``) whatever still runs (off for
-    a call inside another program, such as a test)."""
+    a call inside another program, such as a test). ``started``: the ``time.time()`` the budget
+    counts from (default: now; ``python -m bench.cuda``: the process's start, imports
+    included)."""
     args = _parse(argv)
     _check_device(args.device)
     if args.tf32 == "off":
         tf32.set_state(tf32.OFF)
     if args.aoti_worker:
         return aoti_worker(args)
-    until = time.time() + args.budget
+    until = (time.time() if started is None else started) + args.budget
     budget = Budget(until)
     models = args.models.split(",") if args.models else list(
         QUICK_MODELS if args.quick else MODELS)
@@ -889,4 +893,4 @@ def main(argv: list[str] | None = None, *, watchdog: bool = True) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(started=process_started()))

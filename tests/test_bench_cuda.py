@@ -206,3 +206,19 @@ def test_a_run_past_its_budget_is_written_and_ended_by_the_watchdog(tmp_path, mo
     [(code, when, report)] = exits
     assert code == 0 and 1.0 <= when - start < 2.0
     assert "| mlp | float32 | lower |  | skipped: out of time (the budget ran out" in report
+
+
+def test_the_budget_counts_from_the_process_start():
+    """``python -m bench.cuda``'s budget counts its imports: ``process_started`` is the
+    process's start, before anything it imported."""
+    import subprocess
+
+    from bench.bounded import process_started
+
+    assert process_started() <= time.time()
+    code = ("import time; t = time.time(); time.sleep(0.3); "
+            "from bench.bounded import process_started; print(t - process_started())")
+    root = Path(__file__).resolve().parents[1]
+    ahead = float(subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                                 text=True, check=True).stdout)
+    assert 0.0 <= ahead < 5.0
