@@ -893,4 +893,9 @@ def main(argv: list[str] | None = None, *, watchdog: bool = True,
 
 
 if __name__ == "__main__":
-    sys.exit(main(started=process_started()))
+    status = main(started=process_started())
+    # the report is written; leave now: the interpreter's exit waits on inductor's compile
+    # workers (10 s on two cores, 20 s and more on a GPU host), past the budget
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
