@@ -7,7 +7,10 @@ For each dtype: ``lowering.fuzz.differential({"inductor": "inductor"}, device="c
 dtype=...)`` for ``--seconds`` of search, then its findings shrunk; everything written as text
 under ``$OUT/<dtype>/`` (``report.txt``, a folder per finding with ``repro.py``,
 ``program.txt``, ``summary.txt``) and ``$OUT/summary.txt`` (one block per dtype: programs per
-minute, operators reached, known deviations, findings). A dtype is skipped once the total would
+minute, operators reached, known deviations, findings). A finding counts only where its own repro
+shows it again (``lowering.fuzz.confirmed``): the others, such as an input eager refuses that
+the backend seemed to accept in the fuzzer's run alone, are listed apart as unconfirmed, and
+the last line adds up the confirmed ones over the dtypes. A dtype is skipped once the total would
 pass ``--total`` seconds. Without CUDA it says so and exits 0. No timing is asserted.
 """
 
@@ -17,11 +20,24 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterable
 
 import torch
 
 from lowering.fuzz import differential
 from lowering.fuzz.command import DTYPES, report_text, write_report
+from lowering.fuzz.confirmed import split, why_unconfirmed
+from lowering.fuzz.search import Finding
+
+
+def findings_lines(findings: Iterable[Finding]) -> list[str]:
+    """The findings of one dtype as summary lines: the confirmed ones, then the unconfirmed
+    ones apart, each with why. O(findings)."""
+    confirmed, unconfirmed = split(findings)
+    lines = [f"  confirmed by its repro: {f.summary()}" for f in confirmed]
+    lines += [f"  unconfirmed ({why_unconfirmed(f)}; not counted): {f.summary()}"
+              for f in unconfirmed]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     start = time.monotonic()
     blocks = [f"torch {torch.__version__} on {device_name}"]
+    counted = {"confirmed": 0, "unconfirmed": 0}
     for name in ("float32", "float16", "bfloat16"):
         left = args.total - (time.monotonic() - start)
         if left < args.seconds:
@@ -55,10 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         folder = os.path.join(args.out, name)
         write_report(report, folder, f"--dtype {name} --device {args.device}")
         blocks.append(report_text(report, f"--dtype {name} --device {args.device}"))
-        blocks.extend(f"  {f.summary()} (repro shows it: {f.reproduced})"
-                      for f in report.findings)
+        blocks.append("\n".join(findings_lines(report.findings)) or "  no finding")
+        confirmed, unconfirmed = split(report.findings)
+        counted["confirmed"] += len(confirmed)
+        counted["unconfirmed"] += len(unconfirmed)
         with open(summary_path, "w") as f:
             f.write("\n\n".join(blocks) + "\n")
+    blocks.append(f"findings: {counted['confirmed']} confirmed by their repro, "
+                  f"{counted['unconfirmed']} unconfirmed (listed, not counted)")
     text = "\n\n".join(blocks) + "\n"
     with open(summary_path, "w") as f:
         f.write(text)

@@ -160,7 +160,7 @@ def test_cuda_bench_runs_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "cuda.md"
     rc = cuda.main(["--device", "cpu", "--quick", "--models", "mlp,conv_bn_train",
                     "--dtypes", "float32,bfloat16", "--no-attention", "--calls", "1",
-                    "--out", str(out)])
+                    "--out", str(out)], watchdog=False)
     assert rc == 0
     report = out.read_text()
     cells = json.loads((tmp_path / "cuda.json").read_text())["cells"]
@@ -174,7 +174,7 @@ def test_cuda_bench_skips_what_its_budget_leaves_no_time_for(tmp_path: Path) -> 
 
     out = tmp_path / "cuda.md"
     assert cuda.main(["--device", "cpu", "--quick", "--models", "mlp", "--dtypes", "float32",
-                      "--budget", "0", "--out", str(out)]) == 0
+                      "--budget", "0", "--out", str(out)], watchdog=False) == 0
     report = out.read_text()
     assert report.count("skipped: out of time") == len(cuda.CHEAP_ROUTES)
     assert "attention: out of time" in report
@@ -192,15 +192,18 @@ def test_cuda_bench_aoti_cases_put_float32_first() -> None:
 
 
 class _Worker:
-    """A finished AOTI worker as ``collect_aoti`` sees it: what it printed, how it ended."""
+    """A finished AOTI worker as ``collect_aoti`` sees it (``bench.bounded.Bounded.finish``):
+    what it printed, how it ended, whether the deadline stopped it."""
 
-    def __init__(self, cells: list[tuple[str, str]], returncode: int) -> None:
+    def __init__(self, cells: list[tuple[str, str]], returncode: int,
+                 stopped: bool = False) -> None:
         self.out = "\n".join(json.dumps({"model": m, "dtype": d, "route": "aoti",
                                          "status": "pass"}) for m, d in cells)
         self.returncode = returncode
+        self.stopped = stopped
 
-    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
-        return self.out, None
+    def finish(self, until: float) -> tuple[str, int, bool]:
+        return self.out, self.returncode, self.stopped
 
 
 def test_cuda_bench_aoti_worker_crash_costs_one_cell_and_restarts() -> None:

@@ -255,8 +255,9 @@ def test_purefx_fuzz_command_writes_its_report(tmp_path, capsys):
     report = (out / "report.txt").read_text()
     assert "3 programs in" in report and "operators reached" in report
     assert capsys.readouterr().out == report
-    assert len([d for d in os.listdir(out) if (out / d).is_dir()]) == (status == 1) * len(
+    assert len([d for d in os.listdir(out) if (out / d).is_dir()]) == len(
         [line for line in report.splitlines() if line.startswith("  ")])
+    assert (status == 1) == ("findings (each shown again by its own repro):" in report)
 
 
 def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():

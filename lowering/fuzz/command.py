@@ -4,8 +4,9 @@
 
 Prints a progress line now and then (stderr), then one line per finding; writes one directory
 per finding under ``--out`` (``repro.py``, ``program.txt``: the purefx program text,
-``summary.txt``: one line) and ``report.txt`` (the run's numbers). Exit status 0: nothing new,
-1: something new was found, 2: bad arguments.
+``summary.txt``: one line) and ``report.txt`` (the run's numbers). A finding counts only where
+its repro shows it again (``lowering.fuzz.confirmed``); the others are listed apart, as
+unconfirmed. Exit status 0: nothing new confirmed, 1: a confirmed finding, 2: bad arguments.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from ir.errors import PurefxError
 from lowering.fuzz.backends import BUILTINS
+from lowering.fuzz.confirmed import split, why_unconfirmed
 from lowering.fuzz.search import Finding, FuzzReport, differential, program_text
 
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -40,21 +42,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     text = write_report(report, args.out, f"--dtype {args.dtype} --device {args.device}")
     sys.stdout.write(text)
-    return 1 if report.findings else 0
+    return 1 if split(report.findings)[0] else 0
 
 
 def write_report(report: FuzzReport, out: str, setting: str = "") -> str:
     """Write ``report`` under directory ``out`` (a folder per finding, ``report.txt``); the
-    report's text. O(findings)."""
+    report's text: the numbers, then the confirmed findings and, apart, the unconfirmed ones
+    (one line each, two spaces in). O(findings)."""
     os.makedirs(out, exist_ok=True)
     lines = [report_text(report, setting)]
-    for i, finding in enumerate(report.findings):
-        folder = os.path.join(out, f"{i:02d}-{_slug(finding)}")
-        os.makedirs(folder, exist_ok=True)
-        _write(os.path.join(folder, "repro.py"), finding.repro or "# no repro\n")
-        _write(os.path.join(folder, "program.txt"), program_text(finding))
-        _write(os.path.join(folder, "summary.txt"), finding.summary() + "\n")
-        lines.append(f"  {folder}: {finding.summary()} (repro shows it: {finding.reproduced})")
+    confirmed, unconfirmed = split(report.findings)
+    groups = (("findings (each shown again by its own repro):", confirmed),
+              ("unconfirmed (not counted; the repro does not show them here):", unconfirmed))
+    i = 0
+    for title, group in groups:
+        if group:
+            lines.append(title)
+        for finding in group:
+            folder = os.path.join(out, f"{i:02d}-{_slug(finding)}")
+            i += 1
+            os.makedirs(folder, exist_ok=True)
+            _write(os.path.join(folder, "repro.py"), finding.repro or "# no repro\n")
+            _write(os.path.join(folder, "program.txt"), program_text(finding))
+            _write(os.path.join(folder, "summary.txt"), finding.summary() + "\n")
+            why = "" if finding.reproduced is True else f" ({why_unconfirmed(finding)})"
+            lines.append(f"  {folder}: {finding.summary()}{why}")
     text = "\n".join(lines) + "\n"
     _write(os.path.join(out, "report.txt"), text)
     return text
@@ -66,10 +78,12 @@ def report_text(report: FuzzReport, setting: str = "") -> str:
                     sorted(report.operators.items(), key=lambda kv: -kv[1]))
     feats = ", ".join(f"{k} {v}" for k, v in sorted(report.features.items()))
     known = ", ".join(f"{k} {v}" for k, v in sorted(report.known.items())) or "none"
+    confirmed, unconfirmed = split(report.findings)
     return (
         f"purefx fuzz {setting}: {report.examples} programs in {report.search_seconds:.0f} s "
         f"({report.per_minute:.1f}/min), {report.seconds:.0f} s with shrinking; "
-        f"{report.raw} raw findings, {len(report.findings)} new, known: {known}; "
+        f"{report.raw} raw findings, {len(confirmed)} new confirmed by their repro, "
+        f"{len(unconfirmed)} unconfirmed, known: {known}; "
         f"{report.refused} refused by eager and backend, "
         f"{sum(report.unrunnable.values())} unrunnable\n"
         f"operators reached ({len(report.operators)}): {ops}\n"

@@ -7,7 +7,9 @@ updates written back in place as the lowered program does), ``make_inputs()`` (t
 inputs the program reads or writes, exact values, keyword inputs made positional; an input it
 no longer uses is left out), ``compile_backend(module)`` (the backend
 as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output, input written
-and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences).
+and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences,
+an input that eager refuses and the backend accepts among them, so that every kind of finding
+the fuzzer makes is one its repro can show).
 Run as a script it prints them and exits 1 when there are any.
 """
 
@@ -223,14 +225,27 @@ def _differs(what, got, want):
             f"eager gives {w.reshape(-1)[j].item()!r}")
 
 
+def _said(exc):
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 def difference(compile=None):
-    """Eager against compile(Repro()) (default: compile_backend): the differences as sentences."""
+    """Eager against compile(Repro()) (default: compile_backend): the differences as sentences.
+    Both refusing the inputs is no difference; the backend alone refusing them is a crash, eager
+    alone refusing them is one too (the backend accepts an input eager refuses)."""
     compile = compile or compile_backend
-    want = _observe(lambda m: m)
+    try:
+        want = _observe(lambda m: m)
+    except Exception as refused:
+        try:
+            _observe(compile)
+        except Exception:
+            return []
+        return [f"the backend accepts an input eager refuses (eager: {_said(refused)})"]
     try:
         got = _observe(compile)
     except Exception as exc:
-        return [f"crash: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]
+        return [f"crash: {_said(exc)}"]
     problems = []
     for field, g_items, w_items in zip(("output", "input"), got[:2], want[:2]):
         if len(g_items) != len(w_items):
