@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from ir.torch_seam import OpOverload
 
 __all__ = [
     "OPSET_FEATURES",
+    "availability",
     "model_use",
     "opset_rows",
     "pick_row",
@@ -206,21 +208,55 @@ def model_use() -> dict[str, int]:
     return {name: int(c["models"]) for name, c in counts.items()}
 
 
+_SWARM_FLAGS = (*(f for f in OPSET_FEATURES if f not in ("opset", "core_level")), "random_ops")
+"""The features that decide whether a program may draw a sample, each on in about half the
+draws of the swarm (``programs()``'s flag bytes); ``core_level`` picks the level."""
+
+
+@functools.cache
+def availability(name: str) -> float:
+    """The share of the swarm's feature sets under which a program may draw row ``name``: its
+    level's half (a row of one level; 1 for a row of both), times the share of the
+    :data:`_SWARM_FLAGS` subsets (each on with probability 1/2) that allow one of its samples
+    (:func:`sample_features`). 0 for a row no default program draws (effectful, no sample, no
+    overload). Memoized; O(2 ** features a row's samples need)."""
+    e = table().get(name)
+    if e is None or e.effectful or not e.samples or _overload(name) is None:
+        return 0.0
+    level = 1.0 if not e.levels or {"core", "training"} <= e.levels else 0.5
+    needs = {sample_features(e, s) - {"opset"} for s in e.samples}
+    flags = sorted(set().union(*needs))
+    allowed = sum(any(n <= on for n in needs) for on in _subsets(flags))
+    return level * allowed / 2 ** len(flags)
+
+
+def _subsets(flags: list[str]) -> Iterator[frozenset[str]]:
+    for k in range(len(flags) + 1):
+        for on in itertools.combinations(flags, k):
+            yield frozenset(on)
+
+
 @functools.cache
 def row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
-    """Running sums of the weights of :func:`opset_rows` ``(on, names)`` (:data:`USE_SHARE`,
-    :data:`USED_SHARE`; all uniform when no row's operator is used), what :func:`pick_row`
-    reads. Memoized per feature set, as the rows are; O(rows)."""
+    """Running sums of the weights of :func:`opset_rows` ``(on, names)``, what
+    :func:`pick_row` reads: :data:`USE_SHARE` of the mass in proportion to how many models use
+    each row's operator (:func:`model_use`), :data:`USED_SHARE` evenly among the operators they
+    use, the rest uniform over the rows (all uniform when no row's operator is used); each
+    row's weight then divided by its :func:`availability`, so that over the swarm's feature
+    sets a row that only some programs may draw (a random row, an in-place variant, a row of
+    one level) is drawn as often as its share says, not that share times its availability.
+    Memoized per feature set, as the rows are; O(rows)."""
     use = model_use()
     rows = opset_rows(on, names)
     weights = [use.get(e.name, 0) for e, _, _ in rows]
     total, used = sum(weights), sum(1 for w in weights if w)
     floor = 1 - USE_SHARE - USED_SHARE if total else 1.0
     out, running = [], 0.0
-    for w in weights:
-        running += floor / len(rows)
+    for (e, _, _), w in zip(rows, weights):
+        weight = floor / len(rows)
         if w:
-            running += USE_SHARE * w / total + USED_SHARE / used
+            weight += USE_SHARE * w / total + USED_SHARE / used
+        running += weight / (availability(e.name) or 1.0)
         out.append(running)
     return tuple(out)
 

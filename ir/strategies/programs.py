@@ -311,6 +311,10 @@ batch size and the process aborted in a later allocation (heap corruption from a
 does not check what its fake run let pass, not yet found), so no row takes it until each row's
 kernel is checked at other sizes on real tensors."""
 
+CLOSING_RESERVE = 4
+"""With the opset on, the body stops growing at ``max_nodes - max_nodes // CLOSING_RESERVE``
+nodes, so the closing run of opset steps has room whatever the motifs took."""
+
 HIDDEN = 256
 """Hidden width of the ``large_linears`` pair: ``(HIDDEN, WIDTH)`` and ``(WIDTH, HIDDEN)``
 weights, 1024 elements each (what a pass that targets "large" linears looks for)."""
@@ -577,6 +581,9 @@ class _Builder:
         self.asked = asked
         self.max_ops = max_ops
         self.max_nodes = max_nodes
+        # the body stops short of ``max_nodes`` where the closing run of opset steps follows
+        # (``CLOSING_RESERVE``); the closing run may fill the rest
+        self.limit = max_nodes - (max_nodes // CLOSING_RESERVE if self.opset_rows else 0)
         self.header = header
         # the batch: 1 to 3; under ``symbolic_sizes`` a symbolic size of hint 2 to 4 ranging
         # from its hint to ``SYMBOLIC_SPAN`` above (never below: an index constant the opset
@@ -848,7 +855,7 @@ class _Builder:
         return self._node(name, target, args, kwargs, val, named=True)
 
     def _full(self) -> bool:
-        return len(self.nodes) >= self.max_nodes
+        return len(self.nodes) >= self.limit
 
     # --- bodies -----------------------------------------------------------------------------
 
@@ -1829,6 +1836,7 @@ class _Builder:
         self._run(-1, "", scope)
         if self.opset_rows:  # and a closing run of opset steps at the end of the root's body
             closing = self.max_ops + self.draw(_count(self.max_ops))
+            self.limit = self.max_nodes
             for _ in range(closing):
                 if self._full():
                     break
