@@ -149,25 +149,47 @@ def _specs(args: tuple) -> tuple[TensorSpec, ...]:
     return tuple(out)
 
 
-@functools.cache
 def opset_rows(
     on: frozenset[str], names: frozenset[str] | None
 ) -> tuple[tuple[OpEntry, Any, tuple[Sample, ...]], ...]:
     """``(row, overload, samples)`` a program with features ``on`` may draw, restricted to
-    ``names`` (None: every row), in table order. Memoized per feature set."""
+    ``names`` (None: every row), in table order. Memoized per set of the features that decide
+    it (:data:`ROW_FEATURES`); O(rows x samples) the first time."""
+    return _opset_rows(on & ROW_FEATURES, names)
+
+
+ROW_FEATURES = frozenset({*OPSET_FEATURES, "random_ops"})
+"""The features that decide which rows and samples a program may draw."""
+
+
+@functools.cache
+def _opset_rows(
+    on: frozenset[str], names: frozenset[str] | None
+) -> tuple[tuple[OpEntry, Any, tuple[Sample, ...]], ...]:
     level = "core" if "core_level" in on else "training"
     out = []
-    for name, e in table().items():
-        if names is not None and name not in names:
+    for e, op, needs in _drawable():
+        if names is not None and e.name not in names:
             continue
-        if e.effectful or (e.levels and level not in e.levels) or not e.samples:
+        if e.levels and level not in e.levels:
             continue
-        op = _overload(name)
-        if op is None:
-            continue
-        samples = tuple(s for s in e.samples if sample_features(e, s) <= on)
+        samples = tuple(s for s, need in needs if need <= on)
         if samples:
             out.append((e, op, samples))
+    return tuple(out)
+
+
+@functools.cache
+def _drawable() -> tuple[tuple[OpEntry, Any, tuple[tuple[Sample, frozenset[str]], ...]], ...]:
+    """Every row a program may draw under some features (not effectful, with samples and an
+    overload), with each sample's :func:`sample_features`; in table order."""
+    out = []
+    for name, e in table().items():
+        if e.effectful or not e.samples:
+            continue
+        op = _overload(name)
+        if op is not None:
+            out.append((e, op, tuple((s, sample_features(e, s)) for s in e.samples)))
     return tuple(out)
 
 
@@ -236,7 +258,6 @@ def _subsets(flags: list[str]) -> Iterator[frozenset[str]]:
             yield frozenset(on)
 
 
-@functools.cache
 def row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
     """Running sums of the weights of :func:`opset_rows` ``(on, names)``, what
     :func:`pick_row` reads: :data:`USE_SHARE` of the mass in proportion to how many models use
@@ -246,6 +267,11 @@ def row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float
     sets a row that only some programs may draw (a random row, an in-place variant, a row of
     one level) is drawn as often as its share says, not that share times its availability.
     Memoized per feature set, as the rows are; O(rows)."""
+    return _row_weights(on & ROW_FEATURES, names)
+
+
+@functools.cache
+def _row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
     use = model_use()
     rows = opset_rows(on, names)
     weights = [use.get(e.name, 0) for e, _, _ in rows]
