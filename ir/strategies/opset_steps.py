@@ -24,13 +24,17 @@ program's fake mode (results share memory with the arguments exactly where the o
 do). A step whose fake run fails (a data-dependent output shape, an operator without a fake
 kernel) adds nothing: nothing is committed before the run succeeds.
 
-Which rows a program draws: those of its level (``core_level``: the rows of core aten, the
+Which rows a program may draw: those of its level (``core_level``: the rows of core aten, the
 program after ``run_decompositions()``; else those of the training IR, ``torch.export``'s
 default), never an effectful one, a random one only under ``random_ops``; and of a row, the
 samples whose dtypes the program's features allow (``low_precision``: ``float16`` /
 ``bfloat16``; ``integer_values``, ``bool_values``: integer and bool tensors that are not exact
 index values) and whose writes they allow (``train_norms``: a norm's running statistics;
-``inplace_variants``: any other write).
+``inplace_variants``: any other write). Which of those a step draws, by default: by how
+many of the test zoo's models use each row's operator, above a uniform floor, each row's weight
+divided by its :func:`availability` (the share of the swarm's feature sets that let a program
+draw it), so that a row only some programs may draw is not drawn that much less often
+(:func:`row_weights`).
 """
 
 from __future__ import annotations
@@ -216,7 +220,9 @@ USED_SHARE = 0.35
 """The share given evenly to the operators the models use, however many use each (so an
 operator one model uses is drawn about as often as it would be at ``USE_SHARE`` were it used
 by many). The rest, ``1 - USE_SHARE - USED_SHARE``, is uniform over every row: each row keeps
-at least that share over the rows of each draw."""
+at least that share over the rows of each draw. Over the swarm each row is drawn within a
+factor of two of its share (:func:`row_weights` divides by :func:`availability`; checked over
+every feature set by ``tests/laws/test_opset_default.py``, nightly)."""
 
 
 @functools.cache
@@ -289,10 +295,8 @@ def _row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[floa
 
 def pick_row(cumulative: tuple[float, ...], h: int) -> int:
     """The index of the row (of weights ``cumulative``: :func:`row_weights`) that the 64-bit
-    number ``h``
-    (:func:`scatter`'s) picks: :data:`USE_SHARE` of the mass in proportion to how many models
-    use each row's operator (:func:`model_use`), :data:`USED_SHARE` evenly among the operators
-    they use, the rest uniform. Deterministic; O(log rows)."""
+    number ``h`` (:func:`scatter`'s) picks: each row with the chance its weight gives it.
+    Deterministic; O(log rows)."""
     u = (h & _MASK) / (1 << 64) * cumulative[-1]
     return min(bisect.bisect_right(cumulative, u), len(cumulative) - 1)
 
