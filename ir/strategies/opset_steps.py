@@ -57,6 +57,7 @@ from ir.torch_seam import OpOverload
 
 __all__ = [
     "OPSET_FEATURES",
+    "ROW_FEATURES",
     "availability",
     "model_use",
     "opset_rows",
@@ -81,6 +82,9 @@ OPSET_FEATURES = (
 """The features of the opset steps (part of :data:`ir.strategies.FEATURES`): ``opset`` turns
 the steps on; the others widen what they draw (module docstring). ``random_ops`` (a feature of
 the fixed vocabulary too) lets them draw random rows."""
+
+ROW_FEATURES = frozenset({*OPSET_FEATURES, "random_ops"})
+"""The features that decide which rows and samples a program may draw (:func:`opset_rows`)."""
 
 _LOW = (torch.float16, torch.bfloat16)
 _NORM_WORDS = ("norm",)
@@ -162,10 +166,6 @@ def opset_rows(
     return _opset_rows(on & ROW_FEATURES, names)
 
 
-ROW_FEATURES = frozenset({*OPSET_FEATURES, "random_ops"})
-"""The features that decide which rows and samples a program may draw."""
-
-
 @functools.cache
 def _opset_rows(
     on: frozenset[str], names: frozenset[str] | None
@@ -236,7 +236,7 @@ def model_use() -> dict[str, int]:
     return {name: int(c["models"]) for name, c in counts.items()}
 
 
-_SWARM_FLAGS = (*(f for f in OPSET_FEATURES if f not in ("opset", "core_level")), "random_ops")
+_SWARM_FLAGS = ROW_FEATURES - {"opset", "core_level"}
 """The features that decide whether a program may draw a sample, each on in about half the
 draws of the swarm (``programs()``'s flag bytes); ``core_level`` picks the level."""
 

@@ -113,7 +113,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     to use, 35 % evenly among the used operators, 45 % uniform over every row, so each stays
     reachable; each row's weight divided by the share of the swarm's feature sets that let a
     program draw it, so over the swarm a random row or an in-place variant is drawn about as
-    often as its share says); asked for (``always={"opset"}``, ``ops=``) uniformly. The arguments: written tensors are new buffers of the calling module, exact-valued tensors
+    often as its share says); asked for (``always={"opset"}``, ``ops=``) uniformly. The
+    arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
     each node's ``val`` the operator run on its arguments' vals; with the features of
@@ -294,9 +295,9 @@ OPSET_SHARE = 8
 """The opset's share of the body steps: one in ``OPSET_SHARE`` calls the opset (and it is one
 of the kinds the others draw among); a closing run of ``max_ops`` to ``2 max_ops`` opset steps
 ends the root's body, cut where the program reaches ``max_nodes`` (the body leaves it
-:data:`CLOSING_RESERVE`). One in four made a
-correct pass of the held-out suite (``simplify_identities``) change 2 programs of 100: the
-fixed vocabulary's identities were too rare."""
+:data:`CLOSING_RESERVE`). One in four made a correct pass of the held-out suite
+(``simplify_identities``) change 2 programs of 100: the fixed vocabulary's identities were too
+rare."""
 
 DETERMINISTIC_FEATURES = frozenset(FEATURES) - {"random_ops"} - OPT_IN_FEATURES
 """Every feature but ``random_ops`` (and the :data:`OPT_IN_FEATURES`): programs that compute the
