@@ -24,21 +24,26 @@ program's fake mode (results share memory with the arguments exactly where the o
 do). A step whose fake run fails (a data-dependent output shape, an operator without a fake
 kernel) adds nothing: nothing is committed before the run succeeds.
 
-Which rows a program draws: those of its level (``core_level``: the rows of core aten, the
+Which rows a program may draw: those of its level (``core_level``: the rows of core aten, the
 program after ``run_decompositions()``; else those of the training IR, ``torch.export``'s
 default), never an effectful one, a random one only under ``random_ops``; and of a row, the
 samples whose dtypes the program's features allow (``low_precision``: ``float16`` /
 ``bfloat16``; ``integer_values``, ``bool_values``: integer and bool tensors that are not exact
 index values) and whose writes they allow (``train_norms``: a norm's running statistics;
-``inplace_variants``: any other write).
+``inplace_variants``: any other write). Which of those a step draws, by default: by how
+many of the test zoo's models use each row's operator, above a uniform floor, each row's weight
+divided by its :func:`availability` (the share of the swarm's feature sets that let a program
+draw it), so that a row only some programs may draw is not drawn that much less often
+(:func:`row_weights`).
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +57,8 @@ from ir.torch_seam import OpOverload
 
 __all__ = [
     "OPSET_FEATURES",
+    "ROW_FEATURES",
+    "availability",
     "model_use",
     "opset_rows",
     "pick_row",
@@ -75,6 +82,9 @@ OPSET_FEATURES = (
 """The features of the opset steps (part of :data:`ir.strategies.FEATURES`): ``opset`` turns
 the steps on; the others widen what they draw (module docstring). ``random_ops`` (a feature of
 the fixed vocabulary too) lets them draw random rows."""
+
+ROW_FEATURES = frozenset({*OPSET_FEATURES, "random_ops"})
+"""The features that decide which rows and samples a program may draw (:func:`opset_rows`)."""
 
 _LOW = (torch.float16, torch.bfloat16)
 _NORM_WORDS = ("norm",)
@@ -147,25 +157,43 @@ def _specs(args: tuple) -> tuple[TensorSpec, ...]:
     return tuple(out)
 
 
-@functools.cache
 def opset_rows(
     on: frozenset[str], names: frozenset[str] | None
 ) -> tuple[tuple[OpEntry, Any, tuple[Sample, ...]], ...]:
     """``(row, overload, samples)`` a program with features ``on`` may draw, restricted to
-    ``names`` (None: every row), in table order. Memoized per feature set."""
+    ``names`` (None: every row), in table order. Memoized per set of the features that decide
+    it (:data:`ROW_FEATURES`); O(rows x samples) the first time."""
+    return _opset_rows(on & ROW_FEATURES, names)
+
+
+@functools.cache
+def _opset_rows(
+    on: frozenset[str], names: frozenset[str] | None
+) -> tuple[tuple[OpEntry, Any, tuple[Sample, ...]], ...]:
     level = "core" if "core_level" in on else "training"
     out = []
-    for name, e in table().items():
-        if names is not None and name not in names:
+    for e, op, needs in _drawable():
+        if names is not None and e.name not in names:
             continue
-        if e.effectful or (e.levels and level not in e.levels) or not e.samples:
+        if e.levels and level not in e.levels:
             continue
-        op = _overload(name)
-        if op is None:
-            continue
-        samples = tuple(s for s in e.samples if sample_features(e, s) <= on)
+        samples = tuple(s for s, need in needs if need <= on)
         if samples:
             out.append((e, op, samples))
+    return tuple(out)
+
+
+@functools.cache
+def _drawable() -> tuple[tuple[OpEntry, Any, tuple[tuple[Sample, frozenset[str]], ...]], ...]:
+    """Every row a program may draw under some features (not effectful, with samples and an
+    overload), with each sample's :func:`sample_features`; in table order."""
+    out = []
+    for name, e in table().items():
+        if e.effectful or not e.samples:
+            continue
+        op = _overload(name)
+        if op is not None:
+            out.append((e, op, tuple((s, sample_features(e, s)) for s in e.samples)))
     return tuple(out)
 
 
@@ -192,7 +220,9 @@ USED_SHARE = 0.35
 """The share given evenly to the operators the models use, however many use each (so an
 operator one model uses is drawn about as often as it would be at ``USE_SHARE`` were it used
 by many). The rest, ``1 - USE_SHARE - USED_SHARE``, is uniform over every row: each row keeps
-at least that share over the rows of each draw."""
+at least that share over the rows of each draw. Over the swarm each row is drawn within a
+factor of two of its share (:func:`row_weights` divides by :func:`availability`; checked over
+every feature set by ``tests/laws/test_opset_default.py``, nightly)."""
 
 
 @functools.cache
@@ -206,31 +236,67 @@ def model_use() -> dict[str, int]:
     return {name: int(c["models"]) for name, c in counts.items()}
 
 
+_SWARM_FLAGS = ROW_FEATURES - {"opset", "core_level"}
+"""The features that decide whether a program may draw a sample, each on in about half the
+draws of the swarm (``programs()``'s flag bytes); ``core_level`` picks the level."""
+
+
 @functools.cache
+def availability(name: str) -> float:
+    """The share of the swarm's feature sets under which a program may draw row ``name``: its
+    level's half (a row of one level; 1 for a row of both), times the share of the
+    :data:`_SWARM_FLAGS` subsets (each on with probability 1/2) that allow one of its samples
+    (:func:`sample_features`). 0 for a row no default program draws (effectful, no sample, no
+    overload). Memoized; O(2 ** features a row's samples need)."""
+    e = table().get(name)
+    if e is None or e.effectful or not e.samples or _overload(name) is None:
+        return 0.0
+    level = 1.0 if not e.levels or {"core", "training"} <= e.levels else 0.5
+    needs = {sample_features(e, s) - {"opset"} for s in e.samples}
+    flags = sorted(set().union(*needs))
+    allowed = sum(any(n <= on for n in needs) for on in _subsets(flags))
+    return level * allowed / 2 ** len(flags)
+
+
+def _subsets(flags: list[str]) -> Iterator[frozenset[str]]:
+    for k in range(len(flags) + 1):
+        for on in itertools.combinations(flags, k):
+            yield frozenset(on)
+
+
 def row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
-    """Running sums of the weights of :func:`opset_rows` ``(on, names)`` (:data:`USE_SHARE`,
-    :data:`USED_SHARE`; all uniform when no row's operator is used), what :func:`pick_row`
-    reads. Memoized per feature set, as the rows are; O(rows)."""
+    """Running sums of the weights of :func:`opset_rows` ``(on, names)``, what
+    :func:`pick_row` reads: :data:`USE_SHARE` of the mass in proportion to how many models use
+    each row's operator (:func:`model_use`), :data:`USED_SHARE` evenly among the operators they
+    use, the rest uniform over the rows (all uniform when no row's operator is used); each
+    row's weight then divided by its :func:`availability`, so that over the swarm's feature
+    sets a row that only some programs may draw (a random row, an in-place variant, a row of
+    one level) is drawn as often as its share says, not that share times its availability.
+    Memoized per feature set, as the rows are; O(rows)."""
+    return _row_weights(on & ROW_FEATURES, names)
+
+
+@functools.cache
+def _row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
     use = model_use()
     rows = opset_rows(on, names)
     weights = [use.get(e.name, 0) for e, _, _ in rows]
     total, used = sum(weights), sum(1 for w in weights if w)
     floor = 1 - USE_SHARE - USED_SHARE if total else 1.0
     out, running = [], 0.0
-    for w in weights:
-        running += floor / len(rows)
+    for (e, _, _), w in zip(rows, weights):
+        weight = floor / len(rows)
         if w:
-            running += USE_SHARE * w / total + USED_SHARE / used
+            weight += USE_SHARE * w / total + USED_SHARE / used
+        running += weight / (availability(e.name) or 1.0)
         out.append(running)
     return tuple(out)
 
 
 def pick_row(cumulative: tuple[float, ...], h: int) -> int:
     """The index of the row (of weights ``cumulative``: :func:`row_weights`) that the 64-bit
-    number ``h``
-    (:func:`scatter`'s) picks: :data:`USE_SHARE` of the mass in proportion to how many models
-    use each row's operator (:func:`model_use`), :data:`USED_SHARE` evenly among the operators
-    they use, the rest uniform. Deterministic; O(log rows)."""
+    number ``h`` (:func:`scatter`'s) picks: each row with the chance its weight gives it.
+    Deterministic; O(log rows)."""
     u = (h & _MASK) / (1 << 64) * cumulative[-1]
     return min(bisect.bisect_right(cumulative, u), len(cumulative) - 1)
 
