@@ -867,9 +867,11 @@ class _Builder:
             if data[i] or data[i + 1] or data[i + 2]  # a zeroed step is no step: shrinking drops ops
         ]
         motifs = [k for f, k, _ in _STEP_FEATURES if f in _MOTIFS and f in self.on]
-        if root and motifs:
+        if root:
             # one step of each motif switched on, at a drawn place of the root's body: a motif
-            # is in every program whose feature is on, not only where the body's bytes pick it
+            # is in every program whose feature is on, not only where the body's bytes pick it.
+            # Drawn with no motif on too, so that switching one off does not move what is drawn
+            # after (shrinking a feature off keeps the rest of the program)
             data = self.draw(_MOTIF_BYTES)
             for j, kind in enumerate(motifs):
                 at, a, b, c = data[4 * j:4 * j + 4]
