@@ -138,6 +138,48 @@ def test_dead_code_is_dropped_only_when_asked():
     assert alpha_equivalent(rewrite_nodes(before, dce), program(NESTED, like=before))
 
 
+# a's signature returns sin, which the caller drops: nothing reads it
+UNREAD_RESULT = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%mul,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%x,)
+      outputs: (%cos, %sin)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf, leaf])
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %cos = call_function[aten.cos.default](%x)  # stack: a
+      %sin = call_function[aten.sin.default](%x)  # stack: a
+      %tanh = call_function[aten.tanh.default](%cos)
+      %mul = call_function[aten.mul.Tensor](%cos, %x)
+      return (%mul,)
+  module a: A"""
+
+
+def test_an_unused_read_goes_alone():
+    """The visit reads sin (a signature names it) and tanh (dead): its reads, unused, go, and
+    what they read stays, as nothing read it before the edit."""
+    before = program(UNREAD_RESULT)
+
+    def reads(node, e):
+        if node.target in (aten.sin.default, aten.tanh.default):
+            e.call(aten.neg.default, node.ref)
+
+    assert rewrite_nodes(before, reads) is before
+
+
 # --- flat and outlined, numerics -------------------------------------------------------------------
 
 

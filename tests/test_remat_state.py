@@ -10,6 +10,8 @@
 - A decomposed preserved MoE router whose signature names the caller's sorted indices (made after
   the call) for its top-k index, next to its logits, which the caller drops:
   ``repair_call_signatures`` renames the stale name only.
+- A preserved call's in-place result that the caller reads only to write a buffer, next to a
+  value kept on the module that crosses unsigned: no stale name, the signature is kept.
 - A preserved call that hands one of its inputs back (T5's position bias) next to a sibling that
   made it: both results live in the caller under distinct names.
 """
@@ -314,3 +316,49 @@ def test_state_updates_in_sets_of_preserved_calls(cls, fqns, decompose, keep_fun
         got = dict(m.named_buffers())
         for name, value in model.named_buffers():
             torch.testing.assert_close(got[name], value, msg=name)
+
+
+class Stashes(nn.Module):
+    """Returns an in-place result and keeps another value on itself (as a block that keeps
+    its attention weights for inspection): the caller reads it without the signature."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(D))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.seen.copy_(x.mean(0))
+        y = x.clone().add_(x)
+        t = torch.tanh(y)
+        self.kept = torch.sigmoid(t)
+        return t, y
+
+
+class StoresResult(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Stashes()
+        self.register_buffer("mean", torch.zeros(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t, y = self.a(x)
+        self.mean.copy_(y.mean(0))  # the caller reads a's result only into state
+        return t * 2 + self.a.kept
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.a.kept was assigned")
+def test_a_result_the_caller_reads_into_state_is_no_stale_name() -> None:
+    """``a`` returns ``add_`` (an in-place result), which the caller reads only to write a buffer,
+    while ``sigmoid`` crosses out of ``a`` unsigned. ``add_`` is no stale name, so the signature
+    is kept (renamed to ``sigmoid``, it left the caller's read of ``add_`` unresolvable: a
+    ``PassError``), and the pipeline matches eager, the buffers included."""
+    torch.manual_seed(0)
+    eager, x = StoresResult(), torch.randn(3, D)
+    ep = torch.export.export(copy.deepcopy(eager), (x,), preserve_module_call_signature=("a",),
+                             strict=False)
+    before = transform(import_ep(ep), BEFORE_OUTLINE)
+    assert repair_call_signatures(before) is before
+    m = lower(transform(import_ep(ep)))
+    torch.testing.assert_close(m(x), eager(x))
+    torch.testing.assert_close(m.mean, eager.mean)
+    torch.testing.assert_close(m.a.seen, eager.a.seen)

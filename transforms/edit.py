@@ -25,7 +25,7 @@ the node stays where it was for its writes, and only its result's readers read t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -106,7 +106,8 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         nodes and nodes the edit left unused are dropped when they are pure (``ir.ops``
         impurity facts; placeholders, calls of modules and writes are kept) or when they write
         and the visit re-did every write (below), and new constants
-        nothing reads with their state; nodes that were unused before are left as they are
+        nothing reads with their state; nodes that were unused before (read by nothing, or
+        only by what the visit emitted) and values a signature still names are left as they are
         unless ``visit`` calls ``e.drop()`` on them; a metadata assert (``_assert_tensor_metadata``)
         the visit emitted goes with the value it checks, so a visit whose emitted values all go
         unused gives ``p`` itself. New state: buffers and constants at
@@ -450,8 +451,12 @@ class _Editor:
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
+            # what goes with a dropped node is what it alone read: a value nothing read before
+            # the edit, or one a signature still names, stays (as ``eliminate_dead_code`` keeps it)
+            stays = self.signature_names() - self.alias.keys()
+            read_before = {r.name for n in graph.nodes for r in n.inputs()} - stays
             nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made,
-                                 self.rewritten)
+                                 self.rewritten, read_before)
         if self.rewritten:
             self.check_rewritten_gone(nodes)
         if kn.same_nodes(nodes, graph.nodes) and (
@@ -1175,12 +1180,13 @@ def _more_than_writes(node: Node) -> str:
 
 def _drop_unused(
     nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str],
-    rewritten: Mapping[str, str],
+    rewritten: Mapping[str, str], read_before: Collection[str],
 ) -> list[Node]:
-    """``nodes`` without the candidates (and, transitively, their inputs) that nothing reads
-    and that are pure or ``rewritten`` (writing nodes whose writes the visit re-did); a
-    metadata check the edit emitted (``_assert_tensor_metadata`` after a traced ``.to``) is no
-    reader: it goes with the value it checks. O(n)."""
+    """``nodes`` without the candidates (and, transitively, their inputs: those the edit made
+    (``fresh``) or that were read before it (``read_before``)) that nothing reads and that are
+    pure or ``rewritten`` (writing nodes whose writes the visit re-did); a metadata check the
+    edit emitted (``_assert_tensor_metadata`` after a traced ``.to``) is no reader: it goes with
+    the value it checks. O(n)."""
     checks = {
         n.name for n in nodes
         if n.name in fresh and n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)
@@ -1203,7 +1209,8 @@ def _drop_unused(
         dropped.add(n.name)
         for r in n.inputs():
             uses[r.name] -= 1
-            candidates.add(r.name)
+            if r.name in fresh or r.name in read_before:
+                candidates.add(r.name)
     if checks and dropped:
         for i, n in enumerate(nodes):
             if n.name in checks and any(r.name in dropped for r in n.inputs()):

@@ -882,9 +882,11 @@ class _Builder:
             if data[i] or data[i + 1] or data[i + 2]  # a zeroed step is no step: shrinking drops ops
         ]
         motifs = [k for f, k, _ in _STEP_FEATURES if f in _MOTIFS and f in self.on]
-        if root and motifs:
+        if root:
             # one step of each motif switched on, at a drawn place of the root's body: a motif
-            # is in every program whose feature is on, not only where the body's bytes pick it
+            # is in every program whose feature is on, not only where the body's bytes pick it.
+            # Drawn with no motif on too, so that switching one off does not move what is drawn
+            # after (shrinking a feature off keeps the rest of the program)
             data = self.draw(_MOTIF_BYTES)
             for j, kind in enumerate(motifs):
                 at, a, b, c = data[4 * j:4 * j + 4]
@@ -1083,6 +1085,10 @@ class _Builder:
         elif choice in ("binary", "alpha"):
             other: Any
             source = z % 3 if vectors else z % 3 % 2 * 2
+            if choice == "alpha" and source and z >> 7:
+                # a scaled sum of two values of one shape (``add(a, b, alpha=c)``) in two draws
+                # of three: the case a pass that reorders or merges sums must keep the scale of
+                source = 0
             if source == 0:
                 other = _back(scope.vals, y)
             elif source == 1:

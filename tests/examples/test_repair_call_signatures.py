@@ -1,6 +1,7 @@
 """Before/Expected examples for ``repair_call_signatures``: a preserved call's signature that
 names a value the call does not use as such (an input defined after the call starts or never read
-by it; an output defined outside the call or read after it only as a state write) names instead
+by it nor passed on to a preserved call it makes; an output defined outside the call or itself
+state traffic) names instead
 the one value that crosses the boundary unsigned, preferring the same provenance, else the same
 shape and dtype, else the only value of the same kind. A name that is only unused (an output the
 caller drops) is matched after the names that cannot be right, with what they leave. The graph
@@ -212,3 +213,62 @@ def test_a_dropped_output_takes_only_what_a_stale_one_leaves():
         cos=tensor(2), neg=tensor(2), getitem=tensor(3),
     )
     check(same_as_cos, flat2("(%cos, %neg)", DROPPED_BODY))
+
+
+# a returns neg, which the caller reads only to compute the buffer's new value (``self.n.copy_(
+# a(x) * 2)``); sin, made in a, crosses to the root unsigned (export shared it)
+WRITTEN_BODY = """\
+      %cos = call_function[aten.cos.default](%x)  # stack: a
+      %neg = call_function[aten.neg.default](%cos)  # stack: a
+      %sin = call_function[aten.sin.default](%cos)  # stack: a
+      %add = call_function[aten.mul.Tensor](%neg, 2.0)
+      %mul = call_function[aten.mul.Tensor](%sin, %x)"""
+
+
+def test_an_output_the_caller_reads_into_state_is_kept():
+    # neg is not itself state traffic: the caller reads it, and sin may not take its name
+    p = program(flat("(%x,)", "(%neg,)", WRITTEN_BODY, state=True))
+    assert repair_call_signatures(p) is p
+
+
+NESTED = f"""\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%mul,)
+      in_spec: {SPEC}
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%sin,)
+      outputs: (%neg,)
+      in_spec: {SPEC}
+      out_spec: leaf
+    'a.b':
+      inputs: (%sin, %cos)
+      outputs: (%neg,)
+      in_spec: tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])
+      out_spec: leaf
+  call order: ('', 'a', 'a.b')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %sin = call_function[aten.sin.default](%x)
+      %exp = call_function[aten.exp.default](%sin)
+      %cos = call_function[aten.cos.default](%exp)  # stack: a
+      %neg = call_function[aten.neg.default](%cos)  # stack: a, a.b
+      %mul = call_function[aten.mul.Tensor](%neg, %x)
+      return (%mul,)
+  module a: A
+  module a.b: B"""
+
+
+def test_an_argument_passed_on_to_a_preserved_call_is_kept():
+    # a reads no sin itself, but hands it to a.b (which ignores it): exp, made by the caller and
+    # read by a unsigned, may not take its name, or a.b would name a value a no longer has
+    p = program(NESTED)
+    assert repair_call_signatures(p) is p

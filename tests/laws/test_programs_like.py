@@ -155,7 +155,6 @@ def test_a_pass_whose_only_edit_is_unused_is_vacuous(mlp):
                    max_examples=10)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 60: on the new default programs unused_neg's result counts as changed (not vacuous); cause not found in time")
 def test_an_unused_call_is_vacuous_too():
     def unused_neg(p):
         def visit(node, e):

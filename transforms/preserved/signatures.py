@@ -10,18 +10,24 @@ signature does not carry, and names one it does not use.
 
 ``repair_call_signatures`` finds such a signature by its symptom and fixes it when the fix is
 unambiguous: a *suspect* name (an input defined only after the call starts, an input the call
-never reads, an output defined outside the call or read after it by nothing but a state write;
-never a user input or state, whose names decomposition keeps) is replaced by a value that
+neither reads nor passes on to a preserved call it makes, an output defined outside the call, an
+output that is itself state traffic, an output nothing after the call reads or takes; never a
+user input or state, whose names decomposition keeps) is replaced by a value that
 *crosses* the boundary in the same direction without being in the signature, when exactly one
 such value comes from the same old node (same provenance), or failing that has the same shape
 and dtype, or is the only one left, of the same kind, for the only suspect left.
 
 Suspects are matched in two rounds. A name that cannot be what the signature says (undefined;
-an input defined after the call starts; an output defined outside the call or read after it
-only as a state write) is *certain*, and is matched first. A name that is where the signature
-says but unused (an input the call never reads, an output nothing after the call reads: a module
-may ignore an argument, a caller may drop a result, as a Mixtral MoE block drops its router's
-logits) is only *doubtful*, and takes only what the certain ones leave: an unused output can
+an input defined after the call starts; an output defined outside the call, or one that is state
+traffic: written back, copied into state, a step of a state's update chain, where decomposition
+puts the name of a train-mode batch norm's output) is *certain*, and is matched first. A name
+that is where the signature says but unused (an input the call never reads, an output nothing
+after the call reads: a module may ignore an argument, a caller may drop a result, as a Mixtral
+MoE block drops its router's logits) is only *doubtful*, and takes only what the certain ones
+leave. An output the caller reads is used, whatever the caller computes from it (a value it
+writes into state too), and a name another preserved call's signature takes is used where that
+call starts (an argument passed on to a nested call, a result handed to a later one): renaming
+it would leave that signature naming a value this side no longer carries. An unused output can
 neither take a crossing value from, nor make the "only one left" rule ambiguous for, a certain
 stale name.
 """
@@ -77,13 +83,14 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
     position = node_positions(graph)
     by_name = graph.by_name()
     users = _signature_users(graph, sigs, by_name)
+    passed = _passed_at(sigs, spans)
     writes = state_traffic(program).writes
     state = {s.name for s in program.signature.inputs if s.target is not None}
     repaired = {}
     for call, (start, end) in spans.items():
         sig = sigs[call]
         inside = _Inside(start, end, position)
-        fixed = _repair(call, sig, graph, inside, users, by_name, writes, state)
+        fixed = _repair(call, sig, graph, inside, users, passed, by_name, writes, state)
         if fixed is not sig:
             repaired[call] = fixed
     if not repaired:
@@ -118,24 +125,52 @@ def _signature_users(
     return found
 
 
+def _passed_at(
+    sigs: Mapping[str, CallSignature], spans: Mapping[str, tuple[int, int]]
+) -> dict[str, list[tuple[str, int]]]:
+    """Value -> ``(call, start)`` for each preserved call whose signature takes it, ``start``
+    the position of the call's first node: a call passes an argument on to a preserved call
+    it makes, and a caller hands a result on to a later one, without a node reading it. O(s)
+    for s names in the signatures."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for call, (start, _) in spans.items():
+        for a in sigs[call].inputs:
+            if a.name:
+                found.setdefault(a.name, []).append((call, start))
+    return found
+
+
 def _repair(
     call: str,
     sig: CallSignature,
     graph: Graph,
     inside: _Inside,
     users: Mapping[str, Any],
+    passed: Mapping[str, list[tuple[str, int]]],
     by_name: Mapping[str, Node],
     writes: frozenset[str],
     state: set[str],
 ) -> CallSignature:
     """``sig`` with its stale names replaced (``sig`` itself when none is); ``users`` holds the
-    readers of at least the values ``sig`` names."""
+    readers of at least the values ``sig`` names, ``passed`` the preserved calls that take
+    them (``_passed_at``)."""
     names_in = {a.name for a in sig.inputs if a.name}
     names_out = {a.name for a in sig.outputs if a.name}
     position = inside.position
 
     def read_inside(name: str) -> bool:
         return any(inside(u) for u in users.get(name, ()))
+
+    # a name a preserved call takes is used where that call starts: renaming it here alone
+    # would leave the other signature naming a value this side no longer carries
+    def used_inside(name: str) -> bool:
+        return read_inside(name) or any(
+            other != call and inside.start <= at <= inside.end
+            for other, at in passed.get(name, ())
+        )
+
+    def used_after(name: str) -> bool:
+        return read_after(name, ()) or any(at > inside.end for _, at in passed.get(name, ()))
 
     def read_after(name: str, besides: Collection[str] = writes) -> bool:  # (): writes count
         return any(position[u] > inside.end and u not in besides for u in users.get(name, ()))
@@ -148,14 +183,19 @@ def _repair(
         if a.name
         and a.name not in state
         and (a.name not in by_name or by_name[a.name].op != PLACEHOLDER)
-        and (a.name not in position or position[a.name] >= inside.start or not read_inside(a.name))
+        and (a.name not in position or position[a.name] >= inside.start or not used_inside(a.name))
     }
+    # an output that is itself state traffic (written back, copied into state, a step of an
+    # update chain) is where decomposition puts a stale name; one the caller reads after the
+    # call is used, even where what the caller computes from it goes into state
+    # (``self.b.copy_(y.mean(0))``): only a value crossing unsigned could take its name, and a
+    # swapped module would then hand the caller another value
     suspect_out = {
-        a.name: not inside(a.name) or a.name in writes or read_after(a.name, ())
+        a.name: not inside(a.name) or a.name in writes
         for a in sig.outputs
         if a.name
         and a.name not in names_in
-        and (not inside(a.name) or a.name in writes or not read_after(a.name))
+        and (not inside(a.name) or a.name in writes or not used_after(a.name))
     }
     if not suspect_in and not suspect_out:
         return sig
