@@ -138,3 +138,70 @@ def _elide_half_round_trip(mode, func, args, kwargs):
 
 
 elide_half_round_trip = _compiler(_elide_half_round_trip)
+
+
+class _FirstSize(TorchDispatchMode):
+    # each add after the first call computes only as many rows as it had at the first call (a
+    # kernel whose loop bound was the first call's batch); the rows beyond are left zero
+    def __init__(self, seen):
+        super().__init__()
+        self.seen = seen
+        self.index = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is aten.add.Tensor and isinstance(out, torch.Tensor) and out.dim() >= 1:
+            rows = self.seen.setdefault(self.index, out.shape[0])
+            self.index += 1
+            if out.shape[0] > rows:
+                out = out.clone()
+                out[rows:] = 0
+        return out
+
+
+def rows_of_first_call(module):
+    """A backend right at the first call's sizes and wrong at larger ones: every ``add``
+    (counted in call order) computes only as many rows as at the first call."""
+    seen = {}
+
+    def run(*args, **kwargs):
+        with _FirstSize(seen):
+            return module(*args, **kwargs)
+
+    return run
+
+
+class _WrongGrad(torch.autograd.Function):
+    # forward: the value as eager computed it; backward: tanh's gradient as 1 - y (not
+    # 1 - y * y), sigmoid's as y (not y * (1 - y))
+    @staticmethod
+    def forward(ctx, x, y, tanh):
+        ctx.save_for_backward(y)
+        ctx.tanh = tanh
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return (g * (1 - y) if ctx.tanh else g * y), None, None
+
+
+class _GradOnly(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (aten.tanh.default, aten.sigmoid.default) and isinstance(out, torch.Tensor) \
+                and out.requires_grad:
+            return _WrongGrad.apply(args[0], out.detach(), func is aten.tanh.default)
+        return out
+
+
+def wrong_activation_grad(module):
+    """A backend whose forward is eager's and whose backward of ``tanh`` and ``sigmoid`` is
+    wrong (``1 - y`` for tanh, ``y`` for sigmoid), as a decomposition's backward formula
+    with a slip."""
+
+    def run(*args, **kwargs):
+        with _GradOnly():
+            return module(*args, **kwargs)
+
+    return run
