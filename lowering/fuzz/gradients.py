@@ -14,6 +14,7 @@ the same with the same weights.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +22,9 @@ from typing import Any
 import attrs
 import torch
 
+from ir.effects import alias_roots, written_args
 from ir.harness import fresh, seeded, state_value
+from ir.program import Program
 from ir.torch_seam import pytree
 from lowering.fuzz.judge import Side
 from lowering.fuzz.magnitude import Magnitudes
@@ -129,6 +132,34 @@ def run_with_grad(fn: Callable[..., Any], args: tuple, kwargs: dict, holder: Any
     return attrs.evolve(side, grads=grads)
 
 
+def skip_reason(error: tuple[str, str]) -> str:
+    """Why eager could not differentiate a program, as the report counts it: the backward's
+    error (type and first line) without what varies from program to program (a tensor's
+    shape, a version counter, torch's hint). O(len(line))."""
+    name, line = error
+    if line == NOT_DIFFERENTIABLE:
+        return line
+    line = line.split(" Hint:")[0]
+    line = re.sub(r"\[torch\.\w+ \[[\d, ]*\]\]", "a tensor", line)
+    line = re.sub(r"version \d+", "version N", line)
+    return f"{name}: {line}"
+
+
+def written_inputs(program: Program) -> frozenset[str]:
+    """The root user inputs ``program`` writes: a mutation output's, and every one an in-place
+    node of the root graph writes, directly or through a view (``ir.effects.alias_roots``).
+    O(nodes)."""
+    sig = program.signature
+    graph = program.root_module.graph
+    users = [s.name for s in sig.user_inputs()]
+    found = {o.target for o in sig.outputs if o.kind == "user_input_mutation"}
+    roots = alias_roots(graph, users)
+    for node in graph.nodes:
+        for name in written_args(node):
+            found |= roots.get(name, frozenset())
+    return frozenset(found)
+
+
 class _Nothing(Exception):
     """Nothing to backpropagate."""
 
@@ -150,4 +181,5 @@ def _line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [""])[0]
 
 
-__all__ = ["NOT_DIFFERENTIABLE", "requiring_grad", "run_with_grad", "weights"]
+__all__ = ["NOT_DIFFERENTIABLE", "requiring_grad", "run_with_grad", "skip_reason", "weights",
+           "written_inputs"]

@@ -29,6 +29,7 @@ from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
 from lowering.fuzz.backends import REPRO_COMPILE
 from lowering.fuzz.error_bounds import error_budget, relative
+from lowering.fuzz.gradients import written_inputs
 from lowering.fuzz.judge import GRAD_BUDGET_FACTOR
 from lowering.fuzz.sizes import dynamic_dims, sizes_text
 from lowering.lowering_seam import reset_dynamo
@@ -152,7 +153,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         f"DYNAMIC = {True if dynamic else None!r}",
         *_dynamic_shapes(dims if dynamic else []),
         f"GRAD = {grad!r}  # inputs and parameters require grad; a weighting is backpropagated",
-        (f"WRITTEN = {sorted(i for i, n in enumerate(names) if n in written)!r}"
+        (f"WRITTEN = {sorted(i for i, n in enumerate(names) if n in written_inputs(program))!r}"
          "  # inputs written in place: passed as clones of their leaves"),
         f"WEIGHT_SEED = {seed!r}",
     ]

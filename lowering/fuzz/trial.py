@@ -20,7 +20,7 @@ from pyrsistent import pmap
 
 from ir.program import Program
 from lowering.fuzz.backends import Backend
-from lowering.fuzz.gradients import NOT_DIFFERENTIABLE, requiring_grad, run_with_grad
+from lowering.fuzz.gradients import requiring_grad, run_with_grad, skip_reason, written_inputs
 from lowering.fuzz.judge import (
     Setup,
     Side,
@@ -136,10 +136,9 @@ def try_program(program: Program, backends: Sequence[Backend], setup: Setup,
     calls = calls[:len(eager)]
     first = eager[0]
     if setup.grad and first.error is None and first.grad_error is not None:
-        name, line = first.grad_error
         return Trial(program, calls[0].args, calls[0].kwargs, first,
                      {b.name: None for b in backends}, calls,
-                     skipped=line if line == NOT_DIFFERENTIABLE else f"{name}: {line}")
+                     skipped=skip_reason(first.grad_error))
     exact = _Exact(program, setup, fqns, calls, how)
     verdicts: dict[str, Verdict | None] = {}
     for backend in backends:
@@ -193,9 +192,8 @@ class _How:
         self.setup = setup
         sig = program.signature
         self.params = tuple(s.target for s in sig.inputs if s.kind == "parameter")
-        targets = {o.target for o in sig.outputs if o.kind == "user_input_mutation"}
         self.written = frozenset(i for i, s in enumerate(sig.user_inputs())
-                                 if s.name in targets)
+                                 if s.name in written_inputs(program))
 
     def run(self, fn: Any, call: Call, holder: Any, observed: tuple | None, index: int,
             positions: tuple[int, ...] | None, watch: bool = False,
