@@ -10,7 +10,9 @@ range's top, then the sizes between, then those below the hint.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -100,4 +102,31 @@ def dynamic_dims(program: Program) -> tuple[dict[int, tuple[str, int, int | None
     return tuple(out)
 
 
-__all__ = ["UNBOUNDED_REACH", "dynamic_dims", "dynamic_symbols", "size_sets", "sizes_text"]
+def export_dynamic_shapes(program: Program, module: torch.nn.Module) -> dict[str, Any] | None:
+    """The ``dynamic_shapes`` with which ``torch.export.export(module, args, kwargs)``, for
+    ``module = lower(program)`` and inputs from ``program_inputs``, keeps ``program``'s dynamic
+    dimensions: ``module.forward``'s parameters (the flat user inputs, in order) -> ``{dim:
+    torch.export.Dim(symbol, min=, max=)}``, one ``Dim`` per symbol (:func:`dynamic_dims`);
+    ``None`` for a program without one. What an exporting backend passes under ``sizes > 1``
+    (a static export refuses the second size). O(root inputs' dims)."""
+    dims = dynamic_dims(program)
+    if not any(dims):
+        return None
+    names = list(inspect.signature(module.forward).parameters)
+    if len(names) != len(dims):
+        return None
+    made: dict[str, Any] = {}
+    shapes: dict[str, Any] = {}
+    for name, found in zip(names, dims):
+        spec = {}
+        for i, (symbol, lo, hi) in found.items():
+            if symbol not in made:
+                made[symbol] = torch.export.Dim(symbol, min=lo, max=hi) if hi is not None \
+                    else torch.export.Dim(symbol, min=lo)
+            spec[i] = made[symbol]
+        shapes[name] = spec or None
+    return shapes
+
+
+__all__ = ["UNBOUNDED_REACH", "dynamic_dims", "dynamic_symbols", "export_dynamic_shapes",
+           "size_sets", "sizes_text"]
