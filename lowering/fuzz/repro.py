@@ -8,7 +8,12 @@ inputs the program reads or writes, exact values, keyword inputs made positional
 no longer uses is left out), ``compile_backend(module)`` (the backend
 as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output, input written
 and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences).
-Run as a script it prints them and exits 1 when there are any.
+Run as a script it prints them and exits 1 when there are any. A finding of several sizes
+(``differential(..., sizes=k)``) is written with the inputs of every call up to the one that
+showed it (``make_inputs(call)``, ``CALLS``, ``SIZES``; ``DYNAMIC`` and ``DYNAMIC_SHAPES`` for
+``compile_backend``): ``difference`` builds the callable once and calls it with each. One of
+``grad=True`` also backpropagates the fuzzer's weighting of the outputs
+(``lowering.fuzz.gradients``) and compares every input's and parameter's gradient.
 """
 
 from __future__ import annotations

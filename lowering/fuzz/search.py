@@ -322,7 +322,8 @@ class _Search:
         self.progress(
             f"fuzz: {self.examples} programs in {elapsed:.0f} s "
             f"({60.0 * self.examples / max(elapsed, 1e-9):.1f}/min), {len(self.kept)} new, "
-            f"{sum(self.known.values())} known, {len(self.operators)} operators")
+            f"{sum(self.known.values())} known, {len(self.operators)} operators"
+            + (f", {sum(self.skipped.values())} not differentiable" if self.setup.grad else ""))
 
     # --- shrinking ------------------------------------------------------------------------------
 
