@@ -138,3 +138,59 @@ def _elide_half_round_trip(mode, func, args, kwargs):
 
 
 elide_half_round_trip = _compiler(_elide_half_round_trip)
+
+
+class _FirstSize(TorchDispatchMode):
+    # each add after the first call computes only as many rows as it had at the first call (a
+    # kernel whose loop bound was the first call's batch); the rows beyond are left zero
+    def __init__(self, seen):
+        super().__init__()
+        self.seen = seen
+        self.index = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is aten.add.Tensor and isinstance(out, torch.Tensor) and out.dim() >= 1:
+            rows = self.seen.setdefault(self.index, out.shape[0])
+            self.index += 1
+            if out.shape[0] > rows:
+                out = out.clone()
+                out[rows:] = 0
+        return out
+
+
+def rows_of_first_call(module):
+    """A backend right at the first call's sizes and wrong at larger ones: every ``add``
+    (counted in call order) computes only as many rows as at the first call."""
+    seen = {}
+
+    def run(*args, **kwargs):
+        with _FirstSize(seen):
+            return module(*args, **kwargs)
+
+    return run
+
+
+_SCALED_GRAD = {aten.relu.default, aten.tanh.default, aten.sigmoid.default, aten.neg.default}
+
+
+class _GradOnly(torch.overrides.TorchFunctionMode):
+    # the value eager computes, its gradient 1.5 times eager's: out + 0.5 * (out - out) is out
+    # exactly (where finite), and its derivative 1.5 times out's
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _SCALED_GRAD and isinstance(out, torch.Tensor) and out.requires_grad \
+                and bool(torch.isfinite(out).all()):
+            return out + 0.5 * (out - out.detach())
+        return out
+
+
+def scaled_activation_grad(module):
+    """A backend whose forward is eager's and whose backward of ``relu``, ``tanh``,
+    ``sigmoid`` and ``neg`` is 1.5 times eager's (a backward formula with a slip)."""
+
+    def run(*args, **kwargs):
+        with _GradOnly():
+            return module(*args, **kwargs)
+
+    return run

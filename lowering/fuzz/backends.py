@@ -61,8 +61,8 @@ class Backend:
         reset_dynamo()  # a fresh compile: no cache hit, no recompile limit reached
         if self.target == "callable":
             return self.compile(module), module
-        if self.target == "inductor":
-            return torch.compile(module), module
+        if self.target == "inductor":  # other sizes: compiled for every size at once
+            return torch.compile(module, dynamic=True if setup.sizes > 1 else None), module
         ep = export_ep(program)
         if self.target == "decompositions":
             run = ep.run_decompositions().module()
@@ -102,18 +102,19 @@ def resolve(backends: Mapping[str, Any]) -> tuple[Backend, ...]:
 REPRO_COMPILE: Mapping[str, str] = {
     "inductor": (
         "def compile_backend(module):\n"
-        "    \"\"\"The backend as the fuzzer ran it: torch.compile with its defaults.\"\"\"\n"
-        "    return torch.compile(module)\n"),
+        "    \"\"\"The backend as the fuzzer ran it: torch.compile (dynamic=True at several\n"
+        "    sizes).\"\"\"\n"
+        "    return torch.compile(module, dynamic=DYNAMIC)\n"),
     "decompositions": (
         "def compile_backend(module):\n"
         "    \"\"\"The backend as the fuzzer ran it: export, run_decompositions, run.\"\"\"\n"
-        "    ep = torch.export.export(module, make_inputs())\n"
+        "    ep = torch.export.export(module, make_inputs(), dynamic_shapes=DYNAMIC_SHAPES)\n"
         "    return ep.run_decompositions().module()\n"),
     "aot_inductor": (
         "def compile_backend(module):\n"
         "    \"\"\"The backend as the fuzzer ran it: export, AOTInductor package, load.\"\"\"\n"
         "    import os, tempfile\n"
-        "    ep = torch.export.export(module, make_inputs())\n"
+        "    ep = torch.export.export(module, make_inputs(), dynamic_shapes=DYNAMIC_SHAPES)\n"
         "    tmp = tempfile.mkdtemp()\n"
         "    path = torch._inductor.aoti_compile_and_package(\n"
         "        ep, package_path=os.path.join(tmp, 'repro.pt2'))\n"
@@ -124,7 +125,9 @@ REPRO_COMPILE: Mapping[str, str] = {
         "    compile(module) -> callable; run as a script, it compares eager with eager.\"\"\"\n"
         "    return module\n"),
 }
-"""Per target, the ``compile_backend(module)`` a repro script defines."""
+"""Per target, the ``compile_backend(module)`` a repro script defines (the script defines
+``DYNAMIC``, ``None`` or ``True`` at several sizes, and ``DYNAMIC_SHAPES``, ``None`` or the
+``torch.export.Dim`` spec of ``make_inputs()``)."""
 
 
 __all__ = ["BUILTINS", "REPRO_COMPILE", "Backend", "FuzzError", "resolve"]

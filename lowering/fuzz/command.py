@@ -1,6 +1,7 @@
 """``purefx fuzz``: the differential fuzzer from the command line.
 
-    purefx fuzz --backend inductor --seconds 600 [--device cuda] [--dtype float16] [--out DIR]
+    purefx fuzz --backend inductor --seconds 600 [--device cuda] [--dtype float16]
+                [--sizes K] [--grad] [--out DIR]
 
 Prints a progress line now and then (stderr), then one line per finding; writes one directory
 per finding under ``--out`` (``repro.py``, ``program.txt``: the purefx program text,
@@ -36,11 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             {name: name for name in args.backend}, seconds=args.seconds or None,
             max_examples=args.max_examples, device=args.device, dtype=DTYPES[args.dtype],
             seed=args.seed, shrink_seconds=args.shrink_seconds,
-            progress=lambda line: sys.stderr.write(line + "\n"))
+            progress=lambda line: sys.stderr.write(line + "\n"), sizes=args.sizes,
+            grad=args.grad)
     except PurefxError as err:
         sys.stderr.write(f"purefx fuzz: error: {err}\n")
         return 2
-    text = write_report(report, args.out, f"--dtype {args.dtype} --device {args.device}")
+    setting = f"--dtype {args.dtype} --device {args.device} --sizes {args.sizes}"
+    text = write_report(report, args.out, setting + (" --grad" if args.grad else ""))
     sys.stdout.write(text)
     return 1 if split(report.findings)[0] else 0
 
@@ -79,15 +82,19 @@ def report_text(report: FuzzReport, setting: str = "") -> str:
     feats = ", ".join(f"{k} {v}" for k, v in sorted(report.features.items()))
     known = ", ".join(f"{k} {v}" for k, v in sorted(report.known.items())) or "none"
     confirmed, unconfirmed = split(report.findings)
+    skipped = "".join(f"\nnot differentiable, skipped: {v} x {k}"
+                      for k, v in sorted(report.skipped.items(), key=lambda kv: -kv[1]))
+    one_size = f", {report.one_size} without a dynamic dimension" if report.one_size else ""
     return (
         f"purefx fuzz {setting}: {report.examples} programs in {report.search_seconds:.0f} s "
         f"({report.per_minute:.1f}/min), {report.seconds:.0f} s with shrinking; "
         f"{report.raw} raw findings, {len(confirmed)} new confirmed by their repro, "
         f"{len(unconfirmed)} unconfirmed, known: {known}; "
         f"{report.refused} refused by eager and backend, "
-        f"{sum(report.unrunnable.values())} unrunnable\n"
+        f"{sum(report.unrunnable.values())} unrunnable, "
+        f"{sum(report.skipped.values())} not differentiable{one_size}\n"
         f"operators reached ({len(report.operators)}): {ops}\n"
-        f"features reached: {feats}"
+        f"features reached: {feats}{skipped}"
     )
 
 
@@ -117,6 +124,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
                         help="floating state and inputs cast to it (default float32)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis's and the inputs' seed")
+    parser.add_argument("--sizes", type=int, default=1,
+                        help="call each compiled program at this many sizes of its dynamic "
+                        "dimension, the drawn one first (default 1; >1 draws programs with "
+                        "one, and inductor compiles with dynamic=True)")
+    parser.add_argument("--grad", action="store_true",
+                        help="also backpropagate a fixed weighting of the outputs and compare "
+                        "every input's and parameter's gradient")
     parser.add_argument("--shrink-seconds", type=float, default=120.0,
                         help="most seconds spent shrinking one finding (default 120)")
     parser.add_argument("--out", default="fuzz-out", help="folder for the findings")

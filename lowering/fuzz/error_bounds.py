@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 import torch
 
+from ir.fake_run import hint
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
@@ -74,9 +76,16 @@ def _contraction(graph: Graph, node: Node) -> int:
         return 0
     first = tensors[0]
     if str(node.target) in _CONTRACTIONS and first.dim() > 0:
-        return int(first.shape[-1]) - 1
-    biggest = max(int(t.numel()) for t in tensors)
-    return max(0, biggest // max(1, int(out.numel())) - 1)
+        return _size(first.shape[-1]) - 1
+    biggest = max(_size(t.numel()) for t in tensors)
+    return max(0, biggest // max(1, _size(out.numel())) - 1)
+
+
+def _size(n: Any) -> int:
+    # a symbolic size at its hint: ``int()`` of it would add a guard to the program's shape
+    # env and specialize its dynamic dimension for every later lowering
+    value = hint(n)
+    return int(value) if value is not None else 1
 
 
 def relative(dtype: torch.dtype, budget: int) -> float:

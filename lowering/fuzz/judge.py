@@ -29,13 +29,17 @@ from ir.node import CALL_FUNCTION, OUTPUT
 from ir.program import Program
 from ir.strategies.programs import program_inputs
 from ir.torch_seam import pytree
-from lowering.fuzz.error_bounds import bounds, error_budget
+from lowering.fuzz.error_bounds import MOST_ULPS, bounds, error_budget
 from lowering.fuzz.magnitude import Magnitudes
 from lowering.lower import lower
 
-KINDS = ("mismatch", "crash")
+KINDS = ("mismatch", "crash", "grad", "grad_crash")
 """The kinds of finding: a value that differs (or an input eager refuses that the backend
-accepts), or a backend that raises where eager runs."""
+accepts), a backend that raises where eager runs; under ``grad=True`` also a gradient that
+differs (``grad``) and a backward that raises where eager's runs (``grad_crash``)."""
+
+GRAD_KINDS = frozenset({"grad", "grad_crash"})
+"""The kinds only a run with gradients gives."""
 
 
 @attrs.frozen
@@ -44,44 +48,60 @@ class Side:
     of detached copies, or ``error`` (the exception's type name and first line);
     ``magnitudes``: where the run was watched (``run(..., watch=True)``), a ``Side`` of the
     same leaves holding each floating leaf's magnitude (``lowering.fuzz.magnitude``), ``None``
-    for the others."""
+    for the others. A run with gradients (``lowering.fuzz.gradients``) also has ``grads``
+    (``"input i"`` / ``"parameter 'fqn'"`` -> gradient), or ``grad_error`` (the backward's
+    error), and ``positions`` (the outputs weighted)."""
 
     outputs: tuple = ()
     inputs: tuple = ()
     state: Mapping[str, Any] = attrs.field(factory=dict)
     error: tuple[str, str] | None = None
     magnitudes: Side | None = None
+    grads: Mapping[str, Any] = attrs.field(factory=dict)
+    grad_error: tuple[str, str] | None = None
+    positions: tuple[int, ...] = ()
 
 
 @attrs.frozen
 class Verdict:
     """Why a backend's run is a finding: ``kind`` (:data:`KINDS`), ``detail`` (one sentence),
     ``where`` (``("output", i)``, ``("input", i)``, ``("state", fqn)`` or ``("call", "")``),
-    ``error`` (largest difference over the output scale; 0 for a crash) and ``cause`` (the
-    operator held to be at the cause: ``"aten.add.Tensor"``, or an exception's type name)."""
+    ``error`` (largest difference over the output scale; 0 for a crash), ``cause`` (the
+    operator held to be at the cause: ``"aten.add.Tensor"``, or an exception's type name),
+    ``call`` (which call of the compiled callable showed it, 0 the first) and ``sizes`` (the
+    dynamic sizes of that call, symbol -> size; empty at one size)."""
 
     kind: str
     detail: str
     where: tuple[str, Any]
     error: float = 0.0
     cause: str = ""
+    call: int = 0
+    sizes: Mapping[str, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen
 class Setup:
     """How an example is run: ``device`` (the program is moved there first), ``dtype`` (floating
     state and inputs cast to it after lowering; ``None``: as drawn), ``seed`` (inputs and the
-    random state)."""
+    random state), ``sizes`` (how many sizes of its dynamic dimensions a program is called at,
+    one compiled callable for all: ``lowering.fuzz.sizes``), ``grad`` (inputs and parameters
+    require grad, a weighting of the outputs is backpropagated and the gradients compared:
+    ``lowering.fuzz.gradients``)."""
 
     device: str = "cpu"
     dtype: torch.dtype | None = None
     seed: int = 0
+    sizes: int = 1
+    grad: bool = False
 
 
-def example_inputs(program: Program, setup: Setup) -> tuple[tuple, dict]:
-    """Fresh ``(args, kwargs)`` for ``program`` (``ir.strategies.programs.program_inputs``),
-    floating tensors cast to ``setup.dtype``, on ``setup.device``. O(input elements)."""
-    args, kwargs = program_inputs(program, setup.seed)
+def example_inputs(program: Program, setup: Setup, sizes: Mapping[str, int] | None = None,
+                   call: int = 0) -> tuple[tuple, dict]:
+    """Fresh ``(args, kwargs)`` for ``program`` (``ir.strategies.programs.program_inputs``, its
+    dynamic sizes at ``sizes``, drawn from ``setup.seed + call``), floating tensors cast to
+    ``setup.dtype``, on ``setup.device``. O(input elements)."""
+    args, kwargs = program_inputs(program, setup.seed + call, sizes=sizes or None)
     return pytree.tree_map(lambda x: _placed(x, setup), (args, kwargs))
 
 
@@ -161,7 +181,53 @@ def compare(program: Program, got: Side, want: Side,
                       lambda f=fqn: _at(reference(), "state", f), precision)
         if found is not None:
             return _verdict(program, ("state", fqn), found)
+    return _gradients(program, got, want, budget, reference, precision)
+
+
+GRAD_BUDGET_FACTOR = 2
+"""A gradient's error budget is the program's times this: the backward runs about as many
+operators again (each a place to round), and regroups the sums a broadcast's gradient makes."""
+
+
+def _gradients(program: Program, got: Side, want: Side, budget: int,
+               reference: Callable[[], Side | None], precision: torch.dtype | None
+               ) -> Verdict | None:
+    """The verdict on the gradients of two runs whose forwards agree: a ``grad_crash`` where
+    eager's backward ran and ``got``'s raised, a ``grad`` mismatch at the first gradient that
+    differs (within ``GRAD_BUDGET_FACTOR`` times the budget)."""
+    if want.grad_error is not None or not want.grads:
+        return None
+    if got.grad_error is not None:
+        name, line = got.grad_error
+        return Verdict("grad_crash", f"the backward raises {name}: {line}", ("grad", ""),
+                       cause=_named_operator(line) or name)
+    wide = min(budget * GRAD_BUDGET_FACTOR, MOST_ULPS * GRAD_BUDGET_FACTOR)
+    for key, w in want.grads.items():
+        if key not in got.grads and key.startswith("parameter"):
+            continue  # the backend's holder keeps no parameter there (a copy of its own)
+        found = _leaf(got.grads.get(key), w, wide,
+                      lambda k=key: _at(reference(), "grads", k), precision)
+        if found is not None:
+            sentence, error = found
+            return Verdict("grad", f"gradient of {key}: {sentence}", ("grad", key), error,
+                           _grad_cause(program, key))
     return None
+
+
+def _grad_cause(program: Program, key: str) -> str:
+    """The operator first reading the input or parameter whose gradient differs (``key``:
+    ``"input i"``, ``"parameter 'fqn'"``); a finding's cause is localized after shrinking."""
+    sig = program.signature
+    if key.startswith("input "):
+        inputs = [s.name for s in sig.user_inputs()]
+        i = int(key.split()[1])
+        name = inputs[i] if i < len(inputs) else None
+    else:
+        fqn = key.split(" ", 1)[1].strip("'")
+        name = next((s.name for s in sig.inputs if s.target == fqn), None)
+    graph = program.root_module.graph
+    users = graph.users().get(name, ()) if name is not None else ()
+    return operator_of(graph, users[0] if users else None)
 
 
 def _at(side: Side | None, field: str, key: Any) -> tuple[Any, Any]:
@@ -317,5 +383,5 @@ def _placed(x: Any, setup: Setup) -> Any:
     return x.to(setup.device)
 
 
-__all__ = ["KINDS", "Setup", "Side", "Verdict", "compare", "example_inputs", "operator_of",
+__all__ = ["GRAD_KINDS", "KINDS", "Setup", "Side", "Verdict", "compare", "example_inputs", "operator_of",
            "reference_module", "run", "state_value"]

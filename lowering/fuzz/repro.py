@@ -10,14 +10,19 @@ as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output,
 and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences,
 an input that eager refuses and the backend accepts among them, so that every kind of finding
 the fuzzer makes is one its repro can show).
-Run as a script it prints them and exits 1 when there are any.
+Run as a script it prints them and exits 1 when there are any. A finding of several sizes
+(``differential(..., sizes=k)``) is written with the inputs of every call up to the one that
+showed it (``make_inputs(call)``, ``CALLS``, ``SIZES``; ``DYNAMIC`` and ``DYNAMIC_SHAPES`` for
+``compile_backend``): ``difference`` builds the callable once and calls it with each. One of
+``grad=True`` also backpropagates the fuzzer's weighting of the outputs
+(``lowering.fuzz.gradients``) and compares every input's and parameter's gradient.
 """
 
 from __future__ import annotations
 
 import keyword
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,6 +36,9 @@ from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
 from lowering.fuzz.backends import REPRO_COMPILE
 from lowering.fuzz.error_bounds import error_budget, relative
+from lowering.fuzz.gradients import written_inputs
+from lowering.fuzz.judge import GRAD_BUDGET_FACTOR
+from lowering.fuzz.sizes import dynamic_dims, sizes_text
 from lowering.lowering_seam import reset_dynamo
 
 
@@ -44,7 +52,9 @@ _STATE_KINDS = {"parameter", "buffer", "constant_tensor"}
 
 def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                  state: Mapping[str, Any], *, target: str, summary: str,
-                 observe_state: bool = True) -> str:
+                 observe_state: bool = True,
+                 calls: Sequence[tuple[Mapping[str, int], tuple, Mapping[str, Any]]] = (),
+                 dynamic: bool = False, grad: bool = False, seed: int = 0) -> str:
     """The standalone script of a finding (module docstring).
 
     Parameters:
@@ -55,6 +65,14 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         target: the backend's target (``lowering.fuzz.backends.REPRO_COMPILE`` key).
         summary: one line, the script's first docstring line.
         observe_state: whether ``difference`` compares the state after the call.
+        calls: ``(sizes, args, kwargs)`` per call of the compiled callable, in order (the
+            callable is built once and called with each: ``make_inputs(call)``); empty: one
+            call, with ``args`` / ``kwargs``.
+        dynamic: the backend compiled for several sizes (``DYNAMIC = True``, and
+            ``DYNAMIC_SHAPES`` the ``torch.export.Dim`` spec of the program's dynamic
+            dimensions).
+        grad: each call also backpropagates the weighting of ``lowering.fuzz.gradients``
+            (seeded with ``seed``) and compares every input's and parameter's gradient.
 
     Raises ``ReproError`` naming the node it cannot spell. Complexity: O(nodes + elements).
     """
@@ -127,10 +145,25 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             continue
         var[node.name] = names.fresh(node.name)
         body.append(f"        {var[node.name]} = {_call(node, var)}")
-    flat = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
-    inputs = [x for x, keep in zip(flat, kept) if keep] if len(flat) == len(kept) else flat
+    runs = list(calls) or [({}, tuple(args), dict(kwargs))]
+    per_call = [_kept_inputs(a, k, kept) for _, a, k in runs]
+    names = [s.name for s, keep in zip(sig.user_inputs(), kept) if keep]
     rtol = {str(d): relative(d, error_budget(program))
             for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
+    grad_rtol = {str(d): relative(d, error_budget(program) * GRAD_BUDGET_FACTOR)
+                 for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
+    dims = [d for d, keep in zip(dynamic_dims(program), kept) if keep] \
+        if len(dynamic_dims(program)) == len(kept) else []
+    settings = [
+        f"CALLS = {len(runs)}  # the compiled callable is built once and called this often",
+        f"SIZES = {[sizes_text(sz) for sz, _, _ in runs]!r}",
+        f"DYNAMIC = {True if dynamic else None!r}",
+        *_dynamic_shapes(dims if dynamic else []),
+        f"GRAD = {grad!r}  # inputs and parameters require grad; a weighting is backpropagated",
+        (f"WRITTEN = {sorted(i for i, n in enumerate(names) if n in written_inputs(program))!r}"
+         "  # inputs written in place: passed as clones of their leaves"),
+        f"WEIGHT_SEED = {seed!r}",
+    ]
     lines = [
         f'"""{summary}',
         "",
@@ -156,19 +189,58 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         f"        return ({''.join(r + ', ' for r in returns)})",
         "",
         "",
-        "def make_inputs():",
-        "    return (",
-        *(f"        {_tensor(x) if isinstance(x, torch.Tensor) else _literal(x)}," for x in inputs),
-        "    )",
+        "def make_inputs(call=0):",
+        "    \"\"\"The inputs of call `call` (one per size the fuzzer called at, in order).\"\"\"",
+        *_inputs_body(per_call),
+        "",
+        "",
+        *settings,
         "",
         "",
         REPRO_COMPILE[target],
         "",
         f"RTOL = {rtol!r}  # relative tolerance per dtype; absolute: RTOL * the eager value's scale",
+        f"GRAD_RTOL = {grad_rtol!r}  # the same, for gradients",
         f"OBSERVE_STATE = {observe_state!r}",
         _HARNESS,
     ]
     return "\n".join(lines)
+
+
+def _kept_inputs(args: tuple, kwargs: Mapping[str, Any], kept: list[bool]) -> list[Any]:
+    flat = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
+    return [x for x, keep in zip(flat, kept) if keep] if len(flat) == len(kept) else flat
+
+
+def _inputs_body(per_call: list[list[Any]]) -> list[str]:
+    def spelled(inputs: list[Any], indent: str) -> list[str]:
+        return [f"{indent}{_tensor(x) if isinstance(x, torch.Tensor) else _literal(x)},"
+                for x in inputs]
+
+    if len(per_call) == 1:
+        return ["    return (", *spelled(per_call[0], "        "), "    )"]
+    lines = []
+    for i, inputs in enumerate(per_call):
+        lines += [f"    if call == {i}:", "        return (", *spelled(inputs, "            "),
+                  "        )"]
+    lines.append("    raise IndexError(call)")
+    return lines
+
+
+def _dynamic_shapes(dims: list[dict[int, tuple[str, int, int | None]]]) -> list[str]:
+    """``DYNAMIC_SHAPES``: the ``torch.export.Dim`` of each dynamic dimension of each input."""
+    if not any(dims):
+        return ["DYNAMIC_SHAPES = None"]
+    symbols = {name: (lo, hi) for d in dims for name, lo, hi in d.values()}
+    lines = [f"{_dim_var(name)} = torch.export.Dim({name!r}, min={lo!r}"
+             + (f", max={hi!r})" if hi is not None else ")") for name, (lo, hi) in symbols.items()]
+    specs = ["{" + ", ".join(f"{i}: {_dim_var(name)}" for i, (name, _, _) in d.items()) + "}"
+             if d else "None" for d in dims]
+    return [*lines, f"DYNAMIC_SHAPES = ({''.join(x + ', ' for x in specs)})"]
+
+
+def _dim_var(name: str) -> str:
+    return "DIM_" + "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
 _HARNESS = '''
@@ -189,19 +261,74 @@ def _state(holder):
     return {name.replace("_orig_mod.", ""): t.detach().clone() for name, t in found.items()}
 
 
-def _observe(make):
-    module = Repro()
-    inputs = make_inputs()
+def _floating(x):
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+def _weights(outs, positions, call):
+    gen = torch.Generator().manual_seed(WEIGHT_SEED * 1000 + call)
+    return [(torch.rand(tuple(outs[i].shape), generator=gen, dtype=torch.float32) * 2 - 1)
+            .to(device=outs[i].device, dtype=outs[i].dtype) for i in positions]
+
+
+def _backward(outs, positions, leaves, holder, call):
+    """The weighted outputs backpropagated; the gradients (zeros where none reached)."""
+    if not positions:
+        raise RuntimeError("no floating output requires grad")
+    loss = sum((w * outs[i]).sum() for w, i in zip(_weights(outs, positions, call), positions))
+    loss.backward()
+    grads = {}
+    for i, x in enumerate(leaves):
+        if _floating(x):
+            grads[f"input {i}"] = torch.zeros_like(x) if x.grad is None else x.grad.clone()
+    params = holder.named_parameters(remove_duplicate=False) \
+        if isinstance(holder, nn.Module) else ()
+    for name, p in params:
+        if _floating(p):
+            g = torch.zeros_like(p.detach()) if p.grad is None else p.grad.clone()
+            grads[f"parameter {name.replace('_orig_mod.', '')!r}"] = g
+            p.grad = None
+    for b in holder.buffers() if isinstance(holder, nn.Module) else ():
+        if b.grad_fn is not None:
+            b.detach_()
+    return grads
+
+
+def _differentiable(module):
+    if GRAD and isinstance(module, nn.Module):
+        for p in module.parameters():
+            if _floating(p):
+                p.requires_grad_(True)
+    return module
+
+
+def _observe(make, positions=None):
+    """Each call's (outputs, inputs after it, state, gradients, outputs weighted)."""
+    module = _differentiable(Repro())
     run = make(module)
-    with torch.no_grad():
+    holder = _differentiable(run if isinstance(run, nn.Module) else module)
+    seen = []
+    for call in range(CALLS):
+        leaves = list(make_inputs(call))
+        inputs = leaves
+        if GRAD:
+            leaves = [x.requires_grad_() if _floating(x) else x for x in leaves]
+            inputs = [x.clone() if i in WRITTEN and _floating(x) else x
+                      for i, x in enumerate(leaves)]
         torch.manual_seed(0)
-        out = run(*inputs)
-    holder = run if isinstance(run, nn.Module) else module
-    return (_leaves(out), [x.detach().clone() for x in _leaves(list(inputs))],
-            _state(holder) if OBSERVE_STATE else {})
+        with torch.enable_grad() if GRAD else torch.no_grad():
+            out = _leaves(run(*inputs))
+        weighted = positions[call] if positions else [
+            i for i, o in enumerate(out) if _floating(o) and o.requires_grad]
+        state = _state(holder) if OBSERVE_STATE else {}
+        grads = _backward(out, weighted, leaves, holder, call) if GRAD else {}
+        seen.append(([o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out],
+                     [x.detach().clone() for x in _leaves(list(inputs))], state, grads,
+                     weighted))
+    return seen
 
 
-def _differs(what, got, want):
+def _differs(what, got, want, table=None):
     if not isinstance(want, torch.Tensor):
         return None if got == want else f"{what}: got {got!r}, eager gives {want!r}"
     if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
@@ -210,7 +337,7 @@ def _differs(what, got, want):
     if not want.is_floating_point():
         bad = g != w
     else:
-        rtol = RTOL.get(str(want.dtype), 0.0)
+        rtol = (table or RTOL).get(str(want.dtype), 0.0)
         finite = w[torch.isfinite(w)]
         scale = float(finite.abs().max()) if finite.numel() else 1.0
         close = (g - w).abs() <= rtol * (scale or 1.0) + rtol * w.abs()
@@ -230,9 +357,10 @@ def _said(exc):
 
 
 def difference(compile=None):
-    """Eager against compile(Repro()) (default: compile_backend): the differences as sentences.
-    Both refusing the inputs is no difference; the backend alone refusing them is a crash, eager
-    alone refusing them is one too (the backend accepts an input eager refuses)."""
+    """Eager against compile(Repro()) (default: compile_backend), built once and called at
+    each of the CALLS inputs in order: the differences as sentences. Both refusing the inputs
+    is no difference; the backend alone refusing them is a crash, eager alone refusing them is
+    one too (the backend accepts an input eager refuses)."""
     compile = compile or compile_backend
     try:
         want = _observe(lambda m: m)
@@ -243,22 +371,30 @@ def difference(compile=None):
             return []
         return [f"the backend accepts an input eager refuses (eager: {_said(refused)})"]
     try:
-        got = _observe(compile)
+        got = _observe(compile, [w[4] for w in want])
     except Exception as exc:
         return [f"crash: {_said(exc)}"]
     problems = []
-    for field, g_items, w_items in zip(("output", "input"), got[:2], want[:2]):
-        if len(g_items) != len(w_items):
-            problems.append(f"{len(g_items)} {field}s, eager gives {len(w_items)}")
-            continue
-        for i, (g, w) in enumerate(zip(g_items, w_items)):
-            found = _differs(f"{field} {i}", g, w)
+    for call, (g_call, w_call) in enumerate(zip(got, want)):
+        at = f"call {call} ({SIZES[call]}): " if CALLS > 1 else ""
+        for field, g_items, w_items in zip(("output", "input"), g_call[:2], w_call[:2]):
+            if len(g_items) != len(w_items):
+                problems.append(f"{at}{len(g_items)} {field}s, eager gives {len(w_items)}")
+                continue
+            for i, (g, w) in enumerate(zip(g_items, w_items)):
+                found = _differs(f"{at}{field} {i}", g, w)
+                if found:
+                    problems.append(found)
+        for name in sorted(set(g_call[2]) & set(w_call[2])):
+            found = _differs(f"{at}state {name!r}", g_call[2][name], w_call[2][name])
             if found:
                 problems.append(found)
-    for name in sorted(set(got[2]) & set(want[2])):
-        found = _differs(f"state {name!r}", got[2][name], want[2][name])
-        if found:
-            problems.append(found)
+        for key in w_call[3]:
+            if key in g_call[3] or key.startswith("input"):
+                found = _differs(f"{at}gradient of {key}", g_call[3].get(key), w_call[3][key],
+                                 GRAD_RTOL)
+                if found:
+                    problems.append(found)
     return problems
 
 

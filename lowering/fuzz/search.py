@@ -36,6 +36,7 @@ from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.repro import ReproError, check_repro, repro_script
+from lowering.fuzz.sizes import size_sets, sizes_text
 from lowering.fuzz.trial import placed, try_program
 
 
@@ -50,7 +51,10 @@ class Finding:
     to be at the cause), ``error`` (largest difference over the output scale), ``reproduced``
     (whether the repro showed the difference when run here; ``None``: not run yet),
     ``count`` (how many drawn examples gave a finding with this key), ``example`` (the index of
-    the first), ``setup`` (device, dtype, seed), ``compiler`` (the backend itself)."""
+    the first), ``setup`` (device, dtype, seed, sizes, grad), ``compiler`` (the backend
+    itself); under ``sizes > 1``: ``call`` (which call of the once-compiled callable showed
+    it, 0 the first), ``sizes`` (its dynamic sizes, symbol -> size) and ``calls`` (every call
+    up to it, ``(sizes, args, kwargs)``, what the repro calls in order)."""
 
     backend: str
     kind: str
@@ -66,6 +70,9 @@ class Finding:
     example: int = 0
     setup: Setup = attrs.field(factory=Setup)
     compiler: Backend | None = attrs.field(default=None, repr=False)
+    call: int = 0
+    sizes: Mapping[str, int] = attrs.field(factory=dict)
+    calls: tuple = attrs.field(default=(), repr=False)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -75,8 +82,9 @@ class Finding:
     def summary(self) -> str:
         """One line: backend, kind, cause, detail, size of the shrunk program."""
         n = sum(1 for node in self.program.root_module.graph.nodes if node.op == CALL_FUNCTION)
-        return (f"{self.backend}: {self.kind} at {self.cause} ({n} ops, seen {self.count}x): "
-                f"{self.detail}")
+        at = f" in call {self.call} ({sizes_text(self.sizes)})" if self.call else ""
+        return (f"{self.backend}: {self.kind} at {self.cause}{at} ({n} ops, seen "
+                f"{self.count}x): {self.detail}")
 
 
 @attrs.frozen
@@ -89,7 +97,9 @@ class FuzzReport:
     ``known`` (per known deviation, how many raw findings it explained); ``refused`` (programs
     eager and the backends all refused); ``raw`` (raw findings, before deduplication);
     ``unrunnable`` (per error, the programs that could not be lowered or judged: a fuzzer bug
-    or a strategy's, never a backend's)."""
+    or a strategy's, never a backend's); ``skipped`` (under ``grad=True``, per reason, the
+    programs eager could not differentiate: nothing compared); ``one_size`` (under
+    ``sizes > 1``, the programs without a dynamic dimension, called at their one size)."""
 
     findings: tuple[Finding, ...]
     examples: int
@@ -101,6 +111,8 @@ class FuzzReport:
     refused: int = 0
     raw: int = 0
     unrunnable: Mapping[str, int] = attrs.field(factory=dict)
+    skipped: Mapping[str, int] = attrs.field(factory=dict)
+    one_size: int = 0
 
     @property
     def per_minute(self) -> float:
@@ -120,6 +132,8 @@ def differential(
     dtype: torch.dtype | None = None,
     shrink_seconds: float = 120.0,
     progress: Callable[[str], None] | None = None,
+    sizes: int = 1,
+    grad: bool = False,
 ) -> FuzzReport:
     """Run generated programs through eager and each backend; report the differences.
 
@@ -127,7 +141,7 @@ def differential(
         backends: name -> ``"inductor"``, ``"aot_inductor"``, ``"decompositions"`` or a callable
             ``compile(module) -> callable`` applied to the freshly lowered module.
         programs: a hypothesis strategy of flat Programs (default:
-            ``lowering.fuzz.fuzz_programs.default_programs()``).
+            ``lowering.fuzz.fuzz_programs.default_programs(symbolic=sizes > 1)``).
         max_examples: programs to run (with ``seconds``: no count limit, the time is the budget).
         seconds: the search's time budget; shrinking comes after it (``shrink_seconds`` each).
         device: where programs run (``"cuda"``); the program is moved there first.
@@ -137,21 +151,43 @@ def differential(
         dtype: floating state and inputs cast to it after lowering (``None``: float32 as drawn).
         shrink_seconds: most seconds spent shrinking one finding.
         progress: called with a one-line status now and then.
+        sizes: with ``k > 1``, the default programs have a dynamic dimension (a symbolic batch
+            with a range, as ``torch.export`` makes for a ``Dim``), each side's callable is
+            built once and called at ``k`` sizes, the drawn one first
+            (``lowering.fuzz.sizes``), each call compared with eager's on fresh inputs of its
+            size; ``"inductor"`` compiles with ``dynamic=True``. Recompiling is allowed; a
+            wrong answer at any call is a finding that records the call and its sizes.
+        grad: floating inputs and parameters require grad; a fixed random weighting of the
+            floating outputs is backpropagated through eager and through each backend's
+            callable, and every input's and parameter's gradient compared (kinds ``grad``,
+            ``grad_crash``; ``lowering.fuzz.gradients``). Programs eager cannot differentiate
+            are skipped and counted (``FuzzReport.skipped``).
 
     Returns a :class:`FuzzReport`. Raises ``FuzzError`` naming a bad argument. Deterministic in
-    ``seed`` for a deterministic backend. Complexity: per program, one lowering and eager run
-    plus one lowering, compile and run per backend; per new finding, a shrink within
-    ``shrink_seconds`` and a run of its repro.
+    ``seed`` for a deterministic backend. Complexity: per program, one lowering and ``sizes``
+    eager runs (each with a backward under ``grad``) plus one lowering and compile and
+    ``sizes`` runs per backend; per new finding, a shrink within ``shrink_seconds`` and a run
+    of its repro.
     """
     resolved = resolve(backends)
-    strategy = default_programs() if programs is None else programs
+    if isinstance(sizes, bool) or not isinstance(sizes, int) or sizes < 1:
+        raise FuzzError(f"sizes must be a positive int (how many sizes each program is called "
+                        f"at), got {sizes!r}")
+    if not isinstance(grad, bool):
+        raise FuzzError(f"grad must be a bool, got {grad!r}")
+    inference_only = [b.name for b in resolved if b.target in INFERENCE_ONLY]
+    if grad and inference_only:
+        raise FuzzError(f"backend {inference_only[0]!r} compiles for inference only (its "
+                        "callable's outputs carry no autograd graph); grad=True is not "
+                        "supported for it")
+    strategy = default_programs(symbolic=sizes > 1) if programs is None else programs
     if not isinstance(strategy, st.SearchStrategy):
         raise FuzzError(f"programs must be a hypothesis strategy of Programs, got {strategy!r}")
     if not isinstance(max_examples, int) or max_examples < 1:
         raise FuzzError(f"max_examples must be a positive int, got {max_examples!r}")
     if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
         raise FuzzError(f"seconds must be a positive number or None, got {seconds!r}")
-    search = _Search(resolved, strategy, Setup(device, dtype, seed),
+    search = _Search(resolved, strategy, Setup(device, dtype, seed, sizes, grad),
                      (*BUILTIN_KNOWN, *known), progress)
     start = time.monotonic()
     search.explore(max_examples, seconds)
@@ -159,7 +195,12 @@ def differential(
     findings = search.shrink_all(shrink_seconds)
     return FuzzReport(tuple(findings), search.examples, time.monotonic() - start, searched,
                       dict(search.operators), dict(search.features), dict(search.known),
-                      search.refused, search.raw, dict(search.unrunnable))
+                      search.refused, search.raw, dict(search.unrunnable),
+                      dict(search.skipped), search.one_size)
+
+
+INFERENCE_ONLY = frozenset({"aot_inductor"})
+"""Built-in targets whose callables give no autograd graph: refused under ``grad=True``."""
 
 
 class _Stop(BaseException):
@@ -182,7 +223,8 @@ class _Search:
                  setup: Setup, known: tuple, progress: Callable[[str], None] | None) -> None:
         self.backends, self.strategy, self.setup = backends, strategy, setup
         self.known_predicates, self.progress = known, progress
-        self.examples = self.refused = self.raw = 0
+        self.examples = self.refused = self.raw = self.one_size = 0
+        self.skipped: Counter = Counter()
         self.operators: Counter = Counter()
         self.features: Counter = Counter()
         self.known: Counter = Counter()
@@ -229,6 +271,12 @@ class _Search:
         self.features.update(program_features(program))
         if self.setup.dtype is not None:
             self.features[f"run:{str(self.setup.dtype).removeprefix('torch.')}"] += 1
+        if self.setup.sizes > 1 and len(size_sets(program, 2)) < 2:
+            self.one_size += 1
+        if trial.skipped is not None:
+            self.skipped[trial.skipped] += 1
+            self.say()
+            return
         if trial.eager.error is not None and not any(trial.verdicts.values()):
             self.refused += 1
         for backend in self.backends:
@@ -245,7 +293,7 @@ class _Search:
             return
         finding = Finding(backend.name, verdict.kind, verdict.detail, trial.program, trial.args,
                           trial.kwargs, cause=verdict.cause, error=verdict.error, example=index,
-                          setup=self.setup, compiler=backend)
+                          setup=self.setup, compiler=backend, **_at_call(trial, verdict))
         name = self.explained(finding)
         if name is not None:
             self.known[name] += 1
@@ -274,7 +322,8 @@ class _Search:
         self.progress(
             f"fuzz: {self.examples} programs in {elapsed:.0f} s "
             f"({60.0 * self.examples / max(elapsed, 1e-9):.1f}/min), {len(self.kept)} new, "
-            f"{sum(self.known.values())} known, {len(self.operators)} operators")
+            f"{sum(self.known.values())} known, {len(self.operators)} operators"
+            + (f", {sum(self.skipped.values())} not differentiable" if self.setup.grad else ""))
 
     # --- shrinking ------------------------------------------------------------------------------
 
@@ -356,7 +405,7 @@ class _Search:
         dtype), else ``None``."""
         if not _low_precision(program) <= low:
             return None
-        if finding.kind == "mismatch" and finding.cause not in _targets(program) \
+        if finding.kind in _VALUE_KINDS and finding.cause not in _targets(program) \
                 and finding.cause != "?":
             return None
         backend = finding.compiler
@@ -367,10 +416,21 @@ class _Search:
         verdict = trial.verdicts[backend.name]
         if verdict is None or verdict.kind != finding.kind or trial.eager.error is not None:
             return None
-        if finding.kind == "crash" and verdict.cause != finding.cause:
+        if finding.kind not in _VALUE_KINDS and verdict.cause != finding.cause:
             return None
         return attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
-                            kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error)
+                            kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error,
+                            **_at_call(trial, verdict))
+
+
+_VALUE_KINDS = frozenset({"mismatch", "grad"})
+"""Kinds whose cause is an operator of the program (the others: an error's)."""
+
+
+def _at_call(trial: Any, verdict: Verdict) -> dict[str, Any]:
+    """A finding's fields for the call of ``trial`` that showed ``verdict``."""
+    calls = tuple((dict(c.sizes), c.args, c.kwargs) for c in trial.calls[:verdict.call + 1])
+    return {"call": verdict.call, "sizes": dict(verdict.sizes), "calls": calls}
 
 
 def with_repro(finding: Finding) -> Finding:
@@ -383,7 +443,9 @@ def with_repro(finding: Finding) -> Finding:
         target = backend.target if backend is not None else "callable"
         text = repro_script(finding.program, finding.args, finding.kwargs, state,
                             target=target, summary=finding.summary(),
-                            observe_state=backend is None or backend.observes_state)
+                            observe_state=backend is None or backend.observes_state,
+                            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad,
+                            seed=setup.seed)
     except ReproError as err:
         return attrs.evolve(finding, repro="", reproduced=False,
                             detail=f"{finding.detail} (no repro: {err})")
@@ -457,5 +519,5 @@ def program_text(finding: Finding) -> str:
     return format_program(finding.program)
 
 
-__all__ = ["Finding", "FuzzReport", "differential", "program_features", "program_text",
+__all__ = ["INFERENCE_ONLY", "Finding", "FuzzReport", "differential", "program_features", "program_text",
            "with_repro"]
