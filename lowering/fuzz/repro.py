@@ -105,7 +105,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                         f"requires_grad={bool(value.requires_grad)})")
         else:
             persistent = bool(spec.persistent) if spec.kind == "buffer" else False
-            init.append(f"        self.register_buffer({attr!r}, {literal}, "
+            init.append(f"        self.register_buffer({attr!r}, {literal}.clone(), "
                         f"persistent={persistent})")
     var: dict[str, str] = {}
     params: list[str] = []
@@ -287,8 +287,8 @@ def _backward(outs, positions, leaves, holder, call):
             grads[f"parameter {name.replace('_orig_mod.', '')!r}"] = g
             p.grad = None
     for b in holder.buffers() if isinstance(holder, nn.Module) else ():
-        if b.grad_fn is not None:
-            b.detach_()
+        if b.grad_fn is not None and call + 1 < CALLS:
+            b.detach_()  # a buffer written with a value that requires grad: not into the next call
     return grads
 
 
