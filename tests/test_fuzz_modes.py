@@ -199,3 +199,32 @@ def test_an_exporting_backend_gets_the_programs_dynamic_shapes():
 
 def _program_kw(module, args, kwargs, dynamic):
     return import_ep(torch.export.export(module, args, kwargs, dynamic_shapes=dynamic))
+
+
+def test_a_repro_with_gradients_runs_a_buffer_written_from_the_inputs():
+    """A buffer written with a value that requires grad: the repro's eager run backpropagates
+    (its buffer is a tensor of its own, not a view of its literal) and finds no difference."""
+    from lowering.fuzz.judge import reference_module, state_value
+    from lowering.fuzz.repro import check_repro, repro_script
+
+    class Buffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.zeros(4))
+
+        def forward(self, x):
+            y = torch.tanh(x)
+            self.b.copy_(y.mean(0))
+            return y * 2
+
+    p = _program(Buffer(), torch.randn(3, 4))
+    trial = try_program(p, resolve({"e": planted.eager}), Setup(grad=True))
+    assert trial.verdicts["e"] is None and trial.eager.grads
+    module = reference_module(p, Setup())
+    state = {fqn: state_value(module, fqn) for fqn in p.state}
+    text = repro_script(p, trial.args, trial.kwargs, state, target="callable", summary="s",
+                        grad=True)
+    assert "GRAD = True" in text
+    assert check_repro(text, planted.eager) == []
+    found = check_repro(text, planted.scaled_activation_grad)
+    assert found and all("gradient of" in line for line in found), found
