@@ -20,6 +20,7 @@ from ir import import_ep
 from lowering.fuzz import FuzzError, differential
 from lowering.fuzz.backends import resolve
 from lowering.fuzz.command import _parser, report_text
+from lowering.fuzz.command import main as fuzz_main
 from lowering.fuzz.judge import Setup
 from lowering.fuzz.sizes import size_sets
 from lowering.fuzz.trial import try_program
@@ -151,6 +152,7 @@ def test_bad_mode_arguments_are_named():
         differential({"x": "aot_inductor"}, grad=True)
     args = _parser().parse_args(["--backend", "inductor", "--sizes", "3", "--grad"])
     assert args.sizes == 3 and args.grad is True
+    assert fuzz_main(["--backend", "aot_inductor", "--grad"]) == 2  # named, nothing run
 
 
 def test_inductor_compiles_with_dynamic_true_under_sizes(monkeypatch):
