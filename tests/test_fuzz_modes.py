@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from ir import import_ep
 from lowering.fuzz import FuzzError, differential
 from lowering.fuzz.backends import resolve
+from lowering.fuzz.call_sizes import size_sets
 from lowering.fuzz.command import _parser, report_text
 from lowering.fuzz.command import main as fuzz_main
 from lowering.fuzz.judge import Setup
-from lowering.fuzz.sizes import size_sets
 from lowering.fuzz.trial import try_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -178,8 +178,8 @@ def test_inductor_compiles_for_every_size_and_agrees_with_eager():
 def test_an_exporting_backend_gets_the_programs_dynamic_shapes():
     """``export_dynamic_shapes``: ``torch.export.export`` of the lowered module (keyword inputs
     included) keeps the batch dynamic, and the export runs at every size of ``size_sets``."""
+    from lowering.fuzz.call_sizes import export_dynamic_shapes
     from lowering.fuzz.judge import example_inputs, reference_module
-    from lowering.fuzz.sizes import export_dynamic_shapes
 
     class Keyword(torch.nn.Module):
         def forward(self, x, *, y):

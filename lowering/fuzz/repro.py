@@ -33,10 +33,10 @@ from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
 from lowering.fuzz.backends import REPRO_COMPILE
+from lowering.fuzz.call_sizes import dynamic_dims, sizes_text
 from lowering.fuzz.error_bounds import error_budget, relative
 from lowering.fuzz.gradients import written_inputs
 from lowering.fuzz.judge import GRAD_BUDGET_FACTOR
-from lowering.fuzz.sizes import dynamic_dims, sizes_text
 from lowering.lowering_seam import reset_dynamo
 
 
