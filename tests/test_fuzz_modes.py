@@ -216,12 +216,15 @@ def test_a_repro_with_gradients_runs_a_buffer_written_from_the_inputs():
 
         def forward(self, x):
             y = torch.tanh(x)
+            out = y * 2 + self.b  # reads what the last call wrote
             self.b.copy_(y.mean(0))
-            return y * 2
+            return out
 
-    p = _program(Buffer(), torch.randn(3, 4))
-    trial = try_program(p, resolve({"e": planted.eager}), Setup(grad=True))
+    batch = torch.export.Dim("batch", min=2, max=8)
+    p = _program(Buffer(), torch.randn(3, 4), dynamic=({0: batch},))
+    trial = try_program(p, resolve({"e": planted.eager}), Setup(grad=True, sizes=3))
     assert trial.verdicts["e"] is None and trial.eager.grads
+    assert len(trial.calls) == 3  # the buffer's graph is not carried into the next backward
     module = reference_module(p, Setup())
     state = {fqn: state_value(module, fqn) for fqn in p.state}
     text = repro_script(p, trial.args, trial.kwargs, state, target="callable", summary="s",
