@@ -125,6 +125,7 @@ def test_gradients_of_inputs_and_parameters_are_compared_and_skips_counted():
     trial = try_program(p, resolve({"g": planted.scaled_activation_grad, "e": planted.eager}),
                         Setup(grad=True))
     assert set(trial.eager.grads) == {"input 0", "parameter 'w'"}
+    assert all(bool(g.abs().sum() > 0) for g in trial.eager.grads.values())  # both reached
     assert trial.verdicts["e"] is None
     verdict = trial.verdicts["g"]
     assert verdict.kind == "grad" and verdict.cause == "aten.mul.Tensor"  # before localizing
