@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from ir import import_ep
 from lowering.fuzz import FuzzError, differential
 from lowering.fuzz.backends import resolve
+from lowering.fuzz.call_sizes import size_sets
 from lowering.fuzz.command import _parser, report_text
+from lowering.fuzz.command import main as fuzz_main
 from lowering.fuzz.judge import Setup
-from lowering.fuzz.sizes import size_sets
 from lowering.fuzz.trial import try_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,6 +125,7 @@ def test_gradients_of_inputs_and_parameters_are_compared_and_skips_counted():
     trial = try_program(p, resolve({"g": planted.scaled_activation_grad, "e": planted.eager}),
                         Setup(grad=True))
     assert set(trial.eager.grads) == {"input 0", "parameter 'w'"}
+    assert all(bool(g.abs().sum() > 0) for g in trial.eager.grads.values())  # both reached
     assert trial.verdicts["e"] is None
     verdict = trial.verdicts["g"]
     assert verdict.kind == "grad" and verdict.cause == "aten.mul.Tensor"  # before localizing
@@ -151,6 +153,7 @@ def test_bad_mode_arguments_are_named():
         differential({"x": "aot_inductor"}, grad=True)
     args = _parser().parse_args(["--backend", "inductor", "--sizes", "3", "--grad"])
     assert args.sizes == 3 and args.grad is True
+    assert fuzz_main(["--backend", "aot_inductor", "--grad"]) == 2  # named, nothing run
 
 
 def test_inductor_compiles_with_dynamic_true_under_sizes(monkeypatch):
@@ -176,8 +179,8 @@ def test_inductor_compiles_for_every_size_and_agrees_with_eager():
 def test_an_exporting_backend_gets_the_programs_dynamic_shapes():
     """``export_dynamic_shapes``: ``torch.export.export`` of the lowered module (keyword inputs
     included) keeps the batch dynamic, and the export runs at every size of ``size_sets``."""
+    from lowering.fuzz.call_sizes import export_dynamic_shapes
     from lowering.fuzz.judge import example_inputs, reference_module
-    from lowering.fuzz.sizes import export_dynamic_shapes
 
     class Keyword(torch.nn.Module):
         def forward(self, x, *, y):
@@ -199,3 +202,35 @@ def test_an_exporting_backend_gets_the_programs_dynamic_shapes():
 
 def _program_kw(module, args, kwargs, dynamic):
     return import_ep(torch.export.export(module, args, kwargs, dynamic_shapes=dynamic))
+
+
+def test_a_repro_with_gradients_runs_a_buffer_written_from_the_inputs():
+    """A buffer written with a value that requires grad: the repro's eager run backpropagates
+    (its buffer is a tensor of its own, not a view of its literal) and finds no difference."""
+    from lowering.fuzz.judge import reference_module, state_value
+    from lowering.fuzz.repro import check_repro, repro_script
+
+    class Buffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.zeros(4))
+
+        def forward(self, x):
+            y = torch.tanh(x)
+            out = y * 2 + self.b  # reads what the last call wrote
+            self.b.copy_(y.mean(0))
+            return out
+
+    batch = torch.export.Dim("batch", min=2, max=8)
+    p = _program(Buffer(), torch.randn(3, 4), dynamic=({0: batch},))
+    trial = try_program(p, resolve({"e": planted.eager}), Setup(grad=True, sizes=3))
+    assert trial.verdicts["e"] is None and trial.eager.grads
+    assert len(trial.calls) == 3  # the buffer's graph is not carried into the next backward
+    module = reference_module(p, Setup())
+    state = {fqn: state_value(module, fqn) for fqn in p.state}
+    text = repro_script(p, trial.args, trial.kwargs, state, target="callable", summary="s",
+                        grad=True)
+    assert "GRAD = True" in text
+    assert check_repro(text, planted.eager) == []
+    found = check_repro(text, planted.scaled_activation_grad)
+    assert found and all("gradient of" in line for line in found), found

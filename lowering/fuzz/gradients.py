@@ -173,8 +173,8 @@ def _detach_state(holder: Any) -> None:
     # a buffer written with a value that requires grad carries this call's graph into the next
     if isinstance(holder, torch.nn.Module):
         for b in holder.buffers():
-            if b.grad_fn is not None:
-                b.detach_()
+            if b.grad_fn is not None and b._base is None:
+                b.detach_()  # a view keeps it: a later call's backward fails on both sides
 
 
 def _line(exc: BaseException) -> str:

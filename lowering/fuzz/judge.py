@@ -85,7 +85,7 @@ class Setup:
     """How an example is run: ``device`` (the program is moved there first), ``dtype`` (floating
     state and inputs cast to it after lowering; ``None``: as drawn), ``seed`` (inputs and the
     random state), ``sizes`` (how many sizes of its dynamic dimensions a program is called at,
-    one compiled callable for all: ``lowering.fuzz.sizes``), ``grad`` (inputs and parameters
+    one compiled callable for all: ``lowering.fuzz.call_sizes``), ``grad`` (inputs and parameters
     require grad, a weighting of the outputs is backpropagated and the gradients compared:
     ``lowering.fuzz.gradients``)."""
 

@@ -35,10 +35,10 @@ from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER
 from ir.program import Program
 from ir.torch_seam import OpOverload, op_schema, pytree
 from lowering.fuzz.backends import REPRO_COMPILE
+from lowering.fuzz.call_sizes import dynamic_dims, sizes_text
 from lowering.fuzz.error_bounds import error_budget, relative
 from lowering.fuzz.gradients import written_inputs
 from lowering.fuzz.judge import GRAD_BUDGET_FACTOR
-from lowering.fuzz.sizes import dynamic_dims, sizes_text
 from lowering.lowering_seam import reset_dynamo
 
 
@@ -107,7 +107,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                         f"requires_grad={bool(value.requires_grad)})")
         else:
             persistent = bool(spec.persistent) if spec.kind == "buffer" else False
-            init.append(f"        self.register_buffer({attr!r}, {literal}, "
+            init.append(f"        self.register_buffer({attr!r}, {literal}.clone(), "
                         f"persistent={persistent})")
     var: dict[str, str] = {}
     params: list[str] = []
@@ -289,8 +289,8 @@ def _backward(outs, positions, leaves, holder, call):
             grads[f"parameter {name.replace('_orig_mod.', '')!r}"] = g
             p.grad = None
     for b in holder.buffers() if isinstance(holder, nn.Module) else ():
-        if b.grad_fn is not None:
-            b.detach_()
+        if b.grad_fn is not None and call + 1 < CALLS:
+            b.detach_()  # a buffer written with a value that requires grad: not into the next call
     return grads
 
 

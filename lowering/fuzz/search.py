@@ -30,13 +30,13 @@ from ir.ops import is_mutating, is_random
 from ir.printer import format_program
 from ir.program import Program
 from lowering.fuzz.backends import Backend, FuzzError, resolve
+from lowering.fuzz.call_sizes import size_sets, sizes_text
 from lowering.fuzz.fuzz_programs import default_programs
 from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.repro import ReproError, check_repro, repro_script
-from lowering.fuzz.sizes import size_sets, sizes_text
 from lowering.fuzz.trial import placed, try_program
 
 
@@ -154,7 +154,7 @@ def differential(
         sizes: with ``k > 1``, the default programs have a dynamic dimension (a symbolic batch
             with a range, as ``torch.export`` makes for a ``Dim``), each side's callable is
             built once and called at ``k`` sizes, the drawn one first
-            (``lowering.fuzz.sizes``), each call compared with eager's on fresh inputs of its
+            (``lowering.fuzz.call_sizes``), each call compared with eager's on fresh inputs of its
             size; ``"inductor"`` compiles with ``dynamic=True``. Recompiling is allowed; a
             wrong answer at any call is a finding that records the call and its sizes.
         grad: floating inputs and parameters require grad; a fixed random weighting of the

@@ -5,7 +5,7 @@ module and its own copies of the inputs (programs write their buffers and inputs
 both run under ``torch.no_grad()`` with the random state seeded alike
 (``lowering.fuzz.judge.run``), or with gradients (``lowering.fuzz.gradients``). Under
 ``sizes=k`` each side's module (or compiled callable) is built once and called ``k`` times, at
-the sizes of ``lowering.fuzz.sizes``.
+the sizes of ``lowering.fuzz.call_sizes``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pyrsistent import pmap
 
 from ir.program import Program
 from lowering.fuzz.backends import Backend
+from lowering.fuzz.call_sizes import size_sets
 from lowering.fuzz.gradients import requiring_grad, run_with_grad, skip_reason, written_inputs
 from lowering.fuzz.judge import (
     Setup,
@@ -30,7 +31,6 @@ from lowering.fuzz.judge import (
     reference_module,
     run,
 )
-from lowering.fuzz.sizes import size_sets
 from transforms import kernel as kn
 from transforms.passes.move_device import move_to_device
 
@@ -111,7 +111,7 @@ def try_program(program: Program, backends: Sequence[Backend], setup: Setup,
     ``precision``'s tolerance where given).
 
     Each side builds its module (a backend: its callable) once and calls it at each size set of
-    ``lowering.fuzz.sizes.size_sets(program, setup.sizes)`` in order, on fresh inputs of that
+    ``lowering.fuzz.call_sizes.size_sets(program, setup.sizes)`` in order, on fresh inputs of that
     size (the same for every side); a backend's verdict is that of its first call that differs
     from eager's call. Calls after one eager cannot make are not made. Under ``setup.grad``
     each call also backpropagates (``lowering.fuzz.gradients``); a program whose first eager
