@@ -1085,10 +1085,6 @@ class _Builder:
         elif choice in ("binary", "alpha"):
             other: Any
             source = z % 3 if vectors else z % 3 % 2 * 2
-            if choice == "alpha" and source and z >> 7:
-                # a scaled sum of two values of one shape (``add(a, b, alpha=c)``) in two draws
-                # of three: the case a pass that reorders or merges sums must keep the scale of
-                source = 0
             if source == 0:
                 other = _back(scope.vals, y)
             elif source == 1:

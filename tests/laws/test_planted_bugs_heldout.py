@@ -468,13 +468,10 @@ SAMPLE = {dce_drops_unread_copy, cse_ignores_kwargs, hoists_writes, quantizes_th
 MISSED: dict = {}
 
 # (correct pass, on outlined programs) -> {seed: why it fails}, found by bench.power (measured
-# under SEEDS only): ``outline`` refuses a drawn program (``PassError``: a value made inside a
-# preserved call and read after it), or the pass changes fewer than 3 programs (no mul by 2)
-_OUTLINE = "issue 60: outline refuses a drawn program (a value made inside a preserved call)"
+# under SEEDS only): the pass changes fewer than 3 programs. (Seed 9's outlined twins failed
+# where ``repair_call_signatures`` took a used result or a passed-on argument for a stale name
+# and ``outline`` then refused the program: fixed there, tests/test_remat_state.py)
 TWINS_FAIL = {
-    (count_activation_calls, True): {9: _OUTLINE},
-    (cse_then_dce, True): {9: _OUTLINE},
-    (mul_two_to_add, False): {9: "issue 60: generator reach (h/motifs): vacuous, no mul by 2"},
     (collapse_idempotent_activations, False): {
         2: "issue 60: generator reach (opset default): relu(relu(x)) in 2 of 100 programs, "
            "the test asks 3"},

@@ -13,6 +13,7 @@ from hypothesis.errors import InvalidArgument
 
 from ir import import_ep
 from ir.strategies import programs
+from ir.strategies.programs import FEATURES, OPT_IN_FEATURES
 from lowering import lower
 from lowering.like import LikeExample, programs_like
 from lowering.pass_laws import LawViolation, check_laws
@@ -50,14 +51,15 @@ def test_generated_vals_are_fake_tensors_of_one_mode_per_program():
     assert len({id(m) for m in modes}) == len(modes)  # no mode shared between programs
 
 
-@pytest.mark.xfail(run=False, strict=True, reason=(
-    "issue 60: the default programs' int_math motif casts the quantized matmul's output to int64 "
-    "and hashes it (% 997): no tolerance bounds that, so the check must draw programs without "
-    "int_math (as test_planted_bugs_programs_like's fake_quant_matmuls does); not run: it shrinks "
-    "for minutes"))
 def test_an_op_without_a_meta_kernel_passes_the_laws_on_default_programs():
-    # fake_quantize_per_tensor_affine has no Meta kernel: on meta vals it raised on every program
-    report = check_laws(lp.fake_quant_matmuls, max_examples=25, atol=0.1, rtol=0.1)
+    # fake_quantize_per_tensor_affine has no Meta kernel: on meta vals it raised on every
+    # program. On FakeTensor vals torch's fallback runs it on real zeros, which it can make at
+    # static sizes only (a symbolic batch: PassError, no kernel). The numbers are not judged
+    # here: a fixed scale clips a large matmul output, which no tolerance bounds (semantics with
+    # a tolerance: test_atol_and_rtol_reach_programs_like)
+    static = programs(features=set(FEATURES) - OPT_IN_FEATURES - {"symbolic_sizes"})
+    report = check_laws(lp.fake_quant_matmuls, programs=static, max_examples=25,
+                        laws=("purity", "verify", "determinism"))
     assert report.changed > 0
 
 
@@ -104,22 +106,36 @@ def test_every_kind_of_variant_is_drawn_and_runs_like_the_model(mlp):
     assert all(kinds.values()), kinds
 
 
-@pytest.mark.xfail(strict=True, reason="issue 60: the by_hand_forgets_outputs bug only shows where the relu is an output (the extra-output draw), which no eager reference can judge; it was 'caught' only by the false positive of state-write draws compared with the reference, now excluded (LikeExample.matches_reference)")
-def test_reference_works_on_every_draw():
-    class Gelu(lp.MaskedMLP):
-        def forward(self, x):
-            h = torch.nn.functional.gelu(self.up(x)) * self.mask
-            h = h * 0.5 * 2.0 + h.clone().to(torch.float16).to(torch.float32)
-            return self.down(h), self.steps * 2 * 0.5
+class _ReluOut(lp.MaskedMLP):
+    """The masked MLP that also returns its activation (a hidden state handed on)."""
 
-    model, ep = lp.masked_mlp()
-    reference = Gelu()
+    act = staticmethod(torch.relu)
+
+    def forward(self, x):
+        a = self.act(self.up(x))
+        h = a * self.mask
+        h = h * 0.5 * 2.0 + h.clone().to(torch.float16).to(torch.float32)
+        return self.down(h), self.steps * 2 * 0.5, a
+
+
+class _GeluOut(_ReluOut):
+    act = staticmethod(torch.nn.functional.gelu)
+
+
+def test_reference_works_on_every_draw():
+    torch.manual_seed(0)
+    model = _ReluOut().eval()
+    reference = _GeluOut().eval()
     reference.load_state_dict(model.state_dict())
+    batch = torch.export.Dim("batch", min=1, max=16)
+    ep = torch.export.export(model, (torch.randn(3, 8),), dynamic_shapes=({0: batch},))
     like = programs_like(ep, edge_values=False)
     report = check_laws(lp.swap_activations, programs=like, reference=reference, max_examples=12)
     assert report.changed == report.tried
     with pytest.raises(LawViolation, match="semantics"):  # without it: the numerics changed
         check_laws(lp.swap_activations, programs=like, max_examples=12, settings=FOUND)
+    # the output that returns the activation is left reading the relu: the reference differs
+    # on every draw it judges, the source (drawn first) included
     with pytest.raises(LawViolation, match="against the reference"):
         check_laws(lambda p: lp.swap_activations(p, bug="by_hand_forgets_outputs"),
                    programs=like, reference=reference, max_examples=12, settings=FOUND)
