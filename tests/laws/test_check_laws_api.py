@@ -120,7 +120,6 @@ def test_other_program_strategies_can_be_given():
                allow_vacuous=True)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 60: message-shape test pinned to the old stream: the shrunk program now keeps 8 compute nodes (int64 state motif), the test wants 1; not re-pinned in time")
 def test_the_message_shows_the_shrunk_program_and_its_module_stacks():
     def refuses_module_calls(p):
         if any(len(n.meta.get("nn_module_stack", ())) > 1 for n in p.root_module.graph.nodes):
