@@ -4,9 +4,9 @@ feature (``symbolic_sizes``): the laws then run the program at other batch sizes
 
 The 200-draw figures (at least 300 operators, 90 % of the models' operators, on the
 derandomized stream and three seeds) are nightly here and printed by
-``python -m bench.opset_coverage``; by default a sample of 40 draws, and the rows' weights
-checked exactly: over the swarm's feature sets each row is drawn within a factor of its share
-by model use (nightly: every feature set; by default a sample of them).
+``python -m bench.opset_coverage``; by default a sample of 40 draws. The rows' weights are
+checked without drawing: over the swarm's feature sets each row is drawn within a factor of
+its share by model use (nightly: every feature set; by default a sample of them).
 """
 
 from __future__ import annotations
