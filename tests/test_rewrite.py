@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 
 from ir import PassError, import_ep, parse_program, verify
-from ir.strategies import programs
+from ir.strategies import program_inputs, programs
 from ir.strategies.planted import planted_count, planted_programs
 from lowering import export_ep, lower
 from lowering.pass_laws import LawViolation, check_laws, check_program
@@ -251,34 +251,30 @@ def _pattern_graphs(rules):
 
 def test_rewrite_obeys_the_pass_laws():
     rules = [RELU_RELU, SILU, NEG_NEG]
-    applied = []
-
-    def rewrite_rules(p):
-        q, report = rewrite_report(p, rules)
-        applied.append(sum(report.counts.values()))
-        return q
-
     # the rules' own patterns planted into drawn programs: the laws judge rewritten programs on
-    # every torch and seed, not the few drawn programs that hold a site by luck
-    report = check_laws(rewrite_rules, programs=planted_programs(_pattern_graphs(rules)),
+    # every torch and seed, not the few drawn programs that hold a site by luck (2 of 25 on
+    # torch 2.13, none on 2.14 before)
+    report = check_laws(lambda p: rewrite(p, rules),
+                        programs=planted_programs(_pattern_graphs(rules)),
                         max_examples=25, idempotent=True)
     # not vacuous: most programs changed (``changed`` is judged after dead code is removed)
     assert report.tried >= 25 and report.changed * 2 >= report.tried, report
-    assert sum(a > 0 for a in applied) * 2 >= report.tried, applied
 
 
-def test_planted_programs_hold_live_sites_that_verify():
+def test_planted_programs_hold_live_sites_that_verify_and_run():
     rules = [RELU_RELU, NEG_NEG]
     strategy = planted_programs(_pattern_graphs(rules), programs(), min_sites=1, max_sites=2)
     seen = []
 
-    @settings(max_examples=15, database=None, deadline=None)
+    @settings(max_examples=20, database=None, deadline=None)
     @given(strategy)
     def one(p):
         verify(p, vals=True)
         seen.append(planted_count(p))
         q = eliminate_dead_code(p, metadata_checks=False)
         assert planted_count(q) == planted_count(p)  # every planted node is read
+        args, kwargs = program_inputs(p)
+        lower(p)(*args, **kwargs)  # a planted op runs (a dtype without a kernel is not planted)
 
     one()
     assert sum(n > 0 for n in seen) * 4 >= len(seen) * 3, seen

@@ -6,15 +6,17 @@ with its readers around it, so that a pass over those patterns (a rewrite's rule
 most draws, on any torch and any seed, where plain drawn programs hold a site by luck alone. The
 law tests of a rule set draw from it (``tests/test_rewrite.py``).
 
-How a site is planted: a tensor value ``x`` of the root graph is drawn among those that reach the
-output and have a reader that does not write its arguments; the pattern's ops are inserted just
-before that reader, its first tensor argument bound to ``x``, the others to values drawn from
-those defined before the reader; the reader, and every later reader of ``x`` in the same module
-frame that does not write its arguments, then reads the pattern's first result instead of ``x``.
-The result is live, so dead-code removal keeps it. A site is planted only where the pattern runs
-on the values chosen (its ops' fake run succeeds) and its result has ``x``'s dtype, shape and
-strides (so every redirected reader still runs); elsewhere the draw plants nothing there, and
-the program is drawn as it was.
+How a site is planted: a tensor value ``x`` of the root graph is drawn among those that have a
+reader that reaches the output (a live reader) and no reader that writes its arguments; the
+pattern's ops are inserted just before one live reader, its first tensor argument bound to
+``x``, the others to values drawn from those defined before the reader; the reader, and every
+later reader of ``x`` in the same module frame that does not write its arguments, then reads the
+pattern's first result instead of ``x``. The result is live, so dead-code removal keeps it. A
+site is planted only where the pattern runs on the values chosen (its ops' fake run succeeds,
+and so does one run on small real tensors of the values' dtypes and sizes: a dtype without a
+kernel is refused there) and its result has ``x``'s dtype, shape and strides (so every
+redirected reader still runs); elsewhere the draw plants nothing there, and the program is drawn
+as it was.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import attrs
 import torch
 from hypothesis import strategies as st
 
-from ir.args import Ref, map_refs, ref
-from ir.fake_run import FakeRunFailed, fake_value, same_layout, same_val
+from ir.args import Ref, map_refs, ref, thaw
+from ir.fake_run import FakeRunFailed, fake_value, hint, same_layout, same_val
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
@@ -105,6 +107,25 @@ def _live(graph: Graph) -> set[str]:
     return live
 
 
+def _runs(made: Sequence[Node], vals: dict[str, Any]) -> bool:
+    # a fake run passes where a kernel for the dtype is missing (``relu`` of bools): the ops run
+    # once on small real tensors of the values' dtypes and sizes
+    env: dict[str, Any] = {}
+
+    def read(r: Ref) -> Any:
+        if r.name not in env:
+            v = vals[r.name]
+            env[r.name] = torch.zeros([int(hint(s)) for s in v.shape], dtype=v.dtype)
+        return env[r.name]
+
+    try:
+        for n in made:
+            env[n.name] = n.target(*thaw(n.args, read), **dict(thaw(n.kwargs, read)))
+    except Exception:  # noqa: BLE001 - an operator's refusals share no base class
+        return False
+    return True
+
+
 def _plant(d: Any, graph: Graph, pattern: Graph, k: int) -> Graph:
     nodes = graph.nodes
     index = {n.name: i for i, n in enumerate(nodes)}
@@ -115,14 +136,15 @@ def _plant(d: Any, graph: Graph, pattern: Graph, k: int) -> Graph:
     candidates = [
         n for n in nodes
         if n.name in live and isinstance(n.meta.get("val"), torch.Tensor)
-        and any(nodes[index[u]].op == CALL_FUNCTION for u in users[n.name])
+        and any(nodes[index[u]].op == CALL_FUNCTION and u in live for u in users[n.name])
         and not any(nodes[index[u]].op == CALL_FUNCTION and _writes(nodes[index[u]])
                     for u in users[n.name])
     ]
     if not candidates:
         return graph
     x = candidates[d(st.integers(0, len(candidates) - 1))]
-    readers = [nodes[index[u]] for u in users[x.name] if nodes[index[u]].op == CALL_FUNCTION]
+    readers = [nodes[index[u]] for u in users[x.name]
+               if nodes[index[u]].op == CALL_FUNCTION and u in live]
     first = readers[d(st.integers(0, len(readers) - 1))]
     at = index[first.name]
     frame = first.meta.get("nn_module_stack")
@@ -161,7 +183,7 @@ def _plant(d: Any, graph: Graph, pattern: Graph, k: int) -> Graph:
     new = bound[result.name]
     if not (same_val(vals[new.name], x.meta["val"]) and same_layout(vals[new.name], x.meta["val"])):
         return graph  # the result cannot stand where x stood
-    if any(n.op == PLACEHOLDER for n in nodes[at:]):
+    if any(n.op == PLACEHOLDER for n in nodes[at:]) or not _runs(made, vals):
         return graph
 
     def redirect(n: Node) -> Node:
