@@ -261,6 +261,16 @@ def test_rewrite_obeys_the_pass_laws():
     assert report.tried >= 25 and report.changed * 2 >= report.tried, report
 
 
+@pytest.mark.nightly  # 20-60 s: the counterexample is shrunk
+def test_rewrite_law_test_catches_a_wrong_trusted_rule():
+    # the law test's programs hold the sites: a wrong rule let through unchecked is caught,
+    # where programs(always={"activations"}) rewrote none on torch 2.14
+    wrong = Rule(NEG_NEG.pattern, torch.neg, X, name="wrong_neg_neg", trusted=True)
+    with pytest.raises(LawViolation, match="semantics"):
+        check_laws(lambda p: rewrite(p, [RELU_RELU, SILU, wrong]),
+                   programs=planted_programs(_pattern_graphs([NEG_NEG])), max_examples=25)
+
+
 def test_planted_programs_hold_live_sites_that_verify_and_run():
     rules = [RELU_RELU, NEG_NEG]
     strategy = planted_programs(_pattern_graphs(rules), programs(), min_sites=1, max_sites=2)
