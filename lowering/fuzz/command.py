@@ -66,12 +66,14 @@ def report_text(report: FuzzReport, setting: str = "") -> str:
                     sorted(report.operators.items(), key=lambda kv: -kv[1]))
     feats = ", ".join(f"{k} {v}" for k, v in sorted(report.features.items()))
     known = ", ".join(f"{k} {v}" for k, v in sorted(report.known.items())) or "none"
+    unsupported = "; ".join(f"{k} {v}" for k, v in sorted(report.unsupported.items())) or "none"
     return (
         f"purefx fuzz {setting}: {report.examples} programs in {report.search_seconds:.0f} s "
         f"({report.per_minute:.1f}/min), {report.seconds:.0f} s with shrinking; "
         f"{report.raw} raw findings, {len(report.findings)} new, known: {known}; "
         f"{report.refused} refused by eager and backend, "
-        f"{sum(report.unrunnable.values())} unrunnable\n"
+        f"{sum(report.unrunnable.values())} unrunnable, "
+        f"{sum(report.unsupported.values())} unsupported ({unsupported})\n"
         f"operators reached ({len(report.operators)}): {ops}\n"
         f"features reached: {feats}"
     )

@@ -5,7 +5,8 @@
 with the exact values the fuzzer ran, tied state as one tensor under both names, buffer and input
 updates written back in place as the lowered program does), ``make_inputs()`` (the positional
 inputs the program reads or writes, exact values, keyword inputs made positional; an input it
-no longer uses is left out), ``compile_backend(module)`` (the backend
+no longer uses is left out; in a short script, ``exact=False``, large floating tensors are
+drawn from a seed instead), ``compile_backend(module)`` (the backend
 as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output, input written
 and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences).
 Run as a script it prints them and exits 1 when there are any.
@@ -42,7 +43,7 @@ _STATE_KINDS = {"parameter", "buffer", "constant_tensor"}
 
 def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                  state: Mapping[str, Any], *, target: str, summary: str,
-                 observe_state: bool = True) -> str:
+                 observe_state: bool = True, exact: bool = True) -> str:
     """The standalone script of a finding (module docstring).
 
     Parameters:
@@ -53,12 +54,18 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         target: the backend's target (``lowering.fuzz.backends.REPRO_COMPILE`` key).
         summary: one line, the script's first docstring line.
         observe_state: whether ``difference`` compares the state after the call.
+        exact: every tensor written with its exact values; ``False``: a floating tensor of
+            more than :data:`MOST_LITERAL` elements is drawn in the script instead, uniform in
+            ``[-1, 1)`` from a seed of its own (``uniform(shape, dtype, seed)``): a short
+            script where the finding does not hang on the values (the caller checks that it
+            still shows, else writes the exact one).
 
     Raises ``ReproError`` naming the node it cannot spell. Complexity: O(nodes + elements).
     """
     graph = program.root_module.graph
     sig = program.signature
     names = _Names()
+    tensor = _Tensors(exact)
     attr_of: dict[str, str] = {}
     init: list[str] = []
     seen: dict[int, str] = {}
@@ -81,7 +88,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             init.append(f"        self.{attr} = self.{seen[id(value)]}  # tied with it")
             continue
         seen[id(value)] = attr
-        literal = _tensor(value)
+        literal = tensor(value)
         if isinstance(value, torch.nn.Parameter):
             init.append(f"        self.{attr} = nn.Parameter({literal}, "
                         f"requires_grad={bool(value.requires_grad)})")
@@ -127,6 +134,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         body.append(f"        {var[node.name]} = {_call(node, var)}")
     flat = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
     inputs = [x for x, keep in zip(flat, kept) if keep] if len(flat) == len(kept) else flat
+    made = [tensor(x) if isinstance(x, torch.Tensor) else _literal(x) for x in inputs]
     rtol = {str(d): relative(d, error_budget(program))
             for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
     lines = [
@@ -142,6 +150,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         "from torch import nn",
         "",
         PRELUDE,
+        *([] if not tensor.drawn else ["", "", _UNIFORM.rstrip("\n")]),
         "",
         "",
         "class Repro(nn.Module):",
@@ -156,7 +165,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         "",
         "def make_inputs():",
         "    return (",
-        *(f"        {_tensor(x) if isinstance(x, torch.Tensor) else _literal(x)}," for x in inputs),
+        *(f"        {text}," for text in made),
         "    )",
         "",
         "",
@@ -331,6 +340,30 @@ def _literal(x: Any) -> str:
     raise ReproError(f"the repro writer cannot spell the literal {x!r} ({type(x).__name__})")
 
 
+MOST_LITERAL = 8
+"""The most elements of a floating tensor a short repro writes as a literal."""
+
+_UNIFORM = '''def uniform(shape, dtype, seed):
+    """Values in [-1, 1) drawn from seed: the finding does not hang on them."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+'''
+
+
+class _Tensors:
+    """Writes tensors: as literals, or (not ``exact``) large floating ones drawn by seed."""
+
+    def __init__(self, exact: bool) -> None:
+        self.exact, self.drawn = exact, 0
+
+    def __call__(self, t: torch.Tensor) -> str:
+        if self.exact or not t.is_floating_point() or t.numel() <= MOST_LITERAL:
+            return _tensor(t)
+        self.drawn += 1
+        text = f"uniform({tuple(t.shape)!r}, {t.dtype}, {self.drawn})"
+        return text if t.device.type == "cpu" else f"{text}.to({str(t.device)!r})"
+
+
 def _tensor(t: torch.Tensor) -> str:
     values = t.detach().cpu().reshape(-1).tolist()
     flat = "[" + ", ".join(_literal(v) for v in values) + "]"
@@ -341,4 +374,4 @@ def _tensor(t: torch.Tensor) -> str:
     return text
 
 
-__all__ = ["ReproError", "check_repro", "compile_source", "repro_script"]
+__all__ = ["MOST_LITERAL", "ReproError", "check_repro", "compile_source", "repro_script"]

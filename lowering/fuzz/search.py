@@ -35,6 +35,7 @@ from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
+from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import ReproError, check_repro, repro_script
 from lowering.fuzz.trial import placed, try_program
 
@@ -89,7 +90,9 @@ class FuzzReport:
     ``known`` (per known deviation, how many raw findings it explained); ``refused`` (programs
     eager and the backends all refused); ``raw`` (raw findings, before deduplication);
     ``unrunnable`` (per error, the programs that could not be lowered or judged: a fuzzer bug
-    or a strategy's, never a backend's)."""
+    or a strategy's, never a backend's); ``unsupported`` (per label, the crashes that were
+    refusals torch documents or that the backend's reference shares:
+    ``lowering.fuzz.refusals``; never findings)."""
 
     findings: tuple[Finding, ...]
     examples: int
@@ -101,6 +104,7 @@ class FuzzReport:
     refused: int = 0
     raw: int = 0
     unrunnable: Mapping[str, int] = attrs.field(factory=dict)
+    unsupported: Mapping[str, int] = attrs.field(factory=dict)
 
     @property
     def per_minute(self) -> float:
@@ -144,7 +148,7 @@ def differential(
     ``shrink_seconds`` and a run of its repro.
     """
     resolved = resolve(backends)
-    strategy = default_programs() if programs is None else programs
+    strategy = default_programs(resolved) if programs is None else programs
     if not isinstance(strategy, st.SearchStrategy):
         raise FuzzError(f"programs must be a hypothesis strategy of Programs, got {strategy!r}")
     if not isinstance(max_examples, int) or max_examples < 1:
@@ -159,7 +163,8 @@ def differential(
     findings = search.shrink_all(shrink_seconds)
     return FuzzReport(tuple(findings), search.examples, time.monotonic() - start, searched,
                       dict(search.operators), dict(search.features), dict(search.known),
-                      search.refused, search.raw, dict(search.unrunnable))
+                      search.refused, search.raw, dict(search.unrunnable),
+                      dict(search.unsupported))
 
 
 class _Stop(BaseException):
@@ -187,6 +192,9 @@ class _Search:
         self.features: Counter = Counter()
         self.known: Counter = Counter()
         self.unrunnable: Counter = Counter()
+        self.unsupported: Counter = Counter()
+        self.refusals = Refusals()
+        self.keep_calls = any(b.wants_calls for b in backends)
         self.kept: dict[tuple, Finding] = {}
         self.limit = _UNLIMITED
         self.last_line = 0.0
@@ -222,7 +230,7 @@ class _Search:
         self.say(final=True)
 
     def one(self, drawn: Program, index: int) -> None:
-        program = placed(drawn, self.setup)
+        program = placed(drawn, self.setup, self.keep_calls)
         trial = try_program(program, self.backends, self.setup)
         self.examples += 1
         self.operators.update(_targets(program))
@@ -249,6 +257,10 @@ class _Search:
         name = self.explained(finding)
         if name is not None:
             self.known[name] += 1
+            return
+        label = self.refusals.classify(finding)
+        if label is not None:
+            self.unsupported[label] += 1
             return
         self.kept[key] = finding
 
@@ -310,7 +322,7 @@ class _Search:
         low = _low_precision(finding.program)
 
         def check(drawn: Program) -> None:
-            again = self.gives(finding, placed(drawn, self.setup), low)
+            again = self.gives(finding, placed(drawn, self.setup, self.keep_calls), low)
             if again is not None:
                 best.append(again)
                 raise _Again
@@ -322,8 +334,8 @@ class _Search:
             calls[0] += 1
             if calls[0] < finding.example:
                 return
-            if calls[0] == finding.example and program_key(placed(drawn, self.setup)) \
-                    != target_key:
+            if calls[0] == finding.example and program_key(
+                    placed(drawn, self.setup, self.keep_calls)) != target_key:
                 raise _Lost
             if calls[0] > finding.example and not best:
                 raise _Lost
@@ -345,7 +357,7 @@ class _Search:
                 last.append(again)
             return again is not None
 
-        reduce(small.program, still, seconds=seconds)
+        reduce(small.program, still, seconds=seconds, cause=small.cause)
         small = attrs.evolve(last[-1], cause=small.cause) if last else small
         cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
         return attrs.evolve(small, cause=cause) if cause is not None else small
@@ -369,29 +381,40 @@ class _Search:
             return None
         if finding.kind == "crash" and verdict.cause != finding.cause:
             return None
-        return attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
-                            kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error)
+        again = attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
+                             kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error)
+        return None if self.refusals.classify(again) is not None else again
 
 
 def with_repro(finding: Finding) -> Finding:
-    """``finding`` with its repro script written and run here (``reproduced``)."""
+    """``finding`` with its repro script written and run here (``reproduced``): the short
+    script (large floating tensors drawn from seeds: ``repro_script(exact=False)``) where it
+    shows the finding, else the one with every value exact."""
     setup = finding.setup
-    try:
-        module = reference_module(finding.program, setup)
-        state = {fqn: state_value(module, fqn) for fqn in finding.program.state}
-        backend = finding.compiler
-        target = backend.target if backend is not None else "callable"
-        text = repro_script(finding.program, finding.args, finding.kwargs, state,
-                            target=target, summary=finding.summary(),
-                            observe_state=backend is None or backend.observes_state)
-    except ReproError as err:
-        return attrs.evolve(finding, repro="", reproduced=False,
-                            detail=f"{finding.detail} (no repro: {err})")
+    backend = finding.compiler
+    target = backend.target if backend is not None else "callable"
     compile_fn = backend.compile if backend is not None and target == "callable" else None
-    try:
-        problems = check_repro(text, compile_fn)
-    except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
-        problems = []
+    text, problems = "", []
+    for exact in (False, True):
+        try:
+            module = reference_module(finding.program, setup)
+            state = {fqn: state_value(module, fqn) for fqn in finding.program.state}
+            shorter = repro_script(finding.program, finding.args, finding.kwargs, state,
+                                   target=target, summary=finding.summary(),
+                                   observe_state=backend is None or backend.observes_state,
+                                   exact=exact)
+        except ReproError as err:
+            return attrs.evolve(finding, repro="", reproduced=False,
+                                detail=f"{finding.detail} (no repro: {err})")
+        if shorter == text:
+            break
+        text = shorter
+        try:
+            problems = check_repro(text, compile_fn)
+        except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
+            problems = []
+        if problems:
+            break
     return attrs.evolve(finding, repro=text, reproduced=bool(problems))
 
 
