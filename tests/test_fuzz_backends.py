@@ -27,7 +27,7 @@ from lowering.fuzz.fuzz_programs import default_programs
 from lowering.fuzz.judge import Setup
 from lowering.fuzz.reduce import isolated, reduce
 from lowering.fuzz.refusals import Refusals
-from lowering.fuzz.repro import check_repro, repro_script
+from lowering.fuzz.repro import check_repro, repro_script, shortest_repro
 from lowering.fuzz.search import Finding
 from lowering.fuzz.trial import placed, try_program
 
@@ -212,6 +212,36 @@ def test_short_repro_draws_large_tensors_from_seeds_and_still_shows_the_bug():
     assert "uniform((256, 64), torch.float32, 1)" in short
     assert check_repro(short, planted.alpha_ignored) != []
     assert check_repro(short, planted.identity) == []
+
+
+def _wrong_when_a_weight_is_large(module):
+    def run(*args):
+        out = module(*args)
+        state = [*module.parameters(), *module.buffers()]
+        big = any(float(t.abs().max()) > 100 for t in state)
+        return out * 2 if big else out
+
+    return run
+
+
+def test_a_finding_that_hangs_on_the_values_gets_the_exact_repro():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.tensor([1000.0] + [0.5] * 15))
+
+        def forward(self, x):
+            return x + self.w
+
+    args = (torch.randn(16),)
+    p = import_ep(torch.export.export(M(), args))
+    state = {"w": M().w.detach()}
+    text, problems = shortest_repro(p, args, {}, state, target="callable", summary="s",
+                                    compile=_wrong_when_a_weight_is_large)
+    assert problems and "1000.0" in text and "uniform(" not in text
+    text, problems = shortest_repro(p, args, {}, state, target="callable", summary="s",
+                                    compile=planted.identity)
+    assert problems == [] and "uniform(" not in text  # nothing shown: the exact one, kept
 
 
 def test_new_builtins_are_named_and_have_a_reference_and_a_repro():

@@ -273,6 +273,30 @@ def check_repro(source: str, compile: Callable[[torch.nn.Module], Any] | None = 
     return list(namespace["difference"](compile))
 
 
+def shortest_repro(program: Program, args: tuple, kwargs: Mapping[str, Any],
+                   state: Mapping[str, Any], *, target: str, summary: str,
+                   compile: Callable[[torch.nn.Module], Any] | None = None,
+                   observe_state: bool = True) -> tuple[str, list[str]]:
+    """The shortest script of :func:`repro_script` that shows the finding, and the problems it
+    showed when run here (:func:`check_repro` with ``compile``): the short one
+    (``exact=False``) where it shows any, else the exact one (its problems, perhaps none).
+    Raises ``ReproError`` as :func:`repro_script` does. O(two scripts' runs) at most."""
+    text, problems = "", []
+    for exact in (False, True):
+        script = repro_script(program, args, kwargs, state, target=target, summary=summary,
+                              observe_state=observe_state, exact=exact)
+        if script == text:
+            break
+        text = script
+        try:
+            problems = check_repro(text, compile)
+        except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
+            problems = []
+        if problems:
+            break
+    return text, problems
+
+
 def compile_source(source: str) -> Any:
     """``source`` compiled as the file ``repro.py``. O(len(source))."""
     return compile(source, "repro.py", "exec")
@@ -374,4 +398,5 @@ def _tensor(t: torch.Tensor) -> str:
     return text
 
 
-__all__ = ["MOST_LITERAL", "ReproError", "check_repro", "compile_source", "repro_script"]
+__all__ = ["MOST_LITERAL", "ReproError", "check_repro", "compile_source", "repro_script",
+           "shortest_repro"]

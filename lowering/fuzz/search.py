@@ -36,7 +36,7 @@ from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.refusals import Refusals
-from lowering.fuzz.repro import ReproError, check_repro, repro_script
+from lowering.fuzz.repro import ReproError, shortest_repro
 from lowering.fuzz.trial import placed, try_program
 
 
@@ -387,34 +387,22 @@ class _Search:
 
 
 def with_repro(finding: Finding) -> Finding:
-    """``finding`` with its repro script written and run here (``reproduced``): the short
-    script (large floating tensors drawn from seeds: ``repro_script(exact=False)``) where it
-    shows the finding, else the one with every value exact."""
+    """``finding`` with its repro script written and run here (``reproduced``): the short one
+    where it shows the finding (``lowering.fuzz.repro.shortest_repro``)."""
     setup = finding.setup
-    backend = finding.compiler
-    target = backend.target if backend is not None else "callable"
-    compile_fn = backend.compile if backend is not None and target == "callable" else None
-    text, problems = "", []
-    for exact in (False, True):
-        try:
-            module = reference_module(finding.program, setup)
-            state = {fqn: state_value(module, fqn) for fqn in finding.program.state}
-            shorter = repro_script(finding.program, finding.args, finding.kwargs, state,
-                                   target=target, summary=finding.summary(),
-                                   observe_state=backend is None or backend.observes_state,
-                                   exact=exact)
-        except ReproError as err:
-            return attrs.evolve(finding, repro="", reproduced=False,
-                                detail=f"{finding.detail} (no repro: {err})")
-        if shorter == text:
-            break
-        text = shorter
-        try:
-            problems = check_repro(text, compile_fn)
-        except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
-            problems = []
-        if problems:
-            break
+    try:
+        module = reference_module(finding.program, setup)
+        state = {fqn: state_value(module, fqn) for fqn in finding.program.state}
+        backend = finding.compiler
+        target = backend.target if backend is not None else "callable"
+        compile_fn = backend.compile if backend is not None and target == "callable" else None
+        text, problems = shortest_repro(
+            finding.program, finding.args, finding.kwargs, state, target=target,
+            summary=finding.summary(), compile=compile_fn,
+            observe_state=backend is None or backend.observes_state)
+    except ReproError as err:
+        return attrs.evolve(finding, repro="", reproduced=False,
+                            detail=f"{finding.detail} (no repro: {err})")
     return attrs.evolve(finding, repro=text, reproduced=bool(problems))
 
 
