@@ -261,9 +261,18 @@ def test_each_new_builtin_runs_a_program_as_eager_does(name):
     assert trial.eager.error is None and trial.verdicts[name] is None
 
 
-def test_unflatten_runs_programs_with_their_preserved_calls():
-    report = differential({"unflatten": "unflatten"}, max_examples=3, shrink_seconds=2)
+def test_unflatten_runs_programs_with_their_preserved_calls_and_identity_agrees():
+    report = differential({"unflatten": "unflatten", "identity": planted.identity},
+                          max_examples=3, shrink_seconds=2)
     assert report.examples == 3 and not report.unrunnable
+    assert not [f for f in report.findings if f.backend == "identity"]
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_identity_aot_backend_gives_no_finding_in_low_precision(dtype):
+    report = differential({"identity": planted.identity}, max_examples=20, dtype=dtype)
+    assert report.findings == () and not report.unrunnable
 
 
 @settings(max_examples=5, deadline=None)
@@ -273,6 +282,25 @@ def test_unflatten_draws_programs_with_preserved_calls(program):
     assert calls
     assert placed(program, Setup(), keep_calls=True).call_signatures == program.call_signatures
     assert list(placed(program, Setup()).call_signatures) == [""]
+
+
+@settings(max_examples=4, deadline=None)
+@given(programs(features=(), always={"constants", "buffers"}, max_modules=1, max_ops=3,
+                max_nodes=16))
+def test_export_roundtrip_reads_state_its_graph_does_not_use_from_the_lowered_module(program):
+    """Exported, a constant or buffer nothing reads is left out of the module: not a finding
+    (its value is the lowered module's, which the call could not write)."""
+    trial = try_program(program, resolve({"rt": "export_roundtrip"}), Setup())
+    assert trial.eager.error is None and trial.verdicts["rt"] is None, trial.verdicts["rt"]
+
+
+def test_a_refusal_naming_addresses_is_one_refusal():
+    a = RuntimeError("s26 (<class 'torch.SymInt'>, 140620181006544)is not tracked with proxy "
+                     "for <Tracer object at 0x7fe4b4361b50>")
+    b = RuntimeError("s3 (<class 'torch.SymInt'>, 1406201)is not tracked with proxy "
+                     "for <Tracer object at 0x7f0000aaf0>")
+    assert refusals_module.signature_of(a) == refusals_module.signature_of(b)
+    assert refusals_module.signature_of(a) != refusals_module.signature_of(RuntimeError("s1"))
 
 
 @pytest.mark.nightly

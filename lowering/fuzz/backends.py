@@ -16,8 +16,11 @@ Built-ins (:data:`BUILTINS`):
 - ``"aot_inductor"``: ``lowering.export_ep``, then ``torch._inductor.aoti_compile_and_package``
   and ``aoti_load_package`` (state is not observed: the package holds its own copy);
 - ``"decompositions"``: ``export_ep(p).run_decompositions().module()``;
-- ``"export_roundtrip"``: ``torch.export.export`` of the lowered module, ``torch.export.save``
-  into an in-memory buffer, ``torch.export.load`` from it, ``.module()``;
+- ``"export_roundtrip"``: ``torch.export.export`` of the lowered module (with
+  :func:`dynamic_shapes` where a size is symbolic), ``torch.export.save`` into an in-memory
+  buffer, ``torch.export.load`` from it, ``.module()``; the state after the call is read from
+  it, else (state the exported graph does not use, which export leaves out) from the lowered
+  module (:class:`Either`);
 - ``"unflatten"``: ``torch.export.unflatten(export_ep(p))``: torch's own rebuild of the
   module hierarchy from the program's preserved calls (what purefx's lowering replaces); the
   fuzzer keeps the preserved call signatures for it (:attr:`Backend.wants_calls`) and draws
@@ -30,6 +33,7 @@ is most often written as one).
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import tempfile
@@ -93,15 +97,56 @@ def _aot_inductor(program: Program, module: torch.nn.Module, setup: Setup) -> Bu
     return loaded, None
 
 
+def dynamic_shapes(program: Program, module: torch.nn.Module) -> dict[str, Any] | None:
+    """What ``torch.export.export(module, ...)`` of ``program``'s lowered ``module`` is given
+    as ``dynamic_shapes``: per parameter of ``module.forward`` (the flat user inputs, in
+    order), ``Dim.AUTO`` at each symbolic size of its placeholder's value (the lowered module's
+    input checks give export the program's ranges, ``docs/export.md``); ``None`` when no size
+    is symbolic (exporting without them fails: the checks name symbols export never made).
+    O(user inputs)."""
+    users = {s.name for s in program.signature.user_inputs()}
+    vals = [n.meta.get("val") for n in program.root_module.graph.placeholders
+            if n.name in users]
+    names = list(inspect.signature(module.forward).parameters)
+    shapes, symbolic = {}, False
+    for name, val in zip(names, vals):
+        dims = {}
+        if isinstance(val, torch.Tensor):
+            dims = {i: torch.export.Dim.AUTO for i, d in enumerate(val.shape)
+                    if not isinstance(d, int)}
+        symbolic |= bool(dims)
+        shapes[name] = dims or None
+    return shapes if symbolic and len(names) == len(vals) else None
+
+
 def _exported(program: Program, module: torch.nn.Module, setup: Setup
               ) -> torch.export.ExportedProgram:
     args, kwargs = example_inputs(program, setup)
-    return torch.export.export(module, args, kwargs)
+    return torch.export.export(module, args, kwargs,
+                               dynamic_shapes=dynamic_shapes(program, module))
+
+
+class Either:
+    """Reads state from ``first``, else from ``second``: the module an export made, which
+    holds only the state its graph uses, over the lowered module it was made from, whose state
+    the call could not have written (so a write the export lost still differs from eager)."""
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self.first, self.second = first, second
+
+    def __getattr__(self, name: str) -> Any:
+        a = getattr(self.first, name, None)
+        b = getattr(self.second, name, None)
+        if isinstance(a, torch.Tensor) or b is None:
+            return a
+        if a is None or isinstance(b, torch.Tensor):
+            return b
+        return Either(a, b)
 
 
 def _export(program: Program, module: torch.nn.Module, setup: Setup) -> Built:
     run = _exported(program, module, setup).module()
-    return run, run
+    return run, Either(run, module)
 
 
 def _export_roundtrip(program: Program, module: torch.nn.Module, setup: Setup) -> Built:
@@ -109,7 +154,7 @@ def _export_roundtrip(program: Program, module: torch.nn.Module, setup: Setup) -
     torch.export.save(_exported(program, module, setup), buffer)
     buffer.seek(0)
     run = torch.export.load(buffer).module()
-    return run, run
+    return run, Either(run, module)
 
 
 def _unflatten(program: Program, module: torch.nn.Module, setup: Setup) -> Built:
@@ -257,5 +302,5 @@ def resolve(backends: Mapping[str, Any]) -> tuple[Backend, ...]:
     return tuple(out)
 
 
-__all__ = ["BUILTINS", "REPRO_COMPILE", "TARGETS", "Backend", "Built", "FuzzError", "Target",
-           "resolve"]
+__all__ = ["BUILTINS", "REPRO_COMPILE", "TARGETS", "Backend", "Built", "Either", "FuzzError",
+           "Target", "dynamic_shapes", "resolve"]

@@ -101,12 +101,12 @@ def _below(exc: BaseException) -> BaseException | None:
     return exc.__cause__ or getattr(exc, "inner_exception", None) or exc.__context__
 
 
-_NUMBER = re.compile(r"\d+")
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
 def signature_of(exc: BaseException) -> str:
-    """``Type: first line`` of ``exc``'s innermost exception, every number masked as ``N``:
-    what two refusals must share to be one. O(len(message))."""
+    """``Type: first line`` of ``exc``'s innermost exception, every number (and hexadecimal
+    address) masked as ``N``: what two refusals must share to be one. O(len(message))."""
     root = innermost(exc)
     return f"{type(root).__name__}: {_NUMBER.sub('N', first_line(root))}"
 
