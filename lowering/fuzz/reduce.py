@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import MappingProxyType
 
 import attrs
 import torch
 from pyrsistent import pmap
 
 from ir.args import Ref, map_refs
-from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
+from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.ops import is_mutating
 from ir.program import Program
 from ir.signature import USER_INPUT, USER_OUTPUT, InputSpec, OutputSpec
@@ -113,7 +112,7 @@ def isolated(program: Program, name: str) -> Program | None:
         val = source.meta.get("val")
         if not isinstance(val, torch.Tensor):
             return None
-        fresh.append(Node(PLACEHOLDER, ref, ref, meta=MappingProxyType({"val": val})))
+        fresh.append(kn.carried(PLACEHOLDER, ref, ref, meta={"val": val}))
     out = graph.output_node.replace(args=((Ref(name),),))
     nodes = (*graph.placeholders, *fresh, node, out)
     root = program.root_module
