@@ -148,6 +148,10 @@ def export_shapes(program: Program, module: torch.nn.Module, setup: Setup
 def _exported(program: Program, module: torch.nn.Module, setup: Setup
               ) -> torch.export.ExportedProgram:
     args, kwargs = example_inputs(program, setup)
+    for sub in module.modules():
+        # a lowered module builds its fx graph (and its meta, from the program's own symbolic
+        # values) on first use: settled here, before export's tracer would see those symbols
+        getattr(sub, "graph", None)
     return torch.export.export(module, args, kwargs,
                                dynamic_shapes=export_shapes(program, module, setup))
 
