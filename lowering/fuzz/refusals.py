@@ -34,7 +34,7 @@ from ir.harness.run import seeded
 from ir.program import Program
 from ir.torch_seam import pytree
 from lowering.fuzz.backends import Backend
-from lowering.fuzz.gradients import requiring_grad
+from lowering.fuzz.gradients import requiring_grad, weights, written_inputs
 from lowering.fuzz.judge import Setup, example_inputs, reference_module
 
 
@@ -73,8 +73,8 @@ def refusal(backend: Backend, program: Program, setup: Setup,
     inputs at each of ``sizes`` in order (call ``i`` at ``sizes[i]``, inputs drawn as the
     fuzzer draws them: ``example_inputs(program, setup, sizes[i], i)``), under
     ``setup.seed``; under ``torch.no_grad()``, or under ``setup.grad`` with the floating
-    inputs and parameters requiring grad and the sum of the floating outputs that require
-    grad backpropagated after each call. ``None`` when every call runs. One build and
+    inputs and parameters requiring grad and the fuzzer's weighting of the floating outputs
+    that require grad backpropagated after each call (:func:`_call`). ``None`` when every call runs. One build and
     ``len(sizes)`` runs."""
     try:
         module = reference_module(program, setup)
@@ -82,30 +82,43 @@ def refusal(backend: Backend, program: Program, setup: Setup,
             requiring_grad(module, [s.target for s in program.signature.inputs
                                     if s.kind == "parameter"])
         run, _holder = backend.build(program, module, setup)
+        names = written_inputs(program)
+        written = frozenset(i for i, s in enumerate(program.signature.user_inputs())
+                            if s.name in names)
         for i, at in enumerate(sizes or ({},)):
             args, kwargs = example_inputs(program, setup, at, i)
             with seeded(setup.seed):
-                _call(run, args, kwargs, setup.grad)
+                _call(run, args, kwargs, setup.grad, written, setup.seed, i)
     except Exception as exc:  # noqa: BLE001 - the refusal is what is asked for
         return exc
     return None
 
 
-def _call(run: Any, args: tuple, kwargs: dict, grad: bool) -> None:
+def _call(run: Any, args: tuple, kwargs: dict, grad: bool, written: frozenset[int],
+          seed: int, call: int) -> None:
+    """One call as the fuzzer's trial makes it (``lowering.fuzz.gradients.run_with_grad``):
+    under grad the floating leaves require grad, those the program writes passed as clones,
+    and the weighted floating outputs that require grad backpropagated."""
     if not grad:
         with torch.no_grad():
             run(*args, **kwargs)
         return
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    leaves = [x.detach().clone().requires_grad_(True)
-              if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in leaves]
-    args, kwargs = pytree.tree_unflatten(leaves, spec)
+    passed = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            x = x.detach().clone().requires_grad_(True)
+            passed.append(x.clone() if i in written else x)
+        else:
+            passed.append(x)
+    args, kwargs = pytree.tree_unflatten(passed, spec)
     with torch.enable_grad():
         outs = pytree.tree_flatten(run(*args, **kwargs))[0]
-        weighted = [o.sum() for o in outs if isinstance(o, torch.Tensor)
-                    and o.is_floating_point() and o.requires_grad]
-        if weighted:
-            sum(weighted).backward()
+        positions = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                     and o.is_floating_point() and o.requires_grad]
+        if positions:
+            ws = weights(outs, positions, seed, call)
+            sum((w * outs[i]).sum() for w, i in zip(ws, positions)).backward()
 
 
 def innermost(exc: BaseException) -> BaseException:
