@@ -298,6 +298,28 @@ def test_export_roundtrip_reads_state_its_graph_does_not_use_from_the_lowered_mo
     assert trial.eager.error is None and trial.verdicts["rt"] is None, trial.verdicts["rt"]
 
 
+@settings(max_examples=3, deadline=None)
+@given(programs(features=(), always={"symbolic_sizes"}, max_modules=1, max_ops=3,
+                max_nodes=16))
+def test_export_roundtrip_takes_a_symbolic_program_at_every_size(program):
+    """Under ``sizes=2`` the lowered module of a symbolic program is exported once, with its
+    range as a named ``Dim``, and called at both sizes as eager is: no crash, no finding."""
+    trial = try_program(placed(program, Setup(sizes=2)),
+                        resolve({"rt": "export_roundtrip", "ae": "aot_eager"}), Setup(sizes=2))
+    assert len(trial.calls) == 2 and trial.eager.error is None
+    assert trial.verdicts == {"rt": None, "ae": None}, trial.verdicts
+
+
+def test_every_repro_compile_uses_the_scripts_size_settings():
+    """A repro of ``sizes=k`` compiles as the fuzzer did: ``torch.compile`` targets with
+    ``dynamic=DYNAMIC``, exporting ones with ``dynamic_shapes=DYNAMIC_SHAPES``."""
+    for name, target in TARGETS.items():
+        if "torch.compile(" in target.repro:
+            assert "dynamic=DYNAMIC" in target.repro, name
+        if "torch.export.export(" in target.repro:
+            assert "dynamic_shapes=DYNAMIC_SHAPES" in target.repro, name
+
+
 def test_a_refusal_naming_addresses_is_one_refusal():
     a = RuntimeError("s26 (<class 'torch.SymInt'>, 140620181006544)is not tracked with proxy "
                      "for <Tracer object at 0x7fe4b4361b50>")
