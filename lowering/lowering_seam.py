@@ -49,6 +49,7 @@ __all__ = [
     "global_module_hook_tables",
     "global_module_hooks_set",
     "global_registration_hooks_set",
+    "identity_aot_backend",
     "inductor_config_patched",
     "init_module_state",
     "is_fx_symbolic_tracing",
@@ -279,6 +280,15 @@ def inductor_config_patched(config: dict) -> Any:
     import torch._inductor.config
 
     return torch._inductor.config.patch(config)
+
+
+def identity_aot_backend() -> Any:
+    """A ``torch.compile`` backend that runs AOTAutograd (functionalization, the joint graph,
+    its partition) and compiles each graph to itself: ``aot_autograd(fw_compiler=...)`` of
+    ``torch._dynamo.backends.common`` with an identity compiler. Same in 2.13-2.15."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(fw_compiler=lambda gm, example_inputs: gm)
 
 
 def aoti_compile_and_load(ep: Any, package_path: str) -> Any:

@@ -13,15 +13,18 @@ from lowering.fuzz.known import (
     RANDOM_NUMBERS,
     Known,
 )
+from lowering.fuzz.refusals import DOCUMENTED_UNSUPPORTED, Documented
 from lowering.fuzz.search import Finding, FuzzReport, differential, program_text
 
 __all__ = [
     "BUILTINS",
     "BUILTIN_KNOWN",
+    "DOCUMENTED_UNSUPPORTED",
     "LOW_PRECISION_ROUNDING",
     "PRECISION_CASTS",
     "RANDOM_NUMBERS",
     "Backend",
+    "Documented",
     "Finding",
     "FuzzError",
     "FuzzReport",

@@ -85,6 +85,7 @@ def report_text(report: FuzzReport, setting: str = "") -> str:
     skipped = "".join(f"\nnot differentiable, skipped: {v} x {k}"
                       for k, v in sorted(report.skipped.items(), key=lambda kv: -kv[1]))
     one_size = f", {report.one_size} without a dynamic dimension" if report.one_size else ""
+    unsupported = "; ".join(f"{k} {v}" for k, v in sorted(report.unsupported.items())) or "none"
     return (
         f"purefx fuzz {setting}: {report.examples} programs in {report.search_seconds:.0f} s "
         f"({report.per_minute:.1f}/min), {report.seconds:.0f} s with shrinking; "
@@ -92,6 +93,7 @@ def report_text(report: FuzzReport, setting: str = "") -> str:
         f"{len(unconfirmed)} unconfirmed, known: {known}; "
         f"{report.refused} refused by eager and backend, "
         f"{sum(report.unrunnable.values())} unrunnable, "
+        f"{sum(report.unsupported.values())} unsupported ({unsupported}), "
         f"{sum(report.skipped.values())} not differentiable{one_size}\n"
         f"operators reached ({len(report.operators)}): {ops}\n"
         f"features reached: {feats}{skipped}"

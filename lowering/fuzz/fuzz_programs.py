@@ -6,29 +6,51 @@ One strategy, named here so that switching the fuzzer's vocabulary is a one-line
 (``ir.opset.table()``);
 random operators are left out, since a compiler may draw other numbers than eager
 (``lowering.fuzz.known.RANDOM_NUMBERS`` explains such a difference when a caller's strategy has
-them).
+them). Where a backend reads preserved call signatures (``"unflatten"``), the same programs are
+drawn by ``crossing_programs``: every program has preserved calls, repeated calls among them,
+with values and state crossing their boundaries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from hypothesis import strategies as st
 
 from ir.program import Program
-from ir.strategies.programs import DETERMINISTIC_FEATURES, programs
+from ir.strategies.programs import (
+    CROSSING_FEATURES,
+    DETERMINISTIC_FEATURES,
+    crossing_programs,
+    programs,
+)
+
+CALL_FEATURES = CROSSING_FEATURES | {"repeated_calls"}
+"""The features always on where a backend reads preserved calls: preserved calls, repeated
+calls, values and state crossing their boundaries."""
 
 
-def default_programs(symbolic: bool = False) -> st.SearchStrategy[Program]:
+def default_programs(backends: Iterable[Any] = (), symbolic: bool = False
+                     ) -> st.SearchStrategy[Program]:
     """The default strategy of :func:`lowering.fuzz.differential`: flat Programs of
     ``ir.strategies.programs.programs`` over every deterministic feature (the verified
     operator table's steps, ``opset``, among them), at most 3 modules below the root, 8 steps
     per body and about 60 nodes: big enough that the rarer steps (``mean(..., keepdim=True)``
     of ``near_duplicates``) come about once in five programs, small enough for a CPU inductor
-    compile of seconds. ``symbolic``: every program has a dynamic dimension (the feature
-    ``symbolic_sizes`` always on: a symbolic batch with a range), what
-    ``differential(..., sizes=k)`` calls at other sizes. Shrinks as that strategy does (fewer
-    features, modules and ops; the symbolic batch stays). O(1)."""
+    compile of seconds. Shrinks as that strategy does (fewer features, modules and ops).
+    Where one of ``backends`` (``lowering.fuzz.backends.Backend`` values) ``wants_calls``, the
+    same limits through ``crossing_programs`` with :data:`CALL_FEATURES` always on (it shrinks
+    towards one preserved module called once). ``symbolic``: every program has a dynamic
+    dimension (the feature ``symbolic_sizes`` always on: a symbolic batch with a range), what
+    ``differential(..., sizes=k)`` calls at other sizes (the symbolic batch stays while it
+    shrinks). O(len(backends))."""
+    sizes = {"symbolic_sizes"} if symbolic else set()
+    if any(getattr(b, "wants_calls", False) for b in backends):
+        return crossing_programs(features=DETERMINISTIC_FEATURES, always=CALL_FEATURES | sizes,
+                                 max_modules=3, max_ops=8, max_nodes=60)
     return programs(features=DETERMINISTIC_FEATURES, max_modules=3, max_ops=8, max_nodes=60,
-                    always={"symbolic_sizes"} if symbolic else frozenset())
+                    always=frozenset(sizes))
 
 
-__all__ = ["default_programs"]
+__all__ = ["CALL_FEATURES", "default_programs"]

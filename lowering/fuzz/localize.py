@@ -50,7 +50,23 @@ def truncated(program: Program, name: str) -> Program:
     if "" in calls:
         leaf = pytree.tree_flatten(0)[1]
         calls = calls.set("", attrs.evolve(calls[""], out_spec=leaf))
-    return program.replace(modules=modules, signature=signature, call_signatures=calls)
+    return with_live_calls(program.replace(modules=modules, signature=signature,
+                                           call_signatures=calls))
+
+
+def with_live_calls(program: Program) -> Program:
+    """``program`` without the preserved call signatures (the root's kept) that name a value
+    its root graph no longer has: what is left of a cut or reduced program's calls, each still
+    true to the graph. ``program`` itself when none is dropped. O(nodes + signature specs)."""
+    names = program.root_module.graph.by_name()
+    calls = program.call_signatures
+    stale = [path for path, sig in calls.items() if path != "" and any(
+        spec.name is not None and spec.name not in names for spec in (*sig.inputs, *sig.outputs))]
+    if not stale:
+        return program
+    for path in stale:
+        calls = calls.discard(path)
+    return program.replace(call_signatures=calls)
 
 
 def localize(program: Program, backend: Backend, setup: Setup, kind: str,
@@ -78,4 +94,4 @@ def localize(program: Program, backend: Backend, setup: Setup, kind: str,
     return None
 
 
-__all__ = ["MOST_CUTS", "localize", "truncated"]
+__all__ = ["MOST_CUTS", "localize", "truncated", "with_live_calls"]

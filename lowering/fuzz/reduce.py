@@ -4,14 +4,21 @@ Hypothesis shrinks the choices a program was drawn from; what is left often stil
 that do not matter. :func:`reduce` then works on the program itself, keeping each step only while
 the finding still holds (``still(candidate)``):
 
-1. the program cut after one of its outputs (``lowering.fuzz.localize.truncated``: that
+1. where the operator at the cause is known, one call of it *isolated* (:func:`isolated`): the
+   program of that node alone, each operand it computed from other nodes made a new user input
+   of the same shape and dtype; the first such call for which the finding holds ends the
+   reduction (a one-operator bug gives a one-operator program);
+2. the program cut after one of its outputs (``lowering.fuzz.localize.truncated``: that
    output alone, the nodes after it dropped), the first output for which the finding holds;
    else dead code dropped (``transforms.passes.dce.eliminate_dead_code``);
-2. each compute node, last first, *bypassed*: its uses read one of its own operands of the same
-   shape and dtype instead (an in-place node is dropped, its uses reading the tensor it wrote),
-   then dead code dropped again.
+3. compute nodes *bypassed*, last first, in chunks that halve (half the nodes at once, then a
+   quarter, ..., then one by one): a bypassed node's uses read one of its own operands of the
+   same shape and dtype instead (an in-place node is dropped, its uses reading the tensor it
+   wrote), then dead code dropped again.
 
-Every candidate is a valid program: a bypassed node's operand has the node's shape and dtype.
+Every candidate is a valid program: a bypassed node's operand has the node's shape and dtype,
+and a preserved call signature naming a value the candidate no longer has is dropped
+(``lowering.fuzz.localize.with_live_calls``).
 """
 
 from __future__ import annotations
@@ -19,23 +26,36 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import attrs
 import torch
+from pyrsistent import pmap
 
 from ir.args import Ref, map_refs
-from ir.node import CALL_FUNCTION
+from ir.node import CALL_FUNCTION, PLACEHOLDER
 from ir.ops import is_mutating
 from ir.program import Program
-from lowering.fuzz.localize import truncated
+from ir.signature import USER_INPUT, USER_OUTPUT, InputSpec, OutputSpec
+from ir.torch_seam import pytree
+from lowering.fuzz.localize import truncated, with_live_calls
 from transforms import kernel as kn
 from transforms.passes.dce import eliminate_dead_code
 
 
-def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float = 60.0
-           ) -> Program:
+def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float = 60.0,
+           cause: str | None = None) -> Program:
     """The smallest program reached from ``program`` by the steps of the module docstring,
-    each kept only where ``still`` holds for it, within ``seconds``. ``program`` itself when
-    no step is kept. O(nodes) calls of ``still``."""
+    each kept only where ``still`` holds for it, within ``seconds``; ``cause``: the operator
+    held to be at the cause (``"aten.add.Tensor"``), whose calls are isolated first.
+    ``program`` itself when no step is kept. O(nodes) calls of ``still`` (O(log nodes) when
+    most nodes can go)."""
     deadline = time.monotonic() + seconds
+    if cause is not None:
+        calls = [n.name for n in program.root_module.graph.nodes
+                 if n.op == CALL_FUNCTION and str(n.target) == cause]
+        for name in calls[:MOST_ISOLATED]:
+            candidate = isolated(program, name)
+            if candidate is not None and still(candidate):
+                return candidate
     best = program
     for name in _user_outputs(program):
         candidate = _dce(truncated(program, name))
@@ -46,19 +66,69 @@ def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float
         candidate = _dce(best)
         if candidate is not None and candidate is not best and still(candidate):
             best = candidate
-    names = [n.name for n in best.root_module.graph.nodes if n.op == CALL_FUNCTION]
-    for name in reversed(names):
-        if time.monotonic() > deadline:
+    names = _compute_nodes(best)[::-1]
+    size = max(1, len(names) // 2)
+    while names and time.monotonic() < deadline:
+        start = 0
+        while start < len(names) and time.monotonic() < deadline:
+            candidate = best
+            for name in names[start:start + size]:
+                if name in candidate.root_module.graph.by_name():
+                    candidate = bypassed(candidate, name) or candidate
+            smaller = None if candidate is best else (_dce(candidate) or candidate)
+            if smaller is not None and still(smaller):
+                best = smaller
+                live = best.root_module.graph.by_name()
+                names = [n for n in names if n in live]
+            else:
+                start += size
+        if size == 1:
             break
-        if name not in best.root_module.graph.by_name():
-            continue
-        candidate = bypassed(best, name)
-        if candidate is None:
-            continue
-        smaller = _dce(candidate) or candidate
-        if still(smaller):
-            best = smaller
+        size = max(1, size // 2)
     return best
+
+
+MOST_ISOLATED = 3
+"""The most calls of the operator at the cause that :func:`reduce` isolates, first first."""
+
+
+def isolated(program: Program, name: str) -> Program | None:
+    """``program`` reduced to node ``name`` of its root graph alone: every operand it reads
+    that another node computed becomes a new user input (a placeholder of the operand's name
+    and value, after the program's own user inputs), its value the only output, every user
+    input positional, no preserved call but the root's. ``None`` when the node is no operator
+    call, has no tensor value, or reads a non-tensor computed value. The placeholders the
+    program had are kept (a reader leaves out what nothing reads). O(nodes)."""
+    graph = program.root_module.graph
+    node = graph.node(name)
+    if node.op != CALL_FUNCTION or not isinstance(node.meta.get("val"), torch.Tensor):
+        return None
+    by_name = graph.by_name()
+    fresh = []
+    for ref in dict.fromkeys(r.name for r in node.inputs()):
+        source = by_name[ref]
+        if source.op == PLACEHOLDER:
+            continue
+        val = source.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        fresh.append(kn.carried(PLACEHOLDER, ref, ref, meta={"val": val}))
+    out = graph.output_node.replace(args=((Ref(name),),))
+    nodes = (*graph.placeholders, *fresh, node, out)
+    root = program.root_module
+    modules = program.modules.set(program.root,
+                                  root.replace(graphs=(kn.built(nodes),) + root.graphs[1:]))
+    inputs = (*program.signature.inputs, *(InputSpec(USER_INPUT, n.name) for n in fresh))
+    signature = attrs.evolve(program.signature, inputs=inputs,
+                             outputs=(OutputSpec(USER_OUTPUT, name),))
+    users = tuple(s.name for s in inputs if s.kind == USER_INPUT)
+    calls = pmap()
+    if "" in program.call_signatures:
+        positional = pytree.tree_flatten((users, {}))[1]
+        calls = calls.set("", attrs.evolve(program.call_signatures[""], in_spec=positional,
+                                           out_spec=pytree.tree_flatten(0)[1],
+                                           forward_arg_names=users))
+    return program.replace(modules=modules, signature=signature, call_signatures=calls)
 
 
 def bypassed(program: Program, name: str) -> Program | None:
@@ -90,7 +160,11 @@ def bypassed(program: Program, name: str) -> Program | None:
     modules = program.modules.set(program.root,
                                   root.replace(graphs=(kn.built(nodes),) + root.graphs[1:]))
     outputs = kn.renamed_outputs(program.signature, {name: stand_in.name})
-    return program.replace(modules=modules, signature=outputs)
+    return with_live_calls(program.replace(modules=modules, signature=outputs))
+
+
+def _compute_nodes(program: Program) -> list[str]:
+    return [n.name for n in program.root_module.graph.nodes if n.op == CALL_FUNCTION]
 
 
 def _user_outputs(program: Program) -> list[str]:
@@ -102,9 +176,9 @@ def _user_outputs(program: Program) -> list[str]:
 
 def _dce(program: Program) -> Program | None:
     try:
-        return eliminate_dead_code(program)
+        return with_live_calls(eliminate_dead_code(program))
     except Exception:  # noqa: BLE001 - a program dce refuses is kept as it is
         return None
 
 
-__all__ = ["bypassed", "reduce"]
+__all__ = ["MOST_ISOLATED", "bypassed", "isolated", "reduce"]

@@ -5,7 +5,8 @@
 with the exact values the fuzzer ran, tied state as one tensor under both names, buffer and input
 updates written back in place as the lowered program does), ``make_inputs()`` (the positional
 inputs the program reads or writes, exact values, keyword inputs made positional; an input it
-no longer uses is left out), ``compile_backend(module)`` (the backend
+no longer uses is left out; in a short script, ``exact=False``, large floating tensors are
+drawn from a seed instead), ``compile_backend(module)`` (the backend
 as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output, input written
 and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences,
 an input that eager refuses and the backend accepts among them, so that every kind of finding
@@ -54,7 +55,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                  state: Mapping[str, Any], *, target: str, summary: str,
                  observe_state: bool = True,
                  calls: Sequence[tuple[Mapping[str, int], tuple, Mapping[str, Any]]] = (),
-                 dynamic: bool = False, grad: bool = False, seed: int = 0) -> str:
+                 dynamic: bool = False, grad: bool = False, seed: int = 0,
+                 exact: bool = True) -> str:
     """The standalone script of a finding (module docstring).
 
     Parameters:
@@ -73,12 +75,18 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             dimensions).
         grad: each call also backpropagates the weighting of ``lowering.fuzz.gradients``
             (seeded with ``seed``) and compares every input's and parameter's gradient.
+        exact: every tensor written with its exact values; ``False``: a floating tensor of
+            more than :data:`MOST_LITERAL` elements is drawn in the script instead, uniform in
+            ``[-1, 1)`` from a seed of its own (``uniform(shape, dtype, seed)``): a short
+            script where the finding does not hang on the values (the caller checks that it
+            still shows, else writes the exact one).
 
     Raises ``ReproError`` naming the node it cannot spell. Complexity: O(nodes + elements).
     """
     graph = program.root_module.graph
     sig = program.signature
     names = _Names()
+    tensor = _Tensors(exact)
     attr_of: dict[str, str] = {}
     init: list[str] = []
     seen: dict[int, str] = {}
@@ -101,7 +109,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             init.append(f"        self.{attr} = self.{seen[id(value)]}  # tied with it")
             continue
         seen[id(value)] = attr
-        literal = _tensor(value)
+        literal = tensor(value)
         if isinstance(value, torch.nn.Parameter):
             init.append(f"        self.{attr} = nn.Parameter({literal}, "
                         f"requires_grad={bool(value.requires_grad)})")
@@ -146,7 +154,8 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         var[node.name] = names.fresh(node.name)
         body.append(f"        {var[node.name]} = {_call(node, var)}")
     runs = list(calls) or [({}, tuple(args), dict(kwargs))]
-    per_call = [_kept_inputs(a, k, kept) for _, a, k in runs]
+    made = [[tensor(x) if isinstance(x, torch.Tensor) else _literal(x)
+             for x in _kept_inputs(a, k, kept)] for _, a, k in runs]
     names = [s.name for s, keep in zip(sig.user_inputs(), kept) if keep]
     rtol = {str(d): relative(d, error_budget(program))
             for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
@@ -177,6 +186,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         "from torch import nn",
         "",
         PRELUDE,
+        *([] if not tensor.drawn else ["", "", _UNIFORM.rstrip("\n")]),
         "",
         "",
         "class Repro(nn.Module):",
@@ -191,7 +201,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         "",
         "def make_inputs(call=0):",
         "    \"\"\"The inputs of call `call` (one per size the fuzzer called at, in order).\"\"\"",
-        *_inputs_body(per_call),
+        *_inputs_body(made),
         "",
         "",
         *settings,
@@ -212,10 +222,9 @@ def _kept_inputs(args: tuple, kwargs: Mapping[str, Any], kept: list[bool]) -> li
     return [x for x, keep in zip(flat, kept) if keep] if len(flat) == len(kept) else flat
 
 
-def _inputs_body(per_call: list[list[Any]]) -> list[str]:
-    def spelled(inputs: list[Any], indent: str) -> list[str]:
-        return [f"{indent}{_tensor(x) if isinstance(x, torch.Tensor) else _literal(x)},"
-                for x in inputs]
+def _inputs_body(per_call: list[list[str]]) -> list[str]:
+    def spelled(inputs: list[str], indent: str) -> list[str]:
+        return [f"{indent}{text}," for text in inputs]
 
     if len(per_call) == 1:
         return ["    return (", *spelled(per_call[0], "        "), "    )"]
@@ -415,6 +424,36 @@ def check_repro(source: str, compile: Callable[[torch.nn.Module], Any] | None = 
     return list(namespace["difference"](compile))
 
 
+def shortest_repro(program: Program, args: tuple, kwargs: Mapping[str, Any],
+                   state: Mapping[str, Any], *, target: str, summary: str,
+                   compile: Callable[[torch.nn.Module], Any] | None = None,
+                   observe_state: bool = True,
+                   calls: Sequence[tuple[Mapping[str, int], tuple, Mapping[str, Any]]] = (),
+                   dynamic: bool = False, grad: bool = False, seed: int = 0
+                   ) -> tuple[str, list[str]]:
+    """The shortest script of :func:`repro_script` that shows the finding, and the problems it
+    showed when run here (:func:`check_repro` with ``compile``): the short one
+    (``exact=False``) where it shows any, else the exact one (its problems, perhaps none).
+    ``calls``, ``dynamic``, ``grad`` and ``seed`` are :func:`repro_script`'s (every call's
+    inputs, drawn or exact alike). Raises ``ReproError`` as :func:`repro_script` does.
+    O(two scripts' runs) at most."""
+    text, problems = "", []
+    for exact in (False, True):
+        script = repro_script(program, args, kwargs, state, target=target, summary=summary,
+                              observe_state=observe_state, calls=calls, dynamic=dynamic,
+                              grad=grad, seed=seed, exact=exact)
+        if script == text:
+            break
+        text = script
+        try:
+            problems = check_repro(text, compile)
+        except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
+            problems = []
+        if problems:
+            break
+    return text, problems
+
+
 def compile_source(source: str) -> Any:
     """``source`` compiled as the file ``repro.py``. O(len(source))."""
     return compile(source, "repro.py", "exec")
@@ -482,6 +521,30 @@ def _literal(x: Any) -> str:
     raise ReproError(f"the repro writer cannot spell the literal {x!r} ({type(x).__name__})")
 
 
+MOST_LITERAL = 8
+"""The most elements of a floating tensor a short repro writes as a literal."""
+
+_UNIFORM = '''def uniform(shape, dtype, seed):
+    """Values in [-1, 1) drawn from seed: the finding does not hang on them."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+'''
+
+
+class _Tensors:
+    """Writes tensors: as literals, or (not ``exact``) large floating ones drawn by seed."""
+
+    def __init__(self, exact: bool) -> None:
+        self.exact, self.drawn = exact, 0
+
+    def __call__(self, t: torch.Tensor) -> str:
+        if self.exact or not t.is_floating_point() or t.numel() <= MOST_LITERAL:
+            return _tensor(t)
+        self.drawn += 1
+        text = f"uniform({tuple(t.shape)!r}, {t.dtype}, {self.drawn})"
+        return text if t.device.type == "cpu" else f"{text}.to({str(t.device)!r})"
+
+
 def _tensor(t: torch.Tensor) -> str:
     values = t.detach().cpu().reshape(-1).tolist()
     flat = "[" + ", ".join(_literal(v) for v in values) + "]"
@@ -492,4 +555,5 @@ def _tensor(t: torch.Tensor) -> str:
     return text
 
 
-__all__ = ["ReproError", "check_repro", "compile_source", "repro_script"]
+__all__ = ["MOST_LITERAL", "ReproError", "check_repro", "compile_source", "repro_script",
+           "shortest_repro"]

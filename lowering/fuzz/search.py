@@ -36,7 +36,8 @@ from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
-from lowering.fuzz.repro import ReproError, check_repro, repro_script
+from lowering.fuzz.refusals import Refusals
+from lowering.fuzz.repro import ReproError, shortest_repro
 from lowering.fuzz.trial import placed, try_program
 
 
@@ -97,8 +98,10 @@ class FuzzReport:
     ``known`` (per known deviation, how many raw findings it explained); ``refused`` (programs
     eager and the backends all refused); ``raw`` (raw findings, before deduplication);
     ``unrunnable`` (per error, the programs that could not be lowered or judged: a fuzzer bug
-    or a strategy's, never a backend's); ``skipped`` (under ``grad=True``, per reason, the
-    programs eager could not differentiate: nothing compared); ``one_size`` (under
+    or a strategy's, never a backend's); ``unsupported`` (per label, the crashes that were
+    refusals torch documents or that the backend's reference shares:
+    ``lowering.fuzz.refusals``; never findings); ``skipped`` (under ``grad=True``, per reason,
+    the programs eager could not differentiate: nothing compared); ``one_size`` (under
     ``sizes > 1``, the programs without a dynamic dimension, called at their one size)."""
 
     findings: tuple[Finding, ...]
@@ -111,6 +114,7 @@ class FuzzReport:
     refused: int = 0
     raw: int = 0
     unrunnable: Mapping[str, int] = attrs.field(factory=dict)
+    unsupported: Mapping[str, int] = attrs.field(factory=dict)
     skipped: Mapping[str, int] = attrs.field(factory=dict)
     one_size: int = 0
 
@@ -138,10 +142,12 @@ def differential(
     """Run generated programs through eager and each backend; report the differences.
 
     Parameters:
-        backends: name -> ``"inductor"``, ``"aot_inductor"``, ``"decompositions"`` or a callable
+        backends: name -> a built-in (``lowering.fuzz.backends.BUILTINS``: ``"inductor"``,
+            ``"aot_eager"``, ``"aot_inductor"``, ``"decompositions"``, ``"export_roundtrip"``,
+            ``"unflatten"``) or a callable
             ``compile(module) -> callable`` applied to the freshly lowered module.
         programs: a hypothesis strategy of flat Programs (default:
-            ``lowering.fuzz.fuzz_programs.default_programs(symbolic=sizes > 1)``).
+            ``lowering.fuzz.fuzz_programs.default_programs(backends, symbolic=sizes > 1)``).
         max_examples: programs to run (with ``seconds``: no count limit, the time is the budget).
         seconds: the search's time budget; shrinking comes after it (``shrink_seconds`` each).
         device: where programs run (``"cuda"``); the program is moved there first.
@@ -180,7 +186,7 @@ def differential(
         raise FuzzError(f"backend {inference_only[0]!r} compiles for inference only (its "
                         "callable's outputs carry no autograd graph); grad=True is not "
                         "supported for it")
-    strategy = default_programs(symbolic=sizes > 1) if programs is None else programs
+    strategy = default_programs(resolved, symbolic=sizes > 1) if programs is None else programs
     if not isinstance(strategy, st.SearchStrategy):
         raise FuzzError(f"programs must be a hypothesis strategy of Programs, got {strategy!r}")
     if not isinstance(max_examples, int) or max_examples < 1:
@@ -196,7 +202,7 @@ def differential(
     return FuzzReport(tuple(findings), search.examples, time.monotonic() - start, searched,
                       dict(search.operators), dict(search.features), dict(search.known),
                       search.refused, search.raw, dict(search.unrunnable),
-                      dict(search.skipped), search.one_size)
+                      dict(search.unsupported), dict(search.skipped), search.one_size)
 
 
 INFERENCE_ONLY = frozenset({"aot_inductor"})
@@ -229,6 +235,9 @@ class _Search:
         self.features: Counter = Counter()
         self.known: Counter = Counter()
         self.unrunnable: Counter = Counter()
+        self.unsupported: Counter = Counter()
+        self.refusals = Refusals()
+        self.keep_calls = any(b.wants_calls for b in backends)
         self.kept: dict[tuple, Finding] = {}
         self.limit = _UNLIMITED
         self.last_line = 0.0
@@ -264,7 +273,7 @@ class _Search:
         self.say(final=True)
 
     def one(self, drawn: Program, index: int) -> None:
-        program = placed(drawn, self.setup)
+        program = placed(drawn, self.setup, self.keep_calls)
         trial = try_program(program, self.backends, self.setup)
         self.examples += 1
         self.operators.update(_targets(program))
@@ -297,6 +306,10 @@ class _Search:
         name = self.explained(finding)
         if name is not None:
             self.known[name] += 1
+            return
+        label = self.refusals.classify(finding)
+        if label is not None:
+            self.unsupported[label] += 1
             return
         self.kept[key] = finding
 
@@ -359,7 +372,7 @@ class _Search:
         low = _low_precision(finding.program)
 
         def check(drawn: Program) -> None:
-            again = self.gives(finding, placed(drawn, self.setup), low)
+            again = self.gives(finding, placed(drawn, self.setup, self.keep_calls), low)
             if again is not None:
                 best.append(again)
                 raise _Again
@@ -371,8 +384,8 @@ class _Search:
             calls[0] += 1
             if calls[0] < finding.example:
                 return
-            if calls[0] == finding.example and program_key(placed(drawn, self.setup)) \
-                    != target_key:
+            if calls[0] == finding.example and program_key(
+                    placed(drawn, self.setup, self.keep_calls)) != target_key:
                 raise _Lost
             if calls[0] > finding.example and not best:
                 raise _Lost
@@ -394,7 +407,7 @@ class _Search:
                 last.append(again)
             return again is not None
 
-        reduce(small.program, still, seconds=seconds)
+        reduce(small.program, still, seconds=seconds, cause=small.cause)
         small = attrs.evolve(last[-1], cause=small.cause) if last else small
         cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
         return attrs.evolve(small, cause=cause) if cause is not None else small
@@ -418,9 +431,10 @@ class _Search:
             return None
         if finding.kind not in _VALUE_KINDS and verdict.cause != finding.cause:
             return None
-        return attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
-                            kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error,
-                            **_at_call(trial, verdict))
+        again = attrs.evolve(finding, detail=verdict.detail, program=program, args=trial.args,
+                             kwargs=trial.kwargs, cause=verdict.cause, error=verdict.error,
+                             **_at_call(trial, verdict))
+        return None if self.refusals.classify(again) is not None else again
 
 
 _VALUE_KINDS = frozenset({"mismatch", "grad"})
@@ -434,26 +448,23 @@ def _at_call(trial: Any, verdict: Verdict) -> dict[str, Any]:
 
 
 def with_repro(finding: Finding) -> Finding:
-    """``finding`` with its repro script written and run here (``reproduced``)."""
+    """``finding`` with its repro script written and run here (``reproduced``): the short one
+    where it shows the finding (``lowering.fuzz.repro.shortest_repro``)."""
     setup = finding.setup
     try:
         module = reference_module(finding.program, setup)
         state = {fqn: state_value(module, fqn) for fqn in finding.program.state}
         backend = finding.compiler
         target = backend.target if backend is not None else "callable"
-        text = repro_script(finding.program, finding.args, finding.kwargs, state,
-                            target=target, summary=finding.summary(),
-                            observe_state=backend is None or backend.observes_state,
-                            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad,
-                            seed=setup.seed)
+        compile_fn = backend.compile if backend is not None and target == "callable" else None
+        text, problems = shortest_repro(
+            finding.program, finding.args, finding.kwargs, state, target=target,
+            summary=finding.summary(), compile=compile_fn,
+            observe_state=backend is None or backend.observes_state,
+            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad, seed=setup.seed)
     except ReproError as err:
         return attrs.evolve(finding, repro="", reproduced=False,
                             detail=f"{finding.detail} (no repro: {err})")
-    compile_fn = backend.compile if backend is not None and target == "callable" else None
-    try:
-        problems = check_repro(text, compile_fn)
-    except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
-        problems = []
     return attrs.evolve(finding, repro=text, reproduced=bool(problems))
 
 

@@ -64,13 +64,12 @@ class Trial:
     skipped: str | None = None
 
 
-def placed(program: Program, setup: Setup) -> Program:
+def placed(program: Program, setup: Setup, keep_calls: bool = False) -> Program:
     """``program`` as the fuzzer runs it: its preserved module call signatures dropped (the
-    root's kept: they say how to unflatten, not what to compute, and a cut or reduced program
-    would leave them naming values it no longer has) and moved to ``setup.device``.
-    O(program)."""
+    root's kept: they say how to unflatten, not what to compute), unless ``keep_calls`` (a
+    backend reads them: ``Backend.wants_calls``), and moved to ``setup.device``. O(program)."""
     calls = program.call_signatures
-    if any(path != "" for path in calls):
+    if not keep_calls and any(path != "" for path in calls):
         program = program.replace(call_signatures=pmap({k: v for k, v in calls.items()
                                                          if k == ""}))
     if setup.dtype is not None:
