@@ -155,7 +155,7 @@ def _pass_cases() -> Iterator[Case]:
 
     teeth = importlib.import_module("tests.laws.test_teeth")
     for bug, options, law, *_ in teeth.PLANTED:
-        yield Case("pass", "teeth", bug.__name__, True, law, _laws_run(bug, options))
+        yield Case("pass", "teeth", bug.__name__, True, law_of(law), _laws_run(bug, options))
     yield Case("pass", "teeth", "deduplicate", False, "",
                _laws_run(teeth.deduplicate, {"programs": teeth.REPEATED, "idempotent": True}))
 
@@ -168,7 +168,8 @@ def _pass_cases() -> Iterator[Case]:
     for bug, options, law, *_ in motifs.PLANTED:
         yield Case("pass", "motifs", bug.__name__ + _suffix(options), True, law_of(law),
                    _laws_run(bug, options))
-    for twin, options, *_ in motifs.CORRECT:
+    for row in motifs.CORRECT:  # a row, or a ``pytest.param`` of one (its marks aside)
+        twin, options, *_ = getattr(row, "values", row)
         yield Case("pass", "motifs", twin.__name__ + _suffix(options), False, "",
                    _laws_run(twin, options))
 

@@ -31,7 +31,7 @@ from ir.strategies.values import (
     PALETTE,
     SMALL_INTS,
     WHOLE,
-    _check_assumes,
+    check_assumes,
     edges,
     int_edges,
     laid_out,
@@ -75,7 +75,7 @@ def seeded_tensor(rng: random.Random, shape: Sequence[int], dtype: torch.dtype, 
     (module docstring), laid out per ``layout`` (one of ``LAYOUTS``; ``None``: drawn). The same
     ``rng`` state gives the same tensor, on every hypothesis version. Raises ``ValueError``
     naming ``assumes`` or ``layout`` when either is unknown. O(elements)."""
-    assumes = _check_assumes(assumes)
+    assumes = check_assumes(assumes)
     shape = tuple(int(s) for s in shape)
     if layout is None:
         layout = rng.choice(LAYOUTS)

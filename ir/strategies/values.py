@@ -43,7 +43,9 @@ SCALARS = {
 KNOWN = frozenset({"no_nans", "no_infs", "no_signed_zeros", "reassociate"})
 
 
-def _check_assumes(assumes: Sequence[str] | frozenset[str]) -> frozenset[str]:
+def check_assumes(assumes: Sequence[str] | frozenset[str]) -> frozenset[str]:
+    """``assumes`` as a frozenset, checked to be a set out of :data:`KNOWN` (``ValueError``
+    naming the allowed ones otherwise; a bare string is refused, not split). O(len(assumes))."""
     if isinstance(assumes, str) or not set(assumes) <= KNOWN:
         raise ValueError(f"assumes must be a set out of {sorted(KNOWN)}, got {assumes!r}")
     return frozenset(assumes)
@@ -60,7 +62,7 @@ def edges(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset()) -> tuple
     """The edge values of floating ``dtype`` that ``assumes`` admits: -0.0; ±inf; NaN; ±a
     subnormal; ±the largest finite; ±just past each overflow point (``overflow_points``), and
     the negated ``exp`` one (``exp`` underflows to 0 there). O(1)."""
-    assumes = _check_assumes(assumes)
+    assumes = check_assumes(assumes)
     info = torch.finfo(dtype)
     out: list[float] = []
     if "no_signed_zeros" not in assumes:
@@ -157,7 +159,7 @@ def elements(dtype: torch.dtype, *, assumes: frozenset[str] = frozenset(),
     conversions a pattern performs: ``conversions_edges``).
 
     Shrinks toward ordinary values, ``0.0`` first (edges shrink to ordinary values)."""
-    assumes = _check_assumes(assumes)
+    assumes = check_assumes(assumes)
     if dtype == torch.bool:
         return st.booleans()
     more = (st.sampled_from(tuple(extra)),) if extra else ()
@@ -210,7 +212,7 @@ def tensors(
 
     Shrinks toward zeros (then ordinary values), elements drawn each on its own, the normal
     fill with seed 0, and the contiguous layout (``LAYOUTS`` in order)."""
-    assumes = _check_assumes(assumes)
+    assumes = check_assumes(assumes)
     shape = tuple(int(s) for s in shape)
     if layout is None:
         layout = draw(st.sampled_from(LAYOUTS))
@@ -363,7 +365,7 @@ def scalars(kind: str, *, assumes: frozenset[str] = frozenset(),
 def scalar_values(kind: str, *, assumes: frozenset[str] = frozenset(),
                   example: float | None = None) -> tuple:
     """The values ``scalars`` draws from, in order (for callers that enumerate). O(1)."""
-    assumes = _check_assumes(assumes)
+    assumes = check_assumes(assumes)
     if kind not in SCALARS:
         raise ValueError(f"kind must be one of {sorted(SCALARS)}, got {kind!r}")
     pool = [v for v in SCALARS[kind]

@@ -436,7 +436,8 @@ PLANTED = [
     (cse_ignores_kwargs, {}, "semantics"),
     (swap_sub_operands, {}, "semantics"),
     (gelu_to_tanh_approximation, {}, "semantics"),
-    (activations_in_half, {}, "semantics"),
+    # on a complex activation the half cast is refused by the editor: caught as "raises"
+    (activations_in_half, {}, ("semantics", "raises")),
     (mean_as_sum_at_batch_one, {}, "semantics"),
     (add_becomes_inplace, {}, "semantics"),
     (hoists_writes, {}, "semantics"),
@@ -465,17 +466,20 @@ SAMPLE = {dce_drops_unread_copy, cse_ignores_kwargs, hoists_writes, quantizes_th
 
 # (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples, measured
 # under SEEDS only): each an xfail(strict=True) until a generator reaches it
-MISSED: dict = {}
+MISSED: dict = {
+    gelu_to_tanh_approximation: {
+        16: "issue 60: generator reach: no drawn gelu input falls where the tanh form's error "
+            "passes the tolerance under seed 16 (the merged opset and motif streams)"},
+    dce_drops_unread_module_calls: {
+        2: "issue 60: generator reach: on outlined programs under seed 2 no module call whose "
+           "results nobody reads writes state the outputs depend on"},
+}
 
 # (correct pass, on outlined programs) -> {seed: why it fails}, found by bench.power (measured
 # under SEEDS only): the pass changes fewer than 3 programs. (Seed 9's outlined twins failed
 # where ``repair_call_signatures`` took a used result or a passed-on argument for a stale name
 # and ``outline`` then refused the program: fixed there, tests/test_remat_state.py)
-TWINS_FAIL = {
-    (collapse_idempotent_activations, False): {
-        2: "issue 60: generator reach (opset default): relu(relu(x)) in 2 of 100 programs, "
-           "the test asks 3"},
-}
+TWINS_FAIL: dict = {}
 
 
 def _slow(row: tuple) -> list:

@@ -65,10 +65,7 @@ _DEAD_ALPHA = ("issue 60: generator reach: an add with alpha != 1 of two same-sh
                "drawn in about 8% of programs, but its result mostly reaches no output (a plain "
                "step's unread result is not returned, only a motif's): the swap is dead code")
 MISSED: dict = {
-    (lp.commute_adds, "forgets_alpha"): {9: _DEAD_ALPHA, 16: _DEAD_ALPHA},
-    (lp.relu_in_place, "on_inputs"): {
-        9: "issue 60: generator reach: a relu that is a user input's only reader is drawn in "
-           "about 2% of programs; none under seed 9"},
+    (lp.commute_adds, "forgets_alpha"): {16: _DEAD_ALPHA},
 }
 
 
@@ -126,13 +123,7 @@ CORRECT = [
     (lp.commute_adds, "both", {}),
     (lp.freeze_buffers, "like", {}),
     (lp.relu_in_place, "defaults", {}),
-    pytest.param(lp.fake_quant_matmuls, "defaults",
-                 {"atol": 0.1, "rtol": 0.1, "programs": _NO_INT_MATH},
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "issue 60: fake_quantize_per_tensor_affine has no fake impl; on a drawn "
-                     "program with an opaque range constraint FakeTensor's fallback refuses it "
-                     "(UnsupportedOperatorException: ..._cachemask at node 'linear'), so the "
-                     "pass raises PassError"))),
+    (lp.fake_quant_matmuls, "defaults", {"atol": 0.1, "rtol": 0.1, "programs": _NO_INT_MATH}),
 ]
 
 

