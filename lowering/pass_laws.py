@@ -95,6 +95,7 @@ __all__ = [
     "check_semantics",
     "check_verify",
     "describe",
+    "dynamic_symbols",
     "other_sizes",
     "same_program",
 ]
@@ -426,6 +427,33 @@ def _semantics_runs(program: Program, inputs: Inputs, calls: int) -> Iterator[tu
 # --- other sizes of the dynamic dimensions -------------------------------------------------------
 
 
+def dynamic_symbols(program: Program) -> dict[str, tuple[int, int, int | None]]:
+    """Each symbol that is a whole dimension of a root user input: name -> ``(hint, low,
+    high)``, ``low`` at least 2 (0 and 1 are sizes torch specializes on), ``high`` ``None``
+    when unbounded (the range: ``transforms.kernel.size_range``). Dimensions that are
+    expressions of symbols are left out (their sizes follow); ``{}`` for a program without a
+    root graph or without dynamic sizes. O(root inputs' dims)."""
+    graph = program.root_module.graph
+    if graph is None:
+        return {}
+    users = {s.name for s in program.signature.user_inputs()}
+    found: dict[str, tuple[int, int, int | None]] = {}
+    for node in graph.placeholders:
+        if node.name not in users:
+            continue
+        val = node.meta.get("val")
+        dims = val.shape if isinstance(val, torch.Tensor) else (val,)
+        for d in dims:
+            if not isinstance(d, torch.SymInt):
+                continue
+            sym, hint = d.node.expr, d.node.hint
+            if not getattr(sym, "is_Symbol", False) or hint is None or str(sym) in found:
+                continue
+            lo, hi = size_range(program, sym, d.node.shape_env)
+            found[str(sym)] = (int(hint), max(lo, 2), hi)
+    return found
+
+
 def other_sizes(program: Program) -> tuple[dict[str, int], ...]:
     """Size sets, other than the example's, at which the purity and semantics laws also run
     ``program``: for each symbol of a dynamic size of a root user input (``s0``, with its hint
@@ -435,24 +463,7 @@ def other_sizes(program: Program) -> tuple[dict[str, int], ...]:
     symbol whose range holds no other size keeps its hint. ``()`` for a program without
     dynamic sizes. Each set gives every symbol (``{"s0": 6}``), as
     ``ir.strategies.program_inputs(program, sizes=...)`` takes it. O(root inputs' dims)."""
-    graph = program.root_module.graph
-    if graph is None:
-        return ()
-    users = {s.name for s in program.signature.user_inputs()}
-    found: dict[str, tuple[int, int, int | None]] = {}  # name -> hint, min, max
-    for node in graph.placeholders:
-        if node.name not in users:
-            continue
-        v = node.meta.get("val")
-        dims = v.shape if isinstance(v, torch.Tensor) else (v,)
-        for d in dims:
-            if not isinstance(d, torch.SymInt):
-                continue
-            sym, hint = d.node.expr, d.node.hint
-            if not getattr(sym, "is_Symbol", False) or hint is None or str(sym) in found:
-                continue
-            lo, hi = size_range(program, sym, d.node.shape_env)
-            found[str(sym)] = (int(hint), max(lo, 2), hi)
+    found = dynamic_symbols(program)
     if not found:
         return ()
     sets = []

@@ -17,33 +17,10 @@ from typing import Any
 import torch
 
 from ir.program import Program
-from transforms.kernel import size_range
+from lowering.pass_laws import dynamic_symbols
 
 UNBOUNDED_REACH = 8
 """How far above its hint an unbounded symbol is taken (its "top")."""
-
-
-def dynamic_symbols(program: Program) -> dict[str, tuple[int, int, int | None]]:
-    """Each symbol that is a whole dimension of a root user input: name -> ``(hint, low,
-    high)``, ``low`` at least 2, ``high`` ``None`` when unbounded. Dimensions that are
-    expressions of symbols are left out (their sizes follow). O(root inputs' dims)."""
-    graph = program.root_module.graph
-    users = {s.name for s in program.signature.user_inputs()}
-    found: dict[str, tuple[int, int, int | None]] = {}
-    for node in graph.placeholders:
-        if node.name not in users:
-            continue
-        val = node.meta.get("val")
-        dims = val.shape if isinstance(val, torch.Tensor) else (val,)
-        for d in dims:
-            if not isinstance(d, torch.SymInt):
-                continue
-            sym, hint = d.node.expr, d.node.hint
-            if not getattr(sym, "is_Symbol", False) or hint is None or str(sym) in found:
-                continue
-            lo, hi = size_range(program, sym, d.node.shape_env)
-            found[str(sym)] = (int(hint), max(lo, 2), hi)
-    return found
 
 
 def size_sets(program: Program, k: int) -> tuple[dict[str, int], ...]:
