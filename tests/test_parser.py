@@ -25,6 +25,7 @@ from ir import (
     parse_program,
     verify,
 )
+from ir.printer import format_val
 from ir.strategies import programs
 from transforms import transform
 
@@ -219,7 +220,10 @@ def test_printed_vals_parse_back_into_a_program_the_laws_run(p):
     for (_, mid), (_, back_mid) in zip(p.walk(), back.walk()):
         for g, h in zip(p.module_table()[mid].graphs, back.module_table()[back_mid].graphs):
             for n, m in zip(g.nodes, h.nodes):
-                assert _val_key(n.meta.get("val")) == _val_key(m.meta.get("val")), n.name
+                # a val format_val cannot write (an unbacked size: no hint) is not printed, so
+                # it parses back as None (format_val's contract)
+                want = n.meta.get("val") if format_val(n.meta.get("val")) is not None else None
+                assert _val_key(want) == _val_key(m.meta.get("val")), n.name
     check_program(lambda q: q, back)  # was: "placeholder 'x0' has meta['val'] None"
 
 

@@ -34,6 +34,7 @@ from ir.fake_run import FakeRunFailed, fake_value, hint, same_layout, same_val
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from ir.torch_seam import op_schema
 
 PLANTED = "planted_"
 """The prefix of a planted node's name (what :func:`planted_count` counts)."""
@@ -95,7 +96,7 @@ def planted_count(p: Program) -> int:
 
 
 def _writes(n: Node) -> bool:
-    schema = getattr(n.target, "_schema", None)
+    schema = op_schema(n.target)
     return schema is None or schema.is_mutable
 
 

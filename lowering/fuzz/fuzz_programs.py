@@ -47,10 +47,17 @@ def default_programs(backends: Iterable[Any] = (), symbolic: bool = False
     shrinks). O(len(backends))."""
     sizes = {"symbolic_sizes"} if symbolic else set()
     if any(getattr(b, "wants_calls", False) for b in backends):
+        # the crossing features now and then leave every module call unsigned (a module that
+        # shrank to nothing): such a program has nothing for the backend to read, so it is drawn
+        # again
         return crossing_programs(features=DETERMINISTIC_FEATURES, always=CALL_FEATURES | sizes,
-                                 max_modules=3, max_ops=8, max_nodes=60)
+                                 max_modules=3, max_ops=8, max_nodes=60).filter(_has_calls)
     return programs(features=DETERMINISTIC_FEATURES, max_modules=3, max_ops=8, max_nodes=60,
                     always=frozenset(sizes))
+
+
+def _has_calls(program: Program) -> bool:
+    return any(path != "" for path in program.call_signatures)
 
 
 __all__ = ["CALL_FEATURES", "default_programs"]

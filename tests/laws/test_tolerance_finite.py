@@ -148,8 +148,12 @@ _LIKE = settings(max_examples=12, derandomize=True, database=None)
 
 def test_on_programs_like_the_approximation_passes_and_a_wrong_one_is_caught():
     ep = torch.export.export(GeluMLP(), (torch.randn(2, 4),))
-    # the draws with inputs at the edges, whichever others the stream holds
-    edges = programs_like(ep).filter(lambda ex: "inputs at the edges" in ex.variant)
+    # the draws with inputs at the edges that hold a value gelu does not keep finite, whichever
+    # others the stream holds
+    edges = programs_like(ep).filter(
+        lambda ex: "inputs at the edges" in ex.variant and any(
+            isinstance(a, torch.Tensor) and a.is_floating_point() and not a.isfinite().all()
+            for a in ex.args))
     report = check_laws(GELU_TANH, programs=edges, settings=_LIKE, **TOL)
     assert report.excused > 0 and report.unjudged < report.changed  # edge values were excused
     with pytest.raises(LawViolation, match="values differ"):
