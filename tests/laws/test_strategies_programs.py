@@ -221,8 +221,9 @@ EXHIBITS = {
 
 # features whose steps show what another feature shows as well (kept on in its off test)
 ALSO_SHOWN_BY = {
-    # a second copy taken and written; the opset's in-place rows (``add_``) on its ``clone`` row
-    "inplace_copies": {"clone_writes", "opset"},
+    # a second copy taken and written; the opset's in-place rows (``add_``) on its ``clone`` row;
+    # ``inplace_ops``' ``add_`` of a computed value landing on a clone another step took
+    "inplace_copies": {"clone_writes", "opset", "inplace_ops"},
     "inplace_ops": {"view_writes", "clone_writes"},  # ``mul_``; ``add_`` of a computed value
     "identities": {"clone_writes"},  # the copy taken as ``x * 1.0``
     "near_duplicates": {"int_math"},  # its casts (``_to_copy``)
