@@ -33,8 +33,8 @@ from ir.strategies.values import (
     WHOLE,
     check_assumes,
     edges,
+    in_layout,
     int_edges,
-    laid_out,
 )
 
 
@@ -81,15 +81,8 @@ def seeded_tensor(rng: random.Random, shape: Sequence[int], dtype: torch.dtype, 
         layout = rng.choice(LAYOUTS)
     elif layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    values_shape = shape
-    if layout == "expanded":
-        big = [d for d, n in enumerate(shape) if n > 1]
-        if big:
-            values_shape = tuple(1 if d == big[0] else n for d, n in enumerate(shape))
-    t = _values(rng, values_shape, dtype, assumes, tuple(extra))
-    if values_shape != shape:
-        return t.expand(shape)
-    return laid_out(t, layout)
+    return in_layout(lambda values_shape: _values(rng, values_shape, dtype, assumes,
+                                                  tuple(extra)), shape, layout)
 
 
 def _values(rng: random.Random, shape: tuple[int, ...], dtype: torch.dtype,

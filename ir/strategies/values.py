@@ -14,7 +14,7 @@ magnitude at or past an overflow point (of ``exp``, ``square``, cubing, the larg
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from hypothesis import strategies as st
@@ -218,15 +218,8 @@ def tensors(
         layout = draw(st.sampled_from(LAYOUTS))
     elif layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    values_shape = shape
-    if layout == "expanded":
-        big = [d for d, n in enumerate(shape) if n > 1]
-        if big:
-            values_shape = tuple(1 if d == big[0] else n for d, n in enumerate(shape))
-    t = _values(draw, values_shape, dtype, assumes, tuple(extra))
-    if values_shape != shape:
-        return t.expand(shape)
-    return laid_out(t, layout)
+    return in_layout(lambda values_shape: _values(draw, values_shape, dtype, assumes,
+                                                  tuple(extra)), shape, layout)
 
 
 def _values(draw: st.DrawFn, shape: tuple[int, ...], dtype: torch.dtype,
@@ -260,6 +253,23 @@ def _values(draw: st.DrawFn, shape: tuple[int, ...], dtype: torch.dtype,
     for j, v in draw(st.lists(st.tuples(st.integers(0, n - 1), one), max_size=OVERRIDES)):
         flat[j] = v
     return flat.reshape(shape).to(dtype)
+
+
+def in_layout(make: Callable[[tuple[int, ...]], torch.Tensor], shape: tuple[int, ...],
+              layout: str) -> torch.Tensor:
+    """The tensor of ``shape`` in ``layout`` (``LAYOUTS``) holding the values ``make`` gives for
+    the shape it is asked: ``shape`` itself, then :func:`laid_out`; for ``"expanded"``, the
+    shape with its first dimension above 1 made 1, expanded back to ``shape`` (stride 0 there).
+    What :func:`tensors` and ``seeded_values`` both lay out. O(elements)."""
+    values_shape = shape
+    if layout == "expanded":
+        big = [d for d, n in enumerate(shape) if n > 1]
+        if big:
+            values_shape = tuple(1 if d == big[0] else n for d, n in enumerate(shape))
+    t = make(values_shape)
+    if values_shape != shape:
+        return t.expand(shape)
+    return laid_out(t, layout)
 
 
 def laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -385,6 +395,7 @@ __all__ = [
     "SMALL_INTS",
     "edges",
     "elements",
+    "in_layout",
     "int_edges",
     "laid_out",
     "overflow_points",
