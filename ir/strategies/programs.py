@@ -49,8 +49,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     run of nodes as the body of a ``wrap_with_set_grad_enabled`` call that mostly spans module
     calls (``grad_regions``: what ``split_hop_bodies`` splits). The last three are opt-in
     (:data:`OPT_IN_FEATURES`).
-    What users' passes target: activations ``gelu`` / ``silu``, and an activation of its own
-    result (``activations``); constant
+    What users' passes target: an activation of its own result, ``relu(relu(x))``,
+    ``gelu(gelu(x))`` (``activations``; ``gelu`` and ``silu`` themselves are among every
+    program's unary steps, as they are in models); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
     (``constant_builders``); random ops ``rand_like`` / ``randn_like`` / ``rand``
     (``random_ops``, some drawn and never read); copies written in place, ``clone`` then
@@ -584,6 +585,7 @@ class _Builder:
         self.late_count = 0  # state the opset steps made (numbers their fqns)
         self.opset_results: list[Ref] = []
         self.motif_results: list[Ref] = []  # the motif steps' results (outside preserved calls)
+        self.plain_results: list[Ref] = []  # the other steps' results (outside preserved calls)
         self.rows_used: set[int] = set()
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
@@ -628,7 +630,9 @@ class _Builder:
         self.styles: dict[Any, str] = {}
         self.input_current: dict[str, Ref] = {}
         self.input_styles: dict[str, str] = {}
-        self.unary = _UNARY + (_ACTIVATIONS if "activations" in on else ())
+        # the models' activations are everyday steps in every program (``activations`` adds
+        # an activation of its own result and ``near_duplicates``' two ``gelu`` spellings)
+        self.unary = _UNARY + _ACTIVATIONS
         self.large_read: set[str] = set()  # paths whose large linears a step has read
         # new values of state and inputs (update chains), values read into preserved calls
         # unsigned: kept out of ``grad_regions`` bodies
@@ -880,7 +884,7 @@ class _Builder:
         self.mix = scatter(self.mix, int.from_bytes(data))
         n = data[0] % (most + 1)
         steps = [
-            _decode_step(data[i], data[i + 1], data[i + 2])
+            _scattered(_decode_step(data[i], data[i + 1], data[i + 2]), self.mix, i)
             for i in range(1, 1 + _STEP * n, _STEP)
             if data[i] or data[i + 1] or data[i + 2]  # a zeroed step is no step: shrinking drops ops
         ]
@@ -948,7 +952,20 @@ class _Builder:
             if n:
                 self.repeated_preserved.append(call_name)
         else:
+            results = (scope.vals, self.plain_results, self.motif_results, self.opset_results)
+            before = [len(r) for r in results], dict(self.current)
             self._run(index, path, scope)
+            buffers = [s[0] for s in obj.state if s[1] == stt.BUFFER]
+            if obj.record[6] >> 4 & 1 and (buffers and self._styles_on()
+                                           or self.current != before[1]):
+                # a call made for its writes alone (a statistics tracker): it writes a buffer
+                # of its own from what it computed, and nothing after it reads its results,
+                # only the state (what a dead-code pass must keep though they are unread)
+                if self.current == before[1] and not self._full():
+                    self._update(path, buffers[z % len(buffers)], scope.vals[-1], z)
+                if self.current != before[1]:
+                    for found, n in zip(results, before[0]):
+                        del found[n:]
         self.frames.pop()
 
     def _run_preserved(
@@ -1049,7 +1066,9 @@ class _Builder:
         matrices = [s for s in obj.state if s[2] == (WIDTH, WIDTH)]
         large = [s for s in obj.state if s[0] == "wl0"]
         buffers = [s for s in obj.state if s[1] == stt.BUFFER]
-        kinds = ["unary", "binary"]
+        # elementwise arithmetic is what models do most between their layers: ``binary`` is
+        # drawn twice as often as any other kind
+        kinds = ["unary", "binary", "binary"]
         if matrices:
             kinds.append("matmul")
         if buffers and self._styles_on():
@@ -1085,6 +1104,8 @@ class _Builder:
             scope.vals.append(out)
             if choice in _MOTIF_KINDS and not scope.preserved:
                 self.motif_results.append(out)
+            elif choice != "opset" and not scope.preserved:
+                self.plain_results.append(out)
             return
         if choice == "unary":
             out = self._op(self.unary[y % len(self.unary)], (a,), shape=act)
@@ -1099,11 +1120,20 @@ class _Builder:
                 other = self._read_state(path, vectors[y % len(vectors)][0])
             else:
                 other = _SCALARS[y % len(_SCALARS)]
+            # half the steps of two values take them the other way round (which operand
+            # comes first, in the graph's order or its names', is what a pass may get wrong)
+            operands = (other, a) if isinstance(other, Ref) and z >> 3 & 1 else (a, other)
             if choice == "alpha":
                 kwargs = IDict((("alpha", _SCALARS[z % len(_SCALARS)]),))
-                out = self._op(aten.add.Tensor, (a, other), kwargs, shape=act)
+                out = self._op(aten.add.Tensor, operands, kwargs, shape=act)
             else:
-                out = self._op(_BINARY[y % len(_BINARY)], (a, other), shape=act)
+                target = _BINARY[y % len(_BINARY)]
+                kwargs = EMPTY_DICT
+                if "kwargs_ops" in self.on and target in _FUNCTIONAL and z >> 2 & 1:
+                    # half the adds and subs of these programs scale ``other`` by an ``alpha``
+                    # (a keyword a pass may forget: not only the ``alpha`` kind's few steps)
+                    kwargs = IDict((("alpha", _SCALARS[y >> 2]),))
+                out = self._op(target, operands, kwargs, shape=act)
         elif choice == "matmul":
             w = self._read_state(path, matrices[y % len(matrices)][0])
             if z % 3 == 0:
@@ -1124,6 +1154,8 @@ class _Builder:
             pair = self._op(aten.sort.default, (a,), shape=("sort", act))
             out = self._op(operator.getitem, (pair, 0), shape=act)
         scope.vals.append(out)
+        if not scope.preserved:
+            self.plain_results.append(out)
 
     # --- the steps of the features that users' passes target --------------------------------
     # each returns the step's result, a ``(batch, WIDTH)`` value read by later steps
@@ -1256,9 +1288,10 @@ class _Builder:
             variant = 0
         if variant == 0:
             b = _back(scope.vals, y)
-            first = self._op(aten.add.Tensor, (a, b), shape=act)
+            pair = (b, a) if z >> 2 & 1 else (a, b)  # either way round, as binary steps
+            first = self._op(aten.add.Tensor, pair, shape=act)
             alpha = IDict((("alpha", _SCALARS[(y >> 2) % len(_SCALARS)]),))
-            second = self._op(aten.add.Tensor, (a, b), alpha, shape=act)
+            second = self._op(aten.add.Tensor, pair, alpha, shape=act)
         elif variant == 1:
             pair = []
             for dtype in (torch.float16, torch.bfloat16):
@@ -2004,6 +2037,13 @@ class _Builder:
             read = {r.name for n in self.nodes for r in n.inputs()} | {v.name for v in user}
             unread = [r for r in reversed(self.motif_results) if r.name not in read]
             user += list(dict.fromkeys(unread))[:3]
+        if self.plain_results and data[1] >> 2 & 7:  # seven programs in eight: and the other
+            # steps' (an op whose result nothing reads is dead code, and a bug in how a pass
+            # rewrites it changes no output; the eighth keeps its dead code for the passes
+            # that remove it, as do the unread results past the latest three)
+            read = {r.name for n in self.nodes for r in n.inputs()} | {v.name for v in user}
+            unread = [r for r in reversed(self.plain_results) if r.name not in read]
+            user += list(dict.fromkeys(unread))[:3]
         specs += [sg.OutputSpec(sg.USER_OUTPUT, v.name) for v in user]
         return tuple(mutations), tuple(user), tuple(specs)
 
@@ -2045,6 +2085,21 @@ def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
     compute, reach the outputs more often than uniform offsets would let them.
     """
     return (a & 1, c, a >> 1 if a & 128 else a >> 1 & 1, b & 15, b >> 4)
+
+
+def _scattered(step: tuple[int, ...], mix: int, at: int) -> tuple[int, ...]:
+    """``step`` with its kind, ``y`` and ``z`` taken from its bytes scattered with the
+    body's ``mix`` and its place ``at`` (``is_call`` and the back-offset ``x`` stay as drawn).
+
+    Hypothesis draws small bytes and repeats far more often than others, and how much so
+    varies from one run to the next: read as they are, the kinds of a run's steps cluster
+    (one seed drew ``gelu`` in 2 programs of 100, another in 25), so a bug that needs one
+    kind was caught under some seeds and missed under others. Scattered, every kind is
+    about equally likely under every seed. A zeroed step is still skipped by the caller, so
+    shrinking still drops steps. O(1)."""
+    is_call, kind, x, y, z = step
+    h = scatter(mix, at, kind, y, z)
+    return is_call, h & 0xFF, x, h >> 8 & 15, h >> 12 & 15
 
 
 def _size_key(sizes: Any) -> tuple:
