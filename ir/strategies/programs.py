@@ -92,7 +92,7 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     makes them from the program alone, uniform in ``[-1, 1)``), so an edge value reaches some
     columns of the outputs, not all. Outputs that alias (``output_aliasing``): one value
     returned twice, a fresh copy of it, or a ``view`` of it beside it.
-    Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``add``, ``sub``, ``mul`` (with a value, a
+    Ops: ``relu``, ``neg``, ``tanh``, ``sigmoid``, ``gelu``, ``silu``, ``add``, ``sub``, ``mul`` (with a value, a
     state vector or a scalar), ``add(..., alpha=)``, ``matmul``, ``t`` + ``mm``, ``linear``,
     ``mean.dim``, ``add_``, ``sub_``, ``sort`` + ``getitem``, ``where``, ``masked_fill``,
     ``gt`` / ``lt`` / ``ge`` / ``le``, ``log``, ``sqrt``, ``reciprocal``, ``rsqrt``,
@@ -101,7 +101,17 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     graphs, a value read after an in-place update is the update's result (the same tensor), and
     after a functional update the new value. Half the steps read one of the two latest values,
     and the first user output is the latest value, so what the ops compute mostly reaches the
-    outputs (a law that compares outputs sees it).
+    outputs (a law that compares outputs sees it); in seven programs of eight the latest three
+    results of the root's steps that nothing reads are returned too (the eighth keeps its dead
+    code for the passes that remove it). ``binary`` steps are drawn twice as often as any other
+    kind (elementwise arithmetic is what models do most between layers); a step of two values
+    takes them either way round, and under ``kwargs_ops`` half its ``add`` / ``sub`` steps
+    carry an ``alpha``. A step's kind and operands come from its bytes scattered with the
+    body's (``_scattered``), so every kind is about as likely under every hypothesis seed.
+    A module call in two (``record[6]`` bit 4) is made for its writes alone where the module
+    has a buffer and a write style is on: it updates a buffer of its own from what it
+    computed, and nothing after it reads its results (a statistics tracker: what a dead-code
+    pass must keep though every result of the call is unread).
 
     The verified operator table (``opset``, ``ir.strategies.opset_steps``), on by default in
     fifteen draws of sixteen as a bounded share of the steps (one body step in eight, and a

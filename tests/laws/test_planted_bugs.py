@@ -340,7 +340,11 @@ def _name(row: tuple) -> str:
 
 # (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples, seeds
 # 0..19): each an xfail(strict=True) until a generator reaches it
-MISSED: dict = {}  # every bug caught under every seed (bench.power, docs/testing.md "Power")
+MISSED: dict = {
+    fold_folds_rand: {
+        2: "issue 60: generator reach: on the scattered-kinds stream no program under seed 2 "
+           "folds a random draw whose result reaches an output within 100 programs"},
+}
 
 
 @pytest.mark.parametrize("planted, options, law, first, seed",
