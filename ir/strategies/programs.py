@@ -49,7 +49,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     run of nodes as the body of a ``wrap_with_set_grad_enabled`` call that mostly spans module
     calls (``grad_regions``: what ``split_hop_bodies`` splits). The last three are opt-in
     (:data:`OPT_IN_FEATURES`).
-    What users' passes target: an activation of its own result, ``relu(relu(x))``,
+    What users' passes target (each of these features switched on has one step at a drawn
+    place of the root's body, as the motifs below do, besides the steps the body draws among
+    all kinds): an activation of its own result, ``relu(relu(x))``,
     ``gelu(gelu(x))`` (``activations``; ``gelu`` and ``silu`` themselves are among every
     program's unary steps, as they are in models); constant
     builders ``arange`` / ``ones`` / ``full`` and ops on them, some also reading a state vector
@@ -908,6 +910,16 @@ class _Builder:
             for j, kind in enumerate(motifs):
                 at, a, b, c = data[4 * j:4 * j + 4]
                 steps.insert(at % (len(steps) + 1), (0, kind, *_decode_step(a, b, c)[2:]))
+            # and one step of each feature users' passes target that is switched on (a
+            # constant chain to fold, a random draw, a copy written in place, ...): a bug in
+            # a pass that rewrites one meets it in every program with the feature, not in the
+            # few whose body draws its kind among the others. Each feature has its own bytes
+            data = self.draw(_TARGETED_BYTES)
+            for j, (feature, kind) in enumerate(_TARGETED):
+                if feature in self.on:
+                    at, a, b, c = data[4 * j:4 * j + 4]
+                    _, _, x, y, z = _scattered(_decode_step(a, b, c), self.mix, 4096 + j)
+                    steps.insert(at % (len(steps) + 1), (0, kind, x, y, z))
         return steps
 
     def _run(self, index: int, path: str, scope: _Scope) -> None:
@@ -2083,6 +2095,10 @@ _MOTIFS = frozenset({"state_traffic", "view_writes", "clone_writes", "masks", "s
 traffic and the everyday ops that bugs need)."""
 _MOTIF_KINDS = frozenset(k for f, k, _ in _STEP_FEATURES if f in _MOTIFS)
 _NEW_STEPS = {kind: step for _, kind, step in _STEP_FEATURES} | {"mlp": _Builder._mlp}
+_TARGETED = tuple((f, k) for f, k, _ in _STEP_FEATURES if f not in _MOTIFS and f != "opset")
+"""The step features users' passes target (not the motifs, not the opset): each switched on
+gets one step at a drawn place of the root's body (``_draw_body``)."""
+_TARGETED_BYTES = st.binary(min_size=4 * len(_TARGETED), max_size=4 * len(_TARGETED))
 
 
 def _decode_step(a: int, b: int, c: int) -> tuple[int, ...]:
