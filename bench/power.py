@@ -129,7 +129,7 @@ def _pass_cases() -> Iterator[Case]:
 
     main = importlib.import_module("tests.laws.test_planted_bugs")
     for bug, options, law, *_ in main.PLANTED:
-        yield Case("pass", "planted_bugs", bug.__name__, True, law, _laws_run(bug, options))
+        yield Case("pass", "planted_bugs", bug.__name__, True, law_of(law), _laws_run(bug, options))
     for twin, options in main.CORRECT:
         yield Case("pass", "planted_bugs", twin.__name__, False, "", _laws_run(twin, options))
 
