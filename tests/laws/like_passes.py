@@ -62,10 +62,12 @@ def _swap_by_hand(p: Program) -> Program:
 
 def fake_quant_matmuls(p: Program, bug: str | None = None, scale: float = 0.05) -> Program:
     """int8 fake quantization (``fake_quantize_per_tensor_affine``, no Meta kernel: it runs on
-    ``FakeTensor`` vals only) of every matmul's output."""
+    ``FakeTensor`` vals only) of every matmul's output of static sizes (on a symbolic size
+    the op has no kernel to run its val with: such a matmul is left as it is)."""
 
     def visit(node, e):
-        if node.target in MATMULS:
+        if node.target in MATMULS and not any(isinstance(d, torch.SymInt)
+                                              for d in e.val(node.ref).shape):
             return e.call(aten.fake_quantize_per_tensor_affine.default, node.ref, scale, 0,
                           -128, 127)
 

@@ -121,9 +121,7 @@ PLANTED = [
 
 CORRECT = [
     (cse_minding_views, {}),
-    pytest.param(drop_unwritten_clones, {}, marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 60: generator reach: a clone whose source is never written after it is drawn "
-        "in 2 of 100 default programs on the merged stream; the test asks 5"))),
+    (drop_unwritten_clones, {}),
     (float_products_in_double, {}),
     (where_swapped, {}),
     (softmax_decomposed, {}),
