@@ -926,6 +926,8 @@ class _Builder:
             start = data[0] % len(on) if on else 0
             for j in (on[start:] + on[:start])[:TARGETED_STEPS]:
                 at, a, b, c = data[4 * j + 1:4 * j + 5]
+                if not (a or b or c):
+                    continue  # zeroed, as a body step: shrinking drops it
                 _, _, x, y, z = _scattered(_decode_step(a, b, c), self.mix, 4096 + j)
                 steps.insert(at % (len(steps) + 1), (0, _TARGETED[j][1], x, y, z))
         return steps

@@ -186,11 +186,6 @@ def test_a_planted_bug_is_caught_by_the_law_it_breaks(planted, options, law):
     assert f"law {violation.law!r} broken by {planted.__name__}" in str(violation)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 60: the first merge found on the draw stream passes verify(vals=True) and breaks "
-    "only semantics: a call whose graph now returns a tuple where its val is one tensor is a "
-    "verify gap, not yet found (on one intermediate stream the first merge was one verify "
-    "sees)"))
 def test_a_merge_of_different_graphs_is_caught_although_each_graph_verifies():
     """Each graph is well formed; the call of a merged graph has a val that graph does not
     return, which the verify law (``verify(vals=True)``) names."""
