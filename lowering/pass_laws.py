@@ -339,7 +339,7 @@ def check_semantics(
     ``program`` must be equal by ``ir.harness.value_difference`` (NaN equal to NaN only, -0.0
     not +0.0, within the result dtype's tolerance ``ir.harness.tolerance``, or ``atol`` /
     ``rtol`` when given, for a pass that changes numerics on purpose, such as fake
-    quantization); then aliasing: an output that is fresh in ``lower(program)``'s run must
+    quantization: then -0.0 equals +0.0); then aliasing: an output that is fresh in ``lower(program)``'s run must
     not share storage with an input, a state tensor or an earlier output in the result's
     (``"outputs [0]: an alias of input 0, the input program's output is fresh"``); an alias the
     input program had may be lost, and two outputs may become one tensor returned twice (a
@@ -405,9 +405,14 @@ def check_semantics(
 
 
 def _tolerated(atol: float | None, rtol: float | None) -> frozenset[str]:
-    """The comparison's relaxation under a user's tolerance: ``FINITE_TOLERANCE`` when
-    ``atol`` or ``rtol`` is given, else none (exact at the specials)."""
-    return FINITE_TOLERANCE if atol is not None or rtol is not None else frozenset()
+    """The comparison's relaxation under a user's tolerance: ``FINITE_TOLERANCE`` and
+    ``no_signed_zeros`` when ``atol`` or ``rtol`` is given (a pass that changes numerics on
+    purpose may turn -0.0 into +0.0: fake quantization rounds a small negative value to a zero
+    of either sign, and the two differ by nothing any bound measures), else none (exact at
+    the specials and the sign of zero)."""
+    if atol is None and rtol is None:
+        return frozenset()
+    return FINITE_TOLERANCE | {"no_signed_zeros"}
 
 
 def _semantics_runs(program: Program, inputs: Inputs, calls: int) -> Iterator[tuple]:

@@ -184,3 +184,44 @@ def test_a_pass_judged_only_where_the_reference_is_not_finite_is_vacuous():
     assert report.unjudged == report.changed > 0 and "judged nowhere" in str(report)
     with pytest.raises(LawViolation, match="values differ"):  # exact: -inf is not inf
         check_laws(_negate_the_scale, programs=just, max_examples=2)
+
+
+# --- the sign of zero under a tolerance ---------------------------------------------------------
+
+
+class NegZero(torch.nn.Module):
+    """``relu(x) * x``: -0.0 wherever ``x`` is negative."""
+
+    def forward(self, x):
+        return torch.relu(x) * x
+
+
+def _round_inputs(e, x):
+    """``x`` rounded to a multiple of 0.5 (a small negative value becomes +0.0)."""
+    return e.call(aten.mul.Tensor, e.call(aten.round.default, e.call(aten.mul.Tensor, x, 2.0)),
+                  0.5)
+
+
+def _rounds_inputs(p):
+    def visit(node, e):
+        if node.target is aten.relu.default:
+            return e.call(aten.relu.default, _round_inputs(e, e.args[0]))
+        return None
+
+    return rewrite_nodes(p, visit)
+
+
+def _neg_zero_inputs(p):
+    return (torch.tensor([[-0.1, -0.2, 0.1, 0.7]]),), {}
+
+
+def test_a_tolerance_makes_minus_zero_equal_plus_zero_and_exactness_does_not():
+    """A pass that rounds on purpose turns ``0 * -0.1 = -0.0`` into ``+0.0``: within any
+    tolerance (the two differ by nothing a bound measures); without one the sign is judged."""
+    p = import_ep(torch.export.export(NegZero(), (torch.randn(1, 4),)))
+    check_semantics(_rounds_inputs, p, inputs=_neg_zero_inputs, atol=0.5, rtol=0.0)
+    with pytest.raises(LawViolation, match="got 0.0"):
+        check_semantics(_rounds_inputs, p, inputs=_neg_zero_inputs)
+    # a zero of the wrong sign is all the tolerance forgives: a far value still breaks it
+    with pytest.raises(LawViolation, match="values differ"):
+        check_semantics(_rounds_inputs, p, inputs=_neg_zero_inputs, atol=1e-3, rtol=0.0)
