@@ -96,8 +96,17 @@ def test_no_frames_keeps_the_root_graph(p):
 
 
 def test_inline_of_outermost_computes_the_same():
-    check_laws(
-        lambda p: inline(by_outermost(p)), programs=before(outline, NO_PRESERVED),
-        laws=("purity", "verify", "semantics"), max_examples=examples(30),
-    )
+    """Inlining undoes the outermost outlining exactly on most programs (the round trip then
+    changes nothing, which ``check_laws`` would call vacuous), so what puts the laws to the
+    test is the outlined middle: it must hold calls on some of the programs."""
+    middles: list[bool] = []
+
+    def round_trip(p: Program) -> Program:
+        q = by_outermost(p)
+        middles.append(q.is_outlined)
+        return inline(q)
+
+    check_laws(round_trip, programs=before(outline, NO_PRESERVED), allow_vacuous=True,
+               laws=("purity", "verify", "semantics"), max_examples=examples(30))
+    assert any(middles)
 
