@@ -272,3 +272,46 @@ def test_an_argument_passed_on_to_a_preserved_call_is_kept():
     # read by a unsigned, may not take its name, or a.b would name a value a no longer has
     p = program(NESTED)
     assert repair_call_signatures(p) is p
+
+
+def nested(a_inputs: str, b_inputs: str) -> str:
+    """``NESTED`` with ``a``'s and ``a.b``'s signature inputs as given (one each)."""
+    return (
+        NESTED.replace("inputs: (%sin,)", f"inputs: {a_inputs}", 1)
+        .replace("inputs: (%sin, %cos)", f"inputs: {b_inputs}", 1)
+        .replace("tree(tuple, [tree(tuple, [leaf, leaf])", "tree(tuple, [tree(tuple, [leaf])", 1)
+    )
+
+
+def test_an_argument_no_longer_passed_on_is_repaired_in_the_same_run():
+    # a.b ignores sin and reads cos unsigned, so sin becomes cos there; then a hands sin to no
+    # preserved call and never reads it, while exp crosses into it unsigned: one run repairs
+    # both, or a second run would change a's signature (the pass would not be idempotent)
+    check(program(nested("(%sin,)", "(%sin,)")), nested("(%exp,)", "(%cos,)"))
+
+
+# a's signature names tanh and cos, both made inside it; a reads sin, exp and log unsigned
+RANKED_BODY = """\
+      %sin = call_function[aten.sin.default](%x)
+      %exp = call_function[aten.exp.default](%x)
+      %log = call_function[aten.log.default](%x)
+      %tanh = call_function[aten.tanh.default](%x)  # stack: a
+      %cos = call_function[aten.cos.default](%x)  # stack: a
+      %add = call_function[aten.add.Tensor](%sin, %exp)  # stack: a
+      %neg = call_function[aten.neg.default](%log)  # stack: a
+      %mul = call_function[aten.mul.Tensor](%add, %neg)"""
+
+
+def test_a_match_that_takes_a_candidate_settles_an_earlier_ambiguous_name():
+    # tanh has the shape of sin and exp (ambiguous) until cos, from sin's old node, takes sin:
+    # then exp is tanh's only candidate of its shape, in the same run
+    two = "tree(tuple, [tree(tuple, [leaf, leaf]), tree(dict, [], [])])"
+    text = flat("(%tanh, %cos)", "(%add, %neg)", RANKED_BODY).replace(
+        f"in_spec: {SPEC}\n      out_spec: leaf", f"in_spec: {two}\n      out_spec: tree(tuple, [leaf, leaf])"
+    )
+    before = meta(
+        program(text),
+        tanh=tensor(2), cos=tensor(3, origin="old"),
+        sin=tensor(2, origin="old"), exp=tensor(2), log=tensor(3),
+    )
+    check(before, text.replace("(%tanh, %cos)", "(%exp, %sin)"))

@@ -30,6 +30,11 @@ call starts (an argument passed on to a nested call, a result handed to a later 
 it would leave that signature naming a value this side no longer carries. An unused output can
 neither take a crossing value from, nor make the "only one left" rule ambiguous for, a certain
 stale name.
+
+One repair can make another name look stale: an argument a nested call took, until its own
+name there was repaired, is now unused; a suspect with two candidates has one left once another
+suspect takes the other. The repair runs in rounds until one renames nothing, so a second run
+finds nothing to do.
 """
 
 from __future__ import annotations
@@ -68,9 +73,10 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
         unambiguous; else the program with the repaired ``call_signatures`` (the graph is not
         changed). Each repair is logged (logger ``purefx``, level INFO).
 
-    **Laws:** idempotent; never changes a graph; a signature whose names are all used as the
-    signature says is never changed. Complexity: O(n · d) for n nodes and preserved calls nested
-    d deep.
+    **Laws:** idempotent (it repairs until no name looks stale, so its result is returned as it
+    is); never changes a graph; a signature whose names are all used as the signature says is
+    never changed. Complexity: O(r · n · d) for n nodes, preserved calls nested d deep and r
+    rounds, r at most one more than the slots renamed (one when nothing is, two as a rule).
     """
     require_flat(program, "repair_call_signatures")
     sigs = program.call_signatures
@@ -82,17 +88,30 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
         return program
     position = node_positions(graph)
     by_name = graph.by_name()
-    users = _signature_users(graph, sigs, by_name)
-    passed = _passed_at(sigs, spans)
     writes = state_traffic(program).writes
     state = {s.name for s in program.signature.inputs if s.target is not None}
-    repaired = {}
-    for call, (start, end) in spans.items():
-        sig = sigs[call]
-        inside = _Inside(start, end, position)
-        fixed = _repair(call, sig, graph, inside, users, passed, by_name, writes, state)
-        if fixed is not sig:
-            repaired[call] = fixed
+    # Repairs feed each other: whether a name is used reads the other signatures (a name
+    # another call takes is used where that call starts), and a suspect with two candidates has
+    # one once another suspect of its call takes the other. So repair until a round renames
+    # nothing, what a second run would see. This ends: a renamed input is read inside its call
+    # and a renamed output after it (graph and spans never change), so no renamed slot is
+    # suspect again, and each round but the last renames at least one slot.
+    current = dict(sigs)
+    repaired: dict[str, CallSignature] = {}
+    while True:
+        users = _signature_users(graph, current, by_name)
+        passed = _passed_at(current, spans)
+        renamed = {}
+        for call, (start, end) in spans.items():
+            sig = current[call]
+            inside = _Inside(start, end, position)
+            fixed = _repair(call, sig, graph, inside, users, passed, by_name, writes, state)
+            if fixed is not sig:
+                renamed[call] = fixed
+        if not renamed:
+            break
+        current.update(renamed)
+        repaired.update(renamed)
     if not repaired:
         return program
     return program.replace(call_signatures=program.call_signatures.update(repaired))
