@@ -180,6 +180,55 @@ def test_an_unused_read_goes_alone():
     assert rewrite_nodes(before, reads) is before
 
 
+# a's signature takes add and returns relu, which the caller drops: nothing reads relu
+UNREAD_CALL_CHAIN = """\
+program:
+  inputs:
+    %x: user_input
+  outputs:
+    %mul: user_output
+  preserved calls:
+    '':
+      inputs: (%x,)
+      outputs: (%mul,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: tree(tuple, [leaf])
+    'a':
+      inputs: (%add,)
+      outputs: (%relu,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %x = placeholder
+      %add = call_function[aten.add.Tensor](%x, %x)
+      %relu = call_function[aten.relu.default](%add)  # stack: a
+      %tanh = call_function[aten.tanh.default](%x)
+      %mul = call_function[aten.mul.Tensor](%x, %x)
+      return (%mul,)
+  module a: A"""
+
+
+def _dce(node, e):
+    if not e.graph.users()[node.name]:
+        e.drop()
+
+
+def test_a_value_a_signature_names_stays_when_dropped():
+    """``e.drop()`` of relu, which call a returns and nothing reads, keeps it (as the add it
+    reads, which the call takes, stays): dropping it would leave the signature naming a value
+    the program no longer has, and a second run would then drop add. Only tanh goes, and the
+    result is a fixpoint."""
+    before = program(UNREAD_CALL_CHAIN)
+    expected = program(UNREAD_CALL_CHAIN.replace(
+        "      %tanh = call_function[aten.tanh.default](%x)\n", ""))
+    after = rewrite_nodes(before, _dce)
+    verify(after)
+    assert format_program(after, vals=False) == format_program(expected, vals=False)
+    assert rewrite_nodes(after, _dce) is after
+
+
 # --- flat and outlined, numerics -------------------------------------------------------------------
 
 

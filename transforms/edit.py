@@ -98,8 +98,9 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
             through another such node: they go right after it and keep reading the node
             itself, so ``return e.call(f, node.ref)`` puts ``f`` on every use of the node.
             Assigning ``e.args`` / ``e.kwargs`` changes the visited node's arguments in place
-            (same name, ``val`` propagated again); ``e.drop()`` drops it if nothing reads it.
-            A node that writes in place, replaced or dropped: see "A node that writes" below.
+            (same name, ``val`` propagated again); ``e.drop()`` drops it if nothing reads it
+            and no signature names it. A node that writes in place, replaced or dropped: see
+            "A node that writes" below.
 
     Returns:
         ``p`` itself (``is p``) when ``visit`` changed nothing; else a new Program. Replaced
@@ -107,10 +108,14 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         impurity facts; placeholders, calls of modules and writes are kept) or when they write
         and the visit re-did every write (below), and new constants
         nothing reads with their state; nodes that were unused before (read by nothing, or
-        only by what the visit emitted) and values a signature still names are left as they are
-        unless ``visit`` calls ``e.drop()`` on them; a metadata assert (``_assert_tensor_metadata``)
-        the visit emitted goes with the value it checks, so a visit whose emitted values all go
-        unused gives ``p`` itself. New state: buffers and constants at
+        only by what the visit emitted) are left as they are unless ``visit`` calls
+        ``e.drop()`` on them; values a signature still names (a root output spec, an argument
+        or result of a preserved call) are left as they are even then, as
+        ``eliminate_dead_code`` leaves them: the signature would name a value the program no
+        longer has, and a pass dropping what nothing reads would not be idempotent (what the
+        named value read, named too, would go in a second run); a metadata assert
+        (``_assert_tensor_metadata``) the visit emitted goes with the value it checks, so a
+        visit whose emitted values all go unused gives ``p`` itself. New state: buffers and constants at
         ``<module path>.<name>``, with the slot, tensor, ``state_order`` entry and, on a flat
         program, the placeholder and ``InputSpec`` (buffers after the parameters and buffers,
         constants after all state, before the user inputs); a buffer write on a flat program
@@ -201,13 +206,15 @@ class Edit:
         self._kwargs = freeze(dict(value), _as_is)
 
     def drop(self) -> None:
-        """Drop the visited node if, at the end, nothing reads it and it is pure (a node
-        nobody read before the pass: ``not e.graph.users()[node.name]``), or if it writes state
-        or values in place and this visit re-does every one of those writes (``write_buffer``,
-        an emitted in-place operator on the same tensor); else keep it. A visit that re-does
-        some of its writes only, or all of them while the node is still read at the end, is a
-        ``PassError`` (see ``rewrite_nodes``: "A node that writes"). What it alone read is
-        dropped too, on the same terms. O(1)."""
+        """Drop the visited node if, at the end, nothing reads it (a node nobody read before
+        the pass: ``not e.graph.users()[node.name]``) and it is pure, or if it writes state or
+        values in place and this visit re-does every one of those writes (``write_buffer``, an
+        emitted in-place operator on the same tensor); else keep it. A value a signature names
+        (a root output spec, a preserved call's argument or result) is kept too, as
+        ``eliminate_dead_code`` keeps it. A visit that re-does some of its writes only, or all
+        of them while the node is still read or named at the end, is a ``PassError`` (see
+        ``rewrite_nodes``: "A node that writes"). What it alone read is dropped too, on the
+        same terms. O(1)."""
         self._ed.drop_here()
 
     def call(self, target: Any, *args: Any, **kwargs: Any) -> Ref:
@@ -451,12 +458,14 @@ class _Editor:
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
-            # what goes with a dropped node is what it alone read: a value nothing read before
-            # the edit, or one a signature still names, stays (as ``eliminate_dead_code`` keeps it)
+            # a value a signature still names stays, dropped or not (as ``eliminate_dead_code``
+            # keeps it): its going would leave the signature naming a value the program lacks,
+            # and what it read, named too, would go only in a second run. What goes with a
+            # dropped node is what it alone read, never a value nothing read before the edit
             stays = self.signature_names() - self.alias.keys()
             read_before = {r.name for n in graph.nodes for r in n.inputs()} - stays
             nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made,
-                                 self.rewritten, read_before)
+                                 self.rewritten, read_before, stays)
         if self.rewritten:
             self.check_rewritten_gone(nodes)
         if kn.same_nodes(nodes, graph.nodes) and (
@@ -762,6 +771,14 @@ class _Editor:
         for n in nodes:
             if n.name in names:
                 readers = [m.name for m in nodes if any(r.name == n.name for r in m.inputs())]
+                if not readers:
+                    raise PassError(
+                        f"the visit of node {n.name!r} re-does its writes of {names[n.name]}, "
+                        "so the node must go, but a signature names its result (a root output "
+                        "spec or a preserved call's argument or result): it stays, and would "
+                        "write a second time. Replace it (return a Ref whose value the "
+                        "signature can name instead), or re-do none of its writes"
+                    )
                 raise PassError(
                     f"the visit of node {n.name!r} re-does its writes of {names[n.name]}, so "
                     f"the node must go, but {_listed([repr(r) for r in readers])} still "
@@ -1180,13 +1197,14 @@ def _more_than_writes(node: Node) -> str:
 
 def _drop_unused(
     nodes: list[Node], candidates: set[str], constants: Mapping[str, str], fresh: set[str],
-    rewritten: Mapping[str, str], read_before: Collection[str],
+    rewritten: Mapping[str, str], read_before: Collection[str], stays: Collection[str],
 ) -> list[Node]:
     """``nodes`` without the candidates (and, transitively, their inputs: those the edit made
-    (``fresh``) or that were read before it (``read_before``)) that nothing reads and that are
-    pure or ``rewritten`` (writing nodes whose writes the visit re-did); a metadata check the
-    edit emitted (``_assert_tensor_metadata`` after a traced ``.to``) is no reader: it goes with
-    the value it checks. O(n)."""
+    (``fresh``) or that were read before it (``read_before``)) that nothing reads, that are
+    pure or ``rewritten`` (writing nodes whose writes the visit re-did) and that ``stays``
+    (the values a signature names) does not name; a metadata check the edit emitted
+    (``_assert_tensor_metadata`` after a traced ``.to``) is no reader: it goes with the value it
+    checks. O(n)."""
     checks = {
         n.name for n in nodes
         if n.name in fresh and n.op == CALL_FUNCTION and ops.is_metadata_check(n.target)
@@ -1201,7 +1219,8 @@ def _drop_unused(
     dropped: set[str] = set()
     for i in range(len(nodes) - 1, -1, -1):
         n = nodes[i]
-        if n.name not in candidates or uses.get(n.name, 0) or n.name in checks:
+        if (n.name not in candidates or uses.get(n.name, 0) or n.name in checks
+                or n.name in stays):
             continue
         if not is_pure(n) and n.name not in constants and n.name not in rewritten:
             continue
