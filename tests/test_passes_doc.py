@@ -20,9 +20,10 @@ from docs.examples.passes_fx import cse as cse_fx
 from docs.examples.passes_fx import fake_quant as fake_quant_fx
 from docs.examples.passes_fx import fold as fold_fx
 from docs.examples.passes_fx import observe as observe_fx
-from ir import import_ep, verify
+from ir import format_program, import_ep, verify
 from lowering import lower
 from lowering.pass_laws import LawViolation, check_laws, check_program
+from tests.examples.beforeafter import program
 from tests.outlined_programs import outlined_programs
 from transforms import transform
 
@@ -169,6 +170,57 @@ def test_law_fold_constants():
 def test_law_cse():
     check_laws(cse.cse, max_examples=30, idempotent=True)
     check_laws(cse.cse, programs=outlined_programs(), max_examples=8, allow_vacuous=True)
+
+
+# the shrunk draw of test_law_cse: call m0.m2 takes add and returns relu, which nothing reads
+UNREAD_CALL_RESULT = """\
+program:
+  inputs:
+    %b_m0_m1_b0: buffer m0.m1.b0 persistent=True
+    %x0: user_input
+  outputs:
+    %sub: buffer_mutation m0.m1.b0
+    %x0: user_output
+  state:
+    m0.m1.b0: buffer <Tensor (4,) torch.float32>
+  preserved calls:
+    '':
+      inputs: ()
+      outputs: ()
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+      forward_arg_names: ('x0',)
+    'm0.m2':
+      inputs: (%add,)
+      outputs: (%relu,)
+      in_spec: tree(tuple, [tree(tuple, [leaf]), tree(dict, [], [])])
+      out_spec: leaf
+  call order: ('', 'm0', 'm0.m1', 'm0.m2')
+  module <root>: purefx.generated.Root
+    graph 0:
+      %b_m0_m1_b0 = placeholder
+      %x0 = placeholder
+      %mean = call_function[aten.mean.dim](%x0, [0])  # stack: m0, m0.m1
+      %sub = call_function[aten.sub.Tensor](%b_m0_m1_b0, %mean)  # stack: m0, m0.m1
+      %add = call_function[aten.add.Tensor](%x0, %x0)  # stack: m0
+      %relu = call_function[aten.relu.default](%add)  # stack: m0, m0.m2
+      %neg = call_function[aten.neg.default](%add)  # stack: m0
+      return (%sub, %x0)
+  module m0: purefx.generated.M0
+  module m0.m1: purefx.generated.M0
+  module m0.m2: purefx.generated.M0"""
+
+
+def test_cse_keeps_a_preserved_calls_unread_result():
+    """The example's dead-code step drops neg, nothing else: relu is a result of call m0.m2
+    (nothing reads it) and add its argument; both stay, so a second run changes nothing."""
+    before = program(UNREAD_CALL_RESULT)
+    expected = program(UNREAD_CALL_RESULT.replace(
+        "      %neg = call_function[aten.neg.default](%add)  # stack: m0\n", ""))
+    after = cse.cse(before)
+    verify(after)
+    assert format_program(after, vals=False) == format_program(expected, vals=False)
+    assert cse.cse(after) is after
 
 
 def test_the_doc_shows_the_files_as_they_are():
