@@ -371,6 +371,41 @@ def test_dropping_a_node_whose_writes_are_redone_but_that_is_still_read_is_refus
         rewrite_nodes(import_ep(ep), redo_and_drop)
 
 
+class _UnreadBatchNorm(nn.Module):
+    """Calls its batch norm for the running statistics alone: the result, which the preserved
+    call ``bn`` returns, is read by nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x):
+        self.bn(x)
+        return x * 2
+
+
+def test_dropping_a_writing_node_a_signature_names_is_refused():
+    """Its writes re-done and nothing reading it, the node would go but for call bn's
+    signature, which names its result: it stays (it would not leave the signature naming a
+    missing value), so its writes would run twice; refused, naming the signature."""
+
+    def redo_and_drop(node, e: Edit):
+        if node.target is aten.batch_norm.default:
+            rmean, rvar = e.args[3], e.args[4]
+            e.write_buffer(rmean, e.call(aten.mul.Tensor, rmean, 0.5))
+            e.write_buffer(rvar, e.call(aten.mul.Tensor, rvar, 0.5))
+            e.drop()
+
+    ep = torch.export.export(_UnreadBatchNorm().train(), (torch.randn(4, 3, 5, 5),),
+                             preserve_module_call_signature=("bn",))
+    p = import_ep(ep)
+    assert [a.name for a in p.call_signatures["bn"].outputs] == ["batch_norm"]
+    with pytest.raises(PassError, match=r"node 'batch_norm' re-does its writes of buffer "
+                                        r"'bn.running_mean' and buffer 'bn.running_var'.*a "
+                                        r"signature names its result"):
+        rewrite_nodes(p, redo_and_drop)
+
+
 class _LegitBatchNorm(nn.Module):
     """A BatchNorm1d computed by ``aten._native_batch_norm_legit`` called directly: a node with
     three results (normalized, saved mean, saved inverse std) that writes the statistics."""
