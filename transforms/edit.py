@@ -463,7 +463,7 @@ class _Editor:
             # and what it read, named too, would go only in a second run. What goes with a
             # dropped node is what it alone read, never a value nothing read before the edit
             stays = self.signature_names() - self.alias.keys()
-            read_before = {r.name for n in graph.nodes for r in n.inputs()} - stays
+            read_before = {r.name for n in graph.nodes for r in n.inputs()}
             nodes = _drop_unused(nodes, self.candidates, self.fresh_constants, self.work.made,
                                  self.rewritten, read_before, stays)
         if self.rewritten:

@@ -97,7 +97,6 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
     # and a renamed output after it (graph and spans never change), so no renamed slot is
     # suspect again, and each round but the last renames at least one slot.
     current = dict(sigs)
-    repaired: dict[str, CallSignature] = {}
     while True:
         users = _signature_users(graph, current, by_name)
         passed = _passed_at(current, spans)
@@ -111,7 +110,7 @@ def repair_call_signatures(program: Program, frames_of: FrameOf = node_frames) -
         if not renamed:
             break
         current.update(renamed)
-        repaired.update(renamed)
+    repaired = {call: sig for call, sig in current.items() if sig is not sigs[call]}
     if not repaired:
         return program
     return program.replace(call_signatures=program.call_signatures.update(repaired))
