@@ -696,3 +696,62 @@ def test_a_baked_in_batch_is_caught_by_the_laws(draws):
                    settings=settings(_LAW_SETTINGS, phases=_NO_SHRINK))
     assert info.value.law == "semantics", str(info.value)
     assert "running_var" in str(info.value)
+
+
+# --- a result of a multi-result op, written in place -------------------------------------------
+
+
+class _Sorted(nn.Module):
+    """``relu`` of each of ``sort``'s values (fresh memory) and of a ``split`` piece (a view)."""
+
+    def __init__(self, twice: bool = False):
+        super().__init__()
+        self.twice = twice
+
+    def forward(self, x):
+        values, order = torch.sort(x * 2)
+        y = x + 1
+        head, tail = torch.split(y, 2)
+        out = values.relu() + order.float() + head.relu().sum() + tail.sum()
+        return out + values if self.twice else out
+
+
+def _relu_in_place(node, e: Edit):
+    return e.call(aten.relu_.default, *e.args) if node.target is aten.relu.default else None
+
+
+def _sort_program(twice: bool):
+    model = _Sorted(twice).eval()
+    x = torch.tensor([3.0, -1.0, 2.0, -4.0])
+    return model, x, import_ep(torch.export.export(model, (x,)))
+
+
+def test_a_multi_result_ops_result_only_the_node_reads_is_written_in_place():
+    """``sort``'s values are fresh memory only ``relu`` reads: ``relu_`` writes them (its
+    indices, another tensor of the same node, are read elsewhere); a ``split`` piece is a
+    view of ``y``, which the other piece shares: refused."""
+    model, x, p = _sort_program(twice=False)
+    with pytest.raises(PassError, match=r"writes %getitem_2 in place"):
+        rewrite_nodes(p, _relu_in_place)  # the split piece
+
+    def sort_values_only(node, e: Edit):
+        reads_values = node.target is aten.relu.default and e.args[0].name == "getitem"
+        return _relu_in_place(node, e) if reads_values else None
+
+    q = rewrite_nodes(p, sort_values_only)
+    verify(q, vals=True)
+    text = _graph_text(q)
+    assert "%relu_ = call_function[aten.relu_.default](%getitem)\n" in text, text
+    assert "aten.relu.default](%getitem)" not in text
+    torch.testing.assert_close(lower(q)(x.clone()), model(x.clone()))
+
+
+def test_a_multi_result_ops_result_another_node_reads_is_not_written_in_place():
+    _, _, p = _sort_program(twice=True)  # the values are returned too
+
+    def sort_values_only(node, e: Edit):
+        reads_values = node.target is aten.relu.default and e.args[0].name == "getitem"
+        return _relu_in_place(node, e) if reads_values else None
+
+    with pytest.raises(PassError, match=r"writes %getitem in place"):
+        rewrite_nodes(p, sort_values_only)

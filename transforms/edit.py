@@ -25,6 +25,7 @@ the node stays where it was for its writes, and only its result's readers read t
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -832,10 +833,30 @@ class _Editor:
         node = self.graph_obj.by_name().get(name)
         if node is None or node.op != CALL_FUNCTION or self.fqn_of(Ref(name)) is not None:
             return False
-        if self.graph_obj.users().get(name, ()) != (self.e.node.name,) or name in self.reread:
+        users = self.graph_obj.users()
+        if users.get(name, ()) != (self.e.node.name,) or name in self.reread:
+            return False
+        made_by = self._result_of(node, users)
+        if made_by is None:
             return False
         effects = graph_effects(self.p, self.mid, self.graph_obj)
-        return not any(effects.aliases(name, r.name) for r in node.inputs())
+        return not any(effects.aliases(name, r.name) for r in made_by.inputs())
+
+    def _result_of(self, node: Node, users: Mapping[str, tuple[str, ...]]) -> Node | None:
+        """The node whose result ``node``'s value is: ``node`` itself, or, for ``getitem(t,
+        i)`` of a multi-result op, the op, where no other node takes its ``i``-th result (its
+        other results are other tensors); ``None`` where that is not known. O(readers of the
+        op)."""
+        if node.target is not operator.getitem:
+            return node
+        tup, index = (node.args + (None, None))[:2]
+        made = self.graph_obj.by_name().get(tup.name) if isinstance(tup, Ref) else None
+        if made is None or made.op != CALL_FUNCTION or not isinstance(index, int):
+            return None
+        by_name = self.graph_obj.by_name()
+        same = [u for u in users.get(made.name, ())
+                if by_name[u].target is not operator.getitem or by_name[u].args[1:2] == (index,)]
+        return made if same == [node.name] else None
 
     def bases(self, name: str) -> list[str]:
         """The values not made by this call whose memory value ``name`` may be: ``name``

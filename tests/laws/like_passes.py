@@ -272,14 +272,20 @@ def freeze_buffers(p: Program, bug: str | None = None) -> Program:
 
 def relu_in_place(p: Program, bug: str | None = None) -> Program:
     """A ``relu`` of an intermediate nothing else reads becomes ``relu_`` (saves a buffer).
-    ``on_inputs``: also on a user input; ``read_later``: also where others read the value."""
+    ``on_inputs``: also on an input (a user input, or a value a preserved call's signature
+    names: its module's input); ``read_later``: also where others read the value."""
     users_of: dict = {}
     inputs = {s.name for s in p.signature.user_inputs()}
+    # a value a preserved call's signature names is also read across the call's boundary (an
+    # argument: the called module's input, which relu_ would write in its caller)
+    signed = {a.name for sig in p.call_signatures.values() for a in (*sig.inputs, *sig.outputs)}
 
     def visit(node, e):
         if node.target != aten.relu.default or not isinstance(e.args[0], Ref):
             return None
         x = e.args[0]
+        if x.name in signed and bug != "on_inputs":
+            return None
         if id(e.graph) not in users_of:
             users_of[id(e.graph)] = e.graph.users()
         source = e.graph.by_name().get(x.name)

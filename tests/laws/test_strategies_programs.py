@@ -17,6 +17,7 @@ from ir import signature as sg
 from ir.args import Ref
 from ir.errors import InputError
 from ir.opset import TensorSpec
+from ir.printer import format_program
 from ir.strategies import (
     FEATURES,
     OPSET_FEATURES,
@@ -423,7 +424,10 @@ def test_shrinks_to_a_minimal_shared_module():
     # may leave the root's unread pair on)
     shared = [s.tensor for f, s in p.state.items() if f not in ("wl0", "wl1")]
     assert len(shared) == 2 * len(set(shared)) <= 4, sorted(p.state)
-    assert p.root_module.graph.compute_count() <= 2
+    # each instance's body, inlined at the root: one op, or the large-linear pair's three
+    # (linear, activation, linear) where the shared pair is that feature's
+    per_body = 3 if any(f.endswith(".wl0") for f in p.state) else 1
+    assert p.root_module.graph.compute_count() <= 2 * per_body, format_program(p, vals=False)
 
 
 @pytest.mark.parametrize(
@@ -514,7 +518,9 @@ def _nested_preserved(p):
 def test_crossing_reads_reach_every_class(features, shows):
     """``crossing_reads`` makes values that cross between sibling and repeated preserved calls
     and around preserved sub-layers, so the laws meet each class (found, not shrunk)."""
-    found = find(programs(features=features), shows,
+    # the features forced on: each is on in half the draws otherwise, so all three in one of
+    # eight, and a nested preserved parent came up in 1 program of 70
+    found = find(programs(features=features, always=features), shows,
                  settings=settings(FIND, phases=[Phase.generate]))
     ir.verify(found)
 
