@@ -61,7 +61,11 @@ def _id(row: tuple) -> str:
 
 # (pass, bug) -> seeds where the generators do not reach it yet (bench.power, 100 examples): each
 # an xfail(strict=True) until a generator reaches it
-MISSED: dict = {}  # every bug caught under every seed (bench.power, docs/testing.md "Power")
+MISSED: dict = {
+    # an input only one relu reads: about 3 programs in 100 under every seed, so 100 examples
+    # miss it under 4 seeds of 20 (bench.power, 2026-11-27)
+    (lp.relu_in_place, "on_inputs"): (1, 4, 11, 16),
+}
 
 
 @pytest.mark.parametrize(("fn", "bug", "where", "law", "seed"),
@@ -104,10 +108,13 @@ def test_the_issues_forgotten_outputs_are_caught_against_the_reference():
                       max_examples=6).changed == 6
 
 
-# a tolerance bounds the quantization noise only where the program is continuous in the
-# quantized value: the ``int_math`` motif casts it to int64 and hashes it (``* c % 997``), so any
-# rounding moves its output anywhere in [0, 1); fake quantization is judged without that motif
-_NO_INT_MATH = programs(features=set(FEATURES) - OPT_IN_FEATURES - {"int_math"})
+# a tolerance bounds fake quantization's noise only where the quantized values are in its range
+# (a fixed scale of 0.05 clips past 6.35: the opset's matmuls of unscaled weights reach 9 and
+# more) and the program is continuous in them (the ``int_math`` motif casts to int64 and hashes,
+# ``* c % 997``). On default programs the twin is judged by the laws that hold whatever the
+# values; its numbers within a tolerance on a model's programs, where they are in range
+# (``test_programs_like.py::test_atol_and_rtol_reach_programs_like``)
+_STATIC = programs(features=set(FEATURES) - OPT_IN_FEATURES - {"symbolic_sizes"})
 
 # (pass, where it is checked, check_laws options)
 CORRECT = [
@@ -118,7 +125,8 @@ CORRECT = [
     (lp.commute_adds, "both", {}),
     (lp.freeze_buffers, "like", {}),
     (lp.relu_in_place, "defaults", {}),
-    (lp.fake_quant_matmuls, "defaults", {"atol": 0.1, "rtol": 0.1, "programs": _NO_INT_MATH}),
+    (lp.fake_quant_matmuls, "defaults",
+     {"programs": _STATIC, "laws": ("purity", "verify", "determinism")}),
 ]
 
 
