@@ -133,20 +133,23 @@ def ivals_in_the_reader(p: Program, frames_of=node_frames) -> Program:
 
 # --- the checks ---------------------------------------------------------------------------------
 
+# (planted bug, what each law that may catch it first says): a reader sent to a copy's operand
+# changes the numbers and, where the copy was an output, leaves the output spec naming a value
+# the graph no longer returns; which program comes first decides which law speaks
 STAGE = [
-    (remat_reads_the_operand, "semantics", "values differ"),
-    (remat_keeps_the_signatures, "idempotence", "applying the pass to its own result"),
+    (remat_reads_the_operand, {"semantics": "values differ", "verify": "does not verify"}),
+    (remat_keeps_the_signatures, {"idempotence": "applying the pass to its own result"}),
 ]
 
 
-@pytest.mark.parametrize(("planted", "law", "says"), STAGE, ids=[p.__name__ for p, *_ in STAGE])
-def test_a_bug_planted_in_rematerialize_is_caught_by_its_laws(planted, law, says):
+@pytest.mark.parametrize(("planted", "says"), STAGE, ids=[p.__name__ for p, *_ in STAGE])
+def test_a_bug_planted_in_rematerialize_is_caught_by_its_laws(planted, says):
     programs = before(rematerialize, FEATURES, crossing_programs)
     with pytest.raises(LawViolation) as info:
         check_laws(planted, programs=programs, idempotent=True, max_examples=EXAMPLES,
                    settings=FOUND)
-    assert info.value.law == law
-    assert says in str(info.value).splitlines()[0]
+    assert info.value.law in says, info.value.law
+    assert says[info.value.law] in str(info.value).splitlines()[0]
 
 
 PIPELINE = [
