@@ -139,7 +139,7 @@ def test_attention_fuses_only_where_the_caller_grants_its_assumptions():
     assert q is p and sum(report.counts.values()) == 0
     assert set(report.not_granted) == {r.name for r in ATTENTION}
     assert report.not_granted["attention_div_mask"] == ATTENTION_ASSUMES
-    assert report.not_granted["attention_where"] == {"no_nans", "no_infs"}
+    assert report.not_granted["attention_where"] == ATTENTION_ASSUMES
     # one flag short is not enough; the whole grant fuses
     short = ATTENTION_ASSUMES - {"reassociate"}
     q, report = rewrite_report(p, ATTENTION, short)
