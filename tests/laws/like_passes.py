@@ -196,7 +196,8 @@ COPIES = {aten.clone.default, aten._to_copy.default, aten.to.dtype}
 
 def drop_copies(p: Program, bug: str | None = None) -> Program:
     """A ``clone`` / ``_to_copy`` / ``to`` that keeps the dtype, of a value that neither it nor its
-    source is written in place later, reads the source. ``ignores_writes_to_copy``: the copy
+    source is written in place later and that the graph does not return (forwarded, the output
+    would share its source's memory), reads the source. ``ignores_writes_to_copy``: the copy
     may be written; ``ignores_writes_to_source``: the source may be; ``ignores_dtype``: a
     ``_to_copy`` to another dtype goes too."""
     writes: dict = {}
@@ -207,6 +208,11 @@ def drop_copies(p: Program, bug: str | None = None) -> Program:
         if id(e.graph) not in writes:
             writes[id(e.graph)] = _written(e.graph)
         written = writes[id(e.graph)]
+        # a copy the graph returns stays: forwarded, the output would be its source's memory (an
+        # input, a parameter) where the program returned a new tensor
+        returned = e.graph.nodes[-1].name in e.graph.users().get(node.name, ())
+        if returned and bug is None:
+            return None
         if node.name in written and bug != "ignores_writes_to_copy":
             return None
         if e.args[0].name in written and bug != "ignores_writes_to_source":
