@@ -850,10 +850,10 @@ class _Editor:
         if node.target is not operator.getitem:
             return node
         tup, index = (node.args + (None, None))[:2]
-        made = self.graph_obj.by_name().get(tup.name) if isinstance(tup, Ref) else None
+        by_name = self.graph_obj.by_name()
+        made = by_name.get(tup.name) if isinstance(tup, Ref) else None
         if made is None or made.op != CALL_FUNCTION or not isinstance(index, int):
             return None
-        by_name = self.graph_obj.by_name()
         same = [u for u in users.get(made.name, ())
                 if by_name[u].target is not operator.getitem or by_name[u].args[1:2] == (index,)]
         return made if same == [node.name] else None

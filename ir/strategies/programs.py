@@ -922,8 +922,8 @@ class _Builder:
             # and one step of each feature users' passes target that is switched on (a
             # constant chain to fold, a random draw, a copy written in place, ...): a bug in
             # a pass that rewrites one meets it in every program with the feature, not in the
-            # few whose body draws its kind among the others. Each feature has its own bytes
-            # Two at most (the first of the features switched on from a drawn start), so the
+            # few whose body draws its kind among the others. Each feature has its own bytes;
+            # two at most get a step (the features switched on, from a drawn start), so the
             # opset's share of the body keeps its room
             data = self.draw(_TARGETED_BYTES)
             on = [j for j, (feature, _) in enumerate(_TARGETED) if feature in self.on]
