@@ -335,6 +335,14 @@ TARGETED_STEPS = 2
 first from a drawn start): two, so the opset's share of the body keeps its room (one for each
 of eight features took the 200 default draws from 308-377 operators to 253-320)."""
 
+LONE_INPUT_SHARE = 4
+"""One step of the fixed vocabulary in ``LONE_INPUT_SHARE`` (outside preserved calls) reads a
+new user input that nothing else reads, as a model's first layer reads its input, instead of
+an earlier value. The inputs a program starts with are read by several steps (the first steps
+read the latest values), so an op on an input read once, what a pass that treats a placeholder
+as an intermediate gets wrong (``relu_`` of a user input), came up only where a far read
+landed on an old input: 0 to 4 programs in 100, depending on the seed."""
+
 CLOSING_RESERVE = 3
 """With the opset on, the body's ordinary steps stop at ``max_nodes - max_nodes //
 CLOSING_RESERVE`` nodes, so the closing run of opset steps has room; the motif steps (one of
@@ -1087,6 +1095,23 @@ class _Builder:
             self._update(path, buffer, outs[0], z >> 1)
             self.frames.append(frame)
 
+    def _lone(self, scope: _Scope, kind: int, x: int, y: int, z: int) -> bool:
+        """Whether this step of the fixed vocabulary reads a new user input instead of an
+        earlier value (one step in :data:`LONE_INPUT_SHARE`, decided by the step's bytes
+        scattered with the body's mix; never in a preserved call, whose inputs its signature
+        names)."""
+        if scope.preserved:
+            return False
+        return scatter(self.mix, _LONE_SALT, kind, x, y, z) % LONE_INPUT_SHARE == 0
+
+    def _lone_input(self) -> Ref:
+        """A new user input of the activations' shape that only the step taking it reads
+        (positional, after the others: spliced as the opset's new inputs are)."""
+        name = self._name("x")
+        self._placeholder(name, self._fake(self._act()))
+        self.late_inputs.append(name)
+        return ref(name)
+
     def _act(self) -> tuple[int, int]:
         return (self.batch, WIDTH)
 
@@ -1132,6 +1157,8 @@ class _Builder:
             # drawn among), and the closing run at the root some more: ``build``
             choice = "opset"
         a = _back(scope.vals, x)
+        if not isinstance(kind, str) and choice != "opset" and self._lone(scope, kind, x, y, z):
+            a = self._lone_input()
         act = self._act()
         if choice == "unary" and large and path not in self.large_read:
             choice = "mlp"  # a module's large linears are read by its first unary step
@@ -2120,6 +2147,8 @@ _NEW_STEPS = {kind: step for _, kind, step in _STEP_FEATURES} | {"mlp": _Builder
 _TARGETED = tuple((f, k) for f, k, _ in _STEP_FEATURES if f not in _MOTIFS and f != "opset")
 """The step features users' passes target (not the motifs, not the opset): each switched on
 gets one step at a drawn place of the root's body (``_draw_body``)."""
+_LONE_SALT = 8191
+"""Salt of :meth:`_Builder._lone`'s hash (apart from the steps' own scattering)."""
 _TARGETED_BYTES = st.binary(min_size=1 + 4 * len(_TARGETED), max_size=1 + 4 * len(_TARGETED))
 
 

@@ -61,12 +61,7 @@ def _id(row: tuple) -> str:
 
 # (pass, bug) -> seeds where the generators do not reach it yet (bench.power, 100 examples): each
 # an xfail(strict=True) until a generator reaches it
-MISSED: dict = {
-    # an input only one relu reads: about 3 programs in 100 under every seed, so 100 examples
-    # miss it under 4 seeds of 20 (bench.power, 2026-11-27)
-    (lp.relu_in_place, "on_inputs"): (1, 4, 11, 16),
-    (lp.commute_adds, "forgets_alpha"): (19,),
-}
+MISSED: dict = {}
 
 
 @pytest.mark.parametrize(("fn", "bug", "where", "law", "seed"),
