@@ -110,7 +110,10 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     takes them either way round, and under ``kwargs_ops`` half its ``add`` / ``sub`` steps
     carry an ``alpha``. A step's kind and operands come from its bytes scattered with the
     body's (``_scattered``), so every kind is about as likely under every hypothesis seed.
-    A module call in two (``record[6]`` bit 4) is made for its writes alone where the module
+    One step of the fixed vocabulary in four outside preserved calls
+    (:data:`LONE_INPUT_SHARE`) reads a new user input that nothing else reads, as a model's
+    first layer reads its input (an op on an input read once: a pass that takes a placeholder
+    for an intermediate writes it). A module call in two (``record[6]`` bit 4) is made for its writes alone where the module
     has a buffer and a write style is on: it updates a buffer of its own from what it
     computed, and nothing after it reads its results (a statistics tracker: what a dead-code
     pass must keep though every result of the call is unread).

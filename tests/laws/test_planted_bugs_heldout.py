@@ -292,14 +292,19 @@ def mul_two_to_add(p: Program) -> Program:
 
 
 def collapse_idempotent_activations(p: Program) -> Program:
-    """``relu(relu(x))`` is ``relu(x)`` (and the dead inner one goes)."""
+    """``relu(relu(x))`` is ``relu(x)`` (and the dead inner one goes), unless the inner
+    ``relu`` or the outer is written in place (the outer is a copy taken before the write)."""
     made: dict[Any, str] = {}
+    writes: dict[int, set[str]] = {}
 
     def visit(node, e):
         if node.target is aten.relu.default:
             inner = e.args[0]
             if isinstance(inner, Ref) and made.get((id(e.graph), inner.name)) == "relu":
-                return inner
+                if id(e.graph) not in writes:
+                    writes[id(e.graph)] = _written(e.graph)
+                if not {inner.name, node.name} & writes[id(e.graph)]:
+                    return inner
             made[id(e.graph), node.name] = "relu"
         return None
 

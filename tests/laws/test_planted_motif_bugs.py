@@ -31,6 +31,7 @@ from tests.laws.planted_motifs import (
     where_by_arithmetic,
     where_swapped,
 )
+from tests.laws.power_seeds import seeded
 
 EXAMPLES = 100
 NO_SHRINK = settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -128,11 +129,15 @@ CORRECT = [
 ]
 
 
-@pytest.mark.parametrize("planted, options, law, first", PLANTED,
-                         ids=[p[0].__name__ for p in PLANTED])
-def test_a_motif_bug_is_caught_on_generated_programs(planted, options, law, first):
+@pytest.mark.parametrize("planted, options, law, first, seed",
+                         seeded(PLANTED, lambda row: row[0].__name__))
+def test_a_motif_bug_is_caught_on_generated_programs(planted, options, law, first, seed):
+    """Under each seed of ``power_seeds`` (three by default, the other 17 nightly), not the one
+    derandomized stream: that stream missed the int64 product under torch 2.14.1 (another
+    operator table, so other programs after the first opset step), while each of seeds 0-9
+    caught it within 49 programs there."""
     with pytest.raises(LawViolation) as caught:
-        check_laws(planted, max_examples=EXAMPLES, settings=NO_SHRINK, **options)
+        check_laws(planted, max_examples=EXAMPLES, settings=NO_SHRINK, seed=seed, **options)
     line = str(caught.value).splitlines()[0]
     assert caught.value.law == law, line
     assert re.match(f"law {law!r} broken by {planted.__name__}: {first}", line), line
