@@ -472,11 +472,7 @@ SAMPLE = {dce_drops_unread_copy, cse_ignores_kwargs, hoists_writes, quantizes_th
 
 # (bug, seeds) that the default generators do not reach yet (bench.power, 100 examples, seeds
 # 0..19): each an xfail(strict=True) until a generator reaches it
-MISSED: dict = {
-    dce_drops_unread_module_calls: {
-        14: "issue 60: generator reach: on outlined programs under seed 14 no call made for its "
-            "writes alone (a buffer written in place, its results unread) within 100 programs"},
-}
+MISSED: dict = {}  # bench.power with the lone inputs (2026-11-27): every bug under every seed
 
 # (correct pass, on outlined programs) -> {seed: why it fails}, found by bench.power (measured
 # under SEEDS only): the pass changes fewer than 3 programs. (Seed 9's outlined twins failed
