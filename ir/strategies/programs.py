@@ -1064,7 +1064,9 @@ class _Builder:
         if buffer is not None and state & 2:
             # state out of it: the call updates its buffer last (its caller updates it again)
             self._update(path, buffer, inner.vals[-1], z)
-        while sum(v not in self.crossing_only for v in inner.vals[start:]) < n_outs:
+        # distinct values: a value the body holds twice is one output, and a signature with
+        # fewer outputs than its ``out_spec`` has leaves is no program (``outline`` raised on it)
+        while len({v for v in inner.vals[start:] if v not in self.crossing_only}) < n_outs:
             inner.vals.append(self._op(aten.relu.default, (inner.vals[-1],), shape=self._act()))
         local = [v for v in inner.vals[start:] if v not in self.crossing_only]
         outs = list(dict.fromkeys(_back(local, o) for o in (x, y)[:n_outs]))

@@ -8,11 +8,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lawcases import before, examples
 
 from ir import alpha_equivalent
+from ir.errors import PassError
 from transforms.machinery.frames import node_frames
 from transforms.passes.module_stacks import _truncated_stack, fill_call_gaps
 from transforms.passes.outline import outline
@@ -54,4 +56,10 @@ def test_a_node_that_lost_its_call_gets_it_back(p, data):
     assert _frames(filled.root_module.graph.nodes[i]) == frames
     assert filled == q  # meta only
     assert fill_call_gaps(filled) is filled
-    assert alpha_equivalent(outline(q), outline(p))
+    try:
+        expected = outline(p)
+    except PassError:  # a program outline refuses (state carried across a call after a write)
+        with pytest.raises(PassError):
+            outline(q)
+        return
+    assert alpha_equivalent(outline(q), expected)
