@@ -113,10 +113,10 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     One step of the fixed vocabulary in four outside preserved calls
     (:data:`LONE_INPUT_SHARE`) reads a new user input that nothing else reads, as a model's
     first layer reads its input (an op on an input read once: a pass that takes a placeholder
-    for an intermediate writes it). A module call in two (``record[6]`` bit 4) is made for its writes alone where the module
-    has a buffer and a write style is on: it updates a buffer of its own from what it
-    computed, and nothing after it reads its results (a statistics tracker: what a dead-code
-    pass must keep though every result of the call is unread).
+    for an intermediate writes it). A module call in two (``record[6]`` bit 4) is made for its
+    writes alone where the module has a buffer and a write style is on: it updates a buffer of
+    its own from what it computed, and nothing after it reads its results (a statistics
+    tracker: what a dead-code pass must keep though every result of the call is unread).
 
     The verified operator table (``opset``, ``ir.strategies.opset_steps``), on by default in
     fifteen draws of sixteen as a bounded share of the steps (one body step in eight, and a
@@ -345,6 +345,9 @@ an earlier value. The inputs a program starts with are read by several steps (th
 read the latest values), so an op on an input read once, what a pass that treats a placeholder
 as an intermediate gets wrong (``relu_`` of a user input), came up only where a far read
 landed on an old input: 0 to 4 programs in 100, depending on the seed."""
+
+_LONE_SALT = 8191
+"""Salt of :meth:`_Builder._lone`'s hash (apart from the steps' own scattering)."""
 
 CLOSING_RESERVE = 3
 """With the opset on, the body's ordinary steps stop at ``max_nodes - max_nodes //
@@ -2152,8 +2155,6 @@ _NEW_STEPS = {kind: step for _, kind, step in _STEP_FEATURES} | {"mlp": _Builder
 _TARGETED = tuple((f, k) for f, k, _ in _STEP_FEATURES if f not in _MOTIFS and f != "opset")
 """The step features users' passes target (not the motifs, not the opset): each switched on
 gets one step at a drawn place of the root's body (``_draw_body``)."""
-_LONE_SALT = 8191
-"""Salt of :meth:`_Builder._lone`'s hash (apart from the steps' own scattering)."""
 _TARGETED_BYTES = st.binary(min_size=1 + 4 * len(_TARGETED), max_size=1 + 4 * len(_TARGETED))
 
 
