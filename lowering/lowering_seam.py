@@ -229,11 +229,14 @@ def sync_parameter_list(plist: torch.nn.ParameterList) -> None:
 #   each micro-batch's forward: it overrides ``forward_one_chunk(fwd_chunk_id, args, kwargs,
 #   save_forward_output)``, which every schedule calls once per micro-batch (the first stage's
 #   ``args`` are the micro-batch's positional inputs, ``kwargs`` every stage's keyword inputs).
-#   (2) ``fwd_cache``: ``{chunk id: (outputs as a tuple, flat input tensors)}``, read by the
-#   stage's backward; torch normalizes a non-tuple output to ``(output,)`` and later treats
-#   each item as a tensor, so for a last stage returning a dict it keeps the output's tensor
-#   leaves instead. Checked against 2.13 by ``tests/test_torch_seam_stages.py`` (2.14 and
-#   2.15 not checked here: that test fails if either name changes).
+#   (2) What the stage keeps of each micro-batch's forward for its backward. torch normalizes a
+#   non-tuple output to ``(output,)`` and later treats each item as a tensor, so for a last stage
+#   returning a dict the seam keeps the output's tensor leaves instead. Where it is kept differs:
+#   2.13 and 2.14: ``fwd_cache``, ``{chunk id: (outputs as a tuple, flat input tensors)}``;
+#   2.15: ``_forward_chunk_states``, ``{chunk id: state}``, a state built by
+#   ``_make_forward_chunk_state(outputs as a tuple, flat input tensors)`` and holding the inputs
+#   as ``input_values``. Checked by ``tests/test_torch_seam_stages.py`` on the installed torch
+#   (that test fails if the names it relies on change).
 
 
 class CheckedPipelineStage(PipelineStage):
@@ -243,7 +246,7 @@ class CheckedPipelineStage(PipelineStage):
     output (a dict, a list) as its tensor leaves for backward.
 
     Construct it as ``PipelineStage`` with one extra keyword, ``check``. Overrides
-    ``forward_one_chunk`` and rewrites ``fwd_cache`` entries (layout described above)."""
+    ``forward_one_chunk`` and replaces the micro-batch's kept forward (layout described above)."""
 
     def __init__(self, *args: Any, check: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -255,10 +258,20 @@ class CheckedPipelineStage(PipelineStage):
         self.purefx_check(fwd_chunk_id, args, kwargs or {})
         output = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
         if self.is_last and not isinstance(output, (torch.Tensor, tuple)):
-            _outputs, inputs = self.fwd_cache[fwd_chunk_id]
             leaves = tuple(t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
-            self.fwd_cache[fwd_chunk_id] = (leaves, inputs)
+            self._keep_for_backward(fwd_chunk_id, leaves)
         return output
+
+    def _keep_for_backward(self, fwd_chunk_id: int, outputs: tuple[torch.Tensor, ...]) -> None:
+        """Make the forward torch kept for micro-batch ``fwd_chunk_id`` hold ``outputs`` as its
+        outputs, with the inputs it already holds."""
+        if hasattr(self, "_forward_chunk_states"):
+            state = self._forward_chunk_states[fwd_chunk_id]
+            self._forward_chunk_states[fwd_chunk_id] = self._make_forward_chunk_state(
+                outputs, state.input_values)
+        else:
+            _outputs, inputs = self.fwd_cache[fwd_chunk_id]
+            self.fwd_cache[fwd_chunk_id] = (outputs, inputs)
 
 
 def data_parallel_inner(module: torch.nn.Module) -> torch.nn.Module:
