@@ -198,3 +198,50 @@ def test_a_literal_never_stands_for_a_read_in_the_alpha_key():
     verify(_two_children(spelled, spelled))
     with pytest.raises(VerifyError, match="reads %nowhere before it is defined"):
         verify(_two_children(spelled, undefined))
+
+
+def _preserved_pair() -> Program:
+    """A root calling a preserved child that takes one tensor and returns two."""
+    import torch
+
+    from ir import import_ep
+
+    class Child(torch.nn.Module):
+        def forward(self, x):
+            return x.relu(), x.sin()
+
+    class Root(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = Child()
+
+        def forward(self, x):
+            a, b = self.child(x)
+            return a + b
+
+    ep = torch.export.export(Root(), (torch.randn(3),), preserve_module_call_signature=("child",))
+    return import_ep(ep)
+
+
+@pytest.mark.parametrize("side", ["inputs", "outputs"])
+def test_a_call_signature_must_list_one_value_per_spec_leaf(side):
+    import attrs
+
+    program = _preserved_pair()
+    assert verify(program) is program
+    sig = program.call_signatures["child"]
+    short = attrs.evolve(sig, **{side: getattr(sig, side)[:-1]})
+    broken = attrs.evolve(program, call_signatures=program.call_signatures.set("child", short))
+    with pytest.raises(VerifyError, match=rf"preserved call 'child': its signature lists "
+                                          rf"{len(getattr(sig, side)) - 1} {side} but"):
+        verify(broken)
+
+
+def test_a_call_signature_listing_nothing_is_not_counted():
+    import attrs
+
+    program = _preserved_pair()
+    sig = program.call_signatures["child"]
+    empty = attrs.evolve(sig, inputs=(), outputs=())
+    unfilled = attrs.evolve(program, call_signatures=program.call_signatures.set("child", empty))
+    assert verify(unfilled) is unfilled
