@@ -323,6 +323,51 @@ def _scaled_program():
     return import_ep(torch.export.export(M(), (torch.randn(64),)))
 
 
+def test_magnitudes_follow_values_moved_or_picked():
+    """A value moved (cat, flip, gather) or picked with its index (sort, topk, max.dim,
+    kthvalue, cummax) keeps the magnitude it had where it came from."""
+    from lowering.fuzz.magnitude import Magnitudes
+
+    aten = torch.ops.aten
+    a = torch.tensor([[1000.0, 3.0, -2.0], [5.0, 999.0, 1.0]], dtype=torch.float64)
+    b = torch.tensor([[999.5, 0.0, 0.0], [0.0, 1000.0, 0.0]], dtype=torch.float64)
+    with Magnitudes() as m:
+        d = aten.sub.Tensor(a, b)        # [[0.5, 3, -2], [5, -1, 1]], M [[1999.5, 3, 2], [5, 1999, 1]]
+        want = m.of(d)
+        cat = aten.cat.default([d, d], 0)
+        flipped = aten.flip.default(d, [1])
+        values, order = aten.sort.default(d)
+        top, where = aten.topk.default(d, 2, 1)
+        biggest, at = aten.max.dim(d, 1)
+        kth, kat = aten.kthvalue.default(d, 2, 0, True)
+        running, rat = aten.cummax.default(d, 1)
+    assert torch.equal(m.of(cat), torch.cat([want, want]))
+    assert torch.equal(m.of(flipped), want.flip(1))
+    assert torch.equal(m.of(values), want.gather(1, order))
+    assert m.of(values)[0].tolist() == [2.0, 1999.5, 3.0]  # -2, 0.5, 3: the cancelled one kept
+    assert torch.equal(m.of(top), want.gather(1, where))
+    assert torch.equal(m.of(biggest), want.gather(1, at.unsqueeze(1)).squeeze(1))
+    assert torch.equal(m.of(kth), want.gather(0, kat))
+    assert torch.equal(m.of(running), want.gather(1, rat))
+
+
+def test_a_sorted_cancellation_is_judged_on_its_operands_scale():
+    """The campaign's false finding: ``sort(gelu(x) - gelu_tanh(x))``. Sorting moves the
+    cancelled values, so their tolerance moves with them: a backend one ulp off in a gelu is
+    no finding, and a real error of 1e-4 of the operands still is one."""
+    class M(torch.nn.Module):
+        def forward(self, x):
+            a = torch.nn.functional.gelu(x * 4.0)
+            d = a - torch.nn.functional.gelu(x * 4.0, approximate="tanh")
+            return torch.sort(d).values
+
+    p = import_ep(torch.export.export(M(), (torch.randn(64),)))
+    quiet = try_program(p, resolve({"ulp": planted.gelu_one_ulp_up}), Setup())
+    assert quiet.verdicts["ulp"] is None
+    bad = try_program(p, resolve({"bad": planted.sub_and_mul_off_by(1e-3)}), Setup())
+    assert bad.verdicts["bad"] is not None
+
+
 def test_cancelling_subtraction_is_judged_on_its_operands_scale():
     """gelu(x) - gelu_tanh(x): two values of up to 10 cancel to 1e-4; a backend one ulp off in
     one gelu is 2e-3 of the output's scale off, and within a few ulp of the operands: no
@@ -384,13 +429,15 @@ def test_magnitudes_follow_the_operands():
         d = aten.sub.Tensor(a, b)                  # [0.5, 4.0]: the first cancels
         big = aten.mul.Tensor(d, 100.0)            # amplified: 100 * M(d)
         row = aten.view.default(big, [1, 2])       # a view keeps the elementwise M
-        s = aten.sum.dim_IntList(row, [1])         # not pointwise: its own size
+        s = aten.sum.dim_IntList(row, [1])         # a sum: the sum of the terms' M
+        mx = aten.amax.default(row, [1])           # not linear, no indices: its own size
         inplace = aten.clone.default(a)
         aten.sub_.Tensor(inplace, b)
     assert m.of(d).tolist() == [1999.5, 4.0]
     assert m.of(big).tolist() == [199950.0, 400.0]
     assert m.of(row).tolist() == [[199950.0, 400.0]]
-    assert m.of(s).tolist() == [450.0]
+    assert m.of(s).tolist() == [200350.0]
+    assert m.of(mx).tolist() == [400.0]
     assert m.of(inplace).tolist() == [1999.5, 4.0]
     assert m.of(a).tolist() == [1000.0, 2.0]      # not made by the run: its own size
     assert m.of(torch.ones(2, dtype=torch.int64)) is None

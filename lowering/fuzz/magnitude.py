@@ -13,7 +13,13 @@ operator call the lowered module makes) and gives each floating tensor it makes 
 - ``mul``: ``M_a * |b| + |a| * M_b``; ``div``: ``M_a / |b| + |a| * M_b / b**2`` (a scalar
   operand is exact: ``M = 0``);
 - a view (its schema's result aliases its first operand: view, permute, expand, select, ...):
-  the same view of the operand's M; ``copy_``, ``clone``, ``_to_copy``: the source's M.
+  the same view of the operand's M; ``copy_``, ``clone``, ``_to_copy``: the source's M;
+- an operator that moves values (``cat``, ``gather``, ``flip``, ``index``, ...) or adds them up
+  (``sum``, ``mean``, ``cumsum``): the same operator applied to the operands' M (an M is not
+  negative, so a sum of M bounds the sum's error as the operands' bound each term's);
+- an operator that picks values along a dimension and says where from (its schema returns
+  ``values`` and ``indices``: ``sort``, ``topk``, ``kthvalue``, ``max.dim``, ``cummax``, ...):
+  the operand's M at the picked indices.
 
 ``lowering.fuzz.judge`` allows ``rtol * M`` more where a first comparison found a difference
 (``lowering.fuzz.error_bounds``'s ``rtol``): a cancelling subtraction is judged on its operands'
@@ -36,6 +42,17 @@ _MUL = frozenset({aten.mul.Tensor, aten.mul.Scalar, aten.mul_.Tensor, aten.mul_.
 _DIV = frozenset({aten.div.Tensor, aten.div.Scalar, aten.div_.Tensor, aten.div_.Scalar})
 _SAME = frozenset({aten.copy_.default, aten.clone.default, aten._to_copy.default,
                    aten.detach.default, aten.lift_fresh_copy.default, aten.contiguous.default})
+_LINEAR = frozenset({
+    # values moved, none computed
+    aten.cat.default, aten.stack.default, aten.flip.default, aten.roll.default,
+    aten.gather.default, aten.index_select.default, aten.index.Tensor, aten.take.default,
+    aten.repeat.default, aten._unsafe_view.default, aten.take_along_dim.default,
+    # values added up (a mean divides the sum by a count)
+    aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim,
+    aten.cumsum.default,
+})
+"""Operators linear in their floating operands with non-negative coefficients: the same
+operator applied to the operands' magnitudes is the result's."""
 
 
 class Magnitudes(TorchFunctionMode):
@@ -61,17 +78,57 @@ class Magnitudes(TorchFunctionMode):
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if isinstance(func, OpOverload) and isinstance(out, torch.Tensor) \
+        if isinstance(func, OpOverload) and isinstance(out, tuple) and _picks_values(func):
+            self._keep(out[0], _picked(self, func, args, kwargs, out))
+        elif isinstance(func, OpOverload) and isinstance(out, torch.Tensor) \
                 and out.is_floating_point():
             try:
                 m = _rule(func)(self, func, args, kwargs, out)
             except Exception:  # noqa: BLE001 - no rule for this call: the value's own size
                 m = None
-            size = out.detach().to(torch.float64).abs()
-            if m is None or m.shape != out.shape:
-                m = size
-            self.seen[id(out)] = (out, torch.maximum(torch.nan_to_num(m, nan=0.0), size))
+            self._keep(out, m)
         return out
+
+    def _keep(self, out: Any, m: torch.Tensor | None) -> None:
+        """Record ``m`` as the magnitude of ``out`` (a floating tensor; anything else is not
+        recorded), never below ``|out|``; ``None`` or a wrong shape: ``|out|``."""
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return
+        size = out.detach().to(torch.float64).abs()
+        if m is None or m.shape != out.shape:
+            m = size
+        self.seen[id(out)] = (out, torch.maximum(torch.nan_to_num(m, nan=0.0), size))
+
+
+def _picks_values(func: OpOverload) -> bool:
+    """Whether ``func`` returns ``(values, indices)``: values of its first operand picked
+    along a dimension, and where from."""
+    schema = op_schema(func)
+    names = [r.name for r in schema.returns] if schema is not None else []
+    return names[:2] == ["values", "indices"]
+
+
+def _picked(mode: Magnitudes, func: OpOverload, args: tuple, kwargs: dict, out: tuple
+            ) -> torch.Tensor | None:
+    """The magnitudes of the values ``func`` picked (``out[0]``): its first operand's at
+    ``out[1]`` along its ``dim`` (re-inserted where ``keepdim`` is false and the values have
+    one dimension fewer). ``None`` where that cannot be read."""
+    try:
+        values, indices = out[0], out[1]
+        m = mode.of(args[0])
+        if m is None or not isinstance(indices, torch.Tensor) or m.dim() == 0:
+            return None
+        schema = op_schema(func)
+        bound = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+        bound.update(zip((a.name for a in schema.arguments), args))
+        bound.update(kwargs)
+        dim = bound.get("dim", -1) % m.dim()
+        if indices.dim() < m.dim():
+            indices = indices.unsqueeze(dim)
+        picked = m.gather(dim, indices)
+        return picked.reshape(values.shape)
+    except Exception:  # noqa: BLE001 - an operand this reading does not cover: no M
+        return None
 
 
 def _operand(mode: Magnitudes, x: Any, shape: torch.Size) -> torch.Tensor | float:
@@ -116,6 +173,17 @@ def _view(mode: Magnitudes, func: Any, args: tuple, kwargs: dict, out: torch.Ten
     return None if m is None else func(m, *args[1:], **kwargs)
 
 
+def _linear(mode: Magnitudes, func: Any, args: tuple, kwargs: dict, out: torch.Tensor):
+    def magnitude(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return mode.of(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(magnitude(item) for item in x)
+        return x
+
+    return func(*(magnitude(a) for a in args), **{k: magnitude(v) for k, v in kwargs.items()})
+
+
 def _own(mode: Magnitudes, func: Any, args: tuple, kwargs: dict, out: torch.Tensor):
     return None
 
@@ -127,6 +195,8 @@ def _rule(func: OpOverload) -> Callable:
         return _div
     if func in _SAME:
         return _same
+    if func in _LINEAR:
+        return _linear
     if torch.Tag.pointwise in func.tags:
         return _pointwise
     schema = op_schema(func)
