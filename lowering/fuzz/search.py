@@ -38,6 +38,7 @@ from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import ReproError, shortest_repro
+from lowering.fuzz.torch_bugs import LISTED_BUGS
 from lowering.fuzz.trial import placed, try_program
 
 
@@ -152,7 +153,9 @@ def differential(
         seconds: the search's time budget; shrinking comes after it (``shrink_seconds`` each).
         device: where programs run (``"cuda"``); the program is moved there first.
         known: more predicates ``finding -> bool`` for deviations not to report, asked after
-            ``lowering.fuzz.known.BUILTIN_KNOWN``.
+            ``lowering.fuzz.known.BUILTIN_KNOWN`` and the torch bugs already listed in
+            ``docs/findings.md`` (``lowering.fuzz.torch_bugs.LISTED_BUGS``, counted in
+            ``FuzzReport.known`` under names that carry their numbers).
         seed: hypothesis's seed and the inputs' and random operators' seed.
         dtype: floating state and inputs cast to it after lowering (``None``: float32 as drawn).
         shrink_seconds: most seconds spent shrinking one finding.
@@ -194,7 +197,7 @@ def differential(
     if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
         raise FuzzError(f"seconds must be a positive number or None, got {seconds!r}")
     search = _Search(resolved, strategy, Setup(device, dtype, seed, sizes, grad),
-                     (*BUILTIN_KNOWN, *known), progress)
+                     (*BUILTIN_KNOWN, *LISTED_BUGS, *known), progress)
     start = time.monotonic()
     search.explore(max_examples, seconds)
     searched = time.monotonic() - start
