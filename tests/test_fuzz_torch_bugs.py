@@ -1,5 +1,6 @@
 """The fuzzer recognises the torch unflatten bugs of ``docs/findings.md`` (findings 11 and 12)
-in what its ``"unflatten"`` backend finds, and counts them as known, not as new.
+in what its ``"unflatten"`` backend finds, and counts them as known, not as new; the repro of
+an unflatten finding keeps the program's preserved calls, so it shows the finding.
 
 Each program is imported from an eager module written as the finding's repro writes it (torch
 alone), so the test also shows that the bug is reachable from eager code."""
@@ -13,8 +14,10 @@ from ir.import_ep import import_ep
 from ir.program import Program
 from lowering.fuzz import differential
 from lowering.fuzz.backends import Backend
+from lowering.fuzz.fuzz_programs import whole_paths
 from lowering.fuzz.judge import Setup
-from lowering.fuzz.search import Finding
+from lowering.fuzz.repro import compile_source
+from lowering.fuzz.search import Finding, with_repro
 from lowering.fuzz.torch_bugs import (
     LISTED_BUGS,
     UNFLATTEN_STATE_CHAIN,
@@ -134,3 +137,29 @@ def test_differential_counts_them_as_known_not_new() -> None:
     assert report.raw >= 2
     assert {name.split(":")[0] for name in report.known} == {"torch.unflatten#11",
                                                              "torch.unflatten#12"}
+
+
+def test_the_repro_of_an_unflatten_finding_keeps_the_preserved_calls_and_shows_it() -> None:
+    """Run from its text, torch alone, the nested repro shows what the fuzzer found: the
+    submodule is a module of its own, called with its signature, and exported with
+    ``preserve_module_call_signature``."""
+    for module, decompose in ((_Unsigned(), False), (_Chain(), True)):
+        finding = _finding(_program(module, decompose))
+        assert finding is not None
+        shown = with_repro(finding)
+        assert shown.reproduced is True, shown.repro
+        assert "preserve_module_call_signature=PRESERVED" in shown.repro
+        assert "PRESERVED = ('sub',)" in shown.repro
+        assert "self.sub = Mod('sub')" in shown.repro
+        namespace: dict = {"__name__": "repro"}
+        exec(compile_source(shown.repro), namespace)  # noqa: S102 - the script just written
+        assert namespace["difference"]()  # the script's own run shows the difference
+
+
+def test_a_partly_preserved_module_is_not_drawn() -> None:
+    """torch's export preserves every call of a module or none: a program with ``m0``
+    preserved and ``m0@1`` not is not one it gives, so the fuzzer does not draw it."""
+    program = _program(_Unsigned(), decompose=False)
+    assert whole_paths(program)
+    twice = program.replace(call_order=(*program.call_order, "sub@1"))
+    assert not whole_paths(twice)

@@ -464,7 +464,8 @@ def with_repro(finding: Finding) -> Finding:
             finding.program, finding.args, finding.kwargs, state, target=target,
             summary=finding.summary(), compile=compile_fn,
             observe_state=backend is None or backend.observes_state,
-            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad, seed=setup.seed)
+            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad, seed=setup.seed,
+            nested=backend is not None and backend.wants_calls)
     except ReproError as err:
         return attrs.evolve(finding, repro="", reproduced=False,
                             detail=f"{finding.detail} (no repro: {err})")
