@@ -17,7 +17,7 @@ from lowering.fuzz.backends import Backend
 from lowering.fuzz.fuzz_programs import whole_paths
 from lowering.fuzz.judge import Setup
 from lowering.fuzz.repro import compile_source
-from lowering.fuzz.search import Finding, with_repro
+from lowering.fuzz.search import Finding, _Search, with_repro
 from lowering.fuzz.torch_bugs import (
     LISTED_BUGS,
     UNFLATTEN_STATE_CHAIN,
@@ -163,3 +163,14 @@ def test_a_partly_preserved_module_is_not_drawn() -> None:
     assert whole_paths(program)
     twice = program.replace(call_order=(*program.call_order, "sub@1"))
     assert not whole_paths(twice)
+
+
+def test_a_shrink_candidate_with_a_partly_preserved_module_is_not_kept() -> None:
+    """Shrinking (``lowering.fuzz.reduce`` works on programs, not on the strategy) keeps no
+    candidate that torch's export could not give, even where unflatten differs on it."""
+    finding = _finding(_program(_Unsigned(), decompose=False))
+    assert finding is not None
+    search = _Search((_BACKEND,), st.nothing(), _SETUP, (), None)
+    assert search.gives(finding, finding.program, frozenset()) is not None
+    twice = finding.program.replace(call_order=(*finding.program.call_order, "sub@1"))
+    assert search.gives(finding, twice, frozenset()) is None

@@ -31,7 +31,7 @@ from ir.printer import format_program
 from ir.program import Program
 from lowering.fuzz.backends import Backend, FuzzError, resolve
 from lowering.fuzz.call_sizes import size_sets, sizes_text
-from lowering.fuzz.fuzz_programs import default_programs
+from lowering.fuzz.fuzz_programs import default_programs, whole_paths
 from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
@@ -418,9 +418,13 @@ class _Search:
     def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
         """``finding`` again on ``program`` (its backend gives a finding of its kind, at its
         operator for a crash, in a program holding its operator and no new low-precision
-        dtype), else ``None``."""
+        dtype; for a backend that reads preserved calls, one whose modules have every call
+        preserved or none, ``lowering.fuzz.fuzz_programs.whole_paths``), else ``None``."""
         if not _low_precision(program) <= low:
             return None
+        if finding.compiler is not None and finding.compiler.wants_calls \
+                and not whole_paths(program):
+            return None  # only some calls of a module preserved: no program export gives
         if finding.kind in _VALUE_KINDS and finding.cause not in _targets(program) \
                 and finding.cause != "?":
             return None
