@@ -17,6 +17,10 @@ showed it (``make_inputs(call)``, ``CALLS``, ``SIZES``; ``DYNAMIC`` and ``DYNAMI
 ``compile_backend``): ``difference`` builds the callable once and calls it with each. One of
 ``grad=True`` also backpropagates the fuzzer's weighting of the outputs
 (``lowering.fuzz.gradients``) and compares every input's and parameter's gradient.
+For a backend that reads preserved calls (``"unflatten"``) the script is *nested*: the
+program's module calls are nested modules again, each call made with its preserved signature
+(``lowering.fuzz.repro_calls``), and ``compile_backend`` exports with
+``preserve_module_call_signature``, so that torch's unflatten sees what the fuzzer gave it.
 """
 
 from __future__ import annotations
@@ -96,8 +100,9 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             ``preserve_module_call_signature``, for a backend that reads preserved calls
             (``target`` ``"unflatten"``).
 
-    Raises ``ReproError`` naming the node it cannot spell (``CallsError``, one of them, for
-    calls that ``nested`` cannot write). Complexity: O(nodes + elements).
+    Raises ``ReproError`` naming the node it cannot spell, ``CallsError``
+    (``lowering.fuzz.repro_calls``) for calls that ``nested`` cannot write. Complexity:
+    O(nodes + elements).
     """
     graph = program.root_module.graph
     sig = program.signature
