@@ -15,11 +15,13 @@ from lowering.fuzz.known import (
 )
 from lowering.fuzz.refusals import DOCUMENTED_UNSUPPORTED, Documented
 from lowering.fuzz.search import Finding, FuzzReport, differential, program_text
+from lowering.fuzz.torch_bugs import LISTED_BUGS, ListedBug
 
 __all__ = [
     "BUILTINS",
     "BUILTIN_KNOWN",
     "DOCUMENTED_UNSUPPORTED",
+    "LISTED_BUGS",
     "LOW_PRECISION_ROUNDING",
     "PRECISION_CASTS",
     "RANDOM_NUMBERS",
@@ -29,6 +31,7 @@ __all__ = [
     "FuzzError",
     "FuzzReport",
     "Known",
+    "ListedBug",
     "default_programs",
     "differential",
     "program_text",

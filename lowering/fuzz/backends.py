@@ -245,7 +245,8 @@ TARGETS: Mapping[str, Target] = {
         "    return torch.export.load(buffer).module()\n"), "export"),
     "unflatten": Target(_unflatten, _repro(
         "export, torch.export.unflatten, run.\n"
-        "    (Repro is flat: the preserved calls the fuzzer unflattened are not in it.)", 
+        "    (The flat form, for a program whose calls cannot be written nested; the nested\n"
+        "    form keeps them: lowering.fuzz.repro_calls.NESTED_COMPILE.)",
         _EXPORT_INPUTS, "    return torch.export.unflatten(ep)\n"), "export_module",
         wants_calls=True),
     "callable": Target(lambda p, m, s: (m, m), _repro(

@@ -41,7 +41,8 @@ def default_programs(backends: Iterable[Any] = (), symbolic: bool = False
     compile of seconds. Shrinks as that strategy does (fewer features, modules and ops).
     Where one of ``backends`` (``lowering.fuzz.backends.Backend`` values) ``wants_calls``, the
     same limits through ``crossing_programs`` with :data:`CALL_FEATURES` always on (it shrinks
-    towards one preserved module called once). ``symbolic``: every program has a dynamic
+    towards one preserved module called once), kept to programs torch's export can give
+    (:func:`whole_paths`). ``symbolic``: every program has a dynamic
     dimension (the feature ``symbolic_sizes`` always on: a symbolic batch with a range), what
     ``differential(..., sizes=k)`` calls at other sizes (the symbolic batch stays while it
     shrinks). O(len(backends))."""
@@ -51,7 +52,8 @@ def default_programs(backends: Iterable[Any] = (), symbolic: bool = False
         # shrank to nothing): such a program has nothing for the backend to read, so it is drawn
         # again
         return crossing_programs(features=DETERMINISTIC_FEATURES, always=CALL_FEATURES | sizes,
-                                 max_modules=3, max_ops=8, max_nodes=60).filter(_has_calls)
+                                 max_modules=3, max_ops=8, max_nodes=60
+                                 ).filter(_has_calls).filter(whole_paths)
     return programs(features=DETERMINISTIC_FEATURES, max_modules=3, max_ops=8, max_nodes=60,
                     always=frozenset(sizes))
 
@@ -60,4 +62,15 @@ def _has_calls(program: Program) -> bool:
     return any(path != "" for path in program.call_signatures)
 
 
-__all__ = ["CALL_FEATURES", "default_programs"]
+def whole_paths(program: Program) -> bool:
+    """Whether every call of a module that has a preserved call is preserved (``m0`` and
+    ``m0@1`` both, or neither), as ``torch.export.export(...,
+    preserve_module_call_signature=...)`` makes them: a program with only some calls of one
+    module preserved is one torch's export never gives, so what torch's unflatten does with it
+    is no finding. O(calls)."""
+    signed = {call.split("@")[0] for call in program.call_signatures if call}
+    return all(call in program.call_signatures for call in program.call_order
+               if call and call.split("@")[0] in signed)
+
+
+__all__ = ["CALL_FEATURES", "default_programs", "whole_paths"]

@@ -17,6 +17,10 @@ showed it (``make_inputs(call)``, ``CALLS``, ``SIZES``; ``DYNAMIC`` and ``DYNAMI
 ``compile_backend``): ``difference`` builds the callable once and calls it with each. One of
 ``grad=True`` also backpropagates the fuzzer's weighting of the outputs
 (``lowering.fuzz.gradients``) and compares every input's and parameter's gradient.
+For a backend that reads preserved calls (``"unflatten"``) the script is *nested*: the
+program's module calls are nested modules again, each call made with its preserved signature
+(``lowering.fuzz.repro_calls``), and ``compile_backend`` exports with
+``preserve_module_call_signature``, so that torch's unflatten sees what the fuzzer gave it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ from lowering.fuzz.call_sizes import dynamic_dims, sizes_text
 from lowering.fuzz.error_bounds import error_budget, relative
 from lowering.fuzz.gradients import written_inputs
 from lowering.fuzz.judge import GRAD_BUDGET_FACTOR
+from lowering.fuzz.repro_calls import (
+    MOD_CLASS,
+    NESTED_COMPILE,
+    CallsError,
+    functional_state,
+    module_paths,
+    nested_forward,
+    preserved_paths,
+)
+from lowering.fuzz.repro_calls import value as value_name
 from lowering.lowering_seam import reset_dynamo
 
 
@@ -56,7 +70,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                  observe_state: bool = True,
                  calls: Sequence[tuple[Mapping[str, int], tuple, Mapping[str, Any]]] = (),
                  dynamic: bool = False, grad: bool = False, seed: int = 0,
-                 exact: bool = True) -> str:
+                 exact: bool = True, nested: bool = False) -> str:
     """The standalone script of a finding (module docstring).
 
     Parameters:
@@ -80,8 +94,15 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
             ``[-1, 1)`` from a seed of its own (``uniform(shape, dtype, seed)``): a short
             script where the finding does not hang on the values (the caller checks that it
             still shows, else writes the exact one).
+        nested: the program's module calls written as nested modules
+            (``lowering.fuzz.repro_calls``: state at its fqn, each call of a submodule made
+            with its preserved signature) and ``compile_backend`` exporting with
+            ``preserve_module_call_signature``, for a backend that reads preserved calls
+            (``target`` ``"unflatten"``).
 
-    Raises ``ReproError`` naming the node it cannot spell. Complexity: O(nodes + elements).
+    Raises ``ReproError`` naming the node it cannot spell, ``CallsError``
+    (``lowering.fuzz.repro_calls``) for calls that ``nested`` cannot write. Complexity:
+    O(nodes + elements).
     """
     graph = program.root_module.graph
     sig = program.signature
@@ -93,14 +114,19 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
     users = graph.users()
     read = {s.name for s in sig.inputs if users.get(s.name)}
     read |= {o.target for o in sig.outputs if o.kind == "buffer_mutation"}
+    if nested:  # a call's signature reads its inputs, and a holder module is made per path
+        read |= {a.name for c in program.call_signatures.values() for a in c.inputs if a.name}
+        init += [f"        self.{path} = Mod({path!r})" for path in module_paths(program)]
     for spec in sig.inputs:
         if spec.kind not in _STATE_KINDS or spec.target in attr_of:
             continue
         if spec.name not in read and spec.target not in read:
             continue
         fqn = spec.target
-        attr = names.fresh(fqn.replace(".", "_"))
+        attr = fqn if nested else names.fresh(fqn.replace(".", "_"))
         attr_of[fqn] = attr
+        owner, _, last = fqn.rpartition(".") if nested else ("", "", attr)
+        holder = f"self.{owner}" if owner else "self"
         value = state.get(fqn)
         if not isinstance(value, torch.Tensor):
             raise ReproError(f"state {fqn!r} is not a tensor ({type(value).__name__}); the repro "
@@ -115,7 +141,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                         f"requires_grad={bool(value.requires_grad)})")
         else:
             persistent = bool(spec.persistent) if spec.kind == "buffer" else False
-            init.append(f"        self.register_buffer({attr!r}, {literal}.clone(), "
+            init.append(f"        {holder}.register_buffer({last!r}, {literal}.clone(), "
                         f"persistent={persistent})")
     var: dict[str, str] = {}
     params: list[str] = []
@@ -127,17 +153,23 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         if spec.kind in _STATE_KINDS:
             if spec.target not in attr_of:
                 continue
-            var[spec.name] = names.fresh(spec.name)
+            var[spec.name] = value_name(spec.name) if nested else names.fresh(spec.name)
             body.append(f"        {var[spec.name]} = self.{attr_of[spec.target]}")
         elif spec.name in user:
             if spec.name not in read and spec.name not in written:
                 continue
-            var[spec.name] = names.fresh(spec.name)
-            params.append(var[spec.name])
+            param = names.fresh(spec.name)
+            params.append(param)
+            var[spec.name] = value_name(spec.name) if nested else param
+            if nested:
+                body.append(f"        {var[spec.name]} = {param}")
         else:
             raise ReproError(f"input {spec.name!r} of kind {spec.kind!r} cannot be written as a "
                              "module argument or state")
     returns: list[str] = []
+    head, lines = body, {}
+    if nested:
+        body = []
     for node in graph.nodes:
         if node.op == PLACEHOLDER:
             continue
@@ -151,8 +183,14 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
                 else:
                     returns.append(str(value))
             continue
-        var[node.name] = names.fresh(node.name)
-        body.append(f"        {var[node.name]} = {_call(node, var)}")
+        var[node.name] = value_name(node.name) if nested else names.fresh(node.name)
+        lines[node.name] = f"{var[node.name]} = {_call(node, var)}"
+        if not nested:
+            body.append(f"        {lines[node.name]}")
+    functions: list[str] = []
+    if nested:
+        body, functions = nested_forward(program, [b.strip() for b in head], lines,
+                                         [b.strip() for b in body])
     runs = list(calls) or [({}, tuple(args), dict(kwargs))]
     made = [[tensor(x) if isinstance(x, torch.Tensor) else _literal(x)
              for x in _kept_inputs(a, k, kept)] for _, a, k in runs]
@@ -172,6 +210,9 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         (f"WRITTEN = {sorted(i for i, n in enumerate(names) if n in written_inputs(program))!r}"
          "  # inputs written in place: passed as clones of their leaves"),
         f"WEIGHT_SEED = {seed!r}",
+        *([f"PRESERVED = {preserved_paths(program)!r}  # preserve_module_call_signature",
+           f"FUNCTIONAL = {functional_state(program)!r}  # state written as the program does"]
+          if nested else []),
     ]
     lines = [
         f'"""{summary}',
@@ -187,6 +228,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         "",
         PRELUDE,
         *([] if not tensor.drawn else ["", "", _UNIFORM.rstrip("\n")]),
+        *(["", "", MOD_CLASS.rstrip("\n"), *functions] if nested else []),
         "",
         "",
         "class Repro(nn.Module):",
@@ -207,7 +249,7 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         *settings,
         "",
         "",
-        REPRO_COMPILE[target],
+        NESTED_COMPILE if nested else REPRO_COMPILE[target],
         "",
         f"RTOL = {rtol!r}  # relative tolerance per dtype; absolute: RTOL * the eager value's scale",
         f"GRAD_RTOL = {grad_rtol!r}  # the same, for gradients",
@@ -429,19 +471,26 @@ def shortest_repro(program: Program, args: tuple, kwargs: Mapping[str, Any],
                    compile: Callable[[torch.nn.Module], Any] | None = None,
                    observe_state: bool = True,
                    calls: Sequence[tuple[Mapping[str, int], tuple, Mapping[str, Any]]] = (),
-                   dynamic: bool = False, grad: bool = False, seed: int = 0
-                   ) -> tuple[str, list[str]]:
+                   dynamic: bool = False, grad: bool = False, seed: int = 0,
+                   nested: bool = False) -> tuple[str, list[str]]:
     """The shortest script of :func:`repro_script` that shows the finding, and the problems it
     showed when run here (:func:`check_repro` with ``compile``): the short one
     (``exact=False``) where it shows any, else the exact one (its problems, perhaps none).
     ``calls``, ``dynamic``, ``grad`` and ``seed`` are :func:`repro_script`'s (every call's
-    inputs, drawn or exact alike). Raises ``ReproError`` as :func:`repro_script` does.
+    inputs, drawn or exact alike). ``nested``: the scripts are :func:`repro_script`'s nested
+    ones (the program's module calls kept), the flat ones where the calls cannot be written
+    nested (``CallsError``). Raises ``ReproError`` as :func:`repro_script` does.
     O(two scripts' runs) at most."""
     text, problems = "", []
     for exact in (False, True):
-        script = repro_script(program, args, kwargs, state, target=target, summary=summary,
-                              observe_state=observe_state, calls=calls, dynamic=dynamic,
-                              grad=grad, seed=seed, exact=exact)
+        try:
+            script = repro_script(program, args, kwargs, state, target=target, summary=summary,
+                                  observe_state=observe_state, calls=calls, dynamic=dynamic,
+                                  grad=grad, seed=seed, exact=exact, nested=nested)
+        except CallsError:
+            script = repro_script(program, args, kwargs, state, target=target, summary=summary,
+                                  observe_state=observe_state, calls=calls, dynamic=dynamic,
+                                  grad=grad, seed=seed, exact=exact)
         if script == text:
             break
         text = script

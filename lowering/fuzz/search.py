@@ -31,13 +31,14 @@ from ir.printer import format_program
 from ir.program import Program
 from lowering.fuzz.backends import Backend, FuzzError, resolve
 from lowering.fuzz.call_sizes import size_sets, sizes_text
-from lowering.fuzz.fuzz_programs import default_programs
+from lowering.fuzz.fuzz_programs import default_programs, whole_paths
 from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import ReproError, shortest_repro
+from lowering.fuzz.torch_bugs import LISTED_BUGS
 from lowering.fuzz.trial import placed, try_program
 
 
@@ -152,7 +153,9 @@ def differential(
         seconds: the search's time budget; shrinking comes after it (``shrink_seconds`` each).
         device: where programs run (``"cuda"``); the program is moved there first.
         known: more predicates ``finding -> bool`` for deviations not to report, asked after
-            ``lowering.fuzz.known.BUILTIN_KNOWN``.
+            ``lowering.fuzz.known.BUILTIN_KNOWN`` and the torch bugs already listed in
+            ``docs/findings.md`` (``lowering.fuzz.torch_bugs.LISTED_BUGS``, counted in
+            ``FuzzReport.known`` under names that carry their numbers).
         seed: hypothesis's seed and the inputs' and random operators' seed.
         dtype: floating state and inputs cast to it after lowering (``None``: float32 as drawn).
         shrink_seconds: most seconds spent shrinking one finding.
@@ -194,7 +197,7 @@ def differential(
     if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
         raise FuzzError(f"seconds must be a positive number or None, got {seconds!r}")
     search = _Search(resolved, strategy, Setup(device, dtype, seed, sizes, grad),
-                     (*BUILTIN_KNOWN, *known), progress)
+                     (*BUILTIN_KNOWN, *LISTED_BUGS, *known), progress)
     start = time.monotonic()
     search.explore(max_examples, seconds)
     searched = time.monotonic() - start
@@ -415,9 +418,13 @@ class _Search:
     def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
         """``finding`` again on ``program`` (its backend gives a finding of its kind, at its
         operator for a crash, in a program holding its operator and no new low-precision
-        dtype), else ``None``."""
+        dtype; for a backend that reads preserved calls, one whose modules have every call
+        preserved or none, ``lowering.fuzz.fuzz_programs.whole_paths``), else ``None``."""
         if not _low_precision(program) <= low:
             return None
+        if finding.compiler is not None and finding.compiler.wants_calls \
+                and not whole_paths(program):
+            return None  # only some calls of a module preserved: no program export gives
         if finding.kind in _VALUE_KINDS and finding.cause not in _targets(program) \
                 and finding.cause != "?":
             return None
@@ -461,7 +468,8 @@ def with_repro(finding: Finding) -> Finding:
             finding.program, finding.args, finding.kwargs, state, target=target,
             summary=finding.summary(), compile=compile_fn,
             observe_state=backend is None or backend.observes_state,
-            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad, seed=setup.seed)
+            calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad, seed=setup.seed,
+            nested=backend is not None and backend.wants_calls)
     except ReproError as err:
         return attrs.evolve(finding, repro="", reproduced=False,
                             detail=f"{finding.detail} (no repro: {err})")

@@ -1,0 +1,112 @@
+"""Torch bugs already listed in ``docs/findings.md``, recognised in findings of the fuzzer.
+
+A :class:`ListedBug` is a predicate ``(finding) -> bool``, asked like the known deviations of
+``lowering.fuzz.known`` (``lowering.fuzz.differential`` counts what it explains in
+``FuzzReport.known`` under its name, which carries the finding's number, instead of reporting
+it as new). It holds for a finding of one of its ``targets`` when ``avoid`` (a rewrite of the
+program that computes the same and takes away what the bug needs) changes the program, and the
+backend, run again, differs from eager on the program and agrees with eager on the rewritten
+one: then the bug was the whole
+difference. A second bug in such a program stays a finding (it survives the rewrite).
+
+The ``"unflatten"`` backend's programs have values and state crossing preserved call
+boundaries (``lowering.fuzz.fuzz_programs``), which torch's unflatten mishandles in two ways:
+
+- :data:`UNFLATTEN_UNSIGNED_VALUE` (finding 11): a value read across a preserved boundary
+  outside the call signature is replaced by the first argument of the operator that made it
+  (and written back into that argument). Avoided by purefx's ``rematerialize``, which makes
+  every such read an alias or a recomputation on the reading side;
+- :data:`UNFLATTEN_STATE_CHAIN` (finding 12): an intermediate value of a buffer updated more
+  than once in a preserved call (a functional update chain, as ``run_decompositions`` writes
+  it) is written back into the previous intermediate instead of the buffer. Avoided by
+  purefx's ``insert_ivals`` after ``rematerialize``, which writes intermediate values of state
+  read across a boundary back into the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ir.program import Program
+from lowering.fuzz.trial import try_program
+from transforms.passes.module_stacks import fill_call_gaps
+from transforms.preserved.ivals import insert_ivals
+from transforms.preserved.remat import rematerialize
+from transforms.preserved.signatures import repair_call_signatures
+
+
+@attrs.frozen
+class ListedBug:
+    """A torch bug of ``docs/findings.md``: ``name`` (it names the ``finding`` number),
+    ``finding`` (its number there), ``targets`` (the backend targets it is asked for),
+    ``avoid`` (a program to a program that computes the same without what the bug needs; it
+    returns its input itself when there is nothing to take away). Called on a finding:
+    whether it is this bug (module docstring)."""
+
+    name: str
+    finding: int
+    targets: frozenset[str]
+    avoid: Callable[[Program], Program]
+
+    def __call__(self, finding: Any) -> bool:
+        """Whether ``finding`` (a ``lowering.fuzz.Finding``) is this bug: its backend's target
+        is one of ``targets``, ``avoid`` changes its program, the backend differs from eager
+        on the program and agrees with eager on the rewritten one. Costs one rewrite and two
+        builds and runs. Never raises (an error is ``False``)."""
+        backend = finding.compiler
+        if backend is None or backend.target not in self.targets:
+            return False
+        try:
+            avoided = self.avoid(finding.program)
+            if avoided is finding.program:
+                return False
+            if not _differs(finding.program, backend, finding.setup):
+                return False
+            trial = try_program(avoided, (backend,), finding.setup)
+        except Exception:  # noqa: BLE001 - a predicate that cannot decide says no
+            return False
+        return trial.eager.error is None and trial.verdicts[backend.name] is None
+
+
+def _differs(program: Program, backend: Any, setup: Any) -> bool:
+    """Whether ``backend`` differs from eager on ``program`` when run here again (the bug
+    shows on the program itself, not only in the finding's word)."""
+    trial = try_program(program, (backend,), setup)
+    return trial.eager.error is None and trial.verdicts[backend.name] is not None
+
+
+def _signed(program: Program) -> Program:
+    """``program`` with every non-state value read across a preserved boundary made an alias
+    or a recomputation on the reading side (``fill_call_gaps``, ``repair_call_signatures``,
+    ``rematerialize``); ``program`` itself when none is."""
+    return rematerialize(repair_call_signatures(fill_call_gaps(program)))
+
+
+def _state_written_back(program: Program) -> Program:
+    """:func:`_signed`, then ``insert_ivals``: intermediate values of state read across a
+    preserved boundary written back into the state; ``program`` itself when ``insert_ivals``
+    has nothing to do (so that :data:`UNFLATTEN_UNSIGNED_VALUE` keeps what it explains)."""
+    signed = _signed(program)
+    written = insert_ivals(signed)
+    return program if written is signed else written
+
+
+UNFLATTEN_UNSIGNED_VALUE = ListedBug(
+    "torch.unflatten#11: a value read across a preserved boundary outside the signature",
+    11, frozenset({"unflatten"}), _signed)
+"""docs/findings.md, finding 11."""
+
+UNFLATTEN_STATE_CHAIN = ListedBug(
+    "torch.unflatten#12: a buffer updated twice in a preserved call, read by its caller",
+    12, frozenset({"unflatten"}), _state_written_back)
+"""docs/findings.md, finding 12."""
+
+LISTED_BUGS: tuple[ListedBug, ...] = (UNFLATTEN_UNSIGNED_VALUE, UNFLATTEN_STATE_CHAIN)
+"""The listed torch bugs ``lowering.fuzz.differential`` always asks, after the documented
+deviations: finding 11 before 12 (a program that needs both rewrites is counted under 12)."""
+
+
+__all__ = ["LISTED_BUGS", "UNFLATTEN_STATE_CHAIN", "UNFLATTEN_UNSIGNED_VALUE", "ListedBug"]

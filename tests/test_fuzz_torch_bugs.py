@@ -1,0 +1,176 @@
+"""The fuzzer recognises the torch unflatten bugs of ``docs/findings.md`` (findings 11 and 12)
+in what its ``"unflatten"`` backend finds, and counts them as known, not as new; the repro of
+an unflatten finding keeps the program's preserved calls, so it shows the finding.
+
+Each program is imported from an eager module written as the finding's repro writes it (torch
+alone), so the test also shows that the bug is reachable from eager code."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from ir.import_ep import import_ep
+from ir.program import Program
+from lowering.fuzz import differential
+from lowering.fuzz.backends import Backend
+from lowering.fuzz.fuzz_programs import whole_paths
+from lowering.fuzz.judge import Setup
+from lowering.fuzz.repro import compile_source
+from lowering.fuzz.search import Finding, _Search, with_repro
+from lowering.fuzz.torch_bugs import (
+    LISTED_BUGS,
+    UNFLATTEN_STATE_CHAIN,
+    UNFLATTEN_UNSIGNED_VALUE,
+)
+from lowering.fuzz.trial import placed, try_program
+
+_CTX: dict[str, torch.Tensor] = {}  # a value passed outside the call signature (finding 11)
+
+
+class _Reads(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * _CTX["y"]
+
+
+class _Unsigned(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _Reads()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _CTX["y"] = x + 1
+        return self.sub(x)
+
+
+class _Updates(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.b.add_(x).mul_(2)
+        return x.sin()
+
+
+class _Chain(torch.nn.Module):
+    """Finding 12: a buffer updated twice in a preserved call, then by its caller."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _Updates()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sub(x), self.sub.b.add_(1)
+
+
+class _Plain(torch.nn.Module):
+    """No value or state crosses the preserved call outside its signature."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _Updates()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sub(x) + 1
+
+
+_BACKEND = Backend("unflatten", "unflatten")
+_SETUP = Setup()
+
+
+def _program(module: torch.nn.Module, decompose: bool) -> Program:
+    ep = torch.export.export(module, (torch.randn(4),), preserve_module_call_signature=("sub",))
+    return placed(import_ep(ep.run_decompositions() if decompose else ep), _SETUP, True)
+
+
+def _finding(program: Program, backend: Backend = _BACKEND) -> Finding | None:
+    trial = try_program(program, (backend,), _SETUP)
+    verdict = trial.verdicts[backend.name]
+    if verdict is None:
+        return None
+    return Finding(backend.name, verdict.kind, verdict.detail, program, trial.args,
+                   trial.kwargs, cause=verdict.cause, setup=_SETUP, compiler=backend)
+
+
+def _explained_by(finding: Finding) -> list[int]:
+    return [bug.finding for bug in LISTED_BUGS if bug(finding)]
+
+
+def test_a_value_read_outside_the_signature_is_finding_11() -> None:
+    finding = _finding(_program(_Unsigned(), decompose=False))
+    assert finding is not None and finding.kind == "mismatch"
+    assert _explained_by(finding) == [11]
+
+
+def test_a_buffer_updated_twice_then_by_the_caller_is_finding_12() -> None:
+    finding = _finding(_program(_Chain(), decompose=True))
+    assert finding is not None and finding.kind == "mismatch"
+    assert _explained_by(finding) == [12]
+
+
+def test_a_program_with_nothing_crossing_is_neither() -> None:
+    program = _program(_Plain(), decompose=True)
+    assert _finding(program) is None  # unflatten is right on it
+    # a made-up finding on it: the backend agrees with eager there, so no listed bug explains it
+    fake = Finding("unflatten", "mismatch", "made up", program, (torch.randn(4),),
+                   cause="aten.add.Tensor", setup=_SETUP, compiler=_BACKEND)
+    assert _explained_by(fake) == []
+
+
+def test_the_listed_bugs_are_asked_of_the_unflatten_target_only() -> None:
+    finding = _finding(_program(_Unsigned(), decompose=False))
+    assert finding is not None
+    other = Finding("mine", finding.kind, finding.detail, finding.program, finding.args,
+                    cause=finding.cause, setup=_SETUP,
+                    compiler=Backend("mine", "callable", lambda m: m))
+    assert not UNFLATTEN_UNSIGNED_VALUE(other)
+    assert not UNFLATTEN_STATE_CHAIN(other)
+
+
+def test_differential_counts_them_as_known_not_new() -> None:
+    programs = st.sampled_from([_program(_Unsigned(), decompose=False),
+                                _program(_Chain(), decompose=True)])
+    report = differential({"unflatten": "unflatten"}, programs=programs, max_examples=6,
+                          shrink_seconds=2)
+    assert report.findings == ()
+    assert report.raw >= 2
+    assert {name.split(":")[0] for name in report.known} == {"torch.unflatten#11",
+                                                             "torch.unflatten#12"}
+
+
+def test_the_repro_of_an_unflatten_finding_keeps_the_preserved_calls_and_shows_it() -> None:
+    """Run from its text, torch alone, the nested repro shows what the fuzzer found: the
+    submodule is a module of its own, called with its signature, and exported with
+    ``preserve_module_call_signature``."""
+    for module, decompose in ((_Unsigned(), False), (_Chain(), True)):
+        finding = _finding(_program(module, decompose))
+        assert finding is not None
+        shown = with_repro(finding)
+        assert shown.reproduced is True, shown.repro
+        assert "preserve_module_call_signature=PRESERVED" in shown.repro
+        assert "PRESERVED = ('sub',)" in shown.repro
+        assert "self.sub = Mod('sub')" in shown.repro
+        namespace: dict = {"__name__": "repro"}
+        exec(compile_source(shown.repro), namespace)  # noqa: S102 - the script just written
+        assert namespace["difference"]()  # the script's own run shows the difference
+
+
+def test_a_partly_preserved_module_is_not_drawn() -> None:
+    """torch's export preserves every call of a module or none: a program with ``m0``
+    preserved and ``m0@1`` not is not one it gives, so the fuzzer does not draw it."""
+    program = _program(_Unsigned(), decompose=False)
+    assert whole_paths(program)
+    twice = program.replace(call_order=(*program.call_order, "sub@1"))
+    assert not whole_paths(twice)
+
+
+def test_a_shrink_candidate_with_a_partly_preserved_module_is_not_kept() -> None:
+    """Shrinking (``lowering.fuzz.reduce`` works on programs, not on the strategy) keeps no
+    candidate that torch's export could not give, even where unflatten differs on it."""
+    finding = _finding(_program(_Unsigned(), decompose=False))
+    assert finding is not None
+    search = _Search((_BACKEND,), st.nothing(), _SETUP, (), None)
+    assert search.gives(finding, finding.program, frozenset()) is not None
+    twice = finding.program.replace(call_order=(*finding.program.call_order, "sub@1"))
+    assert search.gives(finding, twice, frozenset()) is None
