@@ -5,7 +5,6 @@ from __future__ import annotations
 import weakref
 
 import torch
-import torch.utils._pytree as pytree
 
 from ir import ops
 from ir import signature as sg
@@ -53,8 +52,7 @@ def verify(program: Program, *, vals: bool = False) -> Program:
     keeps placeholders first and ends in one output node; ``call_module`` targets reach a child
     whose graph takes that many arguments; ``get_attr`` targets reach state (below the module or
     through a peer it holds) or a subgraph module; peers are modules of the tree;
-    the root graph matches the export signature; each preserved call's signature lists as many
-    inputs and outputs as its pytree specs have leaves; state slots name held tensors, in order.
+    the root graph matches the export signature; state slots name held tensors, in order.
 
     ``vals=True`` also checks the metadata: the ``val`` of every compute node is derived again
     from its inputs' ``val`` s (its operator run on them, ``ir.fake_run``; for a ``call_module``
@@ -80,7 +78,6 @@ def verify(program: Program, *, vals: bool = False) -> Program:
             else:
                 _check_graph(program, graph, mid, path)
     _check_root_signature(program)
-    _check_call_signatures(program)
     if vals:
         _check_vals(program, paths)
     return program
@@ -443,25 +440,6 @@ def signature_fault(
             return (f"output spec {spec.kind} names %{spec.name} but the root returns "
                     f"%{value.name} there")
     return None
-
-
-def _check_call_signatures(program: Program) -> None:
-    """Each preserved call's signature (not the root's, whose specs count user values only)
-    lists as many inputs as its ``in_spec`` has leaves and as many outputs as its ``out_spec``:
-    ``outline`` and ``lower`` rebuild the call's pytrees from them. A signature listing neither
-    (torch's entry for a module called only inside a higher-order op's body) describes eager
-    calls alone and is not counted. O(signature entries)."""
-    for call, sig in program.call_signatures.items():
-        if call == "" or (not sig.inputs and not sig.outputs):
-            continue
-        for side, specs, tree in (("inputs", sig.inputs, sig.in_spec),
-                                  ("outputs", sig.outputs, sig.out_spec)):
-            if isinstance(tree, pytree.TreeSpec) and tree.num_leaves != len(specs):
-                raise VerifyError(
-                    f"preserved call {call!r}: its signature lists {len(specs)} {side} but its "
-                    f"{side[:-1]} spec has {tree.num_leaves} leaves; list one {side[:-1]} per "
-                    "leaf"
-                )
 
 
 def _check_root_signature(program: Program) -> None:
