@@ -80,6 +80,12 @@ three findings at their worst (``differential`` shrinks one for up to about twic
 ``shrink_seconds``, then localizes, reduces and localizes again within it each, then runs its
 repro)."""
 
+LAST_SHRINK = 5
+"""A cell's shrinking stops starting new shrinks ``LAST_SHRINK * shrink_seconds`` before its
+allowance ends (``differential``'s ``shrink_total`` is ``(SHRINK_ALLOWANCE - LAST_SHRINK) *
+shrink_seconds``): the last one started then still ends, with its repro, within the hard limit,
+however many distinct findings the cell met. Those left are reported as drawn (unconfirmed)."""
+
 START_MARGIN = 120.0
 """Seconds a cell's hard limit allows for the worker's start (importing torch, the first
 compile) and its report, on a busy machine."""
@@ -173,6 +179,11 @@ def plan(cpu_hours: float, jobs: int = 2, backends: Sequence[str] = DEFAULT_BACK
     return Plan(tuple(cells), float(cpu_hours), jobs, each, wall)
 
 
+def shrink_total(shrink_seconds: float) -> float:
+    """The seconds a cell spends shrinking all its findings together (``LAST_SHRINK``). O(1)."""
+    return (SHRINK_ALLOWANCE - LAST_SHRINK) * shrink_seconds
+
+
 def cell_timeout(seconds: float, shrink_seconds: float) -> float:
     """A cell's hard wall limit: its search's ``seconds``, ``SHRINK_ALLOWANCE`` times
     ``shrink_seconds`` and ``START_MARGIN``. O(1)."""
@@ -197,7 +208,8 @@ def run_cell(backend: str, mode: str, seconds: float | None, *, shrink_seconds: 
               else {"seconds": seconds})
     try:
         report = differential({backend: backend}, shrink_seconds=shrink_seconds, seed=seed,
-                              sizes=sizes, grad=grad, progress=progress, **budget)
+                              sizes=sizes, grad=grad, progress=progress,
+                              shrink_total=shrink_total(shrink_seconds), **budget)
     except FuzzError as refused:
         return outcome_record(backend, mode, "n/a", str(refused))
     except Exception as exc:  # noqa: BLE001 - a crash of the fuzzer is the cell's outcome
@@ -209,8 +221,8 @@ def record(backend: str, mode: str, report: FuzzReport, out: str | None = None) 
     """A finished cell's record (JSON-ready) from its ``FuzzReport``: ``status`` ``"ok"``,
     programs, search seconds, programs per minute, operators and features (name -> programs),
     the top ``TOP_FEATURES`` features, raw findings, ``known``, ``unsupported``, ``skipped``,
-    ``unrunnable``, ``refused``, ``one_size``, and per finding after shrinking: backend, kind,
-    cause, ``reproduced`` (True / False / None), ``confirmed`` (its repro showed it), why not,
+    ``unrunnable``, ``refused``, ``one_size``, ``unshrunk``, and per finding after shrinking:
+    backend, kind, cause, ``reproduced`` (True / False / None), ``confirmed`` (its repro showed it), why not,
     count, summary line, detail, the repro's text and length (and ``repro_path`` where written
     under ``out``). O(operators + features + findings)."""
     from lowering.fuzz.confirmed import why_unconfirmed
@@ -243,7 +255,8 @@ def record(backend: str, mode: str, report: FuzzReport, out: str | None = None) 
         "features": dict(sorted(features.items())), "top_features": top(features, TOP_FEATURES),
         "raw": report.raw, "known": dict(report.known), "unsupported": dict(report.unsupported),
         "skipped": dict(report.skipped), "unrunnable": dict(report.unrunnable),
-        "refused": report.refused, "one_size": report.one_size, "findings": findings,
+        "refused": report.refused, "one_size": report.one_size, "unshrunk": report.unshrunk,
+        "findings": findings,
     }
 
 
@@ -474,6 +487,8 @@ def _notes(rec: dict[str, Any]) -> str:
             parts.append(f"{label}: {_counts(rec[key])}")
     if rec.get("one_size"):
         parts.append(f"{rec['one_size']} without a dynamic dimension")
+    if rec.get("unshrunk"):
+        parts.append(f"{rec['unshrunk']} left as drawn (the shrink time was spent)")
     if rec.get("top_features"):
         parts.append("top features: " + ", ".join(f"{k} {v}" for k, v in rec["top_features"]))
     if rec.get("last_progress"):

@@ -113,7 +113,7 @@ RESULT = {
          "known": {}, "unsupported": {"documented: export.data_dependent": 1},
          "skipped": {"no floating output depends on an input or parameter": 7},
          "unrunnable": {}, "refused": 0, "one_size": 0, "cpu_seconds": 605.0,
-         "wall_seconds": 640.0, "findings": []},
+         "wall_seconds": 640.0, "unshrunk": 4, "findings": []},
         campaign.outcome_record("aot_inductor", "grad", "n/a", "inference only"),
         campaign.outcome_record("unflatten", "plain", "timeout", "stopped at its hard limit",
                                 programs=12, wall_seconds=900.0),
@@ -139,7 +139,8 @@ def test_the_report_has_a_row_per_cell_the_totals_and_the_findings():
     assert "3 distinct operators across cells; 1 confirmed findings, 1 unconfirmed" in text
     assert "Features (union over cells): constants 10, inplace_ops 9." in text
     assert "- `inductor` grad: unsupported: documented: export.data_dependent 1; not " \
-           "differentiable: no floating output depends on an input or parameter 7" in text
+           "differentiable: no floating output depends on an input or parameter 7; 4 left as " \
+           "drawn (the shrink time was spent)" in text
     found = lines[lines.index("### Findings"):]
     assert "| `inductor` | plain | mismatch | `aten.add.Tensor` | yes | inductor: mismatch at " \
            "aten.add.Tensor (1 ops, seen 2x): output 0 |" in found
@@ -149,6 +150,16 @@ def test_the_report_has_a_row_per_cell_the_totals_and_the_findings():
     assert totals["operators"] == ["aten.add.Tensor", "aten.relu.default", "aten.tanh.default"]
     assert totals["cells"] == {"ok": 2, "n/a": 1, "timeout": 1}
     assert campaign.render(RESULT) == text
+
+
+def test_a_cells_shrinking_stops_in_time_for_its_last_shrink_within_the_hard_limit():
+    for shrink in (1.0, 30.0, 60.0):
+        search_end = 600.0
+        last_start = search_end + campaign.shrink_total(shrink)
+        # the last shrink started takes at most about 4 x shrink_seconds, its repro less than one
+        assert last_start + 5 * shrink <= campaign.cell_timeout(600.0, shrink) - \
+            campaign.START_MARGIN + 1e-9
+        assert campaign.shrink_total(shrink) >= 2 * shrink  # at least two findings shrink
 
 
 def test_a_report_without_findings_says_none():

@@ -264,6 +264,31 @@ def test_purefx_fuzz_command_writes_its_report(tmp_path, capsys):
     assert (status == 1) == ("findings (each shown again by its own repro):" in report)
 
 
+def _always_off(module):
+    """A backend 1 % (plus 0.01) off on every floating output."""
+    def run(*args, **kwargs):
+        out = module(*args, **kwargs)
+        return torch.utils._pytree.tree_map(
+            lambda t: t * 1.01 + 0.01 if isinstance(t, torch.Tensor)
+            and t.is_floating_point() else t, out)
+
+    return run
+
+
+def test_a_spent_shrink_total_reports_findings_as_drawn_and_their_repros_not_run():
+    drawn = differential({"off": _always_off}, max_examples=8, shrink_total=0)
+    assert drawn.findings and drawn.unshrunk >= len(drawn.findings)
+    assert all(f.reproduced is None and f.repro == "" for f in drawn.findings)
+    shrunk = differential({"off": _always_off}, max_examples=8, shrink_seconds=2)
+    assert shrunk.unshrunk == 0
+    assert all(f.reproduced is not None and f.repro for f in shrunk.findings)
+    # shrinking makes them smaller: no shrunk program has more nodes than the largest drawn one
+    assert max(len(f.program.root_module.graph.nodes) for f in shrunk.findings) <= max(
+        len(f.program.root_module.graph.nodes) for f in drawn.findings)
+    with pytest.raises(FuzzError, match="shrink_total"):
+        differential({"off": _always_off}, shrink_total=-1)
+
+
 def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():
     asked = []
 
@@ -271,16 +296,7 @@ def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():
         asked.append(finding.key)
         return True
 
-    def always_off(module):
-        def run(*args, **kwargs):
-            out = module(*args, **kwargs)
-            return torch.utils._pytree.tree_map(
-                lambda t: t * 1.01 + 0.01 if isinstance(t, torch.Tensor)
-                and t.is_floating_point() else t, out)
-
-        return run
-
-    report = differential({"off": always_off}, seconds=4, known=(everything_is_known,))
+    report = differential({"off": _always_off}, seconds=4, known=(everything_is_known,))
     assert report.search_seconds >= 4 and report.examples > 3
     assert report.findings == ()
     assert asked and report.known.get("everything_is_known") == len(asked)

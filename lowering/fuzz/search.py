@@ -103,7 +103,9 @@ class FuzzReport:
     refusals torch documents or that the backend's reference shares:
     ``lowering.fuzz.refusals``; never findings); ``skipped`` (under ``grad=True``, per reason,
     the programs eager could not differentiate: nothing compared); ``one_size`` (under
-    ``sizes > 1``, the programs without a dynamic dimension, called at their one size)."""
+    ``sizes > 1``, the programs without a dynamic dimension, called at their one size);
+    ``unshrunk`` (findings left as drawn, their repros not run, because ``shrink_total`` was
+    spent before their turn)."""
 
     findings: tuple[Finding, ...]
     examples: int
@@ -118,6 +120,7 @@ class FuzzReport:
     unsupported: Mapping[str, int] = attrs.field(factory=dict)
     skipped: Mapping[str, int] = attrs.field(factory=dict)
     one_size: int = 0
+    unshrunk: int = 0
 
     @property
     def per_minute(self) -> float:
@@ -139,6 +142,7 @@ def differential(
     progress: Callable[[str], None] | None = None,
     sizes: int = 1,
     grad: bool = False,
+    shrink_total: float | None = None,
 ) -> FuzzReport:
     """Run generated programs through eager and each backend; report the differences.
 
@@ -159,6 +163,12 @@ def differential(
         seed: hypothesis's seed and the inputs' and random operators' seed.
         dtype: floating state and inputs cast to it after lowering (``None``: float32 as drawn).
         shrink_seconds: most seconds spent shrinking one finding.
+        shrink_total: most seconds spent shrinking all findings together (``None``: no
+            limit). Findings are shrunk in the order they were first met; one met after the
+            total is spent is reported as drawn, neither shrunk nor its repro written or run
+            (``reproduced`` ``None``: unconfirmed), and counted in ``FuzzReport.unshrunk``. A
+            run that finds many distinct keys so ends within its search time plus about
+            ``shrink_total + 4 * shrink_seconds``.
         progress: called with a one-line status now and then.
         sizes: with ``k > 1``, the default programs have a dynamic dimension (a symbolic batch
             with a range, as ``torch.export`` makes for a ``Dim``), each side's callable is
@@ -196,16 +206,21 @@ def differential(
         raise FuzzError(f"max_examples must be a positive int, got {max_examples!r}")
     if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
         raise FuzzError(f"seconds must be a positive number or None, got {seconds!r}")
+    if shrink_total is not None and not (isinstance(shrink_total, (int, float))
+                                         and shrink_total >= 0):
+        raise FuzzError(f"shrink_total must be a number of seconds >= 0 or None, got "
+                        f"{shrink_total!r}")
     search = _Search(resolved, strategy, Setup(device, dtype, seed, sizes, grad),
                      (*BUILTIN_KNOWN, *LISTED_BUGS, *known), progress)
     start = time.monotonic()
     search.explore(max_examples, seconds)
     searched = time.monotonic() - start
-    findings = search.shrink_all(shrink_seconds)
+    findings, unshrunk = search.shrink_all(shrink_seconds, shrink_total)
     return FuzzReport(tuple(findings), search.examples, time.monotonic() - start, searched,
                       dict(search.operators), dict(search.features), dict(search.known),
                       search.refused, search.raw, dict(search.unrunnable),
-                      dict(search.unsupported), dict(search.skipped), search.one_size)
+                      dict(search.unsupported), dict(search.skipped), search.one_size,
+                      unshrunk)
 
 
 INFERENCE_ONLY = frozenset({"aot_inductor"})
@@ -343,9 +358,19 @@ class _Search:
 
     # --- shrinking ------------------------------------------------------------------------------
 
-    def shrink_all(self, seconds: float) -> list[Finding]:
+    def shrink_all(self, seconds: float,
+                   total: float | None = None) -> tuple[list[Finding], int]:
+        """The kept findings shrunk (each within ``seconds``), with their repros, merged by
+        key, and how many were left as drawn because ``total`` seconds of shrinking were
+        spent before their turn (``differential``'s ``shrink_total``)."""
         merged: dict[tuple, Finding] = {}
+        deadline = None if total is None else time.monotonic() + total
+        unshrunk = 0
         for finding in sorted(self.kept.values(), key=lambda f: f.example):
+            if deadline is not None and time.monotonic() >= deadline:
+                unshrunk += 1
+                _merge(merged, attrs.evolve(finding, reproduced=None))
+                continue
             if self.progress is not None:
                 self.progress(f"fuzz: shrinking {finding.backend} {finding.kind} at "
                               f"{finding.cause} (example {finding.example})")
@@ -353,13 +378,8 @@ class _Search:
             if small is not finding and self.explained(small) is not None:
                 self.known[self.explained(small) or ""] += finding.count
                 continue
-            small = with_repro(small)
-            if small.key in merged:
-                old = merged[small.key]
-                merged[small.key] = attrs.evolve(old, count=old.count + small.count)
-            else:
-                merged[small.key] = small
-        return list(merged.values())
+            _merge(merged, with_repro(small))
+        return list(merged.values()), unshrunk
 
     def shrink(self, finding: Finding, seconds: float) -> Finding:
         """``finding`` with the smallest program reached within about ``2 * seconds``: the
@@ -452,6 +472,14 @@ def _at_call(trial: Any, verdict: Verdict) -> dict[str, Any]:
     """A finding's fields for the call of ``trial`` that showed ``verdict``."""
     calls = tuple((dict(c.sizes), c.args, c.kwargs) for c in trial.calls[:verdict.call + 1])
     return {"call": verdict.call, "sizes": dict(verdict.sizes), "calls": calls}
+
+
+def _merge(merged: dict[tuple, Finding], finding: Finding) -> None:
+    """``finding`` into ``merged`` (key -> finding): a second one of its key adds its count
+    to the first."""
+    old = merged.get(finding.key)
+    merged[finding.key] = finding if old is None else attrs.evolve(
+        old, count=old.count + finding.count)
 
 
 def with_repro(finding: Finding) -> Finding:
