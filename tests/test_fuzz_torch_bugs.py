@@ -1,4 +1,4 @@
-"""The fuzzer recognises the torch unflatten bugs of ``docs/findings.md`` (findings 11 and 12)
+"""The fuzzer recognises the torch unflatten bugs of ``docs/findings.md`` (findings 11, 12 and 15)
 in what its ``"unflatten"`` backend finds, and counts them as known, not as new; the repro of
 an unflatten finding keeps the program's preserved calls, so it shows the finding.
 
@@ -20,6 +20,7 @@ from lowering.fuzz.repro import compile_source
 from lowering.fuzz.search import Finding, _Search, with_repro
 from lowering.fuzz.torch_bugs import (
     LISTED_BUGS,
+    UNFLATTEN_ARGUMENT_TWICE,
     UNFLATTEN_STATE_CHAIN,
     UNFLATTEN_UNSIGNED_VALUE,
 )
@@ -75,6 +76,56 @@ class _Plain(torch.nn.Module):
         return self.sub(x) + 1
 
 
+class _UpdatesOnce(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.b.sub_(x)  # its intermediate value: export names it sub_1
+        return x + y
+
+
+class _Twice(torch.nn.Module):
+    """Finding 15: one tensor (``sub``) passed twice to a preserved call whose buffer
+    intermediate (``sub_1``, the name unflatten gives the second argument) its caller reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _UpdatesOnce()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x - 1
+        y = self.sub(x, x)
+        self.sub.b.add_(y)
+        return y
+
+
+class _UpdatesTwice(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.b.mul_(2).add_(x)  # its second intermediate value: export names it add_1
+        return x + y
+
+
+class _TwiceAndChain(torch.nn.Module):
+    """Findings 15 and 12 in one program: one tensor (``add``) passed twice to a preserved call
+    that updates its buffer twice, whose second intermediate (``add_1``) its caller reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _UpdatesTwice()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + 1
+        y = self.sub(x, x)
+        self.sub.b.add_(y)
+        return y
+
+
 _BACKEND = Backend("unflatten", "unflatten")
 _SETUP = Setup()
 
@@ -109,6 +160,36 @@ def test_a_buffer_updated_twice_then_by_the_caller_is_finding_12() -> None:
     assert _explained_by(finding) == [12]
 
 
+def test_one_tensor_passed_twice_with_a_buffer_intermediate_read_by_the_caller_is_finding_15(
+) -> None:
+    finding = _finding(_program(_Twice(), decompose=True))
+    assert finding is not None and finding.kind == "crash"
+    assert "copy_" in finding.detail and "list" in finding.detail
+    assert _explained_by(finding) == [15]
+
+
+def test_finding_15_needs_its_motif_and_its_rewrite_takes_it_away() -> None:
+    """Without ``run_decompositions`` the buffer's update stays in place (no intermediate
+    crosses): unflatten is right, and finding 15's rewrite has nothing to do."""
+    program = _program(_Twice(), decompose=False)
+    assert _finding(program) is None
+    assert UNFLATTEN_ARGUMENT_TWICE.avoid(program) is program
+    decomposed = _program(_Twice(), decompose=True)
+    avoided = UNFLATTEN_ARGUMENT_TWICE.avoid(decomposed)
+    names = [[a.name for a in sig.inputs] for sig in (decomposed.call_signatures["sub"],
+                                                       avoided.call_signatures["sub"])]
+    assert names[0] == ["sub", "sub"] and names[1][0] == "sub" and names[1][1] != "sub"
+    assert _finding(avoided) is None
+
+
+def test_a_second_bug_beside_finding_15_stays_a_finding() -> None:
+    """Finding 12 in the same program: finding 15's rewrite takes away the crash, and
+    unflatten still differs there, so no listed bug explains it alone."""
+    finding = _finding(_program(_TwiceAndChain(), decompose=True))
+    assert finding is not None and finding.kind == "crash"
+    assert _explained_by(finding) == []
+
+
 def test_a_program_with_nothing_crossing_is_neither() -> None:
     program = _program(_Plain(), decompose=True)
     assert _finding(program) is None  # unflatten is right on it
@@ -126,17 +207,24 @@ def test_the_listed_bugs_are_asked_of_the_unflatten_target_only() -> None:
                     compiler=Backend("mine", "callable", lambda m: m))
     assert not UNFLATTEN_UNSIGNED_VALUE(other)
     assert not UNFLATTEN_STATE_CHAIN(other)
+    twice = _finding(_program(_Twice(), decompose=True))
+    assert twice is not None
+    assert not UNFLATTEN_ARGUMENT_TWICE(Finding(
+        "mine", twice.kind, twice.detail, twice.program, twice.args, cause=twice.cause,
+        setup=_SETUP, compiler=Backend("mine", "callable", lambda m: m)))
 
 
 def test_differential_counts_them_as_known_not_new() -> None:
     programs = st.sampled_from([_program(_Unsigned(), decompose=False),
-                                _program(_Chain(), decompose=True)])
-    report = differential({"unflatten": "unflatten"}, programs=programs, max_examples=6,
+                                _program(_Chain(), decompose=True),
+                                _program(_Twice(), decompose=True)])
+    report = differential({"unflatten": "unflatten"}, programs=programs, max_examples=9,
                           shrink_seconds=2)
     assert report.findings == ()
-    assert report.raw >= 2
+    assert report.raw >= 3
     assert {name.split(":")[0] for name in report.known} == {"torch.unflatten#11",
-                                                             "torch.unflatten#12"}
+                                                             "torch.unflatten#12",
+                                                             "torch.unflatten#15"}
 
 
 def test_the_repro_of_an_unflatten_finding_keeps_the_preserved_calls_and_shows_it() -> None:

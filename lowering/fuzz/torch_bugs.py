@@ -10,7 +10,7 @@ one: then the bug was the whole
 difference. A second bug in such a program stays a finding (it survives the rewrite).
 
 The ``"unflatten"`` backend's programs have values and state crossing preserved call
-boundaries (``lowering.fuzz.fuzz_programs``), which torch's unflatten mishandles in two ways:
+boundaries (``lowering.fuzz.fuzz_programs``), which torch's unflatten mishandles in three ways:
 
 - :data:`UNFLATTEN_UNSIGNED_VALUE` (finding 11): a value read across a preserved boundary
   outside the call signature is replaced by the first argument of the operator that made it
@@ -20,7 +20,14 @@ boundaries (``lowering.fuzz.fuzz_programs``), which torch's unflatten mishandles
   than once in a preserved call (a functional update chain, as ``run_decompositions`` writes
   it) is written back into the previous intermediate instead of the buffer. Avoided by
   purefx's ``insert_ivals`` after ``rematerialize``, which writes intermediate values of state
-  read across a boundary back into the state.
+  read across a boundary back into the state;
+- :data:`UNFLATTEN_ARGUMENT_TWICE` (finding 15): a preserved call that takes one value in two
+  argument positions names the second position's value in its unflattened graph after the
+  value (``sub`` -> ``sub_1``); when that new name is the name of an intermediate value of a
+  buffer made in the call and read by its caller, unflatten writes the intermediate back after
+  the wrong node, into the call's list of arguments, and the module crashes. Avoided, after
+  finding 11's rewrite, by passing a clone of the value in every position after the first
+  (:func:`_passed_apart`).
 """
 
 from __future__ import annotations
@@ -29,13 +36,24 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import torch
 
+from ir import ops
+from ir.args import ref
+from ir.node import CALL_FUNCTION
+from ir.ops import COPY
 from ir.program import Program
+from ir.signature import CallSignature
 from lowering.fuzz.trial import try_program
+from transforms import kernel as kn
+from transforms.machinery.each_graph import with_root_graph
+from transforms.machinery.frames import node_frames
 from transforms.passes.module_stacks import fill_call_gaps
 from transforms.preserved.ivals import insert_ivals
-from transforms.preserved.remat import rematerialize
+from transforms.preserved.nesting import common_prefix, preserved_chains
+from transforms.preserved.remat import _caller_stack, rematerialize
 from transforms.preserved.signatures import repair_call_signatures
+from transforms.preserved.state_traffic import state_traffic
 
 
 @attrs.frozen
@@ -94,6 +112,83 @@ def _state_written_back(program: Program) -> Program:
     return program if written is signed else written
 
 
+def _passed_apart(program: Program) -> Program:
+    """:func:`_signed`, then each preserved call that takes one value in more than one argument
+    position and makes a value of state read across a preserved boundary outside the
+    signatures (an intermediate value of a state's update chain, which unflatten writes back
+    by its node name: finding 15) passed a ``clone`` of that value in each position after the
+    first, made by its caller just before the call starts and named by the call's signature;
+    ``program`` itself when there is no such call, or when a repeated value is written in place
+    (a clone would not see the write)."""
+    signed = _signed(program)
+    graph = signed.root_module.graph
+    sigs = signed.call_signatures
+    if graph is None:
+        return program
+    chain_of, _, root_stack, stack_of = preserved_chains(graph, node_frames, frozenset(sigs))
+    making = {call for value in _crossing_state_values(signed) for call in chain_of[value]}
+    repeated = {call: _repeated(sigs[call]) for call in making}
+    repeated = {call: names for call, names in repeated.items() if names}
+    by_name, users = graph.by_name(), graph.users()
+    written = set(state_traffic(signed).aliases)  # the nodes that write a root input in place
+    if not repeated or any(
+        user in written or ops.is_mutating(by_name[user].target)
+        for names in repeated.values() for name in names for user in users[name]
+        if by_name[user].op == CALL_FUNCTION
+    ):
+        return program
+    w = kn.WorkingGraph(graph, indexed=False)
+    renamed: dict[str, CallSignature] = {}
+    current: tuple[str, ...] = ()
+    for node in graph.nodes:
+        chain = chain_of[node.name]
+        for call in chain[common_prefix(current, chain):]:
+            if call in repeated:
+                stack = _caller_stack(call, stack_of(node)) or dict(root_stack)
+                renamed[call] = _apart(sigs[call], repeated[call], w, by_name, stack)
+        current = chain
+        w.add(node)
+    apart = with_root_graph(signed, w.finish()[0])
+    return apart.replace(call_signatures=sigs.update(renamed))
+
+
+def _crossing_state_values(program: Program) -> set[str]:
+    """The values of state's update chains that ``program`` reads across a preserved boundary
+    outside the signatures: those ``insert_ivals`` writes back."""
+    written = insert_ivals(program)
+    if written is program:
+        return set()
+    before = program.root_module.graph.by_name()
+    return {
+        node.args[1].name for node in written.root_module.graph.nodes
+        if node.name not in before and node.target is COPY
+    }
+
+
+def _repeated(sig: CallSignature) -> frozenset[str]:
+    """The values ``sig`` takes in more than one input position."""
+    names = [a.name for a in sig.inputs if a.name]
+    return frozenset(n for n in names if names.count(n) > 1)
+
+
+def _apart(sig: CallSignature, repeated: frozenset[str], w: kn.WorkingGraph,
+           by_name: Any, stack: Any) -> CallSignature:
+    """``sig`` taking, in each position after the first of a value of ``repeated``, a clone
+    of it added to ``w`` now (with the value's meta and the caller's module ``stack``)."""
+    seen: set[str] = set()
+    inputs = []
+    for arg in sig.inputs:
+        if arg.name in repeated and arg.name in seen:
+            clone = w.make_carrying(CALL_FUNCTION, torch.ops.aten.clone.default,
+                                    (ref(arg.name),), meta=by_name[arg.name].meta,
+                                    stack=stack, base="clone")
+            w.add(clone)
+            arg = attrs.evolve(arg, name=clone.name)
+        seen.add(arg.name)
+        inputs.append(arg)
+    return attrs.evolve(sig, inputs=tuple(inputs))
+
+
 UNFLATTEN_UNSIGNED_VALUE = ListedBug(
     "torch.unflatten#11: a value read across a preserved boundary outside the signature",
     11, frozenset({"unflatten"}), _signed)
@@ -104,9 +199,23 @@ UNFLATTEN_STATE_CHAIN = ListedBug(
     12, frozenset({"unflatten"}), _state_written_back)
 """docs/findings.md, finding 12."""
 
-LISTED_BUGS: tuple[ListedBug, ...] = (UNFLATTEN_UNSIGNED_VALUE, UNFLATTEN_STATE_CHAIN)
+UNFLATTEN_ARGUMENT_TWICE = ListedBug(
+    "torch.unflatten#15: a preserved call taking one value twice makes a buffer's "
+    "intermediate value read by its caller",
+    15, frozenset({"unflatten"}), _passed_apart)
+"""docs/findings.md, finding 15."""
+
+LISTED_BUGS: tuple[ListedBug, ...] = (
+    UNFLATTEN_UNSIGNED_VALUE, UNFLATTEN_STATE_CHAIN, UNFLATTEN_ARGUMENT_TWICE)
 """The listed torch bugs ``lowering.fuzz.differential`` always asks, after the documented
-deviations: finding 11 before 12 (a program that needs both rewrites is counted under 12)."""
+deviations: finding 11 before 12 and 15 (a program that needs 11's rewrite and another is
+counted under the other)."""
 
 
-__all__ = ["LISTED_BUGS", "UNFLATTEN_STATE_CHAIN", "UNFLATTEN_UNSIGNED_VALUE", "ListedBug"]
+__all__ = [
+    "LISTED_BUGS",
+    "UNFLATTEN_ARGUMENT_TWICE",
+    "UNFLATTEN_STATE_CHAIN",
+    "UNFLATTEN_UNSIGNED_VALUE",
+    "ListedBug",
+]
