@@ -51,7 +51,7 @@ from transforms.machinery.frames import node_frames
 from transforms.passes.module_stacks import fill_call_gaps
 from transforms.preserved.ivals import insert_ivals
 from transforms.preserved.nesting import common_prefix, preserved_chains
-from transforms.preserved.remat import _caller_stack, rematerialize
+from transforms.preserved.remat import caller_stack, rematerialize
 from transforms.preserved.signatures import repair_call_signatures
 from transforms.preserved.state_traffic import state_traffic
 
@@ -144,7 +144,7 @@ def _passed_apart(program: Program) -> Program:
         chain = chain_of[node.name]
         for call in chain[common_prefix(current, chain):]:
             if call in repeated:
-                stack = _caller_stack(call, stack_of(node)) or dict(root_stack)
+                stack = caller_stack(call, stack_of(node)) or dict(root_stack)
                 renamed[call] = _apart(sigs[call], repeated[call], w, by_name, stack)
         current = chain
         w.add(node)

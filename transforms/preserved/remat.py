@@ -432,7 +432,7 @@ class _Resolver:
         for name in self.unreadable(self.reach.inputs_of.get(call, ()), caller, at):
             site = _Site(
                 at, caller,
-                _caller_stack(call, self.reach.stack_of(first)) or dict(self.reach.root_stack),
+                caller_stack(call, self.reach.stack_of(first)) or dict(self.reach.root_stack),
                 f"passed as an argument to the preserved call {call!r}",
                 _caller_path(self.reach, first, call),
             )
@@ -451,7 +451,7 @@ class _Resolver:
         outputs = self.readable.outputs_of.get(call, {})
         for name in self.unreadable(self.reach.outputs_of.get(call, ()), inside, at):
             site = _Site(
-                at, inside, _caller_stack(call, self.reach.stack_of(last), inside=True),
+                at, inside, caller_stack(call, self.reach.stack_of(last), inside=True),
                 f"returned by the preserved call {call!r}", repr(call.partition("@")[0]),
             )
             found = self.resolve(name, site, closing=True)
@@ -741,9 +741,10 @@ def _message(reach: _Reach, name: str, site: _Site, why: str) -> str:
     )
 
 
-def _caller_stack(call: str, stack: Any, inside: bool = False) -> dict[str, Any]:
+def caller_stack(call: str, stack: Any, inside: bool = False) -> dict[str, Any]:
     """A module stack inside preserved ``call`` cut just before its entry (the stack of the
-    module call that calls it), or just after it (``inside``: the call's own stack)."""
+    module call that calls it), or just after it (``inside``: the call's own stack); the whole
+    stack when ``call`` is not on it. O(len(stack))."""
     items = list((stack or {}).items())
     for i, (key, (path, _)) in enumerate(items):
         number = key.partition("@")[2]
