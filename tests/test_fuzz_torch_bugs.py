@@ -1,5 +1,6 @@
 """The fuzzer recognises the torch unflatten bugs of ``docs/findings.md`` (findings 11, 12 and 15)
-in what its ``"unflatten"`` backend finds, and counts them as known, not as new; the repro of
+in what its ``"unflatten"`` backend finds, and the ``torch.export.load`` bug (finding 17) in what
+its ``"export_roundtrip"`` backend finds, and counts them as known, not as new; the repro of
 an unflatten finding keeps the program's preserved calls, so it shows the finding.
 
 Each program is imported from an eager module written as the finding's repro writes it (torch
@@ -20,6 +21,7 @@ from lowering.fuzz.repro import compile_source
 from lowering.fuzz.search import Finding, _Search, with_repro
 from lowering.fuzz.torch_bugs import (
     LISTED_BUGS,
+    LOADED_STATE_DETACHED,
     UNFLATTEN_ARGUMENT_TWICE,
     UNFLATTEN_STATE_CHAIN,
     UNFLATTEN_UNSIGNED_VALUE,
@@ -212,6 +214,7 @@ def test_the_listed_bugs_are_asked_of_the_unflatten_target_only() -> None:
     assert not UNFLATTEN_ARGUMENT_TWICE(Finding(
         "mine", twice.kind, twice.detail, twice.program, twice.args, cause=twice.cause,
         setup=_SETUP, compiler=Backend("mine", "callable", lambda m: m)))
+    assert not LOADED_STATE_DETACHED(other)
 
 
 def test_differential_counts_them_as_known_not_new() -> None:
@@ -262,3 +265,53 @@ def test_a_shrink_candidate_with_a_partly_preserved_module_is_not_kept() -> None
     assert search.gives(finding, finding.program, frozenset()) is not None
     twice = finding.program.replace(call_order=(*finding.program.call_order, "sub@1"))
     assert search.gives(finding, twice, frozenset()) is None
+
+
+class _DetachesState(torch.nn.Module):
+    """Finding 17: ``detach_`` of a buffer, or of a tensor constant, which ``torch.export.load``
+    gives back as a view; ``detach_`` of a value the program computes is no case of it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.ones(4))
+        self.c = torch.full((4,), 2.0)  # a tensor constant
+        self.what = what
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.what == "buffer":
+            return x + self.b.detach_()
+        if self.what == "constant":
+            return x * self.c.detach_()
+        return (x + self.b).detach_() + self.c
+
+
+_ROUNDTRIP = Backend("export_roundtrip", "export_roundtrip")
+
+
+def _flat(module: torch.nn.Module) -> Program:
+    return placed(import_ep(torch.export.export(module, (torch.randn(4),))), _SETUP, True)
+
+
+def test_detach_of_a_buffer_or_constant_after_the_round_trip_is_finding_17() -> None:
+    for what in ("buffer", "constant"):
+        finding = _finding(_flat(_DetachesState(what)), _ROUNDTRIP)
+        assert finding is not None and finding.kind == "crash", what
+        assert "Can't detach views in-place" in finding.detail, what
+        assert _explained_by(finding) == [17], what
+
+
+def test_detach_of_a_computed_value_is_kept_and_not_finding_17() -> None:
+    program = _flat(_DetachesState("computed"))
+    assert _finding(program, _ROUNDTRIP) is None  # the round trip is right on it
+    fake = Finding("export_roundtrip", "crash", "made up", program, (torch.randn(4),),
+                   cause="aten.detach_.default", setup=_SETUP, compiler=_ROUNDTRIP)
+    assert _explained_by(fake) == []  # nothing to rewrite: the avoid gives the program itself
+
+
+def test_differential_counts_finding_17_as_known_not_new() -> None:
+    programs = st.sampled_from([_flat(_DetachesState("buffer"))])
+    report = differential({"export_roundtrip": "export_roundtrip"}, programs=programs,
+                          max_examples=2, shrink_seconds=2)
+    assert report.findings == ()
+    assert report.raw >= 1
+    assert {name.split(":")[0] for name in report.known} == {"torch.export.load#17"}
