@@ -322,6 +322,42 @@ def test_repro_leaves_out_inputs_the_program_no_longer_uses():
     assert check_repro(text, planted.eager) == []
 
 
+def test_repro_keeps_unread_state_tied_with_state_it_reads_and_so_shows_torchs_crash():
+    """Finding 18: two buffer names of one tensor, one written in place. The program reads only
+    one name; the repro still registers the other, tied, which ``run_decompositions`` needs to
+    crash. A buffer neither read nor tied is still left out."""
+    from lowering.fuzz.backends import resolve
+    from lowering.fuzz.repro import check_repro, repro_script
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            shared = torch.zeros(4)
+            self.register_buffer("a", shared)
+            self.register_buffer("b", shared)
+            self.register_buffer("lone", torch.ones(4))
+
+        def forward(self, x):
+            self.a.add_(x.mean(0))
+            return x * 2
+
+    args = (torch.ones(2, 4),)
+    m = M()
+    p = import_ep(torch.export.export(m, args))
+    state = {"a": m.a, "b": m.a, "lone": m.lone}
+    text = repro_script(p, args, {}, state, target="decompositions", summary="s")
+    assert "# tied with it" in text and "'lone'" not in text and "self.lone" not in text
+    (backend,) = resolve({"decompositions": "decompositions"})
+    problems = check_repro(text, backend.compile)
+    try:  # torch's own crash, on the eager module (2.13 and 2.14 have it)
+        torch.export.export(M(), args).run_decompositions()
+        torch_crashes = False
+    except AssertionError:
+        torch_crashes = True
+    assert bool(problems) == torch_crashes  # the repro shows it exactly where torch has it
+    assert not torch_crashes or "compiled_fn to be GraphModule" in " ".join(problems)
+
+
 def _cancelling_program():
     class M(torch.nn.Module):
         def forward(self, x):

@@ -5,7 +5,7 @@
 with the exact values the fuzzer ran, tied state as one tensor under both names, buffer and input
 updates written back in place as the lowered program does), ``make_inputs()`` (the positional
 inputs the program reads or writes, exact values, keyword inputs made positional; an input it
-no longer uses is left out; in a short script, ``exact=False``, large floating tensors are
+no longer uses is left out, but not state tied with state it uses; in a short script, ``exact=False``, large floating tensors are
 drawn from a seed instead), ``compile_backend(module)`` (the backend
 as the fuzzer ran it) and ``difference(compile=compile_backend)`` (every output, input written
 and state, eager against compiled, both under ``torch.no_grad()``; the problems as sentences,
@@ -117,10 +117,15 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
     if nested:  # a call's signature reads its inputs, and a holder module is made per path
         read |= {a.name for c in program.call_signatures.values() for a in c.inputs if a.name}
         init += [f"        self.{path} = Mod({path!r})" for path in module_paths(program)]
+    # a state tied with state read is kept even where unread: torch sees the two names alias
+    read_values = {id(state[s.target]) for s in sig.inputs
+                   if s.kind in _STATE_KINDS and (s.name in read or s.target in read)
+                   and isinstance(state.get(s.target), torch.Tensor)}
     for spec in sig.inputs:
         if spec.kind not in _STATE_KINDS or spec.target in attr_of:
             continue
-        if spec.name not in read and spec.target not in read:
+        if spec.name not in read and spec.target not in read \
+                and id(state.get(spec.target)) not in read_values:
             continue
         fqn = spec.target
         attr = fqn if nested else names.fresh(fqn.replace(".", "_"))
