@@ -289,6 +289,32 @@ def test_a_spent_shrink_total_reports_findings_as_drawn_and_their_repros_not_run
         differential({"off": _always_off}, shrink_total=-1)
 
 
+def test_a_shrink_that_raises_keeps_the_finding_as_drawn_and_counts_the_fuzzer_bug(monkeypatch):
+    from lowering.fuzz import search
+
+    def broken(self, finding, seconds):
+        raise RuntimeError("a fuzzer bug")
+
+    monkeypatch.setattr(search._Search, "shrink", broken)
+    report = differential({"off": _always_off}, max_examples=4, shrink_seconds=1)
+    assert report.findings and all(f.repro for f in report.findings)
+    assert report.unrunnable.get("shrinking: RuntimeError") == len(report.findings)
+
+
+def test_shapes_with_a_data_dependent_size_compare_without_a_guard():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from lowering.fuzz.reduce import _same_shape
+
+    u0 = ShapeEnv().create_unbacked_symint()
+    with pytest.raises(Exception, match="data-dependent"):
+        bool(torch.Size([u0]) == torch.Size([1]))  # what a plain comparison does
+    assert not _same_shape(torch.Size([u0]), torch.Size([1]))
+    assert _same_shape(torch.Size([u0, 2]), torch.Size([u0, 2]))
+    assert not _same_shape(torch.Size([2, 3]), torch.Size([2, 4]))
+    assert not _same_shape(torch.Size([2]), torch.Size([2, 1]))
+
+
 def test_the_time_budget_is_spent_and_user_known_predicates_are_asked():
     asked = []
 

@@ -131,6 +131,18 @@ def isolated(program: Program, name: str) -> Program | None:
     return program.replace(modules=modules, signature=signature, call_signatures=calls)
 
 
+def _same_shape(a: torch.Size, b: torch.Size) -> bool:
+    """Whether two shapes are the same, a symbolic size only by its expression: never a guard
+    (a data-dependent size, ``u0``, cannot be compared with a number without one). O(dims)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        symbolic = isinstance(x, torch.SymInt) or isinstance(y, torch.SymInt)
+        if (str(x) != str(y)) if symbolic else (x != y):
+            return False
+    return True
+
+
 def bypassed(program: Program, name: str) -> Program | None:
     """``program`` with node ``name`` of its root graph bypassed (module docstring), or
     ``None`` when no operand can stand for it. O(nodes)."""
@@ -142,7 +154,7 @@ def bypassed(program: Program, name: str) -> Program | None:
     stand_in = None
     for arg in node.inputs():
         other = graph.node(arg.name).meta.get("val")
-        if isinstance(other, torch.Tensor) and other.shape == val.shape \
+        if isinstance(other, torch.Tensor) and _same_shape(other.shape, val.shape) \
                 and other.dtype == val.dtype and other.device == val.device:
             stand_in = arg
             break

@@ -98,7 +98,8 @@ class FuzzReport:
     (the search alone); ``operators`` / ``features`` (how many programs reached each);
     ``known`` (per known deviation, how many raw findings it explained); ``refused`` (programs
     eager and the backends all refused); ``raw`` (raw findings, before deduplication);
-    ``unrunnable`` (per error, the programs that could not be lowered or judged: a fuzzer bug
+    ``unrunnable`` (per error, the programs that could not be lowered or judged, and, as
+    ``shrinking: <error>``, the findings whose shrinking raised, kept as drawn: a fuzzer bug
     or a strategy's, never a backend's); ``unsupported`` (per label, the crashes that were
     refusals torch documents or that the backend's reference shares:
     ``lowering.fuzz.refusals``; never findings); ``skipped`` (under ``grad=True``, per reason,
@@ -374,7 +375,11 @@ class _Search:
             if self.progress is not None:
                 self.progress(f"fuzz: shrinking {finding.backend} {finding.kind} at "
                               f"{finding.cause} (example {finding.example})")
-            small = self.shrink(finding, seconds)
+            try:
+                small = self.shrink(finding, seconds)
+            except Exception as exc:  # noqa: BLE001 - a fuzzer bug: counted, the drawn one kept
+                self.unrunnable[f"shrinking: {type(exc).__name__}"] += 1
+                small = finding
             if small is not finding and self.explained(small) is not None:
                 self.known[self.explained(small) or ""] += finding.count
                 continue
