@@ -136,8 +136,11 @@ def repro_script(program: Program, args: tuple, kwargs: Mapping[str, Any],
         if not isinstance(value, torch.Tensor):
             raise ReproError(f"state {fqn!r} is not a tensor ({type(value).__name__}); the repro "
                              "writer spells tensor state only")
-        if id(value) in seen:
-            init.append(f"        self.{attr} = self.{seen[id(value)]}  # tied with it")
+        if id(value) in seen:  # a buffer is tied by registering it (an attribute is a constant)
+            init.append(f"        {holder}.register_buffer({last!r}, self.{seen[id(value)]}, "
+                        f"persistent={bool(spec.persistent)})  # tied with it"
+                        if spec.kind == "buffer" else
+                        f"        self.{attr} = self.{seen[id(value)]}  # tied with it")
             continue
         seen[id(value)] = attr
         literal = tensor(value)
