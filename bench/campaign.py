@@ -14,8 +14,8 @@ grad=...)`` in a worker process of its own (``python -m bench.campaign --cell ba
 a crash or a hang in torch costs that cell only: the worker runs in a process group of its own
 and is killed with it at its hard limit (``bench.bounded``), ``S`` + a shrink allowance +
 a start-up margin (:func:`cell_timeout`), and the cell's outcome is then ``timeout`` (with the
-search's last progress line). A combination the fuzzer refuses (``grad`` with ``aot_inductor``,
-which compiles for inference only) is no cell to run: it is listed as ``n/a: <reason>``, and so
+search's last progress line). A combination the fuzzer refuses (``grad`` with ``aot_inductor``
+or ``decompositions``, which compile for inference only) is no cell to run: it is listed as ``n/a: <reason>``, and so
 is a cell whose ``differential`` call raised ``FuzzError``.
 
 The budget: ``--cpu-hours H`` over ``--jobs J`` workers (default 2) is a wall budget of
@@ -143,7 +143,7 @@ def refusal(backend: str, mode: str) -> str:
 
     _, grad = MODES[mode]
     if grad and backend in INFERENCE_ONLY:
-        return (f"{backend} compiles for inference only (its outputs carry no autograd graph); "
+        return (f"{backend} compiles for inference only ({INFERENCE_ONLY[backend]}); "
                 "differential refuses grad=True for it")
     return ""
 

@@ -37,8 +37,9 @@ def test_a_combination_the_fuzzer_refuses_is_na_with_its_reason_and_costs_no_bud
                                                "aot_inductor-plain"]
     assert {c.seconds for c in plan.runnable} == {600.0}  # 1800 s over the 3 that run
     assert campaign.refusal("aot_inductor", "sizes3") == ""
+    assert "inference only" in campaign.refusal("decompositions", "grad")
     assert all(campaign.refusal(b, m) == "" for b in campaign.DEFAULT_BACKENDS
-               for m in campaign.MODES)
+               for m in campaign.MODES if (b, m) != ("decompositions", "grad"))
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -151,6 +151,8 @@ def test_bad_mode_arguments_are_named():
         differential({"x": planted.eager}, grad="yes")
     with pytest.raises(FuzzError, match="inference only"):
         differential({"x": "aot_inductor"}, grad=True)
+    with pytest.raises(FuzzError, match="inference only.*run_decompositions"):
+        differential({"x": "decompositions"}, grad=True)  # torch's inference IR: no backward
     args = _parser().parse_args(["--backend", "inductor", "--sizes", "3", "--grad"])
     assert args.sizes == 3 and args.grad is True
     assert fuzz_main(["--backend", "aot_inductor", "--grad"]) == 2  # named, nothing run

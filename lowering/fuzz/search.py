@@ -195,11 +195,12 @@ def differential(
                         f"at), got {sizes!r}")
     if not isinstance(grad, bool):
         raise FuzzError(f"grad must be a bool, got {grad!r}")
-    inference_only = [b.name for b in resolved if b.target in INFERENCE_ONLY]
+    inference_only = [b for b in resolved if b.target in INFERENCE_ONLY]
     if grad and inference_only:
-        raise FuzzError(f"backend {inference_only[0]!r} compiles for inference only (its "
-                        "callable's outputs carry no autograd graph); grad=True is not "
-                        "supported for it")
+        first = inference_only[0]
+        raise FuzzError(f"backend {first.name!r} compiles for inference only "
+                        f"({INFERENCE_ONLY[first.target]}); "
+                        "grad=True is not supported for it")
     strategy = default_programs(resolved, symbolic=sizes > 1) if programs is None else programs
     if not isinstance(strategy, st.SearchStrategy):
         raise FuzzError(f"programs must be a hypothesis strategy of Programs, got {strategy!r}")
@@ -224,8 +225,14 @@ def differential(
                       unshrunk)
 
 
-INFERENCE_ONLY = frozenset({"aot_inductor"})
-"""Built-in targets whose callables give no autograd graph: refused under ``grad=True``."""
+INFERENCE_ONLY: dict[str, str] = {
+    "aot_inductor": "its callable's outputs carry no autograd graph",
+    "decompositions": "torch documents run_decompositions' graph as inference IR; a backward "
+                      "through its module is not supported (aten.copy has no derivative, "
+                      "embedding_bag becomes _embedding_bag_forward_only, batch_norm's saved "
+                      "running stats are written in place)",
+}
+"""Built-in targets compiled for inference only, with why: refused under ``grad=True``."""
 
 
 class _Stop(BaseException):
