@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -225,13 +226,13 @@ def differential(
                       unshrunk)
 
 
-INFERENCE_ONLY: dict[str, str] = {
+INFERENCE_ONLY: Mapping[str, str] = MappingProxyType({
     "aot_inductor": "its callable's outputs carry no autograd graph",
     "decompositions": "torch documents run_decompositions' graph as inference IR; a backward "
                       "through its module is not supported (aten.copy has no derivative, "
                       "embedding_bag becomes _embedding_bag_forward_only, batch_norm's saved "
                       "running stats are written in place)",
-}
+})
 """Built-in targets compiled for inference only, with why: refused under ``grad=True``."""
 
 
