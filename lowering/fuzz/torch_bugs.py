@@ -230,7 +230,10 @@ def _state_detached_out_of_place(program: Program) -> Program:
         if not found:
             return graph
         swap = {n.name for n in found}
-        return Graph.of(n.replace(target=_DETACH) if n.name in swap else n for n in graph)
+        w = kn.WorkingGraph(graph, indexed=False)
+        for n in graph:
+            w.add(n.replace(target=_DETACH) if n.name in swap else n)
+        return w.finish()[0]
 
     return map_graphs(program, rewrite)
 
