@@ -468,7 +468,8 @@ def _fill_vals(
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     known = [n.meta["val"] for n in graph_nodes if "val" in n.meta]
-    mode = detect_fake_mode(known) or FakeTensorMode(shape_env=ShapeEnv())
+    mode = detect_fake_mode(known) or FakeTensorMode(shape_env=ShapeEnv(),
+                                                     allow_non_fake_inputs=True)
     placeholders = [n for n in graph_nodes if n.op == PLACEHOLDER]
     for n, spec in zip(placeholders, inputs):
         if "val" in n.meta:

@@ -154,6 +154,30 @@ def test_new_fake_mode_makes_fake_tensors_that_run_ops_without_a_meta_kernel():
             torch.empty(2, 3, device="meta"), 0.1, 0, -128, 127)
 
 
+def test_purefx_fake_modes_take_a_real_constant_as_torch_exports_does():
+    """AOTInductor compiles an ``ExportedProgram`` under the mode of its placeholders' vals,
+    meeting ``ep.constants`` as real tensors: purefx's modes (generated and parsed programs,
+    symbolic sizes, ``export_ep``'s propagation) take them as ``torch.export``'s mode does."""
+
+    class WithConstant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.arange(4.0)  # a tensor constant
+
+        def forward(self, x):
+            return x * self.c
+
+    ep = torch.export.export(WithConstant(), (torch.ones(3, 4),))
+    exports = next(n.meta["val"].fake_mode for n in ep.graph.nodes if n.op == "placeholder")
+    ours = [ir_seam.new_fake_mode(), ir_seam.new_symbolic_size("b", 3, 2, 8)[0]]
+    for mode in [exports, *ours]:
+        assert mode.allow_non_fake_inputs
+        fake = mode.from_tensor(torch.ones(3, 4))
+        with mode:
+            out = fake * torch.arange(4.0)  # a real constant met with a fake value
+        assert type(out).__name__ == "FakeTensor" and tuple(out.shape) == (3, 4)
+
+
 def test_fake_failures_unlogged_keeps_torchs_traceback_off_the_log(caplog):
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     with caplog.at_level(logging.ERROR):
