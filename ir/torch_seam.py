@@ -244,9 +244,10 @@ def real_tensors() -> contextlib.AbstractContextManager:
     return _unset_fake_temporarily()
 
 
-def new_fake_mode() -> Any:
-    """A new ``FakeTensorMode`` (``torch._subclasses.fake_tensor``) without a shape env: the
-    mode whose tensors ``torch.export`` puts in ``meta["val"]``. Tensors made under it are
+def new_fake_mode(shape_env: Any = None) -> Any:
+    """A new ``FakeTensorMode`` (``torch._subclasses.fake_tensor``), over ``shape_env`` where
+    one is given (``None``: none, static shapes): the mode whose tensors ``torch.export`` puts
+    in ``meta["val"]``. Tensors made under it are
     ``FakeTensor``s of a real device (``cpu``) that run every operator, those without a Meta
     kernel too (fake quantization, say), through its fallback on zero-filled real tensors.
     The generated programs of ``ir.strategies`` make one per program, and the parser one per
@@ -255,13 +256,13 @@ def new_fake_mode() -> Any:
     ``ExportedProgram`` of purefx's keeps its tensor constants real in ``ep.constants``, and
     what compiles it under the program's own mode (AOTInductor) meets them so.
     ``FakeTensorMode(allow_non_fake_inputs=)`` takes the same arguments in 2.13-2.15. O(1)."""
-    return _FakeTensorMode(allow_non_fake_inputs=True)
+    return _FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
 
 
 def new_symbolic_size(name: str, hint: int, low: int, high: int) -> tuple[Any, Any, dict]:
     """A new fake mode with a shape env and one symbolic size of it, as ``torch.export`` makes
     for ``Dim(name, min=low, max=high)`` traced at ``hint``: ``(mode, size, ranges)`` (the mode
-    as :func:`new_fake_mode`'s, with a shape env), the size
+    :func:`new_fake_mode` makes over a new shape env), the size
     a ``SymInt`` whose symbol ranges over ``[low, high]`` (``var_to_range``), ``ranges`` the
     ``{symbol: ValueRanges(low, high)}`` an ``ExportedProgram``'s ``range_constraints`` holds.
     ``ShapeEnv.create_symbol`` / ``create_symintnode`` with a ``ConstantSource``
@@ -280,8 +281,7 @@ def new_symbolic_size(name: str, hint: int, low: int, high: int) -> tuple[Any, A
     symbol = env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC)
     env.constrain_symbol_range(symbol, compiler_min=low, compiler_max=high)
     size = env.create_symintnode(symbol, hint=hint, source=source)
-    return (_FakeTensorMode(shape_env=env, allow_non_fake_inputs=True), size,
-            {symbol: ValueRanges(low, high)})
+    return new_fake_mode(env), size, {symbol: ValueRanges(low, high)}
 
 
 # The logger torch's fake tensor mode reports a failed meta kernel on (``log.exception`` before

@@ -35,12 +35,11 @@ from ir.module import SUBGRAPH, ModuleId, call_target
 from ir.node import CALL_FUNCTION, EMPTY_META, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.runtime import expect_constant
-from ir.torch_seam import fake_failures_unlogged, pytree
+from ir.torch_seam import fake_failures_unlogged, new_fake_mode, pytree
 from ir.tree_calls import flatten_by_spec, torch_equivalent, unflatten_tree
 from lowering.lower import copy_state, torch_signature
 from lowering.lowering_seam import (
     FakeTensor,
-    FakeTensorMode,
     TrainingIRVerifier,
     Verifier,
     detect_fake_mode,
@@ -468,8 +467,7 @@ def _fill_vals(
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     known = [n.meta["val"] for n in graph_nodes if "val" in n.meta]
-    mode = detect_fake_mode(known) or FakeTensorMode(shape_env=ShapeEnv(),
-                                                     allow_non_fake_inputs=True)
+    mode = detect_fake_mode(known) or new_fake_mode(ShapeEnv())
     placeholders = [n for n in graph_nodes if n.op == PLACEHOLDER]
     for n, spec in zip(placeholders, inputs):
         if "val" in n.meta:

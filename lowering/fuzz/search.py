@@ -388,8 +388,9 @@ class _Search:
             except Exception as exc:  # noqa: BLE001 - a fuzzer bug: counted, the drawn one kept
                 self.unrunnable[f"shrinking: {type(exc).__name__}"] += 1
                 small = finding
-            if small is not finding and self.explained(small) is not None:
-                self.known[self.explained(small) or ""] += finding.count
+            explained = self.explained(small) if small is not finding else None
+            if explained is not None:
+                self.known[explained] += finding.count
                 continue
             _merge(merged, with_repro(small))
         return list(merged.values()), unshrunk
