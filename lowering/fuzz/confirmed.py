@@ -4,7 +4,8 @@ A finding is made inside the fuzzer (its run of eager and the backend, under its
 repro (``lowering.fuzz.repro``) is a standalone script that runs the shrunk program again,
 eager against the backend, in this process (``Finding.reproduced``). A finding the repro does
 not show (a difference that needs the fuzzer's own state, a refusal that depends on what ran
-before, a program the repro writer cannot spell) is not counted: the report lists it apart, as
+before, a program the repro writer cannot spell, or a repro that shows a difference of another
+kind: ``lowering.fuzz.shown``) is not counted: the report lists it apart, as
 unconfirmed, with why, and ``purefx fuzz``'s exit status ignores it.
 """
 
@@ -31,6 +32,8 @@ def why_unconfirmed(finding: Finding) -> str:
         return "its repro was not run"
     if not finding.repro:
         return "no repro could be written"
+    if finding.repro_shows:
+        return f"its repro shows another difference: {finding.repro_shows[0]}"
     return "its repro does not show it when run again"
 
 

@@ -480,10 +480,13 @@ def shortest_repro(program: Program, args: tuple, kwargs: Mapping[str, Any],
                    observe_state: bool = True,
                    calls: Sequence[tuple[Mapping[str, int], tuple, Mapping[str, Any]]] = (),
                    dynamic: bool = False, grad: bool = False, seed: int = 0,
-                   nested: bool = False) -> tuple[str, list[str]]:
+                   nested: bool = False,
+                   shows: Callable[[list[str]], bool] = bool) -> tuple[str, list[str]]:
     """The shortest script of :func:`repro_script` that shows the finding, and the problems it
     showed when run here (:func:`check_repro` with ``compile``): the short one
-    (``exact=False``) where it shows any, else the exact one (its problems, perhaps none).
+    (``exact=False``) where ``shows(problems)`` (default: it shows any; the fuzzer's
+    ``lowering.fuzz.shown.shows``: the finding's own kind), else the exact one (its problems,
+    perhaps none, perhaps another kind's).
     ``calls``, ``dynamic``, ``grad`` and ``seed`` are :func:`repro_script`'s (every call's
     inputs, drawn or exact alike). ``nested``: the scripts are :func:`repro_script`'s nested
     ones (the program's module calls kept), the flat ones where the calls cannot be written
@@ -506,7 +509,7 @@ def shortest_repro(program: Program, args: tuple, kwargs: Mapping[str, Any],
             problems = check_repro(text, compile)
         except Exception:  # noqa: BLE001 - a repro that does not run reproduces nothing
             problems = []
-        if problems:
+        if shows(problems):
             break
     return text, problems
 

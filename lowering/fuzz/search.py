@@ -13,6 +13,7 @@ repro script (``lowering.fuzz.repro``), checked in this process.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
@@ -39,6 +40,7 @@ from lowering.fuzz.localize import localize
 from lowering.fuzz.reduce import reduce
 from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import ReproError, shortest_repro
+from lowering.fuzz.shown import shows
 from lowering.fuzz.torch_bugs import LISTED_BUGS
 from lowering.fuzz.trial import placed, try_program
 
@@ -52,7 +54,8 @@ class Finding:
     inputs), ``repro`` (a standalone script importing torch only: ``Repro``, ``make_inputs``,
     ``difference``; ``""`` when the program cannot be written out), ``cause`` (the operator held
     to be at the cause), ``error`` (largest difference over the output scale), ``reproduced``
-    (whether the repro showed the difference when run here; ``None``: not run yet),
+    (whether the repro showed the difference, of the finding's own kind, when run here;
+    ``None``: not run yet), ``repro_shows`` (the differences the repro showed, as sentences),
     ``count`` (how many drawn examples gave a finding with this key), ``example`` (the index of
     the first), ``setup`` (device, dtype, seed, sizes, grad), ``compiler`` (the backend
     itself); under ``sizes > 1``: ``call`` (which call of the once-compiled callable showed
@@ -69,6 +72,7 @@ class Finding:
     cause: str = ""
     error: float = 0.0
     reproduced: bool | None = None
+    repro_shows: tuple[str, ...] = ()
     count: int = 1
     example: int = 0
     setup: Setup = attrs.field(factory=Setup)
@@ -497,8 +501,10 @@ def _merge(merged: dict[tuple, Finding], finding: Finding) -> None:
 
 
 def with_repro(finding: Finding) -> Finding:
-    """``finding`` with its repro script written and run here (``reproduced``): the short one
-    where it shows the finding (``lowering.fuzz.repro.shortest_repro``)."""
+    """``finding`` with its repro script written and run here: the short one where it shows
+    the finding (``lowering.fuzz.repro.shortest_repro``), what it showed (``repro_shows``) and
+    whether that is the finding again (``reproduced``: a difference of the finding's own kind,
+    ``lowering.fuzz.shown.shows``; another difference the repro happens to show is not)."""
     setup = finding.setup
     try:
         module = reference_module(finding.program, setup)
@@ -511,11 +517,13 @@ def with_repro(finding: Finding) -> Finding:
             summary=finding.summary(), compile=compile_fn,
             observe_state=backend is None or backend.observes_state,
             calls=finding.calls, dynamic=setup.sizes > 1, grad=setup.grad, seed=setup.seed,
-            nested=backend is not None and backend.wants_calls)
+            nested=backend is not None and backend.wants_calls,
+            shows=functools.partial(shows, finding.kind, finding.detail))
     except ReproError as err:
         return attrs.evolve(finding, repro="", reproduced=False,
                             detail=f"{finding.detail} (no repro: {err})")
-    return attrs.evolve(finding, repro=text, reproduced=bool(problems))
+    return attrs.evolve(finding, repro=text, repro_shows=tuple(problems),
+                        reproduced=shows(finding.kind, finding.detail, problems))
 
 
 def program_features(program: Program) -> frozenset[str]:
