@@ -24,7 +24,7 @@ from lowering.fuzz import BUILTINS, differential
 from lowering.fuzz import refusals as refusals_module
 from lowering.fuzz.backends import TARGETS, resolve
 from lowering.fuzz.fuzz_programs import default_programs
-from lowering.fuzz.judge import Setup
+from lowering.fuzz.judge import ACCEPTS_WHAT_EAGER_REFUSES, Setup
 from lowering.fuzz.reduce import isolated, reduce
 from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import check_repro, repro_script, shortest_repro
@@ -345,3 +345,63 @@ def test_planted_aot_miscompiles_are_found_among_default_programs():
     for name in PLANTED:
         _as_itself(report, name)
     assert not [f for f in report.findings if f.backend == "identity"]
+
+
+def _dead_half_bessel_program():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            torch.special.bessel_y1(x)  # result unused: compiled graphs drop it
+            return x * 2
+
+    return import_ep(torch.export.export(M(), (torch.randn(4, dtype=torch.float16),)))
+
+
+def _accepts_finding(backend_spec, program):
+    backend = resolve({"b": backend_spec})[0]
+    trial = try_program(program, (backend,), Setup(dtype=torch.float16))
+    verdict = trial.verdicts["b"]
+    assert verdict is not None and verdict.detail.startswith(ACCEPTS_WHAT_EAGER_REFUSES), verdict
+    return Finding("b", verdict.kind, verdict.detail, program, trial.args, cause=verdict.cause,
+                   compiler=backend, setup=Setup(dtype=torch.float16))
+
+
+def test_an_input_eager_refuses_that_the_reference_accepts_too_is_not_the_backends():
+    """CPU eager refuses bessel_y1 in float16; in dead code the identity compiler through
+    aot_autograd drops it and runs, and so does its reference: the machinery's, not a
+    finding."""
+    finding = _accepts_finding(planted.identity, _dead_half_bessel_program())
+    label = Refusals().classify(finding)
+    assert label == "accepted by aot_identity too: NotImplementedError: " \
+                    "\"bessel_yN_cpu\" not implemented for 'Half'"
+
+
+def _refusing_like_eager(module):
+    """A backend that runs what eager refuses, where its reference (aot_identity) refuses."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def fw_compiler(gm, example_inputs):
+        for node in list(gm.graph.nodes):
+            if node.target is torch.ops.aten.special_bessel_y1.default:
+                node.target = torch.ops.aten.neg.default
+        gm.recompile()
+        return gm
+
+    return torch.compile(module, backend=aot_autograd(fw_compiler=fw_compiler))
+
+
+def test_an_input_eager_refuses_that_only_the_backend_accepts_stays_a_finding():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.special.bessel_y1(x) * 2
+
+    program = import_ep(torch.export.export(M(), (torch.randn(4, dtype=torch.float16),)))
+    finding = _accepts_finding(_refusing_like_eager, program)
+    assert Refusals().classify(finding) is None
+
+
+def test_the_identity_aot_backend_gives_no_finding_where_eager_refuses_dead_code():
+    report = differential({"identity": planted.identity}, max_examples=1, dtype=torch.float16,
+                          programs=st.just(_dead_half_bessel_program()))
+    assert report.findings == ()
+    assert report.unsupported == {"accepted by aot_identity too: NotImplementedError: "
+                                  "\"bessel_yN_cpu\" not implemented for 'Half'": 1}

@@ -41,6 +41,9 @@ differs (``grad``) and a backward that raises where eager's runs (``grad_crash``
 GRAD_KINDS = frozenset({"grad", "grad_crash"})
 """The kinds only a run with gradients gives."""
 
+ACCEPTS_WHAT_EAGER_REFUSES = "the backend accepts an input eager refuses"
+"""How the detail of a mismatch where eager raised and the backend ran begins."""
+
 
 @attrs.frozen
 class Side:
@@ -155,8 +158,8 @@ def compare(program: Program, got: Side, want: Side,
         if got.error is not None:
             return None
         name, line = want.error
-        return Verdict("mismatch", f"the backend accepts an input eager refuses ({name}: "
-                       f"{line})", ("call", ""), cause=name)
+        return Verdict("mismatch", f"{ACCEPTS_WHAT_EAGER_REFUSES} ({name}: {line})",
+                       ("call", ""), cause=name)
     if got.error is not None:
         name, line = got.error
         return Verdict("crash", f"{name}: {line}", ("call", ""),
@@ -383,5 +386,5 @@ def _placed(x: Any, setup: Setup) -> Any:
     return x.to(setup.device)
 
 
-__all__ = ["GRAD_KINDS", "KINDS", "Setup", "Side", "Verdict", "compare", "example_inputs", "operator_of",
+__all__ = ["ACCEPTS_WHAT_EAGER_REFUSES", "GRAD_KINDS", "KINDS", "Setup", "Side", "Verdict", "compare", "example_inputs", "operator_of",
            "reference_module", "run", "state_value"]

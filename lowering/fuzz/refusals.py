@@ -11,6 +11,13 @@ backend's own:
   backend, ``backend="eager"`` for ``"aot_eager"``) refuses the same program with the same
   innermost error (its type and first line, numbers masked).
 
+The mirror case is not the backend's own either: a mismatch where eager refuses an input and
+the backend runs (``ACCEPTS_WHAT_EAGER_REFUSES``) that the backend's reference runs as well
+(*accepted by the reference too*). The machinery below the backend, not the backend, skipped
+the refusing operator: dynamo and AOTAutograd drop an operator whose result nothing reads, so a
+``float16`` operator that CPU eager refuses, in dead code, raises in eager and not in any
+compiled graph, the identity compiler's included.
+
 A refusal is replayed as the finding was made: the callable built once and called at each of
 the finding's sizes up to the one that raised (``differential(..., sizes=k)``), with the
 backward under ``grad=True`` (a ``grad_crash`` is a refusal too). Such a refusal is
@@ -35,7 +42,12 @@ from ir.program import Program
 from ir.torch_seam import pytree
 from lowering.fuzz.backends import Backend
 from lowering.fuzz.gradients import requiring_grad, weights, written_inputs
-from lowering.fuzz.judge import Setup, example_inputs, reference_module
+from lowering.fuzz.judge import (
+    ACCEPTS_WHAT_EAGER_REFUSES,
+    Setup,
+    example_inputs,
+    reference_module,
+)
 
 
 @attrs.frozen
@@ -171,18 +183,24 @@ class Refusals:
         self.decided: dict[tuple[str, str], str | None] = {}
 
     def classify(self, finding: Any) -> str | None:
-        """The label of ``finding`` (a ``lowering.fuzz.Finding``; a ``crash`` or ``grad_crash``,
-        replayed at the sizes of its ``calls``) when it is an unsupported refusal: ``"documented: <row>"`` or ``"shared with <reference>: <Type: line>"``;
-        ``None`` for a real finding (a mismatch, a crash its reference does not share, a crash
-        that does not happen again). Never raises. At most two builds and runs per new
-        (backend, masked detail)."""
+        """The label of ``finding`` (a ``lowering.fuzz.Finding``, replayed at the sizes of its
+        ``calls``) when it is not the backend's own: a ``crash`` or ``grad_crash`` that is an
+        unsupported refusal, ``"documented: <row>"`` or ``"shared with <reference>: <Type:
+        line>"``; a mismatch where eager refused and the backend ran that its reference runs
+        too, ``"accepted by <reference> too: <eager's error type>"``. ``None`` for a real
+        finding (a value that differs, a crash its reference does not share, a crash that does
+        not happen again, an input the reference refuses as eager does). Never raises. At most
+        two builds and runs per new (backend, masked detail)."""
         backend = getattr(finding, "compiler", None)
-        if finding.kind not in CRASH_KINDS or backend is None:
+        accepts = finding.kind == "mismatch" and finding.detail.startswith(
+            ACCEPTS_WHAT_EAGER_REFUSES)
+        if (finding.kind not in CRASH_KINDS and not accepts) or backend is None:
             return None
         sizes = tuple(at for at, _args, _kwargs in getattr(finding, "calls", ())) or ({},)
         key = (finding.backend, finding.kind, len(sizes), _NUMBER.sub("N", finding.detail))
         if key not in self.decided:
-            self.decided[key] = _decide(backend, finding.program, finding.setup, sizes)
+            decide = _decide_acceptance if accepts else _decide
+            self.decided[key] = decide(backend, finding.program, finding.setup, sizes)
         return self.decided[key]
 
 
@@ -209,6 +227,29 @@ def _decide(backend: Backend, program: Program, setup: Setup,
     if theirs is not None and signature_of(theirs) == signature_of(own):
         return f"shared with {below.target}: {signature_of(own)}"
     return None
+
+
+def _as_is(module: torch.nn.Module) -> torch.nn.Module:
+    return module
+
+
+_EAGER = Backend("eager", "callable", _as_is)
+"""Eager itself, replayed as a backend (the lowered module, run as it is)."""
+
+
+def _decide_acceptance(backend: Backend, program: Program, setup: Setup,
+                       sizes: Sequence[Mapping[str, int]]) -> str | None:
+    below = backend.reference
+    if below is None:
+        return None
+    try:
+        theirs = refusal(below, program, setup, sizes)
+        eager = refusal(_EAGER, program, setup, sizes)
+    except Exception:  # noqa: BLE001 - what cannot be decided stays a finding
+        return None
+    if theirs is not None or eager is None:
+        return None
+    return f"accepted by {below.target} too: {signature_of(eager)}"
 
 
 __all__ = ["CRASH_KINDS", "DOCUMENTED_UNSUPPORTED", "Documented", "Refusals", "documented", "innermost",

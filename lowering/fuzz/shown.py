@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from lowering.fuzz.judge import ACCEPTS_WHAT_EAGER_REFUSES
+
 CRASH = "crash"
 REFUSED = "refused"
 GRADIENT = "gradient"
@@ -26,7 +28,6 @@ _AT_CALL = re.compile(r"^call \d+ \([^)]*\): ")
 _CRASH_TYPE = re.compile(r"^crash: ([A-Za-z_][A-Za-z_0-9.]*)")
 _BACKWARD_TYPE = re.compile(r"^the backward raises ([A-Za-z_][A-Za-z_0-9.]*)")
 _FORWARD_TYPE = re.compile(r"^([A-Za-z_][A-Za-z_0-9.]*):")
-_REFUSED = "the backend accepts an input eager refuses"
 
 
 def sentence_class(sentence: str) -> str:
@@ -35,7 +36,7 @@ def sentence_class(sentence: str) -> str:
     body = _AT_CALL.sub("", sentence, count=1)
     if body.startswith("crash: "):
         return CRASH
-    if body.startswith(_REFUSED):
+    if body.startswith(ACCEPTS_WHAT_EAGER_REFUSES):
         return REFUSED
     if body.startswith("gradient of "):
         return GRADIENT
@@ -49,7 +50,7 @@ def finding_class(kind: str, detail: str) -> str:
         return CRASH
     if kind == "grad":
         return GRADIENT
-    return REFUSED if detail.startswith(_REFUSED) else VALUE
+    return REFUSED if detail.startswith(ACCEPTS_WHAT_EAGER_REFUSES) else VALUE
 
 
 def _crash_type(kind: str, detail: str) -> str | None:
