@@ -149,8 +149,45 @@ class TwoStepsTwice(nn.Module):
         return self.t(self.t(x) + 1)
 
 
+HANDED: dict[str, torch.Tensor] = {}
+"""Values a caller and its preserved module hand each other outside the call signature."""
+
+
+class ReadsHanded(nn.Module):
+    """Reads a value its caller made and makes one its caller writes back, neither in its
+    call signature."""
+
+    def __init__(self, fresh: bool) -> None:
+        super().__init__()
+        self.fresh = fresh
+        self.register_buffer("total", torch.ones(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x * HANDED["y"]
+        base = x.mean(0) if self.fresh else HANDED["y"]
+        HANDED["z"] = base - out.mean(0)
+        return out
+
+
+class CallerWritesBack(nn.Module):
+    """The root computes a value ``y`` of ``h.total``; the preserved ``h`` reads it and makes
+    the buffer's next value ``z`` (from ``y``, or from ``x`` alone: ``fresh``); the root writes
+    ``z`` back into the buffer after the call."""
+
+    def __init__(self, fresh: bool = False) -> None:
+        super().__init__()
+        self.h = ReadsHanded(fresh)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        HANDED["y"] = self.h.total - x.mean(0)
+        out = self.h(x)
+        self.h.total.copy_(HANDED["z"])
+        return out + 1
+
+
 ALL = ((False, False), (False, True), (True, False), (True, True))  # (strict, decompose)
 DECOMPOSED = ((False, True), (True, True))
+NONSTRICT = ((False, False), (False, True))
 CASES: dict[str, Case] = {}
 _x = lambda: (randn(3, D),)
 for _case, _combos in (
@@ -163,6 +200,9 @@ for _case, _combos in (
      ((False, False), (True, False), (True, True))),
     (Case("root_updates_first", seeded(RootUpdatesFirst), _x, preserve=("c",)), DECOMPOSED),
     (Case("two_steps_twice", seeded(TwoStepsTwice), _x, preserve=("t",)), DECOMPOSED),
+    (Case("caller_writes_back", seeded(CallerWritesBack), _x, preserve=("h",)), NONSTRICT),
+    (Case("caller_writes_back_fresh", seeded(lambda: CallerWritesBack(fresh=True)), _x,
+          preserve=("h",)), NONSTRICT),
 ):  # fmt: skip
     register(_case, _combos, CASES)
 
@@ -224,6 +264,23 @@ def test_each_call_writes_its_value_back(strict: bool) -> None:
     }
     assert copies(outlined[True], "c") == [[("b_c_total", v)] for v in ("add", "add_2", "add_4")]
     assert copies(outlined[False], "c") == [[], [], []]
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["inplace", "decomposed"])
+def test_a_value_the_caller_writes_back_is_written_back_in_the_call_that_makes_it(
+        decompose: bool) -> None:
+    """``h`` makes the buffer's next value without returning it and the root writes it back
+    after the call: outlining reads it from the buffer outside ``h``, the root's ``copy_``
+    included, so ``h`` writes it back where it computes it (an ival); before, the root's
+    ``copy_`` became ``copy_(total, total)`` and the update was lost. The root's own ival,
+    the value ``y`` it hands ``h``, is written back after it is computed."""
+    outlined = transform(
+        import_ep(export_case(CASES[variant_name("caller_writes_back", False, decompose)])),
+        (*BEFORE_OUTLINE, outline),
+    )
+    assert copies(outlined, "h") == [[("b_h_total", "sub_1")]]
+    root = [("b_h_total", "sub")] + ([] if decompose else [("b_h_total", "b_h_total")])
+    assert copies(outlined, "") == [root]
 
 
 # --- bad input: reads that no write-back can serve --------------------------------------------

@@ -4,7 +4,10 @@ Runs on the flat root graph before outlining (DESIGN step 4). A value on a root 
 functional update chain (``transforms.preserved.state_traffic.update_chains``) that is read
 across a preserved call boundary the call's signature does not carry it across is an *ival*:
 a ``copy_(input, value)`` right after it (in the call that computes it) writes it back, and
-outlining then reads the input instead, as for any value a ``copy_`` writes.
+outlining then reads the input instead, as for any value a ``copy_`` writes. So is a value a
+``copy_`` in another preserved call writes (a caller writing back, after the call, a value the
+call made and did not return): outlining reads it from the input outside its call, that
+``copy_`` included, so it too is written back where it is computed.
 ``insert_ival_copies`` checks that every such read sees the value it stands for.
 """
 
@@ -13,10 +16,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
-from ir.args import ref
+from ir.args import Ref, ref
 from ir.errors import PassError
 from ir.graph import Graph
-from ir.node import CALL_FUNCTION, PLACEHOLDER
+from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.ops import COPY
 from ir.program import Program
 from ir.signature import ExportSignature
@@ -39,8 +42,9 @@ def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
         frames_of: the module calls a node runs in.
 
     Returns:
-        ``program`` itself when no update-chain value crosses a preserved boundary unsigned;
-        else the program whose root graph writes each such value back where it is computed.
+        ``program`` itself when no update-chain value crosses a preserved boundary unsigned
+        (a value a ``copy_`` in another preserved call writes is such a value); else the
+        program whose root graph writes each such value back where it is computed.
 
     Raises:
         PassError: for an outlined program (run this before ``outline``); from
@@ -57,11 +61,12 @@ def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
         return program
     traffic = state_traffic(program)
     aliases, sources = traffic.aliases, traffic.sources
-    chains = {v: dest for v, dest in traffic.chains.items() if v not in sources}
-    if not chains:
-        return program
     nodes = graph.nodes
     chain_of = preserved_chains(graph, frames_of, frozenset(sigs))[0]
+    chains = {v: dest for v, dest in traffic.chains.items() if v not in sources}
+    chains.update(_copied_from_another_call(nodes, aliases, chain_of))
+    if not chains:
+        return program
     inputs_of = {c: {a.name for a in s.inputs if a.name} for c, s in sigs.items()}
     outputs_of = {c: {a.name for a in s.outputs if a.name} for c, s in sigs.items()}
 
@@ -100,6 +105,28 @@ def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
                 reads.extend((name, position[u]) for u in users[name] if position[u] >= start)
     new_graph: Graph = insert_ival_copies(graph, program.signature, ivals, reads, aliases)
     return with_root_graph(program, new_graph)
+
+
+def _copied_from_another_call(
+    nodes: Sequence[Node], aliases: Mapping[str, str], chain_of: Mapping[str, tuple[str, ...]]
+) -> dict[str, str]:
+    """``{v: dest}`` for each value ``v`` a ``copy_(dest, v)`` writes from another preserved
+    call than the one computing ``v`` (a caller writing back, after the call, a value the call
+    made without returning it). Outlining reads such a ``v`` from ``dest`` outside its call, the
+    ``copy_`` included, so it must be written back where it is computed: an ival. A graph
+    input (a placeholder) is no ival: a call reads it as an input. O(n)."""
+    found: dict[str, str] = {}
+    computed: set[str] = set()
+    for node in nodes:
+        if node.op == CALL_FUNCTION:
+            computed.add(node.name)
+        dest = aliases.get(node.name)
+        if dest is None or node.target is not COPY or not isinstance(node.args[1], Ref):
+            continue
+        value = node.args[1].name
+        if value in computed and value not in aliases and chain_of[value] != chain_of[node.name]:
+            found.setdefault(value, dest)
+    return found
 
 
 def insert_ival_copies(
