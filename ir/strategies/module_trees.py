@@ -221,9 +221,21 @@ class Linear:
 
 @attrs.frozen(cache_hash=True)
 class Call:
-    """``h = self.<child>(h)``: call a child or an alias; the same name twice is a repeated call."""
+    """``h = self.<child>(h)``: call a child or an alias; the same name twice is a repeated call.
+
+    ``handed``: a buffer of the caller through which it hands the child values outside the
+    call's signature. The caller makes ``y = 0.5 * (self.<handed> + s)`` (``s`` as in
+    :class:`UpdateBuffer`) and hands it over; the child (a generated module) runs on ``x * y``
+    and hands back ``z = y - tanh(h).mean(0).detach()`` from its result ``h``, which the caller
+    writes into ``self.<handed>`` with ``copy_`` after the call. With the child preserved,
+    ``y`` and ``z`` cross the preserved boundary unsigned: values of state a call reads and
+    makes (torch's "ivals"). Only in the root of a non-strict export
+    (:func:`assign_buffer_allowed`), and only to a generated module.
+    """
 
     child: str = attrs.field(validator=_identifier)
+    handed: str | None = attrs.field(default=None,
+                                     validator=attrs.validators.optional(_identifier))
 
 
 @attrs.frozen(cache_hash=True)
@@ -428,7 +440,7 @@ _OP_REFERENCES: dict[type, tuple[tuple[str, str], ...]] = {
     Binary: (("operand", "vector"),),
     MatMul: (("weight", "matrix"),),
     Linear: (("weight", "matrix"), ("bias", "vector_param")),
-    Call: (("child", "callable"),),
+    Call: (("child", "callable"), ("handed", "buffer")),
     UpdateBuffer: (("buffer", "buffer"),),
     AssignBuffer: (("buffer", "buffer"),),
     Residual: (),
@@ -442,6 +454,10 @@ def _check_op(spec: ModuleSpec, op: OpSpec) -> None:
         if value is not None and value not in names[namespace]:
             raise ValueError(f"{type(op).__name__}.{field} must be one of "
                              f"{list(names[namespace])} ({namespace}), got {value!r}")
+    if isinstance(op, Call) and op.handed is not None \
+            and not isinstance(_resolve_child(spec, "", op.child)[0], ModuleSpec):
+        raise ValueError(f"Call.handed needs a generated module (a ModuleSpec) to hand values "
+                         f"to, got a call of {op.child!r}")
 
 
 def _check_program_spec(spec: ProgramSpec) -> None:
@@ -458,10 +474,10 @@ def _check_program_spec(spec: ProgramSpec) -> None:
     if spec.decompose and not decompose_allowed(spec.root, spec.strict):
         raise ValueError("decompose=True needs strict=True when a module registered under "
                          "two names updates a buffer in place (see decompose_allowed)")
-    for path in _walk_assignments(spec.root):
+    for path, kind in _walk_assignments(spec.root):
         if not assign_buffer_allowed(spec.strict, root=not path):
             where = f"module {path!r}" if path else "the root under strict=True"
-            raise ValueError(f"AssignBuffer is only exported faithfully in the root of a "
+            raise ValueError(f"{kind} is only exported faithfully in the root of a "
                              f"non-strict export (see assign_buffer_allowed), got one in {where}")
 
 
@@ -536,12 +552,16 @@ def assign_buffer_allowed(strict: bool, root: bool) -> bool:
     return root and not strict
 
 
-def _walk_assignments(spec: ChildSpec, path: str = "") -> Iterator[str]:
-    """Paths of modules (canonical) whose ops contain an AssignBuffer."""
+def _walk_assignments(spec: ChildSpec, path: str = "") -> Iterator[tuple[str, str]]:
+    """``(path, kind)`` of the modules (canonical) whose ops write a buffer outside an in-place
+    op of their own: an AssignBuffer, or a Call that hands its child values (``handed``)."""
     for module_path, module in _canonical_walk(spec, path):
-        if isinstance(module, ModuleSpec) and any(isinstance(op, AssignBuffer)
-                                                  for op in module.ops):
-            yield module_path
+        if not isinstance(module, ModuleSpec):
+            continue
+        if any(isinstance(op, AssignBuffer) for op in module.ops):
+            yield module_path, "AssignBuffer"
+        if any(isinstance(op, Call) and op.handed is not None for op in module.ops):
+            yield module_path, "Call.handed"
 
 
 def _join(prefix: str, name: str) -> str:
@@ -674,6 +694,17 @@ def _apply_assign(m: nn.Module, op: AssignBuffer, h: torch.Tensor, x: torch.Tens
     return h
 
 
+def _call(m: nn.Module, op: Call, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    child = getattr(m, op.child)
+    if op.handed is None:
+        return child(h)
+    buffer = getattr(m, op.handed)
+    object.__setattr__(child, "_handed", (buffer + _signal(h)) * 0.5)
+    h = child(h)
+    buffer.copy_(child.__dict__.pop("_handed_back"))
+    return h
+
+
 def _add_toward(buffer: torch.Tensor, signal: torch.Tensor) -> torch.Tensor:
     return buffer.add_((signal - buffer) * 0.5)
 
@@ -689,7 +720,7 @@ _RULES = {
     MatMul: lambda m, op, h, x: torch.matmul(h, getattr(m, op.weight)),
     Linear: lambda m, op, h, x: F.linear(h, getattr(m, op.weight),
                                          None if op.bias is None else getattr(m, op.bias)),
-    Call: lambda m, op, h, x: getattr(m, op.child)(h),
+    Call: _call,
     UpdateBuffer: _apply_update,
     AssignBuffer: _apply_assign,
     Residual: lambda m, op, h, x: (h + x) * 0.5,
@@ -711,7 +742,12 @@ class GeneratedModule(nn.Module):
         self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _run_ops(self, self.ops, x)
+        handed = self.__dict__.pop("_handed", None)  # a caller's ``Call.handed`` value
+        if handed is None:
+            return _run_ops(self, self.ops, x)
+        h = _run_ops(self, self.ops, x * handed)
+        object.__setattr__(self, "_handed_back", handed - _signal(h))
+        return h
 
 
 class GeneratedRoot(GeneratedModule):
@@ -888,7 +924,8 @@ MODULE_FEATURES = (
     "sharing",  # Alias children and repeated nn.Sequential slots (needs a child feature)
     "buffers",  # buffers, read by Binary ops
     "buffer_updates",  # in-place add_/mul_ on buffers (needs "buffers")
-    "buffer_assign",  # self.buf = ... in the root (needs "buffers")
+    "buffer_assign",  # self.buf = ... and Call.handed (values handed to a child and a buffer
+    # written from what it hands back) in the root (needs "buffers")
     "non_persistent",  # persistent=False buffers (needs "buffers")
     "constants",  # plain tensor attributes (lifted constants)
     "frozen_params",  # requires_grad=False parameters
@@ -991,6 +1028,7 @@ def _op_kinds(draft: _ModuleDraft, limits: _Limits, depth_left: int) -> list[str
          and bool(module_paths(draft.spec(with_ops=False)))),
         ("update_buffer", limits.has("buffer_updates") and bool(names["buffer"])),
         ("assign_buffer", draft.assign_ok and bool(names["buffer"])),
+        ("call_handed", draft.assign_ok and bool(names["buffer"]) and bool(_generated(draft))),
     ]
     return [kind for kind, available in rows if available]
 
@@ -1041,8 +1079,17 @@ def _draw_op(draw: st.DrawFn, draft: _ModuleDraft, limits: _Limits, depth_left: 
     return _draw_call(draw, draft, limits, depth_left, kind)
 
 
+def _generated(draft: _ModuleDraft) -> list[str]:
+    """The children of ``draft`` that are generated modules (what ``Call.handed`` calls)."""
+    return [child.name for child in draft.children if isinstance(child.spec, ModuleSpec)]
+
+
 def _draw_call(draw: st.DrawFn, draft: _ModuleDraft, limits: _Limits, depth_left: int,
                kind: str) -> Call:
+    if kind == "call_handed":
+        names = _state_names(draft.spec(with_ops=False))
+        return Call(draw(st.sampled_from(_generated(draft))),
+                    draw(st.sampled_from(names["buffer"])))
     if kind == "call_new":
         name = f"c{len(draft.children)}"
         draft.children.append(Child(name, _draw_child(draw, limits, depth_left)))
