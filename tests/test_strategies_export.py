@@ -13,6 +13,7 @@ import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis.errors import InvalidArgument
 
+from ir import import_ep
 from ir.strategies.module_trees import (
     ALL_FEATURES,
     MODULE_FEATURES,
@@ -39,6 +40,8 @@ from ir.strategies.module_trees import (
     program_specs,
     realize,
 )
+from lowering.pass_laws import check_program
+from transforms import transform
 
 settings.register_profile(
     "purefx-strategies-export",
@@ -217,11 +220,47 @@ def test_strategy_arguments_are_checked(factory, kwargs, names) -> None:
         (lambda: ProgramSpec(root=ModuleSpec(ops=(AssignBuffer("b"),),
                                              buffers=(BufferSpec("b"),)), strict=True),
          "AssignBuffer"),
+        (lambda: ModuleSpec(ops=(Call("c0", handed="missing"),),
+                            children=(Child("c0", ModuleSpec()),)), "handed"),
+        (lambda: ModuleSpec(ops=(Call("c0", handed="b"),), children=(Child("c0", LinearSpec()),),
+                            buffers=(BufferSpec("b"),)), "generated module"),
+        (lambda: ProgramSpec(root=_handing_root(), strict=True), "Call.handed"),
+        (lambda: ProgramSpec(root=ModuleSpec(ops=(Call("m"),), children=(
+            Child("m", _handing_root()),))), "Call.handed"),
     ],
 )
 def test_spec_invariants_are_checked(build, names) -> None:
     with pytest.raises(ValueError, match=names):
         build()
+
+
+def _handing_root() -> ModuleSpec:
+    """A root that hands its child ``c0`` a value made from buffer ``b`` and writes what the
+    child hands back into ``b`` (``Call.handed``)."""
+    return ModuleSpec(ops=(Call("c0", handed="b"), Unary("tanh")),
+                      children=(Child("c0", ModuleSpec(ops=(Unary("tanh"),))),),
+                      buffers=(BufferSpec("b"),))
+
+
+def test_a_handed_call_runs_the_child_on_the_handed_value_and_writes_back_what_it_hands():
+    spec = ProgramSpec(_handing_root(), seed=3)
+    model = realize(spec)
+    (x,), _ = example_inputs(spec)
+    b = model.b.clone()
+    y = (b + torch.tanh(x).mean(0)) * 0.5
+    h = torch.tanh(x * y)
+    assert torch.allclose(model(x), torch.tanh(h))
+    assert torch.allclose(model.b, y - torch.tanh(h).mean(0))
+    assert "_handed" not in model.c0.__dict__ and "_handed_back" not in model.c0.__dict__
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_a_preserved_child_handed_values_exports_and_obeys_the_laws(decompose) -> None:
+    """The values cross the preserved boundary unsigned: ivals the root computes and writes
+    back. ``transform`` lost the root's write-back here before ``insert_ivals`` treated the
+    value the child hands back as an ival."""
+    spec = ProgramSpec(_handing_root(), preserve=("c0",), decompose=decompose, seed=5)
+    check_program(transform, import_ep(export_spec(spec)))
 
 
 # Shrinking: the documented minimal examples --------------------------------------------------
