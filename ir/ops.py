@@ -67,6 +67,7 @@ METHOD = "method"  #: a ``call_method`` target: a Tensor method's name (``"add_"
 
 #: The operators purefx itself writes into graphs.
 COPY = torch.ops.aten.copy_.default
+CLONE = torch.ops.aten.clone.default
 SYM_SIZE = torch.ops.aten.sym_size.int
 MAKE_DEP_TOKEN = torch.ops.aten._make_dep_token.default
 

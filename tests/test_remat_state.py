@@ -206,12 +206,23 @@ def test_siblings_handing_back_one_value_verify_and_run(decompose: bool) -> None
 def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
     """Before (flat, decomposed, twice): ``bn@1`` reads ``add``, ``getitem_3`` and ``getitem_4``,
     the batch count and running statistics ``bn`` computed. Expected: a ``copy_`` into each
-    buffer right after each of them (in ``bn``), so that ``bn@1`` reads the buffers; nothing else
+    buffer right after each of them (in ``bn``), so that ``bn@1`` reads the buffers; and, since
+    ``bn@1`` writes each buffer again after reading it, a snapshot ``<value>_read =
+    clone(<value>)`` right before its first reader there, which the reader reads (an operator
+    that saved the buffer for the backward would see the later write); nothing else
     changes."""
+    from ir.args import map_refs
     from ir.graph import Graph
     from ir.node import CALL_FUNCTION, Node
-    from ir.ops import COPY
+    from ir.ops import CLONE, COPY
     from transforms.preserved.ivals import insert_ivals
+
+    def by_name(p):
+        return p.root_module.graph.by_name()
+
+    def _in_second_call(node) -> bool:
+        stack = node.meta.get("nn_module_stack") or {}
+        return any(key.endswith("@1") for key in stack)
 
     torch.manual_seed(0)
     flat = transform(import_ep(export_bn(NormTwice().train(), False, True)), BEFORE_OUTLINE)
@@ -223,7 +234,19 @@ def test_batchnorm_statistics_read_by_the_next_call_are_written_back() -> None:
         "getitem_4": "b_bn_running_var",
     }
     nodes, names = [], {n.name for n in before.root_module.graph.nodes}
+    snapshot: dict[str, str] = {}
     for node in before.root_module.graph.nodes:
+        read = [r.name for r in node.inputs() if r.name in writes and node.name != "copy_"
+                and _in_second_call(node)]
+        for value in read:
+            if value not in snapshot:
+                snapshot[value] = f"{value}_read"
+                val = {**node.meta, "val": by_name(before)[value].meta["val"]}
+                nodes.append(Node(CALL_FUNCTION, snapshot[value], CLONE, (ref(value),),
+                                  EMPTY_DICT, val))
+        if read:
+            node = node.replace(args=map_refs(
+                node.args, lambda r: ref(snapshot[r.name]) if r.name in snapshot else r))
         nodes.append(node)
         if node.name in writes:
             name = next(f"copy__{i}" for i in range(1, 99) if f"copy__{i}" not in names)

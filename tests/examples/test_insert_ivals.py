@@ -2,7 +2,9 @@
 preserved call computes and that is read across its boundary without its signature carrying it
 (an *ival*) gets a ``copy_(buffer, value)`` right after it, in the call that computes it (the copy
 carries the value's module stack); the reads are not changed (``outline`` then reads the buffer
-instead). Nothing else changes."""
+instead), except where the buffer is written again after the read: the reading call's first
+reader reads a snapshot, ``<value>_read = clone(<value>)`` right before it. Nothing else
+changes."""
 
 from __future__ import annotations
 
@@ -106,14 +108,17 @@ TWICE = HEAD.replace("%NEW", "%add_1") + """\
 
 
 def test_a_buffer_updated_by_each_of_two_calls_is_written_back_in_each():
-    # a@1 reads a's update of n (add) and the root reads a@1's (add_1): neither is signed
+    # a@1 reads a's update of n (add) and the root reads a@1's (add_1): neither is signed;
+    # a@1 writes n again after its read, so it reads a snapshot of add (an operator that saved
+    # n for the backward would see that write)
     expected = TWICE.replace(
         "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a",
         "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a\n"
         "      %copy_ = call_function[aten.copy_.default](%b_n, %add)  # stack: a",
     ).replace(
         "%add_1 = call_function[aten.add.Tensor](%add, %relu)  # stack: a@1",
-        "%add_1 = call_function[aten.add.Tensor](%add, %relu)  # stack: a@1\n"
+        "%add_read = call_function[aten.clone.default](%add)  # stack: a@1\n"
+        "      %add_1 = call_function[aten.add.Tensor](%add_read, %relu)  # stack: a@1\n"
         "      %copy__1 = call_function[aten.copy_.default](%b_n, %add_1)  # stack: a@1",
     )
     check(text(TWICE), text(expected))

@@ -15,6 +15,7 @@ programs (measured when this was written).
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import Phase, settings
 from lawcases import before
 
@@ -47,6 +48,11 @@ def _added(p: Program, q: Program) -> list:
     """The root nodes of ``q`` that ``p`` does not have (what the stage inserted)."""
     old = {n.name for n in p.root_module.graph.nodes}
     return [n for n in q.root_module.graph.nodes if n.name not in old]
+
+
+def _write_backs(p: Program, q: Program) -> set[str]:
+    """The ``copy_`` nodes ``insert_ivals`` added to ``p`` (not its snapshots' ``clone``s)."""
+    return {n.name for n in _added(p, q) if n.target is torch.ops.aten.copy_.default}
 
 
 # --- planted bugs in rematerialize --------------------------------------------------------------
@@ -84,7 +90,10 @@ def ivals_first_only(p: Program, frames_of=node_frames) -> Program:
     """Writes back only the first ival of each state."""
     q = insert_ivals(p, frames_of)
     written, dropped = set(), set()
+    copies = _write_backs(p, q)
     for n in _added(p, q):
+        if n.name not in copies:
+            continue
         if n.args[0].name in written:
             dropped.add(n.name)
         written.add(n.args[0].name)
@@ -95,7 +104,7 @@ def ivals_write_the_previous_value(p: Program, frames_of=node_frames) -> Program
     """Each write-back writes the value before the ival on the state's update chain."""
     q = insert_ivals(p, frames_of)
     graph = q.root_module.graph
-    copies = {n.name for n in _added(p, q)}
+    copies = _write_backs(p, q)
     return _with_nodes(q, [
         n.replace(args=(n.args[0], graph.node(n.args[1].name).args[0])) if n.name in copies
         else n
@@ -110,7 +119,7 @@ def ivals_in_the_reader(p: Program, frames_of=node_frames) -> Program:
     graph = q.root_module.graph
     chain = preserved_chains(graph, frames_of, frozenset(q.call_signatures))[0]
     nodes = list(graph.nodes)
-    copies = {n.name for n in _added(p, q)}
+    copies = _write_backs(p, q)
     moved: dict[str, list] = {}
     for i, n in enumerate(nodes):
         if n.name not in copies:

@@ -16,11 +16,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
-from ir.args import Ref, ref
+from ir.args import Ref, map_refs, ref
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
-from ir.ops import COPY
+from ir.ops import CLONE, COPY
 from ir.program import Program
 from ir.signature import ExportSignature
 from transforms import kernel as kn
@@ -103,8 +103,56 @@ def insert_ivals(program: Program, frames_of: FrameOf = node_frames) -> Program:
         for name in inputs_of.get(call, ()):
             if name in ivals:
                 reads.extend((name, position[u]) for u in users[name] if position[u] >= start)
-    new_graph: Graph = insert_ival_copies(graph, program.signature, ivals, reads, aliases)
+    new_graph: Graph = insert_ival_copies(graph, program.signature, ivals, reads, aliases,
+                                          chain_of)
     return with_root_graph(program, new_graph)
+
+
+def _overwritten_reads(
+    reads: Sequence[tuple[str, int]],
+    ivals: Mapping[str, str],
+    writes: Mapping[str, list[int]],
+    aliases: Mapping[str, str],
+    nodes: Sequence[Node],
+) -> dict[int, list[str]]:
+    """Per reader position, the ivals it reads through a state that is written again at or
+    after the reader (times as in ``insert_ival_copies``: node ``i`` runs at ``4i``); a reader
+    that writes that state itself (the ``copy_`` writing ``v`` back) reads no snapshot. O(r)."""
+    found: dict[int, list[str]] = {}
+    for value, at in reads:
+        dest = ivals[value]
+        if aliases.get(nodes[at].name) == dest or writes[dest][-1] < 4 * at:
+            continue
+        values = found.setdefault(at, [])
+        if value not in values:
+            values.append(value)
+    return found
+
+
+def _reading_snapshots(
+    w: kn.WorkingGraph,
+    node: Node,
+    values: Sequence[str],
+    by_name: Mapping[str, Node],
+    snapshots: dict[tuple[str, tuple[str, ...] | None], Ref],
+    call: tuple[str, ...] | None,
+) -> Node:
+    """``node`` reading a snapshot of each of ``values``: the one its call already made, or a
+    new ``clone`` placed now (before ``node``), named after the value and carrying ``node``'s
+    meta with the value's ``val``."""
+    swap: dict[str, Ref] = {}
+    for value in values:
+        key = (value, call if call is not None else (node.name,))
+        snapshot = snapshots.get(key)
+        if snapshot is None:
+            made = w.make_carrying(CALL_FUNCTION, CLONE, (ref(value),), meta=node.meta,
+                                   val=by_name[value].meta.get("val"), base=f"{value}_read")
+            w.add(made)
+            snapshot = snapshots[key] = made.ref
+        swap[value] = snapshot
+    args = map_refs(node.args, lambda r: swap.get(r.name, r))
+    kwargs = map_refs(node.kwargs, lambda r: swap.get(r.name, r))
+    return node.replace(args=args, kwargs=kwargs)
 
 
 def _copied_from_another_call(
@@ -135,8 +183,16 @@ def insert_ival_copies(
     ivals: Mapping[str, str],
     reads: Sequence[tuple[str, int]],
     aliases: Mapping[str, str],
+    calls: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Graph:
-    """``graph`` with ``copy_(dest, v)`` right after each ``v`` of ``ivals`` (``{v: dest}``).
+    """``graph`` with ``copy_(dest, v)`` right after each ``v`` of ``ivals`` (``{v: dest}``),
+    and each read of ``v`` through ``dest`` that ``dest`` is written again after reading a
+    snapshot of it: ``clone(v)`` right before the first such reader in each preserved call
+    (``calls``: node -> the preserved calls it runs in; ``None``: one snapshot per reader
+    node), carrying that reader's ``meta`` so that it lands in the reader's call. An operator
+    that saves ``v`` for the backward then holds the snapshot, which the later write leaves
+    alone (read through ``dest`` itself, ``backward()`` would raise torch's "modified by an
+    inplace operation" where eager's runs: eager's ``v`` is a tensor of its own).
 
     Each copy carries ``v``'s ``meta`` (``kernel.WorkingGraph.make_carrying``, named after
     ``copy_`` among the graph's names), so outlining puts it in the call that computes ``v``.
@@ -187,8 +243,15 @@ def insert_ival_copies(
                     "preserved call that reads it; re-export so that the old value is cloned "
                     "before the update"
                 )
+    overwritten = _overwritten_reads(reads, ivals, writes, aliases, nodes)
+    by_name = graph.by_name()
     w = kn.WorkingGraph(graph, indexed=False)
-    for node in nodes:
+    snapshots: dict[tuple[str, tuple[str, ...] | None], Ref] = {}
+    for i, node in enumerate(nodes):
+        values = overwritten.get(i)
+        if values:
+            call = calls.get(node.name) if calls is not None else None
+            node = _reading_snapshots(w, node, values, by_name, snapshots, call)
         w.add(node)
         dest = ivals.get(node.name)
         if dest is not None:
