@@ -133,3 +133,25 @@ def test_a_program_without_preserved_calls_is_returned_as_it_is():
     plain = ONCE[: ONCE.index("  preserved calls:")] + ONCE[ONCE.index("  module <root>"):]
     p = program(plain)
     assert insert_ivals(p) is p
+
+
+def test_a_call_reading_an_ival_twice_reads_one_snapshot():
+    # a@1 reads add twice before it writes n again: one clone, before the first, read by both
+    twice_read = TWICE.replace(
+        "%add_1 = call_function[aten.add.Tensor](%add, %relu)  # stack: a@1",
+        "%pre = call_function[aten.mul.Tensor](%add, %relu)  # stack: a@1\n"
+        "      %add_1 = call_function[aten.add.Tensor](%add, %pre)  # stack: a@1",
+    )
+    expected = twice_read.replace(
+        "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a",
+        "%add = call_function[aten.add.Tensor](%b_n, %x)  # stack: a\n"
+        "      %copy_ = call_function[aten.copy_.default](%b_n, %add)  # stack: a",
+    ).replace(
+        "%pre = call_function[aten.mul.Tensor](%add, %relu)  # stack: a@1\n"
+        "      %add_1 = call_function[aten.add.Tensor](%add, %pre)  # stack: a@1",
+        "%add_read = call_function[aten.clone.default](%add)  # stack: a@1\n"
+        "      %pre = call_function[aten.mul.Tensor](%add_read, %relu)  # stack: a@1\n"
+        "      %add_1 = call_function[aten.add.Tensor](%add_read, %pre)  # stack: a@1\n"
+        "      %copy__1 = call_function[aten.copy_.default](%b_n, %add_1)  # stack: a@1",
+    )
+    check(text(twice_read), text(expected))
