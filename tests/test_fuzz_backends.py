@@ -405,3 +405,16 @@ def test_the_identity_aot_backend_gives_no_finding_where_eager_refuses_dead_code
     assert report.findings == ()
     assert report.unsupported == {"accepted by aot_identity too: NotImplementedError: "
                                   "\"bessel_yN_cpu\" not implemented for 'Half'": 1}
+
+
+def test_a_value_that_differs_is_never_replayed_as_a_refusal(monkeypatch):
+    """Only crashes and inputs eager refuses are replayed (``Refusals.classify``); a value that
+    differs is a finding at once, at no cost."""
+    replays = []
+    monkeypatch.setattr(refusals_module, "refusal", lambda *a, **k: replays.append(a))
+    backend = resolve({"b": planted.identity})[0]
+    for kind, detail in (("mismatch", "output 0: 4 of 4 values differ"),
+                         ("grad", "gradient of input 0: 4 of 4 values differ")):
+        finding = Finding("b", kind, detail, _alpha_program(), (), compiler=backend)
+        assert Refusals().classify(finding) is None
+    assert replays == []
