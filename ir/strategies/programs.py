@@ -1098,10 +1098,45 @@ class _Builder:
                 frame = self.frames.pop()
                 scope.vals.append(self._sum(crossed, list(dict.fromkeys(outs))))
                 self.frames.append(frame)
-        if buffer is not None and state & 2:
+        if buffer is not None and state & 2 and not (
+                self._written_from_inside(obj.record)
+                and self._overwrite_from_inside(path, buffer, scope, outs)):
             frame = self.frames.pop()
             self._update(path, buffer, outs[0], z >> 1)
             self.frames.append(frame)
+
+    def _written_from_inside(self, rec: bytes) -> bool:
+        """Whether the caller's write of a buffer crossing out of a preserved call
+        (``crossing_state``) overwrites it with a value the call made and did not return (one
+        such write in four, the bits scattered with the record)."""
+        return scatter(self.opset_seed, *rec) >> 9 & 3 == 0
+
+    def _overwrite_from_inside(self, path: str, name: str, scope: _Scope, outs: list[Ref]
+                               ) -> bool:
+        """In the preserved call now running: ``made = mean(outs[0], [0])``, unsigned; then, in
+        its caller, state ``name`` overwritten in place with it (``copy_(old, made)``): a value
+        crossing out of the call into the caller's write, as eager's
+        ``self.sub.b.copy_(z)`` of a ``z`` made inside ``sub``. ``False`` (nothing made) where
+        the state's update style is functional (a functional write of ``made`` is written back
+        in the call that makes it, no crossing). In a dense program without
+        ``stale_signatures`` the caller also reads every output (none looks stale)."""
+        fqn = self.fqns[(path, name)]
+        tid = self.tensor_of[fqn]
+        if self.styles.get(tid, "inplace_mutation") != "inplace_mutation" \
+                or "inplace_mutation" not in self._styles_on():
+            return False
+        made = self._op(aten.mean.dim, (outs[0], IList((0,))), shape=(WIDTH,))
+        self.crossing_only.add(made)
+        frame = self.frames.pop()
+        self.styles.setdefault(tid, "inplace_mutation")
+        new = self._op(aten.copy_.default, (self._read_state(path, name), made), shape=(WIDTH,))
+        self.state_values.add(new.name)
+        self.current[tid] = new
+        self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+        if self.dense and "stale_signatures" not in self.on:
+            scope.vals.append(self._sum(outs[0], list(dict.fromkeys(outs))))
+        self.frames.append(frame)
+        return True
 
     def _lone(self, scope: _Scope, kind: int, x: int, y: int, z: int) -> bool:
         """Whether this step of the fixed vocabulary reads a new user input instead of an

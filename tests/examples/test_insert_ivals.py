@@ -155,3 +155,40 @@ def test_a_call_reading_an_ival_twice_reads_one_snapshot():
         "      %copy__1 = call_function[aten.copy_.default](%b_n, %add_1)  # stack: a@1",
     )
     check(text(twice_read), text(expected))
+
+
+CALLER_WRITES = HEAD.replace("    %NEW: buffer_mutation n\n", "") + """\
+  call order: ('', 'a')
+  module <root>: Top
+    graph 0:
+      %b_n = placeholder
+      %x = placeholder
+      %relu = call_function[aten.relu.default](%x)  # stack: a
+      %made = call_function[aten.neg.default](%relu)  # stack: a
+      %copy_ = call_function[aten.copy_.default](%b_n, %made)
+      %mul = call_function[aten.mul.Tensor](%relu, %x)
+      return (%mul,)
+  module a: A"""
+
+
+def test_a_value_the_caller_writes_into_state_is_written_back_where_it_is_made():
+    # the root writes made, which a computes and does not return, into n after the call: it
+    # is written back in a (outlining reads it from n outside a, the root's copy_ included)
+    check(
+        text(CALLER_WRITES),
+        text(CALLER_WRITES.replace(
+            "%made = call_function[aten.neg.default](%relu)  # stack: a",
+            "%made = call_function[aten.neg.default](%relu)  # stack: a\n"
+            "      %copy__1 = call_function[aten.copy_.default](%b_n, %made)  # stack: a",
+        )),
+    )
+
+
+def test_an_input_a_call_writes_into_state_is_no_ival():
+    # a writes the root's input x into n: x is an input of the program, read as one, not a value
+    # a call makes
+    p = program(text(CALLER_WRITES.replace(
+        "%copy_ = call_function[aten.copy_.default](%b_n, %made)",
+        "%copy_ = call_function[aten.copy_.default](%b_n, %x)  # stack: a",
+    )))
+    assert insert_ivals(p) is p

@@ -161,9 +161,12 @@ def _copied_from_another_call(
     """``{v: dest}`` for each value ``v`` a ``copy_(dest, v)`` writes from another preserved
     call than the one computing ``v`` (a caller writing back, after the call, a value the call
     made without returning it). Outlining reads such a ``v`` from ``dest`` outside its call, the
-    ``copy_`` included, so it must be written back where it is computed: an ival. A graph
-    input (a placeholder) is no ival: a call reads it as an input. O(n)."""
+    ``copy_`` included, so it must be written back where it is computed: an ival, unless a
+    ``copy_`` in its own call already writes it back (as this pass's own result does: it is
+    idempotent). A graph input (a placeholder) is no ival: a call reads it as an input.
+    O(n)."""
     found: dict[str, str] = {}
+    at_home: set[str] = set()  # values a copy_ in their own call already writes back
     computed: set[str] = set()
     for node in nodes:
         if node.op == CALL_FUNCTION:
@@ -172,9 +175,13 @@ def _copied_from_another_call(
         if dest is None or node.target is not COPY or not isinstance(node.args[1], Ref):
             continue
         value = node.args[1].name
-        if value in computed and value not in aliases and chain_of[value] != chain_of[node.name]:
+        if value not in computed or value in aliases:
+            continue
+        if chain_of[value] == chain_of[node.name]:
+            at_home.add(value)
+        else:
             found.setdefault(value, dest)
-    return found
+    return {value: dest for value, dest in found.items() if value not in at_home}
 
 
 def insert_ival_copies(
