@@ -45,7 +45,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     (``crossing_state``, with a buffer update style): the caller updates a buffer of the called
     module before the call, which reads it first, or the call updates it last and the caller
     updates it again after the call (export's functional values of one buffer, made on both
-    sides of the boundary: what ``insert_ivals`` writes back). A ``torch.no_grad()`` region, a
+    sides of the boundary: what ``insert_ivals`` writes back), in one such write in four
+    overwriting it in place with a value the call made and did not return (eager's
+    ``self.sub.b.copy_(z)`` of a ``z`` made inside ``sub``). A ``torch.no_grad()`` region, a
     run of nodes as the body of a ``wrap_with_set_grad_enabled`` call that mostly spans module
     calls (``grad_regions``: what ``split_hop_bodies`` splits). The last three are opt-in
     (:data:`OPT_IN_FEATURES`).
