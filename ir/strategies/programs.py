@@ -1122,19 +1122,14 @@ class _Builder:
         the state's update style is functional (a functional write of ``made`` is written back
         in the call that makes it, no crossing). In a dense program without
         ``stale_signatures`` the caller also reads every output (none looks stale)."""
-        fqn = self.fqns[(path, name)]
-        tid = self.tensor_of[fqn]
+        tid = self.tensor_of[self.fqns[(path, name)]]
         if self.styles.get(tid, "inplace_mutation") != "inplace_mutation" \
                 or "inplace_mutation" not in self._styles_on():
             return False
         made = self._op(aten.mean.dim, (outs[0], IList((0,))), shape=(WIDTH,))
         self.crossing_only.add(made)
         frame = self.frames.pop()
-        self.styles.setdefault(tid, "inplace_mutation")
-        new = self._op(aten.copy_.default, (self._read_state(path, name), made), shape=(WIDTH,))
-        self.state_values.add(new.name)
-        self.current[tid] = new
-        self.mutated.setdefault(tid, ("inplace_mutation", fqn))
+        self._update(path, name, outs[0], 0, overwrite=aten.copy_.default, delta=made)
         if self.dense and "stale_signatures" not in self.on:
             scope.vals.append(self._sum(outs[0], list(dict.fromkeys(outs))))
         self.frames.append(frame)
@@ -1953,15 +1948,18 @@ class _Builder:
         found = self.current.get(self.tensor_of[fqn])
         return found if found is not None else ref(self.input_of[fqn])
 
-    def _update(self, path: str, name: str, a: Ref, z: int, overwrite: Any = None) -> None:
+    def _update(self, path: str, name: str, a: Ref, z: int, overwrite: Any = None,
+                delta: Ref | None = None) -> None:
         """An update of state ``name`` by ``mean(a, [0])`` in the style its tensor has (drawn
-        by ``z`` at its first update), or ``overwrite`` (``copy_``) of it in place."""
+        by ``z`` at its first update), or ``overwrite`` (``copy_``) of it in place; ``delta``:
+        the value to update it by, made already (in another frame), instead of that mean."""
         fqn = self.fqns[(path, name)]
         tid = self.tensor_of[fqn]
         styles = ("inplace_mutation",) if overwrite is not None else self._styles_on()
         style = self.styles.setdefault(tid, styles[z % len(styles)])
         old = self._read_state(path, name)
-        delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
+        if delta is None:
+            delta = self._op(aten.mean.dim, (a, IList((0,))), shape=(WIDTH,))
         ops = _INPLACE if style == "inplace_mutation" else _FUNCTIONAL
         new = self._op(overwrite or ops[z // 2 % len(ops)], (old, delta), shape=(WIDTH,))
         self.state_values.add(new.name)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 
 from lowering.fuzz.judge import ACCEPTS_WHAT_EAGER_REFUSES
+from lowering.fuzz.refusals import CRASH_KINDS
 
 CRASH = "crash"
 REFUSED = "refused"
@@ -46,7 +47,7 @@ def sentence_class(sentence: str) -> str:
 def finding_class(kind: str, detail: str) -> str:
     """The class of a finding of ``kind`` (``lowering.fuzz.judge.KINDS``) whose detail is
     ``detail``. O(len(detail))."""
-    if kind in ("crash", "grad_crash"):
+    if kind in CRASH_KINDS:
         return CRASH
     if kind == "grad":
         return GRADIENT

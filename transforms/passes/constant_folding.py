@@ -28,9 +28,6 @@ __all__ = ["DEFAULT_MAX_BYTES", "fold_constants"]
 DEFAULT_MAX_BYTES = 1 << 20
 """``fold_constants``' default bound on one folded tensor: 1 MiB."""
 
-CLONE = torch.ops.aten.clone.default
-
-
 @gc_paused
 def fold_constants(
     p: Program, max_bytes: int = DEFAULT_MAX_BYTES, *, listener: kn.Listener | None = None
@@ -252,7 +249,7 @@ def _rebuild(
             )
             w.add(constant)
             if n.name in exposed:
-                w.add(n.replace(target=CLONE, args=(constant.ref,), kwargs=EMPTY_DICT))
+                w.add(n.replace(target=ops.CLONE, args=(constant.ref,), kwargs=EMPTY_DICT))
             else:
                 w.replace(n.name, constant.ref)
             continue
