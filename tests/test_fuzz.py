@@ -63,9 +63,10 @@ def test_planted_broadcast_alpha_is_found_shrunk_and_localized(planted_report):
     assert finding.kind == "mismatch" and finding.cause == "aten.add.Tensor"
     assert finding.reproduced is True
     ops = [n for n in finding.program.root_module.graph.nodes if n.op == "call_function"]
-    # 3 before issue 62's merged draw stream; now 5 (an add, a sort and a sub that reads it):
-    # isolating the cause's call does not take on that program (an open gap, docs/fuzz.md)
-    assert len(ops) <= 5, finding.summary()
+    # the one add in every run measured (shrink budgets of 2 s, 4 s under load, 12 s and none):
+    # the localized node is isolated after the reduction (tests/test_fuzz_reduce.py); 2 leaves
+    # room for a shrink cut short on a loaded machine (it was 5 to 7 operators before)
+    assert len(ops) <= 2, finding.summary()
     assert "class Repro(nn.Module)" in finding.repro and "def make_inputs(" in finding.repro
 
 

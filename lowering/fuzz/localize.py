@@ -71,9 +71,17 @@ def with_live_calls(program: Program) -> Program:
 
 def localize(program: Program, backend: Backend, setup: Setup, kind: str,
              seconds: float | None = None) -> str | None:
-    """The operator of the first node (of the first :data:`MOST_CUTS` tensor-valued compute
-    nodes, tried within ``seconds``) whose :func:`truncated` program gives a finding of
-    ``kind`` with ``backend``; ``None`` when none does. O(cuts * (lower + compile + run))."""
+    """The operator of the node :func:`first_wrong` names (``"aten.add.Tensor"``); ``None``
+    when it names none. O(cuts * (lower + compile + run))."""
+    name = first_wrong(program, backend, setup, kind, seconds)
+    return None if name is None else operator_of(program.root_module.graph, name)
+
+
+def first_wrong(program: Program, backend: Backend, setup: Setup, kind: str,
+                seconds: float | None = None) -> str | None:
+    """The name of the first node (of the first :data:`MOST_CUTS` tensor-valued compute nodes,
+    tried within ``seconds``) whose :func:`truncated` program gives a finding of ``kind`` with
+    ``backend``; ``None`` when none does. O(cuts * (lower + compile + run))."""
     tried = 0
     deadline = None if seconds is None else time.monotonic() + seconds
     for node in program.root_module.graph.nodes:
@@ -90,8 +98,8 @@ def localize(program: Program, backend: Backend, setup: Setup, kind: str,
             continue
         verdict = trial.verdicts[backend.name]
         if trial.eager.error is None and verdict is not None and verdict.kind == kind:
-            return operator_of(program.root_module.graph, node.name)
+            return node.name
     return None
 
 
-__all__ = ["MOST_CUTS", "localize", "truncated", "with_live_calls"]
+__all__ = ["MOST_CUTS", "first_wrong", "localize", "truncated", "with_live_calls"]

@@ -7,14 +7,18 @@ the finding still holds (``still(candidate)``):
 1. where the operator at the cause is known, one call of it *isolated* (:func:`isolated`): the
    program of that node alone, each operand it computed from other nodes made a new user input
    of the same shape and dtype; the first such call for which the finding holds ends the
-   reduction (a one-operator bug gives a one-operator program);
+   reduction (a one-operator bug gives a one-operator program). The node the caller localized
+   (``at``: the first whose cut program is wrong, ``lowering.fuzz.localize.first_wrong``) is
+   tried first, then the first :data:`MOST_ISOLATED` calls of the operator;
 2. the program cut after one of its outputs (``lowering.fuzz.localize.truncated``: that
    output alone, the nodes after it dropped), the first output for which the finding holds;
    else dead code dropped (``transforms.passes.dce.eliminate_dead_code``);
 3. compute nodes *bypassed*, last first, in chunks that halve (half the nodes at once, then a
    quarter, ..., then one by one): a bypassed node's uses read one of its own operands of the
    same shape and dtype instead (an in-place node is dropped, its uses reading the tensor it
-   wrote), then dead code dropped again.
+   wrote), then dead code dropped again;
+4. where step 3 made the program smaller, step 1 again on what is left (the call at the cause,
+   past the first few in the drawn program, is often among them now).
 
 Every candidate is a valid program: a bypassed node's operand has the node's shape and dtype,
 and a preserved call signature naming a value the candidate no longer has is dropped
@@ -42,20 +46,17 @@ from transforms.passes.dce import eliminate_dead_code
 
 
 def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float = 60.0,
-           cause: str | None = None) -> Program:
+           cause: str | None = None, at: str | None = None) -> Program:
     """The smallest program reached from ``program`` by the steps of the module docstring,
     each kept only where ``still`` holds for it, within ``seconds``; ``cause``: the operator
-    held to be at the cause (``"aten.add.Tensor"``), whose calls are isolated first.
-    ``program`` itself when no step is kept. O(nodes) calls of ``still`` (O(log nodes) when
-    most nodes can go)."""
+    held to be at the cause (``"aten.add.Tensor"``), whose calls are isolated first; ``at``:
+    the node of ``program`` held to be at the cause, isolated before them. ``program`` itself
+    when no step is kept. O(nodes) calls of ``still`` (O(log nodes) when most nodes can go),
+    plus at most ``2 * MOST_ISOLATED + 1`` isolations."""
     deadline = time.monotonic() + seconds
-    if cause is not None:
-        calls = [n.name for n in program.root_module.graph.nodes
-                 if n.op == CALL_FUNCTION and str(n.target) == cause]
-        for name in calls[:MOST_ISOLATED]:
-            candidate = isolated(program, name)
-            if candidate is not None and still(candidate):
-                return candidate
+    alone = _isolated_call(program, still, cause, at)
+    if alone is not None:
+        return alone
     best = program
     for name in _user_outputs(program):
         candidate = _dce(truncated(program, name))
@@ -85,7 +86,27 @@ def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float
         if size == 1:
             break
         size = max(1, size // 2)
+    if best is not program:
+        alone = _isolated_call(best, still, cause, None)
+        if alone is not None:
+            return alone
     return best
+
+
+def _isolated_call(program: Program, still: Callable[[Program], bool], cause: str | None,
+                   at: str | None) -> Program | None:
+    """Step 1 of the module docstring: the first of node ``at`` and the first
+    :data:`MOST_ISOLATED` calls of operator ``cause`` whose :func:`isolated` program ``still``
+    holds for; ``None`` when none. O(MOST_ISOLATED) calls of ``still``."""
+    nodes = program.root_module.graph.nodes
+    calls = [] if cause is None else [n.name for n in nodes
+                                      if n.op == CALL_FUNCTION and str(n.target) == cause]
+    tried = [at] if at is not None else []
+    for name in dict.fromkeys([*tried, *calls[:MOST_ISOLATED]]):
+        candidate = isolated(program, name)
+        if candidate is not None and still(candidate):
+            return candidate
+    return None
 
 
 MOST_ISOLATED = 3

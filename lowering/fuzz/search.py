@@ -34,10 +34,10 @@ from ir.program import Program
 from lowering.fuzz.backends import Backend, FuzzError, resolve
 from lowering.fuzz.call_sizes import size_sets, sizes_text
 from lowering.fuzz.fuzz_programs import default_programs, whole_paths
-from lowering.fuzz.judge import Setup, Verdict, reference_module, state_value
+from lowering.fuzz.judge import Setup, Verdict, operator_of, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
-from lowering.fuzz.localize import localize
-from lowering.fuzz.reduce import reduce
+from lowering.fuzz.localize import first_wrong
+from lowering.fuzz.reduce import isolated, reduce
 from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import ReproError, shortest_repro
 from lowering.fuzz.shown import shows
@@ -402,10 +402,10 @@ class _Search:
     def shrink(self, finding: Finding, seconds: float) -> Finding:
         """``finding`` with the smallest program reached within about ``2 * seconds``: the
         strategy's draws replayed and shrunk by hypothesis (nothing when the replay does not
-        meet the finding again), the operator at the cause localized
-        (``lowering.fuzz.localize``), the program reduced node by node keeping that operator
-        (``lowering.fuzz.reduce``), and localized again. Every step keeps a finding of its
-        kind."""
+        meet the finding again), the node at the cause localized (the first whose cut program
+        is wrong, ``lowering.fuzz.localize.first_wrong``), the program reduced node by node
+        keeping its operator, that node isolated first (``lowering.fuzz.reduce``), then
+        localized again and that node isolated. Every step keeps a finding of its kind."""
         target_key = program_key(finding.program)
         calls = [0]
         best: list[Finding] = []
@@ -437,9 +437,10 @@ class _Search:
         except (Exception, _Lost):  # noqa: BLE001, S110 - _Again, or hypothesis's Flaky
             pass  # the best candidate so far is kept either way
         small = best[-1] if best else finding
-        cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
-        if cause is not None:
-            small = attrs.evolve(small, cause=cause)
+        wrong = first_wrong(small.program, small.compiler, self.setup, small.kind, seconds)
+        if wrong is not None:
+            small = attrs.evolve(small, cause=operator_of(small.program.root_module.graph,
+                                                          wrong))
         last: list[Finding] = []
 
         def still(program: Program) -> bool:
@@ -448,10 +449,16 @@ class _Search:
                 last.append(again)
             return again is not None
 
-        reduce(small.program, still, seconds=seconds, cause=small.cause)
+        reduce(small.program, still, seconds=seconds, cause=small.cause, at=wrong)
         small = attrs.evolve(last[-1], cause=small.cause) if last else small
-        cause = localize(small.program, small.compiler, self.setup, small.kind, seconds)
-        return attrs.evolve(small, cause=cause) if cause is not None else small
+        wrong = first_wrong(small.program, small.compiler, self.setup, small.kind, seconds)
+        if wrong is None:
+            return small
+        small = attrs.evolve(small, cause=operator_of(small.program.root_module.graph, wrong))
+        alone = isolated(small.program, wrong)
+        if alone is not None and alone != small.program and still(alone):
+            return attrs.evolve(last[-1], cause=small.cause)
+        return small
 
     def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
         """``finding`` again on ``program`` (its backend gives a finding of its kind, at its

@@ -1,0 +1,122 @@
+"""Reducing a finding's program (``lowering.fuzz.reduce``) reaches the call at the cause wherever
+it stands: the node localized as first wrong is isolated first, and after the node-by-node
+bypass the calls of the operator at the cause are isolated again on what is left."""
+
+from __future__ import annotations
+
+import fuzz_planted as planted
+import torch
+from hypothesis import strategies as st
+
+from ir import import_ep
+from ir.node import CALL_FUNCTION
+from lowering.fuzz import differential
+from lowering.fuzz.backends import resolve
+from lowering.fuzz.judge import Setup
+from lowering.fuzz.localize import MOST_CUTS, first_wrong, localize
+from lowering.fuzz.reduce import MOST_ISOLATED, reduce
+from lowering.fuzz.trial import try_program
+
+ADD = "aten.add.Tensor"
+BACKENDS = resolve({"alpha": planted.drop_alpha_when_broadcast})
+
+
+class _LateBroadcast(torch.nn.Module):
+    """Adds that do not broadcast (alpha 1) before the one the planted backend gets wrong: a
+    broadcasting add with alpha 2, whose second operand comes from two keepdim means (no node
+    on that path has an operand of its own shape, so none can be bypassed)."""
+
+    def forward(self, x, b):
+        y = x + 1.0
+        y = y + x
+        y = y + 2.0
+        y = y + x
+        m = y.mean(1, keepdim=True) + y.mean(0, keepdim=True)
+        return torch.add(b, m, alpha=2.0)
+
+
+def _program():
+    ep = torch.export.export(_LateBroadcast(), (torch.randn(2, 4), torch.randn(4)))
+    return import_ep(ep)
+
+
+def _ops(program):
+    return [n for n in program.root_module.graph.nodes if n.op == CALL_FUNCTION]
+
+
+def _still(seen):
+    def still(candidate):
+        seen.append(candidate)
+        return try_program(candidate, BACKENDS, Setup()).verdicts["alpha"] is not None
+    return still
+
+
+def _wrong_add(program):
+    return next(n.name for n in _ops(program) if n.kwargs.get("alpha") == 2.0)
+
+
+def test_the_drawn_program_has_the_wrong_add_past_the_first_isolated_calls():
+    adds = [n.name for n in _ops(_program()) if str(n.target) == ADD]
+    assert adds.index(_wrong_add(_program())) >= MOST_ISOLATED
+    assert try_program(_program(), BACKENDS, Setup()).verdicts["alpha"] is not None
+
+
+def test_the_node_at_the_cause_is_isolated_first():
+    program = _program()
+    seen = []
+    small = reduce(program, _still(seen), cause=ADD, at=_wrong_add(program))
+    assert [str(n.target) for n in _ops(small)] == [ADD]
+    assert len(seen) == 1  # one trial: the localized node, isolated
+
+
+def test_after_the_bypass_the_call_at_the_cause_is_isolated_on_what_is_left():
+    seen = []
+    small = reduce(_program(), _still(seen), cause=ADD)
+    (add,) = _ops(small)
+    assert str(add.target) == ADD and add.kwargs.get("alpha") == 2.0
+
+
+def test_without_a_cause_the_bypass_alone_is_kept():
+    small = reduce(_program(), _still([]))
+    # the adds of the chain go; the means and the two adds they feed cannot be bypassed
+    assert [str(n.target) for n in _ops(small)] == [
+        "aten.mean.dim", "aten.mean.dim", ADD, ADD]
+
+
+def test_first_wrong_names_the_node_and_localize_its_operator():
+    program = _program()
+    assert first_wrong(program, BACKENDS[0], Setup(), "mismatch") == _wrong_add(program)
+    assert localize(program, BACKENDS[0], Setup(), "mismatch") == ADD
+    assert first_wrong(program, resolve({"eager": planted.eager})[0], Setup(),
+                       "mismatch") is None
+
+
+def test_first_wrong_gives_up_at_its_deadline():
+    program = _program()
+    assert len(_ops(program)) < MOST_CUTS  # not stopped by the count
+    assert first_wrong(program, BACKENDS[0], Setup(), "mismatch", seconds=0.0) is None
+
+
+class _DeepBroadcast(torch.nn.Module):
+    """The wrong add past the first cuts localizing tries (``MOST_CUTS``), read by a ``sub``
+    that makes the output: the drawn finding is held to be at ``sub``."""
+
+    def forward(self, x, b):
+        y = x
+        for _ in range(MOST_CUTS + 2):
+            y = y * 1.5
+        m = y.mean(1, keepdim=True) + y.mean(0, keepdim=True)
+        return torch.add(b, m, alpha=2.0) - x
+
+
+def test_a_finding_past_the_first_cuts_is_shrunk_to_the_call_at_its_cause():
+    ep = torch.export.export(_DeepBroadcast(), (torch.randn(2, 4), torch.randn(4)))
+    program = import_ep(ep)
+    assert first_wrong(program, BACKENDS[0], Setup(), "mismatch") is None
+    report = differential({"alpha": planted.drop_alpha_when_broadcast},
+                          programs=st.just(program), max_examples=1,
+                          shrink_seconds=30)
+    (finding,) = report.findings
+    (add,) = _ops(finding.program)
+    assert finding.cause == ADD and add.kwargs.get("alpha") == 2.0, finding.summary()
+    assert finding.reproduced is True
