@@ -120,3 +120,26 @@ def test_a_finding_past_the_first_cuts_is_shrunk_to_the_call_at_its_cause():
     (add,) = _ops(finding.program)
     assert finding.cause == ADD and add.kwargs.get("alpha") == 2.0, finding.summary()
     assert finding.reproduced is True
+
+
+class _AfterMuls(torch.nn.Module):
+    """``muls`` multiplications, then the add the planted backend gets wrong."""
+
+    def __init__(self, muls):
+        super().__init__()
+        self.muls = muls
+
+    def forward(self, x, b):
+        for _ in range(self.muls):
+            x = x * 1.5
+        return torch.add(b, x, alpha=2.0)
+
+
+def test_first_wrong_cuts_exactly_the_first_most_cuts_compute_nodes():
+    """The wrong add as the MOST_CUTS-th tensor-valued compute node is found, one node later it
+    is not (placeholders are not counted)."""
+    args = (torch.randn(2, 4), torch.randn(4))
+    last = import_ep(torch.export.export(_AfterMuls(MOST_CUTS - 1), args))
+    past = import_ep(torch.export.export(_AfterMuls(MOST_CUTS), args))
+    assert first_wrong(last, BACKENDS[0], Setup(), "mismatch") == _ops(last)[-1].name
+    assert first_wrong(past, BACKENDS[0], Setup(), "mismatch") is None
