@@ -54,7 +54,7 @@ def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float
     when no step is kept. O(nodes) calls of ``still`` (O(log nodes) when most nodes can go),
     plus at most ``2 * MOST_ISOLATED + 1`` isolations."""
     deadline = time.monotonic() + seconds
-    alone = _isolated_call(program, still, cause, at)
+    alone = isolated_call(program, still, cause, at)
     if alone is not None:
         return alone
     best = program
@@ -87,22 +87,22 @@ def reduce(program: Program, still: Callable[[Program], bool], *, seconds: float
             break
         size = max(1, size // 2)
     if best is not program:
-        alone = _isolated_call(best, still, cause, None)
+        alone = isolated_call(best, still, cause, None)
         if alone is not None:
             return alone
     return best
 
 
-def _isolated_call(program: Program, still: Callable[[Program], bool], cause: str | None,
+def isolated_call(program: Program, still: Callable[[Program], bool], cause: str | None,
                    at: str | None) -> Program | None:
-    """Step 1 of the module docstring: the first of node ``at`` and the first
-    :data:`MOST_ISOLATED` calls of operator ``cause`` whose :func:`isolated` program ``still``
-    holds for; ``None`` when none. O(MOST_ISOLATED) calls of ``still``."""
+    """Step 1 of the module docstring: the :func:`isolated` program of the first of node ``at``
+    and the first :data:`MOST_ISOLATED` calls of operator ``cause`` (either ``None``: none)
+    that ``still`` holds for; ``None`` when none does. O(MOST_ISOLATED) calls of ``still``."""
     nodes = program.root_module.graph.nodes
     calls = [] if cause is None else [n.name for n in nodes
                                       if n.op == CALL_FUNCTION and str(n.target) == cause]
-    tried = [at] if at is not None else []
-    for name in dict.fromkeys([*tried, *calls[:MOST_ISOLATED]]):
+    first = [] if at is None else [at]
+    for name in dict.fromkeys([*first, *calls[:MOST_ISOLATED]]):
         candidate = isolated(program, name)
         if candidate is not None and still(candidate):
             return candidate
@@ -214,4 +214,4 @@ def _dce(program: Program) -> Program | None:
         return None
 
 
-__all__ = ["MOST_ISOLATED", "bypassed", "isolated", "reduce"]
+__all__ = ["MOST_ISOLATED", "bypassed", "isolated", "isolated_call", "reduce"]

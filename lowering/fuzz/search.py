@@ -37,7 +37,7 @@ from lowering.fuzz.fuzz_programs import default_programs, whole_paths
 from lowering.fuzz.judge import Setup, Verdict, operator_of, reference_module, state_value
 from lowering.fuzz.known import BUILTIN_KNOWN
 from lowering.fuzz.localize import first_wrong
-from lowering.fuzz.reduce import isolated, reduce
+from lowering.fuzz.reduce import isolated_call, reduce
 from lowering.fuzz.refusals import Refusals
 from lowering.fuzz.repro import ReproError, shortest_repro
 from lowering.fuzz.shown import shows
@@ -436,14 +436,11 @@ class _Search:
             budget.guard(replay)
         except (Exception, _Lost):  # noqa: BLE001, S110 - _Again, or hypothesis's Flaky
             pass  # the best candidate so far is kept either way
-        small = best[-1] if best else finding
-        wrong = first_wrong(small.program, small.compiler, self.setup, small.kind, seconds)
-        if wrong is not None:
-            small = attrs.evolve(small, cause=operator_of(small.program.root_module.graph,
-                                                          wrong))
+        small, wrong = self.at_first_wrong(best[-1] if best else finding, seconds)
         last: list[Finding] = []
 
         def still(program: Program) -> bool:
+            # judged against ``small`` as it is at the call: its cause moves with it below
             again = self.gives(small, program, low)
             if again is not None:
                 last.append(again)
@@ -451,14 +448,21 @@ class _Search:
 
         reduce(small.program, still, seconds=seconds, cause=small.cause, at=wrong)
         small = attrs.evolve(last[-1], cause=small.cause) if last else small
-        wrong = first_wrong(small.program, small.compiler, self.setup, small.kind, seconds)
-        if wrong is None:
-            return small
-        small = attrs.evolve(small, cause=operator_of(small.program.root_module.graph, wrong))
-        alone = isolated(small.program, wrong)
-        if alone is not None and alone != small.program and still(alone):
+        small, wrong = self.at_first_wrong(small, seconds)
+        if wrong is not None and isolated_call(small.program, still, None, wrong) is not None:
             return attrs.evolve(last[-1], cause=small.cause)
         return small
+
+    def at_first_wrong(self, finding: Finding, seconds: float) -> tuple[Finding, str | None]:
+        """``finding`` held to be at the operator of the first node of its program whose cut
+        program is wrong (``lowering.fuzz.localize.first_wrong``, within ``seconds``), and that
+        node's name; ``finding`` itself and ``None`` where no cut is. O(cuts * (lower +
+        compile + run))."""
+        wrong = first_wrong(finding.program, finding.compiler, self.setup, finding.kind, seconds)
+        if wrong is None:
+            return finding, None
+        graph = finding.program.root_module.graph
+        return attrs.evolve(finding, cause=operator_of(graph, wrong)), wrong
 
     def gives(self, finding: Finding, program: Program, low: frozenset) -> Finding | None:
         """``finding`` again on ``program`` (its backend gives a finding of its kind, at its
