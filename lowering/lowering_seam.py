@@ -26,6 +26,7 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.nn.parallel import DistributedDataParallel
 
+from ir.errors import LoweringError
 from ir.torch_seam import pytree
 
 __all__ = [
@@ -235,8 +236,12 @@ def sync_parameter_list(plist: torch.nn.ParameterList) -> None:
 #   2.13 and 2.14: ``fwd_cache``, ``{chunk id: (outputs as a tuple, flat input tensors)}``;
 #   2.15: ``_forward_chunk_states``, ``{chunk id: state}``, a state built by
 #   ``_make_forward_chunk_state(outputs as a tuple, flat input tensors)`` and holding the inputs
-#   as ``input_values``. Checked by ``tests/test_torch_seam_stages.py`` on the installed torch
-#   (that test fails if the names it relies on change).
+#   as ``input_values``. Which one is found by what the stage has (no version string); a stage
+#   with neither (a torch outside the supported range) is a ``LoweringError`` naming the torch
+#   and what to do, where an ``AttributeError`` would come from deep in the schedule. Checked
+#   by ``tests/test_torch_seam_stages.py``: the installed torch's layout, and the seam's
+#   handling of each layout on a stand-in stage (that test fails if the names it relies on
+#   change).
 
 
 class CheckedPipelineStage(PipelineStage):
@@ -264,14 +269,30 @@ class CheckedPipelineStage(PipelineStage):
 
     def _keep_for_backward(self, fwd_chunk_id: int, outputs: tuple[torch.Tensor, ...]) -> None:
         """Make the forward torch kept for micro-batch ``fwd_chunk_id`` hold ``outputs`` as its
-        outputs, with the inputs it already holds."""
+        outputs, with the inputs it already holds (in whichever layout the stage has: the
+        comment above).
+
+        Raises:
+            LoweringError: the stage keeps its forward in neither layout (a torch release
+            outside ``torch>=2.13,<2.16``), naming the installed torch and what to do.
+
+        Complexity: O(len(outputs))."""
         if hasattr(self, "_forward_chunk_states"):
             state = self._forward_chunk_states[fwd_chunk_id]
             self._forward_chunk_states[fwd_chunk_id] = self._make_forward_chunk_state(
                 outputs, state.input_values)
-        else:
+        elif hasattr(self, "fwd_cache"):
             _outputs, inputs = self.fwd_cache[fwd_chunk_id]
             self.fwd_cache[fwd_chunk_id] = (outputs, inputs)
+        else:
+            raise LoweringError(
+                f"pipeline stage {getattr(self, 'stage_index', '?')}: torch "
+                f"{torch.__version__}'s PipelineStage keeps a micro-batch's forward in neither "
+                "layout purefx knows (`_forward_chunk_states`, torch 2.15; `fwd_cache`, torch "
+                "2.13 and 2.14), so a last stage returning a dict or another non-tuple output "
+                "cannot be kept for its backward. Install a torch purefx supports "
+                "(torch>=2.13,<2.16), or make the program return a tensor or a tuple of tensors"
+            )
 
 
 def data_parallel_inner(module: torch.nn.Module) -> torch.nn.Module:
