@@ -20,7 +20,8 @@ functions of ``lowering.pass_laws`` and the strategy, so it works on any tree th
 ``--against DIR`` runs the same cells in a child process whose imports come from ``DIR`` (the
 code before a change: ``git worktree`` or ``git stash``), then prints both tables and the ratio
 of programs a second, cell by cell. Timings are never asserted; on a shared machine compare
-the two columns of one run.
+the two columns of one run, or use ``--clock cpu`` (this process's CPU time: programs per CPU
+second, steadier when other processes compete for the cores).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from typing import Any
 
 import torch
 
+_CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_now = _CLOCKS["wall"]
+
 LAW_FUNCTIONS = ("check_purity", "check_verify", "check_determinism", "check_semantics",
                  "check_idempotence")
 """The law functions of ``lowering.pass_laws`` whose time is reported, each on its own."""
@@ -57,13 +61,13 @@ class Clock:
         def timed(*args: Any, **kwargs: Any) -> Any:
             depth = self._depth.get(name, 0)
             self._depth[name] = depth + 1
-            start = time.perf_counter()
+            start = _now()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self._depth[name] = depth
                 if depth == 0:
-                    self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - start
+                    self.spent[name] = self.spent.get(name, 0.0) + _now() - start
 
         return timed
 
@@ -73,11 +77,11 @@ def _timed_strategy(strategy: Any, clock: Clock) -> Any:
 
     @st.composite
     def timed(draw: Any) -> Any:
-        start = time.perf_counter()
+        start = _now()
         try:
             return draw(strategy)
         finally:  # an overrun raises out of the draw: its time is drawing too
-            clock.spent["draw"] = clock.spent.get("draw", 0.0) + time.perf_counter() - start
+            clock.spent["draw"] = clock.spent.get("draw", 0.0) + _now() - start
 
     return timed()
 
@@ -92,10 +96,10 @@ def measure(pass_fn: Callable[..., Any], strategy: Any, examples: int) -> dict[s
     for name, fn in saved.items():
         setattr(laws, name, clock.wrap(name, fn))
     try:
-        start = time.perf_counter()
+        start = _now()
         report = laws.check_laws(pass_fn, programs=_timed_strategy(strategy, clock),
                                  max_examples=examples, allow_vacuous=True)
-        wall = time.perf_counter() - start
+        wall = _now() - start
     finally:
         for name, fn in saved.items():
             setattr(laws, name, fn)
@@ -166,15 +170,16 @@ def run_cells(examples: int, only: str | None) -> dict[str, dict[str, float]]:
     warnings.simplefilter("ignore")
     cells = {}
     chosen = strategies()
-    warm = False
+    warm = ""
     for sname, strategy in chosen.items():
         for pname, pass_fn in PASSES.items():
             cell = f"{pname} on {sname}"
             if only and not re.search(only, cell):
                 continue
-            if not warm:  # hypothesis's one-time constants scan, imports, torch's first calls
-                measure(fold_constants_pass, strategy, 5)
-                warm = True
+            if warm != sname:  # hypothesis's one-time constants scan, imports, torch's and
+                # the strategy's first calls: 20 examples of each strategy, not measured
+                measure(fold_constants_pass, strategy, min(20, examples))
+                warm = sname
             cells[cell] = measure(pass_fn, strategy, examples)
             sys.stderr.write(f"{cell}: {cells[cell]['wall']:.1f} s\n")
     return cells
@@ -213,8 +218,11 @@ def _against(tree: str, argv: list[str]) -> dict[str, dict[str, float]]:
         out = os.path.join(where, "cells.json")
         env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
         here = os.path.abspath(__file__)
-        subprocess.run([sys.executable, here, *argv, "--json", out], cwd=tree, env=env,
-                       check=True)
+        # run by path without its folder on sys.path (bench/cuda.py would shadow torch's cuda)
+        start = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+                 "runpy.run_path(sys.argv[0], run_name='__main__')")
+        subprocess.run([sys.executable, "-c", start, here, *argv, "--json", out], cwd=tree,
+                       env=env, check=True)
         with open(out) as f:
             return json.load(f)
 
@@ -224,9 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("--only", default=None, help="regex on '<pass> on <strategy>'")
     parser.add_argument("--against", default=None, help="another tree to measure back to back")
+    parser.add_argument("--clock", choices=sorted(_CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steadier on a busy machine)")
     parser.add_argument("--json", default=None)
     ns = parser.parse_args(argv)
-    passed = ["--examples", str(ns.examples)] + (["--only", ns.only] if ns.only else [])
+    global _now
+    _now = _CLOCKS[ns.clock]
+    passed = ["--examples", str(ns.examples), "--clock", ns.clock] + (
+        ["--only", ns.only] if ns.only else [])
     before = _against(ns.against, passed) if ns.against else None
     cells = run_cells(ns.examples, ns.only)
     if ns.json:
