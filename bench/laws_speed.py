@@ -151,14 +151,18 @@ LIKE_MODELS = ("mlp_nested", "buffer_mutation")
 """The zoo models (``tests/zoo.py``) whose ``programs_like`` is measured."""
 
 
-def strategies() -> dict[str, Any]:
+def strategies() -> dict[str, Callable[[], Any]]:
+    """Each strategy's name and a function that makes it (a ``programs_like`` exports its model:
+    made only when a cell runs on it)."""
     from ir.strategies.programs import crossing_programs, programs
     from lowering.like import programs_like
     from tests.zoo import CASES, export_case
 
-    found = {"programs()": programs(), "crossing_programs()": crossing_programs()}
+    found: dict[str, Callable[[], Any]] = {"programs()": programs,
+                                           "crossing_programs()": crossing_programs}
     for name in LIKE_MODELS:
-        found[f"programs_like({name})"] = programs_like(export_case(CASES[name]))
+        found[f"programs_like({name})"] = functools.partial(
+            lambda case: programs_like(export_case(case)), CASES[name])
     return found
 
 
@@ -169,13 +173,14 @@ def run_cells(examples: int, only: str | None) -> dict[str, dict[str, float]]:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     cells = {}
-    chosen = strategies()
     warm = ""
-    for sname, strategy in chosen.items():
+    for sname, make in strategies().items():
+        strategy = None
         for pname, pass_fn in PASSES.items():
             cell = f"{pname} on {sname}"
             if only and not re.search(only, cell):
                 continue
+            strategy = make() if strategy is None else strategy
             if warm != sname:  # hypothesis's one-time constants scan, imports, torch's and
                 # the strategy's first calls: 20 examples of each strategy, not measured
                 measure(fold_constants_pass, strategy, min(20, examples))
