@@ -227,7 +227,7 @@ def _against(tree: str, argv: list[str]) -> dict[str, dict[str, float]]:
         start = ("import runpy, sys; sys.argv = sys.argv[1:]; "
                  "runpy.run_path(sys.argv[0], run_name='__main__')")
         subprocess.run([sys.executable, "-c", start, here, *argv, "--json", out], cwd=tree,
-                       env=env, check=True)
+                       env=env, check=True, stdout=subprocess.DEVNULL)  # its table: from the JSON
         with open(out) as f:
             return json.load(f)
 
