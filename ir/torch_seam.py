@@ -244,15 +244,20 @@ def new_fake(mode: Any, shape: tuple, dtype: torch.dtype = torch.float32) -> tor
     ``mode``. Where every size is an ``int``, made as :func:`fresh_fake` makes one
     (``FakeTensor(mode, meta tensor, device)``, the constructor the fake mode uses for an
     operator's result, in 2.13-2.15), about five times faster than a dispatch of ``empty``
-    through the mode; where a size is symbolic, by that dispatch (its sizes live in the mode's
-    shape env). O(rank)."""
-    if all(type(n) is int for n in shape):
+    through the mode; where a size is symbolic (its sizes live in the mode's shape env), or a
+    fake mode is active (it would make the meta tensor fake too:
+    ``torch._C._get_dispatch_mode``, same in 2.13-2.15), by that dispatch. O(rank)."""
+    if all(type(n) is int for n in shape) and _active_fake_mode() is None:
         return _FakeTensor(mode, torch.empty(shape, dtype=dtype, device="meta"), _CPU)
     with mode:
         return torch.empty(shape, dtype=dtype)
 
 
 _CPU = torch.device("cpu")
+
+
+def _active_fake_mode() -> Any:
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
 
 
 def real_tensors() -> contextlib.AbstractContextManager:

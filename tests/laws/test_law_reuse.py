@@ -18,7 +18,7 @@ from ir.errors import VerifyError
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, Node
 from ir.program import Program
-from ir.torch_seam import new_fake, new_fake_mode
+from ir.torch_seam import new_fake, new_fake_mode, storage_identity
 from ir.verify import unchanged_since, verify
 from lowering.pass_laws import LawViolation, check_semantics, check_verify
 
@@ -137,3 +137,18 @@ def test_a_pass_that_drops_a_write_is_run_by_semantics(program):
     with pytest.raises(LawViolation, match="law 'semantics'"):
         check_semantics(drops_write, program)
     assert check_semantics(lambda p: p, program) is program  # the input itself: nothing to run
+
+
+@pytest.mark.parametrize("shape,dtype", [((2, 3), torch.float32), ((4,), torch.int64), ((), torch.bool)])
+def test_new_fake_is_what_empty_makes_under_the_mode(shape, dtype):
+    # the generator's vals, made without a dispatch: the same metadata, a storage of their own
+    mode = new_fake_mode()
+    with mode:
+        want = torch.empty(shape, dtype=dtype)
+        inside = new_fake(mode, shape, dtype)  # under an active mode: dispatched
+    got, other = new_fake(mode, shape, dtype), new_fake(mode, shape, dtype)
+    for t in (got, inside):
+        assert type(t) is type(want) and t.fake_mode is mode
+        assert (t.shape, t.dtype, t.device, t.stride()) == (want.shape, want.dtype, want.device,
+                                                            want.stride())
+    assert storage_identity(got) != storage_identity(other)
