@@ -68,10 +68,11 @@ def verify(program: Program, *, vals: bool = False, since: Program | None = None
     ``since`` is not run again (:func:`unchanged_since`: same module, graph and name, the same
     op, target and arguments, the same ``val`` object, and each input's ``val`` the same object
     as in ``since``): its check gives what it gives on ``since``. So ``verify(p, vals=True,
-    since=q)`` raises where ``verify(p, vals=True)`` does, or where ``q`` itself fails the
-    metadata check (a fault ``p`` inherited); a pass's law calls it with its input (``q``
-    verified, or its own fault excused) and pays fake runs only for what the pass changed.
-    O(nodes) comparisons plus a fake run per changed node.
+    since=q)`` raises, naming the same node, wherever ``verify(p, vals=True)`` raises except
+    where every node failing is such a node (a fault ``p`` inherited from ``q``, which
+    ``verify(q, vals=True)`` raises for), and never where it does not. The pass laws call it
+    with the pass's input (whose own faults they excuse) and pay fake runs only for what the
+    pass changed. O(nodes) comparisons plus a fake run per changed node.
     """
     paths = _check_module_tree(program)
     _check_state(program)
