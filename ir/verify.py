@@ -68,7 +68,7 @@ def verify(program: Program, *, vals: bool = False, since: Program | None = None
     ``since`` is not run again (:func:`unchanged_since`: same module, graph and name, the same
     op, target and arguments, the same ``val`` object, and each input's ``val`` the same object
     as in ``since``): its check gives what it gives on ``since``. So ``verify(p, vals=True,
-    since=q)`` raises, naming the same node, wherever ``verify(p, vals=True)`` raises except
+    since=q)`` raises wherever ``verify(p, vals=True)`` raises except
     where every node failing is such a node (a fault ``p`` inherited from ``q``, which
     ``verify(q, vals=True)`` raises for), and never where it does not. The pass laws call it
     with the pass's input (whose own faults they excuse) and pay fake runs only for what the
