@@ -368,20 +368,22 @@ def check_semantics(
     specials (NaN equals NaN only, ±inf itself). ``judged`` (a ``ir.harness.Judged``), when
     given, counts the output positions judged and those excused so, over the calls.
 
-    A pass that returned ``program`` itself (the same object) is not run: both sides would be
-    one program, lowered and run alike under one seed, so nothing could differ (with neither
-    ``reference`` nor a tolerance; with one, it runs, so that the positions it excuses are
+    A pass that returned ``program`` itself (the same object) has no side of its own: the
+    result's run would be the input program's again, lowered alike and run under one seed, so
+    nothing could differ; the input program is still lowered and run at every call and size
+    (an error there propagates), and nothing is compared (with neither ``reference`` nor a
+    tolerance; with one, both sides run, so that the positions a tolerance excuses are
     counted).
     """
     _check_tolerance(atol, rtol)
     if inputs is None:
         from ir.strategies.programs import program_inputs as inputs
     result = _call(pass_fn, program) if result is None else result
-    if result is program and reference is None and atol is None and rtol is None:
-        return result  # both sides are one program: lowered alike, they run alike (unjudged)
+    # the pass returned its input itself: the result's side would be this very run again
+    itself = result is program and reference is None and atol is None and rtol is None
     original = lower(program)
     try:
-        lowered = lower(result)
+        lowered = None if itself else lower(result)
     except Exception as e:  # any failure to lower the result breaks the law
         raise LawViolation(
             "semantics", pass_fn, f"lowering the result raised {type(e).__name__}: {e}", program
@@ -396,7 +398,7 @@ def check_semantics(
         if reference is not None and not isinstance(want, str):
             eager = _run(reference, args, kwargs, (), seed, None if sized else "the reference")
             want = eager if isinstance(eager, str) else attrs.evolve(want, outputs=eager.outputs)
-        if isinstance(want, str):
+        if isinstance(want, str) or lowered is None:
             continue
         got = _run(lowered, args, kwargs, fqns, seed, None)
         if isinstance(got, str):

@@ -139,6 +139,16 @@ def test_a_pass_that_drops_a_write_is_run_by_semantics(program):
     assert check_semantics(lambda p: p, program) is program  # the input itself: nothing to run
 
 
+def test_the_input_program_still_runs_when_the_pass_returns_it(program):
+    # no side of the result's own, but the input program is lowered and run: an error there is
+    # still raised as not the pass's fault
+    def raising(*args, **kwargs):
+        raise ValueError("no inputs here")
+
+    with pytest.raises(ValueError, match="no inputs here"):
+        check_semantics(lambda p: p, program, inputs=raising)
+
+
 @pytest.mark.parametrize("shape,dtype", [((2, 3), torch.float32), ((4,), torch.int64), ((), torch.bool)])
 def test_new_fake_is_what_empty_makes_under_the_mode(shape, dtype):
     # the generator's vals, made without a dispatch: the same metadata, a storage of their own
