@@ -56,6 +56,7 @@ __all__ = [
     "module_buffers",
     "module_children",
     "module_parameters",
+    "new_fake",
     "new_fake_mode",
     "new_symbolic_size",
     "non_persistent_buffers",
@@ -235,6 +236,28 @@ def fresh_fake(like: torch.Tensor) -> torch.Tensor:
     meta = torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype,
                                device="meta")
     return _FakeTensor(like.fake_mode, meta, like.device)
+
+
+def new_fake(mode: Any, shape: tuple, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A new contiguous ``cpu`` fake tensor of ``mode`` (a ``FakeTensorMode``), ``shape`` and
+    ``dtype``, on a storage of its own: what ``torch.empty(shape, dtype=dtype)`` makes under
+    ``mode``. Where every size is an ``int``, made as :func:`fresh_fake` makes one
+    (``FakeTensor(mode, meta tensor, device)``, the constructor the fake mode uses for an
+    operator's result, in 2.13-2.15), about five times faster than a dispatch of ``empty``
+    through the mode; where a size is symbolic (its sizes live in the mode's shape env), or a
+    fake mode is active (it would make the meta tensor fake too:
+    ``torch._C._get_dispatch_mode``, same in 2.13-2.15), by that dispatch. O(rank)."""
+    if all(type(n) is int for n in shape) and _active_fake_mode() is None:
+        return _FakeTensor(mode, torch.empty(shape, dtype=dtype, device="meta"), _CPU)
+    with mode:
+        return torch.empty(shape, dtype=dtype)
+
+
+_CPU = torch.device("cpu")
+
+
+def _active_fake_mode() -> Any:
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
 
 
 def real_tensors() -> contextlib.AbstractContextManager:

@@ -45,7 +45,7 @@ INPUT_KINDS = (sg.USER_INPUT, *STATE_INPUT_KINDS, sg.TOKEN)
 OUTPUT_KINDS = (sg.USER_OUTPUT, sg.LOSS_OUTPUT, sg.OUTPUT_TOKEN, *sg.MUTATION_KINDS)
 
 
-def verify(program: Program, *, vals: bool = False) -> Program:
+def verify(program: Program, *, vals: bool = False, since: Program | None = None) -> Program:
     """Check ``program`` and return it unchanged; raise ``VerifyError`` naming the first fault.
 
     Checks: the module table is closed and acyclic; every graph defines names once and before use,
@@ -62,6 +62,17 @@ def verify(program: Program, *, vals: bool = False) -> Program:
     one (or whose ``val`` is a real tensor, not a fake or meta one), higher-order ops and
     their bodies, writes, nodes that bind unbacked symbols.
     O(nodes) fake runs: a check for tests and laws, not for every pass.
+
+    ``since`` (with ``vals``): a program ``program`` was made from (a pass's input). A compute
+    node of ``program`` whose re-derived ``val`` cannot differ from that of its namesake in
+    ``since`` is not run again (:func:`unchanged_since`: same module, graph and name, the same
+    op, target and arguments, the same ``val`` object, and each input's ``val`` the same object
+    as in ``since``): its check gives what it gives on ``since``. So ``verify(p, vals=True,
+    since=q)`` raises wherever ``verify(p, vals=True)`` raises except
+    where every node failing is such a node (a fault ``p`` inherited from ``q``, which
+    ``verify(q, vals=True)`` raises for), and never where it does not. The pass laws call it
+    with the pass's input (whose own faults they excuse) and pay fake runs only for what the
+    pass changed. O(nodes) comparisons plus a fake run per changed node.
     """
     paths = _check_module_tree(program)
     _check_state(program)
@@ -79,22 +90,54 @@ def verify(program: Program, *, vals: bool = False) -> Program:
                 _check_graph(program, graph, mid, path)
     _check_root_signature(program)
     if vals:
-        _check_vals(program, paths)
+        _check_vals(program, paths, since)
     return program
 
 
-def _check_vals(program: Program, paths: dict[ModuleId, str]) -> None:
+def _check_vals(program: Program, paths: dict[ModuleId, str], since: Program | None) -> None:
     """Every compute node's ``val`` is what its inputs' ``val`` s give (``verify(vals=True)``);
-    ``paths``: each module's first path, in walk order (``_check_module_tree``)."""
+    ``paths``: each module's first path, in walk order (``_check_module_tree``); nodes
+    :func:`unchanged_since` ``since`` are skipped."""
     table = program.module_table()
+    before = since.module_table() if since is not None else {}
     for mid, path in reversed(paths.items()):  # callees first: the fault named is where it starts
         if table[mid].kind == SUBGRAPH:
             continue  # a higher-order op's body runs under its op's context (autocast, grad)
-        for graph in table[mid].graphs:
-            _check_graph_vals(program, graph, mid, path or "<root>")
+        old = before.get(mid)
+        for gi, graph in enumerate(table[mid].graphs):
+            was = old.graphs[gi] if old is not None and gi < len(old.graphs) else None
+            _check_graph_vals(program, graph, mid, path or "<root>", was)
 
 
-def _check_graph_vals(program: Program, graph: Graph, mid: ModuleId, where: str) -> None:
+def unchanged_since(node: Node, graph: Graph, was: Graph) -> bool:
+    """Whether re-deriving ``node``'s ``val`` in ``graph`` must give what it gives for the node
+    of its name in ``was`` (the same module's graph in an earlier program): that node has the
+    same op, target, arguments (``==``), ``unbacked_bindings`` and ``val`` (the same object),
+    and every value ``node`` reads has the same ``val`` object in both graphs. A
+    ``call_module`` is never unchanged (its callee's graph decides its value). O(arguments)."""
+    old = was.by_name().get(node.name)
+    if old is None or old.op != node.op or node.op not in (CALL_FUNCTION, CALL_METHOD):
+        return False
+    if old is not node:
+        if old.meta.get("val") is not node.meta.get("val") or (
+                old.meta.get("unbacked_bindings") != node.meta.get("unbacked_bindings")):
+            return False
+        try:
+            if not (old.target is node.target and bool(old.args == node.args)
+                    and bool(old.kwargs == node.kwargs)):
+                return False
+        except Exception:  # noqa: BLE001 - arguments that do not compare: changed
+            return False
+    now, then = graph.by_name(), was.by_name()
+    for r in node.inputs():
+        a, b = now.get(r.name), then.get(r.name)
+        if a is None or b is None or a.meta.get("val") is not b.meta.get("val"):
+            return False
+    return True
+
+
+def _check_graph_vals(program: Program, graph: Graph, mid: ModuleId, where: str,
+                      was: Graph | None = None) -> None:
     by_name = graph.by_name()
 
     def val_of(r: Ref) -> object:
@@ -106,6 +149,8 @@ def _check_graph_vals(program: Program, graph: Graph, mid: ModuleId, where: str)
         old = node.meta.get("val")
         if old is None or node.meta.get("unbacked_bindings"):
             continue
+        if was is not None and unchanged_since(node, graph, was):
+            continue  # its check gives what it gave on ``was``
         if node.op in (CALL_FUNCTION, CALL_METHOD):
             target = node.target
             if node.op == CALL_FUNCTION and (

@@ -219,6 +219,7 @@ from ir.strategies.opset_steps import (
 )
 from ir.torch_seam import (
     fake_failures_unlogged,
+    new_fake,
     new_fake_mode,
     new_symbolic_size,
     op_schema,
@@ -867,8 +868,7 @@ class _Builder:
         (``transforms.rewrite.guards.shares_storage``), so values of one shape must not."""
         if self.mode is None:
             self.mode = new_fake_mode()
-        with self.mode:
-            return torch.empty(shape, dtype=dtype)
+        return new_fake(self.mode, shape, dtype)  # ``torch.empty`` under the mode, undispatched
 
     def _aliasing_val(self, node: Node, shape: Any) -> Any:
         """The ``val`` of a node whose result may share an argument's memory (a view, an
