@@ -46,6 +46,7 @@ from transforms.machinery.trace import LEVELS
 from transforms.rewrite.api import rewrite, rewrite_report
 from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_match, apply_rules, matches
+from transforms.rewrite.refusal import check_rule
 from transforms.rewrite.rule import (
     ASSUMPTIONS,
     Compiled,
@@ -56,7 +57,6 @@ from transforms.rewrite.rule import (
     hyper,
     optional,
 )
-from transforms.rewrite.rule_check import check_rule
 from transforms.rewrite.saturate import (
     SaturationLimits,
     SaturationReport,
