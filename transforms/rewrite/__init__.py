@@ -18,6 +18,8 @@ package: the editor, ``transforms.edit``, traces too).
   and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
 - ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
   ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
+- ``refusal``: the public ``check_rule``: ``rule_check``'s, whose refusal names the
+  undeclared assumptions that make the rule right (checked again with them), or says none does;
 - ``ruleset``: ``prepare``, the drivers' one front-end: the rules whose assumptions the caller
   grants (``assume=``), compiled at the program's level and checked (``ensure_checked``), and
   ``directions``, each compiled in the directions ``saturate`` matches it in;
