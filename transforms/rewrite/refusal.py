@@ -17,10 +17,9 @@ enough, sets of two, then three, each a set already refused grown by what its ow
 (``reassociate`` and ``no_infs``: regrouping overflows where the pattern does not), at most
 ``MAX_RECHECKS`` checks in all.
 
-The re-check is ``rule_check``'s own search (the same signatures, probes and seeded draws as
-``check_rule`` on the rule with the flags added) without the hypothesis shrink that only
-words a counterexample: shrinking never changes a verdict, so the verdict is
-``check_rule``'s. This module is kept out of the checker's version (``rule_key``): it decides
+The re-check is ``rule_check.check_rule`` on the rule with the flags added, run as inside a
+property test, where it raises its first counterexample unshrunk (``refused``): shrinking only
+words a counterexample, never changes a verdict, so the verdict is ``check_rule``'s. This module is kept out of the checker's version (``rule_key``): it decides
 no verdict, only how a refusal is worded.
 """
 
@@ -28,17 +27,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import attrs
 
 from ir.errors import PassError
-from ir.harness import ShrinkBudget
 from transforms.machinery.law_violation import LawViolation
-from transforms.machinery.trace import TRAINING
 from transforms.rewrite import rule_check
 from transforms.rewrite.rule import Rule
-from transforms.rewrite.rule_check import ALSO_AT_SHARE, SIGNATURES, Checked, Draws, assumed
+from transforms.rewrite.rule_check import Checked, assumed
 
 MAX_RECHECKS = 8
 """At most this many checks of the rule with assumptions added, per refusal."""
@@ -85,15 +82,15 @@ class Excuse:
     def sentence(self, rule: Rule) -> str:
         """The excuse in words, for the end of a refusal."""
         if self.flags:
-            added = sorted(self.flags)
-            llvm = ", ".join(LLVM_FLAGS[f] for f in added)
-            every = sorted(rule.assumes | self.flags)
+            added = " and ".join(sorted(self.flags))
+            llvm = ", ".join(LLVM_FLAGS[f] for f in sorted(self.flags))
+            every = ", ".join(sorted(rule.assumes | self.flags))
             return (f"adding {added} to the rule's assumes makes check_rule accept it (checked "
-                    f"again with assumes={every}; LLVM's {llvm}): declare them if the programs "
+                    f"again with assumes {every}; LLVM's {llvm}): declare them if the programs "
                     "you rewrite may assume them, and grant them to rewrite (assume=...)")
         if not self.tried:
             return f"no assumption excuses it ({self.reason})"
-        shown = "; ".join(str(sorted(t)) for t in self.tried)
+        shown = "; ".join(" and ".join(sorted(t)) for t in self.tried)
         if not self.complete:
             return (f"no assumption tried excuses it (check_rule refuses it with {shown} added "
                     f"too; at most {MAX_RECHECKS} sets are tried)")
@@ -113,10 +110,10 @@ def explain(rule: Rule, violation: LawViolation, *, max_examples: int | None = N
 
 def refusal(rule: Rule, detail: str, flags: frozenset[str] | None,
             sentence: str = "") -> LawViolation:
-    """The ``LawViolation`` (law ``"rule"``) of a refused ``rule``: ``detail`` then
-    ``sentence`` (when not already in it), with ``excused_by = flags`` (``None``: not
-    known). O(1)."""
-    text = detail if not sentence or sentence in detail else f"{detail}; {sentence}"
+    """The ``LawViolation`` (law ``"rule"``) of a refused ``rule``: ``detail`` then, on a line
+    of its own (the first line stays the counterexample), ``sentence`` (when not already in
+    it), with ``excused_by = flags`` (``None``: not known). O(1)."""
+    text = detail if not sentence or sentence in detail else f"{detail}\n{sentence}"
     exc = LawViolation("rule", rule, text, None)
     exc.excused_by = None if flags is None else frozenset(flags)
     return exc
@@ -196,47 +193,43 @@ def excusing(rule: Rule, detail: str, *, max_examples: int | None = None,
 def refused(rule: Rule, *, max_examples: int | None = None,
             seed: int | None = None) -> LawViolation | None:
     """``None`` where ``rule_check.check_rule(rule, max_examples=..., seed=...)`` accepts
-    ``rule``, else its refusal, found by the same search without the hypothesis shrink (its
-    counterexample is the first draw that broke the law). A rule whose check raises other than
-    a verdict (``PassError``: its ``where`` raised) counts as refused. Cost: one check without
-    shrinking."""
-    draws = Draws.of(seed)
-    every = rule.variants()
-    first = 2 ** len(rule.optional) if rule.also_at else len(every)
-    n = max_examples if max_examples is not None else rule.max_examples
-    try:
-        for k, v in enumerate(every):
-            if k < first:
-                _variant(v, n, SIGNATURES, draws)
-            else:
-                _variant(v, max(1, n // ALSO_AT_SHARE), max(2, SIGNATURES // ALSO_AT_SHARE),
-                         draws)
-    except LawViolation as exc:
-        return exc
-    except PassError as exc:
-        return LawViolation("rule", rule, f"its check raised: {exc}", None)
-    return None
+    ``rule``, else its refusal, without the hypothesis shrink: the check runs as inside a
+    property test, where ``check_rule`` raises the first draw that breaks the law unshrunk
+    (its documented nested mode; its draws are its own seeded ones either way, so the verdict
+    is the same). A rule whose check raises other than a verdict (``PassError``: its
+    ``where`` raised) counts as refused. Cost: one check without shrinking."""
+
+    def verdict() -> LawViolation | None:
+        try:
+            rule_check.check_rule(rule, max_examples=max_examples, seed=seed)
+        except LawViolation as exc:
+            return exc
+        except PassError as exc:
+            return LawViolation("rule", rule, f"its check raised: {exc}", None)
+        return None
+
+    from hypothesis import currently_in_test_context
+
+    return verdict() if currently_in_test_context() else _unshrunk(verdict)
 
 
-def _variant(rule: Rule, n: int, limit: int, draws: Draws) -> None:
-    """``rule_check``'s check of one variant, its shrink budget spent at once: a
-    ``LawViolation`` where ``rule_check._check_variant`` raises one, ``PassError`` where it
-    does (a ``where`` that raises), nothing where it accepts."""
-    rule_check._check_matches_itself(rule, rule.compiled(TRAINING))
-    sigs, scores = rule_check._signatures(rule, limit, draws=draws)
-    state = rule_check._State(rule, sigs, scores, draws)
-    state.budget = ShrinkBudget(0.0, LawViolation)  # the first counterexample, unshrunk
-    try:
-        rule_check._search(state, n)
-    except rule_check._WhereRaised as exc:
-        raise PassError(f"rule {rule.name!r}: its where() raised {exc.kind}") from exc
-    except LawViolation:
-        raise
-    except Exception as exc:  # the check of the rule itself would report it as a violation
-        raise LawViolation("rule", rule, f"checking the rule raised {type(exc).__name__}",
-                           None) from exc
-    if state.rewritten == 0:
-        raise LawViolation("rule", rule, "rewrite took the rule on none of the draws", None)
+def _unshrunk(verdict: Callable[[], LawViolation | None]) -> LawViolation | None:
+    """``verdict()`` run once inside a hypothesis test of one example (nothing to draw, no
+    database, no shrink phase), which is how ``check_rule`` knows not to shrink."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    found: list[LawViolation | None] = []
+
+    @settings(max_examples=1, database=None, derandomize=True, deadline=None,
+              phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+    @given(st.none())
+    def once(_: None) -> None:
+        if not found:  # the one example (the verdict is returned, never raised: no replay)
+            found.append(verdict())
+
+    once()
+    return found[0]
 
 
 __all__ = ["LLVM_FLAGS", "MAX_RECHECKS", "Excuse", "check_rule", "evidence", "excusing",
