@@ -5,6 +5,7 @@ import logging
 from ir.alpha import alpha_equivalent, graph_key, program_key
 from ir.args import EMPTY_DICT, IDict, IList, ISlice, Ref, ref
 from ir.errors import (
+    EditRefused,
     InputConstraintError,
     InputError,
     LoadError,
@@ -38,6 +39,7 @@ __all__ = [
     "EMPTY_DICT",
     "ArgSpec",
     "CallSignature",
+    "EditRefused",
     "ExportSignature",
     "Graph",
     "IDict",

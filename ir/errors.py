@@ -23,6 +23,15 @@ class PassError(PurefxError):
     """A transform cannot apply to this Program (names the node or module and why)."""
 
 
+class EditRefused(PassError):
+    """purefx's editor (``transforms.edit.rewrite_nodes``) refused an edit a pass asked for: a
+    write left undone, a dynamic size fixed, a value a signature names replaced by one of
+    another shape, a node emitted that cannot run. A bug in the pass, not a program it
+    declines: ``lowering.pass_laws.check_laws`` reports it as the law ``"edit_refused"``
+    whatever its ``allowed_errors`` say of ``PassError``, unless they name ``EditRefused``
+    itself."""
+
+
 class LoweringError(PurefxError):
     """``lower`` cannot build torch modules for this Program."""
 

@@ -51,7 +51,7 @@ from pyrsistent import pmap
 from ir.alpha import alpha_equivalent
 from ir.args import IDict, IList, ISlice
 from ir.effects import state_written
-from ir.errors import PurefxError, VerifyError, shorten
+from ir.errors import EditRefused, PurefxError, VerifyError, shorten
 from ir.fake_run import guards_refused, refused_guard
 from ir.graph import Graph
 from ir.harness import (
@@ -625,7 +625,10 @@ def check_program(
 
     The pass runs twice (three times with idempotence) and each law reuses those results.
     An error of a type in ``allowed_errors`` means the pass declines this program: nothing more
-    is checked and ``None`` is returned. ``atol``, ``rtol``, ``reference`` and ``judged`` go
+    is checked and ``None`` is returned. An ``ir.errors.EditRefused`` (purefx's editor refusing
+    an edit the pass asked for: a write left undone, a dynamic size fixed) is not declined but
+    broken (law ``"edit_refused"``), even where ``allowed_errors`` admit ``PassError``, unless
+    they name ``EditRefused`` itself. ``atol``, ``rtol``, ``reference`` and ``judged`` go
     to :func:`check_semantics`. Raises ``LawViolation`` naming the first law broken.
     """
     chosen = _check_laws_arg(laws, idempotent)
@@ -635,6 +638,8 @@ def check_program(
         cause = e.__cause__
         if e.law == "raises" and allowed_errors and isinstance(cause, allowed_errors):
             return None
+        if e.law == "edit_refused" and any(issubclass(t, EditRefused) for t in allowed_errors):
+            return None  # named outright: the user declines what the editor refuses
         raise
     if "verify" in chosen or "semantics" in chosen or "idempotence" in chosen:
         check_verify(pass_fn, program, result)
@@ -678,7 +683,10 @@ def check_laws(
         laws: a subset of :data:`LAWS` to check instead of the default.
         inputs: ``program -> (args, kwargs)`` for the semantics law (default: a
             ``LikeExample``'s own inputs, else ``ir.strategies.program_inputs``).
-        allowed_errors: exception types with which the pass may decline a program.
+        allowed_errors: exception types with which the pass may decline a program. An
+            ``ir.errors.EditRefused`` (the editor refusing the pass's edit) is a violation
+            (law ``"edit_refused"``) whatever they say of ``PassError``, unless they name
+            ``EditRefused``: a bug in the pass, not a program it declines.
         settings: hypothesis settings to start from. Default: the active profile (under
             purefx's pytest, ``ci``); outside a test suite, where one of hypothesis's own profiles
             is active (``default``, or its ``ci`` under a ``CI`` variable), derandomized settings without an example database, so a run is
@@ -881,6 +889,11 @@ def _call(pass_fn: Pass, program: Program) -> Program:
         return pass_fn(program)
     except LawViolation:
         raise
+    except EditRefused as e:  # purefx's editor refused the pass's edit: a bug found, not declined
+        raise LawViolation(
+            "edit_refused", pass_fn, f"purefx's editor refused an edit of the pass (a bug in "
+            f"the pass, not a program it declines): {e}", program
+        ) from e
     except Exception as e:  # a pass raising on a valid program breaks it
         raise LawViolation(
             "raises", pass_fn, f"the pass raised {type(e).__name__}: {e}", program

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ir import PurefxError
 from transforms.machinery.law_violation import LawViolation
-from transforms.rewrite import Rule, check_rule
+from transforms.rewrite import Rule
+from transforms.rewrite.rule_check import check_rule  # the verdict alone: no refusal explained
 
 X = (torch.randn(3, 4),)
 ABC = (torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4))

@@ -145,3 +145,24 @@ def test_program_cost_counts_state_alone_only_where_not_frozen():
     ones = program_cost(p, cost=lambda t, a, k, v: 1.0)
     frozen = program_cost(p, cost=lambda t, a, k, v: 1.0, frozen_state=True)
     assert (ones, frozen) == (3.0, 1.0)  # mm(a, b), add, mm(x, .); frozen: the last only
+
+
+def test_a_cnn_is_folded_where_its_rule_says_fold_state_without_frozen_state():
+    # the rule declares fold_state=True: its values from state alone are free to the search
+    # (frozen for its sites only) and folded into constants in the result, as rewrite does
+    model, x, p = _cnn()
+    rule = attrs.evolve(CONV_BN, name="conv_bn_fold", trusted=True, fold_state=True)
+    q, report = saturate_report(p, [rule], assume=rule.assumes)
+    frozen = saturate_report(p, [rule], assume=rule.assumes, frozen_state=True)[1]
+    assert report.chosen == "saturate" and dict(report.rewrites) == {"conv_bn_fold": 4}
+    assert report.cost_after == pytest.approx(frozen.cost_after)
+    assert report.cost_after < report.cost_before
+    assert report.cost_after == pytest.approx(program_cost(q))  # what the result runs
+    assert batch_norms(q) == 0 and "fold_state rules made" in report.state
+    convs = [n for n in q.root_module.graph.nodes if n.op == "call_function"
+             and "conv" in str(n.target)]
+    assert len(convs) == 4 and all("_folded_" in n.args[1].name for n in convs)
+    assert batch_norms(p) == 4  # p unchanged
+    with torch.no_grad():
+        torch.testing.assert_close(lower(q)(x), model(x), rtol=1e-4, atol=1e-5)
+

@@ -43,7 +43,7 @@ from ir.effects import (
     same_tensor,
     written_args,
 )
-from ir.errors import PassError, PurefxError
+from ir.errors import EditRefused, PassError, PurefxError
 from ir.fake_memo import FakeMemo
 from ir.fake_run import guards_refused, refused_guard
 from ir.gcpause import gc_paused
@@ -138,6 +138,12 @@ def rewrite_nodes(p: Program, visit: Visit) -> Program:
         its writes only (naming the node and each write left, by buffer fqn or input name),
         all of them while something still reads the node at the end, or all of them of a node
         that does more than write (random, an effect, a module call, an unknown operator).
+        Each of these is an ``EditRefused`` (``ir.errors``, a ``PassError``): the edit asked
+        for is wrong, a bug of the pass, which ``lowering.pass_laws.check_laws`` reports
+        (law ``"edit_refused"``) even where ``allowed_errors`` admit ``PassError``. A
+        ``PassError`` the visit raises itself passes through as it is (a program the pass
+        declines), and so does one that is not the edit's fault (an operator without a kernel
+        for the program's vals).
 
     **A node that writes.** What a node writes is ``ir.effects.written_args`` of it (the
     operator table's row under its literal arguments), each value followed through its aliases
@@ -282,7 +288,7 @@ class Edit:
         buffers; outlined: a ``get_attr``. Either way a state slot, its tensor, and its fqn
         in ``state_order`` after the parameters and buffers (``NewState``)."""
         if not isinstance(name, str) or not name.isidentifier():
-            raise PassError(
+            raise EditRefused(
                 f"add_buffer at node {self._ed.here()!r}: name must be a Python identifier, "
                 f"got {name!r}"
             )
@@ -325,6 +331,7 @@ class _Editor:
         self.holder_of: dict[str, str] = {}  # written buffer fqn -> its placeholder (flat)
         self.buffer_values: dict[str, str] = {}  # value written into a buffer -> its fqn (flat)
         self.old_outputs: dict[tuple[ModuleId, int], Any] = {}  # retyped graph -> old result
+        self.visit_error: PurefxError | None = None  # the error a visit raised, if any
 
     # --- the walk -----------------------------------------------------------------------------
 
@@ -332,7 +339,15 @@ class _Editor:
         # every fake run of the call, and the visit's own use of sizes (``int(e.val(x).shape[0])``),
         # refuses a guard on the program's shape env: it is shared with ``p``
         with guards_refused(self.fake_mode()):
-            return self.walk()
+            try:
+                return self.walk()
+            except EditRefused:
+                raise
+            except PassError as exc:
+                if exc is self.visit_error:
+                    raise  # the visit's own (the pass declines), or not the edit's fault
+                # the editor's bookkeeping after the visits (callers re-derived) refused an edit
+                raise EditRefused(str(exc)) from exc
 
     def walk(self) -> Program:
         p = self.p
@@ -418,14 +433,15 @@ class _Editor:
             self.drop_asked = False
             try:
                 result = visit(node, e)
-            except PurefxError:
+            except PurefxError as exc:
+                self.visit_error = exc  # raised out of the visit: its own, or e's (EditRefused)
                 raise
             except Exception as exc:  # a guard the visit asked for, or the visit's own error
                 guard = refused_guard(exc)
                 if guard is None:
                     raise
                 raise kn.guard_error(self.p, guard, f"visit at node {node.name!r}",
-                                     kn.KEEP_SYMBOLIC) from exc
+                                     kn.KEEP_SYMBOLIC, error=EditRefused) from exc
             replaced = type(result) is Ref and self.alias.get(result.name, result) != node.ref
             goes = (replaced or self.drop_asked) and (is_pure(node) or self.settle_writes(node))
             if self.redo_writes and not goes:
@@ -455,7 +471,7 @@ class _Editor:
             if result is not None:
                 self.replace(node, result)
         else:  # pragma: no cover - verify guarantees an output node
-            raise PassError(f"graph of module {path or '<root>'!r} has no output node")
+            raise EditRefused(f"graph of module {path or '<root>'!r} has no output node")
         if self.placeholders:
             nodes = self.new.place(nodes, self.p.signature.inputs, self.placeholders)
         if self.candidates:
@@ -491,7 +507,7 @@ class _Editor:
 
     def replace(self, node: Node, result: Any) -> None:
         if type(result) is not Ref:
-            raise PassError(
+            raise EditRefused(
                 f"visit returned {result!r} for node {node.name!r}; return None to keep the "
                 "node, or a Ref (from e.call, e.apply, ... or one of the node's inputs) to "
                 "replace its result"
@@ -502,7 +518,7 @@ class _Editor:
         self.check_not_overwritten(result.name, f"visit replaces node {node.name!r} with")
         defined = self.work.node
         if result.name not in defined:
-            raise PassError(
+            raise EditRefused(
                 f"visit replaces node {node.name!r} with %{result.name}, which is "
                 f"{self.undefined(result.name)}; replace a node with a value computed before it "
                 "or from it"
@@ -510,7 +526,7 @@ class _Editor:
         if node.name in self.signature_names():
             old, new = node.meta.get("val"), defined[result.name].meta.get("val")
             if not kn.same_val(old, new):
-                raise PassError(
+                raise EditRefused(
                     f"visit replaces node {node.name!r}, which a signature names, with "
                     f"%{result.name} of another dtype or shape ({kn.describe(old)} -> "
                     f"{kn.describe(new)}); keep the value's dtype and shape there"
@@ -564,7 +580,7 @@ class _Editor:
         late = self.after_names | {node.name}
         cycle = next((r.name for r in iter_refs((args, kwargs)) if r.name in late), None)
         if cycle is not None:
-            raise PassError(
+            raise EditRefused(
                 f"visit gives node {node.name!r} an argument %{cycle} computed from its own "
                 "result (a cycle); emit that value before the node"
             )
@@ -580,7 +596,7 @@ class _Editor:
         old = self.e.node.meta.get("val")
         if not kn.same_meta(old, val):
             if node.name in self.signature_names() and not kn.same_val(old, val):
-                raise PassError(
+                raise EditRefused(
                     f"the edit at node {self.here()!r} changes node {node.name!r} from "
                     f"{kn.describe(old)} to {kn.describe(val)}, and a signature names it (an "
                     "output spec or a preserved call); keep the value's dtype and shape there"
@@ -603,7 +619,7 @@ class _Editor:
             if name in self.overwritten:
                 self.check_not_overwritten(name, f"a node emitted at node {self.here()!r} reads")
             return r
-        raise PassError(
+        raise EditRefused(
             f"a node emitted at node {self.here()!r} reads %{name}, which is "
             f"{self.undefined(name)}; read the "
             "node's arguments (e.args), its result (node.ref) or values emitted before"
@@ -748,7 +764,7 @@ class _Editor:
         how = "replaces" if not self.drop_asked else "drops"
         if left:
             done = [what for key, what in writes.items() if key in self.redone]
-            raise PassError(
+            raise EditRefused(
                 f"visit {how} node {node.name!r}, which writes {_listed(list(writes.values()))} "
                 f"in place, and re-does the write of {_listed(done)} only: the write of "
                 f"{_listed(left)} would be lost. Re-do it too (e.write_buffer(buffer, new "
@@ -757,7 +773,7 @@ class _Editor:
             )
         more = _more_than_writes(node)
         if more:
-            raise PassError(
+            raise EditRefused(
                 f"visit {how} node {node.name!r} and re-does its writes of "
                 f"{_listed(list(writes.values()))}, but the node {more} besides writing: it "
                 "cannot go. Keep it (return None) and re-do none of its writes"
@@ -773,14 +789,14 @@ class _Editor:
             if n.name in names:
                 readers = [m.name for m in nodes if any(r.name == n.name for r in m.inputs())]
                 if not readers:
-                    raise PassError(
+                    raise EditRefused(
                         f"the visit of node {n.name!r} re-does its writes of {names[n.name]}, "
                         "so the node must go, but a signature names its result (a root output "
                         "spec or a preserved call's argument or result): it stays, and would "
                         "write a second time. Replace it (return a Ref whose value the "
                         "signature can name instead), or re-do none of its writes"
                     )
-                raise PassError(
+                raise EditRefused(
                     f"the visit of node {n.name!r} re-does its writes of {names[n.name]}, so "
                     f"the node must go, but {_listed([repr(r) for r in readers])} still "
                     f"read{'s' if len(readers) == 1 else ''} its result: it would write a "
@@ -791,7 +807,7 @@ class _Editor:
     def refuse_rewrite(self, node: Node, target: Any, name: str, base: str) -> None:
         """The ``PassError`` for an emitted in-place write of a tensor the visited ``node``
         writes too, where the node stays: the tensor would be written twice."""
-        raise PassError(
+        raise EditRefused(
             f"{target_name(target)} emitted at node {node.name!r} writes %{name} in place, "
             f"which the node writes too ({_listed(list(self.write_key(base).values()))}), and "
             "the node stays: it would be written twice. Replace the node (return a Ref) or "
@@ -805,9 +821,9 @@ class _Editor:
         conservative default of an operator whose facts are unknown."""
         unknown = ops.unknown_facts(target)
         if unknown:
-            raise PassError(f"{target_name(target)} emitted at node {self.here()!r}: {unknown}")
+            raise EditRefused(f"{target_name(target)} emitted at node {self.here()!r}: {unknown}")
         what = self.describe_value(base)
-        raise PassError(
+        raise EditRefused(
             f"{target_name(target)} emitted at node {self.here()!r} writes %{name} in "
             f"place, which is {what}; an edit writes only values it created (or an "
             "intermediate only the node it replaces reads): use the functional operator "
@@ -819,7 +835,7 @@ class _Editor:
         ``check_writes``): whatever reads it then sees the written value."""
         where = self.overwritten.get(name)
         if where is not None:
-            raise PassError(
+            raise EditRefused(
                 f"{doing} %{name}, which {where} wrote in place before; read the result of "
                 "that write instead, or write a copy (aten.clone) of the value"
             )
@@ -919,16 +935,16 @@ class _Editor:
             if exc.guard is not None:
                 raise kn.guard_error(self.p, exc.guard,
                                      f"{target_name(target)} at node {self.here()!r}",
-                                     kn.KEEP_SYMBOLIC) from exc
+                                     kn.KEEP_SYMBOLIC, error=EditRefused) from exc
             if exc.no_kernel:  # no kernel for these vals: not the arguments' fault
                 kind = "meta tensors" if exc.on_meta else "fake tensors"
-                raise PassError(
+                raise PassError(  # the program's vals, not the edit: no EditRefused
                     f"{target_name(target)} at node {self.here()!r} has no kernel for the "
                     f"program's vals, which are {kind} ({exc.cause_line}); the arguments are not "
                     "at fault: give the program FakeTensor vals, as torch.export does, or "
                     "register a fake impl for the operator"
                 ) from exc
-            raise PassError(
+            raise EditRefused(
                 f"{target_name(target)} at node {self.here()!r} raises on its "
                 f"arguments' values ({type(exc.cause).__name__}: {exc.cause_line}); check the "
                 "arguments' shapes and dtypes (e.val)"
@@ -971,7 +987,7 @@ class _Editor:
             if type(a) is Ref:
                 v = self.val(self.read(a))
                 if not isinstance(v, torch.Tensor):
-                    raise PassError(
+                    raise EditRefused(
                         f"e.apply at node {self.here()!r}: argument %{a.name} has no tensor val; "
                         "apply traces at the arguments' fake values"
                     )
@@ -998,8 +1014,9 @@ class _Editor:
                         self.p, fixed, f"{where}: {name}",
                         "keep fn's sizes symbolic (x.shape[0] as it is, -1 in a view, no int() "
                         "and no branch on a size), or emit the nodes with e.call",
+                        error=EditRefused,
                     ) from exc
-                raise PassError(f"{where}: {exc}") from exc
+                raise EditRefused(f"{where}: {exc}") from exc
             self.traced[cache_key] = traced
         env: dict[str, Any] = {}
         phs = [n.name for n in traced.graph.nodes if n.op == PLACEHOLDER]
@@ -1030,7 +1047,7 @@ class _Editor:
             node = d.node
             hint = node.hint
             if hint is None:
-                raise PassError(
+                raise EditRefused(
                     f"e.apply at node {self.here()!r}: dimension {i} of argument %{a.name} is "
                     f"a data-dependent size ({node.expr}), which has no example to trace at; "
                     "emit the nodes with e.call"
@@ -1102,7 +1119,7 @@ class _Editor:
 
     def new_state(self, kind: str, name: str, tensor: Any, persistent: bool) -> Ref:
         if not isinstance(tensor, torch.Tensor):
-            raise PassError(
+            raise EditRefused(
                 f"new state at node {self.here()!r} must be a torch.Tensor, got "
                 f"{type(tensor).__name__}"
             )
@@ -1127,7 +1144,7 @@ class _Editor:
 
     def write_buffer(self, buffer: Any, value: Any) -> None:
         if type(buffer) is not Ref or type(value) is not Ref:
-            raise PassError(
+            raise EditRefused(
                 f"write_buffer at node {self.here()!r} takes two Refs (the buffer and the value), "
                 f"got {buffer!r}, {value!r}"
             )
@@ -1136,14 +1153,14 @@ class _Editor:
         slot = None if fqn is None else self.slot(fqn)
         if slot is None or slot.kind != st.BUFFER:
             what = "a user input or a computed value" if slot is None else f"a {slot.kind}"
-            raise PassError(
+            raise EditRefused(
                 f"write_buffer at node {self.here()!r} writes %{buffer.name}, which is {what}; "
                 "only buffers (e.state(x) names one, an in-place write of one, or e.add_buffer) "
                 "may be written"
             )
         old, new = self.val(buffer), self.val(value)
         if not kn.same_val(old, new):
-            raise PassError(
+            raise EditRefused(
                 f"write_buffer at node {self.here()!r} writes %{value.name} "
                 f"({kn.describe(new)}) into buffer {fqn!r} ({kn.describe(old)}); write a value of "
                 "the buffer's dtype and shape"
@@ -1152,7 +1169,7 @@ class _Editor:
         written = in_place or graph_effects(self.p, self.mid, self.graph_obj).is_written(buffer.name)
         if self.is_root and self.flat and not written:
             if any(s.target == fqn for s in self.p.signature.outputs if s.kind in sg.MUTATION_KINDS):
-                raise PassError(
+                raise EditRefused(
                     f"write_buffer at node {self.here()!r}: buffer {fqn!r} already has a "
                     "buffer_mutation output; write it once"
                 )

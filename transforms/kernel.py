@@ -771,14 +771,16 @@ def dynamic_sizes(p: Program) -> dict[str, str]:
     return found
 
 
-def guard_error(p: Program, guard: RefusedGuard, where: str, instead: str) -> PassError:
-    """The ``PassError`` for a guard ``guard`` that a fake run at ``where`` (``"e.apply at
-    node 'relu'"``) asked for on ``p``'s shape env (``ir.fake_run.guards_refused`` refused
-    it): it names the dynamic sizes the guard reads (``dynamic_sizes``), says that the result
-    would be right at this size only, and what to do ``instead``. O(``dynamic_sizes``)."""
+def guard_error(p: Program, guard: RefusedGuard, where: str, instead: str, *,
+                error: type[PassError] = PassError) -> PassError:
+    """The ``PassError`` (of type ``error``: the editor's is ``EditRefused``) for a guard
+    ``guard`` that a fake run at ``where`` (``"e.apply at node 'relu'"``) asked for on ``p``'s
+    shape env (``ir.fake_run.guards_refused`` refused it): it names the dynamic sizes the guard
+    reads (``dynamic_sizes``), says that the result would be right at this size only, and what
+    to do ``instead``. O(``dynamic_sizes``)."""
     known = dynamic_sizes(p)
     sizes = [f"{s} ({known[s]})" if s in known else s for s in guard.symbols] or ["a size"]
-    return PassError(
+    return error(
         f"{where} would fix the dynamic size {', '.join(sizes)} ({guard.text}): the "
         "result would hold at this size only, and the program keeps it dynamic; "
         f"{instead}"

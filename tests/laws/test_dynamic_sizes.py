@@ -5,7 +5,7 @@ are caught by ``check_laws``; a correct pass over a dynamic program passes, not 
   its input's batch through the shape env they share is caught);
 - semantics: the result runs as the input at other sizes too (a pass that bakes the example's
   batch into the program is caught, though it is right at the example's);
-- a pass that would fix a size through the editor is refused (``raises``, naming the
+- a pass that would fix a size through the editor is refused (``edit_refused``, naming the
   dimension), never a silent change to its input.
 """
 
@@ -108,7 +108,7 @@ def test_other_sizes_move_each_symbol_within_its_range():
 
 @pytest.mark.parametrize(("bug", "law", "says"), [
     (bakes_batch, "semantics", "at other sizes of its dynamic dimensions"),
-    (bakes_view_size, "raises", "would fix the dynamic size"),
+    (bakes_view_size, "edit_refused", "would fix the dynamic size"),
     (fixes_its_input, "purity", "the pass asked the shape env its input shares for the guard"),
 ])
 def test_a_pass_that_fixes_or_bakes_a_batch_size_is_caught(bug, law, says):

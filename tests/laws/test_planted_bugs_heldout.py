@@ -436,14 +436,14 @@ PLANTED = [
     (dce_drops_dead_draws, {}, "semantics"),
     (dce_drops_unread_module_calls, {"programs": OUTLINED}, "semantics"),
     # merging values of other shapes: the editor refuses the shape change at an output spec
-    # (raises) or the numbers differ (semantics), whichever the drawn program meets first
-    (cse_ignores_literals, {}, ("raises", "semantics")),
+    # (edit_refused) or the numbers differ (semantics), whichever the drawn program meets first
+    (cse_ignores_literals, {}, ("raises", "edit_refused", "semantics")),
     (cse_ignores_kwargs, {}, "semantics"),
-    # on a symbolic batch the editor may refuse the swapped operands' sizes (raises)
-    (swap_sub_operands, {}, ("semantics", "raises")),
+    # on a symbolic batch the editor may refuse the swapped operands' sizes (edit_refused)
+    (swap_sub_operands, {}, ("semantics", "raises", "edit_refused")),
     (gelu_to_tanh_approximation, {}, "semantics"),
-    # on a complex activation the half cast is refused by the editor: caught as "raises"
-    (activations_in_half, {}, ("semantics", "raises")),
+    # on a complex activation the half cast is refused by the editor: caught as "edit_refused"
+    (activations_in_half, {}, ("semantics", "raises", "edit_refused")),
     (mean_as_sum_at_batch_one, {}, "semantics"),
     (add_becomes_inplace, {}, "semantics"),
     (hoists_writes, {}, "semantics"),

@@ -18,6 +18,8 @@ package: the editor, ``transforms.edit``, traces too).
   and ``RewriteReport`` (rewrites, skips by guard, rules not granted);
 - ``check``: ``check_rule``, a rule's law on generated inputs, its replacements instantiated by
   ``engine.apply_rules`` (the rewrite ``rewrite`` runs);
+- ``refusal``: the public ``check_rule``: ``rule_check``'s, whose refusal names the
+  undeclared assumptions that make the rule right (checked again with them), or says none does;
 - ``ruleset``: ``prepare``, the drivers' one front-end: the rules whose assumptions the caller
   grants (``assume=``), compiled at the program's level and checked (``ensure_checked``), and
   ``directions``, each compiled in the directions ``saturate`` matches it in;
@@ -46,6 +48,7 @@ from transforms.machinery.trace import LEVELS
 from transforms.rewrite.api import rewrite, rewrite_report
 from transforms.rewrite.check_context import check_rule_in_context
 from transforms.rewrite.engine import Rewrite, RewriteReport, apply_match, apply_rules, matches
+from transforms.rewrite.refusal import check_rule
 from transforms.rewrite.rule import (
     ASSUMPTIONS,
     Compiled,
@@ -56,7 +59,6 @@ from transforms.rewrite.rule import (
     hyper,
     optional,
 )
-from transforms.rewrite.rule_check import check_rule
 from transforms.rewrite.saturate import (
     SaturationLimits,
     SaturationReport,

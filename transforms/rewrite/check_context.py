@@ -39,8 +39,9 @@ from transforms.machinery.trace import TRAINING, trace
 from transforms.rewrite import rule_check as rule_law
 from transforms.rewrite.api import rewrite
 from transforms.rewrite.interpret import program_state, run_program
+from transforms.rewrite.refusal import check_rule
 from transforms.rewrite.rule import Rule
-from transforms.rewrite.rule_check import assumed, check_rule, signatures, wide_reference
+from transforms.rewrite.rule_check import assumed, signatures, wide_reference
 from transforms.rewrite.ruleset import ensure_checked
 
 

@@ -56,7 +56,9 @@ class ENode:
     """One e-node: ``op`` (an operator, or ``LEAF``), ``canon`` (the canonical arguments,
     ``ir.ops.canonical_args`` form, each child spelled ``Ref("#i")``), ``args``/``kwargs`` (the
     arguments to emit it with, children spelled the same way), ``children`` (class ids).
-    ``rule``: the rule whose replacement made it first (``None`` for the program's own).
+    ``rule``: the rule whose replacement made it first (``None`` for the program's own);
+    ``folds``: that replacement is a ``fold_state=True`` rule's (``saturate`` folds what it
+    computes from state alone, as ``rewrite`` does).
     ``key``: what hash-consing compares (operator, literals spelled with their types, children
     as they are). Two e-nodes are equal when their keys are."""
 
@@ -67,6 +69,9 @@ class ENode:
     children: tuple[int, ...]
     spelled: Any = attrs.field(eq=False, repr=False)
     rule: str | None = attrs.field(default=None, eq=False)  #: the rule that made it first
+    #: made by the replacement of a ``fold_state=True`` rule: where it reads only invariant
+    #: classes its value is folded into a constant (``saturate``), so extraction charges nothing
+    folds: bool = attrs.field(default=False, eq=False)
 
     @property
     def key(self) -> tuple:
@@ -423,8 +428,10 @@ def from_graph(p: Program, mid: ModuleId, graph: Graph, *,
     the written memory reads (``Versions.rebind``), while earlier readers read the old one.
 
     ``frozen_state``: the classes of values computed from unwritten state alone are marked
-    ``ClassData.invariant`` (extraction counts an e-node reading only such classes as free:
-    the caller folds them into constants); else none is (every e-node is charged).
+    ``ClassData.invariant`` (with ``search_result.plan(..., frozen=True)`` extraction counts
+    an e-node reading only such classes as free: the caller folds them into constants; with
+    ``frozen=False`` only the e-nodes of ``fold_state`` rules, ``ENode.folds``); else none is
+    (every e-node is charged).
 
     **Laws:** a pure function of its arguments; every class holds one original value.
     Complexity: O(n) e-nodes, O(n α(n)) in all."""

@@ -101,7 +101,8 @@ def ensure_checked(rule: Rule, *, verdicts: Any = None) -> None:
     """``check_rule``'s verdict on ``rule``, reached once and kept (``rule_verdict``), as
     ``rewrite`` reaches it before applying the rule: nothing for a right or ``trusted`` rule;
     ``PassError`` naming the rule and the counterexample for a wrong one (or a check that
-    broke). The verdict is looked for among the shipped verdicts and in the store
+    broke), its ``excused_by`` the refusal's (``transforms.rewrite.refusal``: the assumptions
+    that would make the rule right; ``None`` for a check that broke). The verdict is looked for among the shipped verdicts and in the store
     ``verdicts`` names before ``check_rule`` runs (``transforms.rewrite.verdicts.check_rules``).
     ``check_rule_in_context`` calls it before its own search, outside hypothesis, so
     the rule is checked as ``check_rule`` alone checks it. Cost: one ``check_rule`` the first
@@ -115,10 +116,13 @@ def ensure_checked(rule: Rule, *, verdicts: Any = None) -> None:
     if isinstance(cache.verdict, BaseException):
         cache.verdict = _without_frames(cache.verdict)
     if cache.verdict is not True:
-        raise PassError(
+        refused = PassError(
             f"rule {rule.name!r} is wrong, so rewrite refuses it (mark it Rule(..., "
             f"trusted=True) to skip the check): {cache.verdict}"
-        ) from cache.verdict
+        )
+        # the assumptions that would make it right, as the refusal found them (``refusal``)
+        refused.excused_by = getattr(cache.verdict, "excused_by", None)
+        raise refused from cache.verdict
 
 
 def _without_frames(exc: BaseException) -> BaseException:

@@ -263,6 +263,7 @@ def saturate_report(
     rs = prepare(p, rules, assume, who="saturate", verdicts=verdicts)
     skipped = {name: f"assumes {sorted(flags)}, not granted" for name, flags in rs.missing.items()}
     applied = list(rs.applied)
+    folding = any(r.fold_state for r in applied)
     graphs = walked_graphs(p)
     compiled = directions(applied, rs.level, skipped)
     clock = time.monotonic()
@@ -293,25 +294,31 @@ def saturate_report(
             classes.append((0,))
             stopped.append("seconds")
             continue
-        geg = from_graph(p, mid, graph, frozen_state=frozen_state)
+        # a fold_state rule's values from state alone are free (``ENode.folds``): the classes
+        # of state are marked so, and only those e-nodes (or, frozen, every one) cost nothing
+        geg = from_graph(p, mid, graph, frozen_state=frozen_state or folding)
         grown, counted, why = _saturate(geg.eg, compiled, limits, deadline, geg.roots,
                                         read_by_leaves(geg, graph))
         sizes.append(grown)
         classes.append(counted)
         stopped.append(why)
         lap("saturate")
-        plans[id(graph)] = plan(geg, graph, cost, deadline)
+        plans[id(graph)] = plan(geg, graph, cost, deadline, frozen=frozen_state)
         if plans[id(graph)].cut:
             stopped[-1] += "; extraction cut by seconds"
         lap("extract")
     before = program_cost(p, cost)
     q = p
+    folds: set[str] = set()
     if any(pl.changes for pl in plans.values()):
         builder = Builder(plans)
         q = drop_dead(p, rewrite_nodes(p, builder), builder.writes)
+        folds = builder.folds
     folded = 0
     if frozen_state:
         q, folded = _frozen(q)
+    elif folds:
+        q, folded = _folded(q, folds)
     after = before if q is p else program_cost(q, cost)  # 1-2 s at 15k nodes: not twice
     lap("build")
     chosen = "saturate"
@@ -334,9 +341,23 @@ def saturate_report(
         (f"frozen: {folded} values computed from state alone folded into constants"
          if frozen_state and chosen != "original" else
          "frozen: nothing folded" if frozen_state else
-         "charged: values computed from state alone are recomputed and counted at every call"),
+         "charged: values computed from state alone are recomputed and counted at every call"
+         + (f", but for {folded} that fold_state rules made, folded into constants"
+            if folded and chosen != "original" else "")),
     )
     return q, report
+
+
+def _folded(q: Program, made: set[str]) -> tuple[Program, int]:
+    """``q`` with the values of ``made`` (nodes the build emitted for e-nodes of
+    ``fold_state`` rules) that read unwritten state alone folded into new constants
+    (``fold_into_state``, as ``rewrite`` folds what those rules create), and how many nodes
+    went. O(n) plus the folded arithmetic."""
+    out = fold_into_state(q, made)
+    if out is q:
+        return q, 0
+    left = {n.name for n in out.root_module.graph.nodes}
+    return out, sum(1 for name in made if name not in left)
 
 
 def _frozen(q: Program) -> tuple[Program, int]:
@@ -575,6 +596,7 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
     val_of)`` extended by the replacement's nodes."""
     sentinels = {(type(v), v): pos for pos, v in rep.sentinels}
     results = {o.name for o in rep.outputs if type(o) is Ref}
+    rule_folds = d.rule.fold_state
     for rn in rep.graph.nodes:
         if rn.op in (PLACEHOLDER, OUTPUT):
             continue
@@ -604,6 +626,8 @@ def _instantiate(eg: EGraph, d: Directed, m: EMatch, rep: Any, child_of: dict[st
             return None
         if rn.name in results:
             e = attrs.evolve(e, rule=d.name)  # the rewrite's result: what the report counts
+        if rule_folds:
+            e = attrs.evolve(e, folds=True)  # folded where it reads state alone
         once = bool(e.children) and all(eg.data[eg.find(ch)].invariant for ch in e.children)
         cls = eg.add(e, ClassData(val, False, None, once))
         view.inherit(e, cls)

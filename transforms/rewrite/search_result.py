@@ -54,7 +54,8 @@ class Plan:
     cut: bool = False
 
 
-def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
+def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float, *,
+         frozen: bool = True) -> Plan:
     """The extraction of ``geg`` (of ``graph``) under ``cost``: greedy, the groups of several
     results tried together, then exact where scipy is installed, time is left (``deadline``, a
     ``time.monotonic`` value) and some class has a choice; the exact choice kept where its DAG
@@ -65,7 +66,13 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
     up to ``EXACT_MAX`` e-nodes and within ``deadline``; ``together`` O(``extract.GROUPS_MAX``
     x classes reached), its groups tried until ``deadline`` or for ``TOGETHER_SECONDS``,
     whichever is later (``Plan.cut`` where that passed).
-    Greedy is never cut: bounded by ``limits.node_limit``, about a second at 20k e-nodes."""
+    Greedy is never cut: bounded by ``limits.node_limit``, about a second at 20k e-nodes.
+
+    What costs nothing: an e-node whose children are all ``ClassData.invariant`` (computed from
+    unwritten state alone), where ``frozen`` (the caller folds every such value); with
+    ``frozen=False`` only such an e-node of a ``fold_state`` rule (``ENode.folds``: the caller
+    folds what those rules made, as ``rewrite`` does). Classes are marked invariant only where
+    ``from_graph`` was asked to (``frozen_state``)."""
     eg = geg.eg
     memo: dict[tuple, float] = {}
 
@@ -73,7 +80,8 @@ def plan(geg: GraphEGraph, graph: Graph, cost: Cost, deadline: float) -> Plan:
         if n.op == LEAF:
             return 0.0
         n = eg.canonical(n)
-        if n.children and all(eg.data[ch].invariant for ch in n.children):
+        if (n.children and (frozen or n.folds)
+                and all(eg.data[ch].invariant for ch in n.children)):
             return 0.0  # the same at every call: computed once (cost.invariant_values)
         found = memo.get(n.key)
         if found is None:
@@ -300,6 +308,7 @@ class Builder:
         self.made: dict[int, dict[int, Ref]] = {}
         self.returned: dict[int, frozenset[str]] = {}
         self.writes: dict[int, set[str]] = {}
+        self.folds: set[str] = set()  # nodes emitted for e-nodes of fold_state rules
 
     def __call__(self, node: Node, e: Any) -> Ref | None:
         plan = self.plans.get(id(e.graph))
@@ -396,6 +405,8 @@ class Builder:
             args = thaw(n.args, lambda r, env=env: env[r.name])
             kwargs = thaw(n.kwargs, lambda r, env=env: env[r.name])
             made[x] = e.call(n.op, *args, **kwargs)
+            if n.folds:
+                self.folds.add(made[x].name)
         return made[eg.find(c)]
 
 

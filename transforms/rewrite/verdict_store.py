@@ -54,7 +54,10 @@ class Stored:
     """One verdict as the store keeps it: ``right``; ``detail``, for a wrong rule what the
     ``LawViolation`` said (its counterexample, without the rule's name); ``ran``,
     ``rewritten``, ``restrided``: what ``check_rule`` returned for a right one; ``rule``: the
-    name it was checked under (for a reader of the file only; never compared)."""
+    name it was checked under (for a reader of the file only; never compared);
+    ``excused_by``, for a wrong rule the assumptions that would make it right
+    (``transforms.rewrite.refusal``: ``()`` none, ``None`` not known: an entry written
+    before refusals named them)."""
 
     right: bool
     detail: str = ""
@@ -62,6 +65,7 @@ class Stored:
     rewritten: int = 0
     restrided: tuple[str, ...] = ()
     rule: str = ""
+    excused_by: tuple[str, ...] | None = None
 
     def body(self, key: str, versions: tuple[str, str]) -> dict[str, Any]:
         """The JSON object filed under ``key`` (checksum included); ``versions`` as
@@ -71,6 +75,8 @@ class Stored:
                 "verdict": "right" if self.right else "wrong",
                 "detail": self.detail, "ran": self.ran, "rewritten": self.rewritten,
                 "restrided": list(self.restrided), "rule": self.rule}
+        if self.excused_by is not None:
+            body["excused_by"] = sorted(self.excused_by)
         body["sum"] = checksum(body)
         return body
 
@@ -97,7 +103,12 @@ def parse(body: Any, key: str, versions: tuple[str, str]) -> Stored | None:
         return None  # a right verdict checked something
     if not right and not detail:
         return None
-    return Stored(right, detail, ran, rewritten, tuple(restrided), rule)
+    excused = body.get("excused_by")
+    if excused is not None and not (isinstance(excused, list)
+                                    and all(isinstance(f, str) for f in excused)):
+        return None
+    return Stored(right, detail, ran, rewritten, tuple(restrided), rule,
+                  None if excused is None else tuple(excused))
 
 
 @attrs.frozen

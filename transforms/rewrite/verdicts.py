@@ -36,8 +36,9 @@ import torch
 
 from ir.errors import PassError, PurefxError
 from transforms.machinery.law_violation import LawViolation
+from transforms.rewrite.refusal import check_rule, refusal
 from transforms.rewrite.rule import Rule, rule_cache
-from transforms.rewrite.rule_check import Checked, check_rule
+from transforms.rewrite.rule_check import Checked
 from transforms.rewrite.rule_key import verdict_key, versions
 from transforms.rewrite.verdict_store import (
     Stored,
@@ -143,7 +144,11 @@ def _say_unshipped(n: int, store: VerdictStore | None, now: tuple[str, str]) -> 
 
 
 def _verdict(rule: Rule, v: Stored) -> BaseException | bool:
-    return True if v.right else LawViolation("rule", rule, v.detail, None)
+    """A stored verdict as ``check_rules`` returns it: ``True``, or the refusal with its
+    ``excused_by`` (``transforms.rewrite.refusal``)."""
+    if v.right:
+        return True
+    return refusal(rule, v.detail, None if v.excused_by is None else frozenset(v.excused_by))
 
 
 def checked_verdicts(rules: Sequence[Rule], *, workers: int | None = None) -> list[Stored]:
@@ -166,7 +171,9 @@ def _check_here(rule: Rule) -> Stored:
     try:
         return _stored(rule, check_rule(rule))
     except LawViolation as exc:
-        return Stored(False, exc.detail, rule=rule.name)
+        excused = getattr(exc, "excused_by", None)
+        return Stored(False, exc.detail, rule=rule.name,
+                      excused_by=None if excused is None else tuple(sorted(excused)))
     except PurefxError:
         raise
     except Exception as exc:  # a check that broke is no verdict: say so, keep none
