@@ -51,6 +51,7 @@ __all__ = [
     "first_phase",
     "probe_table",
     "report_note",
+    "targeted_programs",
     "targets_from_changes",
 ]
 
@@ -352,3 +353,25 @@ def report_note(targets: Targets, tried: int, changed: int, rest: int) -> str:
     elif rest:
         text += f"; {rest} more default programs (no operator of the table among them)"
     return text
+
+
+def targeted_programs(operators: tuple[str, ...]) -> Any:
+    """The programs of ``check_laws``' second phase: ``programs(ops=operators)``, whose opset
+    steps call only those rows, with the default features but ``core_level`` kept off where no
+    row of them is of the core level (and on where none is of the training level), so every
+    draw can call them (a ``training``-only row drawn under ``core_level`` would leave the
+    opset steps nothing to call). O(len(operators))."""
+    from ir.opset import table
+    from ir.strategies.programs import FEATURES, OPT_IN_FEATURES, programs
+
+    rows = table()
+    levels: set[str] = set()
+    for name in operators:
+        levels |= rows[name].levels or {"core", "training"}
+    allowed = set(FEATURES) - OPT_IN_FEATURES
+    always = set()
+    if "core" not in levels:
+        allowed.discard("core_level")
+    if "training" not in levels:
+        always.add("core_level")
+    return programs(features=allowed, always=always, ops=operators)

@@ -795,7 +795,8 @@ def check_laws(
         pairs.clear()
         rest = total - first
         if rest and targets.operators:
-            run(default(ops=targets.operators), rest, "targets", targets.operators)
+            run(law_targets.targeted_programs(targets.operators), rest, "targets",
+                targets.operators)
         elif rest:
             run(programs, rest, "rest")
         note = law_targets.report_note(targets, tried, changed, rest)
