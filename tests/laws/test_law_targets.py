@@ -117,3 +117,9 @@ def test_a_pass_that_changes_nothing_is_told_the_probe_found_nothing_either():
 
 def test_first_phase_shares():
     assert [law_targets.first_phase(n) for n in (1, 2, 10, 100)] == [1, 1, 4, 40]
+
+
+def test_the_two_phases_are_repeatable_under_a_seed():
+    one = check_laws(floor_divide_as_floor_div, max_examples=10, seed=5)
+    assert one == check_laws(floor_divide_as_floor_div, max_examples=10, seed=5)
+    assert one.tried == 10 and one.targets == ("aten.floor_divide.default(%, %)",)
