@@ -664,7 +664,14 @@ def check_laws(
             through earlier passes to check a pass that expects their output, e.g.
             ``programs().map(outline)``. ``lowering.like.programs_like(ep)`` draws your own
             model's program and variants of it (``LikeExample`` s, each with its inputs).
-        max_examples: how many programs (default: the settings' own).
+            With the default, the budget is spent in two phases (``lowering.law_targets``):
+            a first share of default programs (40 %), then the rest on programs rich in the
+            operators the pass was found to change (``programs(ops=...)``): found from the
+            programs it changed, or, when it changed none, by applying it to probe programs
+            of the operator table's forms (no law checked there). The report names the forms
+            (``LawReport.targets``) and says when it changed fewer than one default program
+            in five. Found from the pass's results alone, never its name.
+        max_examples: how many programs (default: the settings' own), over both phases.
         idempotent: also check ``pass_fn(pass_fn(p)) == pass_fn(p)``.
         laws: a subset of :data:`LAWS` to check instead of the default.
         inputs: ``program -> (args, kwargs)`` for the semantics law (default: a
