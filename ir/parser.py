@@ -10,8 +10,16 @@ objects and are printed as descriptions, so the parser cannot spell them:
   slot says). Placeholder tensors are new objects, and the tensor table compares by identity
   (``Opaque``), so two parses of one text are ``==`` only up to their tensor tables: parse the
   Expected text of a test ``like=`` the Before program to share the tensors;
-- **script objects** (custom objects): only with ``like``;
-- **range constraints**: taken from ``like``, else none.
+- **script objects** (custom objects): only with ``like``.
+
+**Symbolic sizes.** The ``range constraints:`` section lists symbols as ``NAME in [LOW, HIGH]
+# hint=N`` (``int_oo`` for an open end; the hint only where vals are printed), and a
+``symbols:`` section, in the same form, the other symbols the vals name. The parser makes one
+shape env with those symbols (``ir.torch_seam.new_symbolic_sizes``: same names, hints and
+ranges) and reads each size of a val (``s26``, ``4*s26``, ``Min(4, s26)``, ``(s26//2)``) as a
+``SymInt`` of it; the program's ``range_constraints`` are the listed ones (``like``'s, with
+``like``). An old text's ``range constraints: N (opaque)`` line is read as before: the
+constraints come from ``like``, else there are none.
 
 A node line may end in ``  # VAL``, its ``meta["val"]`` as ``format_program(p)`` prints it
 by default (``ir.printer.format_val``): the node gets that val back, tensors as ``FakeTensor``s of
@@ -35,6 +43,7 @@ import importlib
 import io
 import itertools
 import math
+import operator
 import re
 import sys
 import tokenize
@@ -56,7 +65,7 @@ from ir.printer import contiguous_strides
 from ir.program import NO_CONSTRAINTS, Program
 from ir.signature import ArgSpec, CallSignature, ExportSignature, InputSpec, OutputSpec
 from ir.state import Opaque, Slot
-from ir.torch_seam import new_fake_mode, pytree
+from ir.torch_seam import new_fake_mode, new_symbolic_sizes, pytree
 
 __all__ = ["ParseError", "parse_program"]
 
@@ -83,8 +92,10 @@ def parse_program(text: str, *, like: Program | None = None) -> Program:
 
     **Laws:** ``parse_program(format_program(p), like=p) == p``;
     ``format_program(parse_program(t)) == t`` for a printed ``t`` without script objects or
-    range constraints; ``parse_program(format_program(p))`` gives every node whose
-    val prints a val of the same structure, dtypes, sizes (hints), strides and devices.
+    opaque range constraints; ``parse_program(format_program(p))`` gives every node whose
+    val prints a val of the same structure, dtypes, sizes (symbolic ones: same expressions,
+    symbols, hints and ranges), strides and devices, and has ``p``'s range constraints by
+    name and bounds.
 
     Complexity: O(size of the text).
     """
@@ -126,6 +137,11 @@ class _Reader:
         self.tensors: dict[str, Opaque] = {}
         self.targets: dict[str, Any] = {}  # printed name -> resolved object, for this text
         self.fake_mode: Any = None  # made on the first printed tensor val
+        # declared symbols: name -> (line, hint, low, high); those of ``range constraints:``
+        self.symbols: dict[str, tuple[_Line, int | None, int, int | None]] = {}
+        self.constrained: list[str] = []
+        self.symbol_table: dict[str, Any] | None = None  # made with the fake mode
+        self.symbol_ranges: dict = {}
 
     # --- the sections ------------------------------------------------------------------------
 
@@ -167,7 +183,10 @@ class _Reader:
                 call_order = self._literal(line, head.removeprefix("  call order: "))
                 if type(call_order) is not tuple:
                     raise line.error("the call order is a tuple of call names")
-            elif head.startswith("  range constraints: "):
+            elif head in ("  range constraints:", "  symbols:"):
+                self.at += 1
+                self._symbols(line, constrained=head == "  range constraints:")
+            elif head.startswith("  range constraints: "):  # opaque: only ``like`` has them
                 self.at += 1
             elif head.startswith("  module "):
                 self._modules(modules)
@@ -185,8 +204,56 @@ class _Reader:
             signature=ExportSignature(inputs, outputs),
             call_signatures=pmap(calls),
             call_order=call_order,
-            range_constraints=self.like.range_constraints if self.like else NO_CONSTRAINTS,
+            range_constraints=self.like.range_constraints if self.like else self._constraints(),
         )
+
+    def _symbols(self, head: _Line, *, constrained: bool) -> None:
+        """The items of a ``range constraints:`` or ``symbols:`` section, ``NAME in [LOW,
+        HIGH]  # hint=N`` each (``ir.printer.format_symbol``)."""
+        if self.fake_mode is not None:
+            raise head.error("symbols are declared before the first node val (the modules)")
+        for line in self._items(4):
+            text, comment = _split_comment(line.text.strip())
+            found = _SYMBOL_LINE.fullmatch(text)
+            hint_text = None if comment is None else comment.partition("hint=")[2]
+            if found is None or not (comment is None or (comment.startswith("hint=")
+                                                         and hint_text.isdigit())):
+                raise line.error("a symbol reads 'NAME in [LOW, HIGH]  # hint=N' (s26 in [2, 8]"
+                                 "  # hint=2; int_oo for an open end; no hint: no vals)")
+            name, low, high = found.groups()
+            if name in self.symbols:
+                raise line.error(f"symbol {name!r} is declared twice")
+            if low == "-int_oo" or high == "-int_oo":
+                raise line.error("a size's range starts at an integer")
+            bounds = (int(low), None if high == "int_oo" else int(high))
+            if bounds[1] is not None and bounds[1] < bounds[0]:
+                raise line.error(f"the range of {name!r} is empty")
+            hint = None if hint_text is None else int(hint_text)
+            self.symbols[name] = (line, hint, *bounds)
+            if constrained:
+                self.constrained.append(name)
+
+    def _symbol_sizes(self, line: _Line) -> dict[str, Any]:
+        """The declared symbols (name -> ``SymInt``, or the sympy symbol of one without a
+        hint), made once, with the fake mode every val of the text is made under."""
+        if self.symbol_table is None:
+            declared = [(name, hint, low, high) for name, (_, hint, low, high) in
+                        self.symbols.items()]
+            try:
+                self.fake_mode, self.symbol_table, self.symbol_ranges = new_symbolic_sizes(
+                    declared)
+            except ValueError as e:
+                bad = next((self.symbols[n][0] for n in self.symbols if repr(n) in str(e)), line)
+                raise bad.error(str(e)) from None
+        return self.symbol_table
+
+    def _constraints(self) -> Opaque:
+        """The declared range constraints, keyed by the symbols the vals use."""
+        if not self.constrained:
+            return NO_CONSTRAINTS
+        self._symbol_sizes(self.symbols[self.constrained[0]][0])
+        by_name = {str(k): (k, v) for k, v in self.symbol_ranges.items()}
+        return Opaque(dict(by_name[n] for n in self.constrained))
 
     def _input(self, line: _Line) -> InputSpec:
         words = line.text.split()
@@ -366,39 +433,84 @@ class _Reader:
 
     def _val(self, line: _Line, node: ast.expr) -> Any:
         """A ``meta["val"]`` as ``ir.printer.format_val`` writes it."""
-        if isinstance(node, (ast.Constant, ast.UnaryOp)) or (
-            isinstance(node, ast.Name) and node.id in _NAMED_FLOATS
-        ):  # a number, ``None`` or a string, read as an argument is
-            return self._value(line, node)
         if isinstance(node, ast.Tuple):
             return tuple(self._val(line, e) for e in node.elts)
         if isinstance(node, ast.List):
             return [self._val(line, e) for e in node.elts]
+        if _names_a_size(node):  # ``s26``, ``4*s26``, ``Min(4, s26)``: a ``SymInt``
+            return self._size(line, node)
+        if isinstance(node, (ast.Constant, ast.UnaryOp)) or (
+            isinstance(node, ast.Name) and node.id in _NAMED_FLOATS
+        ):  # a number, ``None`` or a string, read as an argument is
+            return self._value(line, node)
         keywords: dict[str, Any] = {}
         if isinstance(node, ast.Call) and not node.args:
-            keywords = {k.arg: self._literal(line, ast.unparse(k.value)) for k in node.keywords}
+            keywords = {k.arg: k.value for k in node.keywords}
             node = node.func
         if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
             raise line.error(f"{ast.unparse(node)!r} is not a val ('float32[2, 3]', ...)")
         if set(keywords) - {"stride", "device"}:
             raise line.error("a tensor val takes only stride= and device=")
         dtype = getattr(torch, node.value.id, None)
-        sizes = self._literal(line, ast.unparse(node.slice))
-        sizes = sizes if type(sizes) is tuple else (sizes,)
-        if not isinstance(dtype, torch.dtype) or not all(type(d) is int for d in sizes):
+        if not isinstance(dtype, torch.dtype):
             raise line.error(f"{ast.unparse(node)!r} is not 'DTYPE[SIZES]'")
-        strides = keywords.get("stride", contiguous_strides(sizes))
-        if type(strides) is not tuple or len(strides) != len(sizes):
-            raise line.error(f"stride={strides!r} does not match sizes {sizes}")
+        sizes = self._sizes(line, node.slice)
+        strides = contiguous_strides(sizes)
+        if "stride" in keywords:
+            strides = self._sizes(line, keywords["stride"])
+            if not isinstance(keywords["stride"], ast.Tuple) or len(strides) != len(sizes):
+                raise line.error(f"stride={ast.unparse(keywords['stride'])} does not match "
+                                 f"sizes {ast.unparse(node.slice)}")
+        device = self._literal(line, ast.unparse(keywords["device"])) if "device" in keywords \
+            else "cpu"
         if self.fake_mode is None:
-            self.fake_mode = new_fake_mode()
+            if self.symbols:
+                self._symbol_sizes(line)
+            else:
+                self.fake_mode = new_fake_mode()
         try:
             with self.fake_mode:
-                return torch.empty_strided(
-                    sizes, strides, dtype=dtype, device=keywords.get("device", "cpu")
-                )
+                return torch.empty_strided(sizes, strides, dtype=dtype, device=device)
         except (RuntimeError, ValueError, TypeError) as e:
             raise line.error(f"cannot make the val ({e})") from None
+
+    def _sizes(self, line: _Line, node: ast.expr) -> tuple:
+        """The sizes (or strides) of a tensor val: a tuple of sizes, or one size."""
+        if isinstance(node, ast.Tuple):
+            return tuple(self._size(line, e) for e in node.elts)
+        return (self._size(line, node),)
+
+    def _size(self, line: _Line, node: ast.expr) -> Any:
+        """One size as ``ir.printer.format_size`` writes it: an integer, or an expression of
+        the declared symbols (``+ - * // **``, ``Min``, ``Max``, ``Mod``, ``FloorDiv``)
+        evaluated to a ``SymInt`` of the text's shape env."""
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in self.symbols:
+                raise line.error(f"size symbol {node.id!r} is not declared (list it under "
+                                 "'  range constraints:' or '  symbols:' as 'NAME in [LOW, "
+                                 "HIGH]  # hint=N')")
+            found = self._symbol_sizes(line)[node.id]
+            if not isinstance(found, torch.SymInt):
+                raise line.error(f"size symbol {node.id!r} has no hint (declare it with "
+                                 "'  # hint=N')")
+            return found
+        try:
+            if isinstance(node, ast.UnaryOp) and type(node.op) in _SIZE_SIGNS:
+                return _SIZE_SIGNS[type(node.op)](self._size(line, node.operand))
+            if isinstance(node, ast.BinOp) and type(node.op) in _SIZE_OPERATORS:
+                left, right = self._size(line, node.left), self._size(line, node.right)
+                return _SIZE_OPERATORS[type(node.op)](left, right)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in _SIZE_CALLS and len(node.args) == 2
+                    and not node.keywords):
+                left, right = (self._size(line, a) for a in node.args)
+                return _SIZE_CALLS[node.func.id](left, right)
+        except (RuntimeError, ValueError, TypeError, ZeroDivisionError) as e:
+            raise line.error(f"cannot compute the size {ast.unparse(node)!r} ({e})") from None
+        raise line.error(f"{ast.unparse(node)!r} is not a size (an integer or an expression of "
+                         "size symbols)")
 
     def _bare_node(self, line: _Line, text: str) -> Node:
         if text.startswith("return"):
@@ -588,6 +700,22 @@ class _Reader:
 
 
 _BUILTIN_TYPES = {"tuple": tuple, "list": list, "dict": dict}
+_SYMBOL_LINE = re.compile(r"([su]\d+) in \[(-?\d+|-?int_oo), (-?\d+|-?int_oo)\]")
+_SIZE_SIGNS = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_SIZE_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+                   ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_SIZE_CALLS = {"Min": torch.sym_min, "Max": torch.sym_max, "Mod": operator.mod,
+               "FloorDiv": operator.floordiv}
+
+
+def _names_a_size(node: ast.expr) -> bool:
+    """Whether a val's text is a size expression: it names something other than a named float
+    (a size symbol), outside a tensor's ``DTYPE[...]``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id in _SIZE_CALLS
+    if not isinstance(node, (ast.Name, ast.BinOp, ast.UnaryOp)):
+        return False
+    return any(isinstance(n, ast.Name) and n.id not in _NAMED_FLOATS for n in ast.walk(node))
 
 
 def _dotted(line: _Line, node: ast.expr) -> str:

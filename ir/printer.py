@@ -2,9 +2,15 @@
 
 Nothing here depends on hash order or object identity, so two equal Programs print the same text
 in any process. The text is complete: ``ir.parse_program`` reads it back into an equal Program
-(``ir/parser.py``), except for what only exists as an object (tensors, script objects and range
-constraints are printed as descriptions; the parser takes them from a reference program or
-makes placeholder tensors of the printed shape and dtype).
+(``ir/parser.py``), except for what only exists as an object (tensors and script objects are
+printed as descriptions; the parser takes them from a reference program or makes placeholder
+tensors of the printed shape and dtype).
+
+Symbolic sizes print as their expressions (``# float32[s26, 4]``, ``# float32[4*s26]``), and the
+symbols are listed once, before the modules: the range constraints as ``s26 in [2, 8]  #
+hint=2`` (the range, then the symbol's value in the example, which a val needs), and under
+``symbols:`` any other symbol a val names. The parser makes a shape env of those symbols, so
+the parsed vals are symbolic again, with the same expressions, hints and ranges.
 
 ``format_program(p)`` ends each node line in its ``meta["val"]`` (:func:`format_val`), e.g.
 ``%y = call_function[aten.relu.default](%x)  # float32[2, 3]``, and the parser gives each node
@@ -28,6 +34,7 @@ from ir.graph import Graph
 from ir.names import target_name
 from ir.node import OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
+from ir.torch_seam import size_symbols
 
 
 def format_arg(tree: Any) -> str:
@@ -93,32 +100,38 @@ def format_arg_spec(arg: Any) -> str:
 
 def format_val(val: Any) -> str | None:
     """A node's ``meta["val"]`` as text the parser reads back, or ``None`` where it cannot be
-    written (an opaque object, a sparse tensor).
+    written (an opaque object, a sparse tensor, a size of no hint or of an expression
+    :func:`format_size` cannot write).
 
     A tensor prints as ``DTYPE[SIZES]`` (``float32[2, 3]``, ``int64[()]`` for a scalar),
     followed by ``(stride=(...), device='...')`` where its strides are not the contiguous ones
-    or its device is not the CPU; a symbolic size prints as its hint (the parse is static).
-    ``int``/``float``/``bool``/``str``/``None`` print as Python literals (a symbolic one as its
-    hint), tuples and lists as tuples and lists of vals.
+    or its device is not the CPU. A symbolic size prints as its expression (``float32[s26,
+    4]``, ``float32[4*s26]``: :func:`format_size`), and ``format_program`` lists each symbol
+    with its range and hint, so the parse is symbolic again. ``int``/``float``/``bool``/
+    ``str``/``None`` print as Python literals, a ``SymInt`` as its expression, a ``SymFloat``
+    or ``SymBool`` as its hint; tuples and lists as tuples and lists of vals.
 
     Laws: ``parser.parse_val(format_val(v))`` has ``v``'s structure and, for each tensor, its
-    dtype, sizes (hints), strides and device. Complexity: O(size of the val).
+    dtype, sizes (their expressions and hints), strides and device. Complexity: O(size of the
+    val).
     """
     if isinstance(val, torch.Tensor):
         if val.layout != torch.strided:
             return None
-        sizes = tuple(hint(d) for d in val.shape)
-        strides = tuple(hint(d) for d in val.stride())
+        sizes = [format_size(d) for d in val.shape]
+        strides = [format_size(d) for d in val.stride()]
         if None in sizes or None in strides:
             return None
-        text = f"{str(val.dtype).removeprefix('torch.')}[{', '.join(map(str, sizes)) or '()'}]"
+        text = f"{str(val.dtype).removeprefix('torch.')}[{', '.join(sizes) or '()'}]"  # type: ignore[arg-type]
         extra = []
-        if strides != contiguous_strides(sizes):
-            extra.append(f"stride={strides!r}")
+        if strides != [format_size(d) for d in contiguous_strides(tuple(val.shape))]:
+            extra.append(f"stride={_tuple_text(strides)}")  # type: ignore[arg-type]
         if val.device.type != "cpu":
             extra.append(f"device={str(val.device)!r}")
         return text + (f"({', '.join(extra)})" if extra else "")
-    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+    if isinstance(val, torch.SymInt):
+        return format_size(val)
+    if isinstance(val, (torch.SymFloat, torch.SymBool)):
         found = hint(val)
         return None if found is None else repr(found)
     if val is None or type(val) in (int, float, bool, str):
@@ -129,16 +142,58 @@ def format_val(val: Any) -> str | None:
             return None
         if type(val) is list:
             return "[" + ", ".join(inner) + "]"  # type: ignore[arg-type]
-        return f"({inner[0]},)" if len(inner) == 1 else "(" + ", ".join(inner) + ")"  # type: ignore[arg-type]
+        return _tuple_text(inner)  # type: ignore[arg-type]
     return None
 
 
-def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
-    """The strides of a contiguous tensor of ``sizes`` (as ``torch.empty(sizes).stride()``)."""
+def _tuple_text(items: Sequence[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+
+
+SIZE_FUNCTIONS = frozenset({"FloorDiv", "Mod", "Min", "Max"})
+"""The functions of symbolic sizes the text writes by name (``Min(4, s26)``, ``Mod(s26, 2)``;
+``FloorDiv`` prints as ``(s26//2)``), beside ``+``, ``-``, ``*`` and ``**``."""
+
+
+def format_size(d: Any) -> str | None:
+    """A size (or stride) as text: an ``int`` as itself; a ``SymInt`` as its expression in its
+    symbols (``s26``, ``4*s26``, ``Min(4, s26)``, ``(s26//2)``; as itself where it is a
+    number); ``None`` for a ``SymInt`` without a hint (an unbacked size) or whose expression
+    is not one the parser reads (sums, products, integer powers, :data:`SIZE_FUNCTIONS` of
+    integers and backed size symbols). Laws: the parser evaluates the text, in a shape env of
+    the same symbols, to a ``SymInt`` of the same expression and hint. O(size of the
+    expression)."""
+    if not isinstance(d, torch.SymInt):
+        return str(int(d))
+    expr = d.node.expr
+    if expr.is_number:
+        return str(int(expr))
+    if d.node.hint is None or not _writable(expr):
+        return None
+    return str(expr)
+
+
+def _writable(expr: Any) -> bool:
+    if expr.is_Integer:
+        return True
+    if expr.is_Symbol:
+        return str(expr)[:1] == "s" and str(expr)[1:].isdigit()
+    kind = type(expr).__name__
+    if kind == "Pow":
+        base, power = expr.args
+        return power.is_Integer and int(power) > 0 and _writable(base)
+    if kind in ("Add", "Mul") or kind in SIZE_FUNCTIONS:
+        return all(_writable(a) for a in expr.args)
+    return False
+
+
+def contiguous_strides(sizes: Sequence[Any]) -> tuple[Any, ...]:
+    """The strides of a contiguous tensor of ``sizes`` (as ``torch.empty(sizes).stride()``);
+    a symbolic size counts as itself (a size symbol is at least 2), so no guard is asked."""
     strides, step = [], 1
     for n in reversed(sizes):
         strides.append(step)
-        step *= max(n, 1)
+        step = step * (n if isinstance(n, torch.SymInt) else max(n, 1))
     return tuple(reversed(strides))
 
 
@@ -187,9 +242,12 @@ def format_program(program: Program, *, vals: bool = True) -> str:
         The text, one line per input, output, state slot, module and node.
 
     **Laws:** ``parse_program(format_program(p))`` has, at every node whose val prints, a val of
-    the same structure, dtype, sizes (hints), strides and device, and ``check_program`` accepts
-    it; ``parse_program(format_program(p), like=p) == p``; ``format_program(p, vals=False)`` is
-    ``format_program(p)`` with each ``  # VAL`` comment removed.
+    the same structure, dtype, sizes (symbolic ones: the same expressions of symbols of the
+    same names, hints and ranges), strides and device, the same range constraints (by name and
+    bounds), and ``check_program`` accepts it; ``format_program`` of it is the same text;
+    ``parse_program(format_program(p), like=p) == p``; ``format_program(p, vals=False)`` is
+    ``format_program(p)`` with each ``  # VAL`` and ``  # hint=N`` comment and the
+    ``symbols:`` section (symbols only vals name) removed.
 
     Complexity: O(size of the program and of its vals).
     """
@@ -221,9 +279,7 @@ def format_program(program: Program, *, vals: bool = True) -> str:
             lines.extend(_call_signature_lines(name, program.call_signatures[name]))
     if program.call_order != ("",):
         lines.append(f"  call order: {program.call_order!r}")
-    constraints = program.range_constraints.value
-    if constraints:
-        lines.append(f"  range constraints: {len(constraints)} (opaque)")
+    lines.extend(_symbol_lines(program, vals))
     for path, mid in program.walk():
         shown, first = path or "<root>", program.first_path(mid)
         if first != path:
@@ -237,6 +293,83 @@ def format_program(program: Program, *, vals: bool = True) -> str:
             lines.append(f"    graph {i}:")
             lines.append(format_graph(graph, "      ", vals=vals))
     return "\n".join(lines)
+
+
+def _symbol_lines(program: Program, vals: bool) -> list[str]:
+    """The range constraints, ``s26 in [3, 9]  # hint=3`` each (:func:`format_symbol`; the
+    hint, like a val, with ``vals`` only), then with ``vals`` the symbols the vals' sizes name
+    that are not constrained (``symbols:``), each with its range and hint in the vals' shape
+    env. Constraints the text cannot spell (a key that is not a size symbol, a bound that is
+    not an integer) print as ``range constraints: N (opaque)``, as before symbols were
+    written: the parser then takes them from ``like``."""
+    seen = val_symbols(program) if vals else {}
+    constraints = program.range_constraints.value or {}
+    lines = []
+    if constraints:
+        items = [format_symbol(str(k), seen.get(str(k), (None,))[0], v.lower, v.upper)
+                 for k, v in constraints.items()]
+        if all(items) and all(getattr(k, "is_Symbol", False) for k in constraints):
+            lines += ["  range constraints:"] + [f"    {x}" for x in sorted(items, key=_by_name)]
+        else:
+            lines.append(f"  range constraints: {len(constraints)} (opaque)")
+    named = {str(k) for k in constraints}
+    rest = [format_symbol(name, *found) for name, found in seen.items() if name not in named]
+    if rest:
+        lines += ["  symbols:"] + [f"    {x}" for x in sorted(rest, key=_by_name)]  # type: ignore[arg-type]
+    return lines
+
+
+def _by_name(item: str | None) -> tuple:
+    name = (item or "").split(" ", 1)[0]
+    return (name[:1], int(name[1:]) if name[1:].isdigit() else -1, name)
+
+
+def format_symbol(name: str, hint: int | None, low: Any, high: Any) -> str | None:
+    """One symbol of a program's sizes: ``s26 in [3, 9]  # hint=3`` (its range, then its
+    value in the example as a comment, as a node's val is one; left out where it has none or
+    is not asked for; an unbounded end is ``int_oo`` / ``-int_oo``, as torch prints it);
+    ``None`` where a bound is not an integer or infinity."""
+    ends = [_bound_text(b) for b in (low, high)]
+    if None in ends:
+        return None
+    return f"{name} in [{ends[0]}, {ends[1]}]" + ("" if hint is None else f"  # hint={hint}")
+
+
+def _bound_text(bound: Any) -> str | None:
+    text = str(bound)
+    if text in ("int_oo", "-int_oo"):
+        return text
+    try:
+        return str(int(text))
+    except ValueError:
+        return None
+
+
+def val_symbols(program: Program) -> dict[str, tuple[int | None, Any, Any]]:
+    """Every size symbol the printable vals of ``program``'s nodes name (tensor sizes and
+    strides, ``SymInt`` vals, through tuples and lists; a val :func:`format_val` cannot write
+    is left out): name -> ``(hint, low, high)`` in the vals'
+    shape env (``ir.torch_seam.size_symbols``). O(size of the vals)."""
+    found: dict[str, tuple[int | None, Any, Any]] = {}
+
+    def visit(val: Any) -> None:
+        if isinstance(val, torch.Tensor):
+            if val.layout == torch.strided:
+                for d in (*val.shape, *val.stride()):
+                    if isinstance(d, torch.SymInt):
+                        found.update(size_symbols(d))
+        elif isinstance(val, torch.SymInt):
+            found.update(size_symbols(val))
+        elif type(val) in (tuple, list):
+            for v in val:
+                visit(v)
+
+    for _, mid in program.walk():
+        for graph in program.module_table()[mid].graphs:
+            for node in graph.nodes:
+                if "val" in node.meta and format_val(node.meta["val"]) is not None:
+                    visit(node.meta["val"])
+    return found
 
 
 def _unused_tensor_lines(program: Program) -> list[str]:

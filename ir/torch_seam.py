@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -59,6 +59,7 @@ __all__ = [
     "new_fake",
     "new_fake_mode",
     "new_symbolic_size",
+    "new_symbolic_sizes",
     "non_persistent_buffers",
     "op_schema",
     "opinfo_db",
@@ -66,6 +67,7 @@ __all__ = [
     "pytree",
     "real_tensors",
     "refusing_new_guards",
+    "size_symbols",
     "tensor_version",
     "torch_side_effectful",
     "torch_tree_flatten_spec",
@@ -305,6 +307,91 @@ def new_symbolic_size(name: str, hint: int, low: int, high: int) -> tuple[Any, A
     env.constrain_symbol_range(symbol, compiler_min=low, compiler_max=high)
     size = env.create_symintnode(symbol, hint=hint, source=source)
     return new_fake_mode(env), size, {symbol: ValueRanges(low, high)}
+
+
+SIZE_SYMBOL_PREFIXES = ("s", "u")
+"""The prefixes of the size symbols a shape env names: ``s`` (backed: a hint, what
+``torch.export`` makes for a dynamic dimension) and ``u`` (unbacked: a data-dependent size,
+no hint). ``torch.utils._sympy.symbol.SymT.SIZE`` / ``UNBACKED_INT`` in 2.13-2.15."""
+
+
+def new_symbolic_sizes(
+    symbols: Sequence[tuple[str, int | None, int, int | None]],
+) -> tuple[Any, dict[str, Any], dict]:
+    """A new fake mode over a new shape env holding symbols of the given names: what a text
+    that names symbolic sizes (``s26``) is read back into (``ir.parser``).
+
+    ``symbols``: ``(name, hint, low, high)`` each, ``name`` a size symbol's (``s`` then digits,
+    or ``u`` then digits for an unbacked one), ``hint`` its value in the example (``None``
+    where it has none: an unbacked symbol, or one that sizes no value), ``[low, high]`` its
+    range (``high`` ``None``: unbounded, torch's ``int_oo``). Returns ``(mode, sizes,
+    ranges)``: the mode (:func:`new_fake_mode` over the env), ``sizes`` name -> the ``SymInt``
+    of a symbol with a hint (the bare sympy symbol of one without), ``ranges`` ``{symbol: ValueRanges(low, high)}`` as an ``ExportedProgram``'s
+    ``range_constraints`` holds them. The symbols are sympy symbols of the name and the
+    assumptions the shape env gives its own (``positive``, ``integer`` for ``s``; ``integer``
+    for ``u``), so they compare equal to a program's symbols of the same name; each is
+    registered as torch's serializer registers a symbol it reads (``ShapeEnv.
+    add_backed_var_to_val``, ``add_var_to_val`` before 2.13's rename, ``constrain_symbol_range``,
+    ``create_symintnode``), same in 2.13-2.15; a backed symbol's range in the env is the given
+    one from 2 up, as ``create_symbol`` makes it. ``ValueError`` for a name that is not a size
+    symbol's, a name given twice, a hint outside the range, a hint of an unbacked symbol, or a
+    backed symbol whose range holds no size of 2 or more.
+    O(len(symbols)).
+    """
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    env = ShapeEnv()
+    sizes: dict[str, Any] = {}
+    ranges: dict = {}
+    for name, hint, low, high in symbols:
+        kind = name[:1]
+        if kind not in SIZE_SYMBOL_PREFIXES or not name[1:].isdigit():
+            raise ValueError(f"{name!r} is not a size symbol's name ('s' or 'u' then digits)")
+        if name in sizes:
+            raise ValueError(f"symbol {name!r} is given twice")
+        top = int_oo if high is None else high
+        if hint is not None and (kind == "u" or hint < low or (high is not None and hint > high)):
+            raise ValueError(f"symbol {name!r} cannot take hint {hint} (range [{low}, {top}]"
+                             + (", unbacked)" if kind == "u" else ")"))
+        symbol = sympy.Symbol(name, integer=True, **({"positive": True} if kind == "s" else {}))
+        if hint is not None:
+            add = getattr(env, "add_backed_var_to_val", None) or env.add_var_to_val
+            add(symbol, hint)
+        # a backed size's range in the env starts at 2, as ``create_symbol`` makes it (torch
+        # specializes sizes 0 and 1); ``ranges`` keeps the range as given (an export's
+        # constraint of ``Dim("batch")`` reads ``[0, int_oo]``)
+        floor = max(low, 2) if kind == "s" else low
+        if high is not None and high < floor:
+            raise ValueError(f"symbol {name!r} of range [{low}, {high}] holds no size >= 2")
+        env.constrain_symbol_range(symbol, compiler_min=floor, compiler_max=top)
+        sizes[name] = symbol if hint is None else env.create_symintnode(symbol, hint=hint)
+        ranges[symbol] = ValueRanges(low, top)
+    return new_fake_mode(env), sizes, ranges
+
+
+def size_symbols(size: Any) -> dict[str, tuple[int | None, Any, Any]]:
+    """The size symbols of a ``SymInt``'s expression: name -> ``(hint, low, high)``, the
+    symbol's hint in its shape env (``None`` for an unbacked one) and its range there (sympy
+    numbers; ``int_oo`` unbounded). ``{}`` for an ``int`` or a ``SymInt`` of no symbol.
+    ``ShapeEnv.backed_var_to_val`` (``var_to_val`` before 2.13) and ``var_to_range``, same in
+    2.13-2.15. O(symbols of the expression)."""
+    node = getattr(size, "node", None)
+    if node is None:
+        return {}
+    env = node.shape_env
+    values = getattr(env, "backed_var_to_val", None)
+    if values is None:
+        values = env.var_to_val
+    found = {}
+    for symbol in sorted(node.expr.free_symbols, key=str):
+        vr = env.var_to_range.get(symbol)
+        value = values.get(symbol)
+        found[str(symbol)] = (None if value is None else int(value),
+                              None if vr is None else vr.lower, None if vr is None else vr.upper)
+    return found
 
 
 # The logger torch's fake tensor mode reports a failed meta kernel on (``log.exception`` before

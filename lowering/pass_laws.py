@@ -121,19 +121,25 @@ class LawReport:
     of ``allowed_errors``); with ``atol``/``rtol``, ``unjudged``: the programs whose outputs
     the semantics law judged at no position, every one it compared excused because
     the reference was NaN or ±inf there (``ir.harness.FINITE_TOLERANCE``), and ``excused``:
-    the output positions so excused over all programs and calls."""
+    the output positions so excused over all programs and calls. With the default programs,
+    ``targets``: the forms the pass was found to change (``lowering.law_targets``), and
+    ``note``: what ``str`` adds about them (that it changed fewer than one default program in
+    five, what it changes, where the rest of the budget went)."""
 
     tried: int
     changed: int
     declined: int
     unjudged: int = 0
     excused: int = 0
+    targets: tuple[str, ...] = ()
+    note: str = ""
 
     def __str__(self) -> str:
         return (f"{self.changed} of {self.tried} programs changed"
                 + (f", {self.declined} declined" if self.declined else "")
                 + (f", {self.unjudged} judged nowhere (the reference not finite)"
-                   if self.unjudged else ""))
+                   if self.unjudged else "")
+                + (f"; {self.note}" if self.note else ""))
 
 
 # --- single laws --------------------------------------------------------------------------------
@@ -678,7 +684,14 @@ def check_laws(
             through earlier passes to check a pass that expects their output, e.g.
             ``programs().map(outline)``. ``lowering.like.programs_like(ep)`` draws your own
             model's program and variants of it (``LikeExample`` s, each with its inputs).
-        max_examples: how many programs (default: the settings' own).
+            With the default, the budget is spent in two phases (``lowering.law_targets``):
+            a first share of default programs (40 %), then the rest on programs rich in the
+            operators the pass was found to change (``programs(ops=...)``): found from the
+            programs it changed, or, when it changed none, by applying it to probe programs
+            of the operator table's forms (no law checked there). The report names the forms
+            (``LawReport.targets``) and says when it changed fewer than one default program
+            in five. Found from the pass's results alone, never its name.
+        max_examples: how many programs (default: the settings' own), over both phases.
         idempotent: also check ``pass_fn(pass_fn(p)) == pass_fn(p)``.
         laws: a subset of :data:`LAWS` to check instead of the default.
         inputs: ``program -> (args, kwargs)`` for the semantics law (default: a
@@ -730,11 +743,14 @@ def check_laws(
     """
     _check_laws_arg(laws, idempotent)
     _check_tolerance(atol, rtol)
+    default_programs = programs is None
     if programs is None:
         from ir.strategies.programs import programs as default
 
         programs = default()
     counts = {"tried": 0, "changed": 0, "declined": 0, "unjudged": 0, "excused": 0}
+    targeting = default_programs  # the default programs: a first phase, then the targets
+    pairs: list[tuple[Program, Any]] = []
     # what a tolerance left unjudged, counted around each program's check; bound to the name
     # laws_hold calls so that its text, which seeds hypothesis's derandomized draws, is kept
     judged_program = functools.partial(_judged_program, counts)
@@ -754,7 +770,10 @@ def check_laws(
                 and not getattr(here.drawn, "matches_reference", True)):
             laws_here = _check_laws_arg(kwargs.get("laws"), kwargs.get("idempotent", False))
             kwargs["laws"] = laws_here - {"semantics"}
-        return judged_program(run, program, **kwargs)
+        result = judged_program(run, program, **kwargs)
+        if targeting:  # the first phase's pairs, where the pass's targets are looked for
+            pairs.append((program, result))
+        return result
 
     def laws_hold(example: _Shown) -> None:
         drawn = example.drawn  # a Program, or a LikeExample carrying its inputs
@@ -774,25 +793,52 @@ def check_laws(
         elif _changed_live(result, example.program):
             counts["changed"] += 1
 
-    # keyed by the laws alone, never by the pass: a bug is caught or missed whatever its name
-    try:
-        hold(Trial(SEMANTICS, programs.map(shown), laws_hold,
-                   key=("check_laws", sorted(_check_laws_arg(laws, idempotent)))),
-             settings=settings, max_examples=max_examples, seed=seed)
-    except LawViolation:
-        raise
-    except Exception as flaky:  # hypothesis's FlakyFailure: see _first_violation
-        found = _first_violation(flaky)
-        if found is None:
+    def run(draws: Any, examples: int | None, *more_key: Any) -> None:
+        # keyed by the laws (and the targets found) alone, never by the pass: a bug is
+        # caught or missed whatever its name
+        try:
+            hold(Trial(SEMANTICS, draws.map(shown), laws_hold,
+                       key=("check_laws", sorted(_check_laws_arg(laws, idempotent)), *more_key)),
+                 settings=settings, max_examples=examples, seed=seed)
+        except LawViolation:
             raise
-        raise found from flaky
-    report = LawReport(**counts)
+        except Exception as flaky:  # hypothesis's FlakyFailure: see _first_violation
+            found = _first_violation(flaky)
+            if found is None:
+                raise
+            raise found from flaky
+
+    targets, note = None, ""
+    if not default_programs:
+        run(programs, max_examples)
+    else:  # a first phase of default programs, then the rest on the pass's own targets
+        from ir.harness.loop import law_settings
+        from lowering import law_targets
+
+        total = law_settings(settings, max_examples=max_examples).max_examples
+        first = law_targets.first_phase(total)
+        run(programs, first)
+        targeting = False
+        tried, changed = counts["tried"], counts["changed"]
+        targets = (law_targets.targets_from_changes(pairs) if changed
+                   else law_targets.probe_table(pass_fn))
+        pairs.clear()
+        rest = total - first
+        if rest and targets.operators:
+            run(law_targets.targeted_programs(targets.operators), rest, "targets",
+                targets.operators)
+        elif rest:
+            run(programs, rest, "rest")
+        note = law_targets.report_note(targets, tried, changed, rest)
+    report = LawReport(**counts, targets=targets.forms if targets else (), note=note)
     if not report.changed and not allow_vacuous:
         raise LawViolation(
             "vacuous", pass_fn,
             f"VACUOUS: the pass changed none of the {report.tried} programs it ran on "
             f"({report}; dead code removed from both sides), so no law was put to the test; give programs it changes, or pass "
-            "allow_vacuous=True if changing nothing is right",
+            "allow_vacuous=True if changing nothing is right"
+            + (f" (nor any call of the {targets.probed} forms of the operator table probed)"
+               if targets is not None and targets.probed and not targets.forms else ""),
             None,
         )
     if report.unjudged and report.unjudged >= report.tried - report.declined and (

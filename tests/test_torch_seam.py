@@ -178,6 +178,28 @@ def test_purefx_fake_modes_take_a_real_constant_as_torch_exports_does():
         assert type(out).__name__ == "FakeTensor" and tuple(out.shape) == (3, 4)
 
 
+def test_new_symbolic_sizes_makes_the_named_symbols_with_their_hints_and_ranges():
+    mode, sizes, ranges = ir_seam.new_symbolic_sizes(
+        [("s26", 3, 0, None), ("s7", 4, 2, 9), ("u0", None, 0, None)])
+    s26, s7 = sizes["s26"], sizes["s7"]
+    assert isinstance(s26, torch.SymInt) and not isinstance(sizes["u0"], torch.SymInt)
+    # the symbols equal a shape env's own of the same name (``torch.export``'s, the strategies')
+    _, batch, theirs = ir_seam.new_symbolic_size("batch", 3, 3, 9)
+    assert str(batch) == "s26" and next(iter(theirs)) == next(iter(ranges))
+    assert {str(k): (str(v.lower), str(v.upper)) for k, v in ranges.items()} == {
+        "s26": ("0", "int_oo"), "s7": ("2", "9"), "u0": ("0", "int_oo")}
+    assert ir_seam.size_symbols(s26 * s7) == {"s26": (3, 2, ir_seam.size_symbols(s26)["s26"][2]),
+                                              "s7": (4, 2, 9)}
+    assert ir_seam.size_symbols(3) == {}
+    with mode:
+        t = torch.empty((s26, 4))
+    assert str(t.view(-1).shape[0]) == "4*s26" and t.view(-1).shape[0].node.hint == 12
+    for bad in ([("x1", 2, 2, 4)], [("s1", 2, 2, 4), ("s1", 2, 2, 4)], [("s1", 5, 2, 4)],
+                [("u1", 3, 0, None)], [("s1", None, 0, 1)]):
+        with pytest.raises(ValueError, match="s1|x1|u1"):
+            ir_seam.new_symbolic_sizes(bad)
+
+
 def test_fake_failures_unlogged_keeps_torchs_traceback_off_the_log(caplog):
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     with caplog.at_level(logging.ERROR):
