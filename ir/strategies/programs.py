@@ -206,10 +206,12 @@ from ir.strategies.opset_steps import (
     OPSET_FEATURES,
     Plan,
     fake_call,
+    form_units,
     is_channels_last,
     literal,
     opset_rows,
     permutation_for,
+    pick_form,
     pick_row,
     resolve_ops,
     result_tensors,
@@ -621,6 +623,7 @@ class _Builder:
         self.motif_results: list[Ref] = []  # the motif steps' results (outside preserved calls)
         self.plain_results: list[Ref] = []  # the other steps' results (outside preserved calls)
         self.rows_used: set[int] = set()
+        self.forms_used: set[int] = set()  # the census forms called (``_opset``)
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
         # the opset asked for (``always``, ``ops=``): rows uniform over the table; else drawn
@@ -1720,7 +1723,26 @@ class _Builder:
             at = (at + 1) % len(self.opset_rows)
         self.rows_used.add(at)
         row, op, samples = self.opset_rows[at]
-        sample = samples[data[2] % len(samples)]
+        out = self._opset_run(path, scope, a, row, op, samples[data[2] % len(samples)], data)
+        # by default, ``FORM_SHARE`` of the steps call a form of the census as well (how real
+        # models call an operator: ``ir.strategies.forms``), each form once per program, its
+        # nodes outside the program's budget (cut, they cut the steps that reach the table's
+        # rare rows); a step shrunk to zero bytes calls none
+        form = None if self.asked or not any(data) else pick_form(self.on, h, self.forms_used)
+        if form is not None:
+            self.forms_used.add(form)
+            at, sample_at = form_units(self.on, None)[form]
+            row, op, samples = self.opset_rows[at]
+            before = len(self.nodes)
+            out = self._opset_run(path, scope, out, row, op, samples[sample_at], data)
+            self.limit += len(self.nodes) - before
+            self.max_nodes += len(self.nodes) - before
+        return out
+
+    def _opset_run(self, path: str, scope: _Scope, a: Ref, row: Any, op: Any, sample: Any,
+                   data: bytes) -> Ref:
+        """An opset step's call of ``op`` (of ``row``) with the arguments of ``sample``
+        (``_opset``), its tensors chosen by ``data``; ``_opset``'s result, or ``a``."""
         choice = data[3]
         written = set(written_at(row, sample.args))
         reals, real_kwargs = sample_args(sample, seed=data[0] | data[1] << 8)
