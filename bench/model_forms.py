@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ir.opset import Sample, TensorSpec
@@ -49,68 +48,13 @@ MAX_VALUES = 4096  #: integer and bool tensors up to this size keep their exact 
 # --- the models -----------------------------------------------------------------------------------
 
 
-class TinyCNN(nn.Module):
-    """A small vision model: strided and padded convolutions, pooling of every kind, group
-    norm, padding, clamping, hard activations (in place too), global average pooling."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.gn = nn.GroupNorm(2, 8)
-        self.act = nn.Hardswish(inplace=True)
-        self.conv = nn.Conv2d(8, 8, 3, padding=1, groups=2)
-        self.pool = nn.MaxPool2d(2)
-        self.avg = nn.AvgPool2d(2, stride=1)
-        self.gap = nn.AdaptiveAvgPool2d(1)
-        self.conv1 = nn.Conv1d(8, 4, 3, padding=1)
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.act(self.gn(self.stem(x)))
-        y = F.pad(y, (1, 1, 1, 1))
-        y = self.pool(self.conv(y))
-        y = self.avg(y).clamp(-6.0, 6.0) * F.hardsigmoid(y[:, :, :1, :1])
-        seq = self.conv1(y.flatten(2))
-        pooled = self.gap(y).flatten(1) + y.mean((2, 3))
-        return self.head(pooled) + seq.sum()
-
-
-class TinyTransformer(nn.Module):
-    """A small language model: embeddings, a causal mask by ``triu`` / ``tril`` and
-    ``masked_fill`` with -inf, attention by ``einsum``, ``roll``, ``cumsum`` positions,
-    ``argmax`` and ``index_select`` decoding, ``unbind``, ``new_zeros``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(11, 8)
-        self.qkv = nn.Linear(8, 24)
-        self.norm = nn.LayerNorm(8, eps=1e-6)
-        self.drop = nn.Dropout(0.0)
-        self.out = nn.Linear(8, 11)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        b, s = ids.shape
-        pos = torch.ones_like(ids).cumsum(-1) - 1
-        h = self.emb(ids) + self.emb(pos)
-        q, k, v = self.qkv(self.norm(h)).view(b, s, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
-        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / 2.0
-        causal = torch.ones(s, s, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill_(causal, float("-inf"))
-        att = self.drop(scores.softmax(-1))
-        ctx = torch.einsum("bhqk,bhkd->bhqd", att, v).transpose(1, 2).reshape(b, s, 8)
-        ctx = ctx + torch.roll(ctx, 1, 1) * torch.ones(s, s).tril().sum(-1, keepdim=True)
-        logits = self.out(ctx)
-        best = logits.argmax(-1)
-        picked = self.emb.weight.index_select(0, best[0])
-        extra = logits.new_zeros(b, 1) + picked.sum() + logits.select(1, 0).sum()
-        return logits[:, -1] + extra
-
-
 def own_models() -> Iterator[tuple[str, nn.Module, tuple]]:
-    """``(name, model in train mode, example inputs)`` of the census's own models."""
-    torch.manual_seed(0)
-    yield "own_cnn", TinyCNN().train(), (torch.randn(2, 3, 12, 12),)
-    yield "own_transformer", TinyTransformer().train(), (torch.randint(0, 11, (2, 6)),)
+    """``(name, model in train mode, example inputs)`` of the census's own models
+    (``ir.opset_build.census_models``, which the table's builder records too)."""
+    from ir.opset_build import census_models
+
+    for name, make, args in census_models():
+        yield name, make(), args
 
 
 def programs() -> Iterator[tuple[str, Any, tuple, dict]]:
@@ -236,7 +180,9 @@ def _spec_of(value: Any) -> Any:
         if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized:
             return _BAD
         t = value.detach()
-        stride = None if t.is_contiguous() else tuple(t.stride())
+        # an expanded tensor (a zero stride) as a contiguous one: fresh tensors of its strides
+        # would overlap
+        stride = None if t.is_contiguous() or 0 in t.stride() else tuple(t.stride())
         flat = t.contiguous().reshape(-1)
         if t.dtype.is_floating_point:
             finite = flat[torch.isfinite(flat)].double()
@@ -334,6 +280,16 @@ def _runs(op_name: str, sample: Sample) -> bool:
     return True
 
 
+def _no_overlap(sample: Sample) -> Sample:
+    """``sample`` with every expanded tensor (a zero stride) contiguous, as ``_spec_of``
+    records them now."""
+    def fix(v: Any) -> Any:
+        if isinstance(v, TensorSpec) and v.stride is not None and 0 in v.stride:
+            return TensorSpec(v.shape, v.dtype, None, v.low, v.high, v.values)
+        return tuple(fix(x) for x in v) if isinstance(v, tuple) else v
+    return Sample(fix(sample.args), tuple((k, fix(v)) for k, v in sample.kwargs))
+
+
 def census(calls: Calls) -> dict[str, dict]:
     """``{form: {"op", "uses", "models", "example"}}`` of ``calls``, sorted by form; each
     form's example is its call with the fewest tensor elements that runs again on fresh tensors
@@ -348,7 +304,7 @@ def census(calls: Calls) -> dict[str, dict]:
         op = overload(op_name)
         if op is None:
             continue
-        sample = decode_sample(calls.example[(op_name, key)])
+        sample = _no_overlap(decode_sample(calls.example[(op_name, key)]))
         form = form_of(op, sample.args, dict(sample.kwargs),
                        is_tensor=lambda v: isinstance(v, TensorSpec))
         ops[form] = op_name
@@ -390,9 +346,8 @@ def drawn_forms(programs_drawn: list) -> collections.Counter[str]:
 def coverage(n: int, seed: int | None = None) -> dict[str, Any]:
     """Over ``n`` default draws: the census's forms and operators drawn, and the share of the
     census's uses their forms make. O(n programs)."""
-    from ir.strategies.forms import census as read_census
-
     from bench.opset_coverage import draw
+    from ir.strategies.forms import census as read_census
 
     forms = read_census()
     drawn = drawn_forms(draw(n, seed)[0])

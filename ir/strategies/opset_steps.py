@@ -57,6 +57,7 @@ from ir.strategies.forms import census, form_samples
 from ir.torch_seam import OpOverload
 
 __all__ = [
+    "FORM_OP_SHARE",
     "FORM_SHARE",
     "FORM_USE_SHARE",
     "OPSET_FEATURES",
@@ -329,8 +330,13 @@ it, they cut the steps that reach the table's rows no model calls."""
 
 FORM_USE_SHARE = 0.2
 """Of the census draws, the share in proportion to how many of the models' calls have each
-form; the rest is even over the forms, so that a form one call in ten thousand has is drawn
-too (:func:`form_weights`)."""
+form (:func:`form_weights`)."""
+
+FORM_OP_SHARE = 0.3
+"""Of the census draws, the share even over the census's operators (each operator's part even
+over its forms), so that an operator of one rare form is drawn too. The rest, ``1 -
+FORM_USE_SHARE - FORM_OP_SHARE``, is even over the forms: a form one call in ten thousand has
+is drawn as well as the commonest."""
 
 
 def form_units(on: frozenset[str], names: frozenset[str] | None) -> tuple[tuple[int, int], ...]:
@@ -342,8 +348,8 @@ def form_units(on: frozenset[str], names: frozenset[str] | None) -> tuple[tuple[
 
 def form_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
     """Running sums of the weights of :func:`form_units` (what :func:`pick_row` reads):
-    :data:`FORM_USE_SHARE` of the mass by the form's uses, the rest even over the census's
-    forms, each divided by the share of the swarm's feature sets that let a program call it
+    :data:`FORM_USE_SHARE` of the mass by the form's uses, :data:`FORM_OP_SHARE` even over
+    the census's operators, the rest even over its forms, each divided by the share of the swarm's feature sets that let a program call it
     (its row's level, a half per feature its example needs), so that over the swarm a form is
     drawn in proportion to its weight. Empty when the census is. Memoized; O(forms)."""
     return _form_table(on & ROW_FEATURES, names)[1]
@@ -354,6 +360,9 @@ def _form_table(on: frozenset[str], names: frozenset[str] | None
                 ) -> tuple[tuple[tuple[int, int], ...], tuple[float, ...]]:
     every = [f for f in census().values() if f.example is not None]
     total = sum(f.uses for f in every)
+    per_op: dict[str, int] = {}
+    for f in every:
+        per_op[f.op] = per_op.get(f.op, 0) + 1
     units: list[tuple[int, int]] = []
     cumulative: list[float] = []
     running = 0.0
@@ -362,7 +371,9 @@ def _form_table(on: frozenset[str], names: frozenset[str] | None
         for _, uses, sample in form_samples().get(e.name, ()):
             if sample not in samples:
                 continue  # a feature this program lacks
-            weight = FORM_USE_SHARE * uses / total + (1 - FORM_USE_SHARE) / len(every)
+            weight = (FORM_USE_SHARE * uses / total
+                      + FORM_OP_SHARE / len(per_op) / per_op[e.name]
+                      + (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every))
             flags = len(sample_features(e, sample) - {"opset"})
             running += weight / (level * 0.5 ** flags)
             units.append((i, samples.index(sample)))
