@@ -68,6 +68,7 @@ __all__ = [
     "model_use",
     "opset_rows",
     "overload",
+    "own_samples",
     "pick_form",
     "pick_row",
     "resolve_ops",
@@ -212,6 +213,17 @@ def row_samples(e: OpEntry) -> tuple[Sample, ...]:
     built), then the examples of the census's forms of its operator, commonest first
     (``ir.strategies.forms.form_samples``: how real models call it), each once. O(samples)."""
     return _row_samples(e.name)
+
+
+def own_samples(e: OpEntry, samples: tuple[Sample, ...]) -> int:
+    """How many of ``samples`` (a row's samples a program may draw, :func:`opset_rows`: the
+    row's own first) are ``e``'s own, recorded when the table was built. O(samples)."""
+    n = 0
+    for s in samples:
+        if not any(s is t for t in e.samples):
+            break
+        n += 1
+    return n
 
 
 @functools.cache

@@ -210,6 +210,7 @@ from ir.strategies.opset_steps import (
     is_channels_last,
     literal,
     opset_rows,
+    own_samples,
     permutation_for,
     pick_form,
     pick_row,
@@ -1723,7 +1724,10 @@ class _Builder:
             at = (at + 1) % len(self.opset_rows)
         self.rows_used.add(at)
         row, op, samples = self.opset_rows[at]
-        out = self._opset_run(path, scope, a, row, op, samples[data[2] % len(samples)], data)
+        # asked for, any sample of the row (its own, then the census's forms); by default its
+        # own (the census's are the form calls below)
+        n = len(samples) if self.asked else own_samples(row, samples) or len(samples)
+        out = self._opset_run(path, scope, a, row, op, samples[data[2] % n], data)
         # by default, ``FORM_SHARE`` of the steps call a form of the census as well (how real
         # models call an operator: ``ir.strategies.forms``), each form once per program, its
         # nodes outside the program's budget (cut, they cut the steps that reach the table's
