@@ -344,12 +344,14 @@ def drawn_forms(programs_drawn: list) -> collections.Counter[str]:
 
 
 def coverage(n: int, seed: int | None = None) -> dict[str, Any]:
-    """Over ``n`` default draws: the census's forms and operators drawn, and the share of the
-    census's uses their forms make. O(n programs)."""
-    from bench.opset_coverage import draw
+    """Over ``n`` default draws (derandomized, or under hypothesis seed ``seed``): the census's
+    forms and operators drawn, and the share of the census's uses their forms make; forms of
+    operators no default program can call (``bench.opset_coverage.UNREACHABLE``: effectful, or
+    no tensor result) left out. O(n programs)."""
+    from bench.opset_coverage import UNREACHABLE, draw
     from ir.strategies.forms import census as read_census
 
-    forms = read_census()
+    forms = {k: f for k, f in read_census().items() if f.op not in UNREACHABLE}
     drawn = drawn_forms(draw(n, seed)[0])
     ops = {f.op for f in forms.values()}
     hit = [f for f in forms.values() if f.form in drawn]

@@ -205,6 +205,7 @@ from ir.strategies import module_trees
 from ir.strategies.opset_steps import (
     OPSET_FEATURES,
     Plan,
+    FORM_CALLS,
     fake_call,
     form_units,
     is_channels_last,
@@ -1728,12 +1729,15 @@ class _Builder:
         # own (the census's are the form calls below)
         n = len(samples) if self.asked else own_samples(row, samples) or len(samples)
         out = self._opset_run(path, scope, a, row, op, samples[data[2] % n], data)
-        # by default, ``FORM_SHARE`` of the steps call a form of the census as well (how real
-        # models call an operator: ``ir.strategies.forms``), each form once per program, its
+        # by default, a step calls up to ``FORM_CALLS`` forms of the census as well, each with
+        # chance ``FORM_SHARE`` (how real models call an operator: ``ir.strategies.forms``),
+        # each form once per program, its
         # nodes outside the program's budget (cut, they cut the steps that reach the table's
         # rare rows); a step shrunk to zero bytes calls none
-        form = None if self.asked or not any(data) else pick_form(self.on, h, self.forms_used)
-        if form is not None:
+        for k in range(0 if self.asked or not any(data) else FORM_CALLS):
+            form = pick_form(self.on, scatter(h, k), self.forms_used)
+            if form is None:
+                continue
             self.forms_used.add(form)
             at, sample_at = form_units(self.on, None)[form]
             row, op, samples = self.opset_rows[at]

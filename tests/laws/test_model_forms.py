@@ -4,6 +4,7 @@ opset steps drawing its forms, by default and when an operator is named."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -110,14 +111,16 @@ def test_default_steps_draw_census_forms_by_weight_deterministically():
     weights = form_weights(on, None)
     assert len(units) == len(weights) and len(units) >= 0.9 * sum(
         1 for f in census().values() if f.example is not None)
-    assert all(b > a for a, b in zip(weights, weights[1:]))
+    assert all(b > a for a, b in itertools.pairwise(weights))
     picks = [pick_form(on, scatter(i), ()) for i in range(4000)]
     assert picks == [pick_form(on, scatter(i), ()) for i in range(4000)]
     drawn = [p for p in picks if p is not None]
     assert 0.6 < len(drawn) / len(picks) < 0.9  # FORM_SHARE of the steps
     assert len(set(drawn)) >= 0.8 * len(units)  # the rare forms too
     rows = opset_rows(on, None)
-    assert all(rows[i][0].name == rows[i][0].name for i, _ in units)
+    for i, j in units:  # each unit is a census example of its row
+        e, _, samples = rows[i]
+        assert any(samples[j] == s for _, _, s in form_samples()[e.name])
     # each form once per program: a used form passes to the next one
     first = pick_form(on, scatter(0), ())
     if first is not None:
