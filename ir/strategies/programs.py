@@ -127,11 +127,14 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     steps at ``max_nodes``, :data:`CLOSING_RESERVE`, so the closing run has room; the fixed
     vocabulary still makes most of each program): steps that call any row of ``ir.opset.table()`` (or those ``ops=``
     names) with the arguments of one of its samples. By default a row is drawn by how many of
-    the test zoo's models use its operator (``opset_steps.row_weights``: 20 % in proportion
-    to use, 35 % evenly among the used operators, 45 % uniform over every row, so each stays
+    the test zoo's models use its operator (``opset_steps.row_weights``: 10 % in proportion
+    to use, 15 % evenly among the used operators, 75 % uniform over every row, so each stays
     reachable; each row's weight divided by the share of the swarm's feature sets that let a
     program draw it, so over the swarm a random row or an in-place variant is drawn about as
-    often as its share says); asked for (``always={"opset"}``, ``ops=``) uniformly. The
+    often as its share says) and called with one of its own samples, and up to two forms of
+    the census of how real models call each operator besides (``ir.strategies.forms``,
+    ``opset_steps.pick_form``); asked for (``always={"opset"}``, ``ops=``) rows uniformly,
+    each with any of its samples and forms. The
     arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
@@ -1731,9 +1734,9 @@ class _Builder:
         out = self._opset_run(path, scope, a, row, op, samples[data[2] % n], data)
         # by default, a step calls up to ``FORM_CALLS`` forms of the census as well, each with
         # chance ``FORM_SHARE`` (how real models call an operator: ``ir.strategies.forms``),
-        # each form once per program, its
-        # nodes outside the program's budget (cut, they cut the steps that reach the table's
-        # rare rows); a step shrunk to zero bytes calls none
+        # each form once per program, their nodes outside the program's budget (counted, they
+        # cut the steps that reach the table's rare rows); a step shrunk to zero bytes calls
+        # none
         for k in range(0 if self.asked or not any(data) else FORM_CALLS):
             form = pick_form(self.on, scatter(h, k), self.forms_used)
             if form is None:
