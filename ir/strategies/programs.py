@@ -206,9 +206,9 @@ from ir.program import NO_CONSTRAINTS, Program
 from ir.state import Opaque, Slot
 from ir.strategies import module_trees
 from ir.strategies.opset_steps import (
+    FORM_CALLS,
     OPSET_FEATURES,
     Plan,
-    FORM_CALLS,
     fake_call,
     form_units,
     is_channels_last,
