@@ -6,9 +6,10 @@
     python -m bench.model_forms --coverage 200  # which census forms 200 default draws call
 
 The models are those of ``bench.model_ops`` (the test zoo, its Hugging Face cases, the attention
-models, before and after ``run_decompositions()``) and this module's own (:func:`own_models`:
-a small CNN and a small transformer that call what real vision and language models call and
-the zoo does not: pooling, ``group_norm``, ``pad``, ``conv1d``, causal masks, ``einsum``, ...).
+models, before and after ``run_decompositions()``) the census's own (:func:`own_models`,
+``ir.opset_build.census_models``: a small CNN and a small transformer that call what real
+vision and language models call and the zoo does not: pooling, ``group_norm``, ``pad``,
+``conv1d``, causal masks, ``einsum``, ...).
 Each program runs once on its example inputs under an ``fx.Interpreter`` that records every
 ``aten`` call of its graph with its real arguments; each call counts once for its form, and the
 census keeps, per form, the call with the fewest tensor elements as the form's example: its
@@ -18,8 +19,11 @@ tensors by range), its literals exactly. An example that does not run again on f
 
 The recorded calls are kept in ``--calls`` (a JSON file outside the package, default in the
 temporary directory), so ``--write`` after a change of the form classes needs no new run:
-``--from-calls`` reads them back. About ten minutes on one core for the run, most of it the
-Hugging Face exports. The bench imports ``tests/``; ``ir/`` only reads the JSON file.
+``--from-calls`` reads them back. About two minutes on one core for the run, most of it the
+Hugging Face exports. ``--coverage N`` draws N default programs (``--seed``: under that
+hypothesis seed, else derandomized) and prints the census's forms and operators they call and
+the share of the census's calls those forms make. The bench imports ``tests/``; ``ir/`` only
+reads the JSON file.
 """
 
 from __future__ import annotations
@@ -119,11 +123,13 @@ class Calls:
         self.example.setdefault(key, data)
 
     def dump(self) -> list:
+        """The calls as JSON data: ``[operator, nodes, models, example]`` rows, sorted."""
         return [[op, self.count[(op, k)], sorted(self.models[(op, k)]), self.example[(op, k)]]
                 for op, k in sorted(self.count)]
 
     @classmethod
     def load(cls, rows: list) -> Calls:
+        """The calls :meth:`dump` wrote."""
         calls = cls()
         for op, n, models, example in rows:
             key = (op, json.dumps(_shape_only(example), sort_keys=True))
