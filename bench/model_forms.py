@@ -14,7 +14,7 @@ Each program runs once on its example inputs under an ``fx.Interpreter`` that re
 ``aten`` call of its graph with its real arguments; each call counts once for its form, and the
 census keeps, per form, the call with the fewest tensor elements as the form's example: its
 tensors as specs (shape, dtype, strides; integer and bool tensors with their exact values, float
-tensors by range), its literals exactly. An example that does not run again on fresh tensors
+tensors by their range), its literals exactly. An example that does not run again on fresh tensors
 (``ir.opset.run_sample``) is dropped (the form is still counted).
 
 The recorded calls are kept in ``--calls`` (a JSON file outside the package, default in the
@@ -191,15 +191,12 @@ def _spec_of(value: Any) -> Any:
         stride = None if t.is_contiguous() or 0 in t.stride() else tuple(t.stride())
         flat = t.contiguous().reshape(-1)
         if t.dtype.is_floating_point:
+            # by its range, as the table's samples (a weight of small values becomes a
+            # parameter of the program, an activation an input or an earlier value)
             finite = flat[torch.isfinite(flat)].double()
-            low = float(finite.min()) if finite.numel() else -3.0
-            # a tensor of negative values too: the generator's default range; one of
-            # non-negative values (a variance, a mask): its own range, a domain to keep
-            if low < 0:
-                return TensorSpec(tuple(t.shape), t.dtype, stride)
-            high = float(finite.max()) if finite.numel() else 1.0
-            return TensorSpec(tuple(t.shape), t.dtype, stride, round(low, 3),
-                              max(round(high, 3), round(low, 3) + 1e-3))
+            low = round(float(finite.min()), 3) if finite.numel() else -3.0
+            high = round(float(finite.max()), 3) if finite.numel() else 3.0
+            return TensorSpec(tuple(t.shape), t.dtype, stride, low, max(high, low + 1e-3))
         if t.dtype.is_complex:
             return TensorSpec(tuple(t.shape), t.dtype, stride)
         if flat.numel() <= MAX_VALUES:
