@@ -326,6 +326,72 @@ def _trained(module: nn.Module, train: bool) -> Callable[[], nn.Module]:
     return make
 
 
+class TinyCNN(nn.Module):
+    """A small vision model: strided and padded convolutions, pooling of every kind, group
+    norm, padding, clamping, hard activations (in place too), global average pooling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.act = nn.Hardswish(inplace=True)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.pool = nn.MaxPool2d(2)
+        self.avg = nn.AvgPool2d(2, stride=1)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.conv1 = nn.Conv1d(8, 4, 3, padding=1)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.gn(self.stem(x)))
+        y = F.pad(y, (1, 1, 1, 1))
+        y = self.pool(self.conv(y))
+        y = self.avg(y).clamp(-6.0, 6.0) * F.hardsigmoid(y[:, :, :1, :1])
+        seq = self.conv1(y.flatten(2))
+        pooled = self.gap(y).flatten(1) + y.mean((2, 3))
+        return self.head(pooled) + seq.sum()
+
+
+class TinyTransformer(nn.Module):
+    """A small language model: embeddings, a causal mask by ``triu`` / ``tril`` and
+    ``masked_fill`` with -inf, attention by ``einsum``, ``roll``, ``cumsum`` positions,
+    ``argmax`` and ``index_select`` decoding, ``unbind``, ``new_zeros``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(11, 8)
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8, eps=1e-6)
+        self.drop = nn.Dropout(0.0)
+        self.out = nn.Linear(8, 11)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        b, s = ids.shape
+        pos = torch.ones_like(ids).cumsum(-1) - 1
+        h = self.emb(ids) + self.emb(pos)
+        q, k, v = self.qkv(self.norm(h)).view(b, s, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / 2.0
+        causal = torch.ones(s, s, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill_(causal, float("-inf"))
+        att = self.drop(scores.softmax(-1))
+        ctx = torch.einsum("bhqk,bhkd->bhqd", att, v).transpose(1, 2).reshape(b, s, 8)
+        ctx = ctx + torch.roll(ctx, 1, 1) * torch.ones(s, s).tril().sum(-1, keepdim=True)
+        logits = self.out(ctx)
+        best = logits.argmax(-1)
+        picked = self.emb.weight.index_select(0, best[0])
+        extra = logits.new_zeros(b, 1) + picked.sum() + logits.select(1, 0).sum()
+        return logits[:, -1] + extra
+
+
+def census_models() -> Iterable[tuple[str, Callable[[], nn.Module], tuple]]:
+    """Models that call what real vision and language models call and the test zoo does not
+    (``bench.model_forms`` counts their forms; their rows, ``masked_fill_`` and
+    ``hardswish_`` among them, come from here): train mode, seeded."""
+    yield "own:tiny_cnn", _trained(TinyCNN, True), (torch.randn(2, 3, 12, 12),)
+    yield "own:tiny_transformer", _trained(TinyTransformer, True), (
+        torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(0)),)
+
+
 def own_models() -> Iterable[tuple[str, Callable[[], nn.Module], tuple]]:
     """Models of this builder: norms in train and eval mode, on modules and functionals."""
     x4 = (torch.randn(2, 3, 4, 4),)
@@ -334,6 +400,7 @@ def own_models() -> Iterable[tuple[str, Callable[[], nn.Module], tuple]]:
         yield f"own:block[train={train}]", _trained(_TrainBlock, train), x4
         yield f"own:F.batch_norm[training={train}]", lambda t=train: _FunctionalBN(t), x3
         yield f"own:F.instance_norm[use_input_stats={train}]", lambda t=train: _FunctionalIN(t), x3
+    yield from census_models()
 
 
 def collect_models(calls: Calls, log: Callable[[str], None]) -> list[str]:

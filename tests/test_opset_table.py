@@ -51,7 +51,7 @@ def _agrees(rows: tuple[opset.OpEntry, ...]) -> None:
 
 
 def test_every_row_agrees_with_torch():
-    """The whole table (729 rows: about 10 s on two busy cores, so no sampling), but for the
+    """The whole table (731 rows: about 10 s on two busy cores, so no sampling), but for the
     rows of operators this torch removed (``GONE``)."""
     _agrees(LIVE)
 

@@ -53,16 +53,27 @@ from hypothesis.errors import InvalidArgument
 from ir.args import IDict, IList, Ref, thaw
 from ir.opset import OpEntry, Sample, TensorSpec, table, written_at
 from ir.printer import contiguous_strides
+from ir.strategies.forms import census, form_samples
 from ir.torch_seam import OpOverload
 
 __all__ = [
+    "FORM_CALLS",
+    "FORM_OP_SHARE",
+    "FORM_SHARE",
+    "FORM_USE_SHARE",
     "OPSET_FEATURES",
     "ROW_FEATURES",
     "availability",
+    "form_units",
+    "form_weights",
     "model_use",
     "opset_rows",
+    "overload",
+    "own_samples",
+    "pick_form",
     "pick_row",
     "resolve_ops",
+    "row_samples",
     "row_weights",
     "sample_features",
     "scatter",
@@ -189,16 +200,47 @@ def _drawable() -> tuple[tuple[OpEntry, Any, tuple[tuple[Sample, frozenset[str]]
     overload), with each sample's :func:`sample_features`; in table order."""
     out = []
     for name, e in table().items():
-        if e.effectful or not e.samples:
+        samples = row_samples(e)
+        if e.effectful or not samples:
             continue
-        op = _overload(name)
+        op = overload(name)
         if op is not None:
-            out.append((e, op, tuple((s, sample_features(e, s)) for s in e.samples)))
+            out.append((e, op, tuple((s, sample_features(e, s)) for s in samples)))
+    return tuple(out)
+
+
+def row_samples(e: OpEntry) -> tuple[Sample, ...]:
+    """The samples the steps may call row ``e`` with: its own (recorded when the table was
+    built), then the examples of the census's forms of its operator, commonest first
+    (``ir.strategies.forms.form_samples``: how real models call it), each once. O(samples)."""
+    return _row_samples(e.name)
+
+
+def own_samples(e: OpEntry, samples: tuple[Sample, ...]) -> int:
+    """How many of ``samples`` (a row's samples a program may draw, :func:`opset_rows`: the
+    row's own first) are ``e``'s own, recorded when the table was built. O(samples)."""
+    n = 0
+    for s in samples:
+        if not any(s is t for t in e.samples):
+            break
+        n += 1
+    return n
+
+
+@functools.cache
+def _row_samples(name: str) -> tuple[Sample, ...]:
+    e = table()[name]
+    out = list(e.samples)
+    for _, _, sample in form_samples().get(name, ()):
+        if sample not in out:
+            out.append(sample)
     return tuple(out)
 
 
 @functools.cache
-def _overload(name: str) -> Any:
+def overload(name: str) -> Any:
+    """The ``OpOverload`` named ``name`` (``"aten.add.Tensor"``); None when torch has none.
+    Memoized; O(1)."""
     obj: Any = torch.ops
     try:
         for part in name.split("."):
@@ -212,11 +254,14 @@ MODEL_OPS = Path(__file__).resolve().parent / "model_ops.json"
 """How many of the test zoo's models use each operator in their training IR, and in how many
 nodes (written by ``python -m bench.model_ops --write``; ``{name: {"models": m, "nodes": n}}``)."""
 
-USE_SHARE = 0.2
-"""The share of the default opset steps' draws given to the operators the models use in
-proportion to how many models use each (:func:`model_use`)."""
+USE_SHARE = 0.1
+"""The share of the default opset steps' row draws given to the operators the models use in
+proportion to how many models use each (:func:`model_use`). It was 0.2 (and ``USED_SHARE``
+0.35) before the census's form calls (:data:`FORM_SHARE`) drew the models' operators, every
+one of them, the way they call them: now the rows no model calls have three quarters of the
+row draws, and 200 default draws reach 360 to 414 operators (311 to 340 before)."""
 
-USED_SHARE = 0.35
+USED_SHARE = 0.15
 """The share given evenly to the operators the models use, however many use each (so an
 operator one model uses is drawn about as often as it would be at ``USE_SHARE`` were it used
 by many). The rest, ``1 - USE_SHARE - USED_SHARE``, is uniform over every row: each row keeps
@@ -249,10 +294,10 @@ def availability(name: str) -> float:
     (:func:`sample_features`). 0 for a row no default program draws (effectful, no sample, no
     overload). Memoized; O(2 ** features a row's samples need)."""
     e = table().get(name)
-    if e is None or e.effectful or not e.samples or _overload(name) is None:
+    if e is None or e.effectful or not row_samples(e) or overload(name) is None:
         return 0.0
     level = 1.0 if not e.levels or {"core", "training"} <= e.levels else 0.5
-    needs = {sample_features(e, s) - {"opset"} for s in e.samples}
+    needs = {sample_features(e, s) - {"opset"} for s in row_samples(e)}
     flags = sorted(set().union(*needs))
     allowed = sum(any(n <= on for n in needs) for on in _subsets(flags))
     return level * allowed / 2 ** len(flags)
@@ -291,6 +336,94 @@ def _row_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[floa
         running += weight / (availability(e.name) or 1.0)
         out.append(running)
     return tuple(out)
+
+
+FORM_SHARE = 0.75
+"""The chance of each of a default opset step's :data:`FORM_CALLS` calls of a form of the
+census (how real models call an operator: ``ir.strategies.forms``), drawn by
+:func:`form_weights`, besides the step's row. The calls are outside the program's node budget
+(``programs()``'s ``max_nodes``): taken from it, they cut the steps that reach the table's rows
+no model calls."""
+
+FORM_CALLS = 2
+"""The most census forms one default opset step calls (each with chance :data:`FORM_SHARE`):
+hypothesis draws programs whose steps repeat an earlier program's bytes (a third of the form
+draws of 200 programs repeated one), so one call per step met 80 to 87 % of the forms in 200
+draws."""
+
+FORM_USE_SHARE = 0.1
+"""Of the census draws, the share in proportion to how many of the models' calls have each
+form (:func:`form_weights`)."""
+
+FORM_OP_SHARE = 0.2
+"""Of the census draws, the share even over the census's operators (each operator's part even
+over its forms), so that an operator of one rare form is drawn too. The rest, ``1 -
+FORM_USE_SHARE - FORM_OP_SHARE``, is even over the forms: a form one call in ten thousand has
+is drawn as well as the commonest."""
+
+
+def form_units(on: frozenset[str], names: frozenset[str] | None) -> tuple[tuple[int, int], ...]:
+    """``(row index, sample index)`` into :func:`opset_rows` ``(on, names)`` of each census
+    form a program with features ``on`` may call, in the rows' order, each row's forms
+    commonest first. Memoized per feature set; O(forms)."""
+    return _form_table(on & ROW_FEATURES, names)[0]
+
+
+def form_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[float, ...]:
+    """Running sums of the weights of :func:`form_units` (what :func:`pick_row` reads):
+    :data:`FORM_USE_SHARE` of the mass by the form's uses, :data:`FORM_OP_SHARE` even over
+    the census's operators, the rest even over its forms, each divided by the share of the swarm's feature sets that let a program call it
+    (its row's level, a half per feature its example needs), so that over the swarm a form is
+    drawn in proportion to its weight. Empty when the census is. Memoized; O(forms)."""
+    return _form_table(on & ROW_FEATURES, names)[1]
+
+
+@functools.cache
+def _form_table(on: frozenset[str], names: frozenset[str] | None
+                ) -> tuple[tuple[tuple[int, int], ...], tuple[float, ...]]:
+    every = [f for f in census().values() if f.example is not None]
+    total = sum(f.uses for f in every)
+    per_op: dict[str, int] = {}
+    for f in every:
+        per_op[f.op] = per_op.get(f.op, 0) + 1
+    units: list[tuple[int, int]] = []
+    cumulative: list[float] = []
+    running = 0.0
+    for i, (e, _, samples) in enumerate(opset_rows(on, names)):
+        level = 1.0 if not e.levels or {"core", "training"} <= e.levels else 0.5
+        for _, uses, sample in form_samples().get(e.name, ()):
+            if sample not in samples:
+                continue  # a feature this program lacks
+            weight = (FORM_USE_SHARE * uses / total
+                      + FORM_OP_SHARE / len(per_op) / per_op[e.name]
+                      + (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every))
+            flags = len(sample_features(e, sample) - {"opset"})
+            running += weight / (level * 0.5 ** flags)
+            units.append((i, samples.index(sample)))
+            cumulative.append(running)
+    return tuple(units), tuple(cumulative)
+
+
+_FORM_SALT = 0x666F726D  # "form": the census draw's own stream of ``h``
+
+
+def pick_form(on: frozenset[str], h: int, used: Collection[int]) -> int | None:
+    """Whether a default opset step of a program with features ``on`` calls a census form,
+    and which (an index into :func:`form_units` ``(on, None)``), from its 64-bit number ``h``:
+    None for :data:`FORM_SHARE` of the numbers' complement (the step calls no form) or
+    when the census has no form for ``on``; else the form :func:`form_weights` picks, the next
+    one not in ``used`` where it is (every form once per program). Deterministic; O(log forms)
+    unless most forms are used."""
+    units = form_units(on, None)
+    first = scatter(h, _FORM_SALT)
+    if not units or (first & 0xFFFF) >= FORM_SHARE * 0x10000:
+        return None
+    k = pick_row(form_weights(on, None), scatter(first, _FORM_SALT))
+    for _ in range(len(units)):
+        if k not in used:
+            break
+        k = (k + 1) % len(units)
+    return k
 
 
 def pick_row(cumulative: tuple[float, ...], h: int) -> int:

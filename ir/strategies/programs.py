@@ -127,11 +127,14 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     steps at ``max_nodes``, :data:`CLOSING_RESERVE`, so the closing run has room; the fixed
     vocabulary still makes most of each program): steps that call any row of ``ir.opset.table()`` (or those ``ops=``
     names) with the arguments of one of its samples. By default a row is drawn by how many of
-    the test zoo's models use its operator (``opset_steps.row_weights``: 20 % in proportion
-    to use, 35 % evenly among the used operators, 45 % uniform over every row, so each stays
+    the test zoo's models use its operator (``opset_steps.row_weights``: 10 % in proportion
+    to use, 15 % evenly among the used operators, 75 % uniform over every row, so each stays
     reachable; each row's weight divided by the share of the swarm's feature sets that let a
     program draw it, so over the swarm a random row or an in-place variant is drawn about as
-    often as its share says); asked for (``always={"opset"}``, ``ops=``) uniformly. The
+    often as its share says) and called with one of its own samples, and up to two forms of
+    the census of how real models call each operator besides (``ir.strategies.forms``,
+    ``opset_steps.pick_form``); asked for (``always={"opset"}``, ``ops=``) rows uniformly,
+    each with any of its samples and forms. The
     arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
@@ -203,13 +206,17 @@ from ir.program import NO_CONSTRAINTS, Program
 from ir.state import Opaque, Slot
 from ir.strategies import module_trees
 from ir.strategies.opset_steps import (
+    FORM_CALLS,
     OPSET_FEATURES,
     Plan,
     fake_call,
+    form_units,
     is_channels_last,
     literal,
     opset_rows,
+    own_samples,
     permutation_for,
+    pick_form,
     pick_row,
     resolve_ops,
     result_tensors,
@@ -622,6 +629,7 @@ class _Builder:
         self.motif_results: list[Ref] = []  # the motif steps' results (outside preserved calls)
         self.plain_results: list[Ref] = []  # the other steps' results (outside preserved calls)
         self.rows_used: set[int] = set()
+        self.forms_used: set[int] = set()  # the census forms called (``_opset``)
         self.on = on
         self.dense = dense  # ``crossing_programs``: every call that can be preserved is
         # the opset asked for (``always``, ``ops=``): rows uniform over the table; else drawn
@@ -1720,7 +1728,32 @@ class _Builder:
             at = (at + 1) % len(self.opset_rows)
         self.rows_used.add(at)
         row, op, samples = self.opset_rows[at]
-        sample = samples[data[2] % len(samples)]
+        # asked for, any sample of the row (its own, then the census's forms); by default its
+        # own (the census's are the form calls below)
+        n = len(samples) if self.asked else own_samples(row, samples) or len(samples)
+        out = self._opset_run(path, scope, a, row, op, samples[data[2] % n], data)
+        # by default, a step calls up to ``FORM_CALLS`` forms of the census as well, each with
+        # chance ``FORM_SHARE`` (how real models call an operator: ``ir.strategies.forms``),
+        # each form once per program, their nodes outside the program's budget (counted, they
+        # cut the steps that reach the table's rare rows); a step shrunk to zero bytes calls
+        # none
+        for k in range(0 if self.asked or not any(data) else FORM_CALLS):
+            form = pick_form(self.on, scatter(h, k), self.forms_used)
+            if form is None:
+                continue
+            self.forms_used.add(form)
+            at, sample_at = form_units(self.on, None)[form]
+            row, op, samples = self.opset_rows[at]
+            before = len(self.nodes)
+            out = self._opset_run(path, scope, out, row, op, samples[sample_at], data)
+            self.limit += len(self.nodes) - before
+            self.max_nodes += len(self.nodes) - before
+        return out
+
+    def _opset_run(self, path: str, scope: _Scope, a: Ref, row: Any, op: Any, sample: Any,
+                   data: bytes) -> Ref:
+        """An opset step's call of ``op`` (of ``row``) with the arguments of ``sample``
+        (``_opset``), its tensors chosen by ``data``; ``_opset``'s result, or ``a``."""
         choice = data[3]
         written = set(written_at(row, sample.args))
         reals, real_kwargs = sample_args(sample, seed=data[0] | data[1] << 8)
