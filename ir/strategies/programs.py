@@ -88,7 +88,20 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     mask (``softmax``); int64 ``mul`` / ``add`` / ``sub`` of an int64 constant and of
     ``int64(a * 1000)``, past ``2**53`` half the time (a route through ``float64`` is wrong),
     their low digits (``remainder``) read back into the activations (``int_math``). Values
-    at the edges (``edge_values``, opt-in: ``always={"edge_values"}``; a correct pass checked
+    at the edges at the operands of ops (``edge_operands``, on in half the draws, with its
+    flag among the opset's): a drawn value poisoned at drawn positions, one column inf,
+    -inf or nan, another ``float32``'s largest of either sign, and where the value is past
+    ``0.5`` a ``-0.0`` or a denormal (``where(arange(WIDTH) == k, edge, x)``,
+    ``masked_fill``), so that it is at an edge at some positions and ordinary at others;
+    later steps read it (the opset's rows too: it is a value like any other), and the step
+    reads it with two of the folds fast-math makes (``x * 0``, ``x - x``, ``x / x``,
+    ``log(exp(x))``, ``where`` with it on either branch) and one more reader: an op of the
+    value twice (``x + x``, ``maximum(x, x)``) or a literal ``0``, ``1``, ``-1``, ``inf``,
+    ``nan`` as the scalar of ``mul`` / ``add`` / ``div`` / ``pow`` / ``clamp``
+    (``_EDGE_READS``). ``programs(assumes=...)`` takes what a pass may assume of its values
+    (``no_nans`` or ``no_infs``: no edge put anywhere on purpose; ``no_signed_zeros``: no
+    ``-0.0``). Values
+    at the edges of state (``edge_values``, opt-in: ``always={"edge_values"}``; a correct pass checked
     with a tolerance differs where the input's output is not finite): half the buffers and
     constants hold one of inf, -inf, nan,
     ``-0.0``, ``1e30``, ``7e4`` (past ``float16``), ``1e-40`` (a denormal), ``-3e38``, and
@@ -203,7 +216,6 @@ from ir.printer import contiguous_strides
 from ir.program import NO_CONSTRAINTS, Program
 from ir.state import Opaque, Slot
 from ir.strategies import module_trees
-from ir.strategies.values import KNOWN as _ASSUMPTIONS
 from ir.strategies.opset_steps import (
     OPSET_FEATURES,
     Plan,
@@ -219,6 +231,7 @@ from ir.strategies.opset_steps import (
     scatter,
     uninitialized,
 )
+from ir.strategies.values import KNOWN as _ASSUMPTIONS
 from ir.torch_seam import (
     fake_failures_unlogged,
     new_fake_mode,
