@@ -98,7 +98,14 @@ def _bug_marks(row: tuple) -> list:
     return []
 
 
+# twins whose form the default programs draw in fewer than 3 programs of 100 yet (vacuous, or
+# one change): nightly, not strict, as their bugs
+TWINS_NOT_DRAWN_YET = {view_infers_last_size, floor_division_respelled}
+
+
 def _twin_marks(row: tuple) -> list:
+    if row[0] in TWINS_NOT_DRAWN_YET:
+        return [pytest.mark.nightly, pytest.mark.xfail(strict=False, reason=FORMS_REASON)]
     return [] if row[0] in DEFAULT_TWINS else [pytest.mark.nightly]
 
 
