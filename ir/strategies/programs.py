@@ -657,7 +657,8 @@ _REGION_BYTES = st.binary(min_size=2, max_size=2)
 _SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _STEP = 3  # bytes per body step: see ``_decode_step``
 _RECORD = 7  # bytes per module object: see ``_Builder._objects``
-_MOTIF_BYTES = st.binary(min_size=4 * 7, max_size=4 * 7)  # place and step bytes per motif
+_MOTIF_BYTES = st.binary(min_size=4 * 6, max_size=4 * 6)  # place and step bytes per motif
+_MOTIF_SALT = 16381  # the place and step of a motif past the drawn bytes (``_draw_body``)
 
 
 @functools.cache
@@ -1039,7 +1040,13 @@ class _Builder:
             # after (shrinking a feature off keeps the rest of the program)
             data = self.draw(_MOTIF_BYTES)
             for j, kind in enumerate(motifs):
-                at, a, b, c = data[4 * j:4 * j + 4]
+                if 4 * j + 4 <= len(data):
+                    at, a, b, c = data[4 * j:4 * j + 4]
+                else:  # more motifs on than drawn places (the last one added, with all on):
+                    # its bytes from the body's mix (bytes of its own would move every later
+                    # draw of the programs that do not have it)
+                    h = scatter(self.mix, _MOTIF_SALT, j)
+                    at, a, b, c = h & 0xFF, h >> 8 & 0xFF, h >> 16 & 0xFF, h >> 24 & 0xFF
                 steps.insert(at % (len(steps) + 1), (0, kind, *_decode_step(a, b, c)[2:]))
             # and one step of each feature users' passes target that is switched on (a
             # constant chain to fold, a random draw, a copy written in place, ...): a bug in
