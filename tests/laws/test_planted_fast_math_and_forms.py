@@ -81,7 +81,10 @@ CORRECT = [
 # bugs are missed or vacuous by default until the generator draws the forms models use in
 # proportion (issue 71, item 1), so they run nightly, not strict
 NOT_DRAWN_YET = {mean_by_last_dim_size, view_as_two_dims, floor_division_truncates,
-                 mean_forgets_keepdim}
+                 mean_forgets_keepdim,
+                 # a linear with a bias where a module has a matrix and a vector: in few
+                 # programs (caught under 4 of seeds 0-4, missed under seed 2 in the suite)
+                 linear_drops_bias}
 FORMS_REASON = "issue 71 item 1: the default programs do not draw this form yet"
 
 # run by default (one seed each; the other seeds and rows nightly): the suite's time
