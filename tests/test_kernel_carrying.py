@@ -91,6 +91,9 @@ NOT_KERNEL_DRIVERS = {
                              "checks, so that a kernel bug cannot hide in both",
     "lowering/like.py": "programs_like's variants: a state write and an extra reader spliced "
                         "into a user's program (names through ir.names, as a parser would)",
+    "lowering/law_targets.py": "the probe programs: generated programs (one call of each table "
+                               "form), made as ir.strategies makes its draws, not an edit of a "
+                               "pass's program",
     "lowering/fuzz/repro.py": "the repro script's Python variable names, no IR node",
 }
 KERNEL_DRIVERS = tuple(

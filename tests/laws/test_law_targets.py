@@ -73,21 +73,27 @@ def test_changed_forms_names_what_the_pass_rewrote_and_not_what_it_kept():
     p = law_targets._probe_program(_calls_of("aten.floor_divide.default")
                                    + _calls_of("aten.relu.default"))
     found = changed_forms(p, floor_divide_as_trunc_div(p))
-    assert found == collections.Counter({"aten.floor_divide.default(%, %)": 1})
+    # every form of floor_divide the table and the census know (two tensors, a scalar divisor),
+    # once each, and no relu
+    assert found["aten.floor_divide.default(%, %)"] == 1
+    assert found and set(found.values()) == {1}
+    assert all(f.startswith("aten.floor_divide.default(") for f in found)
     assert changed_forms(p, p) == collections.Counter()
 
 
 def test_the_probe_finds_a_rare_operator_whatever_the_pass_is_called():
     found = probe_table(floor_divide_as_floor_div)
     assert found.source == "probe" and found.operators == ("aten.floor_divide.default",)
-    assert found.forms == ("aten.floor_divide.default(%, %)",)
+    assert "aten.floor_divide.default(%, %)" in found.forms
+    assert all(f.startswith("aten.floor_divide.default(") for f in found.forms)
     assert probe_table(lambda p: floor_divide_as_floor_div(p)) == found  # its behaviour alone
     assert probe_table(lambda p: p).forms == ()
 
 
 def test_a_pass_of_a_rare_operator_is_judged_on_programs_rich_in_it():
     report = check_laws(floor_divide_as_floor_div, max_examples=25)
-    assert report.targets == ("aten.floor_divide.default(%, %)",)
+    assert "aten.floor_divide.default(%, %)" in report.targets
+    assert all(f.startswith("aten.floor_divide.default(") for f in report.targets)
     assert report.changed >= 3  # not vacuous: the second phase gave it work
     text = str(report)
     assert "aten.floor_divide.default(%, %)" in text
@@ -122,4 +128,4 @@ def test_first_phase_shares():
 def test_the_two_phases_are_repeatable_under_a_seed():
     one = check_laws(floor_divide_as_floor_div, max_examples=10, seed=5)
     assert one == check_laws(floor_divide_as_floor_div, max_examples=10, seed=5)
-    assert one.tried == 10 and one.targets == ("aten.floor_divide.default(%, %)",)
+    assert one.tried == 10 and "aten.floor_divide.default(%, %)" in one.targets

@@ -147,6 +147,8 @@ def test_correct_and_planted_on_a_tiny_gpt2():
     like = programs_like(ep, forms=("flat", "outlined"), edge_values=False)
     for fn in (lp.split_linears, lp.commute_adds):  # the lm head split; residual sums
         assert check_laws(fn, programs=like, max_examples=3).changed == 3
-    with pytest.raises(LawViolation, match="raises"):  # the logits come out one column short
+    # the logits come out one column short: the editor refuses to put a narrower value where
+    # a signature names it, a bug of the pass (not a program it declines)
+    with pytest.raises(LawViolation, match="edit_refused"):
         check_laws(_named(lp.split_linears, "off_by_one"), programs=like, max_examples=3,
                    settings=FOUND)
