@@ -34,6 +34,7 @@ from ir.effects import aliased_args
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.program import Program
+from ir.strategies.programs import FEATURES, OPT_IN_FEATURES, programs
 from lowering.pass_laws import LawViolation, check_laws
 from tests.laws.power_seeds import SEEDS, seeded
 
@@ -306,6 +307,15 @@ def quant_writes_weights_in_place(p: Program) -> Program:
 
 QUANT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
 
+# a tolerance bounds fake quantization's noise only where the program is continuous in the
+# quantized values: the ``int_math`` motif casts ``a * 1000`` to int64 and hashes it (``* c %
+# 997``, scaled by ``2**-10`` and added back), so a rounding of the weights that moves one
+# activation across a multiple of 1e-3 moves the output by up to 0.97, whatever the tolerance
+# (seed 2 draws such a program). The correct twin is judged on programs without that motif
+# (as in ``test_planted_bugs_programs_like.py``); the planted quantization bugs are still
+# caught on the default programs
+CONTINUOUS = programs(features=set(FEATURES) - OPT_IN_FEATURES - {"int_math"})
+
 # (planted bug, check_laws options, law, how the message's first line goes on after
 # "law LAW broken by NAME: " (a regular expression))
 # outputs, inputs a program writes, or state by fqn: whichever the found program shows first
@@ -365,7 +375,7 @@ def test_a_planted_bug_is_caught_on_generated_programs(planted, options, law, fi
 CORRECT = [
     (correct_cse, {}),
     (correct_fold, {}),
-    (correct_fake_quant, QUANT_TOLERANCE),
+    (correct_fake_quant, {**QUANT_TOLERANCE, "programs": CONTINUOUS}),
 ]
 
 
