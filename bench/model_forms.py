@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from ir.opset import Sample, TensorSpec
+from ir.opset_build import flat_inputs
 from ir.strategies.forms import MODEL_FORMS, decode_sample, encode_sample, form_of
 from ir.torch_seam import OpOverload, op_schema, pytree
 
@@ -226,20 +227,10 @@ class _Recorder(torch.fx.Interpreter):
 
 
 def _flat_inputs(ep: Any, args: tuple, kwargs: dict) -> list[Any]:
-    user = iter(pytree.tree_leaves((args, kwargs)))
-    kinds = torch.export.graph_signature.InputKind
-    out: list[Any] = []
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind in (kinds.PARAMETER, kinds.BUFFER):
-            out.append(ep.state_dict[spec.target] if spec.target in ep.state_dict
-                       else ep.constants[spec.target])
-        elif spec.kind in (kinds.CONSTANT_TENSOR, kinds.CUSTOM_OBJ):
-            out.append(ep.constants[spec.target])
-        elif spec.kind == kinds.USER_INPUT:
-            out.append(next(user))
-        else:
-            out.append(None)
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in out]
+    """``ir.opset_build.flat_inputs``, each tensor a detached copy (a recorded call never
+    writes the model's own state)."""
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v
+            for v in flat_inputs(ep, args, kwargs)]
 
 
 def record(log: Callable[[str], None] = print) -> Calls:

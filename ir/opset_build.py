@@ -175,7 +175,9 @@ class _Recorder(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
 
-def _flat_inputs(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> list[Any]:
+def flat_inputs(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> list[Any]:
+    """The flat inputs of ``ep``'s graph for a call with ``(args, kwargs)``: its state and
+    constants in signature order, then the user inputs (``None`` for a token). O(inputs)."""
     user = iter(pytree.tree_leaves((args, kwargs)))
     kinds = torch.export.graph_signature.InputKind
     out: list[Any] = []
@@ -197,7 +199,7 @@ def record_program(calls: Calls, ep: torch.export.ExportedProgram, args: tuple, 
     """Run ``ep`` on fresh copies of its state and ``args`` and record every operator call."""
     ep_args = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v,
                               (args, kwargs))
-    flat = _flat_inputs(ep, *ep_args)
+    flat = flat_inputs(ep, *ep_args)
     flat = [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in flat]
     with torch.no_grad():
         _Recorder(ep.graph_module, calls, source, level).run(*flat)
