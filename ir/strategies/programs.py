@@ -109,8 +109,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     results of the root's steps that nothing reads are returned too (the eighth keeps its dead
     code for the passes that remove it). ``binary`` steps are drawn twice as often as any other
     kind (elementwise arithmetic is what models do most between layers); a step of two values
-    takes them either way round, and under ``kwargs_ops`` half its ``add`` / ``sub`` steps
-    carry an ``alpha``. A step's kind and operands come from its bytes scattered with the
+    takes them either way round, and under ``kwargs_ops`` the ``alpha`` kind is drawn as
+    often as ``binary``, every ``add`` / ``sub`` step carries an ``alpha``, and two ``alpha``
+    steps in three with state vectors in reach scale a broadcast vector (a bias). A step's kind and operands come from its bytes scattered with the
     body's (``_scattered``), so every kind is about as likely under every hypothesis seed.
     One step of the fixed vocabulary in four outside preserved calls
     (:data:`LONE_INPUT_SHARE`) reads a new user input that nothing else reads, as a model's
@@ -1187,7 +1188,8 @@ class _Builder:
         if "multi_result_ops" in self.on:
             kinds.append("sort")
         if "kwargs_ops" in self.on:
-            kinds.append("alpha")
+            # as often as ``binary``: a keyword is what these programs are for
+            kinds += ["alpha", "alpha"]
         kinds += [k for f, k, _ in _STEP_FEATURES if f in self.on and f not in _MOTIFS]
         motifs = [k for f, k, _ in _STEP_FEATURES if f in self.on and f in _MOTIFS]
         if motifs:  # the motifs switched on share one kind (one more forced in ``_draw_body``)
@@ -1225,6 +1227,11 @@ class _Builder:
         elif choice in ("binary", "alpha"):
             other: Any
             source = z % 3 if vectors else z % 3 % 2 * 2
+            if choice == "alpha" and source == 2 and vectors:
+                # an ``alpha`` scales a bias more often than a literal (``add(x, b, alpha=)``
+                # with ``b`` broadcast over the batch: where a compiler's broadcast path may
+                # drop the keyword): two of the kind's steps in three with vectors of state
+                source = 1
             if source == 0:
                 other = _back(scope.vals, y)
             elif source == 1:
@@ -1240,9 +1247,10 @@ class _Builder:
             else:
                 target = _BINARY[y % len(_BINARY)]
                 kwargs = EMPTY_DICT
-                if "kwargs_ops" in self.on and target in _FUNCTIONAL and z >> 2 & 1:
-                    # half the adds and subs of these programs scale ``other`` by an ``alpha``
-                    # (a keyword a pass may forget: not only the ``alpha`` kind's few steps)
+                if "kwargs_ops" in self.on and target in _FUNCTIONAL:
+                    # every add and sub of these programs scales ``other`` by an ``alpha`` (a
+                    # keyword a pass may forget: not only the ``alpha`` kind's few steps; the
+                    # programs without the feature keep the plain calls)
                     kwargs = IDict((("alpha", _SCALARS[y >> 2]),))
                 out = self._op(target, operands, kwargs, shape=act)
         elif choice == "matmul":
