@@ -4,7 +4,8 @@ Every planted bug the project has is checked under N seeds at the budget a user 
 is every correct twin written beside them:
 
 - pass bugs (``check_laws``): ``tests/laws/test_planted_bugs.py``, ``..._heldout.py``,
-  ``..._programs_like.py``, ``test_teeth.py`` and ``test_planted_motif_bugs.py`` (bugs in ``planted_motifs.py``), each
+  ``..._programs_like.py``, ``test_teeth.py``, ``test_planted_motif_bugs.py`` (bugs in ``planted_motifs.py``) and
+  ``test_planted_fast_math_and_forms.py`` (bugs in ``planted_fast_math.py`` and ``planted_forms.py``), each
   bug with its own options (programs, tolerances), ``check_laws(..., seed=s)`` for s in
   0..N-1, found, not shrunk (a run stops at its first violation). Per bug: the catch rate
   (seeds where a ``LawViolation`` was raised), the median number of programs drawn up to and
@@ -158,6 +159,13 @@ def _pass_cases() -> Iterator[Case]:
         yield Case("pass", "teeth", bug.__name__, True, law_of(law), _laws_run(bug, options))
     yield Case("pass", "teeth", "deduplicate", False, "",
                _laws_run(teeth.deduplicate, {"programs": teeth.REPEATED, "idempotent": True}))
+
+    edges = importlib.import_module("tests.laws.test_planted_fast_math_and_forms")
+    for bug, options, law, *_ in edges.PLANTED:
+        yield Case("pass", "fast_math_forms", bug.__name__, True, law_of(law),
+                   _laws_run(bug, options))
+    for twin, options in edges.CORRECT:
+        yield Case("pass", "fast_math_forms", twin.__name__, False, "", _laws_run(twin, options))
 
     try:
         motifs = importlib.import_module("tests.laws.test_planted_motif_bugs")

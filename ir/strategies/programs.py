@@ -88,7 +88,20 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     mask (``softmax``); int64 ``mul`` / ``add`` / ``sub`` of an int64 constant and of
     ``int64(a * 1000)``, past ``2**53`` half the time (a route through ``float64`` is wrong),
     their low digits (``remainder``) read back into the activations (``int_math``). Values
-    at the edges (``edge_values``, opt-in: ``always={"edge_values"}``; a correct pass checked
+    at the edges at the operands of ops (``edge_operands``, on in three draws of eight, with its
+    flag among the opset's): a drawn value poisoned at drawn positions, one column inf,
+    -inf or nan, another ``float32``'s largest of either sign, and where the value is past
+    ``0.5`` a ``-0.0`` or a denormal (``where(arange(WIDTH) == k, edge, x)``,
+    ``masked_fill``), so that it is at an edge at some positions and ordinary at others;
+    later steps read it (the opset's rows too: it is a value like any other), and the step
+    reads it with two of the folds fast-math makes (``x * 0``, ``x - x``, ``x / x``,
+    ``log(exp(x))``, ``where`` with it on either branch) and one more reader: an op of the
+    value twice (``x + x``, ``maximum(x, x)``) or a literal ``0``, ``1``, ``-1``, ``inf``,
+    ``nan`` as the scalar of ``mul`` / ``add`` / ``div`` / ``pow`` / ``clamp``
+    (``_EDGE_READS``). ``programs(assumes=...)`` takes what a pass may assume of its values
+    (``no_nans`` or ``no_infs``: no edge put anywhere on purpose; ``no_signed_zeros``: no
+    ``-0.0``). Values
+    at the edges of state (``edge_values``, opt-in: ``always={"edge_values"}``; a correct pass checked
     with a tolerance differs where the input's output is not finite): half the buffers and
     constants hold one of inf, -inf, nan,
     ``-0.0``, ``1e30``, ``7e4`` (past ``float16``), ``1e-40`` (a denormal), ``-3e38``, and
@@ -187,6 +200,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from pyrsistent import pmap
 
 from ir import signature as sg
@@ -225,6 +239,7 @@ from ir.strategies.opset_steps import (
     scatter,
     uninitialized,
 )
+from ir.strategies.values import KNOWN as _ASSUMPTIONS
 from ir.torch_seam import (
     fake_failures_unlogged,
     new_fake,
@@ -300,6 +315,8 @@ FEATURES = (
     *OPSET_FEATURES,
     # a symbolic batch (with the opset's flags)
     "symbolic_sizes",
+    # values at the edges at the operands of ops (a motif, with the opset's flags too)
+    "edge_operands",
 )
 """Every feature :func:`programs` can switch on (the swarm draws a subset per example)."""
 
@@ -412,6 +429,58 @@ _EDGES = (math.inf, -math.inf, math.nan, -0.0, 1e30, 7e4, 1e-40, -3e38)
 """Values at the edges a state tensor holds under ``edge_values``: infinities, nan, a negative
 zero, a value past ``float16``'s range (``7e4``) and past ``float32``'s square root, a
 denormal, a value near ``float32``'s largest."""
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+_POISONS = ((math.inf, -math.inf, math.nan), (_FLOAT32_MAX, -_FLOAT32_MAX), (-0.0, 1e-40, -1e-40))
+"""The values ``edge_operands`` puts in a drawn value, one of each group: one not finite in
+one column, ``float32``'s largest (of either sign: its ``exp`` or its double overflows) in
+another, and a negative zero or a denormal where the value is past a threshold. So every
+value it poisons holds each kind beside ordinary values, and each fast-math fold meets the
+value it is wrong on: ``x * 0`` and ``x - x`` an infinity, ``x / x`` an infinity or a zero,
+``log(exp(x))`` the largest finite, ``where`` by arithmetic an infinity on the branch it
+turns away."""
+_EDGE_FEATURES = frozenset({"edge_operands", "edge_values"})
+_FINITE_ONLY = frozenset({"no_nans", "no_infs"})
+"""Assumptions under which ``programs`` puts no value at an edge on purpose (inf and nan make
+each other: ``inf - inf``)."""
+_EDGE_SALT = 4099
+"""Salt of the ``edge_operands`` step's choices (scattered with the body's mix)."""
+_EDGE_READS: tuple[tuple[Any, tuple], ...] = (
+    # the folds fast-math gets wrong on a value at an edge (the step's first reader is one)
+    (aten.mul.Tensor, ("x", 0.0)),
+    (aten.sub.Tensor, ("x", "x")),
+    (aten.div.Tensor, ("x", "x")),
+    ((aten.exp.default, aten.log.default), ("x",)),
+    (aten.where.self, ("mask", "x", "other")),
+    (aten.where.self, ("mask", "other", "x")),
+    (aten.mul.Tensor, ("x", 0)),
+    # an op of the value twice, and literal edges as a model writes them (its second reader)
+    (aten.add.Tensor, ("x", "x")),
+    (aten.mul.Tensor, ("x", "x")),
+    (aten.maximum.default, ("x", "x")),
+    (aten.mul.Tensor, ("x", 1)),
+    (aten.mul.Tensor, ("x", -1.0)),
+    (aten.mul.Tensor, ("x", math.inf)),
+    (aten.add.Tensor, ("x", 0)),
+    (aten.add.Tensor, ("x", math.nan)),
+    (aten.div.Tensor, ("x", 1.0)),
+    (aten.div.Tensor, ("x", -1)),
+    (aten.div.Tensor, ("x", 0.0)),
+    (aten.div.Tensor, ("x", math.inf)),
+    (aten.pow.Tensor_Scalar, ("x", 0)),
+    (aten.pow.Tensor_Scalar, ("x", 1)),
+    (aten.pow.Tensor_Scalar, ("x", -1)),
+    (aten.pow.Tensor_Scalar, ("x", 0.5)),
+    (aten.clamp.default, ("x", 0)),
+    (aten.clamp.default, ("x", None, 1.0)),
+    (aten.clamp.default, ("x", -math.inf, math.inf)),
+)
+"""What the ``edge_operands`` step reads a poisoned value ``x`` with: ``(target, arguments)``,
+``"x"`` the poisoned value, ``"other"`` an earlier value, ``"mask"`` where that one is
+positive; a tuple of targets is a chain (``log(exp(x))``). The first :data:`_FOLD_READS` rows
+are the folds a fast-math pass makes (its first reader is one of them), the rest what models
+also write: an op of one value twice, and literal ``0``, ``1``, ``-1``, ``inf``, ``nan`` as
+the scalar of ``mul``, ``add``, ``div``, ``pow``, ``clamp``."""
+_FOLD_READS = 6
 
 
 # --- argument checks ----------------------------------------------------------------------------
@@ -435,6 +504,7 @@ def programs(
     max_ops: int = 6,
     max_nodes: int = 60,
     ops: Collection[Any] | None = None,
+    assumes: Collection[str] = (),
 ) -> st.SearchStrategy[Program]:
     """Flat Programs shaped like ``import_ep`` output, valid by construction.
 
@@ -451,6 +521,13 @@ def programs(
         ops: the operators the ``opset`` steps may call (``OpOverload`` s, packets or row names
             of ``ir.opset.table()``; default: every row). ``InvalidArgument`` for one without a
             row. The fixed vocabulary's steps are drawn as well.
+        assumes: what the pass under test may assume of the values it sees, out of
+            ``transforms.rewrite.ASSUMPTIONS`` (as a fast-math rule declares it). ``"no_nans"``
+            or ``"no_infs"``: no value is put at an edge on purpose (``edge_operands`` and
+            ``edge_values`` are off: a poisoned program would break what the pass may
+            assume); ``"no_signed_zeros"``: those features put no ``-0.0`` anywhere.
+            ``InvalidArgument`` for another name, or where ``always`` names a feature the
+            assumptions switch off.
 
     Generates a ``Program`` that ``ir.verify``-s and that ``lowering.lower`` turns into a module
     whose ``forward(*args, **kwargs)`` accepts :func:`program_inputs`. Shrinks towards fewer
@@ -459,7 +536,8 @@ def programs(
     program, because operands are back-offsets and choices are taken modulo what is available,
     and a zeroed step is no step at all.
     """
-    return _checked(features, always, max_modules, max_ops, max_nodes, crossing=False, ops=ops)
+    return _checked(features, always, max_modules, max_ops, max_nodes, crossing=False, ops=ops,
+                    assumes=assumes)
 
 
 def crossing_programs(
@@ -498,14 +576,24 @@ def crossing_programs(
 def _checked(
     features: Collection[str] | None, always: Collection[str], max_modules: int, max_ops: int,
     max_nodes: int, *, crossing: bool, ops: Collection[Any] | None = None,
+    assumes: Collection[str] = (),
 ) -> st.SearchStrategy[Program]:
     """``_programs`` for :func:`programs` and :func:`crossing_programs`, their arguments
     checked (a crossing program has a module below the root); with no ``features``, every
-    default feature (the opt-in ones off)."""
+    default feature (the opt-in ones off); ``assumes`` switching the edge features off, or
+    narrowing what they draw (:func:`programs`)."""
     allowed = check_features("features", features)
     forced = check_features("always", always)
     if features is None:
         allowed -= OPT_IN_FEATURES
+    granted = _check_assumes(assumes)
+    if granted & _FINITE_ONLY:  # no value at an edge on purpose (``programs``)
+        refused = sorted(forced & _EDGE_FEATURES)
+        if refused:
+            raise InvalidArgument(
+                f"always names {refused}, which put nan and inf in the program, but assumes "
+                f"{sorted(granted & _FINITE_ONLY)} says the values are finite; leave them out")
+        allowed -= _EDGE_FEATURES
     asked = ops is not None or "opset" in forced
     if asked:  # naming operators asks for the opset steps
         allowed |= _OPSET_SET
@@ -514,7 +602,17 @@ def _checked(
     module_trees.check_int_range("max_ops", max_ops, 0, 32)
     module_trees.check_int_range("max_nodes", max_nodes, 1, 10_000)
     return _programs(allowed, max_modules, max_ops, max_nodes, forced, crossing, resolve_ops(ops),
-                     asked)
+                     asked, granted)
+
+
+def _check_assumes(assumes: object) -> frozenset[str]:
+    """``assumes`` as a frozenset of names out of ``transforms.rewrite.ASSUMPTIONS``;
+    ``InvalidArgument`` naming the argument otherwise (a bare string is refused, not split)."""
+    if isinstance(assumes, str) or not isinstance(assumes, Collection) or not set(
+            assumes) <= _ASSUMPTIONS:
+        raise InvalidArgument(f"assumes must be a collection of names out of "
+                              f"{sorted(_ASSUMPTIONS)}, got {assumes!r}")
+    return frozenset(assumes)
 
 
 @st.composite
@@ -528,6 +626,7 @@ def _programs(
     dense: bool,
     ops: frozenset[str] | None = None,
     asked: bool = False,
+    assumes: frozenset[str] = frozenset(),
 ) -> Program:
     # Few draws, each a byte string decoded totally: hypothesis spends about 70 us per draw, so
     # the number of draws, not the decoding, sets the generation rate. Every byte shrinks towards
@@ -540,20 +639,22 @@ def _programs(
     if allowed & _FLAGGED_SET:
         flags = draw(_OPSET_FLAG_BYTES)
         # ``opset`` in seven draws of eight (its steps reach the table), ``symbolic_sizes`` in
-        # one of four, the others in half
+        # one of four, ``edge_operands`` in three of eight (in half, the poison hid a
+        # planted state bug under one seed of 20), the others in half
         on |= {f for f, b in zip(_FLAGGED, flags) if f in allowed and b >= _FLAG_AT.get(f, 128)}
     on |= always
     header = draw(_HEADER_BYTES)
     n_objects = draw(_count(max_modules, 1 if dense else 0))
     size = _RECORD * (n_objects + 1)
     records = draw(st.binary(min_size=size, max_size=size))
-    return _Builder(draw, on, header, records, max_ops, max_nodes, dense, ops, asked).build()
+    return _Builder(draw, on, header, records, max_ops, max_nodes, dense, ops, asked,
+                    assumes).build()
 
 
 _OPSET_SET = frozenset(OPSET_FEATURES)
-_FLAGGED = (*OPSET_FEATURES, "symbolic_sizes")  # the features of the opset's flag bytes
+_FLAGGED = (*OPSET_FEATURES, "symbolic_sizes", "edge_operands")  # the features of the flag bytes
 _FLAGGED_SET = frozenset(_FLAGGED)
-_FLAG_AT = {"opset": 16, "symbolic_sizes": 192}  # a flag byte this high switches it on
+_FLAG_AT = {"opset": 16, "symbolic_sizes": 192, "edge_operands": 160}  # a flag byte this high: on
 _OPT_IN = tuple(f for f in FEATURES if f in OPT_IN_FEATURES)
 _BASE_FEATURES = tuple(f for f in FEATURES if f not in OPT_IN_FEATURES and f not in _FLAGGED_SET)
 _OPSET_FLAG_BYTES = st.binary(min_size=len(_FLAGGED), max_size=len(_FLAGGED))
@@ -567,6 +668,7 @@ _SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _STEP = 3  # bytes per body step: see ``_decode_step``
 _RECORD = 7  # bytes per module object: see ``_Builder._objects``
 _MOTIF_BYTES = st.binary(min_size=4 * 6, max_size=4 * 6)  # place and step bytes per motif
+_MOTIF_SALT = 16381  # the place and step of a motif past the drawn bytes (``_draw_body``)
 
 
 @functools.cache
@@ -616,8 +718,14 @@ class _Builder:
         dense: bool = False,
         ops: frozenset[str] | None = None,
         asked: bool = False,
+        assumes: frozenset[str] = frozenset(),
     ) -> None:
         self.draw = draw
+        # the values at the edges the edge features may draw (``programs``' ``assumes``)
+        signless = "no_signed_zeros" in assumes
+        self.edges = tuple(v for v in _EDGES if not (signless and _is_negative_zero(v)))
+        self.poisons = tuple(tuple(v for v in group if not (signless and _is_negative_zero(v)))
+                             for group in _POISONS)
         # the opset steps: rows this program may draw, values by (shape, dtype, strides),
         # placeholders made during the body (spliced in at the end), results for the outputs
         self.opset_rows = opset_rows(on, ops) if "opset" in on else ()
@@ -852,11 +960,11 @@ class _Builder:
         """``edge_values``: one entry of half the buffers and constants (floating ones) set to
         a value of :data:`_EDGES`, or (integer ones) past ``2**53``; the rest stay ordinary, so
         an inf or a nan reaches some columns of the outputs, not all."""
-        pick = int(torch.randint(0, 2 * len(_EDGES), (), generator=self.rng))
+        pick = int(torch.randint(0, 2 * len(self.edges), (), generator=self.rng))
         at = int(torch.randint(0, value.numel(), (), generator=self.rng))
-        if pick < len(_EDGES):
+        if pick < len(self.edges):
             flat = value.view(-1)
-            flat[at] = _EDGES[pick] if value.is_floating_point() else 2**53 + 2 * pick + 1
+            flat[at] = self.edges[pick] if value.is_floating_point() else 2**53 + 2 * pick + 1
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -942,7 +1050,13 @@ class _Builder:
             # after (shrinking a feature off keeps the rest of the program)
             data = self.draw(_MOTIF_BYTES)
             for j, kind in enumerate(motifs):
-                at, a, b, c = data[4 * j:4 * j + 4]
+                if 4 * j + 4 <= len(data):
+                    at, a, b, c = data[4 * j:4 * j + 4]
+                else:  # more motifs on than drawn places (the last one added, with all on):
+                    # its bytes from the body's mix (bytes of its own would move every later
+                    # draw of the programs that do not have it)
+                    h = scatter(self.mix, _MOTIF_SALT, j)
+                    at, a, b, c = h & 0xFF, h >> 8 & 0xFF, h >> 16 & 0xFF, h >> 24 & 0xFF
                 steps.insert(at % (len(steps) + 1), (0, kind, *_decode_step(a, b, c)[2:]))
             # and one step of each feature users' passes target that is switched on (a
             # constant chain to fold, a random draw, a copy written in place, ...): a bug in
@@ -1686,6 +1800,76 @@ class _Builder:
         f = self._op(aten.mul.Tensor, (f, 2.0**-10), shape=act)
         return self._op(aten.add.Tensor, (a, f), shape=act)
 
+    def _edge_operands(self, path: str, scope: _Scope, vectors: list, a: Ref, y: int, z: int
+                       ) -> Ref:
+        """``edge_operands``: ``a`` poisoned at drawn positions, then read. One column of ``a``
+        (``where(arange(WIDTH) == k, edge, a)``) holds inf, -inf or nan, another column
+        (``where`` again, or ``masked_fill``) ``float32``'s largest of either sign, and the
+        positions where ``a`` is past ``0.5`` (``masked_fill``) ``-0.0`` or a denormal
+        (:data:`_POISONS`, less what ``programs``' ``assumes`` excludes). So the
+        value is ordinary at some positions and at an edge at others, as a model's is after an
+        overflow, a masked fill or a division by zero; it joins the values later steps read
+        (the opset's too), and three readers here read it: two folds fast-math makes (``x *
+        0``, ``x - x``, ``x / x``, ``log(exp(x))``, ``where`` with it on either branch), the
+        first the step's result, and any reader of :data:`_EDGE_READS` (an op of the value
+        twice, a literal edge scalar of ``mul`` / ``add`` / ``div`` / ``pow`` / ``clamp``);
+        the other two are values of their own, which outputs return when nothing reads them. Choices scattered with the body's mix,
+        as a body step's are (a motif step's bytes are drawn raw). O(1) nodes."""
+        act = self._act()
+        h = scatter(self.mix, _EDGE_SALT, y, z, len(self.nodes))
+        nonfinite, large, small = self.poisons
+        first = h % WIDTH
+        second = (first + 1 + (h >> 2) % (WIDTH - 1)) % WIDTH
+        on_cpu = (("device", _CPU), ("pin_memory", False))
+        columns = self._op(aten.arange.default, (WIDTH,),
+                           IDict((("dtype", torch.int64), *on_cpu)),
+                           shape=("dtype", (WIDTH,), torch.int64))
+        column = ("dtype", (WIDTH,), torch.bool)
+        x = a
+        # where ``a`` is past a threshold: some rows, not all (first, so that the columns'
+        # edges stay whatever ``a`` holds; ``small`` is empty where ``assumes`` leaves none)
+        if small:
+            past = self._op(aten.gt.Scalar, (a, 0.5), shape=("dtype", act, torch.bool))
+            x = self._op(aten.masked_fill.Scalar, (x, past, small[(h >> 10) % len(small)]),
+                         shape=act)
+        mask = self._op(aten.eq.Scalar, (columns, first), shape=column)
+        x = self._op(aten.where.ScalarSelf, (mask, nonfinite[(h >> 4) % len(nonfinite)], x),
+                     shape=act)
+        at = self._op(aten.eq.Scalar, (columns, second), shape=column)
+        edge = large[(h >> 6) % len(large)]
+        if h >> 9 & 1:
+            x = self._op(aten.where.ScalarSelf, (at, edge, x), shape=act)
+        else:
+            x = self._op(aten.masked_fill.Scalar, (x, at, edge), shape=act)
+        earlier = scope.vals[:]
+        other = _back(earlier, (h >> 11) % 4)
+        scope.vals.append(x)
+        positive: list[Ref] = []
+
+        def read(row: tuple[Any, tuple]) -> Ref:
+            target, template = row
+            if "mask" in template and not positive:
+                positive.append(self._op(aten.gt.Scalar, (other, 0.0),
+                                         shape=("dtype", act, torch.bool)))
+            args = tuple(x if t == "x" else other if t == "other" else positive[0]
+                         if t == "mask" else t for t in template)
+            if isinstance(target, tuple):  # a chain: ``log(exp(x))``
+                value = x
+                for step in target:
+                    value = self._op(step, (value,), shape=act)
+                return value
+            return self._op(target, args, shape=act)
+
+        fold = (h >> 13) % _FOLD_READS
+        folded = read(_EDGE_READS[fold])
+        for row in (_EDGE_READS[(fold + 1 + (h >> 16) % (_FOLD_READS - 1)) % _FOLD_READS],
+                    _EDGE_READS[(h >> 19) % len(_EDGE_READS)]):
+            again = read(row)
+            scope.vals.append(again)
+            if not scope.preserved:
+                self.motif_results.append(again)
+        return folded
+
     def _new_constant(self, path: str, scope: _Scope, value: torch.Tensor) -> Ref | None:
         """A new constant of the module at ``path`` holding ``value`` (its placeholder), as the
         opset steps add state; ``None`` in a preserved call or a module at two paths (its new
@@ -2220,10 +2404,11 @@ _STEP_FEATURES = (
     ("masks", "where", _Builder._where),
     ("softmax", "softmax", _Builder._softmax),
     ("int_math", "int_math", _Builder._int_math),
+    ("edge_operands", "edge_operand", _Builder._edge_operands),
     ("opset", "opset", _Builder._opset),
 )
 _MOTIFS = frozenset({"state_traffic", "view_writes", "clone_writes", "masks", "softmax",
-                     "int_math"})
+                     "int_math", "edge_operands"})
 """Step features whose kinds are drawn twice as often as the others' (the state and alias
 traffic and the everyday ops that bugs need)."""
 _MOTIF_KINDS = frozenset(k for f, k, _ in _STEP_FEATURES if f in _MOTIFS)
@@ -2299,6 +2484,10 @@ def _spec(shape: tuple) -> pytree.TreeSpec:
 
 
 _LEAF = object()
+
+
+def _is_negative_zero(v: float) -> bool:
+    return v == 0 and math.copysign(1.0, v) < 0
 
 
 def _back(vals: list[Ref], offset: int) -> Ref:

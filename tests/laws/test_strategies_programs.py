@@ -36,7 +36,7 @@ from transforms.preserved.state_traffic import state_traffic
 
 FIXED = frozenset(FEATURES) - set(OPSET_FEATURES) - OPT_IN_FEATURES
 MOTIFS = frozenset({"state_traffic", "view_writes", "clone_writes", "masks", "softmax",
-                    "int_math"})
+                    "int_math", "edge_operands"})
 # a motif switched on has one step forced in every program's root body (it does not shrink
 # away): the shrink tests switch the motifs off to see the minimal program of what they find
 NO_MOTIFS = frozenset(FEATURES) - OPT_IN_FEATURES - MOTIFS
@@ -215,6 +215,8 @@ EXHIBITS = {
         str(n.target) in ("aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor")
         and n.meta["val"].dtype == torch.int64 for n in _computing(p))),
     "edge_values": (("buffers",), lambda p: any(_at_an_edge(p.tensor(f)) for f in p.state_order)),
+    # a column of a value poisoned with a literal at an edge, the value read
+    "edge_operands": ((), lambda p: _poisoned_and_read(p)),
     "output_aliasing": ((), lambda p: _output_views_an_output(p)),
     # the opset steps' features, as ``ir.strategies.coverage_of`` observes them
     **{f: (() if f == "opset" else ("opset",) + _OPSET_NEEDS.get(f, ()),
@@ -233,9 +235,11 @@ ALSO_SHOWN_BY = {
     # ``inplace_ops``' ``add_`` of a computed value landing on a clone another step took
     "inplace_copies": {"clone_writes", "opset", "inplace_ops"},
     "inplace_ops": {"view_writes", "clone_writes"},  # ``mul_``; ``add_`` of a computed value
-    "identities": {"clone_writes"},  # the copy taken as ``x * 1.0``
+    # the copy taken as ``x * 1.0``; an edge operand's reader ``x * 1``, ``x / 1.0``
+    "identities": {"clone_writes", "edge_operands"},
     "near_duplicates": {"int_math"},  # its casts (``_to_copy``)
-    "constant_builders": {"int_math"},  # ``arange`` where it can add no constant
+    # ``arange`` where it can add no constant, or the columns an edge operand poisons
+    "constant_builders": {"int_math", "edge_operands"},
     "constants": {"int_math"},  # its int64 constants
     "overwrites": {"clone_writes"},  # ``copy_`` into a computed value
     "state_traffic": {"view_writes"},  # reads of a buffer around its write through a view
@@ -243,6 +247,7 @@ ALSO_SHOWN_BY = {
     # the motif steps call table operators beyond the fixed vocabulary (``where``, ``softmax``,
     # views, int64 casts), some of them core-level ones: what ``coverage_of`` counts as opset
     "opset": MOTIFS | {"output_aliasing"},  # and the ``view`` of an aliasing output
+    "masks": {"edge_operands"},  # ``where`` with a poisoned value on one branch
     "core_level": MOTIFS,
 }
 
@@ -297,6 +302,17 @@ def _at_an_edge(t):
     tiny = (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
     return bool((~torch.isfinite(t)).any() or (t.abs() > 1e4).any() or tiny.any()
                 or ((t == 0) & torch.signbit(t)).any())
+
+
+def _poisoned_and_read(p):
+    """``where(arange(n) == k, edge, x)``, an edge literal (inf, nan, -0.0, ...) put in a
+    column of a value, and that value read by an op."""
+    nodes = list(_computing(p))
+    users = p.root_module.graph.users()
+    return any(str(n.target) == "aten.where.ScalarSelf" and isinstance(n.args[1], float)
+               and _at_an_edge(torch.tensor([n.args[1]]))
+               and _producer(p, n.args[0]) == "aten.eq.Scalar" and users[n.name]
+               for n in nodes)
 
 
 def _output_views_an_output(p):
