@@ -7,9 +7,12 @@ the law checked is that it computes the same.
 
 from __future__ import annotations
 
+import functools
+
 from hypothesis import given, settings
 from lawcases import before, examples, without
 
+from ir.strategies import programs
 from lowering.pass_laws import check_inverse, check_laws
 from transforms import inline
 from transforms.passes.outline import outline
@@ -26,4 +29,8 @@ def test_inline_undoes_outline(p):
 
 
 def test_inline_of_outline_computes_the_same_with_preserved_calls():
-    check_laws(inline_outline, programs=before(outline), max_examples=examples(80))
+    # every program has preserved calls (the swarm's share of them left some draws of 80
+    # without one that the round trip changes: vacuous)
+    with_calls = functools.partial(programs, always={"preserved_calls"})
+    check_laws(inline_outline, programs=before(outline, source=with_calls),
+               max_examples=examples(80))

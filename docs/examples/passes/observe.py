@@ -10,7 +10,7 @@ ACTIVATIONS = {aten.relu.default, aten.gelu.default, aten.silu.default, aten.tan
 
 def observe_activations(p):
     def visit(node, e):
-        if node.target in ACTIVATIONS:
+        if node.target in ACTIVATIONS and 0 not in e.val(node.ref).shape:  # amax needs values
             seen = e.add_buffer("amax", torch.zeros((), dtype=e.val(node.ref).dtype))
             now = e.call(aten.amax.default, e.call(aten.abs.default, node.ref))
             e.write_buffer(seen, e.call(aten.maximum.default, seen, now))

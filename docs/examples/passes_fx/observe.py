@@ -9,7 +9,8 @@ ACTIVATIONS = {aten.relu.default, aten.gelu.default, aten.silu.default, aten.tan
 def observe_activations(gm):
     g = gm.graph
     for i, node in enumerate(list(g.nodes)):
-        if node.op == "call_function" and node.target in ACTIVATIONS:
+        if node.op == "call_function" and node.target in ACTIVATIONS \
+                and 0 not in node.meta["val"].shape:  # amax needs values
             gm.register_buffer(f"amax_{i}", torch.zeros((), dtype=node.meta["val"].dtype))
             with g.inserting_before(node.next):
                 seen = g.get_attr(f"amax_{i}")
