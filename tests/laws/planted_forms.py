@@ -48,15 +48,25 @@ def _static_dims(e: Any, x: Ref, dims: Any) -> tuple[int, ...] | None:
 # --- mean over several dims ---------------------------------------------------------------------
 
 
+def _mean_operands(node: Node, e: Any) -> tuple[Ref, Any, bool, tuple[int, ...]] | None:
+    """``(x, dims, keepdim, static dims)`` of a floating ``mean.dim`` without a ``dtype`` whose
+    dims are static; else None."""
+    if node.target is not aten.mean.dim or "dtype" in dict(e.kwargs) or len(e.args) < 2:
+        return None
+    x, dims = e.args[0], e.args[1]
+    keepdim = e.args[2] if len(e.args) > 2 else dict(e.kwargs).get("keepdim", False)
+    found = _static_dims(e, x, dims)
+    if found is None or not e.val(x).dtype.is_floating_point:
+        return None
+    return x, dims, keepdim, found
+
+
 def _mean_by_sum(p: Program, every_dim: bool) -> Program:
     def visit(node: Node, e: Any) -> Ref | None:
-        if node.target is not aten.mean.dim or "dtype" in dict(e.kwargs) or len(e.args) < 2:
+        operands = _mean_operands(node, e)
+        if operands is None:
             return None
-        x, dims = e.args[0], e.args[1]
-        keepdim = e.args[2] if len(e.args) > 2 else dict(e.kwargs).get("keepdim", False)
-        found = _static_dims(e, x, dims)
-        if found is None or not e.val(x).dtype.is_floating_point:
-            return None
+        x, dims, keepdim, found = operands
         shape = e.val(x).shape
         n = math.prod(shape[d] for d in found) if every_dim else shape[found[-1]]
         total = e.call(aten.sum.dim_IntList, x, list(dims), keepdim)
@@ -181,13 +191,10 @@ def linear_by_matmul(p: Program) -> Program:
 
 def _mean_of_one_dim(p: Program, keep: bool) -> Program:
     def visit(node: Node, e: Any) -> Ref | None:
-        if node.target is not aten.mean.dim or "dtype" in dict(e.kwargs) or len(e.args) < 2:
+        operands = _mean_operands(node, e)
+        if operands is None or len(operands[3]) != 1:
             return None
-        x, dims = e.args[0], e.args[1]
-        keepdim = e.args[2] if len(e.args) > 2 else dict(e.kwargs).get("keepdim", False)
-        found = _static_dims(e, x, dims)
-        if found is None or len(found) != 1 or not e.val(x).dtype.is_floating_point:
-            return None
+        x, dims, keepdim, found = operands
         n = e.val(x).shape[found[0]]
         total = e.call(aten.sum.dim_IntList, x, list(dims), keepdim if keep else False)
         return e.call(aten.mul.Tensor, total, 1.0 / n)
