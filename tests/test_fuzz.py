@@ -32,7 +32,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PLANTED = {
     # name: (backend, operators held to be at its cause)
     "alpha": (planted.drop_alpha_when_broadcast, {"aten.add.Tensor"}),
-    "keepdim": (planted.sum_for_keepdim_mean, {"aten.mean.dim"}),
+    # a pooling to one cell is a keepdim mean inside aten (adaptive_avg_pool2d with output 1x1
+    # calls mean(dims, keepdim=True)): the backend's bug is localized at the pooling there
+    "keepdim": (planted.sum_for_keepdim_mean,
+                {"aten.mean.dim", "aten.adaptive_avg_pool1d.default",
+                 "aten.adaptive_avg_pool2d.default", "aten.adaptive_avg_pool3d.default"}),
     "clone": (planted.skip_add_on_clone, {"aten.add_.Tensor"}),
     "integer": (planted.integer_off_by_one, None),
 }

@@ -34,7 +34,7 @@ from ir.effects import aliased_args
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, PLACEHOLDER, Node
 from ir.program import Program
-from ir.strategies.programs import FEATURES, OPT_IN_FEATURES, programs
+from ir.strategies.programs import FEATURES, OPSET_FEATURES, OPT_IN_FEATURES, programs
 from lowering.pass_laws import LawViolation, check_laws
 from tests.laws.power_seeds import SEEDS, seeded
 
@@ -307,14 +307,20 @@ def quant_writes_weights_in_place(p: Program) -> Program:
 
 QUANT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
 
-# a tolerance bounds fake quantization's noise only where the program is continuous in the
-# quantized values: the ``int_math`` motif casts ``a * 1000`` to int64 and hashes it (``* c %
-# 997``, scaled by ``2**-10`` and added back), so a rounding of the weights that moves one
-# activation across a multiple of 1e-3 moves the output by up to 0.97, whatever the tolerance
-# (seed 2 draws such a program). The correct twin is judged on programs without that motif
-# (as in ``test_planted_bugs_programs_like.py``); the planted quantization bugs are still
-# caught on the default programs
-CONTINUOUS = programs(features=set(FEATURES) - OPT_IN_FEATURES - {"int_math"})
+# a tolerance bounds fake quantization's noise only where what follows the linears is
+# continuous and well-conditioned in the quantized values, and the generator draws programs
+# that are neither on purpose: ``int_math`` casts ``a * 1000`` to int64 and hashes it (a weight's
+# rounding moves an output by up to 0.97), ``masks`` compares with 0 (``where(d > 0, log(d),
+# ..)`` of a cancellation residue flips its branch: -0.02 became -19.4 under seed 2), ``softmax``
+# scales its logits by 1e3 (a 3 % move), ``edge_operands`` and the opset's polynomials reach
+# 1e35 (2 %). The correct twin is judged on programs made of the well-conditioned features,
+# with a large linear in each (as ``test_planted_bugs_programs_like.py`` judges it on a model);
+# the planted quantization bugs are still caught on the default programs. Measured: 10 seeds of
+# 100 programs, each changing 34 to 53 of them, all within 1e-2
+ILL_CONDITIONED = frozenset({"int_math", "masks", "softmax", "edge_operands"})
+WELL_CONDITIONED = programs(
+    features=set(FEATURES) - OPT_IN_FEATURES - set(OPSET_FEATURES) - ILL_CONDITIONED,
+    always={"large_linears"})
 
 # (planted bug, check_laws options, law, how the message's first line goes on after
 # "law LAW broken by NAME: " (a regular expression))
@@ -375,7 +381,7 @@ def test_a_planted_bug_is_caught_on_generated_programs(planted, options, law, fi
 CORRECT = [
     (correct_cse, {}),
     (correct_fold, {}),
-    (correct_fake_quant, {**QUANT_TOLERANCE, "programs": CONTINUOUS}),
+    (correct_fake_quant, {**QUANT_TOLERANCE, "programs": WELL_CONDITIONED}),
 ]
 
 

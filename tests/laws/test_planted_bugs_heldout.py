@@ -428,13 +428,17 @@ def cse_then_dce(p: Program) -> Program:
 # --- the tables ---------------------------------------------------------------------------------
 
 OUTLINED = programs().map(outline)
+# a dead-code pass that drops calls made for their writes is judged where modules write their
+# buffers (a write style on in every program; the swarm leaves both off in one draw in four,
+# and torch 2.14.1's stream under seed 2 then met four unread calls in 100, none writing)
+OUTLINED_WRITES = programs(always={"inplace_mutation"}).map(outline)
 
 # (planted bug, check_laws options, law): each caught within EXAMPLES programs under each seed
 # (``power_seeds``), but where MISSED says the generators do not reach it yet
 PLANTED = [
     (dce_drops_unread_copy, {}, "semantics"),
     (dce_drops_dead_draws, {}, "semantics"),
-    (dce_drops_unread_module_calls, {"programs": OUTLINED}, "semantics"),
+    (dce_drops_unread_module_calls, {"programs": OUTLINED_WRITES}, "semantics"),
     # merging values of other shapes: the editor refuses the shape change at an output spec
     # (edit_refused) or the numbers differ (semantics), whichever the drawn program meets first
     (cse_ignores_literals, {}, ("raises", "edit_refused", "semantics")),
