@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from bench.models import _seeded
+from bench.threads import one_thread
 
 WIDTH = 16
 BATCH = 4
@@ -373,8 +374,14 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 def run(
     models: list[str], rounds: int, calls: int, with_breakdown: bool, clock: str = "cpu"
 ) -> dict[str, Any]:
-    """Every number, by model."""
-    torch.set_num_threads(1)
+    """Every number, by model (on one torch thread; the caller's count restored after)."""
+    with one_thread():
+        return _run(models, rounds, calls, with_breakdown, clock)
+
+
+def _run(
+    models: list[str], rounds: int, calls: int, with_breakdown: bool, clock: str
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name in models:
         prepared = prepare(name)

@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from bench.threads import one_thread
+
 _CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 _now = _CLOCKS["wall"]
 
@@ -172,8 +174,14 @@ def strategies() -> dict[str, Callable[[], Any]]:
 
 
 def run_cells(examples: int, only: str | None) -> dict[str, dict[str, float]]:
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore")
+    """Each (pass, strategy) cell measured, on one torch thread (the caller's count restored
+    after) and with warnings off inside."""
+    with one_thread(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _cells(examples, only)
+
+
+def _cells(examples: int, only: str | None) -> dict[str, dict[str, float]]:
     cells = {}
     warm = ""
     for sname, make in strategies().items():

@@ -101,6 +101,25 @@ def test_instruction_counts_under_callgrind(tmp_path: Path) -> None:
     assert all(v > 100_000 for v in counts.values())
 
 
+def test_a_bench_run_in_process_gives_the_callers_thread_count_back(tmp_path: Path) -> None:
+    """The timed runs use one torch thread and restore the caller's count, raised or not (a
+    bench smoke test run in a suite's worker left it one thread of the two it was given)."""
+    from bench import call_overhead
+    from bench.threads import one_thread
+
+    caller = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        call_overhead.run(["linear"], rounds=1, calls=1, with_breakdown=False)
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError, match="inside"), one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(caller)
+
+
 def test_call_overhead_runs_every_caller_on_small_models(tmp_path: Path) -> None:
     """``bench/call_overhead.py`` at its smallest: one round of one call, every caller checked
     against eager, the breakdown's pieces present (no timing is asserted)."""

@@ -15,33 +15,99 @@ import fuzz_planted as planted
 import pytest
 import torch
 from hypothesis import strategies as st
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ir import import_ep
+from lowering import lower
 from lowering.fuzz import LOW_PRECISION_ROUNDING, PRECISION_CASTS, Finding, FuzzError, differential
 from lowering.fuzz.backends import resolve
 from lowering.fuzz.command import main as fuzz_main
 from lowering.fuzz.command import write_report
-from lowering.fuzz.judge import Setup, Side, compare
+from lowering.fuzz.judge import Setup, Side, compare, operator_of
 from lowering.fuzz.localize import truncated
 from lowering.fuzz.search import program_features
 from lowering.fuzz.trial import try_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+aten = torch.ops.aten
+
+
+class _Dispatched(TorchDispatchMode):
+    """Records the aten calls that reach dispatch (what a composite operator becomes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((func, args, dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def _dispatched_by_cause(finding) -> list:
+    """The aten calls the finding's cause operator makes when its program runs on the finding's
+    inputs (each node of that operator run under a recording dispatch mode): a composite operator shows the
+    calls aten makes for it, where a backend's dispatch-level bug lives."""
+    graph = finding.program.root_module.graph
+    module = lower(finding.program)
+    seen: list = []
+
+    class Attributed(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op != "call_function" or operator_of(graph, n.name) != finding.cause:
+                return super().run_node(n)
+            with _Dispatched() as mode:
+                out = super().run_node(n)
+            seen.extend(mode.calls)
+            return out
+
+    Attributed(module).run(*pytree.tree_leaves((finding.args, finding.kwargs)))
+    return seen
+
+
+def _keepdim_mean_at_cause(finding) -> bool:
+    """The keepdim bug's cause: an operator that computes ``mean(.., keepdim=True)`` at
+    dispatch, ``aten.mean.dim`` itself or a composite aten computes with one (a pooling to one
+    cell, ``rms_norm``: the fuzzer localizes a finding at the graph's operator)."""
+    def keeps(args, kwargs):
+        return bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+
+    return any(func is aten.mean.dim and keeps(args, kwargs)
+               for func, args, kwargs in _dispatched_by_cause(finding))
 
 
 PLANTED = {
-    # name: (backend, operators held to be at its cause)
+    # name: (backend, what holds its cause: the operators, or a test of the finding)
     "alpha": (planted.drop_alpha_when_broadcast, {"aten.add.Tensor"}),
-    # a pooling to one cell is a keepdim mean inside aten (adaptive_avg_pool2d with output 1x1
-    # calls mean(dims, keepdim=True)): the backend's bug is localized at the pooling there
-    "keepdim": (planted.sum_for_keepdim_mean,
-                {"aten.mean.dim", "aten.adaptive_avg_pool1d.default",
-                 "aten.adaptive_avg_pool2d.default", "aten.adaptive_avg_pool3d.default"}),
+    "keepdim": (planted.sum_for_keepdim_mean, _keepdim_mean_at_cause),
     "clone": (planted.skip_add_on_clone, {"aten.add_.Tensor"}),
     "integer": (planted.integer_off_by_one, None),
 }
 """The four narrow planted miscompiles (only when an operand broadcasts, only with
 keepdim=True, only where a clone feeds an in-place op, only for integer dtypes)."""
+
+
+@pytest.mark.parametrize("call, cause, held", [
+    (lambda x: x.mean(-1, keepdim=True), "aten.mean.dim", True),
+    (lambda x: x.mean(-1), "aten.mean.dim", False),
+    (lambda x: aten.rms_norm.default(x, [8]), "aten.rms_norm.default", True),
+    (lambda x: torch.nn.functional.adaptive_avg_pool2d(x.reshape(1, 2, 2, 4), 1),
+     "aten.adaptive_avg_pool2d.default", True),
+    (lambda x: torch.nn.functional.adaptive_avg_pool2d(x.reshape(1, 1, 4, 4), 2),
+     "aten.adaptive_avg_pool2d.default", False),
+], ids=["mean_keepdim", "mean", "rms_norm", "pool_to_one_cell", "pool_to_four_cells"])
+def test_the_keepdim_bug_is_held_at_an_operator_aten_computes_with_a_keepdim_mean(
+        call, cause, held):
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return call(x)
+
+    x = torch.randn(2, 8)
+    program = import_ep(torch.export.export(Model(), (x,)))
+    finding = Finding(backend="keepdim", kind="mismatch", detail="", program=program,
+                      args=(x,), cause=cause)
+    assert _keepdim_mean_at_cause(finding) is held
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +121,10 @@ def planted_report():
 
 def _planted_finding(report, name):
     causes = PLANTED[name][1]
+    held = (lambda f: True) if causes is None else causes if callable(causes) \
+        else (lambda f: f.cause in causes)
     found = [f for f in report.findings if f.backend == name and f.kind == "mismatch"
-             and (causes is None or f.cause in causes)]
+             and held(f)]
     assert found, [f.summary() for f in report.findings]
     return found[0]
 
