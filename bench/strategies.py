@@ -22,6 +22,8 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from bench.threads import one_thread
+
 
 def draw_rate(strategy: st.SearchStrategy, draws: int) -> tuple[float, float]:
     """Programs per second and mean root nodes per program over ``draws`` draws."""
@@ -59,10 +61,16 @@ def export_seconds(make: Callable[[], tuple[torch.nn.Module, tuple]], repeat: in
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print each strategy's draw rate (on one torch thread; the caller's count restored)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--draws", type=int, default=300)
     ns = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    with one_thread():
+        sys.stdout.write(_table(ns.draws))
+    return 0
+
+
+def _table(draws: int) -> str:
     from ir.strategies import programs
     from lowering.like import programs_like
 
@@ -72,11 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| strategy | programs/s | nodes each | drawn programs per export |",
              "|---|---:|---:|---:|"]
     for name, strategy in (("programs()", programs()), ("programs_like(MLP)", programs_like(ep))):
-        rate, nodes = draw_rate(strategy, ns.draws)
+        rate, nodes = draw_rate(strategy, draws)
         lines.append(f"| {name} | {rate:.0f} | {nodes:.1f} | {rate * export_s:.1f} |")
     lines.append(f"\none torch.export.export of the MLP: {export_s * 1e3:.1f} ms")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -101,16 +101,29 @@ def test_instruction_counts_under_callgrind(tmp_path: Path) -> None:
     assert all(v > 100_000 for v in counts.values())
 
 
-def test_a_bench_run_in_process_gives_the_callers_thread_count_back(tmp_path: Path) -> None:
-    """The timed runs use one torch thread and restore the caller's count, raised or not (a
-    bench smoke test run in a suite's worker left it one thread of the two it was given)."""
+def _call_overhead_run() -> None:
     from bench import call_overhead
+
+    call_overhead.run(["linear"], rounds=1, calls=1, with_breakdown=False)
+
+
+def _strategies_main() -> None:
+    from bench import strategies
+
+    assert strategies.main(["--draws", "2"]) == 0
+
+
+@pytest.mark.parametrize("bench_run", [_call_overhead_run, _strategies_main],
+                         ids=["call_overhead", "strategies"])
+def test_a_bench_run_in_process_gives_the_callers_thread_count_back(bench_run) -> None:
+    """The timed runs use one torch thread and restore the caller's count, raised or not (the
+    bench smoke tests, run in a suite's worker, left it one thread of the two it was given)."""
     from bench.threads import one_thread
 
     caller = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        call_overhead.run(["linear"], rounds=1, calls=1, with_breakdown=False)
+        bench_run()
         assert torch.get_num_threads() == 2
         with pytest.raises(RuntimeError, match="inside"), one_thread():
             assert torch.get_num_threads() == 1
