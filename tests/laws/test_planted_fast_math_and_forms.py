@@ -18,6 +18,7 @@ from hypothesis import Phase, settings
 from ir import import_ep
 from ir.program import Program
 from ir.strategies import program_inputs
+from ir.strategies.programs import FEATURES, OPT_IN_FEATURES, programs
 from lowering.pass_laws import LawViolation, check_laws, check_program
 from tests.laws.planted_fast_math import (
     log_of_exp_in_range,
@@ -69,7 +70,12 @@ CORRECT = [
     (self_difference_minding_edges, {}),
     (self_quotient_minding_edges, {}),
     (where_negated, {}),
-    (log_of_exp_in_range, {}),
+    # log(exp(x)) is x within an ulp, not exactly: the ``masks`` motif's ``where(d > 0,
+    # rsqrt(d), ..)`` of a residue ``d = x - log(exp(x))`` flips its branch on that ulp (5015.8
+    # became 1.1e-4 under seed 2 at bench.power's settings), as a fake quantization's rounding
+    # does (``test_planted_bugs.WELL_CONDITIONED``): the twin is judged without that motif
+    (log_of_exp_in_range, {"programs": programs(features=set(FEATURES) - OPT_IN_FEATURES
+                                                - {"masks"})}),
     (mean_by_reduced_size, {}),
     (view_infers_last_size, {}),
     (floor_division_respelled, {}),
