@@ -46,6 +46,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from bench.threads import one_thread
 from ir import import_ep
 from ir.alpha import graph_key
 from ir.errors import PassError
@@ -668,12 +669,10 @@ def run_lowered(n_cases: int | None = None, out: Any = sys.stdout,
     more than ``tolerance`` (timing noise on a shared machine). Returns the rows."""
     from lowering import lower
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     rows = []
     print("\n| program | state | chosen | cost before | cost after | input µs | result µs "
           "| result / input |\n|---|---|---|---|---|---|---|---|", file=out)
-    try:
+    with one_thread():
         for name, make, chosen in lowered_suite(n_cases):
             model, args = make()
             p = import_ep(torch.export.export(model, args))
@@ -698,8 +697,6 @@ def run_lowered(n_cases: int | None = None, out: Any = sys.stdout,
                 print(f"| {name} | {'frozen' if frozen else 'charged'} | {report.chosen} | "
                       f"{report.cost_before:.1f} | {report.cost_after:.1f} | {t_in:.1f} | "
                       f"{t_out:.1f} | {t_out / t_in:.2f} |", file=out, flush=True)
-    finally:
-        torch.set_num_threads(threads)
     slower = [f"{r['name']} ({'frozen' if r['frozen'] else 'charged'})" for r in rows
               if r["ratio"] > tolerance]
     print(f"\nslower than the input by more than {tolerance:.2f}x: "

@@ -31,10 +31,14 @@ def _drop_alpha(mode, func, args, kwargs):
     return func(*args, **kwargs)
 
 
+def is_keepdim_mean(func, args, kwargs):
+    """Whether a dispatched call is ``mean(x, dims, keepdim=True)``."""
+    return func is aten.mean.dim and bool(args[2] if len(args) > 2 else kwargs.get("keepdim"))
+
+
 def _keepdim_mean(mode, func, args, kwargs):
     # mean(x, dims, keepdim=True) computes the sum instead
-    keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    if func is aten.mean.dim and keep:
+    if is_keepdim_mean(func, args, kwargs):
         return aten.sum.dim_IntList(*args, **kwargs)
     return func(*args, **kwargs)
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 from hypothesis import strategies as st
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ir import import_ep
 from lowering import lower
@@ -33,34 +32,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 aten = torch.ops.aten
 
 
-class _Dispatched(TorchDispatchMode):
-    """Records the aten calls that reach dispatch (what a composite operator becomes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls.append((func, args, dict(kwargs or {})))
-        return func(*args, **(kwargs or {}))
-
-
 def _dispatched_by_cause(finding) -> list:
-    """The aten calls the finding's cause operator makes when its program runs on the finding's
-    inputs (each node of that operator run under a recording dispatch mode): a composite operator shows the
-    calls aten makes for it, where a backend's dispatch-level bug lives."""
+    """The aten calls (``(func, args, kwargs)``) the finding's cause operator makes when its
+    program runs on the finding's inputs (each node of that operator run under a recording
+    dispatch mode): a composite operator shows the calls aten makes for it, where a backend's
+    dispatch-level bug lives."""
     graph = finding.program.root_module.graph
     module = lower(finding.program)
     seen: list = []
+
+    def record(mode, func, args, kwargs):
+        seen.append((func, args, kwargs))
+        return func(*args, **kwargs)
 
     class Attributed(torch.fx.Interpreter):
         def run_node(self, n):
             if n.op != "call_function" or operator_of(graph, n.name) != finding.cause:
                 return super().run_node(n)
-            with _Dispatched() as mode:
-                out = super().run_node(n)
-            seen.extend(mode.calls)
-            return out
+            with planted._Planted(record):
+                return super().run_node(n)
 
     Attributed(module).run(*pytree.tree_leaves((finding.args, finding.kwargs)))
     return seen
@@ -70,11 +60,7 @@ def _keepdim_mean_at_cause(finding) -> bool:
     """The keepdim bug's cause: an operator that computes ``mean(.., keepdim=True)`` at
     dispatch, ``aten.mean.dim`` itself or a composite aten computes with one (a pooling to one
     cell, ``rms_norm``: the fuzzer localizes a finding at the graph's operator)."""
-    def keeps(args, kwargs):
-        return bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
-
-    return any(func is aten.mean.dim and keeps(args, kwargs)
-               for func, args, kwargs in _dispatched_by_cause(finding))
+    return any(planted.is_keepdim_mean(*call) for call in _dispatched_by_cause(finding))
 
 
 PLANTED = {
@@ -121,8 +107,7 @@ def planted_report():
 
 def _planted_finding(report, name):
     causes = PLANTED[name][1]
-    held = (lambda f: True) if causes is None else causes if callable(causes) \
-        else (lambda f: f.cause in causes)
+    held = causes if callable(causes) else lambda f: causes is None or f.cause in causes
     found = [f for f in report.findings if f.backend == name and f.kind == "mismatch"
              and held(f)]
     assert found, [f.summary() for f in report.findings]
