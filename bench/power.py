@@ -6,7 +6,9 @@ is every correct twin written beside them:
 - pass bugs (``check_laws``): ``tests/laws/test_planted_bugs.py``, ``..._heldout.py``,
   ``..._programs_like.py``, ``test_teeth.py``, ``test_planted_motif_bugs.py`` (bugs in ``planted_motifs.py``) and
   ``test_planted_fast_math_and_forms.py`` (bugs in ``planted_fast_math.py`` and ``planted_forms.py``), each
-  bug with its own options (programs, tolerances), ``check_laws(..., seed=s)`` for s in
+  bug with its own options (programs, tolerances) and, where it gives no programs, none: as
+  its test and a user call it, so the default programs' first phase is followed by the pass's
+  own targets (``lowering.law_targets``); ``check_laws(..., seed=s)`` for s in
   0..N-1, found, not shrunk (a run stops at its first violation). Per bug: the catch rate
   (seeds where a ``LawViolation`` was raised), the median number of programs drawn up to and
   including the first that broke a law, and the laws that caught it (the law the suite
@@ -100,24 +102,25 @@ def _found() -> Any:
 
 
 def _laws_run(fn: Callable, options: dict, programs: Any = None) -> Callable[[int, int], Outcome]:
+    """A case run as its test runs it: ``check_laws(fn, **options)``, with ``programs`` where
+    the case draws its own; with none, no ``programs=`` at all, so that ``check_laws`` spends
+    the budget as a user's call does (the default programs, then the pass's own targets:
+    ``lowering.law_targets``). The examples to the first catch are the violation's
+    ``tried``."""
+
     def run(seed: int, examples: int) -> Outcome:
-        from ir.strategies.programs import programs as default
         from lowering.pass_laws import LawViolation, check_laws
 
-        drawn = [0]
-
-        def count(x: Any) -> Any:
-            drawn[0] += 1
-            return x
-
         options_here = {k: v for k, v in options.items() if k != "settings"}
-        chosen = options_here.pop("programs", None) or programs or default()
+        chosen = options_here.pop("programs", None) or programs
+        if chosen is not None:
+            options_here["programs"] = chosen
         try:
-            report = check_laws(fn, programs=chosen.map(count), max_examples=examples,
-                                settings=_found(), seed=seed, **options_here)
+            report = check_laws(fn, max_examples=examples, settings=_found(), seed=seed,
+                                **options_here)
         except LawViolation as caught:
-            return Outcome(True, caught.law, drawn[0])
-        return Outcome(False, "", drawn[0], report.changed)
+            return Outcome(True, caught.law, caught.tried)
+        return Outcome(False, "", report.tried, report.changed)
 
     return run
 

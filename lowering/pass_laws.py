@@ -734,7 +734,8 @@ def check_laws(
 
     Returns a :class:`LawReport` when every law holds on every program tried. Raises
     ``LawViolation`` for the shrunk program that breaks one (its message names the law and
-    prints the program), and ``LawViolation("vacuous")`` when the pass changed none of the
+    prints the program; its ``tried`` counts the programs judged up to it, that one included),
+    and ``LawViolation("vacuous")`` when the pass changed none of the
     programs it ran on (its result was :func:`same_program` as its input once dead code is
     removed from both, metadata checks included, or it declined them), unless ``allow_vacuous``: a pass checked on programs it never touches is not checked.
     Likewise, with ``atol``/``rtol``, when on every program it checked the semantics law
@@ -800,12 +801,14 @@ def check_laws(
             hold(Trial(SEMANTICS, draws.map(shown), laws_hold,
                        key=("check_laws", sorted(_check_laws_arg(laws, idempotent)), *more_key)),
                  settings=settings, max_examples=examples, seed=seed)
-        except LawViolation:
+        except LawViolation as found:
+            found.tried = counts["tried"] + 1  # the programs judged up to this one
             raise
         except Exception as flaky:  # hypothesis's FlakyFailure: see _first_violation
             found = _first_violation(flaky)
             if found is None:
                 raise
+            found.tried = counts["tried"] + 1
             raise found from flaky
 
     targets, note = None, ""

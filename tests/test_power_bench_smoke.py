@@ -39,3 +39,27 @@ def test_a_twin_reports_its_pass_rate_and_the_programs_it_changed(pass_cases):
     assert not outcome.caught and outcome.examples == 30 and outcome.changed >= 1
     text = power.table([power.row(pass_cases[key], [outcome])], markdown=False)
     assert "passed 1/1" in text and f"{outcome.changed} changed" in text
+
+
+def test_a_case_without_programs_runs_as_its_test_does_with_no_programs_argument(monkeypatch):
+    """A planted bug whose test gives no ``programs=`` is measured the same way: with none, so
+    ``check_laws`` spends the budget as a user's call does (the default programs, then the
+    pass's own targets); a case that draws its own programs passes them on. The examples to
+    the first catch are the violation's ``tried``."""
+    from lowering import pass_laws
+
+    seen = []
+
+    def recording(fn, **kwargs):
+        seen.append(kwargs)
+        caught = pass_laws.LawViolation("semantics", fn, "planted", None)
+        caught.tried = 7
+        raise caught
+
+    monkeypatch.setattr(pass_laws, "check_laws", recording)
+    mine = object()
+    assert power._laws_run(lambda p: p, {})(3, 20) == power.Outcome(True, "semantics", 7)
+    power._laws_run(lambda p: p, {"programs": mine})(3, 20)
+    power._laws_run(lambda p: p, {}, mine)(3, 20)
+    assert "programs" not in seen[0] and seen[0]["seed"] == 3
+    assert seen[1]["programs"] is mine and seen[2]["programs"] is mine

@@ -1942,6 +1942,14 @@ class _Builder:
             self.max_nodes += len(self.nodes) - before
         return out
 
+    def _copy_of_view(self, view: Ref, t: torch.Tensor) -> tuple[Ref, torch.Tensor]:
+        """``clone(view)`` as a node and its fake value (contiguous unless ``t`` is dense in
+        another order: ``clone`` keeps a dense layout)."""
+        with fake_failures_unlogged():
+            val = fake_call(self.mode, aten.clone.default, (view,), EMPTY_DICT,
+                            lambda r: self.val_of[r.name])
+        return self._node("clone", aten.clone.default, (view,), EMPTY_DICT, val), val
+
     def _opset_run(self, path: str, scope: _Scope, a: Ref, row: Any, op: Any, sample: Any,
                    data: bytes) -> Ref:
         """An opset step's call of ``op`` (of ``row``) with the arguments of ``sample``
@@ -1974,10 +1982,17 @@ class _Builder:
         for ix, t in results:
             r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
                                                     EMPTY_DICT, t)
-            if storage_identity(t) in arg_storages or uninitialized(row):
-                # a view or the written argument (read as it is), or memory no one wrote
-                # (``empty``): never read on, never an output
+            if uninitialized(row) or (storage_identity(t) in arg_storages and written):
+                # memory no one wrote (``empty``), or the written argument (read as it is):
+                # never read on, never an output
                 continue
+            if storage_identity(t) in arg_storages:
+                # a view of an argument (``view``, ``transpose``, ``select``, ...): read on as
+                # models read their views, through a copy of its own memory taken at once (a
+                # later in-place step writes pool values; a view in the pool would carry that
+                # write to its base, an input's or state's): a pass that gets a view's shape
+                # or offset wrong changes what is read, and an output
+                r, t = self._copy_of_view(r, t)
             key = (_size_key(t.shape), t.dtype, self._stride_key(t))
             self.pool.setdefault(key, []).append(r)
             self.opset_results.append(r)

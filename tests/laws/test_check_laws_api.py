@@ -78,6 +78,28 @@ def test_law_violation_is_an_assertion_error_that_names_the_law():
     assert "law 'verify' broken by " in str(caught.value)
 
 
+def test_a_violation_counts_the_programs_judged_up_to_it():
+    """``LawViolation.tried``: the programs ``check_laws`` judged up to the one that broke a
+    law, that one included (found, not shrunk: what ``bench.power`` reports as the examples to
+    the first catch); ``None`` from ``check_program`` alone."""
+    met: list[Program] = []
+
+    def breaks_verify_from_the_third(p):
+        if not any(q is p for q in met):
+            met.append(p)
+        if len(met) < 3:
+            return p.replace()
+        return p.replace(state_order=p.state_order + ("nowhere",))
+
+    with pytest.raises(LawViolation) as caught:
+        check_laws(breaks_verify_from_the_third, max_examples=20, seed=1,
+                   settings=settings(database=None, phases=FOUND))
+    assert caught.value.law == "verify" and caught.value.tried == 3
+    with pytest.raises(LawViolation) as alone:
+        check_program(breaks_verify_from_the_third, met[0])
+    assert alone.value.tried is None
+
+
 def test_each_law_can_be_checked_alone_without_hypothesis():
     p = a_program(lambda p: len(p.state) > 0)
 

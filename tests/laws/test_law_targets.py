@@ -92,11 +92,12 @@ def test_the_probe_finds_a_rare_operator_whatever_the_pass_is_called():
 
 def test_a_pass_of_a_rare_operator_is_judged_on_programs_rich_in_it():
     report = check_laws(floor_divide_as_floor_div, max_examples=25)
-    assert "aten.floor_divide.default(%, %)" in report.targets
+    # the forms the first phase met (which of the operator's forms depends on the draws)
+    assert report.targets
     assert all(f.startswith("aten.floor_divide.default(") for f in report.targets)
     assert report.changed >= 3  # not vacuous: the second phase gave it work
     text = str(report)
-    assert "aten.floor_divide.default(%, %)" in text
+    assert report.targets[0] in text
     assert "15 more drawn with programs(ops=[aten.floor_divide.default])" in text
     with pytest.raises(LawViolation) as caught:
         check_laws(floor_divide_as_trunc_div, max_examples=25)

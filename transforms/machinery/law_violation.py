@@ -51,7 +51,8 @@ class LawViolation(AssertionError):
     """A pass broke a law: ``law`` names it, ``detail`` says how, ``program`` is the input,
     ``example`` (an :class:`Example`, ``None`` for a law without a program, such as a rule's)
     what to run to see it again, ``output`` the index of the root output found to differ when
-    the law knows it (``None`` otherwise).
+    the law knows it (``None`` otherwise), ``tried`` how many programs ``check_laws`` had
+    judged when it met this one, this one included (``None`` from a single ``check_program``).
 
     The message prints the input program with its vals (``format_program(p)``, which
     ``ir.parse_program`` reads back into a program that runs) and the values of the state that
@@ -70,6 +71,7 @@ class LawViolation(AssertionError):
             example = Example.of(program)
         self.example = example
         self.output = output
+        self.tried: int | None = None  # set by check_laws
         text = f"law {law!r} broken by {self.pass_name}: {detail}"
         if program is not None:
             text += "\n\ninput program:\n" + describe(program, vals=True)
