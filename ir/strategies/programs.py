@@ -148,7 +148,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     often as its share says) and called with one of its own samples, and up to two forms of
     the census of how real models call each operator besides (``ir.strategies.forms``,
     ``opset_steps.pick_form``); asked for (``always={"opset"}``, ``ops=``) rows uniformly,
-    each with any of its samples and forms. The
+    each with any of its samples and forms, and with each sample's variants that turn a
+    one-signed floating operand to its other sign (``ir.strategies.signed_samples``). The
     arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
@@ -156,7 +157,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     :data:`ir.strategies.opset_steps.OPSET_FEATURES` (strided and channels-last arguments,
     integer, bool, ``float16`` / ``bfloat16`` samples, train-mode norms, in-place variants, core
     aten rows; random rows under ``random_ops``). A ``(batch, WIDTH)`` float32 result joins the
-    values the fixed vocabulary reads; up to three results nothing reads are returned.
+    values the fixed vocabulary reads; a result that is a view of an argument is read through a
+    ``clone`` taken at once (as models read their views on: a pass that gets a view's shape
+    wrong changes what follows); up to three results nothing reads are returned.
 
     A symbolic batch (``symbolic_sizes``, one draw in four): the batch is a ``SymInt`` of the
     program's one shape env with hint ``h`` (2 to 4) and range ``[h, h + SYMBOLIC_SPAN]``
