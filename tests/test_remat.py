@@ -336,3 +336,17 @@ def test_any_set_of_preserved_modules_runs_and_swaps(fqns: tuple[str, ...], deco
     for fqn in fqns:
         swapped(m, fqn, copy.deepcopy(model.get_submodule(fqn)))
         torch.testing.assert_close(m(x), model(x), msg=f"after swapping {fqn}")
+
+
+def test_an_alias_of_a_name_defined_nowhere_makes_no_alias_class():
+    """A malformed graph (``clone(%nowhere)``, drawn by ``test_bad_input``'s malformed
+    programs once views were read through a copy) gave a raw ``KeyError`` in the alias
+    analysis; a name defined nowhere is in no class (the pass then raises a purefx error or
+    returns, as the bad-input law asks)."""
+    from transforms.preserved.remat import _alias_classes
+
+    aten = torch.ops.aten
+    x = Node("placeholder", "x", "x", (), EMPTY_DICT)
+    a = Node(CALL_FUNCTION, "a", aten.clone.default, (ref("nowhere"),), EMPTY_DICT)
+    b = Node(CALL_FUNCTION, "b", aten.clone.default, (ref("x"),), EMPTY_DICT)
+    assert _alias_classes((x, a, b)) == _alias_classes((x, b))

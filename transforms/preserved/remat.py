@@ -791,7 +791,8 @@ def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
                 continue
             if seen != node.name:
                 first_of[node.name] = first_of.setdefault(seen, seen)
-        elif ops.is_alias_like(node.target) and _same_value(node, by_name[first]):
+        elif (ops.is_alias_like(node.target) and first in by_name
+              and _same_value(node, by_name[first])):  # (a name defined nowhere: no class)
             first_of[node.name] = first_of.setdefault(first, first)
     classes: dict[str, list[str]] = {}
     for node in nodes:
