@@ -340,7 +340,8 @@ def test_any_set_of_preserved_modules_runs_and_swaps(fqns: tuple[str, ...], deco
 
 def test_an_alias_of_a_name_defined_nowhere_makes_no_alias_class():
     """A malformed graph (``clone(%nowhere)``, drawn by ``test_bad_input``'s malformed
-    programs once views were read through a copy) gave a raw ``KeyError`` in the alias
+    programs on branch issue-71-forms-reach, whose generator reads views through a copy) gave
+    a raw ``KeyError`` in the alias
     analysis; a name defined nowhere is in no class (the pass then raises a purefx error or
     returns, as the bad-input law asks)."""
     from transforms.preserved.remat import _alias_classes
