@@ -1424,7 +1424,9 @@ class _Builder:
         elif chain:
             k = self._op(self.unary[(y >> 2) % len(self.unary)], (k,), shape=(WIDTH,))
         out = self._op(_BINARY[(y + z) % len(_BINARY)], (a, k), shape=self._act())
-        if k is not built and y >> 3 & 1:  # the built value is also read after the op on it
+        if k is not built and (y >> 3 | z) & 1:  # three times in four the built value is
+            # also read after the op on it: a chain whose inner value is read twice (a folder
+            # that keeps only a chain's last value drops a value still read)
             out = self._op(aten.add.Tensor, (out, built), shape=self._act())
         return out
 
