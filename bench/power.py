@@ -112,7 +112,8 @@ def _laws_run(fn: Callable, options: dict, programs: Any = None) -> Callable[[in
         from lowering.pass_laws import LawViolation, check_laws
 
         options_here = {k: v for k, v in options.items() if k != "settings"}
-        chosen = options_here.pop("programs", None) or programs
+        chosen = options_here.pop("programs", None)
+        chosen = programs if chosen is None else chosen  # (a strategy has no truth value)
         if chosen is not None:
             options_here["programs"] = chosen
         try:

@@ -340,8 +340,7 @@ def test_any_set_of_preserved_modules_runs_and_swaps(fqns: tuple[str, ...], deco
 
 def test_an_alias_of_a_name_defined_nowhere_makes_no_alias_class():
     """A malformed graph (``clone(%nowhere)``, drawn by ``test_bad_input``'s malformed
-    programs on branch issue-71-forms-reach, whose generator reads views through a copy) gave
-    a raw ``KeyError`` in the alias
+    programs once views were read through a copy) gave a raw ``KeyError`` in the alias
     analysis; a name defined nowhere is in no class (the pass then raises a purefx error or
     returns, as the bad-input law asks)."""
     from transforms.preserved.remat import _alias_classes
@@ -351,3 +350,43 @@ def test_an_alias_of_a_name_defined_nowhere_makes_no_alias_class():
     a = Node(CALL_FUNCTION, "a", aten.clone.default, (ref("nowhere"),), EMPTY_DICT)
     b = Node(CALL_FUNCTION, "b", aten.clone.default, (ref("x"),), EMPTY_DICT)
     assert _alias_classes((x, a, b)) == _alias_classes((x, b))
+
+
+class ReluCall(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+class CopiedBeside(nn.Module):
+    """Returns a call's output, a copy of it and a view of the copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.m0 = ReluCall()
+
+    def forward(self, x):
+        r = self.m0(x)
+        c = r.clone()
+        return c, r, c.view(-1)
+
+
+def test_a_copy_made_inside_a_call_and_returned_beside_its_source_stays_a_copy() -> None:
+    """Found by the pipeline's laws (torch 2.14.1, a generated program): ``%clone =
+    clone(%relu)`` made inside preserved call ``m0`` (its module stack), which returns
+    ``%relu`` only, and the root returning ``(%clone, %relu, view(%clone))``. The root's
+    crossing read of ``%clone`` was resolved to its alias ``%relu``, the call's output: two
+    outputs became one tensor (and the view of the copy a view of the output). A copy is no
+    alias of its source: it is made again where it is read."""
+    p = import_ep(export(CopiedBeside(), (torch.randn(2, 4),), ("m0",)))
+    graph = p.root_module.graph
+    relu = next(n for n in graph.nodes if n.target is torch.ops.aten.relu.default)
+    clone = next(n for n in graph.nodes if n.target is torch.ops.aten.clone.default)
+    inside = replaced(p, clone.name, meta=pmap_meta(clone, relu.meta["nn_module_stack"]))
+    after = rematerialize(inside)
+    outputs = after.root_module.graph.nodes[-1].args[0]
+    assert outputs[0].name != outputs[1].name  # the copy is not the call's output
+    check_program(rematerialize, inside, laws={"semantics"})
+
+
+def pmap_meta(node: Node, stack) -> dict:
+    return {**dict(node.meta), "nn_module_stack": stack}

@@ -54,6 +54,7 @@ from ir.args import IDict, IList, Ref, thaw
 from ir.opset import OpEntry, Sample, TensorSpec, table, written_at
 from ir.printer import contiguous_strides
 from ir.strategies.forms import census, form_samples
+from ir.strategies.signed_samples import signed_variants
 from ir.torch_seam import OpOverload
 
 __all__ = [
@@ -189,6 +190,9 @@ def _opset_rows(
         if e.levels and level not in e.levels:
             continue
         samples = tuple(s for s, need in needs if need <= on)
+        if samples and names is not None:  # asked for: each sample's other signs as well
+            samples += tuple(v for s, v in signed_variants(e.name, op, row_samples(e))
+                             if any(s is k for k in samples))
         if samples:
             out.append((e, op, samples))
     return tuple(out)

@@ -148,7 +148,8 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     often as its share says) and called with one of its own samples, and up to two forms of
     the census of how real models call each operator besides (``ir.strategies.forms``,
     ``opset_steps.pick_form``); asked for (``always={"opset"}``, ``ops=``) rows uniformly,
-    each with any of its samples and forms. The
+    each with any of its samples and forms, and with each sample's variants that turn a
+    one-signed floating operand to its other sign (``ir.strategies.signed_samples``). The
     arguments: written tensors are new buffers of the calling module, exact-valued tensors
     (indices) new constants, floating ones earlier values of the same shape, dtype and strides
     or new user inputs (strided through a ``permute`` / ``as_strided`` of a contiguous input),
@@ -156,7 +157,9 @@ What is covered (each behind a *feature*, see :data:`FEATURES`)
     :data:`ir.strategies.opset_steps.OPSET_FEATURES` (strided and channels-last arguments,
     integer, bool, ``float16`` / ``bfloat16`` samples, train-mode norms, in-place variants, core
     aten rows; random rows under ``random_ops``). A ``(batch, WIDTH)`` float32 result joins the
-    values the fixed vocabulary reads; up to three results nothing reads are returned.
+    values the fixed vocabulary reads; a result that is a view of an argument is read through a
+    ``clone`` taken at once (as models read their views on: a pass that gets a view's shape
+    wrong changes what follows); up to three results nothing reads are returned.
 
     A symbolic batch (``symbolic_sizes``, one draw in four): the batch is a ``SymInt`` of the
     program's one shape env with hint ``h`` (2 to 4) and range ``[h, h + SYMBOLIC_SPAN]``
@@ -1421,7 +1424,9 @@ class _Builder:
         elif chain:
             k = self._op(self.unary[(y >> 2) % len(self.unary)], (k,), shape=(WIDTH,))
         out = self._op(_BINARY[(y + z) % len(_BINARY)], (a, k), shape=self._act())
-        if k is not built and y >> 3 & 1:  # the built value is also read after the op on it
+        if k is not built and (y >> 3 | z) & 1:  # three times in four the built value is
+            # also read after the op on it: a chain whose inner value is read twice (a folder
+            # that keeps only a chain's last value drops a value still read)
             out = self._op(aten.add.Tensor, (out, built), shape=self._act())
         return out
 
@@ -1942,6 +1947,14 @@ class _Builder:
             self.max_nodes += len(self.nodes) - before
         return out
 
+    def _copy_of_view(self, view: Ref, t: torch.Tensor) -> tuple[Ref, torch.Tensor]:
+        """``clone(view)`` as a node and its fake value (contiguous unless ``t`` is dense in
+        another order: ``clone`` keeps a dense layout)."""
+        with fake_failures_unlogged():
+            val = fake_call(self.mode, aten.clone.default, (view,), EMPTY_DICT,
+                            lambda r: self.val_of[r.name])
+        return self._node("clone", aten.clone.default, (view,), EMPTY_DICT, val), val
+
     def _opset_run(self, path: str, scope: _Scope, a: Ref, row: Any, op: Any, sample: Any,
                    data: bytes) -> Ref:
         """An opset step's call of ``op`` (of ``row``) with the arguments of ``sample``
@@ -1974,10 +1987,17 @@ class _Builder:
         for ix, t in results:
             r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
                                                     EMPTY_DICT, t)
-            if storage_identity(t) in arg_storages or uninitialized(row):
-                # a view or the written argument (read as it is), or memory no one wrote
-                # (``empty``): never read on, never an output
+            if uninitialized(row) or (storage_identity(t) in arg_storages and written):
+                # memory no one wrote (``empty``), or the written argument (read as it is):
+                # never read on, never an output
                 continue
+            if storage_identity(t) in arg_storages:
+                # a view of an argument (``view``, ``transpose``, ``select``, ...): read on as
+                # models read their views, through a copy of its own memory taken at once (a
+                # later in-place step writes pool values; a view in the pool would carry that
+                # write to its base, an input's or state's): a pass that gets a view's shape
+                # or offset wrong changes what is read, and an output
+                r, t = self._copy_of_view(r, t)
             key = (_size_key(t.shape), t.dtype, self._stride_key(t))
             self.pool.setdefault(key, []).append(r)
             self.opset_results.append(r)

@@ -183,3 +183,47 @@ def test_a_spec_narrower_than_program_inputs_keeps_its_own_values():
         lower(p)(*program_inputs(p)[0], **program_inputs(p)[1])
 
     runs()
+
+
+VIEWS = ["aten.view.default", "aten.reshape.default", "aten.transpose.int", "aten.select.int"]
+
+
+def test_a_view_an_opset_step_draws_is_read_on_through_a_copy_that_reaches_an_output():
+    """A view of an argument is read on as models read theirs: a ``clone`` of it is taken at
+    once, and the clone joins the step's results (later steps read it; an unread one is an
+    output). Before, views were read by nothing, so a pass that got a view's shape wrong
+    changed no output (``planted_forms.view_as_two_dims`` was found vacuous)."""
+    from transforms import eliminate_dead_code
+
+    rows = [n for n in VIEWS if n in table()]
+
+    def live_copied_view(p):
+        kept = {n.name for n in _calls(eliminate_dead_code(p))}
+        views = {n.name for n in _calls(p) if str(n.target) in rows}
+        copies = [n for n in _calls(p) if n.target is torch.ops.aten.clone.default
+                  and any(getattr(a, "name", None) in views for a in n.args)]
+        return any(c.name in kept for c in copies)
+
+    p = find(programs(features={"opset"}, always={"opset"}, ops=rows), live_copied_view,
+             settings=settings(FIND, max_examples=60))
+    ir.verify(p)
+    args, kwargs = program_inputs(p)
+    lower(p)(*args, **kwargs)
+
+
+def test_a_written_argument_returned_by_its_writer_is_not_copied():
+    """``add_(x, y)`` returns ``x``, written: it stays read as it is (no copy of it is taken,
+    nor is it returned), unlike a view of an argument."""
+    rows = [n for n in table() if n == "aten.add_.Tensor"]
+    if not rows:
+        pytest.skip("the table has no aten.add_.Tensor row")
+
+    def copies_a_write(p):
+        writes = {n.name for n in _calls(p) if str(n.target) in rows}
+        return any(n.target is torch.ops.aten.clone.default
+                   and any(getattr(a, "name", None) in writes for a in n.args)
+                   for n in _calls(p))
+
+    with pytest.raises(Exception, match="No examples"):
+        find(programs(features={"opset"}, always={"opset"}, ops=rows), copies_a_write,
+             settings=settings(FIND, max_examples=40))

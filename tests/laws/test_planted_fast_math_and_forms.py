@@ -73,9 +73,11 @@ CORRECT = [
     # log(exp(x)) is x within an ulp, not exactly: the ``masks`` motif's ``where(d > 0,
     # rsqrt(d), ..)`` of a residue ``d = x - log(exp(x))`` flips its branch on that ulp (5015.8
     # became 1.1e-4 under seed 2 at bench.power's settings), as a fake quantization's rounding
-    # does (``test_planted_bugs.WELL_CONDITIONED``): the twin is judged without that motif
+    # does (``test_planted_bugs.WELL_CONDITIONED``): the twin is judged without that motif,
+    # and (given ``programs=``, so with no second phase on its targets) with the edge step,
+    # where its chain is drawn, in every program (2 of 100 changed under seed 2 on 2.14.1)
     (log_of_exp_in_range, {"programs": programs(features=set(FEATURES) - OPT_IN_FEATURES
-                                                - {"masks"})}),
+                                                - {"masks"}, always={"edge_operands"})}),
     (mean_by_reduced_size, {}),
     (view_infers_last_size, {}),
     (floor_division_respelled, {}),
@@ -83,14 +85,11 @@ CORRECT = [
     (mean_by_reciprocal, {}),
 ]
 
-# the bugs ``bench.power`` (measured as the test runs them: 40 default programs, then 60 rich
-# in the pass's own targets, ``lowering.law_targets``) does not catch under 19 of 20 seeds
-# yet: a view an opset step draws is read by nothing, so a view drawn wrong changes dead code
-# (caught 10/20, vacuous on the others); the recorded floor divisions all have positive
-# quotients, where floor and truncation agree (18/20). Nightly, not strict, until the
-# generator reads views on and draws the other sign (issue 71, item 1)
-NOT_DRAWN_YET = {view_as_two_dims, floor_division_truncates}
-FORMS_REASON = "issue 71 item 1: the generator does not reach this form's wrong case yet"
+# every bug here is caught under each of the 20 seeds with no ``programs=`` (``bench.power``,
+# docs/testing.md): the default programs draw each form, and ``check_laws``' second phase is
+# spent on programs rich in what the pass changed (``lowering.law_targets``), where a view is
+# read on (``ir.strategies.programs``: a copy of it) and a recorded operand is drawn with its
+# other sign too (``ir.strategies.signed_samples``: floor division of a negative quotient)
 
 # run by default (one seed each; the other seeds and rows nightly): the suite's time
 DEFAULT_TWINS = {times_zero_minding_edges, log_of_exp_in_range}
@@ -100,25 +99,12 @@ def _name(row: tuple) -> str:
     return row[0].__name__
 
 
-def _bug_marks(row: tuple) -> list:
-    if row[0] in NOT_DRAWN_YET:
-        return [pytest.mark.nightly, pytest.mark.xfail(strict=False, reason=FORMS_REASON)]
-    return []
-
-
-# twins whose form the default programs draw in fewer than 3 programs of 100 yet (vacuous, or
-# one change): nightly, not strict, as their bugs
-TWINS_NOT_DRAWN_YET = {view_infers_last_size, floor_division_respelled}
-
-
 def _twin_marks(row: tuple) -> list:
-    if row[0] in TWINS_NOT_DRAWN_YET:
-        return [pytest.mark.nightly, pytest.mark.xfail(strict=False, reason=FORMS_REASON)]
     return [] if row[0] in DEFAULT_TWINS else [pytest.mark.nightly]
 
 
 @pytest.mark.parametrize("planted, options, law, seed",
-                         seeded(PLANTED, _name, marks=_bug_marks, default=SEEDS[:1]))
+                         seeded(PLANTED, _name, default=SEEDS[:1]))
 def test_a_fast_math_or_form_bug_is_caught_by_default(planted, options, law, seed):
     """Under each seed of ``power_seeds`` (one by default, the other 19 nightly), with no
     ``programs=``: the fast-math folds meet a value at an edge (``edge_operands``)."""

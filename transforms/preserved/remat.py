@@ -771,10 +771,24 @@ def _same_value(node: Node, source: Node) -> bool:
     return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape
 
 
+def _shares_memory(target: Any) -> bool:
+    """Whether ``target``'s result is its first argument's memory (its schema's first return
+    is an alias: ``view``, ``alias``, ``to`` and ``contiguous`` where they return the input),
+    not a copy of it (``clone``, ``_to_copy``): a copy read as its source would make two
+    values one tensor (an output returned beside it, a view of it returned). Not an
+    operator with a schema: True (its facts decide). O(1)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.returns:
+        return True
+    return schema.returns[0].alias_info is not None
+
+
 def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
     """The classes of values equal up to no-op edges: ``getitem(t, i)`` nodes with the same
     ``(t, i)``, and the ops that ``ir.ops`` calls alias-like whose result keeps the input's
-    shape, dtype and device. A no-op edge runs from an earlier value to a new one, so each
+    shape, dtype and device and is the input's memory (:func:`_shares_memory`; a ``clone`` is
+    not: read as its source, two outputs would become one tensor). A no-op edge runs from an
+    earlier value to a new one, so each
     value's class is named by its first member, looked up once. Each member of a class of two
     or more maps to the class's members in graph order. O(n)."""
     first_of: dict[str, str] = {}
@@ -791,7 +805,8 @@ def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
                 continue
             if seen != node.name:
                 first_of[node.name] = first_of.setdefault(seen, seen)
-        elif (ops.is_alias_like(node.target) and first in by_name
+        elif (ops.is_alias_like(node.target) and _shares_memory(node.target)
+              and first in by_name
               and _same_value(node, by_name[first])):  # (a name defined nowhere: no class)
             first_of[node.name] = first_of.setdefault(first, first)
     classes: dict[str, list[str]] = {}
