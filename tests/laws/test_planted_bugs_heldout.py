@@ -29,6 +29,7 @@ from hypothesis import Phase, settings
 
 from ir import ops
 from ir.args import IList, Ref, map_refs, ref
+from ir.effects import aliased_args
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, CALL_MODULE, Node
 from ir.program import Program
@@ -357,8 +358,10 @@ def rename_values(p: Program) -> Program:
 
 
 def _written(graph: Graph) -> set[str]:
-    """Names whose tensor some node writes in place, at any point (an in-place result is
-    its input's tensor)."""
+    """Names whose memory some node writes in place, at any point: an in-place result, a
+    view and anything else whose result may share an argument's memory
+    (``ir.effects.aliased_args``) is that argument's tensor, so a write through a
+    ``slice`` of ``x`` writes ``x``."""
     root: dict[str, str] = {}
     written = set()
     for n in graph.nodes:
@@ -366,7 +369,9 @@ def _written(graph: Graph) -> set[str]:
             for i in ops.written_args(n.target):
                 if i < len(n.args) and isinstance(n.args[i], Ref):
                     written.add(root.setdefault(n.args[i].name, n.args[i].name))
-                    root[n.name] = root[n.args[i].name]
+        shared = [root.setdefault(a, a) for a in aliased_args(n)]
+        if shared:
+            root[n.name] = shared[0]
     return {n.name for n in graph.nodes if root.get(n.name, n.name) in written}
 
 
@@ -382,8 +387,11 @@ def _simplify(p: Program, *, mind_writes: bool) -> Program:
             if mind_writes:  # x * 1.0 is a new tensor: x, or it, may be written in place
                 if id(e.graph) not in writes:
                     writes[id(e.graph)] = _written(e.graph)
-                if ({x.name, node.name} & writes[id(e.graph)]
-                        or getattr(e.graph.by_name().get(x.name), "op", None)
+                # by the input's names (``e.graph``'s): ``x`` itself may be a rewritten value
+                # (``x ** 2`` made ``x * x`` names a new node), its input namesake written
+                source = node.args[0].name
+                if ({source, node.name} & writes[id(e.graph)]
+                        or getattr(e.graph.by_name().get(source), "op", None)
                         == "placeholder"):  # an input: a mutation writes it back at the end
                     return None
             return x
