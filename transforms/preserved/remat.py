@@ -58,6 +58,7 @@ from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
+from ir.torch_seam import op_schema
 from transforms import kernel as kn
 from transforms.machinery.call_walk import node_positions
 from transforms.machinery.each_graph import with_root_graph
@@ -777,7 +778,7 @@ def _shares_memory(target: Any) -> bool:
     not a copy of it (``clone``, ``_to_copy``): a copy read as its source would make two
     values one tensor (an output returned beside it, a view of it returned). Not an
     operator with a schema: True (its facts decide). O(1)."""
-    schema = getattr(target, "_schema", None)
+    schema = op_schema(target)
     if schema is None or not schema.returns:
         return True
     return schema.returns[0].alias_info is not None
