@@ -53,12 +53,12 @@ import torch
 
 from ir import ops
 from ir.args import Ref, map_refs, ref
+from ir.effects import aliased_args
 from ir.errors import PassError
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, OUTPUT, PLACEHOLDER, Node
 from ir.program import Program
 from ir.signature import STATE_INPUT_KINDS
-from ir.torch_seam import op_schema
 from transforms import kernel as kn
 from transforms.machinery.call_walk import node_positions
 from transforms.machinery.each_graph import with_root_graph
@@ -772,23 +772,12 @@ def _same_value(node: Node, source: Node) -> bool:
     return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape
 
 
-def _shares_memory(target: Any) -> bool:
-    """Whether ``target``'s result is its first argument's memory (its schema's first return
-    is an alias: ``view``, ``alias``, ``to`` and ``contiguous`` where they return the input),
-    not a copy of it (``clone``, ``_to_copy``): a copy read as its source would make two
-    values one tensor (an output returned beside it, a view of it returned). Not an
-    operator with a schema: True (its facts decide). O(1)."""
-    schema = op_schema(target)
-    if schema is None or not schema.returns:
-        return True
-    return schema.returns[0].alias_info is not None
-
-
 def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
     """The classes of values equal up to no-op edges: ``getitem(t, i)`` nodes with the same
     ``(t, i)``, and the ops that ``ir.ops`` calls alias-like whose result keeps the input's
-    shape, dtype and device and is the input's memory (:func:`_shares_memory`; a ``clone`` is
-    not: read as its source, two outputs would become one tensor). A no-op edge runs from an
+    shape, dtype and device and is the input's memory (``ir.effects.aliased_args``, the verified
+    row's answer: ``reshape``, ``to``, ``_unsafe_view``; not a ``clone`` or ``_to_copy``, whose
+    result is fresh: read as its source, two outputs would become one tensor). A no-op edge runs from an
     earlier value to a new one, so each
     value's class is named by its first member, looked up once. Each member of a class of two
     or more maps to the class's members in graph order. O(n)."""
@@ -806,7 +795,7 @@ def _alias_classes(nodes: tuple[Node, ...]) -> dict[str, list[str]]:
                 continue
             if seen != node.name:
                 first_of[node.name] = first_of.setdefault(seen, seen)
-        elif (ops.is_alias_like(node.target) and _shares_memory(node.target)
+        elif (ops.is_alias_like(node.target) and first in aliased_args(node)
               and first in by_name
               and _same_value(node, by_name[first])):  # (a name defined nowhere: no class)
             first_of[node.name] = first_of.setdefault(first, first)
