@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -29,7 +30,7 @@ from hypothesis import Phase, settings
 
 from ir import ops
 from ir.args import IList, Ref, map_refs, ref
-from ir.effects import aliased_args
+from ir.effects import graph_effects
 from ir.graph import Graph
 from ir.node import CALL_FUNCTION, CALL_MODULE, Node
 from ir.program import Program
@@ -296,15 +297,15 @@ def collapse_idempotent_activations(p: Program) -> Program:
     """``relu(relu(x))`` is ``relu(x)`` (and the dead inner one goes), unless the inner
     ``relu`` or the outer is written in place (the outer is a copy taken before the write)."""
     made: dict[Any, str] = {}
-    writes: dict[int, set[str]] = {}
+    writes: dict[int, Callable[[str], bool]] = {}
 
     def visit(node, e):
         if node.target is aten.relu.default:
             inner = e.args[0]
             if isinstance(inner, Ref) and made.get((id(e.graph), inner.name)) == "relu":
                 if id(e.graph) not in writes:
-                    writes[id(e.graph)] = _written(e.graph)
-                if not {inner.name, node.name} & writes[id(e.graph)]:
+                    writes[id(e.graph)] = _written(p, e)
+                if not any(map(writes[id(e.graph)], (inner.name, node.name))):
                     return inner
             made[id(e.graph), node.name] = "relu"
         return None
@@ -357,26 +358,15 @@ def rename_values(p: Program) -> Program:
     return q.replace(signature=signature, call_signatures=calls)
 
 
-def _written(graph: Graph) -> set[str]:
-    """Names whose memory some node writes in place, at any point: an in-place result, a
-    view and anything else whose result may share an argument's memory
-    (``ir.effects.aliased_args``) is that argument's tensor, so a write through a
-    ``slice`` of ``x`` writes ``x``."""
-    root: dict[str, str] = {}
-    written = set()
-    for n in graph.nodes:
-        if n.op == CALL_FUNCTION and ops.is_mutating(n.target):
-            for i in ops.written_args(n.target):
-                if i < len(n.args) and isinstance(n.args[i], Ref):
-                    written.add(root.setdefault(n.args[i].name, n.args[i].name))
-        shared = [root.setdefault(a, a) for a in aliased_args(n)]
-        if shared:
-            root[n.name] = shared[0]
-    return {n.name for n in graph.nodes if root.get(n.name, n.name) in written}
+def _written(p: Program, e: Any) -> Callable[[str], bool]:
+    """Whether a value of the graph ``e`` visits is written in place at any point, itself or
+    through a value sharing its memory (a view, an in-place result): ``ir.effects``'
+    answer, built once per graph (a pass asks it as a user's pass would)."""
+    return graph_effects(p, e.module_id, e.graph).is_written
 
 
 def _simplify(p: Program, *, mind_writes: bool) -> Program:
-    writes: dict[int, set[str]] = {}
+    writes: dict[int, Callable[[str], bool]] = {}
 
     def visit(node, e):
         if node.op != CALL_FUNCTION or len(e.args) != 2 or not isinstance(e.args[0], Ref):
@@ -386,11 +376,11 @@ def _simplify(p: Program, *, mind_writes: bool) -> Program:
                 and not e.kwargs):
             if mind_writes:  # x * 1.0 is a new tensor: x, or it, may be written in place
                 if id(e.graph) not in writes:
-                    writes[id(e.graph)] = _written(e.graph)
+                    writes[id(e.graph)] = _written(p, e)
                 # by the input's names (``e.graph``'s): ``x`` itself may be a rewritten value
                 # (``x ** 2`` made ``x * x`` names a new node), its input namesake written
                 source = node.args[0].name
-                if ({source, node.name} & writes[id(e.graph)]
+                if (any(map(writes[id(e.graph)], (source, node.name)))
                         or getattr(e.graph.by_name().get(source), "op", None)
                         == "placeholder"):  # an input: a mutation writes it back at the end
                     return None
