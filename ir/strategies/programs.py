@@ -1987,11 +1987,12 @@ class _Builder:
         for ix, t in results:
             r = node if ix is None else self._node("getitem", operator.getitem, (node, ix),
                                                     EMPTY_DICT, t)
-            if uninitialized(row) or (storage_identity(t) in arg_storages and written):
+            of_an_argument = storage_identity(t) in arg_storages
+            if uninitialized(row) or (of_an_argument and written):
                 # memory no one wrote (``empty``), or the written argument (read as it is):
                 # never read on, never an output
                 continue
-            if storage_identity(t) in arg_storages:
+            if of_an_argument:
                 # a view of an argument (``view``, ``transpose``, ``select``, ...): read on as
                 # models read their views, through a copy of its own memory taken at once (a
                 # later in-place step writes pool values; a view in the pool would carry that
