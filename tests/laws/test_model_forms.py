@@ -4,6 +4,7 @@ opset steps drawing its forms, by default and when an operator is named."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 
@@ -17,6 +18,7 @@ from ir.opset import TensorSpec, run_sample, table
 from ir.strategies import programs
 from ir.strategies.forms import census, decode_sample, encode_sample, form_of, form_samples
 from ir.strategies.opset_steps import (
+    FORM_SHARE,
     form_units,
     form_weights,
     opset_rows,
@@ -115,9 +117,17 @@ def test_default_steps_draw_census_forms_by_weight_deterministically():
     picks = [pick_form(on, scatter(i), ()) for i in range(4000)]
     assert picks == [pick_form(on, scatter(i), ()) for i in range(4000)]
     drawn = [p for p in picks if p is not None]
-    assert 0.6 < len(drawn) / len(picks) < 0.9  # FORM_SHARE of the steps
+    assert abs(len(drawn) / len(picks) - FORM_SHARE) < 0.05  # FORM_SHARE of the calls
     assert len(set(drawn)) >= 0.8 * len(units)  # the rare forms too
     rows = opset_rows(on, None)
+    # the operator-even share evens the operators out: none of many forms takes more than four
+    # times an even share of the picks, none of one form less than a quarter of it (the forms
+    # that need a feature weigh more, by the share of programs that lack it, so the others less)
+    per_op = collections.Counter(rows[units[k][0]][0].name for k in drawn)
+    operators = {rows[i][0].name for i, _ in units}
+    even = len(drawn) / len(operators)
+    assert max(per_op.values()) <= 4 * even, per_op.most_common(3)
+    assert min(per_op[name] for name in operators) >= 0.28 * even, per_op.most_common()[-3:]
     for i, j in units:  # each unit is a census example of its row
         e, _, samples = rows[i]
         assert any(samples[j] == s for _, _, s in form_samples()[e.name])
