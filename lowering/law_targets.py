@@ -190,21 +190,61 @@ def probe_table(pass_fn: Callable[[Program], Program]) -> Targets:
     """The rows of the operator table whose forms ``pass_fn`` rewrites, found by applying it,
     with no law checked, to probe programs that call each drawable row once per distinct form
     of its samples (:func:`probe_calls`, :data:`PROBE_CALLS` a program). A probe program the
-    pass raises on, or returns no Program for, tells nothing. Deterministic: the programs
-    depend on the table alone. Cost: about 25 programs built (a fake run per call) and one
-    pass call on each."""
+    pass returns no Program for tells nothing (it declined). One it raises on (an edit the
+    editor refuses: a view's new shape reaching the probe's output) is split in halves and
+    probed again, down to single calls: the forms it raises on alone are its targets too,
+    since the laws judge a pass that raises; unless it raises on every probe program (a pass
+    that raises on anything tells nothing of its targets). Deterministic: the programs depend
+    on the table alone. Cost: about 25 programs built (a fake run per call) and one pass call
+    on each, plus about ``2 log2(PROBE_CALLS)`` for each form raised on."""
     calls = probe_calls()
     found: collections.Counter = collections.Counter()
-    for start in range(0, len(calls), PROBE_CALLS):
-        program = _probe_program(calls[start:start + PROBE_CALLS])
-        if program is None:
-            continue
-        try:
-            result = pass_fn(program)
-        except Exception:  # noqa: BLE001, S112 - a probe only looks; the laws judge raising
-            continue
-        found.update(changed_forms(program, result))
+    raised: list[tuple] = []
+    chunks = [calls[start:start + PROBE_CALLS] for start in range(0, len(calls), PROBE_CALLS)]
+    for chunk in chunks:
+        outcome = _probe(pass_fn, chunk)
+        if outcome is _RAISED:
+            raised.append(chunk)
+        elif outcome is not None:
+            found.update(outcome)
+    if len(raised) < len(chunks):
+        for chunk in raised:
+            found.update(_raising_forms(pass_fn, chunk))
     return _targets(found, "probe", len(calls))
+
+
+_RAISED = object()  # what ``_probe`` returns for a probe program the pass raised on
+
+
+def _probe(pass_fn: Callable[[Program], Program], calls: tuple) -> Any:
+    """The forms ``pass_fn`` rewrote of the probe program of ``calls``; None where there is no
+    probe program or the pass returned none; ``_RAISED`` where it raised."""
+    program = _probe_program(calls)
+    if program is None:
+        return None
+    try:
+        result = pass_fn(program)
+    except Exception:  # noqa: BLE001 - a probe only looks; the laws judge raising
+        return _RAISED
+    return changed_forms(program, result)
+
+
+def _raising_forms(pass_fn: Callable[[Program], Program], calls: tuple) -> collections.Counter:
+    """The forms of the single calls of ``calls`` whose probe program ``pass_fn`` raises on,
+    with what it rewrote in the others, found by halving ``calls`` (which it raised on)."""
+    if len(calls) == 1:
+        program = _probe_program(calls)
+        body = list(_calls(program)) if program is not None else []
+        return collections.Counter(node_form(n) for n in body if n.target is calls[0][1])
+    found: collections.Counter = collections.Counter()
+    half = len(calls) // 2
+    for part in (calls[:half], calls[half:]):
+        outcome = _probe(pass_fn, part)
+        if outcome is _RAISED:
+            found.update(_raising_forms(pass_fn, part))
+        elif outcome is not None:
+            found.update(outcome)
+    return found
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ir import verify
-from ir.args import IDict
+from ir.args import IDict, IList
 from ir.graph import Graph
 from lowering import law_targets
 from lowering.law_targets import Targets, changed_forms, probe_calls, probe_table, report_note
@@ -88,6 +88,41 @@ def test_the_probe_finds_a_rare_operator_whatever_the_pass_is_called():
     assert all(f.startswith("aten.floor_divide.default(") for f in found.forms)
     assert probe_table(lambda p: floor_divide_as_floor_div(p)) == found  # its behaviour alone
     assert probe_table(lambda p: p).forms == ()
+
+
+def _views_flattened(p):
+    """Bug: every ``view(x, shape)`` of three or more sizes as ``view(x, [shape[0], -1])``,
+    through the editor, which refuses it where the new shape reaches an output (each probe's
+    calls are outputs)."""
+    from transforms.edit import rewrite_nodes
+
+    def visit(node, e):
+        if node.target is not aten.view.default or len(e.args) != 2:
+            return None
+        shape = e.args[1]
+        if not isinstance(shape, IList) or len(shape) < 3 or not all(
+                isinstance(d, int) and d > 0 for d in shape):
+            return None
+        return e.call(aten.view.default, e.args[0], [shape[0], -1])
+
+    return rewrite_nodes(p, visit)
+
+
+def test_the_probe_finds_the_forms_a_pass_raises_on_by_halving_the_probe():
+    # every probe program with a 3-d view raises (the editor refuses the new output shape):
+    # halved down to single calls, the views it raises on are its targets, and nothing else
+    found = probe_table(_views_flattened)
+    assert found.source == "probe" and found.operators == ("aten.view.default",)
+    assert found.forms and all(f.startswith("aten.view.default(%, [") for f in found.forms)
+    assert all(f.count(",") >= 3 for f in found.forms)  # three sizes or more: no 2-d view
+    # a pass that raises on every probe program tells nothing of its targets
+    assert probe_table(lambda p: 1 / 0).forms == ()
+    # a pass that raises only where a probe calls floor_divide: that row alone
+    def raises_on_floor_divide(p):
+        if floor_divide_as_floor_div(p) is not p:
+            raise ValueError("no floor_divide here")
+        return p
+    assert probe_table(raises_on_floor_divide).operators == ("aten.floor_divide.default",)
 
 
 def test_a_pass_of_a_rare_operator_is_judged_on_programs_rich_in_it():
