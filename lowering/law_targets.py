@@ -202,7 +202,7 @@ def probe_table(pass_fn: Callable[[Program], Program]) -> Targets:
     raised: list[tuple] = []
     chunks = [calls[start:start + PROBE_CALLS] for start in range(0, len(calls), PROBE_CALLS)]
     for chunk in chunks:
-        outcome = _probe(pass_fn, chunk)
+        _, outcome = _probe(pass_fn, chunk)
         if outcome is _RAISED:
             raised.append(chunk)
         elif outcome is not None:
@@ -216,31 +216,31 @@ def probe_table(pass_fn: Callable[[Program], Program]) -> Targets:
 _RAISED = object()  # what ``_probe`` returns for a probe program the pass raised on
 
 
-def _probe(pass_fn: Callable[[Program], Program], calls: tuple) -> Any:
-    """The forms ``pass_fn`` rewrote of the probe program of ``calls``; None where there is no
-    probe program or the pass returned none; ``_RAISED`` where it raised."""
+def _probe(pass_fn: Callable[[Program], Program], calls: tuple) -> tuple[Program | None, Any]:
+    """The probe program of ``calls`` (None where no call of them runs) and what ``pass_fn``
+    did to it: the forms it rewrote, None where there is no program or the pass returned none,
+    ``_RAISED`` where it raised."""
     program = _probe_program(calls)
     if program is None:
-        return None
+        return None, None
     try:
         result = pass_fn(program)
     except Exception:  # noqa: BLE001 - a probe only looks; the laws judge raising
-        return _RAISED
-    return changed_forms(program, result)
+        return program, _RAISED
+    return program, changed_forms(program, result)
 
 
 def _raising_forms(pass_fn: Callable[[Program], Program], calls: tuple) -> collections.Counter:
     """The forms of the single calls of ``calls`` whose probe program ``pass_fn`` raises on,
-    with what it rewrote in the others, found by halving ``calls`` (which it raised on)."""
-    if len(calls) == 1:
-        program = _probe_program(calls)
-        body = list(_calls(program)) if program is not None else []
-        return collections.Counter(node_form(n) for n in body if n.target is calls[0][1])
+    with what it rewrote in the others, found by halving ``calls`` (which it raised on); each
+    probe program built once."""
     found: collections.Counter = collections.Counter()
     half = len(calls) // 2
     for part in (calls[:half], calls[half:]):
-        outcome = _probe(pass_fn, part)
-        if outcome is _RAISED:
+        program, outcome = _probe(pass_fn, part)
+        if outcome is _RAISED and len(part) == 1:
+            found.update(node_form(n) for n in _calls(program) if n.target is part[0][1])
+        elif outcome is _RAISED:
             found.update(_raising_forms(pass_fn, part))
         elif outcome is not None:
             found.update(outcome)
