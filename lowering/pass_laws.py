@@ -68,6 +68,7 @@ from ir.harness import (
     same_bits,
     state_value,
 )
+from ir.harness.shrink_calls import ShrinkCalls
 from ir.module import Module
 from ir.node import Node
 from ir.printer import format_program
@@ -82,6 +83,7 @@ from transforms.machinery.law_violation import Example, LawViolation, describe, 
 __all__ = [
     "LAWS",
     "SEED",
+    "SHRINK_CALLS",
     "Example",
     "LawReport",
     "LawViolation",
@@ -107,6 +109,12 @@ LAWS = ("purity", "verify", "determinism", "semantics", "idempotence")
 """The laws :func:`check_program` knows, in the order it checks them."""
 
 CORE_LAWS = ("purity", "verify", "determinism", "semantics")
+
+SHRINK_CALLS = 200
+"""``check_laws``' default shrink budget: the calls after the first failure before shrinking
+stops and the smallest failure found is raised (``ir.harness.shrink_calls.ShrinkCalls``).
+Measured on the operator floor's programs: a semantics failure of a 62-node program shrank to
+39 nodes in 171 calls (36 s), then took 1,324 more calls (210 s) to reach 27."""
 
 SEED = 1_234_567
 """Call ``i`` of the semantics law runs both sides under ``torch.manual_seed(SEED + i)`` (a seed
@@ -674,6 +682,7 @@ def check_laws(
     reference: Callable[..., Any] | None = None,
     allow_vacuous: bool = False,
     seed: int | None = None,
+    shrink_calls: int | None = SHRINK_CALLS,
 ) -> LawReport:
     """Run hypothesis over ``programs`` and check ``pass_fn`` against the laws on each.
 
@@ -723,6 +732,11 @@ def check_laws(
             and under purefx's ``ci`` profile: the same programs on every run). An int: random
             draws seeded by it, no example database read or written (``ir.harness.hold``):
             run a pass under several seeds to check it on more than one stream of programs.
+        shrink_calls: once a program breaks a law, hypothesis shrinks it; shrinking stops
+            after this many more calls, and the smallest failure found is raised (``ir.harness.shrink_calls.ShrinkCalls``: counted in calls, not seconds, so
+            a derandomized run reports the same program on any machine). Default
+            :data:`SHRINK_CALLS`; ``None``: hypothesis shrinks as long as it likes (minutes on
+            a large program).
 
     Which programs are drawn never depends on ``pass_fn``: not its name, its source or its
     identity. Derandomized, the stream is keyed by the laws checked alone (``programs``
@@ -744,6 +758,8 @@ def check_laws(
     """
     _check_laws_arg(laws, idempotent)
     _check_tolerance(atol, rtol)
+    if shrink_calls is not None:
+        ShrinkCalls(shrink_calls)  # a bad value is refused before anything is drawn
     default_programs = programs is None
     if programs is None:
         from ir.strategies.programs import programs as default
@@ -799,7 +815,9 @@ def check_laws(
         # caught or missed whatever its name
         try:
             hold(Trial(SEMANTICS, draws.map(shown), laws_hold,
-                       key=("check_laws", sorted(_check_laws_arg(laws, idempotent)), *more_key)),
+                       key=("check_laws", sorted(_check_laws_arg(laws, idempotent)), *more_key),
+                       budget=None if shrink_calls is None
+                       else ShrinkCalls(shrink_calls, LawViolation)),
                  settings=settings, max_examples=examples, seed=seed)
         except LawViolation as found:
             found.tried = counts["tried"] + 1  # the programs judged up to this one
