@@ -38,6 +38,10 @@ def _shrunk_under(budget: ShrinkCalls | None) -> tuple[int, int]:
             test()
         else:
             budget.guard(test)
+    stopped = [n for n in getattr(caught.value, "__notes__", ()) if "shrinking stopped" in n]
+    note = (f"(shrinking stopped {budget.calls} calls after the first failure: the smallest "
+            "failure found so far)") if budget is not None else None
+    assert stopped == ([] if note is None else [note])
     return caught.value.args[0], ran["calls"] - ran["first"]
 
 

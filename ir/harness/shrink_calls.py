@@ -57,10 +57,13 @@ class ShrinkCalls:
 
     def guard(self, test: Callable[[], None]) -> None:
         """Run the hypothesis test ``test()``; when the budget ran out, raise the smallest
-        failure found (without hypothesis's report of it)."""
+        failure found (without hypothesis's report of it), with a note saying that shrinking
+        stopped here."""
         try:
             test()
         except OutOfTime as stop:
+            stop.failure.add_note(f"(shrinking stopped {self.calls} calls after the first "
+                                  "failure: the smallest failure found so far)")
             raise stop.failure from None
 
 
