@@ -733,8 +733,9 @@ def check_laws(
             draws seeded by it, no example database read or written (``ir.harness.hold``):
             run a pass under several seeds to check it on more than one stream of programs.
         shrink_calls: once a program breaks a law, hypothesis shrinks it; shrinking stops
-            after this many more calls, and the smallest failure found is raised (``ir.harness.shrink_calls.ShrinkCalls``: counted in calls, not seconds, so
-            a derandomized run reports the same program on any machine). Default
+            after this many more calls, and the smallest failure found is raised
+            (``ir.harness.shrink_calls.ShrinkCalls``: counted in calls, not seconds, so a
+            derandomized run reports the same program on any machine). Default
             :data:`SHRINK_CALLS`; ``None``: hypothesis shrinks as long as it likes (minutes on
             a large program).
 

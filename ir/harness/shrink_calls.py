@@ -7,9 +7,10 @@ from 62 nodes to 39 in the first 171 calls, to 27 by call 756, and the 739 calls
 found nothing smaller). :class:`ShrinkCalls` stops shrinking after a number of calls past the
 first failure, and raises the smallest found. (A count of calls without a smaller failure
 does not bound it: hypothesis's order of "smaller" is its choice sequence's, which most
-failing candidates improve by a little, so such a count restarts every few calls.) It counts calls, never time, so a derandomized run stops at the same example on a fast
-machine and a slow one and reports the same counterexample (``ir.harness.ShrinkBudget``, the
-rule checker's, counts seconds).
+failing candidates improve by a little, so such a count restarts every few calls.) It counts
+calls, never time, so a derandomized run stops at the same example on a fast machine and a
+slow one and reports the same counterexample (``ir.harness.ShrinkBudget``, the rule
+checker's, counts seconds).
 """
 
 from __future__ import annotations
