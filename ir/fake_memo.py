@@ -11,7 +11,8 @@ key and, for each later call, makes a new fake tensor of the kept metadata on a 
 own (``torch_seam.fresh_fake``): two nodes never share a ``val``'s storage, so what reads
 storage identity (``guards.shares_storage``) sees what a run would give.
 
-Anything else runs as ``fake_value`` runs it, every time: views and in-place operators (their
+A run whose result is an argument's storage after all (``type_as`` to the dtype it has: its
+schema does not say so) is not kept. Anything else runs as ``fake_value`` runs it, every time: views and in-place operators (their
 results share storage with an argument), several results, meta tensors, symbolic sizes (a
 shape env may be asked a guard), arguments that are not plain literals, tensors marked as
 constants. A failure of a fresh operator is kept too, and raised again at the same key.
@@ -25,18 +26,18 @@ from typing import Any
 
 import torch
 
-from ir.args import IDict, IList, ISlice, Ref
+from ir.args import IDict, IList, ISlice, Ref, iter_refs
 from ir.fake_run import FakeRunFailed, fake_value
-from ir.torch_seam import OpOverload, fresh_fake, op_schema
+from ir.torch_seam import OpOverload, fresh_fake, op_schema, storage_identity
 
-__all__ = ["FakeMemo"]
+__all__ = ["FakeMemo", "is_fresh_operator"]
 
 _LITERALS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
              torch.layout)
 _UNKEPT = object()  # a key part that cannot be kept: the call is run
 
 
-def _fresh(target: Any) -> bool:
+def is_fresh_operator(target: Any) -> bool:
     """Whether ``target`` is an operator overload whose one result is a new tensor: a single
     ``Tensor`` return without alias annotation, no argument it writes or returns a view of,
     and no data-dependent output shape. O(arguments), once per operator (``_fresh_op``)."""
@@ -68,6 +69,16 @@ def _tensor_key(v: Any) -> Any:
     if not all(type(d) is int for d in shape + stride):
         return _UNKEPT
     return (id(mode), shape, stride, v.storage_offset(), v.dtype, v.device)
+
+
+def _of_an_argument(out: torch.Tensor, args: Any, kwargs: Any,
+                    val_of: Callable[[Ref], Any]) -> bool:
+    """Whether ``out`` is in an argument's storage: an operator whose schema says its result
+    is fresh may still return an argument (``type_as`` to the dtype it has), and a kept result
+    would then stand for a fresh one where the run aliases."""
+    storage = storage_identity(out)
+    return any(isinstance(v, torch.Tensor) and storage_identity(v) == storage
+               for v in (val_of(r) for r in iter_refs((args, kwargs))))
 
 
 class FakeMemo:
@@ -107,7 +118,8 @@ class FakeMemo:
             if key is not None:
                 self._kept[key] = exc.with_traceback(None)
             raise
-        if key is not None and _tensor_key(out) is not _UNKEPT and out.storage_offset() == 0:
+        if (key is not None and _tensor_key(out) is not _UNKEPT and out.storage_offset() == 0
+                and not _of_an_argument(out, args, kwargs, val_of)):
             self._kept[key] = out
         return out
 
@@ -115,7 +127,7 @@ class FakeMemo:
              mode: Any) -> tuple | None:
         """The key of a call whose result may be kept; ``None`` where it may not. A call
         without tensor arguments is keyed by ``mode`` too (the mode its result is made in)."""
-        if not _fresh(target):
+        if not is_fresh_operator(target):
             return None
         tensors = [0]
 

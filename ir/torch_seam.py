@@ -48,7 +48,9 @@ __all__ = [
     "OpOverloadPacket",
     "ShapeEnvGuardError",
     "TreeSpec",
+    "active_fake_mode",
     "fake_failures_unlogged",
+    "fake_of",
     "fresh_fake",
     "graph_codegen",
     "guard_failures_unlogged",
@@ -235,9 +237,17 @@ def fresh_fake(like: torch.Tensor) -> torch.Tensor:
     return at those metadata, made without running it. ``FakeTensor(mode, meta tensor,
     device)`` (``torch._subclasses.fake_tensor``), the constructor the fake mode itself uses
     for an operator's result, in 2.13-2.15. O(rank)."""
-    meta = torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype,
-                               device="meta")
-    return _FakeTensor(like.fake_mode, meta, like.device)
+    return fake_of(like.fake_mode, tuple(like.shape), tuple(like.stride()), like.dtype,
+                   like.device)
+
+
+def fake_of(mode: Any, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """A new fake tensor of ``mode`` (a ``FakeTensorMode``) with these sizes (``int`` s),
+    strides, dtype and device, on a storage of its own (offset 0), made as :func:`fresh_fake`
+    makes one, without a dispatch. O(rank)."""
+    meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    return _FakeTensor(mode, meta, device)
 
 
 def new_fake(mode: Any, shape: tuple, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -249,7 +259,7 @@ def new_fake(mode: Any, shape: tuple, dtype: torch.dtype = torch.float32) -> tor
     through the mode; where a size is symbolic (its sizes live in the mode's shape env), or a
     fake mode is active (it would make the meta tensor fake too:
     ``torch._C._get_dispatch_mode``, same in 2.13-2.15), by that dispatch. O(rank)."""
-    if all(type(n) is int for n in shape) and _active_fake_mode() is None:
+    if all(type(n) is int for n in shape) and active_fake_mode() is None:
         return _FakeTensor(mode, torch.empty(shape, dtype=dtype, device="meta"), _CPU)
     with mode:
         return torch.empty(shape, dtype=dtype)
@@ -258,7 +268,9 @@ def new_fake(mode: Any, shape: tuple, dtype: torch.dtype = torch.float32) -> tor
 _CPU = torch.device("cpu")
 
 
-def _active_fake_mode() -> Any:
+def active_fake_mode() -> Any:
+    """The fake mode active here, or ``None`` (``torch._C._get_dispatch_mode``, same in
+    2.13-2.15). O(1)."""
     return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
 
 

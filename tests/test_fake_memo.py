@@ -65,6 +65,22 @@ def test_a_view_is_never_made_from_a_kept_one():
     assert all(storage_identity(o) == storage_identity(vals["a"]) for o in outs)
 
 
+def test_an_operator_whose_schema_says_fresh_but_returns_its_argument_is_never_kept():
+    # ``type_as`` to the dtype its argument has returns that argument; its schema has no alias
+    # annotation. A kept result would stand for a fresh one where the run aliases
+    vals = _vals(a=(3, 4), b=(2,), c=(3, 4))
+    vals["i"] = vals["a"].to(torch.int64)
+    memo = FakeMemo()
+    type_as = torch.ops.aten.type_as.default
+    outs = [memo.value(type_as, (Ref("a"), Ref("b")), {}, lambda r: vals[r.name]) for _ in range(2)]
+    assert (memo.runs, memo.made) == (2, 0)
+    assert all(storage_identity(o) == storage_identity(vals["a"]) for o in outs)
+    converted = [memo.value(type_as, (Ref(n), Ref("b")), {}, lambda r: vals[r.name])
+                 for n in ("i", "i")]  # int64 to float32: a new tensor, kept
+    assert (memo.runs, memo.made) == (3, 1)
+    assert storage_identity(converted[0]) != storage_identity(converted[1])
+
+
 def test_a_failure_is_kept_and_raised_again_without_a_run():
     vals = _vals(a=(3, 4), b=(5, 5))
     memo = FakeMemo()

@@ -43,16 +43,17 @@ import bisect
 import functools
 import itertools
 import json
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from hypothesis.errors import InvalidArgument
 
-from ir.args import IDict, IList, Ref, thaw
+from ir.args import IList
 from ir.opset import OpEntry, Sample, TensorSpec, table, written_at
 from ir.printer import contiguous_strides
+from ir.strategies.fake_calls import fake_call
 from ir.strategies.forms import census, form_samples
 from ir.strategies.signed_samples import signed_variants
 from ir.torch_seam import OpOverload
@@ -65,6 +66,7 @@ __all__ = [
     "OPSET_FEATURES",
     "ROW_FEATURES",
     "availability",
+    "fake_call",
     "form_units",
     "form_weights",
     "model_use",
@@ -473,16 +475,6 @@ class Plan:
     def __init__(self) -> None:
         self.placeholders: list[tuple[str, str, Any, Any]] = []
         self.layout: list[tuple[str, Any, tuple, Any]] = []
-
-
-def fake_call(mode: Any, op: Any, args: tuple, kwargs: IDict,
-              lookup: Callable[[Ref], Any]) -> Any:
-    """``op`` run on the fake values of ``args`` / ``kwargs`` (``lookup`` of each ``Ref``)
-    under ``mode``; raises what the operator raises."""
-    fa = thaw(args, lookup)
-    fk = thaw(kwargs, lookup)
-    with mode:
-        return op(*fa, **fk)
 
 
 def literal(a: Any) -> Any:

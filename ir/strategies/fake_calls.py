@@ -1,0 +1,161 @@
+"""The generator's fake runs, kept across programs by what decides their result.
+
+A drawn program gives each operator step a ``val`` by running the operator on its arguments'
+fake values under the program's own fake mode (:func:`fake_call`). That dispatch (the mode's
+cache key, its output rebuilt from the cache entry, a ``FakeTensor`` made) was about a third of
+what ``check_laws`` spent drawing a program, and the generator calls the same operators on the
+same shapes in program after program: 2,000 of the 3,000 fake runs of 100 default programs were
+of an operator whose one result is a new tensor, on arguments of concrete sizes.
+
+Such a result's metadata is a function of the operator, its literal arguments and its tensor
+arguments' metadata (``ir.fake_memo``'s argument, and its test of an operator, ``is_fresh_operator``),
+not of the mode it runs in nor of the values. So :func:`fake_call` runs it once per such key,
+in this process, and for each later call makes a new fake tensor of the kept metadata in the
+caller's mode on a storage of its own (``torch_seam.fake_of``): what the dispatch returns for
+a fresh operator, without it. A run that raised is kept too, and raised again at the same key.
+A run whose result is an argument's storage after all (``type_as`` to the dtype it has: its
+schema does not say so) is never kept. Everything else runs through the mode every time:
+views and in-place operators, several
+results, symbolic sizes (the mode's shape env could be asked a guard), tensors that are
+constants of the mode or require grad, arguments that are not plain literals, and calls made
+inside an active fake mode.
+
+The process's default dtype is part of every key (a factory, or an integer tensor divided, makes
+a tensor of it), and its default device of a call without tensor arguments. The table is bounded (:data:`KEPT_LIMIT` keys; full, it starts again empty), and what it keeps
+changes no result: a kept entry gives the metadata the run gives. So a draw is the same
+program with or without it (``tests/test_fake_calls.py`` draws both ways and compares the
+printed programs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ir.args import IDict, Ref, thaw
+from ir.fake_memo import is_fresh_operator
+from ir.torch_seam import active_fake_mode, fake_of, storage_identity
+
+__all__ = ["KEPT_LIMIT", "fake_call", "kept_count"]
+
+KEPT_LIMIT = 16384
+"""How many keys the table holds before it starts again empty (a few MB of metadata)."""
+
+_LITERALS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device,
+                       torch.memory_format, torch.layout))
+_UNKEPT = object()  # a key part that cannot be kept: the call runs
+_kept: dict[tuple, tuple | BaseException] = {}
+
+
+def fake_call(mode: Any, op: Any, args: tuple, kwargs: IDict,
+              lookup: Callable[[Ref], Any]) -> Any:
+    """``op`` run on the fake values of ``args`` / ``kwargs`` (``lookup`` of each ``Ref``)
+    under ``mode``; raises what the operator raises.
+
+    **Laws:** for a fresh operator (one new tensor result) on arguments of concrete sizes, the
+    result has the shape, strides, dtype, device and mode the dispatch gives, on a storage of
+    its own, whether it was run or made from a kept run; a call that raised raises again at the
+    same key. Complexity: O(arguments) plus, on a miss, one dispatch."""
+    fa = thaw(args, lookup)
+    fk = thaw(kwargs, lookup)
+    key = _key(op, fa, fk)
+    if key is None:
+        with mode:
+            return op(*fa, **fk)
+    kept = _kept.get(key)
+    if isinstance(kept, BaseException):
+        raise kept.with_traceback(None)
+    if kept is not None:
+        return fake_of(mode, *kept)
+    try:
+        with mode:
+            out = op(*fa, **fk)
+    except Exception as exc:
+        _keep(key, exc.with_traceback(None))
+        raise
+    metadata = _metadata(out, mode, fa, fk)
+    if metadata is not None:
+        _keep(key, metadata)
+    return out
+
+
+def kept_count() -> int:
+    """How many keys the table holds now (for tests and benchmarks). O(1)."""
+    return len(_kept)
+
+
+def _keep(key: tuple, entry: tuple | BaseException) -> None:
+    if len(_kept) >= KEPT_LIMIT:
+        _kept.clear()
+    if isinstance(entry, BaseException):
+        entry.__context__ = None  # keep no frames nor fake values of the program that raised
+    _kept[key] = entry
+
+
+def _key(op: Any, fa: tuple, fk: dict) -> tuple | None:
+    """The key of a call whose result may be kept; ``None`` where it may not."""
+    if not is_fresh_operator(op) or active_fake_mode() is not None:
+        return None
+    key = (op, _part(fa), _part(fk), torch.get_default_dtype())  # what a factory or a
+    # promotion to floating makes: the process's default dtype, which a user may change
+    if not any(isinstance(t, torch.Tensor) for t in _tensors((fa, fk))):
+        key += (torch.get_default_device(),)  # where a factory's result lives
+    return None if _UNKEPT in key else key
+
+
+def _part(x: Any) -> Any:
+    kind = type(x)
+    if kind in _LITERALS:
+        return (kind, x)
+    if isinstance(x, torch.Tensor):
+        return _tensor_part(x)
+    if kind is tuple or kind is list:
+        parts = tuple(_part(y) for y in x)
+        return _UNKEPT if _UNKEPT in parts else (kind, parts)
+    if kind is dict:
+        parts = tuple((k, _part(v)) for k, v in x.items())
+        return _UNKEPT if any(p is _UNKEPT for _, p in parts) else (dict, parts)
+    return _UNKEPT
+
+
+def _tensor_part(t: torch.Tensor) -> Any:
+    """A fake tensor's metadata as a key part: concrete sizes and strides, offset, dtype,
+    device; ``_UNKEPT`` for a real, symbolic, constant, non-strided or grad-requiring one."""
+    if (getattr(t, "fake_mode", None) is None or t.layout != torch.strided
+            or getattr(t, "constant", None) is not None or t.requires_grad):
+        return _UNKEPT
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    if not all(type(n) is int for n in shape + stride):
+        return _UNKEPT
+    return (shape, stride, t.storage_offset(), t.dtype, t.device)
+
+
+def _metadata(out: Any, mode: Any, fa: tuple, fk: dict) -> tuple | None:
+    """``(shape, stride, dtype, device)`` of a result that a kept entry can stand for: a fake
+    tensor of ``mode``, concrete, at offset 0 of a storage no argument has (an operator whose
+    schema says fresh may still return an argument: ``type_as`` to the dtype it has), not a
+    constant, no grad."""
+    if (not isinstance(out, torch.Tensor) or getattr(out, "fake_mode", None) is not mode
+            or out.layout != torch.strided or getattr(out, "constant", None) is not None
+            or out.requires_grad or out.storage_offset() != 0):
+        return None
+    shape, stride = tuple(out.shape), tuple(out.stride())
+    if not all(type(n) is int for n in shape + stride):
+        return None
+    storage = storage_identity(out)
+    if any(storage_identity(t) == storage for t in _tensors((fa, fk))):
+        return None
+    return (shape, stride, out.dtype, out.device)
+
+
+def _tensors(x: Any) -> Iterator[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
