@@ -278,3 +278,29 @@ def test_seeded_seeds_the_cpu_generator_alone_without_an_accelerator(monkeypatch
     with seeded(3):
         drawn = torch.rand(2)
     assert torch.equal(drawn, torch.rand(2, generator=torch.Generator().manual_seed(3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                   torch.complex64])
+def test_the_same_bits_never_differ_and_other_bits_are_compared_in_full(dtype):
+    # equal bits end the comparison at once (``_same_bits``); anything else is judged position
+    # by position, so a zero of the other sign, a NaN for a number, an ulp are still seen
+    x = T([0.0, -0.0, math.inf, -math.inf, math.nan, 1.5, -2.25]).to(dtype)
+    same = x.clone().t() if x.dim() > 1 else x.clone()
+    for kwargs in ({}, {"atol": 0.0, "rtol": 0.0}, {"atol": 1e-3, "rtol": 1e-3}):
+        assert value_difference(same, x, **kwargs) is None
+        assert value_difference(x[::2], x.clone()[::2], **kwargs) is None  # strided views
+    signed = x.clone()
+    signed[0] = -0.0
+    assert value_difference(signed, x) is not None
+    numbered = x.clone()
+    numbered[4] = 1.0
+    assert value_difference(numbered, x, atol=1e-3, rtol=1e-3) is not None
+    if not dtype.is_complex:
+        near = x.clone()
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+        near.view(ints)[5] += 1  # the next number after 1.5 in the dtype
+        assert value_difference(near, x) is None  # other bits, within the dtype's tolerance
+        assert value_difference(near, x, atol=0.0, rtol=0.0) is not None
+        negated = torch._neg_view(-x)  # a lazily negated view of the same numbers
+        assert value_difference(negated, x) is None

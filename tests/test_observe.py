@@ -77,3 +77,22 @@ def test_aliasing_both_ways():
 def test_a_law_observes_only_what_there_is():
     with pytest.raises(ValueError, match="a law observes a part of"):
         Law("bad", frozenset({"outputs", "timing"}))
+
+
+def test_aliasing_is_each_pair_that_shares_storage():
+    # ``observe`` looks storages up instead of asking every pair: the same sets as the pairs
+    base, other, state = torch.arange(12.0), torch.ones(4), torch.zeros(3)
+    inputs = (base, other, torch.empty(0), 1.5)
+    pool = [base[:3], base.view(3, 4).t(), other, other.clone(), state[1:], torch.ones(2),
+            base[:0], torch.empty(2, device="meta"), 7, None]
+    for picks in [(0, 1, 2, 3, 4, 5), (5, 5, 0, 6, 7, 8), (2, 2, 9, 1, 4, 3), (3, 0, 4, 1, 2, 0)]:
+        outputs = tuple(pool[i] for i in picks)
+        seen = observe(outputs, inputs, {"s": state, "t": base})
+        named = [(f"input {i}", x) for i, x in enumerate(inputs)]
+        named += [("state 's'", state), ("state 't'", base)]
+        for k, out in enumerate(outputs):
+            others = named + [(f"output {j}", outputs[j]) for j in range(k)]
+            assert seen.aliasing[k] == frozenset(n for n, x in others if shares_storage(out, x))
+            assert seen.repeats[k] == frozenset(
+                f"output {j}" for j in range(k)
+                if isinstance(out, torch.Tensor) and outputs[j] is out)

@@ -79,17 +79,39 @@ class Observed:
 def observe(outputs: Sequence, inputs: Sequence = (), state: Mapping[str, Any] | None = None,
             ) -> Observed:
     """The :class:`Observed` of one run, its aliasing read from the objects given (call it on
-    the run's own results, before copying them). O(outputs * (inputs + state + outputs))."""
+    the run's own results, before copying them): an output's aliasing names each input, state
+    tensor and earlier output it :func:`shares_storage` with, its repeats each earlier output
+    that is the same tensor object. O(outputs + inputs + state), each looked up by storage."""
     outputs, inputs, state = tuple(outputs), tuple(inputs), dict(state or {})
-    named = [(f"input {i}", x) for i, x in enumerate(inputs)]
-    named += [(f"state {f!r}", x) for f, x in sorted(state.items())]
+    on_storage: dict[int, list[str]] = {}  # a storage's address -> the names on it so far
+    for name, x in [(f"input {i}", x) for i, x in enumerate(inputs)] + [
+            (f"state {f!r}", x) for f, x in sorted(state.items())]:
+        _add(on_storage, _storage_of(x), name)
+    same_object: dict[int, list[str]] = {}  # an output tensor's id -> the outputs it is
     aliasing, repeats = [], []
     for k, out in enumerate(outputs):
-        others = named + [(f"output {j}", outputs[j]) for j in range(k)]
-        aliasing.append(frozenset(n for n, x in others if shares_storage(out, x)))
-        repeats.append(frozenset(f"output {j}" for j in range(k)
-                                 if isinstance(out, torch.Tensor) and outputs[j] is out))
+        storage = _storage_of(out)
+        aliasing.append(frozenset(on_storage.get(storage, ())) if storage is not None
+                        else frozenset())
+        tensor = isinstance(out, torch.Tensor)
+        repeats.append(frozenset(same_object.get(id(out), ())) if tensor else frozenset())
+        _add(on_storage, storage, f"output {k}")
+        if tensor:
+            same_object.setdefault(id(out), []).append(f"output {k}")
     return Observed(outputs, inputs, state, tuple(aliasing), tuple(repeats))
+
+
+def _storage_of(x: Any) -> int | None:
+    """What :func:`shares_storage` compares of ``x``: its storage's address, or ``None`` where
+    it shares with nothing (not a tensor, empty, ``meta``)."""
+    if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device.type == "meta":
+        return None
+    return x.untyped_storage().data_ptr()
+
+
+def _add(on_storage: dict[int, list[str]], storage: int | None, name: str) -> None:
+    if storage is not None:
+        on_storage.setdefault(storage, []).append(name)
 
 
 def shares_storage(a: Any, b: Any) -> bool:
@@ -97,11 +119,8 @@ def shares_storage(a: Any, b: Any) -> bool:
     both views of one base, or one tensor): the one run-time aliasing question, which
     :func:`observe` asks of every output and every law reads from its ``aliasing``. Never for
     a non-tensor, an empty tensor or a ``meta`` tensor (no storage to share). O(1)."""
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        return False
-    if a.numel() == 0 or b.numel() == 0 or a.device.type == "meta":
-        return False
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    sa = _storage_of(a)
+    return sa is not None and sa == _storage_of(b)
 
 
 def observed_difference(
