@@ -23,6 +23,7 @@ leave vals out unless asked (``vals=True``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,6 +119,9 @@ def format_val(val: Any) -> str | None:
     if isinstance(val, torch.Tensor):
         if val.layout != torch.strided:
             return None
+        shape, stride = tuple(val.shape), val.stride()
+        if all(type(n) is int for n in shape) and all(type(n) is int for n in stride):
+            return _concrete_val(val, shape, stride)  # the common case, without SymInt checks
         sizes = [format_size(d) for d in val.shape]
         strides = [format_size(d) for d in val.stride()]
         if None in sizes or None in strides:
@@ -144,6 +148,23 @@ def format_val(val: Any) -> str | None:
             return "[" + ", ".join(inner) + "]"  # type: ignore[arg-type]
         return _tuple_text(inner)  # type: ignore[arg-type]
     return None
+
+
+def _concrete_val(val: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...]) -> str:
+    """``format_val`` of a strided tensor whose sizes and strides are all ``int`` s: the
+    same text, each number written once."""
+    text = f"{_dtype_name(val.dtype)}[{', '.join(map(str, shape)) or '()'}]"
+    extra = []
+    if stride != contiguous_strides(shape):
+        extra.append(f"stride={_tuple_text(tuple(map(str, stride)))}")
+    if val.device.type != "cpu":
+        extra.append(f"device={str(val.device)!r}")
+    return text + (f"({', '.join(extra)})" if extra else "")
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _tuple_text(items: Sequence[str]) -> str:
@@ -352,23 +373,28 @@ def val_symbols(program: Program) -> dict[str, tuple[int | None, Any, Any]]:
     shape env (``ir.torch_seam.size_symbols``). O(size of the vals)."""
     found: dict[str, tuple[int | None, Any, Any]] = {}
 
-    def visit(val: Any) -> None:
+    def visit(val: Any, into: dict) -> None:
         if isinstance(val, torch.Tensor):
             if val.layout == torch.strided:
                 for d in (*val.shape, *val.stride()):
                     if isinstance(d, torch.SymInt):
-                        found.update(size_symbols(d))
+                        into.update(size_symbols(d))
         elif isinstance(val, torch.SymInt):
-            found.update(size_symbols(val))
+            into.update(size_symbols(val))
         elif type(val) in (tuple, list):
             for v in val:
-                visit(v)
+                visit(v, into)
 
     for _, mid in program.walk():
         for graph in program.module_table()[mid].graphs:
             for node in graph.nodes:
-                if "val" in node.meta and format_val(node.meta["val"]) is not None:
-                    visit(node.meta["val"])
+                if "val" not in node.meta:
+                    continue
+                named: dict[str, tuple[int | None, Any, Any]] = {}
+                visit(node.meta["val"], named)
+                # a val's symbols count where the val prints (asked only of vals with one)
+                if named and format_val(node.meta["val"]) is not None:
+                    found.update(named)
     return found
 
 
