@@ -4,13 +4,15 @@
     python -m bench.laws_speed --examples 30         # shorter
     python -m bench.laws_speed --against /work/main  # the same cells on another tree, back to back
     python -m bench.laws_speed --only 'programs\\(\\)'  # cells whose name matches
+    python -m bench.laws_speed --against DIR --rounds 3 --clock cpu   # medians of 3 turns
 
 Cells: three passes (``fold_constants``, a default pass; ``relu -> clamp_min`` written with the
 editor, ``transforms.edit.rewrite_nodes``; a rule set through ``transforms.rewrite``) on four
 strategies (default ``programs()``, ``crossing_programs()``, ``programs_like(ep)`` of two zoo
 models). Each cell is one ``check_laws(pass, programs=..., max_examples=N, allow_vacuous=True)``
 after a warm-up in the same process (hypothesis reads the source of every loaded module for
-constants once per process: about 2 s, not counted). Printed per cell: programs judged a second
+constants once per process: about 2 s; a rule set traces each rule once per dtype it meets:
+20 examples of ``fold_constants`` on the strategy and 20 of the cell's pass, not counted). Printed per cell: programs judged a second
 (``tried / wall``) and the split of the wall time: drawing (the strategy's draws, overruns
 included), each law (``check_purity``, ``check_verify``, ``check_determinism``,
 ``check_semantics``; what ``check_program`` does besides, such as counting a change, is
@@ -19,7 +21,9 @@ functions of ``lowering.pass_laws`` and the strategy, so it works on any tree th
 
 ``--against DIR`` runs the same cells in a child process whose imports come from ``DIR`` (the
 code before a change: ``git worktree`` or ``git stash``), then prints both tables and the ratio
-of programs a second, cell by cell. Timings are never asserted; on a shared machine compare
+of programs a second, cell by cell; ``--rounds N`` runs each tree N times in child processes,
+in turns, and compares the medians (each run starts cold, as a user's process does). Timings
+are never asserted; on a shared machine compare
 the two columns of one run, or use ``--clock cpu`` (this process's CPU time: programs per CPU
 second, steadier when other processes compete for the cores).
 """
@@ -31,6 +35,7 @@ import functools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -195,6 +200,9 @@ def _cells(examples: int, only: str | None) -> dict[str, dict[str, float]]:
                 # the strategy's first calls: 20 examples of each strategy, not measured
                 measure(fold_constants_pass, strategy, min(20, examples))
                 warm = sname
+            if pass_fn is not fold_constants_pass:  # the pass's own one-time work (a rule
+                # set traces each rule once per dtype a program brings): 20 examples more
+                measure(pass_fn, strategy, min(20, examples))
             cells[cell] = measure(pass_fn, strategy, examples)
             sys.stderr.write(f"{cell}: {cells[cell]['wall']:.1f} s\n")
     return cells
@@ -227,6 +235,26 @@ def compare(now: dict[str, dict[str, float]], before: dict[str, dict[str, float]
     return "\n".join(lines)
 
 
+def median_cells(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each cell's median over ``runs``, figure by figure (each column its own median)."""
+    cells: dict[str, dict[str, float]] = {}
+    for cell in runs[0]:
+        rows = [run[cell] for run in runs if cell in run]
+        cells[cell] = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in rows[0]}
+    return cells
+
+
+def _rounds(against: str, argv: list[str], rounds: int) -> tuple[dict, dict]:
+    """``rounds`` child processes of ``against`` and of this tree, taken in turns (one of each
+    a round, so a slower spell of a shared machine falls on both); the median of each."""
+    here = str(Path(__file__).resolve().parent.parent)
+    before, after = [], []
+    for _ in range(rounds):
+        before.append(_against(against, argv))
+        after.append(_against(here, argv))
+    return median_cells(before), median_cells(after)
+
+
 def _against(tree: str, argv: list[str]) -> dict[str, dict[str, float]]:
     """The cells measured in a child process importing from ``tree``."""
     with tempfile.TemporaryDirectory() as where:
@@ -249,14 +277,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default=None, help="another tree to measure back to back")
     parser.add_argument("--clock", choices=sorted(_CLOCKS), default="wall",
                         help="wall time, or this process's CPU time (steadier on a busy machine)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --against: this many child runs of each tree, in turns; "
+                             "the medians")
     parser.add_argument("--json", default=None)
     ns = parser.parse_args(argv)
     global _now
     _now = _CLOCKS[ns.clock]
     passed = ["--examples", str(ns.examples), "--clock", ns.clock] + (
         ["--only", ns.only] if ns.only else [])
-    before = _against(ns.against, passed) if ns.against else None
-    cells = run_cells(ns.examples, ns.only)
+    if ns.against and ns.rounds > 1:
+        before, cells = _rounds(ns.against, passed, ns.rounds)
+    else:
+        before = _against(ns.against, passed) if ns.against else None
+        cells = run_cells(ns.examples, ns.only)
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(cells, f)

@@ -24,3 +24,9 @@ def test_the_split_wraps_the_laws_and_puts_them_back():
     assert {name: getattr(laws, name) for name in laws_speed.LAW_FUNCTIONS} == before
     assert row["tried"] == 2 and row["draw"] > 0 and row["check_verify"] >= 0
     assert row["check_program"] >= row.get("check_semantics", 0.0) > 0
+
+
+def test_rounds_take_each_figure_s_median():
+    runs = [{"c": {"wall": w, "tried": t}} for w, t in ((3.0, 10.0), (1.0, 30.0), (2.0, 20.0))]
+    assert laws_speed.median_cells(runs) == {"c": {"wall": 2.0, "tried": 20.0}}
+    assert laws_speed.median_cells(runs[:2] + [{}]) == {"c": {"wall": 2.0, "tried": 20.0}}
