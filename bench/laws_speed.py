@@ -11,13 +11,14 @@ editor, ``transforms.edit.rewrite_nodes``; a rule set through ``transforms.rewri
 strategies (default ``programs()``, ``crossing_programs()``, ``programs_like(ep)`` of two zoo
 models). Each cell is one ``check_laws(pass, programs=..., max_examples=N, allow_vacuous=True)``
 after a warm-up in the same process (hypothesis reads the source of every loaded module for
-constants once per process: about 2 s; a rule set traces each rule once per dtype it meets:
-20 examples of ``fold_constants`` on the strategy and 20 of the cell's pass, not counted). Printed per cell: programs judged a second
-(``tried / wall``) and the split of the wall time: drawing (the strategy's draws, overruns
-included), each law (``check_purity``, ``check_verify``, ``check_determinism``,
-``check_semantics``; what ``check_program`` does besides, such as counting a change, is
-``other``) and hypothesis's engine (the rest). The split is measured by wrapping the law
-functions of ``lowering.pass_laws`` and the strategy, so it works on any tree that has them.
+constants once per process: about 2 s; a rule set traces each rule once per dtype it meets: 20
+examples of ``fold_constants`` on the strategy and 20 of the cell's pass, not counted). Printed
+per cell: programs judged a second (``tried / wall``) and the split of the wall time: drawing
+(the strategy's draws, overruns included), each law (``check_purity``, ``check_verify``,
+``check_determinism``, ``check_semantics``; what ``check_program`` does besides, such as
+counting a change, is ``other``) and hypothesis's engine (the rest). The split is measured by
+wrapping the law functions of ``lowering.pass_laws`` and the strategy, so it works on any tree
+that has them.
 
 ``--against DIR`` runs the same cells in a child process whose imports come from ``DIR`` (the
 code before a change: ``git worktree`` or ``git stash``), then prints both tables and the ratio

@@ -12,10 +12,11 @@ own (``torch_seam.fresh_fake``): two nodes never share a ``val``'s storage, so w
 storage identity (``guards.shares_storage``) sees what a run would give.
 
 A run whose result is an argument's storage after all (``type_as`` to the dtype it has: its
-schema does not say so) is not kept. Anything else runs as ``fake_value`` runs it, every time: views and in-place operators (their
-results share storage with an argument), several results, meta tensors, symbolic sizes (a
-shape env may be asked a guard), arguments that are not plain literals, tensors marked as
-constants. A failure of a fresh operator is kept too, and raised again at the same key.
+schema does not say so) is not kept. Anything else runs as ``fake_value`` runs it, every time:
+views and in-place operators (their results share storage with an argument), several results,
+meta tensors, symbolic sizes (a shape env may be asked a guard), arguments that are not plain
+literals, tensors marked as constants. A failure of a fresh operator is kept too, and raised
+again at the same key.
 """
 
 from __future__ import annotations

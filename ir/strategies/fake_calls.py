@@ -8,23 +8,24 @@ same shapes in program after program: 2,000 of the 3,000 fake runs of 100 defaul
 of an operator whose one result is a new tensor, on arguments of concrete sizes.
 
 Such a result's metadata is a function of the operator, its literal arguments and its tensor
-arguments' metadata (``ir.fake_memo``'s argument, and its test of an operator, ``is_fresh_operator``),
-not of the mode it runs in nor of the values. So :func:`fake_call` runs it once per such key,
-in this process, and for each later call makes a new fake tensor of the kept metadata in the
-caller's mode on a storage of its own (``torch_seam.fake_of``): what the dispatch returns for
-a fresh operator, without it. A run that raised is kept too, and raised again at the same key.
-A run whose result is an argument's storage after all (``type_as`` to the dtype it has: its
-schema does not say so) is never kept. Everything else runs through the mode every time:
-views and in-place operators, several
-results, symbolic sizes (the mode's shape env could be asked a guard), tensors that are
-constants of the mode or require grad, arguments that are not plain literals, and calls made
-inside an active fake mode.
+arguments' metadata (``ir.fake_memo``'s argument, and its test of an operator,
+``is_fresh_operator``), not of the mode it runs in nor of the values. So :func:`fake_call`
+runs it once per such key, in this process, and for each later call makes a new fake tensor
+of the kept metadata in the caller's mode on a storage of its own (``torch_seam.fake_of``):
+what the dispatch returns for a fresh operator, without it. A run that raised is kept too, and
+raised again at the same key. A run whose result is an argument's storage after all
+(``type_as`` to the dtype it has: its schema does not say so) is never kept. Everything else
+runs through the mode every time: views and in-place operators, several results, symbolic
+sizes (the mode's shape env could be asked a guard), tensors that are constants of the mode
+or require grad, arguments that are not plain literals, and calls made inside an active fake
+mode.
 
-The process's default dtype is part of every key (a factory, or an integer tensor divided, makes
-a tensor of it), and its default device of a call without tensor arguments. The table is bounded (:data:`KEPT_LIMIT` keys; full, it starts again empty), and what it keeps
-changes no result: a kept entry gives the metadata the run gives. So a draw is the same
-program with or without it (``tests/test_fake_calls.py`` draws both ways and compares the
-printed programs).
+The process's default dtype is part of every key (a factory, or an integer tensor divided,
+makes a tensor of it), and its default device of a call without tensor arguments. The table
+is bounded (:data:`KEPT_LIMIT` keys; full, it starts again empty), and what it keeps changes
+no result: a kept entry gives the metadata the run gives. So a draw is the same program with
+or without it (``tests/test_fake_calls.py`` draws both ways and compares the printed
+programs).
 """
 
 from __future__ import annotations
