@@ -39,6 +39,8 @@ def fresh(tree: Any) -> Any:
     """``tree`` with every tensor replaced by a detached copy of the same layout (strides kept:
     a transposed or expanded input stays so; an expanded one becomes a real expand of a copy).
     O(elements)."""
+    if isinstance(tree, torch.Tensor):  # one state tensor, the common case: no tree to walk
+        return _copy(tree)
     return pytree.tree_map(_copy, tree)
 
 

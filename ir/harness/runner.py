@@ -73,8 +73,8 @@ def run_side(
 
     Laws: ``run_side(f, a)`` leaves ``a`` unchanged; two runs of a deterministic ``f`` with one
     ``seed`` observe equal values (``judge`` finds no difference). Complexity: one call of
-    ``fn``, copies of its arguments, results and state, and
-    O(outputs * (inputs + state + outputs)) aliasing checks.
+    ``fn``, copies of its arguments, results and state, and a storage lookup per output,
+    input and state tensor for the aliasing.
     """
     ran = outcome(fn, *args, seed=seed, **dict(kwargs or {}))
     if not ran.ok:
