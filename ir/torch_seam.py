@@ -245,7 +245,8 @@ def fake_of(mode: Any, shape: tuple[int, ...], stride: tuple[int, ...], dtype: t
             device: torch.device) -> torch.Tensor:
     """A new fake tensor of ``mode`` (a ``FakeTensorMode``) with these sizes (``int`` s),
     strides, dtype and device, on a storage of its own (offset 0), made as :func:`fresh_fake`
-    makes one, without a dispatch. O(rank)."""
+    makes one, without a dispatch (``FakeTensor(mode, meta tensor, device)``, the same in
+    2.13-2.15). O(rank)."""
     meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     return _FakeTensor(mode, meta, device)
 
