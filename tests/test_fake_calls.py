@@ -99,7 +99,41 @@ def test_a_failure_is_kept_and_raised_again_alike(monkeypatch):
     with pytest.raises(type(ran.value)) as again:
         fake_call(mode, aten.mm.default, (Ref("x"), Ref("w")), EMPTY_DICT, lambda r: v[r.name])
     assert seen == [] and str(again.value) == str(ran.value)
-    assert again.value.__context__ is None  # nothing of the program that raised is held
+    with pytest.raises(type(ran.value)) as third:
+        fake_call(mode, aten.mm.default, (Ref("x"), Ref("w")), EMPTY_DICT, lambda r: v[r.name])
+    assert third.value is not again.value  # a new copy each time: no raise's frames shared
+    (kept,) = fake_calls._kept.values()
+    # nothing of the program that raised is held: no frames, no context, no cause
+    assert kept.__traceback__ is None and kept.__context__ is None and kept.__cause__ is None
+
+
+def test_whether_the_mode_has_a_shape_env_is_part_of_the_key():
+    # without a shape env an operator of a data-dependent size raises; with one it returns an
+    # unbacked size: a failure kept in one kind of mode is not raised in the other
+    op = aten.repeat_interleave.self_Tensor
+    static = new_fake_mode()
+    dynamic, _, _ = new_symbolic_size("b", 4, 2, 64)
+    vals = {}
+    for mode in (static, dynamic):
+        with mode:
+            vals[mode] = {"x": torch.empty(4), "r": torch.empty(4, dtype=torch.int64)}
+    args = (Ref("x"), Ref("r"))
+    with pytest.raises(RuntimeError):
+        fake_call(static, op, args, EMPTY_DICT, lambda r: vals[static][r.name])
+    out = fake_call(dynamic, op, args, EMPTY_DICT, lambda r: vals[dynamic][r.name])
+    assert not isinstance(out.shape[0], int)  # an unbacked size
+    assert kept_count() == 1  # the failure; the unbacked result is never kept
+
+
+def test_a_tensor_of_another_mode_keeps_nothing():
+    ours, theirs = new_fake_mode(), new_fake_mode()
+    v = _vals(theirs, x=(3, 4))
+    for _ in range(2):  # run each time, whatever torch makes of the mix
+        try:
+            fake_call(ours, aten.relu.default, (Ref("x"),), EMPTY_DICT, lambda r: v[r.name])
+        except Exception:  # noqa: BLE001, S110 - a torch that refuses to mix modes
+            pass
+    assert kept_count() == 0
 
 
 def test_symbolic_sizes_constants_and_grad_always_run(monkeypatch):

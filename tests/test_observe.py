@@ -35,6 +35,9 @@ def test_shares_storage_is_the_one_run_time_aliasing_question():
     assert not shares_storage(x[:0], x)  # an empty view shares nothing
     assert not shares_storage(torch.empty(2, device="meta"), torch.empty(2, device="meta"))
     assert not shares_storage(x, 1.0) and not shares_storage([x], x)  # tensors only
+    sparse = torch.eye(3).to_sparse()
+    assert not shares_storage(sparse, sparse) and not shares_storage(x, sparse)  # no storage
+    assert observe([1, x], [sparse], {"s": sparse}).aliasing == (frozenset(), frozenset())
 
 
 def test_a_difference_is_a_value_naming_where_it_is():

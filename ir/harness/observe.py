@@ -103,8 +103,10 @@ def observe(outputs: Sequence, inputs: Sequence = (), state: Mapping[str, Any] |
 
 def _storage_of(x: Any) -> int | None:
     """What :func:`shares_storage` compares of ``x``: its storage's address, or ``None`` where
-    it shares with nothing (not a tensor, empty, ``meta``)."""
-    if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device.type == "meta":
+    it shares with nothing (not a tensor, empty, ``meta``, or of a layout without one storage:
+    sparse)."""
+    if (not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.numel() == 0
+            or x.device.type == "meta"):
         return None
     return x.untyped_storage().data_ptr()
 
@@ -118,7 +120,8 @@ def shares_storage(a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are tensors on one storage at run time (a view of the other,
     both views of one base, or one tensor): the one run-time aliasing question, which
     :func:`observe` asks of every output and every law reads from its ``aliasing``. Never for
-    a non-tensor, an empty tensor or a ``meta`` tensor (no storage to share). O(1)."""
+    a non-tensor, an empty tensor, a ``meta`` tensor or a sparse one (no storage to share).
+    O(1)."""
     sa = _storage_of(a)
     return sa is not None and sa == _storage_of(b)
 

@@ -18,10 +18,13 @@ raised again at the same key. A run whose result is an argument's storage after 
 runs through the mode every time: views and in-place operators, several results, symbolic
 sizes (the mode's shape env could be asked a guard), tensors that are constants of the mode
 or require grad, arguments that are not plain literals, and calls made inside an active fake
-mode.
+mode, tensors of another mode than the call's.
 
 The process's default dtype is part of every key (a factory, or an integer tensor divided,
-makes a tensor of it), and its default device of a call without tensor arguments. The table
+makes a tensor of it), whether the mode has a shape env (without one an operator of a
+data-dependent size raises, with one it returns an unbacked size), and the default device of
+a call without tensor arguments. A kept failure is a copy without traceback, context or cause,
+and each raise raises a new copy of it. The table
 is bounded (:data:`KEPT_LIMIT` keys; full, it starts again empty), and what it keeps changes
 no result: a kept entry gives the metadata the run gives. So a draw is the same program with
 or without it (``tests/test_fake_calls.py`` draws both ways and compares the printed
@@ -30,6 +33,7 @@ programs).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,20 +65,20 @@ def fake_call(mode: Any, op: Any, args: tuple, kwargs: IDict,
     same key. Complexity: O(arguments) plus, on a miss, one dispatch."""
     fa = thaw(args, lookup)
     fk = thaw(kwargs, lookup)
-    key = _key(op, fa, fk)
+    key = _key(mode, op, fa, fk)
     if key is None:
         with mode:
             return op(*fa, **fk)
     kept = _kept.get(key)
     if isinstance(kept, BaseException):
-        raise kept.with_traceback(None)
+        raise copy.copy(kept)  # a new one each time: nothing a raise adds is shared
     if kept is not None:
         return fake_of(mode, *kept)
     try:
         with mode:
             out = op(*fa, **fk)
     except Exception as exc:
-        _keep(key, exc.with_traceback(None))
+        _keep_failure(key, exc)
         raise
     metadata = _metadata(out, mode, fa, fk)
     if metadata is not None:
@@ -90,41 +94,55 @@ def kept_count() -> int:
 def _keep(key: tuple, entry: tuple | BaseException) -> None:
     if len(_kept) >= KEPT_LIMIT:
         _kept.clear()
-    if isinstance(entry, BaseException):
-        entry.__context__ = None  # keep no frames nor fake values of the program that raised
     _kept[key] = entry
 
 
-def _key(op: Any, fa: tuple, fk: dict) -> tuple | None:
+def _keep_failure(key: tuple, exc: Exception) -> None:
+    """Keep a copy of ``exc``, without its traceback, context or cause (the frames, the
+    builder and the fake values of the program that raised); nothing where it cannot be
+    copied (the next call runs again)."""
+    try:
+        kept = copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception that cannot be rebuilt is not kept
+        return
+    kept.__traceback__ = kept.__context__ = kept.__cause__ = None
+    _keep(key, kept)
+
+
+def _key(mode: Any, op: Any, fa: tuple, fk: dict) -> tuple | None:
     """The key of a call whose result may be kept; ``None`` where it may not."""
     if not is_fresh_operator(op) or active_fake_mode() is not None:
         return None
-    key = (op, _part(fa), _part(fk), torch.get_default_dtype())  # what a factory or a
-    # promotion to floating makes: the process's default dtype, which a user may change
+    # beside the arguments: the process's default dtype (what a factory or a promotion to
+    # floating makes, which a user may change) and whether the mode has a shape env (without
+    # one an operator of a data-dependent size raises; with one it returns an unbacked size)
+    key = (op, _part(fa, mode), _part(fk, mode), torch.get_default_dtype(),
+           getattr(mode, "shape_env", None) is not None)
     if not any(isinstance(t, torch.Tensor) for t in _tensors((fa, fk))):
         key += (torch.get_default_device(),)  # where a factory's result lives
     return None if _UNKEPT in key else key
 
 
-def _part(x: Any) -> Any:
+def _part(x: Any, mode: Any) -> Any:
     kind = type(x)
     if kind in _LITERALS:
         return (kind, x)
     if isinstance(x, torch.Tensor):
-        return _tensor_part(x)
+        return _tensor_part(x, mode)
     if kind is tuple or kind is list:
-        parts = tuple(_part(y) for y in x)
+        parts = tuple(_part(y, mode) for y in x)
         return _UNKEPT if _UNKEPT in parts else (kind, parts)
     if kind is dict:
-        parts = tuple((k, _part(v)) for k, v in x.items())
+        parts = tuple((k, _part(v, mode)) for k, v in x.items())
         return _UNKEPT if any(p is _UNKEPT for _, p in parts) else (dict, parts)
     return _UNKEPT
 
 
-def _tensor_part(t: torch.Tensor) -> Any:
+def _tensor_part(t: torch.Tensor, mode: Any) -> Any:
     """A fake tensor's metadata as a key part: concrete sizes and strides, offset, dtype,
-    device; ``_UNKEPT`` for a real, symbolic, constant, non-strided or grad-requiring one."""
-    if (getattr(t, "fake_mode", None) is None or t.layout != torch.strided
+    device; ``_UNKEPT`` for a real, symbolic, constant, non-strided or grad-requiring one, or
+    one of another mode than the call's (the run would refuse to mix them)."""
+    if (getattr(t, "fake_mode", None) is not mode or t.layout != torch.strided
             or getattr(t, "constant", None) is not None or t.requires_grad):
         return _UNKEPT
     shape, stride = tuple(t.shape), tuple(t.stride())
