@@ -22,7 +22,7 @@ again at the same key.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -31,10 +31,11 @@ from ir.args import IDict, IList, ISlice, Ref, iter_refs
 from ir.fake_run import FakeRunFailed, fake_value
 from ir.torch_seam import OpOverload, fresh_fake, op_schema, storage_identity
 
-__all__ = ["FakeMemo", "is_fresh_operator"]
+__all__ = ["LITERALS", "FakeMemo", "concrete_metadata", "in_an_argument", "is_fresh_operator"]
 
-_LITERALS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
-             torch.layout)
+LITERALS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device,
+                      torch.memory_format, torch.layout))
+"""The types of the literal arguments a key holds as themselves (by type and value)."""
 _UNKEPT = object()  # a key part that cannot be kept: the call is run
 
 
@@ -58,28 +59,33 @@ def _fresh_op(target: OpOverload) -> bool:
             and torch.Tag.data_dependent_output not in tags)
 
 
-def _tensor_key(v: Any) -> Any:
-    """The metadata that decides a fresh result's, for a fake tensor of concrete sizes;
-    ``_UNKEPT`` for anything else."""
-    if not isinstance(v, torch.Tensor):
-        return _UNKEPT
-    mode = getattr(v, "fake_mode", None)
-    if mode is None or v.layout != torch.strided or getattr(v, "constant", None) is not None:
-        return _UNKEPT
+def concrete_metadata(v: Any) -> tuple | None:
+    """``(shape, stride, storage offset, dtype, device)`` of a strided fake tensor of concrete
+    sizes that is not a constant of its mode: what decides a fresh result's metadata; ``None``
+    for anything else. O(rank)."""
+    if (not isinstance(v, torch.Tensor) or getattr(v, "fake_mode", None) is None
+            or v.layout != torch.strided or getattr(v, "constant", None) is not None):
+        return None
     shape, stride = tuple(v.shape), tuple(v.stride())
     if not all(type(d) is int for d in shape + stride):
-        return _UNKEPT
-    return (id(mode), shape, stride, v.storage_offset(), v.dtype, v.device)
+        return None
+    return (shape, stride, v.storage_offset(), v.dtype, v.device)
 
 
-def _of_an_argument(out: torch.Tensor, args: Any, kwargs: Any,
-                    val_of: Callable[[Ref], Any]) -> bool:
-    """Whether ``out`` is in an argument's storage: an operator whose schema says its result
-    is fresh may still return an argument (``type_as`` to the dtype it has), and a kept result
-    would then stand for a fresh one where the run aliases."""
+def _tensor_key(v: Any) -> Any:
+    """:func:`concrete_metadata` with the tensor's mode; ``_UNKEPT`` for anything else."""
+    found = concrete_metadata(v)
+    return _UNKEPT if found is None else (id(v.fake_mode), *found)
+
+
+def in_an_argument(out: torch.Tensor, arguments: Iterable[Any]) -> bool:
+    """Whether ``out`` is in the storage of one of ``arguments`` (values, tensors or not): an
+    operator whose schema says its result is fresh may still return an argument (``type_as``
+    to the dtype it has), and a kept result would then stand for a fresh one where the run
+    aliases. O(arguments)."""
     storage = storage_identity(out)
     return any(isinstance(v, torch.Tensor) and storage_identity(v) == storage
-               for v in (val_of(r) for r in iter_refs((args, kwargs))))
+               for v in arguments)
 
 
 class FakeMemo:
@@ -120,7 +126,7 @@ class FakeMemo:
                 self._kept[key] = exc.with_traceback(None)
             raise
         if (key is not None and _tensor_key(out) is not _UNKEPT and out.storage_offset() == 0
-                and not _of_an_argument(out, args, kwargs, val_of)):
+                and not in_an_argument(out, (val_of(r) for r in iter_refs((args, kwargs))))):
             self._kept[key] = out
         return out
 
@@ -137,7 +143,7 @@ class FakeMemo:
             if kind is Ref:
                 tensors[0] += 1
                 return _tensor_key(val_of(x))
-            if kind in _LITERALS:
+            if kind in LITERALS:
                 return (kind, x)
             if kind is tuple:
                 parts = tuple(part(y) for y in x)

@@ -40,16 +40,14 @@ from typing import Any
 import torch
 
 from ir.args import IDict, Ref, thaw
-from ir.fake_memo import is_fresh_operator
-from ir.torch_seam import active_fake_mode, fake_of, storage_identity
+from ir.fake_memo import LITERALS, concrete_metadata, in_an_argument, is_fresh_operator
+from ir.torch_seam import active_fake_mode, fake_of
 
 __all__ = ["KEPT_LIMIT", "fake_call", "kept_count"]
 
 KEPT_LIMIT = 16384
 """How many keys the table holds before it starts again empty (a few MB of metadata)."""
 
-_LITERALS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device,
-                       torch.memory_format, torch.layout))
 _UNKEPT = object()  # a key part that cannot be kept: the call runs
 _kept: dict[tuple, tuple | BaseException] = {}
 
@@ -125,7 +123,7 @@ def _key(mode: Any, op: Any, fa: tuple, fk: dict) -> tuple | None:
 
 def _part(x: Any, mode: Any) -> Any:
     kind = type(x)
-    if kind in _LITERALS:
+    if kind in LITERALS:
         return (kind, x)
     if isinstance(x, torch.Tensor):
         return _tensor_part(x, mode)
@@ -139,34 +137,25 @@ def _part(x: Any, mode: Any) -> Any:
 
 
 def _tensor_part(t: torch.Tensor, mode: Any) -> Any:
-    """A fake tensor's metadata as a key part: concrete sizes and strides, offset, dtype,
-    device; ``_UNKEPT`` for a real, symbolic, constant, non-strided or grad-requiring one, or
-    one of another mode than the call's (the run would refuse to mix them)."""
-    if (getattr(t, "fake_mode", None) is not mode or t.layout != torch.strided
-            or getattr(t, "constant", None) is not None or t.requires_grad):
+    """A fake tensor's :func:`~ir.fake_memo.concrete_metadata` as a key part; ``_UNKEPT`` for
+    a real, symbolic, constant, non-strided or grad-requiring one, or one of another mode than
+    the call's (the run would refuse to mix them)."""
+    found = concrete_metadata(t)
+    if found is None or t.fake_mode is not mode or t.requires_grad:
         return _UNKEPT
-    shape, stride = tuple(t.shape), tuple(t.stride())
-    if not all(type(n) is int for n in shape + stride):
-        return _UNKEPT
-    return (shape, stride, t.storage_offset(), t.dtype, t.device)
+    return found
 
 
 def _metadata(out: Any, mode: Any, fa: tuple, fk: dict) -> tuple | None:
     """``(shape, stride, dtype, device)`` of a result that a kept entry can stand for: a fake
-    tensor of ``mode``, concrete, at offset 0 of a storage no argument has (an operator whose
-    schema says fresh may still return an argument: ``type_as`` to the dtype it has), not a
-    constant, no grad."""
-    if (not isinstance(out, torch.Tensor) or getattr(out, "fake_mode", None) is not mode
-            or out.layout != torch.strided or getattr(out, "constant", None) is not None
-            or out.requires_grad or out.storage_offset() != 0):
+    tensor of ``mode``, concrete, at offset 0 of a storage no argument has
+    (:func:`~ir.fake_memo.in_an_argument`), not a constant, no grad."""
+    found = concrete_metadata(out)
+    if (found is None or out.fake_mode is not mode or out.requires_grad
+            or found[2] != 0 or in_an_argument(out, _tensors((fa, fk)))):
         return None
-    shape, stride = tuple(out.shape), tuple(out.stride())
-    if not all(type(n) is int for n in shape + stride):
-        return None
-    storage = storage_identity(out)
-    if any(storage_identity(t) == storage for t in _tensors((fa, fk))):
-        return None
-    return (shape, stride, out.dtype, out.device)
+    shape, stride, _, dtype, device = found
+    return (shape, stride, dtype, device)
 
 
 def _tensors(x: Any) -> Iterator[torch.Tensor]:
