@@ -23,7 +23,6 @@ leave vals out unless asked (``vals=True``).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -119,9 +118,6 @@ def format_val(val: Any) -> str | None:
     if isinstance(val, torch.Tensor):
         if val.layout != torch.strided:
             return None
-        shape, stride = tuple(val.shape), val.stride()
-        if all(type(n) is int for n in shape) and all(type(n) is int for n in stride):
-            return _concrete_val(val, shape, stride)  # the common case, without SymInt checks
         sizes = [format_size(d) for d in val.shape]
         strides = [format_size(d) for d in val.stride()]
         if None in sizes or None in strides:
@@ -148,23 +144,6 @@ def format_val(val: Any) -> str | None:
             return "[" + ", ".join(inner) + "]"  # type: ignore[arg-type]
         return _tuple_text(inner)  # type: ignore[arg-type]
     return None
-
-
-def _concrete_val(val: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...]) -> str:
-    """``format_val`` of a strided tensor whose sizes and strides are all ``int`` s: the
-    same text, each number written once."""
-    text = f"{_dtype_name(val.dtype)}[{', '.join(map(str, shape)) or '()'}]"
-    extra = []
-    if stride != contiguous_strides(shape):
-        extra.append(f"stride={_tuple_text(tuple(map(str, stride)))}")
-    if val.device.type != "cpu":
-        extra.append(f"device={str(val.device)!r}")
-    return text + (f"({', '.join(extra)})" if extra else "")
-
-
-@functools.lru_cache(maxsize=64)
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _tuple_text(items: Sequence[str]) -> str:
