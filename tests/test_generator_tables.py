@@ -1,8 +1,8 @@
 """The generator as data: the step kinds' table (``ir.strategies.step_kinds``), the swarm's
 shares (``ir.strategies.swarm``) and the byte decoding (``ir.strategies.decoding``) mean what
 their docstrings say: a row's weight is its share of the body's draws, a feature off or a need
-unmet takes its kind out, a new row is drawn with no other change, and a feature is on in its
-share of the flag bytes."""
+unmet takes its kind out, a new row is drawn with its weight and keeps the others' shares, and
+a feature is on in its share of the flag bytes."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_a_feature_off_or_a_need_unmet_takes_its_kind_out():
         r.kind for r in step_kinds.MOTIFS}
 
 
-def test_a_new_row_is_drawn_with_its_weight_and_nothing_else_changes():
+def test_a_new_row_is_drawn_with_its_weight_and_the_others_keep_their_shares():
     def step(b, path, scope, vectors, a, y, z):
         return a
 
@@ -101,7 +101,10 @@ def test_a_new_row_is_drawn_with_its_weight_and_nothing_else_changes():
     before = _entries(b, FULL_STATE, OUTSIDE)
     counts = _counts(b, FULL_STATE, OUTSIDE, (before + 3) * 100, table)
     assert counts["new"] == 3 * counts["unary"] == 300
-    # appended last, it moves no earlier entry: the first ``before`` bytes pick as they did
+    # the others keep their shares; appended last, the bytes below the old entry count pick
+    # as they did
+    shipped = _counts(b, FULL_STATE, OUTSIDE, before * 100)
+    assert all(counts[k] == n for k, n in shipped.items())
     assert [pick_kind(b, FULL_STATE, OUTSIDE, k, table) for k in range(before)] == [
         pick_kind(b, FULL_STATE, OUTSIDE, k) for k in range(before)]
     # switched off by its feature, the table draws as the shipped one does

@@ -332,7 +332,7 @@ def test_law_saturate_in_context_with_identities(p):
     in-context law; so does the e-graph's own program.
 
     Greedy's program took part only once the generated programs gave each value a fake value
-    of its own (``programs._fake``): with one fake value per shape and dtype, greedy's alias
+    of its own (``ProgramBuilder.fake``): with one fake value per shape and dtype, greedy's alias
     guard saw ``x0 * 1.0`` share ``x0``'s memory and returned the input itself (the law: "an
     alias of input 0")."""
     q = saturate(p, [ONE, ONE_T])

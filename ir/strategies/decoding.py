@@ -22,7 +22,7 @@ STEP = 3
 """Bytes per body step (see :func:`decode_step`)."""
 
 RECORD = 7
-"""Bytes per module object (see ``ProgramBuilder._objects``)."""
+"""Bytes per module object (see ``programs._Decoder._objects``)."""
 
 HEADER_BYTES = st.binary(min_size=6, max_size=6)
 """The program's header: batch, the state's seed (two bytes), the user inputs and keywords."""
@@ -40,10 +40,10 @@ MOTIF_BYTES = st.binary(min_size=4 * 6, max_size=4 * 6)
 """Place and step bytes of the root's motif steps, four per motif (six motifs' worth)."""
 
 MOTIF_SALT = 16381
-"""Salt of a motif's place and step past :data:`MOTIF_BYTES` (``_draw_body``)."""
+"""Salt of a motif's place and step past :data:`MOTIF_BYTES` (``programs._Decoder._draw_body``)."""
 
 LONE_SALT = 8191
-"""Salt of ``ProgramBuilder._lone``'s hash (apart from the steps' own scattering)."""
+"""Salt of ``programs._Decoder._lone``'s hash (apart from the steps' own scattering)."""
 
 EDGE_SALT = 4099
 """Salt of the ``edge_operands`` step's choices (scattered with the body's mix)."""

@@ -7,9 +7,10 @@ returns a ``(batch, WIDTH)`` value later steps read. Each is named after the fea
 switches it on (``ir.strategies.step_kinds`` has the table: kind, feature, weight); its
 operators and literals are rows of ``ir.strategies.vocabulary``. O(1) nodes each.
 
-The targeted features (``constant_builders`` to ``inplace_ops``, and ``large_linears``) are
-what users' passes rewrite; the motifs (``state_traffic`` to ``edge_operands``) are the state
-and alias traffic, the everyday ops and the values at the edges that bugs need.
+The targeted features (``constant_builders`` to ``inplace_ops``) are what users' passes
+rewrite (``large_linears`` too, drawn among the plain kinds where a module has the pair); the
+motifs (``state_traffic`` to ``edge_operands``) are the state and alias traffic, the everyday
+ops and the values at the edges that bugs need.
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def large_linears(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: 
                 shape=b.act())
 
 
-def repeated_subexpressions(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, y: int,
-                            z: int) -> Ref:
+def repeated_subexpressions(b: ProgramBuilder, path: str, scope: Scope, vectors: list,
+                            a: Ref, y: int, z: int) -> Ref:
     """``repeated_subexpressions``: one pure op of ``a`` computed twice and both results
     combined (an activation, or an op with a scalar; the second spelled ``2`` where the
     first says ``2.0`` when ``z`` says so: equal values on float tensors, other literals)."""
@@ -156,7 +157,7 @@ def repeated_subexpressions(b: ProgramBuilder, path: str, scope: Scope, vectors:
 def overwrites(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, y: int,
                z: int) -> Ref:
     """``overwrites``: ``copy_`` of a new value into a buffer (``mean(a, [0])``, as
-    ``b.buf.copy_(...)`` exports) or, in a program without preserved calls, into a user
+    ``self.buf.copy_(...)`` exports) or, in a program without preserved calls, into a user
     input (``a``); later reads of it see the write. Returns ``a``: the write's own result is
     read only through later reads of what it wrote (often by no one)."""
     buffers = [v[0] for v in vectors if v[1] == stt.BUFFER
@@ -191,8 +192,8 @@ def activations(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Re
 def near_duplicates(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, y: int,
                     z: int) -> Ref:
     """``near_duplicates``: two ops of ``a`` that differ only in a keyword, a literal or a
-    dtype, their difference the result (zero where a pass merges them): ``add(a, b)`` and
-    ``add(a, b, alpha=)``; ``a`` cast to ``float16`` and to ``bfloat16`` (each cast back);
+    dtype, their difference the result (zero where a pass merges them): ``add(a, other)`` and
+    ``add(a, other, alpha=)``; ``a`` cast to ``float16`` and to ``bfloat16`` (each cast back);
     ``mean(a, [1], True)`` and ``mean(a, [0], True)``; with ``activations``, ``gelu(a)``
     and ``gelu(a, approximate='tanh')``."""
     act = b.act()
@@ -365,11 +366,11 @@ def view_writes(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Re
 
 def clone_writes(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, y: int,
                  z: int) -> Ref:
-    """``clone_writes``: ``c = x.clone()`` (or ``x * 1.0``), then ``x`` written in place (``add_`` of ``a``,
-    ``mul_`` of a scalar, ``copy_`` of ``a``), and ``c`` read after the write (it keeps
-    the old value) next to the new ``x``. ``x`` is a value this call computed (later reads
-    see the write) or, half the time where there is one, a buffer of this module (its
-    update). Half the time a second ``clone(x)`` is taken and written itself: equal calls,
+    """``clone_writes``: ``c = x.clone()`` (or ``x * 1.0``), then ``x`` written in place
+    (``add_`` of ``a``, ``mul_`` of a scalar, ``copy_`` of ``a``), and ``c`` read after the
+    write (it keeps the old value) next to the new ``x``. ``x`` is a value this call computed
+    (later reads see the write) or, half the time where there is one, a buffer of this module
+    (its update). Half the time a second ``clone(x)`` is taken and written itself: equal calls,
     one written, which a CSE must not merge."""
     act = b.act()
     buffers = _inplace_buffers(b, path, vectors)
@@ -407,15 +408,15 @@ def clone_writes(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: R
 def masks(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, y: int,
           z: int) -> Ref:
     """``masks``: ``where`` of a bool mask from a comparison with ``0``: a guarded op of
-    ``d = a - b`` (``b`` an earlier value, or ``a``), ``where(d > 0, log(d), a)`` (``sqrt``,
+    ``d = a - other`` (``other`` an earlier value, or ``a``), ``where(d > 0, log(d), a)`` (``sqrt``,
     ``reciprocal``, ``rsqrt``: the branch holds nan or inf where the mask is off); a
     masked fill of ``a`` (``masked_fill`` or ``where`` with a
-    scalar: ``-inf``, ``inf``, ``-1e9``, nan); or ``where(mask, a, b)`` of two values
-    (``b`` an earlier value)."""
+    scalar: ``-inf``, ``inf``, ``-1e9``, nan); or ``where(mask, a, other)`` of two
+    values (``other`` an earlier value)."""
     act = b.act()
     other = back(scope.vals, y)
     variant = z % 4
-    if variant <= 1:  # a guarded op of ``a - b`` (of both signs): the mask says where
+    if variant <= 1:  # a guarded op of ``a - other`` (of both signs): the mask says where
         d = b.op(aten.sub.Tensor, (a, other), shape=act)
         mask = b.op(aten.gt.Scalar, (d, 0.0), shape=("dtype", act, torch.bool))
         guarded = b.op(GUARDED[(y >> 2) % len(GUARDED)], (d,), shape=act)
@@ -456,7 +457,8 @@ def int_math(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, 
     it can have none), combined by ``mul`` / ``add`` / ``sub``. Half the time (always
     with ``edge_values``) the constant is past ``2**53`` for ``add`` / ``sub`` and between
     ``2**46`` and ``2**52`` for ``mul`` (products past ``2**53``: a route through
-    ``float64`` is wrong), else past ``2**31`` or below ``2**20``. The result's low digits (``remainder`` by 997) are cast back,
+    ``float64`` is wrong), else past ``2**31`` or below ``2**20``. The result's low digits
+    (``remainder`` by 997) are cast back,
     scaled by ``2**-10`` and added to ``a``, so a wrong low bit reaches the output."""
     act = b.act()
     i64 = ("dtype", act, torch.int64)
@@ -475,7 +477,7 @@ def int_math(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, 
         on_cpu = (("device", CPU), ("pin_memory", False))
         ramp = b.op(aten.arange.default, (WIDTH,),
                     IDict((("dtype", torch.int64), *on_cpu)), shape=("dtype", (WIDTH,),
-                                                                         torch.int64))
+                                                                     torch.int64))
         ramp = b.op(aten.mul.Tensor, (ramp, step), shape=("dtype", (WIDTH,), torch.int64))
         big = b.op(aten.add.Tensor, (ramp, int(values[1]) | 1),
                    shape=("dtype", (WIDTH,), torch.int64))
@@ -499,7 +501,8 @@ def edge_operands(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: 
     0``, ``x - x``, ``x / x``, ``log(exp(x))``, ``where`` with it on either branch), the
     first the step's result, and any reader of :data:`EDGE_READS` (an op of the value
     twice, a literal edge scalar of ``mul`` / ``add`` / ``div`` / ``pow`` / ``clamp``);
-    the other two are values of their own, which outputs return when nothing reads them. Choices scattered with the body's mix,
+    the other two are values of their own, which outputs return when nothing reads them.
+    Choices scattered with the body's mix,
     as a body step's are (a motif step's bytes are drawn raw). O(1) nodes."""
     act = b.act()
     h = scatter(b.mix, EDGE_SALT, y, z, len(b.nodes))

@@ -145,7 +145,8 @@ def _opset_run(b: ProgramBuilder, path: str, scope: Scope, a: Ref, row: Any, op:
     node = b.add_node(base_name(op), op, tuple(args), kwargs, val)
     if written:  # state written: kept out of ``grad_regions`` bodies
         b.state_values.add(node.name)
-    arg_storages = {storage_identity(v) for v in (lookup(r) for r in iter_refs((tuple(args), kwargs)))
+    read = (lookup(r) for r in iter_refs((tuple(args), kwargs)))
+    arg_storages = {storage_identity(v) for v in read
                     if isinstance(v, torch.Tensor)}
     out = a
     for ix, t in results:
@@ -163,7 +164,7 @@ def _opset_run(b: ProgramBuilder, path: str, scope: Scope, a: Ref, row: Any, op:
             # write to its base, an input's or state's): a pass that gets a view's shape
             # or offset wrong changes what is read, and an output
             r, t = _copy_of_view(b, r, t)
-        key = (size_key(t.shape), t.dtype, _stride_key(b, t))
+        key = (size_key(t.shape), t.dtype, _stride_key(t))
         b.pool.setdefault(key, []).append(r)
         b.opset_results.append(r)
         if key == (b.act_key, torch.float32, None):
@@ -208,7 +209,7 @@ def _opset_call(b: ProgramBuilder, path: str, row: Any, op: Any, sample: Any, wr
             # a domain narrower than ``program_inputs``' [-1, 1) (``normal``'s std >= 0):
             # the sample's own values, never an input or an earlier value
             return state(stt.PARAMETER, "opset_w")
-        if not floating and not _fits_inputs(b, spec):
+        if not floating and not _fits_inputs(spec):
             return state(stt.CONSTANT, "opset_i")  # integer values of the spec's range
         stride = _layout(b, spec)
         shape = tuple(spec.shape)
@@ -231,7 +232,7 @@ def _opset_call(b: ProgramBuilder, path: str, row: Any, op: Any, sample: Any, wr
         if isinstance(a_, TensorSpec):
             return tensor_arg(a_, real, pos, next(tensors))
         if (pos >= 0 and isinstance(a_, (tuple, list)) and a_
-            and all(isinstance(x, TensorSpec) for x in a_)):
+                and all(isinstance(x, TensorSpec) for x in a_)):
             return IList(tuple(tensor_arg(spec, real[j], pos, next(tensors))
                                for j, spec in enumerate(a_)))
         return literal(a_)
@@ -239,20 +240,20 @@ def _opset_call(b: ProgramBuilder, path: str, row: Any, op: Any, sample: Any, wr
     args = tuple(argument(a_, reals[pos], pos) for pos, a_ in enumerate(sample.args))
     kwargs = IDict(tuple((key_, argument(v, real_kwargs[key_], -1))
                          for key_, v in sample.kwargs))
-    layouts = {n: layout_key(v) for n, v in planned.items()}
+    layouts = {n: _layout_key(v) for n, v in planned.items()}
     try:
         with guards_refused(b.mode), fake_failures_unlogged():
             val = fake_call(b.mode, op, args, kwargs, lookup)
     except Exception:  # noqa: BLE001 - no fake run (data-dependent shape, no kernel, a
         # guard on the batch): no step
         return None
-    if any(layout_key(v) != layouts[n] for n, v in planned.items()):
+    if any(_layout_key(v) != layouts[n] for n, v in planned.items()):
         return None  # it resized a written argument (``resize_``, ``set_``): a
         # placeholder's val would no longer be its state's shape
     return plan, args, kwargs, val, lookup
 
 
-def _fits_inputs(b: ProgramBuilder, spec: Any) -> bool:
+def _fits_inputs(spec: Any) -> bool:
     """An integer / bool spec whose range :func:`program_inputs`'s values fit."""
     if spec.dtype == torch.bool:
         return True
@@ -268,7 +269,7 @@ def _layout(b: ProgramBuilder, spec: Any) -> tuple[int, ...] | None:
     return tuple(spec.stride) if "strided_inputs" in b.on else None
 
 
-def _stride_key(b: ProgramBuilder, t: torch.Tensor) -> tuple | None:
+def _stride_key(t: torch.Tensor) -> tuple | None:
     """``t``'s strides as a pool key (None: contiguous), read without a guard."""
     stride = size_key(t.stride())
     step: Any = 1
@@ -279,7 +280,8 @@ def _stride_key(b: ProgramBuilder, t: torch.Tensor) -> tuple | None:
     return None if stride == size_key(reversed(contiguous)) else stride
 
 
-def _new_input(b: ProgramBuilder, spec: Any, shape: tuple, stride: tuple[int, ...] | None, plan: Plan,
+def _new_input(b: ProgramBuilder, spec: Any, shape: tuple, stride: tuple[int, ...] | None,
+               plan: Plan,
                planned: dict) -> Ref:
     """A new user input of ``spec``'s dtype and ``shape`` (``spec``'s, or with the symbolic
     batch first: then contiguous), positional after the others, of ``stride`` through a
@@ -307,5 +309,6 @@ def _new_input(b: ProgramBuilder, spec: Any, shape: tuple, stride: tuple[int, ..
     return ref(view)
 
 
-def layout_key(t: torch.Tensor) -> tuple:
+def _layout_key(t: torch.Tensor) -> tuple:
+    """``t``'s sizes and strides as a key that compares without a guard."""
     return size_key(t.shape), size_key(t.stride())

@@ -520,7 +520,7 @@ class _Decoder(ProgramBuilder):
     # --- objects, paths and state ----------------------------------------------------------
 
     def _objects(self, records: bytes) -> list[ModuleObject]:
-        """Module objects from 6-byte records (the first is the root's):
+        """Module objects from 7-byte records (the first is the root's):
 
         0. class: ``M{byte % (index + 1)}`` (classes repeat across objects);
         1. parameters: count ``% 3``; bits 2-3 matrix, 4-5 ``requires_grad``, 6 preserved
@@ -689,15 +689,6 @@ class _Decoder(ProgramBuilder):
         if pick < len(self.edges):
             flat = value.view(-1)
             flat[at] = self.edges[pick] if value.is_floating_point() else 2**53 + 2 * pick + 1
-
-    # --- nodes ------------------------------------------------------------------------------
-
-
-
-
-
-
-
 
     # --- bodies -----------------------------------------------------------------------------
 
@@ -948,7 +939,6 @@ class _Decoder(ProgramBuilder):
         self.late_inputs.append(name)
         return ref(name)
 
-
     def _sum(self, first: Ref, rest: list[Ref]) -> Ref:
         """``first + rest[0] + ...``, one ``add`` per term, in the current frame."""
         for value in rest:
@@ -988,10 +978,6 @@ class _Decoder(ProgramBuilder):
         elif row.role != OPSET:
             self.plain_results.append(out)
 
-
-
-
-
     def _splice_late(self, names: list[str], positional: int) -> list[str]:
         """Move the placeholders the opset steps made to where ``import_ep`` puts them: state
         after the state of its kind, user inputs after the positional ones. Returns the user
@@ -1014,10 +1000,6 @@ class _Decoder(ProgramBuilder):
         rest = [n for n in self.nodes if n.op != PLACEHOLDER]
         self.nodes = [placeholders[s.name] for s in specs] + rest
         return users
-
-
-
-
 
     # --- the whole program ------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ builds it (``ir.strategies.vocabulary_steps``, ``ir.strategies.motifs``,
 ``ir.strategies.opset_calls``), the feature that switches it on, its weight among the kinds a
 body draws (a kind of weight 2 is drawn twice as often as one of weight 1), its role, and
 what else it needs of the module and the scope it runs in. A new kind of step is a function
-and a row; nothing else in the generator names it.
+and a row (the decoder's ``_step`` names two kinds only: the first ``unary`` step of a module
+with the large linears' pair is ``mlp``, and ``opset`` has a share of its own besides).
 
 Roles say where a kind is drawn besides the body's draws among the kinds available
 (:func:`pick_kind`):
@@ -14,7 +15,7 @@ Roles say where a kind is drawn besides the body's draws among the kinds availab
     only there.
 ``TARGETED``
     what users' passes rewrite: also one step of its own at a drawn place of the root's body,
-    for ``TARGETED_STEPS`` of the features switched on (``ProgramBuilder._draw_body``).
+    for ``TARGETED_STEPS`` of the features switched on (``programs._Decoder._draw_body``).
 ``MOTIF``
     what bugs need (state and alias traffic, everyday ops, values at the edges): the motifs
     switched on share one slot of the body's draws, and each also has a step of its own at a
@@ -23,8 +24,11 @@ Roles say where a kind is drawn besides the body's draws among the kinds availab
     a call of the verified table: also one body step in ``OPSET_SHARE``, and the closing run
     of the root's body.
 
-The order of the rows is the order of the kinds a body draws among, so a row added at the
-end (or a feature switched off) moves no other kind's draws.
+The order of the rows is the order of the kinds a body draws among: a step's kind byte picks
+entry ``byte mod entries``. A row added keeps each other kind's share of the draws (its weight
+over the total); which kind one byte picks moves, as any change of the table moves the program
+a given byte string decodes to (a new ``TARGETED`` row also adds four bytes to the targeted
+steps' draw).
 """
 
 from __future__ import annotations

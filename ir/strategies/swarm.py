@@ -86,7 +86,8 @@ OPT_IN_FEATURES = frozenset({"crossing_state", "stale_signatures", "grad_regions
 meet stay the same); and ``grad_regions`` puts nodes in a higher-order-op body, where a pass
 written on the root graph does not look; ``edge_values`` puts inf and nan in state, where a
 correct pass checked with a tolerance (fake quantization) differs from its input, until the
-semantics law says what a tolerance means where the input's own output is not finite. Their flags are drawn after the others', and only
+semantics law says what a tolerance means where the input's own output is not finite. Their
+flags are drawn after the others', and only
 when one of them may be on."""
 
 OPSET_SHARE = 8
@@ -142,6 +143,7 @@ feature: one half). A share is a multiple of 1/256: its flag byte is at least ``
 share)``."""
 
 DEFAULT_SHARE = Fraction(1, 2)
+"""The share of draws a feature without a row of :data:`ON_SHARE` is on in."""
 
 
 @attrs.frozen

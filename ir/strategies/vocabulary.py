@@ -40,8 +40,8 @@ INPLACE = (aten.add_.Tensor, aten.sub_.Tensor)
 FUNCTIONAL = (aten.add.Tensor, aten.sub.Tensor)
 SCALARS = (0.5, -1.0, 2.0, 0.25)
 IDENTITIES = ((aten.mul.Tensor, (1.0,)), (aten.add.Tensor, (0,)), (aten.sub.Tensor, (0.0,)),
-               (aten.div.Tensor, (1.0,)), (aten.pow.Tensor_Scalar, (2,)), (aten.mul.Tensor, (2,)),
-               (aten.clone.default, ()))
+              (aten.div.Tensor, (1.0,)), (aten.pow.Tensor_Scalar, (2,)), (aten.mul.Tensor, (2,)),
+              (aten.clone.default, ()))
 READERS = ((aten.clone.default, ()), (aten.mul.Tensor, (1.0,)))  # (target, literals after x)
 # the motif steps' tables: reads of a state vector (target, literals after it); views of a
 # ``(batch, WIDTH)`` value and of a ``(WIDTH,)`` one (target, literals after it); in-place
@@ -50,18 +50,18 @@ READERS = ((aten.clone.default, ()), (aten.mul.Tensor, (1.0,)))  # (target, lite
 # (large ones overflow ``exp`` without the max subtracted, whatever the sign of ``a``; a
 # softmax does not change with the shift); softmax targets; int64 ops
 STATE_READS = ((aten.mul.Tensor, (2.0,)), (aten.neg.default, ()), (aten.add.Tensor, (0.5,)),
-                (aten.tanh.default, ()))
+               (aten.tanh.default, ()))
 VIEWS_2D = ((aten.slice.Tensor, (1, 0, 2)), (aten.select.int, (0, 0)),
-             (aten.diagonal.default, ()), (aten.view.default, ("flat",)))
+            (aten.diagonal.default, ()), (aten.view.default, ("flat",)))
 VIEWS_1D = ((aten.slice.Tensor, (0, 0, 2)), (aten.select.int, (0, 1)),
-             (aten.slice.Tensor, (0, 1, WIDTH, 2)), (aten.view.default, (IList((2, 2)),)))
+            (aten.slice.Tensor, (0, 1, WIDTH, 2)), (aten.view.default, (IList((2, 2)),)))
 VIEW_WRITES = ((aten.add_.Tensor, (1.0,)), (aten.mul_.Tensor, (-2.0,)), (aten.fill_.Scalar, (0.5,)))
 MASKS = (aten.gt.Scalar, aten.lt.Scalar, aten.ge.Scalar, aten.le.Scalar)
 GUARDED = (aten.log.default, aten.sqrt.default, aten.reciprocal.default, aten.rsqrt.default)
 FILLS = (-math.inf, math.inf, -1e9, math.nan)
 LOGITS = ((1.0, 0.0), (1e3, 0.0), (16.0, 1e3), (0.125, 1e3))  # (scale, shift)
 SOFTMAX = ((aten.softmax.int, ()), (aten._softmax.default, (False,)),
-            (aten.log_softmax.int, ()), (aten._log_softmax.default, (False,)))
+           (aten.log_softmax.int, ()), (aten._log_softmax.default, (False,)))
 INT_OPS = (aten.mul.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.sub.Tensor)
 EDGES = (math.inf, -math.inf, math.nan, -0.0, 1e30, 7e4, 1e-40, -3e38)
 """Values at the edges a state tensor holds under ``edge_values``: infinities, nan, a negative

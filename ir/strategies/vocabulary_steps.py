@@ -57,8 +57,8 @@ def _of_two(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Ref, y
     other: Any
     source = z % 3 if vectors else z % 3 % 2 * 2
     if scaled and source == 2 and vectors:
-        # an ``alpha`` scales a bias more often than a literal (``add(x, b, alpha=)`` with
-        # ``b`` broadcast over the batch: where a compiler's broadcast path may drop the
+        # an ``alpha`` scales a bias more often than a literal (``add(x, bias, alpha=)``
+        # with ``bias`` broadcast over the batch: where a compiler's broadcast path may drop the
         # keyword)
         source = 1
     if source == 0:
