@@ -48,7 +48,16 @@ from ir.harness.observe import (
     observed_difference,
     shares_storage,
 )
-from ir.harness.run import Outcome, OutOfTime, ShrinkBudget, fresh, outcome, seeded, widen
+from ir.harness.run import (
+    Outcome,
+    OutOfTime,
+    ShrinkBudget,
+    ShrinkLimit,
+    fresh,
+    outcome,
+    seeded,
+    widen,
+)
 from ir.harness.runner import Ran, judge, regrouped, run_side, state_value
 from ir.harness.tolerance import REASSOCIATE, TOLERANCE, tolerance
 
@@ -68,6 +77,7 @@ __all__ = [
     "Ran",
     "Regrouped",
     "ShrinkBudget",
+    "ShrinkLimit",
     "Trial",
     "digest",
     "find_difference",

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from ir.harness.observe import Law
-from ir.harness.run import ShrinkBudget
+from ir.harness.run import ShrinkLimit
 
 
 @attrs.frozen(eq=False)
@@ -41,8 +41,9 @@ class Trial:
       (a pass's, a rule's, a function's) and nothing else that a renaming or a respacing of
       the code under test changes: whether a bug is caught must not depend on what it is
       called;
-    - ``budget``: a limit on shrinking (``ir.harness.ShrinkBudget``), or ``None`` (hypothesis
-      shrinks as long as it likes). Each ``check`` runs under it, and once it runs out the
+    - ``budget``: a limit on shrinking (``ir.harness.run.ShrinkLimit``: ``ShrinkBudget`` in
+      seconds, ``ShrinkCalls`` in calls), or ``None`` (hypothesis shrinks as long as it
+      likes). Each ``check`` runs under it, and once it runs out the
       smallest failure found is raised.
     """
 
@@ -50,7 +51,7 @@ class Trial:
     draws: Any
     check: Callable[[Any], None]
     key: Hashable = ()
-    budget: ShrinkBudget | None = None
+    budget: ShrinkLimit | None = None
 
 
 def digest(trial: Trial) -> bytes:

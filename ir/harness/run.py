@@ -141,7 +141,7 @@ def _accelerator_present() -> bool:
 
 
 class OutOfTime(BaseException):
-    """Raised by ``ShrinkBudget.run`` once its time is up, through hypothesis (which lets a
+    """Raised by ``ShrinkLimit.run`` once its limit is spent, through hypothesis (which lets a
     ``BaseException`` pass at once); ``failure`` is the smallest counterexample's error."""
 
     def __init__(self, failure: BaseException) -> None:
@@ -149,43 +149,76 @@ class OutOfTime(BaseException):
         self.failure = failure
 
 
-class ShrinkBudget:
-    """A time limit on shrinking a counterexample inside a hypothesis test.
+class ShrinkLimit:
+    """A limit on shrinking a counterexample inside a hypothesis test (the ``budget`` of an
+    ``ir.harness.Trial``); a subclass says when it is spent.
 
     ``run(key, check)`` runs ``check()``. Once some run has raised ``failure`` (the law's
-    error type) and ``seconds`` have passed since, the next ``run`` raises ``OutOfTime``
-    carrying the latest failure (while shrinking, hypothesis runs only candidates smaller than
-    the best so far, so the latest failure is the smallest): catch it around the hypothesis
-    test and raise its ``failure``. ``guard(test)`` does both. A refused law so reports within
-    about ``seconds`` of its first counterexample.
+    error type) and the limit is spent (:meth:`_spent`, asked before each later run), the next
+    ``run`` raises ``OutOfTime`` carrying the latest failure (while shrinking, hypothesis runs
+    only candidates smaller than the best so far, so the latest failure is the smallest).
+    ``guard(test)`` runs the hypothesis test and raises that failure in its place, with the
+    limit's note (:meth:`_note`) where it has one.
+
+    Laws: a run with no failure before it is never stopped; the failure raised is the latest.
+    O(1) per run besides ``check`` and :meth:`_spent`.
     """
 
-    def __init__(self, seconds: float, failure: type[BaseException] = AssertionError) -> None:
-        self.seconds = seconds
+    def __init__(self, failure: type[BaseException] = AssertionError) -> None:
         self.failure = failure
-        self.first: float | None = None
         self.latest: BaseException | None = None
 
+    def _spent(self) -> bool:
+        """Whether the limit is spent, asked before each run once a failure is known (a limit
+        counted in runs counts this run here)."""
+        raise NotImplementedError
+
+    def _failed(self) -> None:
+        """A run raised ``failure`` (the limit may start counting from the first)."""
+
+    def _note(self) -> str | None:
+        """A note for the failure raised when the limit is spent (None: no note)."""
+        return None
+
     def run(self, key: Hashable, check: Callable[[], None]) -> None:
-        """Run ``check()`` under the budget (see the class docstring); ``key`` names the draw
+        """Run ``check()`` under the limit (see the class docstring); ``key`` names the draw
         (kept for reports). O(1) besides ``check``."""
-        if self.latest is not None and time.monotonic() > (self.first or 0.0) + self.seconds:
+        if self.latest is not None and self._spent():
             raise OutOfTime(self.latest)
         try:
             check()
         except self.failure as exc:
-            if self.first is None:
-                self.first = time.monotonic()
+            self._failed()
             self.latest = exc
             raise
 
     def guard(self, test: Callable[[], None]) -> None:
-        """Run the hypothesis test ``test()``; when the budget ran out, raise the smallest
-        failure found (without hypothesis's report of it)."""
+        """Run the hypothesis test ``test()``; when the limit was spent, raise the smallest
+        failure found (without hypothesis's report of it), with the limit's note."""
         try:
             test()
         except OutOfTime as stop:
+            note = self._note()
+            if note is not None:
+                stop.failure.add_note(note)
             raise stop.failure from None
 
 
-__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "fresh", "outcome", "widen"]
+class ShrinkBudget(ShrinkLimit):
+    """A time limit on shrinking (:class:`ShrinkLimit`): spent ``seconds`` after the first
+    failure. A refused law so reports within about ``seconds`` of its first counterexample."""
+
+    def __init__(self, seconds: float, failure: type[BaseException] = AssertionError) -> None:
+        super().__init__(failure)
+        self.seconds = seconds
+        self.first: float | None = None
+
+    def _spent(self) -> bool:
+        return time.monotonic() > (self.first or 0.0) + self.seconds
+
+    def _failed(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+
+__all__ = ["OutOfTime", "Outcome", "ShrinkBudget", "ShrinkLimit", "fresh", "outcome", "widen"]

@@ -15,20 +15,14 @@ checker's, counts seconds).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-
-from ir.harness.run import OutOfTime
+from ir.harness.run import ShrinkLimit
 
 
-class ShrinkCalls:
-    """A shrink budget (the ``budget`` of an ``ir.harness.Trial``) of ``calls`` runs past the
-    first failure.
-
-    ``run(key, check)`` runs ``check()``. A run that raises ``failure`` (the law's error type)
-    is the smallest failure so far (once a failure is found, hypothesis runs only candidates
-    smaller than the best one); once ``calls`` runs have followed the first failure, the next
-    ``run`` raises ``OutOfTime`` carrying the latest failure, which hypothesis lets pass at
-    once. ``guard(test)`` runs the hypothesis test and raises that failure in its place.
+class ShrinkCalls(ShrinkLimit):
+    """A shrink limit (:class:`ir.harness.run.ShrinkLimit`) of ``calls`` runs past the first
+    failure: once ``calls`` runs have followed it, the next ``run`` raises ``OutOfTime``
+    carrying the latest failure, and ``guard`` raises that failure with a note saying that
+    shrinking stopped there.
 
     Laws: the same sequence of runs stops at the same run (no clock is read); a run with no
     failure before it is never stopped; at most ``calls`` checks run after the first failure.
@@ -38,34 +32,19 @@ class ShrinkCalls:
     def __init__(self, calls: int, failure: type[BaseException] = AssertionError) -> None:
         if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
             raise ValueError(f"calls must be a positive int, got {calls!r}")
+        super().__init__(failure)
         self.calls = calls
-        self.failure = failure
         self.since = 0
-        self.latest: BaseException | None = None
 
-    def run(self, key: Hashable, check: Callable[[], None]) -> None:
-        """Run ``check()`` under the budget (see the class docstring); ``key`` names the draw
-        (kept for reports)."""
-        if self.latest is not None:
-            if self.since >= self.calls:
-                raise OutOfTime(self.latest)
-            self.since += 1
-        try:
-            check()
-        except self.failure as exc:
-            self.latest = exc
-            raise
+    def _spent(self) -> bool:
+        if self.since >= self.calls:
+            return True
+        self.since += 1
+        return False
 
-    def guard(self, test: Callable[[], None]) -> None:
-        """Run the hypothesis test ``test()``; when the budget ran out, raise the smallest
-        failure found (without hypothesis's report of it), with a note saying that shrinking
-        stopped here."""
-        try:
-            test()
-        except OutOfTime as stop:
-            stop.failure.add_note(f"(shrinking stopped {self.calls} calls after the first "
-                                  "failure: the smallest failure found so far)")
-            raise stop.failure from None
+    def _note(self) -> str:
+        return (f"(shrinking stopped {self.calls} calls after the first failure: the smallest "
+                "failure found so far)")
 
 
 __all__ = ["ShrinkCalls"]

@@ -242,10 +242,7 @@ def inplace_ops(b: ProgramBuilder, path: str, scope: Scope, vectors: list, a: Re
     op read); later reads see the write. Half the time a copy of it is taken just before
     the write (``clone``, or ``mul`` by ``1.0``) and is the step's result.
     Where there is none, ``relu(a)``."""
-    here = (len(b.frames), b.frames[-1][0])
-    inputs = set(b.input_current.values())
-    mine = [v for v in scope.vals if b.made_in.get(v.name) == here
-            and v not in inputs and v not in b.crossing_only] if not scope.preserved else []
+    mine = _mine(b, scope)
     if not mine:
         return b.op(aten.relu.default, (a,), shape=b.act())
     v = mine[-1 - y % len(mine)]
