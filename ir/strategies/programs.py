@@ -188,6 +188,14 @@ preserved-call stages change most draws (the law tests of ``rematerialize`` and
 Every activation the fixed vocabulary reads is a float32 ``(batch, WIDTH)`` tensor and every state tensor ``(WIDTH,)`` or
 ``(WIDTH, WIDTH)`` (but the ``large_linears`` pair, read only by its own step), so any op
 composes with any other.
+Where the parts are: this module holds the strategies and the decoder (module tree, state,
+bodies, calls, preserved calls, grad regions, outputs). Which features a draw switches on and
+how often each kind of step is drawn is ``ir.strategies.swarm``; the kinds of body step, one
+row each (its builder function, feature, weight, role), ``ir.strategies.step_kinds``; the
+operators and literals the steps call, ``ir.strategies.vocabulary``; the steps,
+``ir.strategies.vocabulary_steps``, ``ir.strategies.motifs`` and ``ir.strategies.opset_calls``;
+the program under construction they build through, ``ir.strategies.builder``; how bytes become
+choices, ``ir.strategies.decoding``; example inputs, ``ir.strategies.input_values``.
 """
 
 from __future__ import annotations
