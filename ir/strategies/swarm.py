@@ -4,8 +4,9 @@ step is drawn.
 ``ir.strategies.programs`` draws a subset of :data:`FEATURES` per program (swarm testing: one
 run mixes sparse and dense programs, and shrinking switches features off). Each feature has a
 flag byte and is on where that byte reaches its share (:data:`ON_SHARE`: half the draws
-unless a row says otherwise); the flags come in three groups, each one byte string, so a
-feature added to one group moves no other group's draws (:data:`FLAG_GROUPS`). The shares of
+unless a row says otherwise); the flags come in three groups, each one byte string drawn
+only where one of its features may be on (the first always), so an opt-in feature added
+changes no default draw (:data:`FLAG_GROUPS`). The shares of
 the steps themselves (the opset's, the lone inputs', the targeted steps', the closing run's
 room) are here too: what is drawn is ``ir.strategies.step_kinds`` and
 ``ir.strategies.vocabulary``; how often is this module.
