@@ -9,7 +9,9 @@ Two tiers:
   :data:`OPSET_FEATURES` widen them: strides, integer / bool / half values, train-mode norms,
   in-place variants, core aten rows).
   ``crossing_programs`` draws the same programs with values and state crossing preserved call
-  boundaries in most draws (what the preserved-call stages rewrite).
+  boundaries in most draws (what the preserved-call stages rewrite). What it draws and how
+  often is data in modules of their own: ``swarm`` (the features and their shares),
+  ``step_kinds`` (one row per kind of body step), ``vocabulary`` (operators and literals).
 - export (``ir.strategies.module_trees``): exportable ``nn.Module`` hierarchies and their
   ``torch.export`` programs; end to end, about ten per second.
 
