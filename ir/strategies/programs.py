@@ -970,8 +970,8 @@ class _Decoder(ProgramBuilder):
         a = back(scope.vals, x)
         if drawn and choice != "opset" and self._lone(scope, kind, x, y, z):
             a = self._lone_input()
-        if choice == "unary" and path not in self.large_read and any(
-                s[0] == "wl0" for s in obj.state):
+        if (choice == "unary" and path not in self.large_read
+                and KIND["mlp"].needs(self, obj.state, scope)):
             choice = "mlp"  # a module's large linears are read by its first unary step
         row = KIND[choice]
         vectors = [s for s in obj.state if len(s[2]) == 1]

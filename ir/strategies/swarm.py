@@ -154,11 +154,9 @@ class FlagGroup:
 
     features: tuple[str, ...]
     always_drawn: bool
-    strategy: st.SearchStrategy[bytes] = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        n = len(self.features)
-        object.__setattr__(self, "strategy", st.binary(min_size=n, max_size=n))
+    strategy: st.SearchStrategy[bytes] = attrs.field(init=False, default=attrs.Factory(
+        lambda g: st.binary(min_size=len(g.features), max_size=len(g.features)),
+        takes_self=True))
 
 
 _FLAGGED = (*OPSET_FEATURES, "symbolic_sizes", "edge_operands")
