@@ -371,7 +371,9 @@ over its forms), so that an operator of one rare form is drawn as often as one o
 is the floor under every operator's count. The rest, ``1 - FORM_USE_SHARE - FORM_OP_SHARE``, is
 even over the forms: a form one call in ten thousand has is drawn as well as the commonest. At
 0.2 (even over forms 0.7), the operators of many forms took most draws (``view``, ``full``,
-``slice``: 190 to 240 calls in 800 programs) and those of one form 8 to 12."""
+``slice``: 190 to 240 calls in 800 programs) and those of one form 8 to 12. Each operator's
+part is scaled by :func:`form_boosts`, so that the swarm as a whole, not one feature set,
+draws every operator alike."""
 
 
 def form_units(on: frozenset[str], names: frozenset[str] | None) -> tuple[tuple[int, int], ...]:
@@ -398,6 +400,7 @@ def _form_table(on: frozenset[str], names: frozenset[str] | None
     per_op: dict[str, int] = {}
     for f in every:
         per_op[f.op] = per_op.get(f.op, 0) + 1
+    boosts = form_boosts()
     units: list[tuple[int, int]] = []
     cumulative: list[float] = []
     running = 0.0
@@ -407,13 +410,67 @@ def _form_table(on: frozenset[str], names: frozenset[str] | None
             if sample not in samples:
                 continue  # a feature this program lacks
             weight = (FORM_USE_SHARE * uses / total
-                      + FORM_OP_SHARE / len(per_op) / per_op[e.name]
+                      + FORM_OP_SHARE / len(per_op) / per_op[e.name] * boosts.get(e.name, 1.0)
                       + (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every))
             flags = len(sample_features(e, sample) - {"opset"})
             running += weight / (level * 0.5 ** flags)
             units.append((i, samples.index(sample)))
             cumulative.append(running)
     return tuple(units), tuple(cumulative)
+
+
+FORM_FIT_ROUNDS = 60
+"""Rounds of :func:`form_boosts`' fit (each a pass over the swarm's feature sets)."""
+
+
+@functools.cache
+def form_boosts() -> dict[str, float]:
+    """Operator name -> the factor on its forms' share of the census draws that is even over
+    the operators (:data:`FORM_OP_SHARE`), fitted so that over the default swarm's feature
+    sets every operator of the census gets the same expected number of those draws (one
+    program's draws are normalized over the forms it may call, so dividing a form's weight by
+    its availability alone left the operators whose forms need features at a third of an even
+    share). Memoized; O(rounds x feature sets x forms) tensor work, once per process."""
+    every = [f for f in census().values() if f.example is not None]
+    drawable = {e.name: e for e, _, _ in _drawable()}
+    forms = [f for f in every if f.op in drawable]
+    if not forms:
+        return {}
+    total = sum(f.uses for f in every)
+    per_op: dict[str, int] = {}
+    for f in every:
+        per_op[f.op] = per_op.get(f.op, 0) + 1
+    ops = sorted({f.op for f in forms})
+    flags = sorted(ROW_FEATURES - {"opset"})
+    needs = [sample_features(drawable[f.op], f.example) for f in forms]
+    levels = [drawable[f.op].levels for f in forms]
+    shares = []
+    for need, lv in zip(needs, levels):
+        level = 1.0 if not lv or {"core", "training"} <= lv else 0.5
+        shares.append(level * 0.5 ** len(need - {"opset"}))
+    rows = []
+    for mask in range(2 ** len(flags)):
+        on = {"opset"} | {f for k, f in enumerate(flags) if mask >> k & 1}
+        level = "core" if "core_level" in on else "training"
+        rows.append([float(need <= on and (not lv or level in lv))
+                     for need, lv in zip(needs, levels)])
+    avail = torch.tensor(rows, dtype=torch.float64)
+    share = torch.tensor(shares, dtype=torch.float64)
+    rest = torch.tensor([(FORM_USE_SHARE * f.uses / total
+                          + (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every)) for f in forms],
+                        dtype=torch.float64) / share
+    even = torch.tensor([FORM_OP_SHARE / len(per_op) / per_op[f.op] for f in forms],
+                        dtype=torch.float64) / share
+    of_op = torch.tensor([ops.index(f.op) for f in forms])
+    boost = torch.ones(len(ops), dtype=torch.float64)
+    for _ in range(FORM_FIT_ROUNDS):
+        mass = even * boost[of_op]
+        drawn = avail * mass / (avail @ (rest + mass)).unsqueeze(1)
+        per = torch.zeros(len(ops), dtype=torch.float64).index_add_(0, of_op, drawn.mean(0))
+        boost = boost * per.mean() / per
+        got = per.sum()
+        boost = boost * (FORM_OP_SHARE / (1 - FORM_OP_SHARE)) / (got / (1 - got))
+    return {op: float(b) for op, b in zip(ops, boost)}
 
 
 _FORM_SALT = 0x666F726D  # "form": the census draw's own stream of ``h``
