@@ -74,8 +74,8 @@ def test_law_violation_is_an_assertion_error_that_names_the_law():
     def breaks_verify(p):
         return p.replace(state_order=p.state_order + ("nowhere",))
 
-    with pytest.raises(AssertionError) as caught:
-        check_laws(breaks_verify, max_examples=20)
+    with pytest.raises(AssertionError) as caught:  # (shrinking is not the subject: cut short)
+        check_laws(breaks_verify, max_examples=20, shrink_calls=20)
     assert isinstance(caught.value, LawViolation)
     assert caught.value.law == "verify"
     assert "law 'verify' broken by " in str(caught.value)
@@ -138,7 +138,7 @@ def test_a_subset_of_laws_can_be_checked():
 
     check_laws(prints, laws=("verify", "determinism"), max_examples=10, allow_vacuous=True)
     with pytest.raises(LawViolation, match="printed 'hello"):
-        check_laws(prints, laws=("purity",), max_examples=10)
+        check_laws(prints, laws=("purity",), max_examples=10, shrink_calls=20)
 
 
 def test_other_program_strategies_can_be_given():
@@ -283,7 +283,7 @@ def test_outside_pytest_check_laws_is_repeatable_and_writes_no_database(tmp_path
         "    return p.replace(state_order=p.state_order + ('nowhere',))\n"
         "for _ in range(2):\n"
         "    try:\n"
-        "        check_laws(planted, max_examples=20)\n"
+        "        check_laws(planted, max_examples=20, shrink_calls=20)\n"
         "    except LawViolation as e:\n"
         "        print(str(e).replace('\\n', ' '))\n"
     )

@@ -471,7 +471,7 @@ def test_bad_crossing_arguments_name_the_argument(kwargs, named):
 
 
 def test_program_inputs_needs_placeholder_values():
-    p = find(programs(), lambda p: True, settings=FIND)
+    p = find(programs(), lambda p: True, settings=settings(FIND, phases=[Phase.generate]))
     graph = p.root_module.graph
     nodes = tuple(n.replace(meta={}) if n.op == "placeholder" else n for n in graph.nodes)
     bare = p.replace(modules=p.modules.set(p.root, p.root_module.replace(
