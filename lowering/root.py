@@ -81,7 +81,9 @@ class LoweredRoot(GraphRunner, UnflattenedModule):
         self._run_with_interpreter = interpreter
         self.meta: dict[str, Any] = {}
         self._input_checks = input_checks(user_placeholders(ir_graph, plan))
-        self._ranges = ranges_of(range_constraints)
+        # set beside ``__setattr__``, which would make the call path now: ``lower`` makes it
+        # once the root is complete
+        self.__dict__["_ranges"] = ranges_of(range_constraints)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)

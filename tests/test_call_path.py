@@ -137,6 +137,29 @@ BAD_CALLS = {
 }
 
 
+def test_lower_makes_the_call_path_once_and_a_later_assignment_again(built, monkeypatch) -> None:
+    import importlib
+
+    lower_module = importlib.import_module("lowering.lower")  # (the package's lower is the function)
+    root_module = importlib.import_module("lowering.root")
+
+    _, _, ep = built
+    made: list[object] = []
+    real = root_module.attach_call_path
+
+    def counted(root):
+        made.append(root)
+        real(root)
+
+    monkeypatch.setattr(root_module, "attach_call_path", counted)
+    monkeypatch.setattr(lower_module, "attach_call_path", counted)
+    m = lower(import_ep(ep))
+    assert made == [m]  # once, on the finished root (its device probe and direct code set)
+    assert m._call_path is not None
+    m.check_input_constraints = True  # an input of the call path assigned: made again
+    assert made == [m, m]
+
+
 @pytest.mark.parametrize("case", list(BAD_CALLS))
 def test_bad_calls_miss_and_raise_the_same_text(built, case: str) -> None:
     _, m, ep = built
