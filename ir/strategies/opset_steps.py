@@ -395,28 +395,48 @@ def form_weights(on: frozenset[str], names: frozenset[str] | None) -> tuple[floa
 @functools.cache
 def _form_table(on: frozenset[str], names: frozenset[str] | None
                 ) -> tuple[tuple[tuple[int, int], ...], tuple[float, ...]]:
-    every = [f for f in census().values() if f.example is not None]
-    total = sum(f.uses for f in every)
-    per_op: dict[str, int] = {}
-    for f in every:
-        per_op[f.op] = per_op.get(f.op, 0) + 1
     boosts = form_boosts()
     units: list[tuple[int, int]] = []
     cumulative: list[float] = []
     running = 0.0
     for i, (e, _, samples) in enumerate(opset_rows(on, names)):
-        level = 1.0 if not e.levels or {"core", "training"} <= e.levels else 0.5
         for _, uses, sample in form_samples().get(e.name, ()):
             if sample not in samples:
                 continue  # a feature this program lacks
-            weight = (FORM_USE_SHARE * uses / total
-                      + FORM_OP_SHARE / len(per_op) / per_op[e.name] * boosts.get(e.name, 1.0)
-                      + (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every))
-            flags = len(sample_features(e, sample) - {"opset"})
-            running += weight / (level * 0.5 ** flags)
+            by_uses, even, uniform = _weight_parts(e.name, uses)
+            running += (by_uses + even * boosts.get(e.name, 1.0) + uniform) / _swarm_share(
+                e, sample)
             units.append((i, samples.index(sample)))
             cumulative.append(running)
     return tuple(units), tuple(cumulative)
+
+
+@functools.cache
+def _census_forms() -> tuple[tuple[Any, ...], dict[str, int], int]:
+    """The census's forms that have an example, how many of them each operator has, and the
+    uses of them all. Memoized; O(forms)."""
+    every = tuple(f for f in census().values() if f.example is not None)
+    per_op: dict[str, int] = {}
+    for f in every:
+        per_op[f.op] = per_op.get(f.op, 0) + 1
+    return every, per_op, sum(f.uses for f in every)
+
+
+def _weight_parts(op: str, uses: int) -> tuple[float, float, float]:
+    """A census form's weight (of operator ``op``, called ``uses`` times) in its three parts:
+    :data:`FORM_USE_SHARE` by its uses, :data:`FORM_OP_SHARE` even over the operators (the
+    part :func:`form_boosts` scales), the rest even over the forms. O(1)."""
+    every, per_op, total = _census_forms()
+    return (FORM_USE_SHARE * uses / total, FORM_OP_SHARE / len(per_op) / per_op[op],
+            (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every))
+
+
+def _swarm_share(e: OpEntry, sample: Sample) -> float:
+    """The share of the swarm's feature sets that let a program call row ``e`` with
+    ``sample``: its level's (a half unless it is drawn at both), a half per feature the sample
+    needs. O(arguments)."""
+    level = 1.0 if not e.levels or {"core", "training"} <= e.levels else 0.5
+    return level * 0.5 ** len(sample_features(e, sample) - {"opset"})
 
 
 FORM_FIT_ROUNDS = 60
@@ -429,25 +449,20 @@ def form_boosts() -> dict[str, float]:
     the operators (:data:`FORM_OP_SHARE`), fitted so that over the default swarm's feature
     sets every operator of the census gets the same expected number of those draws (one
     program's draws are normalized over the forms it may call, so dividing a form's weight by
-    its availability alone left the operators whose forms need features at a third of an even
-    share). Memoized; O(rounds x feature sets x forms) tensor work, once per process."""
-    every = [f for f in census().values() if f.example is not None]
+    its availability alone left the operators whose forms need features at about half an
+    even share). Memoized; O(rounds x feature sets x forms) tensor work, once per process."""
+    every, _, _ = _census_forms()
     drawable = {e.name: e for e, _, _ in _drawable()}
     forms = [f for f in every if f.op in drawable]
     if not forms:
         return {}
-    total = sum(f.uses for f in every)
-    per_op: dict[str, int] = {}
-    for f in every:
-        per_op[f.op] = per_op.get(f.op, 0) + 1
     ops = sorted({f.op for f in forms})
     flags = sorted(ROW_FEATURES - {"opset"})
     needs = [sample_features(drawable[f.op], f.example) for f in forms]
     levels = [drawable[f.op].levels for f in forms]
-    shares = []
-    for need, lv in zip(needs, levels):
-        level = 1.0 if not lv or {"core", "training"} <= lv else 0.5
-        shares.append(level * 0.5 ** len(need - {"opset"}))
+    parts = [_weight_parts(f.op, f.uses) for f in forms]
+    share = torch.tensor([_swarm_share(drawable[f.op], f.example) for f in forms],
+                         dtype=torch.float64)
     rows = []
     for mask in range(2 ** len(flags)):
         on = {"opset"} | {f for k, f in enumerate(flags) if mask >> k & 1}
@@ -455,13 +470,11 @@ def form_boosts() -> dict[str, float]:
         rows.append([float(need <= on and (not lv or level in lv))
                      for need, lv in zip(needs, levels)])
     avail = torch.tensor(rows, dtype=torch.float64)
-    share = torch.tensor(shares, dtype=torch.float64)
-    rest = torch.tensor([(FORM_USE_SHARE * f.uses / total
-                          + (1 - FORM_USE_SHARE - FORM_OP_SHARE) / len(every)) for f in forms],
+    rest = torch.tensor([by_uses + uniform for by_uses, _, uniform in parts],
                         dtype=torch.float64) / share
-    even = torch.tensor([FORM_OP_SHARE / len(per_op) / per_op[f.op] for f in forms],
-                        dtype=torch.float64) / share
-    of_op = torch.tensor([ops.index(f.op) for f in forms])
+    even = torch.tensor([by_ops for _, by_ops, _ in parts], dtype=torch.float64) / share
+    index = {op: k for k, op in enumerate(ops)}
+    of_op = torch.tensor([index[f.op] for f in forms])
     boost = torch.ones(len(ops), dtype=torch.float64)
     for _ in range(FORM_FIT_ROUNDS):
         mass = even * boost[of_op]
