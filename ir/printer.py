@@ -222,12 +222,36 @@ def _node_line(node: Node) -> str:
     return f"%{node.name} = {node.op}[{target_name(node.target)}]({', '.join(parts)})"
 
 
-def format_graph(graph: Graph, indent: str = "", *, vals: bool = False) -> str:
-    """Every node of ``graph``, one line each (with its val when ``vals``: :func:`format_node`)."""
-    return "\n".join(indent + format_node(n, vals=vals) for n in graph.nodes)
+def format_graph(graph: Graph, indent: str = "", *, vals: bool = False,
+                 lines: NodeLines | None = None) -> str:
+    """Every node of ``graph``, one line each (with its val when ``vals``: :func:`format_node`).
+    ``lines``: a :class:`NodeLines` memo to read and fill (programs that share nodes print
+    them once)."""
+    if lines is None:
+        return "\n".join(indent + format_node(n, vals=vals) for n in graph.nodes)
+    return "\n".join(indent + lines.line(n, vals) for n in graph.nodes)
 
 
-def format_program(program: Program, *, vals: bool = True) -> str:
+class NodeLines:
+    """A memo of :func:`format_node` lines by node object, for printing several programs that
+    share nodes (a pass's two results share every node it did not change): each shared node is
+    formatted once. A node's line is a function of the node alone (it is immutable), so the
+    memo changes no text; it holds the nodes it saw (an id is never reused while the memo
+    lives). Make one per comparison and drop it. O(1) a node after its first line."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple[int, bool], tuple[Node, str]] = {}
+
+    def line(self, node: Node, vals: bool) -> str:
+        """:func:`format_node` ``(node, vals=vals)``, formatted once per node object."""
+        key = (id(node), vals)
+        kept = self._lines.get(key)
+        if kept is None:
+            kept = self._lines[key] = (node, format_node(node, vals=vals))
+        return kept[1]
+
+
+def format_program(program: Program, *, vals: bool = True, lines: NodeLines | None = None) -> str:
     """The whole Program: signature, state, then each module once, in tree order.
 
     Parameters:
@@ -237,6 +261,9 @@ def format_program(program: Program, *, vals: bool = True) -> str:
             nodes carry vals again: one that ``lower`` and the laws
             (``lowering.pass_laws.check_program``) run; a counterexample prints this way. ``False``
             prints the structure alone (what Before/Expected tests compare).
+        lines: a :class:`NodeLines` memo shared with other calls: a node it has seen is not
+            formatted again (the same text; the determinism law prints a pass's two results,
+            which share the nodes it did not change).
 
     Returns:
         The text, one line per input, output, state slot, module and node.
@@ -251,19 +278,19 @@ def format_program(program: Program, *, vals: bool = True) -> str:
 
     Complexity: O(size of the program and of its vals).
     """
-    lines = ["program:"]
-    lines.append("  inputs:")
+    text = ["program:"]
+    text.append("  inputs:")
     for s in program.signature.inputs:
         persistent = "" if s.persistent is None else f" persistent={s.persistent}"
-        lines.append(f"    %{s.name}: {s.kind}" + (f" {s.target}" if s.target else "") + persistent)
-    lines.append("  outputs:")
+        text.append(f"    %{s.name}: {s.kind}" + (f" {s.target}" if s.target else "") + persistent)
+    text.append("  outputs:")
     for s in program.signature.outputs:
         if s.name is None:
             name = "<literal>"
         else:
             name = f"%{s.name}" if s.name else "<literal name=''>"
-        lines.append(f"    {name}: {s.kind}" + (f" {s.target}" if s.target else ""))
-    lines.append("  state:")
+        text.append(f"    {name}: {s.kind}" + (f" {s.target}" if s.target else ""))
+    text.append("  state:")
     for fqn in program.state_order:
         slot = program.state[fqn]
         value = program.tensors[slot.tensor]
@@ -271,28 +298,28 @@ def format_program(program: Program, *, vals: bool = True) -> str:
         flags = (" non-persistent" if not slot.persistent else "") + (
             " requires_grad" if slot.requires_grad else ""
         )
-        lines.append(f"    {fqn}: {slot.kind} {value!r}{alias}{flags}")
-    lines.extend(_unused_tensor_lines(program))
+        text.append(f"    {fqn}: {slot.kind} {value!r}{alias}{flags}")
+    text.extend(_unused_tensor_lines(program))
     if program.call_signatures:
-        lines.append("  preserved calls:")
+        text.append("  preserved calls:")
         for name in sorted(program.call_signatures):
-            lines.extend(_call_signature_lines(name, program.call_signatures[name]))
+            text.extend(_call_signature_lines(name, program.call_signatures[name]))
     if program.call_order != ("",):
-        lines.append(f"  call order: {program.call_order!r}")
-    lines.extend(_symbol_lines(program, vals))
+        text.append(f"  call order: {program.call_order!r}")
+    text.extend(_symbol_lines(program, vals))
     for path, mid in program.walk():
         shown, first = path or "<root>", program.first_path(mid)
         if first != path:
-            lines.append(f"  module {shown}: same object as {first or '<root>'}")
+            text.append(f"  module {shown}: same object as {first or '<root>'}")
             continue
         mod = program.module_table()[mid]
-        lines.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
+        text.append(f"  module {shown}: {mod.type_name or '?'} [{mod.kind}] id={mid!r}")
         for name, peer in mod.peers:
-            lines.append(f"    peer {name}: id={peer!r}")
+            text.append(f"    peer {name}: id={peer!r}")
         for i, graph in enumerate(mod.graphs):
-            lines.append(f"    graph {i}:")
-            lines.append(format_graph(graph, "      ", vals=vals))
-    return "\n".join(lines)
+            text.append(f"    graph {i}:")
+            text.append(format_graph(graph, "      ", vals=vals, lines=lines))
+    return "\n".join(text)
 
 
 def _symbol_lines(program: Program, vals: bool) -> list[str]:

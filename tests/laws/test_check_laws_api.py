@@ -213,6 +213,32 @@ def test_new_tensors_compare_by_value_in_the_determinism_law():
         check_determinism(noisy_tensors, p)
 
 
+def test_two_results_equal_but_printed_otherwise_break_the_determinism_law():
+    # == ignores meta: the second call's val of one node (a float64 one) shows in the print
+    # alone; every other node is the first result's own object, printed once (NodeLines)
+    p = a_program(lambda p: any(_tensor_valued(n) for n in p.root_module.graph.nodes))
+    calls = []
+
+    def val_by_call(q):
+        calls.append(1)
+        if len(calls) % 2:
+            return q.replace()
+        nodes = list(q.root_module.graph.nodes)
+        i = next(i for i, n in enumerate(nodes) if _tensor_valued(n))
+        val = nodes[i].meta["val"]
+        other = torch.float32 if val.dtype == torch.float64 else torch.float64
+        nodes[i] = nodes[i].with_meta(val=val.to(other))
+        graph = Graph(tuple(nodes))
+        return q.replace(modules=q.modules.set(q.root, q.root_module.replace(graphs=(graph,))))
+
+    with pytest.raises(LawViolation, match="two calls gave results that print differently"):
+        check_determinism(val_by_call, p)
+
+
+def _tensor_valued(node):
+    return node.op == "call_function" and isinstance(node.meta.get("val"), torch.Tensor)
+
+
 def _copy(t):
     if isinstance(t, torch.nn.Parameter):
         return torch.nn.Parameter(t.detach().clone(), requires_grad=t.requires_grad)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ir import ParseError, format_program, import_ep, parse_program
 from ir.node import PLACEHOLDER
-from ir.printer import val_symbols
+from ir.printer import NodeLines, val_symbols
 from ir.strategies import programs
 from ir.strategies.module_trees import export_spec, program_specs
 from ir.torch_seam import size_symbols
@@ -95,6 +95,18 @@ def _assert_round_trip(p):
 @given(programs())
 def test_generated_programs_print_and_parse_back_with_their_vals(p):
     _assert_round_trip(p)
+
+
+@settings(max_examples=20)
+@given(programs(), programs())
+def test_a_shared_node_lines_memo_prints_every_program_as_without_it(p, q):
+    # one memo over two programs and a third that shares p's nodes (a pass's result)
+    lines = NodeLines()
+    kept = p.replace(modules=p.modules.set(p.root, p.root_module.replace(type_name="Kept")))
+    for program in (p, q, kept, p):
+        for vals in (True, False):
+            assert format_program(program, vals=vals, lines=lines) == format_program(
+                program, vals=vals)
 
 
 @settings(max_examples=10, deadline=None)
