@@ -4,6 +4,7 @@ bypass the calls of the operator at the cause are isolated again on what is left
 
 from __future__ import annotations
 
+import attrs
 import fuzz_planted as planted
 import torch
 from hypothesis import strategies as st
@@ -143,3 +144,46 @@ def test_first_wrong_cuts_exactly_the_first_most_cuts_compute_nodes():
     past = import_ep(torch.export.export(_AfterMuls(MOST_CUTS), args))
     assert first_wrong(last, BACKENDS[0], Setup(), "mismatch") == _ops(last)[-1].name
     assert first_wrong(past, BACKENDS[0], Setup(), "mismatch") is None
+
+
+class _AddThen(torch.nn.Module):
+    """The add the planted backend gets wrong, read by ``after``: the drawn finding is held to
+    be at ``after``'s operator, its drawn program wrong first at the add."""
+
+    def __init__(self, after):
+        super().__init__()
+        self.after = after
+
+    def forward(self, x, b):
+        return self.after(torch.add(b, x, alpha=2.0), x)
+
+
+def test_a_finding_wrong_first_where_a_shrunk_one_is_merged_into_it_unshrunk(monkeypatch):
+    from lowering.fuzz import search
+
+    args = (torch.randn(2, 4), torch.randn(4))
+    sub = import_ep(torch.export.export(_AddThen(torch.sub), args))
+    mul = import_ep(torch.export.export(_AddThen(torch.mul), args))
+    shrunk = []
+    shrink = search._Search.shrink
+
+    def counted(self, finding, seconds):
+        shrunk.append(finding.cause)
+        return shrink(self, finding, seconds)
+
+    monkeypatch.setattr(search._Search, "shrink", counted)
+    report = differential({"alpha": planted.drop_alpha_when_broadcast},
+                          programs=st.sampled_from([sub, mul]), max_examples=10,
+                          shrink_seconds=30)
+    assert report.raw == 2 and len(shrunk) == 1, (report.raw, shrunk)
+    (finding,) = report.findings
+    assert finding.key == ("alpha", "mismatch", ADD) and finding.count == 2
+    assert finding.reproduced is True
+    # a finding of another backend, or a crash, is never held to be a shrunk one
+    other = attrs.evolve(finding, backend="other", cause=shrunk[0])
+    crash = attrs.evolve(finding, kind="crash", cause=shrunk[0])
+    seen = search._Search(BACKENDS, st.just(sub), Setup(), (), None)
+    merged = {finding.key: finding}
+    assert seen.seen_already(attrs.evolve(finding, cause=shrunk[0]), merged, 30) == finding.key
+    assert seen.seen_already(other, merged, 30) is None
+    assert seen.seen_already(crash, merged, 30) is None

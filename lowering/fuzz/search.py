@@ -384,6 +384,10 @@ class _Search:
                 unshrunk += 1
                 _merge(merged, attrs.evolve(finding, reproduced=None))
                 continue
+            seen = self.seen_already(finding, merged, seconds)
+            if seen is not None:  # its drawn program is wrong first at a finding's operator
+                _merge(merged, attrs.evolve(merged[seen], count=finding.count))
+                continue
             if self.progress is not None:
                 self.progress(f"fuzz: shrinking {finding.backend} {finding.kind} at "
                               f"{finding.cause} (example {finding.example})")
@@ -398,6 +402,22 @@ class _Search:
                 continue
             _merge(merged, with_repro(small))
         return list(merged.values()), unshrunk
+
+    def seen_already(self, finding: Finding, merged: Mapping[tuple, Finding],
+                     seconds: float) -> tuple | None:
+        """The key of a finding in ``merged`` (shrunk already) that ``finding`` is held to be
+        before any shrinking, else ``None``: its drawn program, localized
+        (:meth:`at_first_wrong`, the first :data:`~lowering.fuzz.localize.MOST_CUTS` cuts, within
+        ``seconds``), is wrong first at an operator a finding of its backend and kind was
+        localized at. What its shrink would end at where the cause stays the first wrong node
+        (a shrink keeps the finding and a cut program is wrong there still); asked only of a
+        mismatch or grad finding (a crash's cause is its error, not an operator) whose backend
+        and kind have a shrunk finding. O(cuts * (lower + compile + run))."""
+        if finding.kind not in _VALUE_KINDS or not any(
+                k[:2] == finding.key[:2] for k in merged):
+            return None
+        held, wrong = self.at_first_wrong(finding, seconds)
+        return held.key if wrong is not None and held.key in merged else None
 
     def shrink(self, finding: Finding, seconds: float) -> Finding:
         """``finding`` with the smallest program reached within about ``2 * seconds``: the
