@@ -714,8 +714,9 @@ def check_laws(
             purefx's pytest, ``ci``); outside a test suite, where one of hypothesis's own profiles
             is active (``default``, or its ``ci`` under a ``CI`` variable), derandomized settings without an example database, so a run is
             repeatable and writes no ``.hypothesis`` directory. Deadline, the too-slow health
-            check and multi-bug reporting are always turned off (the one law loop's policy:
-            ``ir.harness.hold``, ``ir.harness.law_settings``).
+            check, multi-bug reporting and hypothesis's explain phase (reruns on variations of
+            the shrunk program, after it is found) are always turned off (the one law loop's
+            policy: ``ir.harness.hold``, ``ir.harness.law_settings``).
         atol, rtol: tolerances of the semantics law, for a pass that changes numerics on purpose
             (fake quantization); default: the result dtype's (``ir.harness.tolerance``). A
             tolerance speaks of finite values: where the reference (the input program, or

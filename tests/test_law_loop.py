@@ -57,6 +57,14 @@ def test_law_settings_turns_off_the_deadline_and_multi_bug_reports_and_keeps_the
     assert law_settings(base, max_examples=5).max_examples == 5
 
 
+def test_law_settings_drop_the_explain_phase_and_keep_every_other():
+    # explain reruns the test on variations of the shrunk example: a whole program each, words
+    # that never reach the law's error (7 of a failing check_laws' 8 s)
+    chosen = law_settings(settings(phases=tuple(Phase)))
+    assert chosen.phases == tuple(p for p in Phase if p is not Phase.explain)
+    assert Phase.explain not in law_settings().phases
+
+
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "10"])
 def test_law_settings_refuses_a_bad_max_examples(bad):
     with pytest.raises(ValueError, match=r"max_examples must be a positive int, got"):
