@@ -187,3 +187,8 @@ def test_a_finding_wrong_first_where_a_shrunk_one_is_merged_into_it_unshrunk(mon
     assert seen.seen_already(attrs.evolve(finding, cause=shrunk[0]), merged, 30) == finding.key
     assert seen.seen_already(other, merged, 30) is None
     assert seen.seen_already(crash, merged, 30) is None
+    # a drawn program wrong past the first cuts is not localized: its drawn cause alone (the
+    # output's sub), though a shrunk finding has that key, merges nothing
+    deep = import_ep(torch.export.export(_DeepBroadcast(), args))
+    held_at_sub = attrs.evolve(finding, program=deep, cause="aten.sub.Tensor")
+    assert seen.seen_already(held_at_sub, {held_at_sub.key: held_at_sub}, 30) is None
