@@ -227,9 +227,8 @@ def format_graph(graph: Graph, indent: str = "", *, vals: bool = False,
     """Every node of ``graph``, one line each (with its val when ``vals``: :func:`format_node`).
     ``lines``: a :class:`NodeLines` memo to read and fill (programs that share nodes print
     them once)."""
-    if lines is None:
-        return "\n".join(indent + format_node(n, vals=vals) for n in graph.nodes)
-    return "\n".join(indent + lines.line(n, vals) for n in graph.nodes)
+    line = format_node if lines is None else lines.line
+    return "\n".join(indent + line(n, vals=vals) for n in graph.nodes)
 
 
 class NodeLines:
@@ -242,7 +241,7 @@ class NodeLines:
     def __init__(self) -> None:
         self._lines: dict[tuple[int, bool], tuple[Node, str]] = {}
 
-    def line(self, node: Node, vals: bool) -> str:
+    def line(self, node: Node, *, vals: bool = False) -> str:
         """:func:`format_node` ``(node, vals=vals)``, formatted once per node object."""
         key = (id(node), vals)
         kept = self._lines.get(key)
