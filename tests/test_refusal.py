@@ -11,7 +11,8 @@ import torch
 
 from ir.errors import PassError
 from transforms.machinery.law_violation import LawViolation
-from transforms.rewrite import Rule, check_rule
+from transforms.rewrite import Rule, check_rule, sizes
+from transforms.rewrite import rule as rule_module
 from transforms.rewrite.refusal import Excuse, evidence, excusing
 from transforms.rewrite.ruleset import ensure_checked
 from transforms.rewrite.verdict_store import Stored, parse
@@ -47,6 +48,22 @@ def test_x_minus_x_needs_no_nans():
     assert exc.excused_by == {"no_nans"}
     assert "nnan" in exc.detail
     _accepted_with(rule, exc.excused_by)
+
+
+def test_the_rechecks_under_more_assumptions_trace_nothing_again(monkeypatch):
+    # each recheck is the rule with flags added: the same pattern and replacement, so the
+    # traces made for the rule's own check serve them (Rule.compiled, sizes.pattern_at)
+    rule = Rule(lambda x, a, b: (x * a) * b, lambda x, a, b: x * (a * b), (X[0], 2.0, 3.0),
+                name="mul_mul_again", assumes={"reassociate"}, max_examples=FEW)
+    exc = _refusal(rule)
+    traced = []
+    for module in (rule_module, sizes):
+        real = module.trace
+        monkeypatch.setattr(module, "trace", lambda *a, real=real, **k: traced.append(a[2])
+                            or real(*a, **k))
+    found = excusing(rule, exc.detail)
+    assert found.flags == exc.excused_by == {"no_infs"} and len(found.tried) >= 1
+    assert traced == []
 
 
 def test_x_plus_zero_needs_no_signed_zeros():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import attrs
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,9 +23,9 @@ from ir.harness import shares_storage
 from lowering import lower
 from tests.examples.beforeafter import program
 from transforms import transform
-from transforms.rewrite import Rule, apply_rules, engine, guards, rewrite, rewrite_report
+from transforms.rewrite import Rule, apply_rules, engine, guards, rewrite, rewrite_report, sizes
 from transforms.rewrite.api import rule_verdict
-from transforms.rewrite.rule import rule_cache
+from transforms.rewrite.rule import rule_cache, sharing_traces
 
 X = (torch.randn(3, 4),)
 _RUN = engine._Run([], {}, {})  # a run for a _Work built only to read a graph
@@ -441,6 +442,33 @@ def test_a_rule_is_immutable_and_its_caches_live_beside_it():
     rewrite(p, [rule])
     assert rule_verdict(rule) is True and rule_cache(rule).verdict is True
     assert "training" in rule_cache(rule).traced
+
+
+def test_a_rule_changed_only_where_no_trace_reads_shares_the_traces_not_the_verdict():
+    rule = Rule(lambda x: torch.relu(torch.relu(x)), torch.relu, X, name="rr", max_examples=5,
+                also_at=((torch.randn(2, 3, 4),),))
+    relaxed = sharing_traces(rule, assumes={"no_nans"}, where=lambda m: True, max_examples=7,
+                             trusted=True)
+    assert (relaxed.assumes, relaxed.max_examples, relaxed.trusted) == ({"no_nans"}, 7, True)
+    assert relaxed.where is not None and rule.where is None and rule.assumes == frozenset()
+    # a trace made through either rule is the other's, variant by variant
+    compiled = relaxed.compiled("training")
+    assert rule.compiled("training") is compiled
+    pairs = list(zip(rule.variants(), relaxed.variants(), strict=True))
+    assert len(pairs) == 2 and pairs[0] == (rule, relaxed)
+    assert pairs[1][1].assumes == {"no_nans"} and pairs[1][1].max_examples == 7
+    assert pairs[1][0].compiled("core") is pairs[1][1].compiled("core")
+    shapes = (((5, 6), torch.float32),)
+    assert sizes.pattern_at(relaxed, "core", shapes) is sizes.pattern_at(rule, "core", shapes)
+    # a copy that may trace otherwise (attrs.evolve) and the verdict are each rule's own
+    other = attrs.evolve(rule, assumes={"no_nans"})
+    assert "training" not in rule_cache(other).traced
+    assert sizes.pattern_at(other, "core", shapes) is not sizes.pattern_at(rule, "core", shapes)
+    rewrite(import_ep(torch.export.export(_Cascade(), (torch.randn(6),))), [rule])
+    assert rule_cache(rule).verdict is True and rule_cache(relaxed).verdict is None
+    for traced in ("pattern", "replacement", "example_inputs", "name", "hypers", "also_at"):
+        with pytest.raises(TypeError, match=traced):
+            sharing_traces(rule, **{traced: getattr(rule, traced)})
 
 
 def test_a_wrong_rules_verdict_holds_no_frame_of_the_rule():

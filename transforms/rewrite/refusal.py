@@ -34,7 +34,7 @@ import attrs
 from ir.errors import PassError
 from transforms.machinery.law_violation import LawViolation
 from transforms.rewrite import rule_check
-from transforms.rewrite.rule import Rule
+from transforms.rewrite.rule import Rule, sharing_traces
 from transforms.rewrite.rule_check import Checked, assumed
 
 MAX_RECHECKS = 8
@@ -177,7 +177,7 @@ def excusing(rule: Rule, detail: str, *, max_examples: int | None = None,
     while queue and len(tried) < MAX_RECHECKS:
         flags = queue.pop(0)
         tried.append(flags)
-        problem = refused(attrs.evolve(rule, assumes=rule.assumes | flags),
+        problem = refused(sharing_traces(rule, assumes=rule.assumes | flags),
                           max_examples=max_examples, seed=seed)
         if problem is None:
             return Excuse(flags, tuple(tried))

@@ -423,6 +423,34 @@ def rule_cache(rule: Rule) -> RuleCache:
     return _CACHES(rule)
 
 
+TRACE_FREE = frozenset({"assumes", "where", "max_examples", "trusted"})
+"""The fields of a ``Rule`` that no trace reads (``Rule.compiled``, the replacement's traces
+per match, ``transforms.rewrite.sizes.pattern_at``): a rule that differs from another only in
+them has the same traces (``sharing_traces``)."""
+
+
+def sharing_traces(rule: Rule, **changes: Any) -> Rule:
+    """``attrs.evolve(rule, **changes)`` for changes of ``TRACE_FREE`` fields only, sharing
+    ``rule``'s traces: the two rules' caches hold the same ``traced`` dict (a trace made
+    through either is the other's), and each variant of the new rule is the matching variant
+    of ``rule`` with the same changes, sharing that variant's traces. Its verdict and content
+    are its own (they read ``assumes`` and ``where``). What ``check_rule`` and its refusal's
+    explanation make of one rule (``where`` guarded, assumptions added) so trace the pattern
+    and replacement once, not once per copy. Raises ``TypeError`` naming a field a trace
+    reads. O(variants)."""
+    traced_fields = sorted(set(changes) - TRACE_FREE)
+    if traced_fields:
+        raise TypeError(f"sharing_traces: {', '.join(traced_fields)} changes what the rule "
+                        f"traces; only {', '.join(sorted(TRACE_FREE))} may change")
+    new = attrs.evolve(rule, **changes)
+    cache, new_cache = rule_cache(rule), rule_cache(new)
+    new_cache.traced = cache.traced
+    if rule.optional or rule.also_at:
+        new_cache.variants = tuple(new if v is rule else sharing_traces(v, **changes)
+                                   for v in rule.variants())
+    return new
+
+
 def _fn_name(fn: Callable) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -845,6 +873,7 @@ class Match:
 
 
 __all__ = [
-    "Compiled", "Hyper", "Match", "OptionalTensor", "Rule", "RuleCache", "bind_scalars", "hyper",
-    "optional", "reads_inputs", "replacement_for", "rule_cache",
+    "TRACE_FREE", "Compiled", "Hyper", "Match", "OptionalTensor", "Rule", "RuleCache",
+    "bind_scalars", "hyper", "optional", "reads_inputs", "replacement_for", "rule_cache",
+    "sharing_traces",
 ]

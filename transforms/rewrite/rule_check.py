@@ -75,7 +75,7 @@ from transforms.machinery.trace import TRAINING
 from transforms.rewrite.engine import apply_rules
 from transforms.rewrite.interpret import run_graph
 from transforms.rewrite.match import match_at
-from transforms.rewrite.rule import Rule, rule_cache
+from transforms.rewrite.rule import Rule, sharing_traces
 from transforms.rewrite.rule_key import rule_seed
 
 DTYPES = FLOAT_DTYPES
@@ -342,19 +342,11 @@ class _GuardedWhere:
             raise _WhereRaised(type(exc).__name__, first_line(exc)) from exc
 
 
-def _evolved(rule: Rule, **changes: Any) -> Rule:
-    """``attrs.evolve(rule, **changes)`` sharing ``rule``'s traces (they do not depend on
-    ``where``)."""
-    new = attrs.evolve(rule, **changes)
-    rule_cache(new).traced.update(rule_cache(rule).traced)
-    return new
-
-
 def _why_never(rule: Rule, sig: Signature) -> str:
     """Why no draw was rewritten, judged at ``sig``: by the rule's ``where`` (when the same
     rule without it rewrites the pattern's program) or by the matching and rewrite's guards."""
     if rule.where is not None and _rewritten_site(
-        _evolved(rule, where=None), sig
+        sharing_traces(rule, where=None), sig
     ) is not None:
         return "its where() held on none of them"
     return ("the pattern does not match its own exported program, or one of rewrite's guards "
@@ -580,7 +572,7 @@ class _State:
                  draws: Draws = Draws()) -> None:
         self.rule = rule
         self.draws = draws
-        self.checked = _evolved(rule, where=_GuardedWhere(rule.where)) if rule.where else rule
+        self.checked = sharing_traces(rule, where=_GuardedWhere(rule.where)) if rule.where else rule
         self.sigs = sigs
         self.assumes = assumed(rule)
         self.draw_assumes = self.assumes

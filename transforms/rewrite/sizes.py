@@ -8,7 +8,8 @@ pattern again at the matched inputs' shapes and dtypes (``meta['val']``) and kee
 only when that exact pattern matches the same graph nodes with the same inputs, as torch
 inductor re-checks its candidates. The engine calls ``recheck`` on every binding before taking it.
 
-The re-traced patterns are kept in a bounded memo keyed by the rule, level, shapes and dtypes
+The re-traced patterns are kept in a bounded memo keyed by the rule's traces (shared by the
+rules ``rule.sharing_traces`` makes from one: they trace alike), level, shapes and dtypes
 (at most ``_MEMO_SIZE`` entries, emptied when full, as ``ir.ops.facts`` keeps its memo): a hit
 and a miss answer the same, so the memo changes no result.
 """
@@ -25,6 +26,7 @@ from ir.errors import PassError
 from ir.node import Node
 from transforms.machinery.trace import LEVELS, trace
 from transforms.rewrite.match import Binding, Pattern, absorb_checks, match_at, prepare
+from transforms.rewrite.rule import rule_cache
 
 _MEMO_SIZE = 256
 _MEMO: dict[tuple, tuple[Any, Pattern | None]] = {}
@@ -181,9 +183,10 @@ def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Patt
     value), ...)``), prepared, its hyperparameters' literals kept as literals; ``None`` where
     it cannot be traced there. What ``recheck`` matches a loose binding against, for the
     e-matcher's own re-check (``ematch.exact``). Memoised (bounded). O(one trace) per miss."""
-    key = (id(rule), level, shapes, tuple((i, type(v).__name__, repr(v)) for i, v in hypers))
+    traces = rule_cache(rule).traced  # shared by the rules that trace alike (sharing_traces)
+    key = (id(traces), level, shapes, tuple((i, type(v).__name__, repr(v)) for i, v in hypers))
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is rule:
+    if hit is not None and hit[0] is traces:
         return hit[1]
     args = []
     it = iter(shapes)
@@ -201,7 +204,7 @@ def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Patt
         found = None
     if len(_MEMO) >= _MEMO_SIZE:
         _MEMO.clear()
-    _MEMO[key] = (rule, found)
+    _MEMO[key] = (traces, found)
     return found
 
 
