@@ -26,6 +26,7 @@ from transforms import transform
 from transforms.rewrite import Rule, apply_rules, engine, guards, rewrite, rewrite_report, sizes
 from transforms.rewrite.api import rule_verdict
 from transforms.rewrite.rule import rule_cache, sharing_traces
+from transforms.rewrite.ruleset import reverse_of
 
 X = (torch.randn(3, 4),)
 _RUN = engine._Run([], {}, {})  # a run for a _Work built only to read a graph
@@ -466,6 +467,9 @@ def test_a_rule_changed_only_where_no_trace_reads_shares_the_traces_not_the_verd
     assert sizes.pattern_at(other, "core", shapes) is not sizes.pattern_at(rule, "core", shapes)
     rewrite(import_ep(torch.export.export(_Cascade(), (torch.randn(6),))), [rule])
     assert rule_cache(rule).verdict is True and rule_cache(relaxed).verdict is None
+    # so is the reverse (saturate's backward direction): it carries the rule's where and assumes
+    assert reverse_of(relaxed).assumes == {"no_nans"} and reverse_of(relaxed).where is not None
+    assert reverse_of(rule).assumes == frozenset() and reverse_of(rule).where is None
     for traced in ("pattern", "replacement", "example_inputs", "name", "hypers", "also_at"):
         with pytest.raises(TypeError, match=traced):
             sharing_traces(rule, **{traced: getattr(rule, traced)})

@@ -399,19 +399,24 @@ class Rule:
 class RuleCache:
     """What is derived from one ``Rule`` and kept beside it (``rule_cache``): ``traced``, its
     ``Compiled`` per level and its replacement traced per match's concrete scalars, shapes or
-    dtypes (keys ``(kind, ...)``, at most ``_CONCRETE_CACHE`` of them); ``content``, its
+    dtypes (keys ``(kind, ...)``, at most ``_CONCRETE_CACHE`` of them), what reads only the
+    pattern, the replacement, the examples and the name (``TRACE_FREE`` lists what it does not
+    read), so one dict is shared by the rules ``sharing_traces`` makes; ``content``, its
     ``transforms.rewrite.rule_key.rule_content`` (what its verdict depends on); ``verdict``,
     ``check_rule``'s verdict (``None`` until checked; ``True``; or the ``LawViolation``, its
-    traceback dropped so that it holds no frame of the rule). Each entry is a pure function of
-    the rule: dropping the cache changes no result, only time."""
+    traceback dropped so that it holds no frame of the rule); ``variants`` (``Rule.variants``)
+    and ``reversed`` (``ruleset.reverse_of``: it carries the rule's ``where`` and ``assumes``),
+    the rule's own. Each entry is a pure function of the rule: dropping the cache changes no
+    result, only time."""
 
-    __slots__ = ("content", "traced", "variants", "verdict")
+    __slots__ = ("content", "reversed", "traced", "variants", "verdict")
 
     def __init__(self) -> None:
         self.content: str | None = None
         self.traced: dict[Any, Any] = {}
         self.verdict: BaseException | bool | None = None
         self.variants: tuple[Rule, ...] | None = None
+        self.reversed: Rule | None = None
 
 
 _CACHES: WeakMemo[Rule, RuleCache] = WeakMemo(lambda rule: RuleCache())

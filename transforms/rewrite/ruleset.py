@@ -225,10 +225,10 @@ def reverse_of(r: Rule) -> Rule:
     """The reverse of a ``both_ways`` rule, made once and kept beside it (``rule_cache``), so
     that its traces are made once too: the pattern and replacement swapped, trusted (the
     forward's check covers it: equality is symmetric). O(1) after the first call."""
-    traced = rule_cache(r).traced
-    back = traced.get("reversed")
+    cache = rule_cache(r)
+    back = cache.reversed
     if back is None:
-        back = traced["reversed"] = Rule(
+        back = cache.reversed = Rule(
             r.replacement, r.pattern, r.example_inputs, name=f"{r.name} (reversed)",
             where=r.where, trusted=True, specials=r.specials, assumes=r.assumes,
             hypers=r.hypers,
