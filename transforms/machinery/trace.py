@@ -92,7 +92,9 @@ def trace(
 
     **Laws:** deterministic (same function, inputs and level: equal graphs); ``example_inputs``
     are not written (tensors are cloned before export). Cost: one or two ``torch.export``
-    calls (plus ``run_decompositions`` at ``CORE``).
+    calls (plus ``run_decompositions`` at ``CORE``); none for a call traced before, and no
+    export for ``CORE`` after the same call at ``TRAINING`` (``_MEMO``: the same function,
+    tensors of the same sizes, strides, dtypes and devices, the same other arguments).
     """
     if level not in LEVELS:
         raise PassError(f"rule {rule!r}: unknown level {level!r}; expected one of {LEVELS}")
@@ -138,11 +140,18 @@ def _trace(
 
     # distinct tensors: export would read one tensor passed twice as one input
     tensors = tuple(example_inputs[i].detach().clone() for i in tensor_args)
+    key = None if dynamic is not None else _memo_key(fn, fixed, tensors, tensor_args)
+    found = _recall(key, level, fn)
+    if found is not None:
+        return found
     with fake_failures_unlogged():  # a failure is the caller's answer (declined or refused)
-        shapes = None if dynamic is None else (tuple(dynamic),)  # the one ``*tensors``
-        ep = torch.export.export(RuleFunction(), tensors, dynamic_shapes=shapes)
+        ep = _recall(key, "export", fn)
+        if ep is None:
+            shapes = None if dynamic is None else (tuple(dynamic),)  # the one ``*tensors``
+            ep = torch.export.export(RuleFunction(), tensors, dynamic_shapes=shapes)
+            _keep(key, "export", fn, ep)
         if level == CORE:
-            ep = ep.run_decompositions()
+            ep = ep.run_decompositions()  # a new program: the kept export is not written
     program = import_ep(ep)
     if program.state:
         raise PassError(
@@ -152,7 +161,69 @@ def _trace(
     graph = program.root_module.graph
     outputs = graph.outputs
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    return Traced(graph, tensor_args, sentinels, outputs)
+    traced = Traced(graph, tensor_args, sentinels, outputs)
+    _keep(key, level, fn, traced)
+    return traced
+
+
+_MEMO_SIZE = 512
+_MEMO: dict[tuple, tuple[Callable, Any]] = {}
+"""The traces made, and the training-level exports they came from: (what is kept, the memo key)
+-> (the function, the trace or export). A bounded memo (emptied when full, as ``ir.ops.facts``
+keeps its memo), keyed by the function's identity (held here, so no other function takes its
+id) and what ``torch.export`` reads of the call: the tensors' sizes, strides, dtypes and
+devices (never their values: export runs on fake tensors) and the other arguments' values as
+passed (sentinels included), with the grad mode and the default dtype. A hit and a miss answer alike: a trace is deterministic and
+immutable, and ``run_decompositions`` returns a new program without writing the export it
+decomposes, so the two levels of one call share its export. What makes one trace for two
+rules with the same function and examples (a copy made with ``attrs.evolve``, a rule built
+again by each test), for the pattern at ``CORE`` and as written, and for ``sizes.pattern_at``
+at both levels."""
+
+
+def _memo_key(fn: Callable, fixed: list, tensors: tuple, tensor_args: tuple) -> tuple | None:
+    """What a trace of ``fn`` reads of its call, as a hashable key; ``None`` where an argument
+    is not a plain value (a tensor inside a list, an object whose ``repr`` may not say all it
+    holds): such a call is traced every time. O(arguments x rank)."""
+    metas = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in tensors)
+    if any(type(n) is not int for shape, stride, _, _ in metas for n in (*shape, *stride)):
+        return None  # a symbolic size: its range lives in a shape env
+    positions = set(tensor_args)
+    plain = tuple(_plain(v) for i, v in enumerate(fixed) if i not in positions)
+    if any(p is None for p in plain):
+        return None
+    # what else export reads from the process: grad mode, the default dtype (a Python float
+    # made a tensor inside ``fn``)
+    ambient = (torch.is_grad_enabled(), torch.get_default_dtype())
+    return (id(fn), tensor_args, metas, plain, ambient)
+
+
+_PLAIN_TYPES = (bool, int, float, str, type(None), torch.dtype, torch.device,
+                torch.memory_format, torch.layout)
+
+
+def _plain(value: Any) -> tuple | None:
+    """``value`` as a key (its type's name and ``repr``, element by element in a tuple or
+    list), or ``None`` when it is not a plain value."""
+    if isinstance(value, (tuple, list)):
+        items = tuple(_plain(v) for v in value)
+        return None if any(i is None for i in items) else (type(value).__name__, items)
+    if type(value) in _PLAIN_TYPES:
+        return (type(value).__name__, repr(value))
+    return None
+
+
+def _recall(key: tuple | None, kind: str, fn: Callable) -> Any:
+    hit = None if key is None else _MEMO.get((kind, *key))
+    return hit[1] if hit is not None and hit[0] is fn else None
+
+
+def _keep(key: tuple | None, kind: str, fn: Callable, value: Any) -> None:
+    if key is None:
+        return
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[(kind, *key)] = (fn, value)
 
 
 def fixed_sizes(exc: BaseException, dims: Mapping[str, Any]) -> RefusedGuard | None:
