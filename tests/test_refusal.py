@@ -50,7 +50,7 @@ def test_x_minus_x_needs_no_nans():
     _accepted_with(rule, exc.excused_by)
 
 
-def test_the_rechecks_under_more_assumptions_trace_nothing_again(monkeypatch):
+def test_the_rechecks_under_more_assumptions_trace_and_export_nothing_again(monkeypatch):
     # each recheck is the rule with flags added: the same pattern and replacement, so the
     # traces made for the rule's own check serve them (Rule.compiled, sizes.pattern_at)
     rule = Rule(lambda x, a, b: (x * a) * b, lambda x, a, b: x * (a * b), (X[0], 2.0, 3.0),
@@ -61,9 +61,15 @@ def test_the_rechecks_under_more_assumptions_trace_nothing_again(monkeypatch):
         real = module.trace
         monkeypatch.setattr(module, "trace", lambda *a, real=real, **k: traced.append(a[2])
                             or real(*a, **k))
+    exported = []
+    real_export = torch.export.export
+    monkeypatch.setattr(torch.export, "export",
+                        lambda *a, **k: exported.append(a[0]) or real_export(*a, **k))
     found = excusing(rule, exc.detail)
     assert found.flags == exc.excused_by == {"no_infs"} and len(found.tried) >= 1
     assert traced == []
+    # nor is the pattern's own program exported again at a signature (pattern_program)
+    assert exported == []
 
 
 def test_x_plus_zero_needs_no_signed_zeros():

@@ -941,7 +941,30 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
     """The rule's pattern exported at ``sig`` (scalar arguments as the literals ``sig`` gives)
     and imported: a flat Program whose user inputs are the tensor arguments in order (its
     tensor results returned as fresh copies when ``copies``); ``None`` when ``torch.export``
-    cannot trace it there."""
+    cannot trace it there. Kept in a bounded memo keyed by the pattern function's identity,
+    ``sig`` and ``copies`` (with the grad mode and default dtype export reads): each check of
+    one rule (its variants, a refusal's rechecks under more assumptions) exports a signature
+    once."""
+    key = (id(rule.pattern), sig.key(), copies, torch.is_grad_enabled(),
+           torch.get_default_dtype())
+    hit = _PATTERN_PROGRAMS.get(key)
+    if hit is not None and hit[0] is rule.pattern:
+        return hit[1]
+    found = _exported_pattern(rule, sig, copies)
+    if len(_PATTERN_PROGRAMS) >= _PATTERN_PROGRAMS_SIZE:
+        _PATTERN_PROGRAMS.clear()
+    _PATTERN_PROGRAMS[key] = (rule.pattern, found)
+    return found
+
+
+_PATTERN_PROGRAMS_SIZE = 256
+_PATTERN_PROGRAMS: dict[tuple, tuple[Callable, Program | None]] = {}
+"""``pattern_program``'s memo: key -> (the pattern function, held so that no other takes its id;
+the program). Emptied when full. A hit and a miss answer alike (an export is deterministic and
+a Program immutable)."""
+
+
+def _exported_pattern(rule: Rule, sig: Signature, copies: bool) -> Program | None:
     positions = sig.tensors()
     fixed = list(sig.args)
     pattern = rule.pattern
