@@ -178,7 +178,8 @@ immutable, and ``run_decompositions`` returns a new program without writing the 
 decomposes, so the two levels of one call share its export. What makes one trace for two
 rules with the same function and examples (a copy made with ``attrs.evolve``, a rule built
 again by each test), for the pattern at ``CORE`` and as written, and for ``sizes.pattern_at``
-at both levels."""
+at both levels. An entry of a conv and batch-norm pattern holds about 75 KB (its fake values
+are metadata only): the memo stays under about 40 MB."""
 
 
 def _memo_key(fn: Callable, fixed: list, tensors: tuple, tensor_args: tuple) -> tuple | None:
