@@ -179,7 +179,9 @@ decomposes, so the two levels of one call share its export. What makes one trace
 rules with the same function and examples (a copy made with ``attrs.evolve``, a rule built
 again by each test), for the pattern at ``CORE`` and as written, and for ``sizes.pattern_at``
 at both levels. An entry of a conv and batch-norm pattern holds about 75 KB (its fake values
-are metadata only): the memo stays under about 40 MB."""
+are metadata only): the memo stays under about 40 MB. A function is taken to compute from its
+arguments alone (a rule's functions must): one that reads a global changed between two calls
+keeps its first trace."""
 
 
 def _memo_key(fn: Callable, fixed: list, tensors: tuple, tensor_args: tuple) -> tuple | None:
