@@ -173,9 +173,9 @@ _MEMO: dict[tuple, tuple[Callable, Any]] = {}
 keeps its memo), keyed by the function's identity (held here, so no other function takes its
 id) and what ``torch.export`` reads of the call: the tensors' sizes, strides, dtypes and
 devices (never their values: export runs on fake tensors) and the other arguments' values as
-passed (sentinels included), with the grad mode and the default dtype. A hit and a miss answer alike: a trace is deterministic and
-immutable, and ``run_decompositions`` returns a new program without writing the export it
-decomposes, so the two levels of one call share its export. What makes one trace for two
+passed (sentinels included), with the grad mode and the default dtype. A hit and a miss answer
+alike: a trace is deterministic and immutable, and ``run_decompositions`` returns a new program
+without writing the export it decomposes, so the two levels of one call share its export. What makes one trace for two
 rules with the same function and examples (a copy made with ``attrs.evolve``, a rule built
 again by each test), for the pattern at ``CORE`` and as written, and for ``sizes.pattern_at``
 at both levels. An entry of a conv and batch-norm pattern holds about 75 KB (its fake values
