@@ -1,7 +1,7 @@
-"""Memos: values derived from an immutable IR value, computed once and never part of its identity.
+"""Memos: values derived from a value, computed once and never part of its identity.
 
-Two helpers, one rule: a memo is a pure function of a frozen value, so it may be dropped at any
-time and recomputed, and it never changes what the value is.
+Three helpers, one rule: a memo is a pure function of what it is keyed by, so it may be dropped
+at any time and recomputed, and it never changes what that value is.
 
 - :class:`memoized` is for data the IR owns: a method of an attrs frozen class (``Node``,
   ``Graph``, ``Module``, ``Program``) turned into a read-only attribute computed on first read and
@@ -12,15 +12,21 @@ time and recomputed, and it never changes what the value is.
 - :class:`WeakMemo` is for data other modules derive from an IR value (``ir.alpha``'s keys, the
   lowering's caches): a function of one IR value, remembered per value *by identity* and held
   only as long as the value lives. Nothing is written into the value.
+- :class:`BoundedMemo` is for answers derived from an object that need not be an IR value nor
+  support weak references (an operator, a rule's function, a rule's traces) together with a
+  hashable key: found by the object's identity and the key, the object held by its entry (so
+  its ``id`` is never reused while the entry lives), at most ``size`` entries, all dropped at
+  once when full (``ir.ops.facts``, the traces of ``transforms.machinery.trace``, the patterns
+  of ``transforms.rewrite.sizes`` and ``transforms.rewrite.rule_check``).
 
-Both are safe under threads: two threads that compute a memo at once get equal results (and
+All are safe under threads: two threads that compute a memo at once get equal results (and
 from a ``WeakMemo``, one object: the first stored).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from types import MemberDescriptorType
 from typing import Any, Generic, TypeVar
 
@@ -42,6 +48,7 @@ class _Unset:
 
 # What a memo's field holds until the memo is computed. A hot accessor may read the field itself
 # (``found = self._memo_x``; ``self.x`` when it is ``NOT_COMPUTED``) to save a call per read.
+# Also what ``BoundedMemo.get`` answers for a value not kept (``None`` may be a value kept).
 NOT_COMPUTED: Any = _Unset()
 
 
@@ -159,3 +166,92 @@ class WeakMemo(Generic[K, V]):
         # ``setdefault`` is one atomic step, so the first store wins without a lock.
         ident = id(key)
         return self._table.setdefault(ident, (weakref.KeyedRef(key, self._forget, ident), value))[1]
+
+
+class BoundedMemo(Generic[V]):
+    """A memo of values per ``(owner, key)``, the owner found by identity: at most ``size`` entries.
+
+    ``memo.put(owner, key, value)`` keeps ``value``; ``memo.get(owner, key)`` answers it, or
+    ``NOT_COMPUTED`` when none is kept, so ``None`` is a value like any other (a failed trace
+    remembered as ``None``). An entry is found by ``id(owner)`` and ``key`` (hashed, compared
+    with ``==``) and holds ``owner`` itself: while the entry lives the owner lives, so its
+    ``id`` is no other object's, and a hit is an entry whose owner ``is`` the one asked about.
+    The owner needs neither ``__hash__`` nor weak references (an ``OpOverload`` hashes in
+    Python code; a function from ``functools.partial`` takes no weak reference). The cost of
+    holding owners: up to ``size`` of them stay alive until the memo is emptied, so owners
+    should be objects that live anyway (operators, a rule's functions) or small.
+
+    The bound: a ``put`` into a full memo first empties it (no order is kept, no entry is
+    evicted alone), so ``len(memo) <= size`` after every ``put``. ``size`` may be changed (tests
+    lower it); a memo holding more than the new size is emptied at once.
+
+    Laws: ``put(o, k, v)`` then ``get(o, k)`` is ``v`` (the same object) until the memo is
+    emptied or ``(o, k)`` put again; ``get(o2, k)`` for another live object ``o2`` never answers
+    ``o``'s value; emptying changes no answer of a memo whose values are a pure function of
+    ``(owner, key)``, only its cost (that is the contract of a caller's values).
+
+    Threads: each ``get``, ``put`` and ``clear`` reads or writes the table in single dict
+    operations, atomic under the GIL; no lock is taken. Two threads that miss at once both
+    compute the value (equal values, by the contract) and both put it, the last stored stays;
+    a ``put`` racing another may pass the bound by one entry per thread, until the next ``put``
+    that finds the memo full.
+
+    Complexity: ``get`` O(1) plus hashing ``key``; ``put`` O(1), O(entries) when it empties the
+    memo; ``clear`` and ``keys`` O(entries); memory O(size).
+    """
+
+    __slots__ = ("_size", "_table")
+
+    def __init__(self, size: int) -> None:
+        """An empty memo of at most ``size`` entries (an int >= 1; ``ValueError`` otherwise)."""
+        self._table: dict[tuple[int, Hashable], tuple[object, V]] = {}
+        self._size = _bound(size)
+
+    @property
+    def size(self) -> int:
+        """The most entries held after a ``put``. Settable; a memo holding more is emptied."""
+        return self._size
+
+    @size.setter
+    def size(self, size: int) -> None:
+        self._size = _bound(size)
+        if len(self._table) > self._size:
+            self._table.clear()
+
+    def get(self, owner: object, key: Hashable) -> V | _Unset:
+        """The value kept for ``key`` on behalf of ``owner`` itself (by identity), or
+        ``NOT_COMPUTED`` when none is. Test the answer with ``is NOT_COMPUTED``: a kept value may
+        be ``None`` or falsy. O(1) plus hashing ``key``."""
+        entry = self._table.get((id(owner), key))
+        if entry is not None and entry[0] is owner:
+            return entry[1]
+        return NOT_COMPUTED
+
+    def put(self, owner: object, key: Hashable, value: V) -> V:
+        """Keep ``value`` for ``key`` on behalf of ``owner`` (held alive by the entry), emptying
+        the memo first when it holds ``size`` entries; a value kept for ``(owner, key)`` before
+        is replaced. Returns ``value``. O(1), O(entries) when the memo is emptied."""
+        table = self._table
+        if len(table) >= self._size:
+            table.clear()
+        table[(id(owner), key)] = (owner, value)
+        return value
+
+    def clear(self) -> None:
+        """Drop every entry (and with them the owners they held). O(entries)."""
+        self._table.clear()
+
+    def keys(self) -> tuple[Hashable, ...]:
+        """The keys of the entries held, as passed to ``put`` (without their owners), in the
+        order they were put: a snapshot, for tests and inspection. O(entries)."""
+        return tuple(key for _, key in list(self._table))
+
+    def __len__(self) -> int:
+        """Number of entries held. O(1)."""
+        return len(self._table)
+
+
+def _bound(size: int) -> int:
+    if type(size) is not int or size < 1:
+        raise ValueError(f"a BoundedMemo holds at least one entry; size={size!r}")
+    return size
