@@ -1,5 +1,6 @@
 """``ir.memo.BoundedMemo``: values per (owner, key), the owner found by identity and held by its
-entry, ``None`` a value like any other, at most ``size`` entries (emptied when full)."""
+entry, ``None`` a value like any other, at most ``size`` entries (emptied when full); and the
+modules that keep their memos in one (their bounds, and a ``None`` kept as an answer)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import threading
 import weakref
 
 import pytest
+import torch
 
+from ir.errors import PassError
 from ir.memo import NOT_COMPUTED, BoundedMemo
+from transforms.machinery import trace as tr
+from transforms.rewrite import Rule, rule_check, sizes
 
 
 class Owner:
@@ -140,3 +145,62 @@ def test_threads_never_answer_another_owners_value() -> None:
         t.join()
     assert not wrong
     assert len(memo) <= 16 + len(threads)  # a racing put passes it by one per thread at most
+
+
+# --- the modules' memos ------------------------------------------------------------------------
+
+
+def test_the_modules_keep_their_memos_in_bounded_memos_of_their_documented_sizes() -> None:
+    assert isinstance(tr._MEMO, BoundedMemo) and tr._MEMO.size == 512
+    assert isinstance(sizes._MEMO, BoundedMemo) and sizes._MEMO.size == 256
+    assert isinstance(rule_check._PATTERN_PROGRAMS, BoundedMemo)
+    assert rule_check._PATTERN_PROGRAMS.size == 256
+
+
+class _Sig:
+    def key(self) -> tuple:
+        return (((3,), torch.float32),)
+
+
+class _PatternRule:
+    def __init__(self) -> None:
+        self.pattern = lambda x: x
+
+
+def test_pattern_program_keeps_a_failed_export_as_none(monkeypatch) -> None:
+    exported = []
+
+    def failing(rule, sig, copies) -> None:
+        exported.append(copies)
+
+    monkeypatch.setattr(rule_check, "_PATTERN_PROGRAMS", BoundedMemo(4))
+    monkeypatch.setattr(rule_check, "_exported_pattern", failing)
+    rule, other = _PatternRule(), _PatternRule()
+    assert rule_check.pattern_program(rule, _Sig()) is None
+    assert rule_check.pattern_program(rule, _Sig()) is None
+    assert exported == [False]  # the None was kept
+    assert rule_check.pattern_program(rule, _Sig(), copies=True) is None
+    assert rule_check.pattern_program(other, _Sig()) is None
+    assert exported == [False, True, False]
+
+
+def _doubled(x):
+    return x * 2
+
+
+def test_pattern_at_keeps_an_untraceable_pattern_as_none(monkeypatch) -> None:
+    traced = []
+
+    def failing(*a, **k):
+        traced.append(a[2])
+        raise PassError("cannot trace here")
+
+    monkeypatch.setattr(sizes, "_MEMO", BoundedMemo(4))
+    monkeypatch.setattr(sizes, "trace", failing)
+    rule = Rule(_doubled, lambda x: x + x, (torch.randn(4),), name="doubled", trusted=True)
+    shapes = (((5,), torch.float32),)
+    assert sizes.pattern_at(rule, "core", shapes) is None
+    assert sizes.pattern_at(rule, "core", shapes) is None
+    assert traced == ["core"]  # the None was kept
+    assert sizes.pattern_at(rule, "training", shapes) is None
+    assert traced == ["core", "training"]

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ir import import_ep, ops
+from ir.memo import BoundedMemo
 from ir.node import CALL_FUNCTION
 from lowering.lowering_seam import decompositions_drop_eval_dropout
 from transforms.rewrite import Rule, match, sizes
@@ -354,8 +355,7 @@ def test_the_retrace_is_memoized_per_shapes_and_the_memo_is_bounded(monkeypatch)
         return real(*a, **k)
 
     monkeypatch.setattr(sizes, "trace", counting)
-    monkeypatch.setattr(sizes, "_MEMO", {})
-    monkeypatch.setattr(sizes, "_MEMO_SIZE", 2)
+    monkeypatch.setattr(sizes, "_MEMO", BoundedMemo(2))
     rule = Rule(_flat_relu, lambda x: torch.relu(x.reshape(-1)), (torch.randn(4, 8),),
                 name="flat2", trusted=True)
     for shape in [(6, 5), (6, 5), (3, 3), (2, 7)]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ir.memo import BoundedMemo
 from ir.printer import format_graph
 from transforms.machinery import trace as tr
 from transforms.machinery.trace import CORE, TRAINING, trace
@@ -19,7 +20,7 @@ def _scaled_softmax(x, s):
 @pytest.fixture
 def counted(monkeypatch):
     """A fresh memo; the exports and decompositions made, by kind."""
-    monkeypatch.setattr(tr, "_MEMO", {})
+    monkeypatch.setattr(tr, "_MEMO", BoundedMemo(512))
     calls = {"export": 0, "decompose": 0}
     export, decompose = torch.export.export, torch.export.ExportedProgram.run_decompositions
 
@@ -128,14 +129,15 @@ def test_an_argument_that_is_not_a_plain_value_is_traced_every_time(counted):
     assert counted["export"] == 2 and not tr._MEMO
 
 
-def test_a_failed_trace_is_not_kept_and_the_memo_is_bounded(counted, monkeypatch):
+def test_a_failed_trace_is_not_kept_and_the_memo_is_bounded(counted):
     def reads_a_value(x):
         return x[: int(x.sum().item() > 0)]
 
     with pytest.raises(Exception):  # noqa: B017 - export's own error, any type
         tr._trace(reads_a_value, (torch.randn(4),), TRAINING, [], 0)
-    assert not [k for k in tr._MEMO if k[0] == TRAINING]
-    monkeypatch.setattr(tr, "_MEMO_SIZE", 2)
+    kept = tr._MEMO.keys()  # (level, ...) per entry
+    assert TRAINING not in {k[0] for k in kept}
+    tr._MEMO.size = 2  # the fixture's own memo
     for n in range(1, 5):
         trace(torch.relu, (torch.randn(n),), TRAINING, "r", "pattern")
         assert len(tr._MEMO) <= 2

@@ -26,6 +26,7 @@ from ir.errors import PassError, PurefxError, first_line
 from ir.fake_run import RefusedGuard
 from ir.graph import Graph
 from ir.import_ep import import_ep
+from ir.memo import NOT_COMPUTED, BoundedMemo
 from ir.node import CALL_FUNCTION, GET_ATTR, OUTPUT, PLACEHOLDER, Node
 from ir.torch_seam import fake_failures_unlogged
 
@@ -140,7 +141,7 @@ def _trace(
 
     # distinct tensors: export would read one tensor passed twice as one input
     tensors = tuple(example_inputs[i].detach().clone() for i in tensor_args)
-    key = None if dynamic is not None else _memo_key(fn, fixed, tensors, tensor_args)
+    key = None if dynamic is not None else _memo_key(fixed, tensors, tensor_args)
     found = _recall(key, level, fn)
     if found is not None:
         return found
@@ -166,28 +167,29 @@ def _trace(
     return traced
 
 
-_MEMO_SIZE = 512
-_MEMO: dict[tuple, tuple[Callable, Any]] = {}
-"""The traces made, and the training-level exports they came from: (what is kept, the memo key)
--> (the function, the trace or export). A bounded memo (emptied when full, as ``ir.ops.facts``
-keeps its memo), keyed by the function's identity (held here, so no other function takes its
-id) and what ``torch.export`` reads of the call: the tensors' sizes, strides, dtypes and
-devices (never their values: export runs on fake tensors) and the other arguments' values as
-passed (sentinels included), with the grad mode and the default dtype. A hit and a miss answer
-alike: a trace is deterministic and immutable, and ``run_decompositions`` returns a new program
-without writing the export it decomposes, so the two levels of one call share its export. What makes one trace for two
-rules with the same function and examples (a copy made with ``attrs.evolve``, a rule built
-again by each test), for the pattern at ``CORE`` and as written, and for ``sizes.pattern_at``
-at both levels. An entry of a conv and batch-norm pattern holds about 75 KB (its fake values
-are metadata only): the memo stays under about 40 MB. A function is taken to compute from its
+_MEMO: BoundedMemo[Any] = BoundedMemo(512)
+"""The traces made, and the training-level exports they came from: per function, (what is
+kept, the memo key) -> the trace or export. A bounded memo (``ir.memo.BoundedMemo``, at most
+512 entries, emptied when full, as ``ir.ops.facts`` keeps its memo), keyed by the function's
+identity (held here, so no other function takes its id) and what ``torch.export`` reads of
+the call: the tensors' sizes, strides, dtypes and devices (never their values: export runs on
+fake tensors) and the other arguments' values as passed (sentinels included), with the grad
+mode and the default dtype. A hit and a miss answer alike: a trace is deterministic and
+immutable, and ``run_decompositions`` returns a new program without writing the export it
+decomposes, so the two levels of one call share its export. What makes one trace for two rules
+with the same function and examples (a copy made with ``attrs.evolve``, a rule built again by
+each test), for the pattern at ``CORE`` and as written, and for ``sizes.pattern_at`` at both
+levels. An entry of a conv and batch-norm pattern holds about 75 KB (its fake values are
+metadata only): the memo stays under about 40 MB. A function is taken to compute from its
 arguments alone (a rule's functions must): one that reads a global changed between two calls
 keeps its first trace."""
 
 
-def _memo_key(fn: Callable, fixed: list, tensors: tuple, tensor_args: tuple) -> tuple | None:
-    """What a trace of ``fn`` reads of its call, as a hashable key; ``None`` where an argument
-    is not a plain value (a tensor inside a list, an object whose ``repr`` may not say all it
-    holds): such a call is traced every time. O(arguments x rank)."""
+def _memo_key(fixed: list, tensors: tuple, tensor_args: tuple) -> tuple | None:
+    """What a trace reads of its call besides the function (``_MEMO``'s owner), as a hashable
+    key; ``None`` where an argument is not a plain value (a tensor inside a list, an object
+    whose ``repr`` may not say all it holds): such a call is traced every time.
+    O(arguments x rank)."""
     metas = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in tensors)
     if any(type(n) is not int for shape, stride, _, _ in metas for n in (*shape, *stride)):
         return None  # a symbolic size: its range lives in a shape env
@@ -198,7 +200,7 @@ def _memo_key(fn: Callable, fixed: list, tensors: tuple, tensor_args: tuple) -> 
     # what else export reads from the process: grad mode, the default dtype (a Python float
     # made a tensor inside ``fn``)
     ambient = (torch.is_grad_enabled(), torch.get_default_dtype())
-    return (id(fn), tensor_args, metas, plain, ambient)
+    return (tensor_args, metas, plain, ambient)
 
 
 _PLAIN_TYPES = (bool, int, float, str, type(None), torch.dtype, torch.device,
@@ -217,16 +219,14 @@ def _plain(value: Any) -> tuple | None:
 
 
 def _recall(key: tuple | None, kind: str, fn: Callable) -> Any:
-    hit = None if key is None else _MEMO.get((kind, *key))
-    return hit[1] if hit is not None and hit[0] is fn else None
+    """The ``kind`` kept for ``fn``'s call ``key``, or ``None`` (never a value kept)."""
+    found = NOT_COMPUTED if key is None else _MEMO.get(fn, (kind, *key))
+    return None if found is NOT_COMPUTED else found
 
 
 def _keep(key: tuple | None, kind: str, fn: Callable, value: Any) -> None:
-    if key is None:
-        return
-    if len(_MEMO) >= _MEMO_SIZE:
-        _MEMO.clear()
-    _MEMO[(kind, *key)] = (fn, value)
+    if key is not None:
+        _MEMO.put(fn, (kind, *key), value)
 
 
 def fixed_sizes(exc: BaseException, dims: Mapping[str, Any]) -> RefusedGuard | None:

@@ -55,6 +55,7 @@ from ir.harness import (
     widen,
 )
 from ir.import_ep import import_ep
+from ir.memo import NOT_COMPUTED, BoundedMemo
 from ir.node import CALL_FUNCTION
 from ir.program import Program
 from ir.strategies.rewrite_sites import is_spec
@@ -945,23 +946,18 @@ def pattern_program(rule: Rule, sig: Signature, *, copies: bool = False) -> Prog
     ``sig`` and ``copies`` (with the grad mode and default dtype export reads): each check of
     one rule (its variants, a refusal's rechecks under more assumptions) exports a signature
     once."""
-    key = (id(rule.pattern), sig.key(), copies, torch.is_grad_enabled(),
-           torch.get_default_dtype())
-    hit = _PATTERN_PROGRAMS.get(key)
-    if hit is not None and hit[0] is rule.pattern:
-        return hit[1]
-    found = _exported_pattern(rule, sig, copies)
-    if len(_PATTERN_PROGRAMS) >= _PATTERN_PROGRAMS_SIZE:
-        _PATTERN_PROGRAMS.clear()
-    _PATTERN_PROGRAMS[key] = (rule.pattern, found)
-    return found
+    key = (sig.key(), copies, torch.is_grad_enabled(), torch.get_default_dtype())
+    hit = _PATTERN_PROGRAMS.get(rule.pattern, key)
+    if hit is not NOT_COMPUTED:
+        return hit
+    return _PATTERN_PROGRAMS.put(rule.pattern, key, _exported_pattern(rule, sig, copies))
 
 
-_PATTERN_PROGRAMS_SIZE = 256
-_PATTERN_PROGRAMS: dict[tuple, tuple[Callable, Program | None]] = {}
-"""``pattern_program``'s memo: key -> (the pattern function, held so that no other takes its id;
-the program). Emptied when full. A hit and a miss answer alike (an export is deterministic and
-a Program immutable)."""
+_PATTERN_PROGRAMS: BoundedMemo[Program | None] = BoundedMemo(256)
+"""``pattern_program``'s memo: per pattern function (held here, so that no other takes its id),
+key -> the program, or ``None`` where it cannot be exported (kept too). Emptied when full
+(``ir.memo.BoundedMemo``, at most 256 entries). A hit and a miss answer alike (an export is
+deterministic and a Program immutable)."""
 
 
 def _exported_pattern(rule: Rule, sig: Signature, copies: bool) -> Program | None:

@@ -8,10 +8,10 @@ pattern again at the matched inputs' shapes and dtypes (``meta['val']``) and kee
 only when that exact pattern matches the same graph nodes with the same inputs, as torch
 inductor re-checks its candidates. The engine calls ``recheck`` on every binding before taking it.
 
-The re-traced patterns are kept in a bounded memo keyed by the rule's traces (shared by the
-rules ``rule.sharing_traces`` makes from one: they trace alike), level, shapes and dtypes
-(at most ``_MEMO_SIZE`` entries, emptied when full, as ``ir.ops.facts`` keeps its memo): a hit
-and a miss answer the same, so the memo changes no result.
+The re-traced patterns are kept in a bounded memo (``_MEMO``) keyed by the rule's traces
+(shared by the rules ``rule.sharing_traces`` makes from one: they trace alike), level, shapes
+and dtypes (at most ``_MEMO.size`` entries, emptied when full, as ``ir.ops.facts`` keeps its
+memo): a hit and a miss answer the same, so the memo changes no result.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ import attrs
 import torch
 
 from ir.errors import PassError
+from ir.memo import NOT_COMPUTED, BoundedMemo
 from ir.node import Node
 from transforms.machinery.trace import LEVELS, trace
 from transforms.rewrite.match import Binding, Pattern, absorb_checks, match_at, prepare
 from transforms.rewrite.rule import rule_cache
 
-_MEMO_SIZE = 256
-_MEMO: dict[tuple, tuple[Any, Pattern | None]] = {}
+_MEMO: BoundedMemo[Pattern | None] = BoundedMemo(256)
+"""``pattern_at``'s memo: per rule's traces (``rule_cache(rule).traced``, held here so that no
+other object takes its id), (level, shapes and dtypes, hyperparameters) -> the prepared pattern,
+or ``None`` where it cannot be traced (kept too: a failed trace fails again)."""
 
 
 def recheck(
@@ -184,10 +187,10 @@ def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Patt
     it cannot be traced there. What ``recheck`` matches a loose binding against, for the
     e-matcher's own re-check (``ematch.exact``). Memoised (bounded). O(one trace) per miss."""
     traces = rule_cache(rule).traced  # shared by the rules that trace alike (sharing_traces)
-    key = (id(traces), level, shapes, tuple((i, type(v).__name__, repr(v)) for i, v in hypers))
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is traces:
-        return hit[1]
+    key = (level, shapes, tuple((i, type(v).__name__, repr(v)) for i, v in hypers))
+    hit = _MEMO.get(traces, key)
+    if hit is not NOT_COMPUTED:
+        return hit
     args = []
     it = iter(shapes)
     values = dict(hypers)
@@ -202,10 +205,7 @@ def pattern_at(rule: Any, level: str, shapes: tuple, hypers: tuple = ()) -> Patt
         found = prepare(trace(rule.pattern, args, level, rule.name, "pattern", literal=literal))
     except PassError:
         found = None
-    if len(_MEMO) >= _MEMO_SIZE:
-        _MEMO.clear()
-    _MEMO[key] = (traces, found)
-    return found
+    return _MEMO.put(traces, key, found)
 
 
 __all__ = ["bound_vals", "dtypes_agree", "input_shapes", "pattern_at", "recheck"]
