@@ -201,22 +201,22 @@ class BoundedMemo(Generic[V]):
     memo; ``clear`` and ``keys`` O(entries); memory O(size).
     """
 
-    __slots__ = ("_size", "_table")
+    __slots__ = ("_limit", "_table")
 
     def __init__(self, size: int) -> None:
         """An empty memo of at most ``size`` entries (an int >= 1; ``ValueError`` otherwise)."""
         self._table: dict[tuple[int, Hashable], tuple[object, V]] = {}
-        self._size = _bound(size)
+        self._limit = _bound(size)
 
     @property
     def size(self) -> int:
         """The most entries held after a ``put``. Settable; a memo holding more is emptied."""
-        return self._size
+        return self._limit
 
     @size.setter
     def size(self, size: int) -> None:
-        self._size = _bound(size)
-        if len(self._table) > self._size:
+        self._limit = _bound(size)
+        if len(self._table) > self._limit:
             self._table.clear()
 
     def get(self, owner: object, key: Hashable) -> V | _Unset:
@@ -233,7 +233,7 @@ class BoundedMemo(Generic[V]):
         the memo first when it holds ``size`` entries; a value kept for ``(owner, key)`` before
         is replaced. Returns ``value``. O(1), O(entries) when the memo is emptied."""
         table = self._table
-        if len(table) >= self._size:
+        if len(table) >= self._limit:
             table.clear()
         table[(id(owner), key)] = (owner, value)
         return value
